@@ -1,0 +1,97 @@
+#pragma once
+// A plain copy of the engine's state at one moment: what a snapshot file and the
+// wire's state message carry (see docs/snapshot.md). No behaviour, no Qt.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/types.h"
+
+namespace shardscope {
+
+struct EngineConfigRecord
+{
+    std::int64_t persistenceThreshold = 0;
+    std::int64_t prefetchBucketSize = 0;
+    std::int64_t maxLiveParameters = 0;
+    GuardPolicy guard = GuardPolicy::Warn;
+};
+
+struct ModuleRecord
+{
+    ModuleId id = 0;
+    std::string path; // "" for the root
+    std::string type;
+    ModuleId parent = kNoModule;
+};
+
+struct ExternalRecord
+{
+    ModuleId module = kNoModule;
+    bool automatic = false; // registered by the guard's `auto` policy
+};
+
+struct ParamRecord
+{
+    ParamId id = 0;
+    std::string name; // full dotted name, e.g. "embed.weight"
+    ModuleId owner = kNoModule;
+    Shape shape;
+    DType dtype = DType::F32;
+    std::int64_t numel = 0;
+    std::int64_t paddedNumel = 0;
+    std::int64_t partitionNumel = 0;
+    bool persistent = false;
+    bool late = false;        // created after the model was partitioned
+    bool partitioned = false; // false for persistent and for late, not yet adopted, parameters
+    std::vector<ParamStatus> status;           // one entry per rank (world size)
+    std::vector<ExternalRecord> externals;     // modules it is registered on as external
+    std::vector<ModuleId> activeModules;       // union over ranks
+    std::uint64_t gatherCount = 0;             // all-gathers, summed over local ranks
+    std::uint64_t gatherBytes = 0;
+    std::uint64_t gatherNs = 0;
+    std::uint64_t lastGatherTsNs = 0;
+};
+
+enum class ViolationKind : std::uint8_t {
+    UnregisteredAccess = 0,
+    LateParameter = 1,
+    TraceInvalidated = 2,
+    GatheredWriteWithoutModifier = 3,
+};
+std::string_view violationKindName(ViolationKind k); // "unregistered_access", "late_parameter",
+                                                     // "trace_invalidated", "gathered_write_without_modifier"
+
+// One distinct violation (kind, rank, accessor, param), with how often it happened.
+struct ViolationRecord
+{
+    ViolationKind kind = ViolationKind::UnregisteredAccess;
+    std::uint32_t step = 0;     // first step it happened in
+    std::uint32_t lastStep = 0; // last step it happened in
+    int rank = 0;
+    ModuleId accessor = kNoModule; // module that read; for trace_invalidated: the module entered
+    ParamId param = kNoParam;
+    ModuleId owner = kNoModule;    // for trace_invalidated: the module expected
+    ParamStatus status = ParamStatus::NotAvailable; // the parameter's status when it happened
+    GuardAction action = GuardAction::Recorded;
+    std::uint64_t count = 0;
+    std::uint64_t tsNs = 0;     // first occurrence
+    std::string fix;            // the line that fixes it, where one exists
+    std::string message;        // a sentence in the user's terms
+};
+
+struct EngineState
+{
+    std::string modelName;
+    int worldSize = 1;
+    std::string backend; // "cpu" or "nccl"
+    std::uint32_t step = 0;
+    EngineConfigRecord config;
+    std::vector<int> localRanks;
+    std::vector<ModuleRecord> modules; // index == id
+    std::vector<ParamRecord> params;   // sorted by id; removed parameters are absent
+    std::vector<ViolationRecord> violations;
+};
+
+} // namespace shardscope
