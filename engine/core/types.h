@@ -17,7 +17,7 @@ inline constexpr ParamId kNoParam = 0xFFFFFFFFu;
 using Shape = std::vector<std::int64_t>;
 
 enum class DType : std::uint8_t { F32 = 0, BF16 = 1 };
-std::size_t dtypeSize(DType t);
+inline constexpr std::size_t dtypeSize(DType t) { return t == DType::BF16 ? 2 : 4; }
 std::string_view dtypeName(DType t); // "float32", "bfloat16"
 
 // ZeRO-3 per-rank partition state of a parameter (DeepSpeed's ZeroParamStatus).

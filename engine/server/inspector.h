@@ -1,0 +1,52 @@
+#pragma once
+// What a training process calls to be inspectable: connects the engine's telemetry,
+// serves the live endpoint (unless disabled) and writes the snapshot file at finish().
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace shardscope {
+
+class Engine;
+
+struct InspectorOptions
+{
+    bool listen = true;             // --no-listen sets false
+    std::string endpoint;           // "unix:PATH" | "tcp:HOST:PORT"; empty = default Unix socket
+    std::string token;              // required for a non-loopback TCP host
+    std::size_t historyEvents = 65536; // recent events a late client receives
+    std::string snapshotOut;        // written atomically by finish() when not empty
+    bool telemetry = true;          // false: the engine emits nothing
+};
+
+// A bad endpoint, a refused bind, a non-loopback host without a token... what() says
+// what to do. The trainer reports it and exits with code 2.
+class InspectorError : public std::runtime_error
+{
+public:
+    using std::runtime_error::runtime_error;
+};
+
+class Inspector
+{
+public:
+    Inspector(Engine &engine, InspectorOptions options); // throws InspectorError
+    ~Inspector();                                        // finish() if not yet done
+    Inspector(const Inspector &) = delete;
+    Inspector &operator=(const Inspector &) = delete;
+
+    std::string endpoint() const; // the bound endpoint, e.g. "tcp:127.0.0.1:40123"; empty if not listening
+    std::uint64_t droppedEvents() const;
+    // Flushes telemetry, writes the snapshot (if asked), stops serving. Idempotent.
+    void finish();
+
+    struct Impl;
+
+private:
+    std::unique_ptr<Impl> d;
+};
+
+} // namespace shardscope
