@@ -1,0 +1,59 @@
+#include "nn/trainconfig.h"
+
+#include <sstream>
+
+namespace shardscope::nn {
+
+std::string_view externalsName(Externals e)
+{
+    return e == Externals::Manual ? "manual" : "none";
+}
+
+bool parseExternals(std::string_view s, Externals &out)
+{
+    if (s == "none") {
+        out = Externals::None;
+        return true;
+    }
+    if (s == "manual") {
+        out = Externals::Manual;
+        return true;
+    }
+    return false;
+}
+
+std::string validate(const TrainConfig &c)
+{
+    std::ostringstream err;
+    auto range = [&err](const char *flag, long long v, long long lo, long long hi) {
+        if (err.tellp() == 0 && (v < lo || v > hi))
+            err << flag << " " << v << " is out of range: use a value from " << lo << " to " << hi;
+    };
+    range("--world-size", c.worldSize, 1, 64);
+    range("--steps", c.steps, 1, 10000000);
+    range("--layers", c.layers, 0, 256);
+    range("--hidden", c.hidden, 1, 8192);
+    range("--vocab", c.vocab, 2, 1000000);
+    range("--seq", c.seq, 2, 65536);
+    range("--batch", c.batch, 1, 1000000);
+    range("--kernel", c.kernel, 1, 1024);
+    range("--groups", c.groups, 1, 8192);
+    range("--history", static_cast<long long>(c.historyEvents), 0, 1LL << 30);
+    range("--persistence-threshold", c.persistenceThreshold, 0, 1LL << 40);
+    if (err.tellp() != 0)
+        return err.str();
+    if (c.hidden % c.groups != 0) {
+        err << "--groups " << c.groups << " does not divide --hidden " << c.hidden
+            << ": choose groups that divide the hidden size";
+        return err.str();
+    }
+    if (!(c.lr > 0.0f && c.lr < 10.0f))
+        return "--lr must be a positive number below 10";
+    if (!(c.weightDecay >= 0.0f && c.weightDecay < 10.0f))
+        return "--weight-decay must be a number from 0 to 10";
+    if (c.backend != "cpu" && c.backend != "nccl" && c.backend != "auto")
+        return "--backend '" + c.backend + "' is not one of cpu, nccl, auto";
+    return {};
+}
+
+} // namespace shardscope::nn

@@ -1,0 +1,66 @@
+#pragma once
+// Every setting of a training run (the command line of shardscope-train), shared by
+// the CPU trainer and the GPU training path so both read the same flags the same way.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/types.h"
+
+namespace shardscope::nn {
+
+// How the model code treats parameters used outside their owning module.
+enum class Externals : std::uint8_t {
+    None = 0,   // what the users in the stories did first: unregistered reads, late parameters
+    Manual = 1, // the stories' fixes: register_external_parameter, GatheredParameters + adopt
+};
+std::string_view externalsName(Externals e); // "none", "manual"
+bool parseExternals(std::string_view s, Externals &out);
+
+struct TrainConfig
+{
+    // ---- the run
+    int worldSize = 4;
+    int steps = 60;
+    std::uint64_t seed = 1;
+    std::string backend = "auto"; // "cpu", "nccl" or "auto"
+
+    // ---- the model
+    int layers = 2;
+    int hidden = 64;   // H
+    int vocab = 96;    // V
+    int seq = 32;      // T: tokens per sequence
+    int kernel = 8;    // K of pos_conv (wav2vec2: num_conv_pos_embeddings)
+    int groups = 4;    // G of pos_conv (wav2vec2: num_conv_pos_embedding_groups); divides hidden
+
+    // ---- the optimisation
+    int batch = 30;            // global batch: sequences per step, split across ranks
+    float lr = 3e-3f;          // Adam learning rate
+    float weightDecay = 0.0f;  // decoupled (AdamW) weight decay
+    float beta1 = 0.9f;
+    float beta2 = 0.999f;
+    float eps = 1e-8f;
+
+    // ---- the engine
+    Externals externals = Externals::None;
+    GuardPolicy guard = GuardPolicy::Warn;
+    // Parameters with fewer elements are never partitioned. DeepSpeed's default (1e5) would
+    // keep the whole demo model persistent; this keeps biases and norms persistent and
+    // partitions the matrices.
+    std::int64_t persistenceThreshold = 1000;
+
+    // ---- the inspector endpoint (see server/inspector.h)
+    bool listen = true;
+    std::string endpoint;       // "unix:PATH" | "tcp:HOST:PORT"; empty = default
+    std::string token;
+    std::string snapshotOut;    // snapshot file written at the end, if not empty
+    std::size_t historyEvents = 65536;
+    bool telemetry = true;
+};
+
+// Checks ranges and consistency (e.g. groups divides hidden). Returns an empty string
+// when valid, otherwise a message in the flags' terms ("--groups 3 does not divide --hidden 64").
+std::string validate(const TrainConfig &config);
+
+} // namespace shardscope::nn

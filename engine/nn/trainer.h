@@ -1,0 +1,58 @@
+#pragma once
+// The data-parallel ZeRO-3 training run on the engine: builds the model in the engine,
+// partitions it, applies weight normalisation as the stories do, then trains with one
+// thread per rank and reports every step. The GPU path mirrors this interface.
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/engine.h"
+#include "nn/trainconfig.h"
+
+namespace shardscope::nn {
+
+// One line of the run's progress, produced after every step.
+struct StepReport
+{
+    int step = 0;                           // 1-based
+    int steps = 0;                          // total steps of the run
+    double loss = 0.0;                      // global mean next-token cross-entropy of the step
+    double tokensPerSecond = 0.0;           // tokens of this step / its wall time
+    double megabytesGathered = 0.0;         // all-gathered so far, summed over local ranks (MB = 1e6 bytes)
+    std::uint64_t unregisteredAccesses = 0; // engine.unregisteredAccessCount() so far
+    std::uint64_t lateParameters = 0;       // engine.lateParameterCount() so far
+    double seconds = 0.0;                   // wall time of this step
+};
+
+struct TrainResult
+{
+    std::vector<double> losses; // one per step
+    double firstLoss = 0.0;
+    double lastLoss = 0.0;
+    double seconds = 0.0;       // wall time of all steps
+    std::int64_t tokens = 0;    // tokens trained on, all steps
+    double megabytesGathered = 0.0;
+    std::uint64_t unregisteredAccesses = 0;
+    std::uint64_t lateParameters = 0;
+};
+
+using StepCallback = std::function<void(const StepReport &)>;
+
+// The EngineConfig a run uses (world size, guard, persistence threshold, model name).
+EngineConfig makeEngineConfig(const TrainConfig &config);
+
+// Creates the model's modules and parameters in engine (which must be empty and not yet
+// partitioned), partitions it (zero.Init), then applies weight normalisation to pos_conv
+// as config.externals says. Throws UnregisteredAccessError / EngineError from the engine.
+void buildModel(Engine &engine, const TrainConfig &config);
+
+// Trains the model built by buildModel for config.steps steps, one thread per local rank,
+// calling onStep (if set) from one thread after each step. Throws the first error of any
+// rank (e.g. UnregisteredAccessError under --guard error).
+TrainResult trainModel(Engine &engine, const TrainConfig &config, const StepCallback &onStep);
+
+// buildModel followed by trainModel.
+TrainResult runCpuTraining(const TrainConfig &config, Engine &engine, const StepCallback &onStep);
+
+} // namespace shardscope::nn
