@@ -61,13 +61,13 @@ static_assert(offsetof(Event, u1) == 32);
 static_assert(offsetof(Event, u2) == 40);
 
 // Where the engine writes its events. Implementations must not block or allocate
-// in emit(): it is called from training threads. Thread-safety: emit() is called
-// concurrently from every rank thread (each with its own ev.rank).
+// in write(): it is called from training threads, concurrently from every rank thread
+// (each with its own ev.rank). (Not named emit: Qt defines `emit` as a macro.)
 class EventSink
 {
 public:
     virtual ~EventSink() = default;
-    virtual void emit(const Event &ev) noexcept = 0;
+    virtual void write(const Event &ev) noexcept = 0;
 };
 
 } // namespace shardscope
