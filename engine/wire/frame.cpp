@@ -1,0 +1,136 @@
+#include "wire/frame.h"
+
+#include <bit>
+#include <cstring>
+
+namespace shardscope::wire {
+
+static_assert(std::endian::native == std::endian::little,
+              "the wire format is little-endian; add byte swapping for big-endian hosts");
+
+namespace {
+
+void putU16(std::string &out, std::uint16_t v)
+{
+    char b[2];
+    std::memcpy(b, &v, 2);
+    out.append(b, 2);
+}
+
+void putU32(std::string &out, std::uint32_t v)
+{
+    char b[4];
+    std::memcpy(b, &v, 4);
+    out.append(b, 4);
+}
+
+template <class T>
+T load(const char *p)
+{
+    T v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+std::string hex32(std::uint32_t v)
+{
+    static const char digits[] = "0123456789abcdef";
+    std::string s = "0x";
+    for (int shift = 28; shift >= 0; shift -= 4)
+        s += digits[(v >> shift) & 0xF];
+    return s;
+}
+
+} // namespace
+
+bool isKnownMessageType(std::uint16_t type) { return type >= 1 && type <= kLastMessageType; }
+
+std::string_view messageTypeName(MessageType type)
+{
+    switch (type) {
+    case MessageType::Hello: return "hello";
+    case MessageType::Welcome: return "welcome";
+    case MessageType::Error: return "error";
+    case MessageType::State: return "state";
+    case MessageType::HistoryBegin: return "history_begin";
+    case MessageType::EventBatch: return "event_batch";
+    case MessageType::HistoryEnd: return "history_end";
+    case MessageType::Dropped: return "dropped";
+    case MessageType::Goodbye: return "goodbye";
+    }
+    return "unknown";
+}
+
+void appendFrame(std::string &out, MessageType type, std::string_view payload)
+{
+    out.reserve(out.size() + kFrameHeaderSize + payload.size());
+    putU32(out, kFrameMagic);
+    putU16(out, static_cast<std::uint16_t>(type));
+    putU16(out, 0);
+    putU32(out, static_cast<std::uint32_t>(payload.size()));
+    out.append(payload);
+}
+
+std::string encodeFrame(MessageType type, std::string_view payload)
+{
+    std::string out;
+    appendFrame(out, type, payload);
+    return out;
+}
+
+FrameDecoder::FrameDecoder(std::uint32_t maxPayload) : m_maxPayload(maxPayload) {}
+
+void FrameDecoder::feed(const void *data, std::size_t size)
+{
+    if (failed() || size == 0)
+        return;
+    if (m_pos > 0 && (m_pos >= m_buf.size() || m_pos > (1u << 16))) {
+        m_buf.erase(0, m_pos);
+        m_pos = 0;
+    }
+    m_buf.append(static_cast<const char *>(data), size);
+}
+
+Result<std::optional<Frame>> FrameDecoder::next()
+{
+    if (failed())
+        return fail(m_error);
+    const std::size_t avail = m_buf.size() - m_pos;
+    if (avail < kFrameHeaderSize)
+        return std::optional<Frame>{};
+    const char *h = m_buf.data() + m_pos;
+    const auto magic = load<std::uint32_t>(h);
+    const auto type = load<std::uint16_t>(h + 4);
+    const auto reserved = load<std::uint16_t>(h + 6);
+    const auto length = load<std::uint32_t>(h + 8);
+    if (magic != kFrameMagic)
+        m_error = "not a ShardScope stream: frame magic " + hex32(magic) +
+                  " where \"SSCP\" was expected; is the endpoint a ShardScope engine?";
+    else if (!isKnownMessageType(type))
+        m_error = "unknown message type " + std::to_string(type) +
+                  "; the peer speaks a newer or a different protocol";
+    else if (reserved != 0)
+        m_error = "bad frame header: reserved field is " + std::to_string(reserved) +
+                  ", must be 0";
+    else if (length > m_maxPayload)
+        m_error = "frame of " + std::to_string(length) + " bytes exceeds the limit of " +
+                  std::to_string(m_maxPayload) + " bytes";
+    if (failed()) {
+        m_buf.clear();
+        m_pos = 0;
+        return fail(m_error);
+    }
+    if (avail - kFrameHeaderSize < length)
+        return std::optional<Frame>{};
+    Frame frame;
+    frame.type = static_cast<MessageType>(type);
+    frame.payload.assign(h + kFrameHeaderSize, length);
+    m_pos += kFrameHeaderSize + length;
+    if (m_pos == m_buf.size()) {
+        m_buf.clear();
+        m_pos = 0;
+    }
+    return std::optional<Frame>{std::move(frame)};
+}
+
+} // namespace shardscope::wire

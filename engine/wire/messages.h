@@ -1,0 +1,97 @@
+#pragma once
+// Payloads of the inspector protocol's messages (docs/protocol.md) and the handshake
+// rules both sides apply. Encoders never fail; decoders return an error for bad input.
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "telemetry/event.h"
+#include "wire/frame.h"
+#include "wire/result.h"
+
+namespace shardscope::wire {
+
+inline constexpr std::uint16_t kProtocolVersion = 1;
+inline constexpr std::string_view kProtocolName = "shardscope";
+
+// Client -> server, the first frame of a connection.
+struct Hello
+{
+    std::uint16_t version = kProtocolVersion;
+    std::vector<std::string> capabilities{"state", "events", "history", "dropped"};
+    std::string token;  // must match the server's token when it has one
+    std::string client; // free text, e.g. "shardscope-capture 0.1"
+};
+
+// Server -> client when the Hello was accepted; State follows.
+struct Welcome
+{
+    std::uint16_t version = kProtocolVersion;
+    std::vector<std::string> capabilities{"state", "events", "history", "dropped"};
+    std::string server;  // e.g. "shardscope-train"
+    std::int64_t pid = 0;
+    std::string model;
+    int worldSize = 1;
+    std::string backend;
+    std::uint64_t historyCapacity = 0; // N of the bounded recent history
+};
+
+// Either direction; the sender closes the connection after it.
+// code: "bad_magic", "bad_frame", "version_mismatch", "bad_token", "handshake_timeout", "protocol".
+struct ErrorMessage
+{
+    std::string code;
+    std::string message;
+};
+
+// Server -> client: events this connection lost because it did not read fast enough.
+struct DroppedNotice
+{
+    std::uint64_t dropped = 0; // since the previous notice
+    std::uint64_t total = 0;   // since connecting
+};
+
+// Server -> client when the engine finishes: counts for this connection's live stream.
+struct Goodbye
+{
+    std::string reason;
+    std::uint64_t eventsOffered = 0; // live events produced while connected
+    std::uint64_t eventsSent = 0;    // of those, queued to this client
+    std::uint64_t eventsDropped = 0; // of those, dropped for this client (sent + dropped == offered)
+};
+
+std::string encodeHello(const Hello &m);
+Result<Hello> decodeHello(std::string_view payload);
+std::string encodeWelcome(const Welcome &m);
+Result<Welcome> decodeWelcome(std::string_view payload);
+std::string encodeError(const ErrorMessage &m);
+Result<ErrorMessage> decodeError(std::string_view payload);
+std::string encodeGoodbye(const Goodbye &m);
+Result<Goodbye> decodeGoodbye(std::string_view payload);
+std::string encodeDropped(const DroppedNotice &m);
+Result<DroppedNotice> decodeDropped(std::string_view payload);
+std::string encodeHistoryBegin(std::uint64_t count);
+Result<std::uint64_t> decodeHistoryBegin(std::string_view payload);
+
+// EventBatch payload: the records as-is (48 bytes each, little-endian).
+std::string encodeEvents(std::span<const Event> events);
+void appendEvents(std::string &out, std::span<const Event> events);
+// Rejects a length that is not a multiple of 48 and records of an unknown EventType.
+Result<std::vector<Event>> decodeEvents(std::string_view payload);
+
+// Handshake, server side: nullopt if the Hello is accepted, else the refusal to send.
+std::optional<ErrorMessage> checkHello(const Hello &hello, std::string_view requiredToken);
+// Handshake, client side: the server's first frame is a Welcome (returned) or an Error
+// (its message, prefixed "the engine refused the connection: "); anything else is an error.
+Result<Welcome> acceptWelcome(const Frame &frame);
+
+// Event type names used in JSON and docs: "module_enter", "fetch_begin", ...
+bool isKnownEventType(std::uint8_t type);
+std::string_view eventTypeName(EventType type); // "unknown" for values outside the enum
+std::optional<EventType> eventTypeFromName(std::string_view name);
+
+} // namespace shardscope::wire

@@ -1,0 +1,49 @@
+#pragma once
+// The snapshot: the engine's state, the recent events and the dropped-event count, as
+// one JSON document (docs/snapshot.md). The wire's State message and the snapshot file
+// use this same codec.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/state.h"
+#include "telemetry/event.h"
+#include "wire/result.h"
+
+namespace shardscope::wire {
+
+inline constexpr std::string_view kSnapshotFormat = "shardscope-snapshot";
+inline constexpr int kSnapshotVersion = 1;
+// Files larger than this are refused by readSnapshotFile.
+inline constexpr std::uint64_t kMaxSnapshotFileBytes = 1ull << 30;
+
+struct SnapshotMeta
+{
+    std::string producer;           // "shardscope-train", "shardscope-capture", ...
+    std::int64_t pid = 0;           // process that produced the state
+    std::uint64_t createdUnixMs = 0;
+    std::string endpoint;           // where it was served or captured from; may be empty
+};
+
+struct Snapshot
+{
+    SnapshotMeta meta;
+    EngineState state;
+    std::vector<Event> events;       // oldest first
+    std::uint64_t droppedEvents = 0; // events lost before they reached this snapshot
+};
+
+std::string encodeSnapshot(const Snapshot &snapshot, bool pretty = false);
+// Checks the format tag, version, every field's type and every module reference.
+Result<Snapshot> decodeSnapshot(std::string_view json);
+
+// Writes to PATH.tmp.<pid> and renames it over path, so readers see the old or the new file.
+Status writeFileAtomically(const std::string &path, std::string_view contents);
+Status writeSnapshotFile(const std::string &path, const Snapshot &snapshot);
+Result<Snapshot> readSnapshotFile(const std::string &path);
+
+std::uint64_t unixTimeMs();
+
+} // namespace shardscope::wire
