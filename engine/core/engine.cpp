@@ -1,0 +1,1118 @@
+#include "core/engine.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <exception>
+#include <thread>
+
+#include "core/engineimpl.h"
+#include "telemetry/clock.h"
+
+namespace shardscope {
+
+namespace {
+
+std::string quoted(const std::string &path)
+{
+    return path.empty() ? std::string("<root>") : path;
+}
+
+} // namespace
+
+std::uint64_t hashBytes(const std::byte *data, std::size_t n)
+{
+    // 64-bit multiply-mix over 8-byte words: detects in-place edits, cheap next to a gather.
+    std::uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    std::size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        std::uint64_t w;
+        std::memcpy(&w, data + i, 8);
+        h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 31;
+    }
+    for (; i < n; ++i)
+        h = (h ^ static_cast<std::uint64_t>(data[i])) * 0x94D049BB133111EBull;
+    return h;
+}
+
+// ---------------------------------------------------------------- construction
+
+Engine::Engine(EngineConfig config, std::vector<std::unique_ptr<Communicator>> comms)
+    : m_config(std::move(config)), d(std::make_unique<Impl>())
+{
+    d->q = this;
+    if (m_config.worldSize < 1)
+        throw EngineError("EngineConfig.worldSize must be at least 1");
+    if (comms.empty())
+        throw EngineError("Engine needs one communicator per local rank; none was given");
+    if (m_config.persistenceThreshold < 0 || m_config.prefetchBucketSize < 0 ||
+        m_config.maxLiveParameters < 0)
+        throw EngineError("persistence threshold, prefetch bucket size and max live parameters "
+                          "must not be negative");
+    d->localIndex.assign(m_config.worldSize, -1);
+    for (auto &c : comms) {
+        if (!c)
+            throw EngineError("Engine was given a null communicator");
+        if (c->worldSize() != m_config.worldSize)
+            throw EngineError("communicator of rank " + std::to_string(c->rank()) + " has world size " +
+                              std::to_string(c->worldSize()) + " but EngineConfig.worldSize is " +
+                              std::to_string(m_config.worldSize));
+        const int r = c->rank();
+        if (r < 0 || r >= m_config.worldSize || d->localIndex[r] != -1)
+            throw EngineError("communicators must have distinct ranks in [0, world size); rank " +
+                              std::to_string(r) + " is out of range or given twice");
+        d->localIndex[r] = static_cast<int>(d->ranks.size());
+        auto rs = std::make_unique<RankState>();
+        rs->rank = r;
+        rs->comm = c.get();
+        d->ranks.push_back(std::move(rs));
+        m_localRanks.push_back(r);
+        d->comms.push_back(std::move(c));
+    }
+    ModuleInfo root;
+    root.id = 0;
+    root.type = "Model";
+    root.name = "";
+    d->modules.push_back(std::move(root));
+    for (auto &rs : d->ranks)
+        rs->externals.resize(1);
+}
+
+Engine::~Engine() = default;
+
+Backend Engine::backend() const
+{
+    return d->comms.front()->backend();
+}
+
+Communicator &Engine::comm(int rank)
+{
+    return *d->rankState(rank).comm;
+}
+
+RankState &Engine::Impl::rankState(int rank)
+{
+    if (rank < 0 || rank >= static_cast<int>(localIndex.size()) || localIndex[rank] < 0)
+        throw EngineError("rank " + std::to_string(rank) + " is not a local rank of this engine");
+    return *ranks[localIndex[rank]];
+}
+
+const RankState &Engine::Impl::rankState(int rank) const
+{
+    return const_cast<Impl *>(this)->rankState(rank);
+}
+
+void Engine::setEventSink(EventSink *sink)
+{
+    d->sink.store(sink, std::memory_order_release);
+}
+
+void Engine::forEachLocalRank(const std::function<void(int)> &fn)
+{
+    std::vector<std::exception_ptr> errors(m_localRanks.size());
+    std::vector<std::thread> threads;
+    threads.reserve(m_localRanks.size());
+    for (std::size_t i = 0; i < m_localRanks.size(); ++i) {
+        threads.emplace_back([&, i] {
+            try {
+                fn(m_localRanks[i]);
+            } catch (...) {
+                errors[i] = std::current_exception();
+            }
+        });
+    }
+    for (auto &t : threads)
+        t.join();
+    for (auto &e : errors)
+        if (e)
+            std::rethrow_exception(e);
+}
+
+// ---------------------------------------------------------------- telemetry
+
+void Engine::Impl::emit(const RankState &rs, EventType type, std::uint8_t flags, std::uint32_t a,
+                        std::uint32_t b, std::uint64_t u0, std::uint64_t u1, std::uint64_t u2)
+{
+    EventSink *s = sink.load(std::memory_order_acquire);
+    if (!s || !q->m_telemetryOn.load(std::memory_order_relaxed))
+        return;
+    Event ev;
+    ev.tsNs = nowNs();
+    ev.step = rs.step.load(std::memory_order_relaxed);
+    ev.rank = static_cast<std::uint16_t>(rs.rank);
+    ev.type = type;
+    ev.flags = flags;
+    ev.a = a;
+    ev.b = b;
+    ev.u0 = u0;
+    ev.u1 = u1;
+    ev.u2 = u2;
+    s->write(ev);
+}
+
+void Engine::Impl::emitMemory(RankState &rs)
+{
+    const auto live = static_cast<std::uint64_t>(rs.liveElements);
+    emit(rs, EventType::MemorySample, 0, static_cast<std::uint32_t>(live & 0xFFFFFFFFu),
+         static_cast<std::uint32_t>(live >> 32), rs.partitionedBytes, rs.gatheredBytesNow,
+         rs.peakGatheredBytes);
+}
+
+// ---------------------------------------------------------------- model structure
+
+ModuleId Engine::addModule(ModuleId parent, std::string_view name, std::string_view type)
+{
+    std::unique_lock lock(d->structure);
+    if (parent >= d->modules.size())
+        throw EngineError("addModule(" + std::string(name) + "): parent module id " +
+                          std::to_string(parent) + " does not exist");
+    if (name.empty() || name.find('.') != std::string_view::npos)
+        throw EngineError("module name '" + std::string(name) +
+                          "' must be non-empty and contain no '.'; nest modules instead");
+    const ModuleInfo &p = d->modules[parent];
+    for (ModuleId c : p.children)
+        if (d->modules[c].name == name)
+            throw EngineError("module '" + quoted(p.path) + "' already has a child named '" +
+                              std::string(name) + "'");
+    ModuleInfo m;
+    m.id = static_cast<ModuleId>(d->modules.size());
+    m.parent = parent;
+    m.name = std::string(name);
+    m.path = p.path.empty() ? m.name : p.path + "." + m.name;
+    m.type = std::string(type);
+    d->modules[parent].children.push_back(m.id);
+    d->modules.push_back(std::move(m));
+    for (auto &rs : d->ranks)
+        rs->externals.resize(d->modules.size());
+    return d->modules.back().id;
+}
+
+ParamId Engine::addParameter(ModuleId owner, std::string_view name, Shape shape, DType dtype,
+                             const void *init)
+{
+    std::unique_lock lock(d->structure);
+    if (owner >= d->modules.size())
+        throw EngineError("addParameter(" + std::string(name) + "): module id " +
+                          std::to_string(owner) + " does not exist");
+    if (name.empty() || name.find('.') != std::string_view::npos)
+        throw EngineError("parameter name '" + std::string(name) + "' must be non-empty and contain no '.'");
+    for (std::int64_t dim : shape)
+        if (dim < 0)
+            throw EngineError("parameter '" + std::string(name) + "' has a negative dimension in " +
+                              shapeString(shape));
+    ModuleInfo &m = d->modules[owner];
+    for (ParamId q : m.params)
+        if (d->params[q].localName == name)
+            throw EngineError("module '" + quoted(m.path) + "' already has a parameter named '" +
+                              std::string(name) + "'");
+
+    ParamInfo info;
+    info.id = static_cast<ParamId>(d->params.size());
+    info.owner = owner;
+    info.localName = std::string(name);
+    info.name = m.path.empty() ? info.localName : m.path + "." + info.localName;
+    info.shape = std::move(shape);
+    info.dtype = dtype;
+    info.numel = shapeNumel(info.shape);
+    info.layout = PartitionLayout::make(info.numel, m_config.worldSize);
+    info.late = m_partitioned;
+    const std::size_t es = dtypeSize(dtype);
+    const std::size_t bytes = static_cast<std::size_t>(info.numel) * es;
+
+    const ParamId id = info.id;
+    m.params.push_back(id);
+    d->params.push_back(std::move(info));
+    d->pending.emplace_back();
+    d->lateReported.push_back(false);
+    for (auto &rs : d->ranks)
+        rs->params.emplace_back();
+
+    if (!m_partitioned) {
+        auto &buf = d->pending[id];
+        buf.resize(bytes);
+        if (init && bytes)
+            std::memcpy(buf.data(), init, bytes);
+        return id;
+    }
+
+    // A late parameter: whole on every rank, not managed by the partitioner until adopted.
+    d->lateParams.push_back(id);
+    const ParamInfo &pi = d->params[id];
+    for (auto &rsp : d->ranks) {
+        RankState &rs = *rsp;
+        std::lock_guard rl(rs.mu);
+        RankParam &rp = rs.params[id];
+        rp.alwaysAvailable = true;
+        rp.full.reset(new std::byte[pi.layout.paddedNumel * es]());
+        if (init && bytes)
+            std::memcpy(rp.full.get(), init, bytes);
+        rp.grad.assign(pi.numel, 0.0f);
+        rp.status.store(ParamStatus::Available, std::memory_order_release);
+        rs.gatheredBytesNow += pi.layout.paddedNumel * es;
+        rs.peakGatheredBytes = std::max(rs.peakGatheredBytes, rs.gatheredBytesNow);
+        d->emit(rs, EventType::LateParameter, 0, owner, id);
+    }
+    return id;
+}
+
+void Engine::removeParameter(ParamId p)
+{
+    std::unique_lock lock(d->structure);
+    if (p >= d->params.size() || d->params[p].removed)
+        throw EngineError("removeParameter: parameter id " + std::to_string(p) + " does not exist");
+    ParamInfo &info = d->params[p];
+    for (auto &rsp : d->ranks) {
+        std::lock_guard rl(rsp->mu);
+        const RankParam &rp = rsp->params[p];
+        if (!rp.active.empty() || rp.inScope) {
+            std::string users;
+            for (ModuleId m : rp.active)
+                users += (users.empty() ? "" : ", ") + quoted(d->modules[m].path);
+            throw EngineError("cannot remove " + info.name + ": on rank " + std::to_string(rsp->rank) +
+                              " it is in use by " +
+                              (rp.inScope ? std::string("a GatheredParameters scope") : users) +
+                              "; remove it after those scopes end");
+        }
+    }
+    info.removed = true;
+    auto &owned = d->modules[info.owner].params;
+    owned.erase(std::remove(owned.begin(), owned.end(), p), owned.end());
+    for (auto &rsp : d->ranks) {
+        RankState &rs = *rsp;
+        std::lock_guard rl(rs.mu);
+        RankParam &rp = rs.params[p];
+        if (rp.full)
+            rs.gatheredBytesNow -= d->fullBytes(p);
+        rs.partitionedBytes -= rp.shard.size();
+        rp.full.reset();
+        rp.shard = {};
+        rp.grad = {};
+        rp.alwaysAvailable = false;
+        rp.status.store(ParamStatus::NotAvailable, std::memory_order_release);
+        for (auto &ext : rs.externals)
+            std::erase_if(ext, [p](const ExternalEntry &e) { return e.param == p; });
+    }
+    d->pending[p] = {};
+}
+
+void Engine::partition()
+{
+    std::unique_lock lock(d->structure);
+    if (m_partitioned)
+        throw EngineError("partition() was already called; parameters added since are late: "
+                          "adopt them with adoptParameter()");
+    for (ParamId p = 0; p < d->params.size(); ++p) {
+        ParamInfo &info = d->params[p];
+        if (info.removed)
+            continue;
+        info.persistent = info.numel < m_config.persistenceThreshold;
+        info.partitioned = !info.persistent;
+        const std::size_t es = dtypeSize(info.dtype);
+        std::vector<std::byte> &src = d->pending[p];
+        src.resize(static_cast<std::size_t>(info.layout.paddedNumel) * es); // zero tail padding
+        for (auto &rsp : d->ranks) {
+            RankState &rs = *rsp;
+            std::lock_guard rl(rs.mu);
+            RankParam &rp = rs.params[p];
+            rp.shard.resize(static_cast<std::size_t>(info.layout.partitionNumel) * es);
+            copyShardFromFull(info.layout, rs.rank, es, src.data(), rp.shard.data());
+            rp.grad.assign(info.layout.partitionNumel, 0.0f);
+            rs.partitionedBytes += rp.shard.size();
+            if (info.persistent) {
+                rp.alwaysAvailable = true;
+                rp.full.reset(new std::byte[src.size()]);
+                std::memcpy(rp.full.get(), src.data(), src.size());
+                rp.status.store(ParamStatus::Available, std::memory_order_release);
+                rs.gatheredBytesNow += src.size();
+                rs.peakGatheredBytes = std::max(rs.peakGatheredBytes, rs.gatheredBytesNow);
+            }
+        }
+        src = {};
+    }
+    m_partitioned = true;
+}
+
+void Engine::adoptParameter(ParamId p)
+{
+    std::unique_lock lock(d->structure);
+    if (p >= d->params.size() || d->params[p].removed)
+        throw EngineError("adoptParameter: parameter id " + std::to_string(p) + " does not exist");
+    ParamInfo &info = d->params[p];
+    if (!info.late || info.partitioned || info.persistent)
+        throw EngineError("adoptParameter(" + info.name + "): only a late parameter that is not yet "
+                          "adopted can be adopted; this one is already managed by the partitioner");
+    for (auto &rsp : d->ranks) {
+        std::lock_guard rl(rsp->mu);
+        const RankParam &rp = rsp->params[p];
+        if (!rp.active.empty() || rp.inScope)
+            throw EngineError("adoptParameter(" + info.name + "): it is in use on rank " +
+                              std::to_string(rsp->rank) + "; adopt it outside module and "
+                              "GatheredParameters scopes");
+    }
+    info.persistent = info.numel < m_config.persistenceThreshold;
+    info.partitioned = !info.persistent;
+    const std::size_t es = dtypeSize(info.dtype);
+    for (auto &rsp : d->ranks) {
+        RankState &rs = *rsp;
+        std::lock_guard rl(rs.mu);
+        RankParam &rp = rs.params[p];
+        rp.shard.resize(static_cast<std::size_t>(info.layout.partitionNumel) * es);
+        copyShardFromFull(info.layout, rs.rank, es, rp.full.get(), rp.shard.data());
+        rp.grad.assign(info.layout.partitionNumel, 0.0f);
+        rs.partitionedBytes += rp.shard.size();
+        if (info.partitioned) {
+            rp.full.reset();
+            rp.alwaysAvailable = false;
+            rs.gatheredBytesNow -= d->fullBytes(p);
+            rp.status.store(ParamStatus::NotAvailable, std::memory_order_release);
+        }
+        d->emit(rs, EventType::ParameterAdopted, 0, info.owner, p);
+    }
+}
+
+std::vector<std::byte> Engine::hostRead(ParamId p)
+{
+    const ParamInfo &info = param(p);
+    const RankState &first = d->rankState(m_localRanks.front());
+    const std::size_t bytes = static_cast<std::size_t>(info.numel) * dtypeSize(info.dtype);
+    if (!m_partitioned) {
+        return d->pending[p];
+    }
+    if (!info.partitioned) {
+        const RankParam &rp = first.params[p];
+        return std::vector<std::byte>(rp.full.get(), rp.full.get() + bytes);
+    }
+    std::vector<std::byte> out(bytes);
+    forEachLocalRank([&](int rank) {
+        RankState &rs = d->rankState(rank);
+        TensorView v = d->slowAccess(rs, p);
+        if (rank == m_localRanks.front())
+            std::memcpy(out.data(), v.data, bytes);
+        d->releaseIdle(rs);
+    });
+    return out;
+}
+
+std::size_t Engine::moduleCount() const
+{
+    std::shared_lock lock(d->structure);
+    return d->modules.size();
+}
+
+std::size_t Engine::paramCount() const
+{
+    std::shared_lock lock(d->structure);
+    return d->params.size();
+}
+
+const ModuleInfo &Engine::module(ModuleId id) const
+{
+    std::shared_lock lock(d->structure);
+    if (id >= d->modules.size())
+        throw EngineError("module id " + std::to_string(id) + " does not exist");
+    return d->modules[id];
+}
+
+const ParamInfo &Engine::param(ParamId id) const
+{
+    std::shared_lock lock(d->structure);
+    if (id >= d->params.size() || d->params[id].removed)
+        throw EngineError("parameter id " + std::to_string(id) + " does not exist");
+    return d->params[id];
+}
+
+ModuleId Engine::findModule(std::string_view path) const
+{
+    std::shared_lock lock(d->structure);
+    for (const ModuleInfo &m : d->modules)
+        if (m.path == path)
+            return m.id;
+    return kNoModule;
+}
+
+ParamId Engine::findParam(std::string_view name) const
+{
+    std::shared_lock lock(d->structure);
+    for (const ParamInfo &p : d->params)
+        if (!p.removed && p.name == name)
+            return p.id;
+    return kNoParam;
+}
+
+std::string Engine::modulePath(ModuleId id) const
+{
+    if (id == kNoModule)
+        return "<none>";
+    return quoted(module(id).path);
+}
+
+// ---------------------------------------------------------------- externals
+
+void Engine::Impl::addExternal(RankState &rs, ModuleId m, ParamId p, bool automatic)
+{
+    {
+        std::lock_guard rl(rs.mu);
+        auto &ext = rs.externals[m];
+        for (const ExternalEntry &e : ext)
+            if (e.param == p)
+                return;
+        ext.push_back({p, automatic});
+    }
+    emit(rs, EventType::ExternalRegister, automatic ? 1 : 0, m, p);
+}
+
+void Engine::registerExternalParameter(ModuleId m, ParamId p)
+{
+    const ModuleInfo &mi = module(m);
+    const ParamInfo &pi = param(p);
+    (void)pi;
+    (void)mi;
+    for (auto &rs : d->ranks)
+        d->addExternal(*rs, m, p, false);
+}
+
+void Engine::unregisterExternalParameter(ModuleId m, ParamId p)
+{
+    const ModuleInfo &mi = module(m);
+    const ParamInfo &pi = param(p);
+    bool found = false;
+    for (auto &rsp : d->ranks) {
+        std::lock_guard rl(rsp->mu);
+        auto &ext = rsp->externals[m];
+        const auto n = std::erase_if(ext, [p](const ExternalEntry &e) { return e.param == p; });
+        found = found || n > 0;
+    }
+    if (!found) {
+        std::string where;
+        const RankState &rs = *d->ranks.front();
+        {
+            std::lock_guard rl(rs.mu);
+            for (ModuleId o = 0; o < rs.externals.size(); ++o)
+                for (const ExternalEntry &e : rs.externals[o])
+                    if (e.param == p)
+                        where += (where.empty() ? "" : ", ") + quoted(d->modules[o].path);
+        }
+        throw EngineError("unregister_external_parameter(" + quoted(mi.path) + ", " + pi.name +
+                          "): " + pi.name + " is not registered on " + quoted(mi.path) +
+                          (where.empty() ? std::string("; it is not registered on any module")
+                                         : "; it is registered on: " + where));
+    }
+    for (auto &rs : d->ranks)
+        d->emit(*rs, EventType::ExternalUnregister, 0, m, p);
+}
+
+bool Engine::isExternal(int rank, ModuleId m, ParamId p) const
+{
+    const RankState &rs = d->rankState(rank);
+    std::lock_guard rl(rs.mu);
+    if (m >= rs.externals.size())
+        return false;
+    for (const ExternalEntry &e : rs.externals[m])
+        if (e.param == p)
+            return true;
+    return false;
+}
+
+// ---------------------------------------------------------------- fetch and release
+
+void Engine::Impl::fetch(RankState &rs, ParamId p, ModuleId cause, FetchReason reason)
+{
+    RankParam &rp = rs.params[p];
+    const ParamStatus st = rp.status.load(std::memory_order_acquire);
+    if (st == ParamStatus::Available)
+        return;
+    if (st == ParamStatus::Inflight)
+        throw EngineError("fetch of " + params[p].name + " on rank " + std::to_string(rs.rank) +
+                          " found it INFLIGHT: a previous gather was never completed");
+    const ParamInfo &info = params[p];
+    const std::size_t es = dtypeSize(info.dtype);
+    const std::uint64_t bytes = fullBytes(p);
+    const std::uint64_t t0 = nowNs();
+    emit(rs, EventType::FetchBegin, static_cast<std::uint8_t>(reason), p, cause, bytes);
+    rp.status.store(ParamStatus::Inflight, std::memory_order_release);
+    std::unique_ptr<std::byte[]> full(new std::byte[bytes]);
+    rs.comm->allGather(rp.shard.data(), full.get(), static_cast<std::size_t>(info.layout.partitionNumel) * es)
+        .wait();
+    const std::uint64_t t1 = nowNs();
+    {
+        std::lock_guard rl(rs.mu);
+        rp.full = std::move(full);
+        rp.gatherCount += 1;
+        rp.gatherBytes += bytes;
+        rp.gatherNs += t1 - t0;
+        rp.lastGatherTsNs = t1;
+        rs.gatheredBytesNow += bytes;
+        rs.peakGatheredBytes = std::max(rs.peakGatheredBytes, rs.gatheredBytesNow);
+        rs.liveElements += info.layout.paddedNumel;
+    }
+    rs.totalGatheredBytes.fetch_add(bytes, std::memory_order_relaxed);
+    rp.status.store(ParamStatus::Available, std::memory_order_release);
+    emit(rs, EventType::FetchEnd, static_cast<std::uint8_t>(reason), p, cause, bytes);
+}
+
+void Engine::Impl::release(RankState &rs, ParamId p, ModuleId cause)
+{
+    RankParam &rp = rs.params[p];
+    const ParamInfo &info = params[p];
+    if (rp.alwaysAvailable)
+        return;
+    const ParamStatus st = rp.status.load(std::memory_order_acquire);
+    if (st == ParamStatus::NotAvailable)
+        return;
+    if (st == ParamStatus::Inflight)
+        throw EngineError("cannot release " + info.name + " on rank " + std::to_string(rs.rank) +
+                          " while its gather is INFLIGHT; wait for the gather first");
+    std::unique_ptr<std::byte[]> freed;
+    {
+        std::lock_guard rl(rs.mu);
+        if (!rp.active.empty() || rp.inScope) {
+            std::string users;
+            for (ModuleId m : rp.active)
+                users += (users.empty() ? "" : ", ") + quoted(modules[m].path);
+            if (rp.inScope)
+                users += (users.empty() ? "" : ", ") + std::string("a GatheredParameters scope");
+            throw EngineError("cannot release " + info.name + " on rank " + std::to_string(rs.rank) +
+                              ": it is still active in " + users);
+        }
+        freed = std::move(rp.full);
+        rp.prefetched = false;
+        rs.gatheredBytesNow -= fullBytes(p);
+        rs.liveElements -= info.layout.paddedNumel;
+    }
+    rp.status.store(ParamStatus::NotAvailable, std::memory_order_release);
+    emit(rs, EventType::Release, 0, p, cause, fullBytes(p));
+}
+
+void Engine::Impl::releaseIdle(RankState &rs)
+{
+    for (ParamId p = 0; p < rs.params.size(); ++p) {
+        RankParam &rp = rs.params[p];
+        if (rp.alwaysAvailable || rp.inScope || !rp.active.empty())
+            continue;
+        if (rp.status.load(std::memory_order_relaxed) == ParamStatus::Available)
+            release(rs, p, kNoModule);
+    }
+}
+
+void Engine::Impl::useParam(RankState &rs, ParamId p, ModuleId m, bool counted, FetchReason reason)
+{
+    fetch(rs, p, m, reason);
+    RankParam &rp = rs.params[p];
+    {
+        std::lock_guard rl(rs.mu);
+        rp.active.push_back(m);
+        rp.prefetched = false;
+    }
+    if (counted)
+        ++rp.allow;
+    rs.frames[rs.depth - 1].params.emplace_back(p, counted);
+}
+
+void Engine::Impl::prefetch(RankState &rs)
+{
+    if (!rs.traceValid || rs.traceBroken)
+        return;
+    const std::int64_t bucket = q->m_config.prefetchBucketSize;
+    const std::int64_t maxLive = q->m_config.maxLiveParameters;
+    std::int64_t planned = 0;
+    for (std::size_t i = rs.tracePos; i < rs.trace.size() && planned < bucket; ++i) {
+        const ModuleId m = rs.trace[i].module;
+        auto consider = [&](ParamId p) {
+            if (planned >= bucket)
+                return;
+            const ParamInfo &info = params[p];
+            RankParam &rp = rs.params[p];
+            if (info.removed || rp.alwaysAvailable ||
+                rp.status.load(std::memory_order_relaxed) != ParamStatus::NotAvailable)
+                return;
+            if (rs.liveElements + info.layout.paddedNumel > maxLive)
+                return;
+            planned += info.layout.paddedNumel;
+            fetch(rs, p, m, FetchReason::Prefetch);
+            rp.prefetched = true;
+        };
+        for (ParamId p : modules[m].params)
+            consider(p);
+        for (const ExternalEntry &e : rs.externals[m])
+            consider(e.param);
+    }
+}
+
+// ---------------------------------------------------------------- steps and modules
+
+void Engine::beginStep(int rank)
+{
+    RankState &rs = d->rankState(rank);
+    if (!m_partitioned)
+        throw EngineError("beginStep: call partition() before training (it is zero.Init: every "
+                          "parameter must be partitioned before the first step)");
+    if (rs.inStep)
+        throw EngineError("beginStep on rank " + std::to_string(rank) + ": step " +
+                          std::to_string(rs.step.load()) + " has not ended; call endStep first");
+    rs.inStep = true;
+    const std::uint32_t step = rs.step.fetch_add(1) + 1;
+    rs.tracePos = 0;
+    rs.traceBroken = false;
+    rs.order.clear();
+    rs.violationsThisStep.clear();
+    d->releaseIdle(rs);
+    d->emit(rs, EventType::StepBegin, 0, 0, 0);
+
+    // A step that starts with late, unadopted parameters: they are never partitioned.
+    std::shared_lock lock(d->structure);
+    for (ParamId p : d->lateParams) {
+        const ParamInfo &info = d->params[p];
+        if (info.removed || info.partitioned || info.persistent)
+            continue;
+        ViolationRecord v;
+        v.kind = ViolationKind::LateParameter;
+        v.step = step;
+        v.rank = rank;
+        v.accessor = info.owner;
+        v.param = p;
+        v.owner = info.owner;
+        v.status = rs.params[p].status.load();
+        v.action = GuardAction::Recorded;
+        const std::string mod = quoted(d->modules[info.owner].path);
+        v.fix = "with GatheredParameters(<the parameter it replaces>, modifier_rank=0): create " +
+                info.name + "; then adopt it (zero.Init) and register_external_parameter(" + mod +
+                ", " + info.name + ")";
+        v.message = info.name + " was created after the model was partitioned (e.g. by weight_norm) "
+                    "and is never partitioned: every rank keeps the whole tensor";
+        d->recordViolation(std::move(v));
+    }
+}
+
+void Engine::endStep(int rank, double loss)
+{
+    RankState &rs = d->rankState(rank);
+    if (!rs.inStep)
+        throw EngineError("endStep on rank " + std::to_string(rank) + " without beginStep");
+    if (rs.depth != 0)
+        throw EngineError("endStep on rank " + std::to_string(rank) + " while module '" +
+                          quoted(d->modules[rs.frames[rs.depth - 1].module].path) +
+                          "' is still entered; every enterModule needs its exitModule");
+    d->releaseIdle(rs);
+    if (!rs.traceValid || rs.traceBroken) {
+        rs.trace = rs.order;
+        rs.traceValid = true;
+        d->emit(rs, EventType::TraceRecorded, 0, 0, 0, rs.trace.size());
+    }
+    rs.inStep = false;
+    d->emitMemory(rs);
+    d->emit(rs, EventType::StepEnd, 0, 0, 0, std::bit_cast<std::uint64_t>(loss));
+}
+
+std::uint32_t Engine::step(int rank) const
+{
+    return d->rankState(rank).step.load();
+}
+
+void Engine::enterModule(int rank, ModuleId m, Phase phase)
+{
+    RankState &rs = d->rankState(rank);
+    if (m >= d->modules.size())
+        throw EngineError("enterModule: module id " + std::to_string(m) + " does not exist");
+    if (rs.depth == rs.frames.size())
+        rs.frames.emplace_back();
+    Frame &f = rs.frames[rs.depth++];
+    f.module = m;
+    f.phase = phase;
+    f.params.clear();
+    d->emit(rs, EventType::ModuleEnter, static_cast<std::uint8_t>(phase), m, 0);
+
+    const TraceEntry entry{m, phase};
+    rs.order.push_back(entry);
+    if (rs.traceValid && !rs.traceBroken) {
+        if (rs.tracePos < rs.trace.size() && rs.trace[rs.tracePos] == entry) {
+            ++rs.tracePos;
+        } else {
+            rs.traceBroken = true;
+            const ModuleId expected =
+                rs.tracePos < rs.trace.size() ? rs.trace[rs.tracePos].module : kNoModule;
+            d->emit(rs, EventType::TraceInvalidated, static_cast<std::uint8_t>(phase), expected, m);
+            ViolationRecord v;
+            v.kind = ViolationKind::TraceInvalidated;
+            v.step = rs.step.load();
+            v.rank = rank;
+            v.accessor = m;
+            v.owner = expected;
+            v.action = GuardAction::Recorded;
+            v.message = "step " + std::to_string(v.step) + ": expected module " +
+                        (expected == kNoModule ? std::string("<end of step>")
+                                               : quoted(d->modules[expected].path) + " (" +
+                                                     std::string(phaseName(rs.trace[rs.tracePos].phase)) + ")") +
+                        ", got " + quoted(d->modules[m].path) + " (" + std::string(phaseName(phase)) +
+                        "); the prefetch trace is invalidated and re-recorded this step";
+            d->recordViolation(std::move(v));
+        }
+    }
+
+    const FetchReason reason = phase == Phase::Forward ? FetchReason::Forward : FetchReason::Backward;
+    for (ParamId p : d->modules[m].params)
+        d->useParam(rs, p, m, true, reason);
+    // Copy: auto registration may append to this module's externals while it runs.
+    const std::size_t nExt = rs.externals[m].size();
+    for (std::size_t i = 0; i < nExt; ++i)
+        d->useParam(rs, rs.externals[m][i].param, m, true, reason);
+    d->prefetch(rs);
+}
+
+void Engine::exitModule(int rank, ModuleId m, Phase phase)
+{
+    RankState &rs = d->rankState(rank);
+    if (rs.depth == 0 || rs.frames[rs.depth - 1].module != m || rs.frames[rs.depth - 1].phase != phase) {
+        const std::string inner =
+            rs.depth == 0 ? std::string("no module is entered")
+                          : "the innermost module is '" +
+                                quoted(d->modules[rs.frames[rs.depth - 1].module].path) + "' (" +
+                                std::string(phaseName(rs.frames[rs.depth - 1].phase)) + ")";
+        throw EngineError("exitModule('" + (m < d->modules.size() ? quoted(d->modules[m].path) : std::string("?")) +
+                          "', " + std::string(phaseName(phase)) + ") on rank " + std::to_string(rank) +
+                          " but " + inner + "; modules must exit in reverse order of entry");
+    }
+    Frame &f = rs.frames[rs.depth - 1];
+    for (auto [p, counted] : f.params) {
+        RankParam &rp = rs.params[p];
+        if (counted)
+            --rp.allow;
+        bool idle;
+        {
+            std::lock_guard rl(rs.mu);
+            auto it = std::find(rp.active.begin(), rp.active.end(), m);
+            if (it != rp.active.end())
+                rp.active.erase(it);
+            idle = rp.active.empty() && !rp.inScope;
+        }
+        if (idle)
+            d->release(rs, p, m);
+    }
+    f.params.clear();
+    --rs.depth;
+    d->emit(rs, EventType::ModuleExit, static_cast<std::uint8_t>(phase), m, 0);
+    d->emitMemory(rs);
+}
+
+ParamStatus Engine::status(int rank, ParamId p) const
+{
+    const RankState &rs = d->rankState(rank);
+    if (p >= rs.params.size())
+        throw EngineError("parameter id " + std::to_string(p) + " does not exist");
+    return rs.params[p].status.load(std::memory_order_acquire);
+}
+
+std::vector<ModuleId> Engine::activeModules(int rank, ParamId p) const
+{
+    const RankState &rs = d->rankState(rank);
+    std::lock_guard rl(rs.mu);
+    if (p >= rs.params.size())
+        return {};
+    return rs.params[p].active;
+}
+
+// ---------------------------------------------------------------- the access guard
+
+TensorView Engine::Impl::view(RankState &rs, ParamId p)
+{
+    RankParam &rp = rs.params[p];
+    return TensorView{rp.full.get(), params[p].numel, params[p].dtype};
+}
+
+TensorView Engine::access(int rank, ParamId p)
+{
+    RankState &rs = d->rankState(rank);
+    if (p >= rs.params.size()) [[unlikely]]
+        return d->slowAccess(rs, p);
+    RankParam &rp = rs.params[p];
+    if (rp.allow > 0 || rp.alwaysAvailable) [[likely]]
+        return TensorView{rp.full.get(), d->params[p].numel, d->params[p].dtype};
+    return d->slowAccess(rs, p);
+}
+
+bool Engine::Impl::registeredOnStack(const RankState &rs, ParamId p) const
+{
+    const ModuleId owner = params[p].owner;
+    for (std::size_t i = 0; i < rs.depth; ++i) {
+        const ModuleId m = rs.frames[i].module;
+        if (m == owner)
+            return true;
+        for (const ExternalEntry &e : rs.externals[m])
+            if (e.param == p)
+                return true;
+    }
+    return false;
+}
+
+TensorView Engine::Impl::slowAccess(RankState &rs, ParamId p)
+{
+    if (p >= params.size() || params[p].removed)
+        throw EngineError("access to parameter id " + std::to_string(p) +
+                          ", which does not exist (was it removed, e.g. by weight_norm?)");
+    const ParamInfo &info = params[p];
+    const ModuleId accessor = rs.depth ? rs.frames[rs.depth - 1].module : kNoModule;
+    const Phase phase = rs.depth ? rs.frames[rs.depth - 1].phase : Phase::Forward;
+    const FetchReason reason = phase == Phase::Forward ? FetchReason::Forward : FetchReason::Backward;
+
+    // Owned or registered by a module on the stack after that module was entered: legal.
+    if (accessor != kNoModule && registeredOnStack(rs, p)) {
+        useParam(rs, p, accessor, true, reason);
+        return view(rs, p);
+    }
+
+    const GuardPolicy policy = q->m_config.guard;
+    const ParamStatus st = rs.params[p].status.load(std::memory_order_acquire);
+    const std::string accessorPath = accessor == kNoModule ? "<none>" : quoted(modules[accessor].path);
+    const std::string ownerPath = quoted(modules[info.owner].path);
+
+    ViolationRecord v;
+    v.kind = ViolationKind::UnregisteredAccess;
+    v.step = rs.step.load();
+    v.rank = rs.rank;
+    v.accessor = accessor;
+    v.param = p;
+    v.owner = info.owner;
+    v.status = st;
+    if (accessor != kNoModule) {
+        v.fix = "register_external_parameter(" + accessorPath + ", " + info.name + ")";
+        v.message = "module `" + accessorPath + "` read `" + info.name + "` owned by `" + ownerPath +
+                    "` while it was " + std::string(statusName(st)) + " on rank " +
+                    std::to_string(rs.rank) + "; call " + v.fix;
+    } else {
+        v.fix = "with GatheredParameters([" + info.name + "]): <read it>";
+        v.message = "`" + info.name + "` (owned by `" + ownerPath +
+                    "`) was read outside any module's forward/backward while it was " +
+                    std::string(statusName(st)) + " on rank " + std::to_string(rs.rank) +
+                    "; read it inside " + v.fix;
+    }
+
+    const std::uint64_t key = (static_cast<std::uint64_t>(accessor) << 32) | p;
+    const bool first = rs.violationsThisStep.insert(key).second;
+
+    GuardAction action = GuardAction::Gathered;
+    if (policy == GuardPolicy::Error)
+        action = GuardAction::Raised;
+    else if (policy == GuardPolicy::Auto && accessor != kNoModule)
+        action = GuardAction::AutoRegistered;
+    v.action = action;
+
+    if (first) {
+        emit(rs, EventType::UnregisteredAccess,
+             static_cast<std::uint8_t>(static_cast<std::uint8_t>(st) | (static_cast<std::uint8_t>(action) << 4)),
+             accessor, p, info.owner);
+        unregisteredCount.fetch_add(1, std::memory_order_relaxed);
+        ViolationRecord copy = v;
+        recordViolation(std::move(copy));
+    }
+
+    switch (action) {
+    case GuardAction::Raised:
+        throw UnregisteredAccessError(v.message, v.fix);
+    case GuardAction::AutoRegistered:
+        addExternal(rs, accessor, p, true);
+        useParam(rs, p, accessor, true, FetchReason::Guard);
+        break;
+    default:
+        if (accessor != kNoModule) {
+            useParam(rs, p, accessor, false, FetchReason::Guard);
+        } else {
+            fetch(rs, p, kNoModule, FetchReason::Guard);
+        }
+        break;
+    }
+    return view(rs, p);
+}
+
+void Engine::Impl::recordViolation(ViolationRecord v)
+{
+    v.tsNs = nowNs();
+    std::lock_guard lock(violationMutex);
+    const auto key = std::make_tuple(static_cast<int>(v.kind), v.rank, v.accessor, v.param, v.owner);
+    auto it = violationIndex.find(key);
+    if (it != violationIndex.end()) {
+        ViolationRecord &old = violations[it->second];
+        ++old.count;
+        old.lastStep = v.step;
+        return;
+    }
+    if (v.kind == ViolationKind::LateParameter) {
+        if (!lateReported[v.param]) {
+            lateReported[v.param] = true;
+            lateCount.fetch_add(1, std::memory_order_relaxed);
+        }
+    }
+    v.count = 1;
+    v.lastStep = v.step;
+    violationIndex.emplace(key, violations.size());
+    violations.push_back(std::move(v));
+}
+
+// ---------------------------------------------------------------- gradients
+
+void Engine::reduceScatterGrad(int rank, ParamId p, const float *fullGrad)
+{
+    RankState &rs = d->rankState(rank);
+    const ParamInfo &info = d->params[p];
+    if (info.removed)
+        throw EngineError("reduceScatterGrad: " + info.name + " was removed");
+    if (info.dtype != DType::F32)
+        throw EngineError("reduceScatterGrad(" + info.name + "): gradients are fp32 only; this "
+                          "parameter is " + std::string(dtypeName(info.dtype)));
+    const PartitionLayout &l = info.layout;
+    RankParam &rp = rs.params[p];
+    rs.scratch.resize(static_cast<std::size_t>(l.paddedNumel) * sizeof(float));
+    float *padded = reinterpret_cast<float *>(rs.scratch.data());
+    std::memcpy(padded, fullGrad, static_cast<std::size_t>(l.numel) * sizeof(float));
+    std::fill(padded + l.numel, padded + l.paddedNumel, 0.0f);
+    rs.scratchShard.resize(static_cast<std::size_t>(l.partitionNumel));
+    rs.comm->reduceScatter(padded, rs.scratchShard.data(), l.partitionNumel, DType::F32).wait();
+    const bool managed = info.partitioned || info.persistent;
+    if (managed) {
+        for (std::int64_t i = 0; i < l.partitionNumel; ++i)
+            rp.grad[i] += rs.scratchShard[i];
+        return;
+    }
+    // Not partitioned (late, not adopted): an all-reduce, every rank keeps the whole gradient.
+    rs.comm->allGather(rs.scratchShard.data(), padded, l.partitionNumel * sizeof(float)).wait();
+    for (std::int64_t i = 0; i < l.numel; ++i)
+        rp.grad[i] += padded[i];
+}
+
+std::span<float> Engine::shardData(int rank, ParamId p)
+{
+    RankState &rs = d->rankState(rank);
+    const ParamInfo &info = d->params[p];
+    if (info.dtype != DType::F32)
+        throw EngineError("shardData(" + info.name + "): fp32 parameters only");
+    RankParam &rp = rs.params[p];
+    if (info.partitioned || info.persistent)
+        return {reinterpret_cast<float *>(rp.shard.data()), static_cast<std::size_t>(info.layout.partitionNumel)};
+    return {reinterpret_cast<float *>(rp.full.get()), static_cast<std::size_t>(info.numel)};
+}
+
+std::span<float> Engine::shardGrad(int rank, ParamId p)
+{
+    RankState &rs = d->rankState(rank);
+    return rs.params[p].grad;
+}
+
+void Engine::zeroGrads(int rank)
+{
+    RankState &rs = d->rankState(rank);
+    for (RankParam &rp : rs.params)
+        std::fill(rp.grad.begin(), rp.grad.end(), 0.0f);
+}
+
+void Engine::refreshPersistent(int rank)
+{
+    RankState &rs = d->rankState(rank);
+    for (ParamId p = 0; p < d->params.size(); ++p) {
+        const ParamInfo &info = d->params[p];
+        if (info.removed || !info.persistent)
+            continue;
+        RankParam &rp = rs.params[p];
+        rs.comm->allGather(rp.shard.data(), rp.full.get(), rp.shard.size()).wait();
+    }
+}
+
+// ---------------------------------------------------------------- inspection
+
+EngineState Engine::state() const
+{
+    EngineState s;
+    s.modelName = m_config.modelName;
+    s.worldSize = m_config.worldSize;
+    s.backend = std::string(backendName(backend()));
+    s.config.persistenceThreshold = m_config.persistenceThreshold;
+    s.config.prefetchBucketSize = m_config.prefetchBucketSize;
+    s.config.maxLiveParameters = m_config.maxLiveParameters;
+    s.config.guard = m_config.guard;
+    s.localRanks = m_localRanks;
+    for (const auto &rs : d->ranks)
+        s.step = std::max(s.step, rs->step.load());
+
+    std::shared_lock lock(d->structure);
+    s.modules.reserve(d->modules.size());
+    for (const ModuleInfo &m : d->modules)
+        s.modules.push_back(ModuleRecord{m.id, m.path, m.type, m.parent});
+
+    std::vector<std::unique_lock<std::mutex>> rankLocks;
+    for (const auto &rs : d->ranks)
+        rankLocks.emplace_back(rs->mu);
+
+    s.params.reserve(d->params.size());
+    for (const ParamInfo &info : d->params) {
+        if (info.removed)
+            continue;
+        ParamRecord r;
+        r.id = info.id;
+        r.name = info.name;
+        r.owner = info.owner;
+        r.shape = info.shape;
+        r.dtype = info.dtype;
+        r.numel = info.numel;
+        r.paddedNumel = info.layout.paddedNumel;
+        r.partitionNumel = info.layout.partitionNumel;
+        r.persistent = info.persistent;
+        r.late = info.late;
+        r.partitioned = info.partitioned;
+        r.status.assign(m_config.worldSize, ParamStatus::NotAvailable);
+        if (!m_partitioned)
+            r.status.assign(m_config.worldSize, ParamStatus::Available);
+        for (const auto &rsp : d->ranks) {
+            const RankState &rs = *rsp;
+            const RankParam &rp = rs.params[info.id];
+            if (m_partitioned)
+                r.status[rs.rank] = rp.status.load(std::memory_order_acquire);
+            for (ModuleId m : rp.active)
+                if (std::find(r.activeModules.begin(), r.activeModules.end(), m) == r.activeModules.end())
+                    r.activeModules.push_back(m);
+            r.gatherCount += rp.gatherCount;
+            r.gatherBytes += rp.gatherBytes;
+            r.gatherNs += rp.gatherNs;
+            r.lastGatherTsNs = std::max(r.lastGatherTsNs, rp.lastGatherTsNs);
+        }
+        s.params.push_back(std::move(r));
+    }
+    // Externals: union over local ranks, by module.
+    for (const auto &rsp : d->ranks) {
+        const RankState &rs = *rsp;
+        for (ModuleId m = 0; m < rs.externals.size(); ++m) {
+            for (const ExternalEntry &e : rs.externals[m]) {
+                auto it = std::lower_bound(s.params.begin(), s.params.end(), e.param,
+                                           [](const ParamRecord &r, ParamId id) { return r.id < id; });
+                if (it == s.params.end() || it->id != e.param)
+                    continue;
+                auto &ext = it->externals;
+                if (std::none_of(ext.begin(), ext.end(), [m](const ExternalRecord &x) { return x.module == m; }))
+                    ext.push_back(ExternalRecord{m, e.automatic});
+            }
+        }
+    }
+    rankLocks.clear();
+    s.violations = violations();
+    return s;
+}
+
+std::vector<ViolationRecord> Engine::violations() const
+{
+    std::lock_guard lock(d->violationMutex);
+    return d->violations;
+}
+
+std::uint64_t Engine::unregisteredAccessCount() const
+{
+    return d->unregisteredCount.load(std::memory_order_relaxed);
+}
+
+std::uint64_t Engine::lateParameterCount() const
+{
+    return d->lateCount.load(std::memory_order_relaxed);
+}
+
+std::uint64_t Engine::gatheredBytes(int rank) const
+{
+    return d->rankState(rank).totalGatheredBytes.load(std::memory_order_relaxed);
+}
+
+} // namespace shardscope

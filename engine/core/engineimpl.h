@@ -1,0 +1,146 @@
+#pragma once
+// Private state of the Engine, shared by engine.cpp and gatheredparameters.cpp.
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <tuple>
+#include <unordered_set>
+#include <vector>
+
+#include "core/engine.h"
+
+namespace shardscope {
+
+struct ExternalEntry
+{
+    ParamId param = kNoParam;
+    bool automatic = false;
+};
+
+// One parameter as held by one rank.
+struct RankParam
+{
+    std::atomic<ParamStatus> status{ParamStatus::NotAvailable};
+    // > 0 while a module on the stack owns or registered it, or a GatheredParameters scope
+    // holds it: reads then take the guard's fast path.
+    std::int32_t allow = 0;
+    bool alwaysAvailable = false; // persistent, or late and not adopted: the full tensor stays
+    bool inScope = false;         // inside a GatheredParameters scope on this rank
+    bool prefetched = false;      // gathered ahead of use by the prefetcher
+    std::vector<std::byte> shard; // partitionNumel elements (empty if not partitioned)
+    std::unique_ptr<std::byte[]> full; // paddedNumel elements while gathered / always if alwaysAvailable
+    std::vector<float> grad;      // fp32 gradient of the shard (of the whole tensor if not partitioned)
+    std::vector<ModuleId> active; // modules using the gathered tensor (guarded by RankState::mu)
+    std::uint64_t gatherCount = 0;
+    std::uint64_t gatherBytes = 0;
+    std::uint64_t gatherNs = 0;
+    std::uint64_t lastGatherTsNs = 0;
+};
+
+// What one module scope fetched, so exit releases exactly that.
+struct Frame
+{
+    ModuleId module = kNoModule;
+    Phase phase = Phase::Forward;
+    std::vector<std::pair<ParamId, bool>> params; // (param, counted in allow)
+};
+
+struct TraceEntry
+{
+    ModuleId module;
+    Phase phase;
+    bool operator==(const TraceEntry &) const = default;
+};
+
+struct RankState
+{
+    int rank = 0;
+    Communicator *comm = nullptr;
+    mutable std::mutex mu; // guards `active` vectors, externals and counters read by state()
+    std::deque<RankParam> params;
+    std::vector<std::vector<ExternalEntry>> externals; // by module id
+    std::vector<Frame> frames;                         // the module stack; capacity is reused
+    std::size_t depth = 0;
+    std::atomic<std::uint32_t> step{0};
+    bool inStep = false;
+
+    std::vector<TraceEntry> trace; // recorded module order of a whole step
+    bool traceValid = false;
+    bool traceBroken = false; // the current step departed from the trace
+    std::size_t tracePos = 0;
+    std::vector<TraceEntry> order; // this step's order so far
+
+    std::unordered_set<std::uint64_t> violationsThisStep; // (accessor << 32 | param)
+
+    std::uint64_t partitionedBytes = 0;
+    std::uint64_t gatheredBytesNow = 0;
+    std::uint64_t peakGatheredBytes = 0;
+    std::int64_t liveElements = 0;
+    std::atomic<std::uint64_t> totalGatheredBytes{0};
+
+    std::vector<std::byte> scratch;  // reduce-scatter input (padded)
+    std::vector<float> scratchShard; // reduce-scatter output
+};
+
+struct Engine::Impl
+{
+    Engine *q = nullptr;
+    std::vector<std::unique_ptr<Communicator>> comms;
+    std::vector<std::unique_ptr<RankState>> ranks; // by local index
+    std::vector<int> localIndex;                    // world rank -> local index, -1 if remote
+    std::atomic<EventSink *> sink{nullptr};
+
+    mutable std::shared_mutex structure; // modules/params added or removed
+    std::deque<ModuleInfo> modules;
+    std::deque<ParamInfo> params;
+    std::vector<std::vector<std::byte>> pending; // full tensors before partition()
+    std::vector<ParamId> lateParams;
+    std::vector<bool> lateReported;
+
+    mutable std::mutex violationMutex;
+    std::vector<ViolationRecord> violations;
+    std::map<std::tuple<int, int, ModuleId, ParamId, ModuleId>, std::size_t> violationIndex;
+    std::atomic<std::uint64_t> unregisteredCount{0};
+    std::atomic<std::uint64_t> lateCount{0};
+
+    RankState &rankState(int rank);
+    const RankState &rankState(int rank) const;
+
+    void emit(const RankState &rs, EventType type, std::uint8_t flags, std::uint32_t a,
+              std::uint32_t b, std::uint64_t u0 = 0, std::uint64_t u1 = 0, std::uint64_t u2 = 0);
+    void emitMemory(RankState &rs);
+
+    std::size_t elemSize(ParamId p) const { return dtypeSize(params[p].dtype); }
+    std::uint64_t fullBytes(ParamId p) const
+    {
+        return static_cast<std::uint64_t>(params[p].layout.paddedNumel) * elemSize(p);
+    }
+
+    void fetch(RankState &rs, ParamId p, ModuleId cause, FetchReason reason);
+    void release(RankState &rs, ParamId p, ModuleId cause);
+    void releaseIdle(RankState &rs);
+    void prefetch(RankState &rs);
+    void useParam(RankState &rs, ParamId p, ModuleId m, bool counted, FetchReason reason);
+    TensorView view(RankState &rs, ParamId p);
+    TensorView slowAccess(RankState &rs, ParamId p);
+    bool registeredOnStack(const RankState &rs, ParamId p) const;
+    void addExternal(RankState &rs, ModuleId m, ParamId p, bool automatic);
+
+    // Records a violation; returns true when it is new for (accessor, param, rank, step).
+    void recordViolation(ViolationRecord v);
+
+    // GatheredParameters on one rank.
+    std::vector<std::uint64_t> openScope(RankState &rs, const std::vector<ParamId> &ps);
+    // Returns the names modified without a modifier rank (the caller raises).
+    std::vector<std::string> closeScope(RankState &rs, const std::vector<ParamId> &ps,
+                                        std::optional<int> modifier,
+                                        const std::vector<std::uint64_t> &hashes);
+};
+
+std::uint64_t hashBytes(const std::byte *data, std::size_t n);
+
+} // namespace shardscope

@@ -1,0 +1,61 @@
+#pragma once
+// Test helpers: an engine on a CPU world and an in-memory event sink.
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "comm/cpucommunicator.h"
+#include "core/engine.h"
+#include "telemetry/event.h"
+
+namespace shardscope::test {
+
+class MemorySink : public EventSink
+{
+public:
+    void write(const Event &ev) noexcept override
+    {
+        std::lock_guard lock(m_mutex);
+        m_events.push_back(ev);
+    }
+    std::vector<Event> events() const
+    {
+        std::lock_guard lock(m_mutex);
+        return m_events;
+    }
+    std::vector<Event> ofType(EventType t, int rank = -1) const
+    {
+        std::vector<Event> out;
+        for (const Event &e : events())
+            if (e.type == t && (rank < 0 || e.rank == rank))
+                out.push_back(e);
+        return out;
+    }
+    void clear()
+    {
+        std::lock_guard lock(m_mutex);
+        m_events.clear();
+    }
+
+private:
+    mutable std::mutex m_mutex;
+    std::vector<Event> m_events;
+};
+
+inline std::unique_ptr<Engine> makeEngine(int world, EngineConfig cfg = {})
+{
+    cfg.worldSize = world;
+    return std::make_unique<Engine>(cfg, makeCpuWorld(world));
+}
+
+inline std::vector<float> iota(std::int64_t n, float start = 1.0f)
+{
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < v.size(); ++i)
+        v[i] = start + static_cast<float>(i);
+    return v;
+}
+
+} // namespace shardscope::test

@@ -1,0 +1,162 @@
+#include <QtTest>
+
+#include <cstring>
+
+#include "core/partition.h"
+#include "testworld.h"
+
+using namespace shardscope;
+
+class TestPartition : public QObject
+{
+    Q_OBJECT
+private slots:
+    void layoutMath_data();
+    void layoutMath();
+    void shardsTileWithoutGapOrOverlap();
+    void roundTripIsBitExact_data();
+    void roundTripIsBitExact();
+    void persistenceThreshold();
+    void rejectsBadWorld();
+};
+
+void TestPartition::layoutMath_data()
+{
+    QTest::addColumn<qint64>("numel");
+    QTest::addColumn<int>("world");
+    QTest::addColumn<qint64>("padded");
+    QTest::addColumn<qint64>("part");
+    QTest::addColumn<qint64>("tailValid");
+    QTest::newRow("10/4") << qint64(10) << 4 << qint64(12) << qint64(3) << qint64(1);
+    QTest::newRow("1/8") << qint64(1) << 8 << qint64(8) << qint64(1) << qint64(0);
+    QTest::newRow("8/8") << qint64(8) << 8 << qint64(8) << qint64(1) << qint64(1);
+    QTest::newRow("9/8") << qint64(9) << 8 << qint64(16) << qint64(2) << qint64(0);
+    QTest::newRow("7/1") << qint64(7) << 1 << qint64(7) << qint64(7) << qint64(7);
+    QTest::newRow("0/3") << qint64(0) << 3 << qint64(0) << qint64(0) << qint64(0);
+}
+
+void TestPartition::layoutMath()
+{
+    QFETCH(qint64, numel);
+    QFETCH(int, world);
+    QFETCH(qint64, padded);
+    QFETCH(qint64, part);
+    QFETCH(qint64, tailValid);
+    const auto l = PartitionLayout::make(numel, world);
+    QCOMPARE(l.paddedNumel, padded);
+    QCOMPARE(l.partitionNumel, part);
+    QCOMPARE(l.validNumel(world - 1), tailValid);
+    QCOMPARE(l.paddingNumel(world - 1), part - tailValid);
+}
+
+void TestPartition::shardsTileWithoutGapOrOverlap()
+{
+    for (int w = 1; w <= 8; ++w) {
+        for (std::int64_t n : {std::int64_t(1), std::int64_t(w - 1), std::int64_t(w), std::int64_t(w + 1),
+                               std::int64_t(1000003)}) {
+            const auto l = PartitionLayout::make(n, w);
+            QCOMPARE(l.paddedNumel % w, 0);
+            QVERIFY(l.paddedNumel >= n && l.paddedNumel - n < w);
+            std::int64_t next = 0, valid = 0;
+            bool paddingStarted = false;
+            for (int r = 0; r < w; ++r) {
+                QCOMPARE(l.offset(r), next);
+                next += l.partitionNumel;
+                valid += l.validNumel(r);
+                // padding lives only at the tail: once a shard has padding, every later one is all padding
+                if (paddingStarted)
+                    QCOMPARE(l.validNumel(r), 0);
+                if (l.paddingNumel(r) > 0)
+                    paddingStarted = true;
+            }
+            QCOMPARE(next, l.paddedNumel);
+            QCOMPARE(valid, n);
+        }
+    }
+}
+
+void TestPartition::roundTripIsBitExact_data()
+{
+    QTest::addColumn<int>("world");
+    for (int w = 1; w <= 8; ++w)
+        QTest::newRow(qPrintable(QString("world%1").arg(w))) << w;
+}
+
+// Partition a tensor in the engine, gather it on every rank, compare bits.
+void TestPartition::roundTripIsBitExact()
+{
+    QFETCH(int, world);
+    EngineConfig cfg;
+    cfg.persistenceThreshold = 0;
+    auto engine = test::makeEngine(world, cfg);
+    std::vector<std::int64_t> sizes = {1, world - 1, world, world + 1, 1000003};
+    std::vector<ParamId> ids;
+    std::vector<std::vector<float>> values;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+        if (sizes[i] == 0)
+            continue;
+        std::vector<float> v(static_cast<std::size_t>(sizes[i]));
+        for (std::size_t k = 0; k < v.size(); ++k) // bit patterns that a lossy path would not keep
+            v[k] = std::bit_cast<float>(static_cast<std::uint32_t>(0x3F000000u + k * 2654435761u % 0x00FFFFFFu));
+        const ModuleId m = engine->addModule(engine->root(), "m" + std::to_string(i), "Linear");
+        ids.push_back(engine->addParameter(m, "weight", {sizes[i]}, DType::F32, v.data()));
+        values.push_back(std::move(v));
+    }
+    engine->partition();
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+        const ParamInfo &info = engine->param(ids[i]);
+        QVERIFY(info.partitioned);
+        for (int r = 0; r < world; ++r) {
+            auto shard = engine->shardData(r, ids[i]);
+            QCOMPARE(static_cast<std::int64_t>(shard.size()), info.layout.partitionNumel);
+            for (std::int64_t k = 0; k < info.layout.partitionNumel; ++k) {
+                const std::int64_t g = info.layout.offset(r) + k;
+                const float expect = g < info.numel ? values[i][g] : 0.0f;
+                QCOMPARE(std::bit_cast<std::uint32_t>(shard[k]), std::bit_cast<std::uint32_t>(expect));
+            }
+        }
+    }
+    std::vector<int> mismatches(world, 0);
+    engine->forEachLocalRank([&](int r) {
+        engine->beginStep(r);
+        for (std::size_t i = 0; i < ids.size(); ++i) {
+            GatheredParameters g(*engine, r, {ids[i]});
+            const float *full = g[0].f32();
+            if (std::memcmp(full, values[i].data(), values[i].size() * sizeof(float)) != 0)
+                ++mismatches[r];
+        }
+        engine->endStep(r, 0.0);
+    });
+    for (int r = 0; r < world; ++r)
+        QCOMPARE(mismatches[r], 0);
+}
+
+void TestPartition::persistenceThreshold()
+{
+    EngineConfig cfg;
+    cfg.persistenceThreshold = 100;
+    auto engine = test::makeEngine(4, cfg);
+    const ModuleId m = engine->addModule(engine->root(), "lin", "Linear");
+    auto small = test::iota(99);
+    auto big = test::iota(100);
+    const ParamId s = engine->addParameter(m, "bias", {99}, DType::F32, small.data());
+    const ParamId b = engine->addParameter(m, "weight", {10, 10}, DType::F32, big.data());
+    engine->partition();
+    QVERIFY(engine->param(s).persistent);
+    QVERIFY(!engine->param(s).partitioned);
+    QVERIFY(!engine->param(b).persistent);
+    QVERIFY(engine->param(b).partitioned);
+    for (int r = 0; r < 4; ++r) {
+        QCOMPARE(engine->status(r, s), ParamStatus::Available);
+        QCOMPARE(engine->status(r, b), ParamStatus::NotAvailable);
+    }
+    QCOMPARE(EngineConfig{}.persistenceThreshold, std::int64_t(100000)); // DeepSpeed's default
+}
+
+void TestPartition::rejectsBadWorld()
+{
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, PartitionLayout::make(10, 0));
+}
+
+QTEST_APPLESS_MAIN(TestPartition)
+#include "tst_partition.moc"
