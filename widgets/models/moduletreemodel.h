@@ -1,0 +1,95 @@
+#pragma once
+// The module / parameter tree over a SessionStore: modules with their parameters
+// beneath and the parameters registered on them as externals (marked). Children are
+// revealed lazily in batches (canFetchMore/fetchMore), the filter keeps the ancestors
+// of every match, and live updates arrive as batched dataChanged per parent.
+
+#include <QAbstractItemModel>
+#include <QString>
+
+#include <cstdint>
+#include <vector>
+
+#include "session/sessionstore.h"
+
+namespace shardscope {
+
+class ModuleTreeModel : public QAbstractItemModel
+{
+    Q_OBJECT
+public:
+    enum Column { Name, ShapeColumn, Numel, DTypeColumn, Status, Partition, RegisteredOn, Gathers, Violations, ColumnCount };
+    enum Role { KindRole = Qt::UserRole + 1, ParamIdRole, ModuleIdRole, SortRole, KeyRole };
+    enum Kind { ModuleNode = 0, ParamNode = 1, ExternalNode = 2 };
+
+    explicit ModuleTreeModel(SessionStore *store, QObject *parent = nullptr);
+
+    int rowCount(const QModelIndex &parent = {}) const override;
+    int columnCount(const QModelIndex &parent = {}) const override;
+    QModelIndex index(int row, int column, const QModelIndex &parent = {}) const override;
+    QModelIndex parent(const QModelIndex &child) const override;
+    bool hasChildren(const QModelIndex &parent = {}) const override;
+    QVariant data(const QModelIndex &index, int role = Qt::DisplayRole) const override;
+    QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
+    bool canFetchMore(const QModelIndex &parent) const override;
+    void fetchMore(const QModelIndex &parent) override;
+    void sort(int column, Qt::SortOrder order = Qt::AscendingOrder) override;
+
+    // Case-insensitive substring of a module path or parameter name; matches keep
+    // their ancestors, a matching module keeps its whole subtree. Empty shows everything.
+    void setFilterText(const QString &text);
+    QString filterText() const { return m_filter; }
+    void setFetchBatchSize(int rows) { m_batch = rows > 0 ? rows : 1; }
+
+    // The index of a parameter under its owner (or a module), revealing rows as needed.
+    // Invalid when filtered out or unknown.
+    QModelIndex indexForParam(ParamId id);
+    QModelIndex indexForModule(ModuleId id);
+    // Total nodes that pass the filter (revealed or not).
+    int matchingNodeCount() const { return m_matching; }
+    // A stable identity of a row across resets ("m12", "p7", "e3:7").
+    static QString keyOf(const QModelIndex &index);
+    QModelIndex indexForKey(const QString &key);
+
+private:
+    struct Node
+    {
+        std::uint32_t id = 0;
+        std::int32_t parent = -1;
+        std::int32_t row = 0;
+        std::int32_t fetched = 0;
+        std::uint8_t kind = ModuleNode;
+        bool automatic = false;
+        bool match = false;
+        std::vector<std::int32_t> children; // visible children in display order
+    };
+
+    void onStoreUpdated(const StoreChanges &changes);
+    void rebuild();
+    bool filterNode(std::int32_t n, bool ancestorMatches);
+    void sortChildren(std::int32_t n);
+    QVariant sortValue(const Node &node, int column) const;
+    QVariant displayValue(const Node &node, int column) const;
+    QString tooltip(const Node &node) const;
+    QModelIndex indexOfNode(std::int32_t n, int column = 0);
+    bool reveal(std::int32_t n);
+    const std::vector<std::int32_t> &topLevel() const { return m_top; }
+    std::int32_t nodeOf(const QModelIndex &index) const;
+    void emitChangedRows(const std::vector<std::int32_t> &nodes);
+
+    SessionStore *m_store;
+    std::vector<Node> m_nodes;
+    std::vector<std::int32_t> m_top;
+    std::int32_t m_topFetched = 0;
+    std::vector<std::int32_t> m_moduleNode;           // module id -> node
+    std::vector<std::int32_t> m_paramNode;            // param id -> owned node
+    std::vector<std::vector<std::int32_t>> m_extNodes; // param id -> external nodes
+    std::vector<std::int64_t> m_moduleNumel;          // module id -> numel of its subtree
+    QString m_filter;
+    int m_sortColumn = -1;
+    Qt::SortOrder m_sortOrder = Qt::AscendingOrder;
+    int m_batch = 2000;
+    int m_matching = 0;
+};
+
+} // namespace shardscope

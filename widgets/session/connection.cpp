@@ -1,0 +1,138 @@
+#include "session/connection.h"
+
+namespace shardscope {
+
+Connection::Connection(SessionStore *store, QObject *parent)
+    : QObject(parent)
+    , m_store(store)
+{
+    qRegisterMetaType<shardscope::WelcomeInfo>();
+    qRegisterMetaType<std::shared_ptr<const shardscope::wire::Snapshot>>();
+    qRegisterMetaType<std::shared_ptr<const shardscope::EventBatch>>();
+    m_worker = new ConnectionWorker;
+    m_worker->moveToThread(&m_thread);
+    connect(&m_thread, &QThread::finished, m_worker, &QObject::deleteLater);
+    connect(m_worker, &ConnectionWorker::welcomed, this, &Connection::onWelcomed);
+    connect(m_worker, &ConnectionWorker::stateReceived, this, &Connection::onState);
+    connect(m_worker, &ConnectionWorker::eventsReceived, this, &Connection::onEvents);
+    connect(m_worker, &ConnectionWorker::droppedReported, this, &Connection::onDropped);
+    connect(m_worker, &ConnectionWorker::finished, this, &Connection::onFinished);
+    connect(m_worker, &ConnectionWorker::failed, this, &Connection::onFailed);
+    m_thread.setObjectName(QStringLiteral("shardscope-connection"));
+    m_thread.start();
+    m_retry.setSingleShot(true);
+    m_retry.setInterval(1000);
+    connect(&m_retry, &QTimer::timeout, this, &Connection::reopen);
+}
+
+Connection::~Connection()
+{
+    m_retry.stop();
+    QMetaObject::invokeMethod(m_worker, &ConnectionWorker::close, Qt::BlockingQueuedConnection);
+    m_thread.quit();
+    m_thread.wait();
+}
+
+void Connection::attach(const QString &endpoint, const QString &token)
+{
+    m_retry.stop();
+    m_endpoint = endpoint.trimmed();
+    m_token = token;
+    m_everConnected = false;
+    m_historyReceived = false;
+    m_states = 0;
+    m_liveEvents = 0;
+    m_reconnects = 0;
+    m_engineDropped = 0;
+    m_clientDroppedEarlier = 0;
+    m_clientDroppedNow = 0;
+    m_store->setReadOnly(false, m_endpoint);
+    setState(State::Connecting, tr("connecting to %1").arg(m_endpoint));
+    reopen();
+}
+
+void Connection::reopen()
+{
+    const QString ep = m_endpoint;
+    const QString tok = m_token;
+    QMetaObject::invokeMethod(m_worker, [w = m_worker, ep, tok] { w->open(ep, tok); }, Qt::QueuedConnection);
+}
+
+void Connection::detach()
+{
+    m_retry.stop();
+    QMetaObject::invokeMethod(m_worker, &ConnectionWorker::close, Qt::BlockingQueuedConnection);
+    if (m_state != State::Idle)
+        setState(State::Idle, tr("detached; the collected data stays on screen"));
+}
+
+void Connection::setState(State state, const QString &message)
+{
+    m_state = state;
+    m_message = message;
+    Q_EMIT stateChanged(state, message);
+}
+
+void Connection::onWelcomed(const WelcomeInfo &info)
+{
+    m_welcome = info;
+    if (m_everConnected) {
+        ++m_reconnects;
+        m_clientDroppedEarlier += m_clientDroppedNow;
+        m_clientDroppedNow = 0;
+    }
+    m_everConnected = true;
+    setState(State::Connected, tr("connected to %1 (pid %2, %3)").arg(m_endpoint).arg(info.pid).arg(info.model));
+}
+
+void Connection::onState(std::shared_ptr<const wire::Snapshot> snapshot)
+{
+    ++m_states;
+    m_store->applyState(snapshot->state);
+    m_engineDropped = snapshot->droppedEvents;
+    pushDropped();
+}
+
+void Connection::onEvents(std::shared_ptr<const EventBatch> batch)
+{
+    if (batch->history)
+        m_historyReceived = true;
+    else
+        m_liveEvents += batch->events.size();
+    m_store->appendEvents(batch->events, batch->history);
+}
+
+void Connection::onDropped(quint64 total)
+{
+    m_clientDroppedNow = total;
+    pushDropped();
+}
+
+void Connection::pushDropped()
+{
+    m_store->setDroppedEvents(m_engineDropped + m_clientDroppedEarlier + m_clientDroppedNow);
+}
+
+void Connection::onFinished(const QString &reason)
+{
+    m_store->flush();
+    setState(State::Finished, tr("the run finished (%1); everything received stays on screen").arg(reason));
+}
+
+void Connection::onFailed(const QString &message, bool refused)
+{
+    m_store->flush();
+    if (refused) {
+        setState(State::Failed, message);
+        return;
+    }
+    if (m_everConnected) {
+        setState(State::Lost, tr("%1; everything collected so far is kept; reconnecting to %2")
+                                  .arg(message, m_endpoint));
+    } else {
+        setState(State::Connecting, tr("%1; retrying %2").arg(message, m_endpoint));
+    }
+    m_retry.start();
+}
+
+} // namespace shardscope

@@ -1,0 +1,235 @@
+#include "session/connectionworker.h"
+
+#include <QLocalSocket>
+#include <QTcpSocket>
+
+#include "wire/endpoint.h"
+
+namespace shardscope {
+
+namespace {
+
+constexpr std::size_t kMaxBatchEvents = 1u << 18;
+
+} // namespace
+
+ConnectionWorker::~ConnectionWorker()
+{
+    close();
+}
+
+void ConnectionWorker::open(const QString &endpoint, const QString &token)
+{
+    close();
+    m_done = false;
+    m_welcomed = false;
+    m_inHistory = false;
+    m_decoder = wire::FrameDecoder();
+    m_pending.clear();
+    m_token = token;
+
+    const auto parsed = wire::parseEndpoint(endpoint.toStdString());
+    if (!parsed) {
+        fail(QStringLiteral("`%1` is not an endpoint: %2. Use unix:PATH or tcp:HOST:PORT.")
+                 .arg(endpoint, QString::fromStdString(parsed.error())),
+             true);
+        return;
+    }
+    m_handshakeTimer.setSingleShot(true);
+    m_handshakeTimer.setInterval(10000);
+    disconnect(&m_handshakeTimer, nullptr, this, nullptr);
+    connect(&m_handshakeTimer, &QTimer::timeout, this, [this] {
+        fail(QStringLiteral("the engine did not complete the handshake within 10 s"), false);
+    });
+
+    if (parsed->kind == wire::Endpoint::Kind::Unix) {
+        auto *s = new QLocalSocket(this);
+        m_socket = s;
+        connect(s, &QLocalSocket::connected, this, &ConnectionWorker::onConnected);
+        connect(s, &QLocalSocket::readyRead, this, &ConnectionWorker::onReadyRead);
+        connect(s, &QLocalSocket::disconnected, this, &ConnectionWorker::onDisconnected);
+        connect(s, &QLocalSocket::errorOccurred, this, [this, s] { onSocketError(s->errorString()); });
+        s->connectToServer(QString::fromStdString(parsed->path));
+    } else {
+        auto *s = new QTcpSocket(this);
+        m_socket = s;
+        s->setReadBufferSize(0);
+        connect(s, &QTcpSocket::connected, this, &ConnectionWorker::onConnected);
+        connect(s, &QTcpSocket::readyRead, this, &ConnectionWorker::onReadyRead);
+        connect(s, &QTcpSocket::disconnected, this, &ConnectionWorker::onDisconnected);
+        connect(s, &QTcpSocket::errorOccurred, this, [this, s] { onSocketError(s->errorString()); });
+        s->connectToHost(QString::fromStdString(parsed->host), parsed->port);
+    }
+}
+
+void ConnectionWorker::close()
+{
+    m_handshakeTimer.stop();
+    if (!m_socket)
+        return;
+    QIODevice *s = m_socket;
+    m_socket = nullptr;
+    s->disconnect(this);
+    if (auto *tcp = qobject_cast<QTcpSocket *>(s))
+        tcp->abort();
+    else if (auto *local = qobject_cast<QLocalSocket *>(s))
+        local->abort();
+    s->deleteLater();
+}
+
+void ConnectionWorker::onConnected()
+{
+    if (!m_socket)
+        return;
+    wire::Hello hello;
+    hello.token = m_token.toStdString();
+    hello.client = "shardscope";
+    const std::string frame = wire::encodeFrame(wire::MessageType::Hello, wire::encodeHello(hello));
+    m_socket->write(frame.data(), static_cast<qint64>(frame.size()));
+    m_handshakeTimer.start();
+}
+
+void ConnectionWorker::onReadyRead()
+{
+    while (m_socket && !m_done) {
+        const QByteArray bytes = m_socket->read(1 << 20);
+        if (bytes.isEmpty())
+            break;
+        m_decoder.feed(bytes.constData(), static_cast<std::size_t>(bytes.size()));
+        while (m_socket && !m_done) {
+            auto next = m_decoder.next();
+            if (!next) {
+                fail(QStringLiteral("the engine sent data this inspector cannot read (%1); "
+                                    "check that both are the same ShardScope version")
+                         .arg(QString::fromStdString(next.error())),
+                     true);
+                return;
+            }
+            if (!next->has_value())
+                break;
+            handleFrame(**next);
+        }
+    }
+    flushEvents();
+}
+
+void ConnectionWorker::handleFrame(wire::Frame &frame)
+{
+    if (!m_welcomed) {
+        auto welcome = wire::acceptWelcome(frame);
+        if (!welcome) {
+            fail(QString::fromStdString(welcome.error()), true);
+            return;
+        }
+        m_welcomed = true;
+        m_handshakeTimer.stop();
+        WelcomeInfo info;
+        info.server = QString::fromStdString(welcome->server);
+        info.pid = welcome->pid;
+        info.model = QString::fromStdString(welcome->model);
+        info.worldSize = welcome->worldSize;
+        info.backend = QString::fromStdString(welcome->backend);
+        Q_EMIT welcomed(info);
+        return;
+    }
+    switch (frame.type) {
+    case wire::MessageType::State: {
+        auto snap = wire::decodeSnapshot(frame.payload);
+        if (!snap) {
+            fail(QStringLiteral("the engine's state could not be decoded: %1").arg(QString::fromStdString(snap.error())),
+                 true);
+            return;
+        }
+        flushEvents();
+        Q_EMIT stateReceived(std::make_shared<const wire::Snapshot>(std::move(snap).value()));
+        break;
+    }
+    case wire::MessageType::HistoryBegin:
+        flushEvents();
+        m_inHistory = true;
+        break;
+    case wire::MessageType::HistoryEnd:
+        flushEvents();
+        m_inHistory = false;
+        break;
+    case wire::MessageType::EventBatch: {
+        auto events = wire::decodeEvents(frame.payload);
+        if (!events) {
+            fail(QStringLiteral("the engine sent events that could not be decoded: %1")
+                     .arg(QString::fromStdString(events.error())),
+                 true);
+            return;
+        }
+        if (m_pendingHistory != m_inHistory)
+            flushEvents();
+        m_pendingHistory = m_inHistory;
+        m_pending.insert(m_pending.end(), events->begin(), events->end());
+        if (m_pending.size() >= kMaxBatchEvents)
+            flushEvents();
+        break;
+    }
+    case wire::MessageType::Dropped: {
+        auto notice = wire::decodeDropped(frame.payload);
+        if (notice)
+            Q_EMIT droppedReported(notice->total);
+        break;
+    }
+    case wire::MessageType::Goodbye: {
+        auto bye = wire::decodeGoodbye(frame.payload);
+        flushEvents();
+        m_done = true;
+        Q_EMIT finished(bye ? QString::fromStdString(bye->reason) : QStringLiteral("the engine finished"));
+        close();
+        break;
+    }
+    case wire::MessageType::Error: {
+        auto err = wire::decodeError(frame.payload);
+        fail(QStringLiteral("the engine closed the connection: %1")
+                 .arg(err ? QString::fromStdString(err->message) : QString::fromStdString(frame.payload)),
+             err && (err->code == "bad_token" || err->code == "version_mismatch"));
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+void ConnectionWorker::flushEvents()
+{
+    if (m_pending.empty())
+        return;
+    auto batch = std::make_shared<EventBatch>();
+    batch->events = std::move(m_pending);
+    batch->history = m_pendingHistory;
+    m_pending = {};
+    Q_EMIT eventsReceived(std::move(batch));
+}
+
+void ConnectionWorker::onDisconnected()
+{
+    if (m_done)
+        return;
+    flushEvents();
+    fail(QStringLiteral("the connection to the engine was lost"), false);
+}
+
+void ConnectionWorker::onSocketError(const QString &text)
+{
+    if (m_done)
+        return;
+    flushEvents();
+    fail(m_welcomed ? QStringLiteral("the connection to the engine was lost (%1)").arg(text)
+                    : QStringLiteral("cannot reach the engine (%1)").arg(text),
+         false);
+}
+
+void ConnectionWorker::fail(const QString &message, bool refused)
+{
+    if (m_done)
+        return;
+    m_done = true;
+    close();
+    Q_EMIT failed(message, refused);
+}
+
+} // namespace shardscope

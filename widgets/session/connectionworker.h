@@ -1,0 +1,83 @@
+#pragma once
+// The network half of a Connection, living on its own thread: owns the socket, does
+// the handshake and decodes frames with the wire's decoder, and hands decoded state and
+// event batches to the UI thread through queued signals. Never touches the store.
+
+#include <QElapsedTimer>
+#include <QObject>
+#include <QPointer>
+#include <QString>
+#include <QTimer>
+
+#include <memory>
+#include <vector>
+
+#include "session/engineevent.h"
+#include "wire/frame.h"
+#include "wire/messages.h"
+#include "wire/snapshot.h"
+
+class QIODevice;
+
+namespace shardscope {
+
+struct EventBatch
+{
+    std::vector<Event> events;
+    bool history = false;
+};
+
+struct WelcomeInfo
+{
+    QString server;
+    qint64 pid = 0;
+    QString model;
+    int worldSize = 1;
+    QString backend;
+};
+
+class ConnectionWorker : public QObject
+{
+    Q_OBJECT
+public:
+    ConnectionWorker() = default;
+    ~ConnectionWorker() override;
+
+public Q_SLOTS:
+    void open(const QString &endpoint, const QString &token);
+    void close();
+
+Q_SIGNALS:
+    void welcomed(const shardscope::WelcomeInfo &info);
+    void stateReceived(std::shared_ptr<const shardscope::wire::Snapshot> snapshot);
+    void eventsReceived(std::shared_ptr<const shardscope::EventBatch> batch);
+    void droppedReported(quint64 totalForThisClient);
+    void finished(const QString &reason);
+    // refused: the engine (or our own checks) refused: retrying will not help.
+    void failed(const QString &message, bool refused);
+
+private:
+    void onConnected();
+    void onReadyRead();
+    void onDisconnected();
+    void onSocketError(const QString &text);
+    void flushEvents();
+    void fail(const QString &message, bool refused);
+    void handleFrame(wire::Frame &frame);
+
+    QIODevice *m_socket = nullptr;
+    QString m_token;
+    wire::FrameDecoder m_decoder;
+    bool m_welcomed = false;
+    bool m_inHistory = false;
+    bool m_done = false;
+    std::vector<Event> m_pending;
+    bool m_pendingHistory = false;
+    QTimer m_handshakeTimer;
+};
+
+} // namespace shardscope
+
+Q_DECLARE_METATYPE(shardscope::WelcomeInfo)
+Q_DECLARE_METATYPE(std::shared_ptr<const shardscope::wire::Snapshot>)
+Q_DECLARE_METATYPE(std::shared_ptr<const shardscope::EventBatch>)

@@ -1,0 +1,45 @@
+#pragma once
+// One rank's events, sorted by time, in fixed-size chunks (48 bytes per event, no
+// reallocation spikes), binary-searchable like Qt Creator's timeline models.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "session/engineevent.h"
+
+namespace shardscope {
+
+class EventLane
+{
+public:
+    static constexpr std::size_t kChunkEvents = 16384;
+
+    std::size_t size() const { return m_size; }
+    bool empty() const { return m_size == 0; }
+    const Event &at(std::size_t i) const { return m_chunks[i / kChunkEvents][i % kChunkEvents]; }
+    std::uint64_t lastTs() const { return m_size ? at(m_size - 1).tsNs : 0; }
+
+    // Index of the first event with tsNs >= ts (size() if none).
+    std::size_t firstIndex(std::uint64_t ts) const;
+    // Index one past the last event with tsNs <= ts.
+    std::size_t lastIndex(std::uint64_t ts) const;
+
+    // Keeps time order: appends, or inserts an out-of-order event at its place.
+    void insert(const Event &ev);
+    // True if an event identical to ev (all 48 bytes) is stored with the same time.
+    bool contains(const Event &ev) const;
+
+    void clear();
+    std::size_t bytesUsed() const { return m_chunks.size() * kChunkEvents * sizeof(Event); }
+
+private:
+    Event &mut(std::size_t i) { return m_chunks[i / kChunkEvents][i % kChunkEvents]; }
+    void pushBack(const Event &ev);
+
+    std::vector<std::unique_ptr<Event[]>> m_chunks;
+    std::size_t m_size = 0;
+};
+
+} // namespace shardscope

@@ -1,0 +1,579 @@
+#include "session/sessionstore.h"
+
+#include <algorithm>
+#include <bit>
+#include <limits>
+
+#include "session/labels.h"
+
+namespace shardscope {
+
+namespace {
+
+const std::vector<ModuleId> kNoModules;
+const std::vector<ParamId> kNoParams;
+const std::vector<ExternalRecord> kNoExternals;
+
+bool sameRun(const EngineState &a, const EngineState &b)
+{
+    if (a.modelName != b.modelName || a.worldSize != b.worldSize || a.backend != b.backend
+        || a.modules.size() != b.modules.size())
+        return false;
+    for (std::size_t i = 0; i < a.modules.size(); ++i) {
+        if (a.modules[i].path != b.modules[i].path || a.modules[i].parent != b.modules[i].parent)
+            return false;
+    }
+    return true;
+}
+
+bool sameStructure(const EngineState &a, const EngineState &b)
+{
+    if (a.params.size() != b.params.size())
+        return false;
+    for (std::size_t i = 0; i < a.params.size(); ++i) {
+        const ParamRecord &x = a.params[i];
+        const ParamRecord &y = b.params[i];
+        if (x.id != y.id || x.owner != y.owner || x.name != y.name || x.externals.size() != y.externals.size())
+            return false;
+        for (std::size_t e = 0; e < x.externals.size(); ++e) {
+            if (x.externals[e].module != y.externals[e].module
+                || x.externals[e].automatic != y.externals[e].automatic)
+                return false;
+        }
+    }
+    return true;
+}
+
+std::uint64_t rankBit(int rank)
+{
+    return rank >= 0 && rank < 64 ? std::uint64_t{1} << rank : 0;
+}
+
+} // namespace
+
+SessionStore::SessionStore(QObject *parent)
+    : QObject(parent)
+{
+    qRegisterMetaType<shardscope::StoreChanges>();
+    m_timer.setInterval(33);
+    connect(&m_timer, &QTimer::timeout, this, &SessionStore::flush);
+    m_timer.start();
+}
+
+void SessionStore::clear()
+{
+    m_state = EngineState{};
+    m_hasState = false;
+    m_paramIndex.clear();
+    m_childModules.clear();
+    m_ownedParams.clear();
+    m_externalsOn.clear();
+    m_paramViolations.clear();
+    m_moduleViolations.clear();
+    m_groups.clear();
+    m_groupIndex.clear();
+    m_lanes.clear();
+    m_fetchBegin.clear();
+    m_memory.clear();
+    m_totalEvents = 0;
+    m_duplicates = 0;
+    m_droppedFromEvents = 0;
+    m_droppedReported = 0;
+    m_hasLoss = false;
+    m_loss = 0.0;
+    m_dedupe = false;
+    m_pending = StoreChanges{};
+    m_pending.reset = true;
+    m_paramMarked.clear();
+}
+
+void SessionStore::applyState(const EngineState &state)
+{
+    const bool continuing = m_hasState && sameRun(m_state, state);
+    if (!continuing) {
+        const bool readOnly = m_readOnly;
+        const QString source = m_source;
+        clear();
+        m_readOnly = readOnly;
+        m_source = source;
+    } else {
+        m_dedupe = true;
+        if (!sameStructure(m_state, state))
+            m_pending.structure = true;
+    }
+    m_state = state;
+    m_hasState = true;
+    rebuildIndex();
+
+    m_groups.clear();
+    m_groupIndex.clear();
+    for (const ViolationRecord &v : m_state.violations) {
+        const auto key = std::make_tuple(static_cast<int>(v.kind), v.accessor, v.param);
+        auto it = m_groupIndex.find(key);
+        if (it == m_groupIndex.end()) {
+            ViolationGroup g;
+            g.kind = v.kind;
+            g.accessor = v.accessor;
+            g.param = v.param;
+            g.owner = v.owner;
+            g.status = v.status;
+            g.action = v.action;
+            g.firstStep = v.step;
+            g.lastStep = v.lastStep;
+            g.firstTsNs = v.tsNs;
+            g.count = v.count;
+            g.rankMask = rankBit(v.rank);
+            g.firstRank = v.rank;
+            g.fix = v.fix;
+            g.message = v.message;
+            if (g.fix.empty()) {
+                g.fix = fixLine(v.kind, modulePath(v.accessor), paramName(v.param), modulePath(v.owner))
+                            .toStdString();
+            }
+            m_groupIndex.emplace(key, m_groups.size());
+            m_groups.push_back(std::move(g));
+        } else {
+            ViolationGroup &g = m_groups[it->second];
+            g.count += v.count;
+            g.rankMask |= rankBit(v.rank);
+            g.lastStep = std::max(g.lastStep, v.lastStep);
+            if (v.tsNs < g.firstTsNs) {
+                g.firstTsNs = v.tsNs;
+                g.firstStep = v.step;
+                g.firstRank = v.rank;
+            }
+        }
+    }
+    rebuildViolationCounts();
+    if (m_lanes.size() < static_cast<std::size_t>(std::max(1, m_state.worldSize)))
+        m_lanes.resize(static_cast<std::size_t>(std::max(1, m_state.worldSize)));
+    if (m_memory.size() < m_lanes.size())
+        m_memory.resize(m_lanes.size());
+    m_pending.violations = true;
+    m_pending.summary = true;
+    if (continuing) {
+        for (const ParamRecord &p : m_state.params)
+            markParam(p.id);
+    }
+    markDirty();
+}
+
+void SessionStore::rebuildIndex()
+{
+    const std::size_t nModules = m_state.modules.size();
+    m_childModules.assign(nModules, {});
+    m_ownedParams.assign(nModules, {});
+    m_externalsOn.assign(nModules, {});
+    for (const ModuleRecord &m : m_state.modules) {
+        if (m.parent != kNoModule && m.parent < nModules && m.parent != m.id)
+            m_childModules[m.parent].push_back(m.id);
+    }
+    ParamId maxId = 0;
+    for (const ParamRecord &p : m_state.params)
+        maxId = std::max(maxId, p.id);
+    m_paramIndex.assign(m_state.params.empty() ? 0 : std::size_t{maxId} + 1, -1);
+    for (std::size_t i = 0; i < m_state.params.size(); ++i) {
+        const ParamRecord &p = m_state.params[i];
+        m_paramIndex[p.id] = static_cast<std::int32_t>(i);
+        if (p.owner < nModules)
+            m_ownedParams[p.owner].push_back(p.id);
+        for (const ExternalRecord &e : p.externals) {
+            if (e.module < nModules)
+                m_externalsOn[e.module].push_back(ExternalRecord{p.id, e.automatic});
+        }
+    }
+    if (m_paramMarked.size() < m_paramIndex.size())
+        m_paramMarked.resize(m_paramIndex.size(), 0);
+}
+
+void SessionStore::rebuildViolationCounts()
+{
+    m_paramViolations.assign(m_paramIndex.size(), 0);
+    m_moduleViolations.assign(m_state.modules.size(), 0);
+    for (const ViolationGroup &g : m_groups) {
+        if (g.param < m_paramViolations.size())
+            m_paramViolations[g.param] += g.count;
+        if (g.accessor < m_moduleViolations.size())
+            m_moduleViolations[g.accessor] += g.count;
+        if (g.owner < m_moduleViolations.size() && g.owner != g.accessor)
+            m_moduleViolations[g.owner] += g.count;
+    }
+}
+
+void SessionStore::appendEvents(std::span<const Event> events, bool history)
+{
+    if (events.empty())
+        return;
+    for (const Event &ev : events) {
+        EventLane &lane = laneFor(ev.rank);
+        if (m_dedupe && !lane.empty() && ev.tsNs <= lane.lastTs() && lane.contains(ev)) {
+            ++m_duplicates;
+            continue;
+        }
+        lane.insert(ev);
+        ++m_totalEvents;
+        switch (ev.type) {
+        case EventType::StepBegin:
+            if (ev.step > m_state.step) {
+                m_state.step = ev.step;
+                m_pending.summary = true;
+            }
+            break;
+        case EventType::StepEnd:
+            m_loss = std::bit_cast<double>(ev.u0);
+            m_hasLoss = true;
+            m_pending.summary = true;
+            break;
+        case EventType::MemorySample: {
+            RankMemory &m = m_memory[ev.rank];
+            if (ev.tsNs >= m.tsNs) {
+                m.tsNs = ev.tsNs;
+                m.partitionedBytes = ev.u0;
+                m.gatheredBytes = ev.u1;
+                m.peakGatheredBytes = ev.u2;
+                m.liveElements = std::uint64_t{ev.a} | (std::uint64_t{ev.b} << 32);
+                m_pending.summary = true;
+            }
+            break;
+        }
+        default:
+            if (!history)
+                applyLive(ev);
+            break;
+        }
+    }
+    m_pending.events = true;
+    markDirty();
+}
+
+EventLane &SessionStore::laneFor(int rank)
+{
+    const std::size_t r = static_cast<std::size_t>(rank);
+    if (r >= m_lanes.size()) {
+        m_lanes.resize(r + 1);
+        m_memory.resize(r + 1);
+    }
+    return m_lanes[r];
+}
+
+ParamRecord *SessionStore::mutParam(ParamId id)
+{
+    if (id >= m_paramIndex.size() || m_paramIndex[id] < 0)
+        return nullptr;
+    return &m_state.params[static_cast<std::size_t>(m_paramIndex[id])];
+}
+
+void SessionStore::applyLive(const Event &ev)
+{
+    const std::uint64_t fetchKey = (std::uint64_t{ev.rank} << 32) | ev.a;
+    switch (ev.type) {
+    case EventType::FetchBegin:
+        if (ParamRecord *p = mutParam(ev.a)) {
+            if (ev.rank < p->status.size())
+                p->status[ev.rank] = ParamStatus::Inflight;
+            m_fetchBegin[fetchKey] = ev.tsNs;
+            markParam(ev.a);
+        }
+        break;
+    case EventType::FetchEnd:
+        if (ParamRecord *p = mutParam(ev.a)) {
+            if (ev.rank < p->status.size())
+                p->status[ev.rank] = ParamStatus::Available;
+            ++p->gatherCount;
+            p->gatherBytes += ev.u0;
+            auto it = m_fetchBegin.find(fetchKey);
+            if (it != m_fetchBegin.end()) {
+                if (ev.tsNs >= it->second)
+                    p->gatherNs += ev.tsNs - it->second;
+                m_fetchBegin.erase(it);
+            }
+            p->lastGatherTsNs = std::max(p->lastGatherTsNs, ev.tsNs);
+            markParam(ev.a);
+        }
+        break;
+    case EventType::Release:
+        if (ParamRecord *p = mutParam(ev.a)) {
+            if (ev.rank < p->status.size())
+                p->status[ev.rank] = ParamStatus::NotAvailable;
+            markParam(ev.a);
+        }
+        break;
+    case EventType::ExternalRegister:
+        if (ParamRecord *p = mutParam(ev.b)) {
+            const bool automatic = ev.flags & 1u;
+            auto it = std::find_if(p->externals.begin(), p->externals.end(),
+                                   [&](const ExternalRecord &e) { return e.module == ev.a; });
+            if (it == p->externals.end() && ev.a < m_state.modules.size()) {
+                p->externals.push_back(ExternalRecord{ev.a, automatic});
+                m_externalsOn[ev.a].push_back(ExternalRecord{ev.b, automatic});
+                m_pending.structure = true;
+                markParam(ev.b);
+            }
+        }
+        break;
+    case EventType::ExternalUnregister:
+        if (ParamRecord *p = mutParam(ev.b)) {
+            auto it = std::find_if(p->externals.begin(), p->externals.end(),
+                                   [&](const ExternalRecord &e) { return e.module == ev.a; });
+            if (it != p->externals.end()) {
+                p->externals.erase(it);
+                rebuildIndex();
+                m_pending.structure = true;
+                markParam(ev.b);
+            }
+        }
+        break;
+    case EventType::UnregisteredAccess:
+        addViolation(ViolationKind::UnregisteredAccess, ev, ev.a, ev.b, static_cast<ModuleId>(ev.u0),
+                     static_cast<ParamStatus>(ev.flags & 0x0Fu), static_cast<GuardAction>(ev.flags >> 4));
+        break;
+    case EventType::LateParameter: {
+        ModuleId owner = ev.a;
+        if (ParamRecord *p = mutParam(ev.b)) {
+            p->late = true;
+            owner = p->owner;
+            markParam(ev.b);
+        }
+        addViolation(ViolationKind::LateParameter, ev, ev.a, ev.b, owner, ParamStatus::Available,
+                     GuardAction::Recorded);
+        break;
+    }
+    case EventType::ParameterAdopted:
+        if (ParamRecord *p = mutParam(ev.b)) {
+            p->partitioned = true;
+            markParam(ev.b);
+        }
+        break;
+    case EventType::TraceInvalidated:
+        addViolation(ViolationKind::TraceInvalidated, ev, ev.b, kNoParam, ev.a, ParamStatus::NotAvailable,
+                     GuardAction::Recorded);
+        break;
+    case EventType::GatheredWriteError: {
+        const ParamRecord *p = param(ev.a);
+        addViolation(ViolationKind::GatheredWriteWithoutModifier, ev, kNoModule, ev.a,
+                     p ? p->owner : kNoModule, ParamStatus::Available, GuardAction::Raised);
+        break;
+    }
+    case EventType::DroppedEvents:
+        m_droppedFromEvents += ev.u0;
+        m_pending.summary = true;
+        break;
+    default:
+        break;
+    }
+}
+
+void SessionStore::addViolation(ViolationKind kind, const Event &ev, ModuleId accessor, ParamId param,
+                                ModuleId owner, ParamStatus status, GuardAction action)
+{
+    const auto key = std::make_tuple(static_cast<int>(kind), accessor, param);
+    auto it = m_groupIndex.find(key);
+    if (it != m_groupIndex.end()) {
+        ViolationGroup &g = m_groups[it->second];
+        ++g.count;
+        g.lastStep = std::max(g.lastStep, ev.step);
+        g.rankMask |= rankBit(ev.rank);
+        g.status = status;
+        g.action = action;
+    } else {
+        ViolationGroup g;
+        g.kind = kind;
+        g.accessor = accessor;
+        g.param = param;
+        g.owner = owner;
+        g.status = status;
+        g.action = action;
+        g.firstStep = ev.step;
+        g.lastStep = ev.step;
+        g.firstTsNs = ev.tsNs;
+        g.count = 1;
+        g.rankMask = rankBit(ev.rank);
+        g.firstRank = ev.rank;
+        const QString a = modulePath(accessor);
+        const QString p = paramName(param);
+        const QString o = modulePath(owner);
+        g.fix = fixLine(kind, a, p, o).toStdString();
+        switch (kind) {
+        case ViolationKind::UnregisteredAccess:
+            g.message = QStringLiteral("module `%1` read `%2` owned by `%3` while it was %4")
+                            .arg(a, p, o, labels::status(status))
+                            .toStdString();
+            break;
+        case ViolationKind::LateParameter:
+            g.message = QStringLiteral("`%1` was created in `%2` after the model was partitioned")
+                            .arg(p, a)
+                            .toStdString();
+            break;
+        case ViolationKind::TraceInvalidated:
+            g.message = QStringLiteral("expected module `%1`, got `%2`: the prefetch trace was invalidated")
+                            .arg(o, a)
+                            .toStdString();
+            break;
+        case ViolationKind::GatheredWriteWithoutModifier:
+            g.message = QStringLiteral("`%1` was modified inside GatheredParameters without modifier_rank")
+                            .arg(p)
+                            .toStdString();
+            break;
+        }
+        m_groupIndex.emplace(key, m_groups.size());
+        m_groups.push_back(std::move(g));
+    }
+    if (param < m_paramViolations.size())
+        ++m_paramViolations[param];
+    if (accessor < m_moduleViolations.size())
+        ++m_moduleViolations[accessor];
+    if (owner < m_moduleViolations.size() && owner != accessor)
+        ++m_moduleViolations[owner];
+    if (param != kNoParam)
+        markParam(param);
+    m_pending.violations = true;
+}
+
+QString SessionStore::fixLine(ViolationKind kind, const QString &accessor, const QString &param,
+                              const QString &owner)
+{
+    switch (kind) {
+    case ViolationKind::UnregisteredAccess:
+        return QStringLiteral("register_external_parameter(%1, %2)").arg(accessor, param);
+    case ViolationKind::LateParameter:
+        return QStringLiteral("with GatheredParameters(<original parameter>, modifier_rank=0): <create %2>; "
+                              "then register_external_parameter(%1, %2)")
+            .arg(accessor, param);
+    case ViolationKind::GatheredWriteWithoutModifier:
+        return QStringLiteral("GatheredParameters(%1, modifier_rank=0)").arg(param);
+    case ViolationKind::TraceInvalidated:
+        Q_UNUSED(owner);
+        return QString();
+    }
+    return QString();
+}
+
+void SessionStore::setDroppedEvents(std::uint64_t dropped)
+{
+    if (dropped == m_droppedReported && m_droppedFromEvents == 0)
+        return;
+    m_droppedReported = dropped;
+    m_droppedFromEvents = 0;
+    m_pending.summary = true;
+    markDirty();
+}
+
+void SessionStore::setReadOnly(bool readOnly, const QString &source)
+{
+    m_readOnly = readOnly;
+    m_source = source;
+    m_pending.summary = true;
+    markDirty();
+}
+
+const ModuleRecord *SessionStore::module(ModuleId id) const
+{
+    return id < m_state.modules.size() ? &m_state.modules[id] : nullptr;
+}
+
+const ParamRecord *SessionStore::param(ParamId id) const
+{
+    if (id >= m_paramIndex.size() || m_paramIndex[id] < 0)
+        return nullptr;
+    return &m_state.params[static_cast<std::size_t>(m_paramIndex[id])];
+}
+
+QString SessionStore::modulePath(ModuleId id) const
+{
+    if (id == kNoModule)
+        return QStringLiteral("<none>");
+    const ModuleRecord *m = module(id);
+    if (!m)
+        return QStringLiteral("<module %1>").arg(id);
+    return m->path.empty() ? QStringLiteral("<root>") : QString::fromStdString(m->path);
+}
+
+QString SessionStore::paramName(ParamId id) const
+{
+    if (id == kNoParam)
+        return QStringLiteral("<none>");
+    const ParamRecord *p = param(id);
+    return p ? QString::fromStdString(p->name) : QStringLiteral("<parameter %1>").arg(id);
+}
+
+const std::vector<ModuleId> &SessionStore::childModules(ModuleId id) const
+{
+    return id < m_childModules.size() ? m_childModules[id] : kNoModules;
+}
+
+const std::vector<ParamId> &SessionStore::ownedParams(ModuleId id) const
+{
+    return id < m_ownedParams.size() ? m_ownedParams[id] : kNoParams;
+}
+
+const std::vector<ExternalRecord> &SessionStore::externalsOn(ModuleId module) const
+{
+    return module < m_externalsOn.size() ? m_externalsOn[module] : kNoExternals;
+}
+
+std::uint64_t SessionStore::paramViolations(ParamId id) const
+{
+    return id < m_paramViolations.size() ? m_paramViolations[id] : 0;
+}
+
+std::uint64_t SessionStore::moduleViolations(ModuleId id) const
+{
+    return id < m_moduleViolations.size() ? m_moduleViolations[id] : 0;
+}
+
+std::vector<const ViolationGroup *> SessionStore::violationsOf(ParamId id) const
+{
+    std::vector<const ViolationGroup *> out;
+    for (const ViolationGroup &g : m_groups) {
+        if (g.param == id)
+            out.push_back(&g);
+    }
+    return out;
+}
+
+std::uint64_t SessionStore::firstTs() const
+{
+    std::uint64_t t = std::numeric_limits<std::uint64_t>::max();
+    for (const EventLane &l : m_lanes) {
+        if (!l.empty())
+            t = std::min(t, l.at(0).tsNs);
+    }
+    return t == std::numeric_limits<std::uint64_t>::max() ? 0 : t;
+}
+
+std::uint64_t SessionStore::lastTs() const
+{
+    std::uint64_t t = 0;
+    for (const EventLane &l : m_lanes)
+        t = std::max(t, l.lastTs());
+    return t;
+}
+
+void SessionStore::markParam(ParamId id)
+{
+    if (id >= m_paramMarked.size())
+        m_paramMarked.resize(std::size_t{id} + 1, 0);
+    if (!m_paramMarked[id]) {
+        m_paramMarked[id] = 1;
+        m_pending.params.push_back(id);
+    }
+}
+
+void SessionStore::markDirty()
+{
+    if (!m_timer.isActive())
+        m_timer.start();
+}
+
+void SessionStore::flush()
+{
+    if (!m_pending.any())
+        return;
+    StoreChanges changes = std::move(m_pending);
+    m_pending = StoreChanges{};
+    for (ParamId id : changes.params)
+        m_paramMarked[id] = 0;
+    emit updated(changes);
+}
+
+} // namespace shardscope

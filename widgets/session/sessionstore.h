@@ -1,0 +1,173 @@
+#pragma once
+// Everything the inspector knows about one training run: the decoded engine state,
+// live per-rank status, violations grouped by (kind, accessor, parameter), and every
+// received event in per-rank sorted lanes. Ingest is cheap and silent; consumers get
+// one coalesced updated() at most every refresh interval (about 30 Hz), never per event.
+
+#include <QObject>
+#include <QString>
+#include <QTimer>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "core/state.h"
+#include "session/eventlane.h"
+#include "session/engineevent.h"
+
+namespace shardscope {
+
+struct ViolationGroup
+{
+    ViolationKind kind = ViolationKind::UnregisteredAccess;
+    ModuleId accessor = kNoModule;
+    ParamId param = kNoParam;
+    ModuleId owner = kNoModule;
+    ParamStatus status = ParamStatus::NotAvailable;
+    GuardAction action = GuardAction::Recorded;
+    std::uint32_t firstStep = 0;
+    std::uint32_t lastStep = 0;
+    std::uint64_t firstTsNs = 0;
+    std::uint64_t count = 0;
+    std::uint64_t rankMask = 0; // bit r set when rank r (< 64) saw it
+    int firstRank = 0;
+    std::string fix;
+    std::string message;
+};
+
+struct RankMemory
+{
+    std::uint64_t tsNs = 0;
+    std::uint64_t partitionedBytes = 0;
+    std::uint64_t gatheredBytes = 0;
+    std::uint64_t peakGatheredBytes = 0;
+    std::uint64_t liveElements = 0;
+};
+
+// What changed since the previous updated(): consumers refresh only that.
+struct StoreChanges
+{
+    bool reset = false;      // a different run (or a cleared store): rebuild everything
+    bool structure = false;  // modules, parameters or external registrations added/removed
+    bool violations = false; // groups added or counts changed
+    bool summary = false;    // step, loss, dropped events, memory, source
+    bool events = false;     // new events in the lanes
+    std::vector<ParamId> params; // status or gather figures changed (unique)
+    bool any() const { return reset || structure || violations || summary || events || !params.empty(); }
+};
+
+class SessionStore : public QObject
+{
+    Q_OBJECT
+public:
+    explicit SessionStore(QObject *parent = nullptr);
+
+    // ---- ingest (UI thread)
+    void clear();
+    // A full state. If it describes the run already shown (same model, world size and
+    // modules), it replaces the state and keeps the collected history; otherwise the
+    // store starts over with it.
+    void applyState(const EngineState &state);
+    // history: events that the state already reflects (the recent history a server sends
+    // after the state, or a snapshot's events): stored, and used for loss and memory,
+    // but not counted again. Live events also update status, gathers and violations.
+    // Duplicates of stored events (a reconnect replaying history) are skipped.
+    void appendEvents(std::span<const Event> events, bool history);
+    void setDroppedEvents(std::uint64_t dropped); // the engine's own total, when it reports one
+    void setReadOnly(bool readOnly, const QString &source);
+
+    // ---- reading
+    bool hasState() const { return m_hasState; }
+    const EngineState &state() const { return m_state; }
+    bool readOnly() const { return m_readOnly; }
+    QString source() const { return m_source; }
+    int worldSize() const { return m_state.worldSize; }
+
+    const ModuleRecord *module(ModuleId id) const;
+    const ParamRecord *param(ParamId id) const;
+    QString modulePath(ModuleId id) const; // "<none>" / "<root>" as the engine names them
+    QString paramName(ParamId id) const;
+    const std::vector<ModuleId> &childModules(ModuleId id) const;
+    const std::vector<ParamId> &ownedParams(ModuleId id) const;
+    const std::vector<ExternalRecord> &externalsOn(ModuleId module) const; // .module holds the param id
+    std::uint64_t paramViolations(ParamId id) const;
+    std::uint64_t moduleViolations(ModuleId id) const; // as accessor or as owner
+
+    const std::vector<ViolationGroup> &violationGroups() const { return m_groups; }
+    std::vector<const ViolationGroup *> violationsOf(ParamId id) const;
+
+    int laneCount() const { return static_cast<int>(m_lanes.size()); }
+    const EventLane &lane(int rank) const { return m_lanes[static_cast<std::size_t>(rank)]; }
+    std::uint64_t totalEvents() const { return m_totalEvents; }
+    std::uint64_t duplicateEvents() const { return m_duplicates; }
+    std::uint64_t droppedEvents() const { return m_dropped; }
+    std::uint32_t step() const { return m_state.step; }
+    bool hasLoss() const { return m_hasLoss; }
+    double loss() const { return m_loss; }
+    const std::vector<RankMemory> &memory() const { return m_memory; }
+    std::uint64_t firstTs() const;
+    std::uint64_t lastTs() const;
+
+    // The line that fixes a violation, in DeepSpeed's terms.
+    static QString fixLine(ViolationKind kind, const QString &accessor, const QString &param,
+                           const QString &owner);
+
+    // Emits updated() now if anything changed (the timer does this on its own).
+    void flush();
+    void setRefreshIntervalMs(int ms) { m_timer.setInterval(ms); }
+
+signals:
+    void updated(const shardscope::StoreChanges &changes);
+
+private:
+    void rebuildIndex();
+    void rebuildViolationCounts();
+    void markParam(ParamId id);
+    void markDirty();
+    void applyLive(const Event &ev);
+    void addViolation(ViolationKind kind, const Event &ev, ModuleId accessor, ParamId param,
+                      ModuleId owner, ParamStatus status, GuardAction action);
+    ParamRecord *mutParam(ParamId id);
+    EventLane &laneFor(int rank);
+
+    EngineState m_state;
+    bool m_hasState = false;
+    bool m_readOnly = false;
+    QString m_source;
+
+    std::vector<std::int32_t> m_paramIndex; // param id -> index in m_state.params, -1 if absent
+    std::vector<std::vector<ModuleId>> m_childModules;
+    std::vector<std::vector<ParamId>> m_ownedParams;
+    std::vector<std::vector<ExternalRecord>> m_externalsOn;
+    std::vector<std::uint64_t> m_paramViolations;
+    std::vector<std::uint64_t> m_moduleViolations;
+
+    std::vector<ViolationGroup> m_groups;
+    std::map<std::tuple<int, ModuleId, ParamId>, std::size_t> m_groupIndex; // (kind, accessor, param)
+
+    std::vector<EventLane> m_lanes;
+    std::unordered_map<std::uint64_t, std::uint64_t> m_fetchBegin; // (rank, param) -> ts
+    std::vector<RankMemory> m_memory;
+    std::uint64_t m_totalEvents = 0;
+    std::uint64_t m_duplicates = 0;
+    std::uint64_t m_dropped = 0;
+    std::uint64_t m_droppedFromEvents = 0;
+    std::uint64_t m_droppedReported = 0;
+    bool m_hasLoss = false;
+    double m_loss = 0.0;
+    bool m_dedupe = false; // after a state of the same run: history may repeat stored events
+
+    StoreChanges m_pending;
+    std::vector<std::uint8_t> m_paramMarked;
+    QTimer m_timer;
+};
+
+} // namespace shardscope
+
+Q_DECLARE_METATYPE(shardscope::StoreChanges)
