@@ -1,0 +1,554 @@
+#include "server/inspector.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <mutex>
+#include <poll.h>
+#include <sys/socket.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "core/engine.h"
+#include "server/sockets.h"
+#include "telemetry/eventhistory.h"
+#include "telemetry/telemetryhub.h"
+#include "wire/discovery.h"
+#include "wire/endpoint.h"
+#include "wire/frame.h"
+#include "wire/messages.h"
+#include "wire/snapshot.h"
+
+namespace shardscope {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A client's send queue may hold this much; beyond it, live events are dropped for it.
+constexpr std::size_t kMaxQueueBytes = 8u << 20;
+constexpr std::size_t kEventsPerFrame = 2048;
+constexpr auto kPollInterval = std::chrono::milliseconds(5);
+constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
+constexpr auto kStateMinInterval = std::chrono::milliseconds(200);
+constexpr auto kStateRefresh = std::chrono::seconds(1);
+constexpr auto kFinishFlushTimeout = std::chrono::seconds(2);
+constexpr auto kRefusalLinger = std::chrono::seconds(1);
+
+std::string processName()
+{
+    std::ifstream in("/proc/self/comm");
+    std::string name;
+    std::getline(in, name);
+    return name.empty() ? "shardscope" : name;
+}
+
+// Events after which the state a client holds is out of date.
+bool changesState(EventType t)
+{
+    switch (t) {
+    case EventType::StepEnd:
+    case EventType::ExternalRegister:
+    case EventType::ExternalUnregister:
+    case EventType::UnregisteredAccess:
+    case EventType::LateParameter:
+    case EventType::ParameterAdopted:
+    case EventType::TraceRecorded:
+    case EventType::TraceInvalidated:
+    case EventType::GatheredWriteError:
+        return true;
+    default:
+        return false;
+    }
+}
+
+struct Client
+{
+    enum class Phase { Handshake, Live, Closing };
+
+    int fd = -1;
+    Phase phase = Phase::Handshake;
+    wire::FrameDecoder decoder{wire::kMaxClientPayload};
+    std::string out;
+    std::size_t outPos = 0;
+    Clock::time_point since = Clock::now();
+    std::uint64_t offered = 0;
+    std::uint64_t sent = 0;
+    std::uint64_t dropped = 0;
+    std::uint64_t pendingDropped = 0;
+    bool needState = false;
+    bool readClosed = false;
+
+    std::size_t queued() const { return out.size() - outPos; }
+    void enqueue(wire::MessageType type, std::string_view payload) { wire::appendFrame(out, type, payload); }
+};
+
+} // namespace
+
+struct Inspector::Impl
+{
+    Impl(Engine &e, InspectorOptions o) : engine(e), options(std::move(o)), history(options.historyEvents) {}
+
+    Engine &engine;
+    InspectorOptions options;
+    std::unique_ptr<TelemetryHub> hub;
+    EventHistory history; // server thread while running, finish() afterwards
+    server::Listener listener;
+    std::string endpointText;
+    std::string discoveryFile;
+    std::uint64_t startUnixMs = wire::unixTimeMs();
+    std::string producer = processName();
+    int wake[2] = {-1, -1};
+    std::thread thread;
+    std::atomic<bool> stop{false};
+    std::mutex finishMutex;
+    bool finished = false;
+
+    // Server thread only.
+    std::vector<Client> clients;
+    std::vector<Event> batch;
+    bool stateDirty = false;
+    bool eventsSinceState = false;
+    Clock::time_point lastState = Clock::now();
+
+    void start();
+    void run();
+    void pump();
+    void acceptClients();
+    void readClient(Client &c);
+    void onHello(Client &c, const wire::Frame &frame);
+    void refuse(Client &c, const std::string &code, const std::string &message);
+    void writeClient(Client &c);
+    void fanOut(const std::vector<Event> &events);
+    void afterWrite(Client &c);
+    std::string stateJson();
+    void broadcastState();
+    void farewell();
+    wire::Snapshot makeSnapshot();
+    void closeClient(Client &c);
+};
+
+void Inspector::Impl::start()
+{
+    hub = std::make_unique<TelemetryHub>(engine.worldSize());
+    engine.setTelemetryEnabled(options.telemetry);
+    engine.setEventSink(hub.get());
+    if (::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0)
+        throw InspectorError(std::string("cannot create the inspector's wake-up pipe: ") + std::strerror(errno));
+
+    if (options.listen) {
+        wire::Endpoint ep;
+        if (options.endpoint.empty()) {
+            const std::string dir = wire::defaultRuntimeDir();
+            if (auto ok = server::ensurePrivateDir(dir); !ok)
+                throw InspectorError("cannot create the default endpoint: " + ok.error() +
+                                     "; or pass --listen unix:PATH / tcp:127.0.0.1:0");
+            ep.kind = wire::Endpoint::Kind::Unix;
+            ep.path = wire::defaultSocketPath(::getpid());
+        } else {
+            auto parsed = wire::parseEndpoint(options.endpoint);
+            if (!parsed)
+                throw InspectorError("bad --listen: " + parsed.error());
+            ep = *parsed;
+        }
+        auto l = server::listenOn(ep, !options.token.empty());
+        if (!l)
+            throw InspectorError(l.error());
+        listener = std::move(l.value());
+        endpointText = wire::formatEndpoint(listener.bound);
+
+        const std::string dir = wire::defaultRuntimeDir();
+        if (server::ensurePrivateDir(dir)) {
+            wire::DiscoveryEntry entry;
+            entry.pid = ::getpid();
+            entry.endpoint = endpointText;
+            entry.model = engine.config().modelName;
+            entry.worldSize = engine.worldSize();
+            entry.backend = std::string(backendName(engine.backend()));
+            entry.startUnixMs = startUnixMs;
+            entry.tokenRequired = !options.token.empty();
+            const std::string file = wire::discoveryFilePath(dir, entry.pid);
+            if (wire::writeFileAtomically(file, wire::encodeDiscovery(entry)))
+                discoveryFile = file;
+        }
+    }
+    thread = std::thread([this] { run(); });
+}
+
+void Inspector::Impl::closeClient(Client &c)
+{
+    if (c.fd >= 0)
+        ::close(c.fd);
+    c.fd = -1;
+}
+
+void Inspector::Impl::acceptClients()
+{
+    for (;;) {
+        const int fd = ::accept4(listener.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return;
+        Client c;
+        c.fd = fd;
+        clients.push_back(std::move(c));
+    }
+}
+
+void Inspector::Impl::refuse(Client &c, const std::string &code, const std::string &message)
+{
+    c.enqueue(wire::MessageType::Error, wire::encodeError({code, message}));
+    c.phase = Client::Phase::Closing;
+    c.since = Clock::now();
+}
+
+std::string Inspector::Impl::stateJson()
+{
+    wire::Snapshot s;
+    s.meta.producer = producer;
+    s.meta.pid = ::getpid();
+    s.meta.createdUnixMs = wire::unixTimeMs();
+    s.meta.endpoint = endpointText;
+    s.state = engine.state();
+    s.droppedEvents = hub->droppedEvents();
+    return wire::encodeSnapshot(s);
+}
+
+void Inspector::Impl::onHello(Client &c, const wire::Frame &frame)
+{
+    if (frame.type != wire::MessageType::Hello) {
+        refuse(c, "protocol", "expected a hello frame first, got " +
+                                  std::string(wire::messageTypeName(frame.type)));
+        return;
+    }
+    auto hello = wire::decodeHello(frame.payload);
+    if (!hello) {
+        refuse(c, "protocol", hello.error());
+        return;
+    }
+    if (auto refusal = wire::checkHello(*hello, options.token)) {
+        refuse(c, refusal->code, refusal->message);
+        return;
+    }
+    wire::Welcome w;
+    w.server = producer;
+    w.pid = ::getpid();
+    w.model = engine.config().modelName;
+    w.worldSize = engine.worldSize();
+    w.backend = std::string(backendName(engine.backend()));
+    w.historyCapacity = history.capacity();
+    c.enqueue(wire::MessageType::Welcome, wire::encodeWelcome(w));
+    c.enqueue(wire::MessageType::State, stateJson());
+    const std::vector<Event> past = history.events();
+    c.enqueue(wire::MessageType::HistoryBegin, wire::encodeHistoryBegin(past.size()));
+    for (std::size_t i = 0; i < past.size(); i += kEventsPerFrame) {
+        const std::size_t n = std::min(kEventsPerFrame, past.size() - i);
+        c.enqueue(wire::MessageType::EventBatch,
+                  wire::encodeEvents(std::span<const Event>(past.data() + i, n)));
+    }
+    c.enqueue(wire::MessageType::HistoryEnd, {});
+    c.phase = Client::Phase::Live;
+}
+
+void Inspector::Impl::readClient(Client &c)
+{
+    char buf[1 << 14];
+    for (;;) {
+        const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            break;
+        if (n == 0) {
+            c.readClosed = true;
+            break;
+        }
+        if (c.phase == Client::Phase::Closing)
+            continue;
+        c.decoder.feed(buf, static_cast<std::size_t>(n));
+        for (;;) {
+            auto frame = c.decoder.next();
+            if (!frame) {
+                const bool magic = frame.error().find("magic") != std::string::npos;
+                refuse(c, magic ? "bad_magic" : "bad_frame",
+                       frame.error() + "; this endpoint speaks the ShardScope inspector protocol "
+                                       "version " + std::to_string(wire::kProtocolVersion));
+                break;
+            }
+            if (!frame->has_value())
+                break;
+            if (c.phase == Client::Phase::Handshake)
+                onHello(c, **frame);
+            // Frames after the handshake carry no requests in this protocol version.
+        }
+    }
+}
+
+void Inspector::Impl::writeClient(Client &c)
+{
+    while (c.queued() > 0) {
+        const ssize_t n = ::send(c.fd, c.out.data() + c.outPos, c.queued(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        if (n <= 0) {
+            c.readClosed = true;
+            c.out.clear();
+            c.outPos = 0;
+            return;
+        }
+        c.outPos += static_cast<std::size_t>(n);
+    }
+    if (c.outPos == c.out.size()) {
+        c.out.clear();
+        c.outPos = 0;
+    } else if (c.outPos > (1u << 20)) {
+        c.out.erase(0, c.outPos);
+        c.outPos = 0;
+    }
+}
+
+// Once a lagging client has room again: tell it what it lost, then the latest state.
+void Inspector::Impl::afterWrite(Client &c)
+{
+    if (c.phase != Client::Phase::Live || c.queued() > kMaxQueueBytes / 2)
+        return;
+    if (c.pendingDropped > 0) {
+        c.enqueue(wire::MessageType::Dropped, wire::encodeDropped({c.pendingDropped, c.dropped}));
+        c.pendingDropped = 0;
+    }
+    if (c.needState) {
+        c.enqueue(wire::MessageType::State, stateJson());
+        c.needState = false;
+    }
+}
+
+void Inspector::Impl::fanOut(const std::vector<Event> &events)
+{
+    for (const Event &e : events)
+        if (changesState(e.type))
+            stateDirty = true;
+    if (!events.empty())
+        eventsSinceState = true;
+    for (std::size_t i = 0; i < events.size(); i += kEventsPerFrame) {
+        const std::size_t n = std::min(kEventsPerFrame, events.size() - i);
+        std::string frame;
+        wire::appendFrame(frame, wire::MessageType::EventBatch,
+                          wire::encodeEvents(std::span<const Event>(events.data() + i, n)));
+        for (Client &c : clients) {
+            if (c.phase != Client::Phase::Live)
+                continue;
+            c.offered += n;
+            if (c.pendingDropped == 0 && c.queued() + frame.size() <= kMaxQueueBytes) {
+                c.out.append(frame);
+                c.sent += n;
+            } else {
+                c.pendingDropped += n;
+                c.dropped += n;
+            }
+        }
+    }
+}
+
+void Inspector::Impl::broadcastState()
+{
+    bool any = false;
+    for (const Client &c : clients)
+        any = any || c.phase == Client::Phase::Live;
+    if (!any)
+        return;
+    const std::string json = stateJson();
+    for (Client &c : clients) {
+        if (c.phase != Client::Phase::Live)
+            continue;
+        if (c.queued() <= kMaxQueueBytes / 2 && c.pendingDropped == 0)
+            c.enqueue(wire::MessageType::State, json);
+        else
+            c.needState = true;
+    }
+    stateDirty = false;
+    eventsSinceState = false;
+    lastState = Clock::now();
+}
+
+void Inspector::Impl::pump()
+{
+    batch.clear();
+    hub->drain(batch);
+    history.append(batch);
+    fanOut(batch);
+    const auto now = Clock::now();
+    if ((stateDirty && now - lastState >= kStateMinInterval) ||
+        (eventsSinceState && now - lastState >= kStateRefresh))
+        broadcastState();
+    for (Client &c : clients) {
+        if (c.fd < 0)
+            continue;
+        writeClient(c);
+        afterWrite(c);
+        writeClient(c);
+        const bool handshakeExpired = c.phase == Client::Phase::Handshake && now - c.since > kHandshakeTimeout;
+        if (handshakeExpired)
+            refuse(c, "handshake_timeout", "no hello within 5 seconds; closing");
+        const bool refusalDone = c.phase == Client::Phase::Closing &&
+                                 (c.queued() == 0 || now - c.since > kRefusalLinger);
+        if (c.readClosed || refusalDone) {
+            if (c.phase == Client::Phase::Closing && c.queued() == 0)
+                ::shutdown(c.fd, SHUT_WR);
+            closeClient(c);
+        }
+    }
+    std::erase_if(clients, [](const Client &c) { return c.fd < 0; });
+}
+
+void Inspector::Impl::run()
+{
+    std::vector<pollfd> fds;
+    while (!stop.load(std::memory_order_acquire)) {
+        fds.clear();
+        fds.push_back({wake[0], POLLIN, 0});
+        if (listener.fd >= 0)
+            fds.push_back({listener.fd, POLLIN, 0});
+        const std::size_t first = fds.size();
+        for (const Client &c : clients)
+            fds.push_back({c.fd, static_cast<short>(POLLIN | (c.queued() > 0 ? POLLOUT : 0)), 0});
+        ::poll(fds.data(), fds.size(), static_cast<int>(kPollInterval.count()));
+        if (fds[0].revents & POLLIN) {
+            char drainBuf[64];
+            while (::read(wake[0], drainBuf, sizeof drainBuf) > 0) {
+            }
+        }
+        if (listener.fd >= 0 && (fds[1].revents & POLLIN))
+            acceptClients();
+        const std::size_t polled = fds.size() - first;
+        for (std::size_t i = 0; i < polled && i < clients.size(); ++i)
+            if (fds[first + i].revents & (POLLIN | POLLHUP | POLLERR))
+                readClient(clients[i]);
+        pump();
+    }
+    farewell();
+}
+
+// Final drain, the final state and a goodbye to every live client, a bounded flush.
+void Inspector::Impl::farewell()
+{
+    batch.clear();
+    hub->drain(batch);
+    history.append(batch);
+    fanOut(batch);
+    const bool anyLive = std::any_of(clients.begin(), clients.end(),
+                                     [](const Client &c) { return c.phase == Client::Phase::Live; });
+    const std::string json = anyLive ? stateJson() : std::string();
+    for (Client &c : clients) {
+        if (c.phase != Client::Phase::Live)
+            continue;
+        if (c.pendingDropped > 0) {
+            c.enqueue(wire::MessageType::Dropped, wire::encodeDropped({c.pendingDropped, c.dropped}));
+            c.pendingDropped = 0;
+        }
+        c.enqueue(wire::MessageType::State, json);
+        wire::Goodbye bye;
+        bye.reason = "training finished";
+        bye.eventsOffered = c.offered;
+        bye.eventsSent = c.sent;
+        bye.eventsDropped = c.dropped;
+        c.enqueue(wire::MessageType::Goodbye, wire::encodeGoodbye(bye));
+        c.phase = Client::Phase::Closing;
+    }
+    const auto deadline = Clock::now() + kFinishFlushTimeout;
+    std::vector<pollfd> fds;
+    while (Clock::now() < deadline) {
+        fds.clear();
+        for (const Client &c : clients)
+            if (c.fd >= 0 && !c.readClosed && c.queued() > 0)
+                fds.push_back({c.fd, POLLOUT, 0});
+        if (fds.empty())
+            break;
+        ::poll(fds.data(), fds.size(), 20);
+        for (Client &c : clients)
+            if (c.fd >= 0 && !c.readClosed)
+                writeClient(c);
+    }
+    for (Client &c : clients) {
+        if (c.fd >= 0)
+            ::shutdown(c.fd, SHUT_WR);
+        closeClient(c);
+    }
+    clients.clear();
+}
+
+wire::Snapshot Inspector::Impl::makeSnapshot()
+{
+    wire::Snapshot s;
+    s.meta.producer = producer;
+    s.meta.pid = ::getpid();
+    s.meta.createdUnixMs = wire::unixTimeMs();
+    s.meta.endpoint = endpointText;
+    s.state = engine.state();
+    s.events = history.events();
+    s.droppedEvents = hub->droppedEvents();
+    return s;
+}
+
+Inspector::Inspector(Engine &engine, InspectorOptions options)
+    : d(std::make_unique<Impl>(engine, std::move(options)))
+{
+    try {
+        d->start();
+    } catch (...) {
+        engine.setEventSink(nullptr);
+        if (d->wake[0] >= 0) {
+            ::close(d->wake[0]);
+            ::close(d->wake[1]);
+        }
+        throw;
+    }
+}
+
+Inspector::~Inspector()
+{
+    try {
+        finish();
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "shardscope: %s\n", e.what());
+    }
+}
+
+std::string Inspector::endpoint() const { return d->endpointText; }
+
+std::uint64_t Inspector::droppedEvents() const { return d->hub ? d->hub->droppedEvents() : 0; }
+
+void Inspector::finish()
+{
+    std::lock_guard lock(d->finishMutex);
+    if (d->finished)
+        return;
+    d->finished = true;
+    d->engine.setEventSink(nullptr);
+    d->stop.store(true, std::memory_order_release);
+    const char one = 1;
+    [[maybe_unused]] const ssize_t w = ::write(d->wake[1], &one, 1);
+    if (d->thread.joinable())
+        d->thread.join();
+    if (d->listener.fd >= 0)
+        ::close(d->listener.fd);
+    if (!d->listener.socketPath.empty())
+        ::unlink(d->listener.socketPath.c_str());
+    if (!d->discoveryFile.empty())
+        ::unlink(d->discoveryFile.c_str());
+    ::close(d->wake[0]);
+    ::close(d->wake[1]);
+    if (!d->options.snapshotOut.empty()) {
+        auto written = wire::writeSnapshotFile(d->options.snapshotOut, d->makeSnapshot());
+        if (!written)
+            throw InspectorError("cannot write the snapshot: " + written.error());
+    }
+}
+
+} // namespace shardscope

@@ -1,0 +1,55 @@
+#pragma once
+// A blocking client of the inspector endpoint (POSIX sockets): connects, does the
+// handshake and hands out decoded frames. shardscope-capture and the tests use it; the
+// Qt GUI speaks the same protocol through QLocalSocket/QTcpSocket and the same wire codec.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "wire/frame.h"
+#include "wire/messages.h"
+#include "wire/result.h"
+
+namespace shardscope::server {
+
+class InspectorClient
+{
+public:
+    struct Options
+    {
+        std::string token;
+        std::string name = "shardscope-client";
+        std::uint16_t version = wire::kProtocolVersion; // tests send others
+        int handshakeTimeoutMs = 10000;
+    };
+
+    // Connects and completes the handshake; a refusal carries the engine's reason.
+    static wire::Result<std::unique_ptr<InspectorClient>> connect(std::string_view endpoint,
+                                                                  const Options &options);
+    ~InspectorClient();
+    InspectorClient(const InspectorClient &) = delete;
+    InspectorClient &operator=(const InspectorClient &) = delete;
+
+    const wire::Welcome &welcome() const { return m_welcome; }
+
+    // The next frame; std::nullopt when none arrived within timeoutMs; an error when the
+    // engine closed the connection ("the engine closed the connection") or sent bad bytes.
+    wire::Result<std::optional<wire::Frame>> next(int timeoutMs);
+
+    int fd() const { return m_fd; }
+
+private:
+    explicit InspectorClient(int fd);
+
+    int m_fd;
+    wire::FrameDecoder m_decoder;
+    wire::Welcome m_welcome;
+};
+
+// Sends bytes on a blocking socket; false on error.
+bool sendAll(int fd, std::string_view bytes);
+
+} // namespace shardscope::server

@@ -1,0 +1,56 @@
+#pragma once
+// The bounded recent history a late client receives: the last N events, oldest first.
+// Used by one thread (the inspector's consumer).
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "telemetry/event.h"
+
+namespace shardscope {
+
+class EventHistory
+{
+public:
+    explicit EventHistory(std::size_t capacity) : m_capacity(capacity) { m_buf.reserve(capacity); }
+
+    void append(std::span<const Event> events)
+    {
+        if (m_capacity == 0)
+            return;
+        if (events.size() >= m_capacity) {
+            m_buf.assign(events.end() - static_cast<std::ptrdiff_t>(m_capacity), events.end());
+            m_start = 0;
+            return;
+        }
+        for (const Event &e : events) {
+            if (m_buf.size() < m_capacity) {
+                m_buf.push_back(e);
+            } else {
+                m_buf[m_start] = e;
+                m_start = (m_start + 1) % m_capacity;
+            }
+        }
+    }
+
+    std::vector<Event> events() const
+    {
+        std::vector<Event> out;
+        out.reserve(m_buf.size());
+        out.insert(out.end(), m_buf.begin() + static_cast<std::ptrdiff_t>(m_start), m_buf.end());
+        out.insert(out.end(), m_buf.begin(), m_buf.begin() + static_cast<std::ptrdiff_t>(m_start));
+        return out;
+    }
+
+    std::size_t size() const { return m_buf.size(); }
+    std::size_t capacity() const { return m_capacity; }
+
+private:
+    std::size_t m_capacity;
+    std::vector<Event> m_buf;
+    std::size_t m_start = 0;
+};
+
+} // namespace shardscope

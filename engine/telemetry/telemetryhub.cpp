@@ -1,0 +1,82 @@
+#include "telemetry/telemetryhub.h"
+
+#include <iterator>
+
+#include "telemetry/clock.h"
+
+namespace shardscope {
+
+TelemetryHub::TelemetryHub(int worldSize, std::size_t ringCapacity)
+{
+    const int ranks = worldSize < 1 ? 1 : worldSize;
+    m_rings.reserve(static_cast<std::size_t>(ranks));
+    for (int r = 0; r < ranks; ++r)
+        m_rings.push_back(std::make_unique<EventRing>(ringCapacity));
+    m_reportedDrops.assign(static_cast<std::size_t>(ranks), 0);
+}
+
+void TelemetryHub::write(const Event &ev) noexcept
+{
+    if (ev.rank >= m_rings.size()) [[unlikely]] {
+        m_badRank.fetch_add(1, std::memory_order_relaxed);
+        return;
+    }
+    if (ev.tsNs == 0) [[unlikely]] {
+        Event stamped = ev;
+        stamped.tsNs = nowNs();
+        m_rings[ev.rank]->push(stamped);
+        return;
+    }
+    m_rings[ev.rank]->push(ev);
+}
+
+std::size_t TelemetryHub::drain(std::vector<Event> &out)
+{
+    const std::size_t before = out.size();
+    for (std::size_t r = 0; r < m_rings.size(); ++r) {
+        EventRing &ring = *m_rings[r];
+        const std::uint64_t dropped = ring.dropped();
+        if (dropped != m_reportedDrops[r]) {
+            Event notice{};
+            notice.tsNs = nowNs();
+            notice.rank = static_cast<std::uint16_t>(r);
+            notice.type = EventType::DroppedEvents;
+            notice.u0 = dropped - m_reportedDrops[r];
+            out.push_back(notice);
+            m_reportedDrops[r] = dropped;
+        }
+        Event chunk[256];
+        for (;;) {
+            const std::size_t n = ring.pop(chunk, std::size(chunk));
+            out.insert(out.end(), chunk, chunk + n);
+            if (n < std::size(chunk))
+                break;
+        }
+    }
+    return out.size() - before;
+}
+
+std::uint64_t TelemetryHub::droppedEvents() const
+{
+    std::uint64_t total = m_badRank.load(std::memory_order_relaxed);
+    for (const auto &ring : m_rings)
+        total += ring->dropped();
+    return total;
+}
+
+std::uint64_t TelemetryHub::droppedEvents(int rank) const
+{
+    if (rank < 0 || static_cast<std::size_t>(rank) >= m_rings.size())
+        return 0;
+    return m_rings[static_cast<std::size_t>(rank)]->dropped();
+}
+
+std::uint64_t TelemetryHub::writtenEvents() const
+{
+    std::uint64_t total = 0;
+    for (const auto &ring : m_rings)
+        total += ring->pushed();
+    return total;
+}
+
+} // namespace shardscope

@@ -1,0 +1,250 @@
+// The session store: live ingest, grouping of violations, history vs live events,
+// a reconnect continuing the history without duplicates, and coalesced updates.
+
+#include <QSignalSpy>
+#include <QTest>
+
+#include <vector>
+
+#include "session/sessionstore.h"
+#include "syntheticstate.h"
+
+using namespace shardscope;
+using namespace shardscope::testing;
+
+class tst_SessionStore : public QObject
+{
+    Q_OBJECT
+private slots:
+    void appliesStateAndIndexes();
+    void liveEventsUpdateStatusAndGathers();
+    void historyEventsAreStoredNotCounted();
+    void violationsGroupByKindAccessorParam();
+    void updatesAreCoalesced();
+    void reconnectContinuesHistoryWithoutDuplicates();
+    void differentRunStartsOver();
+    void lanesAreSortedAndSearchable();
+    void externalRegisterChangesStructure();
+    void badEventsDoNotCrash();
+};
+
+void tst_SessionStore::appliesStateAndIndexes()
+{
+    SessionStore store;
+    store.applyState(smallState());
+    QVERIFY(store.hasState());
+    QCOMPARE(store.worldSize(), 4);
+    QCOMPARE(store.paramName(0), QStringLiteral("embed.weight"));
+    QCOMPARE(store.modulePath(7), QStringLiteral("lm_head"));
+    QCOMPARE(store.modulePath(0), QStringLiteral("<root>"));
+    QCOMPARE(store.modulePath(kNoModule), QStringLiteral("<none>"));
+    QCOMPARE(store.ownedParams(4).size(), std::size_t(2)); // blocks.0.fc
+    QCOMPARE(store.childModules(0).size(), std::size_t(4)); // embed, blocks, lm_head, pos_conv
+    QCOMPARE(store.laneCount(), 4);
+}
+
+void tst_SessionStore::liveEventsUpdateStatusAndGathers()
+{
+    SessionStore store;
+    store.applyState(smallState());
+    std::vector<Event> evs{makeEvent(100, 2, EventType::FetchBegin, 1, 4, 1024),
+                           makeEvent(350, 2, EventType::FetchEnd, 1, 4, 1024)};
+    store.appendEvents(evs, false);
+    QCOMPARE(store.param(1)->status[2], ParamStatus::Available);
+    QCOMPARE(store.param(1)->status[0], ParamStatus::NotAvailable);
+    QCOMPARE(store.param(1)->gatherCount, std::uint64_t(1));
+    QCOMPARE(store.param(1)->gatherBytes, std::uint64_t(1024));
+    QCOMPARE(store.param(1)->gatherNs, std::uint64_t(250));
+    QCOMPARE(store.param(1)->lastGatherTsNs, std::uint64_t(350));
+    const Event rel = makeEvent(400, 2, EventType::Release, 1, 4, 1024);
+    store.appendEvents({&rel, 1}, false);
+    QCOMPARE(store.param(1)->status[2], ParamStatus::NotAvailable);
+    Event loss = makeEvent(500, 0, EventType::StepEnd, 0, 0, std::bit_cast<std::uint64_t>(2.5), 0, 3);
+    Event step = makeEvent(510, 0, EventType::StepBegin, 0, 0, 0, 0, 4);
+    store.appendEvents(std::vector<Event>{loss, step}, false);
+    QVERIFY(store.hasLoss());
+    QCOMPARE(store.loss(), 2.5);
+    QCOMPARE(store.step(), 4u);
+    QCOMPARE(store.totalEvents(), std::uint64_t(5));
+}
+
+void tst_SessionStore::historyEventsAreStoredNotCounted()
+{
+    SessionStore store;
+    EngineState st = smallState();
+    st.params[1].gatherCount = 7;
+    store.applyState(st);
+    std::vector<Event> evs{makeEvent(100, 0, EventType::FetchBegin, 1), makeEvent(200, 0, EventType::FetchEnd, 1),
+                           lmHeadViolation(250, 0)};
+    store.appendEvents(evs, true);
+    QCOMPARE(store.param(1)->gatherCount, std::uint64_t(7));
+    QVERIFY(store.violationGroups().empty());
+    QCOMPARE(store.lane(0).size(), std::size_t(3));
+}
+
+void tst_SessionStore::violationsGroupByKindAccessorParam()
+{
+    SessionStore store;
+    store.applyState(smallState());
+    std::vector<Event> evs{lmHeadViolation(100, 0), lmHeadViolation(101, 1), lmHeadViolation(300, 0, 2),
+                           makeEvent(50, 0, EventType::LateParameter, 8, 6),
+                           makeEvent(51, 0, EventType::LateParameter, 8, 7)};
+    store.appendEvents(evs, false);
+    QCOMPARE(store.violationGroups().size(), std::size_t(3));
+    const ViolationGroup &g = store.violationGroups()[0];
+    QCOMPARE(g.kind, ViolationKind::UnregisteredAccess);
+    QCOMPARE(g.count, std::uint64_t(3));
+    QCOMPARE(g.rankMask, std::uint64_t(0b11));
+    QCOMPARE(g.firstStep, 1u);
+    QCOMPARE(g.lastStep, 2u);
+    QCOMPARE(g.owner, ModuleId(1));
+    QCOMPARE(g.action, GuardAction::Gathered);
+    QCOMPARE(QString::fromStdString(g.fix), QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
+    QVERIFY(QString::fromStdString(g.message).contains(QStringLiteral("`lm_head` read `embed.weight` owned by `embed`")));
+    QCOMPARE(store.paramViolations(0), std::uint64_t(3));
+    QCOMPARE(store.moduleViolations(7), std::uint64_t(3)); // accessor
+    QCOMPARE(store.moduleViolations(1), std::uint64_t(3)); // owner
+    const ViolationGroup &late = store.violationGroups()[1];
+    QCOMPARE(late.kind, ViolationKind::LateParameter);
+    QVERIFY(QString::fromStdString(late.fix).contains(QStringLiteral("GatheredParameters")));
+    QVERIFY(QString::fromStdString(late.fix).contains(QStringLiteral("register_external_parameter(pos_conv, pos_conv.weight_g)")));
+    QCOMPARE(store.violationsOf(7).size(), std::size_t(1));
+}
+
+void tst_SessionStore::updatesAreCoalesced()
+{
+    SessionStore store;
+    store.setRefreshIntervalMs(10000);
+    QSignalSpy spy(&store, &SessionStore::updated);
+    store.applyState(smallState());
+    for (int i = 0; i < 1000; ++i) {
+        const Event e = makeEvent(static_cast<std::uint64_t>(i) * 10, i % 4, EventType::FetchBegin,
+                                  static_cast<std::uint32_t>(i % 8));
+        store.appendEvents({&e, 1}, false);
+    }
+    QCOMPARE(spy.count(), 0);
+    store.flush();
+    QCOMPARE(spy.count(), 1);
+    const auto changes = spy.at(0).at(0).value<StoreChanges>();
+    QVERIFY(changes.reset);
+    QVERIFY(changes.events);
+    QCOMPARE(changes.params.size(), std::size_t(8)); // each param once
+    store.flush();
+    QCOMPARE(spy.count(), 1); // nothing new, nothing emitted
+}
+
+void tst_SessionStore::reconnectContinuesHistoryWithoutDuplicates()
+{
+    SessionStore store;
+    store.applyState(smallState());
+    std::vector<Event> first;
+    for (int i = 0; i < 100; ++i)
+        first.push_back(makeEvent(1000 + static_cast<std::uint64_t>(i), i % 4, EventType::ModuleEnter, 3));
+    store.appendEvents(first, true);
+    store.appendEvents(std::vector<Event>{lmHeadViolation(2000, 0)}, false);
+    QCOMPARE(store.totalEvents(), std::uint64_t(101));
+
+    // The connection drops; a new attach to the same run gets a newer state whose
+    // violations already count the one above, then a history overlapping what we have.
+    EngineState st = smallState();
+    st.step = 3;
+    ViolationRecord v;
+    v.kind = ViolationKind::UnregisteredAccess;
+    v.accessor = 7;
+    v.param = 0;
+    v.owner = 1;
+    v.count = 2;
+    v.step = 1;
+    v.lastStep = 3;
+    v.tsNs = 2000;
+    v.fix = "register_external_parameter(lm_head, embed.weight)";
+    st.violations.push_back(v);
+    store.applyState(st);
+    std::vector<Event> history(first.begin() + 50, first.end());
+    history.push_back(lmHeadViolation(2000, 0));
+    for (int i = 0; i < 20; ++i)
+        history.push_back(makeEvent(3000 + static_cast<std::uint64_t>(i), i % 4, EventType::ModuleExit, 3));
+    store.appendEvents(history, true);
+    QCOMPARE(store.totalEvents(), std::uint64_t(121));
+    QCOMPARE(store.duplicateEvents(), std::uint64_t(51));
+    QCOMPARE(store.step(), 3u);
+    QCOMPARE(store.violationGroups().size(), std::size_t(1));
+    QCOMPARE(store.violationGroups()[0].count, std::uint64_t(2));
+    std::size_t total = 0;
+    for (int r = 0; r < store.laneCount(); ++r)
+        total += store.lane(r).size();
+    QCOMPARE(total, std::size_t(121));
+}
+
+void tst_SessionStore::differentRunStartsOver()
+{
+    SessionStore store;
+    store.applyState(smallState());
+    store.appendEvents(std::vector<Event>{lmHeadViolation(10, 0)}, false);
+    QSignalSpy spy(&store, &SessionStore::updated);
+    store.flush();
+    EngineState other = smallState(2);
+    other.modelName = "another";
+    store.applyState(other);
+    store.flush();
+    QCOMPARE(store.worldSize(), 2);
+    QCOMPARE(store.totalEvents(), std::uint64_t(0));
+    QVERIFY(store.violationGroups().empty());
+    QVERIFY(spy.last().at(0).value<StoreChanges>().reset);
+}
+
+void tst_SessionStore::lanesAreSortedAndSearchable()
+{
+    EventLane lane;
+    for (std::uint64_t t = 0; t < 40000; ++t)
+        lane.insert(makeEvent(t * 2, 0, EventType::ModuleEnter));
+    lane.insert(makeEvent(5, 0, EventType::ModuleExit)); // out of order
+    QCOMPARE(lane.size(), std::size_t(40001));
+    for (std::size_t i = 1; i < lane.size(); ++i)
+        QVERIFY(lane.at(i - 1).tsNs <= lane.at(i).tsNs);
+    QCOMPARE(lane.at(3).tsNs, std::uint64_t(5));
+    QCOMPARE(lane.at(3).type, EventType::ModuleExit);
+    QCOMPARE(lane.firstIndex(5), std::size_t(3));
+    QCOMPARE(lane.firstIndex(6), std::size_t(4));
+    QCOMPARE(lane.lastIndex(6), std::size_t(5));
+    QCOMPARE(lane.firstIndex(1u << 30), lane.size());
+    QVERIFY(lane.contains(makeEvent(5, 0, EventType::ModuleExit)));
+    QVERIFY(!lane.contains(makeEvent(5, 0, EventType::ModuleEnter)));
+    // 48 bytes an event plus at most one partly filled chunk.
+    QVERIFY(lane.bytesUsed() <= (lane.size() + EventLane::kChunkEvents) * sizeof(Event));
+}
+
+void tst_SessionStore::externalRegisterChangesStructure()
+{
+    SessionStore store;
+    store.applyState(smallState());
+    store.flush();
+    QSignalSpy spy(&store, &SessionStore::updated);
+    store.appendEvents(std::vector<Event>{makeEvent(10, 0, EventType::ExternalRegister, 7, 0, 0, 1)}, false);
+    store.flush();
+    QCOMPARE(spy.count(), 1);
+    QVERIFY(spy.at(0).at(0).value<StoreChanges>().structure);
+    QCOMPARE(store.externalsOn(7).size(), std::size_t(1));
+    QCOMPARE(store.externalsOn(7)[0].module, ModuleId(0)); // the param id
+    QVERIFY(store.externalsOn(7)[0].automatic);
+    QCOMPARE(store.param(0)->externals.size(), std::size_t(1));
+    store.appendEvents(std::vector<Event>{makeEvent(11, 0, EventType::ExternalUnregister, 7, 0)}, false);
+    QVERIFY(store.externalsOn(7).empty());
+}
+
+void tst_SessionStore::badEventsDoNotCrash()
+{
+    SessionStore store;
+    store.applyState(smallState());
+    std::vector<Event> evs{makeEvent(1, 0, EventType::FetchBegin, 999999), makeEvent(2, 0, EventType::FetchEnd, 999999),
+                           makeEvent(3, 60, EventType::Release, 0), makeEvent(4, 0, EventType::ExternalRegister, 12345, 0),
+                           makeEvent(5, 0, EventType::UnregisteredAccess, 12345, 999, 77, 0xff),
+                           makeEvent(6, 0, static_cast<EventType>(200), 1, 1)};
+    store.appendEvents(evs, false);
+    QCOMPARE(store.totalEvents(), std::uint64_t(6));
+    QCOMPARE(store.violationGroups().size(), std::size_t(1));
+    QCOMPARE(store.paramName(999), QStringLiteral("<parameter 999>"));
+}
+
+QTEST_GUILESS_MAIN(tst_SessionStore)
+#include "tst_sessionstore.moc"
