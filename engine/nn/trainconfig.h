@@ -29,7 +29,7 @@ struct TrainConfig
     // ---- the model
     int layers = 2;
     int hidden = 64;   // H
-    int vocab = 96;    // V
+    int vocab = 97;    // V (prime: no world size divides the embedding)
     int seq = 32;      // T: tokens per sequence
     int kernel = 8;    // K of pos_conv (wav2vec2: num_conv_pos_embeddings)
     int groups = 4;    // G of pos_conv (wav2vec2: num_conv_pos_embedding_groups); divides hidden

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "core/engine.h"
@@ -41,6 +42,8 @@ using StepCallback = std::function<void(const StepReport &)>;
 
 // The EngineConfig a run uses (world size, guard, persistence threshold, model name).
 EngineConfig makeEngineConfig(const TrainConfig &config);
+// An engine over a threads-as-ranks CPU world of config.worldSize ranks.
+std::unique_ptr<Engine> makeCpuEngine(const TrainConfig &config);
 
 // Creates the model's modules and parameters in engine (which must be empty and not yet
 // partitioned), partitions it (zero.Init), then applies weight normalisation to pos_conv

@@ -184,18 +184,22 @@ void TestLayers::conv1d_data()
 {
     QTest::addColumn<int>("kernel");
     QTest::addColumn<int>("groups");
-    QTest::newRow("even kernel, groups") << 4 << 2;
-    QTest::newRow("odd kernel, groups") << 3 << 3;
-    QTest::newRow("kernel longer than sequence") << 8 << 1;
-    QTest::newRow("depthwise") << 2 << 6;
+    QTest::addColumn<bool>("causal");
+    QTest::newRow("even kernel, groups") << 4 << 2 << false;
+    QTest::newRow("odd kernel, groups") << 3 << 3 << false;
+    QTest::newRow("kernel longer than sequence") << 8 << 1 << false;
+    QTest::newRow("depthwise") << 2 << 6 << false;
+    QTest::newRow("causal, even kernel") << 4 << 2 << true;
+    QTest::newRow("causal, odd kernel") << 3 << 1 << true;
 }
 
 void TestLayers::conv1d()
 {
     QFETCH(int, kernel);
     QFETCH(int, groups);
+    QFETCH(bool, causal);
     std::mt19937 rng(5);
-    ConvShape s{2, 5, 6, kernel, groups};
+    ConvShape s{2, 5, 6, kernel, groups, causal};
     const int n = s.batch * s.seq * s.channels;
     Vec x = randomVec(rng, n), w = randomVec(rng, s.weightNumel()), b = randomVec(rng, s.channels);
     const Vec r = randomVec(rng, n);
@@ -210,7 +214,8 @@ void TestLayers::conv1d()
     CHECK_GRADIENT("conv.weight", w, dw, loss);
     CHECK_GRADIENT("conv.bias", b, db, loss);
 
-    // The forward against the definition: y[n,t,o] = b[o] + sum w[o,ci,k] x[n, t+k-K/2, g*cin+ci].
+    // The forward against the definition: y[n,t,o] = b[o] + sum w[o,ci,k] x[n, t+k-pad, g*cin+ci]
+    // with pad = K/2 (wav2vec2) or K-1 (causal: y[t] never depends on x[t+1...]).
     Vec y(n);
     conv1dForward(s, x.data(), w.data(), b.data(), y.data());
     const int cin = s.channelsPerGroup();
@@ -221,7 +226,7 @@ void TestLayers::conv1d()
                 double expect = b[o];
                 for (int ci = 0; ci < cin; ++ci)
                     for (int k = 0; k < kernel; ++k) {
-                        const int src = t + k - kernel / 2;
+                        const int src = t + k - (causal ? kernel - 1 : kernel / 2);
                         if (src >= 0 && src < s.seq)
                             expect += w[(o * cin + ci) * kernel + k]
                                 * x[(bi * s.seq + src) * s.channels + g * cin + ci];
@@ -239,8 +244,9 @@ void TestLayers::convWithWeightNorm()
 {
     QFETCH(int, kernel);
     QFETCH(int, groups);
+    QFETCH(bool, causal);
     std::mt19937 rng(6);
-    ConvShape s{2, 5, 6, kernel, groups};
+    ConvShape s{2, 5, 6, kernel, groups, causal};
     const int n = s.batch * s.seq * s.channels;
     const int cin = s.channelsPerGroup();
     Vec x = randomVec(rng, n), v = randomVec(rng, s.weightNumel()), g = randomVec(rng, kernel),

@@ -1,0 +1,303 @@
+// shardscope-train: a data-parallel ZeRO-3 training run on the ShardScope engine, with the
+// two user stories (tied embedding, weight_norm after zero.Init) reproduced or fixed.
+
+#include <charconv>
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/engine.h"
+#include "cuda/backendselect.h"
+#include "cuda/gputrainer.h"
+#include "nn/trainer.h"
+#include "server/inspector.h"
+
+using namespace shardscope;
+
+namespace {
+
+constexpr const char *kUsage = R"(Usage: shardscope-train [options]
+
+A data-parallel ZeRO-3 training run of a small language model on the ShardScope engine.
+Each rank is a thread; parameters are partitioned across ranks and gathered on demand.
+
+The run:
+  --world-size N        ranks (default 4)
+  --steps S             optimizer steps (default 60)
+  --seed N              seed of the initial weights and of the synthetic data (default 1)
+  --backend B           cpu, nccl or auto (default auto: NCCL when GPUs are usable, else CPU)
+
+The model (embed, pos_conv, blocks.<i>.{ln,fc1,fc2}, ln_f, tied lm_head):
+  --layers L            blocks (default 2)
+  --hidden H            hidden size (default 64)
+  --vocab V             vocabulary size (default 97)
+  --seq T               tokens per sequence (default 32)
+  --kernel K            pos_conv kernel size (default 8)
+  --groups G            pos_conv groups, must divide H (default 4)
+
+The optimisation (Adam):
+  --batch B             global batch in sequences per step, split across ranks (default 30)
+  --lr X                learning rate (default 0.003)
+  --weight-decay X      decoupled (AdamW) weight decay of the matrices (default 0)
+
+The engine:
+  --externals none|manual
+                        none (default): the model code does what the users in the stories
+                        did first: lm_head reads embed.weight unregistered, and weight_norm
+                        creates pos_conv.weight_g/weight_v after partitioning (late
+                        parameters). manual: the stories' fixes, register_external_parameter
+                        and weight_norm inside GatheredParameters(modifier_rank=0) + adoption
+  --guard error|warn|auto
+                        what the engine does about an unregistered access (default warn):
+                        error stops with the fix, warn gathers and records, auto registers
+  --persistence-threshold N
+                        parameters with fewer elements are never partitioned (default 1000)
+
+The inspector endpoint:
+  --listen ENDPOINT     unix:PATH or tcp:HOST:PORT (default: a Unix socket, announced in a
+                        discovery file)
+  --token T             required to listen on a non-loopback TCP host
+  --no-listen           do not serve the live endpoint
+  --snapshot-out FILE   write the final state and recent history to FILE at the end
+  --history N           recent events kept for a client that attaches late (default 65536)
+  --no-telemetry        the engine emits no events (the endpoint still serves the state)
+
+  --help                show this help
+
+Each step prints one line: step, loss, tokens/s, MB gathered, and the unregistered accesses
+and late parameters recorded so far; the last line begins with "final".
+Exit status: 0 done, 1 the run failed (e.g. --guard error stopped it), 2 bad command line
+or endpoint.
+)";
+
+struct UsageError
+{
+    std::string message;
+};
+
+template <typename T>
+T parseNumber(std::string_view flag, std::string_view text)
+{
+    T value{};
+    const char *end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+    if (text.empty() || ec != std::errc() || ptr != end)
+        throw UsageError{std::string(flag) + " expects a number, got '" + std::string(text) + "'"};
+    return value;
+}
+
+// Returns the config, or nullopt after printing the help.
+std::optional<nn::TrainConfig> parseArgs(const std::vector<std::string> &args)
+{
+    nn::TrainConfig c;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        std::string flag = args[i];
+        std::optional<std::string> inlineValue;
+        if (const auto eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+            inlineValue = flag.substr(eq + 1);
+            flag = flag.substr(0, eq);
+        }
+        auto value = [&]() -> std::string {
+            if (inlineValue)
+                return *inlineValue;
+            if (i + 1 >= args.size())
+                throw UsageError{flag + " needs a value"};
+            return args[++i];
+        };
+        auto noValue = [&] {
+            if (inlineValue)
+                throw UsageError{flag + " takes no value"};
+        };
+        if (flag == "--help" || flag == "-h") {
+            noValue();
+            return std::nullopt;
+        } else if (flag == "--world-size") {
+            c.worldSize = parseNumber<int>(flag, value());
+        } else if (flag == "--steps") {
+            c.steps = parseNumber<int>(flag, value());
+        } else if (flag == "--layers") {
+            c.layers = parseNumber<int>(flag, value());
+        } else if (flag == "--hidden") {
+            c.hidden = parseNumber<int>(flag, value());
+        } else if (flag == "--vocab") {
+            c.vocab = parseNumber<int>(flag, value());
+        } else if (flag == "--seq") {
+            c.seq = parseNumber<int>(flag, value());
+        } else if (flag == "--batch") {
+            c.batch = parseNumber<int>(flag, value());
+        } else if (flag == "--kernel") {
+            c.kernel = parseNumber<int>(flag, value());
+        } else if (flag == "--groups") {
+            c.groups = parseNumber<int>(flag, value());
+        } else if (flag == "--lr") {
+            c.lr = parseNumber<float>(flag, value());
+        } else if (flag == "--weight-decay") {
+            c.weightDecay = parseNumber<float>(flag, value());
+        } else if (flag == "--seed") {
+            c.seed = parseNumber<std::uint64_t>(flag, value());
+        } else if (flag == "--persistence-threshold") {
+            c.persistenceThreshold = parseNumber<std::int64_t>(flag, value());
+        } else if (flag == "--externals") {
+            const std::string v = value();
+            if (!nn::parseExternals(v, c.externals))
+                throw UsageError{"--externals '" + v + "' is not one of none, manual"};
+        } else if (flag == "--guard") {
+            const std::string v = value();
+            if (!parseGuardPolicy(v, c.guard))
+                throw UsageError{"--guard '" + v + "' is not one of error, warn, auto"};
+        } else if (flag == "--backend") {
+            c.backend = value();
+        } else if (flag == "--listen") {
+            c.endpoint = value();
+            c.listen = true;
+        } else if (flag == "--token") {
+            c.token = value();
+        } else if (flag == "--no-listen") {
+            noValue();
+            c.listen = false;
+        } else if (flag == "--snapshot-out") {
+            c.snapshotOut = value();
+        } else if (flag == "--history") {
+            c.historyEvents = parseNumber<std::size_t>(flag, value());
+        } else if (flag == "--no-telemetry") {
+            noValue();
+            c.telemetry = false;
+        } else {
+            throw UsageError{"unknown option '" + args[i] + "'"};
+        }
+    }
+    const std::string problem = nn::validate(c);
+    if (!problem.empty())
+        throw UsageError{problem};
+    return c;
+}
+
+void printStep(const nn::StepReport &r)
+{
+    std::printf("step %d/%d  loss %.6f  tokens/s %.0f  gathered %.1f MB  unregistered %llu  late %llu\n",
+                r.step, r.steps, r.loss, r.tokensPerSecond, r.megabytesGathered,
+                static_cast<unsigned long long>(r.unregisteredAccesses),
+                static_cast<unsigned long long>(r.lateParameters));
+    std::fflush(stdout);
+}
+
+void printFinal(const nn::TrainResult &r, int steps)
+{
+    const double drop = r.firstLoss > 0.0 ? 100.0 * (r.firstLoss - r.lastLoss) / r.firstLoss : 0.0;
+    std::printf("final loss %.6f  first %.6f  drop %.1f%%  steps %d  time %.1f s  tokens/s %.0f  "
+                "gathered %.1f MB  unregistered %llu  late %llu\n",
+                r.lastLoss, r.firstLoss, drop, steps, r.seconds,
+                r.seconds > 0.0 ? static_cast<double>(r.tokens) / r.seconds : 0.0,
+                r.megabytesGathered, static_cast<unsigned long long>(r.unregisteredAccesses),
+                static_cast<unsigned long long>(r.lateParameters));
+    std::fflush(stdout);
+}
+
+// Says what the engine recorded, so the two stories are visible in a plain terminal.
+void printViolations(const Engine &engine)
+{
+    // One line per distinct problem, as the first local rank saw it, not one per rank.
+    for (const ViolationRecord &v : engine.violations()) {
+        if (v.kind == ViolationKind::TraceInvalidated || v.rank != engine.localRanks().front())
+            continue;
+        std::printf("%s (steps %u-%u, %llu times): %s\n", std::string(violationKindName(v.kind)).c_str(),
+                    v.step, v.lastStep, static_cast<unsigned long long>(v.count), v.message.c_str());
+        if (!v.fix.empty())
+            std::printf("    fix: %s\n", v.fix.c_str());
+    }
+}
+
+int runCpu(const nn::TrainConfig &config)
+{
+    std::unique_ptr<Engine> engine = nn::makeCpuEngine(config);
+    std::printf("model: %d blocks, hidden %d, vocab %d, seq %d, pos_conv kernel %d groups %d; "
+                "world size %d, global batch %d sequences; externals %s, guard %s\n",
+                config.layers, config.hidden, config.vocab, config.seq, config.kernel,
+                config.groups, config.worldSize, config.batch,
+                std::string(nn::externalsName(config.externals)).c_str(),
+                std::string(guardPolicyName(config.guard)).c_str());
+    std::fflush(stdout);
+    nn::buildModel(*engine, config);
+
+    InspectorOptions options;
+    options.listen = config.listen;
+    options.endpoint = config.endpoint;
+    options.token = config.token;
+    options.historyEvents = config.historyEvents;
+    options.snapshotOut = config.snapshotOut;
+    options.telemetry = config.telemetry;
+    std::unique_ptr<Inspector> inspector;
+    try {
+        inspector = std::make_unique<Inspector>(*engine, options);
+    } catch (const InspectorError &e) {
+        std::fprintf(stderr, "shardscope-train: %s\n", e.what());
+        return 2;
+    }
+    if (const std::string at = inspector->endpoint(); !at.empty())
+        std::printf("inspector: listening on %s\n", at.c_str());
+    std::fflush(stdout);
+
+    const nn::TrainResult result = nn::trainModel(*engine, config, printStep);
+    inspector->finish();
+    printViolations(*engine);
+    printFinal(result, config.steps);
+    if (!config.snapshotOut.empty())
+        std::printf("snapshot: %s\n", config.snapshotOut.c_str());
+    return 0;
+}
+
+int runNccl(const nn::TrainConfig &config)
+{
+    if (config.listen || !config.snapshotOut.empty())
+        std::printf("inspector: not available with the NCCL backend in this version "
+                    "(the endpoint serves the CPU engine); use --backend cpu to inspect\n");
+    const nn::TrainResult result = gpu::runNcclTraining(config, printStep);
+    printFinal(result, config.steps);
+    return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    std::optional<nn::TrainConfig> config;
+    try {
+        config = parseArgs(std::vector<std::string>(argv + 1, argv + argc));
+    } catch (const UsageError &e) {
+        std::fprintf(stderr, "shardscope-train: %s\nRun 'shardscope-train --help' for the options.\n",
+                     e.message.c_str());
+        return 2;
+    }
+    if (!config) {
+        std::fputs(kUsage, stdout);
+        return 0;
+    }
+
+    try {
+        BackendChoice choice;
+        try {
+            choice = chooseBackend(config->backend);
+        } catch (const std::invalid_argument &e) {
+            std::fprintf(stderr, "shardscope-train: %s\n", e.what());
+            return 2;
+        }
+        std::printf("backend: %s (%s)\n", std::string(backendName(choice.backend)).c_str(),
+                    choice.reason.c_str());
+        std::fflush(stdout);
+        return choice.backend == Backend::Nccl ? runNccl(*config) : runCpu(*config);
+    } catch (const UnregisteredAccessError &e) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "shardscope-train: stopped by --guard error: %s\n    fix: %s\n",
+                     e.what(), e.fix().c_str());
+        return 1;
+    } catch (const std::exception &e) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "shardscope-train: %s\n", e.what());
+        return 1;
+    }
+}

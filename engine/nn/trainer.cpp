@@ -1,0 +1,158 @@
+#include "nn/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cblas.h>
+
+#include "comm/cpucommunicator.h"
+#include "nn/adam.h"
+#include "nn/markov.h"
+#include "nn/model.h"
+
+namespace shardscope::nn {
+
+namespace {
+
+// Sequences [first, first + count) of the global batch belong to rank r: the batch is split
+// as evenly as it goes, the first (batch % world) ranks take one more.
+struct Slice
+{
+    int first = 0;
+    int count = 0;
+};
+
+Slice sliceOf(int batch, int world, int rank)
+{
+    const int base = batch / world;
+    const int extra = batch % world;
+    return Slice{rank * base + std::min(rank, extra), base + (rank < extra ? 1 : 0)};
+}
+
+// Weight decay applies to matrices (and weight_v), not to biases, norms or weight_g.
+bool decays(const ParamInfo &info)
+{
+    return info.shape.size() == 2 || info.localName == "weight_v";
+}
+
+} // namespace
+
+EngineConfig makeEngineConfig(const TrainConfig &config)
+{
+    EngineConfig e;
+    e.worldSize = config.worldSize;
+    e.persistenceThreshold = config.persistenceThreshold;
+    e.guard = config.guard;
+    e.modelName = "shardscope-train lm (" + std::to_string(config.layers) + " blocks, hidden " +
+                  std::to_string(config.hidden) + ", vocab " + std::to_string(config.vocab) + ")";
+    return e;
+}
+
+std::unique_ptr<Engine> makeCpuEngine(const TrainConfig &config)
+{
+    return std::make_unique<Engine>(makeEngineConfig(config), makeCpuWorld(config.worldSize));
+}
+
+TrainResult trainModel(Engine &engine, const TrainConfig &config, const StepCallback &onStep)
+{
+    const std::string problem = validate(config);
+    if (!problem.empty())
+        throw EngineError(problem);
+    if (engine.worldSize() != config.worldSize)
+        throw EngineError("the engine has world size " + std::to_string(engine.worldSize()) +
+                          " but the run asks for " + std::to_string(config.worldSize));
+    const ModelHandles handles = findModel(engine, config.layers);
+    const std::vector<ParamId> params = handles.params();
+    const MarkovStream data(config.seed, config.vocab);
+    const int T = config.seq;
+    const double globalTokens = static_cast<double>(config.batch) * T;
+    const int reporter = engine.localRanks().front();
+    // Ranks are threads already: one BLAS thread each.
+    openblas_set_num_threads(1);
+
+    TrainResult result;
+    result.losses.resize(static_cast<std::size_t>(config.steps));
+    const auto start = std::chrono::steady_clock::now();
+
+    engine.forEachLocalRank([&](int rank) {
+        RankModel model(engine, rank, config, handles);
+        Adam adam(AdamOptions{config.lr, config.beta1, config.beta2, config.eps, config.weightDecay});
+        Communicator &comm = engine.comm(rank);
+        const Slice mine = sliceOf(config.batch, config.worldSize, rank);
+        std::vector<std::int32_t> sequence(static_cast<std::size_t>(T) + 1);
+        std::vector<std::int32_t> tokens(static_cast<std::size_t>(mine.count) * T);
+        std::vector<std::int32_t> targets(tokens.size());
+        std::vector<double> partials(static_cast<std::size_t>(config.worldSize));
+
+        for (int step = 1; step <= config.steps; ++step) {
+            const auto stepStart = std::chrono::steady_clock::now();
+            engine.beginStep(rank);
+            engine.zeroGrads(rank);
+            for (int s = 0; s < mine.count; ++s) {
+                data.sequence(static_cast<std::uint32_t>(step), mine.first + s, T + 1, sequence.data());
+                std::copy_n(sequence.begin(), T, tokens.begin() + std::int64_t(s) * T);
+                std::copy_n(sequence.begin() + 1, T, targets.begin() + std::int64_t(s) * T);
+            }
+            const double partial =
+                model.forwardBackward(tokens.data(), targets.data(), mine.count, globalTokens);
+
+            adam.beginStep();
+            for (std::size_t i = 0; i < params.size(); ++i) {
+                const ParamId p = params[i];
+                adam.update(i, engine.shardData(rank, p), engine.shardGrad(rank, p),
+                            config.weightDecay > 0.0f && decays(engine.param(p)));
+            }
+            engine.refreshPersistent(rank);
+
+            // The global mean loss, summed in rank order so every world size adds the same way.
+            comm.allGather(&partial, partials.data(), sizeof(double)).wait();
+            double sum = 0.0;
+            for (double x : partials)
+                sum += x;
+            const double loss = sum / globalTokens;
+            engine.endStep(rank, loss);
+            comm.barrier();
+
+            if (rank == reporter) {
+                const double seconds = std::chrono::duration<double>(
+                                           std::chrono::steady_clock::now() - stepStart)
+                                           .count();
+                double bytes = 0.0;
+                for (int r : engine.localRanks())
+                    bytes += static_cast<double>(engine.gatheredBytes(r));
+                result.losses[step - 1] = loss;
+                StepReport report;
+                report.step = step;
+                report.steps = config.steps;
+                report.loss = loss;
+                report.seconds = seconds;
+                report.tokensPerSecond = seconds > 0.0 ? globalTokens / seconds : 0.0;
+                report.megabytesGathered = bytes / 1e6;
+                report.unregisteredAccesses = engine.unregisteredAccessCount();
+                report.lateParameters = engine.lateParameterCount();
+                if (onStep)
+                    onStep(report);
+            }
+        }
+    });
+
+    result.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    result.firstLoss = result.losses.front();
+    result.lastLoss = result.losses.back();
+    result.tokens = static_cast<std::int64_t>(globalTokens) * config.steps;
+    double bytes = 0.0;
+    for (int r : engine.localRanks())
+        bytes += static_cast<double>(engine.gatheredBytes(r));
+    result.megabytesGathered = bytes / 1e6;
+    result.unregisteredAccesses = engine.unregisteredAccessCount();
+    result.lateParameters = engine.lateParameterCount();
+    return result;
+}
+
+TrainResult runCpuTraining(const TrainConfig &config, Engine &engine, const StepCallback &onStep)
+{
+    buildModel(engine, config);
+    return trainModel(engine, config, onStep);
+}
+
+} // namespace shardscope::nn
