@@ -1,0 +1,85 @@
+#pragma once
+// The NCCL backend of Communicator: collectives on device buffers, enqueued on a
+// dedicated communication stream after the work already queued on the compute stream;
+// each returns a CommHandle that completes on a CUDA event recorded behind it.
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "cuda/rendezvous.h"
+
+namespace shardscope {
+
+class NcclCommunicator final : public Communicator
+{
+public:
+    // Takes ownership of comm (an ncclComm_t) for rank of worldSize on CUDA device.
+    NcclCommunicator(void *ncclComm, int rank, int worldSize, int device);
+    ~NcclCommunicator() override;
+    NcclCommunicator(const NcclCommunicator &) = delete;
+    NcclCommunicator &operator=(const NcclCommunicator &) = delete;
+
+    int rank() const override { return m_rank; }
+    int worldSize() const override { return m_world; }
+    Backend backend() const override { return Backend::Nccl; }
+    bool deviceBuffers() const override { return true; }
+
+    CommHandle allGather(const void *send, void *recv, std::size_t bytes) override;
+    CommHandle broadcast(void *buf, std::size_t bytes, int root) override;
+    // Sums in NCCL's order (ring/tree), which is deterministic for a fixed world and
+    // topology but not the CPU backend's rank order: results agree to fp rounding.
+    CommHandle reduceScatter(const void *send, void *recv, std::size_t count, DType dtype) override;
+    void barrier() override;
+
+    int device() const { return m_device; }
+    cudaStream_t commStream() const { return m_commStream; }
+    // Collectives start after everything already enqueued on this stream (default: the
+    // legacy default stream), so inputs written by compute kernels are complete.
+    void setComputeStream(cudaStream_t stream) { m_computeStream = stream; }
+    cudaStream_t computeStream() const { return m_computeStream; }
+    // false: collectives do not wait for the compute stream; the caller orders them
+    // itself with commWaitFor (the GPU trainer does, so prefetches overlap compute).
+    void setOrderAfterCompute(bool on) { m_orderAfterCompute = on; }
+    // Makes stream wait (on the device, without blocking the host) for every collective
+    // enqueued so far: how compute kernels consume results without a host sync.
+    void streamWaitComm(cudaStream_t stream);
+    // Makes the communication stream wait for the work enqueued so far on producer.
+    void commWaitFor(cudaStream_t producer);
+    // recv (count floats) = element-wise sum over ranks of send; an all-reduce for the
+    // parameters that are not partitioned.
+    CommHandle allReduceSum(const float *send, float *recv, std::size_t count);
+    // The sum over ranks of one host value (synchronous; the per-step loss).
+    double allReduceHost(double value);
+    // ncclCommAbort: unblocks ranks waiting on a collective that will never complete
+    // because another rank failed. Callable from any thread; the communicator is unusable after.
+    void abort();
+
+private:
+    void before(const char *what, const void *a, const void *b);
+    CommHandle after();
+    void *commPtr() const { return m_comm.load(); }
+    std::atomic<void *> m_comm{nullptr};
+    int m_rank = 0;
+    int m_world = 1;
+    int m_device = 0;
+    cudaStream_t m_commStream = nullptr;
+    cudaStream_t m_computeStream = nullptr;
+    bool m_orderAfterCompute = true;
+    cudaEvent_t m_inputsReady = nullptr;
+    cudaEvent_t m_lastDone = nullptr;
+    void *m_barrierBuf = nullptr; // one double: barrier and allReduceHost
+};
+
+// One process driving the given local GPUs, one rank per GPU (rank i on devices[i]),
+// created together with ncclCommInitAll. Each communicator is then used by one thread.
+std::vector<std::unique_ptr<NcclCommunicator>> makeNcclLocalWorld(const std::vector<int> &devices);
+
+// One rank of a multi-process (or multi-node) world: device = config.localRank; rank 0
+// creates the ncclUniqueId and serves it at MASTER_ADDR:MASTER_PORT, the others fetch it.
+std::unique_ptr<NcclCommunicator> makeNcclRank(const RendezvousConfig &config);
+
+} // namespace shardscope

@@ -1,0 +1,344 @@
+// Wire format: the client sends "SSRDZV01", its rank and the world size (int32 LE);
+// rank 0 answers a status byte, then either the blob (uint32 LE size + bytes) or a
+// reason (uint32 LE size + text).
+
+#include "cuda/rendezvous.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "comm/communicator.h"
+
+namespace shardscope {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr char kMagic[8] = {'S', 'S', 'R', 'D', 'Z', 'V', '0', '1'};
+
+class Fd
+{
+public:
+    explicit Fd(int fd = -1) : m_fd(fd) {}
+    ~Fd() { reset(); }
+    Fd(Fd &&o) noexcept : m_fd(o.m_fd) { o.m_fd = -1; }
+    Fd &operator=(Fd &&o) noexcept
+    {
+        if (this != &o) {
+            reset();
+            m_fd = o.m_fd;
+            o.m_fd = -1;
+        }
+        return *this;
+    }
+    int get() const { return m_fd; }
+    void reset()
+    {
+        if (m_fd >= 0)
+            ::close(m_fd);
+        m_fd = -1;
+    }
+
+private:
+    int m_fd;
+};
+
+int msLeft(Clock::time_point deadline)
+{
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    return left.count() > 0 ? static_cast<int>(left.count()) : 0;
+}
+
+// Reads/writes exactly n bytes before the deadline; false on timeout, EOF or error.
+bool ioAll(int fd, void *buf, std::size_t n, Clock::time_point deadline, bool write)
+{
+    auto *p = static_cast<char *>(buf);
+    while (n > 0) {
+        pollfd pfd{fd, static_cast<short>(write ? POLLOUT : POLLIN), 0};
+        const int r = ::poll(&pfd, 1, msLeft(deadline));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return false;
+        const ssize_t k = write ? ::send(fd, p, n, MSG_NOSIGNAL) : ::recv(fd, p, n, 0);
+        if (k < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (k <= 0)
+            return false;
+        p += k;
+        n -= static_cast<std::size_t>(k);
+    }
+    return true;
+}
+
+void putU32(unsigned char *p, std::uint32_t v)
+{
+    for (int i = 0; i < 4; ++i)
+        p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+
+std::uint32_t getU32(const unsigned char *p)
+{
+    std::uint32_t v = 0;
+    for (int i = 0; i < 4; ++i)
+        v |= static_cast<std::uint32_t>(p[i]) << (8 * i);
+    return v;
+}
+
+int parseIntVar(const char *name, bool required, int fallback, int minValue)
+{
+    const char *v = std::getenv(name);
+    if (!v || !*v) {
+        if (required)
+            throw CommError(std::string("the NCCL rendezvous needs the environment variable ") + name
+                            + " (launch with torchrun, or set RANK, WORLD_SIZE, LOCAL_RANK, "
+                              "MASTER_ADDR and MASTER_PORT for every process)");
+        return fallback;
+    }
+    char *end = nullptr;
+    errno = 0;
+    const long x = std::strtol(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || x < minValue || x > 1000000)
+        throw CommError(std::string("environment variable ") + name + "='" + v
+                        + "' is not a valid number (expected an integer >= "
+                        + std::to_string(minValue) + ")");
+    return static_cast<int>(x);
+}
+
+std::string secondsText(std::chrono::milliseconds t)
+{
+    const long long ms = t.count();
+    if (ms % 1000 == 0)
+        return std::to_string(ms / 1000) + " s";
+    return std::to_string(ms) + " ms";
+}
+
+std::string where(const RendezvousConfig &c)
+{
+    return c.masterAddr + ":" + std::to_string(c.masterPort);
+}
+
+} // namespace
+
+RendezvousConfig rendezvousFromEnv()
+{
+    RendezvousConfig c;
+    c.rank = parseIntVar("RANK", true, 0, 0);
+    c.worldSize = parseIntVar("WORLD_SIZE", true, 1, 1);
+    c.localRank = parseIntVar("LOCAL_RANK", false, c.rank, 0);
+    if (c.rank >= c.worldSize)
+        throw CommError("RANK=" + std::to_string(c.rank) + " is not below WORLD_SIZE="
+                        + std::to_string(c.worldSize) + "; ranks count from 0");
+    const char *addr = std::getenv("MASTER_ADDR");
+    if (c.worldSize > 1 && (!addr || !*addr))
+        throw CommError("the NCCL rendezvous needs MASTER_ADDR (the host of rank 0) when "
+                        "WORLD_SIZE > 1");
+    if (addr && *addr)
+        c.masterAddr = addr;
+    c.masterPort = parseIntVar("MASTER_PORT", c.worldSize > 1, 29500, 1);
+    if (c.masterPort > 65535)
+        throw CommError("MASTER_PORT=" + std::to_string(c.masterPort) + " is not a TCP port");
+    c.timeout = std::chrono::seconds(parseIntVar("SHARDSCOPE_RENDEZVOUS_TIMEOUT_S", false, 60, 1));
+    return c;
+}
+
+struct RendezvousServer::Impl
+{
+    RendezvousConfig config;
+    std::vector<std::byte> blob;
+    Fd listener;
+    int port = 0;
+    std::atomic<bool> stop{false};
+    std::thread thread;
+    std::mutex mutex;
+    std::string error; // set by the serving thread
+    bool done = false;
+
+    void serve();
+    void fail(std::string why)
+    {
+        std::lock_guard lock(mutex);
+        if (error.empty())
+            error = std::move(why);
+    }
+};
+
+void RendezvousServer::Impl::serve()
+{
+    std::set<int> served;
+    const auto deadline = Clock::now() + config.timeout;
+    while (static_cast<int>(served.size()) < config.worldSize - 1) {
+        if (stop.load())
+            return;
+        if (Clock::now() >= deadline) {
+            fail("rank 0 waited " + secondsText(config.timeout) + " on port "
+                 + std::to_string(port) + " but only " + std::to_string(served.size()) + " of "
+                 + std::to_string(config.worldSize - 1)
+                 + " other ranks connected; start every rank with the same MASTER_ADDR, "
+                   "MASTER_PORT and WORLD_SIZE");
+            return;
+        }
+        pollfd pfd{listener.get(), POLLIN, 0};
+        if (::poll(&pfd, 1, 100) <= 0)
+            continue;
+        Fd peer(::accept(listener.get(), nullptr, nullptr));
+        if (peer.get() < 0)
+            continue;
+        unsigned char hello[16];
+        const auto peerDeadline = Clock::now() + std::chrono::seconds(5);
+        if (!ioAll(peer.get(), hello, sizeof hello, peerDeadline, false)
+            || std::memcmp(hello, kMagic, sizeof kMagic) != 0)
+            continue; // not one of ours (a port scanner, a stale process): ignore it
+        const int rank = static_cast<int>(getU32(hello + 8));
+        const int world = static_cast<int>(getU32(hello + 12));
+        std::string refusal;
+        if (world != config.worldSize)
+            refusal = "rank " + std::to_string(rank) + " says WORLD_SIZE=" + std::to_string(world)
+                      + " but rank 0 has WORLD_SIZE=" + std::to_string(config.worldSize);
+        else if (rank <= 0 || rank >= world)
+            refusal = "RANK=" + std::to_string(rank) + " is not a non-zero rank of a world of "
+                      + std::to_string(world);
+        else if (served.count(rank))
+            refusal = "two processes both claim RANK=" + std::to_string(rank);
+        unsigned char head[5];
+        if (!refusal.empty()) {
+            head[0] = 1;
+            putU32(head + 1, static_cast<std::uint32_t>(refusal.size()));
+            ioAll(peer.get(), head, sizeof head, peerDeadline, true);
+            ioAll(peer.get(), refusal.data(), refusal.size(), peerDeadline, true);
+            fail(refusal);
+            continue;
+        }
+        head[0] = 0;
+        putU32(head + 1, static_cast<std::uint32_t>(blob.size()));
+        if (ioAll(peer.get(), head, sizeof head, peerDeadline, true)
+            && ioAll(peer.get(), blob.data(), blob.size(), peerDeadline, true))
+            served.insert(rank);
+    }
+    std::lock_guard lock(mutex);
+    done = true;
+}
+
+RendezvousServer::RendezvousServer(const RendezvousConfig &config, std::vector<std::byte> blob)
+    : d(std::make_unique<Impl>())
+{
+    d->config = config;
+    d->blob = std::move(blob);
+    d->listener = Fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (d->listener.get() < 0)
+        throw CommError(std::string("rank 0 could not create the rendezvous socket: ")
+                        + std::strerror(errno));
+    const int one = 1;
+    ::setsockopt(d->listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    addr.sin_port = htons(static_cast<std::uint16_t>(config.masterPort));
+    if (::bind(d->listener.get(), reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0
+        || ::listen(d->listener.get(), 128) != 0)
+        throw CommError("rank 0 could not listen on MASTER_PORT=" + std::to_string(config.masterPort)
+                        + " for the NCCL rendezvous: " + std::strerror(errno)
+                        + "; choose a free port with MASTER_PORT");
+    socklen_t len = sizeof addr;
+    ::getsockname(d->listener.get(), reinterpret_cast<sockaddr *>(&addr), &len);
+    d->port = ntohs(addr.sin_port);
+    if (config.worldSize <= 1) {
+        d->done = true;
+        return;
+    }
+    d->thread = std::thread([impl = d.get()] { impl->serve(); });
+}
+
+RendezvousServer::~RendezvousServer()
+{
+    d->stop.store(true);
+    if (d->thread.joinable())
+        d->thread.join();
+}
+
+int RendezvousServer::port() const
+{
+    return d->port;
+}
+
+void RendezvousServer::wait()
+{
+    if (d->thread.joinable())
+        d->thread.join();
+    std::lock_guard lock(d->mutex);
+    if (!d->done)
+        throw CommError("NCCL rendezvous failed: "
+                        + (d->error.empty() ? std::string("rank 0 stopped serving") : d->error));
+}
+
+std::vector<std::byte> fetchRendezvousBlob(const RendezvousConfig &config)
+{
+    const auto deadline = Clock::now() + config.timeout;
+    std::string lastError = "no attempt";
+    const std::string who = "rank " + std::to_string(config.rank) + " of "
+                            + std::to_string(config.worldSize);
+    while (true) {
+        addrinfo hints{};
+        hints.ai_family = AF_INET;
+        hints.ai_socktype = SOCK_STREAM;
+        addrinfo *res = nullptr;
+        const std::string port = std::to_string(config.masterPort);
+        const int gai = ::getaddrinfo(config.masterAddr.c_str(), port.c_str(), &hints, &res);
+        if (gai != 0) {
+            lastError = std::string("cannot resolve MASTER_ADDR: ") + ::gai_strerror(gai);
+        } else {
+            Fd fd(::socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol));
+            const bool connected = fd.get() >= 0 && ::connect(fd.get(), res->ai_addr, res->ai_addrlen) == 0;
+            lastError = connected ? "" : std::strerror(errno);
+            ::freeaddrinfo(res);
+            if (connected) {
+                unsigned char hello[16];
+                std::memcpy(hello, kMagic, sizeof kMagic);
+                putU32(hello + 8, static_cast<std::uint32_t>(config.rank));
+                putU32(hello + 12, static_cast<std::uint32_t>(config.worldSize));
+                unsigned char head[5];
+                if (ioAll(fd.get(), hello, sizeof hello, deadline, true)
+                    && ioAll(fd.get(), head, sizeof head, deadline, false)) {
+                    const std::uint32_t size = getU32(head + 1);
+                    if (size > (1u << 20))
+                        throw CommError(who + ": the rendezvous at " + where(config)
+                                        + " is not a ShardScope rank 0 (answer too large)");
+                    std::vector<std::byte> body(size);
+                    if (!ioAll(fd.get(), body.data(), size, deadline, false))
+                        lastError = "connection closed while reading rank 0's answer";
+                    else if (head[0] != 0)
+                        throw CommError(who + ": rank 0 at " + where(config) + " refused: "
+                                        + std::string(reinterpret_cast<const char *>(body.data()), size));
+                    else
+                        return body;
+                } else {
+                    lastError = "connection closed before rank 0 answered";
+                }
+            }
+        }
+        if (Clock::now() >= deadline)
+            break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::min(100, msLeft(deadline) + 1)));
+    }
+    throw CommError(who + " could not get the NCCL id from rank 0 at " + where(config) + " within "
+                    + secondsText(config.timeout) + " (" + lastError
+                    + "); start rank 0 with the same MASTER_ADDR/MASTER_PORT, or raise "
+                      "SHARDSCOPE_RENDEZVOUS_TIMEOUT_S");
+}
+
+} // namespace shardscope
