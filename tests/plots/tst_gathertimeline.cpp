@@ -1,0 +1,377 @@
+// The gather timeline builds spans from FetchBegin/FetchEnd pairs, selects the
+// parameters of the span under a click, merges sub-pixel spans when zoomed out and
+// keeps exact spans when zoomed in, and takes a million events.
+
+#include <numeric>
+
+#include <QSignalSpy>
+#include <QTest>
+#include <qcustomplot.h>
+
+#include "views/gathertimeline.h"
+
+using namespace shardscope;
+using namespace shardscope::views;
+
+namespace {
+
+Event makeEvent(EventType type, int rank, std::uint64_t tsNs, std::uint32_t a, std::uint32_t b = 0,
+                std::uint8_t flags = 0, std::uint32_t step = 0)
+{
+    Event ev{};
+    ev.tsNs = tsNs;
+    ev.step = step;
+    ev.rank = std::uint16_t(rank);
+    ev.type = type;
+    ev.flags = flags;
+    ev.a = a;
+    ev.b = b;
+    ev.u0 = 4096;
+    return ev;
+}
+
+constexpr std::uint64_t us = 1000;
+constexpr std::uint64_t ms = 1000 * us;
+
+std::vector<Event> twoRankRun()
+{
+    const auto fwd = std::uint8_t(FetchReason::Forward);
+    const auto pre = std::uint8_t(FetchReason::Prefetch);
+    return {
+        makeEvent(EventType::StepBegin, 0, 0, 0, 0, 0, 1),
+        makeEvent(EventType::FetchBegin, 0, 1 * ms, 5, 2, fwd),
+        makeEvent(EventType::FetchBegin, 1, 2 * ms, 6, kNoModule, pre),
+        makeEvent(EventType::FetchEnd, 0, 3 * ms, 5, 2, fwd),
+        makeEvent(EventType::Release, 0, 4 * ms, 5, 2),
+        makeEvent(EventType::FetchEnd, 1, 5 * ms, 6, kNoModule, pre),
+        makeEvent(EventType::UnregisteredAccess, 1, 6 * ms, 3, 9),
+        makeEvent(EventType::ModuleEnter, 0, 6 * ms, 3),
+    };
+}
+
+std::size_t mergedCount(const std::vector<TimelineBlock> &blocks)
+{
+    return std::accumulate(blocks.begin(), blocks.end(), std::size_t(0),
+                           [](std::size_t n, const TimelineBlock &b) { return n + b.count; });
+}
+
+} // namespace
+
+class TestGatherTimeline : public QObject
+{
+    Q_OBJECT
+
+private slots:
+    void fetchPairsBecomeSpans();
+    void spansStaySortedWhenCompletedOutOfOrder();
+    void badEventsAreIgnoredOrKeptHarmless();
+    void clickOnSpanEmitsItsParameters();
+    void clickOnViolationMarkerEmitsTheParameter();
+    void selectionMarksBlocks();
+    void subPixelSpansMergeWhenZoomedOut();
+    void millionEvents();
+    void followLiveTracksTheNewestEvents();
+};
+
+void TestGatherTimeline::fetchPairsBecomeSpans()
+{
+    GatherSpans spans;
+    spans.setTimeOrigin(0);
+    const auto events = twoRankRun();
+    spans.append(events);
+    QCOMPARE(spans.spanCount(), std::size_t(2));
+    QCOMPARE(spans.markCount(), std::size_t(1));
+    QCOMPARE(spans.violationCount(), std::size_t(1));
+    QCOMPARE(spans.laneCount(), 2);
+
+    const auto &r0 = spans.track(0, SpanTrack::Fetch);
+    QCOMPARE(r0.size(), std::size_t(1));
+    QCOMPARE(r0[0].param, ParamId(5));
+    QCOMPARE(r0[0].module, ModuleId(2));
+    QCOMPARE(r0[0].kind, SpanKind::Forward);
+    QCOMPARE(r0[0].start, 0.001);
+    QCOMPARE(r0[0].end, 0.003);
+
+    const auto &r1 = spans.track(1, SpanTrack::Fetch);
+    QCOMPARE(r1.size(), std::size_t(1));
+    QCOMPARE(r1[0].kind, SpanKind::Prefetch);
+    QCOMPARE(r1[0].start, 0.002);
+    QCOMPARE(r1[0].end, 0.005);
+
+    QCOMPARE(spans.track(0, SpanTrack::Mark).at(0).kind, SpanKind::Release);
+    QCOMPARE(spans.track(1, SpanTrack::Violation).at(0).param, ParamId(9));
+    QCOMPARE(spans.track(1, SpanTrack::Violation).at(0).module, ModuleId(3));
+    QCOMPARE(spans.steps().size(), std::size_t(1));
+    QCOMPARE(spans.steps().at(1), 0.0);
+    QCOMPARE(spans.lastTime(), 0.006);
+    QVERIFY(spans.openFetches().empty());
+
+    GatherTimeline timeline;
+    timeline.appendEvents(events);
+    QCOMPARE(timeline.spanCount(), std::size_t(2));
+    QCOMPARE(timeline.laneCount(), 2);
+}
+
+void TestGatherTimeline::spansStaySortedWhenCompletedOutOfOrder()
+{
+    GatherSpans spans;
+    spans.setTimeOrigin(0);
+    const auto pre = std::uint8_t(FetchReason::Prefetch);
+    std::vector<Event> first = {makeEvent(EventType::FetchBegin, 0, 10 * ms, 1, 0, pre),
+                                makeEvent(EventType::FetchBegin, 0, 11 * ms, 2, 0, pre),
+                                makeEvent(EventType::FetchEnd, 0, 12 * ms, 2, 0, pre)};
+    spans.append(first);
+    QCOMPARE(spans.openFetches().size(), std::size_t(1));
+    QCOMPARE(spans.openFetches()[0].param, ParamId(1));
+    std::vector<Event> second = {makeEvent(EventType::FetchEnd, 0, 14 * ms, 1, 0, pre),
+                                 makeEvent(EventType::FetchBegin, 0, 1 * ms, 3, 0, 0),
+                                 makeEvent(EventType::FetchEnd, 0, 2 * ms, 3, 0, 0)};
+    spans.append(second);
+    const auto &v = spans.track(0, SpanTrack::Fetch);
+    QCOMPARE(v.size(), std::size_t(3));
+    QCOMPARE(v[0].param, ParamId(3));
+    QCOMPARE(v[1].param, ParamId(1));
+    QCOMPARE(v[2].param, ParamId(2));
+    QCOMPARE(v[1].start, 0.010);
+    QCOMPARE(v[1].end, 0.014);
+
+    // An overlapping long span is found from a range that starts after its begin.
+    std::vector<TimelineBlock> blocks;
+    spans.blocks(0, SpanTrack::Fetch, 0.0125, 0.0135, 1e-6, blocks);
+    QCOMPARE(blocks.size(), std::size_t(1));
+    QCOMPARE(spans.paramsIn(blocks[0]), std::vector<ParamId>{1});
+}
+
+void TestGatherTimeline::badEventsAreIgnoredOrKeptHarmless()
+{
+    GatherSpans spans;
+    spans.setTimeOrigin(0);
+    std::vector<Event> events = {
+        makeEvent(EventType::FetchEnd, 0, 5 * ms, 4, 0, 0),         // attached mid-fetch
+        makeEvent(EventType::FetchBegin, 2000, 1 * ms, 1, 0, 0),    // corrupt rank
+        makeEvent(EventType::FetchBegin, 1, 1 * ms, 7, 0, 200),     // unknown reason
+        makeEvent(EventType::FetchEnd, 1, 2 * ms, 7, 0, 200),
+        makeEvent(EventType(99), 0, 1 * ms, 1, 0, 0),               // unknown type
+    };
+    spans.append(events);
+    QCOMPARE(spans.laneCount(), 2);
+    QCOMPARE(spans.spanCount(), std::size_t(2));
+    const auto &r0 = spans.track(0, SpanTrack::Fetch);
+    QCOMPARE(r0[0].start, r0[0].end);
+    QCOMPARE(spans.track(1, SpanTrack::Fetch)[0].kind, SpanKind::Forward);
+    QVERIFY(spans.track(5, SpanTrack::Fetch).empty());
+    QVERIFY(spans.track(-1, SpanTrack::Fetch).empty());
+
+    GatherTimeline timeline;
+    timeline.resize(600, 300);
+    timeline.appendEvents(events);
+    timeline.fitAll();
+    timeline.refresh();
+    timeline.plot()->replot();
+    QVERIFY(timeline.paramsAt(QPointF(-10, -10)).isEmpty());
+}
+
+void TestGatherTimeline::clickOnSpanEmitsItsParameters()
+{
+    GatherTimeline timeline;
+    timeline.resize(900, 400);
+    timeline.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&timeline));
+    timeline.setTimeOrigin(0);
+    timeline.setWorldSize(2);
+    const auto events = twoRankRun();
+    timeline.appendEvents(events);
+    timeline.refresh();
+    timeline.setVisibleRange(0, 0.007);
+    QVERIFY(!timeline.followLive());
+    timeline.plot()->replot();
+
+    QSignalSpy spy(&timeline, &GatherTimeline::paramsClicked);
+    const QPoint onRank0 = timeline.positionOf(0, 0.002).toPoint();
+    QCOMPARE(timeline.paramsAt(onRank0), QList<quint32>{5});
+    QTest::mouseClick(timeline.plot(), Qt::LeftButton, {}, onRank0);
+    QCOMPARE(spy.count(), 1);
+    QCOMPARE(spy.at(0).at(0).value<QList<quint32>>(), QList<quint32>{5});
+    QCOMPARE(timeline.selection(), QList<quint32>{5});
+
+    const QPoint onRank1 = timeline.positionOf(1, 0.004).toPoint();
+    QTest::mouseClick(timeline.plot(), Qt::LeftButton, {}, onRank1);
+    QCOMPARE(spy.count(), 2);
+    QCOMPARE(spy.at(1).at(0).value<QList<quint32>>(), QList<quint32>{6});
+    QCOMPARE(timeline.selection(), QList<quint32>{6});
+
+    // Between spans on rank 0 there is nothing: no signal, the selection is cleared.
+    const QPoint gap = timeline.positionOf(0, 0.0055).toPoint();
+    QTest::mouseClick(timeline.plot(), Qt::LeftButton, {}, gap);
+    QCOMPARE(spy.count(), 2);
+    QVERIFY(timeline.selection().isEmpty());
+
+    // Rank 0 at 1.5 ms lies before rank 1's span: lanes do not leak into each other.
+    QVERIFY(timeline.paramsAt(timeline.positionOf(1, 0.0015)).isEmpty());
+}
+
+void TestGatherTimeline::clickOnViolationMarkerEmitsTheParameter()
+{
+    GatherTimeline timeline;
+    timeline.resize(900, 400);
+    timeline.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&timeline));
+    timeline.setTimeOrigin(0);
+    const auto events = twoRankRun();
+    timeline.appendEvents(events);
+    timeline.setVisibleRange(0, 0.007);
+    timeline.refresh();
+    timeline.plot()->replot();
+
+    const QPointF centre = timeline.positionOf(1, 0.006);
+    const double laneTop = timeline.plot()->yAxis->coordToPixel(0.5);
+    const QPoint marker(int(centre.x()), int(laneTop + 3));
+    const auto block = timeline.blockAt(marker);
+    QVERIFY(block.has_value());
+    QCOMPARE(block->track, SpanTrack::Violation);
+    QSignalSpy spy(&timeline, &GatherTimeline::paramsClicked);
+    QTest::mouseClick(timeline.plot(), Qt::LeftButton, {}, marker);
+    QCOMPARE(spy.count(), 1);
+    QCOMPARE(spy.at(0).at(0).value<QList<quint32>>(), QList<quint32>{9});
+}
+
+void TestGatherTimeline::selectionMarksBlocks()
+{
+    GatherTimeline timeline;
+    timeline.resize(900, 400);
+    timeline.setTimeOrigin(0);
+    const auto events = twoRankRun();
+    timeline.appendEvents(events);
+    timeline.setVisibleRange(0, 0.007);
+    timeline.setSelection({6});
+    int selected = 0;
+    for (const TimelineBlock &b : timeline.visibleBlocks()) {
+        QCOMPARE(b.selected, b.rank == 1 && b.track == SpanTrack::Fetch);
+        selected += b.selected;
+    }
+    QCOMPARE(selected, 1);
+}
+
+void TestGatherTimeline::subPixelSpansMergeWhenZoomedOut()
+{
+    // 10,000 fetches of 1 us, 1 us apart, over 20 ms on one rank.
+    std::vector<Event> events;
+    const int n = 10000;
+    for (int i = 0; i < n; ++i) {
+        const std::uint64_t t = std::uint64_t(i) * 2 * us;
+        const auto reason = std::uint8_t(i % 2 ? FetchReason::Backward : FetchReason::Forward);
+        events.push_back(makeEvent(EventType::FetchBegin, 0, t, ParamId(i % 50), 0, reason));
+        events.push_back(makeEvent(EventType::FetchEnd, 0, t + us, ParamId(i % 50), 0, reason));
+    }
+    GatherTimeline timeline;
+    timeline.resize(900, 300);
+    timeline.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&timeline));
+    timeline.setTimeOrigin(0);
+    timeline.appendEvents(events);
+    QCOMPARE(timeline.spanCount(), std::size_t(n));
+
+    timeline.setVisibleRange(0, 0.020);
+    timeline.plot()->replot();
+    const int width = timeline.plot()->axisRect()->width();
+    QVERIFY(width > 100);
+    auto zoomedOut = timeline.visibleBlocks();
+    QVERIFY(zoomedOut.size() < std::size_t(n));
+    QVERIFY(zoomedOut.size() <= std::size_t(width) + 1);
+    QCOMPARE(mergedCount(zoomedOut), std::size_t(n));
+    // Clicking a merged block selects every parameter it holds.
+    const QList<quint32> many = timeline.paramsAt(timeline.positionOf(0, 0.010));
+    QCOMPARE(many.size(), 50);
+
+    // 20 us across the plot: 1 us is tens of pixels, every span is its own block.
+    timeline.setVisibleRange(0.0100005, 0.0100205);
+    timeline.plot()->replot();
+    auto zoomedIn = timeline.visibleBlocks();
+    QCOMPARE(zoomedIn.size(), std::size_t(11)); // starts at 10.000, 10.002 ... 10.020 ms
+    for (const TimelineBlock &b : zoomedIn) {
+        QCOMPARE(b.count, 1);
+        const GatherSpan &s = timeline.spans().track(0, SpanTrack::Fetch).at(b.first);
+        QCOMPARE(b.start, s.start);
+        QCOMPARE(b.end, s.end);
+        QCOMPARE(b.kind, s.kind);
+    }
+    const QList<quint32> one = timeline.paramsAt(timeline.positionOf(0, 0.0100205 - 1.5e-6));
+    QCOMPARE(one.size(), 1);
+}
+
+void TestGatherTimeline::millionEvents()
+{
+    const int ranks = 4;
+    const int perRank = 250000; // events: half FetchBegin, half FetchEnd
+    std::vector<Event> events;
+    events.reserve(std::size_t(ranks) * perRank);
+    for (int i = 0; i < perRank / 2; ++i) {
+        for (int r = 0; r < ranks; ++r) {
+            const std::uint64_t t = std::uint64_t(i) * 10 * us + std::uint64_t(r) * us;
+            const auto param = ParamId(i % 1000);
+            const auto reason = std::uint8_t(i % 5);
+            events.push_back(makeEvent(EventType::FetchBegin, r, t, param, 0, reason));
+            events.push_back(makeEvent(EventType::FetchEnd, r, t + 4 * us, param, 0, reason));
+        }
+    }
+    QCOMPARE(events.size(), std::size_t(1000000));
+
+    GatherTimeline timeline;
+    timeline.resize(1200, 500);
+    timeline.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&timeline));
+    timeline.setWorldSize(ranks);
+    const std::size_t chunk = 65536;
+    for (std::size_t i = 0; i < events.size(); i += chunk)
+        timeline.appendEvents(std::span<const Event>(events).subspan(i, std::min(chunk, events.size() - i)));
+    QCOMPARE(timeline.spanCount(), std::size_t(500000));
+
+    timeline.fitAll();
+    timeline.refresh();
+    timeline.plot()->replot();
+    const auto blocks = timeline.visibleBlocks();
+    const std::size_t width = std::size_t(timeline.plot()->axisRect()->width());
+    QVERIFY(!blocks.empty());
+    QVERIFY(blocks.size() <= ranks * (width + 1));
+    QCOMPARE(mergedCount(blocks), std::size_t(500000));
+    QVERIFY(!timeline.paramsAt(timeline.positionOf(2, 0.6)).isEmpty());
+
+    // Zoomed into 100 us of rank 3 the spans are exact again.
+    timeline.setVisibleRange(0.5, 0.5001);
+    timeline.plot()->replot();
+    for (const TimelineBlock &b : timeline.visibleBlocks())
+        QCOMPARE(b.count, 1);
+    QVERIFY(!timeline.plot()->toPixmap(400, 200).isNull());
+}
+
+void TestGatherTimeline::followLiveTracksTheNewestEvents()
+{
+    GatherTimeline timeline;
+    timeline.resize(900, 300);
+    timeline.setTimeOrigin(0);
+    QVERIFY(timeline.followLive());
+    QSignalSpy spy(&timeline, &GatherTimeline::followLiveChanged);
+    std::vector<Event> events;
+    for (int i = 0; i < 100; ++i) {
+        events.push_back(makeEvent(EventType::FetchBegin, 0, std::uint64_t(i) * 1000 * ms, 1, 0, 0));
+        events.push_back(makeEvent(EventType::FetchEnd, 0, std::uint64_t(i) * 1000 * ms + ms, 1, 0, 0));
+    }
+    timeline.appendEvents(events);
+    timeline.refresh();
+    QVERIFY(timeline.visibleEnd() >= 99.001);
+    QVERIFY(timeline.visibleStart() > 50.0);
+
+    timeline.setVisibleRange(10, 20);
+    QVERIFY(!timeline.followLive());
+    QCOMPARE(spy.count(), 1);
+    timeline.refresh();
+    QCOMPARE(timeline.visibleStart(), 10.0);
+
+    timeline.setFollowLive(true);
+    QCOMPARE(spy.count(), 2);
+    QVERIFY(timeline.visibleEnd() >= 99.001);
+    QVERIFY(qAbs(timeline.visibleEnd() - timeline.visibleStart() - 10.0) < 1e-9);
+}
+
+QTEST_MAIN(TestGatherTimeline)
+#include "tst_gathertimeline.moc"

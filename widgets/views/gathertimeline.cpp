@@ -1,0 +1,547 @@
+#include "views/gathertimeline.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <QHBoxLayout>
+#include <QHelpEvent>
+#include <QLabel>
+#include <QMouseEvent>
+#include <QTimer>
+#include <QToolButton>
+#include <QToolTip>
+#include <QVBoxLayout>
+#include <qcustomplot.h>
+
+namespace shardscope::views {
+
+namespace {
+
+constexpr int kRefreshMs = 33;
+
+// Vertical extent of each track inside a lane, as fractions of the lane height around
+// the lane's centre (the y axis is reversed: negative is up).
+struct Band
+{
+    double top;
+    double bottom;
+};
+constexpr Band kFetchBand{-0.34, 0.14};
+constexpr Band kMarkBand{0.17, 0.42};
+constexpr double kViolationSize = 9.0; // pixels
+
+QString formatSeconds(double s)
+{
+    const double a = std::abs(s);
+    if (a >= 1.0)
+        return QStringLiteral("%1 s").arg(s, 0, 'f', 3);
+    if (a >= 1e-3)
+        return QStringLiteral("%1 ms").arg(s * 1e3, 0, 'f', 3);
+    return QStringLiteral("%1 µs").arg(s * 1e6, 0, 'f', 1);
+}
+
+} // namespace
+
+// Draws the lanes straight from GatherSpans at the axes' current range: only the
+// visible blocks, sub-pixel spans merged, so a replot costs what is on screen.
+class GatherLanesPlottable : public QCPAbstractPlottable
+{
+public:
+    GatherLanesPlottable(GatherTimeline *owner, QCPAxis *keyAxis, QCPAxis *valueAxis)
+        : QCPAbstractPlottable(keyAxis, valueAxis), m_owner(owner)
+    {
+        setAntialiasedFill(false);
+        setAntialiased(false);
+        setSelectable(QCP::stNone);
+    }
+
+    double selectTest(const QPointF &, bool, QVariant *) const override { return -1; }
+
+    QCPRange getKeyRange(bool &foundRange, QCP::SignDomain) const override
+    {
+        const GatherSpans &s = m_owner->m_spans;
+        foundRange = !s.isEmpty();
+        return QCPRange(s.firstTime(), s.lastTime());
+    }
+
+    QCPRange getValueRange(bool &foundRange, QCP::SignDomain, const QCPRange &) const override
+    {
+        foundRange = true;
+        return QCPRange(-0.5, m_owner->laneCount() - 0.5);
+    }
+
+protected:
+    void drawLegendIcon(QCPPainter *, const QRectF &) const override {}
+
+    void draw(QCPPainter *painter) override
+    {
+        QCPAxis *x = keyAxis();
+        QCPAxis *y = valueAxis();
+        if (!x || !y)
+            return;
+        const QRect area = clipRect();
+        const GatherSpans &spans = m_owner->m_spans;
+        const double laneH = std::abs(y->coordToPixel(1) - y->coordToPixel(0));
+        painter->setPen(Qt::NoPen);
+
+        const double visLast = std::min(x->range().upper, spans.lastTime());
+        for (const OpenFetch &f : spans.openFetches()) {
+            if (f.start > x->range().upper || visLast < x->range().lower)
+                continue;
+            const double yc = y->coordToPixel(f.rank);
+            const double x0 = x->coordToPixel(f.start);
+            const double x1 = std::max(x0 + 1, x->coordToPixel(visLast));
+            QColor c = GatherTimeline::kindColor(f.kind);
+            c.setAlpha(110);
+            painter->fillRect(QRectF(x0, yc + kFetchBand.top * laneH, x1 - x0,
+                                     (kFetchBand.bottom - kFetchBand.top) * laneH),
+                              c);
+        }
+
+        const std::vector<TimelineBlock> blocks = m_owner->visibleBlocks();
+        const QColor highlight(0x11, 0x11, 0x11);
+        for (const TimelineBlock &b : blocks) {
+            const double yc = y->coordToPixel(b.rank);
+            double x0 = x->coordToPixel(b.start);
+            double x1 = x->coordToPixel(b.end);
+            const QColor c = GatherTimeline::kindColor(b.kind);
+            if (b.track == SpanTrack::Violation) {
+                const double s = std::min(kViolationSize, std::max(4.0, laneH * 0.5));
+                const double top = yc - laneH * 0.5 + 1;
+                const double xm = (x0 + x1) / 2;
+                const double half = std::max(s / 2, (x1 - x0) / 2);
+                QPolygonF tri;
+                tri << QPointF(xm - half, top) << QPointF(xm + half, top) << QPointF(xm, top + s);
+                painter->setBrush(c);
+                painter->setPen(b.selected ? QPen(highlight, 2) : QPen(c.darker(150)));
+                painter->drawPolygon(tri);
+                painter->setPen(Qt::NoPen);
+                continue;
+            }
+            const Band band = b.track == SpanTrack::Fetch ? kFetchBand : kMarkBand;
+            const double minW = b.track == SpanTrack::Mark ? 2.0 : 1.0;
+            if (x1 - x0 < minW) {
+                const double xm = (x0 + x1) / 2;
+                x0 = xm - minW / 2;
+                x1 = xm + minW / 2;
+            }
+            const QRectF r(x0, yc + band.top * laneH, x1 - x0,
+                           std::max(1.0, (band.bottom - band.top) * laneH));
+            painter->fillRect(r, b.count > 1 ? c.darker(115) : c);
+            if (b.selected) {
+                painter->setPen(QPen(highlight, 2));
+                painter->setBrush(Qt::NoBrush);
+                painter->drawRect(r.adjusted(-1, -1, 1, 1));
+                painter->setPen(Qt::NoPen);
+            }
+        }
+
+        // Step boundaries, thinned so lines stay >= 3 px and labels never overlap.
+        const auto &steps = spans.steps();
+        if (steps.empty())
+            return;
+        const QFontMetrics fm(painter->font());
+        double lastLine = -1e9;
+        double lastLabelEnd = -1e9;
+        QPen stepPen(QColor(0x55, 0x55, 0x55), 1, Qt::DashLine);
+        for (const auto &[step, t] : steps) {
+            if (t < x->range().lower || t > x->range().upper)
+                continue;
+            const double px = x->coordToPixel(t);
+            if (px - lastLine < 3)
+                continue;
+            lastLine = px;
+            painter->setPen(stepPen);
+            painter->drawLine(QPointF(px, area.top()), QPointF(px, area.bottom()));
+            const QString label = QStringLiteral("step %1").arg(step);
+            if (px + 3 > lastLabelEnd + 6) {
+                painter->setPen(QColor(0x33, 0x33, 0x33));
+                painter->drawText(QPointF(px + 3, area.top() + fm.ascent() + 1), label);
+                lastLabelEnd = px + 3 + fm.horizontalAdvance(label);
+            }
+        }
+        painter->setPen(Qt::NoPen);
+    }
+
+private:
+    GatherTimeline *m_owner;
+};
+
+GatherTimeline::GatherTimeline(QWidget *parent) : QWidget(parent)
+{
+    auto *layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->setSpacing(2);
+
+    auto *bar = new QHBoxLayout;
+    bar->setContentsMargins(4, 2, 4, 0);
+    m_followButton = new QToolButton(this);
+    m_followButton->setText(tr("Follow live"));
+    m_followButton->setCheckable(true);
+    m_followButton->setChecked(true);
+    m_followButton->setToolTip(tr("Keep the newest events in view; dragging or zooming turns it off"));
+    auto *fitButton = new QToolButton(this);
+    fitButton->setText(tr("Show all"));
+    m_legend = new QLabel(this);
+    QString legend;
+    for (int k = 0; k < kSpanKindCount; ++k) {
+        const SpanKind kind = SpanKind(k);
+        legend += QStringLiteral("<span style='color:%1'>%2</span>&nbsp;%3&nbsp;&nbsp; ")
+                      .arg(kindColor(kind).name(),
+                           kind == SpanKind::Violation ? QStringLiteral("&#9660;")
+                                                       : QStringLiteral("&#9632;"),
+                           kindName(kind));
+    }
+    m_legend->setText(legend);
+    m_legend->setTextFormat(Qt::RichText);
+    bar->addWidget(m_followButton);
+    bar->addWidget(fitButton);
+    bar->addSpacing(8);
+    bar->addWidget(m_legend, 1);
+    layout->addLayout(bar);
+
+    m_plot = new QCustomPlot(this);
+    m_plot->setNoAntialiasingOnDrag(true);
+    m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+    m_plot->axisRect()->setRangeDrag(Qt::Horizontal);
+    m_plot->axisRect()->setRangeZoom(Qt::Horizontal);
+    m_plot->xAxis->setLabel(tr("time (s)"));
+    m_plot->xAxis->setRange(0, m_liveWindow);
+    m_plot->yAxis->setRangeReversed(true);
+    m_plot->yAxis->grid()->setVisible(false);
+    m_plot->yAxis->setTicker(QSharedPointer<QCPAxisTickerText>::create());
+    m_plot->yAxis->setSubTicks(false);
+    m_plot->legend->setVisible(false);
+    m_lanes = new GatherLanesPlottable(this, m_plot->xAxis, m_plot->yAxis);
+    m_lanes->removeFromLegend();
+    m_plot->installEventFilter(this);
+    layout->addWidget(m_plot, 1);
+
+    connect(m_followButton, &QToolButton::toggled, this, &GatherTimeline::setFollowLive);
+    connect(fitButton, &QToolButton::clicked, this, &GatherTimeline::fitAll);
+    connect(m_plot, &QCustomPlot::mouseMove, this, [this](QMouseEvent *e) {
+        if ((e->buttons() & Qt::LeftButton) && (e->position() - m_pressPos).manhattanLength() > 3)
+            setFollowLive(false);
+    });
+    connect(m_plot, &QCustomPlot::mouseWheel, this, [this] { setFollowLive(false); });
+
+    m_timer = new QTimer(this);
+    m_timer->setInterval(kRefreshMs);
+    connect(m_timer, &QTimer::timeout, this, [this] {
+        if (m_dirty)
+            refresh();
+    });
+    m_timer->start();
+    updateLanes();
+}
+
+GatherTimeline::~GatherTimeline() = default;
+
+QColor GatherTimeline::kindColor(SpanKind kind)
+{
+    switch (kind) {
+    case SpanKind::Forward:
+        return QColor(0x4e, 0x79, 0xa7);
+    case SpanKind::Backward:
+        return QColor(0xf2, 0x8e, 0x2b);
+    case SpanKind::Prefetch:
+        return QColor(0x76, 0xb7, 0xb2);
+    case SpanKind::GatheredParameters:
+        return QColor(0xb0, 0x7a, 0xa1);
+    case SpanKind::Guard:
+        return QColor(0x9c, 0x75, 0x5f);
+    case SpanKind::Release:
+        return QColor(0x59, 0xa1, 0x4f);
+    case SpanKind::Broadcast:
+        return QColor(0xd4, 0xa6, 0x0a);
+    case SpanKind::Violation:
+        return QColor(0xe1, 0x20, 0x2c);
+    }
+    return QColor(Qt::gray);
+}
+
+QString GatherTimeline::kindName(SpanKind kind)
+{
+    switch (kind) {
+    case SpanKind::Forward:
+        return QStringLiteral("forward");
+    case SpanKind::Backward:
+        return QStringLiteral("backward");
+    case SpanKind::Prefetch:
+        return QStringLiteral("prefetch");
+    case SpanKind::GatheredParameters:
+        return QStringLiteral("gathered_parameters");
+    case SpanKind::Guard:
+        return QStringLiteral("guard");
+    case SpanKind::Release:
+        return QStringLiteral("release");
+    case SpanKind::Broadcast:
+        return QStringLiteral("broadcast");
+    case SpanKind::Violation:
+        return QStringLiteral("violation");
+    }
+    return QString();
+}
+
+void GatherTimeline::setState(const EngineState &state)
+{
+    m_paramNames.clear();
+    m_moduleNames.clear();
+    for (const ParamRecord &p : state.params)
+        m_paramNames.insert(p.id, QString::fromStdString(p.name));
+    for (const ModuleRecord &m : state.modules)
+        m_moduleNames.insert(m.id, m.path.empty() ? tr("<root>") : QString::fromStdString(m.path));
+    setWorldSize(state.worldSize);
+}
+
+void GatherTimeline::setWorldSize(int worldSize)
+{
+    m_worldSize = std::clamp(worldSize, 0, GatherSpans::maxRanks);
+    m_dirty = true;
+}
+
+void GatherTimeline::setTimeOrigin(quint64 tsNs)
+{
+    m_spans.setTimeOrigin(tsNs);
+}
+
+void GatherTimeline::appendEvents(std::span<const Event> events)
+{
+    if (events.empty())
+        return;
+    m_spans.append(events);
+    m_dirty = true;
+}
+
+void GatherTimeline::clear()
+{
+    m_spans.clear();
+    m_selection.clear();
+    m_dirty = true;
+}
+
+void GatherTimeline::setSelection(const QList<quint32> &paramIds)
+{
+    m_selection.assign(paramIds.begin(), paramIds.end());
+    std::sort(m_selection.begin(), m_selection.end());
+    m_selection.erase(std::unique(m_selection.begin(), m_selection.end()), m_selection.end());
+    m_dirty = true;
+}
+
+QList<quint32> GatherTimeline::selection() const
+{
+    return QList<quint32>(m_selection.begin(), m_selection.end());
+}
+
+int GatherTimeline::laneCount() const
+{
+    return std::max({1, m_worldSize, m_spans.laneCount()});
+}
+
+void GatherTimeline::setFollowLive(bool on)
+{
+    if (on == m_followLive)
+        return;
+    m_followLive = on;
+    if (on && m_plot->xAxis->range().size() > 0)
+        m_liveWindow = m_plot->xAxis->range().size();
+    m_followButton->setChecked(on);
+    emit followLiveChanged(on);
+    if (on)
+        refresh();
+}
+
+void GatherTimeline::setVisibleRange(double t0Seconds, double t1Seconds)
+{
+    if (!(t1Seconds > t0Seconds))
+        return;
+    setFollowLive(false);
+    m_plot->xAxis->setRange(t0Seconds, t1Seconds);
+    m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+double GatherTimeline::visibleStart() const { return m_plot->xAxis->range().lower; }
+
+double GatherTimeline::visibleEnd() const { return m_plot->xAxis->range().upper; }
+
+void GatherTimeline::fitAll()
+{
+    setFollowLive(false);
+    if (m_spans.isEmpty())
+        return;
+    double lo = m_spans.firstTime();
+    double hi = m_spans.lastTime();
+    const double pad = std::max((hi - lo) * 0.02, 1e-6);
+    m_plot->xAxis->setRange(lo - pad, hi + pad);
+    m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void GatherTimeline::updateLanes()
+{
+    const int lanes = laneCount();
+    const int plotHeight = std::max(1, m_plot->axisRect()->height());
+    const double laneH = double(plotHeight) / lanes;
+    const int every = std::max(1, int(std::ceil((fontMetrics().height() + 2) / laneH)));
+    const int key = lanes * 10000 + every;
+    if (key == m_shownLanes)
+        return;
+    m_shownLanes = key;
+    auto ticker = QSharedPointer<QCPAxisTickerText>::create();
+    for (int r = 0; r < lanes; r += every)
+        ticker->addTick(r, tr("rank %1").arg(r));
+    m_plot->yAxis->setTicker(ticker);
+    m_plot->yAxis->setRange(-0.5, lanes - 0.5);
+}
+
+void GatherTimeline::refresh()
+{
+    m_dirty = false;
+    updateLanes();
+    if (m_followLive && !m_spans.isEmpty()) {
+        const double w = m_liveWindow;
+        const double last = m_spans.lastTime();
+        double lo = last - w * 0.98;
+        if (lo < m_spans.firstTime())
+            lo = m_spans.firstTime() - w * 0.02;
+        m_plot->xAxis->setRange(lo, lo + w);
+    }
+    m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+double GatherTimeline::secondsPerPixel() const
+{
+    const int width = std::max(1, m_plot->axisRect()->width());
+    return m_plot->xAxis->range().size() / width;
+}
+
+std::vector<TimelineBlock> GatherTimeline::visibleBlocks() const
+{
+    std::vector<TimelineBlock> out;
+    const QCPRange r = m_plot->xAxis->range();
+    const double spp = secondsPerPixel();
+    const int lanes = std::min(laneCount(), m_spans.laneCount());
+    for (int rank = 0; rank < lanes; ++rank)
+        for (int t = 0; t < kSpanTrackCount; ++t)
+            m_spans.blocks(rank, SpanTrack(t), r.lower, r.upper, spp, out, m_selection);
+    return out;
+}
+
+QPointF GatherTimeline::positionOf(int rank, double tSeconds) const
+{
+    const double yc = m_plot->yAxis->coordToPixel(rank);
+    const double laneH = std::abs(m_plot->yAxis->coordToPixel(1) - m_plot->yAxis->coordToPixel(0));
+    return QPointF(m_plot->xAxis->coordToPixel(tSeconds),
+                   yc + (kFetchBand.top + kFetchBand.bottom) / 2 * laneH);
+}
+
+std::optional<TimelineBlock> GatherTimeline::blockAt(QPointF pos) const
+{
+    if (!m_plot->axisRect()->rect().contains(pos.toPoint()))
+        return std::nullopt;
+    const int rank = int(std::lround(m_plot->yAxis->pixelToCoord(pos.y())));
+    if (rank < 0 || rank >= m_spans.laneCount())
+        return std::nullopt;
+    const double yc = m_plot->yAxis->coordToPixel(rank);
+    const double laneH = std::abs(m_plot->yAxis->coordToPixel(1) - yc);
+    const double dy = pos.y() - yc;
+    const double violationBottom = -laneH * 0.5 + 1 + std::min(kViolationSize, std::max(4.0, laneH * 0.5));
+
+    const QCPRange r = m_plot->xAxis->range();
+    const double spp = secondsPerPixel();
+    auto hit = [&](SpanTrack t, double tolerancePx) -> std::optional<TimelineBlock> {
+        std::vector<TimelineBlock> blocks;
+        const double tol = tolerancePx * spp;
+        const double t0 = m_plot->xAxis->pixelToCoord(pos.x());
+        m_spans.blocks(rank, t, r.lower, r.upper, spp, blocks, m_selection);
+        std::optional<TimelineBlock> best;
+        double bestDistance = 0;
+        for (const TimelineBlock &b : blocks) {
+            const double d = b.start > t0 ? b.start - t0 : (b.end < t0 ? t0 - b.end : 0.0);
+            if (d <= tol && (!best || d < bestDistance)) {
+                best = b;
+                bestDistance = d;
+            }
+        }
+        return best;
+    };
+    if (dy <= violationBottom)
+        if (auto b = hit(SpanTrack::Violation, kViolationSize / 2))
+            return b;
+    if (dy >= kFetchBand.top * laneH - 1 && dy <= kFetchBand.bottom * laneH + 1)
+        if (auto b = hit(SpanTrack::Fetch, 1.5))
+            return b;
+    if (dy >= kMarkBand.top * laneH - 1 && dy <= kMarkBand.bottom * laneH + 1)
+        if (auto b = hit(SpanTrack::Mark, 2.0))
+            return b;
+    return std::nullopt;
+}
+
+QList<quint32> GatherTimeline::paramsAt(QPointF pos) const
+{
+    const auto block = blockAt(pos);
+    if (!block)
+        return {};
+    const std::vector<ParamId> params = m_spans.paramsIn(*block);
+    return QList<quint32>(params.begin(), params.end());
+}
+
+void GatherTimeline::handleClick(QPointF pos)
+{
+    const QList<quint32> params = paramsAt(pos);
+    setSelection(params);
+    refresh();
+    if (!params.isEmpty())
+        emit paramsClicked(params);
+}
+
+QString GatherTimeline::toolTipAt(QPointF pos) const
+{
+    const auto block = blockAt(pos);
+    if (!block)
+        return QString();
+    const auto &v = m_spans.track(block->rank, block->track);
+    const std::vector<ParamId> params = m_spans.paramsIn(*block);
+    auto paramName = [this](ParamId id) {
+        return m_paramNames.value(id, tr("parameter %1").arg(id));
+    };
+    QString text = tr("rank %1 · %2").arg(block->rank).arg(kindName(block->kind));
+    if (block->count > 1) {
+        text += tr("\n%1 events merged at this zoom, %2 parameters; zoom in to separate them")
+                    .arg(block->count)
+                    .arg(params.size());
+    } else if (block->first < v.size()) {
+        const GatherSpan &s = v[block->first];
+        text += QStringLiteral("\n") + paramName(s.param);
+        if (s.module != kNoModule)
+            text += (block->track == SpanTrack::Violation ? tr("\nread by %1") : tr("\nmodule %1"))
+                        .arg(m_moduleNames.value(s.module, tr("module %1").arg(s.module)));
+        text += tr("\nat %1").arg(formatSeconds(s.start));
+        if (s.end > s.start)
+            text += tr(", took %1").arg(formatSeconds(s.end - s.start));
+    }
+    return text;
+}
+
+bool GatherTimeline::eventFilter(QObject *watched, QEvent *e)
+{
+    if (watched != m_plot)
+        return QWidget::eventFilter(watched, e);
+    if (e->type() == QEvent::MouseButtonPress || e->type() == QEvent::MouseButtonDblClick) {
+        m_pressPos = static_cast<QMouseEvent *>(e)->position();
+    } else if (e->type() == QEvent::MouseButtonRelease) {
+        auto *me = static_cast<QMouseEvent *>(e);
+        if (me->button() == Qt::LeftButton && (me->position() - m_pressPos).manhattanLength() <= 3)
+            handleClick(me->position());
+    } else if (e->type() == QEvent::ToolTip) {
+        auto *help = static_cast<QHelpEvent *>(e);
+        const QString text = toolTipAt(help->pos());
+        if (text.isEmpty())
+            QToolTip::hideText();
+        else
+            QToolTip::showText(help->globalPos(), text, m_plot);
+        return true;
+    }
+    return QWidget::eventFilter(watched, e);
+}
+
+} // namespace shardscope::views

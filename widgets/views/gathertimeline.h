@@ -1,0 +1,111 @@
+#pragma once
+// Gather timeline: one lane per rank with fetch spans coloured by reason, release and
+// broadcast marks, violation markers and step boundaries, on a QCustomPlot zoomed and
+// panned in time with the mouse. Fed by appendEvents(); redrawn on a ~30 Hz timer.
+
+#include <optional>
+#include <span>
+#include <vector>
+
+#include <QColor>
+#include <QHash>
+#include <QList>
+#include <QPointF>
+#include <QString>
+#include <QWidget>
+
+#include "core/state.h"
+#include "telemetry/event.h"
+#include "views/gathertimeline_spans.h"
+
+class QCustomPlot;
+class QCPAxisTickerText;
+class QLabel;
+class QTimer;
+class QToolButton;
+
+namespace shardscope::views {
+
+class GatherLanesPlottable;
+
+class GatherTimeline : public QWidget
+{
+    Q_OBJECT
+public:
+    explicit GatherTimeline(QWidget *parent = nullptr);
+    ~GatherTimeline() override;
+
+    // World size (lanes shown even before a rank sends events) and parameter names.
+    void setState(const EngineState &state);
+    void setWorldSize(int worldSize);
+    // Time zero of the x axis (telemetry clock); without it the first event sets it.
+    // Give every plot the same origin to line them up.
+    void setTimeOrigin(quint64 tsNs);
+    void appendEvents(std::span<const Event> events);
+    void clear();
+
+    // Highlights the spans of these parameters (e.g. the tree's selection).
+    void setSelection(const QList<quint32> &paramIds);
+    QList<quint32> selection() const;
+
+    bool followLive() const { return m_followLive; }
+    void setVisibleRange(double t0Seconds, double t1Seconds); // turns follow-live off
+    double visibleStart() const;
+    double visibleEnd() const;
+    void fitAll();
+
+    std::size_t spanCount() const { return m_spans.spanCount(); }
+    std::size_t markCount() const { return m_spans.markCount(); }
+    std::size_t violationCount() const { return m_spans.violationCount(); }
+    int laneCount() const;
+    const GatherSpans &spans() const { return m_spans; }
+
+    // What is drawn at the current zoom and size: one entry per block (a span, or
+    // several sub-pixel spans merged).
+    std::vector<TimelineBlock> visibleBlocks() const;
+    // The block under pos (plot widget coordinates), and its parameters.
+    std::optional<TimelineBlock> blockAt(QPointF pos) const;
+    QList<quint32> paramsAt(QPointF pos) const;
+    // Pixel position (plot widget coordinates) of time t on rank's fetch row.
+    QPointF positionOf(int rank, double tSeconds) const;
+
+    QCustomPlot *plot() const { return m_plot; }
+    static QColor kindColor(SpanKind kind);
+    static QString kindName(SpanKind kind);
+
+public slots:
+    void setFollowLive(bool on);
+    // Applies the data that arrived since the last refresh and redraws (the timer calls it).
+    void refresh();
+
+signals:
+    void paramsClicked(const QList<quint32> &paramIds);
+    void followLiveChanged(bool on);
+
+private:
+    void updateLanes();
+    void handleClick(QPointF pos);
+    QString toolTipAt(QPointF pos) const;
+    bool eventFilter(QObject *watched, QEvent *e) override;
+    double secondsPerPixel() const;
+
+    GatherSpans m_spans;
+    QCustomPlot *m_plot = nullptr;
+    GatherLanesPlottable *m_lanes = nullptr;
+    QToolButton *m_followButton = nullptr;
+    QLabel *m_legend = nullptr;
+    QTimer *m_timer = nullptr;
+    int m_worldSize = 0;
+    int m_shownLanes = -1;
+    bool m_followLive = true;
+    bool m_dirty = false;
+    double m_liveWindow = 5.0;
+    QPointF m_pressPos;
+    std::vector<ParamId> m_selection; // sorted
+    QHash<quint32, QString> m_paramNames;
+    QHash<quint32, QString> m_moduleNames;
+
+    friend class GatherLanesPlottable;
+};
+
+} // namespace shardscope::views

@@ -1,0 +1,229 @@
+#include "views/gathertimeline_spans.h"
+
+#include <algorithm>
+
+namespace shardscope::views {
+
+namespace {
+
+SpanKind kindOfReason(std::uint8_t flags)
+{
+    return flags <= std::uint8_t(FetchReason::Guard) ? SpanKind(flags) : SpanKind::Forward;
+}
+
+std::uint64_t openKey(int rank, ParamId param) { return std::uint64_t(rank) << 32 | param; }
+
+bool startsBefore(const GatherSpan &a, const GatherSpan &b) { return a.start < b.start; }
+
+} // namespace
+
+void GatherSpans::setTimeOrigin(std::uint64_t tsNs)
+{
+    m_hasOrigin = true;
+    m_origin = tsNs;
+}
+
+double GatherSpans::secondsOf(std::uint64_t tsNs) const
+{
+    return double(std::int64_t(tsNs - m_origin)) * 1e-9;
+}
+
+GatherSpans::Lane &GatherSpans::lane(int rank)
+{
+    if (rank >= int(m_lanes.size()))
+        m_lanes.resize(rank + 1);
+    return m_lanes[rank];
+}
+
+void GatherSpans::add(int rank, SpanTrack t, const GatherSpan &s)
+{
+    Lane &l = lane(rank);
+    const int ti = int(t);
+    l.tracks[ti].push_back(s);
+    l.maxDuration[ti] = std::max(l.maxDuration[ti], s.end - s.start);
+    ++m_counts[ti];
+}
+
+void GatherSpans::append(std::span<const Event> events)
+{
+    for (const Event &ev : events) {
+        if (ev.rank >= maxRanks)
+            continue;
+        if (!m_hasOrigin)
+            setTimeOrigin(ev.tsNs);
+        const int rank = ev.rank;
+        const double t = secondsOf(ev.tsNs);
+        bool kept = true;
+        switch (ev.type) {
+        case EventType::FetchBegin: {
+            OpenFetch f{rank, t, ev.a, kindOfReason(ev.flags)};
+            m_open[openKey(rank, ev.a)] = f;
+            lane(rank);
+            break;
+        }
+        case EventType::FetchEnd: {
+            GatherSpan s{t, t, ev.a, ev.b, kindOfReason(ev.flags)};
+            auto it = m_open.find(openKey(rank, ev.a));
+            if (it != m_open.end()) {
+                s.start = std::min(it->second.start, t);
+                s.kind = it->second.kind;
+                m_open.erase(it);
+            }
+            add(rank, SpanTrack::Fetch, s);
+            break;
+        }
+        case EventType::Release:
+            add(rank, SpanTrack::Mark, GatherSpan{t, t, ev.a, ev.b, SpanKind::Release});
+            break;
+        case EventType::Broadcast:
+            add(rank, SpanTrack::Mark, GatherSpan{t, t, ev.a, kNoModule, SpanKind::Broadcast});
+            break;
+        case EventType::UnregisteredAccess:
+            add(rank, SpanTrack::Violation, GatherSpan{t, t, ev.b, ev.a, SpanKind::Violation});
+            break;
+        case EventType::GatheredWriteError:
+            add(rank, SpanTrack::Violation, GatherSpan{t, t, ev.a, kNoModule, SpanKind::Violation});
+            break;
+        case EventType::StepBegin: {
+            auto [it, inserted] = m_steps.emplace(ev.step, t);
+            if (!inserted)
+                it->second = std::min(it->second, t);
+            break;
+        }
+        default:
+            kept = false;
+            break;
+        }
+        if (!kept)
+            continue;
+        if (!m_hasData) {
+            m_first = m_last = t;
+            m_hasData = true;
+        } else {
+            m_first = std::min(m_first, t);
+            m_last = std::max(m_last, t);
+        }
+    }
+    sortTails();
+}
+
+// Spans arrive in end order; each batch's new tail is sorted by start and merged into
+// the sorted prefix, so the vectors are always start-sorted between batches.
+void GatherSpans::sortTails()
+{
+    for (Lane &l : m_lanes) {
+        for (int ti = 0; ti < kSpanTrackCount; ++ti) {
+            auto &v = l.tracks[ti];
+            const std::size_t from = l.sortedUpTo[ti];
+            if (from == v.size())
+                continue;
+            const auto mid = v.begin() + std::ptrdiff_t(from);
+            if (!std::is_sorted(mid, v.end(), startsBefore))
+                std::stable_sort(mid, v.end(), startsBefore);
+            if (from > 0 && v[from].start < v[from - 1].start)
+                std::inplace_merge(v.begin(), mid, v.end(), startsBefore);
+            l.sortedUpTo[ti] = v.size();
+        }
+    }
+}
+
+void GatherSpans::clear()
+{
+    m_hasOrigin = false;
+    m_origin = 0;
+    m_hasData = false;
+    m_first = m_last = 0;
+    m_lanes.clear();
+    std::fill(std::begin(m_counts), std::end(m_counts), 0);
+    m_open.clear();
+    m_steps.clear();
+}
+
+const std::vector<GatherSpan> &GatherSpans::track(int rank, SpanTrack t) const
+{
+    static const std::vector<GatherSpan> empty;
+    if (rank < 0 || rank >= int(m_lanes.size()))
+        return empty;
+    return m_lanes[rank].tracks[int(t)];
+}
+
+std::vector<OpenFetch> GatherSpans::openFetches() const
+{
+    std::vector<OpenFetch> out;
+    out.reserve(m_open.size());
+    for (const auto &[key, f] : m_open)
+        out.push_back(f);
+    std::sort(out.begin(), out.end(), [](const OpenFetch &a, const OpenFetch &b) {
+        return a.rank != b.rank ? a.rank < b.rank : a.start < b.start;
+    });
+    return out;
+}
+
+void GatherSpans::blocks(int rank, SpanTrack t, double t0, double t1, double secondsPerPixel,
+                         std::vector<TimelineBlock> &out,
+                         const std::vector<ParamId> &selectedParams, double minPixels) const
+{
+    const auto &v = track(rank, t);
+    if (v.empty() || t1 < t0)
+        return;
+    const double maxDuration = m_lanes[rank].maxDuration[int(t)];
+    const double minWidth = std::max(0.0, minPixels * secondsPerPixel);
+    auto lo = std::lower_bound(v.begin(), v.end(), t0 - maxDuration,
+                               [](const GatherSpan &s, double x) { return s.start < x; });
+    auto hi = std::upper_bound(lo, v.end(), t1,
+                               [](double x, const GatherSpan &s) { return x < s.start; });
+
+    TimelineBlock cur;
+    bool open = false;
+    int kindCounts[kSpanKindCount] = {};
+    auto flush = [&] {
+        if (!open)
+            return;
+        cur.kind = SpanKind(std::max_element(std::begin(kindCounts), std::end(kindCounts)) -
+                            std::begin(kindCounts));
+        out.push_back(cur);
+        open = false;
+    };
+    for (auto it = lo; it != hi; ++it) {
+        const GatherSpan &s = *it;
+        if (s.end < t0)
+            continue;
+        const std::size_t index = std::size_t(it - v.begin());
+        const bool selected = !selectedParams.empty() &&
+            std::binary_search(selectedParams.begin(), selectedParams.end(), s.param);
+        const bool wide = s.end - s.start >= minWidth && s.end > s.start;
+        if (open && !wide && s.start <= cur.end + minWidth) {
+            cur.end = std::max(cur.end, s.end);
+            cur.last = index + 1;
+            ++cur.count;
+            ++kindCounts[int(s.kind)];
+            cur.selected = cur.selected || selected;
+            continue;
+        }
+        flush();
+        cur = TimelineBlock{rank, t, s.start, s.end, s.kind, 1, index, index + 1, selected};
+        std::fill(std::begin(kindCounts), std::end(kindCounts), 0);
+        ++kindCounts[int(s.kind)];
+        open = true;
+        if (wide)
+            flush();
+    }
+    flush();
+}
+
+std::vector<ParamId> GatherSpans::paramsIn(const TimelineBlock &block) const
+{
+    std::vector<ParamId> params;
+    const auto &v = track(block.rank, block.track);
+    const std::size_t last = std::min(block.last, v.size());
+    for (std::size_t i = block.first; i < last; ++i) {
+        const GatherSpan &s = v[i];
+        if (s.end >= block.start && s.start <= block.end)
+            params.push_back(s.param);
+    }
+    std::sort(params.begin(), params.end());
+    params.erase(std::unique(params.begin(), params.end()), params.end());
+    return params;
+}
+
+} // namespace shardscope::views

@@ -1,0 +1,127 @@
+#pragma once
+// The gather timeline's data: per-rank, start-sorted vectors of fetch spans, release and
+// broadcast marks and violation marks built from telemetry events, searched by binary
+// search and merged per pixel (level of detail) so millions of events stay cheap to draw.
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "core/types.h"
+#include "telemetry/event.h"
+
+namespace shardscope::views {
+
+// What a span is; the first five match FetchReason.
+enum class SpanKind : std::uint8_t {
+    Forward = 0,
+    Backward = 1,
+    Prefetch = 2,
+    GatheredParameters = 3,
+    Guard = 4,
+    Release = 5,
+    Broadcast = 6,
+    Violation = 7,
+};
+inline constexpr int kSpanKindCount = 8;
+
+// The three rows drawn inside a rank's lane.
+enum class SpanTrack : std::uint8_t { Fetch = 0, Mark = 1, Violation = 2 };
+inline constexpr int kSpanTrackCount = 3;
+
+struct GatherSpan
+{
+    double start = 0; // seconds since the time origin
+    double end = 0;   // == start for marks and violations
+    ParamId param = kNoParam;
+    ModuleId module = kNoModule; // the module that caused it (fetch, release) or the accessor
+    SpanKind kind = SpanKind::Forward;
+};
+
+// One drawn block: a single span, or several sub-pixel spans merged into one.
+struct TimelineBlock
+{
+    int rank = 0;
+    SpanTrack track = SpanTrack::Fetch;
+    double start = 0;
+    double end = 0;
+    SpanKind kind = SpanKind::Forward; // the most frequent kind among the merged spans
+    int count = 0;                     // spans merged into this block
+    std::size_t first = 0;             // index range of the spans in the track vector
+    std::size_t last = 0;
+    bool selected = false;             // holds a parameter of the current selection
+};
+
+struct OpenFetch
+{
+    int rank = 0;
+    double start = 0;
+    ParamId param = kNoParam;
+    SpanKind kind = SpanKind::Forward;
+};
+
+class GatherSpans
+{
+public:
+    // Timestamps are shown relative to the origin; without one, the first event sets it.
+    void setTimeOrigin(std::uint64_t tsNs);
+    bool hasTimeOrigin() const { return m_hasOrigin; }
+    std::uint64_t timeOrigin() const { return m_origin; }
+
+    // Events of any type and order; only the ones the timeline draws are kept. Events with
+    // a rank at or above maxRanks are ignored (a corrupt record must not create lanes).
+    void append(std::span<const Event> events);
+    void clear();
+
+    int laneCount() const { return int(m_lanes.size()); }
+    std::size_t spanCount() const { return m_counts[0]; }      // closed fetch spans
+    std::size_t markCount() const { return m_counts[1]; }      // releases and broadcasts
+    std::size_t violationCount() const { return m_counts[2]; } // unregistered accesses, bad writes
+    bool isEmpty() const { return !m_hasData; }
+    double firstTime() const { return m_first; }
+    double lastTime() const { return m_last; }
+
+    const std::vector<GatherSpan> &track(int rank, SpanTrack t) const;
+    std::vector<OpenFetch> openFetches() const;
+    // First StepBegin seen for each step, in seconds.
+    const std::map<std::uint32_t, double> &steps() const { return m_steps; }
+
+    // Blocks of rank's track that intersect [t0, t1], where spans narrower than minPixels
+    // (at secondsPerPixel) that lie within minPixels of each other are merged.
+    // selectedParams (sorted) marks blocks that hold one of them.
+    void blocks(int rank, SpanTrack t, double t0, double t1, double secondsPerPixel,
+                std::vector<TimelineBlock> &out, const std::vector<ParamId> &selectedParams = {},
+                double minPixels = 1.0) const;
+    // Distinct parameters of the spans in block, sorted.
+    std::vector<ParamId> paramsIn(const TimelineBlock &block) const;
+
+    static constexpr int maxRanks = 1024;
+
+private:
+    struct Lane
+    {
+        std::vector<GatherSpan> tracks[kSpanTrackCount];
+        double maxDuration[kSpanTrackCount] = {0, 0, 0};
+        std::size_t sortedUpTo[kSpanTrackCount] = {0, 0, 0};
+    };
+
+    double secondsOf(std::uint64_t tsNs) const;
+    void add(int rank, SpanTrack t, const GatherSpan &s);
+    void sortTails();
+    Lane &lane(int rank);
+
+    bool m_hasOrigin = false;
+    std::uint64_t m_origin = 0;
+    bool m_hasData = false;
+    double m_first = 0;
+    double m_last = 0;
+    std::vector<Lane> m_lanes;
+    std::size_t m_counts[kSpanTrackCount] = {0, 0, 0};
+    std::unordered_map<std::uint64_t, OpenFetch> m_open; // key: rank << 32 | param
+    std::map<std::uint32_t, double> m_steps;
+};
+
+} // namespace shardscope::views

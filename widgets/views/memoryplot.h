@@ -1,0 +1,104 @@
+#pragma once
+// Memory plot: per rank, partitioned and gathered parameter bytes over time (and the peak
+// gathered bytes) from MemorySample events, with the max-live-parameters limit as a line.
+// Fed by appendEvents(); new samples are added to the graphs on a ~30 Hz timer.
+
+#include <array>
+#include <span>
+
+#include <QVector>
+#include <QWidget>
+
+#include "core/state.h"
+#include "telemetry/event.h"
+
+class QCustomPlot;
+class QCPGraph;
+class QCPItemStraightLine;
+class QLabel;
+class QTimer;
+class QToolButton;
+
+namespace shardscope::views {
+
+class MemoryPlot : public QWidget
+{
+    Q_OBJECT
+public:
+    enum class Series { Partitioned = 0, Gathered = 1, PeakGathered = 2 };
+    static constexpr int kSeriesCount = 3;
+
+    explicit MemoryPlot(QWidget *parent = nullptr);
+
+    // World size (a graph set per rank) and the limit: config.maxLiveParameters times the
+    // element size of the dtype that holds most parameter elements.
+    void setState(const EngineState &state);
+    void setWorldSize(int worldSize);
+    // maxLiveElements <= 0 removes the line.
+    void setLimit(qint64 maxLiveElements, int bytesPerElement);
+    // Time zero of the x axis (telemetry clock); without it the first sample sets it.
+    void setTimeOrigin(quint64 tsNs);
+    void appendEvents(std::span<const Event> events);
+    void clear();
+
+    bool followLive() const { return m_followLive; }
+    void setVisibleRange(double t0Seconds, double t1Seconds); // turns follow-live off
+    void setSeriesVisible(Series s, bool visible);
+    bool isSeriesVisible(Series s) const { return m_seriesVisible[int(s)]; }
+
+    int rankCount() const { return int(m_graphs.size()); }
+    // The graph of rank's series (keys: seconds since the origin, values: bytes), or nullptr.
+    QCPGraph *graph(int rank, Series s) const;
+    double limitBytes() const { return m_limitBytes; }
+    qint64 limitElements() const { return m_limitElements; }
+    // The last live-parameter element count rank reported (MemorySample a/b), or -1.
+    qint64 liveElements(int rank) const;
+    QCustomPlot *plot() const { return m_plot; }
+
+    static QString formatBytes(double bytes);
+
+public slots:
+    void setFollowLive(bool on);
+    // Moves the samples that arrived since the last refresh into the graphs and redraws.
+    void refresh();
+    void fitAll();
+
+signals:
+    void followLiveChanged(bool on);
+
+private:
+    struct Pending
+    {
+        QVector<double> keys;
+        std::array<QVector<double>, kSeriesCount> values;
+    };
+
+    void ensureRanks(int count);
+    void updateValueRange();
+    void updateLimitLabel();
+
+    QCustomPlot *m_plot = nullptr;
+    QCPItemStraightLine *m_limitLine = nullptr;
+    QToolButton *m_followButton = nullptr;
+    QLabel *m_limitLabel = nullptr;
+    QTimer *m_timer = nullptr;
+    QVector<std::array<QCPGraph *, kSeriesCount>> m_graphs;
+    QVector<Pending> m_pending;
+    QVector<qint64> m_live;
+    std::array<bool, kSeriesCount> m_seriesVisible = {true, true, false};
+    bool m_hasOrigin = false;
+    quint64 m_origin = 0;
+    bool m_hasData = false;
+    double m_first = 0;
+    double m_last = 0;
+    double m_maxBytes[kSeriesCount] = {0, 0, 0};
+    qint64 m_limitElements = 0;
+    int m_bytesPerElement = 4;
+    double m_limitBytes = 0;
+    bool m_followLive = true;
+    bool m_dirty = false;
+    double m_liveWindow = 30.0;
+    QPointF m_pressPos;
+};
+
+} // namespace shardscope::views
