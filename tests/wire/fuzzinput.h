@@ -1,0 +1,78 @@
+#pragma once
+// Feeds one byte string to every decoder the wire library has, the way a client or a
+// file reader would. Shared by the robustness test and the libFuzzer target; it must
+// never crash, hang or allocate beyond the input's size.
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "wire/clientstate.h"
+#include "wire/discovery.h"
+#include "wire/frame.h"
+#include "wire/messages.h"
+#include "wire/snapshot.h"
+
+namespace shardscope::test {
+
+struct DecodeCounts
+{
+    std::size_t frames = 0;
+    std::size_t streamErrors = 0;
+    std::size_t payloadErrors = 0;
+};
+
+// Interprets data as a byte stream fed in chunks of the given sizes, then decodes
+// every frame's payload as its type says (through ClientState) and as every other type.
+inline DecodeCounts decodeEverything(std::string_view data, std::uint32_t maxPayload = 1u << 20,
+                                     std::size_t chunk = 4096)
+{
+    DecodeCounts counts;
+    wire::FrameDecoder decoder(maxPayload);
+    wire::ClientState state(1000);
+    std::size_t fed = 0;
+    while (fed < data.size() && !decoder.failed()) {
+        const std::size_t n = std::min(chunk, data.size() - fed);
+        decoder.feed(data.data() + fed, n);
+        fed += n;
+        if (decoder.buffered() > fed)
+            __builtin_trap(); // the decoder holds more than it was given
+        for (;;) {
+            auto frame = decoder.next();
+            if (!frame) {
+                ++counts.streamErrors;
+                break;
+            }
+            if (!frame->has_value())
+                break;
+            const wire::Frame &f = **frame;
+            if (f.payload.size() > maxPayload)
+                __builtin_trap();
+            ++counts.frames;
+            if (!state.apply(f))
+                ++counts.payloadErrors;
+            (void)wire::decodeHello(f.payload);
+            (void)wire::decodeWelcome(f.payload);
+            (void)wire::acceptWelcome(f);
+            (void)wire::decodeError(f.payload);
+            (void)wire::decodeGoodbye(f.payload);
+            (void)wire::decodeDropped(f.payload);
+            (void)wire::decodeHistoryBegin(f.payload);
+            auto events = wire::decodeEvents(f.payload);
+            if (events && events->size() * sizeof(Event) != f.payload.size())
+                __builtin_trap();
+        }
+    }
+    return counts;
+}
+
+// The JSON decoders, on the raw bytes.
+inline bool decodeJsonDocuments(std::string_view data)
+{
+    const bool snapshot = wire::decodeSnapshot(data).ok();
+    (void)wire::decodeDiscovery(data);
+    (void)wire::decodeHello(data);
+    return snapshot;
+}
+
+} // namespace shardscope::test

@@ -1,0 +1,120 @@
+#pragma once
+// A snapshot that uses every field of the schema and one event of every type, for the
+// codec round trips and as the seed of the robustness tests.
+
+#include "core/state.h"
+#include "telemetry/event.h"
+#include "wire/messages.h"
+#include "wire/snapshot.h"
+
+namespace shardscope::test {
+
+inline Event makeEvent(EventType type, std::uint32_t i)
+{
+    Event e{};
+    e.tsNs = 1'000'000'000ull * 3600 + i * 17;
+    e.step = 1 + i % 3;
+    e.rank = static_cast<std::uint16_t>(i % 2);
+    e.type = type;
+    e.flags = static_cast<std::uint8_t>(i * 7 % 256);
+    e.a = 0xFFFFFFFFu - i;
+    e.b = i * 3;
+    e.u0 = 0xFFFFFFFFFFFFFFFFull - i;
+    e.u1 = 1ull << (i % 63);
+    e.u2 = 42 + i;
+    return e;
+}
+
+// One record of every EventType, with distinctive values in every field.
+inline std::vector<Event> everyEventType()
+{
+    std::vector<Event> out;
+    for (std::uint8_t t = 1; wire::isKnownEventType(t); ++t)
+        out.push_back(makeEvent(static_cast<EventType>(t), t));
+    return out;
+}
+
+inline wire::Snapshot sampleSnapshot()
+{
+    wire::Snapshot s;
+    s.meta.producer = "tst";
+    s.meta.pid = 4242;
+    s.meta.createdUnixMs = 1764470000123ull;
+    s.meta.endpoint = "tcp:127.0.0.1:5000";
+    EngineState &st = s.state;
+    st.modelName = "tied-lm \xC3\xA9"; // UTF-8 survives
+    st.worldSize = 2;
+    st.backend = "cpu";
+    st.step = 7;
+    st.config = {100, 5000, 100000, GuardPolicy::Auto};
+    st.localRanks = {0, 1};
+    st.modules = {{0, "", "Model", kNoModule},
+                  {1, "embed", "Embedding", 0},
+                  {2, "lm_head", "Linear", 0},
+                  {3, "conv", "Conv1d", 0}};
+    ParamRecord w;
+    w.id = 0;
+    w.name = "embed.weight";
+    w.owner = 1;
+    w.shape = {6, 5};
+    w.dtype = DType::F32;
+    w.numel = 30;
+    w.paddedNumel = 30;
+    w.partitionNumel = 15;
+    w.partitioned = true;
+    w.status = {ParamStatus::Available, ParamStatus::Inflight};
+    w.externals = {{2, true}, {3, false}};
+    w.activeModules = {1, 2};
+    w.gatherCount = 12;
+    w.gatherBytes = 1440;
+    w.gatherNs = 99999;
+    w.lastGatherTsNs = 123456789012345ull;
+    ParamRecord b;
+    b.id = 2; // id 1 was removed
+    b.name = "conv.weight_g";
+    b.owner = 3;
+    b.shape = {1, 1, 3};
+    b.dtype = DType::BF16;
+    b.numel = 3;
+    b.paddedNumel = 4;
+    b.partitionNumel = 2;
+    b.persistent = true;
+    b.late = true;
+    b.status = {ParamStatus::NotAvailable, ParamStatus::NotAvailable};
+    st.params = {w, b};
+    ViolationRecord v;
+    v.kind = ViolationKind::UnregisteredAccess;
+    v.step = 1;
+    v.lastStep = 3;
+    v.rank = 1;
+    v.accessor = 2;
+    v.param = 0;
+    v.owner = 1;
+    v.status = ParamStatus::NotAvailable;
+    v.action = GuardAction::Gathered;
+    v.count = 3;
+    v.tsNs = 5555;
+    v.fix = "register_external_parameter(lm_head, embed.weight)";
+    v.message = "module `lm_head` read `embed.weight` owned by `embed`";
+    ViolationRecord late = v;
+    late.kind = ViolationKind::LateParameter;
+    late.accessor = kNoModule;
+    late.param = 1; // removed parameter: absent from params
+    late.owner = 3;
+    late.action = GuardAction::Recorded;
+    late.fix.clear();
+    ViolationRecord trace = v;
+    trace.kind = ViolationKind::TraceInvalidated;
+    trace.param = kNoParam;
+    trace.status = ParamStatus::Available;
+    trace.action = GuardAction::Raised;
+    ViolationRecord gw = v;
+    gw.kind = ViolationKind::GatheredWriteWithoutModifier;
+    gw.action = GuardAction::AutoRegistered;
+    st.violations = {v, late, trace, gw};
+    s.events = everyEventType();
+    s.droppedEvents = 17;
+    return s;
+}
+
+} // namespace shardscope::test

@@ -1,0 +1,336 @@
+#include <QtTest>
+
+#include <QTemporaryDir>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "samplesnapshot.h"
+#include "wire/discovery.h"
+#include "wire/endpoint.h"
+#include "wire/snapshot.h"
+
+using namespace shardscope;
+using namespace shardscope::wire;
+
+namespace {
+
+void compareStates(const EngineState &a, const EngineState &b)
+{
+    QCOMPARE(a.modelName, b.modelName);
+    QCOMPARE(a.worldSize, b.worldSize);
+    QCOMPARE(a.backend, b.backend);
+    QCOMPARE(a.step, b.step);
+    QCOMPARE(a.config.persistenceThreshold, b.config.persistenceThreshold);
+    QCOMPARE(a.config.prefetchBucketSize, b.config.prefetchBucketSize);
+    QCOMPARE(a.config.maxLiveParameters, b.config.maxLiveParameters);
+    QCOMPARE(a.config.guard, b.config.guard);
+    QCOMPARE(a.localRanks, b.localRanks);
+    QCOMPARE(a.modules.size(), b.modules.size());
+    for (std::size_t i = 0; i < a.modules.size(); ++i) {
+        QCOMPARE(a.modules[i].id, b.modules[i].id);
+        QCOMPARE(a.modules[i].path, b.modules[i].path);
+        QCOMPARE(a.modules[i].type, b.modules[i].type);
+        QCOMPARE(a.modules[i].parent, b.modules[i].parent);
+    }
+    QCOMPARE(a.params.size(), b.params.size());
+    for (std::size_t i = 0; i < a.params.size(); ++i) {
+        const ParamRecord &p = a.params[i], &q = b.params[i];
+        QCOMPARE(p.id, q.id);
+        QCOMPARE(p.name, q.name);
+        QCOMPARE(p.owner, q.owner);
+        QCOMPARE(p.shape, q.shape);
+        QCOMPARE(p.dtype, q.dtype);
+        QCOMPARE(p.numel, q.numel);
+        QCOMPARE(p.paddedNumel, q.paddedNumel);
+        QCOMPARE(p.partitionNumel, q.partitionNumel);
+        QCOMPARE(p.persistent, q.persistent);
+        QCOMPARE(p.late, q.late);
+        QCOMPARE(p.partitioned, q.partitioned);
+        QCOMPARE(p.status, q.status);
+        QCOMPARE(p.externals.size(), q.externals.size());
+        for (std::size_t k = 0; k < p.externals.size(); ++k) {
+            QCOMPARE(p.externals[k].module, q.externals[k].module);
+            QCOMPARE(p.externals[k].automatic, q.externals[k].automatic);
+        }
+        QCOMPARE(p.activeModules, q.activeModules);
+        QCOMPARE(p.gatherCount, q.gatherCount);
+        QCOMPARE(p.gatherBytes, q.gatherBytes);
+        QCOMPARE(p.gatherNs, q.gatherNs);
+        QCOMPARE(p.lastGatherTsNs, q.lastGatherTsNs);
+    }
+    QCOMPARE(a.violations.size(), b.violations.size());
+    for (std::size_t i = 0; i < a.violations.size(); ++i) {
+        const ViolationRecord &v = a.violations[i], &w = b.violations[i];
+        QCOMPARE(v.kind, w.kind);
+        QCOMPARE(v.step, w.step);
+        QCOMPARE(v.lastStep, w.lastStep);
+        QCOMPARE(v.rank, w.rank);
+        QCOMPARE(v.accessor, w.accessor);
+        QCOMPARE(v.param, w.param);
+        QCOMPARE(v.owner, w.owner);
+        QCOMPARE(v.status, w.status);
+        QCOMPARE(v.action, w.action);
+        QCOMPARE(v.count, w.count);
+        QCOMPARE(v.tsNs, w.tsNs);
+        QCOMPARE(v.fix, w.fix);
+        QCOMPARE(v.message, w.message);
+    }
+}
+
+std::string readAll(const std::string &path)
+{
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void writeRaw(const std::string &path, std::string_view bytes)
+{
+    std::ofstream out(path, std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+} // namespace
+
+class TestSnapshot : public QObject
+{
+    Q_OBJECT
+private slots:
+    void roundTripKeepsEveryFieldAndEveryEventType();
+    void jsonUsesTheDocumentedNames();
+    void invalidUtf8InNamesIsReplacedNotFatal();
+    void refusesForeignAndInconsistentDocuments();
+    void fileWriteIsAtomicAndReadable();
+    void corruptAndForeignFilesAreCleanErrors();
+    void endpointsParseAndFormat();
+    void discoveryListsLiveEnginesAndIgnoresStaleOnes();
+};
+
+void TestSnapshot::roundTripKeepsEveryFieldAndEveryEventType()
+{
+    const Snapshot s = test::sampleSnapshot();
+    for (bool pretty : {false, true}) {
+        auto back = decodeSnapshot(encodeSnapshot(s, pretty));
+        QVERIFY2(back.ok(), back.error().c_str());
+        compareStates(s.state, back->state);
+        QCOMPARE(back->meta.producer, s.meta.producer);
+        QCOMPARE(back->meta.pid, s.meta.pid);
+        QCOMPARE(back->meta.createdUnixMs, s.meta.createdUnixMs);
+        QCOMPARE(back->meta.endpoint, s.meta.endpoint);
+        QCOMPARE(back->droppedEvents, s.droppedEvents);
+        QCOMPARE(back->events.size(), s.events.size());
+        for (std::size_t i = 0; i < s.events.size(); ++i)
+            QVERIFY2(std::memcmp(&back->events[i], &s.events[i], sizeof(Event)) == 0,
+                     std::string(eventTypeName(s.events[i].type)).c_str());
+    }
+}
+
+void TestSnapshot::jsonUsesTheDocumentedNames()
+{
+    const auto j = nlohmann::json::parse(encodeSnapshot(test::sampleSnapshot()));
+    QCOMPARE(j["format"].get<std::string>(), std::string("shardscope-snapshot"));
+    QCOMPARE(j["version"].get<int>(), 1);
+    QCOMPARE(j["engine"]["config"]["guard"].get<std::string>(), std::string("auto"));
+    QCOMPARE(j["engine"]["world_size"].get<int>(), 2);
+    const auto &p = j["params"][0];
+    QCOMPARE(p["module"].get<std::string>(), std::string("embed"));
+    QCOMPARE(p["status"][1].get<std::string>(), std::string("INFLIGHT"));
+    QCOMPARE(p["external_modules"], nlohmann::json({"lm_head", "conv"}));
+    QCOMPARE(p["external_auto_modules"], nlohmann::json({"lm_head"}));
+    QCOMPARE(p["dtype"].get<std::string>(), std::string("float32"));
+    QCOMPARE(j["params"][1]["dtype"].get<std::string>(), std::string("bfloat16"));
+    QVERIFY(j["modules"][0]["parent"].is_null());
+    const auto &v = j["violations"][0];
+    QCOMPARE(v["kind"].get<std::string>(), std::string("unregistered_access"));
+    QCOMPARE(v["accessor"].get<std::string>(), std::string("lm_head"));
+    QCOMPARE(v["param"].get<std::string>(), std::string("embed.weight"));
+    QCOMPARE(v["owner"].get<std::string>(), std::string("embed"));
+    QCOMPARE(v["action"].get<std::string>(), std::string("gathered"));
+    QCOMPARE(v["fix"].get<std::string>(), std::string("register_external_parameter(lm_head, embed.weight)"));
+    QVERIFY(j["violations"][1]["param"].is_null());
+    QVERIFY(j["violations"][1]["accessor"].is_null());
+    QCOMPARE(j["events"][8]["type"].get<std::string>(), std::string("unregistered_access"));
+    QCOMPARE(j["events"][0]["u0"].get<std::uint64_t>(), 0xFFFFFFFFFFFFFFFFull - 1);
+    QCOMPARE(j["dropped_events"].get<int>(), 17);
+}
+
+void TestSnapshot::invalidUtf8InNamesIsReplacedNotFatal()
+{
+    Snapshot s = test::sampleSnapshot();
+    s.state.params[0].name = "embed.\xFF\xFEweight";
+    const std::string json = encodeSnapshot(s);
+    auto back = decodeSnapshot(json);
+    QVERIFY2(back.ok(), back.error().c_str());
+    QCOMPARE(back->state.params[0].name, std::string("embed.\xEF\xBF\xBD\xEF\xBF\xBDweight"));
+    std::string raw = json;
+    const auto at = raw.find("lm_head");
+    raw[at] = static_cast<char>(0xC3); // a truncated two-byte sequence
+    auto bad = decodeSnapshot(raw);
+    QVERIFY(!bad.ok());
+    QVERIFY2(bad.error().find("malformed JSON") != std::string::npos, bad.error().c_str());
+}
+
+void TestSnapshot::refusesForeignAndInconsistentDocuments()
+{
+    auto base = nlohmann::json::parse(encodeSnapshot(test::sampleSnapshot()));
+    auto expectError = [&](nlohmann::json j, const char *needle) {
+        auto r = decodeSnapshot(j.dump());
+        QVERIFY2(!r.ok(), needle);
+        QVERIFY2(r.error().find(needle) != std::string::npos, r.error().c_str());
+    };
+    auto j = base;
+    j["format"] = "other";
+    expectError(j, "is not \"shardscope-snapshot\"");
+    j = base;
+    j["version"] = 2;
+    expectError(j, "snapshot version 2 cannot be read");
+    j = base;
+    j["params"][0]["status"].push_back("AVAILABLE");
+    expectError(j, "params[0].status: 3 entries for a world of 2 ranks");
+    j = base;
+    j["params"][0]["module_id"] = 99;
+    expectError(j, "params[0].module_id: module id 99 does not exist");
+    j = base;
+    j["params"][0]["external_modules"][0] = "nowhere";
+    expectError(j, "no module with path \"nowhere\"");
+    j = base;
+    j["modules"][2]["parent"] = 2;
+    expectError(j, "a parent must come before its children");
+    j = base;
+    j["modules"][1]["id"] = 5;
+    expectError(j, "module ids must equal their index");
+    j = base;
+    j["events"][0]["type"] = "teleport";
+    expectError(j, "unknown event type \"teleport\"");
+    j = base;
+    j["events"][0]["rank"] = 70000;
+    expectError(j, "events[0].rank");
+    j = base;
+    j["engine"]["world_size"] = 4000000000ull;
+    expectError(j, "engine.world_size");
+    j = base;
+    j["params"][0]["numel"] = "30";
+    expectError(j, "params[0].numel: expected an integer");
+    j = base;
+    j.erase("dropped_events");
+    expectError(j, "missing field \"dropped_events\"");
+    j = base;
+    j["violations"][0]["kind"] = "speeding";
+    expectError(j, "unknown value \"speeding\"");
+
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    auto r = decodeSnapshot(deep);
+    QVERIFY(!r.ok());
+    QVERIFY2(r.error().find("nested deeper") != std::string::npos, r.error().c_str());
+    QVERIFY(!decodeSnapshot("").ok());
+    QVERIFY(!decodeSnapshot("null").ok());
+}
+
+void TestSnapshot::fileWriteIsAtomicAndReadable()
+{
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("run.json").toStdString();
+    writeRaw(path, "old contents");
+    const Snapshot s = test::sampleSnapshot();
+    auto ok = writeSnapshotFile(path, s);
+    QVERIFY2(ok.ok(), ok.error().c_str());
+    QCOMPARE(QDir(dir.path()).entryList(QDir::Files), QStringList{"run.json"}); // no temporary left
+    auto back = readSnapshotFile(path);
+    QVERIFY2(back.ok(), back.error().c_str());
+    compareStates(s.state, back->state);
+    QCOMPARE(back->events.size(), s.events.size());
+    QVERIFY(readAll(path).find("\n") != std::string::npos); // the file is pretty-printed
+
+    auto denied = writeSnapshotFile(dir.filePath("missing/run.json").toStdString(), s);
+    QVERIFY(!denied.ok());
+    QVERIFY2(denied.error().find("missing/run.json") != std::string::npos, denied.error().c_str());
+}
+
+void TestSnapshot::corruptAndForeignFilesAreCleanErrors()
+{
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("s.json").toStdString();
+    const std::string good = encodeSnapshot(test::sampleSnapshot());
+    writeRaw(path, good.substr(0, good.size() / 2));
+    auto truncated = readSnapshotFile(path);
+    QVERIFY(!truncated.ok());
+    QVERIFY2(truncated.error().find(path) != std::string::npos, truncated.error().c_str());
+    writeRaw(path, "\x89PNG\r\n\x1a\n binary");
+    QVERIFY(!readSnapshotFile(path).ok());
+    writeRaw(path, "{\"format\":\"shardscope-discovery\",\"version\":1}");
+    QVERIFY(!readSnapshotFile(path).ok());
+    auto missing = readSnapshotFile(dir.filePath("nope.json").toStdString());
+    QVERIFY(!missing.ok());
+    QVERIFY2(missing.error().find("cannot open snapshot") != std::string::npos, missing.error().c_str());
+    auto isDir = readSnapshotFile(dir.path().toStdString());
+    QVERIFY(!isDir.ok());
+}
+
+void TestSnapshot::endpointsParseAndFormat()
+{
+    auto u = parseEndpoint("unix:/run/user/1/shardscope/7.sock");
+    QVERIFY(u.ok());
+    QCOMPARE(u->kind, Endpoint::Kind::Unix);
+    QCOMPARE(u->path, std::string("/run/user/1/shardscope/7.sock"));
+    auto t = parseEndpoint("tcp:127.0.0.1:0");
+    QVERIFY(t.ok());
+    QCOMPARE(t->host, std::string("127.0.0.1"));
+    QCOMPARE(t->port, std::uint16_t(0));
+    auto v6 = parseEndpoint("tcp:[::1]:7000");
+    QVERIFY(v6.ok());
+    QCOMPARE(v6->host, std::string("::1"));
+    QCOMPARE(formatEndpoint(*v6), std::string("tcp:[::1]:7000"));
+    QCOMPARE(formatEndpoint(*t), std::string("tcp:127.0.0.1:0"));
+    for (const char *bad : {"", "tcp:", "tcp:host", "tcp:host:99999", "tcp::80", "unix:", "http://x",
+                            "tcp:::1:80", "tcp:[::1]80", "tcp:h:-1"}) {
+        auto r = parseEndpoint(bad);
+        QVERIFY2(!r.ok(), bad);
+        QVERIFY2(r.error().find("tcp:HOST:PORT") != std::string::npos ||
+                     r.error().find("brackets") != std::string::npos, r.error().c_str());
+    }
+    QVERIFY(isLoopbackHost("127.0.0.1"));
+    QVERIFY(isLoopbackHost("127.5.4.3"));
+    QVERIFY(isLoopbackHost("localhost"));
+    QVERIFY(isLoopbackHost("::1"));
+    QVERIFY(!isLoopbackHost("0.0.0.0"));
+    QVERIFY(!isLoopbackHost("10.0.0.1"));
+    QVERIFY(!isLoopbackHost("127.evil.com"));
+}
+
+void TestSnapshot::discoveryListsLiveEnginesAndIgnoresStaleOnes()
+{
+    QTemporaryDir dir;
+    const std::string d = dir.path().toStdString();
+    DiscoveryEntry live;
+    live.pid = ::getpid();
+    live.endpoint = "tcp:127.0.0.1:4444";
+    live.model = "tied";
+    live.worldSize = 2;
+    live.backend = "cpu";
+    live.startUnixMs = 1764470000000ull;
+    live.tokenRequired = true;
+    QVERIFY(writeFileAtomically(discoveryFilePath(d, live.pid), encodeDiscovery(live)).ok());
+    DiscoveryEntry stale = live;
+    stale.pid = 0x7FFFFFF0; // no such process
+    QVERIFY(writeFileAtomically(discoveryFilePath(d, stale.pid), encodeDiscovery(stale)).ok());
+    writeRaw(d + "/999.json", "not json at all");
+    writeRaw(d + "/notes.txt", "ignored");
+
+    const auto engines = listLiveEngines(d);
+    QCOMPARE(engines.size(), std::size_t(1));
+    QCOMPARE(engines[0].pid, live.pid);
+    QCOMPARE(engines[0].endpoint, live.endpoint);
+    QCOMPARE(engines[0].model, std::string("tied"));
+    QCOMPARE(engines[0].worldSize, 2);
+    QCOMPARE(engines[0].backend, std::string("cpu"));
+    QCOMPARE(engines[0].startUnixMs, live.startUnixMs);
+    QVERIFY(engines[0].tokenRequired);
+    QCOMPARE(engines[0].file, discoveryFilePath(d, live.pid));
+    QVERIFY(listLiveEngines(d + "/absent").empty());
+    QVERIFY(!processAlive(0x7FFFFFF0));
+    QVERIFY(processAlive(::getpid()));
+}
+
+QTEST_APPLESS_MAIN(TestSnapshot)
+#include "tst_snapshot.moc"
