@@ -90,7 +90,7 @@ QModelIndex ModuleTreeModel::parent(const QModelIndex &child) const
 
 bool ModuleTreeModel::canFetchMore(const QModelIndex &parent) const
 {
-    if (parent.column() > 0)
+    if (parent.column() > 0 || m_busy)
         return false;
     const std::int32_t n = nodeOf(parent);
     if (n < 0)
@@ -108,9 +108,11 @@ void ModuleTreeModel::fetchMore(const QModelIndex &parent)
     const std::int32_t total = n < 0 ? static_cast<std::int32_t>(m_top.size())
                                      : static_cast<std::int32_t>(m_nodes[static_cast<std::size_t>(n)].children.size());
     const std::int32_t last = std::min(total, fetched + m_batch) - 1;
+    m_busy = true;
     beginInsertRows(parent, fetched, last);
     fetched = last + 1;
     endInsertRows();
+    m_busy = false;
 }
 
 void ModuleTreeModel::rebuild()
@@ -252,6 +254,17 @@ void ModuleTreeModel::rebuild()
     m_topFetched = static_cast<std::int32_t>(m_top.size());
 }
 
+void ModuleTreeModel::resetAndRebuild()
+{
+    // Nothing is fetched while a change is being announced: listeners that fetch in
+    // their handlers would otherwise insert rows inside the change.
+    m_busy = true;
+    beginResetModel();
+    rebuild();
+    endResetModel();
+    m_busy = false;
+}
+
 void ModuleTreeModel::sortChildren(std::int32_t n)
 {
     auto &kids = m_nodes[static_cast<std::size_t>(n)].children;
@@ -295,21 +308,17 @@ void ModuleTreeModel::sort(int column, Qt::SortOrder order)
         column = -1;
     if (column == m_sortColumn && order == m_sortOrder)
         return;
-    beginResetModel();
     m_sortColumn = column;
     m_sortOrder = order;
-    rebuild();
-    endResetModel();
+    resetAndRebuild();
 }
 
 void ModuleTreeModel::setFilterText(const QString &text)
 {
     if (text == m_filter)
         return;
-    beginResetModel();
     m_filter = text;
-    rebuild();
-    endResetModel();
+    resetAndRebuild();
 }
 
 QVariant ModuleTreeModel::sortValue(const Node &node, int column) const
@@ -543,9 +552,11 @@ bool ModuleTreeModel::reveal(std::int32_t n)
             const QModelIndex pi = createIndex(parent.row, 0, quintptr(node.parent));
             const std::int32_t last = std::min<std::int32_t>(
                 static_cast<std::int32_t>(parent.children.size()) - 1, std::max(node.row, parent.fetched + m_batch - 1));
+            m_busy = true;
             beginInsertRows(pi, parent.fetched, last);
             parent.fetched = last + 1;
             endInsertRows();
+            m_busy = false;
         }
     }
     return true;
@@ -638,9 +649,7 @@ void ModuleTreeModel::emitChangedRows(const std::vector<std::int32_t> &nodes)
 void ModuleTreeModel::onStoreUpdated(const StoreChanges &changes)
 {
     if (changes.reset || changes.structure) {
-        beginResetModel();
-        rebuild();
-        endResetModel();
+        resetAndRebuild();
         return;
     }
     std::vector<std::int32_t> nodes;

@@ -66,6 +66,7 @@ private:
 
     void onStoreUpdated(const StoreChanges &changes);
     void rebuild();
+    void resetAndRebuild();
     bool filterNode(std::int32_t n, bool ancestorMatches);
     void sortChildren(std::int32_t n);
     QVariant sortValue(const Node &node, int column) const;
@@ -90,6 +91,7 @@ private:
     Qt::SortOrder m_sortOrder = Qt::AscendingOrder;
     int m_batch = 2000;
     int m_matching = 0;
+    bool m_busy = false; // a reset or an insertion is being announced
 };
 
 } // namespace shardscope
