@@ -21,6 +21,7 @@
 #include "comm/cpucommunicator.h"
 #include "core/engine.h"
 #include "core/partition.h"
+#include "cuda/backendselect.h"
 #include "cuda/blas.h"
 #include "cuda/cudacheck.h"
 #include "cuda/devicebuffer.h"
@@ -756,6 +757,7 @@ nn::TrainResult runNcclTraining(const nn::TrainConfig &config, const nn::StepCal
     if (!bad.empty())
         throw std::invalid_argument(bad);
 
+    chooseBackend("nccl"); // a CommError saying what is missing (no GPU, driver, NCCL)
     const bool multiProcess = std::getenv("RANK") && std::getenv("WORLD_SIZE");
     std::vector<std::unique_ptr<NcclCommunicator>> comms;
     int world = config.worldSize;

@@ -1,0 +1,115 @@
+// chooseBackend() on any machine: the CPU fallback with its reason, the NCCL refusal
+// with what is missing, and rejection of unknown words. On a GPU machine, `auto`
+// must pick NCCL instead.
+
+#include <QtTest>
+
+#include <stdexcept>
+#include <string>
+
+#include "cuda/backendselect.h"
+#include "cuda/gputrainer.h"
+#include "gpuavailable.h"
+
+using namespace shardscope;
+
+class TestBackendSelect : public QObject
+{
+    Q_OBJECT
+
+private slots:
+    void cpuIsAlwaysCpu()
+    {
+        const BackendChoice c = chooseBackend("cpu");
+        QCOMPARE(c.backend, Backend::Cpu);
+        QVERIFY(c.reason.find("--backend cpu") != std::string::npos);
+    }
+
+    void autoFallsBackToCpuWithoutGpu()
+    {
+        if (test::gpuCount() > 0)
+            QSKIP("this machine has a GPU: autoPicksNcclOnGpu covers it");
+        const BackendChoice c = chooseBackend("auto");
+        QCOMPARE(c.backend, Backend::Cpu);
+        QCOMPARE(c.deviceCount, 0);
+        QVERIFY2(c.reason.rfind("CPU backend: ", 0) == 0, c.reason.c_str());
+        QVERIFY2(c.reason.find('\n') == std::string::npos, "the reason is one line");
+#if SHARDSCOPE_HAVE_CUDA
+        QVERIFY2(c.reason.find("GPU") != std::string::npos || c.reason.find("driver") != std::string::npos,
+                 c.reason.c_str());
+#else
+        QVERIFY2(c.reason.find("no CUDA/NCCL support") != std::string::npos, c.reason.c_str());
+#endif
+    }
+
+    void ncclWithoutGpuSaysWhatIsMissing()
+    {
+        if (test::gpuCount() > 0)
+            QSKIP("this machine has a GPU: autoPicksNcclOnGpu covers it");
+        try {
+            chooseBackend("nccl");
+            QFAIL("chooseBackend(\"nccl\") must throw without a GPU");
+        } catch (const CommError &e) {
+            const std::string msg = e.what();
+            QVERIFY2(msg.find("--backend nccl cannot be used") != std::string::npos, e.what());
+            QVERIFY2(msg.find("--backend cpu") != std::string::npos, e.what());
+#if SHARDSCOPE_HAVE_CUDA
+            QVERIFY2(msg.find("driver") != std::string::npos || msg.find("GPU") != std::string::npos,
+                     e.what());
+#else
+            QVERIFY2(msg.find("no CUDA/NCCL support") != std::string::npos, e.what());
+#endif
+        }
+    }
+
+    void autoPicksNcclOnGpu()
+    {
+        SHARDSCOPE_REQUIRE_GPU();
+        const BackendChoice c = chooseBackend("auto");
+        QCOMPARE(c.backend, Backend::Nccl);
+        QCOMPARE(c.deviceCount, test::gpuCount());
+        QVERIFY2(c.reason.rfind("NCCL backend: ", 0) == 0, c.reason.c_str());
+        QCOMPARE(chooseBackend("nccl").backend, Backend::Nccl);
+    }
+
+    void unknownWordsAreRejected_data()
+    {
+        QTest::addColumn<QString>("word");
+        QTest::newRow("x") << "x";
+        QTest::newRow("empty") << "";
+        QTest::newRow("upper") << "CPU";
+        QTest::newRow("cuda") << "cuda";
+    }
+
+    void unknownWordsAreRejected()
+    {
+        QFETCH(QString, word);
+        const std::string w = word.toStdString();
+        try {
+            chooseBackend(w);
+            QFAIL("an unknown backend must throw std::invalid_argument");
+        } catch (const std::invalid_argument &e) {
+            const std::string msg = e.what();
+            QVERIFY2(msg.find("'" + w + "'") != std::string::npos, e.what());
+            QVERIFY2(msg.find("cpu, nccl or auto") != std::string::npos, e.what());
+        }
+    }
+
+    void gpuTrainingWithoutGpuSaysWhy()
+    {
+        if (test::gpuCount() > 0)
+            QSKIP("this machine has a GPU: tst_gputraining covers runNcclTraining");
+        nn::TrainConfig config;
+        config.worldSize = 1;
+        config.steps = 1;
+        try {
+            gpu::runNcclTraining(config, {});
+            QFAIL("runNcclTraining must throw without a GPU");
+        } catch (const CommError &e) {
+            QVERIFY2(std::string(e.what()).find("--backend cpu") != std::string::npos, e.what());
+        }
+    }
+};
+
+QTEST_GUILESS_MAIN(TestBackendSelect)
+#include "tst_backendselect.moc"
