@@ -222,8 +222,9 @@ int runCpu(const nn::TrainConfig &config)
                 std::string(nn::externalsName(config.externals)).c_str(),
                 std::string(guardPolicyName(config.guard)).c_str());
     std::fflush(stdout);
-    nn::buildModel(*engine, config);
 
+    // The endpoint is up before the model is built, so a client sees weight_norm's late
+    // parameters and reads as they happen.
     InspectorOptions options;
     options.listen = config.listen;
     options.endpoint = config.endpoint;
@@ -242,6 +243,7 @@ int runCpu(const nn::TrainConfig &config)
         std::printf("inspector: listening on %s\n", at.c_str());
     std::fflush(stdout);
 
+    nn::buildModel(*engine, config);
     const nn::TrainResult result = nn::trainModel(*engine, config, printStep);
     inspector->finish();
     printViolations(*engine);

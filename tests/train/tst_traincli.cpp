@@ -1,0 +1,168 @@
+// The real shardscope-train process (found through $SHARDSCOPE_BIN_DIR): its per-step and
+// final lines, the stories it reports, --guard error's stop, and its command-line errors.
+
+#include <QtTest>
+
+#include <QFile>
+#include <QProcess>
+#include <QRegularExpression>
+#include <QTemporaryDir>
+
+class TestTrainCli : public QObject
+{
+    Q_OBJECT
+
+private slots:
+    void initTestCase();
+    void demoPrintsStepsAndTheStories();
+    void manualExternalsReportNothing();
+    void guardErrorStopsWithTheFix();
+    void badFlagsExitWithTwo_data();
+    void badFlagsExitWithTwo();
+    void helpDocumentsEveryFlag();
+    void snapshotIsWritten();
+
+private:
+    struct Result
+    {
+        int exitCode = -1;
+        QString out;
+        QString err;
+    };
+    Result run(const QStringList &args);
+
+    QString m_program;
+};
+
+TestTrainCli::Result TestTrainCli::run(const QStringList &args)
+{
+    QProcess p;
+    p.start(m_program, args);
+    if (!p.waitForFinished(120000)) {
+        p.kill();
+        p.waitForFinished();
+    }
+    return Result{p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
+                  QString::fromUtf8(p.readAllStandardOutput()),
+                  QString::fromUtf8(p.readAllStandardError())};
+}
+
+void TestTrainCli::initTestCase()
+{
+    const QString dir = qEnvironmentVariable("SHARDSCOPE_BIN_DIR");
+    QVERIFY2(!dir.isEmpty(), "SHARDSCOPE_BIN_DIR is not set; run the test through ctest");
+    m_program = dir + "/shardscope-train";
+    QVERIFY2(QFile::exists(m_program), qPrintable(m_program + " does not exist; build shardscope-train"));
+}
+
+void TestTrainCli::demoPrintsStepsAndTheStories()
+{
+    const Result r = run({"--steps", "12", "--no-listen", "--backend", "cpu"});
+    QCOMPARE(r.exitCode, 0);
+    const QStringList lines = r.out.split('\n');
+    const QRegularExpression step(
+        R"(^step (\d+)/12 .*loss (\d+\.\d+) .*tokens/s \d+ .*gathered (\d+\.\d) MB .*unregistered (\d+) .*late (\d+)$)");
+    QList<double> losses;
+    QList<int> unregistered;
+    for (const QString &line : lines) {
+        const auto m = step.match(line);
+        if (!m.hasMatch())
+            continue;
+        QCOMPARE(m.captured(1).toInt(), losses.size() + 1);
+        losses << m.captured(2).toDouble();
+        unregistered << m.captured(4).toInt();
+        QCOMPARE(m.captured(5).toInt(), 2); // pos_conv.weight_g and weight_v
+    }
+    QCOMPARE(losses.size(), 12);
+    QVERIFY2(losses.last() < 0.8 * losses.first(),
+             qPrintable(QStringLiteral("loss %1 -> %2").arg(losses.first()).arg(losses.last())));
+    // 4 ranks: lm_head's read of embed.weight is recorded once per rank and step.
+    for (int i = 1; i < unregistered.size(); ++i)
+        QCOMPARE(unregistered[i] - unregistered[i - 1], 4);
+
+    const QRegularExpression final(R"(^final loss (\d+\.\d+) .*unregistered (\d+) .*late 2$)",
+                                   QRegularExpression::MultilineOption);
+    const auto f = final.match(r.out);
+    QVERIFY2(f.hasMatch(), qPrintable(r.out));
+    QCOMPARE(f.captured(1).toDouble(), losses.last());
+    QCOMPARE(f.captured(2).toInt(), unregistered.last());
+    QVERIFY(r.out.contains("register_external_parameter(lm_head, embed.weight)"));
+    QVERIFY(r.out.contains("pos_conv.weight_g was created after the model was partitioned"));
+    QVERIFY(r.out.contains("pos_conv.weight_v was created after the model was partitioned"));
+}
+
+void TestTrainCli::manualExternalsReportNothing()
+{
+    const Result r = run({"--steps", "3", "--no-listen", "--externals", "manual", "--guard", "error"});
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY(r.out.contains(QRegularExpression(R"(^final .*unregistered 0  late 0$)",
+                                              QRegularExpression::MultilineOption)));
+    QVERIFY(!r.out.contains("unregistered_access"));
+    QVERIFY(!r.out.contains("late_parameter"));
+}
+
+// The users' first code stops at its first unregistered read: weight_norm reading the
+// partitioned pos_conv.weight while the model is built. The message names the fix.
+void TestTrainCli::guardErrorStopsWithTheFix()
+{
+    const Result r = run({"--steps", "3", "--no-listen", "--guard", "error"});
+    QCOMPARE(r.exitCode, 1);
+    QVERIFY2(r.err.contains("GatheredParameters([pos_conv.weight])"), qPrintable(r.err));
+    QVERIFY(!r.out.contains("\nstep 1/3"));
+}
+
+void TestTrainCli::badFlagsExitWithTwo_data()
+{
+    QTest::addColumn<QStringList>("args");
+    QTest::addColumn<QString>("message");
+    QTest::newRow("unknown flag") << QStringList{"--bogus"} << "unknown option '--bogus'";
+    QTest::newRow("not a number") << QStringList{"--steps", "ten"} << "--steps expects a number";
+    QTest::newRow("missing value") << QStringList{"--world-size"} << "--world-size needs a value";
+    QTest::newRow("zero ranks") << QStringList{"--world-size", "0"} << "--world-size 0 is out of range";
+    QTest::newRow("groups") << QStringList{"--hidden", "30", "--groups", "4"} << "--groups 4 does not divide --hidden 30";
+    QTest::newRow("externals") << QStringList{"--externals", "auto"} << "--externals 'auto' is not one of none, manual";
+    QTest::newRow("guard") << QStringList{"--guard", "loud"} << "--guard 'loud' is not one of error, warn, auto";
+    QTest::newRow("backend") << QStringList{"--backend", "tpu"} << "--backend 'tpu' is not one of cpu, nccl, auto";
+    QTest::newRow("negative lr") << QStringList{"--lr", "-1"} << "--lr must be a positive number";
+    QTest::newRow("bad endpoint") << QStringList{"--steps", "1", "--listen", "nowhere"} << "--listen";
+}
+
+void TestTrainCli::badFlagsExitWithTwo()
+{
+    QFETCH(QStringList, args);
+    QFETCH(QString, message);
+    const Result r = run(args);
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains(message), qPrintable(r.err));
+    QVERIFY(!r.out.contains("step 1/"));
+}
+
+void TestTrainCli::helpDocumentsEveryFlag()
+{
+    const Result r = run({"--help"});
+    QCOMPARE(r.exitCode, 0);
+    for (const char *flag : {"--world-size", "--steps", "--layers", "--hidden", "--vocab", "--seq",
+                             "--batch", "--lr", "--weight-decay", "--seed", "--kernel", "--groups",
+                             "--externals", "--guard", "--persistence-threshold", "--backend",
+                             "--listen", "--token", "--no-listen", "--snapshot-out", "--history",
+                             "--no-telemetry", "--help"})
+        QVERIFY2(r.out.contains(QLatin1String(flag)), flag);
+}
+
+void TestTrainCli::snapshotIsWritten()
+{
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const QString file = dir.filePath("run.json");
+    const Result r = run({"--steps", "2", "--no-listen", "--snapshot-out", file});
+    QCOMPARE(r.exitCode, 0);
+    QFile f(file);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QByteArray json = f.readAll();
+    QVERIFY(json.contains("\"embed.weight\""));
+    QVERIFY(json.contains("\"pos_conv.weight_v\""));
+    QVERIFY(json.contains("unregistered_access"));
+}
+
+QTEST_GUILESS_MAIN(TestTrainCli)
+#include "tst_traincli.moc"

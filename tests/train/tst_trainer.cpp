@@ -1,0 +1,313 @@
+// The training run on the engine, in process: the same loss curve for every world size,
+// a loss that really falls, and the two user stories reported (or fixed) as they happen.
+
+#include <QtTest>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/engine.h"
+#include "nn/markov.h"
+#include "nn/model.h"
+#include "nn/trainer.h"
+
+using namespace shardscope;
+using namespace shardscope::nn;
+
+namespace {
+
+// Sizes no world size from 2 to 4 divides (V*H = 558, V = 31, H = 18), a batch of 7
+// sequences that leaves some ranks one short, and a threshold that partitions all but
+// the smallest parameters.
+TrainConfig smallConfig(int world)
+{
+    TrainConfig c;
+    c.worldSize = world;
+    c.steps = 20;
+    c.layers = 2;
+    c.hidden = 18;
+    c.groups = 3;
+    c.kernel = 5;
+    c.vocab = 31;
+    c.seq = 9;
+    c.batch = 7;
+    c.lr = 1e-2f;
+    c.seed = 7;
+    c.persistenceThreshold = 50;
+    c.listen = false;
+    return c;
+}
+
+struct Run
+{
+    std::unique_ptr<Engine> engine;
+    TrainResult result;
+};
+
+Run train(const TrainConfig &c)
+{
+    Run run;
+    run.engine = makeCpuEngine(c);
+    run.result = runCpuTraining(c, *run.engine, {});
+    return run;
+}
+
+double maxRelativeDifference(const std::vector<double> &a, const std::vector<double> &b)
+{
+    double worst = 0.0;
+    for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+        worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(b[i]));
+    return worst;
+}
+
+std::vector<ViolationRecord> ofKind(const Engine &engine, ViolationKind kind)
+{
+    std::vector<ViolationRecord> out;
+    for (const ViolationRecord &v : engine.violations())
+        if (v.kind == kind)
+            out.push_back(v);
+    return out;
+}
+
+} // namespace
+
+class TestTrainer : public QObject
+{
+    Q_OBJECT
+
+private slots:
+    void worldSizesGiveTheSameLossCurve_data();
+    void worldSizesGiveTheSameLossCurve();
+    void fixesDoNotChangeTheMath();
+    void defaultConfigurationLearns();
+    void externalsNoneReportsBothStories();
+    void externalsManualReportsNothing();
+    void guardErrorStopsAtTheTiedHead();
+    void guardAutoRegistersOnce();
+    void dataIsTheSameForEveryRankSplit();
+    void stepReportsCountWhatTheEngineCounts();
+};
+
+void TestTrainer::worldSizesGiveTheSameLossCurve_data()
+{
+    QTest::addColumn<int>("externals");
+    QTest::newRow("externals none") << int(Externals::None);
+    QTest::newRow("externals manual") << int(Externals::Manual);
+}
+
+void TestTrainer::worldSizesGiveTheSameLossCurve()
+{
+    QFETCH(int, externals);
+    std::vector<double> reference;
+    for (int world = 1; world <= 4; ++world) {
+        TrainConfig c = smallConfig(world);
+        c.externals = static_cast<Externals>(externals);
+        const Run run = train(c);
+        QCOMPARE(run.result.losses.size(), std::size_t(20));
+        if (world == 1) {
+            reference = run.result.losses;
+            // The curve is a real one: it falls, so equal curves mean equal training.
+            QVERIFY2(reference.back() < 0.9 * reference.front(),
+                     qPrintable(QStringLiteral("loss %1 -> %2").arg(reference.front()).arg(reference.back())));
+            continue;
+        }
+        const double diff = maxRelativeDifference(run.result.losses, reference);
+        QVERIFY2(diff <= 1e-4, qPrintable(QStringLiteral("world size %1: relative difference %2 from "
+                                                         "world size 1")
+                                              .arg(world).arg(diff)));
+        // The parameters really were partitioned with padding: embed.weight (558) does not
+        // divide by 4, and each rank holds only its shard.
+        const ParamInfo &embed = run.engine->param(run.engine->findParam("embed.weight"));
+        QVERIFY(embed.partitioned);
+        QCOMPARE(embed.layout.paddedNumel % world, std::int64_t(0));
+        QCOMPARE(run.engine->shardData(0, embed.id).size(), std::size_t(embed.layout.partitionNumel));
+        if (world == 4)
+            QVERIFY(embed.layout.paddedNumel > embed.numel);
+    }
+}
+
+// The stories' fixes change where parameters live, not what is computed.
+void TestTrainer::fixesDoNotChangeTheMath()
+{
+    TrainConfig c = smallConfig(3);
+    c.steps = 8;
+    const Run none = train(c);
+    c.externals = Externals::Manual;
+    const Run manual = train(c);
+    QVERIFY(maxRelativeDifference(manual.result.losses, none.result.losses) <= 1e-5);
+}
+
+void TestTrainer::defaultConfigurationLearns()
+{
+    TrainConfig c; // the command line's defaults: 4 ranks, 2 blocks, hidden 64, vocab 97
+    c.steps = 40;
+    c.listen = false;
+    const Run run = train(c);
+    const double first = run.result.firstLoss;
+    const double last = run.result.lastLoss;
+    // The first step sees an untrained model: about ln V.
+    QVERIFY2(std::abs(first - std::log(double(c.vocab))) < 0.5, qPrintable(QString::number(first)));
+    QVERIFY2(last <= 0.7 * first,
+             qPrintable(QStringLiteral("loss fell only from %1 to %2 in %3 steps").arg(first).arg(last).arg(c.steps)));
+}
+
+void TestTrainer::externalsNoneReportsBothStories()
+{
+    TrainConfig c = smallConfig(2);
+    c.steps = 3;
+    const Run run = train(c);
+    const Engine &e = *run.engine;
+
+    // Story 1: lm_head reads embed.weight, owned by embed, unregistered: one record per
+    // (accessor, param, rank), counted once per step.
+    bool tied = false;
+    for (const ViolationRecord &v : ofKind(e, ViolationKind::UnregisteredAccess)) {
+        if (v.accessor == kNoModule)
+            continue;
+        QCOMPARE(e.modulePath(v.accessor), std::string("lm_head"));
+        QCOMPARE(e.param(v.param).name, std::string("embed.weight"));
+        QCOMPARE(e.modulePath(v.owner), std::string("embed"));
+        QCOMPARE(v.fix, std::string("register_external_parameter(lm_head, embed.weight)"));
+        QCOMPARE(v.action, GuardAction::Gathered);
+        QCOMPARE(v.step, 1u);
+        QCOMPARE(v.lastStep, 3u);
+        QCOMPARE(v.count, std::uint64_t(3));
+        tied = true;
+    }
+    QVERIFY(tied);
+
+    // Story 2: weight_norm read pos_conv.weight outside any module (accessor none) ...
+    const auto reads = ofKind(e, ViolationKind::UnregisteredAccess);
+    QVERIFY(std::any_of(reads.begin(), reads.end(), [&](const ViolationRecord &v) {
+        return v.accessor == kNoModule && v.owner == e.findModule("pos_conv") && v.step == 0;
+    }));
+    QCOMPARE(e.findParam("pos_conv.weight"), kNoParam);
+    // ... and created weight_g and weight_v after partitioning: late, never partitioned.
+    std::vector<std::string> late;
+    for (const ViolationRecord &v : ofKind(e, ViolationKind::LateParameter)) {
+        if (v.rank == 0)
+            late.push_back(e.param(v.param).name);
+        QCOMPARE(e.modulePath(v.owner), std::string("pos_conv"));
+    }
+    std::sort(late.begin(), late.end());
+    QCOMPARE(late, (std::vector<std::string>{"pos_conv.weight_g", "pos_conv.weight_v"}));
+    QCOMPARE(e.lateParameterCount(), std::uint64_t(2));
+    QVERIFY(!e.param(e.findParam("pos_conv.weight_v")).partitioned);
+    // 2 ranks: the build-time read, then lm_head's read in each of 3 steps.
+    QCOMPARE(e.unregisteredAccessCount(), std::uint64_t(2 + 2 * 3));
+    QCOMPARE(run.result.unregisteredAccesses, e.unregisteredAccessCount());
+    QCOMPARE(run.result.lateParameters, std::uint64_t(2));
+}
+
+void TestTrainer::externalsManualReportsNothing()
+{
+    TrainConfig c = smallConfig(2);
+    c.steps = 3;
+    c.externals = Externals::Manual;
+    c.guard = GuardPolicy::Error; // any unregistered read would stop the run
+    const Run run = train(c);
+    const Engine &e = *run.engine;
+    QVERIFY(ofKind(e, ViolationKind::UnregisteredAccess).empty());
+    QVERIFY(ofKind(e, ViolationKind::LateParameter).empty());
+    QCOMPARE(e.unregisteredAccessCount(), std::uint64_t(0));
+    QCOMPARE(e.lateParameterCount(), std::uint64_t(0));
+    QCOMPARE(run.result.unregisteredAccesses, std::uint64_t(0));
+    QCOMPARE(run.result.lateParameters, std::uint64_t(0));
+
+    const ParamId v = e.findParam("pos_conv.weight_v");
+    QVERIFY(e.param(v).partitioned); // adopted
+    QVERIFY(e.isExternal(0, e.findModule("lm_head"), e.findParam("embed.weight")));
+    QVERIFY(e.isExternal(1, e.findModule("pos_conv"), v));
+    QCOMPARE(e.findParam("pos_conv.weight"), kNoParam);
+}
+
+// With the weight_norm fixed but not the tied head, --guard error stops at the head's first
+// read with the engine's fix, and the run's threads do not hang.
+void TestTrainer::guardErrorStopsAtTheTiedHead()
+{
+    TrainConfig c = smallConfig(3);
+    c.externals = Externals::Manual;
+    c.guard = GuardPolicy::Error;
+    auto engine = makeCpuEngine(c);
+    buildModel(*engine, c);
+    engine->unregisterExternalParameter(engine->findModule("lm_head"), engine->findParam("embed.weight"));
+    int steps = 0;
+    try {
+        trainModel(*engine, c, [&](const StepReport &) { ++steps; });
+        QFAIL("training went on although lm_head read embed.weight unregistered under --guard error");
+    } catch (const UnregisteredAccessError &err) {
+        QCOMPARE(err.fix(), std::string("register_external_parameter(lm_head, embed.weight)"));
+        QVERIFY(std::string(err.what()).find("lm_head") != std::string::npos);
+    }
+    QCOMPARE(steps, 0);
+}
+
+void TestTrainer::guardAutoRegistersOnce()
+{
+    TrainConfig c = smallConfig(2);
+    c.steps = 4;
+    c.guard = GuardPolicy::Auto;
+    const Run run = train(c);
+    const Engine &e = *run.engine;
+    int tied = 0;
+    for (const ViolationRecord &v : ofKind(e, ViolationKind::UnregisteredAccess)) {
+        if (v.accessor == kNoModule)
+            continue;
+        ++tied;
+        QCOMPARE(v.action, GuardAction::AutoRegistered);
+        QCOMPARE(v.count, std::uint64_t(1));
+        QCOMPARE(v.lastStep, 1u);
+    }
+    QCOMPARE(tied, 2); // once per rank
+    QVERIFY(e.isExternal(0, e.findModule("lm_head"), e.findParam("embed.weight")));
+}
+
+void TestTrainer::dataIsTheSameForEveryRankSplit()
+{
+    const MarkovStream a(3, 50);
+    const MarkovStream b(3, 50);
+    std::vector<std::int32_t> x(40), y(40), z(40);
+    a.sequence(5, 11, 40, x.data());
+    b.sequence(5, 11, 40, y.data());
+    QCOMPARE(x, y);
+    a.sequence(5, 12, 40, z.data());
+    QVERIFY(x != z);
+    // Order 2 and sparse: a context has at most four successors.
+    for (std::int32_t p = 0; p < 50; p += 7)
+        for (std::int32_t q = 0; q < 50; q += 5) {
+            std::vector<std::int32_t> seen;
+            for (int i = 0; i < 200; ++i)
+                seen.push_back(a.next(p, q, i / 200.0));
+            std::sort(seen.begin(), seen.end());
+            seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+            QVERIFY(seen.size() <= 4);
+            QVERIFY(!seen.empty());
+        }
+    QVERIFY(a.entropyFloor() < std::log(50.0) / 2);
+}
+
+void TestTrainer::stepReportsCountWhatTheEngineCounts()
+{
+    TrainConfig c = smallConfig(3);
+    c.steps = 4;
+    auto engine = makeCpuEngine(c);
+    std::vector<StepReport> reports;
+    const TrainResult result = runCpuTraining(c, *engine, [&](const StepReport &r) { reports.push_back(r); });
+    QCOMPARE(reports.size(), std::size_t(4));
+    for (std::size_t i = 0; i < reports.size(); ++i) {
+        QCOMPARE(reports[i].step, int(i) + 1);
+        QCOMPARE(reports[i].steps, 4);
+        QCOMPARE(reports[i].loss, result.losses[i]);
+        QCOMPARE(reports[i].lateParameters, std::uint64_t(2));
+        // 3 ranks: the build-time read, then one lm_head record per rank and step.
+        QCOMPARE(reports[i].unregisteredAccesses, std::uint64_t(3 + 3 * (i + 1)));
+        QVERIFY(reports[i].tokensPerSecond > 0.0);
+        if (i > 0)
+            QVERIFY(reports[i].megabytesGathered > reports[i - 1].megabytesGathered);
+    }
+    QCOMPARE(result.tokens, std::int64_t(4 * 7 * 9));
+}
+
+QTEST_APPLESS_MAIN(TestTrainer)
+#include "tst_trainer.moc"
