@@ -107,6 +107,8 @@ struct Inspector::Impl
     int wake[2] = {-1, -1};
     std::thread thread;
     std::atomic<bool> stop{false};
+    std::atomic<std::uint64_t> published{0};
+    std::atomic<std::uint64_t> clientDropped{0};
     std::mutex finishMutex;
     bool finished = false;
 
@@ -336,6 +338,7 @@ void Inspector::Impl::fanOut(const std::vector<Event> &events)
             stateDirty = true;
     if (!events.empty())
         eventsSinceState = true;
+    published.fetch_add(events.size(), std::memory_order_relaxed);
     for (std::size_t i = 0; i < events.size(); i += kEventsPerFrame) {
         const std::size_t n = std::min(kEventsPerFrame, events.size() - i);
         std::string frame;
@@ -351,6 +354,7 @@ void Inspector::Impl::fanOut(const std::vector<Event> &events)
             } else {
                 c.pendingDropped += n;
                 c.dropped += n;
+                clientDropped.fetch_add(n, std::memory_order_relaxed);
             }
         }
     }
@@ -523,6 +527,13 @@ Inspector::~Inspector()
 std::string Inspector::endpoint() const { return d->endpointText; }
 
 std::uint64_t Inspector::droppedEvents() const { return d->hub ? d->hub->droppedEvents() : 0; }
+
+std::uint64_t Inspector::publishedEvents() const { return d->published.load(std::memory_order_relaxed); }
+
+std::uint64_t Inspector::clientDroppedEvents() const
+{
+    return d->clientDropped.load(std::memory_order_relaxed);
+}
 
 void Inspector::finish()
 {

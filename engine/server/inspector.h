@@ -40,6 +40,10 @@ public:
 
     std::string endpoint() const; // the bound endpoint, e.g. "tcp:127.0.0.1:40123"; empty if not listening
     std::uint64_t droppedEvents() const;
+    // Events the server handed to its clients' live streams, and those it dropped for
+    // clients that did not read fast enough (summed over clients).
+    std::uint64_t publishedEvents() const;
+    std::uint64_t clientDroppedEvents() const;
     // Flushes telemetry, writes the snapshot (if asked), stops serving. Idempotent.
     void finish();
 

@@ -1,0 +1,479 @@
+#include <QtTest>
+
+#include <QTemporaryDir>
+#include <arpa/inet.h>
+#include <chrono>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+
+#include "comm/cpucommunicator.h"
+#include "core/engine.h"
+#include "server/inspector.h"
+#include "server/inspectorclient.h"
+#include "server/sockets.h"
+#include "wire/clientstate.h"
+#include "wire/discovery.h"
+#include "wire/endpoint.h"
+#include "wire/snapshot.h"
+
+using namespace shardscope;
+using server::InspectorClient;
+
+namespace {
+
+// Story 1 in miniature: lm_head reads the tied embed.weight without registering it.
+struct TiedRun
+{
+    std::unique_ptr<Engine> engine;
+    ModuleId embed = 0, lmHead = 0;
+    ParamId embedW = 0, headB = 0;
+    int stepsDone = 0;
+
+    explicit TiedRun(int world)
+    {
+        EngineConfig cfg;
+        cfg.worldSize = world;
+        cfg.persistenceThreshold = 4;
+        cfg.modelName = "tied";
+        engine = std::make_unique<Engine>(cfg, makeCpuWorld(world));
+        embed = engine->addModule(engine->root(), "embed", "Embedding");
+        lmHead = engine->addModule(engine->root(), "lm_head", "Linear");
+        std::vector<float> init(30);
+        for (std::size_t i = 0; i < init.size(); ++i)
+            init[i] = static_cast<float>(i);
+        embedW = engine->addParameter(embed, "weight", {6, 5}, DType::F32, init.data());
+        headB = engine->addParameter(lmHead, "bias", {6}, DType::F32, init.data());
+        engine->partition();
+    }
+
+    // scopes: how many times each step runs the embed/lm_head pair (more events per step).
+    void steps(int n, int scopes = 1)
+    {
+        engine->forEachLocalRank([&](int r) {
+            Engine &e = *engine;
+            for (int s = 0; s < n; ++s) {
+                e.beginStep(r);
+                for (int k = 0; k < scopes; ++k) {
+                    {
+                        ModuleScope scope(e, r, embed, Phase::Forward);
+                        (void)e.access(r, embedW);
+                    }
+                    ModuleScope scope(e, r, lmHead, Phase::Forward);
+                    (void)e.access(r, embedW);
+                    (void)e.access(r, headB);
+                }
+                e.endStep(r, 0.25);
+            }
+        });
+        stepsDone += n;
+    }
+};
+
+InspectorOptions tcpOptions(std::size_t history = 65536)
+{
+    InspectorOptions o;
+    o.endpoint = "tcp:127.0.0.1:0";
+    o.historyEvents = history;
+    return o;
+}
+
+// Reads frames into state until done() holds; false if the stream ended or stalled for 30 s.
+template <class Done>
+bool readUntil(InspectorClient &client, wire::ClientState &state, Done done, std::string *error = nullptr)
+{
+    while (!done()) {
+        auto frame = client.next(30000);
+        if (!frame || !frame->has_value()) {
+            if (error)
+                *error = frame ? "no frame for 30 s" : frame.error();
+            return false;
+        }
+        auto applied = state.apply(**frame);
+        if (!applied) {
+            if (error)
+                *error = applied.error();
+            return false;
+        }
+    }
+    return true;
+}
+
+const ViolationRecord *findUnregistered(const EngineState &s, const std::string &accessor,
+                                        const std::string &param)
+{
+    for (const ViolationRecord &v : s.violations) {
+        if (v.kind != ViolationKind::UnregisteredAccess || v.accessor >= s.modules.size())
+            continue;
+        for (const ParamRecord &p : s.params)
+            if (p.id == v.param && p.name == param && s.modules[v.accessor].path == accessor)
+                return &v;
+    }
+    return nullptr;
+}
+
+} // namespace
+
+class TestInspector : public QObject
+{
+    Q_OBJECT
+private slots:
+    void initTestCase();
+    void lateClientGetsStateHistoryAndLiveEvents();
+    void severalClientsAtOnce();
+    void stalledClientNeverBlocksTrainingAndLearnsWhatItLost();
+    void wrongTokenIsRefusedWithAClearMessage();
+    void wrongProtocolVersionIsRefused();
+    void foreignClientGetsAReadableError();
+    void clientRefusesAnEndpointThatIsNotShardScope();
+    void nonLoopbackWithoutTokenIsRefused();
+    void defaultUnixSocketIsPrivateAndDiscoverable();
+    void snapshotOutIsWrittenAtFinish();
+    void noListenStillWritesTheSnapshot();
+    void badEndpointsAreInspectorErrors();
+
+private:
+    QTemporaryDir m_runtime;
+};
+
+void TestInspector::initTestCase()
+{
+    QVERIFY(m_runtime.isValid());
+    ::setenv("XDG_RUNTIME_DIR", m_runtime.path().toLocal8Bit().constData(), 1);
+}
+
+void TestInspector::lateClientGetsStateHistoryAndLiveEvents()
+{
+    TiedRun run(2);
+    Inspector inspector(*run.engine, tcpOptions());
+    QVERIFY(inspector.endpoint().starts_with("tcp:127.0.0.1:"));
+    QVERIFY(!inspector.endpoint().ends_with(":0"));
+    run.steps(3);
+
+    auto client = InspectorClient::connect(inspector.endpoint(), {});
+    QVERIFY2(client.ok(), client.error().c_str());
+    const wire::Welcome &w = (*client)->welcome();
+    QCOMPARE(w.model, std::string("tied"));
+    QCOMPARE(w.worldSize, 2);
+    QCOMPARE(w.backend, std::string("cpu"));
+    QCOMPARE(w.pid, std::int64_t(::getpid()));
+
+    wire::ClientState state;
+    std::string error;
+    QVERIFY2(readUntil(**client, state, [&] { return state.historyDone(); }, &error), error.c_str());
+    const EngineState &st = state.snapshot().state;
+    QCOMPARE(st.step, std::uint32_t(3));
+    QCOMPARE(st.params.size(), std::size_t(2));
+    QCOMPARE(st.params[0].name, std::string("embed.weight"));
+    QCOMPARE(st.params[0].partitionNumel, std::int64_t(15));
+    const ViolationRecord *v = findUnregistered(st, "lm_head", "embed.weight");
+    QVERIFY(v != nullptr);
+    QCOMPARE(st.modules[v->owner].path, std::string("embed"));
+    QCOMPARE(v->fix, std::string("register_external_parameter(lm_head, embed.weight)"));
+
+    // The history holds what already happened: three step ends per rank, the accesses.
+    QVERIFY(state.historyEvents() > 0);
+    int stepEnds = 0, accesses = 0;
+    for (const Event &e : state.snapshot().events) {
+        stepEnds += e.type == EventType::StepEnd;
+        if (e.type == EventType::UnregisteredAccess) {
+            ++accesses;
+            QCOMPARE(e.a, run.lmHead);
+            QCOMPARE(e.b, run.embedW);
+            QCOMPARE(e.u0, std::uint64_t(run.embed));
+        }
+    }
+    QCOMPARE(stepEnds, 3 * 2);
+    QCOMPARE(accesses, 3 * 2);
+
+    // Live: two more steps arrive as events, and a fresh state follows the step ends.
+    run.steps(2);
+    QVERIFY2(readUntil(**client, state, [&] { return state.latestCompletedStep() >= 5; }, &error),
+             error.c_str());
+    QVERIFY(state.liveEvents() > 0);
+    std::thread finisher([&] { inspector.finish(); });
+    QVERIFY2(readUntil(**client, state, [&] { return state.finished(); }, &error), error.c_str());
+    finisher.join();
+    QCOMPARE(state.snapshot().state.step, std::uint32_t(5));
+    const wire::Goodbye &bye = state.goodbye();
+    QCOMPARE(bye.eventsDropped, std::uint64_t(0));
+    QCOMPARE(bye.eventsSent, state.liveEvents());
+    QCOMPARE(bye.eventsOffered, bye.eventsSent);
+    auto closed = (*client)->next(5000);
+    QVERIFY(!closed.ok());
+    QCOMPARE(closed.error(), std::string("the engine closed the connection"));
+}
+
+void TestInspector::severalClientsAtOnce()
+{
+    TiedRun run(2);
+    Inspector inspector(*run.engine, tcpOptions());
+    auto a = InspectorClient::connect(inspector.endpoint(), {});
+    auto b = InspectorClient::connect(inspector.endpoint(), {});
+    QVERIFY(a.ok() && b.ok());
+    run.steps(2);
+    std::thread finisher([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        inspector.finish();
+    });
+    wire::ClientState sa, sb;
+    std::string error;
+    QVERIFY2(readUntil(**a, sa, [&] { return sa.finished(); }, &error), error.c_str());
+    QVERIFY2(readUntil(**b, sb, [&] { return sb.finished(); }, &error), error.c_str());
+    finisher.join();
+    QCOMPARE(sa.snapshot().state.step, std::uint32_t(2));
+    QCOMPARE(sb.snapshot().state.step, std::uint32_t(2));
+    QCOMPARE(sa.snapshot().events.size(), sb.snapshot().events.size());
+    QVERIFY(sa.liveEvents() > 0);
+    QCOMPARE(sa.goodbye().eventsOffered, sb.goodbye().eventsOffered);
+}
+
+void TestInspector::stalledClientNeverBlocksTrainingAndLearnsWhatItLost()
+{
+    TiedRun run(1);
+    Inspector inspector(*run.engine, tcpOptions(16));
+    auto client = InspectorClient::connect(inspector.endpoint(), {});
+    QVERIFY2(client.ok(), client.error().c_str());
+    // The client now stops reading. Training goes on until the server had to drop
+    // events for it (a few megabytes of queue), bounded by a step budget.
+    int batches = 0;
+    while (inspector.clientDroppedEvents() == 0 && batches < 400) {
+        run.steps(10, 200);
+        ++batches;
+    }
+    QVERIFY2(inspector.clientDroppedEvents() > 0, "the server never had to drop events");
+    run.steps(10, 200); // training still completes steps while the client is stalled
+    const int stepsRun = run.stepsDone;
+    QCOMPARE(run.engine->step(0), std::uint32_t(stepsRun));
+
+    // The client resumes: it is told how many events it lost, then gets the rest.
+    wire::ClientState state;
+    std::string error;
+    QVERIFY2(readUntil(**client, state, [&] { return state.droppedNotices() > 0; }, &error), error.c_str());
+    QVERIFY(state.clientDropped() > 0);
+    std::thread finisher([&] { inspector.finish(); });
+    QVERIFY2(readUntil(**client, state, [&] { return state.finished(); }, &error), error.c_str());
+    finisher.join();
+    const wire::Goodbye &bye = state.goodbye();
+    QCOMPARE(state.clientDropped(), bye.eventsDropped);
+    QCOMPARE(state.clientDropped(), inspector.clientDroppedEvents());
+    QCOMPARE(state.liveEvents(), bye.eventsSent);
+    QCOMPARE(bye.eventsSent + bye.eventsDropped, bye.eventsOffered);
+    QVERIFY(bye.eventsOffered <= inspector.publishedEvents());
+    QCOMPARE(state.snapshot().state.step, std::uint32_t(stepsRun));
+    QVERIFY(state.snapshot().droppedEvents >= state.clientDropped());
+}
+
+void TestInspector::wrongTokenIsRefusedWithAClearMessage()
+{
+    TiedRun run(1);
+    InspectorOptions o = tcpOptions();
+    o.token = "s3cret";
+    Inspector inspector(*run.engine, o);
+    auto none = InspectorClient::connect(inspector.endpoint(), {});
+    QVERIFY(!none.ok());
+    QCOMPARE(none.error(), std::string("the engine refused the connection: this engine requires a "
+                                       "token; pass --token SECRET"));
+    InspectorClient::Options wrong;
+    wrong.token = "guess";
+    auto bad = InspectorClient::connect(inspector.endpoint(), wrong);
+    QVERIFY(!bad.ok());
+    QVERIFY2(bad.error().find("wrong token") != std::string::npos, bad.error().c_str());
+    InspectorClient::Options right;
+    right.token = "s3cret";
+    auto good = InspectorClient::connect(inspector.endpoint(), right);
+    QVERIFY2(good.ok(), good.error().c_str());
+}
+
+void TestInspector::wrongProtocolVersionIsRefused()
+{
+    TiedRun run(1);
+    Inspector inspector(*run.engine, tcpOptions());
+    InspectorClient::Options future;
+    future.version = 2;
+    auto r = InspectorClient::connect(inspector.endpoint(), future);
+    QVERIFY(!r.ok());
+    QVERIFY2(r.error().find("the engine refused the connection: protocol version 2 is not supported: "
+                            "this engine speaks version 1") != std::string::npos,
+             r.error().c_str());
+}
+
+void TestInspector::foreignClientGetsAReadableError()
+{
+    TiedRun run(1);
+    Inspector inspector(*run.engine, tcpOptions());
+    auto fd = server::connectTo(inspector.endpoint());
+    QVERIFY(fd.ok());
+    QVERIFY(server::sendAll(*fd, "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+    wire::FrameDecoder decoder;
+    std::optional<wire::Frame> frame;
+    char buf[4096];
+    while (!frame) {
+        const ssize_t n = ::recv(*fd, buf, sizeof buf, 0);
+        QVERIFY(n > 0);
+        decoder.feed(buf, static_cast<std::size_t>(n));
+        auto f = decoder.next();
+        QVERIFY(f.ok());
+        frame = std::move(f.value());
+    }
+    ::close(*fd);
+    QCOMPARE(frame->type, wire::MessageType::Error);
+    auto err = wire::decodeError(frame->payload);
+    QVERIFY(err.ok());
+    QCOMPARE(err->code, std::string("bad_magic"));
+    QVERIFY2(err->message.find("not a ShardScope stream") != std::string::npos, err->message.c_str());
+}
+
+void TestInspector::clientRefusesAnEndpointThatIsNotShardScope()
+{
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    QCOMPARE(::bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr), 0);
+    QCOMPARE(::listen(fd, 1), 0);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len);
+    std::thread fake([fd] {
+        const int c = ::accept(fd, nullptr, nullptr);
+        server::sendAll(c, "SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n");
+        char buf[256];
+        (void)::recv(c, buf, sizeof buf, 0);
+        ::close(c);
+    });
+    auto r = InspectorClient::connect("tcp:127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), {});
+    fake.join();
+    ::close(fd);
+    QVERIFY(!r.ok());
+    QVERIFY2(r.error().find("not a ShardScope stream") != std::string::npos, r.error().c_str());
+    QVERIFY2(r.error().find("is the endpoint a ShardScope engine?") != std::string::npos, r.error().c_str());
+
+    auto refused = InspectorClient::connect("tcp:127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), {});
+    QVERIFY(!refused.ok());
+    QVERIFY2(refused.error().find("Connection refused") != std::string::npos, refused.error().c_str());
+}
+
+void TestInspector::nonLoopbackWithoutTokenIsRefused()
+{
+    TiedRun run(1);
+    InspectorOptions o = tcpOptions();
+    o.endpoint = "tcp:0.0.0.0:0";
+    try {
+        Inspector inspector(*run.engine, o);
+        QFAIL("a non-loopback bind without a token was accepted");
+    } catch (const InspectorError &e) {
+        const std::string msg = e.what();
+        QVERIFY2(msg.find("refusing to listen on tcp:0.0.0.0:0 without a token") != std::string::npos, e.what());
+        QVERIFY2(msg.find("--token") != std::string::npos, e.what());
+    }
+    o.token = "s3cret";
+    Inspector inspector(*run.engine, o);
+    QVERIFY(inspector.endpoint().starts_with("tcp:0.0.0.0:"));
+    const std::string port = inspector.endpoint().substr(std::string("tcp:0.0.0.0:").size());
+    InspectorClient::Options opts;
+    opts.token = "s3cret";
+    auto c = InspectorClient::connect("tcp:127.0.0.1:" + port, opts);
+    QVERIFY2(c.ok(), c.error().c_str());
+}
+
+void TestInspector::defaultUnixSocketIsPrivateAndDiscoverable()
+{
+    TiedRun run(2);
+    const std::string dir = wire::defaultRuntimeDir();
+    QCOMPARE(dir, m_runtime.path().toStdString() + "/shardscope");
+    std::string socketPath;
+    {
+        Inspector inspector(*run.engine, InspectorOptions{});
+        socketPath = wire::defaultSocketPath(::getpid());
+        QCOMPARE(inspector.endpoint(), "unix:" + socketPath);
+        struct stat st{};
+        QCOMPARE(::stat(dir.c_str(), &st), 0);
+        QCOMPARE(st.st_mode & 0777, mode_t(0700));
+        QCOMPARE(::stat(socketPath.c_str(), &st), 0);
+        QVERIFY(S_ISSOCK(st.st_mode));
+        QCOMPARE(st.st_mode & 0777, mode_t(0600));
+
+        const auto engines = wire::listLiveEngines();
+        QCOMPARE(engines.size(), std::size_t(1));
+        QCOMPARE(engines[0].pid, std::int64_t(::getpid()));
+        QCOMPARE(engines[0].endpoint, inspector.endpoint());
+        QCOMPARE(engines[0].model, std::string("tied"));
+        QCOMPARE(engines[0].worldSize, 2);
+        QCOMPARE(engines[0].backend, std::string("cpu"));
+        QVERIFY(!engines[0].tokenRequired);
+
+        auto c = InspectorClient::connect(engines[0].endpoint, {});
+        QVERIFY2(c.ok(), c.error().c_str());
+        run.steps(1);
+    }
+    QVERIFY(::access(socketPath.c_str(), F_OK) != 0);
+    QVERIFY(wire::listLiveEngines().empty());
+    QVERIFY(::access(wire::discoveryFilePath(dir, ::getpid()).c_str(), F_OK) != 0);
+}
+
+void TestInspector::snapshotOutIsWrittenAtFinish()
+{
+    QTemporaryDir tmp;
+    TiedRun run(2);
+    InspectorOptions o = tcpOptions(100);
+    o.snapshotOut = tmp.filePath("final.json").toStdString();
+    Inspector inspector(*run.engine, o);
+    run.steps(4);
+    inspector.finish();
+    inspector.finish(); // idempotent
+    auto snap = wire::readSnapshotFile(o.snapshotOut);
+    QVERIFY2(snap.ok(), snap.error().c_str());
+    QCOMPARE(snap->state.step, std::uint32_t(4));
+    QCOMPARE(snap->state.worldSize, 2);
+    QVERIFY(findUnregistered(snap->state, "lm_head", "embed.weight") != nullptr);
+    QCOMPARE(snap->events.size(), std::size_t(100)); // the bounded history
+    QCOMPARE(snap->events.back().type, EventType::StepEnd);
+    QCOMPARE(snap->droppedEvents, std::uint64_t(0));
+    QCOMPARE(snap->meta.pid, std::int64_t(::getpid()));
+    QCOMPARE(snap->meta.endpoint, inspector.endpoint());
+}
+
+void TestInspector::noListenStillWritesTheSnapshot()
+{
+    QTemporaryDir tmp;
+    TiedRun run(1);
+    InspectorOptions o;
+    o.listen = false;
+    o.snapshotOut = tmp.filePath("s.json").toStdString();
+    {
+        Inspector inspector(*run.engine, o);
+        QVERIFY(inspector.endpoint().empty());
+        run.steps(2);
+    }
+    auto snap = wire::readSnapshotFile(o.snapshotOut);
+    QVERIFY2(snap.ok(), snap.error().c_str());
+    QCOMPARE(snap->state.step, std::uint32_t(2));
+    QVERIFY(!snap->events.empty());
+    QVERIFY(wire::listLiveEngines().empty());
+}
+
+void TestInspector::badEndpointsAreInspectorErrors()
+{
+    TiedRun run(1);
+    auto expectError = [&](const std::string &endpoint, const char *needle) {
+        InspectorOptions o;
+        o.endpoint = endpoint;
+        try {
+            Inspector inspector(*run.engine, o);
+            QFAIL(("accepted " + endpoint).c_str());
+        } catch (const InspectorError &e) {
+            QVERIFY2(std::string(e.what()).find(needle) != std::string::npos, e.what());
+        }
+    };
+    expectError("udp:1.2.3.4:5", "unknown endpoint");
+    expectError("tcp:127.0.0.1:notaport", "bad port");
+    expectError("unix:" + std::string(200, 'x'), "longer than 107 bytes");
+    expectError("unix:/nonexistent-dir/x.sock", "cannot listen on /nonexistent-dir/x.sock");
+    Inspector first(*run.engine, tcpOptions());
+    expectError(first.endpoint(), "cannot listen on");
+}
+
+QTEST_APPLESS_MAIN(TestInspector)
+#include "tst_inspector.moc"

@@ -1,0 +1,175 @@
+#include <QtTest>
+
+#include <thread>
+
+#include "telemetry/eventhistory.h"
+#include "telemetry/eventring.h"
+#include "telemetry/telemetryhub.h"
+
+using namespace shardscope;
+
+namespace {
+
+Event seq(int rank, std::uint64_t n)
+{
+    Event e{};
+    e.tsNs = 1000 + n;
+    e.rank = static_cast<std::uint16_t>(rank);
+    e.type = EventType::FetchBegin;
+    e.u0 = n;
+    return e;
+}
+
+} // namespace
+
+class TestTelemetryHub : public QObject
+{
+    Q_OBJECT
+private slots:
+    void ringRoundsUpToAPowerOfTwo();
+    void ringKeepsOrderAndDropsWhenFull();
+    void hubReportsRingOverflowAsDroppedEventsRecord();
+    void hubStampsZeroTimestampsAndCountsUnknownRanks();
+    void concurrentRanksLoseNothingUncounted();
+    void historyKeepsTheLastNInOrder();
+};
+
+void TestTelemetryHub::ringRoundsUpToAPowerOfTwo()
+{
+    QCOMPARE(EventRing(1000).capacity(), std::size_t(1024));
+    QCOMPARE(EventRing(1024).capacity(), std::size_t(1024));
+    QCOMPARE(EventRing(0).capacity(), std::size_t(2));
+}
+
+void TestTelemetryHub::ringKeepsOrderAndDropsWhenFull()
+{
+    EventRing ring(8);
+    for (std::uint64_t i = 0; i < 8; ++i)
+        QVERIFY(ring.push(seq(0, i)));
+    QVERIFY(!ring.push(seq(0, 8)));
+    QVERIFY(!ring.push(seq(0, 9)));
+    QCOMPARE(ring.dropped(), std::uint64_t(2));
+    Event out[16];
+    QCOMPARE(ring.pop(out, 3), std::size_t(3));
+    QCOMPARE(out[0].u0, std::uint64_t(0));
+    QCOMPARE(out[2].u0, std::uint64_t(2));
+    QVERIFY(ring.push(seq(0, 10)));
+    QCOMPARE(ring.pop(out, 16), std::size_t(6));
+    QCOMPARE(out[0].u0, std::uint64_t(3));
+    QCOMPARE(out[4].u0, std::uint64_t(7));
+    QCOMPARE(out[5].u0, std::uint64_t(10)); // unread events were never overwritten
+    QCOMPARE(ring.pushed(), std::uint64_t(9));
+}
+
+void TestTelemetryHub::hubReportsRingOverflowAsDroppedEventsRecord()
+{
+    TelemetryHub hub(2, 16);
+    for (std::uint64_t i = 0; i < 20; ++i)
+        hub.write(seq(1, i));
+    hub.write(seq(0, 100));
+    QCOMPARE(hub.droppedEvents(1), std::uint64_t(4));
+    QCOMPARE(hub.droppedEvents(0), std::uint64_t(0));
+    QCOMPARE(hub.droppedEvents(), std::uint64_t(4));
+    std::vector<Event> out;
+    QCOMPARE(hub.drain(out), std::size_t(1 + 1 + 16));
+    QCOMPARE(out[0].u0, std::uint64_t(100));
+    QCOMPARE(out[1].type, EventType::DroppedEvents);
+    QCOMPARE(out[1].rank, std::uint16_t(1));
+    QCOMPARE(out[1].u0, std::uint64_t(4));
+    QCOMPARE(out[2].u0, std::uint64_t(0));
+    QCOMPARE(out[17].u0, std::uint64_t(15));
+    out.clear();
+    QCOMPARE(hub.drain(out), std::size_t(0)); // the loss is reported once
+    for (std::uint64_t i = 0; i < 18; ++i)
+        hub.write(seq(1, i));
+    QCOMPARE(hub.drain(out), std::size_t(17));
+    QCOMPARE(out[0].type, EventType::DroppedEvents);
+    QCOMPARE(out[0].u0, std::uint64_t(2));
+}
+
+void TestTelemetryHub::hubStampsZeroTimestampsAndCountsUnknownRanks()
+{
+    TelemetryHub hub(1, 4);
+    Event e = seq(0, 1);
+    e.tsNs = 0;
+    hub.write(e);
+    hub.write(seq(7, 1));
+    std::vector<Event> out;
+    QCOMPARE(hub.drain(out), std::size_t(1));
+    QVERIFY(out[0].tsNs > 0);
+    QCOMPARE(hub.droppedEvents(), std::uint64_t(1));
+}
+
+void TestTelemetryHub::concurrentRanksLoseNothingUncounted()
+{
+    constexpr int kRanks = 4;
+    constexpr std::uint64_t kPerRank = 300000;
+    TelemetryHub hub(kRanks, 1024);
+    std::atomic<int> running{kRanks};
+    std::vector<std::thread> producers;
+    for (int r = 0; r < kRanks; ++r)
+        producers.emplace_back([&, r] {
+            for (std::uint64_t i = 0; i < kPerRank; ++i)
+                hub.write(seq(r, i));
+            running.fetch_sub(1);
+        });
+    std::vector<std::uint64_t> received(kRanks), reportedDrops(kRanks), last(kRanks, 0);
+    std::vector<bool> ordered(kRanks, true);
+    std::vector<Event> out;
+    for (;;) {
+        const bool done = running.load() == 0;
+        out.clear();
+        hub.drain(out);
+        for (const Event &e : out) {
+            if (e.type == EventType::DroppedEvents) {
+                reportedDrops[e.rank] += e.u0;
+                continue;
+            }
+            if (received[e.rank] > 0 && e.u0 <= last[e.rank])
+                ordered[e.rank] = false;
+            last[e.rank] = e.u0;
+            ++received[e.rank];
+        }
+        if (done && out.empty())
+            break;
+    }
+    for (auto &t : producers)
+        t.join();
+    for (int r = 0; r < kRanks; ++r) {
+        QVERIFY(ordered[r]);
+        QCOMPARE(reportedDrops[r], hub.droppedEvents(r));
+        QCOMPARE(received[r] + reportedDrops[r], kPerRank);
+    }
+}
+
+void TestTelemetryHub::historyKeepsTheLastNInOrder()
+{
+    EventHistory h(5);
+    std::vector<Event> a;
+    for (std::uint64_t i = 0; i < 3; ++i)
+        a.push_back(seq(0, i));
+    h.append(a);
+    QCOMPARE(h.events().size(), std::size_t(3));
+    a.clear();
+    for (std::uint64_t i = 3; i < 9; ++i)
+        a.push_back(seq(0, i));
+    h.append(std::span(a).subspan(0, 4));
+    h.append(std::span(a).subspan(4));
+    auto ev = h.events();
+    QCOMPARE(ev.size(), std::size_t(5));
+    for (std::size_t i = 0; i < 5; ++i)
+        QCOMPARE(ev[i].u0, std::uint64_t(4 + i));
+    std::vector<Event> big;
+    for (std::uint64_t i = 0; i < 12; ++i)
+        big.push_back(seq(0, 100 + i));
+    h.append(big);
+    ev = h.events();
+    QCOMPARE(ev.front().u0, std::uint64_t(107));
+    QCOMPARE(ev.back().u0, std::uint64_t(111));
+    EventHistory none(0);
+    none.append(big);
+    QVERIFY(none.events().empty());
+}
+
+QTEST_APPLESS_MAIN(TestTelemetryHub)
+#include "tst_telemetryhub.moc"
