@@ -476,6 +476,7 @@ void TestCpuCommunicator::manyBackToBackCollectives()
             for (std::size_t i = 0; i < bytes; ++i)
                 send[i] = pattern(rank, i, round);
             c.allGather(send.data(), recv.data(), bytes);
+            std::fill(send.begin(), send.end(), std::uint8_t(0xEE)); // peers must be done with it
             for (std::size_t j = 0; j < w && mismatch[r].empty(); ++j)
                 for (std::size_t i = 0; i < bytes; ++i)
                     if (recv[j * bytes + i] != pattern(static_cast<int>(j), i, round)) {
@@ -497,6 +498,7 @@ void TestCpuCommunicator::manyBackToBackCollectives()
             for (std::size_t i = 0; i < rsSend.size(); ++i)
                 rsSend[i] = static_cast<float>(base + rank * 10 + static_cast<int>(i));
             c.reduceScatter(rsSend.data(), rsRecv.data(), 2, DType::F32);
+            std::fill(rsSend.begin(), rsSend.end(), -1.0e6f);
             for (std::size_t i = 0; i < 2; ++i) {
                 // The sum over ranks k of (base + 10k + 2r + i).
                 const double k = static_cast<double>(w);
