@@ -11,7 +11,11 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes) : m_bytes(bytes)
     if (bytes == 0)
         return;
     SHARDSCOPE_CUDA_CHECK(cudaMalloc(&m_ptr, bytes));
-    const cudaError_t err = cudaMemset(m_ptr, 0, bytes);
+    // cudaMemset runs on the legacy default stream, which the non-blocking streams of
+    // the communicator and the trainer do not wait for: finish it here.
+    cudaError_t err = cudaMemset(m_ptr, 0, bytes);
+    if (err == cudaSuccess)
+        err = cudaStreamSynchronize(nullptr);
     if (err != cudaSuccess) {
         release();
         shardscope::cuda::throwCudaError(err, "cudaMemset(buffer, 0, bytes)", __FILE__, __LINE__);
@@ -54,9 +58,12 @@ void DeviceBuffer::upload(const void *host, std::size_t bytes, std::size_t offse
     if (offset + bytes > m_bytes)
         throw CommError("DeviceBuffer::upload of " + std::to_string(bytes) + " bytes at offset "
                         + std::to_string(offset) + " overruns a buffer of " + std::to_string(m_bytes));
-    if (bytes)
+    if (bytes) {
         SHARDSCOPE_CUDA_CHECK(cudaMemcpy(static_cast<char *>(m_ptr) + offset, host, bytes,
                                          cudaMemcpyHostToDevice));
+        // A pageable copy may return before its DMA lands; non-blocking streams must see it.
+        SHARDSCOPE_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    }
 }
 
 void DeviceBuffer::download(void *host, std::size_t bytes, std::size_t offset) const

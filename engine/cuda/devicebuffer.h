@@ -10,7 +10,8 @@
 
 namespace shardscope::gpu {
 
-// Device memory from cudaMalloc (zero-filled), freed by the destructor.
+// Device memory from cudaMalloc (zero-filled before the constructor returns), freed by
+// the destructor.
 class DeviceBuffer
 {
 public:
@@ -28,8 +29,10 @@ public:
     double *f64() const { return static_cast<double *>(m_ptr); }
     std::size_t bytes() const { return m_bytes; }
 
-    void upload(const void *host, std::size_t bytes, std::size_t offset = 0); // synchronous
-    void download(void *host, std::size_t bytes, std::size_t offset = 0) const; // synchronous
+    // Complete when they return. download() does not wait for other streams: synchronize
+    // the stream that wrote the buffer first.
+    void upload(const void *host, std::size_t bytes, std::size_t offset = 0);
+    void download(void *host, std::size_t bytes, std::size_t offset = 0) const;
     template <typename T>
     std::vector<T> toHost() const
     {

@@ -116,7 +116,7 @@ Model buildModelSpec(const nn::TrainConfig &config, int worldSize)
         p.name = info.name;
         p.numel = info.numel;
         p.partitioned = info.partitioned;
-        p.late = info.late && !info.partitioned;
+        p.late = info.late && !info.partitioned && !info.persistent; // late and never adopted
         p.decays = info.shape.size() == 2 || info.localName == "weight_v";
         p.layout = PartitionLayout::make(info.numel, worldSize);
         const std::span<float> whole = engine.shardData(0, info.id); // world 1: the whole tensor
@@ -365,14 +365,11 @@ void RankRun::initialBroadcast()
         emit(EventType::Broadcast, 0, s.id, 0, s.numel * sizeof(float));
         m_comm.broadcast(full.data(), padded * sizeof(float), 0).wait();
         nvtxRangePop();
-        if (p.whole()) {
-            SHARDSCOPE_CUDA_CHECK(cudaMemcpy(p.data.data(), full.data(), s.numel * sizeof(float),
-                                             cudaMemcpyDeviceToDevice));
-        } else {
-            SHARDSCOPE_CUDA_CHECK(cudaMemcpy(p.data.data(), full.f32() + s.layout.offset(m_rank),
-                                             s.layout.partitionNumel * sizeof(float),
-                                             cudaMemcpyDeviceToDevice));
-        }
+        const float *from = p.whole() ? full.f32() : full.f32() + s.layout.offset(m_rank);
+        const std::int64_t count = p.whole() ? s.numel : s.layout.partitionNumel;
+        SHARDSCOPE_CUDA_CHECK(cudaMemcpyAsync(p.data.data(), from, count * sizeof(float),
+                                              cudaMemcpyDeviceToDevice, m_comm.commStream()));
+        SHARDSCOPE_CUDA_CHECK(cudaStreamSynchronize(m_comm.commStream()));
     }
     for (std::size_t i = 0; i < m_params.size(); ++i)
         if (m_params[i].spec->late)
@@ -807,8 +804,8 @@ nn::TrainResult runNcclTraining(const nn::TrainConfig &config, const nn::StepCal
                 const auto t0 = std::chrono::steady_clock::now();
                 const double loss = run.step(s);
                 const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-                if (r != comms.front()->rank())
-                    continue;
+                if (comm != comms.front().get())
+                    continue; // one report per step: the first local rank's
                 std::lock_guard lock(resultMutex);
                 result.losses.push_back(loss);
                 const std::int64_t tokens = std::int64_t(config.batch) * config.seq;
@@ -822,7 +819,7 @@ nn::TrainResult runNcclTraining(const nn::TrainConfig &config, const nn::StepCal
                 rep.megabytesGathered = double(shared.gatheredBytes.load()) / 1e6;
                 rep.unregisteredAccesses = shared.unregistered.load() + model.buildAccesses * world;
                 rep.lateParameters = model.lateCount;
-                if (onStep)
+                if (onStep && (!multiProcess || r == 0))
                     onStep(rep);
             }
         } catch (...) {
