@@ -73,7 +73,7 @@ private:
     bool m_done = false;
     std::vector<Event> m_pending;
     bool m_pendingHistory = false;
-    QTimer m_handshakeTimer;
+    QTimer m_handshakeTimer{this}; // a child, so it moves to the worker's thread
 };
 
 } // namespace shardscope

@@ -106,7 +106,7 @@ public:
     const EventLane &lane(int rank) const { return m_lanes[static_cast<std::size_t>(rank)]; }
     std::uint64_t totalEvents() const { return m_totalEvents; }
     std::uint64_t duplicateEvents() const { return m_duplicates; }
-    std::uint64_t droppedEvents() const { return m_dropped; }
+    std::uint64_t droppedEvents() const { return m_droppedReported + m_droppedFromEvents; }
     std::uint32_t step() const { return m_state.step; }
     bool hasLoss() const { return m_hasLoss; }
     double loss() const { return m_loss; }
@@ -156,7 +156,6 @@ private:
     std::vector<RankMemory> m_memory;
     std::uint64_t m_totalEvents = 0;
     std::uint64_t m_duplicates = 0;
-    std::uint64_t m_dropped = 0;
     std::uint64_t m_droppedFromEvents = 0;
     std::uint64_t m_droppedReported = 0;
     bool m_hasLoss = false;

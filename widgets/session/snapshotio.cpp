@@ -1,0 +1,102 @@
+#include "session/snapshotio.h"
+
+#include <QCoreApplication>
+#include <QFileInfo>
+#include <QSaveFile>
+
+#include <algorithm>
+#include <queue>
+
+namespace shardscope {
+
+QString openSnapshotFile(const QString &path, SessionStore &store)
+{
+    if (!QFileInfo::exists(path))
+        return QStringLiteral("cannot open `%1`: the file does not exist").arg(path);
+    auto snap = wire::readSnapshotFile(path.toStdString());
+    if (!snap) {
+        return QStringLiteral("cannot open `%1` as a ShardScope snapshot: %2")
+            .arg(path, QString::fromStdString(snap.error()));
+    }
+    store.clear();
+    store.setReadOnly(true, path);
+    store.applyState(snap->state);
+    store.appendEvents(snap->events, true);
+    store.setDroppedEvents(snap->droppedEvents);
+    return {};
+}
+
+wire::Snapshot snapshotOf(const SessionStore &store)
+{
+    wire::Snapshot s;
+    s.meta.producer = "shardscope";
+    s.meta.pid = QCoreApplication::applicationPid();
+    s.meta.createdUnixMs = wire::unixTimeMs();
+    s.meta.endpoint = store.readOnly() ? std::string() : store.source().toStdString();
+    s.state = store.state();
+    s.state.violations.clear();
+    for (const ViolationGroup &g : store.violationGroups()) {
+        ViolationRecord v;
+        v.kind = g.kind;
+        v.step = g.firstStep;
+        v.lastStep = g.lastStep;
+        v.rank = g.firstRank;
+        v.accessor = g.accessor;
+        v.param = g.param;
+        v.owner = g.owner;
+        v.status = g.status;
+        v.action = g.action;
+        v.count = g.count;
+        v.tsNs = g.firstTsNs;
+        v.fix = g.fix;
+        v.message = g.message;
+        s.state.violations.push_back(std::move(v));
+    }
+    // Merge the per-rank lanes into one time-ordered list.
+    using Head = std::pair<std::uint64_t, int>; // ts, lane
+    std::priority_queue<Head, std::vector<Head>, std::greater<>> heads;
+    std::vector<std::size_t> pos(static_cast<std::size_t>(store.laneCount()), 0);
+    std::size_t total = 0;
+    for (int r = 0; r < store.laneCount(); ++r) {
+        total += store.lane(r).size();
+        if (!store.lane(r).empty())
+            heads.emplace(store.lane(r).at(0).tsNs, r);
+    }
+    s.events.reserve(total);
+    while (!heads.empty()) {
+        const int r = heads.top().second;
+        heads.pop();
+        const EventLane &lane = store.lane(r);
+        std::size_t &i = pos[static_cast<std::size_t>(r)];
+        s.events.push_back(lane.at(i));
+        if (++i < lane.size())
+            heads.emplace(lane.at(i).tsNs, r);
+    }
+    s.droppedEvents = store.droppedEvents();
+    return s;
+}
+
+QString writeFileAtomically(const QString &path, const QByteArray &bytes)
+{
+    QSaveFile file(path);
+    if (!file.open(QIODevice::WriteOnly))
+        return QStringLiteral("cannot write `%1`: %2").arg(path, file.errorString());
+    if (file.write(bytes) != bytes.size()) {
+        const QString why = file.errorString();
+        file.cancelWriting();
+        return QStringLiteral("cannot write `%1`: %2").arg(path, why);
+    }
+    if (!file.commit())
+        return QStringLiteral("cannot write `%1`: %2").arg(path, file.errorString());
+    return {};
+}
+
+QString exportSnapshotFile(const QString &path, const SessionStore &store)
+{
+    if (!store.hasState())
+        return QStringLiteral("nothing to export: attach to an engine or open a snapshot first");
+    const std::string json = wire::encodeSnapshot(snapshotOf(store), true);
+    return writeFileAtomically(path, QByteArray::fromStdString(json));
+}
+
+} // namespace shardscope

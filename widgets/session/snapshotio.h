@@ -1,0 +1,22 @@
+#pragma once
+// Snapshot files for the inspector: open one read-only into a store (the wire's reader;
+// a bad file changes nothing) and export what a store holds with the wire's encoder,
+// atomically. Also the atomic write every export uses.
+
+#include <QByteArray>
+#include <QString>
+
+#include "session/sessionstore.h"
+#include "wire/snapshot.h"
+
+namespace shardscope {
+
+// Empty on success; otherwise what went wrong, and the store is untouched.
+QString openSnapshotFile(const QString &path, SessionStore &store);
+// The store's state (live statuses and counts), its violations, all its events in time order.
+wire::Snapshot snapshotOf(const SessionStore &store);
+QString exportSnapshotFile(const QString &path, const SessionStore &store);
+// Writes bytes through QSaveFile: readers see the old file or the new one, never half.
+QString writeFileAtomically(const QString &path, const QByteArray &bytes);
+
+} // namespace shardscope
