@@ -100,7 +100,7 @@ float bf16ToFloat(std::uint16_t h)
 
 class CpuWorld
 {
-  public:
+public:
     explicit CpuWorld(int worldSize)
         : m_size(worldSize), m_rendezvous(worldSize, spinsFor(worldSize)),
           m_slots(2 * static_cast<std::size_t>(worldSize))
@@ -116,12 +116,13 @@ class CpuWorld
     }
     void rendezvous() { m_rendezvous.arriveAndWait(); }
 
-  private:
-    // Spinning only pays while every rank has a core of its own.
+private:
+    // Spinning only pays while every rank has a core of its own; with more ranks than
+    // cores a spinning waiter burns the time slice the rank it waits for needs.
     static int spinsFor(int worldSize)
     {
         const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-        return static_cast<unsigned>(worldSize) <= cores ? 4000 : 64;
+        return static_cast<unsigned>(worldSize) <= cores ? 256 : 0;
     }
 
     int m_size;
@@ -133,7 +134,7 @@ namespace {
 
 class CpuCommunicator final : public Communicator
 {
-  public:
+public:
     CpuCommunicator(std::shared_ptr<CpuWorld> world, int rank)
         : m_world(std::move(world)), m_rank(rank)
     {
@@ -209,7 +210,7 @@ class CpuCommunicator final : public Communicator
         }
     }
 
-  private:
+private:
     template <typename Copy> void run(const Slot &s, Copy copy)
     {
         const std::uint64_t seq = m_seq++;

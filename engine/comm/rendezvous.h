@@ -9,14 +9,15 @@ namespace shardscope::detail {
 
 class Rendezvous
 {
-  public:
-    explicit Rendezvous(int parties, int spins);
+public:
+    // spins: how many times a waiter polls before it sleeps on the futex.
+    Rendezvous(int parties, int spins);
 
     // Returns once all parties have arrived. Everything a party wrote before arriving
     // is visible to every party after it returns.
     void arriveAndWait();
 
-  private:
+private:
     alignas(64) std::atomic<std::uint32_t> m_arrived{0};
     alignas(64) std::atomic<std::uint32_t> m_generation{0};
     std::uint32_t m_parties;
