@@ -28,7 +28,7 @@ Each rank is a thread; parameters are partitioned across ranks and gathered on d
 
 The run:
   --world-size N        ranks (default 4)
-  --steps S             optimizer steps (default 60)
+  --steps S             optimizer steps (default 800)
   --seed N              seed of the initial weights and of the synthetic data (default 1)
   --backend B           cpu, nccl or auto (default auto: NCCL when GPUs are usable, else CPU)
 

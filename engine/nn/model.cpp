@@ -305,11 +305,11 @@ void RankModel::forward(const std::int32_t *tokens)
         for (std::int64_t i = 0; i < n; ++i)
             m_x1[i] += m_x0[i];
     }
-    const std::vector<float> *x = &m_x1;
+    if (!m_blocks.empty())
+        m_blocks.front().in = m_x1;
     for (std::size_t i = 0; i < m_blocks.size(); ++i) {
         const ModelHandles::Block &h = m_h.blocks[i];
         BlockActs &a = m_blocks[i];
-        a.in = *x;
         ModuleScope s(m_engine, m_rank, h.block, Phase::Forward);
         {
             ModuleScope ln(m_engine, m_rank, h.ln, Phase::Forward);
@@ -329,8 +329,7 @@ void RankModel::forward(const std::int32_t *tokens)
                           out.data());
         }
         for (std::int64_t j = 0; j < n; ++j)
-            out[j] += a.in[j];
-        x = &out;
+            out[j] += a.in[j]; // the residual
     }
     if (m_blocks.empty())
         m_xL = m_x1;

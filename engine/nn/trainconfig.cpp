@@ -1,5 +1,7 @@
 #include "nn/trainconfig.h"
 
+#include <algorithm>
+#include <limits>
 #include <sstream>
 
 namespace shardscope::nn {
@@ -42,6 +44,13 @@ std::string validate(const TrainConfig &c)
     range("--persistence-threshold", c.persistenceThreshold, 0, 1LL << 40);
     if (err.tellp() != 0)
         return err.str();
+    const long long widest = std::max(4LL * c.hidden, static_cast<long long>(c.vocab));
+    if (static_cast<long long>(c.batch) * c.seq * widest > std::numeric_limits<int>::max()) {
+        err << "--batch " << c.batch << " x --seq " << c.seq << " x max(4 x --hidden, --vocab) = "
+            << static_cast<long long>(c.batch) * c.seq * widest
+            << " activations is more than this CPU trainer holds; lower one of them";
+        return err.str();
+    }
     if (c.hidden % c.groups != 0) {
         err << "--groups " << c.groups << " does not divide --hidden " << c.hidden
             << ": choose groups that divide the hidden size";

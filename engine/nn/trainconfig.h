@@ -22,7 +22,7 @@ struct TrainConfig
 {
     // ---- the run
     int worldSize = 4;
-    int steps = 60;
+    int steps = 800;
     std::uint64_t seed = 1;
     std::string backend = "auto"; // "cpu", "nccl" or "auto"
 
