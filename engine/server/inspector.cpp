@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
-#include <fstream>
 #include <mutex>
 #include <poll.h>
 #include <sys/socket.h>
@@ -43,10 +42,12 @@ constexpr auto kRefusalLinger = std::chrono::seconds(1);
 
 std::string processName()
 {
-    std::ifstream in("/proc/self/comm");
-    std::string name;
-    std::getline(in, name);
-    return name.empty() ? "shardscope" : name;
+    char exe[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return "shardscope";
+    const std::string path(exe, static_cast<std::size_t>(n));
+    return path.substr(path.rfind('/') + 1);
 }
 
 // Events after which the state a client holds is out of date.
