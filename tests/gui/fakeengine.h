@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "session/engineevent.h"
+#include "telemetry/event.h"
 #include "wire/frame.h"
 #include "wire/messages.h"
 #include "wire/snapshot.h"

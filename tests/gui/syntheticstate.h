@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/state.h"
-#include "session/engineevent.h"
+#include "telemetry/event.h"
 
 namespace shardscope::testing {
 

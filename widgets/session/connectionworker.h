@@ -12,7 +12,7 @@
 #include <memory>
 #include <vector>
 
-#include "session/engineevent.h"
+#include "telemetry/event.h"
 #include "wire/frame.h"
 #include "wire/messages.h"
 #include "wire/snapshot.h"

@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "session/engineevent.h"
+#include "telemetry/event.h"
 
 namespace shardscope {
 

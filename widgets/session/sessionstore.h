@@ -19,7 +19,7 @@
 
 #include "core/state.h"
 #include "session/eventlane.h"
-#include "session/engineevent.h"
+#include "telemetry/event.h"
 
 namespace shardscope {
 
