@@ -141,6 +141,8 @@ private slots:
     void capturesALocalEngineUntilItFinishes();
     void trainerEndToEndFindsTheTiedEmbeddingAccess();
     void untilStepStopsAfterThatStep();
+    void snapshotDocExampleDecodes();
+    void pythonClientFromTheProtocolDocWorks();
 
 private:
     QTemporaryDir m_runtime;
@@ -331,18 +333,71 @@ void TestCapture::untilStepStopsAfterThatStep()
         QSKIP("shardscope-train is not built");
     QTemporaryDir dir;
     Trainer live;
-    QVERIFY2(live.start({"--steps", "12"}), qPrintable(live.output));
+    QVERIFY2(live.start({"--steps", "20"}), qPrintable(live.output));
     const Run r = runCapture({"--attach", live.endpoint, "--until-step", "3", "--out", dir.filePath("s.json")});
     QCOMPARE(r.exitCode, 0);
     auto snap = wire::readSnapshotFile(dir.filePath("s.json").toStdString());
     QVERIFY2(snap.ok(), snap.error().c_str());
     QVERIFY(snap->state.step >= 3);
-    QVERIFY(snap->state.step < 12);
+    QVERIFY(snap->state.step < 20);
     bool step3Ended = false;
     for (const Event &e : snap->events)
         step3Ended = step3Ended || (e.type == EventType::StepEnd && e.step == 3);
     QVERIFY(step3Ended);
     QCOMPARE(live.finish(), 0); // the trainer carries on after the capture left
+}
+
+// The last fenced block of the given language in a document of docs/.
+QString docBlock(const QString &doc, const QString &language)
+{
+    QFile f(QStringLiteral(SHARDSCOPE_SOURCE_DIR) + "/docs/" + doc);
+    if (!f.open(QIODevice::ReadOnly))
+        return {};
+    const QString text = QString::fromUtf8(f.readAll());
+    const QString fence = "```" + language + "\n";
+    const qsizetype start = text.lastIndexOf(fence);
+    if (start < 0)
+        return {};
+    const qsizetype end = text.indexOf("```", start + fence.size());
+    return text.mid(start + fence.size(), end - start - fence.size());
+}
+
+void TestCapture::snapshotDocExampleDecodes()
+{
+    const QString example = docBlock("snapshot.md", "json");
+    QVERIFY(!example.isEmpty());
+    auto snap = wire::decodeSnapshot(example.toStdString());
+    QVERIFY2(snap.ok(), snap.error().c_str());
+    QCOMPARE(snap->state.violations.size(), std::size_t(1));
+    QCOMPARE(snap->events.size(), std::size_t(1));
+    QCOMPARE(snap->events[0].type, EventType::UnregisteredAccess);
+    QVERIFY(snapshotSchemaProblemsEmpty(nlohmann::json::parse(example.toStdString())));
+}
+
+void TestCapture::pythonClientFromTheProtocolDocWorks()
+{
+    if (!haveTrainer())
+        QSKIP("shardscope-train is not built");
+    if (QStandardPaths::findExecutable("python3").isEmpty())
+        QSKIP("python3 is not installed");
+    QTemporaryDir dir;
+    const QString script = dir.filePath("client.py");
+    {
+        QFile f(script);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(docBlock("protocol.md", "python").toUtf8());
+    }
+    Trainer trainer;
+    QVERIFY2(trainer.start({"--steps", "20"}), qPrintable(trainer.output));
+    QProcess py;
+    py.start("python3", {script, trainer.endpoint});
+    QVERIFY(py.waitForFinished(60000));
+    const QString out = QString::fromUtf8(py.readAllStandardOutput());
+    QVERIFY2(py.exitCode() == 0, qPrintable(QString::fromUtf8(py.readAllStandardError())));
+    QVERIFY2(out.contains("unregistered_access lm_head embed.weight embed register_external_parameter(lm_head, embed.weight)"),
+             qPrintable(out));
+    QVERIFY2(out.contains("0 lost; step 20"), qPrintable(out));
+    QCOMPARE(trainer.finish(), 0);
 }
 
 QTEST_GUILESS_MAIN(TestCapture)
