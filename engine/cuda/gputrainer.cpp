@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -260,6 +261,12 @@ RankRun::RankRun(Shared &shared, NcclCommunicator &comm, int localBatch, int bat
 {
     m_comm.setOrderAfterCompute(false);
     m_comm.setComputeStream(m_compute.get());
+    // Gathered tensors come from the stream-ordered pool; keep its memory between steps
+    // instead of returning it to the driver at every synchronisation.
+    cudaMemPool_t pool = nullptr;
+    SHARDSCOPE_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, comm.device()));
+    std::uint64_t keep = UINT64_MAX;
+    SHARDSCOPE_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
     const int world = m_shared.worldSize;
     m_params.resize(m_model.params.size());
     for (std::size_t i = 0; i < m_params.size(); ++i) {
