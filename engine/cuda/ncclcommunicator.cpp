@@ -23,7 +23,6 @@ void checkNccl(ncclResult_t r, const char *call, int rank, ncclComm_t comm = nul
     const char *last = api.getLastError ? api.getLastError(comm) : nullptr;
     if (last && *last)
         msg += std::string(" (") + last + ")";
-    msg += ". Run with NCCL_DEBUG=WARN for NCCL's own diagnosis.";
     throw CommError(msg);
 }
 

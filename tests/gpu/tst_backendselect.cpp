@@ -11,6 +11,10 @@
 #include "cuda/gputrainer.h"
 #include "gpuavailable.h"
 
+#if SHARDSCOPE_HAVE_CUDA
+#include "cuda/gpulibs.h"
+#endif
+
 using namespace shardscope;
 
 class TestBackendSelect : public QObject
@@ -70,6 +74,24 @@ private slots:
         QCOMPARE(c.deviceCount, test::gpuCount());
         QVERIFY2(c.reason.rfind("NCCL backend: ", 0) == 0, c.reason.c_str());
         QCOMPARE(chooseBackend("nccl").backend, Backend::Nccl);
+    }
+
+    void ncclAndCublasLoadWithoutAGpu()
+    {
+#if SHARDSCOPE_HAVE_CUDA
+        // Built against NCCL and cuBLAS found on this machine: dlopen must find them and
+        // every function the GPU path calls (no GPU is needed for that).
+        const NcclApi &nccl = ncclApi();
+        QVERIFY2(nccl.loaded, nccl.error.c_str());
+        QVERIFY2(nccl.version.rfind("2.", 0) == 0, nccl.version.c_str());
+        QCOMPARE(std::string(nccl.getErrorString(ncclInvalidArgument)).find("invalid argument"), std::size_t(0));
+        const CublasApi &blas = cublasApi();
+        QVERIFY2(blas.loaded, blas.error.c_str());
+        QVERIFY(std::string(blas.getStatusString(CUBLAS_STATUS_NOT_INITIALIZED)).find("not initialized")
+                != std::string::npos);
+#else
+        QSKIP("built without CUDA: NCCL and cuBLAS are not used");
+#endif
     }
 
     void unknownWordsAreRejected_data()
