@@ -80,8 +80,7 @@ struct UsageError
     std::string message;
 };
 
-template <typename T>
-T parseNumber(std::string_view flag, std::string_view text)
+template <typename T> T parseNumber(std::string_view flag, std::string_view text)
 {
     T value{};
     const char *end = text.data() + text.size();
@@ -103,15 +102,12 @@ std::optional<nn::TrainConfig> parseArgs(const std::vector<std::string> &args)
             flag = flag.substr(0, eq);
         }
         auto value = [&]() -> std::string {
-            if (inlineValue)
-                return *inlineValue;
-            if (i + 1 >= args.size())
-                throw UsageError{flag + " needs a value"};
+            if (inlineValue) return *inlineValue;
+            if (i + 1 >= args.size()) throw UsageError{flag + " needs a value"};
             return args[++i];
         };
         auto noValue = [&] {
-            if (inlineValue)
-                throw UsageError{flag + " takes no value"};
+            if (inlineValue) throw UsageError{flag + " takes no value"};
         };
         if (flag == "--help" || flag == "-h") {
             noValue();
@@ -172,17 +168,17 @@ std::optional<nn::TrainConfig> parseArgs(const std::vector<std::string> &args)
         }
     }
     const std::string problem = nn::validate(c);
-    if (!problem.empty())
-        throw UsageError{problem};
+    if (!problem.empty()) throw UsageError{problem};
     return c;
 }
 
 void printStep(const nn::StepReport &r)
 {
-    std::printf("step %d/%d  loss %.6f  tokens/s %.0f  gathered %.1f MB  unregistered %llu  late %llu\n",
-                r.step, r.steps, r.loss, r.tokensPerSecond, r.megabytesGathered,
-                static_cast<unsigned long long>(r.unregisteredAccesses),
-                static_cast<unsigned long long>(r.lateParameters));
+    std::printf(
+        "step %d/%d  loss %.6f  tokens/s %.0f  gathered %.1f MB  unregistered %llu  late %llu\n",
+        r.step, r.steps, r.loss, r.tokensPerSecond, r.megabytesGathered,
+        static_cast<unsigned long long>(r.unregisteredAccesses),
+        static_cast<unsigned long long>(r.lateParameters));
     std::fflush(stdout);
 }
 
@@ -205,10 +201,10 @@ void printViolations(const Engine &engine)
     for (const ViolationRecord &v : engine.violations()) {
         if (v.kind == ViolationKind::TraceInvalidated || v.rank != engine.localRanks().front())
             continue;
-        std::printf("%s (steps %u-%u, %llu times): %s\n", std::string(violationKindName(v.kind)).c_str(),
-                    v.step, v.lastStep, static_cast<unsigned long long>(v.count), v.message.c_str());
-        if (!v.fix.empty())
-            std::printf("    fix: %s\n", v.fix.c_str());
+        std::printf("%s (steps %u-%u, %llu times): %s\n",
+                    std::string(violationKindName(v.kind)).c_str(), v.step, v.lastStep,
+                    static_cast<unsigned long long>(v.count), v.message.c_str());
+        if (!v.fix.empty()) std::printf("    fix: %s\n", v.fix.c_str());
     }
 }
 
@@ -248,8 +244,7 @@ int runCpu(const nn::TrainConfig &config)
     inspector->finish();
     printViolations(*engine);
     printFinal(result, config.steps);
-    if (!config.snapshotOut.empty())
-        std::printf("snapshot: %s\n", config.snapshotOut.c_str());
+    if (!config.snapshotOut.empty()) std::printf("snapshot: %s\n", config.snapshotOut.c_str());
     return 0;
 }
 
@@ -271,7 +266,8 @@ int main(int argc, char **argv)
     try {
         config = parseArgs(std::vector<std::string>(argv + 1, argv + argc));
     } catch (const UsageError &e) {
-        std::fprintf(stderr, "shardscope-train: %s\nRun 'shardscope-train --help' for the options.\n",
+        std::fprintf(stderr,
+                     "shardscope-train: %s\nRun 'shardscope-train --help' for the options.\n",
                      e.message.c_str());
         return 2;
     }

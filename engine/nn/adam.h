@@ -19,7 +19,7 @@ struct AdamOptions
 
 class Adam
 {
-public:
+  public:
     explicit Adam(AdamOptions options) : m_options(options) {}
 
     // Call once per optimizer step, before the updates of that step.
@@ -28,7 +28,7 @@ public:
     void update(std::size_t slot, std::span<float> data, std::span<const float> grad, bool decay);
     int step() const { return m_step; }
 
-private:
+  private:
     AdamOptions m_options;
     int m_step = 0;
     std::vector<std::vector<float>> m_m;

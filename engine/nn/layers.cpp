@@ -11,12 +11,14 @@ namespace shardscope::nn {
 
 namespace {
 
-constexpr CBLAS_TRANSPOSE op(bool trans) { return trans ? CblasTrans : CblasNoTrans; }
+constexpr CBLAS_TRANSPOSE op(bool trans)
+{
+    return trans ? CblasTrans : CblasNoTrans;
+}
 
 // im2col for one group: cols[(n*seq + t), ci*kernel + k] = x[n, t + k - pad, g*cin + ci]
 // (zero outside the sequence), matching the flattened weight row [ci, k] of the group.
-template <typename T>
-void im2col(const ConvShape &s, int group, const T *x, T *cols)
+template <typename T> void im2col(const ConvShape &s, int group, const T *x, T *cols)
 {
     const int cin = s.channelsPerGroup();
     const int width = cin * s.kernel;
@@ -28,8 +30,9 @@ void im2col(const ConvShape &s, int group, const T *x, T *cols)
                 const int src = t + k - pad;
                 const bool inside = src >= 0 && src < s.seq;
                 const T *xs = inside
-                    ? x + (static_cast<std::int64_t>(n) * s.seq + src) * s.channels + group * cin
-                    : nullptr;
+                                  ? x + (static_cast<std::int64_t>(n) * s.seq + src) * s.channels +
+                                        group * cin
+                                  : nullptr;
                 for (int ci = 0; ci < cin; ++ci)
                     row[ci * s.kernel + k] = inside ? xs[ci] : T(0);
             }
@@ -38,8 +41,7 @@ void im2col(const ConvShape &s, int group, const T *x, T *cols)
 }
 
 // The adjoint of im2col: adds cols back into dx.
-template <typename T>
-void col2imAdd(const ConvShape &s, int group, const T *cols, T *dx)
+template <typename T> void col2imAdd(const ConvShape &s, int group, const T *cols, T *dx)
 {
     const int cin = s.channelsPerGroup();
     const int width = cin * s.kernel;
@@ -49,9 +51,9 @@ void col2imAdd(const ConvShape &s, int group, const T *cols, T *dx)
             const T *row = cols + (static_cast<std::int64_t>(n) * s.seq + t) * width;
             for (int k = 0; k < s.kernel; ++k) {
                 const int src = t + k - pad;
-                if (src < 0 || src >= s.seq)
-                    continue;
-                T *xs = dx + (static_cast<std::int64_t>(n) * s.seq + src) * s.channels + group * cin;
+                if (src < 0 || src >= s.seq) continue;
+                T *xs =
+                    dx + (static_cast<std::int64_t>(n) * s.seq + src) * s.channels + group * cin;
                 for (int ci = 0; ci < cin; ++ci)
                     xs[ci] += row[ci * s.kernel + k];
             }
@@ -65,8 +67,7 @@ template <>
 void gemm<float>(bool transA, bool transB, int m, int n, int k, float alpha, const float *a,
                  int lda, const float *b, int ldb, float beta, float *c, int ldc)
 {
-    if (m == 0 || n == 0)
-        return;
+    if (m == 0 || n == 0) return;
     cblas_sgemm(CblasRowMajor, op(transA), op(transB), m, n, k, alpha, a, lda, b, ldb, beta, c,
                 ldc);
 }
@@ -75,8 +76,7 @@ template <>
 void gemm<double>(bool transA, bool transB, int m, int n, int k, double alpha, const double *a,
                   int lda, const double *b, int ldb, double beta, double *c, int ldc)
 {
-    if (m == 0 || n == 0)
-        return;
+    if (m == 0 || n == 0) return;
     cblas_dgemm(CblasRowMajor, op(transA), op(transB), m, n, k, alpha, a, lda, b, ldb, beta, c,
                 ldc);
 }
@@ -114,11 +114,9 @@ template <typename T>
 void linearBackward(const T *x, int rows, int in, int out, const T *weight, const T *dy, T *dx,
                     T *dWeight, T *dBias)
 {
-    if (rows == 0)
-        return;
+    if (rows == 0) return;
     gemm<T>(true, false, out, in, rows, T(1), dy, out, x, in, T(1), dWeight, in);
-    if (dx)
-        gemm<T>(false, false, rows, in, out, T(1), dy, out, weight, in, T(0), dx, in);
+    if (dx) gemm<T>(false, false, rows, in, out, T(1), dy, out, weight, in, T(0), dx, in);
     if (dBias) {
         for (int i = 0; i < rows; ++i) {
             const T *row = dy + static_cast<std::int64_t>(i) * out;
@@ -136,22 +134,20 @@ void tiedHeadForward(const T *h, int rows, int hidden, int vocab, const T *embed
 }
 
 template <typename T>
-void tiedHeadBackward(const T *h, int rows, int hidden, int vocab, const T *embed,
-                      const T *dLogits, T *dh, T *dEmbed, T *dBias)
+void tiedHeadBackward(const T *h, int rows, int hidden, int vocab, const T *embed, const T *dLogits,
+                      T *dh, T *dEmbed, T *dBias)
 {
     linearBackward<T>(h, rows, hidden, vocab, embed, dLogits, dh, dEmbed, dBias);
 }
 
-template <typename T>
-void geluForward(const T *x, std::int64_t n, T *y)
+template <typename T> void geluForward(const T *x, std::int64_t n, T *y)
 {
     const T invSqrt2 = T(1) / std::sqrt(T(2));
     for (std::int64_t i = 0; i < n; ++i)
         y[i] = T(0.5) * x[i] * (T(1) + std::erf(x[i] * invSqrt2));
 }
 
-template <typename T>
-void geluBackward(const T *x, std::int64_t n, const T *dy, T *dx)
+template <typename T> void geluBackward(const T *x, std::int64_t n, const T *dy, T *dx)
 {
     const T invSqrt2 = T(1) / std::sqrt(T(2));
     const T invSqrt2Pi = T(1) / std::sqrt(T(2) * std::numbers::pi_v<T>);
@@ -187,8 +183,8 @@ void layerNormForward(const T *x, int rows, int dim, const T *gamma, const T *be
 }
 
 template <typename T>
-void layerNormBackward(const T *x, int rows, int dim, const T *gamma, const T *mean,
-                       const T *rstd, const T *dy, T *dx, T *dGamma, T *dBeta)
+void layerNormBackward(const T *x, int rows, int dim, const T *gamma, const T *mean, const T *rstd,
+                       const T *dy, T *dx, T *dGamma, T *dBeta)
 {
     for (int r = 0; r < rows; ++r) {
         const T *xr = x + static_cast<std::int64_t>(r) * dim;
@@ -231,16 +227,14 @@ void conv1dForward(const ConvShape &s, const T *x, const T *weight, const T *bia
 }
 
 template <typename T>
-void conv1dBackward(const ConvShape &s, const T *x, const T *weight, const T *dy, T *dx,
-                    T *dWeight, T *dBias)
+void conv1dBackward(const ConvShape &s, const T *x, const T *weight, const T *dy, T *dx, T *dWeight,
+                    T *dBias)
 {
     const int rows = s.batch * s.seq;
     const int cin = s.channelsPerGroup();
     const int width = cin * s.kernel;
-    if (dx)
-        std::fill(dx, dx + static_cast<std::int64_t>(rows) * s.channels, T(0));
-    if (rows == 0)
-        return;
+    if (dx) std::fill(dx, dx + static_cast<std::int64_t>(rows) * s.channels, T(0));
+    if (rows == 0) return;
     std::vector<T> cols(static_cast<std::size_t>(rows) * width);
     std::vector<T> dCols(dx ? cols.size() : 0);
     for (int g = 0; g < s.groups; ++g) {
@@ -293,7 +287,8 @@ void weightNormBackward(const T *v, const T *g, const T *norms, const T *dWeight
         for (int k = 0; k < kernel; ++k) {
             const T n = norms[k];
             const T proj = static_cast<T>(dot[k] / (static_cast<double>(n) * n * n));
-            dv[p * kernel + k] += g[k] / n * dWeight[p * kernel + k] - g[k] * proj * v[p * kernel + k];
+            dv[p * kernel + k] +=
+                g[k] / n * dWeight[p * kernel + k] - g[k] * proj * v[p * kernel + k];
         }
     }
 }
@@ -326,23 +321,26 @@ double crossEntropy(const T *logits, int rows, int vocab, const std::int32_t *ta
         const double logSum = std::log(sum);
         total += logSum - static_cast<double>(z[targets[r]] - zmax);
         for (int j = 0; j < vocab; ++j)
-            dz[j] = static_cast<T>(std::exp(static_cast<double>(z[j] - zmax) - logSum) / denominator);
+            dz[j] =
+                static_cast<T>(std::exp(static_cast<double>(z[j] - zmax) - logSum) / denominator);
         dz[targets[r]] -= static_cast<T>(1.0 / denominator);
     }
     return total;
 }
 
-#define SHARDSCOPE_NN_INSTANTIATE(T)                                                              \
+#define SHARDSCOPE_NN_INSTANTIATE(T)                                                               \
     template void embeddingForward<T>(const std::int32_t *, int, const T *, int, T *);             \
     template void embeddingBackward<T>(const std::int32_t *, int, const T *, int, T *);            \
     template void linearForward<T>(const T *, int, int, int, const T *, const T *, T *);           \
-    template void linearBackward<T>(const T *, int, int, int, const T *, const T *, T *, T *, T *); \
+    template void linearBackward<T>(const T *, int, int, int, const T *, const T *, T *, T *,      \
+                                    T *);                                                          \
     template void tiedHeadForward<T>(const T *, int, int, int, const T *, const T *, T *);         \
     template void tiedHeadBackward<T>(const T *, int, int, int, const T *, const T *, T *, T *,    \
                                       T *);                                                        \
     template void geluForward<T>(const T *, std::int64_t, T *);                                    \
     template void geluBackward<T>(const T *, std::int64_t, const T *, T *);                        \
-    template void layerNormForward<T>(const T *, int, int, const T *, const T *, T, T *, T *, T *); \
+    template void layerNormForward<T>(const T *, int, int, const T *, const T *, T, T *, T *,      \
+                                      T *);                                                        \
     template void layerNormBackward<T>(const T *, int, int, const T *, const T *, const T *,       \
                                        const T *, T *, T *, T *);                                  \
     template void conv1dForward<T>(const ConvShape &, const T *, const T *, const T *, T *);       \

@@ -11,8 +11,8 @@ namespace shardscope::nn {
 
 // C[m,n] = alpha * op(A) * op(B) + beta * C, row-major, through cblas_?gemm.
 template <typename T>
-void gemm(bool transA, bool transB, int m, int n, int k, T alpha, const T *a, int lda,
-          const T *b, int ldb, T beta, T *c, int ldc);
+void gemm(bool transA, bool transB, int m, int n, int k, T alpha, const T *a, int lda, const T *b,
+          int ldb, T beta, T *c, int ldc);
 
 // ---- Embedding: out[i] = weight[tokens[i]], weight [vocab, dim]
 template <typename T>
@@ -33,14 +33,12 @@ template <typename T>
 void tiedHeadForward(const T *h, int rows, int hidden, int vocab, const T *embed, const T *bias,
                      T *logits);
 template <typename T>
-void tiedHeadBackward(const T *h, int rows, int hidden, int vocab, const T *embed,
-                      const T *dLogits, T *dh, T *dEmbed, T *dBias);
+void tiedHeadBackward(const T *h, int rows, int hidden, int vocab, const T *embed, const T *dLogits,
+                      T *dh, T *dEmbed, T *dBias);
 
 // ---- GELU, the exact (erf) form, as torch.nn.GELU() by default.
-template <typename T>
-void geluForward(const T *x, std::int64_t n, T *y);
-template <typename T>
-void geluBackward(const T *x, std::int64_t n, const T *dy, T *dx);
+template <typename T> void geluForward(const T *x, std::int64_t n, T *y);
+template <typename T> void geluBackward(const T *x, std::int64_t n, const T *dy, T *dx);
 
 // ---- LayerNorm over the last dimension: y = (x - mean) / sqrt(var + eps) * gamma + beta.
 // mean and rstd (rows each) are saved by the forward for the backward.
@@ -48,8 +46,8 @@ template <typename T>
 void layerNormForward(const T *x, int rows, int dim, const T *gamma, const T *beta, T eps, T *y,
                       T *mean, T *rstd);
 template <typename T>
-void layerNormBackward(const T *x, int rows, int dim, const T *gamma, const T *mean,
-                       const T *rstd, const T *dy, T *dx, T *dGamma, T *dBeta);
+void layerNormBackward(const T *x, int rows, int dim, const T *gamma, const T *mean, const T *rstd,
+                       const T *dy, T *dx, T *dGamma, T *dBeta);
 
 // ---- Conv1d over the sequence, channels last: x and y are [batch, seq, channels],
 // weight [channels, channels/groups, kernel] (PyTorch's layout), bias [channels].
@@ -78,8 +76,8 @@ template <typename T>
 void conv1dForward(const ConvShape &s, const T *x, const T *weight, const T *bias, T *y);
 // dx may be null.
 template <typename T>
-void conv1dBackward(const ConvShape &s, const T *x, const T *weight, const T *dy, T *dx,
-                    T *dWeight, T *dBias);
+void conv1dBackward(const ConvShape &s, const T *x, const T *weight, const T *dy, T *dx, T *dWeight,
+                    T *dBias);
 
 // ---- Weight normalisation over dim 2, as torch.nn.utils.weight_norm(conv, "weight", dim=2):
 // weight[o,i,k] = g[k] * v[o,i,k] / ||v[:,:,k]||, g of shape [1,1,kernel], v like weight.

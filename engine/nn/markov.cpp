@@ -36,19 +36,19 @@ MarkovStream::MarkovStream(std::uint64_t seed, int vocab)
 
 std::int32_t MarkovStream::next(std::int32_t a, std::int32_t b, double u) const
 {
-    if (u < kFirst)
-        return m_first[b];
-    if (u < kFirst + kSecond)
-        return m_second[b];
-    const std::uint64_t pair = splitmix(m_seed ^ (static_cast<std::uint64_t>(a) * m_vocab + b + 1) * 0xD6E8FEB86659FD93ull);
-    if (u < kFirst + kSecond + kPairA)
-        return static_cast<std::int32_t>(pair % m_vocab);
+    if (u < kFirst) return m_first[b];
+    if (u < kFirst + kSecond) return m_second[b];
+    const std::uint64_t pair = splitmix(m_seed ^ (static_cast<std::uint64_t>(a) * m_vocab + b + 1) *
+                                                     0xD6E8FEB86659FD93ull);
+    if (u < kFirst + kSecond + kPairA) return static_cast<std::int32_t>(pair % m_vocab);
     return static_cast<std::int32_t>(splitmix(pair) % m_vocab);
 }
 
-void MarkovStream::sequence(std::uint32_t step, std::int64_t index, int length, std::int32_t *out) const
+void MarkovStream::sequence(std::uint32_t step, std::int64_t index, int length,
+                            std::int32_t *out) const
 {
-    std::uint64_t state = splitmix(m_seed ^ splitmix((static_cast<std::uint64_t>(step) << 40) ^ static_cast<std::uint64_t>(index)));
+    std::uint64_t state = splitmix(m_seed ^ splitmix((static_cast<std::uint64_t>(step) << 40) ^
+                                                     static_cast<std::uint64_t>(index)));
     auto draw = [&state] {
         state = splitmix(state);
         return state;

@@ -10,7 +10,7 @@ namespace shardscope::nn {
 
 class MarkovStream
 {
-public:
+  public:
     MarkovStream(std::uint64_t seed, int vocab);
 
     int vocab() const { return m_vocab; }
@@ -23,7 +23,7 @@ public:
     // lowest mean loss a perfect model reaches.
     double entropyFloor() const;
 
-private:
+  private:
     std::uint64_t m_seed;
     int m_vocab;
     std::vector<std::int32_t> m_first;  // by previous token

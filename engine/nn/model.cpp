@@ -35,7 +35,7 @@ ParamId requireParam(const Engine &engine, const std::string &name)
 // Initial values, the same whatever the world size: one generator per parameter.
 class Init
 {
-public:
+  public:
     explicit Init(std::uint64_t seed) : m_seed(seed) {}
 
     std::vector<float> normal(std::int64_t n, float stddev)
@@ -61,7 +61,7 @@ public:
         return std::vector<float>(static_cast<std::size_t>(n), value);
     }
 
-private:
+  private:
     std::uint64_t m_seed;
     std::uint64_t m_count = 0;
 };
@@ -143,7 +143,8 @@ std::vector<ParamId> ModelHandles::params() const
 {
     std::vector<ParamId> out = {embedWeight, convG, convV, convBias};
     for (const Block &b : blocks)
-        out.insert(out.end(), {b.lnWeight, b.lnBias, b.fc1Weight, b.fc1Bias, b.fc2Weight, b.fc2Bias});
+        out.insert(out.end(),
+                   {b.lnWeight, b.lnBias, b.fc1Weight, b.fc1Bias, b.fc2Weight, b.fc2Bias});
     out.insert(out.end(), {lnFWeight, lnFBias, headBias});
     return out;
 }
@@ -183,8 +184,7 @@ ModelHandles findModel(const Engine &engine, int layers)
 void buildModel(Engine &engine, const TrainConfig &c)
 {
     const std::string problem = validate(c);
-    if (!problem.empty())
-        throw EngineError(problem);
+    if (!problem.empty()) throw EngineError(problem);
     Init init(c.seed);
     const ModuleId root = engine.root();
     const ModuleId embed = engine.addModule(root, "embed", "Embedding");
@@ -211,8 +211,7 @@ void buildModel(Engine &engine, const TrainConfig &c)
     addParam(engine, head, "bias", {c.vocab}, Init::constant(c.vocab, 0.0f));
 
     const ParamId embedWeight = engine.findParam("embed.weight");
-    if (c.externals == Externals::Manual)
-        engine.registerExternalParameter(head, embedWeight);
+    if (c.externals == Externals::Manual) engine.registerExternalParameter(head, embedWeight);
 
     engine.partition();
 
@@ -243,8 +242,7 @@ std::vector<float> &RankModel::gradBuffer(ParamId p)
 {
     std::vector<float> &g = m_grads[p];
     const auto n = static_cast<std::size_t>(m_engine.param(p).numel);
-    if (g.size() != n)
-        g.assign(n, 0.0f);
+    if (g.size() != n) g.assign(n, 0.0f);
     return g;
 }
 
@@ -297,24 +295,23 @@ void RankModel::forward(const std::int32_t *tokens)
     }
     {
         ModuleScope s(m_engine, m_rank, m_h.posConv, Phase::Forward);
-        weightNormForward(read(m_h.convV), read(m_h.convG), H, H / m_config.groups,
-                          m_config.kernel, m_convWeight.data(), m_convNorms.data());
+        weightNormForward(read(m_h.convV), read(m_h.convG), H, H / m_config.groups, m_config.kernel,
+                          m_convWeight.data(), m_convNorms.data());
         conv1dForward(m_conv, m_x0.data(), m_convWeight.data(), read(m_h.convBias),
                       m_convOut.data());
         geluForward(m_convOut.data(), n, m_x1.data());
         for (std::int64_t i = 0; i < n; ++i)
             m_x1[i] += m_x0[i];
     }
-    if (!m_blocks.empty())
-        m_blocks.front().in = m_x1;
+    if (!m_blocks.empty()) m_blocks.front().in = m_x1;
     for (std::size_t i = 0; i < m_blocks.size(); ++i) {
         const ModelHandles::Block &h = m_h.blocks[i];
         BlockActs &a = m_blocks[i];
         ModuleScope s(m_engine, m_rank, h.block, Phase::Forward);
         {
             ModuleScope ln(m_engine, m_rank, h.ln, Phase::Forward);
-            layerNormForward(a.in.data(), m_rows, H, read(h.lnWeight), read(h.lnBias), kLayerNormEps,
-                             a.normed.data(), a.mean.data(), a.rstd.data());
+            layerNormForward(a.in.data(), m_rows, H, read(h.lnWeight), read(h.lnBias),
+                             kLayerNormEps, a.normed.data(), a.mean.data(), a.rstd.data());
         }
         {
             ModuleScope fc1(m_engine, m_rank, h.fc1, Phase::Forward);
@@ -331,8 +328,7 @@ void RankModel::forward(const std::int32_t *tokens)
         for (std::int64_t j = 0; j < n; ++j)
             out[j] += a.in[j]; // the residual
     }
-    if (m_blocks.empty())
-        m_xL = m_x1;
+    if (m_blocks.empty()) m_xL = m_x1;
     {
         ModuleScope s(m_engine, m_rank, m_h.lnF, Phase::Forward);
         layerNormForward(m_xL.data(), m_rows, H, read(m_h.lnFWeight), read(m_h.lnFBias),
@@ -396,8 +392,8 @@ void RankModel::backward(const std::int32_t *tokens)
             ModuleScope ln(m_engine, m_rank, h.ln, Phase::Backward);
             std::vector<float> dIn(static_cast<std::size_t>(n));
             layerNormBackward(a.in.data(), m_rows, H, read(h.lnWeight), a.mean.data(),
-                              a.rstd.data(), dTmp.data(), dIn.data(),
-                              gradBuffer(h.lnWeight).data(), gradBuffer(h.lnBias).data());
+                              a.rstd.data(), dTmp.data(), dIn.data(), gradBuffer(h.lnWeight).data(),
+                              gradBuffer(h.lnBias).data());
             reduce(h.lnWeight);
             reduce(h.lnBias);
             for (std::int64_t j = 0; j < n; ++j)

@@ -43,7 +43,7 @@ ModelHandles findModel(const Engine &engine, int layers);
 // every parameter gradient is reduce-scattered as soon as its module's backward is done.
 class RankModel
 {
-public:
+  public:
     RankModel(Engine &engine, int rank, const TrainConfig &config, ModelHandles handles);
 
     // tokens and targets: sequences * seq tokens each (sequences may be 0). Gradients are
@@ -52,7 +52,7 @@ public:
     double forwardBackward(const std::int32_t *tokens, const std::int32_t *targets, int sequences,
                            double globalTokens);
 
-private:
+  private:
     struct BlockActs
     {
         std::vector<float> in, normed, mean, rstd, hidden, activated;

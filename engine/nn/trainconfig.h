@@ -11,7 +11,8 @@
 namespace shardscope::nn {
 
 // How the model code treats parameters used outside their owning module.
-enum class Externals : std::uint8_t {
+enum class Externals : std::uint8_t
+{
     None = 0,   // what the users in the stories did first: unregistered reads, late parameters
     Manual = 1, // the stories' fixes: register_external_parameter, GatheredParameters + adopt
 };
@@ -28,16 +29,16 @@ struct TrainConfig
 
     // ---- the model
     int layers = 2;
-    int hidden = 64;   // H
-    int vocab = 97;    // V (prime: no world size divides the embedding)
-    int seq = 32;      // T: tokens per sequence
-    int kernel = 8;    // K of pos_conv (wav2vec2: num_conv_pos_embeddings)
-    int groups = 4;    // G of pos_conv (wav2vec2: num_conv_pos_embedding_groups); divides hidden
+    int hidden = 64; // H
+    int vocab = 97;  // V (prime: no world size divides the embedding)
+    int seq = 32;    // T: tokens per sequence
+    int kernel = 8;  // K of pos_conv (wav2vec2: num_conv_pos_embeddings)
+    int groups = 4;  // G of pos_conv (wav2vec2: num_conv_pos_embedding_groups); divides hidden
 
     // ---- the optimisation
-    int batch = 30;            // global batch: sequences per step, split across ranks
-    float lr = 3e-3f;          // Adam learning rate
-    float weightDecay = 0.0f;  // decoupled (AdamW) weight decay
+    int batch = 30;           // global batch: sequences per step, split across ranks
+    float lr = 3e-3f;         // Adam learning rate
+    float weightDecay = 0.0f; // decoupled (AdamW) weight decay
     float beta1 = 0.9f;
     float beta2 = 0.999f;
     float eps = 1e-8f;
@@ -52,9 +53,9 @@ struct TrainConfig
 
     // ---- the inspector endpoint (see server/inspector.h)
     bool listen = true;
-    std::string endpoint;       // "unix:PATH" | "tcp:HOST:PORT"; empty = default
+    std::string endpoint; // "unix:PATH" | "tcp:HOST:PORT"; empty = default
     std::string token;
-    std::string snapshotOut;    // snapshot file written at the end, if not empty
+    std::string snapshotOut; // snapshot file written at the end, if not empty
     std::size_t historyEvents = 65536;
     bool telemetry = true;
 };

@@ -1,8 +1,8 @@
 #include "nn/trainer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cblas.h>
+#include <chrono>
 
 #include "comm/cpucommunicator.h"
 #include "nn/adam.h"
@@ -55,8 +55,7 @@ std::unique_ptr<Engine> makeCpuEngine(const TrainConfig &config)
 TrainResult trainModel(Engine &engine, const TrainConfig &config, const StepCallback &onStep)
 {
     const std::string problem = validate(config);
-    if (!problem.empty())
-        throw EngineError(problem);
+    if (!problem.empty()) throw EngineError(problem);
     if (engine.worldSize() != config.worldSize)
         throw EngineError("the engine has world size " + std::to_string(engine.worldSize()) +
                           " but the run asks for " + std::to_string(config.worldSize));
@@ -75,7 +74,8 @@ TrainResult trainModel(Engine &engine, const TrainConfig &config, const StepCall
 
     engine.forEachLocalRank([&](int rank) {
         RankModel model(engine, rank, config, handles);
-        Adam adam(AdamOptions{config.lr, config.beta1, config.beta2, config.eps, config.weightDecay});
+        Adam adam(
+            AdamOptions{config.lr, config.beta1, config.beta2, config.eps, config.weightDecay});
         Communicator &comm = engine.comm(rank);
         const Slice mine = sliceOf(config.batch, config.worldSize, rank);
         std::vector<std::int32_t> sequence(static_cast<std::size_t>(T) + 1);
@@ -88,7 +88,8 @@ TrainResult trainModel(Engine &engine, const TrainConfig &config, const StepCall
             engine.beginStep(rank);
             engine.zeroGrads(rank);
             for (int s = 0; s < mine.count; ++s) {
-                data.sequence(static_cast<std::uint32_t>(step), mine.first + s, T + 1, sequence.data());
+                data.sequence(static_cast<std::uint32_t>(step), mine.first + s, T + 1,
+                              sequence.data());
                 std::copy_n(sequence.begin(), T, tokens.begin() + std::int64_t(s) * T);
                 std::copy_n(sequence.begin() + 1, T, targets.begin() + std::int64_t(s) * T);
             }
@@ -113,9 +114,9 @@ TrainResult trainModel(Engine &engine, const TrainConfig &config, const StepCall
             comm.barrier();
 
             if (rank == reporter) {
-                const double seconds = std::chrono::duration<double>(
-                                           std::chrono::steady_clock::now() - stepStart)
-                                           .count();
+                const double seconds =
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - stepStart)
+                        .count();
                 double bytes = 0.0;
                 for (int r : engine.localRanks())
                     bytes += static_cast<double>(engine.gatheredBytes(r));
@@ -129,8 +130,7 @@ TrainResult trainModel(Engine &engine, const TrainConfig &config, const StepCall
                 report.megabytesGathered = bytes / 1e6;
                 report.unregisteredAccesses = engine.unregisteredAccessCount();
                 report.lateParameters = engine.lateParameterCount();
-                if (onStep)
-                    onStep(report);
+                if (onStep) onStep(report);
             }
         }
     });

@@ -16,11 +16,11 @@ namespace shardscope::nn {
 // One line of the run's progress, produced after every step.
 struct StepReport
 {
-    int step = 0;                           // 1-based
-    int steps = 0;                          // total steps of the run
-    double loss = 0.0;                      // global mean next-token cross-entropy of the step
-    double tokensPerSecond = 0.0;           // tokens of this step / its wall time
-    double megabytesGathered = 0.0;         // all-gathered so far, summed over local ranks (MB = 1e6 bytes)
+    int step = 0;                   // 1-based
+    int steps = 0;                  // total steps of the run
+    double loss = 0.0;              // global mean next-token cross-entropy of the step
+    double tokensPerSecond = 0.0;   // tokens of this step / its wall time
+    double megabytesGathered = 0.0; // all-gathered so far, summed over local ranks (MB = 1e6 bytes)
     std::uint64_t unregisteredAccesses = 0; // engine.unregisteredAccessCount() so far
     std::uint64_t lateParameters = 0;       // engine.lateParameterCount() so far
     double seconds = 0.0;                   // wall time of this step
@@ -31,8 +31,8 @@ struct TrainResult
     std::vector<double> losses; // one per step
     double firstLoss = 0.0;
     double lastLoss = 0.0;
-    double seconds = 0.0;       // wall time of all steps
-    std::int64_t tokens = 0;    // tokens trained on, all steps
+    double seconds = 0.0;    // wall time of all steps
+    std::int64_t tokens = 0; // tokens trained on, all steps
     double megabytesGathered = 0.0;
     std::uint64_t unregisteredAccesses = 0;
     std::uint64_t lateParameters = 0;

@@ -41,7 +41,9 @@ QString checkGradient(const char *what, Vec &x, const Vec &analytic,
 {
     if (x.size() != analytic.size())
         return QStringLiteral("%1: gradient has %2 elements, parameter %3")
-            .arg(what).arg(analytic.size()).arg(x.size());
+            .arg(what)
+            .arg(analytic.size())
+            .arg(x.size());
     const double h = 1e-5;
     double largest = 0.0;
     for (std::size_t i = 0; i < x.size(); ++i) {
@@ -55,7 +57,10 @@ QString checkGradient(const char *what, Vec &x, const Vec &analytic,
         const double tolerance = 1e-6 * std::max({1.0, std::abs(numeric), std::abs(analytic[i])});
         if (std::abs(numeric - analytic[i]) > tolerance)
             return QStringLiteral("%1[%2]: analytic %3, finite difference %4")
-                .arg(what).arg(i).arg(analytic[i], 0, 'g', 10).arg(numeric, 0, 'g', 10);
+                .arg(what)
+                .arg(i)
+                .arg(analytic[i], 0, 'g', 10)
+                .arg(numeric, 0, 'g', 10);
         largest = std::max(largest, std::abs(analytic[i]));
     }
     if (largest < 1e-3)
@@ -63,10 +68,10 @@ QString checkGradient(const char *what, Vec &x, const Vec &analytic,
     return {};
 }
 
-#define CHECK_GRADIENT(what, x, analytic, loss)                                                  \
-    do {                                                                                         \
-        const QString problem = checkGradient(what, x, analytic, loss);                          \
-        QVERIFY2(problem.isEmpty(), qPrintable(problem));                                        \
+#define CHECK_GRADIENT(what, x, analytic, loss)                                                    \
+    do {                                                                                           \
+        const QString problem = checkGradient(what, x, analytic, loss);                            \
+        QVERIFY2(problem.isEmpty(), qPrintable(problem));                                          \
     } while (false)
 
 } // namespace
@@ -75,7 +80,7 @@ class TestLayers : public QObject
 {
     Q_OBJECT
 
-private slots:
+  private slots:
     void embedding();
     void linear();
     void gelu();
@@ -160,7 +165,8 @@ void TestLayers::layerNorm()
 {
     std::mt19937 rng(4);
     const int rows = 5, dim = 8;
-    Vec x = randomVec(rng, rows * dim, 3.0), gamma = randomVec(rng, dim), beta = randomVec(rng, dim);
+    Vec x = randomVec(rng, rows * dim, 3.0), gamma = randomVec(rng, dim),
+        beta = randomVec(rng, dim);
     const Vec r = randomVec(rng, rows * dim);
     const double eps = 1e-5;
     auto loss = [&] {
@@ -228,8 +234,8 @@ void TestLayers::conv1d()
                     for (int k = 0; k < kernel; ++k) {
                         const int src = t + k - (causal ? kernel - 1 : kernel / 2);
                         if (src >= 0 && src < s.seq)
-                            expect += w[(o * cin + ci) * kernel + k]
-                                * x[(bi * s.seq + src) * s.channels + g * cin + ci];
+                            expect += w[(o * cin + ci) * kernel + k] *
+                                      x[(bi * s.seq + src) * s.channels + g * cin + ci];
                     }
                 QVERIFY(std::abs(y[(bi * s.seq + t) * s.channels + o] - expect) < 1e-12);
             }
@@ -323,8 +329,8 @@ void TestLayers::crossEntropy()
     Vec scratch(logits.size());
     auto loss = [&] {
         return shardscope::nn::crossEntropy(logits.data(), rows, vocab, targets.data(), rows,
-                                            scratch.data())
-            / rows;
+                                            scratch.data()) /
+               rows;
     };
     Vec dLogits(logits.size());
     const double sum = shardscope::nn::crossEntropy(logits.data(), rows, vocab, targets.data(),
@@ -355,8 +361,8 @@ void TestLayers::tiedEmbeddingEndToEnd()
         embeddingForward(tokens.data(), rows, embed.data(), hidden, h.data());
         tiedHeadForward(h.data(), rows, hidden, vocab, embed.data(), bias.data(), logits.data());
         return shardscope::nn::crossEntropy(logits.data(), rows, vocab, targets.data(), rows,
-                                            dLogits.data())
-            / rows;
+                                            dLogits.data()) /
+               rows;
     };
     auto loss = [&] {
         Vec h, logits, dLogits;
@@ -405,12 +411,12 @@ void TestLayers::floatAgreesWithDouble()
     for (float &v : ef)
         v = dist(rng);
     tiedHeadForward(hf.data(), 12, 8, 10, ef.data(), biasf.data(), logitsf.data());
-    const double lossF = shardscope::nn::crossEntropy(logitsf.data(), 12, 10, targets.data(), 12,
-                                                      dLf.data());
+    const double lossF =
+        shardscope::nn::crossEntropy(logitsf.data(), 12, 10, targets.data(), 12, dLf.data());
     Vec hd(hf.begin(), hf.end()), ed(ef.begin(), ef.end()), biasd(10, 0.0), logitsd(120), dLd(120);
     tiedHeadForward(hd.data(), 12, 8, 10, ed.data(), biasd.data(), logitsd.data());
-    const double lossD = shardscope::nn::crossEntropy(logitsd.data(), 12, 10, targets.data(), 12,
-                                                      dLd.data());
+    const double lossD =
+        shardscope::nn::crossEntropy(logitsd.data(), 12, 10, targets.data(), 12, dLd.data());
     QVERIFY(std::abs(lossF - lossD) < 1e-4 * lossD);
 }
 

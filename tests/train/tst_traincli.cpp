@@ -12,7 +12,7 @@ class TestTrainCli : public QObject
 {
     Q_OBJECT
 
-private slots:
+  private slots:
     void initTestCase();
     void demoPrintsStepsAndTheStories();
     void manualExternalsReportNothing();
@@ -22,7 +22,7 @@ private slots:
     void helpDocumentsEveryFlag();
     void snapshotIsWritten();
 
-private:
+  private:
     struct Result
     {
         int exitCode = -1;
@@ -52,7 +52,8 @@ void TestTrainCli::initTestCase()
     const QString dir = qEnvironmentVariable("SHARDSCOPE_BIN_DIR");
     QVERIFY2(!dir.isEmpty(), "SHARDSCOPE_BIN_DIR is not set; run the test through ctest");
     m_program = dir + "/shardscope-train";
-    QVERIFY2(QFile::exists(m_program), qPrintable(m_program + " does not exist; build shardscope-train"));
+    QVERIFY2(QFile::exists(m_program),
+             qPrintable(m_program + " does not exist; build shardscope-train"));
 }
 
 void TestTrainCli::demoPrintsStepsAndTheStories()
@@ -66,8 +67,7 @@ void TestTrainCli::demoPrintsStepsAndTheStories()
     QList<int> unregistered;
     for (const QString &line : lines) {
         const auto m = step.match(line);
-        if (!m.hasMatch())
-            continue;
+        if (!m.hasMatch()) continue;
         QCOMPARE(m.captured(1).toInt(), losses.size() + 1);
         losses << m.captured(2).toDouble();
         unregistered << m.captured(4).toInt();
@@ -93,7 +93,8 @@ void TestTrainCli::demoPrintsStepsAndTheStories()
 
 void TestTrainCli::manualExternalsReportNothing()
 {
-    const Result r = run({"--steps", "3", "--no-listen", "--externals", "manual", "--guard", "error"});
+    const Result r =
+        run({"--steps", "3", "--no-listen", "--externals", "manual", "--guard", "error"});
     QCOMPARE(r.exitCode, 0);
     QVERIFY(r.out.contains(QRegularExpression(R"(^final .*unregistered 0  late 0$)",
                                               QRegularExpression::MultilineOption)));
@@ -118,13 +119,19 @@ void TestTrainCli::badFlagsExitWithTwo_data()
     QTest::newRow("unknown flag") << QStringList{"--bogus"} << "unknown option '--bogus'";
     QTest::newRow("not a number") << QStringList{"--steps", "ten"} << "--steps expects a number";
     QTest::newRow("missing value") << QStringList{"--world-size"} << "--world-size needs a value";
-    QTest::newRow("zero ranks") << QStringList{"--world-size", "0"} << "--world-size 0 is out of range";
-    QTest::newRow("groups") << QStringList{"--hidden", "30", "--groups", "4"} << "--groups 4 does not divide --hidden 30";
-    QTest::newRow("externals") << QStringList{"--externals", "auto"} << "--externals 'auto' is not one of none, manual";
-    QTest::newRow("guard") << QStringList{"--guard", "loud"} << "--guard 'loud' is not one of error, warn, auto";
-    QTest::newRow("backend") << QStringList{"--backend", "tpu"} << "--backend 'tpu' is not one of cpu, nccl, auto";
+    QTest::newRow("zero ranks") << QStringList{"--world-size", "0"}
+                                << "--world-size 0 is out of range";
+    QTest::newRow("groups") << QStringList{"--hidden", "30", "--groups", "4"}
+                            << "--groups 4 does not divide --hidden 30";
+    QTest::newRow("externals") << QStringList{"--externals", "auto"}
+                               << "--externals 'auto' is not one of none, manual";
+    QTest::newRow("guard") << QStringList{"--guard", "loud"}
+                           << "--guard 'loud' is not one of error, warn, auto";
+    QTest::newRow("backend") << QStringList{"--backend", "tpu"}
+                             << "--backend 'tpu' is not one of cpu, nccl, auto";
     QTest::newRow("negative lr") << QStringList{"--lr", "-1"} << "--lr must be a positive number";
-    QTest::newRow("bad endpoint") << QStringList{"--steps", "1", "--listen", "nowhere"} << "--listen";
+    QTest::newRow("bad endpoint") << QStringList{"--steps", "1", "--listen", "nowhere"}
+                                  << "--listen";
 }
 
 void TestTrainCli::badFlagsExitWithTwo()
@@ -141,10 +148,13 @@ void TestTrainCli::helpDocumentsEveryFlag()
 {
     const Result r = run({"--help"});
     QCOMPARE(r.exitCode, 0);
-    for (const char *flag : {"--world-size", "--steps", "--layers", "--hidden", "--vocab", "--seq",
-                             "--batch", "--lr", "--weight-decay", "--seed", "--kernel", "--groups",
-                             "--externals", "--guard", "--persistence-threshold", "--backend",
-                             "--listen", "--token", "--no-listen", "--snapshot-out", "--history",
+    for (const char *flag : {"--world-size",   "--steps",        "--layers",
+                             "--hidden",       "--vocab",        "--seq",
+                             "--batch",        "--lr",           "--weight-decay",
+                             "--seed",         "--kernel",       "--groups",
+                             "--externals",    "--guard",        "--persistence-threshold",
+                             "--backend",      "--listen",       "--token",
+                             "--no-listen",    "--snapshot-out", "--history",
                              "--no-telemetry", "--help"})
         QVERIFY2(r.out.contains(QLatin1String(flag)), flag);
 }

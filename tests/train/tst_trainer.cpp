@@ -65,8 +65,7 @@ std::vector<ViolationRecord> ofKind(const Engine &engine, ViolationKind kind)
 {
     std::vector<ViolationRecord> out;
     for (const ViolationRecord &v : engine.violations())
-        if (v.kind == kind)
-            out.push_back(v);
+        if (v.kind == kind) out.push_back(v);
     return out;
 }
 
@@ -76,7 +75,7 @@ class TestTrainer : public QObject
 {
     Q_OBJECT
 
-private slots:
+  private slots:
     void worldSizesGiveTheSameLossCurve_data();
     void worldSizesGiveTheSameLossCurve();
     void fixesDoNotChangeTheMath();
@@ -108,24 +107,28 @@ void TestTrainer::worldSizesGiveTheSameLossCurve()
         if (world == 1) {
             reference = run.result.losses;
             // The curve is a real one: it falls, so equal curves mean equal training.
-            QVERIFY2(reference.back() < 0.9 * reference.front(),
-                     qPrintable(QStringLiteral("loss %1 -> %2").arg(reference.front()).arg(reference.back())));
+            QVERIFY2(
+                reference.back() < 0.9 * reference.front(),
+                qPrintable(
+                    QStringLiteral("loss %1 -> %2").arg(reference.front()).arg(reference.back())));
             continue;
         }
         const double diff = maxRelativeDifference(run.result.losses, reference);
         qInfo("world size %d: largest relative difference from world size 1 over 20 steps: %.2e",
               world, diff);
-        QVERIFY2(diff <= 1e-4, qPrintable(QStringLiteral("world size %1: relative difference %2 from "
-                                                         "world size 1")
-                                              .arg(world).arg(diff)));
+        QVERIFY2(diff <= 1e-4,
+                 qPrintable(QStringLiteral("world size %1: relative difference %2 from "
+                                           "world size 1")
+                                .arg(world)
+                                .arg(diff)));
         // The parameters really were partitioned with padding: embed.weight (558) does not
         // divide by 4, and each rank holds only its shard.
         const ParamInfo &embed = run.engine->param(run.engine->findParam("embed.weight"));
         QVERIFY(embed.partitioned);
         QCOMPARE(embed.layout.paddedNumel % world, std::int64_t(0));
-        QCOMPARE(run.engine->shardData(0, embed.id).size(), std::size_t(embed.layout.partitionNumel));
-        if (world == 4)
-            QVERIFY(embed.layout.paddedNumel > embed.numel);
+        QCOMPARE(run.engine->shardData(0, embed.id).size(),
+                 std::size_t(embed.layout.partitionNumel));
+        if (world == 4) QVERIFY(embed.layout.paddedNumel > embed.numel);
     }
 }
 
@@ -151,7 +154,10 @@ void TestTrainer::defaultConfigurationLearns()
     // The first step sees an untrained model: about ln V.
     QVERIFY2(std::abs(first - std::log(double(c.vocab))) < 0.5, qPrintable(QString::number(first)));
     QVERIFY2(last <= 0.7 * first,
-             qPrintable(QStringLiteral("loss fell only from %1 to %2 in %3 steps").arg(first).arg(last).arg(c.steps)));
+             qPrintable(QStringLiteral("loss fell only from %1 to %2 in %3 steps")
+                            .arg(first)
+                            .arg(last)
+                            .arg(c.steps)));
 }
 
 void TestTrainer::externalsNoneReportsBothStories()
@@ -165,8 +171,7 @@ void TestTrainer::externalsNoneReportsBothStories()
     // (accessor, param, rank), counted once per step.
     bool tied = false;
     for (const ViolationRecord &v : ofKind(e, ViolationKind::UnregisteredAccess)) {
-        if (v.accessor == kNoModule)
-            continue;
+        if (v.accessor == kNoModule) continue;
         QCOMPARE(e.modulePath(v.accessor), std::string("lm_head"));
         QCOMPARE(e.param(v.param).name, std::string("embed.weight"));
         QCOMPARE(e.modulePath(v.owner), std::string("embed"));
@@ -188,8 +193,7 @@ void TestTrainer::externalsNoneReportsBothStories()
     // ... and created weight_g and weight_v after partitioning: late, never partitioned.
     std::vector<std::string> late;
     for (const ViolationRecord &v : ofKind(e, ViolationKind::LateParameter)) {
-        if (v.rank == 0)
-            late.push_back(e.param(v.param).name);
+        if (v.rank == 0) late.push_back(e.param(v.param).name);
         QCOMPARE(e.modulePath(v.owner), std::string("pos_conv"));
     }
     std::sort(late.begin(), late.end());
@@ -233,11 +237,13 @@ void TestTrainer::guardErrorStopsAtTheTiedHead()
     c.guard = GuardPolicy::Error;
     auto engine = makeCpuEngine(c);
     buildModel(*engine, c);
-    engine->unregisterExternalParameter(engine->findModule("lm_head"), engine->findParam("embed.weight"));
+    engine->unregisterExternalParameter(engine->findModule("lm_head"),
+                                        engine->findParam("embed.weight"));
     int steps = 0;
     try {
         trainModel(*engine, c, [&](const StepReport &) { ++steps; });
-        QFAIL("training went on although lm_head read embed.weight unregistered under --guard error");
+        QFAIL(
+            "training went on although lm_head read embed.weight unregistered under --guard error");
     } catch (const UnregisteredAccessError &err) {
         QCOMPARE(err.fix(), std::string("register_external_parameter(lm_head, embed.weight)"));
         QVERIFY(std::string(err.what()).find("lm_head") != std::string::npos);
@@ -254,8 +260,7 @@ void TestTrainer::guardAutoRegistersOnce()
     const Engine &e = *run.engine;
     int tied = 0;
     for (const ViolationRecord &v : ofKind(e, ViolationKind::UnregisteredAccess)) {
-        if (v.accessor == kNoModule)
-            continue;
+        if (v.accessor == kNoModule) continue;
         ++tied;
         QCOMPARE(v.action, GuardAction::AutoRegistered);
         QCOMPARE(v.count, std::uint64_t(1));
@@ -295,7 +300,8 @@ void TestTrainer::stepReportsCountWhatTheEngineCounts()
     c.steps = 4;
     auto engine = makeCpuEngine(c);
     std::vector<StepReport> reports;
-    const TrainResult result = runCpuTraining(c, *engine, [&](const StepReport &r) { reports.push_back(r); });
+    const TrainResult result =
+        runCpuTraining(c, *engine, [&](const StepReport &r) { reports.push_back(r); });
     QCOMPARE(reports.size(), std::size_t(4));
     for (std::size_t i = 0; i < reports.size(); ++i) {
         QCOMPARE(reports[i].step, int(i) + 1);
@@ -305,8 +311,7 @@ void TestTrainer::stepReportsCountWhatTheEngineCounts()
         // 3 ranks: the build-time read, then one lm_head record per rank and step.
         QCOMPARE(reports[i].unregisteredAccesses, std::uint64_t(3 + 3 * (i + 1)));
         QVERIFY(reports[i].tokensPerSecond > 0.0);
-        if (i > 0)
-            QVERIFY(reports[i].megabytesGathered > reports[i - 1].megabytesGathered);
+        if (i > 0) QVERIFY(reports[i].megabytesGathered > reports[i - 1].megabytesGathered);
     }
     QCOMPARE(result.tokens, std::int64_t(4 * 7 * 9));
 }
