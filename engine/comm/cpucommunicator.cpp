@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "comm/rendezvous.h"
+#include "comm/streamingcopy.h"
 
 namespace shardscope {
 
@@ -154,11 +155,17 @@ public:
         run(s, [&](const Slot *peers) {
             const int n = worldSize();
             auto *out = static_cast<std::byte *>(recv);
+            const bool streaming =
+                bytes * static_cast<std::size_t>(n) >= detail::streamingThreshold();
             // Start at our own block so the ranks spread over different sources.
             for (int k = 0; k < n; ++k) {
                 const int j = (m_rank + k) % n;
                 std::byte *dst = out + static_cast<std::size_t>(j) * bytes;
-                if (peers[j].src != dst) std::memcpy(dst, peers[j].src, bytes);
+                if (peers[j].src == dst) continue;
+                if (streaming)
+                    detail::streamingCopy(dst, peers[j].src, bytes);
+                else
+                    std::memcpy(dst, peers[j].src, bytes);
             }
         });
         return {};

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comm/cpucommunicator.h"
+#include "comm/streamingcopy.h"
 
 using namespace shardscope;
 
@@ -161,6 +162,8 @@ private slots:
     void allGather_data();
     void allGather();
     void allGatherInPlace();
+    void streamingCopyMatchesMemcpy();
+    void allGatherAboveStreamingThreshold();
     void broadcastFromEveryRoot_data();
     void broadcastFromEveryRoot();
     void reduceScatterF32_data();
@@ -264,6 +267,59 @@ void TestCpuCommunicator::allGatherInPlace()
                                            std::to_string(r) + ": " + mismatch[r])
                                               .c_str());
     }
+}
+
+void TestCpuCommunicator::streamingCopyMatchesMemcpy()
+{
+    // Large all_gathers copy with non-temporal stores: every length and alignment must
+    // give exactly memcpy's result and write nothing outside the destination.
+    const std::vector<std::size_t> lengths = {
+        0, 1, 15, 63, 64, 65, 4095, 3 * 16384 + 77, (1 << 20) + 13};
+    const std::vector<std::size_t> offsets = {0, 1, 7, 16, 33, 63};
+    for (std::size_t n : lengths) {
+        std::vector<std::uint8_t> src(n + 64);
+        for (std::size_t i = 0; i < src.size(); ++i)
+            src[i] = pattern(3, i, static_cast<int>(i / 251));
+        for (std::size_t so : offsets)
+            for (std::size_t dOff : offsets) {
+                Guarded dst(n + 64);
+                detail::streamingCopy(dst.data() + dOff, src.data() + so, n);
+                const std::string diff = compareBytes(dst.data() + dOff, src.data() + so, n);
+                QVERIFY2(diff.empty(),
+                         (std::to_string(n) + " bytes, offsets " + std::to_string(so) + "/" +
+                          std::to_string(dOff) + ": " + diff)
+                             .c_str());
+                for (std::size_t i = 0; i < dOff; ++i)
+                    QCOMPARE(dst.data()[i], kGuard);
+                for (std::size_t i = dOff + n; i < n + 64; ++i)
+                    QCOMPARE(dst.data()[i], kGuard);
+                QVERIFY(dst.guardsIntact());
+            }
+    }
+}
+
+void TestCpuCommunicator::allGatherAboveStreamingThreshold()
+{
+    const std::size_t threshold = detail::streamingThreshold();
+    if (threshold > (std::size_t(256) << 20))
+        QSKIP("the streaming threshold of this machine's cache needs too much memory to test");
+    const int world = 2;
+    const std::size_t bytes = threshold / 2 + 4097; // odd, and above the threshold in total
+    std::vector<std::string> mismatch(2);
+    const Outcome o = runRanks(world, [&](Communicator &c) {
+        const auto r = static_cast<std::size_t>(c.rank());
+        std::vector<std::uint8_t> send(bytes), recv(2 * bytes + 1, kGuard);
+        for (std::size_t i = 0; i < bytes; ++i)
+            send[i] = pattern(c.rank(), i);
+        c.allGather(send.data(), recv.data() + 1, bytes);
+        for (std::size_t i = 0; i < 2 * bytes && mismatch[r].empty(); ++i)
+            if (recv[1 + i] != pattern(static_cast<int>(i / bytes), i % bytes))
+                mismatch[r] = "byte " + std::to_string(i) + " is wrong";
+        if (recv[0] != kGuard) mismatch[r] += " and the byte before recv was written";
+    });
+    QVERIFY2(firstFailure(o).empty(), firstFailure(o).c_str());
+    for (std::size_t r = 0; r < 2; ++r)
+        QVERIFY2(mismatch[r].empty(), ("rank " + std::to_string(r) + ": " + mismatch[r]).c_str());
 }
 
 void TestCpuCommunicator::broadcastFromEveryRoot_data()
