@@ -1,0 +1,42 @@
+#pragma once
+// The attach dialog: the live engines found through discovery files (pid, model, world
+// size, backend, uptime), refreshed every second, and an endpoint and token typed by hand.
+
+#include <QDialog>
+#include <QString>
+
+#include <string>
+#include <vector>
+
+class QLabel;
+class QLineEdit;
+class QTableWidget;
+class QTimer;
+
+namespace shardscope::views {
+
+class AttachDialog : public QDialog
+{
+    Q_OBJECT
+public:
+    // discoveryDir: where to look; empty means the default runtime directory.
+    explicit AttachDialog(const QString &discoveryDir = {}, QWidget *parent = nullptr);
+
+    QString endpoint() const;
+    QString token() const;
+    int engineCount() const;
+    QTableWidget *enginesTable() const { return m_table; }
+
+public Q_SLOTS:
+    void refresh();
+
+private:
+    QString m_dir;
+    QTableWidget *m_table;
+    QLineEdit *m_endpoint;
+    QLineEdit *m_token;
+    QLabel *m_hint;
+    QTimer *m_timer;
+};
+
+} // namespace shardscope::views

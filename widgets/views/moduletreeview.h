@@ -1,0 +1,61 @@
+#pragma once
+// The module / parameter tree with its filter box: a QTreeView (uniform row heights,
+// sortable) over a ModuleTreeModel, keeping expansion and selection across the
+// model's resets, and selecting parameters on request (from the violations or timeline).
+
+#include <QList>
+#include <QSet>
+#include <QString>
+#include <QWidget>
+
+#include "core/types.h"
+
+class QLineEdit;
+class QTimer;
+class QTreeView;
+
+namespace shardscope {
+class ModuleTreeModel;
+class SessionStore;
+}
+
+namespace shardscope::views {
+
+class ModuleTreeView : public QWidget
+{
+    Q_OBJECT
+public:
+    explicit ModuleTreeView(SessionStore *store, QWidget *parent = nullptr);
+
+    ModuleTreeModel *model() const { return m_model; }
+    QTreeView *treeView() const { return m_tree; }
+    QLineEdit *filterEdit() const { return m_filter; }
+
+    // Applies the filter now (typing applies it after a short pause).
+    void setFilterText(const QString &text);
+    // Selects the parameters' rows (the first becomes current), expanding their modules.
+    void selectParams(const QList<quint32> &ids);
+    void selectModule(ModuleId id);
+    QList<quint32> selectedParams() const;
+
+Q_SIGNALS:
+    void paramSelected(quint32 paramId);
+    void moduleSelected(quint32 moduleId);
+    void selectionChangedParams(const QList<quint32> &paramIds);
+
+private:
+    void onCurrentChanged();
+    void saveViewState();
+    void restoreViewState();
+
+    SessionStore *m_store;
+    ModuleTreeModel *m_model;
+    QTreeView *m_tree;
+    QLineEdit *m_filter;
+    QTimer *m_filterTimer;
+    QSet<QString> m_expanded;
+    QString m_current;
+    bool m_firstFill = true;
+};
+
+} // namespace shardscope::views

@@ -1,0 +1,206 @@
+#include "views/paramdetail.h"
+
+#include <QApplication>
+#include <QClipboard>
+#include <QFontDatabase>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QPushButton>
+#include <QScrollArea>
+#include <QTableWidget>
+#include <QVBoxLayout>
+
+#include <algorithm>
+
+#include "session/labels.h"
+#include "session/sessionstore.h"
+
+namespace shardscope::views {
+
+namespace {
+
+const char *const kFields[] = {"owner", "shape", "dtype", "numel", "padded numel", "partition numel", "partitioned",
+                               "registered on", "active modules", "gathers", "gathered bytes", "gather time",
+                               "last gather"};
+
+} // namespace
+
+ParamDetail::ParamDetail(SessionStore *store, QWidget *parent)
+    : QWidget(parent)
+    , m_store(store)
+    , m_title(new QLabel(this))
+    , m_form(new QFormLayout)
+    , m_shards(new QTableWidget(0, 5, this))
+    , m_violationsBox(new QWidget(this))
+    , m_violationsLayout(new QVBoxLayout(m_violationsBox))
+{
+    QFont tf = m_title->font();
+    tf.setBold(true);
+    tf.setPointSizeF(tf.pointSizeF() * 1.2);
+    m_title->setFont(tf);
+    m_title->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    for (const char *name : kFields) {
+        auto *value = new QLabel(this);
+        value->setTextInteractionFlags(Qt::TextSelectableByMouse);
+        value->setWordWrap(true);
+        m_fields.insert(QString::fromLatin1(name), value);
+        m_form->addRow(QString::fromLatin1(name) + QLatin1Char(':'), value);
+    }
+    m_shards->setHorizontalHeaderLabels({tr("Rank"), tr("Offset"), tr("Length"), tr("Padding"), tr("Status")});
+    m_shards->verticalHeader()->hide();
+    m_shards->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_shards->horizontalHeader()->setStretchLastSection(true);
+    m_shards->setMinimumHeight(90);
+    m_violationsLayout->setContentsMargins(0, 0, 0, 0);
+
+    auto *inner = new QWidget;
+    auto *layout = new QVBoxLayout(inner);
+    layout->addWidget(m_title);
+    layout->addLayout(m_form);
+    layout->addWidget(new QLabel(tr("Shards"), inner));
+    layout->addWidget(m_shards);
+    layout->addWidget(m_violationsBox);
+    layout->addStretch();
+    auto *scroll = new QScrollArea(this);
+    scroll->setWidget(inner);
+    scroll->setWidgetResizable(true);
+    auto *outer = new QVBoxLayout(this);
+    outer->setContentsMargins(0, 0, 0, 0);
+    outer->addWidget(scroll);
+
+    connect(m_store, &SessionStore::updated, this, &ParamDetail::onStoreUpdated);
+    refresh();
+}
+
+void ParamDetail::showParam(ParamId id)
+{
+    m_param = id;
+    refresh();
+}
+
+QString ParamDetail::field(const QString &name) const
+{
+    if (name == QLatin1String("title"))
+        return m_title->text();
+    const QLabel *l = m_fields.value(name);
+    return l ? l->text() : QString();
+}
+
+void ParamDetail::onStoreUpdated(const StoreChanges &changes)
+{
+    if (m_param == kNoParam)
+        return;
+    if (changes.reset || changes.structure || changes.violations
+        || std::find(changes.params.begin(), changes.params.end(), m_param) != changes.params.end())
+        refresh();
+}
+
+void ParamDetail::refresh()
+{
+    const ParamRecord *p = m_param == kNoParam ? nullptr : m_store->param(m_param);
+    while (QLayoutItem *item = m_violationsLayout->takeAt(0)) {
+        delete item->widget();
+        delete item;
+    }
+    m_fixes.clear();
+    if (!p) {
+        m_title->setText(tr("Select a parameter in the tree"));
+        for (QLabel *l : std::as_const(m_fields))
+            l->clear();
+        m_shards->setRowCount(0);
+        return;
+    }
+    m_title->setText(QString::fromStdString(p->name) + (p->late ? tr("  (late parameter)") : QString()));
+    auto set = [this](const char *name, const QString &text) { m_fields.value(QString::fromLatin1(name))->setText(text); };
+    const ModuleRecord *owner = m_store->module(p->owner);
+    set("owner", m_store->modulePath(p->owner) + (owner ? QStringLiteral(" (%1)").arg(QString::fromStdString(owner->type)) : QString()));
+    set("shape", labels::shape(p->shape));
+    set("dtype", labels::dtype(p->dtype));
+    set("numel", labels::count(static_cast<std::uint64_t>(p->numel)));
+    set("padded numel", labels::count(static_cast<std::uint64_t>(p->paddedNumel)));
+    set("partition numel", labels::count(static_cast<std::uint64_t>(p->partitionNumel)));
+    set("partitioned", p->persistent ? tr("no: persistent (below the persistence threshold)")
+                       : p->partitioned ? tr("yes")
+                       : p->late ? tr("no: created after partitioning; adopt it or create it inside GatheredParameters")
+                                 : tr("no"));
+    QStringList regs;
+    for (const ExternalRecord &e : p->externals)
+        regs << m_store->modulePath(e.module) + (e.automatic ? tr(" (auto)") : tr(" (manual)"));
+    set("registered on", regs.isEmpty() ? tr("none") : regs.join(QStringLiteral(", ")));
+    QStringList active;
+    for (ModuleId m : p->activeModules)
+        active << m_store->modulePath(m);
+    set("active modules", active.isEmpty() ? tr("none") : active.join(QStringLiteral(", ")));
+    set("gathers", labels::count(p->gatherCount));
+    set("gathered bytes", labels::bytes(p->gatherBytes));
+    set("gather time", QStringLiteral("%1 ms").arg(static_cast<double>(p->gatherNs) / 1e6, 0, 'f', 3));
+    const std::uint64_t t0 = m_store->firstTs();
+    set("last gather", p->lastGatherTsNs == 0 ? tr("never")
+                                              : QStringLiteral("%1 s").arg(static_cast<double>(p->lastGatherTsNs >= t0 ? p->lastGatherTsNs - t0 : 0) / 1e9, 0, 'f', 3));
+
+    const int world = std::max<int>(1, static_cast<int>(p->status.size()));
+    m_shards->setRowCount(world);
+    for (int r = 0; r < world; ++r) {
+        std::int64_t offset = 0, length = p->numel, padding = 0;
+        if (p->partitioned && !p->persistent && p->partitionNumel > 0) {
+            offset = static_cast<std::int64_t>(r) * p->partitionNumel;
+            length = p->partitionNumel;
+            const std::int64_t valid = std::clamp<std::int64_t>(p->numel - offset, 0, length);
+            padding = length - valid;
+        }
+        const QString status = static_cast<std::size_t>(r) < p->status.size()
+            ? labels::status(p->status[static_cast<std::size_t>(r)])
+            : QString();
+        const QString cells[] = {QString::number(r), labels::count(static_cast<std::uint64_t>(offset)),
+                                 labels::count(static_cast<std::uint64_t>(length)),
+                                 labels::count(static_cast<std::uint64_t>(padding)), status};
+        for (int c = 0; c < 5; ++c) {
+            auto *item = m_shards->item(r, c);
+            if (!item) {
+                item = new QTableWidgetItem;
+                m_shards->setItem(r, c, item);
+            }
+            item->setText(cells[c]);
+        }
+    }
+
+    const auto groups = m_store->violationsOf(m_param);
+    if (!groups.empty()) {
+        auto *header = new QLabel(tr("<b>Violations</b>"), m_violationsBox);
+        m_violationsLayout->addWidget(header);
+    }
+    const QFont mono = QFontDatabase::systemFont(QFontDatabase::FixedFont);
+    for (const ViolationGroup *g : groups) {
+        auto *msg = new QLabel(QStringLiteral("%1 × %2: %3")
+                                   .arg(g->count)
+                                   .arg(labels::kind(g->kind), QString::fromStdString(g->message).toHtmlEscaped()),
+                               m_violationsBox);
+        msg->setWordWrap(true);
+        msg->setStyleSheet(QStringLiteral("color: #b01010"));
+        m_violationsLayout->addWidget(msg);
+        if (g->fix.empty())
+            continue;
+        const QString fix = QString::fromStdString(g->fix);
+        m_fixes << fix;
+        auto *row = new QWidget(m_violationsBox);
+        auto *h = new QHBoxLayout(row);
+        h->setContentsMargins(0, 0, 0, 0);
+        auto *line = new QLabel(fix, row);
+        line->setFont(mono);
+        line->setWordWrap(true);
+        line->setTextInteractionFlags(Qt::TextSelectableByMouse);
+        auto *copy = new QPushButton(tr("Copy"), row);
+        copy->setObjectName(QStringLiteral("copyFix"));
+        connect(copy, &QPushButton::clicked, this, [this, fix] {
+            QApplication::clipboard()->setText(fix);
+            Q_EMIT fixCopied(fix);
+        });
+        h->addWidget(line, 1);
+        h->addWidget(copy);
+        m_violationsLayout->addWidget(row);
+    }
+}
+
+} // namespace shardscope::views

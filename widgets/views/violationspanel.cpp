@@ -1,0 +1,105 @@
+#include "views/violationspanel.h"
+
+#include <QApplication>
+#include <QClipboard>
+#include <QFontDatabase>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QPushButton>
+#include <QSortFilterProxyModel>
+#include <QTableView>
+#include <QVBoxLayout>
+
+#include "models/violationsmodel.h"
+
+namespace shardscope::views {
+
+ViolationsPanel::ViolationsPanel(SessionStore *store, QWidget *parent)
+    : QWidget(parent)
+    , m_model(new ViolationsModel(store, this))
+    , m_proxy(new QSortFilterProxyModel(this))
+    , m_table(new QTableView(this))
+    , m_message(new QLabel(this))
+    , m_fix(new QLabel(this))
+    , m_copy(new QPushButton(tr("Copy fix"), this))
+{
+    m_proxy->setSourceModel(m_model);
+    m_proxy->setSortRole(ViolationsModel::SortRole);
+    m_table->setModel(m_proxy);
+    m_table->setSortingEnabled(true);
+    m_table->sortByColumn(ViolationsModel::Time, Qt::AscendingOrder);
+    m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_table->setSelectionMode(QAbstractItemView::SingleSelection);
+    m_table->verticalHeader()->hide();
+    m_table->verticalHeader()->setDefaultSectionSize(m_table->fontMetrics().height() + 6);
+    m_table->horizontalHeader()->setStretchLastSection(true);
+    m_table->setObjectName(QStringLiteral("violationsTable"));
+    m_message->setWordWrap(true);
+    m_message->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_fix->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+    m_fix->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_fix->setWordWrap(true);
+    m_copy->setEnabled(false);
+    m_copy->setObjectName(QStringLiteral("copyFix"));
+
+    auto *fixRow = new QHBoxLayout;
+    fixRow->addWidget(m_fix, 1);
+    fixRow->addWidget(m_copy);
+    auto *layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->addWidget(m_table, 1);
+    layout->addWidget(m_message);
+    layout->addLayout(fixRow);
+
+    connect(m_table->selectionModel(), &QItemSelectionModel::currentRowChanged, this, &ViolationsPanel::onCurrentChanged);
+    connect(m_copy, &QPushButton::clicked, this, [this] {
+        const QString fix = currentFix();
+        if (fix.isEmpty())
+            return;
+        QApplication::clipboard()->setText(fix);
+        Q_EMIT fixCopied(fix);
+    });
+    // A new group's row gets noticed: the first one is selected when nothing is.
+    connect(m_model, &QAbstractItemModel::dataChanged, this, [this] {
+        if (m_table->currentIndex().isValid())
+            onCurrentChanged();
+    });
+}
+
+QString ViolationsPanel::currentFix() const
+{
+    const QModelIndex i = m_table->currentIndex();
+    return i.isValid() ? i.data(ViolationsModel::FixRole).toString() : QString();
+}
+
+void ViolationsPanel::selectRow(int sourceRow)
+{
+    const QModelIndex i = m_proxy->mapFromSource(m_model->index(sourceRow, 0));
+    if (i.isValid())
+        m_table->selectionModel()->setCurrentIndex(i, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+}
+
+void ViolationsPanel::onCurrentChanged()
+{
+    const QModelIndex i = m_table->currentIndex();
+    if (!i.isValid()) {
+        m_message->clear();
+        m_fix->clear();
+        m_copy->setEnabled(false);
+        return;
+    }
+    m_message->setText(i.data(ViolationsModel::MessageRole).toString());
+    const QString fix = currentFix();
+    m_fix->setText(fix);
+    m_copy->setEnabled(!fix.isEmpty());
+    const QVariant param = i.data(ViolationsModel::ParamIdRole);
+    if (sender() == m_table->selectionModel()) {
+        if (param.isValid())
+            Q_EMIT paramSelected(param.toUInt());
+        else if (i.data(ViolationsModel::AccessorIdRole).isValid())
+            Q_EMIT moduleSelected(i.data(ViolationsModel::AccessorIdRole).toUInt());
+    }
+}
+
+} // namespace shardscope::views

@@ -1,0 +1,47 @@
+#pragma once
+// The violations panel: the grouped violations table (sortable), the selected row's
+// message and fix line with a Copy button; selecting a row asks for its parameter.
+
+#include <QWidget>
+
+class QLabel;
+class QPushButton;
+class QSortFilterProxyModel;
+class QTableView;
+
+namespace shardscope {
+class SessionStore;
+class ViolationsModel;
+}
+
+namespace shardscope::views {
+
+class ViolationsPanel : public QWidget
+{
+    Q_OBJECT
+public:
+    explicit ViolationsPanel(SessionStore *store, QWidget *parent = nullptr);
+
+    ViolationsModel *model() const { return m_model; }
+    QTableView *tableView() const { return m_table; }
+    // The fix line of the selected row (empty when none or no fix exists).
+    QString currentFix() const;
+    void selectRow(int sourceRow);
+
+Q_SIGNALS:
+    void paramSelected(quint32 paramId);
+    void moduleSelected(quint32 moduleId);
+    void fixCopied(const QString &fix);
+
+private:
+    void onCurrentChanged();
+
+    ViolationsModel *m_model;
+    QSortFilterProxyModel *m_proxy;
+    QTableView *m_table;
+    QLabel *m_message;
+    QLabel *m_fix;
+    QPushButton *m_copy;
+};
+
+} // namespace shardscope::views
