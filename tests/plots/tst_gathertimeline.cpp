@@ -61,7 +61,7 @@ class TestGatherTimeline : public QObject
 {
     Q_OBJECT
 
-private slots:
+  private slots:
     void fetchPairsBecomeSpans();
     void spansStaySortedWhenCompletedOutOfOrder();
     void badEventsAreIgnoredOrKeptHarmless();
@@ -147,11 +147,11 @@ void TestGatherTimeline::badEventsAreIgnoredOrKeptHarmless()
     GatherSpans spans;
     spans.setTimeOrigin(0);
     std::vector<Event> events = {
-        makeEvent(EventType::FetchEnd, 0, 5 * ms, 4, 0, 0),         // attached mid-fetch
-        makeEvent(EventType::FetchBegin, 2000, 1 * ms, 1, 0, 0),    // corrupt rank
-        makeEvent(EventType::FetchBegin, 1, 1 * ms, 7, 0, 200),     // unknown reason
+        makeEvent(EventType::FetchEnd, 0, 5 * ms, 4, 0, 0),      // attached mid-fetch
+        makeEvent(EventType::FetchBegin, 2000, 1 * ms, 1, 0, 0), // corrupt rank
+        makeEvent(EventType::FetchBegin, 1, 1 * ms, 7, 0, 200),  // unknown reason
         makeEvent(EventType::FetchEnd, 1, 2 * ms, 7, 0, 200),
-        makeEvent(EventType(99), 0, 1 * ms, 1, 0, 0),               // unknown type
+        makeEvent(EventType(99), 0, 1 * ms, 1, 0, 0), // unknown type
     };
     spans.append(events);
     QCOMPARE(spans.laneCount(), 2);
@@ -323,7 +323,8 @@ void TestGatherTimeline::millionEvents()
     timeline.setWorldSize(ranks);
     const std::size_t chunk = 65536;
     for (std::size_t i = 0; i < events.size(); i += chunk)
-        timeline.appendEvents(std::span<const Event>(events).subspan(i, std::min(chunk, events.size() - i)));
+        timeline.appendEvents(
+            std::span<const Event>(events).subspan(i, std::min(chunk, events.size() - i)));
     QCOMPARE(timeline.spanCount(), std::size_t(500000));
 
     timeline.fitAll();
@@ -353,8 +354,10 @@ void TestGatherTimeline::followLiveTracksTheNewestEvents()
     QSignalSpy spy(&timeline, &GatherTimeline::followLiveChanged);
     std::vector<Event> events;
     for (int i = 0; i < 100; ++i) {
-        events.push_back(makeEvent(EventType::FetchBegin, 0, std::uint64_t(i) * 1000 * ms, 1, 0, 0));
-        events.push_back(makeEvent(EventType::FetchEnd, 0, std::uint64_t(i) * 1000 * ms + ms, 1, 0, 0));
+        events.push_back(
+            makeEvent(EventType::FetchBegin, 0, std::uint64_t(i) * 1000 * ms, 1, 0, 0));
+        events.push_back(
+            makeEvent(EventType::FetchEnd, 0, std::uint64_t(i) * 1000 * ms + ms, 1, 0, 0));
     }
     timeline.appendEvents(events);
     timeline.refresh();

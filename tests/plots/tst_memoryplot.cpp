@@ -51,7 +51,7 @@ class TestMemoryPlot : public QObject
 {
     Q_OBJECT
 
-private slots:
+  private slots:
     void oneGraphPerRankPerSeriesWithTheSampledBytes();
     void otherEventsAndBadRanksAreIgnored();
     void limitIsMaxLiveParametersTimesElementSize();

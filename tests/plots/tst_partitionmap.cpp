@@ -51,7 +51,7 @@ class TestPartitionMap : public QObject
 {
     Q_OBJECT
 
-private slots:
+  private slots:
     void unevenSizesPutPaddingOnTheTailRank();
     void everyRankColouredByItsStatus();
     void paddingIsHatched();
@@ -61,6 +61,7 @@ private slots:
     void persistentParameterIsWholeOnEveryRank();
     void inconsistentRecordIsRedrawnFromThePartitionMath();
     void unknownSelectionShowsNothing();
+    void recordsGivenDirectlyAreShownAsIs();
     void toolTipSaysOffsetLengthPaddingAndStatus();
 };
 
@@ -84,8 +85,7 @@ void TestPartitionMap::unevenSizesPutPaddingOnTheTailRank()
         QCOMPARE(s.data.right(), xAt(s, 3 * r + s.validNumel, 12));
         QCOMPARE(s.padding.isEmpty(), r < 3);
         QVERIFY(s.row.top() >= 0 && s.row.bottom() <= map.height());
-        if (r > 0)
-            QVERIFY(s.row.top() >= rects[r - 1].row.bottom());
+        if (r > 0) QVERIFY(s.row.top() >= rects[r - 1].row.bottom());
     }
     const ShardRect &tail = rects[3];
     QCOMPARE(tail.padding.left(), xAt(tail, 10, 12));
@@ -184,8 +184,9 @@ void TestPartitionMap::moduleStacksItsParameters()
 {
     PartitionMap map;
     map.resize(640, 400);
-    map.setState(makeState(4, {makeParam(1, "fc.weight", 1, 12, 4), makeParam(2, "fc.bias", 1, 3, 4),
-                               makeParam(3, "other.weight", 0, 8, 4)}));
+    map.setState(
+        makeState(4, {makeParam(1, "fc.weight", 1, 12, 4), makeParam(2, "fc.bias", 1, 3, 4),
+                      makeParam(3, "other.weight", 0, 8, 4)}));
     map.setModule(1);
     const QVector<ShardRect> rects = map.shardRects();
     QCOMPARE(rects.size(), 8);
@@ -254,6 +255,24 @@ void TestPartitionMap::unknownSelectionShowsNothing()
     map.clear();
     QVERIFY(map.shardRects().isEmpty());
     QVERIFY(!map.grab().isNull());
+}
+
+void TestPartitionMap::recordsGivenDirectlyAreShownAsIs()
+{
+    PartitionMap map;
+    map.resize(640, 400);
+    map.setRecords(8, {makeParam(1, "fc.weight", 1, 20, 8), makeParam(2, "fc.bias", 1, 5, 8)});
+    const QVector<ShardRect> rects = map.shardRects();
+    QCOMPARE(rects.size(), 16);
+    QCOMPARE(map.worldSize(), 8);
+    // fc.weight: 20 over 8 ranks, p = 3, padded 24: rank 6 holds 2 + 1 padding, rank 7 only
+    // padding.
+    QCOMPARE(rects[6].validNumel, std::int64_t(2));
+    QCOMPARE(rects[6].paddingNumel, std::int64_t(1));
+    QCOMPARE(rects[7].validNumel, std::int64_t(0));
+    QCOMPARE(rects[8].param, ParamId(2));
+    map.setRecords(8, {});
+    QVERIFY(map.shardRects().isEmpty());
 }
 
 void TestPartitionMap::toolTipSaysOffsetLengthPaddingAndStatus()

@@ -33,10 +33,8 @@ constexpr double kViolationSize = 9.0; // pixels
 QString formatSeconds(double s)
 {
     const double a = std::abs(s);
-    if (a >= 1.0)
-        return QStringLiteral("%1 s").arg(s, 0, 'f', 3);
-    if (a >= 1e-3)
-        return QStringLiteral("%1 ms").arg(s * 1e3, 0, 'f', 3);
+    if (a >= 1.0) return QStringLiteral("%1 s").arg(s, 0, 'f', 3);
+    if (a >= 1e-3) return QStringLiteral("%1 ms").arg(s * 1e3, 0, 'f', 3);
     return QStringLiteral("%1 µs").arg(s * 1e6, 0, 'f', 1);
 }
 
@@ -46,7 +44,7 @@ QString formatSeconds(double s)
 // visible blocks, sub-pixel spans merged, so a replot costs what is on screen.
 class GatherLanesPlottable : public QCPAbstractPlottable
 {
-public:
+  public:
     GatherLanesPlottable(GatherTimeline *owner, QCPAxis *keyAxis, QCPAxis *valueAxis)
         : QCPAbstractPlottable(keyAxis, valueAxis), m_owner(owner)
     {
@@ -70,15 +68,14 @@ public:
         return QCPRange(-0.5, m_owner->laneCount() - 0.5);
     }
 
-protected:
+  protected:
     void drawLegendIcon(QCPPainter *, const QRectF &) const override {}
 
     void draw(QCPPainter *painter) override
     {
         QCPAxis *x = keyAxis();
         QCPAxis *y = valueAxis();
-        if (!x || !y)
-            return;
+        if (!x || !y) return;
         const QRect area = clipRect();
         const GatherSpans &spans = m_owner->m_spans;
         const double laneH = std::abs(y->coordToPixel(1) - y->coordToPixel(0));
@@ -86,8 +83,7 @@ protected:
 
         const double visLast = std::min(x->range().upper, spans.lastTime());
         for (const OpenFetch &f : spans.openFetches()) {
-            if (f.start > x->range().upper || visLast < x->range().lower)
-                continue;
+            if (f.start > x->range().upper || visLast < x->range().lower) continue;
             const double yc = y->coordToPixel(f.rank);
             const double x0 = x->coordToPixel(f.start);
             const double x1 = std::max(x0 + 1, x->coordToPixel(visLast));
@@ -138,18 +134,15 @@ protected:
 
         // Step boundaries, thinned so lines stay >= 3 px and labels never overlap.
         const auto &steps = spans.steps();
-        if (steps.empty())
-            return;
+        if (steps.empty()) return;
         const QFontMetrics fm(painter->font());
         double lastLine = -1e9;
         double lastLabelEnd = -1e9;
         QPen stepPen(QColor(0x55, 0x55, 0x55), 1, Qt::DashLine);
         for (const auto &[step, t] : steps) {
-            if (t < x->range().lower || t > x->range().upper)
-                continue;
+            if (t < x->range().lower || t > x->range().upper) continue;
             const double px = x->coordToPixel(t);
-            if (px - lastLine < 3)
-                continue;
+            if (px - lastLine < 3) continue;
             lastLine = px;
             painter->setPen(stepPen);
             painter->drawLine(QPointF(px, area.top()), QPointF(px, area.bottom()));
@@ -163,7 +156,7 @@ protected:
         painter->setPen(Qt::NoPen);
     }
 
-private:
+  private:
     GatherTimeline *m_owner;
 };
 
@@ -179,7 +172,8 @@ GatherTimeline::GatherTimeline(QWidget *parent) : QWidget(parent)
     m_followButton->setText(tr("Follow live"));
     m_followButton->setCheckable(true);
     m_followButton->setChecked(true);
-    m_followButton->setToolTip(tr("Keep the newest events in view; dragging or zooming turns it off"));
+    m_followButton->setToolTip(
+        tr("Keep the newest events in view; dragging or zooming turns it off"));
     auto *fitButton = new QToolButton(this);
     fitButton->setText(tr("Show all"));
     m_legend = new QLabel(this);
@@ -228,8 +222,7 @@ GatherTimeline::GatherTimeline(QWidget *parent) : QWidget(parent)
     m_timer = new QTimer(this);
     m_timer->setInterval(kRefreshMs);
     connect(m_timer, &QTimer::timeout, this, [this] {
-        if (m_dirty)
-            refresh();
+        if (m_dirty) refresh();
     });
     m_timer->start();
     updateLanes();
@@ -307,8 +300,7 @@ void GatherTimeline::setTimeOrigin(quint64 tsNs)
 
 void GatherTimeline::appendEvents(std::span<const Event> events)
 {
-    if (events.empty())
-        return;
+    if (events.empty()) return;
     m_spans.append(events);
     m_dirty = true;
 }
@@ -340,35 +332,36 @@ int GatherTimeline::laneCount() const
 
 void GatherTimeline::setFollowLive(bool on)
 {
-    if (on == m_followLive)
-        return;
+    if (on == m_followLive) return;
     m_followLive = on;
-    if (on && m_plot->xAxis->range().size() > 0)
-        m_liveWindow = m_plot->xAxis->range().size();
+    if (on && m_plot->xAxis->range().size() > 0) m_liveWindow = m_plot->xAxis->range().size();
     m_followButton->setChecked(on);
     emit followLiveChanged(on);
-    if (on)
-        refresh();
+    if (on) refresh();
 }
 
 void GatherTimeline::setVisibleRange(double t0Seconds, double t1Seconds)
 {
-    if (!(t1Seconds > t0Seconds))
-        return;
+    if (!(t1Seconds > t0Seconds)) return;
     setFollowLive(false);
     m_plot->xAxis->setRange(t0Seconds, t1Seconds);
     m_plot->replot(QCustomPlot::rpQueuedReplot);
 }
 
-double GatherTimeline::visibleStart() const { return m_plot->xAxis->range().lower; }
+double GatherTimeline::visibleStart() const
+{
+    return m_plot->xAxis->range().lower;
+}
 
-double GatherTimeline::visibleEnd() const { return m_plot->xAxis->range().upper; }
+double GatherTimeline::visibleEnd() const
+{
+    return m_plot->xAxis->range().upper;
+}
 
 void GatherTimeline::fitAll()
 {
     setFollowLive(false);
-    if (m_spans.isEmpty())
-        return;
+    if (m_spans.isEmpty()) return;
     double lo = m_spans.firstTime();
     double hi = m_spans.lastTime();
     const double pad = std::max((hi - lo) * 0.02, 1e-6);
@@ -383,8 +376,7 @@ void GatherTimeline::updateLanes()
     const double laneH = double(plotHeight) / lanes;
     const int every = std::max(1, int(std::ceil((fontMetrics().height() + 2) / laneH)));
     const int key = lanes * 10000 + every;
-    if (key == m_shownLanes)
-        return;
+    if (key == m_shownLanes) return;
     m_shownLanes = key;
     auto ticker = QSharedPointer<QCPAxisTickerText>::create();
     for (int r = 0; r < lanes; r += every)
@@ -401,8 +393,7 @@ void GatherTimeline::refresh()
         const double w = m_liveWindow;
         const double last = m_spans.lastTime();
         double lo = last - w * 0.98;
-        if (lo < m_spans.firstTime())
-            lo = m_spans.firstTime() - w * 0.02;
+        if (lo < m_spans.firstTime()) lo = m_spans.firstTime() - w * 0.02;
         m_plot->xAxis->setRange(lo, lo + w);
     }
     m_plot->replot(QCustomPlot::rpQueuedReplot);
@@ -436,15 +427,14 @@ QPointF GatherTimeline::positionOf(int rank, double tSeconds) const
 
 std::optional<TimelineBlock> GatherTimeline::blockAt(QPointF pos) const
 {
-    if (!m_plot->axisRect()->rect().contains(pos.toPoint()))
-        return std::nullopt;
+    if (!m_plot->axisRect()->rect().contains(pos.toPoint())) return std::nullopt;
     const int rank = int(std::lround(m_plot->yAxis->pixelToCoord(pos.y())));
-    if (rank < 0 || rank >= m_spans.laneCount())
-        return std::nullopt;
+    if (rank < 0 || rank >= m_spans.laneCount()) return std::nullopt;
     const double yc = m_plot->yAxis->coordToPixel(rank);
-    const double laneH = std::abs(m_plot->yAxis->coordToPixel(1) - yc);
+    const double laneH = std::abs(m_plot->yAxis->coordToPixel(1) - m_plot->yAxis->coordToPixel(0));
     const double dy = pos.y() - yc;
-    const double violationBottom = -laneH * 0.5 + 1 + std::min(kViolationSize, std::max(4.0, laneH * 0.5));
+    const double violationBottom =
+        -laneH * 0.5 + 1 + std::min(kViolationSize, std::max(4.0, laneH * 0.5));
 
     const QCPRange r = m_plot->xAxis->range();
     const double spp = secondsPerPixel();
@@ -465,22 +455,18 @@ std::optional<TimelineBlock> GatherTimeline::blockAt(QPointF pos) const
         return best;
     };
     if (dy <= violationBottom)
-        if (auto b = hit(SpanTrack::Violation, kViolationSize / 2))
-            return b;
+        if (auto b = hit(SpanTrack::Violation, kViolationSize / 2)) return b;
     if (dy >= kFetchBand.top * laneH - 1 && dy <= kFetchBand.bottom * laneH + 1)
-        if (auto b = hit(SpanTrack::Fetch, 1.5))
-            return b;
+        if (auto b = hit(SpanTrack::Fetch, 1.5)) return b;
     if (dy >= kMarkBand.top * laneH - 1 && dy <= kMarkBand.bottom * laneH + 1)
-        if (auto b = hit(SpanTrack::Mark, 2.0))
-            return b;
+        if (auto b = hit(SpanTrack::Mark, 2.0)) return b;
     return std::nullopt;
 }
 
 QList<quint32> GatherTimeline::paramsAt(QPointF pos) const
 {
     const auto block = blockAt(pos);
-    if (!block)
-        return {};
+    if (!block) return {};
     const std::vector<ParamId> params = m_spans.paramsIn(*block);
     return QList<quint32>(params.begin(), params.end());
 }
@@ -490,15 +476,13 @@ void GatherTimeline::handleClick(QPointF pos)
     const QList<quint32> params = paramsAt(pos);
     setSelection(params);
     refresh();
-    if (!params.isEmpty())
-        emit paramsClicked(params);
+    if (!params.isEmpty()) emit paramsClicked(params);
 }
 
 QString GatherTimeline::toolTipAt(QPointF pos) const
 {
     const auto block = blockAt(pos);
-    if (!block)
-        return QString();
+    if (!block) return QString();
     const auto &v = m_spans.track(block->rank, block->track);
     const std::vector<ParamId> params = m_spans.paramsIn(*block);
     auto paramName = [this](ParamId id) {
@@ -516,16 +500,14 @@ QString GatherTimeline::toolTipAt(QPointF pos) const
             text += (block->track == SpanTrack::Violation ? tr("\nread by %1") : tr("\nmodule %1"))
                         .arg(m_moduleNames.value(s.module, tr("module %1").arg(s.module)));
         text += tr("\nat %1").arg(formatSeconds(s.start));
-        if (s.end > s.start)
-            text += tr(", took %1").arg(formatSeconds(s.end - s.start));
+        if (s.end > s.start) text += tr(", took %1").arg(formatSeconds(s.end - s.start));
     }
     return text;
 }
 
 bool GatherTimeline::eventFilter(QObject *watched, QEvent *e)
 {
-    if (watched != m_plot)
-        return QWidget::eventFilter(watched, e);
+    if (watched != m_plot) return QWidget::eventFilter(watched, e);
     if (e->type() == QEvent::MouseButtonPress || e->type() == QEvent::MouseButtonDblClick) {
         m_pressPos = static_cast<QMouseEvent *>(e)->position();
     } else if (e->type() == QEvent::MouseButtonRelease) {

@@ -31,7 +31,7 @@ class GatherLanesPlottable;
 class GatherTimeline : public QWidget
 {
     Q_OBJECT
-public:
+  public:
     explicit GatherTimeline(QWidget *parent = nullptr);
     ~GatherTimeline() override;
 
@@ -73,16 +73,16 @@ public:
     static QColor kindColor(SpanKind kind);
     static QString kindName(SpanKind kind);
 
-public slots:
+  public slots:
     void setFollowLive(bool on);
     // Applies the data that arrived since the last refresh and redraws (the timer calls it).
     void refresh();
 
-signals:
+  signals:
     void paramsClicked(const QList<quint32> &paramIds);
     void followLiveChanged(bool on);
 
-private:
+  private:
     void updateLanes();
     void handleClick(QPointF pos);
     QString toolTipAt(QPointF pos) const;

@@ -11,9 +11,15 @@ SpanKind kindOfReason(std::uint8_t flags)
     return flags <= std::uint8_t(FetchReason::Guard) ? SpanKind(flags) : SpanKind::Forward;
 }
 
-std::uint64_t openKey(int rank, ParamId param) { return std::uint64_t(rank) << 32 | param; }
+std::uint64_t openKey(int rank, ParamId param)
+{
+    return std::uint64_t(rank) << 32 | param;
+}
 
-bool startsBefore(const GatherSpan &a, const GatherSpan &b) { return a.start < b.start; }
+bool startsBefore(const GatherSpan &a, const GatherSpan &b)
+{
+    return a.start < b.start;
+}
 
 } // namespace
 
@@ -30,8 +36,7 @@ double GatherSpans::secondsOf(std::uint64_t tsNs) const
 
 GatherSpans::Lane &GatherSpans::lane(int rank)
 {
-    if (rank >= int(m_lanes.size()))
-        m_lanes.resize(rank + 1);
+    if (rank >= int(m_lanes.size())) m_lanes.resize(rank + 1);
     return m_lanes[rank];
 }
 
@@ -47,10 +52,8 @@ void GatherSpans::add(int rank, SpanTrack t, const GatherSpan &s)
 void GatherSpans::append(std::span<const Event> events)
 {
     for (const Event &ev : events) {
-        if (ev.rank >= maxRanks)
-            continue;
-        if (!m_hasOrigin)
-            setTimeOrigin(ev.tsNs);
+        if (ev.rank >= maxRanks) continue;
+        if (!m_hasOrigin) setTimeOrigin(ev.tsNs);
         const int rank = ev.rank;
         const double t = secondsOf(ev.tsNs);
         bool kept = true;
@@ -86,16 +89,14 @@ void GatherSpans::append(std::span<const Event> events)
             break;
         case EventType::StepBegin: {
             auto [it, inserted] = m_steps.emplace(ev.step, t);
-            if (!inserted)
-                it->second = std::min(it->second, t);
+            if (!inserted) it->second = std::min(it->second, t);
             break;
         }
         default:
             kept = false;
             break;
         }
-        if (!kept)
-            continue;
+        if (!kept) continue;
         if (!m_hasData) {
             m_first = m_last = t;
             m_hasData = true;
@@ -115,8 +116,7 @@ void GatherSpans::sortTails()
         for (int ti = 0; ti < kSpanTrackCount; ++ti) {
             auto &v = l.tracks[ti];
             const std::size_t from = l.sortedUpTo[ti];
-            if (from == v.size())
-                continue;
+            if (from == v.size()) continue;
             const auto mid = v.begin() + std::ptrdiff_t(from);
             if (!std::is_sorted(mid, v.end(), startsBefore))
                 std::stable_sort(mid, v.end(), startsBefore);
@@ -142,8 +142,7 @@ void GatherSpans::clear()
 const std::vector<GatherSpan> &GatherSpans::track(int rank, SpanTrack t) const
 {
     static const std::vector<GatherSpan> empty;
-    if (rank < 0 || rank >= int(m_lanes.size()))
-        return empty;
+    if (rank < 0 || rank >= int(m_lanes.size())) return empty;
     return m_lanes[rank].tracks[int(t)];
 }
 
@@ -164,8 +163,7 @@ void GatherSpans::blocks(int rank, SpanTrack t, double t0, double t1, double sec
                          const std::vector<ParamId> &selectedParams, double minPixels) const
 {
     const auto &v = track(rank, t);
-    if (v.empty() || t1 < t0)
-        return;
+    if (v.empty() || t1 < t0) return;
     const double maxDuration = m_lanes[rank].maxDuration[int(t)];
     const double minWidth = std::max(0.0, minPixels * secondsPerPixel);
     auto lo = std::lower_bound(v.begin(), v.end(), t0 - maxDuration,
@@ -177,8 +175,7 @@ void GatherSpans::blocks(int rank, SpanTrack t, double t0, double t1, double sec
     bool open = false;
     int kindCounts[kSpanKindCount] = {};
     auto flush = [&] {
-        if (!open)
-            return;
+        if (!open) return;
         cur.kind = SpanKind(std::max_element(std::begin(kindCounts), std::end(kindCounts)) -
                             std::begin(kindCounts));
         out.push_back(cur);
@@ -186,10 +183,10 @@ void GatherSpans::blocks(int rank, SpanTrack t, double t0, double t1, double sec
     };
     for (auto it = lo; it != hi; ++it) {
         const GatherSpan &s = *it;
-        if (s.end < t0)
-            continue;
+        if (s.end < t0) continue;
         const std::size_t index = std::size_t(it - v.begin());
-        const bool selected = !selectedParams.empty() &&
+        const bool selected =
+            !selectedParams.empty() &&
             std::binary_search(selectedParams.begin(), selectedParams.end(), s.param);
         const bool wide = s.end - s.start >= minWidth && s.end > s.start;
         if (open && !wide && s.start <= cur.end + minWidth) {
@@ -205,8 +202,7 @@ void GatherSpans::blocks(int rank, SpanTrack t, double t0, double t1, double sec
         std::fill(std::begin(kindCounts), std::end(kindCounts), 0);
         ++kindCounts[int(s.kind)];
         open = true;
-        if (wide)
-            flush();
+        if (wide) flush();
     }
     flush();
 }
@@ -218,8 +214,7 @@ std::vector<ParamId> GatherSpans::paramsIn(const TimelineBlock &block) const
     const std::size_t last = std::min(block.last, v.size());
     for (std::size_t i = block.first; i < last; ++i) {
         const GatherSpan &s = v[i];
-        if (s.end >= block.start && s.start <= block.end)
-            params.push_back(s.param);
+        if (s.end >= block.start && s.start <= block.end) params.push_back(s.param);
     }
     std::sort(params.begin(), params.end());
     params.erase(std::unique(params.begin(), params.end()), params.end());

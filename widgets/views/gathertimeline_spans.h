@@ -16,7 +16,8 @@
 namespace shardscope::views {
 
 // What a span is; the first five match FetchReason.
-enum class SpanKind : std::uint8_t {
+enum class SpanKind : std::uint8_t
+{
     Forward = 0,
     Backward = 1,
     Prefetch = 2,
@@ -29,7 +30,12 @@ enum class SpanKind : std::uint8_t {
 inline constexpr int kSpanKindCount = 8;
 
 // The three rows drawn inside a rank's lane.
-enum class SpanTrack : std::uint8_t { Fetch = 0, Mark = 1, Violation = 2 };
+enum class SpanTrack : std::uint8_t
+{
+    Fetch = 0,
+    Mark = 1,
+    Violation = 2
+};
 inline constexpr int kSpanTrackCount = 3;
 
 struct GatherSpan
@@ -52,7 +58,7 @@ struct TimelineBlock
     int count = 0;                     // spans merged into this block
     std::size_t first = 0;             // index range of the spans in the track vector
     std::size_t last = 0;
-    bool selected = false;             // holds a parameter of the current selection
+    bool selected = false; // holds a parameter of the current selection
 };
 
 struct OpenFetch
@@ -65,7 +71,7 @@ struct OpenFetch
 
 class GatherSpans
 {
-public:
+  public:
     // Timestamps are shown relative to the origin; without one, the first event sets it.
     void setTimeOrigin(std::uint64_t tsNs);
     bool hasTimeOrigin() const { return m_hasOrigin; }
@@ -100,7 +106,7 @@ public:
 
     static constexpr int maxRanks = 1024;
 
-private:
+  private:
     struct Lane
     {
         std::vector<GatherSpan> tracks[kSpanTrackCount];

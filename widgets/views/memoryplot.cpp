@@ -21,7 +21,7 @@ constexpr int kMaxRanks = 1024;
 // Tick labels in bytes (kB, MB, GB: decimal, so the ticks land on round numbers).
 class ByteTicker : public QCPAxisTicker
 {
-protected:
+  protected:
     QString getTickLabel(double tick, const QLocale &, QChar, int) override
     {
         return MemoryPlot::formatBytes(tick);
@@ -53,12 +53,9 @@ QString seriesName(MemoryPlot::Series s)
 QString MemoryPlot::formatBytes(double bytes)
 {
     const double a = std::abs(bytes);
-    if (a >= 1e9)
-        return QStringLiteral("%1 GB").arg(bytes / 1e9, 0, 'g', 4);
-    if (a >= 1e6)
-        return QStringLiteral("%1 MB").arg(bytes / 1e6, 0, 'g', 4);
-    if (a >= 1e3)
-        return QStringLiteral("%1 kB").arg(bytes / 1e3, 0, 'g', 4);
+    if (a >= 1e9) return QStringLiteral("%1 GB").arg(bytes / 1e9, 0, 'g', 4);
+    if (a >= 1e6) return QStringLiteral("%1 MB").arg(bytes / 1e6, 0, 'g', 4);
+    if (a >= 1e3) return QStringLiteral("%1 kB").arg(bytes / 1e3, 0, 'g', 4);
     return QStringLiteral("%1 B").arg(bytes, 0, 'g', 4);
 }
 
@@ -74,7 +71,8 @@ MemoryPlot::MemoryPlot(QWidget *parent) : QWidget(parent)
     m_followButton->setText(tr("Follow live"));
     m_followButton->setCheckable(true);
     m_followButton->setChecked(true);
-    m_followButton->setToolTip(tr("Keep the newest samples in view; dragging or zooming turns it off"));
+    m_followButton->setToolTip(
+        tr("Keep the newest samples in view; dragging or zooming turns it off"));
     auto *fitButton = new QToolButton(this);
     fitButton->setText(tr("Show all"));
     auto *peakButton = new QToolButton(this);
@@ -125,8 +123,7 @@ MemoryPlot::MemoryPlot(QWidget *parent) : QWidget(parent)
     m_timer = new QTimer(this);
     m_timer->setInterval(kRefreshMs);
     connect(m_timer, &QTimer::timeout, this, [this] {
-        if (m_dirty)
-            refresh();
+        if (m_dirty) refresh();
     });
     m_timer->start();
 }
@@ -178,8 +175,7 @@ void MemoryPlot::updateLimitLabel()
 void MemoryPlot::ensureRanks(int count)
 {
     count = std::min(count, kMaxRanks);
-    if (count <= m_graphs.size())
-        return;
+    if (count <= m_graphs.size()) return;
     const int old = int(m_graphs.size());
     m_graphs.resize(count);
     m_pending.resize(count);
@@ -191,8 +187,7 @@ void MemoryPlot::ensureRanks(int count)
             g->setName(count == 1 ? seriesName(Series(s))
                                   : tr("%1, rank %2").arg(seriesName(Series(s))).arg(r));
             QPen pen(seriesColor(Series(s), r, count), s == int(Series::PeakGathered) ? 1.0 : 1.6);
-            if (s == int(Series::PeakGathered))
-                pen.setStyle(Qt::DotLine);
+            if (s == int(Series::PeakGathered)) pen.setStyle(Qt::DotLine);
             g->setPen(pen);
             g->setLineStyle(QCPGraph::lsStepLeft);
             g->setVisible(m_seriesVisible[s]);
@@ -203,15 +198,14 @@ void MemoryPlot::ensureRanks(int count)
     m_plot->legend->clearItems();
     for (int s = 0; s < kSeriesCount; ++s) {
         QCPGraph *g = m_graphs[0][s];
-        if (!m_seriesVisible[s])
-            continue;
+        if (!m_seriesVisible[s]) continue;
         g->addToLegend();
     }
     for (int s = 0; s < kSeriesCount; ++s)
-        m_graphs[0][s]->setName(count == 1 ? seriesName(Series(s))
-                                           : tr("%1 (rank 0 … %2, light to dark)")
-                                                 .arg(seriesName(Series(s)))
-                                                 .arg(count - 1));
+        m_graphs[0][s]->setName(
+            count == 1
+                ? seriesName(Series(s))
+                : tr("%1 (rank 0 … %2, light to dark)").arg(seriesName(Series(s))).arg(count - 1));
     // Shades depend on the rank count: recolour the earlier ranks too.
     for (int r = 0; r < count; ++r)
         for (int s = 0; s < kSeriesCount; ++s) {
@@ -230,10 +224,8 @@ void MemoryPlot::setTimeOrigin(quint64 tsNs)
 void MemoryPlot::appendEvents(std::span<const Event> events)
 {
     for (const Event &ev : events) {
-        if (ev.type != EventType::MemorySample || ev.rank >= kMaxRanks)
-            continue;
-        if (!m_hasOrigin)
-            setTimeOrigin(ev.tsNs);
+        if (ev.type != EventType::MemorySample || ev.rank >= kMaxRanks) continue;
+        if (!m_hasOrigin) setTimeOrigin(ev.tsNs);
         ensureRanks(ev.rank + 1);
         const double t = double(qint64(ev.tsNs - m_origin)) * 1e-9;
         Pending &p = m_pending[ev.rank];
@@ -275,8 +267,7 @@ void MemoryPlot::clear()
 
 QCPGraph *MemoryPlot::graph(int rank, Series s) const
 {
-    if (rank < 0 || rank >= m_graphs.size())
-        return nullptr;
+    if (rank < 0 || rank >= m_graphs.size()) return nullptr;
     return m_graphs[rank][int(s)];
 }
 
@@ -301,21 +292,17 @@ void MemoryPlot::setSeriesVisible(Series s, bool visible)
 
 void MemoryPlot::setFollowLive(bool on)
 {
-    if (on == m_followLive)
-        return;
+    if (on == m_followLive) return;
     m_followLive = on;
-    if (on && m_plot->xAxis->range().size() > 0)
-        m_liveWindow = m_plot->xAxis->range().size();
+    if (on && m_plot->xAxis->range().size() > 0) m_liveWindow = m_plot->xAxis->range().size();
     m_followButton->setChecked(on);
     emit followLiveChanged(on);
-    if (on)
-        refresh();
+    if (on) refresh();
 }
 
 void MemoryPlot::setVisibleRange(double t0Seconds, double t1Seconds)
 {
-    if (!(t1Seconds > t0Seconds))
-        return;
+    if (!(t1Seconds > t0Seconds)) return;
     setFollowLive(false);
     m_plot->xAxis->setRange(t0Seconds, t1Seconds);
     m_plot->replot(QCustomPlot::rpQueuedReplot);
@@ -325,8 +312,7 @@ void MemoryPlot::fitAll()
 {
     setFollowLive(false);
     refresh();
-    if (!m_hasData)
-        return;
+    if (!m_hasData) return;
     const double pad = std::max((m_last - m_first) * 0.02, 1e-6);
     m_plot->xAxis->setRange(m_first - pad, m_last + pad);
     m_plot->replot(QCustomPlot::rpQueuedReplot);
@@ -338,12 +324,10 @@ void MemoryPlot::updateValueRange()
 {
     double top = 0;
     for (int s = 0; s < kSeriesCount; ++s)
-        if (m_seriesVisible[s])
-            top = std::max(top, m_maxBytes[s]);
+        if (m_seriesVisible[s]) top = std::max(top, m_maxBytes[s]);
     if (m_limitElements > 0 && (top <= 0 || m_limitBytes <= top * 4))
         top = std::max(top, m_limitBytes);
-    if (top <= 0)
-        top = 1024;
+    if (top <= 0) top = 1024;
     m_plot->yAxis->setRange(0, top * 1.1);
 }
 
@@ -352,8 +336,7 @@ void MemoryPlot::refresh()
     m_dirty = false;
     for (int r = 0; r < m_pending.size(); ++r) {
         Pending &p = m_pending[r];
-        if (p.keys.isEmpty())
-            continue;
+        if (p.keys.isEmpty()) continue;
         const bool sorted = std::is_sorted(p.keys.begin(), p.keys.end());
         for (int s = 0; s < kSeriesCount; ++s) {
             m_graphs[r][s]->addData(p.keys, p.values[s], sorted);
@@ -366,8 +349,7 @@ void MemoryPlot::refresh()
     if (m_followLive && m_hasData) {
         const double w = m_liveWindow;
         double lo = m_last - w * 0.98;
-        if (lo < m_first)
-            lo = m_first - w * 0.02;
+        if (lo < m_first) lo = m_first - w * 0.02;
         m_plot->xAxis->setRange(lo, lo + w);
     }
     m_plot->replot(QCustomPlot::rpQueuedReplot);

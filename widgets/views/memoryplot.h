@@ -24,8 +24,13 @@ namespace shardscope::views {
 class MemoryPlot : public QWidget
 {
     Q_OBJECT
-public:
-    enum class Series { Partitioned = 0, Gathered = 1, PeakGathered = 2 };
+  public:
+    enum class Series
+    {
+        Partitioned = 0,
+        Gathered = 1,
+        PeakGathered = 2
+    };
     static constexpr int kSeriesCount = 3;
 
     explicit MemoryPlot(QWidget *parent = nullptr);
@@ -57,16 +62,16 @@ public:
 
     static QString formatBytes(double bytes);
 
-public slots:
+  public slots:
     void setFollowLive(bool on);
     // Moves the samples that arrived since the last refresh into the graphs and redraws.
     void refresh();
     void fitAll();
 
-signals:
+  signals:
     void followLiveChanged(bool on);
 
-private:
+  private:
     struct Pending
     {
         QVector<double> keys;

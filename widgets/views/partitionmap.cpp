@@ -79,6 +79,18 @@ void PartitionMap::clear()
     rebuildShown();
 }
 
+void PartitionMap::setRecords(int worldSize, const std::vector<ParamRecord> &records)
+{
+    m_allParams.clear();
+    m_worldSize = std::clamp(worldSize, 1, kMaxWorld);
+    m_selectedParam = records.size() == 1 ? records.front().id : kNoParam;
+    m_selectedModule = kNoModule;
+    m_shown = QVector<ParamRecord>(records.begin(), records.end());
+    m_layoutDirty = true;
+    updateGeometry();
+    update();
+}
+
 void PartitionMap::setParameter(ParamId id)
 {
     m_selectedParam = id;
@@ -104,21 +116,25 @@ void PartitionMap::rebuildShown()
 {
     m_shown.clear();
     if (m_selectedParam != kNoParam) {
-        if (const ParamRecord *p = findParam(m_selectedParam))
-            m_shown.push_back(*p);
+        if (const ParamRecord *p = findParam(m_selectedParam)) m_shown.push_back(*p);
     } else if (m_selectedModule != kNoModule) {
         for (const ParamRecord &p : m_allParams)
-            if (p.owner == m_selectedModule)
-                m_shown.push_back(p);
+            if (p.owner == m_selectedModule) m_shown.push_back(p);
     }
     m_layoutDirty = true;
     updateGeometry();
     update();
 }
 
-int PartitionMap::legendHeight() const { return fontMetrics().height() + 8; }
+int PartitionMap::legendHeight() const
+{
+    return fontMetrics().height() + 8;
+}
 
-int PartitionMap::bandHeaderHeight() const { return fontMetrics().height() + 6; }
+int PartitionMap::bandHeaderHeight() const
+{
+    return fontMetrics().height() + 6;
+}
 
 int PartitionMap::labelWidth() const
 {
@@ -133,8 +149,7 @@ double PartitionMap::rowHeight() const
 
 void PartitionMap::layoutRects() const
 {
-    if (!m_layoutDirty && m_layoutSize == size())
-        return;
+    if (!m_layoutDirty && m_layoutSize == size()) return;
     m_layoutDirty = false;
     m_layoutSize = size();
     m_rects.clear();
@@ -177,10 +192,8 @@ void PartitionMap::layoutRects() const
             const double dataX = x0 + double(s.offset) * scale;
             const double padX = x0 + double(s.offset + s.validNumel) * scale;
             const double endX = x0 + double(s.offset + s.length) * scale;
-            if (s.validNumel > 0)
-                s.data = QRectF(dataX, rowY, padX - dataX, h);
-            if (s.paddingNumel > 0)
-                s.padding = QRectF(padX, rowY, endX - padX, h);
+            if (s.validNumel > 0) s.data = QRectF(dataX, rowY, padX - dataX, h);
+            if (s.paddingNumel > 0) s.padding = QRectF(padX, rowY, endX - padX, h);
             m_rects.push_back(s);
         }
         y += m_worldSize * m_rowHeight + kMargin;
@@ -197,8 +210,7 @@ const ShardRect *PartitionMap::shardAt(QPointF pos) const
 {
     layoutRects();
     for (const ShardRect &s : m_rects) {
-        if (s.data.contains(pos) || s.padding.contains(pos))
-            return &s;
+        if (s.data.contains(pos) || s.padding.contains(pos)) return &s;
     }
     return nullptr;
 }
@@ -219,8 +231,7 @@ QColor PartitionMap::statusColor(ParamStatus s)
 QString PartitionMap::toolTipFor(const ShardRect &s) const
 {
     QString name;
-    if (s.band >= 0 && s.band < m_shown.size())
-        name = QString::fromStdString(m_shown[s.band].name);
+    if (s.band >= 0 && s.band < m_shown.size()) name = QString::fromStdString(m_shown[s.band].name);
     QString text = tr("rank %1 of %2").arg(s.rank).arg(name);
     if (!s.partitioned) {
         text += tr("\nnot partitioned: every rank holds all %1 elements").arg(s.length);
@@ -284,15 +295,15 @@ void PartitionMap::paintEvent(QPaintEvent *)
     auto legendItem = [&](const QColor &c, const QString &label, bool hatched) {
         const QRectF r(lx, ly + 2, box, box);
         p.fillRect(r, hatched ? palette().base().color() : c);
-        if (hatched)
-            p.fillRect(r, QBrush(text, Qt::BDiagPattern));
+        if (hatched) p.fillRect(r, QBrush(text, Qt::BDiagPattern));
         p.setPen(text);
         p.drawRect(r);
         lx += box + 4;
         p.drawText(QPointF(lx, ly + fm.ascent()), label);
         lx += fm.horizontalAdvance(label) + 12;
     };
-    legendItem(statusColor(ParamStatus::NotAvailable), statusText(ParamStatus::NotAvailable), false);
+    legendItem(statusColor(ParamStatus::NotAvailable), statusText(ParamStatus::NotAvailable),
+               false);
     legendItem(statusColor(ParamStatus::Inflight), statusText(ParamStatus::Inflight), false);
     legendItem(statusColor(ParamStatus::Available), statusText(ParamStatus::Available), false);
     legendItem(QColor(), tr("padding"), true);
@@ -310,10 +321,13 @@ void PartitionMap::paintEvent(QPaintEvent *)
         const Layout l = layoutOf(rec, m_worldSize);
         QString line = QString::fromStdString(rec.name);
         if (l.partitioned)
-            line += tr("  numel %1, padded %2, %3 per rank").arg(l.numel).arg(l.padded).arg(l.perRank);
+            line +=
+                tr("  numel %1, padded %2, %3 per rank").arg(l.numel).arg(l.padded).arg(l.perRank);
         else
-            line += tr("  numel %1, %2").arg(l.numel).arg(rec.late ? tr("late: not partitioned")
-                                                                  : tr("persistent: not partitioned"));
+            line += tr("  numel %1, %2")
+                        .arg(l.numel)
+                        .arg(rec.late ? tr("late: not partitioned")
+                                      : tr("persistent: not partitioned"));
         p.setPen(text);
         const QRectF h = m_headers[b];
         p.drawText(h, Qt::AlignLeft | Qt::AlignVCenter,
@@ -325,8 +339,7 @@ void PartitionMap::paintEvent(QPaintEvent *)
     const QColor hatch = palette().color(QPalette::Text);
     for (const ShardRect &s : m_rects) {
         p.fillRect(s.row, rowBg);
-        if (!s.data.isEmpty())
-            p.fillRect(s.data, statusColor(s.status));
+        if (!s.data.isEmpty()) p.fillRect(s.data, statusColor(s.status));
         if (!s.padding.isEmpty()) {
             p.fillRect(s.padding, statusColor(s.status).lighter(150));
             p.fillRect(s.padding, QBrush(hatch, Qt::BDiagPattern));

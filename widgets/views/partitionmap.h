@@ -17,28 +17,32 @@ namespace shardscope::views {
 struct ShardRect
 {
     ParamId param = kNoParam;
-    int band = 0;                // index of the parameter in the stacked display
+    int band = 0; // index of the parameter in the stacked display
     int rank = 0;
     std::int64_t offset = 0;     // first flat element of the shard (r * p)
     std::int64_t length = 0;     // shard length p, padding included
     std::int64_t validNumel = 0; // real elements in the shard
     std::int64_t paddingNumel = 0;
     ParamStatus status = ParamStatus::NotAvailable;
-    bool partitioned = true;     // false: every rank holds the whole tensor
-    QRectF row;                  // the rank's full row: x spans the padded length
-    QRectF data;                 // the real elements; empty when the shard is all padding
-    QRectF padding;              // the tail padding; empty when the shard has none
+    bool partitioned = true; // false: every rank holds the whole tensor
+    QRectF row;              // the rank's full row: x spans the padded length
+    QRectF data;             // the real elements; empty when the shard is all padding
+    QRectF padding;          // the tail padding; empty when the shard has none
 };
 
 class PartitionMap : public QWidget
 {
     Q_OBJECT
-public:
+  public:
     explicit PartitionMap(QWidget *parent = nullptr);
 
     // Keeps the parameters and modules of state; the selection is kept when it still exists.
     void setState(const EngineState &state);
     void clear();
+
+    // Shows exactly these records, already resolved by the caller (e.g. the session store's
+    // current records of the selection); cheaper than setState for live status updates.
+    void setRecords(int worldSize, const std::vector<ParamRecord> &records);
 
     // Shows one parameter; kNoParam shows nothing.
     void setParameter(ParamId id);
@@ -62,12 +66,12 @@ public:
     QSize sizeHint() const override;
     QSize minimumSizeHint() const override;
 
-protected:
+  protected:
     void paintEvent(QPaintEvent *event) override;
     void resizeEvent(QResizeEvent *event) override;
     bool event(QEvent *event) override;
 
-private:
+  private:
     void rebuildShown();
     const ParamRecord *findParam(ParamId id) const;
     void layoutRects() const;
