@@ -39,6 +39,8 @@ constexpr auto kStateMinInterval = std::chrono::milliseconds(200);
 constexpr auto kStateRefresh = std::chrono::seconds(1);
 constexpr auto kFinishFlushTimeout = std::chrono::seconds(2);
 constexpr auto kRefusalLinger = std::chrono::seconds(1);
+// More simultaneous clients are refused (each may hold kMaxQueueBytes).
+constexpr std::size_t kMaxClients = 32;
 
 std::string processName()
 {
@@ -119,6 +121,7 @@ struct Inspector::Impl
     bool stateDirty = false;
     bool eventsSinceState = false;
     Clock::time_point lastState = Clock::now();
+    std::string lastFailure;
 
     void start();
     void run();
@@ -199,6 +202,9 @@ void Inspector::Impl::acceptClients()
             return;
         Client c;
         c.fd = fd;
+        if (clients.size() >= kMaxClients)
+            refuse(c, "too_many_clients", "this engine already serves " + std::to_string(kMaxClients) +
+                                              " clients; close one and retry");
         clients.push_back(std::move(c));
     }
 }
@@ -432,12 +438,28 @@ void Inspector::Impl::run()
         if (listener.fd >= 0 && (fds[1].revents & POLLIN))
             acceptClients();
         const std::size_t polled = fds.size() - first;
-        for (std::size_t i = 0; i < polled && i < clients.size(); ++i)
-            if (fds[first + i].revents & (POLLIN | POLLHUP | POLLERR))
-                readClient(clients[i]);
-        pump();
+        try {
+            for (std::size_t i = 0; i < polled && i < clients.size(); ++i)
+                if (fds[first + i].revents & (POLLIN | POLLHUP | POLLERR))
+                    readClient(clients[i]);
+            pump();
+        } catch (const std::exception &e) {
+            // Serving must never take the training down; report once per kind of failure.
+            if (lastFailure != e.what()) {
+                lastFailure = e.what();
+                std::fprintf(stderr, "shardscope: the inspector endpoint hit an error and continues: %s\n",
+                             e.what());
+            }
+        }
     }
-    farewell();
+    try {
+        farewell();
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "shardscope: the inspector could not say goodbye to its clients: %s\n", e.what());
+        for (Client &c : clients)
+            closeClient(c);
+        clients.clear();
+    }
 }
 
 // Final drain, the final state and a goodbye to every live client, a bounded flush.
