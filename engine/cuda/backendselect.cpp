@@ -17,18 +17,20 @@ namespace shardscope {
 
 namespace {
 
-enum class Request { Cpu, Nccl, Auto };
+enum class Request
+{
+    Cpu,
+    Nccl,
+    Auto
+};
 
 Request parseRequest(std::string_view requested)
 {
-    if (requested == "cpu")
-        return Request::Cpu;
-    if (requested == "nccl")
-        return Request::Nccl;
-    if (requested == "auto")
-        return Request::Auto;
-    throw std::invalid_argument("unknown backend '" + std::string(requested)
-                                + "': expected cpu, nccl or auto");
+    if (requested == "cpu") return Request::Cpu;
+    if (requested == "nccl") return Request::Nccl;
+    if (requested == "auto") return Request::Auto;
+    throw std::invalid_argument("unknown backend '" + std::string(requested) +
+                                "': expected cpu, nccl or auto");
 }
 
 // Empty when the GPU path can run; otherwise what is missing, in one line.
@@ -41,26 +43,21 @@ std::string missingForNccl(int &deviceCount, std::string &found)
     if (err == cudaErrorInsufficientDriver)
         return "no usable NVIDIA driver (libcuda.so.1 is missing or older than this CUDA "
                "runtime)";
-    if (err == cudaErrorNoDevice)
-        return "no CUDA GPU found";
+    if (err == cudaErrorNoDevice) return "no CUDA GPU found";
     if (err != cudaSuccess)
-        return std::string("the CUDA runtime cannot list GPUs (") + cudaGetErrorName(err) + ": "
-               + cudaGetErrorString(err) + ")";
-    if (count <= 0)
-        return "no CUDA GPU found";
+        return std::string("the CUDA runtime cannot list GPUs (") + cudaGetErrorName(err) + ": " +
+               cudaGetErrorString(err) + ")";
+    if (count <= 0) return "no CUDA GPU found";
     deviceCount = count;
     const NcclApi &nccl = ncclApi();
-    if (!nccl.loaded)
-        return "NCCL could not be loaded (" + nccl.error + ")";
+    if (!nccl.loaded) return "NCCL could not be loaded (" + nccl.error + ")";
     const CublasApi &blas = cublasApi();
-    if (!blas.loaded)
-        return "cuBLAS could not be loaded (" + blas.error + ")";
+    if (!blas.loaded) return "cuBLAS could not be loaded (" + blas.error + ")";
     cudaDeviceProp prop{};
     std::string name = "GPU";
-    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
-        name = prop.name;
-    found = std::to_string(count) + (count == 1 ? " GPU (" : " GPUs (") + name + "), NCCL "
-            + nccl.version;
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) name = prop.name;
+    found = std::to_string(count) + (count == 1 ? " GPU (" : " GPUs (") + name + "), NCCL " +
+            nccl.version;
     return {};
 #else
     (void)found;
@@ -83,8 +80,8 @@ BackendChoice chooseBackend(std::string_view requested)
     const std::string missing = missingForNccl(choice.deviceCount, found);
     if (!missing.empty()) {
         if (req == Request::Nccl)
-            throw CommError("--backend nccl cannot be used: " + missing
-                            + ". Run with --backend cpu (or auto) on this machine.");
+            throw CommError("--backend nccl cannot be used: " + missing +
+                            ". Run with --backend cpu (or auto) on this machine.");
         choice.reason = "CPU backend: " + missing;
         return choice;
     }

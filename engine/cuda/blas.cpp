@@ -37,18 +37,16 @@ Blas::Blas(int device, cudaStream_t stream) : m_stream(stream)
 
 Blas::~Blas()
 {
-    if (m_handle)
-        cublasApi().destroy(static_cast<cublasHandle_t>(m_handle));
+    if (m_handle) cublasApi().destroy(static_cast<cublasHandle_t>(m_handle));
 }
 
-void Blas::gemm(bool transA, bool transB, int m, int n, int k, float alpha, const float *a,
-                int lda, const float *b, int ldb, float beta, float *c, int ldc)
+void Blas::gemm(bool transA, bool transB, int m, int n, int k, float alpha, const float *a, int lda,
+                const float *b, int ldb, float beta, float *c, int ldc)
 {
-    if (m == 0 || n == 0)
-        return;
-    check(cublasApi().sgemm(static_cast<cublasHandle_t>(m_handle), transB ? CUBLAS_OP_T : CUBLAS_OP_N,
-                            transA ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a, lda,
-                            &beta, c, ldc),
+    if (m == 0 || n == 0) return;
+    check(cublasApi().sgemm(static_cast<cublasHandle_t>(m_handle),
+                            transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            n, m, k, &alpha, b, ldb, a, lda, &beta, c, ldc),
           "cublasSgemm");
 }
 
@@ -56,18 +54,15 @@ void Blas::linearForward(const float *x, int rows, int in, int out, const float 
                          const float *bias, float *y)
 {
     gemm(false, true, rows, out, in, 1.0f, x, in, weight, in, 0.0f, y, out);
-    if (bias)
-        addBiasRows(y, bias, rows, out, m_stream);
+    if (bias) addBiasRows(y, bias, rows, out, m_stream);
 }
 
 void Blas::linearBackward(const float *x, int rows, int in, int out, const float *weight,
                           const float *dy, float *dx, float *dWeight, float *dBias)
 {
-    if (dx)
-        gemm(false, false, rows, in, out, 1.0f, dy, out, weight, in, 0.0f, dx, in);
+    if (dx) gemm(false, false, rows, in, out, 1.0f, dy, out, weight, in, 0.0f, dx, in);
     gemm(true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dWeight, in);
-    if (dBias)
-        sumRowsInto(dy, rows, out, dBias, m_stream);
+    if (dBias) sumRowsInto(dy, rows, out, dBias, m_stream);
 }
 
 } // namespace shardscope::gpu

@@ -12,7 +12,7 @@ namespace shardscope::gpu {
 // results match the CPU layers to fp32 rounding.
 class Blas
 {
-public:
+  public:
     Blas(int device, cudaStream_t stream); // throws CommError when cuBLAS is missing or fails
     ~Blas();
     Blas(const Blas &) = delete;
@@ -31,7 +31,7 @@ public:
 
     cudaStream_t stream() const { return m_stream; }
 
-private:
+  private:
     void *m_handle = nullptr;
     cudaStream_t m_stream = nullptr;
 };

@@ -12,8 +12,7 @@ namespace shardscope::cuda {
 
 inline void checkCuda(cudaError_t err, const char *call, const char *file, int line)
 {
-    if (err != cudaSuccess)
-        throwCudaError(err, call, file, line);
+    if (err != cudaSuccess) throwCudaError(err, call, file, line);
 }
 
 } // namespace shardscope::cuda

@@ -8,14 +8,12 @@ namespace shardscope::gpu {
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes) : m_bytes(bytes)
 {
-    if (bytes == 0)
-        return;
+    if (bytes == 0) return;
     SHARDSCOPE_CUDA_CHECK(cudaMalloc(&m_ptr, bytes));
     // cudaMemset runs on the legacy default stream, which the non-blocking streams of
     // the communicator and the trainer do not wait for: finish it here.
     cudaError_t err = cudaMemset(m_ptr, 0, bytes);
-    if (err == cudaSuccess)
-        err = cudaStreamSynchronize(nullptr);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(nullptr);
     if (err != cudaSuccess) {
         release();
         shardscope::cuda::throwCudaError(err, "cudaMemset(buffer, 0, bytes)", __FILE__, __LINE__);
@@ -47,8 +45,7 @@ DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&o) noexcept
 
 void DeviceBuffer::release() noexcept
 {
-    if (m_ptr)
-        cudaFree(m_ptr);
+    if (m_ptr) cudaFree(m_ptr);
     m_ptr = nullptr;
     m_bytes = 0;
 }
@@ -56,11 +53,12 @@ void DeviceBuffer::release() noexcept
 void DeviceBuffer::upload(const void *host, std::size_t bytes, std::size_t offset)
 {
     if (offset + bytes > m_bytes)
-        throw CommError("DeviceBuffer::upload of " + std::to_string(bytes) + " bytes at offset "
-                        + std::to_string(offset) + " overruns a buffer of " + std::to_string(m_bytes));
+        throw CommError("DeviceBuffer::upload of " + std::to_string(bytes) + " bytes at offset " +
+                        std::to_string(offset) + " overruns a buffer of " +
+                        std::to_string(m_bytes));
     if (bytes) {
-        SHARDSCOPE_CUDA_CHECK(cudaMemcpy(static_cast<char *>(m_ptr) + offset, host, bytes,
-                                         cudaMemcpyHostToDevice));
+        SHARDSCOPE_CUDA_CHECK(
+            cudaMemcpy(static_cast<char *>(m_ptr) + offset, host, bytes, cudaMemcpyHostToDevice));
         // A pageable copy may return before its DMA lands; non-blocking streams must see it.
         SHARDSCOPE_CUDA_CHECK(cudaStreamSynchronize(nullptr));
     }
@@ -69,8 +67,9 @@ void DeviceBuffer::upload(const void *host, std::size_t bytes, std::size_t offse
 void DeviceBuffer::download(void *host, std::size_t bytes, std::size_t offset) const
 {
     if (offset + bytes > m_bytes)
-        throw CommError("DeviceBuffer::download of " + std::to_string(bytes) + " bytes at offset "
-                        + std::to_string(offset) + " overruns a buffer of " + std::to_string(m_bytes));
+        throw CommError("DeviceBuffer::download of " + std::to_string(bytes) + " bytes at offset " +
+                        std::to_string(offset) + " overruns a buffer of " +
+                        std::to_string(m_bytes));
     if (bytes)
         SHARDSCOPE_CUDA_CHECK(cudaMemcpy(host, static_cast<const char *>(m_ptr) + offset, bytes,
                                          cudaMemcpyDeviceToHost));
@@ -83,8 +82,7 @@ Stream::Stream()
 
 Stream::~Stream()
 {
-    if (m_stream)
-        cudaStreamDestroy(m_stream);
+    if (m_stream) cudaStreamDestroy(m_stream);
 }
 
 void Stream::synchronize() const

@@ -14,7 +14,7 @@ namespace shardscope::gpu {
 // the destructor.
 class DeviceBuffer
 {
-public:
+  public:
     DeviceBuffer() = default;
     explicit DeviceBuffer(std::size_t bytes);
     ~DeviceBuffer();
@@ -33,15 +33,14 @@ public:
     // the stream that wrote the buffer first.
     void upload(const void *host, std::size_t bytes, std::size_t offset = 0);
     void download(void *host, std::size_t bytes, std::size_t offset = 0) const;
-    template <typename T>
-    std::vector<T> toHost() const
+    template <typename T> std::vector<T> toHost() const
     {
         std::vector<T> out(m_bytes / sizeof(T));
         download(out.data(), out.size() * sizeof(T));
         return out;
     }
 
-private:
+  private:
     void release() noexcept;
     void *m_ptr = nullptr;
     std::size_t m_bytes = 0;
@@ -50,7 +49,7 @@ private:
 // A non-blocking stream of the current device.
 class Stream
 {
-public:
+  public:
     Stream();
     ~Stream();
     Stream(const Stream &) = delete;
@@ -58,7 +57,7 @@ public:
     cudaStream_t get() const { return m_stream; }
     void synchronize() const;
 
-private:
+  private:
     cudaStream_t m_stream = nullptr;
 };
 

@@ -19,8 +19,7 @@ namespace {
 void *openFirst(const std::vector<std::string> &candidates, std::string &path, std::string &error)
 {
     for (const std::string &name : candidates) {
-        if (name.empty())
-            continue;
+        if (name.empty()) continue;
         if (void *h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)) {
             path = name;
             return h;
@@ -31,12 +30,10 @@ void *openFirst(const std::vector<std::string> &candidates, std::string &path, s
     return nullptr;
 }
 
-template <typename Fn>
-bool bind(void *handle, const char *symbol, Fn &out, std::string &error)
+template <typename Fn> bool bind(void *handle, const char *symbol, Fn &out, std::string &error)
 {
     out = reinterpret_cast<Fn>(dlsym(handle, symbol));
-    if (!out)
-        error = std::string("symbol ") + symbol + " is missing from the library";
+    if (!out) error = std::string("symbol ") + symbol + " is missing from the library";
     return out != nullptr;
 }
 
@@ -52,24 +49,23 @@ NcclApi loadNccl()
     void *h = openFirst({envOr("SHARDSCOPE_NCCL_LIBRARY"), "libnccl.so.2",
                          std::string(SHARDSCOPE_NCCL_LIBDIR) + "/libnccl.so.2"},
                         api.path, api.error);
-    if (!h)
-        return api;
+    if (!h) return api;
     api.error.clear();
-    const bool ok = bind(h, "ncclGetVersion", api.getVersion, api.error)
-                    && bind(h, "ncclGetUniqueId", api.getUniqueId, api.error)
-                    && bind(h, "ncclCommInitRank", api.commInitRank, api.error)
-                    && bind(h, "ncclCommInitAll", api.commInitAll, api.error)
-                    && bind(h, "ncclCommDestroy", api.commDestroy, api.error)
-                    && bind(h, "ncclCommAbort", api.commAbort, api.error)
-                    && bind(h, "ncclCommGetAsyncError", api.commGetAsyncError, api.error)
-                    && bind(h, "ncclGetErrorString", api.getErrorString, api.error)
-                    && bind(h, "ncclGetLastError", api.getLastError, api.error)
-                    && bind(h, "ncclAllGather", api.allGather, api.error)
-                    && bind(h, "ncclBroadcast", api.broadcast, api.error)
-                    && bind(h, "ncclReduceScatter", api.reduceScatter, api.error)
-                    && bind(h, "ncclAllReduce", api.allReduce, api.error)
-                    && bind(h, "ncclGroupStart", api.groupStart, api.error)
-                    && bind(h, "ncclGroupEnd", api.groupEnd, api.error);
+    const bool ok = bind(h, "ncclGetVersion", api.getVersion, api.error) &&
+                    bind(h, "ncclGetUniqueId", api.getUniqueId, api.error) &&
+                    bind(h, "ncclCommInitRank", api.commInitRank, api.error) &&
+                    bind(h, "ncclCommInitAll", api.commInitAll, api.error) &&
+                    bind(h, "ncclCommDestroy", api.commDestroy, api.error) &&
+                    bind(h, "ncclCommAbort", api.commAbort, api.error) &&
+                    bind(h, "ncclCommGetAsyncError", api.commGetAsyncError, api.error) &&
+                    bind(h, "ncclGetErrorString", api.getErrorString, api.error) &&
+                    bind(h, "ncclGetLastError", api.getLastError, api.error) &&
+                    bind(h, "ncclAllGather", api.allGather, api.error) &&
+                    bind(h, "ncclBroadcast", api.broadcast, api.error) &&
+                    bind(h, "ncclReduceScatter", api.reduceScatter, api.error) &&
+                    bind(h, "ncclAllReduce", api.allReduce, api.error) &&
+                    bind(h, "ncclGroupStart", api.groupStart, api.error) &&
+                    bind(h, "ncclGroupEnd", api.groupEnd, api.error);
     if (!ok) {
         api.error = api.path + ": " + api.error + " (NCCL 2.19 or newer is needed)";
         return api;
@@ -77,8 +73,8 @@ NcclApi loadNccl()
     int code = 0;
     if (api.getVersion(&code) == ncclSuccess) {
         // NCCL >= 2.9 encodes major*10000 + minor*100 + patch.
-        api.version = std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "."
-                      + std::to_string(code % 100);
+        api.version = std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." +
+                      std::to_string(code % 100);
     }
     api.loaded = true;
     return api;
@@ -91,15 +87,14 @@ CublasApi loadCublas()
     void *h = openFirst({envOr("SHARDSCOPE_CUBLAS_LIBRARY"), soname,
                          std::string(SHARDSCOPE_CUDA_LIBDIR) + "/" + soname},
                         api.path, api.error);
-    if (!h)
-        return api;
+    if (!h) return api;
     api.error.clear();
-    const bool ok = bind(h, "cublasCreate_v2", api.create, api.error)
-                    && bind(h, "cublasDestroy_v2", api.destroy, api.error)
-                    && bind(h, "cublasSetStream_v2", api.setStream, api.error)
-                    && bind(h, "cublasSetMathMode", api.setMathMode, api.error)
-                    && bind(h, "cublasSgemm_v2", api.sgemm, api.error)
-                    && bind(h, "cublasGetStatusString", api.getStatusString, api.error);
+    const bool ok = bind(h, "cublasCreate_v2", api.create, api.error) &&
+                    bind(h, "cublasDestroy_v2", api.destroy, api.error) &&
+                    bind(h, "cublasSetStream_v2", api.setStream, api.error) &&
+                    bind(h, "cublasSetMathMode", api.setMathMode, api.error) &&
+                    bind(h, "cublasSgemm_v2", api.sgemm, api.error) &&
+                    bind(h, "cublasGetStatusString", api.getStatusString, api.error);
     if (!ok) {
         api.error = api.path + ": " + api.error;
         return api;
@@ -126,8 +121,8 @@ const NcclApi &requireNccl()
 {
     const NcclApi &api = ncclApi();
     if (!api.loaded)
-        throw CommError("NCCL could not be loaded: " + api.error
-                        + ". Install NCCL 2 (libnccl.so.2) or point SHARDSCOPE_NCCL_LIBRARY at it.");
+        throw CommError("NCCL could not be loaded: " + api.error +
+                        ". Install NCCL 2 (libnccl.so.2) or point SHARDSCOPE_NCCL_LIBRARY at it.");
     return api;
 }
 
@@ -135,8 +130,9 @@ const CublasApi &requireCublas()
 {
     const CublasApi &api = cublasApi();
     if (!api.loaded)
-        throw CommError("cuBLAS could not be loaded: " + api.error
-                        + ". Install the CUDA toolkit's cuBLAS or point SHARDSCOPE_CUBLAS_LIBRARY at it.");
+        throw CommError(
+            "cuBLAS could not be loaded: " + api.error +
+            ". Install the CUDA toolkit's cuBLAS or point SHARDSCOPE_CUBLAS_LIBRARY at it.");
     return api;
 }
 

@@ -81,18 +81,18 @@ std::size_t indexOf(const Model &m, const Engine &engine, const std::string &nam
 {
     const ParamId id = engine.findParam(name);
     for (std::size_t i = 0; i < m.params.size(); ++i)
-        if (m.params[i].id == id)
-            return i;
-    throw EngineError("the GPU trainer expected parameter `" + name
-                      + "` in the model that nn::buildModel made; the CPU and GPU trainers disagree");
+        if (m.params[i].id == id) return i;
+    throw EngineError("the GPU trainer expected parameter `" + name +
+                      "` in the model that nn::buildModel made; the CPU and GPU trainers disagree");
 }
 
 ModuleId moduleOf(const Engine &engine, const std::string &path)
 {
     const ModuleId id = engine.findModule(path);
     if (id == kNoModule)
-        throw EngineError("the GPU trainer expected module `" + path
-                          + "` in the model that nn::buildModel made; the CPU and GPU trainers disagree");
+        throw EngineError(
+            "the GPU trainer expected module `" + path +
+            "` in the model that nn::buildModel made; the CPU and GPU trainers disagree");
     return id;
 }
 
@@ -106,11 +106,10 @@ Model buildModelSpec(const nn::TrainConfig &config, int worldSize)
     Model m;
     for (std::size_t id = 0; id < engine.paramCount(); ++id) {
         const ParamInfo &info = engine.param(static_cast<ParamId>(id));
-        if (info.removed)
-            continue;
+        if (info.removed) continue;
         if (info.dtype != DType::F32)
-            throw EngineError("the GPU trainer handles fp32 parameters only; `" + info.name + "` is "
-                              + std::string(dtypeName(info.dtype)));
+            throw EngineError("the GPU trainer handles fp32 parameters only; `" + info.name +
+                              "` is " + std::string(dtypeName(info.dtype)));
         ParamSpec p;
         p.id = info.id;
         p.owner = info.owner;
@@ -122,8 +121,7 @@ Model buildModelSpec(const nn::TrainConfig &config, int worldSize)
         p.layout = PartitionLayout::make(info.numel, worldSize);
         const std::span<float> whole = engine.shardData(0, info.id); // world 1: the whole tensor
         p.init.assign(whole.begin(), whole.begin() + info.numel);
-        if (p.late)
-            ++m.lateCount;
+        if (p.late) ++m.lateCount;
         m.params.push_back(std::move(p));
     }
     m.modules.resize(engine.moduleCount());
@@ -134,8 +132,7 @@ Model buildModelSpec(const nn::TrainConfig &config, int worldSize)
         spec.path = info.path;
         for (std::size_t i = 0; i < m.params.size(); ++i) {
             const ParamSpec &p = m.params[i];
-            if (p.owner == info.id || engine.isExternal(0, info.id, p.id))
-                spec.fetch.push_back(i);
+            if (p.owner == info.id || engine.isExternal(0, info.id, p.id)) spec.fetch.push_back(i);
         }
     }
     m.embed = moduleOf(engine, "embed");
@@ -202,12 +199,12 @@ struct DeviceParam
 
 class RankRun
 {
-public:
+  public:
     RankRun(Shared &shared, NcclCommunicator &comm, int localBatch, int batchOffset);
     ~RankRun();
     double step(int stepNo); // returns this rank's summed token loss
 
-private:
+  private:
     void emit(EventType type, std::uint8_t flags, std::uint32_t a, std::uint32_t b,
               std::uint64_t u0 = 0, std::uint64_t u1 = 0, std::uint64_t u2 = 0);
     void enter(ModuleId module, Phase phase);
@@ -237,9 +234,9 @@ private:
     Stream m_compute;
     Blas m_blas;
     nn::MarkovStream m_stream;
-    int m_first;   // this rank's first sequence of the global batch
-    int m_batch;   // sequences on this rank
-    int m_rows;    // m_batch * seq
+    int m_first; // this rank's first sequence of the global batch
+    int m_batch; // sequences on this rank
+    int m_rows;  // m_batch * seq
     std::int64_t m_peakGathered = 0;
     std::int64_t m_liveGathered = 0;
     double m_globalTokens;
@@ -277,7 +274,8 @@ RankRun::RankRun(Shared &shared, NcclCommunicator &comm, int localBatch, int bat
         p.grad = DeviceBuffer(n * sizeof(float));
         p.m = DeviceBuffer(n * sizeof(float));
         p.v = DeviceBuffer(n * sizeof(float));
-        p.fullGrad = DeviceBuffer(PartitionLayout::make(p.spec->numel, world).paddedNumel * sizeof(float));
+        p.fullGrad =
+            DeviceBuffer(PartitionLayout::make(p.spec->numel, world).paddedNumel * sizeof(float));
         p.status = p.whole() ? ParamStatus::Available : ParamStatus::NotAvailable;
     }
     m_externals.resize(m_model.modules.size());
@@ -332,15 +330,13 @@ RankRun::~RankRun()
     cudaStreamSynchronize(m_compute.get());
     cudaStreamSynchronize(m_comm.commStream());
     for (DeviceParam &p : m_params)
-        if (p.gathered)
-            cudaFree(p.gathered);
+        if (p.gathered) cudaFree(p.gathered);
 }
 
 void RankRun::emit(EventType type, std::uint8_t flags, std::uint32_t a, std::uint32_t b,
                    std::uint64_t u0, std::uint64_t u1, std::uint64_t u2)
 {
-    if (!m_shared.sink)
-        return;
+    if (!m_shared.sink) return;
     Event ev{};
     ev.tsNs = nowNs();
     ev.step = m_step;
@@ -364,10 +360,9 @@ void RankRun::initialBroadcast()
         const ParamSpec &s = *p.spec;
         const std::int64_t padded = s.layout.paddedNumel;
         DeviceBuffer full(padded * sizeof(float));
-        if (m_rank == 0)
-            full.upload(s.init.data(), s.init.size() * sizeof(float));
-        const std::string label = "broadcast " + s.name + " (module "
-                                  + m_model.modules[s.owner].path + ", root 0)";
+        if (m_rank == 0) full.upload(s.init.data(), s.init.size() * sizeof(float));
+        const std::string label =
+            "broadcast " + s.name + " (module " + m_model.modules[s.owner].path + ", root 0)";
         nvtxRangePushA(label.c_str());
         emit(EventType::Broadcast, 0, s.id, 0, s.numel * sizeof(float));
         m_comm.broadcast(full.data(), padded * sizeof(float), 0).wait();
@@ -386,8 +381,7 @@ void RankRun::initialBroadcast()
 void RankRun::fetch(std::size_t i, ModuleId cause, FetchReason reason)
 {
     DeviceParam &p = m_params[i];
-    if (p.whole() || p.status != ParamStatus::NotAvailable)
-        return;
+    if (p.whole() || p.status != ParamStatus::NotAvailable) return;
     const ParamSpec &s = *p.spec;
     const std::size_t shardBytes = s.layout.partitionNumel * sizeof(float);
     const std::size_t fullBytes = shardBytes * m_shared.worldSize;
@@ -396,11 +390,13 @@ void RankRun::fetch(std::size_t i, ModuleId cause, FetchReason reason)
     p.gathered = static_cast<float *>(buf);
     p.cause = cause;
     p.reason = reason;
-    const std::string label = "fetch " + s.name + " (module "
-                              + (cause == kNoModule ? std::string("<none>") : m_model.modules[cause].path)
-                              + ", " + std::string(fetchReasonName(reason)) + ")";
+    const std::string label =
+        "fetch " + s.name + " (module " +
+        (cause == kNoModule ? std::string("<none>") : m_model.modules[cause].path) + ", " +
+        std::string(fetchReasonName(reason)) + ")";
     p.range = nvtxRangeStartA(label.c_str());
-    emit(EventType::FetchBegin, static_cast<std::uint8_t>(reason), s.id, cause, s.numel * sizeof(float));
+    emit(EventType::FetchBegin, static_cast<std::uint8_t>(reason), s.id, cause,
+         s.numel * sizeof(float));
     p.status = ParamStatus::Inflight;
     p.handle = m_comm.allGather(p.data.data(), p.gathered, shardBytes);
     m_shared.gatheredBytes.fetch_add(fullBytes, std::memory_order_relaxed);
@@ -411,8 +407,7 @@ void RankRun::fetch(std::size_t i, ModuleId cause, FetchReason reason)
 void RankRun::waitAvailable(std::size_t i)
 {
     DeviceParam &p = m_params[i];
-    if (p.status != ParamStatus::Inflight)
-        return;
+    if (p.status != ParamStatus::Inflight) return;
     p.handle.wait();
     p.handle = CommHandle();
     p.status = ParamStatus::Available;
@@ -432,12 +427,11 @@ void RankRun::pollInflight()
 void RankRun::release(std::size_t i, ModuleId cause)
 {
     DeviceParam &p = m_params[i];
-    if (p.whole() || !p.active.empty() || p.status == ParamStatus::NotAvailable)
-        return;
+    if (p.whole() || !p.active.empty() || p.status == ParamStatus::NotAvailable) return;
     waitAvailable(i);
-    const std::string label = "release " + p.spec->name + " (module "
-                              + (cause == kNoModule ? std::string("<none>") : m_model.modules[cause].path)
-                              + ")";
+    const std::string label =
+        "release " + p.spec->name + " (module " +
+        (cause == kNoModule ? std::string("<none>") : m_model.modules[cause].path) + ")";
     nvtxRangePushA(label.c_str());
     // Freed in the compute stream's order: after the kernels that read it.
     SHARDSCOPE_CUDA_CHECK(cudaFreeAsync(p.gathered, m_compute.get()));
@@ -452,7 +446,8 @@ void RankRun::enter(ModuleId module, Phase phase)
 {
     emit(EventType::ModuleEnter, static_cast<std::uint8_t>(phase), module, 0);
     pollInflight();
-    const FetchReason reason = phase == Phase::Forward ? FetchReason::Forward : FetchReason::Backward;
+    const FetchReason reason =
+        phase == Phase::Forward ? FetchReason::Forward : FetchReason::Backward;
     std::vector<std::size_t> want = m_model.modules[module].fetch;
     want.insert(want.end(), m_externals[module].begin(), m_externals[module].end());
     for (std::size_t i : want)
@@ -468,8 +463,7 @@ void RankRun::exit(ModuleId module, Phase phase)
 {
     std::vector<std::size_t> held;
     for (std::size_t i = 0; i < m_params.size(); ++i)
-        if (m_params[i].active.erase(module))
-            held.push_back(i);
+        if (m_params[i].active.erase(module)) held.push_back(i);
     for (std::size_t i : held)
         release(i, module);
     emit(EventType::ModuleExit, static_cast<std::uint8_t>(phase), module, 0);
@@ -481,8 +475,7 @@ void RankRun::prefetchAfter(ModuleId module, Phase phase)
 {
     const std::vector<ModuleId> &order = m_order[phase == Phase::Forward ? 0 : 1];
     const auto it = std::find(order.begin(), order.end(), module);
-    if (it == order.end() || it + 1 == order.end())
-        return;
+    if (it == order.end() || it + 1 == order.end()) return;
     const ModuleId next = *(it + 1);
     std::vector<std::size_t> want = m_model.modules[next].fetch;
     want.insert(want.end(), m_externals[next].begin(), m_externals[next].end());
@@ -495,31 +488,32 @@ const float *RankRun::use(std::size_t i, ModuleId accessor, Phase phase)
 {
     DeviceParam &p = m_params[i];
     const ModuleSpec &mod = m_model.modules[accessor];
-    const bool owned = std::find(mod.fetch.begin(), mod.fetch.end(), i) != mod.fetch.end()
-                       || std::find(m_externals[accessor].begin(), m_externals[accessor].end(), i)
-                              != m_externals[accessor].end();
-    if (owned)
-        return p.full();
+    const bool owned = std::find(mod.fetch.begin(), mod.fetch.end(), i) != mod.fetch.end() ||
+                       std::find(m_externals[accessor].begin(), m_externals[accessor].end(), i) !=
+                           m_externals[accessor].end();
+    if (owned) return p.full();
     const GuardPolicy policy = m_cfg.guard;
     const ParamStatus st = p.status;
     const std::string accessorPath = mod.path;
     const std::string ownerPath = m_model.modules[p.spec->owner].path;
-    const std::string fix = "register_external_parameter(" + accessorPath + ", " + p.spec->name + ")";
+    const std::string fix =
+        "register_external_parameter(" + accessorPath + ", " + p.spec->name + ")";
     const GuardAction action = policy == GuardPolicy::Error  ? GuardAction::Raised
                                : policy == GuardPolicy::Auto ? GuardAction::AutoRegistered
                                                              : GuardAction::Gathered;
     const std::uint64_t key = (static_cast<std::uint64_t>(accessor) << 32) | p.spec->id;
     if (m_violationsThisStep.insert(key).second) {
         emit(EventType::UnregisteredAccess,
-             static_cast<std::uint8_t>(static_cast<std::uint8_t>(st) | (static_cast<std::uint8_t>(action) << 4)),
+             static_cast<std::uint8_t>(static_cast<std::uint8_t>(st) |
+                                       (static_cast<std::uint8_t>(action) << 4)),
              accessor, p.spec->id, p.spec->owner);
         m_shared.unregistered.fetch_add(1, std::memory_order_relaxed);
     }
     if (action == GuardAction::Raised)
-        throw UnregisteredAccessError("module `" + accessorPath + "` read `" + p.spec->name
-                                          + "` owned by `" + ownerPath + "` while it was "
-                                          + std::string(statusName(st)) + " on rank "
-                                          + std::to_string(m_rank) + "; call " + fix,
+        throw UnregisteredAccessError("module `" + accessorPath + "` read `" + p.spec->name +
+                                          "` owned by `" + ownerPath + "` while it was " +
+                                          std::string(statusName(st)) + " on rank " +
+                                          std::to_string(m_rank) + "; call " + fix,
                                       fix);
     if (action == GuardAction::AutoRegistered) {
         m_externals[accessor].push_back(i);
@@ -539,16 +533,19 @@ void RankRun::forward()
     const cudaStream_t s = m_compute.get();
     const Model &M = m_model;
 
-    emit(EventType::ModuleEnter, static_cast<std::uint8_t>(Phase::Forward), 0, 0); // the root module
+    emit(EventType::ModuleEnter, static_cast<std::uint8_t>(Phase::Forward), 0,
+         0); // the root module
     enter(M.embed, Phase::Forward);
     embeddingForward(m_tokens.i32(), R, use(M.embedW, M.embed, Phase::Forward), V, H, m_e.f32(), s);
     exit(M.embed, Phase::Forward);
 
     enter(M.posConv, Phase::Forward);
     const ConvShape cs{m_batch, c.seq, H, c.kernel, c.groups};
-    weightNormForward(use(M.convV, M.posConv, Phase::Forward), use(M.convG, M.posConv, Phase::Forward), H,
-                      H / c.groups, c.kernel, m_convW.f32(), m_convNorms.f32(), s);
-    conv1dForward(cs, m_e.f32(), m_convW.f32(), use(M.convB, M.posConv, Phase::Forward), m_convOut.f32(), s);
+    weightNormForward(use(M.convV, M.posConv, Phase::Forward),
+                      use(M.convG, M.posConv, Phase::Forward), H, H / c.groups, c.kernel,
+                      m_convW.f32(), m_convNorms.f32(), s);
+    conv1dForward(cs, m_e.f32(), m_convW.f32(), use(M.convB, M.posConv, Phase::Forward),
+                  m_convOut.f32(), s);
     geluForward(m_convOut.f32(), std::int64_t(R) * H, m_h0.f32(), s);
     addInPlace(m_h0.f32(), m_e.f32(), std::int64_t(R) * H, s);
     exit(M.posConv, Phase::Forward);
@@ -557,12 +554,14 @@ void RankRun::forward()
     for (std::size_t i = 0; i < M.blocks.size(); ++i) {
         const BlockIds &b = M.blocks[i];
         const std::int64_t n = std::int64_t(R) * H;
-        SHARDSCOPE_CUDA_CHECK(cudaMemcpyAsync(m_hin[i].data(), h, n * sizeof(float), cudaMemcpyDeviceToDevice, s));
+        SHARDSCOPE_CUDA_CHECK(
+            cudaMemcpyAsync(m_hin[i].data(), h, n * sizeof(float), cudaMemcpyDeviceToDevice, s));
         float *next = (i + 1 < M.blocks.size()) ? m_hin[i + 1].f32() : m_hL.f32();
         emit(EventType::ModuleEnter, 0, b.block, 0);
         enter(b.ln, Phase::Forward);
-        layerNormForward(m_hin[i].f32(), R, H, use(b.lnW, b.ln, Phase::Forward), use(b.lnB, b.ln, Phase::Forward),
-                         kLayerNormEps, m_lnOut[i].f32(), m_lnMean[i].f32(), m_lnRstd[i].f32(), s);
+        layerNormForward(m_hin[i].f32(), R, H, use(b.lnW, b.ln, Phase::Forward),
+                         use(b.lnB, b.ln, Phase::Forward), kLayerNormEps, m_lnOut[i].f32(),
+                         m_lnMean[i].f32(), m_lnRstd[i].f32(), s);
         exit(b.ln, Phase::Forward);
         enter(b.fc1, Phase::Forward);
         m_blas.linearForward(m_lnOut[i].f32(), R, H, F, use(b.fc1W, b.fc1, Phase::Forward),
@@ -578,19 +577,21 @@ void RankRun::forward()
         h = next;
     }
     if (M.blocks.empty())
-        SHARDSCOPE_CUDA_CHECK(cudaMemcpyAsync(m_hL.data(), m_h0.data(), std::size_t(R) * H * sizeof(float),
+        SHARDSCOPE_CUDA_CHECK(cudaMemcpyAsync(m_hL.data(), m_h0.data(),
+                                              std::size_t(R) * H * sizeof(float),
                                               cudaMemcpyDeviceToDevice, s));
 
     enter(M.lnf, Phase::Forward);
-    layerNormForward(m_hL.f32(), R, H, use(M.lnfW, M.lnf, Phase::Forward), use(M.lnfB, M.lnf, Phase::Forward),
-                     kLayerNormEps, m_lnfOut.f32(), m_lnfMean.f32(), m_lnfRstd.f32(), s);
+    layerNormForward(m_hL.f32(), R, H, use(M.lnfW, M.lnf, Phase::Forward),
+                     use(M.lnfB, M.lnf, Phase::Forward), kLayerNormEps, m_lnfOut.f32(),
+                     m_lnfMean.f32(), m_lnfRstd.f32(), s);
     exit(M.lnf, Phase::Forward);
 
     enter(M.head, Phase::Forward);
     m_blas.linearForward(m_lnfOut.f32(), R, H, V, use(M.embedW, M.head, Phase::Forward),
                          use(M.headB, M.head, Phase::Forward), m_logits.f32());
-    crossEntropy(m_logits.f32(), R, V, m_targets.i32(), m_globalTokens,
-                 m_dLogits.f32(), m_rowLoss.f64(), s);
+    crossEntropy(m_logits.f32(), R, V, m_targets.i32(), m_globalTokens, m_dLogits.f32(),
+                 m_rowLoss.f64(), s);
     exit(M.head, Phase::Forward);
     emit(EventType::ModuleExit, static_cast<std::uint8_t>(Phase::Forward), 0, 0);
 }
@@ -605,8 +606,8 @@ void RankRun::backward()
 
     emit(EventType::ModuleEnter, static_cast<std::uint8_t>(Phase::Backward), 0, 0);
     enter(M.head, Phase::Backward);
-    m_blas.linearBackward(m_lnfOut.f32(), R, H, V, use(M.embedW, M.head, Phase::Backward), m_dLogits.f32(),
-                          m_dtmp.f32(), gradOf(M.embedW), gradOf(M.headB));
+    m_blas.linearBackward(m_lnfOut.f32(), R, H, V, use(M.embedW, M.head, Phase::Backward),
+                          m_dLogits.f32(), m_dtmp.f32(), gradOf(M.embedW), gradOf(M.headB));
     exit(M.head, Phase::Backward);
 
     enter(M.lnf, Phase::Backward);
@@ -618,18 +619,19 @@ void RankRun::backward()
         const BlockIds &b = M.blocks[k];
         emit(EventType::ModuleEnter, 1, b.block, 0);
         enter(b.fc2, Phase::Backward);
-        m_blas.linearBackward(m_a[k].f32(), R, F, H, use(b.fc2W, b.fc2, Phase::Backward), m_dh.f32(),
-                              m_dwide.f32(), gradOf(b.fc2W), gradOf(b.fc2B));
+        m_blas.linearBackward(m_a[k].f32(), R, F, H, use(b.fc2W, b.fc2, Phase::Backward),
+                              m_dh.f32(), m_dwide.f32(), gradOf(b.fc2W), gradOf(b.fc2B));
         exit(b.fc2, Phase::Backward);
         geluBackward(m_u[k].f32(), std::int64_t(R) * F, m_dwide.f32(), m_dwide2.f32(), s);
         enter(b.fc1, Phase::Backward);
-        m_blas.linearBackward(m_lnOut[k].f32(), R, H, F, use(b.fc1W, b.fc1, Phase::Backward), m_dwide2.f32(),
-                              m_dtmp.f32(), gradOf(b.fc1W), gradOf(b.fc1B));
+        m_blas.linearBackward(m_lnOut[k].f32(), R, H, F, use(b.fc1W, b.fc1, Phase::Backward),
+                              m_dwide2.f32(), m_dtmp.f32(), gradOf(b.fc1W), gradOf(b.fc1B));
         exit(b.fc1, Phase::Backward);
         enter(b.ln, Phase::Backward);
         float *dIn = m_dConvOut.f32(); // scratch [R,H] until the pos_conv backward
-        layerNormBackward(m_hin[k].f32(), R, H, use(b.lnW, b.ln, Phase::Backward), m_lnMean[k].f32(),
-                          m_lnRstd[k].f32(), m_dtmp.f32(), dIn, gradOf(b.lnW), gradOf(b.lnB), s);
+        layerNormBackward(m_hin[k].f32(), R, H, use(b.lnW, b.ln, Phase::Backward),
+                          m_lnMean[k].f32(), m_lnRstd[k].f32(), m_dtmp.f32(), dIn, gradOf(b.lnW),
+                          gradOf(b.lnB), s);
         exit(b.ln, Phase::Backward);
         addInPlace(m_dh.f32(), dIn, n, s); // the residual: d(hin) = d(out) + d(ln path)
         emit(EventType::ModuleExit, 1, b.block, 0);
@@ -642,9 +644,9 @@ void RankRun::backward()
     SHARDSCOPE_CUDA_CHECK(cudaMemsetAsync(m_dConvW.data(), 0, m_dConvW.bytes(), s));
     conv1dBackward(cs, m_e.f32(), m_convW.f32(), m_dConvOut.f32(), m_dtmp.f32(), m_dConvW.f32(),
                    gradOf(M.convB), s);
-    weightNormBackward(use(M.convV, M.posConv, Phase::Backward), use(M.convG, M.posConv, Phase::Backward),
-                       m_convNorms.f32(), m_dConvW.f32(), H, H / c.groups, c.kernel, gradOf(M.convV),
-                       gradOf(M.convG), s);
+    weightNormBackward(use(M.convV, M.posConv, Phase::Backward),
+                       use(M.convG, M.posConv, Phase::Backward), m_convNorms.f32(), m_dConvW.f32(),
+                       H, H / c.groups, c.kernel, gradOf(M.convV), gradOf(M.convG), s);
     addInPlace(m_dh.f32(), m_dtmp.f32(), n, s);
     exit(M.posConv, Phase::Backward);
 
@@ -663,10 +665,12 @@ void RankRun::reduceAndUpdate(int stepNo)
     m_comm.commWaitFor(s);
     for (DeviceParam &p : m_params) {
         if (p.whole())
-            m_comm.allReduceSum(p.fullGrad.f32(), p.grad.f32(), static_cast<std::size_t>(p.spec->numel));
+            m_comm.allReduceSum(p.fullGrad.f32(), p.grad.f32(),
+                                static_cast<std::size_t>(p.spec->numel));
         else
             m_comm.reduceScatter(p.fullGrad.data(), p.grad.data(),
-                                 static_cast<std::size_t>(p.spec->layout.partitionNumel), DType::F32);
+                                 static_cast<std::size_t>(p.spec->layout.partitionNumel),
+                                 DType::F32);
     }
     m_comm.streamWaitComm(s);
     AdamParams ap;
@@ -703,10 +707,11 @@ double RankRun::step(int stepNo)
     }
     const std::vector<std::int32_t> &tok = m_hostTokens;
     const std::vector<std::int32_t> &tgt = m_hostTargets;
-    SHARDSCOPE_CUDA_CHECK(cudaMemcpyAsync(m_tokens.data(), tok.data(), tok.size() * sizeof(std::int32_t),
-                                          cudaMemcpyHostToDevice, s));
-    SHARDSCOPE_CUDA_CHECK(cudaMemcpyAsync(m_targets.data(), tgt.data(), tgt.size() * sizeof(std::int32_t),
-                                          cudaMemcpyHostToDevice, s));
+    SHARDSCOPE_CUDA_CHECK(cudaMemcpyAsync(
+        m_tokens.data(), tok.data(), tok.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice, s));
+    SHARDSCOPE_CUDA_CHECK(cudaMemcpyAsync(m_targets.data(), tgt.data(),
+                                          tgt.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice,
+                                          s));
     for (DeviceParam &p : m_params)
         SHARDSCOPE_CUDA_CHECK(cudaMemsetAsync(p.fullGrad.data(), 0, p.fullGrad.bytes(), s));
 
@@ -715,8 +720,9 @@ double RankRun::step(int stepNo)
     reduceAndUpdate(stepNo);
 
     std::vector<double> rowLoss(static_cast<std::size_t>(m_rows));
-    SHARDSCOPE_CUDA_CHECK(cudaMemcpyAsync(rowLoss.data(), m_rowLoss.data(), rowLoss.size() * sizeof(double),
-                                          cudaMemcpyDeviceToHost, s));
+    SHARDSCOPE_CUDA_CHECK(cudaMemcpyAsync(rowLoss.data(), m_rowLoss.data(),
+                                          rowLoss.size() * sizeof(double), cudaMemcpyDeviceToHost,
+                                          s));
     m_compute.synchronize();
     double local = 0.0;
     for (double x : rowLoss)
@@ -727,9 +733,9 @@ double RankRun::step(int stepNo)
     for (const DeviceParam &p : m_params)
         partitionedBytes += static_cast<std::int64_t>(p.data.bytes());
     const auto live = static_cast<std::uint64_t>(m_liveGathered) / sizeof(float);
-    emit(EventType::MemorySample, 0, static_cast<std::uint32_t>(live), static_cast<std::uint32_t>(live >> 32),
-         static_cast<std::uint64_t>(partitionedBytes), static_cast<std::uint64_t>(m_liveGathered),
-         static_cast<std::uint64_t>(m_peakGathered));
+    emit(EventType::MemorySample, 0, static_cast<std::uint32_t>(live),
+         static_cast<std::uint32_t>(live >> 32), static_cast<std::uint64_t>(partitionedBytes),
+         static_cast<std::uint64_t>(m_liveGathered), static_cast<std::uint64_t>(m_peakGathered));
     std::uint64_t bits = 0;
     std::memcpy(&bits, &loss, sizeof bits);
     emit(EventType::StepEnd, 0, 0, 0, bits);
@@ -758,8 +764,7 @@ nn::TrainResult runNcclTraining(const nn::TrainConfig &config, const nn::StepCal
                                 EventSink *sink)
 {
     const std::string bad = nn::validate(config);
-    if (!bad.empty())
-        throw std::invalid_argument(bad);
+    if (!bad.empty()) throw std::invalid_argument(bad);
 
     chooseBackend("nccl"); // a CommError saying what is missing (no GPU, driver, NCCL)
     const bool multiProcess = std::getenv("RANK") && std::getenv("WORLD_SIZE");
@@ -773,19 +778,20 @@ nn::TrainResult runNcclTraining(const nn::TrainConfig &config, const nn::StepCal
         int available = 0;
         SHARDSCOPE_CUDA_CHECK(cudaGetDeviceCount(&available));
         if (world > available)
-            throw CommError("--world-size " + std::to_string(world) + " with --backend nccl needs "
-                            + std::to_string(world) + " GPUs (one rank per GPU) but this machine has "
-                            + std::to_string(available) + "; use --world-size "
-                            + std::to_string(available)
-                            + " or less, or launch one process per GPU with torchrun");
+            throw CommError(
+                "--world-size " + std::to_string(world) + " with --backend nccl needs " +
+                std::to_string(world) + " GPUs (one rank per GPU) but this machine has " +
+                std::to_string(available) + "; use --world-size " + std::to_string(available) +
+                " or less, or launch one process per GPU with torchrun");
         std::vector<int> devices(static_cast<std::size_t>(world));
         for (int d = 0; d < world; ++d)
             devices[static_cast<std::size_t>(d)] = d;
         comms = makeNcclLocalWorld(devices);
     }
     if (config.batch < world)
-        throw std::invalid_argument("--batch " + std::to_string(config.batch) + " is smaller than the "
-                                    + std::to_string(world) + " ranks; every rank needs a sequence");
+        throw std::invalid_argument("--batch " + std::to_string(config.batch) +
+                                    " is smaller than the " + std::to_string(world) +
+                                    " ranks; every rank needs a sequence");
 
     const Model model = buildModelSpec(config, world);
     Shared shared;
@@ -810,7 +816,8 @@ nn::TrainResult runNcclTraining(const nn::TrainConfig &config, const nn::StepCal
             for (int s = 1; s <= config.steps; ++s) {
                 const auto t0 = std::chrono::steady_clock::now();
                 const double loss = run.step(s);
-                const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                const double secs =
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
                 if (comm != comms.front().get())
                     continue; // one report per step: the first local rank's
                 std::lock_guard lock(resultMutex);
@@ -826,13 +833,11 @@ nn::TrainResult runNcclTraining(const nn::TrainConfig &config, const nn::StepCal
                 rep.megabytesGathered = double(shared.gatheredBytes.load()) / 1e6;
                 rep.unregisteredAccesses = shared.unregistered.load() + model.buildAccesses * world;
                 rep.lateParameters = model.lateCount;
-                if (onStep && (!multiProcess || r == 0))
-                    onStep(rep);
+                if (onStep && (!multiProcess || r == 0)) onStep(rep);
             }
         } catch (...) {
             std::lock_guard lock(resultMutex);
-            if (!firstError)
-                firstError = std::current_exception();
+            if (!firstError) firstError = std::current_exception();
             if (!failed.exchange(true))
                 for (NcclCommunicator *c : shared.comms)
                     c->abort();
@@ -848,10 +853,10 @@ nn::TrainResult runNcclTraining(const nn::TrainConfig &config, const nn::StepCal
         for (std::thread &t : threads)
             t.join();
     }
-    if (firstError)
-        std::rethrow_exception(firstError);
+    if (firstError) std::rethrow_exception(firstError);
 
-    result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    result.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     result.firstLoss = result.losses.empty() ? 0.0 : result.losses.front();
     result.lastLoss = result.losses.empty() ? 0.0 : result.losses.back();
     result.megabytesGathered = double(shared.gatheredBytes.load()) / 1e6;

@@ -34,8 +34,7 @@ __device__ float blockSum(float v, float *scratch)
         v += __shfl_down_sync(0xffffffffu, v, off);
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
-    if (lane == 0)
-        scratch[warp] = v;
+    if (lane == 0) scratch[warp] = v;
     __syncthreads();
     const int warps = (blockDim.x + 31) >> 5;
     float total = 0.0f;
@@ -51,8 +50,7 @@ __device__ float blockMax(float v, float *scratch)
         v = fmaxf(v, __shfl_down_sync(0xffffffffu, v, off));
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
-    if (lane == 0)
-        scratch[warp] = v;
+    if (lane == 0) scratch[warp] = v;
     __syncthreads();
     const int warps = (blockDim.x + 31) >> 5;
     float best = scratch[0];
@@ -63,8 +61,8 @@ __device__ float blockMax(float v, float *scratch)
 }
 
 #define GRID_STRIDE(i, n)                                                                          \
-    for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (n); \
-         i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
+    for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;        \
+         i < (n); i += static_cast<std::int64_t>(blockDim.x) * gridDim.x)
 
 __global__ void embeddingForwardKernel(const std::int32_t *tokens, int rows, const float *weight,
                                        int vocab, int dim, float *out)
@@ -168,8 +166,7 @@ __global__ void layerNormBackwardParamKernel(const float *x, int rows, int dim, 
                                              float *dBeta)
 {
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= dim)
-        return;
+    if (j >= dim) return;
     float sg = 0.0f;
     float sb = 0.0f;
     for (int r = 0; r < rows; ++r) {
@@ -195,8 +192,7 @@ __global__ void conv1dForwardKernel(ConvShape s, const float *x, const float *we
         float acc = bias ? bias[o] : 0.0f;
         for (int k = 0; k < s.kernel; ++k) {
             const int src = t + k - (s.kernel / 2);
-            if (src < 0 || src >= s.seq)
-                continue;
+            if (src < 0 || src >= s.seq) continue;
             const float *xr = x + (b * s.seq + src) * s.channels + g * cg;
             const float *wr = weight + static_cast<std::int64_t>(o) * cg * s.kernel + k;
             for (int i = 0; i < cg; ++i)
@@ -206,7 +202,8 @@ __global__ void conv1dForwardKernel(ConvShape s, const float *x, const float *we
     }
 }
 
-__global__ void conv1dBackwardInputKernel(ConvShape s, const float *weight, const float *dy, float *dx)
+__global__ void conv1dBackwardInputKernel(ConvShape s, const float *weight, const float *dy,
+                                          float *dx)
 {
     const int cg = (s.channels / s.groups);
     GRID_STRIDE(idx, static_cast<std::int64_t>(s.batch) * s.seq * s.channels)
@@ -219,9 +216,9 @@ __global__ void conv1dBackwardInputKernel(ConvShape s, const float *weight, cons
         const int i = c % cg;
         float acc = 0.0f;
         for (int k = 0; k < s.kernel; ++k) {
-            const int dst = t - k + (s.kernel / 2); // the output position that read x[t] through tap k
-            if (dst < 0 || dst >= s.seq)
-                continue;
+            const int dst =
+                t - k + (s.kernel / 2); // the output position that read x[t] through tap k
+            if (dst < 0 || dst >= s.seq) continue;
             const float *dyr = dy + (b * s.seq + dst) * s.channels;
             for (int o = g * cg; o < (g + 1) * cg; ++o)
                 acc += weight[(static_cast<std::int64_t>(o) * cg + i) * s.kernel + k] * dyr[o];
@@ -230,7 +227,8 @@ __global__ void conv1dBackwardInputKernel(ConvShape s, const float *weight, cons
     }
 }
 
-__global__ void conv1dBackwardWeightKernel(ConvShape s, const float *x, const float *dy, float *dWeight)
+__global__ void conv1dBackwardWeightKernel(ConvShape s, const float *x, const float *dy,
+                                           float *dWeight)
 {
     const int cg = (s.channels / s.groups);
     GRID_STRIDE(idx, static_cast<std::int64_t>(s.channels) * cg * s.kernel)
@@ -243,10 +241,9 @@ __global__ void conv1dBackwardWeightKernel(ConvShape s, const float *x, const fl
         for (int b = 0; b < s.batch; ++b) {
             for (int t = 0; t < s.seq; ++t) {
                 const int src = t + k - (s.kernel / 2);
-                if (src < 0 || src >= s.seq)
-                    continue;
-                acc += dy[(static_cast<std::int64_t>(b) * s.seq + t) * s.channels + o]
-                       * x[(static_cast<std::int64_t>(b) * s.seq + src) * s.channels + c];
+                if (src < 0 || src >= s.seq) continue;
+                acc += dy[(static_cast<std::int64_t>(b) * s.seq + t) * s.channels + o] *
+                       x[(static_cast<std::int64_t>(b) * s.seq + src) * s.channels + c];
             }
         }
         dWeight[idx] += acc;
@@ -256,8 +253,7 @@ __global__ void conv1dBackwardWeightKernel(ConvShape s, const float *x, const fl
 __global__ void sumRowsKernel(const float *x, int rows, int cols, float *out)
 {
     const int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= cols)
-        return;
+    if (j >= cols) return;
     float acc = 0.0f;
     for (int r = 0; r < rows; ++r)
         acc += x[static_cast<std::int64_t>(r) * cols + j];
@@ -281,8 +277,7 @@ __global__ void weightNormForwardKernel(const float *v, const float *g, int rows
         const std::int64_t idx = static_cast<std::int64_t>(r) * kernel + k;
         weight[idx] = v[idx] * factor;
     }
-    if (threadIdx.x == 0)
-        norms[k] = norm;
+    if (threadIdx.x == 0) norms[k] = norm;
 }
 
 // dg[k] += <dW, v>/n; dv += g/n * (dW - (<dW, v>/n) * v / n), per tap k.
@@ -304,8 +299,7 @@ __global__ void weightNormBackwardKernel(const float *v, const float *g, const f
         const std::int64_t idx = static_cast<std::int64_t>(r) * kernel + k;
         dv[idx] += gOverN * (dWeight[idx] - dgk * v[idx] / norm);
     }
-    if (threadIdx.x == 0)
-        dg[k] += dgk;
+    if (threadIdx.x == 0) dg[k] += dgk;
 }
 
 __global__ void crossEntropyKernel(const float *logits, int vocab, const std::int32_t *targets,
@@ -355,8 +349,7 @@ __global__ void adamKernel(float *param, const float *grad, float *m, float *v, 
     {
         const float g = grad[i];
         float w = param[i];
-        if (p.weightDecay != 0.0f)
-            w -= p.lr * p.weightDecay * w;
+        if (p.weightDecay != 0.0f) w -= p.lr * p.weightDecay * w;
         const float mi = p.beta1 * m[i] + (1.0f - p.beta1) * g;
         const float vi = p.beta2 * v[i] + (1.0f - p.beta2) * g * g;
         m[i] = mi;
@@ -373,9 +366,9 @@ void embeddingForward(const std::int32_t *tokens, int rows, const float *weight,
                       float *out, cudaStream_t stream)
 {
     const std::int64_t n = static_cast<std::int64_t>(rows) * dim;
-    if (n == 0)
-        return;
-    embeddingForwardKernel<<<blocksFor(n), kThreads, 0, stream>>>(tokens, rows, weight, vocab, dim, out);
+    if (n == 0) return;
+    embeddingForwardKernel<<<blocksFor(n), kThreads, 0, stream>>>(tokens, rows, weight, vocab, dim,
+                                                                  out);
     checkLaunch("embeddingForwardKernel");
 }
 
@@ -383,24 +376,22 @@ void embeddingBackward(const std::int32_t *tokens, int rows, const float *dOut, 
                        float *dWeight, cudaStream_t stream)
 {
     const std::int64_t n = static_cast<std::int64_t>(rows) * dim;
-    if (n == 0)
-        return;
-    embeddingBackwardKernel<<<blocksFor(n), kThreads, 0, stream>>>(tokens, rows, dOut, vocab, dim, dWeight);
+    if (n == 0) return;
+    embeddingBackwardKernel<<<blocksFor(n), kThreads, 0, stream>>>(tokens, rows, dOut, vocab, dim,
+                                                                   dWeight);
     checkLaunch("embeddingBackwardKernel");
 }
 
 void geluForward(const float *x, std::int64_t n, float *y, cudaStream_t stream)
 {
-    if (n == 0)
-        return;
+    if (n == 0) return;
     geluForwardKernel<<<blocksFor(n), kThreads, 0, stream>>>(x, n, y);
     checkLaunch("geluForwardKernel");
 }
 
 void geluBackward(const float *x, std::int64_t n, const float *dy, float *dx, cudaStream_t stream)
 {
-    if (n == 0)
-        return;
+    if (n == 0) return;
     geluBackwardKernel<<<blocksFor(n), kThreads, 0, stream>>>(x, n, dy, dx);
     checkLaunch("geluBackwardKernel");
 }
@@ -408,8 +399,7 @@ void geluBackward(const float *x, std::int64_t n, const float *dy, float *dx, cu
 void layerNormForward(const float *x, int rows, int dim, const float *gamma, const float *beta,
                       float eps, float *y, float *mean, float *rstd, cudaStream_t stream)
 {
-    if (rows == 0)
-        return;
+    if (rows == 0) return;
     layerNormForwardKernel<<<rows, kThreads, 0, stream>>>(x, dim, gamma, beta, eps, y, mean, rstd);
     checkLaunch("layerNormForwardKernel");
 }
@@ -418,8 +408,7 @@ void layerNormBackward(const float *x, int rows, int dim, const float *gamma, co
                        const float *rstd, const float *dy, float *dx, float *dGamma, float *dBeta,
                        cudaStream_t stream)
 {
-    if (rows == 0)
-        return;
+    if (rows == 0) return;
     layerNormBackwardInputKernel<<<rows, kThreads, 0, stream>>>(x, dim, gamma, mean, rstd, dy, dx);
     checkLaunch("layerNormBackwardInputKernel");
     layerNormBackwardParamKernel<<<(dim + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
@@ -431,8 +420,7 @@ void conv1dForward(const ConvShape &s, const float *x, const float *weight, cons
                    float *y, cudaStream_t stream)
 {
     const std::int64_t n = static_cast<std::int64_t>(s.batch) * s.seq * s.channels;
-    if (n == 0)
-        return;
+    if (n == 0) return;
     conv1dForwardKernel<<<blocksFor(n), kThreads, 0, stream>>>(s, x, weight, bias, y);
     checkLaunch("conv1dForwardKernel");
 }
@@ -441,23 +429,21 @@ void conv1dBackward(const ConvShape &s, const float *x, const float *weight, con
                     float *dx, float *dWeight, float *dBias, cudaStream_t stream)
 {
     const std::int64_t n = static_cast<std::int64_t>(s.batch) * s.seq * s.channels;
-    if (n == 0)
-        return;
+    if (n == 0) return;
     if (dx) {
         conv1dBackwardInputKernel<<<blocksFor(n), kThreads, 0, stream>>>(s, weight, dy, dx);
         checkLaunch("conv1dBackwardInputKernel");
     }
-    conv1dBackwardWeightKernel<<<blocksFor(s.weightNumel()), kThreads, 0, stream>>>(s, x, dy, dWeight);
+    conv1dBackwardWeightKernel<<<blocksFor(s.weightNumel()), kThreads, 0, stream>>>(s, x, dy,
+                                                                                    dWeight);
     checkLaunch("conv1dBackwardWeightKernel");
-    if (dBias)
-        sumRowsInto(dy, s.batch * s.seq, s.channels, dBias, stream);
+    if (dBias) sumRowsInto(dy, s.batch * s.seq, s.channels, dBias, stream);
 }
 
 void weightNormForward(const float *v, const float *g, int out, int in, int kernel, float *weight,
                        float *norms, cudaStream_t stream)
 {
-    if (kernel == 0)
-        return;
+    if (kernel == 0) return;
     weightNormForwardKernel<<<kernel, kThreads, 0, stream>>>(v, g, out * in, kernel, weight, norms);
     checkLaunch("weightNormForwardKernel");
 }
@@ -465,27 +451,24 @@ void weightNormForward(const float *v, const float *g, int out, int in, int kern
 void weightNormBackward(const float *v, const float *g, const float *norms, const float *dWeight,
                         int out, int in, int kernel, float *dv, float *dg, cudaStream_t stream)
 {
-    if (kernel == 0)
-        return;
-    weightNormBackwardKernel<<<kernel, kThreads, 0, stream>>>(v, g, norms, dWeight, out * in, kernel, dv, dg);
+    if (kernel == 0) return;
+    weightNormBackwardKernel<<<kernel, kThreads, 0, stream>>>(v, g, norms, dWeight, out * in,
+                                                              kernel, dv, dg);
     checkLaunch("weightNormBackwardKernel");
 }
 
 void crossEntropy(const float *logits, int rows, int vocab, const std::int32_t *targets,
                   double denominator, float *dLogits, double *rowLoss, cudaStream_t stream)
 {
-    if (rows == 0)
-        return;
-    crossEntropyKernel<<<rows, kThreads, 0, stream>>>(logits, vocab, targets,
-                                                      static_cast<float>(1.0 / denominator), dLogits,
-                                                      rowLoss);
+    if (rows == 0) return;
+    crossEntropyKernel<<<rows, kThreads, 0, stream>>>(
+        logits, vocab, targets, static_cast<float>(1.0 / denominator), dLogits, rowLoss);
     checkLaunch("crossEntropyKernel");
 }
 
 void addInPlace(float *y, const float *x, std::int64_t n, cudaStream_t stream)
 {
-    if (n == 0)
-        return;
+    if (n == 0) return;
     addKernel<<<blocksFor(n), kThreads, 0, stream>>>(y, x, n);
     checkLaunch("addKernel");
 }
@@ -493,24 +476,21 @@ void addInPlace(float *y, const float *x, std::int64_t n, cudaStream_t stream)
 void addBiasRows(float *y, const float *bias, int rows, int cols, cudaStream_t stream)
 {
     const std::int64_t n = static_cast<std::int64_t>(rows) * cols;
-    if (n == 0)
-        return;
+    if (n == 0) return;
     addBiasRowsKernel<<<blocksFor(n), kThreads, 0, stream>>>(y, bias, rows, cols);
     checkLaunch("addBiasRowsKernel");
 }
 
 void sumRowsInto(const float *x, int rows, int cols, float *out, cudaStream_t stream)
 {
-    if (cols == 0)
-        return;
+    if (cols == 0) return;
     sumRowsKernel<<<(cols + kThreads - 1) / kThreads, kThreads, 0, stream>>>(x, rows, cols, out);
     checkLaunch("sumRowsKernel");
 }
 
 void scale(float *x, float factor, std::int64_t n, cudaStream_t stream)
 {
-    if (n == 0)
-        return;
+    if (n == 0) return;
     scaleKernel<<<blocksFor(n), kThreads, 0, stream>>>(x, factor, n);
     checkLaunch("scaleKernel");
 }
@@ -518,8 +498,7 @@ void scale(float *x, float factor, std::int64_t n, cudaStream_t stream)
 void adamStep(float *param, const float *grad, float *m, float *v, std::int64_t n,
               const AdamParams &p, cudaStream_t stream)
 {
-    if (n == 0)
-        return;
+    if (n == 0) return;
     const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(p.beta1), p.step));
     const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(p.beta2), p.step));
     adamKernel<<<blocksFor(n), kThreads, 0, stream>>>(param, grad, m, v, n, p, bc1, bc2);

@@ -65,10 +65,12 @@ void crossEntropy(const float *logits, int rows, int vocab, const std::int32_t *
                   double denominator, float *dLogits, double *rowLoss, cudaStream_t stream);
 
 // ---- Small element-wise helpers the model needs.
-void addInPlace(float *y, const float *x, std::int64_t n, cudaStream_t stream);        // y += x
-void addBiasRows(float *y, const float *bias, int rows, int cols, cudaStream_t stream); // y[r] += bias
-void sumRowsInto(const float *x, int rows, int cols, float *out, cudaStream_t stream);  // out += sum_r x[r]
-void scale(float *x, float factor, std::int64_t n, cudaStream_t stream);               // x *= factor
+void addInPlace(float *y, const float *x, std::int64_t n, cudaStream_t stream); // y += x
+void addBiasRows(float *y, const float *bias, int rows, int cols,
+                 cudaStream_t stream); // y[r] += bias
+void sumRowsInto(const float *x, int rows, int cols, float *out,
+                 cudaStream_t stream);                                   // out += sum_r x[r]
+void scale(float *x, float factor, std::int64_t n, cudaStream_t stream); // x *= factor
 
 // ---- Adam / AdamW on one rank's shard (torch.optim.AdamW semantics; weightDecay 0 is
 // plain Adam). step counts from 1.

@@ -15,20 +15,18 @@ namespace {
 
 void checkNccl(ncclResult_t r, const char *call, int rank, ncclComm_t comm = nullptr)
 {
-    if (r == ncclSuccess || r == ncclInProgress)
-        return;
+    if (r == ncclSuccess || r == ncclInProgress) return;
     const NcclApi &api = ncclApi();
-    std::string msg = std::string("NCCL call ") + call + " failed on rank " + std::to_string(rank)
-                      + ": " + api.getErrorString(r);
+    std::string msg = std::string("NCCL call ") + call + " failed on rank " + std::to_string(rank) +
+                      ": " + api.getErrorString(r);
     const char *last = api.getLastError ? api.getLastError(comm) : nullptr;
-    if (last && *last)
-        msg += std::string(" (") + last + ")";
+    if (last && *last) msg += std::string(" (") + last + ")";
     throw CommError(msg);
 }
 
 class EventHandle final : public CommHandle::Impl
 {
-public:
+  public:
     EventHandle(cudaEvent_t ev, int device) : m_event(ev), m_device(device) {}
     ~EventHandle() override
     {
@@ -41,14 +39,13 @@ public:
     bool ready() override
     {
         const cudaError_t err = cudaEventQuery(m_event);
-        if (err == cudaErrorNotReady)
-            return false;
+        if (err == cudaErrorNotReady) return false;
         SHARDSCOPE_CUDA_CHECK(err);
         return true;
     }
     void wait() override { SHARDSCOPE_CUDA_CHECK(cudaEventSynchronize(m_event)); }
 
-private:
+  private:
     cudaEvent_t m_event;
     int m_device;
 };
@@ -78,10 +75,8 @@ NcclCommunicator::NcclCommunicator(void *ncclComm, int rank, int worldSize, int 
 NcclCommunicator::~NcclCommunicator()
 {
     cudaSetDevice(m_device);
-    if (m_commStream)
-        cudaStreamSynchronize(m_commStream);
-    if (void *comm = m_comm.exchange(nullptr))
-        ncclApi().commDestroy(static_cast<ncclComm_t>(comm));
+    if (m_commStream) cudaStreamSynchronize(m_commStream);
+    if (void *comm = m_comm.exchange(nullptr)) ncclApi().commDestroy(static_cast<ncclComm_t>(comm));
     cudaFree(m_barrierBuf);
     cudaEventDestroy(m_inputsReady);
     cudaEventDestroy(m_lastDone);
@@ -91,15 +86,14 @@ NcclCommunicator::~NcclCommunicator()
 void NcclCommunicator::before(const char *what, const void *a, const void *b)
 {
     if ((a && !isDevicePointer(a)) || (b && !isDevicePointer(b)))
-        throw CommError(std::string("NCCL ") + what + " on rank " + std::to_string(m_rank)
-                        + " was given a host pointer; the NCCL backend needs device buffers "
-                          "(cudaMalloc), see Communicator::deviceBuffers()");
+        throw CommError(std::string("NCCL ") + what + " on rank " + std::to_string(m_rank) +
+                        " was given a host pointer; the NCCL backend needs device buffers "
+                        "(cudaMalloc), see Communicator::deviceBuffers()");
     SHARDSCOPE_CUDA_CHECK(cudaSetDevice(m_device));
     if (!commPtr())
-        throw CommError("NCCL communicator of rank " + std::to_string(m_rank)
-                        + " was aborted after a failure on another rank");
-    if (m_orderAfterCompute)
-        commWaitFor(m_computeStream);
+        throw CommError("NCCL communicator of rank " + std::to_string(m_rank) +
+                        " was aborted after a failure on another rank");
+    if (m_orderAfterCompute) commWaitFor(m_computeStream);
 }
 
 CommHandle NcclCommunicator::after()
@@ -117,8 +111,7 @@ CommHandle NcclCommunicator::after()
 
 CommHandle NcclCommunicator::allGather(const void *send, void *recv, std::size_t bytes)
 {
-    if (bytes == 0)
-        return {};
+    if (bytes == 0) return {};
     before("allGather", send, recv);
     checkNccl(ncclApi().allGather(send, recv, bytes, ncclUint8, static_cast<ncclComm_t>(commPtr()),
                                   m_commStream),
@@ -129,22 +122,21 @@ CommHandle NcclCommunicator::allGather(const void *send, void *recv, std::size_t
 CommHandle NcclCommunicator::broadcast(void *buf, std::size_t bytes, int root)
 {
     if (root < 0 || root >= m_world)
-        throw CommError("broadcast on rank " + std::to_string(m_rank) + ": root "
-                        + std::to_string(root) + " is not a rank of a world of "
-                        + std::to_string(m_world));
-    if (bytes == 0)
-        return {};
+        throw CommError("broadcast on rank " + std::to_string(m_rank) + ": root " +
+                        std::to_string(root) + " is not a rank of a world of " +
+                        std::to_string(m_world));
+    if (bytes == 0) return {};
     before("broadcast", buf, nullptr);
-    checkNccl(ncclApi().broadcast(buf, buf, bytes, ncclUint8, root, static_cast<ncclComm_t>(commPtr()),
-                                  m_commStream),
+    checkNccl(ncclApi().broadcast(buf, buf, bytes, ncclUint8, root,
+                                  static_cast<ncclComm_t>(commPtr()), m_commStream),
               "ncclBroadcast", m_rank, static_cast<ncclComm_t>(commPtr()));
     return after();
 }
 
-CommHandle NcclCommunicator::reduceScatter(const void *send, void *recv, std::size_t count, DType dtype)
+CommHandle NcclCommunicator::reduceScatter(const void *send, void *recv, std::size_t count,
+                                           DType dtype)
 {
-    if (count == 0)
-        return {};
+    if (count == 0) return {};
     before("reduceScatter", send, recv);
     const ncclDataType_t type = dtype == DType::BF16 ? ncclBfloat16 : ncclFloat32;
     checkNccl(ncclApi().reduceScatter(send, recv, count, type, ncclSum,
@@ -178,8 +170,7 @@ void NcclCommunicator::commWaitFor(cudaStream_t producer)
 
 CommHandle NcclCommunicator::allReduceSum(const float *send, float *recv, std::size_t count)
 {
-    if (count == 0)
-        return {};
+    if (count == 0) return {};
     before("allReduce", send, recv);
     checkNccl(ncclApi().allReduce(send, recv, count, ncclFloat32, ncclSum,
                                   static_cast<ncclComm_t>(commPtr()), m_commStream),
@@ -190,14 +181,14 @@ CommHandle NcclCommunicator::allReduceSum(const float *send, float *recv, std::s
 double NcclCommunicator::allReduceHost(double value)
 {
     before("allReduceHost", nullptr, nullptr);
-    SHARDSCOPE_CUDA_CHECK(cudaMemcpyAsync(m_barrierBuf, &value, sizeof value,
-                                          cudaMemcpyHostToDevice, m_commStream));
+    SHARDSCOPE_CUDA_CHECK(
+        cudaMemcpyAsync(m_barrierBuf, &value, sizeof value, cudaMemcpyHostToDevice, m_commStream));
     checkNccl(ncclApi().allReduce(m_barrierBuf, m_barrierBuf, 1, ncclFloat64, ncclSum,
                                   static_cast<ncclComm_t>(commPtr()), m_commStream),
               "ncclAllReduce (loss)", m_rank, static_cast<ncclComm_t>(commPtr()));
     double sum = 0.0;
-    SHARDSCOPE_CUDA_CHECK(cudaMemcpyAsync(&sum, m_barrierBuf, sizeof sum, cudaMemcpyDeviceToHost,
-                                          m_commStream));
+    SHARDSCOPE_CUDA_CHECK(
+        cudaMemcpyAsync(&sum, m_barrierBuf, sizeof sum, cudaMemcpyDeviceToHost, m_commStream));
     SHARDSCOPE_CUDA_CHECK(cudaStreamSynchronize(m_commStream));
     return sum;
 }
@@ -205,8 +196,7 @@ double NcclCommunicator::allReduceHost(double value)
 void NcclCommunicator::abort()
 {
     void *comm = m_comm.exchange(nullptr);
-    if (comm)
-        ncclApi().commAbort(static_cast<ncclComm_t>(comm));
+    if (comm) ncclApi().commAbort(static_cast<ncclComm_t>(comm));
 }
 
 std::vector<std::unique_ptr<NcclCommunicator>> makeNcclLocalWorld(const std::vector<int> &devices)
@@ -214,12 +204,11 @@ std::vector<std::unique_ptr<NcclCommunicator>> makeNcclLocalWorld(const std::vec
     const NcclApi &api = requireNccl();
     int available = 0;
     SHARDSCOPE_CUDA_CHECK(cudaGetDeviceCount(&available));
-    if (devices.empty())
-        throw CommError("an NCCL world needs at least one GPU");
+    if (devices.empty()) throw CommError("an NCCL world needs at least one GPU");
     for (int d : devices) {
         if (d < 0 || d >= available)
-            throw CommError("GPU " + std::to_string(d) + " does not exist: this machine has "
-                            + std::to_string(available) + " GPU(s); NCCL needs one GPU per rank");
+            throw CommError("GPU " + std::to_string(d) + " does not exist: this machine has " +
+                            std::to_string(available) + " GPU(s); NCCL needs one GPU per rank");
     }
     std::vector<ncclComm_t> comms(devices.size(), nullptr);
     checkNccl(api.commInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()),
@@ -245,9 +234,9 @@ std::unique_ptr<NcclCommunicator> makeNcclRank(const RendezvousConfig &config)
     int available = 0;
     SHARDSCOPE_CUDA_CHECK(cudaGetDeviceCount(&available));
     if (config.localRank >= available)
-        throw CommError("LOCAL_RANK=" + std::to_string(config.localRank) + " but this machine has "
-                        + std::to_string(available)
-                        + " GPU(s); start at most one process per GPU on each node");
+        throw CommError("LOCAL_RANK=" + std::to_string(config.localRank) +
+                        " but this machine has " + std::to_string(available) +
+                        " GPU(s); start at most one process per GPU on each node");
     SHARDSCOPE_CUDA_CHECK(cudaSetDevice(config.localRank));
     ncclUniqueId id{};
     std::unique_ptr<RendezvousServer> server;
@@ -259,18 +248,19 @@ std::unique_ptr<NcclCommunicator> makeNcclRank(const RendezvousConfig &config)
     } else {
         const std::vector<std::byte> blob = fetchRendezvousBlob(config);
         if (blob.size() != sizeof id)
-            throw CommError("rank " + std::to_string(config.rank) + " got a " + std::to_string(blob.size())
-                            + "-byte id from rank 0 where NCCL's is " + std::to_string(sizeof id)
-                            + " bytes: every rank must run the same ShardScope and NCCL");
+            throw CommError("rank " + std::to_string(config.rank) + " got a " +
+                            std::to_string(blob.size()) + "-byte id from rank 0 where NCCL's is " +
+                            std::to_string(sizeof id) +
+                            " bytes: every rank must run the same ShardScope and NCCL");
         std::memcpy(&id, blob.data(), sizeof id);
     }
     ncclComm_t comm = nullptr;
     checkNccl(api.commInitRank(&comm, config.worldSize, id, config.rank), "ncclCommInitRank",
               config.rank);
-    if (server)
-        server->wait();
+    if (server) server->wait();
     try {
-        return std::make_unique<NcclCommunicator>(comm, config.rank, config.worldSize, config.localRank);
+        return std::make_unique<NcclCommunicator>(comm, config.rank, config.worldSize,
+                                                  config.localRank);
     } catch (...) {
         api.commDestroy(comm);
         throw;

@@ -16,7 +16,7 @@ namespace shardscope {
 
 class NcclCommunicator final : public Communicator
 {
-public:
+  public:
     // Takes ownership of comm (an ncclComm_t) for rank of worldSize on CUDA device.
     NcclCommunicator(void *ncclComm, int rank, int worldSize, int device);
     ~NcclCommunicator() override;
@@ -58,7 +58,7 @@ public:
     // because another rank failed. Callable from any thread; the communicator is unusable after.
     void abort();
 
-private:
+  private:
     void before(const char *what, const void *a, const void *b);
     CommHandle after();
     void *commPtr() const { return m_comm.load(); }

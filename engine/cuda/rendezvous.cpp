@@ -33,7 +33,7 @@ constexpr char kMagic[8] = {'S', 'S', 'R', 'D', 'Z', 'V', '0', '1'};
 
 class Fd
 {
-public:
+  public:
     explicit Fd(int fd = -1) : m_fd(fd) {}
     ~Fd() { reset(); }
     Fd(Fd &&o) noexcept : m_fd(o.m_fd) { o.m_fd = -1; }
@@ -49,18 +49,18 @@ public:
     int get() const { return m_fd; }
     void reset()
     {
-        if (m_fd >= 0)
-            ::close(m_fd);
+        if (m_fd >= 0) ::close(m_fd);
         m_fd = -1;
     }
 
-private:
+  private:
     int m_fd;
 };
 
 int msLeft(Clock::time_point deadline)
 {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     return left.count() > 0 ? static_cast<int>(left.count()) : 0;
 }
 
@@ -71,15 +71,11 @@ bool ioAll(int fd, void *buf, std::size_t n, Clock::time_point deadline, bool wr
     while (n > 0) {
         pollfd pfd{fd, static_cast<short>(write ? POLLOUT : POLLIN), 0};
         const int r = ::poll(&pfd, 1, msLeft(deadline));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return false;
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return false;
         const ssize_t k = write ? ::send(fd, p, n, MSG_NOSIGNAL) : ::recv(fd, p, n, 0);
-        if (k < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        if (k <= 0)
-            return false;
+        if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (k <= 0) return false;
         p += k;
         n -= static_cast<std::size_t>(k);
     }
@@ -105,26 +101,26 @@ int parseIntVar(const char *name, bool required, int fallback, int minValue)
     const char *v = std::getenv(name);
     if (!v || !*v) {
         if (required)
-            throw CommError(std::string("the NCCL rendezvous needs the environment variable ") + name
-                            + " (launch with torchrun, or set RANK, WORLD_SIZE, LOCAL_RANK, "
-                              "MASTER_ADDR and MASTER_PORT for every process)");
+            throw CommError(std::string("the NCCL rendezvous needs the environment variable ") +
+                            name +
+                            " (launch with torchrun, or set RANK, WORLD_SIZE, LOCAL_RANK, "
+                            "MASTER_ADDR and MASTER_PORT for every process)");
         return fallback;
     }
     char *end = nullptr;
     errno = 0;
     const long x = std::strtol(v, &end, 10);
     if (errno != 0 || end == v || *end != '\0' || x < minValue || x > 1000000)
-        throw CommError(std::string("environment variable ") + name + "='" + v
-                        + "' is not a valid number (expected an integer >= "
-                        + std::to_string(minValue) + ")");
+        throw CommError(
+            std::string("environment variable ") + name + "='" + v +
+            "' is not a valid number (expected an integer >= " + std::to_string(minValue) + ")");
     return static_cast<int>(x);
 }
 
 std::string secondsText(std::chrono::milliseconds t)
 {
     const long long ms = t.count();
-    if (ms % 1000 == 0)
-        return std::to_string(ms / 1000) + " s";
+    if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
     return std::to_string(ms) + " ms";
 }
 
@@ -142,14 +138,13 @@ RendezvousConfig rendezvousFromEnv()
     c.worldSize = parseIntVar("WORLD_SIZE", true, 1, 1);
     c.localRank = parseIntVar("LOCAL_RANK", false, c.rank, 0);
     if (c.rank >= c.worldSize)
-        throw CommError("RANK=" + std::to_string(c.rank) + " is not below WORLD_SIZE="
-                        + std::to_string(c.worldSize) + "; ranks count from 0");
+        throw CommError("RANK=" + std::to_string(c.rank) + " is not below WORLD_SIZE=" +
+                        std::to_string(c.worldSize) + "; ranks count from 0");
     const char *addr = std::getenv("MASTER_ADDR");
     if (c.worldSize > 1 && (!addr || !*addr))
         throw CommError("the NCCL rendezvous needs MASTER_ADDR (the host of rank 0) when "
                         "WORLD_SIZE > 1");
-    if (addr && *addr)
-        c.masterAddr = addr;
+    if (addr && *addr) c.masterAddr = addr;
     c.masterPort = parseIntVar("MASTER_PORT", c.worldSize > 1, 29500, 1);
     if (c.masterPort > 65535)
         throw CommError("MASTER_PORT=" + std::to_string(c.masterPort) + " is not a TCP port");
@@ -173,8 +168,7 @@ struct RendezvousServer::Impl
     void fail(std::string why)
     {
         std::lock_guard lock(mutex);
-        if (error.empty())
-            error = std::move(why);
+        if (error.empty()) error = std::move(why);
     }
 };
 
@@ -183,36 +177,33 @@ void RendezvousServer::Impl::serve()
     std::set<int> served;
     const auto deadline = Clock::now() + config.timeout;
     while (static_cast<int>(served.size()) < config.worldSize - 1) {
-        if (stop.load())
-            return;
+        if (stop.load()) return;
         if (Clock::now() >= deadline) {
-            fail("rank 0 waited " + secondsText(config.timeout) + " on port "
-                 + std::to_string(port) + " but only " + std::to_string(served.size()) + " of "
-                 + std::to_string(config.worldSize - 1)
-                 + " other ranks connected; start every rank with the same MASTER_ADDR, "
-                   "MASTER_PORT and WORLD_SIZE");
+            fail("rank 0 waited " + secondsText(config.timeout) + " on port " +
+                 std::to_string(port) + " but only " + std::to_string(served.size()) + " of " +
+                 std::to_string(config.worldSize - 1) +
+                 " other ranks connected; start every rank with the same MASTER_ADDR, "
+                 "MASTER_PORT and WORLD_SIZE");
             return;
         }
         pollfd pfd{listener.get(), POLLIN, 0};
-        if (::poll(&pfd, 1, 100) <= 0)
-            continue;
+        if (::poll(&pfd, 1, 100) <= 0) continue;
         Fd peer(::accept(listener.get(), nullptr, nullptr));
-        if (peer.get() < 0)
-            continue;
+        if (peer.get() < 0) continue;
         unsigned char hello[16];
         const auto peerDeadline = Clock::now() + std::chrono::seconds(5);
-        if (!ioAll(peer.get(), hello, sizeof hello, peerDeadline, false)
-            || std::memcmp(hello, kMagic, sizeof kMagic) != 0)
+        if (!ioAll(peer.get(), hello, sizeof hello, peerDeadline, false) ||
+            std::memcmp(hello, kMagic, sizeof kMagic) != 0)
             continue; // not one of ours (a port scanner, a stale process): ignore it
         const int rank = static_cast<int>(getU32(hello + 8));
         const int world = static_cast<int>(getU32(hello + 12));
         std::string refusal;
         if (world != config.worldSize)
-            refusal = "rank " + std::to_string(rank) + " says WORLD_SIZE=" + std::to_string(world)
-                      + " but rank 0 has WORLD_SIZE=" + std::to_string(config.worldSize);
+            refusal = "rank " + std::to_string(rank) + " says WORLD_SIZE=" + std::to_string(world) +
+                      " but rank 0 has WORLD_SIZE=" + std::to_string(config.worldSize);
         else if (rank <= 0 || rank >= world)
-            refusal = "RANK=" + std::to_string(rank) + " is not a non-zero rank of a world of "
-                      + std::to_string(world);
+            refusal = "RANK=" + std::to_string(rank) + " is not a non-zero rank of a world of " +
+                      std::to_string(world);
         else if (served.count(rank))
             refusal = "two processes both claim RANK=" + std::to_string(rank);
         unsigned char head[5];
@@ -226,8 +217,8 @@ void RendezvousServer::Impl::serve()
         }
         head[0] = 0;
         putU32(head + 1, static_cast<std::uint32_t>(blob.size()));
-        if (ioAll(peer.get(), head, sizeof head, peerDeadline, true)
-            && ioAll(peer.get(), blob.data(), blob.size(), peerDeadline, true))
+        if (ioAll(peer.get(), head, sizeof head, peerDeadline, true) &&
+            ioAll(peer.get(), blob.data(), blob.size(), peerDeadline, true))
             served.insert(rank);
     }
     std::lock_guard lock(mutex);
@@ -241,19 +232,20 @@ RendezvousServer::RendezvousServer(const RendezvousConfig &config, std::vector<s
     d->blob = std::move(blob);
     d->listener = Fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (d->listener.get() < 0)
-        throw CommError(std::string("rank 0 could not create the rendezvous socket: ")
-                        + std::strerror(errno));
+        throw CommError(std::string("rank 0 could not create the rendezvous socket: ") +
+                        std::strerror(errno));
     const int one = 1;
     ::setsockopt(d->listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_ANY);
     addr.sin_port = htons(static_cast<std::uint16_t>(config.masterPort));
-    if (::bind(d->listener.get(), reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0
-        || ::listen(d->listener.get(), 128) != 0)
-        throw CommError("rank 0 could not listen on MASTER_PORT=" + std::to_string(config.masterPort)
-                        + " for the NCCL rendezvous: " + std::strerror(errno)
-                        + "; choose a free port with MASTER_PORT");
+    if (::bind(d->listener.get(), reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0 ||
+        ::listen(d->listener.get(), 128) != 0)
+        throw CommError(
+            "rank 0 could not listen on MASTER_PORT=" + std::to_string(config.masterPort) +
+            " for the NCCL rendezvous: " + std::strerror(errno) +
+            "; choose a free port with MASTER_PORT");
     socklen_t len = sizeof addr;
     ::getsockname(d->listener.get(), reinterpret_cast<sockaddr *>(&addr), &len);
     d->port = ntohs(addr.sin_port);
@@ -267,8 +259,7 @@ RendezvousServer::RendezvousServer(const RendezvousConfig &config, std::vector<s
 RendezvousServer::~RendezvousServer()
 {
     d->stop.store(true);
-    if (d->thread.joinable())
-        d->thread.join();
+    if (d->thread.joinable()) d->thread.join();
 }
 
 int RendezvousServer::port() const
@@ -278,20 +269,19 @@ int RendezvousServer::port() const
 
 void RendezvousServer::wait()
 {
-    if (d->thread.joinable())
-        d->thread.join();
+    if (d->thread.joinable()) d->thread.join();
     std::lock_guard lock(d->mutex);
     if (!d->done)
-        throw CommError("NCCL rendezvous failed: "
-                        + (d->error.empty() ? std::string("rank 0 stopped serving") : d->error));
+        throw CommError("NCCL rendezvous failed: " +
+                        (d->error.empty() ? std::string("rank 0 stopped serving") : d->error));
 }
 
 std::vector<std::byte> fetchRendezvousBlob(const RendezvousConfig &config)
 {
     const auto deadline = Clock::now() + config.timeout;
     std::string lastError = "no attempt";
-    const std::string who = "rank " + std::to_string(config.rank) + " of "
-                            + std::to_string(config.worldSize);
+    const std::string who =
+        "rank " + std::to_string(config.rank) + " of " + std::to_string(config.worldSize);
     while (true) {
         addrinfo hints{};
         hints.ai_family = AF_INET;
@@ -303,7 +293,8 @@ std::vector<std::byte> fetchRendezvousBlob(const RendezvousConfig &config)
             lastError = std::string("cannot resolve MASTER_ADDR: ") + ::gai_strerror(gai);
         } else {
             Fd fd(::socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol));
-            const bool connected = fd.get() >= 0 && ::connect(fd.get(), res->ai_addr, res->ai_addrlen) == 0;
+            const bool connected =
+                fd.get() >= 0 && ::connect(fd.get(), res->ai_addr, res->ai_addrlen) == 0;
             lastError = connected ? "" : std::strerror(errno);
             ::freeaddrinfo(res);
             if (connected) {
@@ -312,18 +303,19 @@ std::vector<std::byte> fetchRendezvousBlob(const RendezvousConfig &config)
                 putU32(hello + 8, static_cast<std::uint32_t>(config.rank));
                 putU32(hello + 12, static_cast<std::uint32_t>(config.worldSize));
                 unsigned char head[5];
-                if (ioAll(fd.get(), hello, sizeof hello, deadline, true)
-                    && ioAll(fd.get(), head, sizeof head, deadline, false)) {
+                if (ioAll(fd.get(), hello, sizeof hello, deadline, true) &&
+                    ioAll(fd.get(), head, sizeof head, deadline, false)) {
                     const std::uint32_t size = getU32(head + 1);
                     if (size > (1u << 20))
-                        throw CommError(who + ": the rendezvous at " + where(config)
-                                        + " is not a ShardScope rank 0 (answer too large)");
+                        throw CommError(who + ": the rendezvous at " + where(config) +
+                                        " is not a ShardScope rank 0 (answer too large)");
                     std::vector<std::byte> body(size);
                     if (!ioAll(fd.get(), body.data(), size, deadline, false))
                         lastError = "connection closed while reading rank 0's answer";
                     else if (head[0] != 0)
-                        throw CommError(who + ": rank 0 at " + where(config) + " refused: "
-                                        + std::string(reinterpret_cast<const char *>(body.data()), size));
+                        throw CommError(
+                            who + ": rank 0 at " + where(config) + " refused: " +
+                            std::string(reinterpret_cast<const char *>(body.data()), size));
                     else
                         return body;
                 } else {
@@ -331,14 +323,13 @@ std::vector<std::byte> fetchRendezvousBlob(const RendezvousConfig &config)
                 }
             }
         }
-        if (Clock::now() >= deadline)
-            break;
+        if (Clock::now() >= deadline) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(std::min(100, msLeft(deadline) + 1)));
     }
-    throw CommError(who + " could not get the NCCL id from rank 0 at " + where(config) + " within "
-                    + secondsText(config.timeout) + " (" + lastError
-                    + "); start rank 0 with the same MASTER_ADDR/MASTER_PORT, or raise "
-                      "SHARDSCOPE_RENDEZVOUS_TIMEOUT_S");
+    throw CommError(who + " could not get the NCCL id from rank 0 at " + where(config) +
+                    " within " + secondsText(config.timeout) + " (" + lastError +
+                    "); start rank 0 with the same MASTER_ADDR/MASTER_PORT, or raise "
+                    "SHARDSCOPE_RENDEZVOUS_TIMEOUT_S");
 }
 
 } // namespace shardscope

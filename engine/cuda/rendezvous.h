@@ -31,7 +31,7 @@ RendezvousConfig rendezvousFromEnv();
 // background thread, so rank 0 can go on into ncclCommInitRank meanwhile.
 class RendezvousServer
 {
-public:
+  public:
     RendezvousServer(const RendezvousConfig &config, std::vector<std::byte> blob);
     ~RendezvousServer(); // stops serving
     RendezvousServer(const RendezvousServer &) = delete;
@@ -44,7 +44,7 @@ public:
 
     struct Impl;
 
-private:
+  private:
     std::unique_ptr<Impl> d;
 };
 

@@ -31,11 +31,10 @@ inline std::string gpuSkipReason()
     const cudaError_t err = cudaGetDeviceCount(&n);
     if (err != cudaSuccess) {
         cudaGetLastError();
-        return std::string("no usable CUDA GPU on this machine (") + cudaGetErrorName(err) + ": "
-               + cudaGetErrorString(err) + ")";
+        return std::string("no usable CUDA GPU on this machine (") + cudaGetErrorName(err) + ": " +
+               cudaGetErrorString(err) + ")";
     }
-    if (n == 0)
-        return "no CUDA GPU on this machine";
+    if (n == 0) return "no CUDA GPU on this machine";
     return {};
 #else
     return "built without CUDA (SHARDSCOPE_CUDA=OFF or nvcc/NCCL not found)";
@@ -47,6 +46,5 @@ inline std::string gpuSkipReason()
 #define SHARDSCOPE_REQUIRE_GPU()                                                                   \
     do {                                                                                           \
         const std::string why = ::shardscope::test::gpuSkipReason();                               \
-        if (!why.empty())                                                                          \
-            QSKIP(why.c_str());                                                                    \
+        if (!why.empty()) QSKIP(why.c_str());                                                      \
     } while (false)

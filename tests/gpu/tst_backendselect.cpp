@@ -21,7 +21,7 @@ class TestBackendSelect : public QObject
 {
     Q_OBJECT
 
-private slots:
+  private slots:
     void cpuIsAlwaysCpu()
     {
         const BackendChoice c = chooseBackend("cpu");
@@ -31,15 +31,15 @@ private slots:
 
     void autoFallsBackToCpuWithoutGpu()
     {
-        if (test::gpuCount() > 0)
-            QSKIP("this machine has a GPU: autoPicksNcclOnGpu covers it");
+        if (test::gpuCount() > 0) QSKIP("this machine has a GPU: autoPicksNcclOnGpu covers it");
         const BackendChoice c = chooseBackend("auto");
         QCOMPARE(c.backend, Backend::Cpu);
         QCOMPARE(c.deviceCount, 0);
         QVERIFY2(c.reason.rfind("CPU backend: ", 0) == 0, c.reason.c_str());
         QVERIFY2(c.reason.find('\n') == std::string::npos, "the reason is one line");
 #if SHARDSCOPE_HAVE_CUDA
-        QVERIFY2(c.reason.find("GPU") != std::string::npos || c.reason.find("driver") != std::string::npos,
+        QVERIFY2(c.reason.find("GPU") != std::string::npos ||
+                     c.reason.find("driver") != std::string::npos,
                  c.reason.c_str());
 #else
         QVERIFY2(c.reason.find("no CUDA/NCCL support") != std::string::npos, c.reason.c_str());
@@ -48,8 +48,7 @@ private slots:
 
     void ncclWithoutGpuSaysWhatIsMissing()
     {
-        if (test::gpuCount() > 0)
-            QSKIP("this machine has a GPU: autoPicksNcclOnGpu covers it");
+        if (test::gpuCount() > 0) QSKIP("this machine has a GPU: autoPicksNcclOnGpu covers it");
         try {
             chooseBackend("nccl");
             QFAIL("chooseBackend(\"nccl\") must throw without a GPU");
@@ -58,7 +57,8 @@ private slots:
             QVERIFY2(msg.find("--backend nccl cannot be used") != std::string::npos, e.what());
             QVERIFY2(msg.find("--backend cpu") != std::string::npos, e.what());
 #if SHARDSCOPE_HAVE_CUDA
-            QVERIFY2(msg.find("driver") != std::string::npos || msg.find("GPU") != std::string::npos,
+            QVERIFY2(msg.find("driver") != std::string::npos ||
+                         msg.find("GPU") != std::string::npos,
                      e.what());
 #else
             QVERIFY2(msg.find("no CUDA/NCCL support") != std::string::npos, e.what());
@@ -84,11 +84,12 @@ private slots:
         const NcclApi &nccl = ncclApi();
         QVERIFY2(nccl.loaded, nccl.error.c_str());
         QVERIFY2(nccl.version.rfind("2.", 0) == 0, nccl.version.c_str());
-        QCOMPARE(std::string(nccl.getErrorString(ncclInvalidArgument)).find("invalid argument"), std::size_t(0));
+        QCOMPARE(std::string(nccl.getErrorString(ncclInvalidArgument)).find("invalid argument"),
+                 std::size_t(0));
         const CublasApi &blas = cublasApi();
         QVERIFY2(blas.loaded, blas.error.c_str());
-        QVERIFY(std::string(blas.getStatusString(CUBLAS_STATUS_NOT_INITIALIZED)).find("not initialized")
-                != std::string::npos);
+        QVERIFY(std::string(blas.getStatusString(CUBLAS_STATUS_NOT_INITIALIZED))
+                    .find("not initialized") != std::string::npos);
 #else
         QSKIP("built without CUDA: NCCL and cuBLAS are not used");
 #endif

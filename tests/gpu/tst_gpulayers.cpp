@@ -73,7 +73,8 @@ double relError(const Vec &got, const Vec &want)
         const Vec w_ = (want);                                                                     \
         QCOMPARE(g_.size(), w_.size());                                                            \
         const double e_ = relError(g_, w_);                                                        \
-        QVERIFY2(e_ <= (tol), (std::string(#got) + " differs from the CPU by " + std::to_string(e_)).c_str()); \
+        QVERIFY2(e_ <= (tol),                                                                      \
+                 (std::string(#got) + " differs from the CPU by " + std::to_string(e_)).c_str());  \
     } while (false)
 
 constexpr double kTol = 2e-5;
@@ -87,11 +88,17 @@ class TestGpuLayers : public QObject
 
 #if SHARDSCOPE_HAVE_CUDA
     gpu::Stream *m_stream = nullptr;
-    cudaStream_t s() const { return m_stream->get(); }
-    void sync() const { m_stream->synchronize(); }
+    cudaStream_t s() const
+    {
+        return m_stream->get();
+    }
+    void sync() const
+    {
+        m_stream->synchronize();
+    }
 #endif
 
-private slots:
+  private slots:
     void initTestCase()
     {
         SHARDSCOPE_REQUIRE_GPU();
@@ -102,7 +109,10 @@ private slots:
     }
 
 #if SHARDSCOPE_HAVE_CUDA
-    void cleanupTestCase() { delete m_stream; }
+    void cleanupTestCase()
+    {
+        delete m_stream;
+    }
 
     void embedding()
     {
@@ -132,12 +142,14 @@ private slots:
         const Vec dy = randomVec(R * Out, 7), dW0 = randomVec(Out * In, 8), dB0 = randomVec(Out, 9);
         Vec y(R * Out), dx(R * In), dW = dW0, dB = dB0;
         nn::linearForward(x.data(), R, In, Out, w.data(), b.data(), y.data());
-        nn::linearBackward(x.data(), R, In, Out, w.data(), dy.data(), dx.data(), dW.data(), dB.data());
+        nn::linearBackward(x.data(), R, In, Out, w.data(), dy.data(), dx.data(), dW.data(),
+                           dB.data());
         gpu::Blas blas(0, s());
         auto gx = up(x), gw = up(w), gb = up(b), gdy = up(dy), gdW = up(dW0), gdB = up(dB0);
         gpu::DeviceBuffer gy(R * Out * 4), gdx(R * In * 4);
         blas.linearForward(gx.f32(), R, In, Out, gw.f32(), gb.f32(), gy.f32());
-        blas.linearBackward(gx.f32(), R, In, Out, gw.f32(), gdy.f32(), gdx.f32(), gdW.f32(), gdB.f32());
+        blas.linearBackward(gx.f32(), R, In, Out, gw.f32(), gdy.f32(), gdx.f32(), gdW.f32(),
+                            gdB.f32());
         sync();
         COMPARE_VEC(down(gy), y, kTol);
         COMPARE_VEC(down(gdx), dx, kTol);
@@ -189,14 +201,16 @@ private slots:
         const Vec g = randomVec(D, 15), b = randomVec(D, 16), dy = randomVec(R * D, 17);
         const Vec dG0 = randomVec(D, 18), dB0 = randomVec(D, 19);
         Vec y(R * D), mean(R), rstd(R), dx(R * D), dG = dG0, dB = dB0;
-        nn::layerNormForward(x.data(), R, D, g.data(), b.data(), 1e-5f, y.data(), mean.data(), rstd.data());
-        nn::layerNormBackward(x.data(), R, D, g.data(), mean.data(), rstd.data(), dy.data(), dx.data(),
-                              dG.data(), dB.data());
+        nn::layerNormForward(x.data(), R, D, g.data(), b.data(), 1e-5f, y.data(), mean.data(),
+                             rstd.data());
+        nn::layerNormBackward(x.data(), R, D, g.data(), mean.data(), rstd.data(), dy.data(),
+                              dx.data(), dG.data(), dB.data());
         auto gx = up(x), gg = up(g), gb = up(b), gdy = up(dy), gdG = up(dG0), gdB = up(dB0);
         gpu::DeviceBuffer gy(R * D * 4), gm(R * 4), gr(R * 4), gdx(R * D * 4);
-        gpu::layerNormForward(gx.f32(), R, D, gg.f32(), gb.f32(), 1e-5f, gy.f32(), gm.f32(), gr.f32(), s());
-        gpu::layerNormBackward(gx.f32(), R, D, gg.f32(), gm.f32(), gr.f32(), gdy.f32(), gdx.f32(), gdG.f32(),
-                               gdB.f32(), s());
+        gpu::layerNormForward(gx.f32(), R, D, gg.f32(), gb.f32(), 1e-5f, gy.f32(), gm.f32(),
+                              gr.f32(), s());
+        gpu::layerNormBackward(gx.f32(), R, D, gg.f32(), gm.f32(), gr.f32(), gdy.f32(), gdx.f32(),
+                               gdG.f32(), gdB.f32(), s());
         sync();
         COMPARE_VEC(down(gy), y, 1e-4);
         COMPARE_VEC(down(gm), mean, 1e-5);
@@ -229,21 +243,26 @@ private slots:
         const std::int64_t n = std::int64_t(c.batch) * c.seq * c.channels;
         const Vec x = randomVec(n, 20), v = randomVec(c.weightNumel(), 21), g = randomVec(K, 22);
         const Vec bias = randomVec(O, 23), dy = randomVec(n, 24);
-        const Vec dv0 = randomVec(c.weightNumel(), 25), dg0 = randomVec(K, 26), db0 = randomVec(O, 27);
+        const Vec dv0 = randomVec(c.weightNumel(), 25), dg0 = randomVec(K, 26),
+                  db0 = randomVec(O, 27);
 
-        Vec w(c.weightNumel()), norms(K), y(n), dx(n), dW(c.weightNumel(), 0.0f), dB = db0, dv = dv0, dg = dg0;
+        Vec w(c.weightNumel()), norms(K), y(n), dx(n), dW(c.weightNumel(), 0.0f),
+            dB = db0, dv = dv0, dg = dg0;
         nn::weightNormForward(v.data(), g.data(), O, I, K, w.data(), norms.data());
         nn::conv1dForward(c, x.data(), w.data(), bias.data(), y.data());
         nn::conv1dBackward(c, x.data(), w.data(), dy.data(), dx.data(), dW.data(), dB.data());
-        nn::weightNormBackward(v.data(), g.data(), norms.data(), dW.data(), O, I, K, dv.data(), dg.data());
+        nn::weightNormBackward(v.data(), g.data(), norms.data(), dW.data(), O, I, K, dv.data(),
+                               dg.data());
 
-        auto gx = up(x), gv = up(v), gg = up(g), gbias = up(bias), gdy = up(dy), gdv = up(dv0), gdg = up(dg0),
-             gdb = up(db0);
+        auto gx = up(x), gv = up(v), gg = up(g), gbias = up(bias), gdy = up(dy), gdv = up(dv0),
+             gdg = up(dg0), gdb = up(db0);
         gpu::DeviceBuffer gw(w.size() * 4), gn(K * 4), gy(n * 4), gdx(n * 4), gdW(w.size() * 4);
         gpu::weightNormForward(gv.f32(), gg.f32(), O, I, K, gw.f32(), gn.f32(), s());
         gpu::conv1dForward(gc, gx.f32(), gw.f32(), gbias.f32(), gy.f32(), s());
-        gpu::conv1dBackward(gc, gx.f32(), gw.f32(), gdy.f32(), gdx.f32(), gdW.f32(), gdb.f32(), s());
-        gpu::weightNormBackward(gv.f32(), gg.f32(), gn.f32(), gdW.f32(), O, I, K, gdv.f32(), gdg.f32(), s());
+        gpu::conv1dBackward(gc, gx.f32(), gw.f32(), gdy.f32(), gdx.f32(), gdW.f32(), gdb.f32(),
+                            s());
+        gpu::weightNormBackward(gv.f32(), gg.f32(), gn.f32(), gdW.f32(), O, I, K, gdv.f32(),
+                                gdg.f32(), s());
         sync();
         COMPARE_VEC(down(gw), w, kTol);
         COMPARE_VEC(down(gn), norms, kTol);
@@ -263,7 +282,8 @@ private slots:
         for (int i = 0; i < R; ++i)
             targets[i] = (i * 13) % V;
         Vec dLogits(R * V);
-        const double loss = nn::crossEntropy(logits.data(), R, V, targets.data(), 1000.0, dLogits.data());
+        const double loss =
+            nn::crossEntropy(logits.data(), R, V, targets.data(), 1000.0, dLogits.data());
         auto gl = up(logits), gt = upTokens(targets);
         gpu::DeviceBuffer gd(R * V * 4), gloss(R * sizeof(double));
         gpu::crossEntropy(gl.f32(), R, V, gt.i32(), 1000.0, gd.f32(), gloss.f64(), s());

@@ -23,7 +23,7 @@ namespace {
 
 class RecordingSink final : public EventSink
 {
-public:
+  public:
     void write(const Event &ev) noexcept override
     {
         std::lock_guard lock(m_mutex);
@@ -35,7 +35,7 @@ public:
         return m_events;
     }
 
-private:
+  private:
     std::mutex m_mutex;
     std::vector<Event> m_events;
 };
@@ -71,17 +71,15 @@ class TestGpuTraining : public QObject
 {
     Q_OBJECT
 
-private slots:
+  private slots:
     void initTestCase() { SHARDSCOPE_REQUIRE_GPU(); }
 
     void lossCurveMatchesTheCpuTrainer_data()
     {
         QTest::addColumn<int>("world");
         QTest::newRow("world 1") << 1;
-        if (test::gpuCount() >= 2)
-            QTest::newRow("world 2") << 2;
-        if (test::gpuCount() >= 3)
-            QTest::newRow("world 3") << 3;
+        if (test::gpuCount() >= 2) QTest::newRow("world 2") << 2;
+        if (test::gpuCount() >= 3) QTest::newRow("world 3") << 3;
     }
 
     void lossCurveMatchesTheCpuTrainer()
@@ -96,8 +94,10 @@ private slots:
         QCOMPARE(int(reports.size()), c.steps);
         for (int s = 0; s < c.steps; ++s) {
             const double rel = std::fabs(gpu.losses[s] - cpu.losses[s]) / cpu.losses[s];
-            QVERIFY2(rel <= 1e-3, ("step " + std::to_string(s + 1) + ": GPU " + std::to_string(gpu.losses[s])
-                                   + " vs CPU " + std::to_string(cpu.losses[s])).c_str());
+            QVERIFY2(rel <= 1e-3,
+                     ("step " + std::to_string(s + 1) + ": GPU " + std::to_string(gpu.losses[s]) +
+                      " vs CPU " + std::to_string(cpu.losses[s]))
+                         .c_str());
             QCOMPARE(reports[s].step, s + 1);
         }
         QVERIFY(gpu.lastLoss < 0.9 * gpu.firstLoss);
@@ -149,8 +149,7 @@ private slots:
                 QVERIFY2(!open.count(e.a), "a parameter is fetched twice without a release");
                 open[e.a] = e.tsNs;
                 ++begins;
-                if (e.flags == static_cast<std::uint8_t>(FetchReason::Prefetch))
-                    ++prefetches;
+                if (e.flags == static_cast<std::uint8_t>(FetchReason::Prefetch)) ++prefetches;
                 break;
             case EventType::FetchEnd:
                 QVERIFY(open.count(e.a));

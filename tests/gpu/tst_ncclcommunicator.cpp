@@ -51,8 +51,7 @@ std::string onEveryRank(World &world, const std::function<void(NcclCommunicator 
     for (auto &t : threads)
         t.join();
     for (const std::string &e : errors)
-        if (!e.empty())
-            return e;
+        if (!e.empty()) return e;
     return {};
 }
 
@@ -75,10 +74,8 @@ std::vector<int> worldSizes()
 {
     std::vector<int> sizes = {1};
     const int n = std::min(test::gpuCount(), 8);
-    if (n >= 2)
-        sizes.push_back(2);
-    if (n > 2)
-        sizes.push_back(n);
+    if (n >= 2) sizes.push_back(2);
+    if (n > 2) sizes.push_back(n);
     return sizes;
 }
 
@@ -89,7 +86,7 @@ class TestNcclCommunicator : public QObject
 {
     Q_OBJECT
 
-private slots:
+  private slots:
     void initTestCase() { SHARDSCOPE_REQUIRE_GPU(); }
 
 #if SHARDSCOPE_HAVE_CUDA
@@ -97,7 +94,8 @@ private slots:
     {
         for (int n : worldSizes()) {
             World world = localWorld(n);
-            for (std::size_t bytes : {std::size_t(1), std::size_t(3), std::size_t(1000), std::size_t((1 << 20) + 7)}) {
+            for (std::size_t bytes :
+                 {std::size_t(1), std::size_t(3), std::size_t(1000), std::size_t((1 << 20) + 7)}) {
                 const std::string err = onEveryRank(world, [&](NcclCommunicator &c) {
                     std::vector<std::uint8_t> mine(bytes);
                     for (std::size_t i = 0; i < bytes; ++i)
@@ -106,16 +104,18 @@ private slots:
                     send.upload(mine.data(), bytes);
                     CommHandle h = c.allGather(send.data(), recv.data(), bytes);
                     h.wait();
-                    if (!h.ready())
-                        throw std::runtime_error("handle not ready after wait()");
+                    if (!h.ready()) throw std::runtime_error("handle not ready after wait()");
                     const auto got = recv.toHost<std::uint8_t>();
                     for (int r = 0; r < n; ++r)
                         for (std::size_t i = 0; i < bytes; ++i)
                             if (got[r * bytes + i] != static_cast<std::uint8_t>(r * 31 + i * 7))
-                                throw std::runtime_error("all_gather differs at rank block " + std::to_string(r)
-                                                         + " byte " + std::to_string(i));
+                                throw std::runtime_error("all_gather differs at rank block " +
+                                                         std::to_string(r) + " byte " +
+                                                         std::to_string(i));
                 });
-                QVERIFY2(err.empty(), (std::to_string(n) + " ranks, " + std::to_string(bytes) + " bytes: " + err).c_str());
+                QVERIFY2(err.empty(),
+                         (std::to_string(n) + " ranks, " + std::to_string(bytes) + " bytes: " + err)
+                             .c_str());
             }
         }
     }
@@ -136,7 +136,8 @@ private slots:
                     const auto got = buf.toHost<std::uint8_t>();
                     for (std::size_t i = 0; i < bytes; ++i)
                         if (got[i] != static_cast<std::uint8_t>(root * 17 + i))
-                            throw std::runtime_error("broadcast differs at byte " + std::to_string(i));
+                            throw std::runtime_error("broadcast differs at byte " +
+                                                     std::to_string(i));
                 });
                 QVERIFY2(err.empty(), err.c_str());
             }
@@ -152,9 +153,12 @@ private slots:
                     const std::string err = onEveryRank(world, [&](NcclCommunicator &c) {
                         // Small integers whose sums over 8 ranks stay below 256: exact in bf16
                         // and in any summation order.
-                        auto value = [](int rank, std::size_t i) { return float((rank + 1) + (i % 5)); };
+                        auto value = [](int rank, std::size_t i) {
+                            return float((rank + 1) + (i % 5));
+                        };
                         const std::size_t total = count * n;
-                        gpu::DeviceBuffer send(total * dtypeSize(dtype)), recv(count * dtypeSize(dtype));
+                        gpu::DeviceBuffer send(total * dtypeSize(dtype)),
+                            recv(count * dtypeSize(dtype));
                         if (dtype == DType::F32) {
                             std::vector<float> v(total);
                             for (std::size_t i = 0; i < total; ++i)
@@ -181,8 +185,9 @@ private slots:
                                 got = fromBf16(h);
                             }
                             if (got != want)
-                                throw std::runtime_error("reduce_scatter element " + std::to_string(j) + ": "
-                                                         + std::to_string(got) + " != " + std::to_string(want));
+                                throw std::runtime_error(
+                                    "reduce_scatter element " + std::to_string(j) + ": " +
+                                    std::to_string(got) + " != " + std::to_string(want));
                         }
                     });
                     QVERIFY2(err.empty(), err.c_str());

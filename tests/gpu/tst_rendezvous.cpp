@@ -44,7 +44,7 @@ int closedPort()
 
 class EnvGuard
 {
-public:
+  public:
     explicit EnvGuard(std::vector<std::pair<const char *, const char *>> vars)
     {
         for (const char *name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
@@ -66,7 +66,7 @@ public:
         }
     }
 
-private:
+  private:
     std::vector<std::pair<const char *, std::optional<std::string>>> m_saved;
 };
 
@@ -76,7 +76,7 @@ class TestRendezvous : public QObject
 {
     Q_OBJECT
 
-private slots:
+  private slots:
     void everyRankGetsRankZerosBlob_data()
     {
         QTest::addColumn<int>("world");
@@ -108,7 +108,8 @@ private slots:
             t.join();
         server.wait();
         for (int r = 1; r < world; ++r) {
-            QVERIFY2(errors[static_cast<std::size_t>(r)].empty(), errors[static_cast<std::size_t>(r)].c_str());
+            QVERIFY2(errors[static_cast<std::size_t>(r)].empty(),
+                     errors[static_cast<std::size_t>(r)].c_str());
             QVERIFY(got[static_cast<std::size_t>(r)] == blobOf(payload));
         }
     }
@@ -168,14 +169,19 @@ private slots:
             server.wait();
             QFAIL("rank 0 must give up when the other ranks never come");
         } catch (const CommError &e) {
-            QVERIFY2(std::string(e.what()).find("0 of 2 other ranks") != std::string::npos, e.what());
+            QVERIFY2(std::string(e.what()).find("0 of 2 other ranks") != std::string::npos,
+                     e.what());
         }
     }
 
     void environmentIsReadAsTorchrunSetsIt()
     {
-        EnvGuard env({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "node0"},
-                      {"MASTER_PORT", "29501"}, {"SHARDSCOPE_RENDEZVOUS_TIMEOUT_S", "7"}});
+        EnvGuard env({{"RANK", "2"},
+                      {"WORLD_SIZE", "4"},
+                      {"LOCAL_RANK", "0"},
+                      {"MASTER_ADDR", "node0"},
+                      {"MASTER_PORT", "29501"},
+                      {"SHARDSCOPE_RENDEZVOUS_TIMEOUT_S", "7"}});
         const RendezvousConfig c = rendezvousFromEnv();
         QCOMPARE(c.rank, 2);
         QCOMPARE(c.worldSize, 4);
@@ -191,11 +197,26 @@ private slots:
         QTest::addColumn<QString>("world");
         QTest::addColumn<QString>("port");
         QTest::addColumn<QString>("named");
-        QTest::newRow("no RANK") << "" << "2" << "29500" << "RANK";
-        QTest::newRow("RANK not a number") << "one" << "2" << "29500" << "RANK='one'";
-        QTest::newRow("RANK too big") << "2" << "2" << "29500" << "RANK=2 is not below WORLD_SIZE=2";
-        QTest::newRow("no MASTER_PORT") << "1" << "2" << "" << "MASTER_PORT";
-        QTest::newRow("port out of range") << "1" << "2" << "70000" << "MASTER_PORT=70000";
+        QTest::newRow("no RANK") << ""
+                                 << "2"
+                                 << "29500"
+                                 << "RANK";
+        QTest::newRow("RANK not a number") << "one"
+                                           << "2"
+                                           << "29500"
+                                           << "RANK='one'";
+        QTest::newRow("RANK too big") << "2"
+                                      << "2"
+                                      << "29500"
+                                      << "RANK=2 is not below WORLD_SIZE=2";
+        QTest::newRow("no MASTER_PORT") << "1"
+                                        << "2"
+                                        << ""
+                                        << "MASTER_PORT";
+        QTest::newRow("port out of range") << "1"
+                                           << "2"
+                                           << "70000"
+                                           << "MASTER_PORT=70000";
     }
 
     void badEnvironmentNamesTheVariable()
@@ -206,18 +227,16 @@ private slots:
         QFETCH(QString, named);
         const std::string r = rank.toStdString(), w = world.toStdString(), p = port.toStdString();
         std::vector<std::pair<const char *, const char *>> vars = {{"MASTER_ADDR", "127.0.0.1"}};
-        if (!r.empty())
-            vars.emplace_back("RANK", r.c_str());
-        if (!w.empty())
-            vars.emplace_back("WORLD_SIZE", w.c_str());
-        if (!p.empty())
-            vars.emplace_back("MASTER_PORT", p.c_str());
+        if (!r.empty()) vars.emplace_back("RANK", r.c_str());
+        if (!w.empty()) vars.emplace_back("WORLD_SIZE", w.c_str());
+        if (!p.empty()) vars.emplace_back("MASTER_PORT", p.c_str());
         EnvGuard env(vars);
         try {
             rendezvousFromEnv();
             QFAIL("a bad environment must be a CommError");
         } catch (const CommError &e) {
-            QVERIFY2(std::string(e.what()).find(named.toStdString()) != std::string::npos, e.what());
+            QVERIFY2(std::string(e.what()).find(named.toStdString()) != std::string::npos,
+                     e.what());
         }
     }
 };
