@@ -768,12 +768,14 @@ nn::TrainResult runNcclTraining(const nn::TrainConfig &config, const nn::StepCal
 
     chooseBackend("nccl"); // a CommError saying what is missing (no GPU, driver, NCCL)
     const bool multiProcess = std::getenv("RANK") && std::getenv("WORLD_SIZE");
-    std::vector<std::unique_ptr<NcclCommunicator>> comms;
+    NcclLocalWorld comms;
     int world = config.worldSize;
     if (multiProcess) {
         const RendezvousConfig rdzv = rendezvousFromEnv();
         world = rdzv.worldSize;
-        comms.push_back(makeNcclRank(rdzv));
+        std::vector<std::unique_ptr<NcclCommunicator>> one;
+        one.push_back(makeNcclRank(rdzv));
+        comms = NcclLocalWorld(std::move(one));
     } else {
         int available = 0;
         SHARDSCOPE_CUDA_CHECK(cudaGetDeviceCount(&available));
@@ -799,8 +801,8 @@ nn::TrainResult runNcclTraining(const nn::TrainConfig &config, const nn::StepCal
     shared.model = &model;
     shared.sink = sink;
     shared.worldSize = world;
-    for (auto &c : comms)
-        shared.comms.push_back(c.get());
+    for (std::size_t i = 0; i < comms.size(); ++i)
+        shared.comms.push_back(&comms[i]);
     const std::vector<int> sizes = splitBatch(config.batch, world);
 
     nn::TrainResult result;
@@ -809,47 +811,61 @@ nn::TrainResult runNcclTraining(const nn::TrainConfig &config, const nn::StepCal
     std::atomic<bool> failed{false};
     const auto start = std::chrono::steady_clock::now();
 
+    // A failing rank records its error first, then aborts every local communicator so
+    // that ranks waiting on a collective it will never join are released.
+    auto fail = [&](std::exception_ptr error) {
+        {
+            std::lock_guard lock(resultMutex);
+            if (!firstError) firstError = error;
+        }
+        if (!failed.exchange(true))
+            for (NcclCommunicator *c : shared.comms)
+                c->abort();
+    };
     auto runRank = [&](NcclCommunicator *comm) {
         try {
             const int r = comm->rank();
             RankRun run(shared, *comm, sizes[static_cast<std::size_t>(r)], offsetOf(sizes, r));
-            for (int s = 1; s <= config.steps; ++s) {
-                const auto t0 = std::chrono::steady_clock::now();
-                const double loss = run.step(s);
-                const double secs =
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-                if (comm != comms.front().get())
-                    continue; // one report per step: the first local rank's
-                std::lock_guard lock(resultMutex);
-                result.losses.push_back(loss);
-                const std::int64_t tokens = std::int64_t(config.batch) * config.seq;
-                result.tokens += tokens;
-                nn::StepReport rep;
-                rep.step = s;
-                rep.steps = config.steps;
-                rep.loss = loss;
-                rep.seconds = secs;
-                rep.tokensPerSecond = secs > 0 ? double(tokens) / secs : 0.0;
-                rep.megabytesGathered = double(shared.gatheredBytes.load()) / 1e6;
-                rep.unregisteredAccesses = shared.unregistered.load() + model.buildAccesses * world;
-                rep.lateParameters = model.lateCount;
-                if (onStep && (!multiProcess || r == 0)) onStep(rep);
+            try {
+                for (int s = 1; s <= config.steps; ++s) {
+                    const auto t0 = std::chrono::steady_clock::now();
+                    const double loss = run.step(s);
+                    const double secs =
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+                            .count();
+                    if (comm != &comms.front())
+                        continue; // one report per step: the first local rank's
+                    std::lock_guard lock(resultMutex);
+                    result.losses.push_back(loss);
+                    const std::int64_t tokens = std::int64_t(config.batch) * config.seq;
+                    result.tokens += tokens;
+                    nn::StepReport rep;
+                    rep.step = s;
+                    rep.steps = config.steps;
+                    rep.loss = loss;
+                    rep.seconds = secs;
+                    rep.tokensPerSecond = secs > 0 ? double(tokens) / secs : 0.0;
+                    rep.megabytesGathered = double(shared.gatheredBytes.load()) / 1e6;
+                    rep.unregisteredAccesses =
+                        shared.unregistered.load() + model.buildAccesses * world;
+                    rep.lateParameters = model.lateCount;
+                    if (onStep && (!multiProcess || r == 0)) onStep(rep);
+                }
+            } catch (...) {
+                fail(std::current_exception()); // before ~RankRun waits on its streams
+                throw;
             }
         } catch (...) {
-            std::lock_guard lock(resultMutex);
-            if (!firstError) firstError = std::current_exception();
-            if (!failed.exchange(true))
-                for (NcclCommunicator *c : shared.comms)
-                    c->abort();
+            fail(std::current_exception());
         }
     };
 
     if (comms.size() == 1) {
-        runRank(comms.front().get());
+        runRank(&comms.front());
     } else {
         std::vector<std::thread> threads;
-        for (auto &c : comms)
-            threads.emplace_back(runRank, c.get());
+        for (std::size_t i = 0; i < comms.size(); ++i)
+            threads.emplace_back(runRank, &comms[i]);
         for (std::thread &t : threads)
             t.join();
     }

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "cuda/cudacheck.h"
 #include "cuda/gpulibs.h"
@@ -199,7 +200,35 @@ void NcclCommunicator::abort()
     if (comm) ncclApi().commAbort(static_cast<ncclComm_t>(comm));
 }
 
-std::vector<std::unique_ptr<NcclCommunicator>> makeNcclLocalWorld(const std::vector<int> &devices)
+NcclLocalWorld &NcclLocalWorld::operator=(NcclLocalWorld &&o) noexcept
+{
+    if (this != &o) {
+        destroy();
+        m_comms = std::move(o.m_comms);
+    }
+    return *this;
+}
+
+void NcclLocalWorld::destroy() noexcept
+{
+    if (m_comms.size() <= 1) {
+        m_comms.clear();
+        return;
+    }
+    std::vector<std::thread> threads;
+    for (auto &c : m_comms) {
+        try {
+            threads.emplace_back([&c] { c.reset(); });
+        } catch (...) {
+            c.reset(); // no thread to spare: the destroy may then wait for its peers
+        }
+    }
+    for (std::thread &t : threads)
+        t.join();
+    m_comms.clear();
+}
+
+NcclLocalWorld makeNcclLocalWorld(const std::vector<int> &devices)
 {
     const NcclApi &api = requireNccl();
     int available = 0;
@@ -221,11 +250,15 @@ std::vector<std::unique_ptr<NcclCommunicator>> makeNcclLocalWorld(const std::vec
                                                              static_cast<int>(devices.size()),
                                                              devices[taken]));
     } catch (...) {
+        std::vector<std::thread> threads;
         for (std::size_t i = taken; i < comms.size(); ++i)
-            api.commDestroy(comms[i]);
+            threads.emplace_back([&api, c = comms[i]] { api.commDestroy(c); });
+        NcclLocalWorld(std::move(out)).destroy(); // concurrently with the threads above
+        for (std::thread &t : threads)
+            t.join();
         throw;
     }
-    return out;
+    return NcclLocalWorld(std::move(out));
 }
 
 std::unique_ptr<NcclCommunicator> makeNcclRank(const RendezvousConfig &config)

@@ -74,9 +74,35 @@ class NcclCommunicator final : public Communicator
     void *m_barrierBuf = nullptr; // one double: barrier and allReduceHost
 };
 
+// The communicators of one process's ranks. ncclCommDestroy is an intra-node collective,
+// so the destructor destroys them from one thread each (one thread destroying them in
+// turn would wait forever on the first).
+class NcclLocalWorld
+{
+  public:
+    NcclLocalWorld() = default;
+    explicit NcclLocalWorld(std::vector<std::unique_ptr<NcclCommunicator>> comms)
+        : m_comms(std::move(comms))
+    {
+    }
+    ~NcclLocalWorld() { destroy(); }
+    NcclLocalWorld(NcclLocalWorld &&o) noexcept : m_comms(std::move(o.m_comms)) {}
+    NcclLocalWorld &operator=(NcclLocalWorld &&o) noexcept;
+    NcclLocalWorld(const NcclLocalWorld &) = delete;
+    NcclLocalWorld &operator=(const NcclLocalWorld &) = delete;
+
+    std::size_t size() const { return m_comms.size(); }
+    NcclCommunicator &operator[](std::size_t i) const { return *m_comms[i]; }
+    NcclCommunicator &front() const { return *m_comms.front(); }
+    void destroy() noexcept;
+
+  private:
+    std::vector<std::unique_ptr<NcclCommunicator>> m_comms;
+};
+
 // One process driving the given local GPUs, one rank per GPU (rank i on devices[i]),
 // created together with ncclCommInitAll. Each communicator is then used by one thread.
-std::vector<std::unique_ptr<NcclCommunicator>> makeNcclLocalWorld(const std::vector<int> &devices);
+NcclLocalWorld makeNcclLocalWorld(const std::vector<int> &devices);
 
 // One rank of a multi-process (or multi-node) world: device = config.localRank; rank 0
 // creates the ncclUniqueId and serves it at MASTER_ADDR:MASTER_PORT, the others fetch it.

@@ -53,7 +53,7 @@ int main()
         const BackendChoice choice = chooseBackend("nccl");
         std::printf("%s\n\n", choice.reason.c_str());
         auto world = makeNcclLocalWorld({0});
-        NcclCommunicator &comm = *world.front();
+        NcclCommunicator &comm = world.front();
         gpu::setDevice(0);
         gpu::Stream copyStream;
         const std::size_t maxBytes = std::size_t(256) << 20;

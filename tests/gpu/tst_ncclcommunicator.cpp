@@ -24,7 +24,7 @@ using namespace shardscope;
 #if SHARDSCOPE_HAVE_CUDA
 namespace {
 
-using World = std::vector<std::unique_ptr<NcclCommunicator>>;
+using World = NcclLocalWorld;
 
 World localWorld(int n)
 {
@@ -42,8 +42,8 @@ std::string onEveryRank(World &world, const std::function<void(NcclCommunicator 
     for (std::size_t r = 0; r < world.size(); ++r)
         threads.emplace_back([&, r] {
             try {
-                gpu::setDevice(world[r]->device());
-                fn(*world[r]);
+                gpu::setDevice(world[r].device());
+                fn(world[r]);
             } catch (const std::exception &e) {
                 errors[r] = e.what();
             }
@@ -199,7 +199,7 @@ class TestNcclCommunicator : public QObject
     void collectivesRunOnTheCommStreamAndReportCompletion()
     {
         World world = localWorld(1);
-        NcclCommunicator &c = *world.front();
+        NcclCommunicator &c = world.front();
         QVERIFY(c.deviceBuffers());
         QCOMPARE(c.backend(), Backend::Nccl);
         QVERIFY(c.commStream() != nullptr);
@@ -214,7 +214,7 @@ class TestNcclCommunicator : public QObject
     void hostPointersAndBadRootsAreErrors()
     {
         World world = localWorld(1);
-        NcclCommunicator &c = *world.front();
+        NcclCommunicator &c = world.front();
         std::vector<char> host(16);
         gpu::DeviceBuffer dev(16);
         try {
