@@ -15,6 +15,10 @@ Connection::Connection(SessionStore *store, QObject *parent)
     connect(m_worker, &ConnectionWorker::welcomed, this, &Connection::onWelcomed);
     connect(m_worker, &ConnectionWorker::stateReceived, this, &Connection::onState);
     connect(m_worker, &ConnectionWorker::eventsReceived, this, &Connection::onEvents);
+    connect(m_worker, &ConnectionWorker::historyEnded, this, [this] {
+        m_store->flush();
+        m_caughtUp = true;
+    });
     connect(m_worker, &ConnectionWorker::droppedReported, this, &Connection::onDropped);
     connect(m_worker, &ConnectionWorker::finished, this, &Connection::onFinished);
     connect(m_worker, &ConnectionWorker::failed, this, &Connection::onFailed);
@@ -40,6 +44,7 @@ void Connection::attach(const QString &endpoint, const QString &token)
     m_token = token;
     m_everConnected = false;
     m_historyReceived = false;
+    m_caughtUp = false;
     m_states = 0;
     m_liveEvents = 0;
     m_reconnects = 0;
@@ -76,6 +81,7 @@ void Connection::setState(State state, const QString &message)
 void Connection::onWelcomed(const WelcomeInfo &info)
 {
     m_welcome = info;
+    m_caughtUp = false;
     if (m_everConnected) {
         ++m_reconnects;
         m_clientDroppedEarlier += m_clientDroppedNow;

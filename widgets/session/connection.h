@@ -33,6 +33,8 @@ public:
     QString endpoint() const { return m_endpoint; }
     const WelcomeInfo &welcome() const { return m_welcome; }
     bool historyReceived() const { return m_historyReceived; }
+    // The state and the recent history of the current connection have both arrived.
+    bool caughtUp() const { return m_caughtUp; }
     quint64 statesReceived() const { return m_states; }
     quint64 liveEventsReceived() const { return m_liveEvents; }
     int reconnects() const { return m_reconnects; }
@@ -62,6 +64,7 @@ private:
     WelcomeInfo m_welcome;
     bool m_everConnected = false;
     bool m_historyReceived = false;
+    bool m_caughtUp = false;
     quint64 m_states = 0;
     quint64 m_liveEvents = 0;
     int m_reconnects = 0;

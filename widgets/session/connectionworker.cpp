@@ -151,6 +151,7 @@ void ConnectionWorker::handleFrame(wire::Frame &frame)
     case wire::MessageType::HistoryEnd:
         flushEvents();
         m_inHistory = false;
+        Q_EMIT historyEnded();
         break;
     case wire::MessageType::EventBatch: {
         auto events = wire::decodeEvents(frame.payload);

@@ -51,6 +51,7 @@ Q_SIGNALS:
     void welcomed(const shardscope::WelcomeInfo &info);
     void stateReceived(std::shared_ptr<const shardscope::wire::Snapshot> snapshot);
     void eventsReceived(std::shared_ptr<const shardscope::EventBatch> batch);
+    void historyEnded();
     void droppedReported(quint64 totalForThisClient);
     void finished(const QString &reason);
     // refused: the engine (or our own checks) refused: retrying will not help.

@@ -80,6 +80,7 @@ void SessionStore::clear()
     m_droppedFromEvents = 0;
     m_droppedReported = 0;
     m_hasLoss = false;
+    m_completedStep = 0;
     m_loss = 0.0;
     m_dedupe = false;
     m_pending = StoreChanges{};
@@ -220,6 +221,7 @@ void SessionStore::appendEvents(std::span<const Event> events, bool history)
             }
             break;
         case EventType::StepEnd:
+            m_completedStep = std::max(m_completedStep, ev.step);
             m_loss = std::bit_cast<double>(ev.u0);
             m_hasLoss = true;
             m_pending.summary = true;

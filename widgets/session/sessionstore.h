@@ -108,6 +108,8 @@ public:
     std::uint64_t duplicateEvents() const { return m_duplicates; }
     std::uint64_t droppedEvents() const { return m_droppedReported + m_droppedFromEvents; }
     std::uint32_t step() const { return m_state.step; }
+    // The newest step a StepEnd event reported (0 before any).
+    std::uint32_t completedStep() const { return m_completedStep; }
     bool hasLoss() const { return m_hasLoss; }
     double loss() const { return m_loss; }
     const std::vector<RankMemory> &memory() const { return m_memory; }
@@ -158,6 +160,7 @@ private:
     std::uint64_t m_duplicates = 0;
     std::uint64_t m_droppedFromEvents = 0;
     std::uint64_t m_droppedReported = 0;
+    std::uint32_t m_completedStep = 0;
     bool m_hasLoss = false;
     double m_loss = 0.0;
     bool m_dedupe = false; // after a state of the same run: history may repeat stored events

@@ -1,0 +1,41 @@
+#pragma once
+// Runs the command line's job: attach or open, wait for the condition (caught up,
+// --after-step, --after-seconds), then export and grab the window, and report the exit
+// code through finished(). Messages go to stderr (errors) and stdout (files written).
+
+#include <QElapsedTimer>
+#include <QObject>
+#include <QTimer>
+
+#include "options.h"
+
+namespace shardscope::app {
+
+class MainWindow;
+
+class Automation : public QObject
+{
+    Q_OBJECT
+public:
+    Automation(MainWindow &window, Options options, QObject *parent = nullptr);
+    void start();
+
+Q_SIGNALS:
+    void finished(int exitCode);
+
+private:
+    void poll();
+    bool conditionMet() const;
+    void proceed();
+    void runOutputs();
+    void fail(const QString &message);
+
+    MainWindow &m_window;
+    Options m_options;
+    QTimer m_poll;
+    QElapsedTimer m_started;
+    QElapsedTimer m_sinceState;
+    bool m_done = false;
+};
+
+} // namespace shardscope::app

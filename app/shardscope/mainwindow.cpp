@@ -1,0 +1,303 @@
+#include "mainwindow.h"
+
+#include <QAction>
+#include <QBuffer>
+#include <QDockWidget>
+#include <QFileDialog>
+#include <QLabel>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QSplitter>
+#include <QTimer>
+#include <QVBoxLayout>
+
+#include <algorithm>
+
+#include "models/violationsmodel.h"
+#include "session/snapshotio.h"
+#include "session/traceexport.h"
+#include "views/attachdialog.h"
+#include "views/gathertimeline.h"
+#include "views/memoryplot.h"
+#include "views/moduletreeview.h"
+#include "views/paramdetail.h"
+#include "views/partitionmap.h"
+#include "views/statusbar.h"
+#include "views/violationspanel.h"
+
+namespace shardscope::app {
+
+MainWindow::MainWindow(QWidget *parent)
+    : QMainWindow(parent)
+    , m_connection(new Connection(&m_store, this))
+    , m_tree(new views::ModuleTreeView(&m_store))
+    , m_detail(new views::ParamDetail(&m_store))
+    , m_violations(new views::ViolationsPanel(&m_store))
+    , m_timeline(new views::GatherTimeline)
+    , m_partition(new views::PartitionMap)
+    , m_memory(new views::MemoryPlot)
+    , m_status(new views::InspectorStatusBar(&m_store, this))
+    , m_banner(new QLabel)
+{
+    setWindowIcon(QIcon(QStringLiteral(":/shardscope/shardscope.svg")));
+    setStatusBar(m_status);
+    setDockNestingEnabled(true);
+
+    m_banner->setObjectName(QStringLiteral("banner"));
+    m_banner->setWordWrap(true);
+    m_banner->setVisible(false);
+    m_banner->setStyleSheet(QStringLiteral("background: #fff0c0; color: #603000; padding: 4px"));
+
+    auto *lower = new QSplitter(Qt::Horizontal);
+    lower->addWidget(m_partition);
+    lower->addWidget(m_memory);
+    auto *plots = new QSplitter(Qt::Vertical);
+    plots->addWidget(m_timeline);
+    plots->addWidget(lower);
+    plots->setStretchFactor(0, 3);
+    plots->setStretchFactor(1, 2);
+    auto *central = new QWidget;
+    auto *layout = new QVBoxLayout(central);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->addWidget(m_banner);
+    layout->addWidget(plots, 1);
+    setCentralWidget(central);
+
+    auto dock = [this](const QString &title, QWidget *w, Qt::DockWidgetArea area, const char *name) {
+        auto *d = new QDockWidget(title, this);
+        d->setObjectName(QLatin1String(name));
+        d->setWidget(w);
+        addDockWidget(area, d);
+        return d;
+    };
+    dock(tr("Modules and parameters"), m_tree, Qt::LeftDockWidgetArea, "treeDock");
+    dock(tr("Parameter"), m_detail, Qt::RightDockWidgetArea, "detailDock");
+    dock(tr("Violations"), m_violations, Qt::BottomDockWidgetArea, "violationsDock");
+    resize(1500, 950);
+
+    buildMenus();
+    connect(&m_store, &SessionStore::updated, this, &MainWindow::onStoreUpdated);
+    connect(m_connection, &Connection::stateChanged, this, &MainWindow::onConnectionState);
+    connect(m_tree, &views::ModuleTreeView::paramSelected, this, &MainWindow::showParam);
+    connect(m_tree, &views::ModuleTreeView::moduleSelected, this, &MainWindow::showModule);
+    connect(m_tree, &views::ModuleTreeView::selectionChangedParams, this, [this](const QList<quint32> &ids) {
+        m_timeline->setSelection(ids);
+    });
+    connect(m_violations, &views::ViolationsPanel::paramSelected, this,
+            [this](quint32 id) { m_tree->selectParams({id}); });
+    connect(m_violations, &views::ViolationsPanel::moduleSelected, this,
+            [this](quint32 id) { m_tree->selectModule(id); });
+    connect(m_timeline, &views::GatherTimeline::paramsClicked, this,
+            [this](const QList<quint32> &ids) { m_tree->selectParams(ids); });
+    auto *partitionTimer = new QTimer(this);
+    partitionTimer->setInterval(200);
+    connect(partitionTimer, &QTimer::timeout, this, [this] {
+        if (!m_partitionStale)
+            return;
+        m_partitionStale = false;
+        const ParamId p = m_partition->selectedParameter();
+        const ModuleId m = m_partition->selectedModule();
+        m_partition->setState(m_store.state());
+        if (p != kNoParam)
+            m_partition->setParameter(p);
+        else if (m != kNoModule)
+            m_partition->setModule(m);
+    });
+    partitionTimer->start();
+    updateTitle();
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::buildMenus()
+{
+    QMenu *file = menuBar()->addMenu(tr("&File"));
+    QAction *attachAction = file->addAction(tr("&Attach to a run..."), this, [this] {
+        views::AttachDialog dialog({}, this);
+        if (dialog.exec() == QDialog::Accepted)
+            attach(dialog.endpoint(), dialog.token());
+    });
+    attachAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_T));
+    file->addAction(tr("&Detach"), this, [this] { m_connection->detach(); });
+    QAction *openAction = file->addAction(tr("&Open snapshot..."), this, [this] {
+        const QString path = QFileDialog::getOpenFileName(this, tr("Open snapshot"), {}, tr("Snapshots (*.json);;All files (*)"));
+        if (path.isEmpty())
+            return;
+        const QString err = openSnapshot(path);
+        if (!err.isEmpty())
+            QMessageBox::warning(this, tr("Open snapshot"), err);
+    });
+    openAction->setShortcut(QKeySequence::Open);
+    file->addSeparator();
+    QMenu *exp = file->addMenu(tr("&Export"));
+    exp->addAction(tr("Diagnostic &snapshot..."), this,
+                   [this] { runExport(tr("Export snapshot"), tr("Snapshots (*.json)"), &MainWindow::exportSnapshot); });
+    exp->addAction(tr("Chrome/Perfetto &trace..."), this,
+                   [this] { runExport(tr("Export trace"), tr("Trace (*.json)"), &MainWindow::exportTrace); });
+    exp->addAction(tr("Violations as &CSV..."), this,
+                   [this] { runExport(tr("Export violations"), tr("CSV (*.csv)"), &MainWindow::exportCsv); });
+    exp->addAction(tr("Window as &PNG..."), this,
+                   [this] { runExport(tr("Save screenshot"), tr("PNG (*.png)"), &MainWindow::saveScreenshot); });
+    file->addSeparator();
+    QAction *quitAction = file->addAction(tr("&Quit"), this, &QWidget::close);
+    quitAction->setShortcut(QKeySequence::Quit);
+    QMenu *view = menuBar()->addMenu(tr("&View"));
+    for (QDockWidget *d : findChildren<QDockWidget *>())
+        view->addAction(d->toggleViewAction());
+    QAction *follow = view->addAction(tr("&Follow live"));
+    follow->setCheckable(true);
+    follow->setChecked(true);
+    connect(follow, &QAction::toggled, this, [this](bool on) {
+        m_timeline->setFollowLive(on);
+        m_memory->setFollowLive(on);
+    });
+}
+
+void MainWindow::runExport(const QString &title, const QString &filter, QString (MainWindow::*fn)(const QString &))
+{
+    const QString path = QFileDialog::getSaveFileName(this, title, {}, filter);
+    if (path.isEmpty())
+        return;
+    const QString err = (this->*fn)(path);
+    if (!err.isEmpty())
+        QMessageBox::warning(this, title, err);
+    else
+        statusBar()->showMessage(tr("wrote %1").arg(path), 5000);
+}
+
+void MainWindow::attach(const QString &endpoint, const QString &token)
+{
+    m_connection->attach(endpoint, token);
+    updateTitle();
+}
+
+QString MainWindow::openSnapshot(const QString &path)
+{
+    m_connection->detach();
+    const QString err = openSnapshotFile(path, m_store);
+    if (err.isEmpty()) {
+        m_status->setConnection(tr("snapshot %1 (read-only)").arg(path), true);
+        m_banner->setVisible(false);
+        m_store.flush();
+    }
+    updateTitle();
+    return err;
+}
+
+QString MainWindow::exportSnapshot(const QString &path)
+{
+    m_store.flush();
+    return exportSnapshotFile(path, m_store);
+}
+
+QString MainWindow::exportTrace(const QString &path)
+{
+    if (!m_store.hasState())
+        return tr("nothing to export: attach to an engine or open a snapshot first");
+    return writeFileAtomically(path, chromeTrace(m_store));
+}
+
+QString MainWindow::exportCsv(const QString &path)
+{
+    m_store.flush();
+    return writeFileAtomically(path, m_violations->model()->toCsv());
+}
+
+QString MainWindow::saveScreenshot(const QString &path)
+{
+    const QPixmap pixmap = grab();
+    if (pixmap.isNull())
+        return tr("cannot grab the window");
+    QByteArray png;
+    {
+        QBuffer buffer(&png);
+        buffer.open(QIODevice::WriteOnly);
+        if (!pixmap.save(&buffer, "PNG"))
+            return tr("cannot encode the screenshot as PNG");
+    }
+    return writeFileAtomically(path, png);
+}
+
+void MainWindow::onConnectionState(Connection::State state, const QString &message)
+{
+    const bool ok = state == Connection::State::Connected || state == Connection::State::Finished
+        || state == Connection::State::Idle;
+    m_status->setConnection(message, ok);
+    const bool warn = state == Connection::State::Lost || state == Connection::State::Failed;
+    m_banner->setText(message);
+    m_banner->setVisible(warn);
+    updateTitle();
+}
+
+void MainWindow::onStoreUpdated(const StoreChanges &changes)
+{
+    if (changes.reset || changes.structure) {
+        if (changes.reset) {
+            m_timeline->clear();
+            m_memory->clear();
+            m_partition->clear();
+            m_fed.clear();
+            m_originSet = false;
+        }
+        m_timeline->setState(m_store.state());
+        m_memory->setState(m_store.state());
+        m_partitionStale = true;
+        updateTitle();
+    } else if (m_partition->selectedModule() != kNoModule) {
+        m_partitionStale = m_partitionStale || !changes.params.empty();
+    } else if (const ParamId p = m_partition->selectedParameter(); p != kNoParam) {
+        m_partitionStale = m_partitionStale || std::find(changes.params.begin(), changes.params.end(), p) != changes.params.end();
+    }
+    if (changes.events || changes.reset)
+        feedPlots(changes.reset);
+}
+
+void MainWindow::feedPlots(bool)
+{
+    if (!m_originSet && m_store.totalEvents() > 0) {
+        const std::uint64_t origin = m_store.firstTs();
+        m_timeline->setTimeOrigin(origin);
+        m_memory->setTimeOrigin(origin);
+        m_originSet = true;
+    }
+    m_fed.resize(static_cast<std::size_t>(m_store.laneCount()), 0);
+    std::vector<Event> batch;
+    for (int r = 0; r < m_store.laneCount(); ++r) {
+        const EventLane &lane = m_store.lane(r);
+        std::size_t &fed = m_fed[static_cast<std::size_t>(r)];
+        if (fed >= lane.size())
+            continue;
+        batch.clear();
+        batch.reserve(lane.size() - fed);
+        for (std::size_t i = fed; i < lane.size(); ++i)
+            batch.push_back(lane.at(i));
+        fed = lane.size();
+        m_timeline->appendEvents(batch);
+        m_memory->appendEvents(batch);
+    }
+}
+
+void MainWindow::showParam(quint32 id)
+{
+    m_detail->showParam(id);
+    m_partition->setParameter(id);
+}
+
+void MainWindow::showModule(quint32 id)
+{
+    m_partition->setModule(id);
+}
+
+void MainWindow::updateTitle()
+{
+    QString title = QStringLiteral("ShardScope");
+    if (m_store.hasState())
+        title += QStringLiteral(" — ") + QString::fromStdString(m_store.state().modelName);
+    if (m_store.readOnly())
+        title += tr(" — %1 (read-only)").arg(m_store.source());
+    else if (!m_connection->endpoint().isEmpty())
+        title += QStringLiteral(" — ") + m_connection->endpoint();
+    setWindowTitle(title);
+}
+
+} // namespace shardscope::app
