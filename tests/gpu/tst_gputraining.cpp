@@ -119,6 +119,28 @@ class TestGpuTraining : public QObject
         QVERIFY(std::fabs(gpu.lastLoss - cpu.lastLoss) <= 1e-3 * cpu.lastLoss);
     }
 
+    void autoGuardRegistersTheTiedEmbeddingOnce()
+    {
+        nn::TrainConfig c = smallConfig(1);
+        c.steps = 4;
+        c.guard = GuardPolicy::Auto;
+        RecordingSink sink;
+        const nn::TrainResult gpu = gpu::runNcclTraining(c, {}, &sink);
+        const nn::TrainResult cpu = cpuRun(c);
+        QCOMPARE(gpu.unregisteredAccesses, cpu.unregisteredAccesses);
+        int registrations = 0, accesses = 0;
+        for (const Event &e : sink.events()) {
+            if (e.type == EventType::ExternalRegister && e.flags == 1) ++registrations;
+            if (e.type == EventType::UnregisteredAccess) {
+                ++accesses;
+                QCOMPARE(e.step, 1u);
+            }
+        }
+        QCOMPARE(registrations, 1);
+        QCOMPARE(accesses, 1);
+        QVERIFY(std::fabs(gpu.lastLoss - cpu.lastLoss) <= 1e-3 * cpu.lastLoss);
+    }
+
     void guardErrorStopsWithTheFix()
     {
         nn::TrainConfig c = smallConfig(1);
