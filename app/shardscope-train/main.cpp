@@ -194,19 +194,35 @@ void printFinal(const nn::TrainResult &r, int steps)
     std::fflush(stdout);
 }
 
-// Says what the engine recorded, so the two stories are visible in a plain terminal.
-void printViolations(const Engine &engine)
+// Prints each problem the engine records the first time it appears, as the first local
+// rank saw it (not once per rank), so the two stories show up in a plain terminal at the
+// step they happen.
+class ViolationPrinter
 {
-    // One line per distinct problem, as the first local rank saw it, not one per rank.
-    for (const ViolationRecord &v : engine.violations()) {
-        if (v.kind == ViolationKind::TraceInvalidated || v.rank != engine.localRanks().front())
-            continue;
-        std::printf("%s (steps %u-%u, %llu times): %s\n",
-                    std::string(violationKindName(v.kind)).c_str(), v.step, v.lastStep,
-                    static_cast<unsigned long long>(v.count), v.message.c_str());
-        if (!v.fix.empty()) std::printf("    fix: %s\n", v.fix.c_str());
+  public:
+    explicit ViolationPrinter(const Engine &engine) : m_engine(engine) {}
+
+    void printNew()
+    {
+        const std::vector<ViolationRecord> all = m_engine.violations();
+        for (; m_seen < all.size(); ++m_seen) {
+            const ViolationRecord &v = all[m_seen];
+            if (v.kind == ViolationKind::TraceInvalidated ||
+                v.rank != m_engine.localRanks().front())
+                continue;
+            const std::string when = v.step == 0 ? std::string("while building the model")
+                                                 : "at step " + std::to_string(v.step);
+            std::printf("  %s %s: %s\n", std::string(violationKindName(v.kind)).c_str(),
+                        when.c_str(), v.message.c_str());
+            if (!v.fix.empty()) std::printf("    fix: %s\n", v.fix.c_str());
+        }
+        std::fflush(stdout);
     }
-}
+
+  private:
+    const Engine &m_engine;
+    std::size_t m_seen = 0;
+};
 
 int runCpu(const nn::TrainConfig &config)
 {
@@ -239,10 +255,15 @@ int runCpu(const nn::TrainConfig &config)
         std::printf("inspector: listening on %s\n", at.c_str());
     std::fflush(stdout);
 
+    ViolationPrinter violations(*engine);
     nn::buildModel(*engine, config);
-    const nn::TrainResult result = nn::trainModel(*engine, config, printStep);
+    violations.printNew();
+    const nn::TrainResult result =
+        nn::trainModel(*engine, config, [&violations](const nn::StepReport &r) {
+            printStep(r);
+            violations.printNew();
+        });
     inspector->finish();
-    printViolations(*engine);
     printFinal(result, config.steps);
     if (!config.snapshotOut.empty()) std::printf("snapshot: %s\n", config.snapshotOut.c_str());
     return 0;

@@ -86,7 +86,11 @@ void TestTrainCli::demoPrintsStepsAndTheStories()
     QVERIFY2(f.hasMatch(), qPrintable(r.out));
     QCOMPARE(f.captured(1).toDouble(), losses.last());
     QCOMPARE(f.captured(2).toInt(), unregistered.last());
-    QVERIFY(r.out.contains("register_external_parameter(lm_head, embed.weight)"));
+    // Each problem is printed once, when it first happens, with its fix.
+    QCOMPARE(r.out.count("read `embed.weight` owned by `embed`"), 1);
+    QVERIFY(r.out.contains("unregistered_access at step 1: module `lm_head` read `embed.weight`"));
+    QVERIFY(r.out.contains("fix: register_external_parameter(lm_head, embed.weight)"));
+    QVERIFY(r.out.contains("unregistered_access while building the model: `pos_conv.weight`"));
     QVERIFY(r.out.contains("pos_conv.weight_g was created after the model was partitioned"));
     QVERIFY(r.out.contains("pos_conv.weight_v was created after the model was partitioned"));
 }
