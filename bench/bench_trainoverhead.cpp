@@ -1,0 +1,218 @@
+// What the inspector costs a training run: the trainer's step time (the default model,
+// 4 CPU ranks) with a real socket client attached that decodes every frame with the wire
+// codec, against the same run with the endpoint off, and against telemetry off. The three
+// variants are interleaved (A B C, B C A, C A B, ...) so machine noise hits all alike.
+// Prints a Markdown table.
+//
+// Usage: bench_trainoverhead [--reps N] [--steps N]
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "benchutil.h"
+#include "nn/trainer.h"
+#include "server/inspector.h"
+#include "server/inspectorclient.h"
+#include "wire/messages.h"
+#include "wire/snapshot.h"
+
+using namespace shardscope;
+using namespace shardscope::bench;
+
+namespace {
+
+enum Variant { Attached, EndpointOff, TelemetryOff, VariantCount };
+const char *const kNames[VariantCount] = {
+    "A: endpoint on, client attached decoding every event",
+    "B: endpoint off (--no-listen), telemetry on",
+    "C: telemetry off (--no-listen --no-telemetry)",
+};
+
+constexpr int kWarmupSteps = 20; // not counted: the first step records the trace, caches warm up
+
+struct ClientTotals
+{
+    std::uint64_t events = 0;
+    std::uint64_t states = 0;
+    std::uint64_t frames = 0;
+    std::string error;
+};
+
+// A client like shardscope-capture: reads every frame and decodes it (events and states).
+void runClient(server::InspectorClient &client, ClientTotals &totals)
+{
+    for (;;) {
+        auto frame = client.next(1000);
+        if (!frame) {
+            if (frame.error() != "the engine closed the connection")
+                totals.error = frame.error();
+            return;
+        }
+        if (!frame.value())
+            continue;
+        const wire::Frame &f = *frame.value();
+        ++totals.frames;
+        switch (f.type) {
+        case wire::MessageType::EventBatch: {
+            auto events = wire::decodeEvents(f.payload);
+            if (!events) {
+                totals.error = events.error();
+                return;
+            }
+            totals.events += events->size();
+            break;
+        }
+        case wire::MessageType::State: {
+            auto snap = wire::decodeSnapshot(f.payload);
+            if (!snap) {
+                totals.error = snap.error();
+                return;
+            }
+            ++totals.states;
+            break;
+        }
+        case wire::MessageType::Goodbye:
+            return;
+        default:
+            break;
+        }
+    }
+}
+
+struct RunResult
+{
+    double medianStepMs = 0.0;
+    double totalSeconds = 0.0;
+    std::uint64_t clientEvents = 0;
+    std::uint64_t clientDropped = 0;
+    std::uint64_t ringDropped = 0;
+};
+
+RunResult runOnce(Variant v, const nn::TrainConfig &base)
+{
+    nn::TrainConfig config = base;
+    config.listen = v == Attached;
+    config.telemetry = v != TelemetryOff;
+    config.endpoint = config.listen ? "tcp:127.0.0.1:0" : "";
+
+    std::unique_ptr<Engine> engine = nn::makeCpuEngine(config);
+    InspectorOptions options;
+    options.listen = config.listen;
+    options.endpoint = config.endpoint;
+    options.telemetry = config.telemetry;
+    options.historyEvents = config.historyEvents;
+    Inspector inspector(*engine, options);
+
+    std::unique_ptr<server::InspectorClient> client;
+    ClientTotals totals;
+    std::thread clientThread;
+    if (v == Attached) {
+        server::InspectorClient::Options co;
+        co.name = "bench_trainoverhead";
+        auto connected = server::InspectorClient::connect(inspector.endpoint(), co);
+        if (!connected)
+            throw std::runtime_error("cannot attach to " + inspector.endpoint() + ": " + connected.error());
+        client = std::move(connected.value());
+        clientThread = std::thread([&] { runClient(*client, totals); });
+    }
+
+    std::vector<double> stepSeconds;
+    stepSeconds.reserve(static_cast<std::size_t>(config.steps));
+    const nn::TrainResult result = nn::runCpuTraining(config, *engine, [&](const nn::StepReport &r) {
+        if (r.step > kWarmupSteps)
+            stepSeconds.push_back(r.seconds);
+    });
+    inspector.finish();
+    if (clientThread.joinable())
+        clientThread.join();
+    if (!totals.error.empty())
+        throw std::runtime_error("the client failed: " + totals.error);
+
+    RunResult out;
+    out.medianStepMs = stats(stepSeconds).median * 1e3;
+    out.totalSeconds = result.seconds;
+    out.clientEvents = totals.events;
+    out.clientDropped = inspector.clientDroppedEvents();
+    out.ringDropped = inspector.droppedEvents();
+    return out;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    int reps = 5;
+    nn::TrainConfig config; // the default model and run, 4 ranks
+    config.worldSize = 4;
+    config.steps = 400;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--reps" && i + 1 < argc) {
+            reps = std::atoi(argv[++i]);
+        } else if (a == "--steps" && i + 1 < argc) {
+            config.steps = std::atoi(argv[++i]);
+        } else {
+            std::fprintf(stderr, "bench_trainoverhead: unknown argument '%s'\n"
+                                 "usage: bench_trainoverhead [--reps N] [--steps N]\n", a.c_str());
+            return 2;
+        }
+    }
+    if (reps < 5 || config.steps <= kWarmupSteps + 10) {
+        std::fprintf(stderr, "bench_trainoverhead: needs --reps >= 5 and --steps > %d\n", kWarmupSteps + 10);
+        return 2;
+    }
+
+    std::vector<double> stepMs[VariantCount];
+    std::vector<double> ratioAC, ratioBC, ratioAB;
+    std::vector<double> events;
+    std::uint64_t clientDropped = 0;
+    std::uint64_t ringDropped = 0;
+    try {
+        runOnce(EndpointOff, config); // warm-up: page cache, allocator, CPU frequency
+        for (int rep = 0; rep < reps; ++rep) {
+            RunResult r[VariantCount];
+            for (int k = 0; k < VariantCount; ++k) {
+                const auto v = static_cast<Variant>((rep + k) % VariantCount);
+                r[v] = runOnce(v, config);
+                stepMs[v].push_back(r[v].medianStepMs);
+            }
+            ratioAC.push_back(r[Attached].medianStepMs / r[TelemetryOff].medianStepMs);
+            ratioBC.push_back(r[EndpointOff].medianStepMs / r[TelemetryOff].medianStepMs);
+            ratioAB.push_back(r[Attached].medianStepMs / r[EndpointOff].medianStepMs);
+            events.push_back(double(r[Attached].clientEvents));
+            clientDropped += r[Attached].clientDropped;
+            ringDropped += r[Attached].ringDropped + r[EndpointOff].ringDropped;
+        }
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "bench_trainoverhead: %s\n", e.what());
+        return 1;
+    }
+
+    const Stats ac = stats(ratioAC);
+    std::printf("### Training overhead of the inspector\n\n");
+    std::printf("%s; shardscope-train's default model (%d blocks, hidden %d, vocab %d, seq %d, "
+                "batch %d), %d CPU ranks, %d steps per run (the first %d not counted); each "
+                "figure is the median step time of one run; median (min-max) over %d runs per "
+                "variant, variants interleaved\n\n",
+                machine().c_str(), config.layers, config.hidden, config.vocab, config.seq,
+                config.batch, config.worldSize, config.steps, kWarmupSteps, reps);
+    std::printf("| variant | median step (ms) |\n|---|---:|\n");
+    for (int v = 0; v < VariantCount; ++v)
+        std::printf("| %s | %s |\n", kNames[v], format(stats(stepMs[v]), 3).c_str());
+    std::printf("\n| ratio (same repetition) | median (min-max) |\n|---|---:|\n");
+    std::printf("| A / C: attached client vs telemetry off | %s |\n", format(ac, 4).c_str());
+    std::printf("| B / C: endpoint off vs telemetry off | %s |\n", format(stats(ratioBC), 4).c_str());
+    std::printf("| A / B: attached client vs endpoint off | %s |\n", format(stats(ratioAB), 4).c_str());
+    std::printf("\nThe client decoded %s events per run (median); events dropped for the client: "
+                "%llu, dropped from the rings: %llu (all runs). Target <= 1%% overhead (A / C <= "
+                "1.01): %s.\n",
+                format(stats(events), 0).c_str(), static_cast<unsigned long long>(clientDropped),
+                static_cast<unsigned long long>(ringDropped), verdict(ac.median <= 1.01));
+    return 0;
+}

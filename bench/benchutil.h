@@ -1,0 +1,106 @@
+#pragma once
+// What every benchmark shares: repetition statistics (median and min-max), a compiler
+// barrier that keeps measured work alive, the machine line, and the --reps option.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace shardscope::bench {
+
+using Clock = std::chrono::steady_clock;
+
+inline double secondsSince(Clock::time_point t0)
+{
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+struct Stats
+{
+    double median = 0.0;
+    double min = 0.0;
+    double max = 0.0;
+};
+
+inline Stats stats(std::vector<double> v)
+{
+    Stats s;
+    if (v.empty())
+        return s;
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    s.median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    s.min = v.front();
+    s.max = v.back();
+    return s;
+}
+
+// "12.3 (11.9-13.0)": median (min-max), as bench_allgather prints it.
+inline std::string format(const Stats &s, int decimals)
+{
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "%.*f (%.*f-%.*f)", decimals, s.median, decimals, s.min,
+                  decimals, s.max);
+    return buf;
+}
+
+// Keeps a value (and everything it depends on) from being optimised away.
+template <typename T>
+inline void keep(const T &value)
+{
+    asm volatile("" : : "r,m"(value) : "memory");
+}
+
+// "Intel(R) Xeon(R) Processor, 2 hardware threads"
+inline std::string machine()
+{
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    std::string line;
+    std::string model = "unknown CPU";
+    while (std::getline(cpuinfo, line)) {
+        if (line.rfind("model name", 0) == 0) {
+            const auto colon = line.find(':');
+            if (colon != std::string::npos)
+                model = line.substr(colon + 2);
+            break;
+        }
+    }
+    return model + ", " + std::to_string(std::thread::hardware_concurrency()) + " hardware threads";
+}
+
+// Reads "--reps N" (at least 5 unless the caller allows fewer) from the command line;
+// anything else is a usage error that names the benchmark.
+inline int parseReps(int argc, char **argv, std::string_view name, int fallback, int least = 5)
+{
+    int reps = fallback;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--reps" && i + 1 < argc) {
+            reps = std::atoi(argv[++i]);
+        } else {
+            std::fprintf(stderr, "%.*s: unknown argument '%s'\nusage: %.*s [--reps N]\n",
+                         static_cast<int>(name.size()), name.data(), a.c_str(),
+                         static_cast<int>(name.size()), name.data());
+            std::exit(2);
+        }
+    }
+    if (reps < least) {
+        std::fprintf(stderr, "%.*s: --reps must be at least %d, to show the spread\n",
+                     static_cast<int>(name.size()), name.data(), least);
+        std::exit(2);
+    }
+    return reps;
+}
+
+inline const char *verdict(bool met)
+{
+    return met ? "met" : "**missed**";
+}
+
+} // namespace shardscope::bench
