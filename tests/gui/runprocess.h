@@ -1,0 +1,102 @@
+#pragma once
+// Runs the project's executables from the tests: the trainer (reading the endpoint it
+// announces) and the shardscope app, both found through $SHARDSCOPE_BIN_DIR.
+
+#include <QDir>
+#include <QElapsedTimer>
+#include <QImage>
+#include <QProcess>
+#include <QProcessEnvironment>
+#include <QRegularExpression>
+#include <QSet>
+#include <QString>
+#include <QTest>
+
+namespace shardscope::testing {
+
+inline QString binPath(const QString &name)
+{
+    const QString dir = qEnvironmentVariable("SHARDSCOPE_BIN_DIR");
+    return dir.isEmpty() ? QString() : QDir(dir).filePath(name);
+}
+
+struct ProcessResult
+{
+    int exitCode = -1;
+    bool finished = false;
+    QString out;
+    QString err;
+};
+
+inline ProcessResult runApp(const QStringList &args, int timeoutMs = 90000)
+{
+    QProcess p;
+    p.start(binPath(QStringLiteral("shardscope")), args);
+    ProcessResult r;
+    if (!p.waitForStarted(10000))
+        return r;
+    r.finished = p.waitForFinished(timeoutMs);
+    if (!r.finished) {
+        p.kill();
+        p.waitForFinished(5000);
+    }
+    r.exitCode = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+    r.out = QString::fromUtf8(p.readAllStandardOutput());
+    r.err = QString::fromUtf8(p.readAllStandardError());
+    return r;
+}
+
+// A running shardscope-train serving on a loopback TCP port it picked; killed at scope end.
+class Trainer
+{
+public:
+    explicit Trainer(const QStringList &extra = {})
+    {
+        m_process.setProcessChannelMode(QProcess::SeparateChannels);
+        m_process.start(binPath(QStringLiteral("shardscope-train")),
+                        QStringList{QStringLiteral("--externals"), QStringLiteral("none"), QStringLiteral("--backend"),
+                                    QStringLiteral("cpu"), QStringLiteral("--listen"), QStringLiteral("tcp:127.0.0.1:0")}
+                            + extra);
+        if (!m_process.waitForStarted(10000))
+            return;
+        static const QRegularExpression re(QStringLiteral("inspector: listening on (\\S+)"));
+        QElapsedTimer t;
+        t.start();
+        while (t.elapsed() < 30000 && m_process.state() == QProcess::Running) {
+            m_process.waitForReadyRead(200);
+            m_output += QString::fromUtf8(m_process.readAllStandardOutput());
+            const auto m = re.match(m_output);
+            if (m.hasMatch()) {
+                m_endpoint = m.captured(1);
+                return;
+            }
+        }
+    }
+    ~Trainer()
+    {
+        if (m_process.state() != QProcess::NotRunning) {
+            m_process.kill();
+            m_process.waitForFinished(5000);
+        }
+    }
+    QString endpoint() const { return m_endpoint; }
+    QString output() { return m_output + QString::fromUtf8(m_process.readAllStandardOutput()) + QString::fromUtf8(m_process.readAllStandardError()); }
+
+private:
+    QProcess m_process;
+    QString m_endpoint;
+    QString m_output;
+};
+
+// Not blank: real content has many colours and is not one flat fill.
+inline int distinctColours(const QImage &image)
+{
+    QSet<QRgb> colours;
+    for (int y = 0; y < image.height(); y += 3) {
+        for (int x = 0; x < image.width(); x += 3)
+            colours.insert(image.pixel(x, y));
+    }
+    return static_cast<int>(colours.size());
+}
+
+} // namespace shardscope::testing

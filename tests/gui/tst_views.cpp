@@ -1,0 +1,205 @@
+// The inspector's own views, offscreen: the tree with 100,000 parameters filters and
+// selects; a violation reaches the panel and marks the tree; the detail panel shows
+// the shard table and copies the fix line; the attach dialog lists live engines.
+
+#include <QApplication>
+#include <QClipboard>
+#include <QCoreApplication>
+#include <QDir>
+#include <QFile>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QTableView>
+#include <QTableWidget>
+#include <QTemporaryDir>
+#include <QTest>
+#include <QTreeView>
+
+#include "models/moduletreemodel.h"
+#include "models/violationsmodel.h"
+#include "session/sessionstore.h"
+#include "syntheticstate.h"
+#include "views/attachdialog.h"
+#include "views/moduletreeview.h"
+#include "views/paramdetail.h"
+#include "views/statusbar.h"
+#include "views/violationspanel.h"
+#include "wire/discovery.h"
+
+using namespace shardscope;
+using namespace shardscope::testing;
+
+class tst_Views : public QObject
+{
+    Q_OBJECT
+private slots:
+    void treeWithHundredThousandParameters();
+    void violationReachesPanelAndTree();
+    void detailShowsShardsAndCopiesFix();
+    void attachDialogListsLiveEngines();
+    void statusBarSummarises();
+};
+
+void tst_Views::treeWithHundredThousandParameters()
+{
+    SessionStore store;
+    store.applyState(largeState(1000, 100));
+    store.flush();
+    views::ModuleTreeView view(&store);
+    view.resize(800, 600);
+    view.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&view));
+    QTreeView *tree = view.treeView();
+    QVERIFY(tree->uniformRowHeights());
+    QVERIFY(tree->isExpanded(view.model()->index(0, 0)));
+    QCOMPARE(view.model()->rowCount(view.model()->index(0, 0)), 10);
+
+    QSignalSpy selected(&view, &views::ModuleTreeView::paramSelected);
+    view.filterEdit()->setText(QStringLiteral("layer4242"));
+    QTRY_COMPARE(view.model()->filterText(), QStringLiteral("layer4242"));
+    // Typing applied the filter (no explicit call): group42 > layer4242 > its 100 params.
+    QCOMPARE(view.model()->matchingNodeCount(), 1 + 1 + 1 + 100);
+    const QModelIndex group = view.model()->index(0, 0, view.model()->index(0, 0));
+    QCOMPARE(group.data().toString(), QStringLiteral("group42"));
+    QVERIFY(tree->isExpanded(group));
+
+    view.setFilterText(QString());
+    view.selectParams({99999});
+    QCOMPARE(selected.count(), 1);
+    QCOMPARE(selected.last().at(0).toUInt(), 99999u);
+    QCOMPARE(tree->currentIndex().data().toString(), QStringLiteral("w99"));
+    QVERIFY(tree->isExpanded(tree->currentIndex().parent()));
+    QCOMPARE(view.selectedParams(), QList<quint32>{99999});
+}
+
+void tst_Views::violationReachesPanelAndTree()
+{
+    SessionStore store;
+    store.applyState(smallState());
+    views::ModuleTreeView tree(&store);
+    views::ViolationsPanel panel(&store);
+    panel.resize(900, 300);
+    panel.show();
+    QObject::connect(&panel, &views::ViolationsPanel::paramSelected, &tree,
+                     [&](quint32 id) { tree.selectParams({id}); });
+    store.flush();
+    QCOMPARE(panel.model()->rowCount(), 0);
+
+    store.appendEvents(std::vector<Event>{lmHeadViolation(100, 0)}, false);
+    // Within the store's refresh interval (33 ms) the row is there: no flush by hand.
+    QTRY_COMPARE_WITH_TIMEOUT(panel.model()->rowCount(), 1, 1000);
+    const QModelIndex embedW = tree.model()->indexForParam(0);
+    QCOMPARE(tree.model()->index(embedW.row(), ModuleTreeModel::Violations, embedW.parent()).data().toString(), QStringLiteral("1"));
+    const QModelIndex head = tree.model()->indexForModule(7);
+    QCOMPARE(tree.model()->index(head.row(), ModuleTreeModel::Violations, head.parent()).data().toString(), QStringLiteral("1"));
+
+    panel.selectRow(0);
+    QCOMPARE(panel.currentFix(), QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
+    QCOMPARE(tree.treeView()->currentIndex().data(ModuleTreeModel::ParamIdRole).toUInt(), 0u);
+    auto *copy = panel.findChild<QPushButton *>(QStringLiteral("copyFix"));
+    QVERIFY(copy && copy->isEnabled());
+    QSignalSpy copied(&panel, &views::ViolationsPanel::fixCopied);
+    copy->click();
+    QCOMPARE(copied.count(), 1);
+    QCOMPARE(QApplication::clipboard()->text(), QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
+}
+
+void tst_Views::detailShowsShardsAndCopiesFix()
+{
+    SessionStore store;
+    EngineState st = smallState(4);
+    st.params[0].externals.push_back(ExternalRecord{7, true});
+    store.applyState(st);
+    store.appendEvents(std::vector<Event>{makeEvent(10, 2, EventType::FetchBegin, 0), makeEvent(20, 2, EventType::FetchEnd, 0, 0, 6464),
+                                          lmHeadViolation(30, 1)},
+                       false);
+    store.flush();
+    views::ParamDetail detail(&store);
+    detail.showParam(0); // embed.weight: 101 x 16 = 1616 over 4 ranks: 404 each, no padding
+    QCOMPARE(detail.field(QStringLiteral("owner")), QStringLiteral("embed (Embedding)"));
+    QCOMPARE(detail.field(QStringLiteral("shape")), QStringLiteral("[101, 16]"));
+    QCOMPARE(detail.field(QStringLiteral("numel")), QStringLiteral("1,616"));
+    QCOMPARE(detail.field(QStringLiteral("partition numel")), QStringLiteral("404"));
+    QCOMPARE(detail.field(QStringLiteral("registered on")), QStringLiteral("lm_head (auto)"));
+    QCOMPARE(detail.field(QStringLiteral("gathers")), QStringLiteral("1"));
+    QTableWidget *t = detail.shardTable();
+    QCOMPARE(t->rowCount(), 4);
+    QCOMPARE(t->item(3, 1)->text(), QStringLiteral("1,212"));
+    QCOMPARE(t->item(3, 2)->text(), QStringLiteral("404"));
+    QCOMPARE(t->item(2, 4)->text(), QStringLiteral("AVAILABLE"));
+    QCOMPARE(t->item(1, 4)->text(), QStringLiteral("NOT_AVAILABLE"));
+    QCOMPARE(detail.fixLines(), QStringList{"register_external_parameter(lm_head, embed.weight)"});
+
+    detail.showParam(5); // lm_head.bias: 101 over 4 ranks -> padded 104, 26 each, 3 padding on rank 3
+    QCOMPARE(t->item(3, 3)->text(), QStringLiteral("3"));
+    QCOMPARE(t->item(3, 1)->text(), QStringLiteral("78"));
+    QCOMPARE(t->item(0, 3)->text(), QStringLiteral("0"));
+    QVERIFY(detail.fixLines().isEmpty());
+
+    detail.showParam(0);
+    auto *copy = detail.findChild<QPushButton *>(QStringLiteral("copyFix"));
+    QVERIFY(copy);
+    copy->click();
+    QCOMPARE(QApplication::clipboard()->text(), QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
+
+    // Live: the status column follows events without re-selecting.
+    store.appendEvents(std::vector<Event>{makeEvent(40, 2, EventType::Release, 0)}, false);
+    store.flush();
+    QCOMPARE(t->item(2, 4)->text(), QStringLiteral("NOT_AVAILABLE"));
+}
+
+void tst_Views::attachDialogListsLiveEngines()
+{
+    QTemporaryDir dir;
+    wire::DiscoveryEntry e;
+    e.pid = QCoreApplication::applicationPid(); // alive: this test
+    e.endpoint = "tcp:127.0.0.1:45678";
+    e.model = "tiny-lm";
+    e.worldSize = 4;
+    e.backend = "cpu";
+    e.startUnixMs = static_cast<std::uint64_t>(QDateTime::currentMSecsSinceEpoch()) - 75000;
+    views::AttachDialog dialog(dir.path());
+    QCOMPARE(dialog.engineCount(), 0);
+    {
+        QFile f(QString::fromStdString(wire::discoveryFilePath(dir.path().toStdString(), e.pid)));
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(QByteArray::fromStdString(wire::encodeDiscovery(e)));
+    }
+    // A stale file of a dead process is ignored.
+    {
+        wire::DiscoveryEntry dead = e;
+        dead.pid = 0x7ffffff0;
+        QFile f(QString::fromStdString(wire::discoveryFilePath(dir.path().toStdString(), dead.pid)));
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(QByteArray::fromStdString(wire::encodeDiscovery(dead)));
+    }
+    QTRY_COMPARE_WITH_TIMEOUT(dialog.engineCount(), 1, 3000); // refreshed live
+    QTableWidget *t = dialog.enginesTable();
+    QCOMPARE(t->item(0, 0)->text(), QString::number(e.pid));
+    QCOMPARE(t->item(0, 1)->text(), QStringLiteral("tiny-lm"));
+    QCOMPARE(t->item(0, 2)->text(), QStringLiteral("4"));
+    QCOMPARE(t->item(0, 3)->text(), QStringLiteral("cpu"));
+    QVERIFY(t->item(0, 4)->text().startsWith(QStringLiteral("1 min")));
+    t->selectRow(0);
+    QCOMPARE(dialog.endpoint(), QStringLiteral("tcp:127.0.0.1:45678"));
+}
+
+void tst_Views::statusBarSummarises()
+{
+    SessionStore store;
+    views::InspectorStatusBar bar(&store);
+    store.applyState(smallState());
+    store.appendEvents(std::vector<Event>{makeEvent(1, 0, EventType::StepBegin, 0, 0, 0, 0, 7),
+                                          makeEvent(2, 0, EventType::StepEnd, 0, 0, std::bit_cast<std::uint64_t>(3.5), 0, 7),
+                                          makeEvent(3, 0, EventType::DroppedEvents, 0, 0, 12)},
+                       false);
+    store.flush();
+    QCOMPARE(bar.summaryText(), QStringLiteral("world 4 · cpu · step 7 · loss 3.5000"));
+    QCOMPARE(bar.droppedText(), QStringLiteral("dropped 12"));
+    bar.setConnection(QStringLiteral("connection lost"), false);
+    QCOMPARE(bar.connectionText(), QStringLiteral("connection lost"));
+}
+
+QTEST_MAIN(tst_Views)
+#include "tst_views.moc"
