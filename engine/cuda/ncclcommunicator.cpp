@@ -3,7 +3,9 @@
 
 #include "cuda/ncclcommunicator.h"
 
+#include <chrono>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -28,7 +30,10 @@ void checkNccl(ncclResult_t r, const char *call, int rank, ncclComm_t comm = nul
 class EventHandle final : public CommHandle::Impl
 {
   public:
-    EventHandle(cudaEvent_t ev, int device) : m_event(ev), m_device(device) {}
+    EventHandle(cudaEvent_t ev, int device, int rank, std::function<std::string()> asyncError)
+        : m_event(ev), m_device(device), m_rank(rank), m_asyncError(std::move(asyncError))
+    {
+    }
     ~EventHandle() override
     {
         int current = 0;
@@ -44,11 +49,31 @@ class EventHandle final : public CommHandle::Impl
         SHARDSCOPE_CUDA_CHECK(err);
         return true;
     }
-    void wait() override { SHARDSCOPE_CUDA_CHECK(cudaEventSynchronize(m_event)); }
+    // Polls rather than cudaEventSynchronize, so that a collective that can never finish
+    // (a peer failed or exited) becomes NCCL's asynchronous error instead of a hang.
+    void wait() override
+    {
+        for (int polls = 0;; ++polls) {
+            if (ready()) return;
+            if (polls % 64 == 63) {
+                const std::string why = m_asyncError();
+                if (!why.empty())
+                    throw CommError("a collective on rank " + std::to_string(m_rank) +
+                                    " failed asynchronously: " + why +
+                                    " (another rank probably failed or exited)");
+            }
+            if (polls < 2000)
+                std::this_thread::yield();
+            else
+                std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+    }
 
   private:
     cudaEvent_t m_event;
     int m_device;
+    int m_rank;
+    std::function<std::string()> m_asyncError;
 };
 
 bool isDevicePointer(const void *p)
@@ -64,8 +89,9 @@ bool isDevicePointer(const void *p)
 } // namespace
 
 NcclCommunicator::NcclCommunicator(void *ncclComm, int rank, int worldSize, int device)
-    : m_comm(ncclComm), m_rank(rank), m_world(worldSize), m_device(device)
+    : m_rank(rank), m_world(worldSize), m_device(device)
 {
+    m_state->comm.store(ncclComm);
     SHARDSCOPE_CUDA_CHECK(cudaSetDevice(device));
     SHARDSCOPE_CUDA_CHECK(cudaStreamCreateWithFlags(&m_commStream, cudaStreamNonBlocking));
     SHARDSCOPE_CUDA_CHECK(cudaEventCreateWithFlags(&m_inputsReady, cudaEventDisableTiming));
@@ -77,7 +103,11 @@ NcclCommunicator::~NcclCommunicator()
 {
     cudaSetDevice(m_device);
     if (m_commStream) cudaStreamSynchronize(m_commStream);
-    if (void *comm = m_comm.exchange(nullptr)) ncclApi().commDestroy(static_cast<ncclComm_t>(comm));
+    {
+        std::lock_guard lock(m_state->mutex);
+        if (void *comm = m_state->comm.exchange(nullptr))
+            ncclApi().commDestroy(static_cast<ncclComm_t>(comm));
+    }
     cudaFree(m_barrierBuf);
     cudaEventDestroy(m_inputsReady);
     cudaEventDestroy(m_lastDone);
@@ -107,7 +137,24 @@ CommHandle NcclCommunicator::after()
         SHARDSCOPE_CUDA_CHECK(err);
     }
     SHARDSCOPE_CUDA_CHECK(cudaEventRecord(m_lastDone, m_commStream));
-    return CommHandle(std::make_shared<EventHandle>(ev, m_device));
+    std::weak_ptr<CommState> state = m_state;
+    auto asyncError = [state]() -> std::string {
+        const std::shared_ptr<CommState> st = state.lock();
+        if (!st) return {};
+        std::lock_guard lock(st->mutex);
+        void *comm = st->comm.load();
+        if (!comm) return {};
+        ncclResult_t async = ncclSuccess;
+        const NcclApi &api = ncclApi();
+        if (api.commGetAsyncError(static_cast<ncclComm_t>(comm), &async) != ncclSuccess ||
+            async == ncclSuccess || async == ncclInProgress)
+            return {};
+        std::string why = api.getErrorString(async);
+        const char *last = api.getLastError(static_cast<ncclComm_t>(comm));
+        if (last && *last) why += std::string(" (") + last + ")";
+        return why;
+    };
+    return CommHandle(std::make_shared<EventHandle>(ev, m_device, m_rank, std::move(asyncError)));
 }
 
 CommHandle NcclCommunicator::allGather(const void *send, void *recv, std::size_t bytes)
@@ -152,7 +199,7 @@ void NcclCommunicator::barrier()
     checkNccl(ncclApi().allReduce(m_barrierBuf, m_barrierBuf, 1, ncclFloat64, ncclSum,
                                   static_cast<ncclComm_t>(commPtr()), m_commStream),
               "ncclAllReduce (barrier)", m_rank, static_cast<ncclComm_t>(commPtr()));
-    SHARDSCOPE_CUDA_CHECK(cudaStreamSynchronize(m_commStream));
+    after().wait(); // polls NCCL for asynchronous errors instead of hanging
 }
 
 void NcclCommunicator::streamWaitComm(cudaStream_t stream)
@@ -190,13 +237,14 @@ double NcclCommunicator::allReduceHost(double value)
     double sum = 0.0;
     SHARDSCOPE_CUDA_CHECK(
         cudaMemcpyAsync(&sum, m_barrierBuf, sizeof sum, cudaMemcpyDeviceToHost, m_commStream));
-    SHARDSCOPE_CUDA_CHECK(cudaStreamSynchronize(m_commStream));
+    after().wait();
     return sum;
 }
 
 void NcclCommunicator::abort()
 {
-    void *comm = m_comm.exchange(nullptr);
+    std::lock_guard lock(m_state->mutex);
+    void *comm = m_state->comm.exchange(nullptr);
     if (comm) ncclApi().commAbort(static_cast<ncclComm_t>(comm));
 }
 

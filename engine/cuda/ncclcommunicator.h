@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -61,8 +62,15 @@ class NcclCommunicator final : public Communicator
   private:
     void before(const char *what, const void *a, const void *b);
     CommHandle after();
-    void *commPtr() const { return m_comm.load(); }
-    std::atomic<void *> m_comm{nullptr};
+    // The ncclComm_t, shared with the handles so that wait() can ask NCCL for
+    // asynchronous errors; the mutex keeps abort/destroy from freeing it meanwhile.
+    struct CommState
+    {
+        std::mutex mutex;
+        std::atomic<void *> comm{nullptr};
+    };
+    void *commPtr() const { return m_state->comm.load(); }
+    std::shared_ptr<CommState> m_state = std::make_shared<CommState>();
     int m_rank = 0;
     int m_world = 1;
     int m_device = 0;
