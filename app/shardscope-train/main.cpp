@@ -39,6 +39,9 @@ The model (embed, pos_conv, blocks.<i>.{ln,fc1,fc2}, ln_f, tied lm_head):
   --seq T               tokens per sequence (default 32)
   --kernel K            pos_conv kernel size (default 8)
   --groups G            pos_conv groups, must divide H (default 4)
+  --causal-conv         pad pos_conv causally (position t sees no later token) instead of
+                        wav2vec2's symmetric "same" padding, which lets position t see its
+                        own next-token target; CPU backend only
 
 The optimisation (Adam):
   --batch B             global batch in sequences per step, split across ranks (default 30)
@@ -160,6 +163,9 @@ std::optional<nn::TrainConfig> parseArgs(const std::vector<std::string> &args)
             c.snapshotOut = value();
         } else if (flag == "--history") {
             c.historyEvents = parseNumber<std::size_t>(flag, value());
+        } else if (flag == "--causal-conv") {
+            noValue();
+            c.causalConv = true;
         } else if (flag == "--no-telemetry") {
             noValue();
             c.telemetry = false;
@@ -227,11 +233,12 @@ class ViolationPrinter
 int runCpu(const nn::TrainConfig &config)
 {
     std::unique_ptr<Engine> engine = nn::makeCpuEngine(config);
-    std::printf("model: %d blocks, hidden %d, vocab %d, seq %d, pos_conv kernel %d groups %d; "
+    std::printf("model: %d blocks, hidden %d, vocab %d, seq %d, pos_conv kernel %d, groups %d, %s "
+                "padding; "
                 "world size %d, global batch %d sequences; externals %s, guard %s\n",
                 config.layers, config.hidden, config.vocab, config.seq, config.kernel,
-                config.groups, config.worldSize, config.batch,
-                std::string(nn::externalsName(config.externals)).c_str(),
+                config.groups, config.causalConv ? "causal" : "same", config.worldSize,
+                config.batch, std::string(nn::externalsName(config.externals)).c_str(),
                 std::string(guardPolicyName(config.guard)).c_str());
     std::fflush(stdout);
 
@@ -271,6 +278,11 @@ int runCpu(const nn::TrainConfig &config)
 
 int runNccl(const nn::TrainConfig &config)
 {
+    if (config.causalConv) {
+        std::fprintf(stderr, "shardscope-train: --causal-conv is not implemented by the NCCL "
+                             "backend; use --backend cpu\n");
+        return 2;
+    }
     if (config.listen || !config.snapshotOut.empty())
         std::printf("inspector: not available with the NCCL backend in this version "
                     "(the endpoint serves the CPU engine); use --backend cpu to inspect\n");

@@ -259,7 +259,8 @@ double RankModel::forwardBackward(const std::int32_t *tokens, const std::int32_t
     const int H = m_config.hidden;
     const int V = m_config.vocab;
     m_rows = sequences * m_config.seq;
-    m_conv = ConvShape{sequences, m_config.seq, H, m_config.kernel, m_config.groups, false};
+    m_conv = ConvShape{sequences,       m_config.seq,    H,
+                       m_config.kernel, m_config.groups, m_config.causalConv};
     const auto rh = static_cast<std::size_t>(m_rows) * H;
     for (auto *v : {&m_x0, &m_convOut, &m_x1, &m_xL, &m_hF})
         v->resize(rh);

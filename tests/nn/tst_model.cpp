@@ -52,14 +52,18 @@ TrainConfig tinyConfig(Externals externals)
 void TestModel::gradientsMatchFiniteDifferences_data()
 {
     QTest::addColumn<int>("externals");
-    QTest::newRow("externals none") << int(Externals::None);
-    QTest::newRow("externals manual") << int(Externals::Manual);
+    QTest::addColumn<bool>("causal");
+    QTest::newRow("externals none") << int(Externals::None) << false;
+    QTest::newRow("externals manual") << int(Externals::Manual) << false;
+    QTest::newRow("causal pos_conv") << int(Externals::None) << true;
 }
 
 void TestModel::gradientsMatchFiniteDifferences()
 {
     QFETCH(int, externals);
-    const TrainConfig c = tinyConfig(static_cast<Externals>(externals));
+    QFETCH(bool, causal);
+    TrainConfig c = tinyConfig(static_cast<Externals>(externals));
+    c.causalConv = causal;
     auto engine = makeCpuEngine(c);
     buildModel(*engine, c);
     const ModelHandles handles = findModel(*engine, c.layers);

@@ -159,7 +159,7 @@ void TestTrainCli::helpDocumentsEveryFlag()
                              "--externals",    "--guard",        "--persistence-threshold",
                              "--backend",      "--listen",       "--token",
                              "--no-listen",    "--snapshot-out", "--history",
-                             "--no-telemetry", "--help"})
+                             "--no-telemetry", "--causal-conv",  "--help"})
         QVERIFY2(r.out.contains(QLatin1String(flag)), flag);
 }
 
