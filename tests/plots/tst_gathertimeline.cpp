@@ -159,6 +159,14 @@ void TestGatherTimeline::badEventsAreIgnoredOrKeptHarmless()
     const auto &r0 = spans.track(0, SpanTrack::Fetch);
     QCOMPARE(r0[0].start, r0[0].end);
     QCOMPARE(spans.track(1, SpanTrack::Fetch)[0].kind, SpanKind::Forward);
+
+    // A fetch whose end was lost stays open only until its rank starts the next step.
+    std::vector<Event> lost = {makeEvent(EventType::FetchBegin, 0, 6 * ms, 8, 0, 0),
+                               makeEvent(EventType::FetchBegin, 1, 6 * ms, 8, 0, 0),
+                               makeEvent(EventType::StepBegin, 0, 7 * ms, 0, 0, 0, 2)};
+    spans.append(lost);
+    QCOMPARE(spans.openFetches().size(), std::size_t(1));
+    QCOMPARE(spans.openFetches()[0].rank, 1);
     QVERIFY(spans.track(5, SpanTrack::Fetch).empty());
     QVERIFY(spans.track(-1, SpanTrack::Fetch).empty());
 

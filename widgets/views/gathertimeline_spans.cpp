@@ -90,6 +90,11 @@ void GatherSpans::append(std::span<const Event> events)
         case EventType::StepBegin: {
             auto [it, inserted] = m_steps.emplace(ev.step, t);
             if (!inserted) it->second = std::min(it->second, t);
+            // A fetch still open when its rank starts a new step lost its FetchEnd (dropped
+            // events, or a rank that raised): stop drawing it as in flight.
+            std::erase_if(m_open, [&](const auto &kv) {
+                return kv.second.rank == rank && kv.second.start < t;
+            });
             break;
         }
         default:

@@ -91,6 +91,7 @@ class GatherSpans
     double lastTime() const { return m_last; }
 
     const std::vector<GatherSpan> &track(int rank, SpanTrack t) const;
+    // Fetches begun and not yet ended; a rank's StepBegin discards its older ones.
     std::vector<OpenFetch> openFetches() const;
     // First StepBegin seen for each step, in seconds.
     const std::map<std::uint32_t, double> &steps() const { return m_steps; }
