@@ -57,7 +57,9 @@ The engine:
                         and weight_norm inside GatheredParameters(modifier_rank=0) + adoption
   --guard error|warn|auto
                         what the engine does about an unregistered access (default warn):
-                        error stops with the fix, warn gathers and records, auto registers
+                        error stops with the fix (with --externals none, at weight_norm's
+                        read of pos_conv.weight while the model is built), warn gathers and
+                        records, auto registers
   --persistence-threshold N
                         parameters with fewer elements are never partitioned (default 1000)
 
@@ -271,8 +273,8 @@ int runCpu(const nn::TrainConfig &config)
             violations.printNew();
         });
     inspector->finish();
-    printFinal(result, config.steps);
     if (!config.snapshotOut.empty()) std::printf("snapshot: %s\n", config.snapshotOut.c_str());
+    printFinal(result, config.steps);
     return 0;
 }
 

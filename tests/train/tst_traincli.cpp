@@ -170,6 +170,8 @@ void TestTrainCli::snapshotIsWritten()
     const QString file = dir.filePath("run.json");
     const Result r = run({"--steps", "2", "--no-listen", "--snapshot-out", file});
     QCOMPARE(r.exitCode, 0);
+    QVERIFY(r.out.contains("snapshot: " + file));
+    QVERIFY2(r.out.trimmed().split('\n').last().startsWith("final loss "), qPrintable(r.out));
     QFile f(file);
     QVERIFY(f.open(QIODevice::ReadOnly));
     const QByteArray json = f.readAll();
