@@ -319,6 +319,15 @@ int main(int argc, char **argv)
             std::fprintf(stderr, "shardscope-train: %s\n", e.what());
             return 2;
         }
+        if (config->backend == "auto" && choice.backend == Backend::Nccl &&
+            choice.deviceCount < config->worldSize) {
+            choice.reason = "CPU backend: " + std::to_string(config->worldSize) + " ranks need " +
+                            std::to_string(config->worldSize) + " GPUs but " +
+                            std::to_string(choice.deviceCount) +
+                            " are usable; running the ranks as CPU threads (pass --world-size " +
+                            std::to_string(choice.deviceCount) + " --backend nccl for the GPUs)";
+            choice.backend = Backend::Cpu;
+        }
         std::printf("backend: %s (%s)\n", std::string(backendName(choice.backend)).c_str(),
                     choice.reason.c_str());
         std::fflush(stdout);
