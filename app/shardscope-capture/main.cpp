@@ -56,14 +56,14 @@ struct UsageError
     std::string message;
 };
 
-template <typename T>
-T parsePositive(std::string_view flag, std::string_view text)
+template <typename T> T parsePositive(std::string_view flag, std::string_view text)
 {
     T value{};
     const char *end = text.data() + text.size();
     const auto [ptr, ec] = std::from_chars(text.data(), end, value);
     if (text.empty() || ec != std::errc() || ptr != end || !(value > T{}))
-        throw UsageError{std::string(flag) + " expects a positive number, got '" + std::string(text) + "'"};
+        throw UsageError{std::string(flag) + " expects a positive number, got '" +
+                         std::string(text) + "'"};
     return value;
 }
 
@@ -78,10 +78,8 @@ std::optional<Options> parseArgs(int argc, char **argv)
             flag = flag.substr(0, eq);
         }
         auto value = [&]() -> std::string {
-            if (inlineValue)
-                return *inlineValue;
-            if (i + 1 >= argc)
-                throw UsageError{flag + " needs a value"};
+            if (inlineValue) return *inlineValue;
+            if (i + 1 >= argc) throw UsageError{flag + " needs a value"};
             return argv[++i];
         };
         if (flag == "--help" || flag == "-h")
@@ -103,14 +101,12 @@ std::optional<Options> parseArgs(int argc, char **argv)
         else
             throw UsageError{"unknown option '" + flag + "'"};
     }
-    if (o.list)
-        return o;
+    if (o.list) return o;
     if (o.attach.empty())
-        throw UsageError{"--attach ENDPOINT is required (shardscope-capture --list shows live engines)"};
-    if (auto ep = wire::parseEndpoint(o.attach); !ep)
-        throw UsageError{"--attach: " + ep.error()};
-    if (o.out.empty())
-        throw UsageError{"--out FILE is required"};
+        throw UsageError{
+            "--attach ENDPOINT is required (shardscope-capture --list shows live engines)"};
+    if (auto ep = wire::parseEndpoint(o.attach); !ep) throw UsageError{"--attach: " + ep.error()};
+    if (o.out.empty()) throw UsageError{"--out FILE is required"};
     if (o.seconds && o.untilStep)
         throw UsageError{"--seconds and --until-step cannot be combined; choose one"};
     return o;
@@ -118,7 +114,10 @@ std::optional<Options> parseArgs(int argc, char **argv)
 
 volatile std::sig_atomic_t g_interrupted = 0;
 
-void onSignal(int) { g_interrupted = 1; }
+void onSignal(int)
+{
+    g_interrupted = 1;
+}
 
 std::string localTime(std::uint64_t unixMs)
 {
@@ -138,10 +137,12 @@ int listEngines()
         std::printf("no live ShardScope engines in %s\n", dir.c_str());
         return 0;
     }
-    std::printf("%-8s %-20s %-5s %-7s %-19s %s\n", "PID", "MODEL", "WORLD", "BACKEND", "STARTED", "ENDPOINT");
+    std::printf("%-8s %-20s %-5s %-7s %-19s %s\n", "PID", "MODEL", "WORLD", "BACKEND", "STARTED",
+                "ENDPOINT");
     for (const auto &e : engines)
-        std::printf("%-8lld %-20s %-5d %-7s %-19s %s%s\n", static_cast<long long>(e.pid), e.model.c_str(),
-                    e.worldSize, e.backend.c_str(), localTime(e.startUnixMs).c_str(), e.endpoint.c_str(),
+        std::printf("%-8lld %-20s %-5d %-7s %-19s %s%s\n", static_cast<long long>(e.pid),
+                    e.model.c_str(), e.worldSize, e.backend.c_str(),
+                    localTime(e.startUnixMs).c_str(), e.endpoint.c_str(),
                     e.tokenRequired ? "  (token required)" : "");
     return 0;
 }
@@ -161,7 +162,9 @@ int capture(const Options &o)
                 static_cast<long long>(w.pid), w.model.c_str(), w.worldSize, w.backend.c_str());
     std::fflush(stdout);
 
-    struct sigaction sa{};
+    struct sigaction sa
+    {
+    };
     sa.sa_handler = onSignal;
     ::sigaction(SIGINT, &sa, nullptr);
     ::sigaction(SIGTERM, &sa, nullptr);
@@ -194,17 +197,14 @@ int capture(const Options &o)
             ended = frame.error();
             break;
         }
-        if (!frame->has_value())
-            continue;
+        if (!frame->has_value()) continue;
         const bool wasState = (*frame)->type == wire::MessageType::State;
         if (auto ok = state.apply(**frame); !ok) {
             std::fprintf(stderr, "shardscope-capture: %s\n", ok.error().c_str());
             return 1;
         }
-        if (state.finished())
-            break;
-        if (settleUntil && wasState && state.snapshot().state.step >= *o.untilStep)
-            break;
+        if (state.finished()) break;
+        if (settleUntil && wasState && state.snapshot().state.step >= *o.untilStep) break;
     }
     if (!state.hasState()) {
         std::fprintf(stderr, "shardscope-capture: no state was received from %s; nothing written\n",
@@ -220,10 +220,11 @@ int capture(const Options &o)
         std::fprintf(stderr, "shardscope-capture: %s\n", written.error().c_str());
         return 1;
     }
-    if (!ended.empty() && !state.finished())
-        std::printf("capture ended: %s\n", ended.c_str());
-    std::printf("captured step %u: %zu events (%llu history, %llu live), %llu dropped, %zu violations -> %s\n",
-                snap.state.step, snap.events.size(), static_cast<unsigned long long>(state.historyEvents()),
+    if (!ended.empty() && !state.finished()) std::printf("capture ended: %s\n", ended.c_str());
+    std::printf("captured step %u: %zu events (%llu history, %llu live), %llu dropped, %zu "
+                "violations -> %s\n",
+                snap.state.step, snap.events.size(),
+                static_cast<unsigned long long>(state.historyEvents()),
                 static_cast<unsigned long long>(state.liveEvents()),
                 static_cast<unsigned long long>(snap.droppedEvents), snap.state.violations.size(),
                 o.out.c_str());
@@ -238,7 +239,8 @@ int main(int argc, char **argv)
     try {
         options = parseArgs(argc, argv);
     } catch (const UsageError &e) {
-        std::fprintf(stderr, "shardscope-capture: %s\nRun 'shardscope-capture --help' for the options.\n",
+        std::fprintf(stderr,
+                     "shardscope-capture: %s\nRun 'shardscope-capture --help' for the options.\n",
                      e.message.c_str());
         return 2;
     }

@@ -46,8 +46,7 @@ std::string processName()
 {
     char exe[4096];
     const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0)
-        return "shardscope";
+    if (n <= 0) return "shardscope";
     const std::string path(exe, static_cast<std::size_t>(n));
     return path.substr(path.rfind('/') + 1);
 }
@@ -73,7 +72,12 @@ bool changesState(EventType t)
 
 struct Client
 {
-    enum class Phase { Handshake, Live, Closing };
+    enum class Phase
+    {
+        Handshake,
+        Live,
+        Closing
+    };
 
     int fd = -1;
     Phase phase = Phase::Handshake;
@@ -89,14 +93,20 @@ struct Client
     bool readClosed = false;
 
     std::size_t queued() const { return out.size() - outPos; }
-    void enqueue(wire::MessageType type, std::string_view payload) { wire::appendFrame(out, type, payload); }
+    void enqueue(wire::MessageType type, std::string_view payload)
+    {
+        wire::appendFrame(out, type, payload);
+    }
 };
 
 } // namespace
 
 struct Inspector::Impl
 {
-    Impl(Engine &e, InspectorOptions o) : engine(e), options(std::move(o)), history(options.historyEvents) {}
+    Impl(Engine &e, InspectorOptions o)
+        : engine(e), options(std::move(o)), history(options.historyEvents)
+    {
+    }
 
     Engine &engine;
     InspectorOptions options;
@@ -146,7 +156,8 @@ void Inspector::Impl::start()
     engine.setTelemetryEnabled(options.telemetry);
     engine.setEventSink(hub.get());
     if (::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0)
-        throw InspectorError(std::string("cannot create the inspector's wake-up pipe: ") + std::strerror(errno));
+        throw InspectorError(std::string("cannot create the inspector's wake-up pipe: ") +
+                             std::strerror(errno));
 
     if (options.listen) {
         wire::Endpoint ep;
@@ -159,13 +170,11 @@ void Inspector::Impl::start()
             ep.path = wire::defaultSocketPath(::getpid());
         } else {
             auto parsed = wire::parseEndpoint(options.endpoint);
-            if (!parsed)
-                throw InspectorError("bad --listen: " + parsed.error());
+            if (!parsed) throw InspectorError("bad --listen: " + parsed.error());
             ep = *parsed;
         }
         auto l = server::listenOn(ep, !options.token.empty());
-        if (!l)
-            throw InspectorError(l.error());
+        if (!l) throw InspectorError(l.error());
         listener = std::move(l.value());
         endpointText = wire::formatEndpoint(listener.bound);
 
@@ -180,8 +189,7 @@ void Inspector::Impl::start()
             entry.startUnixMs = startUnixMs;
             entry.tokenRequired = !options.token.empty();
             const std::string file = wire::discoveryFilePath(dir, entry.pid);
-            if (wire::writeFileAtomically(file, wire::encodeDiscovery(entry)))
-                discoveryFile = file;
+            if (wire::writeFileAtomically(file, wire::encodeDiscovery(entry))) discoveryFile = file;
         }
     }
     thread = std::thread([this] { run(); });
@@ -189,8 +197,7 @@ void Inspector::Impl::start()
 
 void Inspector::Impl::closeClient(Client &c)
 {
-    if (c.fd >= 0)
-        ::close(c.fd);
+    if (c.fd >= 0) ::close(c.fd);
     c.fd = -1;
 }
 
@@ -198,13 +205,13 @@ void Inspector::Impl::acceptClients()
 {
     for (;;) {
         const int fd = ::accept4(listener.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
-            return;
+        if (fd < 0) return;
         Client c;
         c.fd = fd;
         if (clients.size() >= kMaxClients)
-            refuse(c, "too_many_clients", "this engine already serves " + std::to_string(kMaxClients) +
-                                              " clients; close one and retry");
+            refuse(c, "too_many_clients",
+                   "this engine already serves " + std::to_string(kMaxClients) +
+                       " clients; close one and retry");
         clients.push_back(std::move(c));
     }
 }
@@ -231,8 +238,9 @@ std::string Inspector::Impl::stateJson()
 void Inspector::Impl::onHello(Client &c, const wire::Frame &frame)
 {
     if (frame.type != wire::MessageType::Hello) {
-        refuse(c, "protocol", "expected a hello frame first, got " +
-                                  std::string(wire::messageTypeName(frame.type)));
+        refuse(c, "protocol",
+               "expected a hello frame first, got " +
+                   std::string(wire::messageTypeName(frame.type)));
         return;
     }
     auto hello = wire::decodeHello(frame.payload);
@@ -269,30 +277,27 @@ void Inspector::Impl::readClient(Client &c)
     char buf[1 << 14];
     for (;;) {
         const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            break;
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) break;
         if (n == 0) {
             c.readClosed = true;
             break;
         }
-        if (c.phase == Client::Phase::Closing)
-            continue;
+        if (c.phase == Client::Phase::Closing) continue;
         c.decoder.feed(buf, static_cast<std::size_t>(n));
         for (;;) {
             auto frame = c.decoder.next();
             if (!frame) {
                 const bool magic = frame.error().find("magic") != std::string::npos;
                 refuse(c, magic ? "bad_magic" : "bad_frame",
-                       frame.error() + "; this endpoint speaks the ShardScope inspector protocol "
-                                       "version " + std::to_string(wire::kProtocolVersion));
+                       frame.error() +
+                           "; this endpoint speaks the ShardScope inspector protocol "
+                           "version " +
+                           std::to_string(wire::kProtocolVersion));
                 break;
             }
-            if (!frame->has_value())
-                break;
-            if (c.phase == Client::Phase::Handshake)
-                onHello(c, **frame);
+            if (!frame->has_value()) break;
+            if (c.phase == Client::Phase::Handshake) onHello(c, **frame);
             // Frames after the handshake carry no requests in this protocol version.
         }
     }
@@ -301,11 +306,10 @@ void Inspector::Impl::readClient(Client &c)
 void Inspector::Impl::writeClient(Client &c)
 {
     while (c.queued() > 0) {
-        const ssize_t n = ::send(c.fd, c.out.data() + c.outPos, c.queued(), MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            break;
+        const ssize_t n =
+            ::send(c.fd, c.out.data() + c.outPos, c.queued(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
         if (n <= 0) {
             c.readClosed = true;
             c.out.clear();
@@ -326,8 +330,7 @@ void Inspector::Impl::writeClient(Client &c)
 // Once a lagging client has room again: tell it what it lost, then the latest state.
 void Inspector::Impl::afterWrite(Client &c)
 {
-    if (c.phase != Client::Phase::Live || c.queued() > kMaxQueueBytes / 2)
-        return;
+    if (c.phase != Client::Phase::Live || c.queued() > kMaxQueueBytes / 2) return;
     if (c.pendingDropped > 0) {
         c.enqueue(wire::MessageType::Dropped, wire::encodeDropped({c.pendingDropped, c.dropped}));
         c.pendingDropped = 0;
@@ -341,10 +344,8 @@ void Inspector::Impl::afterWrite(Client &c)
 void Inspector::Impl::fanOut(const std::vector<Event> &events)
 {
     for (const Event &e : events)
-        if (changesState(e.type))
-            stateDirty = true;
-    if (!events.empty())
-        eventsSinceState = true;
+        if (changesState(e.type)) stateDirty = true;
+    if (!events.empty()) eventsSinceState = true;
     published.fetch_add(events.size(), std::memory_order_relaxed);
     for (std::size_t i = 0; i < events.size(); i += kEventsPerFrame) {
         const std::size_t n = std::min(kEventsPerFrame, events.size() - i);
@@ -352,8 +353,7 @@ void Inspector::Impl::fanOut(const std::vector<Event> &events)
         wire::appendFrame(frame, wire::MessageType::EventBatch,
                           wire::encodeEvents(std::span<const Event>(events.data() + i, n)));
         for (Client &c : clients) {
-            if (c.phase != Client::Phase::Live)
-                continue;
+            if (c.phase != Client::Phase::Live) continue;
             c.offered += n;
             if (c.pendingDropped == 0 && c.queued() + frame.size() <= kMaxQueueBytes) {
                 c.out.append(frame);
@@ -372,12 +372,10 @@ void Inspector::Impl::broadcastState()
     bool any = false;
     for (const Client &c : clients)
         any = any || c.phase == Client::Phase::Live;
-    if (!any)
-        return;
+    if (!any) return;
     const std::string json = stateJson();
     for (Client &c : clients) {
-        if (c.phase != Client::Phase::Live)
-            continue;
+        if (c.phase != Client::Phase::Live) continue;
         if (c.queued() <= kMaxQueueBytes / 2 && c.pendingDropped == 0)
             c.enqueue(wire::MessageType::State, json);
         else
@@ -399,19 +397,17 @@ void Inspector::Impl::pump()
         (eventsSinceState && now - lastState >= kStateRefresh))
         broadcastState();
     for (Client &c : clients) {
-        if (c.fd < 0)
-            continue;
+        if (c.fd < 0) continue;
         writeClient(c);
         afterWrite(c);
         writeClient(c);
-        const bool handshakeExpired = c.phase == Client::Phase::Handshake && now - c.since > kHandshakeTimeout;
-        if (handshakeExpired)
-            refuse(c, "handshake_timeout", "no hello within 5 seconds; closing");
+        const bool handshakeExpired =
+            c.phase == Client::Phase::Handshake && now - c.since > kHandshakeTimeout;
+        if (handshakeExpired) refuse(c, "handshake_timeout", "no hello within 5 seconds; closing");
         const bool refusalDone = c.phase == Client::Phase::Closing &&
                                  (c.queued() == 0 || now - c.since > kRefusalLinger);
         if (c.readClosed || refusalDone) {
-            if (c.phase == Client::Phase::Closing && c.queued() == 0)
-                ::shutdown(c.fd, SHUT_WR);
+            if (c.phase == Client::Phase::Closing && c.queued() == 0) ::shutdown(c.fd, SHUT_WR);
             closeClient(c);
         }
     }
@@ -424,8 +420,7 @@ void Inspector::Impl::run()
     while (!stop.load(std::memory_order_acquire)) {
         fds.clear();
         fds.push_back({wake[0], POLLIN, 0});
-        if (listener.fd >= 0)
-            fds.push_back({listener.fd, POLLIN, 0});
+        if (listener.fd >= 0) fds.push_back({listener.fd, POLLIN, 0});
         const std::size_t first = fds.size();
         for (const Client &c : clients)
             fds.push_back({c.fd, static_cast<short>(POLLIN | (c.queued() > 0 ? POLLOUT : 0)), 0});
@@ -435,19 +430,18 @@ void Inspector::Impl::run()
             while (::read(wake[0], drainBuf, sizeof drainBuf) > 0) {
             }
         }
-        if (listener.fd >= 0 && (fds[1].revents & POLLIN))
-            acceptClients();
+        if (listener.fd >= 0 && (fds[1].revents & POLLIN)) acceptClients();
         const std::size_t polled = fds.size() - first;
         try {
             for (std::size_t i = 0; i < polled && i < clients.size(); ++i)
-                if (fds[first + i].revents & (POLLIN | POLLHUP | POLLERR))
-                    readClient(clients[i]);
+                if (fds[first + i].revents & (POLLIN | POLLHUP | POLLERR)) readClient(clients[i]);
             pump();
         } catch (const std::exception &e) {
             // Serving must never take the training down; report once per kind of failure.
             if (lastFailure != e.what()) {
                 lastFailure = e.what();
-                std::fprintf(stderr, "shardscope: the inspector endpoint hit an error and continues: %s\n",
+                std::fprintf(stderr,
+                             "shardscope: the inspector endpoint hit an error and continues: %s\n",
                              e.what());
             }
         }
@@ -455,7 +449,8 @@ void Inspector::Impl::run()
     try {
         farewell();
     } catch (const std::exception &e) {
-        std::fprintf(stderr, "shardscope: the inspector could not say goodbye to its clients: %s\n", e.what());
+        std::fprintf(stderr, "shardscope: the inspector could not say goodbye to its clients: %s\n",
+                     e.what());
         for (Client &c : clients)
             closeClient(c);
         clients.clear();
@@ -469,14 +464,15 @@ void Inspector::Impl::farewell()
     hub->drain(batch);
     history.append(batch);
     fanOut(batch);
-    const bool anyLive = std::any_of(clients.begin(), clients.end(),
-                                     [](const Client &c) { return c.phase == Client::Phase::Live; });
+    const bool anyLive = std::any_of(clients.begin(), clients.end(), [](const Client &c) {
+        return c.phase == Client::Phase::Live;
+    });
     const std::string json = anyLive ? stateJson() : std::string();
     for (Client &c : clients) {
-        if (c.phase != Client::Phase::Live)
-            continue;
+        if (c.phase != Client::Phase::Live) continue;
         if (c.pendingDropped > 0) {
-            c.enqueue(wire::MessageType::Dropped, wire::encodeDropped({c.pendingDropped, c.dropped}));
+            c.enqueue(wire::MessageType::Dropped,
+                      wire::encodeDropped({c.pendingDropped, c.dropped}));
             c.pendingDropped = 0;
         }
         c.enqueue(wire::MessageType::State, json);
@@ -493,18 +489,14 @@ void Inspector::Impl::farewell()
     while (Clock::now() < deadline) {
         fds.clear();
         for (const Client &c : clients)
-            if (c.fd >= 0 && !c.readClosed && c.queued() > 0)
-                fds.push_back({c.fd, POLLOUT, 0});
-        if (fds.empty())
-            break;
+            if (c.fd >= 0 && !c.readClosed && c.queued() > 0) fds.push_back({c.fd, POLLOUT, 0});
+        if (fds.empty()) break;
         ::poll(fds.data(), fds.size(), 20);
         for (Client &c : clients)
-            if (c.fd >= 0 && !c.readClosed)
-                writeClient(c);
+            if (c.fd >= 0 && !c.readClosed) writeClient(c);
     }
     for (Client &c : clients) {
-        if (c.fd >= 0)
-            ::shutdown(c.fd, SHUT_WR);
+        if (c.fd >= 0) ::shutdown(c.fd, SHUT_WR);
         closeClient(c);
     }
     clients.clear();
@@ -547,11 +539,20 @@ Inspector::~Inspector()
     }
 }
 
-std::string Inspector::endpoint() const { return d->endpointText; }
+std::string Inspector::endpoint() const
+{
+    return d->endpointText;
+}
 
-std::uint64_t Inspector::droppedEvents() const { return d->hub ? d->hub->droppedEvents() : 0; }
+std::uint64_t Inspector::droppedEvents() const
+{
+    return d->hub ? d->hub->droppedEvents() : 0;
+}
 
-std::uint64_t Inspector::publishedEvents() const { return d->published.load(std::memory_order_relaxed); }
+std::uint64_t Inspector::publishedEvents() const
+{
+    return d->published.load(std::memory_order_relaxed);
+}
 
 std::uint64_t Inspector::clientDroppedEvents() const
 {
@@ -561,27 +562,21 @@ std::uint64_t Inspector::clientDroppedEvents() const
 void Inspector::finish()
 {
     std::lock_guard lock(d->finishMutex);
-    if (d->finished)
-        return;
+    if (d->finished) return;
     d->finished = true;
     d->engine.setEventSink(nullptr);
     d->stop.store(true, std::memory_order_release);
     const char one = 1;
     [[maybe_unused]] const ssize_t w = ::write(d->wake[1], &one, 1);
-    if (d->thread.joinable())
-        d->thread.join();
-    if (d->listener.fd >= 0)
-        ::close(d->listener.fd);
-    if (!d->listener.socketPath.empty())
-        ::unlink(d->listener.socketPath.c_str());
-    if (!d->discoveryFile.empty())
-        ::unlink(d->discoveryFile.c_str());
+    if (d->thread.joinable()) d->thread.join();
+    if (d->listener.fd >= 0) ::close(d->listener.fd);
+    if (!d->listener.socketPath.empty()) ::unlink(d->listener.socketPath.c_str());
+    if (!d->discoveryFile.empty()) ::unlink(d->discoveryFile.c_str());
     ::close(d->wake[0]);
     ::close(d->wake[1]);
     if (!d->options.snapshotOut.empty()) {
         auto written = wire::writeSnapshotFile(d->options.snapshotOut, d->makeSnapshot());
-        if (!written)
-            throw InspectorError("cannot write the snapshot: " + written.error());
+        if (!written) throw InspectorError("cannot write the snapshot: " + written.error());
     }
 }
 

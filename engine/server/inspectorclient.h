@@ -17,7 +17,7 @@ namespace shardscope::server {
 
 class InspectorClient
 {
-public:
+  public:
     struct Options
     {
         std::string token;
@@ -41,7 +41,7 @@ public:
 
     int fd() const { return m_fd; }
 
-private:
+  private:
     explicit InspectorClient(int fd);
 
     int m_fd;

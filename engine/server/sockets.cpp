@@ -16,7 +16,10 @@ namespace shardscope::server {
 
 namespace {
 
-std::string errnoText() { return std::strerror(errno); }
+std::string errnoText()
+{
+    return std::strerror(errno);
+}
 
 bool isLoopbackAddress(const sockaddr *sa)
 {
@@ -26,10 +29,8 @@ bool isLoopbackAddress(const sockaddr *sa)
     }
     if (sa->sa_family == AF_INET6) {
         const auto *in6 = reinterpret_cast<const sockaddr_in6 *>(sa);
-        if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr))
-            return true;
-        if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr))
-            return in6->sin6_addr.s6_addr[12] == 127;
+        if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr)) return true;
+        if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) return in6->sin6_addr.s6_addr[12] == 127;
     }
     return false;
 }
@@ -51,8 +52,7 @@ struct AddrInfo
     addrinfo *list = nullptr;
     ~AddrInfo()
     {
-        if (list)
-            ::freeaddrinfo(list);
+        if (list) ::freeaddrinfo(list);
     }
 };
 
@@ -68,16 +68,19 @@ wire::Status ensurePrivateDir(const std::string &dir)
 {
     if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
         return wire::fail("cannot create " + dir + ": " + errnoText());
-    struct stat st{};
+    struct stat st
+    {
+    };
     if (::lstat(dir.c_str(), &st) != 0)
         return wire::fail("cannot inspect " + dir + ": " + errnoText());
     if (!S_ISDIR(st.st_mode))
-        return wire::fail(dir + " is not a directory; remove it so ShardScope can create its private directory");
+        return wire::fail(
+            dir + " is not a directory; remove it so ShardScope can create its private directory");
     if (st.st_uid != ::getuid())
         return wire::fail(dir + " belongs to another user; remove it or set XDG_RUNTIME_DIR");
     if ((st.st_mode & 077) != 0 && ::chmod(dir.c_str(), 0700) != 0)
-        return wire::fail(dir + " is accessible by other users and cannot be made private: " +
-                          errnoText());
+        return wire::fail(
+            dir + " is accessible by other users and cannot be made private: " + errnoText());
     return wire::success();
 }
 
@@ -87,25 +90,26 @@ wire::Result<Listener> listenOn(const wire::Endpoint &endpoint, bool haveToken)
     l.bound = endpoint;
     if (endpoint.kind == wire::Endpoint::Kind::Unix) {
         auto addr = unixAddress(endpoint.path);
-        if (!addr)
-            return wire::fail(addr.error());
-        struct stat st{};
+        if (!addr) return wire::fail(addr.error());
+        struct stat st
+        {
+        };
         if (::lstat(endpoint.path.c_str(), &st) == 0) {
             if (!S_ISSOCK(st.st_mode))
-                return wire::fail(endpoint.path + " exists and is not a socket; choose another path");
+                return wire::fail(endpoint.path +
+                                  " exists and is not a socket; choose another path");
             const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-            const bool live = probe >= 0 && ::connect(probe, reinterpret_cast<const sockaddr *>(&*addr),
-                                                      sizeof(sockaddr_un)) == 0;
-            if (probe >= 0)
-                ::close(probe);
+            const bool live =
+                probe >= 0 && ::connect(probe, reinterpret_cast<const sockaddr *>(&*addr),
+                                        sizeof(sockaddr_un)) == 0;
+            if (probe >= 0) ::close(probe);
             if (live)
                 return wire::fail("another engine is already listening on " + endpoint.path +
                                   "; choose another --listen path");
             ::unlink(endpoint.path.c_str());
         }
         l.fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (l.fd < 0)
-            return wire::fail("cannot create a Unix socket: " + errnoText());
+        if (l.fd < 0) return wire::fail("cannot create a Unix socket: " + errnoText());
         if (::bind(l.fd, reinterpret_cast<const sockaddr *>(&*addr), sizeof(sockaddr_un)) != 0) {
             const std::string why = errnoText();
             ::close(l.fd);
@@ -128,7 +132,8 @@ wire::Result<Listener> listenOn(const wire::Endpoint &endpoint, bool haveToken)
     hints.ai_flags = AI_PASSIVE;
     AddrInfo res;
     const std::string port = std::to_string(endpoint.port);
-    if (const int rc = ::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &res.list); rc != 0)
+    if (const int rc = ::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &res.list);
+        rc != 0)
         return wire::fail("cannot resolve host \"" + endpoint.host + "\": " + ::gai_strerror(rc));
     for (const addrinfo *ai = res.list; ai; ai = ai->ai_next)
         if (!isLoopbackAddress(ai->ai_addr) && !haveToken)
@@ -145,7 +150,8 @@ wire::Result<Listener> listenOn(const wire::Endpoint &endpoint, bool haveToken)
         }
         const int one = 1;
         ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (::bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(fd, 16) != 0 || !setNonBlocking(fd)) {
+        if (::bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(fd, 16) != 0 ||
+            !setNonBlocking(fd)) {
             lastError = errnoText();
             ::close(fd);
             continue;
@@ -169,16 +175,14 @@ wire::Result<Listener> listenOn(const wire::Endpoint &endpoint, bool haveToken)
 wire::Result<int> connectTo(std::string_view endpointText)
 {
     auto endpoint = wire::parseEndpoint(endpointText);
-    if (!endpoint)
-        return wire::fail(endpoint.error());
-    const std::string hint = "; is the engine running? (shardscope-capture --list shows live engines)";
+    if (!endpoint) return wire::fail(endpoint.error());
+    const std::string hint =
+        "; is the engine running? (shardscope-capture --list shows live engines)";
     if (endpoint->kind == wire::Endpoint::Kind::Unix) {
         auto addr = unixAddress(endpoint->path);
-        if (!addr)
-            return wire::fail(addr.error());
+        if (!addr) return wire::fail(addr.error());
         const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-            return wire::fail("cannot create a socket: " + errnoText());
+        if (fd < 0) return wire::fail("cannot create a socket: " + errnoText());
         if (::connect(fd, reinterpret_cast<const sockaddr *>(&*addr), sizeof(sockaddr_un)) != 0) {
             const std::string why = errnoText();
             ::close(fd);
@@ -191,7 +195,8 @@ wire::Result<int> connectTo(std::string_view endpointText)
     hints.ai_socktype = SOCK_STREAM;
     AddrInfo res;
     const std::string port = std::to_string(endpoint->port);
-    if (const int rc = ::getaddrinfo(endpoint->host.c_str(), port.c_str(), &hints, &res.list); rc != 0)
+    if (const int rc = ::getaddrinfo(endpoint->host.c_str(), port.c_str(), &hints, &res.list);
+        rc != 0)
         return wire::fail("cannot resolve host \"" + endpoint->host + "\": " + ::gai_strerror(rc));
     std::string lastError = "no address";
     for (const addrinfo *ai = res.list; ai; ai = ai->ai_next) {

@@ -13,13 +13,12 @@ namespace shardscope {
 
 class EventHistory
 {
-public:
+  public:
     explicit EventHistory(std::size_t capacity) : m_capacity(capacity) { m_buf.reserve(capacity); }
 
     void append(std::span<const Event> events)
     {
-        if (m_capacity == 0)
-            return;
+        if (m_capacity == 0) return;
         if (events.size() >= m_capacity) {
             m_buf.assign(events.end() - static_cast<std::ptrdiff_t>(m_capacity), events.end());
             m_start = 0;
@@ -47,7 +46,7 @@ public:
     std::size_t size() const { return m_buf.size(); }
     std::size_t capacity() const { return m_capacity; }
 
-private:
+  private:
     std::size_t m_capacity;
     std::vector<Event> m_buf;
     std::size_t m_start = 0;

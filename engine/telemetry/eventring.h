@@ -15,7 +15,7 @@ namespace shardscope {
 
 class EventRing
 {
-public:
+  public:
     // capacity is rounded up to a power of two (at least 2).
     explicit EventRing(std::size_t capacity)
     {
@@ -54,8 +54,7 @@ public:
         const std::uint64_t tail = m_tail.load(std::memory_order_relaxed);
         const std::uint64_t head = m_head.load(std::memory_order_acquire);
         std::size_t n = static_cast<std::size_t>(head - tail);
-        if (n > max)
-            n = max;
+        if (n > max) n = max;
         for (std::size_t i = 0; i < n; ++i)
             out[i] = m_slots[(tail + i) & m_mask];
         m_tail.store(tail + n, std::memory_order_release);
@@ -66,7 +65,7 @@ public:
     std::uint64_t pushed() const noexcept { return m_head.load(std::memory_order_relaxed); }
     std::uint64_t dropped() const noexcept { return m_dropped.load(std::memory_order_relaxed); }
 
-private:
+  private:
     // Producer-owned and consumer-owned indices live on separate cache lines.
     alignas(64) std::atomic<std::uint64_t> m_head{0};
     std::uint64_t m_cachedTail = 0;

@@ -49,8 +49,7 @@ std::size_t TelemetryHub::drain(std::vector<Event> &out)
         for (;;) {
             const std::size_t n = ring.pop(chunk, std::size(chunk));
             out.insert(out.end(), chunk, chunk + n);
-            if (n < std::size(chunk))
-                break;
+            if (n < std::size(chunk)) break;
         }
     }
     return out.size() - before;
@@ -66,8 +65,7 @@ std::uint64_t TelemetryHub::droppedEvents() const
 
 std::uint64_t TelemetryHub::droppedEvents(int rank) const
 {
-    if (rank < 0 || static_cast<std::size_t>(rank) >= m_rings.size())
-        return 0;
+    if (rank < 0 || static_cast<std::size_t>(rank) >= m_rings.size()) return 0;
     return m_rings[static_cast<std::size_t>(rank)]->dropped();
 }
 

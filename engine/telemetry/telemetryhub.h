@@ -15,7 +15,7 @@ namespace shardscope {
 
 class TelemetryHub final : public EventSink
 {
-public:
+  public:
     static constexpr std::size_t kDefaultRingCapacity = 1u << 16;
 
     explicit TelemetryHub(int worldSize, std::size_t ringCapacity = kDefaultRingCapacity);
@@ -32,11 +32,11 @@ public:
     int rankCount() const { return static_cast<int>(m_rings.size()); }
     std::size_t ringCapacity() const { return m_rings.empty() ? 0 : m_rings[0]->capacity(); }
     // Any thread.
-    std::uint64_t droppedEvents() const;      // all ranks, including events of unknown ranks
+    std::uint64_t droppedEvents() const; // all ranks, including events of unknown ranks
     std::uint64_t droppedEvents(int rank) const;
-    std::uint64_t writtenEvents() const;      // accepted into a ring
+    std::uint64_t writtenEvents() const; // accepted into a ring
 
-private:
+  private:
     std::vector<std::unique_ptr<EventRing>> m_rings;
     std::vector<std::uint64_t> m_reportedDrops; // consumer-owned
     std::atomic<std::uint64_t> m_badRank{0};

@@ -4,7 +4,9 @@
 
 namespace shardscope::wire {
 
-ClientState::ClientState(std::size_t maxEvents) : m_maxEvents(std::max<std::size_t>(maxEvents, 1)) {}
+ClientState::ClientState(std::size_t maxEvents) : m_maxEvents(std::max<std::size_t>(maxEvents, 1))
+{
+}
 
 void ClientState::updateDropped()
 {
@@ -14,8 +16,7 @@ void ClientState::updateDropped()
 void ClientState::addEvents(std::vector<Event> &&events)
 {
     for (const Event &e : events)
-        if (e.type == EventType::StepEnd)
-            m_completedStep = std::max(m_completedStep, e.step);
+        if (e.type == EventType::StepEnd) m_completedStep = std::max(m_completedStep, e.step);
     auto &all = m_snapshot.events;
     all.insert(all.end(), events.begin(), events.end());
     // Evict in chunks so a long capture stays linear.
@@ -32,8 +33,7 @@ Status ClientState::apply(const Frame &frame)
     switch (frame.type) {
     case MessageType::State: {
         auto snap = decodeSnapshot(frame.payload);
-        if (!snap)
-            return fail("bad state from the engine: " + snap.error());
+        if (!snap) return fail("bad state from the engine: " + snap.error());
         m_snapshot.meta = std::move(snap->meta);
         m_snapshot.state = std::move(snap->state);
         m_engineDropped = snap->droppedEvents;
@@ -43,31 +43,26 @@ Status ClientState::apply(const Frame &frame)
     }
     case MessageType::HistoryBegin: {
         auto count = decodeHistoryBegin(frame.payload);
-        if (!count)
-            return fail(count.error());
-        if (m_inHistory || m_historyDone)
-            return fail("the engine sent a second history");
+        if (!count) return fail(count.error());
+        if (m_inHistory || m_historyDone) return fail("the engine sent a second history");
         m_inHistory = true;
         return success();
     }
     case MessageType::EventBatch: {
         auto events = decodeEvents(frame.payload);
-        if (!events)
-            return fail(events.error());
+        if (!events) return fail(events.error());
         (m_inHistory ? m_historyEvents : m_liveEvents) += events->size();
         addEvents(std::move(events.value()));
         return success();
     }
     case MessageType::HistoryEnd:
-        if (!m_inHistory)
-            return fail("the engine ended a history it never began");
+        if (!m_inHistory) return fail("the engine ended a history it never began");
         m_inHistory = false;
         m_historyDone = true;
         return success();
     case MessageType::Dropped: {
         auto notice = decodeDropped(frame.payload);
-        if (!notice)
-            return fail(notice.error());
+        if (!notice) return fail(notice.error());
         m_clientDropped += notice->dropped;
         ++m_droppedNotices;
         updateDropped();
@@ -75,8 +70,7 @@ Status ClientState::apply(const Frame &frame)
     }
     case MessageType::Goodbye: {
         auto bye = decodeGoodbye(frame.payload);
-        if (!bye)
-            return fail(bye.error());
+        if (!bye) return fail(bye.error());
         m_goodbye = std::move(bye.value());
         m_finished = true;
         m_completedStep = std::max(m_completedStep, m_snapshot.state.step);
@@ -84,8 +78,7 @@ Status ClientState::apply(const Frame &frame)
     }
     case MessageType::Error: {
         auto err = decodeError(frame.payload);
-        if (!err)
-            return fail("the engine reported an error (" + err.error() + ")");
+        if (!err) return fail("the engine reported an error (" + err.error() + ")");
         return fail("the engine reported an error: " + err->message);
     }
     case MessageType::Hello:

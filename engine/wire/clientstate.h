@@ -14,7 +14,7 @@ namespace shardscope::wire {
 
 class ClientState
 {
-public:
+  public:
     // Keeps at most maxEvents events (the oldest are evicted and counted as dropped).
     explicit ClientState(std::size_t maxEvents = 1000000);
 
@@ -37,7 +37,7 @@ public:
     // The newest step seen in a State or a StepEnd event.
     std::uint32_t latestCompletedStep() const { return m_completedStep; }
 
-private:
+  private:
     void addEvents(std::vector<Event> &&events);
     void updateDropped();
 

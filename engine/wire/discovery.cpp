@@ -33,7 +33,8 @@ Result<DiscoveryEntry> decodeDiscovery(std::string_view json)
     return detail::guarded<DiscoveryEntry>("not a ShardScope discovery file", [&] {
         const Json j = detail::parseJson(json);
         detail::requireObject(j, "discovery");
-        if (detail::asString(detail::member(j, "format", "discovery"), "format") != kDiscoveryFormat)
+        if (detail::asString(detail::member(j, "format", "discovery"), "format") !=
+            kDiscoveryFormat)
             detail::failAt("format", "not \"shardscope-discovery\"");
         DiscoveryEntry e;
         e.pid = detail::asI64(detail::member(j, "pid", "discovery"), "pid");
@@ -42,7 +43,8 @@ Result<DiscoveryEntry> decodeDiscovery(std::string_view json)
         e.worldSize = static_cast<int>(
             detail::asBounded(detail::member(j, "world_size", "discovery"), 1 << 16, "world_size"));
         e.backend = detail::asString(detail::member(j, "backend", "discovery"), "backend");
-        e.startUnixMs = detail::asU64(detail::member(j, "start_unix_ms", "discovery"), "start_unix_ms");
+        e.startUnixMs =
+            detail::asU64(detail::member(j, "start_unix_ms", "discovery"), "start_unix_ms");
         if (detail::hasMember(j, "token_required"))
             e.tokenRequired = detail::asBool(j["token_required"], "token_required");
         return e;
@@ -56,8 +58,7 @@ std::string discoveryFilePath(const std::string &dir, std::int64_t pid)
 
 bool processAlive(std::int64_t pid)
 {
-    if (pid <= 0 || pid > 0x7FFFFFFF)
-        return false;
+    if (pid <= 0 || pid > 0x7FFFFFFF) return false;
     return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
 }
 
@@ -65,22 +66,18 @@ std::vector<DiscoveryEntry> listLiveEngines(const std::string &dir)
 {
     std::vector<DiscoveryEntry> out;
     DIR *d = ::opendir(dir.c_str());
-    if (!d)
-        return out;
+    if (!d) return out;
     while (const dirent *ent = ::readdir(d)) {
         const std::string name = ent->d_name;
-        if (name.size() < 6 || !name.ends_with(".json"))
-            continue;
+        if (name.size() < 6 || !name.ends_with(".json")) continue;
         const std::string file = dir + "/" + name;
         std::ifstream in(file, std::ios::binary);
-        if (!in)
-            continue;
+        if (!in) continue;
         std::string text(64 * 1024, '\0');
         in.read(text.data(), static_cast<std::streamsize>(text.size()));
         text.resize(static_cast<std::size_t>(in.gcount()));
         auto entry = decodeDiscovery(text);
-        if (!entry || !processAlive(entry->pid))
-            continue;
+        if (!entry || !processAlive(entry->pid)) continue;
         entry->file = file;
         out.push_back(std::move(entry.value()));
     }
@@ -90,6 +87,9 @@ std::vector<DiscoveryEntry> listLiveEngines(const std::string &dir)
     return out;
 }
 
-std::vector<DiscoveryEntry> listLiveEngines() { return listLiveEngines(defaultRuntimeDir()); }
+std::vector<DiscoveryEntry> listLiveEngines()
+{
+    return listLiveEngines(defaultRuntimeDir());
+}
 
 } // namespace shardscope::wire

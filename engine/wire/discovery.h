@@ -16,13 +16,13 @@ inline constexpr std::string_view kDiscoveryFormat = "shardscope-discovery";
 struct DiscoveryEntry
 {
     std::int64_t pid = 0;
-    std::string endpoint;  // "unix:..." or "tcp:HOST:PORT"
+    std::string endpoint; // "unix:..." or "tcp:HOST:PORT"
     std::string model;
     int worldSize = 1;
     std::string backend;
     std::uint64_t startUnixMs = 0;
     bool tokenRequired = false;
-    std::string file;      // the discovery file it was read from (not serialized)
+    std::string file; // the discovery file it was read from (not serialized)
 };
 
 std::string encodeDiscovery(const DiscoveryEntry &entry);

@@ -9,16 +9,13 @@ namespace {
 
 bool parsePort(std::string_view s, std::uint16_t &out)
 {
-    if (s.empty() || s.size() > 5)
-        return false;
+    if (s.empty() || s.size() > 5) return false;
     unsigned v = 0;
     for (char c : s) {
-        if (c < '0' || c > '9')
-            return false;
+        if (c < '0' || c > '9') return false;
         v = v * 10 + static_cast<unsigned>(c - '0');
     }
-    if (v > 65535)
-        return false;
+    if (v > 65535) return false;
     out = static_cast<std::uint16_t>(v);
     return true;
 }
@@ -34,7 +31,8 @@ Result<Endpoint> parseEndpoint(std::string_view text)
         e.kind = Endpoint::Kind::Unix;
         e.path = std::string(text.substr(5));
         if (e.path.empty())
-            return fail("endpoint \"" + std::string(text) + "\" has no socket path" + kEndpointHelp);
+            return fail("endpoint \"" + std::string(text) + "\" has no socket path" +
+                        kEndpointHelp);
         if (e.path.find('\0') != std::string::npos)
             return fail("endpoint socket path contains a NUL byte");
         return e;
@@ -46,7 +44,8 @@ Result<Endpoint> parseEndpoint(std::string_view text)
         std::string_view port;
         if (rest.starts_with("[")) {
             const auto close = rest.find(']');
-            if (close == std::string_view::npos || close + 1 >= rest.size() || rest[close + 1] != ':')
+            if (close == std::string_view::npos || close + 1 >= rest.size() ||
+                rest[close + 1] != ':')
                 return fail("endpoint \"" + std::string(text) + "\" has a malformed [IPv6] host" +
                             kEndpointHelp);
             host = rest.substr(1, close - 1);
@@ -74,8 +73,7 @@ Result<Endpoint> parseEndpoint(std::string_view text)
 
 std::string formatEndpoint(const Endpoint &endpoint)
 {
-    if (endpoint.kind == Endpoint::Kind::Unix)
-        return "unix:" + endpoint.path;
+    if (endpoint.kind == Endpoint::Kind::Unix) return "unix:" + endpoint.path;
     const bool v6 = endpoint.host.find(':') != std::string::npos;
     return "tcp:" + (v6 ? "[" + endpoint.host + "]" : endpoint.host) + ":" +
            std::to_string(endpoint.port);
@@ -83,10 +81,8 @@ std::string formatEndpoint(const Endpoint &endpoint)
 
 bool isLoopbackHost(std::string_view host)
 {
-    if (host == "localhost" || host == "::1" || host == "0:0:0:0:0:0:0:1")
-        return true;
-    if (!host.starts_with("127."))
-        return false;
+    if (host == "localhost" || host == "::1" || host == "0:0:0:0:0:0:0:1") return true;
+    if (!host.starts_with("127.")) return false;
     int dots = 0;
     for (char c : host) {
         if (c == '.')
@@ -100,8 +96,7 @@ bool isLoopbackHost(std::string_view host)
 std::string defaultRuntimeDir()
 {
     const char *xdg = std::getenv("XDG_RUNTIME_DIR");
-    if (xdg && *xdg)
-        return std::string(xdg) + "/shardscope";
+    if (xdg && *xdg) return std::string(xdg) + "/shardscope";
     return "/tmp/shardscope-" + std::to_string(::getuid());
 }
 

@@ -12,10 +12,14 @@ namespace shardscope::wire {
 
 struct Endpoint
 {
-    enum class Kind { Unix, Tcp };
+    enum class Kind
+    {
+        Unix,
+        Tcp
+    };
     Kind kind = Kind::Unix;
-    std::string path;   // Unix
-    std::string host;   // Tcp: name, IPv4 or IPv6 (without brackets)
+    std::string path; // Unix
+    std::string host; // Tcp: name, IPv4 or IPv6 (without brackets)
     std::uint16_t port = 0;
 };
 

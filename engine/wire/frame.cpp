@@ -24,8 +24,7 @@ void putU32(std::string &out, std::uint32_t v)
     out.append(b, 4);
 }
 
-template <class T>
-T load(const char *p)
+template <class T> T load(const char *p)
 {
     T v;
     std::memcpy(&v, p, sizeof v);
@@ -43,20 +42,32 @@ std::string hex32(std::uint32_t v)
 
 } // namespace
 
-bool isKnownMessageType(std::uint16_t type) { return type >= 1 && type <= kLastMessageType; }
+bool isKnownMessageType(std::uint16_t type)
+{
+    return type >= 1 && type <= kLastMessageType;
+}
 
 std::string_view messageTypeName(MessageType type)
 {
     switch (type) {
-    case MessageType::Hello: return "hello";
-    case MessageType::Welcome: return "welcome";
-    case MessageType::Error: return "error";
-    case MessageType::State: return "state";
-    case MessageType::HistoryBegin: return "history_begin";
-    case MessageType::EventBatch: return "event_batch";
-    case MessageType::HistoryEnd: return "history_end";
-    case MessageType::Dropped: return "dropped";
-    case MessageType::Goodbye: return "goodbye";
+    case MessageType::Hello:
+        return "hello";
+    case MessageType::Welcome:
+        return "welcome";
+    case MessageType::Error:
+        return "error";
+    case MessageType::State:
+        return "state";
+    case MessageType::HistoryBegin:
+        return "history_begin";
+    case MessageType::EventBatch:
+        return "event_batch";
+    case MessageType::HistoryEnd:
+        return "history_end";
+    case MessageType::Dropped:
+        return "dropped";
+    case MessageType::Goodbye:
+        return "goodbye";
     }
     return "unknown";
 }
@@ -82,8 +93,7 @@ FrameDecoder::FrameDecoder(std::uint32_t maxPayload) : m_maxPayload(maxPayload) 
 
 void FrameDecoder::feed(const void *data, std::size_t size)
 {
-    if (failed() || size == 0)
-        return;
+    if (failed() || size == 0) return;
     if (m_pos > 0 && (m_pos >= m_buf.size() || m_pos > (1u << 16))) {
         m_buf.erase(0, m_pos);
         m_pos = 0;
@@ -93,11 +103,9 @@ void FrameDecoder::feed(const void *data, std::size_t size)
 
 Result<std::optional<Frame>> FrameDecoder::next()
 {
-    if (failed())
-        return fail(m_error);
+    if (failed()) return fail(m_error);
     const std::size_t avail = m_buf.size() - m_pos;
-    if (avail < kFrameHeaderSize)
-        return std::optional<Frame>{};
+    if (avail < kFrameHeaderSize) return std::optional<Frame>{};
     const char *h = m_buf.data() + m_pos;
     const auto magic = load<std::uint32_t>(h);
     const auto type = load<std::uint16_t>(h + 4);
@@ -110,8 +118,7 @@ Result<std::optional<Frame>> FrameDecoder::next()
         m_error = "unknown message type " + std::to_string(type) +
                   "; the peer speaks a newer or a different protocol";
     else if (reserved != 0)
-        m_error = "bad frame header: reserved field is " + std::to_string(reserved) +
-                  ", must be 0";
+        m_error = "bad frame header: reserved field is " + std::to_string(reserved) + ", must be 0";
     else if (length > m_maxPayload)
         m_error = "frame of " + std::to_string(length) + " bytes exceeds the limit of " +
                   std::to_string(m_maxPayload) + " bytes";
@@ -120,8 +127,7 @@ Result<std::optional<Frame>> FrameDecoder::next()
         m_pos = 0;
         return fail(m_error);
     }
-    if (avail - kFrameHeaderSize < length)
-        return std::optional<Frame>{};
+    if (avail - kFrameHeaderSize < length) return std::optional<Frame>{};
     Frame frame;
     frame.type = static_cast<MessageType>(type);
     frame.payload.assign(h + kFrameHeaderSize, length);

@@ -16,12 +16,14 @@ namespace shardscope::wire {
 // The bytes 'S' 'S' 'C' 'P' read as a little-endian u32.
 inline constexpr std::uint32_t kFrameMagic = 0x50435353u;
 inline constexpr std::size_t kFrameHeaderSize = 12;
-// Largest payload a decoder accepts unless told otherwise: bounds what a length field can make us allocate.
+// Largest payload a decoder accepts unless told otherwise: bounds what a length field can make us
+// allocate.
 inline constexpr std::uint32_t kDefaultMaxPayload = 64u << 20;
 // Largest payload a server accepts from a client (the client only sends Hello).
 inline constexpr std::uint32_t kMaxClientPayload = 64u << 10;
 
-enum class MessageType : std::uint16_t {
+enum class MessageType : std::uint16_t
+{
     Hello = 1,        // client -> server, JSON
     Welcome = 2,      // server -> client, JSON
     Error = 3,        // either way, JSON {"code", "message"}; the sender closes afterwards
@@ -49,7 +51,7 @@ std::string encodeFrame(MessageType type, std::string_view payload);
 
 class FrameDecoder
 {
-public:
+  public:
     explicit FrameDecoder(std::uint32_t maxPayload = kDefaultMaxPayload);
 
     // Buffers bytes; call next() until it yields nothing after each feed. Ignored after an error.
@@ -64,7 +66,7 @@ public:
     const std::string &error() const { return m_error; }
     std::size_t buffered() const { return m_buf.size() - m_pos; }
 
-private:
+  private:
     std::uint32_t m_maxPayload;
     std::string m_buf;
     std::size_t m_pos = 0;

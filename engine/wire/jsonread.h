@@ -66,8 +66,7 @@ inline std::string dumpJson(const Json &j, bool pretty = false)
 
 inline const Json &requireObject(const Json &j, const std::string &where)
 {
-    if (!j.is_object())
-        failAt(where, "expected an object");
+    if (!j.is_object()) failAt(where, "expected an object");
     return j;
 }
 
@@ -75,24 +74,24 @@ inline const Json &member(const Json &obj, const char *key, const std::string &w
 {
     requireObject(obj, where);
     auto it = obj.find(key);
-    if (it == obj.end())
-        failAt(where, std::string("missing field \"") + key + "\"");
+    if (it == obj.end()) failAt(where, std::string("missing field \"") + key + "\"");
     return *it;
 }
 
-inline bool hasMember(const Json &obj, const char *key) { return obj.is_object() && obj.contains(key); }
+inline bool hasMember(const Json &obj, const char *key)
+{
+    return obj.is_object() && obj.contains(key);
+}
 
 inline std::string asString(const Json &j, const std::string &where)
 {
-    if (!j.is_string())
-        failAt(where, "expected a string");
+    if (!j.is_string()) failAt(where, "expected a string");
     return j.get<std::string>();
 }
 
 inline std::uint64_t asU64(const Json &j, const std::string &where)
 {
-    if (j.is_number_unsigned())
-        return j.get<std::uint64_t>();
+    if (j.is_number_unsigned()) return j.get<std::uint64_t>();
     if (j.is_number_integer() && j.get<std::int64_t>() >= 0)
         return static_cast<std::uint64_t>(j.get<std::int64_t>());
     failAt(where, "expected a non-negative integer");
@@ -101,47 +100,42 @@ inline std::uint64_t asU64(const Json &j, const std::string &where)
 inline std::int64_t asI64(const Json &j, const std::string &where)
 {
     if (j.is_number_unsigned()) {
-        if (j.get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+        if (j.get<std::uint64_t>() >
+            static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
             failAt(where, "integer out of range");
         return static_cast<std::int64_t>(j.get<std::uint64_t>());
     }
-    if (j.is_number_integer())
-        return j.get<std::int64_t>();
+    if (j.is_number_integer()) return j.get<std::int64_t>();
     failAt(where, "expected an integer");
 }
 
 inline std::uint64_t asBounded(const Json &j, std::uint64_t max, const std::string &where)
 {
     const std::uint64_t v = asU64(j, where);
-    if (v > max)
-        failAt(where, std::to_string(v) + " is larger than " + std::to_string(max));
+    if (v > max) failAt(where, std::to_string(v) + " is larger than " + std::to_string(max));
     return v;
 }
 
 inline bool asBool(const Json &j, const std::string &where)
 {
-    if (!j.is_boolean())
-        failAt(where, "expected true or false");
+    if (!j.is_boolean()) failAt(where, "expected true or false");
     return j.get<bool>();
 }
 
 inline double asDouble(const Json &j, const std::string &where)
 {
-    if (!j.is_number())
-        failAt(where, "expected a number");
+    if (!j.is_number()) failAt(where, "expected a number");
     return j.get<double>();
 }
 
 inline const Json &asArray(const Json &j, const std::string &where)
 {
-    if (!j.is_array())
-        failAt(where, "expected an array");
+    if (!j.is_array()) failAt(where, "expected an array");
     return j;
 }
 
 // Runs a decoder body, turning any failure into an Error that starts with `what`.
-template <class T, class F>
-Result<T> guarded(std::string_view what, F &&body)
+template <class T, class F> Result<T> guarded(std::string_view what, F &&body)
 {
     try {
         return body();

@@ -22,8 +22,7 @@ Json stringArray(const std::vector<std::string> &v)
 std::vector<std::string> readStringArray(const Json &obj, const char *key, const std::string &where)
 {
     std::vector<std::string> out;
-    if (!detail::hasMember(obj, key))
-        return out;
+    if (!detail::hasMember(obj, key)) return out;
     const Json &a = detail::asArray(obj[key], where + "." + key);
     for (std::size_t i = 0; i < a.size(); ++i)
         out.push_back(detail::asString(a[i], where + "." + key + "[" + std::to_string(i) + "]"));
@@ -32,7 +31,8 @@ std::vector<std::string> readStringArray(const Json &obj, const char *key, const
 
 std::string optString(const Json &obj, const char *key, const std::string &where)
 {
-    return detail::hasMember(obj, key) ? detail::asString(obj[key], where + "." + key) : std::string();
+    return detail::hasMember(obj, key) ? detail::asString(obj[key], where + "." + key)
+                                       : std::string();
 }
 
 std::uint64_t optU64(const Json &obj, const char *key, const std::string &where)
@@ -40,16 +40,14 @@ std::uint64_t optU64(const Json &obj, const char *key, const std::string &where)
     return detail::hasMember(obj, key) ? detail::asU64(obj[key], where + "." + key) : 0;
 }
 
-template <class T>
-void putLe(std::string &out, T v)
+template <class T> void putLe(std::string &out, T v)
 {
     char b[sizeof v];
     std::memcpy(b, &v, sizeof v);
     out.append(b, sizeof v);
 }
 
-template <class T>
-T getLe(const char *p)
+template <class T> T getLe(const char *p)
 {
     T v;
     std::memcpy(&v, p, sizeof v);
@@ -80,7 +78,10 @@ constexpr std::array<std::string_view, 19> kEventNames = {
 
 } // namespace
 
-bool isKnownEventType(std::uint8_t type) { return type >= 1 && type < kEventNames.size(); }
+bool isKnownEventType(std::uint8_t type)
+{
+    return type >= 1 && type < kEventNames.size();
+}
 
 std::string_view eventTypeName(EventType type)
 {
@@ -91,8 +92,7 @@ std::string_view eventTypeName(EventType type)
 std::optional<EventType> eventTypeFromName(std::string_view name)
 {
     for (std::size_t t = 1; t < kEventNames.size(); ++t)
-        if (kEventNames[t] == name)
-            return static_cast<EventType>(t);
+        if (kEventNames[t] == name) return static_cast<EventType>(t);
     return std::nullopt;
 }
 
@@ -112,7 +112,8 @@ Result<Hello> decodeHello(std::string_view payload)
     return detail::guarded<Hello>("bad hello", [&] {
         const Json j = detail::parseJson(payload);
         detail::requireObject(j, "hello");
-        if (detail::asString(detail::member(j, "protocol", "hello"), "hello.protocol") != kProtocolName)
+        if (detail::asString(detail::member(j, "protocol", "hello"), "hello.protocol") !=
+            kProtocolName)
             detail::failAt("hello.protocol", "not \"shardscope\"");
         Hello m;
         m.version = static_cast<std::uint16_t>(
@@ -152,7 +153,8 @@ Result<Welcome> decodeWelcome(std::string_view payload)
         m.pid = detail::hasMember(j, "pid") ? detail::asI64(j["pid"], "welcome.pid") : 0;
         m.model = optString(j, "model", "welcome");
         m.worldSize = detail::hasMember(j, "world_size")
-                          ? static_cast<int>(detail::asBounded(j["world_size"], 1 << 16, "welcome.world_size"))
+                          ? static_cast<int>(
+                                detail::asBounded(j["world_size"], 1 << 16, "welcome.world_size"))
                           : 1;
         m.backend = optString(j, "backend", "welcome");
         m.historyCapacity = optU64(j, "history_capacity", "welcome");
@@ -284,9 +286,10 @@ std::optional<ErrorMessage> checkHello(const Hello &hello, std::string_view requ
             diff |= static_cast<unsigned char>(requiredToken[i]) ^
                     static_cast<unsigned char>(i < hello.token.size() ? hello.token[i] : 0);
         if (diff != 0)
-            return ErrorMessage{"bad_token", hello.token.empty()
-                                                 ? "this engine requires a token; pass --token SECRET"
-                                                 : "wrong token; pass the --token the engine was started with"};
+            return ErrorMessage{"bad_token",
+                                hello.token.empty()
+                                    ? "this engine requires a token; pass --token SECRET"
+                                    : "wrong token; pass the --token the engine was started with"};
     }
     return std::nullopt;
 }
@@ -295,16 +298,14 @@ Result<Welcome> acceptWelcome(const Frame &frame)
 {
     if (frame.type == MessageType::Error) {
         auto err = decodeError(frame.payload);
-        if (!err)
-            return fail("the engine refused the connection (" + err.error() + ")");
+        if (!err) return fail("the engine refused the connection (" + err.error() + ")");
         return fail("the engine refused the connection: " + err->message);
     }
     if (frame.type != MessageType::Welcome)
         return fail("the engine answered the hello with a " +
                     std::string(messageTypeName(frame.type)) + " frame instead of a welcome");
     auto welcome = decodeWelcome(frame.payload);
-    if (!welcome)
-        return welcome;
+    if (!welcome) return welcome;
     if (welcome->version != kProtocolVersion)
         return fail("the engine speaks protocol version " + std::to_string(welcome->version) +
                     ", this client speaks " + std::to_string(kProtocolVersion) +

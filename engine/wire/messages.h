@@ -32,7 +32,7 @@ struct Welcome
 {
     std::uint16_t version = kProtocolVersion;
     std::vector<std::string> capabilities{"state", "events", "history", "dropped"};
-    std::string server;  // e.g. "shardscope-train"
+    std::string server; // e.g. "shardscope-train"
     std::int64_t pid = 0;
     std::string model;
     int worldSize = 1;
@@ -61,7 +61,8 @@ struct Goodbye
     std::string reason;
     std::uint64_t eventsOffered = 0; // live events produced while connected
     std::uint64_t eventsSent = 0;    // of those, queued to this client
-    std::uint64_t eventsDropped = 0; // of those, dropped for this client (sent + dropped == offered)
+    std::uint64_t eventsDropped =
+        0; // of those, dropped for this client (sent + dropped == offered)
 };
 
 std::string encodeHello(const Hello &m);

@@ -13,12 +13,14 @@ struct Error
     std::string message;
 };
 
-inline Error fail(std::string message) { return Error{std::move(message)}; }
-
-template <class T>
-class [[nodiscard]] Result
+inline Error fail(std::string message)
 {
-public:
+    return Error{std::move(message)};
+}
+
+template <class T> class [[nodiscard]] Result
+{
+  public:
     Result(T value) : m_v(std::in_place_index<0>, std::move(value)) {}
     Result(Error error) : m_v(std::in_place_index<1>, std::move(error)) {}
 
@@ -40,7 +42,7 @@ public:
         return ok() ? none : std::get<1>(m_v).message;
     }
 
-private:
+  private:
     std::variant<T, Error> m_v;
 };
 
@@ -49,6 +51,9 @@ struct Done
 };
 // The result of an operation that returns nothing but may fail (writing a file).
 using Status = Result<Done>;
-inline Status success() { return Done{}; }
+inline Status success()
+{
+    return Done{};
+}
 
 } // namespace shardscope::wire

@@ -20,7 +20,10 @@ namespace {
 constexpr int kMaxWorldSize = 1 << 16;
 constexpr std::size_t kMaxRank = 0xFFFF;
 
-std::string at(const std::string &where, std::size_t i) { return where + "[" + std::to_string(i) + "]"; }
+std::string at(const std::string &where, std::size_t i)
+{
+    return where + "[" + std::to_string(i) + "]";
+}
 
 Json idOrNull(std::uint32_t id, std::uint32_t none)
 {
@@ -29,8 +32,7 @@ Json idOrNull(std::uint32_t id, std::uint32_t none)
 
 std::uint32_t readId(const Json &j, std::uint32_t none, const std::string &where)
 {
-    if (j.is_null())
-        return none;
+    if (j.is_null()) return none;
     return static_cast<std::uint32_t>(detail::asBounded(j, 0xFFFFFFFEu, where));
 }
 
@@ -50,8 +52,7 @@ E readEnum(const Json &j, int count, NameOf nameOf, const std::string &where)
 {
     const std::string s = detail::asString(j, where);
     for (int v = 0; v < count; ++v)
-        if (nameOf(static_cast<E>(v)) == s)
-            return static_cast<E>(v);
+        if (nameOf(static_cast<E>(v)) == s) return static_cast<E>(v);
     detail::failAt(where, "unknown value \"" + s + "\"");
 }
 
@@ -82,8 +83,7 @@ Event decodeEvent(const Json &j, const std::string &where)
         detail::asBounded(detail::member(j, "rank", where), kMaxRank, where + ".rank"));
     const std::string type = detail::asString(detail::member(j, "type", where), where + ".type");
     const auto t = eventTypeFromName(type);
-    if (!t)
-        detail::failAt(where + ".type", "unknown event type \"" + type + "\"");
+    if (!t) detail::failAt(where + ".type", "unknown event type \"" + type + "\"");
     e.type = *t;
     e.flags = static_cast<std::uint8_t>(
         detail::asBounded(detail::member(j, "flags", where), 0xFF, where + ".flags"));
@@ -120,8 +120,7 @@ Json encodeParam(const EngineState &s, const ParamRecord &p)
     Json extAuto = Json::array();
     for (const ExternalRecord &e : p.externals) {
         ext.push_back(modulePathOf(s, e.module));
-        if (e.automatic)
-            extAuto.push_back(modulePathOf(s, e.module));
+        if (e.automatic) extAuto.push_back(modulePathOf(s, e.module));
     }
     j["external_modules"] = ext;
     j["external_auto_modules"] = extAuto;
@@ -147,8 +146,7 @@ Json encodeViolation(const EngineState &s, const ViolationRecord &v)
     j["accessor_id"] = idOrNull(v.accessor, kNoModule);
     Json paramName = nullptr;
     for (const ParamRecord &p : s.params)
-        if (p.id == v.param)
-            paramName = p.name;
+        if (p.id == v.param) paramName = p.name;
     j["param"] = paramName;
     j["param_id"] = idOrNull(v.param, kNoParam);
     j["owner"] = modulePathOrNull(s, v.owner);
@@ -171,8 +169,7 @@ struct ModuleIndex
     {
         const std::string path = detail::asString(j, where);
         auto it = byPath.find(path);
-        if (it == byPath.end())
-            detail::failAt(where, "no module with path \"" + path + "\"");
+        if (it == byPath.end()) detail::failAt(where, "no module with path \"" + path + "\"");
         return it->second;
     }
     ModuleId checkId(const Json &j, const std::string &where) const
@@ -195,7 +192,8 @@ std::vector<ModuleId> resolvePaths(const Json &obj, const char *key, const Modul
     return out;
 }
 
-ParamRecord decodeParam(const Json &j, const ModuleIndex &index, int worldSize, const std::string &w)
+ParamRecord decodeParam(const Json &j, const ModuleIndex &index, int worldSize,
+                        const std::string &w)
 {
     detail::requireObject(j, w);
     ParamRecord p;
@@ -203,19 +201,16 @@ ParamRecord decodeParam(const Json &j, const ModuleIndex &index, int worldSize, 
     p.name = detail::asString(detail::member(j, "name", w), w + ".name");
     p.owner = index.checkId(detail::member(j, "module_id", w), w + ".module_id");
     const Json &shape = detail::asArray(detail::member(j, "shape", w), w + ".shape");
-    if (shape.size() > 16)
-        detail::failAt(w + ".shape", "more than 16 dimensions");
+    if (shape.size() > 16) detail::failAt(w + ".shape", "more than 16 dimensions");
     for (std::size_t i = 0; i < shape.size(); ++i) {
         const std::int64_t d = detail::asI64(shape[i], at(w + ".shape", i));
-        if (d < 0)
-            detail::failAt(at(w + ".shape", i), "negative dimension");
+        if (d < 0) detail::failAt(at(w + ".shape", i), "negative dimension");
         p.shape.push_back(d);
     }
     p.dtype = readEnum<DType>(detail::member(j, "dtype", w), 2, dtypeName, w + ".dtype");
     auto nonNegative = [&](const char *key) {
         const std::int64_t v = detail::asI64(detail::member(j, key, w), w + "." + key);
-        if (v < 0)
-            detail::failAt(w + "." + key, "negative");
+        if (v < 0) detail::failAt(w + "." + key, "negative");
         return v;
     };
     p.numel = nonNegative("numel");
@@ -251,17 +246,20 @@ ViolationRecord decodeViolation(const Json &j, const ModuleIndex &index, const s
 {
     detail::requireObject(j, w);
     ViolationRecord v;
-    v.kind = readEnum<ViolationKind>(detail::member(j, "kind", w), 4, violationKindName, w + ".kind");
+    v.kind =
+        readEnum<ViolationKind>(detail::member(j, "kind", w), 4, violationKindName, w + ".kind");
     v.step = static_cast<std::uint32_t>(
         detail::asBounded(detail::member(j, "step", w), 0xFFFFFFFFu, w + ".step"));
     v.lastStep = static_cast<std::uint32_t>(
         detail::asBounded(detail::member(j, "last_step", w), 0xFFFFFFFFu, w + ".last_step"));
-    v.rank = static_cast<int>(detail::asBounded(detail::member(j, "rank", w), kMaxRank, w + ".rank"));
+    v.rank =
+        static_cast<int>(detail::asBounded(detail::member(j, "rank", w), kMaxRank, w + ".rank"));
     v.accessor = index.checkId(detail::member(j, "accessor_id", w), w + ".accessor_id");
     v.param = readId(detail::member(j, "param_id", w), kNoParam, w + ".param_id");
     v.owner = index.checkId(detail::member(j, "owner_id", w), w + ".owner_id");
     v.status = readEnum<ParamStatus>(detail::member(j, "status", w), 3, statusName, w + ".status");
-    v.action = readEnum<GuardAction>(detail::member(j, "action", w), 4, guardActionName, w + ".action");
+    v.action =
+        readEnum<GuardAction>(detail::member(j, "action", w), 4, guardActionName, w + ".action");
     v.count = detail::asU64(detail::member(j, "count", w), w + ".count");
     v.tsNs = detail::asU64(detail::member(j, "ts_ns", w), w + ".ts_ns");
     v.fix = detail::asString(detail::member(j, "fix", w), w + ".fix");
@@ -272,10 +270,12 @@ ViolationRecord decodeViolation(const Json &j, const ModuleIndex &index, const s
 Snapshot decodeSnapshotJson(const Json &root)
 {
     detail::requireObject(root, "snapshot");
-    const std::string format = detail::asString(detail::member(root, "format", "snapshot"), "format");
+    const std::string format =
+        detail::asString(detail::member(root, "format", "snapshot"), "format");
     if (format != kSnapshotFormat)
         detail::failAt("format", "\"" + format + "\" is not \"shardscope-snapshot\"");
-    const std::uint64_t version = detail::asU64(detail::member(root, "version", "snapshot"), "version");
+    const std::uint64_t version =
+        detail::asU64(detail::member(root, "version", "snapshot"), "version");
     if (version != static_cast<std::uint64_t>(kSnapshotVersion))
         detail::failAt("version", "snapshot version " + std::to_string(version) +
                                       " cannot be read by this build, which reads version " +
@@ -283,20 +283,19 @@ Snapshot decodeSnapshotJson(const Json &root)
     Snapshot s;
     if (detail::hasMember(root, "producer"))
         s.meta.producer = detail::asString(root["producer"], "producer");
-    if (detail::hasMember(root, "pid"))
-        s.meta.pid = detail::asI64(root["pid"], "pid");
+    if (detail::hasMember(root, "pid")) s.meta.pid = detail::asI64(root["pid"], "pid");
     if (detail::hasMember(root, "created_unix_ms"))
         s.meta.createdUnixMs = detail::asU64(root["created_unix_ms"], "created_unix_ms");
     if (detail::hasMember(root, "endpoint"))
         s.meta.endpoint = detail::asString(root["endpoint"], "endpoint");
 
     EngineState &st = s.state;
-    const Json &engine = detail::requireObject(detail::member(root, "engine", "snapshot"), "engine");
+    const Json &engine =
+        detail::requireObject(detail::member(root, "engine", "snapshot"), "engine");
     st.modelName = detail::asString(detail::member(engine, "model", "engine"), "engine.model");
-    st.worldSize = static_cast<int>(
-        detail::asBounded(detail::member(engine, "world_size", "engine"), kMaxWorldSize, "engine.world_size"));
-    if (st.worldSize < 1)
-        detail::failAt("engine.world_size", "must be at least 1");
+    st.worldSize = static_cast<int>(detail::asBounded(
+        detail::member(engine, "world_size", "engine"), kMaxWorldSize, "engine.world_size"));
+    if (st.worldSize < 1) detail::failAt("engine.world_size", "must be at least 1");
     st.backend = detail::asString(detail::member(engine, "backend", "engine"), "engine.backend");
     st.step = static_cast<std::uint32_t>(
         detail::asBounded(detail::member(engine, "step", "engine"), 0xFFFFFFFFu, "engine.step"));
@@ -306,13 +305,17 @@ Snapshot decodeSnapshotJson(const Json &root)
             st.localRanks.push_back(static_cast<int>(detail::asBounded(
                 lr[i], static_cast<std::uint64_t>(st.worldSize - 1), at("engine.local_ranks", i))));
     }
-    const Json &cfg = detail::requireObject(detail::member(engine, "config", "engine"), "engine.config");
-    st.config.persistenceThreshold = detail::asI64(
-        detail::member(cfg, "persistence_threshold", "engine.config"), "engine.config.persistence_threshold");
-    st.config.prefetchBucketSize = detail::asI64(
-        detail::member(cfg, "prefetch_bucket_size", "engine.config"), "engine.config.prefetch_bucket_size");
-    st.config.maxLiveParameters = detail::asI64(
-        detail::member(cfg, "max_live_parameters", "engine.config"), "engine.config.max_live_parameters");
+    const Json &cfg =
+        detail::requireObject(detail::member(engine, "config", "engine"), "engine.config");
+    st.config.persistenceThreshold =
+        detail::asI64(detail::member(cfg, "persistence_threshold", "engine.config"),
+                      "engine.config.persistence_threshold");
+    st.config.prefetchBucketSize =
+        detail::asI64(detail::member(cfg, "prefetch_bucket_size", "engine.config"),
+                      "engine.config.prefetch_bucket_size");
+    st.config.maxLiveParameters =
+        detail::asI64(detail::member(cfg, "max_live_parameters", "engine.config"),
+                      "engine.config.max_live_parameters");
     st.config.guard = readEnum<GuardPolicy>(detail::member(cfg, "guard", "engine.config"), 3,
                                             guardPolicyName, "engine.config.guard");
 
@@ -325,7 +328,8 @@ Snapshot decodeSnapshotJson(const Json &root)
         ModuleRecord r;
         r.id = readId(detail::member(m, "id", w), kNoModule, w + ".id");
         if (r.id != i)
-            detail::failAt(w + ".id", "is " + std::to_string(r.id) + "; module ids must equal their index");
+            detail::failAt(w + ".id",
+                           "is " + std::to_string(r.id) + "; module ids must equal their index");
         r.path = detail::asString(detail::member(m, "path", w), w + ".path");
         r.type = detail::asString(detail::member(m, "type", w), w + ".type");
         r.parent = readId(detail::member(m, "parent", w), kNoModule, w + ".parent");
@@ -339,7 +343,8 @@ Snapshot decodeSnapshotJson(const Json &root)
     for (std::size_t i = 0; i < params.size(); ++i)
         st.params.push_back(decodeParam(params[i], index, st.worldSize, at("params", i)));
 
-    const Json &violations = detail::asArray(detail::member(root, "violations", "snapshot"), "violations");
+    const Json &violations =
+        detail::asArray(detail::member(root, "violations", "snapshot"), "violations");
     for (std::size_t i = 0; i < violations.size(); ++i)
         st.violations.push_back(decodeViolation(violations[i], index, at("violations", i)));
 
@@ -347,7 +352,8 @@ Snapshot decodeSnapshotJson(const Json &root)
     s.events.reserve(events.size());
     for (std::size_t i = 0; i < events.size(); ++i)
         s.events.push_back(decodeEvent(events[i], at("events", i)));
-    s.droppedEvents = detail::asU64(detail::member(root, "dropped_events", "snapshot"), "dropped_events");
+    s.droppedEvents =
+        detail::asU64(detail::member(root, "dropped_events", "snapshot"), "dropped_events");
     return s;
 }
 
@@ -416,9 +422,8 @@ std::string encodeSnapshot(const Snapshot &snapshot, bool pretty)
 
 Result<Snapshot> decodeSnapshot(std::string_view json)
 {
-    return detail::guarded<Snapshot>("not a valid ShardScope snapshot", [&] {
-        return decodeSnapshotJson(detail::parseJson(json));
-    });
+    return detail::guarded<Snapshot>("not a valid ShardScope snapshot",
+                                     [&] { return decodeSnapshotJson(detail::parseJson(json)); });
 }
 
 Status writeFileAtomically(const std::string &path, std::string_view contents)
@@ -430,13 +435,11 @@ Status writeFileAtomically(const std::string &path, std::string_view contents)
         return fail(std::string("cannot ") + what + " " + path + ": " + reason);
     };
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return fail("cannot write " + path + ": " + std::strerror(errno));
+    if (fd < 0) return fail("cannot write " + path + ": " + std::strerror(errno));
     std::size_t done = 0;
     while (done < contents.size()) {
         const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-        if (n < 0 && errno == EINTR)
-            continue;
+        if (n < 0 && errno == EINTR) continue;
         if (n <= 0) {
             ::close(fd);
             return failWith("write");
@@ -448,8 +451,7 @@ Status writeFileAtomically(const std::string &path, std::string_view contents)
         return failWith("write");
     }
     ::close(fd);
-    if (::rename(tmp.c_str(), path.c_str()) != 0)
-        return failWith("replace");
+    if (::rename(tmp.c_str(), path.c_str()) != 0) return failWith("replace");
     return success();
 }
 
@@ -461,9 +463,10 @@ Status writeSnapshotFile(const std::string &path, const Snapshot &snapshot)
 Result<Snapshot> readSnapshotFile(const std::string &path)
 {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return fail("cannot open snapshot " + path + ": " + std::strerror(errno));
-    struct stat st{};
+    if (fd < 0) return fail("cannot open snapshot " + path + ": " + std::strerror(errno));
+    struct stat st
+    {
+    };
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         ::close(fd);
         return fail("cannot read snapshot " + path + ": not a regular file");
@@ -477,15 +480,13 @@ Result<Snapshot> readSnapshotFile(const std::string &path)
     char buf[1 << 16];
     for (;;) {
         const ssize_t n = ::read(fd, buf, sizeof buf);
-        if (n < 0 && errno == EINTR)
-            continue;
+        if (n < 0 && errno == EINTR) continue;
         if (n < 0) {
             const std::string reason = std::strerror(errno);
             ::close(fd);
             return fail("cannot read snapshot " + path + ": " + reason);
         }
-        if (n == 0)
-            break;
+        if (n == 0) break;
         text.append(buf, static_cast<std::size_t>(n));
         if (text.size() > kMaxSnapshotFileBytes) {
             ::close(fd);
@@ -494,8 +495,7 @@ Result<Snapshot> readSnapshotFile(const std::string &path)
     }
     ::close(fd);
     auto snap = decodeSnapshot(text);
-    if (!snap)
-        return fail(path + ": " + snap.error());
+    if (!snap) return fail(path + ": " + snap.error());
     return snap;
 }
 

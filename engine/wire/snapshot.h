@@ -21,10 +21,10 @@ inline constexpr std::uint64_t kMaxSnapshotFileBytes = 1ull << 30;
 
 struct SnapshotMeta
 {
-    std::string producer;           // "shardscope-train", "shardscope-capture", ...
-    std::int64_t pid = 0;           // process that produced the state
+    std::string producer; // "shardscope-train", "shardscope-capture", ...
+    std::int64_t pid = 0; // process that produced the state
     std::uint64_t createdUnixMs = 0;
-    std::string endpoint;           // where it was served or captured from; may be empty
+    std::string endpoint; // where it was served or captured from; may be empty
 };
 
 struct Snapshot

@@ -12,7 +12,17 @@ inline std::vector<std::string> snapshotSchemaProblems(const nlohmann::json &j)
 {
     using nlohmann::json;
     std::vector<std::string> problems;
-    enum Kind { Str, UInt, Int, Bool, Arr, Obj, StrOrNull, UIntOrNull };
+    enum Kind
+    {
+        Str,
+        UInt,
+        Int,
+        Bool,
+        Arr,
+        Obj,
+        StrOrNull,
+        UIntOrNull
+    };
     auto check = [&](const json &obj, const std::string &where, const char *key, Kind kind) {
         if (!obj.is_object() || !obj.contains(key)) {
             problems.push_back(where + "." + key + " missing");
@@ -21,17 +31,33 @@ inline std::vector<std::string> snapshotSchemaProblems(const nlohmann::json &j)
         const json &v = obj[key];
         bool ok = false;
         switch (kind) {
-        case Str: ok = v.is_string(); break;
-        case UInt: ok = v.is_number_unsigned() || (v.is_number_integer() && v.get<long long>() >= 0); break;
-        case Int: ok = v.is_number_integer(); break;
-        case Bool: ok = v.is_boolean(); break;
-        case Arr: ok = v.is_array(); break;
-        case Obj: ok = v.is_object(); break;
-        case StrOrNull: ok = v.is_string() || v.is_null(); break;
-        case UIntOrNull: ok = v.is_null() || v.is_number_unsigned() || (v.is_number_integer() && v.get<long long>() >= 0); break;
+        case Str:
+            ok = v.is_string();
+            break;
+        case UInt:
+            ok = v.is_number_unsigned() || (v.is_number_integer() && v.get<long long>() >= 0);
+            break;
+        case Int:
+            ok = v.is_number_integer();
+            break;
+        case Bool:
+            ok = v.is_boolean();
+            break;
+        case Arr:
+            ok = v.is_array();
+            break;
+        case Obj:
+            ok = v.is_object();
+            break;
+        case StrOrNull:
+            ok = v.is_string() || v.is_null();
+            break;
+        case UIntOrNull:
+            ok = v.is_null() || v.is_number_unsigned() ||
+                 (v.is_number_integer() && v.get<long long>() >= 0);
+            break;
         }
-        if (!ok)
-            problems.push_back(where + "." + key + " has the wrong type");
+        if (!ok) problems.push_back(where + "." + key + " has the wrong type");
     };
     check(j, "", "format", Str);
     if (j.value("format", "") != "shardscope-snapshot")
@@ -47,8 +73,7 @@ inline std::vector<std::string> snapshotSchemaProblems(const nlohmann::json &j)
     check(j, "", "violations", Arr);
     check(j, "", "events", Arr);
     check(j, "", "dropped_events", UInt);
-    if (!problems.empty())
-        return problems;
+    if (!problems.empty()) return problems;
     const json &e = j["engine"];
     check(e, "engine", "model", Str);
     check(e, "engine", "world_size", UInt);
@@ -57,10 +82,10 @@ inline std::vector<std::string> snapshotSchemaProblems(const nlohmann::json &j)
     check(e, "engine", "local_ranks", Arr);
     check(e, "engine", "config", Obj);
     if (e.contains("config"))
-        for (const char *k : {"persistence_threshold", "prefetch_bucket_size", "max_live_parameters"})
+        for (const char *k :
+             {"persistence_threshold", "prefetch_bucket_size", "max_live_parameters"})
             check(e["config"], "engine.config", k, Int);
-    if (e.contains("config"))
-        check(e["config"], "engine.config", "guard", Str);
+    if (e.contains("config")) check(e["config"], "engine.config", "guard", Str);
     for (const json &m : j["modules"]) {
         check(m, "modules[]", "id", UInt);
         check(m, "modules[]", "path", Str);
@@ -68,14 +93,15 @@ inline std::vector<std::string> snapshotSchemaProblems(const nlohmann::json &j)
         check(m, "modules[]", "parent", UIntOrNull);
     }
     for (const json &p : j["params"]) {
-        for (const char *k : {"id", "module_id", "numel", "padded_numel", "partition_numel", "gather_count",
-                              "gather_bytes", "gather_ns", "last_gather_ts_ns"})
+        for (const char *k : {"id", "module_id", "numel", "padded_numel", "partition_numel",
+                              "gather_count", "gather_bytes", "gather_ns", "last_gather_ts_ns"})
             check(p, "params[]", k, UInt);
         for (const char *k : {"name", "module", "dtype"})
             check(p, "params[]", k, Str);
         for (const char *k : {"persistent", "partitioned", "late"})
             check(p, "params[]", k, Bool);
-        for (const char *k : {"shape", "status", "external_modules", "external_auto_modules", "active_modules"})
+        for (const char *k :
+             {"shape", "status", "external_modules", "external_auto_modules", "active_modules"})
             check(p, "params[]", k, Arr);
         if (p.contains("status") && j["engine"].contains("world_size") &&
             p["status"].size() != j["engine"]["world_size"].get<std::size_t>())
@@ -95,8 +121,7 @@ inline std::vector<std::string> snapshotSchemaProblems(const nlohmann::json &j)
         check(ev, "events[]", "type", Str);
         for (const char *k : {"ts_ns", "step", "rank", "flags", "a", "b", "u0", "u1", "u2"})
             check(ev, "events[]", k, UInt);
-        if (!problems.empty())
-            break;
+        if (!problems.empty()) break;
     }
     return problems;
 }

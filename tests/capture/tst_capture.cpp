@@ -31,16 +31,17 @@ struct Run
     QString err;
 };
 
-Run runCapture(const QStringList &args, const QProcessEnvironment &env = QProcessEnvironment::systemEnvironment())
+Run runCapture(const QStringList &args,
+               const QProcessEnvironment &env = QProcessEnvironment::systemEnvironment())
 {
     QProcess p;
     p.setProcessEnvironment(env);
     p.start(binary("shardscope-capture"), args);
-    if (!p.waitForFinished(60000))
-        p.kill();
+    if (!p.waitForFinished(60000)) p.kill();
     p.waitForFinished();
     return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
-            QString::fromLocal8Bit(p.readAllStandardOutput()), QString::fromLocal8Bit(p.readAllStandardError())};
+            QString::fromLocal8Bit(p.readAllStandardOutput()),
+            QString::fromLocal8Bit(p.readAllStandardError())};
 }
 
 nlohmann::json readJson(const QString &path)
@@ -92,18 +93,16 @@ struct Trainer
 
     bool start(const QStringList &extra)
     {
-        process.setProcessChannelMode(QProcess::SeparateChannels);
+        process.setProcessChannelMode(QProcess::MergedChannels); // its errors show in output
         process.start(binary("shardscope-train"),
                       QStringList{"--externals", "none", "--listen", "tcp:127.0.0.1:0"} + extra);
-        if (!process.waitForStarted(10000))
-            return false;
-        while (endpoint.isEmpty() && process.waitForReadyRead(30000)) {
+        if (!process.waitForStarted(10000)) return false;
+        while (endpoint.isEmpty() && (process.canReadLine() || process.waitForReadyRead(30000))) {
             while (process.canReadLine()) {
                 const QString line = QString::fromLocal8Bit(process.readLine());
                 output += line;
                 static const QRegularExpression re("inspector: listening on (tcp:\\S+)");
-                if (auto m = re.match(line); m.hasMatch())
-                    endpoint = m.captured(1);
+                if (auto m = re.match(line); m.hasMatch()) endpoint = m.captured(1);
             }
         }
         return !endpoint.isEmpty();
@@ -124,14 +123,17 @@ bool snapshotSchemaProblemsEmpty(const nlohmann::json &j)
     return problems.empty();
 }
 
-bool haveTrainer() { return QFileInfo::exists(binary("shardscope-train")); }
+bool haveTrainer()
+{
+    return QFileInfo::exists(binary("shardscope-train"));
+}
 
 } // namespace
 
 class TestCapture : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void initTestCase();
     void badFlagsExitTwoWithAMessage_data();
     void badFlagsExitTwoWithAMessage();
@@ -144,7 +146,7 @@ private slots:
     void snapshotDocExampleDecodes();
     void pythonClientFromTheProtocolDocWorks();
 
-private:
+  private:
     QTemporaryDir m_runtime;
 };
 
@@ -152,7 +154,8 @@ void TestCapture::initTestCase()
 {
     QVERIFY(m_runtime.isValid());
     ::setenv("XDG_RUNTIME_DIR", m_runtime.path().toLocal8Bit().constData(), 1);
-    QVERIFY2(QFileInfo::exists(binary("shardscope-capture")), "shardscope-capture not found in SHARDSCOPE_BIN_DIR");
+    QVERIFY2(QFileInfo::exists(binary("shardscope-capture")),
+             "shardscope-capture not found in SHARDSCOPE_BIN_DIR");
 }
 
 void TestCapture::badFlagsExitTwoWithAMessage_data()
@@ -160,11 +163,16 @@ void TestCapture::badFlagsExitTwoWithAMessage_data()
     QTest::addColumn<QStringList>("args");
     QTest::addColumn<QString>("message");
     QTest::newRow("nothing") << QStringList{} << "--attach ENDPOINT is required";
-    QTest::newRow("no out") << QStringList{"--attach", "tcp:127.0.0.1:5"} << "--out FILE is required";
-    QTest::newRow("bad endpoint") << QStringList{"--attach", "http://x", "--out", "f"} << "unknown endpoint";
-    QTest::newRow("bad seconds") << QStringList{"--attach", "tcp:127.0.0.1:5", "--out", "f", "--seconds", "soon"}
+    QTest::newRow("no out") << QStringList{"--attach", "tcp:127.0.0.1:5"}
+                            << "--out FILE is required";
+    QTest::newRow("bad endpoint") << QStringList{"--attach", "http://x", "--out", "f"}
+                                  << "unknown endpoint";
+    QTest::newRow("bad seconds") << QStringList{"--attach", "tcp:127.0.0.1:5", "--out",
+                                                "f",        "--seconds",       "soon"}
                                  << "--seconds expects a positive number, got 'soon'";
-    QTest::newRow("both stops") << QStringList{"--attach", "tcp:127.0.0.1:5", "--out", "f", "--seconds", "1",
+    QTest::newRow("both stops") << QStringList{"--attach",     "tcp:127.0.0.1:5",
+                                               "--out",        "f",
+                                               "--seconds",    "1",
                                                "--until-step", "2"}
                                 << "cannot be combined";
     QTest::newRow("unknown") << QStringList{"--frobnicate"} << "unknown option '--frobnicate'";
@@ -184,9 +192,11 @@ void TestCapture::badFlagsExitTwoWithAMessage()
 void TestCapture::unreachableEndpointIsAClearError()
 {
     QTemporaryDir dir;
-    const Run r = runCapture({"--attach", "unix:" + dir.filePath("none.sock"), "--out", dir.filePath("s.json")});
+    const Run r = runCapture(
+        {"--attach", "unix:" + dir.filePath("none.sock"), "--out", dir.filePath("s.json")});
     QCOMPARE(r.exitCode, 1);
-    QVERIFY2(r.err.contains("cannot connect to unix:") && r.err.contains("is the engine running?"), qPrintable(r.err));
+    QVERIFY2(r.err.contains("cannot connect to unix:") && r.err.contains("is the engine running?"),
+             qPrintable(r.err));
     QVERIFY(!QFileInfo::exists(dir.filePath("s.json")));
 }
 
@@ -240,7 +250,8 @@ void TestCapture::capturesALocalEngineUntilItFinishes()
     local.steps(3);
     QProcess capture;
     capture.start(binary("shardscope-capture"),
-                  {"--attach", QString::fromStdString(inspector->endpoint()), "--out", dir.filePath("c.json")});
+                  {"--attach", QString::fromStdString(inspector->endpoint()), "--out",
+                   dir.filePath("c.json")});
     QVERIFY(capture.waitForStarted());
     QVERIFY(capture.waitForReadyRead(30000)); // "attached to ..."
     local.steps(2);
@@ -261,13 +272,13 @@ void TestCapture::capturesALocalEngineUntilItFinishes()
 
 void TestCapture::trainerEndToEndFindsTheTiedEmbeddingAccess()
 {
-    if (!haveTrainer())
-        QSKIP("shardscope-train is not built");
+    if (!haveTrainer()) QSKIP("shardscope-train is not built");
     QTemporaryDir dir;
     const QString fileOut = dir.filePath("train.json");
     const QString captured = dir.filePath("capture.json");
     Trainer trainer;
-    QVERIFY2(trainer.start({"--steps", "30", "--snapshot-out", fileOut}), qPrintable(trainer.output));
+    QVERIFY2(trainer.start({"--steps", "30", "--snapshot-out", fileOut}),
+             qPrintable(trainer.output));
 
     QProcess capture;
     capture.start(binary("shardscope-capture"), {"--attach", trainer.endpoint, "--out", captured});
@@ -279,20 +290,20 @@ void TestCapture::trainerEndToEndFindsTheTiedEmbeddingAccess()
     bool sawEvent = false;
     while (!state.finished() && !(found && sawEvent && state.liveEvents() > 0)) {
         auto frame = (*client)->next(30000);
-        QVERIFY2(frame.ok() && frame->has_value(), frame.ok() ? "no frame for 30 s" : frame.error().c_str());
+        QVERIFY2(frame.ok() && frame->has_value(),
+                 frame.ok() ? "no frame for 30 s" : frame.error().c_str());
         QVERIFY(state.apply(**frame).ok());
         const EngineState &s = state.snapshot().state;
         const ModuleId lmHead = [&] {
             for (const ModuleRecord &m : s.modules)
-                if (m.path == "lm_head")
-                    return m.id;
+                if (m.path == "lm_head") return m.id;
             return kNoModule;
         }();
         for (const ViolationRecord &v : s.violations) {
-            if (v.kind != ViolationKind::UnregisteredAccess || v.accessor != lmHead)
-                continue;
+            if (v.kind != ViolationKind::UnregisteredAccess || v.accessor != lmHead) continue;
             for (const ParamRecord &p : s.params)
-                if (p.id == v.param && p.name == "embed.weight" && s.modules[v.owner].path == "embed")
+                if (p.id == v.param && p.name == "embed.weight" &&
+                    s.modules[v.owner].path == "embed")
                     found = &v;
         }
         for (const Event &e : state.snapshot().events)
@@ -320,8 +331,9 @@ void TestCapture::trainerEndToEndFindsTheTiedEmbeddingAccess()
     QCOMPARE(a["params"].size(), b["params"].size());
     QVERIFY(a["params"].size() > 5);
     for (std::size_t i = 0; i < a["params"].size(); ++i)
-        for (const char *k : {"id", "name", "module", "shape", "dtype", "numel", "padded_numel", "partition_numel",
-                              "persistent", "partitioned", "late", "status", "external_modules"})
+        for (const char *k :
+             {"id", "name", "module", "shape", "dtype", "numel", "padded_numel", "partition_numel",
+              "persistent", "partitioned", "late", "status", "external_modules"})
             QVERIFY2(a["params"][i][k] == b["params"][i][k],
                      qPrintable(QString::fromStdString(a["params"][i]["name"].dump()) + " " + k));
     QVERIFY(!b["events"].empty());
@@ -329,12 +341,12 @@ void TestCapture::trainerEndToEndFindsTheTiedEmbeddingAccess()
 
 void TestCapture::untilStepStopsAfterThatStep()
 {
-    if (!haveTrainer())
-        QSKIP("shardscope-train is not built");
+    if (!haveTrainer()) QSKIP("shardscope-train is not built");
     QTemporaryDir dir;
     Trainer live;
     QVERIFY2(live.start({"--steps", "20"}), qPrintable(live.output));
-    const Run r = runCapture({"--attach", live.endpoint, "--until-step", "3", "--out", dir.filePath("s.json")});
+    const Run r = runCapture(
+        {"--attach", live.endpoint, "--until-step", "3", "--out", dir.filePath("s.json")});
     QCOMPARE(r.exitCode, 0);
     auto snap = wire::readSnapshotFile(dir.filePath("s.json").toStdString());
     QVERIFY2(snap.ok(), snap.error().c_str());
@@ -351,13 +363,11 @@ void TestCapture::untilStepStopsAfterThatStep()
 QString docBlock(const QString &doc, const QString &language)
 {
     QFile f(QStringLiteral(SHARDSCOPE_SOURCE_DIR) + "/docs/" + doc);
-    if (!f.open(QIODevice::ReadOnly))
-        return {};
+    if (!f.open(QIODevice::ReadOnly)) return {};
     const QString text = QString::fromUtf8(f.readAll());
     const QString fence = "```" + language + "\n";
     const qsizetype start = text.lastIndexOf(fence);
-    if (start < 0)
-        return {};
+    if (start < 0) return {};
     const qsizetype end = text.indexOf("```", start + fence.size());
     return text.mid(start + fence.size(), end - start - fence.size());
 }
@@ -376,10 +386,8 @@ void TestCapture::snapshotDocExampleDecodes()
 
 void TestCapture::pythonClientFromTheProtocolDocWorks()
 {
-    if (!haveTrainer())
-        QSKIP("shardscope-train is not built");
-    if (QStandardPaths::findExecutable("python3").isEmpty())
-        QSKIP("python3 is not installed");
+    if (!haveTrainer()) QSKIP("shardscope-train is not built");
+    if (QStandardPaths::findExecutable("python3").isEmpty()) QSKIP("python3 is not installed");
     QTemporaryDir dir;
     const QString script = dir.filePath("client.py");
     {
@@ -394,7 +402,8 @@ void TestCapture::pythonClientFromTheProtocolDocWorks()
     QVERIFY(py.waitForFinished(60000));
     const QString out = QString::fromUtf8(py.readAllStandardOutput());
     QVERIFY2(py.exitCode() == 0, qPrintable(QString::fromUtf8(py.readAllStandardError())));
-    QVERIFY2(out.contains("unregistered_access lm_head embed.weight embed register_external_parameter(lm_head, embed.weight)"),
+    QVERIFY2(out.contains("unregistered_access lm_head embed.weight embed "
+                          "register_external_parameter(lm_head, embed.weight)"),
              qPrintable(out));
     QVERIFY2(out.contains("0 lost; step 20"), qPrintable(out));
     QCOMPARE(trainer.finish(), 0);

@@ -82,19 +82,18 @@ InspectorOptions tcpOptions(std::size_t history = 65536)
 
 // Reads frames into state until done() holds; false if the stream ended or stalled for 30 s.
 template <class Done>
-bool readUntil(InspectorClient &client, wire::ClientState &state, Done done, std::string *error = nullptr)
+bool readUntil(InspectorClient &client, wire::ClientState &state, Done done,
+               std::string *error = nullptr)
 {
     while (!done()) {
         auto frame = client.next(30000);
         if (!frame || !frame->has_value()) {
-            if (error)
-                *error = frame ? "no frame for 30 s" : frame.error();
+            if (error) *error = frame ? "no frame for 30 s" : frame.error();
             return false;
         }
         auto applied = state.apply(**frame);
         if (!applied) {
-            if (error)
-                *error = applied.error();
+            if (error) *error = applied.error();
             return false;
         }
     }
@@ -105,8 +104,7 @@ const ViolationRecord *findUnregistered(const EngineState &s, const std::string 
                                         const std::string &param)
 {
     for (const ViolationRecord &v : s.violations) {
-        if (v.kind != ViolationKind::UnregisteredAccess || v.accessor >= s.modules.size())
-            continue;
+        if (v.kind != ViolationKind::UnregisteredAccess || v.accessor >= s.modules.size()) continue;
         for (const ParamRecord &p : s.params)
             if (p.id == v.param && p.name == param && s.modules[v.accessor].path == accessor)
                 return &v;
@@ -119,7 +117,7 @@ const ViolationRecord *findUnregistered(const EngineState &s, const std::string 
 class TestInspector : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void initTestCase();
     void lateClientGetsStateHistoryAndLiveEvents();
     void severalClientsAtOnce();
@@ -134,7 +132,7 @@ private slots:
     void noListenStillWritesTheSnapshot();
     void badEndpointsAreInspectorErrors();
 
-private:
+  private:
     QTemporaryDir m_runtime;
 };
 
@@ -162,7 +160,9 @@ void TestInspector::lateClientGetsStateHistoryAndLiveEvents()
 
     wire::ClientState state;
     std::string error;
-    QVERIFY2(readUntil(**client, state, [&] { return state.historyDone(); }, &error), error.c_str());
+    QVERIFY2(readUntil(
+                 **client, state, [&] { return state.historyDone(); }, &error),
+             error.c_str());
     const EngineState &st = state.snapshot().state;
     QCOMPARE(st.step, std::uint32_t(3));
     QCOMPARE(st.params.size(), std::size_t(2));
@@ -190,11 +190,14 @@ void TestInspector::lateClientGetsStateHistoryAndLiveEvents()
 
     // Live: two more steps arrive as events, and a fresh state follows the step ends.
     run.steps(2);
-    QVERIFY2(readUntil(**client, state, [&] { return state.latestCompletedStep() >= 5; }, &error),
+    QVERIFY2(readUntil(
+                 **client, state, [&] { return state.latestCompletedStep() >= 5; }, &error),
              error.c_str());
     QVERIFY(state.liveEvents() > 0);
     std::thread finisher([&] { inspector.finish(); });
-    QVERIFY2(readUntil(**client, state, [&] { return state.finished(); }, &error), error.c_str());
+    QVERIFY2(readUntil(
+                 **client, state, [&] { return state.finished(); }, &error),
+             error.c_str());
     finisher.join();
     QCOMPARE(state.snapshot().state.step, std::uint32_t(5));
     const wire::Goodbye &bye = state.goodbye();
@@ -220,8 +223,12 @@ void TestInspector::severalClientsAtOnce()
     });
     wire::ClientState sa, sb;
     std::string error;
-    QVERIFY2(readUntil(**a, sa, [&] { return sa.finished(); }, &error), error.c_str());
-    QVERIFY2(readUntil(**b, sb, [&] { return sb.finished(); }, &error), error.c_str());
+    QVERIFY2(readUntil(
+                 **a, sa, [&] { return sa.finished(); }, &error),
+             error.c_str());
+    QVERIFY2(readUntil(
+                 **b, sb, [&] { return sb.finished(); }, &error),
+             error.c_str());
     finisher.join();
     QCOMPARE(sa.snapshot().state.step, std::uint32_t(2));
     QCOMPARE(sb.snapshot().state.step, std::uint32_t(2));
@@ -251,10 +258,14 @@ void TestInspector::stalledClientNeverBlocksTrainingAndLearnsWhatItLost()
     // The client resumes: it is told how many events it lost, then gets the rest.
     wire::ClientState state;
     std::string error;
-    QVERIFY2(readUntil(**client, state, [&] { return state.droppedNotices() > 0; }, &error), error.c_str());
+    QVERIFY2(readUntil(
+                 **client, state, [&] { return state.droppedNotices() > 0; }, &error),
+             error.c_str());
     QVERIFY(state.clientDropped() > 0);
     std::thread finisher([&] { inspector.finish(); });
-    QVERIFY2(readUntil(**client, state, [&] { return state.finished(); }, &error), error.c_str());
+    QVERIFY2(readUntil(
+                 **client, state, [&] { return state.finished(); }, &error),
+             error.c_str());
     finisher.join();
     const wire::Goodbye &bye = state.goodbye();
     QCOMPARE(state.clientDropped(), bye.eventsDropped);
@@ -295,9 +306,10 @@ void TestInspector::wrongProtocolVersionIsRefused()
     future.version = 2;
     auto r = InspectorClient::connect(inspector.endpoint(), future);
     QVERIFY(!r.ok());
-    QVERIFY2(r.error().find("the engine refused the connection: protocol version 2 is not supported: "
-                            "this engine speaks version 1") != std::string::npos,
-             r.error().c_str());
+    QVERIFY2(
+        r.error().find("the engine refused the connection: protocol version 2 is not supported: "
+                       "this engine speaks version 1") != std::string::npos,
+        r.error().c_str());
 }
 
 void TestInspector::foreignClientGetsAReadableError()
@@ -323,7 +335,8 @@ void TestInspector::foreignClientGetsAReadableError()
     auto err = wire::decodeError(frame->payload);
     QVERIFY(err.ok());
     QCOMPARE(err->code, std::string("bad_magic"));
-    QVERIFY2(err->message.find("not a ShardScope stream") != std::string::npos, err->message.c_str());
+    QVERIFY2(err->message.find("not a ShardScope stream") != std::string::npos,
+             err->message.c_str());
 }
 
 void TestInspector::clientRefusesAnEndpointThatIsNotShardScope()
@@ -348,11 +361,14 @@ void TestInspector::clientRefusesAnEndpointThatIsNotShardScope()
     ::close(fd);
     QVERIFY(!r.ok());
     QVERIFY2(r.error().find("not a ShardScope stream") != std::string::npos, r.error().c_str());
-    QVERIFY2(r.error().find("is the endpoint a ShardScope engine?") != std::string::npos, r.error().c_str());
+    QVERIFY2(r.error().find("is the endpoint a ShardScope engine?") != std::string::npos,
+             r.error().c_str());
 
-    auto refused = InspectorClient::connect("tcp:127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), {});
+    auto refused =
+        InspectorClient::connect("tcp:127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), {});
     QVERIFY(!refused.ok());
-    QVERIFY2(refused.error().find("Connection refused") != std::string::npos, refused.error().c_str());
+    QVERIFY2(refused.error().find("Connection refused") != std::string::npos,
+             refused.error().c_str());
 }
 
 void TestInspector::nonLoopbackWithoutTokenIsRefused()
@@ -365,7 +381,9 @@ void TestInspector::nonLoopbackWithoutTokenIsRefused()
         QFAIL("a non-loopback bind without a token was accepted");
     } catch (const InspectorError &e) {
         const std::string msg = e.what();
-        QVERIFY2(msg.find("refusing to listen on tcp:0.0.0.0:0 without a token") != std::string::npos, e.what());
+        QVERIFY2(msg.find("refusing to listen on tcp:0.0.0.0:0 without a token") !=
+                     std::string::npos,
+                 e.what());
         QVERIFY2(msg.find("--token") != std::string::npos, e.what());
     }
     o.token = "s3cret";
@@ -388,7 +406,9 @@ void TestInspector::defaultUnixSocketIsPrivateAndDiscoverable()
         Inspector inspector(*run.engine, InspectorOptions{});
         socketPath = wire::defaultSocketPath(::getpid());
         QCOMPARE(inspector.endpoint(), "unix:" + socketPath);
-        struct stat st{};
+        struct stat st
+        {
+        };
         QCOMPARE(::stat(dir.c_str(), &st), 0);
         QCOMPARE(st.st_mode & 0777, mode_t(0700));
         QCOMPARE(::stat(socketPath.c_str(), &st), 0);

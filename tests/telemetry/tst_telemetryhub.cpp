@@ -25,7 +25,7 @@ Event seq(int rank, std::uint64_t n)
 class TestTelemetryHub : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void ringRoundsUpToAPowerOfTwo();
     void ringKeepsOrderAndDropsWhenFull();
     void hubReportsRingOverflowAsDroppedEventsRecord();
@@ -125,13 +125,11 @@ void TestTelemetryHub::concurrentRanksLoseNothingUncounted()
                 reportedDrops[e.rank] += e.u0;
                 continue;
             }
-            if (received[e.rank] > 0 && e.u0 <= last[e.rank])
-                ordered[e.rank] = false;
+            if (received[e.rank] > 0 && e.u0 <= last[e.rank]) ordered[e.rank] = false;
             last[e.rank] = e.u0;
             ++received[e.rank];
         }
-        if (done && out.empty())
-            break;
+        if (done && out.empty()) break;
     }
     for (auto &t : producers)
         t.join();

@@ -35,22 +35,18 @@ inline DecodeCounts decodeEverything(std::string_view data, std::uint32_t maxPay
         const std::size_t n = std::min(chunk, data.size() - fed);
         decoder.feed(data.data() + fed, n);
         fed += n;
-        if (decoder.buffered() > fed)
-            __builtin_trap(); // the decoder holds more than it was given
+        if (decoder.buffered() > fed) __builtin_trap(); // the decoder holds more than it was given
         for (;;) {
             auto frame = decoder.next();
             if (!frame) {
                 ++counts.streamErrors;
                 break;
             }
-            if (!frame->has_value())
-                break;
+            if (!frame->has_value()) break;
             const wire::Frame &f = **frame;
-            if (f.payload.size() > maxPayload)
-                __builtin_trap();
+            if (f.payload.size() > maxPayload) __builtin_trap();
             ++counts.frames;
-            if (!state.apply(f))
-                ++counts.payloadErrors;
+            if (!state.apply(f)) ++counts.payloadErrors;
             (void)wire::decodeHello(f.payload);
             (void)wire::decodeWelcome(f.payload);
             (void)wire::acceptWelcome(f);
@@ -59,8 +55,7 @@ inline DecodeCounts decodeEverything(std::string_view data, std::uint32_t maxPay
             (void)wire::decodeDropped(f.payload);
             (void)wire::decodeHistoryBegin(f.payload);
             auto events = wire::decodeEvents(f.payload);
-            if (events && events->size() * sizeof(Event) != f.payload.size())
-                __builtin_trap();
+            if (events && events->size() * sizeof(Event) != f.payload.size()) __builtin_trap();
         }
     }
     return counts;

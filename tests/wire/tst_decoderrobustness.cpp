@@ -36,7 +36,7 @@ std::string validStream()
 class TestDecoderRobustness : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void initTestCase();
     void validStreamDecodesCompletely();
     void hundredThousandMutatedFramesFailCleanly();
@@ -57,7 +57,9 @@ void TestDecoderRobustness::validStreamDecodesCompletely()
         const auto c = test::decodeEverything(s, 1u << 20, chunk);
         QCOMPARE(c.frames, std::size_t(10));
         QCOMPARE(c.streamErrors, std::size_t(0));
-        QCOMPARE(c.payloadErrors, std::size_t(3)); // ClientState rejects Welcome, Error and Hello after the handshake
+        QCOMPARE(
+            c.payloadErrors,
+            std::size_t(3)); // ClientState rejects Welcome, Error and Hello after the handshake
     }
 }
 
@@ -75,8 +77,7 @@ void TestDecoderRobustness::hundredThousandMutatedFramesFailCleanly()
             s.resize(pick(200));
             for (char &c : s)
                 c = static_cast<char>(rng());
-            if (pick(2))
-                s = encodeFrame(static_cast<MessageType>(1 + pick(kLastMessageType)), s);
+            if (pick(2)) s = encodeFrame(static_cast<MessageType>(1 + pick(kLastMessageType)), s);
             break;
         case 1: { // flipped bytes in a valid stream
             s = valid;
@@ -89,7 +90,8 @@ void TestDecoderRobustness::hundredThousandMutatedFramesFailCleanly()
             break;
         case 3: { // oversized or lying length fields
             s = encodeFrame(MessageType::EventBatch, encodeEvents(events));
-            const std::uint32_t len = pick(2) ? static_cast<std::uint32_t>(rng()) : static_cast<std::uint32_t>(48 * pick(40) + pick(3));
+            const std::uint32_t len = pick(2) ? static_cast<std::uint32_t>(rng())
+                                              : static_cast<std::uint32_t>(48 * pick(40) + pick(3));
             std::memcpy(s.data() + 8, &len, 4);
             break;
         }
@@ -108,14 +110,14 @@ void TestDecoderRobustness::hundredThousandMutatedFramesFailCleanly()
             std::string json = encodeSnapshot(snap);
             const std::size_t at = json.find("embed.weight");
             json[at + pick(12)] = static_cast<char>(0x80 + pick(0x80));
-            if (pick(2))
-                json[pick(json.size())] = "{}[]\",:\\"[pick(8)];
+            if (pick(2)) json[pick(json.size())] = "{}[]\",:\\"[pick(8)];
             s = encodeFrame(MessageType::State, json);
             break;
         }
         default: { // a valid stream spliced with random frames at random cut points
-            const std::string other = encodeFrame(static_cast<MessageType>(1 + pick(kLastMessageType)),
-                                                  std::string(pick(64), static_cast<char>(rng())));
+            const std::string other =
+                encodeFrame(static_cast<MessageType>(1 + pick(kLastMessageType)),
+                            std::string(pick(64), static_cast<char>(rng())));
             s = valid.substr(0, pick(valid.size())) + other + valid.substr(pick(valid.size()));
             break;
         }
@@ -149,8 +151,7 @@ void TestDecoderRobustness::mutatedSnapshotJsonFailsCleanly()
                 s[rng() % s.size()] = static_cast<char>(rng());
         else
             s.insert(rng() % s.size(), std::string(1 + rng() % 40, "[{\"1-e:,]}"[rng() % 10]));
-        if (!test::decodeJsonDocuments(s))
-            ++rejected;
+        if (!test::decodeJsonDocuments(s)) ++rejected;
     }
     QVERIFY(rejected > 2500);
 }

@@ -9,7 +9,7 @@ using namespace shardscope::wire;
 class TestFrame : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void headerIsLittleEndianAndDocumented();
     void decodesFramesFedByteByByte();
     void decodesManyFramesFromOneChunk();
@@ -32,8 +32,8 @@ void TestFrame::headerIsLittleEndianAndDocumented()
 void TestFrame::decodesFramesFedByteByByte()
 {
     const std::string payload(1000, 'x');
-    const std::string bytes = encodeFrame(MessageType::EventBatch, payload) +
-                              encodeFrame(MessageType::HistoryEnd, "");
+    const std::string bytes =
+        encodeFrame(MessageType::EventBatch, payload) + encodeFrame(MessageType::HistoryEnd, "");
     FrameDecoder d;
     std::vector<Frame> frames;
     for (char c : bytes) {
@@ -41,8 +41,7 @@ void TestFrame::decodesFramesFedByteByByte()
         for (;;) {
             auto f = d.next();
             QVERIFY(f.ok());
-            if (!f->has_value())
-                break;
+            if (!f->has_value()) break;
             frames.push_back(std::move(**f));
         }
     }
@@ -58,15 +57,15 @@ void TestFrame::decodesManyFramesFromOneChunk()
 {
     std::string bytes;
     for (int i = 0; i < 100; ++i)
-        appendFrame(bytes, MessageType::Dropped, std::string(static_cast<std::size_t>(i), char('a' + i % 26)));
+        appendFrame(bytes, MessageType::Dropped,
+                    std::string(static_cast<std::size_t>(i), char('a' + i % 26)));
     FrameDecoder d;
     d.feed(bytes.substr(0, bytes.size() - 5));
     int n = 0;
     for (;;) {
         auto f = d.next();
         QVERIFY(f.ok());
-        if (!f->has_value())
-            break;
+        if (!f->has_value()) break;
         QCOMPARE((*f)->payload.size(), std::size_t(n));
         ++n;
     }
@@ -125,7 +124,8 @@ void TestFrame::oversizedLengthIsRefusedBeforeItArrives()
     d.feed(header);
     auto f = d.next();
     QVERIFY(!f.ok());
-    QVERIFY2(f.error().find("exceeds the limit of 1024 bytes") != std::string::npos, f.error().c_str());
+    QVERIFY2(f.error().find("exceeds the limit of 1024 bytes") != std::string::npos,
+             f.error().c_str());
     QCOMPARE(d.buffered(), std::size_t(0));
 }
 

@@ -12,7 +12,7 @@ using namespace shardscope::wire;
 class TestMessages : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void everyEventTypeRoundTripsThroughAFrame();
     void eventRecordLayoutIsTheDocumentedOne();
     void eventBatchRejectsPartialRecordsAndUnknownTypes();
@@ -54,10 +54,11 @@ void TestMessages::eventRecordLayoutIsTheDocumentedOne()
     e.u1 = 0x7172737475767778ull;
     e.u2 = 0x8182838485868788ull;
     const std::string bytes = encodeEvents(std::span<const Event>(&e, 1));
-    const unsigned char expected[48] = {
-        0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, 0x14, 0x13, 0x12, 0x11, 0x22, 0x21, 3, 0x31,
-        0x44, 0x43, 0x42, 0x41, 0x54, 0x53, 0x52, 0x51, 0x68, 0x67, 0x66, 0x65, 0x64, 0x63, 0x62, 0x61,
-        0x78, 0x77, 0x76, 0x75, 0x74, 0x73, 0x72, 0x71, 0x88, 0x87, 0x86, 0x85, 0x84, 0x83, 0x82, 0x81};
+    const unsigned char expected[48] = {0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, 0x14, 0x13,
+                                        0x12, 0x11, 0x22, 0x21, 3,    0x31, 0x44, 0x43, 0x42, 0x41,
+                                        0x54, 0x53, 0x52, 0x51, 0x68, 0x67, 0x66, 0x65, 0x64, 0x63,
+                                        0x62, 0x61, 0x78, 0x77, 0x76, 0x75, 0x74, 0x73, 0x72, 0x71,
+                                        0x88, 0x87, 0x86, 0x85, 0x84, 0x83, 0x82, 0x81};
     QCOMPARE(bytes.size(), std::size_t(48));
     QVERIFY(std::memcmp(bytes.data(), expected, 48) == 0);
 }
@@ -71,7 +72,8 @@ void TestMessages::eventBatchRejectsPartialRecordsAndUnknownTypes()
     bytes[48 + 14] = 0;
     auto zero = decodeEvents(bytes);
     QVERIFY(!zero.ok());
-    QVERIFY2(zero.error().find("record 1 has unknown type 0") != std::string::npos, zero.error().c_str());
+    QVERIFY2(zero.error().find("record 1 has unknown type 0") != std::string::npos,
+             zero.error().c_str());
     bytes[48 + 14] = static_cast<char>(200);
     QVERIFY(!decodeEvents(bytes).ok());
     QVERIFY(decodeEvents("").ok());
@@ -174,7 +176,8 @@ void TestMessages::handshakeRefusesWrongOrMissingToken()
     auto missing = checkHello(h, "secret");
     QVERIFY(missing.has_value());
     QCOMPARE(missing->code, std::string("bad_token"));
-    QVERIFY2(missing->message.find("requires a token") != std::string::npos, missing->message.c_str());
+    QVERIFY2(missing->message.find("requires a token") != std::string::npos,
+             missing->message.c_str());
     h.token = "secreT";
     auto wrong = checkHello(h, "secret");
     QVERIFY(wrong.has_value());
@@ -188,7 +191,8 @@ void TestMessages::clientReadsRefusalAndRejectsNewerServer()
     Frame refusal{MessageType::Error, encodeError({"bad_token", "wrong token; pass --token"})};
     auto r = acceptWelcome(refusal);
     QVERIFY(!r.ok());
-    QCOMPARE(r.error(), std::string("the engine refused the connection: wrong token; pass --token"));
+    QCOMPARE(r.error(),
+             std::string("the engine refused the connection: wrong token; pass --token"));
 
     Welcome w;
     w.version = 9;
@@ -198,7 +202,8 @@ void TestMessages::clientReadsRefusalAndRejectsNewerServer()
 
     auto odd = acceptWelcome(Frame{MessageType::State, "{}"});
     QVERIFY(!odd.ok());
-    QVERIFY2(odd.error().find("state frame instead of a welcome") != std::string::npos, odd.error().c_str());
+    QVERIFY2(odd.error().find("state frame instead of a welcome") != std::string::npos,
+             odd.error().c_str());
 }
 
 QTEST_APPLESS_MAIN(TestMessages)

@@ -96,7 +96,7 @@ void writeRaw(const std::string &path, std::string_view bytes)
 class TestSnapshot : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void roundTripKeepsEveryFieldAndEveryEventType();
     void jsonUsesTheDocumentedNames();
     void invalidUtf8InNamesIsReplacedNotFatal();
@@ -147,7 +147,8 @@ void TestSnapshot::jsonUsesTheDocumentedNames()
     QCOMPARE(v["param"].get<std::string>(), std::string("embed.weight"));
     QCOMPARE(v["owner"].get<std::string>(), std::string("embed"));
     QCOMPARE(v["action"].get<std::string>(), std::string("gathered"));
-    QCOMPARE(v["fix"].get<std::string>(), std::string("register_external_parameter(lm_head, embed.weight)"));
+    QCOMPARE(v["fix"].get<std::string>(),
+             std::string("register_external_parameter(lm_head, embed.weight)"));
     QVERIFY(j["violations"][1]["param"].is_null());
     QVERIFY(j["violations"][1]["accessor"].is_null());
     QCOMPARE(j["events"][8]["type"].get<std::string>(), std::string("unregistered_access"));
@@ -262,7 +263,8 @@ void TestSnapshot::corruptAndForeignFilesAreCleanErrors()
     QVERIFY(!readSnapshotFile(path).ok());
     auto missing = readSnapshotFile(dir.filePath("nope.json").toStdString());
     QVERIFY(!missing.ok());
-    QVERIFY2(missing.error().find("cannot open snapshot") != std::string::npos, missing.error().c_str());
+    QVERIFY2(missing.error().find("cannot open snapshot") != std::string::npos,
+             missing.error().c_str());
     auto isDir = readSnapshotFile(dir.path().toStdString());
     QVERIFY(!isDir.ok());
 }
@@ -282,12 +284,13 @@ void TestSnapshot::endpointsParseAndFormat()
     QCOMPARE(v6->host, std::string("::1"));
     QCOMPARE(formatEndpoint(*v6), std::string("tcp:[::1]:7000"));
     QCOMPARE(formatEndpoint(*t), std::string("tcp:127.0.0.1:0"));
-    for (const char *bad : {"", "tcp:", "tcp:host", "tcp:host:99999", "tcp::80", "unix:", "http://x",
-                            "tcp:::1:80", "tcp:[::1]80", "tcp:h:-1"}) {
+    for (const char *bad : {"", "tcp:", "tcp:host", "tcp:host:99999", "tcp::80",
+                            "unix:", "http://x", "tcp:::1:80", "tcp:[::1]80", "tcp:h:-1"}) {
         auto r = parseEndpoint(bad);
         QVERIFY2(!r.ok(), bad);
         QVERIFY2(r.error().find("tcp:HOST:PORT") != std::string::npos ||
-                     r.error().find("brackets") != std::string::npos, r.error().c_str());
+                     r.error().find("brackets") != std::string::npos,
+                 r.error().c_str());
     }
     QVERIFY(isLoopbackHost("127.0.0.1"));
     QVERIFY(isLoopbackHost("127.5.4.3"));
