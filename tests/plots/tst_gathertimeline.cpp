@@ -71,6 +71,7 @@ class TestGatherTimeline : public QObject
     void subPixelSpansMergeWhenZoomedOut();
     void millionEvents();
     void followLiveTracksTheNewestEvents();
+    void sixtyFourLanesThinTheirLabels();
 };
 
 void TestGatherTimeline::fetchPairsBecomeSpans()
@@ -382,6 +383,29 @@ void TestGatherTimeline::followLiveTracksTheNewestEvents()
     QCOMPARE(spy.count(), 2);
     QVERIFY(timeline.visibleEnd() >= 99.001);
     QVERIFY(qAbs(timeline.visibleEnd() - timeline.visibleStart() - 10.0) < 1e-9);
+}
+
+void TestGatherTimeline::sixtyFourLanesThinTheirLabels()
+{
+    GatherTimeline timeline;
+    timeline.resize(900, 400);
+    timeline.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&timeline));
+    timeline.setWorldSize(64);
+    timeline.refresh();
+    timeline.plot()->replot();
+    timeline.plot()->replot();
+    QCOMPARE(timeline.laneCount(), 64);
+    const auto ticker = timeline.plot()->yAxis->ticker().dynamicCast<QCPAxisTickerText>();
+    QVERIFY(ticker);
+    const auto ticks = ticker->ticks();
+    QVERIFY(ticks.size() > 1 && ticks.size() < 64);
+    QCOMPARE(ticks.value(0), QStringLiteral("rank 0"));
+    // Labels never closer than a text line.
+    const double spacing = timeline.plot()->yAxis->coordToPixel(ticks.keys().at(1)) -
+                           timeline.plot()->yAxis->coordToPixel(ticks.keys().at(0));
+    QVERIFY(spacing >= timeline.fontMetrics().height());
+    QCOMPARE(timeline.plot()->yAxis->range().upper, 63.5);
 }
 
 QTEST_MAIN(TestGatherTimeline)

@@ -62,6 +62,7 @@ class TestPartitionMap : public QObject
     void inconsistentRecordIsRedrawnFromThePartitionMath();
     void unknownSelectionShowsNothing();
     void recordsGivenDirectlyAreShownAsIs();
+    void largeModuleShowsWhatFitsAndCountsTheRest();
     void toolTipSaysOffsetLengthPaddingAndStatus();
 };
 
@@ -273,6 +274,30 @@ void TestPartitionMap::recordsGivenDirectlyAreShownAsIs()
     QCOMPARE(rects[8].param, ParamId(2));
     map.setRecords(8, {});
     QVERIFY(map.shardRects().isEmpty());
+}
+
+void TestPartitionMap::largeModuleShowsWhatFitsAndCountsTheRest()
+{
+    std::vector<ParamRecord> params;
+    for (ParamId i = 0; i < 40; ++i)
+        params.push_back(makeParam(i, "layers." + std::to_string(i) + ".weight", 1, 1000 + i, 64));
+    PartitionMap map;
+    map.resize(640, 400);
+    map.setState(makeState(64, params));
+    map.setModule(1);
+    QVERIFY(map.minimumSizeHint().height() < 400);
+    const int hidden = map.hiddenParameters();
+    QVERIFY(hidden > 0 && hidden < 40);
+    const QVector<ShardRect> rects = map.shardRects();
+    QCOMPARE(rects.size(), (40 - hidden) * 64);
+    for (const ShardRect &s : rects)
+        QVERIFY(s.row.bottom() <= map.height());
+    QCOMPARE(rects.last().param, ParamId(40 - hidden - 1));
+    QVERIFY(!map.grab().isNull());
+
+    map.setParameter(39);
+    QCOMPARE(map.hiddenParameters(), 0);
+    QCOMPARE(map.shardRects().size(), 64);
 }
 
 void TestPartitionMap::toolTipSaysOffsetLengthPaddingAndStatus()

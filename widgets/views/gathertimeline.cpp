@@ -209,6 +209,10 @@ GatherTimeline::GatherTimeline(QWidget *parent) : QWidget(parent)
     m_lanes = new GatherLanesPlottable(this, m_plot->xAxis, m_plot->yAxis);
     m_lanes->removeFromLegend();
     m_plot->installEventFilter(this);
+    // Lane labels thin out with the plot's height, known only once it is laid out.
+    connect(m_plot, &QCustomPlot::afterLayout, this, [this] {
+        if (updateLanes()) m_plot->replot(QCustomPlot::rpQueuedReplot);
+    });
     layout->addWidget(m_plot, 1);
 
     connect(m_followButton, &QToolButton::toggled, this, &GatherTimeline::setFollowLive);
@@ -369,20 +373,21 @@ void GatherTimeline::fitAll()
     m_plot->replot(QCustomPlot::rpQueuedReplot);
 }
 
-void GatherTimeline::updateLanes()
+bool GatherTimeline::updateLanes()
 {
     const int lanes = laneCount();
     const int plotHeight = std::max(1, m_plot->axisRect()->height());
     const double laneH = double(plotHeight) / lanes;
     const int every = std::max(1, int(std::ceil((fontMetrics().height() + 2) / laneH)));
     const int key = lanes * 10000 + every;
-    if (key == m_shownLanes) return;
+    if (key == m_shownLanes) return false;
     m_shownLanes = key;
     auto ticker = QSharedPointer<QCPAxisTickerText>::create();
     for (int r = 0; r < lanes; r += every)
         ticker->addTick(r, tr("rank %1").arg(r));
     m_plot->yAxis->setTicker(ticker);
     m_plot->yAxis->setRange(-0.5, lanes - 0.5);
+    return true;
 }
 
 void GatherTimeline::refresh()

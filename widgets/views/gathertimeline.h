@@ -83,7 +83,7 @@ class GatherTimeline : public QWidget
     void followLiveChanged(bool on);
 
   private:
-    void updateLanes();
+    bool updateLanes(); // true when the lanes or their labels changed
     void handleClick(QPointF pos);
     QString toolTipAt(QPointF pos) const;
     bool eventFilter(QObject *watched, QEvent *e) override;

@@ -141,6 +141,12 @@ int PartitionMap::labelWidth() const
     return fontMetrics().horizontalAdvance(QStringLiteral("r%1").arg(m_worldSize - 1)) + 10;
 }
 
+int PartitionMap::hiddenParameters() const
+{
+    layoutRects();
+    return m_hiddenBands;
+}
+
 double PartitionMap::rowHeight() const
 {
     layoutRects();
@@ -154,13 +160,22 @@ void PartitionMap::layoutRects() const
     m_layoutSize = size();
     m_rects.clear();
     m_headers.clear();
-    const int bands = int(m_shown.size());
+    m_hiddenBands = 0;
+    int bands = int(m_shown.size());
     if (bands == 0) {
         m_rowHeight = 0;
         return;
     }
+    // Bands that do not fit at the smallest row height are left out and counted instead.
     const double top = kMargin + legendHeight();
-    const double usable = height() - top - kMargin - bands * (bandHeaderHeight() + kMargin);
+    const double band = bandHeaderHeight() + kMargin;
+    const double available = height() - top - kMargin;
+    const double minBand = band + m_worldSize * kMinRowHeight;
+    if (bands * minBand > available) {
+        bands = std::max(1, int((available - bandHeaderHeight()) / minBand));
+        m_hiddenBands = int(m_shown.size()) - bands;
+    }
+    const double usable = available - bands * band - (m_hiddenBands > 0 ? bandHeaderHeight() : 0);
     const double rows = double(bands) * m_worldSize;
     m_rowHeight = std::clamp(std::floor(usable / rows), kMinRowHeight, kMaxRowHeight);
     const double gap = m_rowHeight >= 6 ? 1.0 : 0.0;
@@ -198,6 +213,7 @@ void PartitionMap::layoutRects() const
         }
         y += m_worldSize * m_rowHeight + kMargin;
     }
+    m_moreNote = QRectF(kMargin, y, width() - 2 * kMargin, bandHeaderHeight());
 }
 
 QVector<ShardRect> PartitionMap::shardRects() const
@@ -248,16 +264,14 @@ QString PartitionMap::toolTipFor(const ShardRect &s) const
 
 QSize PartitionMap::sizeHint() const
 {
-    const int bands = std::max<int>(1, int(m_shown.size()));
+    const int bands = std::clamp<int>(int(m_shown.size()), 1, 4);
     const int rowsHeight = bands * (bandHeaderHeight() + kMargin + m_worldSize * 14);
     return QSize(480, std::min(900, kMargin * 2 + legendHeight() + rowsHeight));
 }
 
 QSize PartitionMap::minimumSizeHint() const
 {
-    const int bands = std::max<int>(1, int(m_shown.size()));
-    const int rowsHeight =
-        bands * (bandHeaderHeight() + kMargin + m_worldSize * int(kMinRowHeight));
+    const int rowsHeight = bandHeaderHeight() + kMargin + m_worldSize * int(kMinRowHeight);
     return QSize(200, kMargin * 2 + legendHeight() + rowsHeight);
 }
 
@@ -332,6 +346,15 @@ void PartitionMap::paintEvent(QPaintEvent *)
         const QRectF h = m_headers[b];
         p.drawText(h, Qt::AlignLeft | Qt::AlignVCenter,
                    fm.elidedText(line, Qt::ElideMiddle, int(h.width())));
+    }
+
+    if (m_hiddenBands > 0) {
+        p.setPen(palette().color(QPalette::PlaceholderText));
+        p.drawText(m_moreNote, Qt::AlignLeft | Qt::AlignVCenter,
+                   fm.elidedText(tr("… and %n more parameter(s) of this module: select one to see "
+                                    "its partition, or enlarge the view",
+                                    nullptr, m_hiddenBands),
+                                 Qt::ElideRight, int(m_moreNote.width())));
     }
 
     const int labelEvery = std::max(1, int(std::ceil(fm.height() / std::max(1.0, m_rowHeight))));

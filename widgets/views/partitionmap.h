@@ -57,6 +57,8 @@ class PartitionMap : public QWidget
     QVector<ShardRect> shardRects() const;
     // The shard under pos, or nullptr.
     const ShardRect *shardAt(QPointF pos) const;
+    // Parameters of the selected module left out because they do not fit at this size.
+    int hiddenParameters() const;
     // Height of one rank row at the current size.
     double rowHeight() const;
 
@@ -90,6 +92,8 @@ class PartitionMap : public QWidget
     mutable QVector<QRectF> m_headers; // one per band: the parameter's name line
     mutable QVector<ShardRect> m_rects;
     mutable double m_rowHeight = 0;
+    mutable int m_hiddenBands = 0;
+    mutable QRectF m_moreNote;
 };
 
 } // namespace shardscope::views
