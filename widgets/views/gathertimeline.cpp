@@ -28,7 +28,11 @@ struct Band
 };
 constexpr Band kFetchBand{-0.34, 0.14};
 constexpr Band kMarkBand{0.17, 0.42};
-constexpr double kViolationSize = 9.0; // pixels
+// Violation markers stay visible on thin lanes, overlapping the neighbour if need be.
+double violationSize(double laneH)
+{
+    return std::clamp(laneH * 0.5, 7.0, 9.0);
+}
 
 QString formatSeconds(double s)
 {
@@ -102,7 +106,7 @@ class GatherLanesPlottable : public QCPAbstractPlottable
             double x1 = x->coordToPixel(b.end);
             const QColor c = GatherTimeline::kindColor(b.kind);
             if (b.track == SpanTrack::Violation) {
-                const double s = std::min(kViolationSize, std::max(4.0, laneH * 0.5));
+                const double s = violationSize(laneH);
                 const double top = yc - laneH * 0.5 + 1;
                 const double xm = (x0 + x1) / 2;
                 const double half = std::max(s / 2, (x1 - x0) / 2);
@@ -438,8 +442,7 @@ std::optional<TimelineBlock> GatherTimeline::blockAt(QPointF pos) const
     const double yc = m_plot->yAxis->coordToPixel(rank);
     const double laneH = std::abs(m_plot->yAxis->coordToPixel(1) - m_plot->yAxis->coordToPixel(0));
     const double dy = pos.y() - yc;
-    const double violationBottom =
-        -laneH * 0.5 + 1 + std::min(kViolationSize, std::max(4.0, laneH * 0.5));
+    const double violationBottom = -laneH * 0.5 + 1 + violationSize(laneH);
 
     const QCPRange r = m_plot->xAxis->range();
     const double spp = secondsPerPixel();
@@ -460,7 +463,7 @@ std::optional<TimelineBlock> GatherTimeline::blockAt(QPointF pos) const
         return best;
     };
     if (dy <= violationBottom)
-        if (auto b = hit(SpanTrack::Violation, kViolationSize / 2)) return b;
+        if (auto b = hit(SpanTrack::Violation, violationSize(laneH) / 2)) return b;
     if (dy >= kFetchBand.top * laneH - 1 && dy <= kFetchBand.bottom * laneH + 1)
         if (auto b = hit(SpanTrack::Fetch, 1.5)) return b;
     if (dy >= kMarkBand.top * laneH - 1 && dy <= kMarkBand.bottom * laneH + 1)

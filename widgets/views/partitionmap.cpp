@@ -372,7 +372,11 @@ void PartitionMap::paintEvent(QPaintEvent *)
             p.setPen(statusColor(s.status).darker(160));
             p.drawRect(shard.adjusted(0, 0, -1, -1));
         }
-        if (s.rank % labelEvery == 0) {
+        // A label that would run into the next parameter's header is left out.
+        const qsizetype lastRow = qsizetype(s.band + 1) * m_worldSize - 1;
+        const double bandBottom = lastRow < m_rects.size() ? m_rects[lastRow].row.bottom() : 0;
+        const bool fits = s.rank == 0 || s.row.top() + fm.height() <= bandBottom + 1;
+        if (s.rank % labelEvery == 0 && fits) {
             p.setPen(text);
             const QRectF label(kMargin, s.row.top(), labelWidth() - 6,
                                std::max<double>(s.row.height(), fm.height()));
