@@ -70,6 +70,21 @@ bool changesState(EventType t)
     }
 }
 
+// What a client would notice changing in a state, cheap to compare.
+std::vector<std::uint64_t> fingerprint(const EngineState &s)
+{
+    std::vector<std::uint64_t> f{s.step, s.modules.size(), s.params.size(), s.violations.size()};
+    for (const ParamRecord &p : s.params) {
+        f.push_back(p.gatherCount);
+        f.push_back(p.externals.size());
+        for (ParamStatus st : p.status)
+            f.push_back(static_cast<std::uint64_t>(st));
+    }
+    for (const ViolationRecord &v : s.violations)
+        f.push_back(v.count);
+    return f;
+}
+
 struct Client
 {
     enum class Phase
@@ -131,6 +146,7 @@ struct Inspector::Impl
     bool stateDirty = false;
     bool eventsSinceState = false;
     Clock::time_point lastState = Clock::now();
+    std::vector<std::uint64_t> lastFingerprint;
     std::string lastFailure;
 
     void start();
@@ -143,8 +159,9 @@ struct Inspector::Impl
     void writeClient(Client &c);
     void fanOut(const std::vector<Event> &events);
     void afterWrite(Client &c);
-    std::string stateJson();
-    void broadcastState();
+    std::string stateJson(EngineState state);
+    std::string stateJson() { return stateJson(engine.state()); }
+    void broadcastState(EngineState state);
     void farewell();
     wire::Snapshot makeSnapshot();
     void closeClient(Client &c);
@@ -223,14 +240,14 @@ void Inspector::Impl::refuse(Client &c, const std::string &code, const std::stri
     c.since = Clock::now();
 }
 
-std::string Inspector::Impl::stateJson()
+std::string Inspector::Impl::stateJson(EngineState state)
 {
     wire::Snapshot s;
     s.meta.producer = producer;
     s.meta.pid = ::getpid();
     s.meta.createdUnixMs = wire::unixTimeMs();
     s.meta.endpoint = endpointText;
-    s.state = engine.state();
+    s.state = std::move(state);
     s.droppedEvents = hub->droppedEvents();
     return wire::encodeSnapshot(s);
 }
@@ -367,13 +384,10 @@ void Inspector::Impl::fanOut(const std::vector<Event> &events)
     }
 }
 
-void Inspector::Impl::broadcastState()
+void Inspector::Impl::broadcastState(EngineState state)
 {
-    bool any = false;
-    for (const Client &c : clients)
-        any = any || c.phase == Client::Phase::Live;
-    if (!any) return;
-    const std::string json = stateJson();
+    lastFingerprint = fingerprint(state);
+    const std::string json = stateJson(std::move(state));
     for (Client &c : clients) {
         if (c.phase != Client::Phase::Live) continue;
         if (c.queued() <= kMaxQueueBytes / 2 && c.pendingDropped == 0)
@@ -393,9 +407,23 @@ void Inspector::Impl::pump()
     history.append(batch);
     fanOut(batch);
     const auto now = Clock::now();
-    if ((stateDirty && now - lastState >= kStateMinInterval) ||
-        (eventsSinceState && now - lastState >= kStateRefresh))
-        broadcastState();
+    const bool anyLive = std::any_of(clients.begin(), clients.end(), [](const Client &c) {
+        return c.phase == Client::Phase::Live;
+    });
+    if (!anyLive) {
+        stateDirty = false;
+        eventsSinceState = false;
+    } else if ((stateDirty && now - lastState >= kStateMinInterval) ||
+               (eventsSinceState && now - lastState >= kStateRefresh)) {
+        broadcastState(engine.state());
+    } else if (now - lastState >= kStateRefresh) {
+        // Changes that emit no event (telemetry off, modules added while building).
+        EngineState st = engine.state();
+        if (fingerprint(st) != lastFingerprint)
+            broadcastState(std::move(st));
+        else
+            lastState = now;
+    }
     for (Client &c : clients) {
         if (c.fd < 0) continue;
         writeClient(c);

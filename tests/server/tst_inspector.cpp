@@ -130,6 +130,7 @@ class TestInspector : public QObject
     void defaultUnixSocketIsPrivateAndDiscoverable();
     void snapshotOutIsWrittenAtFinish();
     void noListenStillWritesTheSnapshot();
+    void telemetryOffStillServesTheChangingState();
     void badEndpointsAreInspectorErrors();
 
   private:
@@ -472,6 +473,37 @@ void TestInspector::noListenStillWritesTheSnapshot()
     QCOMPARE(snap->state.step, std::uint32_t(2));
     QVERIFY(!snap->events.empty());
     QVERIFY(wire::listLiveEngines().empty());
+}
+
+void TestInspector::telemetryOffStillServesTheChangingState()
+{
+    TiedRun run(2);
+    InspectorOptions o = tcpOptions();
+    o.telemetry = false;
+    Inspector inspector(*run.engine, o);
+    QVERIFY(!run.engine->telemetryEnabled());
+    auto client = InspectorClient::connect(inspector.endpoint(), {});
+    QVERIFY2(client.ok(), client.error().c_str());
+    wire::ClientState state;
+    std::string error;
+    QVERIFY2(readUntil(
+                 **client, state, [&] { return state.historyDone(); }, &error),
+             error.c_str());
+    QCOMPARE(state.snapshot().state.step, std::uint32_t(0));
+    run.steps(3);
+    // No event announces the steps: the periodic check notices the state changed.
+    QVERIFY2(readUntil(
+                 **client, state, [&] { return state.snapshot().state.step == 3; }, &error),
+             error.c_str());
+    QVERIFY(findUnregistered(state.snapshot().state, "lm_head", "embed.weight") != nullptr);
+    std::thread finisher([&] { inspector.finish(); });
+    QVERIFY2(readUntil(
+                 **client, state, [&] { return state.finished(); }, &error),
+             error.c_str());
+    finisher.join();
+    QCOMPARE(state.historyEvents(), std::uint64_t(0));
+    QCOMPARE(state.liveEvents(), std::uint64_t(0));
+    QCOMPARE(state.goodbye().eventsOffered, std::uint64_t(0));
 }
 
 void TestInspector::badEndpointsAreInspectorErrors()
