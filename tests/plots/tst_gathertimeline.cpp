@@ -4,6 +4,7 @@
 
 #include <numeric>
 
+#include <QRandomGenerator>
 #include <QSignalSpy>
 #include <QTest>
 #include <qcustomplot.h>
@@ -65,6 +66,7 @@ class TestGatherTimeline : public QObject
     void fetchPairsBecomeSpans();
     void spansStaySortedWhenCompletedOutOfOrder();
     void badEventsAreIgnoredOrKeptHarmless();
+    void blocksHoldExactlyTheSpansInRange();
     void clickOnSpanEmitsItsParameters();
     void clickOnViolationMarkerEmitsTheParameter();
     void selectionMarksBlocks();
@@ -178,6 +180,66 @@ void TestGatherTimeline::badEventsAreIgnoredOrKeptHarmless()
     timeline.refresh();
     timeline.plot()->replot();
     QVERIFY(timeline.paramsAt(QPointF(-10, -10)).isEmpty());
+}
+
+void TestGatherTimeline::blocksHoldExactlyTheSpansInRange()
+{
+    // One 100 s fetch, then 20,000 short ones arriving in shuffled batches.
+    GatherSpans spans;
+    spans.setTimeOrigin(0);
+    std::vector<Event> events = {makeEvent(EventType::FetchBegin, 0, 0, 1, 0, 3),
+                                 makeEvent(EventType::FetchEnd, 0, 100000 * ms, 1, 0, 3)};
+    spans.append(events);
+    std::vector<std::pair<double, double>> truth = {{0.0, 100.0}};
+    QRandomGenerator rng(7);
+    for (int batch = 0; batch < 20; ++batch) {
+        events.clear();
+        for (int i = 0; i < 1000; ++i) {
+            const std::uint64_t start = rng.bounded(100000) * ms / 1000 * 1000;
+            const std::uint64_t length = rng.bounded(1, 2000) * us;
+            const ParamId p = ParamId(2 + batch * 1000 + i);
+            events.push_back(makeEvent(EventType::FetchBegin, 0, start, p, 0, 0));
+            events.push_back(makeEvent(EventType::FetchEnd, 0, start + length, p, 0, 0));
+            truth.emplace_back(double(start) * 1e-9, double(start + length) * 1e-9);
+        }
+        spans.append(events);
+    }
+    QCOMPARE(spans.spanCount(), truth.size());
+    const auto &v = spans.track(0, SpanTrack::Fetch);
+    QVERIFY(std::is_sorted(v.begin(), v.end(), [](const GatherSpan &a, const GatherSpan &b) {
+        return a.start < b.start;
+    }));
+
+    const std::pair<double, double> windows[] = {
+        {50.0, 50.01}, {0.0, 100.0}, {99.99, 101.0}, {12.345, 12.346}, {-5.0, -1.0}};
+    for (const auto &[t0, t1] : windows) {
+        for (double secondsPerPixel : {1e-7, 1e-3, 1.0}) {
+            std::vector<TimelineBlock> blocks;
+            spans.blocks(0, SpanTrack::Fetch, t0, t1, secondsPerPixel, blocks);
+            const auto expected = std::count_if(truth.begin(), truth.end(), [&](const auto &s) {
+                return s.second >= t0 && s.first <= t1;
+            });
+            QCOMPARE(mergedCount(blocks), std::size_t(expected));
+        }
+    }
+    // Windows that begin exactly where a chunk's latest span ends still hold that span.
+    for (std::size_t c = 0; c * GatherSpans::kChunk < v.size(); c += 7) {
+        const auto first = v.begin() + std::ptrdiff_t(c * GatherSpans::kChunk);
+        const auto last =
+            v.begin() + std::ptrdiff_t(std::min(v.size(), (c + 1) * GatherSpans::kChunk));
+        double t0 = first->end;
+        for (auto it = first; it != last; ++it)
+            t0 = std::max(t0, it->end);
+        if (t0 >= 100.0) continue; // the long span ends there
+        const double t1 = t0 + 1e-9;
+        std::vector<TimelineBlock> blocks;
+        spans.blocks(0, SpanTrack::Fetch, t0, t1, 1e-3, blocks);
+        const auto expected = std::count_if(truth.begin(), truth.end(), [&](const auto &s) {
+            return s.second >= t0 && s.first <= t1;
+        });
+        QVERIFY(expected >= 2);
+        QCOMPARE(mergedCount(blocks), std::size_t(expected));
+    }
 }
 
 void TestGatherTimeline::clickOnSpanEmitsItsParameters()

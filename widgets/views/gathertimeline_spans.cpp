@@ -125,9 +125,25 @@ void GatherSpans::sortTails()
             const auto mid = v.begin() + std::ptrdiff_t(from);
             if (!std::is_sorted(mid, v.end(), startsBefore))
                 std::stable_sort(mid, v.end(), startsBefore);
-            if (from > 0 && v[from].start < v[from - 1].start)
+            std::size_t changed = from;
+            if (from > 0 && v[from].start < v[from - 1].start) {
+                changed =
+                    std::size_t(std::upper_bound(v.begin(), mid, *mid, startsBefore) - v.begin());
                 std::inplace_merge(v.begin(), mid, v.end(), startsBefore);
+            }
             l.sortedUpTo[ti] = v.size();
+            // Latest end per chunk of kChunk spans, so a search skips whole chunks that end
+            // before the visible range: one long span cannot make every search linear.
+            auto &chunks = l.chunkMaxEnd[ti];
+            const std::size_t firstChunk = changed / kChunk;
+            chunks.resize((v.size() + kChunk - 1) / kChunk);
+            for (std::size_t c = firstChunk; c < chunks.size(); ++c) {
+                const std::size_t end = std::min(v.size(), (c + 1) * kChunk);
+                double latest = v[c * kChunk].end;
+                for (std::size_t i = c * kChunk + 1; i < end; ++i)
+                    latest = std::max(latest, v[i].end);
+                chunks[c] = latest;
+            }
         }
     }
 }
@@ -171,6 +187,7 @@ void GatherSpans::blocks(int rank, SpanTrack t, double t0, double t1, double sec
     if (v.empty() || t1 < t0) return;
     const double maxDuration = m_lanes[rank].maxDuration[int(t)];
     const double minWidth = std::max(0.0, minPixels * secondsPerPixel);
+    const auto &chunks = m_lanes[rank].chunkMaxEnd[int(t)];
     auto lo = std::lower_bound(v.begin(), v.end(), t0 - maxDuration,
                                [](const GatherSpan &s, double x) { return s.start < x; });
     auto hi = std::upper_bound(lo, v.end(), t1,
@@ -186,10 +203,16 @@ void GatherSpans::blocks(int rank, SpanTrack t, double t0, double t1, double sec
         out.push_back(cur);
         open = false;
     };
-    for (auto it = lo; it != hi; ++it) {
+    const std::size_t hiIndex = std::size_t(hi - v.begin());
+    for (auto it = lo; it < hi; ++it) {
+        const std::size_t index = std::size_t(it - v.begin());
+        if (index / kChunk < chunks.size() && chunks[index / kChunk] < t0) {
+            const std::size_t next = std::min((index / kChunk + 1) * kChunk, hiIndex);
+            it = v.begin() + std::ptrdiff_t(next - 1);
+            continue;
+        }
         const GatherSpan &s = *it;
         if (s.end < t0) continue;
-        const std::size_t index = std::size_t(it - v.begin());
         const bool selected =
             !selectedParams.empty() &&
             std::binary_search(selectedParams.begin(), selectedParams.end(), s.param);

@@ -106,6 +106,7 @@ class GatherSpans
     std::vector<ParamId> paramsIn(const TimelineBlock &block) const;
 
     static constexpr int maxRanks = 1024;
+    static constexpr std::size_t kChunk = 256;
 
   private:
     struct Lane
@@ -113,6 +114,7 @@ class GatherSpans
         std::vector<GatherSpan> tracks[kSpanTrackCount];
         double maxDuration[kSpanTrackCount] = {0, 0, 0};
         std::size_t sortedUpTo[kSpanTrackCount] = {0, 0, 0};
+        std::vector<double> chunkMaxEnd[kSpanTrackCount];
     };
 
     double secondsOf(std::uint64_t tsNs) const;
