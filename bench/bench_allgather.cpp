@@ -79,11 +79,6 @@ int roundsFor(int world, std::size_t total)
     return static_cast<int>(std::clamp(512.0 * (1 << 20) / perRound, 1.0, 2000.0));
 }
 
-int repsFor(std::size_t total, int reps)
-{
-    return total >= (std::size_t(64) << 20) ? std::min(reps, 3) : reps;
-}
-
 // Runs every size for one world size; each rank is a thread, rank 0 keeps the clock.
 std::vector<Sample> runWorld(int world, const std::vector<std::size_t> &sizes, int reps)
 {
@@ -119,7 +114,7 @@ std::vector<Sample> runWorld(int world, const std::vector<std::size_t> &sizes, i
                         if (bytes && recv[static_cast<std::size_t>(j) * bytes + bytes - 1] !=
                                          std::byte(j + 1))
                             throw std::runtime_error("all_gather produced wrong data");
-                    for (int rep = 0; rep < repsFor(total, reps); ++rep) {
+                    for (int rep = 0; rep < reps; ++rep) {
                         for (int k = 0; k < 2; ++k) {
                             // Alternate which method goes first, so neither always runs warm.
                             const Method m = (rep + k) % 2 ? Method::Memcpy : Method::AllGather;
@@ -196,9 +191,8 @@ int main(int argc, char **argv)
         sizes.push_back(s);
 
     std::printf("CPU all_gather vs memcpy: aggregate GB/s over all ranks (bytes landing in the "
-                "receive buffers per second); %u hardware threads; median (min-max) of %d reps, "
-                "%d for sizes >= 64 MiB\n\n",
-                std::thread::hardware_concurrency(), opt.reps, std::min(opt.reps, 3));
+                "receive buffers per second); %u hardware threads; median (min-max) of %d reps\n\n",
+                std::thread::hardware_concurrency(), opt.reps);
     std::printf("| ranks | gathered per rank | all_gather GB/s | memcpy GB/s | ratio |\n");
     std::printf("|---:|---:|---:|---:|---:|\n");
     std::fflush(stdout);

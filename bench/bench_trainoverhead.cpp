@@ -1,18 +1,21 @@
 // What the inspector costs a training run: the trainer's step time (the default model,
-// 4 CPU ranks) with a real socket client attached that decodes every frame with the wire
-// codec, against the same run with the endpoint off, and against telemetry off. The three
-// variants are interleaved (A B C, B C A, C A B, ...) so machine noise hits all alike.
-// Prints a Markdown table.
+// 4 CPU ranks) with a real socket client attached (a child process, like the GUI) that
+// decodes every frame with the wire codec, against the same run with the endpoint off,
+// and against telemetry off. The three variants are interleaved (A B C, B C A, C A B, ...)
+// so machine noise hits all alike. Prints a Markdown table.
 //
 // Usage: bench_trainoverhead [--reps N] [--steps N]
+//        bench_trainoverhead --client ENDPOINT   (the attached client; started by the above)
+
+#include <unistd.h>
 
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "benchutil.h"
@@ -85,9 +88,43 @@ void runClient(server::InspectorClient &client, ClientTotals &totals)
     }
 }
 
+// The client process: attaches, says so on stdout, decodes until the engine says goodbye.
+int clientMain(const std::string &endpoint)
+{
+    server::InspectorClient::Options co;
+    co.name = "bench_trainoverhead";
+    auto connected = server::InspectorClient::connect(endpoint, co);
+    if (!connected) {
+        std::fprintf(stderr, "bench_trainoverhead --client: cannot attach to %s: %s\n",
+                     endpoint.c_str(), connected.error().c_str());
+        return 1;
+    }
+    std::printf("attached\n");
+    std::fflush(stdout);
+    ClientTotals totals;
+    runClient(*connected.value(), totals);
+    if (!totals.error.empty()) {
+        std::fprintf(stderr, "bench_trainoverhead --client: %s\n", totals.error.c_str());
+        return 1;
+    }
+    std::printf("events %llu states %llu\n", static_cast<unsigned long long>(totals.events),
+                static_cast<unsigned long long>(totals.states));
+    return 0;
+}
+
+std::string selfPath()
+{
+    char buf[PATH_MAX];
+    const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0)
+        throw std::runtime_error("cannot find this executable through /proc/self/exe");
+    return std::string(buf, static_cast<std::size_t>(n));
+}
+
 struct RunResult
 {
     double medianStepMs = 0.0;
+    double cpuMsPerStep = 0.0; // the training process's CPU time (ranks + inspector) per step
     double totalSeconds = 0.0;
     std::uint64_t clientEvents = 0;
     std::uint64_t clientDropped = 0;
@@ -109,35 +146,38 @@ RunResult runOnce(Variant v, const nn::TrainConfig &base)
     options.historyEvents = config.historyEvents;
     Inspector inspector(*engine, options);
 
-    std::unique_ptr<server::InspectorClient> client;
-    ClientTotals totals;
-    std::thread clientThread;
+    FILE *client = nullptr;
+    char line[256];
     if (v == Attached) {
-        server::InspectorClient::Options co;
-        co.name = "bench_trainoverhead";
-        auto connected = server::InspectorClient::connect(inspector.endpoint(), co);
-        if (!connected)
-            throw std::runtime_error("cannot attach to " + inspector.endpoint() + ": " + connected.error());
-        client = std::move(connected.value());
-        clientThread = std::thread([&] { runClient(*client, totals); });
+        const std::string command = selfPath() + " --client " + inspector.endpoint();
+        client = ::popen(command.c_str(), "r");
+        if (!client || !std::fgets(line, sizeof line, client) || std::string(line) != "attached\n")
+            throw std::runtime_error("the client process did not attach to " + inspector.endpoint());
     }
 
     std::vector<double> stepSeconds;
     stepSeconds.reserve(static_cast<std::size_t>(config.steps));
+    const double cpu0 = processCpuSeconds();
     const nn::TrainResult result = nn::runCpuTraining(config, *engine, [&](const nn::StepReport &r) {
         if (r.step > kWarmupSteps)
             stepSeconds.push_back(r.seconds);
     });
+    const double cpuSeconds = processCpuSeconds() - cpu0;
     inspector.finish();
-    if (clientThread.joinable())
-        clientThread.join();
-    if (!totals.error.empty())
-        throw std::runtime_error("the client failed: " + totals.error);
 
     RunResult out;
+    if (client) {
+        unsigned long long events = 0, states = 0;
+        const bool read = std::fgets(line, sizeof line, client) &&
+                          std::sscanf(line, "events %llu states %llu", &events, &states) == 2;
+        const int status = ::pclose(client);
+        if (!read || status != 0)
+            throw std::runtime_error("the client process failed (see its message above)");
+        out.clientEvents = events;
+    }
     out.medianStepMs = stats(stepSeconds).median * 1e3;
+    out.cpuMsPerStep = cpuSeconds * 1e3 / config.steps;
     out.totalSeconds = result.seconds;
-    out.clientEvents = totals.events;
     out.clientDropped = inspector.clientDroppedEvents();
     out.ringDropped = inspector.droppedEvents();
     return out;
@@ -147,6 +187,8 @@ RunResult runOnce(Variant v, const nn::TrainConfig &base)
 
 int main(int argc, char **argv)
 {
+    if (argc == 3 && std::string(argv[1]) == "--client")
+        return clientMain(argv[2]);
     int reps = 5;
     nn::TrainConfig config; // the default model and run, 4 ranks
     config.worldSize = 4;
@@ -169,7 +211,8 @@ int main(int argc, char **argv)
     }
 
     std::vector<double> stepMs[VariantCount];
-    std::vector<double> ratioAC, ratioBC, ratioAB;
+    std::vector<double> cpuMs[VariantCount];
+    std::vector<double> ratioAC, ratioBC, ratioAB, cpuRatioAC;
     std::vector<double> events;
     std::uint64_t clientDropped = 0;
     std::uint64_t ringDropped = 0;
@@ -181,7 +224,9 @@ int main(int argc, char **argv)
                 const auto v = static_cast<Variant>((rep + k) % VariantCount);
                 r[v] = runOnce(v, config);
                 stepMs[v].push_back(r[v].medianStepMs);
+                cpuMs[v].push_back(r[v].cpuMsPerStep);
             }
+            cpuRatioAC.push_back(r[Attached].cpuMsPerStep / r[TelemetryOff].cpuMsPerStep);
             ratioAC.push_back(r[Attached].medianStepMs / r[TelemetryOff].medianStepMs);
             ratioBC.push_back(r[EndpointOff].medianStepMs / r[TelemetryOff].medianStepMs);
             ratioAB.push_back(r[Attached].medianStepMs / r[EndpointOff].medianStepMs);
@@ -202,13 +247,16 @@ int main(int argc, char **argv)
                 "variant, variants interleaved\n\n",
                 machine().c_str(), config.layers, config.hidden, config.vocab, config.seq,
                 config.batch, config.worldSize, config.steps, kWarmupSteps, reps);
-    std::printf("| variant | median step (ms) |\n|---|---:|\n");
+    std::printf("| variant | median step, wall (ms) | training process CPU per step (ms) |\n|---|---:|---:|\n");
     for (int v = 0; v < VariantCount; ++v)
-        std::printf("| %s | %s |\n", kNames[v], format(stats(stepMs[v]), 3).c_str());
+        std::printf("| %s | %s | %s |\n", kNames[v], format(stats(stepMs[v]), 3).c_str(),
+                    format(stats(cpuMs[v]), 3).c_str());
     std::printf("\n| ratio (same repetition) | median (min-max) |\n|---|---:|\n");
     std::printf("| A / C: attached client vs telemetry off | %s |\n", format(ac, 4).c_str());
     std::printf("| B / C: endpoint off vs telemetry off | %s |\n", format(stats(ratioBC), 4).c_str());
     std::printf("| A / B: attached client vs endpoint off | %s |\n", format(stats(ratioAB), 4).c_str());
+    std::printf("| A / C in training-process CPU time (ranks + inspector thread) | %s |\n",
+                format(stats(cpuRatioAC), 4).c_str());
     std::printf("\nThe client decoded %s events per run (median); events dropped for the client: "
                 "%llu, dropped from the rings: %llu (all runs). Target <= 1%% overhead (A / C <= "
                 "1.01): %s.\n",

@@ -2,6 +2,8 @@
 // What every benchmark shares: repetition statistics (median and min-max), a compiler
 // barrier that keeps measured work alive, the machine line, and the --reps option.
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +22,35 @@ inline double secondsSince(Clock::time_point t0)
 {
     return std::chrono::duration<double>(Clock::now() - t0).count();
 }
+
+// CPU time of the calling thread (or the whole process). On a shared machine the wall
+// clock also counts the time other processes held the core; CPU time does not.
+inline double threadCpuSeconds()
+{
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+inline double processCpuSeconds()
+{
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+// Wall and thread-CPU time of one measured pass.
+class PassTimer
+{
+public:
+    PassTimer() : m_wall(Clock::now()), m_cpu(threadCpuSeconds()) {}
+    double wallSeconds() const { return secondsSince(m_wall); }
+    double cpuSeconds() const { return threadCpuSeconds() - m_cpu; }
+
+private:
+    Clock::time_point m_wall;
+    double m_cpu;
+};
 
 struct Stats
 {
