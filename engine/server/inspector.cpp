@@ -41,6 +41,7 @@ constexpr auto kFinishFlushTimeout = std::chrono::seconds(2);
 constexpr auto kRefusalLinger = std::chrono::seconds(1);
 // More simultaneous clients are refused (each may hold kMaxQueueBytes).
 constexpr std::size_t kMaxClients = 32;
+constexpr std::size_t kMaxHistoryEvents = std::size_t(1) << 24;
 
 std::string processName()
 {
@@ -169,6 +170,10 @@ struct Inspector::Impl
 
 void Inspector::Impl::start()
 {
+    if (options.historyEvents > kMaxHistoryEvents)
+        throw InspectorError("--history " + std::to_string(options.historyEvents) +
+                             " is too large: keep at most " + std::to_string(kMaxHistoryEvents) +
+                             " events (48 bytes each)");
     hub = std::make_unique<TelemetryHub>(engine.worldSize());
     engine.setTelemetryEnabled(options.telemetry);
     engine.setEventSink(hub.get());

@@ -14,7 +14,8 @@ namespace shardscope {
 class EventHistory
 {
   public:
-    explicit EventHistory(std::size_t capacity) : m_capacity(capacity) { m_buf.reserve(capacity); }
+    // Memory grows with use up to capacity events, so a generous capacity costs nothing until used.
+    explicit EventHistory(std::size_t capacity) : m_capacity(capacity) {}
 
     void append(std::span<const Event> events)
     {

@@ -520,6 +520,10 @@ void TestInspector::badEndpointsAreInspectorErrors()
         }
     };
     expectError("udp:1.2.3.4:5", "unknown endpoint");
+    {
+        InspectorOptions o = tcpOptions(std::size_t(1) << 40);
+        QVERIFY_THROWS_EXCEPTION(InspectorError, Inspector(*run.engine, o));
+    }
     expectError("tcp:127.0.0.1:notaport", "bad port");
     expectError("unix:" + std::string(200, 'x'), "longer than 107 bytes");
     expectError("unix:/nonexistent-dir/x.sock", "cannot listen on /nonexistent-dir/x.sock");
