@@ -56,6 +56,7 @@ class TestMemoryPlot : public QObject
     void otherEventsAndBadRanksAreIgnored();
     void limitIsMaxLiveParametersTimesElementSize();
     void followLiveAndClear();
+    void toolTipNamesTheNearestLine();
 };
 
 void TestMemoryPlot::oneGraphPerRankPerSeriesWithTheSampledBytes()
@@ -176,6 +177,30 @@ void TestMemoryPlot::followLiveAndClear()
     plot.refresh();
     QCOMPARE(plot.graph(0, Series::Gathered)->dataCount(), 0);
     QCOMPARE(plot.rankCount(), 1);
+}
+
+void TestMemoryPlot::toolTipNamesTheNearestLine()
+{
+    MemoryPlot plot;
+    plot.resize(800, 400);
+    plot.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&plot));
+    plot.setTimeOrigin(0);
+    std::vector<Event> events = {
+        sample(0, 1 * sec, 1000, 2000, 0, 0), sample(1, 1 * sec, 1000, 8000, 0, 0),
+        sample(0, 3 * sec, 1000, 2000, 0, 0), sample(1, 3 * sec, 1000, 8000, 0, 0)};
+    plot.appendEvents(events);
+    plot.setVisibleRange(0, 4);
+    plot.refresh();
+    plot.plot()->replot();
+    auto at = [&](double t, double bytes) {
+        return QPointF(plot.plot()->xAxis->coordToPixel(t),
+                       plot.plot()->yAxis->coordToPixel(bytes));
+    };
+    QCOMPARE(plot.toolTipAt(at(2.0, 8000)), QStringLiteral("rank 1, gathered: 8 kB at 1.000 s"));
+    QCOMPARE(plot.toolTipAt(at(2.0, 2000)), QStringLiteral("rank 0, gathered: 2 kB at 1.000 s"));
+    QVERIFY(plot.toolTipAt(at(0.5, 8000)).isEmpty()); // before the first sample
+    QVERIFY(plot.toolTipAt(at(2.0, 5000)).isEmpty()); // far from every line
 }
 
 QTEST_MAIN(TestMemoryPlot)

@@ -4,10 +4,12 @@
 #include <cmath>
 
 #include <QHBoxLayout>
+#include <QHelpEvent>
 #include <QLabel>
 #include <QMouseEvent>
 #include <QTimer>
 #include <QToolButton>
+#include <QToolTip>
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
@@ -105,6 +107,7 @@ MemoryPlot::MemoryPlot(QWidget *parent) : QWidget(parent)
     m_limitLine->point1->setCoords(0, 0);
     m_limitLine->point2->setCoords(1, 0);
     m_limitLine->setVisible(false);
+    m_plot->installEventFilter(this);
     layout->addWidget(m_plot, 1);
     updateLimitLabel();
 
@@ -353,6 +356,51 @@ void MemoryPlot::refresh()
         m_plot->xAxis->setRange(lo, lo + w);
     }
     m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+QString MemoryPlot::toolTipAt(QPointF pos) const
+{
+    if (!m_plot->axisRect()->rect().contains(pos.toPoint())) return QString();
+    const double t = m_plot->xAxis->pixelToCoord(pos.x());
+    constexpr double kMaxDistance = 6.0;
+    double best = kMaxDistance;
+    QString text;
+    for (int r = 0; r < m_graphs.size(); ++r) {
+        for (int s = 0; s < kSeriesCount; ++s) {
+            const QCPGraph *g = m_graphs[r][s];
+            if (!g->visible() || g->data()->isEmpty()) continue;
+            // Step-left lines: the value at t is the last sample at or before t.
+            auto it =
+                std::upper_bound(g->data()->constBegin(), g->data()->constEnd(), t,
+                                 [](double key, const QCPGraphData &d) { return key < d.key; });
+            if (it == g->data()->constBegin()) continue;
+            --it;
+            const double d = std::abs(m_plot->yAxis->coordToPixel(it->value) - pos.y());
+            if (d <= best) {
+                best = d;
+                text = tr("rank %1, %2: %3 at %4 s")
+                           .arg(r)
+                           .arg(seriesName(Series(s)))
+                           .arg(formatBytes(it->value))
+                           .arg(it->key, 0, 'f', 3);
+            }
+        }
+    }
+    return text;
+}
+
+bool MemoryPlot::eventFilter(QObject *watched, QEvent *e)
+{
+    if (watched == m_plot && e->type() == QEvent::ToolTip) {
+        auto *help = static_cast<QHelpEvent *>(e);
+        const QString text = toolTipAt(help->pos());
+        if (text.isEmpty())
+            QToolTip::hideText();
+        else
+            QToolTip::showText(help->globalPos(), text, m_plot);
+        return true;
+    }
+    return QWidget::eventFilter(watched, e);
 }
 
 } // namespace shardscope::views

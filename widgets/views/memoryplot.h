@@ -59,6 +59,9 @@ class MemoryPlot : public QWidget
     // The last live-parameter element count rank reported (MemorySample a/b), or -1.
     qint64 liveElements(int rank) const;
     QCustomPlot *plot() const { return m_plot; }
+    // "rank 1, gathered: 8 kB at 2.000 s" for the visible line nearest pos (plot widget
+    // coordinates) within a few pixels, or an empty string.
+    QString toolTipAt(QPointF pos) const;
 
     static QString formatBytes(double bytes);
 
@@ -78,6 +81,7 @@ class MemoryPlot : public QWidget
         std::array<QVector<double>, kSeriesCount> values;
     };
 
+    bool eventFilter(QObject *watched, QEvent *e) override;
     void ensureRanks(int count);
     void updateValueRange();
     void updateLimitLabel();
