@@ -16,9 +16,9 @@ namespace shardscope::wire {
 // The bytes 'S' 'S' 'C' 'P' read as a little-endian u32.
 inline constexpr std::uint32_t kFrameMagic = 0x50435353u;
 inline constexpr std::size_t kFrameHeaderSize = 12;
-// Largest payload a decoder accepts unless told otherwise: bounds what a length field can make us
-// allocate.
-inline constexpr std::uint32_t kDefaultMaxPayload = 64u << 20;
+// Largest payload a decoder accepts unless told otherwise (the State of a very large model
+// fits). Payload memory grows only as bytes arrive, never from a length field alone.
+inline constexpr std::uint32_t kDefaultMaxPayload = 256u << 20;
 // Largest payload a server accepts from a client (the client only sends Hello).
 inline constexpr std::uint32_t kMaxClientPayload = 64u << 10;
 
