@@ -26,7 +26,9 @@ int main(int argc, char **argv)
     shardscope::app::MainWindow window;
     window.show();
     shardscope::app::Automation automation(window, parsed.options);
-    QObject::connect(&automation, &shardscope::app::Automation::finished, &app, [](int code) { QApplication::exit(code); });
+    QObject::connect(
+        &automation, &shardscope::app::Automation::finished, &app, [](int code) { QApplication::exit(code); },
+        Qt::QueuedConnection);
     automation.start();
     return app.exec();
 }

@@ -70,10 +70,12 @@ MainWindow::MainWindow(QWidget *parent)
         addDockWidget(area, d);
         return d;
     };
-    dock(tr("Modules and parameters"), m_tree, Qt::LeftDockWidgetArea, "treeDock");
-    dock(tr("Parameter"), m_detail, Qt::RightDockWidgetArea, "detailDock");
-    dock(tr("Violations"), m_violations, Qt::BottomDockWidgetArea, "violationsDock");
+    QDockWidget *treeDock = dock(tr("Modules and parameters"), m_tree, Qt::LeftDockWidgetArea, "treeDock");
+    QDockWidget *detailDock = dock(tr("Parameter"), m_detail, Qt::RightDockWidgetArea, "detailDock");
+    QDockWidget *violationsDock = dock(tr("Violations"), m_violations, Qt::BottomDockWidgetArea, "violationsDock");
     resize(1500, 950);
+    resizeDocks({treeDock, detailDock}, {470, 340}, Qt::Horizontal);
+    resizeDocks({violationsDock}, {190}, Qt::Vertical);
 
     buildMenus();
     connect(&m_store, &SessionStore::updated, this, &MainWindow::onStoreUpdated);
@@ -250,6 +252,16 @@ void MainWindow::onStoreUpdated(const StoreChanges &changes)
     }
     if (changes.events || changes.reset)
         feedPlots(changes.reset);
+    // The first violation is what the user came for: show it when nothing else is shown.
+    if (changes.violations && m_detail->shownParam() == kNoParam) {
+        const auto &groups = m_store.violationGroups();
+        for (std::size_t i = 0; i < groups.size(); ++i) {
+            if (groups[i].kind == ViolationKind::UnregisteredAccess && m_store.param(groups[i].param)) {
+                m_violations->selectRow(static_cast<int>(i));
+                break;
+            }
+        }
+    }
 }
 
 void MainWindow::feedPlots(bool)

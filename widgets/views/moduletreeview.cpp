@@ -43,7 +43,8 @@ ModuleTreeView::ModuleTreeView(SessionStore *store, QWidget *parent)
     connect(m_filter, &QLineEdit::textChanged, m_filterTimer, qOverload<>(&QTimer::start));
     connect(m_filterTimer, &QTimer::timeout, this, [this] { setFilterText(m_filter->text()); });
     connect(m_model, &QAbstractItemModel::modelAboutToBeReset, this, &ModuleTreeView::saveViewState);
-    connect(m_model, &QAbstractItemModel::modelReset, this, &ModuleTreeView::restoreViewState);
+    // Queued: the model reveals rows only after its reset has been announced.
+    connect(m_model, &QAbstractItemModel::modelReset, this, &ModuleTreeView::restoreViewState, Qt::QueuedConnection);
     connect(m_tree->selectionModel(), &QItemSelectionModel::currentChanged, this, &ModuleTreeView::onCurrentChanged);
     connect(m_tree->selectionModel(), &QItemSelectionModel::selectionChanged, this,
             [this] { Q_EMIT selectionChangedParams(selectedParams()); });
@@ -100,7 +101,7 @@ void ModuleTreeView::restoreViewState()
         };
         open({}, 0);
     }
-    if (!m_current.isEmpty()) {
+    if (!m_current.isEmpty() && !m_tree->currentIndex().isValid()) {
         const QModelIndex i = m_model->indexForKey(m_current);
         if (i.isValid()) {
             const QSignalBlocker block(m_tree->selectionModel());
@@ -143,7 +144,6 @@ void ModuleTreeView::selectParams(const QList<quint32> &ids)
     m_tree->selectionModel()->setCurrentIndex(first, QItemSelectionModel::NoUpdate);
     m_tree->selectionModel()->select(selection, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
     m_tree->scrollTo(first);
-    onCurrentChanged();
 }
 
 void ModuleTreeView::selectModule(ModuleId id)

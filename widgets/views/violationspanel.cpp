@@ -34,6 +34,13 @@ ViolationsPanel::ViolationsPanel(SessionStore *store, QWidget *parent)
     m_table->verticalHeader()->hide();
     m_table->verticalHeader()->setDefaultSectionSize(m_table->fontMetrics().height() + 6);
     m_table->horizontalHeader()->setStretchLastSection(true);
+    m_table->horizontalHeader()->setDefaultSectionSize(110);
+    m_table->setColumnWidth(ViolationsModel::Time, 70);
+    m_table->setColumnWidth(ViolationsModel::Step, 60);
+    m_table->setColumnWidth(ViolationsModel::Rank, 50);
+    m_table->setColumnWidth(ViolationsModel::Kind, 160);
+    m_table->setColumnWidth(ViolationsModel::Parameter, 160);
+    m_table->setColumnWidth(ViolationsModel::Status, 110);
     m_table->setObjectName(QStringLiteral("violationsTable"));
     m_message->setWordWrap(true);
     m_message->setTextInteractionFlags(Qt::TextSelectableByMouse);
