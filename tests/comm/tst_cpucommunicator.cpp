@@ -575,7 +575,8 @@ void TestCpuCommunicator::manyBackToBackCollectives()
 void TestCpuCommunicator::mismatchedAllGatherSizes()
 {
     const int world = 4;
-    std::vector<bool> recvUntouched(4, false), recoveredOk(4, false);
+    // Not vector<bool>: the ranks write their entries concurrently.
+    std::vector<char> recvUntouched(4, 0), recoveredOk(4, 0);
     const Outcome o = runRanks(world, [&](Communicator &c) {
         const auto r = static_cast<std::size_t>(c.rank());
         const std::size_t bytes = c.rank() == 2 ? 512 : 1024;
