@@ -48,7 +48,7 @@ ParseResult parseOptions(const QStringList &arguments)
         auto value = [&](QString &out) {
             if (hasInline) {
                 out = inlineValue;
-            } else if (i + 1 < arguments.size()) {
+            } else if (i + 1 < arguments.size() && !arguments[i + 1].startsWith(QLatin1String("--"))) {
                 out = arguments[++i];
             } else {
                 return false;
