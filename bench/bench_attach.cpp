@@ -161,7 +161,6 @@ WorldResult measureWorld(const SyntheticModel &model, int world, int reps)
     }
 
     try {
-        attachOnce(endpoint, expectedNodes); // warm-up
         for (int rep = 0; rep < reps; ++rep) {
             const Attach a = attachOnce(endpoint, expectedNodes);
             out.populated.push_back(a.populatedMs);
@@ -215,7 +214,7 @@ int main(int argc, char **argv)
         std::printf("\n");
     };
     auto attachCell = [](const WorldResult &r, const std::vector<double> &v) {
-        return r.failure.empty() ? format(stats(v), 0) : std::string("**failed**");
+        return r.failure.empty() ? format(stats(v), 0) : std::string("failed");
     };
     row("snapshot (State message) size", [](const WorldResult &r) {
         char buf[64];
@@ -237,7 +236,7 @@ int main(int argc, char **argv)
     std::printf("\n");
     for (const WorldResult &r : results) {
         if (!r.failure.empty())
-            std::printf("With %d ranks the GUI could not attach: %s\n\n", r.world, r.failure.c_str());
+            std::printf("With %d ranks the GUI could not attach: %s.\n\n", r.world, r.failure.c_str());
     }
     const WorldResult &target = results.front();
     const bool met = target.failure.empty() && stats(target.populated).median <= 1000.0;
