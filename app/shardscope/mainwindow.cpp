@@ -276,14 +276,16 @@ void MainWindow::feedPlots(bool)
     std::vector<Event> batch;
     for (int r = 0; r < m_store.laneCount(); ++r) {
         const EventLane &lane = m_store.lane(r);
-        std::size_t &fed = m_fed[static_cast<std::size_t>(r)];
-        if (fed >= lane.size())
+        std::uint64_t &fed = m_fed[static_cast<std::size_t>(r)]; // absolute: evicted + index
+        const std::uint64_t end = lane.evicted() + lane.size();
+        if (fed >= end)
             continue;
+        const std::size_t from = static_cast<std::size_t>(std::max(fed, lane.evicted()) - lane.evicted());
         batch.clear();
-        batch.reserve(lane.size() - fed);
-        for (std::size_t i = fed; i < lane.size(); ++i)
+        batch.reserve(lane.size() - from);
+        for (std::size_t i = from; i < lane.size(); ++i)
             batch.push_back(lane.at(i));
-        fed = lane.size();
+        fed = end;
         m_timeline->appendEvents(batch);
         m_memory->appendEvents(batch);
     }

@@ -67,7 +67,7 @@ private:
     views::MemoryPlot *m_memory;
     views::InspectorStatusBar *m_status;
     QLabel *m_banner;
-    std::vector<std::size_t> m_fed; // events per lane already given to the plots
+    std::vector<std::uint64_t> m_fed; // events per lane already given to the plots (absolute)
     bool m_originSet = false;
     bool m_partitionStale = false;
 };

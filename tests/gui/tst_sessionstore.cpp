@@ -26,6 +26,7 @@ private slots:
     void lanesAreSortedAndSearchable();
     void externalRegisterChangesStructure();
     void badEventsDoNotCrash();
+    void memoryIsBounded();
 };
 
 void tst_SessionStore::appliesStateAndIndexes()
@@ -244,6 +245,37 @@ void tst_SessionStore::badEventsDoNotCrash()
     QCOMPARE(store.totalEvents(), std::uint64_t(6));
     QCOMPARE(store.violationGroups().size(), std::size_t(1));
     QCOMPARE(store.paramName(999), QStringLiteral("<parameter 999>"));
+}
+
+void tst_SessionStore::memoryIsBounded()
+{
+    SessionStore store;
+    store.setMaxEvents(4 * 2 * EventLane::kChunkEvents); // two chunks per rank
+    store.applyState(smallState(4));
+    std::vector<Event> evs;
+    const std::uint64_t perRank = 5 * EventLane::kChunkEvents + 100;
+    for (std::uint64_t i = 0; i < perRank * 4; ++i)
+        evs.push_back(makeEvent(1000 + i, static_cast<int>(i % 4), EventType::ModuleEnter, 3));
+    store.appendEvents(evs, false);
+    QCOMPARE(store.totalEvents(), perRank * 4);
+    for (int r = 0; r < 4; ++r) {
+        const EventLane &lane = store.lane(r);
+        QVERIFY(lane.size() <= 2 * EventLane::kChunkEvents);
+        QCOMPARE(lane.evicted() + lane.size(), perRank);
+        QCOMPARE(lane.lastTs(), 1000 + (perRank - 1) * 4 + static_cast<std::uint64_t>(r)); // the newest are kept
+        QVERIFY(lane.bytesUsed() <= 2 * EventLane::kChunkEvents * sizeof(Event));
+    }
+    QCOMPARE(store.evictedEvents(), perRank * 4 - [&] {
+        std::uint64_t kept = 0;
+        for (int r = 0; r < 4; ++r)
+            kept += store.lane(r).size();
+        return kept;
+    }());
+    // A reconnect replaying evicted history does not bring it back.
+    store.applyState(smallState(4));
+    const auto before = store.lane(0).size();
+    store.appendEvents(std::vector<Event>{evs.front()}, true);
+    QCOMPARE(store.lane(0).size(), before);
 }
 
 QTEST_GUILESS_MAIN(tst_SessionStore)

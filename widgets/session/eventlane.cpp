@@ -1,5 +1,6 @@
 #include "session/eventlane.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace shardscope {
@@ -30,10 +31,26 @@ std::size_t EventLane::lastIndex(std::uint64_t ts) const
     return lo;
 }
 
+void EventLane::setCapacity(std::size_t events)
+{
+    m_capacityChunks = events == 0 ? 0 : std::max<std::size_t>(2, (events + kChunkEvents - 1) / kChunkEvents);
+}
+
+void EventLane::evictIfFull()
+{
+    if (m_capacityChunks == 0 || m_chunks.size() < m_capacityChunks || m_size < kChunkEvents)
+        return;
+    m_chunks.pop_front();
+    m_size -= kChunkEvents;
+    m_evicted += kChunkEvents;
+}
+
 void EventLane::pushBack(const Event &ev)
 {
-    if (m_size == m_chunks.size() * kChunkEvents)
+    if (m_size == m_chunks.size() * kChunkEvents) {
+        evictIfFull();
         m_chunks.emplace_back(new Event[kChunkEvents]);
+    }
     mut(m_size) = ev;
     ++m_size;
 }
@@ -44,8 +61,9 @@ void EventLane::insert(const Event &ev)
         pushBack(ev);
         return;
     }
+    const Event last = at(m_size - 1);
+    pushBack(last); // may evict the front chunk: positions are computed afterwards
     const std::size_t pos = lastIndex(ev.tsNs);
-    pushBack(at(m_size - 1));
     for (std::size_t i = m_size - 2; i > pos; --i)
         mut(i) = at(i - 1);
     mut(pos) = ev;
@@ -64,6 +82,7 @@ void EventLane::clear()
 {
     m_chunks.clear();
     m_size = 0;
+    m_evicted = 0;
 }
 
 } // namespace shardscope

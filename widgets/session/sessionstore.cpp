@@ -146,8 +146,10 @@ void SessionStore::applyState(const EngineState &state)
         }
     }
     rebuildViolationCounts();
-    if (m_lanes.size() < static_cast<std::size_t>(std::max(1, m_state.worldSize)))
+    if (m_lanes.size() < static_cast<std::size_t>(std::max(1, m_state.worldSize))) {
         m_lanes.resize(static_cast<std::size_t>(std::max(1, m_state.worldSize)));
+        setMaxEvents(m_maxEvents);
+    }
     if (m_memory.size() < m_lanes.size())
         m_memory.resize(m_lanes.size());
     m_pending.violations = true;
@@ -207,8 +209,9 @@ void SessionStore::appendEvents(std::span<const Event> events, bool history)
         return;
     for (const Event &ev : events) {
         EventLane &lane = laneFor(ev.rank);
-        if (m_dedupe && !lane.empty() && ev.tsNs <= lane.lastTs() && lane.contains(ev)) {
-            ++m_duplicates;
+        if (m_dedupe && !lane.empty() && ev.tsNs <= lane.lastTs()
+            && ((lane.evicted() > 0 && ev.tsNs < lane.firstTs()) || lane.contains(ev))) {
+            ++m_duplicates; // seen before (or older than what the memory bound keeps)
             continue;
         }
         lane.insert(ev);
@@ -254,8 +257,25 @@ EventLane &SessionStore::laneFor(int rank)
     if (r >= m_lanes.size()) {
         m_lanes.resize(r + 1);
         m_memory.resize(r + 1);
+        setMaxEvents(m_maxEvents);
     }
     return m_lanes[r];
+}
+
+void SessionStore::setMaxEvents(std::size_t events)
+{
+    m_maxEvents = events;
+    const std::size_t lanes = std::max<std::size_t>(1, m_lanes.size());
+    for (EventLane &lane : m_lanes)
+        lane.setCapacity(events == 0 ? 0 : std::max<std::size_t>(1, events / lanes));
+}
+
+std::uint64_t SessionStore::evictedEvents() const
+{
+    std::uint64_t n = 0;
+    for (const EventLane &lane : m_lanes)
+        n += lane.evicted();
+    return n;
 }
 
 ParamRecord *SessionStore::mutParam(ParamId id)

@@ -123,6 +123,11 @@ public:
     // Emits updated() now if anything changed (the timer does this on its own).
     void flush();
     void setRefreshIntervalMs(int ms) { m_timer.setInterval(ms); }
+    // Memory bound of the event history: at most this many events over all ranks (the
+    // oldest are evicted per rank, in 16384-event chunks). 0: unbounded.
+    void setMaxEvents(std::size_t events);
+    std::size_t maxEvents() const { return m_maxEvents; }
+    std::uint64_t evictedEvents() const;
 
 signals:
     void updated(const shardscope::StoreChanges &changes);
@@ -163,7 +168,8 @@ private:
     std::uint32_t m_completedStep = 0;
     bool m_hasLoss = false;
     double m_loss = 0.0;
-    bool m_dedupe = false; // after a state of the same run: history may repeat stored events
+    bool m_dedupe = false;
+    std::size_t m_maxEvents = 8u << 20; // 8 Mi events: 384 MiB // after a state of the same run: history may repeat stored events
 
     StoreChanges m_pending;
     std::vector<std::uint8_t> m_paramMarked;
