@@ -9,9 +9,7 @@
 namespace shardscope::app {
 
 Automation::Automation(MainWindow &window, Options options, QObject *parent)
-    : QObject(parent)
-    , m_window(window)
-    , m_options(std::move(options))
+    : QObject(parent), m_window(window), m_options(std::move(options))
 {
     m_poll.setInterval(50);
     connect(&m_poll, &QTimer::timeout, this, &Automation::poll);
@@ -30,8 +28,7 @@ void Automation::start()
     } else if (!m_options.attach.isEmpty()) {
         m_window.attach(m_options.attach, m_options.token);
     }
-    if (!m_options.automated())
-        return;
+    if (!m_options.automated()) return;
     m_poll.start();
 }
 
@@ -39,30 +36,27 @@ bool Automation::conditionMet() const
 {
     SessionStore *store = m_window.store();
     if (!m_options.open.isEmpty()) {
-        return !m_options.afterSeconds || m_sinceState.elapsed() >= static_cast<qint64>(*m_options.afterSeconds * 1000);
+        return !m_options.afterSeconds ||
+               m_sinceState.elapsed() >= static_cast<qint64>(*m_options.afterSeconds * 1000);
     }
-    if (m_options.attach.isEmpty())
-        return true;
+    if (m_options.attach.isEmpty()) return true;
     Connection *c = m_window.connection();
     const bool finished = c->state() == Connection::State::Finished;
-    if (!store->hasState() || !(c->caughtUp() || finished))
-        return false;
-    if (m_options.afterStep)
-        return store->completedStep() >= *m_options.afterStep;
+    if (!store->hasState() || !(c->caughtUp() || finished)) return false;
+    if (m_options.afterStep) return store->completedStep() >= *m_options.afterStep;
     if (m_options.afterSeconds)
-        return m_sinceState.isValid() && m_sinceState.elapsed() >= static_cast<qint64>(*m_options.afterSeconds * 1000);
+        return m_sinceState.isValid() &&
+               m_sinceState.elapsed() >= static_cast<qint64>(*m_options.afterSeconds * 1000);
     return true;
 }
 
 void Automation::poll()
 {
-    if (m_done)
-        return;
+    if (m_done) return;
     Connection *c = m_window.connection();
     SessionStore *store = m_window.store();
     if (!m_options.attach.isEmpty()) {
-        if (store->hasState() && !m_sinceState.isValid())
-            m_sinceState.start();
+        if (store->hasState() && !m_sinceState.isValid()) m_sinceState.start();
         if (c->state() == Connection::State::Failed) {
             fail(c->message());
             return;
@@ -75,8 +69,9 @@ void Automation::poll()
     if (!m_options.attach.isEmpty() && c->state() == Connection::State::Finished) {
         fail(QStringLiteral("the run finished at step %1 before the condition was met (%2)")
                  .arg(store->completedStep())
-                 .arg(m_options.afterStep ? QStringLiteral("--after-step %1").arg(*m_options.afterStep)
-                                          : QStringLiteral("--after-seconds")));
+                 .arg(m_options.afterStep
+                          ? QStringLiteral("--after-step %1").arg(*m_options.afterStep)
+                          : QStringLiteral("--after-seconds")));
         return;
     }
     if (m_started.elapsed() > static_cast<qint64>(m_options.timeoutSeconds * 1000)) {
@@ -111,8 +106,7 @@ void Automation::runOutputs()
                         {m_options.exportCsv, &MainWindow::exportCsv, "violations CSV"},
                         {m_options.screenshot, &MainWindow::saveScreenshot, "screenshot"}};
     for (const Job &job : jobs) {
-        if (job.path.isEmpty())
-            continue;
+        if (job.path.isEmpty()) continue;
         const QString err = (m_window.*job.fn)(job.path);
         if (!err.isEmpty()) {
             m_done = false;
@@ -122,20 +116,17 @@ void Automation::runOutputs()
         std::printf("shardscope: wrote %s %s\n", job.what, qPrintable(job.path));
     }
     std::fflush(stdout);
-    if (m_options.quit)
-        Q_EMIT finished(0);
+    if (m_options.quit) Q_EMIT finished(0);
 }
 
 void Automation::fail(const QString &message)
 {
     m_poll.stop();
-    if (m_done)
-        return;
+    if (m_done) return;
     m_done = true;
     std::fprintf(stderr, "shardscope: %s\n", qPrintable(message));
     std::fflush(stderr);
-    if (m_options.automated())
-        Q_EMIT finished(1);
+    if (m_options.automated()) Q_EMIT finished(1);
 }
 
 } // namespace shardscope::app

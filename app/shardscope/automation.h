@@ -16,14 +16,14 @@ class MainWindow;
 class Automation : public QObject
 {
     Q_OBJECT
-public:
+  public:
     Automation(MainWindow &window, Options options, QObject *parent = nullptr);
     void start();
 
-Q_SIGNALS:
+  Q_SIGNALS:
     void finished(int exitCode);
 
-private:
+  private:
     void poll();
     bool conditionMet() const;
     void proceed();

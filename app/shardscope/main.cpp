@@ -16,7 +16,8 @@ int main(int argc, char **argv)
     QApplication::setOrganizationName(QStringLiteral("ShardScope"));
     const auto parsed = shardscope::app::parseOptions(QApplication::arguments());
     if (!parsed.error.isEmpty()) {
-        std::fprintf(stderr, "shardscope: %s\nRun `shardscope --help` for the options.\n", qPrintable(parsed.error));
+        std::fprintf(stderr, "shardscope: %s\nRun `shardscope --help` for the options.\n",
+                     qPrintable(parsed.error));
         return 2;
     }
     if (parsed.options.help) {
@@ -27,8 +28,8 @@ int main(int argc, char **argv)
     window.show();
     shardscope::app::Automation automation(window, parsed.options);
     QObject::connect(
-        &automation, &shardscope::app::Automation::finished, &app, [](int code) { QApplication::exit(code); },
-        Qt::QueuedConnection);
+        &automation, &shardscope::app::Automation::finished, &app,
+        [](int code) { QApplication::exit(code); }, Qt::QueuedConnection);
     automation.start();
     return app.exec();
 }

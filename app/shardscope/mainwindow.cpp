@@ -28,16 +28,11 @@
 namespace shardscope::app {
 
 MainWindow::MainWindow(QWidget *parent)
-    : QMainWindow(parent)
-    , m_connection(new Connection(&m_store, this))
-    , m_tree(new views::ModuleTreeView(&m_store))
-    , m_detail(new views::ParamDetail(&m_store))
-    , m_violations(new views::ViolationsPanel(&m_store))
-    , m_timeline(new views::GatherTimeline)
-    , m_partition(new views::PartitionMap)
-    , m_memory(new views::MemoryPlot)
-    , m_status(new views::InspectorStatusBar(&m_store, this))
-    , m_banner(new QLabel)
+    : QMainWindow(parent), m_connection(new Connection(&m_store, this)),
+      m_tree(new views::ModuleTreeView(&m_store)), m_detail(new views::ParamDetail(&m_store)),
+      m_violations(new views::ViolationsPanel(&m_store)), m_timeline(new views::GatherTimeline),
+      m_partition(new views::PartitionMap), m_memory(new views::MemoryPlot),
+      m_status(new views::InspectorStatusBar(&m_store, this)), m_banner(new QLabel)
 {
     setWindowIcon(QIcon(QStringLiteral(":/shardscope/shardscope.svg")));
     setStatusBar(m_status);
@@ -63,16 +58,20 @@ MainWindow::MainWindow(QWidget *parent)
     layout->addWidget(plots, 1);
     setCentralWidget(central);
 
-    auto dock = [this](const QString &title, QWidget *w, Qt::DockWidgetArea area, const char *name) {
+    auto dock = [this](const QString &title, QWidget *w, Qt::DockWidgetArea area,
+                       const char *name) {
         auto *d = new QDockWidget(title, this);
         d->setObjectName(QLatin1String(name));
         d->setWidget(w);
         addDockWidget(area, d);
         return d;
     };
-    QDockWidget *treeDock = dock(tr("Modules and parameters"), m_tree, Qt::LeftDockWidgetArea, "treeDock");
-    QDockWidget *detailDock = dock(tr("Parameter"), m_detail, Qt::RightDockWidgetArea, "detailDock");
-    QDockWidget *violationsDock = dock(tr("Violations"), m_violations, Qt::BottomDockWidgetArea, "violationsDock");
+    QDockWidget *treeDock =
+        dock(tr("Modules and parameters"), m_tree, Qt::LeftDockWidgetArea, "treeDock");
+    QDockWidget *detailDock =
+        dock(tr("Parameter"), m_detail, Qt::RightDockWidgetArea, "detailDock");
+    QDockWidget *violationsDock =
+        dock(tr("Violations"), m_violations, Qt::BottomDockWidgetArea, "violationsDock");
     resize(1500, 950);
     resizeDocks({treeDock, detailDock}, {470, 340}, Qt::Horizontal);
     resizeDocks({violationsDock}, {190}, Qt::Vertical);
@@ -82,9 +81,8 @@ MainWindow::MainWindow(QWidget *parent)
     connect(m_connection, &Connection::stateChanged, this, &MainWindow::onConnectionState);
     connect(m_tree, &views::ModuleTreeView::paramSelected, this, &MainWindow::showParam);
     connect(m_tree, &views::ModuleTreeView::moduleSelected, this, &MainWindow::showModule);
-    connect(m_tree, &views::ModuleTreeView::selectionChangedParams, this, [this](const QList<quint32> &ids) {
-        m_timeline->setSelection(ids);
-    });
+    connect(m_tree, &views::ModuleTreeView::selectionChangedParams, this,
+            [this](const QList<quint32> &ids) { m_timeline->setSelection(ids); });
     connect(m_violations, &views::ViolationsPanel::paramSelected, this,
             [this](quint32 id) { m_tree->selectParams({id}); });
     connect(m_violations, &views::ViolationsPanel::moduleSelected, this,
@@ -94,8 +92,7 @@ MainWindow::MainWindow(QWidget *parent)
     auto *partitionTimer = new QTimer(this);
     partitionTimer->setInterval(200);
     connect(partitionTimer, &QTimer::timeout, this, [this] {
-        if (!m_partitionStale)
-            return;
+        if (!m_partitionStale) return;
         m_partitionStale = false;
         const ParamId p = m_partition->selectedParameter();
         const ModuleId m = m_partition->selectedModule();
@@ -116,30 +113,32 @@ void MainWindow::buildMenus()
     QMenu *file = menuBar()->addMenu(tr("&File"));
     QAction *attachAction = file->addAction(tr("&Attach to a run..."), this, [this] {
         views::AttachDialog dialog({}, this);
-        if (dialog.exec() == QDialog::Accepted)
-            attach(dialog.endpoint(), dialog.token());
+        if (dialog.exec() == QDialog::Accepted) attach(dialog.endpoint(), dialog.token());
     });
     attachAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_T));
     file->addAction(tr("&Detach"), this, [this] { m_connection->detach(); });
     QAction *openAction = file->addAction(tr("&Open snapshot..."), this, [this] {
-        const QString path = QFileDialog::getOpenFileName(this, tr("Open snapshot"), {}, tr("Snapshots (*.json);;All files (*)"));
-        if (path.isEmpty())
-            return;
+        const QString path = QFileDialog::getOpenFileName(this, tr("Open snapshot"), {},
+                                                          tr("Snapshots (*.json);;All files (*)"));
+        if (path.isEmpty()) return;
         const QString err = openSnapshot(path);
-        if (!err.isEmpty())
-            QMessageBox::warning(this, tr("Open snapshot"), err);
+        if (!err.isEmpty()) QMessageBox::warning(this, tr("Open snapshot"), err);
     });
     openAction->setShortcut(QKeySequence::Open);
     file->addSeparator();
     QMenu *exp = file->addMenu(tr("&Export"));
-    exp->addAction(tr("Diagnostic &snapshot..."), this,
-                   [this] { runExport(tr("Export snapshot"), tr("Snapshots (*.json)"), &MainWindow::exportSnapshot); });
-    exp->addAction(tr("Chrome/Perfetto &trace..."), this,
-                   [this] { runExport(tr("Export trace"), tr("Trace (*.json)"), &MainWindow::exportTrace); });
-    exp->addAction(tr("Violations as &CSV..."), this,
-                   [this] { runExport(tr("Export violations"), tr("CSV (*.csv)"), &MainWindow::exportCsv); });
-    exp->addAction(tr("Window as &PNG..."), this,
-                   [this] { runExport(tr("Save screenshot"), tr("PNG (*.png)"), &MainWindow::saveScreenshot); });
+    exp->addAction(tr("Diagnostic &snapshot..."), this, [this] {
+        runExport(tr("Export snapshot"), tr("Snapshots (*.json)"), &MainWindow::exportSnapshot);
+    });
+    exp->addAction(tr("Chrome/Perfetto &trace..."), this, [this] {
+        runExport(tr("Export trace"), tr("Trace (*.json)"), &MainWindow::exportTrace);
+    });
+    exp->addAction(tr("Violations as &CSV..."), this, [this] {
+        runExport(tr("Export violations"), tr("CSV (*.csv)"), &MainWindow::exportCsv);
+    });
+    exp->addAction(tr("Window as &PNG..."), this, [this] {
+        runExport(tr("Save screenshot"), tr("PNG (*.png)"), &MainWindow::saveScreenshot);
+    });
     file->addSeparator();
     QAction *quitAction = file->addAction(tr("&Quit"), this, &QWidget::close);
     quitAction->setShortcut(QKeySequence::Quit);
@@ -155,11 +154,11 @@ void MainWindow::buildMenus()
     });
 }
 
-void MainWindow::runExport(const QString &title, const QString &filter, QString (MainWindow::*fn)(const QString &))
+void MainWindow::runExport(const QString &title, const QString &filter,
+                           QString (MainWindow::*fn)(const QString &))
 {
     const QString path = QFileDialog::getSaveFileName(this, title, {}, filter);
-    if (path.isEmpty())
-        return;
+    if (path.isEmpty()) return;
     const QString err = (this->*fn)(path);
     if (!err.isEmpty())
         QMessageBox::warning(this, title, err);
@@ -208,22 +207,20 @@ QString MainWindow::exportCsv(const QString &path)
 QString MainWindow::saveScreenshot(const QString &path)
 {
     const QPixmap pixmap = grab();
-    if (pixmap.isNull())
-        return tr("cannot grab the window");
+    if (pixmap.isNull()) return tr("cannot grab the window");
     QByteArray png;
     {
         QBuffer buffer(&png);
         buffer.open(QIODevice::WriteOnly);
-        if (!pixmap.save(&buffer, "PNG"))
-            return tr("cannot encode the screenshot as PNG");
+        if (!pixmap.save(&buffer, "PNG")) return tr("cannot encode the screenshot as PNG");
     }
     return writeFileAtomically(path, png);
 }
 
 void MainWindow::onConnectionState(Connection::State state, const QString &message)
 {
-    const bool ok = state == Connection::State::Connected || state == Connection::State::Finished
-        || state == Connection::State::Idle;
+    const bool ok = state == Connection::State::Connected || state == Connection::State::Finished ||
+                    state == Connection::State::Idle;
     m_status->setConnection(message, ok);
     const bool warn = state == Connection::State::Lost || state == Connection::State::Failed;
     m_banner->setText(message);
@@ -248,15 +245,17 @@ void MainWindow::onStoreUpdated(const StoreChanges &changes)
     } else if (m_partition->selectedModule() != kNoModule) {
         m_partitionStale = m_partitionStale || !changes.params.empty();
     } else if (const ParamId p = m_partition->selectedParameter(); p != kNoParam) {
-        m_partitionStale = m_partitionStale || std::find(changes.params.begin(), changes.params.end(), p) != changes.params.end();
+        m_partitionStale =
+            m_partitionStale ||
+            std::find(changes.params.begin(), changes.params.end(), p) != changes.params.end();
     }
-    if (changes.events || changes.reset)
-        feedPlots(changes.reset);
+    if (changes.events || changes.reset) feedPlots(changes.reset);
     // The first violation is what the user came for: show it when nothing else is shown.
     if (changes.violations && m_detail->shownParam() == kNoParam) {
         const auto &groups = m_store.violationGroups();
         for (std::size_t i = 0; i < groups.size(); ++i) {
-            if (groups[i].kind == ViolationKind::UnregisteredAccess && m_store.param(groups[i].param)) {
+            if (groups[i].kind == ViolationKind::UnregisteredAccess &&
+                m_store.param(groups[i].param)) {
                 m_violations->selectRow(static_cast<int>(i));
                 break;
             }
@@ -278,9 +277,9 @@ void MainWindow::feedPlots(bool)
         const EventLane &lane = m_store.lane(r);
         std::uint64_t &fed = m_fed[static_cast<std::size_t>(r)]; // absolute: evicted + index
         const std::uint64_t end = lane.evicted() + lane.size();
-        if (fed >= end)
-            continue;
-        const std::size_t from = static_cast<std::size_t>(std::max(fed, lane.evicted()) - lane.evicted());
+        if (fed >= end) continue;
+        const std::size_t from =
+            static_cast<std::size_t>(std::max(fed, lane.evicted()) - lane.evicted());
         batch.clear();
         batch.reserve(lane.size() - from);
         for (std::size_t i = from; i < lane.size(); ++i)

@@ -22,14 +22,14 @@ class ModuleTreeView;
 class ParamDetail;
 class PartitionMap;
 class ViolationsPanel;
-}
+} // namespace shardscope::views
 
 namespace shardscope::app {
 
 class MainWindow : public QMainWindow
 {
     Q_OBJECT
-public:
+  public:
     explicit MainWindow(QWidget *parent = nullptr);
     ~MainWindow() override;
 
@@ -47,7 +47,7 @@ public:
     QString exportCsv(const QString &path);
     QString saveScreenshot(const QString &path);
 
-private:
+  private:
     void buildMenus();
     void onStoreUpdated(const StoreChanges &changes);
     void onConnectionState(Connection::State state, const QString &message);
@@ -55,7 +55,8 @@ private:
     void showParam(quint32 id);
     void showModule(quint32 id);
     void updateTitle();
-    void runExport(const QString &title, const QString &filter, QString (MainWindow::*fn)(const QString &));
+    void runExport(const QString &title, const QString &filter,
+                   QString (MainWindow::*fn)(const QString &));
 
     SessionStore m_store;
     Connection *m_connection;

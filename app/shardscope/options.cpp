@@ -7,7 +7,8 @@ QString usage()
     return QStringLiteral(
         "Usage: shardscope [--attach ENDPOINT [--token T]] [--open FILE]\n"
         "                  [--export-snapshot FILE] [--export-trace FILE] [--export-csv FILE]\n"
-        "                  [--after-step K | --after-seconds S] [--timeout S] [--screenshot FILE] [--quit]\n"
+        "                  [--after-step K | --after-seconds S] [--timeout S] [--screenshot FILE] "
+        "[--quit]\n"
         "\n"
         "The ShardScope inspector: the sharded state of a training run, live or from a snapshot.\n"
         "\n"
@@ -48,7 +49,8 @@ ParseResult parseOptions(const QStringList &arguments)
         auto value = [&](QString &out) {
             if (hasInline) {
                 out = inlineValue;
-            } else if (i + 1 < arguments.size() && !arguments[i + 1].startsWith(QLatin1String("--"))) {
+            } else if (i + 1 < arguments.size() &&
+                       !arguments[i + 1].startsWith(QLatin1String("--"))) {
                 out = arguments[++i];
             } else {
                 return false;
@@ -60,30 +62,37 @@ ParseResult parseOptions(const QStringList &arguments)
             o.help = true;
         } else if (flag == QLatin1String("--quit")) {
             o.quit = true;
-        } else if (flag == QLatin1String("--attach") || flag == QLatin1String("--token") || flag == QLatin1String("--open")
-                   || flag == QLatin1String("--export-snapshot") || flag == QLatin1String("--export-trace")
-                   || flag == QLatin1String("--export-csv") || flag == QLatin1String("--screenshot")) {
-            if (!value(v))
-                return fail(QStringLiteral("%1 needs a value").arg(flag));
-            if (flag == QLatin1String("--attach")) o.attach = v;
-            else if (flag == QLatin1String("--token")) o.token = v;
-            else if (flag == QLatin1String("--open")) o.open = v;
-            else if (flag == QLatin1String("--export-snapshot")) o.exportSnapshot = v;
-            else if (flag == QLatin1String("--export-trace")) o.exportTrace = v;
-            else if (flag == QLatin1String("--export-csv")) o.exportCsv = v;
-            else o.screenshot = v;
+        } else if (flag == QLatin1String("--attach") || flag == QLatin1String("--token") ||
+                   flag == QLatin1String("--open") || flag == QLatin1String("--export-snapshot") ||
+                   flag == QLatin1String("--export-trace") ||
+                   flag == QLatin1String("--export-csv") || flag == QLatin1String("--screenshot")) {
+            if (!value(v)) return fail(QStringLiteral("%1 needs a value").arg(flag));
+            if (flag == QLatin1String("--attach"))
+                o.attach = v;
+            else if (flag == QLatin1String("--token"))
+                o.token = v;
+            else if (flag == QLatin1String("--open"))
+                o.open = v;
+            else if (flag == QLatin1String("--export-snapshot"))
+                o.exportSnapshot = v;
+            else if (flag == QLatin1String("--export-trace"))
+                o.exportTrace = v;
+            else if (flag == QLatin1String("--export-csv"))
+                o.exportCsv = v;
+            else
+                o.screenshot = v;
         } else if (flag == QLatin1String("--after-step")) {
             bool ok = false;
-            if (!value(v))
-                return fail(QStringLiteral("--after-step needs a step number"));
+            if (!value(v)) return fail(QStringLiteral("--after-step needs a step number"));
             const uint k = v.toUInt(&ok);
             if (!ok)
-                return fail(QStringLiteral("--after-step needs a non-negative whole number, not `%1`").arg(v));
+                return fail(
+                    QStringLiteral("--after-step needs a non-negative whole number, not `%1`")
+                        .arg(v));
             o.afterStep = k;
         } else if (flag == QLatin1String("--after-seconds") || flag == QLatin1String("--timeout")) {
             bool ok = false;
-            if (!value(v))
-                return fail(QStringLiteral("%1 needs a number of seconds").arg(flag));
+            if (!value(v)) return fail(QStringLiteral("%1 needs a number of seconds").arg(flag));
             const double s = v.toDouble(&ok);
             if (!ok || s < 0 || s > 1e6)
                 return fail(QStringLiteral("%1 needs a number of seconds, not `%2`").arg(flag, v));
@@ -95,18 +104,19 @@ ParseResult parseOptions(const QStringList &arguments)
             return fail(QStringLiteral("unknown option `%1`").arg(arguments[i]));
         }
     }
-    if (o.help)
-        return r;
+    if (o.help) return r;
     if (!o.attach.isEmpty() && !o.open.isEmpty())
-        return fail(QStringLiteral("--attach and --open exclude each other: inspect a live run or a file"));
+        return fail(
+            QStringLiteral("--attach and --open exclude each other: inspect a live run or a file"));
     if (o.afterStep && o.afterSeconds)
         return fail(QStringLiteral("--after-step and --after-seconds exclude each other"));
     if (o.afterStep && o.attach.isEmpty())
-        return fail(QStringLiteral("--after-step needs --attach: a snapshot file does not advance"));
+        return fail(
+            QStringLiteral("--after-step needs --attach: a snapshot file does not advance"));
     if (!o.token.isEmpty() && o.attach.isEmpty())
         return fail(QStringLiteral("--token needs --attach"));
-    if ((!o.exportSnapshot.isEmpty() || !o.exportTrace.isEmpty() || !o.exportCsv.isEmpty()) && o.attach.isEmpty()
-        && o.open.isEmpty())
+    if ((!o.exportSnapshot.isEmpty() || !o.exportTrace.isEmpty() || !o.exportCsv.isEmpty()) &&
+        o.attach.isEmpty() && o.open.isEmpty())
         return fail(QStringLiteral("exports need --attach ENDPOINT or --open FILE"));
     return r;
 }

@@ -26,8 +26,8 @@ struct Options
 
     bool automated() const
     {
-        return !exportSnapshot.isEmpty() || !exportTrace.isEmpty() || !exportCsv.isEmpty() || !screenshot.isEmpty()
-            || quit;
+        return !exportSnapshot.isEmpty() || !exportTrace.isEmpty() || !exportCsv.isEmpty() ||
+               !screenshot.isEmpty() || quit;
     }
 };
 

@@ -16,7 +16,7 @@ namespace shardscope::testing {
 
 class FakeEngine : public QObject
 {
-public:
+  public:
     EngineState state;
     std::vector<Event> history;
     std::string token;
@@ -35,7 +35,10 @@ public:
             }
         });
     }
-    QString endpoint() const { return QStringLiteral("tcp:127.0.0.1:%1").arg(m_server.serverPort()); }
+    QString endpoint() const
+    {
+        return QStringLiteral("tcp:127.0.0.1:%1").arg(m_server.serverPort());
+    }
     bool clientReady() const { return m_client && m_welcomed; }
 
     void sendLive(const std::vector<Event> &events)
@@ -48,18 +51,16 @@ public:
     }
     void dropClient()
     {
-        if (m_client)
-            m_client->abort();
+        if (m_client) m_client->abort();
         m_client = nullptr;
         m_welcomed = false;
     }
     void stopListening() { m_server.close(); }
 
-private:
+  private:
     void send(wire::MessageType type, const std::string &payload)
     {
-        if (!m_client)
-            return;
+        if (!m_client) return;
         const std::string f = wire::encodeFrame(type, payload);
         m_client->write(f.data(), static_cast<qint64>(f.size()));
         m_client->flush();
@@ -69,15 +70,13 @@ private:
         const QByteArray b = s->readAll();
         m_decoder.feed(b.constData(), static_cast<std::size_t>(b.size()));
         auto f = m_decoder.next();
-        if (!f || !f->has_value())
-            return;
+        if (!f || !f->has_value()) return;
         if (sendGarbage) {
             s->write("this is not the ShardScope protocol at all, just text\n");
             return;
         }
         auto hello = wire::decodeHello((*f)->payload);
-        if (!hello)
-            return;
+        if (!hello) return;
         if (auto refusal = wire::checkHello(*hello, token)) {
             send(wire::MessageType::Error, wire::encodeError(*refusal));
             s->flush();
@@ -95,8 +94,7 @@ private:
         snap.state = state;
         send(wire::MessageType::State, wire::encodeSnapshot(snap));
         send(wire::MessageType::HistoryBegin, wire::encodeHistoryBegin(history.size()));
-        if (!history.empty())
-            send(wire::MessageType::EventBatch, wire::encodeEvents(history));
+        if (!history.empty()) send(wire::MessageType::EventBatch, wire::encodeEvents(history));
         send(wire::MessageType::HistoryEnd, std::string());
         m_welcomed = true;
     }

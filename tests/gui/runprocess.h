@@ -33,8 +33,7 @@ inline ProcessResult runApp(const QStringList &args, int timeoutMs = 90000)
     QProcess p;
     p.start(binPath(QStringLiteral("shardscope")), args);
     ProcessResult r;
-    if (!p.waitForStarted(10000))
-        return r;
+    if (!p.waitForStarted(10000)) return r;
     r.finished = p.waitForFinished(timeoutMs);
     if (!r.finished) {
         p.kill();
@@ -49,16 +48,16 @@ inline ProcessResult runApp(const QStringList &args, int timeoutMs = 90000)
 // A running shardscope-train serving on a loopback TCP port it picked; killed at scope end.
 class Trainer
 {
-public:
+  public:
     explicit Trainer(const QStringList &extra = {})
     {
         m_process.setProcessChannelMode(QProcess::SeparateChannels);
         m_process.start(binPath(QStringLiteral("shardscope-train")),
-                        QStringList{QStringLiteral("--externals"), QStringLiteral("none"), QStringLiteral("--backend"),
-                                    QStringLiteral("cpu"), QStringLiteral("--listen"), QStringLiteral("tcp:127.0.0.1:0")}
-                            + extra);
-        if (!m_process.waitForStarted(10000))
-            return;
+                        QStringList{QStringLiteral("--externals"), QStringLiteral("none"),
+                                    QStringLiteral("--backend"), QStringLiteral("cpu"),
+                                    QStringLiteral("--listen"), QStringLiteral("tcp:127.0.0.1:0")} +
+                            extra);
+        if (!m_process.waitForStarted(10000)) return;
         static const QRegularExpression re(QStringLiteral("inspector: listening on (\\S+)"));
         QElapsedTimer t;
         t.start();
@@ -80,9 +79,13 @@ public:
         }
     }
     QString endpoint() const { return m_endpoint; }
-    QString output() { return m_output + QString::fromUtf8(m_process.readAllStandardOutput()) + QString::fromUtf8(m_process.readAllStandardError()); }
+    QString output()
+    {
+        return m_output + QString::fromUtf8(m_process.readAllStandardOutput()) +
+               QString::fromUtf8(m_process.readAllStandardError());
+    }
 
-private:
+  private:
     QProcess m_process;
     QString m_endpoint;
     QString m_output;

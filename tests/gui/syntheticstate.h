@@ -53,7 +53,8 @@ inline EngineState smallState(int world = 4)
         p.partitionNumel = p.paddedNumel / world;
         p.late = late;
         p.partitioned = !late;
-        p.status.assign(static_cast<std::size_t>(world), late ? ParamStatus::Available : ParamStatus::NotAvailable);
+        p.status.assign(static_cast<std::size_t>(world),
+                        late ? ParamStatus::Available : ParamStatus::NotAvailable);
         st.params.push_back(p);
         return p.id;
     };
@@ -114,8 +115,9 @@ inline EngineState largeState(int modules, int paramsPerModule, int world = 8)
     return st;
 }
 
-inline Event makeEvent(std::uint64_t ts, int rank, EventType type, std::uint32_t a = 0, std::uint32_t b = 0,
-                       std::uint64_t u0 = 0, std::uint8_t flags = 0, std::uint32_t step = 1)
+inline Event makeEvent(std::uint64_t ts, int rank, EventType type, std::uint32_t a = 0,
+                       std::uint32_t b = 0, std::uint64_t u0 = 0, std::uint8_t flags = 0,
+                       std::uint32_t step = 1)
 {
     Event e{};
     e.tsNs = ts;
@@ -129,11 +131,12 @@ inline Event makeEvent(std::uint64_t ts, int rank, EventType type, std::uint32_t
     return e;
 }
 
-// lm_head (module 7) reads embed.weight (param 0) owned by embed (module 1) while NOT_AVAILABLE, gathered.
+// lm_head (module 7) reads embed.weight (param 0) owned by embed (module 1) while NOT_AVAILABLE,
+// gathered.
 inline Event lmHeadViolation(std::uint64_t ts, int rank, std::uint32_t step = 1)
 {
-    const auto flags = static_cast<std::uint8_t>(static_cast<int>(ParamStatus::NotAvailable)
-                                                 | (static_cast<int>(GuardAction::Gathered) << 4));
+    const auto flags = static_cast<std::uint8_t>(static_cast<int>(ParamStatus::NotAvailable) |
+                                                 (static_cast<int>(GuardAction::Gathered) << 4));
     return makeEvent(ts, rank, EventType::UnregisteredAccess, 7, 0, 1, flags, step);
 }
 

@@ -20,33 +20,40 @@ using namespace shardscope::testing;
 class tst_AppCli : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void initTestCase();
     void badFlagsExitTwo_data();
     void badFlagsExitTwo();
     void corruptSnapshotExitsOne();
     void openExportsAndScreenshot();
 
-private:
+  private:
     QTemporaryDir m_dir;
 };
 
 void tst_AppCli::initTestCase()
 {
-    QVERIFY2(QFile::exists(binPath(QStringLiteral("shardscope"))), "shardscope not built (SHARDSCOPE_BIN_DIR)");
+    QVERIFY2(QFile::exists(binPath(QStringLiteral("shardscope"))),
+             "shardscope not built (SHARDSCOPE_BIN_DIR)");
 }
 
 void tst_AppCli::badFlagsExitTwo_data()
 {
     QTest::addColumn<QStringList>("args");
     QTest::addColumn<QString>("message");
-    QTest::newRow("unknown") << QStringList{"--bogus"} << QStringLiteral("unknown option `--bogus`");
-    QTest::newRow("no value") << QStringList{"--attach"} << QStringLiteral("--attach needs a value");
+    QTest::newRow("unknown") << QStringList{"--bogus"}
+                             << QStringLiteral("unknown option `--bogus`");
+    QTest::newRow("no value") << QStringList{"--attach"}
+                              << QStringLiteral("--attach needs a value");
     QTest::newRow("bad step") << QStringList{"--attach", "tcp:127.0.0.1:1", "--after-step", "three"}
-                              << QStringLiteral("--after-step needs a non-negative whole number, not `three`");
-    QTest::newRow("both waits") << QStringList{"--attach", "tcp:127.0.0.1:1", "--after-step", "3", "--after-seconds", "2"}
-                                << QStringLiteral("--after-step and --after-seconds exclude each other");
-    QTest::newRow("export nothing") << QStringList{"--export-trace", "t.json"} << QStringLiteral("exports need --attach");
+                              << QStringLiteral(
+                                     "--after-step needs a non-negative whole number, not `three`");
+    QTest::newRow("both waits") << QStringList{"--attach", "tcp:127.0.0.1:1", "--after-step",
+                                               "3",        "--after-seconds", "2"}
+                                << QStringLiteral(
+                                       "--after-step and --after-seconds exclude each other");
+    QTest::newRow("export nothing")
+        << QStringList{"--export-trace", "t.json"} << QStringLiteral("exports need --attach");
     QTest::newRow("step of a file") << QStringList{"--open", "x.json", "--after-step", "2"}
                                     << QStringLiteral("--after-step needs --attach");
 }
@@ -68,27 +75,33 @@ void tst_AppCli::corruptSnapshotExitsOne()
     QVERIFY(f.open(QIODevice::WriteOnly));
     f.write("{\"format\": \"shardscope-snapshot\", \"version\": 1, \"engine\": [");
     f.close();
-    const ProcessResult r = runApp({QStringLiteral("--open"), path, QStringLiteral("--quit")}, 30000);
+    const ProcessResult r =
+        runApp({QStringLiteral("--open"), path, QStringLiteral("--quit")}, 30000);
     QCOMPARE(r.exitCode, 1);
-    QVERIFY2(r.err.contains(QStringLiteral("cannot open `%1` as a ShardScope snapshot").arg(path)), qPrintable(r.err));
+    QVERIFY2(r.err.contains(QStringLiteral("cannot open `%1` as a ShardScope snapshot").arg(path)),
+             qPrintable(r.err));
 }
 
 void tst_AppCli::openExportsAndScreenshot()
 {
     SessionStore store;
     store.applyState(smallState());
-    store.appendEvents(std::vector<Event>{makeEvent(1000, 0, EventType::StepBegin), makeEvent(2000, 0, EventType::FetchBegin, 0, 7),
-                                          makeEvent(9000, 0, EventType::FetchEnd, 0, 7, 6464), lmHeadViolation(9500, 0),
-                                          makeEvent(20000, 0, EventType::StepEnd, 0, 0, std::bit_cast<std::uint64_t>(4.0))},
+    store.appendEvents(std::vector<Event>{makeEvent(1000, 0, EventType::StepBegin),
+                                          makeEvent(2000, 0, EventType::FetchBegin, 0, 7),
+                                          makeEvent(9000, 0, EventType::FetchEnd, 0, 7, 6464),
+                                          lmHeadViolation(9500, 0),
+                                          makeEvent(20000, 0, EventType::StepEnd, 0, 0,
+                                                    std::bit_cast<std::uint64_t>(4.0))},
                        false);
     const QString snap = m_dir.filePath(QStringLiteral("in.json"));
     QCOMPARE(exportSnapshotFile(snap, store), QString());
     const QString trace = m_dir.filePath(QStringLiteral("trace.json"));
     const QString csv = m_dir.filePath(QStringLiteral("violations.csv"));
     const QString png = m_dir.filePath(QStringLiteral("shot.png"));
-    const ProcessResult r = runApp({QStringLiteral("--open"), snap, QStringLiteral("--export-trace"), trace,
-                                    QStringLiteral("--export-csv"), csv, QStringLiteral("--screenshot"), png,
-                                    QStringLiteral("--quit")});
+    const ProcessResult r =
+        runApp({QStringLiteral("--open"), snap, QStringLiteral("--export-trace"), trace,
+                QStringLiteral("--export-csv"), csv, QStringLiteral("--screenshot"), png,
+                QStringLiteral("--quit")});
     QVERIFY2(r.exitCode == 0, qPrintable(r.err));
     QVERIFY(r.out.contains(QStringLiteral("wrote trace")));
 
@@ -97,7 +110,12 @@ void tst_AppCli::openExportsAndScreenshot()
     const QJsonDocument doc = QJsonDocument::fromJson(t.readAll());
     QVERIFY(doc.isObject());
     QVERIFY(doc.object().value(QStringLiteral("traceEvents")).toArray().size() > 4);
-    QCOMPARE(doc.object().value(QStringLiteral("distributedInfo")).toObject().value(QStringLiteral("world_size")).toInt(), 4);
+    QCOMPARE(doc.object()
+                 .value(QStringLiteral("distributedInfo"))
+                 .toObject()
+                 .value(QStringLiteral("world_size"))
+                 .toInt(),
+             4);
 
     QFile c(csv);
     QVERIFY(c.open(QIODevice::ReadOnly));

@@ -16,7 +16,7 @@ using namespace shardscope::testing;
 class tst_Connection : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void receivesStateHistoryAndLive();
     void droppedConnectionKeepsDataAndReconnects();
     void wrongTokenIsRefused();
@@ -131,7 +131,8 @@ void tst_Connection::garbageFailsCleanly()
     Connection conn(&store);
     conn.attach(engine.endpoint());
     QTRY_COMPARE(conn.state(), Connection::State::Failed);
-    QVERIFY2(conn.message().contains(QStringLiteral("refused")) || conn.message().contains(QStringLiteral("cannot read")),
+    QVERIFY2(conn.message().contains(QStringLiteral("refused")) ||
+                 conn.message().contains(QStringLiteral("cannot read")),
              qPrintable(conn.message()));
     QVERIFY(!store.hasState());
 }
@@ -142,7 +143,8 @@ void tst_Connection::badEndpointIsRefused()
     Connection conn(&store);
     conn.attach(QStringLiteral("pigeon:coop"));
     QTRY_COMPARE(conn.state(), Connection::State::Failed);
-    QVERIFY2(conn.message().contains(QStringLiteral("unix:PATH or tcp:HOST:PORT")), qPrintable(conn.message()));
+    QVERIFY2(conn.message().contains(QStringLiteral("unix:PATH or tcp:HOST:PORT")),
+             qPrintable(conn.message()));
 }
 
 void tst_Connection::unreachableKeepsRetrying()
@@ -160,7 +162,8 @@ void tst_Connection::unreachableKeepsRetrying()
     conn.attach(QStringLiteral("tcp:127.0.0.1:%1").arg(port));
     QTRY_VERIFY(spy.count() >= 3);
     QCOMPARE(conn.state(), Connection::State::Connecting);
-    QVERIFY2(conn.message().contains(QStringLiteral("cannot reach the engine")), qPrintable(conn.message()));
+    QVERIFY2(conn.message().contains(QStringLiteral("cannot reach the engine")),
+             qPrintable(conn.message()));
     conn.detach();
     QCOMPARE(conn.state(), Connection::State::Idle);
 }

@@ -18,17 +18,16 @@ using namespace shardscope::testing;
 class tst_EndToEnd : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void initTestCase();
     void attachExportAndReopen();
     void deadEndpointFailsCleanly();
 
-private:
+  private:
     static QJsonObject readJson(const QString &path)
     {
         QFile f(path);
-        if (!f.open(QIODevice::ReadOnly))
-            return {};
+        if (!f.open(QIODevice::ReadOnly)) return {};
         QJsonParseError err{};
         const QJsonDocument doc = QJsonDocument::fromJson(f.readAll(), &err);
         return err.error == QJsonParseError::NoError ? doc.object() : QJsonObject();
@@ -41,15 +40,24 @@ private:
         for (const QJsonValue &m : snap.value(QStringLiteral("modules")).toArray()) {
             const QJsonObject o = m.toObject();
             lines << QStringLiteral("module %1 %2 %3")
-                         .arg(o.value(QStringLiteral("path")).toString(), o.value(QStringLiteral("type")).toString(),
-                              QString::fromUtf8(QJsonDocument(QJsonArray{o.value(QStringLiteral("parent"))}).toJson(QJsonDocument::Compact)));
+                         .arg(o.value(QStringLiteral("path")).toString(),
+                              o.value(QStringLiteral("type")).toString(),
+                              QString::fromUtf8(
+                                  QJsonDocument(QJsonArray{o.value(QStringLiteral("parent"))})
+                                      .toJson(QJsonDocument::Compact)));
         }
         for (const QJsonValue &p : snap.value(QStringLiteral("params")).toArray()) {
             const QJsonObject o = p.toObject();
             lines << QStringLiteral("param %1 %2 %3 %4")
-                         .arg(o.value(QStringLiteral("name")).toString(), o.value(QStringLiteral("module")).toString(),
-                              QString::fromUtf8(QJsonDocument(o.value(QStringLiteral("shape")).toArray()).toJson(QJsonDocument::Compact)),
-                              QString::fromUtf8(QJsonDocument(o.value(QStringLiteral("external_modules")).toArray()).toJson(QJsonDocument::Compact)));
+                         .arg(o.value(QStringLiteral("name")).toString(),
+                              o.value(QStringLiteral("module")).toString(),
+                              QString::fromUtf8(
+                                  QJsonDocument(o.value(QStringLiteral("shape")).toArray())
+                                      .toJson(QJsonDocument::Compact)),
+                              QString::fromUtf8(
+                                  QJsonDocument(
+                                      o.value(QStringLiteral("external_modules")).toArray())
+                                      .toJson(QJsonDocument::Compact)));
         }
         return lines;
     }
@@ -59,8 +67,10 @@ private:
 
 void tst_EndToEnd::initTestCase()
 {
-    QVERIFY2(QFile::exists(binPath(QStringLiteral("shardscope"))), "shardscope not built (SHARDSCOPE_BIN_DIR)");
-    QVERIFY2(QFile::exists(binPath(QStringLiteral("shardscope-train"))), "shardscope-train not built (SHARDSCOPE_BIN_DIR)");
+    QVERIFY2(QFile::exists(binPath(QStringLiteral("shardscope"))),
+             "shardscope not built (SHARDSCOPE_BIN_DIR)");
+    QVERIFY2(QFile::exists(binPath(QStringLiteral("shardscope-train"))),
+             "shardscope-train not built (SHARDSCOPE_BIN_DIR)");
 }
 
 void tst_EndToEnd::attachExportAndReopen()
@@ -69,10 +79,11 @@ void tst_EndToEnd::attachExportAndReopen()
     QVERIFY2(!trainer.endpoint().isEmpty(), qPrintable(trainer.output()));
     const QString snap = m_dir.filePath(QStringLiteral("live.json"));
     const QString trace = m_dir.filePath(QStringLiteral("trace.json"));
-    const ProcessResult r = runApp({QStringLiteral("--attach"), trainer.endpoint(), QStringLiteral("--after-step"),
-                                    QStringLiteral("3"), QStringLiteral("--export-snapshot"), snap,
-                                    QStringLiteral("--export-trace"), trace, QStringLiteral("--timeout"),
-                                    QStringLiteral("60"), QStringLiteral("--quit")});
+    const ProcessResult r =
+        runApp({QStringLiteral("--attach"), trainer.endpoint(), QStringLiteral("--after-step"),
+                QStringLiteral("3"), QStringLiteral("--export-snapshot"), snap,
+                QStringLiteral("--export-trace"), trace, QStringLiteral("--timeout"),
+                QStringLiteral("60"), QStringLiteral("--quit")});
     QVERIFY2(r.exitCode == 0, qPrintable(r.err + trainer.output()));
 
     const QJsonObject s = readJson(snap);
@@ -80,12 +91,13 @@ void tst_EndToEnd::attachExportAndReopen()
     bool found = false;
     for (const QJsonValue &v : s.value(QStringLiteral("violations")).toArray()) {
         const QJsonObject o = v.toObject();
-        if (o.value(QStringLiteral("kind")).toString() == QLatin1String("unregistered_access")
-            && o.value(QStringLiteral("accessor")).toString() == QLatin1String("lm_head")
-            && o.value(QStringLiteral("param")).toString() == QLatin1String("embed.weight")) {
+        if (o.value(QStringLiteral("kind")).toString() == QLatin1String("unregistered_access") &&
+            o.value(QStringLiteral("accessor")).toString() == QLatin1String("lm_head") &&
+            o.value(QStringLiteral("param")).toString() == QLatin1String("embed.weight")) {
             found = true;
             QCOMPARE(o.value(QStringLiteral("owner")).toString(), QStringLiteral("embed"));
-            QCOMPARE(o.value(QStringLiteral("fix")).toString(), QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
+            QCOMPARE(o.value(QStringLiteral("fix")).toString(),
+                     QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
             QVERIFY(o.value(QStringLiteral("count")).toInteger() >= 1);
         }
     }
@@ -98,24 +110,30 @@ void tst_EndToEnd::attachExportAndReopen()
     }
     QVERIFY(late.contains(QStringLiteral("pos_conv.weight_g")));
     QVERIFY(late.contains(QStringLiteral("pos_conv.weight_v")));
-    QVERIFY(s.value(QStringLiteral("events")).isArray() || s.value(QStringLiteral("events")).isObject());
+    QVERIFY(s.value(QStringLiteral("events")).isArray() ||
+            s.value(QStringLiteral("events")).isObject());
 
     const QJsonObject t = readJson(trace);
     QVERIFY2(!t.isEmpty(), "the trace is not valid JSON");
     const QJsonObject info = t.value(QStringLiteral("distributedInfo")).toObject();
-    QCOMPARE(info.value(QStringLiteral("world_size")).toInt(), s.value(QStringLiteral("engine")).toObject().value(QStringLiteral("world_size")).toInt());
+    QCOMPARE(
+        info.value(QStringLiteral("world_size")).toInt(),
+        s.value(QStringLiteral("engine")).toObject().value(QStringLiteral("world_size")).toInt());
     QSet<int> named;
     int spans = 0;
     for (const QJsonValue &v : t.value(QStringLiteral("traceEvents")).toArray()) {
         const QJsonObject e = v.toObject();
         const QString ph = e.value(QStringLiteral("ph")).toString();
-        if (ph == QLatin1String("M") && e.value(QStringLiteral("name")).toString() == QLatin1String("process_name"))
+        if (ph == QLatin1String("M") &&
+            e.value(QStringLiteral("name")).toString() == QLatin1String("process_name"))
             named.insert(e.value(QStringLiteral("pid")).toInt());
         if (ph == QLatin1String("X")) {
             ++spans;
             QVERIFY(!e.value(QStringLiteral("cat")).toString().isEmpty());
-            QCOMPARE(e.value(QStringLiteral("ts")).toDouble(), std::floor(e.value(QStringLiteral("ts")).toDouble()));
-            QCOMPARE(e.value(QStringLiteral("dur")).toDouble(), std::floor(e.value(QStringLiteral("dur")).toDouble()));
+            QCOMPARE(e.value(QStringLiteral("ts")).toDouble(),
+                     std::floor(e.value(QStringLiteral("ts")).toDouble()));
+            QCOMPARE(e.value(QStringLiteral("dur")).toDouble(),
+                     std::floor(e.value(QStringLiteral("dur")).toDouble()));
         }
     }
     QCOMPARE(named.size(), info.value(QStringLiteral("world_size")).toInt());
@@ -123,8 +141,9 @@ void tst_EndToEnd::attachExportAndReopen()
 
     // Re-open the exported snapshot read-only and export it again: the same tree.
     const QString again = m_dir.filePath(QStringLiteral("reopened.json"));
-    const ProcessResult r2 = runApp({QStringLiteral("--open"), snap, QStringLiteral("--export-snapshot"), again,
-                                     QStringLiteral("--quit")});
+    const ProcessResult r2 =
+        runApp({QStringLiteral("--open"), snap, QStringLiteral("--export-snapshot"), again,
+                QStringLiteral("--quit")});
     QVERIFY2(r2.exitCode == 0, qPrintable(r2.err));
     const QStringList before = treeOf(s);
     const QStringList after = treeOf(readJson(again));
@@ -134,9 +153,10 @@ void tst_EndToEnd::attachExportAndReopen()
 
 void tst_EndToEnd::deadEndpointFailsCleanly()
 {
-    const ProcessResult r = runApp({QStringLiteral("--attach"), QStringLiteral("tcp:127.0.0.1:1"), QStringLiteral("--export-snapshot"),
-                                    m_dir.filePath(QStringLiteral("never.json")), QStringLiteral("--timeout"), QStringLiteral("2"),
-                                    QStringLiteral("--quit")});
+    const ProcessResult r =
+        runApp({QStringLiteral("--attach"), QStringLiteral("tcp:127.0.0.1:1"),
+                QStringLiteral("--export-snapshot"), m_dir.filePath(QStringLiteral("never.json")),
+                QStringLiteral("--timeout"), QStringLiteral("2"), QStringLiteral("--quit")});
     QCOMPARE(r.exitCode, 1);
     QVERIFY2(r.err.contains(QStringLiteral("cannot reach the engine")), qPrintable(r.err));
     QVERIFY(!QFile::exists(m_dir.filePath(QStringLiteral("never.json"))));

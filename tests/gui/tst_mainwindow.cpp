@@ -26,7 +26,7 @@ using namespace shardscope::testing;
 class tst_MainWindow : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void snapshotFillsTheViews();
     void timelineClickSelectsInTree();
     void lostConnectionKeepsDataAndSaysSo();
@@ -36,7 +36,8 @@ static QString writeSnapshot(QTemporaryDir &dir)
 {
     SessionStore store;
     store.applyState(smallState());
-    store.appendEvents(std::vector<Event>{makeEvent(1000, 0, EventType::FetchBegin, 0, 7), makeEvent(5000, 0, EventType::FetchEnd, 0, 7, 6464),
+    store.appendEvents(std::vector<Event>{makeEvent(1000, 0, EventType::FetchBegin, 0, 7),
+                                          makeEvent(5000, 0, EventType::FetchEnd, 0, 7, 6464),
                                           lmHeadViolation(6000, 0)},
                        false);
     const QString path = dir.filePath(QStringLiteral("s.json"));
@@ -55,14 +56,18 @@ void tst_MainWindow::snapshotFillsTheViews()
     QCOMPARE(w.tree()->model()->index(0, 0).data().toString(), QStringLiteral("tiny-lm"));
     // The first unregistered access is shown on its own: detail and partition map follow.
     QTRY_COMPARE(w.detail()->shownParam(), ParamId(0));
-    QCOMPARE(w.detail()->fixLines(), QStringList{"register_external_parameter(lm_head, embed.weight)"});
+    QCOMPARE(w.detail()->fixLines(),
+             QStringList{"register_external_parameter(lm_head, embed.weight)"});
     auto *map = w.findChild<views::PartitionMap *>();
     QVERIFY(map);
     QTRY_COMPARE(map->selectedParameter(), ParamId(0));
     QTRY_COMPARE(map->shardRects().size(), qsizetype(4));
 
-    QCOMPARE(w.openSnapshot(dir.filePath(QStringLiteral("missing.json"))).contains(QStringLiteral("does not exist")), true);
-    QCOMPARE(w.tree()->model()->index(0, 0).data().toString(), QStringLiteral("tiny-lm")); // unchanged
+    QCOMPARE(w.openSnapshot(dir.filePath(QStringLiteral("missing.json")))
+                 .contains(QStringLiteral("does not exist")),
+             true);
+    QCOMPARE(w.tree()->model()->index(0, 0).data().toString(),
+             QStringLiteral("tiny-lm")); // unchanged
 }
 
 void tst_MainWindow::timelineClickSelectsInTree()
@@ -98,7 +103,8 @@ void tst_MainWindow::lostConnectionKeepsDataAndSaysSo()
     auto *banner = w.findChild<QLabel *>(QStringLiteral("banner"));
     QVERIFY(banner && banner->isVisible());
     QVERIFY(banner->text().contains(QStringLiteral("everything collected so far is kept")));
-    QVERIFY(w.findChild<views::InspectorStatusBar *>()->connectionText().contains(QStringLiteral("reconnecting")));
+    QVERIFY(w.findChild<views::InspectorStatusBar *>()->connectionText().contains(
+        QStringLiteral("reconnecting")));
     QCOMPARE(w.violations()->model()->rowCount(), 1);
     QCOMPARE(w.tree()->model()->index(0, 0).data().toString(), QStringLiteral("tiny-lm"));
 }

@@ -15,14 +15,14 @@ using namespace shardscope::testing;
 class tst_ModuleTreeModel : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void liveUpdatesUnderTester();
     void externalsShownUnderRegisteringModule();
     void filterKeepsAncestors();
     void sortsByColumn();
     void hundredThousandParameters();
 
-private:
+  private:
     static QStringList childNames(QAbstractItemModel &model, const QModelIndex &parent)
     {
         while (model.canFetchMore(parent))
@@ -52,34 +52,41 @@ void tst_ModuleTreeModel::liveUpdatesUnderTester()
     const QModelIndex fc0w = model.indexForParam(1);
     QVERIFY(fc0w.isValid());
     QCOMPARE(fc0w.data().toString(), QStringLiteral("weight"));
-    store.appendEvents(std::vector<Event>{makeEvent(10, 0, EventType::FetchBegin, 1), makeEvent(20, 0, EventType::FetchEnd, 1, 0, 1024)},
+    store.appendEvents(std::vector<Event>{makeEvent(10, 0, EventType::FetchBegin, 1),
+                                          makeEvent(20, 0, EventType::FetchEnd, 1, 0, 1024)},
                        false);
     store.flush();
     const QModelIndex status = model.index(fc0w.row(), ModuleTreeModel::Status, fc0w.parent());
     QCOMPARE(status.data().toString(), QStringLiteral("MIXED (1/4 AVAILABLE)"));
     QVERIFY(status.data(Qt::ToolTipRole).toString().contains(QStringLiteral("rank 0: AVAILABLE")));
-    QVERIFY(status.data(Qt::ToolTipRole).toString().contains(QStringLiteral("rank 3: NOT_AVAILABLE")));
-    QCOMPARE(model.index(fc0w.row(), ModuleTreeModel::Gathers, fc0w.parent()).data().toString(), QStringLiteral("1"));
+    QVERIFY(
+        status.data(Qt::ToolTipRole).toString().contains(QStringLiteral("rank 3: NOT_AVAILABLE")));
+    QCOMPARE(model.index(fc0w.row(), ModuleTreeModel::Gathers, fc0w.parent()).data().toString(),
+             QStringLiteral("1"));
 
     store.appendEvents(std::vector<Event>{lmHeadViolation(30, 0)}, false);
     store.flush();
     const QModelIndex embedW = model.indexForParam(0);
-    QCOMPARE(model.index(embedW.row(), ModuleTreeModel::Violations, embedW.parent()).data().toString(), QStringLiteral("1"));
+    QCOMPARE(
+        model.index(embedW.row(), ModuleTreeModel::Violations, embedW.parent()).data().toString(),
+        QStringLiteral("1"));
     const QModelIndex head = model.indexForModule(7);
-    QCOMPARE(model.index(head.row(), ModuleTreeModel::Violations, head.parent()).data().toString(), QStringLiteral("1"));
+    QCOMPARE(model.index(head.row(), ModuleTreeModel::Violations, head.parent()).data().toString(),
+             QStringLiteral("1"));
     QVERIFY(head.data(Qt::ForegroundRole).isValid());
 
-    store.appendEvents(std::vector<Event>{makeEvent(40, 0, EventType::ExternalRegister, 7, 0)}, false);
+    store.appendEvents(std::vector<Event>{makeEvent(40, 0, EventType::ExternalRegister, 7, 0)},
+                       false);
     store.flush();
     const QModelIndex head2 = model.indexForModule(7);
     QVERIFY(childNames(model, head2).contains(QStringLiteral("embed.weight  [external]")));
 
     for (int i = 0; i < 200; ++i) {
         const auto type = i % 2 ? EventType::Release : EventType::FetchBegin;
-        store.appendEvents(std::vector<Event>{makeEvent(100 + static_cast<std::uint64_t>(i), i % 4, type, static_cast<std::uint32_t>(i % 8))},
+        store.appendEvents(std::vector<Event>{makeEvent(100 + static_cast<std::uint64_t>(i), i % 4,
+                                                        type, static_cast<std::uint32_t>(i % 8))},
                            false);
-        if (i % 17 == 0)
-            store.flush();
+        if (i % 17 == 0) store.flush();
     }
     store.flush();
     model.setFilterText(QStringLiteral("fc"));
@@ -103,9 +110,14 @@ void tst_ModuleTreeModel::externalsShownUnderRegisteringModule()
     QCOMPARE(ext.data(ModuleTreeModel::KindRole).toInt(), int(ModuleTreeModel::ExternalNode));
     QCOMPARE(ext.data(ModuleTreeModel::ParamIdRole).toUInt(), 0u);
     QCOMPARE(ext.data(ModuleTreeModel::ModuleIdRole).toUInt(), 7u);
-    QVERIFY(ext.data(Qt::ToolTipRole).toString().contains(QStringLiteral("registered as external on lm_head (manual), owned by embed")));
+    QVERIFY(ext.data(Qt::ToolTipRole)
+                .toString()
+                .contains(
+                    QStringLiteral("registered as external on lm_head (manual), owned by embed")));
     const QModelIndex embedW = model.indexForParam(0);
-    QCOMPARE(model.index(embedW.row(), ModuleTreeModel::RegisteredOn, embedW.parent()).data().toString(), QStringLiteral("lm_head"));
+    QCOMPARE(
+        model.index(embedW.row(), ModuleTreeModel::RegisteredOn, embedW.parent()).data().toString(),
+        QStringLiteral("lm_head"));
     QCOMPARE(ModuleTreeModel::keyOf(ext), QStringLiteral("e7:0"));
     QCOMPARE(model.indexForKey(QStringLiteral("e7:0")), ext);
 }
@@ -172,7 +184,8 @@ void tst_ModuleTreeModel::hundredThousandParameters()
     QCOMPARE(model.rowCount(g3), 100);
     const QModelIndex layer = model.index(42, 0, g3);
     QCOMPARE(layer.data().toString(), QStringLiteral("layer342"));
-    QCOMPARE(model.index(42, ModuleTreeModel::Numel, g3).data().toString(), QStringLiteral("323,200"));
+    QCOMPARE(model.index(42, ModuleTreeModel::Numel, g3).data().toString(),
+             QStringLiteral("323,200"));
     model.fetchMore(layer);
     QCOMPARE(model.rowCount(layer), 100);
 
@@ -199,8 +212,10 @@ void tst_ModuleTreeModel::hundredThousandParameters()
     store.flush();
     QCOMPARE(store.param(77756)->status[1], ParamStatus::Inflight);
     QCOMPARE(model.index(7, 0, fl).data().toString(), QStringLiteral("w56"));
-    QCOMPARE(model.index(7, ModuleTreeModel::Status, fl).data().toString(), QStringLiteral("MIXED (0/8 AVAILABLE)"));
-    QCOMPARE(model.index(6, ModuleTreeModel::Status, fl).data().toString(), QStringLiteral("NOT_AVAILABLE"));
+    QCOMPARE(model.index(7, ModuleTreeModel::Status, fl).data().toString(),
+             QStringLiteral("MIXED (0/8 AVAILABLE)"));
+    QCOMPARE(model.index(6, ModuleTreeModel::Status, fl).data().toString(),
+             QStringLiteral("NOT_AVAILABLE"));
     model.setFilterText(QString());
     QCOMPARE(model.matchingNodeCount(), 1 + 10 + 1000 + 100000);
 }

@@ -13,21 +13,24 @@ using namespace shardscope::testing;
 class tst_RealWindow : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void screenshotOfLiveRunIsNotBlank();
 };
 
 void tst_RealWindow::screenshotOfLiveRunIsNotBlank()
 {
-    QVERIFY2(QFile::exists(binPath(QStringLiteral("shardscope-train"))), "shardscope-train not built");
-    QVERIFY2(qEnvironmentVariable("QT_QPA_PLATFORM") == QLatin1String("xcb"), "this test runs under xvfb-run");
+    QVERIFY2(QFile::exists(binPath(QStringLiteral("shardscope-train"))),
+             "shardscope-train not built");
+    QVERIFY2(qEnvironmentVariable("QT_QPA_PLATFORM") == QLatin1String("xcb"),
+             "this test runs under xvfb-run");
     Trainer trainer({QStringLiteral("--steps"), QStringLiteral("100000")});
     QVERIFY2(!trainer.endpoint().isEmpty(), qPrintable(trainer.output()));
     QTemporaryDir dir;
     const QString png = dir.filePath(QStringLiteral("window.png"));
-    const ProcessResult r = runApp({QStringLiteral("--attach"), trainer.endpoint(), QStringLiteral("--after-step"),
-                                    QStringLiteral("2"), QStringLiteral("--screenshot"), png, QStringLiteral("--timeout"),
-                                    QStringLiteral("60"), QStringLiteral("--quit")});
+    const ProcessResult r =
+        runApp({QStringLiteral("--attach"), trainer.endpoint(), QStringLiteral("--after-step"),
+                QStringLiteral("2"), QStringLiteral("--screenshot"), png,
+                QStringLiteral("--timeout"), QStringLiteral("60"), QStringLiteral("--quit")});
     QVERIFY2(r.exitCode == 0, qPrintable(r.err));
     QImage image(png);
     QVERIFY(!image.isNull());

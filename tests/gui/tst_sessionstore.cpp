@@ -15,7 +15,7 @@ using namespace shardscope::testing;
 class tst_SessionStore : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void appliesStateAndIndexes();
     void liveEventsUpdateStatusAndGathers();
     void historyEventsAreStoredNotCounted();
@@ -39,7 +39,7 @@ void tst_SessionStore::appliesStateAndIndexes()
     QCOMPARE(store.modulePath(7), QStringLiteral("lm_head"));
     QCOMPARE(store.modulePath(0), QStringLiteral("<root>"));
     QCOMPARE(store.modulePath(kNoModule), QStringLiteral("<none>"));
-    QCOMPARE(store.ownedParams(4).size(), std::size_t(2)); // blocks.0.fc
+    QCOMPARE(store.ownedParams(4).size(), std::size_t(2));  // blocks.0.fc
     QCOMPARE(store.childModules(0).size(), std::size_t(4)); // embed, blocks, lm_head, pos_conv
     QCOMPARE(store.laneCount(), 4);
 }
@@ -60,7 +60,8 @@ void tst_SessionStore::liveEventsUpdateStatusAndGathers()
     const Event rel = makeEvent(400, 2, EventType::Release, 1, 4, 1024);
     store.appendEvents({&rel, 1}, false);
     QCOMPARE(store.param(1)->status[2], ParamStatus::NotAvailable);
-    Event loss = makeEvent(500, 0, EventType::StepEnd, 0, 0, std::bit_cast<std::uint64_t>(2.5), 0, 3);
+    Event loss =
+        makeEvent(500, 0, EventType::StepEnd, 0, 0, std::bit_cast<std::uint64_t>(2.5), 0, 3);
     Event step = makeEvent(510, 0, EventType::StepBegin, 0, 0, 0, 0, 4);
     store.appendEvents(std::vector<Event>{loss, step}, false);
     QVERIFY(store.hasLoss());
@@ -75,8 +76,8 @@ void tst_SessionStore::historyEventsAreStoredNotCounted()
     EngineState st = smallState();
     st.params[1].gatherCount = 7;
     store.applyState(st);
-    std::vector<Event> evs{makeEvent(100, 0, EventType::FetchBegin, 1), makeEvent(200, 0, EventType::FetchEnd, 1),
-                           lmHeadViolation(250, 0)};
+    std::vector<Event> evs{makeEvent(100, 0, EventType::FetchBegin, 1),
+                           makeEvent(200, 0, EventType::FetchEnd, 1), lmHeadViolation(250, 0)};
     store.appendEvents(evs, true);
     QCOMPARE(store.param(1)->gatherCount, std::uint64_t(7));
     QVERIFY(store.violationGroups().empty());
@@ -87,7 +88,8 @@ void tst_SessionStore::violationsGroupByKindAccessorParam()
 {
     SessionStore store;
     store.applyState(smallState());
-    std::vector<Event> evs{lmHeadViolation(100, 0), lmHeadViolation(101, 1), lmHeadViolation(300, 0, 2),
+    std::vector<Event> evs{lmHeadViolation(100, 0), lmHeadViolation(101, 1),
+                           lmHeadViolation(300, 0, 2),
                            makeEvent(50, 0, EventType::LateParameter, 8, 6),
                            makeEvent(51, 0, EventType::LateParameter, 8, 7)};
     store.appendEvents(evs, false);
@@ -100,15 +102,18 @@ void tst_SessionStore::violationsGroupByKindAccessorParam()
     QCOMPARE(g.lastStep, 2u);
     QCOMPARE(g.owner, ModuleId(1));
     QCOMPARE(g.action, GuardAction::Gathered);
-    QCOMPARE(QString::fromStdString(g.fix), QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
-    QVERIFY(QString::fromStdString(g.message).contains(QStringLiteral("`lm_head` read `embed.weight` owned by `embed`")));
+    QCOMPARE(QString::fromStdString(g.fix),
+             QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
+    QVERIFY(QString::fromStdString(g.message).contains(
+        QStringLiteral("`lm_head` read `embed.weight` owned by `embed`")));
     QCOMPARE(store.paramViolations(0), std::uint64_t(3));
     QCOMPARE(store.moduleViolations(7), std::uint64_t(3)); // accessor
     QCOMPARE(store.moduleViolations(1), std::uint64_t(3)); // owner
     const ViolationGroup &late = store.violationGroups()[1];
     QCOMPARE(late.kind, ViolationKind::LateParameter);
     QVERIFY(QString::fromStdString(late.fix).contains(QStringLiteral("GatheredParameters")));
-    QVERIFY(QString::fromStdString(late.fix).contains(QStringLiteral("register_external_parameter(pos_conv, pos_conv.weight_g)")));
+    QVERIFY(QString::fromStdString(late.fix).contains(
+        QStringLiteral("register_external_parameter(pos_conv, pos_conv.weight_g)")));
     QCOMPARE(store.violationsOf(7).size(), std::size_t(1));
 }
 
@@ -140,7 +145,8 @@ void tst_SessionStore::reconnectContinuesHistoryWithoutDuplicates()
     store.applyState(smallState());
     std::vector<Event> first;
     for (int i = 0; i < 100; ++i)
-        first.push_back(makeEvent(1000 + static_cast<std::uint64_t>(i), i % 4, EventType::ModuleEnter, 3));
+        first.push_back(
+            makeEvent(1000 + static_cast<std::uint64_t>(i), i % 4, EventType::ModuleEnter, 3));
     store.appendEvents(first, true);
     store.appendEvents(std::vector<Event>{lmHeadViolation(2000, 0)}, false);
     QCOMPARE(store.totalEvents(), std::uint64_t(101));
@@ -164,7 +170,8 @@ void tst_SessionStore::reconnectContinuesHistoryWithoutDuplicates()
     std::vector<Event> history(first.begin() + 50, first.end());
     history.push_back(lmHeadViolation(2000, 0));
     for (int i = 0; i < 20; ++i)
-        history.push_back(makeEvent(3000 + static_cast<std::uint64_t>(i), i % 4, EventType::ModuleExit, 3));
+        history.push_back(
+            makeEvent(3000 + static_cast<std::uint64_t>(i), i % 4, EventType::ModuleExit, 3));
     store.appendEvents(history, true);
     QCOMPARE(store.totalEvents(), std::uint64_t(121));
     QCOMPARE(store.duplicateEvents(), std::uint64_t(51));
@@ -221,7 +228,8 @@ void tst_SessionStore::externalRegisterChangesStructure()
     store.applyState(smallState());
     store.flush();
     QSignalSpy spy(&store, &SessionStore::updated);
-    store.appendEvents(std::vector<Event>{makeEvent(10, 0, EventType::ExternalRegister, 7, 0, 0, 1)}, false);
+    store.appendEvents(
+        std::vector<Event>{makeEvent(10, 0, EventType::ExternalRegister, 7, 0, 0, 1)}, false);
     store.flush();
     QCOMPARE(spy.count(), 1);
     QVERIFY(spy.at(0).at(0).value<StoreChanges>().structure);
@@ -229,7 +237,8 @@ void tst_SessionStore::externalRegisterChangesStructure()
     QCOMPARE(store.externalsOn(7)[0].module, ModuleId(0)); // the param id
     QVERIFY(store.externalsOn(7)[0].automatic);
     QCOMPARE(store.param(0)->externals.size(), std::size_t(1));
-    store.appendEvents(std::vector<Event>{makeEvent(11, 0, EventType::ExternalUnregister, 7, 0)}, false);
+    store.appendEvents(std::vector<Event>{makeEvent(11, 0, EventType::ExternalUnregister, 7, 0)},
+                       false);
     QVERIFY(store.externalsOn(7).empty());
 }
 
@@ -237,8 +246,10 @@ void tst_SessionStore::badEventsDoNotCrash()
 {
     SessionStore store;
     store.applyState(smallState());
-    std::vector<Event> evs{makeEvent(1, 0, EventType::FetchBegin, 999999), makeEvent(2, 0, EventType::FetchEnd, 999999),
-                           makeEvent(3, 60, EventType::Release, 0), makeEvent(4, 0, EventType::ExternalRegister, 12345, 0),
+    std::vector<Event> evs{makeEvent(1, 0, EventType::FetchBegin, 999999),
+                           makeEvent(2, 0, EventType::FetchEnd, 999999),
+                           makeEvent(3, 60, EventType::Release, 0),
+                           makeEvent(4, 0, EventType::ExternalRegister, 12345, 0),
                            makeEvent(5, 0, EventType::UnregisteredAccess, 12345, 999, 77, 0xff),
                            makeEvent(6, 0, static_cast<EventType>(200), 1, 1)};
     store.appendEvents(evs, false);
@@ -262,15 +273,17 @@ void tst_SessionStore::memoryIsBounded()
         const EventLane &lane = store.lane(r);
         QVERIFY(lane.size() <= 2 * EventLane::kChunkEvents);
         QCOMPARE(lane.evicted() + lane.size(), perRank);
-        QCOMPARE(lane.lastTs(), 1000 + (perRank - 1) * 4 + static_cast<std::uint64_t>(r)); // the newest are kept
+        QCOMPARE(lane.lastTs(),
+                 1000 + (perRank - 1) * 4 + static_cast<std::uint64_t>(r)); // the newest are kept
         QVERIFY(lane.bytesUsed() <= 2 * EventLane::kChunkEvents * sizeof(Event));
     }
-    QCOMPARE(store.evictedEvents(), perRank * 4 - [&] {
-        std::uint64_t kept = 0;
-        for (int r = 0; r < 4; ++r)
-            kept += store.lane(r).size();
-        return kept;
-    }());
+    QCOMPARE(
+        store.evictedEvents(), perRank * 4 - [&] {
+            std::uint64_t kept = 0;
+            for (int r = 0; r < 4; ++r)
+                kept += store.lane(r).size();
+            return kept;
+        }());
     // A reconnect replaying evicted history does not bring it back.
     store.applyState(smallState(4));
     const auto before = store.lane(0).size();

@@ -14,21 +14,23 @@ using namespace shardscope::testing;
 class tst_SnapshotIo : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void exportThenOpenRoundTrips();
     void badFilesChangeNothing_data();
     void badFilesChangeNothing();
     void exportWithoutStateIsRefused();
 
-private:
+  private:
     QTemporaryDir m_dir;
 };
 
 static void fill(SessionStore &store)
 {
     store.applyState(smallState());
-    store.appendEvents(std::vector<Event>{makeEvent(100, 0, EventType::FetchBegin, 1), makeEvent(900, 0, EventType::FetchEnd, 1, 0, 1024),
-                                          lmHeadViolation(950, 2), makeEvent(960, 1, EventType::LateParameter, 8, 6)},
+    store.appendEvents(std::vector<Event>{makeEvent(100, 0, EventType::FetchBegin, 1),
+                                          makeEvent(900, 0, EventType::FetchEnd, 1, 0, 1024),
+                                          lmHeadViolation(950, 2),
+                                          makeEvent(960, 1, EventType::LateParameter, 8, 6)},
                        false);
 }
 
@@ -66,10 +68,13 @@ void tst_SnapshotIo::badFilesChangeNothing_data()
 {
     QTest::addColumn<QByteArray>("contents");
     QTest::addColumn<QString>("expected");
-    QTest::newRow("truncated") << QByteArray("{\"format\": \"shardscope-snapshot\", \"version\": 1, \"engine\": {")
-                               << QStringLiteral("as a ShardScope snapshot");
-    QTest::newRow("foreign") << QByteArray("{\"traceEvents\": []}") << QStringLiteral("as a ShardScope snapshot");
-    QTest::newRow("binary") << QByteArray("\x89PNG\r\n\x1a\n\0\0\0", 11) << QStringLiteral("as a ShardScope snapshot");
+    QTest::newRow("truncated")
+        << QByteArray("{\"format\": \"shardscope-snapshot\", \"version\": 1, \"engine\": {")
+        << QStringLiteral("as a ShardScope snapshot");
+    QTest::newRow("foreign") << QByteArray("{\"traceEvents\": []}")
+                             << QStringLiteral("as a ShardScope snapshot");
+    QTest::newRow("binary") << QByteArray("\x89PNG\r\n\x1a\n\0\0\0", 11)
+                            << QStringLiteral("as a ShardScope snapshot");
     QTest::newRow("missing") << QByteArray() << QStringLiteral("does not exist");
 }
 

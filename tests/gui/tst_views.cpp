@@ -33,7 +33,7 @@ using namespace shardscope::testing;
 class tst_Views : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void treeWithHundredThousandParameters();
     void violationReachesPanelAndTree();
     void detailShowsShardsAndCopiesFix();
@@ -60,7 +60,8 @@ void tst_Views::treeWithHundredThousandParameters()
     QTRY_COMPARE(view.model()->filterText(), QStringLiteral("layer424"));
     // Typing applied the filter (no explicit call): group4 > layer424 > its 100 params.
     QCOMPARE(view.model()->matchingNodeCount(), 1 + 1 + 1 + 100);
-    QTRY_VERIFY(view.model()->index(0, 0, view.model()->index(0, 0)).isValid()); // opened after the reset
+    QTRY_VERIFY(
+        view.model()->index(0, 0, view.model()->index(0, 0)).isValid()); // opened after the reset
     const QModelIndex group = view.model()->index(0, 0, view.model()->index(0, 0));
     QCOMPARE(group.data().toString(), QStringLiteral("group4"));
     QVERIFY(tree->isExpanded(group));
@@ -91,19 +92,29 @@ void tst_Views::violationReachesPanelAndTree()
     // Within the store's refresh interval (33 ms) the row is there: no flush by hand.
     QTRY_COMPARE_WITH_TIMEOUT(panel.model()->rowCount(), 1, 1000);
     const QModelIndex embedW = tree.model()->indexForParam(0);
-    QCOMPARE(tree.model()->index(embedW.row(), ModuleTreeModel::Violations, embedW.parent()).data().toString(), QStringLiteral("1"));
+    QCOMPARE(tree.model()
+                 ->index(embedW.row(), ModuleTreeModel::Violations, embedW.parent())
+                 .data()
+                 .toString(),
+             QStringLiteral("1"));
     const QModelIndex head = tree.model()->indexForModule(7);
-    QCOMPARE(tree.model()->index(head.row(), ModuleTreeModel::Violations, head.parent()).data().toString(), QStringLiteral("1"));
+    QCOMPARE(tree.model()
+                 ->index(head.row(), ModuleTreeModel::Violations, head.parent())
+                 .data()
+                 .toString(),
+             QStringLiteral("1"));
 
     panel.selectRow(0);
-    QCOMPARE(panel.currentFix(), QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
+    QCOMPARE(panel.currentFix(),
+             QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
     QCOMPARE(tree.treeView()->currentIndex().data(ModuleTreeModel::ParamIdRole).toUInt(), 0u);
     auto *copy = panel.findChild<QPushButton *>(QStringLiteral("copyFix"));
     QVERIFY(copy && copy->isEnabled());
     QSignalSpy copied(&panel, &views::ViolationsPanel::fixCopied);
     copy->click();
     QCOMPARE(copied.count(), 1);
-    QCOMPARE(QApplication::clipboard()->text(), QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
+    QCOMPARE(QApplication::clipboard()->text(),
+             QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
 }
 
 void tst_Views::detailShowsShardsAndCopiesFix()
@@ -112,7 +123,8 @@ void tst_Views::detailShowsShardsAndCopiesFix()
     EngineState st = smallState(4);
     st.params[0].externals.push_back(ExternalRecord{7, true});
     store.applyState(st);
-    store.appendEvents(std::vector<Event>{makeEvent(10, 2, EventType::FetchBegin, 0), makeEvent(20, 2, EventType::FetchEnd, 0, 0, 6464),
+    store.appendEvents(std::vector<Event>{makeEvent(10, 2, EventType::FetchBegin, 0),
+                                          makeEvent(20, 2, EventType::FetchEnd, 0, 0, 6464),
                                           lmHeadViolation(30, 1)},
                        false);
     store.flush();
@@ -132,7 +144,8 @@ void tst_Views::detailShowsShardsAndCopiesFix()
     QCOMPARE(t->item(1, 4)->text(), QStringLiteral("NOT_AVAILABLE"));
     QCOMPARE(detail.fixLines(), QStringList{"register_external_parameter(lm_head, embed.weight)"});
 
-    detail.showParam(5); // lm_head.bias: 101 over 4 ranks -> padded 104, 26 each, 3 padding on rank 3
+    detail.showParam(
+        5); // lm_head.bias: 101 over 4 ranks -> padded 104, 26 each, 3 padding on rank 3
     QCOMPARE(t->item(3, 3)->text(), QStringLiteral("3"));
     QCOMPARE(t->item(3, 1)->text(), QStringLiteral("78"));
     QCOMPARE(t->item(0, 3)->text(), QStringLiteral("0"));
@@ -142,7 +155,8 @@ void tst_Views::detailShowsShardsAndCopiesFix()
     auto *copy = detail.findChild<QPushButton *>(QStringLiteral("copyFix"));
     QVERIFY(copy);
     copy->click();
-    QCOMPARE(QApplication::clipboard()->text(), QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
+    QCOMPARE(QApplication::clipboard()->text(),
+             QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
 
     // Live: the status column follows events without re-selecting.
     store.appendEvents(std::vector<Event>{makeEvent(40, 2, EventType::Release, 0)}, false);
@@ -171,7 +185,8 @@ void tst_Views::attachDialogListsLiveEngines()
     {
         wire::DiscoveryEntry dead = e;
         dead.pid = 0x7ffffff0;
-        QFile f(QString::fromStdString(wire::discoveryFilePath(dir.path().toStdString(), dead.pid)));
+        QFile f(
+            QString::fromStdString(wire::discoveryFilePath(dir.path().toStdString(), dead.pid)));
         QVERIFY(f.open(QIODevice::WriteOnly));
         f.write(QByteArray::fromStdString(wire::encodeDiscovery(dead)));
     }
@@ -192,7 +207,8 @@ void tst_Views::statusBarSummarises()
     views::InspectorStatusBar bar(&store);
     store.applyState(smallState());
     store.appendEvents(std::vector<Event>{makeEvent(1, 0, EventType::StepBegin, 0, 0, 0, 0, 7),
-                                          makeEvent(2, 0, EventType::StepEnd, 0, 0, std::bit_cast<std::uint64_t>(3.5), 0, 7),
+                                          makeEvent(2, 0, EventType::StepEnd, 0, 0,
+                                                    std::bit_cast<std::uint64_t>(3.5), 0, 7),
                                           makeEvent(3, 0, EventType::DroppedEvents, 0, 0, 12)},
                        false);
     store.flush();

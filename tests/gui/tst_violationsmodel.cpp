@@ -15,7 +15,7 @@ using namespace shardscope::testing;
 class tst_ViolationsModel : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void rowsAppearAndCount();
     void csv();
 };
@@ -29,7 +29,8 @@ void tst_ViolationsModel::rowsAppearAndCount()
     proxy.setSortRole(ViolationsModel::SortRole);
     proxy.sort(ViolationsModel::Count, Qt::DescendingOrder);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
-    QAbstractItemModelTester proxyTester(&proxy, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QAbstractItemModelTester proxyTester(&proxy,
+                                         QAbstractItemModelTester::FailureReportingMode::QtTest);
     store.applyState(smallState());
     store.appendEvents(std::vector<Event>{makeEvent(5, 0, EventType::StepBegin)}, false);
     store.flush();
@@ -37,25 +38,34 @@ void tst_ViolationsModel::rowsAppearAndCount()
     store.appendEvents(std::vector<Event>{lmHeadViolation(1000005, 0)}, false);
     store.flush();
     QCOMPARE(model.rowCount(), 1);
-    QCOMPARE(model.index(0, ViolationsModel::Kind).data().toString(), QStringLiteral("unregistered_access"));
-    QCOMPARE(model.index(0, ViolationsModel::Accessor).data().toString(), QStringLiteral("lm_head"));
-    QCOMPARE(model.index(0, ViolationsModel::Parameter).data().toString(), QStringLiteral("embed.weight"));
+    QCOMPARE(model.index(0, ViolationsModel::Kind).data().toString(),
+             QStringLiteral("unregistered_access"));
+    QCOMPARE(model.index(0, ViolationsModel::Accessor).data().toString(),
+             QStringLiteral("lm_head"));
+    QCOMPARE(model.index(0, ViolationsModel::Parameter).data().toString(),
+             QStringLiteral("embed.weight"));
     QCOMPARE(model.index(0, ViolationsModel::Owner).data().toString(), QStringLiteral("embed"));
-    QCOMPARE(model.index(0, ViolationsModel::Status).data().toString(), QStringLiteral("NOT_AVAILABLE"));
+    QCOMPARE(model.index(0, ViolationsModel::Status).data().toString(),
+             QStringLiteral("NOT_AVAILABLE"));
     QCOMPARE(model.index(0, ViolationsModel::Action).data().toString(), QStringLiteral("gathered"));
     QCOMPARE(model.index(0, ViolationsModel::Time).data().toString(), QStringLiteral("0.001 s"));
     QCOMPARE(model.index(0, 0).data(ViolationsModel::FixRole).toString(),
              QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
     for (int i = 0; i < 5; ++i)
-        store.appendEvents(std::vector<Event>{lmHeadViolation(2000000 + static_cast<std::uint64_t>(i), i % 4, 2)}, false);
-    store.appendEvents(std::vector<Event>{makeEvent(3000000, 1, EventType::LateParameter, 8, 7)}, false);
+        store.appendEvents(
+            std::vector<Event>{lmHeadViolation(2000000 + static_cast<std::uint64_t>(i), i % 4, 2)},
+            false);
+    store.appendEvents(std::vector<Event>{makeEvent(3000000, 1, EventType::LateParameter, 8, 7)},
+                       false);
     store.flush();
     QCOMPARE(model.rowCount(), 2);
     QCOMPARE(model.index(0, ViolationsModel::Count).data().toString(), QStringLiteral("6"));
     QCOMPARE(model.index(0, ViolationsModel::Rank).data().toString(), QStringLiteral("0-3"));
     QCOMPARE(model.index(0, ViolationsModel::Step).data().toString(), QStringLiteral("1-2"));
-    QCOMPARE(model.index(1, ViolationsModel::Kind).data().toString(), QStringLiteral("late_parameter"));
-    QCOMPARE(model.index(1, ViolationsModel::Parameter).data().toString(), QStringLiteral("pos_conv.weight_v"));
+    QCOMPARE(model.index(1, ViolationsModel::Kind).data().toString(),
+             QStringLiteral("late_parameter"));
+    QCOMPARE(model.index(1, ViolationsModel::Parameter).data().toString(),
+             QStringLiteral("pos_conv.weight_v"));
     QCOMPARE(proxy.index(0, ViolationsModel::Count).data().toString(), QStringLiteral("6"));
     store.clear();
     store.flush();
@@ -69,11 +79,18 @@ void tst_ViolationsModel::csv()
     store.applyState(smallState());
     store.appendEvents(std::vector<Event>{lmHeadViolation(100, 0), lmHeadViolation(101, 2)}, false);
     store.flush();
-    const QStringList lines = QString::fromUtf8(model.toCsv()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+    const QStringList lines =
+        QString::fromUtf8(model.toCsv()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
     QCOMPARE(lines.size(), 2);
-    QCOMPARE(lines[0], QStringLiteral("time_ns,step,last_step,ranks,kind,accessor,parameter,owner,status,action,count,fix"));
-    QCOMPARE(lines[1], QStringLiteral("100,1,1,\"0, 2\",unregistered_access,lm_head,embed.weight,embed,NOT_AVAILABLE,gathered,2,"
-                                      "\"register_external_parameter(lm_head, embed.weight)\""));
+    QCOMPARE(
+        lines[0],
+        QStringLiteral(
+            "time_ns,step,last_step,ranks,kind,accessor,parameter,owner,status,action,count,fix"));
+    QCOMPARE(lines[1],
+             QStringLiteral(
+                 "100,1,1,\"0, "
+                 "2\",unregistered_access,lm_head,embed.weight,embed,NOT_AVAILABLE,gathered,2,"
+                 "\"register_external_parameter(lm_head, embed.weight)\""));
 }
 
 QTEST_GUILESS_MAIN(tst_ViolationsModel)

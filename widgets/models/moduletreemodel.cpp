@@ -21,15 +21,14 @@ QString lastComponent(const std::string &dotted)
 
 bool isNumericColumn(int column)
 {
-    return column == ModuleTreeModel::Numel || column == ModuleTreeModel::Gathers
-        || column == ModuleTreeModel::Violations;
+    return column == ModuleTreeModel::Numel || column == ModuleTreeModel::Gathers ||
+           column == ModuleTreeModel::Violations;
 }
 
 } // namespace
 
 ModuleTreeModel::ModuleTreeModel(SessionStore *store, QObject *parent)
-    : QAbstractItemModel(parent)
-    , m_store(store)
+    : QAbstractItemModel(parent), m_store(store)
 {
     connect(m_store, &SessionStore::updated, this, &ModuleTreeModel::onStoreUpdated);
     rebuild();
@@ -42,8 +41,7 @@ std::int32_t ModuleTreeModel::nodeOf(const QModelIndex &index) const
 
 int ModuleTreeModel::rowCount(const QModelIndex &parent) const
 {
-    if (parent.column() > 0)
-        return 0;
+    if (parent.column() > 0) return 0;
     const std::int32_t n = nodeOf(parent);
     return n < 0 ? m_topFetched : m_nodes[static_cast<std::size_t>(n)].fetched;
 }
@@ -55,58 +53,50 @@ int ModuleTreeModel::columnCount(const QModelIndex &) const
 
 bool ModuleTreeModel::hasChildren(const QModelIndex &parent) const
 {
-    if (parent.column() > 0)
-        return false;
+    if (parent.column() > 0) return false;
     const std::int32_t n = nodeOf(parent);
     return n < 0 ? !m_top.empty() : !m_nodes[static_cast<std::size_t>(n)].children.empty();
 }
 
 QModelIndex ModuleTreeModel::index(int row, int column, const QModelIndex &parent) const
 {
-    if (row < 0 || column < 0 || column >= ColumnCount || parent.column() > 0)
-        return {};
+    if (row < 0 || column < 0 || column >= ColumnCount || parent.column() > 0) return {};
     const std::int32_t p = nodeOf(parent);
     if (p < 0) {
-        if (row >= m_topFetched)
-            return {};
+        if (row >= m_topFetched) return {};
         return createIndex(row, column, quintptr(m_top[static_cast<std::size_t>(row)]));
     }
     const Node &pn = m_nodes[static_cast<std::size_t>(p)];
-    if (row >= pn.fetched)
-        return {};
+    if (row >= pn.fetched) return {};
     return createIndex(row, column, quintptr(pn.children[static_cast<std::size_t>(row)]));
 }
 
 QModelIndex ModuleTreeModel::parent(const QModelIndex &child) const
 {
     const std::int32_t n = nodeOf(child);
-    if (n < 0)
-        return {};
+    if (n < 0) return {};
     const std::int32_t p = m_nodes[static_cast<std::size_t>(n)].parent;
-    if (p < 0)
-        return {};
+    if (p < 0) return {};
     return createIndex(m_nodes[static_cast<std::size_t>(p)].row, 0, quintptr(p));
 }
 
 bool ModuleTreeModel::canFetchMore(const QModelIndex &parent) const
 {
-    if (parent.column() > 0 || m_busy)
-        return false;
+    if (parent.column() > 0 || m_busy) return false;
     const std::int32_t n = nodeOf(parent);
-    if (n < 0)
-        return m_topFetched < static_cast<std::int32_t>(m_top.size());
+    if (n < 0) return m_topFetched < static_cast<std::int32_t>(m_top.size());
     const Node &node = m_nodes[static_cast<std::size_t>(n)];
     return node.fetched < static_cast<std::int32_t>(node.children.size());
 }
 
 void ModuleTreeModel::fetchMore(const QModelIndex &parent)
 {
-    if (!canFetchMore(parent))
-        return;
+    if (!canFetchMore(parent)) return;
     const std::int32_t n = nodeOf(parent);
     std::int32_t &fetched = n < 0 ? m_topFetched : m_nodes[static_cast<std::size_t>(n)].fetched;
-    const std::int32_t total = n < 0 ? static_cast<std::int32_t>(m_top.size())
-                                     : static_cast<std::int32_t>(m_nodes[static_cast<std::size_t>(n)].children.size());
+    const std::int32_t total =
+        n < 0 ? static_cast<std::int32_t>(m_top.size())
+              : static_cast<std::int32_t>(m_nodes[static_cast<std::size_t>(n)].children.size());
     const std::int32_t last = std::min(total, fetched + m_batch) - 1;
     m_busy = true;
     beginInsertRows(parent, fetched, last);
@@ -140,36 +130,31 @@ void ModuleTreeModel::rebuild()
         m_nodes.push_back(std::move(node));
         all.emplace_back();
         const auto n = static_cast<std::int32_t>(m_nodes.size() - 1);
-        if (parent >= 0)
-            all[static_cast<std::size_t>(parent)].push_back(n);
+        if (parent >= 0) all[static_cast<std::size_t>(parent)].push_back(n);
         return n;
     };
 
     std::vector<std::pair<ModuleId, std::int32_t>> stack;
     for (const ModuleRecord &m : st.modules) {
-        if (m.parent == kNoModule || m.parent >= st.modules.size())
-            stack.emplace_back(m.id, -1);
+        if (m.parent == kNoModule || m.parent >= st.modules.size()) stack.emplace_back(m.id, -1);
     }
     std::reverse(stack.begin(), stack.end());
     std::vector<ModuleId> order; // pre-order, for subtree sums
     while (!stack.empty()) {
         const auto [mid, parent] = stack.back();
         stack.pop_back();
-        if (mid >= m_moduleNode.size() || m_moduleNode[mid] >= 0)
-            continue;
+        if (mid >= m_moduleNode.size() || m_moduleNode[mid] >= 0) continue;
         const std::int32_t n = newNode(ModuleNode, mid, parent, false);
         m_moduleNode[mid] = n;
         order.push_back(mid);
-        if (parent < 0)
-            m_top.push_back(n);
+        if (parent < 0) m_top.push_back(n);
         const auto &children = m_store->childModules(mid);
         for (auto it = children.rbegin(); it != children.rend(); ++it)
             stack.emplace_back(*it, n);
         // Child modules are built after this loop iteration; params and externals now.
         for (ParamId pid : m_store->ownedParams(mid)) {
             const ParamRecord *p = m_store->param(pid);
-            if (!p)
-                continue;
+            if (!p) continue;
             m_paramNode[pid] = newNode(ParamNode, pid, n, false);
             m_moduleNumel[mid] += p->numel;
         }
@@ -209,8 +194,8 @@ void ModuleTreeModel::rebuild()
                 match = p && QString::fromStdString(p->name).contains(f, Qt::CaseInsensitive);
             }
         }
-        if (!match && node.parent >= 0 && selfMatch[static_cast<std::size_t>(node.parent)]
-            && m_nodes[static_cast<std::size_t>(node.parent)].kind == ModuleNode)
+        if (!match && node.parent >= 0 && selfMatch[static_cast<std::size_t>(node.parent)] &&
+            m_nodes[static_cast<std::size_t>(node.parent)].kind == ModuleNode)
             match = true;
         selfMatch[i] = match;
         node.match = match;
@@ -219,23 +204,19 @@ void ModuleTreeModel::rebuild()
         Node &node = m_nodes[i];
         node.children.clear();
         for (std::int32_t c : all[i]) {
-            if (visible[static_cast<std::size_t>(c)])
-                node.children.push_back(c);
+            if (visible[static_cast<std::size_t>(c)]) node.children.push_back(c);
         }
         visible[i] = node.match || !node.children.empty();
-        if (visible[i])
-            ++m_matching;
+        if (visible[i]) ++m_matching;
         node.fetched = 0;
     }
     std::vector<std::int32_t> top;
     for (std::int32_t t : m_top) {
-        if (visible[static_cast<std::size_t>(t)])
-            top.push_back(t);
+        if (visible[static_cast<std::size_t>(t)]) top.push_back(t);
     }
     m_top = std::move(top);
     for (std::size_t i = 0; i < m_nodes.size(); ++i) {
-        if (!visible[i])
-            m_nodes[i].row = -1;
+        if (!visible[i]) m_nodes[i].row = -1;
     }
 
     if (m_sortColumn >= 0) {
@@ -274,12 +255,12 @@ void ModuleTreeModel::sortChildren(std::int32_t n)
         std::vector<std::pair<qint64, std::int32_t>> keyed;
         keyed.reserve(kids.size());
         for (std::int32_t c : kids)
-            keyed.emplace_back(sortValue(m_nodes[static_cast<std::size_t>(c)], column).toLongLong(), c);
+            keyed.emplace_back(sortValue(m_nodes[static_cast<std::size_t>(c)], column).toLongLong(),
+                               c);
         std::stable_sort(keyed.begin(), keyed.end(), [&](const auto &a, const auto &b) {
             const auto ka = m_nodes[static_cast<std::size_t>(a.second)].kind;
             const auto kb = m_nodes[static_cast<std::size_t>(b.second)].kind;
-            if (ka != kb)
-                return ka < kb;
+            if (ka != kb) return ka < kb;
             return desc ? a.first > b.first : a.first < b.first;
         });
         for (std::size_t i = 0; i < kids.size(); ++i)
@@ -288,12 +269,12 @@ void ModuleTreeModel::sortChildren(std::int32_t n)
         std::vector<std::pair<QString, std::int32_t>> keyed;
         keyed.reserve(kids.size());
         for (std::int32_t c : kids)
-            keyed.emplace_back(sortValue(m_nodes[static_cast<std::size_t>(c)], column).toString(), c);
+            keyed.emplace_back(sortValue(m_nodes[static_cast<std::size_t>(c)], column).toString(),
+                               c);
         std::stable_sort(keyed.begin(), keyed.end(), [&](const auto &a, const auto &b) {
             const auto ka = m_nodes[static_cast<std::size_t>(a.second)].kind;
             const auto kb = m_nodes[static_cast<std::size_t>(b.second)].kind;
-            if (ka != kb)
-                return ka < kb;
+            if (ka != kb) return ka < kb;
             const int c = QString::compare(a.first, b.first, Qt::CaseInsensitive);
             return desc ? c > 0 : c < 0;
         });
@@ -304,10 +285,8 @@ void ModuleTreeModel::sortChildren(std::int32_t n)
 
 void ModuleTreeModel::sort(int column, Qt::SortOrder order)
 {
-    if (column < 0 || column >= ColumnCount)
-        column = -1;
-    if (column == m_sortColumn && order == m_sortOrder)
-        return;
+    if (column < 0 || column >= ColumnCount) column = -1;
+    if (column == m_sortColumn && order == m_sortOrder) return;
     m_sortColumn = column;
     m_sortOrder = order;
     resetAndRebuild();
@@ -315,8 +294,7 @@ void ModuleTreeModel::sort(int column, Qt::SortOrder order)
 
 void ModuleTreeModel::setFilterText(const QString &text)
 {
-    if (text == m_filter)
-        return;
+    if (text == m_filter) return;
     m_filter = text;
     resetAndRebuild();
 }
@@ -327,14 +305,11 @@ QVariant ModuleTreeModel::sortValue(const Node &node, int column) const
     case Numel:
         if (node.kind == ModuleNode)
             return qint64(node.id < m_moduleNumel.size() ? m_moduleNumel[node.id] : 0);
-        if (const ParamRecord *p = m_store->param(node.id))
-            return qint64(p->numel);
+        if (const ParamRecord *p = m_store->param(node.id)) return qint64(p->numel);
         return qint64(0);
     case Gathers:
-        if (node.kind == ModuleNode)
-            return qint64(0);
-        if (const ParamRecord *p = m_store->param(node.id))
-            return qint64(p->gatherCount);
+        if (node.kind == ModuleNode) return qint64(0);
+        if (const ParamRecord *p = m_store->param(node.id)) return qint64(p->gatherCount);
         return qint64(0);
     case Violations:
         return qint64(node.kind == ModuleNode ? m_store->moduleViolations(node.id)
@@ -348,22 +323,22 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
 {
     if (node.kind == ModuleNode) {
         const ModuleRecord *m = m_store->module(node.id);
-        if (!m)
-            return {};
+        if (!m) return {};
         switch (column) {
         case Name:
             if (m->path.empty())
-                return m_store->state().modelName.empty() ? QStringLiteral("<root>")
-                                                          : QString::fromStdString(m_store->state().modelName);
+                return m_store->state().modelName.empty()
+                           ? QStringLiteral("<root>")
+                           : QString::fromStdString(m_store->state().modelName);
             return lastComponent(m->path);
         case ShapeColumn:
             return QString::fromStdString(m->type);
         case Numel:
-            return labels::count(static_cast<std::uint64_t>(node.id < m_moduleNumel.size() ? m_moduleNumel[node.id] : 0));
+            return labels::count(static_cast<std::uint64_t>(
+                node.id < m_moduleNumel.size() ? m_moduleNumel[node.id] : 0));
         case Status: {
             const auto &owned = m_store->ownedParams(node.id);
-            if (owned.empty())
-                return {};
+            if (owned.empty()) return {};
             int gathered = 0;
             for (ParamId pid : owned) {
                 const ParamRecord *p = m_store->param(pid);
@@ -375,7 +350,8 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
         }
         case RegisteredOn: {
             const auto &ext = m_store->externalsOn(node.id);
-            return ext.empty() ? QVariant() : QVariant(QStringLiteral("%1 external").arg(ext.size()));
+            return ext.empty() ? QVariant()
+                               : QVariant(QStringLiteral("%1 external").arg(ext.size()));
         }
         case Violations: {
             const std::uint64_t v = m_store->moduleViolations(node.id);
@@ -386,8 +362,7 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
         }
     }
     const ParamRecord *p = m_store->param(node.id);
-    if (!p)
-        return {};
+    if (!p) return {};
     switch (column) {
     case Name: {
         QString name;
@@ -396,13 +371,13 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
         } else {
             const ModuleRecord *owner = m_store->module(p->owner);
             name = owner && !owner->path.empty() && p->name.rfind(owner->path + ".", 0) == 0
-                ? QString::fromStdString(p->name.substr(owner->path.size() + 1))
-                : QString::fromStdString(p->name);
+                       ? QString::fromStdString(p->name.substr(owner->path.size() + 1))
+                       : QString::fromStdString(p->name);
         }
         if (node.kind == ExternalNode)
-            name += node.automatic ? QStringLiteral("  [external, auto]") : QStringLiteral("  [external]");
-        if (p->late)
-            name += QStringLiteral("  [late]");
+            name += node.automatic ? QStringLiteral("  [external, auto]")
+                                   : QStringLiteral("  [external]");
+        if (p->late) name += QStringLiteral("  [late]");
         return name;
     }
     case ShapeColumn:
@@ -412,26 +387,27 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
     case DTypeColumn:
         return labels::dtype(p->dtype);
     case Status: {
-        if (p->status.empty())
-            return {};
+        if (p->status.empty()) return {};
         const ParamStatus first = p->status.front();
-        if (std::all_of(p->status.begin(), p->status.end(), [&](ParamStatus s) { return s == first; }))
+        if (std::all_of(p->status.begin(), p->status.end(),
+                        [&](ParamStatus s) { return s == first; }))
             return labels::status(first);
         const auto avail = std::count(p->status.begin(), p->status.end(), ParamStatus::Available);
         return QStringLiteral("MIXED (%1/%2 AVAILABLE)").arg(avail).arg(p->status.size());
     }
     case Partition:
-        if (p->persistent)
-            return QStringLiteral("persistent (whole on every rank)");
+        if (p->persistent) return QStringLiteral("persistent (whole on every rank)");
         if (!p->partitioned)
-            return p->late ? QStringLiteral("late: not partitioned") : QStringLiteral("not partitioned");
+            return p->late ? QStringLiteral("late: not partitioned")
+                           : QStringLiteral("not partitioned");
         return QStringLiteral("%1/rank, pad %2")
             .arg(labels::count(static_cast<std::uint64_t>(p->partitionNumel)))
             .arg(p->paddedNumel - p->numel);
     case RegisteredOn: {
         QStringList mods;
         for (const ExternalRecord &e : p->externals)
-            mods << m_store->modulePath(e.module) + (e.automatic ? QStringLiteral(" (auto)") : QString());
+            mods << m_store->modulePath(e.module) +
+                        (e.automatic ? QStringLiteral(" (auto)") : QString());
         return mods.join(QStringLiteral(", "));
     }
     case Gathers:
@@ -449,16 +425,15 @@ QString ModuleTreeModel::tooltip(const Node &node) const
 {
     if (node.kind == ModuleNode) {
         const ModuleRecord *m = m_store->module(node.id);
-        if (!m)
-            return {};
-        QString tip = QStringLiteral("%1 (%2)").arg(m_store->modulePath(node.id), QString::fromStdString(m->type));
+        if (!m) return {};
+        QString tip = QStringLiteral("%1 (%2)").arg(m_store->modulePath(node.id),
+                                                    QString::fromStdString(m->type));
         if (const std::uint64_t v = m_store->moduleViolations(node.id))
             tip += QStringLiteral("\n%1 violation(s) as accessor or owner").arg(v);
         return tip;
     }
     const ParamRecord *p = m_store->param(node.id);
-    if (!p)
-        return {};
+    if (!p) return {};
     QStringList lines;
     lines << QString::fromStdString(p->name);
     if (node.kind == ExternalNode) {
@@ -475,8 +450,7 @@ QString ModuleTreeModel::tooltip(const Node &node) const
 QVariant ModuleTreeModel::data(const QModelIndex &index, int role) const
 {
     const std::int32_t n = nodeOf(index);
-    if (n < 0 || static_cast<std::size_t>(n) >= m_nodes.size())
-        return {};
+    if (n < 0 || static_cast<std::size_t>(n) >= m_nodes.size()) return {};
     const Node &node = m_nodes[static_cast<std::size_t>(n)];
     switch (role) {
     case Qt::DisplayRole:
@@ -484,16 +458,14 @@ QVariant ModuleTreeModel::data(const QModelIndex &index, int role) const
     case Qt::ToolTipRole:
         return tooltip(node);
     case Qt::TextAlignmentRole:
-        if (isNumericColumn(index.column()))
-            return QVariant(Qt::AlignRight | Qt::AlignVCenter);
+        if (isNumericColumn(index.column())) return QVariant(Qt::AlignRight | Qt::AlignVCenter);
         return {};
     case Qt::ForegroundRole: {
         const std::uint64_t v = node.kind == ModuleNode ? m_store->moduleViolations(node.id)
                                                         : m_store->paramViolations(node.id);
         if (v && (index.column() == Name || index.column() == Violations))
             return QColor(0xc0, 0x10, 0x10);
-        if (node.kind == ExternalNode)
-            return QColor(0x20, 0x50, 0xa0);
+        if (node.kind == ExternalNode) return QColor(0x20, 0x50, 0xa0);
         return {};
     }
     case Qt::FontRole:
@@ -508,12 +480,9 @@ QVariant ModuleTreeModel::data(const QModelIndex &index, int role) const
     case ParamIdRole:
         return node.kind == ModuleNode ? QVariant() : QVariant(node.id);
     case ModuleIdRole:
-        if (node.kind == ModuleNode)
-            return node.id;
-        if (node.kind == ExternalNode)
-            return m_nodes[static_cast<std::size_t>(node.parent)].id;
-        if (const ParamRecord *p = m_store->param(node.id))
-            return p->owner;
+        if (node.kind == ModuleNode) return node.id;
+        if (node.kind == ExternalNode) return m_nodes[static_cast<std::size_t>(node.parent)].id;
+        if (const ParamRecord *p = m_store->param(node.id)) return p->owner;
         return {};
     case SortRole:
         return sortValue(node, index.column());
@@ -526,10 +495,9 @@ QVariant ModuleTreeModel::data(const QModelIndex &index, int role) const
 
 QVariant ModuleTreeModel::headerData(int section, Qt::Orientation orientation, int role) const
 {
-    if (orientation != Qt::Horizontal || role != Qt::DisplayRole)
-        return {};
-    static const char *names[] = {"Name", "Shape / type", "Numel", "DType", "Status", "Partition",
-                                  "Registered on", "Gathers", "Violations"};
+    if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
+    static const char *names[] = {"Name",      "Shape / type",  "Numel",   "DType",     "Status",
+                                  "Partition", "Registered on", "Gathers", "Violations"};
     return section >= 0 && section < ColumnCount ? QString::fromLatin1(names[section]) : QVariant();
 }
 
@@ -537,21 +505,19 @@ bool ModuleTreeModel::reveal(std::int32_t n)
 {
     std::vector<std::int32_t> chain;
     for (std::int32_t c = n; c >= 0; c = m_nodes[static_cast<std::size_t>(c)].parent) {
-        if (m_nodes[static_cast<std::size_t>(c)].row < 0)
-            return false;
+        if (m_nodes[static_cast<std::size_t>(c)].row < 0) return false;
         chain.push_back(c);
     }
-    if (m_nodes[static_cast<std::size_t>(chain.back())].parent >= 0)
-        return false;
+    if (m_nodes[static_cast<std::size_t>(chain.back())].parent >= 0) return false;
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
         const Node &node = m_nodes[static_cast<std::size_t>(*it)];
-        if (node.parent < 0)
-            continue;
+        if (node.parent < 0) continue;
         Node &parent = m_nodes[static_cast<std::size_t>(node.parent)];
         if (node.row >= parent.fetched) {
             const QModelIndex pi = createIndex(parent.row, 0, quintptr(node.parent));
-            const std::int32_t last = std::min<std::int32_t>(
-                static_cast<std::int32_t>(parent.children.size()) - 1, std::max(node.row, parent.fetched + m_batch - 1));
+            const std::int32_t last =
+                std::min<std::int32_t>(static_cast<std::int32_t>(parent.children.size()) - 1,
+                                       std::max(node.row, parent.fetched + m_batch - 1));
             m_busy = true;
             beginInsertRows(pi, parent.fetched, last);
             parent.fetched = last + 1;
@@ -564,8 +530,7 @@ bool ModuleTreeModel::reveal(std::int32_t n)
 
 QModelIndex ModuleTreeModel::indexOfNode(std::int32_t n, int column)
 {
-    if (n < 0 || !reveal(n))
-        return {};
+    if (n < 0 || !reveal(n)) return {};
     return createIndex(m_nodes[static_cast<std::size_t>(n)].row, column, quintptr(n));
 }
 
@@ -581,24 +546,25 @@ QModelIndex ModuleTreeModel::indexForModule(ModuleId id)
 
 QString ModuleTreeModel::keyOf(const QModelIndex &index)
 {
-    if (!index.isValid())
-        return {};
+    if (!index.isValid()) return {};
     const auto *model = qobject_cast<const ModuleTreeModel *>(index.model());
-    if (!model)
-        return {};
+    if (!model) return {};
     const Node &node = model->m_nodes[static_cast<std::size_t>(model->nodeOf(index))];
     switch (node.kind) {
-    case ModuleNode: return QStringLiteral("m%1").arg(node.id);
-    case ParamNode: return QStringLiteral("p%1").arg(node.id);
+    case ModuleNode:
+        return QStringLiteral("m%1").arg(node.id);
+    case ParamNode:
+        return QStringLiteral("p%1").arg(node.id);
     default:
-        return QStringLiteral("e%1:%2").arg(model->m_nodes[static_cast<std::size_t>(node.parent)].id).arg(node.id);
+        return QStringLiteral("e%1:%2")
+            .arg(model->m_nodes[static_cast<std::size_t>(node.parent)].id)
+            .arg(node.id);
     }
 }
 
 QModelIndex ModuleTreeModel::indexForKey(const QString &key)
 {
-    if (key.size() < 2)
-        return {};
+    if (key.size() < 2) return {};
     bool ok = false;
     if (key[0] == QLatin1Char('m')) {
         const uint id = key.mid(1).toUInt(&ok);
@@ -609,14 +575,13 @@ QModelIndex ModuleTreeModel::indexForKey(const QString &key)
         return ok ? indexForParam(id) : QModelIndex();
     }
     const auto parts = key.mid(1).split(QLatin1Char(':'));
-    if (parts.size() != 2)
-        return {};
+    if (parts.size() != 2) return {};
     const uint module = parts[0].toUInt(&ok);
     const uint param = parts[1].toUInt();
-    if (!ok || param >= m_extNodes.size())
-        return {};
+    if (!ok || param >= m_extNodes.size()) return {};
     for (std::int32_t n : m_extNodes[param]) {
-        if (m_nodes[static_cast<std::size_t>(m_nodes[static_cast<std::size_t>(n)].parent)].id == module)
+        if (m_nodes[static_cast<std::size_t>(m_nodes[static_cast<std::size_t>(n)].parent)].id ==
+            module)
             return indexOfNode(n);
     }
     return {};
@@ -624,15 +589,14 @@ QModelIndex ModuleTreeModel::indexForKey(const QString &key)
 
 void ModuleTreeModel::emitChangedRows(const std::vector<std::int32_t> &nodes)
 {
-    std::unordered_map<std::int32_t, std::pair<std::int32_t, std::int32_t>> ranges; // parent -> rows
+    std::unordered_map<std::int32_t, std::pair<std::int32_t, std::int32_t>>
+        ranges; // parent -> rows
     for (std::int32_t n : nodes) {
         const Node &node = m_nodes[static_cast<std::size_t>(n)];
-        if (node.row < 0)
-            continue;
-        const std::int32_t fetched = node.parent < 0 ? m_topFetched
-                                                     : m_nodes[static_cast<std::size_t>(node.parent)].fetched;
-        if (node.row >= fetched)
-            continue;
+        if (node.row < 0) continue;
+        const std::int32_t fetched =
+            node.parent < 0 ? m_topFetched : m_nodes[static_cast<std::size_t>(node.parent)].fetched;
+        if (node.row >= fetched) continue;
         auto [it, inserted] = ranges.try_emplace(node.parent, node.row, node.row);
         if (!inserted) {
             it->second.first = std::min(it->second.first, node.row);
@@ -640,8 +604,10 @@ void ModuleTreeModel::emitChangedRows(const std::vector<std::int32_t> &nodes)
         }
     }
     for (const auto &[parent, rows] : ranges) {
-        const QModelIndex pi = parent < 0 ? QModelIndex()
-                                          : createIndex(m_nodes[static_cast<std::size_t>(parent)].row, 0, quintptr(parent));
+        const QModelIndex pi =
+            parent < 0
+                ? QModelIndex()
+                : createIndex(m_nodes[static_cast<std::size_t>(parent)].row, 0, quintptr(parent));
         emit dataChanged(index(rows.first, 0, pi), index(rows.second, ColumnCount - 1, pi));
     }
 }
@@ -655,22 +621,20 @@ void ModuleTreeModel::onStoreUpdated(const StoreChanges &changes)
     std::vector<std::int32_t> nodes;
     for (ParamId id : changes.params) {
         if (id < m_paramNode.size()) {
-            if (m_paramNode[id] >= 0)
-                nodes.push_back(m_paramNode[id]);
+            if (m_paramNode[id] >= 0) nodes.push_back(m_paramNode[id]);
             for (std::int32_t e : m_extNodes[id])
                 nodes.push_back(e);
-            if (m_paramNode[id] >= 0 && m_nodes[static_cast<std::size_t>(m_paramNode[id])].parent >= 0)
+            if (m_paramNode[id] >= 0 &&
+                m_nodes[static_cast<std::size_t>(m_paramNode[id])].parent >= 0)
                 nodes.push_back(m_nodes[static_cast<std::size_t>(m_paramNode[id])].parent);
         }
     }
     if (changes.violations) {
         for (std::int32_t n : m_moduleNode) {
-            if (n >= 0)
-                nodes.push_back(n);
+            if (n >= 0) nodes.push_back(n);
         }
     }
-    if (!nodes.empty())
-        emitChangedRows(nodes);
+    if (!nodes.empty()) emitChangedRows(nodes);
 }
 
 } // namespace shardscope

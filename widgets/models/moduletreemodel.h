@@ -17,10 +17,34 @@ namespace shardscope {
 class ModuleTreeModel : public QAbstractItemModel
 {
     Q_OBJECT
-public:
-    enum Column { Name, ShapeColumn, Numel, DTypeColumn, Status, Partition, RegisteredOn, Gathers, Violations, ColumnCount };
-    enum Role { KindRole = Qt::UserRole + 1, ParamIdRole, ModuleIdRole, SortRole, KeyRole };
-    enum Kind { ModuleNode = 0, ParamNode = 1, ExternalNode = 2 };
+  public:
+    enum Column
+    {
+        Name,
+        ShapeColumn,
+        Numel,
+        DTypeColumn,
+        Status,
+        Partition,
+        RegisteredOn,
+        Gathers,
+        Violations,
+        ColumnCount
+    };
+    enum Role
+    {
+        KindRole = Qt::UserRole + 1,
+        ParamIdRole,
+        ModuleIdRole,
+        SortRole,
+        KeyRole
+    };
+    enum Kind
+    {
+        ModuleNode = 0,
+        ParamNode = 1,
+        ExternalNode = 2
+    };
 
     explicit ModuleTreeModel(SessionStore *store, QObject *parent = nullptr);
 
@@ -30,7 +54,8 @@ public:
     QModelIndex parent(const QModelIndex &child) const override;
     bool hasChildren(const QModelIndex &parent = {}) const override;
     QVariant data(const QModelIndex &index, int role = Qt::DisplayRole) const override;
-    QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
+    QVariant headerData(int section, Qt::Orientation orientation,
+                        int role = Qt::DisplayRole) const override;
     bool canFetchMore(const QModelIndex &parent) const override;
     void fetchMore(const QModelIndex &parent) override;
     void sort(int column, Qt::SortOrder order = Qt::AscendingOrder) override;
@@ -51,7 +76,7 @@ public:
     static QString keyOf(const QModelIndex &index);
     QModelIndex indexForKey(const QString &key);
 
-private:
+  private:
     struct Node
     {
         std::uint32_t id = 0;
@@ -82,10 +107,10 @@ private:
     std::vector<Node> m_nodes;
     std::vector<std::int32_t> m_top;
     std::int32_t m_topFetched = 0;
-    std::vector<std::int32_t> m_moduleNode;           // module id -> node
-    std::vector<std::int32_t> m_paramNode;            // param id -> owned node
+    std::vector<std::int32_t> m_moduleNode;            // module id -> node
+    std::vector<std::int32_t> m_paramNode;             // param id -> owned node
     std::vector<std::vector<std::int32_t>> m_extNodes; // param id -> external nodes
-    std::vector<std::int64_t> m_moduleNumel;          // module id -> numel of its subtree
+    std::vector<std::int64_t> m_moduleNumel;           // module id -> numel of its subtree
     QString m_filter;
     int m_sortColumn = -1;
     Qt::SortOrder m_sortOrder = Qt::AscendingOrder;

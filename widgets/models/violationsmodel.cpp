@@ -7,9 +7,8 @@
 namespace shardscope {
 
 ViolationsModel::ViolationsModel(SessionStore *store, QObject *parent)
-    : QAbstractTableModel(parent)
-    , m_store(store)
-    , m_rows(static_cast<int>(store->violationGroups().size()))
+    : QAbstractTableModel(parent), m_store(store),
+      m_rows(static_cast<int>(store->violationGroups().size()))
 {
     connect(m_store, &SessionStore::updated, this, &ViolationsModel::onStoreUpdated);
 }
@@ -27,8 +26,9 @@ int ViolationsModel::columnCount(const QModelIndex &parent) const
 const ViolationGroup *ViolationsModel::group(int row) const
 {
     const auto &groups = m_store->violationGroups();
-    return row >= 0 && row < m_rows && static_cast<std::size_t>(row) < groups.size() ? &groups[static_cast<std::size_t>(row)]
-                                                                                     : nullptr;
+    return row >= 0 && row < m_rows && static_cast<std::size_t>(row) < groups.size()
+               ? &groups[static_cast<std::size_t>(row)]
+               : nullptr;
 }
 
 QVariant ViolationsModel::displayValue(const ViolationGroup &g, int column) const
@@ -36,9 +36,9 @@ QVariant ViolationsModel::displayValue(const ViolationGroup &g, int column) cons
     switch (column) {
     case Time: {
         const std::uint64_t t0 = m_store->firstTs();
-        if (!g.firstTsNs)
-            return {};
-        const double s = g.firstTsNs >= t0 && t0 ? static_cast<double>(g.firstTsNs - t0) / 1e9 : 0.0;
+        if (!g.firstTsNs) return {};
+        const double s =
+            g.firstTsNs >= t0 && t0 ? static_cast<double>(g.firstTsNs - t0) / 1e9 : 0.0;
         return QStringLiteral("%1 s").arg(s, 0, 'f', 3);
     }
     case Step:
@@ -67,18 +67,15 @@ QVariant ViolationsModel::displayValue(const ViolationGroup &g, int column) cons
 
 QVariant ViolationsModel::data(const QModelIndex &index, int role) const
 {
-    if (!index.isValid() || index.parent().isValid())
-        return {};
+    if (!index.isValid() || index.parent().isValid()) return {};
     const ViolationGroup *g = group(index.row());
-    if (!g)
-        return {};
+    if (!g) return {};
     switch (role) {
     case Qt::DisplayRole:
         return displayValue(*g, index.column());
     case Qt::ToolTipRole: {
         QString tip = QString::fromStdString(g->message);
-        if (!g->fix.empty())
-            tip += QStringLiteral("\nfix: ") + QString::fromStdString(g->fix);
+        if (!g->fix.empty()) tip += QStringLiteral("\nfix: ") + QString::fromStdString(g->fix);
         return tip;
     }
     case Qt::ForegroundRole:
@@ -95,11 +92,16 @@ QVariant ViolationsModel::data(const QModelIndex &index, int role) const
         return QString::fromStdString(g->message);
     case SortRole:
         switch (index.column()) {
-        case Time: return qulonglong(g->firstTsNs);
-        case Step: return g->firstStep;
-        case Rank: return g->firstRank;
-        case Count: return qulonglong(g->count);
-        default: return displayValue(*g, index.column());
+        case Time:
+            return qulonglong(g->firstTsNs);
+        case Step:
+            return g->firstStep;
+        case Rank:
+            return g->firstRank;
+        case Count:
+            return qulonglong(g->count);
+        default:
+            return displayValue(*g, index.column());
         }
     default:
         return {};
@@ -108,17 +110,15 @@ QVariant ViolationsModel::data(const QModelIndex &index, int role) const
 
 QVariant ViolationsModel::headerData(int section, Qt::Orientation orientation, int role) const
 {
-    if (orientation != Qt::Horizontal || role != Qt::DisplayRole)
-        return {};
-    static const char *names[] = {"Time", "Step", "Rank", "Kind", "Accessor", "Parameter", "Owner",
-                                  "Status", "Action", "Count"};
+    if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
+    static const char *names[] = {"Time",      "Step",  "Rank",   "Kind",   "Accessor",
+                                  "Parameter", "Owner", "Status", "Action", "Count"};
     return section >= 0 && section < ColumnCount ? QString::fromLatin1(names[section]) : QVariant();
 }
 
 void ViolationsModel::onStoreUpdated(const StoreChanges &changes)
 {
-    if (!changes.reset && !changes.violations)
-        return;
+    if (!changes.reset && !changes.violations) return;
     const int now = static_cast<int>(m_store->violationGroups().size());
     if (changes.reset || now < m_rows) {
         beginResetModel();
@@ -126,8 +126,7 @@ void ViolationsModel::onStoreUpdated(const StoreChanges &changes)
         endResetModel();
         return;
     }
-    if (m_rows > 0)
-        emit dataChanged(index(0, 0), index(m_rows - 1, ColumnCount - 1));
+    if (m_rows > 0) emit dataChanged(index(0, 0), index(m_rows - 1, ColumnCount - 1));
     if (now > m_rows) {
         beginInsertRows({}, m_rows, now - 1);
         m_rows = now;
@@ -138,21 +137,25 @@ void ViolationsModel::onStoreUpdated(const StoreChanges &changes)
 QByteArray ViolationsModel::toCsv() const
 {
     auto quote = [](const QString &s) {
-        if (!s.contains(QLatin1Char(',')) && !s.contains(QLatin1Char('"')) && !s.contains(QLatin1Char('\n')))
+        if (!s.contains(QLatin1Char(',')) && !s.contains(QLatin1Char('"')) &&
+            !s.contains(QLatin1Char('\n')))
             return s;
         QString q = s;
         q.replace(QLatin1Char('"'), QStringLiteral("\"\""));
         return QLatin1Char('"') + q + QLatin1Char('"');
     };
     QStringList lines;
-    lines << QStringLiteral("time_ns,step,last_step,ranks,kind,accessor,parameter,owner,status,action,count,fix");
+    lines << QStringLiteral(
+        "time_ns,step,last_step,ranks,kind,accessor,parameter,owner,status,action,count,fix");
     for (int r = 0; r < m_rows; ++r) {
         const ViolationGroup &g = *group(r);
         QStringList f;
-        f << QString::number(g.firstTsNs) << QString::number(g.firstStep) << QString::number(g.lastStep)
-          << quote(displayValue(g, Rank).toString()) << labels::kind(g.kind) << quote(m_store->modulePath(g.accessor))
-          << quote(g.param == kNoParam ? QString() : m_store->paramName(g.param)) << quote(m_store->modulePath(g.owner))
-          << labels::status(g.status) << labels::action(g.action) << QString::number(g.count)
+        f << QString::number(g.firstTsNs) << QString::number(g.firstStep)
+          << QString::number(g.lastStep) << quote(displayValue(g, Rank).toString())
+          << labels::kind(g.kind) << quote(m_store->modulePath(g.accessor))
+          << quote(g.param == kNoParam ? QString() : m_store->paramName(g.param))
+          << quote(m_store->modulePath(g.owner)) << labels::status(g.status)
+          << labels::action(g.action) << QString::number(g.count)
           << quote(QString::fromStdString(g.fix));
         lines << f.join(QLatin1Char(','));
     }

@@ -12,22 +12,43 @@ namespace shardscope {
 class ViolationsModel : public QAbstractTableModel
 {
     Q_OBJECT
-public:
-    enum Column { Time, Step, Rank, Kind, Accessor, Parameter, Owner, Status, Action, Count, ColumnCount };
-    enum Role { ParamIdRole = Qt::UserRole + 1, AccessorIdRole, FixRole, MessageRole, SortRole };
+  public:
+    enum Column
+    {
+        Time,
+        Step,
+        Rank,
+        Kind,
+        Accessor,
+        Parameter,
+        Owner,
+        Status,
+        Action,
+        Count,
+        ColumnCount
+    };
+    enum Role
+    {
+        ParamIdRole = Qt::UserRole + 1,
+        AccessorIdRole,
+        FixRole,
+        MessageRole,
+        SortRole
+    };
 
     explicit ViolationsModel(SessionStore *store, QObject *parent = nullptr);
 
     int rowCount(const QModelIndex &parent = {}) const override;
     int columnCount(const QModelIndex &parent = {}) const override;
     QVariant data(const QModelIndex &index, int role = Qt::DisplayRole) const override;
-    QVariant headerData(int section, Qt::Orientation orientation, int role = Qt::DisplayRole) const override;
+    QVariant headerData(int section, Qt::Orientation orientation,
+                        int role = Qt::DisplayRole) const override;
 
     const ViolationGroup *group(int row) const;
     // The rows as CSV (RFC 4180 quoting), with a header line and the fix column.
     QByteArray toCsv() const;
 
-private:
+  private:
     void onStoreUpdated(const StoreChanges &changes);
     QVariant displayValue(const ViolationGroup &g, int column) const;
 

@@ -2,9 +2,7 @@
 
 namespace shardscope {
 
-Connection::Connection(SessionStore *store, QObject *parent)
-    : QObject(parent)
-    , m_store(store)
+Connection::Connection(SessionStore *store, QObject *parent) : QObject(parent), m_store(store)
 {
     qRegisterMetaType<shardscope::WelcomeInfo>();
     qRegisterMetaType<std::shared_ptr<const shardscope::wire::Snapshot>>();
@@ -60,7 +58,8 @@ void Connection::reopen()
 {
     const QString ep = m_endpoint;
     const QString tok = m_token;
-    QMetaObject::invokeMethod(m_worker, [w = m_worker, ep, tok] { w->open(ep, tok); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        m_worker, [w = m_worker, ep, tok] { w->open(ep, tok); }, Qt::QueuedConnection);
 }
 
 void Connection::detach()
@@ -88,7 +87,8 @@ void Connection::onWelcomed(const WelcomeInfo &info)
         m_clientDroppedNow = 0;
     }
     m_everConnected = true;
-    setState(State::Connected, tr("connected to %1 (pid %2, %3)").arg(m_endpoint).arg(info.pid).arg(info.model));
+    setState(State::Connected,
+             tr("connected to %1 (pid %2, %3)").arg(m_endpoint).arg(info.pid).arg(info.model));
 }
 
 void Connection::onState(std::shared_ptr<const wire::Snapshot> snapshot)
@@ -122,7 +122,8 @@ void Connection::pushDropped()
 void Connection::onFinished(const QString &reason)
 {
     m_store->flush();
-    setState(State::Finished, tr("the run finished (%1); everything received stays on screen").arg(reason));
+    setState(State::Finished,
+             tr("the run finished (%1); everything received stays on screen").arg(reason));
 }
 
 void Connection::onFailed(const QString &message, bool refused)

@@ -17,8 +17,16 @@ namespace shardscope {
 class Connection : public QObject
 {
     Q_OBJECT
-public:
-    enum class State { Idle, Connecting, Connected, Lost, Finished, Failed };
+  public:
+    enum class State
+    {
+        Idle,
+        Connecting,
+        Connected,
+        Lost,
+        Finished,
+        Failed
+    };
     Q_ENUM(State)
 
     explicit Connection(SessionStore *store, QObject *parent = nullptr);
@@ -39,10 +47,10 @@ public:
     quint64 liveEventsReceived() const { return m_liveEvents; }
     int reconnects() const { return m_reconnects; }
 
-Q_SIGNALS:
+  Q_SIGNALS:
     void stateChanged(shardscope::Connection::State state, const QString &message);
 
-private:
+  private:
     void setState(State state, const QString &message);
     void onWelcomed(const WelcomeInfo &info);
     void onState(std::shared_ptr<const wire::Snapshot> snapshot);

@@ -48,7 +48,8 @@ void ConnectionWorker::open(const QString &endpoint, const QString &token)
         connect(s, &QLocalSocket::connected, this, &ConnectionWorker::onConnected);
         connect(s, &QLocalSocket::readyRead, this, &ConnectionWorker::onReadyRead);
         connect(s, &QLocalSocket::disconnected, this, &ConnectionWorker::onDisconnected);
-        connect(s, &QLocalSocket::errorOccurred, this, [this, s] { onSocketError(s->errorString()); });
+        connect(s, &QLocalSocket::errorOccurred, this,
+                [this, s] { onSocketError(s->errorString()); });
         s->connectToServer(QString::fromStdString(parsed->path));
     } else {
         auto *s = new QTcpSocket(this);
@@ -57,7 +58,8 @@ void ConnectionWorker::open(const QString &endpoint, const QString &token)
         connect(s, &QTcpSocket::connected, this, &ConnectionWorker::onConnected);
         connect(s, &QTcpSocket::readyRead, this, &ConnectionWorker::onReadyRead);
         connect(s, &QTcpSocket::disconnected, this, &ConnectionWorker::onDisconnected);
-        connect(s, &QTcpSocket::errorOccurred, this, [this, s] { onSocketError(s->errorString()); });
+        connect(s, &QTcpSocket::errorOccurred, this,
+                [this, s] { onSocketError(s->errorString()); });
         s->connectToHost(QString::fromStdString(parsed->host), parsed->port);
     }
 }
@@ -65,8 +67,7 @@ void ConnectionWorker::open(const QString &endpoint, const QString &token)
 void ConnectionWorker::close()
 {
     m_handshakeTimer.stop();
-    if (!m_socket)
-        return;
+    if (!m_socket) return;
     QIODevice *s = m_socket;
     m_socket = nullptr;
     s->disconnect(this);
@@ -79,8 +80,7 @@ void ConnectionWorker::close()
 
 void ConnectionWorker::onConnected()
 {
-    if (!m_socket)
-        return;
+    if (!m_socket) return;
     wire::Hello hello;
     hello.token = m_token.toStdString();
     hello.client = "shardscope";
@@ -93,8 +93,7 @@ void ConnectionWorker::onReadyRead()
 {
     while (m_socket && !m_done) {
         const QByteArray bytes = m_socket->read(1 << 20);
-        if (bytes.isEmpty())
-            break;
+        if (bytes.isEmpty()) break;
         m_decoder.feed(bytes.constData(), static_cast<std::size_t>(bytes.size()));
         while (m_socket && !m_done) {
             auto next = m_decoder.next();
@@ -105,8 +104,7 @@ void ConnectionWorker::onReadyRead()
                      true);
                 return;
             }
-            if (!next->has_value())
-                break;
+            if (!next->has_value()) break;
             handleFrame(**next);
         }
     }
@@ -136,7 +134,8 @@ void ConnectionWorker::handleFrame(wire::Frame &frame)
     case wire::MessageType::State: {
         auto snap = wire::decodeSnapshot(frame.payload);
         if (!snap) {
-            fail(QStringLiteral("the engine's state could not be decoded: %1").arg(QString::fromStdString(snap.error())),
+            fail(QStringLiteral("the engine's state could not be decoded: %1")
+                     .arg(QString::fromStdString(snap.error())),
                  true);
             return;
         }
@@ -161,32 +160,31 @@ void ConnectionWorker::handleFrame(wire::Frame &frame)
                  true);
             return;
         }
-        if (m_pendingHistory != m_inHistory)
-            flushEvents();
+        if (m_pendingHistory != m_inHistory) flushEvents();
         m_pendingHistory = m_inHistory;
         m_pending.insert(m_pending.end(), events->begin(), events->end());
-        if (m_pending.size() >= kMaxBatchEvents)
-            flushEvents();
+        if (m_pending.size() >= kMaxBatchEvents) flushEvents();
         break;
     }
     case wire::MessageType::Dropped: {
         auto notice = wire::decodeDropped(frame.payload);
-        if (notice)
-            Q_EMIT droppedReported(notice->total);
+        if (notice) Q_EMIT droppedReported(notice->total);
         break;
     }
     case wire::MessageType::Goodbye: {
         auto bye = wire::decodeGoodbye(frame.payload);
         flushEvents();
         m_done = true;
-        Q_EMIT finished(bye ? QString::fromStdString(bye->reason) : QStringLiteral("the engine finished"));
+        Q_EMIT finished(bye ? QString::fromStdString(bye->reason)
+                            : QStringLiteral("the engine finished"));
         close();
         break;
     }
     case wire::MessageType::Error: {
         auto err = wire::decodeError(frame.payload);
         fail(QStringLiteral("the engine closed the connection: %1")
-                 .arg(err ? QString::fromStdString(err->message) : QString::fromStdString(frame.payload)),
+                 .arg(err ? QString::fromStdString(err->message)
+                          : QString::fromStdString(frame.payload)),
              err && (err->code == "bad_token" || err->code == "version_mismatch"));
         break;
     }
@@ -197,8 +195,7 @@ void ConnectionWorker::handleFrame(wire::Frame &frame)
 
 void ConnectionWorker::flushEvents()
 {
-    if (m_pending.empty())
-        return;
+    if (m_pending.empty()) return;
     auto batch = std::make_shared<EventBatch>();
     batch->events = std::move(m_pending);
     batch->history = m_pendingHistory;
@@ -208,16 +205,14 @@ void ConnectionWorker::flushEvents()
 
 void ConnectionWorker::onDisconnected()
 {
-    if (m_done)
-        return;
+    if (m_done) return;
     flushEvents();
     fail(QStringLiteral("the connection to the engine was lost"), false);
 }
 
 void ConnectionWorker::onSocketError(const QString &text)
 {
-    if (m_done)
-        return;
+    if (m_done) return;
     flushEvents();
     fail(m_welcomed ? QStringLiteral("the connection to the engine was lost (%1)").arg(text)
                     : QStringLiteral("cannot reach the engine (%1)").arg(text),
@@ -226,8 +221,7 @@ void ConnectionWorker::onSocketError(const QString &text)
 
 void ConnectionWorker::fail(const QString &message, bool refused)
 {
-    if (m_done)
-        return;
+    if (m_done) return;
     m_done = true;
     close();
     Q_EMIT failed(message, refused);

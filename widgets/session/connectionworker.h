@@ -39,15 +39,15 @@ struct WelcomeInfo
 class ConnectionWorker : public QObject
 {
     Q_OBJECT
-public:
+  public:
     ConnectionWorker() = default;
     ~ConnectionWorker() override;
 
-public Q_SLOTS:
+  public Q_SLOTS:
     void open(const QString &endpoint, const QString &token);
     void close();
 
-Q_SIGNALS:
+  Q_SIGNALS:
     void welcomed(const shardscope::WelcomeInfo &info);
     void stateReceived(std::shared_ptr<const shardscope::wire::Snapshot> snapshot);
     void eventsReceived(std::shared_ptr<const shardscope::EventBatch> batch);
@@ -57,7 +57,7 @@ Q_SIGNALS:
     // refused: the engine (or our own checks) refused: retrying will not help.
     void failed(const QString &message, bool refused);
 
-private:
+  private:
     void onConnected();
     void onReadyRead();
     void onDisconnected();

@@ -33,7 +33,8 @@ std::size_t EventLane::lastIndex(std::uint64_t ts) const
 
 void EventLane::setCapacity(std::size_t events)
 {
-    m_capacityChunks = events == 0 ? 0 : std::max<std::size_t>(2, (events + kChunkEvents - 1) / kChunkEvents);
+    m_capacityChunks =
+        events == 0 ? 0 : std::max<std::size_t>(2, (events + kChunkEvents - 1) / kChunkEvents);
 }
 
 void EventLane::evictIfFull()
@@ -72,8 +73,7 @@ void EventLane::insert(const Event &ev)
 bool EventLane::contains(const Event &ev) const
 {
     for (std::size_t i = firstIndex(ev.tsNs); i < m_size && at(i).tsNs == ev.tsNs; ++i) {
-        if (std::memcmp(&at(i), &ev, sizeof(Event)) == 0)
-            return true;
+        if (std::memcmp(&at(i), &ev, sizeof(Event)) == 0) return true;
     }
     return false;
 }

@@ -14,7 +14,7 @@ namespace shardscope {
 
 class EventLane
 {
-public:
+  public:
     static constexpr std::size_t kChunkEvents = 16384;
 
     EventLane() = default;
@@ -46,7 +46,7 @@ public:
     void clear();
     std::size_t bytesUsed() const { return m_chunks.size() * kChunkEvents * sizeof(Event); }
 
-private:
+  private:
     Event &mut(std::size_t i) { return m_chunks[i / kChunkEvents][i % kChunkEvents]; }
     void pushBack(const Event &ev);
     void evictIfFull();

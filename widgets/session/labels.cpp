@@ -7,9 +7,12 @@ namespace shardscope::labels {
 QString status(ParamStatus s)
 {
     switch (s) {
-    case ParamStatus::NotAvailable: return QStringLiteral("NOT_AVAILABLE");
-    case ParamStatus::Inflight: return QStringLiteral("INFLIGHT");
-    case ParamStatus::Available: return QStringLiteral("AVAILABLE");
+    case ParamStatus::NotAvailable:
+        return QStringLiteral("NOT_AVAILABLE");
+    case ParamStatus::Inflight:
+        return QStringLiteral("INFLIGHT");
+    case ParamStatus::Available:
+        return QStringLiteral("AVAILABLE");
     }
     return QStringLiteral("UNKNOWN");
 }
@@ -17,10 +20,14 @@ QString status(ParamStatus s)
 QString action(GuardAction a)
 {
     switch (a) {
-    case GuardAction::Raised: return QStringLiteral("error");
-    case GuardAction::Gathered: return QStringLiteral("gathered");
-    case GuardAction::AutoRegistered: return QStringLiteral("auto_registered");
-    case GuardAction::Recorded: return QStringLiteral("recorded");
+    case GuardAction::Raised:
+        return QStringLiteral("error");
+    case GuardAction::Gathered:
+        return QStringLiteral("gathered");
+    case GuardAction::AutoRegistered:
+        return QStringLiteral("auto_registered");
+    case GuardAction::Recorded:
+        return QStringLiteral("recorded");
     }
     return QStringLiteral("unknown");
 }
@@ -28,10 +35,14 @@ QString action(GuardAction a)
 QString kind(ViolationKind k)
 {
     switch (k) {
-    case ViolationKind::UnregisteredAccess: return QStringLiteral("unregistered_access");
-    case ViolationKind::LateParameter: return QStringLiteral("late_parameter");
-    case ViolationKind::TraceInvalidated: return QStringLiteral("trace_invalidated");
-    case ViolationKind::GatheredWriteWithoutModifier: return QStringLiteral("gathered_write_without_modifier");
+    case ViolationKind::UnregisteredAccess:
+        return QStringLiteral("unregistered_access");
+    case ViolationKind::LateParameter:
+        return QStringLiteral("late_parameter");
+    case ViolationKind::TraceInvalidated:
+        return QStringLiteral("trace_invalidated");
+    case ViolationKind::GatheredWriteWithoutModifier:
+        return QStringLiteral("gathered_write_without_modifier");
     }
     return QStringLiteral("unknown");
 }
@@ -44,11 +55,16 @@ QString dtype(DType t)
 QString reason(FetchReason r)
 {
     switch (r) {
-    case FetchReason::Forward: return QStringLiteral("forward");
-    case FetchReason::Backward: return QStringLiteral("backward");
-    case FetchReason::Prefetch: return QStringLiteral("prefetch");
-    case FetchReason::GatheredParameters: return QStringLiteral("gathered_parameters");
-    case FetchReason::Guard: return QStringLiteral("guard");
+    case FetchReason::Forward:
+        return QStringLiteral("forward");
+    case FetchReason::Backward:
+        return QStringLiteral("backward");
+    case FetchReason::Prefetch:
+        return QStringLiteral("prefetch");
+    case FetchReason::GatheredParameters:
+        return QStringLiteral("gathered_parameters");
+    case FetchReason::Guard:
+        return QStringLiteral("guard");
     }
     return QStringLiteral("unknown");
 }

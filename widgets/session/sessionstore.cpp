@@ -16,8 +16,8 @@ const std::vector<ExternalRecord> kNoExternals;
 
 bool sameRun(const EngineState &a, const EngineState &b)
 {
-    if (a.modelName != b.modelName || a.worldSize != b.worldSize || a.backend != b.backend
-        || a.modules.size() != b.modules.size())
+    if (a.modelName != b.modelName || a.worldSize != b.worldSize || a.backend != b.backend ||
+        a.modules.size() != b.modules.size())
         return false;
     for (std::size_t i = 0; i < a.modules.size(); ++i) {
         if (a.modules[i].path != b.modules[i].path || a.modules[i].parent != b.modules[i].parent)
@@ -28,16 +28,16 @@ bool sameRun(const EngineState &a, const EngineState &b)
 
 bool sameStructure(const EngineState &a, const EngineState &b)
 {
-    if (a.params.size() != b.params.size())
-        return false;
+    if (a.params.size() != b.params.size()) return false;
     for (std::size_t i = 0; i < a.params.size(); ++i) {
         const ParamRecord &x = a.params[i];
         const ParamRecord &y = b.params[i];
-        if (x.id != y.id || x.owner != y.owner || x.name != y.name || x.externals.size() != y.externals.size())
+        if (x.id != y.id || x.owner != y.owner || x.name != y.name ||
+            x.externals.size() != y.externals.size())
             return false;
         for (std::size_t e = 0; e < x.externals.size(); ++e) {
-            if (x.externals[e].module != y.externals[e].module
-                || x.externals[e].automatic != y.externals[e].automatic)
+            if (x.externals[e].module != y.externals[e].module ||
+                x.externals[e].automatic != y.externals[e].automatic)
                 return false;
         }
     }
@@ -51,8 +51,7 @@ std::uint64_t rankBit(int rank)
 
 } // namespace
 
-SessionStore::SessionStore(QObject *parent)
-    : QObject(parent)
+SessionStore::SessionStore(QObject *parent) : QObject(parent)
 {
     qRegisterMetaType<shardscope::StoreChanges>();
     m_timer.setInterval(33);
@@ -99,8 +98,7 @@ void SessionStore::applyState(const EngineState &state)
         m_source = source;
     } else {
         m_dedupe = true;
-        if (!sameStructure(m_state, state))
-            m_pending.structure = true;
+        if (!sameStructure(m_state, state)) m_pending.structure = true;
     }
     m_state = state;
     m_hasState = true;
@@ -128,8 +126,9 @@ void SessionStore::applyState(const EngineState &state)
             g.fix = v.fix;
             g.message = v.message;
             if (g.fix.empty()) {
-                g.fix = fixLine(v.kind, modulePath(v.accessor), paramName(v.param), modulePath(v.owner))
-                            .toStdString();
+                g.fix =
+                    fixLine(v.kind, modulePath(v.accessor), paramName(v.param), modulePath(v.owner))
+                        .toStdString();
             }
             m_groupIndex.emplace(key, m_groups.size());
             m_groups.push_back(std::move(g));
@@ -150,8 +149,7 @@ void SessionStore::applyState(const EngineState &state)
         m_lanes.resize(static_cast<std::size_t>(std::max(1, m_state.worldSize)));
         setMaxEvents(m_maxEvents);
     }
-    if (m_memory.size() < m_lanes.size())
-        m_memory.resize(m_lanes.size());
+    if (m_memory.size() < m_lanes.size()) m_memory.resize(m_lanes.size());
     m_pending.violations = true;
     m_pending.summary = true;
     if (continuing) {
@@ -178,15 +176,13 @@ void SessionStore::rebuildIndex()
     for (std::size_t i = 0; i < m_state.params.size(); ++i) {
         const ParamRecord &p = m_state.params[i];
         m_paramIndex[p.id] = static_cast<std::int32_t>(i);
-        if (p.owner < nModules)
-            m_ownedParams[p.owner].push_back(p.id);
+        if (p.owner < nModules) m_ownedParams[p.owner].push_back(p.id);
         for (const ExternalRecord &e : p.externals) {
             if (e.module < nModules)
                 m_externalsOn[e.module].push_back(ExternalRecord{p.id, e.automatic});
         }
     }
-    if (m_paramMarked.size() < m_paramIndex.size())
-        m_paramMarked.resize(m_paramIndex.size(), 0);
+    if (m_paramMarked.size() < m_paramIndex.size()) m_paramMarked.resize(m_paramIndex.size(), 0);
 }
 
 void SessionStore::rebuildViolationCounts()
@@ -194,10 +190,8 @@ void SessionStore::rebuildViolationCounts()
     m_paramViolations.assign(m_paramIndex.size(), 0);
     m_moduleViolations.assign(m_state.modules.size(), 0);
     for (const ViolationGroup &g : m_groups) {
-        if (g.param < m_paramViolations.size())
-            m_paramViolations[g.param] += g.count;
-        if (g.accessor < m_moduleViolations.size())
-            m_moduleViolations[g.accessor] += g.count;
+        if (g.param < m_paramViolations.size()) m_paramViolations[g.param] += g.count;
+        if (g.accessor < m_moduleViolations.size()) m_moduleViolations[g.accessor] += g.count;
         if (g.owner < m_moduleViolations.size() && g.owner != g.accessor)
             m_moduleViolations[g.owner] += g.count;
     }
@@ -205,12 +199,11 @@ void SessionStore::rebuildViolationCounts()
 
 void SessionStore::appendEvents(std::span<const Event> events, bool history)
 {
-    if (events.empty())
-        return;
+    if (events.empty()) return;
     for (const Event &ev : events) {
         EventLane &lane = laneFor(ev.rank);
-        if (m_dedupe && !lane.empty() && ev.tsNs <= lane.lastTs()
-            && ((lane.evicted() > 0 && ev.tsNs < lane.firstTs()) || lane.contains(ev))) {
+        if (m_dedupe && !lane.empty() && ev.tsNs <= lane.lastTs() &&
+            ((lane.evicted() > 0 && ev.tsNs < lane.firstTs()) || lane.contains(ev))) {
             ++m_duplicates; // seen before (or older than what the memory bound keeps)
             continue;
         }
@@ -242,8 +235,7 @@ void SessionStore::appendEvents(std::span<const Event> events, bool history)
             break;
         }
         default:
-            if (!history)
-                applyLive(ev);
+            if (!history) applyLive(ev);
             break;
         }
     }
@@ -280,8 +272,7 @@ std::uint64_t SessionStore::evictedEvents() const
 
 ParamRecord *SessionStore::mutParam(ParamId id)
 {
-    if (id >= m_paramIndex.size() || m_paramIndex[id] < 0)
-        return nullptr;
+    if (id >= m_paramIndex.size() || m_paramIndex[id] < 0) return nullptr;
     return &m_state.params[static_cast<std::size_t>(m_paramIndex[id])];
 }
 
@@ -291,22 +282,19 @@ void SessionStore::applyLive(const Event &ev)
     switch (ev.type) {
     case EventType::FetchBegin:
         if (ParamRecord *p = mutParam(ev.a)) {
-            if (ev.rank < p->status.size())
-                p->status[ev.rank] = ParamStatus::Inflight;
+            if (ev.rank < p->status.size()) p->status[ev.rank] = ParamStatus::Inflight;
             m_fetchBegin[fetchKey] = ev.tsNs;
             markParam(ev.a);
         }
         break;
     case EventType::FetchEnd:
         if (ParamRecord *p = mutParam(ev.a)) {
-            if (ev.rank < p->status.size())
-                p->status[ev.rank] = ParamStatus::Available;
+            if (ev.rank < p->status.size()) p->status[ev.rank] = ParamStatus::Available;
             ++p->gatherCount;
             p->gatherBytes += ev.u0;
             auto it = m_fetchBegin.find(fetchKey);
             if (it != m_fetchBegin.end()) {
-                if (ev.tsNs >= it->second)
-                    p->gatherNs += ev.tsNs - it->second;
+                if (ev.tsNs >= it->second) p->gatherNs += ev.tsNs - it->second;
                 m_fetchBegin.erase(it);
             }
             p->lastGatherTsNs = std::max(p->lastGatherTsNs, ev.tsNs);
@@ -315,8 +303,7 @@ void SessionStore::applyLive(const Event &ev)
         break;
     case EventType::Release:
         if (ParamRecord *p = mutParam(ev.a)) {
-            if (ev.rank < p->status.size())
-                p->status[ev.rank] = ParamStatus::NotAvailable;
+            if (ev.rank < p->status.size()) p->status[ev.rank] = ParamStatus::NotAvailable;
             markParam(ev.a);
         }
         break;
@@ -346,8 +333,9 @@ void SessionStore::applyLive(const Event &ev)
         }
         break;
     case EventType::UnregisteredAccess:
-        addViolation(ViolationKind::UnregisteredAccess, ev, ev.a, ev.b, static_cast<ModuleId>(ev.u0),
-                     static_cast<ParamStatus>(ev.flags & 0x0Fu), static_cast<GuardAction>(ev.flags >> 4));
+        addViolation(ViolationKind::UnregisteredAccess, ev, ev.a, ev.b,
+                     static_cast<ModuleId>(ev.u0), static_cast<ParamStatus>(ev.flags & 0x0Fu),
+                     static_cast<GuardAction>(ev.flags >> 4));
         break;
     case EventType::LateParameter: {
         ModuleId owner = ev.a;
@@ -367,8 +355,8 @@ void SessionStore::applyLive(const Event &ev)
         }
         break;
     case EventType::TraceInvalidated:
-        addViolation(ViolationKind::TraceInvalidated, ev, ev.b, kNoParam, ev.a, ParamStatus::NotAvailable,
-                     GuardAction::Recorded);
+        addViolation(ViolationKind::TraceInvalidated, ev, ev.b, kNoParam, ev.a,
+                     ParamStatus::NotAvailable, GuardAction::Recorded);
         break;
     case EventType::GatheredWriteError: {
         const ParamRecord *p = param(ev.a);
@@ -385,8 +373,9 @@ void SessionStore::applyLive(const Event &ev)
     }
 }
 
-void SessionStore::addViolation(ViolationKind kind, const Event &ev, ModuleId accessor, ParamId param,
-                                ModuleId owner, ParamStatus status, GuardAction action)
+void SessionStore::addViolation(ViolationKind kind, const Event &ev, ModuleId accessor,
+                                ParamId param, ModuleId owner, ParamStatus status,
+                                GuardAction action)
 {
     const auto key = std::make_tuple(static_cast<int>(kind), accessor, param);
     auto it = m_groupIndex.find(key);
@@ -427,27 +416,25 @@ void SessionStore::addViolation(ViolationKind kind, const Event &ev, ModuleId ac
                             .toStdString();
             break;
         case ViolationKind::TraceInvalidated:
-            g.message = QStringLiteral("expected module `%1`, got `%2`: the prefetch trace was invalidated")
-                            .arg(o, a)
-                            .toStdString();
+            g.message =
+                QStringLiteral("expected module `%1`, got `%2`: the prefetch trace was invalidated")
+                    .arg(o, a)
+                    .toStdString();
             break;
         case ViolationKind::GatheredWriteWithoutModifier:
-            g.message = QStringLiteral("`%1` was modified inside GatheredParameters without modifier_rank")
-                            .arg(p)
-                            .toStdString();
+            g.message =
+                QStringLiteral("`%1` was modified inside GatheredParameters without modifier_rank")
+                    .arg(p)
+                    .toStdString();
             break;
         }
         m_groupIndex.emplace(key, m_groups.size());
         m_groups.push_back(std::move(g));
     }
-    if (param < m_paramViolations.size())
-        ++m_paramViolations[param];
-    if (accessor < m_moduleViolations.size())
-        ++m_moduleViolations[accessor];
-    if (owner < m_moduleViolations.size() && owner != accessor)
-        ++m_moduleViolations[owner];
-    if (param != kNoParam)
-        markParam(param);
+    if (param < m_paramViolations.size()) ++m_paramViolations[param];
+    if (accessor < m_moduleViolations.size()) ++m_moduleViolations[accessor];
+    if (owner < m_moduleViolations.size() && owner != accessor) ++m_moduleViolations[owner];
+    if (param != kNoParam) markParam(param);
     m_pending.violations = true;
 }
 
@@ -458,8 +445,9 @@ QString SessionStore::fixLine(ViolationKind kind, const QString &accessor, const
     case ViolationKind::UnregisteredAccess:
         return QStringLiteral("register_external_parameter(%1, %2)").arg(accessor, param);
     case ViolationKind::LateParameter:
-        return QStringLiteral("with GatheredParameters(<original parameter>, modifier_rank=0): <create %2>; "
-                              "then register_external_parameter(%1, %2)")
+        return QStringLiteral(
+                   "with GatheredParameters(<original parameter>, modifier_rank=0): <create %2>; "
+                   "then register_external_parameter(%1, %2)")
             .arg(accessor, param);
     case ViolationKind::GatheredWriteWithoutModifier:
         return QStringLiteral("GatheredParameters(%1, modifier_rank=0)").arg(param);
@@ -472,8 +460,7 @@ QString SessionStore::fixLine(ViolationKind kind, const QString &accessor, const
 
 void SessionStore::setDroppedEvents(std::uint64_t dropped)
 {
-    if (dropped == m_droppedReported && m_droppedFromEvents == 0)
-        return;
+    if (dropped == m_droppedReported && m_droppedFromEvents == 0) return;
     m_droppedReported = dropped;
     m_droppedFromEvents = 0;
     m_pending.summary = true;
@@ -495,25 +482,21 @@ const ModuleRecord *SessionStore::module(ModuleId id) const
 
 const ParamRecord *SessionStore::param(ParamId id) const
 {
-    if (id >= m_paramIndex.size() || m_paramIndex[id] < 0)
-        return nullptr;
+    if (id >= m_paramIndex.size() || m_paramIndex[id] < 0) return nullptr;
     return &m_state.params[static_cast<std::size_t>(m_paramIndex[id])];
 }
 
 QString SessionStore::modulePath(ModuleId id) const
 {
-    if (id == kNoModule)
-        return QStringLiteral("<none>");
+    if (id == kNoModule) return QStringLiteral("<none>");
     const ModuleRecord *m = module(id);
-    if (!m)
-        return QStringLiteral("<module %1>").arg(id);
+    if (!m) return QStringLiteral("<module %1>").arg(id);
     return m->path.empty() ? QStringLiteral("<root>") : QString::fromStdString(m->path);
 }
 
 QString SessionStore::paramName(ParamId id) const
 {
-    if (id == kNoParam)
-        return QStringLiteral("<none>");
+    if (id == kNoParam) return QStringLiteral("<none>");
     const ParamRecord *p = param(id);
     return p ? QString::fromStdString(p->name) : QStringLiteral("<parameter %1>").arg(id);
 }
@@ -547,8 +530,7 @@ std::vector<const ViolationGroup *> SessionStore::violationsOf(ParamId id) const
 {
     std::vector<const ViolationGroup *> out;
     for (const ViolationGroup &g : m_groups) {
-        if (g.param == id)
-            out.push_back(&g);
+        if (g.param == id) out.push_back(&g);
     }
     return out;
 }
@@ -557,8 +539,7 @@ std::uint64_t SessionStore::firstTs() const
 {
     std::uint64_t t = std::numeric_limits<std::uint64_t>::max();
     for (const EventLane &l : m_lanes) {
-        if (!l.empty())
-            t = std::min(t, l.at(0).tsNs);
+        if (!l.empty()) t = std::min(t, l.at(0).tsNs);
     }
     return t == std::numeric_limits<std::uint64_t>::max() ? 0 : t;
 }
@@ -573,8 +554,7 @@ std::uint64_t SessionStore::lastTs() const
 
 void SessionStore::markParam(ParamId id)
 {
-    if (id >= m_paramMarked.size())
-        m_paramMarked.resize(std::size_t{id} + 1, 0);
+    if (id >= m_paramMarked.size()) m_paramMarked.resize(std::size_t{id} + 1, 0);
     if (!m_paramMarked[id]) {
         m_paramMarked[id] = 1;
         m_pending.params.push_back(id);
@@ -583,14 +563,12 @@ void SessionStore::markParam(ParamId id)
 
 void SessionStore::markDirty()
 {
-    if (!m_timer.isActive())
-        m_timer.start();
+    if (!m_timer.isActive()) m_timer.start();
 }
 
 void SessionStore::flush()
 {
-    if (!m_pending.any())
-        return;
+    if (!m_pending.any()) return;
     StoreChanges changes = std::move(m_pending);
     m_pending = StoreChanges{};
     for (ParamId id : changes.params)

@@ -53,19 +53,22 @@ struct RankMemory
 // What changed since the previous updated(): consumers refresh only that.
 struct StoreChanges
 {
-    bool reset = false;      // a different run (or a cleared store): rebuild everything
-    bool structure = false;  // modules, parameters or external registrations added/removed
-    bool violations = false; // groups added or counts changed
-    bool summary = false;    // step, loss, dropped events, memory, source
-    bool events = false;     // new events in the lanes
+    bool reset = false;          // a different run (or a cleared store): rebuild everything
+    bool structure = false;      // modules, parameters or external registrations added/removed
+    bool violations = false;     // groups added or counts changed
+    bool summary = false;        // step, loss, dropped events, memory, source
+    bool events = false;         // new events in the lanes
     std::vector<ParamId> params; // status or gather figures changed (unique)
-    bool any() const { return reset || structure || violations || summary || events || !params.empty(); }
+    bool any() const
+    {
+        return reset || structure || violations || summary || events || !params.empty();
+    }
 };
 
 class SessionStore : public QObject
 {
     Q_OBJECT
-public:
+  public:
     explicit SessionStore(QObject *parent = nullptr);
 
     // ---- ingest (UI thread)
@@ -95,7 +98,8 @@ public:
     QString paramName(ParamId id) const;
     const std::vector<ModuleId> &childModules(ModuleId id) const;
     const std::vector<ParamId> &ownedParams(ModuleId id) const;
-    const std::vector<ExternalRecord> &externalsOn(ModuleId module) const; // .module holds the param id
+    const std::vector<ExternalRecord> &
+    externalsOn(ModuleId module) const; // .module holds the param id
     std::uint64_t paramViolations(ParamId id) const;
     std::uint64_t moduleViolations(ModuleId id) const; // as accessor or as owner
 
@@ -129,10 +133,10 @@ public:
     std::size_t maxEvents() const { return m_maxEvents; }
     std::uint64_t evictedEvents() const;
 
-signals:
+  signals:
     void updated(const shardscope::StoreChanges &changes);
 
-private:
+  private:
     void rebuildIndex();
     void rebuildViolationCounts();
     void markParam(ParamId id);
@@ -156,7 +160,8 @@ private:
     std::vector<std::uint64_t> m_moduleViolations;
 
     std::vector<ViolationGroup> m_groups;
-    std::map<std::tuple<int, ModuleId, ParamId>, std::size_t> m_groupIndex; // (kind, accessor, param)
+    std::map<std::tuple<int, ModuleId, ParamId>, std::size_t>
+        m_groupIndex; // (kind, accessor, param)
 
     std::vector<EventLane> m_lanes;
     std::unordered_map<std::uint64_t, std::uint64_t> m_fetchBegin; // (rank, param) -> ts
@@ -169,7 +174,8 @@ private:
     bool m_hasLoss = false;
     double m_loss = 0.0;
     bool m_dedupe = false;
-    std::size_t m_maxEvents = 8u << 20; // 8 Mi events: 384 MiB // after a state of the same run: history may repeat stored events
+    std::size_t m_maxEvents = 8u << 20; // 8 Mi events: 384 MiB // after a state of the same run:
+                                        // history may repeat stored events
 
     StoreChanges m_pending;
     std::vector<std::uint8_t> m_paramMarked;

@@ -59,8 +59,7 @@ wire::Snapshot snapshotOf(const SessionStore &store)
     std::size_t total = 0;
     for (int r = 0; r < store.laneCount(); ++r) {
         total += store.lane(r).size();
-        if (!store.lane(r).empty())
-            heads.emplace(store.lane(r).at(0).tsNs, r);
+        if (!store.lane(r).empty()) heads.emplace(store.lane(r).at(0).tsNs, r);
     }
     s.events.reserve(total);
     while (!heads.empty()) {
@@ -69,8 +68,7 @@ wire::Snapshot snapshotOf(const SessionStore &store)
         const EventLane &lane = store.lane(r);
         std::size_t &i = pos[static_cast<std::size_t>(r)];
         s.events.push_back(lane.at(i));
-        if (++i < lane.size())
-            heads.emplace(lane.at(i).tsNs, r);
+        if (++i < lane.size()) heads.emplace(lane.at(i).tsNs, r);
     }
     s.droppedEvents = store.droppedEvents();
     return s;

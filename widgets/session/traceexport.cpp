@@ -14,7 +14,13 @@ namespace shardscope {
 
 namespace {
 
-enum Lane { ModulesTid = 0, GathersTid = 1, ViolationsTid = 2, StepsTid = 3 };
+enum Lane
+{
+    ModulesTid = 0,
+    GathersTid = 1,
+    ViolationsTid = 2,
+    StepsTid = 3
+};
 
 struct OpenFetch
 {
@@ -28,7 +34,9 @@ struct OpenFetch
 QByteArray chromeTrace(const SessionStore &store)
 {
     const std::uint64_t t0 = store.firstTs();
-    auto us = [t0](std::uint64_t ts) { return static_cast<qint64>(ts >= t0 ? (ts - t0 + 500) / 1000 : 0); };
+    auto us = [t0](std::uint64_t ts) {
+        return static_cast<qint64>(ts >= t0 ? (ts - t0 + 500) / 1000 : 0);
+    };
     auto dur = [](std::uint64_t begin, std::uint64_t end) {
         return static_cast<qint64>(end > begin ? (end - begin + 500) / 1000 : 0);
     };
@@ -40,8 +48,8 @@ QByteArray chromeTrace(const SessionStore &store)
                                   {QStringLiteral("tid"), tid},
                                   {QStringLiteral("args"), args}});
     };
-    auto span = [&](const QString &name, const QString &cat, int pid, int tid, std::uint64_t b, std::uint64_t e,
-                    const QJsonObject &args) {
+    auto span = [&](const QString &name, const QString &cat, int pid, int tid, std::uint64_t b,
+                    std::uint64_t e, const QJsonObject &args) {
         events.append(QJsonObject{{QStringLiteral("name"), name},
                                   {QStringLiteral("cat"), cat},
                                   {QStringLiteral("ph"), QStringLiteral("X")},
@@ -69,7 +77,8 @@ QByteArray chromeTrace(const SessionStore &store)
         meta("process_sort_index", r, 0, {{QStringLiteral("sort_index"), r}});
         meta("thread_name", r, ModulesTid, {{QStringLiteral("name"), QStringLiteral("modules")}});
         meta("thread_name", r, GathersTid, {{QStringLiteral("name"), QStringLiteral("gathers")}});
-        meta("thread_name", r, ViolationsTid, {{QStringLiteral("name"), QStringLiteral("violations")}});
+        meta("thread_name", r, ViolationsTid,
+             {{QStringLiteral("name"), QStringLiteral("violations")}});
         meta("thread_name", r, StepsTid, {{QStringLiteral("name"), QStringLiteral("steps")}});
     }
 
@@ -87,12 +96,13 @@ QByteArray chromeTrace(const SessionStore &store)
                 break;
             case EventType::ModuleExit:
                 for (std::size_t k = moduleStack.size(); k-- > 0;) {
-                    if (moduleStack[k].first != ev.a)
-                        continue;
+                    if (moduleStack[k].first != ev.a) continue;
                     const Event &b = *moduleStack[k].second;
                     const QString phase = labels::phase(static_cast<Phase>(b.flags));
-                    span(store.modulePath(ev.a), QStringLiteral("module,") + phase, r, ModulesTid, b.tsNs, ev.tsNs,
-                         {{QStringLiteral("step"), qint64(b.step)}, {QStringLiteral("phase"), phase}});
+                    span(store.modulePath(ev.a), QStringLiteral("module,") + phase, r, ModulesTid,
+                         b.tsNs, ev.tsNs,
+                         {{QStringLiteral("step"), qint64(b.step)},
+                          {QStringLiteral("phase"), phase}});
                     moduleStack.resize(k);
                     break;
                 }
@@ -102,11 +112,12 @@ QByteArray chromeTrace(const SessionStore &store)
                 break;
             case EventType::FetchEnd: {
                 auto it = fetches.find(ev.a);
-                const OpenFetch f = it != fetches.end() ? it->second : OpenFetch{ev.tsNs, ev.b, ev.flags};
-                if (it != fetches.end())
-                    fetches.erase(it);
+                const OpenFetch f =
+                    it != fetches.end() ? it->second : OpenFetch{ev.tsNs, ev.b, ev.flags};
+                if (it != fetches.end()) fetches.erase(it);
                 const QString reason = labels::reason(static_cast<FetchReason>(f.reason));
-                span(store.paramName(ev.a), QStringLiteral("gather,") + reason, r, GathersTid, f.ts, ev.tsNs,
+                span(store.paramName(ev.a), QStringLiteral("gather,") + reason, r, GathersTid, f.ts,
+                     ev.tsNs,
                      {{QStringLiteral("param"), store.paramName(ev.a)},
                       {QStringLiteral("module"), store.modulePath(f.module)},
                       {QStringLiteral("reason"), reason},
@@ -115,17 +126,20 @@ QByteArray chromeTrace(const SessionStore &store)
                 break;
             }
             case EventType::Broadcast:
-                instant(QStringLiteral("broadcast %1").arg(store.paramName(ev.a)), QStringLiteral("gather,broadcast"), r,
-                        GathersTid, ev.tsNs, {{QStringLiteral("root"), qint64(ev.b)}, {QStringLiteral("bytes"), qint64(ev.u0)}});
+                instant(QStringLiteral("broadcast %1").arg(store.paramName(ev.a)),
+                        QStringLiteral("gather,broadcast"), r, GathersTid, ev.tsNs,
+                        {{QStringLiteral("root"), qint64(ev.b)},
+                         {QStringLiteral("bytes"), qint64(ev.u0)}});
                 break;
             case EventType::StepBegin:
                 stepBegin = &ev;
                 break;
             case EventType::StepEnd:
                 if (stepBegin) {
-                    span(QStringLiteral("step %1").arg(stepBegin->step), QStringLiteral("step"), r, StepsTid,
-                         stepBegin->tsNs, ev.tsNs,
-                         {{QStringLiteral("loss"), std::bit_cast<double>(ev.u0)}, {QStringLiteral("step"), qint64(stepBegin->step)}});
+                    span(QStringLiteral("step %1").arg(stepBegin->step), QStringLiteral("step"), r,
+                         StepsTid, stepBegin->tsNs, ev.tsNs,
+                         {{QStringLiteral("loss"), std::bit_cast<double>(ev.u0)},
+                          {QStringLiteral("step"), qint64(stepBegin->step)}});
                     stepBegin = nullptr;
                 }
                 break;
@@ -155,7 +169,8 @@ QByteArray chromeTrace(const SessionStore &store)
                 QString fix;
                 const auto &groups = store.violationGroups();
                 for (std::size_t g = 0; g < groups.size(); ++g) {
-                    if (groups[g].kind == kind && groups[g].accessor == accessor && groups[g].param == param) {
+                    if (groups[g].kind == kind && groups[g].accessor == accessor &&
+                        groups[g].param == param) {
                         groupHasEvent[g] = true;
                         fix = QString::fromStdString(groups[g].fix);
                         break;
@@ -163,7 +178,8 @@ QByteArray chromeTrace(const SessionStore &store)
                 }
                 instant(labels::kind(kind), QStringLiteral("violation"), r, ViolationsTid, ev.tsNs,
                         {{QStringLiteral("accessor"), store.modulePath(accessor)},
-                         {QStringLiteral("param"), param == kNoParam ? QString() : store.paramName(param)},
+                         {QStringLiteral("param"),
+                          param == kNoParam ? QString() : store.paramName(param)},
                          {QStringLiteral("owner"), store.modulePath(owner)},
                          {QStringLiteral("step"), qint64(ev.step)},
                          {QStringLiteral("fix"), fix}});
@@ -177,31 +193,33 @@ QByteArray chromeTrace(const SessionStore &store)
     // Violations known only from the state (their events are older than the history).
     const auto &groups = store.violationGroups();
     for (std::size_t g = 0; g < groups.size(); ++g) {
-        if (groupHasEvent[g])
-            continue;
+        if (groupHasEvent[g]) continue;
         const ViolationGroup &v = groups[g];
-        instant(labels::kind(v.kind), QStringLiteral("violation"), v.firstRank, ViolationsTid, std::max(v.firstTsNs, t0),
-                {{QStringLiteral("accessor"), store.modulePath(v.accessor)},
-                 {QStringLiteral("param"), v.param == kNoParam ? QString() : store.paramName(v.param)},
-                 {QStringLiteral("owner"), store.modulePath(v.owner)},
-                 {QStringLiteral("step"), qint64(v.firstStep)},
-                 {QStringLiteral("count"), qint64(v.count)},
-                 {QStringLiteral("fix"), QString::fromStdString(v.fix)}});
+        instant(
+            labels::kind(v.kind), QStringLiteral("violation"), v.firstRank, ViolationsTid,
+            std::max(v.firstTsNs, t0),
+            {{QStringLiteral("accessor"), store.modulePath(v.accessor)},
+             {QStringLiteral("param"), v.param == kNoParam ? QString() : store.paramName(v.param)},
+             {QStringLiteral("owner"), store.modulePath(v.owner)},
+             {QStringLiteral("step"), qint64(v.firstStep)},
+             {QStringLiteral("count"), qint64(v.count)},
+             {QStringLiteral("fix"), QString::fromStdString(v.fix)}});
     }
 
     const EngineState &st = store.state();
-    QJsonObject root{{QStringLiteral("traceEvents"), events},
-                     {QStringLiteral("displayTimeUnit"), QStringLiteral("ms")},
-                     {QStringLiteral("distributedInfo"),
-                      QJsonObject{{QStringLiteral("backend"), QString::fromStdString(st.backend)},
-                                  {QStringLiteral("world_size"), st.worldSize},
-                                  {QStringLiteral("rank"), st.localRanks.empty() ? 0 : st.localRanks.front()},
-                                  {QStringLiteral("local_ranks"), qint64(st.localRanks.size())},
-                                  {QStringLiteral("model"), QString::fromStdString(st.modelName)}}},
-                     {QStringLiteral("otherData"),
-                      QJsonObject{{QStringLiteral("producer"), QStringLiteral("shardscope")},
-                                  {QStringLiteral("step"), qint64(store.step())},
-                                  {QStringLiteral("dropped_events"), qint64(store.droppedEvents())}}}};
+    QJsonObject root{
+        {QStringLiteral("traceEvents"), events},
+        {QStringLiteral("displayTimeUnit"), QStringLiteral("ms")},
+        {QStringLiteral("distributedInfo"),
+         QJsonObject{{QStringLiteral("backend"), QString::fromStdString(st.backend)},
+                     {QStringLiteral("world_size"), st.worldSize},
+                     {QStringLiteral("rank"), st.localRanks.empty() ? 0 : st.localRanks.front()},
+                     {QStringLiteral("local_ranks"), qint64(st.localRanks.size())},
+                     {QStringLiteral("model"), QString::fromStdString(st.modelName)}}},
+        {QStringLiteral("otherData"),
+         QJsonObject{{QStringLiteral("producer"), QStringLiteral("shardscope")},
+                     {QStringLiteral("step"), qint64(store.step())},
+                     {QStringLiteral("dropped_events"), qint64(store.droppedEvents())}}}};
     return QJsonDocument(root).toJson(QJsonDocument::Compact);
 }
 

@@ -22,32 +22,30 @@ QString uptime(std::uint64_t startUnixMs)
 {
     const qint64 now = QDateTime::currentMSecsSinceEpoch();
     const qint64 s = std::max<qint64>(0, (now - static_cast<qint64>(startUnixMs)) / 1000);
-    if (s < 60)
-        return QStringLiteral("%1 s").arg(s);
-    if (s < 3600)
-        return QStringLiteral("%1 min %2 s").arg(s / 60).arg(s % 60);
+    if (s < 60) return QStringLiteral("%1 s").arg(s);
+    if (s < 3600) return QStringLiteral("%1 min %2 s").arg(s / 60).arg(s % 60);
     return QStringLiteral("%1 h %2 min").arg(s / 3600).arg((s % 3600) / 60);
 }
 
 } // namespace
 
 AttachDialog::AttachDialog(const QString &discoveryDir, QWidget *parent)
-    : QDialog(parent)
-    , m_dir(discoveryDir.isEmpty() ? QString::fromStdString(wire::defaultRuntimeDir()) : discoveryDir)
-    , m_table(new QTableWidget(0, 6, this))
-    , m_endpoint(new QLineEdit(this))
-    , m_token(new QLineEdit(this))
-    , m_hint(new QLabel(this))
-    , m_timer(new QTimer(this))
+    : QDialog(parent),
+      m_dir(discoveryDir.isEmpty() ? QString::fromStdString(wire::defaultRuntimeDir())
+                                   : discoveryDir),
+      m_table(new QTableWidget(0, 6, this)), m_endpoint(new QLineEdit(this)),
+      m_token(new QLineEdit(this)), m_hint(new QLabel(this)), m_timer(new QTimer(this))
 {
     setWindowTitle(tr("Attach to a training run"));
-    m_table->setHorizontalHeaderLabels({tr("PID"), tr("Model"), tr("World size"), tr("Backend"), tr("Uptime"), tr("Endpoint")});
+    m_table->setHorizontalHeaderLabels(
+        {tr("PID"), tr("Model"), tr("World size"), tr("Backend"), tr("Uptime"), tr("Endpoint")});
     m_table->verticalHeader()->hide();
     m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
     m_table->setSelectionMode(QAbstractItemView::SingleSelection);
     m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
     m_table->horizontalHeader()->setStretchLastSection(true);
-    m_endpoint->setPlaceholderText(QStringLiteral("unix:/run/user/1000/shardscope/1234.sock  or  tcp:127.0.0.1:7000"));
+    m_endpoint->setPlaceholderText(
+        QStringLiteral("unix:/run/user/1000/shardscope/1234.sock  or  tcp:127.0.0.1:7000"));
     m_token->setPlaceholderText(tr("only for an engine started with --token"));
     m_token->setEchoMode(QLineEdit::Password);
     m_hint->setWordWrap(true);
@@ -77,8 +75,7 @@ AttachDialog::AttachDialog(const QString &discoveryDir, QWidget *parent)
     connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
     connect(m_table, &QTableWidget::itemSelectionChanged, this, [this] {
         const auto rows = m_table->selectionModel()->selectedRows();
-        if (!rows.isEmpty())
-            m_endpoint->setText(m_table->item(rows.first().row(), 5)->text());
+        if (!rows.isEmpty()) m_endpoint->setText(m_table->item(rows.first().row(), 5)->text());
     });
     connect(m_table, &QTableWidget::cellDoubleClicked, this, [this](int row, int) {
         m_endpoint->setText(m_table->item(row, 5)->text());
@@ -108,15 +105,20 @@ int AttachDialog::engineCount() const
 void AttachDialog::refresh()
 {
     const std::vector<wire::DiscoveryEntry> engines = wire::listLiveEngines(m_dir.toStdString());
-    const QString selected = m_table->selectionModel()->selectedRows().isEmpty()
-        ? QString()
-        : m_table->item(m_table->selectionModel()->selectedRows().first().row(), 5)->text();
+    const QString selected =
+        m_table->selectionModel()->selectedRows().isEmpty()
+            ? QString()
+            : m_table->item(m_table->selectionModel()->selectedRows().first().row(), 5)->text();
     m_table->setRowCount(static_cast<int>(engines.size()));
     for (int r = 0; r < static_cast<int>(engines.size()); ++r) {
         const wire::DiscoveryEntry &e = engines[static_cast<std::size_t>(r)];
-        const QString cells[] = {QString::number(e.pid), QString::fromStdString(e.model), QString::number(e.worldSize),
-                                 QString::fromStdString(e.backend), uptime(e.startUnixMs),
-                                 QString::fromStdString(e.endpoint) + (e.tokenRequired ? tr("  (token)") : QString())};
+        const QString cells[] = {QString::number(e.pid),
+                                 QString::fromStdString(e.model),
+                                 QString::number(e.worldSize),
+                                 QString::fromStdString(e.backend),
+                                 uptime(e.startUnixMs),
+                                 QString::fromStdString(e.endpoint) +
+                                     (e.tokenRequired ? tr("  (token)") : QString())};
         for (int c = 0; c < 6; ++c) {
             auto *item = m_table->item(r, c);
             if (!item) {
@@ -124,15 +126,15 @@ void AttachDialog::refresh()
                 m_table->setItem(r, c, item);
             }
             item->setText(c == 5 ? QString::fromStdString(e.endpoint) : cells[c]);
-            if (c == 5 && e.tokenRequired)
-                item->setToolTip(tr("this engine requires a token"));
+            if (c == 5 && e.tokenRequired) item->setToolTip(tr("this engine requires a token"));
         }
         if (QString::fromStdString(e.endpoint) == selected) {
             const QSignalBlocker block(m_table);
             m_table->selectRow(r);
         }
     }
-    m_hint->setText(engines.empty() ? tr("No live engine found. Start one with shardscope-train, or type its endpoint below.")
+    m_hint->setText(engines.empty() ? tr("No live engine found. Start one with shardscope-train, "
+                                         "or type its endpoint below.")
                                     : QString());
 }
 

@@ -18,7 +18,7 @@ namespace shardscope::views {
 class AttachDialog : public QDialog
 {
     Q_OBJECT
-public:
+  public:
     // discoveryDir: where to look; empty means the default runtime directory.
     explicit AttachDialog(const QString &discoveryDir = {}, QWidget *parent = nullptr);
 
@@ -27,10 +27,10 @@ public:
     int engineCount() const;
     QTableWidget *enginesTable() const { return m_table; }
 
-public Q_SLOTS:
+  public Q_SLOTS:
     void refresh();
 
-private:
+  private:
     QString m_dir;
     QTableWidget *m_table;
     QLineEdit *m_endpoint;

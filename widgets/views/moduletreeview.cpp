@@ -14,12 +14,8 @@
 namespace shardscope::views {
 
 ModuleTreeView::ModuleTreeView(SessionStore *store, QWidget *parent)
-    : QWidget(parent)
-    , m_store(store)
-    , m_model(new ModuleTreeModel(store, this))
-    , m_tree(new QTreeView(this))
-    , m_filter(new QLineEdit(this))
-    , m_filterTimer(new QTimer(this))
+    : QWidget(parent), m_store(store), m_model(new ModuleTreeModel(store, this)),
+      m_tree(new QTreeView(this)), m_filter(new QLineEdit(this)), m_filterTimer(new QTimer(this))
 {
     m_filter->setPlaceholderText(tr("Filter modules and parameters (e.g. lm_head, weight_g)"));
     m_filter->setClearButtonEnabled(true);
@@ -42,10 +38,13 @@ ModuleTreeView::ModuleTreeView(SessionStore *store, QWidget *parent)
     m_filterTimer->setInterval(150);
     connect(m_filter, &QLineEdit::textChanged, m_filterTimer, qOverload<>(&QTimer::start));
     connect(m_filterTimer, &QTimer::timeout, this, [this] { setFilterText(m_filter->text()); });
-    connect(m_model, &QAbstractItemModel::modelAboutToBeReset, this, &ModuleTreeView::saveViewState);
+    connect(m_model, &QAbstractItemModel::modelAboutToBeReset, this,
+            &ModuleTreeView::saveViewState);
     // Queued: the model reveals rows only after its reset has been announced.
-    connect(m_model, &QAbstractItemModel::modelReset, this, &ModuleTreeView::restoreViewState, Qt::QueuedConnection);
-    connect(m_tree->selectionModel(), &QItemSelectionModel::currentChanged, this, &ModuleTreeView::onCurrentChanged);
+    connect(m_model, &QAbstractItemModel::modelReset, this, &ModuleTreeView::restoreViewState,
+            Qt::QueuedConnection);
+    connect(m_tree->selectionModel(), &QItemSelectionModel::currentChanged, this,
+            &ModuleTreeView::onCurrentChanged);
     connect(m_tree->selectionModel(), &QItemSelectionModel::selectionChanged, this,
             [this] { Q_EMIT selectionChangedParams(selectedParams()); });
     restoreViewState();
@@ -80,20 +79,20 @@ void ModuleTreeView::saveViewState()
 void ModuleTreeView::restoreViewState()
 {
     // The root is open by default; with a filter, matching modules open too (bounded).
-    if (m_model->rowCount() > 0)
-        m_tree->expand(m_model->index(0, 0));
+    if (m_model->rowCount() > 0) m_tree->expand(m_model->index(0, 0));
     for (const QString &key : std::as_const(m_expanded)) {
         const QModelIndex i = m_model->indexForKey(key);
-        if (i.isValid())
-            m_tree->expand(i);
+        if (i.isValid()) m_tree->expand(i);
     }
     if (!m_model->filterText().isEmpty() && m_model->matchingNodeCount() <= 2000) {
-        std::function<void(const QModelIndex &, int)> open = [&](const QModelIndex &parent, int depth) {
+        std::function<void(const QModelIndex &, int)> open = [&](const QModelIndex &parent,
+                                                                 int depth) {
             while (m_model->canFetchMore(parent))
                 m_model->fetchMore(parent);
             for (int r = 0; r < m_model->rowCount(parent); ++r) {
                 const QModelIndex i = m_model->index(r, 0, parent);
-                if (i.data(ModuleTreeModel::KindRole).toInt() == ModuleTreeModel::ModuleNode && depth < 16) {
+                if (i.data(ModuleTreeModel::KindRole).toInt() == ModuleTreeModel::ModuleNode &&
+                    depth < 16) {
                     m_tree->expand(i);
                     open(i, depth + 1);
                 }
@@ -105,7 +104,8 @@ void ModuleTreeView::restoreViewState()
         const QModelIndex i = m_model->indexForKey(m_current);
         if (i.isValid()) {
             const QSignalBlocker block(m_tree->selectionModel());
-            m_tree->selectionModel()->setCurrentIndex(i, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+            m_tree->selectionModel()->setCurrentIndex(i, QItemSelectionModel::ClearAndSelect |
+                                                             QItemSelectionModel::Rows);
         }
     }
 }
@@ -113,8 +113,7 @@ void ModuleTreeView::restoreViewState()
 void ModuleTreeView::onCurrentChanged()
 {
     const QModelIndex i = m_tree->currentIndex();
-    if (!i.isValid())
-        return;
+    if (!i.isValid()) return;
     if (i.data(ModuleTreeModel::KindRole).toInt() == ModuleTreeModel::ModuleNode)
         Q_EMIT moduleSelected(i.data(ModuleTreeModel::ModuleIdRole).toUInt());
     else
@@ -131,29 +130,27 @@ void ModuleTreeView::selectParams(const QList<quint32> &ids)
             setFilterText(QString());
             i = m_model->indexForParam(id);
         }
-        if (!i.isValid())
-            continue;
+        if (!i.isValid()) continue;
         for (QModelIndex p = i.parent(); p.isValid(); p = p.parent())
             m_tree->expand(p);
         selection.select(i, m_model->index(i.row(), ModuleTreeModel::ColumnCount - 1, i.parent()));
-        if (!first.isValid())
-            first = i;
+        if (!first.isValid()) first = i;
     }
-    if (!first.isValid())
-        return;
+    if (!first.isValid()) return;
     m_tree->selectionModel()->setCurrentIndex(first, QItemSelectionModel::NoUpdate);
-    m_tree->selectionModel()->select(selection, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+    m_tree->selectionModel()->select(selection, QItemSelectionModel::ClearAndSelect |
+                                                    QItemSelectionModel::Rows);
     m_tree->scrollTo(first);
 }
 
 void ModuleTreeView::selectModule(ModuleId id)
 {
     const QModelIndex i = m_model->indexForModule(id);
-    if (!i.isValid())
-        return;
+    if (!i.isValid()) return;
     for (QModelIndex p = i.parent(); p.isValid(); p = p.parent())
         m_tree->expand(p);
-    m_tree->selectionModel()->setCurrentIndex(i, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+    m_tree->selectionModel()->setCurrentIndex(i, QItemSelectionModel::ClearAndSelect |
+                                                     QItemSelectionModel::Rows);
     m_tree->scrollTo(i);
 }
 

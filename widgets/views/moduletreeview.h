@@ -17,14 +17,14 @@ class QTreeView;
 namespace shardscope {
 class ModuleTreeModel;
 class SessionStore;
-}
+} // namespace shardscope
 
 namespace shardscope::views {
 
 class ModuleTreeView : public QWidget
 {
     Q_OBJECT
-public:
+  public:
     explicit ModuleTreeView(SessionStore *store, QWidget *parent = nullptr);
 
     ModuleTreeModel *model() const { return m_model; }
@@ -38,12 +38,12 @@ public:
     void selectModule(ModuleId id);
     QList<quint32> selectedParams() const;
 
-Q_SIGNALS:
+  Q_SIGNALS:
     void paramSelected(quint32 paramId);
     void moduleSelected(quint32 moduleId);
     void selectionChangedParams(const QList<quint32> &paramIds);
 
-private:
+  private:
     void onCurrentChanged();
     void saveViewState();
     void restoreViewState();

@@ -21,20 +21,17 @@ namespace shardscope::views {
 
 namespace {
 
-const char *const kFields[] = {"owner", "shape", "dtype", "numel", "padded numel", "partition numel", "partitioned",
-                               "registered on", "active modules", "gathers", "gathered bytes", "gather time",
-                               "last gather"};
+const char *const kFields[] = {
+    "owner",           "shape",       "dtype",         "numel",          "padded numel",
+    "partition numel", "partitioned", "registered on", "active modules", "gathers",
+    "gathered bytes",  "gather time", "last gather"};
 
 } // namespace
 
 ParamDetail::ParamDetail(SessionStore *store, QWidget *parent)
-    : QWidget(parent)
-    , m_store(store)
-    , m_title(new QLabel(this))
-    , m_form(new QFormLayout)
-    , m_shards(new QTableWidget(0, 5, this))
-    , m_violationsBox(new QWidget(this))
-    , m_violationsLayout(new QVBoxLayout(m_violationsBox))
+    : QWidget(parent), m_store(store), m_title(new QLabel(this)), m_form(new QFormLayout),
+      m_shards(new QTableWidget(0, 5, this)), m_violationsBox(new QWidget(this)),
+      m_violationsLayout(new QVBoxLayout(m_violationsBox))
 {
     QFont tf = m_title->font();
     tf.setBold(true);
@@ -48,7 +45,8 @@ ParamDetail::ParamDetail(SessionStore *store, QWidget *parent)
         m_fields.insert(QString::fromLatin1(name), value);
         m_form->addRow(QString::fromLatin1(name) + QLatin1Char(':'), value);
     }
-    m_shards->setHorizontalHeaderLabels({tr("Rank"), tr("Offset"), tr("Length"), tr("Padding"), tr("Status")});
+    m_shards->setHorizontalHeaderLabels(
+        {tr("Rank"), tr("Offset"), tr("Length"), tr("Padding"), tr("Status")});
     m_shards->verticalHeader()->hide();
     m_shards->setEditTriggers(QAbstractItemView::NoEditTriggers);
     m_shards->horizontalHeader()->setStretchLastSection(true);
@@ -82,18 +80,16 @@ void ParamDetail::showParam(ParamId id)
 
 QString ParamDetail::field(const QString &name) const
 {
-    if (name == QLatin1String("title"))
-        return m_title->text();
+    if (name == QLatin1String("title")) return m_title->text();
     const QLabel *l = m_fields.value(name);
     return l ? l->text() : QString();
 }
 
 void ParamDetail::onStoreUpdated(const StoreChanges &changes)
 {
-    if (m_param == kNoParam)
-        return;
-    if (changes.reset || changes.structure || changes.violations
-        || std::find(changes.params.begin(), changes.params.end(), m_param) != changes.params.end())
+    if (m_param == kNoParam) return;
+    if (changes.reset || changes.structure || changes.violations ||
+        std::find(changes.params.begin(), changes.params.end(), m_param) != changes.params.end())
         refresh();
 }
 
@@ -112,19 +108,26 @@ void ParamDetail::refresh()
         m_shards->setRowCount(0);
         return;
     }
-    m_title->setText(QString::fromStdString(p->name) + (p->late ? tr("  (late parameter)") : QString()));
-    auto set = [this](const char *name, const QString &text) { m_fields.value(QString::fromLatin1(name))->setText(text); };
+    m_title->setText(QString::fromStdString(p->name) +
+                     (p->late ? tr("  (late parameter)") : QString()));
+    auto set = [this](const char *name, const QString &text) {
+        m_fields.value(QString::fromLatin1(name))->setText(text);
+    };
     const ModuleRecord *owner = m_store->module(p->owner);
-    set("owner", m_store->modulePath(p->owner) + (owner ? QStringLiteral(" (%1)").arg(QString::fromStdString(owner->type)) : QString()));
+    set("owner",
+        m_store->modulePath(p->owner) +
+            (owner ? QStringLiteral(" (%1)").arg(QString::fromStdString(owner->type)) : QString()));
     set("shape", labels::shape(p->shape));
     set("dtype", labels::dtype(p->dtype));
     set("numel", labels::count(static_cast<std::uint64_t>(p->numel)));
     set("padded numel", labels::count(static_cast<std::uint64_t>(p->paddedNumel)));
     set("partition numel", labels::count(static_cast<std::uint64_t>(p->partitionNumel)));
-    set("partitioned", p->persistent ? tr("no: persistent (below the persistence threshold)")
-                       : p->partitioned ? tr("yes")
-                       : p->late ? tr("no: created after partitioning; adopt it or create it inside GatheredParameters")
-                                 : tr("no"));
+    set("partitioned",
+        p->persistent    ? tr("no: persistent (below the persistence threshold)")
+        : p->partitioned ? tr("yes")
+        : p->late
+            ? tr("no: created after partitioning; adopt it or create it inside GatheredParameters")
+            : tr("no"));
     QStringList regs;
     for (const ExternalRecord &e : p->externals)
         regs << m_store->modulePath(e.module) + (e.automatic ? tr(" (auto)") : tr(" (manual)"));
@@ -135,10 +138,15 @@ void ParamDetail::refresh()
     set("active modules", active.isEmpty() ? tr("none") : active.join(QStringLiteral(", ")));
     set("gathers", labels::count(p->gatherCount));
     set("gathered bytes", labels::bytes(p->gatherBytes));
-    set("gather time", QStringLiteral("%1 ms").arg(static_cast<double>(p->gatherNs) / 1e6, 0, 'f', 3));
+    set("gather time",
+        QStringLiteral("%1 ms").arg(static_cast<double>(p->gatherNs) / 1e6, 0, 'f', 3));
     const std::uint64_t t0 = m_store->firstTs();
-    set("last gather", p->lastGatherTsNs == 0 ? tr("never")
-                                              : QStringLiteral("%1 s").arg(static_cast<double>(p->lastGatherTsNs >= t0 ? p->lastGatherTsNs - t0 : 0) / 1e9, 0, 'f', 3));
+    set("last gather",
+        p->lastGatherTsNs == 0
+            ? tr("never")
+            : QStringLiteral("%1 s").arg(
+                  static_cast<double>(p->lastGatherTsNs >= t0 ? p->lastGatherTsNs - t0 : 0) / 1e9,
+                  0, 'f', 3));
 
     const int world = std::max<int>(1, static_cast<int>(p->status.size()));
     m_shards->setRowCount(world);
@@ -151,9 +159,10 @@ void ParamDetail::refresh()
             padding = length - valid;
         }
         const QString status = static_cast<std::size_t>(r) < p->status.size()
-            ? labels::status(p->status[static_cast<std::size_t>(r)])
-            : QString();
-        const QString cells[] = {QString::number(r), labels::count(static_cast<std::uint64_t>(offset)),
+                                   ? labels::status(p->status[static_cast<std::size_t>(r)])
+                                   : QString();
+        const QString cells[] = {QString::number(r),
+                                 labels::count(static_cast<std::uint64_t>(offset)),
                                  labels::count(static_cast<std::uint64_t>(length)),
                                  labels::count(static_cast<std::uint64_t>(padding)), status};
         for (int c = 0; c < 5; ++c) {
@@ -173,15 +182,15 @@ void ParamDetail::refresh()
     }
     const QFont mono = QFontDatabase::systemFont(QFontDatabase::FixedFont);
     for (const ViolationGroup *g : groups) {
-        auto *msg = new QLabel(QStringLiteral("%1 × %2: %3")
-                                   .arg(g->count)
-                                   .arg(labels::kind(g->kind), QString::fromStdString(g->message).toHtmlEscaped()),
-                               m_violationsBox);
+        auto *msg = new QLabel(
+            QStringLiteral("%1 × %2: %3")
+                .arg(g->count)
+                .arg(labels::kind(g->kind), QString::fromStdString(g->message).toHtmlEscaped()),
+            m_violationsBox);
         msg->setWordWrap(true);
         msg->setStyleSheet(QStringLiteral("color: #b01010"));
         m_violationsLayout->addWidget(msg);
-        if (g->fix.empty())
-            continue;
+        if (g->fix.empty()) continue;
         const QString fix = QString::fromStdString(g->fix);
         m_fixes << fix;
         auto *row = new QWidget(m_violationsBox);

@@ -16,14 +16,14 @@ class QVBoxLayout;
 namespace shardscope {
 class SessionStore;
 struct StoreChanges;
-}
+} // namespace shardscope
 
 namespace shardscope::views {
 
 class ParamDetail : public QWidget
 {
     Q_OBJECT
-public:
+  public:
     explicit ParamDetail(SessionStore *store, QWidget *parent = nullptr);
 
     void showParam(ParamId id); // kNoParam clears
@@ -34,10 +34,10 @@ public:
     QTableWidget *shardTable() const { return m_shards; }
     QStringList fixLines() const { return m_fixes; }
 
-Q_SIGNALS:
+  Q_SIGNALS:
     void fixCopied(const QString &fix);
 
-private:
+  private:
     void refresh();
     void onStoreUpdated(const StoreChanges &changes);
 

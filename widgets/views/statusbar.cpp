@@ -9,13 +9,9 @@
 namespace shardscope::views {
 
 InspectorStatusBar::InspectorStatusBar(SessionStore *store, QWidget *parent)
-    : QStatusBar(parent)
-    , m_store(store)
-    , m_connection(new QLabel(tr("not attached"), this))
-    , m_summary(new QLabel(this))
-    , m_rate(new QLabel(this))
-    , m_dropped(new QLabel(this))
-    , m_rateTimer(new QTimer(this))
+    : QStatusBar(parent), m_store(store), m_connection(new QLabel(tr("not attached"), this)),
+      m_summary(new QLabel(this)), m_rate(new QLabel(this)), m_dropped(new QLabel(this)),
+      m_rateTimer(new QTimer(this))
 {
     m_connection->setObjectName(QStringLiteral("connectionState"));
     addWidget(m_connection, 1);
@@ -23,8 +19,7 @@ InspectorStatusBar::InspectorStatusBar(SessionStore *store, QWidget *parent)
     addPermanentWidget(m_rate);
     addPermanentWidget(m_dropped);
     connect(m_store, &SessionStore::updated, this, [this](const StoreChanges &c) {
-        if (c.reset || c.summary)
-            updateSummary();
+        if (c.reset || c.summary) updateSummary();
     });
     m_rateTimer->setInterval(1000);
     connect(m_rateTimer, &QTimer::timeout, this, &InspectorStatusBar::sampleRate);
@@ -36,7 +31,8 @@ InspectorStatusBar::InspectorStatusBar(SessionStore *store, QWidget *parent)
 void InspectorStatusBar::setConnection(const QString &text, bool ok)
 {
     m_connection->setText(text);
-    m_connection->setStyleSheet(ok ? QString() : QStringLiteral("color: #b01010; font-weight: bold"));
+    m_connection->setStyleSheet(ok ? QString()
+                                   : QStringLiteral("color: #b01010; font-weight: bold"));
 }
 
 QString InspectorStatusBar::connectionText() const
@@ -65,9 +61,11 @@ void InspectorStatusBar::updateSummary()
         m_summary->clear();
     } else {
         const EngineState &st = m_store->state();
-        QString text = tr("world %1 · %2 · step %3").arg(st.worldSize).arg(QString::fromStdString(st.backend)).arg(m_store->step());
-        if (m_store->hasLoss())
-            text += tr(" · loss %1").arg(m_store->loss(), 0, 'f', 4);
+        QString text = tr("world %1 · %2 · step %3")
+                           .arg(st.worldSize)
+                           .arg(QString::fromStdString(st.backend))
+                           .arg(m_store->step());
+        if (m_store->hasLoss()) text += tr(" · loss %1").arg(m_store->loss(), 0, 'f', 4);
         m_summary->setText(text);
     }
     const quint64 dropped = m_store->droppedEvents();

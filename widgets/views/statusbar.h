@@ -10,14 +10,14 @@ class QTimer;
 namespace shardscope {
 class SessionStore;
 struct StoreChanges;
-}
+} // namespace shardscope
 
 namespace shardscope::views {
 
 class InspectorStatusBar : public QStatusBar
 {
     Q_OBJECT
-public:
+  public:
     explicit InspectorStatusBar(SessionStore *store, QWidget *parent = nullptr);
 
     // ok: connected or a snapshot; false: lost, failed (drawn in red).
@@ -27,10 +27,10 @@ public:
     QString rateText() const;
     QString droppedText() const;
 
-public Q_SLOTS:
+  public Q_SLOTS:
     void updateSummary();
 
-private:
+  private:
     void sampleRate();
 
     SessionStore *m_store;

@@ -16,13 +16,10 @@
 namespace shardscope::views {
 
 ViolationsPanel::ViolationsPanel(SessionStore *store, QWidget *parent)
-    : QWidget(parent)
-    , m_model(new ViolationsModel(store, this))
-    , m_proxy(new QSortFilterProxyModel(this))
-    , m_table(new QTableView(this))
-    , m_message(new QLabel(this))
-    , m_fix(new QLabel(this))
-    , m_copy(new QPushButton(tr("Copy fix"), this))
+    : QWidget(parent), m_model(new ViolationsModel(store, this)),
+      m_proxy(new QSortFilterProxyModel(this)), m_table(new QTableView(this)),
+      m_message(new QLabel(this)), m_fix(new QLabel(this)),
+      m_copy(new QPushButton(tr("Copy fix"), this))
 {
     m_proxy->setSourceModel(m_model);
     m_proxy->setSortRole(ViolationsModel::SortRole);
@@ -59,18 +56,17 @@ ViolationsPanel::ViolationsPanel(SessionStore *store, QWidget *parent)
     layout->addWidget(m_message);
     layout->addLayout(fixRow);
 
-    connect(m_table->selectionModel(), &QItemSelectionModel::currentRowChanged, this, &ViolationsPanel::onCurrentChanged);
+    connect(m_table->selectionModel(), &QItemSelectionModel::currentRowChanged, this,
+            &ViolationsPanel::onCurrentChanged);
     connect(m_copy, &QPushButton::clicked, this, [this] {
         const QString fix = currentFix();
-        if (fix.isEmpty())
-            return;
+        if (fix.isEmpty()) return;
         QApplication::clipboard()->setText(fix);
         Q_EMIT fixCopied(fix);
     });
     // A new group's row gets noticed: the first one is selected when nothing is.
     connect(m_model, &QAbstractItemModel::dataChanged, this, [this] {
-        if (m_table->currentIndex().isValid())
-            onCurrentChanged();
+        if (m_table->currentIndex().isValid()) onCurrentChanged();
     });
 }
 
@@ -84,7 +80,8 @@ void ViolationsPanel::selectRow(int sourceRow)
 {
     const QModelIndex i = m_proxy->mapFromSource(m_model->index(sourceRow, 0));
     if (i.isValid())
-        m_table->selectionModel()->setCurrentIndex(i, QItemSelectionModel::ClearAndSelect | QItemSelectionModel::Rows);
+        m_table->selectionModel()->setCurrentIndex(i, QItemSelectionModel::ClearAndSelect |
+                                                          QItemSelectionModel::Rows);
 }
 
 void ViolationsPanel::onCurrentChanged()

@@ -12,14 +12,14 @@ class QTableView;
 namespace shardscope {
 class SessionStore;
 class ViolationsModel;
-}
+} // namespace shardscope
 
 namespace shardscope::views {
 
 class ViolationsPanel : public QWidget
 {
     Q_OBJECT
-public:
+  public:
     explicit ViolationsPanel(SessionStore *store, QWidget *parent = nullptr);
 
     ViolationsModel *model() const { return m_model; }
@@ -28,12 +28,12 @@ public:
     QString currentFix() const;
     void selectRow(int sourceRow);
 
-Q_SIGNALS:
+  Q_SIGNALS:
     void paramSelected(quint32 paramId);
     void moduleSelected(quint32 moduleId);
     void fixCopied(const QString &fix);
 
-private:
+  private:
     void onCurrentChanged();
 
     ViolationsModel *m_model;
