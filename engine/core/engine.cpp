@@ -63,9 +63,11 @@ Engine::Engine(EngineConfig config, std::vector<std::unique_ptr<Communicator>> c
             throw EngineError("communicators must have distinct ranks in [0, world size); rank " +
                               std::to_string(r) + " is out of range or given twice");
         d->localIndex[r] = static_cast<int>(d->ranks.size());
+        m_fast.resize(static_cast<std::size_t>(m_config.worldSize), nullptr);
         auto rs = std::make_unique<RankState>();
         rs->rank = r;
         rs->comm = c.get();
+        m_fast[static_cast<std::size_t>(r)] = &rs->fast;
         d->ranks.push_back(std::move(rs));
         m_localRanks.push_back(r);
         d->comms.push_back(std::move(c));
@@ -225,8 +227,10 @@ ParamId Engine::addParameter(ModuleId owner, std::string_view name, Shape shape,
     d->params.push_back(std::move(info));
     d->pending.emplace_back();
     d->lateReported.push_back(false);
-    for (auto &rs : d->ranks)
+    for (auto &rs : d->ranks) {
         rs->params.emplace_back();
+        rs->fast.push_back(FastEntry{nullptr, d->params[id].numel, 0, dtype});
+    }
 
     if (!m_partitioned) {
         auto &buf = d->pending[id];
@@ -243,8 +247,8 @@ ParamId Engine::addParameter(ModuleId owner, std::string_view name, Shape shape,
         RankState &rs = *rsp;
         std::lock_guard rl(rs.mu);
         RankParam &rp = rs.params[id];
-        rp.alwaysAvailable = true;
-        rp.full.reset(new std::byte[pi.layout.paddedNumel * es]());
+        Impl::setAlwaysAvailable(rs, id, true);
+        Impl::setFull(rs, id, std::unique_ptr<std::byte[]>(new std::byte[pi.layout.paddedNumel * es]()));
         if (init && bytes)
             std::memcpy(rp.full.get(), init, bytes);
         rp.grad.assign(pi.numel, 0.0f);
@@ -285,10 +289,10 @@ void Engine::removeParameter(ParamId p)
         if (rp.full)
             rs.gatheredBytesNow -= d->fullBytes(p);
         rs.partitionedBytes -= rp.shard.size();
-        rp.full.reset();
+        Impl::setFull(rs, p, nullptr);
         rp.shard = {};
         rp.grad = {};
-        rp.alwaysAvailable = false;
+        Impl::setAlwaysAvailable(rs, p, false);
         rp.status.store(ParamStatus::NotAvailable, std::memory_order_release);
         for (auto &ext : rs.externals)
             std::erase_if(ext, [p](const ExternalEntry &e) { return e.param == p; });
@@ -320,8 +324,8 @@ void Engine::partition()
             rp.grad.assign(info.layout.partitionNumel, 0.0f);
             rs.partitionedBytes += rp.shard.size();
             if (info.persistent) {
-                rp.alwaysAvailable = true;
-                rp.full.reset(new std::byte[src.size()]);
+                Impl::setAlwaysAvailable(rs, p, true);
+                Impl::setFull(rs, p, std::unique_ptr<std::byte[]>(new std::byte[src.size()]));
                 std::memcpy(rp.full.get(), src.data(), src.size());
                 rp.status.store(ParamStatus::Available, std::memory_order_release);
                 rs.gatheredBytesNow += src.size();
@@ -362,8 +366,8 @@ void Engine::adoptParameter(ParamId p)
         rp.grad.assign(info.layout.partitionNumel, 0.0f);
         rs.partitionedBytes += rp.shard.size();
         if (info.partitioned) {
-            rp.full.reset();
-            rp.alwaysAvailable = false;
+            Impl::setFull(rs, p, nullptr);
+            Impl::setAlwaysAvailable(rs, p, false);
             rs.gatheredBytesNow -= d->fullBytes(p);
             rp.status.store(ParamStatus::NotAvailable, std::memory_order_release);
         }
@@ -537,7 +541,7 @@ void Engine::Impl::fetch(RankState &rs, ParamId p, ModuleId cause, FetchReason r
     const std::uint64_t t1 = nowNs();
     {
         std::lock_guard rl(rs.mu);
-        rp.full = std::move(full);
+        setFull(rs, p, std::move(full));
         rp.gatherCount += 1;
         rp.gatherBytes += bytes;
         rp.gatherNs += t1 - t0;
@@ -576,6 +580,7 @@ void Engine::Impl::release(RankState &rs, ParamId p, ModuleId cause)
                               ": it is still active in " + users);
         }
         freed = std::move(rp.full);
+        rs.fast[p].data = nullptr;
         rp.prefetched = false;
         rs.gatheredBytesNow -= fullBytes(p);
         rs.liveElements -= info.layout.paddedNumel;
@@ -605,7 +610,7 @@ void Engine::Impl::useParam(RankState &rs, ParamId p, ModuleId m, bool counted, 
         rp.prefetched = false;
     }
     if (counted)
-        ++rp.allow;
+        ++rs.fast[p].readable;
     rs.frames[rs.depth - 1].params.emplace_back(p, counted);
 }
 
@@ -776,7 +781,7 @@ void Engine::exitModule(int rank, ModuleId m, Phase phase)
     for (auto [p, counted] : f.params) {
         RankParam &rp = rs.params[p];
         if (counted)
-            --rp.allow;
+            --rs.fast[p].readable;
         bool idle;
         {
             std::lock_guard rl(rs.mu);
@@ -819,14 +824,11 @@ TensorView Engine::Impl::view(RankState &rs, ParamId p)
     return TensorView{rp.full.get(), params[p].numel, params[p].dtype};
 }
 
-TensorView Engine::access(int rank, ParamId p)
+TensorView Engine::accessSlow(int rank, ParamId p)
 {
     RankState &rs = d->rankState(rank);
-    if (p >= rs.params.size()) [[unlikely]]
-        return d->slowAccess(rs, p);
-    RankParam &rp = rs.params[p];
-    if (rp.allow > 0 || rp.alwaysAvailable) [[likely]]
-        return TensorView{rp.full.get(), d->params[p].numel, d->params[p].dtype};
+    if (p < rs.fast.size() && rs.fast[p].readable > 0)
+        return TensorView{rs.fast[p].data, rs.fast[p].numel, rs.fast[p].dtype};
     return d->slowAccess(rs, p);
 }
 

@@ -165,8 +165,20 @@ public:
     std::uint32_t step(int rank) const;
     void enterModule(int rank, ModuleId module, Phase phase);
     void exitModule(int rank, ModuleId module, Phase phase);
-    // Guarded read of a parameter's full tensor; see the access guard in DESIGN.md.
-    TensorView access(int rank, ParamId param);
+    // Guarded read of a parameter's full tensor; see the access guard in DESIGN.md. The fast
+    // path (the module on the stack owns or registered it, or it is persistent) is inline.
+    TensorView access(int rank, ParamId param)
+    {
+        if (static_cast<unsigned>(rank) < m_fast.size()) [[likely]] {
+            const std::vector<FastEntry> *table = m_fast[static_cast<unsigned>(rank)];
+            if (table && param < table->size()) [[likely]] {
+                const FastEntry &e = (*table)[param];
+                if (e.readable > 0) [[likely]]
+                    return TensorView{e.data, e.numel, e.dtype};
+            }
+        }
+        return accessSlow(rank, param);
+    }
     ParamStatus status(int rank, ParamId param) const;
     std::vector<ModuleId> activeModules(int rank, ParamId param) const;
 
@@ -192,8 +204,22 @@ public:
 
     struct Impl;
 
+    // What the guard's fast path needs of one parameter on one rank. readable counts the
+    // reasons it may be read without the guard: module scopes that fetched it, a
+    // GatheredParameters scope, and +1 while it is always whole (persistent or late).
+    struct FastEntry
+    {
+        std::byte *data = nullptr;
+        std::int64_t numel = 0;
+        std::int32_t readable = 0;
+        DType dtype = DType::F32;
+    };
+
 private:
     friend class GatheredParameters;
+    TensorView accessSlow(int rank, ParamId param);
+
+    std::vector<const std::vector<FastEntry> *> m_fast; // by world rank; null if not local
     EngineConfig m_config;
     std::vector<int> m_localRanks;
     bool m_partitioned = false;

@@ -25,9 +25,6 @@ struct ExternalEntry
 struct RankParam
 {
     std::atomic<ParamStatus> status{ParamStatus::NotAvailable};
-    // > 0 while a module on the stack owns or registered it, or a GatheredParameters scope
-    // holds it: reads then take the guard's fast path.
-    std::int32_t allow = 0;
     bool alwaysAvailable = false; // persistent, or late and not adopted: the full tensor stays
     bool inScope = false;         // inside a GatheredParameters scope on this rank
     bool prefetched = false;      // gathered ahead of use by the prefetcher
@@ -46,7 +43,7 @@ struct Frame
 {
     ModuleId module = kNoModule;
     Phase phase = Phase::Forward;
-    std::vector<std::pair<ParamId, bool>> params; // (param, counted in allow)
+    std::vector<std::pair<ParamId, bool>> params; // (param, counted in FastEntry::readable)
 };
 
 struct TraceEntry
@@ -62,6 +59,7 @@ struct RankState
     Communicator *comm = nullptr;
     mutable std::mutex mu; // guards `active` vectors, externals and counters read by state()
     std::deque<RankParam> params;
+    std::vector<Engine::FastEntry> fast; // the guard's view of params, same index
     std::vector<std::vector<ExternalEntry>> externals; // by module id
     std::vector<Frame> frames;                         // the module stack; capacity is reused
     std::size_t depth = 0;
@@ -113,6 +111,20 @@ struct Engine::Impl
     void emit(const RankState &rs, EventType type, std::uint8_t flags, std::uint32_t a,
               std::uint32_t b, std::uint64_t u0 = 0, std::uint64_t u1 = 0, std::uint64_t u2 = 0);
     void emitMemory(RankState &rs);
+
+    // The full tensor of p on rs changes: keep the guard's fast view in step.
+    static void setFull(RankState &rs, ParamId p, std::unique_ptr<std::byte[]> full)
+    {
+        rs.fast[p].data = full.get();
+        rs.params[p].full = std::move(full);
+    }
+    static void setAlwaysAvailable(RankState &rs, ParamId p, bool on)
+    {
+        RankParam &rp = rs.params[p];
+        if (rp.alwaysAvailable != on)
+            rs.fast[p].readable += on ? 1 : -1;
+        rp.alwaysAvailable = on;
+    }
 
     std::size_t elemSize(ParamId p) const { return dtypeSize(params[p].dtype); }
     std::uint64_t fullBytes(ParamId p) const

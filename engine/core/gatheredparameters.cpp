@@ -29,7 +29,7 @@ std::vector<std::uint64_t> Engine::Impl::openScope(RankState &rs, const std::vec
             rp.inScope = true;
             rp.prefetched = false;
         }
-        ++rp.allow;
+        ++rs.fast[p].readable;
         hashes.push_back(hashBytes(rp.full.get(), static_cast<std::size_t>(params[p].numel) * elemSize(p)));
     }
     return hashes;
@@ -46,7 +46,7 @@ std::vector<std::string> Engine::Impl::closeScope(RankState &rs, const std::vect
         RankParam &rp = rs.params[p];
         if (info.removed) {
             rp.inScope = false;
-            --rp.allow;
+            --rs.fast[p].readable;
             continue;
         }
         const std::size_t es = elemSize(p);
@@ -77,7 +77,7 @@ std::vector<std::string> Engine::Impl::closeScope(RankState &rs, const std::vect
             std::lock_guard rl(rs.mu);
             rp.inScope = false;
         }
-        --rp.allow;
+        --rs.fast[p].readable;
     }
     // Release what no module uses, dropping discarded edits with the gathered copy.
     for (ParamId p : ps) {
