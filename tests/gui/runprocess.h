@@ -49,13 +49,14 @@ inline ProcessResult runApp(const QStringList &args, int timeoutMs = 90000)
 class Trainer
 {
   public:
-    explicit Trainer(const QStringList &extra = {})
+    explicit Trainer(const QStringList &extra = {},
+                     const QString &listen = QStringLiteral("tcp:127.0.0.1:0"))
     {
         m_process.setProcessChannelMode(QProcess::SeparateChannels);
         m_process.start(binPath(QStringLiteral("shardscope-train")),
                         QStringList{QStringLiteral("--externals"), QStringLiteral("none"),
                                     QStringLiteral("--backend"), QStringLiteral("cpu"),
-                                    QStringLiteral("--listen"), QStringLiteral("tcp:127.0.0.1:0")} +
+                                    QStringLiteral("--listen"), listen} +
                             extra);
         if (!m_process.waitForStarted(10000)) return;
         static const QRegularExpression re(QStringLiteral("inspector: listening on (\\S+)"));

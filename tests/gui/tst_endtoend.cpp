@@ -21,6 +21,7 @@ class tst_EndToEnd : public QObject
   private slots:
     void initTestCase();
     void attachExportAndReopen();
+    void attachesOverUnixSocket();
     void deadEndpointFailsCleanly();
 
   private:
@@ -149,6 +150,25 @@ void tst_EndToEnd::attachExportAndReopen()
     const QStringList after = treeOf(readJson(again));
     QVERIFY(before.size() > 10);
     QCOMPARE(after, before);
+}
+
+void tst_EndToEnd::attachesOverUnixSocket()
+{
+    const QString socket = m_dir.filePath(QStringLiteral("train.sock"));
+    Trainer trainer({QStringLiteral("--steps"), QStringLiteral("100000")},
+                    QStringLiteral("unix:") + socket);
+    QCOMPARE(trainer.endpoint(), QStringLiteral("unix:") + socket);
+    const QString csv = m_dir.filePath(QStringLiteral("violations.csv"));
+    const ProcessResult r =
+        runApp({QStringLiteral("--attach"), trainer.endpoint(), QStringLiteral("--after-step"),
+                QStringLiteral("1"), QStringLiteral("--export-csv"), csv,
+                QStringLiteral("--timeout"), QStringLiteral("60"), QStringLiteral("--quit")});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err + trainer.output()));
+    QFile f(csv);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QByteArray text = f.readAll();
+    QVERIFY(text.contains("unregistered_access,lm_head,embed.weight,embed"));
+    QVERIFY(text.contains("late_parameter,pos_conv,pos_conv.weight_g,pos_conv"));
 }
 
 void tst_EndToEnd::deadEndpointFailsCleanly()
