@@ -6,354 +6,459 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <algorithm>
 #include <unordered_map>
 
-#include "wire/jsonread.h"
+#include "wire/domread.h"
+#include "wire/jsonwrite.h"
 #include "wire/messages.h"
 
 namespace shardscope::wire {
 
-using detail::Json;
-
 namespace {
+
+using detail::sj::Element;
+using detail::sj::Where;
+namespace sj = detail::sj;
 
 constexpr int kMaxWorldSize = 1 << 16;
 constexpr std::size_t kMaxRank = 0xFFFF;
+// Version 1 wrote each parameter's status as an array of names; it is still read.
+constexpr std::uint64_t kOldestReadableVersion = 1;
 
-std::string at(const std::string &where, std::size_t i)
+char statusLetter(ParamStatus s)
 {
-    return where + "[" + std::to_string(i) + "]";
+    switch (s) {
+    case ParamStatus::NotAvailable: return 'N';
+    case ParamStatus::Inflight: return 'I';
+    case ParamStatus::Available: return 'A';
+    }
+    return '?';
 }
 
-Json idOrNull(std::uint32_t id, std::uint32_t none)
+// Appends JSON text; `pretty` puts each top-level member and each element of the big
+// arrays on its own line (files), compact otherwise (State frames).
+class Writer
 {
-    return id == none ? Json(nullptr) : Json(id);
+public:
+    Writer(std::string &out, bool pretty) : m_out(out), m_pretty(pretty) {}
+
+    Writer &raw(std::string_view s)
+    {
+        m_out.append(s);
+        return *this;
+    }
+    Writer &str(std::string_view s)
+    {
+        detail::appendJsonString(m_out, s);
+        return *this;
+    }
+    Writer &num(std::uint64_t v)
+    {
+        detail::appendJsonNumber(m_out, v);
+        return *this;
+    }
+    Writer &inum(std::int64_t v)
+    {
+        detail::appendJsonNumber(m_out, v);
+        return *this;
+    }
+    Writer &boolean(bool v)
+    {
+        detail::appendJsonBool(m_out, v);
+        return *this;
+    }
+    Writer &idOrNull(std::uint32_t id, std::uint32_t none)
+    {
+        return id == none ? raw("null") : num(id);
+    }
+    Writer &pathOrNull(const EngineState &s, ModuleId id)
+    {
+        return id < s.modules.size() ? str(s.modules[id].path) : raw("null");
+    }
+    // Starts a top-level member: `"key": `.
+    Writer &member(std::string_view key, bool first = false)
+    {
+        if (!first) m_out.push_back(',');
+        if (m_pretty) m_out.append("\n ");
+        str(key);
+        return raw(m_pretty ? ": " : ":");
+    }
+    // Separates the elements of a top-level array.
+    Writer &element(std::size_t index)
+    {
+        if (index) m_out.push_back(',');
+        if (m_pretty) m_out.append("\n  ");
+        return *this;
+    }
+    Writer &endArray(std::size_t count)
+    {
+        if (m_pretty && count) m_out.append("\n ");
+        return raw("]");
+    }
+
+private:
+    std::string &m_out;
+    bool m_pretty;
+};
+
+void writePathList(Writer &w, const EngineState &s, const std::vector<ModuleId> &ids)
+{
+    w.raw("[");
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+        if (i) w.raw(",");
+        w.str(ids[i] < s.modules.size() ? std::string_view(s.modules[ids[i]].path) : "");
+    }
+    w.raw("]");
 }
 
-std::uint32_t readId(const Json &j, std::uint32_t none, const std::string &where)
+void writeParam(Writer &w, const EngineState &s, const ParamRecord &p, std::string &scratch)
+{
+    w.raw("{\"id\":").num(p.id);
+    w.raw(",\"name\":").str(p.name);
+    w.raw(",\"module\":").pathOrNull(s, p.owner);
+    w.raw(",\"module_id\":").idOrNull(p.owner, kNoModule);
+    w.raw(",\"shape\":[");
+    for (std::size_t i = 0; i < p.shape.size(); ++i) {
+        if (i) w.raw(",");
+        w.inum(p.shape[i]);
+    }
+    w.raw("],\"dtype\":").str(dtypeName(p.dtype));
+    w.raw(",\"numel\":").inum(p.numel);
+    w.raw(",\"padded_numel\":").inum(p.paddedNumel);
+    w.raw(",\"partition_numel\":").inum(p.partitionNumel);
+    w.raw(",\"persistent\":").boolean(p.persistent);
+    w.raw(",\"partitioned\":").boolean(p.partitioned);
+    w.raw(",\"late\":").boolean(p.late);
+    scratch.clear();
+    for (ParamStatus st : p.status)
+        scratch.push_back(statusLetter(st));
+    w.raw(",\"status\":\"").raw(scratch).raw("\"");
+    std::vector<ModuleId> ext, extAuto;
+    for (const ExternalRecord &e : p.externals) {
+        ext.push_back(e.module);
+        if (e.automatic) extAuto.push_back(e.module);
+    }
+    w.raw(",\"external_modules\":");
+    writePathList(w, s, ext);
+    w.raw(",\"external_auto_modules\":");
+    writePathList(w, s, extAuto);
+    w.raw(",\"active_modules\":");
+    writePathList(w, s, p.activeModules);
+    w.raw(",\"gather_count\":").num(p.gatherCount);
+    w.raw(",\"gather_bytes\":").num(p.gatherBytes);
+    w.raw(",\"gather_ns\":").num(p.gatherNs);
+    w.raw(",\"last_gather_ts_ns\":").num(p.lastGatherTsNs).raw("}");
+}
+
+void writeViolation(Writer &w, const EngineState &s, const ViolationRecord &v,
+                    const std::unordered_map<ParamId, const ParamRecord *> &paramById)
+{
+    w.raw("{\"kind\":").str(violationKindName(v.kind));
+    w.raw(",\"step\":").num(v.step);
+    w.raw(",\"last_step\":").num(v.lastStep);
+    w.raw(",\"rank\":").inum(v.rank);
+    w.raw(",\"accessor\":").pathOrNull(s, v.accessor);
+    w.raw(",\"accessor_id\":").idOrNull(v.accessor, kNoModule);
+    auto p = paramById.find(v.param);
+    w.raw(",\"param\":");
+    if (p == paramById.end())
+        w.raw("null");
+    else
+        w.str(p->second->name);
+    w.raw(",\"param_id\":").idOrNull(v.param, kNoParam);
+    w.raw(",\"owner\":").pathOrNull(s, v.owner);
+    w.raw(",\"owner_id\":").idOrNull(v.owner, kNoModule);
+    w.raw(",\"status\":").str(statusName(v.status));
+    w.raw(",\"action\":").str(guardActionName(v.action));
+    w.raw(",\"count\":").num(v.count);
+    w.raw(",\"ts_ns\":").num(v.tsNs);
+    w.raw(",\"fix\":").str(v.fix);
+    w.raw(",\"message\":").str(v.message).raw("}");
+}
+
+void writeEvent(Writer &w, const Event &e)
+{
+    w.raw("{\"ts_ns\":").num(e.tsNs);
+    w.raw(",\"step\":").num(e.step);
+    w.raw(",\"rank\":").num(e.rank);
+    w.raw(",\"type\":").str(eventTypeName(e.type));
+    w.raw(",\"flags\":").num(e.flags);
+    w.raw(",\"a\":").num(e.a);
+    w.raw(",\"b\":").num(e.b);
+    w.raw(",\"u0\":").num(e.u0);
+    w.raw(",\"u1\":").num(e.u1);
+    w.raw(",\"u2\":").num(e.u2).raw("}");
+}
+
+std::uint32_t readId(Element j, std::uint32_t none, const Where &where)
 {
     if (j.is_null()) return none;
-    return static_cast<std::uint32_t>(detail::asBounded(j, 0xFFFFFFFEu, where));
-}
-
-std::string modulePathOf(const EngineState &s, ModuleId id)
-{
-    return id < s.modules.size() ? s.modules[id].path : std::string();
-}
-
-Json modulePathOrNull(const EngineState &s, ModuleId id)
-{
-    return id < s.modules.size() ? Json(s.modules[id].path) : Json(nullptr);
+    return static_cast<std::uint32_t>(sj::asBounded(j, 0xFFFFFFFEu, where));
 }
 
 // Finds an enum value whose name (given by nameOf) equals the JSON string.
 template <class E, class NameOf>
-E readEnum(const Json &j, int count, NameOf nameOf, const std::string &where)
+E readEnum(Element j, int count, NameOf nameOf, const Where &where)
 {
-    const std::string s = detail::asString(j, where);
+    const std::string_view s = sj::asStringView(j, where);
     for (int v = 0; v < count; ++v)
         if (nameOf(static_cast<E>(v)) == s) return static_cast<E>(v);
-    detail::failAt(where, "unknown value \"" + s + "\"");
+    sj::failAt(where, "unknown value \"" + std::string(s) + "\"");
 }
 
-Json encodeEvent(const Event &e)
+template <class T> T bounded(sj::Object o, std::string_view key, std::uint64_t max, const Where &w)
 {
-    Json j;
-    j["ts_ns"] = e.tsNs;
-    j["step"] = e.step;
-    j["rank"] = e.rank;
-    j["type"] = eventTypeName(e.type);
-    j["flags"] = e.flags;
-    j["a"] = e.a;
-    j["b"] = e.b;
-    j["u0"] = e.u0;
-    j["u1"] = e.u1;
-    j["u2"] = e.u2;
-    return j;
+    return static_cast<T>(sj::asBounded(sj::member(o, key, w), max, w / key));
 }
 
-Event decodeEvent(const Json &j, const std::string &where)
+std::uint64_t u64(sj::Object o, std::string_view key, const Where &w)
 {
-    detail::requireObject(j, where);
+    return sj::asU64(sj::member(o, key, w), w / key);
+}
+
+Event decodeEvent(Element j, const Where &w)
+{
+    const sj::Object o = sj::asObject(j, w);
     Event e{};
-    e.tsNs = detail::asU64(detail::member(j, "ts_ns", where), where + ".ts_ns");
-    e.step = static_cast<std::uint32_t>(
-        detail::asBounded(detail::member(j, "step", where), 0xFFFFFFFFu, where + ".step"));
-    e.rank = static_cast<std::uint16_t>(
-        detail::asBounded(detail::member(j, "rank", where), kMaxRank, where + ".rank"));
-    const std::string type = detail::asString(detail::member(j, "type", where), where + ".type");
-    const auto t = eventTypeFromName(type);
-    if (!t) detail::failAt(where + ".type", "unknown event type \"" + type + "\"");
+    e.tsNs = u64(o, "ts_ns", w);
+    e.step = bounded<std::uint32_t>(o, "step", 0xFFFFFFFFu, w);
+    e.rank = bounded<std::uint16_t>(o, "rank", kMaxRank, w);
+    const std::string_view type = sj::asStringView(sj::member(o, "type", w), w / "type");
+    const auto t = eventTypeFromName(std::string(type));
+    if (!t) sj::failAt(w / "type", "unknown event type \"" + std::string(type) + "\"");
     e.type = *t;
-    e.flags = static_cast<std::uint8_t>(
-        detail::asBounded(detail::member(j, "flags", where), 0xFF, where + ".flags"));
-    e.a = static_cast<std::uint32_t>(
-        detail::asBounded(detail::member(j, "a", where), 0xFFFFFFFFu, where + ".a"));
-    e.b = static_cast<std::uint32_t>(
-        detail::asBounded(detail::member(j, "b", where), 0xFFFFFFFFu, where + ".b"));
-    e.u0 = detail::asU64(detail::member(j, "u0", where), where + ".u0");
-    e.u1 = detail::asU64(detail::member(j, "u1", where), where + ".u1");
-    e.u2 = detail::asU64(detail::member(j, "u2", where), where + ".u2");
+    e.flags = bounded<std::uint8_t>(o, "flags", 0xFF, w);
+    e.a = bounded<std::uint32_t>(o, "a", 0xFFFFFFFFu, w);
+    e.b = bounded<std::uint32_t>(o, "b", 0xFFFFFFFFu, w);
+    e.u0 = u64(o, "u0", w);
+    e.u1 = u64(o, "u1", w);
+    e.u2 = u64(o, "u2", w);
     return e;
-}
-
-Json encodeParam(const EngineState &s, const ParamRecord &p)
-{
-    Json j;
-    j["id"] = p.id;
-    j["name"] = p.name;
-    j["module"] = modulePathOrNull(s, p.owner);
-    j["module_id"] = idOrNull(p.owner, kNoModule);
-    j["shape"] = p.shape;
-    j["dtype"] = dtypeName(p.dtype);
-    j["numel"] = p.numel;
-    j["padded_numel"] = p.paddedNumel;
-    j["partition_numel"] = p.partitionNumel;
-    j["persistent"] = p.persistent;
-    j["partitioned"] = p.partitioned;
-    j["late"] = p.late;
-    Json status = Json::array();
-    for (ParamStatus st : p.status)
-        status.push_back(statusName(st));
-    j["status"] = status;
-    Json ext = Json::array();
-    Json extAuto = Json::array();
-    for (const ExternalRecord &e : p.externals) {
-        ext.push_back(modulePathOf(s, e.module));
-        if (e.automatic) extAuto.push_back(modulePathOf(s, e.module));
-    }
-    j["external_modules"] = ext;
-    j["external_auto_modules"] = extAuto;
-    Json active = Json::array();
-    for (ModuleId m : p.activeModules)
-        active.push_back(modulePathOf(s, m));
-    j["active_modules"] = active;
-    j["gather_count"] = p.gatherCount;
-    j["gather_bytes"] = p.gatherBytes;
-    j["gather_ns"] = p.gatherNs;
-    j["last_gather_ts_ns"] = p.lastGatherTsNs;
-    return j;
-}
-
-Json encodeViolation(const EngineState &s, const ViolationRecord &v)
-{
-    Json j;
-    j["kind"] = violationKindName(v.kind);
-    j["step"] = v.step;
-    j["last_step"] = v.lastStep;
-    j["rank"] = v.rank;
-    j["accessor"] = modulePathOrNull(s, v.accessor);
-    j["accessor_id"] = idOrNull(v.accessor, kNoModule);
-    Json paramName = nullptr;
-    for (const ParamRecord &p : s.params)
-        if (p.id == v.param) paramName = p.name;
-    j["param"] = paramName;
-    j["param_id"] = idOrNull(v.param, kNoParam);
-    j["owner"] = modulePathOrNull(s, v.owner);
-    j["owner_id"] = idOrNull(v.owner, kNoModule);
-    j["status"] = statusName(v.status);
-    j["action"] = guardActionName(v.action);
-    j["count"] = v.count;
-    j["ts_ns"] = v.tsNs;
-    j["fix"] = v.fix;
-    j["message"] = v.message;
-    return j;
 }
 
 struct ModuleIndex
 {
-    std::unordered_map<std::string, ModuleId> byPath;
+    std::unordered_map<std::string_view, ModuleId> byPath; // views into the records' paths
     std::size_t count = 0;
 
-    ModuleId resolve(const Json &j, const std::string &where) const
+    ModuleId resolve(Element j, const Where &where) const
     {
-        const std::string path = detail::asString(j, where);
+        const std::string_view path = sj::asStringView(j, where);
         auto it = byPath.find(path);
-        if (it == byPath.end()) detail::failAt(where, "no module with path \"" + path + "\"");
+        if (it == byPath.end())
+            sj::failAt(where, "no module with path \"" + std::string(path) + "\"");
         return it->second;
     }
-    ModuleId checkId(const Json &j, const std::string &where) const
+    ModuleId checkId(Element j, const Where &where) const
     {
         const ModuleId id = readId(j, kNoModule, where);
         if (id != kNoModule && id >= count)
-            detail::failAt(where, "module id " + std::to_string(id) + " does not exist");
+            sj::failAt(where, "module id " + std::to_string(id) + " does not exist");
         return id;
     }
 };
 
-std::vector<ModuleId> resolvePaths(const Json &obj, const char *key, const ModuleIndex &index,
-                                   const std::string &where)
+std::vector<ModuleId> resolvePaths(sj::Object obj, std::string_view key, const ModuleIndex &index,
+                                   const Where &where)
 {
     std::vector<ModuleId> out;
-    const std::string w = where + "." + key;
-    const Json &a = detail::asArray(detail::member(obj, key, where), w);
-    for (std::size_t i = 0; i < a.size(); ++i)
-        out.push_back(index.resolve(a[i], at(w, i)));
+    const Where w = where / key;
+    std::size_t i = 0;
+    for (Element e : sj::asArray(sj::member(obj, key, where), w))
+        out.push_back(index.resolve(e, w[i++]));
     return out;
 }
 
-ParamRecord decodeParam(const Json &j, const ModuleIndex &index, int worldSize,
-                        const std::string &w)
+void readStatus(Element j, std::uint64_t version, int worldSize, std::vector<ParamStatus> &out,
+                const Where &w)
 {
-    detail::requireObject(j, w);
-    ParamRecord p;
-    p.id = readId(detail::member(j, "id", w), kNoParam, w + ".id");
-    p.name = detail::asString(detail::member(j, "name", w), w + ".name");
-    p.owner = index.checkId(detail::member(j, "module_id", w), w + ".module_id");
-    const Json &shape = detail::asArray(detail::member(j, "shape", w), w + ".shape");
-    if (shape.size() > 16) detail::failAt(w + ".shape", "more than 16 dimensions");
-    for (std::size_t i = 0; i < shape.size(); ++i) {
-        const std::int64_t d = detail::asI64(shape[i], at(w + ".shape", i));
-        if (d < 0) detail::failAt(at(w + ".shape", i), "negative dimension");
-        p.shape.push_back(d);
+    const auto ranks = static_cast<std::size_t>(worldSize);
+    if (version == 1) {
+        std::vector<Element> names;
+        for (Element e : sj::asArray(j, w))
+            names.push_back(e);
+        if (names.size() != ranks)
+            sj::failAt(w, std::to_string(names.size()) + " entries for a world of " +
+                              std::to_string(worldSize) + " ranks");
+        for (std::size_t i = 0; i < names.size(); ++i)
+            out.push_back(readEnum<ParamStatus>(names[i], 3, statusName, w[i]));
+        return;
     }
-    p.dtype = readEnum<DType>(detail::member(j, "dtype", w), 2, dtypeName, w + ".dtype");
-    auto nonNegative = [&](const char *key) {
-        const std::int64_t v = detail::asI64(detail::member(j, key, w), w + "." + key);
-        if (v < 0) detail::failAt(w + "." + key, "negative");
+    const std::string_view letters = sj::asStringView(j, w);
+    if (letters.size() != ranks)
+        sj::failAt(w, std::to_string(letters.size()) + " letters for a world of " +
+                          std::to_string(worldSize) + " ranks");
+    out.resize(ranks);
+    for (std::size_t i = 0; i < ranks; ++i) {
+        switch (letters[i]) {
+        case 'N': out[i] = ParamStatus::NotAvailable; break;
+        case 'I': out[i] = ParamStatus::Inflight; break;
+        case 'A': out[i] = ParamStatus::Available; break;
+        default: {
+            const auto c = static_cast<unsigned char>(letters[i]);
+            const std::string shown = c >= 0x20 && c < 0x7F ? "'" + std::string(1, letters[i]) + "'"
+                                                            : "byte " + std::to_string(c);
+            sj::failAt(w, "unknown status letter " + shown + " for rank " + std::to_string(i) +
+                              " (expected N, I or A)");
+        }
+        }
+    }
+}
+
+ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize, std::uint64_t version,
+                        const Where &w)
+{
+    const sj::Object o = sj::asObject(j, w);
+    ParamRecord p;
+    p.id = readId(sj::member(o, "id", w), kNoParam, w / "id");
+    p.name = sj::asString(sj::member(o, "name", w), w / "name");
+    p.owner = index.checkId(sj::member(o, "module_id", w), w / "module_id");
+    const Where ws = w / "shape";
+    std::size_t dims = 0;
+    for (Element d : sj::asArray(sj::member(o, "shape", w), ws)) {
+        if (++dims > 16) sj::failAt(ws, "more than 16 dimensions");
+        const std::int64_t v = sj::asI64(d, ws[dims - 1]);
+        if (v < 0) sj::failAt(ws[dims - 1], "negative dimension");
+        p.shape.push_back(v);
+    }
+    p.dtype = readEnum<DType>(sj::member(o, "dtype", w), 2, dtypeName, w / "dtype");
+    auto nonNegative = [&](std::string_view key) {
+        const std::int64_t v = sj::asI64(sj::member(o, key, w), w / key);
+        if (v < 0) sj::failAt(w / key, "negative");
         return v;
     };
     p.numel = nonNegative("numel");
     p.paddedNumel = nonNegative("padded_numel");
     p.partitionNumel = nonNegative("partition_numel");
-    p.persistent = detail::asBool(detail::member(j, "persistent", w), w + ".persistent");
-    p.partitioned = detail::asBool(detail::member(j, "partitioned", w), w + ".partitioned");
-    p.late = detail::asBool(detail::member(j, "late", w), w + ".late");
-    const Json &status = detail::asArray(detail::member(j, "status", w), w + ".status");
-    if (status.size() != static_cast<std::size_t>(worldSize))
-        detail::failAt(w + ".status", std::to_string(status.size()) + " entries for a world of " +
-                                          std::to_string(worldSize) + " ranks");
-    for (std::size_t i = 0; i < status.size(); ++i)
-        p.status.push_back(readEnum<ParamStatus>(status[i], 3, statusName, at(w + ".status", i)));
-    const std::vector<ModuleId> ext = resolvePaths(j, "external_modules", index, w);
-    const std::vector<ModuleId> extAuto = resolvePaths(j, "external_auto_modules", index, w);
+    p.persistent = sj::asBool(sj::member(o, "persistent", w), w / "persistent");
+    p.partitioned = sj::asBool(sj::member(o, "partitioned", w), w / "partitioned");
+    p.late = sj::asBool(sj::member(o, "late", w), w / "late");
+    readStatus(sj::member(o, "status", w), version, worldSize, p.status, w / "status");
+    const std::vector<ModuleId> ext = resolvePaths(o, "external_modules", index, w);
+    const std::vector<ModuleId> extAuto = resolvePaths(o, "external_auto_modules", index, w);
     for (ModuleId m : ext) {
         bool automatic = false;
         for (ModuleId a : extAuto)
             automatic = automatic || a == m;
         p.externals.push_back(ExternalRecord{m, automatic});
     }
-    p.activeModules = resolvePaths(j, "active_modules", index, w);
-    p.gatherCount = detail::asU64(detail::member(j, "gather_count", w), w + ".gather_count");
-    p.gatherBytes = detail::asU64(detail::member(j, "gather_bytes", w), w + ".gather_bytes");
-    p.gatherNs = detail::asU64(detail::member(j, "gather_ns", w), w + ".gather_ns");
-    p.lastGatherTsNs =
-        detail::asU64(detail::member(j, "last_gather_ts_ns", w), w + ".last_gather_ts_ns");
+    p.activeModules = resolvePaths(o, "active_modules", index, w);
+    p.gatherCount = u64(o, "gather_count", w);
+    p.gatherBytes = u64(o, "gather_bytes", w);
+    p.gatherNs = u64(o, "gather_ns", w);
+    p.lastGatherTsNs = u64(o, "last_gather_ts_ns", w);
     return p;
 }
 
-ViolationRecord decodeViolation(const Json &j, const ModuleIndex &index, const std::string &w)
+ViolationRecord decodeViolation(Element j, const ModuleIndex &index, const Where &w)
 {
-    detail::requireObject(j, w);
+    const sj::Object o = sj::asObject(j, w);
     ViolationRecord v;
-    v.kind =
-        readEnum<ViolationKind>(detail::member(j, "kind", w), 4, violationKindName, w + ".kind");
-    v.step = static_cast<std::uint32_t>(
-        detail::asBounded(detail::member(j, "step", w), 0xFFFFFFFFu, w + ".step"));
-    v.lastStep = static_cast<std::uint32_t>(
-        detail::asBounded(detail::member(j, "last_step", w), 0xFFFFFFFFu, w + ".last_step"));
-    v.rank =
-        static_cast<int>(detail::asBounded(detail::member(j, "rank", w), kMaxRank, w + ".rank"));
-    v.accessor = index.checkId(detail::member(j, "accessor_id", w), w + ".accessor_id");
-    v.param = readId(detail::member(j, "param_id", w), kNoParam, w + ".param_id");
-    v.owner = index.checkId(detail::member(j, "owner_id", w), w + ".owner_id");
-    v.status = readEnum<ParamStatus>(detail::member(j, "status", w), 3, statusName, w + ".status");
-    v.action =
-        readEnum<GuardAction>(detail::member(j, "action", w), 4, guardActionName, w + ".action");
-    v.count = detail::asU64(detail::member(j, "count", w), w + ".count");
-    v.tsNs = detail::asU64(detail::member(j, "ts_ns", w), w + ".ts_ns");
-    v.fix = detail::asString(detail::member(j, "fix", w), w + ".fix");
-    v.message = detail::asString(detail::member(j, "message", w), w + ".message");
+    v.kind = readEnum<ViolationKind>(sj::member(o, "kind", w), 4, violationKindName, w / "kind");
+    v.step = bounded<std::uint32_t>(o, "step", 0xFFFFFFFFu, w);
+    v.lastStep = bounded<std::uint32_t>(o, "last_step", 0xFFFFFFFFu, w);
+    v.rank = bounded<int>(o, "rank", kMaxRank, w);
+    v.accessor = index.checkId(sj::member(o, "accessor_id", w), w / "accessor_id");
+    v.param = readId(sj::member(o, "param_id", w), kNoParam, w / "param_id");
+    v.owner = index.checkId(sj::member(o, "owner_id", w), w / "owner_id");
+    v.status = readEnum<ParamStatus>(sj::member(o, "status", w), 3, statusName, w / "status");
+    v.action = readEnum<GuardAction>(sj::member(o, "action", w), 4, guardActionName, w / "action");
+    v.count = u64(o, "count", w);
+    v.tsNs = u64(o, "ts_ns", w);
+    v.fix = sj::asString(sj::member(o, "fix", w), w / "fix");
+    v.message = sj::asString(sj::member(o, "message", w), w / "message");
     return v;
 }
 
-Snapshot decodeSnapshotJson(const Json &root)
+Snapshot decodeSnapshotDom(Element rootElement)
 {
-    detail::requireObject(root, "snapshot");
-    const std::string format =
-        detail::asString(detail::member(root, "format", "snapshot"), "format");
+    const Where rw = Where::root();
+    const sj::Object root = sj::asObject(rootElement, rw);
+    const std::string_view format = sj::asStringView(sj::member(root, "format", rw), rw / "format");
     if (format != kSnapshotFormat)
-        detail::failAt("format", "\"" + format + "\" is not \"shardscope-snapshot\"");
-    const std::uint64_t version =
-        detail::asU64(detail::member(root, "version", "snapshot"), "version");
-    if (version != static_cast<std::uint64_t>(kSnapshotVersion))
-        detail::failAt("version", "snapshot version " + std::to_string(version) +
-                                      " cannot be read by this build, which reads version " +
-                                      std::to_string(kSnapshotVersion));
+        sj::failAt(rw / "format", "\"" + std::string(format) + "\" is not \"shardscope-snapshot\"");
+    const std::uint64_t version = u64(root, "version", rw);
+    if (version < kOldestReadableVersion || version > static_cast<std::uint64_t>(kSnapshotVersion))
+        sj::failAt(rw / "version", "snapshot version " + std::to_string(version) +
+                                       " is not supported; this build reads versions " +
+                                       std::to_string(kOldestReadableVersion) + " to " +
+                                       std::to_string(kSnapshotVersion));
     Snapshot s;
-    if (detail::hasMember(root, "producer"))
-        s.meta.producer = detail::asString(root["producer"], "producer");
-    if (detail::hasMember(root, "pid")) s.meta.pid = detail::asI64(root["pid"], "pid");
-    if (detail::hasMember(root, "created_unix_ms"))
-        s.meta.createdUnixMs = detail::asU64(root["created_unix_ms"], "created_unix_ms");
-    if (detail::hasMember(root, "endpoint"))
-        s.meta.endpoint = detail::asString(root["endpoint"], "endpoint");
+    Element e;
+    if (sj::optionalMember(root, "producer", e)) s.meta.producer = sj::asString(e, rw / "producer");
+    if (sj::optionalMember(root, "pid", e)) s.meta.pid = sj::asI64(e, rw / "pid");
+    if (sj::optionalMember(root, "created_unix_ms", e))
+        s.meta.createdUnixMs = sj::asU64(e, rw / "created_unix_ms");
+    if (sj::optionalMember(root, "endpoint", e)) s.meta.endpoint = sj::asString(e, rw / "endpoint");
 
     EngineState &st = s.state;
-    const Json &engine =
-        detail::requireObject(detail::member(root, "engine", "snapshot"), "engine");
-    st.modelName = detail::asString(detail::member(engine, "model", "engine"), "engine.model");
-    st.worldSize = static_cast<int>(detail::asBounded(
-        detail::member(engine, "world_size", "engine"), kMaxWorldSize, "engine.world_size"));
-    if (st.worldSize < 1) detail::failAt("engine.world_size", "must be at least 1");
-    st.backend = detail::asString(detail::member(engine, "backend", "engine"), "engine.backend");
-    st.step = static_cast<std::uint32_t>(
-        detail::asBounded(detail::member(engine, "step", "engine"), 0xFFFFFFFFu, "engine.step"));
-    if (detail::hasMember(engine, "local_ranks")) {
-        const Json &lr = detail::asArray(engine["local_ranks"], "engine.local_ranks");
-        for (std::size_t i = 0; i < lr.size(); ++i)
-            st.localRanks.push_back(static_cast<int>(detail::asBounded(
-                lr[i], static_cast<std::uint64_t>(st.worldSize - 1), at("engine.local_ranks", i))));
+    const Where ew = rw / "engine";
+    const sj::Object engine = sj::asObject(sj::member(root, "engine", rw), ew);
+    st.modelName = sj::asString(sj::member(engine, "model", ew), ew / "model");
+    st.worldSize = bounded<int>(engine, "world_size", kMaxWorldSize, ew);
+    if (st.worldSize < 1) sj::failAt(ew / "world_size", "must be at least 1");
+    st.backend = sj::asString(sj::member(engine, "backend", ew), ew / "backend");
+    st.step = bounded<std::uint32_t>(engine, "step", 0xFFFFFFFFu, ew);
+    if (sj::optionalMember(engine, "local_ranks", e)) {
+        const Where lw = ew / "local_ranks";
+        std::size_t i = 0;
+        for (Element r : sj::asArray(e, lw)) {
+            st.localRanks.push_back(static_cast<int>(
+                sj::asBounded(r, static_cast<std::uint64_t>(st.worldSize - 1), lw[i])));
+            ++i;
+        }
     }
-    const Json &cfg =
-        detail::requireObject(detail::member(engine, "config", "engine"), "engine.config");
+    const Where cw = ew / "config";
+    const sj::Object cfg = sj::asObject(sj::member(engine, "config", ew), cw);
     st.config.persistenceThreshold =
-        detail::asI64(detail::member(cfg, "persistence_threshold", "engine.config"),
-                      "engine.config.persistence_threshold");
+        sj::asI64(sj::member(cfg, "persistence_threshold", cw), cw / "persistence_threshold");
     st.config.prefetchBucketSize =
-        detail::asI64(detail::member(cfg, "prefetch_bucket_size", "engine.config"),
-                      "engine.config.prefetch_bucket_size");
+        sj::asI64(sj::member(cfg, "prefetch_bucket_size", cw), cw / "prefetch_bucket_size");
     st.config.maxLiveParameters =
-        detail::asI64(detail::member(cfg, "max_live_parameters", "engine.config"),
-                      "engine.config.max_live_parameters");
-    st.config.guard = readEnum<GuardPolicy>(detail::member(cfg, "guard", "engine.config"), 3,
-                                            guardPolicyName, "engine.config.guard");
+        sj::asI64(sj::member(cfg, "max_live_parameters", cw), cw / "max_live_parameters");
+    st.config.guard =
+        readEnum<GuardPolicy>(sj::member(cfg, "guard", cw), 3, guardPolicyName, cw / "guard");
 
-    const Json &modules = detail::asArray(detail::member(root, "modules", "snapshot"), "modules");
-    ModuleIndex index;
-    index.count = modules.size();
-    for (std::size_t i = 0; i < modules.size(); ++i) {
-        const std::string w = at("modules", i);
-        const Json &m = detail::requireObject(modules[i], w);
+    const Where mw = rw / "modules";
+    const sj::Array modules = sj::asArray(sj::member(root, "modules", rw), mw);
+    for (Element m : modules) {
+        const std::size_t i = st.modules.size();
+        const Where w = mw[i];
+        const sj::Object o = sj::asObject(m, w);
         ModuleRecord r;
-        r.id = readId(detail::member(m, "id", w), kNoModule, w + ".id");
+        r.id = readId(sj::member(o, "id", w), kNoModule, w / "id");
         if (r.id != i)
-            detail::failAt(w + ".id",
-                           "is " + std::to_string(r.id) + "; module ids must equal their index");
-        r.path = detail::asString(detail::member(m, "path", w), w + ".path");
-        r.type = detail::asString(detail::member(m, "type", w), w + ".type");
-        r.parent = readId(detail::member(m, "parent", w), kNoModule, w + ".parent");
+            sj::failAt(w / "id", "is " + std::to_string(r.id) + "; module ids must equal their index");
+        r.path = sj::asString(sj::member(o, "path", w), w / "path");
+        r.type = sj::asString(sj::member(o, "type", w), w / "type");
+        r.parent = readId(sj::member(o, "parent", w), kNoModule, w / "parent");
         if (r.parent != kNoModule && r.parent >= r.id)
-            detail::failAt(w + ".parent", "a parent must come before its children");
-        index.byPath.emplace(r.path, r.id);
+            sj::failAt(w / "parent", "a parent must come before its children");
         st.modules.push_back(std::move(r));
     }
+    ModuleIndex index;
+    index.count = st.modules.size();
+    index.byPath.reserve(st.modules.size());
+    for (const ModuleRecord &r : st.modules)
+        index.byPath.emplace(r.path, r.id);
 
-    const Json &params = detail::asArray(detail::member(root, "params", "snapshot"), "params");
-    for (std::size_t i = 0; i < params.size(); ++i)
-        st.params.push_back(decodeParam(params[i], index, st.worldSize, at("params", i)));
+    const Where pw = rw / "params";
+    const sj::Array params = sj::asArray(sj::member(root, "params", rw), pw);
+    st.params.reserve(params.size());
+    for (Element p : params)
+        st.params.push_back(decodeParam(p, index, st.worldSize, version, pw[st.params.size()]));
 
-    const Json &violations =
-        detail::asArray(detail::member(root, "violations", "snapshot"), "violations");
-    for (std::size_t i = 0; i < violations.size(); ++i)
-        st.violations.push_back(decodeViolation(violations[i], index, at("violations", i)));
+    const Where vw = rw / "violations";
+    for (Element v : sj::asArray(sj::member(root, "violations", rw), vw))
+        st.violations.push_back(decodeViolation(v, index, vw[st.violations.size()]));
 
-    const Json &events = detail::asArray(detail::member(root, "events", "snapshot"), "events");
+    const Where evw = rw / "events";
+    const sj::Array events = sj::asArray(sj::member(root, "events", rw), evw);
     s.events.reserve(events.size());
-    for (std::size_t i = 0; i < events.size(); ++i)
-        s.events.push_back(decodeEvent(events[i], at("events", i)));
-    s.droppedEvents =
-        detail::asU64(detail::member(root, "dropped_events", "snapshot"), "dropped_events");
+    for (Element ev : events)
+        s.events.push_back(decodeEvent(ev, evw[s.events.size()]));
+    s.droppedEvents = u64(root, "dropped_events", rw);
     return s;
 }
 
@@ -369,61 +474,73 @@ std::uint64_t unixTimeMs()
 std::string encodeSnapshot(const Snapshot &snapshot, bool pretty)
 {
     const EngineState &s = snapshot.state;
-    Json root;
-    root["format"] = kSnapshotFormat;
-    root["version"] = kSnapshotVersion;
-    root["producer"] = snapshot.meta.producer;
-    root["pid"] = snapshot.meta.pid;
-    root["created_unix_ms"] = snapshot.meta.createdUnixMs;
-    root["endpoint"] = snapshot.meta.endpoint;
+    std::string out;
+    out.reserve(4096 + s.modules.size() * 96 +
+                s.params.size() * (400 + static_cast<std::size_t>(std::max(s.worldSize, 0))) +
+                s.violations.size() * 512 + snapshot.events.size() * 160);
+    Writer w(out, pretty);
+    w.raw("{");
+    w.member("format", true).str(kSnapshotFormat);
+    w.member("version").num(kSnapshotVersion);
+    w.member("producer").str(snapshot.meta.producer);
+    w.member("pid").inum(snapshot.meta.pid);
+    w.member("created_unix_ms").num(snapshot.meta.createdUnixMs);
+    w.member("endpoint").str(snapshot.meta.endpoint);
 
-    Json engine;
-    engine["model"] = s.modelName;
-    engine["world_size"] = s.worldSize;
-    engine["backend"] = s.backend;
-    engine["step"] = s.step;
-    engine["local_ranks"] = s.localRanks;
-    Json cfg;
-    cfg["persistence_threshold"] = s.config.persistenceThreshold;
-    cfg["prefetch_bucket_size"] = s.config.prefetchBucketSize;
-    cfg["max_live_parameters"] = s.config.maxLiveParameters;
-    cfg["guard"] = guardPolicyName(s.config.guard);
-    engine["config"] = cfg;
-    root["engine"] = engine;
-
-    Json modules = Json::array();
-    for (const ModuleRecord &m : s.modules) {
-        Json j;
-        j["id"] = m.id;
-        j["path"] = m.path;
-        j["type"] = m.type;
-        j["parent"] = idOrNull(m.parent, kNoModule);
-        modules.push_back(std::move(j));
+    w.member("engine").raw("{\"model\":").str(s.modelName);
+    w.raw(",\"world_size\":").inum(s.worldSize);
+    w.raw(",\"backend\":").str(s.backend);
+    w.raw(",\"step\":").num(s.step);
+    w.raw(",\"local_ranks\":[");
+    for (std::size_t i = 0; i < s.localRanks.size(); ++i) {
+        if (i) w.raw(",");
+        w.inum(s.localRanks[i]);
     }
-    root["modules"] = std::move(modules);
+    w.raw("],\"config\":{\"persistence_threshold\":").inum(s.config.persistenceThreshold);
+    w.raw(",\"prefetch_bucket_size\":").inum(s.config.prefetchBucketSize);
+    w.raw(",\"max_live_parameters\":").inum(s.config.maxLiveParameters);
+    w.raw(",\"guard\":").str(guardPolicyName(s.config.guard)).raw("}}");
 
-    Json params = Json::array();
-    for (const ParamRecord &p : s.params)
-        params.push_back(encodeParam(s, p));
-    root["params"] = std::move(params);
+    w.member("modules").raw("[");
+    for (std::size_t i = 0; i < s.modules.size(); ++i) {
+        const ModuleRecord &m = s.modules[i];
+        w.element(i).raw("{\"id\":").num(m.id);
+        w.raw(",\"path\":").str(m.path);
+        w.raw(",\"type\":").str(m.type);
+        w.raw(",\"parent\":").idOrNull(m.parent, kNoModule).raw("}");
+    }
+    w.endArray(s.modules.size());
 
-    Json violations = Json::array();
-    for (const ViolationRecord &v : s.violations)
-        violations.push_back(encodeViolation(s, v));
-    root["violations"] = std::move(violations);
+    std::string scratch;
+    w.member("params").raw("[");
+    for (std::size_t i = 0; i < s.params.size(); ++i)
+        writeParam(w.element(i), s, s.params[i], scratch);
+    w.endArray(s.params.size());
 
-    Json events = Json::array();
-    for (const Event &e : snapshot.events)
-        events.push_back(encodeEvent(e));
-    root["events"] = std::move(events);
-    root["dropped_events"] = snapshot.droppedEvents;
-    return detail::dumpJson(root, pretty);
+    std::unordered_map<ParamId, const ParamRecord *> paramById;
+    if (!s.violations.empty())
+        for (const ParamRecord &p : s.params)
+            paramById[p.id] = &p;
+    w.member("violations").raw("[");
+    for (std::size_t i = 0; i < s.violations.size(); ++i)
+        writeViolation(w.element(i), s, s.violations[i], paramById);
+    w.endArray(s.violations.size());
+
+    w.member("events").raw("[");
+    for (std::size_t i = 0; i < snapshot.events.size(); ++i)
+        writeEvent(w.element(i), snapshot.events[i]);
+    w.endArray(snapshot.events.size());
+    w.member("dropped_events").num(snapshot.droppedEvents);
+    w.raw(pretty ? "\n}\n" : "}");
+    return out;
 }
 
 Result<Snapshot> decodeSnapshot(std::string_view json)
 {
-    return detail::guarded<Snapshot>("not a valid ShardScope snapshot",
-                                     [&] { return decodeSnapshotJson(detail::parseJson(json)); });
+    return detail::guarded<Snapshot>("not a valid ShardScope snapshot", [&] {
+        simdjson::dom::parser parser;
+        return decodeSnapshotDom(sj::parse(parser, json));
+    });
 }
 
 Status writeFileAtomically(const std::string &path, std::string_view contents)

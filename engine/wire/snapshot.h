@@ -15,7 +15,9 @@
 namespace shardscope::wire {
 
 inline constexpr std::string_view kSnapshotFormat = "shardscope-snapshot";
-inline constexpr int kSnapshotVersion = 1;
+// Version 2 writes each parameter's per-rank status as one letter per rank; version 1
+// documents (status as an array of names) are still read.
+inline constexpr int kSnapshotVersion = 2;
 // Files larger than this are refused by readSnapshotFile.
 inline constexpr std::uint64_t kMaxSnapshotFileBytes = 1ull << 30;
 

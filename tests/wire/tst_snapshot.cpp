@@ -101,6 +101,9 @@ class TestSnapshot : public QObject
     void jsonUsesTheDocumentedNames();
     void invalidUtf8InNamesIsReplacedNotFatal();
     void refusesForeignAndInconsistentDocuments();
+    void statusIsOneLetterPerRank();
+    void versionOneDocumentsAreStillRead();
+    void nestingLimitIsThirtyTwoLevels();
     void fileWriteIsAtomicAndReadable();
     void corruptAndForeignFilesAreCleanErrors();
     void endpointsParseAndFormat();
@@ -130,12 +133,13 @@ void TestSnapshot::jsonUsesTheDocumentedNames()
 {
     const auto j = nlohmann::json::parse(encodeSnapshot(test::sampleSnapshot()));
     QCOMPARE(j["format"].get<std::string>(), std::string("shardscope-snapshot"));
-    QCOMPARE(j["version"].get<int>(), 1);
+    QCOMPARE(j["version"].get<int>(), 2);
     QCOMPARE(j["engine"]["config"]["guard"].get<std::string>(), std::string("auto"));
     QCOMPARE(j["engine"]["world_size"].get<int>(), 2);
     const auto &p = j["params"][0];
     QCOMPARE(p["module"].get<std::string>(), std::string("embed"));
-    QCOMPARE(p["status"][1].get<std::string>(), std::string("INFLIGHT"));
+    QCOMPARE(p["status"].get<std::string>(), std::string("AI"));
+    QCOMPARE(j["params"][1]["status"].get<std::string>(), std::string("NN"));
     QCOMPARE(p["external_modules"], nlohmann::json({"lm_head", "conv"}));
     QCOMPARE(p["external_auto_modules"], nlohmann::json({"lm_head"}));
     QCOMPARE(p["dtype"].get<std::string>(), std::string("float32"));
@@ -184,11 +188,29 @@ void TestSnapshot::refusesForeignAndInconsistentDocuments()
     j["format"] = "other";
     expectError(j, "is not \"shardscope-snapshot\"");
     j = base;
-    j["version"] = 2;
-    expectError(j, "snapshot version 2 cannot be read");
+    j["version"] = 3;
+    expectError(j, "snapshot version 3 is not supported; this build reads versions 1 to 2");
     j = base;
-    j["params"][0]["status"].push_back("AVAILABLE");
-    expectError(j, "params[0].status: 3 entries for a world of 2 ranks");
+    j["version"] = 0;
+    expectError(j, "snapshot version 0 is not supported");
+    j = base;
+    j["params"][0]["status"] = "AIN";
+    expectError(j, "params[0].status: 3 letters for a world of 2 ranks");
+    j = base;
+    j["params"][0]["status"] = "";
+    expectError(j, "params[0].status: 0 letters for a world of 2 ranks");
+    j = base;
+    j["params"][0]["status"] = "AX";
+    expectError(j, "params[0].status: unknown status letter 'X' for rank 1 (expected N, I or A)");
+    j = base;
+    j["params"][1]["status"] = "na";
+    expectError(j, "params[1].status: unknown status letter 'n' for rank 0");
+    j = base;
+    j["params"][0]["status"] = "A\n";
+    expectError(j, "unknown status letter byte 10 for rank 1");
+    j = base;
+    j["params"][0]["status"] = nlohmann::json::array({"AVAILABLE", "INFLIGHT"});
+    expectError(j, "params[0].status: expected a string");
     j = base;
     j["params"][0]["module_id"] = 99;
     expectError(j, "params[0].module_id: module id 99 does not exist");
@@ -226,6 +248,95 @@ void TestSnapshot::refusesForeignAndInconsistentDocuments()
     QVERIFY2(r.error().find("nested deeper") != std::string::npos, r.error().c_str());
     QVERIFY(!decodeSnapshot("").ok());
     QVERIFY(!decodeSnapshot("null").ok());
+}
+
+void TestSnapshot::statusIsOneLetterPerRank()
+{
+    Snapshot s = test::sampleSnapshot();
+    s.state.worldSize = 64;
+    const std::vector<ParamStatus> cycle = {ParamStatus::NotAvailable, ParamStatus::Inflight,
+                                            ParamStatus::Available};
+    std::string expected;
+    for (ParamRecord &p : s.state.params) {
+        p.status.clear();
+        for (int r = 0; r < 64; ++r)
+            p.status.push_back(cycle[static_cast<std::size_t>(r * (p.id + 1)) % 3]);
+    }
+    for (int r = 0; r < 64; ++r)
+        expected.push_back("NIA"[(r * (s.state.params[0].id + 1)) % 3]);
+    const std::string json = encodeSnapshot(s);
+    const auto j = nlohmann::json::parse(json);
+    QCOMPARE(j["params"][0]["status"].get<std::string>(), expected);
+    for (const auto &p : j["params"])
+        QCOMPARE(p["status"].get<std::string>().size(), std::size_t(64));
+    auto back = decodeSnapshot(json);
+    QVERIFY2(back.ok(), back.error().c_str());
+    for (std::size_t i = 0; i < s.state.params.size(); ++i)
+        QVERIFY(back->state.params[i].status == s.state.params[i].status);
+
+    auto bad = j;
+    bad["params"][0]["status"] = expected.substr(0, 63);
+    auto r = decodeSnapshot(bad.dump());
+    QVERIFY(!r.ok());
+    QVERIFY2(r.error().find("params[0].status: 63 letters for a world of 64 ranks") !=
+                 std::string::npos,
+             r.error().c_str());
+}
+
+void TestSnapshot::versionOneDocumentsAreStillRead()
+{
+    const Snapshot s = test::sampleSnapshot();
+    auto j = nlohmann::json::parse(encodeSnapshot(s));
+    j["version"] = 1;
+    for (auto &p : j["params"]) {
+        nlohmann::json names = nlohmann::json::array();
+        for (char c : p["status"].get<std::string>())
+            names.push_back(c == 'N' ? "NOT_AVAILABLE" : c == 'I' ? "INFLIGHT" : "AVAILABLE");
+        p["status"] = names;
+    }
+    auto back = decodeSnapshot(j.dump());
+    QVERIFY2(back.ok(), back.error().c_str());
+    compareStates(s.state, back->state);
+
+    auto bad = j;
+    bad["params"][0]["status"].push_back("AVAILABLE");
+    auto r = decodeSnapshot(bad.dump());
+    QVERIFY(!r.ok());
+    QVERIFY2(r.error().find("params[0].status: 3 entries for a world of 2 ranks") !=
+                 std::string::npos,
+             r.error().c_str());
+    bad = j;
+    bad["params"][0]["status"][1] = "GONE";
+    r = decodeSnapshot(bad.dump());
+    QVERIFY(!r.ok());
+    QVERIFY2(r.error().find("params[0].status[1]: unknown value \"GONE\"") != std::string::npos,
+             r.error().c_str());
+    bad = j;
+    bad["params"][0]["status"] = "AI";
+    r = decodeSnapshot(bad.dump());
+    QVERIFY(!r.ok());
+    QVERIFY2(r.error().find("params[0].status: expected an array") != std::string::npos,
+             r.error().c_str());
+}
+
+void TestSnapshot::nestingLimitIsThirtyTwoLevels()
+{
+    auto j = nlohmann::json::parse(encodeSnapshot(test::sampleSnapshot()));
+    // The document itself is one level, "params" two, a parameter three, "shape" four.
+    auto nested = [](int levels) {
+        nlohmann::json v = 1;
+        for (int i = 0; i < levels; ++i)
+            v = nlohmann::json::array({v});
+        return v;
+    };
+    j["extra"] = nested(31);
+    auto ok = decodeSnapshot(j.dump());
+    QVERIFY2(ok.ok(), ok.error().c_str());
+    j["extra"] = nested(32);
+    auto r = decodeSnapshot(j.dump());
+    QVERIFY(!r.ok());
+    QVERIFY2(r.error().find("JSON nested deeper than 32 levels") != std::string::npos,
+             r.error().c_str());
 }
 
 void TestSnapshot::fileWriteIsAtomicAndReadable()
