@@ -3,6 +3,7 @@
 // large documents (the snapshot). Failures throw DecodeFailure ("where: what") like
 // jsonread.h; the location is only rendered into text when something is wrong.
 
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -70,6 +71,43 @@ inline bool optionalMember(Object o, std::string_view key, Element &out)
 {
     return o.at_key(key).get(out) == simdjson::SUCCESS;
 }
+
+// The members of one object, found in one pass: fields[k] is the value of names[k].
+// Writers put members in the documented order, so each name is tried against the next
+// expected one first; any order is accepted, and for a repeated key the last one wins.
+template <std::size_t N> class Fields
+{
+public:
+    Fields(Object o, const std::array<std::string_view, N> &names, const Where &where)
+        : m_names(names), m_where(where)
+    {
+        std::size_t next = 0;
+        for (auto field : o) {
+            std::size_t k = next < N && names[next] == field.key ? next : N;
+            for (std::size_t i = 0; k == N && i < N; ++i)
+                if (names[i] == field.key) k = i;
+            if (k == N) continue;
+            m_values[k] = field.value;
+            m_present[k] = true;
+            next = k + 1;
+        }
+    }
+    Element operator[](std::size_t k) const
+    {
+        if (!m_present[k])
+            failAt(m_where, "missing field \"" + std::string(m_names[k]) + "\"");
+        return m_values[k];
+    }
+    bool has(std::size_t k) const { return m_present[k]; }
+    // Where the value of names[k] sits, for messages.
+    Where at(std::size_t k) const { return m_where / m_names[k]; }
+
+private:
+    const std::array<std::string_view, N> &m_names;
+    const Where &m_where;
+    std::array<Element, N> m_values{};
+    std::array<bool, N> m_present{};
+};
 
 inline std::string_view asStringView(Element e, const Where &where)
 {

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
+#include <array>
 #include <unordered_map>
 
 #include "wire/domread.h"
@@ -217,23 +218,27 @@ std::uint64_t u64(sj::Object o, std::string_view key, const Where &w)
     return sj::asU64(sj::member(o, key, w), w / key);
 }
 
+constexpr std::array<std::string_view, 10> kEventFields = {
+    "ts_ns", "step", "rank", "type", "flags", "a", "b", "u0", "u1", "u2"};
+
 Event decodeEvent(Element j, const Where &w)
 {
-    const sj::Object o = sj::asObject(j, w);
+    const sj::Fields f(sj::asObject(j, w), kEventFields, w);
+    auto bounded = [&](std::size_t k, std::uint64_t max) { return sj::asBounded(f[k], max, f.at(k)); };
     Event e{};
-    e.tsNs = u64(o, "ts_ns", w);
-    e.step = bounded<std::uint32_t>(o, "step", 0xFFFFFFFFu, w);
-    e.rank = bounded<std::uint16_t>(o, "rank", kMaxRank, w);
-    const std::string_view type = sj::asStringView(sj::member(o, "type", w), w / "type");
+    e.tsNs = sj::asU64(f[0], f.at(0));
+    e.step = static_cast<std::uint32_t>(bounded(1, 0xFFFFFFFFu));
+    e.rank = static_cast<std::uint16_t>(bounded(2, kMaxRank));
+    const std::string_view type = sj::asStringView(f[3], f.at(3));
     const auto t = eventTypeFromName(std::string(type));
-    if (!t) sj::failAt(w / "type", "unknown event type \"" + std::string(type) + "\"");
+    if (!t) sj::failAt(f.at(3), "unknown event type \"" + std::string(type) + "\"");
     e.type = *t;
-    e.flags = bounded<std::uint8_t>(o, "flags", 0xFF, w);
-    e.a = bounded<std::uint32_t>(o, "a", 0xFFFFFFFFu, w);
-    e.b = bounded<std::uint32_t>(o, "b", 0xFFFFFFFFu, w);
-    e.u0 = u64(o, "u0", w);
-    e.u1 = u64(o, "u1", w);
-    e.u2 = u64(o, "u2", w);
+    e.flags = static_cast<std::uint8_t>(bounded(4, 0xFF));
+    e.a = static_cast<std::uint32_t>(bounded(5, 0xFFFFFFFFu));
+    e.b = static_cast<std::uint32_t>(bounded(6, 0xFFFFFFFFu));
+    e.u0 = sj::asU64(f[7], f.at(7));
+    e.u1 = sj::asU64(f[8], f.at(8));
+    e.u2 = sj::asU64(f[9], f.at(9));
     return e;
 }
 
@@ -259,13 +264,11 @@ struct ModuleIndex
     }
 };
 
-std::vector<ModuleId> resolvePaths(sj::Object obj, std::string_view key, const ModuleIndex &index,
-                                   const Where &where)
+std::vector<ModuleId> resolvePaths(Element list, const ModuleIndex &index, const Where &w)
 {
     std::vector<ModuleId> out;
-    const Where w = where / key;
     std::size_t i = 0;
-    for (Element e : sj::asArray(sj::member(obj, key, where), w))
+    for (Element e : sj::asArray(list, w))
         out.push_back(index.resolve(e, w[i++]));
     return out;
 }
@@ -306,48 +309,58 @@ void readStatus(Element j, std::uint64_t version, int worldSize, std::vector<Par
     }
 }
 
+enum ParamField : std::size_t {
+    kId, kName, kModuleId, kShape, kDtype, kNumel, kPaddedNumel, kPartitionNumel, kPersistent,
+    kPartitioned, kLate, kStatus, kExternal, kExternalAuto, kActive, kGatherCount, kGatherBytes,
+    kGatherNs, kLastGather, kParamFieldCount
+};
+constexpr std::array<std::string_view, kParamFieldCount> kParamFields = {
+    "id", "name", "module_id", "shape", "dtype", "numel", "padded_numel", "partition_numel",
+    "persistent", "partitioned", "late", "status", "external_modules", "external_auto_modules",
+    "active_modules", "gather_count", "gather_bytes", "gather_ns", "last_gather_ts_ns"};
+
 ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize, std::uint64_t version,
                         const Where &w)
 {
-    const sj::Object o = sj::asObject(j, w);
+    const sj::Fields f(sj::asObject(j, w), kParamFields, w);
     ParamRecord p;
-    p.id = readId(sj::member(o, "id", w), kNoParam, w / "id");
-    p.name = sj::asString(sj::member(o, "name", w), w / "name");
-    p.owner = index.checkId(sj::member(o, "module_id", w), w / "module_id");
-    const Where ws = w / "shape";
+    p.id = readId(f[kId], kNoParam, f.at(kId));
+    p.name = sj::asString(f[kName], f.at(kName));
+    p.owner = index.checkId(f[kModuleId], f.at(kModuleId));
+    const Where ws = f.at(kShape);
     std::size_t dims = 0;
-    for (Element d : sj::asArray(sj::member(o, "shape", w), ws)) {
+    for (Element d : sj::asArray(f[kShape], ws)) {
         if (++dims > 16) sj::failAt(ws, "more than 16 dimensions");
         const std::int64_t v = sj::asI64(d, ws[dims - 1]);
         if (v < 0) sj::failAt(ws[dims - 1], "negative dimension");
         p.shape.push_back(v);
     }
-    p.dtype = readEnum<DType>(sj::member(o, "dtype", w), 2, dtypeName, w / "dtype");
-    auto nonNegative = [&](std::string_view key) {
-        const std::int64_t v = sj::asI64(sj::member(o, key, w), w / key);
-        if (v < 0) sj::failAt(w / key, "negative");
+    p.dtype = readEnum<DType>(f[kDtype], 2, dtypeName, f.at(kDtype));
+    auto nonNegative = [&](ParamField k) {
+        const std::int64_t v = sj::asI64(f[k], f.at(k));
+        if (v < 0) sj::failAt(f.at(k), "negative");
         return v;
     };
-    p.numel = nonNegative("numel");
-    p.paddedNumel = nonNegative("padded_numel");
-    p.partitionNumel = nonNegative("partition_numel");
-    p.persistent = sj::asBool(sj::member(o, "persistent", w), w / "persistent");
-    p.partitioned = sj::asBool(sj::member(o, "partitioned", w), w / "partitioned");
-    p.late = sj::asBool(sj::member(o, "late", w), w / "late");
-    readStatus(sj::member(o, "status", w), version, worldSize, p.status, w / "status");
-    const std::vector<ModuleId> ext = resolvePaths(o, "external_modules", index, w);
-    const std::vector<ModuleId> extAuto = resolvePaths(o, "external_auto_modules", index, w);
+    p.numel = nonNegative(kNumel);
+    p.paddedNumel = nonNegative(kPaddedNumel);
+    p.partitionNumel = nonNegative(kPartitionNumel);
+    p.persistent = sj::asBool(f[kPersistent], f.at(kPersistent));
+    p.partitioned = sj::asBool(f[kPartitioned], f.at(kPartitioned));
+    p.late = sj::asBool(f[kLate], f.at(kLate));
+    readStatus(f[kStatus], version, worldSize, p.status, f.at(kStatus));
+    const std::vector<ModuleId> ext = resolvePaths(f[kExternal], index, f.at(kExternal));
+    const std::vector<ModuleId> extAuto = resolvePaths(f[kExternalAuto], index, f.at(kExternalAuto));
     for (ModuleId m : ext) {
         bool automatic = false;
         for (ModuleId a : extAuto)
             automatic = automatic || a == m;
         p.externals.push_back(ExternalRecord{m, automatic});
     }
-    p.activeModules = resolvePaths(o, "active_modules", index, w);
-    p.gatherCount = u64(o, "gather_count", w);
-    p.gatherBytes = u64(o, "gather_bytes", w);
-    p.gatherNs = u64(o, "gather_ns", w);
-    p.lastGatherTsNs = u64(o, "last_gather_ts_ns", w);
+    p.activeModules = resolvePaths(f[kActive], index, f.at(kActive));
+    p.gatherCount = sj::asU64(f[kGatherCount], f.at(kGatherCount));
+    p.gatherBytes = sj::asU64(f[kGatherBytes], f.at(kGatherBytes));
+    p.gatherNs = sj::asU64(f[kGatherNs], f.at(kGatherNs));
+    p.lastGatherTsNs = sj::asU64(f[kLastGather], f.at(kLastGather));
     return p;
 }
 
@@ -370,6 +383,8 @@ ViolationRecord decodeViolation(Element j, const ModuleIndex &index, const Where
     v.message = sj::asString(sj::member(o, "message", w), w / "message");
     return v;
 }
+
+constexpr std::array<std::string_view, 4> kModuleFields = {"id", "path", "type", "parent"};
 
 Snapshot decodeSnapshotDom(Element rootElement)
 {
@@ -425,16 +440,16 @@ Snapshot decodeSnapshotDom(Element rootElement)
     for (Element m : modules) {
         const std::size_t i = st.modules.size();
         const Where w = mw[i];
-        const sj::Object o = sj::asObject(m, w);
+        const sj::Fields f(sj::asObject(m, w), kModuleFields, w);
         ModuleRecord r;
-        r.id = readId(sj::member(o, "id", w), kNoModule, w / "id");
+        r.id = readId(f[0], kNoModule, f.at(0));
         if (r.id != i)
-            sj::failAt(w / "id", "is " + std::to_string(r.id) + "; module ids must equal their index");
-        r.path = sj::asString(sj::member(o, "path", w), w / "path");
-        r.type = sj::asString(sj::member(o, "type", w), w / "type");
-        r.parent = readId(sj::member(o, "parent", w), kNoModule, w / "parent");
+            sj::failAt(f.at(0), "is " + std::to_string(r.id) + "; module ids must equal their index");
+        r.path = sj::asString(f[1], f.at(1));
+        r.type = sj::asString(f[2], f.at(2));
+        r.parent = readId(f[3], kNoModule, f.at(3));
         if (r.parent != kNoModule && r.parent >= r.id)
-            sj::failAt(w / "parent", "a parent must come before its children");
+            sj::failAt(f.at(3), "a parent must come before its children");
         st.modules.push_back(std::move(r));
     }
     ModuleIndex index;

@@ -63,6 +63,7 @@ inline std::vector<std::string> snapshotSchemaProblems(const nlohmann::json &j)
     if (j.value("format", "") != "shardscope-snapshot")
         problems.push_back(".format is not shardscope-snapshot");
     check(j, "", "version", UInt);
+    if (j.contains("version") && j["version"] != 2) problems.push_back(".version is not 2");
     for (const char *k : {"producer", "endpoint"})
         check(j, "", k, Str);
     check(j, "", "pid", Int);
@@ -100,12 +101,17 @@ inline std::vector<std::string> snapshotSchemaProblems(const nlohmann::json &j)
             check(p, "params[]", k, Str);
         for (const char *k : {"persistent", "partitioned", "late"})
             check(p, "params[]", k, Bool);
-        for (const char *k :
-             {"shape", "status", "external_modules", "external_auto_modules", "active_modules"})
+        for (const char *k : {"shape", "external_modules", "external_auto_modules", "active_modules"})
             check(p, "params[]", k, Arr);
-        if (p.contains("status") && j["engine"].contains("world_size") &&
-            p["status"].size() != j["engine"]["world_size"].get<std::size_t>())
-            problems.push_back("params[].status does not have one entry per rank");
+        // Version 2: one letter per rank, N (NOT_AVAILABLE), I (INFLIGHT) or A (AVAILABLE).
+        check(p, "params[]", "status", Str);
+        if (p.contains("status") && p["status"].is_string() && j["engine"].contains("world_size")) {
+            const std::string letters = p["status"].get<std::string>();
+            if (letters.size() != j["engine"]["world_size"].get<std::size_t>())
+                problems.push_back("params[].status does not have one letter per rank");
+            if (letters.find_first_not_of("NIA") != std::string::npos)
+                problems.push_back("params[].status has a letter other than N, I and A");
+        }
     }
     for (const json &v : j["violations"]) {
         for (const char *k : {"kind", "status", "action", "fix", "message"})
