@@ -581,7 +581,7 @@ void Engine::Impl::release(RankState &rs, ParamId p, ModuleId cause)
         }
         freed = std::move(rp.full);
         rs.fast[p].data = nullptr;
-        rp.prefetched = false;
+        clearPrefetched(rs, p);
         rs.gatheredBytesNow -= fullBytes(p);
         rs.liveElements -= info.layout.paddedNumel;
     }
@@ -607,40 +607,57 @@ void Engine::Impl::useParam(RankState &rs, ParamId p, ModuleId m, bool counted, 
     {
         std::lock_guard rl(rs.mu);
         rp.active.push_back(m);
-        rp.prefetched = false;
+        clearPrefetched(rs, p);
     }
     if (counted)
         ++rs.fast[p].readable;
     rs.frames[rs.depth - 1].params.emplace_back(p, counted);
 }
 
+void Engine::Impl::clearPrefetched(RankState &rs, ParamId p)
+{
+    RankParam &rp = rs.params[p];
+    if (rp.prefetched) {
+        rp.prefetched = false;
+        rs.prefetchedNumel -= params[p].layout.paddedNumel;
+    }
+}
+
+// Walks the recorded trace ahead of the current module, gathering what the next modules
+// will need until prefetchBucketSize elements are gathered ahead of use. The cursor only
+// moves forward, so a step costs O(trace length) however many modules it enters.
 void Engine::Impl::prefetch(RankState &rs)
 {
     if (!rs.traceValid || rs.traceBroken)
         return;
     const std::int64_t bucket = q->m_config.prefetchBucketSize;
     const std::int64_t maxLive = q->m_config.maxLiveParameters;
-    std::int64_t planned = 0;
-    for (std::size_t i = rs.tracePos; i < rs.trace.size() && planned < bucket; ++i) {
-        const ModuleId m = rs.trace[i].module;
+    rs.prefetchCursor = std::max(rs.prefetchCursor, rs.tracePos);
+    while (rs.prefetchCursor < rs.trace.size() && rs.prefetchedNumel < bucket) {
+        const ModuleId m = rs.trace[rs.prefetchCursor].module;
+        bool blocked = false;
         auto consider = [&](ParamId p) {
-            if (planned >= bucket)
-                return;
             const ParamInfo &info = params[p];
             RankParam &rp = rs.params[p];
-            if (info.removed || rp.alwaysAvailable ||
+            if (blocked || info.removed || rp.alwaysAvailable ||
                 rp.status.load(std::memory_order_relaxed) != ParamStatus::NotAvailable)
                 return;
-            if (rs.liveElements + info.layout.paddedNumel > maxLive)
+            if (rs.liveElements + info.layout.paddedNumel > maxLive) {
+                blocked = true; // retried on the next module entry, once something is released
                 return;
-            planned += info.layout.paddedNumel;
+            }
             fetch(rs, p, m, FetchReason::Prefetch);
+            std::lock_guard rl(rs.mu);
             rp.prefetched = true;
+            rs.prefetchedNumel += info.layout.paddedNumel;
         };
         for (ParamId p : modules[m].params)
             consider(p);
         for (const ExternalEntry &e : rs.externals[m])
             consider(e.param);
+        if (blocked)
+            return;
+        ++rs.prefetchCursor;
     }
 }
 
@@ -658,6 +675,7 @@ void Engine::beginStep(int rank)
     rs.inStep = true;
     const std::uint32_t step = rs.step.fetch_add(1) + 1;
     rs.tracePos = 0;
+    rs.prefetchCursor = 0;
     rs.traceBroken = false;
     rs.order.clear();
     rs.violationsThisStep.clear();

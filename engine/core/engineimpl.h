@@ -70,6 +70,8 @@ struct RankState
     bool traceValid = false;
     bool traceBroken = false; // the current step departed from the trace
     std::size_t tracePos = 0;
+    std::size_t prefetchCursor = 0;    // trace entries up to here have been prefetched
+    std::int64_t prefetchedNumel = 0;  // gathered ahead and not yet used by a module
     std::vector<TraceEntry> order; // this step's order so far
 
     std::unordered_set<std::uint64_t> violationsThisStep; // (accessor << 32 | param)
@@ -136,6 +138,7 @@ struct Engine::Impl
     void release(RankState &rs, ParamId p, ModuleId cause);
     void releaseIdle(RankState &rs);
     void prefetch(RankState &rs);
+    void clearPrefetched(RankState &rs, ParamId p); // caller holds rs.mu
     void useParam(RankState &rs, ParamId p, ModuleId m, bool counted, FetchReason reason);
     TensorView view(RankState &rs, ParamId p);
     TensorView slowAccess(RankState &rs, ParamId p);

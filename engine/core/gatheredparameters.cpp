@@ -27,7 +27,7 @@ std::vector<std::uint64_t> Engine::Impl::openScope(RankState &rs, const std::vec
         {
             std::lock_guard rl(rs.mu);
             rp.inScope = true;
-            rp.prefetched = false;
+            clearPrefetched(rs, p);
         }
         ++rs.fast[p].readable;
         hashes.push_back(hashBytes(rp.full.get(), static_cast<std::size_t>(params[p].numel) * elemSize(p)));

@@ -40,6 +40,7 @@ private slots:
     void persistentNeverMoves();
     void prefetchOnStepTwo();
     void prefetchRespectsMaxLive();
+    void prefetchBucketBoundsLookahead();
     void changedOrderInvalidatesTrace();
     void exitOutOfOrderIsAnError();
     void releaseWhileActiveIsAnError();
@@ -203,6 +204,39 @@ void TestCoordinator::prefetchRespectsMaxLive()
     m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
     for (const Event &ev : m.sink.ofType(EventType::FetchBegin))
         QVERIFY(ev.flags != std::uint8_t(FetchReason::Prefetch));
+}
+
+// Index of the first event on rank 0 matching pred, or -1.
+template <typename Pred> static int firstIndex(const std::vector<Event> &evs, Pred pred)
+{
+    for (std::size_t i = 0; i < evs.size(); ++i)
+        if (evs[i].rank == 0 && pred(evs[i]))
+            return static_cast<int>(i);
+    return -1;
+}
+
+void TestCoordinator::prefetchBucketBoundsLookahead()
+{
+    for (std::int64_t bucket : {std::int64_t(1000), std::int64_t(30)}) {
+        EngineConfig cfg;
+        cfg.prefetchBucketSize = bucket;
+        Model m(2, cfg);
+        m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
+        m.sink.clear();
+        m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
+        const auto evs = m.sink.events();
+        const int decPrefetch = firstIndex(evs, [&](const Event &e) {
+            return e.type == EventType::FetchBegin && e.a == m.decW && e.flags == std::uint8_t(FetchReason::Prefetch);
+        });
+        const int innerEnter = firstIndex(evs, [&](const Event &e) {
+            return e.type == EventType::ModuleEnter && e.a == m.inner;
+        });
+        QVERIFY(decPrefetch >= 0 && innerEnter >= 0);
+        if (bucket == 1000) // everything ahead fits: dec is prefetched on entering enc
+            QVERIFY(decPrefetch < innerEnter);
+        else // inner's 36 elements fill the bucket: dec waits until inner has used its prefetch
+            QVERIFY(decPrefetch > innerEnter);
+    }
 }
 
 void TestCoordinator::changedOrderInvalidatesTrace()
