@@ -21,8 +21,35 @@ class tst_ModuleTreeModel : public QObject
     void filterKeepsAncestors();
     void sortsByColumn();
     void hundredThousandParameters();
+    void typingMatchesQtCaseInsensitiveContains();
 
   private:
+    // What the filter must keep, computed independently with QString::contains: nodes
+    // whose path or name matches, the subtree of a matching module, and their ancestors.
+    static int expectedMatching(const SessionStore &store, const QString &f)
+    {
+        int count = 0;
+        auto visit = [&](auto &&self, ModuleId id, bool inherited) -> bool {
+            const bool match =
+                inherited ||
+                QString::fromStdString(store.module(id)->path).contains(f, Qt::CaseInsensitive);
+            bool visible = match;
+            for (ModuleId c : store.childModules(id))
+                visible = self(self, c, match) || visible;
+            for (ParamId p : store.ownedParams(id)) {
+                if (match ||
+                    QString::fromStdString(store.param(p)->name).contains(f, Qt::CaseInsensitive)) {
+                    ++count;
+                    visible = true;
+                }
+            }
+            if (visible) ++count;
+            return visible;
+        };
+        visit(visit, 0, false);
+        return count;
+    }
+
     static QStringList childNames(QAbstractItemModel &model, const QModelIndex &parent)
     {
         while (model.canFetchMore(parent))
@@ -218,6 +245,35 @@ void tst_ModuleTreeModel::hundredThousandParameters()
              QStringLiteral("NOT_AVAILABLE"));
     model.setFilterText(QString());
     QCOMPARE(model.matchingNodeCount(), 1 + 10 + 1000 + 100000);
+}
+
+void tst_ModuleTreeModel::typingMatchesQtCaseInsensitiveContains()
+{
+    // Typing that extends, shortens and replaces the text, in mixed case and outside
+    // ASCII: every step keeps what QString::contains(Qt::CaseInsensitive) keeps.
+    EngineState st = largeState(300, 10);
+    st.modules[5].path = "group0.Läyer4";
+    st.params[7].name += ".ÄRGER";
+    st.params[8].name += ".weiß";
+    st.params[9].name += ".Kelvin\u212a";
+    SessionStore store;
+    store.applyState(st);
+    store.flush();
+    ModuleTreeModel model(&store);
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    const QStringList typed{"L", "la", "LAY", "laye", "layer2", "layer21", "layer2", "layer",
+                            "LAYER1.W", "layer1.w5", "w5", "group2.layer2", "GROUP2.LAYER2",
+                            "ä", "Äy", "äyer4", "ärger", "WEISS", "WEIß", "k", "\u212a", "kelvink",
+                            "nothing", "nothing here", ".", ""};
+    for (const QString &text : typed) {
+        model.setFilterText(text);
+        QCOMPARE(model.matchingNodeCount(), expectedMatching(store, text));
+    }
+    model.setFilterText(QStringLiteral("äyer4"));
+    QCOMPARE(childNames(model, model.index(0, 0)), QStringList{"group0"});
+    QCOMPARE(childNames(model, model.index(0, 0, model.index(0, 0))), QStringList{"Läyer4"});
+    model.setFilterText(QStringLiteral("LAYER29."));
+    QCOMPARE(model.matchingNodeCount(), 1 + 1 + 1 + 10); // root, group0, layer29, its params
 }
 
 QTEST_MAIN(tst_ModuleTreeModel)

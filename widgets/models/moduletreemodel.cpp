@@ -19,6 +19,32 @@ QString lastComponent(const std::string &dotted)
     return QString::fromStdString(dot == std::string::npos ? dotted : dotted.substr(dot + 1));
 }
 
+// Case folding as QString::contains(Qt::CaseInsensitive) compares: code point by code
+// point (simple folding), as UTF-8 so the filter searches bytes.
+std::string foldedUtf8(const QString &s)
+{
+    QList<uint> ucs4 = s.toUcs4();
+    for (uint &c : ucs4)
+        c = QChar::toCaseFolded(c);
+    const QByteArray utf8 = QString::fromUcs4(reinterpret_cast<const char32_t *>(ucs4.constData()),
+                                              ucs4.size())
+                                .toUtf8();
+    return std::string(utf8.constData(), static_cast<std::size_t>(utf8.size()));
+}
+
+// Appends s case-folded: ASCII is lowered byte by byte, anything else goes through Qt.
+void appendFolded(std::string &out, const std::string &s)
+{
+    const bool ascii = std::all_of(s.begin(), s.end(),
+                                   [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+    if (!ascii) {
+        out += foldedUtf8(QString::fromStdString(s));
+        return;
+    }
+    for (char c : s)
+        out.push_back(c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c);
+}
+
 bool isNumericColumn(int column)
 {
     return column == ModuleTreeModel::Numel || column == ModuleTreeModel::Gathers ||
@@ -107,10 +133,17 @@ void ModuleTreeModel::fetchMore(const QModelIndex &parent)
 
 void ModuleTreeModel::rebuild()
 {
+    buildStructure();
+    applyFilter();
+}
+
+void ModuleTreeModel::buildStructure()
+{
     const EngineState &st = m_store->state();
     m_nodes.clear();
     m_top.clear();
     m_topFetched = 0;
+    m_nameMatchValid = false;
     m_moduleNode.assign(st.modules.size(), -1);
     std::size_t maxParam = 0;
     for (const ParamRecord &p : st.params)
@@ -164,68 +197,97 @@ void ModuleTreeModel::rebuild()
         }
     }
     // Child modules come first among a module's children.
+    m_allKids.clear();
+    m_allKidsAt.assign(m_nodes.size() + 1, 0);
     for (std::size_t i = 0; i < m_nodes.size(); ++i) {
         auto &kids = all[i];
         std::stable_partition(kids.begin(), kids.end(), [&](std::int32_t c) {
             return m_nodes[static_cast<std::size_t>(c)].kind == ModuleNode;
         });
+        m_allKidsAt[i] = static_cast<std::uint32_t>(m_allKids.size());
+        m_allKids.insert(m_allKids.end(), kids.begin(), kids.end());
     }
+    m_allKidsAt[m_nodes.size()] = static_cast<std::uint32_t>(m_allKids.size());
+    m_allTop = m_top;
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
         const ModuleRecord *m = m_store->module(*it);
         if (m && m->parent < m_moduleNumel.size() && m->parent != m->id)
             m_moduleNumel[m->parent] += m_moduleNumel[*it];
     }
 
-    // Filter: keep matches, their ancestors, and the subtree of a matching module.
-    m_matching = 0;
-    const QString f = m_filter;
-    std::vector<std::uint8_t> visible(m_nodes.size(), 0);
-    // Post-order over the build order: children always have larger indices than their parent.
-    std::vector<std::uint8_t> selfMatch(m_nodes.size(), 0);
+    // The names the filter searches, case-folded once: ASCII directly, the rest through Qt.
+    m_folded.clear();
+    m_foldedAt.assign(m_nodes.size() + 1, 0);
     for (std::size_t i = 0; i < m_nodes.size(); ++i) {
-        Node &node = m_nodes[i];
-        bool match = f.isEmpty();
-        if (!match) {
-            if (node.kind == ModuleNode) {
-                const ModuleRecord *m = m_store->module(node.id);
-                match = m && QString::fromStdString(m->path).contains(f, Qt::CaseInsensitive);
-            } else {
-                const ParamRecord *p = m_store->param(node.id);
-                match = p && QString::fromStdString(p->name).contains(f, Qt::CaseInsensitive);
-            }
+        m_foldedAt[i] = static_cast<std::uint32_t>(m_folded.size());
+        const Node &node = m_nodes[i];
+        const std::string *name = nullptr;
+        if (node.kind == ModuleNode) {
+            if (const ModuleRecord *m = m_store->module(node.id)) name = &m->path;
+        } else if (const ParamRecord *p = m_store->param(node.id)) {
+            name = &p->name;
         }
-        if (!match && node.parent >= 0 && selfMatch[static_cast<std::size_t>(node.parent)] &&
-            m_nodes[static_cast<std::size_t>(node.parent)].kind == ModuleNode)
-            match = true;
-        selfMatch[i] = match;
+        if (name) appendFolded(m_folded, *name);
+    }
+    m_foldedAt[m_nodes.size()] = static_cast<std::uint32_t>(m_folded.size());
+}
+
+void ModuleTreeModel::applyFilter()
+{
+    // Filter: keep matches, their ancestors, and the subtree of a matching module.
+    const std::string folded = foldedUtf8(m_filter);
+    const std::string_view f(folded);
+    const std::size_t count = m_nodes.size();
+    // A text that contains the previous one can only match a subset of its matches.
+    const bool narrow = m_nameMatchValid && !m_matchedFor.empty() &&
+                        m_nameMatch.size() == count && f.find(m_matchedFor) != f.npos;
+    m_nameMatch.resize(count);
+    for (std::size_t i = 0; i < count; ++i) {
+        if (f.empty())
+            m_nameMatch[i] = 1;
+        else if (!narrow || m_nameMatch[i])
+            m_nameMatch[i] = foldedName(i).find(f) != std::string_view::npos;
+    }
+    m_matchedFor.assign(f);
+    m_nameMatchValid = true;
+
+    m_matching = 0;
+    std::vector<std::uint8_t> visible(count, 0);
+    // Children always have larger indices than their parent, so one forward pass
+    // hands a matching module's match down to its whole subtree.
+    for (std::size_t i = 0; i < count; ++i) {
+        Node &node = m_nodes[i];
+        bool match = m_nameMatch[i] != 0;
+        if (!match && node.parent >= 0) {
+            const Node &parent = m_nodes[static_cast<std::size_t>(node.parent)];
+            match = parent.match && parent.kind == ModuleNode;
+        }
         node.match = match;
     }
-    for (std::size_t i = m_nodes.size(); i-- > 0;) {
+    for (std::size_t i = count; i-- > 0;) {
         Node &node = m_nodes[i];
         node.children.clear();
-        for (std::int32_t c : all[i]) {
+        for (std::uint32_t k = m_allKidsAt[i]; k < m_allKidsAt[i + 1]; ++k) {
+            const std::int32_t c = m_allKids[k];
             if (visible[static_cast<std::size_t>(c)]) node.children.push_back(c);
         }
         visible[i] = node.match || !node.children.empty();
         if (visible[i]) ++m_matching;
         node.fetched = 0;
+        node.row = -1;
     }
-    std::vector<std::int32_t> top;
-    for (std::int32_t t : m_top) {
-        if (visible[static_cast<std::size_t>(t)]) top.push_back(t);
-    }
-    m_top = std::move(top);
-    for (std::size_t i = 0; i < m_nodes.size(); ++i) {
-        if (!visible[i]) m_nodes[i].row = -1;
+    m_top.clear();
+    for (std::int32_t t : m_allTop) {
+        if (visible[static_cast<std::size_t>(t)]) m_top.push_back(t);
     }
 
     if (m_sortColumn >= 0) {
-        for (std::size_t i = 0; i < m_nodes.size(); ++i) {
+        for (std::size_t i = 0; i < count; ++i) {
             if (visible[i] && m_nodes[i].children.size() > 1)
                 sortChildren(static_cast<std::int32_t>(i));
         }
     }
-    for (std::size_t i = 0; i < m_nodes.size(); ++i) {
+    for (std::size_t i = 0; i < count; ++i) {
         const auto &kids = m_nodes[i].children;
         for (std::size_t r = 0; r < kids.size(); ++r)
             m_nodes[static_cast<std::size_t>(kids[r])].row = static_cast<std::int32_t>(r);
@@ -242,6 +304,15 @@ void ModuleTreeModel::resetAndRebuild()
     m_busy = true;
     beginResetModel();
     rebuild();
+    endResetModel();
+    m_busy = false;
+}
+
+void ModuleTreeModel::resetAndFilter()
+{
+    m_busy = true;
+    beginResetModel();
+    applyFilter();
     endResetModel();
     m_busy = false;
 }
@@ -289,14 +360,14 @@ void ModuleTreeModel::sort(int column, Qt::SortOrder order)
     if (column == m_sortColumn && order == m_sortOrder) return;
     m_sortColumn = column;
     m_sortOrder = order;
-    resetAndRebuild();
+    resetAndFilter();
 }
 
 void ModuleTreeModel::setFilterText(const QString &text)
 {
     if (text == m_filter) return;
     m_filter = text;
-    resetAndRebuild();
+    resetAndFilter();
 }
 
 QVariant ModuleTreeModel::sortValue(const Node &node, int column) const

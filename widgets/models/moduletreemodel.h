@@ -8,6 +8,8 @@
 #include <QString>
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "session/sessionstore.h"
@@ -91,8 +93,14 @@ class ModuleTreeModel : public QAbstractItemModel
 
     void onStoreUpdated(const StoreChanges &changes);
     void rebuild();
+    void buildStructure();
+    void applyFilter();
     void resetAndRebuild();
-    bool filterNode(std::int32_t n, bool ancestorMatches);
+    void resetAndFilter();
+    std::string_view foldedName(std::size_t n) const
+    {
+        return std::string_view(m_folded).substr(m_foldedAt[n], m_foldedAt[n + 1] - m_foldedAt[n]);
+    }
     void sortChildren(std::int32_t n);
     QVariant sortValue(const Node &node, int column) const;
     QVariant displayValue(const Node &node, int column) const;
@@ -106,6 +114,16 @@ class ModuleTreeModel : public QAbstractItemModel
     SessionStore *m_store;
     std::vector<Node> m_nodes;
     std::vector<std::int32_t> m_top;
+    std::vector<std::int32_t> m_allTop;    // every top-level node, filtered or not
+    std::vector<std::int32_t> m_allKids;   // every node's children, node after node
+    std::vector<std::uint32_t> m_allKidsAt; // node -> first of its children in m_allKids
+    // Each node's module path or parameter name, case-folded UTF-8, converted once per
+    // structure so a filter change only searches bytes.
+    std::string m_folded;
+    std::vector<std::uint32_t> m_foldedAt;
+    std::vector<std::uint8_t> m_nameMatch; // node -> its own name contains m_matchedFor
+    std::string m_matchedFor;              // case-folded filter m_nameMatch was computed for
+    bool m_nameMatchValid = false;
     std::int32_t m_topFetched = 0;
     std::vector<std::int32_t> m_moduleNode;            // module id -> node
     std::vector<std::int32_t> m_paramNode;             // param id -> owned node
