@@ -169,6 +169,9 @@ inline Element parse(simdjson::dom::parser &parser, std::string_view text)
                             " bytes of JSON"};
     Element root;
     const simdjson::error_code err = parser.parse(text.data(), text.size(), true).get(root);
+    if (err == simdjson::MEMALLOC || err == simdjson::CAPACITY)
+        throw DecodeFailure{"cannot allocate memory to parse " + std::to_string(text.size()) +
+                            " bytes of JSON"};
     if (err == simdjson::DEPTH_ERROR)
         throw DecodeFailure{"JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
                             " levels"};
