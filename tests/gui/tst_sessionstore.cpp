@@ -4,6 +4,8 @@
 #include <QSignalSpy>
 #include <QTest>
 
+#include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "session/sessionstore.h"
@@ -24,6 +26,7 @@ class tst_SessionStore : public QObject
     void reconnectContinuesHistoryWithoutDuplicates();
     void differentRunStartsOver();
     void lanesAreSortedAndSearchable();
+    void lanesKeepEveryFieldThroughOutOfOrderInserts();
     void externalRegisterChangesStructure();
     void badEventsDoNotCrash();
     void memoryIsBounded();
@@ -218,8 +221,60 @@ void tst_SessionStore::lanesAreSortedAndSearchable()
     QCOMPARE(lane.firstIndex(1u << 30), lane.size());
     QVERIFY(lane.contains(makeEvent(5, 0, EventType::ModuleExit)));
     QVERIFY(!lane.contains(makeEvent(5, 0, EventType::ModuleEnter)));
-    // 48 bytes an event plus at most one partly filled chunk.
-    QVERIFY(lane.bytesUsed() <= (lane.size() + EventLane::kChunkEvents) * sizeof(Event));
+    // 32 bytes an event (no rank, no u1/u2 kept) plus at most one partly filled chunk.
+    QCOMPARE(sizeof(EventLane::Stored), std::size_t(32));
+    QVERIFY(lane.bytesUsed() <= (lane.size() + EventLane::kChunkEvents) * 32);
+}
+
+void tst_SessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
+{
+    // Memory samples (the events that carry u1/u2) in order, then more of them inserted
+    // out of order just before a chunk boundary, each earlier than the last: every insert
+    // moves events across chunks and, past 16,384 inserts, rebuilds a chunk's side table.
+    const std::size_t base = EventLane::kChunkEvents + 100;
+    const std::size_t at = EventLane::kChunkEvents - 100;
+    const std::size_t late = EventLane::kChunkEvents + 700;
+    auto sample = [](std::uint64_t ts, std::uint64_t k) {
+        Event e = makeEvent(ts, 5, EventType::MemorySample, static_cast<std::uint32_t>(k),
+                            static_cast<std::uint32_t>(k >> 3), k * 7);
+        e.step = static_cast<std::uint32_t>(k % 1000);
+        e.flags = static_cast<std::uint8_t>(k % 3);
+        e.u1 = k + 1;
+        e.u2 = ~k;
+        return e;
+    };
+    EventLane lane;
+    std::vector<Event> expected;
+    for (std::uint64_t i = 0; i < base; ++i) {
+        expected.push_back(sample(i * 100000, i));
+        lane.insert(expected.back());
+    }
+    for (std::uint64_t j = 0; j < late; ++j) {
+        expected.push_back(sample(at * 100000 - 1 - j, base + j));
+        lane.insert(expected.back());
+    }
+    lane.insert(makeEvent(at * 100000 - 1 - late, 5, EventType::ModuleEnter, 3)); // no u1/u2
+    expected.push_back(makeEvent(at * 100000 - 1 - late, 5, EventType::ModuleEnter, 3));
+    std::sort(expected.begin(), expected.end(),
+              [](const Event &x, const Event &y) { return x.tsNs < y.tsNs; });
+    QCOMPARE(lane.size(), expected.size());
+    for (std::size_t i = 0; i < lane.size(); ++i) {
+        const Event got = lane.at(i);
+        if (std::memcmp(&got, &expected[i], sizeof(Event)) != 0)
+            QFAIL(qPrintable(QStringLiteral("event %1 differs: ts %2 u1 %3 u2 %4 rank %5")
+                                 .arg(i)
+                                 .arg(got.tsNs)
+                                 .arg(got.u1)
+                                 .arg(got.u2)
+                                 .arg(got.rank)));
+    }
+    QVERIFY(lane.contains(expected[at]));
+    Event other = expected[at];
+    other.u2 += 1;
+    QVERIFY(!lane.contains(other));
+    QCOMPARE(lane.at(at + late).type, EventType::MemorySample);
+    QCOMPARE(lane.at(at).type, EventType::ModuleEnter);
+    QCOMPARE(lane.at(at).u1, std::uint64_t(0));
 }
 
 void tst_SessionStore::externalRegisterChangesStructure()

@@ -10,7 +10,7 @@ std::size_t EventLane::firstIndex(std::uint64_t ts) const
     std::size_t lo = 0, hi = m_size;
     while (lo < hi) {
         const std::size_t mid = lo + (hi - lo) / 2;
-        if (at(mid).tsNs < ts)
+        if (tsAt(mid) < ts)
             lo = mid + 1;
         else
             hi = mid;
@@ -23,7 +23,7 @@ std::size_t EventLane::lastIndex(std::uint64_t ts) const
     std::size_t lo = 0, hi = m_size;
     while (lo < hi) {
         const std::size_t mid = lo + (hi - lo) / 2;
-        if (at(mid).tsNs <= ts)
+        if (tsAt(mid) <= ts)
             lo = mid + 1;
         else
             hi = mid;
@@ -46,34 +46,78 @@ void EventLane::evictIfFull()
     m_evicted += kChunkEvents;
 }
 
+std::uint16_t EventLane::addExtra(Chunk &c, std::uint64_t u1, std::uint64_t u2)
+{
+    // Out-of-order inserts leave unreferenced entries behind; once they could outgrow
+    // the 16-bit index, the side table is rebuilt from the chunk's records.
+    if (c.extras.size() >= 2 * kChunkEvents) {
+        std::vector<std::array<std::uint64_t, 2>> kept;
+        for (std::size_t k = 0; k < kChunkEvents; ++k) {
+            Stored &s = c.events[k];
+            if (!s.extra) continue;
+            kept.push_back(c.extras[s.extra - 1u]);
+            s.extra = static_cast<std::uint16_t>(kept.size());
+        }
+        c.extras = std::move(kept);
+    }
+    c.extras.push_back({u1, u2});
+    return static_cast<std::uint16_t>(c.extras.size());
+}
+
+void EventLane::put(std::size_t i, const Event &ev)
+{
+    Chunk &c = m_chunks[i / kChunkEvents];
+    Stored &s = c.events[i % kChunkEvents];
+    s.tsNs = ev.tsNs;
+    s.step = ev.step;
+    s.type = ev.type;
+    s.flags = ev.flags;
+    s.a = ev.a;
+    s.b = ev.b;
+    s.u0 = ev.u0;
+    s.extra = (ev.u1 | ev.u2) ? addExtra(c, ev.u1, ev.u2) : 0;
+}
+
+void EventLane::move(std::size_t from, std::size_t to)
+{
+    Stored s = rec(from);
+    const std::size_t fromChunk = from / kChunkEvents, toChunk = to / kChunkEvents;
+    if (s.extra && fromChunk != toChunk) {
+        const auto x = m_chunks[fromChunk].extras[s.extra - 1u];
+        s.extra = addExtra(m_chunks[toChunk], x[0], x[1]);
+    }
+    mut(to) = s;
+}
+
 void EventLane::pushBack(const Event &ev)
 {
     if (m_size == m_chunks.size() * kChunkEvents) {
         evictIfFull();
-        m_chunks.emplace_back(new Event[kChunkEvents]);
+        m_chunks.push_back(Chunk{std::make_unique<Stored[]>(kChunkEvents), {}});
     }
-    mut(m_size) = ev;
+    put(m_size, ev);
     ++m_size;
 }
 
 void EventLane::insert(const Event &ev)
 {
-    if (m_size == 0 || at(m_size - 1).tsNs <= ev.tsNs) {
+    m_rank = ev.rank;
+    if (m_size == 0 || tsAt(m_size - 1) <= ev.tsNs) {
         pushBack(ev);
         return;
     }
-    const Event last = at(m_size - 1);
-    pushBack(last); // may evict the front chunk: positions are computed afterwards
+    pushBack(at(m_size - 1)); // may evict the front chunk: positions are computed afterwards
     const std::size_t pos = lastIndex(ev.tsNs);
     for (std::size_t i = m_size - 2; i > pos; --i)
-        mut(i) = at(i - 1);
-    mut(pos) = ev;
+        move(i - 1, i);
+    put(pos, ev);
 }
 
 bool EventLane::contains(const Event &ev) const
 {
-    for (std::size_t i = firstIndex(ev.tsNs); i < m_size && at(i).tsNs == ev.tsNs; ++i) {
-        if (std::memcmp(&at(i), &ev, sizeof(Event)) == 0) return true;
+    for (std::size_t i = firstIndex(ev.tsNs); i < m_size && tsAt(i) == ev.tsNs; ++i) {
+        const Event stored = at(i);
+        if (std::memcmp(&stored, &ev, sizeof(Event)) == 0) return true;
     }
     return false;
 }
@@ -83,6 +127,14 @@ void EventLane::clear()
     m_chunks.clear();
     m_size = 0;
     m_evicted = 0;
+}
+
+std::size_t EventLane::bytesUsed() const
+{
+    std::size_t bytes = m_chunks.size() * kChunkEvents * sizeof(Stored);
+    for (const Chunk &c : m_chunks)
+        bytes += c.extras.capacity() * sizeof(c.extras[0]);
+    return bytes;
 }
 
 } // namespace shardscope

@@ -5,6 +5,7 @@
 #include <QJsonObject>
 
 #include <bit>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -85,19 +86,19 @@ QByteArray chromeTrace(const SessionStore &store)
     std::vector<bool> groupHasEvent(store.violationGroups().size(), false);
     for (int r = 0; r < store.laneCount(); ++r) {
         const EventLane &lane = store.lane(r);
-        std::vector<std::pair<std::uint32_t, const Event *>> moduleStack;
+        std::vector<std::pair<std::uint32_t, Event>> moduleStack;
         std::unordered_map<std::uint32_t, OpenFetch> fetches;
-        const Event *stepBegin = nullptr;
+        std::optional<Event> stepBegin;
         for (std::size_t i = 0; i < lane.size(); ++i) {
-            const Event &ev = lane.at(i);
+            const Event ev = lane.at(i);
             switch (ev.type) {
             case EventType::ModuleEnter:
-                moduleStack.emplace_back(ev.a, &ev);
+                moduleStack.emplace_back(ev.a, ev);
                 break;
             case EventType::ModuleExit:
                 for (std::size_t k = moduleStack.size(); k-- > 0;) {
                     if (moduleStack[k].first != ev.a) continue;
-                    const Event &b = *moduleStack[k].second;
+                    const Event b = moduleStack[k].second;
                     const QString phase = labels::phase(static_cast<Phase>(b.flags));
                     span(store.modulePath(ev.a), QStringLiteral("module,") + phase, r, ModulesTid,
                          b.tsNs, ev.tsNs,
@@ -132,7 +133,7 @@ QByteArray chromeTrace(const SessionStore &store)
                          {QStringLiteral("bytes"), qint64(ev.u0)}});
                 break;
             case EventType::StepBegin:
-                stepBegin = &ev;
+                stepBegin = ev;
                 break;
             case EventType::StepEnd:
                 if (stepBegin) {
@@ -140,7 +141,7 @@ QByteArray chromeTrace(const SessionStore &store)
                          StepsTid, stepBegin->tsNs, ev.tsNs,
                          {{QStringLiteral("loss"), std::bit_cast<double>(ev.u0)},
                           {QStringLiteral("step"), qint64(stepBegin->step)}});
-                    stepBegin = nullptr;
+                    stepBegin.reset();
                 }
                 break;
             case EventType::UnregisteredAccess:
