@@ -187,6 +187,7 @@ ModuleId Engine::addModule(ModuleId parent, std::string_view name, std::string_v
     d->modules.push_back(std::move(m));
     for (auto &rs : d->ranks)
         rs->externals.resize(d->modules.size());
+    d->touch();
     return d->modules.back().id;
 }
 
@@ -233,6 +234,7 @@ ParamId Engine::addParameter(ModuleId owner, std::string_view name, Shape shape,
     }
 
     if (!m_partitioned) {
+        d->touch();
         auto &buf = d->pending[id];
         buf.resize(bytes);
         if (init && bytes)
@@ -242,13 +244,14 @@ ParamId Engine::addParameter(ModuleId owner, std::string_view name, Shape shape,
 
     // A late parameter: whole on every rank, not managed by the partitioner until adopted.
     d->lateParams.push_back(id);
+    d->touch();
     const ParamInfo &pi = d->params[id];
     for (auto &rsp : d->ranks) {
         RankState &rs = *rsp;
         std::lock_guard rl(rs.mu);
         RankParam &rp = rs.params[id];
         Impl::setAlwaysAvailable(rs, id, true);
-        Impl::setFull(rs, id, std::unique_ptr<std::byte[]>(new std::byte[pi.layout.paddedNumel * es]()));
+        d->setFull(rs, id, std::unique_ptr<std::byte[]>(new std::byte[pi.layout.paddedNumel * es]()));
         if (init && bytes)
             std::memcpy(rp.full.get(), init, bytes);
         rp.grad.assign(pi.numel, 0.0f);
@@ -280,6 +283,7 @@ void Engine::removeParameter(ParamId p)
         }
     }
     info.removed = true;
+    d->touch();
     auto &owned = d->modules[info.owner].params;
     owned.erase(std::remove(owned.begin(), owned.end(), p), owned.end());
     for (auto &rsp : d->ranks) {
@@ -289,7 +293,7 @@ void Engine::removeParameter(ParamId p)
         if (rp.full)
             rs.gatheredBytesNow -= d->fullBytes(p);
         rs.partitionedBytes -= rp.shard.size();
-        Impl::setFull(rs, p, nullptr);
+        d->setFull(rs, p, nullptr);
         rp.shard = {};
         rp.grad = {};
         Impl::setAlwaysAvailable(rs, p, false);
@@ -325,7 +329,7 @@ void Engine::partition()
             rs.partitionedBytes += rp.shard.size();
             if (info.persistent) {
                 Impl::setAlwaysAvailable(rs, p, true);
-                Impl::setFull(rs, p, std::unique_ptr<std::byte[]>(new std::byte[src.size()]));
+                d->setFull(rs, p, std::unique_ptr<std::byte[]>(new std::byte[src.size()]));
                 std::memcpy(rp.full.get(), src.data(), src.size());
                 rp.status.store(ParamStatus::Available, std::memory_order_release);
                 rs.gatheredBytesNow += src.size();
@@ -335,6 +339,7 @@ void Engine::partition()
         src = {};
     }
     m_partitioned = true;
+    d->touch();
 }
 
 void Engine::adoptParameter(ParamId p)
@@ -356,6 +361,7 @@ void Engine::adoptParameter(ParamId p)
     }
     info.persistent = info.numel < m_config.persistenceThreshold;
     info.partitioned = !info.persistent;
+    d->touch();
     const std::size_t es = dtypeSize(info.dtype);
     for (auto &rsp : d->ranks) {
         RankState &rs = *rsp;
@@ -366,7 +372,7 @@ void Engine::adoptParameter(ParamId p)
         rp.grad.assign(info.layout.partitionNumel, 0.0f);
         rs.partitionedBytes += rp.shard.size();
         if (info.partitioned) {
-            Impl::setFull(rs, p, nullptr);
+            d->setFull(rs, p, nullptr);
             Impl::setAlwaysAvailable(rs, p, false);
             rs.gatheredBytesNow -= d->fullBytes(p);
             rp.status.store(ParamStatus::NotAvailable, std::memory_order_release);
@@ -463,6 +469,7 @@ void Engine::Impl::addExternal(RankState &rs, ModuleId m, ParamId p, bool automa
                 return;
         ext.push_back({p, automatic});
     }
+    touch();
     emit(rs, EventType::ExternalRegister, automatic ? 1 : 0, m, p);
 }
 
@@ -487,6 +494,7 @@ void Engine::unregisterExternalParameter(ModuleId m, ParamId p)
         const auto n = std::erase_if(ext, [p](const ExternalEntry &e) { return e.param == p; });
         found = found || n > 0;
     }
+    d->touch();
     if (!found) {
         std::string where;
         const RankState &rs = *d->ranks.front();
@@ -535,6 +543,7 @@ void Engine::Impl::fetch(RankState &rs, ParamId p, ModuleId cause, FetchReason r
     const std::uint64_t t0 = nowNs();
     emit(rs, EventType::FetchBegin, static_cast<std::uint8_t>(reason), p, cause, bytes);
     rp.status.store(ParamStatus::Inflight, std::memory_order_release);
+    touch();
     std::unique_ptr<std::byte[]> full(new std::byte[bytes]);
     rs.comm->allGather(rp.shard.data(), full.get(), static_cast<std::size_t>(info.layout.partitionNumel) * es)
         .wait();
@@ -586,6 +595,7 @@ void Engine::Impl::release(RankState &rs, ParamId p, ModuleId cause)
         rs.liveElements -= info.layout.paddedNumel;
     }
     rp.status.store(ParamStatus::NotAvailable, std::memory_order_release);
+    touch();
     emit(rs, EventType::Release, 0, p, cause, fullBytes(p));
 }
 
@@ -674,6 +684,7 @@ void Engine::beginStep(int rank)
                           std::to_string(rs.step.load()) + " has not ended; call endStep first");
     rs.inStep = true;
     const std::uint32_t step = rs.step.fetch_add(1) + 1;
+    d->touch();
     rs.tracePos = 0;
     rs.prefetchCursor = 0;
     rs.traceBroken = false;
@@ -946,6 +957,7 @@ TensorView Engine::Impl::slowAccess(RankState &rs, ParamId p)
 void Engine::Impl::recordViolation(ViolationRecord v)
 {
     v.tsNs = nowNs();
+    touch();
     std::lock_guard lock(violationMutex);
     const auto key = std::make_tuple(static_cast<int>(v.kind), v.rank, v.accessor, v.param, v.owner);
     auto it = violationIndex.find(key);
@@ -1118,6 +1130,11 @@ std::vector<ViolationRecord> Engine::violations() const
 {
     std::lock_guard lock(d->violationMutex);
     return d->violations;
+}
+
+std::uint64_t Engine::stateVersion() const
+{
+    return d->version.load(std::memory_order_relaxed);
 }
 
 std::uint64_t Engine::unregisteredAccessCount() const

@@ -195,6 +195,9 @@ public:
 
     // ---- inspection (any thread)
     EngineState state() const;
+    // Changes whenever something state() reports may have changed (structure, registrations,
+    // statuses, violations): a server compares it instead of rebuilding state() to find out.
+    std::uint64_t stateVersion() const;
     std::vector<ViolationRecord> violations() const;
     std::uint64_t unregisteredAccessCount() const; // records so far: one per (accessor, param, rank, step)
     // Late parameters that a step started with while they were still not adopted (each

@@ -104,6 +104,8 @@ struct Engine::Impl
     mutable std::mutex violationMutex;
     std::vector<ViolationRecord> violations;
     std::map<std::tuple<int, int, ModuleId, ParamId, ModuleId>, std::size_t> violationIndex;
+    std::atomic<std::uint64_t> version{0};
+    void touch() { version.fetch_add(1, std::memory_order_relaxed); }
     std::atomic<std::uint64_t> unregisteredCount{0};
     std::atomic<std::uint64_t> lateCount{0};
 
@@ -115,8 +117,9 @@ struct Engine::Impl
     void emitMemory(RankState &rs);
 
     // The full tensor of p on rs changes: keep the guard's fast view in step.
-    static void setFull(RankState &rs, ParamId p, std::unique_ptr<std::byte[]> full)
+    void setFull(RankState &rs, ParamId p, std::unique_ptr<std::byte[]> full)
     {
+        touch();
         rs.fast[p].data = full.get();
         rs.params[p].full = std::move(full);
     }

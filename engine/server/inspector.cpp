@@ -71,21 +71,6 @@ bool changesState(EventType t)
     }
 }
 
-// What a client would notice changing in a state, cheap to compare.
-std::vector<std::uint64_t> fingerprint(const EngineState &s)
-{
-    std::vector<std::uint64_t> f{s.step, s.modules.size(), s.params.size(), s.violations.size()};
-    for (const ParamRecord &p : s.params) {
-        f.push_back(p.gatherCount);
-        f.push_back(p.externals.size());
-        for (ParamStatus st : p.status)
-            f.push_back(static_cast<std::uint64_t>(st));
-    }
-    for (const ViolationRecord &v : s.violations)
-        f.push_back(v.count);
-    return f;
-}
-
 struct Client
 {
     enum class Phase
@@ -145,9 +130,9 @@ struct Inspector::Impl
     std::vector<Client> clients;
     std::vector<Event> batch;
     bool stateDirty = false;
-    bool eventsSinceState = false;
     Clock::time_point lastState = Clock::now();
-    std::vector<std::uint64_t> lastFingerprint;
+    std::uint64_t lastVersion = ~std::uint64_t(0); // engine.stateVersion() of the last state sent
+    Clock::duration lastStateCost{};               // building + encoding the last state
     std::string lastFailure;
 
     void start();
@@ -161,8 +146,12 @@ struct Inspector::Impl
     void fanOut(const std::vector<Event> &events);
     void afterWrite(Client &c);
     std::string stateJson(EngineState state);
-    std::string stateJson() { return stateJson(engine.state()); }
-    void broadcastState(EngineState state);
+    // The current state; `broadcast` records which engine version every live client now has.
+    std::string stateJson(bool broadcast);
+    // States are re-sent at most this often: a large model's state costs its build and
+    // encoding, so the interval grows with that cost to keep the server's share bounded.
+    Clock::duration stateInterval(Clock::duration base) const { return std::max(base, 10 * lastStateCost); }
+    void broadcastState();
     void farewell();
     wire::Snapshot makeSnapshot();
     void closeClient(Client &c);
@@ -257,6 +246,17 @@ std::string Inspector::Impl::stateJson(EngineState state)
     return wire::encodeSnapshot(s);
 }
 
+std::string Inspector::Impl::stateJson(bool broadcast)
+{
+    const auto t0 = Clock::now();
+    const std::uint64_t version = engine.stateVersion(); // before: a change during state() is not lost
+    std::string json = stateJson(engine.state());
+    lastStateCost = Clock::now() - t0;
+    if (broadcast)
+        lastVersion = version;
+    return json;
+}
+
 void Inspector::Impl::onHello(Client &c, const wire::Frame &frame)
 {
     if (frame.type != wire::MessageType::Hello) {
@@ -282,7 +282,7 @@ void Inspector::Impl::onHello(Client &c, const wire::Frame &frame)
     w.backend = std::string(backendName(engine.backend()));
     w.historyCapacity = history.capacity();
     c.enqueue(wire::MessageType::Welcome, wire::encodeWelcome(w));
-    c.enqueue(wire::MessageType::State, stateJson());
+    c.enqueue(wire::MessageType::State, stateJson(false));
     const std::vector<Event> past = history.events();
     c.enqueue(wire::MessageType::HistoryBegin, wire::encodeHistoryBegin(past.size()));
     for (std::size_t i = 0; i < past.size(); i += kEventsPerFrame) {
@@ -358,7 +358,7 @@ void Inspector::Impl::afterWrite(Client &c)
         c.pendingDropped = 0;
     }
     if (c.needState) {
-        c.enqueue(wire::MessageType::State, stateJson());
+        c.enqueue(wire::MessageType::State, stateJson(false));
         c.needState = false;
     }
 }
@@ -367,7 +367,6 @@ void Inspector::Impl::fanOut(const std::vector<Event> &events)
 {
     for (const Event &e : events)
         if (changesState(e.type)) stateDirty = true;
-    if (!events.empty()) eventsSinceState = true;
     published.fetch_add(events.size(), std::memory_order_relaxed);
     for (std::size_t i = 0; i < events.size(); i += kEventsPerFrame) {
         const std::size_t n = std::min(kEventsPerFrame, events.size() - i);
@@ -389,10 +388,9 @@ void Inspector::Impl::fanOut(const std::vector<Event> &events)
     }
 }
 
-void Inspector::Impl::broadcastState(EngineState state)
+void Inspector::Impl::broadcastState()
 {
-    lastFingerprint = fingerprint(state);
-    const std::string json = stateJson(std::move(state));
+    const std::string json = stateJson(true);
     for (Client &c : clients) {
         if (c.phase != Client::Phase::Live) continue;
         if (c.queued() <= kMaxQueueBytes / 2 && c.pendingDropped == 0)
@@ -401,7 +399,6 @@ void Inspector::Impl::broadcastState(EngineState state)
             c.needState = true;
     }
     stateDirty = false;
-    eventsSinceState = false;
     lastState = Clock::now();
 }
 
@@ -417,17 +414,12 @@ void Inspector::Impl::pump()
     });
     if (!anyLive) {
         stateDirty = false;
-        eventsSinceState = false;
-    } else if ((stateDirty && now - lastState >= kStateMinInterval) ||
-               (eventsSinceState && now - lastState >= kStateRefresh)) {
-        broadcastState(engine.state());
-    } else if (now - lastState >= kStateRefresh) {
-        // Changes that emit no event (telemetry off, modules added while building).
-        EngineState st = engine.state();
-        if (fingerprint(st) != lastFingerprint)
-            broadcastState(std::move(st));
-        else
-            lastState = now;
+    } else if (((stateDirty && now - lastState >= stateInterval(kStateMinInterval)) ||
+                now - lastState >= stateInterval(kStateRefresh)) &&
+               engine.stateVersion() != lastVersion) {
+        // Event-driven changes are sent soon; others (telemetry off, modules added while
+        // building) at the refresh interval, and only when the engine changed at all.
+        broadcastState();
     }
     for (Client &c : clients) {
         if (c.fd < 0) continue;
@@ -500,7 +492,7 @@ void Inspector::Impl::farewell()
     const bool anyLive = std::any_of(clients.begin(), clients.end(), [](const Client &c) {
         return c.phase == Client::Phase::Live;
     });
-    const std::string json = anyLive ? stateJson() : std::string();
+    const std::string json = anyLive ? stateJson(true) : std::string();
     for (Client &c : clients) {
         if (c.phase != Client::Phase::Live) continue;
         if (c.pendingDropped > 0) {
