@@ -88,7 +88,8 @@ QByteArray chromeTrace(const SessionStore &store)
         const EventLane &lane = store.lane(r);
         std::vector<std::pair<std::uint32_t, Event>> moduleStack;
         std::unordered_map<std::uint32_t, OpenFetch> fetches;
-        std::optional<Event> stepBegin;
+        Event stepBegin{}; // valid while inStep (a plain value: GCC's -Wmaybe-uninitialized
+        bool inStep = false; // misfires on std::optional<Event> here)
         for (std::size_t i = 0; i < lane.size(); ++i) {
             const Event ev = lane.at(i);
             switch (ev.type) {
@@ -134,14 +135,15 @@ QByteArray chromeTrace(const SessionStore &store)
                 break;
             case EventType::StepBegin:
                 stepBegin = ev;
+                inStep = true;
                 break;
             case EventType::StepEnd:
-                if (stepBegin) {
-                    span(QStringLiteral("step %1").arg(stepBegin->step), QStringLiteral("step"), r,
-                         StepsTid, stepBegin->tsNs, ev.tsNs,
+                if (inStep) {
+                    span(QStringLiteral("step %1").arg(stepBegin.step), QStringLiteral("step"), r,
+                         StepsTid, stepBegin.tsNs, ev.tsNs,
                          {{QStringLiteral("loss"), std::bit_cast<double>(ev.u0)},
-                          {QStringLiteral("step"), qint64(stepBegin->step)}});
-                    stepBegin.reset();
+                          {QStringLiteral("step"), qint64(stepBegin.step)}});
+                    inStep = false;
                 }
                 break;
             case EventType::UnregisteredAccess:
