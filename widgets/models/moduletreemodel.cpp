@@ -35,14 +35,19 @@ std::string foldedUtf8(const QString &s)
 // Appends s case-folded: ASCII is lowered byte by byte, anything else goes through Qt.
 void appendFolded(std::string &out, const std::string &s)
 {
-    const bool ascii = std::all_of(s.begin(), s.end(),
-                                   [](char c) { return static_cast<unsigned char>(c) < 0x80; });
-    if (!ascii) {
-        out += foldedUtf8(QString::fromStdString(s));
-        return;
+    const std::size_t start = out.size();
+    out.resize(start + s.size());
+    char *dst = out.data() + start;
+    unsigned char high = 0;
+    for (std::size_t k = 0; k < s.size(); ++k) {
+        const char c = s[k];
+        high |= static_cast<unsigned char>(c);
+        dst[k] = c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
     }
-    for (char c : s)
-        out.push_back(c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c);
+    if (high & 0x80) {
+        out.resize(start);
+        out += foldedUtf8(QString::fromStdString(s));
+    }
 }
 
 bool isNumericColumn(int column)
@@ -215,8 +220,15 @@ void ModuleTreeModel::buildStructure()
             m_moduleNumel[m->parent] += m_moduleNumel[*it];
     }
 
-    // The names the filter searches, case-folded once: ASCII directly, the rest through Qt.
+    // Names are folded when a filter first needs them: attaching does not pay for it.
     m_folded.clear();
+    m_foldedAt.clear();
+}
+
+void ModuleTreeModel::foldNames()
+{
+    m_folded.clear();
+    m_folded.reserve(m_nodes.size() * 32);
     m_foldedAt.assign(m_nodes.size() + 1, 0);
     for (std::size_t i = 0; i < m_nodes.size(); ++i) {
         m_foldedAt[i] = static_cast<std::uint32_t>(m_folded.size());
@@ -238,6 +250,7 @@ void ModuleTreeModel::applyFilter()
     const std::string folded = foldedUtf8(m_filter);
     const std::string_view f(folded);
     const std::size_t count = m_nodes.size();
+    if (!f.empty() && m_foldedAt.size() != count + 1) foldNames();
     // A text that contains the previous one can only match a subset of its matches.
     const bool narrow = m_nameMatchValid && !m_matchedFor.empty() &&
                         m_nameMatch.size() == count && f.find(m_matchedFor) != f.npos;

@@ -95,6 +95,7 @@ class ModuleTreeModel : public QAbstractItemModel
     void rebuild();
     void buildStructure();
     void applyFilter();
+    void foldNames();
     void resetAndRebuild();
     void resetAndFilter();
     std::string_view foldedName(std::size_t n) const
@@ -118,7 +119,7 @@ class ModuleTreeModel : public QAbstractItemModel
     std::vector<std::int32_t> m_allKids;   // every node's children, node after node
     std::vector<std::uint32_t> m_allKidsAt; // node -> first of its children in m_allKids
     // Each node's module path or parameter name, case-folded UTF-8, converted once per
-    // structure so a filter change only searches bytes.
+    // structure (when a filter first needs them) so a filter change only searches bytes.
     std::string m_folded;
     std::vector<std::uint32_t> m_foldedAt;
     std::vector<std::uint8_t> m_nameMatch; // node -> its own name contains m_matchedFor
