@@ -1,7 +1,8 @@
 // Telemetry cost per event, side by side in one run: an instrumented loop whose events are
 // stamped with the telemetry clock and written into a TelemetryHub ring while a consumer
 // thread drains it (as the inspector does), the same loop with telemetry switched off, and
-// the bare loop. Then the engine's own path (module enter/exit, three events per pair)
+// the bare loop, with the clock read alone (the telemetry clock, the raw TSC read it is
+// built on, and steady_clock for comparison). Then the engine's own path (module enter/exit, three events per pair)
 // with telemetry on, off (setTelemetryEnabled(false)) and with no sink. Prints Markdown.
 //
 // Usage: bench_telemetry [--reps N]
@@ -98,11 +99,17 @@ private:
     std::thread m_thread;
 };
 
-enum Variant { On, WriteOnly, ClockOnly, Off, Bare, VariantCount };
+enum Variant { On, WriteOnly, ClockOnly, RawTsc, Steady, Off, Bare, VariantCount };
 const char *const kVariantNames[VariantCount] = {
     "**telemetry on: clock + ring write, consumer draining**",
     "breakdown: ring write only (timestamp given, no clock read)",
-    "breakdown: clock read only (steady_clock, no write)",
+    "breakdown: clock read only (telemetry clock nowNs(), no write)",
+#if SHARDSCOPE_HAVE_TSC
+    "breakdown: raw TSC read only (__rdtsc, unscaled)",
+#else
+    "breakdown: raw TSC read only (no TSC here: steady_clock)",
+#endif
+    "breakdown: steady_clock::now() only (for comparison)",
     "telemetry off (same instrumented loop, one branch)",
     "bare loop (no instrumentation)",
 };
@@ -129,6 +136,24 @@ Ns runLoop(Variant v, Emitter &emitter)
             acc = acc * 31 + i;
             keep(acc);
             const std::uint64_t t = nowNs();
+            keep(t);
+        }
+    } else if (v == RawTsc) {
+        for (std::uint64_t i = 0; i < kLoopEvents; ++i) {
+            acc = acc * 31 + i;
+            keep(acc);
+#if SHARDSCOPE_HAVE_TSC
+            const std::uint64_t t = __rdtsc();
+#else
+            const std::uint64_t t = steadyNs();
+#endif
+            keep(t);
+        }
+    } else if (v == Steady) {
+        for (std::uint64_t i = 0; i < kLoopEvents; ++i) {
+            acc = acc * 31 + i;
+            keep(acc);
+            const std::uint64_t t = steadyNs();
             keep(t);
         }
     } else {
@@ -239,6 +264,14 @@ int main(int argc, char **argv)
                 "within each repetition; CPU = the producer thread's CPU time, wall = elapsed "
                 "time (includes time the shared machine gave to other processes)\n\n",
                 machine().c_str(), static_cast<unsigned long long>(kLoopEvents), reps);
+#if SHARDSCOPE_HAVE_TSC
+    const bool tsc = detail::g_tscScale.usable;
+#else
+    const bool tsc = false;
+#endif
+    std::printf("Telemetry clock in use: %s\n\n",
+                tsc ? "rdtsc scaled to steady_clock nanoseconds (invariant TSC, clocksource tsc)"
+                    : "steady_clock (no usable invariant TSC)");
     std::printf("| loop | CPU ns per iteration | wall ns per iteration |\n|---|---:|---:|\n");
     for (int v = 0; v < VariantCount; ++v)
         printRow(kVariantNames[v], loopNs[v], 2);
