@@ -705,6 +705,7 @@ void Engine::beginStep(int rank)
         v.rank = rank;
         v.accessor = info.owner;
         v.param = p;
+        v.paramName = info.name;
         v.owner = info.owner;
         v.status = rs.params[p].status.load();
         v.action = GuardAction::Recorded;
@@ -902,6 +903,7 @@ TensorView Engine::Impl::slowAccess(RankState &rs, ParamId p)
     v.rank = rs.rank;
     v.accessor = accessor;
     v.param = p;
+    v.paramName = info.name;
     v.owner = info.owner;
     v.status = st;
     if (accessor != kNoModule) {

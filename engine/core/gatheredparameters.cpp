@@ -64,6 +64,7 @@ std::vector<std::string> Engine::Impl::closeScope(RankState &rs, const std::vect
             v.step = rs.step.load();
             v.rank = rs.rank;
             v.param = p;
+            v.paramName = info.name;
             v.owner = info.owner;
             v.status = ParamStatus::Available;
             v.action = GuardAction::Raised;

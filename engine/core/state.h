@@ -72,6 +72,7 @@ struct ViolationRecord
     int rank = 0;
     ModuleId accessor = kNoModule; // module that read; for trace_invalidated: the module entered
     ParamId param = kNoParam;
+    std::string paramName;         // the parameter's name, kept after it is removed (weight_norm)
     ModuleId owner = kNoModule;    // for trace_invalidated: the module expected
     ParamStatus status = ParamStatus::NotAvailable; // the parameter's status when it happened
     GuardAction action = GuardAction::Recorded;

@@ -163,10 +163,12 @@ void writeViolation(Writer &w, const EngineState &s, const ViolationRecord &v,
     w.raw(",\"accessor_id\":").idOrNull(v.accessor, kNoModule);
     auto p = paramById.find(v.param);
     w.raw(",\"param\":");
-    if (p == paramById.end())
-        w.raw("null");
-    else
+    if (p != paramById.end())
         w.str(p->second->name);
+    else if (!v.paramName.empty())
+        w.str(v.paramName); // removed since (e.g. by weight_norm): the engine kept its name
+    else
+        w.raw("null");
     w.raw(",\"param_id\":").idOrNull(v.param, kNoParam);
     w.raw(",\"owner\":").pathOrNull(s, v.owner);
     w.raw(",\"owner_id\":").idOrNull(v.owner, kNoModule);
@@ -374,6 +376,8 @@ ViolationRecord decodeViolation(Element j, const ModuleIndex &index, const Where
     v.rank = bounded<int>(o, "rank", kMaxRank, w);
     v.accessor = index.checkId(sj::member(o, "accessor_id", w), w / "accessor_id");
     v.param = readId(sj::member(o, "param_id", w), kNoParam, w / "param_id");
+    if (const Element name = sj::member(o, "param", w); !name.is_null())
+        v.paramName = sj::asString(name, w / "param");
     v.owner = index.checkId(sj::member(o, "owner_id", w), w / "owner_id");
     v.status = readEnum<ParamStatus>(sj::member(o, "status", w), 3, statusName, w / "status");
     v.action = readEnum<GuardAction>(sj::member(o, "action", w), 4, guardActionName, w / "action");

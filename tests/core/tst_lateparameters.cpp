@@ -84,6 +84,16 @@ void TestLateParameters::lateParametersAreDetected()
     std::sort(late.begin(), late.end());
     QCOMPARE(late, (std::vector<std::string>{"pos_conv.weight_g", "pos_conv.weight_v"}));
     QCOMPARE(m.engine->findParam("pos_conv.weight"), kNoParam);
+    // the unguarded read of the since-removed weight still names it
+    const auto vs = m.engine->violations();
+    auto read = std::find_if(vs.begin(), vs.end(), [](const ViolationRecord &vr) {
+        return vr.kind == ViolationKind::UnregisteredAccess && vr.accessor == kNoModule;
+    });
+    QVERIFY(read != vs.end());
+    QCOMPARE(read->paramName, std::string("pos_conv.weight"));
+    const EngineState st = m.engine->state();
+    QVERIFY(std::none_of(st.params.begin(), st.params.end(),
+                         [&](const ParamRecord &r) { return r.id == read->param; }));
 }
 
 void TestLateParameters::adoptionPartitionsThem()

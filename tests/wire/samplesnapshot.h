@@ -89,6 +89,7 @@ inline wire::Snapshot sampleSnapshot()
     v.rank = 1;
     v.accessor = 2;
     v.param = 0;
+    v.paramName = "embed.weight";
     v.owner = 1;
     v.status = ParamStatus::NotAvailable;
     v.action = GuardAction::Gathered;
@@ -99,13 +100,15 @@ inline wire::Snapshot sampleSnapshot()
     ViolationRecord late = v;
     late.kind = ViolationKind::LateParameter;
     late.accessor = kNoModule;
-    late.param = 1; // removed parameter: absent from params
+    late.param = 1; // removed parameter: absent from params, its name kept by the engine
+    late.paramName = "conv.weight";
     late.owner = 3;
     late.action = GuardAction::Recorded;
     late.fix.clear();
     ViolationRecord trace = v;
     trace.kind = ViolationKind::TraceInvalidated;
     trace.param = kNoParam;
+    trace.paramName.clear();
     trace.status = ParamStatus::Available;
     trace.action = GuardAction::Raised;
     ViolationRecord gw = v;

@@ -69,6 +69,7 @@ void compareStates(const EngineState &a, const EngineState &b)
         QCOMPARE(v.rank, w.rank);
         QCOMPARE(v.accessor, w.accessor);
         QCOMPARE(v.param, w.param);
+        QCOMPARE(v.paramName, w.paramName);
         QCOMPARE(v.owner, w.owner);
         QCOMPARE(v.status, w.status);
         QCOMPARE(v.action, w.action);
@@ -153,7 +154,10 @@ void TestSnapshot::jsonUsesTheDocumentedNames()
     QCOMPARE(v["action"].get<std::string>(), std::string("gathered"));
     QCOMPARE(v["fix"].get<std::string>(),
              std::string("register_external_parameter(lm_head, embed.weight)"));
-    QVERIFY(j["violations"][1]["param"].is_null());
+    // a removed parameter keeps its name; its id is in no params[] entry
+    QCOMPARE(j["violations"][1]["param"].get<std::string>(), std::string("conv.weight"));
+    QCOMPARE(j["violations"][1]["param_id"].get<int>(), 1);
+    QVERIFY(j["violations"][2]["param"].is_null()); // trace_invalidated: no parameter
     QVERIFY(j["violations"][1]["accessor"].is_null());
     QCOMPARE(j["events"][8]["type"].get<std::string>(), std::string("unregistered_access"));
     QCOMPARE(j["events"][0]["u0"].get<std::uint64_t>(), 0xFFFFFFFFFFFFFFFFull - 1);

@@ -497,8 +497,11 @@ QString SessionStore::modulePath(ModuleId id) const
 QString SessionStore::paramName(ParamId id) const
 {
     if (id == kNoParam) return QStringLiteral("<none>");
-    const ParamRecord *p = param(id);
-    return p ? QString::fromStdString(p->name) : QStringLiteral("<parameter %1>").arg(id);
+    if (const ParamRecord *p = param(id)) return QString::fromStdString(p->name);
+    // Removed since (weight_norm replaces `weight`): violations keep the name.
+    for (const ViolationRecord &v : m_state.violations)
+        if (v.param == id && !v.paramName.empty()) return QString::fromStdString(v.paramName);
+    return QStringLiteral("<parameter %1>").arg(id);
 }
 
 const std::vector<ModuleId> &SessionStore::childModules(ModuleId id) const
