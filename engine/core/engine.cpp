@@ -139,18 +139,8 @@ void Engine::Impl::emit(const RankState &rs, EventType type, std::uint8_t flags,
     EventSink *s = sink.load(std::memory_order_acquire);
     if (!s || !q->m_telemetryOn.load(std::memory_order_relaxed))
         return;
-    Event ev;
-    ev.tsNs = nowNs();
-    ev.step = rs.step.load(std::memory_order_relaxed);
-    ev.rank = static_cast<std::uint16_t>(rs.rank);
-    ev.type = type;
-    ev.flags = flags;
-    ev.a = a;
-    ev.b = b;
-    ev.u0 = u0;
-    ev.u1 = u1;
-    ev.u2 = u2;
-    s->write(ev);
+    s->write(Event{nowNs(), rs.step.load(std::memory_order_relaxed), static_cast<std::uint16_t>(rs.rank),
+                   type, flags, a, b, u0, u1, u2});
 }
 
 void Engine::Impl::emitMemory(RankState &rs)

@@ -337,18 +337,8 @@ void RankRun::emit(EventType type, std::uint8_t flags, std::uint32_t a, std::uin
                    std::uint64_t u0, std::uint64_t u1, std::uint64_t u2)
 {
     if (!m_shared.sink) return;
-    Event ev{};
-    ev.tsNs = nowNs();
-    ev.step = m_step;
-    ev.rank = static_cast<std::uint16_t>(m_rank);
-    ev.type = type;
-    ev.flags = flags;
-    ev.a = a;
-    ev.b = b;
-    ev.u0 = u0;
-    ev.u1 = u1;
-    ev.u2 = u2;
-    m_shared.sink->write(ev);
+    m_shared.sink->write(
+        Event{nowNs(), m_step, static_cast<std::uint16_t>(m_rank), type, flags, a, b, u0, u1, u2});
 }
 
 // zero.Init: rank 0's initial values reach every rank by broadcast, and each rank keeps
