@@ -1,4 +1,5 @@
 #include "views/gathertimeline.h"
+#include "views/timeplotcontrols.h"
 
 #include <algorithm>
 #include <cmath>
@@ -172,14 +173,9 @@ GatherTimeline::GatherTimeline(QWidget *parent) : QWidget(parent)
 
     auto *bar = new QHBoxLayout;
     bar->setContentsMargins(4, 2, 4, 0);
-    m_followButton = new QToolButton(this);
-    m_followButton->setText(tr("Follow live"));
-    m_followButton->setCheckable(true);
-    m_followButton->setChecked(true);
-    m_followButton->setToolTip(
-        tr("Keep the newest events in view; dragging or zooming turns it off"));
-    auto *fitButton = new QToolButton(this);
-    fitButton->setText(tr("Show all"));
+    m_followButton = makeFollowLiveButton(
+        this, tr("Keep the newest events in view; dragging or zooming turns it off"));
+    auto *fitButton = makeShowAllButton(this);
     m_legend = new QLabel(this);
     QString legend;
     for (int k = 0; k < kSpanKindCount; ++k) {
@@ -200,11 +196,7 @@ GatherTimeline::GatherTimeline(QWidget *parent) : QWidget(parent)
 
     m_plot = new QCustomPlot(this);
     m_plot->setNoAntialiasingOnDrag(true);
-    m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
-    m_plot->axisRect()->setRangeDrag(Qt::Horizontal);
-    m_plot->axisRect()->setRangeZoom(Qt::Horizontal);
-    m_plot->xAxis->setLabel(tr("time (s)"));
-    m_plot->xAxis->setRange(0, m_liveWindow);
+    setUpTimeAxis(m_plot, m_liveWindow);
     m_plot->yAxis->setRangeReversed(true);
     m_plot->yAxis->grid()->setVisible(false);
     m_plot->yAxis->setTicker(QSharedPointer<QCPAxisTickerText>::create());

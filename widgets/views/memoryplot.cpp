@@ -1,4 +1,5 @@
 #include "views/memoryplot.h"
+#include "views/timeplotcontrols.h"
 
 #include <algorithm>
 #include <cmath>
@@ -69,14 +70,9 @@ MemoryPlot::MemoryPlot(QWidget *parent) : QWidget(parent)
 
     auto *bar = new QHBoxLayout;
     bar->setContentsMargins(4, 2, 4, 0);
-    m_followButton = new QToolButton(this);
-    m_followButton->setText(tr("Follow live"));
-    m_followButton->setCheckable(true);
-    m_followButton->setChecked(true);
-    m_followButton->setToolTip(
-        tr("Keep the newest samples in view; dragging or zooming turns it off"));
-    auto *fitButton = new QToolButton(this);
-    fitButton->setText(tr("Show all"));
+    m_followButton = makeFollowLiveButton(
+        this, tr("Keep the newest samples in view; dragging or zooming turns it off"));
+    auto *fitButton = makeShowAllButton(this);
     auto *peakButton = new QToolButton(this);
     peakButton->setText(tr("Peak"));
     peakButton->setCheckable(true);
@@ -91,11 +87,7 @@ MemoryPlot::MemoryPlot(QWidget *parent) : QWidget(parent)
     layout->addLayout(bar);
 
     m_plot = new QCustomPlot(this);
-    m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
-    m_plot->axisRect()->setRangeDrag(Qt::Horizontal);
-    m_plot->axisRect()->setRangeZoom(Qt::Horizontal);
-    m_plot->xAxis->setLabel(tr("time (s)"));
-    m_plot->xAxis->setRange(0, m_liveWindow);
+    setUpTimeAxis(m_plot, m_liveWindow);
     m_plot->yAxis->setLabel(tr("parameter bytes per rank"));
     m_plot->yAxis->setTicker(QSharedPointer<ByteTicker>::create());
     m_plot->yAxis->setRange(0, 1024);
