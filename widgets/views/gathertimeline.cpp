@@ -332,10 +332,7 @@ int GatherTimeline::laneCount() const
 
 void GatherTimeline::setFollowLive(bool on)
 {
-    if (on == m_followLive) return;
-    m_followLive = on;
-    if (on && m_plot->xAxis->range().size() > 0) m_liveWindow = m_plot->xAxis->range().size();
-    m_followButton->setChecked(on);
+    if (!switchFollowLive(m_followLive, on, m_plot, m_followButton, m_liveWindow)) return;
     emit followLiveChanged(on);
     if (on) refresh();
 }
@@ -390,13 +387,8 @@ void GatherTimeline::refresh()
 {
     m_dirty = false;
     updateLanes();
-    if (m_followLive && !m_spans.isEmpty()) {
-        const double w = m_liveWindow;
-        const double last = m_spans.lastTime();
-        double lo = last - w * 0.98;
-        if (lo < m_spans.firstTime()) lo = m_spans.firstTime() - w * 0.02;
-        m_plot->xAxis->setRange(lo, lo + w);
-    }
+    if (m_followLive && !m_spans.isEmpty())
+        m_plot->xAxis->setRange(liveRange(m_spans.firstTime(), m_spans.lastTime(), m_liveWindow));
     m_plot->replot(QCustomPlot::rpQueuedReplot);
 }
 
@@ -516,11 +508,7 @@ bool GatherTimeline::eventFilter(QObject *watched, QEvent *e)
             handleClick(me->position());
     } else if (e->type() == QEvent::ToolTip) {
         auto *help = static_cast<QHelpEvent *>(e);
-        const QString text = toolTipAt(help->pos());
-        if (text.isEmpty())
-            QToolTip::hideText();
-        else
-            QToolTip::showText(help->globalPos(), text, m_plot);
+        showPlotToolTip(help, toolTipAt(help->pos()), m_plot);
         return true;
     }
     return QWidget::eventFilter(watched, e);

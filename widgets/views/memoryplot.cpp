@@ -287,10 +287,7 @@ void MemoryPlot::setSeriesVisible(Series s, bool visible)
 
 void MemoryPlot::setFollowLive(bool on)
 {
-    if (on == m_followLive) return;
-    m_followLive = on;
-    if (on && m_plot->xAxis->range().size() > 0) m_liveWindow = m_plot->xAxis->range().size();
-    m_followButton->setChecked(on);
+    if (!switchFollowLive(m_followLive, on, m_plot, m_followButton, m_liveWindow)) return;
     emit followLiveChanged(on);
     if (on) refresh();
 }
@@ -341,12 +338,7 @@ void MemoryPlot::refresh()
     }
     updateValueRange();
     updateLimitLabel();
-    if (m_followLive && m_hasData) {
-        const double w = m_liveWindow;
-        double lo = m_last - w * 0.98;
-        if (lo < m_first) lo = m_first - w * 0.02;
-        m_plot->xAxis->setRange(lo, lo + w);
-    }
+    if (m_followLive && m_hasData) m_plot->xAxis->setRange(liveRange(m_first, m_last, m_liveWindow));
     m_plot->replot(QCustomPlot::rpQueuedReplot);
 }
 
@@ -385,11 +377,7 @@ bool MemoryPlot::eventFilter(QObject *watched, QEvent *e)
 {
     if (watched == m_plot && e->type() == QEvent::ToolTip) {
         auto *help = static_cast<QHelpEvent *>(e);
-        const QString text = toolTipAt(help->pos());
-        if (text.isEmpty())
-            QToolTip::hideText();
-        else
-            QToolTip::showText(help->globalPos(), text, m_plot);
+        showPlotToolTip(help, toolTipAt(help->pos()), m_plot);
         return true;
     }
     return QWidget::eventFilter(watched, e);

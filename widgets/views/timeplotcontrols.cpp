@@ -1,6 +1,8 @@
 #include "views/timeplotcontrols.h"
 
+#include <QHelpEvent>
 #include <QToolButton>
+#include <QToolTip>
 
 #include <qcustomplot.h>
 
@@ -30,6 +32,31 @@ void setUpTimeAxis(QCustomPlot *plot, double window)
     plot->axisRect()->setRangeZoom(Qt::Horizontal);
     plot->xAxis->setLabel(QObject::tr("time (s)"));
     plot->xAxis->setRange(0, window);
+}
+
+QCPRange liveRange(double first, double last, double window)
+{
+    double lo = last - window * 0.98;
+    if (lo < first) lo = first - window * 0.02;
+    return QCPRange(lo, lo + window);
+}
+
+bool switchFollowLive(bool &followLive, bool on, QCustomPlot *plot, QToolButton *button,
+                      double &window)
+{
+    if (on == followLive) return false;
+    followLive = on;
+    if (on && plot->xAxis->range().size() > 0) window = plot->xAxis->range().size();
+    button->setChecked(on);
+    return true;
+}
+
+void showPlotToolTip(const QHelpEvent *e, const QString &text, QWidget *plot)
+{
+    if (text.isEmpty())
+        QToolTip::hideText();
+    else
+        QToolTip::showText(e->globalPos(), text, plot);
 }
 
 } // namespace shardscope::views
