@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "comm/memoryspace.h"
 #include "core/types.h"
 
 namespace shardscope {
@@ -27,7 +28,8 @@ public:
     using std::runtime_error::runtime_error;
 };
 
-// Completion of one asynchronous collective.
+// Completion of one asynchronous collective. A collective that failed reports it from
+// wait() (CommError); ready() is true once it has finished, successfully or not.
 class CommHandle
 {
 public:
@@ -63,6 +65,20 @@ public:
     virtual Backend backend() const = 0;
     // True when buffers passed to collectives live in device memory.
     virtual bool deviceBuffers() const { return false; }
+    // Where this rank's buffers live; the engine allocates shards, gathered tensors and
+    // gradients there (see comm/memoryspace.h for the ordering contract).
+    virtual MemorySpace &memory() { return hostMemory(); }
+    // Collectives issued after this call see every effect of the compute work (and the
+    // MemorySpace operations) the rank issued before it. The CPU backend is synchronous:
+    // nothing to do. On a GPU the communication stream waits for the compute stream.
+    virtual void waitForCompute() {}
+    // Called on each thread that will act as this rank (e.g. cudaSetDevice) before it
+    // issues anything; Engine::forEachLocalRank does this for its threads.
+    virtual void bindThread() {}
+    // Releases this rank and its local peers from collectives that will never complete
+    // because another rank failed; the communicator is unusable afterwards. Callable from
+    // any thread. The CPU backend has nothing to release (ranks that fail do so together).
+    virtual void abort() noexcept {}
 
     // recv (worldSize * bytes) receives every rank's send (bytes), in rank order.
     virtual CommHandle allGather(const void *send, void *recv, std::size_t bytes) = 0;

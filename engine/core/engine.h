@@ -3,6 +3,16 @@
 // ranks, the coordinator (fetch on module entry, release on exit, prefetch from the
 // recorded trace), external registrations, the access guard and late parameters.
 //
+// Memory: each local rank's shards, gathered tensors and shard gradients live in its
+// communicator's MemorySpace (host memory for the CPU backend, GPU memory for NCCL), so
+// TensorView::data, shardData() and shardGrad() point into that space; toHost() copies out.
+//
+// Gathers are asynchronous when the communicator is (NCCL; the CPU backend behind
+// makeAsyncCommunicators): a fetch issues the all-gather and the parameter is INFLIGHT;
+// it becomes AVAILABLE when the engine sees the collective complete, which it checks on
+// every module entry and exit, and waits for when a module uses the parameter. So the
+// prefetcher's gathers for the next modules overlap the current module's compute.
+//
 // Threading: the model is built (addModule/addParameter/partition/register...) while
 // no rank is inside a step. During training each local rank's thread calls the rank
 // API with its own rank; ranks issue the same collectives in the same order, as in
@@ -93,7 +103,7 @@ struct ParamInfo
     bool removed = false;
 };
 
-// A parameter's full tensor as seen by one rank.
+// A parameter's full tensor as seen by one rank, in that rank's MemorySpace.
 struct TensorView
 {
     std::byte *data = nullptr;
@@ -116,8 +126,15 @@ public:
     Backend backend() const;
     const std::vector<int> &localRanks() const { return m_localRanks; }
     Communicator &comm(int rank);
-    // Runs fn(rank) on one thread per local rank and joins them; rethrows the first
-    // exception. This is how model-building code issues collectives in a threads world.
+    // Where rank's tensors live (its communicator's memory).
+    MemorySpace &memory(int rank);
+    // A host copy of v's numel elements (v from access() or GatheredParameters on rank).
+    std::vector<std::byte> toHost(int rank, TensorView v);
+    // Runs fn(rank) on one thread per local rank (bound with Communicator::bindThread) and
+    // joins them; rethrows the first exception. When one rank throws, every local
+    // communicator is aborted (Communicator::abort) so that ranks waiting in a collective
+    // the failed rank will never join are released. This is how model-building code
+    // issues collectives in a threads world, and how the trainers run their ranks.
     void forEachLocalRank(const std::function<void(int rank)> &fn);
 
     // Telemetry: events go to sink (nullptr: none). Switching off costs one branch.
@@ -182,11 +199,13 @@ public:
     ParamStatus status(int rank, ParamId param) const;
     std::vector<ModuleId> activeModules(int rank, ParamId param) const;
 
-    // Gradients and optimizer state live on the shard (fp32 parameters only).
-    // fullGrad: numel floats of this rank's gradient; summed over ranks into each rank's shard
+    // Gradients and optimizer state live on the shard (fp32 parameters only), in the rank's
+    // MemorySpace. fullGrad: numel floats of this rank's gradient, in that space; summed over ranks into each rank's shard
     // gradient (reduce-scatter; an all-reduce for parameters that are not partitioned).
     void reduceScatterGrad(int rank, ParamId param, const float *fullGrad);
-    std::span<float> shardData(int rank, ParamId param);  // the rank's fp32 shard (whole tensor if not partitioned)
+    // The rank's fp32 shard (whole tensor if not partitioned); a gather of it still in
+    // flight is completed first, so the caller may change it.
+    std::span<float> shardData(int rank, ParamId param);
     std::span<float> shardGrad(int rank, ParamId param);
     void zeroGrads(int rank);
     // After the optimizer changed the shards: refresh the full copies of persistent
