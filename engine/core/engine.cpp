@@ -67,6 +67,7 @@ Engine::Engine(EngineConfig config, std::vector<std::unique_ptr<Communicator>> c
         auto rs = std::make_unique<RankState>();
         rs->rank = r;
         rs->comm = c.get();
+        rs->mem = &c->memory();
         m_fast[static_cast<std::size_t>(r)] = &rs->fast;
         d->ranks.push_back(std::move(rs));
         m_localRanks.push_back(r);
@@ -81,7 +82,31 @@ Engine::Engine(EngineConfig config, std::vector<std::unique_ptr<Communicator>> c
         rs->externals.resize(1);
 }
 
-Engine::~Engine() = default;
+Engine::~Engine()
+{
+    // No collective may still write into memory about to be freed.
+    for (auto &rs : d->ranks)
+        for (ParamId p : rs->inflight) {
+            try {
+                rs->params[p].gather.wait();
+            } catch (...) {
+            }
+        }
+    // Tensors go back to their memory spaces before the communicators that own them.
+    d->ranks.clear();
+    // Device communicators are destroyed together: ncclCommDestroy is an intra-node
+    // collective, so destroying them one after the other would wait forever on the first.
+    if (d->comms.size() > 1 && d->comms.front()->backend() != Backend::Cpu) {
+        std::vector<std::thread> threads;
+        for (auto &c : d->comms)
+            threads.emplace_back([&c] {
+                c->bindThread();
+                c.reset();
+            });
+        for (auto &t : threads)
+            t.join();
+    }
+}
 
 Backend Engine::backend() const
 {
@@ -91,6 +116,23 @@ Backend Engine::backend() const
 Communicator &Engine::comm(int rank)
 {
     return *d->rankState(rank).comm;
+}
+
+MemorySpace &Engine::memory(int rank)
+{
+    return *d->rankState(rank).mem;
+}
+
+std::vector<std::byte> Engine::toHost(int rank, TensorView v)
+{
+    RankState &rs = d->rankState(rank);
+    std::vector<std::byte> out(static_cast<std::size_t>(v.numel) * dtypeSize(v.dtype));
+    if (!out.empty()) {
+        if (!v.data)
+            throw EngineError("toHost: the tensor view is empty (was it released?)");
+        rs.mem->copy(out.data(), v.data, out.size(), CopyKind::SpaceToHost);
+    }
+    return out;
 }
 
 RankState &Engine::Impl::rankState(int rank)
@@ -112,23 +154,36 @@ void Engine::setEventSink(EventSink *sink)
 
 void Engine::forEachLocalRank(const std::function<void(int)> &fn)
 {
-    std::vector<std::exception_ptr> errors(m_localRanks.size());
+    // The first failure is the one to report: the ranks it aborts fail after it, with
+    // "aborted" errors that say nothing about the cause.
+    std::mutex errorMutex;
+    std::exception_ptr first;
     std::vector<std::thread> threads;
     threads.reserve(m_localRanks.size());
     for (std::size_t i = 0; i < m_localRanks.size(); ++i) {
         threads.emplace_back([&, i] {
             try {
+                d->ranks[i]->comm->bindThread();
                 fn(m_localRanks[i]);
             } catch (...) {
-                errors[i] = std::current_exception();
+                bool isFirst = false;
+                {
+                    std::lock_guard lock(errorMutex);
+                    if (!first) {
+                        first = std::current_exception();
+                        isFirst = true;
+                    }
+                }
+                if (isFirst && m_localRanks.size() > 1)
+                    for (auto &rs : d->ranks)
+                        rs->comm->abort();
             }
         });
     }
     for (auto &t : threads)
         t.join();
-    for (auto &e : errors)
-        if (e)
-            std::rethrow_exception(e);
+    if (first)
+        std::rethrow_exception(first);
 }
 
 // ---------------------------------------------------------------- telemetry
@@ -241,10 +296,10 @@ ParamId Engine::addParameter(ModuleId owner, std::string_view name, Shape shape,
         std::lock_guard rl(rs.mu);
         RankParam &rp = rs.params[id];
         Impl::setAlwaysAvailable(rs, id, true);
-        d->setFull(rs, id, std::unique_ptr<std::byte[]>(new std::byte[pi.layout.paddedNumel * es]()));
+        d->setFull(rs, id, Impl::zeroed(rs, static_cast<std::size_t>(pi.layout.paddedNumel) * es));
         if (init && bytes)
-            std::memcpy(rp.full.get(), init, bytes);
-        rp.grad.assign(pi.numel, 0.0f);
+            rs.mem->copy(rp.full.data(), init, bytes, CopyKind::HostToSpace);
+        rp.grad = Impl::zeroed(rs, static_cast<std::size_t>(pi.numel) * sizeof(float));
         rp.status.store(ParamStatus::Available, std::memory_order_release);
         rs.gatheredBytesNow += pi.layout.paddedNumel * es;
         rs.peakGatheredBytes = std::max(rs.peakGatheredBytes, rs.gatheredBytesNow);
@@ -272,6 +327,8 @@ void Engine::removeParameter(ParamId p)
                               "; remove it after those scopes end");
         }
     }
+    for (auto &rsp : d->ranks)
+        d->complete(*rsp, p); // a prefetch still in flight writes into the tensor
     info.removed = true;
     d->touch();
     auto &owned = d->modules[info.owner].params;
@@ -283,9 +340,9 @@ void Engine::removeParameter(ParamId p)
         if (rp.full)
             rs.gatheredBytesNow -= d->fullBytes(p);
         rs.partitionedBytes -= rp.shard.size();
-        d->setFull(rs, p, nullptr);
-        rp.shard = {};
-        rp.grad = {};
+        d->setFull(rs, p, Buffer());
+        rp.shard.reset();
+        rp.grad.reset();
         Impl::setAlwaysAvailable(rs, p, false);
         rp.status.store(ParamStatus::NotAvailable, std::memory_order_release);
         for (auto &ext : rs.externals)
@@ -309,18 +366,21 @@ void Engine::partition()
         const std::size_t es = dtypeSize(info.dtype);
         std::vector<std::byte> &src = d->pending[p];
         src.resize(static_cast<std::size_t>(info.layout.paddedNumel) * es); // zero tail padding
+        const std::size_t shardBytes = static_cast<std::size_t>(info.layout.partitionNumel) * es;
         for (auto &rsp : d->ranks) {
             RankState &rs = *rsp;
             std::lock_guard rl(rs.mu);
             RankParam &rp = rs.params[p];
-            rp.shard.resize(static_cast<std::size_t>(info.layout.partitionNumel) * es);
-            copyShardFromFull(info.layout, rs.rank, es, src.data(), rp.shard.data());
-            rp.grad.assign(info.layout.partitionNumel, 0.0f);
+            // The padded source's slices already carry the zero padding.
+            rp.shard = Buffer(*rs.mem, shardBytes);
+            rs.mem->copy(rp.shard.data(), src.data() + info.layout.offset(rs.rank) * es, shardBytes,
+                         CopyKind::HostToSpace);
+            rp.grad = Impl::zeroed(rs, static_cast<std::size_t>(info.layout.partitionNumel) * sizeof(float));
             rs.partitionedBytes += rp.shard.size();
             if (info.persistent) {
                 Impl::setAlwaysAvailable(rs, p, true);
-                d->setFull(rs, p, std::unique_ptr<std::byte[]>(new std::byte[src.size()]));
-                std::memcpy(rp.full.get(), src.data(), src.size());
+                d->setFull(rs, p, Buffer(*rs.mem, src.size()));
+                rs.mem->copy(rp.full.data(), src.data(), src.size(), CopyKind::HostToSpace);
                 rp.status.store(ParamStatus::Available, std::memory_order_release);
                 rs.gatheredBytesNow += src.size();
                 rs.peakGatheredBytes = std::max(rs.peakGatheredBytes, rs.gatheredBytesNow);
@@ -330,6 +390,9 @@ void Engine::partition()
     }
     m_partitioned = true;
     d->touch();
+    // The first gathers read the shards just written.
+    for (auto &rs : d->ranks)
+        rs->comm->waitForCompute();
 }
 
 void Engine::adoptParameter(ParamId p)
@@ -357,17 +420,18 @@ void Engine::adoptParameter(ParamId p)
         RankState &rs = *rsp;
         std::lock_guard rl(rs.mu);
         RankParam &rp = rs.params[p];
-        rp.shard.resize(static_cast<std::size_t>(info.layout.partitionNumel) * es);
-        copyShardFromFull(info.layout, rs.rank, es, rp.full.get(), rp.shard.data());
-        rp.grad.assign(info.layout.partitionNumel, 0.0f);
+        rp.shard = Buffer(*rs.mem, static_cast<std::size_t>(info.layout.partitionNumel) * es);
+        d->shardFromFull(rs, p);
+        rp.grad = Impl::zeroed(rs, static_cast<std::size_t>(info.layout.partitionNumel) * sizeof(float));
         rs.partitionedBytes += rp.shard.size();
         if (info.partitioned) {
-            d->setFull(rs, p, nullptr);
+            d->setFull(rs, p, Buffer());
             Impl::setAlwaysAvailable(rs, p, false);
             rs.gatheredBytesNow -= d->fullBytes(p);
             rp.status.store(ParamStatus::NotAvailable, std::memory_order_release);
         }
         d->emit(rs, EventType::ParameterAdopted, 0, info.owner, p);
+        rs.comm->waitForCompute();
     }
 }
 
@@ -381,14 +445,16 @@ std::vector<std::byte> Engine::hostRead(ParamId p)
     }
     if (!info.partitioned) {
         const RankParam &rp = first.params[p];
-        return std::vector<std::byte>(rp.full.get(), rp.full.get() + bytes);
+        std::vector<std::byte> out(bytes);
+        first.mem->copy(out.data(), rp.full.data(), bytes, CopyKind::SpaceToHost);
+        return out;
     }
     std::vector<std::byte> out(bytes);
     forEachLocalRank([&](int rank) {
         RankState &rs = d->rankState(rank);
         TensorView v = d->slowAccess(rs, p);
         if (rank == m_localRanks.front())
-            std::memcpy(out.data(), v.data, bytes);
+            rs.mem->copy(out.data(), v.data, bytes, CopyKind::SpaceToHost);
         d->releaseIdle(rs);
     });
     return out;
@@ -521,37 +587,85 @@ bool Engine::isExternal(int rank, ModuleId m, ParamId p) const
 void Engine::Impl::fetch(RankState &rs, ParamId p, ModuleId cause, FetchReason reason)
 {
     RankParam &rp = rs.params[p];
-    const ParamStatus st = rp.status.load(std::memory_order_acquire);
-    if (st == ParamStatus::Available)
+    if (rp.status.load(std::memory_order_acquire) != ParamStatus::NotAvailable)
         return;
-    if (st == ParamStatus::Inflight)
-        throw EngineError("fetch of " + params[p].name + " on rank " + std::to_string(rs.rank) +
-                          " found it INFLIGHT: a previous gather was never completed");
     const ParamInfo &info = params[p];
     const std::size_t es = dtypeSize(info.dtype);
     const std::uint64_t bytes = fullBytes(p);
+    Buffer full = Buffer::adopt(*rs.mem, rs.mem->allocateForCollective(bytes), bytes);
     const std::uint64_t t0 = nowNs();
     emit(rs, EventType::FetchBegin, static_cast<std::uint8_t>(reason), p, cause, bytes);
-    rp.status.store(ParamStatus::Inflight, std::memory_order_release);
-    touch();
-    std::unique_ptr<std::byte[]> full(new std::byte[bytes]);
-    rs.comm->allGather(rp.shard.data(), full.get(), static_cast<std::size_t>(info.layout.partitionNumel) * es)
-        .wait();
-    const std::uint64_t t1 = nowNs();
     {
         std::lock_guard rl(rs.mu);
         setFull(rs, p, std::move(full));
-        rp.gatherCount += 1;
-        rp.gatherBytes += bytes;
-        rp.gatherNs += t1 - t0;
-        rp.lastGatherTsNs = t1;
         rs.gatheredBytesNow += bytes;
         rs.peakGatheredBytes = std::max(rs.peakGatheredBytes, rs.gatheredBytesNow);
         rs.liveElements += info.layout.paddedNumel;
     }
+    rp.gatherIssuedNs = t0;
+    rp.gatherCause = cause;
+    rp.gatherReason = reason;
+    rp.status.store(ParamStatus::Inflight, std::memory_order_release);
+    rs.inflight.push_back(p);
+    rp.gather = rs.comm->allGather(rp.shard.data(), rp.full.data(),
+                                   static_cast<std::size_t>(info.layout.partitionNumel) * es);
+}
+
+void Engine::Impl::complete(RankState &rs, ParamId p)
+{
+    RankParam &rp = rs.params[p];
+    if (rp.status.load(std::memory_order_acquire) != ParamStatus::Inflight)
+        return;
+    rp.gather.wait(); // a failed collective throws here and the parameter stays INFLIGHT
+    rp.gather = CommHandle();
+    const std::uint64_t bytes = fullBytes(p);
+    const std::uint64_t t1 = nowNs();
+    {
+        std::lock_guard rl(rs.mu);
+        rp.gatherCount += 1;
+        rp.gatherBytes += bytes;
+        rp.gatherNs += t1 - rp.gatherIssuedNs;
+        rp.lastGatherTsNs = t1;
+    }
     rs.totalGatheredBytes.fetch_add(bytes, std::memory_order_relaxed);
+    auto it = std::find(rs.inflight.begin(), rs.inflight.end(), p);
+    if (it != rs.inflight.end())
+        rs.inflight.erase(it);
     rp.status.store(ParamStatus::Available, std::memory_order_release);
-    emit(rs, EventType::FetchEnd, static_cast<std::uint8_t>(reason), p, cause, bytes);
+    touch();
+    emit(rs, EventType::FetchEnd, static_cast<std::uint8_t>(rp.gatherReason), p, rp.gatherCause, bytes);
+}
+
+void Engine::Impl::poll(RankState &rs)
+{
+    for (std::size_t i = 0; i < rs.inflight.size();) {
+        const ParamId p = rs.inflight[i];
+        if (rs.params[p].gather.ready())
+            complete(rs, p); // removes it from inflight
+        else
+            ++i;
+    }
+}
+
+void Engine::Impl::shardFromFull(RankState &rs, ParamId p)
+{
+    const ParamInfo &info = params[p];
+    const std::size_t es = dtypeSize(info.dtype);
+    RankParam &rp = rs.params[p];
+    // Full tensors are padded with zeros, so the slice carries the shard's padding.
+    rs.mem->copy(rp.shard.data(), rp.full.data() + info.layout.offset(rs.rank) * es,
+                 static_cast<std::size_t>(info.layout.partitionNumel) * es, CopyKind::WithinSpace);
+}
+
+std::uint64_t Engine::Impl::hashFull(RankState &rs, ParamId p)
+{
+    const std::size_t bytes = static_cast<std::size_t>(params[p].numel) * elemSize(p);
+    const RankParam &rp = rs.params[p];
+    if (rs.mem->isHost())
+        return hashBytes(rp.full.data(), bytes);
+    std::vector<std::byte> host(bytes);
+    rs.mem->copy(host.data(), rp.full.data(), bytes, CopyKind::SpaceToHost);
+    return hashBytes(host.data(), bytes);
 }
 
 void Engine::Impl::release(RankState &rs, ParamId p, ModuleId cause)
@@ -564,9 +678,8 @@ void Engine::Impl::release(RankState &rs, ParamId p, ModuleId cause)
     if (st == ParamStatus::NotAvailable)
         return;
     if (st == ParamStatus::Inflight)
-        throw EngineError("cannot release " + info.name + " on rank " + std::to_string(rs.rank) +
-                          " while its gather is INFLIGHT; wait for the gather first");
-    std::unique_ptr<std::byte[]> freed;
+        complete(rs, p); // the collective still writes into the tensor
+    Buffer freed;
     {
         std::lock_guard rl(rs.mu);
         if (!rp.active.empty() || rp.inScope) {
@@ -595,14 +708,14 @@ void Engine::Impl::releaseIdle(RankState &rs)
         RankParam &rp = rs.params[p];
         if (rp.alwaysAvailable || rp.inScope || !rp.active.empty())
             continue;
-        if (rp.status.load(std::memory_order_relaxed) == ParamStatus::Available)
+        if (rp.status.load(std::memory_order_relaxed) != ParamStatus::NotAvailable)
             release(rs, p, kNoModule);
     }
 }
 
 void Engine::Impl::useParam(RankState &rs, ParamId p, ModuleId m, bool counted, FetchReason reason)
 {
-    fetch(rs, p, m, reason);
+    gather(rs, p, m, reason);
     RankParam &rp = rs.params[p];
     {
         std::lock_guard rl(rs.mu);
@@ -681,6 +794,8 @@ void Engine::beginStep(int rank)
     rs.order.clear();
     rs.violationsThisStep.clear();
     d->releaseIdle(rs);
+    // This step's gathers read the shards the optimizer wrote since the last step.
+    rs.comm->waitForCompute();
     d->emit(rs, EventType::StepBegin, 0, 0, 0);
 
     // A step that starts with late, unadopted parameters: they are never partitioned.
@@ -746,6 +861,8 @@ void Engine::enterModule(int rank, ModuleId m, Phase phase)
     f.phase = phase;
     f.params.clear();
     d->emit(rs, EventType::ModuleEnter, static_cast<std::uint8_t>(phase), m, 0);
+    if (!rs.inflight.empty())
+        d->poll(rs);
 
     const TraceEntry entry{m, phase};
     rs.order.push_back(entry);
@@ -815,6 +932,8 @@ void Engine::exitModule(int rank, ModuleId m, Phase phase)
     }
     f.params.clear();
     --rs.depth;
+    if (!rs.inflight.empty())
+        d->poll(rs);
     d->emit(rs, EventType::ModuleExit, static_cast<std::uint8_t>(phase), m, 0);
     d->emitMemory(rs);
 }
@@ -841,7 +960,7 @@ std::vector<ModuleId> Engine::activeModules(int rank, ParamId p) const
 TensorView Engine::Impl::view(RankState &rs, ParamId p)
 {
     RankParam &rp = rs.params[p];
-    return TensorView{rp.full.get(), params[p].numel, params[p].dtype};
+    return TensorView{rp.full.data(), params[p].numel, params[p].dtype};
 }
 
 TensorView Engine::accessSlow(int rank, ParamId p)
@@ -939,7 +1058,7 @@ TensorView Engine::Impl::slowAccess(RankState &rs, ParamId p)
         if (accessor != kNoModule) {
             useParam(rs, p, accessor, false, FetchReason::Guard);
         } else {
-            fetch(rs, p, kNoModule, FetchReason::Guard);
+            gather(rs, p, kNoModule, FetchReason::Guard);
         }
         break;
     }
@@ -973,6 +1092,16 @@ void Engine::Impl::recordViolation(ViolationRecord v)
 
 // ---------------------------------------------------------------- gradients
 
+namespace {
+
+void ensureBytes(MemorySpace &mem, Buffer &b, std::size_t bytes)
+{
+    if (b.size() < bytes)
+        b = Buffer(mem, bytes);
+}
+
+} // namespace
+
 void Engine::reduceScatterGrad(int rank, ParamId p, const float *fullGrad)
 {
     RankState &rs = d->rankState(rank);
@@ -984,22 +1113,27 @@ void Engine::reduceScatterGrad(int rank, ParamId p, const float *fullGrad)
                           "parameter is " + std::string(dtypeName(info.dtype)));
     const PartitionLayout &l = info.layout;
     RankParam &rp = rs.params[p];
-    rs.scratch.resize(static_cast<std::size_t>(l.paddedNumel) * sizeof(float));
-    float *padded = reinterpret_cast<float *>(rs.scratch.data());
-    std::memcpy(padded, fullGrad, static_cast<std::size_t>(l.numel) * sizeof(float));
-    std::fill(padded + l.numel, padded + l.paddedNumel, 0.0f);
-    rs.scratchShard.resize(static_cast<std::size_t>(l.partitionNumel));
-    rs.comm->reduceScatter(padded, rs.scratchShard.data(), l.partitionNumel, DType::F32).wait();
+    MemorySpace &mem = *rs.mem;
+    const std::size_t numelBytes = static_cast<std::size_t>(l.numel) * sizeof(float);
+    const std::size_t paddedBytes = static_cast<std::size_t>(l.paddedNumel) * sizeof(float);
+    const std::size_t shardBytes = static_cast<std::size_t>(l.partitionNumel) * sizeof(float);
+    ensureBytes(mem, rs.scratch, paddedBytes);
+    ensureBytes(mem, rs.scratchShard, shardBytes);
+    float *padded = rs.scratch.f32();
+    mem.copy(padded, fullGrad, numelBytes, CopyKind::WithinSpace);
+    mem.zero(padded + l.numel, paddedBytes - numelBytes);
+    rs.comm->waitForCompute();
+    rs.comm->reduceScatter(padded, rs.scratchShard.data(), static_cast<std::size_t>(l.partitionNumel),
+                           DType::F32)
+        .wait();
     const bool managed = info.partitioned || info.persistent;
     if (managed) {
-        for (std::int64_t i = 0; i < l.partitionNumel; ++i)
-            rp.grad[i] += rs.scratchShard[i];
+        mem.addF32(rp.grad.f32(), rs.scratchShard.f32(), static_cast<std::size_t>(l.partitionNumel));
         return;
     }
     // Not partitioned (late, not adopted): an all-reduce, every rank keeps the whole gradient.
-    rs.comm->allGather(rs.scratchShard.data(), padded, l.partitionNumel * sizeof(float)).wait();
-    for (std::int64_t i = 0; i < l.numel; ++i)
-        rp.grad[i] += padded[i];
+    rs.comm->allGather(rs.scratchShard.data(), padded, shardBytes).wait();
+    mem.addF32(rp.grad.f32(), padded, static_cast<std::size_t>(l.numel));
 }
 
 std::span<float> Engine::shardData(int rank, ParamId p)
@@ -1009,34 +1143,41 @@ std::span<float> Engine::shardData(int rank, ParamId p)
     if (info.dtype != DType::F32)
         throw EngineError("shardData(" + info.name + "): fp32 parameters only");
     RankParam &rp = rs.params[p];
+    d->complete(rs, p); // a gather in flight still reads the shard
     if (info.partitioned || info.persistent)
-        return {reinterpret_cast<float *>(rp.shard.data()), static_cast<std::size_t>(info.layout.partitionNumel)};
-    return {reinterpret_cast<float *>(rp.full.get()), static_cast<std::size_t>(info.numel)};
+        return {rp.shard.f32(), static_cast<std::size_t>(info.layout.partitionNumel)};
+    return {rp.full.f32(), static_cast<std::size_t>(info.numel)};
 }
 
 std::span<float> Engine::shardGrad(int rank, ParamId p)
 {
     RankState &rs = d->rankState(rank);
-    return rs.params[p].grad;
+    const Buffer &g = rs.params[p].grad;
+    return {g.f32(), g.size() / sizeof(float)};
 }
 
 void Engine::zeroGrads(int rank)
 {
     RankState &rs = d->rankState(rank);
     for (RankParam &rp : rs.params)
-        std::fill(rp.grad.begin(), rp.grad.end(), 0.0f);
+        if (!rp.grad.empty())
+            rs.mem->zero(rp.grad.data(), rp.grad.size());
 }
 
 void Engine::refreshPersistent(int rank)
 {
     RankState &rs = d->rankState(rank);
+    rs.comm->waitForCompute(); // the optimizer just wrote the shards
+    std::vector<CommHandle> pending;
     for (ParamId p = 0; p < d->params.size(); ++p) {
         const ParamInfo &info = d->params[p];
         if (info.removed || !info.persistent)
             continue;
         RankParam &rp = rs.params[p];
-        rs.comm->allGather(rp.shard.data(), rp.full.get(), rp.shard.size()).wait();
+        pending.push_back(rs.comm->allGather(rp.shard.data(), rp.full.data(), rp.shard.size()));
     }
+    for (const CommHandle &h : pending)
+        h.wait();
 }
 
 // ---------------------------------------------------------------- inspection

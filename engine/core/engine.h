@@ -288,7 +288,13 @@ public:
     GatheredParameters &operator=(const GatheredParameters &) = delete;
 
     void close();
-    TensorView operator[](std::size_t i) const; // full tensor of params[i]
+    // Full tensor of params[i], in the memory of the rank it is shown from (viewRank()).
+    TensorView operator[](std::size_t i) const;
+    // A host copy of params[i]'s full tensor (model-building code on GPU ranks reads this way).
+    std::vector<std::byte> toHost(std::size_t i) const;
+    // The rank whose tensors operator[] shows: this scope's rank, or for a process-wide scope
+    // the modifier rank when it is local, else the first local rank.
+    int viewRank() const;
 
 private:
     Engine &m_engine;

@@ -21,17 +21,22 @@ struct ExternalEntry
     bool automatic = false;
 };
 
-// One parameter as held by one rank.
+// One parameter as held by one rank. Tensors live in the rank's MemorySpace.
 struct RankParam
 {
     std::atomic<ParamStatus> status{ParamStatus::NotAvailable};
     bool alwaysAvailable = false; // persistent, or late and not adopted: the full tensor stays
     bool inScope = false;         // inside a GatheredParameters scope on this rank
     bool prefetched = false;      // gathered ahead of use by the prefetcher
-    std::vector<std::byte> shard; // partitionNumel elements (empty if not partitioned)
-    std::unique_ptr<std::byte[]> full; // paddedNumel elements while gathered / always if alwaysAvailable
-    std::vector<float> grad;      // fp32 gradient of the shard (of the whole tensor if not partitioned)
+    Buffer shard; // partitionNumel elements (empty if not partitioned)
+    Buffer full;  // paddedNumel elements while gathered or in flight / always if alwaysAvailable
+    Buffer grad;  // fp32 gradient of the shard (of the whole tensor if not partitioned)
     std::vector<ModuleId> active; // modules using the gathered tensor (guarded by RankState::mu)
+    // The all-gather in flight (status INFLIGHT): what issued it and when.
+    CommHandle gather;
+    std::uint64_t gatherIssuedNs = 0;
+    ModuleId gatherCause = kNoModule;
+    FetchReason gatherReason = FetchReason::Forward;
     std::uint64_t gatherCount = 0;
     std::uint64_t gatherBytes = 0;
     std::uint64_t gatherNs = 0;
@@ -57,6 +62,7 @@ struct RankState
 {
     int rank = 0;
     Communicator *comm = nullptr;
+    MemorySpace *mem = nullptr; // comm->memory()
     mutable std::mutex mu; // guards `active` vectors, externals and counters read by state()
     std::deque<RankParam> params;
     std::vector<Engine::FastEntry> fast; // the guard's view of params, same index
@@ -82,8 +88,10 @@ struct RankState
     std::int64_t liveElements = 0;
     std::atomic<std::uint64_t> totalGatheredBytes{0};
 
-    std::vector<std::byte> scratch;  // reduce-scatter input (padded)
-    std::vector<float> scratchShard; // reduce-scatter output
+    std::vector<ParamId> inflight; // parameters whose all-gather is in flight, in issue order
+
+    Buffer scratch;      // reduce-scatter input (padded), grown as needed
+    Buffer scratchShard; // reduce-scatter output
 };
 
 struct Engine::Impl
@@ -117,10 +125,10 @@ struct Engine::Impl
     void emitMemory(RankState &rs);
 
     // The full tensor of p on rs changes: keep the guard's fast view in step.
-    void setFull(RankState &rs, ParamId p, std::unique_ptr<std::byte[]> full)
+    void setFull(RankState &rs, ParamId p, Buffer full)
     {
         touch();
-        rs.fast[p].data = full.get();
+        rs.fast[p].data = full.data();
         rs.params[p].full = std::move(full);
     }
     static void setAlwaysAvailable(RankState &rs, ParamId p, bool on)
@@ -137,7 +145,30 @@ struct Engine::Impl
         return static_cast<std::uint64_t>(params[p].layout.paddedNumel) * elemSize(p);
     }
 
+    // Issues p's all-gather (NOT_AVAILABLE -> INFLIGHT); nothing if it is already in flight
+    // or available.
     void fetch(RankState &rs, ParamId p, ModuleId cause, FetchReason reason);
+    // Waits for p's gather (INFLIGHT -> AVAILABLE); nothing unless it is in flight.
+    void complete(RankState &rs, ParamId p);
+    // Completes every gather in flight whose collective has finished, without waiting.
+    void poll(RankState &rs);
+    // fetch + complete: p is AVAILABLE on return.
+    void gather(RankState &rs, ParamId p, ModuleId cause, FetchReason reason)
+    {
+        fetch(rs, p, cause, reason);
+        complete(rs, p);
+    }
+    // A fresh zeroed buffer in rs's memory.
+    static Buffer zeroed(RankState &rs, std::size_t bytes)
+    {
+        Buffer b(*rs.mem, bytes);
+        rs.mem->zero(b.data(), bytes);
+        return b;
+    }
+    // The shard of rank rs.rank cut from p's full tensor (padded, zero tail) on rs.
+    void shardFromFull(RankState &rs, ParamId p);
+    // Hash of p's full tensor on rs (copied to the host first when it lives elsewhere).
+    std::uint64_t hashFull(RankState &rs, ParamId p);
     void release(RankState &rs, ParamId p, ModuleId cause);
     void releaseIdle(RankState &rs);
     void prefetch(RankState &rs);

@@ -22,7 +22,7 @@ std::vector<std::uint64_t> Engine::Impl::openScope(RankState &rs, const std::vec
     std::vector<std::uint64_t> hashes;
     hashes.reserve(ps.size());
     for (ParamId p : ps) {
-        fetch(rs, p, kNoModule, FetchReason::GatheredParameters);
+        gather(rs, p, kNoModule, FetchReason::GatheredParameters);
         RankParam &rp = rs.params[p];
         {
             std::lock_guard rl(rs.mu);
@@ -30,7 +30,7 @@ std::vector<std::uint64_t> Engine::Impl::openScope(RankState &rs, const std::vec
             clearPrefetched(rs, p);
         }
         ++rs.fast[p].readable;
-        hashes.push_back(hashBytes(rp.full.get(), static_cast<std::size_t>(params[p].numel) * elemSize(p)));
+        hashes.push_back(hashFull(rs, p));
     }
     return hashes;
 }
@@ -49,14 +49,16 @@ std::vector<std::string> Engine::Impl::closeScope(RankState &rs, const std::vect
             --rs.fast[p].readable;
             continue;
         }
-        const std::size_t es = elemSize(p);
-        const std::size_t bytes = static_cast<std::size_t>(info.numel) * es;
+        const std::size_t bytes = static_cast<std::size_t>(info.numel) * elemSize(p);
         if (modifier) {
             emit(rs, EventType::Broadcast, 0, p, static_cast<std::uint32_t>(*modifier), bytes);
-            rs.comm->broadcast(rp.full.get(), bytes, *modifier).wait();
-            if (!rp.shard.empty())
-                copyShardFromFull(info.layout, rs.rank, es, rp.full.get(), rp.shard.data());
-        } else if (hashBytes(rp.full.get(), bytes) != hashes[i]) {
+            rs.comm->waitForCompute(); // the modifier's edits may come from its own kernels
+            rs.comm->broadcast(rp.full.data(), bytes, *modifier).wait();
+            if (!rp.shard.empty()) {
+                shardFromFull(rs, p);
+                rs.comm->waitForCompute(); // later gathers read the new shard
+            }
+        } else if (hashFull(rs, p) != hashes[i]) {
             modified.push_back(info.name);
             emit(rs, EventType::GatheredWriteError, 0, p, 0);
             ViolationRecord v;
@@ -167,6 +169,22 @@ void GatheredParameters::close()
             throw EngineError(modifiedMessage(modified[i], local[i]));
 }
 
+std::vector<std::byte> GatheredParameters::toHost(std::size_t i) const
+{
+    const TensorView v = (*this)[i];
+    return m_engine.toHost(viewRank(), v);
+}
+
+int GatheredParameters::viewRank() const
+{
+    if (m_rank >= 0)
+        return m_rank;
+    const auto &local = m_engine.localRanks();
+    return (m_modifier && std::find(local.begin(), local.end(), *m_modifier) != local.end())
+               ? *m_modifier
+               : local.front();
+}
+
 TensorView GatheredParameters::operator[](std::size_t i) const
 {
     if (i >= m_params.size())
@@ -174,13 +192,7 @@ TensorView GatheredParameters::operator[](std::size_t i) const
                           std::to_string(m_params.size()) + " parameters)");
     if (!m_open)
         throw EngineError("GatheredParameters: the scope is closed; its tensors are released");
-    const auto &local = m_engine.localRanks();
-    int rank = m_rank;
-    if (rank < 0)
-        rank = (m_modifier && std::find(local.begin(), local.end(), *m_modifier) != local.end())
-                   ? *m_modifier
-                   : local.front();
-    RankState &rs = m_engine.d->rankState(rank);
+    RankState &rs = m_engine.d->rankState(viewRank());
     return m_engine.d->view(rs, m_params[i]);
 }
 

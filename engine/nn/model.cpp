@@ -125,7 +125,8 @@ void weightNormAsTheStoryFixes(Engine &engine, const TrainConfig &c, ModuleId co
     ParamId v = kNoParam;
     {
         GatheredParameters gathered(engine, {weight}, 0);
-        const WeightNormed w = decompose(c, gathered[0].f32());
+        const std::vector<std::byte> full = gathered.toHost(0); // the tensor may be on a GPU
+        const WeightNormed w = decompose(c, reinterpret_cast<const float *>(full.data()));
         g = engine.addParameter(conv, "weight_g", {1, 1, c.kernel}, DType::F32, w.g.data());
         v = engine.addParameter(conv, "weight_v", {c.hidden, in, c.kernel}, DType::F32, w.v.data());
         gathered.close();
