@@ -77,7 +77,7 @@ public:
     virtual void bindThread() {}
     // Releases this rank and its local peers from collectives that will never complete
     // because another rank failed; the communicator is unusable afterwards. Callable from
-    // any thread. The CPU backend has nothing to release (ranks that fail do so together).
+    // any thread. The CPU backend releases every rank of its world.
     virtual void abort() noexcept {}
 
     // recv (worldSize * bytes) receives every rank's send (bytes), in rank order.

@@ -103,8 +103,8 @@ class CpuWorld
 {
 public:
     explicit CpuWorld(int worldSize)
-        : m_size(worldSize), m_rendezvous(worldSize, spinsFor(worldSize)),
-          m_slots(2 * static_cast<std::size_t>(worldSize))
+        : m_size(worldSize), m_entry(worldSize, spinsFor(worldSize)),
+          m_exit(worldSize, spinsFor(worldSize)), m_slots(2 * static_cast<std::size_t>(worldSize))
     {
     }
 
@@ -115,7 +115,13 @@ public:
         return m_slots[(seq & 1u) * static_cast<std::size_t>(m_size) +
                        static_cast<std::size_t>(rank)];
     }
-    void rendezvous() { m_rendezvous.arriveAndWait(); }
+    // Where the ranks meet before reading each other's slots; false once aborted.
+    bool enter() { return m_entry.arriveAndWait(); }
+    // Where they meet before reusing their buffers. Every rank that entered the round
+    // gets here without waiting for anything else, so abort() need not release it (and
+    // must not: a peer may still be copying from this rank's buffers).
+    void leave() { m_exit.arriveAndWait(); }
+    void abort() noexcept { m_entry.abort(); }
 
 private:
     // Spinning only pays while every rank has a core of its own; with more ranks than
@@ -127,7 +133,8 @@ private:
     }
 
     int m_size;
-    detail::Rendezvous m_rendezvous;
+    detail::Rendezvous m_entry;
+    detail::Rendezvous m_exit;
     std::vector<Slot> m_slots;
 };
 
@@ -144,6 +151,8 @@ public:
     int rank() const override { return m_rank; }
     int worldSize() const override { return m_world->size(); }
     Backend backend() const override { return Backend::Cpu; }
+    // Every rank of a CPU world is local, so the whole world is released.
+    void abort() noexcept override { m_world->abort(); }
 
     CommHandle allGather(const void *send, void *recv, std::size_t bytes) override
     {
@@ -209,12 +218,12 @@ public:
         const std::uint64_t seq = m_seq++;
         Slot &mine = m_world->slot(seq, m_rank);
         mine = Slot{};
-        m_world->rendezvous();
+        if (!m_world->enter()) throw CommError(abortedMessage(Op::Barrier));
         // Slots alternate between two sets: this round's set is rewritten only by the
         // round after next, which no rank can enter before this rank enters the next one.
         std::string error = validate(seq, Op::Barrier);
         if (!error.empty()) {
-            m_world->rendezvous(); // the ranks in a collective wait here for their copy
+            m_world->leave(); // the ranks in a collective wait here for their copy
             throw CommError(error);
         }
     }
@@ -224,12 +233,19 @@ private:
     {
         const std::uint64_t seq = m_seq++;
         m_world->slot(seq, m_rank) = s;
-        m_world->rendezvous();
+        if (!m_world->enter()) throw CommError(abortedMessage(s.op));
         std::string error = validate(seq, s.op);
         if (error.empty()) copy(&m_world->slot(seq, 0));
         // No rank reuses its buffers, or its slot, while a peer may still read them.
-        m_world->rendezvous();
+        m_world->leave();
         if (!error.empty()) throw CommError(error);
+    }
+
+    static std::string abortedMessage(Op op)
+    {
+        return std::string(opName(op)) +
+               ": the CPU world was aborted after a failure on one of its ranks; this "
+               "collective did not run. See the error that rank reported first.";
     }
 
     // Every rank reads the same slots and reaches the same verdict, so either all ranks
