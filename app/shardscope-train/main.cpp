@@ -62,6 +62,9 @@ The engine:
                         records, auto registers
   --persistence-threshold N
                         parameters with fewer elements are never partitioned (default 1000)
+  --overlap-comm        CPU backend: run each rank's collectives on a progress thread, so
+                        prefetched gathers overlap compute and show INFLIGHT (DeepSpeed's
+                        overlap_comm; NCCL always overlaps on its own stream)
 
 The inspector endpoint:
   --listen ENDPOINT     unix:PATH or tcp:HOST:PORT (default: a Unix socket, announced in a
@@ -165,6 +168,9 @@ std::optional<nn::TrainConfig> parseArgs(const std::vector<std::string> &args)
             c.snapshotOut = value();
         } else if (flag == "--history") {
             c.historyEvents = parseNumber<std::size_t>(flag, value());
+        } else if (flag == "--overlap-comm") {
+            noValue();
+            c.overlapComm = true;
         } else if (flag == "--causal-conv") {
             noValue();
             c.causalConv = true;

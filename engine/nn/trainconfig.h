@@ -54,6 +54,9 @@ struct TrainConfig
     // keep the whole demo model persistent; this keeps biases and norms persistent and
     // partitions the matrices.
     std::int64_t persistenceThreshold = 1000;
+    // CPU backend: each rank's collectives run on a progress thread (makeAsyncCommunicators),
+    // so prefetches overlap compute as NCCL's do (DeepSpeed's overlap_comm). Same results.
+    bool overlapComm = false;
 
     // ---- the inspector endpoint (see server/inspector.h)
     bool listen = true;

@@ -4,6 +4,7 @@
 #include <cblas.h>
 #include <chrono>
 
+#include "comm/asynccommunicator.h"
 #include "comm/cpucommunicator.h"
 #include "nn/adam.h"
 #include "nn/markov.h"
@@ -49,7 +50,9 @@ EngineConfig makeEngineConfig(const TrainConfig &config)
 
 std::unique_ptr<Engine> makeCpuEngine(const TrainConfig &config)
 {
-    return std::make_unique<Engine>(makeEngineConfig(config), makeCpuWorld(config.worldSize));
+    std::vector<std::unique_ptr<Communicator>> world = makeCpuWorld(config.worldSize);
+    if (config.overlapComm) world = makeAsyncCommunicators(std::move(world));
+    return std::make_unique<Engine>(makeEngineConfig(config), std::move(world));
 }
 
 TrainResult trainModel(Engine &engine, const TrainConfig &config, const StepCallback &onStep)
