@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "cuda/gputrainer.h"
 #include "nn/trainer.h"
 #include "server/inspector.h"
+#include "wire/endpoint.h"
 
 using namespace shardscope;
 
@@ -41,7 +43,7 @@ The model (embed, pos_conv, blocks.<i>.{ln,fc1,fc2}, ln_f, tied lm_head):
   --groups G            pos_conv groups, must divide H (default 4)
   --causal-conv         pad pos_conv causally (position t sees no later token) instead of
                         wav2vec2's symmetric "same" padding, which lets position t see its
-                        own next-token target; CPU backend only
+                        own next-token target
 
 The optimisation (Adam):
   --batch B             global batch in sequences per step, split across ranks (default 30)
@@ -68,7 +70,9 @@ The engine:
 
 The inspector endpoint:
   --listen ENDPOINT     unix:PATH or tcp:HOST:PORT (default: a Unix socket, announced in a
-                        discovery file)
+                        discovery file). Under torchrun every process serves its own rank:
+                        rank N > 0 listens on PATH.rank<N> or on PORT+N (the default socket
+                        is per process anyway), and writes --snapshot-out FILE.rank<N>
   --token T             required to listen on a non-loopback TCP host
   --no-listen           do not serve the live endpoint
   --snapshot-out FILE   write the final state and recent history to FILE at the end
@@ -238,65 +242,107 @@ class ViolationPrinter
     std::size_t m_seen = 0;
 };
 
-int runCpu(const nn::TrainConfig &config)
+// With torchrun every process has its own engine (its rank's statuses) and serves it. The
+// default endpoint is per process already (<pid>.sock); an explicit one is shifted for the
+// process holding rank N > 0: unix:PATH becomes PATH.rank<N>, tcp:HOST:PORT listens on
+// PORT+N (port 0 stays 0: the kernel picks). Returns an empty string when that is impossible.
+std::string endpointOfRank(const std::string &endpoint, int rank, std::string &error)
 {
-    std::unique_ptr<Engine> engine = nn::makeCpuEngine(config);
-    std::printf("model: %d blocks, hidden %d, vocab %d, seq %d, pos_conv kernel %d, groups %d, %s "
-                "padding; "
-                "world size %d, global batch %d sequences; externals %s, guard %s\n",
-                config.layers, config.hidden, config.vocab, config.seq, config.kernel,
-                config.groups, config.causalConv ? "causal" : "same", config.worldSize,
-                config.batch, std::string(nn::externalsName(config.externals)).c_str(),
-                std::string(guardPolicyName(config.guard)).c_str());
-    std::fflush(stdout);
+    if (endpoint.empty() || rank == 0) return endpoint;
+    auto parsed = wire::parseEndpoint(endpoint);
+    if (!parsed) return endpoint; // the Inspector reports it
+    wire::Endpoint ep = *parsed;
+    if (ep.kind == wire::Endpoint::Kind::Unix) {
+        ep.path += ".rank" + std::to_string(rank);
+    } else if (ep.port != 0) {
+        if (ep.port + rank > 65535) {
+            error = "--listen " + endpoint + ": rank " + std::to_string(rank) +
+                    " would listen on port " + std::to_string(ep.port + rank) +
+                    "; pick a port at most " + std::to_string(65535 - rank) +
+                    " (rank N listens on PORT+N), or port 0";
+            return {};
+        }
+        ep.port = static_cast<std::uint16_t>(ep.port + rank);
+    }
+    return wire::formatEndpoint(ep);
+}
 
-    // The endpoint is up before the model is built, so a client sees weight_norm's late
-    // parameters and reads as they happen.
+using Trainer =
+    std::function<nn::TrainResult(Engine &, const nn::TrainConfig &, const nn::StepCallback &)>;
+
+// One run on an engine of either backend: the inspector endpoint (up before the model is
+// built, so a client sees weight_norm's late parameters and reads as they happen), the
+// model, the steps and the final line. Under torchrun only the process holding rank 0
+// prints the model, the steps and the problems; every process prints its final line.
+int trainWithInspector(Engine &engine, const nn::TrainConfig &config, const Trainer &train)
+{
+    const int firstRank = engine.localRanks().front();
+    const bool reporter = firstRank == 0;
+    if (reporter) {
+        std::printf("model: %d blocks, hidden %d, vocab %d, seq %d, pos_conv kernel %d, groups "
+                    "%d, %s padding; world size %d, global batch %d sequences; externals %s, "
+                    "guard %s\n",
+                    config.layers, config.hidden, config.vocab, config.seq, config.kernel,
+                    config.groups, config.causalConv ? "causal" : "same", engine.worldSize(),
+                    config.batch, std::string(nn::externalsName(config.externals)).c_str(),
+                    std::string(guardPolicyName(config.guard)).c_str());
+        std::fflush(stdout);
+    }
+
     InspectorOptions options;
     options.listen = config.listen;
-    options.endpoint = config.endpoint;
+    std::string endpointError;
+    options.endpoint = endpointOfRank(config.endpoint, firstRank, endpointError);
+    if (!endpointError.empty()) {
+        std::fprintf(stderr, "shardscope-train: %s\n", endpointError.c_str());
+        return 2;
+    }
     options.token = config.token;
     options.historyEvents = config.historyEvents;
-    options.snapshotOut = config.snapshotOut;
+    options.snapshotOut = config.snapshotOut.empty() || firstRank == 0
+                              ? config.snapshotOut
+                              : config.snapshotOut + ".rank" + std::to_string(firstRank);
     options.telemetry = config.telemetry;
     std::unique_ptr<Inspector> inspector;
     try {
-        inspector = std::make_unique<Inspector>(*engine, options);
+        inspector = std::make_unique<Inspector>(engine, options);
     } catch (const InspectorError &e) {
         std::fprintf(stderr, "shardscope-train: %s\n", e.what());
         return 2;
     }
-    if (const std::string at = inspector->endpoint(); !at.empty())
-        std::printf("inspector: listening on %s\n", at.c_str());
+    if (const std::string at = inspector->endpoint(); !at.empty()) {
+        if (engine.localRanks().size() == 1 && engine.worldSize() > 1)
+            std::printf("inspector (rank %d): listening on %s\n", firstRank, at.c_str());
+        else
+            std::printf("inspector: listening on %s\n", at.c_str());
+    }
     std::fflush(stdout);
 
-    ViolationPrinter violations(*engine);
-    nn::buildModel(*engine, config);
-    violations.printNew();
-    const nn::TrainResult result =
-        nn::trainModel(*engine, config, [&violations](const nn::StepReport &r) {
-            printStep(r);
-            violations.printNew();
-        });
+    ViolationPrinter violations(engine);
+    nn::buildModel(engine, config);
+    if (reporter) violations.printNew();
+    const nn::TrainResult result = train(engine, config, [&violations](const nn::StepReport &r) {
+        printStep(r);
+        violations.printNew();
+    });
     inspector->finish();
-    if (!config.snapshotOut.empty()) std::printf("snapshot: %s\n", config.snapshotOut.c_str());
+    if (!options.snapshotOut.empty()) std::printf("snapshot: %s\n", options.snapshotOut.c_str());
     printFinal(result, config.steps);
     return 0;
 }
 
+int runCpu(const nn::TrainConfig &config)
+{
+    std::unique_ptr<Engine> engine = nn::makeCpuEngine(config);
+    return trainWithInspector(*engine, config, nn::trainModel);
+}
+
 int runNccl(const nn::TrainConfig &config)
 {
-    if (config.causalConv) {
-        std::fprintf(stderr, "shardscope-train: --causal-conv is not implemented by the NCCL "
-                             "backend; use --backend cpu\n");
-        return 2;
-    }
-    if (config.listen || !config.snapshotOut.empty())
-        std::printf("inspector: not available with the NCCL backend in this version "
-                    "(the endpoint serves the CPU engine); use --backend cpu to inspect\n");
-    const nn::TrainResult result = gpu::runNcclTraining(config, printStep);
-    printFinal(result, config.steps);
-    return 0;
+    std::unique_ptr<Engine> engine = gpu::makeNcclEngine(config);
+    nn::TrainConfig sized = config;
+    sized.worldSize = engine->worldSize(); // torchrun's WORLD_SIZE
+    return trainWithInspector(*engine, sized, gpu::trainOnGpu);
 }
 
 } // namespace

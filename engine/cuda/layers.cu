@@ -182,6 +182,7 @@ __global__ void conv1dForwardKernel(ConvShape s, const float *x, const float *we
                                     const float *bias, float *y)
 {
     const int cg = (s.channels / s.groups);
+    const int pad = s.causal ? s.kernel - 1 : s.kernel / 2; // ConvShape::padLeft (host only)
     GRID_STRIDE(idx, static_cast<std::int64_t>(s.batch) * s.seq * s.channels)
     {
         const int o = static_cast<int>(idx % s.channels);
@@ -191,7 +192,7 @@ __global__ void conv1dForwardKernel(ConvShape s, const float *x, const float *we
         const int g = o / cg;
         float acc = bias ? bias[o] : 0.0f;
         for (int k = 0; k < s.kernel; ++k) {
-            const int src = t + k - (s.kernel / 2);
+            const int src = t + k - pad;
             if (src < 0 || src >= s.seq) continue;
             const float *xr = x + (b * s.seq + src) * s.channels + g * cg;
             const float *wr = weight + static_cast<std::int64_t>(o) * cg * s.kernel + k;
@@ -206,6 +207,7 @@ __global__ void conv1dBackwardInputKernel(ConvShape s, const float *weight, cons
                                           float *dx)
 {
     const int cg = (s.channels / s.groups);
+    const int pad = s.causal ? s.kernel - 1 : s.kernel / 2; // ConvShape::padLeft (host only)
     GRID_STRIDE(idx, static_cast<std::int64_t>(s.batch) * s.seq * s.channels)
     {
         const int c = static_cast<int>(idx % s.channels);
@@ -216,8 +218,7 @@ __global__ void conv1dBackwardInputKernel(ConvShape s, const float *weight, cons
         const int i = c % cg;
         float acc = 0.0f;
         for (int k = 0; k < s.kernel; ++k) {
-            const int dst =
-                t - k + (s.kernel / 2); // the output position that read x[t] through tap k
+            const int dst = t - k + pad; // the output position that read x[t] through tap k
             if (dst < 0 || dst >= s.seq) continue;
             const float *dyr = dy + (b * s.seq + dst) * s.channels;
             for (int o = g * cg; o < (g + 1) * cg; ++o)
@@ -231,6 +232,7 @@ __global__ void conv1dBackwardWeightKernel(ConvShape s, const float *x, const fl
                                            float *dWeight)
 {
     const int cg = (s.channels / s.groups);
+    const int pad = s.causal ? s.kernel - 1 : s.kernel / 2;
     GRID_STRIDE(idx, static_cast<std::int64_t>(s.channels) * cg * s.kernel)
     {
         const int k = static_cast<int>(idx % s.kernel);
@@ -240,7 +242,7 @@ __global__ void conv1dBackwardWeightKernel(ConvShape s, const float *x, const fl
         float acc = 0.0f;
         for (int b = 0; b < s.batch; ++b) {
             for (int t = 0; t < s.seq; ++t) {
-                const int src = t + k - (s.kernel / 2);
+                const int src = t + k - pad;
                 if (src < 0 || src >= s.seq) continue;
                 acc += dy[(static_cast<std::int64_t>(b) * s.seq + t) * s.channels + o] *
                        x[(static_cast<std::int64_t>(b) * s.seq + src) * s.channels + c];

@@ -30,7 +30,8 @@ void layerNormBackward(const float *x, int rows, int dim, const float *gamma, co
                        const float *rstd, const float *dy, float *dx, float *dGamma, float *dBeta,
                        cudaStream_t stream);
 
-// ---- Conv1d over the sequence, channels last, as nn::conv1dForward ("same" padding).
+// ---- Conv1d over the sequence, channels last, as nn::conv1dForward: "same" padding
+// (padLeft = kernel/2, wav2vec2's) or causal (padLeft = kernel-1: y[t] sees x[<= t]).
 struct ConvShape
 {
     int batch = 1;
@@ -38,9 +39,10 @@ struct ConvShape
     int channels = 1;
     int kernel = 1;
     int groups = 1;
+    bool causal = false;
 
     int channelsPerGroup() const { return channels / groups; }
-    int padLeft() const { return kernel / 2; }
+    int padLeft() const { return causal ? kernel - 1 : kernel / 2; }
     std::int64_t weightNumel() const
     {
         return static_cast<std::int64_t>(channels) * channelsPerGroup() * kernel;

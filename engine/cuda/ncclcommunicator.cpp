@@ -97,11 +97,13 @@ NcclCommunicator::NcclCommunicator(void *ncclComm, int rank, int worldSize, int 
     SHARDSCOPE_CUDA_CHECK(cudaEventCreateWithFlags(&m_inputsReady, cudaEventDisableTiming));
     SHARDSCOPE_CUDA_CHECK(cudaEventCreateWithFlags(&m_lastDone, cudaEventDisableTiming));
     SHARDSCOPE_CUDA_CHECK(cudaMalloc(&m_barrierBuf, sizeof(double)));
+    m_memory = std::make_unique<gpu::CudaMemory>(device, m_computeStream, m_commStream);
 }
 
 NcclCommunicator::~NcclCommunicator()
 {
     cudaSetDevice(m_device);
+    if (m_ownComputeStream) cudaStreamSynchronize(m_ownComputeStream);
     if (m_commStream) cudaStreamSynchronize(m_commStream);
     {
         std::lock_guard lock(m_state->mutex);
@@ -112,6 +114,29 @@ NcclCommunicator::~NcclCommunicator()
     cudaEventDestroy(m_inputsReady);
     cudaEventDestroy(m_lastDone);
     cudaStreamDestroy(m_commStream);
+    if (m_ownComputeStream) cudaStreamDestroy(m_ownComputeStream);
+}
+
+void NcclCommunicator::bindThread()
+{
+    SHARDSCOPE_CUDA_CHECK(cudaSetDevice(m_device));
+}
+
+void NcclCommunicator::setComputeStream(cudaStream_t stream)
+{
+    m_computeStream = stream;
+    m_memory->setComputeStream(stream);
+}
+
+cudaStream_t NcclCommunicator::useOwnComputeStream()
+{
+    if (!m_ownComputeStream) {
+        SHARDSCOPE_CUDA_CHECK(cudaSetDevice(m_device));
+        SHARDSCOPE_CUDA_CHECK(
+            cudaStreamCreateWithFlags(&m_ownComputeStream, cudaStreamNonBlocking));
+    }
+    setComputeStream(m_ownComputeStream);
+    return m_ownComputeStream;
 }
 
 void NcclCommunicator::before(const char *what, const void *a, const void *b)
@@ -241,11 +266,16 @@ double NcclCommunicator::allReduceHost(double value)
     return sum;
 }
 
-void NcclCommunicator::abort()
+void NcclCommunicator::abort() noexcept
 {
-    std::lock_guard lock(m_state->mutex);
-    void *comm = m_state->comm.exchange(nullptr);
-    if (comm) ncclApi().commAbort(static_cast<ncclComm_t>(comm));
+    try {
+        std::lock_guard lock(m_state->mutex);
+        void *comm = m_state->comm.exchange(nullptr);
+        if (comm) ncclApi().commAbort(static_cast<ncclComm_t>(comm));
+    } catch (...) {
+        // Only the mutex can throw (resource exhaustion): then another thread is aborting
+        // or destroying this communicator already.
+    }
 }
 
 NcclLocalWorld &NcclLocalWorld::operator=(NcclLocalWorld &&o) noexcept

@@ -1,16 +1,25 @@
 #pragma once
 // The NCCL backend of Communicator: collectives on device buffers, enqueued on a
-// dedicated communication stream after the work already queued on the compute stream;
-// each returns a CommHandle that completes on a CUDA event recorded behind it.
+// dedicated communication stream; each returns a CommHandle that completes on a CUDA
+// event recorded behind it. memory() is the rank's GPU (cuda/cudamemory.h), so an
+// Engine keeps this rank's shards and gathered tensors there.
+//
+// Ordering with compute: by default (standalone use) every collective first waits, on
+// the device, for the work queued on the compute stream. The Engine instead orders its
+// collectives itself with waitForCompute(), so that a prefetch does not wait for
+// unrelated compute: engine communicators are made with setOrderAfterCompute(false) and
+// their own non-blocking compute stream (useOwnComputeStream), as makeNcclEngine does.
 
 #include <cuda_runtime_api.h>
 
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "cuda/cudamemory.h"
 #include "cuda/rendezvous.h"
 
 namespace shardscope {
@@ -28,6 +37,10 @@ class NcclCommunicator final : public Communicator
     int worldSize() const override { return m_world; }
     Backend backend() const override { return Backend::Nccl; }
     bool deviceBuffers() const override { return true; }
+    MemorySpace &memory() override { return *m_memory; }
+    // The communication stream waits (on the device) for the compute stream's work so far.
+    void waitForCompute() override { commWaitFor(m_computeStream); }
+    void bindThread() override; // cudaSetDevice(device())
 
     CommHandle allGather(const void *send, void *recv, std::size_t bytes) override;
     CommHandle broadcast(void *buf, std::size_t bytes, int root) override;
@@ -38,13 +51,19 @@ class NcclCommunicator final : public Communicator
 
     int device() const { return m_device; }
     cudaStream_t commStream() const { return m_commStream; }
-    // Collectives start after everything already enqueued on this stream (default: the
-    // legacy default stream), so inputs written by compute kernels are complete.
-    void setComputeStream(cudaStream_t stream) { m_computeStream = stream; }
+    // The stream the rank's kernels and memory() operations run on (default: the legacy
+    // default stream). With orderAfterCompute (the default) collectives start after
+    // everything already enqueued on it, so inputs written by compute kernels are complete.
+    void setComputeStream(cudaStream_t stream);
     cudaStream_t computeStream() const { return m_computeStream; }
+    // Creates a non-blocking stream on device(), owned by this communicator (destroyed
+    // with it), and makes it the compute stream. Returns it.
+    cudaStream_t useOwnComputeStream();
     // false: collectives do not wait for the compute stream; the caller orders them
-    // itself with commWaitFor (the GPU trainer does, so prefetches overlap compute).
+    // itself with waitForCompute()/commWaitFor (the Engine does, so prefetches overlap
+    // compute). Must be false for a communicator given to an Engine.
     void setOrderAfterCompute(bool on) { m_orderAfterCompute = on; }
+    bool orderAfterCompute() const { return m_orderAfterCompute; }
     // Makes stream wait (on the device, without blocking the host) for every collective
     // enqueued so far: how compute kernels consume results without a host sync.
     void streamWaitComm(cudaStream_t stream);
@@ -57,7 +76,7 @@ class NcclCommunicator final : public Communicator
     double allReduceHost(double value);
     // ncclCommAbort: unblocks ranks waiting on a collective that will never complete
     // because another rank failed. Callable from any thread; the communicator is unusable after.
-    void abort();
+    void abort() noexcept override;
 
   private:
     void before(const char *what, const void *a, const void *b);
@@ -76,6 +95,8 @@ class NcclCommunicator final : public Communicator
     int m_device = 0;
     cudaStream_t m_commStream = nullptr;
     cudaStream_t m_computeStream = nullptr;
+    cudaStream_t m_ownComputeStream = nullptr;
+    std::unique_ptr<gpu::CudaMemory> m_memory;
     bool m_orderAfterCompute = true;
     cudaEvent_t m_inputsReady = nullptr;
     cudaEvent_t m_lastDone = nullptr;
@@ -100,6 +121,9 @@ class NcclLocalWorld
     NcclLocalWorld &operator=(const NcclLocalWorld &) = delete;
 
     std::size_t size() const { return m_comms.size(); }
+    // Hands the communicators over (to an Engine, which then destroys them, one thread
+    // each); this world is empty afterwards and destroys nothing.
+    std::vector<std::unique_ptr<NcclCommunicator>> release() { return std::exchange(m_comms, {}); }
     NcclCommunicator &operator[](std::size_t i) const { return *m_comms[i]; }
     NcclCommunicator &front() const { return *m_comms.front(); }
     void destroy() noexcept;

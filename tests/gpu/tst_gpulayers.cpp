@@ -224,21 +224,27 @@ class TestGpuLayers : public QObject
     {
         QTest::addColumn<int>("kernel");
         QTest::addColumn<int>("groups");
-        QTest::newRow("even kernel, 4 groups") << 8 << 4;
-        QTest::newRow("odd kernel, 1 group") << 5 << 1;
+        QTest::addColumn<bool>("causal");
+        QTest::newRow("even kernel, 4 groups") << 8 << 4 << false;
+        QTest::newRow("odd kernel, 1 group") << 5 << 1 << false;
+        QTest::newRow("causal, even kernel, 4 groups") << 8 << 4 << true;
+        QTest::newRow("causal, odd kernel, 1 group") << 5 << 1 << true;
     }
 
     void conv1dWithWeightNorm()
     {
         QFETCH(int, kernel);
         QFETCH(int, groups);
+        QFETCH(bool, causal);
         nn::ConvShape c;
         c.batch = 3;
         c.seq = 19;
         c.channels = 16;
         c.kernel = kernel;
         c.groups = groups;
-        const gpu::ConvShape gc{c.batch, c.seq, c.channels, c.kernel, c.groups};
+        c.causal = causal;
+        const gpu::ConvShape gc{c.batch, c.seq, c.channels, c.kernel, c.groups, c.causal};
+        QCOMPARE(gc.padLeft(), c.padLeft());
         const int O = c.channels, I = c.channelsPerGroup(), K = c.kernel;
         const std::int64_t n = std::int64_t(c.batch) * c.seq * c.channels;
         const Vec x = randomVec(n, 20), v = randomVec(c.weightNumel(), 21), g = randomVec(K, 22);

@@ -1,0 +1,96 @@
+#include "cuda/nvtxeventsink.h"
+
+#include <cstdio>
+
+#include "core/engine.h"
+
+namespace shardscope::gpu {
+
+NvtxEventSink::NvtxEventSink(const Engine &engine, EventSink *inner) : m_inner(inner)
+{
+    refreshNames(engine);
+}
+
+void NvtxEventSink::refreshNames(const Engine &engine)
+{
+    std::vector<std::string> params(engine.paramCount());
+    for (std::size_t i = 0; i < params.size(); ++i)
+        params[i] = engine.param(static_cast<ParamId>(i)).name;
+    std::vector<std::string> modules(engine.moduleCount());
+    for (std::size_t i = 0; i < modules.size(); ++i)
+        modules[i] = engine.modulePath(static_cast<ModuleId>(i));
+
+    std::vector<int> localIndex(static_cast<std::size_t>(engine.worldSize()), -1);
+    const std::vector<int> &locals = engine.localRanks();
+    for (std::size_t i = 0; i < locals.size(); ++i)
+        localIndex[static_cast<std::size_t>(locals[i])] = static_cast<int>(i);
+
+    // Ranges still open keep their ids under the new layout.
+    std::vector<nvtxRangeId_t> open(locals.size() * params.size(), 0);
+    for (std::size_t l = 0; l < locals.size() && m_stride > 0; ++l)
+        for (std::size_t p = 0; p < m_stride && p < params.size(); ++p)
+            if (l * m_stride + p < m_open.size())
+                open[l * params.size() + p] = m_open[l * m_stride + p];
+
+    m_params = std::move(params);
+    m_modules = std::move(modules);
+    m_localIndex = std::move(localIndex);
+    m_stride = m_params.size();
+    m_open = std::move(open);
+}
+
+const char *NvtxEventSink::paramName(std::uint32_t id) const
+{
+    return id < m_params.size() ? m_params[id].c_str() : "<new parameter>";
+}
+
+const char *NvtxEventSink::moduleName(std::uint32_t id) const
+{
+    if (id == kNoModule) return "<none>";
+    return id < m_modules.size() ? m_modules[id].c_str() : "<new module>";
+}
+
+nvtxRangeId_t *NvtxEventSink::openRange(std::uint16_t rank, std::uint32_t param)
+{
+    if (rank >= m_localIndex.size() || param >= m_stride) return nullptr;
+    const int local = m_localIndex[rank];
+    if (local < 0) return nullptr;
+    return &m_open[static_cast<std::size_t>(local) * m_stride + param];
+}
+
+void NvtxEventSink::write(const Event &ev) noexcept
+{
+    if (m_inner) m_inner->write(ev);
+    char label[384];
+    switch (ev.type) {
+    case EventType::FetchBegin: {
+        const std::string_view reason = fetchReasonName(static_cast<FetchReason>(ev.flags));
+        std::snprintf(label, sizeof label, "fetch %s (module %s, %.*s)", paramName(ev.a),
+                      moduleName(ev.b), static_cast<int>(reason.size()), reason.data());
+        if (nvtxRangeId_t *slot = openRange(ev.rank, ev.a))
+            *slot = nvtxRangeStartA(label);
+        else
+            nvtxMarkA(label);
+        break;
+    }
+    case EventType::FetchEnd:
+        if (nvtxRangeId_t *slot = openRange(ev.rank, ev.a); slot && *slot) {
+            nvtxRangeEnd(*slot);
+            *slot = 0;
+        }
+        break;
+    case EventType::Release:
+        std::snprintf(label, sizeof label, "release %s (module %s)", paramName(ev.a),
+                      moduleName(ev.b));
+        nvtxMarkA(label);
+        break;
+    case EventType::Broadcast:
+        std::snprintf(label, sizeof label, "broadcast %s (root %u)", paramName(ev.a), ev.b);
+        nvtxMarkA(label);
+        break;
+    default:
+        break;
+    }
+}
+
+} // namespace shardscope::gpu

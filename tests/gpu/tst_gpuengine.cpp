@@ -1,0 +1,307 @@
+// core/Engine on NCCL ranks, with tensors in GPU memory: what the inspector sees
+// (state() with backend "nccl", per-rank statuses, the guard's automatic external), an
+// Inspector serving a client, GatheredParameters with a modifier rank round-tripping
+// through device memory, and prefetched gathers that overlap the next module.
+// Skips with the reason without CUDA or a GPU.
+
+#include <QtTest>
+
+#include <QTemporaryDir>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/engine.h"
+#include "cuda/gputrainer.h"
+#include "gpuavailable.h"
+#include "nn/trainer.h"
+#include "server/inspector.h"
+#include "server/inspectorclient.h"
+#include "telemetry/event.h"
+#include "wire/clientstate.h"
+
+using namespace shardscope;
+using server::InspectorClient;
+
+namespace {
+
+class RecordingSink final : public EventSink
+{
+  public:
+    void write(const Event &ev) noexcept override
+    {
+        std::lock_guard lock(m_mutex);
+        m_events.push_back(ev);
+    }
+    std::vector<Event> events()
+    {
+        std::lock_guard lock(m_mutex);
+        return m_events;
+    }
+
+  private:
+    std::mutex m_mutex;
+    std::vector<Event> m_events;
+};
+
+nn::TrainConfig smallConfig(int world)
+{
+    nn::TrainConfig c;
+    c.worldSize = world;
+    c.steps = 3;
+    c.layers = 2;
+    c.hidden = 32;
+    c.vocab = 40;
+    c.seq = 16;
+    c.kernel = 4;
+    c.groups = 2;
+    c.batch = 7;
+    c.lr = 1e-2f;
+    c.persistenceThreshold = 500; // partitions embed.weight and the fc weights
+    c.listen = false;
+    return c;
+}
+
+// Two ranks when the machine has two GPUs (padding, collectives between GPUs), else one.
+int worldForTest()
+{
+    return std::min(test::gpuCount(), 2);
+}
+
+const ParamRecord *findParam(const EngineState &s, const std::string &name)
+{
+    for (const ParamRecord &p : s.params)
+        if (p.name == name) return &p;
+    return nullptr;
+}
+
+std::vector<float> deviceToHost(Engine &engine, int rank, const float *data, std::size_t n)
+{
+    std::vector<float> out(n);
+    engine.memory(rank).copy(out.data(), data, n * sizeof(float), CopyKind::SpaceToHost);
+    return out;
+}
+
+} // namespace
+
+class TestGpuEngine : public QObject
+{
+    Q_OBJECT
+
+  private slots:
+    void initTestCase()
+    {
+        SHARDSCOPE_REQUIRE_GPU();
+        QVERIFY(m_runtime.isValid());
+        // The Inspector writes its discovery file to the runtime directory.
+        ::setenv("XDG_RUNTIME_DIR", m_runtime.path().toLocal8Bit().constData(), 1);
+    }
+
+    void engineMemoryIsTheGpu()
+    {
+        auto engine = gpu::makeNcclEngine(smallConfig(worldForTest()));
+        QCOMPARE(engine->backend(), Backend::Nccl);
+        for (int r : engine->localRanks()) {
+            QVERIFY(!engine->memory(r).isHost());
+            QCOMPARE(engine->memory(r).name(), "cuda:" + std::to_string(r));
+        }
+    }
+
+    void stateReportsNcclStatusesAndTheAutoExternal()
+    {
+        nn::TrainConfig c = smallConfig(worldForTest());
+        c.guard = GuardPolicy::Auto; // lm_head's read of embed.weight registers it
+        auto engine = gpu::makeNcclEngine(c);
+        nn::buildModel(*engine, c);
+        const int world = engine->worldSize();
+
+        // Taken from the reporting rank's thread while the other ranks may be running.
+        std::vector<EngineState> during;
+        gpu::trainOnGpu(*engine, c, [&](const nn::StepReport &) {
+            during.push_back(engine->state());
+        });
+        QCOMPARE(int(during.size()), c.steps);
+        for (int s = 0; s < c.steps; ++s) {
+            QCOMPARE(during[s].backend, std::string("nccl"));
+            QVERIFY(during[s].step >= std::uint32_t(s + 1));
+        }
+
+        const EngineState st = engine->state();
+        QCOMPARE(st.backend, std::string("nccl"));
+        QCOMPARE(st.worldSize, world);
+        QCOMPARE(st.localRanks, engine->localRanks());
+        QCOMPARE(st.step, std::uint32_t(c.steps));
+
+        const ParamRecord *embed = findParam(st, "embed.weight");
+        QVERIFY(embed);
+        QVERIFY(embed->partitioned);
+        QCOMPARE(int(embed->status.size()), world);
+        // Released at the end of every step.
+        for (int r : st.localRanks)
+            QCOMPARE(embed->status[r], ParamStatus::NotAvailable);
+        QVERIFY(embed->gatherCount > 0);
+        QVERIFY(embed->gatherBytes > 0);
+        const ModuleId head = engine->findModule("lm_head");
+        const auto ext = std::find_if(embed->externals.begin(), embed->externals.end(),
+                                      [&](const ExternalRecord &e) { return e.module == head; });
+        QVERIFY2(ext != embed->externals.end(), "the guard registered embed.weight on lm_head");
+        QVERIFY(ext->automatic);
+
+        const ParamRecord *bias = findParam(st, "lm_head.bias"); // persistent: always whole
+        QVERIFY(bias);
+        QVERIFY(bias->persistent);
+        for (int r : st.localRanks)
+            QCOMPARE(bias->status[r], ParamStatus::Available);
+
+        // weight_norm after partitioning (externals none): late, never partitioned.
+        const ParamRecord *v = findParam(st, "pos_conv.weight_v");
+        QVERIFY(v);
+        QVERIFY(v->late);
+        QVERIFY(!v->partitioned);
+        QVERIFY(engine->lateParameterCount() > 0);
+    }
+
+    void inspectorServesAClientOfAnNcclEngine()
+    {
+        nn::TrainConfig c = smallConfig(worldForTest());
+        auto engine = gpu::makeNcclEngine(c);
+        InspectorOptions o;
+        o.endpoint = "tcp:127.0.0.1:0";
+        Inspector inspector(*engine, o);
+        QVERIFY(inspector.endpoint().starts_with("tcp:127.0.0.1:"));
+        nn::buildModel(*engine, c);
+        gpu::trainOnGpu(*engine, c, {});
+
+        auto client = InspectorClient::connect(inspector.endpoint(), {});
+        QVERIFY2(client.ok(), client.error().c_str());
+        const wire::Welcome &w = (*client)->welcome();
+        QCOMPARE(w.backend, std::string("nccl"));
+        QCOMPARE(w.worldSize, engine->worldSize());
+
+        wire::ClientState state;
+        while (!state.historyDone()) {
+            auto frame = (*client)->next(30000);
+            QVERIFY2(frame.ok(), frame.ok() ? "" : frame.error().c_str());
+            QVERIFY2(frame->has_value(), "no frame for 30 s");
+            auto applied = state.apply(**frame);
+            QVERIFY2(applied.ok(), applied.ok() ? "" : applied.error().c_str());
+        }
+        const EngineState &st = state.snapshot().state;
+        QCOMPARE(st.backend, std::string("nccl"));
+        QCOMPARE(st.step, std::uint32_t(c.steps));
+        QVERIFY(findParam(st, "blocks.1.fc2.weight"));
+        int stepEnds = 0, fetches = 0;
+        for (const Event &e : state.snapshot().events) {
+            stepEnds += e.type == EventType::StepEnd;
+            fetches += e.type == EventType::FetchEnd;
+        }
+        QCOMPARE(stepEnds, c.steps * int(engine->localRanks().size()));
+        QVERIFY(fetches > 0);
+        inspector.finish();
+    }
+
+    void gatheredParametersWithModifierRoundTripsOnDevice()
+    {
+        nn::TrainConfig c = smallConfig(worldForTest());
+        c.externals = nn::Externals::Manual;
+        auto engine = gpu::makeNcclEngine(c);
+        nn::buildModel(*engine, c);
+        const ParamId p = engine->findParam("blocks.0.fc1.weight");
+        const ParamInfo &info = engine->param(p);
+        QVERIFY(info.partitioned);
+        const auto n = static_cast<std::size_t>(info.numel);
+        std::vector<float> want(n);
+        for (std::size_t i = 0; i < n; ++i)
+            want[i] = 0.25f * static_cast<float>(i % 97) - 3.0f;
+
+        {
+            GatheredParameters g(*engine, {p}, 0);
+            QCOMPARE(g.viewRank(), 0);
+            const TensorView v = g[0];
+            QCOMPARE(v.numel, info.numel);
+            engine->memory(0).copy(v.data, want.data(), n * sizeof(float), CopyKind::HostToSpace);
+            g.close(); // rank 0's tensor is broadcast and every shard rewritten
+        }
+        for (int r : engine->localRanks()) {
+            const std::span<float> shard = engine->shardData(r, p);
+            QCOMPARE(shard.size(), std::size_t(info.layout.partitionNumel));
+            const std::vector<float> got = deviceToHost(*engine, r, shard.data(), shard.size());
+            for (std::size_t i = 0; i < got.size(); ++i) {
+                const std::size_t at = static_cast<std::size_t>(info.layout.offset(r)) + i;
+                const float expect = at < n ? want[at] : 0.0f; // zero padding at the tail
+                QCOMPARE(got[i], expect);
+            }
+        }
+        {
+            GatheredParameters g(*engine, {p});
+            const std::vector<std::byte> full = g.toHost(0);
+            QCOMPARE(full.size(), n * sizeof(float));
+            QVERIFY(std::memcmp(full.data(), want.data(), full.size()) == 0);
+        }
+        // Without a modifier rank an in-place change on the device is refused by name.
+        try {
+            GatheredParameters g(*engine, {p});
+            const float x = 42.0f;
+            engine->memory(0).copy(g[0].data, &x, sizeof x, CopyKind::HostToSpace);
+            g.close();
+            QFAIL("a change without modifier_rank must be an EngineError");
+        } catch (const EngineError &e) {
+            QVERIFY2(std::string(e.what()).find(info.name) != std::string::npos, e.what());
+        }
+        const std::span<float> shard0 = engine->shardData(0, p);
+        QCOMPARE(deviceToHost(*engine, 0, shard0.data(), 1).front(), want.front());
+    }
+
+    // A prefetch is issued ahead of the module that needs it and seen complete only after
+    // that module (or a later one) was entered: the gather ran while the host went on.
+    void prefetchedGathersOverlapTheNextModule()
+    {
+        nn::TrainConfig c = smallConfig(worldForTest());
+        c.externals = nn::Externals::Manual;
+        c.layers = 4;
+        c.steps = 3; // step 1 records the trace, 2 and 3 prefetch from it
+        auto engine = gpu::makeNcclEngine(c);
+        RecordingSink sink;
+        engine->setEventSink(&sink);
+        nn::buildModel(*engine, c);
+        gpu::trainOnGpu(*engine, c, {});
+        engine->setEventSink(nullptr);
+
+        const int rank = engine->localRanks().front();
+        std::map<std::uint32_t, bool> open; // prefetched param -> a module was entered since
+        int prefetches = 0, overlapped = 0;
+        for (const Event &e : sink.events()) {
+            if (e.rank != rank || e.step < 2) continue;
+            if (e.type == EventType::FetchBegin &&
+                e.flags == static_cast<std::uint8_t>(FetchReason::Prefetch)) {
+                open[e.a] = false;
+                ++prefetches;
+            } else if (e.type == EventType::ModuleEnter) {
+                for (auto &[param, entered] : open)
+                    entered = true;
+            } else if (e.type == EventType::FetchEnd) {
+                const auto it = open.find(e.a);
+                if (it == open.end()) continue;
+                overlapped += it->second;
+                open.erase(it);
+            }
+        }
+        QVERIFY2(prefetches > 0, "steps after the first prefetch from the recorded trace");
+        QVERIFY2(overlapped > 0,
+                 ("none of " + std::to_string(prefetches) +
+                  " prefetched gathers was still in flight when the next module was entered")
+                     .c_str());
+    }
+
+  private:
+    QTemporaryDir m_runtime;
+};
+
+QTEST_GUILESS_MAIN(TestGpuEngine)
+#include "tst_gpuengine.moc"
