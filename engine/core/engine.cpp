@@ -100,7 +100,11 @@ Engine::~Engine()
         std::vector<std::thread> threads;
         for (auto &c : d->comms)
             threads.emplace_back([&c] {
-                c->bindThread();
+                try {
+                    c->bindThread();
+                } catch (...) {
+                    // Destroying on the wrong device still releases the communicator.
+                }
                 c.reset();
             });
         for (auto &t : threads)
@@ -150,6 +154,11 @@ const RankState &Engine::Impl::rankState(int rank) const
 void Engine::setEventSink(EventSink *sink)
 {
     d->sink.store(sink, std::memory_order_release);
+}
+
+EventSink *Engine::eventSink() const
+{
+    return d->sink.load(std::memory_order_acquire);
 }
 
 void Engine::forEachLocalRank(const std::function<void(int)> &fn)

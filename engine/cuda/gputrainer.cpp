@@ -488,6 +488,18 @@ nn::TrainResult trainOnGpu(Engine &engine, const nn::TrainConfig &config,
         (void)ncclOf(engine, r);
     const nn::ModelHandles handles = nn::findModel(engine, c.layers);
     const ScopeLabels labels(engine);
+    // NVTX ranges for the engine's fetches around whatever sink is installed (the
+    // inspector's hub, or none), so Nsight Systems lines them up with NCCL's kernels.
+    // Made after the model is built, so every parameter and module has its name.
+    EventSink *const installed = engine.eventSink();
+    NvtxEventSink nvtx(engine, installed);
+    engine.setEventSink(&nvtx);
+    struct Restore
+    {
+        Engine &engine;
+        EventSink *sink;
+        ~Restore() { engine.setEventSink(sink); }
+    } restore{engine, installed};
     const double globalTokens = static_cast<double>(c.batch) * c.seq;
     const int reporter = engine.localRanks().front();
 
@@ -552,9 +564,8 @@ nn::TrainResult runNcclTraining(const nn::TrainConfig &config, const nn::StepCal
                                 EventSink *sink)
 {
     std::unique_ptr<Engine> engine = makeNcclEngine(config);
-    NvtxEventSink nvtx(*engine, sink);
-    engine->setEventSink(&nvtx);
-    // Whatever happens, the engine stops writing to the sinks before they go.
+    engine->setEventSink(sink); // trainOnGpu adds the NVTX ranges around it
+    // Whatever happens, the engine stops writing to the sink before it goes.
     struct Detach
     {
         Engine &engine;
@@ -563,7 +574,6 @@ nn::TrainResult runNcclTraining(const nn::TrainConfig &config, const nn::StepCal
     nn::TrainConfig sized = config;
     sized.worldSize = engine->worldSize();
     nn::buildModel(*engine, sized);
-    nvtx.refreshNames(*engine);
     return trainOnGpu(*engine, sized, onStep);
 }
 

@@ -36,7 +36,7 @@ struct TrainConfig
     int groups = 4;  // G of pos_conv (wav2vec2: num_conv_pos_embedding_groups); divides hidden
     // pos_conv's padding. false: wav2vec2's symmetric "same" padding, so position t also sees
     // tokens t+1 .. t+K/2-1, its own target among them, and the loss can fall below what the
-    // data allows. true: causal (t sees t-K+1 .. t), a proper next-token model. CPU path only.
+    // data allows. true: causal (t sees t-K+1 .. t), a proper next-token model (CPU and GPU).
     bool causalConv = false;
 
     // ---- the optimisation
