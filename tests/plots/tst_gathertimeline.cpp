@@ -1,6 +1,7 @@
-// The gather timeline builds spans from FetchBegin/FetchEnd pairs, selects the
-// parameters of the span under a click, merges sub-pixel spans when zoomed out and
-// keeps exact spans when zoomed in, and takes a million events.
+// The gather timeline builds spans from FetchBegin/FetchEnd pairs, stacks fetches in
+// flight together in sub-rows, selects the parameters of the span under a click, merges
+// sub-pixel spans when zoomed out and keeps exact spans when zoomed in, and takes a
+// million events.
 
 #include <numeric>
 
@@ -66,6 +67,8 @@ class TestGatherTimeline : public QObject
     void fetchPairsBecomeSpans();
     void spansStaySortedWhenCompletedOutOfOrder();
     void badEventsAreIgnoredOrKeptHarmless();
+    void concurrentFetchesTakeTheLowestFreeRow();
+    void concurrentFetchesAreDrawnAndClickedInTheirRows();
     void blocksHoldExactlyTheSpansInRange();
     void clickOnSpanEmitsItsParameters();
     void clickOnViolationMarkerEmitsTheParameter();
@@ -180,6 +183,136 @@ void TestGatherTimeline::badEventsAreIgnoredOrKeptHarmless()
     timeline.refresh();
     timeline.plot()->replot();
     QVERIFY(timeline.paramsAt(QPointF(-10, -10)).isEmpty());
+}
+
+namespace {
+
+// Rank 0 prefetches 1 while 2 (forward) is gathered too; 3 is issued once 1 is done and
+// 4 (backward) once 2 is, and 4 is still in flight at the end. Rank 1 has one fetch.
+std::vector<Event> overlappingRun()
+{
+    const auto fwd = std::uint8_t(FetchReason::Forward);
+    const auto bwd = std::uint8_t(FetchReason::Backward);
+    const auto pre = std::uint8_t(FetchReason::Prefetch);
+    return {
+        makeEvent(EventType::FetchBegin, 0, 1 * ms, 1, 0, pre),
+        makeEvent(EventType::FetchBegin, 0, 2 * ms, 2, 0, fwd),
+        makeEvent(EventType::ModuleEnter, 0, 2500 * us, 3),
+        makeEvent(EventType::FetchBegin, 1, 1 * ms, 7, 0, fwd),
+        makeEvent(EventType::FetchEnd, 1, 3 * ms, 7, 0, fwd),
+        makeEvent(EventType::FetchEnd, 0, 4 * ms, 1, 0, pre),
+        makeEvent(EventType::FetchBegin, 0, 4500 * us, 3, 0, pre),
+        makeEvent(EventType::FetchEnd, 0, 5 * ms, 2, 0, fwd),
+        makeEvent(EventType::FetchBegin, 0, 5500 * us, 4, 0, bwd),
+        makeEvent(EventType::FetchEnd, 0, 6 * ms, 3, 0, pre),
+    };
+}
+
+} // namespace
+
+void TestGatherTimeline::concurrentFetchesTakeTheLowestFreeRow()
+{
+    GatherSpans spans;
+    spans.setTimeOrigin(0);
+    spans.append(overlappingRun());
+    const auto &v = spans.track(0, SpanTrack::Fetch);
+    QCOMPARE(v.size(), std::size_t(3));
+    QCOMPARE(v[0].param, ParamId(1));
+    QCOMPARE(int(v[0].row), 0);
+    QCOMPARE(v[1].param, ParamId(2));
+    QCOMPARE(int(v[1].row), 1);
+    QCOMPARE(v[2].param, ParamId(3)); // row 0 is free again after 1 ended
+    QCOMPARE(int(v[2].row), 0);
+    QCOMPARE(spans.fetchRows(0), 2);
+    QCOMPARE(spans.fetchRows(1), 1);
+    QCOMPARE(int(spans.track(1, SpanTrack::Fetch).at(0).row), 0);
+    const auto open = spans.openFetches();
+    QCOMPARE(open.size(), std::size_t(1));
+    QCOMPARE(open[0].param, ParamId(4));
+    QCOMPARE(open[0].row, 1);
+
+    // Overlapping spans never merge across rows, even zoomed out to one pixel.
+    for (double secondsPerPixel : {1e-6, 1.0}) {
+        std::vector<TimelineBlock> blocks;
+        spans.blocks(0, SpanTrack::Fetch, 0, 0.01, secondsPerPixel, blocks);
+        QCOMPARE(mergedCount(blocks), std::size_t(3));
+        for (const TimelineBlock &b : blocks) {
+            const std::vector<ParamId> params = spans.paramsIn(b);
+            QVERIFY(!params.empty());
+            for (ParamId p : params)
+                QCOMPARE(b.row, p == 2 ? 1 : 0);
+        }
+    }
+
+    // Six in flight at once: rows 0 to 3, the last shared by the rest.
+    std::vector<Event> many;
+    for (std::uint32_t p = 10; p < 16; ++p)
+        many.push_back(makeEvent(EventType::FetchBegin, 2, 10 * ms + p * us, p, 0, 0));
+    for (std::uint32_t p = 10; p < 16; ++p)
+        many.push_back(makeEvent(EventType::FetchEnd, 2, 12 * ms + p * us, p, 0, 0));
+    // A new step drops a fetch whose end was lost and frees its row.
+    many.push_back(makeEvent(EventType::FetchBegin, 2, 13 * ms, 20, 0, 0));
+    many.push_back(makeEvent(EventType::StepBegin, 2, 14 * ms, 0, 0, 0, 2));
+    many.push_back(makeEvent(EventType::FetchBegin, 2, 15 * ms, 21, 0, 0));
+    spans.append(many);
+    std::vector<int> rows;
+    for (const GatherSpan &s : spans.track(2, SpanTrack::Fetch))
+        rows.push_back(s.row);
+    QCOMPARE(rows, (std::vector<int>{0, 1, 2, 3, 3, 3}));
+    QCOMPARE(spans.fetchRows(2), GatherSpans::kMaxFetchRows);
+    QCOMPARE(spans.openFetches().back().param, ParamId(21));
+    QCOMPARE(spans.openFetches().back().row, 0);
+}
+
+void TestGatherTimeline::concurrentFetchesAreDrawnAndClickedInTheirRows()
+{
+    GatherTimeline timeline;
+    timeline.resize(900, 400);
+    timeline.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&timeline));
+    timeline.setTimeOrigin(0);
+    timeline.setWorldSize(2);
+    timeline.appendEvents(overlappingRun());
+    timeline.refresh();
+    timeline.setVisibleRange(0, 0.007);
+    timeline.plot()->replot();
+
+    // At 3 ms parameters 1 and 2 are both being gathered on rank 0, one above the other.
+    const QPoint row0 = timeline.positionOf(0, 0.003, 0).toPoint();
+    const QPoint row1 = timeline.positionOf(0, 0.003, 1).toPoint();
+    QVERIFY(row1.y() - row0.y() >= 3);
+    const auto block0 = timeline.blockAt(row0);
+    const auto block1 = timeline.blockAt(row1);
+    QVERIFY(block0 && block1);
+    QCOMPARE(block0->row, 0);
+    QCOMPARE(block1->row, 1);
+
+    const QImage image = timeline.plot()->grab().toImage();
+    QCOMPARE(image.pixelColor(row0), GatherTimeline::kindColor(SpanKind::Prefetch));
+    QCOMPARE(image.pixelColor(row1), GatherTimeline::kindColor(SpanKind::Forward));
+    // Parameter 4 is still in flight at the end, in row 1 under the finished 3 in row 0.
+    const QPoint open0 = timeline.positionOf(0, 0.0058, 0).toPoint();
+    const QPoint open1 = timeline.positionOf(0, 0.0058, 1).toPoint();
+    QCOMPARE(image.pixelColor(open0), GatherTimeline::kindColor(SpanKind::Prefetch));
+    const QColor backward = GatherTimeline::kindColor(SpanKind::Backward);
+    const QColor inFlight = image.pixelColor(open1);
+    QVERIFY2(inFlight != QColor(Qt::white) && inFlight.red() > inFlight.blue() &&
+                 std::abs(inFlight.hue() - backward.hue()) <= 3,
+             qPrintable(inFlight.name()));
+    // Rank 1 never had two in flight: its one row is the whole fetch band.
+    QCOMPARE(timeline.positionOf(1, 0.002, 0).y(), timeline.positionOf(1, 0.002, 1).y());
+
+    QSignalSpy spy(&timeline, &GatherTimeline::paramsClicked);
+    QTest::mouseClick(timeline.plot(), Qt::LeftButton, {}, row0);
+    QCOMPARE(spy.count(), 1);
+    QCOMPARE(spy.at(0).at(0).value<QList<quint32>>(), QList<quint32>{1});
+    QTest::mouseClick(timeline.plot(), Qt::LeftButton, {}, row1);
+    QCOMPARE(spy.count(), 2);
+    QCOMPARE(spy.at(1).at(0).value<QList<quint32>>(), QList<quint32>{2});
+    QCOMPARE(timeline.selection(), QList<quint32>{2});
+    // In row 0 at 4.2 ms nothing runs (1 ended, 3 not begun) although row 1 holds 2.
+    QVERIFY(timeline.paramsAt(timeline.positionOf(0, 0.0042, 0)).isEmpty());
+    QCOMPARE(timeline.paramsAt(timeline.positionOf(0, 0.0042, 1)), QList<quint32>{2});
 }
 
 void TestGatherTimeline::blocksHoldExactlyTheSpansInRange()

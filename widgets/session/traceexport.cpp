@@ -6,6 +6,7 @@
 
 #include <bit>
 #include <optional>
+#include <queue>
 #include <unordered_map>
 #include <vector>
 
@@ -15,13 +16,23 @@ namespace shardscope {
 
 namespace {
 
+// Gathers of one rank overlap each other and module compute: prefetches are issued
+// ahead and complete while later modules run. "X" spans on one thread must nest, so
+// each gather goes onto the lowest free of its rank's "gathers k" threads (tid
+// FirstGatherTid + k) rather than becoming an async "b"/"e" pair: X spans on threads
+// are drawn alike by chrome://tracing and Perfetto (each groups async slices into tracks
+// its own way), keep the integer ts/dur of every other span, and the number of gather
+// threads is the rank's peak number of gathers in flight, as the timeline's sub-rows show.
 enum Lane
 {
     ModulesTid = 0,
-    GathersTid = 1,
     ViolationsTid = 2,
-    StepsTid = 3
+    StepsTid = 3,
+    FirstGatherTid = 4
 };
+
+// Threads are listed modules, gathers 0..n, violations, steps.
+constexpr int kViolationsSortIndex = 1 << 20;
 
 struct OpenFetch
 {
@@ -29,6 +40,47 @@ struct OpenFetch
     std::uint32_t module = kNoModule;
     std::uint8_t reason = 0;
 };
+
+struct Gather
+{
+    qint64 ts = 0; // microseconds, as written
+    qint64 end = 0;
+    ParamId param = kNoParam;
+    ModuleId module = kNoModule;
+    std::uint8_t reason = 0;
+    std::uint64_t bytes = 0;
+    std::uint32_t step = 0;
+};
+
+// Lowest free lane per gather, in start order: a lane is free again once its last gather
+// has ended (touching spans do not overlap). Returns each gather's lane and the lane count.
+std::pair<std::vector<int>, int> assignLanes(std::vector<Gather> &gathers)
+{
+    std::stable_sort(gathers.begin(), gathers.end(),
+                     [](const Gather &a, const Gather &b) { return a.ts < b.ts; });
+    using Busy = std::pair<qint64, int>; // end, lane
+    std::priority_queue<Busy, std::vector<Busy>, std::greater<>> busy;
+    std::priority_queue<int, std::vector<int>, std::greater<>> freeLanes;
+    std::vector<int> lanes;
+    lanes.reserve(gathers.size());
+    int count = 0;
+    for (const Gather &g : gathers) {
+        while (!busy.empty() && busy.top().first <= g.ts) {
+            freeLanes.push(busy.top().second);
+            busy.pop();
+        }
+        int lane = count;
+        if (freeLanes.empty()) {
+            ++count;
+        } else {
+            lane = freeLanes.top();
+            freeLanes.pop();
+        }
+        busy.emplace(g.end, lane);
+        lanes.push_back(lane);
+    }
+    return {std::move(lanes), std::max(count, 1)};
+}
 
 } // namespace
 
@@ -38,8 +90,10 @@ QByteArray chromeTrace(const SessionStore &store)
     auto us = [t0](std::uint64_t ts) {
         return static_cast<qint64>(ts >= t0 ? (ts - t0 + 500) / 1000 : 0);
     };
-    auto dur = [](std::uint64_t begin, std::uint64_t end) {
-        return static_cast<qint64>(end > begin ? (end - begin + 500) / 1000 : 0);
+    // Both ends are rounded, not the duration: rounding is monotonic, so spans nested or
+    // disjoint in nanoseconds stay so in microseconds.
+    auto dur = [&us](std::uint64_t begin, std::uint64_t end) {
+        return end > begin ? us(end) - us(begin) : qint64(0);
     };
     QJsonArray events;
     auto meta = [&](const char *name, int pid, int tid, const QJsonObject &args) {
@@ -49,16 +103,20 @@ QByteArray chromeTrace(const SessionStore &store)
                                   {QStringLiteral("tid"), tid},
                                   {QStringLiteral("args"), args}});
     };
-    auto span = [&](const QString &name, const QString &cat, int pid, int tid, std::uint64_t b,
-                    std::uint64_t e, const QJsonObject &args) {
+    auto spanUs = [&](const QString &name, const QString &cat, int pid, int tid, qint64 ts,
+                      qint64 duration, const QJsonObject &args) {
         events.append(QJsonObject{{QStringLiteral("name"), name},
                                   {QStringLiteral("cat"), cat},
                                   {QStringLiteral("ph"), QStringLiteral("X")},
                                   {QStringLiteral("pid"), pid},
                                   {QStringLiteral("tid"), tid},
-                                  {QStringLiteral("ts"), us(b)},
-                                  {QStringLiteral("dur"), dur(b, e)},
+                                  {QStringLiteral("ts"), ts},
+                                  {QStringLiteral("dur"), duration},
                                   {QStringLiteral("args"), args}});
+    };
+    auto span = [&](const QString &name, const QString &cat, int pid, int tid, std::uint64_t b,
+                    std::uint64_t e, const QJsonObject &args) {
+        spanUs(name, cat, pid, tid, us(b), dur(b, e), args);
     };
     auto instant = [&](const QString &name, const QString &cat, int pid, int tid, std::uint64_t ts,
                        const QJsonObject &args) {
@@ -77,18 +135,33 @@ QByteArray chromeTrace(const SessionStore &store)
         meta("process_name", r, 0, {{QStringLiteral("name"), QStringLiteral("rank %1").arg(r)}});
         meta("process_sort_index", r, 0, {{QStringLiteral("sort_index"), r}});
         meta("thread_name", r, ModulesTid, {{QStringLiteral("name"), QStringLiteral("modules")}});
-        meta("thread_name", r, GathersTid, {{QStringLiteral("name"), QStringLiteral("gathers")}});
+        meta("thread_sort_index", r, ModulesTid, {{QStringLiteral("sort_index"), 0}});
         meta("thread_name", r, ViolationsTid,
              {{QStringLiteral("name"), QStringLiteral("violations")}});
+        meta("thread_sort_index", r, ViolationsTid,
+             {{QStringLiteral("sort_index"), kViolationsSortIndex}});
         meta("thread_name", r, StepsTid, {{QStringLiteral("name"), QStringLiteral("steps")}});
+        meta("thread_sort_index", r, StepsTid,
+             {{QStringLiteral("sort_index"), kViolationsSortIndex + 1}});
     }
+    auto gatherThreads = [&](int r, int lanes) {
+        for (int k = 0; k < lanes; ++k) {
+            meta("thread_name", r, FirstGatherTid + k,
+                 {{QStringLiteral("name"), QStringLiteral("gathers %1").arg(k)}});
+            meta("thread_sort_index", r, FirstGatherTid + k,
+                 {{QStringLiteral("sort_index"), 1 + k}});
+        }
+    };
+    for (int r = store.laneCount(); r < ranks; ++r)
+        gatherThreads(r, 1);
 
     std::vector<bool> groupHasEvent(store.violationGroups().size(), false);
     for (int r = 0; r < store.laneCount(); ++r) {
         const EventLane &lane = store.lane(r);
         std::vector<std::pair<std::uint32_t, Event>> moduleStack;
         std::unordered_map<std::uint32_t, OpenFetch> fetches;
-        Event stepBegin{}; // valid while inStep (a plain value: GCC's -Wmaybe-uninitialized
+        std::vector<Gather> gathers;
+        Event stepBegin{};   // valid while inStep (a plain value: GCC's -Wmaybe-uninitialized
         bool inStep = false; // misfires on std::optional<Event> here)
         for (std::size_t i = 0; i < lane.size(); ++i) {
             const Event ev = lane.at(i);
@@ -117,19 +190,14 @@ QByteArray chromeTrace(const SessionStore &store)
                 const OpenFetch f =
                     it != fetches.end() ? it->second : OpenFetch{ev.tsNs, ev.b, ev.flags};
                 if (it != fetches.end()) fetches.erase(it);
-                const QString reason = labels::reason(static_cast<FetchReason>(f.reason));
-                span(store.paramName(ev.a), QStringLiteral("gather,") + reason, r, GathersTid, f.ts,
-                     ev.tsNs,
-                     {{QStringLiteral("param"), store.paramName(ev.a)},
-                      {QStringLiteral("module"), store.modulePath(f.module)},
-                      {QStringLiteral("reason"), reason},
-                      {QStringLiteral("bytes"), qint64(ev.u0)},
-                      {QStringLiteral("step"), qint64(ev.step)}});
+                const std::uint64_t begin = std::min(f.ts, ev.tsNs);
+                gathers.push_back(Gather{us(begin), us(begin) + dur(begin, ev.tsNs), ev.a, f.module,
+                                         f.reason, ev.u0, ev.step});
                 break;
             }
             case EventType::Broadcast:
                 instant(QStringLiteral("broadcast %1").arg(store.paramName(ev.a)),
-                        QStringLiteral("gather,broadcast"), r, GathersTid, ev.tsNs,
+                        QStringLiteral("gather,broadcast"), r, FirstGatherTid, ev.tsNs,
                         {{QStringLiteral("root"), qint64(ev.b)},
                          {QStringLiteral("bytes"), qint64(ev.u0)}});
                 break;
@@ -191,6 +259,19 @@ QByteArray chromeTrace(const SessionStore &store)
             default:
                 break;
             }
+        }
+        const auto [lanes, laneTotal] = assignLanes(gathers);
+        gatherThreads(r, laneTotal);
+        for (std::size_t g = 0; g < gathers.size(); ++g) {
+            const Gather &x = gathers[g];
+            const QString reason = labels::reason(static_cast<FetchReason>(x.reason));
+            spanUs(store.paramName(x.param), QStringLiteral("gather,") + reason, r,
+                   FirstGatherTid + lanes[g], x.ts, x.end - x.ts,
+                   {{QStringLiteral("param"), store.paramName(x.param)},
+                    {QStringLiteral("module"), store.modulePath(x.module)},
+                    {QStringLiteral("reason"), reason},
+                    {QStringLiteral("bytes"), qint64(x.bytes)},
+                    {QStringLiteral("step"), qint64(x.step)}});
         }
     }
     // Violations known only from the state (their events are older than the history).

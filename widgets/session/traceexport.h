@@ -1,7 +1,8 @@
 #pragma once
 // A Chrome / Perfetto trace (JSON "traceEvents") of what a store holds: one pid per
-// rank, module and gather spans as "X" events with integer-microsecond ts/dur,
-// violations as instant events, and a top-level "distributedInfo".
+// rank, module and gather spans as "X" events with integer-microsecond ts/dur (on every
+// thread they nest or are disjoint; overlapping gathers of a rank go onto its threads
+// "gathers 0", "gathers 1", ...), violations as instant events, and a "distributedInfo".
 
 #include <QByteArray>
 

@@ -29,6 +29,23 @@ struct Band
 };
 constexpr Band kFetchBand{-0.34, 0.14};
 constexpr Band kMarkBand{0.17, 0.42};
+
+// Pixel extent of fetch sub-row `row` of `rows` in the lane centred at yc: the fetch
+// band is shared evenly by the rows the rank has needed.
+Band fetchRowPixels(double yc, double laneH, int row, int rows)
+{
+    const double top = yc + kFetchBand.top * laneH;
+    const double h = (kFetchBand.bottom - kFetchBand.top) * laneH / std::max(1, rows);
+    const int r = std::clamp(row, 0, std::max(1, rows) - 1);
+    return {top + r * h, top + (r + 1) * h};
+}
+
+// Rows a pixel apart when there is room, so stacked spans of one colour stay apart.
+QRectF fetchRect(double x0, double x1, Band rowPixels)
+{
+    const double h = rowPixels.bottom - rowPixels.top;
+    return QRectF(x0, rowPixels.top, x1 - x0, std::max(1.0, h >= 4 ? h - 1 : h));
+}
 // Violation markers stay visible on thin lanes, overlapping the neighbour if need be.
 double violationSize(double laneH)
 {
@@ -94,9 +111,8 @@ class GatherLanesPlottable : public QCPAbstractPlottable
             const double x1 = std::max(x0 + 1, x->coordToPixel(visLast));
             QColor c = GatherTimeline::kindColor(f.kind);
             c.setAlpha(110);
-            painter->fillRect(QRectF(x0, yc + kFetchBand.top * laneH, x1 - x0,
-                                     (kFetchBand.bottom - kFetchBand.top) * laneH),
-                              c);
+            painter->fillRect(
+                fetchRect(x0, x1, fetchRowPixels(yc, laneH, f.row, spans.fetchRows(f.rank))), c);
         }
 
         const std::vector<TimelineBlock> blocks = m_owner->visibleBlocks();
@@ -126,8 +142,11 @@ class GatherLanesPlottable : public QCPAbstractPlottable
                 x0 = xm - minW / 2;
                 x1 = xm + minW / 2;
             }
-            const QRectF r(x0, yc + band.top * laneH, x1 - x0,
-                           std::max(1.0, (band.bottom - band.top) * laneH));
+            const QRectF r =
+                b.track == SpanTrack::Fetch
+                    ? fetchRect(x0, x1, fetchRowPixels(yc, laneH, b.row, spans.fetchRows(b.rank)))
+                    : QRectF(x0, yc + band.top * laneH, x1 - x0,
+                             std::max(1.0, (band.bottom - band.top) * laneH));
             painter->fillRect(r, b.count > 1 ? c.darker(115) : c);
             if (b.selected) {
                 painter->setPen(QPen(highlight, 2));
@@ -410,12 +429,12 @@ std::vector<TimelineBlock> GatherTimeline::visibleBlocks() const
     return out;
 }
 
-QPointF GatherTimeline::positionOf(int rank, double tSeconds) const
+QPointF GatherTimeline::positionOf(int rank, double tSeconds, int row) const
 {
     const double yc = m_plot->yAxis->coordToPixel(rank);
     const double laneH = std::abs(m_plot->yAxis->coordToPixel(1) - m_plot->yAxis->coordToPixel(0));
-    return QPointF(m_plot->xAxis->coordToPixel(tSeconds),
-                   yc + (kFetchBand.top + kFetchBand.bottom) / 2 * laneH);
+    const Band r = fetchRowPixels(yc, laneH, row, m_spans.fetchRows(rank));
+    return QPointF(m_plot->xAxis->coordToPixel(tSeconds), (r.top + r.bottom) / 2);
 }
 
 std::optional<TimelineBlock> GatherTimeline::blockAt(QPointF pos) const
@@ -430,7 +449,7 @@ std::optional<TimelineBlock> GatherTimeline::blockAt(QPointF pos) const
 
     const QCPRange r = m_plot->xAxis->range();
     const double spp = secondsPerPixel();
-    auto hit = [&](SpanTrack t, double tolerancePx) -> std::optional<TimelineBlock> {
+    auto hit = [&](SpanTrack t, double tolerancePx, int row = 0) -> std::optional<TimelineBlock> {
         std::vector<TimelineBlock> blocks;
         const double tol = tolerancePx * spp;
         const double t0 = m_plot->xAxis->pixelToCoord(pos.x());
@@ -438,6 +457,7 @@ std::optional<TimelineBlock> GatherTimeline::blockAt(QPointF pos) const
         std::optional<TimelineBlock> best;
         double bestDistance = 0;
         for (const TimelineBlock &b : blocks) {
+            if (b.row != row) continue;
             const double d = b.start > t0 ? b.start - t0 : (b.end < t0 ? t0 - b.end : 0.0);
             if (d <= tol && (!best || d < bestDistance)) {
                 best = b;
@@ -448,8 +468,13 @@ std::optional<TimelineBlock> GatherTimeline::blockAt(QPointF pos) const
     };
     if (dy <= violationBottom)
         if (auto b = hit(SpanTrack::Violation, violationSize(laneH) / 2)) return b;
-    if (dy >= kFetchBand.top * laneH - 1 && dy <= kFetchBand.bottom * laneH + 1)
-        if (auto b = hit(SpanTrack::Fetch, 1.5)) return b;
+    if (dy >= kFetchBand.top * laneH - 1 && dy <= kFetchBand.bottom * laneH + 1) {
+        const int rows = m_spans.fetchRows(rank);
+        const double rowH = (kFetchBand.bottom - kFetchBand.top) * laneH / rows;
+        const int row =
+            std::clamp(int(std::floor((dy - kFetchBand.top * laneH) / rowH)), 0, rows - 1);
+        if (auto b = hit(SpanTrack::Fetch, 1.5, row)) return b;
+    }
     if (dy >= kMarkBand.top * laneH - 1 && dy <= kMarkBand.bottom * laneH + 1)
         if (auto b = hit(SpanTrack::Mark, 2.0)) return b;
     return std::nullopt;

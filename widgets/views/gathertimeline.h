@@ -1,7 +1,8 @@
 #pragma once
-// Gather timeline: one lane per rank with fetch spans coloured by reason, release and
-// broadcast marks, violation markers and step boundaries, on a QCustomPlot zoomed and
-// panned in time with the mouse. Fed by appendEvents(); redrawn on a ~30 Hz timer.
+// Gather timeline: one lane per rank with fetch spans coloured by reason (concurrent ones
+// stacked in sub-rows), release and broadcast marks, violation markers and step
+// boundaries, on a QCustomPlot zoomed and panned in time with the mouse. Fed by
+// appendEvents(); redrawn on a ~30 Hz timer.
 
 #include <optional>
 #include <span>
@@ -66,8 +67,8 @@ class GatherTimeline : public QWidget
     // The block under pos (plot widget coordinates), and its parameters.
     std::optional<TimelineBlock> blockAt(QPointF pos) const;
     QList<quint32> paramsAt(QPointF pos) const;
-    // Pixel position (plot widget coordinates) of time t on rank's fetch row.
-    QPointF positionOf(int rank, double tSeconds) const;
+    // Pixel position (plot widget coordinates) of time t on rank's fetch sub-row `row`.
+    QPointF positionOf(int rank, double tSeconds, int row = 0) const;
 
     QCustomPlot *plot() const { return m_plot; }
     static QColor kindColor(SpanKind kind);

@@ -40,6 +40,13 @@ GatherSpans::Lane &GatherSpans::lane(int rank)
     return m_lanes[rank];
 }
 
+int GatherSpans::lowestFreeRow(const Lane &l)
+{
+    for (int r = 0; r < kMaxFetchRows - 1; ++r)
+        if (l.rowInFlight[r] == 0) return r;
+    return kMaxFetchRows - 1;
+}
+
 void GatherSpans::add(int rank, SpanTrack t, const GatherSpan &s)
 {
     Lane &l = lane(rank);
@@ -59,18 +66,28 @@ void GatherSpans::append(std::span<const Event> events)
         bool kept = true;
         switch (ev.type) {
         case EventType::FetchBegin: {
-            OpenFetch f{rank, t, ev.a, kindOfReason(ev.flags)};
-            m_open[openKey(rank, ev.a)] = f;
-            lane(rank);
+            Lane &l = lane(rank);
+            auto [it, inserted] = m_open.try_emplace(openKey(rank, ev.a));
+            if (!inserted) --l.rowInFlight[it->second.row]; // re-issued: the new one counts
+            const int row = lowestFreeRow(l);
+            ++l.rowInFlight[row];
+            l.fetchRows = std::max(l.fetchRows, row + 1);
+            it->second = OpenFetch{rank, t, ev.a, kindOfReason(ev.flags), row};
             break;
         }
         case EventType::FetchEnd: {
             GatherSpan s{t, t, ev.a, ev.b, kindOfReason(ev.flags)};
+            Lane &l = lane(rank);
             auto it = m_open.find(openKey(rank, ev.a));
             if (it != m_open.end()) {
                 s.start = std::min(it->second.start, t);
                 s.kind = it->second.kind;
+                s.row = std::uint8_t(it->second.row);
+                --l.rowInFlight[it->second.row];
                 m_open.erase(it);
+            } else {
+                s.row = std::uint8_t(lowestFreeRow(l)); // its begin was not seen
+                l.fetchRows = std::max(l.fetchRows, s.row + 1);
             }
             add(rank, SpanTrack::Fetch, s);
             break;
@@ -93,7 +110,9 @@ void GatherSpans::append(std::span<const Event> events)
             // A fetch still open when its rank starts a new step lost its FetchEnd (dropped
             // events, or a rank that raised): stop drawing it as in flight.
             std::erase_if(m_open, [&](const auto &kv) {
-                return kv.second.rank == rank && kv.second.start < t;
+                if (kv.second.rank != rank || kv.second.start >= t) return false;
+                --m_lanes[rank].rowInFlight[kv.second.row];
+                return true;
             });
             break;
         }
@@ -167,6 +186,11 @@ const std::vector<GatherSpan> &GatherSpans::track(int rank, SpanTrack t) const
     return m_lanes[rank].tracks[int(t)];
 }
 
+int GatherSpans::fetchRows(int rank) const
+{
+    return rank >= 0 && rank < int(m_lanes.size()) ? m_lanes[rank].fetchRows : 1;
+}
+
 std::vector<OpenFetch> GatherSpans::openFetches() const
 {
     std::vector<OpenFetch> out;
@@ -193,15 +217,20 @@ void GatherSpans::blocks(int rank, SpanTrack t, double t0, double t1, double sec
     auto hi = std::upper_bound(lo, v.end(), t1,
                                [](double x, const GatherSpan &s) { return x < s.start; });
 
-    TimelineBlock cur;
-    bool open = false;
-    int kindCounts[kSpanKindCount] = {};
-    auto flush = [&] {
-        if (!open) return;
-        cur.kind = SpanKind(std::max_element(std::begin(kindCounts), std::end(kindCounts)) -
-                            std::begin(kindCounts));
-        out.push_back(cur);
-        open = false;
+    // Spans merge only within their fetch sub-row: each row keeps its own open block.
+    struct Pending
+    {
+        TimelineBlock block;
+        bool open = false;
+        int kindCounts[kSpanKindCount] = {};
+    };
+    Pending rows[kMaxFetchRows];
+    auto flush = [&](Pending &p) {
+        if (!p.open) return;
+        p.block.kind = SpanKind(std::max_element(std::begin(p.kindCounts), std::end(p.kindCounts)) -
+                                std::begin(p.kindCounts));
+        out.push_back(p.block);
+        p.open = false;
     };
     const std::size_t hiIndex = std::size_t(hi - v.begin());
     for (auto it = lo; it < hi; ++it) {
@@ -217,22 +246,26 @@ void GatherSpans::blocks(int rank, SpanTrack t, double t0, double t1, double sec
             !selectedParams.empty() &&
             std::binary_search(selectedParams.begin(), selectedParams.end(), s.param);
         const bool wide = s.end - s.start >= minWidth && s.end > s.start;
-        if (open && !wide && s.start <= cur.end + minWidth) {
-            cur.end = std::max(cur.end, s.end);
-            cur.last = index + 1;
-            ++cur.count;
-            ++kindCounts[int(s.kind)];
-            cur.selected = cur.selected || selected;
+        const int row = std::min(int(s.row), kMaxFetchRows - 1);
+        Pending &p = rows[row];
+        if (p.open && !wide && s.start <= p.block.end + minWidth) {
+            p.block.end = std::max(p.block.end, s.end);
+            p.block.last = index + 1;
+            ++p.block.count;
+            ++p.kindCounts[int(s.kind)];
+            p.block.selected = p.block.selected || selected;
             continue;
         }
-        flush();
-        cur = TimelineBlock{rank, t, s.start, s.end, s.kind, 1, index, index + 1, selected};
-        std::fill(std::begin(kindCounts), std::end(kindCounts), 0);
-        ++kindCounts[int(s.kind)];
-        open = true;
-        if (wide) flush();
+        flush(p);
+        p.block =
+            TimelineBlock{rank, t, s.start, s.end, s.kind, 1, index, index + 1, selected, row};
+        std::fill(std::begin(p.kindCounts), std::end(p.kindCounts), 0);
+        ++p.kindCounts[int(s.kind)];
+        p.open = true;
+        if (wide) flush(p);
     }
-    flush();
+    for (Pending &p : rows)
+        flush(p);
 }
 
 std::vector<ParamId> GatherSpans::paramsIn(const TimelineBlock &block) const
@@ -242,7 +275,9 @@ std::vector<ParamId> GatherSpans::paramsIn(const TimelineBlock &block) const
     const std::size_t last = std::min(block.last, v.size());
     for (std::size_t i = block.first; i < last; ++i) {
         const GatherSpan &s = v[i];
-        if (s.end >= block.start && s.start <= block.end) params.push_back(s.param);
+        if (s.end >= block.start && s.start <= block.end &&
+            std::min(int(s.row), kMaxFetchRows - 1) == block.row)
+            params.push_back(s.param);
     }
     std::sort(params.begin(), params.end());
     params.erase(std::unique(params.begin(), params.end()), params.end());

@@ -2,6 +2,8 @@
 // The gather timeline's data: per-rank, start-sorted vectors of fetch spans, release and
 // broadcast marks and violation marks built from telemetry events, searched by binary
 // search and merged per pixel (level of detail) so millions of events stay cheap to draw.
+// Fetches of a rank that are in flight together (asynchronous prefetches) are stacked in
+// sub-rows of the fetch track, so none hides another.
 
 #include <cstddef>
 #include <cstdint>
@@ -45,6 +47,7 @@ struct GatherSpan
     ParamId param = kNoParam;
     ModuleId module = kNoModule; // the module that caused it (fetch, release) or the accessor
     SpanKind kind = SpanKind::Forward;
+    std::uint8_t row = 0; // fetch sub-row, < GatherSpans::kMaxFetchRows; 0 for marks
 };
 
 // One drawn block: a single span, or several sub-pixel spans merged into one.
@@ -59,6 +62,7 @@ struct TimelineBlock
     std::size_t first = 0;             // index range of the spans in the track vector
     std::size_t last = 0;
     bool selected = false; // holds a parameter of the current selection
+    int row = 0;           // fetch sub-row; blocks merge only spans of one row
 };
 
 struct OpenFetch
@@ -67,6 +71,7 @@ struct OpenFetch
     double start = 0;
     ParamId param = kNoParam;
     SpanKind kind = SpanKind::Forward;
+    int row = 0; // kept when the fetch ends
 };
 
 class GatherSpans
@@ -93,6 +98,11 @@ class GatherSpans
     const std::vector<GatherSpan> &track(int rank, SpanTrack t) const;
     // Fetches begun and not yet ended; a rank's StepBegin discards its older ones.
     std::vector<OpenFetch> openFetches() const;
+    // Sub-rows rank's fetch track has needed so far: 1 + the highest row a fetch took. A
+    // fetch takes the lowest row no fetch in flight on its rank holds when it begins;
+    // since a rank's events come in time order, that is the lowest row free at its start
+    // time, and it keeps the row when it ends. Past kMaxFetchRows - 1 they share the last.
+    int fetchRows(int rank) const;
     // First StepBegin seen for each step, in seconds.
     const std::map<std::uint32_t, double> &steps() const { return m_steps; }
 
@@ -107,6 +117,7 @@ class GatherSpans
 
     static constexpr int maxRanks = 1024;
     static constexpr std::size_t kChunk = 256;
+    static constexpr int kMaxFetchRows = 4;
 
   private:
     struct Lane
@@ -115,12 +126,15 @@ class GatherSpans
         double maxDuration[kSpanTrackCount] = {0, 0, 0};
         std::size_t sortedUpTo[kSpanTrackCount] = {0, 0, 0};
         std::vector<double> chunkMaxEnd[kSpanTrackCount];
+        std::uint32_t rowInFlight[kMaxFetchRows] = {}; // open fetches holding each row
+        int fetchRows = 1;
     };
 
     double secondsOf(std::uint64_t tsNs) const;
     void add(int rank, SpanTrack t, const GatherSpan &s);
     void sortTails();
     Lane &lane(int rank);
+    static int lowestFreeRow(const Lane &l);
 
     bool m_hasOrigin = false;
     std::uint64_t m_origin = 0;
