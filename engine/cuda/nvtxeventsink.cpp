@@ -14,8 +14,15 @@ NvtxEventSink::NvtxEventSink(const Engine &engine, EventSink *inner) : m_inner(i
 void NvtxEventSink::refreshNames(const Engine &engine)
 {
     std::vector<std::string> params(engine.paramCount());
-    for (std::size_t i = 0; i < params.size(); ++i)
-        params[i] = engine.param(static_cast<ParamId>(i)).name;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+        // Ids of removed parameters (weight_norm's pos_conv.weight) stay counted, but
+        // Engine::param refuses them; they emit no more events, so any label will do.
+        try {
+            params[i] = engine.param(static_cast<ParamId>(i)).name;
+        } catch (const EngineError &) {
+            params[i] = "<removed parameter>";
+        }
+    }
     std::vector<std::string> modules(engine.moduleCount());
     for (std::size_t i = 0; i < modules.size(); ++i)
         modules[i] = engine.modulePath(static_cast<ModuleId>(i));

@@ -11,6 +11,8 @@
 
 #include "comm/cpucommunicator.h"
 #include "core/engine.h"
+#include "nn/model.h"
+#include "nn/trainer.h"
 
 #if SHARDSCOPE_HAVE_CUDA
 #include "cuda/nvtxeventsink.h"
@@ -146,6 +148,44 @@ class TestNvtxEventSink : public QObject
                          ("rank " + std::to_string(r) + " event " + std::to_string(i)).c_str());
             }
         }
+#endif
+    }
+
+    // trainOnGpu makes the sink after nn::buildModel, whose weight_norm removed
+    // pos_conv.weight: the sink must take the names of such a model, and pass a training
+    // step's events through.
+    void takesTheNamesOfAModelWithARemovedParameter()
+    {
+#if !SHARDSCOPE_HAVE_CUDA
+        QSKIP("built without CUDA: there is no NVTX sink");
+#else
+        nn::TrainConfig c;
+        c.worldSize = 2;
+        c.steps = 1;
+        c.layers = 1;
+        c.hidden = 16;
+        c.vocab = 20;
+        c.seq = 8;
+        c.kernel = 4;
+        c.groups = 2;
+        c.batch = 2;
+        c.externals = nn::Externals::Manual;
+        c.listen = false;
+        auto engine = nn::makeCpuEngine(c);
+        nn::buildModel(*engine, c);
+        QCOMPARE(engine->findParam("pos_conv.weight"), kNoParam); // removed by weight_norm
+        RecordingSink inner;
+        gpu::NvtxEventSink nvtx(*engine, &inner);
+        engine->setEventSink(&nvtx);
+        nn::trainModel(*engine, c, {});
+        engine->setEventSink(nullptr);
+        int fetchBegins = 0, stepEnds = 0;
+        for (const Event &e : inner.events()) {
+            fetchBegins += e.type == EventType::FetchBegin;
+            stepEnds += e.type == EventType::StepEnd;
+        }
+        QVERIFY(fetchBegins > 0);
+        QCOMPARE(stepEnds, c.worldSize);
 #endif
     }
 };
