@@ -15,6 +15,8 @@ namespace shardscope::gpu {
 namespace {
 
 constexpr int kThreads = 256;
+// blockSum/blockMax shuffle with a full mask and keep one slot per warp in 32 floats.
+static_assert(kThreads % 32 == 0 && kThreads <= 1024, "kThreads must be whole warps, at most 1024");
 
 int blocksFor(std::int64_t n)
 {
@@ -344,21 +346,21 @@ __global__ void scaleKernel(float *x, float factor, std::int64_t n)
     GRID_STRIDE(i, n) x[i] *= factor;
 }
 
+// The same expression as nn::Adam::update (decay as one factor on the old value), so the
+// two round alike apart from nvcc's fused multiply-adds.
 __global__ void adamKernel(float *param, const float *grad, float *m, float *v, std::int64_t n,
-                           AdamParams p, float biasCorrection1, float biasCorrection2)
+                           AdamParams p, float biasCorrection1, float biasCorrection2, float shrink)
 {
     GRID_STRIDE(i, n)
     {
         const float g = grad[i];
-        float w = param[i];
-        if (p.weightDecay != 0.0f) w -= p.lr * p.weightDecay * w;
         const float mi = p.beta1 * m[i] + (1.0f - p.beta1) * g;
         const float vi = p.beta2 * v[i] + (1.0f - p.beta2) * g * g;
         m[i] = mi;
         v[i] = vi;
         const float mhat = mi / biasCorrection1;
         const float vhat = vi / biasCorrection2;
-        param[i] = w - p.lr * mhat / (sqrtf(vhat) + p.eps);
+        param[i] = param[i] * shrink - p.lr * mhat / (sqrtf(vhat) + p.eps);
     }
 }
 
@@ -503,7 +505,8 @@ void adamStep(float *param, const float *grad, float *m, float *v, std::int64_t 
     if (n == 0) return;
     const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(p.beta1), p.step));
     const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(p.beta2), p.step));
-    adamKernel<<<blocksFor(n), kThreads, 0, stream>>>(param, grad, m, v, n, p, bc1, bc2);
+    const float shrink = 1.0f - p.lr * p.weightDecay;
+    adamKernel<<<blocksFor(n), kThreads, 0, stream>>>(param, grad, m, v, n, p, bc1, bc2, shrink);
     checkLaunch("adamKernel");
 }
 
