@@ -104,7 +104,7 @@ NcclCommunicator::~NcclCommunicator()
 {
     cudaSetDevice(m_device);
     if (m_ownComputeStream) cudaStreamSynchronize(m_ownComputeStream);
-    if (m_commStream) cudaStreamSynchronize(m_commStream);
+    drainCommStream();
     {
         std::lock_guard lock(m_state->mutex);
         if (void *comm = m_state->comm.exchange(nullptr))
@@ -115,6 +115,30 @@ NcclCommunicator::~NcclCommunicator()
     cudaEventDestroy(m_lastDone);
     cudaStreamDestroy(m_commStream);
     if (m_ownComputeStream) cudaStreamDestroy(m_ownComputeStream);
+}
+
+void NcclCommunicator::drainCommStream() noexcept
+{
+    if (!m_commStream) return;
+    // cudaStreamSynchronize would wait for ever on a collective whose peer died (the
+    // destructor runs while an error propagates): poll, and abort once NCCL reports it.
+    cudaError_t q;
+    while ((q = cudaStreamQuery(m_commStream)) == cudaErrorNotReady) {
+        bool failed = false;
+        try {
+            std::lock_guard lock(m_state->mutex);
+            void *comm = m_state->comm.load();
+            ncclResult_t async = ncclSuccess;
+            failed = comm &&
+                     ncclApi().commGetAsyncError(static_cast<ncclComm_t>(comm), &async) ==
+                         ncclSuccess &&
+                     async != ncclSuccess && async != ncclInProgress;
+        } catch (...) {
+        }
+        if (failed) abort(); // its kernels exit, so the stream drains
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (q != cudaSuccess) cudaGetLastError();
 }
 
 void NcclCommunicator::bindThread()

@@ -80,6 +80,9 @@ class NcclCommunicator final : public Communicator
 
   private:
     void before(const char *what, const void *a, const void *b);
+    // Waits for the collectives on the communication stream; aborts the communicator if
+    // NCCL reports an asynchronous error meanwhile (a peer died), instead of hanging.
+    void drainCommStream() noexcept;
     CommHandle after();
     // The ncclComm_t, shared with the handles so that wait() can ask NCCL for
     // asynchronous errors; the mutex keeps abort/destroy from freeing it meanwhile.
