@@ -45,7 +45,12 @@ class EventHandle final : public CommHandle::Impl
     bool ready() override
     {
         const cudaError_t err = cudaEventQuery(m_event);
-        if (err == cudaErrorNotReady) return false;
+        if (err == cudaErrorNotReady) {
+            // Not an error, but the runtime records it as the thread's last error: the
+            // next kernel's launch check (cudaGetLastError) would fail with it.
+            cudaGetLastError();
+            return false;
+        }
         SHARDSCOPE_CUDA_CHECK(err);
         return true;
     }
@@ -124,6 +129,7 @@ void NcclCommunicator::drainCommStream() noexcept
     // destructor runs while an error propagates): poll, and abort once NCCL reports it.
     cudaError_t q;
     while ((q = cudaStreamQuery(m_commStream)) == cudaErrorNotReady) {
+        cudaGetLastError(); // not ready is recorded as the last error (see EventHandle::ready)
         bool failed = false;
         try {
             std::lock_guard lock(m_state->mutex);

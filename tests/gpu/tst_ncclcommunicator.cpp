@@ -16,8 +16,11 @@
 
 #if SHARDSCOPE_HAVE_CUDA
 #include "cuda/devicebuffer.h"
+#include "cuda/layers.h"
 #include "cuda/ncclcommunicator.h"
 #endif
+
+#include <atomic>
 
 using namespace shardscope;
 
@@ -209,6 +212,45 @@ class TestNcclCommunicator : public QObject
         QVERIFY(h.ready());
         c.barrier();
         QCOMPARE(c.allReduceHost(2.5), 2.5);
+    }
+
+    // cudaEventQuery's "not ready" is recorded as the thread's last CUDA error; a handle
+    // polled before its collective finished must not leave it for the next kernel's launch
+    // check (the engine polls prefetches, then the trainer launches kernels).
+    void aHandleNotYetReadyLeavesNoErrorForTheNextLaunch()
+    {
+        World world = localWorld(1);
+        NcclCommunicator &c = world.front();
+        gpu::Stream compute;
+        c.setComputeStream(compute.get()); // standalone: the collective waits for this stream
+        // Static: the stream's callback may still read it after an early return.
+        static std::atomic<bool> go;
+        go.store(false);
+        // Holds the compute stream, and with it the collective, until the host says go.
+        const auto hold = [](void *flag) {
+            while (!static_cast<std::atomic<bool> *>(flag)->load())
+                std::this_thread::yield();
+        };
+        QCOMPARE(cudaLaunchHostFunc(compute.get(), hold, &go), cudaSuccess);
+        struct Release
+        {
+            ~Release() { go.store(true); } // whatever happens below
+        } release;
+        gpu::DeviceBuffer send(1024), recv(1024), x(256 * sizeof(float));
+        CommHandle h = c.allGather(send.data(), recv.data(), 1024);
+        const bool readyBeforeGo = h.ready();
+        std::string launchError;
+        try {
+            gpu::scale(x.f32(), 2.0f, 256, compute.get());
+        } catch (const std::exception &e) {
+            launchError = e.what();
+        }
+        go.store(true);
+        h.wait();
+        compute.synchronize();
+        QVERIFY(!readyBeforeGo);
+        QVERIFY2(launchError.empty(), launchError.c_str());
+        c.setComputeStream(nullptr); // the stream goes before the communicator
     }
 
     void hostPointersAndBadRootsAreErrors()
