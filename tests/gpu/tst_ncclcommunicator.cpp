@@ -21,6 +21,7 @@
 #endif
 
 #include <atomic>
+#include <chrono>
 
 using namespace shardscope;
 
@@ -223,12 +224,17 @@ class TestNcclCommunicator : public QObject
         NcclCommunicator &c = world.front();
         gpu::Stream compute;
         c.setComputeStream(compute.get()); // standalone: the collective waits for this stream
+        // Allocated first: nothing below may wait for the held stream.
+        gpu::DeviceBuffer send(1024), recv(1024), x(256 * sizeof(float));
         // Static: the stream's callback may still read it after an early return.
         static std::atomic<bool> go;
         go.store(false);
-        // Holds the compute stream, and with it the collective, until the host says go.
+        // Holds the compute stream, and with it the collective, until the host says go
+        // (bounded, so that a mistake here fails the test instead of hanging it).
         const auto hold = [](void *flag) {
-            while (!static_cast<std::atomic<bool> *>(flag)->load())
+            const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+            while (!static_cast<std::atomic<bool> *>(flag)->load() &&
+                   std::chrono::steady_clock::now() < until)
                 std::this_thread::yield();
         };
         QCOMPARE(cudaLaunchHostFunc(compute.get(), hold, &go), cudaSuccess);
@@ -236,7 +242,6 @@ class TestNcclCommunicator : public QObject
         {
             ~Release() { go.store(true); } // whatever happens below
         } release;
-        gpu::DeviceBuffer send(1024), recv(1024), x(256 * sizeof(float));
         CommHandle h = c.allGather(send.data(), recv.data(), 1024);
         const bool readyBeforeGo = h.ready();
         std::string launchError;
