@@ -135,10 +135,10 @@ void NcclCommunicator::drainCommStream() noexcept
             std::lock_guard lock(m_state->mutex);
             void *comm = m_state->comm.load();
             ncclResult_t async = ncclSuccess;
-            failed = comm &&
-                     ncclApi().commGetAsyncError(static_cast<ncclComm_t>(comm), &async) ==
-                         ncclSuccess &&
-                     async != ncclSuccess && async != ncclInProgress;
+            failed =
+                comm &&
+                ncclApi().commGetAsyncError(static_cast<ncclComm_t>(comm), &async) == ncclSuccess &&
+                async != ncclSuccess && async != ncclInProgress;
         } catch (...) {
         }
         if (failed) abort(); // its kernels exit, so the stream drains
