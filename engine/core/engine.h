@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -250,16 +251,30 @@ private:
     std::unique_ptr<Impl> d;
 };
 
-// RAII module scope: enterModule on construction, exitModule on destruction.
+// RAII module scope: enterModule on construction, exitModule on destruction. When the
+// scope ends because an exception is unwinding through it (a failed gather, a CUDA error,
+// the guard's UnregisteredAccessError), an error from exitModule is dropped so that the
+// original one reaches the caller instead of std::terminate.
 class ModuleScope
 {
 public:
     ModuleScope(Engine &engine, int rank, ModuleId module, Phase phase)
-        : m_engine(engine), m_rank(rank), m_module(module), m_phase(phase)
+        : m_engine(engine), m_rank(rank), m_module(module), m_phase(phase),
+          m_uncaught(std::uncaught_exceptions())
     {
         m_engine.enterModule(rank, module, phase);
     }
-    ~ModuleScope() { m_engine.exitModule(m_rank, m_module, m_phase); }
+    ~ModuleScope() noexcept(false)
+    {
+        if (std::uncaught_exceptions() > m_uncaught) {
+            try {
+                m_engine.exitModule(m_rank, m_module, m_phase);
+            } catch (...) {
+            }
+            return;
+        }
+        m_engine.exitModule(m_rank, m_module, m_phase);
+    }
     ModuleScope(const ModuleScope &) = delete;
     ModuleScope &operator=(const ModuleScope &) = delete;
 
@@ -268,6 +283,7 @@ private:
     int m_rank;
     ModuleId m_module;
     Phase m_phase;
+    int m_uncaught;
 };
 
 // deepspeed.zero.GatheredParameters for one rank: gathers on construction. close()

@@ -282,6 +282,7 @@ private slots:
     void pollCompletesBeforeUse();
     void unusedPrefetchIsReleased();
     void failedGatherIsReported();
+    void failedGatherInsideAScopeReachesTheCaller();
     void everyAllocationIsFreed();
 };
 
@@ -477,6 +478,24 @@ void TestDeviceMemory::failedGatherIsReported()
     }
     QVERIFY(threw);
     QCOMPARE(e.status(0, d.aW), ParamStatus::Inflight); // never seen complete
+}
+
+// The inner module's gather fails after its frame was pushed; the outer scope's exit then
+// fails too while the CommError unwinds. The caller must get the CommError, not terminate.
+void TestDeviceMemory::failedGatherInsideAScopeReachesTheCaller()
+{
+    Device d;
+    Engine &e = *d.engine;
+    e.beginStep(0);
+    QString caught;
+    try {
+        ModuleScope outer(e, 0, d.a, Phase::Forward);
+        d.comm->failNext = true;
+        ModuleScope inner(e, 0, d.b, Phase::Forward);
+    } catch (const CommError &err) {
+        caught = err.what();
+    }
+    QVERIFY2(caught.contains("injected"), qPrintable(caught));
 }
 
 void TestDeviceMemory::everyAllocationIsFreed()
