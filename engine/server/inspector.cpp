@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/engine.h"
+#include "server/sendqueue.h"
 #include "server/sockets.h"
 #include "telemetry/eventhistory.h"
 #include "telemetry/telemetryhub.h"
@@ -83,21 +84,26 @@ struct Client
     int fd = -1;
     Phase phase = Phase::Handshake;
     wire::FrameDecoder decoder{wire::kMaxClientPayload};
-    std::string out;
-    std::size_t outPos = 0;
+    server::SendQueue out;
     Clock::time_point since = Clock::now();
     std::uint64_t offered = 0;
     std::uint64_t sent = 0;
     std::uint64_t dropped = 0;
     std::uint64_t pendingDropped = 0;
     bool needState = false;
+    // engine.stateVersion() when the last State queued for this client was built.
+    std::uint64_t stateVersion = ~std::uint64_t(0);
     bool readClosed = false;
 
-    std::size_t queued() const { return out.size() - outPos; }
-    void enqueue(wire::MessageType type, std::string_view payload)
-    {
-        wire::appendFrame(out, type, payload);
-    }
+    std::size_t queued() const { return out.size(); }
+    void enqueue(wire::MessageType type, std::string_view payload) { out.append(type, payload); }
+};
+
+// A State ready to queue for any number of clients, and the engine version it shows.
+struct StateFrame
+{
+    std::shared_ptr<const std::string> json;
+    std::uint64_t version = 0;
 };
 
 } // namespace
@@ -131,8 +137,7 @@ struct Inspector::Impl
     std::vector<Event> batch;
     bool stateDirty = false;
     Clock::time_point lastState = Clock::now();
-    std::uint64_t lastVersion = ~std::uint64_t(0); // engine.stateVersion() of the last state sent
-    Clock::duration lastStateCost{};               // building + encoding the last state
+    Clock::duration lastStateCost{}; // building + encoding the last state
     std::string lastFailure;
 
     void start();
@@ -146,8 +151,8 @@ struct Inspector::Impl
     void fanOut(const std::vector<Event> &events);
     void afterWrite(Client &c);
     std::string stateJson(EngineState state);
-    // The current state; `broadcast` records which engine version every live client now has.
-    std::string stateJson(bool broadcast);
+    StateFrame currentState();
+    void sendState(Client &c, const StateFrame &state);
     // States are re-sent at most this often: a large model's state costs its build and
     // encoding, so the interval grows with that cost to keep the server's share bounded.
     Clock::duration stateInterval(Clock::duration base) const { return std::max(base, 10 * lastStateCost); }
@@ -246,15 +251,21 @@ std::string Inspector::Impl::stateJson(EngineState state)
     return wire::encodeSnapshot(s);
 }
 
-std::string Inspector::Impl::stateJson(bool broadcast)
+StateFrame Inspector::Impl::currentState()
 {
     const auto t0 = Clock::now();
-    const std::uint64_t version = engine.stateVersion(); // before: a change during state() is not lost
-    std::string json = stateJson(engine.state());
+    StateFrame f;
+    f.version = engine.stateVersion(); // before: a change during state() is not lost
+    f.json = std::make_shared<const std::string>(stateJson(engine.state()));
     lastStateCost = Clock::now() - t0;
-    if (broadcast)
-        lastVersion = version;
-    return json;
+    return f;
+}
+
+void Inspector::Impl::sendState(Client &c, const StateFrame &state)
+{
+    c.out.append(wire::MessageType::State, state.json);
+    c.stateVersion = state.version;
+    c.needState = false;
 }
 
 void Inspector::Impl::onHello(Client &c, const wire::Frame &frame)
@@ -282,7 +293,7 @@ void Inspector::Impl::onHello(Client &c, const wire::Frame &frame)
     w.backend = std::string(backendName(engine.backend()));
     w.historyCapacity = history.capacity();
     c.enqueue(wire::MessageType::Welcome, wire::encodeWelcome(w));
-    c.enqueue(wire::MessageType::State, stateJson(false));
+    sendState(c, currentState());
     const std::vector<Event> past = history.events();
     c.enqueue(wire::MessageType::HistoryBegin, wire::encodeHistoryBegin(past.size()));
     for (std::size_t i = 0; i < past.size(); i += kEventsPerFrame) {
@@ -327,26 +338,7 @@ void Inspector::Impl::readClient(Client &c)
 
 void Inspector::Impl::writeClient(Client &c)
 {
-    while (c.queued() > 0) {
-        const ssize_t n =
-            ::send(c.fd, c.out.data() + c.outPos, c.queued(), MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-        if (n <= 0) {
-            c.readClosed = true;
-            c.out.clear();
-            c.outPos = 0;
-            return;
-        }
-        c.outPos += static_cast<std::size_t>(n);
-    }
-    if (c.outPos == c.out.size()) {
-        c.out.clear();
-        c.outPos = 0;
-    } else if (c.outPos > (1u << 20)) {
-        c.out.erase(0, c.outPos);
-        c.outPos = 0;
-    }
+    if (c.out.sendTo(c.fd) == server::SendQueue::Sent::Closed) c.readClosed = true;
 }
 
 // Once a lagging client has room again: tell it what it lost, then the latest state.
@@ -357,10 +349,7 @@ void Inspector::Impl::afterWrite(Client &c)
         c.enqueue(wire::MessageType::Dropped, wire::encodeDropped({c.pendingDropped, c.dropped}));
         c.pendingDropped = 0;
     }
-    if (c.needState) {
-        c.enqueue(wire::MessageType::State, stateJson(false));
-        c.needState = false;
-    }
+    if (c.needState) sendState(c, currentState());
 }
 
 void Inspector::Impl::fanOut(const std::vector<Event> &events)
@@ -377,7 +366,7 @@ void Inspector::Impl::fanOut(const std::vector<Event> &events)
             if (c.phase != Client::Phase::Live) continue;
             c.offered += n;
             if (c.pendingDropped == 0 && c.queued() + frame.size() <= kMaxQueueBytes) {
-                c.out.append(frame);
+                c.out.appendFrames(frame);
                 c.sent += n;
             } else {
                 c.pendingDropped += n;
@@ -390,11 +379,11 @@ void Inspector::Impl::fanOut(const std::vector<Event> &events)
 
 void Inspector::Impl::broadcastState()
 {
-    const std::string json = stateJson(true);
+    const StateFrame state = currentState();
     for (Client &c : clients) {
-        if (c.phase != Client::Phase::Live) continue;
+        if (c.phase != Client::Phase::Live || c.stateVersion == state.version) continue;
         if (c.queued() <= kMaxQueueBytes / 2 && c.pendingDropped == 0)
-            c.enqueue(wire::MessageType::State, json);
+            sendState(c, state);
         else
             c.needState = true;
     }
@@ -412,11 +401,17 @@ void Inspector::Impl::pump()
     const bool anyLive = std::any_of(clients.begin(), clients.end(), [](const Client &c) {
         return c.phase == Client::Phase::Live;
     });
+    // A client that attached since the last broadcast already holds the state of its Hello;
+    // one that waits for room gets the newest state then (afterWrite).
+    const std::uint64_t version = engine.stateVersion();
+    const bool anyBehind = std::any_of(clients.begin(), clients.end(), [&](const Client &c) {
+        return c.phase == Client::Phase::Live && !c.needState && c.stateVersion != version;
+    });
     if (!anyLive) {
         stateDirty = false;
     } else if (((stateDirty && now - lastState >= stateInterval(kStateMinInterval)) ||
                 now - lastState >= stateInterval(kStateRefresh)) &&
-               engine.stateVersion() != lastVersion) {
+               anyBehind) {
         // Event-driven changes are sent soon; others (telemetry off, modules added while
         // building) at the refresh interval, and only when the engine changed at all.
         broadcastState();
@@ -492,7 +487,7 @@ void Inspector::Impl::farewell()
     const bool anyLive = std::any_of(clients.begin(), clients.end(), [](const Client &c) {
         return c.phase == Client::Phase::Live;
     });
-    const std::string json = anyLive ? stateJson(true) : std::string();
+    const StateFrame state = anyLive ? currentState() : StateFrame{};
     for (Client &c : clients) {
         if (c.phase != Client::Phase::Live) continue;
         if (c.pendingDropped > 0) {
@@ -500,7 +495,7 @@ void Inspector::Impl::farewell()
                       wire::encodeDropped({c.pendingDropped, c.dropped}));
             c.pendingDropped = 0;
         }
-        c.enqueue(wire::MessageType::State, json);
+        sendState(c, state);
         wire::Goodbye bye;
         bye.reason = "training finished";
         bye.eventsOffered = c.offered;

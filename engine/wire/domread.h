@@ -160,15 +160,16 @@ inline Array asArray(Element e, const Where &where)
 
 // The same depth limit as jsonread.h's parseJson, checked by simdjson while it parses
 // (simdjson's max_depth counts one level more than the document's own nesting).
-// The document's text must stay alive as long as the returned element is used.
-inline Element parse(simdjson::dom::parser &parser, std::string_view text)
+// The document's text must stay alive as long as the returned element is used. `padded`:
+// the SIMDJSON_PADDING bytes after the text are readable, so it is parsed where it lies.
+inline Element parse(simdjson::dom::parser &parser, std::string_view text, bool padded = false)
 {
     if (parser.allocate(text.size() < 64 ? 64 : text.size(), kMaxJsonDepth + 1) !=
         simdjson::SUCCESS)
         throw DecodeFailure{"cannot allocate memory to parse " + std::to_string(text.size()) +
                             " bytes of JSON"};
     Element root;
-    const simdjson::error_code err = parser.parse(text.data(), text.size(), true).get(root);
+    const simdjson::error_code err = parser.parse(text.data(), text.size(), !padded).get(root);
     if (err == simdjson::MEMALLOC || err == simdjson::CAPACITY)
         throw DecodeFailure{"cannot allocate memory to parse " + std::to_string(text.size()) +
                             " bytes of JSON"};

@@ -21,6 +21,9 @@ inline constexpr std::size_t kFrameHeaderSize = 12;
 inline constexpr std::uint32_t kDefaultMaxPayload = 256u << 20;
 // Largest payload a server accepts from a client (the client only sends Hello).
 inline constexpr std::uint32_t kMaxClientPayload = 64u << 10;
+// Spare capacity after a large payload that FrameDecoder leaves, so a parser that reads
+// up to this many bytes past the end (simdjson) can parse it in place.
+inline constexpr std::size_t kPayloadPadding = 64;
 
 enum class MessageType : std::uint16_t
 {
@@ -47,6 +50,8 @@ struct Frame
 
 // Appends header + payload to out. The payload must not exceed kDefaultMaxPayload.
 void appendFrame(std::string &out, MessageType type, std::string_view payload);
+// Appends only the header of a frame whose payload of payloadSize bytes the caller sends next.
+void appendFrameHeader(std::string &out, MessageType type, std::size_t payloadSize);
 std::string encodeFrame(MessageType type, std::string_view payload);
 
 class FrameDecoder
@@ -64,12 +69,25 @@ class FrameDecoder
 
     bool failed() const { return !m_error.empty(); }
     const std::string &error() const { return m_error; }
-    std::size_t buffered() const { return m_buf.size() - m_pos; }
+    // Bytes fed and not yet returned in a frame.
+    std::size_t buffered() const
+    {
+        return m_buf.size() - m_pos + (m_inPayload ? kFrameHeaderSize + m_payload.size() : 0);
+    }
 
   private:
+    void appendPayload(const char *data, std::size_t size);
+
     std::uint32_t m_maxPayload;
     std::string m_buf;
     std::size_t m_pos = 0;
+    // A frame too large to arrive in one feed (a State of tens of megabytes): its payload
+    // is collected here directly and handed out without another copy; the capacity grows
+    // to at most four times what arrived, plus the padding a JSON parser reads past the end.
+    bool m_inPayload = false;
+    MessageType m_payloadType = MessageType::Error;
+    std::uint32_t m_payloadLength = 0;
+    std::string m_payload;
     std::string m_error;
 };
 

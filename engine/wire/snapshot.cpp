@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "wire/domread.h"
+#include "wire/frame.h"
 #include "wire/jsonwrite.h"
 #include "wire/messages.h"
 
@@ -331,7 +332,9 @@ ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize, std:
     p.owner = index.checkId(f[kModuleId], f.at(kModuleId));
     const Where ws = f.at(kShape);
     std::size_t dims = 0;
-    for (Element d : sj::asArray(f[kShape], ws)) {
+    const sj::Array shape = sj::asArray(f[kShape], ws);
+    p.shape.reserve(std::min<std::size_t>(shape.size(), 16));
+    for (Element d : shape) {
         if (++dims > 16) sj::failAt(ws, "more than 16 dimensions");
         const std::int64_t v = sj::asI64(d, ws[dims - 1]);
         if (v < 0) sj::failAt(ws[dims - 1], "negative dimension");
@@ -554,12 +557,28 @@ std::string encodeSnapshot(const Snapshot &snapshot, bool pretty)
     return out;
 }
 
-Result<Snapshot> decodeSnapshot(std::string_view json)
+namespace {
+
+Result<Snapshot> decodeSnapshotText(std::string_view json, bool padded)
 {
     return detail::guarded<Snapshot>("not a valid ShardScope snapshot", [&] {
         simdjson::dom::parser parser;
-        return decodeSnapshotDom(sj::parse(parser, json));
+        return decodeSnapshotDom(sj::parse(parser, json, padded));
     });
+}
+
+} // namespace
+
+Result<Snapshot> decodeSnapshot(std::string_view json)
+{
+    return decodeSnapshotText(json, false);
+}
+
+static_assert(kPayloadPadding >= simdjson::SIMDJSON_PADDING);
+
+Result<Snapshot> decodeSnapshot(const std::string &json)
+{
+    return decodeSnapshotText(json, json.capacity() - json.size() >= kPayloadPadding);
 }
 
 Status writeFileAtomically(const std::string &path, std::string_view contents)

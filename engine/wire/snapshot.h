@@ -40,6 +40,13 @@ struct Snapshot
 std::string encodeSnapshot(const Snapshot &snapshot, bool pretty = false);
 // Checks the format tag, version, every field's type and every module reference.
 Result<Snapshot> decodeSnapshot(std::string_view json);
+// The same; parses the text where it lies, without a copy, when json has kPayloadPadding
+// bytes of spare capacity (as a large payload from FrameDecoder has).
+Result<Snapshot> decodeSnapshot(const std::string &json);
+inline Result<Snapshot> decodeSnapshot(const char *json)
+{
+    return decodeSnapshot(std::string_view(json));
+}
 
 // Writes to PATH.tmp.<pid> and renames it over path, so readers see the old or the new file.
 Status writeFileAtomically(const std::string &path, std::string_view contents);

@@ -13,6 +13,7 @@ class TestFrame : public QObject
     void headerIsLittleEndianAndDocumented();
     void decodesFramesFedByteByByte();
     void decodesManyFramesFromOneChunk();
+    void largePayloadFedInPiecesArrivesWholeAndPadded();
     void emptyPayload();
     void badMagicIsAReadableError();
     void unknownTypeIsAnError();
@@ -74,6 +75,48 @@ void TestFrame::decodesManyFramesFromOneChunk()
     auto last = d.next();
     QVERIFY(last.ok() && last->has_value());
     QCOMPARE((*last)->payload, std::string(99, char('a' + 99 % 26)));
+}
+
+// A State of tens of megabytes is collected straight into its payload: the frames around
+// it, split anywhere, still come out in order, and the payload keeps the spare bytes a
+// JSON parser reads past the end without holding much more than it carries.
+void TestFrame::largePayloadFedInPiecesArrivesWholeAndPadded()
+{
+    std::string payload(3u << 20, '\0');
+    for (std::size_t i = 0; i < payload.size(); ++i)
+        payload[i] = char('a' + (i * 7919) % 26);
+    const std::string bytes = encodeFrame(MessageType::Welcome, "{}") +
+                              encodeFrame(MessageType::State, payload) +
+                              encodeFrame(MessageType::HistoryBegin, "12345678");
+    for (const std::size_t piece : {std::size_t(1000), std::size_t(65536), std::size_t(1) << 20}) {
+        FrameDecoder d;
+        std::vector<Frame> frames;
+        std::size_t fed = 0;
+        for (std::size_t at = 0; at < bytes.size(); at += piece) {
+            const std::string_view chunk = std::string_view(bytes).substr(at, piece);
+            d.feed(chunk);
+            fed += chunk.size();
+            for (;;) {
+                auto f = d.next();
+                QVERIFY(f.ok());
+                if (!f->has_value()) break;
+                frames.push_back(std::move(**f));
+            }
+            std::size_t handedOut = 0;
+            for (const Frame &f : frames)
+                handedOut += kFrameHeaderSize + f.payload.size();
+            QCOMPARE(d.buffered(), fed - handedOut);
+        }
+        QCOMPARE(frames.size(), std::size_t(3));
+        QCOMPARE(frames[0].type, MessageType::Welcome);
+        QCOMPARE(frames[1].type, MessageType::State);
+        QVERIFY(frames[1].payload == payload);
+        QVERIFY(frames[1].payload.capacity() >= payload.size() + kPayloadPadding);
+        QVERIFY(frames[1].payload.capacity() <= 4 * payload.size() + kPayloadPadding);
+        QCOMPARE(frames[2].type, MessageType::HistoryBegin);
+        QCOMPARE(frames[2].payload, std::string("12345678"));
+        QCOMPARE(d.buffered(), std::size_t(0));
+    }
 }
 
 void TestFrame::emptyPayload()
