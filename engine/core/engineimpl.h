@@ -21,10 +21,10 @@ struct ExternalEntry
     bool automatic = false;
 };
 
-// One parameter as held by one rank. Tensors live in the rank's MemorySpace.
+// One parameter as held by one rank. Tensors live in the rank's MemorySpace; the status
+// is RankState::status[param].
 struct RankParam
 {
-    std::atomic<ParamStatus> status{ParamStatus::NotAvailable};
     bool alwaysAvailable = false; // persistent, or late and not adopted: the full tensor stays
     bool inScope = false;         // inside a GatheredParameters scope on this rank
     bool prefetched = false;      // gathered ahead of use by the prefetcher
@@ -37,10 +37,15 @@ struct RankParam
     std::uint64_t gatherIssuedNs = 0;
     ModuleId gatherCause = kNoModule;
     FetchReason gatherReason = FetchReason::Forward;
-    std::uint64_t gatherCount = 0;
-    std::uint64_t gatherBytes = 0;
-    std::uint64_t gatherNs = 0;
-    std::uint64_t lastGatherTsNs = 0;
+};
+
+// All-gathers of one parameter, summed over the local ranks (what state() reports).
+struct GatherTotals
+{
+    std::atomic<std::uint64_t> count{0};
+    std::atomic<std::uint64_t> bytes{0};
+    std::atomic<std::uint64_t> ns{0};
+    std::atomic<std::uint64_t> lastTs{0};
 };
 
 // What one module scope fetched, so exit releases exactly that.
@@ -65,6 +70,9 @@ struct RankState
     MemorySpace *mem = nullptr; // comm->memory()
     mutable std::mutex mu; // guards `active` vectors, externals and counters read by state()
     std::deque<RankParam> params;
+    // ZeroParamStatus by parameter id, dense so that state() reads it in order.
+    std::deque<std::atomic<ParamStatus>> status;
+    std::vector<ParamId> activeParams; // parameters whose `active` is not empty (guarded by mu)
     std::vector<Engine::FastEntry> fast; // the guard's view of params, same index
     std::vector<std::vector<ExternalEntry>> externals; // by module id
     std::vector<Frame> frames;                         // the module stack; capacity is reused
@@ -107,6 +115,7 @@ struct Engine::Impl
     std::deque<ParamInfo> params;
     std::vector<std::vector<std::byte>> pending; // full tensors before partition()
     std::vector<ParamId> lateParams;
+    std::deque<GatherTotals> gatherTotals; // by parameter id
     std::vector<bool> lateReported;
 
     mutable std::mutex violationMutex;
