@@ -152,7 +152,7 @@ WorldResult measureWorld(const SyntheticModel &model, int world, int reps)
         SessionStore store;
         ModuleTreeModel tree(&store);
         t = Clock::now();
-        store.applyState(decoded->state);
+        store.applyState(std::move(decoded->state));
         store.flush(); // the tree rebuilds on this signal
         out.applyMs.push_back(secondsSince(t) * 1e3);
         t = Clock::now();

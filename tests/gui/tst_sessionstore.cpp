@@ -25,6 +25,7 @@ class tst_SessionStore : public QObject
     void updatesAreCoalesced();
     void reconnectContinuesHistoryWithoutDuplicates();
     void differentRunStartsOver();
+    void applyStateReturnsTheStateItReplaced();
     void lanesAreSortedAndSearchable();
     void lanesKeepEveryFieldThroughOutOfOrderInserts();
     void externalRegisterChangesStructure();
@@ -202,6 +203,32 @@ void tst_SessionStore::differentRunStartsOver()
     QCOMPARE(store.totalEvents(), std::uint64_t(0));
     QVERIFY(store.violationGroups().empty());
     QVERIFY(spy.last().at(0).value<StoreChanges>().reset);
+}
+
+// Connection frees the replaced state on its worker thread; it relies on getting it back
+// whole, and on the store keeping the moved-in state intact.
+void tst_SessionStore::applyStateReturnsTheStateItReplaced()
+{
+    SessionStore store;
+    QVERIFY(store.applyState(smallState()).params.empty());
+
+    EngineState refreshed = smallState();
+    refreshed.step = 7;
+    const EngineState first = store.applyState(std::move(refreshed)); // the same run
+    QCOMPARE(first.step, std::uint32_t(1));
+    QCOMPARE(first.params.size(), smallState().params.size());
+    QCOMPARE(store.step(), std::uint32_t(7));
+    QCOMPARE(store.paramName(0), QStringLiteral("embed.weight"));
+    QCOMPARE(store.ownedParams(4).size(), std::size_t(2));
+
+    EngineState other = smallState(2);
+    other.modelName = "another";
+    const EngineState second = store.applyState(std::move(other)); // a different run
+    QCOMPARE(second.step, std::uint32_t(7));
+    QCOMPARE(second.worldSize, 4);
+    QCOMPARE(second.params.size(), smallState().params.size());
+    QCOMPARE(store.worldSize(), 2);
+    QCOMPARE(store.state().modelName, std::string("another"));
 }
 
 void tst_SessionStore::lanesAreSortedAndSearchable()

@@ -5,7 +5,7 @@ namespace shardscope {
 Connection::Connection(SessionStore *store, QObject *parent) : QObject(parent), m_store(store)
 {
     qRegisterMetaType<shardscope::WelcomeInfo>();
-    qRegisterMetaType<std::shared_ptr<const shardscope::wire::Snapshot>>();
+    qRegisterMetaType<std::shared_ptr<shardscope::wire::Snapshot>>();
     qRegisterMetaType<std::shared_ptr<const shardscope::EventBatch>>();
     m_worker = new ConnectionWorker;
     m_worker->moveToThread(&m_thread);
@@ -91,10 +91,14 @@ void Connection::onWelcomed(const WelcomeInfo &info)
              tr("connected to %1 (pid %2, %3)").arg(m_endpoint).arg(info.pid).arg(info.model));
 }
 
-void Connection::onState(std::shared_ptr<const wire::Snapshot> snapshot)
+void Connection::onState(std::shared_ptr<wire::Snapshot> snapshot)
 {
     ++m_states;
-    m_store->applyState(snapshot->state);
+    // Freeing the replaced state (as large as the new one) is left to the worker's
+    // thread: the posted functor, and the state it holds, is destroyed there.
+    auto replaced = std::make_shared<EngineState>(m_store->applyState(std::move(snapshot->state)));
+    QMetaObject::invokeMethod(
+        m_worker, [replaced = std::move(replaced)] {}, Qt::QueuedConnection);
     m_engineDropped = snapshot->droppedEvents;
     pushDropped();
 }

@@ -53,7 +53,7 @@ class Connection : public QObject
   private:
     void setState(State state, const QString &message);
     void onWelcomed(const WelcomeInfo &info);
-    void onState(std::shared_ptr<const wire::Snapshot> snapshot);
+    void onState(std::shared_ptr<wire::Snapshot> snapshot);
     void onEvents(std::shared_ptr<const EventBatch> batch);
     void onDropped(quint64 total);
     void onFinished(const QString &reason);

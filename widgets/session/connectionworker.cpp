@@ -140,7 +140,7 @@ void ConnectionWorker::handleFrame(wire::Frame &frame)
             return;
         }
         flushEvents();
-        Q_EMIT stateReceived(std::make_shared<const wire::Snapshot>(std::move(snap).value()));
+        Q_EMIT stateReceived(std::make_shared<wire::Snapshot>(std::move(snap).value()));
         break;
     }
     case wire::MessageType::HistoryBegin:

@@ -49,7 +49,8 @@ class ConnectionWorker : public QObject
 
   Q_SIGNALS:
     void welcomed(const shardscope::WelcomeInfo &info);
-    void stateReceived(std::shared_ptr<const shardscope::wire::Snapshot> snapshot);
+    // The one receiver takes the state out of the snapshot instead of copying it.
+    void stateReceived(std::shared_ptr<shardscope::wire::Snapshot> snapshot);
     void eventsReceived(std::shared_ptr<const shardscope::EventBatch> batch);
     void historyEnded();
     void droppedReported(quint64 totalForThisClient);
@@ -80,5 +81,5 @@ class ConnectionWorker : public QObject
 } // namespace shardscope
 
 Q_DECLARE_METATYPE(shardscope::WelcomeInfo)
-Q_DECLARE_METATYPE(std::shared_ptr<const shardscope::wire::Snapshot>)
+Q_DECLARE_METATYPE(std::shared_ptr<shardscope::wire::Snapshot>)
 Q_DECLARE_METATYPE(std::shared_ptr<const shardscope::EventBatch>)

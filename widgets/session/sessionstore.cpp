@@ -87,9 +87,10 @@ void SessionStore::clear()
     m_paramMarked.clear();
 }
 
-void SessionStore::applyState(const EngineState &state)
+EngineState SessionStore::applyState(EngineState state)
 {
     const bool continuing = m_hasState && sameRun(m_state, state);
+    EngineState replaced = std::move(m_state);
     if (!continuing) {
         const bool readOnly = m_readOnly;
         const QString source = m_source;
@@ -98,9 +99,9 @@ void SessionStore::applyState(const EngineState &state)
         m_source = source;
     } else {
         m_dedupe = true;
-        if (!sameStructure(m_state, state)) m_pending.structure = true;
+        if (!sameStructure(replaced, state)) m_pending.structure = true;
     }
-    m_state = state;
+    m_state = std::move(state);
     m_hasState = true;
     rebuildIndex();
 
@@ -157,6 +158,7 @@ void SessionStore::applyState(const EngineState &state)
             markParam(p.id);
     }
     markDirty();
+    return replaced;
 }
 
 void SessionStore::rebuildIndex()

@@ -20,7 +20,7 @@ QString openSnapshotFile(const QString &path, SessionStore &store)
     }
     store.clear();
     store.setReadOnly(true, path);
-    store.applyState(snap->state);
+    store.applyState(std::move(snap->state));
     store.appendEvents(snap->events, true);
     store.setDroppedEvents(snap->droppedEvents);
     return {};
