@@ -1,7 +1,7 @@
 // The gather timeline builds spans from FetchBegin/FetchEnd pairs, stacks fetches in
-// flight together in sub-rows, selects the parameters of the span under a click, merges
-// sub-pixel spans when zoomed out and keeps exact spans when zoomed in, and takes a
-// million events.
+// flight together in sub-rows, selects the parameters of the span or fetch in flight under
+// a click and names them on hover, merges sub-pixel spans when zoomed out and keeps exact
+// spans when zoomed in, and takes a million events.
 
 #include <numeric>
 
@@ -69,6 +69,7 @@ class TestGatherTimeline : public QObject
     void badEventsAreIgnoredOrKeptHarmless();
     void concurrentFetchesTakeTheLowestFreeRow();
     void concurrentFetchesAreDrawnAndClickedInTheirRows();
+    void inFlightFetchesAreHoveredAndClicked();
     void blocksHoldExactlyTheSpansInRange();
     void clickOnSpanEmitsItsParameters();
     void clickOnViolationMarkerEmitsTheParameter();
@@ -313,6 +314,85 @@ void TestGatherTimeline::concurrentFetchesAreDrawnAndClickedInTheirRows()
     // In row 0 at 4.2 ms nothing runs (1 ended, 3 not begun) although row 1 holds 2.
     QVERIFY(timeline.paramsAt(timeline.positionOf(0, 0.0042, 0)).isEmpty());
     QCOMPARE(timeline.paramsAt(timeline.positionOf(0, 0.0042, 1)), QList<quint32>{2});
+}
+
+void TestGatherTimeline::inFlightFetchesAreHoveredAndClicked()
+{
+    const auto fwd = std::uint8_t(FetchReason::Forward);
+    const auto pre = std::uint8_t(FetchReason::Prefetch);
+    GatherTimeline timeline;
+    timeline.resize(900, 400);
+    timeline.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&timeline));
+    timeline.setTimeOrigin(0);
+    timeline.setWorldSize(2);
+    // Rank 1 gathers 11 (row 0) and 12 (row 1), neither finished; rank 0's fetch of 5
+    // ending at 6 ms is the newest event, so "now" is 6 ms.
+    timeline.appendEvents(std::vector<Event>{
+        makeEvent(EventType::FetchBegin, 0, 1 * ms, 5, kNoModule, fwd),
+        makeEvent(EventType::FetchBegin, 1, 1 * ms, 11, kNoModule, fwd),
+        makeEvent(EventType::FetchBegin, 1, 2 * ms, 12, kNoModule, pre),
+        makeEvent(EventType::FetchEnd, 0, 6 * ms, 5, kNoModule, fwd),
+    });
+    timeline.refresh();
+    timeline.setVisibleRange(0, 0.008);
+    timeline.plot()->replot();
+
+    const QPoint row0 = timeline.positionOf(1, 0.004, 0).toPoint();
+    const QPoint row1 = timeline.positionOf(1, 0.004, 1).toPoint();
+    QVERIFY(row1.y() - row0.y() >= 3);
+    QVERIFY(!timeline.blockAt(row0) && !timeline.blockAt(row1)); // nothing finished there
+    const auto open0 = timeline.openFetchAt(row0);
+    const auto open1 = timeline.openFetchAt(row1);
+    QVERIFY(open0 && open1);
+    QCOMPARE(open0->param, ParamId(11));
+    QCOMPARE(open1->param, ParamId(12));
+    QCOMPARE(timeline.toolTipAt(row0),
+             QStringLiteral("rank 1 · forward\nparameter 11\nin flight since 1.000 ms, for "
+                            "5.000 ms"));
+    QCOMPARE(timeline.toolTipAt(row1),
+             QStringLiteral("rank 1 · prefetch\nparameter 12\nin flight since 2.000 ms, for "
+                            "4.000 ms"));
+    // They are drawn up to now, and hit no further.
+    QVERIFY(timeline.toolTipAt(timeline.positionOf(1, 0.0065, 0)).isEmpty());
+    QVERIFY(timeline.paramsAt(timeline.positionOf(1, 0.0065, 1)).isEmpty());
+
+    QSignalSpy spy(&timeline, &GatherTimeline::paramsClicked);
+    QTest::mouseClick(timeline.plot(), Qt::LeftButton, {}, row0);
+    QCOMPARE(spy.count(), 1);
+    QCOMPARE(spy.at(0).at(0).value<QList<quint32>>(), QList<quint32>{11});
+    QCOMPARE(timeline.selection(), QList<quint32>{11});
+    QTest::mouseClick(timeline.plot(), Qt::LeftButton, {}, row1);
+    QCOMPARE(spy.count(), 2);
+    QCOMPARE(spy.at(1).at(0).value<QList<quint32>>(), QList<quint32>{12});
+    QCOMPARE(timeline.selection(), QList<quint32>{12});
+
+    // 11 ends at 7 ms and 13 begins then in the row it freed: the click still selects 11,
+    // now a finished span, and where both are under the mouse the finished one wins.
+    timeline.appendEvents(std::vector<Event>{
+        makeEvent(EventType::FetchEnd, 1, 7 * ms, 11, kNoModule, fwd),
+        makeEvent(EventType::FetchBegin, 1, 7 * ms, 13, kNoModule, pre),
+    });
+    timeline.refresh();
+    timeline.plot()->replot();
+    const QPoint finished = timeline.positionOf(1, 0.004, 0).toPoint();
+    QCOMPARE(finished, row0);
+    const auto block = timeline.blockAt(finished);
+    QVERIFY(block && block->track == SpanTrack::Fetch && block->row == 0);
+    QTest::mouseClick(timeline.plot(), Qt::LeftButton, {}, finished);
+    QCOMPARE(spy.count(), 3);
+    QCOMPARE(spy.at(2).at(0).value<QList<quint32>>(), QList<quint32>{11});
+    QCOMPARE(timeline.selection(), QList<quint32>{11});
+    QCOMPARE(timeline.toolTipAt(finished),
+             QStringLiteral("rank 1 · forward\nparameter 11\nat 1.000 ms, took 6.000 ms"));
+    QCOMPARE(timeline.toolTipAt(row1),
+             QStringLiteral("rank 1 · prefetch\nparameter 12\nin flight since 2.000 ms, for "
+                            "5.000 ms"));
+    const QPoint boundary = timeline.positionOf(1, 0.007, 0).toPoint();
+    const auto open13 = timeline.openFetchAt(boundary);
+    QVERIFY(open13);
+    QCOMPARE(open13->param, ParamId(13));
+    QCOMPARE(timeline.paramsAt(boundary), QList<quint32>{11});
 }
 
 void TestGatherTimeline::blocksHoldExactlyTheSpansInRange()

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include <QHBoxLayout>
 #include <QHelpEvent>
@@ -19,6 +20,8 @@ namespace shardscope::views {
 namespace {
 
 constexpr int kRefreshMs = 33;
+// How far beside a fetch span, in pixels, hovering or clicking still hits it.
+constexpr double kFetchTolerancePx = 1.5;
 
 // Vertical extent of each track inside a lane, as fractions of the lane height around
 // the lane's centre (the y axis is reversed: negative is up).
@@ -38,6 +41,27 @@ Band fetchRowPixels(double yc, double laneH, int row, int rows)
     const double h = (kFetchBand.bottom - kFetchBand.top) * laneH / std::max(1, rows);
     const int r = std::clamp(row, 0, std::max(1, rows) - 1);
     return {top + r * h, top + (r + 1) * h};
+}
+
+// Fetch sub-row of `rows` at dy pixels from the lane centre, or -1 outside the fetch band
+// (with a pixel of slack either side, as hovering needs).
+int fetchRowAt(double dy, double laneH, int rows)
+{
+    if (dy < kFetchBand.top * laneH - 1 || dy > kFetchBand.bottom * laneH + 1) return -1;
+    rows = std::max(1, rows);
+    const double rowH = (kFetchBand.bottom - kFetchBand.top) * laneH / rows;
+    return std::clamp(int(std::floor((dy - kFetchBand.top * laneH) / rowH)), 0, rows - 1);
+}
+
+// Pixel extent an in-flight fetch is drawn over: from its start to "now", the newest
+// event, cut at the right edge and at least a pixel wide; none when off screen.
+std::optional<std::pair<double, double>> openFetchPixels(const OpenFetch &f,
+                                                         const GatherSpans &spans, QCPAxis *x)
+{
+    const double now = std::min(x->range().upper, spans.lastTime());
+    if (f.start > x->range().upper || now < x->range().lower) return std::nullopt;
+    const double x0 = x->coordToPixel(f.start);
+    return std::pair{x0, std::max(x0 + 1, x->coordToPixel(now))};
 }
 
 // Rows a pixel apart when there is room, so stacked spans of one colour stay apart.
@@ -103,20 +127,26 @@ class GatherLanesPlottable : public QCPAbstractPlottable
         const double laneH = std::abs(y->coordToPixel(1) - y->coordToPixel(0));
         painter->setPen(Qt::NoPen);
 
-        const double visLast = std::min(x->range().upper, spans.lastTime());
+        const QColor highlight(0x11, 0x11, 0x11);
+        const std::vector<ParamId> &selection = m_owner->m_selection;
         for (const OpenFetch &f : spans.openFetches()) {
-            if (f.start > x->range().upper || visLast < x->range().lower) continue;
+            const auto px = openFetchPixels(f, spans, x);
+            if (!px) continue;
             const double yc = y->coordToPixel(f.rank);
-            const double x0 = x->coordToPixel(f.start);
-            const double x1 = std::max(x0 + 1, x->coordToPixel(visLast));
             QColor c = GatherTimeline::kindColor(f.kind);
             c.setAlpha(110);
-            painter->fillRect(
-                fetchRect(x0, x1, fetchRowPixels(yc, laneH, f.row, spans.fetchRows(f.rank))), c);
+            const QRectF r = fetchRect(px->first, px->second,
+                                       fetchRowPixels(yc, laneH, f.row, spans.fetchRows(f.rank)));
+            painter->fillRect(r, c);
+            if (std::binary_search(selection.begin(), selection.end(), f.param)) {
+                painter->setPen(QPen(highlight, 2));
+                painter->setBrush(Qt::NoBrush);
+                painter->drawRect(r.adjusted(-1, -1, 1, 1));
+                painter->setPen(Qt::NoPen);
+            }
         }
 
         const std::vector<TimelineBlock> blocks = m_owner->visibleBlocks();
-        const QColor highlight(0x11, 0x11, 0x11);
         for (const TimelineBlock &b : blocks) {
             const double yc = y->coordToPixel(b.rank);
             double x0 = x->coordToPixel(b.start);
@@ -437,14 +467,23 @@ QPointF GatherTimeline::positionOf(int rank, double tSeconds, int row) const
     return QPointF(m_plot->xAxis->coordToPixel(tSeconds), (r.top + r.bottom) / 2);
 }
 
-std::optional<TimelineBlock> GatherTimeline::blockAt(QPointF pos) const
+std::optional<GatherTimeline::LanePoint> GatherTimeline::lanePointAt(QPointF pos) const
 {
     if (!m_plot->axisRect()->rect().contains(pos.toPoint())) return std::nullopt;
     const int rank = int(std::lround(m_plot->yAxis->pixelToCoord(pos.y())));
     if (rank < 0 || rank >= m_spans.laneCount()) return std::nullopt;
     const double yc = m_plot->yAxis->coordToPixel(rank);
     const double laneH = std::abs(m_plot->yAxis->coordToPixel(1) - m_plot->yAxis->coordToPixel(0));
-    const double dy = pos.y() - yc;
+    return LanePoint{rank, pos.y() - yc, laneH};
+}
+
+std::optional<TimelineBlock> GatherTimeline::blockAt(QPointF pos) const
+{
+    const auto lane = lanePointAt(pos);
+    if (!lane) return std::nullopt;
+    const int rank = lane->rank;
+    const double dy = lane->dy;
+    const double laneH = lane->laneH;
     const double violationBottom = -laneH * 0.5 + 1 + violationSize(laneH);
 
     const QCPRange r = m_plot->xAxis->range();
@@ -468,24 +507,44 @@ std::optional<TimelineBlock> GatherTimeline::blockAt(QPointF pos) const
     };
     if (dy <= violationBottom)
         if (auto b = hit(SpanTrack::Violation, violationSize(laneH) / 2)) return b;
-    if (dy >= kFetchBand.top * laneH - 1 && dy <= kFetchBand.bottom * laneH + 1) {
-        const int rows = m_spans.fetchRows(rank);
-        const double rowH = (kFetchBand.bottom - kFetchBand.top) * laneH / rows;
-        const int row =
-            std::clamp(int(std::floor((dy - kFetchBand.top * laneH) / rowH)), 0, rows - 1);
-        if (auto b = hit(SpanTrack::Fetch, 1.5, row)) return b;
-    }
+    if (const int row = fetchRowAt(dy, laneH, m_spans.fetchRows(rank)); row >= 0)
+        if (auto b = hit(SpanTrack::Fetch, kFetchTolerancePx, row)) return b;
     if (dy >= kMarkBand.top * laneH - 1 && dy <= kMarkBand.bottom * laneH + 1)
         if (auto b = hit(SpanTrack::Mark, 2.0)) return b;
     return std::nullopt;
 }
 
+std::optional<OpenFetch> GatherTimeline::openFetchAt(QPointF pos) const
+{
+    const auto lane = lanePointAt(pos);
+    if (!lane) return std::nullopt;
+    const int row = fetchRowAt(lane->dy, lane->laneH, m_spans.fetchRows(lane->rank));
+    if (row < 0) return std::nullopt;
+    std::optional<OpenFetch> best;
+    double bestDistance = 0;
+    // Start-ordered, so among fetches sharing the last row the later one, drawn on top, wins.
+    for (const OpenFetch &f : m_spans.openFetches()) {
+        if (f.rank != lane->rank || f.row != row) continue;
+        const auto px = openFetchPixels(f, m_spans, m_plot->xAxis);
+        if (!px) continue;
+        const double x = pos.x();
+        const double d = x < px->first ? px->first - x : (x > px->second ? x - px->second : 0.0);
+        if (d <= kFetchTolerancePx && (!best || d <= bestDistance)) {
+            best = f;
+            bestDistance = d;
+        }
+    }
+    return best;
+}
+
 QList<quint32> GatherTimeline::paramsAt(QPointF pos) const
 {
-    const auto block = blockAt(pos);
-    if (!block) return {};
-    const std::vector<ParamId> params = m_spans.paramsIn(*block);
-    return QList<quint32>(params.begin(), params.end());
+    if (const auto block = blockAt(pos)) {
+        const std::vector<ParamId> params = m_spans.paramsIn(*block);
+        return QList<quint32>(params.begin(), params.end());
+    }
+    if (const auto open = openFetchAt(pos)) return {open->param};
+    return {};
 }
 
 void GatherTimeline::handleClick(QPointF pos)
@@ -498,13 +557,20 @@ void GatherTimeline::handleClick(QPointF pos)
 
 QString GatherTimeline::toolTipAt(QPointF pos) const
 {
-    const auto block = blockAt(pos);
-    if (!block) return QString();
-    const auto &v = m_spans.track(block->rank, block->track);
-    const std::vector<ParamId> params = m_spans.paramsIn(*block);
     auto paramName = [this](ParamId id) {
         return m_paramNames.value(id, tr("parameter %1").arg(id));
     };
+    const auto block = blockAt(pos);
+    if (!block) {
+        const auto open = openFetchAt(pos);
+        if (!open) return QString();
+        return tr("rank %1 · %2\n%3\nin flight since %4, for %5")
+            .arg(QString::number(open->rank), kindName(open->kind), paramName(open->param),
+                 formatSeconds(open->start),
+                 formatSeconds(std::max(0.0, m_spans.lastTime() - open->start)));
+    }
+    const auto &v = m_spans.track(block->rank, block->track);
+    const std::vector<ParamId> params = m_spans.paramsIn(*block);
     QString text = tr("rank %1 · %2").arg(block->rank).arg(kindName(block->kind));
     if (block->count > 1) {
         text += tr("\n%1 events merged at this zoom, %2 parameters; zoom in to separate them")

@@ -66,7 +66,13 @@ class GatherTimeline : public QWidget
     std::vector<TimelineBlock> visibleBlocks() const;
     // The block under pos (plot widget coordinates), and its parameters.
     std::optional<TimelineBlock> blockAt(QPointF pos) const;
+    // The fetch in flight drawn under pos (it runs to the newest event, as drawn).
+    std::optional<OpenFetch> openFetchAt(QPointF pos) const;
+    // Parameters of the block under pos, or else of the fetch in flight there: a finished
+    // span wins where both are, its extent being final while the other's grows.
     QList<quint32> paramsAt(QPointF pos) const;
+    // What hovering pos shows, for a block or a fetch in flight; empty over nothing.
+    QString toolTipAt(QPointF pos) const;
     // Pixel position (plot widget coordinates) of time t on rank's fetch sub-row `row`.
     QPointF positionOf(int rank, double tSeconds, int row = 0) const;
 
@@ -85,8 +91,14 @@ class GatherTimeline : public QWidget
 
   private:
     bool updateLanes(); // true when the lanes or their labels changed
+    struct LanePoint
+    {
+        int rank = 0;
+        double dy = 0;    // pixels from the lane's centre, negative above
+        double laneH = 0; // pixels
+    };
+    std::optional<LanePoint> lanePointAt(QPointF pos) const;
     void handleClick(QPointF pos);
-    QString toolTipAt(QPointF pos) const;
     bool eventFilter(QObject *watched, QEvent *e) override;
     double secondsPerPixel() const;
 
