@@ -1,7 +1,6 @@
 #include "core/partition.h"
 
 #include <algorithm>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -27,17 +26,6 @@ std::int64_t PartitionLayout::validNumel(int rank) const
     const std::int64_t begin = offset(rank);
     const std::int64_t end = begin + partitionNumel;
     return std::clamp<std::int64_t>(std::min(end, numel) - begin, 0, partitionNumel);
-}
-
-void copyShardFromFull(const PartitionLayout &layout, int rank, std::size_t elemSize,
-                       const std::byte *full, std::byte *shard)
-{
-    const std::int64_t valid = layout.validNumel(rank);
-    if (valid > 0)
-        std::memcpy(shard, full + layout.offset(rank) * elemSize, valid * elemSize);
-    const std::int64_t pad = layout.partitionNumel - valid;
-    if (pad > 0)
-        std::memset(shard + valid * elemSize, 0, pad * elemSize);
 }
 
 } // namespace shardscope

@@ -22,9 +22,4 @@ struct PartitionLayout
     std::int64_t paddingNumel(int rank) const { return partitionNumel - validNumel(rank); }
 };
 
-// Copies rank's slice of a full flat tensor into shard (partitionNumel elements),
-// zero-filling the padding. elemSize is the dtype size in bytes.
-void copyShardFromFull(const PartitionLayout &layout, int rank, std::size_t elemSize,
-                       const std::byte *full, std::byte *shard);
-
 } // namespace shardscope
