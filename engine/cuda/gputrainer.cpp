@@ -34,27 +34,6 @@ namespace {
 
 constexpr float kLayerNormEps = 1e-5f;
 
-// Sequences [first, first + count) of the global batch belong to a rank, split as
-// nn/trainer.cpp splits them (the first batch % world ranks take one more).
-struct Slice
-{
-    int first = 0;
-    int count = 0;
-};
-
-Slice sliceOf(int batch, int world, int rank)
-{
-    const int base = batch / world;
-    const int extra = batch % world;
-    return Slice{rank * base + std::min(rank, extra), base + (rank < extra ? 1 : 0)};
-}
-
-// Weight decay applies to matrices (and weight_v), not to biases, norms or weight_g.
-bool decays(const ParamInfo &info)
-{
-    return info.shape.size() == 2 || info.localName == "weight_v";
-}
-
 ConvShape convShape(const nn::TrainConfig &c, int sequences)
 {
     return ConvShape{sequences, c.seq, c.hidden, c.kernel, c.groups, c.causalConv};
@@ -121,7 +100,7 @@ class GpuRank
 {
   public:
     GpuRank(Engine &engine, int rank, const nn::TrainConfig &config, const nn::ModelHandles &h,
-            const ScopeLabels &labels, Slice slice);
+            const ScopeLabels &labels, nn::BatchSlice slice);
 
     // Uploads the step's tokens, runs forward and backward; returns the rank's summed
     // token loss (its share of the global mean loss times the global token count).
@@ -144,7 +123,7 @@ class GpuRank
     cudaStream_t m_stream;
     Blas m_blas;
     nn::MarkovStream m_data;
-    Slice m_slice;
+    nn::BatchSlice m_slice;
     int m_rows;
     double m_globalTokens;
     ConvShape m_conv;
@@ -160,7 +139,7 @@ class GpuRank
 };
 
 GpuRank::GpuRank(Engine &engine, int rank, const nn::TrainConfig &config, const nn::ModelHandles &h,
-                 const ScopeLabels &labels, Slice slice)
+                 const ScopeLabels &labels, nn::BatchSlice slice)
     : m_engine(engine), m_rank(rank), m_cfg(config), m_h(h), m_labels(labels), m_params(h.params()),
       m_stream(ncclOf(engine, rank).computeStream()),
       m_blas(ncclOf(engine, rank).device(), m_stream), m_data(config.seed, config.vocab),
@@ -410,7 +389,7 @@ void GpuRank::optimizerStep(int step)
             throw EngineError("the shard of " + m_engine.param(p).name + " on rank " +
                               std::to_string(m_rank) + " changed size during training");
         ap.weightDecay =
-            m_cfg.weightDecay > 0.0f && decays(m_engine.param(p)) ? m_cfg.weightDecay : 0.0f;
+            m_cfg.weightDecay > 0.0f && nn::decays(m_engine.param(p)) ? m_cfg.weightDecay : 0.0f;
         adamStep(data.data(), g.data(), m_adamM[p].f32(), m_adamV[p].f32(),
                  static_cast<std::int64_t>(data.size()), ap, m_stream);
     }
@@ -509,7 +488,7 @@ nn::TrainResult trainOnGpu(Engine &engine, const nn::TrainConfig &config,
 
     engine.forEachLocalRank([&](int rank) {
         NcclCommunicator &comm = ncclOf(engine, rank);
-        GpuRank model(engine, rank, c, handles, labels, sliceOf(c.batch, world, rank));
+        GpuRank model(engine, rank, c, handles, labels, nn::sliceOf(c.batch, world, rank));
         for (int step = 1; step <= c.steps; ++step) {
             const auto stepStart = std::chrono::steady_clock::now();
             engine.beginStep(rank);
@@ -526,37 +505,16 @@ nn::TrainResult trainOnGpu(Engine &engine, const nn::TrainConfig &config,
                 const double seconds =
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - stepStart)
                         .count();
-                double bytes = 0.0;
-                for (int r : engine.localRanks())
-                    bytes += static_cast<double>(engine.gatheredBytes(r));
                 result.losses[static_cast<std::size_t>(step - 1)] = loss;
-                nn::StepReport report;
-                report.step = step;
-                report.steps = c.steps;
-                report.loss = loss;
-                report.seconds = seconds;
-                report.tokensPerSecond = seconds > 0.0 ? globalTokens / seconds : 0.0;
-                report.megabytesGathered = bytes / 1e6;
-                report.unregisteredAccesses = engine.unregisteredAccessCount();
-                report.lateParameters = engine.lateParameterCount();
-                if (onStep && reporter == 0) onStep(report);
+                if (onStep && reporter == 0) onStep(nn::makeStepReport(engine, c, step, loss, seconds));
             }
         }
         // The kernels of the last step finish before this rank's buffers are freed.
         SHARDSCOPE_CUDA_CHECK(cudaStreamSynchronize(comm.computeStream()));
     });
 
-    result.seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    result.firstLoss = result.losses.front();
-    result.lastLoss = result.losses.back();
-    result.tokens = static_cast<std::int64_t>(globalTokens) * c.steps;
-    double bytes = 0.0;
-    for (int r : engine.localRanks())
-        bytes += static_cast<double>(engine.gatheredBytes(r));
-    result.megabytesGathered = bytes / 1e6;
-    result.unregisteredAccesses = engine.unregisteredAccessCount();
-    result.lateParameters = engine.lateParameterCount();
+    nn::finishResult(result, engine, c,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     return result;
 }
 

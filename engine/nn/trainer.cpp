@@ -14,28 +14,59 @@ namespace shardscope::nn {
 
 namespace {
 
-// Sequences [first, first + count) of the global batch belong to rank r: the batch is split
-// as evenly as it goes, the first (batch % world) ranks take one more.
-struct Slice
-{
-    int first = 0;
-    int count = 0;
-};
+} // namespace
 
-Slice sliceOf(int batch, int world, int rank)
+BatchSlice sliceOf(int batch, int world, int rank)
 {
     const int base = batch / world;
     const int extra = batch % world;
-    return Slice{rank * base + std::min(rank, extra), base + (rank < extra ? 1 : 0)};
+    return BatchSlice{rank * base + std::min(rank, extra), base + (rank < extra ? 1 : 0)};
 }
 
-// Weight decay applies to matrices (and weight_v), not to biases, norms or weight_g.
 bool decays(const ParamInfo &info)
 {
     return info.shape.size() == 2 || info.localName == "weight_v";
 }
 
+namespace {
+
+double megabytesGathered(const Engine &engine)
+{
+    double bytes = 0.0;
+    for (int r : engine.localRanks())
+        bytes += static_cast<double>(engine.gatheredBytes(r));
+    return bytes / 1e6;
+}
+
 } // namespace
+
+StepReport makeStepReport(const Engine &engine, const TrainConfig &config, int step, double loss,
+                          double seconds)
+{
+    const double globalTokens = static_cast<double>(config.batch) * config.seq;
+    StepReport report;
+    report.step = step;
+    report.steps = config.steps;
+    report.loss = loss;
+    report.seconds = seconds;
+    report.tokensPerSecond = seconds > 0.0 ? globalTokens / seconds : 0.0;
+    report.megabytesGathered = megabytesGathered(engine);
+    report.unregisteredAccesses = engine.unregisteredAccessCount();
+    report.lateParameters = engine.lateParameterCount();
+    return report;
+}
+
+void finishResult(TrainResult &result, const Engine &engine, const TrainConfig &config,
+                  double seconds)
+{
+    result.seconds = seconds;
+    result.firstLoss = result.losses.empty() ? 0.0 : result.losses.front();
+    result.lastLoss = result.losses.empty() ? 0.0 : result.losses.back();
+    result.tokens = static_cast<std::int64_t>(config.batch) * config.seq * config.steps;
+    result.megabytesGathered = megabytesGathered(engine);
+    result.unregisteredAccesses = engine.unregisteredAccessCount();
+    result.lateParameters = engine.lateParameterCount();
+}
 
 EngineConfig makeEngineConfig(const TrainConfig &config)
 {
@@ -80,7 +111,7 @@ TrainResult trainModel(Engine &engine, const TrainConfig &config, const StepCall
         Adam adam(
             AdamOptions{config.lr, config.beta1, config.beta2, config.eps, config.weightDecay});
         Communicator &comm = engine.comm(rank);
-        const Slice mine = sliceOf(config.batch, config.worldSize, rank);
+        const BatchSlice mine = sliceOf(config.batch, config.worldSize, rank);
         std::vector<std::int32_t> sequence(static_cast<std::size_t>(T) + 1);
         std::vector<std::int32_t> tokens(static_cast<std::size_t>(mine.count) * T);
         std::vector<std::int32_t> targets(tokens.size());
@@ -120,35 +151,14 @@ TrainResult trainModel(Engine &engine, const TrainConfig &config, const StepCall
                 const double seconds =
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - stepStart)
                         .count();
-                double bytes = 0.0;
-                for (int r : engine.localRanks())
-                    bytes += static_cast<double>(engine.gatheredBytes(r));
                 result.losses[step - 1] = loss;
-                StepReport report;
-                report.step = step;
-                report.steps = config.steps;
-                report.loss = loss;
-                report.seconds = seconds;
-                report.tokensPerSecond = seconds > 0.0 ? globalTokens / seconds : 0.0;
-                report.megabytesGathered = bytes / 1e6;
-                report.unregisteredAccesses = engine.unregisteredAccessCount();
-                report.lateParameters = engine.lateParameterCount();
-                if (onStep) onStep(report);
+                if (onStep) onStep(makeStepReport(engine, config, step, loss, seconds));
             }
         }
     });
 
-    result.seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    result.firstLoss = result.losses.front();
-    result.lastLoss = result.losses.back();
-    result.tokens = static_cast<std::int64_t>(globalTokens) * config.steps;
-    double bytes = 0.0;
-    for (int r : engine.localRanks())
-        bytes += static_cast<double>(engine.gatheredBytes(r));
-    result.megabytesGathered = bytes / 1e6;
-    result.unregisteredAccesses = engine.unregisteredAccessCount();
-    result.lateParameters = engine.lateParameterCount();
+    finishResult(result, engine, config,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     return result;
 }
 

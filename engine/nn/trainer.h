@@ -40,6 +40,25 @@ struct TrainResult
 
 using StepCallback = std::function<void(const StepReport &)>;
 
+// Sequences [first, first + count) of the global batch belong to a rank: the batch is
+// split as evenly as it goes, the first (batch % world) ranks take one more.
+struct BatchSlice
+{
+    int first = 0;
+    int count = 0;
+};
+BatchSlice sliceOf(int batch, int world, int rank);
+
+// AdamW's decoupled decay applies to matrices (and weight_v), not to biases, norms or weight_g.
+bool decays(const ParamInfo &info);
+
+// What both trainers report, from the engine's counters: one step's line, and the run's
+// totals (result.losses already filled, one per step).
+StepReport makeStepReport(const Engine &engine, const TrainConfig &config, int step, double loss,
+                          double seconds);
+void finishResult(TrainResult &result, const Engine &engine, const TrainConfig &config,
+                  double seconds);
+
 // The EngineConfig a run uses (world size, guard, persistence threshold, model name).
 EngineConfig makeEngineConfig(const TrainConfig &config);
 // An engine over a threads-as-ranks CPU world of config.worldSize ranks.
