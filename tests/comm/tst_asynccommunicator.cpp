@@ -18,6 +18,7 @@
 
 #include "comm/asynccommunicator.h"
 #include "comm/cpucommunicator.h"
+#include "randomfloats.h"
 
 using namespace shardscope;
 
@@ -102,21 +103,7 @@ std::uint8_t pattern(int rank, std::size_t i, int salt = 0)
     return static_cast<std::uint8_t>(rank * 131 + static_cast<int>(i % 251) * 7 + salt * 29 + 13);
 }
 
-std::vector<float> randomFloats(std::size_t n, unsigned seed)
-{
-    std::uint64_t x = 0x9E3779B97F4A7C15ull * (seed + 1);
-    std::vector<float> v(n);
-    for (auto &f : v) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        const auto bits = static_cast<std::uint32_t>(x >> 32);
-        const std::uint32_t exponent = 127 - 12 + (bits >> 8) % 25;
-        f = std::bit_cast<float>((bits & 0x80000000u) | (exponent << 23) |
-                                 (static_cast<std::uint32_t>(x) & 0x7FFFFFu));
-    }
-    return v;
-}
+using test::randomFloats;
 
 // A receive buffer with guard bytes around it; the whole storage is compared, so a
 // write outside the buffer shows as a difference from the synchronous world.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comm/cpucommunicator.h"
+#include "randomfloats.h"
 #include "comm/streamingcopy.h"
 
 using namespace shardscope;
@@ -117,23 +118,7 @@ float fromBf16(std::uint16_t h)
     return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
 }
 
-// Values whose fp32 sum depends on the order of summation: random sign, mantissa and
-// an exponent within 2^+-12, built from the bits of a cheap generator.
-std::vector<float> randomFloats(std::size_t n, unsigned seed)
-{
-    std::uint64_t x = 0x9E3779B97F4A7C15ull * (seed + 1);
-    std::vector<float> v(n);
-    for (auto &f : v) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        const auto bits = static_cast<std::uint32_t>(x >> 32);
-        const std::uint32_t exponent = 127 - 12 + (bits >> 8) % 25;
-        f = std::bit_cast<float>((bits & 0x80000000u) | (exponent << 23) |
-                                 (static_cast<std::uint32_t>(x) & 0x7FFFFFu));
-    }
-    return v;
-}
+using test::randomFloats;
 
 void addSizeRows(const std::vector<int> &worlds)
 {

@@ -20,6 +20,7 @@
 #include "core/engine.h"
 #include "cuda/gputrainer.h"
 #include "gpuavailable.h"
+#include "gputestmodel.h"
 #include "nn/trainer.h"
 #include "server/inspector.h"
 #include "server/inspectorclient.h"
@@ -41,20 +42,7 @@ namespace {
 
 nn::TrainConfig smallConfig(int world)
 {
-    nn::TrainConfig c;
-    c.worldSize = world;
-    c.steps = 3;
-    c.layers = 2;
-    c.hidden = 32;
-    c.vocab = 40;
-    c.seq = 16;
-    c.kernel = 4;
-    c.groups = 2;
-    c.batch = 7;
-    c.lr = 1e-2f;
-    c.persistenceThreshold = 500; // partitions embed.weight and the fc weights
-    c.listen = false;
-    return c;
+    return test::smallGpuConfig(world);
 }
 
 #if SHARDSCOPE_HAVE_CUDA

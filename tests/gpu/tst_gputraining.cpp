@@ -16,6 +16,7 @@
 #include "core/engine.h"
 #include "cuda/gputrainer.h"
 #include "gpuavailable.h"
+#include "gputestmodel.h"
 #include "nn/trainer.h"
 #include "telemetry/event.h"
 
@@ -23,40 +24,12 @@ using namespace shardscope;
 
 namespace {
 
-class RecordingSink final : public EventSink
-{
-  public:
-    void write(const Event &ev) noexcept override
-    {
-        std::lock_guard lock(m_mutex);
-        m_events.push_back(ev);
-    }
-    std::vector<Event> events()
-    {
-        std::lock_guard lock(m_mutex);
-        return m_events;
-    }
-
-  private:
-    std::mutex m_mutex;
-    std::vector<Event> m_events;
-};
 
 nn::TrainConfig smallConfig(int world)
 {
-    nn::TrainConfig c;
-    c.worldSize = world;
+    nn::TrainConfig c = test::smallGpuConfig(world);
     c.steps = 12;
     c.layers = 1;
-    c.hidden = 32;
-    c.vocab = 40;
-    c.seq = 16;
-    c.kernel = 4;
-    c.groups = 2;
-    c.batch = 7; // does not divide 2 or 3 ranks
-    c.lr = 1e-2f;
-    c.persistenceThreshold = 500; // partitions embed.weight and the fc weights
-    c.listen = false;
     c.telemetry = false;
     return c;
 }
@@ -150,7 +123,7 @@ class TestGpuTraining : public QObject
         c.steps = 4;
         c.guard = GuardPolicy::Auto;
         auto engine = gpu::makeNcclEngine(c);
-        RecordingSink sink;
+        test::RecordingSink sink;
         engine->setEventSink(&sink);
         nn::buildModel(*engine, c);
         const nn::TrainResult gpu = gpu::trainOnGpu(*engine, c, {});
@@ -201,7 +174,7 @@ class TestGpuTraining : public QObject
         nn::TrainConfig c = smallConfig(1);
         c.steps = 3;
         c.externals = nn::Externals::Manual;
-        RecordingSink sink;
+        test::RecordingSink sink;
         gpu::runNcclTraining(c, {}, &sink);
         const std::vector<Event> events = sink.events();
         std::map<std::pair<int, std::uint32_t>, std::uint64_t> open; // (rank, param) -> FetchBegin ts

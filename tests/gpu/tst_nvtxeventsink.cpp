@@ -11,6 +11,7 @@
 
 #include "comm/cpucommunicator.h"
 #include "core/engine.h"
+#include "gputestmodel.h"
 #include "nn/model.h"
 #include "nn/trainer.h"
 
@@ -20,28 +21,6 @@
 
 using namespace shardscope;
 
-namespace {
-
-class RecordingSink final : public EventSink
-{
-  public:
-    void write(const Event &ev) noexcept override
-    {
-        std::lock_guard lock(m_mutex);
-        m_events.push_back(ev);
-    }
-    std::vector<Event> events()
-    {
-        std::lock_guard lock(m_mutex);
-        return m_events;
-    }
-
-  private:
-    std::mutex m_mutex;
-    std::vector<Event> m_events;
-};
-
-} // namespace
 
 class TestNvtxEventSink : public QObject
 {
@@ -57,7 +36,7 @@ class TestNvtxEventSink : public QObject
         cfg.worldSize = 2;
         cfg.persistenceThreshold = 4;
         Engine engine(cfg, makeCpuWorld(2));
-        RecordingSink inner;
+        test::RecordingSink inner;
         gpu::NvtxEventSink nvtx(engine, &inner); // before the model exists, as the trainer does
         QCOMPARE(nvtx.inner(), &inner);
         engine.setEventSink(&nvtx);
@@ -106,7 +85,7 @@ class TestNvtxEventSink : public QObject
         // The same events as a plain sink receives from the same run, in the same order
         // per rank (timestamps aside).
         Engine plain(cfg, makeCpuWorld(2));
-        RecordingSink direct;
+        test::RecordingSink direct;
         plain.setEventSink(&direct);
         const ModuleId e2 = plain.addModule(plain.root(), "embed", "Embedding");
         const ModuleId h2 = plain.addModule(plain.root(), "lm_head", "Linear");
@@ -174,7 +153,7 @@ class TestNvtxEventSink : public QObject
         auto engine = nn::makeCpuEngine(c);
         nn::buildModel(*engine, c);
         QCOMPARE(engine->findParam("pos_conv.weight"), kNoParam); // removed by weight_norm
-        RecordingSink inner;
+        test::RecordingSink inner;
         gpu::NvtxEventSink nvtx(*engine, &inner);
         engine->setEventSink(&nvtx);
         nn::trainModel(*engine, c, {});
