@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/engineimpl.h"
+#include "core/violationtext.h"
 #include "telemetry/clock.h"
 
 namespace shardscope {
@@ -827,12 +828,14 @@ void Engine::beginStep(int rank)
         v.owner = info.owner;
         v.status = rs.status[p].load();
         v.action = GuardAction::Recorded;
-        const std::string mod = quoted(d->modules[info.owner].path);
-        v.fix = "with GatheredParameters(<the parameter it replaces>, modifier_rank=0): create " +
-                info.name + "; then adopt it (zero.Init) and register_external_parameter(" + mod +
-                ", " + info.name + ")";
-        v.message = info.name + " was created after the model was partitioned (e.g. by weight_norm) "
-                    "and is never partitioned: every rank keeps the whole tensor";
+        ViolationSubject subject;
+        subject.kind = ViolationKind::LateParameter;
+        subject.param = info.name;
+        subject.owner = d->modules[info.owner].path;
+        subject.replaces = d->replacedBy(p);
+        auto text = describeViolation(subject, FixDialect::ShardScope);
+        v.fix = std::move(text.fix);
+        v.message = std::move(text.message);
         d->recordViolation(std::move(v));
     }
 }
@@ -894,12 +897,13 @@ void Engine::enterModule(int rank, ModuleId m, Phase phase)
             v.accessor = m;
             v.owner = expected;
             v.action = GuardAction::Recorded;
-            v.message = "step " + std::to_string(v.step) + ": expected module " +
-                        (expected == kNoModule ? std::string("<end of step>")
-                                               : quoted(d->modules[expected].path) + " (" +
-                                                     std::string(phaseName(rs.trace[rs.tracePos].phase)) + ")") +
-                        ", got " + quoted(d->modules[m].path) + " (" + std::string(phaseName(phase)) +
-                        "); the prefetch trace is invalidated and re-recorded this step";
+            ViolationSubject subject;
+            subject.kind = ViolationKind::TraceInvalidated;
+            subject.hasAccessor = true;
+            subject.accessor = d->modules[m].path;
+            subject.hasOwner = expected != kNoModule;
+            if (subject.hasOwner) subject.owner = d->modules[expected].path;
+            v.message = describeViolation(subject, FixDialect::ShardScope).message;
             d->recordViolation(std::move(v));
         }
     }
@@ -1019,8 +1023,6 @@ TensorView Engine::Impl::slowAccess(RankState &rs, ParamId p)
 
     const GuardPolicy policy = q->m_config.guard;
     const ParamStatus st = rs.status[p].load(std::memory_order_acquire);
-    const std::string accessorPath = accessor == kNoModule ? "<none>" : quoted(modules[accessor].path);
-    const std::string ownerPath = quoted(modules[info.owner].path);
 
     ViolationRecord v;
     v.kind = ViolationKind::UnregisteredAccess;
@@ -1031,18 +1033,16 @@ TensorView Engine::Impl::slowAccess(RankState &rs, ParamId p)
     v.paramName = info.name;
     v.owner = info.owner;
     v.status = st;
-    if (accessor != kNoModule) {
-        v.fix = "register_external_parameter(" + accessorPath + ", " + info.name + ")";
-        v.message = "module `" + accessorPath + "` read `" + info.name + "` owned by `" + ownerPath +
-                    "` while it was " + std::string(statusName(st)) + " on rank " +
-                    std::to_string(rs.rank) + "; call " + v.fix;
-    } else {
-        v.fix = "with GatheredParameters([" + info.name + "]): <read it>";
-        v.message = "`" + info.name + "` (owned by `" + ownerPath +
-                    "`) was read outside any module's forward/backward while it was " +
-                    std::string(statusName(st)) + " on rank " + std::to_string(rs.rank) +
-                    "; read it inside " + v.fix;
-    }
+    ViolationSubject subject;
+    subject.kind = ViolationKind::UnregisteredAccess;
+    subject.hasAccessor = accessor != kNoModule;
+    if (subject.hasAccessor) subject.accessor = modules[accessor].path;
+    subject.param = info.name;
+    subject.owner = modules[info.owner].path;
+    subject.status = st;
+    auto text = describeViolation(subject, FixDialect::ShardScope);
+    v.fix = std::move(text.fix);
+    v.message = std::move(text.message);
 
     const std::uint64_t key = (static_cast<std::uint64_t>(accessor) << 32) | p;
     const bool first = rs.violationsThisStep.insert(key).second;
@@ -1065,7 +1065,9 @@ TensorView Engine::Impl::slowAccess(RankState &rs, ParamId p)
 
     switch (action) {
     case GuardAction::Raised:
-        throw UnregisteredAccessError(v.message, v.fix);
+        throw UnregisteredAccessError(v.message + " (rank " + std::to_string(rs.rank) + ", step " +
+                                          std::to_string(v.step) + "); fix: " + v.fix,
+                                      v.fix);
     case GuardAction::AutoRegistered:
         addExternal(rs, accessor, p, true);
         useParam(rs, p, accessor, true, FetchReason::Guard);
@@ -1079,6 +1081,19 @@ TensorView Engine::Impl::slowAccess(RankState &rs, ParamId p)
         break;
     }
     return view(rs, p);
+}
+
+// The parameter a late one replaced: a removed parameter of the same module whose name
+// the late one extends (weight_norm turns `weight` into `weight_g` and `weight_v`).
+std::string Engine::Impl::replacedBy(ParamId late) const
+{
+    const ParamInfo &info = params[late];
+    for (const ParamInfo &old : params)
+        if (old.removed && old.owner == info.owner && old.id != late &&
+            info.localName.size() > old.localName.size() &&
+            info.localName.compare(0, old.localName.size(), old.localName) == 0)
+            return old.name;
+    return {};
 }
 
 void Engine::Impl::recordViolation(ViolationRecord v)
@@ -1242,6 +1257,7 @@ EngineState Engine::state() const
         r.partitionNumel = info.layout.partitionNumel;
         r.persistent = info.persistent;
         r.late = info.late;
+        if (info.late) r.replaces = d->replacedBy(info.id);
         r.partitioned = info.partitioned;
         r.status.assign(static_cast<std::size_t>(m_config.worldSize), initial);
         const GatherTotals &tot = d->gatherTotals[info.id];

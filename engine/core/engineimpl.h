@@ -190,6 +190,7 @@ struct Engine::Impl
 
     // Records a violation; returns true when it is new for (accessor, param, rank, step).
     void recordViolation(ViolationRecord v);
+    std::string replacedBy(ParamId late) const;
 
     // GatheredParameters on one rank.
     std::vector<std::uint64_t> openScope(RankState &rs, const std::vector<ParamId> &ps);

@@ -4,6 +4,7 @@
 
 #include "core/engine.h"
 #include "core/engineimpl.h"
+#include "core/violationtext.h"
 
 namespace shardscope {
 
@@ -70,10 +71,14 @@ std::vector<std::string> Engine::Impl::closeScope(RankState &rs, const std::vect
             v.owner = info.owner;
             v.status = ParamStatus::Available;
             v.action = GuardAction::Raised;
-            v.fix = "GatheredParameters([" + info.name + "], modifier_rank=" + std::to_string(rs.rank) + ")";
-            v.message = info.name + " was modified in place inside GatheredParameters without "
-                        "modifier_rank on rank " + std::to_string(rs.rank) +
-                        "; the change was discarded and no shard changed";
+            ViolationSubject subject;
+            subject.kind = ViolationKind::GatheredWriteWithoutModifier;
+            subject.param = info.name;
+            subject.owner = modules[info.owner].path;
+            subject.modifierRank = rs.rank;
+            auto text = describeViolation(subject, FixDialect::ShardScope);
+            v.fix = std::move(text.fix);
+            v.message = std::move(text.message);
             recordViolation(std::move(v));
         }
         {

@@ -45,6 +45,7 @@ struct ParamRecord
     bool persistent = false;
     bool late = false;        // created after the model was partitioned
     bool partitioned = false; // false for persistent and for late, not yet adopted, parameters
+    std::string replaces;     // late: the parameter it replaced (weight_norm's `weight`), if known
     std::vector<ParamStatus> status;           // one entry per rank (world size)
     std::vector<ExternalRecord> externals;     // modules it is registered on as external
     std::vector<ModuleId> activeModules;       // union over ranks
@@ -85,6 +86,8 @@ struct ViolationRecord
 struct EngineState
 {
     std::string modelName;
+    std::string fixDialect = "shardscope"; // how fix lines are written: "shardscope" | "deepspeed"
+
     int worldSize = 1;
     std::string backend; // "cpu" or "nccl"
     std::uint32_t step = 0;

@@ -10,6 +10,7 @@
 #include <array>
 #include <unordered_map>
 
+#include "core/violationtext.h"
 #include "wire/domread.h"
 #include "wire/frame.h"
 #include "wire/jsonwrite.h"
@@ -150,7 +151,9 @@ void writeParam(Writer &w, const EngineState &s, const ParamRecord &p, std::stri
     w.raw(",\"gather_count\":").num(p.gatherCount);
     w.raw(",\"gather_bytes\":").num(p.gatherBytes);
     w.raw(",\"gather_ns\":").num(p.gatherNs);
-    w.raw(",\"last_gather_ts_ns\":").num(p.lastGatherTsNs).raw("}");
+    w.raw(",\"last_gather_ts_ns\":").num(p.lastGatherTsNs);
+    if (!p.replaces.empty()) w.raw(",\"replaces\":").str(p.replaces);
+    w.raw("}");
 }
 
 void writeViolation(Writer &w, const EngineState &s, const ViolationRecord &v,
@@ -315,12 +318,12 @@ void readStatus(Element j, std::uint64_t version, int worldSize, std::vector<Par
 enum ParamField : std::size_t {
     kId, kName, kModuleId, kShape, kDtype, kNumel, kPaddedNumel, kPartitionNumel, kPersistent,
     kPartitioned, kLate, kStatus, kExternal, kExternalAuto, kActive, kGatherCount, kGatherBytes,
-    kGatherNs, kLastGather, kParamFieldCount
+    kGatherNs, kLastGather, kReplaces, kParamFieldCount
 };
 constexpr std::array<std::string_view, kParamFieldCount> kParamFields = {
     "id", "name", "module_id", "shape", "dtype", "numel", "padded_numel", "partition_numel",
     "persistent", "partitioned", "late", "status", "external_modules", "external_auto_modules",
-    "active_modules", "gather_count", "gather_bytes", "gather_ns", "last_gather_ts_ns"};
+    "active_modules", "gather_count", "gather_bytes", "gather_ns", "last_gather_ts_ns", "replaces"};
 
 ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize, std::uint64_t version,
                         const Where &w)
@@ -366,6 +369,7 @@ ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize, std:
     p.gatherBytes = sj::asU64(f[kGatherBytes], f.at(kGatherBytes));
     p.gatherNs = sj::asU64(f[kGatherNs], f.at(kGatherNs));
     p.lastGatherTsNs = sj::asU64(f[kLastGather], f.at(kLastGather));
+    if (f.has(kReplaces)) p.replaces = sj::asString(f[kReplaces], f.at(kReplaces));
     return p;
 }
 
@@ -421,6 +425,12 @@ Snapshot decodeSnapshotDom(Element rootElement)
     st.worldSize = bounded<int>(engine, "world_size", kMaxWorldSize, ew);
     if (st.worldSize < 1) sj::failAt(ew / "world_size", "must be at least 1");
     st.backend = sj::asString(sj::member(engine, "backend", ew), ew / "backend");
+    if (sj::optionalMember(engine, "fix_dialect", e)) {
+        st.fixDialect = sj::asString(e, ew / "fix_dialect");
+        FixDialect known;
+        if (!parseFixDialect(st.fixDialect, known))
+            sj::failAt(ew / "fix_dialect", "expected \"shardscope\" or \"deepspeed\"");
+    }
     st.step = bounded<std::uint32_t>(engine, "step", 0xFFFFFFFFu, ew);
     if (sj::optionalMember(engine, "local_ranks", e)) {
         const Where lw = ew / "local_ranks";
@@ -512,6 +522,7 @@ std::string encodeSnapshot(const Snapshot &snapshot, bool pretty)
     w.member("engine").raw("{\"model\":").str(s.modelName);
     w.raw(",\"world_size\":").inum(s.worldSize);
     w.raw(",\"backend\":").str(s.backend);
+    w.raw(",\"fix_dialect\":").str(s.fixDialect);
     w.raw(",\"step\":").num(s.step);
     w.raw(",\"local_ranks\":[");
     for (std::size_t i = 0; i < s.localRanks.size(); ++i) {

@@ -255,8 +255,8 @@ void TestCoordinator::changedOrderInvalidatesTrace()
     });
     QVERIFY(it != vs.end());
     QCOMPARE(it->step, 2u);
-    QVERIFY2(it->message.find("expected module enc") != std::string::npos, it->message.c_str());
-    QVERIFY2(it->message.find("got dec") != std::string::npos, it->message.c_str());
+    QVERIFY2(it->message.find("expected module `enc`, got `dec`") != std::string::npos,
+             it->message.c_str());
     // the new order is re-recorded: step 3 in the new order has no invalidation
     m.sink.clear();
     m.engine->forEachLocalRank([&](int r) { runForward(m, r, true); });

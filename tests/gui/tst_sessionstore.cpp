@@ -8,7 +8,9 @@
 #include <cstring>
 #include <vector>
 
+#include "core/violationtext.h"
 #include "session/sessionstore.h"
+#include "session/snapshotio.h"
 #include "syntheticstate.h"
 
 using namespace shardscope;
@@ -22,6 +24,7 @@ class tst_SessionStore : public QObject
     void liveEventsUpdateStatusAndGathers();
     void historyEventsAreStoredNotCounted();
     void violationsGroupByKindAccessorParam();
+    void aRowKeepsItsWordsWhenAStateLands();
     void updatesAreCoalesced();
     void reconnectContinuesHistoryWithoutDuplicates();
     void differentRunStartsOver();
@@ -119,6 +122,66 @@ void tst_SessionStore::violationsGroupByKindAccessorParam()
     QVERIFY(QString::fromStdString(late.fix).contains(
         QStringLiteral("register_external_parameter(pos_conv, pos_conv.weight_g)")));
     QCOMPARE(store.violationsOf(7).size(), std::size_t(1));
+}
+
+// One author writes the words: a row made from live events says exactly what the engine
+// writes (core/violationtext), and keeps its words when the engine's state arrives, even one
+// whose record says something else. Counts come per rank and are exported per rank.
+void tst_SessionStore::aRowKeepsItsWordsWhenAStateLands()
+{
+    SessionStore store;
+    store.applyState(smallState());
+    store.appendEvents(std::vector<Event>{lmHeadViolation(100, 0), lmHeadViolation(101, 1)}, false);
+    QCOMPARE(store.violationGroups().size(), std::size_t(1));
+    const std::string fix = store.violationGroups()[0].fix;
+    const std::string message = store.violationGroups()[0].message;
+
+    ViolationSubject subject;
+    subject.kind = ViolationKind::UnregisteredAccess;
+    subject.hasAccessor = true;
+    subject.accessor = "lm_head";
+    subject.param = "embed.weight";
+    subject.owner = "embed";
+    subject.status = ParamStatus::NotAvailable;
+    const ViolationText engineText = describeViolation(subject, FixDialect::ShardScope);
+    QCOMPARE(fix, engineText.fix);
+    QCOMPARE(message, engineText.message);
+
+    EngineState st = smallState();
+    st.step = 2;
+    for (int rank : {0, 1}) {
+        ViolationRecord v;
+        v.kind = ViolationKind::UnregisteredAccess;
+        v.rank = rank;
+        v.accessor = 7;
+        v.param = 0;
+        v.owner = 1;
+        v.count = rank == 0 ? 2 : 1;
+        v.step = 1;
+        v.lastStep = rank == 0 ? 2 : 1;
+        v.tsNs = 100 + static_cast<std::uint64_t>(rank);
+        v.action = GuardAction::Gathered;
+        v.fix = rank == 0 ? engineText.fix : std::string("words of another release");
+        v.message = engineText.message;
+        st.violations.push_back(v);
+    }
+    store.applyState(st);
+    QCOMPARE(store.violationGroups().size(), std::size_t(1));
+    const ViolationGroup &g = store.violationGroups()[0];
+    QCOMPARE(g.fix, fix);
+    QCOMPARE(g.message, message);
+    QCOMPARE(g.count, std::uint64_t(3));
+    QCOMPARE(g.rankMask, std::uint64_t(0b11));
+
+    // The export keeps one record per rank, with that rank's count and the row's words.
+    const wire::Snapshot snap = snapshotOf(store);
+    QCOMPARE(snap.state.violations.size(), std::size_t(2));
+    for (const ViolationRecord &v : snap.state.violations) {
+        QCOMPARE(v.count, std::uint64_t(v.rank == 0 ? 2 : 1));
+        QCOMPARE(v.lastStep, std::uint32_t(v.rank == 0 ? 2 : 1));
+        QCOMPARE(v.fix, fix);
+        QCOMPARE(v.paramName, std::string("embed.weight"));
+    }
 }
 
 void tst_SessionStore::updatesAreCoalesced()

@@ -1,5 +1,7 @@
 #include "session/sessionstore.h"
 
+#include "core/violationtext.h"
+
 #include <algorithm>
 #include <bit>
 #include <limits>
@@ -71,6 +73,7 @@ void SessionStore::clear()
     m_moduleViolations.clear();
     m_groups.clear();
     m_groupIndex.clear();
+    m_knownParamNames.clear();
     m_lanes.clear();
     m_fetchBegin.clear();
     m_memory.clear();
@@ -105,45 +108,19 @@ EngineState SessionStore::applyState(EngineState state)
     m_hasState = true;
     rebuildIndex();
 
+    // Rows are rebuilt from the producer's records, keeping the words they were shown with.
+    std::map<std::tuple<int, ModuleId, ParamId>, std::pair<std::string, std::string>> words;
+    for (const ViolationGroup &g : m_groups)
+        if (g.paramName.rfind("<parameter ", 0) != 0) // not written before the name was known
+            words[{static_cast<int>(g.kind), g.accessor, g.param}] = {g.fix, g.message};
     m_groups.clear();
     m_groupIndex.clear();
-    for (const ViolationRecord &v : m_state.violations) {
-        const auto key = std::make_tuple(static_cast<int>(v.kind), v.accessor, v.param);
-        auto it = m_groupIndex.find(key);
-        if (it == m_groupIndex.end()) {
-            ViolationGroup g;
-            g.kind = v.kind;
-            g.accessor = v.accessor;
-            g.param = v.param;
-            g.owner = v.owner;
-            g.status = v.status;
-            g.action = v.action;
-            g.firstStep = v.step;
-            g.lastStep = v.lastStep;
-            g.firstTsNs = v.tsNs;
-            g.count = v.count;
-            g.rankMask = rankBit(v.rank);
-            g.firstRank = v.rank;
-            g.fix = v.fix;
-            g.message = v.message;
-            if (g.fix.empty()) {
-                g.fix =
-                    fixLine(v.kind, modulePath(v.accessor), paramName(v.param), modulePath(v.owner))
-                        .toStdString();
-            }
-            m_groupIndex.emplace(key, m_groups.size());
-            m_groups.push_back(std::move(g));
-        } else {
-            ViolationGroup &g = m_groups[it->second];
-            g.count += v.count;
-            g.rankMask |= rankBit(v.rank);
-            g.lastStep = std::max(g.lastStep, v.lastStep);
-            if (v.tsNs < g.firstTsNs) {
-                g.firstTsNs = v.tsNs;
-                g.firstStep = v.step;
-                g.firstRank = v.rank;
-            }
-        }
+    for (const ViolationRecord &v : m_state.violations)
+        upsertViolation({v.kind, v.accessor, v.param, v.owner, v.status, v.action, v.rank, v.step,
+                         v.lastStep, v.tsNs, v.count, &v});
+    for (ViolationGroup &g : m_groups) {
+        auto it = words.find({static_cast<int>(g.kind), g.accessor, g.param});
+        if (it != words.end()) std::tie(g.fix, g.message) = it->second;
     }
     rebuildViolationCounts();
     if (m_lanes.size() < static_cast<std::size_t>(std::max(1, m_state.worldSize))) {
@@ -178,6 +155,7 @@ void SessionStore::rebuildIndex()
     for (std::size_t i = 0; i < m_state.params.size(); ++i) {
         const ParamRecord &p = m_state.params[i];
         m_paramIndex[p.id] = static_cast<std::int32_t>(i);
+        m_knownParamNames[p.id] = p.name;
         if (p.owner < nModules) m_ownedParams[p.owner].push_back(p.id);
         for (const ExternalRecord &e : p.externals) {
             if (e.module < nModules)
@@ -379,60 +357,8 @@ void SessionStore::addViolation(ViolationKind kind, const Event &ev, ModuleId ac
                                 ParamId param, ModuleId owner, ParamStatus status,
                                 GuardAction action)
 {
-    const auto key = std::make_tuple(static_cast<int>(kind), accessor, param);
-    auto it = m_groupIndex.find(key);
-    if (it != m_groupIndex.end()) {
-        ViolationGroup &g = m_groups[it->second];
-        ++g.count;
-        g.lastStep = std::max(g.lastStep, ev.step);
-        g.rankMask |= rankBit(ev.rank);
-        g.status = status;
-        g.action = action;
-    } else {
-        ViolationGroup g;
-        g.kind = kind;
-        g.accessor = accessor;
-        g.param = param;
-        g.owner = owner;
-        g.status = status;
-        g.action = action;
-        g.firstStep = ev.step;
-        g.lastStep = ev.step;
-        g.firstTsNs = ev.tsNs;
-        g.count = 1;
-        g.rankMask = rankBit(ev.rank);
-        g.firstRank = ev.rank;
-        const QString a = modulePath(accessor);
-        const QString p = paramName(param);
-        const QString o = modulePath(owner);
-        g.fix = fixLine(kind, a, p, o).toStdString();
-        switch (kind) {
-        case ViolationKind::UnregisteredAccess:
-            g.message = QStringLiteral("module `%1` read `%2` owned by `%3` while it was %4")
-                            .arg(a, p, o, labels::status(status))
-                            .toStdString();
-            break;
-        case ViolationKind::LateParameter:
-            g.message = QStringLiteral("`%1` was created in `%2` after the model was partitioned")
-                            .arg(p, a)
-                            .toStdString();
-            break;
-        case ViolationKind::TraceInvalidated:
-            g.message =
-                QStringLiteral("expected module `%1`, got `%2`: the prefetch trace was invalidated")
-                    .arg(o, a)
-                    .toStdString();
-            break;
-        case ViolationKind::GatheredWriteWithoutModifier:
-            g.message =
-                QStringLiteral("`%1` was modified inside GatheredParameters without modifier_rank")
-                    .arg(p)
-                    .toStdString();
-            break;
-        }
-        m_groupIndex.emplace(key, m_groups.size());
-        m_groups.push_back(std::move(g));
-    }
+    upsertViolation({kind, accessor, param, owner, status, action, ev.rank, ev.step, ev.step,
+                     ev.tsNs, 1, nullptr});
     if (param < m_paramViolations.size()) ++m_paramViolations[param];
     if (accessor < m_moduleViolations.size()) ++m_moduleViolations[accessor];
     if (owner < m_moduleViolations.size() && owner != accessor) ++m_moduleViolations[owner];
@@ -440,24 +366,68 @@ void SessionStore::addViolation(ViolationKind kind, const Event &ev, ModuleId ac
     m_pending.violations = true;
 }
 
-QString SessionStore::fixLine(ViolationKind kind, const QString &accessor, const QString &param,
-                              const QString &owner)
+void SessionStore::upsertViolation(const ViolationSighting &v)
 {
-    switch (kind) {
-    case ViolationKind::UnregisteredAccess:
-        return QStringLiteral("register_external_parameter(%1, %2)").arg(accessor, param);
-    case ViolationKind::LateParameter:
-        return QStringLiteral(
-                   "with GatheredParameters(<original parameter>, modifier_rank=0): <create %2>; "
-                   "then register_external_parameter(%1, %2)")
-            .arg(accessor, param);
-    case ViolationKind::GatheredWriteWithoutModifier:
-        return QStringLiteral("GatheredParameters(%1, modifier_rank=0)").arg(param);
-    case ViolationKind::TraceInvalidated:
-        Q_UNUSED(owner);
-        return QString();
+    const auto key = std::make_tuple(static_cast<int>(v.kind), v.accessor, v.param);
+    auto it = m_groupIndex.find(key);
+    if (it == m_groupIndex.end()) {
+        ViolationGroup g;
+        g.kind = v.kind;
+        g.accessor = v.accessor;
+        g.param = v.param;
+        g.owner = v.owner;
+        g.firstStep = v.firstStep;
+        g.firstTsNs = v.tsNs;
+        g.firstRank = v.rank;
+        g.paramName = v.record && !v.record->paramName.empty() ? v.record->paramName
+                                                                 : paramName(v.param).toStdString();
+        if (v.record) {
+            // The producer's words; an empty fix means it knows none, and none is invented.
+            g.fix = v.record->fix;
+            g.message = v.record->message;
+        } else {
+            ViolationSubject subject;
+            subject.kind = v.kind;
+            subject.hasAccessor = v.accessor != kNoModule;
+            if (const ModuleRecord *m = module(v.accessor)) subject.accessor = m->path;
+            if (v.param != kNoParam) subject.param = g.paramName;
+            subject.hasOwner = v.owner != kNoModule;
+            if (const ModuleRecord *m = module(v.owner)) subject.owner = m->path;
+            subject.status = v.status;
+            if (const ParamRecord *p = param(v.param)) subject.replaces = p->replaces;
+            subject.modifierRank = v.rank;
+            FixDialect dialect = FixDialect::ShardScope;
+            parseFixDialect(m_state.fixDialect, dialect);
+            ViolationText text = describeViolation(subject, dialect);
+            g.fix = std::move(text.fix);
+            g.message = std::move(text.message);
+        }
+        it = m_groupIndex.emplace(key, m_groups.size()).first;
+        m_groups.push_back(std::move(g));
     }
-    return QString();
+    ViolationGroup &g = m_groups[it->second];
+    g.count += v.count;
+    g.status = v.status;
+    g.action = v.action;
+    g.rankMask |= rankBit(v.rank);
+    g.lastStep = std::max(g.lastStep, v.lastStep);
+    if (v.tsNs < g.firstTsNs) {
+        g.firstTsNs = v.tsNs;
+        g.firstStep = v.firstStep;
+        g.firstRank = v.rank;
+    }
+    auto r = std::find_if(g.ranks.begin(), g.ranks.end(),
+                          [&](const ViolationGroup::PerRank &e) { return e.rank == v.rank; });
+    if (r == g.ranks.end()) {
+        g.ranks.push_back({v.rank, v.firstStep, v.lastStep, v.tsNs, v.count});
+    } else {
+        r->count += v.count;
+        r->lastStep = std::max(r->lastStep, v.lastStep);
+        if (v.tsNs < r->firstTsNs) {
+            r->firstTsNs = v.tsNs;
+            r->firstStep = v.firstStep;
+        }
+    }
 }
 
 void SessionStore::setDroppedEvents(std::uint64_t dropped)
@@ -500,7 +470,9 @@ QString SessionStore::paramName(ParamId id) const
 {
     if (id == kNoParam) return QStringLiteral("<none>");
     if (const ParamRecord *p = param(id)) return QString::fromStdString(p->name);
-    // Removed since (weight_norm replaces `weight`): violations keep the name.
+    // Removed since (weight_norm replaces `weight`): an earlier state or a violation named it.
+    if (auto it = m_knownParamNames.find(id); it != m_knownParamNames.end())
+        return QString::fromStdString(it->second);
     for (const ViolationRecord &v : m_state.violations)
         if (v.param == id && !v.paramName.empty()) return QString::fromStdString(v.paramName);
     return QStringLiteral("<parameter %1>").arg(id);

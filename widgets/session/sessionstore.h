@@ -37,8 +37,19 @@ struct ViolationGroup
     std::uint64_t count = 0;
     std::uint64_t rankMask = 0; // bit r set when rank r (< 64) saw it
     int firstRank = 0;
+    std::string paramName; // kept when a later state no longer lists the parameter
     std::string fix;
     std::string message;
+    // One entry per rank that saw it, as the snapshot records it (docs/snapshot.md).
+    struct PerRank
+    {
+        int rank = 0;
+        std::uint32_t firstStep = 0;
+        std::uint32_t lastStep = 0;
+        std::uint64_t firstTsNs = 0;
+        std::uint64_t count = 0;
+    };
+    std::vector<PerRank> ranks;
 };
 
 struct RankMemory
@@ -122,10 +133,6 @@ class SessionStore : public QObject
     std::uint64_t firstTs() const;
     std::uint64_t lastTs() const;
 
-    // The line that fixes a violation, in DeepSpeed's terms.
-    static QString fixLine(ViolationKind kind, const QString &accessor, const QString &param,
-                           const QString &owner);
-
     // Emits updated() now if anything changed (the timer does this on its own).
     void flush();
     void setRefreshIntervalMs(int ms) { m_timer.setInterval(ms); }
@@ -144,6 +151,25 @@ class SessionStore : public QObject
     void markParam(ParamId id);
     void markDirty();
     void applyLive(const Event &ev);
+    // The one place violations are aggregated, for live events (count 1, no text: it is
+    // written by core's describeViolation from the names the store knows) and for a state's
+    // records (with the producer's text). A row keeps the words it was created with.
+    struct ViolationSighting
+    {
+        ViolationKind kind;
+        ModuleId accessor;
+        ParamId param;
+        ModuleId owner;
+        ParamStatus status;
+        GuardAction action;
+        int rank;
+        std::uint32_t firstStep;
+        std::uint32_t lastStep;
+        std::uint64_t tsNs;
+        std::uint64_t count;
+        const ViolationRecord *record; // null for a live event
+    };
+    void upsertViolation(const ViolationSighting &v);
     void addViolation(ViolationKind kind, const Event &ev, ModuleId accessor, ParamId param,
                       ModuleId owner, ParamStatus status, GuardAction action);
     ParamRecord *mutParam(ParamId id);
@@ -164,6 +190,9 @@ class SessionStore : public QObject
     std::vector<ViolationGroup> m_groups;
     std::map<std::tuple<int, ModuleId, ParamId>, std::size_t>
         m_groupIndex; // (kind, accessor, param)
+    // Every parameter name a state has listed, by id: events and violations may name a
+    // parameter that a later state no longer lists (weight_norm removes `weight`).
+    std::unordered_map<ParamId, std::string> m_knownParamNames;
 
     std::vector<EventLane> m_lanes;
     std::unordered_map<std::uint64_t, std::uint64_t> m_fetchBegin; // (rank, param) -> ts

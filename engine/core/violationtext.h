@@ -1,0 +1,51 @@
+#pragma once
+// The one author of what a user reads about a violation: the sentence and the line that
+// fixes it. The engine, the DeepSpeed agent, the inspector's store and the exports all
+// call describeViolation, so a row never changes its words on the way from the producer
+// to the screen. Text names modules and parameters by the names the caller passes in.
+
+#include <string>
+#include <string_view>
+
+#include "core/state.h"
+#include "core/types.h"
+
+namespace shardscope {
+
+// How fix lines are written: for ShardScope's C++ engine (its API names), or as Python a
+// DeepSpeed user pastes (`deepspeed.zero.register_external_parameter(model.lm_head,
+// model.embed.weight)`).
+enum class FixDialect : std::uint8_t { ShardScope = 0, DeepSpeed = 1 };
+std::string_view fixDialectName(FixDialect d); // "shardscope", "deepspeed"
+bool parseFixDialect(std::string_view s, FixDialect &out);
+
+// What is known of one violation, by name. An empty optional name is written as unknown.
+struct ViolationSubject
+{
+    ViolationKind kind = ViolationKind::UnregisteredAccess;
+    bool hasAccessor = false; // false: read outside any module's forward/backward
+    std::string accessor;     // module path ("" is the root module)
+    std::string param;        // parameter name ("embed.weight"); for trace_invalidated: empty
+    std::string owner;        // owner's path; for trace_invalidated: the module expected
+    bool hasOwner = true;     // for trace_invalidated: false when the end of the step was expected
+    ParamStatus status = ParamStatus::NotAvailable;
+    std::string replaces; // late_parameter: the parameter it replaced ("pos_conv.weight"), if known
+    int modifierRank = 0; // gathered_write_without_modifier: the rank to keep, as a suggestion
+    bool writes = false;  // unregistered_access outside modules: the read modifies it (build time)
+};
+
+struct ViolationText
+{
+    std::string message; // a sentence in the user's terms; names neither rank nor step
+    std::string fix;     // the line that fixes it; empty where none exists (trace_invalidated)
+};
+
+ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect);
+
+// A module path or parameter name as the dialect writes it in code: "lm_head" (ShardScope),
+// "model.lm_head" / "model.blocks[0].fc1" (DeepSpeed, relative to the model object).
+std::string codeName(std::string_view dottedName, FixDialect dialect);
+// A module path as a message shows it: "<root>" for the root.
+std::string displayPath(std::string_view path);
+
+} // namespace shardscope
