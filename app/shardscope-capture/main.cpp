@@ -1,6 +1,7 @@
 // shardscope-capture: attaches to a live engine without a GUI (like tracy-capture) and
 // writes a snapshot of its state and the events received; --list shows live engines.
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <csignal>
@@ -129,21 +130,52 @@ std::string localTime(std::uint64_t unixMs)
     return buf;
 }
 
+std::string ranksText(const std::vector<int> &ranks)
+{
+    if (ranks.empty()) return "rank ?";
+    if (ranks.size() == 1) return "rank " + std::to_string(ranks[0]);
+    const bool contiguous = ranks.back() - ranks.front() + 1 == static_cast<int>(ranks.size());
+    if (contiguous) return "ranks " + std::to_string(ranks.front()) + "-" + std::to_string(ranks.back());
+    std::string out = "ranks ";
+    for (std::size_t i = 0; i < ranks.size(); ++i)
+        out += (i ? "," : "") + std::to_string(ranks[i]);
+    return out;
+}
+
+// Live processes grouped by job: every rank process of a torchrun/deepspeed job together.
 int listEngines()
 {
     const std::string dir = wire::defaultRuntimeDir();
-    const auto engines = wire::listLiveEngines(dir);
+    auto engines = wire::listLiveEngines(dir);
     if (engines.empty()) {
         std::printf("no live ShardScope engines in %s\n", dir.c_str());
         return 0;
     }
-    std::printf("%-8s %-20s %-5s %-7s %-19s %s\n", "PID", "MODEL", "WORLD", "BACKEND", "STARTED",
-                "ENDPOINT");
-    for (const auto &e : engines)
-        std::printf("%-8lld %-20s %-5d %-7s %-19s %s%s\n", static_cast<long long>(e.pid),
-                    e.model.c_str(), e.worldSize, e.backend.c_str(),
-                    localTime(e.startUnixMs).c_str(), e.endpoint.c_str(),
-                    e.tokenRequired ? "  (token required)" : "");
+    auto jobOf = [](const wire::DiscoveryEntry &e) {
+        return e.job.id.empty() ? "pid " + std::to_string(e.pid) : e.job.id;
+    };
+    std::stable_sort(engines.begin(), engines.end(), [&](const auto &x, const auto &y) {
+        const int rx = x.job.ranks.empty() ? 0 : x.job.ranks.front();
+        const int ry = y.job.ranks.empty() ? 0 : y.job.ranks.front();
+        return std::make_pair(jobOf(x), rx) < std::make_pair(jobOf(y), ry);
+    });
+    for (std::size_t i = 0; i < engines.size();) {
+        std::size_t end = i;
+        std::size_t live = 0;
+        while (end < engines.size() && jobOf(engines[end]) == jobOf(engines[i]))
+            live += engines[end++].job.ranks.size();
+        std::printf("job %s  (world size %d, %zu of %d ranks live)\n", jobOf(engines[i]).c_str(),
+                    engines[i].worldSize, live, engines[i].worldSize);
+        std::printf("  %-10s %-8s %-20s %-7s %-16s %-19s %s\n", "RANKS", "PID", "MODEL", "BACKEND",
+                    "HOST", "STARTED", "ENDPOINT");
+        for (; i < end; ++i) {
+            const auto &e = engines[i];
+            std::printf("  %-10s %-8lld %-20s %-7s %-16s %-19s %s%s\n", ranksText(e.job.ranks).c_str(),
+                        static_cast<long long>(e.pid), e.model.c_str(), e.backend.c_str(),
+                        e.job.host.c_str(), localTime(e.startUnixMs).c_str(), e.endpoint.c_str(),
+                        e.tokenRequired ? "  (token required)" : "");
+        }
+    }
     return 0;
 }
 

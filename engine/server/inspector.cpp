@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
@@ -14,7 +15,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "core/engine.h"
+#include "server/stateprovider.h"
 #include "server/sendqueue.h"
 #include "server/sockets.h"
 #include "telemetry/eventhistory.h"
@@ -110,12 +111,14 @@ struct StateFrame
 
 struct Inspector::Impl
 {
-    Impl(Engine &e, InspectorOptions o)
-        : engine(e), options(std::move(o)), history(options.historyEvents)
+    Impl(StateProvider &p, InspectorOptions o)
+        : engine(p), options(std::move(o)), history(options.historyEvents)
     {
     }
 
-    Engine &engine;
+    std::unique_ptr<EngineStateProvider> ownProvider; // when constructed from an Engine
+    StateProvider &engine;
+    wire::JobIdentity job;
     InspectorOptions options;
     std::unique_ptr<TelemetryHub> hub;
     EventHistory history; // server thread while running, finish() afterwards
@@ -131,6 +134,13 @@ struct Inspector::Impl
     std::atomic<std::uint64_t> clientDropped{0};
     std::mutex finishMutex;
     bool finished = false;
+    // flushNow(): a request the server thread answers.
+    std::mutex flushMutex;
+    std::condition_variable flushDone;
+    std::uint64_t flushRequested = 0; // guarded by flushMutex
+    std::uint64_t flushAnswered = 0;  // guarded by flushMutex
+    std::string flushError;           // guarded by flushMutex
+    std::atomic<bool> flushPending{false};
 
     // Server thread only.
     std::vector<Client> clients;
@@ -160,6 +170,7 @@ struct Inspector::Impl
     void farewell();
     wire::Snapshot makeSnapshot();
     void closeClient(Client &c);
+    void answerFlush();
 };
 
 void Inspector::Impl::start()
@@ -168,7 +179,9 @@ void Inspector::Impl::start()
         throw InspectorError("--history " + std::to_string(options.historyEvents) +
                              " is too large: keep at most " + std::to_string(kMaxHistoryEvents) +
                              " events (48 bytes each)");
-    hub = std::make_unique<TelemetryHub>(engine.worldSize());
+    const std::vector<int> ranks = engine.localRanks();
+    job = wire::jobFromEnvironment(options.job, ranks, engine.worldSize());
+    hub = std::make_unique<TelemetryHub>(engine.worldSize(), ranks);
     engine.setTelemetryEnabled(options.telemetry);
     engine.setEventSink(hub.get());
     if (::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0)
@@ -199,9 +212,10 @@ void Inspector::Impl::start()
             wire::DiscoveryEntry entry;
             entry.pid = ::getpid();
             entry.endpoint = endpointText;
-            entry.model = engine.config().modelName;
+            entry.model = engine.modelName();
             entry.worldSize = engine.worldSize();
-            entry.backend = std::string(backendName(engine.backend()));
+            entry.backend = engine.backend();
+            entry.job = job;
             entry.startUnixMs = startUnixMs;
             entry.tokenRequired = !options.token.empty();
             const std::string file = wire::discoveryFilePath(dir, entry.pid);
@@ -288,9 +302,10 @@ void Inspector::Impl::onHello(Client &c, const wire::Frame &frame)
     wire::Welcome w;
     w.server = producer;
     w.pid = ::getpid();
-    w.model = engine.config().modelName;
+    w.model = engine.modelName();
     w.worldSize = engine.worldSize();
-    w.backend = std::string(backendName(engine.backend()));
+    w.backend = engine.backend();
+    w.job = job;
     w.historyCapacity = history.capacity();
     c.enqueue(wire::MessageType::Welcome, wire::encodeWelcome(w));
     sendState(c, currentState());
@@ -456,6 +471,7 @@ void Inspector::Impl::run()
             for (std::size_t i = 0; i < polled && i < clients.size(); ++i)
                 if (fds[first + i].revents & (POLLIN | POLLHUP | POLLERR)) readClient(clients[i]);
             pump();
+            if (flushPending.load(std::memory_order_acquire)) answerFlush();
         } catch (const std::exception &e) {
             // Serving must never take the training down; report once per kind of failure.
             if (lastFailure != e.what()) {
@@ -522,6 +538,36 @@ void Inspector::Impl::farewell()
     clients.clear();
 }
 
+void Inspector::Impl::answerFlush()
+{
+    std::uint64_t request;
+    {
+        std::lock_guard lock(flushMutex);
+        request = flushRequested;
+        flushPending.store(false, std::memory_order_release);
+    }
+    std::string error;
+    try {
+        if (std::any_of(clients.begin(), clients.end(),
+                        [](const Client &c) { return c.phase == Client::Phase::Live; }))
+            broadcastState();
+        for (Client &c : clients)
+            if (c.fd >= 0) writeClient(c);
+        if (!options.snapshotOut.empty()) {
+            auto written = wire::writeSnapshotFile(options.snapshotOut, makeSnapshot());
+            if (!written) error = "cannot write the snapshot: " + written.error();
+        }
+    } catch (const std::exception &e) {
+        error = e.what();
+    }
+    {
+        std::lock_guard lock(flushMutex);
+        flushAnswered = request;
+        flushError = error;
+    }
+    flushDone.notify_all();
+}
+
 wire::Snapshot Inspector::Impl::makeSnapshot()
 {
     wire::Snapshot s;
@@ -536,12 +582,23 @@ wire::Snapshot Inspector::Impl::makeSnapshot()
 }
 
 Inspector::Inspector(Engine &engine, InspectorOptions options)
-    : d(std::make_unique<Impl>(engine, std::move(options)))
+    : Inspector(std::make_unique<EngineStateProvider>(engine), std::move(options))
+{
+}
+
+Inspector::Inspector(std::unique_ptr<EngineStateProvider> own, InspectorOptions options)
+    : Inspector(*own, std::move(options))
+{
+    d->ownProvider = std::move(own);
+}
+
+Inspector::Inspector(StateProvider &provider, InspectorOptions options)
+    : d(std::make_unique<Impl>(provider, std::move(options)))
 {
     try {
         d->start();
     } catch (...) {
-        engine.setEventSink(nullptr);
+        provider.setEventSink(nullptr);
         if (d->wake[0] >= 0) {
             ::close(d->wake[0]);
             ::close(d->wake[1]);
@@ -579,6 +636,27 @@ std::uint64_t Inspector::clientDroppedEvents() const
     return d->clientDropped.load(std::memory_order_relaxed);
 }
 
+std::string Inspector::flushNow()
+{
+    std::uint64_t request;
+    {
+        std::lock_guard finishLock(d->finishMutex);
+        if (d->finished) return "the inspector has finished";
+        {
+            std::lock_guard lock(d->flushMutex);
+            request = ++d->flushRequested;
+            d->flushPending.store(true, std::memory_order_release);
+        }
+        const char one = 1;
+        [[maybe_unused]] const ssize_t w = ::write(d->wake[1], &one, 1);
+    }
+    std::unique_lock lock(d->flushMutex);
+    if (!d->flushDone.wait_for(lock, std::chrono::seconds(10),
+                               [&] { return d->flushAnswered >= request; }))
+        return "the inspector's server thread did not answer within 10 s";
+    return d->flushError;
+}
+
 void Inspector::finish()
 {
     std::lock_guard lock(d->finishMutex);
@@ -589,6 +667,14 @@ void Inspector::finish()
     const char one = 1;
     [[maybe_unused]] const ssize_t w = ::write(d->wake[1], &one, 1);
     if (d->thread.joinable()) d->thread.join();
+    {
+        std::lock_guard flushLock(d->flushMutex); // a flushNow() that came too late: finish answers
+        if (d->flushAnswered < d->flushRequested) {
+            d->flushAnswered = d->flushRequested;
+            d->flushError = "the inspector finished first";
+        }
+    }
+    d->flushDone.notify_all();
     if (d->listener.fd >= 0) ::close(d->listener.fd);
     if (!d->listener.socketPath.empty()) ::unlink(d->listener.socketPath.c_str());
     if (!d->discoveryFile.empty()) ::unlink(d->discoveryFile.c_str());

@@ -11,6 +11,8 @@
 namespace shardscope {
 
 class Engine;
+class EngineStateProvider;
+class StateProvider;
 
 struct InspectorOptions
 {
@@ -20,6 +22,7 @@ struct InspectorOptions
     std::size_t historyEvents = 65536; // recent events a late client receives
     std::string snapshotOut;        // written atomically by finish() when not empty
     bool telemetry = true;          // false: the engine emits nothing
+    std::string job;                // the job's name (--job); empty: from the environment (wire/job.h)
 };
 
 // A bad endpoint, a refused bind, a non-loopback host without a token... what() says
@@ -34,6 +37,8 @@ class Inspector
 {
 public:
     Inspector(Engine &engine, InspectorOptions options); // throws InspectorError
+    // Serves any state provider, e.g. the DeepSpeed agent's; provider outlives the Inspector.
+    Inspector(StateProvider &provider, InspectorOptions options);
     ~Inspector();                                        // finish() if not yet done
     Inspector(const Inspector &) = delete;
     Inspector &operator=(const Inspector &) = delete;
@@ -46,10 +51,16 @@ public:
     std::uint64_t clientDroppedEvents() const;
     // Flushes telemetry, writes the snapshot (if asked), stops serving. Idempotent.
     void finish();
+    // Now, while serving: hands every event recorded so far and the current state to the
+    // clients and writes the snapshot file (if asked), so that a run about to die of an
+    // exception leaves its diagnosis. Blocks until the server thread did it (at most a few
+    // seconds); returns an error message, or "" when done.
+    std::string flushNow();
 
     struct Impl;
 
 private:
+    Inspector(std::unique_ptr<EngineStateProvider> own, InspectorOptions options);
     std::unique_ptr<Impl> d;
 };
 

@@ -6,18 +6,43 @@
 
 namespace shardscope {
 
+namespace {
+
+std::vector<int> allRanks(int worldSize)
+{
+    std::vector<int> ranks(static_cast<std::size_t>(worldSize < 1 ? 1 : worldSize));
+    for (std::size_t r = 0; r < ranks.size(); ++r)
+        ranks[r] = static_cast<int>(r);
+    return ranks;
+}
+
+} // namespace
+
 TelemetryHub::TelemetryHub(int worldSize, std::size_t ringCapacity)
+    : TelemetryHub(worldSize, allRanks(worldSize), ringCapacity)
+{
+}
+
+TelemetryHub::TelemetryHub(int worldSize, const std::vector<int> &localRanks,
+                           std::size_t ringCapacity)
 {
     const int ranks = worldSize < 1 ? 1 : worldSize;
-    m_rings.reserve(static_cast<std::size_t>(ranks));
-    for (int r = 0; r < ranks; ++r)
-        m_rings.push_back(std::make_unique<EventRing>(ringCapacity));
+    m_rings.resize(static_cast<std::size_t>(ranks));
+    for (int r : localRanks)
+        if (r >= 0 && r < ranks && !m_rings[static_cast<std::size_t>(r)])
+            m_rings[static_cast<std::size_t>(r)] = std::make_unique<EventRing>(ringCapacity);
+    m_capacity = ringCapacity;
+    for (const auto &ring : m_rings)
+        if (ring) {
+            m_capacity = ring->capacity(); // as the ring rounded it
+            break;
+        }
     m_reportedDrops.assign(static_cast<std::size_t>(ranks), 0);
 }
 
 void TelemetryHub::write(const Event &ev) noexcept
 {
-    if (ev.rank >= m_rings.size()) [[unlikely]] {
+    if (ev.rank >= m_rings.size() || !m_rings[ev.rank]) [[unlikely]] {
         m_badRank.fetch_add(1, std::memory_order_relaxed);
         return;
     }
@@ -34,6 +59,7 @@ std::size_t TelemetryHub::drain(std::vector<Event> &out)
 {
     const std::size_t before = out.size();
     for (std::size_t r = 0; r < m_rings.size(); ++r) {
+        if (!m_rings[r]) continue;
         EventRing &ring = *m_rings[r];
         const std::uint64_t dropped = ring.dropped();
         if (dropped != m_reportedDrops[r]) {
@@ -59,13 +85,15 @@ std::uint64_t TelemetryHub::droppedEvents() const
 {
     std::uint64_t total = m_badRank.load(std::memory_order_relaxed);
     for (const auto &ring : m_rings)
-        total += ring->dropped();
+        if (ring) total += ring->dropped();
     return total;
 }
 
 std::uint64_t TelemetryHub::droppedEvents(int rank) const
 {
-    if (rank < 0 || static_cast<std::size_t>(rank) >= m_rings.size()) return 0;
+    if (rank < 0 || static_cast<std::size_t>(rank) >= m_rings.size() ||
+        !m_rings[static_cast<std::size_t>(rank)])
+        return 0;
     return m_rings[static_cast<std::size_t>(rank)]->dropped();
 }
 
@@ -73,7 +101,7 @@ std::uint64_t TelemetryHub::writtenEvents() const
 {
     std::uint64_t total = 0;
     for (const auto &ring : m_rings)
-        total += ring->pushed();
+        if (ring) total += ring->pushed();
     return total;
 }
 

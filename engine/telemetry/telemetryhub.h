@@ -19,6 +19,10 @@ class TelemetryHub final : public EventSink
     static constexpr std::size_t kDefaultRingCapacity = 1u << 16;
 
     explicit TelemetryHub(int worldSize, std::size_t ringCapacity = kDefaultRingCapacity);
+    // Rings only for the ranks this process runs (one per process under torchrun): events of
+    // other ranks are counted as dropped, and no memory is spent on rings nobody writes.
+    TelemetryHub(int worldSize, const std::vector<int> &localRanks,
+                 std::size_t ringCapacity = kDefaultRingCapacity);
 
     // Training threads. Events of one rank must come from one thread at a time (the rank's
     // thread, or model-building code while no rank runs). A zero timestamp is stamped here.
@@ -30,14 +34,15 @@ class TelemetryHub final : public EventSink
     std::size_t drain(std::vector<Event> &out);
 
     int rankCount() const { return static_cast<int>(m_rings.size()); }
-    std::size_t ringCapacity() const { return m_rings.empty() ? 0 : m_rings[0]->capacity(); }
+    std::size_t ringCapacity() const { return m_capacity; }
     // Any thread.
     std::uint64_t droppedEvents() const; // all ranks, including events of unknown ranks
     std::uint64_t droppedEvents(int rank) const;
     std::uint64_t writtenEvents() const; // accepted into a ring
 
   private:
-    std::vector<std::unique_ptr<EventRing>> m_rings;
+    std::vector<std::unique_ptr<EventRing>> m_rings; // by rank; null for ranks of other processes
+    std::size_t m_capacity = 0;
     std::vector<std::uint64_t> m_reportedDrops; // consumer-owned
     std::atomic<std::uint64_t> m_badRank{0};
 };

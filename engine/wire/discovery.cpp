@@ -25,6 +25,7 @@ std::string encodeDiscovery(const DiscoveryEntry &e)
     j["backend"] = e.backend;
     j["start_unix_ms"] = e.startUnixMs;
     j["token_required"] = e.tokenRequired;
+    j["job"] = encodeJob(e.job);
     return detail::dumpJson(j, true);
 }
 
@@ -47,6 +48,7 @@ Result<DiscoveryEntry> decodeDiscovery(std::string_view json)
             detail::asU64(detail::member(j, "start_unix_ms", "discovery"), "start_unix_ms");
         if (detail::hasMember(j, "token_required"))
             e.tokenRequired = detail::asBool(j["token_required"], "token_required");
+        if (detail::hasMember(j, "job")) e.job = decodeJob(j["job"], "job");
         return e;
     });
 }

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "wire/job.h"
 #include "wire/result.h"
 
 namespace shardscope::wire {
@@ -22,6 +23,7 @@ struct DiscoveryEntry
     std::string backend;
     std::uint64_t startUnixMs = 0;
     bool tokenRequired = false;
+    JobIdentity job; // absent in files of releases before jobs: id "" (a job of its own)
     std::string file; // the discovery file it was read from (not serialized)
 };
 

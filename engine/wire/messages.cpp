@@ -137,6 +137,7 @@ std::string encodeWelcome(const Welcome &m)
     j["world_size"] = m.worldSize;
     j["backend"] = m.backend;
     j["history_capacity"] = m.historyCapacity;
+    j["job"] = encodeJob(m.job);
     return detail::dumpJson(j);
 }
 
@@ -158,6 +159,7 @@ Result<Welcome> decodeWelcome(std::string_view payload)
                           : 1;
         m.backend = optString(j, "backend", "welcome");
         m.historyCapacity = optU64(j, "history_capacity", "welcome");
+        if (detail::hasMember(j, "job")) m.job = decodeJob(j["job"], "welcome.job");
         return m;
     });
 }

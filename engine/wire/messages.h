@@ -11,6 +11,7 @@
 
 #include "telemetry/event.h"
 #include "wire/frame.h"
+#include "wire/job.h"
 #include "wire/result.h"
 
 namespace shardscope::wire {
@@ -38,6 +39,7 @@ struct Welcome
     int worldSize = 1;
     std::string backend;
     std::uint64_t historyCapacity = 0; // N of the bounded recent history
+    JobIdentity job;                   // optional on the wire; id "" when absent
 };
 
 // Either direction; the sender closes the connection after it.

@@ -1,0 +1,465 @@
+#include "server/agentstate.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "telemetry/clock.h"
+
+namespace shardscope {
+
+namespace {
+
+std::string parentPath(const std::string &path)
+{
+    const auto dot = path.rfind('.');
+    return dot == std::string::npos ? std::string() : path.substr(0, dot);
+}
+
+} // namespace
+
+AgentState::AgentState(AgentConfig config) : m_config(std::move(config))
+{
+    ModuleRecord root;
+    root.id = 0;
+    root.type = "Module";
+    m_modules.push_back(root);
+    m_moduleByPath.emplace("", 0);
+}
+
+void AgentState::emit(EventType type, std::uint8_t flags, std::uint32_t a, std::uint32_t b,
+                      std::uint64_t u0, std::uint64_t u1, std::uint64_t u2)
+{
+    EventSink *sink = m_sink.load(std::memory_order_acquire);
+    if (!sink || !m_telemetry.load(std::memory_order_relaxed)) return;
+    Event ev{};
+    ev.tsNs = nowNs();
+    ev.step = m_step;
+    ev.rank = static_cast<std::uint16_t>(m_config.rank);
+    ev.type = type;
+    ev.flags = flags;
+    ev.a = a;
+    ev.b = b;
+    ev.u0 = u0;
+    ev.u1 = u1;
+    ev.u2 = u2;
+    sink->write(ev);
+}
+
+ModuleId AgentState::ensureModule(const std::string &path, const std::string &type)
+{
+    std::lock_guard lock(m_mutex);
+    if (auto it = m_moduleByPath.find(path); it != m_moduleByPath.end()) {
+        if (!type.empty() && m_modules[it->second].type != type) {
+            m_modules[it->second].type = type;
+            touch();
+        }
+        return it->second;
+    }
+    // Ancestors first, so a parent's id is always known when its child is added.
+    std::vector<std::string> missing{path};
+    for (std::string p = parentPath(path); !m_moduleByPath.contains(p); p = parentPath(p))
+        missing.push_back(p);
+    ModuleId id = kNoModule;
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+        ModuleRecord m;
+        m.id = static_cast<ModuleId>(m_modules.size());
+        m.path = *it;
+        m.type = *it == path ? type : std::string("Module");
+        m.parent = m_moduleByPath.at(parentPath(*it));
+        m_moduleByPath.emplace(m.path, m.id);
+        m_modules.push_back(m);
+        id = m.id;
+    }
+    touch();
+    return id;
+}
+
+void AgentState::setModuleType(ModuleId id, const std::string &type)
+{
+    std::lock_guard lock(m_mutex);
+    if (id < m_modules.size() && m_modules[id].type != type) {
+        m_modules[id].type = type;
+        touch();
+    }
+}
+
+void AgentState::setModelName(const std::string &name)
+{
+    std::lock_guard lock(m_mutex);
+    m_config.modelName = name;
+    touch();
+}
+
+std::string AgentState::modelName() const
+{
+    std::lock_guard lock(m_mutex);
+    return m_config.modelName;
+}
+
+void AgentState::setConfig(const EngineConfigRecord &config)
+{
+    std::lock_guard lock(m_mutex);
+    m_config.config = config;
+    touch();
+}
+
+void AgentState::setParam(const AgentParam &p)
+{
+    std::lock_guard lock(m_mutex);
+    m_params[p.id] = p;
+    m_removedNames.erase(p.id);
+    touch();
+}
+
+void AgentState::removeParam(ParamId id)
+{
+    std::lock_guard lock(m_mutex);
+    if (auto it = m_params.find(id); it != m_params.end()) {
+        m_removedNames[id] = it->second.name;
+        m_params.erase(it);
+        m_lateUnadopted.erase(id);
+        touch();
+    }
+}
+
+bool AgentState::hasParam(ParamId id) const
+{
+    std::lock_guard lock(m_mutex);
+    return m_params.contains(id);
+}
+
+void AgentState::setActive(ParamId id, std::vector<ModuleId> modules)
+{
+    std::lock_guard lock(m_mutex);
+    m_active[id] = std::move(modules);
+    touch();
+}
+
+AgentParam *AgentState::findLocked(ParamId id)
+{
+    auto it = m_params.find(id);
+    return it == m_params.end() ? nullptr : &it->second;
+}
+
+std::string AgentState::paramNameLocked(ParamId id) const
+{
+    if (auto it = m_params.find(id); it != m_params.end()) return it->second.name;
+    if (auto it = m_removedNames.find(id); it != m_removedNames.end()) return it->second;
+    return "<ds_id " + std::to_string(id) + ">";
+}
+
+void AgentState::moduleEnter(ModuleId m, Phase phase)
+{
+    emit(EventType::ModuleEnter, static_cast<std::uint8_t>(phase), m, 0);
+}
+
+void AgentState::moduleExit(ModuleId m, Phase phase)
+{
+    emit(EventType::ModuleExit, static_cast<std::uint8_t>(phase), m, 0);
+}
+
+void AgentState::fetchBegin(ParamId p, ModuleId cause, std::uint64_t bytes, FetchReason reason)
+{
+    const std::uint64_t now = nowNs();
+    {
+        std::lock_guard lock(m_mutex);
+        if (AgentParam *ap = findLocked(p)) ap->status = ParamStatus::Inflight;
+        m_gathers[p].beganTs = now;
+        touch();
+    }
+    emit(EventType::FetchBegin, static_cast<std::uint8_t>(reason), p, cause, bytes);
+}
+
+void AgentState::fetchEnd(ParamId p, ModuleId cause, std::uint64_t bytes, FetchReason reason)
+{
+    const std::uint64_t now = nowNs();
+    {
+        std::lock_guard lock(m_mutex);
+        if (AgentParam *ap = findLocked(p)) ap->status = ParamStatus::Available;
+        Gathers &g = m_gathers[p];
+        ++g.count;
+        g.bytes += bytes;
+        if (g.beganTs != 0 && now >= g.beganTs) g.ns += now - g.beganTs;
+        g.beganTs = 0;
+        g.lastTs = now;
+        touch();
+    }
+    emit(EventType::FetchEnd, static_cast<std::uint8_t>(reason), p, cause, bytes);
+}
+
+void AgentState::release(ParamId p, ModuleId cause, std::uint64_t bytes)
+{
+    {
+        std::lock_guard lock(m_mutex);
+        if (AgentParam *ap = findLocked(p)) ap->status = ParamStatus::NotAvailable;
+        touch();
+    }
+    emit(EventType::Release, 0, p, cause, bytes);
+}
+
+void AgentState::broadcast(ParamId p, int root, std::uint64_t bytes)
+{
+    emit(EventType::Broadcast, 0, p, static_cast<std::uint32_t>(root), bytes);
+}
+
+void AgentState::registerExternal(ModuleId m, ParamId p, bool automatic)
+{
+    {
+        std::lock_guard lock(m_mutex);
+        auto &list = m_externals[p];
+        auto it = std::find_if(list.begin(), list.end(),
+                               [&](const ExternalRecord &e) { return e.module == m; });
+        if (it == list.end())
+            list.push_back(ExternalRecord{m, automatic});
+        else
+            it->automatic = it->automatic && automatic;
+        touch();
+    }
+    emit(EventType::ExternalRegister, automatic ? 1 : 0, m, p);
+}
+
+void AgentState::unregisterExternal(ModuleId m, ParamId p)
+{
+    {
+        std::lock_guard lock(m_mutex);
+        std::erase_if(m_externals[p], [&](const ExternalRecord &e) { return e.module == m; });
+        touch();
+    }
+    emit(EventType::ExternalUnregister, 0, m, p);
+}
+
+void AgentState::recordLocked(ViolationRecord v)
+{
+    const auto key = std::make_tuple(static_cast<int>(v.kind), v.accessor, v.param);
+    if (auto it = m_violationIndex.find(key); it != m_violationIndex.end()) {
+        ViolationRecord &old = m_violations[it->second];
+        old.count += v.count;
+        old.lastStep = std::max(old.lastStep, v.step);
+        old.status = v.status;
+        old.action = v.action;
+    } else {
+        m_violationIndex.emplace(key, m_violations.size());
+        m_violations.push_back(std::move(v));
+    }
+    touch();
+}
+
+ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p, GuardAction action,
+                                             bool writes)
+{
+    ViolationText text;
+    ParamStatus status = ParamStatus::NotAvailable;
+    ModuleId owner = kNoModule;
+    bool first = false;
+    {
+        std::lock_guard lock(m_mutex);
+        const AgentParam *ap = findLocked(p);
+        if (ap) {
+            status = ap->status;
+            owner = ap->owner;
+        }
+        ViolationSubject subject;
+        subject.kind = ViolationKind::UnregisteredAccess;
+        subject.hasAccessor = accessor != kNoModule && accessor < m_modules.size();
+        if (subject.hasAccessor) subject.accessor = m_modules[accessor].path;
+        subject.param = paramNameLocked(p);
+        subject.owner = owner < m_modules.size() ? m_modules[owner].path : std::string();
+        subject.status = status;
+        subject.writes = writes;
+        text = describeViolation(subject, m_config.dialect);
+        first = m_thisStep.emplace(0, accessor, p).second;
+        if (first) {
+            ViolationRecord v;
+            v.kind = ViolationKind::UnregisteredAccess;
+            v.step = m_step;
+            v.lastStep = m_step;
+            v.rank = m_config.rank;
+            v.accessor = subject.hasAccessor ? accessor : kNoModule;
+            v.param = p;
+            v.paramName = subject.param;
+            v.owner = owner;
+            v.status = status;
+            v.action = action;
+            v.count = 1;
+            v.tsNs = nowNs();
+            v.fix = text.fix;
+            v.message = text.message;
+            recordLocked(std::move(v));
+        }
+    }
+    if (first)
+        emit(EventType::UnregisteredAccess,
+             static_cast<std::uint8_t>(static_cast<std::uint8_t>(status) |
+                                       (static_cast<std::uint8_t>(action) << 4)),
+             accessor, p, owner);
+    return text;
+}
+
+void AgentState::lateParameter(ParamId p)
+{
+    ModuleId owner = kNoModule;
+    {
+        std::lock_guard lock(m_mutex);
+        if (AgentParam *ap = findLocked(p)) {
+            ap->late = true;
+            ap->partitioned = false;
+            ap->status = ParamStatus::Available;
+            owner = ap->owner;
+        }
+        m_lateUnadopted.insert(p);
+        touch();
+    }
+    emit(EventType::LateParameter, 0, owner, p);
+}
+
+void AgentState::parameterAdopted(ParamId p)
+{
+    ModuleId owner = kNoModule;
+    {
+        std::lock_guard lock(m_mutex);
+        if (AgentParam *ap = findLocked(p)) {
+            ap->late = true;
+            ap->partitioned = !ap->persistent;
+            owner = ap->owner;
+        }
+        m_lateUnadopted.erase(p);
+        touch();
+    }
+    emit(EventType::ParameterAdopted, 0, owner, p);
+}
+
+ViolationText AgentState::traceInvalidated(std::optional<ModuleId> expected, ModuleId got, Phase phase)
+{
+    ViolationText text;
+    {
+        std::lock_guard lock(m_mutex);
+        ViolationSubject subject;
+        subject.kind = ViolationKind::TraceInvalidated;
+        subject.hasAccessor = true;
+        subject.accessor = got < m_modules.size() ? m_modules[got].path : std::string();
+        subject.hasOwner = expected && *expected < m_modules.size();
+        if (subject.hasOwner) subject.owner = m_modules[*expected].path;
+        text = describeViolation(subject, m_config.dialect);
+        ViolationRecord v;
+        v.kind = ViolationKind::TraceInvalidated;
+        v.step = m_step;
+        v.lastStep = m_step;
+        v.rank = m_config.rank;
+        v.accessor = got;
+        v.owner = subject.hasOwner ? *expected : kNoModule;
+        v.action = GuardAction::Recorded;
+        v.count = 1;
+        v.tsNs = nowNs();
+        v.message = text.message;
+        recordLocked(std::move(v));
+    }
+    emit(EventType::TraceInvalidated, static_cast<std::uint8_t>(phase),
+         expected ? *expected : kNoModule, got);
+    return text;
+}
+
+void AgentState::stepBegin()
+{
+    std::vector<ViolationRecord> late;
+    {
+        std::lock_guard lock(m_mutex);
+        ++m_step;
+        m_inStep = true;
+        m_thisStep.clear();
+        // A step that starts with late parameters DeepSpeed never partitioned.
+        for (ParamId p : m_lateUnadopted) {
+            const AgentParam *ap = findLocked(p);
+            if (!ap) continue;
+            ViolationSubject subject;
+            subject.kind = ViolationKind::LateParameter;
+            subject.param = ap->name;
+            subject.owner = ap->owner < m_modules.size() ? m_modules[ap->owner].path : std::string();
+            subject.replaces = ap->replaces;
+            ViolationText text = describeViolation(subject, m_config.dialect);
+            ViolationRecord v;
+            v.kind = ViolationKind::LateParameter;
+            v.step = m_step;
+            v.lastStep = m_step;
+            v.rank = m_config.rank;
+            v.accessor = ap->owner;
+            v.param = p;
+            v.paramName = ap->name;
+            v.owner = ap->owner;
+            v.status = ap->status;
+            v.action = GuardAction::Recorded;
+            v.count = 1;
+            v.tsNs = nowNs();
+            v.fix = text.fix;
+            v.message = text.message;
+            recordLocked(std::move(v));
+        }
+        touch();
+    }
+    emit(EventType::StepBegin, 0, 0, 0);
+}
+
+void AgentState::stepEnd(double loss)
+{
+    {
+        std::lock_guard lock(m_mutex);
+        m_inStep = false;
+        touch();
+    }
+    emit(EventType::StepEnd, 0, 0, 0, std::bit_cast<std::uint64_t>(loss));
+}
+
+std::uint32_t AgentState::step() const
+{
+    std::lock_guard lock(m_mutex);
+    return m_step;
+}
+
+EngineState AgentState::state() const
+{
+    std::lock_guard lock(m_mutex);
+    EngineState s;
+    s.modelName = m_config.modelName;
+    s.fixDialect = std::string(fixDialectName(m_config.dialect));
+    s.worldSize = m_config.worldSize;
+    s.backend = m_config.backend;
+    s.step = m_step;
+    s.config = m_config.config;
+    s.localRanks = {m_config.rank};
+    s.modules.reserve(m_modules.size());
+    for (const ModuleRecord &m : m_modules)
+        s.modules.push_back(m);
+    s.params.reserve(m_params.size());
+    for (const auto &[id, ap] : m_params) {
+        ParamRecord &r = s.params.emplace_back();
+        r.id = id;
+        r.name = ap.name;
+        r.owner = ap.owner;
+        r.shape = ap.shape;
+        r.dtype = ap.dtype;
+        r.numel = ap.numel;
+        r.paddedNumel = ap.paddedNumel;
+        r.partitionNumel = ap.partitionNumel;
+        r.persistent = ap.persistent;
+        r.late = ap.late;
+        r.replaces = ap.replaces;
+        r.partitioned = ap.partitioned;
+        // Only this rank's status is observed; other ranks are shown as their shard alone
+        // (or whole, for what is never partitioned), as the Engine reports remote ranks.
+        const ParamStatus others = ap.partitioned ? ParamStatus::NotAvailable : ParamStatus::Available;
+        r.status.assign(static_cast<std::size_t>(m_config.worldSize), others);
+        if (m_config.rank >= 0 && m_config.rank < m_config.worldSize)
+            r.status[static_cast<std::size_t>(m_config.rank)] = ap.status;
+        if (auto it = m_externals.find(id); it != m_externals.end()) r.externals = it->second;
+        if (auto it = m_active.find(id); it != m_active.end()) r.activeModules = it->second;
+        if (auto it = m_gathers.find(id); it != m_gathers.end()) {
+            r.gatherCount = it->second.count;
+            r.gatherBytes = it->second.bytes;
+            r.gatherNs = it->second.ns;
+            r.lastGatherTsNs = it->second.lastTs;
+        }
+    }
+    s.violations = m_violations;
+    return s;
+}
+
+} // namespace shardscope

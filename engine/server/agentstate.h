@@ -1,0 +1,130 @@
+#pragma once
+// The state provider of a process that does not run our Engine: the DeepSpeed agent
+// (python/shardscope) tells it the model, each status change and each violation as it
+// observes them, and it keeps EngineState and emits the events the Engine would. The
+// words of violations come from core/violationtext (the DeepSpeed dialect), as the
+// Engine's come from it in its own. Thread-safe: the training thread calls the recording
+// methods, the server thread reads state().
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "core/state.h"
+#include "core/violationtext.h"
+#include "server/stateprovider.h"
+
+namespace shardscope {
+
+struct AgentConfig
+{
+    std::string modelName = "model";
+    int rank = 0;
+    int worldSize = 1;
+    std::string backend = "gloo";
+    FixDialect dialect = FixDialect::DeepSpeed;
+    EngineConfigRecord config;
+};
+
+struct AgentParam
+{
+    ParamId id = 0; // DeepSpeed's ds_id (or a provisional id for a late parameter)
+    std::string name;
+    ModuleId owner = kNoModule;
+    Shape shape;
+    DType dtype = DType::F32;
+    std::int64_t numel = 0;
+    std::int64_t paddedNumel = 0;
+    std::int64_t partitionNumel = 0;
+    bool persistent = false;
+    bool partitioned = true;
+    bool late = false;
+    std::string replaces;
+    ParamStatus status = ParamStatus::NotAvailable;
+};
+
+class AgentState final : public StateProvider
+{
+public:
+    explicit AgentState(AgentConfig config);
+
+    // ---- structure (any time; ids are stable once given)
+    // The module with this dotted path, created (with its missing ancestors) if new.
+    ModuleId ensureModule(const std::string &path, const std::string &type);
+    void setModuleType(ModuleId id, const std::string &type);
+    void setModelName(const std::string &name);
+    void setConfig(const EngineConfigRecord &config);
+    void setParam(const AgentParam &p); // adds or updates by id
+    void removeParam(ParamId id);       // the name stays known to violations
+    bool hasParam(ParamId id) const;
+    void setActive(ParamId id, std::vector<ModuleId> modules);
+
+    // ---- events (the training thread)
+    void moduleEnter(ModuleId m, Phase phase);
+    void moduleExit(ModuleId m, Phase phase);
+    void fetchBegin(ParamId p, ModuleId cause, std::uint64_t bytes, FetchReason reason);
+    void fetchEnd(ParamId p, ModuleId cause, std::uint64_t bytes, FetchReason reason);
+    void release(ParamId p, ModuleId cause, std::uint64_t bytes);
+    void broadcast(ParamId p, int root, std::uint64_t bytes);
+    void registerExternal(ModuleId m, ParamId p, bool automatic);
+    void unregisterExternal(ModuleId m, ParamId p);
+    // Records an unregistered access (accessor kNoModule: outside any module) once per step,
+    // and returns its words; writes: a build-time read that modifies the parameter.
+    ViolationText unregisteredAccess(ModuleId accessor, ParamId p, GuardAction action, bool writes);
+    void lateParameter(ParamId p);
+    void parameterAdopted(ParamId p);
+    ViolationText traceInvalidated(std::optional<ModuleId> expected, ModuleId got, Phase phase);
+    void stepBegin();
+    void stepEnd(double loss);
+    std::uint32_t step() const;
+
+    // ---- StateProvider
+    EngineState state() const override;
+    std::uint64_t stateVersion() const override { return m_version.load(std::memory_order_acquire); }
+    std::string modelName() const override;
+    int worldSize() const override { return m_config.worldSize; }
+    std::string backend() const override { return m_config.backend; }
+    std::vector<int> localRanks() const override { return {m_config.rank}; }
+    void setEventSink(EventSink *sink) override { m_sink.store(sink, std::memory_order_release); }
+    void setTelemetryEnabled(bool on) override { m_telemetry.store(on, std::memory_order_relaxed); }
+
+private:
+    void emit(EventType type, std::uint8_t flags, std::uint32_t a, std::uint32_t b,
+              std::uint64_t u0 = 0, std::uint64_t u1 = 0, std::uint64_t u2 = 0);
+    void touch() { m_version.fetch_add(1, std::memory_order_acq_rel); }
+    AgentParam *findLocked(ParamId id);
+    void recordLocked(ViolationRecord v);
+    std::string paramNameLocked(ParamId id) const;
+
+    AgentConfig m_config;
+    mutable std::mutex m_mutex;
+    std::vector<ModuleRecord> m_modules; // index == id
+    std::unordered_map<std::string, ModuleId> m_moduleByPath;
+    std::map<ParamId, AgentParam> m_params;
+    std::unordered_map<ParamId, std::string> m_removedNames;
+    std::map<ParamId, std::vector<ExternalRecord>> m_externals;
+    std::map<ParamId, std::vector<ModuleId>> m_active;
+    struct Gathers
+    {
+        std::uint64_t count = 0, bytes = 0, ns = 0, lastTs = 0, beganTs = 0;
+    };
+    std::map<ParamId, Gathers> m_gathers;
+    std::vector<ViolationRecord> m_violations;
+    std::map<std::tuple<int, ModuleId, ParamId>, std::size_t> m_violationIndex;
+    std::set<std::tuple<int, ModuleId, ParamId>> m_thisStep;
+    std::set<ParamId> m_lateUnadopted;
+    std::uint32_t m_step = 0;
+    bool m_inStep = false;
+    std::atomic<std::uint64_t> m_version{1};
+    std::atomic<EventSink *> m_sink{nullptr};
+    std::atomic<bool> m_telemetry{true};
+};
+
+} // namespace shardscope

@@ -1,0 +1,47 @@
+#include "server/stateprovider.h"
+
+#include "core/engine.h"
+
+namespace shardscope {
+
+EngineState EngineStateProvider::state() const
+{
+    return m_engine.state();
+}
+
+std::uint64_t EngineStateProvider::stateVersion() const
+{
+    return m_engine.stateVersion();
+}
+
+std::string EngineStateProvider::modelName() const
+{
+    return m_engine.config().modelName;
+}
+
+int EngineStateProvider::worldSize() const
+{
+    return m_engine.worldSize();
+}
+
+std::string EngineStateProvider::backend() const
+{
+    return std::string(backendName(m_engine.backend()));
+}
+
+std::vector<int> EngineStateProvider::localRanks() const
+{
+    return m_engine.localRanks();
+}
+
+void EngineStateProvider::setEventSink(EventSink *sink)
+{
+    m_engine.setEventSink(sink);
+}
+
+void EngineStateProvider::setTelemetryEnabled(bool on)
+{
+    m_engine.setTelemetryEnabled(on);
+}
+
+} // namespace shardscope

@@ -1,0 +1,53 @@
+#pragma once
+// What the inspector endpoint serves: a source of the engine state and of events. Our own
+// Engine is one (EngineStateProvider); the DeepSpeed agent's process state is another
+// (python/shardscope). The server reads state() on its own thread at any time.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/state.h"
+#include "telemetry/event.h"
+
+namespace shardscope {
+
+class Engine;
+
+class StateProvider
+{
+public:
+    virtual ~StateProvider() = default;
+
+    // A consistent copy of the whole state; called from the server thread.
+    virtual EngineState state() const = 0;
+    // Changes whenever state() may have changed, so the server rebuilds only then.
+    virtual std::uint64_t stateVersion() const = 0;
+    virtual std::string modelName() const = 0;
+    virtual int worldSize() const = 0;
+    virtual std::string backend() const = 0;       // "cpu", "nccl", "gloo"
+    virtual std::vector<int> localRanks() const = 0; // the global ranks this process runs
+    // Where events go from now on (nullptr: nowhere). The sink outlives the provider's use.
+    virtual void setEventSink(EventSink *sink) = 0;
+    virtual void setTelemetryEnabled(bool on) = 0;
+};
+
+class EngineStateProvider final : public StateProvider
+{
+public:
+    explicit EngineStateProvider(Engine &engine) : m_engine(engine) {}
+
+    EngineState state() const override;
+    std::uint64_t stateVersion() const override;
+    std::string modelName() const override;
+    int worldSize() const override;
+    std::string backend() const override;
+    std::vector<int> localRanks() const override;
+    void setEventSink(EventSink *sink) override;
+    void setTelemetryEnabled(bool on) override;
+
+private:
+    Engine &m_engine;
+};
+
+} // namespace shardscope
