@@ -26,7 +26,7 @@ AgentState::AgentState(AgentConfig config) : m_config(std::move(config))
     m_moduleByPath.emplace("", 0);
 }
 
-void AgentState::emit(EventType type, std::uint8_t flags, std::uint32_t a, std::uint32_t b,
+void AgentState::post(EventType type, std::uint8_t flags, std::uint32_t a, std::uint32_t b,
                       std::uint64_t u0, std::uint64_t u1, std::uint64_t u2)
 {
     EventSink *sink = m_sink.load(std::memory_order_acquire);
@@ -150,12 +150,12 @@ std::string AgentState::paramNameLocked(ParamId id) const
 
 void AgentState::moduleEnter(ModuleId m, Phase phase)
 {
-    emit(EventType::ModuleEnter, static_cast<std::uint8_t>(phase), m, 0);
+    post(EventType::ModuleEnter, static_cast<std::uint8_t>(phase), m, 0);
 }
 
 void AgentState::moduleExit(ModuleId m, Phase phase)
 {
-    emit(EventType::ModuleExit, static_cast<std::uint8_t>(phase), m, 0);
+    post(EventType::ModuleExit, static_cast<std::uint8_t>(phase), m, 0);
 }
 
 void AgentState::fetchBegin(ParamId p, ModuleId cause, std::uint64_t bytes, FetchReason reason)
@@ -167,7 +167,7 @@ void AgentState::fetchBegin(ParamId p, ModuleId cause, std::uint64_t bytes, Fetc
         m_gathers[p].beganTs = now;
         touch();
     }
-    emit(EventType::FetchBegin, static_cast<std::uint8_t>(reason), p, cause, bytes);
+    post(EventType::FetchBegin, static_cast<std::uint8_t>(reason), p, cause, bytes);
 }
 
 void AgentState::fetchEnd(ParamId p, ModuleId cause, std::uint64_t bytes, FetchReason reason)
@@ -184,7 +184,7 @@ void AgentState::fetchEnd(ParamId p, ModuleId cause, std::uint64_t bytes, FetchR
         g.lastTs = now;
         touch();
     }
-    emit(EventType::FetchEnd, static_cast<std::uint8_t>(reason), p, cause, bytes);
+    post(EventType::FetchEnd, static_cast<std::uint8_t>(reason), p, cause, bytes);
 }
 
 void AgentState::release(ParamId p, ModuleId cause, std::uint64_t bytes)
@@ -194,12 +194,12 @@ void AgentState::release(ParamId p, ModuleId cause, std::uint64_t bytes)
         if (AgentParam *ap = findLocked(p)) ap->status = ParamStatus::NotAvailable;
         touch();
     }
-    emit(EventType::Release, 0, p, cause, bytes);
+    post(EventType::Release, 0, p, cause, bytes);
 }
 
 void AgentState::broadcast(ParamId p, int root, std::uint64_t bytes)
 {
-    emit(EventType::Broadcast, 0, p, static_cast<std::uint32_t>(root), bytes);
+    post(EventType::Broadcast, 0, p, static_cast<std::uint32_t>(root), bytes);
 }
 
 void AgentState::registerExternal(ModuleId m, ParamId p, bool automatic)
@@ -215,7 +215,7 @@ void AgentState::registerExternal(ModuleId m, ParamId p, bool automatic)
             it->automatic = it->automatic && automatic;
         touch();
     }
-    emit(EventType::ExternalRegister, automatic ? 1 : 0, m, p);
+    post(EventType::ExternalRegister, automatic ? 1 : 0, m, p);
 }
 
 void AgentState::unregisterExternal(ModuleId m, ParamId p)
@@ -225,7 +225,7 @@ void AgentState::unregisterExternal(ModuleId m, ParamId p)
         std::erase_if(m_externals[p], [&](const ExternalRecord &e) { return e.module == m; });
         touch();
     }
-    emit(EventType::ExternalUnregister, 0, m, p);
+    post(EventType::ExternalUnregister, 0, m, p);
 }
 
 void AgentState::recordLocked(ViolationRecord v)
@@ -288,7 +288,7 @@ ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p, Guard
         }
     }
     if (first)
-        emit(EventType::UnregisteredAccess,
+        post(EventType::UnregisteredAccess,
              static_cast<std::uint8_t>(static_cast<std::uint8_t>(status) |
                                        (static_cast<std::uint8_t>(action) << 4)),
              accessor, p, owner);
@@ -309,7 +309,7 @@ void AgentState::lateParameter(ParamId p)
         m_lateUnadopted.insert(p);
         touch();
     }
-    emit(EventType::LateParameter, 0, owner, p);
+    post(EventType::LateParameter, 0, owner, p);
 }
 
 void AgentState::parameterAdopted(ParamId p)
@@ -325,7 +325,7 @@ void AgentState::parameterAdopted(ParamId p)
         m_lateUnadopted.erase(p);
         touch();
     }
-    emit(EventType::ParameterAdopted, 0, owner, p);
+    post(EventType::ParameterAdopted, 0, owner, p);
 }
 
 ViolationText AgentState::traceInvalidated(std::optional<ModuleId> expected, ModuleId got, Phase phase)
@@ -353,7 +353,7 @@ ViolationText AgentState::traceInvalidated(std::optional<ModuleId> expected, Mod
         v.message = text.message;
         recordLocked(std::move(v));
     }
-    emit(EventType::TraceInvalidated, static_cast<std::uint8_t>(phase),
+    post(EventType::TraceInvalidated, static_cast<std::uint8_t>(phase),
          expected ? *expected : kNoModule, got);
     return text;
 }
@@ -395,7 +395,7 @@ void AgentState::stepBegin()
         }
         touch();
     }
-    emit(EventType::StepBegin, 0, 0, 0);
+    post(EventType::StepBegin, 0, 0, 0);
 }
 
 void AgentState::stepEnd(double loss)
@@ -405,7 +405,7 @@ void AgentState::stepEnd(double loss)
         m_inStep = false;
         touch();
     }
-    emit(EventType::StepEnd, 0, 0, 0, std::bit_cast<std::uint64_t>(loss));
+    post(EventType::StepEnd, 0, 0, 0, std::bit_cast<std::uint64_t>(loss));
 }
 
 std::uint32_t AgentState::step() const

@@ -96,7 +96,7 @@ public:
     void setTelemetryEnabled(bool on) override { m_telemetry.store(on, std::memory_order_relaxed); }
 
 private:
-    void emit(EventType type, std::uint8_t flags, std::uint32_t a, std::uint32_t b,
+    void post(EventType type, std::uint8_t flags, std::uint32_t a, std::uint32_t b,
               std::uint64_t u0 = 0, std::uint64_t u1 = 0, std::uint64_t u2 = 0);
     void touch() { m_version.fetch_add(1, std::memory_order_acq_rel); }
     AgentParam *findLocked(ParamId id);

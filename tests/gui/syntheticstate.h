@@ -53,6 +53,7 @@ inline EngineState smallState(int world = 4)
         p.partitionNumel = p.paddedNumel / world;
         p.late = late;
         p.partitioned = !late;
+        if (late) p.replaces = "pos_conv.weight"; // weight_norm's weight_g / weight_v
         p.status.assign(static_cast<std::size_t>(world),
                         late ? ParamStatus::Available : ParamStatus::NotAvailable);
         st.params.push_back(p);

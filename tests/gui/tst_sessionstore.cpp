@@ -118,7 +118,8 @@ void tst_SessionStore::violationsGroupByKindAccessorParam()
     QCOMPARE(store.moduleViolations(1), std::uint64_t(3)); // owner
     const ViolationGroup &late = store.violationGroups()[1];
     QCOMPARE(late.kind, ViolationKind::LateParameter);
-    QVERIFY(QString::fromStdString(late.fix).contains(QStringLiteral("GatheredParameters")));
+    QVERIFY(QString::fromStdString(late.fix).contains(
+        QStringLiteral("GatheredParameters(pos_conv.weight, modifier_rank=0)")));
     QVERIFY(QString::fromStdString(late.fix).contains(
         QStringLiteral("register_external_parameter(pos_conv, pos_conv.weight_g)")));
     QCOMPARE(store.violationsOf(7).size(), std::size_t(1));

@@ -1,0 +1,150 @@
+"""Both user stories on real DeepSpeed ZeRO-3, with ShardScope attached (one process per rank).
+
+    ../shared/deepspeed-cpu/launch --nproc 2 python/examples/deepspeed_stories.py
+    shardscope --attach job:...   # or shardscope-capture --list, while it runs
+
+A tiny language model: `embed` (nn.Embedding), a positional Conv1d with weight_norm
+(`pos_conv`, wav2vec2's shape), `fc`, and `lm_head`, which computes the logits from
+`embed.weight` (a tied embedding read by another module). Mirrors shardscope-train:
+
+  --externals none      story 1 as users hit it: DeepSpeed registers embed.weight on lm_head
+                        silently inside the engine's forward (recorded, with the fix line)
+  --externals manual    the fix: deepspeed.zero.register_external_parameter(lm_head, embed.weight)
+  --weight-norm unsafe  story 2: weight_norm applied to a conv zero.Init already partitioned:
+                        IndexError while the model is built (recorded first)
+  --weight-norm workaround  the story's workaround (GatheredParameters(modifier_rank=0), then
+                        register weight_g/weight_v): weight_g/weight_v are late, then adopted
+  --read-outside        story 1's training loop reads model.embed.weight outside any forward
+                        (DeepSpeed: "mat2 must be a matrix"; recorded first)
+  --guard error         ShardScope raises at the first unregistered access, with the fix line
+"""
+import argparse
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import deepspeed
+import shardscope.deepspeed
+
+
+class Head(nn.Module):
+    """Logits from the embedding matrix of another module (tied weights)."""
+
+    def __init__(self, embed):
+        super().__init__()
+        object.__setattr__(self, "embed", embed)  # a reference, not a child
+
+    def forward(self, x):
+        return F.linear(x, self.embed.weight)
+
+
+class PositionalConv(nn.Module):
+    """wav2vec2's positional convolution: a Conv1d under weight_norm (story 2)."""
+
+    def __init__(self, hidden, kernel, weight_norm):
+        super().__init__()
+        self.conv = nn.Conv1d(hidden, hidden, kernel, padding=kernel - 1)
+        if weight_norm == "unsafe":
+            self.conv = nn.utils.weight_norm(self.conv, name="weight", dim=2)
+        elif weight_norm == "workaround":
+            with deepspeed.zero.GatheredParameters(self.conv.weight, modifier_rank=0):
+                self.conv = nn.utils.weight_norm(self.conv, name="weight", dim=2)
+            deepspeed.zero.register_external_parameter(self, self.conv.weight_v)
+            deepspeed.zero.register_external_parameter(self, self.conv.weight_g)
+        self.kernel = kernel
+
+    def forward(self, x):  # causal: position t sees t-kernel+1 .. t
+        return F.gelu(self.conv(x.transpose(1, 2))[:, :, :x.shape[1]].transpose(1, 2))
+
+
+class TinyLM(nn.Module):
+
+    def __init__(self, vocab, hidden, externals, weight_norm):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.pos_conv = PositionalConv(hidden, 4, weight_norm)
+        self.fc = nn.Linear(hidden, hidden)
+        self.lm_head = Head(self.embed)
+        if externals == "manual":
+            deepspeed.zero.register_external_parameter(self.lm_head, self.embed.weight)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        x = x + self.pos_conv(x)
+        return self.lm_head(torch.tanh(self.fc(x)))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--externals", choices=["none", "manual"], default="none")
+    parser.add_argument("--weight-norm", choices=["off", "unsafe", "workaround"], default="workaround")
+    parser.add_argument("--read-outside", action="store_true")
+    parser.add_argument("--call-module", action="store_true",
+                        help="call engine.module(ids) instead of engine(ids) (outside DeepSpeed's forward)")
+    parser.add_argument("--guard", choices=["warn", "error"], default="warn")
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--listen", default=None, help="unix:PATH or tcp:HOST:PORT (default: private socket)")
+    parser.add_argument("--snapshot-out", default="", help="snapshot file; {rank} becomes the rank")
+    parser.add_argument("--no-agent", action="store_true", help="run without ShardScope")
+    parser.add_argument("--hold", type=float, default=0.0,
+                        help="seconds to wait after the last step (for a client to attach)")
+    parser.add_argument("--timing", default="", help="write each step's seconds to this file ({rank})")
+    parser.add_argument("--hidden", type=int, default=16)
+    parser.add_argument("--profile", default="", help="cProfile rank 0's training loop into this file")
+    args = parser.parse_args()
+
+    if not args.no_agent:
+        shardscope.deepspeed.install(listen=args.listen, guard=args.guard,
+                                     snapshot_out=args.snapshot_out, model_name="TinyLM")
+    deepspeed.init_distributed("gloo")
+    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    vocab, hidden = 37, args.hidden
+    times = []
+    config = {"train_batch_size": 4 * world,
+              "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
+              "zero_allow_untested_optimizer": True}
+    torch.manual_seed(0)
+    try:
+        with deepspeed.zero.Init(config_dict_or_path=config):
+            model = TinyLM(vocab, hidden, args.externals, args.weight_norm)
+        engine, *_ = deepspeed.initialize(model=model, config=config,
+                                          optimizer=torch.optim.AdamW(model.parameters(), lr=1e-2))
+        if not args.no_agent:
+            shardscope.deepspeed.attach(engine)  # deepspeed.initialize did it already; harmless
+        g = torch.Generator().manual_seed(rank)
+        profiler = None
+        if args.profile and rank == 0:
+            import cProfile
+            profiler = cProfile.Profile()
+            profiler.enable()
+        for step in range(args.steps):
+            began = time.perf_counter()
+            ids = torch.randint(0, vocab, (4, 8), generator=g)
+            logits = engine.module(ids) if args.call_module else engine(ids)
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, vocab), ids[:, 1:].reshape(-1))
+            engine.backward(loss)
+            engine.step()
+            times.append(time.perf_counter() - began)
+            if args.read_outside:  # story 1: the embedding read in the training loop
+                probe = torch.ones(2, vocab)
+                probe.mm(engine.module.embed.weight)
+            print(f"rank {rank} step {step + 1} loss {loss.item():.4f}", flush=True)
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(args.profile)
+        if args.timing:
+            with open(args.timing.replace("{rank}", str(rank)), "w") as f:
+                f.write("\n".join(f"{t:.9f}" for t in times) + "\n")
+        if args.hold > 0:
+            time.sleep(args.hold)
+    finally:
+        shardscope.deepspeed.finish()
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,360 @@
+"""Every private DeepSpeed name the agent relies on, and nothing else.
+
+These are internals of DeepSpeed's ZeRO-3 (``deepspeed/runtime/zero``) and of
+``DeepSpeedEngine``; they change between releases, so the agent refuses versions it has
+not been checked against (``KNOWN_VERSIONS``) instead of observing them wrongly. Each
+patch wraps the original and calls it unchanged: the agent observes, it never changes what
+DeepSpeed does, except that ``guard="error"`` raises before DeepSpeed's silent automatic
+registration.
+
+What is observed where (DeepSpeed 0.14.5):
+
+- status changes (``ds_status``): every assignment, wherever DeepSpeed makes it, by giving
+  converted parameters a subclass of their class whose ``ds_status`` is a property;
+- ``ds_active_sub_modules``: a ``set`` subclass that reports changes;
+- ``Init._zero_init_param``: a parameter converted (``zero.Init``, or adoption of late
+  parameters by ``deepspeed.initialize``);
+- ``Init._post_init_method``: a module built under ``zero.Init``;
+  ``InsertPostInitMethodToModuleSubClasses.__exit__``: the end of ``zero.Init``;
+- ``ZeROOrderedDict.__getitem__``: reads of parameters by attribute after
+  ``deepspeed.initialize`` (where DeepSpeed registers external parameters automatically);
+  before it, modules built under ``zero.Init`` get an observing ``_parameters`` dict;
+- ``register_external_parameter`` / ``unregister_external_parameter`` (module globals of
+  ``partition_parameters`` and ``parameter_offload``, and ``deepspeed.zero``);
+- ``DeepSpeedZeRoOffload.{pre,post}_sub_module_{forward,backward}_function``: module scopes;
+- ``PartitionedParameterCoordinator.trace_prologue``: trace invalidation (its private
+  ``__submodule_order`` and ``__step_id``);
+- ``GatheredParameters.__enter__`` / ``__exit__`` (``params``, ``src_rank``);
+- ``DeepSpeedEngine.forward`` / ``backward`` / ``step``: steps and the loss;
+- ``DeepSpeedZeRoOffload._convert_to_zero_parameters``: late parameters adopted;
+- ``deepspeed.initialize``: the engine to attach to.
+"""
+
+from collections import OrderedDict
+
+KNOWN_VERSIONS = ("0.14.5",)
+
+# deepspeed.runtime.zero.partition_parameters.ZeroParamStatus values -> ShardScope's status
+# numbers (0 NOT_AVAILABLE, 1 INFLIGHT, 2 AVAILABLE).
+STATUS_NAMES = {"NOT_AVAILABLE": 0, "INFLIGHT": 1, "AVAILABLE": 2}
+
+
+def deepspeed_version():
+    import deepspeed
+
+    return getattr(deepspeed, "__version__", "unknown")
+
+
+def check_version():
+    """Raises ShardScopeError naming the known versions when this DeepSpeed is not one."""
+    from . import ShardScopeError
+
+    version = deepspeed_version()
+    base = version.split("+")[0]
+    if base not in KNOWN_VERSIONS:
+        raise ShardScopeError(
+            f"shardscope.deepspeed observes DeepSpeed's ZeRO-3 internals, and knows DeepSpeed "
+            f"{', '.join(KNOWN_VERSIONS)}; this is DeepSpeed {version}. Run a known version, or "
+            f"leave the agent out of this run (its internals may differ).")
+    return version
+
+
+def status_number(ds_status):
+    return STATUS_NAMES.get(getattr(ds_status, "name", ""), 0)
+
+
+def is_not_available(param):
+    status = param.__dict__.get("ds_status")
+    return status is not None and status.name == "NOT_AVAILABLE"
+
+
+class _Patches:
+    """Originals of everything patched, so that uninstall() restores them."""
+
+    def __init__(self):
+        self._saved = []
+
+    def replace(self, owner, name, new):
+        if not hasattr(owner, name):
+            return  # a re-export this version does not have
+        self._saved.append((owner, name, owner.__dict__.get(name, getattr(owner, name))))
+        setattr(owner, name, new)
+
+    def restore(self):
+        for owner, name, old in reversed(self._saved):
+            setattr(owner, name, old)
+        self._saved.clear()
+
+
+def _observed_set_class(on_change):
+
+    class ObservedActiveSubModules(set):
+        """``ds_active_sub_modules`` that reports every change (module ids of DeepSpeed)."""
+
+        __slots__ = ("param", )
+
+        def add(self, item):
+            set.add(self, item)
+            on_change(self.param, self)
+
+        def discard(self, item):
+            set.discard(self, item)
+            on_change(self.param, self)
+
+        def remove(self, item):
+            set.remove(self, item)
+            on_change(self.param, self)
+
+        def clear(self):
+            set.clear(self)
+            on_change(self.param, self)
+
+    return ObservedActiveSubModules
+
+
+def install(observer):
+    """Patches DeepSpeed for observer (shardscope.deepspeed._Agent); returns uninstall()."""
+    import torch
+    import deepspeed
+    from deepspeed.runtime import engine as ds_engine
+    from deepspeed.runtime import zero as ds_zero
+    from deepspeed.runtime.zero import parameter_offload, partition_parameters
+    from deepspeed.runtime.zero import partitioned_param_coordinator as coordinator_mod
+
+    patches = _Patches()
+    Init = partition_parameters.Init
+    InsertPost = partition_parameters.InsertPostInitMethodToModuleSubClasses
+    ZeROOrderedDict = parameter_offload.ZeROOrderedDict
+    Offload = parameter_offload.DeepSpeedZeRoOffload
+    Coordinator = coordinator_mod.PartitionedParameterCoordinator
+    Gathered = partition_parameters.GatheredParameters
+    Engine = ds_engine.DeepSpeedEngine
+    observed_classes = {}
+    ActiveSet = _observed_set_class(observer.on_active_changed)
+
+    def observed_class(cls):
+        """cls with ds_status as a property: every status change reaches the observer."""
+        if cls in observed_classes.values():
+            return cls
+        if cls not in observed_classes:
+
+            def get_status(param):
+                try:
+                    return param.__dict__["ds_status"]
+                except KeyError:
+                    raise AttributeError("ds_status") from None
+
+            def set_status(param, value):
+                old = param.__dict__.get("ds_status")
+                param.__dict__["ds_status"] = value
+                if old is not value:
+                    observer.on_status(param, old, value)
+
+            observed_classes[cls] = type(cls.__name__, (cls, ), {
+                "ds_status": property(get_status, set_status),
+                "__module__": cls.__module__,
+            })
+        return observed_classes[cls]
+
+    def adopt_param(param):
+        param.__class__ = observed_class(type(param))
+        active = param.__dict__.get("ds_active_sub_modules")
+        if active is not None and not isinstance(active, ActiveSet):
+            observed = ActiveSet(active)
+            observed.param = param
+            param.__dict__["ds_active_sub_modules"] = observed
+
+    # ---- zero.Init: conversion, modules built, end of the context
+    zero_init_param = Init._zero_init_param
+
+    def _zero_init_param(self, param):
+        zero_init_param(self, param)
+        adopt_param(param)
+        observer.on_param_converted(param)
+
+    patches.replace(Init, "_zero_init_param", _zero_init_param)
+
+    post_init = Init._post_init_method
+
+    def _post_init_method(self, module):
+        post_init(self, module)
+        if type(module._parameters) is OrderedDict:
+            module._parameters = BuildTimeParameters(module, module._parameters)
+        observer.on_module_built(module)
+
+    patches.replace(Init, "_post_init_method", _post_init_method)
+
+    init_exit = InsertPost.__exit__
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        result = init_exit(self, exc_type, exc_value, traceback)
+        if getattr(self, "enabled", True) and partition_parameters.zero_init_context == 0:
+            observer.on_init_exit(exc_type is not None)
+        return result
+
+    patches.replace(InsertPost, "__exit__", __exit__)
+
+    # ---- reads of parameters by attribute
+    class BuildTimeParameters(OrderedDict):
+        """A module's _parameters under zero.Init, until deepspeed.initialize replaces it
+        with DeepSpeed's ZeROOrderedDict: reads of partitioned parameters are observed."""
+
+        def __init__(self, module, items):
+            super().__init__(items)
+            self._shardscope_module = module
+
+        def __getitem__(self, key):
+            param = OrderedDict.__getitem__(self, key)
+            if param is not None and "ds_id" in param.__dict__:
+                param.__dict__["_shardscope_seen_as"] = (self._shardscope_module, key)
+                if is_not_available(param):
+                    observer.on_param_read(self._shardscope_module, key, param, False)
+            return param
+
+        def __reduce__(self):
+            return (OrderedDict, (list(self.items()), ))
+
+    getitem = ZeROOrderedDict.__getitem__
+
+    def zero_getitem(self, key):
+        param = OrderedDict.__getitem__(self, key)
+        if param is not None and is_not_available(param):
+            # Raises under guard="error" before DeepSpeed registers it silently.
+            observer.on_param_read(self._parent_module, key, param,
+                                   bool(self._parent_module._parameters._in_forward))
+            with observer.automatic_registration():
+                return getitem(self, key)
+        return getitem(self, key)
+
+    patches.replace(ZeROOrderedDict, "__getitem__", zero_getitem)
+
+    # ---- external parameters
+    register = partition_parameters.register_external_parameter
+    unregister = partition_parameters.unregister_external_parameter
+
+    def register_external_parameter(module, parameter):
+        register(module, parameter)
+        observer.on_register_external(module, parameter)
+
+    def unregister_external_parameter(module, parameter):
+        unregister(module, parameter)
+        observer.on_unregister_external(module, parameter)
+
+    for owner in (partition_parameters, parameter_offload, ds_zero):
+        patches.replace(owner, "register_external_parameter", register_external_parameter)
+        patches.replace(owner, "unregister_external_parameter", unregister_external_parameter)
+
+    # ---- module scopes
+    for name, phase, begin in (("pre_sub_module_forward_function", "forward", True),
+                               ("post_sub_module_forward_function", "forward", False),
+                               ("pre_sub_module_backward_function", "backward", True),
+                               ("post_sub_module_backward_function", "backward", False)):
+        original = getattr(Offload, name)
+
+        def hook(self, sub_module, _original=original, _phase=phase, _begin=begin):
+            if _begin:
+                observer.on_module_enter(sub_module, _phase)
+                try:
+                    return _original(self, sub_module)
+                finally:
+                    observer.on_module_fetched(sub_module, _phase)
+            try:
+                return _original(self, sub_module)
+            finally:
+                observer.on_module_exit(sub_module, _phase)
+
+        patches.replace(Offload, name, hook)
+
+    # ---- trace invalidation (the coordinator's private trace)
+    trace_prologue = Coordinator.trace_prologue
+
+    def _trace_prologue(self, sub_module):
+        if self.is_complete_trace():
+            order = self._PartitionedParameterCoordinator__submodule_order
+            step_id = self._PartitionedParameterCoordinator__step_id
+            if len(order) <= step_id:
+                observer.on_trace_invalidated(None, sub_module)
+            elif sub_module != order[step_id]:
+                observer.on_trace_invalidated(order[step_id], sub_module)
+        return trace_prologue(self, sub_module)
+
+    patches.replace(Coordinator, "trace_prologue", _trace_prologue)
+
+    # ---- GatheredParameters
+    gathered_enter = Gathered.__enter__
+    gathered_exit = Gathered.__exit__
+
+    def _gathered_enter(self):
+        params = list(getattr(self, "params", ())) if getattr(self, "enabled", True) else []
+        observer.on_gathered_enter(params)
+        try:
+            return gathered_enter(self)
+        finally:
+            observer.on_gathered_entered(params)
+
+    def _gathered_exit(self, *exc):
+        params = list(getattr(self, "params", ())) if getattr(self, "enabled", True) else []
+        observer.on_gathered_exit(params, getattr(self, "src_rank", None))
+        try:
+            return gathered_exit(self, *exc)
+        finally:
+            observer.on_gathered_exited(params)
+
+    patches.replace(Gathered, "__enter__", _gathered_enter)
+    patches.replace(Gathered, "__exit__", _gathered_exit)
+
+    # ---- steps
+    forward = Engine.forward
+    backward = Engine.backward
+    step = Engine.step
+
+    def _forward(self, *args, **kwargs):
+        observer.on_engine_forward(self)
+        return forward(self, *args, **kwargs)
+
+    def _backward(self, loss, *args, **kwargs):
+        observer.on_engine_backward(self, loss)
+        try:
+            return backward(self, loss, *args, **kwargs)
+        finally:
+            observer.on_engine_backward_done(self)
+
+    def _step(self, *args, **kwargs):
+        before = self.global_steps
+        try:
+            return step(self, *args, **kwargs)
+        finally:
+            observer.on_engine_step(self, self.global_steps != before)
+
+    patches.replace(Engine, "forward", _forward)
+    patches.replace(Engine, "backward", _backward)
+    patches.replace(Engine, "step", _step)
+
+    # ---- late parameters adopted, and the engine itself
+    convert = Offload._convert_to_zero_parameters
+
+    def _convert_to_zero_parameters(self, ds_config, module, mpu):
+        late = [p for p in module.parameters() if "ds_id" not in p.__dict__]
+        result = convert(self, ds_config, module, mpu)
+        observer.on_late_adopted(module, late)
+        return result
+
+    patches.replace(Offload, "_convert_to_zero_parameters", _convert_to_zero_parameters)
+
+    initialize = deepspeed.initialize
+
+    def _initialize(*args, **kwargs):
+        result = initialize(*args, **kwargs)
+        observer.on_initialize(result[0])
+        return result
+
+    patches.replace(deepspeed, "initialize", _initialize)
+
+    def uninstall():
+        patches.restore()
+
+    observer.ds_adopt_param = adopt_param
+    observer.ds_iter_params = coordinator_mod.iter_params
+    observer.ds_fwd_module_stack = parameter_offload.FWD_MODULE_STACK
+    observer.ds_torch = torch
+    return uninstall

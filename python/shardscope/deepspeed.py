@@ -1,0 +1,764 @@
+"""Attach the ShardScope inspector to a real DeepSpeed ZeRO-3 run.
+
+Add two lines to the training script (every rank runs them)::
+
+    import shardscope.deepspeed
+    shardscope.deepspeed.install(snapshot_out="run.json")   # before the model is built
+
+    with deepspeed.zero.Init(config_dict_or_path=config):
+        model = MyModel()
+    engine, *_ = deepspeed.initialize(model=model, ...)      # the agent attaches itself here
+
+``install()`` must come before the model is built so that model-building code, ``zero.Init``
+and ``weight_norm`` are seen; ``deepspeed.initialize`` then hands the agent the engine (or call
+``attach(engine)`` yourself). Each rank process serves its own endpoint (a 0600 Unix socket
+in ``$XDG_RUNTIME_DIR/shardscope/`` and a discovery file naming the job, the rank and the
+world size), which ``shardscope --attach`` and ``shardscope-capture`` attach to as to
+``shardscope-train``. ``with shardscope.deepspeed.inspect(...):`` does both and ``finish()``.
+
+What is recorded, with DeepSpeed's names: the module tree, every parameter (``ds_id``, name,
+owner, shape, dtype, numel, partition numel, padding, persistence), its ``ds_status`` on
+this rank, active sub-modules, external registrations (manual or automatic), steps; events
+for module forward/backward scopes, fetches (module fetch, prefetch, GatheredParameters,
+automatic registration) and releases, registrations, GatheredParameters broadcasts, trace
+invalidation; and violations with the line that fixes them (see docs/deepspeed.md).
+"""
+
+import atexit
+import contextlib
+import gc
+import linecache
+import os
+import re
+import signal
+import sys
+
+from . import ShardScopeError, UnregisteredAccessError
+from . import _dsinternals as _ds
+
+__all__ = ["install", "attach", "finish", "inspect", "agent"]
+
+_GUARDS = ("warn", "error")
+# What a client attaching before the model exists is told, in the model's name.
+_NOT_BUILT = "(model not built yet: shown once zero.Init or deepspeed.initialize has run)"
+_agent = None
+
+
+def agent():
+    """The agent of this process, or None before install()."""
+    return _agent
+
+
+def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name=None, job=None,
+            history=65536):
+    """Starts the agent in this rank process; call it before the model is built.
+
+    listen: None for the default private Unix socket, "unix:PATH", "tcp:HOST:PORT", or False
+        to serve nothing (snapshot_out only). A non-loopback TCP host needs a token.
+    token: the token clients must present; default: $SHARDSCOPE_TOKEN, or the first line of
+        the 0600 file named by $SHARDSCOPE_TOKEN_FILE.
+    snapshot_out: a snapshot file written at finish(), and as soon as a violation is recorded
+        that is about to end the run (so the run that crashes still leaves its diagnosis).
+    guard: "warn" records unregistered accesses and lets DeepSpeed go on (its silent
+        automatic registration, or its own error); "error" raises UnregisteredAccessError
+        with the fix line at the first one.
+    job: the job's name shared by all its ranks (default: TORCHELASTIC_RUN_ID, else
+        MASTER_ADDR:MASTER_PORT).
+    """
+    global _agent
+    if _agent is not None:
+        raise ShardScopeError(
+            "shardscope.deepspeed.install() was already called in this process (rank "
+            f"{_agent.rank}); call it once per process, before the model is built")
+    if guard not in _GUARDS:
+        raise ShardScopeError(f"guard={guard!r}: use one of {', '.join(map(repr, _GUARDS))}")
+    version = _ds.check_version()
+    _agent = _Agent(listen=listen, token=token, snapshot_out=snapshot_out, guard=guard,
+                    model_name=model_name, job=job, history=history, version=version)
+    return _agent
+
+
+def attach(engine):
+    """Attaches to a DeepSpeedEngine (deepspeed.initialize does this by itself)."""
+    if _agent is None:
+        raise ShardScopeError("call shardscope.deepspeed.install() before attach(engine), and "
+                              "before the model is built")
+    _agent.attach(engine)
+    return _agent
+
+
+def finish():
+    """Writes snapshot_out (if given), says goodbye to clients and stops serving."""
+    global _agent
+    if _agent is not None:
+        a, _agent = _agent, None
+        a.close()
+
+
+@contextlib.contextmanager
+def inspect(**options):
+    """``with inspect(...):`` install() on entry, finish() on exit (also when it raises)."""
+    a = install(**options)
+    try:
+        yield a
+    finally:
+        finish()
+
+
+def _read_token(token):
+    if token:
+        return token
+    if os.environ.get("SHARDSCOPE_TOKEN"):
+        return os.environ["SHARDSCOPE_TOKEN"]
+    path = os.environ.get("SHARDSCOPE_TOKEN_FILE")
+    if path:
+        st = os.stat(path)
+        if st.st_mode & 0o077:
+            raise ShardScopeError(f"SHARDSCOPE_TOKEN_FILE {path} is readable by others; "
+                                  f"chmod 600 it")
+        with open(path) as f:
+            return f.readline().strip()
+    return ""
+
+
+def _rank_and_world():
+    try:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except Exception:
+        pass
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _metadata_only():
+    """Tensor functions that do not read a parameter's data (hashing it into a set, reading
+    its attributes): GatheredParameters does these to a partitioned parameter, legally."""
+    import torch
+
+    names = ("__hash__", "__repr__", "__format__", "__reduce_ex__", "__deepcopy__",
+             "__setstate__", "__getstate__", "__get__", "__set__", "__delete__")
+    funcs = {getattr(torch.Tensor, n) for n in names if hasattr(torch.Tensor, n)}
+    return funcs
+
+
+class _MetadataOnly:
+    """Membership test for _metadata_only(), also matching property getters and setters."""
+
+    def __init__(self):
+        self.funcs = None
+
+    def __contains__(self, func):
+        if self.funcs is None:
+            self.funcs = _metadata_only()
+        return func in self.funcs or getattr(func, "__name__", "") in ("__get__", "__set__", "__delete__")
+
+
+_METADATA_ONLY = _MetadataOnly()
+
+
+class _Paused:
+    """`with suspects.paused():` (a plain class: a generator-based context manager costs
+    microseconds, and status changes run it on the training step's path)."""
+
+    __slots__ = ("suspects", )
+
+    def __init__(self, suspects):
+        self.suspects = suspects
+
+    def __enter__(self):
+        self.suspects.pause += 1
+
+    def __exit__(self, *exc):
+        self.suspects.pause -= 1
+        return False
+
+
+class _Suspects:
+    """Parameters read while partitioned outside what DeepSpeed coordinates: outside any
+    module, or in a module called outside DeepSpeedEngine.forward. Reading the Parameter
+    object is legal (handing it to GatheredParameters, say); using its data is the bug. A
+    torch function mode, active only while there is a suspect, sees the first op that uses
+    one, records the violation and writes the snapshot, then lets the op run (and raise
+    DeepSpeed's own error) or raises ours under guard="error"."""
+
+    def __init__(self, agent):
+        self.agent = agent
+        self.params = {}  # id(param) -> (param, accessor module or None)
+        self.mode = None
+        self.pause = 0  # the agent's own work on parameters is not a read by the user
+        self._paused = _Paused(self)
+
+    def paused(self):
+        return self._paused
+
+    def add(self, param, accessor):
+        self.params[id(param)] = (param, accessor)
+        if self.mode is None:
+            from torch.overrides import TorchFunctionMode
+
+            suspects = self
+
+            class SuspectReads(TorchFunctionMode):
+
+                def __torch_function__(self, func, types, args=(), kwargs=None):
+                    kwargs = kwargs or {}
+                    if suspects.params and not suspects.pause and func not in _METADATA_ONLY:
+                        hit = suspects.find(args, kwargs)
+                        if hit is not None:
+                            suspects.used(hit)
+                    return func(*args, **kwargs)
+
+            self.mode = SuspectReads()
+            self.mode.__enter__()
+
+    def find(self, args, kwargs):
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, (list, tuple)):
+                for v in value:
+                    if id(v) in self.params and self.params[id(v)][0] is v:
+                        return self.params[id(v)]
+            elif id(value) in self.params and self.params[id(value)][0] is value:
+                return self.params[id(value)]
+        return None
+
+    def used(self, hit):
+        param, accessor = hit
+        self.params.pop(id(param), None)
+        if _ds.is_not_available(param):
+            with self.paused():
+                self.agent.record_access(accessor, param, automatic=False)
+
+    def discard(self, params):
+        for p in params:
+            self.params.pop(id(p), None)
+
+    def close(self):
+        """Leaves the mode once nothing is suspect (never from inside the mode's callback)."""
+        self.params.clear()
+        if self.mode is not None:
+            mode, self.mode = self.mode, None
+            try:
+                mode.__exit__(None, None, None)
+            except Exception:
+                pass
+
+
+class _Agent:
+    """The observer DeepSpeed's patched internals call (see _dsinternals)."""
+
+    def __init__(self, listen, token, snapshot_out, guard, model_name, job, history, version):
+        from . import _native
+
+        self.rank, self.world_size = _rank_and_world()
+        self.guard = guard
+        self.deepspeed_version = version
+        self.snapshot_out = (snapshot_out or "").replace("{rank}", str(self.rank))
+        endpoint = listen if isinstance(listen, str) else ""
+        try:
+            self.native = _native.Agent(model=model_name or _NOT_BUILT, rank=self.rank,
+                                        world_size=self.world_size, backend=_backend_name(),
+                                        listen=listen is not False, endpoint=endpoint,
+                                        token=_read_token(token), snapshot_out=self.snapshot_out,
+                                        history=history, job=job or "")
+        except RuntimeError as e:
+            raise ShardScopeError(f"the ShardScope endpoint could not start: {e}") from None
+        self.model_name = model_name
+        self.engine = None
+        self.root = None
+        self.stack = []  # (module, phase) of the scopes DeepSpeed's hooks opened
+        self.fetching = None  # (module, phase, ids of its own and registered params)
+        self.gathered = 0  # depth of GatheredParameters scopes being entered
+        self.auto = 0  # depth of DeepSpeed's automatic registration
+        self.built = []  # modules built under zero.Init, in build order
+        self.converted = {}  # ds_id -> param, every parameter DeepSpeed converted
+        self.late = {}  # id(param) -> provisional id, late parameters not yet adopted
+        self.next_late_id = 1 << 20
+        self.adopted = set()  # ds_ids of late parameters deepspeed.initialize converted
+        self.in_step = False
+        self.loss = None
+        self.ds_ids_of_modules = {}  # DeepSpeed's module.id -> our module id
+        self.paths = {}  # our module id -> dotted path
+        self.suspects = _Suspects(self)
+        self.closed = False
+        try:
+            self.uninstall = _ds.install(self)
+        except BaseException:
+            self.native.finish()
+            raise
+        atexit.register(self.close)
+        self._chain_sigterm()
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def endpoint(self):
+        return self.native.endpoint
+
+    def _chain_sigterm(self):
+        """A launcher stopping the job (SIGTERM) still gets the snapshot and no stale file."""
+        if not hasattr(signal, "SIGTERM"):
+            return
+        try:
+            previous = signal.getsignal(signal.SIGTERM)
+        except Exception:
+            return
+        if previous not in (signal.SIG_DFL, None):
+            return  # the script handles SIGTERM itself; atexit still runs on its exit
+
+        def on_term(signum, frame):
+            self.close()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        try:
+            signal.signal(signal.SIGTERM, on_term)
+        except ValueError:
+            pass  # not the main thread
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        self.suspects.close()
+        try:
+            self.uninstall()
+        finally:
+            try:
+                self.native.finish()
+            except RuntimeError as e:
+                print(f"shardscope: {e}", file=sys.stderr)
+
+    def flush(self):
+        """Everything recorded reaches the clients and snapshot_out, now."""
+        error = self.native.flush()
+        if error:
+            print(f"shardscope: {error}", file=sys.stderr)
+
+    # ------------------------------------------------------------------ names
+    def module_id(self, module):
+        mid = module.__dict__.get("_shardscope_id")
+        if mid is None:
+            _, path = self._locate(module)
+            mid = self._ensure_module(module, path)
+        return mid
+
+    def _ensure_module(self, module, path):
+        mid = self.native.ensure_module(path, type(module).__name__)
+        module.__dict__["_shardscope_id"] = mid
+        self.paths[mid] = path
+        return mid
+
+    def _locate(self, module):
+        """(root, dotted path) of a module: from the attached model when it is in it, else
+        from the modules being built (only for what model-building code touches before the
+        model has names: slow)."""
+        if self.root is not None:
+            for path, m in self.root.named_modules():
+                if m is module:
+                    return self.root, path
+        parts = []
+        current = module
+        for _ in range(64):
+            top, rel = _walk_up(current)
+            if rel:
+                parts.append(rel)
+            pending = _pending_attribute(top)
+            if pending is None:
+                return top, ".".join(reversed(parts))
+            parts.append(pending[0])
+            current = pending[1]
+        return current, ".".join(reversed(parts))
+
+    def param_id(self, param):
+        ds_id = param.__dict__.get("ds_id")
+        if ds_id is not None:
+            if not self.native.has_param(ds_id):
+                self._publish_param(param, None, None)
+            return ds_id
+        return self.late.get(id(param))
+
+    def _param_name(self, param, owner, local):
+        if owner is None:
+            seen = param.__dict__.get("_shardscope_seen_as")
+            if seen is not None:
+                owner, local = seen
+        if owner is None:
+            return None, f"<ds_id {param.__dict__.get('ds_id')}>"
+        mid = self.module_id(owner)
+        path = self.paths.get(mid, "")
+        return mid, (f"{path}.{local}" if path else local)
+
+    def _publish_param(self, param, owner, local, late=False, replaces=""):
+        with self.suspects.paused():
+            return self._publish_param_paused(param, owner, local, late, replaces)
+
+    def _publish_param_paused(self, param, owner, local, late, replaces):
+        mid, name = self._param_name(param, owner, local)
+        late = late or param.__dict__.get("ds_id") in self.adopted
+        d = param.__dict__
+        ds_id = d.get("ds_id")
+        shape = list(d.get("ds_shape", param.shape))
+        numel = int(d.get("ds_numel", param.numel()))
+        ds_tensor = d.get("ds_tensor")
+        partition = int(ds_tensor.ds_numel) if ds_tensor is not None and hasattr(
+            ds_tensor, "ds_numel") else numel
+        persistent = bool(d.get("ds_persist", False))
+        partitioned = ds_id is not None and not persistent
+        pid = ds_id if ds_id is not None else self.late.setdefault(id(param), self._new_late_id())
+        status = _ds.status_number(d["ds_status"]) if "ds_status" in d else 2
+        self.native.set_param(id=pid, name=name, owner=mid if mid is not None else 0, shape=shape,
+                              dtype=str(param.dtype).replace("torch.", ""), numel=numel,
+                              partition_numel=partition if partitioned else numel,
+                              padded_numel=partition * self.world_size if partitioned else numel,
+                              persistent=persistent, partitioned=partitioned, late=late,
+                              status=status, replaces=replaces)
+        if "ds_active_sub_modules" in d and d["ds_active_sub_modules"]:
+            self.on_active_changed(param, d["ds_active_sub_modules"])
+        return pid
+
+    def _new_late_id(self):
+        self.next_late_id += 1
+        return self.next_late_id - 1
+
+    def publish(self, root, late_scan):
+        """The module tree under root, every parameter in it, and (late_scan) the late ones."""
+        self.root = root
+        self.native.set_model_name(self.model_name or type(root).__name__)
+        ds_model = any("ds_id" in p.__dict__ for p in root.parameters())
+        for path, module in root.named_modules():
+            mid = self._ensure_module(module, path)
+            if "id" in module.__dict__:
+                self.ds_ids_of_modules[module.__dict__["id"]] = mid
+            for local, param in module._parameters.items():
+                if param is None:
+                    continue
+                if "ds_id" in param.__dict__ or not ds_model:
+                    late = param.__dict__.get("ds_id") in self.adopted
+                    self._publish_param(param, module, local, late=late,
+                                        replaces=_replaced_by(module, local, path) if late else "")
+                    continue
+                known = id(param) in self.late
+                pid = self._publish_param(param, module, local, late=True,
+                                          replaces=_replaced_by(module, local, path))
+                if late_scan and not known:
+                    self.native.late_parameter(pid)
+        for ds_id, param in list(self.converted.items()):
+            seen = param.__dict__.get("_shardscope_seen_as")
+            if seen is not None and seen[1] not in seen[0]._parameters:
+                # Removed from its module (weight_norm's old weight): its name stays known.
+                self._publish_param(param, seen[0], seen[1])
+                self.native.remove_param(ds_id)
+
+    # ------------------------------------------------------------------ violations
+    def record_access(self, accessor, param, automatic):
+        """Records an unregistered access, hands it to clients and snapshot_out now, and
+        raises under guard="error". automatic: DeepSpeed is about to register it itself."""
+        mid = self.module_id(accessor) if accessor is not None else None
+        pid = self.param_id(param)
+        if pid is None:
+            return
+        writes = self.engine is None  # model-building code: a read there initialises or changes it
+        action = ("error" if self.guard == "error" else
+                  "auto_registered" if automatic else "recorded")
+        message, fix = self.native.unregistered_access(mid, pid, action, writes)
+        if not automatic or self.guard == "error":
+            self.flush()  # the run is about to fail: its diagnosis first
+        if self.guard == "error":
+            raise UnregisteredAccessError(f"shardscope: {message}", fix)
+
+    def on_param_read(self, module, key, param, in_engine_forward):
+        accessor = self.stack[-1][0] if self.stack else None
+        if accessor is not None and in_engine_forward:
+            # DeepSpeed registers it on the running module and gathers it, silently.
+            with self.suspects.paused():
+                self.record_access(accessor, param, automatic=True)
+        elif not self.suspects.pause:
+            self.suspects.add(param, accessor)
+
+    # ------------------------------------------------------------------ DeepSpeed's events
+    def on_param_converted(self, param):
+        ds_id = param.__dict__["ds_id"]
+        self.converted[ds_id] = param
+
+    def on_module_built(self, module):
+        self.built.append(module)
+
+    def on_init_exit(self, failed):
+        if failed or not self.built:
+            return
+        roots = _roots(self.built)
+        if len(roots) == 1:
+            with self.suspects.paused():
+                self.publish(roots[0], late_scan=True)
+        self.built.clear()
+
+    def on_status(self, param, old, new):
+        ds_id = param.__dict__.get("ds_id")
+        if ds_id is None or old is None or not self.native.has_param(ds_id):
+            return
+        with self.suspects.paused():
+            self._status_event(param, ds_id, old, new)
+
+    def _status_event(self, param, ds_id, old, new):
+        old_name, new_name = old.name, new.name
+        size = param.__dict__.get("ds_tensor")
+        nbytes = (int(size.ds_numel) * self.world_size * param.element_size()
+                  if size is not None and hasattr(size, "ds_numel") else param.numel() * param.element_size())
+        cause, reason = self._fetch_cause(param)
+        if old_name == "NOT_AVAILABLE" and new_name == "INFLIGHT":
+            self.native.fetch_begin(ds_id, cause, nbytes, reason)
+        elif new_name == "AVAILABLE" and old_name in ("NOT_AVAILABLE", "INFLIGHT"):
+            if old_name == "NOT_AVAILABLE":
+                self.native.fetch_begin(ds_id, cause, nbytes, reason)
+            self.native.fetch_end(ds_id, cause, nbytes, reason)
+            self.suspects.discard((param, ))
+        elif new_name == "NOT_AVAILABLE":
+            module = self.stack[-1][0] if self.stack else None
+            self.native.release(ds_id, self.module_id(module) if module is not None else None, nbytes)
+
+    def _fetch_cause(self, param):
+        if self.gathered:
+            return None, "gathered_parameters"
+        if self.auto:
+            module = self.stack[-1][0] if self.stack else None
+            return (self.module_id(module) if module is not None else None), "guard"
+        if self.fetching is not None:
+            module, phase, own = self.fetching
+            return self.module_id(module), (phase if id(param) in own else "prefetch")
+        return None, "prefetch"
+
+    def on_active_changed(self, param, modules):
+        ds_id = param.__dict__.get("ds_id")
+        if ds_id is None or not self.native.has_param(ds_id):
+            return
+        ours = self.ds_ids_of_modules
+        self.native.set_active(ds_id, [ours[m] for m in modules if m in ours])
+
+    @contextlib.contextmanager
+    def automatic_registration(self):
+        self.auto += 1
+        try:
+            yield
+        finally:
+            self.auto -= 1
+
+    def on_register_external(self, module, param):
+        pid = self.param_id(param)
+        if pid is not None:
+            automatic = self.auto > 0 or sys._getframe(2).f_code.co_name == "_post_forward_module_hook"
+            self.native.register_external(self.module_id(module), pid, automatic)
+
+    def on_unregister_external(self, module, param):
+        pid = self.param_id(param)
+        if pid is not None:
+            self.native.unregister_external(self.module_id(module), pid)
+
+    def on_module_enter(self, module, phase):
+        if self.suspects.params or self.suspects.mode is not None:
+            self.suspects.close()
+        mid = self.module_id(module)
+        self.stack.append((module, phase))
+        self.native.module_enter(mid, phase)
+        own = {id(p) for p in self.ds_iter_params(module)}
+        self.fetching = (module, phase, own)
+
+    def on_module_fetched(self, module, phase):
+        self.fetching = None
+
+    def on_module_exit(self, module, phase):
+        for i in range(len(self.stack) - 1, -1, -1):
+            if self.stack[i][0] is module:
+                del self.stack[i]
+                break
+        self.native.module_exit(self.module_id(module), phase)
+
+    def on_trace_invalidated(self, expected, got):
+        phase = self.stack[-1][1] if self.stack else "forward"
+        self.native.trace_invalidated(self.module_id(expected) if expected is not None else None,
+                                      self.module_id(got), phase)
+
+    def on_gathered_enter(self, params):
+        self.suspects.discard(params)
+        self.gathered += 1
+
+    def on_gathered_entered(self, params):
+        self.gathered -= 1
+
+    def on_gathered_exit(self, params, src_rank):
+        if src_rank is not None:
+            with self.suspects.paused():
+                for p in params:
+                    pid = self.param_id(p)
+                    if pid is not None:
+                        self.native.broadcast(pid, int(src_rank), p.numel() * p.element_size())
+        self.gathered += 1
+
+    def on_gathered_exited(self, params):
+        self.gathered -= 1
+
+    def on_engine_forward(self, engine):
+        if self.engine is None:
+            self.attach(engine)
+        self.close_scopes()
+        if not self.in_step:
+            self.in_step = True
+            self.native.step_begin()
+
+    def on_engine_backward(self, engine, loss):
+        self.loss = loss
+
+    def on_engine_backward_done(self, engine):
+        # DeepSpeed's post-backward hook never runs for a module whose inputs need no
+        # gradient (the embedding): its backward scope ends with the backward pass.
+        self.close_scopes()
+
+    def close_scopes(self):
+        while self.stack:
+            module, phase = self.stack.pop()
+            self.native.module_exit(self.module_id(module), phase)
+
+    def on_engine_step(self, engine, stepped):
+        if stepped and self.in_step:
+            self.in_step = False
+            loss = float("nan")
+            if self.loss is not None:
+                try:
+                    loss = float(self.loss.detach().float().mean())
+                except Exception:
+                    pass
+            self.loss = None
+            self.native.step_end(loss)
+
+    def on_late_adopted(self, module, params):
+        for param in params:
+            if "ds_id" not in param.__dict__:
+                continue
+            provisional = self.late.pop(id(param), None)
+            seen = _owner_of(module, param)
+            if seen is None:
+                continue
+            owner, local, path = seen
+            replaces = _replaced_by(owner, local, path)
+            if provisional is not None:
+                self.native.remove_param(provisional)
+            self.adopted.add(param.__dict__["ds_id"])
+            pid = self._publish_param(param, owner, local, late=True, replaces=replaces)
+            self.native.parameter_adopted(pid)
+
+    def on_initialize(self, engine):
+        self.attach(engine)
+
+    def attach(self, engine):
+        if self.engine is engine:
+            return
+        module = getattr(engine, "module", None)
+        if module is None:
+            raise ShardScopeError("attach(engine) needs the DeepSpeedEngine that "
+                                  "deepspeed.initialize returned")
+        stage = engine.zero_optimization_stage() if hasattr(engine, "zero_optimization_stage") else 0
+        if stage != 3:
+            raise ShardScopeError(
+                f"this DeepSpeed engine runs ZeRO stage {stage}; shardscope.deepspeed inspects "
+                f"ZeRO-3 (set \"zero_optimization\": {{\"stage\": 3}} in the DeepSpeed config)")
+        self.engine = engine
+        zc = engine.zero_optimization() if hasattr(engine, "zero_optimization") else None
+        cfg = getattr(engine, "_config", None)
+        z = getattr(cfg, "zero_config", None)
+        if z is not None:
+            self.native.set_config(int(getattr(z, "param_persistence_threshold", 0)),
+                                   int(getattr(z, "prefetch_bucket_size", 0)),
+                                   int(getattr(z, "max_live_parameters", 0)), self.guard)
+        del zc
+        self.publish(module, late_scan=False)
+        # External registrations made before the agent knew the modules' names.
+        for path, m in module.named_modules():
+            for param in getattr(m, "_external_params", {}).values():
+                pid = self.param_id(param)
+                if pid is not None:
+                    self.native.register_external(self.module_id(m), pid, False)
+
+
+def _backend_name():
+    try:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            return str(dist.get_backend())
+    except Exception:
+        pass
+    return "gloo"
+
+
+def _walk_up(module):
+    """(top, path of module below top) through the parents' _modules dicts (gc referrers)."""
+    parts = []
+    current = module
+    for _ in range(64):
+        found = None
+        for holder in gc.get_referrers(current):
+            if not isinstance(holder, dict) or found is not None:
+                continue
+            for owner_dict in gc.get_referrers(holder):
+                if isinstance(owner_dict, dict) and owner_dict.get("_modules") is holder:
+                    for owner in gc.get_referrers(owner_dict):
+                        if getattr(owner, "__dict__", None) is owner_dict:
+                            key = next((k for k, v in holder.items() if v is current), None)
+                            if key is not None:
+                                found = (owner, key)
+                            break
+                if found is not None:
+                    break
+        if found is None:
+            break
+        current = found[0]
+        parts.append(found[1])
+    return current, ".".join(reversed(parts))
+
+
+_ASSIGNMENT = re.compile(r"\s*self\.([A-Za-z_][A-Za-z0-9_]*)\s*=")
+
+
+def _pending_attribute(module):
+    """A module whose __init__ is running inside another module's __init__ is about to be
+    assigned to it (`self.pos_conv = PositionalConv(...)`): (attribute, parent), read from
+    the parent's frame, or None."""
+    import torch.nn as nn
+
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_code.co_name == "__init__" and
+                                     frame.f_locals.get("self") is module):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    frame = frame.f_back
+    while frame is not None:
+        owner = frame.f_locals.get("self") if frame.f_code.co_name == "__init__" else None
+        if isinstance(owner, nn.Module) and owner is not module:
+            match = _ASSIGNMENT.match(linecache.getline(frame.f_code.co_filename, frame.f_lineno))
+            return (match.group(1), owner) if match else None
+        frame = frame.f_back
+    return None
+
+
+def _roots(modules):
+    children = set()
+    for m in modules:
+        for c in m.children():
+            children.add(id(c))
+    return [m for m in modules if id(m) not in children]
+
+
+def _owner_of(root, param):
+    for path, module in root.named_modules():
+        for local, p in module._parameters.items():
+            if p is param:
+                return module, local, path
+    return None
+
+
+def _replaced_by(module, local, path):
+    """The parameter a late one replaced: weight_norm's `weight` for `weight_g`/`weight_v`."""
+    for hook in getattr(module, "_forward_pre_hooks", {}).values():
+        name = getattr(hook, "name", None)
+        if isinstance(name, str) and local.startswith(name) and local != name:
+            return f"{path}.{name}" if path else name
+    return ""

@@ -1,0 +1,270 @@
+// shardscope._native: the DeepSpeed agent's bridge to the C++ endpoint. The agent's Python
+// hooks call these methods; the state, the events, the violation text, the server and the
+// snapshot are the C++ ones every ShardScope producer uses (engine/server, engine/wire,
+// engine/core/violationtext), so there is one implementation of the protocol.
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/types.h"
+#include "server/agentstate.h"
+#include "server/inspector.h"
+#include "wire/endpoint.h"
+#include "wire/snapshot.h"
+
+namespace py = pybind11;
+using namespace shardscope;
+
+namespace {
+
+ParamStatus statusFrom(int s)
+{
+    if (s < 0 || s > 2) throw py::value_error("status must be 0 (NOT_AVAILABLE), 1 (INFLIGHT) or 2 (AVAILABLE)");
+    return static_cast<ParamStatus>(s);
+}
+
+FetchReason reasonFrom(const std::string &r)
+{
+    if (r == "forward") return FetchReason::Forward;
+    if (r == "backward") return FetchReason::Backward;
+    if (r == "prefetch") return FetchReason::Prefetch;
+    if (r == "gathered_parameters") return FetchReason::GatheredParameters;
+    if (r == "guard") return FetchReason::Guard;
+    throw py::value_error("unknown fetch reason '" + r + "'");
+}
+
+Phase phaseFrom(const std::string &p)
+{
+    if (p == "forward") return Phase::Forward;
+    if (p == "backward") return Phase::Backward;
+    throw py::value_error("phase must be 'forward' or 'backward'");
+}
+
+GuardAction actionFrom(const std::string &a)
+{
+    if (a == "error") return GuardAction::Raised;
+    if (a == "gathered") return GuardAction::Gathered;
+    if (a == "auto_registered") return GuardAction::AutoRegistered;
+    if (a == "recorded") return GuardAction::Recorded;
+    throw py::value_error("unknown guard action '" + a + "'");
+}
+
+DType dtypeFrom(const std::string &d)
+{
+    if (d == "bfloat16") return DType::BF16;
+    return DType::F32; // sizes of other dtypes are given in bytes by the agent
+}
+
+ModuleId moduleFrom(std::optional<std::uint32_t> m)
+{
+    return m ? *m : kNoModule;
+}
+
+// One agent per process: the provider and the endpoint serving it.
+class Agent
+{
+public:
+    Agent(const std::string &model, int rank, int worldSize, const std::string &backend,
+          bool listen, const std::string &endpoint, const std::string &token,
+          const std::string &snapshotOut, std::size_t history, const std::string &job)
+    {
+        if (worldSize < 1 || rank < 0 || rank >= worldSize)
+            throw py::value_error("rank " + std::to_string(rank) + " is outside world size " +
+                                  std::to_string(worldSize));
+        AgentConfig cfg;
+        cfg.modelName = model;
+        cfg.rank = rank;
+        cfg.worldSize = worldSize;
+        cfg.backend = backend;
+        m_state = std::make_unique<AgentState>(cfg);
+        InspectorOptions o;
+        o.listen = listen;
+        o.endpoint = endpoint;
+        o.token = token;
+        o.snapshotOut = snapshotOut;
+        o.historyEvents = history;
+        o.job = job;
+        try {
+            m_inspector = std::make_unique<Inspector>(*m_state, o);
+        } catch (const InspectorError &e) {
+            throw std::runtime_error(e.what());
+        }
+    }
+
+    AgentState &state() { return *m_state; }
+    std::string endpoint() const { return m_inspector->endpoint(); }
+    std::string flush()
+    {
+        py::gil_scoped_release release;
+        return m_inspector->flushNow();
+    }
+    void finish()
+    {
+        py::gil_scoped_release release;
+        m_inspector->finish();
+    }
+    std::uint64_t dropped() const { return m_inspector->droppedEvents(); }
+    std::uint64_t published() const { return m_inspector->publishedEvents(); }
+
+private:
+    std::unique_ptr<AgentState> m_state; // outlives the inspector that serves it
+    std::unique_ptr<Inspector> m_inspector;
+};
+
+} // namespace
+
+PYBIND11_MODULE(_native, module)
+{
+    module.doc() = "ShardScope's native endpoint for the DeepSpeed agent (shardscope.deepspeed)";
+    module.attr("PROTOCOL_VERSION") = 1;
+    module.def("default_runtime_dir", [] { return wire::defaultRuntimeDir(); });
+    module.def("describe_violation",
+          [](const std::string &kind, std::optional<std::string> accessor, const std::string &param,
+             const std::string &owner, int status, const std::string &replaces, bool writes,
+             const std::string &dialect) {
+              ViolationSubject s;
+              bool ok = false;
+              for (auto k : {ViolationKind::UnregisteredAccess, ViolationKind::LateParameter,
+                             ViolationKind::TraceInvalidated,
+                             ViolationKind::GatheredWriteWithoutModifier})
+                  if (violationKindName(k) == kind) {
+                      s.kind = k;
+                      ok = true;
+                  }
+              if (!ok) throw py::value_error("unknown violation kind '" + kind + "'");
+              s.hasAccessor = accessor.has_value();
+              if (accessor) s.accessor = *accessor;
+              s.param = param;
+              s.owner = owner;
+              s.status = statusFrom(status);
+              s.replaces = replaces;
+              s.writes = writes;
+              FixDialect d;
+              if (!parseFixDialect(dialect, d)) throw py::value_error("unknown dialect '" + dialect + "'");
+              const ViolationText t = describeViolation(s, d);
+              return py::make_tuple(t.message, t.fix);
+          },
+          py::arg("kind"), py::arg("accessor"), py::arg("param"), py::arg("owner"),
+          py::arg("status") = 0, py::arg("replaces") = "", py::arg("writes") = false,
+          py::arg("dialect") = "deepspeed");
+
+    py::class_<Agent>(module, "Agent")
+        .def(py::init<const std::string &, int, int, const std::string &, bool, const std::string &,
+                      const std::string &, const std::string &, std::size_t, const std::string &>(),
+             py::arg("model"), py::arg("rank"), py::arg("world_size"), py::arg("backend"),
+             py::arg("listen") = true, py::arg("endpoint") = "", py::arg("token") = "",
+             py::arg("snapshot_out") = "", py::arg("history") = 65536, py::arg("job") = "")
+        .def_property_readonly("endpoint", &Agent::endpoint)
+        .def_property_readonly("dropped_events", &Agent::dropped)
+        .def_property_readonly("published_events", &Agent::published)
+        .def("flush", &Agent::flush,
+             "Hands everything recorded to the clients and writes snapshot_out now; returns an error or ''")
+        .def("finish", &Agent::finish)
+        .def("ensure_module",
+             [](Agent &a, const std::string &path, const std::string &type) {
+                 return a.state().ensureModule(path, type);
+             })
+        .def("set_model_name", [](Agent &a, const std::string &n) { a.state().setModelName(n); })
+        .def("set_config",
+             [](Agent &a, std::int64_t persistence, std::int64_t bucket, std::int64_t maxLive,
+                const std::string &guard) {
+                 EngineConfigRecord c;
+                 c.persistenceThreshold = persistence;
+                 c.prefetchBucketSize = bucket;
+                 c.maxLiveParameters = maxLive;
+                 if (!parseGuardPolicy(guard, c.guard)) throw py::value_error("unknown guard '" + guard + "'");
+                 a.state().setConfig(c);
+             })
+        .def("set_param",
+             [](Agent &a, std::uint32_t id, const std::string &name, std::uint32_t owner,
+                std::vector<std::int64_t> shape, const std::string &dtype, std::int64_t numel,
+                std::int64_t partitionNumel, std::int64_t paddedNumel, bool persistent,
+                bool partitioned, bool late, int status, const std::string &replaces) {
+                 AgentParam p;
+                 p.id = id;
+                 p.name = name;
+                 p.owner = owner;
+                 p.shape = std::move(shape);
+                 p.dtype = dtypeFrom(dtype);
+                 p.numel = numel;
+                 p.partitionNumel = partitionNumel;
+                 p.paddedNumel = paddedNumel;
+                 p.persistent = persistent;
+                 p.partitioned = partitioned;
+                 p.late = late;
+                 p.status = statusFrom(status);
+                 p.replaces = replaces;
+                 a.state().setParam(p);
+             },
+             py::arg("id"), py::arg("name"), py::arg("owner"), py::arg("shape"), py::arg("dtype"),
+             py::arg("numel"), py::arg("partition_numel"), py::arg("padded_numel"),
+             py::arg("persistent"), py::arg("partitioned"), py::arg("late"), py::arg("status"),
+             py::arg("replaces") = "")
+        .def("remove_param", [](Agent &a, std::uint32_t id) { a.state().removeParam(id); })
+        .def("has_param", [](Agent &a, std::uint32_t id) { return a.state().hasParam(id); })
+        .def("set_active",
+             [](Agent &a, std::uint32_t id, std::vector<std::uint32_t> modules) {
+                 a.state().setActive(id, std::move(modules));
+             })
+        .def("module_enter",
+             [](Agent &a, std::uint32_t m, const std::string &phase) {
+                 a.state().moduleEnter(m, phaseFrom(phase));
+             })
+        .def("module_exit",
+             [](Agent &a, std::uint32_t m, const std::string &phase) {
+                 a.state().moduleExit(m, phaseFrom(phase));
+             })
+        .def("fetch_begin",
+             [](Agent &a, std::uint32_t p, std::optional<std::uint32_t> cause, std::uint64_t bytes,
+                const std::string &reason) {
+                 a.state().fetchBegin(p, moduleFrom(cause), bytes, reasonFrom(reason));
+             })
+        .def("fetch_end",
+             [](Agent &a, std::uint32_t p, std::optional<std::uint32_t> cause, std::uint64_t bytes,
+                const std::string &reason) {
+                 a.state().fetchEnd(p, moduleFrom(cause), bytes, reasonFrom(reason));
+             })
+        .def("release",
+             [](Agent &a, std::uint32_t p, std::optional<std::uint32_t> cause, std::uint64_t bytes) {
+                 a.state().release(p, moduleFrom(cause), bytes);
+             })
+        .def("broadcast",
+             [](Agent &a, std::uint32_t p, int root, std::uint64_t bytes) {
+                 a.state().broadcast(p, root, bytes);
+             })
+        .def("register_external",
+             [](Agent &a, std::uint32_t m, std::uint32_t p, bool automatic) {
+                 a.state().registerExternal(m, p, automatic);
+             })
+        .def("unregister_external",
+             [](Agent &a, std::uint32_t m, std::uint32_t p) { a.state().unregisterExternal(m, p); })
+        .def("unregistered_access",
+             [](Agent &a, std::optional<std::uint32_t> accessor, std::uint32_t p,
+                const std::string &action, bool writes) {
+                 const ViolationText t =
+                     a.state().unregisteredAccess(moduleFrom(accessor), p, actionFrom(action), writes);
+                 return py::make_tuple(t.message, t.fix);
+             },
+             py::arg("accessor"), py::arg("param"), py::arg("action"), py::arg("writes") = false)
+        .def("late_parameter", [](Agent &a, std::uint32_t p) { a.state().lateParameter(p); })
+        .def("parameter_adopted", [](Agent &a, std::uint32_t p) { a.state().parameterAdopted(p); })
+        .def("trace_invalidated",
+             [](Agent &a, std::optional<std::uint32_t> expected, std::uint32_t got,
+                const std::string &phase) {
+                 std::optional<ModuleId> e;
+                 if (expected) e = *expected;
+                 return a.state().traceInvalidated(e, got, phaseFrom(phase)).message;
+             })
+        .def("step_begin", [](Agent &a) { a.state().stepBegin(); })
+        .def("step_end", [](Agent &a, double loss) { a.state().stepEnd(loss); })
+        .def_property_readonly("step", [](Agent &a) { return a.state().step(); })
+        .def("state_json", [](Agent &a) {
+            wire::Snapshot s;
+            s.state = a.state().state();
+            return wire::encodeSnapshot(s);
+        });
+}

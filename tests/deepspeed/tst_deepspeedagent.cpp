@@ -1,0 +1,355 @@
+// The DeepSpeed agent against real DeepSpeed 0.14.5 ZeRO-3: two rank processes over gloo
+// (../shared/deepspeed-cpu/launch), python/examples/deepspeed_stories.py with each story's
+// flags, and what every rank recorded, read back with our own snapshot decoder and the
+// snapshot schema checks; one run is captured live by shardscope-capture.
+
+#include <QDir>
+#include <QFile>
+#include <QFileInfo>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QTest>
+#include <QThread>
+
+#include <nlohmann/json.hpp>
+
+#include <set>
+
+#include "snapshotschema.h"
+#include "wire/snapshot.h"
+
+using nlohmann::json;
+
+namespace {
+
+struct Run
+{
+    int exitCode = -1;
+    QString out;
+    QString err;
+};
+
+QString dsCpu()
+{
+    return QStringLiteral(SHARDSCOPE_DS_CPU);
+}
+
+json readJson(const QString &path)
+{
+    QFile f(path);
+    if (!f.open(QIODevice::ReadOnly)) return json();
+    return json::parse(f.readAll().toStdString(), nullptr, false);
+}
+
+const json *findParam(const json &snap, const std::string &name)
+{
+    for (const json &p : snap["params"])
+        if (p["name"] == name) return &p;
+    return nullptr;
+}
+
+std::vector<json> violations(const json &snap, const std::string &kind)
+{
+    std::vector<json> out;
+    for (const json &v : snap["violations"])
+        if (v["kind"] == kind) out.push_back(v);
+    return out;
+}
+
+} // namespace
+
+class tst_DeepSpeedAgent : public QObject
+{
+    Q_OBJECT
+
+    QTemporaryDir m_dir;
+    QString m_skip;
+
+    // Starts the stories on 2 ranks; runtime: the XDG_RUNTIME_DIR of the run (discovery).
+    QProcess *start(const QStringList &args, const QString &runtime)
+    {
+        auto *p = new QProcess(this);
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert("PYTHONPATH", QStringLiteral(SHARDSCOPE_PYTHON_DIR));
+        env.insert("XDG_RUNTIME_DIR", runtime);
+        env.remove("SHARDSCOPE_TOKEN");
+        p->setProcessEnvironment(env);
+        p->start(dsCpu() + "/launch",
+                 QStringList{"--nproc", "2", "--grace", "5", QStringLiteral(SHARDSCOPE_EXAMPLE)} + args);
+        return p;
+    }
+
+    Run run(const QStringList &args)
+    {
+        QProcess *p = start(args, m_dir.path());
+        Run r;
+        if (!p->waitForFinished(150000)) p->kill(), p->waitForFinished(5000);
+        r.exitCode = p->exitStatus() == QProcess::NormalExit ? p->exitCode() : -1;
+        r.out = QString::fromUtf8(p->readAllStandardOutput());
+        r.err = QString::fromUtf8(p->readAllStandardError());
+        delete p;
+        return r;
+    }
+
+    QString snapshotArg(const QString &name) { return m_dir.filePath(name + ".rank{rank}.json"); }
+    QString snapshotOf(const QString &name, int rank)
+    {
+        return m_dir.filePath(name + ".rank" + QString::number(rank) + ".json");
+    }
+
+    // Both ranks' snapshots decode with our decoder and pass the schema checks.
+    std::vector<json> snapshots(const QString &name)
+    {
+        std::vector<json> out;
+        for (int rank = 0; rank < 2; ++rank) {
+            const QString path = snapshotOf(name, rank);
+            auto decoded = shardscope::wire::readSnapshotFile(path.toStdString());
+            if (!decoded) {
+                qWarning("%s: %s", qPrintable(path), decoded.error().c_str());
+                return {};
+            }
+            if (decoded->state.worldSize != 2 || decoded->state.localRanks != std::vector<int>{rank})
+                return {};
+            json j = readJson(path);
+            const auto problems = shardscope::test::snapshotSchemaProblems(j);
+            for (const auto &p : problems)
+                qWarning("%s: %s", qPrintable(path), p.c_str());
+            if (!problems.empty()) return {};
+            out.push_back(std::move(j));
+        }
+        return out;
+    }
+
+private slots:
+    void initTestCase()
+    {
+        QVERIFY(m_dir.isValid());
+        if (!QFileInfo::exists(dsCpu() + "/launch"))
+            m_skip = "no DeepSpeed harness at " + dsCpu() + " (the repository's ../shared/deepspeed-cpu)";
+        else if (QDir(QStringLiteral(SHARDSCOPE_PYTHON_DIR) + "/shardscope").entryList({"_native*.so"}).isEmpty())
+            m_skip = "the shardscope Python module was not built (pybind11-dev and python3-dev: scripts/deps)";
+        else if (QProcess::execute("/usr/bin/python3", {"-c", "import torch"}) != 0)
+            m_skip = "Debian's python3 has no torch (python3-torch: scripts/deps)";
+        if (!m_skip.isEmpty()) qWarning("skipping: %s", qPrintable(m_skip));
+    }
+
+    // Story 1 as users hit it: DeepSpeed registers embed.weight on lm_head silently inside
+    // the engine's forward. Recorded with the fix; a live capture of rank 1 sees it too.
+    void tiedEmbeddingInForward()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        QTemporaryDir runtime;
+        QProcess *p = start({"--externals", "none", "--weight-norm", "off", "--steps", "3",
+                             "--hold", "8", "--snapshot-out", snapshotArg("tied")},
+                            runtime.path());
+        // Both ranks announce themselves in discovery, as one job, with their ranks.
+        QProcess list;
+        QString listed;
+        for (int i = 0; i < 600 && !listed.contains("2 of 2 ranks live"); ++i) {
+            QThread::msleep(100);
+            QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+            env.insert("XDG_RUNTIME_DIR", runtime.path());
+            list.setProcessEnvironment(env);
+            list.start(QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope-capture", {"--list"});
+            list.waitForFinished(10000);
+            listed = QString::fromUtf8(list.readAllStandardOutput());
+        }
+        QVERIFY2(listed.contains("2 of 2 ranks live"), qPrintable(listed));
+        QVERIFY2(listed.contains("rank 0") && listed.contains("rank 1"), qPrintable(listed));
+        const QDir disc(runtime.path() + "/shardscope");
+        QString endpoint;
+        QString endpoint0;
+        QString job;
+        for (const QString &f : disc.entryList({"*.json"})) {
+            const json d = readJson(disc.filePath(f));
+            QCOMPARE(d["job"]["world_size"].get<int>(), 2);
+            QCOMPARE(d["backend"].get<std::string>(), std::string("gloo"));
+            if (job.isEmpty()) job = QString::fromStdString(d["job"]["id"]);
+            QCOMPARE(QString::fromStdString(d["job"]["id"]), job); // one job
+            if (d["job"]["ranks"] == json::array({1})) endpoint = QString::fromStdString(d["endpoint"]);
+            if (d["job"]["ranks"] == json::array({0})) endpoint0 = QString::fromStdString(d["endpoint"]);
+        }
+        QVERIFY2(!endpoint.isEmpty() && !endpoint0.isEmpty(), "no discovery file for a rank");
+        QProcess capture;
+        capture.start(QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope-capture",
+                      {"--attach", endpoint, "--until-step", "3", "--out", m_dir.filePath("capture.json")});
+        // The inspector attaches to rank 0 as to shardscope-train and exports what it shows.
+        QProcess gui;
+        QProcessEnvironment guiEnv = QProcessEnvironment::systemEnvironment();
+        guiEnv.insert("QT_QPA_PLATFORM", "offscreen");
+        gui.setProcessEnvironment(guiEnv);
+        gui.start(QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope",
+                  {"--attach", endpoint0, "--after-step", "3", "--export-snapshot",
+                   m_dir.filePath("gui.json"), "--quit"});
+        QVERIFY(capture.waitForFinished(120000));
+        QVERIFY2(capture.exitCode() == 0, capture.readAllStandardError().constData());
+        QVERIFY(gui.waitForFinished(120000));
+        QVERIFY2(gui.exitCode() == 0, gui.readAllStandardError().constData());
+        QVERIFY(p->waitForFinished(150000));
+        const QString err = QString::fromUtf8(p->readAllStandardError());
+        QVERIFY2(p->exitCode() == 0, qPrintable(err + QString::fromUtf8(p->readAllStandardOutput())));
+
+        std::vector<json> snaps = snapshots("tied");
+        QCOMPARE(snaps.size(), std::size_t(2));
+        json captured = readJson(m_dir.filePath("capture.json"));
+        QVERIFY(shardscope::test::snapshotSchemaProblems(captured).empty());
+        snaps.push_back(captured);
+        json shown = readJson(m_dir.filePath("gui.json"));
+        QVERIFY(shardscope::test::snapshotSchemaProblems(shown).empty());
+        snaps.push_back(shown);
+        for (const json &s : snaps) {
+            const auto v = violations(s, "unregistered_access");
+            QCOMPARE(v.size(), std::size_t(1));
+            QCOMPARE(v[0]["accessor"].get<std::string>(), std::string("lm_head"));
+            QCOMPARE(v[0]["param"].get<std::string>(), std::string("embed.weight"));
+            QCOMPARE(v[0]["owner"].get<std::string>(), std::string("embed"));
+            QCOMPARE(v[0]["status"].get<std::string>(), std::string("NOT_AVAILABLE"));
+            QCOMPARE(v[0]["action"].get<std::string>(), std::string("auto_registered"));
+            QCOMPARE(v[0]["fix"].get<std::string>(),
+                     std::string("deepspeed.zero.register_external_parameter(model.lm_head, model.embed.weight)"));
+            const json *embed = findParam(s, "embed.weight");
+            QVERIFY(embed);
+            QVERIFY2((*embed)["external_modules"] == json::array({"lm_head"}), (*embed)["external_modules"].dump().c_str());
+            QVERIFY2((*embed)["external_auto_modules"] == json::array({"lm_head"}), (*embed)["external_auto_modules"].dump().c_str());
+            QCOMPARE((*embed)["partitioned"].get<bool>(), true);
+            QVERIFY((*embed)["gather_count"].get<std::uint64_t>() > 0);
+            QCOMPARE(s["engine"]["fix_dialect"].get<std::string>(), std::string("deepspeed"));
+        }
+        // The live capture saw module scopes, fetches with reasons, releases and steps.
+        std::set<std::string> types;
+        for (const json &e : captured["events"])
+            types.insert(e["type"].get<std::string>());
+        for (const char *t : {"module_enter", "module_exit", "fetch_begin", "fetch_end", "release",
+                              "external_register", "step_begin", "step_end"})
+            QVERIFY2(types.contains(t), t);
+    }
+
+    // The fixes: manual registration and the weight_norm workaround. Clean, and
+    // weight_g/weight_v are shown as late parameters that deepspeed.initialize adopted.
+    void fixedModelIsClean()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const Run r = run({"--externals", "manual", "--weight-norm", "workaround", "--steps", "2",
+                           "--snapshot-out", snapshotArg("fixed")});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err + r.out));
+        const std::vector<json> snaps = snapshots("fixed");
+        QCOMPARE(snaps.size(), std::size_t(2));
+        for (const json &s : snaps) {
+            QVERIFY2(s["violations"].empty(), s["violations"].dump().c_str());
+            const json *embed = findParam(s, "embed.weight");
+            QVERIFY(embed);
+            QVERIFY2((*embed)["external_modules"] == json::array({"lm_head"}), (*embed)["external_modules"].dump().c_str());
+            QVERIFY2((*embed)["external_auto_modules"] == json::array(), (*embed)["external_auto_modules"].dump().c_str());
+            for (const char *name : {"pos_conv.conv.weight_g", "pos_conv.conv.weight_v"}) {
+                const json *p = findParam(s, name);
+                QVERIFY2(p, name);
+                QCOMPARE((*p)["late"].get<bool>(), true);
+                QCOMPARE((*p)["partitioned"].get<bool>(), true);
+                QCOMPARE((*p)["replaces"].get<std::string>(), std::string("pos_conv.conv.weight"));
+                QVERIFY2((*p)["external_modules"] == json::array({"pos_conv"}), (*p)["external_modules"].dump().c_str());
+            }
+        }
+    }
+
+    // Story 1's training loop reads the embedding outside any forward: DeepSpeed fails on the
+    // empty placeholder; the violation is in the snapshot although the run raised, and the
+    // exception is DeepSpeed's, unchanged.
+    void readOutsideForward()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const Run r = run({"--externals", "manual", "--weight-norm", "off", "--steps", "2",
+                           "--read-outside", "--snapshot-out", snapshotArg("outside")});
+        QVERIFY(r.exitCode != 0);
+        QVERIFY2(r.out.contains("RuntimeError: mat2 must be a matrix"), qPrintable(r.out + r.err));
+        const std::vector<json> snaps = snapshots("outside");
+        QCOMPARE(snaps.size(), std::size_t(2));
+        for (const json &s : snaps) {
+            const auto v = violations(s, "unregistered_access");
+            QCOMPARE(v.size(), std::size_t(1));
+            QVERIFY(v[0]["accessor"].is_null());
+            QCOMPARE(v[0]["param"].get<std::string>(), std::string("embed.weight"));
+            QCOMPARE(v[0]["status"].get<std::string>(), std::string("NOT_AVAILABLE"));
+            QCOMPARE(v[0]["fix"].get<std::string>(),
+                     std::string("with deepspeed.zero.GatheredParameters(model.embed.weight): <read it here>"));
+        }
+    }
+
+    // Story 2: weight_norm on a conv zero.Init already partitioned. Recorded while the model
+    // is built, before DeepSpeed's IndexError, which reaches the script unchanged.
+    void weightNormAfterInit()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const Run r = run({"--weight-norm", "unsafe", "--snapshot-out", snapshotArg("wn")});
+        QVERIFY(r.exitCode != 0);
+        QVERIFY2(r.out.contains("IndexError: Dimension out of range (expected to be in range of "
+                                "[-1, 0], but got 2)"),
+                 qPrintable(r.out + r.err));
+        const std::vector<json> snaps = snapshots("wn");
+        QCOMPARE(snaps.size(), std::size_t(2));
+        for (const json &s : snaps) {
+            const auto v = violations(s, "unregistered_access");
+            QCOMPARE(v.size(), std::size_t(1));
+            QVERIFY(v[0]["accessor"].is_null());
+            QCOMPARE(v[0]["param"].get<std::string>(), std::string("pos_conv.conv.weight"));
+            QCOMPARE(v[0]["fix"].get<std::string>(),
+                     std::string("with deepspeed.zero.GatheredParameters(model.pos_conv.conv.weight, "
+                                 "modifier_rank=0): <change it here>"));
+        }
+    }
+
+    // guard="error": the agent raises at the first unregistered access, with the fix line,
+    // instead of DeepSpeed's silent registration.
+    void guardError()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const Run r = run({"--externals", "none", "--weight-norm", "off", "--guard", "error",
+                           "--snapshot-out", snapshotArg("guard")});
+        QVERIFY(r.exitCode != 0);
+        QVERIFY2(r.out.contains("shardscope.UnregisteredAccessError"), qPrintable(r.out + r.err));
+        QVERIFY2(r.out.contains("fix: deepspeed.zero.register_external_parameter(model.lm_head, "
+                                "model.embed.weight)"),
+                 qPrintable(r.out));
+        const std::vector<json> snaps = snapshots("guard");
+        QCOMPARE(snaps.size(), std::size_t(2));
+        for (const json &s : snaps) {
+            const auto v = violations(s, "unregistered_access");
+            QCOMPARE(v.size(), std::size_t(1));
+            QCOMPARE(v[0]["action"].get<std::string>(), std::string("error"));
+        }
+    }
+
+    // Misuse gets a clear message: an unknown DeepSpeed version, the agent started twice.
+    void misuse()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const QString script = QStringLiteral(
+            "import deepspeed, shardscope, shardscope.deepspeed as ssd\n"
+            "real = deepspeed.__version__\n"
+            "deepspeed.__version__ = '0.15.1'\n"
+            "try:\n    ssd.install(listen=False)\nexcept shardscope.ShardScopeError as e:\n"
+            "    print('VERSION:', e)\n"
+            "deepspeed.__version__ = real\n"
+            "ssd.install(listen=False)\n"
+            "try:\n    ssd.install(listen=False)\nexcept shardscope.ShardScopeError as e:\n"
+            "    print('TWICE:', e)\n"
+            "try:\n    ssd.finish(); ssd.install(guard='strict')\nexcept shardscope.ShardScopeError as e:\n"
+            "    print('GUARD:', e)\n");
+        QProcess p;
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert("PYTHONPATH", QStringLiteral(SHARDSCOPE_PYTHON_DIR));
+        env.insert("XDG_RUNTIME_DIR", m_dir.path());
+        p.setProcessEnvironment(env);
+        p.start(dsCpu() + "/run", {"python3", "-c", script});
+        QVERIFY(p.waitForFinished(120000));
+        const QString out = QString::fromUtf8(p.readAllStandardOutput());
+        QVERIFY2(p.exitCode() == 0, qPrintable(out + p.readAllStandardError()));
+        QVERIFY2(out.contains("VERSION: shardscope.deepspeed observes DeepSpeed's ZeRO-3 internals, "
+                              "and knows DeepSpeed 0.14.5; this is DeepSpeed 0.15.1"),
+                 qPrintable(out));
+        QVERIFY2(out.contains("TWICE: shardscope.deepspeed.install() was already called"), qPrintable(out));
+        QVERIFY2(out.contains("GUARD: guard='strict': use one of 'warn', 'error'"), qPrintable(out));
+    }
+};
+
+QTEST_GUILESS_MAIN(tst_DeepSpeedAgent)
+#include "tst_deepspeedagent.moc"

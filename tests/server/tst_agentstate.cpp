@@ -1,0 +1,249 @@
+// AgentState, the state a process without our Engine fills (the DeepSpeed agent), served by
+// the same Inspector: its events and State, violation words in DeepSpeed's dialect, late
+// parameters, the job in Welcome, and flushNow() writing the snapshot while serving.
+
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <cstdlib>
+
+#include <nlohmann/json.hpp>
+
+#include "server/agentstate.h"
+#include "server/inspector.h"
+#include "server/inspectorclient.h"
+#include "telemetry/telemetryhub.h"
+#include "wire/discovery.h"
+#include "wire/job.h"
+#include "wire/snapshot.h"
+
+using namespace shardscope;
+
+namespace {
+
+// A sink that keeps what it is given.
+class Recorder final : public EventSink
+{
+public:
+    void write(const Event &ev) noexcept override { events.push_back(ev); }
+    std::vector<Event> events;
+};
+
+AgentParam param(ParamId id, const std::string &name, ModuleId owner)
+{
+    AgentParam p;
+    p.id = id;
+    p.name = name;
+    p.owner = owner;
+    p.shape = {37, 16};
+    p.numel = 592;
+    p.partitionNumel = 296;
+    p.paddedNumel = 592;
+    return p;
+}
+
+} // namespace
+
+class tst_AgentState : public QObject
+{
+    Q_OBJECT
+
+private slots:
+    void modulesAndEvents()
+    {
+        AgentConfig cfg;
+        cfg.rank = 1;
+        cfg.worldSize = 2;
+        AgentState s(cfg);
+        Recorder rec;
+        s.setEventSink(&rec);
+        // A module deep in the tree brings its ancestors, parents first.
+        const ModuleId conv = s.ensureModule("pos_conv.conv", "Conv1d");
+        const ModuleId embed = s.ensureModule("embed", "Embedding");
+        const ModuleId head = s.ensureModule("lm_head", "Head");
+        QCOMPARE(s.ensureModule("pos_conv.conv", "Conv1d"), conv);
+        s.setParam(param(0, "embed.weight", embed));
+        s.fetchBegin(0, head, 2368, FetchReason::Guard);
+        EngineState st = s.state();
+        QCOMPARE(st.modules.size(), std::size_t(5)); // root, pos_conv, pos_conv.conv, embed, lm_head
+        QCOMPARE(st.modules[2].path, std::string("pos_conv.conv"));
+        QCOMPARE(st.modules[2].parent, st.modules[1].id);
+        QCOMPARE(st.params[0].status, (std::vector<ParamStatus>{ParamStatus::NotAvailable,
+                                                                ParamStatus::Inflight}));
+        s.fetchEnd(0, head, 2368, FetchReason::Guard);
+        s.release(0, head, 2368);
+        st = s.state();
+        QCOMPARE(st.params[0].status[1], ParamStatus::NotAvailable);
+        QCOMPARE(st.params[0].gatherCount, std::uint64_t(1));
+        QCOMPARE(st.params[0].gatherBytes, std::uint64_t(2368));
+        QCOMPARE(st.localRanks, std::vector<int>{1});
+        QCOMPARE(st.fixDialect, std::string("deepspeed"));
+        QCOMPARE(rec.events.size(), std::size_t(3));
+        QCOMPARE(rec.events[0].type, EventType::FetchBegin);
+        QCOMPARE(rec.events[0].rank, std::uint16_t(1));
+        QCOMPARE(rec.events[0].a, 0u);
+        QCOMPARE(rec.events[0].b, head);
+        QCOMPARE(rec.events[0].flags, std::uint8_t(FetchReason::Guard));
+        QCOMPARE(rec.events[2].type, EventType::Release);
+        s.setEventSink(nullptr);
+    }
+
+    void violationsInDeepSpeedsWords()
+    {
+        AgentState s(AgentConfig{});
+        Recorder rec;
+        s.setEventSink(&rec);
+        const ModuleId embed = s.ensureModule("embed", "Embedding");
+        const ModuleId head = s.ensureModule("blocks.0.lm_head", "Head");
+        s.setParam(param(0, "embed.weight", embed));
+        s.stepBegin();
+        const ViolationText t = s.unregisteredAccess(head, 0, GuardAction::AutoRegistered, false);
+        QCOMPARE(t.fix, std::string("deepspeed.zero.register_external_parameter(model.blocks[0].lm_head, "
+                                    "model.embed.weight)"));
+        s.unregisteredAccess(head, 0, GuardAction::AutoRegistered, false); // same step: once
+        s.stepEnd(1.5);
+        s.stepBegin();
+        s.unregisteredAccess(head, 0, GuardAction::AutoRegistered, false);
+        const EngineState st = s.state();
+        QCOMPARE(st.violations.size(), std::size_t(1));
+        QCOMPARE(st.violations[0].count, std::uint64_t(2));
+        QCOMPARE(st.violations[0].step, 1u);
+        QCOMPARE(st.violations[0].lastStep, 2u);
+        QCOMPARE(st.violations[0].fix, t.fix);
+        QCOMPARE(st.violations[0].message, t.message);
+        int accesses = 0;
+        for (const Event &e : rec.events)
+            accesses += e.type == EventType::UnregisteredAccess;
+        QCOMPARE(accesses, 2);
+        // A read outside any module, at build time (it changes the parameter).
+        const ViolationText outside = s.unregisteredAccess(kNoModule, 0, GuardAction::Recorded, true);
+        QCOMPARE(outside.fix, std::string("with deepspeed.zero.GatheredParameters(model.embed.weight, "
+                                          "modifier_rank=0): <change it here>"));
+        s.setEventSink(nullptr);
+    }
+
+    // A late parameter is recorded as a violation only if a step starts before it is adopted.
+    void lateParameters()
+    {
+        AgentState s(AgentConfig{});
+        const ModuleId conv = s.ensureModule("pos_conv.conv", "Conv1d");
+        AgentParam g = param(1u << 20, "pos_conv.conv.weight_g", conv);
+        g.replaces = "pos_conv.conv.weight";
+        s.setParam(g);
+        s.lateParameter(g.id);
+        s.stepBegin();
+        EngineState st = s.state();
+        QCOMPARE(st.violations.size(), std::size_t(1));
+        QCOMPARE(st.violations[0].kind, ViolationKind::LateParameter);
+        QVERIFY2(st.violations[0].fix.find("GatheredParameters(model.pos_conv.conv.weight, "
+                                           "modifier_rank=0)") != std::string::npos,
+                 st.violations[0].fix.c_str());
+        QCOMPARE(st.params[0].late, true);
+        QCOMPARE(st.params[0].partitioned, false);
+
+        AgentState adopted(AgentConfig{});
+        const ModuleId c2 = adopted.ensureModule("pos_conv.conv", "Conv1d");
+        AgentParam v = param(7, "pos_conv.conv.weight_v", c2);
+        adopted.setParam(v);
+        adopted.lateParameter(7);
+        adopted.parameterAdopted(7);
+        adopted.stepBegin();
+        st = adopted.state();
+        QCOMPARE(st.violations.size(), std::size_t(0));
+        QCOMPARE(st.params[0].late, true);
+        QCOMPARE(st.params[0].partitioned, true);
+    }
+
+    // The same Inspector serves it: Welcome names the job and the rank; flushNow() writes
+    // the snapshot while serving.
+    void servedByTheInspector()
+    {
+        QTemporaryDir dir;
+        AgentConfig cfg;
+        cfg.modelName = "TinyLM";
+        cfg.rank = 1;
+        cfg.worldSize = 2;
+        AgentState s(cfg);
+        const ModuleId embed = s.ensureModule("embed", "Embedding");
+        const ModuleId head = s.ensureModule("lm_head", "Head");
+        s.setParam(param(0, "embed.weight", embed));
+        InspectorOptions o;
+        o.endpoint = "unix:" + dir.filePath("agent.sock").toStdString();
+        o.snapshotOut = dir.filePath("snap.json").toStdString();
+        o.job = "job-42";
+        Inspector inspector(s, o);
+        auto client = server::InspectorClient::connect(inspector.endpoint(), {});
+        QVERIFY2(client, client ? "" : client.error().c_str());
+        const wire::Welcome &w = (*client)->welcome();
+        QCOMPARE(w.model, std::string("TinyLM"));
+        QCOMPARE(w.worldSize, 2);
+        QCOMPARE(w.job.id, std::string("job-42"));
+        QCOMPARE(w.job.ranks, std::vector<int>{1});
+        s.stepBegin();
+        s.unregisteredAccess(head, 0, GuardAction::AutoRegistered, false);
+        QCOMPARE(inspector.flushNow(), std::string());
+        auto snap = wire::readSnapshotFile(o.snapshotOut);
+        QVERIFY2(snap, snap ? "" : snap.error().c_str());
+        QCOMPARE(snap->state.violations.size(), std::size_t(1));
+        QCOMPARE(snap->state.fixDialect, std::string("deepspeed"));
+        bool sawAccess = false;
+        for (const Event &e : snap->events)
+            sawAccess = sawAccess || e.type == EventType::UnregisteredAccess;
+        QVERIFY(sawAccess);
+        inspector.finish();
+        QCOMPARE(inspector.flushNow(), std::string("the inspector has finished"));
+    }
+
+    void jobFromTheEnvironment()
+    {
+        ::unsetenv("TORCHELASTIC_RUN_ID");
+        ::setenv("MASTER_ADDR", "10.1.2.3", 1);
+        ::setenv("MASTER_PORT", "29500", 1);
+        wire::JobIdentity job = wire::jobFromEnvironment("", {3}, 8);
+        QCOMPARE(job.id, std::string("10.1.2.3:29500"));
+        QCOMPARE(job.ranks, std::vector<int>{3});
+        QCOMPARE(job.worldSize, 8);
+        ::setenv("TORCHELASTIC_RUN_ID", "run-7", 1);
+        QCOMPARE(wire::jobFromEnvironment("", {3}, 8).id, std::string("run-7"));
+        QCOMPARE(wire::jobFromEnvironment("mine", {3}, 8).id, std::string("mine"));
+        ::unsetenv("TORCHELASTIC_RUN_ID");
+        ::unsetenv("MASTER_ADDR");
+        ::unsetenv("MASTER_PORT");
+        job = wire::jobFromEnvironment("", {0, 1}, 2);
+        QVERIFY(job.id.starts_with(job.host + "-"));
+        // The job survives the trip through a discovery file; bad ranks are refused.
+        wire::DiscoveryEntry e;
+        e.pid = 1;
+        e.endpoint = "unix:/x";
+        e.job = job;
+        auto back = wire::decodeDiscovery(wire::encodeDiscovery(e));
+        QVERIFY(back);
+        QCOMPARE(back->job.ranks, job.ranks);
+        QCOMPARE(back->job.id, job.id);
+        nlohmann::json bad = nlohmann::json::parse(wire::encodeDiscovery(e));
+        bad["job"]["ranks"] = {5, 1}; // rank 5 of a world of 2
+        auto refused = wire::decodeDiscovery(bad.dump());
+        QVERIFY(!refused);
+        QVERIFY2(refused.error().find("job.ranks") != std::string::npos, refused.error().c_str());
+    }
+
+    // Rings only for this process's ranks: events of others are counted, not stored.
+    void hubRingsForLocalRanksOnly()
+    {
+        TelemetryHub hub(64, std::vector<int>{5}, 1024);
+        Event e{};
+        e.rank = 5;
+        e.type = EventType::StepBegin;
+        hub.write(e);
+        e.rank = 6;
+        hub.write(e);
+        std::vector<Event> out;
+        QCOMPARE(hub.drain(out), std::size_t(1));
+        QCOMPARE(out[0].rank, std::uint16_t(5));
+        QCOMPARE(hub.droppedEvents(), std::uint64_t(1));
+        QCOMPARE(hub.ringCapacity(), std::size_t(1024));
+    }
+};
+
+QTEST_GUILESS_MAIN(tst_AgentState)
+#include "tst_agentstate.moc"
