@@ -12,7 +12,12 @@
 #include <string_view>
 #include <vector>
 
+#include <memory>
+#include <poll.h>
+#include <set>
+
 #include "server/inspectorclient.h"
+#include "wire/jobmerge.h"
 #include "wire/clientstate.h"
 #include "wire/discovery.h"
 #include "wire/endpoint.h"
@@ -28,7 +33,8 @@ const char *kUsage = R"(Usage: shardscope-capture --attach ENDPOINT --out FILE [
 Attaches to a live ShardScope engine, receives its state, recent history and live events,
 and writes them as a snapshot file (docs/snapshot.md).
 
-  --attach ENDPOINT   unix:PATH or tcp:HOST:PORT (see --list)
+  --attach ENDPOINT   unix:PATH or tcp:HOST:PORT (see --list), or job:NAME: every live
+                      process of that job on this host, written as one snapshot
   --token T           the token the engine was started with
   --out FILE          snapshot to write (atomically)
   --seconds N         stop after N seconds
@@ -106,7 +112,11 @@ std::optional<Options> parseArgs(int argc, char **argv)
     if (o.attach.empty())
         throw UsageError{
             "--attach ENDPOINT is required (shardscope-capture --list shows live engines)"};
-    if (auto ep = wire::parseEndpoint(o.attach); !ep) throw UsageError{"--attach: " + ep.error()};
+    if (o.attach.starts_with("job:")) {
+        if (o.attach.size() == 4) throw UsageError{"--attach job:NAME needs the job's name (see --list)"};
+    } else if (auto ep = wire::parseEndpoint(o.attach); !ep) {
+        throw UsageError{"--attach: " + ep.error()};
+    }
     if (o.out.empty()) throw UsageError{"--out FILE is required"};
     if (o.seconds && o.untilStep)
         throw UsageError{"--seconds and --until-step cannot be combined; choose one"};
@@ -179,19 +189,109 @@ int listEngines()
     return 0;
 }
 
+// One attached process: a rank process of a job, or a whole engine.
+struct Source
+{
+    std::string endpoint;
+    std::unique_ptr<server::InspectorClient> client;
+    wire::ClientState state;
+    std::string ended; // why it stopped before its engine finished, if it did
+    std::string error; // a frame that could not be applied
+    bool done = false;
+    explicit Source(std::size_t maxEvents) : state(maxEvents) {}
+};
+
+// Applies the frames s has (timeoutMs 0: only those already received; a read needs a few
+// milliseconds, as next() rounds its deadline down to whole ones); true if it applied any.
+bool pump(Source &s, int timeoutMs, bool several)
+{
+    bool any = false;
+    while (!s.done) {
+        auto frame = s.client->next(timeoutMs);
+        if (!frame) {
+            s.ended = frame.error();
+            s.done = true;
+            if (several)
+                std::fprintf(stderr, "shardscope-capture: %s: %s; keeping what it sent\n",
+                             s.endpoint.c_str(), frame.error().c_str());
+            break;
+        }
+        if (!frame->has_value()) break;
+        any = true;
+        if (auto ok = s.state.apply(**frame); !ok) {
+            s.error = ok.error();
+            s.done = true;
+            break;
+        }
+        if (s.state.finished()) s.done = true;
+    }
+    return any;
+}
+
+// The endpoints of "job:NAME" (every live process of the job), or the one endpoint given.
+std::vector<std::string> endpointsOf(const std::string &attach, std::string &job)
+{
+    if (!attach.starts_with("job:")) return {attach};
+    job = attach.substr(4);
+    std::vector<std::string> out;
+    std::set<int> ranks;
+    int world = 0;
+    for (const auto &e : wire::listLiveEngines(wire::defaultRuntimeDir()))
+        if (e.job.id == job) {
+            out.push_back(e.endpoint);
+            ranks.insert(e.job.ranks.begin(), e.job.ranks.end());
+            world = e.job.worldSize;
+        }
+    if (out.empty()) return out;
+    if (static_cast<int>(ranks.size()) < world) {
+        std::string missing;
+        for (int r = 0; r < world; ++r)
+            if (!ranks.contains(r)) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+        std::fprintf(stderr,
+                     "shardscope-capture: job %s: no live process announces rank(s) %s (on another "
+                     "host, or gone); capturing the others\n",
+                     job.c_str(), missing.c_str());
+    }
+    return out;
+}
+
 int capture(const Options &o)
 {
+    std::string job;
+    const std::vector<std::string> endpoints = endpointsOf(o.attach, job);
+    if (endpoints.empty()) {
+        std::fprintf(stderr,
+                     "shardscope-capture: no live process of job %s in %s (shardscope-capture "
+                     "--list shows the jobs)\n",
+                     job.c_str(), wire::defaultRuntimeDir().c_str());
+        return 1;
+    }
     server::InspectorClient::Options copts;
     copts.token = o.token;
     copts.name = "shardscope-capture";
-    auto client = server::InspectorClient::connect(o.attach, copts);
-    if (!client) {
-        std::fprintf(stderr, "shardscope-capture: %s\n", client.error().c_str());
+    std::vector<std::unique_ptr<Source>> sources;
+    for (const std::string &ep : endpoints) {
+        auto client = server::InspectorClient::connect(ep, copts);
+        if (!client) {
+            std::fprintf(stderr, "shardscope-capture: %s: %s\n", ep.c_str(), client.error().c_str());
+            continue;
+        }
+        const wire::Welcome &w = (*client)->welcome();
+        std::printf("attached to %s: pid %lld, model %s, world size %d, backend %s", ep.c_str(),
+                    static_cast<long long>(w.pid), w.model.c_str(), w.worldSize, w.backend.c_str());
+        if (!job.empty() && !w.job.ranks.empty()) std::printf(", rank %d", w.job.ranks.front());
+        std::printf("\n");
+        auto src = std::make_unique<Source>(o.maxEvents);
+        src->endpoint = ep;
+        src->client = std::move(client.value());
+        sources.push_back(std::move(src));
+    }
+    if (sources.empty()) {
+        if (!job.empty())
+            std::fprintf(stderr, "shardscope-capture: no process of job %s could be attached\n",
+                         job.c_str());
         return 1;
     }
-    const wire::Welcome &w = (*client)->welcome();
-    std::printf("attached to %s: pid %lld, model %s, world size %d, backend %s\n", o.attach.c_str(),
-                static_cast<long long>(w.pid), w.model.c_str(), w.worldSize, w.backend.c_str());
     std::fflush(stdout);
 
     struct sigaction sa
@@ -203,10 +303,15 @@ int capture(const Options &o)
 
     using Clock = std::chrono::steady_clock;
     const auto start = Clock::now();
-    wire::ClientState state(o.maxEvents);
     std::string ended; // why the capture stopped early, if it did
     // After --until-step is reached, wait (briefly) for the state that follows that step.
     std::optional<Clock::time_point> settleUntil;
+    auto live = [&] {
+        std::vector<Source *> out;
+        for (auto &s : sources)
+            if (!s->done) out.push_back(s.get());
+        return out;
+    };
     for (;;) {
         if (g_interrupted) {
             ended = "interrupted";
@@ -214,50 +319,81 @@ int capture(const Options &o)
         }
         if (o.seconds && std::chrono::duration<double>(Clock::now() - start).count() >= *o.seconds)
             break;
-        if (o.untilStep && !settleUntil && state.latestCompletedStep() >= *o.untilStep)
+        const std::vector<Source *> active = live();
+        if (active.empty()) break;
+        if (o.untilStep && !settleUntil &&
+            std::all_of(active.begin(), active.end(), [&](Source *s) {
+                return s->state.latestCompletedStep() >= *o.untilStep;
+            }))
             settleUntil = Clock::now() + std::chrono::seconds(2);
-        if (settleUntil && (Clock::now() >= *settleUntil ||
-                            (state.hasState() && state.snapshot().state.step >= *o.untilStep &&
-                             state.historyDone())))
+        if (settleUntil &&
+            (Clock::now() >= *settleUntil ||
+             std::all_of(active.begin(), active.end(), [&](Source *s) {
+                 return s->state.hasState() && s->state.snapshot().state.step >= *o.untilStep &&
+                        s->state.historyDone();
+             })))
             break;
-        auto frame = (*client)->next(100);
-        if (!frame) {
-            if (!state.hasState()) {
-                std::fprintf(stderr, "shardscope-capture: %s\n", frame.error().c_str());
+        // Frames the client already holds first (the handshake may have read past the
+        // Welcome), then whatever arrives.
+        std::vector<pollfd> fds;
+        for (Source *s : active)
+            fds.push_back({s->client->fd(), POLLIN, 0});
+        const bool anyBuffered = std::any_of(active.begin(), active.end(), [&](Source *s) {
+            return pump(*s, 0, sources.size() > 1);
+        });
+        if (!anyBuffered) ::poll(fds.data(), fds.size(), 100);
+        for (std::size_t i = 0; i < active.size(); ++i) {
+            if (active[i]->done) continue;
+            if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) pump(*active[i], 5, sources.size() > 1);
+            if (!active[i]->error.empty()) {
+                std::fprintf(stderr, "shardscope-capture: %s: %s\n", active[i]->endpoint.c_str(),
+                             active[i]->error.c_str());
                 return 1;
             }
-            ended = frame.error();
-            break;
         }
-        if (!frame->has_value()) continue;
-        const bool wasState = (*frame)->type == wire::MessageType::State;
-        if (auto ok = state.apply(**frame); !ok) {
-            std::fprintf(stderr, "shardscope-capture: %s\n", ok.error().c_str());
+    }
+    std::vector<wire::Snapshot> parts;
+    std::uint64_t history = 0, liveEvents = 0;
+    for (auto &s : sources) {
+        if (!s->state.hasState()) {
+            std::fprintf(stderr, "shardscope-capture: no state was received from %s%s\n",
+                         s->endpoint.c_str(), sources.size() > 1 ? "; the job's snapshot lacks it" : "; nothing written");
+            continue;
+        }
+        wire::Snapshot snap = s->state.snapshot();
+        snap.meta.pid = s->client->welcome().pid;
+        snap.meta.endpoint = s->endpoint;
+        parts.push_back(std::move(snap));
+        history += s->state.historyEvents();
+        liveEvents += s->state.liveEvents();
+        if (!s->ended.empty() && !s->state.finished() && ended.empty()) ended = s->ended;
+    }
+    if (parts.empty()) return 1;
+    wire::Snapshot snap;
+    if (job.empty()) {
+        snap = std::move(parts.front());
+    } else {
+        auto merged = wire::mergeJobSnapshots(parts, job);
+        if (!merged) {
+            std::fprintf(stderr, "shardscope-capture: %s\n", merged.error().c_str());
             return 1;
         }
-        if (state.finished()) break;
-        if (settleUntil && wasState && state.snapshot().state.step >= *o.untilStep) break;
+        snap = std::move(merged.value());
     }
-    if (!state.hasState()) {
-        std::fprintf(stderr, "shardscope-capture: no state was received from %s; nothing written\n",
-                     o.attach.c_str());
-        return 1;
-    }
-    wire::Snapshot snap = state.snapshot();
     snap.meta.producer = "shardscope-capture";
-    snap.meta.pid = w.pid;
     snap.meta.createdUnixMs = wire::unixTimeMs();
-    snap.meta.endpoint = o.attach;
+    if (job.empty()) snap.meta.endpoint = o.attach;
     if (auto written = wire::writeSnapshotFile(o.out, snap); !written) {
         std::fprintf(stderr, "shardscope-capture: %s\n", written.error().c_str());
         return 1;
     }
-    if (!ended.empty() && !state.finished()) std::printf("capture ended: %s\n", ended.c_str());
-    std::printf("captured step %u: %zu events (%llu history, %llu live), %llu dropped, %zu "
+    if (!ended.empty()) std::printf("capture ended: %s\n", ended.c_str());
+    std::printf("captured step %u%s: %zu events (%llu history, %llu live), %llu dropped, %zu "
                 "violations -> %s\n",
-                snap.state.step, snap.events.size(),
-                static_cast<unsigned long long>(state.historyEvents()),
-                static_cast<unsigned long long>(state.liveEvents()),
+                snap.state.step,
+                job.empty() ? "" : (" of job " + job + " (" + std::to_string(parts.size()) + " processes)").c_str(),
+                snap.events.size(), static_cast<unsigned long long>(history),
+                static_cast<unsigned long long>(liveEvents),
                 static_cast<unsigned long long>(snap.droppedEvents), snap.state.violations.size(),
                 o.out.c_str());
     return 0;

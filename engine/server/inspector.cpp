@@ -548,6 +548,11 @@ void Inspector::Impl::answerFlush()
     }
     std::string error;
     try {
+        // Everything recorded before the request: events written since this loop's pump.
+        batch.clear();
+        hub->drain(batch);
+        history.append(batch);
+        fanOut(batch);
         if (std::any_of(clients.begin(), clients.end(),
                         [](const Client &c) { return c.phase == Client::Phase::Live; }))
             broadcastState();

@@ -173,6 +173,13 @@ private slots:
         QProcess capture;
         capture.start(QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope-capture",
                       {"--attach", endpoint, "--until-step", "3", "--out", m_dir.filePath("capture.json")});
+        // The whole job, both rank processes, in one snapshot.
+        QProcess jobCapture;
+        QProcessEnvironment jobEnv = QProcessEnvironment::systemEnvironment();
+        jobEnv.insert("XDG_RUNTIME_DIR", runtime.path());
+        jobCapture.setProcessEnvironment(jobEnv);
+        jobCapture.start(QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope-capture",
+                         {"--attach", "job:" + job, "--until-step", "3", "--out", m_dir.filePath("job.json")});
         // The inspector attaches to rank 0 as to shardscope-train and exports what it shows.
         QProcess gui;
         QProcessEnvironment guiEnv = QProcessEnvironment::systemEnvironment();
@@ -185,6 +192,8 @@ private slots:
         QVERIFY2(capture.exitCode() == 0, capture.readAllStandardError().constData());
         QVERIFY(gui.waitForFinished(120000));
         QVERIFY2(gui.exitCode() == 0, gui.readAllStandardError().constData());
+        QVERIFY(jobCapture.waitForFinished(120000));
+        QVERIFY2(jobCapture.exitCode() == 0, jobCapture.readAllStandardError().constData());
         QVERIFY(p->waitForFinished(150000));
         const QString err = QString::fromUtf8(p->readAllStandardError());
         QVERIFY2(p->exitCode() == 0, qPrintable(err + QString::fromUtf8(p->readAllStandardOutput())));
@@ -215,6 +224,19 @@ private slots:
             QVERIFY((*embed)["gather_count"].get<std::uint64_t>() > 0);
             QCOMPARE(s["engine"]["fix_dialect"].get<std::string>(), std::string("deepspeed"));
         }
+        // The job's capture: both ranks observed, each rank's violation and statuses.
+        const json whole = readJson(m_dir.filePath("job.json"));
+        QVERIFY(shardscope::test::snapshotSchemaProblems(whole).empty());
+        QVERIFY2(whole["engine"]["local_ranks"] == json::array({0, 1}), whole["engine"].dump().c_str());
+        const auto jv = violations(whole, "unregistered_access");
+        QCOMPARE(jv.size(), std::size_t(2));
+        QCOMPARE(jv[0]["rank"].get<int>() + jv[1]["rank"].get<int>(), 1);
+        QCOMPARE(QString::fromStdString(whole["endpoint"]), "job:" + job);
+        std::set<int> eventRanks;
+        for (const json &e : whole["events"])
+            eventRanks.insert(e["rank"].get<int>());
+        QVERIFY(eventRanks == (std::set<int>{0, 1}));
+
         // The live capture saw module scopes, fetches with reasons, releases and steps.
         std::set<std::string> types;
         for (const json &e : captured["events"])

@@ -1,0 +1,78 @@
+#include "wire/jobmerge.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+namespace shardscope::wire {
+
+Result<Snapshot> mergeJobSnapshots(const std::vector<Snapshot> &parts, const std::string &job)
+{
+    if (parts.empty()) return fail("no rank of job " + job + " was captured");
+    Snapshot out = parts.front();
+    EngineState &st = out.state;
+    const auto partName = [&](std::size_t i) {
+        const Snapshot &p = parts[i];
+        return "the process " + std::to_string(p.meta.pid) + " (" + p.meta.endpoint + ")";
+    };
+    std::unordered_map<ParamId, std::size_t> index;
+    for (std::size_t i = 0; i < st.params.size(); ++i) {
+        index.emplace(st.params[i].id, i);
+        st.params[i].gatherCount = st.params[i].gatherBytes = st.params[i].gatherNs = 0;
+    }
+    std::set<int> localRanks;
+    std::map<std::tuple<int, int, ModuleId, ParamId>, ViolationRecord> violations;
+    out.events.clear();
+    out.droppedEvents = 0;
+    for (std::size_t k = 0; k < parts.size(); ++k) {
+        const EngineState &ps = parts[k].state;
+        if (ps.worldSize != st.worldSize)
+            return fail(partName(k) + " runs a world of " + std::to_string(ps.worldSize) +
+                        " ranks, the others " + std::to_string(st.worldSize) +
+                        ": not one job; capture it on its own");
+        if (ps.modelName != st.modelName)
+            return fail(partName(k) + " runs model '" + ps.modelName + "', the others '" +
+                        st.modelName + "': not one job");
+        for (const ParamRecord &p : ps.params) {
+            auto it = index.find(p.id);
+            if (it == index.end()) continue;
+            ParamRecord &m = st.params[it->second];
+            for (int r : ps.localRanks)
+                if (r >= 0 && static_cast<std::size_t>(r) < m.status.size() &&
+                    static_cast<std::size_t>(r) < p.status.size())
+                    m.status[static_cast<std::size_t>(r)] = p.status[static_cast<std::size_t>(r)];
+            m.gatherCount += p.gatherCount;
+            m.gatherBytes += p.gatherBytes;
+            m.gatherNs += p.gatherNs;
+            m.lastGatherTsNs = std::max(m.lastGatherTsNs, p.lastGatherTsNs);
+            for (const ExternalRecord &e : p.externals)
+                if (std::none_of(m.externals.begin(), m.externals.end(),
+                                 [&](const ExternalRecord &x) { return x.module == e.module; }))
+                    m.externals.push_back(e);
+            for (ModuleId a : p.activeModules)
+                if (std::find(m.activeModules.begin(), m.activeModules.end(), a) == m.activeModules.end())
+                    m.activeModules.push_back(a);
+        }
+        localRanks.insert(ps.localRanks.begin(), ps.localRanks.end());
+        for (const ViolationRecord &v : ps.violations) {
+            const auto key = std::make_tuple(static_cast<int>(v.kind), v.rank, v.accessor, v.param);
+            auto [it, fresh] = violations.emplace(key, v);
+            if (!fresh && v.count > it->second.count) it->second = v;
+        }
+        st.step = std::max(st.step, ps.step);
+        out.events.insert(out.events.end(), parts[k].events.begin(), parts[k].events.end());
+        out.droppedEvents += parts[k].droppedEvents;
+    }
+    st.localRanks.assign(localRanks.begin(), localRanks.end());
+    st.violations.clear();
+    for (auto &[key, v] : violations)
+        st.violations.push_back(std::move(v));
+    std::stable_sort(out.events.begin(), out.events.end(),
+                     [](const Event &a, const Event &b) { return a.tsNs < b.tsNs; });
+    out.meta.endpoint = "job:" + job;
+    out.meta.pid = 0;
+    return out;
+}
+
+} // namespace shardscope::wire

@@ -1,0 +1,22 @@
+#pragma once
+// One snapshot of a whole job from the snapshots of its rank processes (each a process of
+// the same training job, observing its own ranks): shardscope-capture --attach job:NAME
+// writes this, and a client showing a job reads the same merge.
+
+#include <string>
+#include <vector>
+
+#include "wire/result.h"
+#include "wire/snapshot.h"
+
+namespace shardscope::wire {
+
+// The structure (modules, parameters, configuration) is the first part's; each parameter's
+// status on rank r comes from the part whose local_ranks hold r; gather counts, bytes and
+// times are summed, registrations and active modules united; violations and events of all
+// parts are kept (they name their rank), events ordered by time. Parts must agree on the
+// world size and model; a part that disagrees is an error naming it. Ranks no part observed
+// keep the first part's view of them (the shard alone) and are absent from local_ranks.
+Result<Snapshot> mergeJobSnapshots(const std::vector<Snapshot> &parts, const std::string &job);
+
+} // namespace shardscope::wire

@@ -1,0 +1,86 @@
+// One snapshot of a job from its rank processes' snapshots (wire/jobmerge.h).
+
+#include <QTest>
+
+#include "wire/jobmerge.h"
+
+using namespace shardscope;
+
+namespace {
+
+// The snapshot one rank process of a 2-rank job sends: its rank's statuses and violations.
+wire::Snapshot part(int rank)
+{
+    wire::Snapshot s;
+    s.meta.pid = 100 + rank;
+    s.meta.endpoint = "unix:/r" + std::to_string(rank);
+    EngineState &st = s.state;
+    st.modelName = "TinyLM";
+    st.worldSize = 2;
+    st.step = static_cast<std::uint32_t>(3 + rank);
+    st.localRanks = {rank};
+    st.modules = {ModuleRecord{0, "", "TinyLM", kNoModule}, ModuleRecord{1, "embed", "Embedding", 0},
+                  ModuleRecord{2, "lm_head", "Head", 0}};
+    ParamRecord p;
+    p.id = 0;
+    p.name = "embed.weight";
+    p.owner = 1;
+    p.status = {ParamStatus::NotAvailable, ParamStatus::NotAvailable};
+    p.status[static_cast<std::size_t>(rank)] = rank == 0 ? ParamStatus::Available : ParamStatus::Inflight;
+    p.gatherCount = 2;
+    p.gatherBytes = 100;
+    p.externals = {ExternalRecord{2, true}};
+    st.params = {p};
+    ViolationRecord v;
+    v.rank = rank;
+    v.accessor = 2;
+    v.param = 0;
+    v.count = 1;
+    st.violations = {v};
+    Event e{};
+    e.rank = static_cast<std::uint16_t>(rank);
+    e.type = EventType::StepBegin;
+    e.tsNs = rank == 0 ? 20 : 10;
+    s.events = {e};
+    s.droppedEvents = 1;
+    return s;
+}
+
+} // namespace
+
+class tst_JobMerge : public QObject
+{
+    Q_OBJECT
+
+private slots:
+    void ranksComeFromTheirProcess()
+    {
+        auto merged = wire::mergeJobSnapshots({part(0), part(1)}, "j");
+        QVERIFY2(merged, merged ? "" : merged.error().c_str());
+        const EngineState &st = merged->state;
+        QCOMPARE(st.localRanks, (std::vector<int>{0, 1}));
+        QCOMPARE(st.params[0].status,
+                 (std::vector<ParamStatus>{ParamStatus::Available, ParamStatus::Inflight}));
+        QCOMPARE(st.params[0].gatherCount, std::uint64_t(4));
+        QCOMPARE(st.params[0].externals.size(), std::size_t(1));
+        QCOMPARE(st.violations.size(), std::size_t(2));
+        QCOMPARE(st.step, 4u);
+        QCOMPARE(merged->events.size(), std::size_t(2));
+        QCOMPARE(merged->events[0].rank, std::uint16_t(1)); // ordered by time
+        QCOMPARE(merged->droppedEvents, std::uint64_t(2));
+        QCOMPARE(merged->meta.endpoint, std::string("job:j"));
+    }
+
+    void processesOfDifferentJobsAreRefused()
+    {
+        wire::Snapshot other = part(1);
+        other.state.worldSize = 4;
+        auto merged = wire::mergeJobSnapshots({part(0), other}, "j");
+        QVERIFY(!merged);
+        QVERIFY2(merged.error().find("not one job") != std::string::npos, merged.error().c_str());
+        QVERIFY(!wire::mergeJobSnapshots({}, "j"));
+    }
+};
+
+QTEST_GUILESS_MAIN(tst_JobMerge)
+#include "tst_jobmerge.moc"
