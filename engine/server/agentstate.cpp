@@ -135,6 +135,14 @@ void AgentState::setActive(ParamId id, std::vector<ModuleId> modules)
     touch();
 }
 
+void AgentState::setActive(std::vector<std::pair<ParamId, std::vector<ModuleId>>> changes)
+{
+    std::lock_guard lock(m_mutex);
+    for (auto &[id, modules] : changes)
+        m_active[id] = std::move(modules);
+    touch();
+}
+
 AgentParam *AgentState::findLocked(ParamId id)
 {
     auto it = m_params.find(id);

@@ -65,6 +65,7 @@ public:
     void removeParam(ParamId id);       // the name stays known to violations
     bool hasParam(ParamId id) const;
     void setActive(ParamId id, std::vector<ModuleId> modules);
+    void setActive(std::vector<std::pair<ParamId, std::vector<ModuleId>>> changes); // one lock
 
     // ---- events (the training thread)
     void moduleEnter(ModuleId m, Phase phase);

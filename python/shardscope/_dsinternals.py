@@ -10,8 +10,9 @@ registration.
 What is observed where (DeepSpeed 0.14.5):
 
 - status changes (``ds_status``): every assignment, wherever DeepSpeed makes it, by giving
-  converted parameters a subclass of their class whose ``ds_status`` is a property;
-- ``ds_active_sub_modules``: a ``set`` subclass that reports changes;
+  converted parameters a subclass of their class whose ``ds_status`` is a data descriptor
+  with only ``__set__`` (reads stay plain instance-dict lookups);
+- ``ds_active_sub_modules``: read when a step ends and when the agent flushes (not per change);
 - ``Init._zero_init_param``: a parameter converted (``zero.Init``, or adoption of late
   parameters by ``deepspeed.initialize``);
 - ``Init._post_init_method``: a module built under ``zero.Init``;
@@ -22,8 +23,8 @@ What is observed where (DeepSpeed 0.14.5):
 - ``register_external_parameter`` / ``unregister_external_parameter`` (module globals of
   ``partition_parameters`` and ``parameter_offload``, and ``deepspeed.zero``);
 - ``DeepSpeedZeRoOffload.{pre,post}_sub_module_{forward,backward}_function``: module scopes;
-- ``PartitionedParameterCoordinator.trace_prologue``: trace invalidation (its private
-  ``__submodule_order`` and ``__step_id``);
+- ``PartitionedParameterCoordinator._invalidate_trace`` (called by ``trace_prologue``):
+  trace invalidation, with its private ``__submodule_order`` and ``__step_id``;
 - ``GatheredParameters.__enter__`` / ``__exit__`` (``params``, ``src_rank``);
 - ``DeepSpeedEngine.forward`` / ``backward`` / ``step``: steps and the loss;
 - ``DeepSpeedZeRoOffload._convert_to_zero_parameters``: late parameters adopted;
@@ -86,32 +87,6 @@ class _Patches:
         self._saved.clear()
 
 
-def _observed_set_class(on_change):
-
-    class ObservedActiveSubModules(set):
-        """``ds_active_sub_modules`` that reports every change (module ids of DeepSpeed)."""
-
-        __slots__ = ("param", )
-
-        def add(self, item):
-            set.add(self, item)
-            on_change(self.param, self)
-
-        def discard(self, item):
-            set.discard(self, item)
-            on_change(self.param, self)
-
-        def remove(self, item):
-            set.remove(self, item)
-            on_change(self.param, self)
-
-        def clear(self):
-            set.clear(self)
-            on_change(self.param, self)
-
-    return ObservedActiveSubModules
-
-
 def install(observer):
     """Patches DeepSpeed for observer (shardscope.deepspeed._Agent); returns uninstall()."""
     import torch
@@ -130,39 +105,34 @@ def install(observer):
     Gathered = partition_parameters.GatheredParameters
     Engine = ds_engine.DeepSpeedEngine
     observed_classes = {}
-    ActiveSet = _observed_set_class(observer.on_active_changed)
+
+    class StatusSetter:
+        """ds_status, observed: a data descriptor with only __set__, so reads stay the
+        instance-dict lookup they were (at C speed) and every assignment is seen."""
+
+        def __set__(self, param, value):
+            d = param.__dict__
+            old = d.get("ds_status")
+            d["ds_status"] = value
+            if old is not value:
+                observer.on_status(param, old, value)
+
+    status_setter = StatusSetter()
 
     def observed_class(cls):
-        """cls with ds_status as a property: every status change reaches the observer."""
+        """cls whose ds_status assignments reach the observer (only converted parameters,
+        which always have a ds_status, get it)."""
         if cls in observed_classes.values():
             return cls
         if cls not in observed_classes:
-
-            def get_status(param):
-                try:
-                    return param.__dict__["ds_status"]
-                except KeyError:
-                    raise AttributeError("ds_status") from None
-
-            def set_status(param, value):
-                old = param.__dict__.get("ds_status")
-                param.__dict__["ds_status"] = value
-                if old is not value:
-                    observer.on_status(param, old, value)
-
             observed_classes[cls] = type(cls.__name__, (cls, ), {
-                "ds_status": property(get_status, set_status),
+                "ds_status": status_setter,
                 "__module__": cls.__module__,
             })
         return observed_classes[cls]
 
     def adopt_param(param):
         param.__class__ = observed_class(type(param))
-        active = param.__dict__.get("ds_active_sub_modules")
-        if active is not None and not isinstance(active, ActiveSet):
-            observed = ActiveSet(active)
-            observed.param = param
-            param.__dict__["ds_active_sub_modules"] = observed
 
     # ---- zero.Init: conversion, modules built, end of the context
     zero_init_param = Init._zero_init_param
@@ -265,20 +235,17 @@ def install(observer):
 
         patches.replace(Offload, name, hook)
 
-    # ---- trace invalidation (the coordinator's private trace)
-    trace_prologue = Coordinator.trace_prologue
+    # ---- trace invalidation (the coordinator's private trace); trace_prologue calls it for
+    # the module being entered, which is the observer's innermost scope by then
+    invalidate_trace = Coordinator._invalidate_trace
 
-    def _trace_prologue(self, sub_module):
-        if self.is_complete_trace():
-            order = self._PartitionedParameterCoordinator__submodule_order
-            step_id = self._PartitionedParameterCoordinator__step_id
-            if len(order) <= step_id:
-                observer.on_trace_invalidated(None, sub_module)
-            elif sub_module != order[step_id]:
-                observer.on_trace_invalidated(order[step_id], sub_module)
-        return trace_prologue(self, sub_module)
+    def _invalidate_trace(self):
+        order = self._PartitionedParameterCoordinator__submodule_order
+        step_id = self._PartitionedParameterCoordinator__step_id
+        observer.on_trace_invalidated(order[step_id] if len(order) > step_id else None)
+        return invalidate_trace(self)
 
-    patches.replace(Coordinator, "trace_prologue", _trace_prologue)
+    patches.replace(Coordinator, "_invalidate_trace", _invalidate_trace)
 
     # ---- GatheredParameters
     gathered_enter = Gathered.__enter__

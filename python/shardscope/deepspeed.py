@@ -279,6 +279,8 @@ class _Agent:
         self.loss = None
         self.ds_ids_of_modules = {}  # DeepSpeed's module.id -> our module id
         self.paths = {}  # our module id -> dotted path
+        self.published = set()  # ds_ids the native state lists
+        self.active_dirty = {}  # ds_id -> param whose status changed since flush_active
         self.suspects = _Suspects(self)
         self.closed = False
         try:
@@ -320,6 +322,7 @@ class _Agent:
             return
         self.closed = True
         self.suspects.close()
+        self.flush_active()
         try:
             self.uninstall()
         finally:
@@ -330,6 +333,7 @@ class _Agent:
 
     def flush(self):
         """Everything recorded reaches the clients and snapshot_out, now."""
+        self.flush_active()
         error = self.native.flush()
         if error:
             print(f"shardscope: {error}", file=sys.stderr)
@@ -372,7 +376,7 @@ class _Agent:
     def param_id(self, param):
         ds_id = param.__dict__.get("ds_id")
         if ds_id is not None:
-            if not self.native.has_param(ds_id):
+            if ds_id not in self.published:
                 self._publish_param(param, None, None)
             return ds_id
         return self.late.get(id(param))
@@ -406,14 +410,18 @@ class _Agent:
         partitioned = ds_id is not None and not persistent
         pid = ds_id if ds_id is not None else self.late.setdefault(id(param), self._new_late_id())
         status = _ds.status_number(d["ds_status"]) if "ds_status" in d else 2
+        # What a gather of it moves: the padded tensor (docs/protocol.md, fetch events' u0).
+        d["_shardscope_nbytes"] = (partition * self.world_size if partitioned else numel) * param.element_size()
+        if ds_id is not None:
+            self.published.add(ds_id)
         self.native.set_param(id=pid, name=name, owner=mid if mid is not None else 0, shape=shape,
                               dtype=str(param.dtype).replace("torch.", ""), numel=numel,
                               partition_numel=partition if partitioned else numel,
                               padded_numel=partition * self.world_size if partitioned else numel,
                               persistent=persistent, partitioned=partitioned, late=late,
                               status=status, replaces=replaces)
-        if "ds_active_sub_modules" in d and d["ds_active_sub_modules"]:
-            self.on_active_changed(param, d["ds_active_sub_modules"])
+        if ds_id is not None and d.get("ds_active_sub_modules"):
+            self.active_dirty[ds_id] = param
         return pid
 
     def _new_late_id(self):
@@ -448,6 +456,7 @@ class _Agent:
                 # Removed from its module (weight_norm's old weight): its name stays known.
                 self._publish_param(param, seen[0], seen[1])
                 self.native.remove_param(ds_id)
+                self.published.discard(ds_id)
 
     # ------------------------------------------------------------------ violations
     def record_access(self, accessor, param, automatic):
@@ -493,28 +502,33 @@ class _Agent:
         self.built.clear()
 
     def on_status(self, param, old, new):
-        ds_id = param.__dict__.get("ds_id")
-        if ds_id is None or old is None or not self.native.has_param(ds_id):
+        """Every ds_status assignment of a converted parameter (the training step's path)."""
+        d = param.__dict__
+        ds_id = d.get("ds_id")
+        if old is None or ds_id not in self.published:
             return
-        with self.suspects.paused():
-            self._status_event(param, ds_id, old, new)
-
-    def _status_event(self, param, ds_id, old, new):
-        old_name, new_name = old.name, new.name
-        size = param.__dict__.get("ds_tensor")
-        nbytes = (int(size.ds_numel) * self.world_size * param.element_size()
-                  if size is not None and hasattr(size, "ds_numel") else param.numel() * param.element_size())
-        cause, reason = self._fetch_cause(param)
-        if old_name == "NOT_AVAILABLE" and new_name == "INFLIGHT":
-            self.native.fetch_begin(ds_id, cause, nbytes, reason)
-        elif new_name == "AVAILABLE" and old_name in ("NOT_AVAILABLE", "INFLIGHT"):
-            if old_name == "NOT_AVAILABLE":
+        suspects = self.suspects
+        suspects.pause += 1  # the agent's own tensor calls below are no user read
+        try:
+            self.active_dirty[ds_id] = param
+            old_name, new_name = old.name, new.name
+            nbytes = d.get("_shardscope_nbytes", 0)
+            if new_name == "NOT_AVAILABLE":
+                module = self.stack[-1][0] if self.stack else None
+                self.native.release(ds_id, module.__dict__.get("_shardscope_id") if module is not None else None,
+                                    nbytes)
+                return
+            cause, reason = self._fetch_cause(param)
+            if old_name == "NOT_AVAILABLE" and new_name == "INFLIGHT":
                 self.native.fetch_begin(ds_id, cause, nbytes, reason)
-            self.native.fetch_end(ds_id, cause, nbytes, reason)
-            self.suspects.discard((param, ))
-        elif new_name == "NOT_AVAILABLE":
-            module = self.stack[-1][0] if self.stack else None
-            self.native.release(ds_id, self.module_id(module) if module is not None else None, nbytes)
+            elif new_name == "AVAILABLE" and old_name in ("NOT_AVAILABLE", "INFLIGHT"):
+                if old_name == "NOT_AVAILABLE":
+                    self.native.fetch_begin(ds_id, cause, nbytes, reason)
+                self.native.fetch_end(ds_id, cause, nbytes, reason)
+                if suspects.params:
+                    suspects.discard((param, ))
+        finally:
+            suspects.pause -= 1
 
     def _fetch_cause(self, param):
         if self.gathered:
@@ -527,12 +541,19 @@ class _Agent:
             return self.module_id(module), (phase if id(param) in own else "prefetch")
         return None, "prefetch"
 
-    def on_active_changed(self, param, modules):
-        ds_id = param.__dict__.get("ds_id")
-        if ds_id is None or not self.native.has_param(ds_id):
+    def flush_active(self):
+        """ds_active_sub_modules of the parameters whose status changed since the last call,
+        in one native call: sampled when a step ends and when the agent flushes, because
+        following every change costs a training step several percent."""
+        if not self.active_dirty:
             return
         ours = self.ds_ids_of_modules
-        self.native.set_active(ds_id, [ours[m] for m in modules if m in ours])
+        changes = []
+        for ds_id, param in self.active_dirty.items():
+            active = param.__dict__.get("ds_active_sub_modules", ())
+            changes.append((ds_id, [ours[m] for m in active if m in ours]))
+        self.active_dirty.clear()
+        self.native.set_active_many(changes)
 
     @contextlib.contextmanager
     def automatic_registration(self):
@@ -543,12 +564,14 @@ class _Agent:
             self.auto -= 1
 
     def on_register_external(self, module, param):
+        module.__dict__.pop("_shardscope_own", None)
         pid = self.param_id(param)
         if pid is not None:
             automatic = self.auto > 0 or sys._getframe(2).f_code.co_name == "_post_forward_module_hook"
             self.native.register_external(self.module_id(module), pid, automatic)
 
     def on_unregister_external(self, module, param):
+        module.__dict__.pop("_shardscope_own", None)
         pid = self.param_id(param)
         if pid is not None:
             self.native.unregister_external(self.module_id(module), pid)
@@ -559,7 +582,10 @@ class _Agent:
         mid = self.module_id(module)
         self.stack.append((module, phase))
         self.native.module_enter(mid, phase)
-        own = {id(p) for p in self.ds_iter_params(module)}
+        own = module.__dict__.get("_shardscope_own")
+        if own is None:  # its own and registered parameters; a registration forgets it
+            own = frozenset(id(p) for p in self.ds_iter_params(module))
+            module.__dict__["_shardscope_own"] = own
         self.fetching = (module, phase, own)
 
     def on_module_fetched(self, module, phase):
@@ -572,8 +598,10 @@ class _Agent:
                 break
         self.native.module_exit(self.module_id(module), phase)
 
-    def on_trace_invalidated(self, expected, got):
-        phase = self.stack[-1][1] if self.stack else "forward"
+    def on_trace_invalidated(self, expected):
+        if not self.stack:
+            return
+        got, phase = self.stack[-1]
         self.native.trace_invalidated(self.module_id(expected) if expected is not None else None,
                                       self.module_id(got), phase)
 
@@ -627,6 +655,7 @@ class _Agent:
                 except Exception:
                     pass
             self.loss = None
+            self.flush_active()
             self.native.step_end(loss)
 
     def on_late_adopted(self, module, params):

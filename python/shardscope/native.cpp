@@ -210,6 +210,10 @@ PYBIND11_MODULE(_native, module)
              [](Agent &a, std::uint32_t id, std::vector<std::uint32_t> modules) {
                  a.state().setActive(id, std::move(modules));
              })
+        .def("set_active_many",
+             [](Agent &a, std::vector<std::pair<std::uint32_t, std::vector<std::uint32_t>>> changes) {
+                 a.state().setActive(std::move(changes));
+             })
         .def("module_enter",
              [](Agent &a, std::uint32_t m, const std::string &phase) {
                  a.state().moduleEnter(m, phaseFrom(phase));

@@ -83,7 +83,8 @@ void tst_EndToEnd::attachExportAndReopen()
     const ProcessResult r =
         runApp({QStringLiteral("--attach"), trainer.endpoint(), QStringLiteral("--after-step"),
                 QStringLiteral("3"), QStringLiteral("--export-snapshot"), snap,
-                QStringLiteral("--export-trace"), trace, QStringLiteral("--timeout"),
+                QStringLiteral("--export-trace"), trace, QStringLiteral("--export-csv"),
+                m_dir.filePath(QStringLiteral("live.csv")), QStringLiteral("--timeout"),
                 QStringLiteral("60"), QStringLiteral("--quit")});
     QVERIFY2(r.exitCode == 0, qPrintable(r.err + trainer.output()));
 
@@ -140,16 +141,50 @@ void tst_EndToEnd::attachExportAndReopen()
     QCOMPARE(named.size(), info.value(QStringLiteral("world_size")).toInt());
     QVERIFY(spans > 0);
 
-    // Re-open the exported snapshot read-only and export it again: the same tree.
+    // The snapshot holds one violation entry per rank that saw it, as the live view showed
+    // (ranks 0-3), not one entry with every rank's count.
+    QSet<int> ranksOfTied;
+    for (const QJsonValue &v : s.value(QStringLiteral("violations")).toArray()) {
+        const QJsonObject o = v.toObject();
+        if (o.value(QStringLiteral("accessor")).toString() == QLatin1String("lm_head"))
+            ranksOfTied.insert(o.value(QStringLiteral("rank")).toInt());
+    }
+    QCOMPARE(ranksOfTied, (QSet<int>{0, 1, 2, 3}));
+
+    // Re-open the exported snapshot read-only and export it again: the same tree, the same
+    // violations CSV (ranks, names, counts, fix lines), and re-exporting that gives an equal file.
     const QString again = m_dir.filePath(QStringLiteral("reopened.json"));
     const ProcessResult r2 =
         runApp({QStringLiteral("--open"), snap, QStringLiteral("--export-snapshot"), again,
+                QStringLiteral("--export-csv"), m_dir.filePath(QStringLiteral("reopened.csv")),
                 QStringLiteral("--quit")});
     QVERIFY2(r2.exitCode == 0, qPrintable(r2.err));
     const QStringList before = treeOf(s);
     const QStringList after = treeOf(readJson(again));
     QVERIFY(before.size() > 10);
     QCOMPARE(after, before);
+    auto readAll = [](const QString &path) {
+        QFile f(path);
+        return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
+    };
+    const QByteArray liveCsv = readAll(m_dir.filePath(QStringLiteral("live.csv")));
+    QVERIFY(liveCsv.contains("lm_head"));
+    QVERIFY2(liveCsv.contains("pos_conv.weight"), liveCsv.constData()); // removed by weight_norm
+    QVERIFY(!liveCsv.contains("<none>)")); // no invented fix line
+    QCOMPARE(readAll(m_dir.filePath(QStringLiteral("reopened.csv"))), liveCsv);
+    const QString third = m_dir.filePath(QStringLiteral("third.json"));
+    const ProcessResult r3 = runApp(
+        {QStringLiteral("--open"), again, QStringLiteral("--export-snapshot"), third, QStringLiteral("--quit")});
+    QVERIFY2(r3.exitCode == 0, qPrintable(r3.err));
+    auto withoutMeta = [&](const QString &path) {
+        QJsonObject o = readJson(path);
+        for (const char *k : {"created_unix_ms", "pid", "endpoint", "producer"})
+            o.remove(QLatin1String(k));
+        return o;
+    };
+    QVERIFY(withoutMeta(third) == withoutMeta(again));
+    QCOMPARE(withoutMeta(again).value(QStringLiteral("violations")),
+             withoutMeta(snap).value(QStringLiteral("violations")));
 }
 
 void tst_EndToEnd::attachesOverUnixSocket()
