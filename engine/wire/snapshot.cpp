@@ -1,14 +1,15 @@
 #include "wire/snapshot.h"
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <algorithm>
-#include <array>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "wire/domread.h"
 #include "wire/frame.h"
@@ -267,12 +268,18 @@ struct ModuleIndex
     }
 };
 
+// A list of module paths as ids, in first-seen order with repeats dropped: a module is
+// registered on a parameter (or active) once at most, so the result never holds more
+// entries than the model has modules, whatever the file repeats.
 std::vector<ModuleId> resolvePaths(Element list, const ModuleIndex &index, const Where &w)
 {
     std::vector<ModuleId> out;
+    std::unordered_set<ModuleId> seen;
     std::size_t i = 0;
-    for (Element e : sj::asArray(list, w))
-        out.push_back(index.resolve(e, w[i++]));
+    for (Element e : sj::asArray(list, w)) {
+        const ModuleId id = index.resolve(e, w[i++]);
+        if (seen.insert(id).second) out.push_back(id);
+    }
     return out;
 }
 
@@ -355,12 +362,10 @@ ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize, std:
     readStatus(f[kStatus], version, worldSize, p.status, f.at(kStatus));
     const std::vector<ModuleId> ext = resolvePaths(f[kExternal], index, f.at(kExternal));
     const std::vector<ModuleId> extAuto = resolvePaths(f[kExternalAuto], index, f.at(kExternalAuto));
-    for (ModuleId m : ext) {
-        bool automatic = false;
-        for (ModuleId a : extAuto)
-            automatic = automatic || a == m;
-        p.externals.push_back(ExternalRecord{m, automatic});
-    }
+    const std::unordered_set<ModuleId> automatic(extAuto.begin(), extAuto.end());
+    p.externals.reserve(ext.size());
+    for (ModuleId m : ext)
+        p.externals.push_back(ExternalRecord{m, automatic.contains(m)});
     p.activeModules = resolvePaths(f[kActive], index, f.at(kActive));
     p.gatherCount = sj::asU64(f[kGatherCount], f.at(kGatherCount));
     p.gatherBytes = sj::asU64(f[kGatherBytes], f.at(kGatherBytes));

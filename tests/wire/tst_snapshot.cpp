@@ -109,6 +109,8 @@ class TestSnapshot : public QObject
     void corruptAndForeignFilesAreCleanErrors();
     void endpointsParseAndFormat();
     void discoveryListsLiveEnginesAndIgnoresStaleOnes();
+    void repeatedRegistrationsAreReadOnce();
+    void longRegistrationListsDecodeInLinearTime();
 };
 
 void TestSnapshot::roundTripKeepsEveryFieldAndEveryEventType()
@@ -448,6 +450,71 @@ void TestSnapshot::discoveryListsLiveEnginesAndIgnoresStaleOnes()
     QVERIFY(listLiveEngines(d + "/absent").empty());
     QVERIFY(!processAlive(0x7FFFFFF0));
     QVERIFY(processAlive(::getpid()));
+}
+
+// Issue #14, defect 1: a parameter listing `embed` 10^6 times (8 MB) froze the GUI.
+// A module is registered on a parameter once at most, so repeats are read as one entry.
+void TestSnapshot::repeatedRegistrationsAreReadOnce()
+{
+    std::string text = encodeSnapshot(test::sampleSnapshot());
+    const std::string ext = "\"external_modules\":[\"lm_head\",\"conv\"]";
+    const std::string autoExt = "\"external_auto_modules\":[\"lm_head\"]";
+    const std::string active = "\"active_modules\":[\"embed\",\"lm_head\"]";
+    QVERIFY(text.find(ext) != std::string::npos);
+    QVERIFY(text.find(autoExt) != std::string::npos);
+    QVERIFY(text.find(active) != std::string::npos);
+    auto repeated = [](std::string_view key, const std::string &path, std::size_t n) {
+        std::string out = "\"" + std::string(key) + "\":[";
+        out.reserve(out.size() + n * (path.size() + 3));
+        for (std::size_t i = 0; i < n; ++i)
+            out += (i ? ",\"" : "\"") + path + "\"";
+        return out + "]";
+    };
+    text.replace(text.find(ext), ext.size(), repeated("external_modules", "embed", 1'000'000));
+    text.replace(text.find(autoExt), autoExt.size(),
+                 repeated("external_auto_modules", "embed", 1'000'000));
+    text.replace(text.find(active), active.size(), repeated("active_modules", "lm_head", 500'000));
+    QVERIFY(text.size() > 8'000'000);
+
+    const auto snap = decodeSnapshot(text);
+    QVERIFY2(snap.ok(), snap.ok() ? "" : snap.error().c_str());
+    const ParamRecord &p = snap->state.params[0];
+    QCOMPARE(p.externals.size(), std::size_t(1));
+    QCOMPARE(p.externals[0].module, ModuleId(1)); // embed
+    QVERIFY(p.externals[0].automatic);
+    QCOMPARE(p.activeModules, std::vector<ModuleId>{2});
+}
+
+// Issue #14, defect 4: decodeParam compared every registration with every automatic one
+// (300k distinct entries took 34 s). The registrations of a 300k-module model on one
+// parameter must decode completely; CTest's timeout is the watchdog, nothing is timed.
+void TestSnapshot::longRegistrationListsDecodeInLinearTime()
+{
+    constexpr std::uint32_t kModules = 300'000;
+    Snapshot s = test::sampleSnapshot();
+    s.state.violations.clear();
+    s.state.modules.resize(1);
+    s.state.modules.reserve(kModules);
+    for (std::uint32_t i = 1; i < kModules; ++i)
+        s.state.modules.push_back({i, "m" + std::to_string(i), "Linear", 0});
+    ParamRecord &p = s.state.params[0];
+    p.owner = 1;
+    p.externals.clear();
+    p.activeModules.clear();
+    for (std::uint32_t i = 1; i < kModules; ++i) {
+        p.externals.push_back({i, i % 2 == 0});
+        p.activeModules.push_back(i);
+    }
+    s.state.params.resize(1);
+    const auto back = decodeSnapshot(encodeSnapshot(s));
+    QVERIFY2(back.ok(), back.ok() ? "" : back.error().c_str());
+    const ParamRecord &q = back->state.params[0];
+    QCOMPARE(q.externals.size(), std::size_t(kModules - 1));
+    for (std::uint32_t i = 1; i < kModules; ++i) {
+        QCOMPARE(q.externals[i - 1].module, i);
+        QCOMPARE(q.externals[i - 1].automatic, i % 2 == 0);
+    }
+    QCOMPARE(q.activeModules.size(), std::size_t(kModules - 1));
 }
 
 QTEST_APPLESS_MAIN(TestSnapshot)
