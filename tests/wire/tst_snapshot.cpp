@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "samplesnapshot.h"
@@ -109,6 +110,7 @@ class TestSnapshot : public QObject
     void corruptAndForeignFilesAreCleanErrors();
     void endpointsParseAndFormat();
     void discoveryListsLiveEnginesAndIgnoresStaleOnes();
+    void discoveryTrustsOnlyAPrivateDirectoryAndRegularFiles();
     void repeatedRegistrationsAreReadOnce();
     void longRegistrationListsDecodeInLinearTime();
 };
@@ -384,6 +386,13 @@ void TestSnapshot::corruptAndForeignFilesAreCleanErrors()
              missing.error().c_str());
     auto isDir = readSnapshotFile(dir.path().toStdString());
     QVERIFY(!isDir.ok());
+    // Issue #14, defect 11: opening a FIFO waited forever for a writer.
+    const std::string fifo = dir.filePath("fifo.json").toStdString();
+    QCOMPARE(::mkfifo(fifo.c_str(), 0600), 0);
+    auto isFifo = readSnapshotFile(fifo);
+    QVERIFY(!isFifo.ok());
+    QVERIFY2(isFifo.error().find("not a regular file") != std::string::npos,
+             isFifo.error().c_str());
 }
 
 void TestSnapshot::endpointsParseAndFormat()
@@ -450,6 +459,40 @@ void TestSnapshot::discoveryListsLiveEnginesAndIgnoresStaleOnes()
     QVERIFY(listLiveEngines(d + "/absent").empty());
     QVERIFY(!processAlive(0x7FFFFFF0));
     QVERIFY(processAlive(::getpid()));
+}
+
+// Issue #14, defect 6: a directory another user created first (or can write to) with a
+// planted entry was listed, and a FIFO named like an entry hung the listing.
+void TestSnapshot::discoveryTrustsOnlyAPrivateDirectoryAndRegularFiles()
+{
+    QTemporaryDir dir;
+    const std::string d = dir.path().toStdString();
+    DiscoveryEntry live;
+    live.pid = ::getpid();
+    live.endpoint = "unix:/nonexistent.sock";
+    live.backend = "cpu";
+    QVERIFY(writeFileAtomically(discoveryFilePath(d, live.pid), encodeDiscovery(live)).ok());
+    QCOMPARE(::mkfifo((d + "/1.json").c_str(), 0600), 0); // pid 1 is alive: would be read
+    QCOMPARE(::symlink(discoveryFilePath(d, live.pid).c_str(), (d + "/2.json").c_str()), 0);
+    const auto engines = listLiveEngines(d); // returns although nobody writes to the FIFO
+    QCOMPARE(engines.size(), std::size_t(1));
+    QCOMPARE(engines[0].pid, live.pid);
+
+    QCOMPARE(::chmod(d.c_str(), 0777), 0); // anyone could have planted entries
+    QVERIFY(listLiveEngines(d).empty());
+    QCOMPARE(::chmod(d.c_str(), 0700), 0);
+    QCOMPARE(listLiveEngines(d).size(), std::size_t(1));
+    QCOMPARE(::chmod(discoveryFilePath(d, live.pid).c_str(), 0666), 0);
+    QVERIFY(listLiveEngines(d).empty()); // an entry others may rewrite
+    QCOMPARE(::chmod(discoveryFilePath(d, live.pid).c_str(), 0644), 0);
+    if (::getuid() == 0) { // only root can give a file to another user
+        QCOMPARE(::chown(discoveryFilePath(d, live.pid).c_str(), 65534, 65534), 0);
+        QVERIFY(listLiveEngines(d).empty());
+        QCOMPARE(::chown(discoveryFilePath(d, live.pid).c_str(), 0, 0), 0);
+        QCOMPARE(::chown(d.c_str(), 65534, 65534), 0);
+        QVERIFY(listLiveEngines(d).empty());
+        QCOMPARE(::chown(d.c_str(), 0, 0), 0);
+    }
 }
 
 // Issue #14, defect 1: a parameter listing `embed` 10^6 times (8 MB) froze the GUI.
