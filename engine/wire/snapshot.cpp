@@ -622,14 +622,18 @@ Status writeSnapshotFile(const std::string &path, const Snapshot &snapshot)
 
 Result<Snapshot> readSnapshotFile(const std::string &path)
 {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO would otherwise wait for a writer; only regular files
+    // are read, and reads from those never block anyway.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return fail("cannot open snapshot " + path + ": " + std::strerror(errno));
     struct stat st
     {
     };
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         ::close(fd);
-        return fail("cannot read snapshot " + path + ": not a regular file");
+        return fail("cannot read snapshot " + path +
+                    ": not a regular file (a FIFO, a device or a directory); save the "
+                    "snapshot to a file first");
     }
     if (static_cast<std::uint64_t>(st.st_size) > kMaxSnapshotFileBytes) {
         ::close(fd);
