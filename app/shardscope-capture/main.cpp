@@ -16,6 +16,7 @@
 #include "wire/discovery.h"
 #include "wire/endpoint.h"
 #include "wire/snapshot.h"
+#include "wire/token.h"
 
 using namespace shardscope;
 
@@ -28,7 +29,11 @@ Attaches to a live ShardScope engine, receives its state, recent history and liv
 and writes them as a snapshot file (docs/snapshot.md).
 
   --attach ENDPOINT   unix:PATH or tcp:HOST:PORT (see --list)
-  --token T           the token the engine was started with
+  --token T           the token the engine was started with (visible to other local
+                      users in the process list: prefer --token-file or SHARDSCOPE_TOKEN)
+  --token-file F      read the token from F (a file only you can read: chmod 600);
+                      SHARDSCOPE_TOKEN and SHARDSCOPE_TOKEN_FILE are used when neither
+                      flag is given
   --out FILE          snapshot to write (atomically)
   --seconds N         stop after N seconds
   --until-step K      stop once step K has ended
@@ -37,7 +42,9 @@ and writes them as a snapshot file (docs/snapshot.md).
   --list              print the live engines found in the runtime directory
   --help              show this help
 
-Exit status: 0 written, 1 could not attach or write, 2 bad command line.
+Exit status: 0 written, 1 could not attach or write, 2 bad command line, 3 written but
+the engine went away before it finished or before --until-step (what was collected is in
+the file).
 )";
 
 struct Options
@@ -45,6 +52,7 @@ struct Options
     bool list = false;
     std::string attach;
     std::string token;
+    std::string tokenFile;
     std::string out;
     std::optional<double> seconds;
     std::optional<std::uint32_t> untilStep;
@@ -90,6 +98,8 @@ std::optional<Options> parseArgs(int argc, char **argv)
             o.attach = value();
         else if (flag == "--token")
             o.token = value();
+        else if (flag == "--token-file")
+            o.tokenFile = value();
         else if (flag == "--out")
             o.out = value();
         else if (flag == "--seconds")
@@ -149,8 +159,13 @@ int listEngines()
 
 int capture(const Options &o)
 {
+    auto token = wire::resolveToken(o.token, o.tokenFile);
+    if (!token) {
+        std::fprintf(stderr, "shardscope-capture: %s\n", token.error().c_str());
+        return 2;
+    }
     server::InspectorClient::Options copts;
-    copts.token = o.token;
+    copts.token = *token;
     copts.name = "shardscope-capture";
     auto client = server::InspectorClient::connect(o.attach, copts);
     if (!client) {
@@ -220,7 +235,14 @@ int capture(const Options &o)
         std::fprintf(stderr, "shardscope-capture: %s\n", written.error().c_str());
         return 1;
     }
-    if (!ended.empty() && !state.finished()) std::printf("capture ended: %s\n", ended.c_str());
+    // The engine closed the connection without its goodbye (it died or was killed).
+    const bool engineLost = !ended.empty() && !state.finished() && !g_interrupted;
+    if (engineLost)
+        std::printf("capture ended early: the engine went away before it finished (%s); "
+                    "everything collected so far is written\n",
+                    ended.c_str());
+    else if (!ended.empty() && !state.finished())
+        std::printf("capture ended: %s\n", ended.c_str());
     std::printf("captured step %u: %zu events (%llu history, %llu live), %llu dropped, %zu "
                 "violations -> %s\n",
                 snap.state.step, snap.events.size(),
@@ -228,7 +250,7 @@ int capture(const Options &o)
                 static_cast<unsigned long long>(state.liveEvents()),
                 static_cast<unsigned long long>(snap.droppedEvents), snap.state.violations.size(),
                 o.out.c_str());
-    return 0;
+    return engineLost ? 3 : 0;
 }
 
 } // namespace
