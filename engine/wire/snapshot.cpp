@@ -588,29 +588,41 @@ Result<Snapshot> decodeSnapshot(const std::string &json)
 
 Status writeFileAtomically(const std::string &path, std::string_view contents)
 {
+    // The contents go to an unnamed file in the target's directory (O_TMPFILE), which
+    // disappears with a writer killed half-way; it gets a name only once complete, for the
+    // moment of the rename. File systems without O_TMPFILE get a named FILE.tmp.PID.
     const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    const auto slash = path.rfind('/');
+    const std::string dir =
+        slash == std::string::npos ? std::string(".") : path.substr(0, slash == 0 ? 1 : slash);
+    int fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+    const bool unnamed = fd >= 0;
+    if (!unnamed) fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return fail("cannot write " + path + ": " + std::strerror(errno));
+    bool named = !unnamed;
     auto failWith = [&](const char *what) {
         const std::string reason = std::strerror(errno);
-        ::unlink(tmp.c_str());
+        if (fd >= 0) ::close(fd);
+        if (named) ::unlink(tmp.c_str());
         return fail(std::string("cannot ") + what + " " + path + ": " + reason);
     };
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return fail("cannot write " + path + ": " + std::strerror(errno));
     std::size_t done = 0;
     while (done < contents.size()) {
         const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            ::close(fd);
-            return failWith("write");
-        }
+        if (n <= 0) return failWith("write");
         done += static_cast<std::size_t>(n);
     }
-    if (::fsync(fd) != 0) {
-        ::close(fd);
-        return failWith("write");
+    if (::fsync(fd) != 0) return failWith("write");
+    if (unnamed) {
+        const std::string self = "/proc/self/fd/" + std::to_string(fd);
+        ::unlink(tmp.c_str()); // left by an earlier writer with our pid
+        if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, tmp.c_str(), AT_SYMLINK_FOLLOW) != 0)
+            return failWith("write");
+        named = true;
     }
     ::close(fd);
+    fd = -1;
     if (::rename(tmp.c_str(), path.c_str()) != 0) return failWith("replace");
     return success();
 }

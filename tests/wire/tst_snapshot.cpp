@@ -1,10 +1,12 @@
 #include <QtTest>
 
 #include <QTemporaryDir>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "samplesnapshot.h"
@@ -107,6 +109,7 @@ class TestSnapshot : public QObject
     void versionOneDocumentsAreStillRead();
     void nestingLimitIsThirtyTwoLevels();
     void fileWriteIsAtomicAndReadable();
+    void killedWriterLeavesNoTemporaryFile();
     void corruptAndForeignFilesAreCleanErrors();
     void endpointsParseAndFormat();
     void discoveryListsLiveEnginesAndIgnoresStaleOnes();
@@ -365,6 +368,34 @@ void TestSnapshot::fileWriteIsAtomicAndReadable()
     auto denied = writeSnapshotFile(dir.filePath("missing/run.json").toStdString(), s);
     QVERIFY(!denied.ok());
     QVERIFY2(denied.error().find("missing/run.json") != std::string::npos, denied.error().c_str());
+}
+
+// Issue #14, defect 13: a writer killed half-way left FILE.tmp.PID behind. The contents
+// are written to an unnamed file that disappears with the process.
+void TestSnapshot::killedWriterLeavesNoTemporaryFile()
+{
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("big.json").toStdString();
+    int ready[2];
+    QCOMPARE(::pipe(ready), 0);
+    const pid_t child = ::fork();
+    QVERIFY(child >= 0);
+    if (child == 0) {
+        const std::string contents(std::size_t(128) << 20, 'x');
+        [[maybe_unused]] const ssize_t w = ::write(ready[1], "g", 1);
+        for (;;)
+            (void)writeFileAtomically(path, contents); // killed somewhere in here
+    }
+    char go = 0;
+    QCOMPARE(::read(ready[0], &go, 1), ssize_t(1));
+    ::usleep(50 * 1000);
+    ::kill(child, SIGKILL);
+    int status = 0;
+    QCOMPARE(::waitpid(child, &status, 0), child);
+    ::close(ready[0]);
+    ::close(ready[1]);
+    QDir d(dir.path());
+    QCOMPARE(d.entryList({"*.tmp.*"}, QDir::Files | QDir::Hidden), QStringList());
 }
 
 void TestSnapshot::corruptAndForeignFilesAreCleanErrors()
