@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#include <malloc.h>
 #include <mutex>
 #include <poll.h>
 #include <sys/socket.h>
@@ -40,6 +41,7 @@ constexpr auto kStateMinInterval = std::chrono::milliseconds(200);
 constexpr auto kStateRefresh = std::chrono::seconds(1);
 constexpr auto kFinishFlushTimeout = std::chrono::seconds(2);
 constexpr auto kRefusalLinger = std::chrono::seconds(1);
+constexpr auto kTrimInterval = std::chrono::seconds(1);
 // More simultaneous clients are refused (each may hold kMaxQueueBytes).
 constexpr std::size_t kMaxClients = 32;
 // Connections still in their handshake have slots of their own, so peers that connect and
@@ -150,6 +152,7 @@ struct Inspector::Impl
     std::vector<Event> batch;
     bool stateDirty = false;
     Clock::time_point lastState = Clock::now();
+    Clock::time_point lastTrim{};
     Clock::duration lastStateCost{}; // building + encoding the last state
     std::string lastFailure;
 
@@ -458,6 +461,7 @@ void Inspector::Impl::pump()
         // building) at the refresh interval, and only when the engine changed at all.
         broadcastState();
     }
+    bool freedQueues = false;
     for (Client &c : clients) {
         if (c.fd < 0) continue;
         writeClient(c);
@@ -470,10 +474,18 @@ void Inspector::Impl::pump()
                                  (c.queued() == 0 || now - c.since > kRefusalLinger);
         if (c.readClosed || refusalDone) {
             if (c.phase == Client::Phase::Closing && c.queued() == 0) ::shutdown(c.fd, SHUT_WR);
+            freedQueues = freedQueues || c.queued() > 0 || c.sent > 0;
             closeClient(c);
         }
     }
     std::erase_if(clients, [](const Client &c) { return c.fd < 0; });
+    // Queues of departed clients (up to 8 MiB each) go back to the system rather than
+    // staying in the allocator's free lists as the trainer's resident memory; at most
+    // once a second, on this thread, never on the training threads.
+    if (freedQueues && now - lastTrim >= kTrimInterval) {
+        ::malloc_trim(0);
+        lastTrim = now;
+    }
 }
 
 void Inspector::Impl::run()
