@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <vector>
 
 #include "server/inspectorclient.h"
@@ -144,7 +146,16 @@ int listEngines()
     const std::string dir = wire::defaultRuntimeDir();
     const auto engines = wire::listLiveEngines(dir);
     if (engines.empty()) {
-        std::printf("no live ShardScope engines in %s\n", dir.c_str());
+        struct stat st
+        {
+        };
+        if (::lstat(dir.c_str(), &st) == 0 &&
+            (!S_ISDIR(st.st_mode) || st.st_uid != ::getuid() || (st.st_mode & 022) != 0))
+            std::printf("%s is not a private directory of yours (another user may have created "
+                        "it); its entries are not trusted. Remove it, or set XDG_RUNTIME_DIR\n",
+                        dir.c_str());
+        else
+            std::printf("no live ShardScope engines in %s\n", dir.c_str());
         return 0;
     }
     std::printf("%-8s %-20s %-5s %-7s %-19s %s\n", "PID", "MODEL", "WORLD", "BACKEND", "STARTED",

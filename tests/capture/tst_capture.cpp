@@ -4,6 +4,7 @@
 #include <QTemporaryDir>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
 
@@ -239,6 +240,25 @@ void TestCapture::listShowsLiveEngines()
     }
     r = runCapture({"--list"}, env);
     QVERIFY2(r.out.contains("no live ShardScope engines"), qPrintable(r.out));
+    // Issue #14, defect 6: a directory others can write to (as one created first by another
+    // user) may hold planted entries and FIFOs: nothing in it is listed or opened.
+    const QString dir = runtime.filePath("shardscope");
+    {
+        std::ofstream(dir.toStdString() + "/" + std::to_string(::getpid()) + ".json")
+            << "{\"format\":\"shardscope-discovery\",\"version\":1,\"pid\":" << ::getpid()
+            << ",\"endpoint\":\"tcp:127.0.0.1:1\",\"model\":\"planted\",\"world_size\":1,"
+               "\"backend\":\"cpu\",\"start_unix_ms\":0}";
+    }
+    QCOMPARE(::mkfifo((dir.toStdString() + "/1.json").c_str(), 0666), 0);
+    QCOMPARE(::chmod(dir.toLocal8Bit().constData(), 0777), 0);
+    r = runCapture({"--list"}, env);
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY2(!r.out.contains("planted"), qPrintable(r.out));
+    QVERIFY2(r.out.contains("is not a private directory of yours"), qPrintable(r.out));
+    QCOMPARE(::chmod(dir.toLocal8Bit().constData(), 0700), 0);
+    r = runCapture({"--list"}, env); // private again: the FIFO is skipped without waiting
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY2(r.out.contains("planted"), qPrintable(r.out));
     ::setenv("XDG_RUNTIME_DIR", m_runtime.path().toLocal8Bit().constData(), 1);
 }
 
