@@ -247,7 +247,8 @@ void Inspector::Impl::acceptClients()
     }
 }
 
-// Closes the longest-waiting connections in `phase` until fewer than `limit` remain.
+// Closes the longest-waiting connections in `phase` until fewer than `limit` remain. A
+// handshaking one is read first: a Hello that has arrived completes its handshake instead.
 void Inspector::Impl::makeRoom(Client::Phase phase, std::size_t limit)
 {
     for (;;) {
@@ -259,7 +260,8 @@ void Inspector::Impl::makeRoom(Client::Phase phase, std::size_t limit)
             if (!oldest || c.since < oldest->since) oldest = &c;
         }
         if (count < limit) return;
-        closeClient(*oldest);
+        if (phase == Client::Phase::Handshake) readClient(*oldest);
+        if (oldest->phase == phase) closeClient(*oldest);
     }
 }
 
