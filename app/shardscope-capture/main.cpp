@@ -10,6 +10,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <vector>
 
 #include <memory>
@@ -22,6 +24,7 @@
 #include "wire/discovery.h"
 #include "wire/endpoint.h"
 #include "wire/snapshot.h"
+#include "wire/token.h"
 
 using namespace shardscope;
 
@@ -35,7 +38,11 @@ and writes them as a snapshot file (docs/snapshot.md).
 
   --attach ENDPOINT   unix:PATH or tcp:HOST:PORT (see --list), or job:NAME: every live
                       process of that job on this host, written as one snapshot
-  --token T           the token the engine was started with
+  --token T           the token the engine was started with (visible to other local
+                      users in the process list: prefer --token-file or SHARDSCOPE_TOKEN)
+  --token-file F      read the token from F (a file only you can read: chmod 600);
+                      SHARDSCOPE_TOKEN and SHARDSCOPE_TOKEN_FILE are used when neither
+                      flag is given
   --out FILE          snapshot to write (atomically)
   --seconds N         stop after N seconds
   --until-step K      stop once step K has ended
@@ -44,7 +51,9 @@ and writes them as a snapshot file (docs/snapshot.md).
   --list              print the live engines found in the runtime directory
   --help              show this help
 
-Exit status: 0 written, 1 could not attach or write, 2 bad command line.
+Exit status: 0 written, 1 could not attach or write, 2 bad command line, 3 written but
+the engine went away before it finished or before --until-step (what was collected is in
+the file).
 )";
 
 struct Options
@@ -52,6 +61,7 @@ struct Options
     bool list = false;
     std::string attach;
     std::string token;
+    std::string tokenFile;
     std::string out;
     std::optional<double> seconds;
     std::optional<std::uint32_t> untilStep;
@@ -97,6 +107,8 @@ std::optional<Options> parseArgs(int argc, char **argv)
             o.attach = value();
         else if (flag == "--token")
             o.token = value();
+        else if (flag == "--token-file")
+            o.tokenFile = value();
         else if (flag == "--out")
             o.out = value();
         else if (flag == "--seconds")
@@ -158,7 +170,16 @@ int listEngines()
     const std::string dir = wire::defaultRuntimeDir();
     auto engines = wire::listLiveEngines(dir);
     if (engines.empty()) {
-        std::printf("no live ShardScope engines in %s\n", dir.c_str());
+        struct stat st
+        {
+        };
+        if (::lstat(dir.c_str(), &st) == 0 &&
+            (!S_ISDIR(st.st_mode) || st.st_uid != ::getuid() || (st.st_mode & 022) != 0))
+            std::printf("%s is not a private directory of yours (another user may have created "
+                        "it); its entries are not trusted. Remove it, or set XDG_RUNTIME_DIR\n",
+                        dir.c_str());
+        else
+            std::printf("no live ShardScope engines in %s\n", dir.c_str());
         return 0;
     }
     auto jobOf = [](const wire::DiscoveryEntry &e) {
@@ -257,6 +278,11 @@ std::vector<std::string> endpointsOf(const std::string &attach, std::string &job
 
 int capture(const Options &o)
 {
+    auto token = wire::resolveToken(o.token, o.tokenFile);
+    if (!token) {
+        std::fprintf(stderr, "shardscope-capture: %s\n", token.error().c_str());
+        return 2;
+    }
     std::string job;
     const std::vector<std::string> endpoints = endpointsOf(o.attach, job);
     if (endpoints.empty()) {
@@ -267,7 +293,7 @@ int capture(const Options &o)
         return 1;
     }
     server::InspectorClient::Options copts;
-    copts.token = o.token;
+    copts.token = *token;
     copts.name = "shardscope-capture";
     std::vector<std::unique_ptr<Source>> sources;
     for (const std::string &ep : endpoints) {
@@ -387,7 +413,14 @@ int capture(const Options &o)
         std::fprintf(stderr, "shardscope-capture: %s\n", written.error().c_str());
         return 1;
     }
-    if (!ended.empty()) std::printf("capture ended: %s\n", ended.c_str());
+    // An engine closed the connection without its goodbye (it died or was killed).
+    const bool engineLost = !ended.empty() && !g_interrupted;
+    if (engineLost)
+        std::printf("capture ended early: the engine went away before it finished (%s); "
+                    "everything collected so far is written\n",
+                    ended.c_str());
+    else if (!ended.empty())
+        std::printf("capture ended: %s\n", ended.c_str());
     std::printf("captured step %u%s: %zu events (%llu history, %llu live), %llu dropped, %zu "
                 "violations -> %s\n",
                 snap.state.step,
@@ -396,7 +429,7 @@ int capture(const Options &o)
                 static_cast<unsigned long long>(liveEvents),
                 static_cast<unsigned long long>(snap.droppedEvents), snap.state.violations.size(),
                 o.out.c_str());
-    return 0;
+    return engineLost ? 3 : 0;
 }
 
 } // namespace

@@ -2,14 +2,19 @@
 // two user stories (tied embedding, weight_norm after zero.Init) reproduced or fixed.
 
 #include <charconv>
+#include <csignal>
 #include <cstdio>
 #include <exception>
+#include <fcntl.h>
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include "core/engine.h"
@@ -18,6 +23,7 @@
 #include "nn/trainer.h"
 #include "server/inspector.h"
 #include "wire/endpoint.h"
+#include "wire/token.h"
 
 using namespace shardscope;
 
@@ -73,7 +79,11 @@ The inspector endpoint:
                         discovery file). Under torchrun every process serves its own rank:
                         rank N > 0 listens on PATH.rank<N> or on PORT+N (the default socket
                         is per process anyway), and writes --snapshot-out FILE.rank<N>
-  --token T             required to listen on a non-loopback TCP host
+  --token T             required to listen on a non-loopback TCP host; other local users
+                        can read it in the process list: prefer --token-file
+  --token-file F        read the token from F, a file only you can read (chmod 600);
+                        without either flag, SHARDSCOPE_TOKEN or the file named by
+                        SHARDSCOPE_TOKEN_FILE is used
   --no-listen           do not serve the live endpoint
   --snapshot-out FILE   write the final state and recent history to FILE at the end
   --history N           recent events kept for a client that attaches late (default 65536)
@@ -100,6 +110,71 @@ template <typename T> T parseNumber(std::string_view flag, std::string_view text
     if (text.empty() || ec != std::errc() || ptr != end)
         throw UsageError{std::string(flag) + " expects a number, got '" + std::string(text) + "'"};
     return value;
+}
+
+// SIGTERM and SIGINT end the run as a normal finish would: the inspector says goodbye,
+// removes its discovery file and socket and writes --snapshot-out, then the process dies
+// of the signal. The handler only writes the signal's number to a pipe; a waiting thread
+// does the work, outside the handler (libraries start threads before main, so blocking
+// the signals and calling sigwait would not catch them all).
+std::mutex g_finishMutex;
+Inspector *g_finishOnSignal = nullptr;
+int g_signalPipe[2] = {-1, -1};
+
+struct FinishOnSignal
+{
+    explicit FinishOnSignal(Inspector &inspector)
+    {
+        const std::lock_guard lock(g_finishMutex);
+        g_finishOnSignal = &inspector;
+    }
+    ~FinishOnSignal()
+    {
+        const std::lock_guard lock(g_finishMutex);
+        g_finishOnSignal = nullptr;
+    }
+    FinishOnSignal(const FinishOnSignal &) = delete;
+    FinishOnSignal &operator=(const FinishOnSignal &) = delete;
+};
+
+void onTerminationSignal(int sig)
+{
+    const char c = static_cast<char>(sig);
+    [[maybe_unused]] const ssize_t w = ::write(g_signalPipe[1], &c, 1);
+}
+
+void watchTerminationSignals()
+{
+    if (::pipe2(g_signalPipe, O_CLOEXEC) != 0) return; // then the signals keep their defaults
+    std::thread([] {
+        char c = 0;
+        while (::read(g_signalPipe[0], &c, 1) != 1) {
+        }
+        const int sig = c;
+        {
+            const std::lock_guard lock(g_finishMutex);
+            if (g_finishOnSignal) {
+                std::fprintf(stderr, "shardscope-train: %s; finishing the inspector\n",
+                             sig == SIGTERM ? "terminated" : "interrupted");
+                try {
+                    g_finishOnSignal->finish();
+                } catch (const std::exception &e) {
+                    std::fprintf(stderr, "shardscope-train: %s\n", e.what());
+                }
+            }
+        }
+        std::fflush(stdout);
+        std::signal(sig, SIG_DFL);
+        ::raise(sig);
+    }).detach();
+    struct sigaction sa
+    {
+    };
+    sa.sa_handler = onTerminationSignal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    ::sigaction(SIGTERM, &sa, nullptr);
+    ::sigaction(SIGINT, &sa, nullptr);
 }
 
 // Returns the config, or nullopt after printing the help.
@@ -165,6 +240,8 @@ std::optional<nn::TrainConfig> parseArgs(const std::vector<std::string> &args)
             c.listen = true;
         } else if (flag == "--token") {
             c.token = value();
+        } else if (flag == "--token-file") {
+            c.tokenFile = value();
         } else if (flag == "--no-listen") {
             noValue();
             c.listen = false;
@@ -310,6 +387,7 @@ int trainWithInspector(Engine &engine, const nn::TrainConfig &config, const Trai
         std::fprintf(stderr, "shardscope-train: %s\n", e.what());
         return 2;
     }
+    const FinishOnSignal finishOnSignal(*inspector);
     if (const std::string at = inspector->endpoint(); !at.empty()) {
         if (engine.localRanks().size() == 1 && engine.worldSize() > 1)
             std::printf("inspector (rank %d): listening on %s\n", firstRank, at.c_str());
@@ -362,6 +440,13 @@ int main(int argc, char **argv)
         std::fputs(kUsage, stdout);
         return 0;
     }
+    if (auto token = wire::resolveToken(config->token, config->tokenFile); !token) {
+        std::fprintf(stderr, "shardscope-train: %s\n", token.error().c_str());
+        return 2;
+    } else {
+        config->token = *token;
+    }
+    watchTerminationSignals();
 
     try {
         BackendChoice choice;

@@ -66,12 +66,25 @@ void Automation::poll()
         proceed();
         return;
     }
+    const QString condition = m_options.afterStep
+                                  ? QStringLiteral("--after-step %1").arg(*m_options.afterStep)
+                                  : QStringLiteral("--after-seconds");
     if (!m_options.attach.isEmpty() && c->state() == Connection::State::Finished) {
         fail(QStringLiteral("the run finished at step %1 before the condition was met (%2)")
                  .arg(store->completedStep())
-                 .arg(m_options.afterStep
-                          ? QStringLiteral("--after-step %1").arg(*m_options.afterStep)
-                          : QStringLiteral("--after-seconds")));
+                 .arg(condition));
+        return;
+    }
+    // The engine went away (killed, crashed) before the condition: like shardscope-capture,
+    // write what was collected, say so, and exit with a status of its own.
+    if (!m_options.attach.isEmpty() && c->state() == Connection::State::Lost && store->hasState()) {
+        m_endedEarly = true;
+        std::fprintf(stderr,
+                     "shardscope: the run ended early: the connection to the engine was lost at "
+                     "step %u, before %s (%s); writing what was collected so far\n",
+                     store->completedStep(), qPrintable(condition), qPrintable(c->message()));
+        std::fflush(stderr);
+        proceed();
         return;
     }
     if (m_started.elapsed() > static_cast<qint64>(m_options.timeoutSeconds * 1000)) {
@@ -116,7 +129,7 @@ void Automation::runOutputs()
         std::printf("shardscope: wrote %s %s\n", job.what, qPrintable(job.path));
     }
     std::fflush(stdout);
-    if (m_options.quit) Q_EMIT finished(0);
+    if (m_options.quit) Q_EMIT finished(m_endedEarly ? kEndedEarlyExit : 0);
 }
 
 void Automation::fail(const QString &message)

@@ -19,6 +19,9 @@ class Automation : public QObject
   public:
     Automation(MainWindow &window, Options options, QObject *parent = nullptr);
     void start();
+    // The exit status when the engine went away before the condition was met: what was
+    // collected is still exported (as shardscope-capture does).
+    static constexpr int kEndedEarlyExit = 3;
 
   Q_SIGNALS:
     void finished(int exitCode);
@@ -36,6 +39,7 @@ class Automation : public QObject
     QElapsedTimer m_started;
     QElapsedTimer m_sinceState;
     bool m_done = false;
+    bool m_endedEarly = false;
 };
 
 } // namespace shardscope::app

@@ -1,11 +1,13 @@
 #include "options.h"
 
+#include "wire/token.h"
+
 namespace shardscope::app {
 
 QString usage()
 {
     return QStringLiteral(
-        "Usage: shardscope [--attach ENDPOINT [--token T]] [--open FILE]\n"
+        "Usage: shardscope [--attach ENDPOINT [--token T | --token-file F]] [--open FILE]\n"
         "                  [--export-snapshot FILE] [--export-trace FILE] [--export-csv FILE]\n"
         "                  [--after-step K | --after-seconds S] [--timeout S] [--screenshot FILE] "
         "[--quit]\n"
@@ -13,7 +15,11 @@ QString usage()
         "The ShardScope inspector: the sharded state of a training run, live or from a snapshot.\n"
         "\n"
         "  --attach ENDPOINT     attach to a live engine: unix:PATH or tcp:HOST:PORT\n"
-        "  --token T             the token of an engine started with --token\n"
+        "  --token T             the token of an engine started with --token (other local\n"
+        "                        users can read it in the process list: prefer --token-file)\n"
+        "  --token-file F        read the token from F, a file only you can read (chmod 600);\n"
+        "                        without either flag, SHARDSCOPE_TOKEN or the file named by\n"
+        "                        SHARDSCOPE_TOKEN_FILE is used\n"
         "  --open FILE           open a snapshot file (read-only)\n"
         "  --after-step K        with --attach: wait until the run reaches step K\n"
         "  --after-seconds S     wait S seconds after the state arrived (or the file opened)\n"
@@ -26,7 +32,8 @@ QString usage()
         "  --help                show this help\n"
         "\n"
         "Exit status: 0 done, 1 attach/open/export failed or the condition was not reached,\n"
-        "2 bad command line.\n");
+        "2 bad command line, 3 the engine went away before the condition was met (what was\n"
+        "collected until then is exported).\n");
 }
 
 ParseResult parseOptions(const QStringList &arguments)
@@ -63,7 +70,8 @@ ParseResult parseOptions(const QStringList &arguments)
         } else if (flag == QLatin1String("--quit")) {
             o.quit = true;
         } else if (flag == QLatin1String("--attach") || flag == QLatin1String("--token") ||
-                   flag == QLatin1String("--open") || flag == QLatin1String("--export-snapshot") ||
+                   flag == QLatin1String("--token-file") || flag == QLatin1String("--open") ||
+                   flag == QLatin1String("--export-snapshot") ||
                    flag == QLatin1String("--export-trace") ||
                    flag == QLatin1String("--export-csv") || flag == QLatin1String("--screenshot")) {
             if (!value(v)) return fail(QStringLiteral("%1 needs a value").arg(flag));
@@ -71,6 +79,8 @@ ParseResult parseOptions(const QStringList &arguments)
                 o.attach = v;
             else if (flag == QLatin1String("--token"))
                 o.token = v;
+            else if (flag == QLatin1String("--token-file"))
+                o.tokenFile = v;
             else if (flag == QLatin1String("--open"))
                 o.open = v;
             else if (flag == QLatin1String("--export-snapshot"))
@@ -113,8 +123,13 @@ ParseResult parseOptions(const QStringList &arguments)
     if (o.afterStep && o.attach.isEmpty())
         return fail(
             QStringLiteral("--after-step needs --attach: a snapshot file does not advance"));
-    if (!o.token.isEmpty() && o.attach.isEmpty())
-        return fail(QStringLiteral("--token needs --attach"));
+    if ((!o.token.isEmpty() || !o.tokenFile.isEmpty()) && o.attach.isEmpty())
+        return fail(QStringLiteral("--token and --token-file need --attach"));
+    if (!o.attach.isEmpty()) {
+        const auto token = wire::resolveToken(o.token.toStdString(), o.tokenFile.toStdString());
+        if (!token) return fail(QString::fromStdString(token.error()));
+        o.token = QString::fromStdString(*token);
+    }
     if ((!o.exportSnapshot.isEmpty() || !o.exportTrace.isEmpty() || !o.exportCsv.isEmpty()) &&
         o.attach.isEmpty() && o.open.isEmpty())
         return fail(QStringLiteral("exports need --attach ENDPOINT or --open FILE"));

@@ -12,7 +12,8 @@ namespace shardscope::app {
 struct Options
 {
     QString attach;
-    QString token;
+    QString token; // after parseOptions: resolved from --token-file or the environment too
+    QString tokenFile;
     QString open;
     QString exportSnapshot;
     QString exportTrace;

@@ -62,6 +62,7 @@ struct TrainConfig
     bool listen = true;
     std::string endpoint; // "unix:PATH" | "tcp:HOST:PORT"; empty = default
     std::string token;
+    std::string tokenFile;   // --token-file: resolved into token by wire::resolveToken
     std::string snapshotOut; // snapshot file written at the end, if not empty
     std::size_t historyEvents = 65536;
     bool telemetry = true;

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#include <malloc.h>
 #include <mutex>
 #include <poll.h>
 #include <sys/socket.h>
@@ -41,8 +42,21 @@ constexpr auto kStateMinInterval = std::chrono::milliseconds(200);
 constexpr auto kStateRefresh = std::chrono::seconds(1);
 constexpr auto kFinishFlushTimeout = std::chrono::seconds(2);
 constexpr auto kRefusalLinger = std::chrono::seconds(1);
+constexpr auto kTrimInterval = std::chrono::seconds(1);
 // More simultaneous clients are refused (each may hold kMaxQueueBytes).
 constexpr std::size_t kMaxClients = 32;
+// Connections still in their handshake have slots of their own, so peers that connect and
+// never say hello cannot take the clients' places; when these are full, the connection
+// that has waited longest is closed for the new one. Refused connections that linger to
+// deliver their Error are bounded the same way.
+constexpr std::size_t kMaxHandshakes = 64;
+constexpr std::size_t kMaxRefused = 32;
+// A client sends one Hello; the server reads at most this much from a connection in all
+// and closes one that sends more.
+constexpr std::size_t kMaxBytesFromClient = wire::kFrameHeaderSize + wire::kMaxClientPayload;
+// A late client gets at most this much history queued at once: the newest events that fit
+// within the same bound as its live queue (174,762 events), however large --history is.
+constexpr std::size_t kMaxHistoryEventsPerClient = kMaxQueueBytes / sizeof(Event);
 constexpr std::size_t kMaxHistoryEvents = std::size_t(1) << 24;
 
 std::string processName()
@@ -95,6 +109,7 @@ struct Client
     // engine.stateVersion() when the last State queued for this client was built.
     std::uint64_t stateVersion = ~std::uint64_t(0);
     bool readClosed = false;
+    std::size_t bytesRead = 0;
 
     std::size_t queued() const { return out.size(); }
     void enqueue(wire::MessageType type, std::string_view payload) { out.append(type, payload); }
@@ -147,6 +162,7 @@ struct Inspector::Impl
     std::vector<Event> batch;
     bool stateDirty = false;
     Clock::time_point lastState = Clock::now();
+    Clock::time_point lastTrim{};
     Clock::duration lastStateCost{}; // building + encoding the last state
     std::string lastFailure;
 
@@ -154,6 +170,7 @@ struct Inspector::Impl
     void run();
     void pump();
     void acceptClients();
+    void makeRoom(Client::Phase phase, std::size_t limit);
     void readClient(Client &c);
     void onHello(Client &c, const wire::Frame &frame);
     void refuse(Client &c, const std::string &code, const std::string &message);
@@ -236,13 +253,29 @@ void Inspector::Impl::acceptClients()
     for (;;) {
         const int fd = ::accept4(listener.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) return;
+        makeRoom(Client::Phase::Handshake, kMaxHandshakes);
+        makeRoom(Client::Phase::Closing, kMaxRefused);
         Client c;
         c.fd = fd;
-        if (clients.size() >= kMaxClients)
-            refuse(c, "too_many_clients",
-                   "this engine already serves " + std::to_string(kMaxClients) +
-                       " clients; close one and retry");
         clients.push_back(std::move(c));
+    }
+}
+
+// Closes the longest-waiting connections in `phase` until fewer than `limit` remain. A
+// handshaking one is read first: a Hello that has arrived completes its handshake instead.
+void Inspector::Impl::makeRoom(Client::Phase phase, std::size_t limit)
+{
+    for (;;) {
+        Client *oldest = nullptr;
+        std::size_t count = 0;
+        for (Client &c : clients) {
+            if (c.fd < 0 || c.phase != phase) continue;
+            ++count;
+            if (!oldest || c.since < oldest->since) oldest = &c;
+        }
+        if (count < limit) return;
+        if (phase == Client::Phase::Handshake) readClient(*oldest);
+        if (oldest->phase == phase) closeClient(*oldest);
     }
 }
 
@@ -299,6 +332,15 @@ void Inspector::Impl::onHello(Client &c, const wire::Frame &frame)
         refuse(c, refusal->code, refusal->message);
         return;
     }
+    const auto live = std::count_if(clients.begin(), clients.end(), [](const Client &other) {
+        return other.fd >= 0 && other.phase == Client::Phase::Live;
+    });
+    if (static_cast<std::size_t>(live) >= kMaxClients) {
+        refuse(c, "too_many_clients",
+               "this engine already serves " + std::to_string(kMaxClients) +
+                   " clients; close one and retry");
+        return;
+    }
     wire::Welcome w;
     w.server = producer;
     w.pid = ::getpid();
@@ -309,7 +351,7 @@ void Inspector::Impl::onHello(Client &c, const wire::Frame &frame)
     w.historyCapacity = history.capacity();
     c.enqueue(wire::MessageType::Welcome, wire::encodeWelcome(w));
     sendState(c, currentState());
-    const std::vector<Event> past = history.events();
+    const std::vector<Event> past = history.newest(kMaxHistoryEventsPerClient);
     c.enqueue(wire::MessageType::HistoryBegin, wire::encodeHistoryBegin(past.size()));
     for (std::size_t i = 0; i < past.size(); i += kEventsPerFrame) {
         const std::size_t n = std::min(kEventsPerFrame, past.size() - i);
@@ -329,6 +371,11 @@ void Inspector::Impl::readClient(Client &c)
         if (n < 0) break;
         if (n == 0) {
             c.readClosed = true;
+            break;
+        }
+        c.bytesRead += static_cast<std::size_t>(n);
+        if (c.bytesRead > kMaxBytesFromClient) {
+            c.readClosed = true; // only a Hello is ever expected: close, read nothing more
             break;
         }
         if (c.phase == Client::Phase::Closing) continue;
@@ -431,6 +478,7 @@ void Inspector::Impl::pump()
         // building) at the refresh interval, and only when the engine changed at all.
         broadcastState();
     }
+    bool freedQueues = false;
     for (Client &c : clients) {
         if (c.fd < 0) continue;
         writeClient(c);
@@ -443,10 +491,18 @@ void Inspector::Impl::pump()
                                  (c.queued() == 0 || now - c.since > kRefusalLinger);
         if (c.readClosed || refusalDone) {
             if (c.phase == Client::Phase::Closing && c.queued() == 0) ::shutdown(c.fd, SHUT_WR);
+            freedQueues = freedQueues || c.queued() > 0 || c.sent > 0;
             closeClient(c);
         }
     }
     std::erase_if(clients, [](const Client &c) { return c.fd < 0; });
+    // Queues of departed clients (up to 8 MiB each) go back to the system rather than
+    // staying in the allocator's free lists as the trainer's resident memory; at most
+    // once a second, on this thread, never on the training threads.
+    if (freedQueues && now - lastTrim >= kTrimInterval) {
+        ::malloc_trim(0);
+        lastTrim = now;
+    }
 }
 
 void Inspector::Impl::run()

@@ -2,6 +2,7 @@
 // The bounded recent history a late client receives: the last N events, oldest first.
 // Used by one thread (the inspector's consumer).
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -41,6 +42,17 @@ class EventHistory
         out.reserve(m_buf.size());
         out.insert(out.end(), m_buf.begin() + static_cast<std::ptrdiff_t>(m_start), m_buf.end());
         out.insert(out.end(), m_buf.begin(), m_buf.begin() + static_cast<std::ptrdiff_t>(m_start));
+        return out;
+    }
+
+    // The newest `count` events (all if fewer), oldest first.
+    std::vector<Event> newest(std::size_t count) const
+    {
+        const std::size_t n = std::min(count, m_buf.size());
+        std::vector<Event> out;
+        out.reserve(n);
+        for (std::size_t i = m_buf.size() - n; i < m_buf.size(); ++i)
+            out.push_back(m_buf[(m_start + i) % m_buf.size()]);
         return out;
     }
 

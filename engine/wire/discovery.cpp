@@ -4,7 +4,10 @@
 #include <cerrno>
 #include <csignal>
 #include <dirent.h>
-#include <fstream>
+#include <fcntl.h>
+#include <optional>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "wire/endpoint.h"
 #include "wire/jsonread.h"
@@ -64,21 +67,72 @@ bool processAlive(std::int64_t pid)
     return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
 }
 
+namespace {
+
+constexpr std::size_t kMaxDiscoveryFileBytes = 64 * 1024;
+
+// A file or directory another user could have planted or can write to is not trusted.
+bool ownedAndPrivate(const struct stat &st)
+{
+    return st.st_uid == ::getuid() && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
+}
+
+// The text of a discovery file in the directory dirFd, or nothing: only regular files of
+// ours, opened without following links and without blocking (a FIFO would wait forever).
+std::optional<std::string> readEntryFile(int dirFd, const char *name)
+{
+    const int fd = ::openat(dirFd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return std::nullopt;
+    struct stat st
+    {
+    };
+    std::optional<std::string> text;
+    if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ownedAndPrivate(st) &&
+        static_cast<std::uint64_t>(st.st_size) <= kMaxDiscoveryFileBytes) {
+        std::string buf(kMaxDiscoveryFileBytes, '\0');
+        std::size_t got = 0;
+        for (;;) {
+            const ssize_t n = ::read(fd, buf.data() + got, buf.size() - got);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) break;
+            got += static_cast<std::size_t>(n);
+            if (got == buf.size()) break;
+        }
+        buf.resize(got);
+        text = std::move(buf);
+    }
+    ::close(fd);
+    return text;
+}
+
+} // namespace
+
 std::vector<DiscoveryEntry> listLiveEngines(const std::string &dir)
 {
     std::vector<DiscoveryEntry> out;
-    DIR *d = ::opendir(dir.c_str());
-    if (!d) return out;
+    // The directory must be ours and writable by nobody else (the engine makes it 0700):
+    // one created first by another user, e.g. /tmp/shardscope-<uid>, lists nothing.
+    const int dirFd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dirFd < 0) return out;
+    struct stat st
+    {
+    };
+    if (::fstat(dirFd, &st) != 0 || !ownedAndPrivate(st)) {
+        ::close(dirFd);
+        return out;
+    }
+    DIR *d = ::fdopendir(dirFd);
+    if (!d) {
+        ::close(dirFd);
+        return out;
+    }
     while (const dirent *ent = ::readdir(d)) {
         const std::string name = ent->d_name;
         if (name.size() < 6 || !name.ends_with(".json")) continue;
         const std::string file = dir + "/" + name;
-        std::ifstream in(file, std::ios::binary);
-        if (!in) continue;
-        std::string text(64 * 1024, '\0');
-        in.read(text.data(), static_cast<std::streamsize>(text.size()));
-        text.resize(static_cast<std::size_t>(in.gcount()));
-        auto entry = decodeDiscovery(text);
+        const auto text = readEntryFile(dirFd, ent->d_name);
+        if (!text) continue;
+        auto entry = decodeDiscovery(*text);
         if (!entry || !processAlive(entry->pid)) continue;
         entry->file = file;
         out.push_back(std::move(entry.value()));

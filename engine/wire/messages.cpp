@@ -263,6 +263,7 @@ Result<std::vector<Event>> decodeEvents(std::string_view payload)
         return fail("bad event batch: " + std::to_string(payload.size()) +
                     " bytes is not a whole number of 48-byte records");
     std::vector<Event> events(payload.size() / sizeof(Event));
+    if (events.empty()) return events; // memcpy from a null pointer is undefined, even of 0 bytes
     std::memcpy(events.data(), payload.data(), payload.size());
     for (std::size_t i = 0; i < events.size(); ++i) {
         const auto t = static_cast<std::uint8_t>(events[i].type);

@@ -1,14 +1,15 @@
 #include "wire/snapshot.h"
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <algorithm>
-#include <array>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/violationtext.h"
 #include "wire/domread.h"
@@ -270,12 +271,18 @@ struct ModuleIndex
     }
 };
 
+// A list of module paths as ids, in first-seen order with repeats dropped: a module is
+// registered on a parameter (or active) once at most, so the result never holds more
+// entries than the model has modules, whatever the file repeats.
 std::vector<ModuleId> resolvePaths(Element list, const ModuleIndex &index, const Where &w)
 {
     std::vector<ModuleId> out;
+    std::unordered_set<ModuleId> seen;
     std::size_t i = 0;
-    for (Element e : sj::asArray(list, w))
-        out.push_back(index.resolve(e, w[i++]));
+    for (Element e : sj::asArray(list, w)) {
+        const ModuleId id = index.resolve(e, w[i++]);
+        if (seen.insert(id).second) out.push_back(id);
+    }
     return out;
 }
 
@@ -358,12 +365,10 @@ ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize, std:
     readStatus(f[kStatus], version, worldSize, p.status, f.at(kStatus));
     const std::vector<ModuleId> ext = resolvePaths(f[kExternal], index, f.at(kExternal));
     const std::vector<ModuleId> extAuto = resolvePaths(f[kExternalAuto], index, f.at(kExternalAuto));
-    for (ModuleId m : ext) {
-        bool automatic = false;
-        for (ModuleId a : extAuto)
-            automatic = automatic || a == m;
-        p.externals.push_back(ExternalRecord{m, automatic});
-    }
+    const std::unordered_set<ModuleId> automatic(extAuto.begin(), extAuto.end());
+    p.externals.reserve(ext.size());
+    for (ModuleId m : ext)
+        p.externals.push_back(ExternalRecord{m, automatic.contains(m)});
     p.activeModules = resolvePaths(f[kActive], index, f.at(kActive));
     p.gatherCount = sj::asU64(f[kGatherCount], f.at(kGatherCount));
     p.gatherBytes = sj::asU64(f[kGatherBytes], f.at(kGatherBytes));
@@ -594,29 +599,41 @@ Result<Snapshot> decodeSnapshot(const std::string &json)
 
 Status writeFileAtomically(const std::string &path, std::string_view contents)
 {
+    // The contents go to an unnamed file in the target's directory (O_TMPFILE), which
+    // disappears with a writer killed half-way; it gets a name only once complete, for the
+    // moment of the rename. File systems without O_TMPFILE get a named FILE.tmp.PID.
     const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    const auto slash = path.rfind('/');
+    const std::string dir =
+        slash == std::string::npos ? std::string(".") : path.substr(0, slash == 0 ? 1 : slash);
+    int fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+    const bool unnamed = fd >= 0;
+    if (!unnamed) fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return fail("cannot write " + path + ": " + std::strerror(errno));
+    bool named = !unnamed;
     auto failWith = [&](const char *what) {
         const std::string reason = std::strerror(errno);
-        ::unlink(tmp.c_str());
+        if (fd >= 0) ::close(fd);
+        if (named) ::unlink(tmp.c_str());
         return fail(std::string("cannot ") + what + " " + path + ": " + reason);
     };
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return fail("cannot write " + path + ": " + std::strerror(errno));
     std::size_t done = 0;
     while (done < contents.size()) {
         const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            ::close(fd);
-            return failWith("write");
-        }
+        if (n <= 0) return failWith("write");
         done += static_cast<std::size_t>(n);
     }
-    if (::fsync(fd) != 0) {
-        ::close(fd);
-        return failWith("write");
+    if (::fsync(fd) != 0) return failWith("write");
+    if (unnamed) {
+        const std::string self = "/proc/self/fd/" + std::to_string(fd);
+        ::unlink(tmp.c_str()); // left by an earlier writer with our pid
+        if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, tmp.c_str(), AT_SYMLINK_FOLLOW) != 0)
+            return failWith("write");
+        named = true;
     }
     ::close(fd);
+    fd = -1;
     if (::rename(tmp.c_str(), path.c_str()) != 0) return failWith("replace");
     return success();
 }
@@ -628,14 +645,18 @@ Status writeSnapshotFile(const std::string &path, const Snapshot &snapshot)
 
 Result<Snapshot> readSnapshotFile(const std::string &path)
 {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO would otherwise wait for a writer; only regular files
+    // are read, and reads from those never block anyway.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return fail("cannot open snapshot " + path + ": " + std::strerror(errno));
     struct stat st
     {
     };
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         ::close(fd);
-        return fail("cannot read snapshot " + path + ": not a regular file");
+        return fail("cannot read snapshot " + path +
+                    ": not a regular file (a FIFO, a device or a directory); save the "
+                    "snapshot to a file first");
     }
     if (static_cast<std::uint64_t>(st.st_size) > kMaxSnapshotFileBytes) {
         ::close(fd);

@@ -4,6 +4,7 @@
 #include <QTemporaryDir>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
 
@@ -145,6 +146,8 @@ class TestCapture : public QObject
     void untilStepStopsAfterThatStep();
     void snapshotDocExampleDecodes();
     void pythonClientFromTheProtocolDocWorks();
+    void engineDyingMidRunIsWrittenWithItsOwnStatus();
+    void tokenFileAndEnvironmentAreUsed();
 
   private:
     QTemporaryDir m_runtime;
@@ -237,6 +240,25 @@ void TestCapture::listShowsLiveEngines()
     }
     r = runCapture({"--list"}, env);
     QVERIFY2(r.out.contains("no live ShardScope engines"), qPrintable(r.out));
+    // Issue #14, defect 6: a directory others can write to (as one created first by another
+    // user) may hold planted entries and FIFOs: nothing in it is listed or opened.
+    const QString dir = runtime.filePath("shardscope");
+    {
+        std::ofstream(dir.toStdString() + "/" + std::to_string(::getpid()) + ".json")
+            << "{\"format\":\"shardscope-discovery\",\"version\":1,\"pid\":" << ::getpid()
+            << ",\"endpoint\":\"tcp:127.0.0.1:1\",\"model\":\"planted\",\"world_size\":1,"
+               "\"backend\":\"cpu\",\"start_unix_ms\":0}";
+    }
+    QCOMPARE(::mkfifo((dir.toStdString() + "/1.json").c_str(), 0666), 0);
+    QCOMPARE(::chmod(dir.toLocal8Bit().constData(), 0777), 0);
+    r = runCapture({"--list"}, env);
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY2(!r.out.contains("planted"), qPrintable(r.out));
+    QVERIFY2(r.out.contains("is not a private directory of yours"), qPrintable(r.out));
+    QCOMPARE(::chmod(dir.toLocal8Bit().constData(), 0700), 0);
+    r = runCapture({"--list"}, env); // private again: the FIFO is skipped without waiting
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY2(r.out.contains("planted"), qPrintable(r.out));
     ::setenv("XDG_RUNTIME_DIR", m_runtime.path().toLocal8Bit().constData(), 1);
 }
 
@@ -407,6 +429,62 @@ void TestCapture::pythonClientFromTheProtocolDocWorks()
              qPrintable(out));
     QVERIFY2(out.contains("0 lost; step 20"), qPrintable(out));
     QCOMPARE(trainer.finish(), 0);
+}
+
+// Issue #14, defect 13: the capture exited 0 when the engine died mid-run. It writes what
+// it has, says the engine went away, and exits 3.
+void TestCapture::engineDyingMidRunIsWrittenWithItsOwnStatus()
+{
+    if (!haveTrainer()) QSKIP("shardscope-train is not built");
+    QTemporaryDir dir;
+    const QString out = dir.filePath("early.json");
+    Trainer trainer;
+    QVERIFY2(trainer.start({"--steps", "100000"}), qPrintable(trainer.output));
+    QProcess capture;
+    capture.start(binary("shardscope-capture"), {"--attach", trainer.endpoint, "--out", out});
+    QVERIFY(capture.waitForStarted());
+    QVERIFY(capture.waitForReadyRead(30000)); // "attached to ..."
+    trainer.process.kill();
+    trainer.process.waitForFinished(10000);
+    QVERIFY(capture.waitForFinished(30000));
+    const QString said = QString::fromLocal8Bit(capture.readAllStandardOutput());
+    QCOMPARE(capture.exitCode(), 3);
+    QVERIFY2(said.contains("capture ended early: the engine went away"), qPrintable(said));
+    QVERIFY(wire::readSnapshotFile(out.toStdString()).ok());
+}
+
+// Issue #14, defect 7: the token from --token-file (a private file) or SHARDSCOPE_TOKEN.
+void TestCapture::tokenFileAndEnvironmentAreUsed()
+{
+    QTemporaryDir dir;
+    LocalEngine local;
+    InspectorOptions o;
+    o.endpoint = "unix:" + dir.filePath("e.sock").toStdString();
+    o.token = "s3cret";
+    auto inspector = std::make_unique<Inspector>(*local.engine, o);
+    local.steps(1);
+    const QString token = dir.filePath("token");
+    {
+        std::ofstream(token.toStdString()) << "s3cret\n";
+    }
+    QFile::setPermissions(token, QFile::ReadOwner | QFile::WriteOwner | QFile::ReadOther);
+    const QString endpoint = QString::fromStdString(inspector->endpoint());
+    const QStringList args = {"--attach",  endpoint, "--out", dir.filePath("c.json"),
+                              "--seconds", "0.5"};
+    Run r = runCapture(args + QStringList{"--token-file", token});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("chmod 600"), qPrintable(r.err));
+    QFile::setPermissions(token, QFile::ReadOwner | QFile::WriteOwner);
+    r = runCapture(args + QStringList{"--token-file", token});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("SHARDSCOPE_TOKEN", "s3cret");
+    r = runCapture(args, env);
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    env.insert("SHARDSCOPE_TOKEN", "wrong");
+    r = runCapture(args, env);
+    QCOMPARE(r.exitCode, 1);
+    QVERIFY2(r.err.contains("wrong token"), qPrintable(r.err));
 }
 
 QTEST_GUILESS_MAIN(TestCapture)

@@ -80,6 +80,24 @@ class Trainer
         }
     }
     QString endpoint() const { return m_endpoint; }
+    // Reads the trainer's output until it matches re (true) or timeoutMs pass (false).
+    bool waitForOutput(const QRegularExpression &re, int timeoutMs)
+    {
+        QElapsedTimer t;
+        t.start();
+        while (t.elapsed() < timeoutMs && m_process.state() == QProcess::Running) {
+            m_output += QString::fromUtf8(m_process.readAllStandardOutput());
+            if (re.match(m_output).hasMatch()) return true;
+            m_process.waitForReadyRead(200);
+        }
+        return false;
+    }
+    // SIGKILL, as a crash or the OOM killer would end it.
+    void kill()
+    {
+        m_process.kill();
+        m_process.waitForFinished(5000);
+    }
     QString output()
     {
         return m_output + QString::fromUtf8(m_process.readAllStandardOutput()) +

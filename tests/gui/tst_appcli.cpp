@@ -10,6 +10,8 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <sys/stat.h>
+
 #include "runprocess.h"
 #include "session/snapshotio.h"
 #include "syntheticstate.h"
@@ -25,6 +27,7 @@ class tst_AppCli : public QObject
     void badFlagsExitTwo_data();
     void badFlagsExitTwo();
     void corruptSnapshotExitsOne();
+    void fifoIsRefusedNotWaitedOn();
     void openExportsAndScreenshot();
 
   private:
@@ -80,6 +83,18 @@ void tst_AppCli::corruptSnapshotExitsOne()
     QCOMPARE(r.exitCode, 1);
     QVERIFY2(r.err.contains(QStringLiteral("cannot open `%1` as a ShardScope snapshot").arg(path)),
              qPrintable(r.err));
+}
+
+// Issue #14, defect 11: --open of a FIFO waited forever for a writer.
+void tst_AppCli::fifoIsRefusedNotWaitedOn()
+{
+    const QString path = m_dir.filePath(QStringLiteral("fifo.json"));
+    QCOMPARE(::mkfifo(QFile::encodeName(path).constData(), 0600), 0);
+    const ProcessResult r =
+        runApp({QStringLiteral("--open"), path, QStringLiteral("--quit")}, 30000);
+    QVERIFY(r.finished);
+    QCOMPARE(r.exitCode, 1);
+    QVERIFY2(r.err.contains(QStringLiteral("not a regular file")), qPrintable(r.err));
 }
 
 void tst_AppCli::openExportsAndScreenshot()

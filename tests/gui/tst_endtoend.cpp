@@ -23,6 +23,7 @@ class tst_EndToEnd : public QObject
     void attachExportAndReopen();
     void attachesOverUnixSocket();
     void deadEndpointFailsCleanly();
+    void killedTrainerStillExportsWhatWasCollected();
 
   private:
     static QJsonObject readJson(const QString &path)
@@ -215,6 +216,33 @@ void tst_EndToEnd::deadEndpointFailsCleanly()
     QCOMPARE(r.exitCode, 1);
     QVERIFY2(r.err.contains(QStringLiteral("cannot reach the engine")), qPrintable(r.err));
     QVERIFY(!QFile::exists(m_dir.filePath(QStringLiteral("never.json"))));
+}
+
+// Issue #14, defect 10: with the trainer killed before --after-step, the app said that
+// everything collected so far was kept and wrote nothing. It writes it and exits 3.
+void tst_EndToEnd::killedTrainerStillExportsWhatWasCollected()
+{
+    Trainer trainer({QStringLiteral("--steps"), QStringLiteral("100000")});
+    QVERIFY2(!trainer.endpoint().isEmpty(), qPrintable(trainer.output()));
+    const QString snap = m_dir.filePath(QStringLiteral("ended-early.json"));
+    QProcess app;
+    app.start(binPath(QStringLiteral("shardscope")),
+              {QStringLiteral("--attach"), trainer.endpoint(), QStringLiteral("--after-step"),
+               QStringLiteral("100000000"), QStringLiteral("--export-snapshot"), snap,
+               QStringLiteral("--timeout"), QStringLiteral("90"), QStringLiteral("--quit")});
+    QVERIFY(app.waitForStarted(10000));
+    QVERIFY2(trainer.waitForOutput(QRegularExpression(QStringLiteral("step 5/")), 60000),
+             qPrintable(trainer.output()));
+    QTest::qWait(3000); // room for the app to start and receive the state (not a measurement)
+    trainer.kill();
+    QVERIFY(app.waitForFinished(60000));
+    const QString err = QString::fromUtf8(app.readAllStandardError());
+    QCOMPARE(app.exitCode(), 3);
+    QVERIFY2(err.contains(QStringLiteral("the run ended early")), qPrintable(err));
+    const QJsonObject s = readJson(snap);
+    QCOMPARE(s.value(QStringLiteral("format")).toString(), QStringLiteral("shardscope-snapshot"));
+    QVERIFY(s.value(QStringLiteral("engine")).toObject().value(QStringLiteral("step")).toInt() >=
+            5);
 }
 
 QTEST_GUILESS_MAIN(tst_EndToEnd)

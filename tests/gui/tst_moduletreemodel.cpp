@@ -18,6 +18,7 @@ class tst_ModuleTreeModel : public QObject
   private slots:
     void liveUpdatesUnderTester();
     void externalsShownUnderRegisteringModule();
+    void hugeParameterIdsAreNamesNotIndexes();
     void filterKeepsAncestors();
     void sortsByColumn();
     void hundredThousandParameters();
@@ -147,6 +148,28 @@ void tst_ModuleTreeModel::externalsShownUnderRegisteringModule()
         QStringLiteral("lm_head"));
     QCOMPARE(ModuleTreeModel::keyOf(ext), QStringLiteral("e7:0"));
     QCOMPARE(model.indexForKey(QStringLiteral("e7:0")), ext);
+}
+
+// Issue #14, defect 2: the tree sized two tables by the largest parameter id (4294967294
+// in a 1.5 KB file). Rows and lookups work by the parameter's place instead.
+void tst_ModuleTreeModel::hugeParameterIdsAreNamesNotIndexes()
+{
+    SessionStore store;
+    EngineState st = smallState();
+    st.params[0].id = 4'294'967'294u; // embed.weight
+    st.params[0].externals.push_back(ExternalRecord{7, false});
+    st.params[1].id = 500'000'000;
+    store.applyState(st);
+    ModuleTreeModel model(&store);
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    const QModelIndex embedW = model.indexForParam(4'294'967'294u);
+    QVERIFY(embedW.isValid());
+    QCOMPARE(embedW.data(ModuleTreeModel::ParamIdRole).toUInt(), 4'294'967'294u);
+    QVERIFY(model.indexForParam(500'000'000).isValid());
+    QVERIFY(!model.indexForParam(3'000'000'000u).isValid());
+    const QModelIndex ext = model.indexForKey(QStringLiteral("e7:4294967294"));
+    QVERIFY(ext.isValid());
+    QCOMPARE(ext.data(ModuleTreeModel::KindRole).toInt(), int(ModuleTreeModel::ExternalNode));
 }
 
 void tst_ModuleTreeModel::filterKeepsAncestors()

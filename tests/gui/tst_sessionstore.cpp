@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <sys/resource.h>
 #include <vector>
 
 #include "core/violationtext.h"
@@ -34,6 +35,8 @@ class tst_SessionStore : public QObject
     void externalRegisterChangesStructure();
     void badEventsDoNotCrash();
     void memoryIsBounded();
+    void hugeParameterIdsCostNoMemory();
+    void reversedEventsAreMergedNotShifted();
 };
 
 void tst_SessionStore::appliesStateAndIndexes()
@@ -435,6 +438,113 @@ void tst_SessionStore::memoryIsBounded()
     const auto before = store.lane(0).size();
     store.appendEvents(std::vector<Event>{evs.front()}, true);
     QCOMPARE(store.lane(0).size(), before);
+}
+
+namespace {
+
+// Lowers the data-segment limit (malloc and mmap) for a scope, so that memory sized by an
+// id rather than by the input fails here at once instead of exhausting the machine.
+class DataLimit
+{
+  public:
+    explicit DataLimit(rlim_t bytes)
+    {
+        ::getrlimit(RLIMIT_DATA, &m_old);
+        rlimit lower = m_old;
+        if (m_old.rlim_cur == RLIM_INFINITY || m_old.rlim_cur > bytes) lower.rlim_cur = bytes;
+        ::setrlimit(RLIMIT_DATA, &lower);
+    }
+    ~DataLimit() { ::setrlimit(RLIMIT_DATA, &m_old); }
+
+  private:
+    rlimit m_old{};
+};
+
+} // namespace
+
+// Issue #14, defect 2: params[0].id = 4294967294 threw bad_alloc and id 500,000,000 in a
+// 1.5 KB file took 8 GB: tables were sized by the largest id. Ids are names, not indexes.
+void tst_SessionStore::hugeParameterIdsCostNoMemory()
+{
+    EngineState st = smallState(4);
+    st.params.resize(2);
+    st.params[0].id = 500'000'000;
+    st.params[1].id = 4'294'967'294u;
+    ViolationRecord v;
+    v.kind = ViolationKind::UnregisteredAccess;
+    v.accessor = 7;
+    v.param = 4'294'967'294u;
+    v.owner = 1;
+    v.count = 2;
+    v.fix = "register_external_parameter(lm_head, x)";
+    st.violations.push_back(v);
+
+    const DataLimit limit(std::size_t(1) << 30); // far above what this needs, far below 8 GB
+    SessionStore store;
+    store.applyState(st);
+    QVERIFY(store.param(500'000'000));
+    QCOMPARE(store.param(4'294'967'294u)->name, st.params[1].name);
+    QVERIFY(!store.param(0));
+    QCOMPARE(store.paramViolations(4'294'967'294u), std::uint64_t(2));
+    QCOMPARE(store.paramSlot(4'294'967'294u), 1);
+    QCOMPARE(store.paramSlot(3), -1);
+    store.appendEvents(
+        std::vector<Event>{
+            makeEvent(10, 1, EventType::FetchBegin, 500'000'000),
+            makeEvent(11, 1, EventType::FetchEnd, 500'000'000),
+            makeEvent(12, 2, EventType::UnregisteredAccess, 7, 4'294'967'294u, 1, 0x10),
+            makeEvent(13, 2, EventType::UnregisteredAccess, 7, 4'294'967'293u, 1, 0x10)},
+        false);
+    QCOMPARE(store.param(500'000'000)->gatherCount, std::uint64_t(1));
+    QCOMPARE(store.paramViolations(4'294'967'294u), std::uint64_t(3));
+    QSignalSpy updated(&store, &SessionStore::updated);
+    store.flush();
+    QCOMPARE(updated.count(), 1);
+    auto changes = updated.at(0).at(0).value<StoreChanges>();
+    std::sort(changes.params.begin(), changes.params.end());
+    QCOMPARE(changes.params, (std::vector<ParamId>{500'000'000, 4'294'967'294u}));
+}
+
+// Issue #14, defect 3: 300k events with descending times were still loading after 150 s;
+// each was inserted at the front of its lane, moving all the others. CTest's timeout is
+// the watchdog; the test checks the result, not the time.
+void tst_SessionStore::reversedEventsAreMergedNotShifted()
+{
+    constexpr std::uint64_t kEvents = 300'000;
+    std::vector<Event> evs;
+    for (std::uint64_t i = 0; i < kEvents; ++i) {
+        Event e = makeEvent(2'000'000 - i, static_cast<int>(i % 2), EventType::MemorySample,
+                            static_cast<std::uint32_t>(i));
+        e.u1 = i % 3 == 0 ? i + 1 : 0; // some carry u1/u2 (the lane's side table)
+        e.u2 = i % 3 == 0 ? 2 * i : 0;
+        evs.push_back(e);
+    }
+    SessionStore store;
+    store.applyState(smallState(2));
+    store.appendEvents(evs, true); // a snapshot file, in one call
+    // and the same pattern as live batches of 2048, each older than everything before it
+    for (std::size_t i = 0; i < evs.size(); i += 2048) {
+        std::vector<Event> batch(
+            evs.begin() + static_cast<std::ptrdiff_t>(i),
+            evs.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(i + 2048, evs.size())));
+        for (Event &e : batch)
+            e.tsNs -= 1'000'000; // before all of the first copy
+        store.appendEvents(batch, false);
+    }
+    QCOMPARE(store.totalEvents(), 2 * kEvents);
+    for (int r = 0; r < 2; ++r) {
+        const EventLane &lane = store.lane(r);
+        QCOMPARE(lane.size(), std::size_t(kEvents));
+        for (std::size_t k = 0; k < lane.size(); ++k) {
+            const Event e = lane.at(k);
+            if (k) QVERIFY(lane.tsAt(k - 1) <= e.tsNs);
+            QCOMPARE(int(e.rank), r);
+            QCOMPARE(e.u1, e.a % 3 == 0 ? std::uint64_t(e.a) + 1 : 0);
+            QCOMPARE(e.u2, e.a % 3 == 0 ? 2 * std::uint64_t(e.a) : 0);
+        }
+    }
+    QCOMPARE(store.lane(0).firstTs(), std::uint64_t(1'000'000 - (kEvents - 2)));
+    QCOMPARE(store.lane(1).lastTs(), std::uint64_t(2'000'000 - 1));
 }
 
 QTEST_GUILESS_MAIN(tst_SessionStore)

@@ -37,6 +37,7 @@ class tst_Views : public QObject
     void treeWithHundredThousandParameters();
     void violationReachesPanelAndTree();
     void detailShowsShardsAndCopiesFix();
+    void detailBoundsLongRegistrationLists();
     void attachDialogListsLiveEngines();
     void statusBarSummarises();
 };
@@ -115,6 +116,34 @@ void tst_Views::violationReachesPanelAndTree()
     QCOMPARE(copied.count(), 1);
     QCOMPARE(QApplication::clipboard()->text(),
              QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
+}
+
+// Issue #14, defect 1: one label with every registration of a parameter registered on
+// 10^6 modules froze the window in layout; the panel names the first 20 and counts the rest.
+void tst_Views::detailBoundsLongRegistrationLists()
+{
+    constexpr std::size_t kExtra = 100'000;
+    SessionStore store;
+    EngineState st = smallState(4);
+    for (std::size_t i = 0; i < kExtra; ++i) {
+        const auto id = static_cast<ModuleId>(st.modules.size());
+        st.modules.push_back({id, "x." + std::to_string(i), "Linear", 0});
+        st.params[0].externals.push_back(ExternalRecord{id, false});
+        st.params[0].activeModules.push_back(id);
+    }
+    store.applyState(st);
+    store.flush();
+    views::ParamDetail detail(&store);
+    detail.showParam(0);
+    const QString regs = detail.field(QStringLiteral("registered on"));
+    QVERIFY2(regs.startsWith(QStringLiteral("x.0 (manual), x.1 (manual), ")),
+             qPrintable(regs.left(200)));
+    QVERIFY2(regs.endsWith(QStringLiteral("x.19 (manual) \u2026 and 99980 more")),
+             qPrintable(regs.right(200)));
+    QCOMPARE(regs.count(QStringLiteral("(manual)")), 20);
+    const QString active = detail.field(QStringLiteral("active modules"));
+    QCOMPARE(active.count(QStringLiteral("x.")), 20);
+    QVERIFY2(active.endsWith(QStringLiteral("and 99980 more")), qPrintable(active.right(100)));
 }
 
 void tst_Views::detailShowsShardsAndCopiesFix()

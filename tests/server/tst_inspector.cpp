@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <chrono>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <thread>
@@ -112,6 +113,28 @@ const ViolationRecord *findUnregistered(const EngineState &s, const std::string 
     return nullptr;
 }
 
+// Waits up to 10 s for the server to close fd; true if it did.
+bool closedByServer(int fd)
+{
+    char buf[4096];
+    for (int i = 0; i < 100; ++i) {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 100) <= 0) continue;
+        const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) return true;
+    }
+    return false;
+}
+
+std::string helloFrame(const std::string &token)
+{
+    wire::Hello hello;
+    hello.token = token;
+    std::string frame;
+    wire::appendFrame(frame, wire::MessageType::Hello, wire::encodeHello(hello));
+    return frame;
+}
+
 } // namespace
 
 class TestInspector : public QObject
@@ -132,6 +155,10 @@ class TestInspector : public QObject
     void noListenStillWritesTheSnapshot();
     void telemetryOffStillServesTheChangingState();
     void badEndpointsAreInspectorErrors();
+    void silentConnectionsDoNotLockClientsOut();
+    void clientsBeyondThirtyTwoAreRefusedAfterTheirHello();
+    void clientThatKeepsSendingIsClosed();
+    void historyQueuedPerClientIsBounded();
 
   private:
     QTemporaryDir m_runtime;
@@ -529,6 +556,107 @@ void TestInspector::badEndpointsAreInspectorErrors()
     expectError("unix:/nonexistent-dir/x.sock", "cannot listen on /nonexistent-dir/x.sock");
     Inspector first(*run.engine, tcpOptions());
     expectError(first.endpoint(), "cannot listen on");
+}
+
+// Issue #14, defect 5: 32 connections that never said hello took every client slot, so
+// real clients with the right token were refused. Handshakes have slots of their own and
+// the longest-waiting silent connection makes room for a new one.
+void TestInspector::silentConnectionsDoNotLockClientsOut()
+{
+    TiedRun run(1);
+    InspectorOptions o = tcpOptions();
+    o.token = "s3cret";
+    Inspector inspector(*run.engine, o);
+    std::vector<int> silent;
+    for (int i = 0; i < 100; ++i) {
+        auto fd = server::connectTo(inspector.endpoint());
+        QVERIFY2(fd.ok(), fd.ok() ? "" : fd.error().c_str());
+        silent.push_back(*fd);
+    }
+    InspectorClient::Options right;
+    right.token = "s3cret";
+    std::vector<std::unique_ptr<InspectorClient>> clients;
+    for (int i = 0; i < 20; ++i) {
+        auto c = InspectorClient::connect(inspector.endpoint(), right);
+        QVERIFY2(c.ok(), c.ok() ? "" : c.error().c_str());
+        clients.push_back(std::move(c.value()));
+        // more silent connections keep arriving between the real ones
+        if (auto fd = server::connectTo(inspector.endpoint()); fd.ok()) silent.push_back(*fd);
+    }
+    QVERIFY(closedByServer(silent.front())); // the oldest silent ones made room
+    for (int fd : silent)
+        ::close(fd);
+}
+
+void TestInspector::clientsBeyondThirtyTwoAreRefusedAfterTheirHello()
+{
+    TiedRun run(1);
+    Inspector inspector(*run.engine, tcpOptions());
+    std::vector<std::unique_ptr<InspectorClient>> clients;
+    for (int i = 0; i < 32; ++i) {
+        auto c = InspectorClient::connect(inspector.endpoint(), {});
+        QVERIFY2(c.ok(), c.ok() ? "" : c.error().c_str());
+        clients.push_back(std::move(c.value()));
+    }
+    auto extra = InspectorClient::connect(inspector.endpoint(), {});
+    QVERIFY(!extra.ok());
+    QVERIFY2(extra.error().find("already serves 32 clients") != std::string::npos,
+             extra.error().c_str());
+    clients.pop_back(); // one leaves: a slot is free again
+    bool admitted = false;
+    for (int tries = 0; tries < 100 && !admitted; ++tries) {
+        admitted = InspectorClient::connect(inspector.endpoint(), {}).ok();
+        if (!admitted) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    QVERIFY(admitted);
+}
+
+// Issue #14, defect 9: after its Hello a client could send without limit (10.9 GB in
+// 20 s). The server reads at most 64 KiB from a connection and closes one that sends more.
+void TestInspector::clientThatKeepsSendingIsClosed()
+{
+    TiedRun run(1);
+    Inspector inspector(*run.engine, tcpOptions());
+    auto fd = server::connectTo(inspector.endpoint());
+    QVERIFY(fd.ok());
+    QVERIFY(server::sendAll(*fd, helloFrame("")));
+    const std::string junk(1 << 16, 'x');
+    std::size_t sent = 0;
+    bool refused = false;
+    // Far more than the socket buffers of both ends hold: a server that keeps reading
+    // accepts all of it, one that closed the connection makes a send fail.
+    while (sent < (std::size_t(256) << 20) && !refused) {
+        pollfd p{*fd, POLLOUT, 0};
+        if (::poll(&p, 1, 10000) <= 0) break; // the server stopped reading, without closing
+        const ssize_t n = ::send(*fd, junk.data(), junk.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+        if (n <= 0)
+            refused = true;
+        else
+            sent += static_cast<std::size_t>(n);
+    }
+    ::close(*fd);
+    QVERIFY2(refused, qPrintable(QStringLiteral("the server took %1 bytes").arg(sent)));
+}
+
+// Issue #14, defect 8: each client got the whole history queued, outside its 8 MiB cap
+// (20 stalled clients with --history 1000000 added 890 MB). A late client is sent the
+// newest events that fit in 8 MiB.
+void TestInspector::historyQueuedPerClientIsBounded()
+{
+    TiedRun run(1);
+    Inspector inspector(*run.engine, tcpOptions(1'000'000));
+    while (inspector.publishedEvents() < 250'000)
+        run.steps(10, 200);
+    auto client = InspectorClient::connect(inspector.endpoint(), {});
+    QVERIFY2(client.ok(), client.ok() ? "" : client.error().c_str());
+    wire::ClientState state(2'000'000);
+    std::string error;
+    QVERIFY2(readUntil(
+                 **client, state, [&] { return state.historyDone(); }, &error),
+             error.c_str());
+    const std::uint64_t perClient = (std::uint64_t(8) << 20) / sizeof(Event);
+    QCOMPARE(state.historyEvents(), perClient); // the server held more than that
 }
 
 QTEST_APPLESS_MAIN(TestInspector)

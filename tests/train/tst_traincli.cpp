@@ -21,6 +21,8 @@ class TestTrainCli : public QObject
     void badFlagsExitWithTwo();
     void helpDocumentsEveryFlag();
     void snapshotIsWritten();
+    void tokenComesFromAPrivateFileOrTheEnvironment();
+    void sigtermFinishesTheInspector();
 
   private:
     struct Result
@@ -29,14 +31,16 @@ class TestTrainCli : public QObject
         QString out;
         QString err;
     };
-    Result run(const QStringList &args);
+    Result run(const QStringList &args,
+               const QProcessEnvironment &env = QProcessEnvironment::systemEnvironment());
 
     QString m_program;
 };
 
-TestTrainCli::Result TestTrainCli::run(const QStringList &args)
+TestTrainCli::Result TestTrainCli::run(const QStringList &args, const QProcessEnvironment &env)
 {
     QProcess p;
+    p.setProcessEnvironment(env);
     p.start(m_program, args);
     if (!p.waitForFinished(120000)) {
         p.kill();
@@ -159,14 +163,15 @@ void TestTrainCli::helpDocumentsEveryFlag()
 {
     const Result r = run({"--help"});
     QCOMPARE(r.exitCode, 0);
-    for (const char *flag : {"--world-size",   "--steps",        "--layers",
-                             "--hidden",       "--vocab",        "--seq",
-                             "--batch",        "--lr",           "--weight-decay",
-                             "--seed",         "--kernel",       "--groups",
-                             "--externals",    "--guard",        "--persistence-threshold",
-                             "--backend",      "--listen",       "--token",
-                             "--no-listen",    "--snapshot-out", "--history",
-                             "--no-telemetry", "--causal-conv",  "--help"})
+    for (const char *flag : {"--world-size", "--steps",        "--layers",
+                             "--hidden",     "--vocab",        "--seq",
+                             "--batch",      "--lr",           "--weight-decay",
+                             "--seed",       "--kernel",       "--groups",
+                             "--externals",  "--guard",        "--persistence-threshold",
+                             "--backend",    "--listen",       "--token",
+                             "--token-file", "--no-listen",    "--snapshot-out",
+                             "--history",    "--no-telemetry", "--causal-conv",
+                             "--help"})
         QVERIFY2(r.out.contains(QLatin1String(flag)), flag);
 }
 
@@ -185,6 +190,65 @@ void TestTrainCli::snapshotIsWritten()
     QVERIFY(json.contains("\"embed.weight\""));
     QVERIFY(json.contains("\"pos_conv.weight_v\""));
     QVERIFY(json.contains("unregistered_access"));
+}
+
+// Issue #14, defect 7: a token on the command line is visible in /proc/PID/cmdline; it can
+// come from a file only its owner reads, or from SHARDSCOPE_TOKEN. A non-loopback address
+// needs a token, so the run only starts if the token was found.
+void TestTrainCli::tokenComesFromAPrivateFileOrTheEnvironment()
+{
+    QTemporaryDir dir;
+    const QString file = dir.filePath("token");
+    QFile f(file);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write("s3cret\n");
+    f.close();
+    const QStringList args = {"--steps", "1", "--listen", "tcp:0.0.0.0:0"};
+    QFile::setPermissions(file, QFile::ReadOwner | QFile::WriteOwner | QFile::ReadGroup |
+                                    QFile::ReadOther);
+    Result r = run(args + QStringList{"--token-file", file});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("chmod 600"), qPrintable(r.err));
+    QFile::setPermissions(file, QFile::ReadOwner | QFile::WriteOwner);
+    r = run(args + QStringList{"--token-file", file});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("SHARDSCOPE_TOKEN", "s3cret");
+    r = run(args, env);
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    env.remove("SHARDSCOPE_TOKEN");
+    env.remove("SHARDSCOPE_TOKEN_FILE");
+    r = run(args, env);
+    QCOMPARE(r.exitCode, 2); // no token from anywhere: refused
+}
+
+// Issue #14, defect 13: SIGTERM left the discovery file behind and skipped --snapshot-out.
+void TestTrainCli::sigtermFinishesTheInspector()
+{
+    QTemporaryDir dir;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("XDG_RUNTIME_DIR", dir.path());
+    const QString snapshot = dir.filePath("run.json");
+    QProcess p;
+    p.setProcessEnvironment(env);
+    p.start(m_program, {"--steps", "100000", "--snapshot-out", snapshot});
+    QVERIFY(p.waitForStarted(10000));
+    QString out;
+    while (!out.contains("step 2/") && p.waitForReadyRead(60000))
+        out += QString::fromUtf8(p.readAllStandardOutput());
+    QVERIFY2(out.contains("step 2/"), qPrintable(out));
+    const QString discovery = dir.filePath(QStringLiteral("shardscope/%1.json").arg(p.processId()));
+    const QString socket = dir.filePath(QStringLiteral("shardscope/%1.sock").arg(p.processId()));
+    QVERIFY(QFile::exists(discovery));
+    QVERIFY(QFile::exists(socket));
+    p.terminate();
+    QVERIFY(p.waitForFinished(30000));
+    QVERIFY2(!QFile::exists(discovery), "the discovery file was left behind");
+    QVERIFY(!QFile::exists(socket));
+    QFile f(snapshot);
+    QVERIFY2(f.open(QIODevice::ReadOnly), "--snapshot-out was not written");
+    QVERIFY(f.readAll().contains("\"shardscope-snapshot\""));
+    QVERIFY(QDir(dir.path()).entryList({"*.tmp.*"}).isEmpty());
 }
 
 QTEST_GUILESS_MAIN(TestTrainCli)

@@ -1,9 +1,12 @@
 #include <QtTest>
 
 #include <QTemporaryDir>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "samplesnapshot.h"
@@ -106,9 +109,13 @@ class TestSnapshot : public QObject
     void versionOneDocumentsAreStillRead();
     void nestingLimitIsThirtyTwoLevels();
     void fileWriteIsAtomicAndReadable();
+    void killedWriterLeavesNoTemporaryFile();
     void corruptAndForeignFilesAreCleanErrors();
     void endpointsParseAndFormat();
     void discoveryListsLiveEnginesAndIgnoresStaleOnes();
+    void discoveryTrustsOnlyAPrivateDirectoryAndRegularFiles();
+    void repeatedRegistrationsAreReadOnce();
+    void longRegistrationListsDecodeInLinearTime();
 };
 
 void TestSnapshot::roundTripKeepsEveryFieldAndEveryEventType()
@@ -363,6 +370,34 @@ void TestSnapshot::fileWriteIsAtomicAndReadable()
     QVERIFY2(denied.error().find("missing/run.json") != std::string::npos, denied.error().c_str());
 }
 
+// Issue #14, defect 13: a writer killed half-way left FILE.tmp.PID behind. The contents
+// are written to an unnamed file that disappears with the process.
+void TestSnapshot::killedWriterLeavesNoTemporaryFile()
+{
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("big.json").toStdString();
+    int ready[2];
+    QCOMPARE(::pipe(ready), 0);
+    const pid_t child = ::fork();
+    QVERIFY(child >= 0);
+    if (child == 0) {
+        const std::string contents(std::size_t(128) << 20, 'x');
+        [[maybe_unused]] const ssize_t w = ::write(ready[1], "g", 1);
+        for (;;)
+            (void)writeFileAtomically(path, contents); // killed somewhere in here
+    }
+    char go = 0;
+    QCOMPARE(::read(ready[0], &go, 1), ssize_t(1));
+    ::usleep(50 * 1000);
+    ::kill(child, SIGKILL);
+    int status = 0;
+    QCOMPARE(::waitpid(child, &status, 0), child);
+    ::close(ready[0]);
+    ::close(ready[1]);
+    QDir d(dir.path());
+    QCOMPARE(d.entryList({"*.tmp.*"}, QDir::Files | QDir::Hidden), QStringList());
+}
+
 void TestSnapshot::corruptAndForeignFilesAreCleanErrors()
 {
     QTemporaryDir dir;
@@ -382,6 +417,13 @@ void TestSnapshot::corruptAndForeignFilesAreCleanErrors()
              missing.error().c_str());
     auto isDir = readSnapshotFile(dir.path().toStdString());
     QVERIFY(!isDir.ok());
+    // Issue #14, defect 11: opening a FIFO waited forever for a writer.
+    const std::string fifo = dir.filePath("fifo.json").toStdString();
+    QCOMPARE(::mkfifo(fifo.c_str(), 0600), 0);
+    auto isFifo = readSnapshotFile(fifo);
+    QVERIFY(!isFifo.ok());
+    QVERIFY2(isFifo.error().find("not a regular file") != std::string::npos,
+             isFifo.error().c_str());
 }
 
 void TestSnapshot::endpointsParseAndFormat()
@@ -448,6 +490,105 @@ void TestSnapshot::discoveryListsLiveEnginesAndIgnoresStaleOnes()
     QVERIFY(listLiveEngines(d + "/absent").empty());
     QVERIFY(!processAlive(0x7FFFFFF0));
     QVERIFY(processAlive(::getpid()));
+}
+
+// Issue #14, defect 6: a directory another user created first (or can write to) with a
+// planted entry was listed, and a FIFO named like an entry hung the listing.
+void TestSnapshot::discoveryTrustsOnlyAPrivateDirectoryAndRegularFiles()
+{
+    QTemporaryDir dir;
+    const std::string d = dir.path().toStdString();
+    DiscoveryEntry live;
+    live.pid = ::getpid();
+    live.endpoint = "unix:/nonexistent.sock";
+    live.backend = "cpu";
+    QVERIFY(writeFileAtomically(discoveryFilePath(d, live.pid), encodeDiscovery(live)).ok());
+    QCOMPARE(::mkfifo((d + "/1.json").c_str(), 0600), 0); // pid 1 is alive: would be read
+    QCOMPARE(::symlink(discoveryFilePath(d, live.pid).c_str(), (d + "/2.json").c_str()), 0);
+    const auto engines = listLiveEngines(d); // returns although nobody writes to the FIFO
+    QCOMPARE(engines.size(), std::size_t(1));
+    QCOMPARE(engines[0].pid, live.pid);
+
+    QCOMPARE(::chmod(d.c_str(), 0777), 0); // anyone could have planted entries
+    QVERIFY(listLiveEngines(d).empty());
+    QCOMPARE(::chmod(d.c_str(), 0700), 0);
+    QCOMPARE(listLiveEngines(d).size(), std::size_t(1));
+    QCOMPARE(::chmod(discoveryFilePath(d, live.pid).c_str(), 0666), 0);
+    QVERIFY(listLiveEngines(d).empty()); // an entry others may rewrite
+    QCOMPARE(::chmod(discoveryFilePath(d, live.pid).c_str(), 0644), 0);
+    if (::getuid() == 0) { // only root can give a file to another user
+        QCOMPARE(::chown(discoveryFilePath(d, live.pid).c_str(), 65534, 65534), 0);
+        QVERIFY(listLiveEngines(d).empty());
+        QCOMPARE(::chown(discoveryFilePath(d, live.pid).c_str(), 0, 0), 0);
+        QCOMPARE(::chown(d.c_str(), 65534, 65534), 0);
+        QVERIFY(listLiveEngines(d).empty());
+        QCOMPARE(::chown(d.c_str(), 0, 0), 0);
+    }
+}
+
+// Issue #14, defect 1: a parameter listing `embed` 10^6 times (8 MB) froze the GUI.
+// A module is registered on a parameter once at most, so repeats are read as one entry.
+void TestSnapshot::repeatedRegistrationsAreReadOnce()
+{
+    std::string text = encodeSnapshot(test::sampleSnapshot());
+    const std::string ext = "\"external_modules\":[\"lm_head\",\"conv\"]";
+    const std::string autoExt = "\"external_auto_modules\":[\"lm_head\"]";
+    const std::string active = "\"active_modules\":[\"embed\",\"lm_head\"]";
+    QVERIFY(text.find(ext) != std::string::npos);
+    QVERIFY(text.find(autoExt) != std::string::npos);
+    QVERIFY(text.find(active) != std::string::npos);
+    auto repeated = [](std::string_view key, const std::string &path, std::size_t n) {
+        std::string out = "\"" + std::string(key) + "\":[";
+        out.reserve(out.size() + n * (path.size() + 3));
+        for (std::size_t i = 0; i < n; ++i)
+            out += (i ? ",\"" : "\"") + path + "\"";
+        return out + "]";
+    };
+    text.replace(text.find(ext), ext.size(), repeated("external_modules", "embed", 1'000'000));
+    text.replace(text.find(autoExt), autoExt.size(),
+                 repeated("external_auto_modules", "embed", 1'000'000));
+    text.replace(text.find(active), active.size(), repeated("active_modules", "lm_head", 500'000));
+    QVERIFY(text.size() > 8'000'000);
+
+    const auto snap = decodeSnapshot(text);
+    QVERIFY2(snap.ok(), snap.ok() ? "" : snap.error().c_str());
+    const ParamRecord &p = snap->state.params[0];
+    QCOMPARE(p.externals.size(), std::size_t(1));
+    QCOMPARE(p.externals[0].module, ModuleId(1)); // embed
+    QVERIFY(p.externals[0].automatic);
+    QCOMPARE(p.activeModules, std::vector<ModuleId>{2});
+}
+
+// Issue #14, defect 4: decodeParam compared every registration with every automatic one
+// (300k distinct entries took 34 s). The registrations of a 300k-module model on one
+// parameter must decode completely; CTest's timeout is the watchdog, nothing is timed.
+void TestSnapshot::longRegistrationListsDecodeInLinearTime()
+{
+    constexpr std::uint32_t kModules = 300'000;
+    Snapshot s = test::sampleSnapshot();
+    s.state.violations.clear();
+    s.state.modules.resize(1);
+    s.state.modules.reserve(kModules);
+    for (std::uint32_t i = 1; i < kModules; ++i)
+        s.state.modules.push_back({i, "m" + std::to_string(i), "Linear", 0});
+    ParamRecord &p = s.state.params[0];
+    p.owner = 1;
+    p.externals.clear();
+    p.activeModules.clear();
+    for (std::uint32_t i = 1; i < kModules; ++i) {
+        p.externals.push_back({i, i % 2 == 0});
+        p.activeModules.push_back(i);
+    }
+    s.state.params.resize(1);
+    const auto back = decodeSnapshot(encodeSnapshot(s));
+    QVERIFY2(back.ok(), back.ok() ? "" : back.error().c_str());
+    const ParamRecord &q = back->state.params[0];
+    QCOMPARE(q.externals.size(), std::size_t(kModules - 1));
+    for (std::uint32_t i = 1; i < kModules; ++i) {
+        QCOMPARE(q.externals[i - 1].module, i);
+        QCOMPARE(q.externals[i - 1].automatic, i % 2 == 0);
+    }
+    QCOMPARE(q.activeModules.size(), std::size_t(kModules - 1));
 }
 
 QTEST_APPLESS_MAIN(TestSnapshot)

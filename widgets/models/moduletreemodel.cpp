@@ -150,11 +150,8 @@ void ModuleTreeModel::buildStructure()
     m_topFetched = 0;
     m_nameMatchValid = false;
     m_moduleNode.assign(st.modules.size(), -1);
-    std::size_t maxParam = 0;
-    for (const ParamRecord &p : st.params)
-        maxParam = std::max<std::size_t>(maxParam, std::size_t{p.id} + 1);
-    m_paramNode.assign(maxParam, -1);
-    m_extNodes.assign(maxParam, {});
+    m_paramNode.assign(st.params.size(), -1);
+    m_extNodes.assign(st.params.size(), {});
     m_moduleNumel.assign(st.modules.size(), 0);
     m_nodes.reserve(st.modules.size() + st.params.size());
 
@@ -193,12 +190,14 @@ void ModuleTreeModel::buildStructure()
         for (ParamId pid : m_store->ownedParams(mid)) {
             const ParamRecord *p = m_store->param(pid);
             if (!p) continue;
-            m_paramNode[pid] = newNode(ParamNode, pid, n, false);
+            m_paramNode[static_cast<std::size_t>(m_store->paramSlot(pid))] =
+                newNode(ParamNode, pid, n, false);
             m_moduleNumel[mid] += p->numel;
         }
         for (const ExternalRecord &e : m_store->externalsOn(mid)) {
-            if (e.module < maxParam)
-                m_extNodes[e.module].push_back(newNode(ExternalNode, e.module, n, e.automatic));
+            if (const std::int32_t slot = m_store->paramSlot(e.module); slot >= 0)
+                m_extNodes[static_cast<std::size_t>(slot)].push_back(
+                    newNode(ExternalNode, e.module, n, e.automatic));
         }
     }
     // Child modules come first among a module's children.
@@ -618,9 +617,16 @@ QModelIndex ModuleTreeModel::indexOfNode(std::int32_t n, int column)
     return createIndex(m_nodes[static_cast<std::size_t>(n)].row, column, quintptr(n));
 }
 
+std::size_t ModuleTreeModel::paramSlot(ParamId id) const
+{
+    const std::int32_t slot = m_store->paramSlot(id);
+    return slot < 0 ? std::size_t(-1) : static_cast<std::size_t>(slot);
+}
+
 QModelIndex ModuleTreeModel::indexForParam(ParamId id)
 {
-    return id < m_paramNode.size() ? indexOfNode(m_paramNode[id]) : QModelIndex();
+    const std::size_t slot = paramSlot(id);
+    return slot < m_paramNode.size() ? indexOfNode(m_paramNode[slot]) : QModelIndex();
 }
 
 QModelIndex ModuleTreeModel::indexForModule(ModuleId id)
@@ -662,8 +668,9 @@ QModelIndex ModuleTreeModel::indexForKey(const QString &key)
     if (parts.size() != 2) return {};
     const uint module = parts[0].toUInt(&ok);
     const uint param = parts[1].toUInt();
-    if (!ok || param >= m_extNodes.size()) return {};
-    for (std::int32_t n : m_extNodes[param]) {
+    const std::size_t slot = paramSlot(param);
+    if (!ok || slot >= m_extNodes.size()) return {};
+    for (std::int32_t n : m_extNodes[slot]) {
         if (m_nodes[static_cast<std::size_t>(m_nodes[static_cast<std::size_t>(n)].parent)].id ==
             module)
             return indexOfNode(n);
@@ -704,13 +711,14 @@ void ModuleTreeModel::onStoreUpdated(const StoreChanges &changes)
     }
     std::vector<std::int32_t> nodes;
     for (ParamId id : changes.params) {
-        if (id < m_paramNode.size()) {
-            if (m_paramNode[id] >= 0) nodes.push_back(m_paramNode[id]);
-            for (std::int32_t e : m_extNodes[id])
+        const std::size_t slot = paramSlot(id);
+        if (slot < m_paramNode.size()) {
+            const std::int32_t owned = m_paramNode[slot];
+            if (owned >= 0) nodes.push_back(owned);
+            for (std::int32_t e : m_extNodes[slot])
                 nodes.push_back(e);
-            if (m_paramNode[id] >= 0 &&
-                m_nodes[static_cast<std::size_t>(m_paramNode[id])].parent >= 0)
-                nodes.push_back(m_nodes[static_cast<std::size_t>(m_paramNode[id])].parent);
+            if (owned >= 0 && m_nodes[static_cast<std::size_t>(owned)].parent >= 0)
+                nodes.push_back(m_nodes[static_cast<std::size_t>(owned)].parent);
         }
     }
     if (changes.violations) {

@@ -127,8 +127,10 @@ class ModuleTreeModel : public QAbstractItemModel
     bool m_nameMatchValid = false;
     std::int32_t m_topFetched = 0;
     std::vector<std::int32_t> m_moduleNode;            // module id -> node
-    std::vector<std::int32_t> m_paramNode;             // param id -> owned node
-    std::vector<std::vector<std::int32_t>> m_extNodes; // param id -> external nodes
+    // Indexed by SessionStore::paramSlot (size_t(-1) when absent), not by parameter id.
+    std::size_t paramSlot(ParamId id) const;
+    std::vector<std::int32_t> m_paramNode;             // param slot -> owned node
+    std::vector<std::vector<std::int32_t>> m_extNodes; // param slot -> external nodes
     std::vector<std::int64_t> m_moduleNumel;           // module id -> numel of its subtree
     QString m_filter;
     int m_sortColumn = -1;

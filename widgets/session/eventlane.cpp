@@ -113,6 +113,35 @@ void EventLane::insert(const Event &ev)
     put(pos, ev);
 }
 
+void EventLane::truncate(std::size_t size)
+{
+    m_size = size;
+    m_chunks.resize((size + kChunkEvents - 1) / kChunkEvents);
+}
+
+void EventLane::insertMany(std::span<Event> events)
+{
+    if (events.empty()) return;
+    std::stable_sort(events.begin(), events.end(),
+                     [](const Event &x, const Event &y) { return x.tsNs < y.tsNs; });
+    m_rank = events.front().rank;
+    const std::size_t pos = lastIndex(events.front().tsNs);
+    // The stored events after the oldest new one are merged with the new ones and
+    // appended again; stored ones come first among equal times, as insert() places them.
+    std::vector<Event> tail;
+    tail.reserve(m_size - pos);
+    for (std::size_t i = pos; i < m_size; ++i)
+        tail.push_back(at(i));
+    truncate(pos);
+    std::size_t t = 0, n = 0;
+    while (t < tail.size() || n < events.size()) {
+        if (n == events.size() || (t < tail.size() && tail[t].tsNs <= events[n].tsNs))
+            pushBack(tail[t++]);
+        else
+            pushBack(events[n++]);
+    }
+}
+
 bool EventLane::contains(const Event &ev) const
 {
     for (std::size_t i = firstIndex(ev.tsNs); i < m_size && tsAt(i) == ev.tsNs; ++i) {

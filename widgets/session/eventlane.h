@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "telemetry/event.h"
@@ -75,8 +76,13 @@ class EventLane
     // Index one past the last event with tsNs <= ts.
     std::size_t lastIndex(std::uint64_t ts) const;
 
-    // Keeps time order: appends, or inserts an out-of-order event at its place.
+    // Keeps time order: appends, or inserts an out-of-order event at its place (moving
+    // every later event: use insertMany for more than a few late events).
     void insert(const Event &ev);
+    // Inserts events of this lane's rank in any order, as insert() one by one would (equal
+    // times keep arrival order, after the stored ones), in O(n log n + k) for n events and
+    // k stored events later than the oldest of them: sorts `events` in place.
+    void insertMany(std::span<Event> events);
     // True if an event identical to ev (all 48 bytes) is stored with the same time.
     bool contains(const Event &ev) const;
 
@@ -99,6 +105,7 @@ class EventLane
     void put(std::size_t i, const Event &ev);
     void move(std::size_t from, std::size_t to);
     void pushBack(const Event &ev);
+    void truncate(std::size_t size);
     void evictIfFull();
 
     std::deque<Chunk> m_chunks;

@@ -66,6 +66,7 @@ void SessionStore::clear()
     m_state = EngineState{};
     m_hasState = false;
     m_paramIndex.clear();
+    m_sparseParamIndex.clear();
     m_childModules.clear();
     m_ownedParams.clear();
     m_externalsOn.clear();
@@ -75,6 +76,7 @@ void SessionStore::clear()
     m_groupIndex.clear();
     m_knownParamNames.clear();
     m_lanes.clear();
+    m_late.clear();
     m_fetchBegin.clear();
     m_memory.clear();
     m_totalEvents = 0;
@@ -125,6 +127,7 @@ EngineState SessionStore::applyState(EngineState state)
     rebuildViolationCounts();
     if (m_lanes.size() < static_cast<std::size_t>(std::max(1, m_state.worldSize))) {
         m_lanes.resize(static_cast<std::size_t>(std::max(1, m_state.worldSize)));
+        m_late.resize(m_lanes.size());
         setMaxEvents(m_maxEvents);
     }
     if (m_memory.size() < m_lanes.size()) m_memory.resize(m_lanes.size());
@@ -148,13 +151,23 @@ void SessionStore::rebuildIndex()
         if (m.parent != kNoModule && m.parent < nModules && m.parent != m.id)
             m_childModules[m.parent].push_back(m.id);
     }
-    ParamId maxId = 0;
+    const std::size_t nParams = m_state.params.size();
+    std::size_t maxId = 0;
     for (const ParamRecord &p : m_state.params)
-        maxId = std::max(maxId, p.id);
-    m_paramIndex.assign(m_state.params.empty() ? 0 : std::size_t{maxId} + 1, -1);
-    for (std::size_t i = 0; i < m_state.params.size(); ++i) {
+        maxId = std::max<std::size_t>(maxId, p.id);
+    m_paramIndex.clear();
+    m_sparseParamIndex.clear();
+    const bool dense = nParams == 0 || maxId < 4 * nParams + 65536;
+    if (dense)
+        m_paramIndex.assign(nParams == 0 ? 0 : maxId + 1, -1);
+    else
+        m_sparseParamIndex.reserve(nParams);
+    for (std::size_t i = 0; i < nParams; ++i) {
         const ParamRecord &p = m_state.params[i];
-        m_paramIndex[p.id] = static_cast<std::int32_t>(i);
+        if (dense)
+            m_paramIndex[p.id] = static_cast<std::int32_t>(i);
+        else
+            m_sparseParamIndex[p.id] = static_cast<std::int32_t>(i);
         m_knownParamNames[p.id] = p.name;
         if (p.owner < nModules) m_ownedParams[p.owner].push_back(p.id);
         for (const ExternalRecord &e : p.externals) {
@@ -162,15 +175,29 @@ void SessionStore::rebuildIndex()
                 m_externalsOn[e.module].push_back(ExternalRecord{p.id, e.automatic});
         }
     }
-    if (m_paramMarked.size() < m_paramIndex.size()) m_paramMarked.resize(m_paramIndex.size(), 0);
+    // Parameters may have moved: mark the pending ones again at their new places.
+    m_paramMarked.assign(nParams, 0);
+    for (ParamId id : m_pending.params)
+        if (const std::int32_t slot = paramSlot(id); slot >= 0)
+            m_paramMarked[static_cast<std::size_t>(slot)] = 1;
+}
+
+std::int32_t SessionStore::paramSlot(ParamId id) const
+{
+    if (!m_sparseParamIndex.empty()) {
+        const auto it = m_sparseParamIndex.find(id);
+        return it == m_sparseParamIndex.end() ? -1 : it->second;
+    }
+    return id < m_paramIndex.size() ? m_paramIndex[id] : -1;
 }
 
 void SessionStore::rebuildViolationCounts()
 {
-    m_paramViolations.assign(m_paramIndex.size(), 0);
+    m_paramViolations.assign(m_state.params.size(), 0);
     m_moduleViolations.assign(m_state.modules.size(), 0);
     for (const ViolationGroup &g : m_groups) {
-        if (g.param < m_paramViolations.size()) m_paramViolations[g.param] += g.count;
+        if (const std::int32_t slot = paramSlot(g.param); slot >= 0)
+            m_paramViolations[static_cast<std::size_t>(slot)] += g.count;
         if (g.accessor < m_moduleViolations.size()) m_moduleViolations[g.accessor] += g.count;
         if (g.owner < m_moduleViolations.size() && g.owner != g.accessor)
             m_moduleViolations[g.owner] += g.count;
@@ -180,14 +207,20 @@ void SessionStore::rebuildViolationCounts()
 void SessionStore::appendEvents(std::span<const Event> events, bool history)
 {
     if (events.empty()) return;
+    // Events older than the newest stored one are merged per lane after the loop: one by
+    // one, each would move every later event (quadratic for a reversed file).
     for (const Event &ev : events) {
         EventLane &lane = laneFor(ev.rank);
+        std::vector<Event> &late = m_late[ev.rank];
         if (m_dedupe && !lane.empty() && ev.tsNs <= lane.lastTs() &&
             ((lane.evicted() > 0 && ev.tsNs < lane.firstTs()) || lane.contains(ev))) {
             ++m_duplicates; // seen before (or older than what the memory bound keeps)
             continue;
         }
-        lane.insert(ev);
+        if (late.empty() && (lane.empty() || ev.tsNs >= lane.lastTs()))
+            lane.insert(ev);
+        else
+            late.push_back(ev);
         ++m_totalEvents;
         switch (ev.type) {
         case EventType::StepBegin:
@@ -219,6 +252,11 @@ void SessionStore::appendEvents(std::span<const Event> events, bool history)
             break;
         }
     }
+    for (std::size_t r = 0; r < m_late.size(); ++r) {
+        if (m_late[r].empty()) continue;
+        m_lanes[r].insertMany(m_late[r]);
+        m_late[r].clear();
+    }
     m_pending.events = true;
     markDirty();
 }
@@ -228,6 +266,7 @@ EventLane &SessionStore::laneFor(int rank)
     const std::size_t r = static_cast<std::size_t>(rank);
     if (r >= m_lanes.size()) {
         m_lanes.resize(r + 1);
+        m_late.resize(r + 1);
         m_memory.resize(r + 1);
         setMaxEvents(m_maxEvents);
     }
@@ -252,8 +291,8 @@ std::uint64_t SessionStore::evictedEvents() const
 
 ParamRecord *SessionStore::mutParam(ParamId id)
 {
-    if (id >= m_paramIndex.size() || m_paramIndex[id] < 0) return nullptr;
-    return &m_state.params[static_cast<std::size_t>(m_paramIndex[id])];
+    const std::int32_t slot = paramSlot(id);
+    return slot < 0 ? nullptr : &m_state.params[static_cast<std::size_t>(slot)];
 }
 
 void SessionStore::applyLive(const Event &ev)
@@ -359,7 +398,9 @@ void SessionStore::addViolation(ViolationKind kind, const Event &ev, ModuleId ac
 {
     upsertViolation({kind, accessor, param, owner, status, action, ev.rank, ev.step, ev.step,
                      ev.tsNs, 1, nullptr});
-    if (param < m_paramViolations.size()) ++m_paramViolations[param];
+    if (const std::int32_t slot = paramSlot(param);
+        slot >= 0 && static_cast<std::size_t>(slot) < m_paramViolations.size())
+        ++m_paramViolations[static_cast<std::size_t>(slot)];
     if (accessor < m_moduleViolations.size()) ++m_moduleViolations[accessor];
     if (owner < m_moduleViolations.size() && owner != accessor) ++m_moduleViolations[owner];
     if (param != kNoParam) markParam(param);
@@ -454,8 +495,8 @@ const ModuleRecord *SessionStore::module(ModuleId id) const
 
 const ParamRecord *SessionStore::param(ParamId id) const
 {
-    if (id >= m_paramIndex.size() || m_paramIndex[id] < 0) return nullptr;
-    return &m_state.params[static_cast<std::size_t>(m_paramIndex[id])];
+    const std::int32_t slot = paramSlot(id);
+    return slot < 0 ? nullptr : &m_state.params[static_cast<std::size_t>(slot)];
 }
 
 QString SessionStore::modulePath(ModuleId id) const
@@ -495,7 +536,10 @@ const std::vector<ExternalRecord> &SessionStore::externalsOn(ModuleId module) co
 
 std::uint64_t SessionStore::paramViolations(ParamId id) const
 {
-    return id < m_paramViolations.size() ? m_paramViolations[id] : 0;
+    const std::int32_t slot = paramSlot(id);
+    return slot >= 0 && static_cast<std::size_t>(slot) < m_paramViolations.size()
+               ? m_paramViolations[static_cast<std::size_t>(slot)]
+               : 0;
 }
 
 std::uint64_t SessionStore::moduleViolations(ModuleId id) const
@@ -531,9 +575,11 @@ std::uint64_t SessionStore::lastTs() const
 
 void SessionStore::markParam(ParamId id)
 {
-    if (id >= m_paramMarked.size()) m_paramMarked.resize(std::size_t{id} + 1, 0);
-    if (!m_paramMarked[id]) {
-        m_paramMarked[id] = 1;
+    const std::int32_t slot = paramSlot(id);
+    if (slot < 0) return; // no such parameter: nothing shows it
+    std::uint8_t &marked = m_paramMarked[static_cast<std::size_t>(slot)];
+    if (!marked) {
+        marked = 1;
         m_pending.params.push_back(id);
     }
 }
@@ -549,7 +595,8 @@ void SessionStore::flush()
     StoreChanges changes = std::move(m_pending);
     m_pending = StoreChanges{};
     for (ParamId id : changes.params)
-        m_paramMarked[id] = 0;
+        if (const std::int32_t slot = paramSlot(id); slot >= 0)
+            m_paramMarked[static_cast<std::size_t>(slot)] = 0;
     emit updated(changes);
 }
 

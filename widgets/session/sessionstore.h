@@ -107,6 +107,9 @@ class SessionStore : public QObject
 
     const ModuleRecord *module(ModuleId id) const;
     const ParamRecord *param(ParamId id) const;
+    // Where the parameter sits in state().params, or -1: tables indexed by parameter keep
+    // to the number of parameters whatever their ids are (a file may say 4294967294).
+    std::int32_t paramSlot(ParamId id) const;
     QString modulePath(ModuleId id) const; // "<none>" / "<root>" as the engine names them
     QString paramName(ParamId id) const;
     const std::vector<ModuleId> &childModules(ModuleId id) const;
@@ -180,11 +183,14 @@ class SessionStore : public QObject
     bool m_readOnly = false;
     QString m_source;
 
-    std::vector<std::int32_t> m_paramIndex; // param id -> index in m_state.params, -1 if absent
+    // param id -> index in m_state.params (-1 if absent): a table while ids are dense,
+    // a hash map when they are sparse, so memory follows the number of parameters.
+    std::vector<std::int32_t> m_paramIndex;
+    std::unordered_map<ParamId, std::int32_t> m_sparseParamIndex;
     std::vector<std::vector<ModuleId>> m_childModules;
     std::vector<std::vector<ParamId>> m_ownedParams;
     std::vector<std::vector<ExternalRecord>> m_externalsOn;
-    std::vector<std::uint64_t> m_paramViolations;
+    std::vector<std::uint64_t> m_paramViolations; // by paramSlot
     std::vector<std::uint64_t> m_moduleViolations;
 
     std::vector<ViolationGroup> m_groups;
@@ -195,6 +201,7 @@ class SessionStore : public QObject
     std::unordered_map<ParamId, std::string> m_knownParamNames;
 
     std::vector<EventLane> m_lanes;
+    std::vector<std::vector<Event>> m_late; // per lane: appendEvents' out-of-order events
     std::unordered_map<std::uint64_t, std::uint64_t> m_fetchBegin; // (rank, param) -> ts
     std::vector<RankMemory> m_memory;
     std::uint64_t m_totalEvents = 0;
@@ -209,7 +216,7 @@ class SessionStore : public QObject
                                         // history may repeat stored events
 
     StoreChanges m_pending;
-    std::vector<std::uint8_t> m_paramMarked;
+    std::vector<std::uint8_t> m_paramMarked; // by paramSlot
     QTimer m_timer;
 };
 

@@ -26,6 +26,23 @@ const char *const kFields[] = {
     "partition numel", "partitioned", "registered on", "active modules", "gathers",
     "gathered bytes",  "gather time", "last gather"};
 
+// Registrations and active modules shown in one label: a model may register a parameter
+// on thousands of modules, and laying out a label of all of them freezes the window.
+constexpr std::size_t kMaxListedModules = 20;
+
+// The first kMaxListedModules of `total` entries, label(i) naming entry i.
+template <class Label> QString boundedList(std::size_t total, Label label)
+{
+    if (total == 0) return ParamDetail::tr("none");
+    QStringList shown;
+    for (std::size_t i = 0; i < total && i < kMaxListedModules; ++i)
+        shown << label(i);
+    QString text = shown.join(QStringLiteral(", "));
+    if (total > kMaxListedModules)
+        text += ParamDetail::tr(" \u2026 and %1 more").arg(total - kMaxListedModules);
+    return text;
+}
+
 } // namespace
 
 ParamDetail::ParamDetail(SessionStore *store, QWidget *parent)
@@ -128,14 +145,13 @@ void ParamDetail::refresh()
         : p->late
             ? tr("no: created after partitioning; adopt it or create it inside GatheredParameters")
             : tr("no"));
-    QStringList regs;
-    for (const ExternalRecord &e : p->externals)
-        regs << m_store->modulePath(e.module) + (e.automatic ? tr(" (auto)") : tr(" (manual)"));
-    set("registered on", regs.isEmpty() ? tr("none") : regs.join(QStringLiteral(", ")));
-    QStringList active;
-    for (ModuleId m : p->activeModules)
-        active << m_store->modulePath(m);
-    set("active modules", active.isEmpty() ? tr("none") : active.join(QStringLiteral(", ")));
+    set("registered on", boundedList(p->externals.size(), [&](std::size_t i) {
+            const ExternalRecord &e = p->externals[i];
+            return m_store->modulePath(e.module) + (e.automatic ? tr(" (auto)") : tr(" (manual)"));
+        }));
+    set("active modules", boundedList(p->activeModules.size(), [&](std::size_t i) {
+            return m_store->modulePath(p->activeModules[i]);
+        }));
     set("gathers", labels::count(p->gatherCount));
     set("gathered bytes", labels::bytes(p->gatherBytes));
     set("gather time",
