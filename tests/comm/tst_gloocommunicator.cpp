@@ -211,7 +211,9 @@ class TestGlooCommunicator : public QObject
         std::string error;
         std::thread rank0([&] {
             try {
-                makeGlooCommunicator(optionsFor(0, 2, port, std::chrono::seconds(5)));
+                GlooOptions o = optionsFor(0, 2, port, std::chrono::seconds(5));
+                o.rendezvous.timeout = std::chrono::seconds(3);
+                makeGlooCommunicator(o);
             } catch (const std::exception &) {
                 // rank 1 never joins: rank 0 times out; only rank 1's message matters here
             }
