@@ -92,9 +92,16 @@ class GlooCommunicator final : public Communicator
         // Destroyed while an exception unwinds (the engine goes with the failed run): unless
         // a collective failed because of a peer, the error is this rank's own, and the
         // ranks still waiting for it should hear so rather than time out without a cause.
-        if (std::uncaught_exceptions() > 0) m_watch->markOwnError();
+        const bool ownError = std::uncaught_exceptions() > 0 && m_failure.empty();
+        if (ownError) m_watch->markOwnError();
         m_watch.reset(); // goodbye first: rank 0 must not judge a rank that left cleanly
         m_context.reset();
+        if (m_server && (ownError || !m_failure.empty()))
+            m_server->leave(ownError ? "rank 0 stopped with an error of its own (its output "
+                                       "says which)"
+                                     : "rank 0 gave up on a collective that failed with no "
+                                       "known cause",
+                            2 * m_timing.heartbeat + milliseconds(200));
         m_server.reset();
     }
 

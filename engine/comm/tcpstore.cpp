@@ -198,6 +198,7 @@ struct TcpStoreServer::Impl
     std::vector<std::thread> connections;
     std::vector<int> fds;
     std::string verdict;
+    int watching = 0; // watch connections open
 
     void acceptLoop();
     void serve(int fd);
@@ -304,6 +305,22 @@ void TcpStoreServer::Impl::serveStore(int fd)
 
 void TcpStoreServer::Impl::watch(int fd, int rank)
 {
+    {
+        std::lock_guard lock(mutex);
+        ++watching;
+    }
+    struct Leave
+    {
+        Impl *impl;
+        ~Leave()
+        {
+            {
+                std::lock_guard lock(impl->mutex);
+                --impl->watching;
+            }
+            impl->changed.notify_all();
+        }
+    } leave{this};
     auto lastSeen = Clock::now();
     while (!stop.load()) {
         char op = 0;
@@ -393,6 +410,13 @@ TcpStoreServer::~TcpStoreServer()
 int TcpStoreServer::port() const
 {
     return d->port;
+}
+
+void TcpStoreServer::leave(const std::string &why, milliseconds linger)
+{
+    std::unique_lock lock(d->mutex);
+    if (d->verdict.empty()) d->verdict = why;
+    d->changed.wait_for(lock, linger, [this] { return d->watching == 0; });
 }
 
 std::string TcpStoreServer::verdict() const

@@ -38,6 +38,10 @@ class TcpStoreServer
     int port() const; // masterPort, or the kernel's choice when it was 0
     // The first failure seen ("rank 2 is gone (...)"), or empty while every rank is well.
     std::string verdict() const;
+    // Rank 0 is leaving a failed run: records why (unless a verdict came first), then keeps
+    // answering heartbeats until every other rank has left or `linger` passed, so the ranks
+    // still waiting learn the cause rather than only that rank 0 went away.
+    void leave(const std::string &why, std::chrono::milliseconds linger);
 
     struct Impl;
 
