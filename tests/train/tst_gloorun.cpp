@@ -10,6 +10,7 @@
 #include <QProcess>
 #include <QRegularExpression>
 #include <QTcpServer>
+#include <QTemporaryDir>
 
 #include <csignal>
 #include <memory>
@@ -129,7 +130,11 @@ void TestGlooRun::glooLossesEqualTheThreadsBackend()
     QStringList args{"-n",   QString::number(world), m_program, "--backend",
                      "gloo", "--comm-timeout",       "30"};
     if (overlap) args << "--overlap-comm";
-    launched.start(m_launch, args + common);
+    // Every rank serves its own inspector endpoint: rank N > 0 on PATH.rank<N>.
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const QString socket = dir.filePath("engine.sock");
+    launched.start(m_launch, args + common + QStringList{"--listen", "unix:" + socket});
     const Result gloo = finish(launched, 120000);
     QVERIFY2(gloo.exitCode == 0, qPrintable(gloo.err));
 
@@ -151,6 +156,13 @@ void TestGlooRun::glooLossesEqualTheThreadsBackend()
     for (auto it = final.globalMatch(gloo.out); it.hasNext(); ++finals)
         QCOMPARE(it.next().captured(2).toDouble(), got.last());
     QCOMPARE(finals, world);
+    for (int r = 0; r < world; ++r) {
+        const QString at = r == 0 ? socket : socket + ".rank" + QString::number(r);
+        QVERIFY2(
+            gloo.out.contains(
+                QString("[rank %1] inspector (rank %1): listening on unix:%2\n").arg(r).arg(at)),
+            qPrintable(gloo.out));
+    }
 }
 
 std::vector<Result> TestGlooRun::faultRun(int victim, int signal)
