@@ -76,8 +76,10 @@ class GlooCommunicator final : public Communicator
                 std::make_shared<gloo::rendezvous::Context>(m_config.rank, m_config.worldSize);
             context->setTimeout(m_config.timeout);
             context->connectFullMesh(store, device);
-            context->setTimeout(m_timeout);
             m_context = std::move(context);
+            // No rank may use or close its pairs before every peer has finished connecting.
+            meet(m_config.timeout);
+            m_context->setTimeout(m_timeout);
         } catch (const CommError &) {
             throw;
         } catch (const std::exception &e) {
@@ -93,6 +95,15 @@ class GlooCommunicator final : public Communicator
         // a collective failed because of a peer, the error is this rank's own, and the
         // ranks still waiting for it should hear so rather than time out without a cause.
         const bool ownError = std::uncaught_exceptions() > 0 && m_failure.empty();
+        // A clean end: every rank leaves together, so none closes its pairs while a peer
+        // still reads from them.
+        if (!ownError && m_failure.empty() && !m_aborted.load()) {
+            try {
+                meet(m_timeout);
+            } catch (const std::exception &) {
+                // the peers are gone already; nothing is left to protect
+            }
+        }
         if (ownError) m_watch->markOwnError();
         m_watch.reset(); // goodbye first: rank 0 must not judge a rank that left cleanly
         m_context.reset();
@@ -177,6 +188,16 @@ class GlooCommunicator final : public Communicator
     }
 
   private:
+    // A barrier outside run(): part of joining or leaving the world, not a collective
+    // the engine issued.
+    void meet(milliseconds timeout)
+    {
+        gloo::BarrierOptions o(m_context);
+        o.setTag(m_nextTag++);
+        o.setTimeout(timeout);
+        gloo::barrier(o);
+    }
+
     // Runs one collective; a gloo failure becomes a CommError that names the rank that
     // caused it, and the communicator is unusable afterwards (gloo's pairs are broken).
     void run(const char *op, std::size_t bytes, const std::function<void(std::uint32_t)> &fn)
