@@ -8,7 +8,6 @@
 #include <cstring>
 #include <exception>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -40,13 +39,9 @@ LivenessTiming timingFor(milliseconds timeout)
 // SIGPIPE that kills this rank silently. Only a default disposition is changed.
 void ignoreSigpipe()
 {
-    struct sigaction old
-    {
-    };
+    struct sigaction old = {};
     if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
-        struct sigaction ign
-        {
-        };
+        struct sigaction ign = {};
         ign.sa_handler = SIG_IGN;
         ::sigemptyset(&ign.sa_mask);
         ::sigaction(SIGPIPE, &ign, nullptr);

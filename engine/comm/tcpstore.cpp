@@ -27,68 +27,29 @@
 #include <thread>
 
 #include "comm/communicator.h"
+#include "comm/socketio.h"
 
 namespace shardscope {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = detail::SocketClock;
 using std::chrono::milliseconds;
 constexpr char kMagic[8] = {'S', 'S', 'G', 'L', 'O', 'O', '0', '1'};
 constexpr std::uint32_t kMaxValue = 64u << 20;
 constexpr milliseconds kSlice{100}; // how often blocked loops look at their stop flag
 
-int msLeft(Clock::time_point deadline)
-{
-    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-    return left.count() > 0 ? static_cast<int>(std::min<long long>(left.count(), 1 << 30)) : 0;
-}
-
-enum class Io
-{
-    Done,
-    Closed, // EOF or a socket error: the peer is gone
-    Timeout,
-    Stopped
-};
-
-// Reads/writes exactly n bytes before the deadline, looking at *stop every kSlice.
-Io ioAll(int fd, void *buf, std::size_t n, Clock::time_point deadline, bool write,
-         const std::atomic<bool> *stop = nullptr)
-{
-    auto *p = static_cast<char *>(buf);
-    while (n > 0) {
-        if (stop && stop->load()) return Io::Stopped;
-        const int wait = std::min(msLeft(deadline), static_cast<int>(kSlice.count()));
-        pollfd pfd{fd, static_cast<short>(write ? POLLOUT : POLLIN), 0};
-        const int r = ::poll(&pfd, 1, wait);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return Io::Closed;
-        if (r == 0) {
-            if (Clock::now() >= deadline) return Io::Timeout;
-            continue;
-        }
-        const ssize_t k = write ? ::send(fd, p, n, MSG_NOSIGNAL) : ::recv(fd, p, n, 0);
-        if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-        if (k <= 0) return Io::Closed;
-        p += k;
-        n -= static_cast<std::size_t>(k);
-    }
-    return Io::Done;
-}
+using detail::getU32;
+using detail::Io;
+using detail::ioAll;
+using detail::msLeft;
+using detail::secondsText;
 
 void putU32(std::vector<char> &out, std::uint32_t v)
 {
-    for (int i = 0; i < 4; ++i)
-        out.push_back(static_cast<char>(v >> (8 * i)));
-}
-
-std::uint32_t getU32(const unsigned char *p)
-{
-    std::uint32_t v = 0;
-    for (int i = 0; i < 4; ++i)
-        v |= static_cast<std::uint32_t>(p[i]) << (8 * i);
-    return v;
+    unsigned char b[4];
+    detail::putU32(b, v);
+    out.insert(out.end(), b, b + 4);
 }
 
 Io readU32(int fd, std::uint32_t &v, Clock::time_point deadline,
@@ -98,13 +59,6 @@ Io readU32(int fd, std::uint32_t &v, Clock::time_point deadline,
     const Io io = ioAll(fd, b, 4, deadline, false, stop);
     v = getU32(b);
     return io;
-}
-
-std::string secondsText(milliseconds t)
-{
-    const long long ms = t.count();
-    if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
-    return std::to_string(ms / 1000) + "." + std::to_string((ms % 1000) / 100) + " s";
 }
 
 std::string where(const RendezvousConfig &c)

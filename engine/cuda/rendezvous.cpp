@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "comm/communicator.h"
+#include "comm/socketio.h"
 
 namespace shardscope {
 
@@ -57,50 +58,15 @@ class Fd
     int m_fd;
 };
 
-int msLeft(Clock::time_point deadline)
-{
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    return left.count() > 0 ? static_cast<int>(left.count()) : 0;
-}
+using detail::getU32;
+using detail::msLeft;
+using detail::putU32;
+using detail::secondsText;
 
 // Reads/writes exactly n bytes before the deadline; false on timeout, EOF or error.
 bool ioAll(int fd, void *buf, std::size_t n, Clock::time_point deadline, bool write)
 {
-    auto *p = static_cast<char *>(buf);
-    while (n > 0) {
-        pollfd pfd{fd, static_cast<short>(write ? POLLOUT : POLLIN), 0};
-        const int r = ::poll(&pfd, 1, msLeft(deadline));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return false;
-        const ssize_t k = write ? ::send(fd, p, n, MSG_NOSIGNAL) : ::recv(fd, p, n, 0);
-        if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-        if (k <= 0) return false;
-        p += k;
-        n -= static_cast<std::size_t>(k);
-    }
-    return true;
-}
-
-void putU32(unsigned char *p, std::uint32_t v)
-{
-    for (int i = 0; i < 4; ++i)
-        p[i] = static_cast<unsigned char>(v >> (8 * i));
-}
-
-std::uint32_t getU32(const unsigned char *p)
-{
-    std::uint32_t v = 0;
-    for (int i = 0; i < 4; ++i)
-        v |= static_cast<std::uint32_t>(p[i]) << (8 * i);
-    return v;
-}
-
-std::string secondsText(std::chrono::milliseconds t)
-{
-    const long long ms = t.count();
-    if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
-    return std::to_string(ms) + " ms";
+    return detail::ioAll(fd, buf, n, deadline, write) == detail::Io::Done;
 }
 
 std::string where(const RendezvousConfig &c)
