@@ -2,6 +2,7 @@
 // two user stories (tied embedding, weight_norm after zero.Init) reproduced or fixed.
 
 #include <charconv>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <exception>
@@ -17,6 +18,9 @@
 #include <unistd.h>
 #include <vector>
 
+#include "comm/asynccommunicator.h"
+#include "comm/gloocommunicator.h"
+#include "comm/torchrunenv.h"
 #include "core/engine.h"
 #include "cuda/backendselect.h"
 #include "cuda/gputrainer.h"
@@ -38,7 +42,13 @@ The run:
   --world-size N        ranks (default 4)
   --steps S             optimizer steps (default 800)
   --seed N              seed of the initial weights and of the synthetic data (default 1)
-  --backend B           cpu, nccl or auto (default auto: NCCL when GPUs are usable, else CPU)
+  --backend B           cpu, nccl, gloo or auto (default auto: NCCL when GPUs are usable, else
+                        CPU). gloo: one process per rank, collectives over TCP; start the
+                        ranks with scripts/launch -n N or torchrun (WORLD_SIZE, not
+                        --world-size, sets the ranks)
+  --comm-timeout S      gloo: the longest a collective waits for its peers, in seconds
+                        (default 60); a rank that died or stopped answering makes the others
+                        fail within about 1.5 S, naming it
 
 The model (embed, pos_conv, blocks.<i>.{ln,fc1,fc2}, ln_f, tied lm_head):
   --layers L            blocks (default 2)
@@ -70,7 +80,7 @@ The engine:
                         records, auto registers
   --persistence-threshold N
                         parameters with fewer elements are never partitioned (default 1000)
-  --overlap-comm        CPU backend: run each rank's collectives on a progress thread, so
+  --overlap-comm        CPU and gloo: run each rank's collectives on a progress thread, so
                         prefetched gathers overlap compute and show INFLIGHT (DeepSpeed's
                         overlap_comm; NCCL always overlaps on its own stream)
 
@@ -235,6 +245,8 @@ std::optional<nn::TrainConfig> parseArgs(const std::vector<std::string> &args)
                 throw UsageError{"--guard '" + v + "' is not one of error, warn, auto"};
         } else if (flag == "--backend") {
             c.backend = value();
+        } else if (flag == "--comm-timeout") {
+            c.commTimeoutSeconds = parseNumber<int>(flag, value());
         } else if (flag == "--listen") {
             c.endpoint = value();
             c.listen = true;
@@ -399,10 +411,12 @@ int trainWithInspector(Engine &engine, const nn::TrainConfig &config, const Trai
     ViolationPrinter violations(engine);
     nn::buildModel(engine, config);
     if (reporter) violations.printNew();
-    const nn::TrainResult result = train(engine, config, [&violations](const nn::StepReport &r) {
-        printStep(r);
-        violations.printNew();
-    });
+    const nn::TrainResult result =
+        train(engine, config, [&violations, reporter](const nn::StepReport &r) {
+            if (!reporter) return; // a process per rank (gloo, NCCL): rank 0 speaks for all
+            printStep(r);
+            violations.printNew();
+        });
     inspector->finish();
     if (!options.snapshotOut.empty()) std::printf("snapshot: %s\n", options.snapshotOut.c_str());
     printFinal(result, config.steps);
@@ -421,6 +435,32 @@ int runNccl(const nn::TrainConfig &config)
     nn::TrainConfig sized = config;
     sized.worldSize = engine->worldSize(); // torchrun's WORLD_SIZE
     return trainWithInspector(*engine, sized, gpu::trainOnGpu);
+}
+
+// One process of a gloo world: WORLD_SIZE ranks, this process holding RANK.
+int runGloo(const nn::TrainConfig &config)
+{
+    if (!launchedPerRank()) {
+        std::fprintf(stderr,
+                     "shardscope-train: --backend gloo runs one process per rank, but RANK and "
+                     "WORLD_SIZE are not set; start the ranks with scripts/launch -n N "
+                     "shardscope-train --backend gloo ..., or with torchrun\n");
+        return 2;
+    }
+    GlooOptions options;
+    options.rendezvous = rendezvousFromEnv();
+    options.timeout = std::chrono::seconds(config.commTimeoutSeconds);
+    nn::TrainConfig sized = config;
+    sized.worldSize = options.rendezvous.worldSize; // torchrun's WORLD_SIZE
+    if (const std::string problem = nn::validate(sized); !problem.empty()) {
+        std::fprintf(stderr, "shardscope-train: %s\n", problem.c_str());
+        return 2;
+    }
+    std::vector<std::unique_ptr<Communicator>> comms;
+    comms.push_back(makeGlooCommunicator(options));
+    if (config.overlapComm) comms = makeAsyncCommunicators(std::move(comms));
+    Engine engine(nn::makeEngineConfig(sized), std::move(comms));
+    return trainWithInspector(engine, sized, nn::trainModel);
 }
 
 } // namespace
@@ -468,7 +508,15 @@ int main(int argc, char **argv)
         std::printf("backend: %s (%s)\n", std::string(backendName(choice.backend)).c_str(),
                     choice.reason.c_str());
         std::fflush(stdout);
-        return choice.backend == Backend::Nccl ? runNccl(*config) : runCpu(*config);
+        switch (choice.backend) {
+        case Backend::Nccl:
+            return runNccl(*config);
+        case Backend::Gloo:
+            return runGloo(*config);
+        case Backend::Cpu:
+            break;
+        }
+        return runCpu(*config);
     } catch (const UnregisteredAccessError &e) {
         std::fflush(stdout);
         std::fprintf(stderr, "shardscope-train: stopped by --guard error: %s\n    fix: %s\n",

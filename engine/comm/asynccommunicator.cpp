@@ -24,7 +24,7 @@ enum class Kind : std::uint8_t
 // it, so an op costs one allocation.
 class PendingOp final : public CommHandle::Impl
 {
-public:
+  public:
     PendingOp(Kind kind, const void *send, void *recv, std::size_t size, int root, DType dtype)
         : m_send(send), m_recv(recv), m_size(size), m_root(root), m_kind(kind), m_dtype(dtype)
     {
@@ -66,7 +66,7 @@ public:
         finish();
     }
 
-private:
+  private:
     // The release store publishes m_error and what the collective wrote to its waiters.
     void finish() noexcept
     {
@@ -87,7 +87,7 @@ private:
 
 class AsyncCommunicator final : public Communicator
 {
-public:
+  public:
     explicit AsyncCommunicator(std::unique_ptr<Communicator> inner)
         : m_inner(std::move(inner)), m_thread([this] { progress(); })
     {
@@ -143,7 +143,7 @@ public:
     }
     void barrier() override { issue(Kind::Barrier, nullptr, nullptr, 0, 0, DType::F32)->wait(); }
 
-private:
+  private:
     std::exception_ptr abortedError() const noexcept
     {
         try {

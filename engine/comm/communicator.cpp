@@ -9,6 +9,8 @@ std::string_view backendName(Backend b)
         return "cpu";
     case Backend::Nccl:
         return "nccl";
+    case Backend::Gloo:
+        return "gloo";
     }
     return "unknown";
 }

@@ -17,14 +17,19 @@
 
 namespace shardscope {
 
-enum class Backend : std::uint8_t { Cpu = 0, Nccl = 1 };
-std::string_view backendName(Backend b); // "cpu", "nccl"
+enum class Backend : std::uint8_t
+{
+    Cpu = 0,
+    Nccl = 1,
+    Gloo = 2
+};
+std::string_view backendName(Backend b); // "cpu", "nccl", "gloo"
 
 // Thrown when ranks disagree on a collective (different sizes, root or dtype), or the
 // backend fails. The message says which collective, which ranks and what differed.
 class CommError : public std::runtime_error
 {
-public:
+  public:
     using std::runtime_error::runtime_error;
 };
 
@@ -32,10 +37,10 @@ public:
 // wait() (CommError); ready() is true once it has finished, successfully or not.
 class CommHandle
 {
-public:
+  public:
     class Impl
     {
-    public:
+      public:
         virtual ~Impl() = default;
         virtual bool ready() = 0;
         virtual void wait() = 0;
@@ -47,17 +52,16 @@ public:
     bool ready() const { return !m_impl || m_impl->ready(); }
     void wait() const
     {
-        if (m_impl)
-            m_impl->wait();
+        if (m_impl) m_impl->wait();
     }
 
-private:
+  private:
     std::shared_ptr<Impl> m_impl;
 };
 
 class Communicator
 {
-public:
+  public:
     virtual ~Communicator() = default;
 
     virtual int rank() const = 0;
@@ -87,7 +91,8 @@ public:
     // send holds worldSize * count elements; recv (count) receives the element-wise
     // sum over ranks of send's slice [rank*count, (rank+1)*count). Summation is in rank
     // order, so results are deterministic.
-    virtual CommHandle reduceScatter(const void *send, void *recv, std::size_t count, DType dtype) = 0;
+    virtual CommHandle reduceScatter(const void *send, void *recv, std::size_t count,
+                                     DType dtype) = 0;
     virtual void barrier() = 0;
 };
 

@@ -1,13 +1,13 @@
 #include "comm/cpucommunicator.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <thread>
 #include <type_traits>
 
+#include "comm/rankordersum.h"
 #include "comm/rendezvous.h"
 #include "comm/streamingcopy.h"
 
@@ -83,25 +83,11 @@ template <typename Label> std::string describeByRank(int worldSize, Label label)
     return out;
 }
 
-std::uint16_t floatToBf16(float f)
-{
-    const auto bits = std::bit_cast<std::uint32_t>(f);
-    if ((bits & 0x7FFFFFFFu) > 0x7F800000u)
-        return static_cast<std::uint16_t>((bits >> 16) | 0x0040u); // quiet NaN, keep sign
-    const std::uint32_t roundingBias = 0x7FFFu + ((bits >> 16) & 1u);
-    return static_cast<std::uint16_t>((bits + roundingBias) >> 16);
-}
-
-float bf16ToFloat(std::uint16_t h)
-{
-    return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
-}
-
 } // namespace
 
 class CpuWorld
 {
-public:
+  public:
     explicit CpuWorld(int worldSize)
         : m_size(worldSize), m_entry(worldSize, spinsFor(worldSize)),
           m_exit(worldSize, spinsFor(worldSize)), m_slots(2 * static_cast<std::size_t>(worldSize))
@@ -123,7 +109,7 @@ public:
     void leave() { m_exit.arriveAndWait(); }
     void abort() noexcept { m_entry.abort(); }
 
-private:
+  private:
     // Spinning only pays while every rank has a core of its own; with more ranks than
     // cores a spinning waiter burns the time slice the rank it waits for needs.
     static int spinsFor(int worldSize)
@@ -142,9 +128,10 @@ namespace {
 
 class CpuCommunicator final : public Communicator
 {
-public:
+  public:
     CpuCommunicator(std::shared_ptr<CpuWorld> world, int rank)
-        : m_world(std::move(world)), m_rank(rank)
+        : m_world(std::move(world)), m_rank(rank),
+          m_inputs(static_cast<std::size_t>(m_world->size()))
     {
     }
 
@@ -204,12 +191,7 @@ public:
         s.dtype = dtype;
         s.src = send;
         s.dst = recv;
-        run(s, [&](const Slot *peers) {
-            if (dtype == DType::BF16)
-                reduceSlice<std::uint16_t>(peers, recv, count);
-            else
-                reduceSlice<float>(peers, recv, count);
-        });
+        run(s, [&](const Slot *peers) { reduceSlice(peers, recv, count, dtype); });
         return {};
     }
 
@@ -228,7 +210,7 @@ public:
         }
     }
 
-private:
+  private:
     template <typename Copy> void run(const Slot &s, Copy copy)
     {
         const std::uint64_t seq = m_seq++;
@@ -319,42 +301,17 @@ private:
     }
 
     // Sums this rank's slice over every rank's send buffer, in rank order, in fp32.
-    template <typename T> void reduceSlice(const Slot *peers, void *recv, std::size_t count) const
+    void reduceSlice(const Slot *peers, void *recv, std::size_t count, DType dtype)
     {
-        constexpr std::size_t kBlock = 1024;
-        const int n = worldSize();
-        const std::size_t offset = static_cast<std::size_t>(m_rank) * count;
-        auto *out = static_cast<T *>(recv);
-        float acc[kBlock];
-        for (std::size_t base = 0; base < count; base += kBlock) {
-            const std::size_t len = std::min(kBlock, count - base);
-            for (int r = 0; r < n; ++r) {
-                const T *in = static_cast<const T *>(peers[r].src) + offset + base;
-                if (r == 0) {
-                    for (std::size_t i = 0; i < len; ++i)
-                        acc[i] = load(in[i]);
-                } else {
-                    for (std::size_t i = 0; i < len; ++i)
-                        acc[i] += load(in[i]);
-                }
-            }
-            for (std::size_t i = 0; i < len; ++i)
-                out[base + i] = store<T>(acc[i]);
-        }
-    }
-
-    static float load(float x) { return x; }
-    static float load(std::uint16_t x) { return bf16ToFloat(x); }
-    template <typename T> static T store(float x)
-    {
-        if constexpr (std::is_same_v<T, float>)
-            return x;
-        else
-            return floatToBf16(x);
+        const std::size_t offset = static_cast<std::size_t>(m_rank) * count * dtypeSize(dtype);
+        for (std::size_t r = 0; r < m_inputs.size(); ++r)
+            m_inputs[r] = static_cast<const char *>(peers[r].src) + offset;
+        detail::sumInRankOrder(m_inputs.data(), worldSize(), recv, count, dtype);
     }
 
     std::shared_ptr<CpuWorld> m_world;
     int m_rank;
+    std::vector<const void *> m_inputs; // reduceSlice's per-rank slices, sized once
     std::uint64_t m_seq = 0;
 };
 

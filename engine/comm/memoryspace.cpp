@@ -9,29 +9,25 @@ namespace {
 
 class HostMemory final : public MemorySpace
 {
-public:
+  public:
     bool isHost() const override { return true; }
     std::string name() const override { return "host"; }
     std::byte *allocate(std::size_t bytes) override
     {
-        if (bytes == 0)
-            return nullptr;
-        return static_cast<std::byte *>(::operator new(bytes, std::align_val_t{64}));
+        if (bytes == 0) return nullptr;
+        return static_cast<std::byte *>(::operator new (bytes, std::align_val_t{64}));
     }
     void deallocate(std::byte *p, std::size_t) noexcept override
     {
-        if (p)
-            ::operator delete(p, std::align_val_t{64});
+        if (p) ::operator delete (p, std::align_val_t{64});
     }
     void copy(void *dst, const void *src, std::size_t bytes, CopyKind) override
     {
-        if (bytes)
-            std::memmove(dst, src, bytes);
+        if (bytes) std::memmove(dst, src, bytes);
     }
     void zero(void *dst, std::size_t bytes) override
     {
-        if (bytes)
-            std::memset(dst, 0, bytes);
+        if (bytes) std::memset(dst, 0, bytes);
     }
     void addF32(float *dst, const float *src, std::size_t n) override
     {

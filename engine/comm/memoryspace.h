@@ -22,11 +22,16 @@
 
 namespace shardscope {
 
-enum class CopyKind : unsigned char { HostToSpace, SpaceToHost, WithinSpace };
+enum class CopyKind : unsigned char
+{
+    HostToSpace,
+    SpaceToHost,
+    WithinSpace
+};
 
 class MemorySpace
 {
-public:
+  public:
     virtual ~MemorySpace() = default;
 
     virtual bool isHost() const = 0;
@@ -53,7 +58,7 @@ MemorySpace &hostMemory();
 // An owning allocation in a MemorySpace; move-only.
 class Buffer
 {
-public:
+  public:
     Buffer() = default;
     Buffer(MemorySpace &space, std::size_t bytes)
         : m_space(&space), m_data(space.allocate(bytes)), m_bytes(bytes)
@@ -70,7 +75,8 @@ public:
     }
     ~Buffer() { reset(); }
     Buffer(Buffer &&o) noexcept
-        : m_space(o.m_space), m_data(std::exchange(o.m_data, nullptr)), m_bytes(std::exchange(o.m_bytes, 0))
+        : m_space(o.m_space), m_data(std::exchange(o.m_data, nullptr)),
+          m_bytes(std::exchange(o.m_bytes, 0))
     {
     }
     Buffer &operator=(Buffer &&o) noexcept
@@ -88,8 +94,7 @@ public:
 
     void reset() noexcept
     {
-        if (m_data)
-            m_space->deallocate(m_data, m_bytes);
+        if (m_data) m_space->deallocate(m_data, m_bytes);
         m_data = nullptr;
         m_bytes = 0;
     }
@@ -100,7 +105,7 @@ public:
     explicit operator bool() const { return m_data != nullptr; }
     MemorySpace *space() const { return m_space; }
 
-private:
+  private:
     MemorySpace *m_space = nullptr;
     std::byte *m_data = nullptr;
     std::size_t m_bytes = 0;

@@ -9,7 +9,7 @@ namespace shardscope::detail {
 
 class Rendezvous
 {
-public:
+  public:
     // spins: how many times a waiter polls before it sleeps on the futex.
     Rendezvous(int parties, int spins);
 
@@ -21,7 +21,7 @@ public:
     // that already completed stays complete. The rendezvous is unusable afterwards.
     void abort() noexcept;
 
-private:
+  private:
     // The low 31 bits of m_generation count rounds; the top bit marks an abort. Both
     // change the same word, so a round is either completed or aborted for all parties.
     static constexpr std::uint32_t kAborted = 0x80000000u;

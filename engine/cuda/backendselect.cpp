@@ -21,6 +21,7 @@ enum class Request
 {
     Cpu,
     Nccl,
+    Gloo,
     Auto
 };
 
@@ -28,9 +29,10 @@ Request parseRequest(std::string_view requested)
 {
     if (requested == "cpu") return Request::Cpu;
     if (requested == "nccl") return Request::Nccl;
+    if (requested == "gloo") return Request::Gloo;
     if (requested == "auto") return Request::Auto;
     throw std::invalid_argument("unknown backend '" + std::string(requested) +
-                                "': expected cpu, nccl or auto");
+                                "': expected cpu, nccl, gloo or auto");
 }
 
 // Empty when the GPU path can run; otherwise what is missing, in one line.
@@ -74,6 +76,11 @@ BackendChoice chooseBackend(std::string_view requested)
     BackendChoice choice;
     if (req == Request::Cpu) {
         choice.reason = "CPU backend: requested with --backend cpu";
+        return choice;
+    }
+    if (req == Request::Gloo) {
+        choice.backend = Backend::Gloo;
+        choice.reason = "gloo backend: one process per rank, collectives over TCP";
         return choice;
     }
     std::string found;

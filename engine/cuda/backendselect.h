@@ -17,8 +17,8 @@ struct BackendChoice
     int deviceCount = 0;
 };
 
-// requested: "cpu", "nccl" or "auto". Throws CommError when "nccl" cannot be used and
-// std::invalid_argument for any other word.
+// requested: "cpu", "nccl", "gloo" or "auto" ("gloo" is always available: it needs no GPU). Throws
+// CommError when "nccl" cannot be used and std::invalid_argument for any other word.
 BackendChoice chooseBackend(std::string_view requested);
 
 } // namespace shardscope

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "comm/communicator.h"
+#include "comm/socketio.h"
 
 namespace shardscope {
 
@@ -57,71 +58,15 @@ class Fd
     int m_fd;
 };
 
-int msLeft(Clock::time_point deadline)
-{
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    return left.count() > 0 ? static_cast<int>(left.count()) : 0;
-}
+using detail::getU32;
+using detail::msLeft;
+using detail::putU32;
+using detail::secondsText;
 
 // Reads/writes exactly n bytes before the deadline; false on timeout, EOF or error.
 bool ioAll(int fd, void *buf, std::size_t n, Clock::time_point deadline, bool write)
 {
-    auto *p = static_cast<char *>(buf);
-    while (n > 0) {
-        pollfd pfd{fd, static_cast<short>(write ? POLLOUT : POLLIN), 0};
-        const int r = ::poll(&pfd, 1, msLeft(deadline));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return false;
-        const ssize_t k = write ? ::send(fd, p, n, MSG_NOSIGNAL) : ::recv(fd, p, n, 0);
-        if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-        if (k <= 0) return false;
-        p += k;
-        n -= static_cast<std::size_t>(k);
-    }
-    return true;
-}
-
-void putU32(unsigned char *p, std::uint32_t v)
-{
-    for (int i = 0; i < 4; ++i)
-        p[i] = static_cast<unsigned char>(v >> (8 * i));
-}
-
-std::uint32_t getU32(const unsigned char *p)
-{
-    std::uint32_t v = 0;
-    for (int i = 0; i < 4; ++i)
-        v |= static_cast<std::uint32_t>(p[i]) << (8 * i);
-    return v;
-}
-
-int parseIntVar(const char *name, bool required, int fallback, int minValue)
-{
-    const char *v = std::getenv(name);
-    if (!v || !*v) {
-        if (required)
-            throw CommError(std::string("the NCCL rendezvous needs the environment variable ") +
-                            name +
-                            " (launch with torchrun, or set RANK, WORLD_SIZE, LOCAL_RANK, "
-                            "MASTER_ADDR and MASTER_PORT for every process)");
-        return fallback;
-    }
-    char *end = nullptr;
-    errno = 0;
-    const long x = std::strtol(v, &end, 10);
-    if (errno != 0 || end == v || *end != '\0' || x < minValue || x > 1000000)
-        throw CommError(
-            std::string("environment variable ") + name + "='" + v +
-            "' is not a valid number (expected an integer >= " + std::to_string(minValue) + ")");
-    return static_cast<int>(x);
-}
-
-std::string secondsText(std::chrono::milliseconds t)
-{
-    const long long ms = t.count();
-    if (ms % 1000 == 0) return std::to_string(ms / 1000) + " s";
-    return std::to_string(ms) + " ms";
+    return detail::ioAll(fd, buf, n, deadline, write) == detail::Io::Done;
 }
 
 std::string where(const RendezvousConfig &c)
@@ -130,27 +75,6 @@ std::string where(const RendezvousConfig &c)
 }
 
 } // namespace
-
-RendezvousConfig rendezvousFromEnv()
-{
-    RendezvousConfig c;
-    c.rank = parseIntVar("RANK", true, 0, 0);
-    c.worldSize = parseIntVar("WORLD_SIZE", true, 1, 1);
-    c.localRank = parseIntVar("LOCAL_RANK", false, c.rank, 0);
-    if (c.rank >= c.worldSize)
-        throw CommError("RANK=" + std::to_string(c.rank) + " is not below WORLD_SIZE=" +
-                        std::to_string(c.worldSize) + "; ranks count from 0");
-    const char *addr = std::getenv("MASTER_ADDR");
-    if (c.worldSize > 1 && (!addr || !*addr))
-        throw CommError("the NCCL rendezvous needs MASTER_ADDR (the host of rank 0) when "
-                        "WORLD_SIZE > 1");
-    if (addr && *addr) c.masterAddr = addr;
-    c.masterPort = parseIntVar("MASTER_PORT", c.worldSize > 1, 29500, 1);
-    if (c.masterPort > 65535)
-        throw CommError("MASTER_PORT=" + std::to_string(c.masterPort) + " is not a TCP port");
-    c.timeout = std::chrono::seconds(parseIntVar("SHARDSCOPE_RENDEZVOUS_TIMEOUT_S", false, 60, 1));
-    return c;
-}
 
 struct RendezvousServer::Impl
 {

@@ -10,21 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "comm/torchrunenv.h" // RendezvousConfig, rendezvousFromEnv
+
 namespace shardscope {
-
-struct RendezvousConfig
-{
-    int rank = 0;
-    int worldSize = 1;
-    int localRank = 0;
-    std::string masterAddr = "127.0.0.1";
-    int masterPort = 29500;
-    std::chrono::milliseconds timeout{60000};
-};
-
-// Reads the torchrun variables (and SHARDSCOPE_RENDEZVOUS_TIMEOUT_S, default 60).
-// A missing or malformed variable is a CommError naming it and saying how to set it.
-RendezvousConfig rendezvousFromEnv();
 
 // Rank 0's side: listens on masterPort as soon as it is constructed (a busy port is a
 // CommError right away) and hands blob to each of the other worldSize-1 ranks from a

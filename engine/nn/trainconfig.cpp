@@ -42,6 +42,7 @@ std::string validate(const TrainConfig &c)
     range("--groups", c.groups, 1, 8192);
     range("--history", static_cast<long long>(c.historyEvents), 0, 1LL << 30);
     range("--persistence-threshold", c.persistenceThreshold, 0, 1LL << 40);
+    range("--comm-timeout", c.commTimeoutSeconds, 1, 86400);
     if (err.tellp() != 0) return err.str();
     const long long widest = std::max(4LL * c.hidden, static_cast<long long>(c.vocab));
     if (static_cast<long long>(c.batch) * c.seq * widest > std::numeric_limits<int>::max()) {
@@ -58,8 +59,8 @@ std::string validate(const TrainConfig &c)
     if (!(c.lr > 0.0f && c.lr < 10.0f)) return "--lr must be a positive number below 10";
     if (!(c.weightDecay >= 0.0f && c.weightDecay < 10.0f))
         return "--weight-decay must be a number from 0 to 10";
-    if (c.backend != "cpu" && c.backend != "nccl" && c.backend != "auto")
-        return "--backend '" + c.backend + "' is not one of cpu, nccl, auto";
+    if (c.backend != "cpu" && c.backend != "nccl" && c.backend != "gloo" && c.backend != "auto")
+        return "--backend '" + c.backend + "' is not one of cpu, nccl, gloo, auto";
     return {};
 }
 

@@ -25,7 +25,7 @@ struct TrainConfig
     int worldSize = 4;
     int steps = 800;
     std::uint64_t seed = 1;
-    std::string backend = "auto"; // "cpu", "nccl" or "auto"
+    std::string backend = "auto"; // "cpu", "nccl", "gloo" or "auto"
 
     // ---- the model
     int layers = 2;
@@ -57,6 +57,9 @@ struct TrainConfig
     // CPU backend: each rank's collectives run on a progress thread (makeAsyncCommunicators),
     // so prefetches overlap compute as NCCL's do (DeepSpeed's overlap_comm). Same results.
     bool overlapComm = false;
+    // gloo backend: the longest a collective waits for its peers before the run fails,
+    // naming the rank that died or stopped answering.
+    int commTimeoutSeconds = 60;
 
     // ---- the inspector endpoint (see server/inspector.h)
     bool listen = true;

@@ -114,7 +114,7 @@ class TestBackendSelect : public QObject
         } catch (const std::invalid_argument &e) {
             const std::string msg = e.what();
             QVERIFY2(msg.find("'" + w + "'") != std::string::npos, e.what());
-            QVERIFY2(msg.find("cpu, nccl or auto") != std::string::npos, e.what());
+            QVERIFY2(msg.find("cpu, nccl, gloo or auto") != std::string::npos, e.what());
         }
     }
 

@@ -143,7 +143,7 @@ void TestTrainCli::badFlagsExitWithTwo_data()
     QTest::newRow("guard") << QStringList{"--guard", "loud"}
                            << "--guard 'loud' is not one of error, warn, auto";
     QTest::newRow("backend") << QStringList{"--backend", "tpu"}
-                             << "--backend 'tpu' is not one of cpu, nccl, auto";
+                             << "--backend 'tpu' is not one of cpu, nccl, gloo, auto";
     QTest::newRow("negative lr") << QStringList{"--lr", "-1"} << "--lr must be a positive number";
     QTest::newRow("bad endpoint") << QStringList{"--steps", "1", "--listen", "nowhere"}
                                   << "--listen";

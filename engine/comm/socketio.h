@@ -1,0 +1,36 @@
+#pragma once
+// Blocking socket I/O bounded by a deadline, shared by the rendezvous servers of the
+// process-per-rank backends (cuda/rendezvous for NCCL, comm/tcpstore for gloo).
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace shardscope::detail {
+
+using SocketClock = std::chrono::steady_clock;
+
+enum class Io
+{
+    Done,
+    Closed, // EOF or a socket error: the peer is gone
+    Timeout,
+    Stopped // *stop became true
+};
+
+// Milliseconds until the deadline, 0 once it passed.
+int msLeft(SocketClock::time_point deadline);
+
+// Reads (or writes) exactly n bytes before the deadline; with stop, looks at it every 100 ms.
+Io ioAll(int fd, void *buf, std::size_t n, SocketClock::time_point deadline, bool write,
+         const std::atomic<bool> *stop = nullptr);
+
+void putU32(unsigned char *p, std::uint32_t v); // little endian
+std::uint32_t getU32(const unsigned char *p);
+
+// "5 s" for whole seconds, otherwise "2500 ms".
+std::string secondsText(std::chrono::milliseconds t);
+
+} // namespace shardscope::detail
