@@ -5,7 +5,7 @@ namespace shardscope::app {
 QString usage()
 {
     return QStringLiteral(
-        "Usage: shardscope [--attach ENDPOINT [--token T]] [--open FILE]\n"
+        "Usage: shardscope [--attach ENDPOINT [--token T]] [--open FILE | FILE]\n"
         "                  [--export-snapshot FILE] [--export-trace FILE] [--export-csv FILE]\n"
         "                  [--after-step K | --after-seconds S] [--timeout S] [--screenshot FILE] "
         "[--quit]\n"
@@ -14,7 +14,7 @@ QString usage()
         "\n"
         "  --attach ENDPOINT     attach to a live engine: unix:PATH or tcp:HOST:PORT\n"
         "  --token T             the token of an engine started with --token\n"
-        "  --open FILE           open a snapshot file (read-only)\n"
+        "  --open FILE, FILE     open a snapshot file (read-only)\n"
         "  --after-step K        with --attach: wait until the run reaches step K\n"
         "  --after-seconds S     wait S seconds after the state arrived (or the file opened)\n"
         "  --timeout S           give up waiting after S seconds (default 120)\n"
@@ -24,6 +24,8 @@ QString usage()
         "  --screenshot F        grab the main window to the PNG file F\n"
         "  --quit                quit when done (exit 0 on success, 1 on failure)\n"
         "  --help                show this help\n"
+        "\n"
+        "Without --attach or --open, the live runs on this machine are offered at once.\n"
         "\n"
         "Exit status: 0 done, 1 attach/open/export failed or the condition was not reached,\n"
         "2 bad command line.\n");
@@ -100,6 +102,8 @@ ParseResult parseOptions(const QStringList &arguments)
                 o.timeoutSeconds = s;
             else
                 o.afterSeconds = s;
+        } else if (!flag.startsWith(QLatin1Char('-')) && o.open.isEmpty()) {
+            o.open = arguments[i]; // `shardscope FILE`, as the desktop file starts it
         } else {
             return fail(QStringLiteral("unknown option `%1`").arg(arguments[i]));
         }
