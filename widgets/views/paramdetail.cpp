@@ -118,6 +118,7 @@ void ParamDetail::refresh()
         for (QLabel *l : std::as_const(m_fields))
             l->clear();
         m_shards->setRowCount(0);
+        fitShardTable();
         return;
     }
     m_title->setText(labels::breakable(QString::fromStdString(p->name)) +
