@@ -312,6 +312,22 @@ void TestMemoryPlot::manyRanksShowBandsAndAPickedRank()
                                     plot.plot()->yAxis->coordToPixel(10000))),
              QStringLiteral("rank 7, gathered: 10 kB at 2.000 s"));
 
+    // Samples come a rank at a time (a lane per rank); the band follows time, not arrival:
+    // rank 1 holds 500 B from 2 s to 4 s, across rank 0's sample at 3 s.
+    MemoryPlot two;
+    two.setTimeOrigin(0);
+    two.setWorldSize(2);
+    two.setRankView(MemoryPlot::RankView::Bands);
+    two.appendEvents(
+        std::vector<Event>{sample(0, 1 * sec, 0, 100, 0, 0), sample(0, 3 * sec, 0, 100, 0, 0)});
+    two.appendEvents(
+        std::vector<Event>{sample(1, 2 * sec, 0, 500, 0, 0), sample(1, 4 * sec, 0, 0, 0, 0)});
+    two.refresh();
+    QCOMPARE(values(two.band(Series::Gathered, MemoryPlot::Band::Max)),
+             (QVector<double>{100, 500, 500, 100}));
+    QCOMPARE(values(two.band(Series::Gathered, MemoryPlot::Band::Min)),
+             (QVector<double>{100, 100, 100, 0}));
+
     // All ranks on request: 64 lines, colours repeating past the legend's eight.
     emit plot.rankPicker()->activated(0);
     QCOMPARE(plot.rankView(), MemoryPlot::RankView::AllRanks);

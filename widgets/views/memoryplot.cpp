@@ -380,9 +380,8 @@ void MemoryPlot::appendEvents(std::span<const Event> events)
         for (int s = 0; s < kSeriesCount; ++s) {
             p.values[s].push_back(v[s]);
             m_maxBytes[s] = std::max(m_maxBytes[s], v[s]);
-            m_current[s][ev.rank] = v[s];
         }
-        addBandPoint(t);
+        m_bandSamples.push_back(BandSample{t, int(ev.rank), {v[0], v[1], v[2]}});
         m_live[ev.rank] = qint64(quint64(ev.a) | quint64(ev.b) << 32);
         if (!m_hasData) {
             m_first = m_last = t;
@@ -396,7 +395,8 @@ void MemoryPlot::appendEvents(std::span<const Event> events)
 }
 
 // The band after a sample: min, median and max of each series over the ranks' latest
-// samples (ranks not sampled yet are left out).
+// samples (ranks not sampled yet are left out). Samples arrive a rank at a time (a lane per
+// rank), so refresh() replays those of a batch in time order first.
 void MemoryPlot::addBandPoint(double t)
 {
     m_bandKeys.push_back(t);
@@ -432,6 +432,7 @@ void MemoryPlot::clear()
         for (QCPGraph *g : bands)
             g->data()->clear();
     m_bandKeys.clear();
+    m_bandSamples.clear();
     for (auto &v : m_bandValues)
         v.clear();
     std::fill(std::begin(m_maxBytes), std::end(m_maxBytes), 0.0);
@@ -527,6 +528,14 @@ void MemoryPlot::refresh()
         }
         p.keys.clear();
     }
+    std::stable_sort(m_bandSamples.begin(), m_bandSamples.end(),
+                     [](const BandSample &a, const BandSample &b) { return a.t < b.t; });
+    for (const BandSample &b : m_bandSamples) {
+        for (int s = 0; s < kSeriesCount; ++s)
+            m_current[s][b.rank] = b.values[s];
+        addBandPoint(b.t);
+    }
+    m_bandSamples.clear();
     if (!m_bandKeys.isEmpty()) {
         const bool sorted = std::is_sorted(m_bandKeys.begin(), m_bandKeys.end());
         for (int s = 0; s < kSeriesCount; ++s)

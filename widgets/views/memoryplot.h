@@ -143,6 +143,13 @@ class MemoryPlot : public QWidget
     // Bands: [series][Band]; legend keys of the line styles: [series].
     std::array<std::array<QCPGraph *, 3>, kSeriesCount> m_bands{};
     std::array<QCPGraph *, kSeriesCount> m_styleKeys{};
+    struct BandSample
+    {
+        double t;
+        int rank;
+        std::array<double, kSeriesCount> values;
+    };
+    QVector<BandSample> m_bandSamples;                          // since the last refresh
     QVector<double> m_bandKeys;                                 // pending band points
     std::array<QVector<double>, kSeriesCount * 3> m_bandValues; // [series * 3 + band]
     std::array<QVector<double>, kSeriesCount> m_current;        // latest sample per rank, NaN: none
