@@ -13,7 +13,9 @@ function(shardscope_add_test name)
     add_test(NAME ${name} COMMAND ${name})
     set(env "QT_QPA_PLATFORM=offscreen")
   endif()
-  list(APPEND env "SHARDSCOPE_BIN_DIR=${CMAKE_BINARY_DIR}/bin" ${T_ENV})
+  # The apps a test starts keep their settings (recent files, layout) away from the user's.
+  list(APPEND env "SHARDSCOPE_BIN_DIR=${CMAKE_BINARY_DIR}/bin"
+       "XDG_CONFIG_HOME=${CMAKE_BINARY_DIR}/test-config" ${T_ENV})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
   endif()

@@ -3,6 +3,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <exception>
@@ -24,6 +25,7 @@
 #include "core/engine.h"
 #include "cuda/backendselect.h"
 #include "cuda/gputrainer.h"
+#include "nn/markov.h"
 #include "nn/trainer.h"
 #include "server/inspector.h"
 #include "wire/endpoint.h"
@@ -57,9 +59,11 @@ The model (embed, pos_conv, blocks.<i>.{ln,fc1,fc2}, ln_f, tied lm_head):
   --seq T               tokens per sequence (default 32)
   --kernel K            pos_conv kernel size (default 8)
   --groups G            pos_conv groups, must divide H (default 4)
-  --causal-conv         pad pos_conv causally (position t sees no later token) instead of
-                        wav2vec2's symmetric "same" padding, which lets position t see its
-                        own next-token target
+  --causal-conv         pad pos_conv causally: position t sees no later token (the default)
+  --symmetric-conv      pad pos_conv symmetrically ("same", wav2vec2's positional
+                        convolution): position t then also sees tokens t+1 .. t+K/2-1, its
+                        own next-token target among them, and the loss falls below the
+                        data's floor (see "The loss" below): a language model that cheats
 
 The optimisation (Adam):
   --batch B             global batch in sequences per step, split across ranks (default 30)
@@ -98,6 +102,11 @@ The inspector endpoint:
   --snapshot-out FILE   write the final state and recent history to FILE at the end
   --history N           recent events kept for a client that attaches late (default 65536)
   --no-telemetry        the engine emits no events (the endpoint still serves the state)
+  --wait-for-client[=SECONDS]
+                        before building the model, wait until an inspector is attached (at
+                        most SECONDS; without a value, as long as it takes)
+  --linger SECONDS      after the last step, wait up to SECONDS for an inspector to attach,
+                        so it receives the end of a short run (default 0)
 
   --help                show this help
 
@@ -267,6 +276,14 @@ std::optional<nn::TrainConfig> parseArgs(const std::vector<std::string> &args)
         } else if (flag == "--causal-conv") {
             noValue();
             c.causalConv = true;
+        } else if (flag == "--symmetric-conv") {
+            noValue();
+            c.causalConv = false;
+        } else if (flag == "--wait-for-client") {
+            c.waitForClient = true;
+            c.waitForClientSeconds = inlineValue ? parseNumber<double>(flag, *inlineValue) : 0.0;
+        } else if (flag == "--linger") {
+            c.lingerSeconds = parseNumber<double>(flag, value());
         } else if (flag == "--no-telemetry") {
             noValue();
             c.telemetry = false;
@@ -356,6 +373,29 @@ std::string endpointOfRank(const std::string &endpoint, int rank, std::string &e
     return wire::formatEndpoint(ep);
 }
 
+// The help's last paragraph: what the loss can reach, computed from the data itself.
+void printLossFloor()
+{
+    const nn::TrainConfig d;
+    const double floor = nn::MarkovStream(d.seed, d.vocab).lossFloor(d.seq);
+    std::printf("\nThe loss: the data is an order-2 Markov chain over the vocabulary (each context "
+                "has\nat most four successors), so no next-token model can reach a mean loss "
+                "below the\nchain's entropy: the loss floor is %.4f nats with the defaults "
+                "(--vocab %d --seq %d;\nthe first target of a sequence is uniform, ln V = %.4f). "
+                "An untrained model starts\nnear ln V; with causal padding the loss falls towards "
+                "the floor and stays above it.\nEach run prints its own floor. With "
+                "--symmetric-conv it falls below: the model sees\nits targets.\n",
+                floor, d.vocab, d.seq, std::log(static_cast<double>(d.vocab)));
+}
+
+// Blocks until an inspector is attached, at most `seconds` (0: no limit).
+bool waitForInspector(Inspector &inspector, double seconds)
+{
+    using std::chrono::milliseconds;
+    return inspector.waitForClient(
+        seconds > 0.0 ? milliseconds(static_cast<long long>(seconds * 1e3)) : milliseconds::max());
+}
+
 using Trainer =
     std::function<nn::TrainResult(Engine &, const nn::TrainConfig &, const nn::StepCallback &)>;
 
@@ -408,6 +448,22 @@ int trainWithInspector(Engine &engine, const nn::TrainConfig &config, const Trai
     }
     std::fflush(stdout);
 
+    if (config.waitForClient) {
+        char limit[64] = "";
+        if (config.waitForClientSeconds > 0.0)
+            std::snprintf(limit, sizeof limit, ", at most %g s", config.waitForClientSeconds);
+        std::printf("waiting for an inspector to attach (shardscope --attach %s%s)\n",
+                    inspector->endpoint().c_str(), limit);
+        std::fflush(stdout);
+        const bool attached = waitForInspector(*inspector, config.waitForClientSeconds);
+        std::printf(attached ? "inspector attached; training\n"
+                             : "no inspector attached in time; training anyway\n");
+        std::fflush(stdout);
+    }
+    if (reporter && config.vocab <= nn::MarkovStream::kMaxLossFloorVocab)
+        std::printf("data: the loss cannot fall below %.4f nats without seeing its targets\n",
+                    nn::MarkovStream(config.seed, config.vocab).lossFloor(config.seq));
+
     ViolationPrinter violations(engine);
     nn::buildModel(engine, config);
     if (reporter) violations.printNew();
@@ -417,6 +473,11 @@ int trainWithInspector(Engine &engine, const nn::TrainConfig &config, const Trai
             printStep(r);
             violations.printNew();
         });
+    if (config.lingerSeconds > 0.0 && inspector->liveClients() == 0) {
+        std::printf("lingering up to %.1f s for an inspector to attach\n", config.lingerSeconds);
+        std::fflush(stdout);
+        waitForInspector(*inspector, config.lingerSeconds);
+    }
     inspector->finish();
     if (!options.snapshotOut.empty()) std::printf("snapshot: %s\n", options.snapshotOut.c_str());
     printFinal(result, config.steps);
@@ -478,6 +539,7 @@ int main(int argc, char **argv)
     }
     if (!config) {
         std::fputs(kUsage, stdout);
+        printLossFloor();
         return 0;
     }
     if (auto token = wire::resolveToken(config->token, config->tokenFile); !token) {

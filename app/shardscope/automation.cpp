@@ -27,6 +27,8 @@ void Automation::start()
         m_sinceState.start();
     } else if (!m_options.attach.isEmpty()) {
         m_window.attach(m_options.attach, m_options.token);
+    } else if (!m_options.automated()) {
+        m_window.offerLiveRuns(); // first contact: the live runs, not an empty window
     }
     if (!m_options.automated()) return;
     m_poll.start();

@@ -25,6 +25,8 @@ int main(int argc, char **argv)
         return 0;
     }
     shardscope::app::MainWindow window;
+    // Scripted runs (screenshots, exports) keep the default layout; people get theirs back.
+    if (!parsed.options.automated()) window.restoreLayout();
     window.show();
     shardscope::app::Automation automation(window, parsed.options);
     QObject::connect(

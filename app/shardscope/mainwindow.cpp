@@ -2,11 +2,17 @@
 
 #include <QAction>
 #include <QBuffer>
+#include <QCloseEvent>
 #include <QDockWidget>
+#include <QDragEnterEvent>
+#include <QDropEvent>
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
+#include <QMimeData>
+#include <QSettings>
 #include <QSplitter>
 #include <QTimer>
 #include <QVBoxLayout>
@@ -24,8 +30,32 @@
 #include "views/partitionmap.h"
 #include "views/statusbar.h"
 #include "views/violationspanel.h"
+#include "wire/discovery.h"
+#include "wire/endpoint.h"
 
 namespace shardscope::app {
+
+namespace {
+
+QString &settingsFile()
+{
+    static QString path;
+    return path;
+}
+
+} // namespace
+
+void MainWindow::setSettingsFile(const QString &path)
+{
+    settingsFile() = path;
+}
+
+std::unique_ptr<QSettings> MainWindow::settings() const
+{
+    if (!settingsFile().isEmpty())
+        return std::make_unique<QSettings>(settingsFile(), QSettings::IniFormat);
+    return std::make_unique<QSettings>();
+}
 
 MainWindow::MainWindow(QWidget *parent)
     : QMainWindow(parent), m_connection(new Connection(&m_store, this)),
@@ -36,6 +66,7 @@ MainWindow::MainWindow(QWidget *parent)
 {
     setWindowIcon(QIcon(QStringLiteral(":/shardscope/shardscope.svg")));
     setStatusBar(m_status);
+    setAcceptDrops(true);
     setDockNestingEnabled(true);
 
     m_banner->setObjectName(QStringLiteral("banner"));
@@ -46,6 +77,9 @@ MainWindow::MainWindow(QWidget *parent)
     auto *lower = new QSplitter(Qt::Horizontal);
     lower->addWidget(m_partition);
     lower->addWidget(m_memory);
+    lower->setStretchFactor(0, 2);
+    lower->setStretchFactor(1, 3);
+    lower->setSizes({400, 600}); // the memory plot's strips and legend need the width more
     auto *plots = new QSplitter(Qt::Vertical);
     plots->addWidget(m_timeline);
     plots->addWidget(lower);
@@ -66,15 +100,10 @@ MainWindow::MainWindow(QWidget *parent)
         addDockWidget(area, d);
         return d;
     };
-    QDockWidget *treeDock =
-        dock(tr("Modules and parameters"), m_tree, Qt::LeftDockWidgetArea, "treeDock");
-    QDockWidget *detailDock =
-        dock(tr("Parameter"), m_detail, Qt::RightDockWidgetArea, "detailDock");
-    QDockWidget *violationsDock =
-        dock(tr("Violations"), m_violations, Qt::BottomDockWidgetArea, "violationsDock");
+    dock(tr("Modules and parameters"), m_tree, Qt::LeftDockWidgetArea, "treeDock");
+    dock(tr("Parameter"), m_detail, Qt::RightDockWidgetArea, "detailDock");
+    dock(tr("Violations"), m_violations, Qt::BottomDockWidgetArea, "violationsDock");
     resize(1500, 950);
-    resizeDocks({treeDock, detailDock}, {470, 340}, Qt::Horizontal);
-    resizeDocks({violationsDock}, {190}, Qt::Vertical);
 
     buildMenus();
     connect(&m_store, &SessionStore::updated, this, &MainWindow::onStoreUpdated);
@@ -116,6 +145,7 @@ void MainWindow::buildMenus()
         if (dialog.exec() == QDialog::Accepted) attach(dialog.endpoint(), dialog.token());
     });
     attachAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_T));
+    m_recentEndpoints = file->addMenu(tr("Attach to a &recent endpoint"));
     file->addAction(tr("&Detach"), this, [this] { m_connection->detach(); });
     QAction *openAction = file->addAction(tr("&Open snapshot..."), this, [this] {
         const QString path = QFileDialog::getOpenFileName(this, tr("Open snapshot"), {},
@@ -125,6 +155,9 @@ void MainWindow::buildMenus()
         if (!err.isEmpty()) QMessageBox::warning(this, tr("Open snapshot"), err);
     });
     openAction->setShortcut(QKeySequence::Open);
+    m_recentSnapshots = file->addMenu(tr("Open re&cent snapshot"));
+    connect(file, &QMenu::aboutToShow, this, &MainWindow::fillRecentMenus);
+    fillRecentMenus();
     file->addSeparator();
     QMenu *exp = file->addMenu(tr("&Export"));
     exp->addAction(tr("Diagnostic &snapshot..."), this, [this] {
@@ -169,7 +202,123 @@ void MainWindow::runExport(const QString &title, const QString &filter,
 void MainWindow::attach(const QString &endpoint, const QString &token)
 {
     m_connection->attach(endpoint, token);
+    remember("recent/endpoints", endpoint);
     updateTitle();
+}
+
+void MainWindow::remember(const char *key, const QString &value)
+{
+    if (value.isEmpty()) return;
+    auto s = settings();
+    QStringList list = s->value(QLatin1String(key)).toStringList();
+    list.removeAll(value);
+    list.prepend(value);
+    while (list.size() > kMaxRecent)
+        list.removeLast();
+    s->setValue(QLatin1String(key), list);
+}
+
+QStringList MainWindow::recentSnapshots() const
+{
+    return settings()->value(QStringLiteral("recent/snapshots")).toStringList();
+}
+
+QStringList MainWindow::recentEndpoints() const
+{
+    return settings()->value(QStringLiteral("recent/endpoints")).toStringList();
+}
+
+void MainWindow::fillRecentMenus()
+{
+    m_recentSnapshots->clear();
+    for (const QString &path : recentSnapshots())
+        m_recentSnapshots->addAction(path, this, [this, path] {
+            const QString err = openSnapshot(path);
+            if (!err.isEmpty()) QMessageBox::warning(this, tr("Open snapshot"), err);
+        });
+    m_recentSnapshots->setEnabled(!m_recentSnapshots->isEmpty());
+    m_recentEndpoints->clear();
+    for (const QString &endpoint : recentEndpoints())
+        m_recentEndpoints->addAction(endpoint, this, [this, endpoint] { attach(endpoint, {}); });
+    m_recentEndpoints->setEnabled(!m_recentEndpoints->isEmpty());
+}
+
+void MainWindow::restoreLayout()
+{
+    auto s = settings();
+    const QByteArray geometry = s->value(QStringLiteral("window/geometry")).toByteArray();
+    if (!geometry.isEmpty()) restoreGeometry(geometry);
+    const QByteArray state = s->value(QStringLiteral("window/state")).toByteArray();
+    if (!state.isEmpty()) m_stateRestored = restoreState(state);
+    m_layoutRestored = true;
+}
+
+void MainWindow::saveLayout() const
+{
+    auto s = settings();
+    s->setValue(QStringLiteral("window/geometry"), saveGeometry());
+    s->setValue(QStringLiteral("window/state"), saveState());
+}
+
+// The docks' default sizes, applied once the window has its size (before, the layout
+// ignores them), unless the user's own layout was restored.
+void MainWindow::showEvent(QShowEvent *e)
+{
+    QMainWindow::showEvent(e);
+    if (m_docksSized) return;
+    m_docksSized = true;
+    if (m_stateRestored) return;
+    auto dock = [this](const char *name) { return findChild<QDockWidget *>(QLatin1String(name)); };
+    resizeDocks({dock("treeDock"), dock("detailDock")}, {400, 380}, Qt::Horizontal);
+    resizeDocks({dock("violationsDock")}, {190}, Qt::Vertical);
+}
+
+void MainWindow::closeEvent(QCloseEvent *e)
+{
+    if (m_layoutRestored) saveLayout();
+    QMainWindow::closeEvent(e);
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent *e)
+{
+    const QList<QUrl> urls = e->mimeData()->urls();
+    if (!urls.isEmpty() && urls.first().isLocalFile()) e->acceptProposedAction();
+}
+
+// A snapshot dropped on the window opens as File → Open would.
+void MainWindow::dropEvent(QDropEvent *e)
+{
+    const QList<QUrl> urls = e->mimeData()->urls();
+    if (urls.isEmpty() || !urls.first().isLocalFile()) return;
+    e->acceptProposedAction();
+    const QString path = urls.first().toLocalFile();
+    // Not from inside the drop: a message box would run its loop under the drag.
+    QTimer::singleShot(0, this, [this, path] {
+        const QString err = openSnapshot(path);
+        if (!err.isEmpty()) {
+            m_banner->setText(tr("Cannot open the dropped file: %1").arg(err));
+            m_banner->setVisible(true);
+        }
+    });
+}
+
+views::AttachDialog *MainWindow::offerLiveRuns(const QString &discoveryDir)
+{
+    const std::string dir =
+        discoveryDir.isEmpty() ? wire::defaultRuntimeDir() : discoveryDir.toStdString();
+    if (wire::listLiveEngines(dir).empty()) {
+        m_banner->setText(tr("Not attached. File → Attach to a run (Ctrl+T) lists the live runs "
+                             "on this machine; File → Open snapshot (Ctrl+O) or dropping a "
+                             "snapshot here shows one read-only."));
+        m_banner->setVisible(true);
+        return nullptr;
+    }
+    auto *dialog = new views::AttachDialog(discoveryDir, this);
+    dialog->setAttribute(Qt::WA_DeleteOnClose);
+    connect(dialog, &QDialog::accepted, this,
+            [this, dialog] { attach(dialog->endpoint(), dialog->token()); });
+    dialog->open();
+    return dialog;
 }
 
 QString MainWindow::openSnapshot(const QString &path)
@@ -177,6 +326,7 @@ QString MainWindow::openSnapshot(const QString &path)
     m_connection->detach();
     const QString err = openSnapshotFile(path, m_store);
     if (err.isEmpty()) {
+        remember("recent/snapshots", QFileInfo(path).absoluteFilePath());
         m_status->setConnection(tr("snapshot %1 (read-only)").arg(path), true);
         m_banner->setVisible(false);
         m_store.flush();
@@ -266,7 +416,7 @@ void MainWindow::onStoreUpdated(const StoreChanges &changes)
 void MainWindow::feedPlots(bool)
 {
     if (!m_originSet && m_store.totalEvents() > 0) {
-        const std::uint64_t origin = m_store.firstTs();
+        const std::uint64_t origin = m_store.timeOrigin();
         m_timeline->setTimeOrigin(origin);
         m_memory->setTimeOrigin(origin);
         m_originSet = true;

@@ -5,6 +5,9 @@
 
 #include <QMainWindow>
 #include <QString>
+#include <QStringList>
+
+#include <memory>
 
 #include <vector>
 
@@ -12,6 +15,8 @@
 #include "session/sessionstore.h"
 
 class QLabel;
+class QMenu;
+class QSettings;
 
 namespace shardscope::views {
 class AttachDialog;
@@ -47,7 +52,31 @@ class MainWindow : public QMainWindow
     QString exportCsv(const QString &path);
     QString saveScreenshot(const QString &path);
 
+    // Desktop habits. Settings live in the user's QSettings, or in this INI file when set
+    // (tests); set it before constructing windows.
+    static void setSettingsFile(const QString &path);
+    // Restores the window's geometry and dock layout from the settings, and saves them when
+    // the window closes (the app does this unless automated: screenshots keep the default
+    // size). The recent lists are kept either way.
+    void restoreLayout();
+    void saveLayout() const;
+    QStringList recentSnapshots() const;
+    QStringList recentEndpoints() const;
+    static constexpr int kMaxRecent = 8;
+    // Opens the attach dialog, non-modally, when live runs are found (in the default runtime
+    // directory, or discoveryDir); returns it, or nullptr when there are none.
+    views::AttachDialog *offerLiveRuns(const QString &discoveryDir = {});
+
+  protected:
+    void showEvent(QShowEvent *e) override;
+    void closeEvent(QCloseEvent *e) override;
+    void dragEnterEvent(QDragEnterEvent *e) override;
+    void dropEvent(QDropEvent *e) override;
+
   private:
+    std::unique_ptr<QSettings> settings() const;
+    void remember(const char *key, const QString &value);
+    void fillRecentMenus();
     void buildMenus();
     void onStoreUpdated(const StoreChanges &changes);
     void onConnectionState(Connection::State state, const QString &message);
@@ -71,6 +100,11 @@ class MainWindow : public QMainWindow
     std::vector<std::uint64_t> m_fed; // events per lane already given to the plots (absolute)
     bool m_originSet = false;
     bool m_partitionStale = false;
+    bool m_layoutRestored = false;
+    bool m_stateRestored = false;
+    bool m_docksSized = false;
+    QMenu *m_recentSnapshots = nullptr;
+    QMenu *m_recentEndpoints = nullptr;
 };
 
 } // namespace shardscope::app

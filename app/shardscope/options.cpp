@@ -7,7 +7,7 @@ namespace shardscope::app {
 QString usage()
 {
     return QStringLiteral(
-        "Usage: shardscope [--attach ENDPOINT [--token T | --token-file F]] [--open FILE]\n"
+        "Usage: shardscope [--attach ENDPOINT [--token T | --token-file F]] [--open FILE | FILE]\n"
         "                  [--export-snapshot FILE] [--export-trace FILE] [--export-csv FILE]\n"
         "                  [--after-step K | --after-seconds S] [--timeout S] [--screenshot FILE] "
         "[--quit]\n"
@@ -20,7 +20,7 @@ QString usage()
         "  --token-file F        read the token from F, a file only you can read (chmod 600);\n"
         "                        without either flag, SHARDSCOPE_TOKEN or the file named by\n"
         "                        SHARDSCOPE_TOKEN_FILE is used\n"
-        "  --open FILE           open a snapshot file (read-only)\n"
+        "  --open FILE, FILE     open a snapshot file (read-only)\n"
         "  --after-step K        with --attach: wait until the run reaches step K\n"
         "  --after-seconds S     wait S seconds after the state arrived (or the file opened)\n"
         "  --timeout S           give up waiting after S seconds (default 120)\n"
@@ -30,6 +30,8 @@ QString usage()
         "  --screenshot F        grab the main window to the PNG file F\n"
         "  --quit                quit when done (exit 0 on success, 1 on failure)\n"
         "  --help                show this help\n"
+        "\n"
+        "Without --attach or --open, the live runs on this machine are offered at once.\n"
         "\n"
         "Exit status: 0 done, 1 attach/open/export failed or the condition was not reached,\n"
         "2 bad command line, 3 the engine went away before the condition was met (what was\n"
@@ -110,6 +112,8 @@ ParseResult parseOptions(const QStringList &arguments)
                 o.timeoutSeconds = s;
             else
                 o.afterSeconds = s;
+        } else if (!flag.startsWith(QLatin1Char('-')) && o.open.isEmpty()) {
+            o.open = arguments[i]; // `shardscope FILE`, as the desktop file starts it
         } else {
             return fail(QStringLiteral("unknown option `%1`").arg(arguments[i]));
         }

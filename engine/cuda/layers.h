@@ -30,8 +30,8 @@ void layerNormBackward(const float *x, int rows, int dim, const float *gamma, co
                        const float *rstd, const float *dy, float *dx, float *dGamma, float *dBeta,
                        cudaStream_t stream);
 
-// ---- Conv1d over the sequence, channels last, as nn::conv1dForward: "same" padding
-// (padLeft = kernel/2, wav2vec2's) or causal (padLeft = kernel-1: y[t] sees x[<= t]).
+// ---- Conv1d over the sequence, channels last, as nn::conv1dForward: causal (the default,
+// padLeft = kernel-1: y[t] sees x[<= t]) or "same" padding (padLeft = kernel/2, wav2vec2's).
 struct ConvShape
 {
     int batch = 1;
@@ -39,7 +39,7 @@ struct ConvShape
     int channels = 1;
     int kernel = 1;
     int groups = 1;
-    bool causal = false;
+    bool causal = true;
 
     int channelsPerGroup() const { return channels / groups; }
     int padLeft() const { return causal ? kernel - 1 : kernel / 2; }

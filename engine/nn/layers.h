@@ -52,9 +52,9 @@ void layerNormBackward(const T *x, int rows, int dim, const T *gamma, const T *m
 // ---- Conv1d over the sequence, channels last: x and y are [batch, seq, channels],
 // weight [channels, channels/groups, kernel] (PyTorch's layout), bias [channels].
 // The output has the input's length ("same"): y[t] = b + sum_k W[:,:,k] x[t + k - padLeft].
-// Symmetric, as wav2vec2's positional convolution (padding kernel/2 on both sides, the last
-// output dropped for an even kernel): padLeft = kernel/2. Causal (y[t] sees x[<= t] only, for
-// a next-token model that must not see its targets): padLeft = kernel - 1.
+// Causal, the default (y[t] sees x[<= t] only, for a next-token model that must not see its
+// targets): padLeft = kernel - 1. Symmetric, as wav2vec2's positional convolution (padding
+// kernel/2 on both sides, the last output dropped for an even kernel): padLeft = kernel/2.
 struct ConvShape
 {
     int batch = 1;
@@ -62,7 +62,7 @@ struct ConvShape
     int channels = 1;
     int kernel = 1;
     int groups = 1;
-    bool causal = false;
+    bool causal = true;
 
     int channelsPerGroup() const { return channels / groups; }
     int padLeft() const { return causal ? kernel - 1 : kernel / 2; }

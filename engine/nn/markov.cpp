@@ -1,6 +1,9 @@
 #include "nn/markov.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <utility>
 
 namespace shardscope::nn {
 
@@ -38,10 +41,15 @@ std::int32_t MarkovStream::next(std::int32_t a, std::int32_t b, double u) const
 {
     if (u < kFirst) return m_first[b];
     if (u < kFirst + kSecond) return m_second[b];
-    const std::uint64_t pair = splitmix(m_seed ^ (static_cast<std::uint64_t>(a) * m_vocab + b + 1) *
-                                                     0xD6E8FEB86659FD93ull);
+    const std::uint64_t pair = pairSeed(a, b);
     if (u < kFirst + kSecond + kPairA) return static_cast<std::int32_t>(pair % m_vocab);
     return static_cast<std::int32_t>(splitmix(pair) % m_vocab);
+}
+
+std::uint64_t MarkovStream::pairSeed(std::int32_t a, std::int32_t b) const
+{
+    return splitmix(m_seed ^
+                    (static_cast<std::uint64_t>(a) * m_vocab + b + 1) * 0xD6E8FEB86659FD93ull);
 }
 
 void MarkovStream::sequence(std::uint32_t step, std::int64_t index, int length,
@@ -68,6 +76,57 @@ double MarkovStream::entropyFloor() const
     for (double p : {kFirst, kSecond, kPairA, rest})
         h -= p * std::log(p);
     return h;
+}
+
+double MarkovStream::lossFloor(int seq) const
+{
+    if (seq < 1 || m_vocab > kMaxLossFloorVocab) return 0.0;
+    const std::size_t V = static_cast<std::size_t>(m_vocab);
+    const double rest = 1.0 - kFirst - kSecond - kPairA;
+    // Each context (a, b): its successors with their probabilities, and their entropy.
+    struct Successors
+    {
+        std::array<std::pair<std::int32_t, double>, 4> next;
+        double entropy = 0.0;
+    };
+    std::vector<Successors> contexts(V * V);
+    for (std::size_t a = 0; a < V; ++a)
+        for (std::size_t b = 0; b < V; ++b) {
+            const auto ia = static_cast<std::int32_t>(a), ib = static_cast<std::int32_t>(b);
+            const std::uint64_t pair = pairSeed(ia, ib);
+            Successors &s = contexts[a * V + b];
+            s.next = {{{m_first[b], kFirst},
+                       {m_second[b], kSecond},
+                       {static_cast<std::int32_t>(pair % V), kPairA},
+                       {static_cast<std::int32_t>(splitmix(pair) % V), rest}}};
+            for (std::size_t i = 0; i < 4; ++i) {
+                double p = s.next[i].second;
+                bool seen = false;
+                for (std::size_t j = 0; j < i; ++j)
+                    seen = seen || s.next[j].first == s.next[i].first;
+                if (seen) continue;
+                for (std::size_t j = i + 1; j < 4; ++j)
+                    if (s.next[j].first == s.next[i].first) p += s.next[j].second;
+                s.entropy -= p * std::log(p);
+            }
+        }
+    // Target 0 (token 1) is uniform; target t >= 1 (token t+1) follows context
+    // (token t-1, token t), whose distribution starts uniform and moves with the chain.
+    double total = std::log(static_cast<double>(V));
+    std::vector<double> context(V * V, 1.0 / static_cast<double>(V * V)), moved(V * V);
+    for (int t = 1; t < seq; ++t) {
+        std::fill(moved.begin(), moved.end(), 0.0);
+        for (std::size_t ab = 0; ab < V * V; ++ab) {
+            const double w = context[ab];
+            if (w == 0.0) continue;
+            total += w * contexts[ab].entropy;
+            const std::size_t b = ab % V;
+            for (const auto &[c, p] : contexts[ab].next)
+                moved[b * V + static_cast<std::size_t>(c)] += w * p;
+        }
+        context.swap(moved);
+    }
+    return total / seq;
 }
 
 } // namespace shardscope::nn

@@ -19,11 +19,20 @@ class MarkovStream
     // The next token after (a, b) for a uniform draw u in [0, 1): each context has at most
     // four successors, two that depend only on b and two that depend on (a, b).
     std::int32_t next(std::int32_t a, std::int32_t b, double u) const;
-    // The entropy of one transition when its four successors differ (nats): about the
-    // lowest mean loss a perfect model reaches.
+    // The entropy of one transition when its four successors differ (nats).
     double entropyFloor() const;
+    // The lowest mean next-token loss (nats) any model reaches on sequences of `seq` inputs
+    // whose targets are the next tokens (the trainer's batches): the first target is uniform
+    // (log V), every later one has the exact entropy of its context's successors, coinciding
+    // successors merged, weighted by how likely each context is at that position. A model
+    // whose loss falls below it sees its targets. Exact and O(V^2 * seq): vocabularies up
+    // to kMaxLossFloorVocab; larger ones return 0 (no bound known).
+    double lossFloor(int seq) const;
+    static constexpr int kMaxLossFloorVocab = 1024;
 
   private:
+    std::uint64_t pairSeed(std::int32_t a, std::int32_t b) const;
+
     std::uint64_t m_seed;
     int m_vocab;
     std::vector<std::int32_t> m_first;  // by previous token

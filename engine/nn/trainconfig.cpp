@@ -59,6 +59,13 @@ std::string validate(const TrainConfig &c)
     if (!(c.lr > 0.0f && c.lr < 10.0f)) return "--lr must be a positive number below 10";
     if (!(c.weightDecay >= 0.0f && c.weightDecay < 10.0f))
         return "--weight-decay must be a number from 0 to 10";
+    if (!(c.waitForClientSeconds >= 0.0 && c.waitForClientSeconds <= 1e6))
+        return "--wait-for-client=SECONDS must be a number of seconds from 0 to 1000000";
+    if (!(c.lingerSeconds >= 0.0 && c.lingerSeconds <= 1e6))
+        return "--linger must be a number of seconds from 0 to 1000000";
+    if ((c.waitForClient || c.lingerSeconds > 0.0) && !c.listen)
+        return std::string(c.waitForClient ? "--wait-for-client" : "--linger") +
+               " waits for a client of the endpoint, which --no-listen turns off; drop one of them";
     if (c.backend != "cpu" && c.backend != "nccl" && c.backend != "gloo" && c.backend != "auto")
         return "--backend '" + c.backend + "' is not one of cpu, nccl, gloo, auto";
     return {};

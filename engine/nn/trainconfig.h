@@ -34,10 +34,11 @@ struct TrainConfig
     int seq = 32;    // T: tokens per sequence
     int kernel = 8;  // K of pos_conv (wav2vec2: num_conv_pos_embeddings)
     int groups = 4;  // G of pos_conv (wav2vec2: num_conv_pos_embedding_groups); divides hidden
-    // pos_conv's padding. false: wav2vec2's symmetric "same" padding, so position t also sees
-    // tokens t+1 .. t+K/2-1, its own target among them, and the loss can fall below what the
-    // data allows. true: causal (t sees t-K+1 .. t), a proper next-token model (CPU and GPU).
-    bool causalConv = false;
+    // pos_conv's padding. true (default): causal (t sees t-K+1 .. t), a proper next-token
+    // model whose loss stays above the data's floor (MarkovStream::lossFloor), CPU and GPU.
+    // false: wav2vec2's symmetric "same" padding, so position t also sees tokens
+    // t+1 .. t+K/2-1, its own target among them, and the loss falls below that floor.
+    bool causalConv = true;
 
     // ---- the optimisation
     int batch = 30;           // global batch: sequences per step, split across ranks
@@ -69,6 +70,12 @@ struct TrainConfig
     std::string snapshotOut; // snapshot file written at the end, if not empty
     std::size_t historyEvents = 65536;
     bool telemetry = true;
+    // Runs too short to attach to, as profilers offer: wait for a client before the model is
+    // built (waitForClientSeconds 0 = no limit), and after the last step wait up to
+    // lingerSeconds for one, so someone attached receives the end. Both off by default.
+    bool waitForClient = false;
+    double waitForClientSeconds = 0.0;
+    double lingerSeconds = 0.0;
 };
 
 // Checks ranges and consistency (e.g. groups divides hidden). Returns an empty string

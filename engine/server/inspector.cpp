@@ -156,6 +156,11 @@ struct Inspector::Impl
     std::uint64_t flushAnswered = 0;  // guarded by flushMutex
     std::string flushError;           // guarded by flushMutex
     std::atomic<bool> flushPending{false};
+    // Live clients, counted by the server thread after each round; waitForClient sleeps on
+    // the condition variable, which the server thread signals when the count changes.
+    std::atomic<std::size_t> liveCount{0};
+    std::mutex liveMutex;
+    std::condition_variable liveChanged;
 
     // Server thread only.
     std::vector<Client> clients;
@@ -188,7 +193,18 @@ struct Inspector::Impl
     wire::Snapshot makeSnapshot();
     void closeClient(Client &c);
     void answerFlush();
+    void countLiveClients(std::size_t live);
 };
+
+void Inspector::Impl::countLiveClients(std::size_t live)
+{
+    if (liveCount.load(std::memory_order_relaxed) == live) return;
+    {
+        std::lock_guard lock(liveMutex);
+        liveCount.store(live, std::memory_order_release);
+    }
+    liveChanged.notify_all();
+}
 
 void Inspector::Impl::start()
 {
@@ -537,7 +553,11 @@ void Inspector::Impl::run()
                              e.what());
             }
         }
+        countLiveClients(static_cast<std::size_t>(
+            std::count_if(clients.begin(), clients.end(),
+                          [](const Client &c) { return c.phase == Client::Phase::Live; })));
     }
+    countLiveClients(0);
     try {
         farewell();
     } catch (const std::exception &e) {
@@ -718,13 +738,38 @@ std::string Inspector::flushNow()
     return d->flushError;
 }
 
+std::size_t Inspector::liveClients() const
+{
+    return d->liveCount.load(std::memory_order_acquire);
+}
+
+bool Inspector::waitForClient(std::chrono::milliseconds timeout)
+{
+    if (d->listener.fd < 0) return false;
+    std::unique_lock lock(d->liveMutex);
+    auto ready = [this] {
+        return d->liveCount.load(std::memory_order_acquire) > 0 ||
+               d->stop.load(std::memory_order_acquire);
+    };
+    if (timeout == std::chrono::milliseconds::max())
+        d->liveChanged.wait(lock, ready);
+    else
+        d->liveChanged.wait_for(lock, timeout, ready);
+    return d->liveCount.load(std::memory_order_acquire) > 0 &&
+           !d->stop.load(std::memory_order_acquire);
+}
+
 void Inspector::finish()
 {
     std::lock_guard lock(d->finishMutex);
     if (d->finished) return;
     d->finished = true;
     d->engine.setEventSink(nullptr);
-    d->stop.store(true, std::memory_order_release);
+    {
+        std::lock_guard liveLock(d->liveMutex);
+        d->stop.store(true, std::memory_order_release);
+    }
+    d->liveChanged.notify_all();
     const char one = 1;
     [[maybe_unused]] const ssize_t w = ::write(d->wake[1], &one, 1);
     if (d->thread.joinable()) d->thread.join();

@@ -2,6 +2,7 @@
 // What a training process calls to be inspectable: connects the engine's telemetry,
 // serves the live endpoint (unless disabled) and writes the snapshot file at finish().
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -49,6 +50,13 @@ public:
     // clients that did not read fast enough (summed over clients).
     std::uint64_t publishedEvents() const;
     std::uint64_t clientDroppedEvents() const;
+    // Clients past the handshake (they hold the state and receive events), as the server
+    // thread last counted them.
+    std::size_t liveClients() const;
+    // Blocks until at least one client is live, at most `timeout` (milliseconds::max():
+    // no limit). False when the time ran out, nothing listens, or finish() was called.
+    // For runs too short to attach to (shardscope-train --wait-for-client, --linger).
+    bool waitForClient(std::chrono::milliseconds timeout);
     // Flushes telemetry, writes the snapshot (if asked), stops serving. Idempotent.
     void finish();
     // Now, while serving: hands every event recorded so far and the current state to the

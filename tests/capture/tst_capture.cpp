@@ -418,7 +418,9 @@ void TestCapture::pythonClientFromTheProtocolDocWorks()
         f.write(docBlock("protocol.md", "python").toUtf8());
     }
     Trainer trainer;
-    QVERIFY2(trainer.start({"--steps", "20"}), qPrintable(trainer.output));
+    // 20 steps are over in a fraction of a second, often before python3 has started:
+    // the run waits for its client.
+    QVERIFY2(trainer.start({"--steps", "20", "--wait-for-client=60"}), qPrintable(trainer.output));
     QProcess py;
     py.start("python3", {script, trainer.endpoint});
     QVERIFY(py.waitForFinished(60000));

@@ -5,10 +5,15 @@
 #include <QApplication>
 #include <QClipboard>
 #include <QCoreApplication>
+#include <QDateTime>
 #include <QDir>
 #include <QFile>
+#include <QHeaderView>
+#include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QSignalSpy>
 #include <QTableView>
 #include <QTableWidget>
@@ -18,6 +23,7 @@
 
 #include "models/moduletreemodel.h"
 #include "models/violationsmodel.h"
+#include "session/labels.h"
 #include "session/sessionstore.h"
 #include "syntheticstate.h"
 #include "views/attachdialog.h"
@@ -39,6 +45,9 @@ class tst_Views : public QObject
     void detailShowsShardsAndCopiesFix();
     void detailBoundsLongRegistrationLists();
     void attachDialogListsLiveEngines();
+    void attachDialogShowsWholeNames();
+    void detailFitsItsPanel();
+    void durationsReadInHumanUnits();
     void statusBarSummarises();
 };
 
@@ -228,6 +237,107 @@ void tst_Views::attachDialogListsLiveEngines()
     QVERIFY(t->item(0, 4)->text().startsWith(QStringLiteral("1 min")));
     t->selectRow(0);
     QCOMPARE(dialog.endpoint(), QStringLiteral("tcp:127.0.0.1:45678"));
+}
+
+void tst_Views::attachDialogShowsWholeNames()
+{
+    QTemporaryDir dir;
+    wire::DiscoveryEntry e;
+    e.pid = QCoreApplication::applicationPid();
+    e.endpoint = "unix:/run/user/1000/shardscope/123456.sock";
+    e.model = "shardscope-train lm (2 blocks, hidden 64, vocab 97)";
+    e.worldSize = 4;
+    e.backend = "cpu";
+    e.startUnixMs = static_cast<std::uint64_t>(QDateTime::currentMSecsSinceEpoch());
+    {
+        QFile f(QString::fromStdString(wire::discoveryFilePath(dir.path().toStdString(), e.pid)));
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(QByteArray::fromStdString(wire::encodeDiscovery(e)));
+    }
+    views::AttachDialog dialog(dir.path());
+    dialog.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&dialog));
+    QCOMPARE(dialog.engineCount(), 1);
+    QTableWidget *t = dialog.enginesTable();
+    const QFontMetrics fm(t->font());
+    // The whole name fits its column, and every column fits the table's visible width.
+    QVERIFY(t->columnWidth(1) >= fm.horizontalAdvance(QString::fromStdString(e.model)));
+    QVERIFY2(t->horizontalHeader()->length() <= t->viewport()->width(),
+             qPrintable(QStringLiteral("%1 > %2")
+                            .arg(t->horizontalHeader()->length())
+                            .arg(t->viewport()->width())));
+    // The only run is picked: Enter attaches to it.
+    QCOMPARE(dialog.endpoint(), QString::fromStdString(e.endpoint));
+}
+
+// At the dock's default width (340 px) nothing runs past the right edge: text wraps (even
+// dotted names and the fix line), the shard table's columns fit, and the panel never
+// scrolls sideways.
+void tst_Views::detailFitsItsPanel()
+{
+    SessionStore store;
+    EngineState st = smallState(4);
+    st.params[0].gatherNs = 43'524'620'000;
+    ViolationRecord v;
+    v.kind = ViolationKind::UnregisteredAccess;
+    v.accessor = 7;
+    v.param = 0;
+    v.owner = 1;
+    v.count = 200;
+    v.tsNs = 5;
+    v.message = "module `decoder.layers.3.self_attn.out_proj` read `decoder.embed_tokens.weight` "
+                "owned by `decoder.embed_tokens` while it was NOT_AVAILABLE on rank 2; call "
+                "register_external_parameter(decoder.layers.3.self_attn.out_proj, "
+                "decoder.embed_tokens.weight)";
+    v.fix = "register_external_parameter(decoder.layers.3.self_attn.out_proj, "
+            "decoder.embed_tokens.weight)";
+    st.violations = {v};
+    store.applyState(st);
+    store.flush();
+    views::ParamDetail detail(&store);
+    detail.resize(340, 700);
+    detail.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&detail));
+    detail.showParam(0);
+    QApplication::processEvents();
+    QCOMPARE(detail.field(QStringLiteral("gather time")), QStringLiteral("43.52 s"));
+    QCOMPARE(detail.fixLines(), QStringList{QString::fromStdString(v.fix)});
+
+    auto *scroll = detail.findChild<QScrollArea *>();
+    QVERIFY(scroll);
+    QWidget *viewport = scroll->viewport();
+    QVERIFY(!scroll->horizontalScrollBar()->isVisible());
+    QVERIFY2(scroll->widget()->width() <= viewport->width(),
+             qPrintable(
+                 QStringLiteral("%1 > %2").arg(scroll->widget()->width()).arg(viewport->width())));
+    for (QLabel *label : scroll->widget()->findChildren<QLabel *>()) {
+        if (!label->isVisible() || label->text().isEmpty()) continue;
+        const QRect r(label->mapTo(viewport, QPoint(0, 0)), label->size());
+        QVERIFY2(r.right() <= viewport->width(), qPrintable(label->text()));
+        // Wrapped, not clipped: the label is as tall as its text at its width.
+        if (label->wordWrap())
+            QVERIFY2(label->height() >= label->heightForWidth(label->width()),
+                     qPrintable(label->text()));
+    }
+    QTableWidget *t = detail.shardTable();
+    QVERIFY2(t->horizontalHeader()->length() <= t->viewport()->width(),
+             qPrintable(QStringLiteral("%1 > %2")
+                            .arg(t->horizontalHeader()->length())
+                            .arg(t->viewport()->width())));
+    // Four ranks: every row shown, no scrolling inside the table.
+    QVERIFY(!t->verticalScrollBar()->isVisible());
+}
+
+void tst_Views::durationsReadInHumanUnits()
+{
+    QCOMPARE(labels::duration(850), QStringLiteral("850 ns"));
+    QCOMPARE(labels::duration(12'400), QStringLiteral("12.4 µs"));
+    QCOMPARE(labels::duration(1'500), QStringLiteral("1.50 µs"));
+    QCOMPARE(labels::duration(874'660'000), QStringLiteral("874.7 ms"));
+    QCOMPARE(labels::duration(43'524'620'000), QStringLiteral("43.52 s"));
+    QCOMPARE(labels::duration(725'000'000'000), QStringLiteral("12 min 5 s"));
+    QCOMPARE(labels::duration(7'380'000'000'000), QStringLiteral("2 h 3 min"));
+    QCOMPARE(labels::breakable(QStringLiteral("a.b_c")), QStringLiteral("a.\u200Bb_\u200Bc"));
 }
 
 void tst_Views::statusBarSummarises()

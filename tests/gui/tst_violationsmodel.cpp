@@ -18,6 +18,7 @@ class tst_ViolationsModel : public QObject
   private slots:
     void rowsAppearAndCount();
     void csv();
+    void lateAttachTimesCountFromTheFirstViolation();
 };
 
 void tst_ViolationsModel::rowsAppearAndCount()
@@ -91,6 +92,47 @@ void tst_ViolationsModel::csv()
                  "100,1,1,\"0, "
                  "2\",unregistered_access,lm_head,embed.weight,embed,NOT_AVAILABLE,gathered,2,"
                  "\"register_external_parameter(lm_head, embed.weight)\""));
+}
+
+// A client that attaches late gets the state's violations (from steps long past) and only
+// the recent history: times count from the earliest moment known, so the violations keep
+// their own times instead of all reading 0.000 s before the history's first event; and
+// they stay put when new events arrive.
+void tst_ViolationsModel::lateAttachTimesCountFromTheFirstViolation()
+{
+    SessionStore store;
+    ViolationsModel model(&store);
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    EngineState st = smallState();
+    ViolationRecord early;
+    early.kind = ViolationKind::UnregisteredAccess;
+    early.accessor = 7;
+    early.param = 0;
+    early.owner = 1;
+    early.step = 1;
+    early.lastStep = 40;
+    early.count = 40;
+    early.tsNs = 2'000'000'000;
+    ViolationRecord late = early;
+    late.kind = ViolationKind::LateParameter;
+    late.accessor = 3;
+    late.param = 8;
+    late.tsNs = 2'500'000'000;
+    st.violations = {early, late};
+    store.applyState(st);
+    // The history holds the last steps only, from 60 s on.
+    store.appendEvents(
+        std::vector<Event>{makeEvent(60'000'000'000, 0, EventType::StepBegin, 0, 0, 0, 0, 41)},
+        false);
+    store.flush();
+    QCOMPARE(store.timeOrigin(), std::uint64_t(2'000'000'000));
+    QCOMPARE(model.rowCount(), 2);
+    QCOMPARE(model.index(0, ViolationsModel::Time).data().toString(), QStringLiteral("0.000 s"));
+    QCOMPARE(model.index(1, ViolationsModel::Time).data().toString(), QStringLiteral("0.500 s"));
+    store.appendEvents(std::vector<Event>{lmHeadViolation(61'000'000'000, 2, 41)}, false);
+    store.flush();
+    QCOMPARE(store.timeOrigin(), std::uint64_t(2'000'000'000));
+    QCOMPARE(model.index(1, ViolationsModel::Time).data().toString(), QStringLiteral("0.500 s"));
 }
 
 QTEST_GUILESS_MAIN(tst_ViolationsModel)

@@ -53,9 +53,9 @@ void TestModel::gradientsMatchFiniteDifferences_data()
 {
     QTest::addColumn<int>("externals");
     QTest::addColumn<bool>("causal");
-    QTest::newRow("externals none") << int(Externals::None) << false;
-    QTest::newRow("externals manual") << int(Externals::Manual) << false;
-    QTest::newRow("causal pos_conv") << int(Externals::None) << true;
+    QTest::newRow("externals none") << int(Externals::None) << true;
+    QTest::newRow("externals manual") << int(Externals::Manual) << true;
+    QTest::newRow("symmetric pos_conv") << int(Externals::None) << false;
 }
 
 void TestModel::gradientsMatchFiniteDifferences()

@@ -78,6 +78,7 @@ class TestGatherTimeline : public QObject
     void millionEvents();
     void followLiveTracksTheNewestEvents();
     void sixtyFourLanesThinTheirLabels();
+    void stepLabelsShowAsManyAsFit();
 };
 
 void TestGatherTimeline::fetchPairsBecomeSpans()
@@ -566,6 +567,11 @@ void TestGatherTimeline::subPixelSpansMergeWhenZoomedOut()
     // Clicking a merged block selects every parameter it holds.
     const QList<quint32> many = timeline.paramsAt(timeline.positionOf(0, 0.010));
     QCOMPARE(many.size(), 50);
+    // The span under the mouse comes first (the tree makes it current, the detail shows
+    // it), not the lowest id: at 10.0265 ms it is span 5013, parameter 13.
+    const QList<quint32> here = timeline.paramsAt(timeline.positionOf(0, 0.0100265));
+    QVERIFY(here.size() > 1);
+    QCOMPARE(here.first(), 13u);
 
     // 20 us across the plot: 1 us is tens of pixels, every span is its own block.
     timeline.setVisibleRange(0.0100005, 0.0100205);
@@ -681,6 +687,52 @@ void TestGatherTimeline::sixtyFourLanesThinTheirLabels()
                            timeline.plot()->yAxis->coordToPixel(ticks.keys().at(0));
     QVERIFY(spacing >= timeline.fontMetrics().height());
     QCOMPARE(timeline.plot()->yAxis->range().upper, 63.5);
+}
+
+// 800 steps over 2 s: zoomed out, every k-th step is labelled (k of 1, 2, 5, 10, ...) with
+// room between labels; zoomed in, every step.
+void TestGatherTimeline::stepLabelsShowAsManyAsFit()
+{
+    GatherTimeline timeline;
+    timeline.resize(900, 300);
+    timeline.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&timeline));
+    timeline.setTimeOrigin(0);
+    std::vector<Event> events;
+    for (std::uint32_t step = 1; step <= 800; ++step)
+        events.push_back(makeEvent(EventType::StepBegin, 0, step * 2500 * us, 0, 0, 0, step));
+    timeline.appendEvents(events);
+    timeline.setVisibleRange(0, 2.01);
+    timeline.plot()->replot();
+
+    const QFontMetricsF fm(timeline.plot()->xAxis2->tickLabelFont());
+    // The labelled steps, left to right; problem says which label touches its neighbour.
+    auto labelled = [&](QString &problem) {
+        const QMap<double, QString> labels = timeline.stepLabels();
+        double lastRight = -1e9;
+        QList<int> steps;
+        for (auto it = labels.cbegin(); it != labels.cend(); ++it) {
+            const double px = timeline.plot()->xAxis->coordToPixel(it.key());
+            const double half = fm.horizontalAdvance(it.value()) / 2;
+            if (px - half <= lastRight) problem += it.value() + QStringLiteral(" overlaps; ");
+            lastRight = px + half;
+            steps << it.value().mid(5).toInt();
+        }
+        return steps;
+    };
+    QString problem;
+    const QList<int> zoomedOut = labelled(problem);
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
+    QVERIFY2(zoomedOut.size() >= 8, qPrintable(QString::number(zoomedOut.size())));
+    const int stride = zoomedOut.value(1) - zoomedOut.value(0);
+    QVERIFY(QList<int>({2, 5, 10, 20, 50, 100}).contains(stride));
+    for (int step : zoomedOut)
+        QCOMPARE(step % stride, 0);
+
+    timeline.setVisibleRange(0.001, 0.0201); // steps 1 .. 8
+    timeline.plot()->replot();
+    QCOMPARE(labelled(problem), (QList<int>{1, 2, 3, 4, 5, 6, 7, 8}));
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
 }
 
 QTEST_MAIN(TestGatherTimeline)

@@ -159,6 +159,7 @@ class TestInspector : public QObject
     void clientsBeyondThirtyTwoAreRefusedAfterTheirHello();
     void clientThatKeepsSendingIsClosed();
     void historyQueuedPerClientIsBounded();
+    void waitForClientReturnsOnceOneIsLive();
 
   private:
     QTemporaryDir m_runtime;
@@ -660,4 +661,43 @@ void TestInspector::historyQueuedPerClientIsBounded()
 }
 
 QTEST_APPLESS_MAIN(TestInspector)
+// shardscope-train --wait-for-client and --linger: the trainer blocks until a client holds
+// the state, and is released when the inspector finishes whatever happens.
+void TestInspector::waitForClientReturnsOnceOneIsLive()
+{
+    TiedRun run(2);
+    Inspector inspector(*run.engine, tcpOptions());
+    QCOMPARE(inspector.liveClients(), std::size_t(0));
+    QVERIFY(!inspector.waitForClient(std::chrono::milliseconds(0)));
+
+    bool attached = false;
+    std::thread waiter(
+        [&] { attached = inspector.waitForClient(std::chrono::milliseconds::max()); });
+    auto client = InspectorClient::connect(inspector.endpoint(), {});
+    QVERIFY2(client.ok(), client.error().c_str());
+    waiter.join();
+    QVERIFY(attached);
+    QCOMPARE(inspector.liveClients(), std::size_t(1));
+    QVERIFY(inspector.waitForClient(std::chrono::milliseconds(0)));
+
+    client.value().reset();
+    for (int i = 0; i < 3000 && inspector.liveClients() > 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    QCOMPARE(inspector.liveClients(), std::size_t(0));
+
+    // Nobody attaches: finish() releases a waiter that would wait forever.
+    bool released = true;
+    std::thread waitsForever(
+        [&] { released = inspector.waitForClient(std::chrono::milliseconds::max()); });
+    inspector.finish();
+    waitsForever.join();
+    QVERIFY(!released);
+
+    InspectorOptions off;
+    off.listen = false;
+    TiedRun quiet(1);
+    Inspector notListening(*quiet.engine, off);
+    QVERIFY(!notListening.waitForClient(std::chrono::milliseconds::max()));
+}
+
 #include "tst_inspector.moc"

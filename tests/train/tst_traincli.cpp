@@ -8,6 +8,10 @@
 #include <QRegularExpression>
 #include <QTemporaryDir>
 
+#include "nn/markov.h"
+#include "nn/trainconfig.h"
+#include "server/inspectorclient.h"
+
 class TestTrainCli : public QObject
 {
     Q_OBJECT
@@ -23,6 +27,8 @@ class TestTrainCli : public QObject
     void snapshotIsWritten();
     void tokenComesFromAPrivateFileOrTheEnvironment();
     void sigtermFinishesTheInspector();
+    void waitForClientHoldsTheFirstStep();
+    void lingerHandsTheEndToALateClient();
 
   private:
     struct Result
@@ -147,6 +153,11 @@ void TestTrainCli::badFlagsExitWithTwo_data()
     QTest::newRow("negative lr") << QStringList{"--lr", "-1"} << "--lr must be a positive number";
     QTest::newRow("bad endpoint") << QStringList{"--steps", "1", "--listen", "nowhere"}
                                   << "--listen";
+    QTest::newRow("linger") << QStringList{"--linger", "soon"} << "--linger expects a number";
+    QTest::newRow("negative linger")
+        << QStringList{"--linger", "-1"} << "--linger must be a number of seconds";
+    QTest::newRow("wait without endpoint") << QStringList{"--wait-for-client", "--no-listen"}
+                                           << "--wait-for-client waits for a client";
 }
 
 void TestTrainCli::badFlagsExitWithTwo()
@@ -163,16 +174,40 @@ void TestTrainCli::helpDocumentsEveryFlag()
 {
     const Result r = run({"--help"});
     QCOMPARE(r.exitCode, 0);
-    for (const char *flag : {"--world-size", "--steps",        "--layers",
-                             "--hidden",     "--vocab",        "--seq",
-                             "--batch",      "--lr",           "--weight-decay",
-                             "--seed",       "--kernel",       "--groups",
-                             "--externals",  "--guard",        "--persistence-threshold",
-                             "--backend",    "--listen",       "--token",
-                             "--token-file", "--no-listen",    "--snapshot-out",
-                             "--history",    "--no-telemetry", "--causal-conv",
+    for (const char *flag : {"--world-size",
+                             "--steps",
+                             "--layers",
+                             "--hidden",
+                             "--vocab",
+                             "--seq",
+                             "--batch",
+                             "--lr",
+                             "--weight-decay",
+                             "--seed",
+                             "--kernel",
+                             "--groups",
+                             "--externals",
+                             "--guard",
+                             "--persistence-threshold",
+                             "--backend",
+                             "--listen",
+                             "--token",
+                             "--token-file",
+                             "--no-listen",
+                             "--snapshot-out",
+                             "--history",
+                             "--no-telemetry",
+                             "--causal-conv",
+                             "--symmetric-conv",
+                             "--wait-for-client",
+                             "--linger",
                              "--help"})
         QVERIFY2(r.out.contains(QLatin1String(flag)), flag);
+    // What the loss can reach, from the data itself (see tst_trainer for the runs).
+    const shardscope::nn::TrainConfig d;
+    const double floor = shardscope::nn::MarkovStream(d.seed, d.vocab).lossFloor(d.seq);
+    const QString stated = QStringLiteral("loss floor is %1 nats").arg(floor, 0, 'f', 4);
+    QVERIFY2(r.out.contains(stated), qPrintable(stated + " not in\n" + r.out));
 }
 
 void TestTrainCli::snapshotIsWritten()
@@ -252,4 +287,77 @@ void TestTrainCli::sigtermFinishesTheInspector()
 }
 
 QTEST_GUILESS_MAIN(TestTrainCli)
+namespace {
+
+// Starts the trainer and waits (at most 60 s, not a measurement) for a line of its output.
+bool waitForLine(QProcess &p, const QString &line, QString &out)
+{
+    for (int i = 0; i < 600 && !out.contains(line); ++i) {
+        p.waitForReadyRead(100);
+        out += QString::fromUtf8(p.readAllStandardOutput());
+    }
+    return out.contains(line);
+}
+
+// Reads frames until the engine's goodbye; false if the connection ended without one.
+bool readUntilGoodbye(shardscope::server::InspectorClient &client)
+{
+    for (;;) {
+        auto frame = client.next(60000);
+        if (!frame || !frame->has_value()) return false;
+        if ((*frame)->type == shardscope::wire::MessageType::Goodbye) return true;
+    }
+}
+
+} // namespace
+
+// --wait-for-client: no step runs before an inspector is attached; then the run goes on.
+void TestTrainCli::waitForClientHoldsTheFirstStep()
+{
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const QString endpoint = "unix:" + dir.filePath("train.sock");
+    QProcess p;
+    p.start(m_program,
+            {"--steps", "3", "--backend", "cpu", "--listen", endpoint, "--wait-for-client"});
+    QString out;
+    QVERIFY2(waitForLine(p, "waiting for an inspector to attach", out), qPrintable(out));
+    QVERIFY(!out.contains("step 1/"));
+    auto client = shardscope::server::InspectorClient::connect(endpoint.toStdString(), {});
+    QVERIFY2(client.ok(), client.error().c_str());
+    QVERIFY(readUntilGoodbye(**client));
+    QVERIFY(p.waitForFinished(60000));
+    out += QString::fromUtf8(p.readAllStandardOutput());
+    QCOMPARE(p.exitCode(), 0);
+    QVERIFY2(out.contains("inspector attached; training"), qPrintable(out));
+    QVERIFY(out.indexOf("inspector attached") < out.indexOf("step 1/3"));
+
+    // With a limit and nobody attaching, the run goes on alone.
+    const Result alone = run({"--steps", "1", "--backend", "cpu", "--listen",
+                              "unix:" + dir.filePath("alone.sock"), "--wait-for-client=0.01"});
+    QCOMPARE(alone.exitCode, 0);
+    QVERIFY2(alone.out.contains("no inspector attached in time; training anyway"),
+             qPrintable(alone.out));
+}
+
+// --linger: a client that attaches after the last step still receives the end (the final
+// state and the goodbye), and the run then exits without waiting out its linger.
+void TestTrainCli::lingerHandsTheEndToALateClient()
+{
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const QString endpoint = "unix:" + dir.filePath("train.sock");
+    QProcess p;
+    p.start(m_program,
+            {"--steps", "2", "--backend", "cpu", "--listen", endpoint, "--linger", "600"});
+    QString out;
+    QVERIFY2(waitForLine(p, "lingering up to 600.0 s", out), qPrintable(out));
+    QVERIFY(out.contains("step 2/2"));
+    auto client = shardscope::server::InspectorClient::connect(endpoint.toStdString(), {});
+    QVERIFY2(client.ok(), client.error().c_str());
+    QVERIFY(readUntilGoodbye(**client));
+    QVERIFY(p.waitForFinished(60000));
+    QCOMPARE(p.exitCode(), 0);
+}
+
 #include "tst_traincli.moc"

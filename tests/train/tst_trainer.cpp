@@ -88,6 +88,8 @@ class TestTrainer : public QObject
     void guardErrorStopsAtTheTiedHead();
     void guardAutoRegistersOnce();
     void dataIsTheSameForEveryRankSplit();
+    void lossFloorIsTheDataEntropy();
+    void defaultModelStaysAboveTheLossFloor();
     void stepReportsCountWhatTheEngineCounts();
     void overlappedCommunicationTrainsTheSame();
     void guardErrorWithOverlapStopsEveryRank();
@@ -299,6 +301,69 @@ void TestTrainer::dataIsTheSameForEveryRankSplit()
     QVERIFY(a.entropyFloor() < std::log(50.0) / 2);
 }
 
+// lossFloor is the mean of -log p(target | context) under the chain itself: estimated here
+// from sampled sequences, with p read off next() on a grid of draws (the chain's
+// probabilities are multiples of 0.1, so a grid of 1000 gives them exactly).
+void TestTrainer::lossFloorIsTheDataEntropy()
+{
+    const int vocab = 31, seq = 9;
+    const MarkovStream data(5, vocab);
+    auto probability = [&](std::int32_t a, std::int32_t b, std::int32_t c) {
+        int hits = 0;
+        for (int i = 0; i < 1000; ++i)
+            hits += data.next(a, b, (i + 0.5) / 1000.0) == c;
+        return hits / 1000.0;
+    };
+    double sum = 0.0;
+    int n = 0;
+    std::vector<std::int32_t> x(seq + 1);
+    for (int s = 0; s < 4000; ++s) {
+        data.sequence(1, s, seq + 1, x.data());
+        sum += std::log(double(vocab)); // target 0: token 1 is uniform
+        for (int t = 1; t < seq; ++t)
+            sum -= std::log(probability(x[t - 1], x[t], x[t + 1]));
+        n += seq;
+    }
+    const double sampled = sum / n, floor = data.lossFloor(seq);
+    qInfo("loss floor %.4f, sampled %.4f", floor, sampled);
+    QVERIFY2(std::abs(sampled - floor) < 0.02 * floor,
+             qPrintable(QStringLiteral("floor %1, sampled %2").arg(floor).arg(sampled)));
+    // Between the chain's own transitions (successors merged) and the uniform first target.
+    QVERIFY(floor < (std::log(double(vocab)) + (seq - 1) * data.entropyFloor()) / seq + 1e-9);
+    QVERIFY(floor > (seq - 1) * 0.8 * data.entropyFloor() / seq);
+    QCOMPARE(MarkovStream(1, MarkovStream::kMaxLossFloorVocab + 1).lossFloor(seq), 0.0);
+}
+
+// The demo's defaults train a proper next-token model: causal pos_conv, a loss that falls
+// towards the data's floor but never below it (averaged over the last steps, as a batch of
+// 960 tokens is noisy). The symmetric padding of wav2vec2 sees the targets and goes below.
+void TestTrainer::defaultModelStaysAboveTheLossFloor()
+{
+    TrainConfig c; // the command line's defaults, 800 steps
+    c.listen = false;
+    QVERIFY(c.causalConv);
+    const double floor = MarkovStream(c.seed, c.vocab).lossFloor(c.seq);
+    auto tail = [](const TrainResult &r) {
+        double sum = 0.0;
+        for (std::size_t i = r.losses.size() - 50; i < r.losses.size(); ++i)
+            sum += r.losses[i];
+        return sum / 50.0;
+    };
+    const Run causal = train(c);
+    const double causalTail = tail(causal.result);
+    qInfo("floor %.4f; causal: first %.4f, mean of the last 50 steps %.4f", floor,
+          causal.result.firstLoss, causalTail);
+    QVERIFY2(causalTail > floor, qPrintable(QString::number(causalTail)));
+    QVERIFY2(causalTail < floor + 0.5 * (causal.result.firstLoss - floor),
+             qPrintable(QStringLiteral("the loss did not approach the floor: %1").arg(causalTail)));
+
+    c.causalConv = false;
+    c.steps = 300; // it is far below the floor by then
+    const Run symmetric = train(c);
+    qInfo("symmetric: mean of the last 50 steps %.4f", tail(symmetric.result));
+    QVERIFY2(tail(symmetric.result) < floor, qPrintable(QString::number(tail(symmetric.result))));
+}
+
 void TestTrainer::stepReportsCountWhatTheEngineCounts()
 {
     TrainConfig c = smallConfig(3);
@@ -320,7 +385,6 @@ void TestTrainer::stepReportsCountWhatTheEngineCounts()
     }
     QCOMPARE(result.tokens, std::int64_t(4 * 7 * 9));
 }
-
 
 namespace {
 

@@ -35,7 +35,7 @@ QVariant ViolationsModel::displayValue(const ViolationGroup &g, int column) cons
 {
     switch (column) {
     case Time: {
-        const std::uint64_t t0 = m_store->firstTs();
+        const std::uint64_t t0 = m_store->timeOrigin();
         if (!g.firstTsNs) return {};
         const double s =
             g.firstTsNs >= t0 && t0 ? static_cast<double>(g.firstTsNs - t0) / 1e9 : 0.0;

@@ -121,4 +121,29 @@ QString ranks(std::uint64_t rankMask)
     return parts.join(QStringLiteral(", "));
 }
 
+QString duration(std::uint64_t ns)
+{
+    const double v = static_cast<double>(ns);
+    if (ns < 1000) return QStringLiteral("%1 ns").arg(ns);
+    if (v < 1e6) return QStringLiteral("%1 µs").arg(v / 1e3, 0, 'f', v < 1e4 ? 2 : 1);
+    if (v < 1e9) return QStringLiteral("%1 ms").arg(v / 1e6, 0, 'f', v < 1e7 ? 2 : 1);
+    if (v < 60e9) return QStringLiteral("%1 s").arg(v / 1e9, 0, 'f', 2);
+    const std::uint64_t s = ns / 1000000000ull;
+    if (s < 3600) return QStringLiteral("%1 min %2 s").arg(s / 60).arg(s % 60);
+    return QStringLiteral("%1 h %2 min").arg(s / 3600).arg(s / 60 % 60);
+}
+
+QString breakable(const QString &text)
+{
+    QString out;
+    out.reserve(text.size() + text.size() / 4);
+    for (QChar c : text) {
+        out += c;
+        if (c == QLatin1Char('.') || c == QLatin1Char('_') || c == QLatin1Char('(') ||
+            c == QLatin1Char(',') || c == QLatin1Char('/'))
+            out += QChar(0x200B);
+    }
+    return out;
+}
+
 } // namespace shardscope::labels

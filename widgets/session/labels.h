@@ -19,5 +19,12 @@ QString shape(const Shape &s);         // "[4, 8]"
 QString count(std::uint64_t n);        // "1,234,567"
 QString bytes(std::uint64_t n);        // "12.5 MiB"
 QString ranks(std::uint64_t rankMask); // "0-3", "0, 2"
+// A duration in the unit that reads best: "850 ns", "12.4 µs", "874.7 ms", "43.52 s",
+// "12 min 5 s", "2 h 3 min".
+QString duration(std::uint64_t ns);
+// The text with zero-width spaces after the characters of dotted names and calls ('.', '_',
+// '(', ',', '/'), so a word-wrapped label can break `decoder.layers.3.mlp.fc1` instead of
+// running past the edge. Display only: copy the original.
+QString breakable(const QString &text);
 
 } // namespace shardscope::labels

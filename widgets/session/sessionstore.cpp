@@ -87,6 +87,7 @@ void SessionStore::clear()
     m_completedStep = 0;
     m_loss = 0.0;
     m_dedupe = false;
+    m_timeOrigin = 0;
     m_pending = StoreChanges{};
     m_pending.reset = true;
     m_paramMarked.clear();
@@ -563,6 +564,17 @@ std::uint64_t SessionStore::firstTs() const
         if (!l.empty()) t = std::min(t, l.at(0).tsNs);
     }
     return t == std::numeric_limits<std::uint64_t>::max() ? 0 : t;
+}
+
+std::uint64_t SessionStore::timeOrigin() const
+{
+    if (m_timeOrigin != 0) return m_timeOrigin;
+    const std::uint64_t first = firstTs();
+    std::uint64_t t = first;
+    for (const ViolationGroup &g : m_groups)
+        if (g.firstTsNs != 0 && (t == 0 || g.firstTsNs < t)) t = g.firstTsNs;
+    if (first != 0) m_timeOrigin = t; // latched once events are known
+    return t;
 }
 
 std::uint64_t SessionStore::lastTs() const

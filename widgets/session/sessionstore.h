@@ -135,6 +135,12 @@ class SessionStore : public QObject
     const std::vector<RankMemory> &memory() const { return m_memory; }
     std::uint64_t firstTs() const;
     std::uint64_t lastTs() const;
+    // Time zero of every view (telemetry clock): the earliest moment the session knows of,
+    // the first stored event or the first violation of the state, whichever is earlier.
+    // Fixed once known (until the store is cleared), so times do not move as old events are
+    // evicted, and a late attach, whose history starts long after the violations, still
+    // shows when each violation happened. 0 while nothing is known.
+    std::uint64_t timeOrigin() const;
 
     // Emits updated() now if anything changed (the timer does this on its own).
     void flush();
@@ -214,6 +220,8 @@ class SessionStore : public QObject
     bool m_dedupe = false;
     std::size_t m_maxEvents = 8u << 20; // 8 Mi events: 384 MiB // after a state of the same run:
                                         // history may repeat stored events
+
+    mutable std::uint64_t m_timeOrigin = 0; // latched by timeOrigin()
 
     StoreChanges m_pending;
     std::vector<std::uint8_t> m_paramMarked; // by paramSlot

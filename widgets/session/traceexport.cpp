@@ -86,7 +86,7 @@ std::pair<std::vector<int>, int> assignLanes(std::vector<Gather> &gathers)
 
 QByteArray chromeTrace(const SessionStore &store)
 {
-    const std::uint64_t t0 = store.firstTs();
+    const std::uint64_t t0 = store.timeOrigin();
     auto us = [t0](std::uint64_t ts) {
         return static_cast<qint64>(ts >= t0 ? (ts - t0 + 500) / 1000 : 0);
     };

@@ -1,15 +1,19 @@
 #include "views/attachdialog.h"
 
 #include <QDateTime>
+
 #include <QDialogButtonBox>
 #include <QFormLayout>
 #include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
+#include <QScreen>
+#include <QScrollBar>
 #include <QTableWidget>
 #include <QTimer>
 #include <QVBoxLayout>
+#include <algorithm>
 
 #include "wire/discovery.h"
 #include "wire/endpoint.h"
@@ -43,7 +47,12 @@ AttachDialog::AttachDialog(const QString &discoveryDir, QWidget *parent)
     m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
     m_table->setSelectionMode(QAbstractItemView::SingleSelection);
     m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    // Every column as wide as its contents (a model's name is long); the dialog widens to
+    // show them, up to the screen, and the table scrolls beyond that.
+    m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
     m_table->horizontalHeader()->setStretchLastSection(true);
+    m_table->setWordWrap(false);
+    m_table->setTextElideMode(Qt::ElideNone);
     m_endpoint->setPlaceholderText(
         QStringLiteral("unix:/run/user/1000/shardscope/1234.sock  or  tcp:127.0.0.1:7000"));
     m_token->setPlaceholderText(tr("only for an engine started with --token"));
@@ -126,16 +135,33 @@ void AttachDialog::refresh()
                 m_table->setItem(r, c, item);
             }
             item->setText(c == 5 ? QString::fromStdString(e.endpoint) : cells[c]);
-            if (c == 5 && e.tokenRequired) item->setToolTip(tr("this engine requires a token"));
+            item->setToolTip(c == 5 && e.tokenRequired ? tr("this engine requires a token")
+                                                       : cells[c]);
         }
         if (QString::fromStdString(e.endpoint) == selected) {
             const QSignalBlocker block(m_table);
             m_table->selectRow(r);
         }
     }
+    // The first run is picked when none is, so Enter attaches to it.
+    if (!engines.empty() && selected.isEmpty() && m_endpoint->text().isEmpty())
+        m_table->selectRow(0);
+    fitToTable();
     m_hint->setText(engines.empty() ? tr("No live engine found. Start one with shardscope-train, "
                                          "or type its endpoint below.")
                                     : QString());
+}
+
+void AttachDialog::fitToTable()
+{
+    m_table->resizeColumnsToContents();
+    const int tableWidth = m_table->horizontalHeader()->length() + 2 * m_table->frameWidth() +
+                           m_table->verticalScrollBar()->sizeHint().width();
+    const QMargins margins = layout()->contentsMargins();
+    int wanted = tableWidth + margins.left() + margins.right();
+    if (const QScreen *screen = this->screen())
+        wanted = std::min(wanted, screen->availableGeometry().width() - 40);
+    if (wanted > width()) resize(wanted, height());
 }
 
 } // namespace shardscope::views

@@ -31,6 +31,8 @@ class AttachDialog : public QDialog
     void refresh();
 
   private:
+    void fitToTable();
+
     QString m_dir;
     QTableWidget *m_table;
     QLineEdit *m_endpoint;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include <QHBoxLayout>
@@ -186,26 +187,20 @@ class GatherLanesPlottable : public QCPAbstractPlottable
             }
         }
 
-        // Step boundaries, thinned so lines stay >= 3 px and labels never overlap.
+        // Step boundaries, thinned so lines stay >= 3 px; their labels are the top axis's
+        // (GatherTimeline::updateStepLabels), above the lanes.
         const auto &steps = spans.steps();
         if (steps.empty()) return;
-        const QFontMetrics fm(painter->font());
         double lastLine = -1e9;
-        double lastLabelEnd = -1e9;
         QPen stepPen(QColor(0x55, 0x55, 0x55), 1, Qt::DashLine);
-        for (const auto &[step, t] : steps) {
+        painter->setPen(stepPen);
+        for (auto it = steps.begin(); it != steps.end(); ++it) {
+            const double t = it->second;
             if (t < x->range().lower || t > x->range().upper) continue;
             const double px = x->coordToPixel(t);
             if (px - lastLine < 3) continue;
             lastLine = px;
-            painter->setPen(stepPen);
             painter->drawLine(QPointF(px, area.top()), QPointF(px, area.bottom()));
-            const QString label = QStringLiteral("step %1").arg(step);
-            if (px + 3 > lastLabelEnd + 6) {
-                painter->setPen(QColor(0x33, 0x33, 0x33));
-                painter->drawText(QPointF(px + 3, area.top() + fm.ascent() + 1), label);
-                lastLabelEnd = px + 3 + fm.horizontalAdvance(label);
-            }
         }
         painter->setPen(Qt::NoPen);
     }
@@ -237,6 +232,7 @@ GatherTimeline::GatherTimeline(QWidget *parent) : QWidget(parent)
     }
     m_legend->setText(legend);
     m_legend->setTextFormat(Qt::RichText);
+    m_legend->setWordWrap(true); // a narrow window wraps it instead of squeezing the docks
     bar->addWidget(m_followButton);
     bar->addWidget(fitButton);
     bar->addSpacing(8);
@@ -251,6 +247,17 @@ GatherTimeline::GatherTimeline(QWidget *parent) : QWidget(parent)
     m_plot->yAxis->setTicker(QSharedPointer<QCPAxisTickerText>::create());
     m_plot->yAxis->setSubTicks(false);
     m_plot->legend->setVisible(false);
+    // Step labels on the top axis: as many as fit side by side (updateStepLabels).
+    m_plot->xAxis2->setVisible(true);
+    m_plot->xAxis2->setTicker(QSharedPointer<QCPAxisTickerText>::create());
+    m_plot->xAxis2->setSubTicks(false);
+    m_plot->xAxis2->grid()->setVisible(false);
+    m_plot->xAxis2->setTickLength(0, 4);
+    m_plot->xAxis2->setBasePen(Qt::NoPen);
+    m_plot->xAxis2->setTickLabelColor(QColor(0x33, 0x33, 0x33));
+    connect(m_plot->xAxis, qOverload<const QCPRange &>(&QCPAxis::rangeChanged), m_plot->xAxis2,
+            qOverload<const QCPRange &>(&QCPAxis::setRange));
+    connect(m_plot, &QCustomPlot::beforeReplot, this, &GatherTimeline::updateStepLabels);
     m_lanes = new GatherLanesPlottable(this, m_plot->xAxis, m_plot->yAxis);
     m_lanes->removeFromLegend();
     m_plot->installEventFilter(this);
@@ -441,6 +448,58 @@ void GatherTimeline::refresh()
     m_plot->replot(QCustomPlot::rpQueuedReplot);
 }
 
+QMap<double, QString> GatherTimeline::stepLabels() const
+{
+    const auto ticker = m_plot->xAxis2->ticker().dynamicCast<QCPAxisTickerText>();
+    return ticker ? ticker->ticks() : QMap<double, QString>();
+}
+
+// Every k-th step is labelled, k the first of 1, 2, 5, 10, 20, 50, ... whose labels fit
+// side by side at the mean spacing of the visible steps; a label that would still touch
+// its left neighbour (steps are not evenly spaced: the first includes building the model)
+// is skipped.
+void GatherTimeline::updateStepLabels()
+{
+    const auto &steps = m_spans.steps();
+    const QCPRange range = m_plot->xAxis->range();
+    auto first = steps.end(), last = steps.end();
+    int visible = 0;
+    for (auto it = steps.begin(); it != steps.end(); ++it) {
+        if (it->second < range.lower || it->second > range.upper) continue;
+        if (first == steps.end()) first = it;
+        last = it;
+        ++visible;
+    }
+    QMap<double, QString> ticks;
+    if (visible > 0) {
+        const QFontMetricsF fm(m_plot->xAxis2->tickLabelFont());
+        const double width =
+            fm.horizontalAdvance(tr("step %1").arg(last->first)) + fm.averageCharWidth() * 2;
+        const double span =
+            m_plot->xAxis->coordToPixel(last->second) - m_plot->xAxis->coordToPixel(first->second);
+        const double spacing = visible > 1 ? span / (visible - 1) : width;
+        auto next = [](std::uint32_t k) { // 1, 2, 5, 10, 20, 50, ...
+            std::uint32_t scale = 1;
+            while (k / scale >= 10)
+                scale *= 10;
+            return k / scale == 2 ? k / 2 * 5 : k * 2;
+        };
+        std::uint32_t stride = 1;
+        while (double(stride) * spacing < width && stride < 100000000u)
+            stride = next(stride);
+        double lastEnd = -1e18;
+        for (auto it = first; it != steps.end() && it->second <= range.upper; ++it) {
+            if (it->first % stride != 0) continue;
+            const double px = m_plot->xAxis->coordToPixel(it->second);
+            if (px - width / 2 < lastEnd) continue;
+            lastEnd = px + width / 2;
+            ticks.insert(it->second, tr("step %1").arg(it->first));
+        }
+    }
+    auto ticker = m_plot->xAxis2->ticker().dynamicCast<QCPAxisTickerText>();
+    if (ticker && ticker->ticks() != ticks) ticker->setTicks(ticks);
+}
+
 double GatherTimeline::secondsPerPixel() const
 {
     const int width = std::max(1, m_plot->axisRect()->width());
@@ -540,7 +599,26 @@ std::optional<OpenFetch> GatherTimeline::openFetchAt(QPointF pos) const
 QList<quint32> GatherTimeline::paramsAt(QPointF pos) const
 {
     if (const auto block = blockAt(pos)) {
-        const std::vector<ParamId> params = m_spans.paramsIn(*block);
+        std::vector<ParamId> params = m_spans.paramsIn(*block);
+        // The span under the mouse (or nearest to it in time) comes first: it is the one the
+        // tree makes current and the detail panel shows, not the lowest id of a merged block.
+        const double t = m_plot->xAxis->pixelToCoord(pos.x());
+        const auto &v = m_spans.track(block->rank, block->track);
+        ParamId nearest = kNoParam;
+        double best = std::numeric_limits<double>::infinity();
+        for (std::size_t i = block->first; i < std::min(block->last, v.size()); ++i) {
+            const GatherSpan &s = v[i];
+            if (s.end < block->start || s.start > block->end ||
+                std::min(int(s.row), GatherSpans::kMaxFetchRows - 1) != block->row)
+                continue;
+            const double d = t < s.start ? s.start - t : t > s.end ? t - s.end : 0.0;
+            if (d < best) {
+                best = d;
+                nearest = s.param;
+            }
+        }
+        if (const auto it = std::find(params.begin(), params.end(), nearest); it != params.end())
+            std::rotate(params.begin(), it, it + 1);
         return QList<quint32>(params.begin(), params.end());
     }
     if (const auto open = openFetchAt(pos)) return {open->param};

@@ -11,6 +11,7 @@
 #include <QColor>
 #include <QHash>
 #include <QList>
+#include <QMap>
 #include <QPointF>
 #include <QString>
 #include <QWidget>
@@ -77,6 +78,8 @@ class GatherTimeline : public QWidget
     QPointF positionOf(int rank, double tSeconds, int row = 0) const;
 
     QCustomPlot *plot() const { return m_plot; }
+    // The step labels above the lanes at the current zoom, by time: as many as fit.
+    QMap<double, QString> stepLabels() const;
     static QColor kindColor(SpanKind kind);
     static QString kindName(SpanKind kind);
 
@@ -101,6 +104,7 @@ class GatherTimeline : public QWidget
     void handleClick(QPointF pos);
     bool eventFilter(QObject *watched, QEvent *e) override;
     double secondsPerPixel() const;
+    void updateStepLabels();
 
     GatherSpans m_spans;
     QCustomPlot *m_plot = nullptr;

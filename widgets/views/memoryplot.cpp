@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include <QComboBox>
 #include <QHBoxLayout>
 #include <QHelpEvent>
 #include <QLabel>
@@ -31,12 +32,21 @@ class ByteTicker : public QCPAxisTicker
     }
 };
 
-QColor seriesColor(MemoryPlot::Series s, int rank, int ranks)
+// Line styles tell the series apart, colours the ranks.
+QPen seriesPen(MemoryPlot::Series s, const QColor &c)
 {
-    static const int hues[MemoryPlot::kSeriesCount] = {212, 28, 356};
-    const double shade = ranks > 1 ? double(rank) / (ranks - 1) : 0.0;
-    return QColor::fromHsv(hues[int(s)], 170 + int(60 * shade), 220 - int(90 * shade));
+    switch (s) {
+    case MemoryPlot::Series::Partitioned:
+        return QPen(c, 2.0, Qt::DashLine);
+    case MemoryPlot::Series::Gathered:
+        return QPen(c, 1.4, Qt::SolidLine);
+    case MemoryPlot::Series::PeakGathered:
+        return QPen(c, 1.4, Qt::DotLine);
+    }
+    return QPen(c);
 }
+
+const char *const kBandNames[] = {"min", "median", "max"};
 
 QString seriesName(MemoryPlot::Series s)
 {
@@ -52,6 +62,28 @@ QString seriesName(MemoryPlot::Series s)
 }
 
 } // namespace
+
+QColor MemoryPlot::rankColor(int rank)
+{
+    // Tableau 10, with a darker gold: distinct hues that stay readable on white.
+    static const QRgb palette[] = {0x4e79a7, 0xf28e2b, 0x59a14f, 0xe15759, 0xb07aa1,
+                                   0x76b7b2, 0x9c755f, 0xc49a00, 0xff9da7, 0x7f7f7f};
+    constexpr int n = int(sizeof palette / sizeof palette[0]);
+    return QColor(palette[((rank % n) + n) % n]);
+}
+
+QColor MemoryPlot::seriesColor(Series s)
+{
+    switch (s) {
+    case Series::Partitioned:
+        return QColor(0x4e, 0x79, 0xa7);
+    case Series::Gathered:
+        return QColor(0xf2, 0x8e, 0x2b);
+    case Series::PeakGathered:
+        return QColor(0xc0, 0x39, 0x2b);
+    }
+    return Qt::black;
+}
 
 QString MemoryPlot::formatBytes(double bytes)
 {
@@ -79,21 +111,64 @@ MemoryPlot::MemoryPlot(QWidget *parent) : QWidget(parent)
     peakButton->setChecked(m_seriesVisible[int(Series::PeakGathered)]);
     peakButton->setToolTip(tr("Show the peak gathered bytes of each rank"));
     m_limitLabel = new QLabel(this);
+    m_limitLabel->setWordWrap(true);
+    m_picker = new QComboBox(this);
+    m_picker->setObjectName(QStringLiteral("rankPicker"));
+    m_picker->setToolTip(tr("Which ranks to draw: every rank in its own colour, or the "
+                            "minimum, median and maximum over ranks with one rank over them"));
+    m_picker->setSizeAdjustPolicy(QComboBox::AdjustToContents);
     bar->addWidget(m_followButton);
     bar->addWidget(fitButton);
     bar->addWidget(peakButton);
-    bar->addSpacing(8);
-    bar->addWidget(m_limitLabel, 1);
+    bar->addWidget(m_picker);
+    bar->addStretch(1);
     layout->addLayout(bar);
+    // The limit on its own line: beside the buttons it squeezed into a narrow column.
+    m_limitLabel->setContentsMargins(4, 0, 4, 0);
+    layout->addWidget(m_limitLabel);
 
     m_plot = new QCustomPlot(this);
     setUpTimeAxis(m_plot, m_liveWindow);
     m_plot->yAxis->setLabel(tr("parameter bytes per rank"));
-    m_plot->yAxis->setTicker(QSharedPointer<ByteTicker>::create());
+    m_byteTicker = QSharedPointer<ByteTicker>::create();
+    m_stripTicker = QSharedPointer<QCPAxisTickerText>::create();
+    m_plot->yAxis->setTicker(m_byteTicker);
     m_plot->yAxis->setRange(0, 1024);
     m_plot->setAutoAddPlottableToLegend(false);
     m_plot->legend->setVisible(true);
-    m_plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignLeft);
+    // The legend in a column right of the plot: inside, a rank per entry covered the data.
+    auto *side = new QCPLayoutGrid;
+    m_plot->plotLayout()->addElement(0, 1, side);
+    m_plot->plotLayout()->setColumnStretchFactor(1, 0.001);
+    side->addElement(0, 0, m_plot->legend);
+    side->addElement(1, 0, new QCPLayoutElement(m_plot)); // the rest of the column
+    side->setRowStretchFactor(0, 0.001);
+    m_plot->legend->setBorderPen(Qt::NoPen);
+    m_plot->legend->setRowSpacing(0);
+    m_plot->legend->setMargins(QMargins(2, 2, 2, 2));
+    QFont legendFont = font();
+    legendFont.setPointSizeF(legendFont.pointSizeF() * 0.9);
+    m_plot->legend->setFont(legendFont);
+    m_plot->legend->setLayer(QStringLiteral("legend"));
+    // The bands (under the rank lines) and the legend's keys for the line styles.
+    for (int s = 0; s < kSeriesCount; ++s) {
+        const QColor c = seriesColor(Series(s));
+        for (int b = 0; b < 3; ++b) {
+            QCPGraph *g = m_plot->addGraph();
+            g->setLineStyle(QCPGraph::lsStepLeft);
+            QPen pen = seriesPen(Series(s), c);
+            if (b != int(Band::Median)) pen = QPen(c.lighter(125), 0.8);
+            g->setPen(pen);
+            m_bands[s][b] = g;
+        }
+        QColor fill = c;
+        fill.setAlpha(60);
+        m_bands[s][int(Band::Max)]->setBrush(fill);
+        m_bands[s][int(Band::Max)]->setChannelFillGraph(m_bands[s][int(Band::Min)]);
+        m_styleKeys[s] = m_plot->addGraph();
+        m_styleKeys[s]->setPen(seriesPen(Series(s), QColor(0x44, 0x44, 0x44)));
+        m_styleKeys[s]->setName(seriesName(Series(s)));
+    }
     m_limitLine = new QCPItemStraightLine(m_plot);
     m_limitLine->setPen(QPen(QColor(0xc0, 0x20, 0x20), 1.5, Qt::DashLine));
     m_limitLine->point1->setCoords(0, 0);
@@ -107,6 +182,10 @@ MemoryPlot::MemoryPlot(QWidget *parent) : QWidget(parent)
     connect(fitButton, &QToolButton::clicked, this, &MemoryPlot::fitAll);
     connect(peakButton, &QToolButton::toggled, this,
             [this](bool on) { setSeriesVisible(Series::PeakGathered, on); });
+    connect(m_picker, qOverload<int>(&QComboBox::activated), this, [this](int index) {
+        m_viewChosen = true;
+        setRankView(index == 0 ? RankView::AllRanks : RankView::Bands, index >= 2 ? index - 2 : -1);
+    });
     connect(m_plot, &QCustomPlot::mousePress, this,
             [this](QMouseEvent *e) { m_pressPos = e->position(); });
     connect(m_plot, &QCustomPlot::mouseMove, this, [this](QMouseEvent *e) {
@@ -144,7 +223,7 @@ void MemoryPlot::setLimit(qint64 maxLiveElements, int bytesPerElement)
     m_limitElements = std::max<qint64>(0, maxLiveElements);
     m_bytesPerElement = std::max(1, bytesPerElement);
     m_limitBytes = double(m_limitElements) * m_bytesPerElement;
-    m_limitLine->setVisible(m_limitElements > 0);
+    m_limitLine->setVisible(m_limitElements > 0 && !strips());
     m_limitLine->point1->setCoords(0, m_limitBytes);
     m_limitLine->point2->setCoords(1, m_limitBytes);
     updateLimitLabel();
@@ -162,7 +241,9 @@ void MemoryPlot::updateLimitLabel()
                        .arg(QLocale().toString(m_limitElements))
                        .arg(m_bytesPerElement)
                        .arg(formatBytes(m_limitBytes));
-    if (m_limitLine->visible() && m_limitBytes > m_plot->yAxis->range().upper)
+    if (strips())
+        text += tr(" (drawn in the min · median · max view)");
+    else if (m_limitLine->visible() && m_limitBytes > m_plot->yAxis->range().upper)
         text += tr(" (above the plotted range)");
     m_limitLabel->setText(text);
 }
@@ -175,39 +256,109 @@ void MemoryPlot::ensureRanks(int count)
     m_graphs.resize(count);
     m_pending.resize(count);
     m_live.resize(count);
+    for (auto &current : m_current)
+        current.resize(count, std::nan(""));
+    m_rankAxes.resize(count);
     for (int r = old; r < count; ++r) {
         m_live[r] = -1;
+        // Each rank's value axis (hidden): the y axis's scale, or the rank's strip of it.
+        m_rankAxes[r] = m_plot->axisRect()->addAxis(QCPAxis::atLeft);
+        m_rankAxes[r]->setVisible(false);
         for (int s = 0; s < kSeriesCount; ++s) {
-            auto *g = m_plot->addGraph();
-            g->setName(count == 1 ? seriesName(Series(s))
-                                  : tr("%1, rank %2").arg(seriesName(Series(s))).arg(r));
-            QPen pen(seriesColor(Series(s), r, count), s == int(Series::PeakGathered) ? 1.0 : 1.6);
-            if (s == int(Series::PeakGathered)) pen.setStyle(Qt::DotLine);
-            g->setPen(pen);
+            auto *g = m_plot->addGraph(m_plot->xAxis, m_rankAxes[r]);
+            g->setName(tr("rank %1").arg(r));
             g->setLineStyle(QCPGraph::lsStepLeft);
-            g->setVisible(m_seriesVisible[s]);
             m_graphs[r][s] = g;
         }
     }
-    // One legend entry per series: ranks are shades of the series colour.
+    if (!m_viewChosen) m_view = count > kMaxRankLines ? RankView::Bands : RankView::AllRanks;
+    if (m_picked >= count) m_picked = -1;
+    rebuildPicker();
+    applyView();
+}
+
+void MemoryPlot::rebuildPicker()
+{
+    const QSignalBlocker block(m_picker);
+    m_picker->clear();
+    m_picker->addItem(tr("all ranks"));
+    m_picker->addItem(tr("min · median · max of %1 ranks").arg(m_graphs.size()));
+    for (int r = 0; r < m_graphs.size(); ++r)
+        m_picker->addItem(tr("rank %1 over the band").arg(r));
+    m_picker->setCurrentIndex(m_view == RankView::AllRanks ? 0 : m_picked >= 0 ? m_picked + 2 : 1);
+}
+
+void MemoryPlot::setRankView(RankView view, int pickedRank)
+{
+    m_view = view;
+    m_picked = view == RankView::Bands && pickedRank >= 0 && pickedRank < m_graphs.size()
+                   ? pickedRank
+                   : -1;
+    {
+        const QSignalBlocker block(m_picker);
+        m_picker->setCurrentIndex(m_view == RankView::AllRanks ? 0
+                                  : m_picked >= 0              ? m_picked + 2
+                                                               : 1);
+    }
+    applyView();
+    m_dirty = true;
+}
+
+QCPGraph *MemoryPlot::band(Series s, Band b) const
+{
+    return m_bands[int(s)][int(b)];
+}
+
+// Which graphs are drawn, in which colour, and what the legend names: in the all-ranks view
+// a colour per rank (named "rank r" in the legend, up to kMaxRankLines ranks; beyond, the
+// colours repeat and the picker offers the bands) and a key per line style; in the band
+// view the bands, and the picked rank in black over them.
+void MemoryPlot::applyView()
+{
+    const bool all = m_view == RankView::AllRanks;
+    m_plot->yAxis->setTicker(strips() ? QSharedPointer<QCPAxisTicker>(m_stripTicker)
+                                      : QSharedPointer<QCPAxisTicker>(m_byteTicker));
+    m_plot->yAxis->setLabel(strips() ? tr("bytes, a strip per rank")
+                                     : tr("parameter bytes per rank"));
+    m_limitLine->setVisible(m_limitElements > 0 && !strips());
+    updateValueRange();
+    for (int r = 0; r < m_graphs.size(); ++r)
+        for (int s = 0; s < kSeriesCount; ++s) {
+            QCPGraph *g = m_graphs[r][s];
+            QColor c = r == m_picked ? QColor(0x11, 0x11, 0x11) : rankColor(r);
+            if (all && m_graphs.size() > 1) c.setAlpha(210); // overlapping ranks show through
+            QPen pen = seriesPen(Series(s), c);
+            if (r == m_picked) pen.setWidthF(pen.widthF() + 0.6);
+            g->setPen(pen);
+            g->setVisible(m_seriesVisible[s] && (all || r == m_picked));
+        }
+    for (int s = 0; s < kSeriesCount; ++s)
+        for (QCPGraph *g : m_bands[s])
+            g->setVisible(m_seriesVisible[s] && !all);
+
     m_plot->legend->clearItems();
-    for (int s = 0; s < kSeriesCount; ++s) {
-        QCPGraph *g = m_graphs[0][s];
-        if (!m_seriesVisible[s]) continue;
-        g->addToLegend();
+    if (all) {
+        if (m_graphs.size() > 1)
+            for (int r = 0; r < std::min<int>(int(m_graphs.size()), kMaxRankLines); ++r) {
+                QCPGraph *g = m_graphs[r][int(Series::Gathered)];
+                g->setName(tr("rank %1").arg(r));
+                g->addToLegend();
+            }
+        for (int s = 0; s < kSeriesCount; ++s)
+            if (m_seriesVisible[s]) m_styleKeys[s]->addToLegend();
+    } else {
+        for (int s = 0; s < kSeriesCount; ++s)
+            if (m_seriesVisible[s]) m_bands[s][int(Band::Median)]->addToLegend();
+        if (m_picked >= 0) {
+            QCPGraph *g = m_graphs[m_picked][int(Series::Gathered)];
+            g->setName(tr("rank %1").arg(m_picked));
+            g->addToLegend();
+        }
     }
     for (int s = 0; s < kSeriesCount; ++s)
-        m_graphs[0][s]->setName(
-            count == 1
-                ? seriesName(Series(s))
-                : tr("%1 (rank 0 … %2, light to dark)").arg(seriesName(Series(s))).arg(count - 1));
-    // Shades depend on the rank count: recolour the earlier ranks too.
-    for (int r = 0; r < count; ++r)
-        for (int s = 0; s < kSeriesCount; ++s) {
-            QPen pen = m_graphs[r][s]->pen();
-            pen.setColor(seriesColor(Series(s), r, count));
-            m_graphs[r][s]->setPen(pen);
-        }
+        for (int b = 0; b < 3; ++b)
+            m_bands[s][b]->setName(tr("%1 (median, min–max)").arg(seriesName(Series(s))));
+    updateLimitLabel();
 }
 
 void MemoryPlot::setTimeOrigin(quint64 tsNs)
@@ -230,6 +381,7 @@ void MemoryPlot::appendEvents(std::span<const Event> events)
             p.values[s].push_back(v[s]);
             m_maxBytes[s] = std::max(m_maxBytes[s], v[s]);
         }
+        m_bandSamples.push_back(BandSample{t, int(ev.rank), {v[0], v[1], v[2]}});
         m_live[ev.rank] = qint64(quint64(ev.a) | quint64(ev.b) << 32);
         if (!m_hasData) {
             m_first = m_last = t;
@@ -239,6 +391,27 @@ void MemoryPlot::appendEvents(std::span<const Event> events)
             m_last = std::max(m_last, t);
         }
         m_dirty = true;
+    }
+}
+
+// The band after a sample: min, median and max of each series over the ranks' latest
+// samples (ranks not sampled yet are left out). Samples arrive a rank at a time (a lane per
+// rank), so refresh() replays those of a batch in time order first.
+void MemoryPlot::addBandPoint(double t)
+{
+    m_bandKeys.push_back(t);
+    std::vector<double> v;
+    v.reserve(std::size_t(m_graphs.size()));
+    for (int s = 0; s < kSeriesCount; ++s) {
+        v.clear();
+        for (double x : m_current[s])
+            if (!std::isnan(x)) v.push_back(x);
+        std::sort(v.begin(), v.end());
+        const std::size_t n = v.size();
+        const double median = n == 0 ? 0.0 : (v[(n - 1) / 2] + v[n / 2]) / 2;
+        m_bandValues[s * 3 + int(Band::Min)].push_back(n ? v.front() : 0.0);
+        m_bandValues[s * 3 + int(Band::Median)].push_back(median);
+        m_bandValues[s * 3 + int(Band::Max)].push_back(n ? v.back() : 0.0);
     }
 }
 
@@ -253,6 +426,15 @@ void MemoryPlot::clear()
             v.clear();
     }
     std::fill(m_live.begin(), m_live.end(), -1);
+    for (auto &current : m_current)
+        std::fill(current.begin(), current.end(), std::nan(""));
+    for (auto &bands : m_bands)
+        for (QCPGraph *g : bands)
+            g->data()->clear();
+    m_bandKeys.clear();
+    m_bandSamples.clear();
+    for (auto &v : m_bandValues)
+        v.clear();
     std::fill(std::begin(m_maxBytes), std::end(m_maxBytes), 0.0);
     m_hasOrigin = false;
     m_hasData = false;
@@ -274,14 +456,7 @@ qint64 MemoryPlot::liveElements(int rank) const
 void MemoryPlot::setSeriesVisible(Series s, bool visible)
 {
     m_seriesVisible[int(s)] = visible;
-    for (auto &graphs : m_graphs)
-        graphs[int(s)]->setVisible(visible);
-    if (!m_graphs.isEmpty()) {
-        if (visible)
-            m_graphs[0][int(s)]->addToLegend();
-        else
-            m_graphs[0][int(s)]->removeFromLegend();
-    }
+    applyView();
     m_dirty = true;
 }
 
@@ -311,16 +486,33 @@ void MemoryPlot::fitAll()
 }
 
 // The data decides the scale; the limit joins it when it is within reach, otherwise the
-// label says it is above (a 4 GB default limit would flatten a model of a few MB).
+// label says it is above (a 4 GB default limit would flatten a model of a few MB). In
+// strips, rank r's axis maps 0 .. top into the r-th strip from the top, so identical
+// ranks (all gather the same bytes) stay side by side instead of covering each other.
 void MemoryPlot::updateValueRange()
 {
     double top = 0;
     for (int s = 0; s < kSeriesCount; ++s)
         if (m_seriesVisible[s]) top = std::max(top, m_maxBytes[s]);
-    if (m_limitElements > 0 && (top <= 0 || m_limitBytes <= top * 4))
+    if (!strips() && m_limitElements > 0 && (top <= 0 || m_limitBytes <= top * 4))
         top = std::max(top, m_limitBytes);
     if (top <= 0) top = 1024;
-    m_plot->yAxis->setRange(0, top * 1.1);
+    const int n = int(m_graphs.size());
+    if (!strips()) {
+        m_plot->yAxis->setRange(0, top * 1.1);
+        for (QCPAxis *a : m_rankAxes)
+            a->setRange(0, top * 1.1);
+        return;
+    }
+    const double strip = top * 1.25; // the data and a gap above it
+    m_plot->yAxis->setRange(0, n * strip);
+    m_stripTicker->clear();
+    for (int r = 0; r < n; ++r) {
+        const double lo = double(n - 1 - r) * strip;
+        m_rankAxes[r]->setRange(-lo, -lo + n * strip);
+        m_stripTicker->addTick(lo + strip * 0.4, tr("rank %1").arg(r));
+    }
+    m_stripTicker->addTick(n * strip, tr("%1 ↑").arg(formatBytes(top)));
 }
 
 void MemoryPlot::refresh()
@@ -335,6 +527,23 @@ void MemoryPlot::refresh()
             p.values[s].clear();
         }
         p.keys.clear();
+    }
+    std::stable_sort(m_bandSamples.begin(), m_bandSamples.end(),
+                     [](const BandSample &a, const BandSample &b) { return a.t < b.t; });
+    for (const BandSample &b : m_bandSamples) {
+        for (int s = 0; s < kSeriesCount; ++s)
+            m_current[s][b.rank] = b.values[s];
+        addBandPoint(b.t);
+    }
+    m_bandSamples.clear();
+    if (!m_bandKeys.isEmpty()) {
+        const bool sorted = std::is_sorted(m_bandKeys.begin(), m_bandKeys.end());
+        for (int s = 0; s < kSeriesCount; ++s)
+            for (int b = 0; b < 3; ++b) {
+                m_bands[s][b]->addData(m_bandKeys, m_bandValues[s * 3 + b], sorted);
+                m_bandValues[s * 3 + b].clear();
+            }
+        m_bandKeys.clear();
     }
     updateValueRange();
     updateLimitLabel();
@@ -359,7 +568,7 @@ QString MemoryPlot::toolTipAt(QPointF pos) const
                                  [](double key, const QCPGraphData &d) { return key < d.key; });
             if (it == g->data()->constBegin()) continue;
             --it;
-            const double d = std::abs(m_plot->yAxis->coordToPixel(it->value) - pos.y());
+            const double d = std::abs(g->valueAxis()->coordToPixel(it->value) - pos.y());
             if (d <= best) {
                 best = d;
                 text = tr("rank %1, %2: %3 at %4 s")
@@ -370,6 +579,26 @@ QString MemoryPlot::toolTipAt(QPointF pos) const
             }
         }
     }
+    for (int s = 0; s < kSeriesCount; ++s)
+        for (int b = 0; b < 3; ++b) {
+            const QCPGraph *g = m_bands[s][b];
+            if (!g->visible() || g->data()->isEmpty()) continue;
+            auto it =
+                std::upper_bound(g->data()->constBegin(), g->data()->constEnd(), t,
+                                 [](double key, const QCPGraphData &d) { return key < d.key; });
+            if (it == g->data()->constBegin()) continue;
+            --it;
+            const double d = std::abs(m_plot->yAxis->coordToPixel(it->value) - pos.y());
+            if (d < best) {
+                best = d;
+                text = tr("%1 over %2 ranks, %3: %4 at %5 s")
+                           .arg(QLatin1String(kBandNames[b]))
+                           .arg(m_graphs.size())
+                           .arg(seriesName(Series(s)))
+                           .arg(formatBytes(it->value))
+                           .arg(it->key, 0, 'f', 3);
+            }
+        }
     return text;
 }
 

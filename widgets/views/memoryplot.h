@@ -1,11 +1,15 @@
 #pragma once
 // Memory plot: per rank, partitioned and gathered parameter bytes over time (and the peak
 // gathered bytes) from MemorySample events, with the max-live-parameters limit as a line.
-// Fed by appendEvents(); new samples are added to the graphs on a ~30 Hz timer.
+// Ranks have distinct colours named in the legend, series distinct line styles; with many
+// ranks it shows each series' minimum, median and maximum over ranks as a band, and a rank
+// picked in its combo box over the band. Fed by appendEvents(); new samples are added to
+// the graphs on a ~30 Hz timer.
 
 #include <array>
 #include <span>
 
+#include <QSharedPointer>
 #include <QVector>
 #include <QWidget>
 
@@ -14,7 +18,11 @@
 
 class QCustomPlot;
 class QCPGraph;
+class QCPAxis;
+class QCPAxisTicker;
+class QCPAxisTickerText;
 class QCPItemStraightLine;
+class QComboBox;
 class QLabel;
 class QTimer;
 class QToolButton;
@@ -32,6 +40,20 @@ class MemoryPlot : public QWidget
         PeakGathered = 2
     };
     static constexpr int kSeriesCount = 3;
+    // Up to this many ranks, every rank's lines are shown by default, each in its colour.
+    static constexpr int kMaxRankLines = 8;
+
+    enum class RankView
+    {
+        AllRanks = 0, // a line per rank and series
+        Bands = 1,    // per series: min .. max over ranks as a band, the median as a line
+    };
+    enum class Band
+    {
+        Min = 0,
+        Median = 1,
+        Max = 2
+    };
 
     explicit MemoryPlot(QWidget *parent = nullptr);
 
@@ -59,6 +81,24 @@ class MemoryPlot : public QWidget
     // The last live-parameter element count rank reported (MemorySample a/b), or -1.
     qint64 liveElements(int rank) const;
     QCustomPlot *plot() const { return m_plot; }
+    QComboBox *rankPicker() const { return m_picker; }
+
+    // All ranks (the default up to kMaxRankLines ranks) or bands (the default above). A
+    // picked rank (>= 0) is drawn over the bands in a strong colour; -1 picks none.
+    void setRankView(RankView view, int pickedRank = -1);
+    RankView rankView() const { return m_view; }
+    // All ranks, 2 .. kMaxRankLines of them: a strip per rank, one above the other (ranks
+    // that gather the same bytes would otherwise hide each other).
+    bool strips() const
+    {
+        return m_view == RankView::AllRanks && m_graphs.size() > 1 &&
+               m_graphs.size() <= kMaxRankLines;
+    }
+    int pickedRank() const { return m_picked; }
+    // The band graph of a series (keys: seconds, values: bytes over the ranks sampled so far).
+    QCPGraph *band(Series s, Band b) const;
+    static QColor rankColor(int rank);
+    static QColor seriesColor(Series s);
     // "rank 1, gathered: 8 kB at 2.000 s" for the visible line nearest pos (plot widget
     // coordinates) within a few pixels, or an empty string.
     QString toolTipAt(QPointF pos) const;
@@ -85,14 +125,37 @@ class MemoryPlot : public QWidget
     void ensureRanks(int count);
     void updateValueRange();
     void updateLimitLabel();
+    void applyView();
+    void rebuildPicker();
+    void addBandPoint(double t);
 
     QCustomPlot *m_plot = nullptr;
     QCPItemStraightLine *m_limitLine = nullptr;
     QToolButton *m_followButton = nullptr;
     QLabel *m_limitLabel = nullptr;
     QTimer *m_timer = nullptr;
+    QComboBox *m_picker = nullptr;
+    QVector<QCPAxis *> m_rankAxes;
+    QSharedPointer<QCPAxisTicker> m_byteTicker;
+    QSharedPointer<QCPAxisTickerText> m_stripTicker;
     QVector<std::array<QCPGraph *, kSeriesCount>> m_graphs;
     QVector<Pending> m_pending;
+    // Bands: [series][Band]; legend keys of the line styles: [series].
+    std::array<std::array<QCPGraph *, 3>, kSeriesCount> m_bands{};
+    std::array<QCPGraph *, kSeriesCount> m_styleKeys{};
+    struct BandSample
+    {
+        double t;
+        int rank;
+        std::array<double, kSeriesCount> values;
+    };
+    QVector<BandSample> m_bandSamples;                          // since the last refresh
+    QVector<double> m_bandKeys;                                 // pending band points
+    std::array<QVector<double>, kSeriesCount * 3> m_bandValues; // [series * 3 + band]
+    std::array<QVector<double>, kSeriesCount> m_current;        // latest sample per rank, NaN: none
+    RankView m_view = RankView::AllRanks;
+    int m_picked = -1;
+    bool m_viewChosen = false; // the user picked a view: rank counts no longer change it
     QVector<qint64> m_live;
     std::array<bool, kSeriesCount> m_seriesVisible = {true, true, false};
     bool m_hasOrigin = false;
@@ -106,7 +169,7 @@ class MemoryPlot : public QWidget
     double m_limitBytes = 0;
     bool m_followLive = true;
     bool m_dirty = false;
-    double m_liveWindow = 30.0;
+    double m_liveWindow = 5.0;
     QPointF m_pressPos;
 };
 

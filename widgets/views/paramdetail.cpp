@@ -9,6 +9,7 @@
 #include <QLabel>
 #include <QPushButton>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QTableWidget>
 #include <QVBoxLayout>
 
@@ -55,6 +56,9 @@ ParamDetail::ParamDetail(SessionStore *store, QWidget *parent)
     tf.setPointSizeF(tf.pointSizeF() * 1.2);
     m_title->setFont(tf);
     m_title->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_title->setWordWrap(true);
+    // Long values go under their name instead of widening the panel.
+    m_form->setRowWrapPolicy(QFormLayout::WrapLongRows);
     for (const char *name : kFields) {
         auto *value = new QLabel(this);
         value->setTextInteractionFlags(Qt::TextSelectableByMouse);
@@ -66,8 +70,13 @@ ParamDetail::ParamDetail(SessionStore *store, QWidget *parent)
         {tr("Rank"), tr("Offset"), tr("Length"), tr("Padding"), tr("Status")});
     m_shards->verticalHeader()->hide();
     m_shards->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    // Columns as wide as their contents, the table as tall as its rows (up to a screenful of
+    // ranks, then it scrolls): it fits the panel's width instead of running past its edge.
+    m_shards->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
     m_shards->horizontalHeader()->setStretchLastSection(true);
-    m_shards->setMinimumHeight(90);
+    m_shards->verticalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+    m_shards->setHorizontalScrollBarPolicy(Qt::ScrollBarAsNeeded);
+    m_shards->setWordWrap(false);
     m_violationsLayout->setContentsMargins(0, 0, 0, 0);
 
     auto *inner = new QWidget;
@@ -81,6 +90,9 @@ ParamDetail::ParamDetail(SessionStore *store, QWidget *parent)
     auto *scroll = new QScrollArea(this);
     scroll->setWidget(inner);
     scroll->setWidgetResizable(true);
+    // The panel scrolls down, never sideways: text wraps to its width.
+    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    scroll->setFrameShape(QFrame::NoFrame);
     auto *outer = new QVBoxLayout(this);
     outer->setContentsMargins(0, 0, 0, 0);
     outer->addWidget(scroll);
@@ -97,9 +109,9 @@ void ParamDetail::showParam(ParamId id)
 
 QString ParamDetail::field(const QString &name) const
 {
-    if (name == QLatin1String("title")) return m_title->text();
+    if (name == QLatin1String("title")) return QString(m_title->text()).remove(QChar(0x200B));
     const QLabel *l = m_fields.value(name);
-    return l ? l->text() : QString();
+    return l ? QString(l->text()).remove(QChar(0x200B)) : QString();
 }
 
 void ParamDetail::onStoreUpdated(const StoreChanges &changes)
@@ -123,12 +135,13 @@ void ParamDetail::refresh()
         for (QLabel *l : std::as_const(m_fields))
             l->clear();
         m_shards->setRowCount(0);
+        fitShardTable();
         return;
     }
-    m_title->setText(QString::fromStdString(p->name) +
+    m_title->setText(labels::breakable(QString::fromStdString(p->name)) +
                      (p->late ? tr("  (late parameter)") : QString()));
     auto set = [this](const char *name, const QString &text) {
-        m_fields.value(QString::fromLatin1(name))->setText(text);
+        m_fields.value(QString::fromLatin1(name))->setText(labels::breakable(text));
     };
     const ModuleRecord *owner = m_store->module(p->owner);
     set("owner",
@@ -154,15 +167,12 @@ void ParamDetail::refresh()
         }));
     set("gathers", labels::count(p->gatherCount));
     set("gathered bytes", labels::bytes(p->gatherBytes));
-    set("gather time",
-        QStringLiteral("%1 ms").arg(static_cast<double>(p->gatherNs) / 1e6, 0, 'f', 3));
-    const std::uint64_t t0 = m_store->firstTs();
-    set("last gather",
-        p->lastGatherTsNs == 0
-            ? tr("never")
-            : QStringLiteral("%1 s").arg(
-                  static_cast<double>(p->lastGatherTsNs >= t0 ? p->lastGatherTsNs - t0 : 0) / 1e9,
-                  0, 'f', 3));
+    set("gather time", labels::duration(p->gatherNs));
+    const std::uint64_t t0 = m_store->timeOrigin();
+    set("last gather", p->lastGatherTsNs == 0
+                           ? tr("never")
+                           : tr("at %1").arg(labels::duration(
+                                 p->lastGatherTsNs >= t0 ? p->lastGatherTsNs - t0 : 0)));
 
     const int world = std::max<int>(1, static_cast<int>(p->status.size()));
     m_shards->setRowCount(world);
@@ -190,6 +200,7 @@ void ParamDetail::refresh()
             item->setText(cells[c]);
         }
     }
+    fitShardTable();
 
     const auto groups = m_store->violationsOf(m_param);
     if (!groups.empty()) {
@@ -201,7 +212,8 @@ void ParamDetail::refresh()
         auto *msg = new QLabel(
             QStringLiteral("%1 × %2: %3")
                 .arg(g->count)
-                .arg(labels::kind(g->kind), QString::fromStdString(g->message).toHtmlEscaped()),
+                .arg(labels::kind(g->kind),
+                     labels::breakable(QString::fromStdString(g->message)).toHtmlEscaped()),
             m_violationsBox);
         msg->setWordWrap(true);
         msg->setStyleSheet(QStringLiteral("color: #b01010"));
@@ -212,7 +224,7 @@ void ParamDetail::refresh()
         auto *row = new QWidget(m_violationsBox);
         auto *h = new QHBoxLayout(row);
         h->setContentsMargins(0, 0, 0, 0);
-        auto *line = new QLabel(fix, row);
+        auto *line = new QLabel(labels::breakable(fix), row);
         line->setFont(mono);
         line->setWordWrap(true);
         line->setTextInteractionFlags(Qt::TextSelectableByMouse);
@@ -223,9 +235,23 @@ void ParamDetail::refresh()
             Q_EMIT fixCopied(fix);
         });
         h->addWidget(line, 1);
-        h->addWidget(copy);
+        h->addWidget(copy, 0, Qt::AlignTop);
         m_violationsLayout->addWidget(row);
     }
+}
+
+// As tall as the header and the rows, up to kShardRowsShown rows; beyond, it scrolls.
+void ParamDetail::fitShardTable()
+{
+    constexpr int kShardRowsShown = 8;
+    m_shards->resizeColumnsToContents();
+    const int rows = std::min(m_shards->rowCount(), kShardRowsShown);
+    int height = m_shards->horizontalHeader()->sizeHint().height() + 2 * m_shards->frameWidth();
+    for (int r = 0; r < rows; ++r)
+        height += m_shards->verticalHeader()->sectionSize(r);
+    if (m_shards->horizontalScrollBar()->isVisible())
+        height += m_shards->horizontalScrollBar()->sizeHint().height();
+    m_shards->setFixedHeight(std::max(height, 40));
 }
 
 } // namespace shardscope::views

@@ -39,6 +39,7 @@ class ParamDetail : public QWidget
 
   private:
     void refresh();
+    void fitShardTable();
     void onStoreUpdated(const StoreChanges &changes);
 
     SessionStore *m_store;

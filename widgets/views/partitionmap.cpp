@@ -126,9 +126,42 @@ void PartitionMap::rebuildShown()
     update();
 }
 
+// The legend's entries in order, each wrapped to the next line where it would run past the
+// right edge: their positions (left, line) for the painter, and how many lines they take.
+namespace {
+
+QStringList legendLabels()
+{
+    return {statusText(ParamStatus::NotAvailable), statusText(ParamStatus::Inflight),
+            statusText(ParamStatus::Available), QObject::tr("padding")};
+}
+
+} // namespace
+
+QVector<QPointF> PartitionMap::legendPositions() const
+{
+    const QFontMetrics fm = fontMetrics();
+    const double box = fm.height() - 4;
+    QVector<QPointF> out;
+    double lx = kMargin;
+    int line = 0;
+    for (const QString &label : legendLabels()) {
+        const double w = box + 4 + fm.horizontalAdvance(label);
+        if (lx > kMargin && lx + w > width() - kMargin) {
+            ++line;
+            lx = kMargin;
+        }
+        out.push_back(QPointF(lx, line));
+        lx += w + 12;
+    }
+    return out;
+}
+
 int PartitionMap::legendHeight() const
 {
-    return fontMetrics().height() + 8;
+    const QVector<QPointF> at = legendPositions();
+    const int lines = at.isEmpty() ? 1 : int(at.back().y()) + 1;
+    return lines * (fontMetrics().height() + 2) + 6;
 }
 
 int PartitionMap::bandHeaderHeight() const
@@ -303,10 +336,13 @@ void PartitionMap::paintEvent(QPaintEvent *)
     const QColor text = palette().color(QPalette::Text);
 
     // Legend: the three statuses and the padding hatch.
-    double lx = kMargin;
-    const double ly = kMargin;
+    const QVector<QPointF> at = legendPositions();
+    int item = 0;
     const double box = fm.height() - 4;
     auto legendItem = [&](const QColor &c, const QString &label, bool hatched) {
+        double lx = at[item].x();
+        const double ly = kMargin + at[item].y() * (fm.height() + 2);
+        ++item;
         const QRectF r(lx, ly + 2, box, box);
         p.fillRect(r, hatched ? palette().base().color() : c);
         if (hatched) p.fillRect(r, QBrush(text, Qt::BDiagPattern));
@@ -314,7 +350,6 @@ void PartitionMap::paintEvent(QPaintEvent *)
         p.drawRect(r);
         lx += box + 4;
         p.drawText(QPointF(lx, ly + fm.ascent()), label);
-        lx += fm.horizontalAdvance(label) + 12;
     };
     legendItem(statusColor(ParamStatus::NotAvailable), statusText(ParamStatus::NotAvailable),
                false);

@@ -4,6 +4,7 @@
 // with the tail padding hatched. Painted by hand; readable from 1 to 64 ranks.
 
 #include <QColor>
+#include <QPointF>
 #include <QRectF>
 #include <QString>
 #include <QVector>
@@ -79,6 +80,7 @@ class PartitionMap : public QWidget
     void layoutRects() const;
     int bandHeaderHeight() const;
     int legendHeight() const;
+    QVector<QPointF> legendPositions() const; // x, line of each legend entry
     int labelWidth() const;
 
     std::vector<ParamRecord> m_allParams; // sorted by id, as in EngineState

@@ -1,0 +1,28 @@
+# Installs BUILD_DIR into PREFIX (emptied first) and checks the desktop integration.
+file(REMOVE_RECURSE ${PREFIX})
+execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${PREFIX}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "cmake --install failed (${rc}):\n${out}")
+endif()
+foreach(f bin/shardscope share/applications/shardscope.desktop
+          share/icons/hicolor/scalable/apps/shardscope.svg)
+  if(NOT EXISTS ${PREFIX}/${f})
+    message(FATAL_ERROR "cmake --install did not install ${f}:\n${out}")
+  endif()
+endforeach()
+file(READ ${PREFIX}/share/applications/shardscope.desktop entry)
+foreach(line "Exec=shardscope" "Icon=shardscope" "Type=Application")
+  string(FIND "${entry}" "${line}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "the desktop entry lacks ${line}")
+  endif()
+endforeach()
+find_program(VALIDATE desktop-file-validate)
+if(VALIDATE)
+  execute_process(COMMAND ${VALIDATE} ${PREFIX}/share/applications/shardscope.desktop
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "desktop-file-validate: ${out}")
+  endif()
+endif()
