@@ -50,13 +50,14 @@ def agent():
 
 
 def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name=None, job=None,
-            history=65536):
+            history=65536, token_file=None):
     """Starts the agent in this rank process; call it before the model is built.
 
     listen: None for the default private Unix socket, "unix:PATH", "tcp:HOST:PORT", or False
         to serve nothing (snapshot_out only). A non-loopback TCP host needs a token.
-    token: the token clients must present; default: $SHARDSCOPE_TOKEN, or the first line of
-        the 0600 file named by $SHARDSCOPE_TOKEN_FILE.
+    token, token_file: the token clients must present, or a file only you can read (chmod
+        600) holding it; default: $SHARDSCOPE_TOKEN, or the file named by
+        $SHARDSCOPE_TOKEN_FILE. A token passed here is not visible in the process list.
     snapshot_out: a snapshot file written at finish(), and as soon as a violation is recorded
         that is about to end the run (so the run that crashes still leaves its diagnosis).
     guard: "warn" records unregistered accesses and lets DeepSpeed go on (its silent
@@ -73,8 +74,8 @@ def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name
     if guard not in _GUARDS:
         raise ShardScopeError(f"guard={guard!r}: use one of {', '.join(map(repr, _GUARDS))}")
     version = _ds.check_version()
-    _agent = _Agent(listen=listen, token=token, snapshot_out=snapshot_out, guard=guard,
-                    model_name=model_name, job=job, history=history, version=version)
+    _agent = _Agent(listen=listen, token=_read_token(token, token_file), snapshot_out=snapshot_out,
+                    guard=guard, model_name=model_name, job=job, history=history, version=version)
     return _agent
 
 
@@ -105,20 +106,14 @@ def inspect(**options):
         finish()
 
 
-def _read_token(token):
-    if token:
-        return token
-    if os.environ.get("SHARDSCOPE_TOKEN"):
-        return os.environ["SHARDSCOPE_TOKEN"]
-    path = os.environ.get("SHARDSCOPE_TOKEN_FILE")
-    if path:
-        st = os.stat(path)
-        if st.st_mode & 0o077:
-            raise ShardScopeError(f"SHARDSCOPE_TOKEN_FILE {path} is readable by others; "
-                                  f"chmod 600 it")
-        with open(path) as f:
-            return f.readline().strip()
-    return ""
+def _read_token(token, token_file):
+    """The token as shardscope-train, shardscope and shardscope-capture resolve it."""
+    from . import _native
+
+    try:
+        return _native.resolve_token(token or "", token_file or "")
+    except RuntimeError as e:
+        raise ShardScopeError(f"the ShardScope token: {e}") from None
 
 
 def _rank_and_world():
@@ -259,7 +254,7 @@ class _Agent:
             self.native = _native.Agent(model=model_name or _NOT_BUILT, rank=self.rank,
                                         world_size=self.world_size, backend=_backend_name(),
                                         listen=listen is not False, endpoint=endpoint,
-                                        token=_read_token(token), snapshot_out=self.snapshot_out,
+                                        token=token, snapshot_out=self.snapshot_out,
                                         history=history, job=job or "")
         except RuntimeError as e:
             raise ShardScopeError(f"the ShardScope endpoint could not start: {e}") from None

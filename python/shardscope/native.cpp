@@ -15,6 +15,7 @@
 #include "server/inspector.h"
 #include "wire/endpoint.h"
 #include "wire/snapshot.h"
+#include "wire/token.h"
 
 namespace py = pybind11;
 using namespace shardscope;
@@ -122,6 +123,16 @@ PYBIND11_MODULE(_native, module)
     module.doc() = "ShardScope's native endpoint for the DeepSpeed agent (shardscope.deepspeed)";
     module.attr("PROTOCOL_VERSION") = 1;
     module.def("default_runtime_dir", [] { return wire::defaultRuntimeDir(); });
+    module.def(
+        "resolve_token",
+        [](const std::string &token, const std::string &tokenFile) {
+            auto t = wire::resolveToken(token, tokenFile);
+            if (!t) throw std::runtime_error(t.error());
+            return *t;
+        },
+        py::arg("token") = "", py::arg("token_file") = "",
+        "The token as every ShardScope executable resolves it: token, token_file, "
+        "$SHARDSCOPE_TOKEN, the 0600 file named by $SHARDSCOPE_TOKEN_FILE");
     module.def("describe_violation",
           [](const std::string &kind, std::optional<std::string> accessor, const std::string &param,
              const std::string &owner, int status, const std::string &replaces, bool writes,

@@ -355,7 +355,13 @@ private slots:
             "try:\n    ssd.install(listen=False)\nexcept shardscope.ShardScopeError as e:\n"
             "    print('TWICE:', e)\n"
             "try:\n    ssd.finish(); ssd.install(guard='strict')\nexcept shardscope.ShardScopeError as e:\n"
-            "    print('GUARD:', e)\n");
+            "    print('GUARD:', e)\n"
+            "import os, tempfile\n"
+            "f = tempfile.NamedTemporaryFile('w', delete=False); f.write('secret\\n'); f.close()\n"
+            "os.chmod(f.name, 0o644)\n"
+            "try:\n    ssd.install(listen=False, token_file=f.name)\nexcept shardscope.ShardScopeError as e:\n"
+            "    print('TOKEN:', e)\n"
+            "os.unlink(f.name)\n");
         QProcess p;
         QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
         env.insert("PYTHONPATH", QStringLiteral(SHARDSCOPE_PYTHON_DIR));
@@ -370,6 +376,8 @@ private slots:
                  qPrintable(out));
         QVERIFY2(out.contains("TWICE: shardscope.deepspeed.install() was already called"), qPrintable(out));
         QVERIFY2(out.contains("GUARD: guard='strict': use one of 'warn', 'error'"), qPrintable(out));
+        // The token file is checked as every ShardScope executable checks it.
+        QVERIFY2(out.contains("TOKEN: the ShardScope token:") && out.contains("chmod 600"), qPrintable(out));
     }
 };
 
