@@ -38,7 +38,7 @@ def machine():
     return f"{cpu}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}, {platform.python_version()}"
 
 
-def run(args, build, tmp, name, agent, profile=False):
+def run(args, build, tmp, name, agent, profile=False, client=True):
     env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"), XDG_RUNTIME_DIR=tmp)
     timing = os.path.join(tmp, f"{name}.rank{{rank}}.txt")
     cmd = [os.path.join(DS_CPU, "launch"), "--nproc", "2", EXAMPLE, "--externals", "manual",
@@ -50,7 +50,7 @@ def run(args, build, tmp, name, agent, profile=False):
         cmd += ["--profile", os.path.join(tmp, f"{name}.prof")]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     capture = None
-    if agent:
+    if agent and client:
         # Attach a client to rank 0 as soon as it announces itself.
         deadline = time.time() + 120
         while capture is None and time.time() < deadline and proc.poll() is None:
@@ -82,21 +82,26 @@ def main():
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--hidden", type=int, default=16)
+    parser.add_argument("--no-client", action="store_true",
+                        help="B runs the agent with no client attached (what the client costs)")
     args = parser.parse_args()
     print(f"Machine: {machine()}")
     print(f"DeepSpeed 0.14.5 ZeRO-3, world 2 over gloo, {args.steps} steps per run "
-          f"(first {args.warmup} not counted), hidden {args.hidden}; B = agent + shardscope-capture on rank 0\n")
-    print("| pair | A: no agent, median step | B: agent + client, median step | B / A |")
+          f"(first {args.warmup} not counted), hidden {args.hidden}; B = agent"
+          f"{'' if args.no_client else ' + shardscope-capture on rank 0'}\n")
+    print(f"| pair | A: no agent, median step | B: agent{'' if args.no_client else ' + client'}, median step | B / A |")
     print("|---|---|---|---|")
     ratios = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.pairs):
             a = run(args, args.build, tmp, f"a{i}", agent=False)
-            b = run(args, args.build, tmp, f"b{i}", agent=True)
+            b = run(args, args.build, tmp, f"b{i}", agent=True, client=not args.no_client)
             ratios.append(b / a)
             print(f"| {i + 1} | {a * 1e3:.3f} ms | {b * 1e3:.3f} ms | {b / a:.4f} |", flush=True)
         print(f"\nMedian B / A: **{statistics.median(ratios):.4f}** "
               f"(min {min(ratios):.4f}, max {max(ratios):.4f})\n")
+        if args.no_client:
+            return
         run(args, args.build, tmp, "profile", agent=True, profile=True)
         prof = os.path.join(tmp, "profile.prof")
         if os.path.exists(prof):
