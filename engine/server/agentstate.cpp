@@ -106,8 +106,8 @@ void AgentState::setConfig(const EngineConfigRecord &config)
 void AgentState::setParam(const AgentParam &p)
 {
     std::lock_guard lock(m_mutex);
-    m_params[p.id] = p;
-    m_removedNames.erase(p.id);
+    m_params[p.record.id] = p;
+    m_removedNames.erase(p.record.id);
     touch();
 }
 
@@ -115,7 +115,7 @@ void AgentState::removeParam(ParamId id)
 {
     std::lock_guard lock(m_mutex);
     if (auto it = m_params.find(id); it != m_params.end()) {
-        m_removedNames[id] = it->second.name;
+        m_removedNames[id] = it->second.record.name;
         m_params.erase(it);
         m_lateUnadopted.erase(id);
         touch();
@@ -151,7 +151,7 @@ AgentParam *AgentState::findLocked(ParamId id)
 
 std::string AgentState::paramNameLocked(ParamId id) const
 {
-    if (auto it = m_params.find(id); it != m_params.end()) return it->second.name;
+    if (auto it = m_params.find(id); it != m_params.end()) return it->second.record.name;
     if (auto it = m_removedNames.find(id); it != m_removedNames.end()) return it->second;
     return "<ds_id " + std::to_string(id) + ">";
 }
@@ -264,7 +264,7 @@ ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p, Guard
         const AgentParam *ap = findLocked(p);
         if (ap) {
             status = ap->status;
-            owner = ap->owner;
+            owner = ap->record.owner;
         }
         ViolationSubject subject;
         subject.kind = ViolationKind::UnregisteredAccess;
@@ -309,10 +309,10 @@ void AgentState::lateParameter(ParamId p)
     {
         std::lock_guard lock(m_mutex);
         if (AgentParam *ap = findLocked(p)) {
-            ap->late = true;
-            ap->partitioned = false;
+            ap->record.late = true;
+            ap->record.partitioned = false;
             ap->status = ParamStatus::Available;
-            owner = ap->owner;
+            owner = ap->record.owner;
         }
         m_lateUnadopted.insert(p);
         touch();
@@ -326,9 +326,9 @@ void AgentState::parameterAdopted(ParamId p)
     {
         std::lock_guard lock(m_mutex);
         if (AgentParam *ap = findLocked(p)) {
-            ap->late = true;
-            ap->partitioned = !ap->persistent;
-            owner = ap->owner;
+            ap->record.late = true;
+            ap->record.partitioned = !ap->record.persistent;
+            owner = ap->record.owner;
         }
         m_lateUnadopted.erase(p);
         touch();
@@ -380,19 +380,19 @@ void AgentState::stepBegin()
             if (!ap) continue;
             ViolationSubject subject;
             subject.kind = ViolationKind::LateParameter;
-            subject.param = ap->name;
-            subject.owner = ap->owner < m_modules.size() ? m_modules[ap->owner].path : std::string();
-            subject.replaces = ap->replaces;
+            subject.param = ap->record.name;
+            subject.owner = ap->record.owner < m_modules.size() ? m_modules[ap->record.owner].path : std::string();
+            subject.replaces = ap->record.replaces;
             ViolationText text = describeViolation(subject, m_config.dialect);
             ViolationRecord v;
             v.kind = ViolationKind::LateParameter;
             v.step = m_step;
             v.lastStep = m_step;
             v.rank = m_config.rank;
-            v.accessor = ap->owner;
+            v.accessor = ap->record.owner;
             v.param = p;
-            v.paramName = ap->name;
-            v.owner = ap->owner;
+            v.paramName = ap->record.name;
+            v.owner = ap->record.owner;
             v.status = ap->status;
             v.action = GuardAction::Recorded;
             v.count = 1;
@@ -438,22 +438,11 @@ EngineState AgentState::state() const
         s.modules.push_back(m);
     s.params.reserve(m_params.size());
     for (const auto &[id, ap] : m_params) {
-        ParamRecord &r = s.params.emplace_back();
+        ParamRecord &r = s.params.emplace_back(ap.record);
         r.id = id;
-        r.name = ap.name;
-        r.owner = ap.owner;
-        r.shape = ap.shape;
-        r.dtype = ap.dtype;
-        r.numel = ap.numel;
-        r.paddedNumel = ap.paddedNumel;
-        r.partitionNumel = ap.partitionNumel;
-        r.persistent = ap.persistent;
-        r.late = ap.late;
-        r.replaces = ap.replaces;
-        r.partitioned = ap.partitioned;
         // Only this rank's status is observed; other ranks are shown as their shard alone
         // (or whole, for what is never partitioned), as the Engine reports remote ranks.
-        const ParamStatus others = ap.partitioned ? ParamStatus::NotAvailable : ParamStatus::Available;
+        const ParamStatus others = ap.record.partitioned ? ParamStatus::NotAvailable : ParamStatus::Available;
         r.status.assign(static_cast<std::size_t>(m_config.worldSize), others);
         if (m_config.rank >= 0 && m_config.rank < m_config.worldSize)
             r.status[static_cast<std::size_t>(m_config.rank)] = ap.status;

@@ -33,20 +33,11 @@ struct AgentConfig
     EngineConfigRecord config;
 };
 
+// A parameter as the agent knows it: the snapshot's record (its per-rank status, gathers,
+// registrations and active modules are filled by state()) and its status on this rank.
 struct AgentParam
 {
-    ParamId id = 0; // DeepSpeed's ds_id (or a provisional id for a late parameter)
-    std::string name;
-    ModuleId owner = kNoModule;
-    Shape shape;
-    DType dtype = DType::F32;
-    std::int64_t numel = 0;
-    std::int64_t paddedNumel = 0;
-    std::int64_t partitionNumel = 0;
-    bool persistent = false;
-    bool partitioned = true;
-    bool late = false;
-    std::string replaces;
+    ParamRecord record; // record.id is DeepSpeed's ds_id, or a provisional id for a late one
     ParamStatus status = ParamStatus::NotAvailable;
 };
 

@@ -196,19 +196,20 @@ PYBIND11_MODULE(_native, module)
                 std::int64_t partitionNumel, std::int64_t paddedNumel, bool persistent,
                 bool partitioned, bool late, int status, const std::string &replaces) {
                  AgentParam p;
-                 p.id = id;
-                 p.name = name;
-                 p.owner = owner;
-                 p.shape = std::move(shape);
-                 p.dtype = dtypeFrom(dtype);
-                 p.numel = numel;
-                 p.partitionNumel = partitionNumel;
-                 p.paddedNumel = paddedNumel;
-                 p.persistent = persistent;
-                 p.partitioned = partitioned;
-                 p.late = late;
+                 ParamRecord &r = p.record;
+                 r.id = id;
+                 r.name = name;
+                 r.owner = owner;
+                 r.shape = std::move(shape);
+                 r.dtype = dtypeFrom(dtype);
+                 r.numel = numel;
+                 r.partitionNumel = partitionNumel;
+                 r.paddedNumel = paddedNumel;
+                 r.persistent = persistent;
+                 r.partitioned = partitioned;
+                 r.late = late;
+                 r.replaces = replaces;
                  p.status = statusFrom(status);
-                 p.replaces = replaces;
                  a.state().setParam(p);
              },
              py::arg("id"), py::arg("name"), py::arg("owner"), py::arg("shape"), py::arg("dtype"),

@@ -32,13 +32,14 @@ public:
 AgentParam param(ParamId id, const std::string &name, ModuleId owner)
 {
     AgentParam p;
-    p.id = id;
-    p.name = name;
-    p.owner = owner;
-    p.shape = {37, 16};
-    p.numel = 592;
-    p.partitionNumel = 296;
-    p.paddedNumel = 592;
+    p.record.id = id;
+    p.record.name = name;
+    p.record.owner = owner;
+    p.record.shape = {37, 16};
+    p.record.numel = 592;
+    p.record.partitionNumel = 296;
+    p.record.paddedNumel = 592;
+    p.record.partitioned = true;
     return p;
 }
 
@@ -128,9 +129,9 @@ private slots:
         AgentState s(AgentConfig{});
         const ModuleId conv = s.ensureModule("pos_conv.conv", "Conv1d");
         AgentParam g = param(1u << 20, "pos_conv.conv.weight_g", conv);
-        g.replaces = "pos_conv.conv.weight";
+        g.record.replaces = "pos_conv.conv.weight";
         s.setParam(g);
-        s.lateParameter(g.id);
+        s.lateParameter(g.record.id);
         s.stepBegin();
         EngineState st = s.state();
         QCOMPARE(st.violations.size(), std::size_t(1));
