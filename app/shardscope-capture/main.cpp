@@ -19,10 +19,10 @@
 #include <set>
 
 #include "server/inspectorclient.h"
-#include "wire/jobmerge.h"
 #include "wire/clientstate.h"
 #include "wire/discovery.h"
 #include "wire/endpoint.h"
+#include "wire/jobmerge.h"
 #include "wire/snapshot.h"
 #include "wire/token.h"
 
@@ -125,7 +125,8 @@ std::optional<Options> parseArgs(int argc, char **argv)
         throw UsageError{
             "--attach ENDPOINT is required (shardscope-capture --list shows live engines)"};
     if (o.attach.starts_with("job:")) {
-        if (o.attach.size() == 4) throw UsageError{"--attach job:NAME needs the job's name (see --list)"};
+        if (o.attach.size() == 4)
+            throw UsageError{"--attach job:NAME needs the job's name (see --list)"};
     } else if (auto ep = wire::parseEndpoint(o.attach); !ep) {
         throw UsageError{"--attach: " + ep.error()};
     }
@@ -157,7 +158,8 @@ std::string ranksText(const std::vector<int> &ranks)
     if (ranks.empty()) return "rank ?";
     if (ranks.size() == 1) return "rank " + std::to_string(ranks[0]);
     const bool contiguous = ranks.back() - ranks.front() + 1 == static_cast<int>(ranks.size());
-    if (contiguous) return "ranks " + std::to_string(ranks.front()) + "-" + std::to_string(ranks.back());
+    if (contiguous)
+        return "ranks " + std::to_string(ranks.front()) + "-" + std::to_string(ranks.back());
     std::string out = "ranks ";
     for (std::size_t i = 0; i < ranks.size(); ++i)
         out += (i ? "," : "") + std::to_string(ranks[i]);
@@ -201,9 +203,10 @@ int listEngines()
                     "HOST", "STARTED", "ENDPOINT");
         for (; i < end; ++i) {
             const auto &e = engines[i];
-            std::printf("  %-10s %-8lld %-20s %-7s %-16s %-19s %s%s\n", ranksText(e.job.ranks).c_str(),
-                        static_cast<long long>(e.pid), e.model.c_str(), e.backend.c_str(),
-                        e.job.host.c_str(), localTime(e.startUnixMs).c_str(), e.endpoint.c_str(),
+            std::printf("  %-10s %-8lld %-20s %-7s %-16s %-19s %s%s\n",
+                        ranksText(e.job.ranks).c_str(), static_cast<long long>(e.pid),
+                        e.model.c_str(), e.backend.c_str(), e.job.host.c_str(),
+                        localTime(e.startUnixMs).c_str(), e.endpoint.c_str(),
                         e.tokenRequired ? "  (token required)" : "");
         }
     }
@@ -299,7 +302,8 @@ int capture(const Options &o)
     for (const std::string &ep : endpoints) {
         auto client = server::InspectorClient::connect(ep, copts);
         if (!client) {
-            std::fprintf(stderr, "shardscope-capture: %s: %s\n", ep.c_str(), client.error().c_str());
+            std::fprintf(stderr, "shardscope-capture: %s: %s\n", ep.c_str(),
+                         client.error().c_str());
             continue;
         }
         const wire::Welcome &w = (*client)->welcome();
@@ -348,16 +352,15 @@ int capture(const Options &o)
         const std::vector<Source *> active = live();
         if (active.empty()) break;
         if (o.untilStep && !settleUntil &&
-            std::all_of(active.begin(), active.end(), [&](Source *s) {
-                return s->state.latestCompletedStep() >= *o.untilStep;
-            }))
+            std::all_of(active.begin(), active.end(),
+                        [&](Source *s) { return s->state.latestCompletedStep() >= *o.untilStep; }))
             settleUntil = Clock::now() + std::chrono::seconds(2);
-        if (settleUntil &&
-            (Clock::now() >= *settleUntil ||
-             std::all_of(active.begin(), active.end(), [&](Source *s) {
-                 return s->state.hasState() && s->state.snapshot().state.step >= *o.untilStep &&
-                        s->state.historyDone();
-             })))
+        if (settleUntil && (Clock::now() >= *settleUntil ||
+                            std::all_of(active.begin(), active.end(), [&](Source *s) {
+                                return s->state.hasState() &&
+                                       s->state.snapshot().state.step >= *o.untilStep &&
+                                       s->state.historyDone();
+                            })))
             break;
         // Frames the client already holds first (the handshake may have read past the
         // Welcome), then whatever arrives.
@@ -370,7 +373,8 @@ int capture(const Options &o)
         if (!anyBuffered) ::poll(fds.data(), fds.size(), 100);
         for (std::size_t i = 0; i < active.size(); ++i) {
             if (active[i]->done) continue;
-            if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) pump(*active[i], 5, sources.size() > 1);
+            if (fds[i].revents & (POLLIN | POLLHUP | POLLERR))
+                pump(*active[i], 5, sources.size() > 1);
             if (!active[i]->error.empty()) {
                 std::fprintf(stderr, "shardscope-capture: %s: %s\n", active[i]->endpoint.c_str(),
                              active[i]->error.c_str());
@@ -383,7 +387,9 @@ int capture(const Options &o)
     for (auto &s : sources) {
         if (!s->state.hasState()) {
             std::fprintf(stderr, "shardscope-capture: no state was received from %s%s\n",
-                         s->endpoint.c_str(), sources.size() > 1 ? "; the job's snapshot lacks it" : "; nothing written");
+                         s->endpoint.c_str(),
+                         sources.size() > 1 ? "; the job's snapshot lacks it"
+                                            : "; nothing written");
             continue;
         }
         wire::Snapshot snap = s->state.snapshot();
@@ -421,14 +427,17 @@ int capture(const Options &o)
                     ended.c_str());
     else if (!ended.empty())
         std::printf("capture ended: %s\n", ended.c_str());
-    std::printf("captured step %u%s: %zu events (%llu history, %llu live), %llu dropped, %zu "
-                "violations -> %s\n",
-                snap.state.step,
-                job.empty() ? "" : (" of job " + job + " (" + std::to_string(parts.size()) + " processes)").c_str(),
-                snap.events.size(), static_cast<unsigned long long>(history),
-                static_cast<unsigned long long>(liveEvents),
-                static_cast<unsigned long long>(snap.droppedEvents), snap.state.violations.size(),
-                o.out.c_str());
+    std::printf(
+        "captured step %u%s: %zu events (%llu history, %llu live), %llu dropped, %zu "
+        "violations -> %s\n",
+        snap.state.step,
+        job.empty()
+            ? ""
+            : (" of job " + job + " (" + std::to_string(parts.size()) + " processes)").c_str(),
+        snap.events.size(), static_cast<unsigned long long>(history),
+        static_cast<unsigned long long>(liveEvents),
+        static_cast<unsigned long long>(snap.droppedEvents), snap.state.violations.size(),
+        o.out.c_str());
     return engineLost ? 3 : 0;
 }
 

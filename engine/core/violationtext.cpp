@@ -85,7 +85,8 @@ ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
         break;
     case ViolationKind::LateParameter: {
         const std::string module = codeName(s.owner, dialect);
-        const std::string replaced = s.replaces.empty() ? std::string() : codeName(s.replaces, dialect);
+        const std::string replaced =
+            s.replaces.empty() ? std::string() : codeName(s.replaces, dialect);
         if (!replaced.empty())
             t.fix = "with " + ns + "GatheredParameters(" + replaced +
                     ", modifier_rank=0): <create " + paramCode + ">; then " + ns +

@@ -15,7 +15,11 @@ namespace shardscope {
 // How fix lines are written: for ShardScope's C++ engine (its API names), or as Python a
 // DeepSpeed user pastes (`deepspeed.zero.register_external_parameter(model.lm_head,
 // model.embed.weight)`).
-enum class FixDialect : std::uint8_t { ShardScope = 0, DeepSpeed = 1 };
+enum class FixDialect : std::uint8_t
+{
+    ShardScope = 0,
+    DeepSpeed = 1
+};
 std::string_view fixDialectName(FixDialect d); // "shardscope", "deepspeed"
 bool parseFixDialect(std::string_view s, FixDialect &out);
 

@@ -336,7 +336,8 @@ void AgentState::parameterAdopted(ParamId p)
     post(EventType::ParameterAdopted, 0, owner, p);
 }
 
-ViolationText AgentState::traceInvalidated(std::optional<ModuleId> expected, ModuleId got, Phase phase)
+ViolationText AgentState::traceInvalidated(std::optional<ModuleId> expected, ModuleId got,
+                                           Phase phase)
 {
     ViolationText text;
     {
@@ -381,7 +382,8 @@ void AgentState::stepBegin()
             ViolationSubject subject;
             subject.kind = ViolationKind::LateParameter;
             subject.param = ap->record.name;
-            subject.owner = ap->record.owner < m_modules.size() ? m_modules[ap->record.owner].path : std::string();
+            subject.owner = ap->record.owner < m_modules.size() ? m_modules[ap->record.owner].path
+                                                                : std::string();
             subject.replaces = ap->record.replaces;
             ViolationText text = describeViolation(subject, m_config.dialect);
             ViolationRecord v;
@@ -442,7 +444,8 @@ EngineState AgentState::state() const
         r.id = id;
         // Only this rank's status is observed; other ranks are shown as their shard alone
         // (or whole, for what is never partitioned), as the Engine reports remote ranks.
-        const ParamStatus others = ap.record.partitioned ? ParamStatus::NotAvailable : ParamStatus::Available;
+        const ParamStatus others =
+            ap.record.partitioned ? ParamStatus::NotAvailable : ParamStatus::Available;
         r.status.assign(static_cast<std::size_t>(m_config.worldSize), others);
         if (m_config.rank >= 0 && m_config.rank < m_config.worldSize)
             r.status[static_cast<std::size_t>(m_config.rank)] = ap.status;

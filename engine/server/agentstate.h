@@ -43,7 +43,7 @@ struct AgentParam
 
 class AgentState final : public StateProvider
 {
-public:
+  public:
     explicit AgentState(AgentConfig config);
 
     // ---- structure (any time; ids are stable once given)
@@ -79,7 +79,10 @@ public:
 
     // ---- StateProvider
     EngineState state() const override;
-    std::uint64_t stateVersion() const override { return m_version.load(std::memory_order_acquire); }
+    std::uint64_t stateVersion() const override
+    {
+        return m_version.load(std::memory_order_acquire);
+    }
     std::string modelName() const override;
     int worldSize() const override { return m_config.worldSize; }
     std::string backend() const override { return m_config.backend; }
@@ -87,7 +90,7 @@ public:
     void setEventSink(EventSink *sink) override { m_sink.store(sink, std::memory_order_release); }
     void setTelemetryEnabled(bool on) override { m_telemetry.store(on, std::memory_order_relaxed); }
 
-private:
+  private:
     void post(EventType type, std::uint8_t flags, std::uint32_t a, std::uint32_t b,
               std::uint64_t u0 = 0, std::uint64_t u1 = 0, std::uint64_t u2 = 0);
     void touch() { m_version.fetch_add(1, std::memory_order_acq_rel); }

@@ -16,7 +16,7 @@ class Engine;
 
 class StateProvider
 {
-public:
+  public:
     virtual ~StateProvider() = default;
 
     // A consistent copy of the whole state; called from the server thread.
@@ -25,7 +25,7 @@ public:
     virtual std::uint64_t stateVersion() const = 0;
     virtual std::string modelName() const = 0;
     virtual int worldSize() const = 0;
-    virtual std::string backend() const = 0;       // "cpu", "nccl", "gloo"
+    virtual std::string backend() const = 0;         // "cpu", "nccl", "gloo"
     virtual std::vector<int> localRanks() const = 0; // the global ranks this process runs
     // Where events go from now on (nullptr: nowhere). The sink outlives the provider's use.
     virtual void setEventSink(EventSink *sink) = 0;
@@ -34,7 +34,7 @@ public:
 
 class EngineStateProvider final : public StateProvider
 {
-public:
+  public:
     explicit EngineStateProvider(Engine &engine) : m_engine(engine) {}
 
     EngineState state() const override;
@@ -46,7 +46,7 @@ public:
     void setEventSink(EventSink *sink) override;
     void setTelemetryEnabled(bool on) override;
 
-private:
+  private:
     Engine &m_engine;
 };
 

@@ -59,7 +59,8 @@ JobIdentity decodeJob(const detail::Json &j, const std::string &where)
     job.worldSize = static_cast<int>(
         detail::asBounded(detail::member(j, "world_size", where), 1 << 16, where + ".world_size"));
     if (job.worldSize < 1) detail::failAt(where + ".world_size", "must be at least 1");
-    const detail::Json &ranks = detail::asArray(detail::member(j, "ranks", where), where + ".ranks");
+    const detail::Json &ranks =
+        detail::asArray(detail::member(j, "ranks", where), where + ".ranks");
     if (ranks.size() > static_cast<std::size_t>(job.worldSize))
         detail::failAt(where + ".ranks", "lists more ranks than world_size");
     for (const detail::Json &r : ranks)

@@ -16,7 +16,7 @@ struct JobIdentity
     std::string id;         // the job's name; the same in every rank process of the job
     std::vector<int> ranks; // the global ranks this process serves (several for CPU threads)
     int worldSize = 1;
-    std::string host;       // this process's host name
+    std::string host; // this process's host name
 };
 
 // The job id, first of: name (--job NAME) when not empty; TORCHELASTIC_RUN_ID (torchrun,

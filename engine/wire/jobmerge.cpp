@@ -51,7 +51,8 @@ Result<Snapshot> mergeJobSnapshots(const std::vector<Snapshot> &parts, const std
                                  [&](const ExternalRecord &x) { return x.module == e.module; }))
                     m.externals.push_back(e);
             for (ModuleId a : p.activeModules)
-                if (std::find(m.activeModules.begin(), m.activeModules.end(), a) == m.activeModules.end())
+                if (std::find(m.activeModules.begin(), m.activeModules.end(), a) ==
+                    m.activeModules.end())
                     m.activeModules.push_back(a);
         }
         localRanks.insert(ps.localRanks.begin(), ps.localRanks.end());

@@ -24,7 +24,8 @@ namespace {
 
 ParamStatus statusFrom(int s)
 {
-    if (s < 0 || s > 2) throw py::value_error("status must be 0 (NOT_AVAILABLE), 1 (INFLIGHT) or 2 (AVAILABLE)");
+    if (s < 0 || s > 2)
+        throw py::value_error("status must be 0 (NOT_AVAILABLE), 1 (INFLIGHT) or 2 (AVAILABLE)");
     return static_cast<ParamStatus>(s);
 }
 
@@ -68,7 +69,7 @@ ModuleId moduleFrom(std::optional<std::uint32_t> m)
 // One agent per process: the provider and the endpoint serving it.
 class Agent
 {
-public:
+  public:
     Agent(const std::string &model, int rank, int worldSize, const std::string &backend,
           bool listen, const std::string &endpoint, const std::string &token,
           const std::string &snapshotOut, std::size_t history, const std::string &job)
@@ -111,7 +112,7 @@ public:
     std::uint64_t dropped() const { return m_inspector->droppedEvents(); }
     std::uint64_t published() const { return m_inspector->publishedEvents(); }
 
-private:
+  private:
     std::unique_ptr<AgentState> m_state; // outlives the inspector that serves it
     std::unique_ptr<Inspector> m_inspector;
 };
@@ -133,35 +134,37 @@ PYBIND11_MODULE(_native, module)
         py::arg("token") = "", py::arg("token_file") = "",
         "The token as every ShardScope executable resolves it: token, token_file, "
         "$SHARDSCOPE_TOKEN, the 0600 file named by $SHARDSCOPE_TOKEN_FILE");
-    module.def("describe_violation",
-          [](const std::string &kind, std::optional<std::string> accessor, const std::string &param,
-             const std::string &owner, int status, const std::string &replaces, bool writes,
-             const std::string &dialect) {
-              ViolationSubject s;
-              bool ok = false;
-              for (auto k : {ViolationKind::UnregisteredAccess, ViolationKind::LateParameter,
-                             ViolationKind::TraceInvalidated,
-                             ViolationKind::GatheredWriteWithoutModifier})
-                  if (violationKindName(k) == kind) {
-                      s.kind = k;
-                      ok = true;
-                  }
-              if (!ok) throw py::value_error("unknown violation kind '" + kind + "'");
-              s.hasAccessor = accessor.has_value();
-              if (accessor) s.accessor = *accessor;
-              s.param = param;
-              s.owner = owner;
-              s.status = statusFrom(status);
-              s.replaces = replaces;
-              s.writes = writes;
-              FixDialect d;
-              if (!parseFixDialect(dialect, d)) throw py::value_error("unknown dialect '" + dialect + "'");
-              const ViolationText t = describeViolation(s, d);
-              return py::make_tuple(t.message, t.fix);
-          },
-          py::arg("kind"), py::arg("accessor"), py::arg("param"), py::arg("owner"),
-          py::arg("status") = 0, py::arg("replaces") = "", py::arg("writes") = false,
-          py::arg("dialect") = "deepspeed");
+    module.def(
+        "describe_violation",
+        [](const std::string &kind, std::optional<std::string> accessor, const std::string &param,
+           const std::string &owner, int status, const std::string &replaces, bool writes,
+           const std::string &dialect) {
+            ViolationSubject s;
+            bool ok = false;
+            for (auto k :
+                 {ViolationKind::UnregisteredAccess, ViolationKind::LateParameter,
+                  ViolationKind::TraceInvalidated, ViolationKind::GatheredWriteWithoutModifier})
+                if (violationKindName(k) == kind) {
+                    s.kind = k;
+                    ok = true;
+                }
+            if (!ok) throw py::value_error("unknown violation kind '" + kind + "'");
+            s.hasAccessor = accessor.has_value();
+            if (accessor) s.accessor = *accessor;
+            s.param = param;
+            s.owner = owner;
+            s.status = statusFrom(status);
+            s.replaces = replaces;
+            s.writes = writes;
+            FixDialect d;
+            if (!parseFixDialect(dialect, d))
+                throw py::value_error("unknown dialect '" + dialect + "'");
+            const ViolationText t = describeViolation(s, d);
+            return py::make_tuple(t.message, t.fix);
+        },
+        py::arg("kind"), py::arg("accessor"), py::arg("param"), py::arg("owner"),
+        py::arg("status") = 0, py::arg("replaces") = "", py::arg("writes") = false,
+        py::arg("dialect") = "deepspeed");
 
     py::class_<Agent>(module, "Agent")
         .def(py::init<const std::string &, int, int, const std::string &, bool, const std::string &,
@@ -173,7 +176,8 @@ PYBIND11_MODULE(_native, module)
         .def_property_readonly("dropped_events", &Agent::dropped)
         .def_property_readonly("published_events", &Agent::published)
         .def("flush", &Agent::flush,
-             "Hands everything recorded to the clients and writes snapshot_out now; returns an error or ''")
+             "Hands everything recorded to the clients and writes snapshot_out now; returns an "
+             "error or ''")
         .def("finish", &Agent::finish)
         .def("ensure_module",
              [](Agent &a, const std::string &path, const std::string &type) {
@@ -187,35 +191,37 @@ PYBIND11_MODULE(_native, module)
                  c.persistenceThreshold = persistence;
                  c.prefetchBucketSize = bucket;
                  c.maxLiveParameters = maxLive;
-                 if (!parseGuardPolicy(guard, c.guard)) throw py::value_error("unknown guard '" + guard + "'");
+                 if (!parseGuardPolicy(guard, c.guard))
+                     throw py::value_error("unknown guard '" + guard + "'");
                  a.state().setConfig(c);
              })
-        .def("set_param",
-             [](Agent &a, std::uint32_t id, const std::string &name, std::uint32_t owner,
-                std::vector<std::int64_t> shape, const std::string &dtype, std::int64_t numel,
-                std::int64_t partitionNumel, std::int64_t paddedNumel, bool persistent,
-                bool partitioned, bool late, int status, const std::string &replaces) {
-                 AgentParam p;
-                 ParamRecord &r = p.record;
-                 r.id = id;
-                 r.name = name;
-                 r.owner = owner;
-                 r.shape = std::move(shape);
-                 r.dtype = dtypeFrom(dtype);
-                 r.numel = numel;
-                 r.partitionNumel = partitionNumel;
-                 r.paddedNumel = paddedNumel;
-                 r.persistent = persistent;
-                 r.partitioned = partitioned;
-                 r.late = late;
-                 r.replaces = replaces;
-                 p.status = statusFrom(status);
-                 a.state().setParam(p);
-             },
-             py::arg("id"), py::arg("name"), py::arg("owner"), py::arg("shape"), py::arg("dtype"),
-             py::arg("numel"), py::arg("partition_numel"), py::arg("padded_numel"),
-             py::arg("persistent"), py::arg("partitioned"), py::arg("late"), py::arg("status"),
-             py::arg("replaces") = "")
+        .def(
+            "set_param",
+            [](Agent &a, std::uint32_t id, const std::string &name, std::uint32_t owner,
+               std::vector<std::int64_t> shape, const std::string &dtype, std::int64_t numel,
+               std::int64_t partitionNumel, std::int64_t paddedNumel, bool persistent,
+               bool partitioned, bool late, int status, const std::string &replaces) {
+                AgentParam p;
+                ParamRecord &r = p.record;
+                r.id = id;
+                r.name = name;
+                r.owner = owner;
+                r.shape = std::move(shape);
+                r.dtype = dtypeFrom(dtype);
+                r.numel = numel;
+                r.partitionNumel = partitionNumel;
+                r.paddedNumel = paddedNumel;
+                r.persistent = persistent;
+                r.partitioned = partitioned;
+                r.late = late;
+                r.replaces = replaces;
+                p.status = statusFrom(status);
+                a.state().setParam(p);
+            },
+            py::arg("id"), py::arg("name"), py::arg("owner"), py::arg("shape"), py::arg("dtype"),
+            py::arg("numel"), py::arg("partition_numel"), py::arg("padded_numel"),
+            py::arg("persistent"), py::arg("partitioned"), py::arg("late"), py::arg("status"),
+            py::arg("replaces") = "")
         .def("remove_param", [](Agent &a, std::uint32_t id) { a.state().removeParam(id); })
         .def("has_param", [](Agent &a, std::uint32_t id) { return a.state().hasParam(id); })
         .def("set_active",
@@ -223,7 +229,8 @@ PYBIND11_MODULE(_native, module)
                  a.state().setActive(id, std::move(modules));
              })
         .def("set_active_many",
-             [](Agent &a, std::vector<std::pair<std::uint32_t, std::vector<std::uint32_t>>> changes) {
+             [](Agent &a,
+                std::vector<std::pair<std::uint32_t, std::vector<std::uint32_t>>> changes) {
                  a.state().setActive(std::move(changes));
              })
         .def("module_enter",
@@ -244,28 +251,25 @@ PYBIND11_MODULE(_native, module)
                 const std::string &reason) {
                  a.state().fetchEnd(p, moduleFrom(cause), bytes, reasonFrom(reason));
              })
-        .def("release",
-             [](Agent &a, std::uint32_t p, std::optional<std::uint32_t> cause, std::uint64_t bytes) {
-                 a.state().release(p, moduleFrom(cause), bytes);
-             })
-        .def("broadcast",
-             [](Agent &a, std::uint32_t p, int root, std::uint64_t bytes) {
-                 a.state().broadcast(p, root, bytes);
-             })
+        .def("release", [](Agent &a, std::uint32_t p, std::optional<std::uint32_t> cause,
+                           std::uint64_t bytes) { a.state().release(p, moduleFrom(cause), bytes); })
+        .def("broadcast", [](Agent &a, std::uint32_t p, int root,
+                             std::uint64_t bytes) { a.state().broadcast(p, root, bytes); })
         .def("register_external",
              [](Agent &a, std::uint32_t m, std::uint32_t p, bool automatic) {
                  a.state().registerExternal(m, p, automatic);
              })
         .def("unregister_external",
              [](Agent &a, std::uint32_t m, std::uint32_t p) { a.state().unregisterExternal(m, p); })
-        .def("unregistered_access",
-             [](Agent &a, std::optional<std::uint32_t> accessor, std::uint32_t p,
-                const std::string &action, bool writes) {
-                 const ViolationText t =
-                     a.state().unregisteredAccess(moduleFrom(accessor), p, actionFrom(action), writes);
-                 return py::make_tuple(t.message, t.fix);
-             },
-             py::arg("accessor"), py::arg("param"), py::arg("action"), py::arg("writes") = false)
+        .def(
+            "unregistered_access",
+            [](Agent &a, std::optional<std::uint32_t> accessor, std::uint32_t p,
+               const std::string &action, bool writes) {
+                const ViolationText t = a.state().unregisteredAccess(moduleFrom(accessor), p,
+                                                                     actionFrom(action), writes);
+                return py::make_tuple(t.message, t.fix);
+            },
+            py::arg("accessor"), py::arg("param"), py::arg("action"), py::arg("writes") = false)
         .def("late_parameter", [](Agent &a, std::uint32_t p) { a.state().lateParameter(p); })
         .def("parameter_adopted", [](Agent &a, std::uint32_t p) { a.state().parameterAdopted(p); })
         .def("trace_invalidated",

@@ -75,7 +75,8 @@ class tst_DeepSpeedAgent : public QObject
         env.remove("SHARDSCOPE_TOKEN");
         p->setProcessEnvironment(env);
         p->start(dsCpu() + "/launch",
-                 QStringList{"--nproc", "2", "--grace", "5", QStringLiteral(SHARDSCOPE_EXAMPLE)} + args);
+                 QStringList{"--nproc", "2", "--grace", "5", QStringLiteral(SHARDSCOPE_EXAMPLE)} +
+                     args);
         return p;
     }
 
@@ -108,7 +109,8 @@ class tst_DeepSpeedAgent : public QObject
                 qWarning("%s: %s", qPrintable(path), decoded.error().c_str());
                 return {};
             }
-            if (decoded->state.worldSize != 2 || decoded->state.localRanks != std::vector<int>{rank})
+            if (decoded->state.worldSize != 2 ||
+                decoded->state.localRanks != std::vector<int>{rank})
                 return {};
             json j = readJson(path);
             const auto problems = shardscope::test::snapshotSchemaProblems(j);
@@ -120,14 +122,18 @@ class tst_DeepSpeedAgent : public QObject
         return out;
     }
 
-private slots:
+  private slots:
     void initTestCase()
     {
         QVERIFY(m_dir.isValid());
         if (!QFileInfo::exists(dsCpu() + "/launch"))
-            m_skip = "no DeepSpeed harness at " + dsCpu() + " (the repository's ../shared/deepspeed-cpu)";
-        else if (QDir(QStringLiteral(SHARDSCOPE_PYTHON_DIR) + "/shardscope").entryList({"_native*.so"}).isEmpty())
-            m_skip = "the shardscope Python module was not built (pybind11-dev and python3-dev: scripts/deps)";
+            m_skip = "no DeepSpeed harness at " + dsCpu() +
+                     " (the repository's ../shared/deepspeed-cpu)";
+        else if (QDir(QStringLiteral(SHARDSCOPE_PYTHON_DIR) + "/shardscope")
+                     .entryList({"_native*.so"})
+                     .isEmpty())
+            m_skip = "the shardscope Python module was not built (pybind11-dev and python3-dev: "
+                     "scripts/deps)";
         else if (QProcess::execute("/usr/bin/python3", {"-c", "import torch"}) != 0)
             m_skip = "Debian's python3 has no torch (python3-torch: scripts/deps)";
         if (!m_skip.isEmpty()) qWarning("skipping: %s", qPrintable(m_skip));
@@ -166,20 +172,24 @@ private slots:
             QCOMPARE(d["backend"].get<std::string>(), std::string("gloo"));
             if (job.isEmpty()) job = QString::fromStdString(d["job"]["id"]);
             QCOMPARE(QString::fromStdString(d["job"]["id"]), job); // one job
-            if (d["job"]["ranks"] == json::array({1})) endpoint = QString::fromStdString(d["endpoint"]);
-            if (d["job"]["ranks"] == json::array({0})) endpoint0 = QString::fromStdString(d["endpoint"]);
+            if (d["job"]["ranks"] == json::array({1}))
+                endpoint = QString::fromStdString(d["endpoint"]);
+            if (d["job"]["ranks"] == json::array({0}))
+                endpoint0 = QString::fromStdString(d["endpoint"]);
         }
         QVERIFY2(!endpoint.isEmpty() && !endpoint0.isEmpty(), "no discovery file for a rank");
         QProcess capture;
-        capture.start(QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope-capture",
-                      {"--attach", endpoint, "--until-step", "3", "--out", m_dir.filePath("capture.json")});
+        capture.start(
+            QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope-capture",
+            {"--attach", endpoint, "--until-step", "3", "--out", m_dir.filePath("capture.json")});
         // The whole job, both rank processes, in one snapshot.
         QProcess jobCapture;
         QProcessEnvironment jobEnv = QProcessEnvironment::systemEnvironment();
         jobEnv.insert("XDG_RUNTIME_DIR", runtime.path());
         jobCapture.setProcessEnvironment(jobEnv);
-        jobCapture.start(QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope-capture",
-                         {"--attach", "job:" + job, "--until-step", "3", "--out", m_dir.filePath("job.json")});
+        jobCapture.start(
+            QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope-capture",
+            {"--attach", "job:" + job, "--until-step", "3", "--out", m_dir.filePath("job.json")});
         // The inspector attaches to rank 0 as to shardscope-train and exports what it shows.
         QProcess gui;
         QProcessEnvironment guiEnv = QProcessEnvironment::systemEnvironment();
@@ -196,7 +206,8 @@ private slots:
         QVERIFY2(jobCapture.exitCode() == 0, jobCapture.readAllStandardError().constData());
         QVERIFY(p->waitForFinished(150000));
         const QString err = QString::fromUtf8(p->readAllStandardError());
-        QVERIFY2(p->exitCode() == 0, qPrintable(err + QString::fromUtf8(p->readAllStandardOutput())));
+        QVERIFY2(p->exitCode() == 0,
+                 qPrintable(err + QString::fromUtf8(p->readAllStandardOutput())));
 
         std::vector<json> snaps = snapshots("tied");
         QCOMPARE(snaps.size(), std::size_t(2));
@@ -215,11 +226,14 @@ private slots:
             QCOMPARE(v[0]["status"].get<std::string>(), std::string("NOT_AVAILABLE"));
             QCOMPARE(v[0]["action"].get<std::string>(), std::string("auto_registered"));
             QCOMPARE(v[0]["fix"].get<std::string>(),
-                     std::string("deepspeed.zero.register_external_parameter(model.lm_head, model.embed.weight)"));
+                     std::string("deepspeed.zero.register_external_parameter(model.lm_head, "
+                                 "model.embed.weight)"));
             const json *embed = findParam(s, "embed.weight");
             QVERIFY(embed);
-            QVERIFY2((*embed)["external_modules"] == json::array({"lm_head"}), (*embed)["external_modules"].dump().c_str());
-            QVERIFY2((*embed)["external_auto_modules"] == json::array({"lm_head"}), (*embed)["external_auto_modules"].dump().c_str());
+            QVERIFY2((*embed)["external_modules"] == json::array({"lm_head"}),
+                     (*embed)["external_modules"].dump().c_str());
+            QVERIFY2((*embed)["external_auto_modules"] == json::array({"lm_head"}),
+                     (*embed)["external_auto_modules"].dump().c_str());
             QCOMPARE((*embed)["partitioned"].get<bool>(), true);
             QVERIFY((*embed)["gather_count"].get<std::uint64_t>() > 0);
             QCOMPARE(s["engine"]["fix_dialect"].get<std::string>(), std::string("deepspeed"));
@@ -227,7 +241,8 @@ private slots:
         // The job's capture: both ranks observed, each rank's violation and statuses.
         const json whole = readJson(m_dir.filePath("job.json"));
         QVERIFY(shardscope::test::snapshotSchemaProblems(whole).empty());
-        QVERIFY2(whole["engine"]["local_ranks"] == json::array({0, 1}), whole["engine"].dump().c_str());
+        QVERIFY2(whole["engine"]["local_ranks"] == json::array({0, 1}),
+                 whole["engine"].dump().c_str());
         const auto jv = violations(whole, "unregistered_access");
         QCOMPARE(jv.size(), std::size_t(2));
         QCOMPARE(jv[0]["rank"].get<int>() + jv[1]["rank"].get<int>(), 1);
@@ -260,15 +275,18 @@ private slots:
             QVERIFY2(s["violations"].empty(), s["violations"].dump().c_str());
             const json *embed = findParam(s, "embed.weight");
             QVERIFY(embed);
-            QVERIFY2((*embed)["external_modules"] == json::array({"lm_head"}), (*embed)["external_modules"].dump().c_str());
-            QVERIFY2((*embed)["external_auto_modules"] == json::array(), (*embed)["external_auto_modules"].dump().c_str());
+            QVERIFY2((*embed)["external_modules"] == json::array({"lm_head"}),
+                     (*embed)["external_modules"].dump().c_str());
+            QVERIFY2((*embed)["external_auto_modules"] == json::array(),
+                     (*embed)["external_auto_modules"].dump().c_str());
             for (const char *name : {"pos_conv.conv.weight_g", "pos_conv.conv.weight_v"}) {
                 const json *p = findParam(s, name);
                 QVERIFY2(p, name);
                 QCOMPARE((*p)["late"].get<bool>(), true);
                 QCOMPARE((*p)["partitioned"].get<bool>(), true);
                 QCOMPARE((*p)["replaces"].get<std::string>(), std::string("pos_conv.conv.weight"));
-                QVERIFY2((*p)["external_modules"] == json::array({"pos_conv"}), (*p)["external_modules"].dump().c_str());
+                QVERIFY2((*p)["external_modules"] == json::array({"pos_conv"}),
+                         (*p)["external_modules"].dump().c_str());
             }
         }
     }
@@ -291,8 +309,10 @@ private slots:
             QVERIFY(v[0]["accessor"].is_null());
             QCOMPARE(v[0]["param"].get<std::string>(), std::string("embed.weight"));
             QCOMPARE(v[0]["status"].get<std::string>(), std::string("NOT_AVAILABLE"));
-            QCOMPARE(v[0]["fix"].get<std::string>(),
-                     std::string("with deepspeed.zero.GatheredParameters(model.embed.weight): <read it here>"));
+            QCOMPARE(
+                v[0]["fix"].get<std::string>(),
+                std::string(
+                    "with deepspeed.zero.GatheredParameters(model.embed.weight): <read it here>"));
         }
     }
 
@@ -313,9 +333,10 @@ private slots:
             QCOMPARE(v.size(), std::size_t(1));
             QVERIFY(v[0]["accessor"].is_null());
             QCOMPARE(v[0]["param"].get<std::string>(), std::string("pos_conv.conv.weight"));
-            QCOMPARE(v[0]["fix"].get<std::string>(),
-                     std::string("with deepspeed.zero.GatheredParameters(model.pos_conv.conv.weight, "
-                                 "modifier_rank=0): <change it here>"));
+            QCOMPARE(
+                v[0]["fix"].get<std::string>(),
+                std::string("with deepspeed.zero.GatheredParameters(model.pos_conv.conv.weight, "
+                            "modifier_rank=0): <change it here>"));
         }
     }
 
@@ -354,12 +375,14 @@ private slots:
             "ssd.install(listen=False)\n"
             "try:\n    ssd.install(listen=False)\nexcept shardscope.ShardScopeError as e:\n"
             "    print('TWICE:', e)\n"
-            "try:\n    ssd.finish(); ssd.install(guard='strict')\nexcept shardscope.ShardScopeError as e:\n"
+            "try:\n    ssd.finish(); ssd.install(guard='strict')\nexcept "
+            "shardscope.ShardScopeError as e:\n"
             "    print('GUARD:', e)\n"
             "import os, tempfile\n"
             "f = tempfile.NamedTemporaryFile('w', delete=False); f.write('secret\\n'); f.close()\n"
             "os.chmod(f.name, 0o644)\n"
-            "try:\n    ssd.install(listen=False, token_file=f.name)\nexcept shardscope.ShardScopeError as e:\n"
+            "try:\n    ssd.install(listen=False, token_file=f.name)\nexcept "
+            "shardscope.ShardScopeError as e:\n"
             "    print('TOKEN:', e)\n"
             "os.unlink(f.name)\n");
         QProcess p;
@@ -371,13 +394,17 @@ private slots:
         QVERIFY(p.waitForFinished(120000));
         const QString out = QString::fromUtf8(p.readAllStandardOutput());
         QVERIFY2(p.exitCode() == 0, qPrintable(out + p.readAllStandardError()));
-        QVERIFY2(out.contains("VERSION: shardscope.deepspeed observes DeepSpeed's ZeRO-3 internals, "
-                              "and knows DeepSpeed 0.14.5; this is DeepSpeed 0.15.1"),
+        QVERIFY2(
+            out.contains("VERSION: shardscope.deepspeed observes DeepSpeed's ZeRO-3 internals, "
+                         "and knows DeepSpeed 0.14.5; this is DeepSpeed 0.15.1"),
+            qPrintable(out));
+        QVERIFY2(out.contains("TWICE: shardscope.deepspeed.install() was already called"),
                  qPrintable(out));
-        QVERIFY2(out.contains("TWICE: shardscope.deepspeed.install() was already called"), qPrintable(out));
-        QVERIFY2(out.contains("GUARD: guard='strict': use one of 'warn', 'error'"), qPrintable(out));
+        QVERIFY2(out.contains("GUARD: guard='strict': use one of 'warn', 'error'"),
+                 qPrintable(out));
         // The token file is checked as every ShardScope executable checks it.
-        QVERIFY2(out.contains("TOKEN: the ShardScope token:") && out.contains("chmod 600"), qPrintable(out));
+        QVERIFY2(out.contains("TOKEN: the ShardScope token:") && out.contains("chmod 600"),
+                 qPrintable(out));
     }
 };
 

@@ -24,7 +24,7 @@ namespace {
 // A sink that keeps what it is given.
 class Recorder final : public EventSink
 {
-public:
+  public:
     void write(const Event &ev) noexcept override { events.push_back(ev); }
     std::vector<Event> events;
 };
@@ -49,7 +49,7 @@ class tst_AgentState : public QObject
 {
     Q_OBJECT
 
-private slots:
+  private slots:
     void modulesAndEvents()
     {
         AgentConfig cfg;
@@ -66,11 +66,12 @@ private slots:
         s.setParam(param(0, "embed.weight", embed));
         s.fetchBegin(0, head, 2368, FetchReason::Guard);
         EngineState st = s.state();
-        QCOMPARE(st.modules.size(), std::size_t(5)); // root, pos_conv, pos_conv.conv, embed, lm_head
+        QCOMPARE(st.modules.size(),
+                 std::size_t(5)); // root, pos_conv, pos_conv.conv, embed, lm_head
         QCOMPARE(st.modules[2].path, std::string("pos_conv.conv"));
         QCOMPARE(st.modules[2].parent, st.modules[1].id);
-        QCOMPARE(st.params[0].status, (std::vector<ParamStatus>{ParamStatus::NotAvailable,
-                                                                ParamStatus::Inflight}));
+        QCOMPARE(st.params[0].status,
+                 (std::vector<ParamStatus>{ParamStatus::NotAvailable, ParamStatus::Inflight}));
         s.fetchEnd(0, head, 2368, FetchReason::Guard);
         s.release(0, head, 2368);
         st = s.state();
@@ -99,8 +100,9 @@ private slots:
         s.setParam(param(0, "embed.weight", embed));
         s.stepBegin();
         const ViolationText t = s.unregisteredAccess(head, 0, GuardAction::AutoRegistered, false);
-        QCOMPARE(t.fix, std::string("deepspeed.zero.register_external_parameter(model.blocks[0].lm_head, "
-                                    "model.embed.weight)"));
+        QCOMPARE(t.fix,
+                 std::string("deepspeed.zero.register_external_parameter(model.blocks[0].lm_head, "
+                             "model.embed.weight)"));
         s.unregisteredAccess(head, 0, GuardAction::AutoRegistered, false); // same step: once
         s.stepEnd(1.5);
         s.stepBegin();
@@ -117,9 +119,11 @@ private slots:
             accesses += e.type == EventType::UnregisteredAccess;
         QCOMPARE(accesses, 2);
         // A read outside any module, at build time (it changes the parameter).
-        const ViolationText outside = s.unregisteredAccess(kNoModule, 0, GuardAction::Recorded, true);
-        QCOMPARE(outside.fix, std::string("with deepspeed.zero.GatheredParameters(model.embed.weight, "
-                                          "modifier_rank=0): <change it here>"));
+        const ViolationText outside =
+            s.unregisteredAccess(kNoModule, 0, GuardAction::Recorded, true);
+        QCOMPARE(outside.fix,
+                 std::string("with deepspeed.zero.GatheredParameters(model.embed.weight, "
+                             "modifier_rank=0): <change it here>"));
         s.setEventSink(nullptr);
     }
 

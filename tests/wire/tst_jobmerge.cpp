@@ -19,14 +19,15 @@ wire::Snapshot part(int rank)
     st.worldSize = 2;
     st.step = static_cast<std::uint32_t>(3 + rank);
     st.localRanks = {rank};
-    st.modules = {ModuleRecord{0, "", "TinyLM", kNoModule}, ModuleRecord{1, "embed", "Embedding", 0},
-                  ModuleRecord{2, "lm_head", "Head", 0}};
+    st.modules = {ModuleRecord{0, "", "TinyLM", kNoModule},
+                  ModuleRecord{1, "embed", "Embedding", 0}, ModuleRecord{2, "lm_head", "Head", 0}};
     ParamRecord p;
     p.id = 0;
     p.name = "embed.weight";
     p.owner = 1;
     p.status = {ParamStatus::NotAvailable, ParamStatus::NotAvailable};
-    p.status[static_cast<std::size_t>(rank)] = rank == 0 ? ParamStatus::Available : ParamStatus::Inflight;
+    p.status[static_cast<std::size_t>(rank)] =
+        rank == 0 ? ParamStatus::Available : ParamStatus::Inflight;
     p.gatherCount = 2;
     p.gatherBytes = 100;
     p.externals = {ExternalRecord{2, true}};
@@ -52,7 +53,7 @@ class tst_JobMerge : public QObject
 {
     Q_OBJECT
 
-private slots:
+  private slots:
     void ranksComeFromTheirProcess()
     {
         auto merged = wire::mergeJobSnapshots({part(0), part(1)}, "j");
