@@ -29,30 +29,32 @@ ParamStatus statusFrom(int s)
     return static_cast<ParamStatus>(s);
 }
 
+// A name of core/types.h's tables back to its value (the names are said once, there).
+template <typename E>
+E fromName(const std::string &name, std::string_view (*nameOf)(E), int count, const char *what)
+{
+    std::string known;
+    for (int i = 0; i < count; ++i) {
+        const E value = static_cast<E>(i);
+        if (nameOf(value) == name) return value;
+        known += (known.empty() ? "'" : ", '") + std::string(nameOf(value)) + "'";
+    }
+    throw py::value_error(std::string("unknown ") + what + " '" + name + "'; one of " + known);
+}
+
 FetchReason reasonFrom(const std::string &r)
 {
-    if (r == "forward") return FetchReason::Forward;
-    if (r == "backward") return FetchReason::Backward;
-    if (r == "prefetch") return FetchReason::Prefetch;
-    if (r == "gathered_parameters") return FetchReason::GatheredParameters;
-    if (r == "guard") return FetchReason::Guard;
-    throw py::value_error("unknown fetch reason '" + r + "'");
+    return fromName(r, fetchReasonName, 5, "fetch reason");
 }
 
 Phase phaseFrom(const std::string &p)
 {
-    if (p == "forward") return Phase::Forward;
-    if (p == "backward") return Phase::Backward;
-    throw py::value_error("phase must be 'forward' or 'backward'");
+    return fromName(p, phaseName, 2, "phase");
 }
 
 GuardAction actionFrom(const std::string &a)
 {
-    if (a == "error") return GuardAction::Raised;
-    if (a == "gathered") return GuardAction::Gathered;
-    if (a == "auto_registered") return GuardAction::AutoRegistered;
-    if (a == "recorded") return GuardAction::Recorded;
-    throw py::value_error("unknown guard action '" + a + "'");
+    return fromName(a, guardActionName, 4, "guard action");
 }
 
 DType dtypeFrom(const std::string &d)
