@@ -92,7 +92,8 @@ ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
                     ", modifier_rank=0): <create " + paramCode + ">; then " + ns +
                     "register_external_parameter(" + module + ", " + paramCode + ")";
         else
-            t.fix = "create " + paramCode + " inside " + ns + "zero.Init, or adopt it, then " + ns +
+            t.fix = "create " + paramCode + " inside " +
+                    (ds ? "deepspeed.zero.Init" : "zero.Init") + ", or adopt it, then " + ns +
                     "register_external_parameter(" + module + ", " + paramCode + ")";
         t.message = "`" + param + "` was created in `" + owner +
                     "` after the model was partitioned" +

@@ -145,6 +145,16 @@ class tst_AgentState : public QObject
                  st.violations[0].fix.c_str());
         QCOMPARE(st.params[0].late, true);
         QCOMPARE(st.params[0].partitioned, false);
+        // What it replaced unknown: the fix line still names only real code.
+        ViolationSubject unknown;
+        unknown.kind = ViolationKind::LateParameter;
+        unknown.param = "conv.weight_g";
+        unknown.owner = "conv";
+        QCOMPARE(
+            describeViolation(unknown, FixDialect::DeepSpeed).fix,
+            std::string(
+                "create model.conv.weight_g inside deepspeed.zero.Init, or adopt it, then "
+                "deepspeed.zero.register_external_parameter(model.conv, model.conv.weight_g)"));
 
         AgentState adopted(AgentConfig{});
         const ModuleId c2 = adopted.ensureModule("pos_conv.conv", "Conv1d");
