@@ -1,15 +1,22 @@
 """What the DeepSpeed agent costs a real ZeRO-3 step: world 2 (gloo, CPU), the harness's small
-model (python/examples/deepspeed_stories.py), without the agent vs with the agent and a
-client attached (shardscope-capture on rank 0), in alternating runs of one benchmark
-(ABAB...), so that machine drift hits both sides alike. Prints a Markdown table: median step
-time of each run, the ratio of each B to its A, and the median of the ratios; then where the
-agent's time goes (cProfile of rank 0 in one extra run, agent functions only).
+model (python/examples/deepspeed_stories.py), with a client attached (shardscope-capture on
+rank 0).
 
-    /usr/bin/python3 bench/bench_deepspeed_agent.py --build build [--pairs 3] [--steps 300]
+1. Step by step, within one run (the figure): the agent is paused and resumed between steps
+   (shardscope.deepspeed.pause/resume: paused, DeepSpeed runs its own code), in pairs
+   observed-paused, paused-observed, ...; each pair's ratio observed / paused, for wall time,
+   rank 0's training-thread CPU time and its whole process's CPU time (the agent's server
+   thread included); geometric mean over all pairs of all runs with its 95 % interval.
+2. Runs without the agent vs with it (ABAB...), median step time of each run: what a paused
+   agent and its idle server leave, which 1. cannot see (skip with --pairs 0).
+3. Where the agent's time goes: cProfile of rank 0 in one more run, agent functions only.
+
+    /usr/bin/python3 bench/bench_deepspeed_agent.py --build build [--runs 3] [--pairs 3]
 """
 import argparse
 import glob
 import json
+import math
 import os
 import platform
 import pstats
@@ -38,12 +45,14 @@ def machine():
     return f"{cpu}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}, {platform.python_version()}"
 
 
-def run(args, build, tmp, name, agent, profile=False, client=True):
+def run(args, build, tmp, name, agent, profile=False, client=True, toggle=0, steps=None):
     env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"), XDG_RUNTIME_DIR=tmp)
     timing = os.path.join(tmp, f"{name}.rank{{rank}}.txt")
     cmd = [os.path.join(DS_CPU, "launch"), "--nproc", "2", EXAMPLE, "--externals", "manual",
-           "--weight-norm", "workaround", "--steps", str(args.steps), "--timing", timing,
+           "--weight-norm", "workaround", "--steps", str(steps or args.steps), "--timing", timing,
            "--hidden", str(args.hidden)]
+    if toggle:
+        cmd += ["--toggle", str(toggle)]
     if not agent:
         cmd.append("--no-agent")
     if profile:
@@ -71,14 +80,45 @@ def run(args, build, tmp, name, agent, profile=False, client=True):
         capture.wait(timeout=60)
     if proc.returncode != 0:
         sys.exit(f"bench: run {name} failed:\n{err.decode()[-3000:]}")
-    steps = [float(x) for x in open(timing.replace("{rank}", "0")).read().split()]
-    return statistics.median(steps[args.warmup:])
+    rows = [line.split() for line in open(timing.replace("{rank}", "0")) if line.strip()]
+    rows = [(float(w), float(c), float(p), int(o)) for w, c, p, o in rows]
+    if toggle:
+        return rows
+    return statistics.median(r[0] for r in rows[args.warmup:])
+
+
+def log_pairs(rows, warmup, toggle):
+    """Per pair of blocks (one observed, one paused, adjacent): log(observed / paused) of the
+    blocks' medians, for each of the three measures."""
+    out = ([], [], [])
+    block = lambda b: rows[b * toggle:(b + 1) * toggle]
+    first = (warmup + 2 * toggle - 1) // (2 * toggle) * 2  # the first whole pair after warm-up
+    for b in range(first, len(rows) // toggle - 1, 2):
+        x, y = block(b), block(b + 1)
+        on, off = (x, y) if x[0][3] else (y, x)
+        if not on[0][3] or off[0][3]:
+            sys.exit("bench: the timing file's observed flags do not alternate as expected")
+        for m in range(3):
+            a = statistics.median(r[m] for r in on)
+            z = statistics.median(r[m] for r in off)
+            if a > 0 and z > 0:
+                out[m].append(math.log(a / z))
+    return out
+
+
+def interval(logs):
+    mean = statistics.fmean(logs)
+    half = 1.96 * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
-    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=3, help="runs of the step-by-step measure")
+    parser.add_argument("--toggled-steps", type=int, default=600)
+    parser.add_argument("--toggle", type=int, default=1, help="steps per observed/paused block")
+    parser.add_argument("--pairs", type=int, default=3, help="ABAB pairs of runs (0: skip)")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--hidden", type=int, default=16)
@@ -86,7 +126,37 @@ def main():
                         help="B runs the agent with no client attached (what the client costs)")
     args = parser.parse_args()
     print(f"Machine: {machine()}")
-    print(f"DeepSpeed 0.14.5 ZeRO-3, world 2 over gloo, {args.steps} steps per run "
+    with tempfile.TemporaryDirectory() as tmp:
+        print(f"#### Step by step: the agent paused and resumed within one run\n\n"
+              f"DeepSpeed 0.14.5 ZeRO-3, world 2 over gloo, hidden {args.hidden}, agent + "
+              f"shardscope-capture on rank 0; {args.runs} runs of {args.toggled_steps} steps, "
+              f"observed and paused in alternate blocks of {args.toggle} step(s) (pairs "
+              f"on-off, off-on, ...), the first {args.warmup} steps not counted; per pair "
+              f"observed / paused of rank 0's block medians; geometric mean over all pairs "
+              f"with its 95 % interval\n")
+        logs = ([], [], [])
+        cpu_frac = []
+        for i in range(args.runs):
+            rows = run(args, args.build, tmp, f"t{i}", agent=True, toggle=args.toggle,
+                       steps=args.toggled_steps)
+            for m, l in enumerate(log_pairs(rows, args.warmup, args.toggle)):
+                logs[m].extend(l)
+        names = ("wall time of a step", "training thread's CPU time",
+                 "process CPU time (training thread, agent's server, torch's threads)")
+        print("| measure (rank 0) | observed / paused, 95 % interval | pairs |")
+        print("|---|---|---|")
+        for m in range(3):
+            g, lo, hi = interval(logs[m])
+            print(f"| {names[m]} | **{g:.4f}** ({lo:.4f}-{hi:.4f}) | {len(logs[m])} |")
+        g, lo, hi = interval(logs[0])
+        verdict = ("met (the whole interval lies below 1.05)" if hi <= 1.05 else
+                   "**missed** (the interval lies above 1.05)" if lo > 1.05 else
+                   "**not resolved** (the interval contains 1.05)")
+        print(f"\nTarget <= 5 % on wall time: {verdict}.\n", flush=True)
+    if args.pairs <= 0:
+        return
+    print(f"#### Runs without the agent against runs with it\n\n"
+          f"DeepSpeed 0.14.5 ZeRO-3, world 2 over gloo, {args.steps} steps per run "
           f"(first {args.warmup} not counted), hidden {args.hidden}; B = agent"
           f"{'' if args.no_client else ' + shardscope-capture on rank 0'}\n")
     print(f"| pair | A: no agent, median step | B: agent{'' if args.no_client else ' + client'}, median step | B / A |")

@@ -143,6 +143,14 @@ void AgentState::setActive(std::vector<std::pair<ParamId, std::vector<ModuleId>>
     touch();
 }
 
+void AgentState::setStatuses(const std::vector<std::pair<ParamId, ParamStatus>> &statuses)
+{
+    std::lock_guard lock(m_mutex);
+    for (const auto &[id, status] : statuses)
+        if (AgentParam *ap = findLocked(id)) ap->status = status;
+    touch();
+}
+
 AgentParam *AgentState::findLocked(ParamId id)
 {
     auto it = m_params.find(id);
@@ -203,6 +211,19 @@ void AgentState::release(ParamId p, ModuleId cause, std::uint64_t bytes)
         touch();
     }
     post(EventType::Release, 0, p, cause, bytes);
+}
+
+void AgentState::statusChanged(ParamId p, ParamStatus from, ParamStatus to, ModuleId cause,
+                               std::uint64_t bytes, FetchReason reason)
+{
+    if (to == ParamStatus::NotAvailable) {
+        if (from != ParamStatus::NotAvailable) release(p, cause, bytes);
+    } else if (to == ParamStatus::Inflight) {
+        if (from == ParamStatus::NotAvailable) fetchBegin(p, cause, bytes, reason);
+    } else if (from != ParamStatus::Available) {
+        if (from == ParamStatus::NotAvailable) fetchBegin(p, cause, bytes, reason);
+        fetchEnd(p, cause, bytes, reason);
+    }
 }
 
 void AgentState::broadcast(ParamId p, int root, std::uint64_t bytes)
@@ -367,12 +388,11 @@ ViolationText AgentState::traceInvalidated(std::optional<ModuleId> expected, Mod
     return text;
 }
 
-void AgentState::stepBegin()
+void AgentState::stepBegin(std::uint32_t step)
 {
-    std::vector<ViolationRecord> late;
     {
         std::lock_guard lock(m_mutex);
-        ++m_step;
+        m_step = step > m_step ? step : m_step + 1;
         m_inStep = true;
         m_thisStep.clear();
         // A step that starts with late parameters DeepSpeed never partitioned.

@@ -57,6 +57,8 @@ class AgentState final : public StateProvider
     bool hasParam(ParamId id) const;
     void setActive(ParamId id, std::vector<ModuleId> modules);
     void setActive(std::vector<std::pair<ParamId, std::vector<ModuleId>>> changes); // one lock
+    // Statuses as they are now, without events: what changed while observation was paused.
+    void setStatuses(const std::vector<std::pair<ParamId, ParamStatus>> &statuses);
 
     // ---- events (the training thread)
     void moduleEnter(ModuleId m, Phase phase);
@@ -64,6 +66,11 @@ class AgentState final : public StateProvider
     void fetchBegin(ParamId p, ModuleId cause, std::uint64_t bytes, FetchReason reason);
     void fetchEnd(ParamId p, ModuleId cause, std::uint64_t bytes, FetchReason reason);
     void release(ParamId p, ModuleId cause, std::uint64_t bytes);
+    // A ds_status assignment seen by the agent, as events: →NOT_AVAILABLE is a release,
+    // NOT_AVAILABLE→INFLIGHT a fetch_begin, →AVAILABLE from NOT_AVAILABLE both fetch events
+    // (a synchronous gather), from INFLIGHT a fetch_end; anything else changes nothing.
+    void statusChanged(ParamId p, ParamStatus from, ParamStatus to, ModuleId cause,
+                       std::uint64_t bytes, FetchReason reason);
     void broadcast(ParamId p, int root, std::uint64_t bytes);
     void registerExternal(ModuleId m, ParamId p, bool automatic);
     void unregisterExternal(ModuleId m, ParamId p);
@@ -73,7 +80,9 @@ class AgentState final : public StateProvider
     void lateParameter(ParamId p);
     void parameterAdopted(ParamId p);
     ViolationText traceInvalidated(std::optional<ModuleId> expected, ModuleId got, Phase phase);
-    void stepBegin();
+    // step: the step that begins (1-based; DeepSpeed's global_steps + 1), so that steps run
+    // while observation was paused keep the numbering; 0: the previous step + 1.
+    void stepBegin(std::uint32_t step = 0);
     void stepEnd(double loss);
     std::uint32_t step() const;
 

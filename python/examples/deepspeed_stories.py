@@ -91,7 +91,11 @@ def main():
     parser.add_argument("--no-agent", action="store_true", help="run without ShardScope")
     parser.add_argument("--hold", type=float, default=0.0,
                         help="seconds to wait after the last step (for a client to attach)")
-    parser.add_argument("--timing", default="", help="write each step's seconds to this file ({rank})")
+    parser.add_argument("--timing", default="",
+                        help="write each step's wall seconds, this thread's CPU seconds, the process's "
+                        "CPU seconds and whether the agent observed it (1/0) to this file ({rank})")
+    parser.add_argument("--toggle", type=int, default=0, metavar="K",
+                        help="pause and resume the agent every K steps (what it costs, within one run)")
     parser.add_argument("--hidden", type=int, default=16)
     parser.add_argument("--profile", default="", help="cProfile rank 0's training loop into this file")
     args = parser.parse_args()
@@ -121,13 +125,19 @@ def main():
             profiler = cProfile.Profile()
             profiler.enable()
         for step in range(args.steps):
-            began = time.perf_counter()
+            observed = True
+            if args.toggle and not args.no_agent:
+                block = step // args.toggle  # blocks in pairs: on off, off on, on off, ...
+                observed = block % 2 == (block // 2) % 2
+                (shardscope.deepspeed.resume if observed else shardscope.deepspeed.pause)()
+            began, cpu, process_cpu = time.perf_counter(), time.thread_time(), time.process_time()
             ids = torch.randint(0, vocab, (4, 8), generator=g)
             logits = engine.module(ids) if args.call_module else engine(ids)
             loss = F.cross_entropy(logits[:, :-1].reshape(-1, vocab), ids[:, 1:].reshape(-1))
             engine.backward(loss)
             engine.step()
-            times.append(time.perf_counter() - began)
+            times.append((time.perf_counter() - began, time.thread_time() - cpu,
+                          time.process_time() - process_cpu, int(observed and not args.no_agent)))
             if args.read_outside:  # story 1: the embedding read in the training loop
                 probe = torch.ones(2, vocab)
                 probe.mm(engine.module.embed.weight)
@@ -137,7 +147,7 @@ def main():
             profiler.dump_stats(args.profile)
         if args.timing:
             with open(args.timing.replace("{rank}", str(rank)), "w") as f:
-                f.write("\n".join(f"{t:.9f}" for t in times) + "\n")
+                f.write("".join(f"{w:.9f} {c:.9f} {p:.9f} {o}\n" for w, c, p, o in times))
         if args.hold > 0:
             time.sleep(args.hold)
     finally:

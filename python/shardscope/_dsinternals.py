@@ -31,6 +31,7 @@ What is observed where (DeepSpeed 0.14.5):
 - ``deepspeed.initialize``: the engine to attach to.
 """
 
+import weakref
 from collections import OrderedDict
 
 KNOWN_VERSIONS = ("0.14.5",)
@@ -64,26 +65,38 @@ def status_number(ds_status):
     return STATUS_NAMES.get(getattr(ds_status, "name", ""), 0)
 
 
-def is_not_available(param):
-    status = param.__dict__.get("ds_status")
-    return status is not None and status.name == "NOT_AVAILABLE"
+def status_members():
+    """ZeroParamStatus's NOT_AVAILABLE, INFLIGHT, AVAILABLE: the native hot path compares
+    statuses with them by identity."""
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+    by_number = sorted(ZeroParamStatus, key=lambda m: STATUS_NAMES[m.name])
+    return tuple(by_number)
 
 
 class _Patches:
-    """Originals of everything patched, so that uninstall() restores them."""
+    """Originals of everything patched, so that uninstall() restores them and pause() can
+    take the patches out of DeepSpeed's path for a while."""
 
     def __init__(self):
-        self._saved = []
+        self._saved = []  # (owner, name, original, replacement)
 
     def replace(self, owner, name, new):
         if not hasattr(owner, name):
             return  # a re-export this version does not have
-        self._saved.append((owner, name, owner.__dict__.get(name, getattr(owner, name))))
+        self._saved.append((owner, name, owner.__dict__.get(name, getattr(owner, name)), new))
         setattr(owner, name, new)
 
-    def restore(self):
-        for owner, name, old in reversed(self._saved):
+    def unapply(self):
+        for owner, name, old, _ in reversed(self._saved):
             setattr(owner, name, old)
+
+    def apply(self):
+        for owner, name, _, new in self._saved:
+            setattr(owner, name, new)
+
+    def restore(self):
+        self.unapply()
         self._saved.clear()
 
 
@@ -104,20 +117,17 @@ def install(observer):
     Coordinator = coordinator_mod.PartitionedParameterCoordinator
     Gathered = partition_parameters.GatheredParameters
     Engine = ds_engine.DeepSpeedEngine
-    observed_classes = {}
+    NOT_AVAILABLE = partition_parameters.ZeroParamStatus.NOT_AVAILABLE
 
-    class StatusSetter:
-        """ds_status, observed: a data descriptor with only __set__, so reads stay the
-        instance-dict lookup they were (at C speed) and every assignment is seen."""
+    def is_not_available(param):
+        return param.__dict__.get("ds_status") is NOT_AVAILABLE
 
-        def __set__(self, param, value):
-            d = param.__dict__
-            old = d.get("ds_status")
-            d["ds_status"] = value
-            if old is not value:
-                observer.on_status(param, old, value)
+    observed_classes = {}  # a parameter class -> its observed subclass
+    observed_params = {}  # id(param) -> weak reference, every parameter given that subclass
 
-    status_setter = StatusSetter()
+    # ds_status, observed: a data descriptor with only __set__ (native: HotPath), so reads
+    # stay the instance-dict lookup they were and every assignment is seen.
+    status_setter = observer.hot.status_descriptor()
 
     def observed_class(cls):
         """cls whose ds_status assignments reach the observer (only converted parameters,
@@ -133,6 +143,27 @@ def install(observer):
 
     def adopt_param(param):
         param.__class__ = observed_class(type(param))
+        observed_params[id(param)] = weakref.ref(param)
+
+    def pause():
+        """DeepSpeed's own code again: every patch out, every parameter of its own class."""
+        patches.unapply()
+        bases = {observed: base for base, observed in observed_classes.items()}
+        for key, ref in list(observed_params.items()):
+            param = ref()
+            if param is None:
+                del observed_params[key]
+            elif type(param) in bases:
+                param.__class__ = bases[type(param)]
+
+    def resume():
+        patches.apply()
+        for key, ref in list(observed_params.items()):
+            param = ref()
+            if param is None:
+                del observed_params[key]
+            else:
+                param.__class__ = observed_class(type(param))
 
     # ---- zero.Init: conversion, modules built, end of the context
     zero_init_param = Init._zero_init_param
@@ -215,24 +246,13 @@ def install(observer):
         patches.replace(owner, "unregister_external_parameter", unregister_external_parameter)
 
     # ---- module scopes
-    for name, phase, begin in (("pre_sub_module_forward_function", "forward", True),
-                               ("post_sub_module_forward_function", "forward", False),
-                               ("pre_sub_module_backward_function", "backward", True),
-                               ("post_sub_module_backward_function", "backward", False)):
-        original = getattr(Offload, name)
-
-        def hook(self, sub_module, _original=original, _phase=phase, _begin=begin):
-            if _begin:
-                observer.on_module_enter(sub_module, _phase)
-                try:
-                    return _original(self, sub_module)
-                finally:
-                    observer.on_module_fetched(sub_module, _phase)
-            try:
-                return _original(self, sub_module)
-            finally:
-                observer.on_module_exit(sub_module, _phase)
-
+    # (native hooks: HotPath keeps the scope stack and the fetching module's own parameters)
+    forward_phase, backward_phase = observer.PHASES["forward"], observer.PHASES["backward"]
+    for name, phase, begin in (("pre_sub_module_forward_function", forward_phase, True),
+                               ("post_sub_module_forward_function", forward_phase, False),
+                               ("pre_sub_module_backward_function", backward_phase, True),
+                               ("post_sub_module_backward_function", backward_phase, False)):
+        hook = observer.hot.scope_hook(getattr(Offload, name), phase, begin)
         patches.replace(Offload, name, hook)
 
     # ---- trace invalidation (the coordinator's private trace); trace_prologue calls it for
@@ -321,6 +341,9 @@ def install(observer):
         patches.restore()
 
     observer.ds_adopt_param = adopt_param
+    observer.ds_is_not_available = is_not_available
+    observer.ds_pause = pause
+    observer.ds_resume = resume
     observer.ds_iter_params = coordinator_mod.iter_params
     observer.ds_fwd_module_stack = parameter_offload.FWD_MODULE_STACK
     observer.ds_torch = torch

@@ -36,7 +36,7 @@ import sys
 from . import ShardScopeError, UnregisteredAccessError
 from . import _dsinternals as _ds
 
-__all__ = ["install", "attach", "finish", "inspect", "agent"]
+__all__ = ["install", "attach", "finish", "inspect", "agent", "pause", "resume", "paused"]
 
 _GUARDS = ("warn", "error")
 # What a client attaching before the model exists is told, in the model's name.
@@ -104,6 +104,35 @@ def inspect(**options):
         yield a
     finally:
         finish()
+
+
+def pause():
+    """Stops observing until resume(), between training steps: DeepSpeed runs its own code
+    again (every patch out, parameters of their own class), so paused steps cost nothing.
+    Clients stay attached; what happens meanwhile is not recorded, step numbers go on with
+    DeepSpeed's, and resume() brings every parameter's status up to date. For parts of a run
+    nobody needs to see (evaluation, long stretches of a healthy run), and to measure what
+    the agent costs within one run (bench/bench_deepspeed_agent.py)."""
+    if _agent is None:
+        raise ShardScopeError("call shardscope.deepspeed.install() before pause()")
+    _agent.pause()
+
+
+def resume():
+    """Observes again after pause()."""
+    if _agent is None:
+        raise ShardScopeError("call shardscope.deepspeed.install() before resume()")
+    _agent.resume()
+
+
+@contextlib.contextmanager
+def paused():
+    """``with paused():`` pause() on entry, resume() on exit (also when it raises)."""
+    pause()
+    try:
+        yield
+    finally:
+        resume()
 
 
 def _read_token(token, token_file):
@@ -206,6 +235,7 @@ class _Suspects:
 
             self.mode = SuspectReads()
             self.mode.__enter__()
+        self.agent.hot.slow = True  # scopes and gathers must close or discard suspects
 
     def find(self, args, kwargs):
         for value in (*args, *kwargs.values()):
@@ -220,7 +250,7 @@ class _Suspects:
     def used(self, hit):
         param, accessor = hit
         self.params.pop(id(param), None)
-        if _ds.is_not_available(param):
+        if self.agent.ds_is_not_available(param):
             with self.paused():
                 self.agent.record_access(accessor, param, automatic=False)
 
@@ -231,6 +261,7 @@ class _Suspects:
     def close(self):
         """Leaves the mode once nothing is suspect (never from inside the mode's callback)."""
         self.params.clear()
+        self.agent.hot.slow = False
         if self.mode is not None:
             mode, self.mode = self.mode, None
             try:
@@ -258,13 +289,15 @@ class _Agent:
                                         history=history, job=job or "")
         except RuntimeError as e:
             raise ShardScopeError(f"the ShardScope endpoint could not start: {e}") from None
+        # The per-event path (ds_status assignments, module scopes) runs in C++: hotpath.h.
+        self.PHASES = dict(_native.PHASES)
+        self.PHASE_NAMES = {number: name for name, number in self.PHASES.items()}
+        self.hot = _native.HotPath(self.native, self, *_ds.status_members())
+        self.active_sent = {}  # ds_id -> the active sub-modules last sent
+        self.params_by_id = {}  # ds_id -> published parameter
         self.model_name = model_name
         self.engine = None
         self.root = None
-        self.stack = []  # (module, phase) of the scopes DeepSpeed's hooks opened
-        self.fetching = None  # (module, phase, ids of its own and registered params)
-        self.gathered = 0  # depth of GatheredParameters scopes being entered
-        self.auto = 0  # depth of DeepSpeed's automatic registration
         self.built = []  # modules built under zero.Init, in build order
         self.converted = {}  # ds_id -> param, every parameter DeepSpeed converted
         self.late = {}  # id(param) -> provisional id, late parameters not yet adopted
@@ -275,9 +308,10 @@ class _Agent:
         self.ds_ids_of_modules = {}  # DeepSpeed's module.id -> our module id
         self.paths = {}  # our module id -> dotted path
         self.published = set()  # ds_ids the native state lists
-        self.active_dirty = {}  # ds_id -> param whose status changed since flush_active
+        self.active_dirty = {}  # ds_id -> param to sample in flush_active (with hot.take_dirty())
         self.suspects = _Suspects(self)
         self.closed = False
+        self.paused = None  # while paused: ds_id -> ds_status at pause()
         try:
             self.uninstall = _ds.install(self)
         except BaseException:
@@ -287,6 +321,24 @@ class _Agent:
         self._chain_sigterm()
 
     # ------------------------------------------------------------------ lifecycle
+    @property
+    def gathered(self):
+        """Depth of GatheredParameters scopes being entered or exited (kept by HotPath)."""
+        return self.hot.gathered
+
+    @gathered.setter
+    def gathered(self, depth):
+        self.hot.gathered = depth
+
+    @property
+    def auto(self):
+        """Depth of DeepSpeed's automatic registration (kept by HotPath)."""
+        return self.hot.auto
+
+    @auto.setter
+    def auto(self, depth):
+        self.hot.auto = depth
+
     @property
     def endpoint(self):
         return self.native.endpoint
@@ -319,12 +371,45 @@ class _Agent:
         self.suspects.close()
         self.flush_active()
         try:
+            if self.paused is None:
+                self.ds_pause()  # parameters of their own class again, not only the patches out
             self.uninstall()
         finally:
             try:
                 self.native.finish()
             except RuntimeError as e:
                 print(f"shardscope: {e}", file=sys.stderr)
+
+    def pause(self):
+        if self.paused is not None or self.closed:
+            return
+        if self.engine is None:
+            raise ShardScopeError("pause() is for the training loop: call it after "
+                                  "deepspeed.initialize, so that the model is seen being built")
+        if self.hot.depth or self.in_step or self.gathered or self.auto:
+            raise ShardScopeError("pause() between training steps (after engine.step() and "
+                                  "before the next forward), not inside one")
+        self.suspects.close()
+        self.flush_active()
+        self.paused = {ds_id: p.__dict__.get("ds_status") for ds_id, p in self.converted.items()}
+        self.ds_pause()
+
+    def resume(self):
+        if self.paused is None or self.closed:
+            return
+        if self.hot.depth:
+            raise ShardScopeError("resume() between training steps, not inside one")
+        self.ds_resume()
+        before, self.paused = self.paused, None
+        changed = []
+        for ds_id, param in self.converted.items():
+            status = param.__dict__.get("ds_status")
+            if status is not before.get(ds_id) and ds_id in self.published and status is not None:
+                changed.append((ds_id, _ds.status_number(status)))
+                self.active_dirty[ds_id] = param
+        if changed:
+            self.native.set_statuses(changed)
+        self.flush_active()
 
     def flush(self):
         """Everything recorded reaches the clients and snapshot_out, now."""
@@ -409,6 +494,8 @@ class _Agent:
         d["_shardscope_nbytes"] = (partition * self.world_size if partitioned else numel) * param.element_size()
         if ds_id is not None:
             self.published.add(ds_id)
+            self.params_by_id[ds_id] = param
+            self.hot.publish(ds_id, d["_shardscope_nbytes"])
         self.native.set_param(id=pid, name=name, owner=mid if mid is not None else 0, shape=shape,
                               dtype=str(param.dtype).replace("torch.", ""), numel=numel,
                               partition_numel=partition if partitioned else numel,
@@ -452,6 +539,8 @@ class _Agent:
                 self._publish_param(param, seen[0], seen[1])
                 self.native.remove_param(ds_id)
                 self.published.discard(ds_id)
+                self.params_by_id.pop(ds_id, None)
+                self.hot.unpublish(ds_id)
 
     # ------------------------------------------------------------------ violations
     def record_access(self, accessor, param, automatic):
@@ -471,7 +560,7 @@ class _Agent:
             raise UnregisteredAccessError(f"shardscope: {message}", fix)
 
     def on_param_read(self, module, key, param, in_engine_forward):
-        accessor = self.stack[-1][0] if self.stack else None
+        accessor = self.hot.top()
         if accessor is not None and in_engine_forward:
             # DeepSpeed registers it on the running module and gathers it, silently.
             with self.suspects.paused():
@@ -496,59 +585,45 @@ class _Agent:
                 self.publish(roots[0], late_scan=True)
         self.built.clear()
 
-    def on_status(self, param, old, new):
-        """Every ds_status assignment of a converted parameter (the training step's path)."""
-        d = param.__dict__
-        ds_id = d.get("ds_id")
-        if old is None or ds_id not in self.published:
-            return
-        suspects = self.suspects
-        suspects.pause += 1  # the agent's own tensor calls below are no user read
-        try:
-            self.active_dirty[ds_id] = param
-            old_name, new_name = old.name, new.name
-            nbytes = d.get("_shardscope_nbytes", 0)
-            if new_name == "NOT_AVAILABLE":
-                module = self.stack[-1][0] if self.stack else None
-                self.native.release(ds_id, module.__dict__.get("_shardscope_id") if module is not None else None,
-                                    nbytes)
-                return
-            cause, reason = self._fetch_cause(param)
-            if old_name == "NOT_AVAILABLE" and new_name == "INFLIGHT":
-                self.native.fetch_begin(ds_id, cause, nbytes, reason)
-            elif new_name == "AVAILABLE" and old_name in ("NOT_AVAILABLE", "INFLIGHT"):
-                if old_name == "NOT_AVAILABLE":
-                    self.native.fetch_begin(ds_id, cause, nbytes, reason)
-                self.native.fetch_end(ds_id, cause, nbytes, reason)
-                if suspects.params:
-                    suspects.discard((param, ))
-        finally:
-            suspects.pause -= 1
+    def own_ds_ids(self, module):
+        """The ds_ids of a module's own and registered parameters: its fetches of these are
+        `forward`/`backward`, of others `prefetch` (HotPath asks once per module, again after
+        a registration changes them)."""
+        return [p.__dict__["ds_id"] for p in self.ds_iter_params(module) if "ds_id" in p.__dict__]
 
-    def _fetch_cause(self, param):
-        if self.gathered:
-            return None, "gathered_parameters"
-        if self.auto:
-            module = self.stack[-1][0] if self.stack else None
-            return (self.module_id(module) if module is not None else None), "guard"
-        if self.fetching is not None:
-            module, phase, own = self.fetching
-            return self.module_id(module), (phase if id(param) in own else "prefetch")
-        return None, "prefetch"
+    def suspects_close(self):
+        """A module scope begins: reads after it are DeepSpeed's (HotPath, while suspects exist)."""
+        if self.suspects.params or self.suspects.mode is not None:
+            self.suspects.close()
+
+    def suspects_available(self, param):
+        """param was gathered: using it is no longer the bug (HotPath, while suspects exist)."""
+        if self.suspects.params:
+            self.suspects.discard((param, ))
 
     def flush_active(self):
         """ds_active_sub_modules of the parameters whose status changed since the last call,
-        in one native call: sampled when a step ends and when the agent flushes, because
-        following every change costs a training step several percent."""
+        in one native call and only where they differ from what was sent: sampled when a
+        step ends and when the agent flushes, because following every change costs a
+        training step several percent."""
+        for ds_id in self.hot.take_dirty():
+            param = self.params_by_id.get(ds_id)
+            if param is not None:
+                self.active_dirty[ds_id] = param
         if not self.active_dirty:
             return
         ours = self.ds_ids_of_modules
+        sent = self.active_sent
         changes = []
         for ds_id, param in self.active_dirty.items():
-            active = param.__dict__.get("ds_active_sub_modules", ())
-            changes.append((ds_id, [ours[m] for m in active if m in ours]))
+            active = param.__dict__.get("ds_active_sub_modules")
+            now = [ours[m] for m in active if m in ours] if active else []
+            if sent.get(ds_id) != now:
+                sent[ds_id] = now
+                changes.append((ds_id, now))
         self.active_dirty.clear()
-        self.native.set_active_many(changes)
+        if changes:
+            self.native.set_active_many(changes)
 
     @contextlib.contextmanager
     def automatic_registration(self):
@@ -559,46 +634,25 @@ class _Agent:
             self.auto -= 1
 
     def on_register_external(self, module, param):
-        module.__dict__.pop("_shardscope_own", None)
+        self.hot.forget_own(self.module_id(module))
         pid = self.param_id(param)
         if pid is not None:
             automatic = self.auto > 0 or sys._getframe(2).f_code.co_name == "_post_forward_module_hook"
             self.native.register_external(self.module_id(module), pid, automatic)
 
     def on_unregister_external(self, module, param):
-        module.__dict__.pop("_shardscope_own", None)
+        self.hot.forget_own(self.module_id(module))
         pid = self.param_id(param)
         if pid is not None:
             self.native.unregister_external(self.module_id(module), pid)
 
-    def on_module_enter(self, module, phase):
-        if self.suspects.params or self.suspects.mode is not None:
-            self.suspects.close()
-        mid = self.module_id(module)
-        self.stack.append((module, phase))
-        self.native.module_enter(mid, phase)
-        own = module.__dict__.get("_shardscope_own")
-        if own is None:  # its own and registered parameters; a registration forgets it
-            own = frozenset(id(p) for p in self.ds_iter_params(module))
-            module.__dict__["_shardscope_own"] = own
-        self.fetching = (module, phase, own)
-
-    def on_module_fetched(self, module, phase):
-        self.fetching = None
-
-    def on_module_exit(self, module, phase):
-        for i in range(len(self.stack) - 1, -1, -1):
-            if self.stack[i][0] is module:
-                del self.stack[i]
-                break
-        self.native.module_exit(self.module_id(module), phase)
-
     def on_trace_invalidated(self, expected):
-        if not self.stack:
+        entry = self.hot.top_entry()
+        if entry is None:
             return
-        got, phase = self.stack[-1]
+        got, phase = entry
         self.native.trace_invalidated(self.module_id(expected) if expected is not None else None,
-                                      self.module_id(got), phase)
+                                      self.module_id(got), self.PHASE_NAMES[phase])
 
     def on_gathered_enter(self, params):
         self.suspects.discard(params)
@@ -625,7 +679,7 @@ class _Agent:
         self.close_scopes()
         if not self.in_step:
             self.in_step = True
-            self.native.step_begin()
+            self.native.step_begin(int(getattr(engine, "global_steps", -1)) + 1)
 
     def on_engine_backward(self, engine, loss):
         self.loss = loss
@@ -636,9 +690,7 @@ class _Agent:
         self.close_scopes()
 
     def close_scopes(self):
-        while self.stack:
-            module, phase = self.stack.pop()
-            self.native.module_exit(self.module_id(module), phase)
+        self.hot.close_scopes()
 
     def on_engine_step(self, engine, stepped):
         if stepped and self.in_step:
@@ -646,7 +698,8 @@ class _Agent:
             loss = float("nan")
             if self.loss is not None:
                 try:
-                    loss = float(self.loss.detach().float().mean())
+                    loss = self.loss.item() if self.loss.numel() == 1 else float(
+                        self.loss.detach().float().mean())
                 except Exception:
                     pass
             self.loss = None

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/types.h"
+#include "hotpath.h"
 #include "server/agentstate.h"
 #include "server/inspector.h"
 #include "wire/endpoint.h"
@@ -40,11 +41,6 @@ E fromName(const std::string &name, std::string_view (*nameOf)(E), int count, co
         known += (known.empty() ? "'" : ", '") + std::string(nameOf(value)) + "'";
     }
     throw py::value_error(std::string("unknown ") + what + " '" + name + "'; one of " + known);
-}
-
-FetchReason reasonFrom(const std::string &r)
-{
-    return fromName(r, fetchReasonName, 5, "fetch reason");
 }
 
 Phase phaseFrom(const std::string &p)
@@ -126,6 +122,13 @@ PYBIND11_MODULE(_native, module)
     module.doc() = "ShardScope's native endpoint for the DeepSpeed agent (shardscope.deepspeed)";
     module.attr("PROTOCOL_VERSION") = 1;
     module.def("default_runtime_dir", [] { return wire::defaultRuntimeDir(); });
+    // Phase name -> the number HotPath's scope hooks take (core/types.h says the names).
+    {
+        py::dict phases;
+        for (int i = 0; i < 2; ++i)
+            phases[py::str(std::string(phaseName(static_cast<Phase>(i))))] = i;
+        module.attr("PHASES") = phases;
+    }
     module.def(
         "resolve_token",
         [](const std::string &token, const std::string &tokenFile) {
@@ -235,26 +238,6 @@ PYBIND11_MODULE(_native, module)
                 std::vector<std::pair<std::uint32_t, std::vector<std::uint32_t>>> changes) {
                  a.state().setActive(std::move(changes));
              })
-        .def("module_enter",
-             [](Agent &a, std::uint32_t m, const std::string &phase) {
-                 a.state().moduleEnter(m, phaseFrom(phase));
-             })
-        .def("module_exit",
-             [](Agent &a, std::uint32_t m, const std::string &phase) {
-                 a.state().moduleExit(m, phaseFrom(phase));
-             })
-        .def("fetch_begin",
-             [](Agent &a, std::uint32_t p, std::optional<std::uint32_t> cause, std::uint64_t bytes,
-                const std::string &reason) {
-                 a.state().fetchBegin(p, moduleFrom(cause), bytes, reasonFrom(reason));
-             })
-        .def("fetch_end",
-             [](Agent &a, std::uint32_t p, std::optional<std::uint32_t> cause, std::uint64_t bytes,
-                const std::string &reason) {
-                 a.state().fetchEnd(p, moduleFrom(cause), bytes, reasonFrom(reason));
-             })
-        .def("release", [](Agent &a, std::uint32_t p, std::optional<std::uint32_t> cause,
-                           std::uint64_t bytes) { a.state().release(p, moduleFrom(cause), bytes); })
         .def("broadcast", [](Agent &a, std::uint32_t p, int root,
                              std::uint64_t bytes) { a.state().broadcast(p, root, bytes); })
         .def("register_external",
@@ -281,7 +264,17 @@ PYBIND11_MODULE(_native, module)
                  if (expected) e = *expected;
                  return a.state().traceInvalidated(e, got, phaseFrom(phase)).message;
              })
-        .def("step_begin", [](Agent &a) { a.state().stepBegin(); })
+        .def(
+            "step_begin", [](Agent &a, std::uint32_t step) { a.state().stepBegin(step); },
+            py::arg("step") = 0)
+        .def("set_statuses",
+             [](Agent &a, const std::vector<std::pair<std::uint32_t, int>> &statuses) {
+                 std::vector<std::pair<ParamId, ParamStatus>> s;
+                 s.reserve(statuses.size());
+                 for (const auto &[id, status] : statuses)
+                     s.emplace_back(id, statusFrom(status));
+                 a.state().setStatuses(s);
+             })
         .def("step_end", [](Agent &a, double loss) { a.state().stepEnd(loss); })
         .def_property_readonly("step", [](Agent &a) { return a.state().step(); })
         .def("state_json", [](Agent &a) {
@@ -289,4 +282,5 @@ PYBIND11_MODULE(_native, module)
             s.state = a.state().state();
             return wire::encodeSnapshot(s);
         });
+    agent::bindHotPath(module, [](py::handle a) -> AgentState & { return a.cast<Agent &>().state(); });
 }

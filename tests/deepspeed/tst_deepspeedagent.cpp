@@ -56,6 +56,28 @@ std::vector<json> violations(const json &snap, const std::string &kind)
     return out;
 }
 
+int moduleIdOf(const json &snap, const std::string &path)
+{
+    for (const json &m : snap["modules"])
+        if (m["path"] == path) return m["id"].get<int>();
+    return -1;
+}
+
+// The (reason, causing module) of every fetch_end of the parameter called name.
+std::set<std::pair<int, std::int64_t>> fetchesOf(const json &snap, const std::string &name)
+{
+    std::set<std::pair<int, std::int64_t>> out;
+    const json *p = findParam(snap, name);
+    if (!p) return out;
+    for (const json &e : snap["events"])
+        if (e["type"] == "fetch_end" && e["a"] == (*p)["id"])
+            out.emplace(e["flags"].get<int>(),
+                        e["b"].get<std::uint32_t>() == 0xffffffffu ? -1 : e["b"].get<std::int64_t>());
+    return out;
+}
+
+constexpr int kForward = 0, kBackward = 1, kGuard = 4; // fetch reasons (docs/protocol.md)
+
 } // namespace
 
 class tst_DeepSpeedAgent : public QObject
@@ -217,6 +239,20 @@ class tst_DeepSpeedAgent : public QObject
         json shown = readJson(m_dir.filePath("gui.json"));
         QVERIFY(shardscope::test::snapshotSchemaProblems(shown).empty());
         snaps.push_back(shown);
+        // Fetch reasons and causes: lm_head's read of the embedding is DeepSpeed's
+        // automatic-registration gather (`guard`, caused by lm_head); afterwards the embedding
+        // is lm_head's registered parameter, fetched for its backward (in forward it is still
+        // there from embed's fetch), and embed's own for embed's forward.
+        for (std::size_t i = 0; i < 2; ++i) {
+            const json &s = snaps[i];
+            const int lmHead = moduleIdOf(s, "lm_head");
+            const auto f = fetchesOf(s, "embed.weight");
+            QVERIFY2(f.contains({kGuard, lmHead}), s["events"].dump().c_str());
+            QVERIFY2(f.contains({kBackward, lmHead}), s["events"].dump().c_str());
+            QVERIFY2(f.contains({kForward, moduleIdOf(s, "embed")}), s["events"].dump().c_str());
+            const auto fc = fetchesOf(s, "fc.weight");
+            QVERIFY2(fc.contains({kForward, moduleIdOf(s, "fc")}), s["events"].dump().c_str());
+        }
         for (const json &s : snaps) {
             const auto v = violations(s, "unregistered_access");
             QCOMPARE(v.size(), std::size_t(1));
@@ -273,6 +309,13 @@ class tst_DeepSpeedAgent : public QObject
         QCOMPARE(snaps.size(), std::size_t(2));
         for (const json &s : snaps) {
             QVERIFY2(s["violations"].empty(), s["violations"].dump().c_str());
+            // Registered by hand: never a guard gather, fetched for lm_head's scopes.
+            const int lmHead = moduleIdOf(s, "lm_head");
+            const auto f = fetchesOf(s, "embed.weight");
+            QVERIFY2(f.contains({kForward, lmHead}) && f.contains({kBackward, lmHead}),
+                     s["events"].dump().c_str());
+            for (const auto &[reason, cause] : f)
+                QVERIFY2(reason != kGuard, s["events"].dump().c_str());
             const json *embed = findParam(s, "embed.weight");
             QVERIFY(embed);
             QVERIFY2((*embed)["external_modules"] == json::array({"lm_head"}),
@@ -288,6 +331,36 @@ class tst_DeepSpeedAgent : public QObject
                 QVERIFY2((*p)["external_modules"] == json::array({"pos_conv"}),
                          (*p)["external_modules"].dump().c_str());
             }
+        }
+    }
+
+    // shardscope.deepspeed.pause()/resume() between steps (--toggle 1: steps 1 and 4
+    // observed, 2 and 3 paused): paused steps leave no event, the step numbers stay
+    // DeepSpeed's, and after resume every status is what DeepSpeed says (all released
+    // between steps: persistence threshold 0).
+    void pauseAndResume()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const Run r = run({"--externals", "manual", "--weight-norm", "workaround", "--steps", "4",
+                           "--toggle", "1", "--snapshot-out", snapshotArg("paused")});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err + r.out));
+        const std::vector<json> snaps = snapshots("paused");
+        QCOMPARE(snaps.size(), std::size_t(2));
+        for (const json &s : snaps) {
+            QCOMPARE(s["engine"]["step"].get<int>(), 4);
+            std::set<int> stepsSeen, stepsBegun;
+            int fetches = 0;
+            for (const json &e : s["events"]) {
+                stepsSeen.insert(e["step"].get<int>());
+                if (e["type"] == "step_begin") stepsBegun.insert(e["step"].get<int>());
+                if (e["type"] == "fetch_end") ++fetches;
+            }
+            QVERIFY2(stepsBegun == (std::set<int>{1, 4}), s["events"].dump().c_str());
+            QVERIFY2(!stepsSeen.count(2) && !stepsSeen.count(3), s["events"].dump().c_str());
+            QVERIFY(fetches > 0);
+            for (const json &p : s["params"])
+                QVERIFY2(p["status"] == "NN", p.dump().c_str());
+            QVERIFY2(s["violations"].empty(), s["violations"].dump().c_str());
         }
     }
 

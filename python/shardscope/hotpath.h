@@ -1,0 +1,96 @@
+#pragma once
+// The DeepSpeed agent's per-event path, in C++: every ds_status assignment of a converted
+// parameter and every module scope DeepSpeed's hooks open and close. In Python these cost
+// the small model's step several percent (docs/performance.md, section 10): a descriptor's
+// __set__, the observer's method and its lookups, a wrapper frame around each of DeepSpeed's
+// four scope functions. Here each is one call into C++ that reads the parameter's or the
+// module's __dict__, keeps the scope stack, decides the fetch's cause and reason, and
+// writes the event through AgentState. What is rare stays in Python (shardscope/deepspeed.py):
+// naming a module the first time, its own parameters, suspect reads, violations.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "core/types.h"
+#include "server/agentstate.h"
+
+namespace shardscope::agent {
+
+namespace py = pybind11;
+
+class HotPath : public std::enable_shared_from_this<HotPath>
+{
+  public:
+    // agent: the native Agent (kept alive); observer: the Python _Agent, asked for what is
+    // rare; statuses: DeepSpeed's ZeroParamStatus members NOT_AVAILABLE, INFLIGHT, AVAILABLE.
+    HotPath(AgentState &state, py::object agent, py::object observer, py::object notAvailable,
+            py::object inflight, py::object available);
+
+    // The descriptor's __set__: stores value as the parameter's ds_status, then turns the
+    // change into events (docs/deepspeed.md, "What is observed where").
+    void statusSet(py::handle param, py::handle value);
+
+    // A replacement for one of DeepSpeedZeRoOffload's {pre,post}_sub_module_{forward,
+    // backward}_function: calls original(self, module) inside the scope's bookkeeping.
+    py::object scopeHook(py::object original, Phase phase, bool begin);
+
+    void enter(py::handle module, Phase phase);
+    void exit(py::handle module, Phase phase);
+    void closeScopes(); // every open scope exits (end of forward/backward, pause)
+    std::size_t depth() const { return m_stack.size(); }
+    py::object top() const; // the innermost module, or None
+    py::object topEntry() const; // (module, phase number), or None
+
+    void publish(std::uint32_t dsId, std::uint64_t bytes) { m_published[dsId] = bytes; }
+    void unpublish(std::uint32_t dsId) { m_published.erase(dsId); }
+    void forgetOwn(ModuleId module); // its registrations changed
+    std::vector<std::uint32_t> takeDirty(); // ds_ids whose status changed since the last call
+
+    int gathered = 0;  // depth of GatheredParameters scopes being entered or exited
+    int autoDepth = 0; // depth of DeepSpeed's automatic registration
+    bool slow = false; // suspect reads exist: the observer must hear of scopes and gathers
+
+  private:
+    struct Scope
+    {
+        py::object module;
+        ModuleId id;
+        Phase phase;
+    };
+    using Own = std::shared_ptr<const std::unordered_set<std::uint32_t>>;
+    struct Fetching
+    {
+        ModuleId id;
+        Phase phase;
+        Own own;
+    };
+
+    ModuleId moduleId(py::handle module);
+    Own ownOf(ModuleId id, py::handle module);
+    int statusCode(PyObject *s) const;
+
+    AgentState &m_state;
+    py::object m_agent;
+    py::object m_observer;
+    PyObject *m_status[3]; // borrowed from m_statusRefs
+    py::object m_statusRefs[3];
+    py::str m_kStatus{"ds_status"}, m_kId{"ds_id"}, m_kModuleId{"_shardscope_id"};
+    std::vector<Scope> m_stack;
+    std::optional<Fetching> m_fetching;
+    std::unordered_map<ModuleId, Own> m_own;
+    std::unordered_map<std::uint32_t, std::uint64_t> m_published; // ds_id -> bytes a gather moves
+    std::vector<std::uint32_t> m_dirty;
+};
+
+// Registers HotPath and its descriptor (StatusDescriptor) in the module; stateOf gives the
+// AgentState of the module's Agent object.
+void bindHotPath(py::module_ &m, AgentState &(*stateOf)(py::handle agent));
+
+} // namespace shardscope::agent
