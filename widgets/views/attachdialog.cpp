@@ -203,6 +203,10 @@ void AttachDialog::refresh()
         i = end;
     }
     m_engines = static_cast<int>(engines.size());
+    // The ranks column only when some process says which ranks it runs (a job's).
+    m_table->setColumnHidden(6, std::none_of(rows.begin(), rows.end(), [](const Row &row) {
+                                 return !row.cells[6].isEmpty();
+                             }));
     m_table->setRowCount(static_cast<int>(rows.size()));
     for (int r = 0; r < static_cast<int>(rows.size()); ++r) {
         const Row &row = rows[static_cast<std::size_t>(r)];
