@@ -508,7 +508,7 @@ QString SessionStore::applySourceState(int source, EngineState state, const QStr
     m_mergePending = true;
     // The first state of a job is shown at once; later ones are coalesced.
     if (!m_hasState || !m_sinceMerge.isValid() ||
-        m_sinceMerge.elapsed() >= std::max<qint64>(100, 10 * m_mergeCostMs))
+        m_sinceMerge.elapsed() >= std::max<qint64>(100, 3 * m_mergeCostMs))
         mergeSources();
     else
         markDirty();
@@ -683,7 +683,7 @@ void SessionStore::markDirty()
 
 void SessionStore::flush()
 {
-    if (m_mergePending && m_sinceMerge.elapsed() >= std::max<qint64>(100, 10 * m_mergeCostMs))
+    if (m_mergePending && m_sinceMerge.elapsed() >= std::max<qint64>(100, 3 * m_mergeCostMs))
         mergeSources();
     if (!m_pending.any()) return;
     StoreChanges changes = std::move(m_pending);

@@ -104,7 +104,7 @@ class SessionStore : public QObject
     // latest state (wire::mergeJobStates: the structure of source 0's, each global rank's
     // status from the process that runs it, gathers summed, violations kept with their rank),
     // so states of different processes never replace each other, and a process that is gone
-    // keeps its part. Merges are coalesced: at most one every max(100 ms, 10 x the last
+    // keeps its part. Merges are coalesced: at most one every max(100 ms, 3 x the last
     // merge's cost), on the refresh timer (mergeSources() forces one). A state that cannot
     // belong to the job (another model or world size) changes nothing; the reason is returned.
     QString applySourceState(int source, EngineState state, const QString &name = {});
