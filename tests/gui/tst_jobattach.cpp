@@ -9,6 +9,7 @@
 #include <QtTest>
 
 #include <QDir>
+#include <QFileInfo>
 #include <QProcess>
 #include <QTableWidget>
 #include <QTcpServer>
@@ -27,6 +28,7 @@
 #include "views/moduletreeview.h"
 #include "views/partitionmap.h"
 #include "wire/discovery.h"
+#include "wire/snapshot.h"
 
 using namespace shardscope;
 
@@ -201,6 +203,29 @@ void TestJobAttach::oneWindowShowsEveryRankOfTheJob()
                                  store->memory()[1].tsNs > 0 && store->memory()[2].tsNs > 0,
                              10000);
     QVERIFY(w.windowTitle().contains(QStringLiteral("job:three")));
+
+    // The app itself: shardscope --attach job:NAME exports one snapshot of the whole job.
+    QTemporaryDir out;
+    const QString file = out.filePath("job.json");
+    QProcess app;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("XDG_RUNTIME_DIR", m_runtime.path());
+    app.setProcessEnvironment(env);
+    app.setProcessChannelMode(QProcess::MergedChannels);
+    app.start(QFileInfo(m_program).dir().filePath("shardscope"),
+              {"--attach", "job:three", "--after-step", QString::number(store->completedStep() + 2),
+               "--export-snapshot", file, "--quit"});
+    QVERIFY(app.waitForFinished(60000));
+    const QString said = QString::fromUtf8(app.readAll());
+    QVERIFY2(app.exitCode() == 0, qPrintable(said));
+    auto snap = wire::readSnapshotFile(file.toStdString());
+    QVERIFY2(snap, snap ? "" : snap.error().c_str());
+    QCOMPARE(snap->state.worldSize, 3);
+    QCOMPARE(snap->state.localRanks, (std::vector<int>{0, 1, 2}));
+    std::set<int> ranksSeen;
+    for (const Event &e : snap->events)
+        ranksSeen.insert(e.rank);
+    QCOMPARE(ranksSeen, (std::set<int>{0, 1, 2}));
 }
 
 void TestJobAttach::aKilledRankIsLostAndKeepsItsData()
