@@ -76,7 +76,7 @@ class RankProvider final : public StateProvider
             e.step = static_cast<std::uint32_t>(1 + i / 4096);
             e.rank = rank;
             const auto kind = i % 4;
-            e.type = kind == 0 ? EventType::FetchBegin
+            e.type = kind == 0   ? EventType::FetchBegin
                      : kind == 1 ? EventType::FetchEnd
                      : kind == 2 ? EventType::ModuleEnter
                                  : EventType::Release;
@@ -105,8 +105,8 @@ EngineState wholeModel()
         owners.push_back(block);
         for (int l = 0; l < kLayersPerBlock; ++l) {
             const ModuleId id = static_cast<ModuleId>(st.modules.size());
-            st.modules.push_back(
-                {id, "blocks." + std::to_string(b) + ".layer" + std::to_string(l), "Linear", block});
+            st.modules.push_back({id, "blocks." + std::to_string(b) + ".layer" + std::to_string(l),
+                                  "Linear", block});
             owners.push_back(id);
         }
     }
@@ -172,10 +172,9 @@ Rep attachOnce(const std::vector<JobTarget> &targets, int expectedNodes)
     std::size_t laneBytes = 0;
     for (int r = 0; r < store->laneCount(); ++r)
         laneBytes += store->lane(r).bytesUsed();
-    out.bytesPerEvent =
-        static_cast<double>(laneBytes) / static_cast<double>(store->totalEvents());
-    out.residentPerEvent = static_cast<double>(residentBytes() - rss0) /
-                           static_cast<double>(store->totalEvents());
+    out.bytesPerEvent = static_cast<double>(laneBytes) / static_cast<double>(store->totalEvents());
+    out.residentPerEvent =
+        static_cast<double>(residentBytes() - rss0) / static_cast<double>(store->totalEvents());
     session.detach();
     return out;
 }
@@ -222,16 +221,19 @@ int main(int argc, char **argv)
                 machine().c_str(), kWorld, whole.modules.size(), kWorld, kEventsPerRank,
                 kEventsPerRank * kWorld, reps);
     std::printf("| figure | value | target |\n|---|---|---|\n");
-    std::printf("| **attach -> tree populated (all modules and parameters), ms** | **%s** | <= 2000 "
-                "(%s) |\n",
-                format(p, 0).c_str(), verdict(p.median <= 2000));
+    std::printf(
+        "| **attach -> tree populated (all modules and parameters), ms** | **%s** | <= 2000 "
+        "(%s) |\n",
+        format(p, 0).c_str(), verdict(p.median <= 2000));
     std::printf("| attach -> every event stored, ms | %s | |\n", format(in, 0).c_str());
-    std::printf("| **events ingested, M events/s (events / attach -> stored)** | **%s** | >= 2 (%s) "
-                "|\n",
-                format(rt, 2).c_str(), verdict(rt.median >= 2.0));
-    std::printf("| **bytes per stored event, store's accounting (EventLane::bytesUsed)** | **%s** | "
-                "unchanged (figure 5) |\n",
-                format(pe, 2).c_str());
+    std::printf(
+        "| **events ingested, M events/s (events / attach -> stored)** | **%s** | >= 2 (%s) "
+        "|\n",
+        format(rt, 2).c_str(), verdict(rt.median >= 2.0));
+    std::printf(
+        "| **bytes per stored event, store's accounting (EventLane::bytesUsed)** | **%s** | "
+        "unchanged (figure 5) |\n",
+        format(pe, 2).c_str());
     std::printf("| resident memory grown per stored event (whole attach: states, queues, store) | "
                 "%s | |\n",
                 format(rs, 1).c_str());

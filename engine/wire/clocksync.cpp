@@ -35,8 +35,8 @@ ClockShift clockShift(const ClockEstimate &process, const ClockEstimate &referen
     }
     const std::int64_t diff = process.offsetNs - reference.offsetNs;
     const std::uint64_t bound = process.uncertaintyNs + reference.uncertaintyNs;
-    const std::uint64_t magnitude =
-        diff < 0 ? std::uint64_t(0) - static_cast<std::uint64_t>(diff) : static_cast<std::uint64_t>(diff);
+    const std::uint64_t magnitude = diff < 0 ? std::uint64_t(0) - static_cast<std::uint64_t>(diff)
+                                             : static_cast<std::uint64_t>(diff);
     if (sameHost && magnitude <= bound) {
         s.sharedClock = true;
         return s;
@@ -72,8 +72,9 @@ std::string describeClockShift(const ClockShift &shift)
                                  : "clock not probed (an older engine): assumed aligned, "
                                    "timestamps may be offset";
     if (shift.sharedClock) return "shared clock (same host)";
-    return std::string(shift.shiftNs >= 0 ? "+" : "") + duration(static_cast<double>(shift.shiftNs)) +
-           " ± " + duration(static_cast<double>(shift.uncertaintyNs));
+    return std::string(shift.shiftNs >= 0 ? "+" : "") +
+           duration(static_cast<double>(shift.shiftNs)) + " ± " +
+           duration(static_cast<double>(shift.uncertaintyNs));
 }
 
 } // namespace shardscope::wire

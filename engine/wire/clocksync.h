@@ -20,9 +20,9 @@ struct ClockSample
 struct ClockEstimate
 {
     bool valid = false;
-    std::int64_t offsetNs = 0;      // server clock - our clock
+    std::int64_t offsetNs = 0;       // server clock - our clock
     std::uint64_t uncertaintyNs = 0; // half the round trip of the sample used
-    int samples = 0;                // usable samples seen
+    int samples = 0;                 // usable samples seen
 };
 
 // The estimate from the sample with the smallest round trip; samples whose answer came

@@ -34,9 +34,8 @@ using namespace shardscope;
 
 namespace {
 
-const QStringList kModel = {"--layers", "1",     "--hidden", "35",      "--groups",
-                            "5",        "--seq", "16",       "--batch", "12",
-                            "--kernel", "4",     "--vocab",  "97"};
+const QStringList kModel = {"--layers", "1",  "--hidden", "35", "--groups", "5", "--seq", "16",
+                            "--batch",  "12", "--kernel", "4",  "--vocab",  "97"};
 
 // The ranks of one job, started with torchrun's environment; killed when it goes.
 struct Job
@@ -247,7 +246,8 @@ void TestJobAttach::aKilledRankIsLostAndKeepsItsData()
     QVERIFY(session->health(0) != JobSession::Health::Lost);
     QVERIFY(session->health(2) != JobSession::Health::Lost);
     const QString line = session->processLine(1);
-    QVERIFY2(line.startsWith(QStringLiteral("rank 1 lost: connection closed at step ")), qPrintable(line));
+    QVERIFY2(line.startsWith(QStringLiteral("rank 1 lost: connection closed at step ")),
+             qPrintable(line));
     QVERIFY2(session->summary().contains(QStringLiteral("2 of 3 ranks live")) ||
                  session->summary().contains(QStringLiteral("rank 1 lost")),
              qPrintable(session->summary()));
@@ -298,7 +298,8 @@ void TestJobAttach::clocksAreMappedAndAnUnreachableProcessIsNamed()
 {
     constexpr qint64 kOffset = 7'000'000'000; // rank 1's clock runs 7 s ahead
     Job job;
-    startJob(job, 2, "clock", {{}, {QStringLiteral("SHARDSCOPE_TEST_CLOCK_OFFSET_NS=%1").arg(kOffset)}});
+    startJob(job, 2, "clock",
+             {{}, {QStringLiteral("SHARDSCOPE_TEST_CLOCK_OFFSET_NS=%1").arg(kOffset)}});
     std::vector<JobTarget> targets;
     QString name;
     QCOMPARE(JobSession::resolve(QStringLiteral("job:clock"), targets, name,
@@ -318,8 +319,10 @@ void TestJobAttach::clocksAreMappedAndAnUnreachableProcessIsNamed()
                              30000);
     // The endpoint nobody serves is named; the two others are attached.
     QTRY_COMPARE_WITH_TIMEOUT(session->health(2), JobSession::Health::Unreachable, 10000);
-    QVERIFY2(session->summary().contains(QStringLiteral("unreachable")), qPrintable(session->summary()));
-    QVERIFY2(session->summary().contains(QStringLiteral("2 of 2 ranks live")), qPrintable(session->summary()));
+    QVERIFY2(session->summary().contains(QStringLiteral("unreachable")),
+             qPrintable(session->summary()));
+    QVERIFY2(session->summary().contains(QStringLiteral("2 of 2 ranks live")),
+             qPrintable(session->summary()));
 
     // Rank 1's timestamps are shifted by the measured offset onto rank 0's timeline, within
     // the measured uncertainty (plus the time the probe takes to be answered).
@@ -340,7 +343,8 @@ void TestJobAttach::clocksAreMappedAndAnUnreachableProcessIsNamed()
     const std::uint64_t t1 = stepBeginTs(*store, 1, 3);
     QVERIFY(t0 != 0 && t1 != 0);
     const qint64 apart = std::abs(static_cast<qint64>(t1 - t0));
-    QVERIFY2(apart < 500'000'000, qPrintable(QStringLiteral("step 3 begins %1 ns apart").arg(apart)));
+    QVERIFY2(apart < 500'000'000,
+             qPrintable(QStringLiteral("step 3 begins %1 ns apart").arg(apart)));
 }
 
 QTEST_MAIN(TestJobAttach)

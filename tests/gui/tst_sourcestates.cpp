@@ -18,7 +18,8 @@ EngineState rankState(int rank, ParamStatus mine, std::uint64_t gathers)
     st.backend = "gloo";
     st.step = 5;
     st.localRanks = {rank};
-    st.modules = {ModuleRecord{0, "", "TinyLM", kNoModule}, ModuleRecord{1, "embed", "Embedding", 0}};
+    st.modules = {ModuleRecord{0, "", "TinyLM", kNoModule},
+                  ModuleRecord{1, "embed", "Embedding", 0}};
     ParamRecord p;
     p.id = 0;
     p.name = "embed.weight";
@@ -56,7 +57,8 @@ class TestSourceStates : public QObject
         QCOMPARE(store.state().localRanks, (std::vector<int>{0, 1}));
         const ParamRecord *p = store.param(0);
         QVERIFY(p);
-        QCOMPARE(p->status, (std::vector<ParamStatus>{ParamStatus::Available, ParamStatus::Inflight}));
+        QCOMPARE(p->status,
+                 (std::vector<ParamStatus>{ParamStatus::Available, ParamStatus::Inflight}));
         QCOMPARE(p->gatherCount, std::uint64_t(5));
         // One violation row, seen on both ranks.
         QCOMPARE(store.violationGroups().size(), std::size_t(1));
@@ -66,7 +68,8 @@ class TestSourceStates : public QObject
         QCOMPARE(store.applySourceState(0, rankState(0, ParamStatus::NotAvailable, 4)), QString());
         store.mergeSources();
         p = store.param(0);
-        QCOMPARE(p->status, (std::vector<ParamStatus>{ParamStatus::NotAvailable, ParamStatus::Inflight}));
+        QCOMPARE(p->status,
+                 (std::vector<ParamStatus>{ParamStatus::NotAvailable, ParamStatus::Inflight}));
         QCOMPARE(p->gatherCount, std::uint64_t(7));
 
         // A process of another job is refused and changes nothing.

@@ -97,7 +97,8 @@ void TestClockSync::otherHostsAreShiftedByTheDifference()
     QCOMPARE(s.uncertaintyNs, std::uint64_t(170'000));
     QCOMPARE(describeClockShift(s), std::string("+3.500 s ± 170 µs"));
     // Even a tiny difference is applied across hosts: they share nothing.
-    const ClockShift t = clockShift(ClockEstimate{true, 10, 20, 1}, ClockEstimate{true, 0, 20, 1}, false);
+    const ClockShift t =
+        clockShift(ClockEstimate{true, 10, 20, 1}, ClockEstimate{true, 0, 20, 1}, false);
     QCOMPARE(t.shiftNs, std::int64_t(10));
 }
 

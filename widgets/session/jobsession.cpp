@@ -27,17 +27,19 @@ QString JobSession::resolve(const QString &spec, std::vector<JobTarget> &targets
         if (jobName.isEmpty())
             return tr("job:NAME needs the job's name (the attach dialog and "
                       "shardscope-capture --list show the live jobs)");
-        const std::string dir = discoveryDir.isEmpty() ? wire::defaultRuntimeDir()
-                                                       : discoveryDir.toStdString();
+        const std::string dir =
+            discoveryDir.isEmpty() ? wire::defaultRuntimeDir() : discoveryDir.toStdString();
         for (const wire::DiscoveryEntry &e : wire::listLiveEngines(dir))
             if (QString::fromStdString(e.job.id) == jobName)
                 targets.push_back({QString::fromStdString(e.endpoint), e.job.ranks});
         if (targets.empty())
             return tr("no live process of job %1 in %2 (File → Attach lists the live jobs)")
                 .arg(jobName, QString::fromStdString(dir));
-        std::stable_sort(targets.begin(), targets.end(), [](const JobTarget &a, const JobTarget &b) {
-            return (a.ranks.empty() ? 0 : a.ranks.front()) < (b.ranks.empty() ? 0 : b.ranks.front());
-        });
+        std::stable_sort(targets.begin(), targets.end(),
+                         [](const JobTarget &a, const JobTarget &b) {
+                             return (a.ranks.empty() ? 0 : a.ranks.front()) <
+                                    (b.ranks.empty() ? 0 : b.ranks.front());
+                         });
         return {};
     }
     for (const QString &part : s.split(QLatin1Char(','), Qt::SkipEmptyParts)) {
@@ -78,9 +80,9 @@ void JobSession::attach(const std::vector<JobTarget> &targets, const QString &to
         m_processes.push_back(std::move(p));
     }
     if (m_job)
-        m_store->setReadOnly(false, jobName.isEmpty() ? tr("%n processes", nullptr,
-                                                           static_cast<int>(targets.size()))
-                                                      : QStringLiteral("job:") + jobName);
+        m_store->setReadOnly(
+            false, jobName.isEmpty() ? tr("%n processes", nullptr, static_cast<int>(targets.size()))
+                                     : QStringLiteral("job:") + jobName);
     for (Process &p : m_processes)
         p.connection->attach(p.target.endpoint, token);
     m_watch.start();
@@ -216,7 +218,9 @@ QString JobSession::ranksText(int i) const
 {
     const std::vector<int> r = ranks(i);
     if (r.empty())
-        return tr("process %1 (%2)").arg(i).arg(m_processes[static_cast<std::size_t>(i)].target.endpoint);
+        return tr("process %1 (%2)")
+            .arg(i)
+            .arg(m_processes[static_cast<std::size_t>(i)].target.endpoint);
     QStringList parts;
     for (int x : r)
         parts << QString::number(x);
@@ -239,7 +243,9 @@ QString JobSession::processLine(int i) const
             .arg(qMax<qint64>(0, p.connection->msSinceData()) / 1000)
             .arg(p.stepAtLoss);
     case Health::Lost:
-        return tr("%1 lost: connection closed at step %2; its data is kept").arg(who).arg(p.stepAtLoss);
+        return tr("%1 lost: connection closed at step %2; its data is kept")
+            .arg(who)
+            .arg(p.stepAtLoss);
     case Health::Unreachable:
         return tr("%1 unreachable: %2").arg(who, p.message);
     case Health::Finished:
@@ -300,7 +306,8 @@ QString JobSession::summary() const
                    tr(": %1 of %2 ranks live").arg(live.size()).arg(world);
     for (int i = 0; i < processCount(); ++i) {
         const Health h = m_processes[static_cast<std::size_t>(i)].health;
-        if (h != Health::Live && h != Health::Connecting) text += QStringLiteral("; ") + processLine(i);
+        if (h != Health::Live && h != Health::Connecting)
+            text += QStringLiteral("; ") + processLine(i);
     }
     return text;
 }
@@ -313,7 +320,8 @@ QString JobSession::details() const
         QString line = processLine(i) + QStringLiteral(" — ") + p.target.endpoint;
         if (!p.host.isEmpty()) line += tr(" on %1").arg(p.host);
         if (m_job && p.everWelcomed) {
-            line += tr("; clock: %1").arg(QString::fromStdString(wire::describeClockShift(p.shift)));
+            line +=
+                tr("; clock: %1").arg(QString::fromStdString(wire::describeClockShift(p.shift)));
             if (!p.connection->clockError().isEmpty())
                 line += QStringLiteral(" (") + p.connection->clockError() + QLatin1Char(')');
         }
