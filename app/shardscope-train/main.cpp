@@ -467,12 +467,18 @@ int trainWithInspector(Engine &engine, const nn::TrainConfig &config, const Trai
     ViolationPrinter violations(engine);
     nn::buildModel(engine, config);
     if (reporter) violations.printNew();
-    const nn::TrainResult result =
-        train(engine, config, [&violations, reporter](const nn::StepReport &r) {
+    nn::TrainResult result;
+    try {
+        result = train(engine, config, [&violations, reporter](const nn::StepReport &r) {
             if (!reporter) return; // a process per rank (gloo, NCCL): rank 0 speaks for all
             printStep(r);
             violations.printNew();
         });
+    } catch (const std::exception &e) {
+        // Clients hear why the run ends (a job's inspector shows it for this rank).
+        if (inspector) inspector->finish(std::string("training failed: ") + e.what());
+        throw;
+    }
     if (config.lingerSeconds > 0.0 && inspector->liveClients() == 0) {
         std::printf("lingering up to %.1f s for an inspector to attach\n", config.lingerSeconds);
         std::fflush(stdout);

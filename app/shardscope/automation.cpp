@@ -26,7 +26,11 @@ void Automation::start()
         }
         m_sinceState.start();
     } else if (!m_options.attach.isEmpty()) {
-        m_window.attach(m_options.attach, m_options.token);
+        const QString err = m_window.attach(m_options.attach, m_options.token);
+        if (!err.isEmpty()) {
+            fail(err);
+            return;
+        }
     } else if (!m_options.automated()) {
         m_window.offerLiveRuns(); // first contact: the live runs, not an empty window
     }
@@ -42,9 +46,14 @@ bool Automation::conditionMet() const
                m_sinceState.elapsed() >= static_cast<qint64>(*m_options.afterSeconds * 1000);
     }
     if (m_options.attach.isEmpty()) return true;
-    Connection *c = m_window.connection();
-    const bool finished = c->state() == Connection::State::Finished;
-    if (!store->hasState() || !(c->caughtUp() || finished)) return false;
+    if (m_window.attachedToJob()) {
+        const JobSession *job = m_window.jobSession();
+        if (!store->hasState() || !(job->caughtUp() || job->allDone())) return false;
+    } else {
+        Connection *c = m_window.connection();
+        const bool finished = c->state() == Connection::State::Finished;
+        if (!store->hasState() || !(c->caughtUp() || finished)) return false;
+    }
     if (m_options.afterStep) return store->completedStep() >= *m_options.afterStep;
     if (m_options.afterSeconds)
         return m_sinceState.isValid() &&
@@ -57,6 +66,10 @@ void Automation::poll()
     if (m_done) return;
     Connection *c = m_window.connection();
     SessionStore *store = m_window.store();
+    if (!m_options.attach.isEmpty() && m_window.attachedToJob()) {
+        pollJob();
+        return;
+    }
     if (!m_options.attach.isEmpty()) {
         if (store->hasState() && !m_sinceState.isValid()) m_sinceState.start();
         if (c->state() == Connection::State::Failed) {
@@ -95,6 +108,38 @@ void Automation::poll()
             why += QStringLiteral(": %1 (step %2)").arg(c->message()).arg(store->completedStep());
         fail(why + QStringLiteral("; raise --timeout or check the endpoint"));
     }
+}
+
+// A job: done when the condition is met; a job whose every process ended (finished, lost,
+// failed) writes what it has, as a lost single engine does.
+void Automation::pollJob()
+{
+    const JobSession *job = m_window.jobSession();
+    SessionStore *store = m_window.store();
+    if (store->hasState() && !m_sinceState.isValid()) m_sinceState.start();
+    if (conditionMet()) {
+        proceed();
+        return;
+    }
+    if (job->allDone()) {
+        if (!store->hasState()) {
+            fail(job->summary());
+            return;
+        }
+        m_endedEarly = true;
+        std::fprintf(stderr,
+                     "shardscope: the job ended at step %u before the condition was met (%s); "
+                     "writing what was collected so far\n",
+                     store->completedStep(), qPrintable(job->summary()));
+        std::fflush(stderr);
+        proceed();
+        return;
+    }
+    if (m_started.elapsed() > static_cast<qint64>(m_options.timeoutSeconds * 1000))
+        fail(QStringLiteral("gave up after %1 s: %2 (step %3); raise --timeout or check the job")
+                 .arg(m_options.timeoutSeconds)
+                 .arg(job->summary())
+                 .arg(store->completedStep()));
 }
 
 void Automation::proceed()

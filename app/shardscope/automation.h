@@ -28,6 +28,7 @@ class Automation : public QObject
 
   private:
     void poll();
+    void pollJob();
     bool conditionMet() const;
     void proceed();
     void runOutputs();

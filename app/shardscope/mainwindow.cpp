@@ -59,6 +59,7 @@ std::unique_ptr<QSettings> MainWindow::settings() const
 
 MainWindow::MainWindow(QWidget *parent)
     : QMainWindow(parent), m_connection(new Connection(&m_store, this)),
+      m_job(new JobSession(&m_store, this)),
       m_tree(new views::ModuleTreeView(&m_store)), m_detail(new views::ParamDetail(&m_store)),
       m_violations(new views::ViolationsPanel(&m_store)), m_timeline(new views::GatherTimeline),
       m_partition(new views::PartitionMap), m_memory(new views::MemoryPlot),
@@ -108,6 +109,7 @@ MainWindow::MainWindow(QWidget *parent)
     buildMenus();
     connect(&m_store, &SessionStore::updated, this, &MainWindow::onStoreUpdated);
     connect(m_connection, &Connection::stateChanged, this, &MainWindow::onConnectionState);
+    connect(m_job, &JobSession::changed, this, &MainWindow::onJobChanged);
     connect(m_tree, &views::ModuleTreeView::paramSelected, this, &MainWindow::showParam);
     connect(m_tree, &views::ModuleTreeView::moduleSelected, this, &MainWindow::showModule);
     connect(m_tree, &views::ModuleTreeView::selectionChangedParams, this,
@@ -146,7 +148,10 @@ void MainWindow::buildMenus()
     });
     attachAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_T));
     m_recentEndpoints = file->addMenu(tr("Attach to a &recent endpoint"));
-    file->addAction(tr("&Detach"), this, [this] { m_connection->detach(); });
+    file->addAction(tr("&Detach"), this, [this] {
+        m_connection->detach();
+        m_job->detach();
+    });
     QAction *openAction = file->addAction(tr("&Open snapshot..."), this, [this] {
         const QString path = QFileDialog::getOpenFileName(this, tr("Open snapshot"), {},
                                                           tr("Snapshots (*.json);;All files (*)"));
@@ -199,10 +204,39 @@ void MainWindow::runExport(const QString &title, const QString &filter,
         statusBar()->showMessage(tr("wrote %1").arg(path), 5000);
 }
 
-void MainWindow::attach(const QString &endpoint, const QString &token)
+QString MainWindow::attach(const QString &spec, const QString &token, const QString &discoveryDir)
 {
-    m_connection->attach(endpoint, token);
-    remember("recent/endpoints", endpoint);
+    std::vector<JobTarget> targets;
+    QString jobName;
+    const QString err = JobSession::resolve(spec, targets, jobName, discoveryDir);
+    if (!err.isEmpty()) {
+        m_status->setConnection(err, false);
+        m_banner->setText(err);
+        m_banner->setVisible(true);
+        return err;
+    }
+    m_connection->detach();
+    m_job->detach();
+    if (targets.size() == 1 && jobName.isEmpty()) {
+        m_attachedToJob = false;
+        m_connection->attach(targets.front().endpoint, token);
+    } else {
+        m_attachedToJob = true;
+        m_job->attach(targets, token, jobName);
+    }
+    remember("recent/endpoints", spec.trimmed());
+    updateTitle();
+    return {};
+}
+
+void MainWindow::onJobChanged()
+{
+    if (!m_attachedToJob) return;
+    const bool problem = m_job->anyProblem();
+    m_status->setConnection(m_job->summary(), !problem);
+    m_status->setToolTip(m_job->details());
+    m_banner->setText(m_job->summary() + tr(" (the other ranks go on; everything received is kept)"));
+    m_banner->setVisible(problem);
     updateTitle();
 }
 
@@ -324,6 +358,8 @@ views::AttachDialog *MainWindow::offerLiveRuns(const QString &discoveryDir)
 QString MainWindow::openSnapshot(const QString &path)
 {
     m_connection->detach();
+    m_job->detach();
+    m_attachedToJob = false;
     const QString err = openSnapshotFile(path, m_store);
     if (err.isEmpty()) {
         remember("recent/snapshots", QFileInfo(path).absoluteFilePath());
@@ -458,6 +494,10 @@ void MainWindow::updateTitle()
         title += QStringLiteral(" — ") + QString::fromStdString(m_store.state().modelName);
     if (m_store.readOnly())
         title += tr(" — %1 (read-only)").arg(m_store.source());
+    else if (m_attachedToJob)
+        title += QStringLiteral(" — ") +
+                 (m_job->jobName().isEmpty() ? tr("%1 processes").arg(m_job->processCount())
+                                             : QStringLiteral("job:") + m_job->jobName());
     else if (!m_connection->endpoint().isEmpty())
         title += QStringLiteral(" — ") + m_connection->endpoint();
     setWindowTitle(title);

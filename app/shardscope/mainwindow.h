@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "session/connection.h"
+#include "session/jobsession.h"
 #include "session/sessionstore.h"
 
 class QLabel;
@@ -39,12 +40,17 @@ class MainWindow : public QMainWindow
     ~MainWindow() override;
 
     SessionStore *store() { return &m_store; }
-    Connection *connection() { return m_connection; }
+    Connection *connection() { return m_connection; } // the single-endpoint connection
+    JobSession *jobSession() { return m_job; }         // the processes of a job
+    bool attachedToJob() const { return m_attachedToJob; }
     views::ModuleTreeView *tree() const { return m_tree; }
     views::ViolationsPanel *violations() const { return m_violations; }
     views::ParamDetail *detail() const { return m_detail; }
 
-    void attach(const QString &endpoint, const QString &token);
+    // spec: an endpoint; "job:NAME" (every live process of the job); or endpoints separated
+    // by commas (the processes of one job). Returns what is wrong, or "".
+    QString attach(const QString &spec, const QString &token,
+                   const QString &discoveryDir = {});
     // Each returns an empty string on success, else what went wrong.
     QString openSnapshot(const QString &path);
     QString exportSnapshot(const QString &path);
@@ -80,6 +86,7 @@ class MainWindow : public QMainWindow
     void buildMenus();
     void onStoreUpdated(const StoreChanges &changes);
     void onConnectionState(Connection::State state, const QString &message);
+    void onJobChanged();
     void feedPlots(bool reset);
     void showParam(quint32 id);
     void showModule(quint32 id);
@@ -89,6 +96,8 @@ class MainWindow : public QMainWindow
 
     SessionStore m_store;
     Connection *m_connection;
+    JobSession *m_job;
+    bool m_attachedToJob = false;
     views::ModuleTreeView *m_tree;
     views::ParamDetail *m_detail;
     views::ViolationsPanel *m_violations;

@@ -1,12 +1,58 @@
 #include "comm/socketio.h"
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
+#include <thread>
 
 namespace shardscope::detail {
+
+int connectWithRetries(const std::string &host, int port, SocketClock::time_point deadline,
+                       const std::atomic<bool> *stop, std::string &lastError,
+                       const std::function<bool(int fd, std::string &error)> &handshake)
+{
+    lastError = "no attempt";
+    while (!(stop && stop->load())) {
+        addrinfo hints{};
+        hints.ai_family = AF_INET;
+        hints.ai_socktype = SOCK_STREAM;
+        addrinfo *res = nullptr;
+        const std::string service = std::to_string(port);
+        const int gai = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res);
+        if (gai != 0) {
+            lastError = std::string("cannot resolve MASTER_ADDR: ") + ::gai_strerror(gai);
+        } else {
+            const int fd =
+                ::socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);
+            const bool connected = fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0;
+            lastError = connected ? "" : std::strerror(errno);
+            ::freeaddrinfo(res);
+            if (connected) {
+                const int one = 1;
+                ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                bool done = false;
+                try {
+                    done = handshake(fd, lastError);
+                } catch (...) {
+                    ::close(fd);
+                    throw;
+                }
+                if (done) return fd;
+            }
+            if (fd >= 0) ::close(fd);
+        }
+        if (SocketClock::now() >= deadline) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::min(100, msLeft(deadline) + 1)));
+    }
+    return -1;
+}
 
 int msLeft(SocketClock::time_point deadline)
 {

@@ -85,48 +85,29 @@ int connectToRankZero(const RendezvousConfig &config, char role, const std::atom
     const auto deadline = Clock::now() + config.timeout;
     const std::string who =
         "rank " + std::to_string(config.rank) + " of " + std::to_string(config.worldSize);
-    std::string lastError = "no attempt";
-    while (!(stop && stop->load())) {
-        addrinfo hints{};
-        hints.ai_family = AF_INET;
-        hints.ai_socktype = SOCK_STREAM;
-        addrinfo *res = nullptr;
-        const std::string port = std::to_string(config.masterPort);
-        const int gai = ::getaddrinfo(config.masterAddr.c_str(), port.c_str(), &hints, &res);
-        if (gai != 0) {
-            lastError = std::string("cannot resolve MASTER_ADDR: ") + ::gai_strerror(gai);
-        } else {
-            const int fd =
-                ::socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);
-            const bool connected = fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0;
-            lastError = connected ? "" : std::strerror(errno);
-            ::freeaddrinfo(res);
-            if (connected) {
-                const int one = 1;
-                ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-                std::vector<char> hello(kMagic, kMagic + sizeof kMagic);
-                putU32(hello, static_cast<std::uint32_t>(config.rank));
-                putU32(hello, static_cast<std::uint32_t>(config.worldSize));
-                hello.push_back(role);
-                unsigned char status = 0;
-                std::uint32_t size = 0;
-                if (ioAll(fd, hello.data(), hello.size(), deadline, true) == Io::Done &&
-                    ioAll(fd, &status, 1, deadline, false) == Io::Done &&
-                    readU32(fd, size, deadline) == Io::Done && size <= 4096) {
-                    std::string text(size, '\0');
-                    if (ioAll(fd, text.data(), size, deadline, false) == Io::Done) {
-                        if (status == 0) return fd;
-                        ::close(fd);
-                        throw CommError(who + ": rank 0 at " + where(config) + " refused: " + text);
-                    }
+    std::string lastError;
+    const int sock = detail::connectWithRetries(
+        config.masterAddr, config.masterPort, deadline, stop, lastError,
+        [&](int fd, std::string &error) {
+            std::vector<char> hello(kMagic, kMagic + sizeof kMagic);
+            putU32(hello, static_cast<std::uint32_t>(config.rank));
+            putU32(hello, static_cast<std::uint32_t>(config.worldSize));
+            hello.push_back(role);
+            unsigned char status = 0;
+            std::uint32_t size = 0;
+            if (ioAll(fd, hello.data(), hello.size(), deadline, true) == Io::Done &&
+                ioAll(fd, &status, 1, deadline, false) == Io::Done &&
+                readU32(fd, size, deadline) == Io::Done && size <= 4096) {
+                std::string text(size, '\0');
+                if (ioAll(fd, text.data(), size, deadline, false) == Io::Done) {
+                    if (status == 0) return true;
+                    throw CommError(who + ": rank 0 at " + where(config) + " refused: " + text);
                 }
-                lastError = "the connection closed before rank 0 answered";
             }
-            if (fd >= 0) ::close(fd);
-        }
-        if (Clock::now() >= deadline) break;
-        std::this_thread::sleep_for(milliseconds(std::min(100, msLeft(deadline) + 1)));
-    }
+            error = "the connection closed before rank 0 answered";
+            return false;
+        });
+    if (sock >= 0) return sock;
     throw CommError(who + " could not reach rank 0's rendezvous at " + where(config) + " within " +
                     secondsText(config.timeout) + " (" + lastError +
                     "); start rank 0 with the same MASTER_ADDR/MASTER_PORT, or raise "

@@ -203,52 +203,40 @@ void RendezvousServer::wait()
 std::vector<std::byte> fetchRendezvousBlob(const RendezvousConfig &config)
 {
     const auto deadline = Clock::now() + config.timeout;
-    std::string lastError = "no attempt";
     const std::string who =
         "rank " + std::to_string(config.rank) + " of " + std::to_string(config.worldSize);
-    while (true) {
-        addrinfo hints{};
-        hints.ai_family = AF_INET;
-        hints.ai_socktype = SOCK_STREAM;
-        addrinfo *res = nullptr;
-        const std::string port = std::to_string(config.masterPort);
-        const int gai = ::getaddrinfo(config.masterAddr.c_str(), port.c_str(), &hints, &res);
-        if (gai != 0) {
-            lastError = std::string("cannot resolve MASTER_ADDR: ") + ::gai_strerror(gai);
-        } else {
-            Fd fd(::socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol));
-            const bool connected =
-                fd.get() >= 0 && ::connect(fd.get(), res->ai_addr, res->ai_addrlen) == 0;
-            lastError = connected ? "" : std::strerror(errno);
-            ::freeaddrinfo(res);
-            if (connected) {
-                unsigned char hello[16];
-                std::memcpy(hello, kMagic, sizeof kMagic);
-                putU32(hello + 8, static_cast<std::uint32_t>(config.rank));
-                putU32(hello + 12, static_cast<std::uint32_t>(config.worldSize));
-                unsigned char head[5];
-                if (ioAll(fd.get(), hello, sizeof hello, deadline, true) &&
-                    ioAll(fd.get(), head, sizeof head, deadline, false)) {
-                    const std::uint32_t size = getU32(head + 1);
-                    if (size > (1u << 20))
-                        throw CommError(who + ": the rendezvous at " + where(config) +
-                                        " is not a ShardScope rank 0 (answer too large)");
-                    std::vector<std::byte> body(size);
-                    if (!ioAll(fd.get(), body.data(), size, deadline, false))
-                        lastError = "connection closed while reading rank 0's answer";
-                    else if (head[0] != 0)
-                        throw CommError(
-                            who + ": rank 0 at " + where(config) + " refused: " +
-                            std::string(reinterpret_cast<const char *>(body.data()), size));
-                    else
-                        return body;
-                } else {
-                    lastError = "connection closed before rank 0 answered";
-                }
+    std::string lastError;
+    std::vector<std::byte> body;
+    const int connected = detail::connectWithRetries(
+        config.masterAddr, config.masterPort, deadline, nullptr, lastError,
+        [&](int fd, std::string &error) {
+            unsigned char hello[16];
+            std::memcpy(hello, kMagic, sizeof kMagic);
+            putU32(hello + 8, static_cast<std::uint32_t>(config.rank));
+            putU32(hello + 12, static_cast<std::uint32_t>(config.worldSize));
+            unsigned char head[5];
+            if (!ioAll(fd, hello, sizeof hello, deadline, true) ||
+                !ioAll(fd, head, sizeof head, deadline, false)) {
+                error = "connection closed before rank 0 answered";
+                return false;
             }
-        }
-        if (Clock::now() >= deadline) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(std::min(100, msLeft(deadline) + 1)));
+            const std::uint32_t size = getU32(head + 1);
+            if (size > (1u << 20))
+                throw CommError(who + ": the rendezvous at " + where(config) +
+                                " is not a ShardScope rank 0 (answer too large)");
+            body.assign(size, std::byte{0});
+            if (!ioAll(fd, body.data(), size, deadline, false)) {
+                error = "connection closed while reading rank 0's answer";
+                return false;
+            }
+            if (head[0] != 0)
+                throw CommError(who + ": rank 0 at " + where(config) + " refused: " +
+                                std::string(reinterpret_cast<const char *>(body.data()), size));
+            return true;
+        });
+    if (connected >= 0) {
+        Fd fd(connected);
+        return body;
     }
     throw CommError(who + " could not get the NCCL id from rank 0 at " + where(config) +
                     " within " + secondsText(config.timeout) + " (" + lastError +

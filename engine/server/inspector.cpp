@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <malloc.h>
@@ -19,6 +20,7 @@
 #include "server/stateprovider.h"
 #include "server/sendqueue.h"
 #include "server/sockets.h"
+#include "telemetry/clock.h"
 #include "telemetry/eventhistory.h"
 #include "telemetry/telemetryhub.h"
 #include "wire/discovery.h"
@@ -37,6 +39,9 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kMaxQueueBytes = 8u << 20;
 constexpr std::size_t kEventsPerFrame = 2048;
 constexpr auto kPollInterval = std::chrono::milliseconds(5);
+// A live client that was sent nothing for this long gets an empty EventBatch, so a client
+// can tell a process that is stopped or hung from one that has nothing to say.
+constexpr auto kHeartbeat = std::chrono::seconds(1);
 constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
 constexpr auto kStateMinInterval = std::chrono::milliseconds(200);
 constexpr auto kStateRefresh = std::chrono::seconds(1);
@@ -110,9 +115,14 @@ struct Client
     std::uint64_t stateVersion = ~std::uint64_t(0);
     bool readClosed = false;
     std::size_t bytesRead = 0;
+    Clock::time_point lastQueued = Clock::now(); // for the heartbeat
 
     std::size_t queued() const { return out.size(); }
-    void enqueue(wire::MessageType type, std::string_view payload) { out.append(type, payload); }
+    void enqueue(wire::MessageType type, std::string_view payload)
+    {
+        out.append(type, payload);
+        lastQueued = Clock::now();
+    }
 };
 
 // A State ready to queue for any number of clients, and the engine version it shows.
@@ -194,7 +204,42 @@ struct Inspector::Impl
     void closeClient(Client &c);
     void answerFlush();
     void countLiveClients(std::size_t live);
+    void drainHub();
+    void shiftState(EngineState &state) const;
+    void answerClock(Client &c, const wire::Frame &frame);
+    std::int64_t clockOffset = 0; // options.testClockOffsetNs or the environment's
+    std::string goodbyeReason = "training finished"; // set by finish() before the thread ends
 };
+
+// The rings' new events into batch, with the test clock offset applied.
+void Inspector::Impl::drainHub()
+{
+    batch.clear();
+    hub->drain(batch);
+    if (clockOffset != 0)
+        for (Event &e : batch)
+            e.tsNs += static_cast<std::uint64_t>(clockOffset);
+}
+
+void Inspector::Impl::shiftState(EngineState &state) const
+{
+    if (clockOffset == 0) return;
+    for (ParamRecord &p : state.params)
+        if (p.lastGatherTsNs != 0) p.lastGatherTsNs += static_cast<std::uint64_t>(clockOffset);
+    for (ViolationRecord &v : state.violations)
+        v.tsNs += static_cast<std::uint64_t>(clockOffset);
+}
+
+void Inspector::Impl::answerClock(Client &c, const wire::Frame &frame)
+{
+    auto echo = wire::decodeClockRequest(frame.payload);
+    if (!echo) {
+        refuse(c, "protocol", echo.error());
+        return;
+    }
+    c.enqueue(wire::MessageType::ClockReply,
+              wire::encodeClockReply({*echo, nowNs() + static_cast<std::uint64_t>(clockOffset)}));
+}
 
 void Inspector::Impl::countLiveClients(std::size_t live)
 {
@@ -214,6 +259,9 @@ void Inspector::Impl::start()
                              " events (48 bytes each)");
     const std::vector<int> ranks = engine.localRanks();
     job = wire::jobFromEnvironment(options.job, ranks, engine.worldSize());
+    clockOffset = options.testClockOffsetNs;
+    if (const char *env = std::getenv("SHARDSCOPE_TEST_CLOCK_OFFSET_NS"); env && clockOffset == 0)
+        clockOffset = std::strtoll(env, nullptr, 10);
     hub = std::make_unique<TelemetryHub>(engine.worldSize(), ranks);
     engine.setTelemetryEnabled(options.telemetry);
     engine.setEventSink(hub.get());
@@ -310,6 +358,7 @@ std::string Inspector::Impl::stateJson(EngineState state)
     s.meta.createdUnixMs = wire::unixTimeMs();
     s.meta.endpoint = endpointText;
     s.state = std::move(state);
+    shiftState(s.state);
     s.droppedEvents = hub->droppedEvents();
     return wire::encodeSnapshot(s);
 }
@@ -327,6 +376,7 @@ StateFrame Inspector::Impl::currentState()
 void Inspector::Impl::sendState(Client &c, const StateFrame &state)
 {
     c.out.append(wire::MessageType::State, state.json);
+    c.lastQueued = Clock::now();
     c.stateVersion = state.version;
     c.needState = false;
 }
@@ -408,7 +458,12 @@ void Inspector::Impl::readClient(Client &c)
                 break;
             }
             if (!frame->has_value()) break;
-            if (c.phase == Client::Phase::Handshake) onHello(c, **frame);
+            if (c.phase == Client::Phase::Handshake) {
+                if ((*frame)->type == wire::MessageType::ClockRequest)
+                    answerClock(c, **frame);
+                else
+                    onHello(c, **frame);
+            }
             // Frames after the handshake carry no requests in this protocol version.
         }
     }
@@ -445,6 +500,7 @@ void Inspector::Impl::fanOut(const std::vector<Event> &events)
             c.offered += n;
             if (c.pendingDropped == 0 && c.queued() + frame.size() <= kMaxQueueBytes) {
                 c.out.appendFrames(frame);
+                c.lastQueued = Clock::now();
                 c.sent += n;
             } else {
                 c.pendingDropped += n;
@@ -471,8 +527,7 @@ void Inspector::Impl::broadcastState()
 
 void Inspector::Impl::pump()
 {
-    batch.clear();
-    hub->drain(batch);
+    drainHub();
     history.append(batch);
     fanOut(batch);
     const auto now = Clock::now();
@@ -497,6 +552,8 @@ void Inspector::Impl::pump()
     bool freedQueues = false;
     for (Client &c : clients) {
         if (c.fd < 0) continue;
+        if (c.phase == Client::Phase::Live && now - c.lastQueued >= kHeartbeat)
+            c.enqueue(wire::MessageType::EventBatch, {});
         writeClient(c);
         afterWrite(c);
         writeClient(c);
@@ -572,8 +629,7 @@ void Inspector::Impl::run()
 // Final drain, the final state and a goodbye to every live client, a bounded flush.
 void Inspector::Impl::farewell()
 {
-    batch.clear();
-    hub->drain(batch);
+    drainHub();
     history.append(batch);
     fanOut(batch);
     const bool anyLive = std::any_of(clients.begin(), clients.end(), [](const Client &c) {
@@ -589,7 +645,7 @@ void Inspector::Impl::farewell()
         }
         sendState(c, state);
         wire::Goodbye bye;
-        bye.reason = "training finished";
+        bye.reason = goodbyeReason;
         bye.eventsOffered = c.offered;
         bye.eventsSent = c.sent;
         bye.eventsDropped = c.dropped;
@@ -657,6 +713,7 @@ wire::Snapshot Inspector::Impl::makeSnapshot()
     s.meta.createdUnixMs = wire::unixTimeMs();
     s.meta.endpoint = endpointText;
     s.state = engine.state();
+    shiftState(s.state);
     s.events = history.events();
     s.droppedEvents = hub->droppedEvents();
     return s;
@@ -761,8 +818,14 @@ bool Inspector::waitForClient(std::chrono::milliseconds timeout)
 
 void Inspector::finish()
 {
+    finish("training finished");
+}
+
+void Inspector::finish(const std::string &reason)
+{
     std::lock_guard lock(d->finishMutex);
     if (d->finished) return;
+    d->goodbyeReason = reason;
     d->finished = true;
     d->engine.setEventSink(nullptr);
     {

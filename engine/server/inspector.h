@@ -24,6 +24,10 @@ struct InspectorOptions
     std::string snapshotOut;        // written atomically by finish() when not empty
     bool telemetry = true;          // false: the engine emits nothing
     std::string job;                // the job's name (--job); empty: from the environment (wire/job.h)
+    // Tests only: pretend this process's clock runs this far ahead, as another host's would:
+    // added to every timestamp sent (events, state, clock probes). 0: the environment
+    // variable SHARDSCOPE_TEST_CLOCK_OFFSET_NS, if set, gives it.
+    std::int64_t testClockOffsetNs = 0;
 };
 
 // A bad endpoint, a refused bind, a non-loopback host without a token... what() says
@@ -59,6 +63,8 @@ public:
     bool waitForClient(std::chrono::milliseconds timeout);
     // Flushes telemetry, writes the snapshot (if asked), stops serving. Idempotent.
     void finish();
+    // The same, telling clients why in the Goodbye's reason ("training failed: rank 2 is gone").
+    void finish(const std::string &reason);
     // Now, while serving: hands every event recorded so far and the current state to the
     // clients and writes the snapshot file (if asked), so that a run about to die of an
     // exception leaves its diagnosis. Blocks until the server thread did it (at most a few

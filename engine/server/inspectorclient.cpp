@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include "server/sockets.h"
+#include "telemetry/clock.h"
+
+#include <vector>
 
 namespace shardscope::server {
 
@@ -81,6 +84,48 @@ wire::Result<std::optional<wire::Frame>> InspectorClient::next(int timeoutMs)
         if (n == 0) return wire::fail("the engine closed the connection");
         m_decoder.feed(buf, static_cast<std::size_t>(n));
     }
+}
+
+wire::Result<wire::ClockEstimate> probeClock(std::string_view endpoint, int samples, int timeoutMs)
+{
+    auto fd = connectTo(endpoint);
+    if (!fd) return wire::fail(fd.error());
+    InspectorClient conn(*fd); // only for its frame reader; no handshake on a probe
+    std::vector<wire::ClockSample> taken;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
+    for (int i = 0; i < samples; ++i) {
+        const std::uint64_t sent = nowNs();
+        if (!sendAll(conn.fd(), wire::encodeFrame(wire::MessageType::ClockRequest,
+                                                  wire::encodeClockRequest(sent))))
+            return wire::fail("cannot send a clock probe to " + std::string(endpoint) + ": " +
+                              std::strerror(errno));
+        for (;;) {
+            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  deadline - std::chrono::steady_clock::now())
+                                  .count();
+            auto frame = conn.next(static_cast<int>(std::max<long long>(left, 0)));
+            const std::uint64_t received = nowNs();
+            if (!frame) return wire::fail(frame.error());
+            if (!frame->has_value())
+                return wire::fail("no answer to a clock probe from " + std::string(endpoint) +
+                                  " within " + std::to_string(timeoutMs) + " ms");
+            const wire::Frame &f = **frame;
+            if (f.type == wire::MessageType::Error) {
+                auto err = wire::decodeError(f.payload);
+                return wire::fail("the engine does not answer clock probes (" +
+                                  (err ? err->code + ": " + err->message : f.payload) + ")");
+            }
+            if (f.type != wire::MessageType::ClockReply)
+                return wire::fail("unexpected " + std::string(wire::messageTypeName(f.type)) +
+                                  " frame in answer to a clock probe");
+            auto reply = wire::decodeClockReply(f.payload);
+            if (!reply) return wire::fail(reply.error());
+            if (reply->echo != sent) continue; // an answer to an earlier probe
+            taken.push_back({sent, reply->serverNs, received});
+            break;
+        }
+    }
+    return wire::estimateClockOffset(taken);
 }
 
 } // namespace shardscope::server

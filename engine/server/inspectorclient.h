@@ -9,11 +9,16 @@
 #include <string>
 #include <string_view>
 
+#include "wire/clocksync.h"
 #include "wire/frame.h"
 #include "wire/messages.h"
 #include "wire/result.h"
 
 namespace shardscope::server {
+
+class InspectorClient;
+wire::Result<wire::ClockEstimate> probeClock(std::string_view endpoint, int samples,
+                                             int timeoutMs);
 
 class InspectorClient
 {
@@ -42,12 +47,20 @@ class InspectorClient
     int fd() const { return m_fd; }
 
   private:
+    friend wire::Result<wire::ClockEstimate> probeClock(std::string_view, int, int);
     explicit InspectorClient(int fd);
 
     int m_fd;
     wire::FrameDecoder m_decoder;
     wire::Welcome m_welcome;
 };
+
+// Probes the server's telemetry clock on a connection of its own (docs/protocol.md, "Clock
+// probes"): `samples` round trips, the best one estimates the offset of the server's clock
+// from ours (telemetry/clock.h). An engine of an older release answers with an Error: that
+// error is returned, as are an unreachable endpoint and silence for timeoutMs.
+wire::Result<wire::ClockEstimate> probeClock(std::string_view endpoint, int samples = 8,
+                                             int timeoutMs = 1000);
 
 // Sends bytes on a blocking socket; false on error.
 bool sendAll(int fd, std::string_view bytes);

@@ -83,6 +83,8 @@ Status ClientState::apply(const Frame &frame)
     }
     case MessageType::Hello:
     case MessageType::Welcome:
+    case MessageType::ClockRequest:
+    case MessageType::ClockReply:
         break;
     }
     return fail("unexpected " + std::string(messageTypeName(frame.type)) +

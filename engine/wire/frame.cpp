@@ -73,6 +73,10 @@ std::string_view messageTypeName(MessageType type)
         return "dropped";
     case MessageType::Goodbye:
         return "goodbye";
+    case MessageType::ClockRequest:
+        return "clock_request";
+    case MessageType::ClockReply:
+        return "clock_reply";
     }
     return "unknown";
 }

@@ -19,7 +19,8 @@ inline constexpr std::size_t kFrameHeaderSize = 12;
 // Largest payload a decoder accepts unless told otherwise (the State of a very large model
 // fits). Payload memory grows only as bytes arrive, never from a length field alone.
 inline constexpr std::uint32_t kDefaultMaxPayload = 256u << 20;
-// Largest payload a server accepts from a client (the client only sends Hello).
+// Largest payload a server accepts from a client (the client only sends Hello, or clock
+// probes).
 inline constexpr std::uint32_t kMaxClientPayload = 64u << 10;
 // Spare capacity after a large payload that FrameDecoder leaves, so a parser that reads
 // up to this many bytes past the end (simdjson) can parse it in place.
@@ -36,8 +37,10 @@ enum class MessageType : std::uint16_t
     HistoryEnd = 7,   // server -> client, empty
     Dropped = 8,      // server -> client, u64 dropped since last notice, u64 total for this client
     Goodbye = 9,      // server -> client, JSON: the engine finished; the connection closes
+    ClockRequest = 10, // client -> server, instead of Hello: u64 echo (a clock probe)
+    ClockReply = 11,   // server -> client, u64 echo, u64 the server's telemetry clock
 };
-inline constexpr std::uint16_t kLastMessageType = 9;
+inline constexpr std::uint16_t kLastMessageType = 11;
 
 bool isKnownMessageType(std::uint16_t type);
 std::string_view messageTypeName(MessageType type); // "hello", "event_batch", ...

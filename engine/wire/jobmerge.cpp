@@ -7,14 +7,13 @@
 
 namespace shardscope::wire {
 
-Result<Snapshot> mergeJobSnapshots(const std::vector<Snapshot> &parts, const std::string &job)
+Result<EngineState> mergeJobStates(std::span<const EngineState *const> parts,
+                                   std::span<const std::string> names)
 {
-    if (parts.empty()) return fail("no rank of job " + job + " was captured");
-    Snapshot out = parts.front();
-    EngineState &st = out.state;
+    if (parts.empty()) return fail("no process to merge");
+    EngineState st = *parts.front();
     const auto partName = [&](std::size_t i) {
-        const Snapshot &p = parts[i];
-        return "the process " + std::to_string(p.meta.pid) + " (" + p.meta.endpoint + ")";
+        return i < names.size() ? names[i] : "part " + std::to_string(i);
     };
     std::unordered_map<ParamId, std::size_t> index;
     for (std::size_t i = 0; i < st.params.size(); ++i) {
@@ -23,10 +22,9 @@ Result<Snapshot> mergeJobSnapshots(const std::vector<Snapshot> &parts, const std
     }
     std::set<int> localRanks;
     std::map<std::tuple<int, int, ModuleId, ParamId>, ViolationRecord> violations;
-    out.events.clear();
-    out.droppedEvents = 0;
+    bool appended = false;
     for (std::size_t k = 0; k < parts.size(); ++k) {
-        const EngineState &ps = parts[k].state;
+        const EngineState &ps = *parts[k];
         if (ps.worldSize != st.worldSize)
             return fail(partName(k) + " runs a world of " + std::to_string(ps.worldSize) +
                         " ranks, the others " + std::to_string(st.worldSize) +
@@ -36,7 +34,15 @@ Result<Snapshot> mergeJobSnapshots(const std::vector<Snapshot> &parts, const std
                         st.modelName + "': not one job");
         for (const ParamRecord &p : ps.params) {
             auto it = index.find(p.id);
-            if (it == index.end()) continue;
+            if (it == index.end()) {
+                // A parameter only this part lists (a process that observes part of the
+                // model): kept as it describes it, when its owner is in the merged tree.
+                if (p.owner != kNoModule && p.owner >= st.modules.size()) continue;
+                index.emplace(p.id, st.params.size());
+                st.params.push_back(p);
+                appended = true;
+                continue;
+            }
             ParamRecord &m = st.params[it->second];
             for (int r : ps.localRanks)
                 if (r >= 0 && static_cast<std::size_t>(r) < m.status.size() &&
@@ -62,13 +68,35 @@ Result<Snapshot> mergeJobSnapshots(const std::vector<Snapshot> &parts, const std
             if (!fresh && v.count > it->second.count) it->second = v;
         }
         st.step = std::max(st.step, ps.step);
-        out.events.insert(out.events.end(), parts[k].events.begin(), parts[k].events.end());
-        out.droppedEvents += parts[k].droppedEvents;
     }
     st.localRanks.assign(localRanks.begin(), localRanks.end());
     st.violations.clear();
     for (auto &[key, v] : violations)
         st.violations.push_back(std::move(v));
+    if (appended)
+        std::sort(st.params.begin(), st.params.end(),
+                  [](const ParamRecord &a, const ParamRecord &b) { return a.id < b.id; });
+    return st;
+}
+
+Result<Snapshot> mergeJobSnapshots(const std::vector<Snapshot> &parts, const std::string &job)
+{
+    if (parts.empty()) return fail("no rank of job " + job + " was captured");
+    std::vector<const EngineState *> states;
+    std::vector<std::string> names;
+    for (const Snapshot &p : parts) {
+        states.push_back(&p.state);
+        names.push_back("the process " + std::to_string(p.meta.pid) + " (" + p.meta.endpoint + ")");
+    }
+    auto state = mergeJobStates(states, names);
+    if (!state) return fail(state.error());
+    Snapshot out;
+    out.meta = parts.front().meta;
+    out.state = std::move(state).value();
+    for (const Snapshot &p : parts) {
+        out.events.insert(out.events.end(), p.events.begin(), p.events.end());
+        out.droppedEvents += p.droppedEvents;
+    }
     std::stable_sort(out.events.begin(), out.events.end(),
                      [](const Event &a, const Event &b) { return a.tsNs < b.tsNs; });
     out.meta.endpoint = "job:" + job;

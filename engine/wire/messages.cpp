@@ -245,6 +245,40 @@ Result<std::uint64_t> decodeHistoryBegin(std::string_view payload)
     return getLe<std::uint64_t>(payload.data());
 }
 
+std::string encodeClockRequest(std::uint64_t echo)
+{
+    std::string out;
+    putLe<std::uint64_t>(out, echo);
+    return out;
+}
+
+Result<std::uint64_t> decodeClockRequest(std::string_view payload)
+{
+    if (payload.size() != 8)
+        return fail("bad clock_request: " + std::to_string(payload.size()) +
+                    " bytes where 8 were expected");
+    return getLe<std::uint64_t>(payload.data());
+}
+
+std::string encodeClockReply(const ClockReply &m)
+{
+    std::string out;
+    putLe<std::uint64_t>(out, m.echo);
+    putLe<std::uint64_t>(out, m.serverNs);
+    return out;
+}
+
+Result<ClockReply> decodeClockReply(std::string_view payload)
+{
+    if (payload.size() != 16)
+        return fail("bad clock_reply: " + std::to_string(payload.size()) +
+                    " bytes where 16 were expected");
+    ClockReply m;
+    m.echo = getLe<std::uint64_t>(payload.data());
+    m.serverNs = getLe<std::uint64_t>(payload.data() + 8);
+    return m;
+}
+
 void appendEvents(std::string &out, std::span<const Event> events)
 {
     out.append(reinterpret_cast<const char *>(events.data()), events.size_bytes());

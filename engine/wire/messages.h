@@ -80,6 +80,19 @@ Result<DroppedNotice> decodeDropped(std::string_view payload);
 std::string encodeHistoryBegin(std::uint64_t count);
 Result<std::uint64_t> decodeHistoryBegin(std::string_view payload);
 
+// A clock probe (docs/protocol.md, "Clock probes"): the client sends ClockRequest frames
+// instead of a Hello, each carrying a u64 the server echoes; the server answers each with a
+// ClockReply carrying the echo and its telemetry clock when it answered.
+struct ClockReply
+{
+    std::uint64_t echo = 0;
+    std::uint64_t serverNs = 0;
+};
+std::string encodeClockRequest(std::uint64_t echo);
+Result<std::uint64_t> decodeClockRequest(std::string_view payload);
+std::string encodeClockReply(const ClockReply &m);
+Result<ClockReply> decodeClockReply(std::string_view payload);
+
 // EventBatch payload: the records as-is (48 bytes each, little-endian).
 std::string encodeEvents(std::span<const Event> events);
 void appendEvents(std::string &out, std::span<const Event> events);

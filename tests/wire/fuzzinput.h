@@ -54,6 +54,8 @@ inline DecodeCounts decodeEverything(std::string_view data, std::uint32_t maxPay
             (void)wire::decodeGoodbye(f.payload);
             (void)wire::decodeDropped(f.payload);
             (void)wire::decodeHistoryBegin(f.payload);
+            (void)wire::decodeClockRequest(f.payload);
+            (void)wire::decodeClockReply(f.payload);
             auto events = wire::decodeEvents(f.payload);
             if (events && events->size() * sizeof(Event) != f.payload.size()) __builtin_trap();
         }

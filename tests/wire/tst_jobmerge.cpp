@@ -72,6 +72,37 @@ class tst_JobMerge : public QObject
         QCOMPARE(merged->meta.endpoint, std::string("job:j"));
     }
 
+    // A process that observes part of the model lists only its parameters: the merge keeps
+    // every part's, in id order, but not one whose owner the merged tree lacks.
+    void parametersOfEveryPartAreKept()
+    {
+        wire::Snapshot a = part(0);
+        wire::Snapshot b = part(1);
+        ParamRecord extra = b.state.params[0];
+        extra.id = 7;
+        extra.name = "lm_head.weight";
+        extra.owner = 2;
+        extra.gatherCount = 5;
+        ParamRecord stray = extra;
+        stray.id = 8;
+        stray.owner = 40; // no such module in part 0's tree
+        b.state.params = {extra, stray};
+        ParamRecord mid = a.state.params[0];
+        mid.id = 9;
+        a.state.params.push_back(mid);
+        const EngineState *parts[] = {&a.state, &b.state};
+        const std::string names[] = {"a", "b"};
+        auto merged = wire::mergeJobStates(parts, names);
+        QVERIFY2(merged, merged ? "" : merged.error().c_str());
+        QCOMPARE(merged->params.size(), std::size_t(3));
+        QCOMPARE(merged->params[0].id, ParamId(0));
+        QCOMPARE(merged->params[1].id, ParamId(7));
+        QCOMPARE(merged->params[1].name, std::string("lm_head.weight"));
+        QCOMPARE(merged->params[1].gatherCount, std::uint64_t(5));
+        QCOMPARE(merged->params[1].status[1], ParamStatus::Inflight);
+        QCOMPARE(merged->params[2].id, ParamId(9));
+    }
+
     void processesOfDifferentJobsAreRefused()
     {
         wire::Snapshot other = part(1);

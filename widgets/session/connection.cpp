@@ -7,10 +7,18 @@ Connection::Connection(SessionStore *store, QObject *parent) : QObject(parent), 
     qRegisterMetaType<shardscope::WelcomeInfo>();
     qRegisterMetaType<std::shared_ptr<shardscope::wire::Snapshot>>();
     qRegisterMetaType<std::shared_ptr<const shardscope::EventBatch>>();
+    qRegisterMetaType<shardscope::wire::ClockEstimate>();
     m_worker = new ConnectionWorker;
     m_worker->moveToThread(&m_thread);
     connect(&m_thread, &QThread::finished, m_worker, &QObject::deleteLater);
     connect(m_worker, &ConnectionWorker::welcomed, this, &Connection::onWelcomed);
+    connect(m_worker, &ConnectionWorker::clockProbed, this,
+            [this](const wire::ClockEstimate &estimate, const QString &error) {
+                m_clockProbed = true;
+                m_clock = estimate;
+                m_clockError = error;
+            });
+    connect(m_worker, &ConnectionWorker::alive, this, [this] { m_sinceData.start(); });
     connect(m_worker, &ConnectionWorker::stateReceived, this, &Connection::onState);
     connect(m_worker, &ConnectionWorker::eventsReceived, this, &Connection::onEvents);
     connect(m_worker, &ConnectionWorker::historyEnded, this, [this] {
@@ -49,7 +57,11 @@ void Connection::attach(const QString &endpoint, const QString &token)
     m_engineDropped = 0;
     m_clientDroppedEarlier = 0;
     m_clientDroppedNow = 0;
-    m_store->setReadOnly(false, m_endpoint);
+    m_clockProbed = false;
+    m_clock = {};
+    m_clockError.clear();
+    m_sinceData.invalidate();
+    if (m_source < 0) m_store->setReadOnly(false, m_endpoint);
     setState(State::Connecting, tr("connecting to %1").arg(m_endpoint));
     reopen();
 }
@@ -58,8 +70,10 @@ void Connection::reopen()
 {
     const QString ep = m_endpoint;
     const QString tok = m_token;
+    const bool probe = m_source >= 0 && !m_clockProbed;
     QMetaObject::invokeMethod(
-        m_worker, [w = m_worker, ep, tok] { w->open(ep, tok); }, Qt::QueuedConnection);
+        m_worker, [w = m_worker, ep, tok, probe] { w->open(ep, tok, probe); },
+        Qt::QueuedConnection);
 }
 
 void Connection::detach()
@@ -77,9 +91,16 @@ void Connection::setState(State state, const QString &message)
     Q_EMIT stateChanged(state, message);
 }
 
+void Connection::setSource(int source, const QString &name)
+{
+    m_source = source;
+    m_sourceName = name;
+}
+
 void Connection::onWelcomed(const WelcomeInfo &info)
 {
     m_welcome = info;
+    m_sinceData.start();
     m_caughtUp = false;
     if (m_everConnected) {
         ++m_reconnects;
@@ -87,6 +108,7 @@ void Connection::onWelcomed(const WelcomeInfo &info)
         m_clientDroppedNow = 0;
     }
     m_everConnected = true;
+    Q_EMIT welcomed(info);
     setState(State::Connected,
              tr("connected to %1 (pid %2, %3)").arg(m_endpoint).arg(info.pid).arg(info.model));
 }
@@ -94,6 +116,27 @@ void Connection::onWelcomed(const WelcomeInfo &info)
 void Connection::onState(std::shared_ptr<wire::Snapshot> snapshot)
 {
     ++m_states;
+    m_sinceData.start();
+    if (m_clockShiftNs != 0) {
+        const auto shift = static_cast<std::uint64_t>(m_clockShiftNs);
+        for (ParamRecord &p : snapshot->state.params)
+            if (p.lastGatherTsNs != 0) p.lastGatherTsNs -= shift;
+        for (ViolationRecord &v : snapshot->state.violations)
+            v.tsNs -= shift;
+    }
+    if (m_source >= 0) {
+        const QString err =
+            m_store->applySourceState(m_source, std::move(snapshot->state), m_sourceName);
+        m_engineDropped = snapshot->droppedEvents;
+        pushDropped();
+        if (!err.isEmpty()) {
+            m_retry.stop();
+            QMetaObject::invokeMethod(m_worker, &ConnectionWorker::close,
+                                      Qt::BlockingQueuedConnection);
+            setState(State::Failed, err);
+        }
+        return;
+    }
     // Freeing the replaced state (as large as the new one) is left to the worker's
     // thread: the posted functor, and the state it holds, is destroyed there.
     auto replaced = std::make_shared<EngineState>(m_store->applyState(std::move(snapshot->state)));
@@ -105,10 +148,19 @@ void Connection::onState(std::shared_ptr<wire::Snapshot> snapshot)
 
 void Connection::onEvents(std::shared_ptr<const EventBatch> batch)
 {
+    m_sinceData.start();
     if (batch->history)
         m_historyReceived = true;
     else
         m_liveEvents += batch->events.size();
+    if (m_clockShiftNs != 0) {
+        std::vector<Event> shifted(batch->events);
+        const auto shift = static_cast<std::uint64_t>(m_clockShiftNs);
+        for (Event &e : shifted)
+            e.tsNs -= shift;
+        m_store->appendEvents(shifted, batch->history);
+        return;
+    }
     m_store->appendEvents(batch->events, batch->history);
 }
 
@@ -120,6 +172,11 @@ void Connection::onDropped(quint64 total)
 
 void Connection::pushDropped()
 {
+    if (m_source >= 0) {
+        m_store->setSourceDropped(m_source,
+                                  m_engineDropped + m_clientDroppedEarlier + m_clientDroppedNow);
+        return;
+    }
     m_store->setDroppedEvents(m_engineDropped + m_clientDroppedEarlier + m_clientDroppedNow);
 }
 

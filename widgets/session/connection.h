@@ -4,6 +4,7 @@
 // on the UI thread. A lost connection keeps what was collected and reconnects on its
 // own; the store continues the same run's history without duplicates.
 
+#include <QElapsedTimer>
 #include <QObject>
 #include <QString>
 #include <QThread>
@@ -36,6 +37,22 @@ class Connection : public QObject
     void detach();
     void setReconnectIntervalMs(int ms) { m_retry.setInterval(ms); }
 
+    // One process of a job (JobSession): states go to the store as source `source` (merged
+    // with the job's other processes), and the process's clock is probed before it attaches.
+    // Call before attach().
+    void setSource(int source, const QString &name);
+    int source() const { return m_source; }
+    // Timestamps of this process minus shiftNs are on the job's timeline (wire::clockShift);
+    // set it when welcomed, before the state and events of the connection arrive.
+    void setClockShift(std::int64_t shiftNs) { m_clockShiftNs = shiftNs; }
+    std::int64_t clockShift() const { return m_clockShiftNs; }
+    bool clockProbed() const { return m_clockProbed; }
+    const wire::ClockEstimate &clock() const { return m_clock; }
+    QString clockError() const { return m_clockError; }
+    // Milliseconds since anything arrived on the current connection (heartbeats included);
+    // -1 before the first byte.
+    qint64 msSinceData() const { return m_sinceData.isValid() ? m_sinceData.elapsed() : -1; }
+
     State state() const { return m_state; }
     QString message() const { return m_message; } // the latest state change, in words
     QString endpoint() const { return m_endpoint; }
@@ -49,6 +66,9 @@ class Connection : public QObject
 
   Q_SIGNALS:
     void stateChanged(shardscope::Connection::State state, const QString &message);
+    // The Welcome arrived (the state and events of the connection follow); receivers on the
+    // UI thread can still set the clock shift.
+    void welcomed(const shardscope::WelcomeInfo &info);
 
   private:
     void setState(State state, const QString &message);
@@ -79,6 +99,13 @@ class Connection : public QObject
     quint64 m_engineDropped = 0;
     quint64 m_clientDroppedEarlier = 0; // previous connections of this attach
     quint64 m_clientDroppedNow = 0;
+    int m_source = -1; // -1: the store's only engine
+    QString m_sourceName;
+    std::int64_t m_clockShiftNs = 0;
+    bool m_clockProbed = false;
+    wire::ClockEstimate m_clock;
+    QString m_clockError;
+    QElapsedTimer m_sinceData;
 };
 
 } // namespace shardscope

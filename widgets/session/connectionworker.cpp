@@ -3,6 +3,7 @@
 #include <QLocalSocket>
 #include <QTcpSocket>
 
+#include "server/inspectorclient.h"
 #include "wire/endpoint.h"
 
 namespace shardscope {
@@ -18,9 +19,16 @@ ConnectionWorker::~ConnectionWorker()
     close();
 }
 
-void ConnectionWorker::open(const QString &endpoint, const QString &token)
+void ConnectionWorker::open(const QString &endpoint, const QString &token, bool probeClock)
 {
     close();
+    if (probeClock) {
+        auto estimate = server::probeClock(endpoint.trimmed().toStdString());
+        if (estimate)
+            Q_EMIT clockProbed(*estimate, {});
+        else
+            Q_EMIT clockProbed({}, QString::fromStdString(estimate.error()));
+    }
     m_done = false;
     m_welcomed = false;
     m_inHistory = false;
@@ -95,6 +103,10 @@ void ConnectionWorker::onReadyRead()
         const QByteArray bytes = m_socket->read(1 << 20);
         if (bytes.isEmpty()) break;
         m_decoder.feed(bytes.constData(), static_cast<std::size_t>(bytes.size()));
+        if (!m_sinceAlive.isValid() || m_sinceAlive.elapsed() >= 500) {
+            m_sinceAlive.start();
+            Q_EMIT alive();
+        }
         while (m_socket && !m_done) {
             auto next = m_decoder.next();
             if (!next) {
@@ -127,6 +139,9 @@ void ConnectionWorker::handleFrame(wire::Frame &frame)
         info.model = QString::fromStdString(welcome->model);
         info.worldSize = welcome->worldSize;
         info.backend = QString::fromStdString(welcome->backend);
+        info.job = QString::fromStdString(welcome->job.id);
+        info.ranks = welcome->job.ranks;
+        info.host = QString::fromStdString(welcome->job.host);
         Q_EMIT welcomed(info);
         return;
     }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "telemetry/event.h"
+#include "wire/clocksync.h"
 #include "wire/frame.h"
 #include "wire/messages.h"
 #include "wire/snapshot.h"
@@ -34,6 +35,9 @@ struct WelcomeInfo
     QString model;
     int worldSize = 1;
     QString backend;
+    QString job;         // the job's id; empty for servers before jobs
+    std::vector<int> ranks; // the global ranks the process serves (its Welcome's job)
+    QString host;
 };
 
 class ConnectionWorker : public QObject
@@ -44,10 +48,16 @@ class ConnectionWorker : public QObject
     ~ConnectionWorker() override;
 
   public Q_SLOTS:
-    void open(const QString &endpoint, const QString &token);
+    // probeClock: first estimate the server's clock on a connection of its own (at most
+    // about a second, on this thread), reported by clockProbed before anything else.
+    void open(const QString &endpoint, const QString &token, bool probeClock = false);
     void close();
 
   Q_SIGNALS:
+    // error: why there is no estimate (an older engine, no answer); empty when there is one.
+    void clockProbed(const shardscope::wire::ClockEstimate &estimate, const QString &error);
+    // Something arrived (a heartbeat too); at most about twice a second.
+    void alive();
     void welcomed(const shardscope::WelcomeInfo &info);
     // The one receiver takes the state out of the snapshot instead of copying it.
     void stateReceived(std::shared_ptr<shardscope::wire::Snapshot> snapshot);
@@ -76,10 +86,12 @@ class ConnectionWorker : public QObject
     std::vector<Event> m_pending;
     bool m_pendingHistory = false;
     QTimer m_handshakeTimer{this}; // a child, so it moves to the worker's thread
+    QElapsedTimer m_sinceAlive;
 };
 
 } // namespace shardscope
 
 Q_DECLARE_METATYPE(shardscope::WelcomeInfo)
+Q_DECLARE_METATYPE(shardscope::wire::ClockEstimate)
 Q_DECLARE_METATYPE(std::shared_ptr<shardscope::wire::Snapshot>)
 Q_DECLARE_METATYPE(std::shared_ptr<const shardscope::EventBatch>)

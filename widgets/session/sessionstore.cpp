@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "session/labels.h"
+#include "wire/jobmerge.h"
 
 namespace shardscope {
 
@@ -481,6 +482,85 @@ void SessionStore::setDroppedEvents(std::uint64_t dropped)
     markDirty();
 }
 
+QString SessionStore::applySourceState(int source, EngineState state, const QString &name)
+{
+    if (source < 0) return QStringLiteral("bad source %1").arg(source);
+    for (std::size_t k = 0; k < m_sources.size(); ++k) {
+        const Source &other = m_sources[k];
+        if (!other.hasState || static_cast<int>(k) == source) continue;
+        if (other.state.worldSize != state.worldSize || other.state.modelName != state.modelName)
+            return QStringLiteral("%1 runs model '%2' with %3 ranks, but %4 runs '%5' with %6: "
+                                  "not one job; attach to it on its own")
+                .arg(name.isEmpty() ? QStringLiteral("process %1").arg(source) : name,
+                     QString::fromStdString(state.modelName))
+                .arg(state.worldSize)
+                .arg(QString::fromStdString(other.name),
+                     QString::fromStdString(other.state.modelName))
+                .arg(other.state.worldSize);
+    }
+    if (static_cast<std::size_t>(source) >= m_sources.size())
+        m_sources.resize(static_cast<std::size_t>(source) + 1);
+    Source &s = m_sources[static_cast<std::size_t>(source)];
+    s.hasState = true;
+    s.state = std::move(state);
+    if (!name.isEmpty()) s.name = name.toStdString();
+    if (s.name.empty()) s.name = "process " + std::to_string(source);
+    m_mergePending = true;
+    // The first state of a job is shown at once; later ones are coalesced.
+    if (!m_hasState || !m_sinceMerge.isValid() ||
+        m_sinceMerge.elapsed() >= std::max<qint64>(100, 3 * m_mergeCostMs))
+        mergeSources();
+    else
+        markDirty();
+    return {};
+}
+
+void SessionStore::mergeSources()
+{
+    if (!m_mergePending) return;
+    m_mergePending = false;
+    QElapsedTimer cost;
+    cost.start();
+    std::vector<const EngineState *> parts;
+    std::vector<std::string> names;
+    for (const Source &s : m_sources) {
+        if (!s.hasState) continue;
+        parts.push_back(&s.state);
+        names.push_back(s.name);
+    }
+    if (parts.empty()) return;
+    auto merged = wire::mergeJobStates(parts, names);
+    if (merged) applyState(std::move(merged).value()); // checked on entry: cannot fail here
+    m_mergeCostMs = cost.elapsed();
+    m_sinceMerge.start();
+}
+
+void SessionStore::setSourceDropped(int source, std::uint64_t dropped)
+{
+    if (source < 0) return;
+    if (static_cast<std::size_t>(source) >= m_sources.size())
+        m_sources.resize(static_cast<std::size_t>(source) + 1);
+    m_sources[static_cast<std::size_t>(source)].dropped = dropped;
+    std::uint64_t total = 0;
+    for (const Source &s : m_sources)
+        total += s.dropped;
+    setDroppedEvents(total);
+}
+
+void SessionStore::clearSources()
+{
+    m_sources.clear();
+    m_mergePending = false;
+    m_sinceMerge.invalidate();
+    m_mergeCostMs = 0;
+}
+
+bool SessionStore::hasSourceState(int source) const
+{
+    return source >= 0 && static_cast<std::size_t>(source) < m_sources.size() &&
+           m_sources[static_cast<std::size_t>(source)].hasState;
+}
+
 void SessionStore::setReadOnly(bool readOnly, const QString &source)
 {
     m_readOnly = readOnly;
@@ -603,6 +683,8 @@ void SessionStore::markDirty()
 
 void SessionStore::flush()
 {
+    if (m_mergePending && m_sinceMerge.elapsed() >= std::max<qint64>(100, 3 * m_mergeCostMs))
+        mergeSources();
     if (!m_pending.any()) return;
     StoreChanges changes = std::move(m_pending);
     m_pending = StoreChanges{};

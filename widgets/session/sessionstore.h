@@ -4,6 +4,7 @@
 // received event in per-rank sorted lanes. Ingest is cheap and silent; consumers get
 // one coalesced updated() at most every refresh interval (about 30 Hz), never per event.
 
+#include <QElapsedTimer>
 #include <QObject>
 #include <QString>
 #include <QTimer>
@@ -98,6 +99,22 @@ class SessionStore : public QObject
     void setDroppedEvents(std::uint64_t dropped); // the engine's own total, when it reports one
     void setReadOnly(bool readOnly, const QString &source);
 
+    // ---- a job: one store fed by several rank processes ("sources", numbered from 0)
+    // The latest state of one process of a job. The store shows the merge of every source's
+    // latest state (wire::mergeJobStates: the structure of source 0's, each global rank's
+    // status from the process that runs it, gathers summed, violations kept with their rank),
+    // so states of different processes never replace each other, and a process that is gone
+    // keeps its part. Merges are coalesced: at most one every max(100 ms, 3 x the last
+    // merge's cost), on the refresh timer (mergeSources() forces one). A state that cannot
+    // belong to the job (another model or world size) changes nothing; the reason is returned.
+    QString applySourceState(int source, EngineState state, const QString &name = {});
+    void setSourceDropped(int source, std::uint64_t dropped); // that process's total
+    void mergeSources();
+    // Forgets the sources' states (a new attach); the shown state stays until replaced.
+    void clearSources();
+    int sourceCount() const { return static_cast<int>(m_sources.size()); }
+    bool hasSourceState(int source) const;
+
     // ---- reading
     bool hasState() const { return m_hasState; }
     const EngineState &state() const { return m_state; }
@@ -155,6 +172,13 @@ class SessionStore : public QObject
     void updated(const shardscope::StoreChanges &changes);
 
   private:
+    struct Source
+    {
+        bool hasState = false;
+        EngineState state;
+        std::string name;
+        std::uint64_t dropped = 0;
+    };
     void rebuildIndex();
     void rebuildViolationCounts();
     void markParam(ParamId id);
@@ -226,6 +250,11 @@ class SessionStore : public QObject
     StoreChanges m_pending;
     std::vector<std::uint8_t> m_paramMarked; // by paramSlot
     QTimer m_timer;
+
+    std::vector<Source> m_sources;
+    bool m_mergePending = false;
+    QElapsedTimer m_sinceMerge;
+    qint64 m_mergeCostMs = 0;
 };
 
 } // namespace shardscope

@@ -14,6 +14,7 @@
 #include <QTimer>
 #include <QVBoxLayout>
 #include <algorithm>
+#include <set>
 
 #include "wire/discovery.h"
 #include "wire/endpoint.h"
@@ -37,12 +38,13 @@ AttachDialog::AttachDialog(const QString &discoveryDir, QWidget *parent)
     : QDialog(parent),
       m_dir(discoveryDir.isEmpty() ? QString::fromStdString(wire::defaultRuntimeDir())
                                    : discoveryDir),
-      m_table(new QTableWidget(0, 6, this)), m_endpoint(new QLineEdit(this)),
+      m_table(new QTableWidget(0, 7, this)), m_endpoint(new QLineEdit(this)),
       m_token(new QLineEdit(this)), m_hint(new QLabel(this)), m_timer(new QTimer(this))
 {
     setWindowTitle(tr("Attach to a training run"));
     m_table->setHorizontalHeaderLabels(
-        {tr("PID"), tr("Model"), tr("World size"), tr("Backend"), tr("Uptime"), tr("Endpoint")});
+        {tr("PID"), tr("Model"), tr("World size"), tr("Backend"), tr("Uptime"), tr("Endpoint"),
+         tr("Ranks")});
     m_table->verticalHeader()->hide();
     m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
     m_table->setSelectionMode(QAbstractItemView::SingleSelection);
@@ -54,7 +56,7 @@ AttachDialog::AttachDialog(const QString &discoveryDir, QWidget *parent)
     m_table->setWordWrap(false);
     m_table->setTextElideMode(Qt::ElideNone);
     m_endpoint->setPlaceholderText(
-        QStringLiteral("unix:/run/user/1000/shardscope/1234.sock  or  tcp:127.0.0.1:7000"));
+        QStringLiteral("unix:/run/user/1000/shardscope/1234.sock,  tcp:127.0.0.1:7000  or  job:NAME"));
     m_token->setPlaceholderText(tr("only for an engine started with --token"));
     m_token->setEchoMode(QLineEdit::Password);
     m_hint->setWordWrap(true);
@@ -73,12 +75,21 @@ AttachDialog::AttachDialog(const QString &discoveryDir, QWidget *parent)
     resize(760, 420);
 
     connect(buttons, &QDialogButtonBox::accepted, this, [this] {
-        const auto parsed = wire::parseEndpoint(endpoint().toStdString());
-        if (!parsed) {
-            m_hint->setText(tr("`%1` is not an endpoint: %2. Use unix:PATH or tcp:HOST:PORT.")
-                                .arg(endpoint(), QString::fromStdString(parsed.error())));
+        const QString spec = endpoint();
+        if (spec.startsWith(QLatin1String("job:")) && spec.size() > 4) {
+            accept();
             return;
         }
+        for (const QString &part : spec.split(QLatin1Char(','), Qt::SkipEmptyParts)) {
+            const auto parsed = wire::parseEndpoint(part.trimmed().toStdString());
+            if (!parsed) {
+                m_hint->setText(tr("`%1` is not an endpoint: %2. Use unix:PATH, tcp:HOST:PORT "
+                                   "(several separated by commas) or job:NAME.")
+                                    .arg(part.trimmed(), QString::fromStdString(parsed.error())));
+                return;
+            }
+        }
+        if (spec.isEmpty()) return;
         accept();
     });
     connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
@@ -108,43 +119,117 @@ QString AttachDialog::token() const
 
 int AttachDialog::engineCount() const
 {
-    return m_table->rowCount();
+    return m_engines;
+}
+
+int AttachDialog::jobCount() const
+{
+    return m_jobs;
 }
 
 void AttachDialog::refresh()
 {
-    const std::vector<wire::DiscoveryEntry> engines = wire::listLiveEngines(m_dir.toStdString());
+    std::vector<wire::DiscoveryEntry> engines = wire::listLiveEngines(m_dir.toStdString());
     const QString selected =
         m_table->selectionModel()->selectedRows().isEmpty()
             ? QString()
             : m_table->item(m_table->selectionModel()->selectedRows().first().row(), 5)->text();
-    m_table->setRowCount(static_cast<int>(engines.size()));
-    for (int r = 0; r < static_cast<int>(engines.size()); ++r) {
-        const wire::DiscoveryEntry &e = engines[static_cast<std::size_t>(r)];
-        const QString cells[] = {QString::number(e.pid),
-                                 QString::fromStdString(e.model),
-                                 QString::number(e.worldSize),
-                                 QString::fromStdString(e.backend),
-                                 uptime(e.startUnixMs),
-                                 QString::fromStdString(e.endpoint) +
-                                     (e.tokenRequired ? tr("  (token)") : QString())};
-        for (int c = 0; c < 6; ++c) {
+    // Grouped by job, ranks in order; a job of several processes (or one whose other ranks
+    // are not live) gets a row of its own above them, which attaches to all of them.
+    const auto jobOf = [](const wire::DiscoveryEntry &e) {
+        return e.job.id.empty() ? "pid " + std::to_string(e.pid) : e.job.id;
+    };
+    std::stable_sort(engines.begin(), engines.end(), [&](const auto &x, const auto &y) {
+        const int rx = x.job.ranks.empty() ? 0 : x.job.ranks.front();
+        const int ry = y.job.ranks.empty() ? 0 : y.job.ranks.front();
+        return std::make_pair(jobOf(x), rx) < std::make_pair(jobOf(y), ry);
+    });
+    struct Row
+    {
+        QString cells[7];
+        QString tip;
+        bool job = false;
+    };
+    std::vector<Row> rows;
+    m_jobs = 0;
+    for (std::size_t i = 0; i < engines.size();) {
+        std::size_t end = i;
+        std::set<int> ranks;
+        while (end < engines.size() && jobOf(engines[end]) == jobOf(engines[i])) {
+            ranks.insert(engines[end].job.ranks.begin(), engines[end].job.ranks.end());
+            ++end;
+        }
+        const wire::DiscoveryEntry &first = engines[i];
+        const int world = std::max(first.job.worldSize, first.worldSize);
+        if (!first.job.id.empty() &&
+            (end - i > 1 || static_cast<int>(ranks.size()) < world)) {
+            Row r;
+            r.job = true;
+            const QString id = QString::fromStdString(first.job.id);
+            r.cells[0] = tr("job");
+            r.cells[1] = QString::fromStdString(first.model);
+            r.cells[2] = QString::number(world);
+            r.cells[3] = QString::fromStdString(first.backend);
+            r.cells[4] = uptime(first.startUnixMs);
+            r.cells[5] = QStringLiteral("job:") + id;
+            r.cells[6] = tr("%1 of %2 ranks live (%3 processes)")
+                             .arg(ranks.size())
+                             .arg(world)
+                             .arg(end - i);
+            r.tip = tr("job %1: attaches to every live process of the job at once").arg(id);
+            rows.push_back(r);
+            ++m_jobs;
+        }
+        for (std::size_t k = i; k < end; ++k) {
+            const wire::DiscoveryEntry &e = engines[k];
+            Row r;
+            QStringList rankList;
+            for (int x : e.job.ranks)
+                rankList << QString::number(x);
+            r.cells[0] = QString::number(e.pid);
+            r.cells[1] = QString::fromStdString(e.model);
+            r.cells[2] = QString::number(e.worldSize);
+            r.cells[3] = QString::fromStdString(e.backend);
+            r.cells[4] = uptime(e.startUnixMs);
+            r.cells[5] = QString::fromStdString(e.endpoint);
+            r.cells[6] = rankList.isEmpty() ? QString()
+                                            : (rankList.size() == 1 ? tr("rank ") : tr("ranks ")) +
+                                                  rankList.join(QLatin1Char(',')) +
+                                                  (e.job.host.empty() ? QString()
+                                                                      : tr(" on %1").arg(QString::fromStdString(e.job.host)));
+            if (e.tokenRequired) r.tip = tr("this engine requires a token");
+            rows.push_back(r);
+        }
+        i = end;
+    }
+    m_engines = static_cast<int>(engines.size());
+    // The ranks column only when some process says which ranks it runs (a job's).
+    m_table->setColumnHidden(6, std::none_of(rows.begin(), rows.end(), [](const Row &row) {
+                                 return !row.cells[6].isEmpty();
+                             }));
+    m_table->setRowCount(static_cast<int>(rows.size()));
+    for (int r = 0; r < static_cast<int>(rows.size()); ++r) {
+        const Row &row = rows[static_cast<std::size_t>(r)];
+        for (int c = 0; c < 7; ++c) {
             auto *item = m_table->item(r, c);
             if (!item) {
                 item = new QTableWidgetItem;
                 m_table->setItem(r, c, item);
             }
-            item->setText(c == 5 ? QString::fromStdString(e.endpoint) : cells[c]);
-            item->setToolTip(c == 5 && e.tokenRequired ? tr("this engine requires a token")
-                                                       : cells[c]);
+            item->setText(row.cells[c]);
+            item->setToolTip(row.tip.isEmpty() ? row.cells[c] : row.tip);
+            QFont f = item->font();
+            f.setBold(row.job);
+            item->setFont(f);
         }
-        if (QString::fromStdString(e.endpoint) == selected) {
+        if (row.cells[5] == selected) {
             const QSignalBlocker block(m_table);
             m_table->selectRow(r);
         }
     }
-    // The first run is picked when none is, so Enter attaches to it.
-    if (!engines.empty() && selected.isEmpty() && m_endpoint->text().isEmpty())
+    // The first row (a whole job when there is one) is picked when none is, so Enter
+    // attaches to it.
+    if (!rows.empty() && selected.isEmpty() && m_endpoint->text().isEmpty())
         m_table->selectRow(0);
     fitToTable();
     m_hint->setText(engines.empty() ? tr("No live engine found. Start one with shardscope-train, "

@@ -1,6 +1,8 @@
 #pragma once
 // The attach dialog: the live engines found through discovery files (pid, model, world
-// size, backend, uptime), refreshed every second, and an endpoint and token typed by hand.
+// size, backend, uptime, ranks), grouped by job with a row per job that attaches to all of
+// its processes ("3 of 4 ranks live"), refreshed every second, and an endpoint and token
+// typed by hand.
 
 #include <QDialog>
 #include <QString>
@@ -22,9 +24,11 @@ class AttachDialog : public QDialog
     // discoveryDir: where to look; empty means the default runtime directory.
     explicit AttachDialog(const QString &discoveryDir = {}, QWidget *parent = nullptr);
 
+    // What to attach to: an endpoint, endpoints separated by commas, or job:NAME (a job row).
     QString endpoint() const;
     QString token() const;
-    int engineCount() const;
+    int engineCount() const; // live processes listed
+    int jobCount() const;    // job rows (jobs of several processes, or with ranks missing)
     QTableWidget *enginesTable() const { return m_table; }
 
   public Q_SLOTS:
@@ -39,6 +43,8 @@ class AttachDialog : public QDialog
     QLineEdit *m_token;
     QLabel *m_hint;
     QTimer *m_timer;
+    int m_engines = 0;
+    int m_jobs = 0;
 };
 
 } // namespace shardscope::views

@@ -1,0 +1,351 @@
+// The inspector attached to a whole job of real shardscope-train --backend gloo processes
+// (a process per rank, torchrun's environment, discovery files in a private runtime
+// directory): one window shows every rank (tree, timeline lanes, partition map, memory);
+// the attach dialog groups the processes into a job row; a rank killed with SIGKILL is
+// marked lost and keeps its data while the others go on; a rank stopped with SIGSTOP is
+// marked not answering; an unreachable endpoint is named and the others attached; a
+// process whose clock runs 7 s ahead is mapped onto the job's timeline.
+
+#include <QtTest>
+
+#include <QDir>
+#include <QFileInfo>
+#include <QProcess>
+#include <QTableWidget>
+#include <QTcpServer>
+#include <QTemporaryDir>
+
+#include <csignal>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "mainwindow.h"
+#include "models/moduletreemodel.h"
+#include "session/jobsession.h"
+#include "views/attachdialog.h"
+#include "views/gathertimeline.h"
+#include "views/moduletreeview.h"
+#include "views/partitionmap.h"
+#include "wire/discovery.h"
+#include "wire/snapshot.h"
+
+using namespace shardscope;
+
+namespace {
+
+const QStringList kModel = {"--layers", "1",  "--hidden", "35", "--groups", "5", "--seq", "16",
+                            "--batch",  "12", "--kernel", "4",  "--vocab",  "97"};
+
+// The ranks of one job, started with torchrun's environment; killed when it goes.
+struct Job
+{
+    std::vector<std::unique_ptr<QProcess>> ranks;
+    QString name;
+    ~Job()
+    {
+        for (auto &p : ranks)
+            p->kill(); // SIGKILL ends a stopped process too
+        for (auto &p : ranks)
+            p->waitForFinished(5000);
+    }
+    qint64 pid(int r) const { return ranks[static_cast<std::size_t>(r)]->processId(); }
+};
+
+std::size_t laneSize(const SessionStore &s, int r)
+{
+    return r < s.laneCount() ? s.lane(r).size() : 0;
+}
+
+// The timestamp of rank r's StepBegin of `step`, or 0.
+std::uint64_t stepBeginTs(const SessionStore &s, int r, std::uint32_t step)
+{
+    if (r >= s.laneCount()) return 0;
+    const EventLane &lane = s.lane(r);
+    for (std::size_t i = 0; i < lane.size(); ++i) {
+        const Event e = lane.at(i);
+        if (e.type == EventType::StepBegin && e.step == step) return e.tsNs;
+    }
+    return 0;
+}
+
+} // namespace
+
+class TestJobAttach : public QObject
+{
+    Q_OBJECT
+
+  private slots:
+    void initTestCase();
+    void oneWindowShowsEveryRankOfTheJob();
+    void aKilledRankIsLostAndKeepsItsData();
+    void aStoppedRankIsShownNotAnswering();
+    void clocksAreMappedAndAnUnreachableProcessIsNamed();
+
+  private:
+    // Starts `world` ranks (env: extra variables per rank) and waits until each has written
+    // its discovery file.
+    void startJob(Job &job, int world, const QString &name,
+                  const std::vector<QStringList> &extraEnv = {});
+
+    QString m_program;
+    QTemporaryDir m_runtime;
+};
+
+void TestJobAttach::initTestCase()
+{
+    const QString bin = qEnvironmentVariable("SHARDSCOPE_BIN_DIR");
+    QVERIFY2(!bin.isEmpty(), "SHARDSCOPE_BIN_DIR is not set; run the test through ctest");
+    m_program = bin + "/shardscope-train";
+    QVERIFY2(QFile::exists(m_program), qPrintable(m_program + " does not exist"));
+    QVERIFY(m_runtime.isValid());
+    QFile::setPermissions(m_runtime.path(), QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
+}
+
+void TestJobAttach::startJob(Job &job, int world, const QString &name,
+                             const std::vector<QStringList> &extraEnv)
+{
+    job.name = name;
+    QTcpServer probe; // a free port for rank 0's rendezvous, released just before use
+    probe.listen(QHostAddress::LocalHost);
+    const QString port = QString::number(probe.serverPort());
+    probe.close();
+    for (int r = 0; r < world; ++r) {
+        auto p = std::make_unique<QProcess>();
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.remove("SHARDSCOPE_TEST_CLOCK_OFFSET_NS");
+        env.insert("TORCHELASTIC_RUN_ID", name); // the job's name, as torchrun sets it
+        env.insert("RANK", QString::number(r));
+        env.insert("LOCAL_RANK", QString::number(r));
+        env.insert("WORLD_SIZE", QString::number(world));
+        env.insert("MASTER_ADDR", "127.0.0.1");
+        env.insert("MASTER_PORT", port);
+        env.insert("XDG_RUNTIME_DIR", m_runtime.path());
+        if (static_cast<std::size_t>(r) < extraEnv.size())
+            for (const QString &kv : extraEnv[static_cast<std::size_t>(r)])
+                env.insert(kv.section('=', 0, 0), kv.section('=', 1));
+        p->setProcessEnvironment(env);
+        p->setProcessChannelMode(QProcess::ForwardedErrorChannel);
+        p->setStandardOutputFile(QProcess::nullDevice());
+        p->start(m_program, kModel + QStringList{"--backend", "gloo", "--steps", "1000000",
+                                                 "--comm-timeout", "6"});
+        QVERIFY(p->waitForStarted(10000));
+        job.ranks.push_back(std::move(p));
+    }
+    const std::string dir = (m_runtime.path() + "/shardscope").toStdString();
+    QTRY_VERIFY_WITH_TIMEOUT(
+        [&] {
+            int n = 0;
+            for (const auto &e : wire::listLiveEngines(dir))
+                n += e.job.id == name.toStdString();
+            return n == world;
+        }(),
+        30000);
+}
+
+void TestJobAttach::oneWindowShowsEveryRankOfTheJob()
+{
+    Job job;
+    startJob(job, 3, "three");
+    const QString dir = m_runtime.path() + "/shardscope";
+
+    // The attach dialog shows the job as one row above its three processes.
+    {
+        views::AttachDialog dialog(dir);
+        QCOMPARE(dialog.engineCount(), 3);
+        QCOMPARE(dialog.jobCount(), 1);
+        QTableWidget *t = dialog.enginesTable();
+        QCOMPARE(t->rowCount(), 4);
+        QCOMPARE(t->item(0, 5)->text(), QStringLiteral("job:three"));
+        QVERIFY2(t->item(0, 6)->text().startsWith(QStringLiteral("3 of 3 ranks live")),
+                 qPrintable(t->item(0, 6)->text()));
+        for (int r = 0; r < 3; ++r)
+            QVERIFY2(t->item(r + 1, 6)->text().startsWith(QStringLiteral("rank %1").arg(r)),
+                     qPrintable(t->item(r + 1, 6)->text()));
+        QCOMPARE(dialog.endpoint(), QStringLiteral("job:three")); // one click attaches the job
+    }
+
+    app::MainWindow w;
+    w.show();
+    QCOMPARE(w.attach(QStringLiteral("job:three"), {}, dir), QString());
+    QVERIFY(w.attachedToJob());
+    JobSession *session = w.jobSession();
+    QCOMPARE(session->processCount(), 3);
+    SessionStore *store = w.store();
+    QTRY_VERIFY_WITH_TIMEOUT(store->hasState() && store->state().localRanks.size() == 3 &&
+                                 laneSize(*store, 0) > 0 && laneSize(*store, 1) > 0 &&
+                                 laneSize(*store, 2) > 0 && session->caughtUp(),
+                             30000);
+    QCOMPARE(store->worldSize(), 3);
+    QCOMPARE(store->state().localRanks, (std::vector<int>{0, 1, 2}));
+    for (int i = 0; i < 3; ++i) {
+        QCOMPARE(session->ranks(i), std::vector<int>{i});
+        QCOMPARE(session->health(i), JobSession::Health::Live);
+    }
+    // Events land in the lane of the global rank that emitted them.
+    for (int r = 0; r < 3; ++r)
+        QCOMPARE(int(store->lane(r).at(0).rank), r);
+    QVERIFY2(session->summary().contains(QStringLiteral("job three: 3 of 3 ranks live")),
+             qPrintable(session->summary()));
+    // Every view shows every rank: the tree (a model over the merged state), the timeline's
+    // lanes, the partition map and memory per rank.
+    QTRY_VERIFY(w.tree()->model()->rowCount() > 0);
+    for (const ParamRecord &p : store->state().params)
+        QCOMPARE(p.status.size(), std::size_t(3));
+    auto *timeline = w.findChild<views::GatherTimeline *>();
+    QVERIFY(timeline);
+    QTRY_COMPARE_WITH_TIMEOUT(timeline->laneCount(), 3, 10000);
+    auto *partition = w.findChild<views::PartitionMap *>();
+    QVERIFY(partition);
+    QTRY_COMPARE_WITH_TIMEOUT(partition->worldSize(), 3, 10000);
+    QTRY_VERIFY_WITH_TIMEOUT(store->memory().size() >= 3 && store->memory()[0].tsNs > 0 &&
+                                 store->memory()[1].tsNs > 0 && store->memory()[2].tsNs > 0,
+                             10000);
+    QVERIFY(w.windowTitle().contains(QStringLiteral("job:three")));
+
+    // The app itself: shardscope --attach job:NAME exports one snapshot of the whole job.
+    QTemporaryDir out;
+    const QString file = out.filePath("job.json");
+    QProcess app;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("XDG_RUNTIME_DIR", m_runtime.path());
+    app.setProcessEnvironment(env);
+    app.setProcessChannelMode(QProcess::MergedChannels);
+    app.start(QFileInfo(m_program).dir().filePath("shardscope"),
+              {"--attach", "job:three", "--after-step", QString::number(store->completedStep() + 2),
+               "--export-snapshot", file, "--quit"});
+    QVERIFY(app.waitForFinished(60000));
+    const QString said = QString::fromUtf8(app.readAll());
+    QVERIFY2(app.exitCode() == 0, qPrintable(said));
+    auto snap = wire::readSnapshotFile(file.toStdString());
+    QVERIFY2(snap, snap ? "" : snap.error().c_str());
+    QCOMPARE(snap->state.worldSize, 3);
+    QCOMPARE(snap->state.localRanks, (std::vector<int>{0, 1, 2}));
+    std::set<int> ranksSeen;
+    for (const Event &e : snap->events)
+        ranksSeen.insert(e.rank);
+    QCOMPARE(ranksSeen, (std::set<int>{0, 1, 2}));
+}
+
+void TestJobAttach::aKilledRankIsLostAndKeepsItsData()
+{
+    Job job;
+    startJob(job, 3, "killed");
+    app::MainWindow w;
+    QCOMPARE(w.attach(QStringLiteral("job:killed"), {}, m_runtime.path() + "/shardscope"),
+             QString());
+    JobSession *session = w.jobSession();
+    SessionStore *store = w.store();
+    QTRY_VERIFY_WITH_TIMEOUT(store->hasState() && store->completedStep() >= 3 &&
+                                 laneSize(*store, 1) > 0 && session->caughtUp(),
+                             30000);
+    const auto before = laneSize(*store, 1);
+    ::kill(static_cast<pid_t>(job.pid(1)), SIGKILL);
+    QTRY_COMPARE_WITH_TIMEOUT(session->health(1), JobSession::Health::Lost, 10000);
+    // The others are not lost with it (they fail later, naming rank 1, within --comm-timeout).
+    QVERIFY(session->health(0) != JobSession::Health::Lost);
+    QVERIFY(session->health(2) != JobSession::Health::Lost);
+    const QString line = session->processLine(1);
+    QVERIFY2(line.startsWith(QStringLiteral("rank 1 lost: connection closed at step ")),
+             qPrintable(line));
+    QVERIFY2(session->summary().contains(QStringLiteral("2 of 3 ranks live")) ||
+                 session->summary().contains(QStringLiteral("rank 1 lost")),
+             qPrintable(session->summary()));
+    QVERIFY(session->anyProblem());
+    // Nothing received from rank 1 is lost: its lane and its part of the state stay.
+    QVERIFY(laneSize(*store, 1) >= before);
+    QCOMPARE(store->state().localRanks, (std::vector<int>{0, 1, 2}));
+    // The ranks that go on end by themselves, naming rank 1; their data stays too.
+    QTRY_VERIFY_WITH_TIMEOUT(session->allDone(), 30000);
+    QVERIFY(laneSize(*store, 0) > 0 && laneSize(*store, 2) > 0);
+    for (int i : {0, 2})
+        QVERIFY2(session->processLine(i).contains(QStringLiteral("rank 1")),
+                 qPrintable(session->processLine(i)));
+}
+
+void TestJobAttach::aStoppedRankIsShownNotAnswering()
+{
+    Job job;
+    startJob(job, 3, "stopped");
+    app::MainWindow w;
+    w.jobSession()->setSilenceTimeoutMs(2500);
+    QCOMPARE(w.attach(QStringLiteral("job:stopped"), {}, m_runtime.path() + "/shardscope"),
+             QString());
+    JobSession *session = w.jobSession();
+    SessionStore *store = w.store();
+    QTRY_VERIFY_WITH_TIMEOUT(store->hasState() && store->completedStep() >= 3 &&
+                                 laneSize(*store, 2) > 0 && session->caughtUp(),
+                             30000);
+    const auto before = laneSize(*store, 2);
+    ::kill(static_cast<pid_t>(job.pid(2)), SIGSTOP);
+    QTRY_COMPARE_WITH_TIMEOUT(session->health(2), JobSession::Health::Silent, 15000);
+    const QString line = session->processLine(2);
+    QVERIFY2(line.startsWith(QStringLiteral("rank 2 not answering")), qPrintable(line));
+    // The others still answer (their servers send heartbeats while training waits).
+    QVERIFY(session->health(0) != JobSession::Health::Silent);
+    QVERIFY(session->health(1) != JobSession::Health::Silent);
+    QVERIFY(laneSize(*store, 2) >= before);
+    // Past --comm-timeout the others fail, naming rank 2.
+    QTRY_VERIFY_WITH_TIMEOUT(session->health(0) != JobSession::Health::Live &&
+                                 session->health(1) != JobSession::Health::Live,
+                             30000);
+    QVERIFY2(session->processLine(0).contains(QStringLiteral("rank 2")),
+             qPrintable(session->processLine(0)));
+    QCOMPARE(session->health(2), JobSession::Health::Silent);
+}
+
+void TestJobAttach::clocksAreMappedAndAnUnreachableProcessIsNamed()
+{
+    constexpr qint64 kOffset = 7'000'000'000; // rank 1's clock runs 7 s ahead
+    Job job;
+    startJob(job, 2, "clock",
+             {{}, {QStringLiteral("SHARDSCOPE_TEST_CLOCK_OFFSET_NS=%1").arg(kOffset)}});
+    std::vector<JobTarget> targets;
+    QString name;
+    QCOMPARE(JobSession::resolve(QStringLiteral("job:clock"), targets, name,
+                                 m_runtime.path() + "/shardscope"),
+             QString());
+    QCOMPARE(targets.size(), std::size_t(2));
+    const QString missing = "unix:" + m_runtime.path() + "/nobody-listens.sock";
+    app::MainWindow w;
+    QCOMPARE(w.attach(targets[0].endpoint + "," + targets[1].endpoint + "," + missing, {}),
+             QString());
+    JobSession *session = w.jobSession();
+    SessionStore *store = w.store();
+    QCOMPARE(session->processCount(), 3);
+    QTRY_VERIFY_WITH_TIMEOUT(store->hasState() && store->completedStep() >= 4 &&
+                                 session->health(0) == JobSession::Health::Live &&
+                                 session->health(1) == JobSession::Health::Live,
+                             30000);
+    // The endpoint nobody serves is named; the two others are attached.
+    QTRY_COMPARE_WITH_TIMEOUT(session->health(2), JobSession::Health::Unreachable, 10000);
+    QVERIFY2(session->summary().contains(QStringLiteral("unreachable")),
+             qPrintable(session->summary()));
+    QVERIFY2(session->summary().contains(QStringLiteral("2 of 2 ranks live")),
+             qPrintable(session->summary()));
+
+    // Rank 1's timestamps are shifted by the measured offset onto rank 0's timeline, within
+    // the measured uncertainty (plus the time the probe takes to be answered).
+    const wire::ClockShift s0 = session->clockShift(0);
+    const wire::ClockShift s1 = session->clockShift(1);
+    QVERIFY(s0.known && s1.known);
+    const qint64 relative = s1.shiftNs - s0.shiftNs;
+    const qint64 error = std::abs(relative - kOffset);
+    QVERIFY2(error <= static_cast<qint64>(s0.uncertaintyNs + s1.uncertaintyNs) + 2'000'000,
+             qPrintable(QStringLiteral("shift %1 ns, uncertainty %2 ns")
+                            .arg(relative)
+                            .arg(s0.uncertaintyNs + s1.uncertaintyNs)));
+    QVERIFY(!(s0.sharedClock && s1.sharedClock));
+    QVERIFY2(session->details().contains(QStringLiteral("±")), qPrintable(session->details()));
+    // Both ranks begin step 3 together (gloo's collectives keep them in step): on the mapped
+    // timeline within a fraction of a second, where the raw clocks are 7 s apart.
+    const std::uint64_t t0 = stepBeginTs(*store, 0, 3);
+    const std::uint64_t t1 = stepBeginTs(*store, 1, 3);
+    QVERIFY(t0 != 0 && t1 != 0);
+    const qint64 apart = std::abs(static_cast<qint64>(t1 - t0));
+    QVERIFY2(apart < 500'000'000,
+             qPrintable(QStringLiteral("step 3 begins %1 ns apart").arg(apart)));
+}
+
+QTEST_MAIN(TestJobAttach)
+#include "tst_jobattach.moc"

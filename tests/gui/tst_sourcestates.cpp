@@ -1,0 +1,93 @@
+// A SessionStore fed by several processes of one job (its sources): their states are merged
+// onto global ranks, never replace each other, and a state of another job changes nothing.
+
+#include <QtTest>
+
+#include "session/sessionstore.h"
+
+using namespace shardscope;
+
+namespace {
+
+// What the process running `rank` of a 2-rank job sends: its rank's view.
+EngineState rankState(int rank, ParamStatus mine, std::uint64_t gathers)
+{
+    EngineState st;
+    st.modelName = "TinyLM";
+    st.worldSize = 2;
+    st.backend = "gloo";
+    st.step = 5;
+    st.localRanks = {rank};
+    st.modules = {ModuleRecord{0, "", "TinyLM", kNoModule},
+                  ModuleRecord{1, "embed", "Embedding", 0}};
+    ParamRecord p;
+    p.id = 0;
+    p.name = "embed.weight";
+    p.owner = 1;
+    p.status = {ParamStatus::NotAvailable, ParamStatus::NotAvailable};
+    p.status[static_cast<std::size_t>(rank)] = mine;
+    p.gatherCount = gathers;
+    st.params = {p};
+    ViolationRecord v;
+    v.rank = rank;
+    v.accessor = 1;
+    v.param = 0;
+    v.count = 1;
+    st.violations = {v};
+    return st;
+}
+
+} // namespace
+
+class TestSourceStates : public QObject
+{
+    Q_OBJECT
+
+  private slots:
+    void statesOfTheJobsProcessesAreMerged()
+    {
+        SessionStore store;
+        QCOMPARE(store.applySourceState(0, rankState(0, ParamStatus::Available, 2), "rank 0"),
+                 QString());
+        QCOMPARE(store.applySourceState(1, rankState(1, ParamStatus::Inflight, 3), "rank 1"),
+                 QString());
+        store.mergeSources();
+        store.flush();
+        QVERIFY(store.hasState());
+        QCOMPARE(store.state().localRanks, (std::vector<int>{0, 1}));
+        const ParamRecord *p = store.param(0);
+        QVERIFY(p);
+        QCOMPARE(p->status,
+                 (std::vector<ParamStatus>{ParamStatus::Available, ParamStatus::Inflight}));
+        QCOMPARE(p->gatherCount, std::uint64_t(5));
+        // One violation row, seen on both ranks.
+        QCOMPARE(store.violationGroups().size(), std::size_t(1));
+        QCOMPARE(store.violationGroups()[0].rankMask, std::uint64_t(3));
+
+        // A newer state of rank 0's process replaces only its part.
+        QCOMPARE(store.applySourceState(0, rankState(0, ParamStatus::NotAvailable, 4)), QString());
+        store.mergeSources();
+        p = store.param(0);
+        QCOMPARE(p->status,
+                 (std::vector<ParamStatus>{ParamStatus::NotAvailable, ParamStatus::Inflight}));
+        QCOMPARE(p->gatherCount, std::uint64_t(7));
+
+        // A process of another job is refused and changes nothing.
+        EngineState other = rankState(1, ParamStatus::Available, 9);
+        other.worldSize = 4;
+        const QString err = store.applySourceState(2, std::move(other), "tcp:elsewhere:1");
+        QVERIFY2(err.contains(QStringLiteral("not one job")), qPrintable(err));
+        QVERIFY(!store.hasSourceState(2));
+        store.mergeSources();
+        QCOMPARE(store.param(0)->gatherCount, std::uint64_t(7));
+
+        // Dropped events are each process's own total, summed.
+        store.setSourceDropped(0, 3);
+        store.setSourceDropped(1, 4);
+        store.setSourceDropped(0, 5);
+        QCOMPARE(store.droppedEvents(), std::uint64_t(9));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestSourceStates)
+#include "tst_sourcestates.moc"
