@@ -215,8 +215,6 @@ void bindHotPath(py::module_ &m, AgentState &(*stateOf)(py::handle agent))
              [phaseOf](HotPath &h, py::object original, int phase, bool begin) {
                  return h.scopeHook(std::move(original), phaseOf(phase), begin);
              })
-        .def("enter", [phaseOf](HotPath &h, py::handle module, int p) { h.enter(module, phaseOf(p)); })
-        .def("exit", [phaseOf](HotPath &h, py::handle module, int p) { h.exit(module, phaseOf(p)); })
         .def("close_scopes", &HotPath::closeScopes)
         .def_property_readonly("depth", &HotPath::depth)
         .def("top", &HotPath::top)
