@@ -12,7 +12,7 @@
 using namespace shardscope;
 using namespace shardscope::testing;
 
-class tst_ModuleTreeModel : public QObject
+class TestModuleTreeModel : public QObject
 {
     Q_OBJECT
   private slots:
@@ -62,7 +62,7 @@ class tst_ModuleTreeModel : public QObject
     }
 };
 
-void tst_ModuleTreeModel::liveUpdatesUnderTester()
+void TestModuleTreeModel::liveUpdatesUnderTester()
 {
     SessionStore store;
     ModuleTreeModel model(&store);
@@ -124,7 +124,7 @@ void tst_ModuleTreeModel::liveUpdatesUnderTester()
     QCOMPARE(model.rowCount(), 0);
 }
 
-void tst_ModuleTreeModel::externalsShownUnderRegisteringModule()
+void TestModuleTreeModel::externalsShownUnderRegisteringModule()
 {
     SessionStore store;
     EngineState st = smallState();
@@ -152,7 +152,7 @@ void tst_ModuleTreeModel::externalsShownUnderRegisteringModule()
 
 // Issue #14, defect 2: the tree sized two tables by the largest parameter id (4294967294
 // in a 1.5 KB file). Rows and lookups work by the parameter's place instead.
-void tst_ModuleTreeModel::hugeParameterIdsAreNamesNotIndexes()
+void TestModuleTreeModel::hugeParameterIdsAreNamesNotIndexes()
 {
     SessionStore store;
     EngineState st = smallState();
@@ -172,7 +172,7 @@ void tst_ModuleTreeModel::hugeParameterIdsAreNamesNotIndexes()
     QCOMPARE(ext.data(ModuleTreeModel::KindRole).toInt(), int(ModuleTreeModel::ExternalNode));
 }
 
-void tst_ModuleTreeModel::filterKeepsAncestors()
+void TestModuleTreeModel::filterKeepsAncestors()
 {
     SessionStore store;
     store.applyState(smallState());
@@ -199,7 +199,7 @@ void tst_ModuleTreeModel::filterKeepsAncestors()
     QCOMPARE(childNames(model, model.index(0, 0)).size(), 4);
 }
 
-void tst_ModuleTreeModel::sortsByColumn()
+void TestModuleTreeModel::sortsByColumn()
 {
     SessionStore store;
     store.applyState(smallState());
@@ -215,7 +215,7 @@ void tst_ModuleTreeModel::sortsByColumn()
     QCOMPARE(childNames(model, fc), (QStringList{"bias", "weight"}));
 }
 
-void tst_ModuleTreeModel::hundredThousandParameters()
+void TestModuleTreeModel::hundredThousandParameters()
 {
     SessionStore store;
     store.applyState(largeState(1000, 100)); // 1000 modules x 100 = 100,000 parameters
@@ -270,7 +270,7 @@ void tst_ModuleTreeModel::hundredThousandParameters()
     QCOMPARE(model.matchingNodeCount(), 1 + 10 + 1000 + 100000);
 }
 
-void tst_ModuleTreeModel::typingMatchesQtCaseInsensitiveContains()
+void TestModuleTreeModel::typingMatchesQtCaseInsensitiveContains()
 {
     // Typing that extends, shortens and replaces the text, in mixed case and outside
     // ASCII: every step keeps what QString::contains(Qt::CaseInsensitive) keeps.
@@ -299,5 +299,5 @@ void tst_ModuleTreeModel::typingMatchesQtCaseInsensitiveContains()
     QCOMPARE(model.matchingNodeCount(), 1 + 1 + 1 + 10); // root, group0, layer29, its params
 }
 
-QTEST_MAIN(tst_ModuleTreeModel)
+QTEST_MAIN(TestModuleTreeModel)
 #include "tst_moduletreemodel.moc"

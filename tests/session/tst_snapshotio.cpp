@@ -11,7 +11,7 @@
 using namespace shardscope;
 using namespace shardscope::testing;
 
-class tst_SnapshotIo : public QObject
+class TestSnapshotIo : public QObject
 {
     Q_OBJECT
   private slots:
@@ -34,7 +34,7 @@ static void fill(SessionStore &store)
                        false);
 }
 
-void tst_SnapshotIo::exportThenOpenRoundTrips()
+void TestSnapshotIo::exportThenOpenRoundTrips()
 {
     SessionStore live;
     fill(live);
@@ -64,7 +64,7 @@ void tst_SnapshotIo::exportThenOpenRoundTrips()
     QCOMPARE(opened.lane(0).at(1).tsNs, std::uint64_t(900));
 }
 
-void tst_SnapshotIo::badFilesChangeNothing_data()
+void TestSnapshotIo::badFilesChangeNothing_data()
 {
     QTest::addColumn<QByteArray>("contents");
     QTest::addColumn<QString>("expected");
@@ -78,7 +78,7 @@ void tst_SnapshotIo::badFilesChangeNothing_data()
     QTest::newRow("missing") << QByteArray() << QStringLiteral("does not exist");
 }
 
-void tst_SnapshotIo::badFilesChangeNothing()
+void TestSnapshotIo::badFilesChangeNothing()
 {
     QFETCH(QByteArray, contents);
     QFETCH(QString, expected);
@@ -100,7 +100,7 @@ void tst_SnapshotIo::badFilesChangeNothing()
     QCOMPARE(store.violationGroups().size(), std::size_t(2));
 }
 
-void tst_SnapshotIo::exportWithoutStateIsRefused()
+void TestSnapshotIo::exportWithoutStateIsRefused()
 {
     SessionStore empty;
     const QString path = m_dir.filePath(QStringLiteral("empty.json"));
@@ -108,5 +108,5 @@ void tst_SnapshotIo::exportWithoutStateIsRefused()
     QVERIFY(!QFile::exists(path));
 }
 
-QTEST_GUILESS_MAIN(tst_SnapshotIo)
+QTEST_GUILESS_MAIN(TestSnapshotIo)
 #include "tst_snapshotio.moc"
