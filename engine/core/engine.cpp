@@ -197,6 +197,14 @@ void Engine::forEachLocalRank(const std::function<void(int)> &fn)
 
 // ---------------------------------------------------------------- telemetry
 
+void Engine::Impl::emitAt(const RankState &rs, const Event &fields, std::uint64_t tsNs)
+{
+    EventSink *s = sink.load(std::memory_order_acquire);
+    if (!s || !q->m_telemetryOn.load(std::memory_order_relaxed)) return;
+    s->write(stamped(fields, tsNs, rs.step.load(std::memory_order_relaxed),
+                     static_cast<std::uint16_t>(rs.rank)));
+}
+
 void Engine::Impl::emit(const RankState &rs, const Event &fields)
 {
     EventSink *s = sink.load(std::memory_order_acquire);
@@ -603,7 +611,8 @@ void Engine::Impl::fetch(RankState &rs, ParamId p, ModuleId cause, FetchReason r
     const std::uint64_t bytes = fullBytes(p);
     Buffer full = Buffer::adopt(*rs.mem, rs.mem->allocateForCollective(bytes), bytes);
     const std::uint64_t t0 = nowNs();
-    emit(rs, makeFetchBegin({.param = p, .cause = cause, .bytes = bytes, .reason = reason}));
+    // Stamped with the instant gather_ns counts from (docs/protocol.md, "Timestamps in State").
+    emitAt(rs, makeFetchBegin({.param = p, .cause = cause, .bytes = bytes, .reason = reason}), t0);
     {
         std::lock_guard rl(rs.mu);
         setFull(rs, p, std::move(full));
@@ -642,8 +651,10 @@ void Engine::Impl::complete(RankState &rs, ParamId p)
         rs.inflight.erase(it);
     rs.status[p].store(ParamStatus::Available, std::memory_order_release);
     touch();
-    emit(rs, makeFetchEnd(
-                 {.param = p, .cause = rp.gatherCause, .bytes = bytes, .reason = rp.gatherReason}));
+    emitAt(rs,
+           makeFetchEnd(
+               {.param = p, .cause = rp.gatherCause, .bytes = bytes, .reason = rp.gatherReason}),
+           t1);
 }
 
 void Engine::Impl::poll(RankState &rs)
