@@ -37,8 +37,10 @@ TelemetryHub::TelemetryHub(int worldSize, const std::vector<int> &localRanks,
     const int ranks = worldSize < 1 ? 1 : worldSize;
     m_rings.resize(static_cast<std::size_t>(ranks));
     for (int r : localRanks)
-        if (r >= 0 && r < ranks && !m_rings[static_cast<std::size_t>(r)])
+        if (r >= 0 && r < ranks && !m_rings[static_cast<std::size_t>(r)]) {
             m_rings[static_cast<std::size_t>(r)] = std::make_unique<EventRing>(ringCapacity);
+            ++m_localRings;
+        }
     m_capacity = ringCapacity;
     for (const auto &ring : m_rings)
         if (ring) {
