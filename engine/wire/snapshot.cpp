@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "core/violationtext.h"
+#include "wire/compress.h"
 #include "wire/domread.h"
 #include "wire/frame.h"
 #include "wire/jsonwrite.h"
@@ -640,7 +641,19 @@ Status writeFileAtomically(const std::string &path, std::string_view contents)
 
 Status writeSnapshotFile(const std::string &path, const Snapshot &snapshot)
 {
-    return writeFileAtomically(path, encodeSnapshot(snapshot, true));
+    const std::string text = encodeSnapshot(snapshot, true);
+    return writeFileAtomically(path, wantsGzip(path) ? gzipCompress(text) : text);
+}
+
+Result<Snapshot> decodeSnapshotFile(std::string bytes, std::uint64_t maxText)
+{
+    if (isGzip(bytes)) {
+        auto text = gzipDecompress(bytes, maxText);
+        if (!text) return fail("not a valid gzip'd snapshot: " + text.error());
+        bytes = std::move(*text);
+    }
+    bytes.reserve(bytes.size() + kPayloadPadding); // parsed where it lies, without a copy
+    return decodeSnapshot(bytes);
 }
 
 Result<Snapshot> readSnapshotFile(const std::string &path)
@@ -664,6 +677,7 @@ Result<Snapshot> readSnapshotFile(const std::string &path)
                     std::to_string(kMaxSnapshotFileBytes >> 20) + " MiB; refusing to load it");
     }
     std::string text;
+    text.reserve(static_cast<std::size_t>(st.st_size) + kPayloadPadding);
     char buf[1 << 16];
     for (;;) {
         const ssize_t n = ::read(fd, buf, sizeof buf);
@@ -681,7 +695,7 @@ Result<Snapshot> readSnapshotFile(const std::string &path)
         }
     }
     ::close(fd);
-    auto snap = decodeSnapshot(text);
+    auto snap = decodeSnapshotFile(std::move(text));
     if (!snap) return fail(path + ": " + snap.error());
     return snap;
 }

@@ -573,6 +573,11 @@ class _Agent:
         ds_id = param.__dict__["ds_id"]
         self.converted[ds_id] = param
 
+    def on_unobservable_class(self, cls):
+        print(f"shardscope: parameters of class {cls.__module__}.{cls.__qualname__} cannot be "
+              f"observed (their class takes no ds_status descriptor); their fetches and "
+              f"releases are not recorded", file=sys.stderr)
+
     def on_module_built(self, module):
         self.built.append(module)
 

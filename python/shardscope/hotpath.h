@@ -36,21 +36,30 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     // The descriptor's __set__: stores value as the parameter's ds_status, then turns the
     // change into events (docs/deepspeed.md, "What is observed where").
     void statusSet(py::handle param, py::handle value);
+    PyObject *statusKey() const { return m_kStatus.ptr(); } // "ds_status"
+    // The data descriptor that observes ds_status (get, set and delete as an instance
+    // attribute would behave), for the parameters' class.
+    py::object statusDescriptor();
 
     // A replacement for one of DeepSpeedZeRoOffload's {pre,post}_sub_module_{forward,
     // backward}_function: calls original(self, module) inside the scope's bookkeeping.
     py::object scopeHook(py::object original, Phase phase, bool begin);
+    // Its call (args: the DeepSpeedZeRoOffload and the module): a new reference, or nullptr
+    // with the Python error set (DeepSpeed's own, unchanged).
+    PyObject *scopeBegin(PyObject *original, PyObject *const *args, std::size_t nargsf,
+                         Phase phase);
+    PyObject *scopeEnd(PyObject *original, PyObject *const *args, std::size_t nargsf, Phase phase);
 
     void enter(py::handle module, Phase phase);
     void exit(py::handle module, Phase phase);
     void closeScopes(); // every open scope exits (end of forward/backward, pause)
     std::size_t depth() const { return m_stack.size(); }
-    py::object top() const; // the innermost module, or None
+    py::object top() const;      // the innermost module, or None
     py::object topEntry() const; // (module, phase number), or None
 
     void publish(std::uint32_t dsId, std::uint64_t bytes) { m_published[dsId] = bytes; }
     void unpublish(std::uint32_t dsId) { m_published.erase(dsId); }
-    void forgetOwn(ModuleId module); // its registrations changed
+    void forgetOwn(ModuleId module);        // its registrations changed
     std::vector<std::uint32_t> takeDirty(); // ds_ids whose status changed since the last call
 
     int gathered = 0;  // depth of GatheredParameters scopes being entered or exited

@@ -188,6 +188,7 @@ class TestInspector : public QObject
     void clientThatKeepsSendingIsClosed();
     void historyQueuedPerClientIsBounded();
     void waitForClientReturnsOnceOneIsLive();
+    void costCountsTheServerThreadsWork();
 
   private:
     QTemporaryDir m_runtime;
@@ -745,6 +746,36 @@ void TestInspector::historyQueuedPerClientIsBounded()
 QTEST_APPLESS_MAIN(TestInspector)
 // shardscope-train --wait-for-client and --linger: the trainer blocks until a client holds
 // the state, and is released when the inspector finishes whatever happens.
+// What bench_trainoverhead reports as the inspector's share of a training run.
+void TestInspector::costCountsTheServerThreadsWork()
+{
+    TiedRun run(2);
+    Inspector inspector(*run.engine, tcpOptions());
+    run.steps(2);
+    auto client = InspectorClient::connect(inspector.endpoint(), {});
+    QVERIFY2(client.ok(), client.error().c_str());
+    wire::ClientState state;
+    std::string error;
+    QVERIFY2(readUntil(
+                 **client, state, [&] { return state.historyDone(); }, &error),
+             error.c_str());
+    const Inspector::Cost serving = inspector.cost();
+    QVERIFY(serving.states >= 1); // the attaching client's State was built for it
+    QVERIFY(serving.wakeups >= 1);
+    QVERIFY(serving.stateCpuSeconds <= serving.serverCpuSeconds);
+    std::thread finisher([&] { inspector.finish(); });
+    QVERIFY2(readUntil(
+                 **client, state, [&] { return state.finished(); }, &error),
+             error.c_str());
+    finisher.join();
+    // Once finished, the server thread's total stays as it left it.
+    const Inspector::Cost done = inspector.cost();
+    QVERIFY(done.serverCpuSeconds > 0.0);
+    QVERIFY(done.serverCpuSeconds >= serving.serverCpuSeconds);
+    QVERIFY(done.states > serving.states); // the final State of the goodbye
+    QCOMPARE(inspector.cost().serverCpuSeconds, done.serverCpuSeconds);
+}
+
 void TestInspector::waitForClientReturnsOnceOneIsLive()
 {
     TiedRun run(2);

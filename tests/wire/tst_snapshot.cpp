@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "samplesnapshot.h"
+#include "wire/compress.h"
 #include "wire/discovery.h"
 #include "wire/endpoint.h"
 #include "wire/snapshot.h"
@@ -111,6 +112,8 @@ class TestSnapshot : public QObject
     void fileWriteIsAtomicAndReadable();
     void killedWriterLeavesNoTemporaryFile();
     void corruptAndForeignFilesAreCleanErrors();
+    void gzipFilesAreToldByTheirBytesNotTheirName();
+    void damagedGzipFilesAreCleanErrors();
     void endpointsParseAndFormat();
     void discoveryListsLiveEnginesAndIgnoresStaleOnes();
     void discoveryTrustsOnlyAPrivateDirectoryAndRegularFiles();
@@ -424,6 +427,72 @@ void TestSnapshot::corruptAndForeignFilesAreCleanErrors()
     QVERIFY(!isFifo.ok());
     QVERIFY2(isFifo.error().find("not a regular file") != std::string::npos,
              isFifo.error().c_str());
+}
+
+// A name ending in .gz is written gzip'd and holds exactly the plain file's text; readers
+// tell the two apart by gzip's magic bytes, so a renamed file still opens.
+void TestSnapshot::gzipFilesAreToldByTheirBytesNotTheirName()
+{
+    QTemporaryDir dir;
+    Snapshot s = test::sampleSnapshot();
+    for (int i = 0; i < 2000; ++i) // enough text for compression to show
+        s.events.push_back(test::makeEvent(static_cast<EventType>(1 + i % 18), std::uint32_t(i)));
+    const std::string plain = dir.filePath("run.json").toStdString();
+    const std::string gz = dir.filePath("run.json.GZ").toStdString();
+    QVERIFY(writeSnapshotFile(plain, s).ok());
+    QVERIFY(writeSnapshotFile(gz, s).ok());
+    const std::string plainBytes = readAll(plain), gzBytes = readAll(gz);
+    QVERIFY(!isGzip(plainBytes));
+    QVERIFY(isGzip(gzBytes));
+    QVERIFY2(gzBytes.size() * 5 < plainBytes.size(), std::to_string(gzBytes.size()).c_str());
+    auto text = gzipDecompress(gzBytes, kMaxSnapshotFileBytes);
+    QVERIFY2(text.ok(), text.error().c_str());
+    QCOMPARE(*text, plainBytes); // the same document, byte for byte
+
+    const std::string renamedGz = dir.filePath("gz-named.json").toStdString();
+    const std::string renamedPlain = dir.filePath("plain-named.json.gz").toStdString();
+    writeRaw(renamedGz, gzBytes);
+    writeRaw(renamedPlain, plainBytes);
+    for (const std::string &path : {plain, gz, renamedGz, renamedPlain}) {
+        auto back = readSnapshotFile(path);
+        QVERIFY2(back.ok(), (path + ": " + back.error()).c_str());
+        QCOMPARE(encodeSnapshot(*back), encodeSnapshot(s));
+    }
+    // Members joined with cat read as their concatenated text (here: not one document).
+    auto joined = decodeSnapshotFile(gzBytes + gzBytes);
+    QVERIFY(!joined.ok());
+    QVERIFY2(joined.error().find("gzip") == std::string::npos, joined.error().c_str());
+    QCOMPARE(gzipDecompress(gzipCompress("ab") + gzipCompress("cd"), 16).value(),
+             std::string("abcd"));
+}
+
+void TestSnapshot::damagedGzipFilesAreCleanErrors()
+{
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("s.json.gz").toStdString();
+    const std::string gz = gzipCompress(encodeSnapshot(test::sampleSnapshot(), true));
+    auto expectError = [&](const std::string &bytes, const std::string &what) {
+        writeRaw(path, bytes);
+        auto r = readSnapshotFile(path);
+        QVERIFY(!r.ok());
+        QVERIFY2(r.error().find(path) != std::string::npos, r.error().c_str());
+        QVERIFY2(r.error().find(what) != std::string::npos, r.error().c_str());
+    };
+    expectError(gz.substr(0, gz.size() / 2), "truncated");
+    std::string flipped = gz;
+    flipped[gz.size() / 2] = static_cast<char>(flipped[gz.size() / 2] ^ 0x55);
+    expectError(flipped, "gzip");
+    std::string badCrc = gz;
+    badCrc[gz.size() - 6] = static_cast<char>(badCrc[gz.size() - 6] ^ 1);
+    expectError(badCrc, "damaged");
+    expectError(gz + "trailing", "after the end of the gzip stream");
+    expectError(std::string("\x1f\x8b"), "gzip");
+    // A small file whose text is larger than a reader accepts is refused, not inflated.
+    const std::string bomb = gzipCompress(std::string(std::size_t(8) << 20, ' '));
+    QVERIFY(bomb.size() < 64 * 1024);
+    auto refused = decodeSnapshotFile(bomb, std::size_t(1) << 20);
+    QVERIFY(!refused.ok());
+    QVERIFY2(refused.error().find("more than 1 MiB") != std::string::npos, refused.error().c_str());
 }
 
 void TestSnapshot::endpointsParseAndFormat()
