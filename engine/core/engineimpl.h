@@ -132,6 +132,8 @@ struct Engine::Impl
 
     // Writes one event made by telemetry/eventfields.h, stamped with now, rs's step and rank.
     void emit(const RankState &rs, const Event &fields);
+    // The same, stamped with tsNs: an instant the engine also records elsewhere (a gather's).
+    void emitAt(const RankState &rs, const Event &fields, std::uint64_t tsNs);
     void emitMemory(RankState &rs);
 
     // The full tensor of p on rs changes: keep the guard's fast view in step.
