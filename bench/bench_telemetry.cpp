@@ -20,6 +20,7 @@
 #include "comm/cpucommunicator.h"
 #include "core/engine.h"
 #include "telemetry/clock.h"
+#include "telemetry/eventfields.h"
 #include "telemetry/telemetryhub.h"
 
 using namespace shardscope;
@@ -40,23 +41,11 @@ class Emitter
     void setEnabled(bool on) { m_on.store(on, std::memory_order_relaxed); }
 
     // stampedTs == 0: stamp with the telemetry clock (the engine's way); else use it as is.
-    [[gnu::noinline]] void emit(EventType type, std::uint32_t a, std::uint64_t u0,
-                                std::uint64_t stampedTs = 0)
+    [[gnu::noinline]] void emit(const Event &fields, std::uint64_t stampedTs = 0)
     {
         EventSink *s = m_sink.load(std::memory_order_acquire);
         if (!s || !m_on.load(std::memory_order_relaxed)) return;
-        Event ev;
-        ev.tsNs = stampedTs ? stampedTs : nowNs();
-        ev.step = 1;
-        ev.rank = 0;
-        ev.type = type;
-        ev.flags = 0;
-        ev.a = a;
-        ev.b = 0;
-        ev.u0 = u0;
-        ev.u1 = 0;
-        ev.u2 = 0;
-        s->write(ev);
+        s->write(stamped(fields, stampedTs ? stampedTs : nowNs(), 1, 0));
     }
 
   private:
@@ -191,8 +180,9 @@ Ns runLoop(Variant v, Emitter &emitter, EventRing &ring)
         for (std::uint64_t i = 0; i < kLoopEvents; ++i) {
             acc = acc * 31 + i;
             keep(acc);
-            emitter.emit(EventType::FetchBegin, static_cast<std::uint32_t>(i), acc,
-                         given + i * given);
+            emitter.emit(
+                makeFetchBegin({.param = static_cast<std::uint32_t>(i), .cause = 0, .bytes = acc}),
+                given + i * given);
         }
     }
     const double n = static_cast<double>(kLoopEvents);

@@ -1,7 +1,6 @@
 #include "core/engine.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 #include <exception>
 #include <thread>
@@ -198,22 +197,20 @@ void Engine::forEachLocalRank(const std::function<void(int)> &fn)
 
 // ---------------------------------------------------------------- telemetry
 
-void Engine::Impl::emit(const RankState &rs, EventType type, std::uint8_t flags, std::uint32_t a,
-                        std::uint32_t b, std::uint64_t u0, std::uint64_t u1, std::uint64_t u2)
+void Engine::Impl::emit(const RankState &rs, const Event &fields)
 {
     EventSink *s = sink.load(std::memory_order_acquire);
-    if (!s || !q->m_telemetryOn.load(std::memory_order_relaxed))
-        return;
-    s->write(Event{nowNs(), rs.step.load(std::memory_order_relaxed), static_cast<std::uint16_t>(rs.rank),
-                   type, flags, a, b, u0, u1, u2});
+    if (!s || !q->m_telemetryOn.load(std::memory_order_relaxed)) return;
+    s->write(stamped(fields, nowNs(), rs.step.load(std::memory_order_relaxed),
+                     static_cast<std::uint16_t>(rs.rank)));
 }
 
 void Engine::Impl::emitMemory(RankState &rs)
 {
-    const auto live = static_cast<std::uint64_t>(rs.liveElements);
-    emit(rs, EventType::MemorySample, 0, static_cast<std::uint32_t>(live & 0xFFFFFFFFu),
-         static_cast<std::uint32_t>(live >> 32), rs.partitionedBytes, rs.gatheredBytesNow,
-         rs.peakGatheredBytes);
+    emit(rs, makeMemorySample({.partitionedBytes = rs.partitionedBytes,
+                               .gatheredBytes = rs.gatheredBytesNow,
+                               .peakGatheredBytes = rs.peakGatheredBytes,
+                               .liveElements = static_cast<std::uint64_t>(rs.liveElements)}));
 }
 
 // ---------------------------------------------------------------- model structure
@@ -315,7 +312,7 @@ ParamId Engine::addParameter(ModuleId owner, std::string_view name, Shape shape,
         rs.status[id].store(ParamStatus::Available, std::memory_order_release);
         rs.gatheredBytesNow += pi.layout.paddedNumel * es;
         rs.peakGatheredBytes = std::max(rs.peakGatheredBytes, rs.gatheredBytesNow);
-        d->emit(rs, EventType::LateParameter, 0, owner, id);
+        d->emit(rs, makeLateParameter({.module = owner, .param = id}));
     }
     return id;
 }
@@ -442,7 +439,7 @@ void Engine::adoptParameter(ParamId p)
             rs.gatheredBytesNow -= d->fullBytes(p);
             rs.status[p].store(ParamStatus::NotAvailable, std::memory_order_release);
         }
-        d->emit(rs, EventType::ParameterAdopted, 0, info.owner, p);
+        d->emit(rs, makeParameterAdopted({.module = info.owner, .param = p}));
         rs.comm->waitForCompute();
     }
 }
@@ -538,7 +535,7 @@ void Engine::Impl::addExternal(RankState &rs, ModuleId m, ParamId p, bool automa
         ext.push_back({p, automatic});
     }
     touch();
-    emit(rs, EventType::ExternalRegister, automatic ? 1 : 0, m, p);
+    emit(rs, makeExternalRegister({.module = m, .param = p, .automatic = automatic}));
 }
 
 void Engine::registerExternalParameter(ModuleId m, ParamId p)
@@ -579,7 +576,7 @@ void Engine::unregisterExternalParameter(ModuleId m, ParamId p)
                                          : "; it is registered on: " + where));
     }
     for (auto &rs : d->ranks)
-        d->emit(*rs, EventType::ExternalUnregister, 0, m, p);
+        d->emit(*rs, makeExternalUnregister({.module = m, .param = p}));
 }
 
 bool Engine::isExternal(int rank, ModuleId m, ParamId p) const
@@ -606,7 +603,7 @@ void Engine::Impl::fetch(RankState &rs, ParamId p, ModuleId cause, FetchReason r
     const std::uint64_t bytes = fullBytes(p);
     Buffer full = Buffer::adopt(*rs.mem, rs.mem->allocateForCollective(bytes), bytes);
     const std::uint64_t t0 = nowNs();
-    emit(rs, EventType::FetchBegin, static_cast<std::uint8_t>(reason), p, cause, bytes);
+    emit(rs, makeFetchBegin({.param = p, .cause = cause, .bytes = bytes, .reason = reason}));
     {
         std::lock_guard rl(rs.mu);
         setFull(rs, p, std::move(full));
@@ -645,7 +642,8 @@ void Engine::Impl::complete(RankState &rs, ParamId p)
         rs.inflight.erase(it);
     rs.status[p].store(ParamStatus::Available, std::memory_order_release);
     touch();
-    emit(rs, EventType::FetchEnd, static_cast<std::uint8_t>(rp.gatherReason), p, rp.gatherCause, bytes);
+    emit(rs, makeFetchEnd(
+                 {.param = p, .cause = rp.gatherCause, .bytes = bytes, .reason = rp.gatherReason}));
 }
 
 void Engine::Impl::poll(RankState &rs)
@@ -711,7 +709,7 @@ void Engine::Impl::release(RankState &rs, ParamId p, ModuleId cause)
     }
     rs.status[p].store(ParamStatus::NotAvailable, std::memory_order_release);
     touch();
-    emit(rs, EventType::Release, 0, p, cause, fullBytes(p));
+    emit(rs, makeRelease({.param = p, .cause = cause, .bytes = fullBytes(p)}));
 }
 
 void Engine::Impl::releaseIdle(RankState &rs)
@@ -810,7 +808,7 @@ void Engine::beginStep(int rank)
     d->releaseIdle(rs);
     // This step's gathers read the shards the optimizer wrote since the last step.
     rs.comm->waitForCompute();
-    d->emit(rs, EventType::StepBegin, 0, 0, 0);
+    d->emit(rs, makeStepBegin());
 
     // A step that starts with late, unadopted parameters: they are never partitioned.
     std::shared_lock lock(d->structure);
@@ -853,11 +851,11 @@ void Engine::endStep(int rank, double loss)
     if (!rs.traceValid || rs.traceBroken) {
         rs.trace = rs.order;
         rs.traceValid = true;
-        d->emit(rs, EventType::TraceRecorded, 0, 0, 0, rs.trace.size());
+        d->emit(rs, makeTraceRecorded(rs.trace.size()));
     }
     rs.inStep = false;
     d->emitMemory(rs);
-    d->emit(rs, EventType::StepEnd, 0, 0, 0, std::bit_cast<std::uint64_t>(loss));
+    d->emit(rs, makeStepEnd(loss));
 }
 
 std::uint32_t Engine::step(int rank) const
@@ -876,9 +874,8 @@ void Engine::enterModule(int rank, ModuleId m, Phase phase)
     f.module = m;
     f.phase = phase;
     f.params.clear();
-    d->emit(rs, EventType::ModuleEnter, static_cast<std::uint8_t>(phase), m, 0);
-    if (!rs.inflight.empty())
-        d->poll(rs);
+    d->emit(rs, makeModuleEnter({.module = m, .phase = phase}));
+    if (!rs.inflight.empty()) d->poll(rs);
 
     const TraceEntry entry{m, phase};
     rs.order.push_back(entry);
@@ -889,7 +886,7 @@ void Engine::enterModule(int rank, ModuleId m, Phase phase)
             rs.traceBroken = true;
             const ModuleId expected =
                 rs.tracePos < rs.trace.size() ? rs.trace[rs.tracePos].module : kNoModule;
-            d->emit(rs, EventType::TraceInvalidated, static_cast<std::uint8_t>(phase), expected, m);
+            d->emit(rs, makeTraceInvalidated({.expected = expected, .got = m, .phase = phase}));
             ViolationRecord v;
             v.kind = ViolationKind::TraceInvalidated;
             v.step = rs.step.load();
@@ -952,9 +949,8 @@ void Engine::exitModule(int rank, ModuleId m, Phase phase)
     }
     f.params.clear();
     --rs.depth;
-    if (!rs.inflight.empty())
-        d->poll(rs);
-    d->emit(rs, EventType::ModuleExit, static_cast<std::uint8_t>(phase), m, 0);
+    if (!rs.inflight.empty()) d->poll(rs);
+    d->emit(rs, makeModuleExit({.module = m, .phase = phase}));
     d->emitMemory(rs);
 }
 
@@ -1055,9 +1051,11 @@ TensorView Engine::Impl::slowAccess(RankState &rs, ParamId p)
     v.action = action;
 
     if (first) {
-        emit(rs, EventType::UnregisteredAccess,
-             static_cast<std::uint8_t>(static_cast<std::uint8_t>(st) | (static_cast<std::uint8_t>(action) << 4)),
-             accessor, p, info.owner);
+        emit(rs, makeUnregisteredAccess({.accessor = accessor,
+                                         .param = p,
+                                         .owner = info.owner,
+                                         .status = st,
+                                         .action = action}));
         unregisteredCount.fetch_add(1, std::memory_order_relaxed);
         ViolationRecord copy = v;
         recordViolation(std::move(copy));

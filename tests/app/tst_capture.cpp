@@ -13,6 +13,7 @@
 #include "server/inspector.h"
 #include "server/inspectorclient.h"
 #include "snapshotschema.h"
+#include "telemetry/eventfields.h"
 #include "wire/clientstate.h"
 #include "wire/snapshot.h"
 
@@ -329,7 +330,8 @@ void TestCapture::trainerEndToEndFindsTheTiedEmbeddingAccess()
                     found = &v;
         }
         for (const Event &e : state.snapshot().events)
-            if (e.type == EventType::UnregisteredAccess && e.a == lmHead && lmHead != kNoModule)
+            if (e.type == EventType::UnregisteredAccess && readAccess(e).accessor == lmHead &&
+                lmHead != kNoModule)
                 sawEvent = true;
     }
     QVERIFY2(found, "no unregistered access of embed.weight by lm_head");

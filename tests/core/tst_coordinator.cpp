@@ -1,5 +1,6 @@
 #include <QtTest>
 
+#include "telemetry/eventfields.h"
 #include "testworld.h"
 
 using namespace shardscope;
@@ -71,10 +72,10 @@ void TestCoordinator::gatherOnEntryReleaseOnExit()
     QCOMPARE(m.sink.ofType(EventType::FetchEnd).size(), std::size_t(4));
     QCOMPARE(m.sink.ofType(EventType::Release).size(), std::size_t(4));
     const Event fetch = m.sink.ofType(EventType::FetchBegin, 2).front();
-    QCOMPARE(fetch.a, m.decW);
-    QCOMPARE(fetch.b, m.dec);
-    QCOMPARE(fetch.flags, std::uint8_t(FetchReason::Forward));
-    QCOMPARE(fetch.u0, std::uint64_t(36 * 4)); // 33 padded to 36 floats
+    QCOMPARE(readFetch(fetch).param, m.decW);
+    QCOMPARE(readFetch(fetch).cause, m.dec);
+    QCOMPARE(readFetch(fetch).reason, FetchReason::Forward);
+    QCOMPARE(readFetch(fetch).bytes, std::uint64_t(36 * 4)); // 33 padded to 36 floats
     QCOMPARE(fetch.step, 1u);
 }
 
@@ -145,8 +146,8 @@ void TestCoordinator::persistentNeverMoves()
     });
     QVERIFY(!m.sink.ofType(EventType::FetchBegin).empty());
     for (const Event &ev : m.sink.events()) {
-        if (ev.type == EventType::FetchBegin || ev.type == EventType::Release)
-            QVERIFY(ev.a != m.decB);
+        if (ev.type == EventType::FetchBegin) QVERIFY(readFetch(ev).param != m.decB);
+        if (ev.type == EventType::Release) QVERIFY(readRelease(ev).param != m.decB);
     }
     for (int r = 0; r < 4; ++r)
         QCOMPARE(m.engine->status(r, m.decB), ParamStatus::Available);
@@ -177,14 +178,14 @@ void TestCoordinator::prefetchOnStepTwo()
     m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
     QVERIFY(m.sink.ofType(EventType::TraceRecorded, 0).size() == 1);
     for (const Event &ev : m.sink.ofType(EventType::FetchBegin))
-        QVERIFY(ev.flags != std::uint8_t(FetchReason::Prefetch));
+        QVERIFY(readFetch(ev).reason != FetchReason::Prefetch);
     m.sink.clear();
     m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
     // step 2: entering enc prefetches what the trace says comes next (inner, dec)
     std::vector<ParamId> prefetched;
     for (const Event &ev : m.sink.ofType(EventType::FetchBegin, 1))
-        if (ev.flags == std::uint8_t(FetchReason::Prefetch))
-            prefetched.push_back(ev.a);
+        if (readFetch(ev).reason == FetchReason::Prefetch)
+            prefetched.push_back(readFetch(ev).param);
     std::sort(prefetched.begin(), prefetched.end());
     QCOMPARE(prefetched, (std::vector<ParamId>{m.innerW, m.decW}));
     for (const Event &ev : m.sink.ofType(EventType::FetchBegin))
@@ -203,7 +204,7 @@ void TestCoordinator::prefetchRespectsMaxLive()
     m.sink.clear();
     m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
     for (const Event &ev : m.sink.ofType(EventType::FetchBegin))
-        QVERIFY(ev.flags != std::uint8_t(FetchReason::Prefetch));
+        QVERIFY(readFetch(ev).reason != FetchReason::Prefetch);
 }
 
 // Index of the first event on rank 0 matching pred, or -1.
@@ -226,10 +227,11 @@ void TestCoordinator::prefetchBucketBoundsLookahead()
         m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
         const auto evs = m.sink.events();
         const int decPrefetch = firstIndex(evs, [&](const Event &e) {
-            return e.type == EventType::FetchBegin && e.a == m.decW && e.flags == std::uint8_t(FetchReason::Prefetch);
+            return e.type == EventType::FetchBegin && readFetch(e).param == m.decW &&
+                   readFetch(e).reason == FetchReason::Prefetch;
         });
         const int innerEnter = firstIndex(evs, [&](const Event &e) {
-            return e.type == EventType::ModuleEnter && e.a == m.inner;
+            return e.type == EventType::ModuleEnter && readModule(e).module == m.inner;
         });
         QVERIFY(decPrefetch >= 0 && innerEnter >= 0);
         if (bucket == 1000) // everything ahead fits: dec is prefetched on entering enc
@@ -247,8 +249,8 @@ void TestCoordinator::changedOrderInvalidatesTrace()
     auto inv = m.sink.ofType(EventType::TraceInvalidated, 0);
     QCOMPARE(inv.size(), std::size_t(1));
     QCOMPARE(inv[0].step, 2u);
-    QCOMPARE(inv[0].a, m.enc); // expected
-    QCOMPARE(inv[0].b, m.dec); // got
+    QCOMPARE(readTraceInvalidated(inv[0]).expected, m.enc);
+    QCOMPARE(readTraceInvalidated(inv[0]).got, m.dec);
     const auto vs = m.engine->violations();
     auto it = std::find_if(vs.begin(), vs.end(), [](const ViolationRecord &v) {
         return v.kind == ViolationKind::TraceInvalidated && v.rank == 0;

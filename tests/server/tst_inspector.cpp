@@ -15,6 +15,7 @@
 #include "server/inspector.h"
 #include "server/inspectorclient.h"
 #include "server/sockets.h"
+#include "telemetry/eventfields.h"
 #include "wire/clientstate.h"
 #include "wire/discovery.h"
 #include "wire/endpoint.h"
@@ -210,9 +211,9 @@ void TestInspector::lateClientGetsStateHistoryAndLiveEvents()
         stepEnds += e.type == EventType::StepEnd;
         if (e.type == EventType::UnregisteredAccess) {
             ++accesses;
-            QCOMPARE(e.a, run.lmHead);
-            QCOMPARE(e.b, run.embedW);
-            QCOMPARE(e.u0, std::uint64_t(run.embed));
+            QCOMPARE(readAccess(e).accessor, run.lmHead);
+            QCOMPARE(readAccess(e).param, run.embedW);
+            QCOMPARE(readAccess(e).owner, run.embed);
         }
     }
     QCOMPARE(stepEnds, 3 * 2);

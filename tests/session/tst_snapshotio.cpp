@@ -31,11 +31,12 @@ class tst_SnapshotIo : public QObject
 static void fill(SessionStore &store)
 {
     store.applyState(smallState());
-    store.appendEvents(std::vector<Event>{makeEvent(100, 0, EventType::FetchBegin, 1),
-                                          makeEvent(900, 0, EventType::FetchEnd, 1, 0, 1024),
-                                          lmHeadViolation(950, 2),
-                                          makeEvent(960, 1, EventType::LateParameter, 8, 6)},
-                       false);
+    store.appendEvents(
+        std::vector<Event>{eventAt(100, 0, makeFetchBegin({.param = 1, .cause = 0})),
+                           eventAt(900, 0, makeFetchEnd({.param = 1, .cause = 0, .bytes = 1024})),
+                           lmHeadViolation(950, 2),
+                           eventAt(960, 1, makeLateParameter({.module = 8, .param = 6}))},
+        false);
 }
 
 void tst_SnapshotIo::exportThenOpenRoundTrips()

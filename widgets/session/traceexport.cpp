@@ -4,13 +4,13 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 
-#include <bit>
 #include <optional>
 #include <queue>
 #include <unordered_map>
 #include <vector>
 
 #include "session/labels.h"
+#include "telemetry/eventfields.h"
 
 namespace shardscope {
 
@@ -38,7 +38,7 @@ struct OpenFetch
 {
     std::uint64_t ts = 0;
     std::uint32_t module = kNoModule;
-    std::uint8_t reason = 0;
+    FetchReason reason = FetchReason::Forward;
 };
 
 struct Gather
@@ -47,7 +47,7 @@ struct Gather
     qint64 end = 0;
     ParamId param = kNoParam;
     ModuleId module = kNoModule;
-    std::uint8_t reason = 0;
+    FetchReason reason = FetchReason::Forward;
     std::uint64_t bytes = 0;
     std::uint32_t step = 0;
 };
@@ -167,14 +167,15 @@ QByteArray chromeTrace(const SessionStore &store)
             const Event ev = lane.at(i);
             switch (ev.type) {
             case EventType::ModuleEnter:
-                moduleStack.emplace_back(ev.a, ev);
+                moduleStack.emplace_back(readModule(ev).module, ev);
                 break;
-            case EventType::ModuleExit:
+            case EventType::ModuleExit: {
+                const ModuleId m = readModule(ev).module;
                 for (std::size_t k = moduleStack.size(); k-- > 0;) {
-                    if (moduleStack[k].first != ev.a) continue;
+                    if (moduleStack[k].first != m) continue;
                     const Event b = moduleStack[k].second;
-                    const QString phase = labels::phase(static_cast<Phase>(b.flags));
-                    span(store.modulePath(ev.a), QStringLiteral("module,") + phase, r, ModulesTid,
+                    const QString phase = labels::phase(readModule(b).phase);
+                    span(store.modulePath(m), QStringLiteral("module,") + phase, r, ModulesTid,
                          b.tsNs, ev.tsNs,
                          {{QStringLiteral("step"), qint64(b.step)},
                           {QStringLiteral("phase"), phase}});
@@ -182,25 +183,31 @@ QByteArray chromeTrace(const SessionStore &store)
                     break;
                 }
                 break;
-            case EventType::FetchBegin:
-                fetches[ev.a] = OpenFetch{ev.tsNs, ev.b, ev.flags};
-                break;
-            case EventType::FetchEnd: {
-                auto it = fetches.find(ev.a);
-                const OpenFetch f =
-                    it != fetches.end() ? it->second : OpenFetch{ev.tsNs, ev.b, ev.flags};
-                if (it != fetches.end()) fetches.erase(it);
-                const std::uint64_t begin = std::min(f.ts, ev.tsNs);
-                gathers.push_back(Gather{us(begin), us(begin) + dur(begin, ev.tsNs), ev.a, f.module,
-                                         f.reason, ev.u0, ev.step});
+            }
+            case EventType::FetchBegin: {
+                const FetchFields f = readFetch(ev);
+                fetches[f.param] = OpenFetch{ev.tsNs, f.cause, f.reason};
                 break;
             }
-            case EventType::Broadcast:
-                instant(QStringLiteral("broadcast %1").arg(store.paramName(ev.a)),
-                        QStringLiteral("gather,broadcast"), r, FirstGatherTid, ev.tsNs,
-                        {{QStringLiteral("root"), qint64(ev.b)},
-                         {QStringLiteral("bytes"), qint64(ev.u0)}});
+            case EventType::FetchEnd: {
+                const FetchFields e = readFetch(ev);
+                auto it = fetches.find(e.param);
+                const OpenFetch f =
+                    it != fetches.end() ? it->second : OpenFetch{ev.tsNs, e.cause, e.reason};
+                if (it != fetches.end()) fetches.erase(it);
+                const std::uint64_t begin = std::min(f.ts, ev.tsNs);
+                gathers.push_back(Gather{us(begin), us(begin) + dur(begin, ev.tsNs), e.param,
+                                         f.module, f.reason, e.bytes, ev.step});
                 break;
+            }
+            case EventType::Broadcast: {
+                const BroadcastFields f = readBroadcast(ev);
+                instant(QStringLiteral("broadcast %1").arg(store.paramName(f.param)),
+                        QStringLiteral("gather,broadcast"), r, FirstGatherTid, ev.tsNs,
+                        {{QStringLiteral("root"), qint64(f.root)},
+                         {QStringLiteral("bytes"), qint64(f.bytes)}});
+                break;
+            }
             case EventType::StepBegin:
                 stepBegin = ev;
                 inStep = true;
@@ -209,7 +216,7 @@ QByteArray chromeTrace(const SessionStore &store)
                 if (inStep) {
                     span(QStringLiteral("step %1").arg(stepBegin.step), QStringLiteral("step"), r,
                          StepsTid, stepBegin.tsNs, ev.tsNs,
-                         {{QStringLiteral("loss"), std::bit_cast<double>(ev.u0)},
+                         {{QStringLiteral("loss"), readStepEnd(ev)},
                           {QStringLiteral("step"), qint64(stepBegin.step)}});
                     inStep = false;
                 }
@@ -218,40 +225,20 @@ QByteArray chromeTrace(const SessionStore &store)
             case EventType::LateParameter:
             case EventType::TraceInvalidated:
             case EventType::GatheredWriteError: {
-                ModuleId accessor = ev.a;
-                ParamId param = ev.b;
-                ModuleId owner = static_cast<ModuleId>(ev.u0);
-                ViolationKind kind = ViolationKind::UnregisteredAccess;
-                if (ev.type == EventType::LateParameter) {
-                    kind = ViolationKind::LateParameter;
-                    owner = ev.a;
-                } else if (ev.type == EventType::TraceInvalidated) {
-                    kind = ViolationKind::TraceInvalidated;
-                    accessor = ev.b;
-                    param = kNoParam;
-                    owner = ev.a;
-                } else if (ev.type == EventType::GatheredWriteError) {
-                    kind = ViolationKind::GatheredWriteWithoutModifier;
-                    accessor = kNoModule;
-                    param = ev.a;
-                    const ParamRecord *p = store.param(ev.a);
-                    owner = p ? p->owner : kNoModule;
-                }
+                const std::optional<ViolationEvent> v = store.violationOf(ev);
+                if (!v) break;
                 QString fix;
-                const auto &groups = store.violationGroups();
-                for (std::size_t g = 0; g < groups.size(); ++g) {
-                    if (groups[g].kind == kind && groups[g].accessor == accessor &&
-                        groups[g].param == param) {
-                        groupHasEvent[g] = true;
-                        fix = QString::fromStdString(groups[g].fix);
-                        break;
-                    }
+                if (const ViolationGroup *g = store.violationGroup(*v)) {
+                    groupHasEvent[static_cast<std::size_t>(g - store.violationGroups().data())] =
+                        true;
+                    fix = QString::fromStdString(g->fix);
                 }
-                instant(labels::kind(kind), QStringLiteral("violation"), r, ViolationsTid, ev.tsNs,
-                        {{QStringLiteral("accessor"), store.modulePath(accessor)},
+                instant(labels::kind(v->kind), QStringLiteral("violation"), r, ViolationsTid,
+                        ev.tsNs,
+                        {{QStringLiteral("accessor"), store.modulePath(v->accessor)},
                          {QStringLiteral("param"),
-                          param == kNoParam ? QString() : store.paramName(param)},
-                         {QStringLiteral("owner"), store.modulePath(owner)},
+                          v->param == kNoParam ? QString() : store.paramName(v->param)},
+                         {QStringLiteral("owner"), store.modulePath(v->owner)},
                          {QStringLiteral("step"), qint64(ev.step)},
                          {QStringLiteral("fix"), fix}});
                 break;
@@ -264,7 +251,7 @@ QByteArray chromeTrace(const SessionStore &store)
         gatherThreads(r, laneTotal);
         for (std::size_t g = 0; g < gathers.size(); ++g) {
             const Gather &x = gathers[g];
-            const QString reason = labels::reason(static_cast<FetchReason>(x.reason));
+            const QString reason = labels::reason(x.reason);
             spanUs(store.paramName(x.param), QStringLiteral("gather,") + reason, r,
                    FirstGatherTid + lanes[g], x.ts, x.end - x.ts,
                    {{QStringLiteral("param"), store.paramName(x.param)},
