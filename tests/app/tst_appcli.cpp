@@ -101,13 +101,12 @@ void TestAppCli::openExportsAndScreenshot()
 {
     SessionStore store;
     store.applyState(smallState());
-    store.appendEvents(std::vector<Event>{makeEvent(1000, 0, EventType::StepBegin),
-                                          makeEvent(2000, 0, EventType::FetchBegin, 0, 7),
-                                          makeEvent(9000, 0, EventType::FetchEnd, 0, 7, 6464),
-                                          lmHeadViolation(9500, 0),
-                                          makeEvent(20000, 0, EventType::StepEnd, 0, 0,
-                                                    std::bit_cast<std::uint64_t>(4.0))},
-                       false);
+    store.appendEvents(
+        std::vector<Event>{eventAt(1000, 0, makeStepBegin()),
+                           eventAt(2000, 0, makeFetchBegin({.param = 0, .cause = 7})),
+                           eventAt(9000, 0, makeFetchEnd({.param = 0, .cause = 7, .bytes = 6464})),
+                           lmHeadViolation(9500, 0), eventAt(20000, 0, makeStepEnd(4.0))},
+        false);
     const QString snap = m_dir.filePath(QStringLiteral("in.json"));
     QCOMPARE(exportSnapshotFile(snap, store), QString());
     const QString trace = m_dir.filePath(QStringLiteral("trace.json"));

@@ -33,6 +33,7 @@
 #include <chrono>
 
 #include "cuda/ncclcommunicator.h"
+#include "telemetry/eventfields.h"
 #endif
 
 using namespace shardscope;
@@ -56,8 +57,8 @@ class ReleasingSink final : public EventSink
     }
     void write(const Event &ev) noexcept override
     {
-        if (ev.type == EventType::ModuleEnter && ev.rank == m_rank && ev.a == m_module &&
-            ev.step == m_step)
+        if (ev.type == EventType::ModuleEnter && ev.rank == m_rank &&
+            readModule(ev).module == m_module && ev.step == m_step)
             m_go.store(true);
         std::lock_guard lock(m_mutex);
         m_events.push_back(ev);
@@ -319,12 +320,11 @@ class TestGpuEngine : public QObject
         int prefetches = 0, overlapped = 0;
         for (const Event &e : sink.events()) {
             if (e.rank != rank || e.step < 2) continue;
-            if (e.type == EventType::FetchBegin &&
-                e.flags == static_cast<std::uint8_t>(FetchReason::Prefetch)) {
-                open[e.a] = 0;
+            if (e.type == EventType::FetchBegin && readFetch(e).reason == FetchReason::Prefetch) {
+                open[readFetch(e).param] = 0;
                 ++prefetches;
             } else if (e.type == EventType::FetchEnd) {
-                const auto it = open.find(e.a);
+                const auto it = open.find(readFetch(e).param);
                 if (it == open.end()) continue;
                 overlapped += it->second == 2;
                 open.erase(it);

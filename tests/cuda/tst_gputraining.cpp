@@ -19,6 +19,7 @@
 #include "gputestmodel.h"
 #include "nn/trainer.h"
 #include "telemetry/event.h"
+#include "telemetry/eventfields.h"
 
 using namespace shardscope;
 
@@ -134,17 +135,17 @@ class TestGpuTraining : public QObject
         const ParamId embedW = engine->findParam("embed.weight");
         int registrations = 0, trainingAccesses = 0;
         for (const Event &e : sink.events()) {
-            if (e.type == EventType::ExternalRegister && e.flags == 1) {
+            if (e.type == EventType::ExternalRegister && readExternal(e).automatic) {
                 ++registrations;
-                QCOMPARE(e.a, head);
-                QCOMPARE(e.b, embedW);
+                QCOMPARE(readExternal(e).module, head);
+                QCOMPARE(readExternal(e).param, embedW);
             }
             // Step 0 is weight_norm's read while the model is built (accessor none).
             if (e.type == EventType::UnregisteredAccess && e.step > 0) {
                 ++trainingAccesses;
                 QCOMPARE(e.step, 1u);
-                QCOMPARE(e.a, head);
-                QCOMPARE(e.b, embedW);
+                QCOMPARE(readAccess(e).accessor, head);
+                QCOMPARE(readAccess(e).param, embedW);
             }
         }
         QCOMPARE(registrations, 1);
@@ -186,7 +187,7 @@ class TestGpuTraining : public QObject
                 QVERIFY2(!open.count(key), "a parameter is fetched twice without a release");
                 open[key] = e.tsNs;
                 ++begins;
-                if (e.flags == static_cast<std::uint8_t>(FetchReason::Prefetch)) ++prefetches;
+                if (readFetch(e).reason == FetchReason::Prefetch) ++prefetches;
                 break;
             case EventType::FetchEnd:
                 QVERIFY(open.count(key));

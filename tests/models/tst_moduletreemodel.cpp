@@ -8,6 +8,7 @@
 #include "models/moduletreemodel.h"
 #include "session/sessionstore.h"
 #include "syntheticstate.h"
+#include "telemetry/eventfields.h"
 
 using namespace shardscope;
 using namespace shardscope::testing;
@@ -80,9 +81,10 @@ void TestModuleTreeModel::liveUpdatesUnderTester()
     const QModelIndex fc0w = model.indexForParam(1);
     QVERIFY(fc0w.isValid());
     QCOMPARE(fc0w.data().toString(), QStringLiteral("weight"));
-    store.appendEvents(std::vector<Event>{makeEvent(10, 0, EventType::FetchBegin, 1),
-                                          makeEvent(20, 0, EventType::FetchEnd, 1, 0, 1024)},
-                       false);
+    store.appendEvents(
+        std::vector<Event>{eventAt(10, 0, makeFetchBegin({.param = 1, .cause = 0})),
+                           eventAt(20, 0, makeFetchEnd({.param = 1, .cause = 0, .bytes = 1024}))},
+        false);
     store.flush();
     const QModelIndex status = model.index(fc0w.row(), ModuleTreeModel::Status, fc0w.parent());
     QCOMPARE(status.data().toString(), QStringLiteral("MIXED (1/4 AVAILABLE)"));
@@ -103,17 +105,18 @@ void TestModuleTreeModel::liveUpdatesUnderTester()
              QStringLiteral("1"));
     QVERIFY(head.data(Qt::ForegroundRole).isValid());
 
-    store.appendEvents(std::vector<Event>{makeEvent(40, 0, EventType::ExternalRegister, 7, 0)},
-                       false);
+    store.appendEvents(
+        std::vector<Event>{eventAt(40, 0, makeExternalRegister({.module = 7, .param = 0}))}, false);
     store.flush();
     const QModelIndex head2 = model.indexForModule(7);
     QVERIFY(childNames(model, head2).contains(QStringLiteral("embed.weight  [external]")));
 
     for (int i = 0; i < 200; ++i) {
-        const auto type = i % 2 ? EventType::Release : EventType::FetchBegin;
-        store.appendEvents(std::vector<Event>{makeEvent(100 + static_cast<std::uint64_t>(i), i % 4,
-                                                        type, static_cast<std::uint32_t>(i % 8))},
-                           false);
+        const auto p = static_cast<std::uint32_t>(i % 8);
+        const Event fields = i % 2 ? makeRelease({.param = p, .cause = 0})
+                                   : makeFetchBegin({.param = p, .cause = 0});
+        store.appendEvents(
+            std::vector<Event>{eventAt(100 + static_cast<std::uint64_t>(i), i % 4, fields)}, false);
         if (i % 17 == 0) store.flush();
     }
     store.flush();
@@ -257,7 +260,7 @@ void TestModuleTreeModel::hundredThousandParameters()
     // A status change on many parameters arrives as one batch.
     std::vector<Event> evs;
     for (std::uint32_t i = 0; i < 100000; i += 7)
-        evs.push_back(makeEvent(i, 1, EventType::FetchBegin, i));
+        evs.push_back(eventAt(i, 1, makeFetchBegin({.param = i, .cause = 0})));
     store.appendEvents(evs, false);
     store.flush();
     QCOMPARE(store.param(77756)->status[1], ParamStatus::Inflight);

@@ -33,7 +33,7 @@ void TestViolationsModel::rowsAppearAndCount()
     QAbstractItemModelTester proxyTester(&proxy,
                                          QAbstractItemModelTester::FailureReportingMode::QtTest);
     store.applyState(smallState());
-    store.appendEvents(std::vector<Event>{makeEvent(5, 0, EventType::StepBegin)}, false);
+    store.appendEvents(std::vector<Event>{eventAt(5, 0, makeStepBegin())}, false);
     store.flush();
     QCOMPARE(model.rowCount(), 0);
     store.appendEvents(std::vector<Event>{lmHeadViolation(1000005, 0)}, false);
@@ -56,8 +56,9 @@ void TestViolationsModel::rowsAppearAndCount()
         store.appendEvents(
             std::vector<Event>{lmHeadViolation(2000000 + static_cast<std::uint64_t>(i), i % 4, 2)},
             false);
-    store.appendEvents(std::vector<Event>{makeEvent(3000000, 1, EventType::LateParameter, 8, 7)},
-                       false);
+    store.appendEvents(
+        std::vector<Event>{eventAt(3000000, 1, makeLateParameter({.module = 8, .param = 7}))},
+        false);
     store.flush();
     QCOMPARE(model.rowCount(), 2);
     QCOMPARE(model.index(0, ViolationsModel::Count).data().toString(), QStringLiteral("6"));
@@ -121,9 +122,7 @@ void TestViolationsModel::lateAttachTimesCountFromTheFirstViolation()
     st.violations = {early, late};
     store.applyState(st);
     // The history holds the last steps only, from 60 s on.
-    store.appendEvents(
-        std::vector<Event>{makeEvent(60'000'000'000, 0, EventType::StepBegin, 0, 0, 0, 0, 41)},
-        false);
+    store.appendEvents(std::vector<Event>{eventAt(60'000'000'000, 0, makeStepBegin(), 41)}, false);
     store.flush();
     QCOMPARE(store.timeOrigin(), std::uint64_t(2'000'000'000));
     QCOMPARE(model.rowCount(), 2);

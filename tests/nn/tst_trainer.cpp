@@ -10,10 +10,11 @@
 #include <string>
 
 #include "core/engine.h"
-#include "telemetry/event.h"
 #include "nn/markov.h"
 #include "nn/model.h"
 #include "nn/trainer.h"
+#include "telemetry/event.h"
+#include "telemetry/eventfields.h"
 
 using namespace shardscope;
 using namespace shardscope::nn;
@@ -397,10 +398,10 @@ class OverlapSink : public EventSink
     {
         std::lock_guard lock(m_mutex);
         auto &open = m_open[ev.rank];
-        if (ev.type == EventType::FetchBegin && ev.flags == std::uint8_t(FetchReason::Prefetch))
-            open.push_back(ev.a);
+        if (ev.type == EventType::FetchBegin && readFetch(ev).reason == FetchReason::Prefetch)
+            open.push_back(readFetch(ev).param);
         else if (ev.type == EventType::FetchEnd)
-            open.erase(std::remove(open.begin(), open.end(), ev.a), open.end());
+            open.erase(std::remove(open.begin(), open.end(), readFetch(ev).param), open.end());
         else if (ev.type == EventType::ModuleEnter && !open.empty())
             ++overlapped;
         if (ev.type == EventType::FetchBegin) ++fetches;

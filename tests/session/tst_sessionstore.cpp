@@ -58,8 +58,8 @@ void TestSessionStore::liveEventsUpdateStatusAndGathers()
 {
     SessionStore store;
     store.applyState(smallState());
-    std::vector<Event> evs{makeEvent(100, 2, EventType::FetchBegin, 1, 4, 1024),
-                           makeEvent(350, 2, EventType::FetchEnd, 1, 4, 1024)};
+    std::vector<Event> evs{eventAt(100, 2, makeFetchBegin({.param = 1, .cause = 4, .bytes = 1024})),
+                           eventAt(350, 2, makeFetchEnd({.param = 1, .cause = 4, .bytes = 1024}))};
     store.appendEvents(evs, false);
     QCOMPARE(store.param(1)->status[2], ParamStatus::Available);
     QCOMPARE(store.param(1)->status[0], ParamStatus::NotAvailable);
@@ -67,12 +67,11 @@ void TestSessionStore::liveEventsUpdateStatusAndGathers()
     QCOMPARE(store.param(1)->gatherBytes, std::uint64_t(1024));
     QCOMPARE(store.param(1)->gatherNs, std::uint64_t(250));
     QCOMPARE(store.param(1)->lastGatherTsNs, std::uint64_t(350));
-    const Event rel = makeEvent(400, 2, EventType::Release, 1, 4, 1024);
+    const Event rel = eventAt(400, 2, makeRelease({.param = 1, .cause = 4, .bytes = 1024}));
     store.appendEvents({&rel, 1}, false);
     QCOMPARE(store.param(1)->status[2], ParamStatus::NotAvailable);
-    Event loss =
-        makeEvent(500, 0, EventType::StepEnd, 0, 0, std::bit_cast<std::uint64_t>(2.5), 0, 3);
-    Event step = makeEvent(510, 0, EventType::StepBegin, 0, 0, 0, 0, 4);
+    Event loss = eventAt(500, 0, makeStepEnd(2.5), 3);
+    Event step = eventAt(510, 0, makeStepBegin(), 4);
     store.appendEvents(std::vector<Event>{loss, step}, false);
     QVERIFY(store.hasLoss());
     QCOMPARE(store.loss(), 2.5);
@@ -86,8 +85,9 @@ void TestSessionStore::historyEventsAreStoredNotCounted()
     EngineState st = smallState();
     st.params[1].gatherCount = 7;
     store.applyState(st);
-    std::vector<Event> evs{makeEvent(100, 0, EventType::FetchBegin, 1),
-                           makeEvent(200, 0, EventType::FetchEnd, 1), lmHeadViolation(250, 0)};
+    std::vector<Event> evs{eventAt(100, 0, makeFetchBegin({.param = 1, .cause = 0})),
+                           eventAt(200, 0, makeFetchEnd({.param = 1, .cause = 0})),
+                           lmHeadViolation(250, 0)};
     store.appendEvents(evs, true);
     QCOMPARE(store.param(1)->gatherCount, std::uint64_t(7));
     QVERIFY(store.violationGroups().empty());
@@ -100,8 +100,8 @@ void TestSessionStore::violationsGroupByKindAccessorParam()
     store.applyState(smallState());
     std::vector<Event> evs{lmHeadViolation(100, 0), lmHeadViolation(101, 1),
                            lmHeadViolation(300, 0, 2),
-                           makeEvent(50, 0, EventType::LateParameter, 8, 6),
-                           makeEvent(51, 0, EventType::LateParameter, 8, 7)};
+                           eventAt(50, 0, makeLateParameter({.module = 8, .param = 6})),
+                           eventAt(51, 0, makeLateParameter({.module = 8, .param = 7}))};
     store.appendEvents(evs, false);
     QCOMPARE(store.violationGroups().size(), std::size_t(3));
     const ViolationGroup &g = store.violationGroups()[0];
@@ -195,8 +195,9 @@ void TestSessionStore::updatesAreCoalesced()
     QSignalSpy spy(&store, &SessionStore::updated);
     store.applyState(smallState());
     for (int i = 0; i < 1000; ++i) {
-        const Event e = makeEvent(static_cast<std::uint64_t>(i) * 10, i % 4, EventType::FetchBegin,
-                                  static_cast<std::uint32_t>(i % 8));
+        const Event e =
+            eventAt(static_cast<std::uint64_t>(i) * 10, i % 4,
+                    makeFetchBegin({.param = static_cast<std::uint32_t>(i % 8), .cause = 0}));
         store.appendEvents({&e, 1}, false);
     }
     QCOMPARE(spy.count(), 0);
@@ -217,7 +218,7 @@ void TestSessionStore::reconnectContinuesHistoryWithoutDuplicates()
     std::vector<Event> first;
     for (int i = 0; i < 100; ++i)
         first.push_back(
-            makeEvent(1000 + static_cast<std::uint64_t>(i), i % 4, EventType::ModuleEnter, 3));
+            eventAt(1000 + static_cast<std::uint64_t>(i), i % 4, makeModuleEnter({.module = 3})));
     store.appendEvents(first, true);
     store.appendEvents(std::vector<Event>{lmHeadViolation(2000, 0)}, false);
     QCOMPARE(store.totalEvents(), std::uint64_t(101));
@@ -242,7 +243,7 @@ void TestSessionStore::reconnectContinuesHistoryWithoutDuplicates()
     history.push_back(lmHeadViolation(2000, 0));
     for (int i = 0; i < 20; ++i)
         history.push_back(
-            makeEvent(3000 + static_cast<std::uint64_t>(i), i % 4, EventType::ModuleExit, 3));
+            eventAt(3000 + static_cast<std::uint64_t>(i), i % 4, makeModuleExit({.module = 3})));
     store.appendEvents(history, true);
     QCOMPARE(store.totalEvents(), std::uint64_t(121));
     QCOMPARE(store.duplicateEvents(), std::uint64_t(51));
@@ -302,8 +303,8 @@ void TestSessionStore::lanesAreSortedAndSearchable()
 {
     EventLane lane;
     for (std::uint64_t t = 0; t < 40000; ++t)
-        lane.insert(makeEvent(t * 2, 0, EventType::ModuleEnter));
-    lane.insert(makeEvent(5, 0, EventType::ModuleExit)); // out of order
+        lane.insert(eventAt(t * 2, 0, makeModuleEnter({.module = 0})));
+    lane.insert(eventAt(5, 0, makeModuleExit({.module = 0}))); // out of order
     QCOMPARE(lane.size(), std::size_t(40001));
     for (std::size_t i = 1; i < lane.size(); ++i)
         QVERIFY(lane.at(i - 1).tsNs <= lane.at(i).tsNs);
@@ -313,8 +314,8 @@ void TestSessionStore::lanesAreSortedAndSearchable()
     QCOMPARE(lane.firstIndex(6), std::size_t(4));
     QCOMPARE(lane.lastIndex(6), std::size_t(5));
     QCOMPARE(lane.firstIndex(1u << 30), lane.size());
-    QVERIFY(lane.contains(makeEvent(5, 0, EventType::ModuleExit)));
-    QVERIFY(!lane.contains(makeEvent(5, 0, EventType::ModuleEnter)));
+    QVERIFY(lane.contains(eventAt(5, 0, makeModuleExit({.module = 0}))));
+    QVERIFY(!lane.contains(eventAt(5, 0, makeModuleEnter({.module = 0}))));
     // 32 bytes an event (no rank, no u1/u2 kept) plus at most one partly filled chunk.
     QCOMPARE(sizeof(EventLane::Stored), std::size_t(32));
     QVERIFY(lane.bytesUsed() <= (lane.size() + EventLane::kChunkEvents) * 32);
@@ -347,8 +348,8 @@ void TestSessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
         expected.push_back(sample(at * 100000 - 1 - j, base + j));
         lane.insert(expected.back());
     }
-    lane.insert(makeEvent(at * 100000 - 1 - late, 5, EventType::ModuleEnter, 3)); // no u1/u2
-    expected.push_back(makeEvent(at * 100000 - 1 - late, 5, EventType::ModuleEnter, 3));
+    lane.insert(eventAt(at * 100000 - 1 - late, 5, makeModuleEnter({.module = 3}))); // no u1/u2
+    expected.push_back(eventAt(at * 100000 - 1 - late, 5, makeModuleEnter({.module = 3})));
     std::sort(expected.begin(), expected.end(),
               [](const Event &x, const Event &y) { return x.tsNs < y.tsNs; });
     QCOMPARE(lane.size(), expected.size());
@@ -378,7 +379,9 @@ void TestSessionStore::externalRegisterChangesStructure()
     store.flush();
     QSignalSpy spy(&store, &SessionStore::updated);
     store.appendEvents(
-        std::vector<Event>{makeEvent(10, 0, EventType::ExternalRegister, 7, 0, 0, 1)}, false);
+        std::vector<Event>{
+            eventAt(10, 0, makeExternalRegister({.module = 7, .param = 0, .automatic = true}))},
+        false);
     store.flush();
     QCOMPARE(spy.count(), 1);
     QVERIFY(spy.at(0).at(0).value<StoreChanges>().structure);
@@ -386,8 +389,9 @@ void TestSessionStore::externalRegisterChangesStructure()
     QCOMPARE(store.externalsOn(7)[0].module, ModuleId(0)); // the param id
     QVERIFY(store.externalsOn(7)[0].automatic);
     QCOMPARE(store.param(0)->externals.size(), std::size_t(1));
-    store.appendEvents(std::vector<Event>{makeEvent(11, 0, EventType::ExternalUnregister, 7, 0)},
-                       false);
+    store.appendEvents(
+        std::vector<Event>{eventAt(11, 0, makeExternalUnregister({.module = 7, .param = 0}))},
+        false);
     QVERIFY(store.externalsOn(7).empty());
 }
 
@@ -395,10 +399,10 @@ void TestSessionStore::badEventsDoNotCrash()
 {
     SessionStore store;
     store.applyState(smallState());
-    std::vector<Event> evs{makeEvent(1, 0, EventType::FetchBegin, 999999),
-                           makeEvent(2, 0, EventType::FetchEnd, 999999),
-                           makeEvent(3, 60, EventType::Release, 0),
-                           makeEvent(4, 0, EventType::ExternalRegister, 12345, 0),
+    std::vector<Event> evs{eventAt(1, 0, makeFetchBegin({.param = 999999, .cause = 0})),
+                           eventAt(2, 0, makeFetchEnd({.param = 999999, .cause = 0})),
+                           eventAt(3, 60, makeRelease({.param = 0, .cause = 0})),
+                           eventAt(4, 0, makeExternalRegister({.module = 12345, .param = 0})),
                            makeEvent(5, 0, EventType::UnregisteredAccess, 12345, 999, 77, 0xff),
                            makeEvent(6, 0, static_cast<EventType>(200), 1, 1)};
     store.appendEvents(evs, false);
@@ -415,7 +419,7 @@ void TestSessionStore::memoryIsBounded()
     std::vector<Event> evs;
     const std::uint64_t perRank = 5 * EventLane::kChunkEvents + 100;
     for (std::uint64_t i = 0; i < perRank * 4; ++i)
-        evs.push_back(makeEvent(1000 + i, static_cast<int>(i % 4), EventType::ModuleEnter, 3));
+        evs.push_back(eventAt(1000 + i, static_cast<int>(i % 4), makeModuleEnter({.module = 3})));
     store.appendEvents(evs, false);
     QCOMPARE(store.totalEvents(), perRank * 4);
     for (int r = 0; r < 4; ++r) {
@@ -489,11 +493,18 @@ void TestSessionStore::hugeParameterIdsCostNoMemory()
     QCOMPARE(store.paramSlot(4'294'967'294u), 1);
     QCOMPARE(store.paramSlot(3), -1);
     store.appendEvents(
-        std::vector<Event>{
-            makeEvent(10, 1, EventType::FetchBegin, 500'000'000),
-            makeEvent(11, 1, EventType::FetchEnd, 500'000'000),
-            makeEvent(12, 2, EventType::UnregisteredAccess, 7, 4'294'967'294u, 1, 0x10),
-            makeEvent(13, 2, EventType::UnregisteredAccess, 7, 4'294'967'293u, 1, 0x10)},
+        std::vector<Event>{eventAt(10, 1, makeFetchBegin({.param = 500'000'000, .cause = 0})),
+                           eventAt(11, 1, makeFetchEnd({.param = 500'000'000, .cause = 0})),
+                           eventAt(12, 2,
+                                   makeUnregisteredAccess({.accessor = 7,
+                                                           .param = 4'294'967'294u,
+                                                           .owner = 1,
+                                                           .action = GuardAction::Gathered})),
+                           eventAt(13, 2,
+                                   makeUnregisteredAccess({.accessor = 7,
+                                                           .param = 4'294'967'293u,
+                                                           .owner = 1,
+                                                           .action = GuardAction::Gathered}))},
         false);
     QCOMPARE(store.param(500'000'000)->gatherCount, std::uint64_t(1));
     QCOMPARE(store.paramViolations(4'294'967'294u), std::uint64_t(3));

@@ -9,6 +9,7 @@
 
 #include "session/traceexport.h"
 #include "syntheticstate.h"
+#include "telemetry/eventfields.h"
 
 using namespace shardscope;
 using namespace shardscope::testing;
@@ -27,17 +28,19 @@ void TestTraceExport::requiredFields()
     store.applyState(smallState(2));
     store.appendEvents(
         std::vector<Event>{
-            makeEvent(1000000, 0, EventType::StepBegin),
-            makeEvent(1000000, 0, EventType::ModuleEnter, 7),
-            makeEvent(1001000, 0, EventType::FetchBegin, 0, 7, 6464,
-                      static_cast<std::uint8_t>(FetchReason::Guard)),
-            makeEvent(1003600, 0, EventType::FetchEnd, 0, 7, 6464,
-                      static_cast<std::uint8_t>(FetchReason::Guard)),
+            eventAt(1000000, 0, makeStepBegin()),
+            eventAt(1000000, 0, makeModuleEnter({.module = 7})),
+            eventAt(1001000, 0,
+                    makeFetchBegin(
+                        {.param = 0, .cause = 7, .bytes = 6464, .reason = FetchReason::Guard})),
+            eventAt(1003600, 0,
+                    makeFetchEnd(
+                        {.param = 0, .cause = 7, .bytes = 6464, .reason = FetchReason::Guard})),
             lmHeadViolation(1003700, 0),
-            makeEvent(1010000, 0, EventType::ModuleExit, 7),
-            makeEvent(1020000, 0, EventType::StepEnd, 0, 0, std::bit_cast<std::uint64_t>(4.25)),
-            makeEvent(1002000, 1, EventType::ModuleEnter, 1),
-            makeEvent(1002500, 1, EventType::ModuleExit, 1),
+            eventAt(1010000, 0, makeModuleExit({.module = 7})),
+            eventAt(1020000, 0, makeStepEnd(4.25)),
+            eventAt(1002000, 1, makeModuleEnter({.module = 1})),
+            eventAt(1002500, 1, makeModuleExit({.module = 1})),
         },
         false);
     QJsonParseError err{};
@@ -147,28 +150,55 @@ void TestTraceExport::overlappingGathersGetTheirOwnThreads()
     // still in flight when blocks.1 starts, and lm_head.bias (5) is issued once 3 is done.
     // Module ends are sub-microsecond so that rounding each duration on its own would
     // push blocks.1 past its parent blocks.
-    const auto pre = static_cast<std::uint8_t>(FetchReason::Prefetch);
     const std::uint64_t t0 = 1000000;
     SessionStore store;
     store.applyState(smallState(2));
     store.appendEvents(
         std::vector<Event>{
-            makeEvent(t0, 0, EventType::StepBegin),
-            makeEvent(t0 + 1400, 0, EventType::ModuleEnter, 2),              // blocks, us 1
-            makeEvent(t0 + 1600, 0, EventType::ModuleEnter, 3),              // blocks.0, us 2
-            makeEvent(t0 + 1700, 0, EventType::FetchBegin, 3, 3, 1024, pre), // us 2
-            makeEvent(t0 + 2600, 0, EventType::FetchBegin, 4, 3, 64, pre),   // us 3
-            makeEvent(t0 + 4000, 0, EventType::ModuleExit, 3),               // us 4
-            makeEvent(t0 + 4600, 0, EventType::ModuleEnter, 5),              // blocks.1, us 5
-            makeEvent(t0 + 5000, 0, EventType::FetchEnd, 3, 3, 1024, pre),   // us 5
-            makeEvent(t0 + 5400, 0, EventType::FetchBegin, 5, 5, 404, pre),  // us 5
-            makeEvent(t0 + 7000, 0, EventType::FetchEnd, 4, 3, 64, pre),     // us 7
-            makeEvent(t0 + 8000, 0, EventType::FetchEnd, 5, 5, 404, pre),    // us 8
-            makeEvent(t0 + 10400, 0, EventType::ModuleExit, 5),              // us 10
-            makeEvent(t0 + 10400, 0, EventType::ModuleExit, 2),
-            makeEvent(t0 + 12000, 0, EventType::StepEnd, 0, 0, std::bit_cast<std::uint64_t>(1.5)),
-            makeEvent(t0 + 2000, 1, EventType::FetchBegin, 0, 1, 6464, pre),
-            makeEvent(t0 + 3000, 1, EventType::FetchEnd, 0, 1, 6464, pre),
+            eventAt(t0, 0, makeStepBegin()),
+            eventAt(t0 + 1400, 0, makeModuleEnter({.module = 2})), // blocks, us 1
+            eventAt(t0 + 1600, 0, makeModuleEnter({.module = 3})), // blocks.0, us 2
+            eventAt(t0 + 1700, 0,
+                    makeFetchBegin({.param = 3,
+                                    .cause = 3,
+                                    .bytes = 1024,
+                                    .reason = FetchReason::Prefetch})), // us 2
+            eventAt(t0 + 2600, 0,
+                    makeFetchBegin({.param = 4,
+                                    .cause = 3,
+                                    .bytes = 64,
+                                    .reason = FetchReason::Prefetch})), // us 3
+            eventAt(t0 + 4000, 0, makeModuleExit({.module = 3})),       // us 4
+            eventAt(t0 + 4600, 0, makeModuleEnter({.module = 5})),      // blocks.1, us 5
+            eventAt(t0 + 5000, 0,
+                    makeFetchEnd({.param = 3,
+                                  .cause = 3,
+                                  .bytes = 1024,
+                                  .reason = FetchReason::Prefetch})), // us 5
+            eventAt(t0 + 5400, 0,
+                    makeFetchBegin({.param = 5,
+                                    .cause = 5,
+                                    .bytes = 404,
+                                    .reason = FetchReason::Prefetch})), // us 5
+            eventAt(t0 + 7000, 0,
+                    makeFetchEnd({.param = 4,
+                                  .cause = 3,
+                                  .bytes = 64,
+                                  .reason = FetchReason::Prefetch})), // us 7
+            eventAt(t0 + 8000, 0,
+                    makeFetchEnd({.param = 5,
+                                  .cause = 5,
+                                  .bytes = 404,
+                                  .reason = FetchReason::Prefetch})), // us 8
+            eventAt(t0 + 10400, 0, makeModuleExit({.module = 5})),    // us 10
+            eventAt(t0 + 10400, 0, makeModuleExit({.module = 2})),
+            eventAt(t0 + 12000, 0, makeStepEnd(1.5)),
+            eventAt(t0 + 2000, 1,
+                    makeFetchBegin(
+                        {.param = 0, .cause = 1, .bytes = 6464, .reason = FetchReason::Prefetch})),
+            eventAt(t0 + 3000, 1,
+                    makeFetchEnd(
+                        {.param = 0, .cause = 1, .bytes = 6464, .reason = FetchReason::Prefetch})),
         },
         false);
     QJsonParseError err{};

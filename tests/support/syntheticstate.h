@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/state.h"
-#include "telemetry/event.h"
+#include "telemetry/eventfields.h"
 
 namespace shardscope::testing {
 
@@ -116,6 +116,8 @@ inline EngineState largeState(int modules, int paramsPerModule, int world = 8)
     return st;
 }
 
+// A raw record, for what the typed makers cannot say: unknown kinds, bad fields, and the
+// lane's storage of every field.
 inline Event makeEvent(std::uint64_t ts, int rank, EventType type, std::uint32_t a = 0,
                        std::uint32_t b = 0, std::uint64_t u0 = 0, std::uint8_t flags = 0,
                        std::uint32_t step = 1)
@@ -132,13 +134,23 @@ inline Event makeEvent(std::uint64_t ts, int rank, EventType type, std::uint32_t
     return e;
 }
 
+// An event made by telemetry/eventfields.h, at ts on rank, in step.
+inline Event eventAt(std::uint64_t ts, int rank, const Event &fields, std::uint32_t step = 1)
+{
+    return stamped(fields, ts, step, static_cast<std::uint16_t>(rank));
+}
+
 // lm_head (module 7) reads embed.weight (param 0) owned by embed (module 1) while NOT_AVAILABLE,
 // gathered.
 inline Event lmHeadViolation(std::uint64_t ts, int rank, std::uint32_t step = 1)
 {
-    const auto flags = static_cast<std::uint8_t>(static_cast<int>(ParamStatus::NotAvailable) |
-                                                 (static_cast<int>(GuardAction::Gathered) << 4));
-    return makeEvent(ts, rank, EventType::UnregisteredAccess, 7, 0, 1, flags, step);
+    return eventAt(ts, rank,
+                   makeUnregisteredAccess({.accessor = 7,
+                                           .param = 0,
+                                           .owner = 1,
+                                           .status = ParamStatus::NotAvailable,
+                                           .action = GuardAction::Gathered}),
+                   step);
 }
 
 } // namespace shardscope::testing

@@ -161,10 +161,11 @@ void TestViews::detailShowsShardsAndCopiesFix()
     EngineState st = smallState(4);
     st.params[0].externals.push_back(ExternalRecord{7, true});
     store.applyState(st);
-    store.appendEvents(std::vector<Event>{makeEvent(10, 2, EventType::FetchBegin, 0),
-                                          makeEvent(20, 2, EventType::FetchEnd, 0, 0, 6464),
-                                          lmHeadViolation(30, 1)},
-                       false);
+    store.appendEvents(
+        std::vector<Event>{eventAt(10, 2, makeFetchBegin({.param = 0, .cause = 0})),
+                           eventAt(20, 2, makeFetchEnd({.param = 0, .cause = 0, .bytes = 6464})),
+                           lmHeadViolation(30, 1)},
+        false);
     store.flush();
     views::ParamDetail detail(&store);
     detail.showParam(0); // embed.weight: 101 x 16 = 1616 over 4 ranks: 404 each, no padding
@@ -197,7 +198,8 @@ void TestViews::detailShowsShardsAndCopiesFix()
              QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
 
     // Live: the status column follows events without re-selecting.
-    store.appendEvents(std::vector<Event>{makeEvent(40, 2, EventType::Release, 0)}, false);
+    store.appendEvents(std::vector<Event>{eventAt(40, 2, makeRelease({.param = 0, .cause = 0}))},
+                       false);
     store.flush();
     QCOMPARE(t->item(2, 4)->text(), QStringLiteral("NOT_AVAILABLE"));
 }
@@ -345,10 +347,9 @@ void TestViews::statusBarSummarises()
     SessionStore store;
     views::InspectorStatusBar bar(&store);
     store.applyState(smallState());
-    store.appendEvents(std::vector<Event>{makeEvent(1, 0, EventType::StepBegin, 0, 0, 0, 0, 7),
-                                          makeEvent(2, 0, EventType::StepEnd, 0, 0,
-                                                    std::bit_cast<std::uint64_t>(3.5), 0, 7),
-                                          makeEvent(3, 0, EventType::DroppedEvents, 0, 0, 12)},
+    store.appendEvents(std::vector<Event>{eventAt(1, 0, makeStepBegin(), 7),
+                                          eventAt(2, 0, makeStepEnd(3.5), 7),
+                                          eventAt(3, 0, makeDroppedEvents(12))},
                        false);
     store.flush();
     QCOMPARE(bar.summaryText(), QStringLiteral("world 4 · cpu · step 7 · loss 3.5000"));
