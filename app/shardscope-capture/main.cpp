@@ -43,7 +43,7 @@ and writes them as a snapshot file (docs/snapshot.md).
   --token-file F      read the token from F (a file only you can read: chmod 600);
                       SHARDSCOPE_TOKEN and SHARDSCOPE_TOKEN_FILE are used when neither
                       flag is given
-  --out FILE          snapshot to write (atomically)
+  --out FILE          snapshot to write (atomically); gzip'd when FILE ends in .gz
   --seconds N         stop after N seconds
   --until-step K      stop once step K has ended
                       (default: until the engine finishes, or Ctrl-C)

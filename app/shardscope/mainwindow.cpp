@@ -153,8 +153,8 @@ void MainWindow::buildMenus()
         m_job->detach();
     });
     QAction *openAction = file->addAction(tr("&Open snapshot..."), this, [this] {
-        const QString path = QFileDialog::getOpenFileName(this, tr("Open snapshot"), {},
-                                                          tr("Snapshots (*.json);;All files (*)"));
+        const QString path = QFileDialog::getOpenFileName(
+            this, tr("Open snapshot"), {}, tr("Snapshots (*.json *.json.gz *.gz);;All files (*)"));
         if (path.isEmpty()) return;
         const QString err = openSnapshot(path);
         if (!err.isEmpty()) QMessageBox::warning(this, tr("Open snapshot"), err);
@@ -166,10 +166,12 @@ void MainWindow::buildMenus()
     file->addSeparator();
     QMenu *exp = file->addMenu(tr("&Export"));
     exp->addAction(tr("Diagnostic &snapshot..."), this, [this] {
-        runExport(tr("Export snapshot"), tr("Snapshots (*.json)"), &MainWindow::exportSnapshot);
+        runExport(tr("Export snapshot"), tr("Snapshots, gzip'd (*.json.gz);;Snapshots (*.json)"),
+                  &MainWindow::exportSnapshot);
     });
     exp->addAction(tr("Chrome/Perfetto &trace..."), this, [this] {
-        runExport(tr("Export trace"), tr("Trace (*.json)"), &MainWindow::exportTrace);
+        runExport(tr("Export trace"), tr("Trace, gzip'd (*.json.gz);;Trace (*.json)"),
+                  &MainWindow::exportTrace);
     });
     exp->addAction(tr("Violations as &CSV..."), this, [this] {
         runExport(tr("Export violations"), tr("CSV (*.csv)"), &MainWindow::exportCsv);
@@ -381,7 +383,7 @@ QString MainWindow::exportTrace(const QString &path)
 {
     if (!m_store.hasState())
         return tr("nothing to export: attach to an engine or open a snapshot first");
-    return writeFileAtomically(path, chromeTrace(m_store));
+    return writeExportFile(path, chromeTrace(m_store));
 }
 
 QString MainWindow::exportCsv(const QString &path)

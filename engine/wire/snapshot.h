@@ -15,10 +15,10 @@
 namespace shardscope::wire {
 
 inline constexpr std::string_view kSnapshotFormat = "shardscope-snapshot";
-// Version 2 writes each parameter's per-rank status as one letter per rank; version 1
-// documents (status as an array of names) are still read.
-inline constexpr int kSnapshotVersion = 2;
-// Files larger than this are refused by readSnapshotFile.
+// Version 3 writes the events as columns (a document without events is written as version
+// 2, the same document); versions 1 (status as an array of names) and 2 are still read.
+inline constexpr int kSnapshotVersion = 3;
+// Files larger than this, or gzip'd files whose text is, are refused by readSnapshotFile.
 inline constexpr std::uint64_t kMaxSnapshotFileBytes = 1ull << 30;
 
 struct SnapshotMeta
@@ -50,7 +50,12 @@ inline Result<Snapshot> decodeSnapshot(const char *json)
 
 // Writes to PATH.tmp.<pid> and renames it over path, so readers see the old or the new file.
 Status writeFileAtomically(const std::string &path, std::string_view contents);
+// The pretty-printed document; gzip'd when path ends in ".gz" (wire/compress.h).
 Status writeSnapshotFile(const std::string &path, const Snapshot &snapshot);
+// The bytes of a snapshot file, plain or gzip'd (told apart by gzip's magic bytes, not by
+// the name); a gzip'd one may hold at most maxText bytes of text.
+Result<Snapshot> decodeSnapshotFile(std::string bytes,
+                                    std::uint64_t maxText = kMaxSnapshotFileBytes);
 Result<Snapshot> readSnapshotFile(const std::string &path);
 
 std::uint64_t unixTimeMs();

@@ -679,7 +679,9 @@ class _Agent:
                 for p in params:
                     pid = self.param_id(p)
                     if pid is not None:
-                        self.native.broadcast(pid, int(src_rank), p.numel() * p.element_size())
+                        # u0 as fetch events carry it: the padded tensor's bytes
+                        nbytes = p.__dict__.get("_shardscope_nbytes", p.numel() * p.element_size())
+                        self.native.broadcast(pid, int(src_rank), int(nbytes))
         self.gathered += 1
 
     def on_gathered_exited(self, params):

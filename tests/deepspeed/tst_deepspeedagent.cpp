@@ -71,7 +71,7 @@ std::set<std::pair<int, std::int64_t>> fetchesOf(const json &snap, const std::st
     std::set<std::pair<int, std::int64_t>> out;
     const json *p = findParam(snap, name);
     if (!p) return out;
-    for (const json &e : snap["events"])
+    for (const json &e : shardscope::test::eventList(snap))
         if (e["type"] == "fetch_end" && e["a"] == (*p)["id"])
             out.emplace(e["flags"].get<int>(), e["b"].get<std::uint32_t>() == 0xffffffffu
                                                    ? -1
@@ -250,11 +250,14 @@ class tst_DeepSpeedAgent : public QObject
             const json &s = snaps[i];
             const int lmHead = moduleIdOf(s, "lm_head");
             const auto f = fetchesOf(s, "embed.weight");
-            QVERIFY2(f.contains({kGuard, lmHead}), s["events"].dump().c_str());
-            QVERIFY2(f.contains({kBackward, lmHead}), s["events"].dump().c_str());
-            QVERIFY2(f.contains({kForward, moduleIdOf(s, "embed")}), s["events"].dump().c_str());
+            QVERIFY2(f.contains({kGuard, lmHead}), shardscope::test::eventList(s).dump().c_str());
+            QVERIFY2(f.contains({kBackward, lmHead}),
+                     shardscope::test::eventList(s).dump().c_str());
+            QVERIFY2(f.contains({kForward, moduleIdOf(s, "embed")}),
+                     shardscope::test::eventList(s).dump().c_str());
             const auto fc = fetchesOf(s, "fc.weight");
-            QVERIFY2(fc.contains({kForward, moduleIdOf(s, "fc")}), s["events"].dump().c_str());
+            QVERIFY2(fc.contains({kForward, moduleIdOf(s, "fc")}),
+                     shardscope::test::eventList(s).dump().c_str());
         }
         for (const json &s : snaps) {
             const auto v = violations(s, "unregistered_access");
@@ -287,13 +290,13 @@ class tst_DeepSpeedAgent : public QObject
         QCOMPARE(jv[0]["rank"].get<int>() + jv[1]["rank"].get<int>(), 1);
         QCOMPARE(QString::fromStdString(whole["endpoint"]), "job:" + job);
         std::set<int> eventRanks;
-        for (const json &e : whole["events"])
+        for (const json &e : shardscope::test::eventList(whole))
             eventRanks.insert(e["rank"].get<int>());
         QVERIFY(eventRanks == (std::set<int>{0, 1}));
 
         // The live capture saw module scopes, fetches with reasons, releases and steps.
         std::set<std::string> types;
-        for (const json &e : captured["events"])
+        for (const json &e : shardscope::test::eventList(captured))
             types.insert(e["type"].get<std::string>());
         for (const char *t : {"module_enter", "module_exit", "fetch_begin", "fetch_end", "release",
                               "external_register", "step_begin", "step_end"})
@@ -329,9 +332,9 @@ class tst_DeepSpeedAgent : public QObject
             const int lmHead = moduleIdOf(s, "lm_head");
             const auto f = fetchesOf(s, "embed.weight");
             QVERIFY2(f.contains({kForward, lmHead}) && f.contains({kBackward, lmHead}),
-                     s["events"].dump().c_str());
+                     shardscope::test::eventList(s).dump().c_str());
             for (const auto &[reason, cause] : f)
-                QVERIFY2(reason != kGuard, s["events"].dump().c_str());
+                QVERIFY2(reason != kGuard, shardscope::test::eventList(s).dump().c_str());
             const json *embed = findParam(s, "embed.weight");
             QVERIFY(embed);
             QVERIFY2((*embed)["external_modules"] == json::array({"lm_head"}),
@@ -366,13 +369,15 @@ class tst_DeepSpeedAgent : public QObject
             QCOMPARE(s["engine"]["step"].get<int>(), 4);
             std::set<int> stepsSeen, stepsBegun;
             int fetches = 0;
-            for (const json &e : s["events"]) {
+            for (const json &e : shardscope::test::eventList(s)) {
                 stepsSeen.insert(e["step"].get<int>());
                 if (e["type"] == "step_begin") stepsBegun.insert(e["step"].get<int>());
                 if (e["type"] == "fetch_end") ++fetches;
             }
-            QVERIFY2(stepsBegun == (std::set<int>{1, 4}), s["events"].dump().c_str());
-            QVERIFY2(!stepsSeen.count(2) && !stepsSeen.count(3), s["events"].dump().c_str());
+            QVERIFY2(stepsBegun == (std::set<int>{1, 4}),
+                     shardscope::test::eventList(s).dump().c_str());
+            QVERIFY2(!stepsSeen.count(2) && !stepsSeen.count(3),
+                     shardscope::test::eventList(s).dump().c_str());
             QVERIFY(fetches > 0);
             for (const json &p : s["params"])
                 QVERIFY2(p["status"] == "NN", p.dump().c_str());

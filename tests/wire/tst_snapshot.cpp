@@ -9,7 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../capture/snapshotschema.h"
 #include "samplesnapshot.h"
+#include "wire/compress.h"
 #include "wire/discovery.h"
 #include "wire/endpoint.h"
 #include "wire/snapshot.h"
@@ -107,10 +109,13 @@ class TestSnapshot : public QObject
     void refusesForeignAndInconsistentDocuments();
     void statusIsOneLetterPerRank();
     void versionOneDocumentsAreStillRead();
+    void versionTwoEventsAreStillRead();
     void nestingLimitIsThirtyTwoLevels();
     void fileWriteIsAtomicAndReadable();
     void killedWriterLeavesNoTemporaryFile();
     void corruptAndForeignFilesAreCleanErrors();
+    void gzipFilesAreToldByTheirBytesNotTheirName();
+    void damagedGzipFilesAreCleanErrors();
     void endpointsParseAndFormat();
     void discoveryListsLiveEnginesAndIgnoresStaleOnes();
     void discoveryTrustsOnlyAPrivateDirectoryAndRegularFiles();
@@ -141,7 +146,7 @@ void TestSnapshot::jsonUsesTheDocumentedNames()
 {
     const auto j = nlohmann::json::parse(encodeSnapshot(test::sampleSnapshot()));
     QCOMPARE(j["format"].get<std::string>(), std::string("shardscope-snapshot"));
-    QCOMPARE(j["version"].get<int>(), 2);
+    QCOMPARE(j["version"].get<int>(), 3); // it has events
     QCOMPARE(j["engine"]["config"]["guard"].get<std::string>(), std::string("auto"));
     QCOMPARE(j["engine"]["world_size"].get<int>(), 2);
     const auto &p = j["params"][0];
@@ -166,8 +171,15 @@ void TestSnapshot::jsonUsesTheDocumentedNames()
     QCOMPARE(j["violations"][1]["param_id"].get<int>(), 1);
     QVERIFY(j["violations"][2]["param"].is_null()); // trace_invalidated: no parameter
     QVERIFY(j["violations"][1]["accessor"].is_null());
-    QCOMPARE(j["events"][8]["type"].get<std::string>(), std::string("unregistered_access"));
-    QCOMPARE(j["events"][0]["u0"].get<std::uint64_t>(), 0xFFFFFFFFFFFFFFFFull - 1);
+    // Version 3: the events as columns; times and steps as differences, types as indexes.
+    const auto &ev = j["events"];
+    QCOMPARE(ev["count"].get<std::size_t>(), test::everyEventType().size());
+    QCOMPARE(ev["type_names"][ev["type"][8].get<std::size_t>()].get<std::string>(),
+             std::string("unregistered_access"));
+    QCOMPARE(ev["u0"][0].get<std::uint64_t>(), 0xFFFFFFFFFFFFFFFFull - 1);
+    QCOMPARE(ev["ts_ns"][0].get<std::uint64_t>(), test::everyEventType()[0].tsNs);
+    QCOMPARE(ev["ts_ns"][1].get<std::int64_t>(), 17); // makeEvent spaces them 17 ns apart
+    QCOMPARE(ev["a"][0].get<std::uint64_t>(), std::uint64_t(0xFFFFFFFFu - 1));
     QCOMPARE(j["dropped_events"].get<int>(), 17);
 }
 
@@ -199,8 +211,8 @@ void TestSnapshot::refusesForeignAndInconsistentDocuments()
     j["format"] = "other";
     expectError(j, "is not \"shardscope-snapshot\"");
     j = base;
-    j["version"] = 3;
-    expectError(j, "snapshot version 3 is not supported; this build reads versions 1 to 2");
+    j["version"] = 4;
+    expectError(j, "snapshot version 4 is not supported; this build reads versions 1 to 3");
     j = base;
     j["version"] = 0;
     expectError(j, "snapshot version 0 is not supported");
@@ -235,11 +247,26 @@ void TestSnapshot::refusesForeignAndInconsistentDocuments()
     j["modules"][1]["id"] = 5;
     expectError(j, "module ids must equal their index");
     j = base;
-    j["events"][0]["type"] = "teleport";
-    expectError(j, "unknown event type \"teleport\"");
+    j["events"]["type_names"][0] = "teleport";
+    expectError(j, "events.type_names[0]: unknown event type \"teleport\"");
     j = base;
-    j["events"][0]["rank"] = 70000;
-    expectError(j, "events[0].rank");
+    j["events"]["type"][3] = 99;
+    expectError(j, "events.type[3]: type index 99 is not in type_names");
+    j = base;
+    j["events"]["rank"][0] = 70000;
+    expectError(j, "events.rank[0]");
+    j = base;
+    j["events"]["u1"].erase(0);
+    expectError(j, "events.u1: 17 values where \"count\" is 18");
+    j = base;
+    j["events"]["step"][0] = -1;
+    expectError(j, "events.step[0]: the step leaves 0 to 4294967295");
+    j = base;
+    j["events"].erase("a");
+    expectError(j, "events: missing field \"a\"");
+    j = base;
+    j["events"] = nlohmann::json::array(); // version 3 with events as version 2 wrote them
+    QVERIFY(decodeSnapshot(j.dump()).ok());
     j = base;
     j["engine"]["world_size"] = 4000000000ull;
     expectError(j, "engine.world_size");
@@ -299,6 +326,7 @@ void TestSnapshot::versionOneDocumentsAreStillRead()
     const Snapshot s = test::sampleSnapshot();
     auto j = nlohmann::json::parse(encodeSnapshot(s));
     j["version"] = 1;
+    j["events"] = test::eventList(j); // one object per event, as versions 1 and 2 wrote them
     for (auto &p : j["params"]) {
         nlohmann::json names = nlohmann::json::array();
         for (char c : p["status"].get<std::string>())
@@ -308,6 +336,8 @@ void TestSnapshot::versionOneDocumentsAreStillRead()
     auto back = decodeSnapshot(j.dump());
     QVERIFY2(back.ok(), back.error().c_str());
     compareStates(s.state, back->state);
+    QCOMPARE(back->events.size(), s.events.size());
+    QCOMPARE(std::memcmp(back->events.data(), s.events.data(), s.events.size() * sizeof(Event)), 0);
 
     auto bad = j;
     bad["params"][0]["status"].push_back("AVAILABLE");
@@ -328,6 +358,33 @@ void TestSnapshot::versionOneDocumentsAreStillRead()
     QVERIFY(!r.ok());
     QVERIFY2(r.error().find("params[0].status: expected an array") != std::string::npos,
              r.error().c_str());
+}
+
+// Version 2 wrote each event as an object; a reader of version 3 reads those the same,
+// and a version 3 document without events is written as version 2 (State frames, which
+// older clients must still read).
+void TestSnapshot::versionTwoEventsAreStillRead()
+{
+    Snapshot s = test::sampleSnapshot();
+    s.events.push_back(s.events.front()); // out of time order: a negative difference
+    s.events.back().tsNs = 5;
+    s.events.back().step = 0;
+    auto j = nlohmann::json::parse(encodeSnapshot(s));
+    QVERIFY(test::snapshotSchemaProblems(j).empty());
+    QCOMPARE(test::eventList(j).back()["ts_ns"].get<std::uint64_t>(), std::uint64_t(5));
+    j["version"] = 2;
+    j["events"] = test::eventList(j);
+    auto back = decodeSnapshot(j.dump());
+    QVERIFY2(back.ok(), back.error().c_str());
+    QCOMPARE(back->events.size(), s.events.size());
+    QCOMPARE(std::memcmp(back->events.data(), s.events.data(), s.events.size() * sizeof(Event)), 0);
+    QCOMPARE(encodeSnapshot(*back), encodeSnapshot(s));
+
+    Snapshot state = s; // what a State frame carries
+    state.events.clear();
+    const auto frame = nlohmann::json::parse(encodeSnapshot(state));
+    QCOMPARE(frame["version"].get<int>(), 2);
+    QCOMPARE(frame["events"], nlohmann::json::array());
 }
 
 void TestSnapshot::nestingLimitIsThirtyTwoLevels()
@@ -424,6 +481,72 @@ void TestSnapshot::corruptAndForeignFilesAreCleanErrors()
     QVERIFY(!isFifo.ok());
     QVERIFY2(isFifo.error().find("not a regular file") != std::string::npos,
              isFifo.error().c_str());
+}
+
+// A name ending in .gz is written gzip'd and holds exactly the plain file's text; readers
+// tell the two apart by gzip's magic bytes, so a renamed file still opens.
+void TestSnapshot::gzipFilesAreToldByTheirBytesNotTheirName()
+{
+    QTemporaryDir dir;
+    Snapshot s = test::sampleSnapshot();
+    for (int i = 0; i < 2000; ++i) // enough text for compression to show
+        s.events.push_back(test::makeEvent(static_cast<EventType>(1 + i % 18), std::uint32_t(i)));
+    const std::string plain = dir.filePath("run.json").toStdString();
+    const std::string gz = dir.filePath("run.json.GZ").toStdString();
+    QVERIFY(writeSnapshotFile(plain, s).ok());
+    QVERIFY(writeSnapshotFile(gz, s).ok());
+    const std::string plainBytes = readAll(plain), gzBytes = readAll(gz);
+    QVERIFY(!isGzip(plainBytes));
+    QVERIFY(isGzip(gzBytes));
+    QVERIFY2(gzBytes.size() * 5 < plainBytes.size(), std::to_string(gzBytes.size()).c_str());
+    auto text = gzipDecompress(gzBytes, kMaxSnapshotFileBytes);
+    QVERIFY2(text.ok(), text.error().c_str());
+    QCOMPARE(*text, plainBytes); // the same document, byte for byte
+
+    const std::string renamedGz = dir.filePath("gz-named.json").toStdString();
+    const std::string renamedPlain = dir.filePath("plain-named.json.gz").toStdString();
+    writeRaw(renamedGz, gzBytes);
+    writeRaw(renamedPlain, plainBytes);
+    for (const std::string &path : {plain, gz, renamedGz, renamedPlain}) {
+        auto back = readSnapshotFile(path);
+        QVERIFY2(back.ok(), (path + ": " + back.error()).c_str());
+        QCOMPARE(encodeSnapshot(*back), encodeSnapshot(s));
+    }
+    // Members joined with cat read as their concatenated text (here: not one document).
+    auto joined = decodeSnapshotFile(gzBytes + gzBytes);
+    QVERIFY(!joined.ok());
+    QVERIFY2(joined.error().find("gzip") == std::string::npos, joined.error().c_str());
+    QCOMPARE(gzipDecompress(gzipCompress("ab") + gzipCompress("cd"), 16).value(),
+             std::string("abcd"));
+}
+
+void TestSnapshot::damagedGzipFilesAreCleanErrors()
+{
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("s.json.gz").toStdString();
+    const std::string gz = gzipCompress(encodeSnapshot(test::sampleSnapshot(), true));
+    auto expectError = [&](const std::string &bytes, const std::string &what) {
+        writeRaw(path, bytes);
+        auto r = readSnapshotFile(path);
+        QVERIFY(!r.ok());
+        QVERIFY2(r.error().find(path) != std::string::npos, r.error().c_str());
+        QVERIFY2(r.error().find(what) != std::string::npos, r.error().c_str());
+    };
+    expectError(gz.substr(0, gz.size() / 2), "truncated");
+    std::string flipped = gz;
+    flipped[gz.size() / 2] = static_cast<char>(flipped[gz.size() / 2] ^ 0x55);
+    expectError(flipped, "gzip");
+    std::string badCrc = gz;
+    badCrc[gz.size() - 6] = static_cast<char>(badCrc[gz.size() - 6] ^ 1);
+    expectError(badCrc, "damaged");
+    expectError(gz + "trailing", "after the end of the gzip stream");
+    expectError(std::string("\x1f\x8b"), "gzip");
+    // A small file whose text is larger than a reader accepts is refused, not inflated.
+    const std::string bomb = gzipCompress(std::string(std::size_t(8) << 20, ' '));
+    QVERIFY(bomb.size() < 64 * 1024);
+    auto refused = decodeSnapshotFile(bomb, std::size_t(1) << 20);
+    QVERIFY(!refused.ok());
+    QVERIFY2(refused.error().find("more than 1 MiB") != std::string::npos, refused.error().c_str());
 }
 
 void TestSnapshot::endpointsParseAndFormat()

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <queue>
 
+#include "wire/compress.h"
+
 namespace shardscope {
 
 QString openSnapshotFile(const QString &path, SessionStore &store)
@@ -93,12 +95,19 @@ QString writeFileAtomically(const QString &path, const QByteArray &bytes)
     return {};
 }
 
+QString writeExportFile(const QString &path, const QByteArray &bytes)
+{
+    if (!wire::wantsGzip(path.toStdString())) return writeFileAtomically(path, bytes);
+    const std::string gz = wire::gzipCompress(std::string_view(bytes.constData(), bytes.size()));
+    return writeFileAtomically(path, QByteArray::fromRawData(gz.data(), qsizetype(gz.size())));
+}
+
 QString exportSnapshotFile(const QString &path, const SessionStore &store)
 {
     if (!store.hasState())
         return QStringLiteral("nothing to export: attach to an engine or open a snapshot first");
     const std::string json = wire::encodeSnapshot(snapshotOf(store), true);
-    return writeFileAtomically(path, QByteArray::fromStdString(json));
+    return writeExportFile(path, QByteArray::fromRawData(json.data(), qsizetype(json.size())));
 }
 
 } // namespace shardscope

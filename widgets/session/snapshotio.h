@@ -15,8 +15,12 @@ namespace shardscope {
 QString openSnapshotFile(const QString &path, SessionStore &store);
 // The store's state (live statuses and counts), its violations, all its events in time order.
 wire::Snapshot snapshotOf(const SessionStore &store);
+// gzip'd when path ends in ".gz" (as every export below), plain JSON otherwise.
 QString exportSnapshotFile(const QString &path, const SessionStore &store);
 // Writes bytes through QSaveFile: readers see the old file or the new one, never half.
 QString writeFileAtomically(const QString &path, const QByteArray &bytes);
+// The same, gzip'd first when path ends in ".gz" (a trace.json.gz opens in Perfetto and
+// chrome://tracing as it is).
+QString writeExportFile(const QString &path, const QByteArray &bytes);
 
 } // namespace shardscope
