@@ -20,6 +20,7 @@
 
 #include "benchutil.h"
 #include "session/sessionstore.h"
+#include "telemetry/eventfields.h"
 #include "wire/frame.h"
 #include "wire/messages.h"
 
@@ -64,49 +65,44 @@ EngineState makeState()
     return st;
 }
 
-Event ev(std::uint64_t &ts, int rank, std::uint32_t step, EventType type, std::uint32_t a = 0,
-         std::uint32_t b = 0, std::uint64_t u0 = 0, std::uint8_t flags = 0)
+Event ev(std::uint64_t &ts, int rank, std::uint32_t step, const Event &fields)
 {
-    Event e{};
     ts += 97;
-    e.tsNs = ts;
-    e.step = step;
-    e.rank = static_cast<std::uint16_t>(rank);
-    e.type = type;
-    e.flags = flags;
-    e.a = a;
-    e.b = b;
-    e.u0 = u0;
-    return e;
+    return stamped(fields, ts, step, static_cast<std::uint16_t>(rank));
 }
 
 // One rank's events of one step, as the engine emits them.
 void stepEvents(std::vector<Event> &out, std::uint64_t &ts, int rank, std::uint32_t step)
 {
     const std::uint64_t bytes = 256 * 64 * 4;
-    out.push_back(ev(ts, rank, step, EventType::StepBegin));
+    out.push_back(ev(ts, rank, step, makeStepBegin()));
     for (int m = 0; m < kModules; ++m) {
         const auto module = static_cast<ModuleId>(m + 1);
         const auto first = static_cast<ParamId>(m * kParamsPerModule);
-        out.push_back(ev(ts, rank, step, EventType::ModuleEnter, module));
+        out.push_back(ev(ts, rank, step, makeModuleEnter({.module = module})));
         for (int k = 0; k < kParamsPerModule; ++k) {
-            out.push_back(ev(ts, rank, step, EventType::FetchBegin, first + k, module, bytes));
-            out.push_back(ev(ts, rank, step, EventType::FetchEnd, first + k, module, bytes));
+            const FetchFields f{.param = first + k, .cause = module, .bytes = bytes};
+            out.push_back(ev(ts, rank, step, makeFetchBegin(f)));
+            out.push_back(ev(ts, rank, step, makeFetchEnd(f)));
         }
-        if (m == kModules - 1) {
-            const auto flags = static_cast<std::uint8_t>(int(ParamStatus::NotAvailable) |
-                                                         (int(GuardAction::Gathered) << 4));
-            out.push_back(ev(ts, rank, step, EventType::UnregisteredAccess, module, 0, 1, flags));
-        }
-        out.push_back(ev(ts, rank, step, EventType::ModuleExit, module));
+        if (m == kModules - 1)
+            out.push_back(ev(ts, rank, step,
+                             makeUnregisteredAccess({.accessor = module,
+                                                     .param = 0,
+                                                     .owner = 1,
+                                                     .status = ParamStatus::NotAvailable,
+                                                     .action = GuardAction::Gathered})));
+        out.push_back(ev(ts, rank, step, makeModuleExit({.module = module})));
         for (int k = 0; k < kParamsPerModule; ++k)
-            out.push_back(ev(ts, rank, step, EventType::Release, first + k, module, bytes));
-        Event mem = ev(ts, rank, step, EventType::MemorySample, 2560, 0, bytes * 100 / kWorld);
-        mem.u1 = bytes * kParamsPerModule;
-        mem.u2 = mem.u1;
-        out.push_back(mem);
+            out.push_back(ev(ts, rank, step,
+                             makeRelease({.param = first + k, .cause = module, .bytes = bytes})));
+        out.push_back(ev(ts, rank, step,
+                         makeMemorySample({.partitionedBytes = bytes * 100 / kWorld,
+                                           .gatheredBytes = bytes * kParamsPerModule,
+                                           .peakGatheredBytes = bytes * kParamsPerModule,
+                                           .liveElements = 2560})));
     }
-    out.push_back(ev(ts, rank, step, EventType::StepEnd, 0, 0, 0x3FF0000000000000ull));
+    out.push_back(ev(ts, rank, step, makeStepEnd(1.0)));
 }
 
 // The bytes a client receives: per step, each rank's events in frames of 2048.

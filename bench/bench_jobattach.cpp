@@ -29,6 +29,7 @@
 #include "server/stateprovider.h"
 #include "session/jobsession.h"
 #include "session/sessionstore.h"
+#include "telemetry/eventfields.h"
 
 using namespace shardscope;
 using namespace shardscope::bench;
@@ -71,18 +72,16 @@ class RankProvider final : public StateProvider
         const auto rank = static_cast<std::uint16_t>(m_rank);
         std::uint64_t ts = 1'000'000'000;
         for (std::size_t i = 0; i < kEventsPerRank; ++i) {
-            Event e{};
-            e.tsNs = ts += 997;
-            e.step = static_cast<std::uint32_t>(1 + i / 4096);
-            e.rank = rank;
+            const auto id = static_cast<std::uint32_t>((i / 4 * kWorld + m_rank) % kParams);
+            const FetchFields fetch{.param = id, .cause = 0, .bytes = 16384};
             const auto kind = i % 4;
-            e.type = kind == 0   ? EventType::FetchBegin
-                     : kind == 1 ? EventType::FetchEnd
-                     : kind == 2 ? EventType::ModuleEnter
-                                 : EventType::Release;
-            e.a = static_cast<std::uint32_t>((i / 4 * kWorld + m_rank) % kParams);
-            e.u0 = 16384;
-            m_sink->write(e);
+            const Event fields = kind == 0   ? makeFetchBegin(fetch)
+                                 : kind == 1 ? makeFetchEnd(fetch)
+                                 : kind == 2
+                                     ? makeModuleEnter({.module = id})
+                                     : makeRelease({.param = id, .cause = 0, .bytes = 16384});
+            m_sink->write(
+                stamped(fields, ts += 997, static_cast<std::uint32_t>(1 + i / 4096), rank));
         }
     }
 

@@ -14,7 +14,7 @@
 
 #include "benchutil.h"
 #include "nn/trainer.h"
-#include "telemetry/event.h"
+#include "telemetry/eventfields.h"
 
 using namespace shardscope;
 using namespace shardscope::bench;
@@ -31,10 +31,10 @@ public:
     {
         std::lock_guard lock(m_mutex);
         auto &open = m_open[ev.rank];
-        if (ev.type == EventType::FetchBegin && ev.flags == std::uint8_t(FetchReason::Prefetch)) {
-            open.push_back(ev.a);
+        if (ev.type == EventType::FetchBegin && readFetch(ev).reason == FetchReason::Prefetch) {
+            open.push_back(readFetch(ev).param);
         } else if (ev.type == EventType::FetchEnd) {
-            std::erase(open, ev.a);
+            std::erase(open, readFetch(ev).param);
         } else if (ev.type == EventType::ModuleEnter) {
             ++entries;
             if (!open.empty())

@@ -1,9 +1,11 @@
-// Telemetry cost per event, side by side in one run: an instrumented loop whose events are
-// stamped with the telemetry clock and written into a TelemetryHub ring while a consumer
-// thread drains it (as the inspector does), the same loop with telemetry switched off, and
-// the bare loop, with the clock read alone (the telemetry clock, the raw TSC read it is
-// built on, and steady_clock for comparison). Then the engine's own path (module enter/exit, three events per pair)
-// with telemetry on, off (setTelemetryEnabled(false)) and with no sink. Prints Markdown.
+// Telemetry cost per event, side by side in one run, with the TSC clock and with the
+// steady_clock fallback (clock.h's useClock(), as SHARDSCOPE_CLOCK=steady forces it):
+// an instrumented loop whose events are stamped with the telemetry clock and written into a
+// TelemetryHub ring while a consumer thread drains it (as the inspector does), the same
+// loop with telemetry switched off, and the bare loop, with the clock reads alone (the
+// telemetry clock, the raw TSC read it is built on, steady_clock). Then the engine's own
+// path (module enter/exit without and with parameters) with telemetry on under each clock,
+// off (setTelemetryEnabled(false)) and with no sink. Prints what it ran on, then Markdown.
 //
 // Usage: bench_telemetry [--reps N]
 
@@ -18,6 +20,7 @@
 #include "comm/cpucommunicator.h"
 #include "core/engine.h"
 #include "telemetry/clock.h"
+#include "telemetry/eventfields.h"
 #include "telemetry/telemetryhub.h"
 
 using namespace shardscope;
@@ -26,50 +29,38 @@ using namespace shardscope::bench;
 namespace {
 
 constexpr std::uint64_t kLoopEvents = 10'000'000;
-constexpr int kPairsPerStep = 1000;
-constexpr int kEngineSteps = 500;
+constexpr std::size_t kLoopRing = std::size_t(1) << 20; // a tight loop outruns 65536 in 1 ms
+constexpr auto kConsumerInterval = std::chrono::microseconds(500);
 
 // The shape of the engine's own emit: the sink pointer and the on/off flag are read per
 // event, the record is stamped with the telemetry clock and handed to the sink.
 class Emitter
 {
-public:
+  public:
     void setSink(EventSink *sink) { m_sink.store(sink, std::memory_order_release); }
     void setEnabled(bool on) { m_on.store(on, std::memory_order_relaxed); }
 
     // stampedTs == 0: stamp with the telemetry clock (the engine's way); else use it as is.
-    [[gnu::noinline]] void emit(EventType type, std::uint32_t a, std::uint64_t u0,
-                                std::uint64_t stampedTs = 0)
+    [[gnu::noinline]] void emit(const Event &fields, std::uint64_t stampedTs = 0)
     {
         EventSink *s = m_sink.load(std::memory_order_acquire);
-        if (!s || !m_on.load(std::memory_order_relaxed))
-            return;
-        Event ev;
-        ev.tsNs = stampedTs ? stampedTs : nowNs();
-        ev.step = 1;
-        ev.rank = 0;
-        ev.type = type;
-        ev.flags = 0;
-        ev.a = a;
-        ev.b = 0;
-        ev.u0 = u0;
-        ev.u1 = 0;
-        ev.u2 = 0;
-        s->write(ev);
+        if (!s || !m_on.load(std::memory_order_relaxed)) return;
+        s->write(stamped(fields, stampedTs ? stampedTs : nowNs(), 1, 0));
     }
 
-private:
+  private:
     std::atomic<EventSink *> m_sink{nullptr};
     std::atomic<bool> m_on{true};
 };
 
-// Drains the hub until stopped, sleeping briefly when it finds nothing, like the
-// inspector's server thread (which also encodes and sends; here the events are dropped).
+// Drains the hub until stopped, every kConsumerInterval like the inspector's server thread
+// at its shortest poll interval (which also encodes and sends; here the events are dropped).
 class Consumer
 {
-public:
-    explicit Consumer(TelemetryHub &hub)
-        : m_hub(hub), m_thread([this] { run(); })
+  public:
+    // ring: also drained (the loop's bare-ring variant), when given.
+    explicit Consumer(TelemetryHub &hub, EventRing *ring = nullptr)
+        : m_hub(hub), m_ring(ring), m_thread([this] { run(); })
     {
     }
     ~Consumer()
@@ -77,39 +68,56 @@ public:
         m_stop.store(true, std::memory_order_release);
         m_thread.join();
     }
-    std::uint64_t received() const { return m_received.load(std::memory_order_relaxed); }
 
-private:
+  private:
     void run()
     {
         std::vector<Event> batch;
-        batch.reserve(1u << 16);
+        batch.reserve(kLoopRing);
         while (!m_stop.load(std::memory_order_acquire)) {
             batch.clear();
-            const std::size_t n = m_hub.drain(batch);
-            m_received.fetch_add(n, std::memory_order_relaxed);
-            if (n == 0)
-                std::this_thread::sleep_for(std::chrono::microseconds(50));
+            m_hub.drain(batch);
+            if (m_ring) {
+                batch.resize(kLoopRing);
+                while (m_ring->pop(batch.data(), batch.size()) == batch.size()) {
+                }
+            }
+            std::this_thread::sleep_for(kConsumerInterval);
         }
     }
 
     TelemetryHub &m_hub;
+    EventRing *m_ring;
     std::atomic<bool> m_stop{false};
-    std::atomic<std::uint64_t> m_received{0};
     std::thread m_thread;
 };
 
-enum Variant { On, WriteOnly, ClockOnly, RawTsc, Steady, Off, Bare, VariantCount };
+enum Variant
+{
+    OnTsc,
+    OnSteady,
+    WriteOnly,
+    RingOnly,
+    ClockTsc,
+    ClockSteady,
+    RawTsc,
+    Off,
+    Bare,
+    VariantCount
+};
 const char *const kVariantNames[VariantCount] = {
-    "**telemetry on: clock + ring write, consumer draining**",
-    "breakdown: ring write only (timestamp given, no clock read)",
-    "breakdown: clock read only (telemetry clock nowNs(), no write)",
+    "**telemetry on, TSC clock: clock + ring write, consumer draining**",
+    "**telemetry on, steady_clock fallback: clock + ring write, consumer draining**",
+    "breakdown: write only (timestamp given, no clock read; the emit call, the sink's virtual "
+    "write, the ring)",
+    "breakdown: the ring alone (EventRing::push of a record, no call, no sink)",
+    "breakdown: clock read only, TSC clock (nowNs())",
+    "breakdown: clock read only, steady_clock fallback (nowNs())",
 #if SHARDSCOPE_HAVE_TSC
     "breakdown: raw TSC read only (__rdtsc, unscaled)",
 #else
     "breakdown: raw TSC read only (no TSC here: steady_clock)",
 #endif
-    "breakdown: steady_clock::now() only (for comparison)",
     "telemetry off (same instrumented loop, one branch)",
     "bare loop (no instrumentation)",
 };
@@ -120,10 +128,16 @@ struct Ns
     double wall = 0.0; // wall time per iteration
 };
 
+bool variantUsesTsc(Variant v)
+{
+    return v == OnTsc || v == ClockTsc || v == WriteOnly;
+}
+
 // One pass of the loop; returns ns per iteration. The work per iteration is a few
 // arithmetic operations, so what is measured is the instrumentation.
-Ns runLoop(Variant v, Emitter &emitter)
+Ns runLoop(Variant v, Emitter &emitter, EventRing &ring)
 {
+    useClock(variantUsesTsc(v) ? ClockSource::Tsc : ClockSource::Steady);
     std::uint64_t acc = 0;
     const PassTimer timer;
     if (v == Bare) {
@@ -131,12 +145,23 @@ Ns runLoop(Variant v, Emitter &emitter)
             acc = acc * 31 + i;
             keep(acc);
         }
-    } else if (v == ClockOnly) {
+    } else if (v == ClockTsc || v == ClockSteady) {
         for (std::uint64_t i = 0; i < kLoopEvents; ++i) {
             acc = acc * 31 + i;
             keep(acc);
             const std::uint64_t t = nowNs();
             keep(t);
+        }
+    } else if (v == RingOnly) {
+        Event ev{};
+        ev.type = EventType::FetchBegin;
+        for (std::uint64_t i = 0; i < kLoopEvents; ++i) {
+            acc = acc * 31 + i;
+            keep(acc);
+            ev.tsNs = i + 1;
+            ev.a = static_cast<std::uint32_t>(i);
+            ev.u0 = acc;
+            ring.push(ev);
         }
     } else if (v == RawTsc) {
         for (std::uint64_t i = 0; i < kLoopEvents; ++i) {
@@ -149,67 +174,88 @@ Ns runLoop(Variant v, Emitter &emitter)
 #endif
             keep(t);
         }
-    } else if (v == Steady) {
-        for (std::uint64_t i = 0; i < kLoopEvents; ++i) {
-            acc = acc * 31 + i;
-            keep(acc);
-            const std::uint64_t t = steadyNs();
-            keep(t);
-        }
     } else {
         emitter.setEnabled(v != Off);
         const std::uint64_t given = v == WriteOnly ? 1 : 0;
         for (std::uint64_t i = 0; i < kLoopEvents; ++i) {
             acc = acc * 31 + i;
             keep(acc);
-            emitter.emit(EventType::FetchBegin, static_cast<std::uint32_t>(i), acc, given + i * given);
+            emitter.emit(
+                makeFetchBegin({.param = static_cast<std::uint32_t>(i), .cause = 0, .bytes = acc}),
+                given + i * given);
         }
     }
     const double n = static_cast<double>(kLoopEvents);
-    return Ns{timer.cpuSeconds() * 1e9 / n, timer.wallSeconds() * 1e9 / n};
+    const Ns out{timer.cpuSeconds() * 1e9 / n, timer.wallSeconds() * 1e9 / n};
+    useClock(ClockSource::Tsc);
+    return out;
 }
 
-enum EngineVariant { EngineOn, EngineOff, EngineNoSink, EngineVariantCount };
+enum EngineVariant
+{
+    EngineOnTsc,
+    EngineOnSteady,
+    EngineOff,
+    EngineNoSink,
+    EngineVariantCount
+};
 const char *const kEngineVariantNames[EngineVariantCount] = {
-    "telemetry on (hub sink, consumer draining)",
+    "telemetry on, TSC clock (hub sink, consumer draining)",
+    "telemetry on, steady_clock fallback (hub sink, consumer draining)",
     "setTelemetryEnabled(false)",
     "no sink",
 };
 
-struct EngineRun
+// A module the engine enters and exits: without parameters (ModuleEnter, ModuleExit and a
+// MemorySample per pair) or owning two partitioned parameters, gathered on entry and
+// released on exit (also 2 FetchBegin, 2 FetchEnd, 2 Release).
+struct EngineShape
 {
-    Ns perPair;
-    std::uint64_t events = 0;
+    const char *name;
+    int params;
+    int steps;
+    int pairsPerStep;
+};
+constexpr EngineShape kShapes[] = {
+    {"a module without parameters", 0, 300, 1000},
+    {"a module owning 2 partitioned parameters (256 floats each)", 2, 100, 1000},
 };
 
-// One pass: kEngineSteps steps per variant of kPairsPerStep enter/exit pairs of a module
-// without parameters (each pair emits ModuleEnter, ModuleExit and a MemorySample). The
+struct EngineRun
+{
+    Ns perPair[EngineVariantCount];
+    std::uint64_t events[EngineVariantCount] = {};
+};
+
+// One pass: shape.steps steps per variant of shape.pairsPerStep enter/exit pairs; the
 // variant changes every step, so machine noise hits every variant alike.
-void runEngine(Engine &engine, TelemetryHub &hub, ModuleId layer, EngineRun (&runs)[EngineVariantCount])
+EngineRun runEngine(const EngineShape &shape, Engine &engine, TelemetryHub &hub, ModuleId layer)
 {
     double cpu[EngineVariantCount] = {};
     double wall[EngineVariantCount] = {};
-    for (auto &r : runs)
-        r = EngineRun{};
-    for (int s = 0; s < kEngineSteps * EngineVariantCount; ++s) {
+    EngineRun run;
+    for (int s = 0; s < shape.steps * EngineVariantCount; ++s) {
         const auto v = static_cast<EngineVariant>(s % EngineVariantCount);
         engine.setEventSink(v == EngineNoSink ? nullptr : &hub);
         engine.setTelemetryEnabled(v != EngineOff);
+        useClock(v == EngineOnSteady ? ClockSource::Steady : ClockSource::Tsc);
         const std::uint64_t before = hub.writtenEvents() + hub.droppedEvents();
         const PassTimer timer;
         engine.beginStep(0);
-        for (int i = 0; i < kPairsPerStep; ++i) {
+        for (int i = 0; i < shape.pairsPerStep; ++i) {
             engine.enterModule(0, layer, Phase::Forward);
             engine.exitModule(0, layer, Phase::Forward);
         }
         engine.endStep(0, 0.0);
         cpu[v] += timer.cpuSeconds();
         wall[v] += timer.wallSeconds();
-        runs[v].events += hub.writtenEvents() + hub.droppedEvents() - before;
+        run.events[v] += hub.writtenEvents() + hub.droppedEvents() - before;
     }
-    const double pairs = double(kEngineSteps) * kPairsPerStep;
+    useClock(ClockSource::Tsc);
+    const double pairs = double(shape.steps) * shape.pairsPerStep;
     for (int v = 0; v < EngineVariantCount; ++v)
-        runs[v].perPair = Ns{cpu[v] * 1e9 / pairs, wall[v] * 1e9 / pairs};
+        run.perPair[v] = Ns{cpu[v] * 1e9 / pairs, wall[v] * 1e9 / pairs};
+    return run;
 }
 
 void printRow(const char *name, const std::vector<Ns> &v, int decimals)
@@ -223,110 +269,140 @@ void printRow(const char *name, const std::vector<Ns> &v, int decimals)
                 format(stats(wall), decimals).c_str());
 }
 
+double medianCpu(const std::vector<Ns> &v)
+{
+    std::vector<double> cpu;
+    for (const Ns &n : v)
+        cpu.push_back(n.cpu);
+    return stats(cpu).median;
+}
+
+// Per event = (on - off) / events per pair, per pass.
+bool engineShape(const EngineShape &shape, int reps)
+{
+    EngineConfig config;
+    config.worldSize = 1;
+    config.modelName = "bench-telemetry";
+    config.persistenceThreshold = 0; // every parameter partitioned, gathered on entry
+    Engine engine(config, makeCpuWorld(1));
+    const ModuleId layer = engine.addModule(engine.root(), "layer", "Linear");
+    std::vector<float> init(256, 0.5f);
+    for (int p = 0; p < shape.params; ++p)
+        engine.addParameter(layer, p == 0 ? "weight" : "bias", {16, 16}, DType::F32, init.data());
+    engine.partition();
+    TelemetryHub hub(1);
+    std::vector<Ns> pairNs[EngineVariantCount];
+    std::vector<Ns> perEvent[2];
+    double eventsPerPair = 0.0;
+    std::uint64_t dropped = 0;
+    {
+        Consumer consumer(hub);
+        runEngine(shape, engine, hub, layer); // warm-up, records the trace
+        const std::uint64_t dropsBefore = hub.droppedEvents();
+        for (int rep = 0; rep < reps; ++rep) {
+            const EngineRun run = runEngine(shape, engine, hub, layer);
+            for (int v = 0; v < EngineVariantCount; ++v)
+                pairNs[v].push_back(run.perPair[v]);
+            eventsPerPair =
+                double(run.events[EngineOnTsc]) / (double(shape.steps) * shape.pairsPerStep);
+            for (int c = 0; c < 2; ++c) {
+                const Ns &on = run.perPair[c == 0 ? EngineOnTsc : EngineOnSteady];
+                const Ns &off = run.perPair[EngineOff];
+                perEvent[c].push_back(
+                    Ns{(on.cpu - off.cpu) / eventsPerPair, (on.wall - off.wall) / eventsPerPair});
+            }
+        }
+        dropped = hub.droppedEvents() - dropsBefore;
+        engine.setEventSink(nullptr);
+    }
+    std::printf("#### Engine: enter + exit of %s (%.2f events per pair)\n\n", shape.name,
+                eventsPerPair);
+    std::printf("%d steps x %d enter/exit pairs per pass and variant, the variant changing every "
+                "step; median (min-max) of %d passes\n\n",
+                shape.steps, shape.pairsPerStep, reps);
+    std::printf(
+        "| engine | CPU ns per enter/exit pair | wall ns per enter/exit pair |\n|---|---:|---:|\n");
+    for (int v = 0; v < EngineVariantCount; ++v)
+        printRow(kEngineVariantNames[v], pairNs[v], 1);
+    printRow("**ns per event, TSC clock = (on - off) / events per pair**", perEvent[0], 2);
+    printRow("**ns per event, steady_clock fallback = (on - off) / events per pair**", perEvent[1],
+             2);
+    const double tsc = medianCpu(perEvent[0]);
+    const double steady = medianCpu(perEvent[1]);
+    std::printf("\nDropped: %llu. Target <= 10 ns/event (CPU): TSC %s, steady_clock %s.\n\n",
+                static_cast<unsigned long long>(dropped), verdict(tsc <= 10.0),
+                verdict(steady <= 10.0));
+    std::fflush(stdout);
+    return tsc <= 10.0 && steady <= 10.0;
+}
+
 } // namespace
 
 int main(int argc, char **argv)
 {
     const int reps = parseReps(argc, argv, "bench_telemetry", 7);
 
-    TelemetryHub hub(1);
+    std::printf("### Telemetry: cost per event\n\n");
+    std::printf("%s\n\n", machine().c_str());
+    std::printf("- kernel clocksource: %s; TSC flags in /proc/cpuinfo: %s\n", clocksource().c_str(),
+                tscFlags().c_str());
+    std::printf("- telemetry clock at start-up: %s\n", clockDescription().c_str());
+    if (!tscUsable()) {
+        std::printf("- no usable TSC here: the \"TSC clock\" rows below also read steady_clock\n");
+    }
+    std::printf("\n");
+
+    TelemetryHub hub(1, kLoopRing);
     std::vector<Ns> loopNs[VariantCount];
     std::uint64_t dropped = 0;
     std::uint64_t written = 0;
     {
-        Consumer consumer(hub);
+        EventRing ring(kLoopRing);
+        Consumer consumer(hub, &ring);
         Emitter emitter;
         emitter.setSink(&hub);
-        runLoop(On, emitter); // warm-up: page tables, caches, the consumer's buffer
+        runLoop(OnTsc, emitter, ring); // warm-up: page tables, caches, the consumer's buffer
         const std::uint64_t dropsBefore = hub.droppedEvents();
         const std::uint64_t writtenBefore = hub.writtenEvents();
         for (int rep = 0; rep < reps; ++rep) {
             for (int k = 0; k < VariantCount; ++k) {
                 const auto v = static_cast<Variant>((rep + k) % VariantCount); // rotate the order
-                loopNs[v].push_back(runLoop(v, emitter));
+                loopNs[v].push_back(runLoop(v, emitter, ring));
             }
         }
         dropped = hub.droppedEvents() - dropsBefore;
         written = hub.writtenEvents() - writtenBefore;
     }
 
-    std::vector<Ns> emitCost;
+    std::vector<Ns> emitCost[2];
     for (std::size_t rep = 0; rep < static_cast<std::size_t>(reps); ++rep)
-        emitCost.push_back(Ns{loopNs[On][rep].cpu - loopNs[Bare][rep].cpu,
-                              loopNs[On][rep].wall - loopNs[Bare][rep].wall});
-    std::vector<double> costCpu;
-    for (const Ns &n : emitCost)
-        costCpu.push_back(n.cpu);
-    const Stats cost = stats(costCpu);
+        for (int c = 0; c < 2; ++c) {
+            const Ns &on = loopNs[c == 0 ? OnTsc : OnSteady][rep];
+            emitCost[c].push_back(
+                Ns{on.cpu - loopNs[Bare][rep].cpu, on.wall - loopNs[Bare][rep].wall});
+        }
 
-    std::printf("### Telemetry: cost per event\n\n");
-    std::printf("%s; %llu events per pass; median (min-max) of %d passes, variants rotated "
-                "within each repetition; CPU = the producer thread's CPU time, wall = elapsed "
-                "time (includes time the shared machine gave to other processes)\n\n",
-                machine().c_str(), static_cast<unsigned long long>(kLoopEvents), reps);
-#if SHARDSCOPE_HAVE_TSC
-    const bool tsc = detail::g_tscScale.usable;
-#else
-    const bool tsc = false;
-#endif
-    std::printf("Telemetry clock in use: %s\n\n",
-                tsc ? "rdtsc scaled to steady_clock nanoseconds (invariant TSC, clocksource tsc)"
-                    : "steady_clock (no usable invariant TSC)");
+    std::printf("#### A loop emitting one event per iteration\n\n");
+    std::printf("%llu events per pass; ring of %zu events drained every %lld us; median (min-max) "
+                "of %d passes, variants rotated within each repetition; CPU = the producer "
+                "thread's CPU time, wall = elapsed time (includes time the shared machine gave "
+                "to other processes)\n\n",
+                static_cast<unsigned long long>(kLoopEvents), kLoopRing,
+                static_cast<long long>(kConsumerInterval.count()), reps);
     std::printf("| loop | CPU ns per iteration | wall ns per iteration |\n|---|---:|---:|\n");
     for (int v = 0; v < VariantCount; ++v)
         printRow(kVariantNames[v], loopNs[v], 2);
-    printRow("**emit cost = on - bare (same repetition)**", emitCost, 2);
+    printRow("**emit cost, TSC clock = on - bare (same repetition)**", emitCost[0], 2);
+    printRow("**emit cost, steady_clock fallback = on - bare (same repetition)**", emitCost[1], 2);
     std::printf("\nEvents accepted into the ring: %llu, dropped because the ring was full: %llu "
-                "(%.3f%%). Target <= 10 ns/event (CPU): %s.\n\n",
+                "(%.3f%%). Target <= 10 ns/event (CPU): TSC %s, steady_clock %s.\n\n",
                 static_cast<unsigned long long>(written), static_cast<unsigned long long>(dropped),
                 written + dropped ? 100.0 * double(dropped) / double(written + dropped) : 0.0,
-                verdict(cost.median <= 10.0));
+                verdict(medianCpu(emitCost[0]) <= 10.0), verdict(medianCpu(emitCost[1]) <= 10.0));
     std::fflush(stdout);
 
-    // The engine's own instrumentation.
-    EngineConfig config;
-    config.worldSize = 1;
-    config.modelName = "bench-telemetry";
-    Engine engine(config, makeCpuWorld(1));
-    const ModuleId layer = engine.addModule(engine.root(), "layer", "Identity");
-    engine.partition();
-    TelemetryHub engineHub(1);
-    std::vector<Ns> pairNs[EngineVariantCount];
-    std::vector<Ns> perEvent;
-    std::uint64_t eventsPerRun = 0;
-    std::uint64_t engineDropped = 0;
-    {
-        Consumer consumer(engineHub);
-        EngineRun runs[EngineVariantCount];
-        runEngine(engine, engineHub, layer, runs); // warm-up, records the trace
-        const std::uint64_t dropsBefore = engineHub.droppedEvents();
-        for (int rep = 0; rep < reps; ++rep) {
-            runEngine(engine, engineHub, layer, runs);
-            for (int v = 0; v < EngineVariantCount; ++v)
-                pairNs[v].push_back(runs[v].perPair);
-            eventsPerRun = runs[EngineOn].events;
-            const double perPairEvents =
-                static_cast<double>(runs[EngineOn].events) / (double(kEngineSteps) * kPairsPerStep);
-            perEvent.push_back(Ns{(runs[EngineOn].perPair.cpu - runs[EngineOff].perPair.cpu) / perPairEvents,
-                                  (runs[EngineOn].perPair.wall - runs[EngineOff].perPair.wall) / perPairEvents});
-        }
-        engineDropped = engineHub.droppedEvents() - dropsBefore;
-        engine.setEventSink(nullptr);
-    }
-    std::vector<double> engineCpu;
-    for (const Ns &n : perEvent)
-        engineCpu.push_back(n.cpu);
-    const Stats enginePerEvent = stats(engineCpu);
-    std::printf("### Telemetry in the engine: module enter + exit (3 events per pair)\n\n");
-    std::printf("%d steps x %d enter/exit pairs of a module without parameters per pass "
-                "and variant (%llu events with telemetry on), the variant changing every step; median "
-                "(min-max) of %d passes\n\n",
-                kEngineSteps, kPairsPerStep, static_cast<unsigned long long>(eventsPerRun), reps);
-    std::printf("| engine | CPU ns per enter/exit pair | wall ns per enter/exit pair |\n|---|---:|---:|\n");
-    for (int v = 0; v < EngineVariantCount; ++v)
-        printRow(kEngineVariantNames[v], pairNs[v], 1);
-    printRow("**ns per event = (on - off) / events per pair**", perEvent, 2);
-    std::printf("\nDropped in the engine runs: %llu. Target <= 10 ns/event (CPU): %s.\n",
-                static_cast<unsigned long long>(engineDropped), verdict(enginePerEvent.median <= 10.0));
+    std::printf("### Telemetry in the engine\n\n");
+    for (const EngineShape &shape : kShapes)
+        engineShape(shape, reps);
     return 0;
 }

@@ -105,6 +105,37 @@ inline std::string machine()
     return model + ", " + std::to_string(std::thread::hardware_concurrency()) + " hardware threads";
 }
 
+// The kernel's clocksource ("tsc", "kvm-clock"), and the TSC flags /proc/cpuinfo lists
+// ("constant_tsc nonstop_tsc tsc_reliable"), for the line saying what a figure ran on.
+inline std::string clocksource()
+{
+    std::ifstream f("/sys/devices/system/clocksource/clocksource0/current_clocksource");
+    std::string source;
+    return f >> source ? source : std::string("unknown");
+}
+
+inline std::string tscFlags()
+{
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(cpuinfo, line)) {
+        if (line.rfind("flags", 0) != 0) continue;
+        std::string out;
+        std::size_t pos = line.find(':');
+        while (pos != std::string::npos && pos < line.size()) {
+            const std::size_t start = line.find_first_not_of(" :", pos);
+            if (start == std::string::npos) break;
+            const std::size_t end = line.find(' ', start);
+            const std::string flag =
+                line.substr(start, end == std::string::npos ? end : end - start);
+            if (flag.find("tsc") != std::string::npos) out += (out.empty() ? "" : " ") + flag;
+            pos = end;
+        }
+        return out.empty() ? std::string("none") : out;
+    }
+    return "unknown";
+}
+
 // Reads "--reps N" (at least 5 unless the caller allows fewer) from the command line;
 // anything else is a usage error that names the benchmark.
 inline int parseReps(int argc, char **argv, std::string_view name, int fallback, int least = 5)

@@ -1,7 +1,6 @@
 #include "core/engine.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 #include <exception>
 #include <thread>
@@ -198,22 +197,28 @@ void Engine::forEachLocalRank(const std::function<void(int)> &fn)
 
 // ---------------------------------------------------------------- telemetry
 
-void Engine::Impl::emit(const RankState &rs, EventType type, std::uint8_t flags, std::uint32_t a,
-                        std::uint32_t b, std::uint64_t u0, std::uint64_t u1, std::uint64_t u2)
+void Engine::Impl::emitAt(const RankState &rs, const Event &fields, std::uint64_t tsNs)
 {
     EventSink *s = sink.load(std::memory_order_acquire);
-    if (!s || !q->m_telemetryOn.load(std::memory_order_relaxed))
-        return;
-    s->write(Event{nowNs(), rs.step.load(std::memory_order_relaxed), static_cast<std::uint16_t>(rs.rank),
-                   type, flags, a, b, u0, u1, u2});
+    if (!s || !q->m_telemetryOn.load(std::memory_order_relaxed)) return;
+    s->write(stamped(fields, tsNs, rs.step.load(std::memory_order_relaxed),
+                     static_cast<std::uint16_t>(rs.rank)));
+}
+
+void Engine::Impl::emit(const RankState &rs, const Event &fields)
+{
+    EventSink *s = sink.load(std::memory_order_acquire);
+    if (!s || !q->m_telemetryOn.load(std::memory_order_relaxed)) return;
+    s->write(stamped(fields, nowNs(), rs.step.load(std::memory_order_relaxed),
+                     static_cast<std::uint16_t>(rs.rank)));
 }
 
 void Engine::Impl::emitMemory(RankState &rs)
 {
-    const auto live = static_cast<std::uint64_t>(rs.liveElements);
-    emit(rs, EventType::MemorySample, 0, static_cast<std::uint32_t>(live & 0xFFFFFFFFu),
-         static_cast<std::uint32_t>(live >> 32), rs.partitionedBytes, rs.gatheredBytesNow,
-         rs.peakGatheredBytes);
+    emit(rs, makeMemorySample({.partitionedBytes = rs.partitionedBytes,
+                               .gatheredBytes = rs.gatheredBytesNow,
+                               .peakGatheredBytes = rs.peakGatheredBytes,
+                               .liveElements = static_cast<std::uint64_t>(rs.liveElements)}));
 }
 
 // ---------------------------------------------------------------- model structure
@@ -315,7 +320,7 @@ ParamId Engine::addParameter(ModuleId owner, std::string_view name, Shape shape,
         rs.status[id].store(ParamStatus::Available, std::memory_order_release);
         rs.gatheredBytesNow += pi.layout.paddedNumel * es;
         rs.peakGatheredBytes = std::max(rs.peakGatheredBytes, rs.gatheredBytesNow);
-        d->emit(rs, EventType::LateParameter, 0, owner, id);
+        d->emit(rs, makeLateParameter({.module = owner, .param = id}));
     }
     return id;
 }
@@ -442,7 +447,7 @@ void Engine::adoptParameter(ParamId p)
             rs.gatheredBytesNow -= d->fullBytes(p);
             rs.status[p].store(ParamStatus::NotAvailable, std::memory_order_release);
         }
-        d->emit(rs, EventType::ParameterAdopted, 0, info.owner, p);
+        d->emit(rs, makeParameterAdopted({.module = info.owner, .param = p}));
         rs.comm->waitForCompute();
     }
 }
@@ -538,7 +543,7 @@ void Engine::Impl::addExternal(RankState &rs, ModuleId m, ParamId p, bool automa
         ext.push_back({p, automatic});
     }
     touch();
-    emit(rs, EventType::ExternalRegister, automatic ? 1 : 0, m, p);
+    emit(rs, makeExternalRegister({.module = m, .param = p, .automatic = automatic}));
 }
 
 void Engine::registerExternalParameter(ModuleId m, ParamId p)
@@ -579,7 +584,7 @@ void Engine::unregisterExternalParameter(ModuleId m, ParamId p)
                                          : "; it is registered on: " + where));
     }
     for (auto &rs : d->ranks)
-        d->emit(*rs, EventType::ExternalUnregister, 0, m, p);
+        d->emit(*rs, makeExternalUnregister({.module = m, .param = p}));
 }
 
 bool Engine::isExternal(int rank, ModuleId m, ParamId p) const
@@ -606,7 +611,8 @@ void Engine::Impl::fetch(RankState &rs, ParamId p, ModuleId cause, FetchReason r
     const std::uint64_t bytes = fullBytes(p);
     Buffer full = Buffer::adopt(*rs.mem, rs.mem->allocateForCollective(bytes), bytes);
     const std::uint64_t t0 = nowNs();
-    emit(rs, EventType::FetchBegin, static_cast<std::uint8_t>(reason), p, cause, bytes);
+    // Stamped with the instant gather_ns counts from (docs/protocol.md, "Timestamps in State").
+    emitAt(rs, makeFetchBegin({.param = p, .cause = cause, .bytes = bytes, .reason = reason}), t0);
     {
         std::lock_guard rl(rs.mu);
         setFull(rs, p, std::move(full));
@@ -645,7 +651,10 @@ void Engine::Impl::complete(RankState &rs, ParamId p)
         rs.inflight.erase(it);
     rs.status[p].store(ParamStatus::Available, std::memory_order_release);
     touch();
-    emit(rs, EventType::FetchEnd, static_cast<std::uint8_t>(rp.gatherReason), p, rp.gatherCause, bytes);
+    emitAt(rs,
+           makeFetchEnd(
+               {.param = p, .cause = rp.gatherCause, .bytes = bytes, .reason = rp.gatherReason}),
+           t1);
 }
 
 void Engine::Impl::poll(RankState &rs)
@@ -711,7 +720,7 @@ void Engine::Impl::release(RankState &rs, ParamId p, ModuleId cause)
     }
     rs.status[p].store(ParamStatus::NotAvailable, std::memory_order_release);
     touch();
-    emit(rs, EventType::Release, 0, p, cause, fullBytes(p));
+    emit(rs, makeRelease({.param = p, .cause = cause, .bytes = fullBytes(p)}));
 }
 
 void Engine::Impl::releaseIdle(RankState &rs)
@@ -810,7 +819,7 @@ void Engine::beginStep(int rank)
     d->releaseIdle(rs);
     // This step's gathers read the shards the optimizer wrote since the last step.
     rs.comm->waitForCompute();
-    d->emit(rs, EventType::StepBegin, 0, 0, 0);
+    d->emit(rs, makeStepBegin());
 
     // A step that starts with late, unadopted parameters: they are never partitioned.
     std::shared_lock lock(d->structure);
@@ -853,11 +862,11 @@ void Engine::endStep(int rank, double loss)
     if (!rs.traceValid || rs.traceBroken) {
         rs.trace = rs.order;
         rs.traceValid = true;
-        d->emit(rs, EventType::TraceRecorded, 0, 0, 0, rs.trace.size());
+        d->emit(rs, makeTraceRecorded(rs.trace.size()));
     }
     rs.inStep = false;
     d->emitMemory(rs);
-    d->emit(rs, EventType::StepEnd, 0, 0, 0, std::bit_cast<std::uint64_t>(loss));
+    d->emit(rs, makeStepEnd(loss));
 }
 
 std::uint32_t Engine::step(int rank) const
@@ -876,9 +885,8 @@ void Engine::enterModule(int rank, ModuleId m, Phase phase)
     f.module = m;
     f.phase = phase;
     f.params.clear();
-    d->emit(rs, EventType::ModuleEnter, static_cast<std::uint8_t>(phase), m, 0);
-    if (!rs.inflight.empty())
-        d->poll(rs);
+    d->emit(rs, makeModuleEnter({.module = m, .phase = phase}));
+    if (!rs.inflight.empty()) d->poll(rs);
 
     const TraceEntry entry{m, phase};
     rs.order.push_back(entry);
@@ -889,7 +897,7 @@ void Engine::enterModule(int rank, ModuleId m, Phase phase)
             rs.traceBroken = true;
             const ModuleId expected =
                 rs.tracePos < rs.trace.size() ? rs.trace[rs.tracePos].module : kNoModule;
-            d->emit(rs, EventType::TraceInvalidated, static_cast<std::uint8_t>(phase), expected, m);
+            d->emit(rs, makeTraceInvalidated({.expected = expected, .got = m, .phase = phase}));
             ViolationRecord v;
             v.kind = ViolationKind::TraceInvalidated;
             v.step = rs.step.load();
@@ -952,173 +960,9 @@ void Engine::exitModule(int rank, ModuleId m, Phase phase)
     }
     f.params.clear();
     --rs.depth;
-    if (!rs.inflight.empty())
-        d->poll(rs);
-    d->emit(rs, EventType::ModuleExit, static_cast<std::uint8_t>(phase), m, 0);
+    if (!rs.inflight.empty()) d->poll(rs);
+    d->emit(rs, makeModuleExit({.module = m, .phase = phase}));
     d->emitMemory(rs);
-}
-
-ParamStatus Engine::status(int rank, ParamId p) const
-{
-    const RankState &rs = d->rankState(rank);
-    if (p >= rs.params.size())
-        throw EngineError("parameter id " + std::to_string(p) + " does not exist");
-    return rs.status[p].load(std::memory_order_acquire);
-}
-
-std::vector<ModuleId> Engine::activeModules(int rank, ParamId p) const
-{
-    const RankState &rs = d->rankState(rank);
-    std::lock_guard rl(rs.mu);
-    if (p >= rs.params.size())
-        return {};
-    return rs.params[p].active;
-}
-
-// ---------------------------------------------------------------- the access guard
-
-TensorView Engine::Impl::view(RankState &rs, ParamId p)
-{
-    RankParam &rp = rs.params[p];
-    return TensorView{rp.full.data(), params[p].numel, params[p].dtype};
-}
-
-TensorView Engine::accessSlow(int rank, ParamId p)
-{
-    RankState &rs = d->rankState(rank);
-    if (p < rs.fast.size() && rs.fast[p].readable > 0)
-        return TensorView{rs.fast[p].data, rs.fast[p].numel, rs.fast[p].dtype};
-    return d->slowAccess(rs, p);
-}
-
-bool Engine::Impl::registeredOnStack(const RankState &rs, ParamId p) const
-{
-    const ModuleId owner = params[p].owner;
-    for (std::size_t i = 0; i < rs.depth; ++i) {
-        const ModuleId m = rs.frames[i].module;
-        if (m == owner)
-            return true;
-        for (const ExternalEntry &e : rs.externals[m])
-            if (e.param == p)
-                return true;
-    }
-    return false;
-}
-
-TensorView Engine::Impl::slowAccess(RankState &rs, ParamId p)
-{
-    if (p >= params.size() || params[p].removed)
-        throw EngineError("access to parameter id " + std::to_string(p) +
-                          ", which does not exist (was it removed, e.g. by weight_norm?)");
-    const ParamInfo &info = params[p];
-    const ModuleId accessor = rs.depth ? rs.frames[rs.depth - 1].module : kNoModule;
-    const Phase phase = rs.depth ? rs.frames[rs.depth - 1].phase : Phase::Forward;
-    const FetchReason reason = phase == Phase::Forward ? FetchReason::Forward : FetchReason::Backward;
-
-    // Owned or registered by a module on the stack after that module was entered: legal.
-    if (accessor != kNoModule && registeredOnStack(rs, p)) {
-        useParam(rs, p, accessor, true, reason);
-        return view(rs, p);
-    }
-
-    const GuardPolicy policy = q->m_config.guard;
-    const ParamStatus st = rs.status[p].load(std::memory_order_acquire);
-
-    ViolationRecord v;
-    v.kind = ViolationKind::UnregisteredAccess;
-    v.step = rs.step.load();
-    v.rank = rs.rank;
-    v.accessor = accessor;
-    v.param = p;
-    v.paramName = info.name;
-    v.owner = info.owner;
-    v.status = st;
-    ViolationSubject subject;
-    subject.kind = ViolationKind::UnregisteredAccess;
-    subject.hasAccessor = accessor != kNoModule;
-    if (subject.hasAccessor) subject.accessor = modules[accessor].path;
-    subject.param = info.name;
-    subject.owner = modules[info.owner].path;
-    subject.status = st;
-    auto text = describeViolation(subject, FixDialect::ShardScope);
-    v.fix = std::move(text.fix);
-    v.message = std::move(text.message);
-
-    const std::uint64_t key = (static_cast<std::uint64_t>(accessor) << 32) | p;
-    const bool first = rs.violationsThisStep.insert(key).second;
-
-    GuardAction action = GuardAction::Gathered;
-    if (policy == GuardPolicy::Error)
-        action = GuardAction::Raised;
-    else if (policy == GuardPolicy::Auto && accessor != kNoModule)
-        action = GuardAction::AutoRegistered;
-    v.action = action;
-
-    if (first) {
-        emit(rs, EventType::UnregisteredAccess,
-             static_cast<std::uint8_t>(static_cast<std::uint8_t>(st) | (static_cast<std::uint8_t>(action) << 4)),
-             accessor, p, info.owner);
-        unregisteredCount.fetch_add(1, std::memory_order_relaxed);
-        ViolationRecord copy = v;
-        recordViolation(std::move(copy));
-    }
-
-    switch (action) {
-    case GuardAction::Raised:
-        throw UnregisteredAccessError(v.message + " (rank " + std::to_string(rs.rank) + ", step " +
-                                          std::to_string(v.step) + "); fix: " + v.fix,
-                                      v.fix);
-    case GuardAction::AutoRegistered:
-        addExternal(rs, accessor, p, true);
-        useParam(rs, p, accessor, true, FetchReason::Guard);
-        break;
-    default:
-        if (accessor != kNoModule) {
-            useParam(rs, p, accessor, false, FetchReason::Guard);
-        } else {
-            gather(rs, p, kNoModule, FetchReason::Guard);
-        }
-        break;
-    }
-    return view(rs, p);
-}
-
-// The parameter a late one replaced: a removed parameter of the same module whose name
-// the late one extends (weight_norm turns `weight` into `weight_g` and `weight_v`).
-std::string Engine::Impl::replacedBy(ParamId late) const
-{
-    const ParamInfo &info = params[late];
-    for (const ParamInfo &old : params)
-        if (old.removed && old.owner == info.owner && old.id != late &&
-            info.localName.size() > old.localName.size() &&
-            info.localName.compare(0, old.localName.size(), old.localName) == 0)
-            return old.name;
-    return {};
-}
-
-void Engine::Impl::recordViolation(ViolationRecord v)
-{
-    v.tsNs = nowNs();
-    touch();
-    std::lock_guard lock(violationMutex);
-    const auto key = std::make_tuple(static_cast<int>(v.kind), v.rank, v.accessor, v.param, v.owner);
-    auto it = violationIndex.find(key);
-    if (it != violationIndex.end()) {
-        ViolationRecord &old = violations[it->second];
-        ++old.count;
-        old.lastStep = v.step;
-        return;
-    }
-    if (v.kind == ViolationKind::LateParameter) {
-        if (!lateReported[v.param]) {
-            lateReported[v.param] = true;
-            lateCount.fetch_add(1, std::memory_order_relaxed);
-        }
-    }
-    v.count = 1;
-    v.lastStep = v.step;
-    violationIndex.emplace(key, violations.size());
-    violations.push_back(std::move(v));
 }
 
 // ---------------------------------------------------------------- gradients
@@ -1209,126 +1053,6 @@ void Engine::refreshPersistent(int rank)
     }
     for (const CommHandle &h : pending)
         h.wait();
-}
-
-// ---------------------------------------------------------------- inspection
-
-EngineState Engine::state() const
-{
-    EngineState s;
-    s.modelName = m_config.modelName;
-    s.worldSize = m_config.worldSize;
-    s.backend = std::string(backendName(backend()));
-    s.config.persistenceThreshold = m_config.persistenceThreshold;
-    s.config.prefetchBucketSize = m_config.prefetchBucketSize;
-    s.config.maxLiveParameters = m_config.maxLiveParameters;
-    s.config.guard = m_config.guard;
-    s.localRanks = m_localRanks;
-    for (const auto &rs : d->ranks)
-        s.step = std::max(s.step, rs->step.load());
-
-    std::shared_lock lock(d->structure);
-    s.modules.reserve(d->modules.size());
-    for (const ModuleInfo &m : d->modules)
-        s.modules.push_back(ModuleRecord{m.id, m.path, m.type, m.parent});
-
-    std::vector<std::unique_lock<std::mutex>> rankLocks;
-    for (const auto &rs : d->ranks)
-        rankLocks.emplace_back(rs->mu);
-
-    // Parameter-major for what is per parameter, then rank-major over each rank's dense
-    // status array: at 64 ranks x 100k parameters this reads 6.4 MB of statuses in order
-    // instead of 6.4 million scattered per-rank records.
-    const ParamStatus initial = m_partitioned ? ParamStatus::NotAvailable : ParamStatus::Available;
-    std::vector<std::int32_t> recordOf(d->params.size(), -1);
-    s.params.reserve(d->params.size());
-    for (const ParamInfo &info : d->params) {
-        if (info.removed)
-            continue;
-        recordOf[info.id] = static_cast<std::int32_t>(s.params.size());
-        ParamRecord &r = s.params.emplace_back();
-        r.id = info.id;
-        r.name = info.name;
-        r.owner = info.owner;
-        r.shape = info.shape;
-        r.dtype = info.dtype;
-        r.numel = info.numel;
-        r.paddedNumel = info.layout.paddedNumel;
-        r.partitionNumel = info.layout.partitionNumel;
-        r.persistent = info.persistent;
-        r.late = info.late;
-        if (info.late) r.replaces = d->replacedBy(info.id);
-        r.partitioned = info.partitioned;
-        r.status.assign(static_cast<std::size_t>(m_config.worldSize), initial);
-        const GatherTotals &tot = d->gatherTotals[info.id];
-        r.gatherCount = tot.count.load(std::memory_order_relaxed);
-        r.gatherBytes = tot.bytes.load(std::memory_order_relaxed);
-        r.gatherNs = tot.ns.load(std::memory_order_relaxed);
-        r.lastGatherTsNs = tot.lastTs.load(std::memory_order_relaxed);
-    }
-    for (const auto &rsp : d->ranks) {
-        const RankState &rs = *rsp;
-        if (m_partitioned) {
-            ParamId p = 0;
-            for (auto it = rs.status.begin(); it != rs.status.end(); ++it, ++p)
-                if (const std::int32_t i = recordOf[p]; i >= 0)
-                    s.params[static_cast<std::size_t>(i)].status[static_cast<std::size_t>(rs.rank)] =
-                        it->load(std::memory_order_acquire);
-        }
-        for (ParamId p : rs.activeParams) {
-            const std::int32_t i = recordOf[p];
-            if (i < 0)
-                continue;
-            auto &act = s.params[static_cast<std::size_t>(i)].activeModules;
-            for (ModuleId m : rs.params[p].active)
-                if (std::find(act.begin(), act.end(), m) == act.end())
-                    act.push_back(m);
-        }
-    }
-    // Externals: union over local ranks, by module.
-    for (const auto &rsp : d->ranks) {
-        const RankState &rs = *rsp;
-        for (ModuleId m = 0; m < rs.externals.size(); ++m) {
-            for (const ExternalEntry &e : rs.externals[m]) {
-                auto it = std::lower_bound(s.params.begin(), s.params.end(), e.param,
-                                           [](const ParamRecord &r, ParamId id) { return r.id < id; });
-                if (it == s.params.end() || it->id != e.param)
-                    continue;
-                auto &ext = it->externals;
-                if (std::none_of(ext.begin(), ext.end(), [m](const ExternalRecord &x) { return x.module == m; }))
-                    ext.push_back(ExternalRecord{m, e.automatic});
-            }
-        }
-    }
-    rankLocks.clear();
-    s.violations = violations();
-    return s;
-}
-
-std::vector<ViolationRecord> Engine::violations() const
-{
-    std::lock_guard lock(d->violationMutex);
-    return d->violations;
-}
-
-std::uint64_t Engine::stateVersion() const
-{
-    return d->version.load(std::memory_order_relaxed);
-}
-
-std::uint64_t Engine::unregisteredAccessCount() const
-{
-    return d->unregisteredCount.load(std::memory_order_relaxed);
-}
-
-std::uint64_t Engine::lateParameterCount() const
-{
-    return d->lateCount.load(std::memory_order_relaxed);
-}
-
-std::uint64_t Engine::gatheredBytes(int rank) const
-{
-    return d->rankState(rank).totalGatheredBytes.load(std::memory_order_relaxed);
 }
 
 } // namespace shardscope

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/engine.h"
+#include "telemetry/eventfields.h"
 
 namespace shardscope {
 
@@ -129,8 +130,10 @@ struct Engine::Impl
     RankState &rankState(int rank);
     const RankState &rankState(int rank) const;
 
-    void emit(const RankState &rs, EventType type, std::uint8_t flags, std::uint32_t a,
-              std::uint32_t b, std::uint64_t u0 = 0, std::uint64_t u1 = 0, std::uint64_t u2 = 0);
+    // Writes one event made by telemetry/eventfields.h, stamped with now, rs's step and rank.
+    void emit(const RankState &rs, const Event &fields);
+    // The same, stamped with tsNs: an instant the engine also records elsewhere (a gather's).
+    void emitAt(const RankState &rs, const Event &fields, std::uint64_t tsNs);
     void emitMemory(RankState &rs);
 
     // The full tensor of p on rs changes: keep the guard's fast view in step.

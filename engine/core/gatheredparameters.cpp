@@ -52,7 +52,10 @@ std::vector<std::string> Engine::Impl::closeScope(RankState &rs, const std::vect
         }
         const std::size_t bytes = static_cast<std::size_t>(info.numel) * elemSize(p);
         if (modifier) {
-            emit(rs, EventType::Broadcast, 0, p, static_cast<std::uint32_t>(*modifier), bytes);
+            // u0 as fetches carry it: the padded bytes (docs/protocol.md, "Bytes").
+            emit(rs, makeBroadcast({.param = p,
+                                    .root = static_cast<std::uint32_t>(*modifier),
+                                    .bytes = fullBytes(p)}));
             rs.comm->waitForCompute(); // the modifier's edits may come from its own kernels
             rs.comm->broadcast(rp.full.data(), bytes, *modifier).wait();
             if (!rp.shard.empty()) {
@@ -61,7 +64,7 @@ std::vector<std::string> Engine::Impl::closeScope(RankState &rs, const std::vect
             }
         } else if (hashFull(rs, p) != hashes[i]) {
             modified.push_back(info.name);
-            emit(rs, EventType::GatheredWriteError, 0, p, 0);
+            emit(rs, makeGatheredWriteError(p));
             ViolationRecord v;
             v.kind = ViolationKind::GatheredWriteWithoutModifier;
             v.step = rs.step.load();

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "core/engine.h"
+#include "telemetry/eventfields.h"
 
 namespace shardscope::gpu {
 
@@ -71,30 +72,35 @@ void NvtxEventSink::write(const Event &ev) noexcept
     char label[384];
     switch (ev.type) {
     case EventType::FetchBegin: {
-        const std::string_view reason = fetchReasonName(static_cast<FetchReason>(ev.flags));
-        std::snprintf(label, sizeof label, "fetch %s (module %s, %.*s)", paramName(ev.a),
-                      moduleName(ev.b), static_cast<int>(reason.size()), reason.data());
-        if (nvtxRangeId_t *slot = openRange(ev.rank, ev.a))
+        const FetchFields f = readFetch(ev);
+        const std::string_view reason = fetchReasonName(f.reason);
+        std::snprintf(label, sizeof label, "fetch %s (module %s, %.*s)", paramName(f.param),
+                      moduleName(f.cause), static_cast<int>(reason.size()), reason.data());
+        if (nvtxRangeId_t *slot = openRange(ev.rank, f.param))
             *slot = nvtxRangeStartA(label);
         else
             nvtxMarkA(label);
         break;
     }
     case EventType::FetchEnd:
-        if (nvtxRangeId_t *slot = openRange(ev.rank, ev.a); slot && *slot) {
+        if (nvtxRangeId_t *slot = openRange(ev.rank, readFetch(ev).param); slot && *slot) {
             nvtxRangeEnd(*slot);
             *slot = 0;
         }
         break;
-    case EventType::Release:
-        std::snprintf(label, sizeof label, "release %s (module %s)", paramName(ev.a),
-                      moduleName(ev.b));
+    case EventType::Release: {
+        const ReleaseFields f = readRelease(ev);
+        std::snprintf(label, sizeof label, "release %s (module %s)", paramName(f.param),
+                      moduleName(f.cause));
         nvtxMarkA(label);
         break;
-    case EventType::Broadcast:
-        std::snprintf(label, sizeof label, "broadcast %s (root %u)", paramName(ev.a), ev.b);
+    }
+    case EventType::Broadcast: {
+        const BroadcastFields f = readBroadcast(ev);
+        std::snprintf(label, sizeof label, "broadcast %s (root %u)", paramName(f.param), f.root);
         nvtxMarkA(label);
         break;
+    }
     default:
         break;
     }

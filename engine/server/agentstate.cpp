@@ -1,9 +1,9 @@
 #include "server/agentstate.h"
 
 #include <algorithm>
-#include <bit>
 
 #include "telemetry/clock.h"
+#include "telemetry/eventfields.h"
 
 namespace shardscope {
 
@@ -26,23 +26,11 @@ AgentState::AgentState(AgentConfig config) : m_config(std::move(config))
     m_moduleByPath.emplace("", 0);
 }
 
-void AgentState::post(EventType type, std::uint8_t flags, std::uint32_t a, std::uint32_t b,
-                      std::uint64_t u0, std::uint64_t u1, std::uint64_t u2)
+void AgentState::post(const Event &fields)
 {
     EventSink *sink = m_sink.load(std::memory_order_acquire);
     if (!sink || !m_telemetry.load(std::memory_order_relaxed)) return;
-    Event ev{};
-    ev.tsNs = nowNs();
-    ev.step = m_step;
-    ev.rank = static_cast<std::uint16_t>(m_config.rank);
-    ev.type = type;
-    ev.flags = flags;
-    ev.a = a;
-    ev.b = b;
-    ev.u0 = u0;
-    ev.u1 = u1;
-    ev.u2 = u2;
-    sink->write(ev);
+    sink->write(stamped(fields, nowNs(), m_step, static_cast<std::uint16_t>(m_config.rank)));
 }
 
 ModuleId AgentState::ensureModule(const std::string &path, const std::string &type)
@@ -166,12 +154,12 @@ std::string AgentState::paramNameLocked(ParamId id) const
 
 void AgentState::moduleEnter(ModuleId m, Phase phase)
 {
-    post(EventType::ModuleEnter, static_cast<std::uint8_t>(phase), m, 0);
+    post(makeModuleEnter({.module = m, .phase = phase}));
 }
 
 void AgentState::moduleExit(ModuleId m, Phase phase)
 {
-    post(EventType::ModuleExit, static_cast<std::uint8_t>(phase), m, 0);
+    post(makeModuleExit({.module = m, .phase = phase}));
 }
 
 void AgentState::fetchBegin(ParamId p, ModuleId cause, std::uint64_t bytes, FetchReason reason)
@@ -183,7 +171,7 @@ void AgentState::fetchBegin(ParamId p, ModuleId cause, std::uint64_t bytes, Fetc
         m_gathers[p].beganTs = now;
         touch();
     }
-    post(EventType::FetchBegin, static_cast<std::uint8_t>(reason), p, cause, bytes);
+    post(makeFetchBegin({.param = p, .cause = cause, .bytes = bytes, .reason = reason}));
 }
 
 void AgentState::fetchEnd(ParamId p, ModuleId cause, std::uint64_t bytes, FetchReason reason)
@@ -200,7 +188,7 @@ void AgentState::fetchEnd(ParamId p, ModuleId cause, std::uint64_t bytes, FetchR
         g.lastTs = now;
         touch();
     }
-    post(EventType::FetchEnd, static_cast<std::uint8_t>(reason), p, cause, bytes);
+    post(makeFetchEnd({.param = p, .cause = cause, .bytes = bytes, .reason = reason}));
 }
 
 void AgentState::release(ParamId p, ModuleId cause, std::uint64_t bytes)
@@ -210,7 +198,7 @@ void AgentState::release(ParamId p, ModuleId cause, std::uint64_t bytes)
         if (AgentParam *ap = findLocked(p)) ap->status = ParamStatus::NotAvailable;
         touch();
     }
-    post(EventType::Release, 0, p, cause, bytes);
+    post(makeRelease({.param = p, .cause = cause, .bytes = bytes}));
 }
 
 void AgentState::statusChanged(ParamId p, ParamStatus from, ParamStatus to, ModuleId cause,
@@ -228,7 +216,7 @@ void AgentState::statusChanged(ParamId p, ParamStatus from, ParamStatus to, Modu
 
 void AgentState::broadcast(ParamId p, int root, std::uint64_t bytes)
 {
-    post(EventType::Broadcast, 0, p, static_cast<std::uint32_t>(root), bytes);
+    post(makeBroadcast({.param = p, .root = static_cast<std::uint32_t>(root), .bytes = bytes}));
 }
 
 void AgentState::registerExternal(ModuleId m, ParamId p, bool automatic)
@@ -244,7 +232,7 @@ void AgentState::registerExternal(ModuleId m, ParamId p, bool automatic)
             it->automatic = it->automatic && automatic;
         touch();
     }
-    post(EventType::ExternalRegister, automatic ? 1 : 0, m, p);
+    post(makeExternalRegister({.module = m, .param = p, .automatic = automatic}));
 }
 
 void AgentState::unregisterExternal(ModuleId m, ParamId p)
@@ -254,7 +242,7 @@ void AgentState::unregisterExternal(ModuleId m, ParamId p)
         std::erase_if(m_externals[p], [&](const ExternalRecord &e) { return e.module == m; });
         touch();
     }
-    post(EventType::ExternalUnregister, 0, m, p);
+    post(makeExternalUnregister({.module = m, .param = p}));
 }
 
 void AgentState::recordLocked(ViolationRecord v)
@@ -317,10 +305,11 @@ ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p, Guard
         }
     }
     if (first)
-        post(EventType::UnregisteredAccess,
-             static_cast<std::uint8_t>(static_cast<std::uint8_t>(status) |
-                                       (static_cast<std::uint8_t>(action) << 4)),
-             accessor, p, owner);
+        post(makeUnregisteredAccess({.accessor = accessor,
+                                     .param = p,
+                                     .owner = owner,
+                                     .status = status,
+                                     .action = action}));
     return text;
 }
 
@@ -338,7 +327,7 @@ void AgentState::lateParameter(ParamId p)
         m_lateUnadopted.insert(p);
         touch();
     }
-    post(EventType::LateParameter, 0, owner, p);
+    post(makeLateParameter({.module = owner, .param = p}));
 }
 
 void AgentState::parameterAdopted(ParamId p)
@@ -354,7 +343,7 @@ void AgentState::parameterAdopted(ParamId p)
         m_lateUnadopted.erase(p);
         touch();
     }
-    post(EventType::ParameterAdopted, 0, owner, p);
+    post(makeParameterAdopted({.module = owner, .param = p}));
 }
 
 ViolationText AgentState::traceInvalidated(std::optional<ModuleId> expected, ModuleId got,
@@ -383,8 +372,8 @@ ViolationText AgentState::traceInvalidated(std::optional<ModuleId> expected, Mod
         v.message = text.message;
         recordLocked(std::move(v));
     }
-    post(EventType::TraceInvalidated, static_cast<std::uint8_t>(phase),
-         expected ? *expected : kNoModule, got);
+    post(makeTraceInvalidated(
+        {.expected = expected ? *expected : kNoModule, .got = got, .phase = phase}));
     return text;
 }
 
@@ -425,7 +414,7 @@ void AgentState::stepBegin(std::uint32_t step)
         }
         touch();
     }
-    post(EventType::StepBegin, 0, 0, 0);
+    post(makeStepBegin());
 }
 
 void AgentState::stepEnd(double loss)
@@ -435,7 +424,7 @@ void AgentState::stepEnd(double loss)
         m_inStep = false;
         touch();
     }
-    post(EventType::StepEnd, 0, 0, 0, std::bit_cast<std::uint64_t>(loss));
+    post(makeStepEnd(loss));
 }
 
 std::uint32_t AgentState::step() const

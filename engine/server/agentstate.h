@@ -100,8 +100,8 @@ class AgentState final : public StateProvider
     void setTelemetryEnabled(bool on) override { m_telemetry.store(on, std::memory_order_relaxed); }
 
   private:
-    void post(EventType type, std::uint8_t flags, std::uint32_t a, std::uint32_t b,
-              std::uint64_t u0 = 0, std::uint64_t u1 = 0, std::uint64_t u2 = 0);
+    // Writes one event made by telemetry/eventfields.h, stamped with now, the step and rank.
+    void post(const Event &fields);
     void touch() { m_version.fetch_add(1, std::memory_order_acq_rel); }
     AgentParam *findLocked(ParamId id);
     void recordLocked(ViolationRecord v);

@@ -12,14 +12,16 @@
 #include <malloc.h>
 #include <mutex>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <thread>
+#include <time.h>
 #include <unistd.h>
 #include <vector>
 
-#include "server/stateprovider.h"
 #include "server/sendqueue.h"
 #include "server/sockets.h"
+#include "server/stateprovider.h"
 #include "telemetry/clock.h"
 #include "telemetry/eventhistory.h"
 #include "telemetry/telemetryhub.h"
@@ -35,10 +37,28 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// -1 when the clock is gone (its thread ended).
+double cpuSeconds(clockid_t clock)
+{
+    timespec ts{};
+    if (::clock_gettime(clock, &ts) != 0) return -1.0;
+    return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+double threadCpuSeconds()
+{
+    return cpuSeconds(CLOCK_THREAD_CPUTIME_ID);
+}
+
 // A client's send queue may hold this much; beyond it, live events are dropped for it.
 constexpr std::size_t kMaxQueueBytes = 8u << 20;
 constexpr std::size_t kEventsPerFrame = 2048;
-constexpr auto kPollInterval = std::chrono::milliseconds(5);
+// The server wakes to drain the rings at an interval that adapts to how full it finds
+// them: on 2 cores every wakeup comes out of the training threads, and a client's views
+// refresh at about 30 Hz, so it sleeps as long as the rings allow, and drains sooner
+// when a burst fills them (a ring holds TelemetryHub::kDefaultRingCapacity events).
+constexpr auto kMinPollInterval = std::chrono::milliseconds(1);
+constexpr auto kMaxPollInterval = std::chrono::milliseconds(50);
 // A live client that was sent nothing for this long gets an empty EventBatch, so a client
 // can tell a process that is stopped or hung from one that has nothing to say.
 constexpr auto kHeartbeat = std::chrono::seconds(1);
@@ -179,10 +199,20 @@ struct Inspector::Impl
     Clock::time_point lastState = Clock::now();
     Clock::time_point lastTrim{};
     Clock::duration lastStateCost{}; // building + encoding the last state
+    std::chrono::milliseconds pollInterval = kMaxPollInterval;
+    std::size_t lastDrained = 0; // events the last drain found, over all rings
+    // Cost(), written by the server thread, read by any.
+    clockid_t serverClock{};
+    std::atomic<bool> serverClockValid{false};
+    std::atomic<double> serverCpuAtExit{0.0};
+    std::atomic<double> stateCpu{0.0};
+    std::atomic<std::uint64_t> wakeups{0};
+    std::atomic<std::uint64_t> statesBuilt{0};
     std::string lastFailure;
 
     void start();
     void run();
+    void runLoop();
     void pump();
     void acceptClients();
     void makeRoom(Client::Phase phase, std::size_t limit);
@@ -197,7 +227,10 @@ struct Inspector::Impl
     void sendState(Client &c, const StateFrame &state);
     // States are re-sent at most this often: a large model's state costs its build and
     // encoding, so the interval grows with that cost to keep the server's share bounded.
-    Clock::duration stateInterval(Clock::duration base) const { return std::max(base, 10 * lastStateCost); }
+    Clock::duration stateInterval(Clock::duration base) const
+    {
+        return std::max(base, 10 * lastStateCost);
+    }
     void broadcastState();
     void farewell();
     wire::Snapshot makeSnapshot();
@@ -205,6 +238,7 @@ struct Inspector::Impl
     void answerFlush();
     void countLiveClients(std::size_t live);
     void drainHub();
+    void adaptPollInterval();
     void shiftState(EngineState &state) const;
     void answerClock(Client &c, const wire::Frame &frame);
     std::int64_t clockOffset = 0; // options.testClockOffsetNs or the environment's
@@ -215,10 +249,21 @@ struct Inspector::Impl
 void Inspector::Impl::drainHub()
 {
     batch.clear();
-    hub->drain(batch);
+    lastDrained = hub->drain(batch);
     if (clockOffset != 0)
         for (Event &e : batch)
             e.tsNs += static_cast<std::uint64_t>(clockOffset);
+}
+
+// Fuller than 1/8 of a ring: wake twice as often; emptier than 1/64: half as often.
+void Inspector::Impl::adaptPollInterval()
+{
+    const std::size_t perRing = lastDrained / std::size_t(std::max(1, hub->localRingCount()));
+    const std::size_t capacity = hub->ringCapacity();
+    if (perRing > capacity / 8)
+        pollInterval = std::max(kMinPollInterval, pollInterval / 2);
+    else if (perRing < capacity / 64)
+        pollInterval = std::min(kMaxPollInterval, pollInterval * 2);
 }
 
 void Inspector::Impl::shiftState(EngineState &state) const
@@ -366,10 +411,14 @@ std::string Inspector::Impl::stateJson(EngineState state)
 StateFrame Inspector::Impl::currentState()
 {
     const auto t0 = Clock::now();
+    const double cpu0 = threadCpuSeconds();
     StateFrame f;
     f.version = engine.stateVersion(); // before: a change during state() is not lost
     f.json = std::make_shared<const std::string>(stateJson(engine.state()));
     lastStateCost = Clock::now() - t0;
+    stateCpu.store(stateCpu.load(std::memory_order_relaxed) + threadCpuSeconds() - cpu0,
+                   std::memory_order_relaxed);
+    statesBuilt.fetch_add(1, std::memory_order_relaxed);
     return f;
 }
 
@@ -449,7 +498,10 @@ void Inspector::Impl::readClient(Client &c)
         for (;;) {
             auto frame = c.decoder.next();
             if (!frame) {
-                const bool magic = frame.error().find("magic") != std::string::npos;
+                // bad_magic only for the first bytes (a stranger, e.g. HTTP); after a Hello a
+                // wrong magic is a broken stream.
+                const bool magic = c.phase == Client::Phase::Handshake &&
+                                   frame.error().find("magic") != std::string::npos;
                 refuse(c, magic ? "bad_magic" : "bad_frame",
                        frame.error() +
                            "; this endpoint speaks the ShardScope inspector protocol "
@@ -580,6 +632,15 @@ void Inspector::Impl::pump()
 
 void Inspector::Impl::run()
 {
+    if (::pthread_getcpuclockid(::pthread_self(), &serverClock) == 0)
+        serverClockValid.store(true, std::memory_order_release);
+    runLoop();
+    serverCpuAtExit.store(threadCpuSeconds(), std::memory_order_release);
+    serverClockValid.store(false, std::memory_order_release);
+}
+
+void Inspector::Impl::runLoop()
+{
     std::vector<pollfd> fds;
     while (!stop.load(std::memory_order_acquire)) {
         fds.clear();
@@ -588,7 +649,8 @@ void Inspector::Impl::run()
         const std::size_t first = fds.size();
         for (const Client &c : clients)
             fds.push_back({c.fd, static_cast<short>(POLLIN | (c.queued() > 0 ? POLLOUT : 0)), 0});
-        ::poll(fds.data(), fds.size(), static_cast<int>(kPollInterval.count()));
+        ::poll(fds.data(), fds.size(), static_cast<int>(pollInterval.count()));
+        wakeups.fetch_add(1, std::memory_order_relaxed);
         if (fds[0].revents & POLLIN) {
             char drainBuf[64];
             while (::read(wake[0], drainBuf, sizeof drainBuf) > 0) {
@@ -600,6 +662,7 @@ void Inspector::Impl::run()
             for (std::size_t i = 0; i < polled && i < clients.size(); ++i)
                 if (fds[first + i].revents & (POLLIN | POLLHUP | POLLERR)) readClient(clients[i]);
             pump();
+            adaptPollInterval();
             if (flushPending.load(std::memory_order_acquire)) answerFlush();
         } catch (const std::exception &e) {
             // Serving must never take the training down; report once per kind of failure.
@@ -793,6 +856,20 @@ std::string Inspector::flushNow()
                                [&] { return d->flushAnswered >= request; }))
         return "the inspector's server thread did not answer within 10 s";
     return d->flushError;
+}
+
+Inspector::Cost Inspector::cost() const
+{
+    Cost c;
+    // Read while the thread runs; once it ended it left its total.
+    c.serverCpuSeconds =
+        d->serverClockValid.load(std::memory_order_acquire) ? cpuSeconds(d->serverClock) : -1.0;
+    if (c.serverCpuSeconds < 0)
+        c.serverCpuSeconds = d->serverCpuAtExit.load(std::memory_order_acquire);
+    c.stateCpuSeconds = d->stateCpu.load(std::memory_order_relaxed);
+    c.wakeups = d->wakeups.load(std::memory_order_relaxed);
+    c.states = d->statesBuilt.load(std::memory_order_relaxed);
+    return c;
 }
 
 std::size_t Inspector::liveClients() const

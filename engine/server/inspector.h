@@ -17,13 +17,13 @@ class StateProvider;
 
 struct InspectorOptions
 {
-    bool listen = true;             // --no-listen sets false
-    std::string endpoint;           // "unix:PATH" | "tcp:HOST:PORT"; empty = default Unix socket
-    std::string token;              // required for a non-loopback TCP host
+    bool listen = true;                // --no-listen sets false
+    std::string endpoint;              // "unix:PATH" | "tcp:HOST:PORT"; empty = default Unix socket
+    std::string token;                 // required for a non-loopback TCP host
     std::size_t historyEvents = 65536; // recent events a late client receives
-    std::string snapshotOut;        // written atomically by finish() when not empty
-    bool telemetry = true;          // false: the engine emits nothing
-    std::string job;                // the job's name (--job); empty: from the environment (wire/job.h)
+    std::string snapshotOut;           // written atomically by finish() when not empty
+    bool telemetry = true;             // false: the engine emits nothing
+    std::string job; // the job's name (--job); empty: from the environment (wire/job.h)
     // Tests only: pretend this process's clock runs this far ahead, as another host's would:
     // added to every timestamp sent (events, state, clock probes). 0: the environment
     // variable SHARDSCOPE_TEST_CLOCK_OFFSET_NS, if set, gives it.
@@ -34,21 +34,22 @@ struct InspectorOptions
 // what to do. The trainer reports it and exits with code 2.
 class InspectorError : public std::runtime_error
 {
-public:
+  public:
     using std::runtime_error::runtime_error;
 };
 
 class Inspector
 {
-public:
+  public:
     Inspector(Engine &engine, InspectorOptions options); // throws InspectorError
     // Serves any state provider, e.g. the DeepSpeed agent's; provider outlives the Inspector.
     Inspector(StateProvider &provider, InspectorOptions options);
-    ~Inspector();                                        // finish() if not yet done
+    ~Inspector(); // finish() if not yet done
     Inspector(const Inspector &) = delete;
     Inspector &operator=(const Inspector &) = delete;
 
-    std::string endpoint() const; // the bound endpoint, e.g. "tcp:127.0.0.1:40123"; empty if not listening
+    std::string
+    endpoint() const; // the bound endpoint, e.g. "tcp:127.0.0.1:40123"; empty if not listening
     std::uint64_t droppedEvents() const;
     // Events the server handed to its clients' live streams, and those it dropped for
     // clients that did not read fast enough (summed over clients).
@@ -61,6 +62,17 @@ public:
     // no limit). False when the time ran out, nothing listens, or finish() was called.
     // For runs too short to attach to (shardscope-train --wait-for-client, --linger).
     bool waitForClient(std::chrono::milliseconds timeout);
+    // What serving costs the training process: the server thread (it drains the rings,
+    // encodes and sends; no other thread of the inspector runs), for benchmarks and logs.
+    struct Cost
+    {
+        double serverCpuSeconds =
+            0.0; // the server thread's CPU time so far (all of it, once finished)
+        double stateCpuSeconds = 0.0; // of which building and encoding States
+        std::uint64_t wakeups = 0;    // rounds of its loop
+        std::uint64_t states = 0;     // States built
+    };
+    Cost cost() const;
     // Flushes telemetry, writes the snapshot (if asked), stops serving. Idempotent.
     void finish();
     // The same, telling clients why in the Goodbye's reason ("training failed: rank 2 is gone").
@@ -73,7 +85,7 @@ public:
 
     struct Impl;
 
-private:
+  private:
     Inspector(std::unique_ptr<EngineStateProvider> own, InspectorOptions options);
     std::unique_ptr<Impl> d;
 };

@@ -16,6 +16,14 @@ std::vector<int> allRanks(int worldSize)
     return ranks;
 }
 
+// Out of line, so the common path (a stamped event) saves no registers.
+[[gnu::noinline, gnu::cold]] void pushStamped(EventRing &ring, const Event &ev) noexcept
+{
+    Event stamped = ev;
+    stamped.tsNs = nowNs();
+    ring.push(stamped);
+}
+
 } // namespace
 
 TelemetryHub::TelemetryHub(int worldSize, std::size_t ringCapacity)
@@ -29,8 +37,10 @@ TelemetryHub::TelemetryHub(int worldSize, const std::vector<int> &localRanks,
     const int ranks = worldSize < 1 ? 1 : worldSize;
     m_rings.resize(static_cast<std::size_t>(ranks));
     for (int r : localRanks)
-        if (r >= 0 && r < ranks && !m_rings[static_cast<std::size_t>(r)])
+        if (r >= 0 && r < ranks && !m_rings[static_cast<std::size_t>(r)]) {
             m_rings[static_cast<std::size_t>(r)] = std::make_unique<EventRing>(ringCapacity);
+            ++m_localRings;
+        }
     m_capacity = ringCapacity;
     for (const auto &ring : m_rings)
         if (ring) {
@@ -47,9 +57,7 @@ void TelemetryHub::write(const Event &ev) noexcept
         return;
     }
     if (ev.tsNs == 0) [[unlikely]] {
-        Event stamped = ev;
-        stamped.tsNs = nowNs();
-        m_rings[ev.rank]->push(stamped);
+        pushStamped(*m_rings[ev.rank], ev);
         return;
     }
     m_rings[ev.rank]->push(ev);

@@ -34,6 +34,7 @@ class TelemetryHub final : public EventSink
     std::size_t drain(std::vector<Event> &out);
 
     int rankCount() const { return static_cast<int>(m_rings.size()); }
+    int localRingCount() const { return m_localRings; } // rings of this process's ranks
     std::size_t ringCapacity() const { return m_capacity; }
     // Any thread.
     std::uint64_t droppedEvents() const; // all ranks, including events of unknown ranks
@@ -43,6 +44,7 @@ class TelemetryHub final : public EventSink
   private:
     std::vector<std::unique_ptr<EventRing>> m_rings; // by rank; null for ranks of other processes
     std::size_t m_capacity = 0;
+    int m_localRings = 0;
     std::vector<std::uint64_t> m_reportedDrops; // consumer-owned
     std::atomic<std::uint64_t> m_badRank{0};
 };

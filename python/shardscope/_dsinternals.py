@@ -9,9 +9,9 @@ registration.
 
 What is observed where (DeepSpeed 0.14.5):
 
-- status changes (``ds_status``): every assignment, wherever DeepSpeed makes it, by giving
-  converted parameters a subclass of their class whose ``ds_status`` is a data descriptor
-  with only ``__set__`` (reads stay plain instance-dict lookups);
+- status changes (``ds_status``): every assignment, wherever DeepSpeed makes it, through a
+  data descriptor on the converted parameters' class (``torch.nn.Parameter``) that keeps the
+  value in the instance dict as before (reads, ``hasattr`` and ``del`` behave unchanged);
 - ``ds_active_sub_modules``: read when a step ends and when the agent flushes (not per change);
 - ``Init._zero_init_param``: a parameter converted (``zero.Init``, or adoption of late
   parameters by ``deepspeed.initialize``);
@@ -31,7 +31,6 @@ What is observed where (DeepSpeed 0.14.5):
 - ``deepspeed.initialize``: the engine to attach to.
 """
 
-import weakref
 from collections import OrderedDict
 
 KNOWN_VERSIONS = ("0.14.5",)
@@ -122,48 +121,47 @@ def install(observer):
     def is_not_available(param):
         return param.__dict__.get("ds_status") is NOT_AVAILABLE
 
-    observed_classes = {}  # a parameter class -> its observed subclass
-    observed_params = {}  # id(param) -> weak reference, every parameter given that subclass
+    # ds_status, observed: a data descriptor (native: HotPath) on the converted parameters'
+    # own class, torch.nn.Parameter, so that every assignment is seen and reads behave as
+    # the instance attribute they were. Not a subclass per parameter: torch's fast path
+    # holds only for an exact Parameter, and every op on a subclass's instance looks up
+    # __torch_function__ (docs/performance.md, section 10).
+    status_descriptor = observer.hot.status_descriptor()
+    missing = object()
+    observed_classes = {}  # class given the descriptor -> what its own ds_status was
 
-    # ds_status, observed: a data descriptor with only __set__ (native: HotPath), so reads
-    # stay the instance-dict lookup they were and every assignment is seen.
-    status_setter = observer.hot.status_descriptor()
-
-    def observed_class(cls):
-        """cls whose ds_status assignments reach the observer (only converted parameters,
-        which always have a ds_status, get it)."""
-        if cls in observed_classes.values():
-            return cls
-        if cls not in observed_classes:
-            observed_classes[cls] = type(cls.__name__, (cls, ), {
-                "ds_status": status_setter,
-                "__module__": cls.__module__,
-            })
-        return observed_classes[cls]
+    def observe_class(cls):
+        if cls in observed_classes or getattr(cls, "ds_status", None) is status_descriptor:
+            return
+        previous = cls.__dict__.get("ds_status", missing)
+        try:
+            setattr(cls, "ds_status", status_descriptor)
+        except (TypeError, AttributeError):
+            observer.on_unobservable_class(cls)
+            return
+        observed_classes[cls] = previous
 
     def adopt_param(param):
-        param.__class__ = observed_class(type(param))
-        observed_params[id(param)] = weakref.ref(param)
+        observe_class(type(param))
+
+    def unobserve_classes():
+        for cls, previous in observed_classes.items():
+            if cls.__dict__.get("ds_status") is not status_descriptor:
+                continue  # already taken out (pause, then uninstall)
+            if previous is missing:
+                delattr(cls, "ds_status")
+            else:
+                setattr(cls, "ds_status", previous)
 
     def pause():
-        """DeepSpeed's own code again: every patch out, every parameter of its own class."""
+        """DeepSpeed's own code again: every patch out, ds_status a plain attribute."""
         patches.unapply()
-        bases = {observed: base for base, observed in observed_classes.items()}
-        for key, ref in list(observed_params.items()):
-            param = ref()
-            if param is None:
-                del observed_params[key]
-            elif type(param) in bases:
-                param.__class__ = bases[type(param)]
+        unobserve_classes()
 
     def resume():
         patches.apply()
-        for key, ref in list(observed_params.items()):
-            param = ref()
-            if param is None:
-                del observed_params[key]
-            else:
-                param.__class__ = observed_class(type(param))
+        for cls in observed_classes:
+            setattr(cls, "ds_status", status_descriptor)
 
     # ---- zero.Init: conversion, modules built, end of the context
     zero_init_param = Init._zero_init_param
@@ -339,8 +337,9 @@ def install(observer):
 
     def uninstall():
         patches.restore()
+        unobserve_classes()
+        observed_classes.clear()
 
-    observer.ds_adopt_param = adopt_param
     observer.ds_is_not_available = is_not_available
     observer.ds_pause = pause
     observer.ds_resume = resume

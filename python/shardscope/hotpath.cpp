@@ -1,5 +1,8 @@
 #include "hotpath.h"
 
+#include <structmember.h>
+
+#include <new>
 #include <string>
 
 namespace shardscope::agent {
@@ -11,22 +14,173 @@ FetchReason reasonOf(Phase phase)
     return phase == Phase::Backward ? FetchReason::Backward : FetchReason::Forward;
 }
 
-// ds_status as a data descriptor with only __set__: reads stay plain instance-dictionary
-// lookups; assignments reach HotPath::statusSet.
+// ds_status as a data descriptor on the parameters' own class (torch.nn.Parameter), so that
+// their type stays exact: torch takes its fast path for an exact Parameter, while every op on
+// an instance of a subclass looks up __torch_function__ (that cost the step 3 %). A raw
+// CPython type rather than a pybind11 class: assignments reach HotPath::statusSet without
+// pybind11's dispatch, reads are one instance-dictionary lookup, and a parameter without a
+// ds_status (one DeepSpeed never converted) has no such attribute, as before.
 struct StatusDescriptor
 {
-    std::shared_ptr<HotPath> hot;
+    PyObject_HEAD std::shared_ptr<HotPath> hot;
 };
+
+PyObject *missingStatus(PyObject *obj)
+{
+    PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute 'ds_status'",
+                 Py_TYPE(obj)->tp_name);
+    return nullptr;
+}
+
+PyObject *statusDescrGet(PyObject *self, PyObject *obj, PyObject *)
+{
+    if (obj == nullptr || obj == Py_None) return Py_NewRef(self);
+    auto *d = reinterpret_cast<StatusDescriptor *>(self);
+    PyObject *dict = PyObject_GenericGetDict(obj, nullptr);
+    if (!dict) return nullptr;
+    PyObject *value = PyDict_GetItemWithError(dict, d->hot->statusKey());
+    Py_XINCREF(value);
+    Py_DECREF(dict);
+    if (value || PyErr_Occurred()) return value;
+    return missingStatus(obj);
+}
+
+int statusDescrSet(PyObject *self, PyObject *obj, PyObject *value)
+{
+    auto *d = reinterpret_cast<StatusDescriptor *>(self);
+    if (value == nullptr) { // del param.ds_status
+        PyObject *dict = PyObject_GenericGetDict(obj, nullptr);
+        if (!dict) return -1;
+        const int r = PyDict_DelItem(dict, d->hot->statusKey());
+        Py_DECREF(dict);
+        if (r != 0 && PyErr_ExceptionMatches(PyExc_KeyError)) {
+            PyErr_Clear();
+            missingStatus(obj);
+        }
+        return r;
+    }
+    try {
+        d->hot->statusSet(obj, value);
+        return 0;
+    } catch (py::error_already_set &e) {
+        e.restore();
+    } catch (const std::exception &e) {
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+    return -1;
+}
+
+void statusDescrDealloc(PyObject *self)
+{
+    auto *d = reinterpret_cast<StatusDescriptor *>(self);
+    PyTypeObject *type = Py_TYPE(self);
+    d->hot.~shared_ptr();
+    type->tp_free(self);
+    Py_DECREF(type);
+}
+
+// One of DeepSpeedZeRoOffload's {pre,post}_sub_module_{forward,backward}_function replaced:
+// a raw vectorcall callable that binds as a method (DeepSpeed calls
+// self.pre_sub_module_forward_function(module)), keeps the scope's bookkeeping and calls the
+// original with the same arguments, without pybind11's dispatch or an argument tuple.
+struct ScopeHook
+{
+    PyObject_HEAD vectorcallfunc vectorcall;
+    std::shared_ptr<HotPath> hot;
+    PyObject *original;
+    Phase phase;
+    bool begin;
+};
+
+PyObject *scopeHookCall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    auto *h = reinterpret_cast<ScopeHook *>(self);
+    const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (n != 2 || kwnames != nullptr) // not DeepSpeed's call: the original alone
+        return PyObject_Vectorcall(h->original, args, nargsf, kwnames);
+    try {
+        return h->begin ? h->hot->scopeBegin(h->original, args, nargsf, h->phase)
+                        : h->hot->scopeEnd(h->original, args, nargsf, h->phase);
+    } catch (py::error_already_set &e) {
+        e.restore();
+    } catch (const std::exception &e) {
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+    return nullptr;
+}
+
+PyObject *scopeHookGet(PyObject *self, PyObject *obj, PyObject *)
+{
+    if (obj == nullptr || obj == Py_None) return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+void scopeHookDealloc(PyObject *self)
+{
+    auto *h = reinterpret_cast<ScopeHook *>(self);
+    PyTypeObject *type = Py_TYPE(self);
+    h->hot.~shared_ptr();
+    Py_XDECREF(h->original);
+    type->tp_free(self);
+    Py_DECREF(type);
+}
+
+PyTypeObject *g_statusDescriptorType = nullptr;
+PyTypeObject *g_scopeHookType = nullptr;
+
+PyTypeObject *makeType(const char *name, int basicSize, unsigned flags, PyType_Slot *slots)
+{
+    PyType_Spec spec{name, basicSize, 0, flags, slots};
+    PyObject *type = PyType_FromSpec(&spec);
+    if (!type) throw py::error_already_set();
+    return reinterpret_cast<PyTypeObject *>(type);
+}
+
+void makeTypes()
+{
+    static PyType_Slot descriptorSlots[] = {
+        {Py_tp_descr_get, reinterpret_cast<void *>(statusDescrGet)},
+        {Py_tp_descr_set, reinterpret_cast<void *>(statusDescrSet)},
+        {Py_tp_dealloc, reinterpret_cast<void *>(statusDescrDealloc)},
+        {Py_tp_doc, const_cast<char *>("ds_status of DeepSpeed's parameters, observed")},
+        {0, nullptr}};
+    static PyMemberDef hookMembers[] = {{const_cast<char *>("__vectorcalloffset__"), T_PYSSIZET,
+                                         static_cast<Py_ssize_t>(offsetof(ScopeHook, vectorcall)),
+                                         READONLY, nullptr},
+                                        {nullptr, 0, 0, 0, nullptr}};
+    static PyType_Slot hookSlots[] = {
+        {Py_tp_call, reinterpret_cast<void *>(PyVectorcall_Call)},
+        {Py_tp_descr_get, reinterpret_cast<void *>(scopeHookGet)},
+        {Py_tp_dealloc, reinterpret_cast<void *>(scopeHookDealloc)},
+        {Py_tp_members, hookMembers},
+        {Py_tp_doc, const_cast<char *>("one of DeepSpeed's module scope functions, observed")},
+        {0, nullptr}};
+    g_statusDescriptorType =
+        makeType("shardscope._native.StatusDescriptor", sizeof(StatusDescriptor),
+                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, descriptorSlots);
+    g_scopeHookType = makeType("shardscope._native.ScopeHook", sizeof(ScopeHook),
+                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+                                   Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+                               hookSlots);
+}
 
 } // namespace
 
-HotPath::HotPath(AgentState &state, py::object agent, py::object observer,
-                 py::object notAvailable, py::object inflight, py::object available)
-    : m_state(state), m_agent(std::move(agent)), m_observer(std::move(observer)),
-      m_statusRefs{std::move(notAvailable), std::move(inflight), std::move(available)}
+HotPath::HotPath(AgentState &state, py::object agent, py::object observer, py::object notAvailable,
+                 py::object inflight, py::object available)
+    : m_state(state), m_agent(std::move(agent)),
+      m_observer(observer), m_statusRefs{std::move(notAvailable), std::move(inflight),
+                                         std::move(available)}
 {
     for (int i = 0; i < 3; ++i)
         m_status[i] = m_statusRefs[i].ptr();
+}
+
+py::object HotPath::observer() const
+{
+    py::object o = m_observer();
+    if (o.is_none()) throw std::runtime_error("the shardscope.deepspeed agent was closed");
+    return o;
 }
 
 int HotPath::statusCode(PyObject *s) const
@@ -38,19 +192,20 @@ int HotPath::statusCode(PyObject *s) const
 
 ModuleId HotPath::moduleId(py::handle module)
 {
-    py::object d = py::reinterpret_steal<py::object>(PyObject_GenericGetDict(module.ptr(), nullptr));
+    py::object d =
+        py::reinterpret_steal<py::object>(PyObject_GenericGetDict(module.ptr(), nullptr));
     if (!d) throw py::error_already_set();
     if (PyObject *id = PyDict_GetItemWithError(d.ptr(), m_kModuleId.ptr()))
         return static_cast<ModuleId>(PyLong_AsUnsignedLong(id));
     if (PyErr_Occurred()) throw py::error_already_set();
-    return m_observer.attr("module_id")(module).cast<ModuleId>(); // names it: rare
+    return observer().attr("module_id")(module).cast<ModuleId>(); // names it: rare
 }
 
 HotPath::Own HotPath::ownOf(ModuleId id, py::handle module)
 {
     if (auto it = m_own.find(id); it != m_own.end()) return it->second;
     auto own = std::make_shared<std::unordered_set<std::uint32_t>>();
-    for (py::handle dsId : m_observer.attr("own_ds_ids")(module))
+    for (py::handle dsId : observer().attr("own_ds_ids")(module))
         own->insert(dsId.cast<std::uint32_t>());
     Own shared = std::move(own);
     m_own.emplace(id, shared);
@@ -84,7 +239,10 @@ void HotPath::statusSet(py::handle param, py::handle value)
     const int from = statusCode(oldBorrowed);
     const int to = statusCode(value.ptr());
     if (from < 0 || to < 0) return;
-    m_dirty.push_back(dsId);
+    if (!published->second.dirty) {
+        published->second.dirty = true;
+        m_dirty.push_back(dsId);
+    }
 
     ModuleId cause = kNoModule;
     FetchReason reason = FetchReason::Prefetch;
@@ -93,22 +251,22 @@ void HotPath::statusSet(py::handle param, py::handle value)
         reason = FetchReason::Forward; // not carried by a release
     } else if (m_fetching && gathered == 0 && autoDepth == 0) {
         cause = m_fetching->id;
-        reason = m_fetching->own->contains(dsId) ? reasonOf(m_fetching->phase)
-                                                 : FetchReason::Prefetch;
+        reason =
+            m_fetching->own->contains(dsId) ? reasonOf(m_fetching->phase) : FetchReason::Prefetch;
     } else if (gathered > 0) {
         reason = FetchReason::GatheredParameters;
     } else if (autoDepth > 0) {
         if (!m_stack.empty()) cause = m_stack.back().id;
         reason = FetchReason::Guard;
     }
-    m_state.statusChanged(dsId, static_cast<ParamStatus>(from), static_cast<ParamStatus>(to),
-                          cause, published->second, reason);
-    if (slow && to == 2) m_observer.attr("suspects_available")(param);
+    m_state.statusChanged(dsId, static_cast<ParamStatus>(from), static_cast<ParamStatus>(to), cause,
+                          published->second.bytes, reason);
+    if (slow && to == 2) observer().attr("suspects_available")(param);
 }
 
 void HotPath::enter(py::handle module, Phase phase)
 {
-    if (slow) m_observer.attr("suspects_close")();
+    if (slow) observer().attr("suspects_close")();
     const ModuleId id = moduleId(module);
     Own own = ownOf(id, module);
     m_stack.push_back(Scope{py::reinterpret_borrow<py::object>(module), id, phase});
@@ -139,6 +297,18 @@ void HotPath::closeScopes()
     m_fetching.reset();
 }
 
+void HotPath::beginStep(std::uint32_t step)
+{
+    closeScopes();
+    m_state.stepBegin(step);
+}
+
+void HotPath::endStep(double loss)
+{
+    flushActive();
+    m_state.stepEnd(loss);
+}
+
 py::object HotPath::top() const
 {
     return m_stack.empty() ? py::none() : m_stack.back().module;
@@ -150,51 +320,121 @@ py::object HotPath::topEntry() const
     return py::make_tuple(m_stack.back().module, static_cast<int>(m_stack.back().phase));
 }
 
-std::vector<std::uint32_t> HotPath::takeDirty()
+void HotPath::publish(std::uint32_t dsId, std::uint64_t bytes, py::object param)
 {
-    std::vector<std::uint32_t> out;
-    out.swap(m_dirty);
-    return out;
+    Published &p = m_published[dsId];
+    p.bytes = bytes;
+    p.param = std::move(param);
+    if (!p.dirty) {
+        p.dirty = true;
+        m_dirty.push_back(dsId);
+    }
+}
+
+void HotPath::markDirty(std::uint32_t dsId)
+{
+    auto it = m_published.find(dsId);
+    if (it == m_published.end() || it->second.dirty) return;
+    it->second.dirty = true;
+    m_dirty.push_back(dsId);
+}
+
+void HotPath::flushActive()
+{
+    if (m_dirty.empty()) return;
+    m_changes.clear();
+    std::vector<ModuleId> now;
+    for (const std::uint32_t dsId : m_dirty) {
+        auto it = m_published.find(dsId);
+        if (it == m_published.end()) continue;
+        Published &p = it->second;
+        p.dirty = false;
+        now.clear();
+        py::object d =
+            py::reinterpret_steal<py::object>(PyObject_GenericGetDict(p.param.ptr(), nullptr));
+        if (!d) throw py::error_already_set();
+        PyObject *active = PyDict_GetItemWithError(d.ptr(), m_kActive.ptr());
+        if (!active && PyErr_Occurred()) throw py::error_already_set();
+        if (active && active != Py_None) {
+            py::object iter = py::reinterpret_steal<py::object>(PyObject_GetIter(active));
+            if (!iter) throw py::error_already_set();
+            while (PyObject *item = PyIter_Next(iter.ptr())) {
+                const long long m = PyLong_AsLongLong(item);
+                Py_DECREF(item);
+                if (m == -1 && PyErr_Occurred()) throw py::error_already_set();
+                if (auto ours = m_dsModules.find(m); ours != m_dsModules.end())
+                    now.push_back(ours->second);
+            }
+            if (PyErr_Occurred()) throw py::error_already_set();
+        }
+        if (now != p.activeSent) {
+            p.activeSent = now;
+            m_changes.emplace_back(dsId, now);
+        }
+    }
+    m_dirty.clear();
+    if (!m_changes.empty()) m_state.setActive(std::move(m_changes));
+    m_changes.clear();
+}
+
+PyObject *HotPath::scopeBegin(PyObject *original, PyObject *const *args, std::size_t nargsf,
+                              Phase phase)
+{
+    enter(args[1], phase);
+    PyObject *r = PyObject_Vectorcall(original, args, nargsf, nullptr);
+    m_fetching.reset(); // the module's own fetches are issued (or it failed)
+    return r;
+}
+
+PyObject *HotPath::scopeEnd(PyObject *original, PyObject *const *args, std::size_t nargsf,
+                            Phase phase)
+{
+    PyObject *r = PyObject_Vectorcall(original, args, nargsf, nullptr);
+    if (!r) { // DeepSpeed's exception reaches the caller unchanged
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        try {
+            exit(args[1], phase);
+        } catch (py::error_already_set &) {
+        } catch (const std::exception &) {
+        }
+        PyErr_Restore(type, value, traceback);
+        return nullptr;
+    }
+    try {
+        exit(args[1], phase);
+    } catch (...) {
+        Py_DECREF(r);
+        throw;
+    }
+    return r;
+}
+
+py::object HotPath::statusDescriptor()
+{
+    PyObject *o = g_statusDescriptorType->tp_alloc(g_statusDescriptorType, 0);
+    if (!o) throw py::error_already_set();
+    new (&reinterpret_cast<StatusDescriptor *>(o)->hot)
+        std::shared_ptr<HotPath>(shared_from_this());
+    return py::reinterpret_steal<py::object>(o);
 }
 
 py::object HotPath::scopeHook(py::object original, Phase phase, bool begin)
 {
-    std::shared_ptr<HotPath> self = shared_from_this();
-    py::cpp_function f;
-    if (begin) {
-        f = py::cpp_function([self, original, phase](py::handle offload, py::handle module) {
-            self->enter(module, phase);
-            try {
-                py::object r = original(offload, module);
-                self->m_fetching.reset(); // the module's own fetches are issued
-                return r;
-            } catch (...) {
-                self->m_fetching.reset();
-                throw;
-            }
-        });
-    } else {
-        f = py::cpp_function([self, original, phase](py::handle offload, py::handle module) {
-            py::object r;
-            try {
-                r = original(offload, module);
-            } catch (...) {
-                self->exit(module, phase);
-                throw;
-            }
-            self->exit(module, phase);
-            return r;
-        });
-    }
-    // An instance method, so that DeepSpeed's self.pre_sub_module_forward_function(module)
-    // passes the DeepSpeedZeRoOffload as the first argument, as to the function it replaces.
-    PyObject *method = PyInstanceMethod_New(f.ptr());
-    if (!method) throw py::error_already_set();
-    return py::reinterpret_steal<py::object>(method);
+    PyObject *o = g_scopeHookType->tp_alloc(g_scopeHookType, 0);
+    if (!o) throw py::error_already_set();
+    auto *h = reinterpret_cast<ScopeHook *>(o);
+    new (&h->hot) std::shared_ptr<HotPath>(shared_from_this());
+    h->vectorcall = scopeHookCall;
+    h->original = original.release().ptr();
+    h->phase = phase;
+    h->begin = begin;
+    return py::reinterpret_steal<py::object>(o);
 }
 
 void bindHotPath(py::module_ &m, AgentState &(*stateOf)(py::handle agent))
 {
+    makeTypes();
     auto phaseOf = [](int p) {
         if (p != 0 && p != 1) throw py::value_error("phase must be 0 (forward) or 1 (backward)");
         return static_cast<Phase>(p);
@@ -207,29 +447,28 @@ void bindHotPath(py::module_ &m, AgentState &(*stateOf)(py::handle agent))
                                                   std::move(notAvailable), std::move(inflight),
                                                   std::move(available));
              }),
-             py::arg("agent"), py::arg("observer"), py::arg("not_available"),
-             py::arg("inflight"), py::arg("available"))
-        .def("status_descriptor",
-             [](std::shared_ptr<HotPath> self) { return StatusDescriptor{std::move(self)}; })
+             py::arg("agent"), py::arg("observer"), py::arg("not_available"), py::arg("inflight"),
+             py::arg("available"))
+        .def("status_descriptor", &HotPath::statusDescriptor)
         .def("scope_hook",
              [phaseOf](HotPath &h, py::object original, int phase, bool begin) {
                  return h.scopeHook(std::move(original), phaseOf(phase), begin);
              })
         .def("close_scopes", &HotPath::closeScopes)
+        .def("begin_step", &HotPath::beginStep)
+        .def("end_step", &HotPath::endStep)
         .def_property_readonly("depth", &HotPath::depth)
         .def("top", &HotPath::top)
         .def("top_entry", &HotPath::topEntry)
         .def("publish", &HotPath::publish)
         .def("unpublish", &HotPath::unpublish)
         .def("forget_own", &HotPath::forgetOwn)
-        .def("take_dirty", &HotPath::takeDirty)
+        .def("map_module", &HotPath::mapModule)
+        .def("mark_dirty", &HotPath::markDirty)
+        .def("flush_active", &HotPath::flushActive)
         .def_readwrite("gathered", &HotPath::gathered)
         .def_readwrite("auto", &HotPath::autoDepth)
         .def_readwrite("slow", &HotPath::slow);
-    py::class_<StatusDescriptor>(m, "StatusDescriptor")
-        .def("__set__", [](StatusDescriptor &d, py::handle param, py::handle value) {
-            d.hot->statusSet(param, value);
-        });
 }
 
 } // namespace shardscope::agent

@@ -1,5 +1,6 @@
 #include <QtTest>
 
+#include "telemetry/eventfields.h"
 #include "testworld.h"
 
 using namespace shardscope;
@@ -71,11 +72,12 @@ void TestAccessGuard::warnRecordsOncePerAccessorParamRankStep()
     QCOMPARE(m.unregisteredRecords(), std::size_t(3 * 2)); // 3 ranks x 2 steps, not 3 x 2 x 2 reads
     QCOMPARE(m.engine->unregisteredAccessCount(), std::uint64_t(6));
     for (const Event &ev : m.sink.ofType(EventType::UnregisteredAccess)) {
-        QCOMPARE(ev.a, m.lmHead);
-        QCOMPARE(ev.b, m.embedW);
-        QCOMPARE(ev.u0, std::uint64_t(m.embed));
-        QCOMPARE(ParamStatus(ev.flags & 0x0F), ParamStatus::NotAvailable);
-        QCOMPARE(GuardAction(ev.flags >> 4), GuardAction::Gathered);
+        const AccessFields f = readAccess(ev);
+        QCOMPARE(f.accessor, m.lmHead);
+        QCOMPARE(f.param, m.embedW);
+        QCOMPARE(f.owner, m.embed);
+        QCOMPARE(f.status, ParamStatus::NotAvailable);
+        QCOMPARE(f.action, GuardAction::Gathered);
     }
     const auto vs = m.engine->violations();
     QCOMPARE(vs.size(), std::size_t(3)); // one per rank, counted
@@ -91,7 +93,8 @@ void TestAccessGuard::warnRecordsOncePerAccessorParamRankStep()
         QCOMPARE(m.engine->status(r, m.embedW), ParamStatus::NotAvailable);
     bool guardFetch = false;
     for (const Event &ev : m.sink.ofType(EventType::FetchBegin))
-        guardFetch = guardFetch || (ev.a == m.embedW && ev.flags == std::uint8_t(FetchReason::Guard));
+        guardFetch = guardFetch || (readFetch(ev).param == m.embedW &&
+                                    readFetch(ev).reason == FetchReason::Guard);
     QVERIFY(guardFetch);
 }
 
@@ -126,7 +129,7 @@ void TestAccessGuard::autoRegistersOnceThenNeverAgain()
     QVERIFY(m.engine->isExternal(1, m.lmHead, m.embedW));
     auto regs = m.sink.ofType(EventType::ExternalRegister);
     QCOMPARE(regs.size(), std::size_t(2));
-    QCOMPARE(regs[0].flags, std::uint8_t(1)); // automatic
+    QVERIFY(readExternal(regs[0]).automatic);
     const auto state = m.engine->state();
     const auto &p = *std::find_if(state.params.begin(), state.params.end(),
                                   [&](const ParamRecord &r) { return r.id == m.embedW; });
@@ -146,7 +149,8 @@ void TestAccessGuard::manualRegistrationGivesNoRecords()
     // lm_head fetched embed.weight on entry, as if it were its own
     bool fetchedByHead = false;
     for (const Event &ev : m.sink.ofType(EventType::FetchBegin))
-        fetchedByHead = fetchedByHead || (ev.a == m.embedW && ev.b == m.lmHead);
+        fetchedByHead =
+            fetchedByHead || (readFetch(ev).param == m.embedW && readFetch(ev).cause == m.lmHead);
     QVERIFY(fetchedByHead);
 }
 

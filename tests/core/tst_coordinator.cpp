@@ -1,5 +1,8 @@
 #include <QtTest>
 
+#include <map>
+
+#include "telemetry/eventfields.h"
 #include "testworld.h"
 
 using namespace shardscope;
@@ -35,6 +38,7 @@ class TestCoordinator : public QObject
     Q_OBJECT
 private slots:
     void gatherOnEntryReleaseOnExit();
+    void stateGatherTimesAreTheEventsTimes();
     void nestedModules();
     void sharedParamStaysUntilBothLeave();
     void persistentNeverMoves();
@@ -71,10 +75,10 @@ void TestCoordinator::gatherOnEntryReleaseOnExit()
     QCOMPARE(m.sink.ofType(EventType::FetchEnd).size(), std::size_t(4));
     QCOMPARE(m.sink.ofType(EventType::Release).size(), std::size_t(4));
     const Event fetch = m.sink.ofType(EventType::FetchBegin, 2).front();
-    QCOMPARE(fetch.a, m.decW);
-    QCOMPARE(fetch.b, m.dec);
-    QCOMPARE(fetch.flags, std::uint8_t(FetchReason::Forward));
-    QCOMPARE(fetch.u0, std::uint64_t(36 * 4)); // 33 padded to 36 floats
+    QCOMPARE(readFetch(fetch).param, m.decW);
+    QCOMPARE(readFetch(fetch).cause, m.dec);
+    QCOMPARE(readFetch(fetch).reason, FetchReason::Forward);
+    QCOMPARE(readFetch(fetch).bytes, std::uint64_t(36 * 4)); // 33 padded to 36 floats
     QCOMPARE(fetch.step, 1u);
 }
 
@@ -145,8 +149,8 @@ void TestCoordinator::persistentNeverMoves()
     });
     QVERIFY(!m.sink.ofType(EventType::FetchBegin).empty());
     for (const Event &ev : m.sink.events()) {
-        if (ev.type == EventType::FetchBegin || ev.type == EventType::Release)
-            QVERIFY(ev.a != m.decB);
+        if (ev.type == EventType::FetchBegin) QVERIFY(readFetch(ev).param != m.decB);
+        if (ev.type == EventType::Release) QVERIFY(readRelease(ev).param != m.decB);
     }
     for (int r = 0; r < 4; ++r)
         QCOMPARE(m.engine->status(r, m.decB), ParamStatus::Available);
@@ -171,20 +175,44 @@ static void runForward(Model &m, int r, bool decFirst = false)
     e.endStep(r, 0.0);
 }
 
+// Issue #13 (docs/protocol.md, "Timestamps in State"): a parameter's gather_ns is the sum of
+// fetch_end.ts_ns - fetch_begin.ts_ns over its gathers, last_gather_ts_ns its newest
+// fetch_end's ts_ns: the engine stamps both records with the instants it measures.
+void TestCoordinator::stateGatherTimesAreTheEventsTimes()
+{
+    Model m(2);
+    for (int s = 0; s < 2; ++s)
+        m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
+    std::map<std::pair<int, ParamId>, std::uint64_t> open;
+    std::map<ParamId, std::uint64_t> ns, last;
+    for (const Event &e : m.sink.events()) {
+        if (e.type == EventType::FetchBegin) open[{e.rank, readFetch(e).param}] = e.tsNs;
+        if (e.type != EventType::FetchEnd) continue;
+        const ParamId p = readFetch(e).param;
+        ns[p] += e.tsNs - open.at({e.rank, p});
+        last[p] = std::max(last[p], e.tsNs);
+    }
+    QVERIFY(!ns.empty());
+    for (const ParamRecord &p : m.engine->state().params) {
+        QCOMPARE(p.gatherNs, ns[p.id]);
+        QCOMPARE(p.lastGatherTsNs, last[p.id]);
+    }
+}
+
 void TestCoordinator::prefetchOnStepTwo()
 {
     Model m(2);
     m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
     QVERIFY(m.sink.ofType(EventType::TraceRecorded, 0).size() == 1);
     for (const Event &ev : m.sink.ofType(EventType::FetchBegin))
-        QVERIFY(ev.flags != std::uint8_t(FetchReason::Prefetch));
+        QVERIFY(readFetch(ev).reason != FetchReason::Prefetch);
     m.sink.clear();
     m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
     // step 2: entering enc prefetches what the trace says comes next (inner, dec)
     std::vector<ParamId> prefetched;
     for (const Event &ev : m.sink.ofType(EventType::FetchBegin, 1))
-        if (ev.flags == std::uint8_t(FetchReason::Prefetch))
-            prefetched.push_back(ev.a);
+        if (readFetch(ev).reason == FetchReason::Prefetch)
+            prefetched.push_back(readFetch(ev).param);
     std::sort(prefetched.begin(), prefetched.end());
     QCOMPARE(prefetched, (std::vector<ParamId>{m.innerW, m.decW}));
     for (const Event &ev : m.sink.ofType(EventType::FetchBegin))
@@ -203,7 +231,7 @@ void TestCoordinator::prefetchRespectsMaxLive()
     m.sink.clear();
     m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
     for (const Event &ev : m.sink.ofType(EventType::FetchBegin))
-        QVERIFY(ev.flags != std::uint8_t(FetchReason::Prefetch));
+        QVERIFY(readFetch(ev).reason != FetchReason::Prefetch);
 }
 
 // Index of the first event on rank 0 matching pred, or -1.
@@ -226,10 +254,11 @@ void TestCoordinator::prefetchBucketBoundsLookahead()
         m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
         const auto evs = m.sink.events();
         const int decPrefetch = firstIndex(evs, [&](const Event &e) {
-            return e.type == EventType::FetchBegin && e.a == m.decW && e.flags == std::uint8_t(FetchReason::Prefetch);
+            return e.type == EventType::FetchBegin && readFetch(e).param == m.decW &&
+                   readFetch(e).reason == FetchReason::Prefetch;
         });
         const int innerEnter = firstIndex(evs, [&](const Event &e) {
-            return e.type == EventType::ModuleEnter && e.a == m.inner;
+            return e.type == EventType::ModuleEnter && readModule(e).module == m.inner;
         });
         QVERIFY(decPrefetch >= 0 && innerEnter >= 0);
         if (bucket == 1000) // everything ahead fits: dec is prefetched on entering enc
@@ -247,8 +276,8 @@ void TestCoordinator::changedOrderInvalidatesTrace()
     auto inv = m.sink.ofType(EventType::TraceInvalidated, 0);
     QCOMPARE(inv.size(), std::size_t(1));
     QCOMPARE(inv[0].step, 2u);
-    QCOMPARE(inv[0].a, m.enc); // expected
-    QCOMPARE(inv[0].b, m.dec); // got
+    QCOMPARE(readTraceInvalidated(inv[0]).expected, m.enc);
+    QCOMPARE(readTraceInvalidated(inv[0]).got, m.dec);
     const auto vs = m.engine->violations();
     auto it = std::find_if(vs.begin(), vs.end(), [](const ViolationRecord &v) {
         return v.kind == ViolationKind::TraceInvalidated && v.rank == 0;

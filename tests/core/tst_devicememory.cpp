@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 
+#include "telemetry/eventfields.h"
 #include "testworld.h"
 
 using namespace shardscope;
@@ -410,7 +411,7 @@ void TestDeviceMemory::prefetchIsInflightUntilComplete()
     e.endStep(0, 0.0);
     const auto begins = d.sink.ofType(EventType::FetchBegin);
     const auto prefetch = std::find_if(begins.begin(), begins.end(), [&](const Event &ev) {
-        return ev.a == d.bW && ev.flags == std::uint8_t(FetchReason::Prefetch);
+        return readFetch(ev).param == d.bW && readFetch(ev).reason == FetchReason::Prefetch;
     });
     QVERIFY(prefetch != begins.end());
     QCOMPARE(e.state().params[d.bW].gatherCount, std::uint64_t(2));
@@ -438,13 +439,14 @@ void TestDeviceMemory::pollCompletesBeforeUse()
     const auto events = d.sink.events();
     std::size_t fetchEnd = events.size(), enterB = events.size();
     for (std::size_t i = 0; i < events.size(); ++i) {
-        if (events[i].type == EventType::FetchEnd && events[i].a == d.bW && fetchEnd == events.size())
+        if (events[i].type == EventType::FetchEnd && readFetch(events[i]).param == d.bW &&
+            fetchEnd == events.size())
             fetchEnd = i;
-        if (events[i].type == EventType::ModuleEnter && events[i].a == d.b)
+        if (events[i].type == EventType::ModuleEnter && readModule(events[i]).module == d.b)
             enterB = i;
     }
     QVERIFY(fetchEnd < enterB);
-    QCOMPARE(events[fetchEnd].flags, std::uint8_t(FetchReason::Prefetch));
+    QCOMPARE(readFetch(events[fetchEnd]).reason, FetchReason::Prefetch);
 }
 
 void TestDeviceMemory::unusedPrefetchIsReleased()

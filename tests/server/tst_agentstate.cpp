@@ -12,6 +12,7 @@
 #include "server/agentstate.h"
 #include "server/inspector.h"
 #include "server/inspectorclient.h"
+#include "telemetry/eventfields.h"
 #include "telemetry/telemetryhub.h"
 #include "wire/discovery.h"
 #include "wire/job.h"
@@ -45,7 +46,7 @@ AgentParam param(ParamId id, const std::string &name, ModuleId owner)
 
 } // namespace
 
-class tst_AgentState : public QObject
+class TestAgentState : public QObject
 {
     Q_OBJECT
 
@@ -83,9 +84,9 @@ class tst_AgentState : public QObject
         QCOMPARE(rec.events.size(), std::size_t(3));
         QCOMPARE(rec.events[0].type, EventType::FetchBegin);
         QCOMPARE(rec.events[0].rank, std::uint16_t(1));
-        QCOMPARE(rec.events[0].a, 0u);
-        QCOMPARE(rec.events[0].b, head);
-        QCOMPARE(rec.events[0].flags, std::uint8_t(FetchReason::Guard));
+        QCOMPARE(readFetch(rec.events[0]).param, 0u);
+        QCOMPARE(readFetch(rec.events[0]).cause, head);
+        QCOMPARE(readFetch(rec.events[0]).reason, FetchReason::Guard);
         QCOMPARE(rec.events[2].type, EventType::Release);
         s.setEventSink(nullptr);
     }
@@ -246,9 +247,7 @@ class tst_AgentState : public QObject
     void hubRingsForLocalRanksOnly()
     {
         TelemetryHub hub(64, std::vector<int>{5}, 1024);
-        Event e{};
-        e.rank = 5;
-        e.type = EventType::StepBegin;
+        Event e = stamped(makeStepBegin(), 0, 0, 5);
         hub.write(e);
         e.rank = 6;
         hub.write(e);
@@ -260,5 +259,5 @@ class tst_AgentState : public QObject
     }
 };
 
-QTEST_GUILESS_MAIN(tst_AgentState)
+QTEST_GUILESS_MAIN(TestAgentState)
 #include "tst_agentstate.moc"

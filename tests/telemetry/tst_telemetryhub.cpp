@@ -1,5 +1,6 @@
 #include <QtTest>
 
+#include <cstring>
 #include <thread>
 
 #include "telemetry/eventhistory.h"
@@ -28,6 +29,8 @@ class TestTelemetryHub : public QObject
   private slots:
     void ringRoundsUpToAPowerOfTwo();
     void ringKeepsOrderAndDropsWhenFull();
+    void ringCopiesEveryFieldExactly();
+    void hubHasRingsOnlyForLocalRanks();
     void hubReportsRingOverflowAsDroppedEventsRecord();
     void hubStampsZeroTimestampsAndCountsUnknownRanks();
     void concurrentRanksLoseNothingUncounted();
@@ -59,6 +62,41 @@ void TestTelemetryHub::ringKeepsOrderAndDropsWhenFull()
     QCOMPARE(out[4].u0, std::uint64_t(7));
     QCOMPARE(out[5].u0, std::uint64_t(10)); // unread events were never overwritten
     QCOMPARE(ring.pushed(), std::uint64_t(9));
+}
+
+// The ring writes a record as six 8-byte words: every field lands where the wire expects it.
+void TestTelemetryHub::ringCopiesEveryFieldExactly()
+{
+    Event e{};
+    e.tsNs = 0x0102030405060708ull;
+    e.step = 0x11121314u;
+    e.rank = 0x2122;
+    e.type = EventType::GatheredWriteError;
+    e.flags = 0xF1;
+    e.a = 0x31323334u;
+    e.b = 0x41424344u;
+    e.u0 = 0x5152535455565758ull;
+    e.u1 = 0x6162636465666768ull;
+    e.u2 = 0xFFFFFFFFFFFFFFFFull;
+    EventRing ring(4);
+    for (int i = 0; i < 3; ++i) // also into a slot that held another record
+        QVERIFY(ring.push(i == 1 ? e : seq(0, 99)));
+    Event out[3];
+    QCOMPARE(ring.pop(out, 3), std::size_t(3));
+    QCOMPARE(std::memcmp(&out[1], &e, sizeof e), 0);
+    QCOMPARE(out[2].u0, std::uint64_t(99));
+}
+
+void TestTelemetryHub::hubHasRingsOnlyForLocalRanks()
+{
+    TelemetryHub hub(8, std::vector<int>{2, 5, 5, 9}, 16); // 9 is not a rank, 5 twice
+    QCOMPARE(hub.rankCount(), 8);
+    QCOMPARE(hub.localRingCount(), 2);
+    hub.write(seq(2, 1));
+    hub.write(seq(3, 1)); // another process's rank: counted, not kept
+    std::vector<Event> out;
+    QCOMPARE(hub.drain(out), std::size_t(1));
+    QCOMPARE(hub.droppedEvents(), std::uint64_t(1));
 }
 
 void TestTelemetryHub::hubReportsRingOverflowAsDroppedEventsRecord()

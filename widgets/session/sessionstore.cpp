@@ -3,10 +3,10 @@
 #include "core/violationtext.h"
 
 #include <algorithm>
-#include <bit>
 #include <limits>
 
 #include "session/labels.h"
+#include "telemetry/eventfields.h"
 #include "wire/jobmerge.h"
 
 namespace shardscope {
@@ -45,6 +45,12 @@ bool sameStructure(const EngineState &a, const EngineState &b)
         }
     }
     return true;
+}
+
+// The key of a fetch in flight: one per (rank, parameter).
+std::uint64_t fetchKey(std::uint16_t rank, ParamId param)
+{
+    return (std::uint64_t{rank} << 32) | param;
 }
 
 std::uint64_t rankBit(int rank)
@@ -233,18 +239,19 @@ void SessionStore::appendEvents(std::span<const Event> events, bool history)
             break;
         case EventType::StepEnd:
             m_completedStep = std::max(m_completedStep, ev.step);
-            m_loss = std::bit_cast<double>(ev.u0);
+            m_loss = readStepEnd(ev);
             m_hasLoss = true;
             m_pending.summary = true;
             break;
         case EventType::MemorySample: {
             RankMemory &m = m_memory[ev.rank];
             if (ev.tsNs >= m.tsNs) {
+                const MemoryFields f = readMemory(ev);
                 m.tsNs = ev.tsNs;
-                m.partitionedBytes = ev.u0;
-                m.gatheredBytes = ev.u1;
-                m.peakGatheredBytes = ev.u2;
-                m.liveElements = std::uint64_t{ev.a} | (std::uint64_t{ev.b} << 32);
+                m.partitionedBytes = f.partitionedBytes;
+                m.gatheredBytes = f.gatheredBytes;
+                m.peakGatheredBytes = f.peakGatheredBytes;
+                m.liveElements = f.liveElements;
                 m_pending.summary = true;
             }
             break;
@@ -299,94 +306,92 @@ ParamRecord *SessionStore::mutParam(ParamId id)
 
 void SessionStore::applyLive(const Event &ev)
 {
-    const std::uint64_t fetchKey = (std::uint64_t{ev.rank} << 32) | ev.a;
     switch (ev.type) {
-    case EventType::FetchBegin:
-        if (ParamRecord *p = mutParam(ev.a)) {
+    case EventType::FetchBegin: {
+        const FetchFields f = readFetch(ev);
+        if (ParamRecord *p = mutParam(f.param)) {
             if (ev.rank < p->status.size()) p->status[ev.rank] = ParamStatus::Inflight;
-            m_fetchBegin[fetchKey] = ev.tsNs;
-            markParam(ev.a);
+            m_fetchBegin[fetchKey(ev.rank, f.param)] = ev.tsNs;
+            markParam(f.param);
         }
         break;
-    case EventType::FetchEnd:
-        if (ParamRecord *p = mutParam(ev.a)) {
+    }
+    case EventType::FetchEnd: {
+        const FetchFields f = readFetch(ev);
+        if (ParamRecord *p = mutParam(f.param)) {
             if (ev.rank < p->status.size()) p->status[ev.rank] = ParamStatus::Available;
             ++p->gatherCount;
-            p->gatherBytes += ev.u0;
-            auto it = m_fetchBegin.find(fetchKey);
+            p->gatherBytes += f.bytes;
+            auto it = m_fetchBegin.find(fetchKey(ev.rank, f.param));
             if (it != m_fetchBegin.end()) {
                 if (ev.tsNs >= it->second) p->gatherNs += ev.tsNs - it->second;
                 m_fetchBegin.erase(it);
             }
             p->lastGatherTsNs = std::max(p->lastGatherTsNs, ev.tsNs);
-            markParam(ev.a);
+            markParam(f.param);
         }
         break;
-    case EventType::Release:
-        if (ParamRecord *p = mutParam(ev.a)) {
+    }
+    case EventType::Release: {
+        const ReleaseFields f = readRelease(ev);
+        if (ParamRecord *p = mutParam(f.param)) {
             if (ev.rank < p->status.size()) p->status[ev.rank] = ParamStatus::NotAvailable;
-            markParam(ev.a);
+            markParam(f.param);
         }
         break;
-    case EventType::ExternalRegister:
-        if (ParamRecord *p = mutParam(ev.b)) {
-            const bool automatic = ev.flags & 1u;
+    }
+    case EventType::ExternalRegister: {
+        const ExternalFields f = readExternal(ev);
+        if (ParamRecord *p = mutParam(f.param)) {
             auto it = std::find_if(p->externals.begin(), p->externals.end(),
-                                   [&](const ExternalRecord &e) { return e.module == ev.a; });
-            if (it == p->externals.end() && ev.a < m_state.modules.size()) {
-                p->externals.push_back(ExternalRecord{ev.a, automatic});
-                m_externalsOn[ev.a].push_back(ExternalRecord{ev.b, automatic});
+                                   [&](const ExternalRecord &e) { return e.module == f.module; });
+            if (it == p->externals.end() && f.module < m_state.modules.size()) {
+                p->externals.push_back(ExternalRecord{f.module, f.automatic});
+                m_externalsOn[f.module].push_back(ExternalRecord{f.param, f.automatic});
                 m_pending.structure = true;
-                markParam(ev.b);
+                markParam(f.param);
             }
         }
         break;
-    case EventType::ExternalUnregister:
-        if (ParamRecord *p = mutParam(ev.b)) {
+    }
+    case EventType::ExternalUnregister: {
+        const ExternalFields f = readExternal(ev);
+        if (ParamRecord *p = mutParam(f.param)) {
             auto it = std::find_if(p->externals.begin(), p->externals.end(),
-                                   [&](const ExternalRecord &e) { return e.module == ev.a; });
+                                   [&](const ExternalRecord &e) { return e.module == f.module; });
             if (it != p->externals.end()) {
                 p->externals.erase(it);
                 rebuildIndex();
                 m_pending.structure = true;
-                markParam(ev.b);
+                markParam(f.param);
             }
         }
         break;
+    }
     case EventType::UnregisteredAccess:
-        addViolation(ViolationKind::UnregisteredAccess, ev, ev.a, ev.b,
-                     static_cast<ModuleId>(ev.u0), static_cast<ParamStatus>(ev.flags & 0x0Fu),
-                     static_cast<GuardAction>(ev.flags >> 4));
+    case EventType::TraceInvalidated:
+    case EventType::GatheredWriteError:
+        if (const auto v = violationOf(ev)) addViolation(*v, ev);
         break;
     case EventType::LateParameter: {
-        ModuleId owner = ev.a;
-        if (ParamRecord *p = mutParam(ev.b)) {
+        const LateFields f = readLate(ev);
+        if (ParamRecord *p = mutParam(f.param)) {
             p->late = true;
-            owner = p->owner;
-            markParam(ev.b);
+            markParam(f.param);
         }
-        addViolation(ViolationKind::LateParameter, ev, ev.a, ev.b, owner, ParamStatus::Available,
-                     GuardAction::Recorded);
+        if (const auto v = violationOf(ev)) addViolation(*v, ev);
         break;
     }
-    case EventType::ParameterAdopted:
-        if (ParamRecord *p = mutParam(ev.b)) {
+    case EventType::ParameterAdopted: {
+        const LateFields f = readLate(ev);
+        if (ParamRecord *p = mutParam(f.param)) {
             p->partitioned = true;
-            markParam(ev.b);
+            markParam(f.param);
         }
-        break;
-    case EventType::TraceInvalidated:
-        addViolation(ViolationKind::TraceInvalidated, ev, ev.b, kNoParam, ev.a,
-                     ParamStatus::NotAvailable, GuardAction::Recorded);
-        break;
-    case EventType::GatheredWriteError: {
-        const ParamRecord *p = param(ev.a);
-        addViolation(ViolationKind::GatheredWriteWithoutModifier, ev, kNoModule, ev.a,
-                     p ? p->owner : kNoModule, ParamStatus::Available, GuardAction::Raised);
         break;
     }
     case EventType::DroppedEvents:
-        m_droppedFromEvents += ev.u0;
+        m_droppedFromEvents += readDroppedEvents(ev);
         m_pending.summary = true;
         break;
     default:
@@ -394,18 +399,65 @@ void SessionStore::applyLive(const Event &ev)
     }
 }
 
-void SessionStore::addViolation(ViolationKind kind, const Event &ev, ModuleId accessor,
-                                ParamId param, ModuleId owner, ParamStatus status,
-                                GuardAction action)
+std::optional<ViolationEvent> SessionStore::violationOf(const Event &ev) const
 {
-    upsertViolation({kind, accessor, param, owner, status, action, ev.rank, ev.step, ev.step,
-                     ev.tsNs, 1, nullptr});
-    if (const std::int32_t slot = paramSlot(param);
+    switch (ev.type) {
+    case EventType::UnregisteredAccess: {
+        const AccessFields f = readAccess(ev);
+        return ViolationEvent{
+            ViolationKind::UnregisteredAccess, f.accessor, f.param, f.owner, f.status, f.action};
+    }
+    case EventType::LateParameter: {
+        const LateFields f = readLate(ev);
+        const ParamRecord *p = param(f.param);
+        return ViolationEvent{ViolationKind::LateParameter,
+                              f.module,
+                              f.param,
+                              p ? p->owner : f.module,
+                              ParamStatus::Available,
+                              GuardAction::Recorded};
+    }
+    case EventType::TraceInvalidated: {
+        const TraceInvalidatedFields f = readTraceInvalidated(ev);
+        return ViolationEvent{ViolationKind::TraceInvalidated,
+                              f.got,
+                              kNoParam,
+                              f.expected,
+                              ParamStatus::NotAvailable,
+                              GuardAction::Recorded};
+    }
+    case EventType::GatheredWriteError: {
+        const ParamId id = readGatheredWriteError(ev);
+        const ParamRecord *p = param(id);
+        return ViolationEvent{ViolationKind::GatheredWriteWithoutModifier,
+                              kNoModule,
+                              id,
+                              p ? p->owner : kNoModule,
+                              ParamStatus::Available,
+                              GuardAction::Raised};
+    }
+    default:
+        return std::nullopt;
+    }
+}
+
+const ViolationGroup *SessionStore::violationGroup(const ViolationEvent &v) const
+{
+    const auto it =
+        m_groupIndex.find(std::make_tuple(static_cast<int>(v.kind), v.accessor, v.param));
+    return it == m_groupIndex.end() ? nullptr : &m_groups[it->second];
+}
+
+void SessionStore::addViolation(const ViolationEvent &v, const Event &ev)
+{
+    upsertViolation({v.kind, v.accessor, v.param, v.owner, v.status, v.action, ev.rank, ev.step,
+                     ev.step, ev.tsNs, 1, nullptr});
+    if (const std::int32_t slot = paramSlot(v.param);
         slot >= 0 && static_cast<std::size_t>(slot) < m_paramViolations.size())
         ++m_paramViolations[static_cast<std::size_t>(slot)];
-    if (accessor < m_moduleViolations.size()) ++m_moduleViolations[accessor];
-    if (owner < m_moduleViolations.size() && owner != accessor) ++m_moduleViolations[owner];
-    if (param != kNoParam) markParam(param);
+    if (v.accessor < m_moduleViolations.size()) ++m_moduleViolations[v.accessor];
+    if (v.owner < m_moduleViolations.size() && v.owner != v.accessor) ++m_moduleViolations[v.owner];
+    if (v.param != kNoParam) markParam(v.param);
     m_pending.violations = true;
 }
 
@@ -691,7 +743,7 @@ void SessionStore::flush()
     for (ParamId id : changes.params)
         if (const std::int32_t slot = paramSlot(id); slot >= 0)
             m_paramMarked[static_cast<std::size_t>(slot)] = 0;
-    emit updated(changes);
+    Q_EMIT updated(changes);
 }
 
 } // namespace shardscope

@@ -12,6 +12,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -23,6 +24,18 @@
 #include "telemetry/event.h"
 
 namespace shardscope {
+
+// What one violation event reports, in the store's terms (the key of its group is
+// kind, accessor, param).
+struct ViolationEvent
+{
+    ViolationKind kind = ViolationKind::UnregisteredAccess;
+    ModuleId accessor = kNoModule; // for trace_invalidated: the module entered
+    ParamId param = kNoParam;
+    ModuleId owner = kNoModule; // for trace_invalidated: the module expected
+    ParamStatus status = ParamStatus::NotAvailable;
+    GuardAction action = GuardAction::Recorded;
+};
 
 struct ViolationGroup
 {
@@ -137,6 +150,11 @@ class SessionStore : public QObject
     std::uint64_t moduleViolations(ModuleId id) const; // as accessor or as owner
 
     const std::vector<ViolationGroup> &violationGroups() const { return m_groups; }
+    // The violation an event reports, or nullopt for an event that reports none: the one
+    // decoding of violation events, for live events and for the trace export.
+    std::optional<ViolationEvent> violationOf(const Event &ev) const;
+    // The group a violation belongs to, or null when the store has none.
+    const ViolationGroup *violationGroup(const ViolationEvent &v) const;
     std::vector<const ViolationGroup *> violationsOf(ParamId id) const;
 
     int laneCount() const { return static_cast<int>(m_lanes.size()); }
@@ -168,7 +186,7 @@ class SessionStore : public QObject
     std::size_t maxEvents() const { return m_maxEvents; }
     std::uint64_t evictedEvents() const;
 
-  signals:
+  Q_SIGNALS:
     void updated(const shardscope::StoreChanges &changes);
 
   private:
@@ -203,8 +221,7 @@ class SessionStore : public QObject
         const ViolationRecord *record; // null for a live event
     };
     void upsertViolation(const ViolationSighting &v);
-    void addViolation(ViolationKind kind, const Event &ev, ModuleId accessor, ParamId param,
-                      ModuleId owner, ParamStatus status, GuardAction action);
+    void addViolation(const ViolationEvent &v, const Event &ev);
     ParamRecord *mutParam(ParamId id);
     EventLane &laneFor(int rank);
 

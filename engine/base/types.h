@@ -1,0 +1,101 @@
+#pragma once
+// The engine's vocabulary: ids and the small enums every layer speaks (named as in
+// DeepSpeed ZeRO-3). A leaf: comm, core, telemetry and wire all build on it; their
+// names live once in base/names.h.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace shardscope {
+
+using ModuleId = std::uint32_t;
+using ParamId = std::uint32_t;
+inline constexpr ModuleId kNoModule = 0xFFFFFFFFu;
+inline constexpr ParamId kNoParam = 0xFFFFFFFFu;
+
+using Shape = std::vector<std::int64_t>;
+
+enum class DType : std::uint8_t
+{
+    F32 = 0,
+    BF16 = 1
+};
+inline constexpr std::size_t dtypeSize(DType t)
+{
+    return t == DType::BF16 ? 2 : 4;
+}
+
+// ZeRO-3 per-rank partition state of a parameter (DeepSpeed's ZeroParamStatus).
+enum class ParamStatus : std::uint8_t
+{
+    NotAvailable = 0,
+    Inflight = 1,
+    Available = 2
+};
+
+enum class Phase : std::uint8_t
+{
+    Forward = 0,
+    Backward = 1
+};
+
+// What the access guard does about an unregistered access.
+enum class GuardPolicy : std::uint8_t
+{
+    Error = 0,
+    Warn = 1,
+    Auto = 2
+};
+
+// The action the guard took for one unregistered access.
+enum class GuardAction : std::uint8_t
+{
+    Raised = 0,
+    Gathered = 1,
+    AutoRegistered = 2,
+    Recorded = 3
+};
+
+enum class FetchReason : std::uint8_t
+{
+    Forward = 0,
+    Backward = 1,
+    Prefetch = 2,
+    GatheredParameters = 3,
+    Guard = 4,
+};
+
+enum class ViolationKind : std::uint8_t
+{
+    UnregisteredAccess = 0,
+    LateParameter = 1,
+    TraceInvalidated = 2,
+    GatheredWriteWithoutModifier = 3,
+};
+
+// The kind of a telemetry record (telemetry/event.h); what each kind carries is
+// telemetry/eventfields.h.
+enum class EventType : std::uint8_t
+{
+    ModuleEnter = 1,
+    ModuleExit = 2,
+    FetchBegin = 3,
+    FetchEnd = 4,
+    Release = 5,
+    Broadcast = 6,
+    ExternalRegister = 7,
+    ExternalUnregister = 8,
+    UnregisteredAccess = 9,
+    LateParameter = 10,
+    ParameterAdopted = 11,
+    TraceRecorded = 12,
+    TraceInvalidated = 13,
+    StepBegin = 14,
+    StepEnd = 15,
+    MemorySample = 16,
+    DroppedEvents = 17,
+    GatheredWriteError = 18,
+};
+
+} // namespace shardscope

@@ -1,0 +1,497 @@
+#include <QtTest>
+
+#include <QProcess>
+#include <QTemporaryDir>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+
+#include "comm/cpucommunicator.h"
+#include "core/engine.h"
+#include "server/inspector.h"
+#include "server/inspectorclient.h"
+#include "snapshotschema.h"
+#include "telemetry/eventfields.h"
+#include "wire/clientstate.h"
+#include "wire/snapshot.h"
+
+using namespace shardscope;
+
+namespace {
+
+QString binary(const char *name)
+{
+    return QString::fromLocal8Bit(qgetenv("SHARDSCOPE_BIN_DIR")) + "/" + name;
+}
+
+struct Run
+{
+    int exitCode = -1;
+    QString out;
+    QString err;
+};
+
+Run runCapture(const QStringList &args,
+               const QProcessEnvironment &env = QProcessEnvironment::systemEnvironment())
+{
+    QProcess p;
+    p.setProcessEnvironment(env);
+    p.start(binary("shardscope-capture"), args);
+    if (!p.waitForFinished(60000)) p.kill();
+    p.waitForFinished();
+    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
+            QString::fromLocal8Bit(p.readAllStandardOutput()),
+            QString::fromLocal8Bit(p.readAllStandardError())};
+}
+
+nlohmann::json readJson(const QString &path)
+{
+    std::ifstream in(path.toStdString());
+    return nlohmann::json::parse(in, nullptr, false);
+}
+
+// A small in-process engine for the capture tool to attach to.
+struct LocalEngine
+{
+    std::unique_ptr<Engine> engine;
+    ModuleId lin = 0;
+    ParamId w = 0;
+
+    LocalEngine()
+    {
+        EngineConfig cfg;
+        cfg.worldSize = 2;
+        cfg.persistenceThreshold = 4;
+        cfg.modelName = "local";
+        engine = std::make_unique<Engine>(cfg, makeCpuWorld(2));
+        lin = engine->addModule(engine->root(), "lin", "Linear");
+        std::vector<float> init(12, 1.0f);
+        w = engine->addParameter(lin, "weight", {3, 4}, DType::F32, init.data());
+        engine->partition();
+    }
+    void steps(int n)
+    {
+        engine->forEachLocalRank([&](int r) {
+            for (int s = 0; s < n; ++s) {
+                engine->beginStep(r);
+                {
+                    ModuleScope scope(*engine, r, lin, Phase::Forward);
+                    (void)engine->access(r, w);
+                }
+                engine->endStep(r, 1.0);
+            }
+        });
+    }
+};
+
+// shardscope-train with the inspector on a loopback port; endpoint() parses its announcement.
+struct Trainer
+{
+    QProcess process;
+    QString endpoint;
+    QString output;
+
+    bool start(const QStringList &extra)
+    {
+        process.setProcessChannelMode(QProcess::MergedChannels); // its errors show in output
+        process.start(binary("shardscope-train"),
+                      QStringList{"--externals", "none", "--listen", "tcp:127.0.0.1:0"} + extra);
+        if (!process.waitForStarted(10000)) return false;
+        while (endpoint.isEmpty() && (process.canReadLine() || process.waitForReadyRead(30000))) {
+            while (process.canReadLine()) {
+                const QString line = QString::fromLocal8Bit(process.readLine());
+                output += line;
+                static const QRegularExpression re("inspector: listening on (tcp:\\S+)");
+                if (auto m = re.match(line); m.hasMatch()) endpoint = m.captured(1);
+            }
+        }
+        return !endpoint.isEmpty();
+    }
+    int finish()
+    {
+        process.waitForFinished(120000);
+        output += QString::fromLocal8Bit(process.readAllStandardOutput());
+        return process.exitStatus() == QProcess::NormalExit ? process.exitCode() : -1;
+    }
+};
+
+bool snapshotSchemaProblemsEmpty(const nlohmann::json &j)
+{
+    const auto problems = test::snapshotSchemaProblems(j);
+    for (const auto &p : problems)
+        qWarning("schema: %s", p.c_str());
+    return problems.empty();
+}
+
+bool haveTrainer()
+{
+    return QFileInfo::exists(binary("shardscope-train"));
+}
+
+} // namespace
+
+class TestCapture : public QObject
+{
+    Q_OBJECT
+  private slots:
+    void initTestCase();
+    void badFlagsExitTwoWithAMessage_data();
+    void badFlagsExitTwoWithAMessage();
+    void unreachableEndpointIsAClearError();
+    void wrongTokenIsRefused();
+    void listShowsLiveEngines();
+    void capturesALocalEngineUntilItFinishes();
+    void trainerEndToEndFindsTheTiedEmbeddingAccess();
+    void untilStepStopsAfterThatStep();
+    void snapshotDocExampleDecodes();
+    void pythonClientFromTheProtocolDocWorks();
+    void engineDyingMidRunIsWrittenWithItsOwnStatus();
+    void tokenFileAndEnvironmentAreUsed();
+
+  private:
+    QTemporaryDir m_runtime;
+};
+
+void TestCapture::initTestCase()
+{
+    QVERIFY(m_runtime.isValid());
+    ::setenv("XDG_RUNTIME_DIR", m_runtime.path().toLocal8Bit().constData(), 1);
+    QVERIFY2(QFileInfo::exists(binary("shardscope-capture")),
+             "shardscope-capture not found in SHARDSCOPE_BIN_DIR");
+}
+
+void TestCapture::badFlagsExitTwoWithAMessage_data()
+{
+    QTest::addColumn<QStringList>("args");
+    QTest::addColumn<QString>("message");
+    QTest::newRow("nothing") << QStringList{} << "--attach ENDPOINT is required";
+    QTest::newRow("no out") << QStringList{"--attach", "tcp:127.0.0.1:5"}
+                            << "--out FILE is required";
+    QTest::newRow("bad endpoint") << QStringList{"--attach", "http://x", "--out", "f"}
+                                  << "unknown endpoint";
+    QTest::newRow("bad seconds") << QStringList{"--attach", "tcp:127.0.0.1:5", "--out",
+                                                "f",        "--seconds",       "soon"}
+                                 << "--seconds expects a positive number, got 'soon'";
+    QTest::newRow("both stops") << QStringList{"--attach",     "tcp:127.0.0.1:5",
+                                               "--out",        "f",
+                                               "--seconds",    "1",
+                                               "--until-step", "2"}
+                                << "cannot be combined";
+    QTest::newRow("unknown") << QStringList{"--frobnicate"} << "unknown option '--frobnicate'";
+    QTest::newRow("missing value") << QStringList{"--attach"} << "--attach needs a value";
+}
+
+void TestCapture::badFlagsExitTwoWithAMessage()
+{
+    QFETCH(QStringList, args);
+    QFETCH(QString, message);
+    const Run r = runCapture(args);
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains(message), qPrintable(r.err));
+    QVERIFY(r.err.contains("shardscope-capture --help"));
+}
+
+void TestCapture::unreachableEndpointIsAClearError()
+{
+    QTemporaryDir dir;
+    const Run r = runCapture(
+        {"--attach", "unix:" + dir.filePath("none.sock"), "--out", dir.filePath("s.json")});
+    QCOMPARE(r.exitCode, 1);
+    QVERIFY2(r.err.contains("cannot connect to unix:") && r.err.contains("is the engine running?"),
+             qPrintable(r.err));
+    QVERIFY(!QFileInfo::exists(dir.filePath("s.json")));
+}
+
+void TestCapture::wrongTokenIsRefused()
+{
+    QTemporaryDir dir;
+    LocalEngine local;
+    InspectorOptions o;
+    o.endpoint = "tcp:127.0.0.1:0";
+    o.token = "s3cret";
+    Inspector inspector(*local.engine, o);
+    const QString ep = QString::fromStdString(inspector.endpoint());
+    Run r = runCapture({"--attach", ep, "--out", dir.filePath("s.json"), "--token", "guess"});
+    QCOMPARE(r.exitCode, 1);
+    QVERIFY2(r.err.contains("the engine refused the connection: wrong token"), qPrintable(r.err));
+    r = runCapture({"--attach", ep, "--out", dir.filePath("s.json")});
+    QCOMPARE(r.exitCode, 1);
+    QVERIFY2(r.err.contains("requires a token"), qPrintable(r.err));
+    QVERIFY(!QFileInfo::exists(dir.filePath("s.json")));
+}
+
+void TestCapture::listShowsLiveEngines()
+{
+    QTemporaryDir runtime;
+    ::setenv("XDG_RUNTIME_DIR", runtime.path().toLocal8Bit().constData(), 1);
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    Run r = runCapture({"--list"}, env);
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY2(r.out.contains("no live ShardScope engines"), qPrintable(r.out));
+    {
+        LocalEngine local;
+        Inspector inspector(*local.engine, InspectorOptions{});
+        r = runCapture({"--list"}, env);
+        QCOMPARE(r.exitCode, 0);
+        QVERIFY2(r.out.contains(QString::number(::getpid())), qPrintable(r.out));
+        QVERIFY2(r.out.contains(QString::fromStdString(inspector.endpoint())), qPrintable(r.out));
+        QVERIFY2(r.out.contains("local"), qPrintable(r.out));
+    }
+    r = runCapture({"--list"}, env);
+    QVERIFY2(r.out.contains("no live ShardScope engines"), qPrintable(r.out));
+    // Issue #14, defect 6: a directory others can write to (as one created first by another
+    // user) may hold planted entries and FIFOs: nothing in it is listed or opened.
+    const QString dir = runtime.filePath("shardscope");
+    {
+        std::ofstream(dir.toStdString() + "/" + std::to_string(::getpid()) + ".json")
+            << "{\"format\":\"shardscope-discovery\",\"version\":1,\"pid\":" << ::getpid()
+            << ",\"endpoint\":\"tcp:127.0.0.1:1\",\"model\":\"planted\",\"world_size\":1,"
+               "\"backend\":\"cpu\",\"start_unix_ms\":0}";
+    }
+    QCOMPARE(::mkfifo((dir.toStdString() + "/1.json").c_str(), 0666), 0);
+    QCOMPARE(::chmod(dir.toLocal8Bit().constData(), 0777), 0);
+    r = runCapture({"--list"}, env);
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY2(!r.out.contains("planted"), qPrintable(r.out));
+    QVERIFY2(r.out.contains("is not a private directory of yours"), qPrintable(r.out));
+    QCOMPARE(::chmod(dir.toLocal8Bit().constData(), 0700), 0);
+    r = runCapture({"--list"}, env); // private again: the FIFO is skipped without waiting
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY2(r.out.contains("planted"), qPrintable(r.out));
+    ::setenv("XDG_RUNTIME_DIR", m_runtime.path().toLocal8Bit().constData(), 1);
+}
+
+void TestCapture::capturesALocalEngineUntilItFinishes()
+{
+    QTemporaryDir dir;
+    LocalEngine local;
+    InspectorOptions o;
+    o.endpoint = "unix:" + dir.filePath("e.sock").toStdString();
+    auto inspector = std::make_unique<Inspector>(*local.engine, o);
+    local.steps(3);
+    QProcess capture;
+    capture.start(binary("shardscope-capture"),
+                  {"--attach", QString::fromStdString(inspector->endpoint()), "--out",
+                   dir.filePath("c.json")});
+    QVERIFY(capture.waitForStarted());
+    QVERIFY(capture.waitForReadyRead(30000)); // "attached to ..."
+    local.steps(2);
+    inspector->finish();
+    QVERIFY(capture.waitForFinished(30000));
+    QCOMPARE(capture.exitCode(), 0);
+    auto snap = wire::readSnapshotFile(dir.filePath("c.json").toStdString());
+    QVERIFY2(snap.ok(), snap.error().c_str());
+    QCOMPARE(snap->state.step, std::uint32_t(5));
+    QCOMPARE(snap->meta.producer, std::string("shardscope-capture"));
+    QCOMPARE(snap->meta.pid, std::int64_t(::getpid()));
+    int stepEnds = 0;
+    for (const Event &e : snap->events)
+        stepEnds += e.type == EventType::StepEnd;
+    QCOMPARE(stepEnds, 5 * 2); // history (3 steps) and live (2 steps), both ranks
+    QVERIFY(snapshotSchemaProblemsEmpty(readJson(dir.filePath("c.json"))));
+}
+
+void TestCapture::trainerEndToEndFindsTheTiedEmbeddingAccess()
+{
+    if (!haveTrainer()) QSKIP("shardscope-train is not built");
+    QTemporaryDir dir;
+    const QString fileOut = dir.filePath("train.json");
+    const QString captured = dir.filePath("capture.json");
+    Trainer trainer;
+    QVERIFY2(trainer.start({"--steps", "30", "--snapshot-out", fileOut}),
+             qPrintable(trainer.output));
+
+    QProcess capture;
+    capture.start(binary("shardscope-capture"), {"--attach", trainer.endpoint, "--out", captured});
+
+    auto client = server::InspectorClient::connect(trainer.endpoint.toStdString(), {});
+    QVERIFY2(client.ok(), client.error().c_str());
+    wire::ClientState state;
+    const ViolationRecord *found = nullptr;
+    bool sawEvent = false;
+    while (!state.finished() && !(found && sawEvent && state.liveEvents() > 0)) {
+        auto frame = (*client)->next(30000);
+        QVERIFY2(frame.ok() && frame->has_value(),
+                 frame.ok() ? "no frame for 30 s" : frame.error().c_str());
+        QVERIFY(state.apply(**frame).ok());
+        const EngineState &s = state.snapshot().state;
+        const ModuleId lmHead = [&] {
+            for (const ModuleRecord &m : s.modules)
+                if (m.path == "lm_head") return m.id;
+            return kNoModule;
+        }();
+        for (const ViolationRecord &v : s.violations) {
+            if (v.kind != ViolationKind::UnregisteredAccess || v.accessor != lmHead) continue;
+            for (const ParamRecord &p : s.params)
+                if (p.id == v.param && p.name == "embed.weight" &&
+                    s.modules[v.owner].path == "embed")
+                    found = &v;
+        }
+        for (const Event &e : state.snapshot().events)
+            if (e.type == EventType::UnregisteredAccess && readAccess(e).accessor == lmHead &&
+                lmHead != kNoModule)
+                sawEvent = true;
+    }
+    QVERIFY2(found, "no unregistered access of embed.weight by lm_head");
+    QVERIFY2(found->step <= 2, "the access was not found within the first steps");
+    QCOMPARE(found->fix, std::string("register_external_parameter(lm_head, embed.weight)"));
+    QVERIFY(sawEvent);
+    QVERIFY(state.liveEvents() > 0);
+    client->reset();
+
+    QCOMPARE(trainer.finish(), 0);
+    QVERIFY(capture.waitForFinished(60000));
+    QCOMPARE(capture.exitCode(), 0);
+
+    const nlohmann::json a = readJson(fileOut);
+    const nlohmann::json b = readJson(captured);
+    QVERIFY(snapshotSchemaProblemsEmpty(a));
+    QVERIFY(snapshotSchemaProblemsEmpty(b));
+    QVERIFY(wire::readSnapshotFile(captured.toStdString()).ok());
+    QCOMPARE(b["engine"]["step"].get<int>(), 30);
+    QCOMPARE(a["modules"], b["modules"]);
+    QCOMPARE(a["params"].size(), b["params"].size());
+    QVERIFY(a["params"].size() > 5);
+    for (std::size_t i = 0; i < a["params"].size(); ++i)
+        for (const char *k :
+             {"id", "name", "module", "shape", "dtype", "numel", "padded_numel", "partition_numel",
+              "persistent", "partitioned", "late", "status", "external_modules"})
+            QVERIFY2(a["params"][i][k] == b["params"][i][k],
+                     qPrintable(QString::fromStdString(a["params"][i]["name"].dump()) + " " + k));
+    QVERIFY(!test::eventList(b).empty());
+}
+
+void TestCapture::untilStepStopsAfterThatStep()
+{
+    if (!haveTrainer()) QSKIP("shardscope-train is not built");
+    QTemporaryDir dir;
+    Trainer live;
+    QVERIFY2(live.start({"--steps", "20"}), qPrintable(live.output));
+    const Run r = runCapture(
+        {"--attach", live.endpoint, "--until-step", "3", "--out", dir.filePath("s.json")});
+    QCOMPARE(r.exitCode, 0);
+    auto snap = wire::readSnapshotFile(dir.filePath("s.json").toStdString());
+    QVERIFY2(snap.ok(), snap.error().c_str());
+    QVERIFY(snap->state.step >= 3);
+    QVERIFY(snap->state.step < 20);
+    bool step3Ended = false;
+    for (const Event &e : snap->events)
+        step3Ended = step3Ended || (e.type == EventType::StepEnd && e.step == 3);
+    QVERIFY(step3Ended);
+    QCOMPARE(live.finish(), 0); // the trainer carries on after the capture left
+}
+
+// The last fenced block of the given language in a document of docs/.
+QString docBlock(const QString &doc, const QString &language)
+{
+    QFile f(QStringLiteral(SHARDSCOPE_SOURCE_DIR) + "/docs/" + doc);
+    if (!f.open(QIODevice::ReadOnly)) return {};
+    const QString text = QString::fromUtf8(f.readAll());
+    const QString fence = "```" + language + "\n";
+    const qsizetype start = text.lastIndexOf(fence);
+    if (start < 0) return {};
+    const qsizetype end = text.indexOf("```", start + fence.size());
+    return text.mid(start + fence.size(), end - start - fence.size());
+}
+
+void TestCapture::snapshotDocExampleDecodes()
+{
+    const QString example = docBlock("snapshot.md", "json");
+    QVERIFY(!example.isEmpty());
+    auto snap = wire::decodeSnapshot(example.toStdString());
+    QVERIFY2(snap.ok(), snap.error().c_str());
+    QCOMPARE(snap->state.violations.size(), std::size_t(1));
+    QCOMPARE(snap->events.size(), std::size_t(2)); // columns: times as differences
+    QCOMPARE(snap->events[1].type, EventType::UnregisteredAccess);
+    QCOMPARE(snap->events[1].tsNs, std::uint64_t(1503093148064));
+    QCOMPARE(snap->events[1].flags, std::uint8_t(16));
+    QVERIFY(snapshotSchemaProblemsEmpty(nlohmann::json::parse(example.toStdString())));
+}
+
+void TestCapture::pythonClientFromTheProtocolDocWorks()
+{
+    if (!haveTrainer()) QSKIP("shardscope-train is not built");
+    if (QStandardPaths::findExecutable("python3").isEmpty()) QSKIP("python3 is not installed");
+    QTemporaryDir dir;
+    const QString script = dir.filePath("client.py");
+    {
+        QFile f(script);
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(docBlock("protocol.md", "python").toUtf8());
+    }
+    Trainer trainer;
+    // 20 steps are over in a fraction of a second, often before python3 has started:
+    // the run waits for its client.
+    QVERIFY2(trainer.start({"--steps", "20", "--wait-for-client=60"}), qPrintable(trainer.output));
+    QProcess py;
+    py.start("python3", {script, trainer.endpoint});
+    QVERIFY(py.waitForFinished(60000));
+    const QString out = QString::fromUtf8(py.readAllStandardOutput());
+    QVERIFY2(py.exitCode() == 0, qPrintable(QString::fromUtf8(py.readAllStandardError())));
+    QVERIFY2(out.contains("unregistered_access lm_head embed.weight embed "
+                          "register_external_parameter(lm_head, embed.weight)"),
+             qPrintable(out));
+    QVERIFY2(out.contains("0 lost; step 20"), qPrintable(out));
+    QCOMPARE(trainer.finish(), 0);
+}
+
+// Issue #14, defect 13: the capture exited 0 when the engine died mid-run. It writes what
+// it has, says the engine went away, and exits 3.
+void TestCapture::engineDyingMidRunIsWrittenWithItsOwnStatus()
+{
+    if (!haveTrainer()) QSKIP("shardscope-train is not built");
+    QTemporaryDir dir;
+    const QString out = dir.filePath("early.json");
+    Trainer trainer;
+    QVERIFY2(trainer.start({"--steps", "100000"}), qPrintable(trainer.output));
+    QProcess capture;
+    capture.start(binary("shardscope-capture"), {"--attach", trainer.endpoint, "--out", out});
+    QVERIFY(capture.waitForStarted());
+    QVERIFY(capture.waitForReadyRead(30000)); // "attached to ..."
+    trainer.process.kill();
+    trainer.process.waitForFinished(10000);
+    QVERIFY(capture.waitForFinished(30000));
+    const QString said = QString::fromLocal8Bit(capture.readAllStandardOutput());
+    QCOMPARE(capture.exitCode(), 3);
+    QVERIFY2(said.contains("capture ended early: the engine went away"), qPrintable(said));
+    QVERIFY(wire::readSnapshotFile(out.toStdString()).ok());
+}
+
+// Issue #14, defect 7: the token from --token-file (a private file) or SHARDSCOPE_TOKEN.
+void TestCapture::tokenFileAndEnvironmentAreUsed()
+{
+    QTemporaryDir dir;
+    LocalEngine local;
+    InspectorOptions o;
+    o.endpoint = "unix:" + dir.filePath("e.sock").toStdString();
+    o.token = "s3cret";
+    auto inspector = std::make_unique<Inspector>(*local.engine, o);
+    local.steps(1);
+    const QString token = dir.filePath("token");
+    {
+        std::ofstream(token.toStdString()) << "s3cret\n";
+    }
+    QFile::setPermissions(token, QFile::ReadOwner | QFile::WriteOwner | QFile::ReadOther);
+    const QString endpoint = QString::fromStdString(inspector->endpoint());
+    const QStringList args = {"--attach",  endpoint, "--out", dir.filePath("c.json"),
+                              "--seconds", "0.5"};
+    Run r = runCapture(args + QStringList{"--token-file", token});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("chmod 600"), qPrintable(r.err));
+    QFile::setPermissions(token, QFile::ReadOwner | QFile::WriteOwner);
+    r = runCapture(args + QStringList{"--token-file", token});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("SHARDSCOPE_TOKEN", "s3cret");
+    r = runCapture(args, env);
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    env.insert("SHARDSCOPE_TOKEN", "wrong");
+    r = runCapture(args, env);
+    QCOMPARE(r.exitCode, 1);
+    QVERIFY2(r.err.contains("wrong token"), qPrintable(r.err));
+}
+
+QTEST_GUILESS_MAIN(TestCapture)
+#include "tst_capture.moc"

@@ -1,0 +1,306 @@
+// The module / parameter tree: checked by QAbstractItemModelTester through live-like
+// update sequences, externals under the registering module, filtering that keeps
+// ancestors, sorting, and a 100,000-parameter model that populates and filters.
+
+#include <QAbstractItemModelTester>
+#include <QTest>
+
+#include "models/moduletreemodel.h"
+#include "session/sessionstore.h"
+#include "syntheticstate.h"
+#include "telemetry/eventfields.h"
+
+using namespace shardscope;
+using namespace shardscope::testing;
+
+class TestModuleTreeModel : public QObject
+{
+    Q_OBJECT
+  private slots:
+    void liveUpdatesUnderTester();
+    void externalsShownUnderRegisteringModule();
+    void hugeParameterIdsAreNamesNotIndexes();
+    void filterKeepsAncestors();
+    void sortsByColumn();
+    void hundredThousandParameters();
+    void typingMatchesQtCaseInsensitiveContains();
+
+  private:
+    // What the filter must keep, computed independently with QString::contains: nodes
+    // whose path or name matches, the subtree of a matching module, and their ancestors.
+    static int expectedMatching(const SessionStore &store, const QString &f)
+    {
+        int count = 0;
+        auto visit = [&](auto &&self, ModuleId id, bool inherited) -> bool {
+            const bool match =
+                inherited ||
+                QString::fromStdString(store.module(id)->path).contains(f, Qt::CaseInsensitive);
+            bool visible = match;
+            for (ModuleId c : store.childModules(id))
+                visible = self(self, c, match) || visible;
+            for (ParamId p : store.ownedParams(id)) {
+                if (match ||
+                    QString::fromStdString(store.param(p)->name).contains(f, Qt::CaseInsensitive)) {
+                    ++count;
+                    visible = true;
+                }
+            }
+            if (visible) ++count;
+            return visible;
+        };
+        visit(visit, 0, false);
+        return count;
+    }
+
+    static QStringList childNames(QAbstractItemModel &model, const QModelIndex &parent)
+    {
+        while (model.canFetchMore(parent))
+            model.fetchMore(parent);
+        QStringList names;
+        for (int r = 0; r < model.rowCount(parent); ++r)
+            names << model.index(r, 0, parent).data().toString();
+        return names;
+    }
+};
+
+void TestModuleTreeModel::liveUpdatesUnderTester()
+{
+    SessionStore store;
+    ModuleTreeModel model(&store);
+    model.setFetchBatchSize(2);
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QCOMPARE(model.rowCount(), 0);
+    store.applyState(smallState());
+    store.flush();
+    QCOMPARE(model.rowCount(), 1);
+    const QModelIndex root = model.index(0, 0);
+    QCOMPARE(root.data().toString(), QStringLiteral("tiny-lm"));
+    QCOMPARE(childNames(model, root), (QStringList{"embed", "blocks", "lm_head", "pos_conv"}));
+
+    // Statuses change, gathers count, a violation arrives, a parameter is registered.
+    const QModelIndex fc0w = model.indexForParam(1);
+    QVERIFY(fc0w.isValid());
+    QCOMPARE(fc0w.data().toString(), QStringLiteral("weight"));
+    store.appendEvents(
+        std::vector<Event>{eventAt(10, 0, makeFetchBegin({.param = 1, .cause = 0})),
+                           eventAt(20, 0, makeFetchEnd({.param = 1, .cause = 0, .bytes = 1024}))},
+        false);
+    store.flush();
+    const QModelIndex status = model.index(fc0w.row(), ModuleTreeModel::Status, fc0w.parent());
+    QCOMPARE(status.data().toString(), QStringLiteral("MIXED (1/4 AVAILABLE)"));
+    QVERIFY(status.data(Qt::ToolTipRole).toString().contains(QStringLiteral("rank 0: AVAILABLE")));
+    QVERIFY(
+        status.data(Qt::ToolTipRole).toString().contains(QStringLiteral("rank 3: NOT_AVAILABLE")));
+    QCOMPARE(model.index(fc0w.row(), ModuleTreeModel::Gathers, fc0w.parent()).data().toString(),
+             QStringLiteral("1"));
+
+    store.appendEvents(std::vector<Event>{lmHeadViolation(30, 0)}, false);
+    store.flush();
+    const QModelIndex embedW = model.indexForParam(0);
+    QCOMPARE(
+        model.index(embedW.row(), ModuleTreeModel::Violations, embedW.parent()).data().toString(),
+        QStringLiteral("1"));
+    const QModelIndex head = model.indexForModule(7);
+    QCOMPARE(model.index(head.row(), ModuleTreeModel::Violations, head.parent()).data().toString(),
+             QStringLiteral("1"));
+    QVERIFY(head.data(Qt::ForegroundRole).isValid());
+
+    store.appendEvents(
+        std::vector<Event>{eventAt(40, 0, makeExternalRegister({.module = 7, .param = 0}))}, false);
+    store.flush();
+    const QModelIndex head2 = model.indexForModule(7);
+    QVERIFY(childNames(model, head2).contains(QStringLiteral("embed.weight  [external]")));
+
+    for (int i = 0; i < 200; ++i) {
+        const auto p = static_cast<std::uint32_t>(i % 8);
+        const Event fields = i % 2 ? makeRelease({.param = p, .cause = 0})
+                                   : makeFetchBegin({.param = p, .cause = 0});
+        store.appendEvents(
+            std::vector<Event>{eventAt(100 + static_cast<std::uint64_t>(i), i % 4, fields)}, false);
+        if (i % 17 == 0) store.flush();
+    }
+    store.flush();
+    model.setFilterText(QStringLiteral("fc"));
+    model.setFilterText(QString());
+    store.clear();
+    store.flush();
+    QCOMPARE(model.rowCount(), 0);
+}
+
+void TestModuleTreeModel::externalsShownUnderRegisteringModule()
+{
+    SessionStore store;
+    EngineState st = smallState();
+    st.params[0].externals.push_back(ExternalRecord{7, false});
+    store.applyState(st);
+    ModuleTreeModel model(&store);
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    const QModelIndex head = model.indexForModule(7);
+    QCOMPARE(childNames(model, head), (QStringList{"bias", "embed.weight  [external]"}));
+    const QModelIndex ext = model.index(1, 0, head);
+    QCOMPARE(ext.data(ModuleTreeModel::KindRole).toInt(), int(ModuleTreeModel::ExternalNode));
+    QCOMPARE(ext.data(ModuleTreeModel::ParamIdRole).toUInt(), 0u);
+    QCOMPARE(ext.data(ModuleTreeModel::ModuleIdRole).toUInt(), 7u);
+    QVERIFY(ext.data(Qt::ToolTipRole)
+                .toString()
+                .contains(
+                    QStringLiteral("registered as external on lm_head (manual), owned by embed")));
+    const QModelIndex embedW = model.indexForParam(0);
+    QCOMPARE(
+        model.index(embedW.row(), ModuleTreeModel::RegisteredOn, embedW.parent()).data().toString(),
+        QStringLiteral("lm_head"));
+    QCOMPARE(ModuleTreeModel::keyOf(ext), QStringLiteral("e7:0"));
+    QCOMPARE(model.indexForKey(QStringLiteral("e7:0")), ext);
+}
+
+// Issue #14, defect 2: the tree sized two tables by the largest parameter id (4294967294
+// in a 1.5 KB file). Rows and lookups work by the parameter's place instead.
+void TestModuleTreeModel::hugeParameterIdsAreNamesNotIndexes()
+{
+    SessionStore store;
+    EngineState st = smallState();
+    st.params[0].id = 4'294'967'294u; // embed.weight
+    st.params[0].externals.push_back(ExternalRecord{7, false});
+    st.params[1].id = 500'000'000;
+    store.applyState(st);
+    ModuleTreeModel model(&store);
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    const QModelIndex embedW = model.indexForParam(4'294'967'294u);
+    QVERIFY(embedW.isValid());
+    QCOMPARE(embedW.data(ModuleTreeModel::ParamIdRole).toUInt(), 4'294'967'294u);
+    QVERIFY(model.indexForParam(500'000'000).isValid());
+    QVERIFY(!model.indexForParam(3'000'000'000u).isValid());
+    const QModelIndex ext = model.indexForKey(QStringLiteral("e7:4294967294"));
+    QVERIFY(ext.isValid());
+    QCOMPARE(ext.data(ModuleTreeModel::KindRole).toInt(), int(ModuleTreeModel::ExternalNode));
+}
+
+void TestModuleTreeModel::filterKeepsAncestors()
+{
+    SessionStore store;
+    store.applyState(smallState());
+    ModuleTreeModel model(&store);
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    model.setFilterText(QStringLiteral("1.FC.B"));
+    const QModelIndex root = model.index(0, 0);
+    QCOMPARE(childNames(model, root), QStringList{"blocks"});
+    const QModelIndex blocks = model.index(0, 0, root);
+    QCOMPARE(childNames(model, blocks), QStringList{"1"});
+    QCOMPARE(childNames(model, model.index(0, 0, blocks)), QStringList{"fc"});
+    const QModelIndex fc = model.index(0, 0, model.index(0, 0, blocks));
+    QCOMPARE(fc.data().toString(), QStringLiteral("fc"));
+    QCOMPARE(childNames(model, fc), QStringList{"bias"});
+    QVERIFY(!model.indexForParam(0).isValid());
+    // A matching module keeps its whole subtree.
+    model.setFilterText(QStringLiteral("pos_conv"));
+    QCOMPARE(childNames(model, model.index(0, 0)), QStringList{"pos_conv"});
+    const QModelIndex conv = model.index(0, 0, model.index(0, 0));
+    QCOMPARE(childNames(model, conv), (QStringList{"weight_g  [late]", "weight_v  [late]"}));
+    model.setFilterText(QStringLiteral("no such thing"));
+    QCOMPARE(model.rowCount(), 0);
+    model.setFilterText(QString());
+    QCOMPARE(childNames(model, model.index(0, 0)).size(), 4);
+}
+
+void TestModuleTreeModel::sortsByColumn()
+{
+    SessionStore store;
+    store.applyState(smallState());
+    ModuleTreeModel model(&store);
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    model.sort(ModuleTreeModel::Numel, Qt::DescendingOrder);
+    const QModelIndex root = model.index(0, 0);
+    // Modules first (by subtree numel), then parameters.
+    QCOMPARE(childNames(model, root), (QStringList{"embed", "blocks", "pos_conv", "lm_head"}));
+    model.sort(ModuleTreeModel::Name, Qt::AscendingOrder);
+    QCOMPARE(childNames(model, root), (QStringList{"blocks", "embed", "lm_head", "pos_conv"}));
+    const QModelIndex fc = model.indexForModule(4);
+    QCOMPARE(childNames(model, fc), (QStringList{"bias", "weight"}));
+}
+
+void TestModuleTreeModel::hundredThousandParameters()
+{
+    SessionStore store;
+    store.applyState(largeState(1000, 100)); // 1000 modules x 100 = 100,000 parameters
+    store.flush();
+    QCOMPARE(store.state().params.size(), std::size_t(100000));
+    ModuleTreeModel model(&store);
+    model.setFetchBatchSize(500);
+    const QModelIndex root = model.index(0, 0);
+    QCOMPARE(model.rowCount(root), 0); // lazy
+    QVERIFY(model.canFetchMore(root));
+    model.fetchMore(root);
+    QCOMPARE(model.rowCount(root), 10); // group0..group9
+    const QModelIndex g3 = model.index(3, 0, root);
+    QCOMPARE(g3.data().toString(), QStringLiteral("group3"));
+    model.fetchMore(g3);
+    QCOMPARE(model.rowCount(g3), 100);
+    const QModelIndex layer = model.index(42, 0, g3);
+    QCOMPARE(layer.data().toString(), QStringLiteral("layer342"));
+    QCOMPARE(model.index(42, ModuleTreeModel::Numel, g3).data().toString(),
+             QStringLiteral("323,200"));
+    model.fetchMore(layer);
+    QCOMPARE(model.rowCount(layer), 100);
+
+    // Deep lookups reveal only what they need.
+    const QModelIndex p = model.indexForParam(99999);
+    QVERIFY(p.isValid());
+    QCOMPARE(p.data().toString(), QStringLiteral("w99"));
+    QCOMPARE(p.parent().data().toString(), QStringLiteral("layer999"));
+
+    model.setFilterText(QStringLiteral("layer777.w5"));
+    QCOMPARE(model.matchingNodeCount(), 1 + 1 + 1 + 11); // root, group7, layer777, w5 + w50..w59
+    const QModelIndex fr = model.index(0, 0);
+    QCOMPARE(childNames(model, fr), QStringList{"group7"});
+    QCOMPARE(childNames(model, model.index(0, 0, fr)), QStringList{"layer777"});
+    const QModelIndex fl = model.index(0, 0, model.index(0, 0, fr));
+    QCOMPARE(fl.data().toString(), QStringLiteral("layer777"));
+    QCOMPARE(childNames(model, fl).size(), 11);
+
+    // A status change on many parameters arrives as one batch.
+    std::vector<Event> evs;
+    for (std::uint32_t i = 0; i < 100000; i += 7)
+        evs.push_back(eventAt(i, 1, makeFetchBegin({.param = i, .cause = 0})));
+    store.appendEvents(evs, false);
+    store.flush();
+    QCOMPARE(store.param(77756)->status[1], ParamStatus::Inflight);
+    QCOMPARE(model.index(7, 0, fl).data().toString(), QStringLiteral("w56"));
+    QCOMPARE(model.index(7, ModuleTreeModel::Status, fl).data().toString(),
+             QStringLiteral("MIXED (0/8 AVAILABLE)"));
+    QCOMPARE(model.index(6, ModuleTreeModel::Status, fl).data().toString(),
+             QStringLiteral("NOT_AVAILABLE"));
+    model.setFilterText(QString());
+    QCOMPARE(model.matchingNodeCount(), 1 + 10 + 1000 + 100000);
+}
+
+void TestModuleTreeModel::typingMatchesQtCaseInsensitiveContains()
+{
+    // Typing that extends, shortens and replaces the text, in mixed case and outside
+    // ASCII: every step keeps what QString::contains(Qt::CaseInsensitive) keeps.
+    EngineState st = largeState(300, 10);
+    st.modules[5].path = "group0.Läyer4";
+    st.params[7].name += ".ÄRGER";
+    st.params[8].name += ".weiß";
+    st.params[9].name += ".Kelvin\u212a";
+    SessionStore store;
+    store.applyState(st);
+    store.flush();
+    ModuleTreeModel model(&store);
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    const QStringList typed{"L", "la", "LAY", "laye", "layer2", "layer21", "layer2", "layer",
+                            "LAYER1.W", "layer1.w5", "w5", "group2.layer2", "GROUP2.LAYER2",
+                            "ä", "Äy", "äyer4", "ärger", "WEISS", "WEIß", "k", "\u212a", "kelvink",
+                            "nothing", "nothing here", ".", ""};
+    for (const QString &text : typed) {
+        model.setFilterText(text);
+        QCOMPARE(model.matchingNodeCount(), expectedMatching(store, text));
+    }
+    model.setFilterText(QStringLiteral("äyer4"));
+    QCOMPARE(childNames(model, model.index(0, 0)), QStringList{"group0"});
+    QCOMPARE(childNames(model, model.index(0, 0, model.index(0, 0))), QStringList{"Läyer4"});
+    model.setFilterText(QStringLiteral("LAYER29."));
+    QCOMPARE(model.matchingNodeCount(), 1 + 1 + 1 + 10); // root, group0, layer29, its params
+}
+
+QTEST_MAIN(TestModuleTreeModel)
+#include "tst_moduletreemodel.moc"

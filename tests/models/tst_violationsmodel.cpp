@@ -1,0 +1,138 @@
+// The violations table: rows per (kind, accessor, parameter) with counts, checked by
+// QAbstractItemModelTester while violations arrive; CSV export.
+
+#include <QAbstractItemModelTester>
+#include <QSortFilterProxyModel>
+#include <QTest>
+
+#include "models/violationsmodel.h"
+#include "session/sessionstore.h"
+#include "syntheticstate.h"
+
+using namespace shardscope;
+using namespace shardscope::testing;
+
+class TestViolationsModel : public QObject
+{
+    Q_OBJECT
+  private slots:
+    void rowsAppearAndCount();
+    void csv();
+    void lateAttachTimesCountFromTheFirstViolation();
+};
+
+void TestViolationsModel::rowsAppearAndCount()
+{
+    SessionStore store;
+    ViolationsModel model(&store);
+    QSortFilterProxyModel proxy;
+    proxy.setSourceModel(&model);
+    proxy.setSortRole(ViolationsModel::SortRole);
+    proxy.sort(ViolationsModel::Count, Qt::DescendingOrder);
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QAbstractItemModelTester proxyTester(&proxy,
+                                         QAbstractItemModelTester::FailureReportingMode::QtTest);
+    store.applyState(smallState());
+    store.appendEvents(std::vector<Event>{eventAt(5, 0, makeStepBegin())}, false);
+    store.flush();
+    QCOMPARE(model.rowCount(), 0);
+    store.appendEvents(std::vector<Event>{lmHeadViolation(1000005, 0)}, false);
+    store.flush();
+    QCOMPARE(model.rowCount(), 1);
+    QCOMPARE(model.index(0, ViolationsModel::Kind).data().toString(),
+             QStringLiteral("unregistered_access"));
+    QCOMPARE(model.index(0, ViolationsModel::Accessor).data().toString(),
+             QStringLiteral("lm_head"));
+    QCOMPARE(model.index(0, ViolationsModel::Parameter).data().toString(),
+             QStringLiteral("embed.weight"));
+    QCOMPARE(model.index(0, ViolationsModel::Owner).data().toString(), QStringLiteral("embed"));
+    QCOMPARE(model.index(0, ViolationsModel::Status).data().toString(),
+             QStringLiteral("NOT_AVAILABLE"));
+    QCOMPARE(model.index(0, ViolationsModel::Action).data().toString(), QStringLiteral("gathered"));
+    QCOMPARE(model.index(0, ViolationsModel::Time).data().toString(), QStringLiteral("0.001 s"));
+    QCOMPARE(model.index(0, 0).data(ViolationsModel::FixRole).toString(),
+             QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
+    for (int i = 0; i < 5; ++i)
+        store.appendEvents(
+            std::vector<Event>{lmHeadViolation(2000000 + static_cast<std::uint64_t>(i), i % 4, 2)},
+            false);
+    store.appendEvents(
+        std::vector<Event>{eventAt(3000000, 1, makeLateParameter({.module = 8, .param = 7}))},
+        false);
+    store.flush();
+    QCOMPARE(model.rowCount(), 2);
+    QCOMPARE(model.index(0, ViolationsModel::Count).data().toString(), QStringLiteral("6"));
+    QCOMPARE(model.index(0, ViolationsModel::Rank).data().toString(), QStringLiteral("0-3"));
+    QCOMPARE(model.index(0, ViolationsModel::Step).data().toString(), QStringLiteral("1-2"));
+    QCOMPARE(model.index(1, ViolationsModel::Kind).data().toString(),
+             QStringLiteral("late_parameter"));
+    QCOMPARE(model.index(1, ViolationsModel::Parameter).data().toString(),
+             QStringLiteral("pos_conv.weight_v"));
+    QCOMPARE(proxy.index(0, ViolationsModel::Count).data().toString(), QStringLiteral("6"));
+    store.clear();
+    store.flush();
+    QCOMPARE(model.rowCount(), 0);
+}
+
+void TestViolationsModel::csv()
+{
+    SessionStore store;
+    ViolationsModel model(&store);
+    store.applyState(smallState());
+    store.appendEvents(std::vector<Event>{lmHeadViolation(100, 0), lmHeadViolation(101, 2)}, false);
+    store.flush();
+    const QStringList lines =
+        QString::fromUtf8(model.toCsv()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+    QCOMPARE(lines.size(), 2);
+    QCOMPARE(
+        lines[0],
+        QStringLiteral(
+            "time_ns,step,last_step,ranks,kind,accessor,parameter,owner,status,action,count,fix"));
+    QCOMPARE(lines[1],
+             QStringLiteral(
+                 "100,1,1,\"0, "
+                 "2\",unregistered_access,lm_head,embed.weight,embed,NOT_AVAILABLE,gathered,2,"
+                 "\"register_external_parameter(lm_head, embed.weight)\""));
+}
+
+// A client that attaches late gets the state's violations (from steps long past) and only
+// the recent history: times count from the earliest moment known, so the violations keep
+// their own times instead of all reading 0.000 s before the history's first event; and
+// they stay put when new events arrive.
+void TestViolationsModel::lateAttachTimesCountFromTheFirstViolation()
+{
+    SessionStore store;
+    ViolationsModel model(&store);
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    EngineState st = smallState();
+    ViolationRecord early;
+    early.kind = ViolationKind::UnregisteredAccess;
+    early.accessor = 7;
+    early.param = 0;
+    early.owner = 1;
+    early.step = 1;
+    early.lastStep = 40;
+    early.count = 40;
+    early.tsNs = 2'000'000'000;
+    ViolationRecord late = early;
+    late.kind = ViolationKind::LateParameter;
+    late.accessor = 3;
+    late.param = 8;
+    late.tsNs = 2'500'000'000;
+    st.violations = {early, late};
+    store.applyState(st);
+    // The history holds the last steps only, from 60 s on.
+    store.appendEvents(std::vector<Event>{eventAt(60'000'000'000, 0, makeStepBegin(), 41)}, false);
+    store.flush();
+    QCOMPARE(store.timeOrigin(), std::uint64_t(2'000'000'000));
+    QCOMPARE(model.rowCount(), 2);
+    QCOMPARE(model.index(0, ViolationsModel::Time).data().toString(), QStringLiteral("0.000 s"));
+    QCOMPARE(model.index(1, ViolationsModel::Time).data().toString(), QStringLiteral("0.500 s"));
+    store.appendEvents(std::vector<Event>{lmHeadViolation(61'000'000'000, 2, 41)}, false);
+    store.flush();
+    QCOMPARE(store.timeOrigin(), std::uint64_t(2'000'000'000));
+    QCOMPARE(model.index(1, ViolationsModel::Time).data().toString(), QStringLiteral("0.500 s"));
+}
+
+QTEST_GUILESS_MAIN(TestViolationsModel)
+#include "tst_violationsmodel.moc"

@@ -1,0 +1,284 @@
+// The Chrome / Perfetto trace export: valid JSON, one pid per rank with process_name,
+// X events with cat and integer microseconds, violations as instant events, distributedInfo;
+// overlapping gathers of a rank on their own threads, so X spans on every thread nest.
+
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QTest>
+
+#include "session/traceexport.h"
+#include "syntheticstate.h"
+#include "telemetry/eventfields.h"
+
+using namespace shardscope;
+using namespace shardscope::testing;
+
+class TestTraceExport : public QObject
+{
+    Q_OBJECT
+  private slots:
+    void requiredFields();
+    void overlappingGathersGetTheirOwnThreads();
+};
+
+void TestTraceExport::requiredFields()
+{
+    SessionStore store;
+    store.applyState(smallState(2));
+    store.appendEvents(
+        std::vector<Event>{
+            eventAt(1000000, 0, makeStepBegin()),
+            eventAt(1000000, 0, makeModuleEnter({.module = 7})),
+            eventAt(1001000, 0,
+                    makeFetchBegin(
+                        {.param = 0, .cause = 7, .bytes = 6464, .reason = FetchReason::Guard})),
+            eventAt(1003600, 0,
+                    makeFetchEnd(
+                        {.param = 0, .cause = 7, .bytes = 6464, .reason = FetchReason::Guard})),
+            lmHeadViolation(1003700, 0),
+            eventAt(1010000, 0, makeModuleExit({.module = 7})),
+            eventAt(1020000, 0, makeStepEnd(4.25)),
+            eventAt(1002000, 1, makeModuleEnter({.module = 1})),
+            eventAt(1002500, 1, makeModuleExit({.module = 1})),
+        },
+        false);
+    QJsonParseError err{};
+    const QJsonDocument doc = QJsonDocument::fromJson(chromeTrace(store), &err);
+    QCOMPARE(err.error, QJsonParseError::NoError);
+    const QJsonObject root = doc.object();
+    QCOMPARE(root.value(QStringLiteral("distributedInfo"))
+                 .toObject()
+                 .value(QStringLiteral("world_size"))
+                 .toInt(),
+             2);
+    QCOMPARE(root.value(QStringLiteral("distributedInfo"))
+                 .toObject()
+                 .value(QStringLiteral("backend"))
+                 .toString(),
+             QStringLiteral("cpu"));
+    const QJsonArray events = root.value(QStringLiteral("traceEvents")).toArray();
+    QSet<int> processNames;
+    int gathers = 0, modules = 0, instants = 0, steps = 0;
+    for (const QJsonValue &v : events) {
+        const QJsonObject e = v.toObject();
+        const QString ph = e.value(QStringLiteral("ph")).toString();
+        if (ph == QLatin1String("M") &&
+            e.value(QStringLiteral("name")).toString() == QLatin1String("process_name"))
+            processNames.insert(e.value(QStringLiteral("pid")).toInt());
+        if (ph == QLatin1String("X")) {
+            QVERIFY(e.contains(QStringLiteral("cat")));
+            const double ts = e.value(QStringLiteral("ts")).toDouble();
+            const double dur = e.value(QStringLiteral("dur")).toDouble();
+            QCOMPARE(ts, std::floor(ts));
+            QCOMPARE(dur, std::floor(dur));
+            const QString cat = e.value(QStringLiteral("cat")).toString();
+            if (cat == QLatin1String("gather,guard")) {
+                ++gathers;
+                QCOMPARE(e.value(QStringLiteral("name")).toString(),
+                         QStringLiteral("embed.weight"));
+                QCOMPARE(ts, 1.0);  // (1,001,000 - 1,000,000) ns
+                QCOMPARE(dur, 3.0); // 2,600 ns rounds to 3 us
+                QCOMPARE(e.value(QStringLiteral("pid")).toInt(), 0);
+            } else if (cat.startsWith(QLatin1String("module"))) {
+                ++modules;
+            } else if (cat == QLatin1String("step")) {
+                ++steps;
+                QCOMPARE(e.value(QStringLiteral("args"))
+                             .toObject()
+                             .value(QStringLiteral("loss"))
+                             .toDouble(),
+                         4.25);
+            }
+        }
+        if (ph == QLatin1String("i")) {
+            ++instants;
+            QCOMPARE(e.value(QStringLiteral("cat")).toString(), QStringLiteral("violation"));
+            QCOMPARE(e.value(QStringLiteral("name")).toString(),
+                     QStringLiteral("unregistered_access"));
+            QCOMPARE(
+                e.value(QStringLiteral("args")).toObject().value(QStringLiteral("fix")).toString(),
+                QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
+            QCOMPARE(e.value(QStringLiteral("ts")).toDouble(), 4.0); // 3,700 ns
+        }
+    }
+    QCOMPARE(processNames, (QSet<int>{0, 1}));
+    QCOMPARE(gathers, 1);
+    QCOMPARE(modules, 2);
+    QCOMPARE(steps, 1);
+    QCOMPARE(instants, 1);
+}
+
+namespace {
+
+struct XSpan
+{
+    qint64 ts = 0;
+    qint64 end = 0;
+    QString name;
+};
+
+// Chrome's trace viewer and Perfetto need the X spans of one thread to nest: any two are
+// disjoint (touching is fine) or one contains the other.
+QString firstBadPair(const QList<XSpan> &spans)
+{
+    for (qsizetype i = 0; i < spans.size(); ++i) {
+        for (qsizetype j = i + 1; j < spans.size(); ++j) {
+            const XSpan &a = spans[i];
+            const XSpan &b = spans[j];
+            const bool disjoint = a.end <= b.ts || b.end <= a.ts;
+            const bool aHoldsB = a.ts <= b.ts && b.end <= a.end;
+            const bool bHoldsA = b.ts <= a.ts && a.end <= b.end;
+            if (!disjoint && !aHoldsB && !bHoldsA)
+                return QStringLiteral("%1 [%2, %3] and %4 [%5, %6]")
+                    .arg(a.name)
+                    .arg(a.ts)
+                    .arg(a.end)
+                    .arg(b.name)
+                    .arg(b.ts)
+                    .arg(b.end);
+        }
+    }
+    return QString();
+}
+
+} // namespace
+
+void TestTraceExport::overlappingGathersGetTheirOwnThreads()
+{
+    // Rank 0 prefetches blocks.1.fc.weight (3) and .bias (4) while blocks.0 runs; both are
+    // still in flight when blocks.1 starts, and lm_head.bias (5) is issued once 3 is done.
+    // Module ends are sub-microsecond so that rounding each duration on its own would
+    // push blocks.1 past its parent blocks.
+    const std::uint64_t t0 = 1000000;
+    SessionStore store;
+    store.applyState(smallState(2));
+    store.appendEvents(
+        std::vector<Event>{
+            eventAt(t0, 0, makeStepBegin()),
+            eventAt(t0 + 1400, 0, makeModuleEnter({.module = 2})), // blocks, us 1
+            eventAt(t0 + 1600, 0, makeModuleEnter({.module = 3})), // blocks.0, us 2
+            eventAt(t0 + 1700, 0,
+                    makeFetchBegin({.param = 3,
+                                    .cause = 3,
+                                    .bytes = 1024,
+                                    .reason = FetchReason::Prefetch})), // us 2
+            eventAt(t0 + 2600, 0,
+                    makeFetchBegin({.param = 4,
+                                    .cause = 3,
+                                    .bytes = 64,
+                                    .reason = FetchReason::Prefetch})), // us 3
+            eventAt(t0 + 4000, 0, makeModuleExit({.module = 3})),       // us 4
+            eventAt(t0 + 4600, 0, makeModuleEnter({.module = 5})),      // blocks.1, us 5
+            eventAt(t0 + 5000, 0,
+                    makeFetchEnd({.param = 3,
+                                  .cause = 3,
+                                  .bytes = 1024,
+                                  .reason = FetchReason::Prefetch})), // us 5
+            eventAt(t0 + 5400, 0,
+                    makeFetchBegin({.param = 5,
+                                    .cause = 5,
+                                    .bytes = 404,
+                                    .reason = FetchReason::Prefetch})), // us 5
+            eventAt(t0 + 7000, 0,
+                    makeFetchEnd({.param = 4,
+                                  .cause = 3,
+                                  .bytes = 64,
+                                  .reason = FetchReason::Prefetch})), // us 7
+            eventAt(t0 + 8000, 0,
+                    makeFetchEnd({.param = 5,
+                                  .cause = 5,
+                                  .bytes = 404,
+                                  .reason = FetchReason::Prefetch})), // us 8
+            eventAt(t0 + 10400, 0, makeModuleExit({.module = 5})),    // us 10
+            eventAt(t0 + 10400, 0, makeModuleExit({.module = 2})),
+            eventAt(t0 + 12000, 0, makeStepEnd(1.5)),
+            eventAt(t0 + 2000, 1,
+                    makeFetchBegin(
+                        {.param = 0, .cause = 1, .bytes = 6464, .reason = FetchReason::Prefetch})),
+            eventAt(t0 + 3000, 1,
+                    makeFetchEnd(
+                        {.param = 0, .cause = 1, .bytes = 6464, .reason = FetchReason::Prefetch})),
+        },
+        false);
+    QJsonParseError err{};
+    const QJsonDocument doc = QJsonDocument::fromJson(chromeTrace(store), &err);
+    QCOMPARE(err.error, QJsonParseError::NoError);
+
+    QMap<QPair<int, int>, QList<XSpan>> byThread;
+    QMap<QPair<int, int>, QString> threadNames;
+    QMap<QString, QJsonObject> gathers; // rank 0's, by param
+    QMap<QString, int> gatherTid;
+    for (const QJsonValue &v : doc.object().value(QStringLiteral("traceEvents")).toArray()) {
+        const QJsonObject e = v.toObject();
+        const QString ph = e.value(QStringLiteral("ph")).toString();
+        const QPair<int, int> thread(e.value(QStringLiteral("pid")).toInt(),
+                                     e.value(QStringLiteral("tid")).toInt());
+        if (ph == QLatin1String("M") &&
+            e.value(QStringLiteral("name")).toString() == QLatin1String("thread_name"))
+            threadNames.insert(thread, e.value(QStringLiteral("args"))
+                                           .toObject()
+                                           .value(QStringLiteral("name"))
+                                           .toString());
+        if (ph != QLatin1String("X")) continue;
+        const qint64 ts = e.value(QStringLiteral("ts")).toInteger();
+        const qint64 dur = e.value(QStringLiteral("dur")).toInteger();
+        QVERIFY(dur >= 0);
+        byThread[thread].append(XSpan{ts, ts + dur, e.value(QStringLiteral("name")).toString()});
+        if (thread.first == 0 &&
+            e.value(QStringLiteral("cat")).toString().startsWith(QLatin1String("gather,"))) {
+            gathers.insert(e.value(QStringLiteral("name")).toString(), e);
+            gatherTid.insert(e.value(QStringLiteral("name")).toString(), thread.second);
+        }
+    }
+    for (auto it = byThread.cbegin(); it != byThread.cend(); ++it) {
+        QVERIFY2(threadNames.contains(it.key()),
+                 qPrintable(QStringLiteral("pid %1 tid %2 has spans but no thread_name")
+                                .arg(it.key().first)
+                                .arg(it.key().second)));
+        const QString bad = firstBadPair(it.value());
+        QVERIFY2(bad.isEmpty(), qPrintable(QStringLiteral("on pid %1 tid %2 (%3): %4 overlap")
+                                               .arg(it.key().first)
+                                               .arg(it.key().second)
+                                               .arg(threadNames.value(it.key()), bad)));
+    }
+
+    QCOMPARE(gathers.size(), 3);
+    const QString w = QStringLiteral("blocks.1.fc.weight");
+    const QString b = QStringLiteral("blocks.1.fc.bias");
+    const QString h = QStringLiteral("lm_head.bias");
+    // The weight and the bias are in flight together: two threads, the first one lowest.
+    QCOMPARE(threadNames.value({0, gatherTid.value(w)}), QStringLiteral("gathers 0"));
+    QCOMPARE(threadNames.value({0, gatherTid.value(b)}), QStringLiteral("gathers 1"));
+    // lm_head.bias starts when the weight's gather ends: its thread is free again.
+    QCOMPARE(gatherTid.value(h), gatherTid.value(w));
+    QCOMPARE(gathers[b].value(QStringLiteral("ts")).toInteger(), 3);
+    QCOMPARE(gathers[b].value(QStringLiteral("dur")).toInteger(), 4);
+    QCOMPARE(gathers[h].value(QStringLiteral("ts")).toInteger(), 5);
+    QCOMPARE(gathers[h].value(QStringLiteral("dur")).toInteger(), 3);
+    QCOMPARE(gathers[b].value(QStringLiteral("cat")).toString(), QStringLiteral("gather,prefetch"));
+    const QJsonObject args = gathers[b].value(QStringLiteral("args")).toObject();
+    QCOMPARE(args.value(QStringLiteral("param")).toString(), b);
+    QCOMPARE(args.value(QStringLiteral("module")).toString(), QStringLiteral("blocks.0"));
+    QCOMPARE(args.value(QStringLiteral("reason")).toString(), QStringLiteral("prefetch"));
+    QCOMPARE(args.value(QStringLiteral("bytes")).toInteger(), 64);
+    QCOMPARE(args.value(QStringLiteral("step")).toInteger(), 1);
+    // Rank 0: modules (3 spans, blocks.1 inside blocks although it begins 0.6 us later
+    // and both end at 10.4 us), steps, gathers 0 and 1; rank 1: gathers 0.
+    QCOMPARE(byThread.size(), 5);
+    QCOMPARE(byThread.value({0, gatherTid.value(w)}).size(), 2);
+    QCOMPARE(byThread.value({0, gatherTid.value(b)}).size(), 1);
+    const auto modulesThread = threadNames.key(QStringLiteral("modules"));
+    QCOMPARE(modulesThread.first, 0);
+    QCOMPARE(byThread.value(modulesThread).size(), 3);
+    int rank1Gathers = 0;
+    for (auto it = byThread.cbegin(); it != byThread.cend(); ++it)
+        if (it.key().first == 1) {
+            QCOMPARE(threadNames.value(it.key()), QStringLiteral("gathers 0"));
+            rank1Gathers += int(it.value().size());
+        }
+    QCOMPARE(rank1Gathers, 1);
+}
+
+QTEST_GUILESS_MAIN(TestTraceExport)
+#include "tst_traceexport.moc"

@@ -1,0 +1,156 @@
+#pragma once
+// Engine states and events for the inspector's tests: a small tied-embedding model like
+// the trainer's, and a large one with any number of parameters.
+
+#include <cstdint>
+#include <string>
+
+#include "core/state.h"
+#include "telemetry/eventfields.h"
+
+namespace shardscope::testing {
+
+// root, embed, blocks.{0,1}.fc, lm_head, pos_conv; embed.weight tied into lm_head.
+// Params: 0 embed.weight, 1 blocks.0.fc.weight, 2 blocks.0.fc.bias, 3 blocks.1.fc.weight,
+// 4 blocks.1.fc.bias, 5 lm_head.bias, 6 pos_conv.weight_g (late), 7 pos_conv.weight_v (late).
+inline EngineState smallState(int world = 4)
+{
+    EngineState st;
+    st.modelName = "tiny-lm";
+    st.worldSize = world;
+    st.backend = "cpu";
+    st.step = 1;
+    for (int r = 0; r < world; ++r)
+        st.localRanks.push_back(r);
+    auto mod = [&](const std::string &path, const std::string &type, ModuleId parent) {
+        ModuleRecord m;
+        m.id = static_cast<ModuleId>(st.modules.size());
+        m.path = path;
+        m.type = type;
+        m.parent = parent;
+        st.modules.push_back(m);
+        return m.id;
+    };
+    const ModuleId root = mod("", "TinyLM", kNoModule);
+    const ModuleId embed = mod("embed", "Embedding", root);
+    const ModuleId blocks = mod("blocks", "ModuleList", root);
+    const ModuleId b0 = mod("blocks.0", "Block", blocks);
+    const ModuleId fc0 = mod("blocks.0.fc", "Linear", b0);
+    const ModuleId b1 = mod("blocks.1", "Block", blocks);
+    const ModuleId fc1 = mod("blocks.1.fc", "Linear", b1);
+    const ModuleId head = mod("lm_head", "TiedHead", root);
+    const ModuleId conv = mod("pos_conv", "WeightNormConv1d", root);
+    auto param = [&](const std::string &name, ModuleId owner, Shape shape, bool late = false) {
+        ParamRecord p;
+        p.id = static_cast<ParamId>(st.params.size());
+        p.name = name;
+        p.owner = owner;
+        p.numel = 1;
+        for (auto d : shape)
+            p.numel *= d;
+        p.shape = std::move(shape);
+        p.paddedNumel = (p.numel + world - 1) / world * world;
+        p.partitionNumel = p.paddedNumel / world;
+        p.late = late;
+        p.partitioned = !late;
+        if (late) p.replaces = "pos_conv.weight"; // weight_norm's weight_g / weight_v
+        p.status.assign(static_cast<std::size_t>(world),
+                        late ? ParamStatus::Available : ParamStatus::NotAvailable);
+        st.params.push_back(p);
+        return p.id;
+    };
+    param("embed.weight", embed, {101, 16});
+    param("blocks.0.fc.weight", fc0, {16, 16});
+    param("blocks.0.fc.bias", fc0, {16});
+    param("blocks.1.fc.weight", fc1, {16, 16});
+    param("blocks.1.fc.bias", fc1, {16});
+    param("lm_head.bias", head, {101});
+    param("pos_conv.weight_g", conv, {1, 1, 3}, true);
+    param("pos_conv.weight_v", conv, {16, 4, 3}, true);
+    (void)b1;
+    return st;
+}
+
+// modules * paramsPerModule parameters, under root -> group.G -> layer.L.
+inline EngineState largeState(int modules, int paramsPerModule, int world = 8)
+{
+    EngineState st;
+    st.modelName = "large";
+    st.worldSize = world;
+    st.backend = "cpu";
+    ModuleRecord root;
+    root.id = 0;
+    root.type = "Root";
+    st.modules.push_back(root);
+    ModuleId group = 0;
+    for (int m = 0; m < modules; ++m) {
+        if (m % 100 == 0) {
+            ModuleRecord g;
+            g.id = static_cast<ModuleId>(st.modules.size());
+            g.path = "group" + std::to_string(m / 100);
+            g.type = "Group";
+            g.parent = 0;
+            st.modules.push_back(g);
+            group = g.id;
+        }
+        ModuleRecord l;
+        l.id = static_cast<ModuleId>(st.modules.size());
+        l.path = st.modules[group].path + ".layer" + std::to_string(m);
+        l.type = "Linear";
+        l.parent = group;
+        st.modules.push_back(l);
+        for (int p = 0; p < paramsPerModule; ++p) {
+            ParamRecord r;
+            r.id = static_cast<ParamId>(st.params.size());
+            r.name = l.path + ".w" + std::to_string(p);
+            r.owner = l.id;
+            r.shape = {64, p + 1};
+            r.numel = 64 * (p + 1);
+            r.paddedNumel = (r.numel + world - 1) / world * world;
+            r.partitionNumel = r.paddedNumel / world;
+            r.partitioned = true;
+            r.status.assign(static_cast<std::size_t>(world), ParamStatus::NotAvailable);
+            st.params.push_back(std::move(r));
+        }
+    }
+    return st;
+}
+
+// A raw record, for what the typed makers cannot say: unknown kinds, bad fields, and the
+// lane's storage of every field.
+inline Event makeEvent(std::uint64_t ts, int rank, EventType type, std::uint32_t a = 0,
+                       std::uint32_t b = 0, std::uint64_t u0 = 0, std::uint8_t flags = 0,
+                       std::uint32_t step = 1)
+{
+    Event e{};
+    e.tsNs = ts;
+    e.step = step;
+    e.rank = static_cast<std::uint16_t>(rank);
+    e.type = type;
+    e.flags = flags;
+    e.a = a;
+    e.b = b;
+    e.u0 = u0;
+    return e;
+}
+
+// An event made by telemetry/eventfields.h, at ts on rank, in step.
+inline Event eventAt(std::uint64_t ts, int rank, const Event &fields, std::uint32_t step = 1)
+{
+    return stamped(fields, ts, step, static_cast<std::uint16_t>(rank));
+}
+
+// lm_head (module 7) reads embed.weight (param 0) owned by embed (module 1) while NOT_AVAILABLE,
+// gathered.
+inline Event lmHeadViolation(std::uint64_t ts, int rank, std::uint32_t step = 1)
+{
+    return eventAt(ts, rank,
+                   makeUnregisteredAccess({.accessor = 7,
+                                           .param = 0,
+                                           .owner = 1,
+                                           .status = ParamStatus::NotAvailable,
+                                           .action = GuardAction::Gathered}),
+                   step);
+}
+
+} // namespace shardscope::testing

@@ -1,0 +1,166 @@
+#include <QtTest>
+
+#include <atomic>
+#include <thread>
+
+#include "telemetry/clock.h"
+
+using namespace shardscope;
+
+namespace {
+
+// The TSC mapping is steered onto steady_clock; this is how far apart the two may be.
+constexpr std::uint64_t kAgreementNs = 200'000;
+
+// nowNs() read between two steady_clock reads must fall between them, give or take `slack`.
+void expectBetweenSteadyReads(std::uint64_t slack)
+{
+    for (int i = 0; i < 1000; ++i) {
+        const std::uint64_t before = steadyNs();
+        const std::uint64_t t = nowNs();
+        const std::uint64_t after = steadyNs();
+        QVERIFY2(t + slack >= before && t <= after + slack,
+                 qPrintable(QString("nowNs() %1 outside steady_clock's [%2, %3] by more than %4 ns")
+                                .arg(t)
+                                .arg(before)
+                                .arg(after)
+                                .arg(slack)));
+    }
+}
+
+// Restores the clock the process started with, whatever a test switched to.
+struct ClockGuard
+{
+    ClockSource saved = clockSource();
+    ~ClockGuard() { useClock(saved); }
+};
+
+} // namespace
+
+class TestClock : public QObject
+{
+    Q_OBJECT
+  private slots:
+    void steadyFallbackIsSteadyClock();
+    void tscPathAgreesWithSteadyClock();
+    void tscPathStaysOnSteadyClockAcrossRefinements();
+    void readsAreMonotonicAcrossThreads_data();
+    void readsAreMonotonicAcrossThreads();
+    void environmentChoosesTheClock();
+    void describesTheClockInUse();
+};
+
+void TestClock::steadyFallbackIsSteadyClock()
+{
+    ClockGuard guard;
+    QCOMPARE(useClock(ClockSource::Steady), ClockSource::Steady);
+    QCOMPARE(clockSource(), ClockSource::Steady);
+    expectBetweenSteadyReads(0);
+}
+
+void TestClock::tscPathAgreesWithSteadyClock()
+{
+    if (!tscUsable())
+        QSKIP("no invariant TSC on this machine: nowNs() is steady_clock (tested above)");
+    ClockGuard guard;
+    QCOMPARE(useClock(ClockSource::Tsc), ClockSource::Tsc);
+    QVERIFY(tscHz() > 5e7 && tscHz() < 2e10);
+    expectBetweenSteadyReads(kAgreementNs);
+}
+
+void TestClock::tscPathStaysOnSteadyClockAcrossRefinements()
+{
+    if (!tscUsable()) QSKIP("no invariant TSC on this machine");
+    ClockGuard guard;
+    useClock(ClockSource::Tsc);
+    // Each forced refinement re-measures the rate and slews; the mapping must stay
+    // continuous (monotonic reads) and on steady_clock.
+    std::uint64_t last = nowNs();
+    for (int i = 0; i < 200; ++i) {
+        detail::g_tsc.refineAtTsc.store(0, std::memory_order_relaxed);
+        const std::uint64_t t = nowNs(); // refines, then maps with the parameters it read
+        QVERIFY2(t >= last, "nowNs() went backwards across a refinement");
+        last = t;
+        const std::uint64_t after = nowNs(); // the refined mapping
+        QVERIFY2(after >= t, "nowNs() went backwards right after a refinement");
+        last = after;
+        const std::uint64_t steady = steadyNs();
+        QVERIFY(after <= steady + kAgreementNs && after + kAgreementNs >= steady);
+    }
+    expectBetweenSteadyReads(kAgreementNs);
+}
+
+void TestClock::readsAreMonotonicAcrossThreads_data()
+{
+    QTest::addColumn<bool>("tsc");
+    QTest::newRow("steady_clock") << false;
+    QTest::newRow("TSC") << true;
+}
+
+// What the rings rely on to merge ranks: a time one thread read and published is never
+// later than a time another thread reads after seeing it (on a VM: the vCPUs' TSCs agree).
+void TestClock::readsAreMonotonicAcrossThreads()
+{
+    QFETCH(bool, tsc);
+    if (tsc && !tscUsable()) QSKIP("no invariant TSC on this machine");
+    ClockGuard guard;
+    useClock(tsc ? ClockSource::Tsc : ClockSource::Steady);
+    std::atomic<std::uint64_t> published{0};
+    std::atomic<bool> stop{false};
+    std::thread writer([&] {
+        while (!stop.load(std::memory_order_relaxed))
+            published.store(nowNs(), std::memory_order_release);
+    });
+    std::uint64_t worst = 0;
+    for (int i = 0; i < 200000; ++i) {
+        const std::uint64_t seen = published.load(std::memory_order_acquire);
+        const std::uint64_t t = nowNs();
+        if (seen > t) worst = std::max(worst, seen - t);
+    }
+    stop.store(true);
+    writer.join();
+    QVERIFY2(
+        worst == 0,
+        qPrintable(QString("a reader saw another thread's time %1 ns in its future").arg(worst)));
+}
+
+void TestClock::environmentChoosesTheClock()
+{
+    bool steady = true;
+    std::string error = "stale";
+    QVERIFY(detail::parseClockChoice(nullptr, steady, error));
+    QVERIFY(!steady);
+    QVERIFY(error.empty());
+    QVERIFY(detail::parseClockChoice("auto", steady, error));
+    QVERIFY(!steady);
+    QVERIFY(detail::parseClockChoice("steady", steady, error));
+    QVERIFY(steady);
+    QVERIFY(!detail::parseClockChoice("hpet", steady, error));
+    QVERIFY(!steady); // a bad value changes nothing: auto
+    QCOMPARE(QString::fromStdString(error),
+             QString("SHARDSCOPE_CLOCK=hpet is not a clock; use auto or steady (using auto)"));
+    // This test runs with the environment CTest gives it: SHARDSCOPE_CLOCK unset, or steady
+    // in the run that checks the variable end to end.
+    const char *env = std::getenv("SHARDSCOPE_CLOCK");
+    const bool forced = env && std::string(env) == "steady";
+    QCOMPARE(detail::g_tsc.forcedSteady, forced);
+    if (forced || !tscUsable())
+        QCOMPARE(clockSource(), ClockSource::Steady);
+    else
+        QCOMPARE(clockSource(), ClockSource::Tsc);
+}
+
+void TestClock::describesTheClockInUse()
+{
+    ClockGuard guard;
+    if (tscUsable()) {
+        useClock(ClockSource::Tsc);
+        QVERIFY(QString::fromStdString(clockDescription())
+                    .startsWith("rdtsc mapped onto steady_clock"));
+    }
+    useClock(ClockSource::Steady);
+    QVERIFY(QString::fromStdString(clockDescription()).startsWith("steady_clock ("));
+}
+
+QTEST_GUILESS_MAIN(TestClock)
+#include "tst_clock.moc"
