@@ -58,7 +58,11 @@ class Emitter
 class Consumer
 {
   public:
-    explicit Consumer(TelemetryHub &hub) : m_hub(hub), m_thread([this] { run(); }) {}
+    // ring: also drained (the loop's bare-ring variant), when given.
+    explicit Consumer(TelemetryHub &hub, EventRing *ring = nullptr)
+        : m_hub(hub), m_ring(ring), m_thread([this] { run(); })
+    {
+    }
     ~Consumer()
     {
         m_stop.store(true, std::memory_order_release);
@@ -73,11 +77,17 @@ class Consumer
         while (!m_stop.load(std::memory_order_acquire)) {
             batch.clear();
             m_hub.drain(batch);
+            if (m_ring) {
+                batch.resize(kLoopRing);
+                while (m_ring->pop(batch.data(), batch.size()) == batch.size()) {
+                }
+            }
             std::this_thread::sleep_for(kConsumerInterval);
         }
     }
 
     TelemetryHub &m_hub;
+    EventRing *m_ring;
     std::atomic<bool> m_stop{false};
     std::thread m_thread;
 };
@@ -87,6 +97,7 @@ enum Variant
     OnTsc,
     OnSteady,
     WriteOnly,
+    RingOnly,
     ClockTsc,
     ClockSteady,
     RawTsc,
@@ -97,7 +108,9 @@ enum Variant
 const char *const kVariantNames[VariantCount] = {
     "**telemetry on, TSC clock: clock + ring write, consumer draining**",
     "**telemetry on, steady_clock fallback: clock + ring write, consumer draining**",
-    "breakdown: ring write only (timestamp given, no clock read)",
+    "breakdown: write only (timestamp given, no clock read; the emit call, the sink's virtual "
+    "write, the ring)",
+    "breakdown: the ring alone (EventRing::push of a record, no call, no sink)",
     "breakdown: clock read only, TSC clock (nowNs())",
     "breakdown: clock read only, steady_clock fallback (nowNs())",
 #if SHARDSCOPE_HAVE_TSC
@@ -122,7 +135,7 @@ bool variantUsesTsc(Variant v)
 
 // One pass of the loop; returns ns per iteration. The work per iteration is a few
 // arithmetic operations, so what is measured is the instrumentation.
-Ns runLoop(Variant v, Emitter &emitter)
+Ns runLoop(Variant v, Emitter &emitter, EventRing &ring)
 {
     useClock(variantUsesTsc(v) ? ClockSource::Tsc : ClockSource::Steady);
     std::uint64_t acc = 0;
@@ -138,6 +151,17 @@ Ns runLoop(Variant v, Emitter &emitter)
             keep(acc);
             const std::uint64_t t = nowNs();
             keep(t);
+        }
+    } else if (v == RingOnly) {
+        Event ev{};
+        ev.type = EventType::FetchBegin;
+        for (std::uint64_t i = 0; i < kLoopEvents; ++i) {
+            acc = acc * 31 + i;
+            keep(acc);
+            ev.tsNs = i + 1;
+            ev.a = static_cast<std::uint32_t>(i);
+            ev.u0 = acc;
+            ring.push(ev);
         }
     } else if (v == RawTsc) {
         for (std::uint64_t i = 0; i < kLoopEvents; ++i) {
@@ -333,16 +357,17 @@ int main(int argc, char **argv)
     std::uint64_t dropped = 0;
     std::uint64_t written = 0;
     {
-        Consumer consumer(hub);
+        EventRing ring(kLoopRing);
+        Consumer consumer(hub, &ring);
         Emitter emitter;
         emitter.setSink(&hub);
-        runLoop(OnTsc, emitter); // warm-up: page tables, caches, the consumer's buffer
+        runLoop(OnTsc, emitter, ring); // warm-up: page tables, caches, the consumer's buffer
         const std::uint64_t dropsBefore = hub.droppedEvents();
         const std::uint64_t writtenBefore = hub.writtenEvents();
         for (int rep = 0; rep < reps; ++rep) {
             for (int k = 0; k < VariantCount; ++k) {
                 const auto v = static_cast<Variant>((rep + k) % VariantCount); // rotate the order
-                loopNs[v].push_back(runLoop(v, emitter));
+                loopNs[v].push_back(runLoop(v, emitter, ring));
             }
         }
         dropped = hub.droppedEvents() - dropsBefore;

@@ -22,25 +22,25 @@ namespace shardscope {
 
 inline void copyEvent(Event &dst, const Event &src) noexcept
 {
-    std::uint64_t ts = src.tsNs, u0 = src.u0, u1 = src.u1, u2 = src.u2;
+    // The 8-byte fields load as they were stored; the narrower ones that share a word are
+    // loaded one by one and kept opaque, or the optimiser merges them back into a wide load.
     std::uint32_t step = src.step, a = src.a, b = src.b;
     std::uint16_t rank = src.rank;
     std::uint8_t type = static_cast<std::uint8_t>(src.type), flags = src.flags;
-    // Opaque to the optimiser, which would otherwise merge the loads back into wide ones.
-    asm("" : "+r"(ts), "+r"(step), "+r"(rank), "+r"(type), "+r"(flags), "+r"(a), "+r"(b));
-    asm("" : "+r"(u0), "+r"(u1), "+r"(u2));
+    asm("" : "+r"(step), "+r"(rank), "+r"(type), "+r"(flags));
+    asm("" : "+r"(a), "+r"(b));
     static_assert(sizeof(Event) == 6 * sizeof(std::uint64_t));
     static_assert(std::endian::native == std::endian::little, "Event words are little-endian");
     // One 8-byte store each, straight from a register (volatile: not gathered into vectors).
     using Word [[gnu::may_alias]] = std::uint64_t;
     volatile Word *out = reinterpret_cast<volatile Word *>(&dst);
-    out[0] = ts;
+    out[0] = src.tsNs;
     out[1] = std::uint64_t(step) | std::uint64_t(rank) << 32 | std::uint64_t(type) << 48 |
              std::uint64_t(flags) << 56;
     out[2] = std::uint64_t(a) | std::uint64_t(b) << 32;
-    out[3] = u0;
-    out[4] = u1;
-    out[5] = u2;
+    out[3] = src.u0;
+    out[4] = src.u1;
+    out[5] = src.u2;
 }
 
 class EventRing

@@ -17,7 +17,7 @@
 using namespace shardscope;
 using namespace shardscope::testing;
 
-class tst_SessionStore : public QObject
+class TestSessionStore : public QObject
 {
     Q_OBJECT
   private slots:
@@ -39,7 +39,7 @@ class tst_SessionStore : public QObject
     void reversedEventsAreMergedNotShifted();
 };
 
-void tst_SessionStore::appliesStateAndIndexes()
+void TestSessionStore::appliesStateAndIndexes()
 {
     SessionStore store;
     store.applyState(smallState());
@@ -54,7 +54,7 @@ void tst_SessionStore::appliesStateAndIndexes()
     QCOMPARE(store.laneCount(), 4);
 }
 
-void tst_SessionStore::liveEventsUpdateStatusAndGathers()
+void TestSessionStore::liveEventsUpdateStatusAndGathers()
 {
     SessionStore store;
     store.applyState(smallState());
@@ -79,7 +79,7 @@ void tst_SessionStore::liveEventsUpdateStatusAndGathers()
     QCOMPARE(store.totalEvents(), std::uint64_t(5));
 }
 
-void tst_SessionStore::historyEventsAreStoredNotCounted()
+void TestSessionStore::historyEventsAreStoredNotCounted()
 {
     SessionStore store;
     EngineState st = smallState();
@@ -94,7 +94,7 @@ void tst_SessionStore::historyEventsAreStoredNotCounted()
     QCOMPARE(store.lane(0).size(), std::size_t(3));
 }
 
-void tst_SessionStore::violationsGroupByKindAccessorParam()
+void TestSessionStore::violationsGroupByKindAccessorParam()
 {
     SessionStore store;
     store.applyState(smallState());
@@ -131,7 +131,7 @@ void tst_SessionStore::violationsGroupByKindAccessorParam()
 // One author writes the words: a row made from live events says exactly what the engine
 // writes (core/violationtext), and keeps its words when the engine's state arrives, even one
 // whose record says something else. Counts come per rank and are exported per rank.
-void tst_SessionStore::aRowKeepsItsWordsWhenAStateLands()
+void TestSessionStore::aRowKeepsItsWordsWhenAStateLands()
 {
     SessionStore store;
     store.applyState(smallState());
@@ -188,7 +188,7 @@ void tst_SessionStore::aRowKeepsItsWordsWhenAStateLands()
     }
 }
 
-void tst_SessionStore::updatesAreCoalesced()
+void TestSessionStore::updatesAreCoalesced()
 {
     SessionStore store;
     store.setRefreshIntervalMs(10000);
@@ -211,7 +211,7 @@ void tst_SessionStore::updatesAreCoalesced()
     QCOMPARE(spy.count(), 1); // nothing new, nothing emitted
 }
 
-void tst_SessionStore::reconnectContinuesHistoryWithoutDuplicates()
+void TestSessionStore::reconnectContinuesHistoryWithoutDuplicates()
 {
     SessionStore store;
     store.applyState(smallState());
@@ -256,7 +256,7 @@ void tst_SessionStore::reconnectContinuesHistoryWithoutDuplicates()
     QCOMPARE(total, std::size_t(121));
 }
 
-void tst_SessionStore::differentRunStartsOver()
+void TestSessionStore::differentRunStartsOver()
 {
     SessionStore store;
     store.applyState(smallState());
@@ -275,7 +275,7 @@ void tst_SessionStore::differentRunStartsOver()
 
 // Connection frees the replaced state on its worker thread; it relies on getting it back
 // whole, and on the store keeping the moved-in state intact.
-void tst_SessionStore::applyStateReturnsTheStateItReplaced()
+void TestSessionStore::applyStateReturnsTheStateItReplaced()
 {
     SessionStore store;
     QVERIFY(store.applyState(smallState()).params.empty());
@@ -299,7 +299,7 @@ void tst_SessionStore::applyStateReturnsTheStateItReplaced()
     QCOMPARE(store.state().modelName, std::string("another"));
 }
 
-void tst_SessionStore::lanesAreSortedAndSearchable()
+void TestSessionStore::lanesAreSortedAndSearchable()
 {
     EventLane lane;
     for (std::uint64_t t = 0; t < 40000; ++t)
@@ -321,7 +321,7 @@ void tst_SessionStore::lanesAreSortedAndSearchable()
     QVERIFY(lane.bytesUsed() <= (lane.size() + EventLane::kChunkEvents) * 32);
 }
 
-void tst_SessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
+void TestSessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
 {
     // Memory samples (the events that carry u1/u2) in order, then more of them inserted
     // out of order just before a chunk boundary, each earlier than the last: every insert
@@ -372,7 +372,7 @@ void tst_SessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
     QCOMPARE(lane.at(at).u1, std::uint64_t(0));
 }
 
-void tst_SessionStore::externalRegisterChangesStructure()
+void TestSessionStore::externalRegisterChangesStructure()
 {
     SessionStore store;
     store.applyState(smallState());
@@ -395,7 +395,7 @@ void tst_SessionStore::externalRegisterChangesStructure()
     QVERIFY(store.externalsOn(7).empty());
 }
 
-void tst_SessionStore::badEventsDoNotCrash()
+void TestSessionStore::badEventsDoNotCrash()
 {
     SessionStore store;
     store.applyState(smallState());
@@ -411,7 +411,7 @@ void tst_SessionStore::badEventsDoNotCrash()
     QCOMPARE(store.paramName(999), QStringLiteral("<parameter 999>"));
 }
 
-void tst_SessionStore::memoryIsBounded()
+void TestSessionStore::memoryIsBounded()
 {
     SessionStore store;
     store.setMaxEvents(4 * 2 * EventLane::kChunkEvents); // two chunks per rank
@@ -468,7 +468,7 @@ class DataLimit
 
 // Issue #14, defect 2: params[0].id = 4294967294 threw bad_alloc and id 500,000,000 in a
 // 1.5 KB file took 8 GB: tables were sized by the largest id. Ids are names, not indexes.
-void tst_SessionStore::hugeParameterIdsCostNoMemory()
+void TestSessionStore::hugeParameterIdsCostNoMemory()
 {
     EngineState st = smallState(4);
     st.params.resize(2);
@@ -519,7 +519,7 @@ void tst_SessionStore::hugeParameterIdsCostNoMemory()
 // Issue #14, defect 3: 300k events with descending times were still loading after 150 s;
 // each was inserted at the front of its lane, moving all the others. CTest's timeout is
 // the watchdog; the test checks the result, not the time.
-void tst_SessionStore::reversedEventsAreMergedNotShifted()
+void TestSessionStore::reversedEventsAreMergedNotShifted()
 {
     constexpr std::uint64_t kEvents = 300'000;
     std::vector<Event> evs;
@@ -558,5 +558,5 @@ void tst_SessionStore::reversedEventsAreMergedNotShifted()
     QCOMPARE(store.lane(1).lastTs(), std::uint64_t(2'000'000 - 1));
 }
 
-QTEST_GUILESS_MAIN(tst_SessionStore)
+QTEST_GUILESS_MAIN(TestSessionStore)
 #include "tst_sessionstore.moc"
