@@ -83,7 +83,7 @@ constexpr int kForward = 0, kBackward = 1, kGuard = 4; // fetch reasons (docs/pr
 
 } // namespace
 
-class tst_DeepSpeedAgent : public QObject
+class TestDeepSpeedAgent : public QObject
 {
     Q_OBJECT
 
@@ -628,5 +628,5 @@ class tst_DeepSpeedAgent : public QObject
     }
 };
 
-QTEST_GUILESS_MAIN(tst_DeepSpeedAgent)
+QTEST_GUILESS_MAIN(TestDeepSpeedAgent)
 #include "tst_deepspeedagent.moc"
