@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../capture/snapshotschema.h"
+#include "snapshotschema.h"
 #include "samplesnapshot.h"
 #include "wire/compress.h"
 #include "wire/discovery.h"
