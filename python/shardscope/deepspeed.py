@@ -690,10 +690,11 @@ class _Agent:
     def on_engine_forward(self, engine):
         if self.engine is None:
             self.attach(engine)
-        self.close_scopes()
-        if not self.in_step:
+        if self.in_step:
+            self.hot.close_scopes()
+        else:
             self.in_step = True
-            self.native.step_begin(int(getattr(engine, "global_steps", -1)) + 1)
+            self.hot.begin_step(int(getattr(engine, "global_steps", -1)) + 1)
 
     def on_engine_backward(self, engine, loss):
         self.loss = loss
@@ -701,7 +702,7 @@ class _Agent:
     def on_engine_backward_done(self, engine):
         # DeepSpeed's post-backward hook never runs for a module whose inputs need no
         # gradient (the embedding): its backward scope ends with the backward pass.
-        self.close_scopes()
+        self.hot.close_scopes()
 
     def close_scopes(self):
         self.hot.close_scopes()
@@ -709,16 +710,8 @@ class _Agent:
     def on_engine_step(self, engine, stepped):
         if stepped and self.in_step:
             self.in_step = False
-            loss = float("nan")
-            if self.loss is not None:
-                try:
-                    loss = self.loss.item() if self.loss.numel() == 1 else float(
-                        self.loss.detach().float().mean())
-                except Exception:
-                    pass
-            self.loss = None
-            self.flush_active()
-            self.native.step_end(loss)
+            loss, self.loss = self.loss, None
+            self.hot.end_step(_loss_value(loss))
 
     def on_late_adopted(self, module, params):
         for param in params:
@@ -767,6 +760,19 @@ class _Agent:
                 pid = self.param_id(param)
                 if pid is not None:
                     self.native.register_external(self.module_id(m), pid, False)
+
+
+def _loss_value(loss):
+    """The loss handed to engine.backward as one number (its mean if it is not a scalar)."""
+    if loss is None:
+        return float("nan")
+    try:
+        return float(loss)
+    except Exception:
+        try:
+            return float(loss.detach().float().mean())
+        except Exception:
+            return float("nan")
 
 
 def _backend_name():

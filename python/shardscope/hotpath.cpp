@@ -297,6 +297,18 @@ void HotPath::closeScopes()
     m_fetching.reset();
 }
 
+void HotPath::beginStep(std::uint32_t step)
+{
+    closeScopes();
+    m_state.stepBegin(step);
+}
+
+void HotPath::endStep(double loss)
+{
+    flushActive();
+    m_state.stepEnd(loss);
+}
+
 py::object HotPath::top() const
 {
     return m_stack.empty() ? py::none() : m_stack.back().module;
@@ -443,6 +455,8 @@ void bindHotPath(py::module_ &m, AgentState &(*stateOf)(py::handle agent))
                  return h.scopeHook(std::move(original), phaseOf(phase), begin);
              })
         .def("close_scopes", &HotPath::closeScopes)
+        .def("begin_step", &HotPath::beginStep)
+        .def("end_step", &HotPath::endStep)
         .def_property_readonly("depth", &HotPath::depth)
         .def("top", &HotPath::top)
         .def("top_entry", &HotPath::topEntry)

@@ -54,6 +54,10 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     void enter(py::handle module, Phase phase);
     void exit(py::handle module, Phase phase);
     void closeScopes(); // every open scope exits (end of forward/backward, pause)
+    // A step begins (DeepSpeedEngine.forward): open scopes close, then AgentState's step.
+    void beginStep(std::uint32_t step);
+    // A step ends (DeepSpeedEngine.step): active sub-modules sampled, then AgentState's step.
+    void endStep(double loss);
     std::size_t depth() const { return m_stack.size(); }
     py::object top() const;      // the innermost module, or None
     py::object topEntry() const; // (module, phase number), or None

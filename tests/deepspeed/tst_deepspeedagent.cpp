@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <bit>
 #include <set>
 
 #include "snapshotschema.h"
@@ -318,6 +319,15 @@ class TestDeepSpeedAgent : public QObject
         QCOMPARE(snaps.size(), std::size_t(2));
         for (const json &s : snaps) {
             QVERIFY2(s["violations"].empty(), s["violations"].dump().c_str());
+            // Each step ends with the loss handed to engine.backward (u0: the double's bits).
+            int stepEnds = 0;
+            for (const json &e : s["events"])
+                if (e["type"] == "step_end") {
+                    const double loss = std::bit_cast<double>(e["u0"].get<std::uint64_t>());
+                    QVERIFY2(loss > 1.0 && loss < 10.0, e.dump().c_str()); // ~log(37) untrained
+                    ++stepEnds;
+                }
+            QCOMPARE(stepEnds, 2);
             // Registered by hand: never a guard gather, fetched for lm_head's scopes.
             const int lmHead = moduleIdOf(s, "lm_head");
             const auto f = fetchesOf(s, "embed.weight");
@@ -503,6 +513,8 @@ class TestDeepSpeedAgent : public QObject
         delete p;
         QVERIFY2(out.contains("[rank 0] rank 0 step 2") && !out.contains("rank 0 step 3 loss"),
                  qPrintable(out));
+        // The survivor's own exception (torch's, from the collective its peer left), unchanged.
+        QVERIFY2(out.contains("[rank 0] RuntimeError: "), qPrintable(out));
 
         QVERIFY(live.waitForFinished(60000));
         const QString said = QString::fromUtf8(live.readAllStandardOutput());

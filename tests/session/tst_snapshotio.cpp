@@ -130,10 +130,11 @@ void TestSnapshotIo::compressedAndPlainExportsHoldTheSameContent()
     for (std::uint32_t i = 0; i < 5000; ++i) {
         const auto rank = static_cast<std::uint16_t>(i % 2);
         const std::uint64_t ts = 1000 + 10ull * i;
-        many.push_back(i % 3 == 0 ? makeEvent(ts, rank, EventType::ModuleEnter, i % 8)
-                       : i % 3 == 1
-                           ? makeEvent(ts, rank, EventType::FetchBegin, i % 9, i % 8, 64 * i)
-                           : makeEvent(ts, rank, EventType::FetchEnd, i % 9, i % 8, 64 * i));
+        const FetchFields fetch{.param = i % 9, .cause = i % 8, .bytes = 64ull * i};
+        many.push_back(eventAt(ts, rank,
+                               i % 3 == 0   ? makeModuleEnter({.module = i % 8})
+                               : i % 3 == 1 ? makeFetchBegin(fetch)
+                                            : makeFetchEnd(fetch)));
     }
     live.appendEvents(many, false);
     const QString plain = m_dir.filePath(QStringLiteral("both.json"));
