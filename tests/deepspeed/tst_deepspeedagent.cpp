@@ -321,7 +321,7 @@ class TestDeepSpeedAgent : public QObject
             QVERIFY2(s["violations"].empty(), s["violations"].dump().c_str());
             // Each step ends with the loss handed to engine.backward (u0: the double's bits).
             int stepEnds = 0;
-            for (const json &e : s["events"])
+            for (const json &e : shardscope::test::eventList(s))
                 if (e["type"] == "step_end") {
                     const double loss = std::bit_cast<double>(e["u0"].get<std::uint64_t>());
                     QVERIFY2(loss > 1.0 && loss < 10.0, e.dump().c_str()); // ~log(37) untrained
@@ -527,13 +527,14 @@ class TestDeepSpeedAgent : public QObject
         QVERIFY(findParam(dead, "embed.weight"));
         std::set<int> begun;
         bool scopeSeen = false;
-        for (const json &e : dead["events"]) {
+        for (const json &e : shardscope::test::eventList(dead)) {
             if (e["type"] == "step_begin") begun.insert(e["step"].get<int>());
             if (e["type"] == "module_enter" && e["step"] == 3 &&
                 e["a"] == moduleIdOf(dead, "pos_conv"))
                 scopeSeen = true;
         }
-        QVERIFY2(begun == (std::set<int>{1, 2, 3}), dead["events"].dump().c_str());
+        QVERIFY2(begun == (std::set<int>{1, 2, 3}),
+                 shardscope::test::eventList(dead).dump().c_str());
         QVERIFY2(scopeSeen, "the events of step 3 before the kill did not reach the client");
 
         const auto survivor =
