@@ -197,13 +197,37 @@ void Engine::forEachLocalRank(const std::function<void(int)> &fn)
 
 // ---------------------------------------------------------------- telemetry
 
-void Engine::Impl::emit(const RankState &rs, const Event &fields)
+void Engine::Impl::emit(const RankState &rs, const Event &fields, std::uint64_t tsNs)
 {
     EventSink *s = sink.load(std::memory_order_acquire);
     if (!s || !q->m_telemetryOn.load(std::memory_order_relaxed)) return;
-    s->write(stamped(fields, nowNs(), rs.step.load(std::memory_order_relaxed),
+    const std::uint64_t ts = tsNs ? tsNs : rs.batchTs ? rs.batchTs : nowNs();
+    s->write(stamped(fields, ts, rs.step.load(std::memory_order_relaxed),
                      static_cast<std::uint16_t>(rs.rank)));
 }
+
+bool Engine::Impl::telemetryLive() const
+{
+    return sink.load(std::memory_order_relaxed) && q->m_telemetryOn.load(std::memory_order_relaxed);
+}
+
+namespace {
+
+// Opens a telemetry batch on a rank for one module entry or exit (one clock read, when
+// telemetry is on) and closes it however the scope ends.
+class TelemetryBatch
+{
+  public:
+    TelemetryBatch(RankState &rs, bool live) : m_rs(rs) { rs.batchTs = live ? nowNs() : 0; }
+    ~TelemetryBatch() { m_rs.batchTs = 0; }
+    TelemetryBatch(const TelemetryBatch &) = delete;
+    TelemetryBatch &operator=(const TelemetryBatch &) = delete;
+
+  private:
+    RankState &m_rs;
+};
+
+} // namespace
 
 void Engine::Impl::emitMemory(RankState &rs)
 {
@@ -602,8 +626,9 @@ void Engine::Impl::fetch(RankState &rs, ParamId p, ModuleId cause, FetchReason r
     const std::size_t es = dtypeSize(info.dtype);
     const std::uint64_t bytes = fullBytes(p);
     Buffer full = Buffer::adopt(*rs.mem, rs.mem->allocateForCollective(bytes), bytes);
-    const std::uint64_t t0 = nowNs();
-    emit(rs, makeFetchBegin({.param = p, .cause = cause, .bytes = bytes, .reason = reason}));
+    // Issued at the batch's time when a module entry issues it (one clock read for all).
+    const std::uint64_t t0 = rs.batchTs ? rs.batchTs : nowNs();
+    emit(rs, makeFetchBegin({.param = p, .cause = cause, .bytes = bytes, .reason = reason}), t0);
     {
         std::lock_guard rl(rs.mu);
         setFull(rs, p, std::move(full));
@@ -629,6 +654,7 @@ void Engine::Impl::complete(RankState &rs, ParamId p)
     rp.gather = CommHandle();
     const std::uint64_t bytes = fullBytes(p);
     const std::uint64_t t1 = nowNs();
+    if (rs.batchTs) rs.batchTs = t1; // what follows in the batch is not earlier
     GatherTotals &tot = gatherTotals[p];
     tot.count.fetch_add(1, std::memory_order_relaxed);
     tot.bytes.fetch_add(bytes, std::memory_order_relaxed);
@@ -642,8 +668,10 @@ void Engine::Impl::complete(RankState &rs, ParamId p)
         rs.inflight.erase(it);
     rs.status[p].store(ParamStatus::Available, std::memory_order_release);
     touch();
-    emit(rs, makeFetchEnd(
-                 {.param = p, .cause = rp.gatherCause, .bytes = bytes, .reason = rp.gatherReason}));
+    emit(rs,
+         makeFetchEnd(
+             {.param = p, .cause = rp.gatherCause, .bytes = bytes, .reason = rp.gatherReason}),
+         t1);
 }
 
 void Engine::Impl::poll(RankState &rs)
@@ -874,6 +902,7 @@ void Engine::enterModule(int rank, ModuleId m, Phase phase)
     f.module = m;
     f.phase = phase;
     f.params.clear();
+    const TelemetryBatch batch(rs, d->telemetryLive());
     d->emit(rs, makeModuleEnter({.module = m, .phase = phase}));
     if (!rs.inflight.empty()) d->poll(rs);
 
@@ -929,6 +958,7 @@ void Engine::exitModule(int rank, ModuleId m, Phase phase)
                           " but " + inner + "; modules must exit in reverse order of entry");
     }
     Frame &f = rs.frames[rs.depth - 1];
+    const TelemetryBatch batch(rs, d->telemetryLive());
     for (auto [p, counted] : f.params) {
         RankParam &rp = rs.params[p];
         if (counted)
