@@ -12,8 +12,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/types.h"
 #include "comm/memoryspace.h"
-#include "core/types.h"
 
 namespace shardscope {
 

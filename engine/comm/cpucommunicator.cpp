@@ -7,6 +7,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "base/names.h"
 #include "comm/rankordersum.h"
 #include "comm/rendezvous.h"
 #include "comm/streamingcopy.h"
@@ -36,11 +37,6 @@ std::string_view opName(Op op)
         return "reduce_scatter";
     }
     return "unknown";
-}
-
-std::string_view dtypeLabel(DType t)
-{
-    return t == DType::BF16 ? "bfloat16" : "float32";
 }
 
 // What one rank passed to the collective it is in.
@@ -264,8 +260,7 @@ class CpuCommunicator final : public Communicator
         }
         if (op == Op::ReduceScatter && differs([](const Slot &x) { return x.dtype; })) {
             return name + ": ranks passed different dtypes (" +
-                   describeByRank(n,
-                                  [&](int r) { return std::string(dtypeLabel(slot(r).dtype)); }) +
+                   describeByRank(n, [&](int r) { return std::string(dtypeName(slot(r).dtype)); }) +
                    "). Every rank must reduce the same dtype.";
         }
         if (op == Op::Broadcast) {

@@ -5,7 +5,7 @@
 
 #include <cstddef>
 
-#include "core/types.h"
+#include "base/types.h"
 
 namespace shardscope::detail {
 

@@ -197,11 +197,19 @@ void Engine::forEachLocalRank(const std::function<void(int)> &fn)
 
 // ---------------------------------------------------------------- telemetry
 
-void Engine::Impl::emit(const RankState &rs, const Event &fields, std::uint64_t tsNs)
+void Engine::Impl::emitAt(const RankState &rs, const Event &fields, std::uint64_t tsNs)
 {
     EventSink *s = sink.load(std::memory_order_acquire);
     if (!s || !q->m_telemetryOn.load(std::memory_order_relaxed)) return;
-    const std::uint64_t ts = tsNs ? tsNs : rs.batchTs ? rs.batchTs : nowNs();
+    s->write(stamped(fields, tsNs, rs.step.load(std::memory_order_relaxed),
+                     static_cast<std::uint16_t>(rs.rank)));
+}
+
+void Engine::Impl::emit(const RankState &rs, const Event &fields)
+{
+    EventSink *s = sink.load(std::memory_order_acquire);
+    if (!s || !q->m_telemetryOn.load(std::memory_order_relaxed)) return;
+    const std::uint64_t ts = rs.batchTs ? rs.batchTs : nowNs();
     s->write(stamped(fields, ts, rs.step.load(std::memory_order_relaxed),
                      static_cast<std::uint16_t>(rs.rank)));
 }
@@ -626,9 +634,11 @@ void Engine::Impl::fetch(RankState &rs, ParamId p, ModuleId cause, FetchReason r
     const std::size_t es = dtypeSize(info.dtype);
     const std::uint64_t bytes = fullBytes(p);
     Buffer full = Buffer::adopt(*rs.mem, rs.mem->allocateForCollective(bytes), bytes);
-    // Issued at the batch's time when a module entry issues it (one clock read for all).
+    // Issued at the batch's time when a module entry issues it (one clock read for all),
+    // and stamped with the instant gather_ns counts from (docs/protocol.md, "Timestamps in
+    // State").
     const std::uint64_t t0 = rs.batchTs ? rs.batchTs : nowNs();
-    emit(rs, makeFetchBegin({.param = p, .cause = cause, .bytes = bytes, .reason = reason}), t0);
+    emitAt(rs, makeFetchBegin({.param = p, .cause = cause, .bytes = bytes, .reason = reason}), t0);
     {
         std::lock_guard rl(rs.mu);
         setFull(rs, p, std::move(full));
@@ -668,10 +678,10 @@ void Engine::Impl::complete(RankState &rs, ParamId p)
         rs.inflight.erase(it);
     rs.status[p].store(ParamStatus::Available, std::memory_order_release);
     touch();
-    emit(rs,
-         makeFetchEnd(
-             {.param = p, .cause = rp.gatherCause, .bytes = bytes, .reason = rp.gatherReason}),
-         t1);
+    emitAt(rs,
+           makeFetchEnd(
+               {.param = p, .cause = rp.gatherCause, .bytes = bytes, .reason = rp.gatherReason}),
+           t1);
 }
 
 void Engine::Impl::poll(RankState &rs)
@@ -984,171 +994,6 @@ void Engine::exitModule(int rank, ModuleId m, Phase phase)
     d->emitMemory(rs);
 }
 
-ParamStatus Engine::status(int rank, ParamId p) const
-{
-    const RankState &rs = d->rankState(rank);
-    if (p >= rs.params.size())
-        throw EngineError("parameter id " + std::to_string(p) + " does not exist");
-    return rs.status[p].load(std::memory_order_acquire);
-}
-
-std::vector<ModuleId> Engine::activeModules(int rank, ParamId p) const
-{
-    const RankState &rs = d->rankState(rank);
-    std::lock_guard rl(rs.mu);
-    if (p >= rs.params.size())
-        return {};
-    return rs.params[p].active;
-}
-
-// ---------------------------------------------------------------- the access guard
-
-TensorView Engine::Impl::view(RankState &rs, ParamId p)
-{
-    RankParam &rp = rs.params[p];
-    return TensorView{rp.full.data(), params[p].numel, params[p].dtype};
-}
-
-TensorView Engine::accessSlow(int rank, ParamId p)
-{
-    RankState &rs = d->rankState(rank);
-    if (p < rs.fast.size() && rs.fast[p].readable > 0)
-        return TensorView{rs.fast[p].data, rs.fast[p].numel, rs.fast[p].dtype};
-    return d->slowAccess(rs, p);
-}
-
-bool Engine::Impl::registeredOnStack(const RankState &rs, ParamId p) const
-{
-    const ModuleId owner = params[p].owner;
-    for (std::size_t i = 0; i < rs.depth; ++i) {
-        const ModuleId m = rs.frames[i].module;
-        if (m == owner)
-            return true;
-        for (const ExternalEntry &e : rs.externals[m])
-            if (e.param == p)
-                return true;
-    }
-    return false;
-}
-
-TensorView Engine::Impl::slowAccess(RankState &rs, ParamId p)
-{
-    if (p >= params.size() || params[p].removed)
-        throw EngineError("access to parameter id " + std::to_string(p) +
-                          ", which does not exist (was it removed, e.g. by weight_norm?)");
-    const ParamInfo &info = params[p];
-    const ModuleId accessor = rs.depth ? rs.frames[rs.depth - 1].module : kNoModule;
-    const Phase phase = rs.depth ? rs.frames[rs.depth - 1].phase : Phase::Forward;
-    const FetchReason reason = phase == Phase::Forward ? FetchReason::Forward : FetchReason::Backward;
-
-    // Owned or registered by a module on the stack after that module was entered: legal.
-    if (accessor != kNoModule && registeredOnStack(rs, p)) {
-        useParam(rs, p, accessor, true, reason);
-        return view(rs, p);
-    }
-
-    const GuardPolicy policy = q->m_config.guard;
-    const ParamStatus st = rs.status[p].load(std::memory_order_acquire);
-
-    ViolationRecord v;
-    v.kind = ViolationKind::UnregisteredAccess;
-    v.step = rs.step.load();
-    v.rank = rs.rank;
-    v.accessor = accessor;
-    v.param = p;
-    v.paramName = info.name;
-    v.owner = info.owner;
-    v.status = st;
-    ViolationSubject subject;
-    subject.kind = ViolationKind::UnregisteredAccess;
-    subject.hasAccessor = accessor != kNoModule;
-    if (subject.hasAccessor) subject.accessor = modules[accessor].path;
-    subject.param = info.name;
-    subject.owner = modules[info.owner].path;
-    subject.status = st;
-    auto text = describeViolation(subject, FixDialect::ShardScope);
-    v.fix = std::move(text.fix);
-    v.message = std::move(text.message);
-
-    const std::uint64_t key = (static_cast<std::uint64_t>(accessor) << 32) | p;
-    const bool first = rs.violationsThisStep.insert(key).second;
-
-    GuardAction action = GuardAction::Gathered;
-    if (policy == GuardPolicy::Error)
-        action = GuardAction::Raised;
-    else if (policy == GuardPolicy::Auto && accessor != kNoModule)
-        action = GuardAction::AutoRegistered;
-    v.action = action;
-
-    if (first) {
-        emit(rs, makeUnregisteredAccess({.accessor = accessor,
-                                         .param = p,
-                                         .owner = info.owner,
-                                         .status = st,
-                                         .action = action}));
-        unregisteredCount.fetch_add(1, std::memory_order_relaxed);
-        ViolationRecord copy = v;
-        recordViolation(std::move(copy));
-    }
-
-    switch (action) {
-    case GuardAction::Raised:
-        throw UnregisteredAccessError(v.message + " (rank " + std::to_string(rs.rank) + ", step " +
-                                          std::to_string(v.step) + "); fix: " + v.fix,
-                                      v.fix);
-    case GuardAction::AutoRegistered:
-        addExternal(rs, accessor, p, true);
-        useParam(rs, p, accessor, true, FetchReason::Guard);
-        break;
-    default:
-        if (accessor != kNoModule) {
-            useParam(rs, p, accessor, false, FetchReason::Guard);
-        } else {
-            gather(rs, p, kNoModule, FetchReason::Guard);
-        }
-        break;
-    }
-    return view(rs, p);
-}
-
-// The parameter a late one replaced: a removed parameter of the same module whose name
-// the late one extends (weight_norm turns `weight` into `weight_g` and `weight_v`).
-std::string Engine::Impl::replacedBy(ParamId late) const
-{
-    const ParamInfo &info = params[late];
-    for (const ParamInfo &old : params)
-        if (old.removed && old.owner == info.owner && old.id != late &&
-            info.localName.size() > old.localName.size() &&
-            info.localName.compare(0, old.localName.size(), old.localName) == 0)
-            return old.name;
-    return {};
-}
-
-void Engine::Impl::recordViolation(ViolationRecord v)
-{
-    v.tsNs = nowNs();
-    touch();
-    std::lock_guard lock(violationMutex);
-    const auto key = std::make_tuple(static_cast<int>(v.kind), v.rank, v.accessor, v.param, v.owner);
-    auto it = violationIndex.find(key);
-    if (it != violationIndex.end()) {
-        ViolationRecord &old = violations[it->second];
-        ++old.count;
-        old.lastStep = v.step;
-        return;
-    }
-    if (v.kind == ViolationKind::LateParameter) {
-        if (!lateReported[v.param]) {
-            lateReported[v.param] = true;
-            lateCount.fetch_add(1, std::memory_order_relaxed);
-        }
-    }
-    v.count = 1;
-    v.lastStep = v.step;
-    violationIndex.emplace(key, violations.size());
-    violations.push_back(std::move(v));
-}
-
 // ---------------------------------------------------------------- gradients
 
 namespace {
@@ -1237,126 +1082,6 @@ void Engine::refreshPersistent(int rank)
     }
     for (const CommHandle &h : pending)
         h.wait();
-}
-
-// ---------------------------------------------------------------- inspection
-
-EngineState Engine::state() const
-{
-    EngineState s;
-    s.modelName = m_config.modelName;
-    s.worldSize = m_config.worldSize;
-    s.backend = std::string(backendName(backend()));
-    s.config.persistenceThreshold = m_config.persistenceThreshold;
-    s.config.prefetchBucketSize = m_config.prefetchBucketSize;
-    s.config.maxLiveParameters = m_config.maxLiveParameters;
-    s.config.guard = m_config.guard;
-    s.localRanks = m_localRanks;
-    for (const auto &rs : d->ranks)
-        s.step = std::max(s.step, rs->step.load());
-
-    std::shared_lock lock(d->structure);
-    s.modules.reserve(d->modules.size());
-    for (const ModuleInfo &m : d->modules)
-        s.modules.push_back(ModuleRecord{m.id, m.path, m.type, m.parent});
-
-    std::vector<std::unique_lock<std::mutex>> rankLocks;
-    for (const auto &rs : d->ranks)
-        rankLocks.emplace_back(rs->mu);
-
-    // Parameter-major for what is per parameter, then rank-major over each rank's dense
-    // status array: at 64 ranks x 100k parameters this reads 6.4 MB of statuses in order
-    // instead of 6.4 million scattered per-rank records.
-    const ParamStatus initial = m_partitioned ? ParamStatus::NotAvailable : ParamStatus::Available;
-    std::vector<std::int32_t> recordOf(d->params.size(), -1);
-    s.params.reserve(d->params.size());
-    for (const ParamInfo &info : d->params) {
-        if (info.removed)
-            continue;
-        recordOf[info.id] = static_cast<std::int32_t>(s.params.size());
-        ParamRecord &r = s.params.emplace_back();
-        r.id = info.id;
-        r.name = info.name;
-        r.owner = info.owner;
-        r.shape = info.shape;
-        r.dtype = info.dtype;
-        r.numel = info.numel;
-        r.paddedNumel = info.layout.paddedNumel;
-        r.partitionNumel = info.layout.partitionNumel;
-        r.persistent = info.persistent;
-        r.late = info.late;
-        if (info.late) r.replaces = d->replacedBy(info.id);
-        r.partitioned = info.partitioned;
-        r.status.assign(static_cast<std::size_t>(m_config.worldSize), initial);
-        const GatherTotals &tot = d->gatherTotals[info.id];
-        r.gatherCount = tot.count.load(std::memory_order_relaxed);
-        r.gatherBytes = tot.bytes.load(std::memory_order_relaxed);
-        r.gatherNs = tot.ns.load(std::memory_order_relaxed);
-        r.lastGatherTsNs = tot.lastTs.load(std::memory_order_relaxed);
-    }
-    for (const auto &rsp : d->ranks) {
-        const RankState &rs = *rsp;
-        if (m_partitioned) {
-            ParamId p = 0;
-            for (auto it = rs.status.begin(); it != rs.status.end(); ++it, ++p)
-                if (const std::int32_t i = recordOf[p]; i >= 0)
-                    s.params[static_cast<std::size_t>(i)].status[static_cast<std::size_t>(rs.rank)] =
-                        it->load(std::memory_order_acquire);
-        }
-        for (ParamId p : rs.activeParams) {
-            const std::int32_t i = recordOf[p];
-            if (i < 0)
-                continue;
-            auto &act = s.params[static_cast<std::size_t>(i)].activeModules;
-            for (ModuleId m : rs.params[p].active)
-                if (std::find(act.begin(), act.end(), m) == act.end())
-                    act.push_back(m);
-        }
-    }
-    // Externals: union over local ranks, by module.
-    for (const auto &rsp : d->ranks) {
-        const RankState &rs = *rsp;
-        for (ModuleId m = 0; m < rs.externals.size(); ++m) {
-            for (const ExternalEntry &e : rs.externals[m]) {
-                auto it = std::lower_bound(s.params.begin(), s.params.end(), e.param,
-                                           [](const ParamRecord &r, ParamId id) { return r.id < id; });
-                if (it == s.params.end() || it->id != e.param)
-                    continue;
-                auto &ext = it->externals;
-                if (std::none_of(ext.begin(), ext.end(), [m](const ExternalRecord &x) { return x.module == m; }))
-                    ext.push_back(ExternalRecord{m, e.automatic});
-            }
-        }
-    }
-    rankLocks.clear();
-    s.violations = violations();
-    return s;
-}
-
-std::vector<ViolationRecord> Engine::violations() const
-{
-    std::lock_guard lock(d->violationMutex);
-    return d->violations;
-}
-
-std::uint64_t Engine::stateVersion() const
-{
-    return d->version.load(std::memory_order_relaxed);
-}
-
-std::uint64_t Engine::unregisteredAccessCount() const
-{
-    return d->unregisteredCount.load(std::memory_order_relaxed);
-}
-
-std::uint64_t Engine::lateParameterCount() const
-{
-    return d->lateCount.load(std::memory_order_relaxed);
-}
-
-std::uint64_t Engine::gatheredBytes(int rank) const
-{
-    return d->rankState(rank).totalGatheredBytes.load(std::memory_order_relaxed);
 }
 
 } // namespace shardscope

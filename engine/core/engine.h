@@ -184,7 +184,7 @@ public:
     std::uint32_t step(int rank) const;
     void enterModule(int rank, ModuleId module, Phase phase);
     void exitModule(int rank, ModuleId module, Phase phase);
-    // Guarded read of a parameter's full tensor; see the access guard in DESIGN.md. The fast
+    // Guarded read of a parameter's full tensor (docs/architecture.md, access guard). The fast
     // path (the module on the stack owns or registered it, or it is persistent) is inline.
     TensorView access(int rank, ParamId param)
     {

@@ -135,9 +135,11 @@ struct Engine::Impl
     RankState &rankState(int rank);
     const RankState &rankState(int rank) const;
 
-    // Writes one event made by telemetry/eventfields.h, stamped with rs's step and rank, and
-    // with tsNs, else the batch's time (RankState::batchTs), else the telemetry clock now.
-    void emit(const RankState &rs, const Event &fields, std::uint64_t tsNs = 0);
+    // Writes one event made by telemetry/eventfields.h, stamped with rs's step and rank and
+    // the batch's time (RankState::batchTs), else the telemetry clock now.
+    void emit(const RankState &rs, const Event &fields);
+    // The same, stamped with tsNs: an instant the engine also records elsewhere (a gather's).
+    void emitAt(const RankState &rs, const Event &fields, std::uint64_t tsNs);
     void emitMemory(RankState &rs);
     bool telemetryLive() const;
 

@@ -52,9 +52,10 @@ std::vector<std::string> Engine::Impl::closeScope(RankState &rs, const std::vect
         }
         const std::size_t bytes = static_cast<std::size_t>(info.numel) * elemSize(p);
         if (modifier) {
-            emit(rs,
-                 makeBroadcast(
-                     {.param = p, .root = static_cast<std::uint32_t>(*modifier), .bytes = bytes}));
+            // u0 as fetches carry it: the padded bytes (docs/protocol.md, "Bytes").
+            emit(rs, makeBroadcast({.param = p,
+                                    .root = static_cast<std::uint32_t>(*modifier),
+                                    .bytes = fullBytes(p)}));
             rs.comm->waitForCompute(); // the modifier's edits may come from its own kernels
             rs.comm->broadcast(rp.full.data(), bytes, *modifier).wait();
             if (!rp.shard.empty()) {

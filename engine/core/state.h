@@ -55,10 +55,6 @@ struct ParamRecord
     std::uint64_t lastGatherTsNs = 0;
 };
 
-std::string_view
-violationKindName(ViolationKind k); // "unregistered_access", "late_parameter",
-                                    // "trace_invalidated", "gathered_write_without_modifier"
-
 // One distinct violation (kind, rank, accessor, param), with how often it happened.
 struct ViolationRecord
 {

@@ -376,12 +376,11 @@ void GpuRank::backward()
 // gathers and the persistent refresh after it (Communicator::waitForCompute).
 void GpuRank::optimizerStep(int step)
 {
-    AdamParams ap;
+    nn::AdamOptions ap;
     ap.lr = m_cfg.lr;
     ap.beta1 = m_cfg.beta1;
     ap.beta2 = m_cfg.beta2;
     ap.eps = m_cfg.eps;
-    ap.step = step;
     for (ParamId p : m_params) {
         const std::span<float> data = m_engine.shardData(m_rank, p);
         const std::span<float> g = m_engine.shardGrad(m_rank, p);
@@ -391,7 +390,7 @@ void GpuRank::optimizerStep(int step)
         ap.weightDecay =
             m_cfg.weightDecay > 0.0f && nn::decays(m_engine.param(p)) ? m_cfg.weightDecay : 0.0f;
         adamStep(data.data(), g.data(), m_adamM[p].f32(), m_adamV[p].f32(),
-                 static_cast<std::int64_t>(data.size()), ap, m_stream);
+                 static_cast<std::int64_t>(data.size()), ap, step, m_stream);
     }
 }
 

@@ -349,7 +349,8 @@ __global__ void scaleKernel(float *x, float factor, std::int64_t n)
 // The same expression as nn::Adam::update (decay as one factor on the old value), so the
 // two round alike apart from nvcc's fused multiply-adds.
 __global__ void adamKernel(float *param, const float *grad, float *m, float *v, std::int64_t n,
-                           AdamParams p, float biasCorrection1, float biasCorrection2, float shrink)
+                           nn::AdamOptions p, float biasCorrection1, float biasCorrection2,
+                           float shrink)
 {
     GRID_STRIDE(i, n)
     {
@@ -500,11 +501,11 @@ void scale(float *x, float factor, std::int64_t n, cudaStream_t stream)
 }
 
 void adamStep(float *param, const float *grad, float *m, float *v, std::int64_t n,
-              const AdamParams &p, cudaStream_t stream)
+              const nn::AdamOptions &p, int step, cudaStream_t stream)
 {
     if (n == 0) return;
-    const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(p.beta1), p.step));
-    const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(p.beta2), p.step));
+    const float bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(p.beta1), step));
+    const float bc2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(p.beta2), step));
     const float shrink = 1.0f - p.lr * p.weightDecay;
     adamKernel<<<blocksFor(n), kThreads, 0, stream>>>(param, grad, m, v, n, p, bc1, bc2, shrink);
     checkLaunch("adamKernel");

@@ -9,6 +9,9 @@
 
 #include <cstdint>
 
+#include "nn/adamoptions.h"
+#include "nn/convshape.h"
+
 namespace shardscope::gpu {
 
 // ---- Embedding: out[i] = weight[tokens[i]], weight [vocab, dim]. Tokens outside
@@ -30,24 +33,10 @@ void layerNormBackward(const float *x, int rows, int dim, const float *gamma, co
                        const float *rstd, const float *dy, float *dx, float *dGamma, float *dBeta,
                        cudaStream_t stream);
 
-// ---- Conv1d over the sequence, channels last, as nn::conv1dForward: causal (the default,
-// padLeft = kernel-1: y[t] sees x[<= t]) or "same" padding (padLeft = kernel/2, wav2vec2's).
-struct ConvShape
-{
-    int batch = 1;
-    int seq = 1;
-    int channels = 1;
-    int kernel = 1;
-    int groups = 1;
-    bool causal = true;
-
-    int channelsPerGroup() const { return channels / groups; }
-    int padLeft() const { return causal ? kernel - 1 : kernel / 2; }
-    std::int64_t weightNumel() const
-    {
-        return static_cast<std::int64_t>(channels) * channelsPerGroup() * kernel;
-    }
-};
+// ---- Conv1d over the sequence, channels last, as nn::conv1dForward, on nn's ConvShape:
+// causal (the default, padLeft = kernel-1: y[t] sees x[<= t]) or "same" padding
+// (padLeft = kernel/2, wav2vec2's).
+using nn::ConvShape;
 void conv1dForward(const ConvShape &s, const float *x, const float *weight, const float *bias,
                    float *y, cudaStream_t stream);
 // dx may be null.
@@ -74,18 +63,9 @@ void sumRowsInto(const float *x, int rows, int cols, float *out,
                  cudaStream_t stream);                                   // out += sum_r x[r]
 void scale(float *x, float factor, std::int64_t n, cudaStream_t stream); // x *= factor
 
-// ---- Adam / AdamW on one rank's shard (torch.optim.AdamW semantics; weightDecay 0 is
-// plain Adam). step counts from 1.
-struct AdamParams
-{
-    float lr = 1e-3f;
-    float beta1 = 0.9f;
-    float beta2 = 0.999f;
-    float eps = 1e-8f;
-    float weightDecay = 0.0f;
-    int step = 1;
-};
+// ---- Adam / AdamW on one rank's shard with nn's options (torch.optim.AdamW semantics;
+// weightDecay 0 is plain Adam). step counts from 1.
 void adamStep(float *param, const float *grad, float *m, float *v, std::int64_t n,
-              const AdamParams &p, cudaStream_t stream);
+              const nn::AdamOptions &options, int step, cudaStream_t stream);
 
 } // namespace shardscope::gpu

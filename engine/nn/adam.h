@@ -6,16 +6,9 @@
 #include <span>
 #include <vector>
 
-namespace shardscope::nn {
+#include "nn/adamoptions.h"
 
-struct AdamOptions
-{
-    float lr = 1e-3f;
-    float beta1 = 0.9f;
-    float beta2 = 0.999f;
-    float eps = 1e-8f;
-    float weightDecay = 0.0f;
-};
+namespace shardscope::nn {
 
 class Adam
 {

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "nn/convshape.h"
+
 namespace shardscope::nn {
 
 // C[m,n] = alpha * op(A) * op(B) + beta * C, row-major, through cblas_?gemm.
@@ -49,28 +51,7 @@ template <typename T>
 void layerNormBackward(const T *x, int rows, int dim, const T *gamma, const T *mean, const T *rstd,
                        const T *dy, T *dx, T *dGamma, T *dBeta);
 
-// ---- Conv1d over the sequence, channels last: x and y are [batch, seq, channels],
-// weight [channels, channels/groups, kernel] (PyTorch's layout), bias [channels].
-// The output has the input's length ("same"): y[t] = b + sum_k W[:,:,k] x[t + k - padLeft].
-// Causal, the default (y[t] sees x[<= t] only, for a next-token model that must not see its
-// targets): padLeft = kernel - 1. Symmetric, as wav2vec2's positional convolution (padding
-// kernel/2 on both sides, the last output dropped for an even kernel): padLeft = kernel/2.
-struct ConvShape
-{
-    int batch = 1;
-    int seq = 1;
-    int channels = 1;
-    int kernel = 1;
-    int groups = 1;
-    bool causal = true;
-
-    int channelsPerGroup() const { return channels / groups; }
-    int padLeft() const { return causal ? kernel - 1 : kernel / 2; }
-    std::int64_t weightNumel() const
-    {
-        return static_cast<std::int64_t>(channels) * channelsPerGroup() * kernel;
-    }
-};
+// ---- Conv1d over the sequence, channels last (nn/convshape.h says the shape and padding).
 
 template <typename T>
 void conv1dForward(const ConvShape &s, const T *x, const T *weight, const T *bias, T *y);

@@ -498,7 +498,10 @@ void Inspector::Impl::readClient(Client &c)
         for (;;) {
             auto frame = c.decoder.next();
             if (!frame) {
-                const bool magic = frame.error().find("magic") != std::string::npos;
+                // bad_magic only for the first bytes (a stranger, e.g. HTTP); after a Hello a
+                // wrong magic is a broken stream.
+                const bool magic = c.phase == Client::Phase::Handshake &&
+                                   frame.error().find("magic") != std::string::npos;
                 refuse(c, magic ? "bad_magic" : "bad_frame",
                        frame.error() +
                            "; this endpoint speaks the ShardScope inspector protocol "

@@ -30,6 +30,8 @@ inline constexpr int kMaxJsonDepth = 32;
 
 inline Json parseJson(std::string_view text)
 {
+    if (text.starts_with("\xEF\xBB\xBF"))
+        throw DecodeFailure{"the JSON starts with a byte order mark; send UTF-8 without one"};
     int depth = 0;
     bool inString = false;
     bool escaped = false;

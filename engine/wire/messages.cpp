@@ -54,47 +54,7 @@ template <class T> T getLe(const char *p)
     return v;
 }
 
-constexpr std::array<std::string_view, 19> kEventNames = {
-    "unknown",
-    "module_enter",
-    "module_exit",
-    "fetch_begin",
-    "fetch_end",
-    "release",
-    "broadcast",
-    "external_register",
-    "external_unregister",
-    "unregistered_access",
-    "late_parameter",
-    "parameter_adopted",
-    "trace_recorded",
-    "trace_invalidated",
-    "step_begin",
-    "step_end",
-    "memory_sample",
-    "dropped_events",
-    "gathered_write_error",
-};
-
 } // namespace
-
-bool isKnownEventType(std::uint8_t type)
-{
-    return type >= 1 && type < kEventNames.size();
-}
-
-std::string_view eventTypeName(EventType type)
-{
-    const auto t = static_cast<std::uint8_t>(type);
-    return isKnownEventType(t) ? kEventNames[t] : kEventNames[0];
-}
-
-std::optional<EventType> eventTypeFromName(std::string_view name)
-{
-    for (std::size_t t = 1; t < kEventNames.size(); ++t)
-        if (kEventNames[t] == name) return static_cast<EventType>(t);
-    return std::nullopt;
-}
 
 std::string encodeHello(const Hello &m)
 {

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/names.h"
 #include "telemetry/event.h"
 #include "wire/frame.h"
 #include "wire/job.h"
@@ -105,9 +106,9 @@ std::optional<ErrorMessage> checkHello(const Hello &hello, std::string_view requ
 // (its message, prefixed "the engine refused the connection: "); anything else is an error.
 Result<Welcome> acceptWelcome(const Frame &frame);
 
-// Event type names used in JSON and docs: "module_enter", "fetch_begin", ...
-bool isKnownEventType(std::uint8_t type);
-std::string_view eventTypeName(EventType type); // "unknown" for values outside the enum
-std::optional<EventType> eventTypeFromName(std::string_view name);
+// Event type names used in JSON and docs ("module_enter", "fetch_begin", ...): base/names.h.
+using shardscope::eventTypeFromName;
+using shardscope::eventTypeName;
+using shardscope::isKnownEventType;
 
 } // namespace shardscope::wire

@@ -186,18 +186,61 @@ void writeViolation(Writer &w, const EngineState &s, const ViolationRecord &v,
     w.raw(",\"message\":").str(v.message).raw("}");
 }
 
-void writeEvent(Writer &w, const Event &e)
+// Version 3: the events as columns, one array per record field (docs/snapshot.md, events);
+// times and steps as differences from the previous event, types as indexes into the
+// names that occur. Version 2's array of objects was 115 bytes of text per event.
+void writeEventColumns(Writer &w, const std::vector<Event> &events, bool pretty)
 {
-    w.raw("{\"ts_ns\":").num(e.tsNs);
-    w.raw(",\"step\":").num(e.step);
-    w.raw(",\"rank\":").num(e.rank);
-    w.raw(",\"type\":").str(eventTypeName(e.type));
-    w.raw(",\"flags\":").num(e.flags);
-    w.raw(",\"a\":").num(e.a);
-    w.raw(",\"b\":").num(e.b);
-    w.raw(",\"u0\":").num(e.u0);
-    w.raw(",\"u1\":").num(e.u1);
-    w.raw(",\"u2\":").num(e.u2).raw("}");
+    if (events.empty()) {
+        w.raw("[]");
+        return;
+    }
+    std::array<int, 256> typeIndex;
+    typeIndex.fill(-1);
+    std::vector<EventType> names;
+    for (const Event &e : events) {
+        int &k = typeIndex[static_cast<std::uint8_t>(e.type)];
+        if (k < 0) {
+            k = static_cast<int>(names.size());
+            names.push_back(e.type);
+        }
+    }
+    const char *sep = pretty ? ",\n  " : ",";
+    w.raw(pretty ? "{\n  " : "{").raw("\"count\":").num(events.size());
+    w.raw(sep).raw("\"type_names\":[");
+    for (std::size_t i = 0; i < names.size(); ++i) {
+        if (i) w.raw(",");
+        w.str(eventTypeName(names[i]));
+    }
+    w.raw("]");
+    // Differences wrap around 2^64 and are written as signed numbers, so any sequence of
+    // u64 values round-trips; in time order they are small and positive.
+    auto column = [&](std::string_view key, auto value) {
+        w.raw(sep).raw("\"").raw(key).raw("\":[");
+        for (std::size_t i = 0; i < events.size(); ++i) {
+            if (i) w.raw(",");
+            value(i);
+        }
+        w.raw("]");
+    };
+    auto delta = [&](std::size_t i, auto field) {
+        const std::uint64_t prev = i ? field(events[i - 1]) : 0;
+        w.inum(static_cast<std::int64_t>(field(events[i]) - prev));
+    };
+    column("ts_ns", [&](std::size_t i) { delta(i, [](const Event &e) { return e.tsNs; }); });
+    column("step",
+           [&](std::size_t i) { delta(i, [](const Event &e) { return std::uint64_t(e.step); }); });
+    column("rank", [&](std::size_t i) { w.num(events[i].rank); });
+    column("type", [&](std::size_t i) {
+        w.num(std::uint64_t(typeIndex[static_cast<std::uint8_t>(events[i].type)]));
+    });
+    column("flags", [&](std::size_t i) { w.num(events[i].flags); });
+    column("a", [&](std::size_t i) { w.num(events[i].a); });
+    column("b", [&](std::size_t i) { w.num(events[i].b); });
+    column("u0", [&](std::size_t i) { w.num(events[i].u0); });
+    column("u1", [&](std::size_t i) { w.num(events[i].u1); });
+    column("u2", [&](std::size_t i) { w.num(events[i].u2); });
+    w.raw(pretty ? "\n }" : "}");
 }
 
 std::uint32_t readId(Element j, std::uint32_t none, const Where &where)
@@ -248,6 +291,81 @@ Event decodeEvent(Element j, const Where &w)
     e.u1 = sj::asU64(f[8], f.at(8));
     e.u2 = sj::asU64(f[9], f.at(9));
     return e;
+}
+
+constexpr std::array<std::string_view, 12> kColumnFields = {
+    "count", "type_names", "ts_ns", "step", "rank", "type", "flags", "a", "b", "u0", "u1", "u2"};
+
+void decodeEventColumns(sj::Object o, std::vector<Event> &out, const Where &w)
+{
+    const sj::Fields f(o, kColumnFields, w);
+    const std::uint64_t count = sj::asU64(f[0], f.at(0));
+    std::vector<EventType> types;
+    {
+        const Where tw = f.at(1);
+        std::size_t i = 0;
+        for (Element name : sj::asArray(f[1], tw)) {
+            const std::string_view n = sj::asStringView(name, tw[i]);
+            const auto t = eventTypeFromName(n);
+            if (!t) sj::failAt(tw[i], "unknown event type \"" + std::string(n) + "\"");
+            types.push_back(*t);
+            ++i;
+        }
+    }
+    std::array<sj::Array, 10> columns;
+    for (std::size_t k = 0; k < columns.size(); ++k) {
+        columns[k] = sj::asArray(f[k + 2], f.at(k + 2));
+        if (columns[k].size() != count)
+            sj::failAt(f.at(k + 2), std::to_string(columns[k].size()) +
+                                        " values where \"count\" is " + std::to_string(count));
+    }
+    out.assign(static_cast<std::size_t>(count), Event{});
+    // Column by column: each array is walked once, in order.
+    auto each = [&](std::size_t k, auto apply) {
+        const Where cw = f.at(k + 2);
+        std::size_t i = 0;
+        for (Element v : columns[k]) {
+            apply(out[i], v, cw, i);
+            ++i;
+        }
+    };
+    auto delta = [](Element v, const Where &cw, std::size_t i) {
+        return static_cast<std::uint64_t>(sj::asI64(v, cw[i]));
+    };
+    std::uint64_t ts = 0, step = 0;
+    each(0, [&](Event &e, Element v, const Where &cw, std::size_t i) {
+        ts += delta(v, cw, i);
+        e.tsNs = ts;
+    });
+    each(1, [&](Event &e, Element v, const Where &cw, std::size_t i) {
+        step += delta(v, cw, i);
+        if (step > 0xFFFFFFFFu) sj::failAt(cw[i], "the step leaves 0 to 4294967295");
+        e.step = static_cast<std::uint32_t>(step);
+    });
+    each(2, [&](Event &e, Element v, const Where &cw, std::size_t i) {
+        e.rank = static_cast<std::uint16_t>(sj::asBounded(v, kMaxRank, cw[i]));
+    });
+    each(3, [&](Event &e, Element v, const Where &cw, std::size_t i) {
+        const std::uint64_t t = sj::asU64(v, cw[i]);
+        if (t >= types.size())
+            sj::failAt(cw[i], "type index " + std::to_string(t) + " is not in type_names");
+        e.type = types[static_cast<std::size_t>(t)];
+    });
+    each(4, [&](Event &e, Element v, const Where &cw, std::size_t i) {
+        e.flags = static_cast<std::uint8_t>(sj::asBounded(v, 0xFF, cw[i]));
+    });
+    each(5, [&](Event &e, Element v, const Where &cw, std::size_t i) {
+        e.a = static_cast<std::uint32_t>(sj::asBounded(v, 0xFFFFFFFFu, cw[i]));
+    });
+    each(6, [&](Event &e, Element v, const Where &cw, std::size_t i) {
+        e.b = static_cast<std::uint32_t>(sj::asBounded(v, 0xFFFFFFFFu, cw[i]));
+    });
+    each(7,
+         [&](Event &e, Element v, const Where &cw, std::size_t i) { e.u0 = sj::asU64(v, cw[i]); });
+    each(8,
+         [&](Event &e, Element v, const Where &cw, std::size_t i) { e.u1 = sj::asU64(v, cw[i]); });
+    each(9,
+         [&](Event &e, Element v, const Where &cw, std::size_t i) { e.u2 = sj::asU64(v, cw[i]); });
 }
 
 struct ModuleIndex
@@ -492,10 +610,15 @@ Snapshot decodeSnapshotDom(Element rootElement)
         st.violations.push_back(decodeViolation(v, index, vw[st.violations.size()]));
 
     const Where evw = rw / "events";
-    const sj::Array events = sj::asArray(sj::member(root, "events", rw), evw);
-    s.events.reserve(events.size());
-    for (Element ev : events)
-        s.events.push_back(decodeEvent(ev, evw[s.events.size()]));
+    const Element events = sj::member(root, "events", rw);
+    if (version >= 3 && events.is_object()) {
+        decodeEventColumns(sj::asObject(events, evw), s.events, evw);
+    } else {
+        const sj::Array list = sj::asArray(events, evw);
+        s.events.reserve(list.size());
+        for (Element ev : list)
+            s.events.push_back(decodeEvent(ev, evw[s.events.size()]));
+    }
     s.droppedEvents = u64(root, "dropped_events", rw);
     return s;
 }
@@ -519,7 +642,9 @@ std::string encodeSnapshot(const Snapshot &snapshot, bool pretty)
     Writer w(out, pretty);
     w.raw("{");
     w.member("format", true).str(kSnapshotFormat);
-    w.member("version").num(kSnapshotVersion);
+    // Without events versions 2 and 3 are the same document: State frames stay readable by
+    // clients built before version 3.
+    w.member("version").num(snapshot.events.empty() ? 2 : kSnapshotVersion);
     w.member("producer").str(snapshot.meta.producer);
     w.member("pid").inum(snapshot.meta.pid);
     w.member("created_unix_ms").num(snapshot.meta.createdUnixMs);
@@ -565,10 +690,8 @@ std::string encodeSnapshot(const Snapshot &snapshot, bool pretty)
         writeViolation(w.element(i), s, s.violations[i], paramById);
     w.endArray(s.violations.size());
 
-    w.member("events").raw("[");
-    for (std::size_t i = 0; i < snapshot.events.size(); ++i)
-        writeEvent(w.element(i), snapshot.events[i]);
-    w.endArray(snapshot.events.size());
+    w.member("events");
+    writeEventColumns(w, snapshot.events, pretty);
     w.member("dropped_events").num(snapshot.droppedEvents);
     w.raw(pretty ? "\n}\n" : "}");
     return out;

@@ -15,9 +15,9 @@
 namespace shardscope::wire {
 
 inline constexpr std::string_view kSnapshotFormat = "shardscope-snapshot";
-// Version 2 writes each parameter's per-rank status as one letter per rank; version 1
-// documents (status as an array of names) are still read.
-inline constexpr int kSnapshotVersion = 2;
+// Version 3 writes the events as columns (a document without events is written as version
+// 2, the same document); versions 1 (status as an array of names) and 2 are still read.
+inline constexpr int kSnapshotVersion = 3;
 // Files larger than this, or gzip'd files whose text is, are refused by readSnapshotFile.
 inline constexpr std::uint64_t kMaxSnapshotFileBytes = 1ull << 30;
 

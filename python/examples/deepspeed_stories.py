@@ -17,8 +17,13 @@ A tiny language model: `embed` (nn.Embedding), a positional Conv1d with weight_n
   --read-outside        story 1's training loop reads model.embed.weight outside any forward
                         (DeepSpeed: "mat2 must be a matrix"; recorded first)
   --guard error         ShardScope raises at the first unregistered access, with the fix line
+
+For the tests: --wait-before-build (a client attaches before the model exists), --kill-rank
+with --kill-at-step (a rank lost mid-step), --own-mode (the script's own torch function mode).
 """
 import argparse
+import os
+import signal
 import sys
 import time
 
@@ -77,6 +82,40 @@ class TinyLM(nn.Module):
         return self.lm_head(torch.tanh(self.fc(x)))
 
 
+def die(module, inputs):
+    """--kill-rank: a second for the agent's server to send what came before (a client of a
+    rank that dies holds what was sent), then SIGKILL, in the middle of the step."""
+    time.sleep(1.0)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class CountingMode(torch.overrides.TorchFunctionMode):
+    """The script's own torch function mode (a user's profiler, say)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def forward_in_own_mode(engine, ids):
+    held = engine.module.embed.weight  # the Parameter object, outside forward: legal
+    with CountingMode() as mine:
+        logits = engine(ids)
+        before = mine.calls
+        torch.ones(1).add(1)
+        if mine.calls == before:
+            raise RuntimeError("own mode: no longer active after the forward")
+    if torch._C._len_torch_function_stack() != 0:
+        raise RuntimeError("own mode: a torch function mode stayed on the stack")
+    print(f"own mode: active throughout ({mine.calls} calls), stack empty after; held "
+          f"{tuple(held.ds_shape)}", flush=True)
+    return logits
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--externals", choices=["none", "manual"], default="none")
@@ -98,6 +137,16 @@ def main():
                         help="pause and resume the agent every K steps (what it costs, within one run)")
     parser.add_argument("--hidden", type=int, default=16)
     parser.add_argument("--profile", default="", help="cProfile rank 0's training loop into this file")
+    parser.add_argument("--wait-before-build", default="", metavar="PATH",
+                        help="wait until PATH exists before building the model")
+    parser.add_argument("--kill-rank", type=int, default=-1,
+                        help="this rank kills itself (SIGKILL) inside fc's forward of --kill-at-step, "
+                        "a second after it began")
+    parser.add_argument("--kill-at-step", type=int, default=0)
+    parser.add_argument("--own-mode", action="store_true",
+                        help="the last step holds model.embed.weight outside forward (legal), then "
+                        "runs its forward under the script's own torch function mode, which must "
+                        "stay active throughout")
     args = parser.parse_args()
 
     if not args.no_agent:
@@ -112,6 +161,11 @@ def main():
               "zero_allow_untested_optimizer": True}
     torch.manual_seed(0)
     try:
+        waited = time.monotonic()
+        while args.wait_before_build and not os.path.exists(args.wait_before_build):
+            if time.monotonic() - waited > 120:
+                raise SystemExit(f"gave up waiting for {args.wait_before_build}")
+            time.sleep(0.05)
         with deepspeed.zero.Init(config_dict_or_path=config):
             model = TinyLM(vocab, hidden, args.externals, args.weight_norm)
         engine, *_ = deepspeed.initialize(model=model, config=config,
@@ -130,9 +184,14 @@ def main():
                 block = step // args.toggle  # blocks in pairs: on off, off on, on off, ...
                 observed = block % 2 == (block // 2) % 2
                 (shardscope.deepspeed.resume if observed else shardscope.deepspeed.pause)()
+            if rank == args.kill_rank and step + 1 == args.kill_at_step:
+                engine.module.fc.register_forward_pre_hook(die)
             began, cpu, process_cpu = time.perf_counter(), time.thread_time(), time.process_time()
             ids = torch.randint(0, vocab, (4, 8), generator=g)
-            logits = engine.module(ids) if args.call_module else engine(ids)
+            if args.own_mode and step + 1 == args.steps:
+                logits = forward_in_own_mode(engine, ids)
+            else:
+                logits = engine.module(ids) if args.call_module else engine(ids)
             loss = F.cross_entropy(logits[:, :-1].reshape(-1, vocab), ids[:, 1:].reshape(-1))
             engine.backward(loss)
             engine.step()

@@ -32,6 +32,7 @@ import os
 import re
 import signal
 import sys
+import weakref
 
 from . import ShardScopeError, UnregisteredAccessError
 from . import _dsinternals as _ds
@@ -181,6 +182,25 @@ class _MetadataOnly:
 _METADATA_ONLY = _MetadataOnly()
 
 
+def _leave_mode(mode):
+    """Takes mode off torch's function-mode stack wherever it is: modes the user pushed above
+    it stay, in their order (TorchFunctionMode.__exit__ would pop the top one, theirs)."""
+    from torch._C import _len_torch_function_stack
+    from torch.overrides import _pop_mode, _push_mode
+
+    above = []
+    found = False
+    while _len_torch_function_stack() > 0:
+        top = _pop_mode()
+        if top is mode:
+            found = True
+            break
+        above.append(top)
+    for m in reversed(above):
+        _push_mode(m)
+    return found
+
+
 class _Paused:
     """`with suspects.paused():` (a plain class: a generator-based context manager costs
     microseconds, and status changes run it on the training step's path)."""
@@ -264,10 +284,7 @@ class _Suspects:
         self.agent.hot.slow = False
         if self.mode is not None:
             mode, self.mode = self.mode, None
-            try:
-                mode.__exit__(None, None, None)
-            except Exception:
-                pass
+            _leave_mode(mode)
 
 
 class _Agent:
@@ -282,7 +299,7 @@ class _Agent:
         self.snapshot_out = (snapshot_out or "").replace("{rank}", str(self.rank))
         endpoint = listen if isinstance(listen, str) else ""
         try:
-            self.native = _native.Agent(model=model_name or _NOT_BUILT, rank=self.rank,
+            self.native = _native.Agent(model=f"{model_name} {_NOT_BUILT}" if model_name else _NOT_BUILT, rank=self.rank,
                                         world_size=self.world_size, backend=_backend_name(),
                                         listen=listen is not False, endpoint=endpoint,
                                         token=token, snapshot_out=self.snapshot_out,
@@ -293,8 +310,6 @@ class _Agent:
         self.PHASES = dict(_native.PHASES)
         self.PHASE_NAMES = {number: name for name, number in self.PHASES.items()}
         self.hot = _native.HotPath(self.native, self, *_ds.status_members())
-        self.active_sent = {}  # ds_id -> the active sub-modules last sent
-        self.params_by_id = {}  # ds_id -> published parameter
         self.model_name = model_name
         self.engine = None
         self.root = None
@@ -305,10 +320,8 @@ class _Agent:
         self.adopted = set()  # ds_ids of late parameters deepspeed.initialize converted
         self.in_step = False
         self.loss = None
-        self.ds_ids_of_modules = {}  # DeepSpeed's module.id -> our module id
         self.paths = {}  # our module id -> dotted path
         self.published = set()  # ds_ids the native state lists
-        self.active_dirty = {}  # ds_id -> param to sample in flush_active (with hot.take_dirty())
         self.suspects = _Suspects(self)
         self.closed = False
         self.paused = None  # while paused: ds_id -> ds_status at pause()
@@ -317,6 +330,7 @@ class _Agent:
         except BaseException:
             self.native.finish()
             raise
+        self._on_term = None
         atexit.register(self.close)
         self._chain_sigterm()
 
@@ -354,20 +368,37 @@ class _Agent:
         if previous not in (signal.SIG_DFL, None):
             return  # the script handles SIGTERM itself; atexit still runs on its exit
 
+        me = weakref.ref(self)  # the handler keeps no agent alive after finish()
+
         def on_term(signum, frame):
-            self.close()
+            agent = me()
+            if agent is not None:
+                agent.close()
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
 
         try:
             signal.signal(signal.SIGTERM, on_term)
+            self._on_term = on_term
         except ValueError:
             pass  # not the main thread
+
+    def _unchain_sigterm(self):
+        handler, self._on_term = self._on_term, None
+        if handler is None:
+            return
+        try:
+            if signal.getsignal(signal.SIGTERM) is handler:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except ValueError:
+            pass  # not the main thread: it stays, and does nothing once we are gone
 
     def close(self):
         if self.closed:
             return
         self.closed = True
+        atexit.unregister(self.close)
+        self._unchain_sigterm()
         self.suspects.close()
         self.flush_active()
         try:
@@ -406,7 +437,7 @@ class _Agent:
             status = param.__dict__.get("ds_status")
             if status is not before.get(ds_id) and ds_id in self.published and status is not None:
                 changed.append((ds_id, _ds.status_number(status)))
-                self.active_dirty[ds_id] = param
+                self.hot.mark_dirty(ds_id)
         if changed:
             self.native.set_statuses(changed)
         self.flush_active()
@@ -494,16 +525,13 @@ class _Agent:
         d["_shardscope_nbytes"] = (partition * self.world_size if partitioned else numel) * param.element_size()
         if ds_id is not None:
             self.published.add(ds_id)
-            self.params_by_id[ds_id] = param
-            self.hot.publish(ds_id, d["_shardscope_nbytes"])
+            self.hot.publish(ds_id, d["_shardscope_nbytes"], param)
         self.native.set_param(id=pid, name=name, owner=mid if mid is not None else 0, shape=shape,
                               dtype=str(param.dtype).replace("torch.", ""), numel=numel,
                               partition_numel=partition if partitioned else numel,
                               padded_numel=partition * self.world_size if partitioned else numel,
                               persistent=persistent, partitioned=partitioned, late=late,
                               status=status, replaces=replaces)
-        if ds_id is not None and d.get("ds_active_sub_modules"):
-            self.active_dirty[ds_id] = param
         return pid
 
     def _new_late_id(self):
@@ -518,7 +546,7 @@ class _Agent:
         for path, module in root.named_modules():
             mid = self._ensure_module(module, path)
             if "id" in module.__dict__:
-                self.ds_ids_of_modules[module.__dict__["id"]] = mid
+                self.hot.map_module(module.__dict__["id"], mid)
             for local, param in module._parameters.items():
                 if param is None:
                     continue
@@ -539,7 +567,6 @@ class _Agent:
                 self._publish_param(param, seen[0], seen[1])
                 self.native.remove_param(ds_id)
                 self.published.discard(ds_id)
-                self.params_by_id.pop(ds_id, None)
                 self.hot.unpublish(ds_id)
 
     # ------------------------------------------------------------------ violations
@@ -607,28 +634,8 @@ class _Agent:
             self.suspects.discard((param, ))
 
     def flush_active(self):
-        """ds_active_sub_modules of the parameters whose status changed since the last call,
-        in one native call and only where they differ from what was sent: sampled when a
-        step ends and when the agent flushes, because following every change costs a
-        training step several percent."""
-        for ds_id in self.hot.take_dirty():
-            param = self.params_by_id.get(ds_id)
-            if param is not None:
-                self.active_dirty[ds_id] = param
-        if not self.active_dirty:
-            return
-        ours = self.ds_ids_of_modules
-        sent = self.active_sent
-        changes = []
-        for ds_id, param in self.active_dirty.items():
-            active = param.__dict__.get("ds_active_sub_modules")
-            now = [ours[m] for m in active if m in ours] if active else []
-            if sent.get(ds_id) != now:
-                sent[ds_id] = now
-                changes.append((ds_id, now))
-        self.active_dirty.clear()
-        if changes:
-            self.native.set_active_many(changes)
+        """ds_active_sub_modules of the parameters whose status changed, sent (HotPath)."""
+        self.hot.flush_active()
 
     @contextlib.contextmanager
     def automatic_registration(self):
@@ -672,7 +679,9 @@ class _Agent:
                 for p in params:
                     pid = self.param_id(p)
                     if pid is not None:
-                        self.native.broadcast(pid, int(src_rank), p.numel() * p.element_size())
+                        # u0 as fetch events carry it: the padded tensor's bytes
+                        nbytes = p.__dict__.get("_shardscope_nbytes", p.numel() * p.element_size())
+                        self.native.broadcast(pid, int(src_rank), int(nbytes))
         self.gathered += 1
 
     def on_gathered_exited(self, params):
@@ -681,10 +690,11 @@ class _Agent:
     def on_engine_forward(self, engine):
         if self.engine is None:
             self.attach(engine)
-        self.close_scopes()
-        if not self.in_step:
+        if self.in_step:
+            self.hot.close_scopes()
+        else:
             self.in_step = True
-            self.native.step_begin(int(getattr(engine, "global_steps", -1)) + 1)
+            self.hot.begin_step(int(getattr(engine, "global_steps", -1)) + 1)
 
     def on_engine_backward(self, engine, loss):
         self.loss = loss
@@ -692,7 +702,7 @@ class _Agent:
     def on_engine_backward_done(self, engine):
         # DeepSpeed's post-backward hook never runs for a module whose inputs need no
         # gradient (the embedding): its backward scope ends with the backward pass.
-        self.close_scopes()
+        self.hot.close_scopes()
 
     def close_scopes(self):
         self.hot.close_scopes()
@@ -700,16 +710,8 @@ class _Agent:
     def on_engine_step(self, engine, stepped):
         if stepped and self.in_step:
             self.in_step = False
-            loss = float("nan")
-            if self.loss is not None:
-                try:
-                    loss = self.loss.item() if self.loss.numel() == 1 else float(
-                        self.loss.detach().float().mean())
-                except Exception:
-                    pass
-            self.loss = None
-            self.flush_active()
-            self.native.step_end(loss)
+            loss, self.loss = self.loss, None
+            self.hot.end_step(_loss_value(loss))
 
     def on_late_adopted(self, module, params):
         for param in params:
@@ -758,6 +760,19 @@ class _Agent:
                 pid = self.param_id(param)
                 if pid is not None:
                     self.native.register_external(self.module_id(m), pid, False)
+
+
+def _loss_value(loss):
+    """The loss handed to engine.backward as one number (its mean if it is not a scalar)."""
+    if loss is None:
+        return float("nan")
+    try:
+        return float(loss)
+    except Exception:
+        try:
+            return float(loss.detach().float().mean())
+        except Exception:
+            return float("nan")
 
 
 def _backend_name():

@@ -169,11 +169,18 @@ void makeTypes()
 HotPath::HotPath(AgentState &state, py::object agent, py::object observer, py::object notAvailable,
                  py::object inflight, py::object available)
     : m_state(state), m_agent(std::move(agent)),
-      m_observer(std::move(observer)), m_statusRefs{std::move(notAvailable), std::move(inflight),
-                                                    std::move(available)}
+      m_observer(observer), m_statusRefs{std::move(notAvailable), std::move(inflight),
+                                         std::move(available)}
 {
     for (int i = 0; i < 3; ++i)
         m_status[i] = m_statusRefs[i].ptr();
+}
+
+py::object HotPath::observer() const
+{
+    py::object o = m_observer();
+    if (o.is_none()) throw std::runtime_error("the shardscope.deepspeed agent was closed");
+    return o;
 }
 
 int HotPath::statusCode(PyObject *s) const
@@ -191,14 +198,14 @@ ModuleId HotPath::moduleId(py::handle module)
     if (PyObject *id = PyDict_GetItemWithError(d.ptr(), m_kModuleId.ptr()))
         return static_cast<ModuleId>(PyLong_AsUnsignedLong(id));
     if (PyErr_Occurred()) throw py::error_already_set();
-    return m_observer.attr("module_id")(module).cast<ModuleId>(); // names it: rare
+    return observer().attr("module_id")(module).cast<ModuleId>(); // names it: rare
 }
 
 HotPath::Own HotPath::ownOf(ModuleId id, py::handle module)
 {
     if (auto it = m_own.find(id); it != m_own.end()) return it->second;
     auto own = std::make_shared<std::unordered_set<std::uint32_t>>();
-    for (py::handle dsId : m_observer.attr("own_ds_ids")(module))
+    for (py::handle dsId : observer().attr("own_ds_ids")(module))
         own->insert(dsId.cast<std::uint32_t>());
     Own shared = std::move(own);
     m_own.emplace(id, shared);
@@ -232,7 +239,10 @@ void HotPath::statusSet(py::handle param, py::handle value)
     const int from = statusCode(oldBorrowed);
     const int to = statusCode(value.ptr());
     if (from < 0 || to < 0) return;
-    m_dirty.push_back(dsId);
+    if (!published->second.dirty) {
+        published->second.dirty = true;
+        m_dirty.push_back(dsId);
+    }
 
     ModuleId cause = kNoModule;
     FetchReason reason = FetchReason::Prefetch;
@@ -250,13 +260,13 @@ void HotPath::statusSet(py::handle param, py::handle value)
         reason = FetchReason::Guard;
     }
     m_state.statusChanged(dsId, static_cast<ParamStatus>(from), static_cast<ParamStatus>(to), cause,
-                          published->second, reason);
-    if (slow && to == 2) m_observer.attr("suspects_available")(param);
+                          published->second.bytes, reason);
+    if (slow && to == 2) observer().attr("suspects_available")(param);
 }
 
 void HotPath::enter(py::handle module, Phase phase)
 {
-    if (slow) m_observer.attr("suspects_close")();
+    if (slow) observer().attr("suspects_close")();
     const ModuleId id = moduleId(module);
     Own own = ownOf(id, module);
     m_stack.push_back(Scope{py::reinterpret_borrow<py::object>(module), id, phase});
@@ -287,6 +297,18 @@ void HotPath::closeScopes()
     m_fetching.reset();
 }
 
+void HotPath::beginStep(std::uint32_t step)
+{
+    closeScopes();
+    m_state.stepBegin(step);
+}
+
+void HotPath::endStep(double loss)
+{
+    flushActive();
+    m_state.stepEnd(loss);
+}
+
 py::object HotPath::top() const
 {
     return m_stack.empty() ? py::none() : m_stack.back().module;
@@ -298,11 +320,61 @@ py::object HotPath::topEntry() const
     return py::make_tuple(m_stack.back().module, static_cast<int>(m_stack.back().phase));
 }
 
-std::vector<std::uint32_t> HotPath::takeDirty()
+void HotPath::publish(std::uint32_t dsId, std::uint64_t bytes, py::object param)
 {
-    std::vector<std::uint32_t> out;
-    out.swap(m_dirty);
-    return out;
+    Published &p = m_published[dsId];
+    p.bytes = bytes;
+    p.param = std::move(param);
+    if (!p.dirty) {
+        p.dirty = true;
+        m_dirty.push_back(dsId);
+    }
+}
+
+void HotPath::markDirty(std::uint32_t dsId)
+{
+    auto it = m_published.find(dsId);
+    if (it == m_published.end() || it->second.dirty) return;
+    it->second.dirty = true;
+    m_dirty.push_back(dsId);
+}
+
+void HotPath::flushActive()
+{
+    if (m_dirty.empty()) return;
+    m_changes.clear();
+    std::vector<ModuleId> now;
+    for (const std::uint32_t dsId : m_dirty) {
+        auto it = m_published.find(dsId);
+        if (it == m_published.end()) continue;
+        Published &p = it->second;
+        p.dirty = false;
+        now.clear();
+        py::object d =
+            py::reinterpret_steal<py::object>(PyObject_GenericGetDict(p.param.ptr(), nullptr));
+        if (!d) throw py::error_already_set();
+        PyObject *active = PyDict_GetItemWithError(d.ptr(), m_kActive.ptr());
+        if (!active && PyErr_Occurred()) throw py::error_already_set();
+        if (active && active != Py_None) {
+            py::object iter = py::reinterpret_steal<py::object>(PyObject_GetIter(active));
+            if (!iter) throw py::error_already_set();
+            while (PyObject *item = PyIter_Next(iter.ptr())) {
+                const long long m = PyLong_AsLongLong(item);
+                Py_DECREF(item);
+                if (m == -1 && PyErr_Occurred()) throw py::error_already_set();
+                if (auto ours = m_dsModules.find(m); ours != m_dsModules.end())
+                    now.push_back(ours->second);
+            }
+            if (PyErr_Occurred()) throw py::error_already_set();
+        }
+        if (now != p.activeSent) {
+            p.activeSent = now;
+            m_changes.emplace_back(dsId, now);
+        }
+    }
+    m_dirty.clear();
+    if (!m_changes.empty()) m_state.setActive(std::move(m_changes));
+    m_changes.clear();
 }
 
 PyObject *HotPath::scopeBegin(PyObject *original, PyObject *const *args, std::size_t nargsf,
@@ -383,13 +455,17 @@ void bindHotPath(py::module_ &m, AgentState &(*stateOf)(py::handle agent))
                  return h.scopeHook(std::move(original), phaseOf(phase), begin);
              })
         .def("close_scopes", &HotPath::closeScopes)
+        .def("begin_step", &HotPath::beginStep)
+        .def("end_step", &HotPath::endStep)
         .def_property_readonly("depth", &HotPath::depth)
         .def("top", &HotPath::top)
         .def("top_entry", &HotPath::topEntry)
         .def("publish", &HotPath::publish)
         .def("unpublish", &HotPath::unpublish)
         .def("forget_own", &HotPath::forgetOwn)
-        .def("take_dirty", &HotPath::takeDirty)
+        .def("map_module", &HotPath::mapModule)
+        .def("mark_dirty", &HotPath::markDirty)
+        .def("flush_active", &HotPath::flushActive)
         .def_readwrite("gathered", &HotPath::gathered)
         .def_readwrite("auto", &HotPath::autoDepth)
         .def_readwrite("slow", &HotPath::slow);

@@ -29,7 +29,8 @@ class HotPath : public std::enable_shared_from_this<HotPath>
 {
   public:
     // agent: the native Agent (kept alive); observer: the Python _Agent, asked for what is
-    // rare; statuses: DeepSpeed's ZeroParamStatus members NOT_AVAILABLE, INFLIGHT, AVAILABLE.
+    // rare (held weakly); statuses: DeepSpeed's ZeroParamStatus members NOT_AVAILABLE, INFLIGHT,
+    // AVAILABLE.
     HotPath(AgentState &state, py::object agent, py::object observer, py::object notAvailable,
             py::object inflight, py::object available);
 
@@ -53,14 +54,25 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     void enter(py::handle module, Phase phase);
     void exit(py::handle module, Phase phase);
     void closeScopes(); // every open scope exits (end of forward/backward, pause)
+    // A step begins (DeepSpeedEngine.forward): open scopes close, then AgentState's step.
+    void beginStep(std::uint32_t step);
+    // A step ends (DeepSpeedEngine.step): active sub-modules sampled, then AgentState's step.
+    void endStep(double loss);
     std::size_t depth() const { return m_stack.size(); }
     py::object top() const;      // the innermost module, or None
     py::object topEntry() const; // (module, phase number), or None
 
-    void publish(std::uint32_t dsId, std::uint64_t bytes) { m_published[dsId] = bytes; }
+    // A parameter clients see (bytes: what a gather of it moves); its active sub-modules are
+    // sampled at the next flushActive().
+    void publish(std::uint32_t dsId, std::uint64_t bytes, py::object param);
     void unpublish(std::uint32_t dsId) { m_published.erase(dsId); }
-    void forgetOwn(ModuleId module);        // its registrations changed
-    std::vector<std::uint32_t> takeDirty(); // ds_ids whose status changed since the last call
+    void mapModule(std::int64_t dsModuleId, ModuleId id) { m_dsModules[dsModuleId] = id; }
+    void markDirty(std::uint32_t dsId); // sample it at the next flushActive()
+    void forgetOwn(ModuleId module);    // its registrations changed
+    // ds_active_sub_modules of the parameters whose status changed since the last call, sent
+    // where they differ from what was sent, in one AgentState call: sampled when a step ends
+    // and when the agent flushes, because following every change costs a step several percent.
+    void flushActive();
 
     int gathered = 0;  // depth of GatheredParameters scopes being entered or exited
     int autoDepth = 0; // depth of DeepSpeed's automatic registration
@@ -87,15 +99,26 @@ class HotPath : public std::enable_shared_from_this<HotPath>
 
     AgentState &m_state;
     py::object m_agent;
-    py::object m_observer;
-    PyObject *m_status[3]; // borrowed from m_statusRefs
+    py::object observer() const; // the Python _Agent, or a RuntimeError once it is gone
+    py::weakref m_observer;      // weak: the _Agent holds this HotPath (no cycle through pybind11)
+    PyObject *m_status[3];       // borrowed from m_statusRefs
     py::object m_statusRefs[3];
     py::str m_kStatus{"ds_status"}, m_kId{"ds_id"}, m_kModuleId{"_shardscope_id"};
     std::vector<Scope> m_stack;
     std::optional<Fetching> m_fetching;
     std::unordered_map<ModuleId, Own> m_own;
-    std::unordered_map<std::uint32_t, std::uint64_t> m_published; // ds_id -> bytes a gather moves
+    struct Published
+    {
+        std::uint64_t bytes = 0; // what a gather moves
+        py::object param;
+        std::vector<ModuleId> activeSent; // the active sub-modules last sent
+        bool dirty = false;
+    };
+    std::unordered_map<std::uint32_t, Published> m_published; // by ds_id
+    std::unordered_map<std::int64_t, ModuleId> m_dsModules;   // DeepSpeed's module.id -> ours
     std::vector<std::uint32_t> m_dirty;
+    std::vector<std::pair<ParamId, std::vector<ModuleId>>> m_changes; // flushActive's, reused
+    py::str m_kActive{"ds_active_sub_modules"};
 };
 
 // Registers HotPath and its descriptor (StatusDescriptor) in the module; stateOf gives the

@@ -19,7 +19,7 @@
 using namespace shardscope;
 using namespace shardscope::testing;
 
-class tst_AppCli : public QObject
+class TestAppCli : public QObject
 {
     Q_OBJECT
   private slots:
@@ -34,13 +34,13 @@ class tst_AppCli : public QObject
     QTemporaryDir m_dir;
 };
 
-void tst_AppCli::initTestCase()
+void TestAppCli::initTestCase()
 {
     QVERIFY2(QFile::exists(binPath(QStringLiteral("shardscope"))),
              "shardscope not built (SHARDSCOPE_BIN_DIR)");
 }
 
-void tst_AppCli::badFlagsExitTwo_data()
+void TestAppCli::badFlagsExitTwo_data()
 {
     QTest::addColumn<QStringList>("args");
     QTest::addColumn<QString>("message");
@@ -61,7 +61,7 @@ void tst_AppCli::badFlagsExitTwo_data()
                                     << QStringLiteral("--after-step needs --attach");
 }
 
-void tst_AppCli::badFlagsExitTwo()
+void TestAppCli::badFlagsExitTwo()
 {
     QFETCH(QStringList, args);
     QFETCH(QString, message);
@@ -71,7 +71,7 @@ void tst_AppCli::badFlagsExitTwo()
     QVERIFY2(r.err.contains(message), qPrintable(r.err));
 }
 
-void tst_AppCli::corruptSnapshotExitsOne()
+void TestAppCli::corruptSnapshotExitsOne()
 {
     const QString path = m_dir.filePath(QStringLiteral("corrupt.json"));
     QFile f(path);
@@ -86,7 +86,7 @@ void tst_AppCli::corruptSnapshotExitsOne()
 }
 
 // Issue #14, defect 11: --open of a FIFO waited forever for a writer.
-void tst_AppCli::fifoIsRefusedNotWaitedOn()
+void TestAppCli::fifoIsRefusedNotWaitedOn()
 {
     const QString path = m_dir.filePath(QStringLiteral("fifo.json"));
     QCOMPARE(::mkfifo(QFile::encodeName(path).constData(), 0600), 0);
@@ -97,7 +97,7 @@ void tst_AppCli::fifoIsRefusedNotWaitedOn()
     QVERIFY2(r.err.contains(QStringLiteral("not a regular file")), qPrintable(r.err));
 }
 
-void tst_AppCli::openExportsAndScreenshot()
+void TestAppCli::openExportsAndScreenshot()
 {
     SessionStore store;
     store.applyState(smallState());
@@ -141,5 +141,5 @@ void tst_AppCli::openExportsAndScreenshot()
     QVERIFY2(distinctColours(image) > 20, "the screenshot is blank");
 }
 
-QTEST_MAIN(tst_AppCli)
+QTEST_MAIN(TestAppCli)
 #include "tst_appcli.moc"

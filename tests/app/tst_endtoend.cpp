@@ -15,7 +15,7 @@
 
 using namespace shardscope::testing;
 
-class tst_EndToEnd : public QObject
+class TestEndToEnd : public QObject
 {
     Q_OBJECT
   private slots:
@@ -67,7 +67,7 @@ class tst_EndToEnd : public QObject
     QTemporaryDir m_dir;
 };
 
-void tst_EndToEnd::initTestCase()
+void TestEndToEnd::initTestCase()
 {
     QVERIFY2(QFile::exists(binPath(QStringLiteral("shardscope"))),
              "shardscope not built (SHARDSCOPE_BIN_DIR)");
@@ -75,7 +75,7 @@ void tst_EndToEnd::initTestCase()
              "shardscope-train not built (SHARDSCOPE_BIN_DIR)");
 }
 
-void tst_EndToEnd::attachExportAndReopen()
+void TestEndToEnd::attachExportAndReopen()
 {
     Trainer trainer({QStringLiteral("--steps"), QStringLiteral("100000")});
     QVERIFY2(!trainer.endpoint().isEmpty(), qPrintable(trainer.output()));
@@ -188,7 +188,7 @@ void tst_EndToEnd::attachExportAndReopen()
              withoutMeta(snap).value(QStringLiteral("violations")));
 }
 
-void tst_EndToEnd::attachesOverUnixSocket()
+void TestEndToEnd::attachesOverUnixSocket()
 {
     const QString socket = m_dir.filePath(QStringLiteral("train.sock"));
     Trainer trainer({QStringLiteral("--steps"), QStringLiteral("100000")},
@@ -207,7 +207,7 @@ void tst_EndToEnd::attachesOverUnixSocket()
     QVERIFY(text.contains("late_parameter,pos_conv,pos_conv.weight_g,pos_conv"));
 }
 
-void tst_EndToEnd::deadEndpointFailsCleanly()
+void TestEndToEnd::deadEndpointFailsCleanly()
 {
     const ProcessResult r =
         runApp({QStringLiteral("--attach"), QStringLiteral("tcp:127.0.0.1:1"),
@@ -220,7 +220,7 @@ void tst_EndToEnd::deadEndpointFailsCleanly()
 
 // Issue #14, defect 10: with the trainer killed before --after-step, the app said that
 // everything collected so far was kept and wrote nothing. It writes it and exits 3.
-void tst_EndToEnd::killedTrainerStillExportsWhatWasCollected()
+void TestEndToEnd::killedTrainerStillExportsWhatWasCollected()
 {
     Trainer trainer({QStringLiteral("--steps"), QStringLiteral("100000")});
     QVERIFY2(!trainer.endpoint().isEmpty(), qPrintable(trainer.output()));
@@ -245,5 +245,5 @@ void tst_EndToEnd::killedTrainerStillExportsWhatWasCollected()
             5);
 }
 
-QTEST_GUILESS_MAIN(tst_EndToEnd)
+QTEST_GUILESS_MAIN(TestEndToEnd)
 #include "tst_endtoend.moc"

@@ -32,7 +32,7 @@
 using namespace shardscope;
 using namespace shardscope::testing;
 
-class tst_MainWindow : public QObject
+class TestMainWindow : public QObject
 {
     Q_OBJECT
   private slots:
@@ -50,7 +50,7 @@ class tst_MainWindow : public QObject
 };
 
 // Every case has its own settings file: nothing reaches the user's, nothing leaks between cases.
-void tst_MainWindow::init()
+void TestMainWindow::init()
 {
     QVERIFY(m_settingsDir.isValid());
     app::MainWindow::setSettingsFile(
@@ -71,7 +71,7 @@ static QString writeSnapshot(QTemporaryDir &dir)
     return path;
 }
 
-void tst_MainWindow::snapshotFillsTheViews()
+void TestMainWindow::snapshotFillsTheViews()
 {
     QTemporaryDir dir;
     app::MainWindow w;
@@ -96,7 +96,7 @@ void tst_MainWindow::snapshotFillsTheViews()
              QStringLiteral("tiny-lm")); // unchanged
 }
 
-void tst_MainWindow::timelineClickSelectsInTree()
+void TestMainWindow::timelineClickSelectsInTree()
 {
     QTemporaryDir dir;
     app::MainWindow w;
@@ -110,7 +110,7 @@ void tst_MainWindow::timelineClickSelectsInTree()
     QCOMPARE(timeline->selection(), (QList<quint32>{3, 4}));
 }
 
-void tst_MainWindow::lostConnectionKeepsDataAndSaysSo()
+void TestMainWindow::lostConnectionKeepsDataAndSaysSo()
 {
     FakeEngine engine;
     engine.state = smallState();
@@ -138,7 +138,7 @@ void tst_MainWindow::lostConnectionKeepsDataAndSaysSo()
 // A click on a merged block lists the span under the mouse first: that parameter becomes
 // current in the tree and fills the detail panel, replacing the violation's parameter
 // shown at first (before, the lowest id of the block won, often the one already shown).
-void tst_MainWindow::timelineClickShowsTheSpanUnderTheMouse()
+void TestMainWindow::timelineClickShowsTheSpanUnderTheMouse()
 {
     QTemporaryDir dir;
     app::MainWindow w;
@@ -152,7 +152,7 @@ void tst_MainWindow::timelineClickShowsTheSpanUnderTheMouse()
     QCOMPARE(w.tree()->selectedParams().size(), 3);
 }
 
-void tst_MainWindow::layoutAndRecentsSurviveARestart()
+void TestMainWindow::layoutAndRecentsSurviveARestart()
 {
     QVERIFY(m_settingsDir.isValid());
     QTemporaryDir dir;
@@ -205,7 +205,7 @@ void tst_MainWindow::layoutAndRecentsSurviveARestart()
     }
 }
 
-void tst_MainWindow::droppedSnapshotOpens()
+void TestMainWindow::droppedSnapshotOpens()
 {
     QTemporaryDir dir;
     const QString snapshot = writeSnapshot(dir);
@@ -225,7 +225,7 @@ void tst_MainWindow::droppedSnapshotOpens()
 
 // Started with no arguments while a run is live: the attach dialog opens at once with the
 // run picked; accepting it attaches. With no run, the window says how to get one.
-void tst_MainWindow::liveRunsAreOfferedAtOnce()
+void TestMainWindow::liveRunsAreOfferedAtOnce()
 {
     QTemporaryDir dir;
     {
@@ -260,5 +260,5 @@ void tst_MainWindow::liveRunsAreOfferedAtOnce()
     QCOMPARE(w.connection()->endpoint(), engine.endpoint());
 }
 
-QTEST_MAIN(tst_MainWindow)
+QTEST_MAIN(TestMainWindow)
 #include "tst_mainwindow.moc"

@@ -10,14 +10,14 @@
 
 using namespace shardscope::testing;
 
-class tst_RealWindow : public QObject
+class TestRealWindow : public QObject
 {
     Q_OBJECT
   private slots:
     void screenshotOfLiveRunIsNotBlank();
 };
 
-void tst_RealWindow::screenshotOfLiveRunIsNotBlank()
+void TestRealWindow::screenshotOfLiveRunIsNotBlank()
 {
     QVERIFY2(QFile::exists(binPath(QStringLiteral("shardscope-train"))),
              "shardscope-train not built");
@@ -38,5 +38,5 @@ void tst_RealWindow::screenshotOfLiveRunIsNotBlank()
     QVERIFY2(distinctColours(image) > 50, "the screenshot is blank");
 }
 
-QTEST_MAIN(tst_RealWindow)
+QTEST_MAIN(TestRealWindow)
 #include "tst_realwindow.moc"

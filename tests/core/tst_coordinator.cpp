@@ -1,5 +1,7 @@
 #include <QtTest>
 
+#include <map>
+
 #include "telemetry/eventfields.h"
 #include "testworld.h"
 
@@ -36,6 +38,7 @@ class TestCoordinator : public QObject
     Q_OBJECT
 private slots:
     void gatherOnEntryReleaseOnExit();
+    void stateGatherTimesAreTheEventsTimes();
     void nestedModules();
     void sharedParamStaysUntilBothLeave();
     void persistentNeverMoves();
@@ -170,6 +173,30 @@ static void runForward(Model &m, int r, bool decFirst = false)
         dec();
     }
     e.endStep(r, 0.0);
+}
+
+// Issue #13 (docs/protocol.md, "Timestamps in State"): a parameter's gather_ns is the sum of
+// fetch_end.ts_ns - fetch_begin.ts_ns over its gathers, last_gather_ts_ns its newest
+// fetch_end's ts_ns: the engine stamps both records with the instants it measures.
+void TestCoordinator::stateGatherTimesAreTheEventsTimes()
+{
+    Model m(2);
+    for (int s = 0; s < 2; ++s)
+        m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
+    std::map<std::pair<int, ParamId>, std::uint64_t> open;
+    std::map<ParamId, std::uint64_t> ns, last;
+    for (const Event &e : m.sink.events()) {
+        if (e.type == EventType::FetchBegin) open[{e.rank, readFetch(e).param}] = e.tsNs;
+        if (e.type != EventType::FetchEnd) continue;
+        const ParamId p = readFetch(e).param;
+        ns[p] += e.tsNs - open.at({e.rank, p});
+        last[p] = std::max(last[p], e.tsNs);
+    }
+    QVERIFY(!ns.empty());
+    for (const ParamRecord &p : m.engine->state().params) {
+        QCOMPARE(p.gatherNs, ns[p.id]);
+        QCOMPARE(p.lastGatherTsNs, last[p.id]);
+    }
 }
 
 void TestCoordinator::prefetchOnStepTwo()

@@ -1,5 +1,6 @@
 #include <QtTest>
 
+#include "telemetry/eventfields.h"
 #include "testworld.h"
 
 using namespace shardscope;
@@ -39,6 +40,7 @@ private slots:
     void gathersOnEntryReleasesOnExit();
     void modifierRankBroadcastsAndRepartitions_data();
     void modifierRankBroadcastsAndRepartitions();
+    void broadcastCarriesThePaddedBytesAsFetchesDo();
     void processWideScopeFromBuildingCode();
     void writeWithoutModifierIsAnErrorAndChangesNothing();
     void nestedScopeIsAnError();
@@ -96,6 +98,26 @@ void TestGatheredParameters::modifierRankBroadcastsAndRepartitions()
     for (const auto &full : t.gatherAll())
         for (int i = 0; i < 10; ++i)
             QCOMPARE(full[i], 100.0f + static_cast<float>(i));
+}
+
+// Issue #13: u0 of fetch_begin/fetch_end/release and broadcast is one number per parameter,
+// the padded bytes (10 floats on 3 ranks pad to 12: 48 bytes, not 40).
+void TestGatheredParameters::broadcastCarriesThePaddedBytesAsFetchesDo()
+{
+    OneParam t(3);
+    test::MemorySink sink;
+    t.engine->setEventSink(&sink);
+    t.engine->forEachLocalRank([&](int r) { GatheredParameters g(*t.engine, r, {t.w}, 0); });
+    const auto broadcasts = sink.ofType(EventType::Broadcast);
+    const auto fetches = sink.ofType(EventType::FetchBegin);
+    QCOMPARE(broadcasts.size(), std::size_t(3));
+    QVERIFY(!fetches.empty());
+    for (const Event &e : broadcasts) {
+        QCOMPARE(readBroadcast(e).bytes, std::uint64_t(12 * 4));
+        QCOMPARE(readBroadcast(e).root, 0u);
+    }
+    QCOMPARE(readFetch(fetches.front()).bytes, std::uint64_t(12 * 4));
+    t.engine->setEventSink(nullptr);
 }
 
 void TestGatheredParameters::processWideScopeFromBuildingCode()

@@ -243,8 +243,7 @@ class TestGpuLayers : public QObject
         c.kernel = kernel;
         c.groups = groups;
         c.causal = causal;
-        const gpu::ConvShape gc{c.batch, c.seq, c.channels, c.kernel, c.groups, c.causal};
-        QCOMPARE(gc.padLeft(), c.padLeft());
+        const gpu::ConvShape &gc = c; // one shape for both layers
         const int O = c.channels, I = c.channelsPerGroup(), K = c.kernel;
         const std::int64_t n = std::int64_t(c.batch) * c.seq * c.channels;
         const Vec x = randomVec(n, 20), v = randomVec(c.weightNumel(), 21), g = randomVec(K, 22);
@@ -311,9 +310,6 @@ class TestGpuLayers : public QObject
         o.lr = 1e-2f;
         o.weightDecay = 0.1f;
         nn::Adam adam(o);
-        gpu::AdamParams ap;
-        ap.lr = o.lr;
-        ap.weightDecay = o.weightDecay;
         auto gp = up(p0);
         gpu::DeviceBuffer gm(n * 4), gv(n * 4);
         for (int step = 1; step <= 3; ++step) {
@@ -321,8 +317,7 @@ class TestGpuLayers : public QObject
             adam.beginStep();
             adam.update(0, p, grad, true);
             auto gg = up(grad);
-            ap.step = step;
-            gpu::adamStep(gp.f32(), gg.f32(), gm.f32(), gv.f32(), n, ap, s());
+            gpu::adamStep(gp.f32(), gg.f32(), gm.f32(), gv.f32(), n, o, step, s());
             sync();
         }
         COMPARE_VEC(down(gp), p, 1e-5);

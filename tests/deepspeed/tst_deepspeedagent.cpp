@@ -7,12 +7,14 @@
 #include <QFile>
 #include <QFileInfo>
 #include <QProcess>
+#include <QScopeGuard>
 #include <QTemporaryDir>
 #include <QTest>
 #include <QThread>
 
 #include <nlohmann/json.hpp>
 
+#include <bit>
 #include <set>
 
 #include "snapshotschema.h"
@@ -69,10 +71,11 @@ std::set<std::pair<int, std::int64_t>> fetchesOf(const json &snap, const std::st
     std::set<std::pair<int, std::int64_t>> out;
     const json *p = findParam(snap, name);
     if (!p) return out;
-    for (const json &e : snap["events"])
+    for (const json &e : shardscope::test::eventList(snap))
         if (e["type"] == "fetch_end" && e["a"] == (*p)["id"])
-            out.emplace(e["flags"].get<int>(),
-                        e["b"].get<std::uint32_t>() == 0xffffffffu ? -1 : e["b"].get<std::int64_t>());
+            out.emplace(e["flags"].get<int>(), e["b"].get<std::uint32_t>() == 0xffffffffu
+                                                   ? -1
+                                                   : e["b"].get<std::int64_t>());
     return out;
 }
 
@@ -80,7 +83,7 @@ constexpr int kForward = 0, kBackward = 1, kGuard = 4; // fetch reasons (docs/pr
 
 } // namespace
 
-class tst_DeepSpeedAgent : public QObject
+class TestDeepSpeedAgent : public QObject
 {
     Q_OBJECT
 
@@ -247,11 +250,14 @@ class tst_DeepSpeedAgent : public QObject
             const json &s = snaps[i];
             const int lmHead = moduleIdOf(s, "lm_head");
             const auto f = fetchesOf(s, "embed.weight");
-            QVERIFY2(f.contains({kGuard, lmHead}), s["events"].dump().c_str());
-            QVERIFY2(f.contains({kBackward, lmHead}), s["events"].dump().c_str());
-            QVERIFY2(f.contains({kForward, moduleIdOf(s, "embed")}), s["events"].dump().c_str());
+            QVERIFY2(f.contains({kGuard, lmHead}), shardscope::test::eventList(s).dump().c_str());
+            QVERIFY2(f.contains({kBackward, lmHead}),
+                     shardscope::test::eventList(s).dump().c_str());
+            QVERIFY2(f.contains({kForward, moduleIdOf(s, "embed")}),
+                     shardscope::test::eventList(s).dump().c_str());
             const auto fc = fetchesOf(s, "fc.weight");
-            QVERIFY2(fc.contains({kForward, moduleIdOf(s, "fc")}), s["events"].dump().c_str());
+            QVERIFY2(fc.contains({kForward, moduleIdOf(s, "fc")}),
+                     shardscope::test::eventList(s).dump().c_str());
         }
         for (const json &s : snaps) {
             const auto v = violations(s, "unregistered_access");
@@ -284,13 +290,13 @@ class tst_DeepSpeedAgent : public QObject
         QCOMPARE(jv[0]["rank"].get<int>() + jv[1]["rank"].get<int>(), 1);
         QCOMPARE(QString::fromStdString(whole["endpoint"]), "job:" + job);
         std::set<int> eventRanks;
-        for (const json &e : whole["events"])
+        for (const json &e : shardscope::test::eventList(whole))
             eventRanks.insert(e["rank"].get<int>());
         QVERIFY(eventRanks == (std::set<int>{0, 1}));
 
         // The live capture saw module scopes, fetches with reasons, releases and steps.
         std::set<std::string> types;
-        for (const json &e : captured["events"])
+        for (const json &e : shardscope::test::eventList(captured))
             types.insert(e["type"].get<std::string>());
         for (const char *t : {"module_enter", "module_exit", "fetch_begin", "fetch_end", "release",
                               "external_register", "step_begin", "step_end"})
@@ -298,24 +304,37 @@ class tst_DeepSpeedAgent : public QObject
     }
 
     // The fixes: manual registration and the weight_norm workaround. Clean, and
-    // weight_g/weight_v are shown as late parameters that deepspeed.initialize adopted.
+    // weight_g/weight_v are shown as late parameters that deepspeed.initialize adopted. The
+    // last step runs under the script's own torch function mode (--own-mode).
     void fixedModelIsClean()
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
         const Run r = run({"--externals", "manual", "--weight-norm", "workaround", "--steps", "2",
-                           "--snapshot-out", snapshotArg("fixed")});
+                           "--own-mode", "--snapshot-out", snapshotArg("fixed")});
         QVERIFY2(r.exitCode == 0, qPrintable(r.err + r.out));
+        // The script's own torch function mode, pushed while the agent watched a parameter
+        // held outside forward, stays active through the forward and leaves the stack empty.
+        QVERIFY2(r.out.count("own mode: active throughout") == 2, qPrintable(r.out + r.err));
         const std::vector<json> snaps = snapshots("fixed");
         QCOMPARE(snaps.size(), std::size_t(2));
         for (const json &s : snaps) {
             QVERIFY2(s["violations"].empty(), s["violations"].dump().c_str());
+            // Each step ends with the loss handed to engine.backward (u0: the double's bits).
+            int stepEnds = 0;
+            for (const json &e : s["events"])
+                if (e["type"] == "step_end") {
+                    const double loss = std::bit_cast<double>(e["u0"].get<std::uint64_t>());
+                    QVERIFY2(loss > 1.0 && loss < 10.0, e.dump().c_str()); // ~log(37) untrained
+                    ++stepEnds;
+                }
+            QCOMPARE(stepEnds, 2);
             // Registered by hand: never a guard gather, fetched for lm_head's scopes.
             const int lmHead = moduleIdOf(s, "lm_head");
             const auto f = fetchesOf(s, "embed.weight");
             QVERIFY2(f.contains({kForward, lmHead}) && f.contains({kBackward, lmHead}),
-                     s["events"].dump().c_str());
+                     shardscope::test::eventList(s).dump().c_str());
             for (const auto &[reason, cause] : f)
-                QVERIFY2(reason != kGuard, s["events"].dump().c_str());
+                QVERIFY2(reason != kGuard, shardscope::test::eventList(s).dump().c_str());
             const json *embed = findParam(s, "embed.weight");
             QVERIFY(embed);
             QVERIFY2((*embed)["external_modules"] == json::array({"lm_head"}),
@@ -350,13 +369,15 @@ class tst_DeepSpeedAgent : public QObject
             QCOMPARE(s["engine"]["step"].get<int>(), 4);
             std::set<int> stepsSeen, stepsBegun;
             int fetches = 0;
-            for (const json &e : s["events"]) {
+            for (const json &e : shardscope::test::eventList(s)) {
                 stepsSeen.insert(e["step"].get<int>());
                 if (e["type"] == "step_begin") stepsBegun.insert(e["step"].get<int>());
                 if (e["type"] == "fetch_end") ++fetches;
             }
-            QVERIFY2(stepsBegun == (std::set<int>{1, 4}), s["events"].dump().c_str());
-            QVERIFY2(!stepsSeen.count(2) && !stepsSeen.count(3), s["events"].dump().c_str());
+            QVERIFY2(stepsBegun == (std::set<int>{1, 4}),
+                     shardscope::test::eventList(s).dump().c_str());
+            QVERIFY2(!stepsSeen.count(2) && !stepsSeen.count(3),
+                     shardscope::test::eventList(s).dump().c_str());
             QVERIFY(fetches > 0);
             for (const json &p : s["params"])
                 QVERIFY2(p["status"] == "NN", p.dump().c_str());
@@ -405,7 +426,7 @@ class tst_DeepSpeedAgent : public QObject
             const auto v = violations(s, "unregistered_access");
             QCOMPARE(v.size(), std::size_t(1));
             QVERIFY(v[0]["accessor"].is_null());
-            QCOMPARE(v[0]["param"].get<std::string>(), std::string("pos_conv.conv.weight"));
+            QVERIFY2(v[0]["param"] == "pos_conv.conv.weight", v[0].dump().c_str());
             QCOMPARE(
                 v[0]["fix"].get<std::string>(),
                 std::string("with deepspeed.zero.GatheredParameters(model.pos_conv.conv.weight, "
@@ -434,7 +455,97 @@ class tst_DeepSpeedAgent : public QObject
         }
     }
 
-    // Misuse gets a clear message: an unknown DeepSpeed version, the agent started twice.
+    // A client attaching before the model is built is told so; then rank 1 is killed
+    // (SIGKILL) inside a module's forward of step 3, a second after fc's forward began: the
+    // capture attached to it writes what it received and says the engine went away, rank 0 fails in
+    // DeepSpeed's collective and still writes its snapshot; the dead rank leaves no snapshot
+    // (nothing was flushed).
+    void rankKilledMidStep()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        QTemporaryDir runtime;
+        const QString go = m_dir.filePath("build-now");
+        // The ranks wait for this file: whatever fails below, they are let go.
+        const auto letGo = qScopeGuard([&] { QFile(go).open(QIODevice::WriteOnly); });
+        QProcess *p = start({"--externals", "manual", "--weight-norm", "workaround", "--steps", "6",
+                             "--wait-before-build", go, "--kill-rank", "1", "--kill-at-step", "3",
+                             "--snapshot-out", snapshotArg("killed")},
+                            runtime.path());
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert("XDG_RUNTIME_DIR", runtime.path());
+        QString endpoint;
+        for (int i = 0; i < 600 && endpoint.isEmpty(); ++i) {
+            QThread::msleep(100);
+            const QDir disc(runtime.path() + "/shardscope");
+            for (const QString &f : disc.entryList({"*.json"})) {
+                const json d = readJson(disc.filePath(f));
+                if (d.is_object() && d["job"]["ranks"] == json::array({1}))
+                    endpoint = QString::fromStdString(d["endpoint"]);
+            }
+        }
+        QVERIFY2(!endpoint.isEmpty(), "rank 1 never announced itself");
+        // Before the model exists: a valid snapshot that says so, and nothing else.
+        QProcess early;
+        early.start(
+            QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope-capture",
+            {"--attach", endpoint, "--seconds", "0.5", "--out", m_dir.filePath("early.json")});
+        QVERIFY(early.waitForFinished(60000));
+        QVERIFY2(early.exitCode() == 0, early.readAllStandardError().constData());
+        const json before = readJson(m_dir.filePath("early.json"));
+        QVERIFY(shardscope::test::snapshotSchemaProblems(before).empty());
+        QVERIFY2(before["engine"]["model"].get<std::string>().starts_with(
+                     "TinyLM (model not built yet: shown once zero.Init or deepspeed.initialize "
+                     "has run)"),
+                 before["engine"].dump().c_str());
+        QVERIFY(before["params"].empty());
+
+        QProcess live;
+        live.start(
+            QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope-capture",
+            {"--attach", endpoint, "--until-step", "6", "--out", m_dir.filePath("dead.json")});
+        QVERIFY(live.waitForStarted());
+        QThread::msleep(300);
+        QFile(go).open(QIODevice::WriteOnly);
+        QVERIFY(p->waitForFinished(150000));
+        const QString out = QString::fromUtf8(p->readAllStandardOutput()) +
+                            QString::fromUtf8(p->readAllStandardError());
+        QVERIFY2(p->exitCode() != 0, qPrintable(out));
+        delete p;
+        QVERIFY2(out.contains("[rank 0] rank 0 step 2") && !out.contains("rank 0 step 3 loss"),
+                 qPrintable(out));
+        // The survivor's own exception (torch's, from the collective its peer left), unchanged.
+        QVERIFY2(out.contains("[rank 0] RuntimeError: "), qPrintable(out));
+
+        QVERIFY(live.waitForFinished(60000));
+        const QString said = QString::fromUtf8(live.readAllStandardOutput());
+        QCOMPARE(live.exitCode(), 3);
+        QVERIFY2(said.contains("capture ended early: the engine went away before it finished"),
+                 qPrintable(said));
+        const json dead = readJson(m_dir.filePath("dead.json"));
+        QVERIFY(shardscope::test::snapshotSchemaProblems(dead).empty());
+        // Its state is the last one sent (at most every 200 ms); its events reach the kill.
+        QVERIFY(findParam(dead, "embed.weight"));
+        std::set<int> begun;
+        bool scopeSeen = false;
+        for (const json &e : dead["events"]) {
+            if (e["type"] == "step_begin") begun.insert(e["step"].get<int>());
+            if (e["type"] == "module_enter" && e["step"] == 3 &&
+                e["a"] == moduleIdOf(dead, "pos_conv"))
+                scopeSeen = true;
+        }
+        QVERIFY2(begun == (std::set<int>{1, 2, 3}), dead["events"].dump().c_str());
+        QVERIFY2(scopeSeen, "the events of step 3 before the kill did not reach the client");
+
+        const auto survivor =
+            shardscope::wire::readSnapshotFile(snapshotOf("killed", 0).toStdString());
+        QVERIFY2(bool(survivor), survivor ? "" : survivor.error().c_str());
+        QCOMPARE(survivor->state.step, 3u);
+        QVERIFY(!QFileInfo::exists(snapshotOf("killed", 1)));
+    }
+
+    // Misuse gets a clear message: an unknown DeepSpeed version, the agent started twice, a
+    // model that is not ZeRO-3. finish() frees the agent; ds_status is observed without
+    // changing the parameters' class or how the attribute behaves.
     void misuse()
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
@@ -457,7 +568,34 @@ class tst_DeepSpeedAgent : public QObject
             "try:\n    ssd.install(listen=False, token_file=f.name)\nexcept "
             "shardscope.ShardScopeError as e:\n"
             "    print('TOKEN:', e)\n"
-            "os.unlink(f.name)\n");
+            "os.unlink(f.name)\n"
+            // finish() frees the agent (nothing holds it: no cycle through the native side)
+            "import gc, weakref, socket, torch\n"
+            "a = ssd.install(listen=False); r = weakref.ref(a); ssd.finish(); del a; gc.collect()\n"
+            "print('FREED:', r() is None)\n"
+            "s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()\n"
+            "os.environ.update(RANK='0', WORLD_SIZE='1', LOCAL_RANK='0', MASTER_PORT=str(port))\n"
+            "ssd.install(listen=False)\n"
+            "deepspeed.init_distributed('gloo')\n"
+            "cfg = {'train_batch_size': 1, 'zero_optimization': {'stage': 3}}\n"
+            "with deepspeed.zero.Init(config_dict_or_path=cfg):\n    lin = torch.nn.Linear(4, 4)\n"
+            // ds_status observed without changing what a parameter is or how it behaves
+            "plain = torch.nn.Parameter(torch.zeros(1))\n"
+            "try:\n    del plain.ds_status\nexcept AttributeError as e:\n    print('DEL:', e)\n"
+            "print('EXACT:', type(lin.weight) is torch.nn.Parameter, lin.weight.ds_status.name,\n"
+            "      hasattr(plain, 'ds_status'))\n"
+            "ssd.finish()\n"
+            "print('RESTORED:', 'ds_status' not in torch.nn.Parameter.__dict__, "
+            "lin.weight.ds_status.name)\n"
+            // a model that is not ZeRO-3
+            "ssd.install(listen=False)\n"
+            "m = torch.nn.Linear(4, 4)\n"
+            "try:\n    deepspeed.initialize(model=m, optimizer=torch.optim.SGD(m.parameters(), "
+            "lr=0.1),\n"
+            "        config={'train_batch_size': 1, 'zero_optimization': {'stage': 0}})\n"
+            "except shardscope.ShardScopeError as e:\n    print('STAGE:', e)\n"
+            "ssd.finish()\n"
+            "torch.distributed.destroy_process_group()\n");
         QProcess p;
         QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
         env.insert("PYTHONPATH", QStringLiteral(SHARDSCOPE_PYTHON_DIR));
@@ -478,8 +616,16 @@ class tst_DeepSpeedAgent : public QObject
         // The token file is checked as every ShardScope executable checks it.
         QVERIFY2(out.contains("TOKEN: the ShardScope token:") && out.contains("chmod 600"),
                  qPrintable(out));
+        QVERIFY2(out.contains("FREED: True"), qPrintable(out));
+        QVERIFY2(out.contains("DEL: 'Parameter' object has no attribute 'ds_status'"),
+                 qPrintable(out));
+        QVERIFY2(out.contains("EXACT: True NOT_AVAILABLE False"), qPrintable(out));
+        QVERIFY2(out.contains("RESTORED: True NOT_AVAILABLE"), qPrintable(out));
+        QVERIFY2(out.contains("STAGE: this DeepSpeed engine runs ZeRO stage 0; "
+                              "shardscope.deepspeed inspects ZeRO-3"),
+                 qPrintable(out));
     }
 };
 
-QTEST_GUILESS_MAIN(tst_DeepSpeedAgent)
+QTEST_GUILESS_MAIN(TestDeepSpeedAgent)
 #include "tst_deepspeedagent.moc"

@@ -13,7 +13,7 @@
 using namespace shardscope;
 using namespace shardscope::testing;
 
-class tst_ModuleTreeModel : public QObject
+class TestModuleTreeModel : public QObject
 {
     Q_OBJECT
   private slots:
@@ -63,7 +63,7 @@ class tst_ModuleTreeModel : public QObject
     }
 };
 
-void tst_ModuleTreeModel::liveUpdatesUnderTester()
+void TestModuleTreeModel::liveUpdatesUnderTester()
 {
     SessionStore store;
     ModuleTreeModel model(&store);
@@ -127,7 +127,7 @@ void tst_ModuleTreeModel::liveUpdatesUnderTester()
     QCOMPARE(model.rowCount(), 0);
 }
 
-void tst_ModuleTreeModel::externalsShownUnderRegisteringModule()
+void TestModuleTreeModel::externalsShownUnderRegisteringModule()
 {
     SessionStore store;
     EngineState st = smallState();
@@ -155,7 +155,7 @@ void tst_ModuleTreeModel::externalsShownUnderRegisteringModule()
 
 // Issue #14, defect 2: the tree sized two tables by the largest parameter id (4294967294
 // in a 1.5 KB file). Rows and lookups work by the parameter's place instead.
-void tst_ModuleTreeModel::hugeParameterIdsAreNamesNotIndexes()
+void TestModuleTreeModel::hugeParameterIdsAreNamesNotIndexes()
 {
     SessionStore store;
     EngineState st = smallState();
@@ -175,7 +175,7 @@ void tst_ModuleTreeModel::hugeParameterIdsAreNamesNotIndexes()
     QCOMPARE(ext.data(ModuleTreeModel::KindRole).toInt(), int(ModuleTreeModel::ExternalNode));
 }
 
-void tst_ModuleTreeModel::filterKeepsAncestors()
+void TestModuleTreeModel::filterKeepsAncestors()
 {
     SessionStore store;
     store.applyState(smallState());
@@ -202,7 +202,7 @@ void tst_ModuleTreeModel::filterKeepsAncestors()
     QCOMPARE(childNames(model, model.index(0, 0)).size(), 4);
 }
 
-void tst_ModuleTreeModel::sortsByColumn()
+void TestModuleTreeModel::sortsByColumn()
 {
     SessionStore store;
     store.applyState(smallState());
@@ -218,7 +218,7 @@ void tst_ModuleTreeModel::sortsByColumn()
     QCOMPARE(childNames(model, fc), (QStringList{"bias", "weight"}));
 }
 
-void tst_ModuleTreeModel::hundredThousandParameters()
+void TestModuleTreeModel::hundredThousandParameters()
 {
     SessionStore store;
     store.applyState(largeState(1000, 100)); // 1000 modules x 100 = 100,000 parameters
@@ -273,7 +273,7 @@ void tst_ModuleTreeModel::hundredThousandParameters()
     QCOMPARE(model.matchingNodeCount(), 1 + 10 + 1000 + 100000);
 }
 
-void tst_ModuleTreeModel::typingMatchesQtCaseInsensitiveContains()
+void TestModuleTreeModel::typingMatchesQtCaseInsensitiveContains()
 {
     // Typing that extends, shortens and replaces the text, in mixed case and outside
     // ASCII: every step keeps what QString::contains(Qt::CaseInsensitive) keeps.
@@ -302,5 +302,5 @@ void tst_ModuleTreeModel::typingMatchesQtCaseInsensitiveContains()
     QCOMPARE(model.matchingNodeCount(), 1 + 1 + 1 + 10); // root, group0, layer29, its params
 }
 
-QTEST_MAIN(tst_ModuleTreeModel)
+QTEST_MAIN(TestModuleTreeModel)
 #include "tst_moduletreemodel.moc"

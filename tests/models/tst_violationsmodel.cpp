@@ -12,7 +12,7 @@
 using namespace shardscope;
 using namespace shardscope::testing;
 
-class tst_ViolationsModel : public QObject
+class TestViolationsModel : public QObject
 {
     Q_OBJECT
   private slots:
@@ -21,7 +21,7 @@ class tst_ViolationsModel : public QObject
     void lateAttachTimesCountFromTheFirstViolation();
 };
 
-void tst_ViolationsModel::rowsAppearAndCount()
+void TestViolationsModel::rowsAppearAndCount()
 {
     SessionStore store;
     ViolationsModel model(&store);
@@ -74,7 +74,7 @@ void tst_ViolationsModel::rowsAppearAndCount()
     QCOMPARE(model.rowCount(), 0);
 }
 
-void tst_ViolationsModel::csv()
+void TestViolationsModel::csv()
 {
     SessionStore store;
     ViolationsModel model(&store);
@@ -99,7 +99,7 @@ void tst_ViolationsModel::csv()
 // the recent history: times count from the earliest moment known, so the violations keep
 // their own times instead of all reading 0.000 s before the history's first event; and
 // they stay put when new events arrive.
-void tst_ViolationsModel::lateAttachTimesCountFromTheFirstViolation()
+void TestViolationsModel::lateAttachTimesCountFromTheFirstViolation()
 {
     SessionStore store;
     ViolationsModel model(&store);
@@ -134,5 +134,5 @@ void tst_ViolationsModel::lateAttachTimesCountFromTheFirstViolation()
     QCOMPARE(model.index(1, ViolationsModel::Time).data().toString(), QStringLiteral("0.500 s"));
 }
 
-QTEST_GUILESS_MAIN(tst_ViolationsModel)
+QTEST_GUILESS_MAIN(TestViolationsModel)
 #include "tst_violationsmodel.moc"

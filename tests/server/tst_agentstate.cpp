@@ -46,7 +46,7 @@ AgentParam param(ParamId id, const std::string &name, ModuleId owner)
 
 } // namespace
 
-class tst_AgentState : public QObject
+class TestAgentState : public QObject
 {
     Q_OBJECT
 
@@ -259,5 +259,5 @@ class tst_AgentState : public QObject
     }
 };
 
-QTEST_GUILESS_MAIN(tst_AgentState)
+QTEST_GUILESS_MAIN(TestAgentState)
 #include "tst_agentstate.moc"

@@ -127,6 +127,30 @@ bool closedByServer(int fd)
     return false;
 }
 
+// Reads frames from fd until an Error frame (returned) or the end of the stream (nullopt).
+std::optional<wire::ErrorMessage> errorFromServer(int fd)
+{
+    wire::FrameDecoder decoder;
+    char buf[65536];
+    for (int i = 0; i < 200; ++i) {
+        for (;;) {
+            auto f = decoder.next();
+            if (!f.ok() || !f.value()) break;
+            if (f.value()->type == wire::MessageType::Error) {
+                auto err = wire::decodeError(f.value()->payload);
+                if (err.ok()) return *err;
+                return std::nullopt;
+            }
+        }
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 50) <= 0) continue;
+        const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) return std::nullopt;
+        decoder.feed(buf, static_cast<std::size_t>(n));
+    }
+    return std::nullopt;
+}
+
 std::string helloFrame(const std::string &token)
 {
     wire::Hello hello;
@@ -149,6 +173,9 @@ class TestInspector : public QObject
     void wrongTokenIsRefusedWithAClearMessage();
     void wrongProtocolVersionIsRefused();
     void foreignClientGetsAReadableError();
+    void bytesAfterAValidHelloAreABadFrame();
+    void helloWithAByteOrderMarkIsAProtocolError();
+    void helloVersionOutsideU16IsAProtocolError();
     void clientRefusesAnEndpointThatIsNotShardScope();
     void nonLoopbackWithoutTokenIsRefused();
     void defaultUnixSocketIsPrivateAndDiscoverable();
@@ -372,6 +399,56 @@ void TestInspector::foreignClientGetsAReadableError()
     QCOMPARE(err->code, std::string("bad_magic"));
     QVERIFY2(err->message.find("not a ShardScope stream") != std::string::npos,
              err->message.c_str());
+}
+
+// Issue #13: bad_magic is for the first bytes of a connection only; bytes after a valid
+// Hello that are not a frame break the stream: bad_frame, then the server closes.
+void TestInspector::bytesAfterAValidHelloAreABadFrame()
+{
+    TiedRun run(1);
+    Inspector inspector(*run.engine, tcpOptions());
+    auto fd = server::connectTo(inspector.endpoint());
+    QVERIFY(fd.ok());
+    QVERIFY(server::sendAll(*fd, helloFrame("") + "GET / HTTP/1.1\r\n\r\n"));
+    const auto err = errorFromServer(*fd);
+    QVERIFY(err.has_value());
+    QCOMPARE(err->code, std::string("bad_frame"));
+    QVERIFY(closedByServer(*fd));
+    ::close(*fd);
+}
+
+// The Error a fresh inspector answers a Hello frame carrying `payload` with.
+std::optional<wire::ErrorMessage> refusalOfHello(const std::string &payload)
+{
+    TiedRun run(1);
+    Inspector inspector(*run.engine, tcpOptions());
+    auto fd = server::connectTo(inspector.endpoint());
+    if (!fd.ok()) return std::nullopt;
+    std::string frame;
+    wire::appendFrame(frame, wire::MessageType::Hello, payload);
+    std::optional<wire::ErrorMessage> err;
+    if (server::sendAll(*fd, frame)) err = errorFromServer(*fd);
+    ::close(*fd);
+    return err;
+}
+
+// Issue #13: JSON payloads carry no byte order mark; a Hello with one is not a valid Hello.
+void TestInspector::helloWithAByteOrderMarkIsAProtocolError()
+{
+    const auto err = refusalOfHello("\xEF\xBB\xBF" + wire::encodeHello(wire::Hello{}));
+    QVERIFY(err.has_value());
+    QCOMPARE(err->code, std::string("protocol"));
+    QVERIFY2(err->message.find("byte order mark") != std::string::npos, err->message.c_str());
+}
+
+// Issue #13: a version that is not an integer in 0-65535 makes the Hello invalid
+// (`protocol`); version_mismatch is for versions a later release could speak.
+void TestInspector::helloVersionOutsideU16IsAProtocolError()
+{
+    const auto err = refusalOfHello(R"({"protocol":"shardscope","version":70000})");
+    QVERIFY(err.has_value());
+    QCOMPARE(err->code, std::string("protocol"));
+    QVERIFY2(err->message.find("hello.version") != std::string::npos, err->message.c_str());
 }
 
 void TestInspector::clientRefusesAnEndpointThatIsNotShardScope()

@@ -13,7 +13,7 @@
 using namespace shardscope;
 using namespace shardscope::testing;
 
-class tst_Connection : public QObject
+class TestConnection : public QObject
 {
     Q_OBJECT
   private slots:
@@ -33,7 +33,7 @@ static std::vector<Event> someHistory()
     return h;
 }
 
-void tst_Connection::receivesStateHistoryAndLive()
+void TestConnection::receivesStateHistoryAndLive()
 {
     FakeEngine engine;
     engine.state = smallState();
@@ -57,7 +57,7 @@ void tst_Connection::receivesStateHistoryAndLive()
     QVERIFY(conn.historyReceived());
 }
 
-void tst_Connection::droppedConnectionKeepsDataAndReconnects()
+void TestConnection::droppedConnectionKeepsDataAndReconnects()
 {
     FakeEngine engine;
     engine.state = smallState();
@@ -105,7 +105,7 @@ void tst_Connection::droppedConnectionKeepsDataAndReconnects()
     QCOMPARE(store.violationGroups()[0].count, std::uint64_t(1));
 }
 
-void tst_Connection::wrongTokenIsRefused()
+void TestConnection::wrongTokenIsRefused()
 {
     FakeEngine engine;
     engine.state = smallState();
@@ -122,7 +122,7 @@ void tst_Connection::wrongTokenIsRefused()
     QVERIFY(!store.hasState());
 }
 
-void tst_Connection::garbageFailsCleanly()
+void TestConnection::garbageFailsCleanly()
 {
     FakeEngine engine;
     engine.state = smallState();
@@ -137,7 +137,7 @@ void tst_Connection::garbageFailsCleanly()
     QVERIFY(!store.hasState());
 }
 
-void tst_Connection::badEndpointIsRefused()
+void TestConnection::badEndpointIsRefused()
 {
     SessionStore store;
     Connection conn(&store);
@@ -147,7 +147,7 @@ void tst_Connection::badEndpointIsRefused()
              qPrintable(conn.message()));
 }
 
-void tst_Connection::unreachableKeepsRetrying()
+void TestConnection::unreachableKeepsRetrying()
 {
     quint16 port = 0;
     {
@@ -168,5 +168,5 @@ void tst_Connection::unreachableKeepsRetrying()
     QCOMPARE(conn.state(), Connection::State::Idle);
 }
 
-QTEST_GUILESS_MAIN(tst_Connection)
+QTEST_GUILESS_MAIN(TestConnection)
 #include "tst_connection.moc"

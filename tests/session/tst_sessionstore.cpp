@@ -17,13 +17,14 @@
 using namespace shardscope;
 using namespace shardscope::testing;
 
-class tst_SessionStore : public QObject
+class TestSessionStore : public QObject
 {
     Q_OBJECT
   private slots:
     void appliesStateAndIndexes();
     void liveEventsUpdateStatusAndGathers();
     void historyEventsAreStoredNotCounted();
+    void lanesKeepWideTimesStepsAndValues();
     void violationsGroupByKindAccessorParam();
     void aRowKeepsItsWordsWhenAStateLands();
     void updatesAreCoalesced();
@@ -39,7 +40,7 @@ class tst_SessionStore : public QObject
     void reversedEventsAreMergedNotShifted();
 };
 
-void tst_SessionStore::appliesStateAndIndexes()
+void TestSessionStore::appliesStateAndIndexes()
 {
     SessionStore store;
     store.applyState(smallState());
@@ -54,7 +55,7 @@ void tst_SessionStore::appliesStateAndIndexes()
     QCOMPARE(store.laneCount(), 4);
 }
 
-void tst_SessionStore::liveEventsUpdateStatusAndGathers()
+void TestSessionStore::liveEventsUpdateStatusAndGathers()
 {
     SessionStore store;
     store.applyState(smallState());
@@ -79,7 +80,7 @@ void tst_SessionStore::liveEventsUpdateStatusAndGathers()
     QCOMPARE(store.totalEvents(), std::uint64_t(5));
 }
 
-void tst_SessionStore::historyEventsAreStoredNotCounted()
+void TestSessionStore::historyEventsAreStoredNotCounted()
 {
     SessionStore store;
     EngineState st = smallState();
@@ -94,7 +95,7 @@ void tst_SessionStore::historyEventsAreStoredNotCounted()
     QCOMPARE(store.lane(0).size(), std::size_t(3));
 }
 
-void tst_SessionStore::violationsGroupByKindAccessorParam()
+void TestSessionStore::violationsGroupByKindAccessorParam()
 {
     SessionStore store;
     store.applyState(smallState());
@@ -131,7 +132,7 @@ void tst_SessionStore::violationsGroupByKindAccessorParam()
 // One author writes the words: a row made from live events says exactly what the engine
 // writes (core/violationtext), and keeps its words when the engine's state arrives, even one
 // whose record says something else. Counts come per rank and are exported per rank.
-void tst_SessionStore::aRowKeepsItsWordsWhenAStateLands()
+void TestSessionStore::aRowKeepsItsWordsWhenAStateLands()
 {
     SessionStore store;
     store.applyState(smallState());
@@ -188,7 +189,7 @@ void tst_SessionStore::aRowKeepsItsWordsWhenAStateLands()
     }
 }
 
-void tst_SessionStore::updatesAreCoalesced()
+void TestSessionStore::updatesAreCoalesced()
 {
     SessionStore store;
     store.setRefreshIntervalMs(10000);
@@ -211,7 +212,7 @@ void tst_SessionStore::updatesAreCoalesced()
     QCOMPARE(spy.count(), 1); // nothing new, nothing emitted
 }
 
-void tst_SessionStore::reconnectContinuesHistoryWithoutDuplicates()
+void TestSessionStore::reconnectContinuesHistoryWithoutDuplicates()
 {
     SessionStore store;
     store.applyState(smallState());
@@ -256,7 +257,7 @@ void tst_SessionStore::reconnectContinuesHistoryWithoutDuplicates()
     QCOMPARE(total, std::size_t(121));
 }
 
-void tst_SessionStore::differentRunStartsOver()
+void TestSessionStore::differentRunStartsOver()
 {
     SessionStore store;
     store.applyState(smallState());
@@ -275,7 +276,7 @@ void tst_SessionStore::differentRunStartsOver()
 
 // Connection frees the replaced state on its worker thread; it relies on getting it back
 // whole, and on the store keeping the moved-in state intact.
-void tst_SessionStore::applyStateReturnsTheStateItReplaced()
+void TestSessionStore::applyStateReturnsTheStateItReplaced()
 {
     SessionStore store;
     QVERIFY(store.applyState(smallState()).params.empty());
@@ -299,7 +300,7 @@ void tst_SessionStore::applyStateReturnsTheStateItReplaced()
     QCOMPARE(store.state().modelName, std::string("another"));
 }
 
-void tst_SessionStore::lanesAreSortedAndSearchable()
+void TestSessionStore::lanesAreSortedAndSearchable()
 {
     EventLane lane;
     for (std::uint64_t t = 0; t < 40000; ++t)
@@ -316,12 +317,13 @@ void tst_SessionStore::lanesAreSortedAndSearchable()
     QCOMPARE(lane.firstIndex(1u << 30), lane.size());
     QVERIFY(lane.contains(eventAt(5, 0, makeModuleExit({.module = 0}))));
     QVERIFY(!lane.contains(eventAt(5, 0, makeModuleEnter({.module = 0}))));
-    // 32 bytes an event (no rank, no u1/u2 kept) plus at most one partly filled chunk.
-    QCOMPARE(sizeof(EventLane::Stored), std::size_t(32));
-    QVERIFY(lane.bytesUsed() <= (lane.size() + EventLane::kChunkEvents) * 32);
+    // 20 bytes an event (no rank, step or high time bits, no wide u0/u1/u2 kept) plus at
+    // most one partly filled chunk.
+    QCOMPARE(sizeof(EventLane::Stored), std::size_t(20));
+    QVERIFY(lane.bytesUsed() <= (lane.size() + EventLane::kChunkEvents) * 20);
 }
 
-void tst_SessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
+void TestSessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
 {
     // Memory samples (the events that carry u1/u2) in order, then more of them inserted
     // out of order just before a chunk boundary, each earlier than the last: every insert
@@ -372,7 +374,59 @@ void tst_SessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
     QCOMPARE(lane.at(at).u1, std::uint64_t(0));
 }
 
-void tst_SessionStore::externalRegisterChangesStructure()
+// What the lane keeps per chunk rather than per event: the high 32 bits of the time and the
+// step (as runs), and u0 beyond 32 bits with u1/u2 (a side table). Times that cross 2^32
+// boundaries, steps that go back and forth, wide u0 values and out-of-order inserts that cut
+// chunks and runs back all come out as they went in.
+void TestSessionStore::lanesKeepWideTimesStepsAndValues()
+{
+    EventLane lane;
+    std::vector<Event> expected;
+    auto event = [](std::uint64_t ts, std::uint64_t k) {
+        Event e = makeEvent(ts, 3, EventType::FetchBegin, static_cast<std::uint32_t>(k), 7,
+                            k % 5 == 0 ? (std::uint64_t(1) << 40) + k : k);
+        e.step = static_cast<std::uint32_t>(k % 7 == 0 ? 0xFFFFFFFFu - k : k / 100);
+        return e;
+    };
+    std::uint64_t ts = (std::uint64_t(1) << 32) - 50000;
+    for (std::uint64_t k = 0; k < 3 * EventLane::kChunkEvents; ++k) {
+        ts += k % 1000 == 999 ? (std::uint64_t(3) << 32) : 1 + k % 3; // some jump 2^32 ahead
+        expected.push_back(event(ts, k));
+        lane.insert(expected.back());
+    }
+    for (std::uint64_t j = 0; j < 300; ++j) { // late: cut back into earlier runs and chunks
+        const Event &target = expected[static_cast<std::size_t>(j * 157 % expected.size())];
+        expected.push_back(event(target.tsNs - 1, 1000000 + j));
+        lane.insert(expected.back());
+    }
+    std::stable_sort(expected.begin(), expected.end(),
+                     [](const Event &x, const Event &y) { return x.tsNs < y.tsNs; });
+    QCOMPARE(lane.size(), expected.size());
+    for (std::size_t i = 0; i < lane.size(); ++i) {
+        const Event got = lane.at(i);
+        if (std::memcmp(&got, &expected[i], sizeof(Event)) != 0)
+            QFAIL(qPrintable(QStringLiteral("event %1 differs: ts %2/%3 step %4/%5 u0 %6/%7")
+                                 .arg(i)
+                                 .arg(got.tsNs)
+                                 .arg(expected[i].tsNs)
+                                 .arg(got.step)
+                                 .arg(expected[i].step)
+                                 .arg(got.u0)
+                                 .arg(expected[i].u0)));
+        QCOMPARE(lane.tsAt(i), expected[i].tsNs);
+    }
+    for (std::size_t i : {std::size_t(0), std::size_t(5000), expected.size() - 1}) {
+        const auto first =
+            std::lower_bound(expected.begin(), expected.end(), expected[i],
+                             [](const Event &x, const Event &y) { return x.tsNs < y.tsNs; });
+        QCOMPARE(lane.firstIndex(expected[i].tsNs), std::size_t(first - expected.begin()));
+    }
+    // A fifth of the events carry a wide u0 (a 32-byte side entry each) and the step changes
+    // at two events in seven: still less than the 48-byte record.
+    QVERIFY(lane.bytesUsed() < lane.size() * sizeof(Event));
+}
+
+void TestSessionStore::externalRegisterChangesStructure()
 {
     SessionStore store;
     store.applyState(smallState());
@@ -395,7 +449,7 @@ void tst_SessionStore::externalRegisterChangesStructure()
     QVERIFY(store.externalsOn(7).empty());
 }
 
-void tst_SessionStore::badEventsDoNotCrash()
+void TestSessionStore::badEventsDoNotCrash()
 {
     SessionStore store;
     store.applyState(smallState());
@@ -411,7 +465,7 @@ void tst_SessionStore::badEventsDoNotCrash()
     QCOMPARE(store.paramName(999), QStringLiteral("<parameter 999>"));
 }
 
-void tst_SessionStore::memoryIsBounded()
+void TestSessionStore::memoryIsBounded()
 {
     SessionStore store;
     store.setMaxEvents(4 * 2 * EventLane::kChunkEvents); // two chunks per rank
@@ -468,7 +522,7 @@ class DataLimit
 
 // Issue #14, defect 2: params[0].id = 4294967294 threw bad_alloc and id 500,000,000 in a
 // 1.5 KB file took 8 GB: tables were sized by the largest id. Ids are names, not indexes.
-void tst_SessionStore::hugeParameterIdsCostNoMemory()
+void TestSessionStore::hugeParameterIdsCostNoMemory()
 {
     EngineState st = smallState(4);
     st.params.resize(2);
@@ -519,7 +573,7 @@ void tst_SessionStore::hugeParameterIdsCostNoMemory()
 // Issue #14, defect 3: 300k events with descending times were still loading after 150 s;
 // each was inserted at the front of its lane, moving all the others. CTest's timeout is
 // the watchdog; the test checks the result, not the time.
-void tst_SessionStore::reversedEventsAreMergedNotShifted()
+void TestSessionStore::reversedEventsAreMergedNotShifted()
 {
     constexpr std::uint64_t kEvents = 300'000;
     std::vector<Event> evs;
@@ -558,5 +612,5 @@ void tst_SessionStore::reversedEventsAreMergedNotShifted()
     QCOMPARE(store.lane(1).lastTs(), std::uint64_t(2'000'000 - 1));
 }
 
-QTEST_GUILESS_MAIN(tst_SessionStore)
+QTEST_GUILESS_MAIN(TestSessionStore)
 #include "tst_sessionstore.moc"

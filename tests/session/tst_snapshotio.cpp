@@ -14,7 +14,7 @@
 using namespace shardscope;
 using namespace shardscope::testing;
 
-class tst_SnapshotIo : public QObject
+class TestSnapshotIo : public QObject
 {
     Q_OBJECT
   private slots:
@@ -39,7 +39,7 @@ static void fill(SessionStore &store)
         false);
 }
 
-void tst_SnapshotIo::exportThenOpenRoundTrips()
+void TestSnapshotIo::exportThenOpenRoundTrips()
 {
     SessionStore live;
     fill(live);
@@ -69,7 +69,7 @@ void tst_SnapshotIo::exportThenOpenRoundTrips()
     QCOMPARE(opened.lane(0).at(1).tsNs, std::uint64_t(900));
 }
 
-void tst_SnapshotIo::badFilesChangeNothing_data()
+void TestSnapshotIo::badFilesChangeNothing_data()
 {
     QTest::addColumn<QByteArray>("contents");
     QTest::addColumn<QString>("expected");
@@ -83,7 +83,7 @@ void tst_SnapshotIo::badFilesChangeNothing_data()
     QTest::newRow("missing") << QByteArray() << QStringLiteral("does not exist");
 }
 
-void tst_SnapshotIo::badFilesChangeNothing()
+void TestSnapshotIo::badFilesChangeNothing()
 {
     QFETCH(QByteArray, contents);
     QFETCH(QString, expected);
@@ -105,7 +105,7 @@ void tst_SnapshotIo::badFilesChangeNothing()
     QCOMPARE(store.violationGroups().size(), std::size_t(2));
 }
 
-void tst_SnapshotIo::exportWithoutStateIsRefused()
+void TestSnapshotIo::exportWithoutStateIsRefused()
 {
     SessionStore empty;
     const QString path = m_dir.filePath(QStringLiteral("empty.json"));
@@ -122,7 +122,7 @@ static QByteArray readFile(const QString &path)
 // What the demo and a bug report use: snapshot.json.gz and trace.json.gz. Nothing is lost
 // to the compression: both exports decode to the same document, and the gzip'd trace is
 // the plain trace's bytes, as gzip itself (what Perfetto and Chrome rely on) unpacks it.
-void tst_SnapshotIo::compressedAndPlainExportsHoldTheSameContent()
+void TestSnapshotIo::compressedAndPlainExportsHoldTheSameContent()
 {
     SessionStore live;
     fill(live);
@@ -130,10 +130,11 @@ void tst_SnapshotIo::compressedAndPlainExportsHoldTheSameContent()
     for (std::uint32_t i = 0; i < 5000; ++i) {
         const auto rank = static_cast<std::uint16_t>(i % 2);
         const std::uint64_t ts = 1000 + 10ull * i;
-        many.push_back(i % 3 == 0 ? makeEvent(ts, rank, EventType::ModuleEnter, i % 8)
-                       : i % 3 == 1
-                           ? makeEvent(ts, rank, EventType::FetchBegin, i % 9, i % 8, 64 * i)
-                           : makeEvent(ts, rank, EventType::FetchEnd, i % 9, i % 8, 64 * i));
+        const FetchFields fetch{.param = i % 9, .cause = i % 8, .bytes = 64ull * i};
+        many.push_back(eventAt(ts, rank,
+                               i % 3 == 0   ? makeModuleEnter({.module = i % 8})
+                               : i % 3 == 1 ? makeFetchBegin(fetch)
+                                            : makeFetchEnd(fetch)));
     }
     live.appendEvents(many, false);
     const QString plain = m_dir.filePath(QStringLiteral("both.json"));
@@ -170,5 +171,5 @@ void tst_SnapshotIo::compressedAndPlainExportsHoldTheSameContent()
     QCOMPARE(readFile(plainTrace), chromeTrace(live));
 }
 
-QTEST_GUILESS_MAIN(tst_SnapshotIo)
+QTEST_GUILESS_MAIN(TestSnapshotIo)
 #include "tst_snapshotio.moc"

@@ -14,7 +14,7 @@
 using namespace shardscope;
 using namespace shardscope::testing;
 
-class tst_TraceExport : public QObject
+class TestTraceExport : public QObject
 {
     Q_OBJECT
   private slots:
@@ -22,7 +22,7 @@ class tst_TraceExport : public QObject
     void overlappingGathersGetTheirOwnThreads();
 };
 
-void tst_TraceExport::requiredFields()
+void TestTraceExport::requiredFields()
 {
     SessionStore store;
     store.applyState(smallState(2));
@@ -144,7 +144,7 @@ QString firstBadPair(const QList<XSpan> &spans)
 
 } // namespace
 
-void tst_TraceExport::overlappingGathersGetTheirOwnThreads()
+void TestTraceExport::overlappingGathersGetTheirOwnThreads()
 {
     // Rank 0 prefetches blocks.1.fc.weight (3) and .bias (4) while blocks.0 runs; both are
     // still in flight when blocks.1 starts, and lm_head.bias (5) is issued once 3 is done.
@@ -280,5 +280,5 @@ void tst_TraceExport::overlappingGathersGetTheirOwnThreads()
     QCOMPARE(rank1Gathers, 1);
 }
 
-QTEST_GUILESS_MAIN(tst_TraceExport)
+QTEST_GUILESS_MAIN(TestTraceExport)
 #include "tst_traceexport.moc"

@@ -1,12 +1,36 @@
 #pragma once
 // The snapshot schema of docs/snapshot.md as a checker: every documented field present
-// with its documented JSON type. Returns the problems found (empty: valid).
+// with its documented JSON type. Returns the problems found (empty: valid). Written from
+// the document, not from the codec, so it catches a codec that drifts from it.
 
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 namespace shardscope::test {
+
+// The events of a document as version 2 wrote them (one object per event), also for a
+// version 3 document, whose events are columns: times and steps as differences from the
+// previous event, types as indexes into type_names.
+inline nlohmann::json eventList(const nlohmann::json &doc)
+{
+    using nlohmann::json;
+    const json &ev = doc.at("events");
+    if (ev.is_array()) return ev;
+    json out = json::array();
+    std::uint64_t ts = 0, step = 0;
+    for (std::size_t i = 0; i < ev.at("count").get<std::size_t>(); ++i) {
+        ts += static_cast<std::uint64_t>(ev["ts_ns"][i].get<std::int64_t>());
+        step += static_cast<std::uint64_t>(ev["step"][i].get<std::int64_t>());
+        json e = {{"ts_ns", ts}, {"step", step}};
+        e["rank"] = ev["rank"][i];
+        e["type"] = ev["type_names"][ev["type"][i].get<std::size_t>()];
+        for (const char *k : {"flags", "a", "b", "u0", "u1", "u2"})
+            e[k] = ev[k][i];
+        out.push_back(std::move(e));
+    }
+    return out;
+}
 
 inline std::vector<std::string> snapshotSchemaProblems(const nlohmann::json &j)
 {
@@ -63,7 +87,8 @@ inline std::vector<std::string> snapshotSchemaProblems(const nlohmann::json &j)
     if (j.value("format", "") != "shardscope-snapshot")
         problems.push_back(".format is not shardscope-snapshot");
     check(j, "", "version", UInt);
-    if (j.contains("version") && j["version"] != 2) problems.push_back(".version is not 2");
+    if (j.contains("version") && j["version"] != 2 && j["version"] != 3)
+        problems.push_back(".version is not 2 or 3");
     for (const char *k : {"producer", "endpoint"})
         check(j, "", k, Str);
     check(j, "", "pid", Int);
@@ -72,7 +97,8 @@ inline std::vector<std::string> snapshotSchemaProblems(const nlohmann::json &j)
     check(j, "", "modules", Arr);
     check(j, "", "params", Arr);
     check(j, "", "violations", Arr);
-    check(j, "", "events", Arr);
+    // Version 3 (with events): the events as columns; version 2 (none): an empty array.
+    check(j, "", "events", j.value("version", 0) == 3 ? Obj : Arr);
     check(j, "", "dropped_events", UInt);
     if (!problems.empty()) return problems;
     const json &e = j["engine"];
@@ -123,7 +149,21 @@ inline std::vector<std::string> snapshotSchemaProblems(const nlohmann::json &j)
         for (const char *k : {"accessor_id", "param_id", "owner_id"})
             check(v, "violations[]", k, UIntOrNull);
     }
-    for (const json &ev : j["events"]) {
+    if (j["events"].is_object()) {
+        const json &c = j["events"];
+        check(c, "events", "count", UInt);
+        check(c, "events", "type_names", Arr);
+        for (const char *k :
+             {"ts_ns", "step", "rank", "type", "flags", "a", "b", "u0", "u1", "u2"}) {
+            check(c, "events", k, Arr);
+            if (problems.empty() && c[k].size() != c["count"].get<std::size_t>())
+                problems.push_back(std::string("events.") + k + " does not hold count values");
+        }
+        if (!problems.empty()) return problems;
+    }
+    if (j["version"] == 2 && !j["events"].empty())
+        problems.push_back(".version is 2 but the document has events (written as version 3)");
+    for (const json &ev : eventList(j)) {
         check(ev, "events[]", "type", Str);
         for (const char *k : {"ts_ns", "step", "rank", "flags", "a", "b", "u0", "u1", "u2"})
             check(ev, "events[]", k, UInt);

@@ -300,7 +300,7 @@ void TestMemoryPlot::manyRanksShowBandsAndAPickedRank()
     QVERIFY(!plot.graph(7, Series::Gathered)->visible());
 
     // Picking rank 7 in the combo box draws it over the bands, in black.
-    emit plot.rankPicker()->activated(2 + 7);
+    Q_EMIT plot.rankPicker()->activated(2 + 7);
     QCOMPARE(plot.pickedRank(), 7);
     QVERIFY(plot.graph(7, Series::Gathered)->visible());
     QVERIFY(!plot.graph(6, Series::Gathered)->visible());
@@ -329,7 +329,7 @@ void TestMemoryPlot::manyRanksShowBandsAndAPickedRank()
              (QVector<double>{100, 100, 100, 0}));
 
     // All ranks on request: 64 lines, colours repeating past the legend's eight.
-    emit plot.rankPicker()->activated(0);
+    Q_EMIT plot.rankPicker()->activated(0);
     QCOMPARE(plot.rankView(), MemoryPlot::RankView::AllRanks);
     QVERIFY(plot.graph(63, Series::Gathered)->visible());
     QVERIFY(!plot.band(Series::Gathered, MemoryPlot::Band::Median)->visible());

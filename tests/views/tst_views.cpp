@@ -36,7 +36,7 @@
 using namespace shardscope;
 using namespace shardscope::testing;
 
-class tst_Views : public QObject
+class TestViews : public QObject
 {
     Q_OBJECT
   private slots:
@@ -51,7 +51,7 @@ class tst_Views : public QObject
     void statusBarSummarises();
 };
 
-void tst_Views::treeWithHundredThousandParameters()
+void TestViews::treeWithHundredThousandParameters()
 {
     SessionStore store;
     store.applyState(largeState(1000, 100));
@@ -85,7 +85,7 @@ void tst_Views::treeWithHundredThousandParameters()
     QCOMPARE(view.selectedParams(), QList<quint32>{99999});
 }
 
-void tst_Views::violationReachesPanelAndTree()
+void TestViews::violationReachesPanelAndTree()
 {
     SessionStore store;
     store.applyState(smallState());
@@ -129,7 +129,7 @@ void tst_Views::violationReachesPanelAndTree()
 
 // Issue #14, defect 1: one label with every registration of a parameter registered on
 // 10^6 modules froze the window in layout; the panel names the first 20 and counts the rest.
-void tst_Views::detailBoundsLongRegistrationLists()
+void TestViews::detailBoundsLongRegistrationLists()
 {
     constexpr std::size_t kExtra = 100'000;
     SessionStore store;
@@ -155,7 +155,7 @@ void tst_Views::detailBoundsLongRegistrationLists()
     QVERIFY2(active.endsWith(QStringLiteral("and 99980 more")), qPrintable(active.right(100)));
 }
 
-void tst_Views::detailShowsShardsAndCopiesFix()
+void TestViews::detailShowsShardsAndCopiesFix()
 {
     SessionStore store;
     EngineState st = smallState(4);
@@ -204,7 +204,7 @@ void tst_Views::detailShowsShardsAndCopiesFix()
     QCOMPARE(t->item(2, 4)->text(), QStringLiteral("NOT_AVAILABLE"));
 }
 
-void tst_Views::attachDialogListsLiveEngines()
+void TestViews::attachDialogListsLiveEngines()
 {
     QTemporaryDir dir;
     wire::DiscoveryEntry e;
@@ -241,7 +241,7 @@ void tst_Views::attachDialogListsLiveEngines()
     QCOMPARE(dialog.endpoint(), QStringLiteral("tcp:127.0.0.1:45678"));
 }
 
-void tst_Views::attachDialogShowsWholeNames()
+void TestViews::attachDialogShowsWholeNames()
 {
     QTemporaryDir dir;
     wire::DiscoveryEntry e;
@@ -275,7 +275,7 @@ void tst_Views::attachDialogShowsWholeNames()
 // At the dock's default width (340 px) nothing runs past the right edge: text wraps (even
 // dotted names and the fix line), the shard table's columns fit, and the panel never
 // scrolls sideways.
-void tst_Views::detailFitsItsPanel()
+void TestViews::detailFitsItsPanel()
 {
     SessionStore store;
     EngineState st = smallState(4);
@@ -330,7 +330,7 @@ void tst_Views::detailFitsItsPanel()
     QVERIFY(!t->verticalScrollBar()->isVisible());
 }
 
-void tst_Views::durationsReadInHumanUnits()
+void TestViews::durationsReadInHumanUnits()
 {
     QCOMPARE(labels::duration(850), QStringLiteral("850 ns"));
     QCOMPARE(labels::duration(12'400), QStringLiteral("12.4 µs"));
@@ -342,7 +342,7 @@ void tst_Views::durationsReadInHumanUnits()
     QCOMPARE(labels::breakable(QStringLiteral("a.b_c")), QStringLiteral("a.\u200Bb_\u200Bc"));
 }
 
-void tst_Views::statusBarSummarises()
+void TestViews::statusBarSummarises()
 {
     SessionStore store;
     views::InspectorStatusBar bar(&store);
@@ -358,5 +358,5 @@ void tst_Views::statusBarSummarises()
     QCOMPARE(bar.connectionText(), QStringLiteral("connection lost"));
 }
 
-QTEST_MAIN(tst_Views)
+QTEST_MAIN(TestViews)
 #include "tst_views.moc"

@@ -49,7 +49,7 @@ wire::Snapshot part(int rank)
 
 } // namespace
 
-class tst_JobMerge : public QObject
+class TestJobMerge : public QObject
 {
     Q_OBJECT
 
@@ -114,5 +114,5 @@ class tst_JobMerge : public QObject
     }
 };
 
-QTEST_GUILESS_MAIN(tst_JobMerge)
+QTEST_GUILESS_MAIN(TestJobMerge)
 #include "tst_jobmerge.moc"

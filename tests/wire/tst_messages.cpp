@@ -132,6 +132,16 @@ void TestMessages::helloWelcomeErrorGoodbyeRoundTrip()
     QVERIFY(!decodeHello("{\"protocol\":\"http\",\"version\":1}").ok());
     QVERIFY(!decodeHello("{\"protocol\":\"shardscope\",\"version\":\"1\"}").ok());
     QVERIFY(!decodeHello("[1,2]").ok());
+    // capabilities is optional; a byte order mark is refused; a version above 65535 is no Hello
+    const auto bare = decodeHello(R"({"protocol":"shardscope","version":1})");
+    QVERIFY(bare.ok());
+    QVERIFY(bare->capabilities.empty());
+    const auto bom = decodeHello("\xEF\xBB\xBF"
+                                 R"({"protocol":"shardscope","version":1})");
+    QVERIFY(!bom.ok());
+    QVERIFY2(bom.error().find("byte order mark") != std::string::npos, bom.error().c_str());
+    QVERIFY(!decodeHello(R"({"protocol":"shardscope","version":65536})").ok());
+    QVERIFY(decodeHello(R"({"protocol":"shardscope","version":65535})").ok());
     QVERIFY(!decodeWelcome("{\"version\":1,\"world_size\":-3}").ok());
 }
 

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "snapshotschema.h"
 #include "samplesnapshot.h"
 #include "wire/compress.h"
 #include "wire/discovery.h"
@@ -108,6 +109,7 @@ class TestSnapshot : public QObject
     void refusesForeignAndInconsistentDocuments();
     void statusIsOneLetterPerRank();
     void versionOneDocumentsAreStillRead();
+    void versionTwoEventsAreStillRead();
     void nestingLimitIsThirtyTwoLevels();
     void fileWriteIsAtomicAndReadable();
     void killedWriterLeavesNoTemporaryFile();
@@ -144,7 +146,7 @@ void TestSnapshot::jsonUsesTheDocumentedNames()
 {
     const auto j = nlohmann::json::parse(encodeSnapshot(test::sampleSnapshot()));
     QCOMPARE(j["format"].get<std::string>(), std::string("shardscope-snapshot"));
-    QCOMPARE(j["version"].get<int>(), 2);
+    QCOMPARE(j["version"].get<int>(), 3); // it has events
     QCOMPARE(j["engine"]["config"]["guard"].get<std::string>(), std::string("auto"));
     QCOMPARE(j["engine"]["world_size"].get<int>(), 2);
     const auto &p = j["params"][0];
@@ -169,8 +171,15 @@ void TestSnapshot::jsonUsesTheDocumentedNames()
     QCOMPARE(j["violations"][1]["param_id"].get<int>(), 1);
     QVERIFY(j["violations"][2]["param"].is_null()); // trace_invalidated: no parameter
     QVERIFY(j["violations"][1]["accessor"].is_null());
-    QCOMPARE(j["events"][8]["type"].get<std::string>(), std::string("unregistered_access"));
-    QCOMPARE(j["events"][0]["u0"].get<std::uint64_t>(), 0xFFFFFFFFFFFFFFFFull - 1);
+    // Version 3: the events as columns; times and steps as differences, types as indexes.
+    const auto &ev = j["events"];
+    QCOMPARE(ev["count"].get<std::size_t>(), test::everyEventType().size());
+    QCOMPARE(ev["type_names"][ev["type"][8].get<std::size_t>()].get<std::string>(),
+             std::string("unregistered_access"));
+    QCOMPARE(ev["u0"][0].get<std::uint64_t>(), 0xFFFFFFFFFFFFFFFFull - 1);
+    QCOMPARE(ev["ts_ns"][0].get<std::uint64_t>(), test::everyEventType()[0].tsNs);
+    QCOMPARE(ev["ts_ns"][1].get<std::int64_t>(), 17); // makeEvent spaces them 17 ns apart
+    QCOMPARE(ev["a"][0].get<std::uint64_t>(), std::uint64_t(0xFFFFFFFFu - 1));
     QCOMPARE(j["dropped_events"].get<int>(), 17);
 }
 
@@ -202,8 +211,8 @@ void TestSnapshot::refusesForeignAndInconsistentDocuments()
     j["format"] = "other";
     expectError(j, "is not \"shardscope-snapshot\"");
     j = base;
-    j["version"] = 3;
-    expectError(j, "snapshot version 3 is not supported; this build reads versions 1 to 2");
+    j["version"] = 4;
+    expectError(j, "snapshot version 4 is not supported; this build reads versions 1 to 3");
     j = base;
     j["version"] = 0;
     expectError(j, "snapshot version 0 is not supported");
@@ -238,11 +247,26 @@ void TestSnapshot::refusesForeignAndInconsistentDocuments()
     j["modules"][1]["id"] = 5;
     expectError(j, "module ids must equal their index");
     j = base;
-    j["events"][0]["type"] = "teleport";
-    expectError(j, "unknown event type \"teleport\"");
+    j["events"]["type_names"][0] = "teleport";
+    expectError(j, "events.type_names[0]: unknown event type \"teleport\"");
     j = base;
-    j["events"][0]["rank"] = 70000;
-    expectError(j, "events[0].rank");
+    j["events"]["type"][3] = 99;
+    expectError(j, "events.type[3]: type index 99 is not in type_names");
+    j = base;
+    j["events"]["rank"][0] = 70000;
+    expectError(j, "events.rank[0]");
+    j = base;
+    j["events"]["u1"].erase(0);
+    expectError(j, "events.u1: 17 values where \"count\" is 18");
+    j = base;
+    j["events"]["step"][0] = -1;
+    expectError(j, "events.step[0]: the step leaves 0 to 4294967295");
+    j = base;
+    j["events"].erase("a");
+    expectError(j, "events: missing field \"a\"");
+    j = base;
+    j["events"] = nlohmann::json::array(); // version 3 with events as version 2 wrote them
+    QVERIFY(decodeSnapshot(j.dump()).ok());
     j = base;
     j["engine"]["world_size"] = 4000000000ull;
     expectError(j, "engine.world_size");
@@ -302,6 +326,7 @@ void TestSnapshot::versionOneDocumentsAreStillRead()
     const Snapshot s = test::sampleSnapshot();
     auto j = nlohmann::json::parse(encodeSnapshot(s));
     j["version"] = 1;
+    j["events"] = test::eventList(j); // one object per event, as versions 1 and 2 wrote them
     for (auto &p : j["params"]) {
         nlohmann::json names = nlohmann::json::array();
         for (char c : p["status"].get<std::string>())
@@ -311,6 +336,8 @@ void TestSnapshot::versionOneDocumentsAreStillRead()
     auto back = decodeSnapshot(j.dump());
     QVERIFY2(back.ok(), back.error().c_str());
     compareStates(s.state, back->state);
+    QCOMPARE(back->events.size(), s.events.size());
+    QCOMPARE(std::memcmp(back->events.data(), s.events.data(), s.events.size() * sizeof(Event)), 0);
 
     auto bad = j;
     bad["params"][0]["status"].push_back("AVAILABLE");
@@ -331,6 +358,33 @@ void TestSnapshot::versionOneDocumentsAreStillRead()
     QVERIFY(!r.ok());
     QVERIFY2(r.error().find("params[0].status: expected an array") != std::string::npos,
              r.error().c_str());
+}
+
+// Version 2 wrote each event as an object; a reader of version 3 reads those the same,
+// and a version 3 document without events is written as version 2 (State frames, which
+// older clients must still read).
+void TestSnapshot::versionTwoEventsAreStillRead()
+{
+    Snapshot s = test::sampleSnapshot();
+    s.events.push_back(s.events.front()); // out of time order: a negative difference
+    s.events.back().tsNs = 5;
+    s.events.back().step = 0;
+    auto j = nlohmann::json::parse(encodeSnapshot(s));
+    QVERIFY(test::snapshotSchemaProblems(j).empty());
+    QCOMPARE(test::eventList(j).back()["ts_ns"].get<std::uint64_t>(), std::uint64_t(5));
+    j["version"] = 2;
+    j["events"] = test::eventList(j);
+    auto back = decodeSnapshot(j.dump());
+    QVERIFY2(back.ok(), back.error().c_str());
+    QCOMPARE(back->events.size(), s.events.size());
+    QCOMPARE(std::memcmp(back->events.data(), s.events.data(), s.events.size() * sizeof(Event)), 0);
+    QCOMPARE(encodeSnapshot(*back), encodeSnapshot(s));
+
+    Snapshot state = s; // what a State frame carries
+    state.events.clear();
+    const auto frame = nlohmann::json::parse(encodeSnapshot(state));
+    QCOMPARE(frame["version"].get<int>(), 2);
+    QCOMPARE(frame["events"], nlohmann::json::array());
 }
 
 void TestSnapshot::nestingLimitIsThirtyTwoLevels()

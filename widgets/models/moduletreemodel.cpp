@@ -699,7 +699,7 @@ void ModuleTreeModel::emitChangedRows(const std::vector<std::int32_t> &nodes)
             parent < 0
                 ? QModelIndex()
                 : createIndex(m_nodes[static_cast<std::size_t>(parent)].row, 0, quintptr(parent));
-        emit dataChanged(index(rows.first, 0, pi), index(rows.second, ColumnCount - 1, pi));
+        Q_EMIT dataChanged(index(rows.first, 0, pi), index(rows.second, ColumnCount - 1, pi));
     }
 }
 

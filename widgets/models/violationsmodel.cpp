@@ -126,7 +126,7 @@ void ViolationsModel::onStoreUpdated(const StoreChanges &changes)
         endResetModel();
         return;
     }
-    if (m_rows > 0) emit dataChanged(index(0, 0), index(m_rows - 1, ColumnCount - 1));
+    if (m_rows > 0) Q_EMIT dataChanged(index(0, 0), index(m_rows - 1, ColumnCount - 1));
     if (now > m_rows) {
         beginInsertRows({}, m_rows, now - 1);
         m_rows = now;

@@ -4,82 +4,42 @@
 
 namespace shardscope::labels {
 
+namespace {
+
+QString name(std::string_view n)
+{
+    return QString::fromLatin1(n.data(), static_cast<qsizetype>(n.size()));
+}
+
+} // namespace
+
 QString status(ParamStatus s)
 {
-    switch (s) {
-    case ParamStatus::NotAvailable:
-        return QStringLiteral("NOT_AVAILABLE");
-    case ParamStatus::Inflight:
-        return QStringLiteral("INFLIGHT");
-    case ParamStatus::Available:
-        return QStringLiteral("AVAILABLE");
-    }
-    return QStringLiteral("UNKNOWN");
+    return name(statusName(s));
 }
-
 QString action(GuardAction a)
 {
-    switch (a) {
-    case GuardAction::Raised:
-        return QStringLiteral("error");
-    case GuardAction::Gathered:
-        return QStringLiteral("gathered");
-    case GuardAction::AutoRegistered:
-        return QStringLiteral("auto_registered");
-    case GuardAction::Recorded:
-        return QStringLiteral("recorded");
-    }
-    return QStringLiteral("unknown");
+    return name(guardActionName(a));
 }
-
 QString kind(ViolationKind k)
 {
-    switch (k) {
-    case ViolationKind::UnregisteredAccess:
-        return QStringLiteral("unregistered_access");
-    case ViolationKind::LateParameter:
-        return QStringLiteral("late_parameter");
-    case ViolationKind::TraceInvalidated:
-        return QStringLiteral("trace_invalidated");
-    case ViolationKind::GatheredWriteWithoutModifier:
-        return QStringLiteral("gathered_write_without_modifier");
-    }
-    return QStringLiteral("unknown");
+    return name(violationKindName(k));
 }
-
 QString dtype(DType t)
 {
-    return t == DType::BF16 ? QStringLiteral("bfloat16") : QStringLiteral("float32");
+    return name(dtypeName(t));
 }
-
 QString reason(FetchReason r)
 {
-    switch (r) {
-    case FetchReason::Forward:
-        return QStringLiteral("forward");
-    case FetchReason::Backward:
-        return QStringLiteral("backward");
-    case FetchReason::Prefetch:
-        return QStringLiteral("prefetch");
-    case FetchReason::GatheredParameters:
-        return QStringLiteral("gathered_parameters");
-    case FetchReason::Guard:
-        return QStringLiteral("guard");
-    }
-    return QStringLiteral("unknown");
+    return name(fetchReasonName(r));
 }
-
 QString phase(Phase p)
 {
-    return p == Phase::Backward ? QStringLiteral("backward") : QStringLiteral("forward");
+    return name(phaseName(p));
 }
-
 QString shape(const Shape &s)
 {
-    QStringList parts;
-    for (std::int64_t d : s)
-        parts << QString::number(d);
-    return QLatin1Char('[') + parts.join(QStringLiteral(", ")) + QLatin1Char(']');
+    return QString::fromStdString(shapeString(s));
 }
 
 QString count(std::uint64_t n)

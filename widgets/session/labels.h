@@ -1,6 +1,7 @@
 #pragma once
-// The engine's vocabulary as the inspector shows it: the same names the engine and
-// the snapshot use ("NOT_AVAILABLE", "unregistered_access", "float32"), as QStrings.
+// The engine's vocabulary as the inspector shows it: the names of base/names.h, the ones
+// the engine and the snapshot use ("NOT_AVAILABLE", "unregistered_access", "float32"), as
+// QStrings, and the inspector's own number formats.
 
 #include <QString>
 

@@ -743,7 +743,7 @@ void SessionStore::flush()
     for (ParamId id : changes.params)
         if (const std::int32_t slot = paramSlot(id); slot >= 0)
             m_paramMarked[static_cast<std::size_t>(slot)] = 0;
-    emit updated(changes);
+    Q_EMIT updated(changes);
 }
 
 } // namespace shardscope

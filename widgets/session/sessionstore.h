@@ -186,7 +186,7 @@ class SessionStore : public QObject
     std::size_t maxEvents() const { return m_maxEvents; }
     std::uint64_t evictedEvents() const;
 
-  signals:
+  Q_SIGNALS:
     void updated(const shardscope::StoreChanges &changes);
 
   private:

@@ -1,7 +1,5 @@
 #include "session/traceexport.h"
 
-#include <QJsonArray>
-#include <QJsonDocument>
 #include <QJsonObject>
 
 #include <optional>
@@ -10,6 +8,7 @@
 #include <vector>
 
 #include "session/labels.h"
+#include "session/tracebuilder.h"
 #include "telemetry/eventfields.h"
 
 namespace shardscope {
@@ -82,216 +81,188 @@ std::pair<std::vector<int>, int> assignLanes(std::vector<Gather> &gathers)
     return {std::move(lanes), std::max(count, 1)};
 }
 
-} // namespace
-
-QByteArray chromeTrace(const SessionStore &store)
+// Metadata naming rank r's process and its fixed threads.
+void rankThreads(TraceBuilder &t, int r)
 {
-    const std::uint64_t t0 = store.timeOrigin();
-    auto us = [t0](std::uint64_t ts) {
-        return static_cast<qint64>(ts >= t0 ? (ts - t0 + 500) / 1000 : 0);
-    };
-    // Both ends are rounded, not the duration: rounding is monotonic, so spans nested or
-    // disjoint in nanoseconds stay so in microseconds.
-    auto dur = [&us](std::uint64_t begin, std::uint64_t end) {
-        return end > begin ? us(end) - us(begin) : qint64(0);
-    };
-    QJsonArray events;
-    auto meta = [&](const char *name, int pid, int tid, const QJsonObject &args) {
-        events.append(QJsonObject{{QStringLiteral("name"), QLatin1String(name)},
-                                  {QStringLiteral("ph"), QStringLiteral("M")},
-                                  {QStringLiteral("pid"), pid},
-                                  {QStringLiteral("tid"), tid},
-                                  {QStringLiteral("args"), args}});
-    };
-    auto spanUs = [&](const QString &name, const QString &cat, int pid, int tid, qint64 ts,
-                      qint64 duration, const QJsonObject &args) {
-        events.append(QJsonObject{{QStringLiteral("name"), name},
-                                  {QStringLiteral("cat"), cat},
-                                  {QStringLiteral("ph"), QStringLiteral("X")},
-                                  {QStringLiteral("pid"), pid},
-                                  {QStringLiteral("tid"), tid},
-                                  {QStringLiteral("ts"), ts},
-                                  {QStringLiteral("dur"), duration},
-                                  {QStringLiteral("args"), args}});
-    };
-    auto span = [&](const QString &name, const QString &cat, int pid, int tid, std::uint64_t b,
-                    std::uint64_t e, const QJsonObject &args) {
-        spanUs(name, cat, pid, tid, us(b), dur(b, e), args);
-    };
-    auto instant = [&](const QString &name, const QString &cat, int pid, int tid, std::uint64_t ts,
-                       const QJsonObject &args) {
-        events.append(QJsonObject{{QStringLiteral("name"), name},
-                                  {QStringLiteral("cat"), cat},
-                                  {QStringLiteral("ph"), QStringLiteral("i")},
-                                  {QStringLiteral("s"), QStringLiteral("p")},
-                                  {QStringLiteral("pid"), pid},
-                                  {QStringLiteral("tid"), tid},
-                                  {QStringLiteral("ts"), us(ts)},
-                                  {QStringLiteral("args"), args}});
-    };
+    t.meta("process_name", r, 0, {{QStringLiteral("name"), QStringLiteral("rank %1").arg(r)}});
+    t.meta("process_sort_index", r, 0, {{QStringLiteral("sort_index"), r}});
+    t.meta("thread_name", r, ModulesTid, {{QStringLiteral("name"), QStringLiteral("modules")}});
+    t.meta("thread_sort_index", r, ModulesTid, {{QStringLiteral("sort_index"), 0}});
+    t.meta("thread_name", r, ViolationsTid,
+           {{QStringLiteral("name"), QStringLiteral("violations")}});
+    t.meta("thread_sort_index", r, ViolationsTid,
+           {{QStringLiteral("sort_index"), kViolationsSortIndex}});
+    t.meta("thread_name", r, StepsTid, {{QStringLiteral("name"), QStringLiteral("steps")}});
+    t.meta("thread_sort_index", r, StepsTid,
+           {{QStringLiteral("sort_index"), kViolationsSortIndex + 1}});
+}
 
-    const int ranks = std::max(store.laneCount(), store.worldSize());
-    for (int r = 0; r < ranks; ++r) {
-        meta("process_name", r, 0, {{QStringLiteral("name"), QStringLiteral("rank %1").arg(r)}});
-        meta("process_sort_index", r, 0, {{QStringLiteral("sort_index"), r}});
-        meta("thread_name", r, ModulesTid, {{QStringLiteral("name"), QStringLiteral("modules")}});
-        meta("thread_sort_index", r, ModulesTid, {{QStringLiteral("sort_index"), 0}});
-        meta("thread_name", r, ViolationsTid,
-             {{QStringLiteral("name"), QStringLiteral("violations")}});
-        meta("thread_sort_index", r, ViolationsTid,
-             {{QStringLiteral("sort_index"), kViolationsSortIndex}});
-        meta("thread_name", r, StepsTid, {{QStringLiteral("name"), QStringLiteral("steps")}});
-        meta("thread_sort_index", r, StepsTid,
-             {{QStringLiteral("sort_index"), kViolationsSortIndex + 1}});
+void gatherThreads(TraceBuilder &t, int r, int lanes)
+{
+    for (int k = 0; k < lanes; ++k) {
+        t.meta("thread_name", r, FirstGatherTid + k,
+               {{QStringLiteral("name"), QStringLiteral("gathers %1").arg(k)}});
+        t.meta("thread_sort_index", r, FirstGatherTid + k, {{QStringLiteral("sort_index"), 1 + k}});
     }
-    auto gatherThreads = [&](int r, int lanes) {
-        for (int k = 0; k < lanes; ++k) {
-            meta("thread_name", r, FirstGatherTid + k,
-                 {{QStringLiteral("name"), QStringLiteral("gathers %1").arg(k)}});
-            meta("thread_sort_index", r, FirstGatherTid + k,
-                 {{QStringLiteral("sort_index"), 1 + k}});
-        }
-    };
-    for (int r = store.laneCount(); r < ranks; ++r)
-        gatherThreads(r, 1);
+}
 
-    std::vector<bool> groupHasEvent(store.violationGroups().size(), false);
-    for (int r = 0; r < store.laneCount(); ++r) {
-        const EventLane &lane = store.lane(r);
-        std::vector<std::pair<std::uint32_t, Event>> moduleStack;
-        std::unordered_map<std::uint32_t, OpenFetch> fetches;
-        std::vector<Gather> gathers;
-        Event stepBegin{};   // valid while inStep (a plain value: GCC's -Wmaybe-uninitialized
-        bool inStep = false; // misfires on std::optional<Event> here)
-        for (std::size_t i = 0; i < lane.size(); ++i) {
-            const Event ev = lane.at(i);
-            switch (ev.type) {
-            case EventType::ModuleEnter:
-                moduleStack.emplace_back(readModule(ev).module, ev);
-                break;
-            case EventType::ModuleExit: {
-                const ModuleId m = readModule(ev).module;
-                for (std::size_t k = moduleStack.size(); k-- > 0;) {
-                    if (moduleStack[k].first != m) continue;
-                    const Event b = moduleStack[k].second;
-                    const QString phase = labels::phase(readModule(b).phase);
-                    span(store.modulePath(m), QStringLiteral("module,") + phase, r, ModulesTid,
-                         b.tsNs, ev.tsNs,
-                         {{QStringLiteral("step"), qint64(b.step)},
-                          {QStringLiteral("phase"), phase}});
-                    moduleStack.resize(k);
-                    break;
-                }
-                break;
-            }
-            case EventType::FetchBegin: {
-                const FetchFields f = readFetch(ev);
-                fetches[f.param] = OpenFetch{ev.tsNs, f.cause, f.reason};
-                break;
-            }
-            case EventType::FetchEnd: {
-                const FetchFields e = readFetch(ev);
-                auto it = fetches.find(e.param);
-                const OpenFetch f =
-                    it != fetches.end() ? it->second : OpenFetch{ev.tsNs, e.cause, e.reason};
-                if (it != fetches.end()) fetches.erase(it);
-                const std::uint64_t begin = std::min(f.ts, ev.tsNs);
-                gathers.push_back(Gather{us(begin), us(begin) + dur(begin, ev.tsNs), e.param,
-                                         f.module, f.reason, e.bytes, ev.step});
+QJsonObject violationArgs(const SessionStore &store, ModuleId accessor, ParamId param,
+                          ModuleId owner)
+{
+    return {{QStringLiteral("accessor"), store.modulePath(accessor)},
+            {QStringLiteral("param"), param == kNoParam ? QString() : store.paramName(param)},
+            {QStringLiteral("owner"), store.modulePath(owner)}};
+}
+
+// One rank's events: module spans, step spans, broadcasts and violations as they come, then
+// its gathers on the fewest "gathers k" threads. Marks the groups its violations belong to.
+void mapLane(TraceBuilder &t, const SessionStore &store, int r, std::vector<bool> &groupHasEvent)
+{
+    const EventLane &lane = store.lane(r);
+    std::vector<std::pair<std::uint32_t, Event>> moduleStack;
+    std::unordered_map<std::uint32_t, OpenFetch> fetches;
+    std::vector<Gather> gathers;
+    Event stepBegin{};   // valid while inStep (a plain value: GCC's -Wmaybe-uninitialized
+    bool inStep = false; // misfires on std::optional<Event> here)
+    for (std::size_t i = 0; i < lane.size(); ++i) {
+        const Event ev = lane.at(i);
+        switch (ev.type) {
+        case EventType::ModuleEnter:
+            moduleStack.emplace_back(readModule(ev).module, ev);
+            break;
+        case EventType::ModuleExit: {
+            const ModuleId m = readModule(ev).module;
+            for (std::size_t k = moduleStack.size(); k-- > 0;) {
+                if (moduleStack[k].first != m) continue;
+                const Event b = moduleStack[k].second;
+                const QString phase = labels::phase(readModule(b).phase);
+                t.span(
+                    store.modulePath(m), QStringLiteral("module,") + phase, r, ModulesTid, b.tsNs,
+                    ev.tsNs,
+                    {{QStringLiteral("step"), qint64(b.step)}, {QStringLiteral("phase"), phase}});
+                moduleStack.resize(k);
                 break;
             }
-            case EventType::Broadcast: {
-                const BroadcastFields f = readBroadcast(ev);
-                instant(QStringLiteral("broadcast %1").arg(store.paramName(f.param)),
-                        QStringLiteral("gather,broadcast"), r, FirstGatherTid, ev.tsNs,
-                        {{QStringLiteral("root"), qint64(f.root)},
-                         {QStringLiteral("bytes"), qint64(f.bytes)}});
-                break;
-            }
-            case EventType::StepBegin:
-                stepBegin = ev;
-                inStep = true;
-                break;
-            case EventType::StepEnd:
-                if (inStep) {
-                    span(QStringLiteral("step %1").arg(stepBegin.step), QStringLiteral("step"), r,
-                         StepsTid, stepBegin.tsNs, ev.tsNs,
-                         {{QStringLiteral("loss"), readStepEnd(ev)},
-                          {QStringLiteral("step"), qint64(stepBegin.step)}});
-                    inStep = false;
-                }
-                break;
-            case EventType::UnregisteredAccess:
-            case EventType::LateParameter:
-            case EventType::TraceInvalidated:
-            case EventType::GatheredWriteError: {
-                const std::optional<ViolationEvent> v = store.violationOf(ev);
-                if (!v) break;
-                QString fix;
-                if (const ViolationGroup *g = store.violationGroup(*v)) {
-                    groupHasEvent[static_cast<std::size_t>(g - store.violationGroups().data())] =
-                        true;
-                    fix = QString::fromStdString(g->fix);
-                }
-                instant(labels::kind(v->kind), QStringLiteral("violation"), r, ViolationsTid,
-                        ev.tsNs,
-                        {{QStringLiteral("accessor"), store.modulePath(v->accessor)},
-                         {QStringLiteral("param"),
-                          v->param == kNoParam ? QString() : store.paramName(v->param)},
-                         {QStringLiteral("owner"), store.modulePath(v->owner)},
-                         {QStringLiteral("step"), qint64(ev.step)},
-                         {QStringLiteral("fix"), fix}});
-                break;
-            }
-            default:
-                break;
-            }
+            break;
         }
-        const auto [lanes, laneTotal] = assignLanes(gathers);
-        gatherThreads(r, laneTotal);
-        for (std::size_t g = 0; g < gathers.size(); ++g) {
-            const Gather &x = gathers[g];
-            const QString reason = labels::reason(x.reason);
-            spanUs(store.paramName(x.param), QStringLiteral("gather,") + reason, r,
-                   FirstGatherTid + lanes[g], x.ts, x.end - x.ts,
-                   {{QStringLiteral("param"), store.paramName(x.param)},
-                    {QStringLiteral("module"), store.modulePath(x.module)},
-                    {QStringLiteral("reason"), reason},
-                    {QStringLiteral("bytes"), qint64(x.bytes)},
-                    {QStringLiteral("step"), qint64(x.step)}});
+        case EventType::FetchBegin: {
+            const FetchFields f = readFetch(ev);
+            fetches[f.param] = OpenFetch{ev.tsNs, f.cause, f.reason};
+            break;
+        }
+        case EventType::FetchEnd: {
+            const FetchFields e = readFetch(ev);
+            auto it = fetches.find(e.param);
+            const OpenFetch f =
+                it != fetches.end() ? it->second : OpenFetch{ev.tsNs, e.cause, e.reason};
+            if (it != fetches.end()) fetches.erase(it);
+            const std::uint64_t begin = std::min(f.ts, ev.tsNs);
+            gathers.push_back(Gather{t.us(begin), t.us(begin) + t.dur(begin, ev.tsNs), e.param,
+                                     f.module, f.reason, e.bytes, ev.step});
+            break;
+        }
+        case EventType::Broadcast: {
+            const BroadcastFields f = readBroadcast(ev);
+            t.instant(QStringLiteral("broadcast %1").arg(store.paramName(f.param)),
+                      QStringLiteral("gather,broadcast"), r, FirstGatherTid, ev.tsNs,
+                      {{QStringLiteral("root"), qint64(f.root)},
+                       {QStringLiteral("bytes"), qint64(f.bytes)}});
+            break;
+        }
+        case EventType::StepBegin:
+            stepBegin = ev;
+            inStep = true;
+            break;
+        case EventType::StepEnd:
+            if (inStep) {
+                t.span(QStringLiteral("step %1").arg(stepBegin.step), QStringLiteral("step"), r,
+                       StepsTid, stepBegin.tsNs, ev.tsNs,
+                       {{QStringLiteral("loss"), readStepEnd(ev)},
+                        {QStringLiteral("step"), qint64(stepBegin.step)}});
+                inStep = false;
+            }
+            break;
+        case EventType::UnregisteredAccess:
+        case EventType::LateParameter:
+        case EventType::TraceInvalidated:
+        case EventType::GatheredWriteError: {
+            const std::optional<ViolationEvent> v = store.violationOf(ev);
+            if (!v) break;
+            QString fix;
+            if (const ViolationGroup *g = store.violationGroup(*v)) {
+                groupHasEvent[static_cast<std::size_t>(g - store.violationGroups().data())] = true;
+                fix = QString::fromStdString(g->fix);
+            }
+            QJsonObject args = violationArgs(store, v->accessor, v->param, v->owner);
+            args.insert(QStringLiteral("step"), qint64(ev.step));
+            args.insert(QStringLiteral("fix"), fix);
+            t.instant(labels::kind(v->kind), QStringLiteral("violation"), r, ViolationsTid, ev.tsNs,
+                      args);
+            break;
+        }
+        default:
+            break;
         }
     }
-    // Violations known only from the state (their events are older than the history).
+    const auto [lanes, laneTotal] = assignLanes(gathers);
+    gatherThreads(t, r, laneTotal);
+    for (std::size_t g = 0; g < gathers.size(); ++g) {
+        const Gather &x = gathers[g];
+        const QString reason = labels::reason(x.reason);
+        t.spanUs(store.paramName(x.param), QStringLiteral("gather,") + reason, r,
+                 FirstGatherTid + lanes[g], x.ts, x.end - x.ts,
+                 {{QStringLiteral("param"), store.paramName(x.param)},
+                  {QStringLiteral("module"), store.modulePath(x.module)},
+                  {QStringLiteral("reason"), reason},
+                  {QStringLiteral("bytes"), qint64(x.bytes)},
+                  {QStringLiteral("step"), qint64(x.step)}});
+    }
+}
+
+// Violations known only from the state (their events are older than the history).
+void mapStateViolations(TraceBuilder &t, const SessionStore &store,
+                        const std::vector<bool> &groupHasEvent)
+{
     const auto &groups = store.violationGroups();
     for (std::size_t g = 0; g < groups.size(); ++g) {
         if (groupHasEvent[g]) continue;
         const ViolationGroup &v = groups[g];
-        instant(
-            labels::kind(v.kind), QStringLiteral("violation"), v.firstRank, ViolationsTid,
-            std::max(v.firstTsNs, t0),
-            {{QStringLiteral("accessor"), store.modulePath(v.accessor)},
-             {QStringLiteral("param"), v.param == kNoParam ? QString() : store.paramName(v.param)},
-             {QStringLiteral("owner"), store.modulePath(v.owner)},
-             {QStringLiteral("step"), qint64(v.firstStep)},
-             {QStringLiteral("count"), qint64(v.count)},
-             {QStringLiteral("fix"), QString::fromStdString(v.fix)}});
+        QJsonObject args = violationArgs(store, v.accessor, v.param, v.owner);
+        args.insert(QStringLiteral("step"), qint64(v.firstStep));
+        args.insert(QStringLiteral("count"), qint64(v.count));
+        args.insert(QStringLiteral("fix"), QString::fromStdString(v.fix));
+        t.instant(labels::kind(v.kind), QStringLiteral("violation"), v.firstRank, ViolationsTid,
+                  std::max(v.firstTsNs, store.timeOrigin()), args);
     }
+}
+
+} // namespace
+
+QByteArray chromeTrace(const SessionStore &store)
+{
+    TraceBuilder t(store.timeOrigin());
+    const int ranks = std::max(store.laneCount(), store.worldSize());
+    for (int r = 0; r < ranks; ++r)
+        rankThreads(t, r);
+    for (int r = store.laneCount(); r < ranks; ++r)
+        gatherThreads(t, r, 1);
+    std::vector<bool> groupHasEvent(store.violationGroups().size(), false);
+    for (int r = 0; r < store.laneCount(); ++r)
+        mapLane(t, store, r, groupHasEvent);
+    mapStateViolations(t, store, groupHasEvent);
 
     const EngineState &st = store.state();
-    QJsonObject root{
-        {QStringLiteral("traceEvents"), events},
-        {QStringLiteral("displayTimeUnit"), QStringLiteral("ms")},
-        {QStringLiteral("distributedInfo"),
-         QJsonObject{{QStringLiteral("backend"), QString::fromStdString(st.backend)},
-                     {QStringLiteral("world_size"), st.worldSize},
-                     {QStringLiteral("rank"), st.localRanks.empty() ? 0 : st.localRanks.front()},
-                     {QStringLiteral("local_ranks"), qint64(st.localRanks.size())},
-                     {QStringLiteral("model"), QString::fromStdString(st.modelName)}}},
-        {QStringLiteral("otherData"),
-         QJsonObject{{QStringLiteral("producer"), QStringLiteral("shardscope")},
-                     {QStringLiteral("step"), qint64(store.step())},
-                     {QStringLiteral("dropped_events"), qint64(store.droppedEvents())}}}};
-    return QJsonDocument(root).toJson(QJsonDocument::Compact);
+    return t.document(
+        {{QStringLiteral("distributedInfo"),
+          QJsonObject{{QStringLiteral("backend"), QString::fromStdString(st.backend)},
+                      {QStringLiteral("world_size"), st.worldSize},
+                      {QStringLiteral("rank"), st.localRanks.empty() ? 0 : st.localRanks.front()},
+                      {QStringLiteral("local_ranks"), qint64(st.localRanks.size())},
+                      {QStringLiteral("model"), QString::fromStdString(st.modelName)}}},
+         {QStringLiteral("otherData"),
+          QJsonObject{{QStringLiteral("producer"), QStringLiteral("shardscope")},
+                      {QStringLiteral("step"), qint64(store.step())},
+                      {QStringLiteral("dropped_events"), qint64(store.droppedEvents())}}}});
 }
 
 } // namespace shardscope

@@ -389,7 +389,7 @@ int GatherTimeline::laneCount() const
 void GatherTimeline::setFollowLive(bool on)
 {
     if (!switchFollowLive(m_followLive, on, m_plot, m_followButton, m_liveWindow)) return;
-    emit followLiveChanged(on);
+    Q_EMIT followLiveChanged(on);
     if (on) refresh();
 }
 
@@ -630,7 +630,7 @@ void GatherTimeline::handleClick(QPointF pos)
     const QList<quint32> params = paramsAt(pos);
     setSelection(params);
     refresh();
-    if (!params.isEmpty()) emit paramsClicked(params);
+    if (!params.isEmpty()) Q_EMIT paramsClicked(params);
 }
 
 QString GatherTimeline::toolTipAt(QPointF pos) const

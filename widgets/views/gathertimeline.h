@@ -83,12 +83,12 @@ class GatherTimeline : public QWidget
     static QColor kindColor(SpanKind kind);
     static QString kindName(SpanKind kind);
 
-  public slots:
+  public Q_SLOTS:
     void setFollowLive(bool on);
     // Applies the data that arrived since the last refresh and redraws (the timer calls it).
     void refresh();
 
-  signals:
+  Q_SIGNALS:
     void paramsClicked(const QList<quint32> &paramIds);
     void followLiveChanged(bool on);
 

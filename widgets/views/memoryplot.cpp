@@ -463,7 +463,7 @@ void MemoryPlot::setSeriesVisible(Series s, bool visible)
 void MemoryPlot::setFollowLive(bool on)
 {
     if (!switchFollowLive(m_followLive, on, m_plot, m_followButton, m_liveWindow)) return;
-    emit followLiveChanged(on);
+    Q_EMIT followLiveChanged(on);
     if (on) refresh();
 }
 

@@ -105,13 +105,13 @@ class MemoryPlot : public QWidget
 
     static QString formatBytes(double bytes);
 
-  public slots:
+  public Q_SLOTS:
     void setFollowLive(bool on);
     // Moves the samples that arrived since the last refresh into the graphs and redraws.
     void refresh();
     void fitAll();
 
-  signals:
+  Q_SIGNALS:
     void followLiveChanged(bool on);
 
   private:

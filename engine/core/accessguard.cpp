@@ -1,0 +1,161 @@
+// The access guard and violation recording: what happens when a module reads a parameter
+// it neither owns nor registered, and how each violation is counted once per (kind, rank,
+// accessor, parameter).
+
+#include <algorithm>
+
+#include "core/engine.h"
+#include "core/engineimpl.h"
+#include "core/violationtext.h"
+#include "telemetry/clock.h"
+
+namespace shardscope {
+// ---------------------------------------------------------------- the access guard
+
+TensorView Engine::Impl::view(RankState &rs, ParamId p)
+{
+    RankParam &rp = rs.params[p];
+    return TensorView{rp.full.data(), params[p].numel, params[p].dtype};
+}
+
+TensorView Engine::accessSlow(int rank, ParamId p)
+{
+    RankState &rs = d->rankState(rank);
+    if (p < rs.fast.size() && rs.fast[p].readable > 0)
+        return TensorView{rs.fast[p].data, rs.fast[p].numel, rs.fast[p].dtype};
+    return d->slowAccess(rs, p);
+}
+
+bool Engine::Impl::registeredOnStack(const RankState &rs, ParamId p) const
+{
+    const ModuleId owner = params[p].owner;
+    for (std::size_t i = 0; i < rs.depth; ++i) {
+        const ModuleId m = rs.frames[i].module;
+        if (m == owner) return true;
+        for (const ExternalEntry &e : rs.externals[m])
+            if (e.param == p) return true;
+    }
+    return false;
+}
+
+TensorView Engine::Impl::slowAccess(RankState &rs, ParamId p)
+{
+    if (p >= params.size() || params[p].removed)
+        throw EngineError("access to parameter id " + std::to_string(p) +
+                          ", which does not exist (was it removed, e.g. by weight_norm?)");
+    const ParamInfo &info = params[p];
+    const ModuleId accessor = rs.depth ? rs.frames[rs.depth - 1].module : kNoModule;
+    const Phase phase = rs.depth ? rs.frames[rs.depth - 1].phase : Phase::Forward;
+    const FetchReason reason =
+        phase == Phase::Forward ? FetchReason::Forward : FetchReason::Backward;
+
+    // Owned or registered by a module on the stack after that module was entered: legal.
+    if (accessor != kNoModule && registeredOnStack(rs, p)) {
+        useParam(rs, p, accessor, true, reason);
+        return view(rs, p);
+    }
+
+    const GuardPolicy policy = q->m_config.guard;
+    const ParamStatus st = rs.status[p].load(std::memory_order_acquire);
+
+    ViolationRecord v;
+    v.kind = ViolationKind::UnregisteredAccess;
+    v.step = rs.step.load();
+    v.rank = rs.rank;
+    v.accessor = accessor;
+    v.param = p;
+    v.paramName = info.name;
+    v.owner = info.owner;
+    v.status = st;
+    ViolationSubject subject;
+    subject.kind = ViolationKind::UnregisteredAccess;
+    subject.hasAccessor = accessor != kNoModule;
+    if (subject.hasAccessor) subject.accessor = modules[accessor].path;
+    subject.param = info.name;
+    subject.owner = modules[info.owner].path;
+    subject.status = st;
+    auto text = describeViolation(subject, FixDialect::ShardScope);
+    v.fix = std::move(text.fix);
+    v.message = std::move(text.message);
+
+    const std::uint64_t key = (static_cast<std::uint64_t>(accessor) << 32) | p;
+    const bool first = rs.violationsThisStep.insert(key).second;
+
+    GuardAction action = GuardAction::Gathered;
+    if (policy == GuardPolicy::Error)
+        action = GuardAction::Raised;
+    else if (policy == GuardPolicy::Auto && accessor != kNoModule)
+        action = GuardAction::AutoRegistered;
+    v.action = action;
+
+    if (first) {
+        emit(rs, makeUnregisteredAccess({.accessor = accessor,
+                                         .param = p,
+                                         .owner = info.owner,
+                                         .status = st,
+                                         .action = action}));
+        unregisteredCount.fetch_add(1, std::memory_order_relaxed);
+        ViolationRecord copy = v;
+        recordViolation(std::move(copy));
+    }
+
+    switch (action) {
+    case GuardAction::Raised:
+        throw UnregisteredAccessError(v.message + " (rank " + std::to_string(rs.rank) + ", step " +
+                                          std::to_string(v.step) + "); fix: " + v.fix,
+                                      v.fix);
+    case GuardAction::AutoRegistered:
+        addExternal(rs, accessor, p, true);
+        useParam(rs, p, accessor, true, FetchReason::Guard);
+        break;
+    default:
+        if (accessor != kNoModule) {
+            useParam(rs, p, accessor, false, FetchReason::Guard);
+        } else {
+            gather(rs, p, kNoModule, FetchReason::Guard);
+        }
+        break;
+    }
+    return view(rs, p);
+}
+
+// The parameter a late one replaced: a removed parameter of the same module whose name
+// the late one extends (weight_norm turns `weight` into `weight_g` and `weight_v`).
+std::string Engine::Impl::replacedBy(ParamId late) const
+{
+    const ParamInfo &info = params[late];
+    for (const ParamInfo &old : params)
+        if (old.removed && old.owner == info.owner && old.id != late &&
+            info.localName.size() > old.localName.size() &&
+            info.localName.compare(0, old.localName.size(), old.localName) == 0)
+            return old.name;
+    return {};
+}
+
+void Engine::Impl::recordViolation(ViolationRecord v)
+{
+    v.tsNs = nowNs();
+    touch();
+    std::lock_guard lock(violationMutex);
+    const auto key =
+        std::make_tuple(static_cast<int>(v.kind), v.rank, v.accessor, v.param, v.owner);
+    auto it = violationIndex.find(key);
+    if (it != violationIndex.end()) {
+        ViolationRecord &old = violations[it->second];
+        ++old.count;
+        old.lastStep = v.step;
+        return;
+    }
+    if (v.kind == ViolationKind::LateParameter) {
+        if (!lateReported[v.param]) {
+            lateReported[v.param] = true;
+            lateCount.fetch_add(1, std::memory_order_relaxed);
+        }
+    }
+    v.count = 1;
+    v.lastStep = v.step;
+    violationIndex.emplace(key, violations.size());
+    violations.push_back(std::move(v));
+}
+
+} // namespace shardscope

@@ -1,0 +1,66 @@
+#include "session/tracebuilder.h"
+
+#include <QJsonDocument>
+
+namespace shardscope {
+
+qint64 TraceBuilder::us(std::uint64_t ts) const
+{
+    return static_cast<qint64>(ts >= m_t0 ? (ts - m_t0 + 500) / 1000 : 0);
+}
+
+qint64 TraceBuilder::dur(std::uint64_t begin, std::uint64_t end) const
+{
+    return end > begin ? us(end) - us(begin) : qint64(0);
+}
+
+void TraceBuilder::meta(const char *name, int pid, int tid, const QJsonObject &args)
+{
+    m_events.append(QJsonObject{{QStringLiteral("name"), QLatin1String(name)},
+                                {QStringLiteral("ph"), QStringLiteral("M")},
+                                {QStringLiteral("pid"), pid},
+                                {QStringLiteral("tid"), tid},
+                                {QStringLiteral("args"), args}});
+}
+
+void TraceBuilder::spanUs(const QString &name, const QString &cat, int pid, int tid, qint64 ts,
+                          qint64 duration, const QJsonObject &args)
+{
+    m_events.append(QJsonObject{{QStringLiteral("name"), name},
+                                {QStringLiteral("cat"), cat},
+                                {QStringLiteral("ph"), QStringLiteral("X")},
+                                {QStringLiteral("pid"), pid},
+                                {QStringLiteral("tid"), tid},
+                                {QStringLiteral("ts"), ts},
+                                {QStringLiteral("dur"), duration},
+                                {QStringLiteral("args"), args}});
+}
+
+void TraceBuilder::span(const QString &name, const QString &cat, int pid, int tid,
+                        std::uint64_t begin, std::uint64_t end, const QJsonObject &args)
+{
+    spanUs(name, cat, pid, tid, us(begin), dur(begin, end), args);
+}
+
+void TraceBuilder::instant(const QString &name, const QString &cat, int pid, int tid,
+                           std::uint64_t ts, const QJsonObject &args)
+{
+    m_events.append(QJsonObject{{QStringLiteral("name"), name},
+                                {QStringLiteral("cat"), cat},
+                                {QStringLiteral("ph"), QStringLiteral("i")},
+                                {QStringLiteral("s"), QStringLiteral("p")},
+                                {QStringLiteral("pid"), pid},
+                                {QStringLiteral("tid"), tid},
+                                {QStringLiteral("ts"), us(ts)},
+                                {QStringLiteral("args"), args}});
+}
+
+QByteArray TraceBuilder::document(const QJsonObject &members) const
+{
+    QJsonObject root = members;
+    root.insert(QStringLiteral("traceEvents"), m_events);
+    root.insert(QStringLiteral("displayTimeUnit"), QStringLiteral("ms"));
+    return QJsonDocument(root).toJson(QJsonDocument::Compact);
+}
+
+} // namespace shardscope
