@@ -209,9 +209,33 @@ void Engine::Impl::emit(const RankState &rs, const Event &fields)
 {
     EventSink *s = sink.load(std::memory_order_acquire);
     if (!s || !q->m_telemetryOn.load(std::memory_order_relaxed)) return;
-    s->write(stamped(fields, nowNs(), rs.step.load(std::memory_order_relaxed),
+    const std::uint64_t ts = rs.batchTs ? rs.batchTs : nowNs();
+    s->write(stamped(fields, ts, rs.step.load(std::memory_order_relaxed),
                      static_cast<std::uint16_t>(rs.rank)));
 }
+
+bool Engine::Impl::telemetryLive() const
+{
+    return sink.load(std::memory_order_relaxed) && q->m_telemetryOn.load(std::memory_order_relaxed);
+}
+
+namespace {
+
+// Opens a telemetry batch on a rank for one module entry or exit (one clock read, when
+// telemetry is on) and closes it however the scope ends.
+class TelemetryBatch
+{
+  public:
+    TelemetryBatch(RankState &rs, bool live) : m_rs(rs) { rs.batchTs = live ? nowNs() : 0; }
+    ~TelemetryBatch() { m_rs.batchTs = 0; }
+    TelemetryBatch(const TelemetryBatch &) = delete;
+    TelemetryBatch &operator=(const TelemetryBatch &) = delete;
+
+  private:
+    RankState &m_rs;
+};
+
+} // namespace
 
 void Engine::Impl::emitMemory(RankState &rs)
 {
@@ -610,8 +634,10 @@ void Engine::Impl::fetch(RankState &rs, ParamId p, ModuleId cause, FetchReason r
     const std::size_t es = dtypeSize(info.dtype);
     const std::uint64_t bytes = fullBytes(p);
     Buffer full = Buffer::adopt(*rs.mem, rs.mem->allocateForCollective(bytes), bytes);
-    const std::uint64_t t0 = nowNs();
-    // Stamped with the instant gather_ns counts from (docs/protocol.md, "Timestamps in State").
+    // Issued at the batch's time when a module entry issues it (one clock read for all),
+    // and stamped with the instant gather_ns counts from (docs/protocol.md, "Timestamps in
+    // State").
+    const std::uint64_t t0 = rs.batchTs ? rs.batchTs : nowNs();
     emitAt(rs, makeFetchBegin({.param = p, .cause = cause, .bytes = bytes, .reason = reason}), t0);
     {
         std::lock_guard rl(rs.mu);
@@ -638,6 +664,7 @@ void Engine::Impl::complete(RankState &rs, ParamId p)
     rp.gather = CommHandle();
     const std::uint64_t bytes = fullBytes(p);
     const std::uint64_t t1 = nowNs();
+    if (rs.batchTs) rs.batchTs = t1; // what follows in the batch is not earlier
     GatherTotals &tot = gatherTotals[p];
     tot.count.fetch_add(1, std::memory_order_relaxed);
     tot.bytes.fetch_add(bytes, std::memory_order_relaxed);
@@ -885,6 +912,7 @@ void Engine::enterModule(int rank, ModuleId m, Phase phase)
     f.module = m;
     f.phase = phase;
     f.params.clear();
+    const TelemetryBatch batch(rs, d->telemetryLive());
     d->emit(rs, makeModuleEnter({.module = m, .phase = phase}));
     if (!rs.inflight.empty()) d->poll(rs);
 
@@ -940,6 +968,7 @@ void Engine::exitModule(int rank, ModuleId m, Phase phase)
                           " but " + inner + "; modules must exit in reverse order of entry");
     }
     Frame &f = rs.frames[rs.depth - 1];
+    const TelemetryBatch batch(rs, d->telemetryLive());
     for (auto [p, counted] : f.params) {
         RankParam &rp = rs.params[p];
         if (counted)

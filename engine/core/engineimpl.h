@@ -77,6 +77,11 @@ struct RankState
     std::vector<Engine::FastEntry> fast; // the guard's view of params, same index
     std::vector<std::vector<ExternalEntry>> externals; // by module id
     std::vector<Frame> frames;                         // the module stack; capacity is reused
+    // Telemetry: the time the events of one module entry or exit share (the entry and the
+    // fetches it issues; the releases of an exit and the exit itself), so a batch costs one
+    // clock read; it moves forward with any clock read in the batch (a gather completing),
+    // keeping a rank's timestamps in order. 0 outside a batch or with telemetry off.
+    std::uint64_t batchTs = 0;
     std::size_t depth = 0;
     std::atomic<std::uint32_t> step{0};
     bool inStep = false;
@@ -130,11 +135,13 @@ struct Engine::Impl
     RankState &rankState(int rank);
     const RankState &rankState(int rank) const;
 
-    // Writes one event made by telemetry/eventfields.h, stamped with now, rs's step and rank.
+    // Writes one event made by telemetry/eventfields.h, stamped with rs's step and rank and
+    // the batch's time (RankState::batchTs), else the telemetry clock now.
     void emit(const RankState &rs, const Event &fields);
     // The same, stamped with tsNs: an instant the engine also records elsewhere (a gather's).
     void emitAt(const RankState &rs, const Event &fields, std::uint64_t tsNs);
     void emitMemory(RankState &rs);
+    bool telemetryLive() const;
 
     // The full tensor of p on rs changes: keep the guard's fast view in step.
     void setFull(RankState &rs, ParamId p, Buffer full)

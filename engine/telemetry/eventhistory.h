@@ -26,13 +26,17 @@ class EventHistory
             m_start = 0;
             return;
         }
-        for (const Event &e : events) {
-            if (m_buf.size() < m_capacity) {
-                m_buf.push_back(e);
-            } else {
-                m_buf[m_start] = e;
-                m_start = (m_start + 1) % m_capacity;
-            }
+        // Fill up to capacity, then overwrite the oldest in at most two runs (no modulo per event).
+        const std::size_t fill = std::min(events.size(), m_capacity - m_buf.size());
+        m_buf.insert(m_buf.end(), events.begin(),
+                     events.begin() + static_cast<std::ptrdiff_t>(fill));
+        auto rest = events.subspan(fill);
+        while (!rest.empty()) {
+            const std::size_t run = std::min(rest.size(), m_capacity - m_start);
+            std::copy(rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(run),
+                      m_buf.begin() + static_cast<std::ptrdiff_t>(m_start));
+            m_start = (m_start + run) % m_capacity;
+            rest = rest.subspan(run);
         }
     }
 

@@ -195,6 +195,15 @@ void TestTelemetryHub::historyKeepsTheLastNInOrder()
     QCOMPARE(ev.size(), std::size_t(5));
     for (std::size_t i = 0; i < 5; ++i)
         QCOMPARE(ev[i].u0, std::uint64_t(4 + i));
+    a.clear(); // the oldest slot is the last one: these wrap around the buffer's end
+    for (std::uint64_t i = 9; i < 12; ++i)
+        a.push_back(seq(0, i));
+    h.append(a);
+    ev = h.events();
+    QCOMPARE(ev.size(), std::size_t(5));
+    for (std::size_t i = 0; i < 5; ++i)
+        QCOMPARE(ev[i].u0, std::uint64_t(7 + i));
+    QCOMPARE(h.newest(2).front().u0, std::uint64_t(10));
     std::vector<Event> big;
     for (std::uint64_t i = 0; i < 12; ++i)
         big.push_back(seq(0, 100 + i));

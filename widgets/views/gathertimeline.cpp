@@ -1,5 +1,4 @@
 #include "views/gathertimeline.h"
-#include "views/timeplotcontrols.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,20 +6,23 @@
 #include <utility>
 
 #include <QHBoxLayout>
-#include <QHelpEvent>
 #include <QLabel>
-#include <QMouseEvent>
-#include <QTimer>
-#include <QToolButton>
-#include <QToolTip>
-#include <QVBoxLayout>
 #include <qcustomplot.h>
+
+#include "core/types.h"
+#include "session/labels.h"
 
 namespace shardscope::views {
 
 namespace {
 
-constexpr int kRefreshMs = 33;
+// A fetch span's kind is its fetch reason (GatherSpans keeps the event's flags).
+static_assert(int(SpanKind::Forward) == int(FetchReason::Forward) &&
+              int(SpanKind::Backward) == int(FetchReason::Backward) &&
+              int(SpanKind::Prefetch) == int(FetchReason::Prefetch) &&
+              int(SpanKind::GatheredParameters) == int(FetchReason::GatheredParameters) &&
+              int(SpanKind::Guard) == int(FetchReason::Guard));
+
 // How far beside a fetch span, in pixels, hovering or clicking still hits it.
 constexpr double kFetchTolerancePx = 1.5;
 
@@ -209,17 +211,9 @@ class GatherLanesPlottable : public QCPAbstractPlottable
     GatherTimeline *m_owner;
 };
 
-GatherTimeline::GatherTimeline(QWidget *parent) : QWidget(parent)
+GatherTimeline::GatherTimeline(QWidget *parent)
+    : TimePlot(tr("Keep the newest events in view; dragging or zooming turns it off"), parent)
 {
-    auto *layout = new QVBoxLayout(this);
-    layout->setContentsMargins(0, 0, 0, 0);
-    layout->setSpacing(2);
-
-    auto *bar = new QHBoxLayout;
-    bar->setContentsMargins(4, 2, 4, 0);
-    m_followButton = makeFollowLiveButton(
-        this, tr("Keep the newest events in view; dragging or zooming turns it off"));
-    auto *fitButton = makeShowAllButton(this);
     m_legend = new QLabel(this);
     QString legend;
     for (int k = 0; k < kSpanKindCount; ++k) {
@@ -233,54 +227,32 @@ GatherTimeline::GatherTimeline(QWidget *parent) : QWidget(parent)
     m_legend->setText(legend);
     m_legend->setTextFormat(Qt::RichText);
     m_legend->setWordWrap(true); // a narrow window wraps it instead of squeezing the docks
-    bar->addWidget(m_followButton);
-    bar->addWidget(fitButton);
-    bar->addSpacing(8);
-    bar->addWidget(m_legend, 1);
-    layout->addLayout(bar);
+    toolBar()->addSpacing(8);
+    toolBar()->addWidget(m_legend, 1);
 
-    m_plot = new QCustomPlot(this);
-    m_plot->setNoAntialiasingOnDrag(true);
-    setUpTimeAxis(m_plot, m_liveWindow);
-    m_plot->yAxis->setRangeReversed(true);
-    m_plot->yAxis->grid()->setVisible(false);
-    m_plot->yAxis->setTicker(QSharedPointer<QCPAxisTickerText>::create());
-    m_plot->yAxis->setSubTicks(false);
-    m_plot->legend->setVisible(false);
+    plot()->setNoAntialiasingOnDrag(true);
+    plot()->yAxis->setRangeReversed(true);
+    plot()->yAxis->grid()->setVisible(false);
+    plot()->yAxis->setTicker(QSharedPointer<QCPAxisTickerText>::create());
+    plot()->yAxis->setSubTicks(false);
+    plot()->legend->setVisible(false);
     // Step labels on the top axis: as many as fit side by side (updateStepLabels).
-    m_plot->xAxis2->setVisible(true);
-    m_plot->xAxis2->setTicker(QSharedPointer<QCPAxisTickerText>::create());
-    m_plot->xAxis2->setSubTicks(false);
-    m_plot->xAxis2->grid()->setVisible(false);
-    m_plot->xAxis2->setTickLength(0, 4);
-    m_plot->xAxis2->setBasePen(Qt::NoPen);
-    m_plot->xAxis2->setTickLabelColor(QColor(0x33, 0x33, 0x33));
-    connect(m_plot->xAxis, qOverload<const QCPRange &>(&QCPAxis::rangeChanged), m_plot->xAxis2,
+    plot()->xAxis2->setVisible(true);
+    plot()->xAxis2->setTicker(QSharedPointer<QCPAxisTickerText>::create());
+    plot()->xAxis2->setSubTicks(false);
+    plot()->xAxis2->grid()->setVisible(false);
+    plot()->xAxis2->setTickLength(0, 4);
+    plot()->xAxis2->setBasePen(Qt::NoPen);
+    plot()->xAxis2->setTickLabelColor(QColor(0x33, 0x33, 0x33));
+    connect(plot()->xAxis, qOverload<const QCPRange &>(&QCPAxis::rangeChanged), plot()->xAxis2,
             qOverload<const QCPRange &>(&QCPAxis::setRange));
-    connect(m_plot, &QCustomPlot::beforeReplot, this, &GatherTimeline::updateStepLabels);
-    m_lanes = new GatherLanesPlottable(this, m_plot->xAxis, m_plot->yAxis);
+    connect(plot(), &QCustomPlot::beforeReplot, this, &GatherTimeline::updateStepLabels);
+    m_lanes = new GatherLanesPlottable(this, plot()->xAxis, plot()->yAxis);
     m_lanes->removeFromLegend();
-    m_plot->installEventFilter(this);
     // Lane labels thin out with the plot's height, known only once it is laid out.
-    connect(m_plot, &QCustomPlot::afterLayout, this, [this] {
-        if (updateLanes()) m_plot->replot(QCustomPlot::rpQueuedReplot);
+    connect(plot(), &QCustomPlot::afterLayout, this, [this] {
+        if (updateLanes()) plot()->replot(QCustomPlot::rpQueuedReplot);
     });
-    layout->addWidget(m_plot, 1);
-
-    connect(m_followButton, &QToolButton::toggled, this, &GatherTimeline::setFollowLive);
-    connect(fitButton, &QToolButton::clicked, this, &GatherTimeline::fitAll);
-    connect(m_plot, &QCustomPlot::mouseMove, this, [this](QMouseEvent *e) {
-        if ((e->buttons() & Qt::LeftButton) && (e->position() - m_pressPos).manhattanLength() > 3)
-            setFollowLive(false);
-    });
-    connect(m_plot, &QCustomPlot::mouseWheel, this, [this] { setFollowLive(false); });
-
-    m_timer = new QTimer(this);
-    m_timer->setInterval(kRefreshMs);
-    connect(m_timer, &QTimer::timeout, this, [this] {
-        if (m_dirty) refresh();
-    });
-    m_timer->start();
     updateLanes();
 }
 
@@ -311,25 +283,21 @@ QColor GatherTimeline::kindColor(SpanKind kind)
 
 QString GatherTimeline::kindName(SpanKind kind)
 {
+    auto eventName = [](EventType t) {
+        const std::string_view n = eventTypeName(t);
+        return QString::fromLatin1(n.data(), qsizetype(n.size()));
+    };
+    if (kind <= SpanKind::Guard) return labels::reason(FetchReason(kind));
     switch (kind) {
-    case SpanKind::Forward:
-        return QStringLiteral("forward");
-    case SpanKind::Backward:
-        return QStringLiteral("backward");
-    case SpanKind::Prefetch:
-        return QStringLiteral("prefetch");
-    case SpanKind::GatheredParameters:
-        return QStringLiteral("gathered_parameters");
-    case SpanKind::Guard:
-        return QStringLiteral("guard");
     case SpanKind::Release:
-        return QStringLiteral("release");
+        return eventName(EventType::Release);
     case SpanKind::Broadcast:
-        return QStringLiteral("broadcast");
+        return eventName(EventType::Broadcast);
     case SpanKind::Violation:
         return QStringLiteral("violation");
+    default:
+        return QString();
     }
-    return QString();
 }
 
 void GatherTimeline::setState(const EngineState &state)
@@ -346,7 +314,7 @@ void GatherTimeline::setState(const EngineState &state)
 void GatherTimeline::setWorldSize(int worldSize)
 {
     m_worldSize = std::clamp(worldSize, 0, GatherSpans::maxRanks);
-    m_dirty = true;
+    markDirty();
 }
 
 void GatherTimeline::setTimeOrigin(quint64 tsNs)
@@ -358,14 +326,14 @@ void GatherTimeline::appendEvents(std::span<const Event> events)
 {
     if (events.empty()) return;
     m_spans.append(events);
-    m_dirty = true;
+    markDirty();
 }
 
 void GatherTimeline::clear()
 {
     m_spans.clear();
     m_selection.clear();
-    m_dirty = true;
+    markDirty();
 }
 
 void GatherTimeline::setSelection(const QList<quint32> &paramIds)
@@ -373,7 +341,7 @@ void GatherTimeline::setSelection(const QList<quint32> &paramIds)
     m_selection.assign(paramIds.begin(), paramIds.end());
     std::sort(m_selection.begin(), m_selection.end());
     m_selection.erase(std::unique(m_selection.begin(), m_selection.end()), m_selection.end());
-    m_dirty = true;
+    markDirty();
 }
 
 QList<quint32> GatherTimeline::selection() const
@@ -386,46 +354,10 @@ int GatherTimeline::laneCount() const
     return std::max({1, m_worldSize, m_spans.laneCount()});
 }
 
-void GatherTimeline::setFollowLive(bool on)
-{
-    if (!switchFollowLive(m_followLive, on, m_plot, m_followButton, m_liveWindow)) return;
-    Q_EMIT followLiveChanged(on);
-    if (on) refresh();
-}
-
-void GatherTimeline::setVisibleRange(double t0Seconds, double t1Seconds)
-{
-    if (!(t1Seconds > t0Seconds)) return;
-    setFollowLive(false);
-    m_plot->xAxis->setRange(t0Seconds, t1Seconds);
-    m_plot->replot(QCustomPlot::rpQueuedReplot);
-}
-
-double GatherTimeline::visibleStart() const
-{
-    return m_plot->xAxis->range().lower;
-}
-
-double GatherTimeline::visibleEnd() const
-{
-    return m_plot->xAxis->range().upper;
-}
-
-void GatherTimeline::fitAll()
-{
-    setFollowLive(false);
-    if (m_spans.isEmpty()) return;
-    double lo = m_spans.firstTime();
-    double hi = m_spans.lastTime();
-    const double pad = std::max((hi - lo) * 0.02, 1e-6);
-    m_plot->xAxis->setRange(lo - pad, hi + pad);
-    m_plot->replot(QCustomPlot::rpQueuedReplot);
-}
-
 bool GatherTimeline::updateLanes()
 {
     const int lanes = laneCount();
-    const int plotHeight = std::max(1, m_plot->axisRect()->height());
+    const int plotHeight = std::max(1, plot()->axisRect()->height());
     const double laneH = double(plotHeight) / lanes;
     const int every = std::max(1, int(std::ceil((fontMetrics().height() + 2) / laneH)));
     const int key = lanes * 10000 + every;
@@ -434,23 +366,27 @@ bool GatherTimeline::updateLanes()
     auto ticker = QSharedPointer<QCPAxisTickerText>::create();
     for (int r = 0; r < lanes; r += every)
         ticker->addTick(r, tr("rank %1").arg(r));
-    m_plot->yAxis->setTicker(ticker);
-    m_plot->yAxis->setRange(-0.5, lanes - 0.5);
+    plot()->yAxis->setTicker(ticker);
+    plot()->yAxis->setRange(-0.5, lanes - 0.5);
     return true;
 }
 
-void GatherTimeline::refresh()
+void GatherTimeline::applyPending()
 {
-    m_dirty = false;
     updateLanes();
-    if (m_followLive && !m_spans.isEmpty())
-        m_plot->xAxis->setRange(liveRange(m_spans.firstTime(), m_spans.lastTime(), m_liveWindow));
-    m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+bool GatherTimeline::dataRange(double &first, double &last) const
+{
+    if (m_spans.isEmpty()) return false;
+    first = m_spans.firstTime();
+    last = m_spans.lastTime();
+    return true;
 }
 
 QMap<double, QString> GatherTimeline::stepLabels() const
 {
-    const auto ticker = m_plot->xAxis2->ticker().dynamicCast<QCPAxisTickerText>();
+    const auto ticker = plot()->xAxis2->ticker().dynamicCast<QCPAxisTickerText>();
     return ticker ? ticker->ticks() : QMap<double, QString>();
 }
 
@@ -461,7 +397,7 @@ QMap<double, QString> GatherTimeline::stepLabels() const
 void GatherTimeline::updateStepLabels()
 {
     const auto &steps = m_spans.steps();
-    const QCPRange range = m_plot->xAxis->range();
+    const QCPRange range = plot()->xAxis->range();
     auto first = steps.end(), last = steps.end();
     int visible = 0;
     for (auto it = steps.begin(); it != steps.end(); ++it) {
@@ -472,11 +408,11 @@ void GatherTimeline::updateStepLabels()
     }
     QMap<double, QString> ticks;
     if (visible > 0) {
-        const QFontMetricsF fm(m_plot->xAxis2->tickLabelFont());
+        const QFontMetricsF fm(plot()->xAxis2->tickLabelFont());
         const double width =
             fm.horizontalAdvance(tr("step %1").arg(last->first)) + fm.averageCharWidth() * 2;
         const double span =
-            m_plot->xAxis->coordToPixel(last->second) - m_plot->xAxis->coordToPixel(first->second);
+            plot()->xAxis->coordToPixel(last->second) - plot()->xAxis->coordToPixel(first->second);
         const double spacing = visible > 1 ? span / (visible - 1) : width;
         auto next = [](std::uint32_t k) { // 1, 2, 5, 10, 20, 50, ...
             std::uint32_t scale = 1;
@@ -490,26 +426,26 @@ void GatherTimeline::updateStepLabels()
         double lastEnd = -1e18;
         for (auto it = first; it != steps.end() && it->second <= range.upper; ++it) {
             if (it->first % stride != 0) continue;
-            const double px = m_plot->xAxis->coordToPixel(it->second);
+            const double px = plot()->xAxis->coordToPixel(it->second);
             if (px - width / 2 < lastEnd) continue;
             lastEnd = px + width / 2;
             ticks.insert(it->second, tr("step %1").arg(it->first));
         }
     }
-    auto ticker = m_plot->xAxis2->ticker().dynamicCast<QCPAxisTickerText>();
+    auto ticker = plot()->xAxis2->ticker().dynamicCast<QCPAxisTickerText>();
     if (ticker && ticker->ticks() != ticks) ticker->setTicks(ticks);
 }
 
 double GatherTimeline::secondsPerPixel() const
 {
-    const int width = std::max(1, m_plot->axisRect()->width());
-    return m_plot->xAxis->range().size() / width;
+    const int width = std::max(1, plot()->axisRect()->width());
+    return plot()->xAxis->range().size() / width;
 }
 
 std::vector<TimelineBlock> GatherTimeline::visibleBlocks() const
 {
     std::vector<TimelineBlock> out;
-    const QCPRange r = m_plot->xAxis->range();
+    const QCPRange r = plot()->xAxis->range();
     const double spp = secondsPerPixel();
     const int lanes = std::min(laneCount(), m_spans.laneCount());
     for (int rank = 0; rank < lanes; ++rank)
@@ -520,19 +456,19 @@ std::vector<TimelineBlock> GatherTimeline::visibleBlocks() const
 
 QPointF GatherTimeline::positionOf(int rank, double tSeconds, int row) const
 {
-    const double yc = m_plot->yAxis->coordToPixel(rank);
-    const double laneH = std::abs(m_plot->yAxis->coordToPixel(1) - m_plot->yAxis->coordToPixel(0));
+    const double yc = plot()->yAxis->coordToPixel(rank);
+    const double laneH = std::abs(plot()->yAxis->coordToPixel(1) - plot()->yAxis->coordToPixel(0));
     const Band r = fetchRowPixels(yc, laneH, row, m_spans.fetchRows(rank));
-    return QPointF(m_plot->xAxis->coordToPixel(tSeconds), (r.top + r.bottom) / 2);
+    return QPointF(plot()->xAxis->coordToPixel(tSeconds), (r.top + r.bottom) / 2);
 }
 
 std::optional<GatherTimeline::LanePoint> GatherTimeline::lanePointAt(QPointF pos) const
 {
-    if (!m_plot->axisRect()->rect().contains(pos.toPoint())) return std::nullopt;
-    const int rank = int(std::lround(m_plot->yAxis->pixelToCoord(pos.y())));
+    if (!plot()->axisRect()->rect().contains(pos.toPoint())) return std::nullopt;
+    const int rank = int(std::lround(plot()->yAxis->pixelToCoord(pos.y())));
     if (rank < 0 || rank >= m_spans.laneCount()) return std::nullopt;
-    const double yc = m_plot->yAxis->coordToPixel(rank);
-    const double laneH = std::abs(m_plot->yAxis->coordToPixel(1) - m_plot->yAxis->coordToPixel(0));
+    const double yc = plot()->yAxis->coordToPixel(rank);
+    const double laneH = std::abs(plot()->yAxis->coordToPixel(1) - plot()->yAxis->coordToPixel(0));
     return LanePoint{rank, pos.y() - yc, laneH};
 }
 
@@ -545,12 +481,12 @@ std::optional<TimelineBlock> GatherTimeline::blockAt(QPointF pos) const
     const double laneH = lane->laneH;
     const double violationBottom = -laneH * 0.5 + 1 + violationSize(laneH);
 
-    const QCPRange r = m_plot->xAxis->range();
+    const QCPRange r = plot()->xAxis->range();
     const double spp = secondsPerPixel();
     auto hit = [&](SpanTrack t, double tolerancePx, int row = 0) -> std::optional<TimelineBlock> {
         std::vector<TimelineBlock> blocks;
         const double tol = tolerancePx * spp;
-        const double t0 = m_plot->xAxis->pixelToCoord(pos.x());
+        const double t0 = plot()->xAxis->pixelToCoord(pos.x());
         m_spans.blocks(rank, t, r.lower, r.upper, spp, blocks, m_selection);
         std::optional<TimelineBlock> best;
         double bestDistance = 0;
@@ -584,7 +520,7 @@ std::optional<OpenFetch> GatherTimeline::openFetchAt(QPointF pos) const
     // Start-ordered, so among fetches sharing the last row the later one, drawn on top, wins.
     for (const OpenFetch &f : m_spans.openFetches()) {
         if (f.rank != lane->rank || f.row != row) continue;
-        const auto px = openFetchPixels(f, m_spans, m_plot->xAxis);
+        const auto px = openFetchPixels(f, m_spans, plot()->xAxis);
         if (!px) continue;
         const double x = pos.x();
         const double d = x < px->first ? px->first - x : (x > px->second ? x - px->second : 0.0);
@@ -602,7 +538,7 @@ QList<quint32> GatherTimeline::paramsAt(QPointF pos) const
         std::vector<ParamId> params = m_spans.paramsIn(*block);
         // The span under the mouse (or nearest to it in time) comes first: it is the one the
         // tree makes current and the detail panel shows, not the lowest id of a merged block.
-        const double t = m_plot->xAxis->pixelToCoord(pos.x());
+        const double t = plot()->xAxis->pixelToCoord(pos.x());
         const auto &v = m_spans.track(block->rank, block->track);
         ParamId nearest = kNoParam;
         double best = std::numeric_limits<double>::infinity();
@@ -625,7 +561,7 @@ QList<quint32> GatherTimeline::paramsAt(QPointF pos) const
     return {};
 }
 
-void GatherTimeline::handleClick(QPointF pos)
+void GatherTimeline::plotClicked(QPointF pos)
 {
     const QList<quint32> params = paramsAt(pos);
     setSelection(params);
@@ -664,23 +600,6 @@ QString GatherTimeline::toolTipAt(QPointF pos) const
         if (s.end > s.start) text += tr(", took %1").arg(formatSeconds(s.end - s.start));
     }
     return text;
-}
-
-bool GatherTimeline::eventFilter(QObject *watched, QEvent *e)
-{
-    if (watched != m_plot) return QWidget::eventFilter(watched, e);
-    if (e->type() == QEvent::MouseButtonPress || e->type() == QEvent::MouseButtonDblClick) {
-        m_pressPos = static_cast<QMouseEvent *>(e)->position();
-    } else if (e->type() == QEvent::MouseButtonRelease) {
-        auto *me = static_cast<QMouseEvent *>(e);
-        if (me->button() == Qt::LeftButton && (me->position() - m_pressPos).manhattanLength() <= 3)
-            handleClick(me->position());
-    } else if (e->type() == QEvent::ToolTip) {
-        auto *help = static_cast<QHelpEvent *>(e);
-        showPlotToolTip(help, toolTipAt(help->pos()), m_plot);
-        return true;
-    }
-    return QWidget::eventFilter(watched, e);
 }
 
 } // namespace shardscope::views

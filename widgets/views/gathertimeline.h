@@ -1,8 +1,8 @@
 #pragma once
 // Gather timeline: one lane per rank with fetch spans coloured by reason (concurrent ones
 // stacked in sub-rows), release and broadcast marks, violation markers and step
-// boundaries, on a QCustomPlot zoomed and panned in time with the mouse. Fed by
-// appendEvents(); redrawn on a ~30 Hz timer.
+// boundaries, on a TimePlot (zoomed and panned in time with the mouse, following the newest
+// events). Fed by appendEvents(); redrawn on the TimePlot's ~30 Hz timer.
 
 #include <optional>
 #include <span>
@@ -19,18 +19,15 @@
 #include "core/state.h"
 #include "telemetry/event.h"
 #include "views/gathertimeline_spans.h"
+#include "views/timeplot.h"
 
-class QCustomPlot;
-class QCPAxisTickerText;
 class QLabel;
-class QTimer;
-class QToolButton;
 
 namespace shardscope::views {
 
 class GatherLanesPlottable;
 
-class GatherTimeline : public QWidget
+class GatherTimeline : public TimePlot
 {
     Q_OBJECT
   public:
@@ -50,12 +47,6 @@ class GatherTimeline : public QWidget
     void setSelection(const QList<quint32> &paramIds);
     QList<quint32> selection() const;
 
-    bool followLive() const { return m_followLive; }
-    void setVisibleRange(double t0Seconds, double t1Seconds); // turns follow-live off
-    double visibleStart() const;
-    double visibleEnd() const;
-    void fitAll();
-
     std::size_t spanCount() const { return m_spans.spanCount(); }
     std::size_t markCount() const { return m_spans.markCount(); }
     std::size_t violationCount() const { return m_spans.violationCount(); }
@@ -73,24 +64,25 @@ class GatherTimeline : public QWidget
     // span wins where both are, its extent being final while the other's grows.
     QList<quint32> paramsAt(QPointF pos) const;
     // What hovering pos shows, for a block or a fetch in flight; empty over nothing.
-    QString toolTipAt(QPointF pos) const;
+    QString toolTipAt(QPointF pos) const override;
     // Pixel position (plot widget coordinates) of time t on rank's fetch sub-row `row`.
     QPointF positionOf(int rank, double tSeconds, int row = 0) const;
 
-    QCustomPlot *plot() const { return m_plot; }
     // The step labels above the lanes at the current zoom, by time: as many as fit.
     QMap<double, QString> stepLabels() const;
     static QColor kindColor(SpanKind kind);
+    // A fetch's reason ("forward", ...), a mark's event type ("release", "broadcast"), or
+    // "violation": the names the engine and the snapshot use.
     static QString kindName(SpanKind kind);
-
-  public Q_SLOTS:
-    void setFollowLive(bool on);
-    // Applies the data that arrived since the last refresh and redraws (the timer calls it).
-    void refresh();
 
   Q_SIGNALS:
     void paramsClicked(const QList<quint32> &paramIds);
-    void followLiveChanged(bool on);
+
+  protected:
+    void applyPending() override;
+    bool dataRange(double &first, double &last) const override;
+    // Selects the parameters of what was clicked and says which they were.
+    void plotClicked(QPointF pos) override;
 
   private:
     bool updateLanes(); // true when the lanes or their labels changed
@@ -101,23 +93,14 @@ class GatherTimeline : public QWidget
         double laneH = 0; // pixels
     };
     std::optional<LanePoint> lanePointAt(QPointF pos) const;
-    void handleClick(QPointF pos);
-    bool eventFilter(QObject *watched, QEvent *e) override;
     double secondsPerPixel() const;
     void updateStepLabels();
 
     GatherSpans m_spans;
-    QCustomPlot *m_plot = nullptr;
     GatherLanesPlottable *m_lanes = nullptr;
-    QToolButton *m_followButton = nullptr;
     QLabel *m_legend = nullptr;
-    QTimer *m_timer = nullptr;
     int m_worldSize = 0;
     int m_shownLanes = -1;
-    bool m_followLive = true;
-    bool m_dirty = false;
-    double m_liveWindow = 5.0;
-    QPointF m_pressPos;
     std::vector<ParamId> m_selection; // sorted
     QHash<quint32, QString> m_paramNames;
     QHash<quint32, QString> m_moduleNames;

@@ -1,25 +1,18 @@
 #include "views/memoryplot.h"
-#include "views/timeplotcontrols.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include <QComboBox>
 #include <QHBoxLayout>
-#include <QHelpEvent>
 #include <QLabel>
-#include <QMouseEvent>
-#include <QTimer>
 #include <QToolButton>
-#include <QToolTip>
-#include <QVBoxLayout>
 #include <qcustomplot.h>
 
 namespace shardscope::views {
 
 namespace {
 
-constexpr int kRefreshMs = 33;
 constexpr int kMaxRanks = 1024;
 
 // Tick labels in bytes (kB, MB, GB: decimal, so the ticks land on round numbers).
@@ -94,17 +87,9 @@ QString MemoryPlot::formatBytes(double bytes)
     return QStringLiteral("%1 B").arg(bytes, 0, 'g', 4);
 }
 
-MemoryPlot::MemoryPlot(QWidget *parent) : QWidget(parent)
+MemoryPlot::MemoryPlot(QWidget *parent)
+    : TimePlot(tr("Keep the newest samples in view; dragging or zooming turns it off"), parent)
 {
-    auto *layout = new QVBoxLayout(this);
-    layout->setContentsMargins(0, 0, 0, 0);
-    layout->setSpacing(2);
-
-    auto *bar = new QHBoxLayout;
-    bar->setContentsMargins(4, 2, 4, 0);
-    m_followButton = makeFollowLiveButton(
-        this, tr("Keep the newest samples in view; dragging or zooming turns it off"));
-    auto *fitButton = makeShowAllButton(this);
     auto *peakButton = new QToolButton(this);
     peakButton->setText(tr("Peak"));
     peakButton->setCheckable(true);
@@ -117,44 +102,39 @@ MemoryPlot::MemoryPlot(QWidget *parent) : QWidget(parent)
     m_picker->setToolTip(tr("Which ranks to draw: every rank in its own colour, or the "
                             "minimum, median and maximum over ranks with one rank over them"));
     m_picker->setSizeAdjustPolicy(QComboBox::AdjustToContents);
-    bar->addWidget(m_followButton);
-    bar->addWidget(fitButton);
-    bar->addWidget(peakButton);
-    bar->addWidget(m_picker);
-    bar->addStretch(1);
-    layout->addLayout(bar);
+    toolBar()->addWidget(peakButton);
+    toolBar()->addWidget(m_picker);
+    toolBar()->addStretch(1);
     // The limit on its own line: beside the buttons it squeezed into a narrow column.
     m_limitLabel->setContentsMargins(4, 0, 4, 0);
-    layout->addWidget(m_limitLabel);
+    addRowAbovePlot(m_limitLabel);
 
-    m_plot = new QCustomPlot(this);
-    setUpTimeAxis(m_plot, m_liveWindow);
-    m_plot->yAxis->setLabel(tr("parameter bytes per rank"));
+    plot()->yAxis->setLabel(tr("parameter bytes per rank"));
     m_byteTicker = QSharedPointer<ByteTicker>::create();
     m_stripTicker = QSharedPointer<QCPAxisTickerText>::create();
-    m_plot->yAxis->setTicker(m_byteTicker);
-    m_plot->yAxis->setRange(0, 1024);
-    m_plot->setAutoAddPlottableToLegend(false);
-    m_plot->legend->setVisible(true);
+    plot()->yAxis->setTicker(m_byteTicker);
+    plot()->yAxis->setRange(0, 1024);
+    plot()->setAutoAddPlottableToLegend(false);
+    plot()->legend->setVisible(true);
     // The legend in a column right of the plot: inside, a rank per entry covered the data.
     auto *side = new QCPLayoutGrid;
-    m_plot->plotLayout()->addElement(0, 1, side);
-    m_plot->plotLayout()->setColumnStretchFactor(1, 0.001);
-    side->addElement(0, 0, m_plot->legend);
-    side->addElement(1, 0, new QCPLayoutElement(m_plot)); // the rest of the column
+    plot()->plotLayout()->addElement(0, 1, side);
+    plot()->plotLayout()->setColumnStretchFactor(1, 0.001);
+    side->addElement(0, 0, plot()->legend);
+    side->addElement(1, 0, new QCPLayoutElement(plot())); // the rest of the column
     side->setRowStretchFactor(0, 0.001);
-    m_plot->legend->setBorderPen(Qt::NoPen);
-    m_plot->legend->setRowSpacing(0);
-    m_plot->legend->setMargins(QMargins(2, 2, 2, 2));
+    plot()->legend->setBorderPen(Qt::NoPen);
+    plot()->legend->setRowSpacing(0);
+    plot()->legend->setMargins(QMargins(2, 2, 2, 2));
     QFont legendFont = font();
     legendFont.setPointSizeF(legendFont.pointSizeF() * 0.9);
-    m_plot->legend->setFont(legendFont);
-    m_plot->legend->setLayer(QStringLiteral("legend"));
+    plot()->legend->setFont(legendFont);
+    plot()->legend->setLayer(QStringLiteral("legend"));
     // The bands (under the rank lines) and the legend's keys for the line styles.
     for (int s = 0; s < kSeriesCount; ++s) {
         const QColor c = seriesColor(Series(s));
         for (int b = 0; b < 3; ++b) {
-            QCPGraph *g = m_plot->addGraph();
+            QCPGraph *g = plot()->addGraph();
             g->setLineStyle(QCPGraph::lsStepLeft);
             QPen pen = seriesPen(Series(s), c);
             if (b != int(Band::Median)) pen = QPen(c.lighter(125), 0.8);
@@ -165,41 +145,23 @@ MemoryPlot::MemoryPlot(QWidget *parent) : QWidget(parent)
         fill.setAlpha(60);
         m_bands[s][int(Band::Max)]->setBrush(fill);
         m_bands[s][int(Band::Max)]->setChannelFillGraph(m_bands[s][int(Band::Min)]);
-        m_styleKeys[s] = m_plot->addGraph();
+        m_styleKeys[s] = plot()->addGraph();
         m_styleKeys[s]->setPen(seriesPen(Series(s), QColor(0x44, 0x44, 0x44)));
         m_styleKeys[s]->setName(seriesName(Series(s)));
     }
-    m_limitLine = new QCPItemStraightLine(m_plot);
+    m_limitLine = new QCPItemStraightLine(plot());
     m_limitLine->setPen(QPen(QColor(0xc0, 0x20, 0x20), 1.5, Qt::DashLine));
     m_limitLine->point1->setCoords(0, 0);
     m_limitLine->point2->setCoords(1, 0);
     m_limitLine->setVisible(false);
-    m_plot->installEventFilter(this);
-    layout->addWidget(m_plot, 1);
     updateLimitLabel();
 
-    connect(m_followButton, &QToolButton::toggled, this, &MemoryPlot::setFollowLive);
-    connect(fitButton, &QToolButton::clicked, this, &MemoryPlot::fitAll);
     connect(peakButton, &QToolButton::toggled, this,
             [this](bool on) { setSeriesVisible(Series::PeakGathered, on); });
     connect(m_picker, qOverload<int>(&QComboBox::activated), this, [this](int index) {
         m_viewChosen = true;
         setRankView(index == 0 ? RankView::AllRanks : RankView::Bands, index >= 2 ? index - 2 : -1);
     });
-    connect(m_plot, &QCustomPlot::mousePress, this,
-            [this](QMouseEvent *e) { m_pressPos = e->position(); });
-    connect(m_plot, &QCustomPlot::mouseMove, this, [this](QMouseEvent *e) {
-        if ((e->buttons() & Qt::LeftButton) && (e->position() - m_pressPos).manhattanLength() > 3)
-            setFollowLive(false);
-    });
-    connect(m_plot, &QCustomPlot::mouseWheel, this, [this] { setFollowLive(false); });
-
-    m_timer = new QTimer(this);
-    m_timer->setInterval(kRefreshMs);
-    connect(m_timer, &QTimer::timeout, this, [this] {
-        if (m_dirty) refresh();
-    });
-    m_timer->start();
 }
 
 void MemoryPlot::setState(const EngineState &state)
@@ -215,7 +177,7 @@ void MemoryPlot::setState(const EngineState &state)
 void MemoryPlot::setWorldSize(int worldSize)
 {
     ensureRanks(std::clamp(worldSize, 0, kMaxRanks));
-    m_dirty = true;
+    markDirty();
 }
 
 void MemoryPlot::setLimit(qint64 maxLiveElements, int bytesPerElement)
@@ -227,7 +189,7 @@ void MemoryPlot::setLimit(qint64 maxLiveElements, int bytesPerElement)
     m_limitLine->point1->setCoords(0, m_limitBytes);
     m_limitLine->point2->setCoords(1, m_limitBytes);
     updateLimitLabel();
-    m_dirty = true;
+    markDirty();
 }
 
 void MemoryPlot::updateLimitLabel()
@@ -243,7 +205,7 @@ void MemoryPlot::updateLimitLabel()
                        .arg(formatBytes(m_limitBytes));
     if (strips())
         text += tr(" (drawn in the min · median · max view)");
-    else if (m_limitLine->visible() && m_limitBytes > m_plot->yAxis->range().upper)
+    else if (m_limitLine->visible() && m_limitBytes > plot()->yAxis->range().upper)
         text += tr(" (above the plotted range)");
     m_limitLabel->setText(text);
 }
@@ -262,10 +224,10 @@ void MemoryPlot::ensureRanks(int count)
     for (int r = old; r < count; ++r) {
         m_live[r] = -1;
         // Each rank's value axis (hidden): the y axis's scale, or the rank's strip of it.
-        m_rankAxes[r] = m_plot->axisRect()->addAxis(QCPAxis::atLeft);
+        m_rankAxes[r] = plot()->axisRect()->addAxis(QCPAxis::atLeft);
         m_rankAxes[r]->setVisible(false);
         for (int s = 0; s < kSeriesCount; ++s) {
-            auto *g = m_plot->addGraph(m_plot->xAxis, m_rankAxes[r]);
+            auto *g = plot()->addGraph(plot()->xAxis, m_rankAxes[r]);
             g->setName(tr("rank %1").arg(r));
             g->setLineStyle(QCPGraph::lsStepLeft);
             m_graphs[r][s] = g;
@@ -301,7 +263,7 @@ void MemoryPlot::setRankView(RankView view, int pickedRank)
                                                                : 1);
     }
     applyView();
-    m_dirty = true;
+    markDirty();
 }
 
 QCPGraph *MemoryPlot::band(Series s, Band b) const
@@ -316,9 +278,9 @@ QCPGraph *MemoryPlot::band(Series s, Band b) const
 void MemoryPlot::applyView()
 {
     const bool all = m_view == RankView::AllRanks;
-    m_plot->yAxis->setTicker(strips() ? QSharedPointer<QCPAxisTicker>(m_stripTicker)
+    plot()->yAxis->setTicker(strips() ? QSharedPointer<QCPAxisTicker>(m_stripTicker)
                                       : QSharedPointer<QCPAxisTicker>(m_byteTicker));
-    m_plot->yAxis->setLabel(strips() ? tr("bytes, a strip per rank")
+    plot()->yAxis->setLabel(strips() ? tr("bytes, a strip per rank")
                                      : tr("parameter bytes per rank"));
     m_limitLine->setVisible(m_limitElements > 0 && !strips());
     updateValueRange();
@@ -336,7 +298,7 @@ void MemoryPlot::applyView()
         for (QCPGraph *g : m_bands[s])
             g->setVisible(m_seriesVisible[s] && !all);
 
-    m_plot->legend->clearItems();
+    plot()->legend->clearItems();
     if (all) {
         if (m_graphs.size() > 1)
             for (int r = 0; r < std::min<int>(int(m_graphs.size()), kMaxRankLines); ++r) {
@@ -390,7 +352,7 @@ void MemoryPlot::appendEvents(std::span<const Event> events)
             m_first = std::min(m_first, t);
             m_last = std::max(m_last, t);
         }
-        m_dirty = true;
+        markDirty();
     }
 }
 
@@ -439,7 +401,7 @@ void MemoryPlot::clear()
     m_hasOrigin = false;
     m_hasData = false;
     m_first = m_last = 0;
-    m_dirty = true;
+    markDirty();
 }
 
 QCPGraph *MemoryPlot::graph(int rank, Series s) const
@@ -457,32 +419,15 @@ void MemoryPlot::setSeriesVisible(Series s, bool visible)
 {
     m_seriesVisible[int(s)] = visible;
     applyView();
-    m_dirty = true;
+    markDirty();
 }
 
-void MemoryPlot::setFollowLive(bool on)
+bool MemoryPlot::dataRange(double &first, double &last) const
 {
-    if (!switchFollowLive(m_followLive, on, m_plot, m_followButton, m_liveWindow)) return;
-    Q_EMIT followLiveChanged(on);
-    if (on) refresh();
-}
-
-void MemoryPlot::setVisibleRange(double t0Seconds, double t1Seconds)
-{
-    if (!(t1Seconds > t0Seconds)) return;
-    setFollowLive(false);
-    m_plot->xAxis->setRange(t0Seconds, t1Seconds);
-    m_plot->replot(QCustomPlot::rpQueuedReplot);
-}
-
-void MemoryPlot::fitAll()
-{
-    setFollowLive(false);
-    refresh();
-    if (!m_hasData) return;
-    const double pad = std::max((m_last - m_first) * 0.02, 1e-6);
-    m_plot->xAxis->setRange(m_first - pad, m_last + pad);
-    m_plot->replot(QCustomPlot::rpQueuedReplot);
+    if (!m_hasData) return false;
+    first = m_first;
+    last = m_last;
+    return true;
 }
 
 // The data decides the scale; the limit joins it when it is within reach, otherwise the
@@ -499,13 +444,13 @@ void MemoryPlot::updateValueRange()
     if (top <= 0) top = 1024;
     const int n = int(m_graphs.size());
     if (!strips()) {
-        m_plot->yAxis->setRange(0, top * 1.1);
+        plot()->yAxis->setRange(0, top * 1.1);
         for (QCPAxis *a : m_rankAxes)
             a->setRange(0, top * 1.1);
         return;
     }
     const double strip = top * 1.25; // the data and a gap above it
-    m_plot->yAxis->setRange(0, n * strip);
+    plot()->yAxis->setRange(0, n * strip);
     m_stripTicker->clear();
     for (int r = 0; r < n; ++r) {
         const double lo = double(n - 1 - r) * strip;
@@ -515,9 +460,8 @@ void MemoryPlot::updateValueRange()
     m_stripTicker->addTick(n * strip, tr("%1 ↑").arg(formatBytes(top)));
 }
 
-void MemoryPlot::refresh()
+void MemoryPlot::applyPending()
 {
-    m_dirty = false;
     for (int r = 0; r < m_pending.size(); ++r) {
         Pending &p = m_pending[r];
         if (p.keys.isEmpty()) continue;
@@ -547,14 +491,12 @@ void MemoryPlot::refresh()
     }
     updateValueRange();
     updateLimitLabel();
-    if (m_followLive && m_hasData) m_plot->xAxis->setRange(liveRange(m_first, m_last, m_liveWindow));
-    m_plot->replot(QCustomPlot::rpQueuedReplot);
 }
 
 QString MemoryPlot::toolTipAt(QPointF pos) const
 {
-    if (!m_plot->axisRect()->rect().contains(pos.toPoint())) return QString();
-    const double t = m_plot->xAxis->pixelToCoord(pos.x());
+    if (!plot()->axisRect()->rect().contains(pos.toPoint())) return QString();
+    const double t = plot()->xAxis->pixelToCoord(pos.x());
     constexpr double kMaxDistance = 6.0;
     double best = kMaxDistance;
     QString text;
@@ -588,7 +530,7 @@ QString MemoryPlot::toolTipAt(QPointF pos) const
                                  [](double key, const QCPGraphData &d) { return key < d.key; });
             if (it == g->data()->constBegin()) continue;
             --it;
-            const double d = std::abs(m_plot->yAxis->coordToPixel(it->value) - pos.y());
+            const double d = std::abs(plot()->yAxis->coordToPixel(it->value) - pos.y());
             if (d < best) {
                 best = d;
                 text = tr("%1 over %2 ranks, %3: %4 at %5 s")
@@ -600,16 +542,6 @@ QString MemoryPlot::toolTipAt(QPointF pos) const
             }
         }
     return text;
-}
-
-bool MemoryPlot::eventFilter(QObject *watched, QEvent *e)
-{
-    if (watched == m_plot && e->type() == QEvent::ToolTip) {
-        auto *help = static_cast<QHelpEvent *>(e);
-        showPlotToolTip(help, toolTipAt(help->pos()), m_plot);
-        return true;
-    }
-    return QWidget::eventFilter(watched, e);
 }
 
 } // namespace shardscope::views

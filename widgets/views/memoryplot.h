@@ -3,8 +3,8 @@
 // gathered bytes) from MemorySample events, with the max-live-parameters limit as a line.
 // Ranks have distinct colours named in the legend, series distinct line styles; with many
 // ranks it shows each series' minimum, median and maximum over ranks as a band, and a rank
-// picked in its combo box over the band. Fed by appendEvents(); new samples are added to
-// the graphs on a ~30 Hz timer.
+// picked in its combo box over the band. A TimePlot: fed by appendEvents(), new samples are
+// added to the graphs on its ~30 Hz timer.
 
 #include <array>
 #include <span>
@@ -15,8 +15,8 @@
 
 #include "core/state.h"
 #include "telemetry/event.h"
+#include "views/timeplot.h"
 
-class QCustomPlot;
 class QCPGraph;
 class QCPAxis;
 class QCPAxisTicker;
@@ -24,12 +24,10 @@ class QCPAxisTickerText;
 class QCPItemStraightLine;
 class QComboBox;
 class QLabel;
-class QTimer;
-class QToolButton;
 
 namespace shardscope::views {
 
-class MemoryPlot : public QWidget
+class MemoryPlot : public TimePlot
 {
     Q_OBJECT
   public:
@@ -68,8 +66,6 @@ class MemoryPlot : public QWidget
     void appendEvents(std::span<const Event> events);
     void clear();
 
-    bool followLive() const { return m_followLive; }
-    void setVisibleRange(double t0Seconds, double t1Seconds); // turns follow-live off
     void setSeriesVisible(Series s, bool visible);
     bool isSeriesVisible(Series s) const { return m_seriesVisible[int(s)]; }
 
@@ -80,7 +76,6 @@ class MemoryPlot : public QWidget
     qint64 limitElements() const { return m_limitElements; }
     // The last live-parameter element count rank reported (MemorySample a/b), or -1.
     qint64 liveElements(int rank) const;
-    QCustomPlot *plot() const { return m_plot; }
     QComboBox *rankPicker() const { return m_picker; }
 
     // All ranks (the default up to kMaxRankLines ranks) or bands (the default above). A
@@ -101,18 +96,14 @@ class MemoryPlot : public QWidget
     static QColor seriesColor(Series s);
     // "rank 1, gathered: 8 kB at 2.000 s" for the visible line nearest pos (plot widget
     // coordinates) within a few pixels, or an empty string.
-    QString toolTipAt(QPointF pos) const;
+    QString toolTipAt(QPointF pos) const override;
 
     static QString formatBytes(double bytes);
 
-  public Q_SLOTS:
-    void setFollowLive(bool on);
-    // Moves the samples that arrived since the last refresh into the graphs and redraws.
-    void refresh();
-    void fitAll();
-
-  Q_SIGNALS:
-    void followLiveChanged(bool on);
+  protected:
+    // Moves the samples that arrived since the last refresh into the graphs.
+    void applyPending() override;
+    bool dataRange(double &first, double &last) const override;
 
   private:
     struct Pending
@@ -121,7 +112,6 @@ class MemoryPlot : public QWidget
         std::array<QVector<double>, kSeriesCount> values;
     };
 
-    bool eventFilter(QObject *watched, QEvent *e) override;
     void ensureRanks(int count);
     void updateValueRange();
     void updateLimitLabel();
@@ -129,11 +119,8 @@ class MemoryPlot : public QWidget
     void rebuildPicker();
     void addBandPoint(double t);
 
-    QCustomPlot *m_plot = nullptr;
     QCPItemStraightLine *m_limitLine = nullptr;
-    QToolButton *m_followButton = nullptr;
     QLabel *m_limitLabel = nullptr;
-    QTimer *m_timer = nullptr;
     QComboBox *m_picker = nullptr;
     QVector<QCPAxis *> m_rankAxes;
     QSharedPointer<QCPAxisTicker> m_byteTicker;
@@ -167,10 +154,6 @@ class MemoryPlot : public QWidget
     qint64 m_limitElements = 0;
     int m_bytesPerElement = 4;
     double m_limitBytes = 0;
-    bool m_followLive = true;
-    bool m_dirty = false;
-    double m_liveWindow = 5.0;
-    QPointF m_pressPos;
 };
 
 } // namespace shardscope::views

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 
+#include "core/partition.h"
 #include "session/labels.h"
 #include "session/sessionstore.h"
 
@@ -125,17 +126,18 @@ void ParamDetail::onStoreUpdated(const StoreChanges &changes)
 void ParamDetail::refresh()
 {
     const ParamRecord *p = m_param == kNoParam ? nullptr : m_store->param(m_param);
-    while (QLayoutItem *item = m_violationsLayout->takeAt(0)) {
-        delete item->widget();
-        delete item;
-    }
-    m_fixes.clear();
+    showFields(p);
+    showShards(p);
+    showViolations(p);
+}
+
+// The title and the form: what the parameter is, where it is registered, its gathers.
+void ParamDetail::showFields(const ParamRecord *p)
+{
     if (!p) {
         m_title->setText(tr("Select a parameter in the tree"));
         for (QLabel *l : std::as_const(m_fields))
             l->clear();
-        m_shards->setRowCount(0);
-        fitShardTable();
         return;
     }
     m_title->setText(labels::breakable(QString::fromStdString(p->name)) +
@@ -173,24 +175,31 @@ void ParamDetail::refresh()
                            ? tr("never")
                            : tr("at %1").arg(labels::duration(
                                  p->lastGatherTsNs >= t0 ? p->lastGatherTsNs - t0 : 0)));
+}
 
+// A row per rank: its shard by core's partition math (the whole tensor on every rank when
+// the parameter is not partitioned) and its status.
+void ParamDetail::showShards(const ParamRecord *p)
+{
+    if (!p) {
+        m_shards->setRowCount(0);
+        fitShardTable();
+        return;
+    }
     const int world = std::max<int>(1, static_cast<int>(p->status.size()));
+    const bool sharded = p->partitioned && !p->persistent;
+    const PartitionLayout layout =
+        PartitionLayout::make(std::max<std::int64_t>(p->numel, 0), sharded ? world : 1);
     m_shards->setRowCount(world);
     for (int r = 0; r < world; ++r) {
-        std::int64_t offset = 0, length = p->numel, padding = 0;
-        if (p->partitioned && !p->persistent && p->partitionNumel > 0) {
-            offset = static_cast<std::int64_t>(r) * p->partitionNumel;
-            length = p->partitionNumel;
-            const std::int64_t valid = std::clamp<std::int64_t>(p->numel - offset, 0, length);
-            padding = length - valid;
-        }
+        const int shard = sharded ? r : 0;
         const QString status = static_cast<std::size_t>(r) < p->status.size()
                                    ? labels::status(p->status[static_cast<std::size_t>(r)])
                                    : QString();
-        const QString cells[] = {QString::number(r),
-                                 labels::count(static_cast<std::uint64_t>(offset)),
-                                 labels::count(static_cast<std::uint64_t>(length)),
-                                 labels::count(static_cast<std::uint64_t>(padding)), status};
+        const QString cells[] = {
+            QString::number(r), labels::count(static_cast<std::uint64_t>(layout.offset(shard))),
+            labels::count(static_cast<std::uint64_t>(layout.partitionNumel)),
+            labels::count(static_cast<std::uint64_t>(layout.paddingNumel(shard))), status};
         for (int c = 0; c < 5; ++c) {
             auto *item = m_shards->item(r, c);
             if (!item) {
@@ -201,7 +210,17 @@ void ParamDetail::refresh()
         }
     }
     fitShardTable();
+}
 
+// Each violation of the parameter with its count, and the fix line with a Copy button.
+void ParamDetail::showViolations(const ParamRecord *p)
+{
+    while (QLayoutItem *item = m_violationsLayout->takeAt(0)) {
+        delete item->widget();
+        delete item;
+    }
+    m_fixes.clear();
+    if (!p) return;
     const auto groups = m_store->violationsOf(m_param);
     if (!groups.empty()) {
         auto *header = new QLabel(tr("<b>Violations</b>"), m_violationsBox);

@@ -6,7 +6,7 @@
 
 #include <QWidget>
 
-#include "core/types.h"
+#include "core/state.h"
 
 class QFormLayout;
 class QLabel;
@@ -38,7 +38,11 @@ class ParamDetail : public QWidget
     void fixCopied(const QString &fix);
 
   private:
+    // The three parts of the panel, each shown for p (nullptr: nothing selected).
     void refresh();
+    void showFields(const ParamRecord *p);
+    void showShards(const ParamRecord *p);
+    void showViolations(const ParamRecord *p);
     void fitShardTable();
     void onStoreUpdated(const StoreChanges &changes);
 

@@ -7,6 +7,8 @@
 #include <QPainter>
 #include <QToolTip>
 
+#include "core/partition.h"
+
 namespace shardscope::views {
 
 namespace {
@@ -16,36 +18,12 @@ constexpr double kMaxRowHeight = 24.0;
 constexpr double kMinRowHeight = 2.0;
 constexpr int kMaxWorld = 4096;
 
-struct Layout
+// How a parameter is drawn: its shards by core's partition math (whatever sizes the record
+// claims), or, when it is not partitioned, the whole tensor on every rank (one shard, shown
+// on each rank's row).
+PartitionLayout layoutOf(const ParamRecord &p, int world)
 {
-    std::int64_t numel = 0;
-    std::int64_t padded = 0;
-    std::int64_t perRank = 0;
-    bool partitioned = true;
-};
-
-// The record's own sizes when they agree with the partition math, else recomputed:
-// bad records are drawn as the engine would have partitioned them, never trusted blindly.
-Layout layoutOf(const ParamRecord &p, int world)
-{
-    Layout l;
-    l.numel = std::max<std::int64_t>(p.numel, 0);
-    l.partitioned = p.partitioned;
-    if (!l.partitioned) {
-        l.padded = l.numel;
-        l.perRank = l.numel;
-        return l;
-    }
-    const std::int64_t w = world;
-    if (p.partitionNumel > 0 && p.paddedNumel == p.partitionNumel * w && p.paddedNumel >= l.numel &&
-        p.paddedNumel - l.numel < w) {
-        l.padded = p.paddedNumel;
-        l.perRank = p.partitionNumel;
-    } else {
-        l.padded = (l.numel + w - 1) / w * w;
-        l.perRank = l.padded / w;
-    }
-    return l;
+    return PartitionLayout::make(std::max<std::int64_t>(p.numel, 0), p.partitioned ? world : 1);
 }
 
 QString statusText(ParamStatus s)
@@ -221,19 +199,20 @@ void PartitionMap::layoutRects() const
         const ParamRecord &p = m_shown[b];
         m_headers.push_back(QRectF(kMargin, y, width() - 2 * kMargin, bandHeaderHeight()));
         y += bandHeaderHeight();
-        const Layout l = layoutOf(p, m_worldSize);
-        const double scale = l.padded > 0 ? plotWidth / double(l.padded) : 0.0;
+        const PartitionLayout l = layoutOf(p, m_worldSize);
+        const double scale = l.paddedNumel > 0 ? plotWidth / double(l.paddedNumel) : 0.0;
         for (int r = 0; r < m_worldSize; ++r) {
             ShardRect s;
             s.param = p.id;
             s.band = b;
             s.rank = r;
-            s.partitioned = l.partitioned;
+            s.partitioned = p.partitioned;
             s.status = r < int(p.status.size()) ? p.status[r] : ParamStatus::NotAvailable;
-            s.offset = l.partitioned ? std::int64_t(r) * l.perRank : 0;
-            s.length = l.perRank;
-            s.validNumel = std::clamp<std::int64_t>(l.numel - s.offset, 0, s.length);
-            s.paddingNumel = s.length - s.validNumel;
+            const int shard = p.partitioned ? r : 0;
+            s.offset = l.offset(shard);
+            s.length = l.partitionNumel;
+            s.validNumel = l.validNumel(shard);
+            s.paddingNumel = l.paddingNumel(shard);
             const double rowY = y + r * m_rowHeight;
             const double h = m_rowHeight - gap;
             s.row = QRectF(x0, rowY, plotWidth, h);
@@ -367,11 +346,13 @@ void PartitionMap::paintEvent(QPaintEvent *)
 
     for (int b = 0; b < m_headers.size(); ++b) {
         const ParamRecord &rec = m_shown[b];
-        const Layout l = layoutOf(rec, m_worldSize);
+        const PartitionLayout l = layoutOf(rec, m_worldSize);
         QString line = QString::fromStdString(rec.name);
-        if (l.partitioned)
-            line +=
-                tr("  numel %1, padded %2, %3 per rank").arg(l.numel).arg(l.padded).arg(l.perRank);
+        if (rec.partitioned)
+            line += tr("  numel %1, padded %2, %3 per rank")
+                        .arg(l.numel)
+                        .arg(l.paddedNumel)
+                        .arg(l.partitionNumel);
         else
             line += tr("  numel %1, %2")
                         .arg(l.numel)

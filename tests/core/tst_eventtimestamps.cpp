@@ -1,0 +1,175 @@
+#include <QtTest>
+
+#include <map>
+
+#include "core/engine.h"
+#include "telemetry/eventfields.h"
+#include "testworld.h"
+
+using namespace shardscope;
+using namespace shardscope::test;
+
+namespace {
+
+// A block (no parameters of its own) holding a layer that owns two partitioned parameters,
+// entered and exited for a few steps on every rank; returns every rank's events in order.
+struct Run
+{
+    std::unique_ptr<Engine> engine;
+    MemorySink sink;
+    ModuleId block = 0, layer = 0;
+
+    explicit Run(int world)
+    {
+        EngineConfig cfg;
+        cfg.persistenceThreshold = 0;
+        engine = makeEngine(world, cfg);
+        block = engine->addModule(engine->root(), "block", "Block");
+        layer = engine->addModule(block, "fc", "Linear");
+        const auto init = iota(24);
+        engine->addParameter(layer, "weight", {4, 6}, DType::F32, init.data());
+        engine->addParameter(layer, "bias", {6}, DType::F32, init.data());
+        engine->partition();
+        engine->setEventSink(&sink);
+    }
+
+    void steps(int n)
+    {
+        engine->forEachLocalRank([&](int r) {
+            for (int s = 0; s < n; ++s) {
+                engine->beginStep(r);
+                for (Phase phase : {Phase::Forward, Phase::Backward}) {
+                    engine->enterModule(r, block, phase);
+                    engine->enterModule(r, layer, phase);
+                    (void)engine->access(r, engine->module(layer).params[0]);
+                    engine->exitModule(r, layer, phase);
+                    engine->exitModule(r, block, phase);
+                }
+                engine->endStep(r, 0.5);
+            }
+        });
+    }
+
+    std::vector<Event> ofRank(int rank) const
+    {
+        std::vector<Event> out;
+        for (const Event &e : sink.events())
+            if (e.rank == rank) out.push_back(e);
+        return out;
+    }
+};
+
+} // namespace
+
+class TestEventTimestamps : public QObject
+{
+    Q_OBJECT
+  private slots:
+    void entryAndItsFetchesShareOneTime();
+    void exitAndItsReleasesShareOneTime();
+    void eachRanksTimesNeverGoBack();
+    void gathersEndAfterTheyBegin();
+};
+
+// One clock read per module entry: the ModuleEnter and every FetchBegin it issues carry
+// the batch's time, which moves only with a gather that completed in between (FetchEnd).
+void TestEventTimestamps::entryAndItsFetchesShareOneTime()
+{
+    Run run(2);
+    run.steps(1);
+    for (int r = 0; r < 2; ++r) {
+        const std::vector<Event> ev = run.ofRank(r);
+        int checked = 0, sameAsEnter = 0;
+        for (std::size_t i = 0; i < ev.size(); ++i) {
+            if (ev[i].type != EventType::ModuleEnter || readModule(ev[i]).module != run.layer)
+                continue;
+            std::uint64_t batch = ev[i].tsNs;
+            for (std::size_t j = i + 1; j < ev.size(); ++j) {
+                if (ev[j].type == EventType::FetchEnd) {
+                    batch = ev[j].tsNs;
+                } else if (ev[j].type == EventType::FetchBegin) {
+                    QCOMPARE(ev[j].tsNs, batch);
+                    sameAsEnter += ev[j].tsNs == ev[i].tsNs;
+                    ++checked;
+                } else {
+                    break;
+                }
+            }
+        }
+        QCOMPARE(checked, 2 * 2);  // forward and backward entries each fetch weight and bias
+        QVERIFY(sameAsEnter >= 2); // each entry's first fetch: the entry's own time
+    }
+}
+
+// One clock read per module exit: its Releases, the ModuleExit and the MemorySample after it.
+void TestEventTimestamps::exitAndItsReleasesShareOneTime()
+{
+    Run run(2);
+    run.steps(1);
+    for (int r = 0; r < 2; ++r) {
+        const std::vector<Event> ev = run.ofRank(r);
+        int exits = 0;
+        for (std::size_t i = 0; i < ev.size(); ++i) {
+            if (ev[i].type != EventType::Release) continue;
+            const std::uint64_t t = ev[i].tsNs;
+            std::size_t j = i;
+            while (j < ev.size() && ev[j].type == EventType::Release)
+                QCOMPARE(ev[j++].tsNs, t);
+            QVERIFY(j + 1 < ev.size());
+            QCOMPARE(ev[j].type, EventType::ModuleExit);
+            QCOMPARE(ev[j].tsNs, t);
+            QCOMPARE(ev[j + 1].type, EventType::MemorySample);
+            QCOMPARE(ev[j + 1].tsNs, t);
+            ++exits;
+            i = j + 1;
+        }
+        QCOMPARE(exits, 2); // the layer's forward and backward exits release its parameters
+    }
+}
+
+// The GUI merges ranks by time and binary-searches each rank's events: sharing a batch's
+// time must never put an event before one written earlier on the same rank.
+void TestEventTimestamps::eachRanksTimesNeverGoBack()
+{
+    Run run(2);
+    run.steps(3);
+    for (int r = 0; r < 2; ++r) {
+        const std::vector<Event> ev = run.ofRank(r);
+        QVERIFY(ev.size() > 20);
+        for (std::size_t i = 1; i < ev.size(); ++i)
+            QVERIFY2(
+                ev[i].tsNs >= ev[i - 1].tsNs,
+                qPrintable(QString("rank %1: event %2 (type %3) is earlier than the one before it")
+                               .arg(r)
+                               .arg(i)
+                               .arg(int(ev[i].type))));
+    }
+}
+
+// A FetchBegin carries its entry's time and a FetchEnd the time the gather completed:
+// each gather's end is at or after its begin, and every begin is ended once.
+void TestEventTimestamps::gathersEndAfterTheyBegin()
+{
+    Run run(2);
+    run.steps(2);
+    for (int r = 0; r < 2; ++r) {
+        std::map<ParamId, std::uint64_t> open; // param -> its FetchBegin's time
+        int ended = 0;
+        for (const Event &e : run.ofRank(r)) {
+            if (e.type == EventType::FetchBegin) {
+                QVERIFY(open.emplace(readFetch(e).param, e.tsNs).second);
+            } else if (e.type == EventType::FetchEnd) {
+                const auto it = open.find(readFetch(e).param);
+                QVERIFY2(it != open.end(), "a FetchEnd without its FetchBegin");
+                QVERIFY(e.tsNs >= it->second);
+                open.erase(it);
+                ++ended;
+            }
+        }
+        QVERIFY(open.empty());
+        QCOMPARE(ended, 2 * 2 * 2); // 2 steps x (forward, backward) x 2 parameters
+    }
+}
+
+QTEST_GUILESS_MAIN(TestEventTimestamps)
+#include "tst_eventtimestamps.moc"

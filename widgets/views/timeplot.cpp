@@ -1,0 +1,149 @@
+#include "views/timeplot.h"
+
+#include <algorithm>
+
+#include <QHBoxLayout>
+#include <QHelpEvent>
+#include <QMouseEvent>
+#include <QTimer>
+#include <QToolButton>
+#include <QToolTip>
+#include <QVBoxLayout>
+#include <qcustomplot.h>
+
+namespace shardscope::views {
+
+namespace {
+
+constexpr int kRefreshMs = 33;
+// A press and release this close (manhattan pixels) is a click; farther apart, a drag.
+constexpr double kClickSlopPx = 3;
+
+} // namespace
+
+TimePlot::TimePlot(const QString &followToolTip, QWidget *parent)
+    : QWidget(parent), m_layout(new QVBoxLayout(this)), m_toolBar(new QHBoxLayout),
+      m_followButton(new QToolButton(this)), m_timer(new QTimer(this))
+{
+    m_layout->setContentsMargins(0, 0, 0, 0);
+    m_layout->setSpacing(2);
+    m_toolBar->setContentsMargins(4, 2, 4, 0);
+    m_followButton->setText(tr("Follow live"));
+    m_followButton->setCheckable(true);
+    m_followButton->setChecked(true);
+    m_followButton->setToolTip(followToolTip);
+    auto *fitButton = new QToolButton(this);
+    fitButton->setText(tr("Show all"));
+    m_toolBar->addWidget(m_followButton);
+    m_toolBar->addWidget(fitButton);
+    m_layout->addLayout(m_toolBar);
+    m_plot = new QCustomPlot(this); // after the buttons: they come first in the tab order
+    m_layout->addWidget(m_plot, 1);
+
+    m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+    m_plot->axisRect()->setRangeDrag(Qt::Horizontal);
+    m_plot->axisRect()->setRangeZoom(Qt::Horizontal);
+    m_plot->xAxis->setLabel(tr("time (s)"));
+    m_plot->xAxis->setRange(0, m_liveWindow);
+    m_plot->installEventFilter(this);
+
+    connect(m_followButton, &QToolButton::toggled, this, &TimePlot::setFollowLive);
+    connect(fitButton, &QToolButton::clicked, this, &TimePlot::fitAll);
+    // Dragging or zooming by hand means the user looks at something: stop following.
+    connect(m_plot, &QCustomPlot::mouseMove, this, [this](QMouseEvent *e) {
+        if ((e->buttons() & Qt::LeftButton) &&
+            (e->position() - m_pressPos).manhattanLength() > kClickSlopPx)
+            setFollowLive(false);
+    });
+    connect(m_plot, &QCustomPlot::mouseWheel, this, [this] { setFollowLive(false); });
+
+    m_timer->setInterval(kRefreshMs);
+    connect(m_timer, &QTimer::timeout, this, [this] {
+        if (m_dirty) refresh();
+    });
+    m_timer->start();
+}
+
+void TimePlot::addRowAbovePlot(QWidget *row)
+{
+    m_layout->insertWidget(m_layout->indexOf(m_plot), row);
+}
+
+// Following again keeps the zoom the user chose as the live window.
+void TimePlot::setFollowLive(bool on)
+{
+    if (on == m_followLive) return;
+    m_followLive = on;
+    if (on && m_plot->xAxis->range().size() > 0) m_liveWindow = m_plot->xAxis->range().size();
+    m_followButton->setChecked(on);
+    Q_EMIT followLiveChanged(on);
+    if (on) refresh();
+}
+
+void TimePlot::setVisibleRange(double t0Seconds, double t1Seconds)
+{
+    if (!(t1Seconds > t0Seconds)) return;
+    setFollowLive(false);
+    m_plot->xAxis->setRange(t0Seconds, t1Seconds);
+    m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+double TimePlot::visibleStart() const
+{
+    return m_plot->xAxis->range().lower;
+}
+
+double TimePlot::visibleEnd() const
+{
+    return m_plot->xAxis->range().upper;
+}
+
+// Following shows the live window ending just after the newest data, not starting before
+// the first.
+void TimePlot::refresh()
+{
+    m_dirty = false;
+    applyPending();
+    double first = 0, last = 0;
+    if (m_followLive && dataRange(first, last)) {
+        double lo = last - m_liveWindow * 0.98;
+        if (lo < first) lo = first - m_liveWindow * 0.02;
+        m_plot->xAxis->setRange(lo, lo + m_liveWindow);
+    }
+    m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void TimePlot::fitAll()
+{
+    setFollowLive(false);
+    refresh();
+    double first = 0, last = 0;
+    if (!dataRange(first, last)) return;
+    const double pad = std::max((last - first) * 0.02, 1e-6);
+    m_plot->xAxis->setRange(first - pad, last + pad);
+    m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+bool TimePlot::eventFilter(QObject *watched, QEvent *e)
+{
+    if (watched != m_plot) return QWidget::eventFilter(watched, e);
+    if (e->type() == QEvent::MouseButtonPress || e->type() == QEvent::MouseButtonDblClick) {
+        m_pressPos = static_cast<QMouseEvent *>(e)->position();
+    } else if (e->type() == QEvent::MouseButtonRelease) {
+        auto *me = static_cast<QMouseEvent *>(e);
+        if (me->button() == Qt::LeftButton &&
+            (me->position() - m_pressPos).manhattanLength() <= kClickSlopPx)
+            plotClicked(me->position());
+    } else if (e->type() == QEvent::ToolTip) {
+        auto *help = static_cast<QHelpEvent *>(e);
+        const QString text = toolTipAt(help->pos());
+        if (text.isEmpty())
+            QToolTip::hideText();
+        else
+            QToolTip::showText(help->globalPos(), text, m_plot);
+        return true;
+    }
+    return QWidget::eventFilter(watched, e);
+}
+
+} // namespace shardscope::views

@@ -1,0 +1,73 @@
+#pragma once
+// The base of the gather timeline and the memory plot: a QCustomPlot whose time x axis drags
+// and zooms horizontally only, the Follow live and Show all buttons, the live window (the
+// zoom the user last chose), a redraw on a ~30 Hz timer when new data arrived, and the plot's
+// tooltips and clicks.
+
+#include <QPointF>
+#include <QString>
+#include <QWidget>
+
+class QCustomPlot;
+class QHBoxLayout;
+class QTimer;
+class QToolButton;
+class QVBoxLayout;
+
+namespace shardscope::views {
+
+class TimePlot : public QWidget
+{
+    Q_OBJECT
+  public:
+    bool followLive() const { return m_followLive; }
+    void setVisibleRange(double t0Seconds, double t1Seconds); // turns follow-live off
+    double visibleStart() const;
+    double visibleEnd() const;
+    QCustomPlot *plot() const { return m_plot; }
+    // What hovering pos (plot widget coordinates) shows; empty over nothing.
+    virtual QString toolTipAt(QPointF pos) const = 0;
+
+  public Q_SLOTS:
+    void setFollowLive(bool on);
+    // Applies the data that arrived since the last refresh and redraws (the timer calls it).
+    void refresh();
+    // Turns follow-live off and shows all the data.
+    void fitAll();
+
+  Q_SIGNALS:
+    void followLiveChanged(bool on);
+
+  protected:
+    // followToolTip says what Follow live keeps in view.
+    TimePlot(const QString &followToolTip, QWidget *parent);
+
+    // The bar above the plot, Follow live and Show all in it: subclasses add their controls.
+    QHBoxLayout *toolBar() const { return m_toolBar; }
+    // Adds a row between the bar and the plot.
+    void addRowAbovePlot(QWidget *row);
+    // New data or settings: the next timer tick refreshes.
+    void markDirty() { m_dirty = true; }
+
+    // What refresh() does before following the newest data and replotting.
+    virtual void applyPending() = 0;
+    // The time extent of the data in seconds; false when there is none.
+    virtual bool dataRange(double &first, double &last) const = 0;
+    // A left click that did not drag, at pos (plot widget coordinates).
+    virtual void plotClicked(QPointF pos) { Q_UNUSED(pos); }
+
+  private:
+    bool eventFilter(QObject *watched, QEvent *e) override;
+
+    QVBoxLayout *m_layout = nullptr;
+    QHBoxLayout *m_toolBar = nullptr;
+    QToolButton *m_followButton = nullptr;
+    QCustomPlot *m_plot = nullptr;
+    QTimer *m_timer = nullptr;
+    bool m_followLive = true;
+    bool m_dirty = false;
+    double m_liveWindow = 5.0; // seconds
+    QPointF m_pressPos;
+};
+
+} // namespace shardscope::views
