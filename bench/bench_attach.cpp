@@ -228,6 +228,17 @@ int main(int argc, char **argv)
     row("phase: decodeSnapshot (JSON), ms", [](const WorldResult &r) { return format(stats(r.decodeMs), 0); });
     row("phase: SessionStore::applyState + tree rebuild, ms", [](const WorldResult &r) { return format(stats(r.applyMs), 0); });
     row("phase: reveal every row, ms", [](const WorldResult &r) { return format(stats(r.revealMs), 0); });
+    // What the in-process phases do not cover: sending and receiving the State over loopback,
+    // framing, and handing it between threads.
+    row("rest of attach -> populated (transfer, framing, hand-over), ms", [](const WorldResult &r) {
+        if (!r.failure.empty()) return std::string("failed");
+        const double rest = stats(r.populated).median - stats(r.stateMs).median -
+                            stats(r.encodeMs).median - stats(r.decodeMs).median -
+                            stats(r.applyMs).median;
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.0f", rest);
+        return std::string(buf);
+    });
     row("engine build + partition (setup, not counted), s", [](const WorldResult &r) {
         char buf[32];
         std::snprintf(buf, sizeof buf, "%.1f", r.buildSeconds);
@@ -239,7 +250,8 @@ int main(int argc, char **argv)
             std::printf("With %d ranks the GUI could not attach: %s.\n\n", r.world, r.failure.c_str());
     }
     const WorldResult &target = results.front();
-    const bool met = target.failure.empty() && stats(target.populated).median <= 1000.0;
-    std::printf("Target <= 1 s from attach to the tree populated (%d ranks): %s.\n", target.world, verdict(met));
+    const bool met = target.failure.empty() && stats(target.populated).median <= 500.0;
+    std::printf("Target <= 500 ms from attach to the tree populated (%d ranks): %s.\n",
+                target.world, verdict(met));
     return 0;
 }

@@ -24,6 +24,7 @@ class TestSessionStore : public QObject
     void appliesStateAndIndexes();
     void liveEventsUpdateStatusAndGathers();
     void historyEventsAreStoredNotCounted();
+    void lanesKeepWideTimesStepsAndValues();
     void violationsGroupByKindAccessorParam();
     void aRowKeepsItsWordsWhenAStateLands();
     void updatesAreCoalesced();
@@ -316,9 +317,10 @@ void TestSessionStore::lanesAreSortedAndSearchable()
     QCOMPARE(lane.firstIndex(1u << 30), lane.size());
     QVERIFY(lane.contains(eventAt(5, 0, makeModuleExit({.module = 0}))));
     QVERIFY(!lane.contains(eventAt(5, 0, makeModuleEnter({.module = 0}))));
-    // 32 bytes an event (no rank, no u1/u2 kept) plus at most one partly filled chunk.
-    QCOMPARE(sizeof(EventLane::Stored), std::size_t(32));
-    QVERIFY(lane.bytesUsed() <= (lane.size() + EventLane::kChunkEvents) * 32);
+    // 20 bytes an event (no rank, step or high time bits, no wide u0/u1/u2 kept) plus at
+    // most one partly filled chunk.
+    QCOMPARE(sizeof(EventLane::Stored), std::size_t(20));
+    QVERIFY(lane.bytesUsed() <= (lane.size() + EventLane::kChunkEvents) * 20);
 }
 
 void TestSessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
@@ -370,6 +372,58 @@ void TestSessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
     QCOMPARE(lane.at(at + late).type, EventType::MemorySample);
     QCOMPARE(lane.at(at).type, EventType::ModuleEnter);
     QCOMPARE(lane.at(at).u1, std::uint64_t(0));
+}
+
+// What the lane keeps per chunk rather than per event: the high 32 bits of the time and the
+// step (as runs), and u0 beyond 32 bits with u1/u2 (a side table). Times that cross 2^32
+// boundaries, steps that go back and forth, wide u0 values and out-of-order inserts that cut
+// chunks and runs back all come out as they went in.
+void TestSessionStore::lanesKeepWideTimesStepsAndValues()
+{
+    EventLane lane;
+    std::vector<Event> expected;
+    auto event = [](std::uint64_t ts, std::uint64_t k) {
+        Event e = makeEvent(ts, 3, EventType::FetchBegin, static_cast<std::uint32_t>(k), 7,
+                            k % 5 == 0 ? (std::uint64_t(1) << 40) + k : k);
+        e.step = static_cast<std::uint32_t>(k % 7 == 0 ? 0xFFFFFFFFu - k : k / 100);
+        return e;
+    };
+    std::uint64_t ts = (std::uint64_t(1) << 32) - 50000;
+    for (std::uint64_t k = 0; k < 3 * EventLane::kChunkEvents; ++k) {
+        ts += k % 1000 == 999 ? (std::uint64_t(3) << 32) : 1 + k % 3; // some jump 2^32 ahead
+        expected.push_back(event(ts, k));
+        lane.insert(expected.back());
+    }
+    for (std::uint64_t j = 0; j < 300; ++j) { // late: cut back into earlier runs and chunks
+        const Event &target = expected[static_cast<std::size_t>(j * 157 % expected.size())];
+        expected.push_back(event(target.tsNs - 1, 1000000 + j));
+        lane.insert(expected.back());
+    }
+    std::stable_sort(expected.begin(), expected.end(),
+                     [](const Event &x, const Event &y) { return x.tsNs < y.tsNs; });
+    QCOMPARE(lane.size(), expected.size());
+    for (std::size_t i = 0; i < lane.size(); ++i) {
+        const Event got = lane.at(i);
+        if (std::memcmp(&got, &expected[i], sizeof(Event)) != 0)
+            QFAIL(qPrintable(QStringLiteral("event %1 differs: ts %2/%3 step %4/%5 u0 %6/%7")
+                                 .arg(i)
+                                 .arg(got.tsNs)
+                                 .arg(expected[i].tsNs)
+                                 .arg(got.step)
+                                 .arg(expected[i].step)
+                                 .arg(got.u0)
+                                 .arg(expected[i].u0)));
+        QCOMPARE(lane.tsAt(i), expected[i].tsNs);
+    }
+    for (std::size_t i : {std::size_t(0), std::size_t(5000), expected.size() - 1}) {
+        const auto first =
+            std::lower_bound(expected.begin(), expected.end(), expected[i],
+                             [](const Event &x, const Event &y) { return x.tsNs < y.tsNs; });
+        QCOMPARE(lane.firstIndex(expected[i].tsNs), std::size_t(first - expected.begin()));
+    }
+    // A fifth of the events carry a wide u0 (a 32-byte side entry each) and the step changes
+    // at two events in seven: still less than the 48-byte record.
+    QVERIFY(lane.bytesUsed() < lane.size() * sizeof(Event));
 }
 
 void TestSessionStore::externalRegisterChangesStructure()

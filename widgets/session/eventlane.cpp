@@ -46,56 +46,31 @@ void EventLane::evictIfFull()
     m_evicted += kChunkEvents;
 }
 
-std::uint16_t EventLane::addExtra(Chunk &c, std::uint64_t u1, std::uint64_t u2)
-{
-    // Out-of-order inserts leave unreferenced entries behind; once they could outgrow
-    // the 16-bit index, the side table is rebuilt from the chunk's records.
-    if (c.extras.size() >= 2 * kChunkEvents) {
-        std::vector<std::array<std::uint64_t, 2>> kept;
-        for (std::size_t k = 0; k < kChunkEvents; ++k) {
-            Stored &s = c.events[k];
-            if (!s.extra) continue;
-            kept.push_back(c.extras[s.extra - 1u]);
-            s.extra = static_cast<std::uint16_t>(kept.size());
-        }
-        c.extras = std::move(kept);
-    }
-    c.extras.push_back({u1, u2});
-    return static_cast<std::uint16_t>(c.extras.size());
-}
-
-void EventLane::put(std::size_t i, const Event &ev)
-{
-    Chunk &c = m_chunks[i / kChunkEvents];
-    Stored &s = c.events[i % kChunkEvents];
-    s.tsNs = ev.tsNs;
-    s.step = ev.step;
-    s.type = ev.type;
-    s.flags = ev.flags;
-    s.a = ev.a;
-    s.b = ev.b;
-    s.u0 = ev.u0;
-    s.extra = (ev.u1 | ev.u2) ? addExtra(c, ev.u1, ev.u2) : 0;
-}
-
-void EventLane::move(std::size_t from, std::size_t to)
-{
-    Stored s = rec(from);
-    const std::size_t fromChunk = from / kChunkEvents, toChunk = to / kChunkEvents;
-    if (s.extra && fromChunk != toChunk) {
-        const auto x = m_chunks[fromChunk].extras[s.extra - 1u];
-        s.extra = addExtra(m_chunks[toChunk], x[0], x[1]);
-    }
-    mut(to) = s;
-}
-
 void EventLane::pushBack(const Event &ev)
 {
     if (m_size == m_chunks.size() * kChunkEvents) {
         evictIfFull();
-        m_chunks.push_back(Chunk{std::make_unique<Stored[]>(kChunkEvents), {}});
+        m_chunks.push_back(Chunk{std::make_unique<Stored[]>(kChunkEvents), {}, {}, {}});
     }
-    put(m_size, ev);
+    Chunk &c = m_chunks.back();
+    const auto j = static_cast<std::uint32_t>(m_size % kChunkEvents);
+    const auto high = static_cast<std::uint32_t>(ev.tsNs >> 32);
+    if (c.tsHigh.empty() || c.tsHigh.back().second != high) c.tsHigh.emplace_back(j, high);
+    if (c.steps.empty() || c.steps.back().second != ev.step) c.steps.emplace_back(j, ev.step);
+    Stored &s = c.events[j];
+    s.tsLo = static_cast<std::uint32_t>(ev.tsNs);
+    s.a = ev.a;
+    s.b = ev.b;
+    s.type = ev.type;
+    s.flags = ev.flags;
+    if (ev.u0 > 0xFFFFFFFFu || ev.u1 || ev.u2) {
+        c.extras.push_back(Extra{ev.u0, ev.u1, ev.u2, j});
+        s.u0 = 0;
+        s.extra = static_cast<std::uint16_t>(c.extras.size()); // at most kChunkEvents
+    } else {
+        s.u0 = static_cast<std::uint32_t>(ev.u0);
+        s.extra = 0;
+    }
     ++m_size;
 }
 
@@ -106,17 +81,23 @@ void EventLane::insert(const Event &ev)
         pushBack(ev);
         return;
     }
-    pushBack(at(m_size - 1)); // may evict the front chunk: positions are computed afterwards
-    const std::size_t pos = lastIndex(ev.tsNs);
-    for (std::size_t i = m_size - 2; i > pos; --i)
-        move(i - 1, i);
-    put(pos, ev);
+    Event one = ev;
+    insertMany(std::span<Event>(&one, 1));
 }
 
 void EventLane::truncate(std::size_t size)
 {
     m_size = size;
     m_chunks.resize((size + kChunkEvents - 1) / kChunkEvents);
+    const auto kept = static_cast<std::uint32_t>(size % kChunkEvents);
+    if (kept == 0 || m_chunks.empty()) return;
+    Chunk &c = m_chunks.back();
+    while (!c.extras.empty() && c.extras.back().at >= kept)
+        c.extras.pop_back();
+    while (!c.tsHigh.empty() && c.tsHigh.back().first >= kept)
+        c.tsHigh.pop_back();
+    while (!c.steps.empty() && c.steps.back().first >= kept)
+        c.steps.pop_back();
 }
 
 void EventLane::insertMany(std::span<Event> events)
@@ -160,9 +141,10 @@ void EventLane::clear()
 
 std::size_t EventLane::bytesUsed() const
 {
-    std::size_t bytes = m_chunks.size() * kChunkEvents * sizeof(Stored);
+    std::size_t bytes = m_chunks.size() * (kChunkEvents * sizeof(Stored) + sizeof(Chunk));
     for (const Chunk &c : m_chunks)
-        bytes += c.extras.capacity() * sizeof(c.extras[0]);
+        bytes += c.extras.capacity() * sizeof(Extra) +
+                 (c.tsHigh.capacity() + c.steps.capacity()) * sizeof(Runs::value_type);
     return bytes;
 }
 
