@@ -26,11 +26,12 @@ AgentState::AgentState(AgentConfig config) : m_config(std::move(config))
     m_moduleByPath.emplace("", 0);
 }
 
-void AgentState::post(const Event &fields)
+void AgentState::post(const Event &fields, std::uint64_t tsNs)
 {
     EventSink *sink = m_sink.load(std::memory_order_acquire);
     if (!sink || !m_telemetry.load(std::memory_order_relaxed)) return;
-    sink->write(stamped(fields, nowNs(), m_step, static_cast<std::uint16_t>(m_config.rank)));
+    sink->write(
+        stamped(fields, tsNs ? tsNs : nowNs(), m_step, static_cast<std::uint16_t>(m_config.rank)));
 }
 
 ModuleId AgentState::ensureModule(const std::string &path, const std::string &type)
@@ -171,7 +172,7 @@ void AgentState::fetchBegin(ParamId p, ModuleId cause, std::uint64_t bytes, Fetc
         m_gathers[p].beganTs = now;
         touch();
     }
-    post(makeFetchBegin({.param = p, .cause = cause, .bytes = bytes, .reason = reason}));
+    post(makeFetchBegin({.param = p, .cause = cause, .bytes = bytes, .reason = reason}), now);
 }
 
 void AgentState::fetchEnd(ParamId p, ModuleId cause, std::uint64_t bytes, FetchReason reason)
@@ -188,7 +189,7 @@ void AgentState::fetchEnd(ParamId p, ModuleId cause, std::uint64_t bytes, FetchR
         g.lastTs = now;
         touch();
     }
-    post(makeFetchEnd({.param = p, .cause = cause, .bytes = bytes, .reason = reason}));
+    post(makeFetchEnd({.param = p, .cause = cause, .bytes = bytes, .reason = reason}), now);
 }
 
 void AgentState::release(ParamId p, ModuleId cause, std::uint64_t bytes)

@@ -100,8 +100,9 @@ class AgentState final : public StateProvider
     void setTelemetryEnabled(bool on) override { m_telemetry.store(on, std::memory_order_relaxed); }
 
   private:
-    // Writes one event made by telemetry/eventfields.h, stamped with now, the step and rank.
-    void post(const Event &fields);
+    // Writes one event made by telemetry/eventfields.h, stamped with tsNs (0: now), the step
+    // and rank. Gathers pass the instants gather_ns and last_gather_ts_ns are measured by.
+    void post(const Event &fields, std::uint64_t tsNs = 0);
     void touch() { m_version.fetch_add(1, std::memory_order_acq_rel); }
     AgentParam *findLocked(ParamId id);
     void recordLocked(ViolationRecord v);

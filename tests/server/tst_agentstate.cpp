@@ -78,6 +78,9 @@ class TestAgentState : public QObject
         st = s.state();
         QCOMPARE(st.params[0].status[1], ParamStatus::NotAvailable);
         QCOMPARE(st.params[0].gatherCount, std::uint64_t(1));
+        // gather_ns and last_gather_ts_ns are the events' times (docs/protocol.md)
+        QCOMPARE(st.params[0].gatherNs, rec.events[1].tsNs - rec.events[0].tsNs);
+        QCOMPARE(st.params[0].lastGatherTsNs, rec.events[1].tsNs);
         QCOMPARE(st.params[0].gatherBytes, std::uint64_t(2368));
         QCOMPARE(st.localRanks, std::vector<int>{1});
         QCOMPARE(st.fixDialect, std::string("deepspeed"));
