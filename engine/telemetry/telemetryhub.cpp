@@ -3,6 +3,7 @@
 #include <iterator>
 
 #include "telemetry/clock.h"
+#include "telemetry/eventfields.h"
 
 namespace shardscope {
 
@@ -71,12 +72,8 @@ std::size_t TelemetryHub::drain(std::vector<Event> &out)
         EventRing &ring = *m_rings[r];
         const std::uint64_t dropped = ring.dropped();
         if (dropped != m_reportedDrops[r]) {
-            Event notice{};
-            notice.tsNs = nowNs();
-            notice.rank = static_cast<std::uint16_t>(r);
-            notice.type = EventType::DroppedEvents;
-            notice.u0 = dropped - m_reportedDrops[r];
-            out.push_back(notice);
+            out.push_back(stamped(makeDroppedEvents(dropped - m_reportedDrops[r]), nowNs(), 0,
+                                  static_cast<std::uint16_t>(r)));
             m_reportedDrops[r] = dropped;
         }
         Event chunk[256];

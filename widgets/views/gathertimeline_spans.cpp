@@ -1,14 +1,19 @@
 #include "views/gathertimeline_spans.h"
 
+#include "telemetry/eventfields.h"
+
 #include <algorithm>
 
 namespace shardscope::views {
 
 namespace {
 
-SpanKind kindOfReason(std::uint8_t flags)
+// SpanKind's first five values are FetchReason's; an unknown reason from the wire is drawn as
+// a forward fetch.
+SpanKind kindOfReason(FetchReason reason)
 {
-    return flags <= std::uint8_t(FetchReason::Guard) ? SpanKind(flags) : SpanKind::Forward;
+    const auto r = static_cast<std::uint8_t>(reason);
+    return r <= std::uint8_t(FetchReason::Guard) ? SpanKind(r) : SpanKind::Forward;
 }
 
 std::uint64_t openKey(int rank, ParamId param)
@@ -66,19 +71,21 @@ void GatherSpans::append(std::span<const Event> events)
         bool kept = true;
         switch (ev.type) {
         case EventType::FetchBegin: {
+            const FetchFields f = readFetch(ev);
             Lane &l = lane(rank);
-            auto [it, inserted] = m_open.try_emplace(openKey(rank, ev.a));
+            auto [it, inserted] = m_open.try_emplace(openKey(rank, f.param));
             if (!inserted) --l.rowInFlight[it->second.row]; // re-issued: the new one counts
             const int row = lowestFreeRow(l);
             ++l.rowInFlight[row];
             l.fetchRows = std::max(l.fetchRows, row + 1);
-            it->second = OpenFetch{rank, t, ev.a, kindOfReason(ev.flags), row};
+            it->second = OpenFetch{rank, t, f.param, kindOfReason(f.reason), row};
             break;
         }
         case EventType::FetchEnd: {
-            GatherSpan s{t, t, ev.a, ev.b, kindOfReason(ev.flags)};
+            const FetchFields f = readFetch(ev);
+            GatherSpan s{t, t, f.param, f.cause, kindOfReason(f.reason)};
             Lane &l = lane(rank);
-            auto it = m_open.find(openKey(rank, ev.a));
+            auto it = m_open.find(openKey(rank, f.param));
             if (it != m_open.end()) {
                 s.start = std::min(it->second.start, t);
                 s.kind = it->second.kind;
@@ -92,17 +99,24 @@ void GatherSpans::append(std::span<const Event> events)
             add(rank, SpanTrack::Fetch, s);
             break;
         }
-        case EventType::Release:
-            add(rank, SpanTrack::Mark, GatherSpan{t, t, ev.a, ev.b, SpanKind::Release});
+        case EventType::Release: {
+            const ReleaseFields f = readRelease(ev);
+            add(rank, SpanTrack::Mark, GatherSpan{t, t, f.param, f.cause, SpanKind::Release});
             break;
+        }
         case EventType::Broadcast:
-            add(rank, SpanTrack::Mark, GatherSpan{t, t, ev.a, kNoModule, SpanKind::Broadcast});
+            add(rank, SpanTrack::Mark,
+                GatherSpan{t, t, readBroadcast(ev).param, kNoModule, SpanKind::Broadcast});
             break;
-        case EventType::UnregisteredAccess:
-            add(rank, SpanTrack::Violation, GatherSpan{t, t, ev.b, ev.a, SpanKind::Violation});
+        case EventType::UnregisteredAccess: {
+            const AccessFields f = readAccess(ev);
+            add(rank, SpanTrack::Violation,
+                GatherSpan{t, t, f.param, f.accessor, SpanKind::Violation});
             break;
+        }
         case EventType::GatheredWriteError:
-            add(rank, SpanTrack::Violation, GatherSpan{t, t, ev.a, kNoModule, SpanKind::Violation});
+            add(rank, SpanTrack::Violation,
+                GatherSpan{t, t, readGatheredWriteError(ev), kNoModule, SpanKind::Violation});
             break;
         case EventType::StepBegin: {
             auto [it, inserted] = m_steps.emplace(ev.step, t);

@@ -1,5 +1,7 @@
 #include "views/memoryplot.h"
 
+#include "telemetry/eventfields.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -338,13 +340,15 @@ void MemoryPlot::appendEvents(std::span<const Event> events)
         const double t = double(qint64(ev.tsNs - m_origin)) * 1e-9;
         Pending &p = m_pending[ev.rank];
         p.keys.push_back(t);
-        const double v[kSeriesCount] = {double(ev.u0), double(ev.u1), double(ev.u2)};
+        const MemoryFields m = readMemory(ev);
+        const double v[kSeriesCount] = {double(m.partitionedBytes), double(m.gatheredBytes),
+                                        double(m.peakGatheredBytes)};
         for (int s = 0; s < kSeriesCount; ++s) {
             p.values[s].push_back(v[s]);
             m_maxBytes[s] = std::max(m_maxBytes[s], v[s]);
         }
         m_bandSamples.push_back(BandSample{t, int(ev.rank), {v[0], v[1], v[2]}});
-        m_live[ev.rank] = qint64(quint64(ev.a) | quint64(ev.b) << 32);
+        m_live[ev.rank] = qint64(m.liveElements);
         if (!m_hasData) {
             m_first = m_last = t;
             m_hasData = true;
