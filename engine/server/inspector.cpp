@@ -30,6 +30,7 @@
 #include "wire/frame.h"
 #include "wire/messages.h"
 #include "wire/snapshot.h"
+#include "wire/statebinary.h"
 
 namespace shardscope {
 
@@ -131,6 +132,7 @@ struct Client
     std::uint64_t dropped = 0;
     std::uint64_t pendingDropped = 0;
     bool needState = false;
+    bool binaryState = false; // its Hello listed "state_binary": StateBinary, not JSON State
     // engine.stateVersion() when the last State queued for this client was built.
     std::uint64_t stateVersion = ~std::uint64_t(0);
     bool readClosed = false;
@@ -145,11 +147,28 @@ struct Client
     }
 };
 
-// A State ready to queue for any number of clients, and the engine version it shows.
+// A State ready to queue for any number of clients, in the formats they asked for, and the
+// engine version it shows.
 struct StateFrame
 {
-    std::shared_ptr<const std::string> json;
+    std::shared_ptr<const std::string> json;   // State payload, if a client needs it
+    std::shared_ptr<const std::string> binary; // StateBinary payload, if a client needs it
     std::uint64_t version = 0;
+};
+
+// Which encodings of a State are needed.
+struct StateFormats
+{
+    bool json = false;
+    bool binary = false;
+
+    void add(const Client &c) { (c.binaryState ? binary : json) = true; }
+    static StateFormats of(const Client &c)
+    {
+        StateFormats f;
+        f.add(c);
+        return f;
+    }
 };
 
 } // namespace
@@ -222,8 +241,9 @@ struct Inspector::Impl
     void writeClient(Client &c);
     void fanOut(const std::vector<Event> &events);
     void afterWrite(Client &c);
-    std::string stateJson(EngineState state);
-    StateFrame currentState();
+    wire::Snapshot stateSnapshot(EngineState state);
+    StateFrame currentState(StateFormats formats);
+    StateFormats liveFormats() const;
     void sendState(Client &c, const StateFrame &state);
     // States are re-sent at most this often: a large model's state costs its build and
     // encoding, so the interval grows with that cost to keep the server's share bounded.
@@ -395,7 +415,7 @@ void Inspector::Impl::refuse(Client &c, const std::string &code, const std::stri
     c.since = Clock::now();
 }
 
-std::string Inspector::Impl::stateJson(EngineState state)
+wire::Snapshot Inspector::Impl::stateSnapshot(EngineState state)
 {
     wire::Snapshot s;
     s.meta.producer = producer;
@@ -405,16 +425,27 @@ std::string Inspector::Impl::stateJson(EngineState state)
     s.state = std::move(state);
     shiftState(s.state);
     s.droppedEvents = hub->droppedEvents();
-    return wire::encodeSnapshot(s);
+    return s;
 }
 
-StateFrame Inspector::Impl::currentState()
+StateFormats Inspector::Impl::liveFormats() const
+{
+    StateFormats f;
+    for (const Client &c : clients)
+        if (c.phase == Client::Phase::Live) f.add(c);
+    return f;
+}
+
+StateFrame Inspector::Impl::currentState(StateFormats formats)
 {
     const auto t0 = Clock::now();
     const double cpu0 = threadCpuSeconds();
     StateFrame f;
     f.version = engine.stateVersion(); // before: a change during state() is not lost
-    f.json = std::make_shared<const std::string>(stateJson(engine.state()));
+    const wire::Snapshot snapshot = stateSnapshot(engine.state());
+    if (formats.json) f.json = std::make_shared<const std::string>(wire::encodeSnapshot(snapshot));
+    if (formats.binary)
+        f.binary = std::make_shared<const std::string>(wire::encodeBinaryState(snapshot));
     lastStateCost = Clock::now() - t0;
     stateCpu.store(stateCpu.load(std::memory_order_relaxed) + threadCpuSeconds() - cpu0,
                    std::memory_order_relaxed);
@@ -424,7 +455,10 @@ StateFrame Inspector::Impl::currentState()
 
 void Inspector::Impl::sendState(Client &c, const StateFrame &state)
 {
-    c.out.append(wire::MessageType::State, state.json);
+    if (c.binaryState)
+        c.out.append(wire::MessageType::StateBinary, state.binary);
+    else
+        c.out.append(wire::MessageType::State, state.json);
     c.lastQueued = Clock::now();
     c.stateVersion = state.version;
     c.needState = false;
@@ -464,8 +498,9 @@ void Inspector::Impl::onHello(Client &c, const wire::Frame &frame)
     w.backend = engine.backend();
     w.job = job;
     w.historyCapacity = history.capacity();
+    c.binaryState = wire::hasCapability(hello->capabilities, wire::kCapabilityStateBinary);
     c.enqueue(wire::MessageType::Welcome, wire::encodeWelcome(w));
-    sendState(c, currentState());
+    sendState(c, currentState(StateFormats::of(c)));
     const std::vector<Event> past = history.newest(kMaxHistoryEventsPerClient);
     c.enqueue(wire::MessageType::HistoryBegin, wire::encodeHistoryBegin(past.size()));
     for (std::size_t i = 0; i < past.size(); i += kEventsPerFrame) {
@@ -534,7 +569,7 @@ void Inspector::Impl::afterWrite(Client &c)
         c.enqueue(wire::MessageType::Dropped, wire::encodeDropped({c.pendingDropped, c.dropped}));
         c.pendingDropped = 0;
     }
-    if (c.needState) sendState(c, currentState());
+    if (c.needState) sendState(c, currentState(StateFormats::of(c)));
 }
 
 void Inspector::Impl::fanOut(const std::vector<Event> &events)
@@ -565,7 +600,7 @@ void Inspector::Impl::fanOut(const std::vector<Event> &events)
 
 void Inspector::Impl::broadcastState()
 {
-    const StateFrame state = currentState();
+    const StateFrame state = currentState(liveFormats());
     for (Client &c : clients) {
         if (c.phase != Client::Phase::Live || c.stateVersion == state.version) continue;
         if (c.queued() <= kMaxQueueBytes / 2 && c.pendingDropped == 0)
@@ -698,7 +733,7 @@ void Inspector::Impl::farewell()
     const bool anyLive = std::any_of(clients.begin(), clients.end(), [](const Client &c) {
         return c.phase == Client::Phase::Live;
     });
-    const StateFrame state = anyLive ? currentState() : StateFrame{};
+    const StateFrame state = anyLive ? currentState(liveFormats()) : StateFrame{};
     for (Client &c : clients) {
         if (c.phase != Client::Phase::Live) continue;
         if (c.pendingDropped > 0) {

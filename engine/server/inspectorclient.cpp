@@ -40,6 +40,7 @@ wire::Result<std::unique_ptr<InspectorClient>> InspectorClient::connect(std::str
     std::unique_ptr<InspectorClient> client(new InspectorClient(*fd));
     wire::Hello hello;
     hello.version = options.version;
+    hello.capabilities = options.capabilities;
     hello.token = options.token;
     hello.client = options.name;
     if (!sendAll(client->m_fd,

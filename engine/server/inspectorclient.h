@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "wire/clocksync.h"
 #include "wire/frame.h"
@@ -28,6 +29,8 @@ class InspectorClient
         std::string token;
         std::string name = "shardscope-client";
         std::uint16_t version = wire::kProtocolVersion; // tests send others
+        // What the Hello lists; without "state_binary" the engine sends JSON States.
+        std::vector<std::string> capabilities = wire::Hello{}.capabilities;
         int handshakeTimeoutMs = 10000;
     };
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "wire/statebinary.h"
+
 namespace shardscope::wire {
 
 ClientState::ClientState(std::size_t maxEvents) : m_maxEvents(std::max<std::size_t>(maxEvents, 1))
@@ -31,8 +33,9 @@ void ClientState::addEvents(std::vector<Event> &&events)
 Status ClientState::apply(const Frame &frame)
 {
     switch (frame.type) {
-    case MessageType::State: {
-        auto snap = decodeSnapshot(frame.payload);
+    case MessageType::State:
+    case MessageType::StateBinary: {
+        auto snap = decodeStateFrame(frame);
         if (!snap) return fail("bad state from the engine: " + snap.error());
         m_snapshot.meta = std::move(snap->meta);
         m_snapshot.state = std::move(snap->state);

@@ -77,6 +77,8 @@ std::string_view messageTypeName(MessageType type)
         return "clock_request";
     case MessageType::ClockReply:
         return "clock_reply";
+    case MessageType::StateBinary:
+        return "state_binary";
     }
     return "unknown";
 }

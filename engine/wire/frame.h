@@ -39,8 +39,11 @@ enum class MessageType : std::uint16_t
     Goodbye = 9,      // server -> client, JSON: the engine finished; the connection closes
     ClockRequest = 10, // client -> server, instead of Hello: u64 echo (a clock probe)
     ClockReply = 11,   // server -> client, u64 echo, u64 the server's telemetry clock
+    // server -> client instead of State, to a client whose Hello listed "state_binary":
+    // the same snapshot as little-endian columns (wire/statebinary.h)
+    StateBinary = 12,
 };
-inline constexpr std::uint16_t kLastMessageType = 11;
+inline constexpr std::uint16_t kLastMessageType = 12;
 
 bool isKnownMessageType(std::uint16_t type);
 std::string_view messageTypeName(MessageType type); // "hello", "event_batch", ...

@@ -76,4 +76,20 @@ void appendJsonString(std::string &out, std::string_view s)
     out.push_back('"');
 }
 
+void appendValidUtf8(std::string &out, std::string_view s)
+{
+    std::size_t i = 0;
+    while (i < s.size()) {
+        const auto c = static_cast<unsigned char>(s[i]);
+        const std::size_t n = c < 0x80 ? 1 : utf8SequenceLength(s, i);
+        if (n == 0) {
+            out.append("\xEF\xBF\xBD");
+            ++i;
+        } else {
+            out.append(s.data() + i, n);
+            i += n;
+        }
+    }
+}
+
 } // namespace shardscope::wire::detail

@@ -13,6 +13,11 @@ namespace shardscope::wire::detail {
 // is, and every byte that is not part of a valid UTF-8 sequence replaced by U+FFFD.
 void appendJsonString(std::string &out, std::string_view s);
 
+// Appends s with the same replacement (each byte that is not part of a valid UTF-8 sequence
+// becomes U+FFFD) and nothing escaped: the binary State's strings, so that they decode to
+// what the JSON State's do.
+void appendValidUtf8(std::string &out, std::string_view s);
+
 inline void appendJsonNumber(std::string &out, std::uint64_t v)
 {
     char buf[24];

@@ -1,5 +1,6 @@
 #include "wire/messages.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -266,6 +267,11 @@ Result<std::vector<Event>> decodeEvents(std::string_view payload)
                         std::to_string(t));
     }
     return events;
+}
+
+bool hasCapability(const std::vector<std::string> &capabilities, std::string_view name)
+{
+    return std::find(capabilities.begin(), capabilities.end(), name) != capabilities.end();
 }
 
 std::optional<ErrorMessage> checkHello(const Hello &hello, std::string_view requiredToken)

@@ -19,21 +19,27 @@ namespace shardscope::wire {
 
 inline constexpr std::uint16_t kProtocolVersion = 1;
 inline constexpr std::string_view kProtocolName = "shardscope";
+// A client that lists this capability in its Hello gets every State as a StateBinary frame
+// (wire/statebinary.h); one that does not gets JSON State frames, as before it existed.
+inline constexpr std::string_view kCapabilityStateBinary = "state_binary";
 
-// Client -> server, the first frame of a connection.
+// Client -> server, the first frame of a connection. Every C++ client asks for the binary State.
 struct Hello
 {
     std::uint16_t version = kProtocolVersion;
-    std::vector<std::string> capabilities{"state", "events", "history", "dropped"};
+    std::vector<std::string> capabilities{"state", "events", "history", "dropped",
+                                          std::string(kCapabilityStateBinary)};
     std::string token;  // must match the server's token when it has one
     std::string client; // free text, e.g. "shardscope-capture 0.1"
 };
 
-// Server -> client when the Hello was accepted; State follows.
+// Server -> client when the Hello was accepted; State follows. The capabilities are what the
+// server can do; it sends a StateBinary only to a client that asked for it.
 struct Welcome
 {
     std::uint16_t version = kProtocolVersion;
-    std::vector<std::string> capabilities{"state", "events", "history", "dropped"};
+    std::vector<std::string> capabilities{"state", "events", "history", "dropped",
+                                          std::string(kCapabilityStateBinary)};
     std::string server; // e.g. "shardscope-train"
     std::int64_t pid = 0;
     std::string model;
@@ -99,6 +105,8 @@ std::string encodeEvents(std::span<const Event> events);
 void appendEvents(std::string &out, std::span<const Event> events);
 // Rejects a length that is not a multiple of 48 and records of an unknown EventType.
 Result<std::vector<Event>> decodeEvents(std::string_view payload);
+
+bool hasCapability(const std::vector<std::string> &capabilities, std::string_view name);
 
 // Handshake, server side: nullopt if the Hello is accepted, else the refusal to send.
 std::optional<ErrorMessage> checkHello(const Hello &hello, std::string_view requiredToken);

@@ -5,6 +5,7 @@
 
 #include "server/inspectorclient.h"
 #include "wire/endpoint.h"
+#include "wire/statebinary.h"
 
 namespace shardscope {
 
@@ -146,8 +147,9 @@ void ConnectionWorker::handleFrame(wire::Frame &frame)
         return;
     }
     switch (frame.type) {
-    case wire::MessageType::State: {
-        auto snap = wire::decodeSnapshot(frame.payload);
+    case wire::MessageType::State:
+    case wire::MessageType::StateBinary: {
+        auto snap = wire::decodeStateFrame(frame);
         if (!snap) {
             fail(QStringLiteral("the engine's state could not be decoded: %1")
                      .arg(QString::fromStdString(snap.error())),

@@ -1,0 +1,708 @@
+#include "wire/statebinary.h"
+
+#include <array>
+#include <bit>
+#include <cstring>
+#include <simdjson.h>
+#include <unordered_map>
+#include <vector>
+
+#include "core/violationtext.h"
+#include "wire/jsonread.h"
+#include "wire/jsonwrite.h"
+#include "wire/messages.h"
+
+namespace shardscope::wire {
+
+static_assert(std::endian::native == std::endian::little,
+              "the binary State is written and read with memcpy on a little-endian host");
+
+namespace {
+
+constexpr std::uint32_t kNone = 0xFFFFFFFFu;
+constexpr std::uint64_t kMaxWorld = 1u << 16;
+constexpr std::uint64_t kMaxRank = 0xFFFF;
+constexpr unsigned kMaxDims = 16;
+
+// Bytes per entry of each fixed-width part (docs/protocol.md, "StateBinary").
+constexpr std::uint64_t kModuleBytes = 4 + 4 + 4;
+constexpr std::uint64_t kParamBytes = 4 + 4 + 4 + 1 + 1 + 1 + 8 + 8 + 8 + 4 + 4 + 8 + 8 + 8 + 8 + 4;
+constexpr std::uint64_t kViolationBytes = 1 + 1 + 1 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 4;
+static_assert(kParamBytes == 83 && kViolationBytes == 55);
+
+// Parameter flags.
+constexpr std::uint8_t kPersistent = 1, kPartitioned = 2, kLate = 4;
+
+// The counts of the header, which fix the size of every part.
+struct Counts
+{
+    std::uint64_t strings = 0, stringBytes = 0, world = 1, localRanks = 0, modules = 0,
+                  params = 0, dims = 0, externals = 0, active = 0, violations = 0, events = 0;
+};
+
+std::uint64_t statusRowBytes(std::uint64_t world)
+{
+    return (world + 3) / 4;
+}
+
+// Every count is at most 2^32 - 1 and world at most 2^16: the sum cannot overflow.
+std::uint64_t payloadSize(const Counts &c)
+{
+    return kBinaryStateHeaderSize + 4 * c.strings + c.stringBytes + 4 * c.localRanks +
+           kModuleBytes * c.modules + c.params * (kParamBytes + statusRowBytes(c.world)) +
+           8 * c.dims + 5 * c.externals + 4 * c.active + kViolationBytes * c.violations +
+           sizeof(Event) * c.events;
+}
+
+bool isAscii(std::string_view s)
+{
+    std::size_t i = 0;
+    for (; i + 8 <= s.size(); i += 8) {
+        std::uint64_t w;
+        std::memcpy(&w, s.data() + i, 8);
+        if (w & 0x8080808080808080ull) return false;
+    }
+    for (; i < s.size(); ++i)
+        if (static_cast<unsigned char>(s[i]) >= 0x80) return false;
+    return true;
+}
+
+// The string table being built: add() appends an entry, intern() reuses an equal one.
+class StringTable
+{
+  public:
+    std::uint32_t add(std::string_view s)
+    {
+        const std::size_t before = m_bytes.size();
+        if (isAscii(s) || simdjson::validate_utf8(s.data(), s.size()))
+            m_bytes.append(s);
+        else
+            detail::appendValidUtf8(m_bytes, s);
+        m_lengths.push_back(static_cast<std::uint32_t>(m_bytes.size() - before));
+        return static_cast<std::uint32_t>(m_lengths.size() - 1);
+    }
+    std::uint32_t intern(std::string_view s)
+    {
+        const auto [it, inserted] = m_index.try_emplace(s, 0);
+        if (inserted) it->second = add(s);
+        return it->second;
+    }
+    const std::vector<std::uint32_t> &lengths() const { return m_lengths; }
+    const std::string &bytes() const { return m_bytes; }
+
+  private:
+    std::vector<std::uint32_t> m_lengths;
+    std::string m_bytes;
+    std::unordered_map<std::string_view, std::uint32_t> m_index; // views into the Snapshot
+};
+
+// Writes into a buffer sized beforehand.
+class Out
+{
+  public:
+    explicit Out(char *p) : m_p(p) {}
+    template <class T> void put(T v)
+    {
+        std::memcpy(m_p, &v, sizeof v);
+        m_p += sizeof v;
+    }
+    void bytes(const void *data, std::size_t n)
+    {
+        if (n) std::memcpy(m_p, data, n);
+        m_p += n;
+    }
+    template <class T> void column(const std::vector<T> &v) { bytes(v.data(), v.size() * sizeof(T)); }
+    // The next n bytes (zero, as the buffer was made), for the caller to fill.
+    std::uint8_t *skip(std::size_t n)
+    {
+        auto *p = reinterpret_cast<std::uint8_t *>(m_p);
+        m_p += n;
+        return p;
+    }
+
+  private:
+    char *m_p;
+};
+
+std::uint8_t statusCode(ParamStatus s)
+{
+    return static_cast<std::uint8_t>(static_cast<std::uint8_t>(s) & 3);
+}
+
+} // namespace
+
+std::string encodeBinaryState(const Snapshot &snapshot)
+{
+    const EngineState &s = snapshot.state;
+    const auto world = static_cast<std::uint64_t>(std::max(s.worldSize, 1));
+    StringTable t;
+    const std::uint32_t producer = t.intern(snapshot.meta.producer);
+    const std::uint32_t endpoint = t.intern(snapshot.meta.endpoint);
+    const std::uint32_t model = t.intern(s.modelName);
+    const std::uint32_t backend = t.intern(s.backend);
+    const std::uint32_t dialect = t.intern(s.fixDialect);
+
+    const std::size_t nModules = s.modules.size();
+    std::vector<std::uint32_t> modPath(nModules), modType(nModules), modParent(nModules);
+    for (std::size_t i = 0; i < nModules; ++i) {
+        modPath[i] = t.add(s.modules[i].path);
+        modType[i] = t.intern(s.modules[i].type);
+        modParent[i] = s.modules[i].parent;
+    }
+    const std::size_t nParams = s.params.size();
+    std::vector<std::uint32_t> paramName(nParams), paramReplaces(nParams);
+    Counts c;
+    for (std::size_t i = 0; i < nParams; ++i) {
+        const ParamRecord &p = s.params[i];
+        paramName[i] = t.add(p.name);
+        paramReplaces[i] = p.replaces.empty() ? kNone : t.intern(p.replaces);
+        c.dims += std::min<std::size_t>(p.shape.size(), 255);
+        c.externals += p.externals.size();
+        c.active += p.activeModules.size();
+    }
+    // A violation names its parameter as the JSON does: the listed parameter's name, else
+    // the name the engine kept for a removed one, else none.
+    std::unordered_map<ParamId, const ParamRecord *> paramById;
+    if (!s.violations.empty())
+        for (const ParamRecord &p : s.params)
+            paramById[p.id] = &p;
+    const std::size_t nViolations = s.violations.size();
+    std::vector<std::uint32_t> vParamName(nViolations), vFix(nViolations), vMessage(nViolations);
+    for (std::size_t i = 0; i < nViolations; ++i) {
+        const ViolationRecord &v = s.violations[i];
+        const auto p = paramById.find(v.param);
+        const std::string &name = p != paramById.end() ? p->second->name : v.paramName;
+        vParamName[i] = p == paramById.end() && name.empty() ? kNone : t.intern(name);
+        vFix[i] = t.intern(v.fix);
+        vMessage[i] = t.intern(v.message);
+    }
+
+    c.strings = t.lengths().size();
+    c.stringBytes = t.bytes().size();
+    c.world = world;
+    c.localRanks = s.localRanks.size();
+    c.modules = nModules;
+    c.params = nParams;
+    c.violations = nViolations;
+    c.events = snapshot.events.size();
+    std::string out(payloadSize(c), '\0');
+    Out o(out.data());
+
+    o.put(kBinaryStateMagic);
+    o.put(kBinaryStateLayout);
+    o.put(std::uint16_t(0));
+    for (std::uint64_t n : {c.strings, c.stringBytes, c.world, c.localRanks, c.modules, c.params,
+                            c.dims, c.externals, c.active, c.violations, c.events})
+        o.put(static_cast<std::uint32_t>(n));
+    o.put(s.step);
+    o.put(snapshot.droppedEvents);
+    o.put(static_cast<std::int64_t>(snapshot.meta.pid));
+    o.put(snapshot.meta.createdUnixMs);
+    o.put(static_cast<std::int64_t>(s.config.persistenceThreshold));
+    o.put(static_cast<std::int64_t>(s.config.prefetchBucketSize));
+    o.put(static_cast<std::int64_t>(s.config.maxLiveParameters));
+    o.put(static_cast<std::uint8_t>(s.config.guard));
+    o.put(std::uint8_t(0));
+    o.put(std::uint16_t(0));
+    for (std::uint32_t idx : {producer, endpoint, model, backend, dialect})
+        o.put(idx);
+
+    o.column(t.lengths());
+    o.bytes(t.bytes().data(), t.bytes().size());
+    for (int r : s.localRanks)
+        o.put(static_cast<std::uint32_t>(r));
+    o.column(modPath);
+    o.column(modType);
+    o.column(modParent);
+
+    auto paramColumn = [&](auto field) {
+        for (const ParamRecord &p : s.params)
+            o.put(field(p));
+    };
+    paramColumn([](const ParamRecord &p) { return std::uint32_t(p.id); });
+    o.column(paramName);
+    paramColumn([](const ParamRecord &p) { return std::uint32_t(p.owner); });
+    paramColumn([](const ParamRecord &p) { return static_cast<std::uint8_t>(p.dtype); });
+    paramColumn([](const ParamRecord &p) {
+        return static_cast<std::uint8_t>((p.persistent ? kPersistent : 0) |
+                                         (p.partitioned ? kPartitioned : 0) | (p.late ? kLate : 0));
+    });
+    paramColumn([](const ParamRecord &p) {
+        return static_cast<std::uint8_t>(std::min<std::size_t>(p.shape.size(), 255));
+    });
+    paramColumn([](const ParamRecord &p) { return std::int64_t(p.numel); });
+    paramColumn([](const ParamRecord &p) { return std::int64_t(p.paddedNumel); });
+    paramColumn([](const ParamRecord &p) { return std::int64_t(p.partitionNumel); });
+    for (const ParamRecord &p : s.params)
+        for (std::size_t k = 0; k < std::min<std::size_t>(p.shape.size(), 255); ++k)
+            o.put(std::int64_t(p.shape[k]));
+    // Statuses: 2 bits per rank, rank r in bits 2(r%4) of byte r/4 of the parameter's row;
+    // the row was zeroed with the buffer.
+    const std::size_t row = statusRowBytes(world);
+    for (const ParamRecord &p : s.params) {
+        std::uint8_t *bytes = o.skip(row);
+        const std::size_t ranks = std::min<std::size_t>(p.status.size(), world);
+        std::size_t r = 0;
+        for (; r + 4 <= ranks; r += 4)
+            bytes[r / 4] = static_cast<std::uint8_t>(
+                statusCode(p.status[r]) | statusCode(p.status[r + 1]) << 2 |
+                statusCode(p.status[r + 2]) << 4 | statusCode(p.status[r + 3]) << 6);
+        for (; r < ranks; ++r)
+            bytes[r / 4] |= static_cast<std::uint8_t>(statusCode(p.status[r]) << (2 * (r % 4)));
+    }
+    paramColumn([](const ParamRecord &p) { return static_cast<std::uint32_t>(p.externals.size()); });
+    for (const ParamRecord &p : s.params)
+        for (const ExternalRecord &e : p.externals)
+            o.put(std::uint32_t(e.module));
+    for (const ParamRecord &p : s.params)
+        for (const ExternalRecord &e : p.externals)
+            o.put(static_cast<std::uint8_t>(e.automatic ? 1 : 0));
+    paramColumn(
+        [](const ParamRecord &p) { return static_cast<std::uint32_t>(p.activeModules.size()); });
+    for (const ParamRecord &p : s.params)
+        for (ModuleId m : p.activeModules)
+            o.put(std::uint32_t(m));
+    paramColumn([](const ParamRecord &p) { return std::uint64_t(p.gatherCount); });
+    paramColumn([](const ParamRecord &p) { return std::uint64_t(p.gatherBytes); });
+    paramColumn([](const ParamRecord &p) { return std::uint64_t(p.gatherNs); });
+    paramColumn([](const ParamRecord &p) { return std::uint64_t(p.lastGatherTsNs); });
+    o.column(paramReplaces);
+
+    auto violationColumn = [&](auto field) {
+        for (const ViolationRecord &v : s.violations)
+            o.put(field(v));
+    };
+    violationColumn([](const ViolationRecord &v) { return static_cast<std::uint8_t>(v.kind); });
+    violationColumn([](const ViolationRecord &v) { return static_cast<std::uint8_t>(v.status); });
+    violationColumn([](const ViolationRecord &v) { return static_cast<std::uint8_t>(v.action); });
+    violationColumn([](const ViolationRecord &v) { return std::uint32_t(v.step); });
+    violationColumn([](const ViolationRecord &v) { return std::uint32_t(v.lastStep); });
+    violationColumn([](const ViolationRecord &v) { return static_cast<std::uint32_t>(v.rank); });
+    violationColumn([](const ViolationRecord &v) { return std::uint32_t(v.accessor); });
+    violationColumn([](const ViolationRecord &v) { return std::uint32_t(v.param); });
+    o.column(vParamName);
+    violationColumn([](const ViolationRecord &v) { return std::uint32_t(v.owner); });
+    violationColumn([](const ViolationRecord &v) { return std::uint64_t(v.count); });
+    violationColumn([](const ViolationRecord &v) { return std::uint64_t(v.tsNs); });
+    o.column(vFix);
+    o.column(vMessage);
+    o.column(snapshot.events);
+    return out;
+}
+
+namespace {
+
+[[noreturn]] void failAt(const std::string &where, const std::string &what)
+{
+    detail::failAt(where, what);
+}
+
+std::string at(std::string_view part, std::uint64_t i)
+{
+    return std::string(part) + "[" + std::to_string(i) + "]";
+}
+
+// One fixed-width column of the payload: n values of T from `data`.
+template <class T> class Column
+{
+  public:
+    Column() = default;
+    Column(const char *data) : m_data(data) {}
+    T operator[](std::uint64_t i) const
+    {
+        T v;
+        std::memcpy(&v, m_data + i * sizeof(T), sizeof(T));
+        return v;
+    }
+
+  private:
+    const char *m_data = nullptr;
+};
+
+// Splits the rest of the payload into its parts, in order; payloadSize() made sure they fit.
+class Parts
+{
+  public:
+    explicit Parts(const char *first) : m_at(first) {}
+    const char *take(std::uint64_t bytes)
+    {
+        const char *p = m_at;
+        m_at += bytes;
+        return p;
+    }
+    template <class T> Column<T> column(std::uint64_t n) { return Column<T>(take(n * sizeof(T))); }
+    template <class T> T next() { return Column<T>(take(sizeof(T)))[0]; }
+
+  private:
+    const char *m_at;
+};
+
+// The table's strings, and a bound on the bytes the records copy out of it: a string may be
+// referred to many times, so a small payload could otherwise ask for gigabytes.
+class Strings
+{
+  public:
+    Strings(Column<std::uint32_t> lengths, const char *bytes, const Counts &c, std::size_t payload)
+        : m_budget(16 * static_cast<std::uint64_t>(payload) + (1u << 20))
+    {
+        m_views.reserve(c.strings);
+        std::uint64_t offset = 0;
+        for (std::uint64_t i = 0; i < c.strings; ++i) {
+            const std::uint64_t n = lengths[i];
+            if (n > c.stringBytes - offset)
+                failAt(at("strings", i), "its length " + std::to_string(n) +
+                                             " runs past the string bytes (" +
+                                             std::to_string(c.stringBytes) + " in all)");
+            m_views.emplace_back(bytes + offset, n);
+            offset += n;
+        }
+        if (offset != c.stringBytes)
+            failAt("strings", "the lengths add up to " + std::to_string(offset) +
+                                  " bytes, the header says " + std::to_string(c.stringBytes));
+        // Valid as a whole, and no string starting inside a character: then each one is valid.
+        bool valid = simdjson::validate_utf8(bytes, c.stringBytes);
+        for (std::uint64_t i = 0; valid && i < m_views.size(); ++i)
+            valid = m_views[i].empty() || (static_cast<unsigned char>(m_views[i][0]) & 0xC0) != 0x80;
+        if (!valid)
+            for (std::uint64_t i = 0; i < m_views.size(); ++i)
+                if (!simdjson::validate_utf8(m_views[i].data(), m_views[i].size()))
+                    failAt(at("strings", i), "is not valid UTF-8");
+    }
+
+    std::string get(std::uint32_t index, const std::string &where)
+    {
+        if (index >= m_views.size())
+            failAt(where, "string " + std::to_string(index) + " is not in the table of " +
+                              std::to_string(m_views.size()));
+        const std::string_view s = m_views[index];
+        if (s.size() > m_budget)
+            failAt(where, "the strings the records refer to add up to more than 16 times the "
+                          "payload's size");
+        m_budget -= s.size();
+        return std::string(s);
+    }
+    std::string getOrEmpty(std::uint32_t index, const std::string &where)
+    {
+        return index == kNone ? std::string() : get(index, where);
+    }
+
+  private:
+    std::vector<std::string_view> m_views;
+    std::uint64_t m_budget;
+};
+
+// Byte b of a status row as four ranks' statuses (low bits first); a code 3 marks it invalid.
+struct StatusByte
+{
+    std::array<ParamStatus, 4> status;
+    bool valid;
+};
+constexpr std::array<StatusByte, 256> makeStatusTable()
+{
+    std::array<StatusByte, 256> t{};
+    for (unsigned b = 0; b < 256; ++b) {
+        t[b].valid = true;
+        for (unsigned k = 0; k < 4; ++k) {
+            const unsigned code = (b >> (2 * k)) & 3;
+            if (code == 3) t[b].valid = false;
+            t[b].status[k] = static_cast<ParamStatus>(code == 3 ? 0 : code);
+        }
+    }
+    return t;
+}
+constexpr std::array<StatusByte, 256> kStatusTable = makeStatusTable();
+
+void readStatusRow(const std::uint8_t *row, std::uint64_t world, std::vector<ParamStatus> &out,
+                   const std::string &where)
+{
+    out.resize(world);
+    const std::uint64_t bytes = statusRowBytes(world);
+    for (std::uint64_t k = 0; k < bytes; ++k) {
+        const StatusByte &b = kStatusTable[row[k]];
+        const std::uint64_t ranks = std::min<std::uint64_t>(4, world - 4 * k);
+        if (!b.valid || (ranks < 4 && (row[k] >> (2 * ranks)) != 0)) {
+            for (std::uint64_t j = 0; j < 4; ++j) {
+                const unsigned code = (row[k] >> (2 * j)) & 3;
+                if (j >= ranks && code != 0)
+                    failAt(where, "the unused bits after rank " + std::to_string(world - 1) +
+                                      " are not zero");
+                if (code == 3)
+                    failAt(where, "rank " + std::to_string(4 * k + j) +
+                                      " has status code 3 (expected 0 NOT_AVAILABLE, "
+                                      "1 INFLIGHT or 2 AVAILABLE)");
+            }
+        }
+        std::memcpy(out.data() + 4 * k, b.status.data(), ranks);
+    }
+}
+
+// A module reference: kNone or a listed module.
+ModuleId moduleRef(std::uint32_t id, std::uint64_t modules, const std::string &where)
+{
+    if (id != kNone && id >= modules)
+        failAt(where, "module id " + std::to_string(id) + " does not exist (" +
+                          std::to_string(modules) + " modules)");
+    return id;
+}
+
+template <class E> E enumValue(std::uint8_t v, unsigned count, const std::string &where)
+{
+    if (v >= count)
+        failAt(where, "value " + std::to_string(v) + " is outside 0 to " + std::to_string(count - 1));
+    return static_cast<E>(v);
+}
+
+Snapshot decodeBinary(std::string_view payload)
+{
+    if (payload.size() < kBinaryStateHeaderSize)
+        failAt("header", "the payload is " + std::to_string(payload.size()) +
+                             " bytes, shorter than the " +
+                             std::to_string(kBinaryStateHeaderSize) + "-byte header");
+    Parts header(payload.data());
+    if (header.next<std::uint32_t>() != kBinaryStateMagic)
+        failAt("header", "does not start with \"SSTB\"");
+    const auto layout = header.next<std::uint16_t>();
+    if (layout != kBinaryStateLayout)
+        failAt("header", "layout " + std::to_string(layout) +
+                             " is not supported; this build reads layout " +
+                             std::to_string(kBinaryStateLayout));
+    if (header.next<std::uint16_t>() != 0) failAt("header", "reserved bytes 6-7 are not 0");
+    const auto counts = header.column<std::uint32_t>(11);
+    Counts c;
+    c.strings = counts[0];
+    c.stringBytes = counts[1];
+    c.world = counts[2];
+    c.localRanks = counts[3];
+    c.modules = counts[4];
+    c.params = counts[5];
+    c.dims = counts[6];
+    c.externals = counts[7];
+    c.active = counts[8];
+    c.violations = counts[9];
+    c.events = counts[10];
+    if (c.world < 1 || c.world > kMaxWorld)
+        failAt("header.world_size", std::to_string(c.world) + " is outside 1 to 65536");
+    const std::uint64_t expected = payloadSize(c);
+    if (expected != payload.size())
+        failAt("header", "the payload is " + std::to_string(payload.size()) +
+                             " bytes but its counts make " + std::to_string(expected) +
+                             "; it was truncated or corrupted");
+
+    Snapshot s;
+    EngineState &st = s.state;
+    st.worldSize = static_cast<int>(c.world);
+    st.step = header.next<std::uint32_t>();
+    s.droppedEvents = header.next<std::uint64_t>();
+    s.meta.pid = header.next<std::int64_t>();
+    s.meta.createdUnixMs = header.next<std::uint64_t>();
+    st.config.persistenceThreshold = header.next<std::int64_t>();
+    st.config.prefetchBucketSize = header.next<std::int64_t>();
+    st.config.maxLiveParameters = header.next<std::int64_t>();
+    st.config.guard = enumValue<GuardPolicy>(header.next<std::uint8_t>(), 3, "header.guard");
+    if (header.next<std::uint8_t>() != 0 || header.next<std::uint16_t>() != 0)
+        failAt("header", "reserved bytes 105-107 are not 0");
+    const auto metaStrings = header.column<std::uint32_t>(5);
+
+    Parts parts(payload.data() + kBinaryStateHeaderSize);
+    const auto lengths = parts.column<std::uint32_t>(c.strings);
+    const char *stringBytes = parts.take(c.stringBytes);
+    Strings strings(lengths, stringBytes, c, payload.size());
+    s.meta.producer = strings.get(metaStrings[0], "header.producer");
+    s.meta.endpoint = strings.get(metaStrings[1], "header.endpoint");
+    st.modelName = strings.get(metaStrings[2], "header.model");
+    st.backend = strings.get(metaStrings[3], "header.backend");
+    st.fixDialect = strings.get(metaStrings[4], "header.fix_dialect");
+    FixDialect known;
+    if (!parseFixDialect(st.fixDialect, known))
+        failAt("header.fix_dialect", "\"" + st.fixDialect + "\" is not \"shardscope\" or \"deepspeed\"");
+
+    const auto localRanks = parts.column<std::uint32_t>(c.localRanks);
+    st.localRanks.reserve(c.localRanks);
+    for (std::uint64_t i = 0; i < c.localRanks; ++i) {
+        if (localRanks[i] >= c.world)
+            failAt(at("local_ranks", i), std::to_string(localRanks[i]) + " is not a rank of a world of " +
+                                             std::to_string(c.world));
+        st.localRanks.push_back(static_cast<int>(localRanks[i]));
+    }
+
+    const auto modPath = parts.column<std::uint32_t>(c.modules);
+    const auto modType = parts.column<std::uint32_t>(c.modules);
+    const auto modParent = parts.column<std::uint32_t>(c.modules);
+    st.modules.resize(c.modules);
+    for (std::uint64_t i = 0; i < c.modules; ++i) {
+        ModuleRecord &m = st.modules[i];
+        m.id = static_cast<ModuleId>(i);
+        m.path = strings.get(modPath[i], at("modules", i) + ".path");
+        m.type = strings.get(modType[i], at("modules", i) + ".type");
+        m.parent = modParent[i];
+        if (m.parent != kNone && m.parent >= i)
+            failAt(at("modules", i) + ".parent", "a parent must come before its children");
+    }
+
+    const std::uint64_t P = c.params;
+    const auto pId = parts.column<std::uint32_t>(P);
+    const auto pName = parts.column<std::uint32_t>(P);
+    const auto pModule = parts.column<std::uint32_t>(P);
+    const auto pDtype = parts.column<std::uint8_t>(P);
+    const auto pFlags = parts.column<std::uint8_t>(P);
+    const auto pDims = parts.column<std::uint8_t>(P);
+    const auto pNumel = parts.column<std::int64_t>(P);
+    const auto pPadded = parts.column<std::int64_t>(P);
+    const auto pPartition = parts.column<std::int64_t>(P);
+    const auto dims = parts.column<std::int64_t>(c.dims);
+    const std::uint64_t row = statusRowBytes(c.world);
+    const auto *statusRows = reinterpret_cast<const std::uint8_t *>(parts.take(P * row));
+    const auto pExtCount = parts.column<std::uint32_t>(P);
+    const auto extModule = parts.column<std::uint32_t>(c.externals);
+    const auto extAuto = parts.column<std::uint8_t>(c.externals);
+    const auto pActiveCount = parts.column<std::uint32_t>(P);
+    const auto activeModule = parts.column<std::uint32_t>(c.active);
+    const auto pGatherCount = parts.column<std::uint64_t>(P);
+    const auto pGatherBytes = parts.column<std::uint64_t>(P);
+    const auto pGatherNs = parts.column<std::uint64_t>(P);
+    const auto pLastGather = parts.column<std::uint64_t>(P);
+    const auto pReplaces = parts.column<std::uint32_t>(P);
+
+    // A module appears at most once in each of a parameter's lists: the lists never outgrow
+    // the model. Marks are per (parameter, list), so checking stays linear.
+    std::vector<std::uint64_t> seen(c.externals + c.active > 0 ? c.modules : 0, ~std::uint64_t(0));
+    auto moduleList = [&](std::uint64_t list, Column<std::uint32_t> col, std::uint64_t &next,
+                          std::uint64_t total, std::uint32_t n, const std::string &where,
+                          auto &&emit) {
+        if (n > total - next)
+            failAt(where, std::to_string(n) + " entries run past the " + std::to_string(total) +
+                              " the header counts");
+        for (std::uint32_t k = 0; k < n; ++k, ++next) {
+            const ModuleId m = col[next];
+            if (m >= c.modules)
+                failAt(at(where, k), "module id " + std::to_string(m) + " does not exist (" +
+                                         std::to_string(c.modules) + " modules)");
+            if (seen[m] == list) failAt(at(where, k), "module " + std::to_string(m) + " is listed twice");
+            seen[m] = list;
+            emit(m, next);
+        }
+    };
+    std::uint64_t dimAt = 0, extAt = 0, activeAt = 0;
+    st.params.resize(P);
+    for (std::uint64_t i = 0; i < P; ++i) {
+        ParamRecord &p = st.params[i];
+        const std::string w = at("params", i);
+        p.id = pId[i];
+        if (p.id == kNone) failAt(w + ".id", "4294967295 is not a parameter id");
+        p.name = strings.get(pName[i], w + ".name");
+        p.owner = moduleRef(pModule[i], c.modules, w + ".module_id");
+        p.dtype = enumValue<DType>(pDtype[i], 2, w + ".dtype");
+        const std::uint8_t flags = pFlags[i];
+        if (flags & ~(kPersistent | kPartitioned | kLate))
+            failAt(w + ".flags", "unknown bits in " + std::to_string(flags));
+        p.persistent = flags & kPersistent;
+        p.partitioned = flags & kPartitioned;
+        p.late = flags & kLate;
+        const unsigned ndims = pDims[i];
+        if (ndims > kMaxDims) failAt(w + ".shape", "more than 16 dimensions");
+        if (ndims > c.dims - dimAt)
+            failAt(w + ".shape", "the dimensions run past the " + std::to_string(c.dims) +
+                                     " the header counts");
+        p.shape.resize(ndims);
+        for (unsigned k = 0; k < ndims; ++k, ++dimAt) {
+            p.shape[k] = dims[dimAt];
+            if (p.shape[k] < 0) failAt(at(w + ".shape", k), "negative dimension");
+        }
+        p.numel = pNumel[i];
+        p.paddedNumel = pPadded[i];
+        p.partitionNumel = pPartition[i];
+        if (p.numel < 0 || p.paddedNumel < 0 || p.partitionNumel < 0)
+            failAt(w, "numel, padded_numel and partition_numel must not be negative");
+        readStatusRow(statusRows + i * row, c.world, p.status, w + ".status");
+        const std::uint64_t list = 2 * i;
+        const std::uint32_t nExt = pExtCount[i];
+        p.externals.reserve(std::min<std::uint64_t>(nExt, c.externals - extAt));
+        moduleList(list, extModule, extAt, c.externals, nExt, w + ".external_modules",
+                   [&](ModuleId m, std::uint64_t k) {
+                       const std::uint8_t a = extAuto[k];
+                       if (a > 1)
+                           failAt(w + ".external_auto", "value " + std::to_string(a) +
+                                                            " is not 0 or 1");
+                       p.externals.push_back(ExternalRecord{m, a == 1});
+                   });
+        const std::uint32_t nActive = pActiveCount[i];
+        p.activeModules.reserve(std::min<std::uint64_t>(nActive, c.active - activeAt));
+        moduleList(list + 1, activeModule, activeAt, c.active, nActive, w + ".active_modules",
+                   [&](ModuleId m, std::uint64_t) { p.activeModules.push_back(m); });
+        p.gatherCount = pGatherCount[i];
+        p.gatherBytes = pGatherBytes[i];
+        p.gatherNs = pGatherNs[i];
+        p.lastGatherTsNs = pLastGather[i];
+        p.replaces = strings.getOrEmpty(pReplaces[i], w + ".replaces");
+    }
+    if (dimAt != c.dims || extAt != c.externals || activeAt != c.active)
+        failAt("params", "the parameters use " + std::to_string(dimAt) + " dimensions, " +
+                             std::to_string(extAt) + " externals and " + std::to_string(activeAt) +
+                             " active modules; the header counts " + std::to_string(c.dims) + ", " +
+                             std::to_string(c.externals) + " and " + std::to_string(c.active));
+
+    const std::uint64_t V = c.violations;
+    const auto vKind = parts.column<std::uint8_t>(V);
+    const auto vStatus = parts.column<std::uint8_t>(V);
+    const auto vAction = parts.column<std::uint8_t>(V);
+    const auto vStep = parts.column<std::uint32_t>(V);
+    const auto vLastStep = parts.column<std::uint32_t>(V);
+    const auto vRank = parts.column<std::uint32_t>(V);
+    const auto vAccessor = parts.column<std::uint32_t>(V);
+    const auto vParam = parts.column<std::uint32_t>(V);
+    const auto vParamName = parts.column<std::uint32_t>(V);
+    const auto vOwner = parts.column<std::uint32_t>(V);
+    const auto vCount = parts.column<std::uint64_t>(V);
+    const auto vTs = parts.column<std::uint64_t>(V);
+    const auto vFix = parts.column<std::uint32_t>(V);
+    const auto vMessage = parts.column<std::uint32_t>(V);
+    st.violations.resize(V);
+    for (std::uint64_t i = 0; i < V; ++i) {
+        ViolationRecord &v = st.violations[i];
+        const std::string w = at("violations", i);
+        v.kind = enumValue<ViolationKind>(vKind[i], 4, w + ".kind");
+        v.status = enumValue<ParamStatus>(vStatus[i], 3, w + ".status");
+        v.action = enumValue<GuardAction>(vAction[i], 4, w + ".action");
+        v.step = vStep[i];
+        v.lastStep = vLastStep[i];
+        if (vRank[i] > kMaxRank) failAt(w + ".rank", std::to_string(vRank[i]) + " is above 65535");
+        v.rank = static_cast<int>(vRank[i]);
+        v.accessor = moduleRef(vAccessor[i], c.modules, w + ".accessor_id");
+        v.param = vParam[i];
+        v.paramName = strings.getOrEmpty(vParamName[i], w + ".param");
+        v.owner = moduleRef(vOwner[i], c.modules, w + ".owner_id");
+        v.count = vCount[i];
+        v.tsNs = vTs[i];
+        v.fix = strings.get(vFix[i], w + ".fix");
+        v.message = strings.get(vMessage[i], w + ".message");
+    }
+
+    const char *events = parts.take(c.events * sizeof(Event));
+    s.events.resize(c.events);
+    if (c.events) std::memcpy(s.events.data(), events, c.events * sizeof(Event));
+    for (std::uint64_t i = 0; i < c.events; ++i)
+        if (!isKnownEventType(static_cast<std::uint8_t>(s.events[i].type)))
+            failAt(at("events", i), "unknown event type " +
+                                        std::to_string(static_cast<unsigned>(s.events[i].type)));
+    return s;
+}
+
+} // namespace
+
+Result<Snapshot> decodeBinaryState(std::string_view payload)
+{
+    return detail::guarded<Snapshot>("not a valid binary State",
+                                     [&] { return decodeBinary(payload); });
+}
+
+Result<Snapshot> decodeStateFrame(const Frame &frame)
+{
+    switch (frame.type) {
+    case MessageType::State: return decodeSnapshot(frame.payload);
+    case MessageType::StateBinary: return decodeBinaryState(frame.payload);
+    default:
+        return fail("a " + std::string(messageTypeName(frame.type)) + " frame is not a state");
+    }
+}
+
+} // namespace shardscope::wire

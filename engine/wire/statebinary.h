@@ -1,0 +1,33 @@
+#pragma once
+// The binary State (message type 12, docs/protocol.md "StateBinary"): the same Snapshot the
+// JSON State carries, as little-endian columns behind one string table, for clients that
+// list the capability "state_binary" in their Hello. A 100,000-parameter, 64-rank state is
+// a fifth of its JSON size and encodes and decodes in a fraction of the time.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "wire/frame.h"
+#include "wire/result.h"
+#include "wire/snapshot.h"
+
+namespace shardscope::wire {
+
+// The payload's first four bytes, "SSTB", read as a little-endian u32.
+inline constexpr std::uint32_t kBinaryStateMagic = 0x42545353u;
+// The layout of the payload; a decoder refuses any other.
+inline constexpr std::uint16_t kBinaryStateLayout = 1;
+inline constexpr std::size_t kBinaryStateHeaderSize = 128;
+
+// Encodes everything a Snapshot holds. Names that are not valid UTF-8 get U+FFFD for each
+// invalid byte, as in the JSON, so both decode to the same Snapshot.
+std::string encodeBinaryState(const Snapshot &snapshot);
+// Checks the magic, the layout, that the payload's size is exactly what its counts say, and
+// every value and reference the JSON decoder checks; an error says which field was wrong.
+Result<Snapshot> decodeBinaryState(std::string_view payload);
+
+// The State of either message type: State (JSON) or StateBinary. Any other frame is an error.
+Result<Snapshot> decodeStateFrame(const Frame &frame);
+
+} // namespace shardscope::wire

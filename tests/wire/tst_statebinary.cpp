@@ -1,0 +1,374 @@
+// The binary State (docs/protocol.md, "StateBinary"): it carries exactly what the JSON State
+// carries, for a synthetic snapshot that uses every field and for a real engine caught in
+// the middle of a step, and it refuses truncated and corrupt payloads with a clear reason.
+
+#include <QtTest>
+
+#include <barrier>
+#include <cstring>
+#include <random>
+
+#include "comm/cpucommunicator.h"
+#include "core/engine.h"
+#include "samplesnapshot.h"
+#include "snapshotcompare.h"
+#include "wire/clientstate.h"
+#include "wire/statebinary.h"
+
+using namespace shardscope;
+using namespace shardscope::wire;
+
+namespace {
+
+// A payload with one field overwritten at a byte offset.
+template <class T> std::string patched(std::string bytes, std::size_t offset, T value)
+{
+    std::memcpy(bytes.data() + offset, &value, sizeof value);
+    return bytes;
+}
+
+template <class T> T readAt(const std::string &bytes, std::size_t offset)
+{
+    T v;
+    std::memcpy(&v, bytes.data() + offset, sizeof v);
+    return v;
+}
+
+void expectError(const std::string &payload, const std::string &needle)
+{
+    auto r = decodeBinaryState(payload);
+    QVERIFY2(!r.ok(), "a bad payload was accepted");
+    QVERIFY2(r.error().find(needle) != std::string::npos, r.error().c_str());
+    QVERIFY2(r.error().starts_with("not a valid binary State: "), r.error().c_str());
+}
+
+// The header's counts, at their documented offsets.
+enum Count { kStrings, kStringBytes, kWorld, kLocalRanks, kModules, kParams, kDims, kExternals,
+             kActive, kViolations, kEvents };
+std::size_t countOffset(Count c)
+{
+    return 8 + 4 * static_cast<std::size_t>(c);
+}
+
+// Where each part starts, from the header's counts (docs/protocol.md, "StateBinary").
+struct Offsets
+{
+    std::size_t strings, stringBytes, localRanks, modules, params;
+    std::size_t paramDtype, paramFlags, statusRows, extModules, activeModules;
+};
+Offsets offsetsOf(const std::string &p)
+{
+    auto n = [&](Count c) { return std::size_t(readAt<std::uint32_t>(p, countOffset(c))); };
+    Offsets o{};
+    o.strings = 128;
+    o.stringBytes = o.strings + 4 * n(kStrings);
+    o.localRanks = o.stringBytes + n(kStringBytes);
+    o.modules = o.localRanks + 4 * n(kLocalRanks);
+    o.params = o.modules + 12 * n(kModules);
+    const std::size_t P = n(kParams);
+    o.paramDtype = o.params + 12 * P;
+    o.paramFlags = o.paramDtype + P;
+    o.statusRows = o.paramFlags + 2 * P + 24 * P + 8 * n(kDims);
+    o.extModules = o.statusRows + P * ((n(kWorld) + 3) / 4) + 4 * P;
+    o.activeModules = o.extModules + 5 * n(kExternals) + 4 * P;
+    return o;
+}
+
+// A model with a tied embedding read by lm_head (guard `auto`: registered automatically and
+// recorded), a manual registration, a weight_norm-style late parameter, and persistent ones.
+struct LiveEngine
+{
+    std::unique_ptr<Engine> engine;
+    ModuleId embed = 0, block = 0, lmHead = 0, conv = 0;
+    ParamId embedW = 0, blockW = 0, headB = 0, convW = 0, convG = 0;
+
+    explicit LiveEngine(int world)
+    {
+        EngineConfig cfg;
+        cfg.worldSize = world;
+        cfg.persistenceThreshold = 8;
+        cfg.guard = GuardPolicy::Auto;
+        cfg.modelName = "tied \xC3\xA9";
+        engine = std::make_unique<Engine>(cfg, makeCpuWorld(world));
+        Engine &e = *engine;
+        embed = e.addModule(e.root(), "embed", "Embedding");
+        block = e.addModule(e.root(), "block", "Linear");
+        lmHead = e.addModule(e.root(), "lm_head", "Linear");
+        conv = e.addModule(e.root(), "pos_conv", "Conv1d");
+        std::vector<float> init(64, 0.5f);
+        embedW = e.addParameter(embed, "weight", {6, 5}, DType::F32, init.data());
+        blockW = e.addParameter(block, "weight", {5, 5}, DType::BF16, nullptr);
+        headB = e.addParameter(lmHead, "bias", {6}, DType::F32, init.data());
+        convW = e.addParameter(conv, "weight", {4, 2, 3}, DType::F32, init.data());
+        e.partition();
+        e.registerExternalParameter(block, embedW);
+        convG = e.addParameter(conv, "weight_g", {1, 1, 3}, DType::F32, init.data());
+        e.addParameter(conv, "weight_v", {4, 2, 3}, DType::F32, init.data());
+        e.removeParameter(convW);
+    }
+
+    // One full step, then a second one in which every rank is inside `lm_head` (so parameters
+    // are AVAILABLE and have active modules) when fn runs on rank 0.
+    template <class F> void midStep(F fn)
+    {
+        Engine &e = *engine;
+        std::barrier sync(static_cast<std::ptrdiff_t>(e.worldSize()));
+        e.forEachLocalRank([&](int r) {
+            for (int step = 0; step < 2; ++step) {
+                e.beginStep(r);
+                {
+                    ModuleScope s(e, r, embed, Phase::Forward);
+                    (void)e.access(r, embedW);
+                }
+                {
+                    ModuleScope b(e, r, block, Phase::Forward);
+                    (void)e.access(r, embedW); // registered on block
+                    (void)e.access(r, blockW);
+                }
+                {
+                    ModuleScope h(e, r, lmHead, Phase::Forward);
+                    (void)e.access(r, embedW); // unregistered on lm_head: auto-registered
+                    (void)e.access(r, headB);
+                    if (step == 1) {
+                        sync.arrive_and_wait();
+                        if (r == 0) fn();
+                        sync.arrive_and_wait();
+                    }
+                }
+                e.endStep(r, 0.5);
+            }
+        });
+    }
+};
+
+} // namespace
+
+class TestStateBinary : public QObject
+{
+    Q_OBJECT
+  private slots:
+    void everyFieldOfTheSampleRoundTrips();
+    void binaryAndJsonDecodeAliveEngineAlike();
+    void invalidUtf8IsReplacedAsInTheJson();
+    void statesOfEitherTypeReachTheClientState();
+    void everyTruncationIsACleanError();
+    void corruptFieldsAreNamed();
+    void referencesCannotMultiplyTheMemory();
+    void randomDamageNeverCrashes();
+};
+
+void TestStateBinary::everyFieldOfTheSampleRoundTrips()
+{
+    Snapshot s = test::sampleSnapshot();
+    s.state.params[1].replaces = "conv.weight";
+    s.state.fixDialect = "deepspeed";
+    s.state.worldSize = 5; // a status row with unused bits
+    for (ParamRecord &p : s.state.params)
+        p.status = {ParamStatus::Available, ParamStatus::Inflight, ParamStatus::NotAvailable,
+                    ParamStatus::Available, ParamStatus::Inflight};
+    const std::string bytes = encodeBinaryState(s);
+    QCOMPARE(readAt<std::uint32_t>(bytes, 0), kBinaryStateMagic);
+    QCOMPARE(std::string(bytes.data(), 4), std::string("SSTB"));
+    auto back = decodeBinaryState(bytes);
+    QVERIFY2(back.ok(), back.error().c_str());
+    test::compareSnapshots(*back, s);
+    // The violation of the removed parameter keeps its name; the one with none has none.
+    QCOMPARE(back->state.violations[1].paramName, std::string("conv.weight"));
+    QCOMPARE(back->state.violations[2].paramName, std::string());
+
+    Snapshot empty;
+    auto e = decodeBinaryState(encodeBinaryState(empty));
+    QVERIFY2(e.ok(), e.error().c_str());
+    test::compareSnapshots(*e, empty);
+}
+
+void TestStateBinary::binaryAndJsonDecodeAliveEngineAlike()
+{
+    LiveEngine live(4);
+    Snapshot snap;
+    live.midStep([&] { snap.state = live.engine->state(); });
+    snap.meta.producer = "tst_statebinary";
+    snap.meta.pid = 31337;
+    snap.meta.createdUnixMs = unixTimeMs();
+    snap.meta.endpoint = "tcp:127.0.0.1:4000";
+    snap.droppedEvents = 3;
+    const EngineState &st = snap.state;
+    // What the comparison below must cover, or it proves little.
+    bool available = false, active = false, automatic = false, manual = false, replaces = false;
+    for (const ParamRecord &p : st.params) {
+        available = available || std::count(p.status.begin(), p.status.end(), ParamStatus::Available) > 0;
+        active = active || !p.activeModules.empty();
+        for (const ExternalRecord &x : p.externals)
+            (x.automatic ? automatic : manual) = true;
+        replaces = replaces || !p.replaces.empty();
+    }
+    QVERIFY(available);
+    QVERIFY(active);
+    QVERIFY(automatic);
+    QVERIFY(manual);
+    QVERIFY(replaces);
+    QVERIFY(st.violations.size() >= 4 + 2); // an access per rank, two late parameters
+    QVERIFY(st.step == 2);
+
+    const std::string json = encodeSnapshot(snap);
+    const std::string binary = encodeBinaryState(snap);
+    auto fromJson = decodeSnapshot(json);
+    auto fromBinary = decodeBinaryState(binary);
+    QVERIFY2(fromJson.ok(), fromJson.error().c_str());
+    QVERIFY2(fromBinary.ok(), fromBinary.error().c_str());
+    test::compareSnapshots(*fromBinary, *fromJson);
+    if (QTest::currentTestFailed()) return;
+    test::compareSnapshots(*fromBinary, snap);
+}
+
+void TestStateBinary::invalidUtf8IsReplacedAsInTheJson()
+{
+    Snapshot s = test::sampleSnapshot();
+    s.events.clear();
+    s.state.params[0].name = "embed.\xFF" "weight\xC3";
+    s.state.modules[2].type = "Lin\x80" "ear";
+    s.state.violations[0].message = "bad \xE2\x82 tail";
+    auto fromJson = decodeSnapshot(encodeSnapshot(s));
+    auto fromBinary = decodeBinaryState(encodeBinaryState(s));
+    QVERIFY2(fromJson.ok(), fromJson.error().c_str());
+    QVERIFY2(fromBinary.ok(), fromBinary.error().c_str());
+    QCOMPARE(fromBinary->state.params[0].name, std::string("embed.\xEF\xBF\xBD" "weight\xEF\xBF\xBD"));
+    test::compareSnapshots(*fromBinary, *fromJson);
+}
+
+void TestStateBinary::statesOfEitherTypeReachTheClientState()
+{
+    Snapshot s = test::sampleSnapshot();
+    s.events.clear();
+    ClientState a, b;
+    QVERIFY(a.apply(Frame{MessageType::State, encodeSnapshot(s)}).ok());
+    QVERIFY(b.apply(Frame{MessageType::StateBinary, encodeBinaryState(s)}).ok());
+    test::compareSnapshots(a.snapshot(), b.snapshot());
+    QCOMPARE(b.stateCount(), std::uint64_t(1));
+    // A binary payload in a JSON State frame, and the reverse, are errors that say so.
+    auto crossed = b.apply(Frame{MessageType::State, encodeBinaryState(s)});
+    QVERIFY(!crossed.ok());
+    QVERIFY2(crossed.error().starts_with("bad state from the engine: "), crossed.error().c_str());
+    auto reversed = decodeStateFrame(Frame{MessageType::StateBinary, encodeSnapshot(s)});
+    QVERIFY(!reversed.ok());
+    QVERIFY2(reversed.error().find("does not start with \"SSTB\"") != std::string::npos,
+             reversed.error().c_str());
+    auto other = decodeStateFrame(Frame{MessageType::EventBatch, {}});
+    QVERIFY(!other.ok());
+    QCOMPARE(other.error(), std::string("a event_batch frame is not a state"));
+    QCOMPARE(b.stateCount(), std::uint64_t(1)); // the failed ones changed nothing
+    QCOMPARE(b.snapshot().state.modelName, s.state.modelName);
+}
+
+void TestStateBinary::everyTruncationIsACleanError()
+{
+    const std::string bytes = encodeBinaryState(test::sampleSnapshot());
+    for (std::size_t n = 0; n < bytes.size(); ++n) {
+        auto r = decodeBinaryState(std::string_view(bytes).substr(0, n));
+        QVERIFY2(!r.ok(), qPrintable(QStringLiteral("accepted %1 of %2 bytes").arg(n).arg(bytes.size())));
+        const bool clear = r.error().find(n < 128 ? "shorter than the 128-byte header"
+                                                  : "it was truncated or corrupted") !=
+                           std::string::npos;
+        QVERIFY2(clear, r.error().c_str());
+    }
+    expectError(bytes + std::string(1, '\0'), "it was truncated or corrupted");
+}
+
+void TestStateBinary::corruptFieldsAreNamed()
+{
+    Snapshot s = test::sampleSnapshot();
+    s.events.resize(2);
+    const std::string good = encodeBinaryState(s);
+    QVERIFY(decodeBinaryState(good).ok());
+    const Offsets o = offsetsOf(good);
+
+    expectError(patched(good, 0, std::uint32_t(0x42545354)), "does not start with \"SSTB\"");
+    expectError(patched(good, 4, std::uint16_t(2)),
+                "layout 2 is not supported; this build reads layout 1");
+    expectError(patched(good, 6, std::uint16_t(1)), "reserved bytes 6-7 are not 0");
+    expectError(patched(good, countOffset(kWorld), std::uint32_t(0)), "world_size: 0 is outside 1 to 65536");
+    expectError(patched(good, countOffset(kWorld), std::uint32_t(65537)), "outside 1 to 65536");
+    // A count that claims more than was sent.
+    expectError(patched(good, countOffset(kParams), std::uint32_t(0xFFFFFFFF)),
+                "it was truncated or corrupted");
+    expectError(patched(good, 104, std::uint8_t(3)), "header.guard: value 3 is outside 0 to 2");
+    expectError(patched(good, 108, std::uint32_t(999)), "header.producer: string 999 is not in the table");
+    // The first string's length made longer than the bytes.
+    expectError(patched(good, o.strings, std::uint32_t(1u << 30)), "runs past the string bytes");
+    {
+        std::string bad = good; // an invalid UTF-8 byte inside a string
+        bad[o.stringBytes + 1] = static_cast<char>(0xFF);
+        expectError(bad, "is not valid UTF-8");
+    }
+    expectError(patched(good, o.localRanks, std::uint32_t(2)), "local_ranks[0]: 2 is not a rank");
+    // Module 1's parent: itself.
+    expectError(patched(good, o.modules + 8 * readAt<std::uint32_t>(good, countOffset(kModules)) + 4,
+                        std::uint32_t(1)),
+                "modules[1].parent: a parent must come before its children");
+    expectError(patched(good, o.params, std::uint32_t(0xFFFFFFFF)), "params[0].id: 4294967295");
+    expectError(patched(good, o.paramDtype, std::uint8_t(2)), "params[0].dtype: value 2");
+    expectError(patched(good, o.paramFlags, std::uint8_t(8)), "params[0].flags: unknown bits");
+    // Rank 1 of parameter 0 with the status code 3.
+    expectError(patched(good, o.statusRows, std::uint8_t(0x0E)), "params[0].status: rank 1 has status code 3");
+    expectError(patched(good, o.statusRows, std::uint8_t(0x16)),
+                "params[0].status: the unused bits after rank 1 are not zero");
+    expectError(patched(good, o.extModules, std::uint32_t(4)),
+                "params[0].external_modules[0]: module id 4 does not exist");
+    expectError(patched(good, o.extModules, std::uint32_t(3)),
+                "params[0].external_modules[1]: module 3 is listed twice");
+    expectError(patched(good, o.activeModules + 4, std::uint32_t(1)), "module 1 is listed twice");
+    // The last event's type.
+    expectError(patched(good, good.size() - 48 + 14, std::uint8_t(200)), "events[1]: unknown event type 200");
+    // The violations' counts: the first kind byte is right after the parameters' columns.
+    const std::size_t violations = good.size() - 2 * 48 - 55 * s.state.violations.size();
+    expectError(patched(good, violations, std::uint8_t(4)), "violations[0].kind: value 4");
+}
+
+void TestStateBinary::referencesCannotMultiplyTheMemory()
+{
+    // 4096 modules of one type of 64 KiB: the table holds it once (a 300 KB payload), the
+    // records would copy it 4096 times (256 MiB). Refused; the same with a sane name is fine.
+    Snapshot s;
+    s.state.modules.push_back({0, "", std::string(64 << 10, 'T'), kNoModule});
+    for (ModuleId i = 1; i < 4096; ++i)
+        s.state.modules.push_back({i, "m" + std::to_string(i), s.state.modules[0].type, 0});
+    const std::string bytes = encodeBinaryState(s);
+    QVERIFY(bytes.size() < (1u << 20));
+    expectError(bytes, "add up to more than 16 times the payload's size");
+    for (ModuleRecord &m : s.state.modules)
+        m.type = "Linear";
+    QVERIFY(decodeBinaryState(encodeBinaryState(s)).ok());
+}
+
+void TestStateBinary::randomDamageNeverCrashes()
+{
+    Snapshot s = test::sampleSnapshot();
+    const std::string good = encodeBinaryState(s);
+    std::mt19937_64 rng(16);
+    int rejected = 0, accepted = 0;
+    for (int i = 0; i < 20000; ++i) {
+        std::string bad = good;
+        for (int k = 0, n = 1 + static_cast<int>(rng() % 4); k < n; ++k)
+            bad[rng() % bad.size()] = static_cast<char>(rng());
+        auto r = decodeBinaryState(bad);
+        if (r.ok()) {
+            ++accepted;
+            // What is accepted is a state: it encodes again, and from then on decodes to itself
+            // (the first pass may name a violation's parameter after the listed one).
+            auto again = decodeBinaryState(encodeBinaryState(*r));
+            QVERIFY2(again.ok(), again.error().c_str());
+            auto third = decodeBinaryState(encodeBinaryState(*again));
+            QVERIFY2(third.ok(), third.error().c_str());
+            test::compareSnapshots(*third, *again);
+            if (QTest::currentTestFailed()) return;
+        } else {
+            ++rejected;
+        }
+    }
+    qInfo("%d damaged payloads rejected, %d accepted (changed counters and times)", rejected,
+          accepted);
+    QVERIFY(rejected > 5000);
+}
+
+QTEST_APPLESS_MAIN(TestStateBinary)
+#include "tst_statebinary.moc"
