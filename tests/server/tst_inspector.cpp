@@ -3,6 +3,7 @@
 #include <QTemporaryDir>
 #include <arpa/inet.h>
 #include <chrono>
+#include <map>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -169,6 +170,7 @@ class TestInspector : public QObject
     void initTestCase();
     void lateClientGetsStateHistoryAndLiveEvents();
     void severalClientsAtOnce();
+    void eachClientGetsTheStateFormatItAskedFor();
     void stalledClientNeverBlocksTrainingAndLearnsWhatItLost();
     void wrongTokenIsRefusedWithAClearMessage();
     void wrongProtocolVersionIsRefused();
@@ -293,6 +295,55 @@ void TestInspector::severalClientsAtOnce()
     QCOMPARE(sa.snapshot().events.size(), sb.snapshot().events.size());
     QVERIFY(sa.liveEvents() > 0);
     QCOMPARE(sa.goodbye().eventsOffered, sb.goodbye().eventsOffered);
+}
+
+// A client whose Hello lists "state_binary" (every C++ client's default) gets StateBinary
+// frames; one that does not (older clients, the Python client of protocol.md) gets JSON
+// State frames; both end with the same state.
+void TestInspector::eachClientGetsTheStateFormatItAskedFor()
+{
+    TiedRun run(2);
+    Inspector inspector(*run.engine, tcpOptions());
+    run.steps(1);
+    InspectorClient::Options older;
+    older.capabilities = {"state", "events", "history", "dropped"};
+    auto binary = InspectorClient::connect(inspector.endpoint(), {});
+    auto json = InspectorClient::connect(inspector.endpoint(), older);
+    QVERIFY2(binary.ok(), binary.error().c_str());
+    QVERIFY2(json.ok(), json.error().c_str());
+    const auto &caps = (*json)->welcome().capabilities;
+    QVERIFY(std::find(caps.begin(), caps.end(), "state_binary") != caps.end());
+    run.steps(2);
+    std::thread finisher([&] { inspector.finish(); });
+    std::map<InspectorClient *, std::map<wire::MessageType, int>> seen;
+    wire::ClientState sb, sj;
+    for (auto [client, state] : {std::pair{binary->get(), &sb}, std::pair{json->get(), &sj}}) {
+        while (!state->finished()) {
+            auto frame = client->next(30000);
+            QVERIFY2(frame.ok() && frame->has_value(), frame.ok() ? "no frame for 30 s" : frame.error().c_str());
+            ++seen[client][(*frame)->type];
+            const auto applied = state->apply(**frame);
+            QVERIFY2(applied.ok(), applied.error().c_str());
+        }
+    }
+    finisher.join();
+    QVERIFY(seen[binary->get()][wire::MessageType::StateBinary] >= 2); // on attach and at the end
+    QCOMPARE(seen[binary->get()][wire::MessageType::State], 0);
+    QVERIFY(seen[json->get()][wire::MessageType::State] >= 2);
+    QCOMPARE(seen[json->get()][wire::MessageType::StateBinary], 0);
+    const EngineState &a = sb.snapshot().state, &b = sj.snapshot().state;
+    QCOMPARE(a.step, std::uint32_t(3));
+    QCOMPARE(b.step, a.step);
+    QCOMPARE(b.params.size(), a.params.size());
+    for (std::size_t i = 0; i < a.params.size(); ++i) {
+        QCOMPARE(b.params[i].name, a.params[i].name);
+        QCOMPARE(b.params[i].status, a.params[i].status);
+        QCOMPARE(b.params[i].gatherCount, a.params[i].gatherCount);
+        QCOMPARE(b.params[i].externals.size(), a.params[i].externals.size());
+    }
+    QCOMPARE(b.violations.size(), a.violations.size());
+    QVERIFY(findUnregistered(a, "lm_head", "embed.weight") != nullptr);
+    QCOMPARE(sb.snapshot().events.size(), sj.snapshot().events.size());
 }
 
 void TestInspector::stalledClientNeverBlocksTrainingAndLearnsWhatItLost()

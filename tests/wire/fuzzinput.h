@@ -13,6 +13,7 @@
 #include "wire/frame.h"
 #include "wire/messages.h"
 #include "wire/snapshot.h"
+#include "wire/statebinary.h"
 
 namespace shardscope::test {
 
@@ -57,6 +58,10 @@ inline DecodeCounts decodeEverything(std::string_view data, std::uint32_t maxPay
             (void)wire::decodeHistoryBegin(f.payload);
             (void)wire::decodeClockRequest(f.payload);
             (void)wire::decodeClockReply(f.payload);
+            (void)wire::decodeStateFrame(f);
+            if (auto binary = wire::decodeBinaryState(f.payload);
+                binary && !wire::decodeBinaryState(wire::encodeBinaryState(*binary)))
+                __builtin_trap(); // an accepted binary State must encode to one that decodes
             auto events = wire::decodeEvents(f.payload);
             if (events && events->size() * sizeof(Event) != f.payload.size()) __builtin_trap();
         }
@@ -64,7 +69,7 @@ inline DecodeCounts decodeEverything(std::string_view data, std::uint32_t maxPay
     return counts;
 }
 
-// The JSON decoders, on the raw bytes; the snapshot also as a file's bytes, which may be
+// The JSON decoders and the binary State's, on the raw bytes; the snapshot also as a file's bytes, which may be
 // gzip'd (inflated to at most 16 MiB here, so a small input cannot exhaust the fuzzer).
 inline bool decodeJsonDocuments(std::string_view data)
 {
@@ -74,6 +79,7 @@ inline bool decodeJsonDocuments(std::string_view data)
         __builtin_trap(); // a plain file must decode as its text does
     (void)wire::decodeDiscovery(data);
     (void)wire::decodeHello(data);
+    (void)wire::decodeBinaryState(data);
     return snapshot;
 }
 

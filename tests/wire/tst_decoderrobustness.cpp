@@ -5,6 +5,7 @@
 
 #include "fuzzinput.h"
 #include "samplesnapshot.h"
+#include "wire/statebinary.h"
 
 using namespace shardscope;
 using namespace shardscope::wire;
@@ -20,6 +21,7 @@ std::string validStream()
     std::string s;
     appendFrame(s, MessageType::Welcome, encodeWelcome(Welcome{}));
     appendFrame(s, MessageType::State, encodeSnapshot(state));
+    appendFrame(s, MessageType::StateBinary, encodeBinaryState(state));
     appendFrame(s, MessageType::HistoryBegin, encodeHistoryBegin(events.size()));
     appendFrame(s, MessageType::EventBatch, encodeEvents(events));
     appendFrame(s, MessageType::HistoryEnd, "");
@@ -41,6 +43,7 @@ class TestDecoderRobustness : public QObject
     void validStreamDecodesCompletely();
     void hundredThousandMutatedFramesFailCleanly();
     void mutatedSnapshotJsonFailsCleanly();
+    void mutatedBinaryStatesFailCleanly();
 };
 
 void TestDecoderRobustness::initTestCase()
@@ -55,7 +58,7 @@ void TestDecoderRobustness::validStreamDecodesCompletely()
     const std::string s = validStream();
     for (std::size_t chunk : {std::size_t(1), std::size_t(7), std::size_t(48), s.size()}) {
         const auto c = test::decodeEverything(s, 1u << 20, chunk);
-        QCOMPARE(c.frames, std::size_t(10));
+        QCOMPARE(c.frames, std::size_t(11));
         QCOMPARE(c.streamErrors, std::size_t(0));
         QCOMPARE(
             c.payloadErrors,
@@ -72,7 +75,7 @@ void TestDecoderRobustness::hundredThousandMutatedFramesFailCleanly()
     auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
     while (frames + streamErrors < 100000) {
         std::string s;
-        switch (pick(7)) {
+        switch (pick(8)) {
         case 0: // random bytes, sometimes behind a valid header
             s.resize(pick(200));
             for (char &c : s)
@@ -103,6 +106,24 @@ void TestDecoderRobustness::hundredThousandMutatedFramesFailCleanly()
             } else {
                 s[kFrameHeaderSize + 48 * pick(events.size()) + 14] = static_cast<char>(rng());
             }
+            break;
+        }
+        case 7: { // a binary State damaged, truncated or with lying counts
+            Snapshot snap = test::sampleSnapshot();
+            std::string bin = encodeBinaryState(snap);
+            switch (pick(3)) {
+            case 0:
+                for (std::size_t k = 0, n = 1 + pick(6); k < n; ++k)
+                    bin[pick(bin.size())] = static_cast<char>(rng());
+                break;
+            case 1: bin.resize(pick(bin.size())); break;
+            default: { // a count (header bytes 8-51) set to anything
+                const auto v = static_cast<std::uint32_t>(pick(2) ? rng() : pick(64));
+                std::memcpy(bin.data() + 8 + 4 * pick(11), &v, 4);
+                break;
+            }
+            }
+            s = encodeFrame(MessageType::StateBinary, bin);
             break;
         }
         case 5: { // bad UTF-8 and bad JSON inside a state frame
@@ -154,6 +175,43 @@ void TestDecoderRobustness::mutatedSnapshotJsonFailsCleanly()
         if (!test::decodeJsonDocuments(s)) ++rejected;
     }
     QVERIFY(rejected > 2500);
+}
+
+// Every prefix, every single-byte change and random changes of a binary State: each is
+// decoded (through a frame and ClientState, as a client does) or refused, never a crash.
+void TestDecoderRobustness::mutatedBinaryStatesFailCleanly()
+{
+    std::mt19937_64 rng(12);
+    const std::string bin = encodeBinaryState(test::sampleSnapshot());
+    QVERIFY(decodeBinaryState(bin).ok());
+    std::size_t rejected = 0, inputs = 0;
+    auto feed = [&](const std::string &payload) {
+        ClientState state;
+        const bool ok = state.apply(Frame{MessageType::StateBinary, payload}).ok();
+        if (ok != decodeBinaryState(payload).ok()) QFAIL("ClientState and the decoder disagree");
+        if (!ok) {
+            ++rejected;
+            if (state.hasState()) QFAIL("a refused State changed the client's state");
+        }
+        ++inputs;
+    };
+    for (std::size_t n = 0; n < bin.size(); ++n)
+        feed(bin.substr(0, n));
+    QCOMPARE(rejected, bin.size()); // every truncation
+    for (std::size_t at = 0; at < bin.size(); ++at)
+        for (int x : {0x01, 0x80, 0xFF}) {
+            std::string s = bin;
+            s[at] = static_cast<char>(s[at] ^ x);
+            feed(s);
+        }
+    for (int i = 0; i < 20000; ++i) {
+        std::string s = bin;
+        for (int k = 0, n = 1 + static_cast<int>(rng() % 8); k < n; ++k)
+            s[rng() % s.size()] = static_cast<char>(rng());
+        feed(s);
+    }
+    qInfo("%zu binary States: %zu refused", inputs, rejected);
+    QVERIFY(rejected > inputs / 4);
 }
 
 QTEST_APPLESS_MAIN(TestDecoderRobustness)
