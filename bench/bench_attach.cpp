@@ -2,8 +2,9 @@
 // parameters, served by the Inspector on loopback TCP; the GUI's Connection + SessionStore
 // + ModuleTreeModel attach to it. Measured: time from attach() to the tree model populated
 // (the state decoded, stored and the tree rebuilt), then to every row revealed; the
-// snapshot's size; and the phases in-process (state, encode, decode, apply + rebuild) to
-// show what limits it. An attach that fails is reported with its reason. Prints Markdown.
+// State's size; and the phases in-process (state, encode, decode, apply + rebuild) to
+// show what limits it. The GUI asks for the binary State; the JSON one that clients without
+// the capability get is timed beside it. An attach that fails is reported with its reason. Prints Markdown.
 //
 // Usage: bench_attach [--reps N]   (run with QT_QPA_PLATFORM=offscreen)
 
@@ -26,6 +27,7 @@
 #include "session/sessionstore.h"
 #include "syntheticmodel.h"
 #include "wire/snapshot.h"
+#include "wire/statebinary.h"
 
 using namespace shardscope;
 using namespace shardscope::bench;
@@ -106,8 +108,9 @@ struct WorldResult
 {
     int world = 0;
     double buildSeconds = 0.0;
-    std::size_t snapshotBytes = 0;
+    std::size_t snapshotBytes = 0, jsonBytes = 0;
     std::vector<double> stateMs, encodeMs, decodeMs, applyMs, revealMs;
+    std::vector<double> jsonEncodeMs, jsonDecodeMs; // what a client without state_binary costs
     std::vector<double> populated, revealed;
     int rows = 0;
     std::string failure; // why the GUI could not attach, if it could not
@@ -141,14 +144,22 @@ WorldResult measureWorld(const SyntheticModel &model, int world, int reps)
         snap.state = engine.state();
         out.stateMs.push_back(secondsSince(t) * 1e3);
         t = Clock::now();
-        const std::string json = wire::encodeSnapshot(snap);
+        const std::string binary = wire::encodeBinaryState(snap);
         out.encodeMs.push_back(secondsSince(t) * 1e3);
-        out.snapshotBytes = json.size();
+        out.snapshotBytes = binary.size();
         t = Clock::now();
-        auto decoded = wire::decodeSnapshot(json);
+        auto decoded = wire::decodeBinaryState(binary);
         out.decodeMs.push_back(secondsSince(t) * 1e3);
         if (!decoded)
-            throw std::runtime_error("the snapshot does not decode: " + decoded.error());
+            throw std::runtime_error("the binary State does not decode: " + decoded.error());
+        t = Clock::now();
+        const std::string json = wire::encodeSnapshot(snap);
+        out.jsonEncodeMs.push_back(secondsSince(t) * 1e3);
+        out.jsonBytes = json.size();
+        t = Clock::now();
+        if (!wire::decodeSnapshot(json))
+            throw std::runtime_error("the JSON State does not decode");
+        out.jsonDecodeMs.push_back(secondsSince(t) * 1e3);
         SessionStore store;
         ModuleTreeModel tree(&store);
         t = Clock::now();
@@ -216,18 +227,25 @@ int main(int argc, char **argv)
     auto attachCell = [](const WorldResult &r, const std::vector<double> &v) {
         return r.failure.empty() ? format(stats(v), 0) : std::string("failed");
     };
-    row("snapshot (State message) size", [](const WorldResult &r) {
+    row("State message size, binary (StateBinary, what the GUI gets)", [](const WorldResult &r) {
         char buf[64];
         std::snprintf(buf, sizeof buf, "%.1f MB", double(r.snapshotBytes) / 1e6);
+        return std::string(buf);
+    });
+    row("State message size, JSON (clients without state_binary)", [](const WorldResult &r) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.1f MB", double(r.jsonBytes) / 1e6);
         return std::string(buf);
     });
     row("**attach() to tree model populated, ms**", [&](const WorldResult &r) { return "**" + attachCell(r, r.populated) + "**"; });
     row("attach() to every row revealed, ms", [&](const WorldResult &r) { return attachCell(r, r.revealed); });
     row("phase: Engine::state(), ms", [](const WorldResult &r) { return format(stats(r.stateMs), 0); });
-    row("phase: encodeSnapshot (JSON), ms", [](const WorldResult &r) { return format(stats(r.encodeMs), 0); });
-    row("phase: decodeSnapshot (JSON), ms", [](const WorldResult &r) { return format(stats(r.decodeMs), 0); });
+    row("phase: encodeBinaryState, ms", [](const WorldResult &r) { return format(stats(r.encodeMs), 0); });
+    row("phase: decodeBinaryState, ms", [](const WorldResult &r) { return format(stats(r.decodeMs), 0); });
     row("phase: SessionStore::applyState + tree rebuild, ms", [](const WorldResult &r) { return format(stats(r.applyMs), 0); });
     row("phase: reveal every row, ms", [](const WorldResult &r) { return format(stats(r.revealMs), 0); });
+    row("for comparison: encodeSnapshot (JSON), ms", [](const WorldResult &r) { return format(stats(r.jsonEncodeMs), 0); });
+    row("for comparison: decodeSnapshot (JSON), ms", [](const WorldResult &r) { return format(stats(r.jsonDecodeMs), 0); });
     // What the in-process phases do not cover: sending and receiving the State over loopback,
     // framing, and handing it between threads.
     row("rest of attach -> populated (transfer, framing, hand-over), ms", [](const WorldResult &r) {

@@ -218,6 +218,11 @@ struct Inspector::Impl
     Clock::time_point lastState = Clock::now();
     Clock::time_point lastTrim{};
     Clock::duration lastStateCost{}; // building + encoding the last state
+    // The records of the last State built, freed once every client has been sent its bytes:
+    // at 100,000 parameters freeing them takes longer than encoding them, and an attaching
+    // client should not wait for it before the first byte leaves.
+    EngineState retiredState;
+    bool stateRetired = false;
     std::chrono::milliseconds pollInterval = kMaxPollInterval;
     std::size_t lastDrained = 0; // events the last drain found, over all rings
     // Cost(), written by the server thread, read by any.
@@ -442,10 +447,12 @@ StateFrame Inspector::Impl::currentState(StateFormats formats)
     const double cpu0 = threadCpuSeconds();
     StateFrame f;
     f.version = engine.stateVersion(); // before: a change during state() is not lost
-    const wire::Snapshot snapshot = stateSnapshot(engine.state());
+    wire::Snapshot snapshot = stateSnapshot(engine.state());
     if (formats.json) f.json = std::make_shared<const std::string>(wire::encodeSnapshot(snapshot));
     if (formats.binary)
         f.binary = std::make_shared<const std::string>(wire::encodeBinaryState(snapshot));
+    retiredState = std::move(snapshot.state); // the one retired before is freed here
+    stateRetired = true;
     lastStateCost = Clock::now() - t0;
     stateCpu.store(stateCpu.load(std::memory_order_relaxed) + threadCpuSeconds() - cpu0,
                    std::memory_order_relaxed);
@@ -656,6 +663,11 @@ void Inspector::Impl::pump()
         }
     }
     std::erase_if(clients, [](const Client &c) { return c.fd < 0; });
+    if (stateRetired &&
+        std::all_of(clients.begin(), clients.end(), [](const Client &c) { return c.queued() == 0; })) {
+        retiredState = EngineState{};
+        stateRetired = false;
+    }
     // Queues of departed clients (up to 8 MiB each) go back to the system rather than
     // staying in the allocator's free lists as the trainer's resident memory; at most
     // once a second, on this thread, never on the training threads.

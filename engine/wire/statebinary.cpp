@@ -302,6 +302,22 @@ std::string at(std::string_view part, std::uint64_t i)
     return std::string(part) + "[" + std::to_string(i) + "]";
 }
 
+// Where a value lies, e.g. params[17].name, spelled out only when it is reported: a decoder
+// that built the text for each of 100,000 records would spend most of its time on it.
+struct Where
+{
+    const char *part;
+    std::uint64_t index;
+    const char *field = nullptr;
+    operator std::string() const
+    {
+        std::string s = at(part, index);
+        if (field) s.append(".").append(field);
+        return s;
+    }
+    Where operator/(const char *f) const { return Where{part, index, f}; }
+};
+
 // One fixed-width column of the payload: n values of T from `data`.
 template <class T> class Column
 {
@@ -369,7 +385,7 @@ class Strings
                     failAt(at("strings", i), "is not valid UTF-8");
     }
 
-    std::string get(std::uint32_t index, const std::string &where)
+    template <class W> std::string get(std::uint32_t index, const W &where)
     {
         if (index >= m_views.size())
             failAt(where, "string " + std::to_string(index) + " is not in the table of " +
@@ -381,7 +397,7 @@ class Strings
         m_budget -= s.size();
         return std::string(s);
     }
-    std::string getOrEmpty(std::uint32_t index, const std::string &where)
+    template <class W> std::string getOrEmpty(std::uint32_t index, const W &where)
     {
         return index == kNone ? std::string() : get(index, where);
     }
@@ -413,7 +429,7 @@ constexpr std::array<StatusByte, 256> makeStatusTable()
 constexpr std::array<StatusByte, 256> kStatusTable = makeStatusTable();
 
 void readStatusRow(const std::uint8_t *row, std::uint64_t world, std::vector<ParamStatus> &out,
-                   const std::string &where)
+                   const Where &where)
 {
     out.resize(world);
     const std::uint64_t bytes = statusRowBytes(world);
@@ -437,7 +453,7 @@ void readStatusRow(const std::uint8_t *row, std::uint64_t world, std::vector<Par
 }
 
 // A module reference: kNone or a listed module.
-ModuleId moduleRef(std::uint32_t id, std::uint64_t modules, const std::string &where)
+ModuleId moduleRef(std::uint32_t id, std::uint64_t modules, const Where &where)
 {
     if (id != kNone && id >= modules)
         failAt(where, "module id " + std::to_string(id) + " does not exist (" +
@@ -445,7 +461,7 @@ ModuleId moduleRef(std::uint32_t id, std::uint64_t modules, const std::string &w
     return id;
 }
 
-template <class E> E enumValue(std::uint8_t v, unsigned count, const std::string &where)
+template <class E, class W> E enumValue(std::uint8_t v, unsigned count, const W &where)
 {
     if (v >= count)
         failAt(where, "value " + std::to_string(v) + " is outside 0 to " + std::to_string(count - 1));
@@ -532,11 +548,12 @@ Snapshot decodeBinary(std::string_view payload)
     for (std::uint64_t i = 0; i < c.modules; ++i) {
         ModuleRecord &m = st.modules[i];
         m.id = static_cast<ModuleId>(i);
-        m.path = strings.get(modPath[i], at("modules", i) + ".path");
-        m.type = strings.get(modType[i], at("modules", i) + ".type");
+        const Where w{"modules", i};
+        m.path = strings.get(modPath[i], w / "path");
+        m.type = strings.get(modType[i], w / "type");
         m.parent = modParent[i];
         if (m.parent != kNone && m.parent >= i)
-            failAt(at("modules", i) + ".parent", "a parent must come before its children");
+            failAt(w / "parent", "a parent must come before its children");
     }
 
     const std::uint64_t P = c.params;
@@ -567,7 +584,7 @@ Snapshot decodeBinary(std::string_view payload)
     // the model. Marks are per (parameter, list), so checking stays linear.
     std::vector<std::uint64_t> seen(c.externals + c.active > 0 ? c.modules : 0, ~std::uint64_t(0));
     auto moduleList = [&](std::uint64_t list, Column<std::uint32_t> col, std::uint64_t &next,
-                          std::uint64_t total, std::uint32_t n, const std::string &where,
+                          std::uint64_t total, std::uint32_t n, const Where &where,
                           auto &&emit) {
         if (n > total - next)
             failAt(where, std::to_string(n) + " entries run past the " + std::to_string(total) +
@@ -575,9 +592,9 @@ Snapshot decodeBinary(std::string_view payload)
         for (std::uint32_t k = 0; k < n; ++k, ++next) {
             const ModuleId m = col[next];
             if (m >= c.modules)
-                failAt(at(where, k), "module id " + std::to_string(m) + " does not exist (" +
+                failAt(at(std::string(where), k), "module id " + std::to_string(m) + " does not exist (" +
                                          std::to_string(c.modules) + " modules)");
-            if (seen[m] == list) failAt(at(where, k), "module " + std::to_string(m) + " is listed twice");
+            if (seen[m] == list) failAt(at(std::string(where), k), "module " + std::to_string(m) + " is listed twice");
             seen[m] = list;
             emit(m, next);
         }
@@ -586,54 +603,54 @@ Snapshot decodeBinary(std::string_view payload)
     st.params.resize(P);
     for (std::uint64_t i = 0; i < P; ++i) {
         ParamRecord &p = st.params[i];
-        const std::string w = at("params", i);
+        const Where w{"params", i};
         p.id = pId[i];
-        if (p.id == kNone) failAt(w + ".id", "4294967295 is not a parameter id");
-        p.name = strings.get(pName[i], w + ".name");
-        p.owner = moduleRef(pModule[i], c.modules, w + ".module_id");
-        p.dtype = enumValue<DType>(pDtype[i], 2, w + ".dtype");
+        if (p.id == kNone) failAt(w / "id", "4294967295 is not a parameter id");
+        p.name = strings.get(pName[i], w / "name");
+        p.owner = moduleRef(pModule[i], c.modules, w / "module_id");
+        p.dtype = enumValue<DType>(pDtype[i], 2, w / "dtype");
         const std::uint8_t flags = pFlags[i];
         if (flags & ~(kPersistent | kPartitioned | kLate))
-            failAt(w + ".flags", "unknown bits in " + std::to_string(flags));
+            failAt(w / "flags", "unknown bits in " + std::to_string(flags));
         p.persistent = flags & kPersistent;
         p.partitioned = flags & kPartitioned;
         p.late = flags & kLate;
         const unsigned ndims = pDims[i];
-        if (ndims > kMaxDims) failAt(w + ".shape", "more than 16 dimensions");
+        if (ndims > kMaxDims) failAt(w / "shape", "more than 16 dimensions");
         if (ndims > c.dims - dimAt)
-            failAt(w + ".shape", "the dimensions run past the " + std::to_string(c.dims) +
+            failAt(w / "shape", "the dimensions run past the " + std::to_string(c.dims) +
                                      " the header counts");
         p.shape.resize(ndims);
         for (unsigned k = 0; k < ndims; ++k, ++dimAt) {
             p.shape[k] = dims[dimAt];
-            if (p.shape[k] < 0) failAt(at(w + ".shape", k), "negative dimension");
+            if (p.shape[k] < 0) failAt(at(std::string(w / "shape"), k), "negative dimension");
         }
         p.numel = pNumel[i];
         p.paddedNumel = pPadded[i];
         p.partitionNumel = pPartition[i];
         if (p.numel < 0 || p.paddedNumel < 0 || p.partitionNumel < 0)
             failAt(w, "numel, padded_numel and partition_numel must not be negative");
-        readStatusRow(statusRows + i * row, c.world, p.status, w + ".status");
+        readStatusRow(statusRows + i * row, c.world, p.status, w / "status");
         const std::uint64_t list = 2 * i;
         const std::uint32_t nExt = pExtCount[i];
         p.externals.reserve(std::min<std::uint64_t>(nExt, c.externals - extAt));
-        moduleList(list, extModule, extAt, c.externals, nExt, w + ".external_modules",
+        moduleList(list, extModule, extAt, c.externals, nExt, w / "external_modules",
                    [&](ModuleId m, std::uint64_t k) {
                        const std::uint8_t a = extAuto[k];
                        if (a > 1)
-                           failAt(w + ".external_auto", "value " + std::to_string(a) +
+                           failAt(w / "external_auto", "value " + std::to_string(a) +
                                                             " is not 0 or 1");
                        p.externals.push_back(ExternalRecord{m, a == 1});
                    });
         const std::uint32_t nActive = pActiveCount[i];
         p.activeModules.reserve(std::min<std::uint64_t>(nActive, c.active - activeAt));
-        moduleList(list + 1, activeModule, activeAt, c.active, nActive, w + ".active_modules",
+        moduleList(list + 1, activeModule, activeAt, c.active, nActive, w / "active_modules",
                    [&](ModuleId m, std::uint64_t) { p.activeModules.push_back(m); });
         p.gatherCount = pGatherCount[i];
         p.gatherBytes = pGatherBytes[i];
         p.gatherNs = pGatherNs[i];
         p.lastGatherTsNs = pLastGather[i];
-        p.replaces = strings.getOrEmpty(pReplaces[i], w + ".replaces");
+        p.replaces = strings.getOrEmpty(pReplaces[i], w / "replaces");
     }
     if (dimAt != c.dims || extAt != c.externals || activeAt != c.active)
         failAt("params", "the parameters use " + std::to_string(dimAt) + " dimensions, " +
@@ -659,22 +676,22 @@ Snapshot decodeBinary(std::string_view payload)
     st.violations.resize(V);
     for (std::uint64_t i = 0; i < V; ++i) {
         ViolationRecord &v = st.violations[i];
-        const std::string w = at("violations", i);
-        v.kind = enumValue<ViolationKind>(vKind[i], 4, w + ".kind");
-        v.status = enumValue<ParamStatus>(vStatus[i], 3, w + ".status");
-        v.action = enumValue<GuardAction>(vAction[i], 4, w + ".action");
+        const Where w{"violations", i};
+        v.kind = enumValue<ViolationKind>(vKind[i], 4, w / "kind");
+        v.status = enumValue<ParamStatus>(vStatus[i], 3, w / "status");
+        v.action = enumValue<GuardAction>(vAction[i], 4, w / "action");
         v.step = vStep[i];
         v.lastStep = vLastStep[i];
-        if (vRank[i] > kMaxRank) failAt(w + ".rank", std::to_string(vRank[i]) + " is above 65535");
+        if (vRank[i] > kMaxRank) failAt(w / "rank", std::to_string(vRank[i]) + " is above 65535");
         v.rank = static_cast<int>(vRank[i]);
-        v.accessor = moduleRef(vAccessor[i], c.modules, w + ".accessor_id");
+        v.accessor = moduleRef(vAccessor[i], c.modules, w / "accessor_id");
         v.param = vParam[i];
-        v.paramName = strings.getOrEmpty(vParamName[i], w + ".param");
-        v.owner = moduleRef(vOwner[i], c.modules, w + ".owner_id");
+        v.paramName = strings.getOrEmpty(vParamName[i], w / "param");
+        v.owner = moduleRef(vOwner[i], c.modules, w / "owner_id");
         v.count = vCount[i];
         v.tsNs = vTs[i];
-        v.fix = strings.get(vFix[i], w + ".fix");
-        v.message = strings.get(vMessage[i], w + ".message");
+        v.fix = strings.get(vFix[i], w / "fix");
+        v.message = strings.get(vMessage[i], w / "message");
     }
 
     const char *events = parts.take(c.events * sizeof(Event));

@@ -31,6 +31,7 @@ class TestSessionStore : public QObject
     void reconnectContinuesHistoryWithoutDuplicates();
     void differentRunStartsOver();
     void applyStateReturnsTheStateItReplaced();
+    void namesOfRemovedParametersOutliveTheirState();
     void lanesAreSortedAndSearchable();
     void lanesKeepEveryFieldThroughOutOfOrderInserts();
     void externalRegisterChangesStructure();
@@ -447,6 +448,29 @@ void TestSessionStore::externalRegisterChangesStructure()
         std::vector<Event>{eventAt(11, 0, makeExternalUnregister({.module = 7, .param = 0}))},
         false);
     QVERIFY(store.externalsOn(7).empty());
+}
+
+// weight_norm removes `weight`: a later state no longer lists it, but events and violations
+// still name it, by the name the earlier state gave.
+void TestSessionStore::namesOfRemovedParametersOutliveTheirState()
+{
+    SessionStore store;
+    EngineState first = smallState();
+    QVERIFY(first.params.size() >= 2);
+    const ParamRecord removed = first.params.back();
+    store.applyState(std::move(first));
+    EngineState later = smallState();
+    later.step = 9;
+    later.params.pop_back();
+    store.applyState(std::move(later));
+    QVERIFY(store.param(removed.id) == nullptr);
+    QCOMPARE(store.paramName(removed.id), QString::fromStdString(removed.name));
+    QCOMPARE(store.paramName(0), QString::fromStdString(smallState().params[0].name));
+    EngineState other = smallState();
+    other.modelName = "another run"; // names of another run are forgotten
+    other.params.pop_back();
+    store.applyState(std::move(other));
+    QCOMPARE(store.paramName(removed.id), QStringLiteral("<parameter %1>").arg(removed.id));
 }
 
 void TestSessionStore::badEventsDoNotCrash()

@@ -117,6 +117,10 @@ EngineState SessionStore::applyState(EngineState state)
     m_state = std::move(state);
     m_hasState = true;
     rebuildIndex();
+    // Names of the parameters this state no longer lists; the listed ones are looked up in it.
+    if (continuing)
+        for (const ParamRecord &p : replaced.params)
+            if (paramSlot(p.id) < 0) m_knownParamNames[p.id] = p.name;
 
     // Rows are rebuilt from the producer's records, keeping the words they were shown with.
     std::map<std::tuple<int, ModuleId, ParamId>, std::pair<std::string, std::string>> words;
@@ -176,7 +180,6 @@ void SessionStore::rebuildIndex()
             m_paramIndex[p.id] = static_cast<std::int32_t>(i);
         else
             m_sparseParamIndex[p.id] = static_cast<std::int32_t>(i);
-        m_knownParamNames[p.id] = p.name;
         if (p.owner < nModules) m_ownedParams[p.owner].push_back(p.id);
         for (const ExternalRecord &e : p.externals) {
             if (e.module < nModules)

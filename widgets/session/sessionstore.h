@@ -243,8 +243,8 @@ class SessionStore : public QObject
     std::vector<ViolationGroup> m_groups;
     std::map<std::tuple<int, ModuleId, ParamId>, std::size_t>
         m_groupIndex; // (kind, accessor, param)
-    // Every parameter name a state has listed, by id: events and violations may name a
-    // parameter that a later state no longer lists (weight_norm removes `weight`).
+    // The names of parameters an earlier state listed and the current one does not, by id:
+    // events and violations may name them (weight_norm removes `weight`).
     std::unordered_map<ParamId, std::string> m_knownParamNames;
 
     std::vector<EventLane> m_lanes;
