@@ -215,17 +215,17 @@ def install(observer):
 
     getitem = ZeROOrderedDict.__getitem__
 
-    def zero_getitem(self, key):
-        param = OrderedDict.__getitem__(self, key)
-        if param is not None and is_not_available(param):
-            # Raises under guard="error" before DeepSpeed registers it silently.
-            observer.on_param_read(self._parent_module, key, param,
-                                   bool(self._parent_module._parameters._in_forward))
-            with observer.automatic_registration():
-                return getitem(self, key)
-        return getitem(self, key)
+    def zero_getitem_not_available(self, key, param):
+        """ZeROOrderedDict.__getitem__ of a NOT_AVAILABLE parameter (the native hook's slow
+        path; every other read goes straight to DeepSpeed's)."""
+        # Raises under guard="error" before DeepSpeed registers it silently.
+        observer.on_param_read(self._parent_module, key, param,
+                               bool(self._parent_module._parameters._in_forward))
+        with observer.automatic_registration():
+            return getitem(self, key)
 
-    patches.replace(ZeROOrderedDict, "__getitem__", zero_getitem)
+    patches.replace(ZeROOrderedDict, "__getitem__",
+                    observer.hot.getitem_hook(getitem, zero_getitem_not_available))
 
     # ---- external parameters
     register = partition_parameters.register_external_parameter

@@ -185,9 +185,46 @@ template <typename After> PyObject *finally(PyObject *r, After &&after)
     return r;
 }
 
+// ZeROOrderedDict.__getitem__ replaced: the common read (an AVAILABLE parameter, or not a
+// converted one) costs one dictionary lookup more than DeepSpeed's own, no Python frame.
+struct GetitemHook
+{
+    PyObject_HEAD vectorcallfunc vectorcall;
+    std::shared_ptr<HotPath> hot;
+    PyObject *original;
+    PyObject *slow;
+};
+
+PyObject *getitemHookCall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    auto *h = reinterpret_cast<GetitemHook *>(self);
+    if (PyVectorcall_NARGS(nargsf) != 2 || kwnames != nullptr)
+        return PyObject_Vectorcall(h->original, args, nargsf, kwnames);
+    try {
+        return h->hot->getitemCall(h->original, h->slow, args, nargsf);
+    } catch (py::error_already_set &e) {
+        e.restore();
+    } catch (const std::exception &e) {
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+    return nullptr;
+}
+
+void getitemHookDealloc(PyObject *self)
+{
+    auto *h = reinterpret_cast<GetitemHook *>(self);
+    PyTypeObject *type = Py_TYPE(self);
+    h->hot.~shared_ptr();
+    Py_XDECREF(h->original);
+    Py_XDECREF(h->slow);
+    type->tp_free(self);
+    Py_DECREF(type);
+}
+
 PyTypeObject *g_statusDescriptorType = nullptr;
 PyTypeObject *g_scopeHookType = nullptr;
 PyTypeObject *g_engineHookType = nullptr;
+PyTypeObject *g_getitemHookType = nullptr;
 
 PyTypeObject *makeType(const char *name, int basicSize, unsigned flags, PyType_Slot *slots)
 {
@@ -231,6 +268,21 @@ void makeTypes()
                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION |
                                     Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
                                 engineHookSlots);
+    static PyMemberDef getitemHookMembers[] = {
+        {const_cast<char *>("__vectorcalloffset__"), T_PYSSIZET,
+         static_cast<Py_ssize_t>(offsetof(GetitemHook, vectorcall)), READONLY, nullptr},
+        {nullptr, 0, 0, 0, nullptr}};
+    static PyType_Slot getitemHookSlots[] = {
+        {Py_tp_call, reinterpret_cast<void *>(PyVectorcall_Call)},
+        {Py_tp_descr_get, reinterpret_cast<void *>(scopeHookGet)},
+        {Py_tp_dealloc, reinterpret_cast<void *>(getitemHookDealloc)},
+        {Py_tp_members, getitemHookMembers},
+        {Py_tp_doc, const_cast<char *>("ZeROOrderedDict.__getitem__, observed")},
+        {0, nullptr}};
+    g_getitemHookType = makeType("shardscope._native.GetitemHook", sizeof(GetitemHook),
+                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+                                     Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+                                 getitemHookSlots);
     g_statusDescriptorType =
         makeType("shardscope._native.StatusDescriptor", sizeof(StatusDescriptor),
                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, descriptorSlots);
@@ -469,6 +521,32 @@ PyObject *HotPath::scopeEnd(PyObject *original, PyObject *const *args, std::size
     return finally(r, [&] { exit(args[1], phase); }); // DeepSpeed's exception unchanged
 }
 
+PyObject *HotPath::getitemCall(PyObject *original, PyObject *slow, PyObject *const *args,
+                               std::size_t nargsf)
+{
+    // OrderedDict.__getitem__(self, key): ZeROOrderedDict is a dict underneath.
+    PyObject *param = PyDict_Check(args[0]) ? PyDict_GetItemWithError(args[0], args[1]) : nullptr;
+    if (!param && PyErr_Occurred()) return nullptr;
+    if (param && param != Py_None) {
+        PyObject *dict = PyObject_GenericGetDict(param, nullptr);
+        if (!dict) { // not an object with a __dict__: not a converted parameter
+            PyErr_Clear();
+            return PyObject_Vectorcall(original, args, nargsf, nullptr);
+        }
+        PyObject *status = PyDict_GetItemWithError(dict, m_kStatus.ptr()); // borrowed
+        Py_DECREF(dict); // the parameter keeps its dict (and the status) alive
+        if (!status && PyErr_Occurred()) return nullptr;
+        if (status == m_status[0]) { // NOT_AVAILABLE: a read DeepSpeed will register (rare)
+            Py_INCREF(param); // borrowed from the dict, which the slow path may change
+            PyObject *slowArgs[] = {args[0], args[1], param};
+            PyObject *r = PyObject_Vectorcall(slow, slowArgs, 3, nullptr);
+            Py_DECREF(param);
+            return r;
+        }
+    }
+    return PyObject_Vectorcall(original, args, nargsf, nullptr);
+}
+
 void HotPath::setEngine(py::object engine)
 {
     m_engine = std::move(engine);
@@ -606,6 +684,18 @@ py::object HotPath::engineHook(py::object original, EngineCall call)
     return py::reinterpret_steal<py::object>(o);
 }
 
+py::object HotPath::getitemHook(py::object original, py::object slow)
+{
+    PyObject *o = g_getitemHookType->tp_alloc(g_getitemHookType, 0);
+    if (!o) throw py::error_already_set();
+    auto *h = reinterpret_cast<GetitemHook *>(o);
+    new (&h->hot) std::shared_ptr<HotPath>(shared_from_this());
+    h->vectorcall = getitemHookCall;
+    h->original = original.release().ptr();
+    h->slow = slow.release().ptr();
+    return py::reinterpret_steal<py::object>(o);
+}
+
 void bindHotPath(py::module_ &m, AgentState &(*stateOf)(py::handle agent))
 {
     makeTypes();
@@ -638,6 +728,7 @@ void bindHotPath(py::module_ &m, AgentState &(*stateOf)(py::handle agent))
                      return h.engineHook(std::move(original), HotPath::EngineCall::Step);
                  throw py::value_error("engine_hook: call must be forward, backward or step");
              })
+        .def("getitem_hook", &HotPath::getitemHook)
         .def("set_engine", &HotPath::setEngine)
         .def_readwrite("in_step", &HotPath::inStep)
         .def("close_scopes", &HotPath::closeScopes)

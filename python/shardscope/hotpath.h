@@ -61,6 +61,14 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     // error set (DeepSpeed's own, unchanged).
     PyObject *engineCall(PyObject *original, PyObject *const *args, std::size_t nargsf,
                          PyObject *kwnames, EngineCall call);
+    // A replacement for ZeROOrderedDict.__getitem__ (a module's parameter read by attribute
+    // after deepspeed.initialize): a parameter that is not NOT_AVAILABLE goes straight to
+    // original(self, key); one that is goes to slow(self, key, param) in Python, which
+    // records the read and calls original itself (DeepSpeed's silent registration).
+    py::object getitemHook(py::object original, py::object slow);
+    PyObject *getitemCall(PyObject *original, PyObject *slow, PyObject *const *args,
+                          std::size_t nargsf);
+
     // The engine the observer attached to (None: none). A forward of any other engine goes
     // to the observer's on_engine_forward, which attaches (rare).
     void setEngine(py::object engine);
