@@ -107,6 +107,7 @@ class Agent
         py::gil_scoped_release release;
         m_inspector->finish();
     }
+    void refreshDiscovery() { m_inspector->refreshDiscovery(); }
     std::uint64_t dropped() const { return m_inspector->droppedEvents(); }
     std::uint64_t published() const { return m_inspector->publishedEvents(); }
 
@@ -188,7 +189,11 @@ PYBIND11_MODULE(_native, module)
              [](Agent &a, const std::string &path, const std::string &type) {
                  return a.state().ensureModule(path, type);
              })
-        .def("set_model_name", [](Agent &a, const std::string &n) { a.state().setModelName(n); })
+        .def("set_model_name",
+             [](Agent &a, const std::string &n) {
+                 a.state().setModelName(n);
+                 a.refreshDiscovery(); // `shardscope-capture --list` names it from now on
+             })
         .def("set_config",
              [](Agent &a, std::int64_t persistence, std::int64_t bucket, std::int64_t maxLive,
                 const std::string &guard) {
