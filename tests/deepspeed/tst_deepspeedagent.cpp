@@ -226,6 +226,16 @@ class TestDeepSpeedAgent : public QObject
                    m_dir.filePath("gui.json"), "--quit"});
         QVERIFY(capture.waitForFinished(120000));
         QVERIFY2(capture.exitCode() == 0, capture.readAllStandardError().constData());
+        // Step 3 is over and the ranks hold: their discovery files name the model now, not
+        // the "model not built yet" they were written with before the model existed.
+        int named = 0;
+        for (const QString &f : disc.entryList({"*.json"})) {
+            const json d = readJson(disc.filePath(f));
+            if (!d.is_object()) continue; // the rank finished and removed it meanwhile
+            QCOMPARE(QString::fromStdString(d.value("model", "")), QStringLiteral("TinyLM"));
+            ++named;
+        }
+        QVERIFY2(named > 0, "no discovery file left while the ranks hold");
         QVERIFY(gui.waitForFinished(120000));
         QVERIFY2(gui.exitCode() == 0, gui.readAllStandardError().constData());
         QVERIFY(jobCapture.waitForFinished(120000));
