@@ -86,7 +86,7 @@ int main(int argc, char **argv)
     config.persistenceThreshold = 1000;
     config.guard = GuardPolicy::Error; // any slow-path read would throw: only the fast path is timed
     config.modelName = "bench-accessguard";
-    Engine engine(config, makeCpuWorld(1));
+    Engine engine(config, comm::makeCpuWorld(1));
     const ModuleId other = engine.addModule(engine.root(), "embed", "Embedding");
     const ModuleId layer = engine.addModule(engine.root(), "layer", "Linear");
     std::vector<float> init(kNumel);

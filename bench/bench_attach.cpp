@@ -122,7 +122,7 @@ WorldResult measureWorld(const SyntheticModel &model, int world, int reps)
     config.worldSize = world;
     config.persistenceThreshold = kPersistence;
     config.modelName = "synthetic-100k";
-    Engine engine(config, makeCpuWorld(world));
+    Engine engine(config, comm::makeCpuWorld(world));
     buildSyntheticModel(engine, model);
     engine.partition();
     out.buildSeconds = secondsSince(build0);

@@ -290,7 +290,7 @@ bool engineShape(const EngineShape &shape, int reps)
     config.worldSize = 1;
     config.modelName = "bench-telemetry";
     config.persistenceThreshold = 0; // every parameter partitioned, gathered on entry
-    Engine engine(config, makeCpuWorld(1));
+    Engine engine(config, comm::makeCpuWorld(1));
     const ModuleId layer = engine.addModule(engine.root(), "layer", "Linear");
     std::vector<float> init(256, 0.5f);
     for (int p = 0; p < shape.params; ++p)

@@ -507,15 +507,15 @@ int runNccl(const nn::TrainConfig &config)
 // One process of a gloo world: WORLD_SIZE ranks, this process holding RANK.
 int runGloo(const nn::TrainConfig &config)
 {
-    if (!launchedPerRank()) {
+    if (!comm::launchedPerRank()) {
         std::fprintf(stderr,
                      "shardscope-train: --backend gloo runs one process per rank, but RANK and "
                      "WORLD_SIZE are not set; start the ranks with scripts/launch -n N "
                      "shardscope-train --backend gloo ..., or with torchrun\n");
         return 2;
     }
-    GlooOptions options;
-    options.rendezvous = rendezvousFromEnv();
+    comm::GlooOptions options;
+    options.rendezvous = comm::rendezvousFromEnv();
     options.timeout = std::chrono::seconds(config.commTimeoutSeconds);
     nn::TrainConfig sized = config;
     sized.worldSize = options.rendezvous.worldSize; // torchrun's WORLD_SIZE
@@ -523,9 +523,9 @@ int runGloo(const nn::TrainConfig &config)
         std::fprintf(stderr, "shardscope-train: %s\n", problem.c_str());
         return 2;
     }
-    std::vector<std::unique_ptr<Communicator>> comms;
-    comms.push_back(makeGlooCommunicator(options));
-    if (config.overlapComm) comms = makeAsyncCommunicators(std::move(comms));
+    std::vector<std::unique_ptr<comm::Communicator>> comms;
+    comms.push_back(comm::makeGlooCommunicator(options));
+    if (config.overlapComm) comms = comm::makeAsyncCommunicators(std::move(comms));
     Engine engine(nn::makeEngineConfig(sized), std::move(comms));
     return trainWithInspector(engine, sized, nn::trainModel);
 }
@@ -564,24 +564,24 @@ int main(int argc, char **argv)
             std::fprintf(stderr, "shardscope-train: %s\n", e.what());
             return 2;
         }
-        if (config->backend == "auto" && choice.backend == Backend::Nccl &&
+        if (config->backend == "auto" && choice.backend == comm::Backend::Nccl &&
             choice.deviceCount < config->worldSize) {
             choice.reason = "CPU backend: " + std::to_string(config->worldSize) + " ranks need " +
                             std::to_string(config->worldSize) + " GPUs but " +
                             std::to_string(choice.deviceCount) +
                             " are usable; running the ranks as CPU threads (pass --world-size " +
                             std::to_string(choice.deviceCount) + " --backend nccl for the GPUs)";
-            choice.backend = Backend::Cpu;
+            choice.backend = comm::Backend::Cpu;
         }
-        std::printf("backend: %s (%s)\n", std::string(backendName(choice.backend)).c_str(),
+        std::printf("backend: %s (%s)\n", std::string(comm::backendName(choice.backend)).c_str(),
                     choice.reason.c_str());
         std::fflush(stdout);
         switch (choice.backend) {
-        case Backend::Nccl:
+        case comm::Backend::Nccl:
             return runNccl(*config);
-        case Backend::Gloo:
+        case comm::Backend::Gloo:
             return runGloo(*config);
-        case Backend::Cpu:
+        case comm::Backend::Cpu:
             break;
         }
         return runCpu(*config);

@@ -117,18 +117,18 @@ class Engine
 {
 public:
     // comms: one communicator per local rank (all of the world for the CPU backend).
-    Engine(EngineConfig config, std::vector<std::unique_ptr<Communicator>> comms);
+    Engine(EngineConfig config, std::vector<std::unique_ptr<comm::Communicator>> comms);
     ~Engine();
     Engine(const Engine &) = delete;
     Engine &operator=(const Engine &) = delete;
 
     const EngineConfig &config() const { return m_config; }
     int worldSize() const { return m_config.worldSize; }
-    Backend backend() const;
+    comm::Backend backend() const;
     const std::vector<int> &localRanks() const { return m_localRanks; }
-    Communicator &comm(int rank);
+    comm::Communicator &comm(int rank);
     // Where rank's tensors live (its communicator's memory).
-    MemorySpace &memory(int rank);
+    comm::MemorySpace &memory(int rank);
     // A host copy of v's numel elements (v from access() or GatheredParameters on rank).
     std::vector<std::byte> toHost(int rank, TensorView v);
     // Runs fn(rank) on one thread per local rank (bound with Communicator::bindThread) and

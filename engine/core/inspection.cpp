@@ -32,7 +32,7 @@ EngineState Engine::state() const
     EngineState s;
     s.modelName = m_config.modelName;
     s.worldSize = m_config.worldSize;
-    s.backend = std::string(backendName(backend()));
+    s.backend = std::string(comm::backendName(backend()));
     s.config.persistenceThreshold = m_config.persistenceThreshold;
     s.config.prefetchBucketSize = m_config.prefetchBucketSize;
     s.config.maxLiveParameters = m_config.maxLiveParameters;

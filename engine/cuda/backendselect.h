@@ -12,7 +12,7 @@ namespace shardscope {
 
 struct BackendChoice
 {
-    Backend backend = Backend::Cpu;
+    comm::Backend backend = comm::Backend::Cpu;
     std::string reason; // one line: why this backend was chosen
     int deviceCount = 0;
 };

@@ -18,7 +18,7 @@ void check(cublasStatus_t status, const char *call)
     if (status != CUBLAS_STATUS_SUCCESS) {
         const CublasApi &api = cublasApi();
         const char *text = api.getStatusString ? api.getStatusString(status) : "unknown status";
-        throw CommError(std::string("cuBLAS call ") + call + " failed: " + text);
+        throw comm::CommError(std::string("cuBLAS call ") + call + " failed: " + text);
     }
 }
 

@@ -53,9 +53,9 @@ void DeviceBuffer::release() noexcept
 void DeviceBuffer::upload(const void *host, std::size_t bytes, std::size_t offset)
 {
     if (offset + bytes > m_bytes)
-        throw CommError("DeviceBuffer::upload of " + std::to_string(bytes) + " bytes at offset " +
-                        std::to_string(offset) + " overruns a buffer of " +
-                        std::to_string(m_bytes));
+        throw comm::CommError("DeviceBuffer::upload of " + std::to_string(bytes) +
+                              " bytes at offset " + std::to_string(offset) +
+                              " overruns a buffer of " + std::to_string(m_bytes));
     if (bytes) {
         SHARDSCOPE_CUDA_CHECK(
             cudaMemcpy(static_cast<char *>(m_ptr) + offset, host, bytes, cudaMemcpyHostToDevice));
@@ -67,9 +67,9 @@ void DeviceBuffer::upload(const void *host, std::size_t bytes, std::size_t offse
 void DeviceBuffer::download(void *host, std::size_t bytes, std::size_t offset) const
 {
     if (offset + bytes > m_bytes)
-        throw CommError("DeviceBuffer::download of " + std::to_string(bytes) + " bytes at offset " +
-                        std::to_string(offset) + " overruns a buffer of " +
-                        std::to_string(m_bytes));
+        throw comm::CommError("DeviceBuffer::download of " + std::to_string(bytes) +
+                              " bytes at offset " + std::to_string(offset) +
+                              " overruns a buffer of " + std::to_string(m_bytes));
     if (bytes)
         SHARDSCOPE_CUDA_CHECK(cudaMemcpy(host, static_cast<const char *>(m_ptr) + offset, bytes,
                                          cudaMemcpyDeviceToHost));

@@ -45,7 +45,7 @@ NcclCommunicator &ncclOf(Engine &engine, int rank)
     if (!comm)
         throw EngineError("trainOnGpu needs an engine made by gpu::makeNcclEngine; rank " +
                           std::to_string(rank) + " has a " +
-                          std::string(backendName(engine.comm(rank).backend())) +
+                          std::string(comm::backendName(engine.comm(rank).backend())) +
                           " communicator (use nn::trainModel for the CPU backend)");
     return *comm;
 }
@@ -412,7 +412,7 @@ std::unique_ptr<Engine> makeNcclEngine(const nn::TrainConfig &config)
     std::vector<std::unique_ptr<NcclCommunicator>> ranks;
     int world = config.worldSize;
     if (multiProcess) {
-        const RendezvousConfig rdzv = rendezvousFromEnv();
+        const comm::RendezvousConfig rdzv = comm::rendezvousFromEnv();
         world = rdzv.worldSize;
         checkBatch(world);
         ranks.push_back(makeNcclRank(rdzv));
@@ -423,7 +423,7 @@ std::unique_ptr<Engine> makeNcclEngine(const nn::TrainConfig &config)
         int available = 0;
         SHARDSCOPE_CUDA_CHECK(cudaGetDeviceCount(&available));
         if (world > available)
-            throw CommError(
+            throw comm::CommError(
                 "--world-size " + std::to_string(world) + " with --backend nccl needs " +
                 std::to_string(world) + " GPUs (one rank per GPU) but this machine has " +
                 std::to_string(available) + "; use --world-size " + std::to_string(available) +
@@ -444,7 +444,7 @@ std::unique_ptr<Engine> makeNcclEngine(const nn::TrainConfig &config)
     nn::TrainConfig sized = config;
     sized.worldSize = world;
     // From here the Engine alone owns the communicators and destroys them, one thread each.
-    std::vector<std::unique_ptr<Communicator>> comms;
+    std::vector<std::unique_ptr<comm::Communicator>> comms;
     comms.reserve(ranks.size());
     for (auto &r : ranks)
         comms.push_back(std::move(r));

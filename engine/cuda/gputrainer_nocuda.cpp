@@ -9,9 +9,9 @@ namespace {
 
 [[noreturn]] void noCuda()
 {
-    throw CommError("this build of ShardScope has no CUDA/NCCL support (configured with "
-                    "SHARDSCOPE_CUDA=OFF, or nvcc/NCCL were missing); rebuild with "
-                    "-DSHARDSCOPE_CUDA=ON or use --backend cpu");
+    throw comm::CommError("this build of ShardScope has no CUDA/NCCL support (configured with "
+                          "SHARDSCOPE_CUDA=OFF, or nvcc/NCCL were missing); rebuild with "
+                          "-DSHARDSCOPE_CUDA=ON or use --backend cpu");
 }
 
 } // namespace

@@ -20,7 +20,7 @@ namespace shardscope {
 class RendezvousServer
 {
   public:
-    RendezvousServer(const RendezvousConfig &config, std::vector<std::byte> blob);
+    RendezvousServer(const comm::RendezvousConfig &config, std::vector<std::byte> blob);
     ~RendezvousServer(); // stops serving
     RendezvousServer(const RendezvousServer &) = delete;
     RendezvousServer &operator=(const RendezvousServer &) = delete;
@@ -38,6 +38,6 @@ class RendezvousServer
 
 // A non-zero rank's side: connects to masterAddr:masterPort (retrying every 100 ms until
 // the timeout) and returns rank 0's blob.
-std::vector<std::byte> fetchRendezvousBlob(const RendezvousConfig &config);
+std::vector<std::byte> fetchRendezvousBlob(const comm::RendezvousConfig &config);
 
 } // namespace shardscope

@@ -81,8 +81,8 @@ EngineConfig makeEngineConfig(const TrainConfig &config)
 
 std::unique_ptr<Engine> makeCpuEngine(const TrainConfig &config)
 {
-    std::vector<std::unique_ptr<Communicator>> world = makeCpuWorld(config.worldSize);
-    if (config.overlapComm) world = makeAsyncCommunicators(std::move(world));
+    std::vector<std::unique_ptr<comm::Communicator>> world = comm::makeCpuWorld(config.worldSize);
+    if (config.overlapComm) world = comm::makeAsyncCommunicators(std::move(world));
     return std::make_unique<Engine>(makeEngineConfig(config), std::move(world));
 }
 
@@ -110,7 +110,7 @@ TrainResult trainModel(Engine &engine, const TrainConfig &config, const StepCall
         RankModel model(engine, rank, config, handles);
         Adam adam(
             AdamOptions{config.lr, config.beta1, config.beta2, config.eps, config.weightDecay});
-        Communicator &comm = engine.comm(rank);
+        comm::Communicator &comm = engine.comm(rank);
         const BatchSlice mine = sliceOf(config.batch, config.worldSize, rank);
         std::vector<std::int32_t> sequence(static_cast<std::size_t>(T) + 1);
         std::vector<std::int32_t> tokens(static_cast<std::size_t>(mine.count) * T);

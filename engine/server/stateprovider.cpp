@@ -26,7 +26,7 @@ int EngineStateProvider::worldSize() const
 
 std::string EngineStateProvider::backend() const
 {
-    return std::string(backendName(m_engine.backend()));
+    return std::string(comm::backendName(m_engine.backend()));
 }
 
 std::vector<int> EngineStateProvider::localRanks() const

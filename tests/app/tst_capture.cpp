@@ -65,7 +65,7 @@ struct LocalEngine
         cfg.worldSize = 2;
         cfg.persistenceThreshold = 4;
         cfg.modelName = "local";
-        engine = std::make_unique<Engine>(cfg, makeCpuWorld(2));
+        engine = std::make_unique<Engine>(cfg, comm::makeCpuWorld(2));
         lin = engine->addModule(engine->root(), "lin", "Linear");
         std::vector<float> init(12, 1.0f);
         w = engine->addParameter(lin, "weight", {3, 4}, DType::F32, init.data());

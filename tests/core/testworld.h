@@ -47,7 +47,7 @@ private:
 inline std::unique_ptr<Engine> makeEngine(int world, EngineConfig cfg = {})
 {
     cfg.worldSize = world;
-    return std::make_unique<Engine>(cfg, makeCpuWorld(world));
+    return std::make_unique<Engine>(cfg, comm::makeCpuWorld(world));
 }
 
 inline std::vector<float> iota(std::int64_t n, float start = 1.0f)

@@ -21,7 +21,7 @@ namespace {
 
 constexpr std::byte kKey{0x5A};
 
-class EncodedMemory final : public MemorySpace
+class EncodedMemory final : public comm::MemorySpace
 {
 public:
     bool isHost() const override { return false; }
@@ -50,13 +50,13 @@ public:
         }
         ::operator delete(p);
     }
-    void copy(void *dst, const void *src, std::size_t bytes, CopyKind kind) override
+    void copy(void *dst, const void *src, std::size_t bytes, comm::CopyKind kind) override
     {
-        requireInside(kind == CopyKind::HostToSpace ? dst : src, bytes);
-        if (kind == CopyKind::WithinSpace)
+        requireInside(kind == comm::CopyKind::HostToSpace ? dst : src, bytes);
+        if (kind == comm::CopyKind::WithinSpace)
             requireInside(dst, bytes);
         std::memmove(dst, src, bytes);
-        if (kind != CopyKind::WithinSpace)
+        if (kind != comm::CopyKind::WithinSpace)
             for (std::size_t i = 0; i < bytes; ++i)
                 static_cast<std::byte *>(dst)[i] ^= kKey;
     }
@@ -123,31 +123,31 @@ private:
 };
 
 // One rank whose collectives run when finish() is called or when they are waited on.
-class DeferredComm final : public Communicator
+class DeferredComm final : public comm::Communicator
 {
 public:
     explicit DeferredComm(EncodedMemory &mem) : m_mem(mem) {}
 
     int rank() const override { return 0; }
     int worldSize() const override { return 1; }
-    Backend backend() const override { return Backend::Nccl; }
+    comm::Backend backend() const override { return comm::Backend::Nccl; }
     bool deviceBuffers() const override { return true; }
-    MemorySpace &memory() override { return m_mem; }
+    comm::MemorySpace &memory() override { return m_mem; }
     void waitForCompute() override { ++fences; }
 
-    CommHandle allGather(const void *send, void *recv, std::size_t bytes) override
+    comm::CommHandle allGather(const void *send, void *recv, std::size_t bytes) override
     {
         ++issued;
         if (!m_mem.inside(send, bytes) || !m_mem.inside(recv, bytes))
             ++m_mem.outside;
         return enqueue([=] { std::memmove(recv, send, bytes); });
     }
-    CommHandle broadcast(void *, std::size_t, int) override
+    comm::CommHandle broadcast(void *, std::size_t, int) override
     {
         ++issued;
         return enqueue([] {});
     }
-    CommHandle reduceScatter(const void *send, void *recv, std::size_t count, DType) override
+    comm::CommHandle reduceScatter(const void *send, void *recv, std::size_t count, DType) override
     {
         ++issued;
         ++reduceScatters;
@@ -178,7 +178,7 @@ public:
     int reduceScatters = 0;
 
 private:
-    struct Op final : CommHandle::Impl
+    struct Op final : comm::CommHandle::Impl
     {
         std::function<void()> fn;
         bool done = false;
@@ -194,16 +194,16 @@ private:
         {
             run();
             if (fail)
-                throw CommError("all_gather failed on the device (injected by the test)");
+                throw comm::CommError("all_gather failed on the device (injected by the test)");
         }
     };
-    CommHandle enqueue(std::function<void()> fn)
+    comm::CommHandle enqueue(std::function<void()> fn)
     {
         auto op = std::make_shared<Op>();
         op->fn = std::move(fn);
         op->fail = std::exchange(failNext, false);
         m_ops.push_back(op);
-        return CommHandle(op);
+        return comm::CommHandle(op);
     }
     EncodedMemory &m_mem;
     std::vector<std::shared_ptr<Op>> m_ops;
@@ -238,7 +238,7 @@ struct Device
         EngineConfig cfg;
         cfg.worldSize = 1;
         cfg.persistenceThreshold = 8;
-        std::vector<std::unique_ptr<Communicator>> comms;
+        std::vector<std::unique_ptr<comm::Communicator>> comms;
         auto c = std::make_unique<DeferredComm>(mem);
         comm = c.get();
         comms.push_back(std::move(c));
@@ -292,7 +292,7 @@ void TestDeviceMemory::tensorsLiveInTheSpace()
     Device d;
     Engine &e = *d.engine;
     QCOMPARE(e.state().backend, std::string("nccl"));
-    QCOMPARE(&e.memory(0), static_cast<MemorySpace *>(&d.mem));
+    QCOMPARE(&e.memory(0), static_cast<comm::MemorySpace *>(&d.mem));
     QVERIFY(d.comm->fences >= 1); // partition() orders the first gathers after its uploads
     e.beginStep(0);
     e.enterModule(0, d.a, Phase::Forward);
@@ -318,9 +318,9 @@ void TestDeviceMemory::gradientsThroughTheSpace()
     e.beginStep(0);
     e.zeroGrads(0);
     // The gradient is produced on the device, as a kernel would.
-    Buffer g(d.mem, 30 * 4);
+    comm::Buffer g(d.mem, 30 * 4);
     const auto values = test::iota(30, 0.5f);
-    d.mem.copy(g.data(), values.data(), 30 * 4, CopyKind::HostToSpace);
+    d.mem.copy(g.data(), values.data(), 30 * 4, comm::CopyKind::HostToSpace);
     const int fencesBefore = d.comm->fences;
     e.reduceScatterGrad(0, d.bW, g.f32());
     e.reduceScatterGrad(0, d.bW, g.f32()); // accumulates
@@ -351,7 +351,8 @@ void TestDeviceMemory::gatheredParametersOnTheDevice()
         std::memcpy(host.data(), bytes.data(), 160);
         QCOMPARE(host, test::iota(40));
         host[7] = -1.0f;
-        d.mem.copy(g[0].data, host.data(), 160, CopyKind::HostToSpace); // an edit on the device
+        d.mem.copy(g[0].data, host.data(), 160,
+                   comm::CopyKind::HostToSpace); // an edit on the device
         g.close();
     }
     std::vector<float> want = test::iota(40);
@@ -362,7 +363,7 @@ void TestDeviceMemory::gatheredParametersOnTheDevice()
     try {
         GatheredParameters g(e, 0, {d.aW});
         std::vector<float> host(40, 3.0f);
-        d.mem.copy(g[0].data, host.data(), 160, CopyKind::HostToSpace);
+        d.mem.copy(g[0].data, host.data(), 160, comm::CopyKind::HostToSpace);
         g.close();
     } catch (const EngineError &err) {
         threw = QString(err.what()).contains("modifier_rank");
@@ -475,7 +476,7 @@ void TestDeviceMemory::failedGatherIsReported()
     bool threw = false;
     try {
         e.enterModule(0, d.a, Phase::Forward);
-    } catch (const CommError &err) {
+    } catch (const comm::CommError &err) {
         threw = QString(err.what()).contains("injected");
     }
     QVERIFY(threw);
@@ -494,7 +495,7 @@ void TestDeviceMemory::failedGatherInsideAScopeReachesTheCaller()
         ModuleScope outer(e, 0, d.a, Phase::Forward);
         d.comm->failNext = true;
         ModuleScope inner(e, 0, d.b, Phase::Forward);
-    } catch (const CommError &err) {
+    } catch (const comm::CommError &err) {
         caught = err.what();
     }
     QVERIFY2(caught.contains("injected"), qPrintable(caught));

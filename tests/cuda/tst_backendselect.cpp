@@ -25,7 +25,7 @@ class TestBackendSelect : public QObject
     void cpuIsAlwaysCpu()
     {
         const BackendChoice c = chooseBackend("cpu");
-        QCOMPARE(c.backend, Backend::Cpu);
+        QCOMPARE(c.backend, comm::Backend::Cpu);
         QVERIFY(c.reason.find("--backend cpu") != std::string::npos);
     }
 
@@ -33,7 +33,7 @@ class TestBackendSelect : public QObject
     {
         if (test::gpuCount() > 0) QSKIP("this machine has a GPU: autoPicksNcclOnGpu covers it");
         const BackendChoice c = chooseBackend("auto");
-        QCOMPARE(c.backend, Backend::Cpu);
+        QCOMPARE(c.backend, comm::Backend::Cpu);
         QCOMPARE(c.deviceCount, 0);
         QVERIFY2(c.reason.rfind("CPU backend: ", 0) == 0, c.reason.c_str());
         QVERIFY2(c.reason.find('\n') == std::string::npos, "the reason is one line");
@@ -52,7 +52,7 @@ class TestBackendSelect : public QObject
         try {
             chooseBackend("nccl");
             QFAIL("chooseBackend(\"nccl\") must throw without a GPU");
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             const std::string msg = e.what();
             QVERIFY2(msg.find("--backend nccl cannot be used") != std::string::npos, e.what());
             QVERIFY2(msg.find("--backend cpu") != std::string::npos, e.what());
@@ -70,10 +70,10 @@ class TestBackendSelect : public QObject
     {
         SHARDSCOPE_REQUIRE_GPU();
         const BackendChoice c = chooseBackend("auto");
-        QCOMPARE(c.backend, Backend::Nccl);
+        QCOMPARE(c.backend, comm::Backend::Nccl);
         QCOMPARE(c.deviceCount, test::gpuCount());
         QVERIFY2(c.reason.rfind("NCCL backend: ", 0) == 0, c.reason.c_str());
-        QCOMPARE(chooseBackend("nccl").backend, Backend::Nccl);
+        QCOMPARE(chooseBackend("nccl").backend, comm::Backend::Nccl);
     }
 
     void ncclAndCublasLoadWithoutAGpu()
@@ -128,7 +128,7 @@ class TestBackendSelect : public QObject
         try {
             gpu::runNcclTraining(config, {});
             QFAIL("runNcclTraining must throw without a GPU");
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             QVERIFY2(std::string(e.what()).find("--backend cpu") != std::string::npos, e.what());
         }
     }

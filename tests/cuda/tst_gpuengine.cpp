@@ -95,7 +95,7 @@ const ParamRecord *findParam(const EngineState &s, const std::string &name)
 std::vector<float> deviceToHost(Engine &engine, int rank, const float *data, std::size_t n)
 {
     std::vector<float> out(n);
-    engine.memory(rank).copy(out.data(), data, n * sizeof(float), CopyKind::SpaceToHost);
+    engine.memory(rank).copy(out.data(), data, n * sizeof(float), comm::CopyKind::SpaceToHost);
     return out;
 }
 
@@ -117,7 +117,7 @@ class TestGpuEngine : public QObject
     void engineMemoryIsTheGpu()
     {
         auto engine = gpu::makeNcclEngine(smallConfig(worldForTest()));
-        QCOMPARE(engine->backend(), Backend::Nccl);
+        QCOMPARE(engine->backend(), comm::Backend::Nccl);
         for (int r : engine->localRanks()) {
             QVERIFY(!engine->memory(r).isHost());
             QCOMPARE(engine->memory(r).name(), "cuda:" + std::to_string(r));
@@ -236,7 +236,8 @@ class TestGpuEngine : public QObject
             QCOMPARE(g.viewRank(), 0);
             const TensorView v = g[0];
             QCOMPARE(v.numel, info.numel);
-            engine->memory(0).copy(v.data, want.data(), n * sizeof(float), CopyKind::HostToSpace);
+            engine->memory(0).copy(v.data, want.data(), n * sizeof(float),
+                                   comm::CopyKind::HostToSpace);
             g.close(); // rank 0's tensor is broadcast and every shard rewritten
         }
         for (int r : engine->localRanks()) {
@@ -259,7 +260,7 @@ class TestGpuEngine : public QObject
         try {
             GatheredParameters g(*engine, {p});
             const float x = 42.0f;
-            engine->memory(0).copy(g[0].data, &x, sizeof x, CopyKind::HostToSpace);
+            engine->memory(0).copy(g[0].data, &x, sizeof x, comm::CopyKind::HostToSpace);
             g.close();
             QFAIL("a change without modifier_rank must be an EngineError");
         } catch (const EngineError &e) {

@@ -225,7 +225,7 @@ class TestGpuTraining : public QObject
         try {
             gpu::runNcclTraining(c, {});
             QFAIL("more ranks than GPUs must be refused");
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             QVERIFY2(std::string(e.what()).find("one rank per GPU") != std::string::npos, e.what());
         }
     }

@@ -106,7 +106,7 @@ class TestNcclCommunicator : public QObject
                         mine[i] = static_cast<std::uint8_t>(c.rank() * 31 + i * 7);
                     gpu::DeviceBuffer send(bytes), recv(bytes * n);
                     send.upload(mine.data(), bytes);
-                    CommHandle h = c.allGather(send.data(), recv.data(), bytes);
+                    comm::CommHandle h = c.allGather(send.data(), recv.data(), bytes);
                     h.wait();
                     if (!h.ready()) throw std::runtime_error("handle not ready after wait()");
                     const auto got = recv.toHost<std::uint8_t>();
@@ -205,10 +205,10 @@ class TestNcclCommunicator : public QObject
         World world = localWorld(1);
         NcclCommunicator &c = world.front();
         QVERIFY(c.deviceBuffers());
-        QCOMPARE(c.backend(), Backend::Nccl);
+        QCOMPARE(c.backend(), comm::Backend::Nccl);
         QVERIFY(c.commStream() != nullptr);
         gpu::DeviceBuffer send(64 << 20), recv(64 << 20);
-        CommHandle h = c.allGather(send.data(), recv.data(), 64 << 20);
+        comm::CommHandle h = c.allGather(send.data(), recv.data(), 64 << 20);
         h.wait();
         QVERIFY(h.ready());
         c.barrier();
@@ -242,7 +242,7 @@ class TestNcclCommunicator : public QObject
         {
             ~Release() { go.store(true); } // whatever happens below
         } release;
-        CommHandle h = c.allGather(send.data(), recv.data(), 1024);
+        comm::CommHandle h = c.allGather(send.data(), recv.data(), 1024);
         const bool readyBeforeGo = h.ready();
         std::string launchError;
         try {
@@ -267,20 +267,20 @@ class TestNcclCommunicator : public QObject
         try {
             c.allGather(host.data(), dev.data(), 16);
             QFAIL("a host pointer must be refused");
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             QVERIFY2(std::string(e.what()).find("host pointer") != std::string::npos, e.what());
         }
         try {
             c.broadcast(dev.data(), 16, 1);
             QFAIL("root 1 of a world of 1 must be refused");
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             QVERIFY2(std::string(e.what()).find("root 1") != std::string::npos, e.what());
         }
     }
 
     void oneProcessPerGpuStartThroughRendezvous()
     {
-        RendezvousConfig config;
+        comm::RendezvousConfig config;
         config.rank = 0;
         config.worldSize = 1;
         config.localRank = 0;
@@ -303,7 +303,7 @@ class TestNcclCommunicator : public QObject
         try {
             localWorld(n + 1);
             QFAIL("a rank without a GPU must be refused");
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             QVERIFY2(std::string(e.what()).find("one GPU per rank") != std::string::npos, e.what());
         }
     }

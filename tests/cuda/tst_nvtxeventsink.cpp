@@ -35,7 +35,7 @@ class TestNvtxEventSink : public QObject
         EngineConfig cfg;
         cfg.worldSize = 2;
         cfg.persistenceThreshold = 4;
-        Engine engine(cfg, makeCpuWorld(2));
+        Engine engine(cfg, comm::makeCpuWorld(2));
         test::RecordingSink inner;
         gpu::NvtxEventSink nvtx(engine, &inner); // before the model exists, as the trainer does
         QCOMPARE(nvtx.inner(), &inner);
@@ -84,7 +84,7 @@ class TestNvtxEventSink : public QObject
 
         // The same events as a plain sink receives from the same run, in the same order
         // per rank (timestamps aside).
-        Engine plain(cfg, makeCpuWorld(2));
+        Engine plain(cfg, comm::makeCpuWorld(2));
         test::RecordingSink direct;
         plain.setEventSink(&direct);
         const ModuleId e2 = plain.addModule(plain.root(), "embed", "Embedding");

@@ -23,9 +23,9 @@ std::vector<std::byte> blobOf(const std::string &s)
     return b;
 }
 
-RendezvousConfig configFor(int rank, int world, int port, int timeoutMs)
+comm::RendezvousConfig configFor(int rank, int world, int port, int timeoutMs)
 {
-    RendezvousConfig c;
+    comm::RendezvousConfig c;
     c.rank = rank;
     c.worldSize = world;
     c.localRank = rank;
@@ -140,7 +140,7 @@ class TestRendezvous : public QObject
         try {
             fetchRendezvousBlob(configFor(3, 4, port, 400));
             QFAIL("fetching from a rank 0 that does not exist must fail");
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             const std::string msg = e.what();
             QVERIFY2(msg.find("rank 3 of 4") != std::string::npos, e.what());
             QVERIFY2(msg.find("127.0.0.1:" + std::to_string(port)) != std::string::npos, e.what());
@@ -155,11 +155,11 @@ class TestRendezvous : public QObject
         try {
             fetchRendezvousBlob(configFor(1, 3, server.port(), 2000));
             QFAIL("a rank with a different WORLD_SIZE must be refused");
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             QVERIFY2(std::string(e.what()).find("WORLD_SIZE=3") != std::string::npos, e.what());
             QVERIFY2(std::string(e.what()).find("WORLD_SIZE=2") != std::string::npos, e.what());
         }
-        QVERIFY_THROWS_EXCEPTION(CommError, server.wait());
+        QVERIFY_THROWS_EXCEPTION(comm::CommError, server.wait());
     }
 
     void rankZeroTimesOutWhenRanksAreMissing()
@@ -168,7 +168,7 @@ class TestRendezvous : public QObject
         try {
             server.wait();
             QFAIL("rank 0 must give up when the other ranks never come");
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             QVERIFY2(std::string(e.what()).find("0 of 2 other ranks") != std::string::npos,
                      e.what());
         }
@@ -182,7 +182,7 @@ class TestRendezvous : public QObject
                       {"MASTER_ADDR", "node0"},
                       {"MASTER_PORT", "29501"},
                       {"SHARDSCOPE_RENDEZVOUS_TIMEOUT_S", "7"}});
-        const RendezvousConfig c = rendezvousFromEnv();
+        const comm::RendezvousConfig c = comm::rendezvousFromEnv();
         QCOMPARE(c.rank, 2);
         QCOMPARE(c.worldSize, 4);
         QCOMPARE(c.localRank, 0);
@@ -232,9 +232,9 @@ class TestRendezvous : public QObject
         if (!p.empty()) vars.emplace_back("MASTER_PORT", p.c_str());
         EnvGuard env(vars);
         try {
-            rendezvousFromEnv();
+            comm::rendezvousFromEnv();
             QFAIL("a bad environment must be a CommError");
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             QVERIFY2(std::string(e.what()).find(named.toStdString()) != std::string::npos,
                      e.what());
         }

@@ -28,7 +28,7 @@ std::unique_ptr<Engine> smallEngine()
     EngineConfig cfg;
     cfg.worldSize = 2;
     cfg.modelName = "clock";
-    auto engine = std::make_unique<Engine>(cfg, makeCpuWorld(2));
+    auto engine = std::make_unique<Engine>(cfg, comm::makeCpuWorld(2));
     const ModuleId m = engine->addModule(engine->root(), "fc", "Linear");
     std::vector<float> init(8, 1.0f);
     engine->addParameter(m, "weight", {8}, DType::F32, init.data());

@@ -40,7 +40,7 @@ struct TiedRun
         cfg.worldSize = world;
         cfg.persistenceThreshold = 4;
         cfg.modelName = "tied";
-        engine = std::make_unique<Engine>(cfg, makeCpuWorld(world));
+        engine = std::make_unique<Engine>(cfg, comm::makeCpuWorld(world));
         embed = engine->addModule(engine->root(), "embed", "Embedding");
         lmHead = engine->addModule(engine->root(), "lm_head", "Linear");
         std::vector<float> init(30);
