@@ -63,7 +63,7 @@ class RankProvider final : public StateProvider
     int worldSize() const override { return kWorld; }
     std::string backend() const override { return "gloo"; }
     std::vector<int> localRanks() const override { return {m_rank}; }
-    void setEventSink(EventSink *sink) override { m_sink = sink; }
+    void setEventSink(telemetry::EventSink *sink) override { m_sink = sink; }
     void setTelemetryEnabled(bool) override {}
 
     // A gather's worth of events, again and again: fetch, use, release.
@@ -73,22 +73,22 @@ class RankProvider final : public StateProvider
         std::uint64_t ts = 1'000'000'000;
         for (std::size_t i = 0; i < kEventsPerRank; ++i) {
             const auto id = static_cast<std::uint32_t>((i / 4 * kWorld + m_rank) % kParams);
-            const FetchFields fetch{.param = id, .cause = 0, .bytes = 16384};
+            const telemetry::FetchFields fetch{.param = id, .cause = 0, .bytes = 16384};
             const auto kind = i % 4;
-            const Event fields = kind == 0   ? makeFetchBegin(fetch)
-                                 : kind == 1 ? makeFetchEnd(fetch)
-                                 : kind == 2
-                                     ? makeModuleEnter({.module = id})
-                                     : makeRelease({.param = id, .cause = 0, .bytes = 16384});
-            m_sink->write(
-                stamped(fields, ts += 997, static_cast<std::uint32_t>(1 + i / 4096), rank));
+            const telemetry::Event fields =
+                kind == 0   ? telemetry::makeFetchBegin(fetch)
+                : kind == 1 ? telemetry::makeFetchEnd(fetch)
+                : kind == 2 ? telemetry::makeModuleEnter({.module = id})
+                            : telemetry::makeRelease({.param = id, .cause = 0, .bytes = 16384});
+            m_sink->write(telemetry::stamped(fields, ts += 997,
+                                             static_cast<std::uint32_t>(1 + i / 4096), rank));
         }
     }
 
   private:
     int m_rank;
     EngineState m_state;
-    EventSink *m_sink = nullptr;
+    telemetry::EventSink *m_sink = nullptr;
 };
 
 EngineState wholeModel()

@@ -460,7 +460,7 @@ void MainWindow::feedPlots(bool)
         m_originSet = true;
     }
     m_fed.resize(static_cast<std::size_t>(m_store.laneCount()), 0);
-    std::vector<Event> batch;
+    std::vector<telemetry::Event> batch;
     for (int r = 0; r < m_store.laneCount(); ++r) {
         const EventLane &lane = m_store.lane(r);
         std::uint64_t &fed = m_fed[static_cast<std::size_t>(r)]; // absolute: evicted + index

@@ -89,11 +89,11 @@ TensorView Engine::Impl::slowAccess(RankState &rs, ParamId p)
     v.action = action;
 
     if (first) {
-        emit(rs, makeUnregisteredAccess({.accessor = accessor,
-                                         .param = p,
-                                         .owner = info.owner,
-                                         .status = st,
-                                         .action = action}));
+        emit(rs, telemetry::makeUnregisteredAccess({.accessor = accessor,
+                                                    .param = p,
+                                                    .owner = info.owner,
+                                                    .status = st,
+                                                    .action = action}));
         unregisteredCount.fetch_add(1, std::memory_order_relaxed);
         ViolationRecord copy = v;
         recordViolation(std::move(copy));
@@ -134,7 +134,7 @@ std::string Engine::Impl::replacedBy(ParamId late) const
 
 void Engine::Impl::recordViolation(ViolationRecord v)
 {
-    v.tsNs = nowNs();
+    v.tsNs = telemetry::nowNs();
     touch();
     std::lock_guard lock(violationMutex);
     const auto key =

@@ -151,12 +151,12 @@ const RankState &Engine::Impl::rankState(int rank) const
     return const_cast<Impl *>(this)->rankState(rank);
 }
 
-void Engine::setEventSink(EventSink *sink)
+void Engine::setEventSink(telemetry::EventSink *sink)
 {
     d->sink.store(sink, std::memory_order_release);
 }
 
-EventSink *Engine::eventSink() const
+telemetry::EventSink *Engine::eventSink() const
 {
     return d->sink.load(std::memory_order_acquire);
 }
@@ -197,20 +197,20 @@ void Engine::forEachLocalRank(const std::function<void(int)> &fn)
 
 // ---------------------------------------------------------------- telemetry
 
-void Engine::Impl::emitAt(const RankState &rs, const Event &fields, std::uint64_t tsNs)
+void Engine::Impl::emitAt(const RankState &rs, const telemetry::Event &fields, std::uint64_t tsNs)
 {
-    EventSink *s = sink.load(std::memory_order_acquire);
+    telemetry::EventSink *s = sink.load(std::memory_order_acquire);
     if (!s || !q->m_telemetryOn.load(std::memory_order_relaxed)) return;
-    s->write(stamped(fields, tsNs, rs.step.load(std::memory_order_relaxed),
+    s->write(telemetry::stamped(fields, tsNs, rs.step.load(std::memory_order_relaxed),
                      static_cast<std::uint16_t>(rs.rank)));
 }
 
-void Engine::Impl::emit(const RankState &rs, const Event &fields)
+void Engine::Impl::emit(const RankState &rs, const telemetry::Event &fields)
 {
-    EventSink *s = sink.load(std::memory_order_acquire);
+    telemetry::EventSink *s = sink.load(std::memory_order_acquire);
     if (!s || !q->m_telemetryOn.load(std::memory_order_relaxed)) return;
-    const std::uint64_t ts = rs.batchTs ? rs.batchTs : nowNs();
-    s->write(stamped(fields, ts, rs.step.load(std::memory_order_relaxed),
+    const std::uint64_t ts = rs.batchTs ? rs.batchTs : telemetry::nowNs();
+    s->write(telemetry::stamped(fields, ts, rs.step.load(std::memory_order_relaxed),
                      static_cast<std::uint16_t>(rs.rank)));
 }
 
@@ -226,7 +226,10 @@ namespace {
 class TelemetryBatch
 {
   public:
-    TelemetryBatch(RankState &rs, bool live) : m_rs(rs) { rs.batchTs = live ? nowNs() : 0; }
+    TelemetryBatch(RankState &rs, bool live) : m_rs(rs)
+    {
+        rs.batchTs = live ? telemetry::nowNs() : 0;
+    }
     ~TelemetryBatch() { m_rs.batchTs = 0; }
     TelemetryBatch(const TelemetryBatch &) = delete;
     TelemetryBatch &operator=(const TelemetryBatch &) = delete;
@@ -239,7 +242,7 @@ class TelemetryBatch
 
 void Engine::Impl::emitMemory(RankState &rs)
 {
-    emit(rs, makeMemorySample({.partitionedBytes = rs.partitionedBytes,
+    emit(rs, telemetry::makeMemorySample({.partitionedBytes = rs.partitionedBytes,
                                .gatheredBytes = rs.gatheredBytesNow,
                                .peakGatheredBytes = rs.peakGatheredBytes,
                                .liveElements = static_cast<std::uint64_t>(rs.liveElements)}));
@@ -344,7 +347,7 @@ ParamId Engine::addParameter(ModuleId owner, std::string_view name, Shape shape,
         rs.status[id].store(ParamStatus::Available, std::memory_order_release);
         rs.gatheredBytesNow += pi.layout.paddedNumel * es;
         rs.peakGatheredBytes = std::max(rs.peakGatheredBytes, rs.gatheredBytesNow);
-        d->emit(rs, makeLateParameter({.module = owner, .param = id}));
+        d->emit(rs, telemetry::makeLateParameter({.module = owner, .param = id}));
     }
     return id;
 }
@@ -471,7 +474,7 @@ void Engine::adoptParameter(ParamId p)
             rs.gatheredBytesNow -= d->fullBytes(p);
             rs.status[p].store(ParamStatus::NotAvailable, std::memory_order_release);
         }
-        d->emit(rs, makeParameterAdopted({.module = info.owner, .param = p}));
+        d->emit(rs, telemetry::makeParameterAdopted({.module = info.owner, .param = p}));
         rs.comm->waitForCompute();
     }
 }
@@ -567,7 +570,7 @@ void Engine::Impl::addExternal(RankState &rs, ModuleId m, ParamId p, bool automa
         ext.push_back({p, automatic});
     }
     touch();
-    emit(rs, makeExternalRegister({.module = m, .param = p, .automatic = automatic}));
+    emit(rs, telemetry::makeExternalRegister({.module = m, .param = p, .automatic = automatic}));
 }
 
 void Engine::registerExternalParameter(ModuleId m, ParamId p)
@@ -608,7 +611,7 @@ void Engine::unregisterExternalParameter(ModuleId m, ParamId p)
                                          : "; it is registered on: " + where));
     }
     for (auto &rs : d->ranks)
-        d->emit(*rs, makeExternalUnregister({.module = m, .param = p}));
+        d->emit(*rs, telemetry::makeExternalUnregister({.module = m, .param = p}));
 }
 
 bool Engine::isExternal(int rank, ModuleId m, ParamId p) const
@@ -637,8 +640,11 @@ void Engine::Impl::fetch(RankState &rs, ParamId p, ModuleId cause, FetchReason r
     // Issued at the batch's time when a module entry issues it (one clock read for all),
     // and stamped with the instant gather_ns counts from (docs/protocol.md, "Timestamps in
     // State").
-    const std::uint64_t t0 = rs.batchTs ? rs.batchTs : nowNs();
-    emitAt(rs, makeFetchBegin({.param = p, .cause = cause, .bytes = bytes, .reason = reason}), t0);
+    const std::uint64_t t0 = rs.batchTs ? rs.batchTs : telemetry::nowNs();
+    emitAt(
+        rs,
+        telemetry::makeFetchBegin({.param = p, .cause = cause, .bytes = bytes, .reason = reason}),
+        t0);
     {
         std::lock_guard rl(rs.mu);
         setFull(rs, p, std::move(full));
@@ -663,7 +669,7 @@ void Engine::Impl::complete(RankState &rs, ParamId p)
     rp.gather.wait(); // a failed collective throws here and the parameter stays INFLIGHT
     rp.gather = comm::CommHandle();
     const std::uint64_t bytes = fullBytes(p);
-    const std::uint64_t t1 = nowNs();
+    const std::uint64_t t1 = telemetry::nowNs();
     if (rs.batchTs) rs.batchTs = t1; // what follows in the batch is not earlier
     GatherTotals &tot = gatherTotals[p];
     tot.count.fetch_add(1, std::memory_order_relaxed);
@@ -679,7 +685,7 @@ void Engine::Impl::complete(RankState &rs, ParamId p)
     rs.status[p].store(ParamStatus::Available, std::memory_order_release);
     touch();
     emitAt(rs,
-           makeFetchEnd(
+           telemetry::makeFetchEnd(
                {.param = p, .cause = rp.gatherCause, .bytes = bytes, .reason = rp.gatherReason}),
            t1);
 }
@@ -748,7 +754,7 @@ void Engine::Impl::release(RankState &rs, ParamId p, ModuleId cause)
     }
     rs.status[p].store(ParamStatus::NotAvailable, std::memory_order_release);
     touch();
-    emit(rs, makeRelease({.param = p, .cause = cause, .bytes = fullBytes(p)}));
+    emit(rs, telemetry::makeRelease({.param = p, .cause = cause, .bytes = fullBytes(p)}));
 }
 
 void Engine::Impl::releaseIdle(RankState &rs)
@@ -847,7 +853,7 @@ void Engine::beginStep(int rank)
     d->releaseIdle(rs);
     // This step's gathers read the shards the optimizer wrote since the last step.
     rs.comm->waitForCompute();
-    d->emit(rs, makeStepBegin());
+    d->emit(rs, telemetry::makeStepBegin());
 
     // A step that starts with late, unadopted parameters: they are never partitioned.
     std::shared_lock lock(d->structure);
@@ -890,11 +896,11 @@ void Engine::endStep(int rank, double loss)
     if (!rs.traceValid || rs.traceBroken) {
         rs.trace = rs.order;
         rs.traceValid = true;
-        d->emit(rs, makeTraceRecorded(rs.trace.size()));
+        d->emit(rs, telemetry::makeTraceRecorded(rs.trace.size()));
     }
     rs.inStep = false;
     d->emitMemory(rs);
-    d->emit(rs, makeStepEnd(loss));
+    d->emit(rs, telemetry::makeStepEnd(loss));
 }
 
 std::uint32_t Engine::step(int rank) const
@@ -914,7 +920,7 @@ void Engine::enterModule(int rank, ModuleId m, Phase phase)
     f.phase = phase;
     f.params.clear();
     const TelemetryBatch batch(rs, d->telemetryLive());
-    d->emit(rs, makeModuleEnter({.module = m, .phase = phase}));
+    d->emit(rs, telemetry::makeModuleEnter({.module = m, .phase = phase}));
     if (!rs.inflight.empty()) d->poll(rs);
 
     const TraceEntry entry{m, phase};
@@ -926,7 +932,8 @@ void Engine::enterModule(int rank, ModuleId m, Phase phase)
             rs.traceBroken = true;
             const ModuleId expected =
                 rs.tracePos < rs.trace.size() ? rs.trace[rs.tracePos].module : kNoModule;
-            d->emit(rs, makeTraceInvalidated({.expected = expected, .got = m, .phase = phase}));
+            d->emit(rs, telemetry::makeTraceInvalidated(
+                            {.expected = expected, .got = m, .phase = phase}));
             ViolationRecord v;
             v.kind = ViolationKind::TraceInvalidated;
             v.step = rs.step.load();
@@ -991,7 +998,7 @@ void Engine::exitModule(int rank, ModuleId m, Phase phase)
     f.params.clear();
     --rs.depth;
     if (!rs.inflight.empty()) d->poll(rs);
-    d->emit(rs, makeModuleExit({.module = m, .phase = phase}));
+    d->emit(rs, telemetry::makeModuleExit({.module = m, .phase = phase}));
     d->emitMemory(rs);
 }
 

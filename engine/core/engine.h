@@ -139,8 +139,8 @@ public:
     void forEachLocalRank(const std::function<void(int rank)> &fn);
 
     // Telemetry: events go to sink (nullptr: none). Switching off costs one branch.
-    void setEventSink(EventSink *sink);
-    EventSink *eventSink() const; // the sink set last (nullptr: none)
+    void setEventSink(telemetry::EventSink *sink);
+    telemetry::EventSink *eventSink() const; // the sink set last (nullptr: none)
     void setTelemetryEnabled(bool on) { m_telemetryOn.store(on, std::memory_order_relaxed); }
     bool telemetryEnabled() const { return m_telemetryOn.load(std::memory_order_relaxed); }
 

@@ -115,7 +115,7 @@ struct Engine::Impl
     std::vector<std::unique_ptr<comm::Communicator>> comms;
     std::vector<std::unique_ptr<RankState>> ranks; // by local index
     std::vector<int> localIndex;                    // world rank -> local index, -1 if remote
-    std::atomic<EventSink *> sink{nullptr};
+    std::atomic<telemetry::EventSink *> sink{nullptr};
 
     mutable std::shared_mutex structure; // modules/params added or removed
     std::deque<ModuleInfo> modules;
@@ -138,9 +138,9 @@ struct Engine::Impl
 
     // Writes one event made by telemetry/eventfields.h, stamped with rs's step and rank and
     // the batch's time (RankState::batchTs), else the telemetry clock now.
-    void emit(const RankState &rs, const Event &fields);
+    void emit(const RankState &rs, const telemetry::Event &fields);
     // The same, stamped with tsNs: an instant the engine also records elsewhere (a gather's).
-    void emitAt(const RankState &rs, const Event &fields, std::uint64_t tsNs);
+    void emitAt(const RankState &rs, const telemetry::Event &fields, std::uint64_t tsNs);
     void emitMemory(RankState &rs);
     bool telemetryLive() const;
 

@@ -469,13 +469,13 @@ nn::TrainResult trainOnGpu(Engine &engine, const nn::TrainConfig &config,
     // NVTX ranges for the engine's fetches around whatever sink is installed (the
     // inspector's hub, or none), so Nsight Systems lines them up with NCCL's kernels.
     // Made after the model is built, so every parameter and module has its name.
-    EventSink *const installed = engine.eventSink();
+    telemetry::EventSink *const installed = engine.eventSink();
     NvtxEventSink nvtx(engine, installed);
     engine.setEventSink(&nvtx);
     struct Restore
     {
         Engine &engine;
-        EventSink *sink;
+        telemetry::EventSink *sink;
         ~Restore() { engine.setEventSink(sink); }
     } restore{engine, installed};
     const double globalTokens = static_cast<double>(c.batch) * c.seq;
@@ -518,7 +518,7 @@ nn::TrainResult trainOnGpu(Engine &engine, const nn::TrainConfig &config,
 }
 
 nn::TrainResult runNcclTraining(const nn::TrainConfig &config, const nn::StepCallback &onStep,
-                                EventSink *sink)
+                                telemetry::EventSink *sink)
 {
     std::unique_ptr<Engine> engine = makeNcclEngine(config);
     engine->setEventSink(sink); // trainOnGpu adds the NVTX ranges around it

@@ -34,6 +34,6 @@ nn::TrainResult trainOnGpu(Engine &engine, const nn::TrainConfig &config,
 // makeNcclEngine, the engine's events to sink (may be null; wrapped with NVTX
 // annotations), nn::buildModel and trainOnGpu: the whole run without an inspector.
 nn::TrainResult runNcclTraining(const nn::TrainConfig &config, const nn::StepCallback &onStep,
-                                EventSink *sink = nullptr);
+                                telemetry::EventSink *sink = nullptr);
 
 } // namespace shardscope::gpu

@@ -26,7 +26,8 @@ nn::TrainResult trainOnGpu(Engine &, const nn::TrainConfig &, const nn::StepCall
     noCuda();
 }
 
-nn::TrainResult runNcclTraining(const nn::TrainConfig &, const nn::StepCallback &, EventSink *)
+nn::TrainResult runNcclTraining(const nn::TrainConfig &, const nn::StepCallback &,
+                                telemetry::EventSink *)
 {
     noCuda();
 }

@@ -7,7 +7,7 @@
 
 namespace shardscope::gpu {
 
-NvtxEventSink::NvtxEventSink(const Engine &engine, EventSink *inner) : m_inner(inner)
+NvtxEventSink::NvtxEventSink(const Engine &engine, telemetry::EventSink *inner) : m_inner(inner)
 {
     refreshNames(engine);
 }
@@ -66,13 +66,13 @@ nvtxRangeId_t *NvtxEventSink::openRange(std::uint16_t rank, std::uint32_t param)
     return &m_open[static_cast<std::size_t>(local) * m_stride + param];
 }
 
-void NvtxEventSink::write(const Event &ev) noexcept
+void NvtxEventSink::write(const telemetry::Event &ev) noexcept
 {
     if (m_inner) m_inner->write(ev);
     char label[384];
     switch (ev.type) {
     case EventType::FetchBegin: {
-        const FetchFields f = readFetch(ev);
+        const telemetry::FetchFields f = telemetry::readFetch(ev);
         const std::string_view reason = fetchReasonName(f.reason);
         std::snprintf(label, sizeof label, "fetch %s (module %s, %.*s)", paramName(f.param),
                       moduleName(f.cause), static_cast<int>(reason.size()), reason.data());
@@ -83,20 +83,21 @@ void NvtxEventSink::write(const Event &ev) noexcept
         break;
     }
     case EventType::FetchEnd:
-        if (nvtxRangeId_t *slot = openRange(ev.rank, readFetch(ev).param); slot && *slot) {
+        if (nvtxRangeId_t *slot = openRange(ev.rank, telemetry::readFetch(ev).param);
+            slot && *slot) {
             nvtxRangeEnd(*slot);
             *slot = 0;
         }
         break;
     case EventType::Release: {
-        const ReleaseFields f = readRelease(ev);
+        const telemetry::ReleaseFields f = telemetry::readRelease(ev);
         std::snprintf(label, sizeof label, "release %s (module %s)", paramName(f.param),
                       moduleName(f.cause));
         nvtxMarkA(label);
         break;
     }
     case EventType::Broadcast: {
-        const BroadcastFields f = readBroadcast(ev);
+        const telemetry::BroadcastFields f = telemetry::readBroadcast(ev);
         std::snprintf(label, sizeof label, "broadcast %s (root %u)", paramName(f.param), f.root);
         nvtxMarkA(label);
         break;

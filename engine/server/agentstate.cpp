@@ -26,12 +26,12 @@ AgentState::AgentState(AgentConfig config) : m_config(std::move(config))
     m_moduleByPath.emplace("", 0);
 }
 
-void AgentState::post(const Event &fields, std::uint64_t tsNs)
+void AgentState::post(const telemetry::Event &fields, std::uint64_t tsNs)
 {
-    EventSink *sink = m_sink.load(std::memory_order_acquire);
+    telemetry::EventSink *sink = m_sink.load(std::memory_order_acquire);
     if (!sink || !m_telemetry.load(std::memory_order_relaxed)) return;
-    sink->write(
-        stamped(fields, tsNs ? tsNs : nowNs(), m_step, static_cast<std::uint16_t>(m_config.rank)));
+    sink->write(telemetry::stamped(fields, tsNs ? tsNs : telemetry::nowNs(), m_step,
+                                   static_cast<std::uint16_t>(m_config.rank)));
 }
 
 ModuleId AgentState::ensureModule(const std::string &path, const std::string &type)
@@ -155,29 +155,30 @@ std::string AgentState::paramNameLocked(ParamId id) const
 
 void AgentState::moduleEnter(ModuleId m, Phase phase)
 {
-    post(makeModuleEnter({.module = m, .phase = phase}));
+    post(telemetry::makeModuleEnter({.module = m, .phase = phase}));
 }
 
 void AgentState::moduleExit(ModuleId m, Phase phase)
 {
-    post(makeModuleExit({.module = m, .phase = phase}));
+    post(telemetry::makeModuleExit({.module = m, .phase = phase}));
 }
 
 void AgentState::fetchBegin(ParamId p, ModuleId cause, std::uint64_t bytes, FetchReason reason)
 {
-    const std::uint64_t now = nowNs();
+    const std::uint64_t now = telemetry::nowNs();
     {
         std::lock_guard lock(m_mutex);
         if (AgentParam *ap = findLocked(p)) ap->status = ParamStatus::Inflight;
         m_gathers[p].beganTs = now;
         touch();
     }
-    post(makeFetchBegin({.param = p, .cause = cause, .bytes = bytes, .reason = reason}), now);
+    post(telemetry::makeFetchBegin({.param = p, .cause = cause, .bytes = bytes, .reason = reason}),
+         now);
 }
 
 void AgentState::fetchEnd(ParamId p, ModuleId cause, std::uint64_t bytes, FetchReason reason)
 {
-    const std::uint64_t now = nowNs();
+    const std::uint64_t now = telemetry::nowNs();
     {
         std::lock_guard lock(m_mutex);
         if (AgentParam *ap = findLocked(p)) ap->status = ParamStatus::Available;
@@ -189,7 +190,8 @@ void AgentState::fetchEnd(ParamId p, ModuleId cause, std::uint64_t bytes, FetchR
         g.lastTs = now;
         touch();
     }
-    post(makeFetchEnd({.param = p, .cause = cause, .bytes = bytes, .reason = reason}), now);
+    post(telemetry::makeFetchEnd({.param = p, .cause = cause, .bytes = bytes, .reason = reason}),
+         now);
 }
 
 void AgentState::release(ParamId p, ModuleId cause, std::uint64_t bytes)
@@ -199,7 +201,7 @@ void AgentState::release(ParamId p, ModuleId cause, std::uint64_t bytes)
         if (AgentParam *ap = findLocked(p)) ap->status = ParamStatus::NotAvailable;
         touch();
     }
-    post(makeRelease({.param = p, .cause = cause, .bytes = bytes}));
+    post(telemetry::makeRelease({.param = p, .cause = cause, .bytes = bytes}));
 }
 
 void AgentState::statusChanged(ParamId p, ParamStatus from, ParamStatus to, ModuleId cause,
@@ -217,7 +219,8 @@ void AgentState::statusChanged(ParamId p, ParamStatus from, ParamStatus to, Modu
 
 void AgentState::broadcast(ParamId p, int root, std::uint64_t bytes)
 {
-    post(makeBroadcast({.param = p, .root = static_cast<std::uint32_t>(root), .bytes = bytes}));
+    post(telemetry::makeBroadcast(
+        {.param = p, .root = static_cast<std::uint32_t>(root), .bytes = bytes}));
 }
 
 void AgentState::registerExternal(ModuleId m, ParamId p, bool automatic)
@@ -233,7 +236,7 @@ void AgentState::registerExternal(ModuleId m, ParamId p, bool automatic)
             it->automatic = it->automatic && automatic;
         touch();
     }
-    post(makeExternalRegister({.module = m, .param = p, .automatic = automatic}));
+    post(telemetry::makeExternalRegister({.module = m, .param = p, .automatic = automatic}));
 }
 
 void AgentState::unregisterExternal(ModuleId m, ParamId p)
@@ -243,7 +246,7 @@ void AgentState::unregisterExternal(ModuleId m, ParamId p)
         std::erase_if(m_externals[p], [&](const ExternalRecord &e) { return e.module == m; });
         touch();
     }
-    post(makeExternalUnregister({.module = m, .param = p}));
+    post(telemetry::makeExternalUnregister({.module = m, .param = p}));
 }
 
 void AgentState::recordLocked(ViolationRecord v)
@@ -299,18 +302,18 @@ ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p, Guard
             v.status = status;
             v.action = action;
             v.count = 1;
-            v.tsNs = nowNs();
+            v.tsNs = telemetry::nowNs();
             v.fix = text.fix;
             v.message = text.message;
             recordLocked(std::move(v));
         }
     }
     if (first)
-        post(makeUnregisteredAccess({.accessor = accessor,
-                                     .param = p,
-                                     .owner = owner,
-                                     .status = status,
-                                     .action = action}));
+        post(telemetry::makeUnregisteredAccess({.accessor = accessor,
+                                                .param = p,
+                                                .owner = owner,
+                                                .status = status,
+                                                .action = action}));
     return text;
 }
 
@@ -328,7 +331,7 @@ void AgentState::lateParameter(ParamId p)
         m_lateUnadopted.insert(p);
         touch();
     }
-    post(makeLateParameter({.module = owner, .param = p}));
+    post(telemetry::makeLateParameter({.module = owner, .param = p}));
 }
 
 void AgentState::parameterAdopted(ParamId p)
@@ -344,7 +347,7 @@ void AgentState::parameterAdopted(ParamId p)
         m_lateUnadopted.erase(p);
         touch();
     }
-    post(makeParameterAdopted({.module = owner, .param = p}));
+    post(telemetry::makeParameterAdopted({.module = owner, .param = p}));
 }
 
 ViolationText AgentState::traceInvalidated(std::optional<ModuleId> expected, ModuleId got,
@@ -369,11 +372,11 @@ ViolationText AgentState::traceInvalidated(std::optional<ModuleId> expected, Mod
         v.owner = subject.hasOwner ? *expected : kNoModule;
         v.action = GuardAction::Recorded;
         v.count = 1;
-        v.tsNs = nowNs();
+        v.tsNs = telemetry::nowNs();
         v.message = text.message;
         recordLocked(std::move(v));
     }
-    post(makeTraceInvalidated(
+    post(telemetry::makeTraceInvalidated(
         {.expected = expected ? *expected : kNoModule, .got = got, .phase = phase}));
     return text;
 }
@@ -408,14 +411,14 @@ void AgentState::stepBegin(std::uint32_t step)
             v.status = ap->status;
             v.action = GuardAction::Recorded;
             v.count = 1;
-            v.tsNs = nowNs();
+            v.tsNs = telemetry::nowNs();
             v.fix = text.fix;
             v.message = text.message;
             recordLocked(std::move(v));
         }
         touch();
     }
-    post(makeStepBegin());
+    post(telemetry::makeStepBegin());
 }
 
 void AgentState::stepEnd(double loss)
@@ -425,7 +428,7 @@ void AgentState::stepEnd(double loss)
         m_inStep = false;
         touch();
     }
-    post(makeStepEnd(loss));
+    post(telemetry::makeStepEnd(loss));
 }
 
 std::uint32_t AgentState::step() const

@@ -96,13 +96,16 @@ class AgentState final : public StateProvider
     int worldSize() const override { return m_config.worldSize; }
     std::string backend() const override { return m_config.backend; }
     std::vector<int> localRanks() const override { return {m_config.rank}; }
-    void setEventSink(EventSink *sink) override { m_sink.store(sink, std::memory_order_release); }
+    void setEventSink(telemetry::EventSink *sink) override
+    {
+        m_sink.store(sink, std::memory_order_release);
+    }
     void setTelemetryEnabled(bool on) override { m_telemetry.store(on, std::memory_order_relaxed); }
 
   private:
     // Writes one event made by telemetry/eventfields.h, stamped with tsNs (0: now), the step
     // and rank. Gathers pass the instants gather_ns and last_gather_ts_ns are measured by.
-    void post(const Event &fields, std::uint64_t tsNs = 0);
+    void post(const telemetry::Event &fields, std::uint64_t tsNs = 0);
     void touch() { m_version.fetch_add(1, std::memory_order_acq_rel); }
     AgentParam *findLocked(ParamId id);
     void recordLocked(ViolationRecord v);
@@ -128,7 +131,7 @@ class AgentState final : public StateProvider
     std::uint32_t m_step = 0;
     bool m_inStep = false;
     std::atomic<std::uint64_t> m_version{1};
-    std::atomic<EventSink *> m_sink{nullptr};
+    std::atomic<telemetry::EventSink *> m_sink{nullptr};
     std::atomic<bool> m_telemetry{true};
 };
 

@@ -81,7 +81,7 @@ constexpr std::size_t kMaxRefused = 32;
 constexpr std::size_t kMaxBytesFromClient = wire::kFrameHeaderSize + wire::kMaxClientPayload;
 // A late client gets at most this much history queued at once: the newest events that fit
 // within the same bound as its live queue (174,762 events), however large --history is.
-constexpr std::size_t kMaxHistoryEventsPerClient = kMaxQueueBytes / sizeof(Event);
+constexpr std::size_t kMaxHistoryEventsPerClient = kMaxQueueBytes / sizeof(telemetry::Event);
 constexpr std::size_t kMaxHistoryEvents = std::size_t(1) << 24;
 
 std::string processName()
@@ -165,8 +165,8 @@ struct Inspector::Impl
     StateProvider &engine;
     wire::JobIdentity job;
     InspectorOptions options;
-    std::unique_ptr<TelemetryHub> hub;
-    EventHistory history; // server thread while running, finish() afterwards
+    std::unique_ptr<telemetry::TelemetryHub> hub;
+    telemetry::EventHistory history; // server thread while running, finish() afterwards
     server::Listener listener;
     std::string endpointText;
     std::string discoveryFile;
@@ -194,7 +194,7 @@ struct Inspector::Impl
 
     // Server thread only.
     std::vector<Client> clients;
-    std::vector<Event> batch;
+    std::vector<telemetry::Event> batch;
     bool stateDirty = false;
     Clock::time_point lastState = Clock::now();
     Clock::time_point lastTrim{};
@@ -220,7 +220,7 @@ struct Inspector::Impl
     void onHello(Client &c, const wire::Frame &frame);
     void refuse(Client &c, const std::string &code, const std::string &message);
     void writeClient(Client &c);
-    void fanOut(const std::vector<Event> &events);
+    void fanOut(const std::vector<telemetry::Event> &events);
     void afterWrite(Client &c);
     std::string stateJson(EngineState state);
     StateFrame currentState();
@@ -251,7 +251,7 @@ void Inspector::Impl::drainHub()
     batch.clear();
     lastDrained = hub->drain(batch);
     if (clockOffset != 0)
-        for (Event &e : batch)
+        for (telemetry::Event &e : batch)
             e.tsNs += static_cast<std::uint64_t>(clockOffset);
 }
 
@@ -283,7 +283,8 @@ void Inspector::Impl::answerClock(Client &c, const wire::Frame &frame)
         return;
     }
     c.enqueue(wire::MessageType::ClockReply,
-              wire::encodeClockReply({*echo, nowNs() + static_cast<std::uint64_t>(clockOffset)}));
+              wire::encodeClockReply(
+                  {*echo, telemetry::nowNs() + static_cast<std::uint64_t>(clockOffset)}));
 }
 
 void Inspector::Impl::countLiveClients(std::size_t live)
@@ -307,7 +308,7 @@ void Inspector::Impl::start()
     clockOffset = options.testClockOffsetNs;
     if (const char *env = std::getenv("SHARDSCOPE_TEST_CLOCK_OFFSET_NS"); env && clockOffset == 0)
         clockOffset = std::strtoll(env, nullptr, 10);
-    hub = std::make_unique<TelemetryHub>(engine.worldSize(), ranks);
+    hub = std::make_unique<telemetry::TelemetryHub>(engine.worldSize(), ranks);
     engine.setTelemetryEnabled(options.telemetry);
     engine.setEventSink(hub.get());
     if (::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0)
@@ -466,12 +467,12 @@ void Inspector::Impl::onHello(Client &c, const wire::Frame &frame)
     w.historyCapacity = history.capacity();
     c.enqueue(wire::MessageType::Welcome, wire::encodeWelcome(w));
     sendState(c, currentState());
-    const std::vector<Event> past = history.newest(kMaxHistoryEventsPerClient);
+    const std::vector<telemetry::Event> past = history.newest(kMaxHistoryEventsPerClient);
     c.enqueue(wire::MessageType::HistoryBegin, wire::encodeHistoryBegin(past.size()));
     for (std::size_t i = 0; i < past.size(); i += kEventsPerFrame) {
         const std::size_t n = std::min(kEventsPerFrame, past.size() - i);
         c.enqueue(wire::MessageType::EventBatch,
-                  wire::encodeEvents(std::span<const Event>(past.data() + i, n)));
+                  wire::encodeEvents(std::span<const telemetry::Event>(past.data() + i, n)));
     }
     c.enqueue(wire::MessageType::HistoryEnd, {});
     c.phase = Client::Phase::Live;
@@ -537,16 +538,17 @@ void Inspector::Impl::afterWrite(Client &c)
     if (c.needState) sendState(c, currentState());
 }
 
-void Inspector::Impl::fanOut(const std::vector<Event> &events)
+void Inspector::Impl::fanOut(const std::vector<telemetry::Event> &events)
 {
-    for (const Event &e : events)
+    for (const telemetry::Event &e : events)
         if (changesState(e.type)) stateDirty = true;
     published.fetch_add(events.size(), std::memory_order_relaxed);
     for (std::size_t i = 0; i < events.size(); i += kEventsPerFrame) {
         const std::size_t n = std::min(kEventsPerFrame, events.size() - i);
         std::string frame;
-        wire::appendFrame(frame, wire::MessageType::EventBatch,
-                          wire::encodeEvents(std::span<const Event>(events.data() + i, n)));
+        wire::appendFrame(
+            frame, wire::MessageType::EventBatch,
+            wire::encodeEvents(std::span<const telemetry::Event>(events.data() + i, n)));
         for (Client &c : clients) {
             if (c.phase != Client::Phase::Live) continue;
             c.offered += n;

@@ -34,7 +34,7 @@ std::vector<int> EngineStateProvider::localRanks() const
     return m_engine.localRanks();
 }
 
-void EngineStateProvider::setEventSink(EventSink *sink)
+void EngineStateProvider::setEventSink(telemetry::EventSink *sink)
 {
     m_engine.setEventSink(sink);
 }

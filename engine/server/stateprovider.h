@@ -28,7 +28,7 @@ class StateProvider
     virtual std::string backend() const = 0;         // "cpu", "nccl", "gloo"
     virtual std::vector<int> localRanks() const = 0; // the global ranks this process runs
     // Where events go from now on (nullptr: nowhere). The sink outlives the provider's use.
-    virtual void setEventSink(EventSink *sink) = 0;
+    virtual void setEventSink(telemetry::EventSink *sink) = 0;
     virtual void setTelemetryEnabled(bool on) = 0;
 };
 
@@ -43,7 +43,7 @@ class EngineStateProvider final : public StateProvider
     int worldSize() const override;
     std::string backend() const override;
     std::vector<int> localRanks() const override;
-    void setEventSink(EventSink *sink) override;
+    void setEventSink(telemetry::EventSink *sink) override;
     void setTelemetryEnabled(bool on) override;
 
   private:

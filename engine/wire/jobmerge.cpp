@@ -97,8 +97,9 @@ Result<Snapshot> mergeJobSnapshots(const std::vector<Snapshot> &parts, const std
         out.events.insert(out.events.end(), p.events.begin(), p.events.end());
         out.droppedEvents += p.droppedEvents;
     }
-    std::stable_sort(out.events.begin(), out.events.end(),
-                     [](const Event &a, const Event &b) { return a.tsNs < b.tsNs; });
+    std::stable_sort(
+        out.events.begin(), out.events.end(),
+        [](const telemetry::Event &a, const telemetry::Event &b) { return a.tsNs < b.tsNs; });
     out.meta.endpoint = "job:" + job;
     out.meta.pid = 0;
     return out;

@@ -189,7 +189,7 @@ void writeViolation(Writer &w, const EngineState &s, const ViolationRecord &v,
 // Version 3: the events as columns, one array per record field (docs/snapshot.md, events);
 // times and steps as differences from the previous event, types as indexes into the
 // names that occur. Version 2's array of objects was 115 bytes of text per event.
-void writeEventColumns(Writer &w, const std::vector<Event> &events, bool pretty)
+void writeEventColumns(Writer &w, const std::vector<telemetry::Event> &events, bool pretty)
 {
     if (events.empty()) {
         w.raw("[]");
@@ -198,7 +198,7 @@ void writeEventColumns(Writer &w, const std::vector<Event> &events, bool pretty)
     std::array<int, 256> typeIndex;
     typeIndex.fill(-1);
     std::vector<EventType> names;
-    for (const Event &e : events) {
+    for (const telemetry::Event &e : events) {
         int &k = typeIndex[static_cast<std::uint8_t>(e.type)];
         if (k < 0) {
             k = static_cast<int>(names.size());
@@ -227,9 +227,10 @@ void writeEventColumns(Writer &w, const std::vector<Event> &events, bool pretty)
         const std::uint64_t prev = i ? field(events[i - 1]) : 0;
         w.inum(static_cast<std::int64_t>(field(events[i]) - prev));
     };
-    column("ts_ns", [&](std::size_t i) { delta(i, [](const Event &e) { return e.tsNs; }); });
+    column("ts_ns",
+           [&](std::size_t i) { delta(i, [](const telemetry::Event &e) { return e.tsNs; }); });
     column("step",
-           [&](std::size_t i) { delta(i, [](const Event &e) { return std::uint64_t(e.step); }); });
+           [&](std::size_t i) { delta(i, [](const telemetry::Event &e) { return std::uint64_t(e.step); }); });
     column("rank", [&](std::size_t i) { w.num(events[i].rank); });
     column("type", [&](std::size_t i) {
         w.num(std::uint64_t(typeIndex[static_cast<std::uint8_t>(events[i].type)]));
@@ -272,11 +273,11 @@ std::uint64_t u64(sj::Object o, std::string_view key, const Where &w)
 constexpr std::array<std::string_view, 10> kEventFields = {
     "ts_ns", "step", "rank", "type", "flags", "a", "b", "u0", "u1", "u2"};
 
-Event decodeEvent(Element j, const Where &w)
+telemetry::Event decodeEvent(Element j, const Where &w)
 {
     const sj::Fields f(sj::asObject(j, w), kEventFields, w);
     auto bounded = [&](std::size_t k, std::uint64_t max) { return sj::asBounded(f[k], max, f.at(k)); };
-    Event e{};
+    telemetry::Event e{};
     e.tsNs = sj::asU64(f[0], f.at(0));
     e.step = static_cast<std::uint32_t>(bounded(1, 0xFFFFFFFFu));
     e.rank = static_cast<std::uint16_t>(bounded(2, kMaxRank));
@@ -296,7 +297,7 @@ Event decodeEvent(Element j, const Where &w)
 constexpr std::array<std::string_view, 12> kColumnFields = {
     "count", "type_names", "ts_ns", "step", "rank", "type", "flags", "a", "b", "u0", "u1", "u2"};
 
-void decodeEventColumns(sj::Object o, std::vector<Event> &out, const Where &w)
+void decodeEventColumns(sj::Object o, std::vector<telemetry::Event> &out, const Where &w)
 {
     const sj::Fields f(o, kColumnFields, w);
     const std::uint64_t count = sj::asU64(f[0], f.at(0));
@@ -319,7 +320,7 @@ void decodeEventColumns(sj::Object o, std::vector<Event> &out, const Where &w)
             sj::failAt(f.at(k + 2), std::to_string(columns[k].size()) +
                                         " values where \"count\" is " + std::to_string(count));
     }
-    out.assign(static_cast<std::size_t>(count), Event{});
+    out.assign(static_cast<std::size_t>(count), telemetry::Event{});
     // Column by column: each array is walked once, in order.
     auto each = [&](std::size_t k, auto apply) {
         const Where cw = f.at(k + 2);
@@ -333,39 +334,39 @@ void decodeEventColumns(sj::Object o, std::vector<Event> &out, const Where &w)
         return static_cast<std::uint64_t>(sj::asI64(v, cw[i]));
     };
     std::uint64_t ts = 0, step = 0;
-    each(0, [&](Event &e, Element v, const Where &cw, std::size_t i) {
+    each(0, [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) {
         ts += delta(v, cw, i);
         e.tsNs = ts;
     });
-    each(1, [&](Event &e, Element v, const Where &cw, std::size_t i) {
+    each(1, [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) {
         step += delta(v, cw, i);
         if (step > 0xFFFFFFFFu) sj::failAt(cw[i], "the step leaves 0 to 4294967295");
         e.step = static_cast<std::uint32_t>(step);
     });
-    each(2, [&](Event &e, Element v, const Where &cw, std::size_t i) {
+    each(2, [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) {
         e.rank = static_cast<std::uint16_t>(sj::asBounded(v, kMaxRank, cw[i]));
     });
-    each(3, [&](Event &e, Element v, const Where &cw, std::size_t i) {
+    each(3, [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) {
         const std::uint64_t t = sj::asU64(v, cw[i]);
         if (t >= types.size())
             sj::failAt(cw[i], "type index " + std::to_string(t) + " is not in type_names");
         e.type = types[static_cast<std::size_t>(t)];
     });
-    each(4, [&](Event &e, Element v, const Where &cw, std::size_t i) {
+    each(4, [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) {
         e.flags = static_cast<std::uint8_t>(sj::asBounded(v, 0xFF, cw[i]));
     });
-    each(5, [&](Event &e, Element v, const Where &cw, std::size_t i) {
+    each(5, [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) {
         e.a = static_cast<std::uint32_t>(sj::asBounded(v, 0xFFFFFFFFu, cw[i]));
     });
-    each(6, [&](Event &e, Element v, const Where &cw, std::size_t i) {
+    each(6, [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) {
         e.b = static_cast<std::uint32_t>(sj::asBounded(v, 0xFFFFFFFFu, cw[i]));
     });
     each(7,
-         [&](Event &e, Element v, const Where &cw, std::size_t i) { e.u0 = sj::asU64(v, cw[i]); });
+         [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) { e.u0 = sj::asU64(v, cw[i]); });
     each(8,
-         [&](Event &e, Element v, const Where &cw, std::size_t i) { e.u1 = sj::asU64(v, cw[i]); });
+         [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) { e.u1 = sj::asU64(v, cw[i]); });
     each(9,
-         [&](Event &e, Element v, const Where &cw, std::size_t i) { e.u2 = sj::asU64(v, cw[i]); });
+         [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) { e.u2 = sj::asU64(v, cw[i]); });
 }
 
 struct ModuleIndex

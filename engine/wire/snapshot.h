@@ -33,7 +33,7 @@ struct Snapshot
 {
     SnapshotMeta meta;
     EngineState state;
-    std::vector<Event> events;       // oldest first
+    std::vector<telemetry::Event> events; // oldest first
     std::uint64_t droppedEvents = 0; // events lost before they reached this snapshot
 };
 

@@ -102,10 +102,11 @@ void TestAppCli::openExportsAndScreenshot()
     SessionStore store;
     store.applyState(smallState());
     store.appendEvents(
-        std::vector<Event>{eventAt(1000, 0, makeStepBegin()),
-                           eventAt(2000, 0, makeFetchBegin({.param = 0, .cause = 7})),
-                           eventAt(9000, 0, makeFetchEnd({.param = 0, .cause = 7, .bytes = 6464})),
-                           lmHeadViolation(9500, 0), eventAt(20000, 0, makeStepEnd(4.0))},
+        std::vector<telemetry::Event>{
+            eventAt(1000, 0, telemetry::makeStepBegin()),
+            eventAt(2000, 0, telemetry::makeFetchBegin({.param = 0, .cause = 7})),
+            eventAt(9000, 0, telemetry::makeFetchEnd({.param = 0, .cause = 7, .bytes = 6464})),
+            lmHeadViolation(9500, 0), eventAt(20000, 0, telemetry::makeStepEnd(4.0))},
         false);
     const QString snap = m_dir.filePath(QStringLiteral("in.json"));
     QCOMPARE(exportSnapshotFile(snap, store), QString());

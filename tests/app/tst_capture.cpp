@@ -287,7 +287,7 @@ void TestCapture::capturesALocalEngineUntilItFinishes()
     QCOMPARE(snap->meta.producer, std::string("shardscope-capture"));
     QCOMPARE(snap->meta.pid, std::int64_t(::getpid()));
     int stepEnds = 0;
-    for (const Event &e : snap->events)
+    for (const telemetry::Event &e : snap->events)
         stepEnds += e.type == EventType::StepEnd;
     QCOMPARE(stepEnds, 5 * 2); // history (3 steps) and live (2 steps), both ranks
     QVERIFY(snapshotSchemaProblemsEmpty(readJson(dir.filePath("c.json"))));
@@ -329,9 +329,9 @@ void TestCapture::trainerEndToEndFindsTheTiedEmbeddingAccess()
                     s.modules[v.owner].path == "embed")
                     found = &v;
         }
-        for (const Event &e : state.snapshot().events)
-            if (e.type == EventType::UnregisteredAccess && readAccess(e).accessor == lmHead &&
-                lmHead != kNoModule)
+        for (const telemetry::Event &e : state.snapshot().events)
+            if (e.type == EventType::UnregisteredAccess &&
+                telemetry::readAccess(e).accessor == lmHead && lmHead != kNoModule)
                 sawEvent = true;
     }
     QVERIFY2(found, "no unregistered access of embed.weight by lm_head");
@@ -377,7 +377,7 @@ void TestCapture::untilStepStopsAfterThatStep()
     QVERIFY(snap->state.step >= 3);
     QVERIFY(snap->state.step < 20);
     bool step3Ended = false;
-    for (const Event &e : snap->events)
+    for (const telemetry::Event &e : snap->events)
         step3Ended = step3Ended || (e.type == EventType::StepEnd && e.step == 3);
     QVERIFY(step3Ended);
     QCOMPARE(live.finish(), 0); // the trainer carries on after the capture left

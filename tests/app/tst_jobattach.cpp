@@ -63,7 +63,7 @@ std::uint64_t stepBeginTs(const SessionStore &s, int r, std::uint32_t step)
     if (r >= s.laneCount()) return 0;
     const EventLane &lane = s.lane(r);
     for (std::size_t i = 0; i < lane.size(); ++i) {
-        const Event e = lane.at(i);
+        const telemetry::Event e = lane.at(i);
         if (e.type == EventType::StepBegin && e.step == step) return e.tsNs;
     }
     return 0;
@@ -222,7 +222,7 @@ void TestJobAttach::oneWindowShowsEveryRankOfTheJob()
     QCOMPARE(snap->state.worldSize, 3);
     QCOMPARE(snap->state.localRanks, (std::vector<int>{0, 1, 2}));
     std::set<int> ranksSeen;
-    for (const Event &e : snap->events)
+    for (const telemetry::Event &e : snap->events)
         ranksSeen.insert(e.rank);
     QCOMPARE(ranksSeen, (std::set<int>{0, 1, 2}));
 }

@@ -62,9 +62,10 @@ static QString writeSnapshot(QTemporaryDir &dir)
     SessionStore store;
     store.applyState(smallState());
     store.appendEvents(
-        std::vector<Event>{eventAt(1000, 0, makeFetchBegin({.param = 0, .cause = 7})),
-                           eventAt(5000, 0, makeFetchEnd({.param = 0, .cause = 7, .bytes = 6464})),
-                           lmHeadViolation(6000, 0)},
+        std::vector<telemetry::Event>{
+            eventAt(1000, 0, telemetry::makeFetchBegin({.param = 0, .cause = 7})),
+            eventAt(5000, 0, telemetry::makeFetchEnd({.param = 0, .cause = 7, .bytes = 6464})),
+            lmHeadViolation(6000, 0)},
         false);
     const QString path = dir.filePath(QStringLiteral("s.json"));
     exportSnapshotFile(path, store);

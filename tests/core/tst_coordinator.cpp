@@ -74,11 +74,11 @@ void TestCoordinator::gatherOnEntryReleaseOnExit()
         QVERIFY2(ok[r], qPrintable(QString("rank %1").arg(r)));
     QCOMPARE(m.sink.ofType(EventType::FetchEnd).size(), std::size_t(4));
     QCOMPARE(m.sink.ofType(EventType::Release).size(), std::size_t(4));
-    const Event fetch = m.sink.ofType(EventType::FetchBegin, 2).front();
-    QCOMPARE(readFetch(fetch).param, m.decW);
-    QCOMPARE(readFetch(fetch).cause, m.dec);
-    QCOMPARE(readFetch(fetch).reason, FetchReason::Forward);
-    QCOMPARE(readFetch(fetch).bytes, std::uint64_t(36 * 4)); // 33 padded to 36 floats
+    const telemetry::Event fetch = m.sink.ofType(EventType::FetchBegin, 2).front();
+    QCOMPARE(telemetry::readFetch(fetch).param, m.decW);
+    QCOMPARE(telemetry::readFetch(fetch).cause, m.dec);
+    QCOMPARE(telemetry::readFetch(fetch).reason, FetchReason::Forward);
+    QCOMPARE(telemetry::readFetch(fetch).bytes, std::uint64_t(36 * 4)); // 33 padded to 36 floats
     QCOMPARE(fetch.step, 1u);
 }
 
@@ -148,9 +148,9 @@ void TestCoordinator::persistentNeverMoves()
         }
     });
     QVERIFY(!m.sink.ofType(EventType::FetchBegin).empty());
-    for (const Event &ev : m.sink.events()) {
-        if (ev.type == EventType::FetchBegin) QVERIFY(readFetch(ev).param != m.decB);
-        if (ev.type == EventType::Release) QVERIFY(readRelease(ev).param != m.decB);
+    for (const telemetry::Event &ev : m.sink.events()) {
+        if (ev.type == EventType::FetchBegin) QVERIFY(telemetry::readFetch(ev).param != m.decB);
+        if (ev.type == EventType::Release) QVERIFY(telemetry::readRelease(ev).param != m.decB);
     }
     for (int r = 0; r < 4; ++r)
         QCOMPARE(m.engine->status(r, m.decB), ParamStatus::Available);
@@ -185,10 +185,10 @@ void TestCoordinator::stateGatherTimesAreTheEventsTimes()
         m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
     std::map<std::pair<int, ParamId>, std::uint64_t> open;
     std::map<ParamId, std::uint64_t> ns, last;
-    for (const Event &e : m.sink.events()) {
-        if (e.type == EventType::FetchBegin) open[{e.rank, readFetch(e).param}] = e.tsNs;
+    for (const telemetry::Event &e : m.sink.events()) {
+        if (e.type == EventType::FetchBegin) open[{e.rank, telemetry::readFetch(e).param}] = e.tsNs;
         if (e.type != EventType::FetchEnd) continue;
-        const ParamId p = readFetch(e).param;
+        const ParamId p = telemetry::readFetch(e).param;
         ns[p] += e.tsNs - open.at({e.rank, p});
         last[p] = std::max(last[p], e.tsNs);
     }
@@ -204,18 +204,18 @@ void TestCoordinator::prefetchOnStepTwo()
     Model m(2);
     m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
     QVERIFY(m.sink.ofType(EventType::TraceRecorded, 0).size() == 1);
-    for (const Event &ev : m.sink.ofType(EventType::FetchBegin))
-        QVERIFY(readFetch(ev).reason != FetchReason::Prefetch);
+    for (const telemetry::Event &ev : m.sink.ofType(EventType::FetchBegin))
+        QVERIFY(telemetry::readFetch(ev).reason != FetchReason::Prefetch);
     m.sink.clear();
     m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
     // step 2: entering enc prefetches what the trace says comes next (inner, dec)
     std::vector<ParamId> prefetched;
-    for (const Event &ev : m.sink.ofType(EventType::FetchBegin, 1))
-        if (readFetch(ev).reason == FetchReason::Prefetch)
-            prefetched.push_back(readFetch(ev).param);
+    for (const telemetry::Event &ev : m.sink.ofType(EventType::FetchBegin, 1))
+        if (telemetry::readFetch(ev).reason == FetchReason::Prefetch)
+            prefetched.push_back(telemetry::readFetch(ev).param);
     std::sort(prefetched.begin(), prefetched.end());
     QCOMPARE(prefetched, (std::vector<ParamId>{m.innerW, m.decW}));
-    for (const Event &ev : m.sink.ofType(EventType::FetchBegin))
+    for (const telemetry::Event &ev : m.sink.ofType(EventType::FetchBegin))
         QCOMPARE(ev.step, 2u);
     // prefetched params are fetched exactly once in step 2
     QCOMPARE(m.sink.ofType(EventType::FetchBegin, 1).size(), std::size_t(3));
@@ -230,12 +230,12 @@ void TestCoordinator::prefetchRespectsMaxLive()
     m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
     m.sink.clear();
     m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
-    for (const Event &ev : m.sink.ofType(EventType::FetchBegin))
-        QVERIFY(readFetch(ev).reason != FetchReason::Prefetch);
+    for (const telemetry::Event &ev : m.sink.ofType(EventType::FetchBegin))
+        QVERIFY(telemetry::readFetch(ev).reason != FetchReason::Prefetch);
 }
 
 // Index of the first event on rank 0 matching pred, or -1.
-template <typename Pred> static int firstIndex(const std::vector<Event> &evs, Pred pred)
+template <typename Pred> static int firstIndex(const std::vector<telemetry::Event> &evs, Pred pred)
 {
     for (std::size_t i = 0; i < evs.size(); ++i)
         if (evs[i].rank == 0 && pred(evs[i]))
@@ -253,12 +253,12 @@ void TestCoordinator::prefetchBucketBoundsLookahead()
         m.sink.clear();
         m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
         const auto evs = m.sink.events();
-        const int decPrefetch = firstIndex(evs, [&](const Event &e) {
-            return e.type == EventType::FetchBegin && readFetch(e).param == m.decW &&
-                   readFetch(e).reason == FetchReason::Prefetch;
+        const int decPrefetch = firstIndex(evs, [&](const telemetry::Event &e) {
+            return e.type == EventType::FetchBegin && telemetry::readFetch(e).param == m.decW &&
+                   telemetry::readFetch(e).reason == FetchReason::Prefetch;
         });
-        const int innerEnter = firstIndex(evs, [&](const Event &e) {
-            return e.type == EventType::ModuleEnter && readModule(e).module == m.inner;
+        const int innerEnter = firstIndex(evs, [&](const telemetry::Event &e) {
+            return e.type == EventType::ModuleEnter && telemetry::readModule(e).module == m.inner;
         });
         QVERIFY(decPrefetch >= 0 && innerEnter >= 0);
         if (bucket == 1000) // everything ahead fits: dec is prefetched on entering enc
@@ -276,8 +276,8 @@ void TestCoordinator::changedOrderInvalidatesTrace()
     auto inv = m.sink.ofType(EventType::TraceInvalidated, 0);
     QCOMPARE(inv.size(), std::size_t(1));
     QCOMPARE(inv[0].step, 2u);
-    QCOMPARE(readTraceInvalidated(inv[0]).expected, m.enc);
-    QCOMPARE(readTraceInvalidated(inv[0]).got, m.dec);
+    QCOMPARE(telemetry::readTraceInvalidated(inv[0]).expected, m.enc);
+    QCOMPARE(telemetry::readTraceInvalidated(inv[0]).got, m.dec);
     const auto vs = m.engine->violations();
     auto it = std::find_if(vs.begin(), vs.end(), [](const ViolationRecord &v) {
         return v.kind == ViolationKind::TraceInvalidated && v.rank == 0;

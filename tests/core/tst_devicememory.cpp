@@ -411,8 +411,8 @@ void TestDeviceMemory::prefetchIsInflightUntilComplete()
     e.exitModule(0, d.b, Phase::Forward);
     e.endStep(0, 0.0);
     const auto begins = d.sink.ofType(EventType::FetchBegin);
-    const auto prefetch = std::find_if(begins.begin(), begins.end(), [&](const Event &ev) {
-        return readFetch(ev).param == d.bW && readFetch(ev).reason == FetchReason::Prefetch;
+    const auto prefetch = std::find_if(begins.begin(), begins.end(), [&](const telemetry::Event &ev) {
+        return telemetry::readFetch(ev).param == d.bW && telemetry::readFetch(ev).reason == FetchReason::Prefetch;
     });
     QVERIFY(prefetch != begins.end());
     QCOMPARE(e.state().params[d.bW].gatherCount, std::uint64_t(2));
@@ -440,14 +440,15 @@ void TestDeviceMemory::pollCompletesBeforeUse()
     const auto events = d.sink.events();
     std::size_t fetchEnd = events.size(), enterB = events.size();
     for (std::size_t i = 0; i < events.size(); ++i) {
-        if (events[i].type == EventType::FetchEnd && readFetch(events[i]).param == d.bW &&
+        if (events[i].type == EventType::FetchEnd && telemetry::readFetch(events[i]).param == d.bW &&
             fetchEnd == events.size())
             fetchEnd = i;
-        if (events[i].type == EventType::ModuleEnter && readModule(events[i]).module == d.b)
+        if (events[i].type == EventType::ModuleEnter &&
+            telemetry::readModule(events[i]).module == d.b)
             enterB = i;
     }
     QVERIFY(fetchEnd < enterB);
-    QCOMPARE(readFetch(events[fetchEnd]).reason, FetchReason::Prefetch);
+    QCOMPARE(telemetry::readFetch(events[fetchEnd]).reason, FetchReason::Prefetch);
 }
 
 void TestDeviceMemory::unusedPrefetchIsReleased()

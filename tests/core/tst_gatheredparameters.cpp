@@ -112,11 +112,11 @@ void TestGatheredParameters::broadcastCarriesThePaddedBytesAsFetchesDo()
     const auto fetches = sink.ofType(EventType::FetchBegin);
     QCOMPARE(broadcasts.size(), std::size_t(3));
     QVERIFY(!fetches.empty());
-    for (const Event &e : broadcasts) {
-        QCOMPARE(readBroadcast(e).bytes, std::uint64_t(12 * 4));
-        QCOMPARE(readBroadcast(e).root, 0u);
+    for (const telemetry::Event &e : broadcasts) {
+        QCOMPARE(telemetry::readBroadcast(e).bytes, std::uint64_t(12 * 4));
+        QCOMPARE(telemetry::readBroadcast(e).root, 0u);
     }
-    QCOMPARE(readFetch(fetches.front()).bytes, std::uint64_t(12 * 4));
+    QCOMPARE(telemetry::readFetch(fetches.front()).bytes, std::uint64_t(12 * 4));
     t.engine->setEventSink(nullptr);
 }
 

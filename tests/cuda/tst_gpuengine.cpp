@@ -48,22 +48,22 @@ nn::TrainConfig smallConfig(int world)
 
 #if SHARDSCOPE_HAVE_CUDA
 // Records every event, and sets `go` when `rank` enters `module` (forward) in `step`.
-class ReleasingSink final : public EventSink
+class ReleasingSink final : public telemetry::EventSink
 {
   public:
     ReleasingSink(std::atomic<bool> &go, int rank, ModuleId module, std::uint32_t step)
         : m_go(go), m_rank(rank), m_module(module), m_step(step)
     {
     }
-    void write(const Event &ev) noexcept override
+    void write(const telemetry::Event &ev) noexcept override
     {
         if (ev.type == EventType::ModuleEnter && ev.rank == m_rank &&
-            readModule(ev).module == m_module && ev.step == m_step)
+            telemetry::readModule(ev).module == m_module && ev.step == m_step)
             m_go.store(true);
         std::lock_guard lock(m_mutex);
         m_events.push_back(ev);
     }
-    std::vector<Event> events()
+    std::vector<telemetry::Event> events()
     {
         std::lock_guard lock(m_mutex);
         return m_events;
@@ -75,7 +75,7 @@ class ReleasingSink final : public EventSink
     ModuleId m_module;
     std::uint32_t m_step;
     std::mutex m_mutex;
-    std::vector<Event> m_events;
+    std::vector<telemetry::Event> m_events;
 };
 #endif
 
@@ -208,7 +208,7 @@ class TestGpuEngine : public QObject
         QCOMPARE(st.step, std::uint32_t(c.steps));
         QVERIFY(findParam(st, "blocks.1.fc2.weight"));
         int stepEnds = 0, fetches = 0;
-        for (const Event &e : state.snapshot().events) {
+        for (const telemetry::Event &e : state.snapshot().events) {
             stepEnds += e.type == EventType::StepEnd;
             fetches += e.type == EventType::FetchEnd;
         }
@@ -319,13 +319,14 @@ class TestGpuEngine : public QObject
         // that poll while the gather was still in flight.
         std::map<std::uint32_t, int> open;
         int prefetches = 0, overlapped = 0;
-        for (const Event &e : sink.events()) {
+        for (const telemetry::Event &e : sink.events()) {
             if (e.rank != rank || e.step < 2) continue;
-            if (e.type == EventType::FetchBegin && readFetch(e).reason == FetchReason::Prefetch) {
-                open[readFetch(e).param] = 0;
+            if (e.type == EventType::FetchBegin &&
+                telemetry::readFetch(e).reason == FetchReason::Prefetch) {
+                open[telemetry::readFetch(e).param] = 0;
                 ++prefetches;
             } else if (e.type == EventType::FetchEnd) {
-                const auto it = open.find(readFetch(e).param);
+                const auto it = open.find(telemetry::readFetch(e).param);
                 if (it == open.end()) continue;
                 overlapped += it->second == 2;
                 open.erase(it);

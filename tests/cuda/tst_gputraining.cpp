@@ -134,18 +134,18 @@ class TestGpuTraining : public QObject
         const ModuleId head = engine->findModule("lm_head");
         const ParamId embedW = engine->findParam("embed.weight");
         int registrations = 0, trainingAccesses = 0;
-        for (const Event &e : sink.events()) {
-            if (e.type == EventType::ExternalRegister && readExternal(e).automatic) {
+        for (const telemetry::Event &e : sink.events()) {
+            if (e.type == EventType::ExternalRegister && telemetry::readExternal(e).automatic) {
                 ++registrations;
-                QCOMPARE(readExternal(e).module, head);
-                QCOMPARE(readExternal(e).param, embedW);
+                QCOMPARE(telemetry::readExternal(e).module, head);
+                QCOMPARE(telemetry::readExternal(e).param, embedW);
             }
             // Step 0 is weight_norm's read while the model is built (accessor none).
             if (e.type == EventType::UnregisteredAccess && e.step > 0) {
                 ++trainingAccesses;
                 QCOMPARE(e.step, 1u);
-                QCOMPARE(readAccess(e).accessor, head);
-                QCOMPARE(readAccess(e).param, embedW);
+                QCOMPARE(telemetry::readAccess(e).accessor, head);
+                QCOMPARE(telemetry::readAccess(e).param, embedW);
             }
         }
         QCOMPARE(registrations, 1);
@@ -177,17 +177,17 @@ class TestGpuTraining : public QObject
         c.externals = nn::Externals::Manual;
         test::RecordingSink sink;
         gpu::runNcclTraining(c, {}, &sink);
-        const std::vector<Event> events = sink.events();
+        const std::vector<telemetry::Event> events = sink.events();
         std::map<std::pair<int, std::uint32_t>, std::uint64_t> open; // (rank, param) -> FetchBegin ts
         int begins = 0, ends = 0, prefetches = 0, releases = 0, stepEnds = 0, broadcasts = 0;
-        for (const Event &e : events) {
+        for (const telemetry::Event &e : events) {
             const std::pair<int, std::uint32_t> key{e.rank, e.a};
             switch (e.type) {
             case EventType::FetchBegin:
                 QVERIFY2(!open.count(key), "a parameter is fetched twice without a release");
                 open[key] = e.tsNs;
                 ++begins;
-                if (readFetch(e).reason == FetchReason::Prefetch) ++prefetches;
+                if (telemetry::readFetch(e).reason == FetchReason::Prefetch) ++prefetches;
                 break;
             case EventType::FetchEnd:
                 QVERIFY(open.count(key));

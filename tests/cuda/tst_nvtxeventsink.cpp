@@ -69,9 +69,9 @@ class TestNvtxEventSink : public QObject
         }
         engine.setEventSink(nullptr);
 
-        const std::vector<Event> events = inner.events();
+        const std::vector<telemetry::Event> events = inner.events();
         int fetchBegins = 0, fetchEnds = 0, releases = 0, broadcasts = 0;
-        for (const Event &e : events) {
+        for (const telemetry::Event &e : events) {
             fetchBegins += e.type == EventType::FetchBegin;
             fetchEnds += e.type == EventType::FetchEnd;
             releases += e.type == EventType::Release;
@@ -109,9 +109,9 @@ class TestNvtxEventSink : public QObject
             GatheredParameters g(plain, {w2}, 0);
         }
         plain.setEventSink(nullptr);
-        const auto perRank = [](const std::vector<Event> &all, int rank) {
-            std::vector<Event> out;
-            for (Event e : all)
+        const auto perRank = [](const std::vector<telemetry::Event> &all, int rank) {
+            std::vector<telemetry::Event> out;
+            for (telemetry::Event e : all)
                 if (e.rank == rank) {
                     e.tsNs = 0;
                     out.push_back(e);
@@ -119,11 +119,12 @@ class TestNvtxEventSink : public QObject
             return out;
         };
         for (int r = 0; r < 2; ++r) {
-            const std::vector<Event> a = perRank(events, r), b = perRank(direct.events(), r);
+            const std::vector<telemetry::Event> a = perRank(events, r),
+                                                b = perRank(direct.events(), r);
             QCOMPARE(a.size(), b.size());
             for (std::size_t i = 0; i < a.size(); ++i) {
                 // Memory samples carry byte counts that are equal too; compare everything.
-                QVERIFY2(std::memcmp(&a[i], &b[i], sizeof(Event)) == 0,
+                QVERIFY2(std::memcmp(&a[i], &b[i], sizeof(telemetry::Event)) == 0,
                          ("rank " + std::to_string(r) + " event " + std::to_string(i)).c_str());
             }
         }
@@ -159,7 +160,7 @@ class TestNvtxEventSink : public QObject
         nn::trainModel(*engine, c, {});
         engine->setEventSink(nullptr);
         int fetchBegins = 0, stepEnds = 0;
-        for (const Event &e : inner.events()) {
+        for (const telemetry::Event &e : inner.events()) {
             fetchBegins += e.type == EventType::FetchBegin;
             stepEnds += e.type == EventType::StepEnd;
         }

@@ -82,8 +82,9 @@ void TestModuleTreeModel::liveUpdatesUnderTester()
     QVERIFY(fc0w.isValid());
     QCOMPARE(fc0w.data().toString(), QStringLiteral("weight"));
     store.appendEvents(
-        std::vector<Event>{eventAt(10, 0, makeFetchBegin({.param = 1, .cause = 0})),
-                           eventAt(20, 0, makeFetchEnd({.param = 1, .cause = 0, .bytes = 1024}))},
+        std::vector<telemetry::Event>{
+            eventAt(10, 0, telemetry::makeFetchBegin({.param = 1, .cause = 0})),
+            eventAt(20, 0, telemetry::makeFetchEnd({.param = 1, .cause = 0, .bytes = 1024}))},
         false);
     store.flush();
     const QModelIndex status = model.index(fc0w.row(), ModuleTreeModel::Status, fc0w.parent());
@@ -94,7 +95,7 @@ void TestModuleTreeModel::liveUpdatesUnderTester()
     QCOMPARE(model.index(fc0w.row(), ModuleTreeModel::Gathers, fc0w.parent()).data().toString(),
              QStringLiteral("1"));
 
-    store.appendEvents(std::vector<Event>{lmHeadViolation(30, 0)}, false);
+    store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(30, 0)}, false);
     store.flush();
     const QModelIndex embedW = model.indexForParam(0);
     QCOMPARE(
@@ -106,17 +107,17 @@ void TestModuleTreeModel::liveUpdatesUnderTester()
     QVERIFY(head.data(Qt::ForegroundRole).isValid());
 
     store.appendEvents(
-        std::vector<Event>{eventAt(40, 0, makeExternalRegister({.module = 7, .param = 0}))}, false);
+        std::vector<telemetry::Event>{eventAt(40, 0, telemetry::makeExternalRegister({.module = 7, .param = 0}))}, false);
     store.flush();
     const QModelIndex head2 = model.indexForModule(7);
     QVERIFY(childNames(model, head2).contains(QStringLiteral("embed.weight  [external]")));
 
     for (int i = 0; i < 200; ++i) {
         const auto p = static_cast<std::uint32_t>(i % 8);
-        const Event fields = i % 2 ? makeRelease({.param = p, .cause = 0})
-                                   : makeFetchBegin({.param = p, .cause = 0});
+        const telemetry::Event fields = i % 2 ? telemetry::makeRelease({.param = p, .cause = 0})
+                                              : telemetry::makeFetchBegin({.param = p, .cause = 0});
         store.appendEvents(
-            std::vector<Event>{eventAt(100 + static_cast<std::uint64_t>(i), i % 4, fields)}, false);
+            std::vector<telemetry::Event>{eventAt(100 + static_cast<std::uint64_t>(i), i % 4, fields)}, false);
         if (i % 17 == 0) store.flush();
     }
     store.flush();
@@ -258,9 +259,9 @@ void TestModuleTreeModel::hundredThousandParameters()
     QCOMPARE(childNames(model, fl).size(), 11);
 
     // A status change on many parameters arrives as one batch.
-    std::vector<Event> evs;
+    std::vector<telemetry::Event> evs;
     for (std::uint32_t i = 0; i < 100000; i += 7)
-        evs.push_back(eventAt(i, 1, makeFetchBegin({.param = i, .cause = 0})));
+        evs.push_back(eventAt(i, 1, telemetry::makeFetchBegin({.param = i, .cause = 0})));
     store.appendEvents(evs, false);
     store.flush();
     QCOMPARE(store.param(77756)->status[1], ParamStatus::Inflight);

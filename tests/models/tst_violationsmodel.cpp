@@ -33,10 +33,11 @@ void TestViolationsModel::rowsAppearAndCount()
     QAbstractItemModelTester proxyTester(&proxy,
                                          QAbstractItemModelTester::FailureReportingMode::QtTest);
     store.applyState(smallState());
-    store.appendEvents(std::vector<Event>{eventAt(5, 0, makeStepBegin())}, false);
+    store.appendEvents(std::vector<telemetry::Event>{eventAt(5, 0, telemetry::makeStepBegin())},
+                       false);
     store.flush();
     QCOMPARE(model.rowCount(), 0);
-    store.appendEvents(std::vector<Event>{lmHeadViolation(1000005, 0)}, false);
+    store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(1000005, 0)}, false);
     store.flush();
     QCOMPARE(model.rowCount(), 1);
     QCOMPARE(model.index(0, ViolationsModel::Kind).data().toString(),
@@ -53,12 +54,12 @@ void TestViolationsModel::rowsAppearAndCount()
     QCOMPARE(model.index(0, 0).data(ViolationsModel::FixRole).toString(),
              QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
     for (int i = 0; i < 5; ++i)
-        store.appendEvents(
-            std::vector<Event>{lmHeadViolation(2000000 + static_cast<std::uint64_t>(i), i % 4, 2)},
-            false);
-    store.appendEvents(
-        std::vector<Event>{eventAt(3000000, 1, makeLateParameter({.module = 8, .param = 7}))},
-        false);
+        store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(
+                               2000000 + static_cast<std::uint64_t>(i), i % 4, 2)},
+                           false);
+    store.appendEvents(std::vector<telemetry::Event>{eventAt(
+                           3000000, 1, telemetry::makeLateParameter({.module = 8, .param = 7}))},
+                       false);
     store.flush();
     QCOMPARE(model.rowCount(), 2);
     QCOMPARE(model.index(0, ViolationsModel::Count).data().toString(), QStringLiteral("6"));
@@ -79,7 +80,8 @@ void TestViolationsModel::csv()
     SessionStore store;
     ViolationsModel model(&store);
     store.applyState(smallState());
-    store.appendEvents(std::vector<Event>{lmHeadViolation(100, 0), lmHeadViolation(101, 2)}, false);
+    store.appendEvents(
+        std::vector<telemetry::Event>{lmHeadViolation(100, 0), lmHeadViolation(101, 2)}, false);
     store.flush();
     const QStringList lines =
         QString::fromUtf8(model.toCsv()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
@@ -122,13 +124,16 @@ void TestViolationsModel::lateAttachTimesCountFromTheFirstViolation()
     st.violations = {early, late};
     store.applyState(st);
     // The history holds the last steps only, from 60 s on.
-    store.appendEvents(std::vector<Event>{eventAt(60'000'000'000, 0, makeStepBegin(), 41)}, false);
+    store.appendEvents(
+        std::vector<telemetry::Event>{eventAt(60'000'000'000, 0, telemetry::makeStepBegin(), 41)},
+        false);
     store.flush();
     QCOMPARE(store.timeOrigin(), std::uint64_t(2'000'000'000));
     QCOMPARE(model.rowCount(), 2);
     QCOMPARE(model.index(0, ViolationsModel::Time).data().toString(), QStringLiteral("0.000 s"));
     QCOMPARE(model.index(1, ViolationsModel::Time).data().toString(), QStringLiteral("0.500 s"));
-    store.appendEvents(std::vector<Event>{lmHeadViolation(61'000'000'000, 2, 41)}, false);
+    store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(61'000'000'000, 2, 41)},
+                       false);
     store.flush();
     QCOMPARE(store.timeOrigin(), std::uint64_t(2'000'000'000));
     QCOMPARE(model.index(1, ViolationsModel::Time).data().toString(), QStringLiteral("0.500 s"));

@@ -391,17 +391,19 @@ namespace {
 
 // Counts prefetch gathers that were still in flight when the rank entered another module:
 // the overlap --overlap-comm exists for.
-class OverlapSink : public EventSink
+class OverlapSink : public telemetry::EventSink
 {
   public:
-    void write(const Event &ev) noexcept override
+    void write(const telemetry::Event &ev) noexcept override
     {
         std::lock_guard lock(m_mutex);
         auto &open = m_open[ev.rank];
-        if (ev.type == EventType::FetchBegin && readFetch(ev).reason == FetchReason::Prefetch)
-            open.push_back(readFetch(ev).param);
+        if (ev.type == EventType::FetchBegin &&
+            telemetry::readFetch(ev).reason == FetchReason::Prefetch)
+            open.push_back(telemetry::readFetch(ev).param);
         else if (ev.type == EventType::FetchEnd)
-            open.erase(std::remove(open.begin(), open.end(), readFetch(ev).param), open.end());
+            open.erase(std::remove(open.begin(), open.end(), telemetry::readFetch(ev).param),
+                       open.end());
         else if (ev.type == EventType::ModuleEnter && !open.empty())
             ++overlapped;
         if (ev.type == EventType::FetchBegin) ++fetches;

@@ -23,11 +23,11 @@ using namespace shardscope;
 namespace {
 
 // A sink that keeps what it is given.
-class Recorder final : public EventSink
+class Recorder final : public telemetry::EventSink
 {
   public:
-    void write(const Event &ev) noexcept override { events.push_back(ev); }
-    std::vector<Event> events;
+    void write(const telemetry::Event &ev) noexcept override { events.push_back(ev); }
+    std::vector<telemetry::Event> events;
 };
 
 AgentParam param(ParamId id, const std::string &name, ModuleId owner)
@@ -87,9 +87,9 @@ class TestAgentState : public QObject
         QCOMPARE(rec.events.size(), std::size_t(3));
         QCOMPARE(rec.events[0].type, EventType::FetchBegin);
         QCOMPARE(rec.events[0].rank, std::uint16_t(1));
-        QCOMPARE(readFetch(rec.events[0]).param, 0u);
-        QCOMPARE(readFetch(rec.events[0]).cause, head);
-        QCOMPARE(readFetch(rec.events[0]).reason, FetchReason::Guard);
+        QCOMPARE(telemetry::readFetch(rec.events[0]).param, 0u);
+        QCOMPARE(telemetry::readFetch(rec.events[0]).cause, head);
+        QCOMPARE(telemetry::readFetch(rec.events[0]).reason, FetchReason::Guard);
         QCOMPARE(rec.events[2].type, EventType::Release);
         s.setEventSink(nullptr);
     }
@@ -119,7 +119,7 @@ class TestAgentState : public QObject
         QCOMPARE(st.violations[0].fix, t.fix);
         QCOMPARE(st.violations[0].message, t.message);
         int accesses = 0;
-        for (const Event &e : rec.events)
+        for (const telemetry::Event &e : rec.events)
             accesses += e.type == EventType::UnregisteredAccess;
         QCOMPARE(accesses, 2);
         // A read outside any module, at build time (it changes the parameter).
@@ -206,7 +206,7 @@ class TestAgentState : public QObject
         QCOMPARE(snap->state.violations.size(), std::size_t(1));
         QCOMPARE(snap->state.fixDialect, std::string("deepspeed"));
         bool sawAccess = false;
-        for (const Event &e : snap->events)
+        for (const telemetry::Event &e : snap->events)
             sawAccess = sawAccess || e.type == EventType::UnregisteredAccess;
         QVERIFY(sawAccess);
         inspector.finish();
@@ -249,12 +249,12 @@ class TestAgentState : public QObject
     // Rings only for this process's ranks: events of others are counted, not stored.
     void hubRingsForLocalRanksOnly()
     {
-        TelemetryHub hub(64, std::vector<int>{5}, 1024);
-        Event e = stamped(makeStepBegin(), 0, 0, 5);
+        telemetry::TelemetryHub hub(64, std::vector<int>{5}, 1024);
+        telemetry::Event e = telemetry::stamped(telemetry::makeStepBegin(), 0, 0, 5);
         hub.write(e);
         e.rank = 6;
         hub.write(e);
-        std::vector<Event> out;
+        std::vector<telemetry::Event> out;
         QCOMPARE(hub.drain(out), std::size_t(1));
         QCOMPARE(out[0].rank, std::uint16_t(5));
         QCOMPARE(hub.droppedEvents(), std::uint64_t(1));

@@ -96,8 +96,8 @@ void TestClockProbe::theInjectedOffsetIsFound()
         if ((**frame).type != wire::MessageType::EventBatch || (**frame).payload.empty()) continue;
         auto events = wire::decodeEvents((**frame).payload);
         QVERIFY(events);
-        for (const Event &e : *events)
-            QVERIFY(e.tsNs > nowNs() + kOffset / 2);
+        for (const telemetry::Event &e : *events)
+            QVERIFY(e.tsNs > telemetry::nowNs() + kOffset / 2);
         sawEvents = true;
     }
     QVERIFY(sawEvents);

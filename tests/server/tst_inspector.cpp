@@ -234,13 +234,13 @@ void TestInspector::lateClientGetsStateHistoryAndLiveEvents()
     // The history holds what already happened: three step ends per rank, the accesses.
     QVERIFY(state.historyEvents() > 0);
     int stepEnds = 0, accesses = 0;
-    for (const Event &e : state.snapshot().events) {
+    for (const telemetry::Event &e : state.snapshot().events) {
         stepEnds += e.type == EventType::StepEnd;
         if (e.type == EventType::UnregisteredAccess) {
             ++accesses;
-            QCOMPARE(readAccess(e).accessor, run.lmHead);
-            QCOMPARE(readAccess(e).param, run.embedW);
-            QCOMPARE(readAccess(e).owner, run.embed);
+            QCOMPARE(telemetry::readAccess(e).accessor, run.lmHead);
+            QCOMPARE(telemetry::readAccess(e).param, run.embedW);
+            QCOMPARE(telemetry::readAccess(e).owner, run.embed);
         }
     }
     QCOMPARE(stepEnds, 3 * 2);
@@ -739,7 +739,7 @@ void TestInspector::historyQueuedPerClientIsBounded()
     QVERIFY2(readUntil(
                  **client, state, [&] { return state.historyDone(); }, &error),
              error.c_str());
-    const std::uint64_t perClient = (std::uint64_t(8) << 20) / sizeof(Event);
+    const std::uint64_t perClient = (std::uint64_t(8) << 20) / sizeof(telemetry::Event);
     QCOMPARE(state.historyEvents(), perClient); // the server held more than that
 }
 

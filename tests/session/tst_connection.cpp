@@ -25,11 +25,12 @@ class TestConnection : public QObject
     void unreachableKeepsRetrying();
 };
 
-static std::vector<Event> someHistory()
+static std::vector<telemetry::Event> someHistory()
 {
-    std::vector<Event> h;
+    std::vector<telemetry::Event> h;
     for (std::uint64_t i = 0; i < 40; ++i)
-        h.push_back(eventAt(1000 + i, static_cast<int>(i % 4), makeModuleEnter({.module = 3})));
+        h.push_back(
+            eventAt(1000 + i, static_cast<int>(i % 4), telemetry::makeModuleEnter({.module = 3})));
     return h;
 }
 
@@ -67,7 +68,8 @@ void TestConnection::droppedConnectionKeepsDataAndReconnects()
     conn.setReconnectIntervalMs(100);
     conn.attach(engine.endpoint());
     QTRY_VERIFY(engine.clientReady());
-    engine.sendLive({lmHeadViolation(5000, 1), eventAt(5001, 1, makeModuleExit({.module = 3}))});
+    engine.sendLive(
+        {lmHeadViolation(5000, 1), eventAt(5001, 1, telemetry::makeModuleExit({.module = 3}))});
     QTRY_COMPARE(store.totalEvents(), std::uint64_t(42));
 
     QSignalSpy lost(&conn, &Connection::stateChanged);
@@ -94,8 +96,8 @@ void TestConnection::droppedConnectionKeepsDataAndReconnects()
     again.state.violations.push_back(v);
     again.history = someHistory();
     again.history.push_back(lmHeadViolation(5000, 1));
-    again.history.push_back(eventAt(5001, 1, makeModuleExit({.module = 3})));
-    again.history.push_back(eventAt(6000, 2, makeModuleExit({.module = 3})));
+    again.history.push_back(eventAt(5001, 1, telemetry::makeModuleExit({.module = 3})));
+    again.history.push_back(eventAt(6000, 2, telemetry::makeModuleExit({.module = 3})));
     conn.attach(again.endpoint());
     QTRY_VERIFY(again.clientReady());
     QTRY_COMPARE(store.totalEvents(), std::uint64_t(43));

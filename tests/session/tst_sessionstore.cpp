@@ -59,8 +59,9 @@ void TestSessionStore::liveEventsUpdateStatusAndGathers()
 {
     SessionStore store;
     store.applyState(smallState());
-    std::vector<Event> evs{eventAt(100, 2, makeFetchBegin({.param = 1, .cause = 4, .bytes = 1024})),
-                           eventAt(350, 2, makeFetchEnd({.param = 1, .cause = 4, .bytes = 1024}))};
+    std::vector<telemetry::Event> evs{
+        eventAt(100, 2, telemetry::makeFetchBegin({.param = 1, .cause = 4, .bytes = 1024})),
+        eventAt(350, 2, telemetry::makeFetchEnd({.param = 1, .cause = 4, .bytes = 1024}))};
     store.appendEvents(evs, false);
     QCOMPARE(store.param(1)->status[2], ParamStatus::Available);
     QCOMPARE(store.param(1)->status[0], ParamStatus::NotAvailable);
@@ -68,12 +69,13 @@ void TestSessionStore::liveEventsUpdateStatusAndGathers()
     QCOMPARE(store.param(1)->gatherBytes, std::uint64_t(1024));
     QCOMPARE(store.param(1)->gatherNs, std::uint64_t(250));
     QCOMPARE(store.param(1)->lastGatherTsNs, std::uint64_t(350));
-    const Event rel = eventAt(400, 2, makeRelease({.param = 1, .cause = 4, .bytes = 1024}));
+    const telemetry::Event rel =
+        eventAt(400, 2, telemetry::makeRelease({.param = 1, .cause = 4, .bytes = 1024}));
     store.appendEvents({&rel, 1}, false);
     QCOMPARE(store.param(1)->status[2], ParamStatus::NotAvailable);
-    Event loss = eventAt(500, 0, makeStepEnd(2.5), 3);
-    Event step = eventAt(510, 0, makeStepBegin(), 4);
-    store.appendEvents(std::vector<Event>{loss, step}, false);
+    telemetry::Event loss = eventAt(500, 0, telemetry::makeStepEnd(2.5), 3);
+    telemetry::Event step = eventAt(510, 0, telemetry::makeStepBegin(), 4);
+    store.appendEvents(std::vector<telemetry::Event>{loss, step}, false);
     QVERIFY(store.hasLoss());
     QCOMPARE(store.loss(), 2.5);
     QCOMPARE(store.step(), 4u);
@@ -86,9 +88,10 @@ void TestSessionStore::historyEventsAreStoredNotCounted()
     EngineState st = smallState();
     st.params[1].gatherCount = 7;
     store.applyState(st);
-    std::vector<Event> evs{eventAt(100, 0, makeFetchBegin({.param = 1, .cause = 0})),
-                           eventAt(200, 0, makeFetchEnd({.param = 1, .cause = 0})),
-                           lmHeadViolation(250, 0)};
+    std::vector<telemetry::Event> evs{
+        eventAt(100, 0, telemetry::makeFetchBegin({.param = 1, .cause = 0})),
+        eventAt(200, 0, telemetry::makeFetchEnd({.param = 1, .cause = 0})),
+        lmHeadViolation(250, 0)};
     store.appendEvents(evs, true);
     QCOMPARE(store.param(1)->gatherCount, std::uint64_t(7));
     QVERIFY(store.violationGroups().empty());
@@ -99,10 +102,10 @@ void TestSessionStore::violationsGroupByKindAccessorParam()
 {
     SessionStore store;
     store.applyState(smallState());
-    std::vector<Event> evs{lmHeadViolation(100, 0), lmHeadViolation(101, 1),
-                           lmHeadViolation(300, 0, 2),
-                           eventAt(50, 0, makeLateParameter({.module = 8, .param = 6})),
-                           eventAt(51, 0, makeLateParameter({.module = 8, .param = 7}))};
+    std::vector<telemetry::Event> evs{
+        lmHeadViolation(100, 0), lmHeadViolation(101, 1), lmHeadViolation(300, 0, 2),
+        eventAt(50, 0, telemetry::makeLateParameter({.module = 8, .param = 6})),
+        eventAt(51, 0, telemetry::makeLateParameter({.module = 8, .param = 7}))};
     store.appendEvents(evs, false);
     QCOMPARE(store.violationGroups().size(), std::size_t(3));
     const ViolationGroup &g = store.violationGroups()[0];
@@ -136,7 +139,8 @@ void TestSessionStore::aRowKeepsItsWordsWhenAStateLands()
 {
     SessionStore store;
     store.applyState(smallState());
-    store.appendEvents(std::vector<Event>{lmHeadViolation(100, 0), lmHeadViolation(101, 1)}, false);
+    store.appendEvents(
+        std::vector<telemetry::Event>{lmHeadViolation(100, 0), lmHeadViolation(101, 1)}, false);
     QCOMPARE(store.violationGroups().size(), std::size_t(1));
     const std::string fix = store.violationGroups()[0].fix;
     const std::string message = store.violationGroups()[0].message;
@@ -196,9 +200,9 @@ void TestSessionStore::updatesAreCoalesced()
     QSignalSpy spy(&store, &SessionStore::updated);
     store.applyState(smallState());
     for (int i = 0; i < 1000; ++i) {
-        const Event e =
-            eventAt(static_cast<std::uint64_t>(i) * 10, i % 4,
-                    makeFetchBegin({.param = static_cast<std::uint32_t>(i % 8), .cause = 0}));
+        const telemetry::Event e = eventAt(
+            static_cast<std::uint64_t>(i) * 10, i % 4,
+            telemetry::makeFetchBegin({.param = static_cast<std::uint32_t>(i % 8), .cause = 0}));
         store.appendEvents({&e, 1}, false);
     }
     QCOMPARE(spy.count(), 0);
@@ -216,12 +220,12 @@ void TestSessionStore::reconnectContinuesHistoryWithoutDuplicates()
 {
     SessionStore store;
     store.applyState(smallState());
-    std::vector<Event> first;
+    std::vector<telemetry::Event> first;
     for (int i = 0; i < 100; ++i)
-        first.push_back(
-            eventAt(1000 + static_cast<std::uint64_t>(i), i % 4, makeModuleEnter({.module = 3})));
+        first.push_back(eventAt(1000 + static_cast<std::uint64_t>(i), i % 4,
+                                telemetry::makeModuleEnter({.module = 3})));
     store.appendEvents(first, true);
-    store.appendEvents(std::vector<Event>{lmHeadViolation(2000, 0)}, false);
+    store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(2000, 0)}, false);
     QCOMPARE(store.totalEvents(), std::uint64_t(101));
 
     // The connection drops; a new attach to the same run gets a newer state whose
@@ -240,11 +244,11 @@ void TestSessionStore::reconnectContinuesHistoryWithoutDuplicates()
     v.fix = "register_external_parameter(lm_head, embed.weight)";
     st.violations.push_back(v);
     store.applyState(st);
-    std::vector<Event> history(first.begin() + 50, first.end());
+    std::vector<telemetry::Event> history(first.begin() + 50, first.end());
     history.push_back(lmHeadViolation(2000, 0));
     for (int i = 0; i < 20; ++i)
-        history.push_back(
-            eventAt(3000 + static_cast<std::uint64_t>(i), i % 4, makeModuleExit({.module = 3})));
+        history.push_back(eventAt(3000 + static_cast<std::uint64_t>(i), i % 4,
+                                  telemetry::makeModuleExit({.module = 3})));
     store.appendEvents(history, true);
     QCOMPARE(store.totalEvents(), std::uint64_t(121));
     QCOMPARE(store.duplicateEvents(), std::uint64_t(51));
@@ -261,7 +265,7 @@ void TestSessionStore::differentRunStartsOver()
 {
     SessionStore store;
     store.applyState(smallState());
-    store.appendEvents(std::vector<Event>{lmHeadViolation(10, 0)}, false);
+    store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(10, 0)}, false);
     QSignalSpy spy(&store, &SessionStore::updated);
     store.flush();
     EngineState other = smallState(2);
@@ -304,8 +308,8 @@ void TestSessionStore::lanesAreSortedAndSearchable()
 {
     EventLane lane;
     for (std::uint64_t t = 0; t < 40000; ++t)
-        lane.insert(eventAt(t * 2, 0, makeModuleEnter({.module = 0})));
-    lane.insert(eventAt(5, 0, makeModuleExit({.module = 0}))); // out of order
+        lane.insert(eventAt(t * 2, 0, telemetry::makeModuleEnter({.module = 0})));
+    lane.insert(eventAt(5, 0, telemetry::makeModuleExit({.module = 0}))); // out of order
     QCOMPARE(lane.size(), std::size_t(40001));
     for (std::size_t i = 1; i < lane.size(); ++i)
         QVERIFY(lane.at(i - 1).tsNs <= lane.at(i).tsNs);
@@ -315,8 +319,8 @@ void TestSessionStore::lanesAreSortedAndSearchable()
     QCOMPARE(lane.firstIndex(6), std::size_t(4));
     QCOMPARE(lane.lastIndex(6), std::size_t(5));
     QCOMPARE(lane.firstIndex(1u << 30), lane.size());
-    QVERIFY(lane.contains(eventAt(5, 0, makeModuleExit({.module = 0}))));
-    QVERIFY(!lane.contains(eventAt(5, 0, makeModuleEnter({.module = 0}))));
+    QVERIFY(lane.contains(eventAt(5, 0, telemetry::makeModuleExit({.module = 0}))));
+    QVERIFY(!lane.contains(eventAt(5, 0, telemetry::makeModuleEnter({.module = 0}))));
     // 20 bytes an event (no rank, step or high time bits, no wide u0/u1/u2 kept) plus at
     // most one partly filled chunk.
     QCOMPARE(sizeof(EventLane::Stored), std::size_t(20));
@@ -332,8 +336,9 @@ void TestSessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
     const std::size_t at = EventLane::kChunkEvents - 100;
     const std::size_t late = EventLane::kChunkEvents + 700;
     auto sample = [](std::uint64_t ts, std::uint64_t k) {
-        Event e = makeEvent(ts, 5, EventType::MemorySample, static_cast<std::uint32_t>(k),
-                            static_cast<std::uint32_t>(k >> 3), k * 7);
+        telemetry::Event e =
+            makeEvent(ts, 5, EventType::MemorySample, static_cast<std::uint32_t>(k),
+                      static_cast<std::uint32_t>(k >> 3), k * 7);
         e.step = static_cast<std::uint32_t>(k % 1000);
         e.flags = static_cast<std::uint8_t>(k % 3);
         e.u1 = k + 1;
@@ -341,7 +346,7 @@ void TestSessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
         return e;
     };
     EventLane lane;
-    std::vector<Event> expected;
+    std::vector<telemetry::Event> expected;
     for (std::uint64_t i = 0; i < base; ++i) {
         expected.push_back(sample(i * 100000, i));
         lane.insert(expected.back());
@@ -350,14 +355,16 @@ void TestSessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
         expected.push_back(sample(at * 100000 - 1 - j, base + j));
         lane.insert(expected.back());
     }
-    lane.insert(eventAt(at * 100000 - 1 - late, 5, makeModuleEnter({.module = 3}))); // no u1/u2
-    expected.push_back(eventAt(at * 100000 - 1 - late, 5, makeModuleEnter({.module = 3})));
+    lane.insert(
+        eventAt(at * 100000 - 1 - late, 5, telemetry::makeModuleEnter({.module = 3}))); // no u1/u2
+    expected.push_back(
+        eventAt(at * 100000 - 1 - late, 5, telemetry::makeModuleEnter({.module = 3})));
     std::sort(expected.begin(), expected.end(),
-              [](const Event &x, const Event &y) { return x.tsNs < y.tsNs; });
+              [](const telemetry::Event &x, const telemetry::Event &y) { return x.tsNs < y.tsNs; });
     QCOMPARE(lane.size(), expected.size());
     for (std::size_t i = 0; i < lane.size(); ++i) {
-        const Event got = lane.at(i);
-        if (std::memcmp(&got, &expected[i], sizeof(Event)) != 0)
+        const telemetry::Event got = lane.at(i);
+        if (std::memcmp(&got, &expected[i], sizeof(telemetry::Event)) != 0)
             QFAIL(qPrintable(QStringLiteral("event %1 differs: ts %2 u1 %3 u2 %4 rank %5")
                                  .arg(i)
                                  .arg(got.tsNs)
@@ -366,7 +373,7 @@ void TestSessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
                                  .arg(got.rank)));
     }
     QVERIFY(lane.contains(expected[at]));
-    Event other = expected[at];
+    telemetry::Event other = expected[at];
     other.u2 += 1;
     QVERIFY(!lane.contains(other));
     QCOMPARE(lane.at(at + late).type, EventType::MemorySample);
@@ -381,10 +388,10 @@ void TestSessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
 void TestSessionStore::lanesKeepWideTimesStepsAndValues()
 {
     EventLane lane;
-    std::vector<Event> expected;
+    std::vector<telemetry::Event> expected;
     auto event = [](std::uint64_t ts, std::uint64_t k) {
-        Event e = makeEvent(ts, 3, EventType::FetchBegin, static_cast<std::uint32_t>(k), 7,
-                            k % 5 == 0 ? (std::uint64_t(1) << 40) + k : k);
+        telemetry::Event e = makeEvent(ts, 3, EventType::FetchBegin, static_cast<std::uint32_t>(k),
+                                       7, k % 5 == 0 ? (std::uint64_t(1) << 40) + k : k);
         e.step = static_cast<std::uint32_t>(k % 7 == 0 ? 0xFFFFFFFFu - k : k / 100);
         return e;
     };
@@ -395,16 +402,18 @@ void TestSessionStore::lanesKeepWideTimesStepsAndValues()
         lane.insert(expected.back());
     }
     for (std::uint64_t j = 0; j < 300; ++j) { // late: cut back into earlier runs and chunks
-        const Event &target = expected[static_cast<std::size_t>(j * 157 % expected.size())];
+        const telemetry::Event &target =
+            expected[static_cast<std::size_t>(j * 157 % expected.size())];
         expected.push_back(event(target.tsNs - 1, 1000000 + j));
         lane.insert(expected.back());
     }
-    std::stable_sort(expected.begin(), expected.end(),
-                     [](const Event &x, const Event &y) { return x.tsNs < y.tsNs; });
+    std::stable_sort(
+        expected.begin(), expected.end(),
+        [](const telemetry::Event &x, const telemetry::Event &y) { return x.tsNs < y.tsNs; });
     QCOMPARE(lane.size(), expected.size());
     for (std::size_t i = 0; i < lane.size(); ++i) {
-        const Event got = lane.at(i);
-        if (std::memcmp(&got, &expected[i], sizeof(Event)) != 0)
+        const telemetry::Event got = lane.at(i);
+        if (std::memcmp(&got, &expected[i], sizeof(telemetry::Event)) != 0)
             QFAIL(qPrintable(QStringLiteral("event %1 differs: ts %2/%3 step %4/%5 u0 %6/%7")
                                  .arg(i)
                                  .arg(got.tsNs)
@@ -416,14 +425,14 @@ void TestSessionStore::lanesKeepWideTimesStepsAndValues()
         QCOMPARE(lane.tsAt(i), expected[i].tsNs);
     }
     for (std::size_t i : {std::size_t(0), std::size_t(5000), expected.size() - 1}) {
-        const auto first =
-            std::lower_bound(expected.begin(), expected.end(), expected[i],
-                             [](const Event &x, const Event &y) { return x.tsNs < y.tsNs; });
+        const auto first = std::lower_bound(
+            expected.begin(), expected.end(), expected[i],
+            [](const telemetry::Event &x, const telemetry::Event &y) { return x.tsNs < y.tsNs; });
         QCOMPARE(lane.firstIndex(expected[i].tsNs), std::size_t(first - expected.begin()));
     }
     // A fifth of the events carry a wide u0 (a 32-byte side entry each) and the step changes
     // at two events in seven: still less than the 48-byte record.
-    QVERIFY(lane.bytesUsed() < lane.size() * sizeof(Event));
+    QVERIFY(lane.bytesUsed() < lane.size() * sizeof(telemetry::Event));
 }
 
 void TestSessionStore::externalRegisterChangesStructure()
@@ -433,8 +442,8 @@ void TestSessionStore::externalRegisterChangesStructure()
     store.flush();
     QSignalSpy spy(&store, &SessionStore::updated);
     store.appendEvents(
-        std::vector<Event>{
-            eventAt(10, 0, makeExternalRegister({.module = 7, .param = 0, .automatic = true}))},
+        std::vector<telemetry::Event>{eventAt(
+            10, 0, telemetry::makeExternalRegister({.module = 7, .param = 0, .automatic = true}))},
         false);
     store.flush();
     QCOMPARE(spy.count(), 1);
@@ -443,9 +452,9 @@ void TestSessionStore::externalRegisterChangesStructure()
     QCOMPARE(store.externalsOn(7)[0].module, ModuleId(0)); // the param id
     QVERIFY(store.externalsOn(7)[0].automatic);
     QCOMPARE(store.param(0)->externals.size(), std::size_t(1));
-    store.appendEvents(
-        std::vector<Event>{eventAt(11, 0, makeExternalUnregister({.module = 7, .param = 0}))},
-        false);
+    store.appendEvents(std::vector<telemetry::Event>{eventAt(
+                           11, 0, telemetry::makeExternalUnregister({.module = 7, .param = 0}))},
+                       false);
     QVERIFY(store.externalsOn(7).empty());
 }
 
@@ -453,12 +462,13 @@ void TestSessionStore::badEventsDoNotCrash()
 {
     SessionStore store;
     store.applyState(smallState());
-    std::vector<Event> evs{eventAt(1, 0, makeFetchBegin({.param = 999999, .cause = 0})),
-                           eventAt(2, 0, makeFetchEnd({.param = 999999, .cause = 0})),
-                           eventAt(3, 60, makeRelease({.param = 0, .cause = 0})),
-                           eventAt(4, 0, makeExternalRegister({.module = 12345, .param = 0})),
-                           makeEvent(5, 0, EventType::UnregisteredAccess, 12345, 999, 77, 0xff),
-                           makeEvent(6, 0, static_cast<EventType>(200), 1, 1)};
+    std::vector<telemetry::Event> evs{
+        eventAt(1, 0, telemetry::makeFetchBegin({.param = 999999, .cause = 0})),
+        eventAt(2, 0, telemetry::makeFetchEnd({.param = 999999, .cause = 0})),
+        eventAt(3, 60, telemetry::makeRelease({.param = 0, .cause = 0})),
+        eventAt(4, 0, telemetry::makeExternalRegister({.module = 12345, .param = 0})),
+        makeEvent(5, 0, EventType::UnregisteredAccess, 12345, 999, 77, 0xff),
+        makeEvent(6, 0, static_cast<EventType>(200), 1, 1)};
     store.appendEvents(evs, false);
     QCOMPARE(store.totalEvents(), std::uint64_t(6));
     QCOMPARE(store.violationGroups().size(), std::size_t(1));
@@ -470,10 +480,11 @@ void TestSessionStore::memoryIsBounded()
     SessionStore store;
     store.setMaxEvents(4 * 2 * EventLane::kChunkEvents); // two chunks per rank
     store.applyState(smallState(4));
-    std::vector<Event> evs;
+    std::vector<telemetry::Event> evs;
     const std::uint64_t perRank = 5 * EventLane::kChunkEvents + 100;
     for (std::uint64_t i = 0; i < perRank * 4; ++i)
-        evs.push_back(eventAt(1000 + i, static_cast<int>(i % 4), makeModuleEnter({.module = 3})));
+        evs.push_back(
+            eventAt(1000 + i, static_cast<int>(i % 4), telemetry::makeModuleEnter({.module = 3})));
     store.appendEvents(evs, false);
     QCOMPARE(store.totalEvents(), perRank * 4);
     for (int r = 0; r < 4; ++r) {
@@ -482,7 +493,7 @@ void TestSessionStore::memoryIsBounded()
         QCOMPARE(lane.evicted() + lane.size(), perRank);
         QCOMPARE(lane.lastTs(),
                  1000 + (perRank - 1) * 4 + static_cast<std::uint64_t>(r)); // the newest are kept
-        QVERIFY(lane.bytesUsed() <= 2 * EventLane::kChunkEvents * sizeof(Event));
+        QVERIFY(lane.bytesUsed() <= 2 * EventLane::kChunkEvents * sizeof(telemetry::Event));
     }
     QCOMPARE(
         store.evictedEvents(), perRank * 4 - [&] {
@@ -494,7 +505,7 @@ void TestSessionStore::memoryIsBounded()
     // A reconnect replaying evicted history does not bring it back.
     store.applyState(smallState(4));
     const auto before = store.lane(0).size();
-    store.appendEvents(std::vector<Event>{evs.front()}, true);
+    store.appendEvents(std::vector<telemetry::Event>{evs.front()}, true);
     QCOMPARE(store.lane(0).size(), before);
 }
 
@@ -547,18 +558,19 @@ void TestSessionStore::hugeParameterIdsCostNoMemory()
     QCOMPARE(store.paramSlot(4'294'967'294u), 1);
     QCOMPARE(store.paramSlot(3), -1);
     store.appendEvents(
-        std::vector<Event>{eventAt(10, 1, makeFetchBegin({.param = 500'000'000, .cause = 0})),
-                           eventAt(11, 1, makeFetchEnd({.param = 500'000'000, .cause = 0})),
-                           eventAt(12, 2,
-                                   makeUnregisteredAccess({.accessor = 7,
-                                                           .param = 4'294'967'294u,
-                                                           .owner = 1,
-                                                           .action = GuardAction::Gathered})),
-                           eventAt(13, 2,
-                                   makeUnregisteredAccess({.accessor = 7,
-                                                           .param = 4'294'967'293u,
-                                                           .owner = 1,
-                                                           .action = GuardAction::Gathered}))},
+        std::vector<telemetry::Event>{
+            eventAt(10, 1, telemetry::makeFetchBegin({.param = 500'000'000, .cause = 0})),
+            eventAt(11, 1, telemetry::makeFetchEnd({.param = 500'000'000, .cause = 0})),
+            eventAt(12, 2,
+                    telemetry::makeUnregisteredAccess({.accessor = 7,
+                                                       .param = 4'294'967'294u,
+                                                       .owner = 1,
+                                                       .action = GuardAction::Gathered})),
+            eventAt(13, 2,
+                    telemetry::makeUnregisteredAccess({.accessor = 7,
+                                                       .param = 4'294'967'293u,
+                                                       .owner = 1,
+                                                       .action = GuardAction::Gathered}))},
         false);
     QCOMPARE(store.param(500'000'000)->gatherCount, std::uint64_t(1));
     QCOMPARE(store.paramViolations(4'294'967'294u), std::uint64_t(3));
@@ -576,10 +588,10 @@ void TestSessionStore::hugeParameterIdsCostNoMemory()
 void TestSessionStore::reversedEventsAreMergedNotShifted()
 {
     constexpr std::uint64_t kEvents = 300'000;
-    std::vector<Event> evs;
+    std::vector<telemetry::Event> evs;
     for (std::uint64_t i = 0; i < kEvents; ++i) {
-        Event e = makeEvent(2'000'000 - i, static_cast<int>(i % 2), EventType::MemorySample,
-                            static_cast<std::uint32_t>(i));
+        telemetry::Event e = makeEvent(2'000'000 - i, static_cast<int>(i % 2),
+                                       EventType::MemorySample, static_cast<std::uint32_t>(i));
         e.u1 = i % 3 == 0 ? i + 1 : 0; // some carry u1/u2 (the lane's side table)
         e.u2 = i % 3 == 0 ? 2 * i : 0;
         evs.push_back(e);
@@ -589,10 +601,10 @@ void TestSessionStore::reversedEventsAreMergedNotShifted()
     store.appendEvents(evs, true); // a snapshot file, in one call
     // and the same pattern as live batches of 2048, each older than everything before it
     for (std::size_t i = 0; i < evs.size(); i += 2048) {
-        std::vector<Event> batch(
+        std::vector<telemetry::Event> batch(
             evs.begin() + static_cast<std::ptrdiff_t>(i),
             evs.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(i + 2048, evs.size())));
-        for (Event &e : batch)
+        for (telemetry::Event &e : batch)
             e.tsNs -= 1'000'000; // before all of the first copy
         store.appendEvents(batch, false);
     }
@@ -601,7 +613,7 @@ void TestSessionStore::reversedEventsAreMergedNotShifted()
         const EventLane &lane = store.lane(r);
         QCOMPARE(lane.size(), std::size_t(kEvents));
         for (std::size_t k = 0; k < lane.size(); ++k) {
-            const Event e = lane.at(k);
+            const telemetry::Event e = lane.at(k);
             if (k) QVERIFY(lane.tsAt(k - 1) <= e.tsNs);
             QCOMPARE(int(e.rank), r);
             QCOMPARE(e.u1, e.a % 3 == 0 ? std::uint64_t(e.a) + 1 : 0);

@@ -32,10 +32,11 @@ static void fill(SessionStore &store)
 {
     store.applyState(smallState());
     store.appendEvents(
-        std::vector<Event>{eventAt(100, 0, makeFetchBegin({.param = 1, .cause = 0})),
-                           eventAt(900, 0, makeFetchEnd({.param = 1, .cause = 0, .bytes = 1024})),
-                           lmHeadViolation(950, 2),
-                           eventAt(960, 1, makeLateParameter({.module = 8, .param = 6}))},
+        std::vector<telemetry::Event>{
+            eventAt(100, 0, telemetry::makeFetchBegin({.param = 1, .cause = 0})),
+            eventAt(900, 0, telemetry::makeFetchEnd({.param = 1, .cause = 0, .bytes = 1024})),
+            lmHeadViolation(950, 2),
+            eventAt(960, 1, telemetry::makeLateParameter({.module = 8, .param = 6}))},
         false);
 }
 
@@ -126,15 +127,15 @@ void TestSnapshotIo::compressedAndPlainExportsHoldTheSameContent()
 {
     SessionStore live;
     fill(live);
-    std::vector<Event> many;
+    std::vector<telemetry::Event> many;
     for (std::uint32_t i = 0; i < 5000; ++i) {
         const auto rank = static_cast<std::uint16_t>(i % 2);
         const std::uint64_t ts = 1000 + 10ull * i;
-        const FetchFields fetch{.param = i % 9, .cause = i % 8, .bytes = 64ull * i};
+        const telemetry::FetchFields fetch{.param = i % 9, .cause = i % 8, .bytes = 64ull * i};
         many.push_back(eventAt(ts, rank,
-                               i % 3 == 0   ? makeModuleEnter({.module = i % 8})
-                               : i % 3 == 1 ? makeFetchBegin(fetch)
-                                            : makeFetchEnd(fetch)));
+                               i % 3 == 0   ? telemetry::makeModuleEnter({.module = i % 8})
+                               : i % 3 == 1 ? telemetry::makeFetchBegin(fetch)
+                                            : telemetry::makeFetchEnd(fetch)));
     }
     live.appendEvents(many, false);
     const QString plain = m_dir.filePath(QStringLiteral("both.json"));

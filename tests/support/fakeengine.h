@@ -18,7 +18,7 @@ class FakeEngine : public QObject
 {
   public:
     EngineState state;
-    std::vector<Event> history;
+    std::vector<telemetry::Event> history;
     std::string token;
     bool sendGarbage = false;
     int connections = 0;
@@ -41,7 +41,7 @@ class FakeEngine : public QObject
     }
     bool clientReady() const { return m_client && m_welcomed; }
 
-    void sendLive(const std::vector<Event> &events)
+    void sendLive(const std::vector<telemetry::Event> &events)
     {
         send(wire::MessageType::EventBatch, wire::encodeEvents(events));
     }

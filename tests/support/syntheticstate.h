@@ -118,11 +118,11 @@ inline EngineState largeState(int modules, int paramsPerModule, int world = 8)
 
 // A raw record, for what the typed makers cannot say: unknown kinds, bad fields, and the
 // lane's storage of every field.
-inline Event makeEvent(std::uint64_t ts, int rank, EventType type, std::uint32_t a = 0,
-                       std::uint32_t b = 0, std::uint64_t u0 = 0, std::uint8_t flags = 0,
-                       std::uint32_t step = 1)
+inline telemetry::Event makeEvent(std::uint64_t ts, int rank, EventType type, std::uint32_t a = 0,
+                                  std::uint32_t b = 0, std::uint64_t u0 = 0, std::uint8_t flags = 0,
+                                  std::uint32_t step = 1)
 {
-    Event e{};
+    telemetry::Event e{};
     e.tsNs = ts;
     e.step = step;
     e.rank = static_cast<std::uint16_t>(rank);
@@ -135,21 +135,22 @@ inline Event makeEvent(std::uint64_t ts, int rank, EventType type, std::uint32_t
 }
 
 // An event made by telemetry/eventfields.h, at ts on rank, in step.
-inline Event eventAt(std::uint64_t ts, int rank, const Event &fields, std::uint32_t step = 1)
+inline telemetry::Event eventAt(std::uint64_t ts, int rank, const telemetry::Event &fields,
+                                std::uint32_t step = 1)
 {
-    return stamped(fields, ts, step, static_cast<std::uint16_t>(rank));
+    return telemetry::stamped(fields, ts, step, static_cast<std::uint16_t>(rank));
 }
 
 // lm_head (module 7) reads embed.weight (param 0) owned by embed (module 1) while NOT_AVAILABLE,
 // gathered.
-inline Event lmHeadViolation(std::uint64_t ts, int rank, std::uint32_t step = 1)
+inline telemetry::Event lmHeadViolation(std::uint64_t ts, int rank, std::uint32_t step = 1)
 {
     return eventAt(ts, rank,
-                   makeUnregisteredAccess({.accessor = 7,
-                                           .param = 0,
-                                           .owner = 1,
-                                           .status = ParamStatus::NotAvailable,
-                                           .action = GuardAction::Gathered}),
+                   telemetry::makeUnregisteredAccess({.accessor = 7,
+                                                      .param = 0,
+                                                      .owner = 1,
+                                                      .status = ParamStatus::NotAvailable,
+                                                      .action = GuardAction::Gathered}),
                    step);
 }
 

@@ -98,7 +98,7 @@ void TestViews::violationReachesPanelAndTree()
     store.flush();
     QCOMPARE(panel.model()->rowCount(), 0);
 
-    store.appendEvents(std::vector<Event>{lmHeadViolation(100, 0)}, false);
+    store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(100, 0)}, false);
     // Within the store's refresh interval (33 ms) the row is there: no flush by hand.
     QTRY_COMPARE_WITH_TIMEOUT(panel.model()->rowCount(), 1, 1000);
     const QModelIndex embedW = tree.model()->indexForParam(0);
@@ -162,9 +162,10 @@ void TestViews::detailShowsShardsAndCopiesFix()
     st.params[0].externals.push_back(ExternalRecord{7, true});
     store.applyState(st);
     store.appendEvents(
-        std::vector<Event>{eventAt(10, 2, makeFetchBegin({.param = 0, .cause = 0})),
-                           eventAt(20, 2, makeFetchEnd({.param = 0, .cause = 0, .bytes = 6464})),
-                           lmHeadViolation(30, 1)},
+        std::vector<telemetry::Event>{
+            eventAt(10, 2, telemetry::makeFetchBegin({.param = 0, .cause = 0})),
+            eventAt(20, 2, telemetry::makeFetchEnd({.param = 0, .cause = 0, .bytes = 6464})),
+            lmHeadViolation(30, 1)},
         false);
     store.flush();
     views::ParamDetail detail(&store);
@@ -198,7 +199,8 @@ void TestViews::detailShowsShardsAndCopiesFix()
              QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
 
     // Live: the status column follows events without re-selecting.
-    store.appendEvents(std::vector<Event>{eventAt(40, 2, makeRelease({.param = 0, .cause = 0}))},
+    store.appendEvents(std::vector<telemetry::Event>{eventAt(
+                           40, 2, telemetry::makeRelease({.param = 0, .cause = 0}))},
                        false);
     store.flush();
     QCOMPARE(t->item(2, 4)->text(), QStringLiteral("NOT_AVAILABLE"));
@@ -347,10 +349,11 @@ void TestViews::statusBarSummarises()
     SessionStore store;
     views::InspectorStatusBar bar(&store);
     store.applyState(smallState());
-    store.appendEvents(std::vector<Event>{eventAt(1, 0, makeStepBegin(), 7),
-                                          eventAt(2, 0, makeStepEnd(3.5), 7),
-                                          eventAt(3, 0, makeDroppedEvents(12))},
-                       false);
+    store.appendEvents(
+        std::vector<telemetry::Event>{eventAt(1, 0, telemetry::makeStepBegin(), 7),
+                                      eventAt(2, 0, telemetry::makeStepEnd(3.5), 7),
+                                      eventAt(3, 0, telemetry::makeDroppedEvents(12))},
+        false);
     store.flush();
     QCOMPARE(bar.summaryText(), QStringLiteral("world 4 · cpu · step 7 · loss 3.5000"));
     QCOMPARE(bar.droppedText(), QStringLiteral("dropped 12"));

@@ -58,7 +58,8 @@ inline DecodeCounts decodeEverything(std::string_view data, std::uint32_t maxPay
             (void)wire::decodeClockRequest(f.payload);
             (void)wire::decodeClockReply(f.payload);
             auto events = wire::decodeEvents(f.payload);
-            if (events && events->size() * sizeof(Event) != f.payload.size()) __builtin_trap();
+            if (events && events->size() * sizeof(telemetry::Event) != f.payload.size())
+                __builtin_trap();
         }
     }
     return counts;

@@ -9,9 +9,9 @@
 
 namespace shardscope::test {
 
-inline Event makeEvent(EventType type, std::uint32_t i)
+inline telemetry::Event makeEvent(EventType type, std::uint32_t i)
 {
-    Event e{};
+    telemetry::Event e{};
     e.tsNs = 1'000'000'000ull * 3600 + i * 17;
     e.step = 1 + i % 3;
     e.rank = static_cast<std::uint16_t>(i % 2);
@@ -26,9 +26,9 @@ inline Event makeEvent(EventType type, std::uint32_t i)
 }
 
 // One record of every EventType, with distinctive values in every field.
-inline std::vector<Event> everyEventType()
+inline std::vector<telemetry::Event> everyEventType()
 {
-    std::vector<Event> out;
+    std::vector<telemetry::Event> out;
     for (std::uint8_t t = 1; wire::isKnownEventType(t); ++t)
         out.push_back(makeEvent(static_cast<EventType>(t), t));
     return out;

@@ -38,7 +38,7 @@ wire::Snapshot part(int rank)
     v.param = 0;
     v.count = 1;
     st.violations = {v};
-    Event e{};
+    telemetry::Event e{};
     e.rank = static_cast<std::uint16_t>(rank);
     e.type = EventType::StepBegin;
     e.tsNs = rank == 0 ? 20 : 10;

@@ -137,7 +137,7 @@ void TestSnapshot::roundTripKeepsEveryFieldAndEveryEventType()
         QCOMPARE(back->droppedEvents, s.droppedEvents);
         QCOMPARE(back->events.size(), s.events.size());
         for (std::size_t i = 0; i < s.events.size(); ++i)
-            QVERIFY2(std::memcmp(&back->events[i], &s.events[i], sizeof(Event)) == 0,
+            QVERIFY2(std::memcmp(&back->events[i], &s.events[i], sizeof(telemetry::Event)) == 0,
                      std::string(eventTypeName(s.events[i].type)).c_str());
     }
 }
@@ -337,7 +337,9 @@ void TestSnapshot::versionOneDocumentsAreStillRead()
     QVERIFY2(back.ok(), back.error().c_str());
     compareStates(s.state, back->state);
     QCOMPARE(back->events.size(), s.events.size());
-    QCOMPARE(std::memcmp(back->events.data(), s.events.data(), s.events.size() * sizeof(Event)), 0);
+    QCOMPARE(std::memcmp(back->events.data(), s.events.data(),
+                         s.events.size() * sizeof(telemetry::Event)),
+             0);
 
     auto bad = j;
     bad["params"][0]["status"].push_back("AVAILABLE");
@@ -377,7 +379,9 @@ void TestSnapshot::versionTwoEventsAreStillRead()
     auto back = decodeSnapshot(j.dump());
     QVERIFY2(back.ok(), back.error().c_str());
     QCOMPARE(back->events.size(), s.events.size());
-    QCOMPARE(std::memcmp(back->events.data(), s.events.data(), s.events.size() * sizeof(Event)), 0);
+    QCOMPARE(std::memcmp(back->events.data(), s.events.data(),
+                         s.events.size() * sizeof(telemetry::Event)),
+             0);
     QCOMPARE(encodeSnapshot(*back), encodeSnapshot(s));
 
     Snapshot state = s; // what a State frame carries

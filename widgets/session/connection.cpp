@@ -154,9 +154,9 @@ void Connection::onEvents(std::shared_ptr<const EventBatch> batch)
     else
         m_liveEvents += batch->events.size();
     if (m_clockShiftNs != 0) {
-        std::vector<Event> shifted(batch->events);
+        std::vector<telemetry::Event> shifted(batch->events);
         const auto shift = static_cast<std::uint64_t>(m_clockShiftNs);
-        for (Event &e : shifted)
+        for (telemetry::Event &e : shifted)
             e.tsNs -= shift;
         m_store->appendEvents(shifted, batch->history);
         return;

@@ -24,7 +24,7 @@ namespace shardscope {
 
 struct EventBatch
 {
-    std::vector<Event> events;
+    std::vector<telemetry::Event> events;
     bool history = false;
 };
 
@@ -83,7 +83,7 @@ class ConnectionWorker : public QObject
     bool m_welcomed = false;
     bool m_inHistory = false;
     bool m_done = false;
-    std::vector<Event> m_pending;
+    std::vector<telemetry::Event> m_pending;
     bool m_pendingHistory = false;
     QTimer m_handshakeTimer{this}; // a child, so it moves to the worker's thread
     QElapsedTimer m_sinceAlive;

@@ -212,14 +212,14 @@ void SessionStore::rebuildViolationCounts()
     }
 }
 
-void SessionStore::appendEvents(std::span<const Event> events, bool history)
+void SessionStore::appendEvents(std::span<const telemetry::Event> events, bool history)
 {
     if (events.empty()) return;
     // Events older than the newest stored one are merged per lane after the loop: one by
     // one, each would move every later event (quadratic for a reversed file).
-    for (const Event &ev : events) {
+    for (const telemetry::Event &ev : events) {
         EventLane &lane = laneFor(ev.rank);
-        std::vector<Event> &late = m_late[ev.rank];
+        std::vector<telemetry::Event> &late = m_late[ev.rank];
         if (m_dedupe && !lane.empty() && ev.tsNs <= lane.lastTs() &&
             ((lane.evicted() > 0 && ev.tsNs < lane.firstTs()) || lane.contains(ev))) {
             ++m_duplicates; // seen before (or older than what the memory bound keeps)
@@ -239,14 +239,14 @@ void SessionStore::appendEvents(std::span<const Event> events, bool history)
             break;
         case EventType::StepEnd:
             m_completedStep = std::max(m_completedStep, ev.step);
-            m_loss = readStepEnd(ev);
+            m_loss = telemetry::readStepEnd(ev);
             m_hasLoss = true;
             m_pending.summary = true;
             break;
         case EventType::MemorySample: {
             RankMemory &m = m_memory[ev.rank];
             if (ev.tsNs >= m.tsNs) {
-                const MemoryFields f = readMemory(ev);
+                const telemetry::MemoryFields f = telemetry::readMemory(ev);
                 m.tsNs = ev.tsNs;
                 m.partitionedBytes = f.partitionedBytes;
                 m.gatheredBytes = f.gatheredBytes;
@@ -304,11 +304,11 @@ ParamRecord *SessionStore::mutParam(ParamId id)
     return slot < 0 ? nullptr : &m_state.params[static_cast<std::size_t>(slot)];
 }
 
-void SessionStore::applyLive(const Event &ev)
+void SessionStore::applyLive(const telemetry::Event &ev)
 {
     switch (ev.type) {
     case EventType::FetchBegin: {
-        const FetchFields f = readFetch(ev);
+        const telemetry::FetchFields f = telemetry::readFetch(ev);
         if (ParamRecord *p = mutParam(f.param)) {
             if (ev.rank < p->status.size()) p->status[ev.rank] = ParamStatus::Inflight;
             m_fetchBegin[fetchKey(ev.rank, f.param)] = ev.tsNs;
@@ -317,7 +317,7 @@ void SessionStore::applyLive(const Event &ev)
         break;
     }
     case EventType::FetchEnd: {
-        const FetchFields f = readFetch(ev);
+        const telemetry::FetchFields f = telemetry::readFetch(ev);
         if (ParamRecord *p = mutParam(f.param)) {
             if (ev.rank < p->status.size()) p->status[ev.rank] = ParamStatus::Available;
             ++p->gatherCount;
@@ -333,7 +333,7 @@ void SessionStore::applyLive(const Event &ev)
         break;
     }
     case EventType::Release: {
-        const ReleaseFields f = readRelease(ev);
+        const telemetry::ReleaseFields f = telemetry::readRelease(ev);
         if (ParamRecord *p = mutParam(f.param)) {
             if (ev.rank < p->status.size()) p->status[ev.rank] = ParamStatus::NotAvailable;
             markParam(f.param);
@@ -341,7 +341,7 @@ void SessionStore::applyLive(const Event &ev)
         break;
     }
     case EventType::ExternalRegister: {
-        const ExternalFields f = readExternal(ev);
+        const telemetry::ExternalFields f = telemetry::readExternal(ev);
         if (ParamRecord *p = mutParam(f.param)) {
             auto it = std::find_if(p->externals.begin(), p->externals.end(),
                                    [&](const ExternalRecord &e) { return e.module == f.module; });
@@ -355,7 +355,7 @@ void SessionStore::applyLive(const Event &ev)
         break;
     }
     case EventType::ExternalUnregister: {
-        const ExternalFields f = readExternal(ev);
+        const telemetry::ExternalFields f = telemetry::readExternal(ev);
         if (ParamRecord *p = mutParam(f.param)) {
             auto it = std::find_if(p->externals.begin(), p->externals.end(),
                                    [&](const ExternalRecord &e) { return e.module == f.module; });
@@ -374,7 +374,7 @@ void SessionStore::applyLive(const Event &ev)
         if (const auto v = violationOf(ev)) addViolation(*v, ev);
         break;
     case EventType::LateParameter: {
-        const LateFields f = readLate(ev);
+        const telemetry::LateFields f = telemetry::readLate(ev);
         if (ParamRecord *p = mutParam(f.param)) {
             p->late = true;
             markParam(f.param);
@@ -383,7 +383,7 @@ void SessionStore::applyLive(const Event &ev)
         break;
     }
     case EventType::ParameterAdopted: {
-        const LateFields f = readLate(ev);
+        const telemetry::LateFields f = telemetry::readLate(ev);
         if (ParamRecord *p = mutParam(f.param)) {
             p->partitioned = true;
             markParam(f.param);
@@ -391,7 +391,7 @@ void SessionStore::applyLive(const Event &ev)
         break;
     }
     case EventType::DroppedEvents:
-        m_droppedFromEvents += readDroppedEvents(ev);
+        m_droppedFromEvents += telemetry::readDroppedEvents(ev);
         m_pending.summary = true;
         break;
     default:
@@ -399,16 +399,16 @@ void SessionStore::applyLive(const Event &ev)
     }
 }
 
-std::optional<ViolationEvent> SessionStore::violationOf(const Event &ev) const
+std::optional<ViolationEvent> SessionStore::violationOf(const telemetry::Event &ev) const
 {
     switch (ev.type) {
     case EventType::UnregisteredAccess: {
-        const AccessFields f = readAccess(ev);
+        const telemetry::AccessFields f = telemetry::readAccess(ev);
         return ViolationEvent{
             ViolationKind::UnregisteredAccess, f.accessor, f.param, f.owner, f.status, f.action};
     }
     case EventType::LateParameter: {
-        const LateFields f = readLate(ev);
+        const telemetry::LateFields f = telemetry::readLate(ev);
         const ParamRecord *p = param(f.param);
         return ViolationEvent{ViolationKind::LateParameter,
                               f.module,
@@ -418,7 +418,7 @@ std::optional<ViolationEvent> SessionStore::violationOf(const Event &ev) const
                               GuardAction::Recorded};
     }
     case EventType::TraceInvalidated: {
-        const TraceInvalidatedFields f = readTraceInvalidated(ev);
+        const telemetry::TraceInvalidatedFields f = telemetry::readTraceInvalidated(ev);
         return ViolationEvent{ViolationKind::TraceInvalidated,
                               f.got,
                               kNoParam,
@@ -427,7 +427,7 @@ std::optional<ViolationEvent> SessionStore::violationOf(const Event &ev) const
                               GuardAction::Recorded};
     }
     case EventType::GatheredWriteError: {
-        const ParamId id = readGatheredWriteError(ev);
+        const ParamId id = telemetry::readGatheredWriteError(ev);
         const ParamRecord *p = param(id);
         return ViolationEvent{ViolationKind::GatheredWriteWithoutModifier,
                               kNoModule,
@@ -448,7 +448,7 @@ const ViolationGroup *SessionStore::violationGroup(const ViolationEvent &v) cons
     return it == m_groupIndex.end() ? nullptr : &m_groups[it->second];
 }
 
-void SessionStore::addViolation(const ViolationEvent &v, const Event &ev)
+void SessionStore::addViolation(const ViolationEvent &v, const telemetry::Event &ev)
 {
     upsertViolation({v.kind, v.accessor, v.param, v.owner, v.status, v.action, ev.rank, ev.step,
                      ev.step, ev.tsNs, 1, nullptr});

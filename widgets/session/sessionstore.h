@@ -108,7 +108,7 @@ class SessionStore : public QObject
     // after the state, or a snapshot's events): stored, and used for loss and memory,
     // but not counted again. Live events also update status, gathers and violations.
     // Duplicates of stored events (a reconnect replaying history) are skipped.
-    void appendEvents(std::span<const Event> events, bool history);
+    void appendEvents(std::span<const telemetry::Event> events, bool history);
     void setDroppedEvents(std::uint64_t dropped); // the engine's own total, when it reports one
     void setReadOnly(bool readOnly, const QString &source);
 
@@ -152,7 +152,7 @@ class SessionStore : public QObject
     const std::vector<ViolationGroup> &violationGroups() const { return m_groups; }
     // The violation an event reports, or nullopt for an event that reports none: the one
     // decoding of violation events, for live events and for the trace export.
-    std::optional<ViolationEvent> violationOf(const Event &ev) const;
+    std::optional<ViolationEvent> violationOf(const telemetry::Event &ev) const;
     // The group a violation belongs to, or null when the store has none.
     const ViolationGroup *violationGroup(const ViolationEvent &v) const;
     std::vector<const ViolationGroup *> violationsOf(ParamId id) const;
@@ -201,7 +201,7 @@ class SessionStore : public QObject
     void rebuildViolationCounts();
     void markParam(ParamId id);
     void markDirty();
-    void applyLive(const Event &ev);
+    void applyLive(const telemetry::Event &ev);
     // The one place violations are aggregated, for live events (count 1, no text: it is
     // written by core's describeViolation from the names the store knows) and for a state's
     // records (with the producer's text). A row keeps the words it was created with.
@@ -221,7 +221,7 @@ class SessionStore : public QObject
         const ViolationRecord *record; // null for a live event
     };
     void upsertViolation(const ViolationSighting &v);
-    void addViolation(const ViolationEvent &v, const Event &ev);
+    void addViolation(const ViolationEvent &v, const telemetry::Event &ev);
     ParamRecord *mutParam(ParamId id);
     EventLane &laneFor(int rank);
 
@@ -248,7 +248,8 @@ class SessionStore : public QObject
     std::unordered_map<ParamId, std::string> m_knownParamNames;
 
     std::vector<EventLane> m_lanes;
-    std::vector<std::vector<Event>> m_late; // per lane: appendEvents' out-of-order events
+    std::vector<std::vector<telemetry::Event>>
+        m_late; // per lane: appendEvents' out-of-order events
     std::unordered_map<std::uint64_t, std::uint64_t> m_fetchBegin; // (rank, param) -> ts
     std::vector<RankMemory> m_memory;
     std::uint64_t m_totalEvents = 0;

@@ -322,7 +322,7 @@ void GatherTimeline::setTimeOrigin(quint64 tsNs)
     m_spans.setTimeOrigin(tsNs);
 }
 
-void GatherTimeline::appendEvents(std::span<const Event> events)
+void GatherTimeline::appendEvents(std::span<const telemetry::Event> events)
 {
     if (events.empty()) return;
     m_spans.append(events);

@@ -40,7 +40,7 @@ class GatherTimeline : public TimePlot
     // Time zero of the x axis (telemetry clock); without it the first event sets it.
     // Give every plot the same origin to line them up.
     void setTimeOrigin(quint64 tsNs);
-    void appendEvents(std::span<const Event> events);
+    void appendEvents(std::span<const telemetry::Event> events);
     void clear();
 
     // Highlights the spans of these parameters (e.g. the tree's selection).

@@ -331,16 +331,16 @@ void MemoryPlot::setTimeOrigin(quint64 tsNs)
     m_origin = tsNs;
 }
 
-void MemoryPlot::appendEvents(std::span<const Event> events)
+void MemoryPlot::appendEvents(std::span<const telemetry::Event> events)
 {
-    for (const Event &ev : events) {
+    for (const telemetry::Event &ev : events) {
         if (ev.type != EventType::MemorySample || ev.rank >= kMaxRanks) continue;
         if (!m_hasOrigin) setTimeOrigin(ev.tsNs);
         ensureRanks(ev.rank + 1);
         const double t = double(qint64(ev.tsNs - m_origin)) * 1e-9;
         Pending &p = m_pending[ev.rank];
         p.keys.push_back(t);
-        const MemoryFields m = readMemory(ev);
+        const telemetry::MemoryFields m = telemetry::readMemory(ev);
         const double v[kSeriesCount] = {double(m.partitionedBytes), double(m.gatheredBytes),
                                         double(m.peakGatheredBytes)};
         for (int s = 0; s < kSeriesCount; ++s) {

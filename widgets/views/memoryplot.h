@@ -63,7 +63,7 @@ class MemoryPlot : public TimePlot
     void setLimit(qint64 maxLiveElements, int bytesPerElement);
     // Time zero of the x axis (telemetry clock); without it the first sample sets it.
     void setTimeOrigin(quint64 tsNs);
-    void appendEvents(std::span<const Event> events);
+    void appendEvents(std::span<const telemetry::Event> events);
     void clear();
 
     void setSeriesVisible(Series s, bool visible);
