@@ -118,11 +118,11 @@ WorldResult measureWorld(const SyntheticModel &model, int world, int reps)
     WorldResult out;
     out.world = world;
     const auto build0 = Clock::now();
-    EngineConfig config;
+    core::EngineConfig config;
     config.worldSize = world;
     config.persistenceThreshold = kPersistence;
     config.modelName = "synthetic-100k";
-    Engine engine(config, comm::makeCpuWorld(world));
+    core::Engine engine(config, comm::makeCpuWorld(world));
     buildSyntheticModel(engine, model);
     engine.partition();
     out.buildSeconds = secondsSince(build0);

@@ -233,7 +233,7 @@ struct EngineRun
 
 // One pass: shape.steps steps per variant of shape.pairsPerStep enter/exit pairs; the
 // variant changes every step, so machine noise hits every variant alike.
-EngineRun runEngine(const EngineShape &shape, Engine &engine, telemetry::TelemetryHub &hub,
+EngineRun runEngine(const EngineShape &shape, core::Engine &engine, telemetry::TelemetryHub &hub,
                     ModuleId layer)
 {
     double cpu[EngineVariantCount] = {};
@@ -289,11 +289,11 @@ double medianCpu(const std::vector<Ns> &v)
 // Per event = (on - off) / events per pair, per pass.
 bool engineShape(const EngineShape &shape, int reps)
 {
-    EngineConfig config;
+    core::EngineConfig config;
     config.worldSize = 1;
     config.modelName = "bench-telemetry";
     config.persistenceThreshold = 0; // every parameter partitioned, gathered on entry
-    Engine engine(config, comm::makeCpuWorld(1));
+    core::Engine engine(config, comm::makeCpuWorld(1));
     const ModuleId layer = engine.addModule(engine.root(), "layer", "Linear");
     std::vector<float> init(256, 0.5f);
     for (int p = 0; p < shape.params; ++p)

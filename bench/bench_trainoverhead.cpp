@@ -184,7 +184,7 @@ RunResult runOnce(Variant v, const nn::TrainConfig &base)
     config.telemetry = v != TelemetryOff;
     config.endpoint = config.listen ? "tcp:127.0.0.1:0" : "";
 
-    std::unique_ptr<Engine> engine = nn::makeCpuEngine(config);
+    std::unique_ptr<core::Engine> engine = nn::makeCpuEngine(config);
     InspectorOptions options;
     options.listen = config.listen;
     options.endpoint = config.endpoint;
@@ -254,7 +254,7 @@ ToggledRun runToggled(const nn::TrainConfig &base, int steps)
     config.listen = true;
     config.telemetry = true;
     config.endpoint = "tcp:127.0.0.1:0";
-    std::unique_ptr<Engine> engine = nn::makeCpuEngine(config);
+    std::unique_ptr<core::Engine> engine = nn::makeCpuEngine(config);
     InspectorOptions options;
     options.endpoint = config.endpoint;
     options.historyEvents = config.historyEvents;

@@ -324,13 +324,13 @@ void printFinal(const nn::TrainResult &r, int steps)
 class ViolationPrinter
 {
   public:
-    explicit ViolationPrinter(const Engine &engine) : m_engine(engine) {}
+    explicit ViolationPrinter(const core::Engine &engine) : m_engine(engine) {}
 
     void printNew()
     {
-        const std::vector<ViolationRecord> all = m_engine.violations();
+        const std::vector<core::ViolationRecord> all = m_engine.violations();
         for (; m_seen < all.size(); ++m_seen) {
-            const ViolationRecord &v = all[m_seen];
+            const core::ViolationRecord &v = all[m_seen];
             if (v.kind == ViolationKind::TraceInvalidated ||
                 v.rank != m_engine.localRanks().front())
                 continue;
@@ -344,7 +344,7 @@ class ViolationPrinter
     }
 
   private:
-    const Engine &m_engine;
+    const core::Engine &m_engine;
     std::size_t m_seen = 0;
 };
 
@@ -396,14 +396,14 @@ bool waitForInspector(Inspector &inspector, double seconds)
         seconds > 0.0 ? milliseconds(static_cast<long long>(seconds * 1e3)) : milliseconds::max());
 }
 
-using Trainer =
-    std::function<nn::TrainResult(Engine &, const nn::TrainConfig &, const nn::StepCallback &)>;
+using Trainer = std::function<nn::TrainResult(core::Engine &, const nn::TrainConfig &,
+                                              const nn::StepCallback &)>;
 
 // One run on an engine of either backend: the inspector endpoint (up before the model is
 // built, so a client sees weight_norm's late parameters and reads as they happen), the
 // model, the steps and the final line. Under torchrun only the process holding rank 0
 // prints the model, the steps and the problems; every process prints its final line.
-int trainWithInspector(Engine &engine, const nn::TrainConfig &config, const Trainer &train)
+int trainWithInspector(core::Engine &engine, const nn::TrainConfig &config, const Trainer &train)
 {
     const int firstRank = engine.localRanks().front();
     const bool reporter = firstRank == 0;
@@ -492,13 +492,13 @@ int trainWithInspector(Engine &engine, const nn::TrainConfig &config, const Trai
 
 int runCpu(const nn::TrainConfig &config)
 {
-    std::unique_ptr<Engine> engine = nn::makeCpuEngine(config);
+    std::unique_ptr<core::Engine> engine = nn::makeCpuEngine(config);
     return trainWithInspector(*engine, config, nn::trainModel);
 }
 
 int runNccl(const nn::TrainConfig &config)
 {
-    std::unique_ptr<Engine> engine = gpu::makeNcclEngine(config);
+    std::unique_ptr<core::Engine> engine = gpu::makeNcclEngine(config);
     nn::TrainConfig sized = config;
     sized.worldSize = engine->worldSize(); // torchrun's WORLD_SIZE
     return trainWithInspector(*engine, sized, gpu::trainOnGpu);
@@ -526,7 +526,7 @@ int runGloo(const nn::TrainConfig &config)
     std::vector<std::unique_ptr<comm::Communicator>> comms;
     comms.push_back(comm::makeGlooCommunicator(options));
     if (config.overlapComm) comms = comm::makeAsyncCommunicators(std::move(comms));
-    Engine engine(nn::makeEngineConfig(sized), std::move(comms));
+    core::Engine engine(nn::makeEngineConfig(sized), std::move(comms));
     return trainWithInspector(engine, sized, nn::trainModel);
 }
 
@@ -585,7 +585,7 @@ int main(int argc, char **argv)
             break;
         }
         return runCpu(*config);
-    } catch (const UnregisteredAccessError &e) {
+    } catch (const core::UnregisteredAccessError &e) {
         std::fflush(stdout);
         std::fprintf(stderr, "shardscope-train: stopped by --guard error: %s\n    fix: %s\n",
                      e.what(), e.fix().c_str());

@@ -9,7 +9,7 @@
 #include "core/violationtext.h"
 #include "telemetry/clock.h"
 
-namespace shardscope {
+namespace shardscope::core {
 // ---------------------------------------------------------------- the access guard
 
 TensorView Engine::Impl::view(RankState &rs, ParamId p)
@@ -158,4 +158,4 @@ void Engine::Impl::recordViolation(ViolationRecord v)
     violations.push_back(std::move(v));
 }
 
-} // namespace shardscope
+} // namespace shardscope::core

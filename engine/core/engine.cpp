@@ -9,7 +9,7 @@
 #include "core/violationtext.h"
 #include "telemetry/clock.h"
 
-namespace shardscope {
+namespace shardscope::core {
 
 namespace {
 
@@ -1092,4 +1092,4 @@ void Engine::refreshPersistent(int rank)
         h.wait();
 }
 
-} // namespace shardscope
+} // namespace shardscope::core

@@ -38,7 +38,7 @@
 #include "core/types.h"
 #include "telemetry/event.h"
 
-namespace shardscope {
+namespace shardscope::core {
 
 struct EngineConfig
 {
@@ -322,4 +322,4 @@ private:
     bool m_open = true;
 };
 
-} // namespace shardscope
+} // namespace shardscope::core

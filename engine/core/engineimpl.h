@@ -14,7 +14,7 @@
 #include "core/engine.h"
 #include "telemetry/eventfields.h"
 
-namespace shardscope {
+namespace shardscope::core {
 
 struct ExternalEntry
 {
@@ -213,4 +213,4 @@ struct Engine::Impl
 
 std::uint64_t hashBytes(const std::byte *data, std::size_t n);
 
-} // namespace shardscope
+} // namespace shardscope::core

@@ -6,7 +6,7 @@
 #include "core/engineimpl.h"
 #include "core/violationtext.h"
 
-namespace shardscope {
+namespace shardscope::core {
 
 std::vector<std::uint64_t> Engine::Impl::openScope(RankState &rs, const std::vector<ParamId> &ps)
 {
@@ -204,4 +204,4 @@ TensorView GatheredParameters::operator[](std::size_t i) const
     return m_engine.d->view(rs, m_params[i]);
 }
 
-} // namespace shardscope
+} // namespace shardscope::core

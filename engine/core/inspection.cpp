@@ -6,7 +6,7 @@
 #include "core/engine.h"
 #include "core/engineimpl.h"
 
-namespace shardscope {
+namespace shardscope::core {
 
 // ---------------------------------------------------------------- status
 ParamStatus Engine::status(int rank, ParamId p) const
@@ -144,4 +144,4 @@ std::uint64_t Engine::gatheredBytes(int rank) const
     return d->rankState(rank).totalGatheredBytes.load(std::memory_order_relaxed);
 }
 
-} // namespace shardscope
+} // namespace shardscope::core

@@ -16,12 +16,12 @@ namespace {
 
 } // namespace
 
-std::unique_ptr<Engine> makeNcclEngine(const nn::TrainConfig &)
+std::unique_ptr<core::Engine> makeNcclEngine(const nn::TrainConfig &)
 {
     noCuda();
 }
 
-nn::TrainResult trainOnGpu(Engine &, const nn::TrainConfig &, const nn::StepCallback &)
+nn::TrainResult trainOnGpu(core::Engine &, const nn::TrainConfig &, const nn::StepCallback &)
 {
     noCuda();
 }

@@ -7,12 +7,13 @@
 
 namespace shardscope::gpu {
 
-NvtxEventSink::NvtxEventSink(const Engine &engine, telemetry::EventSink *inner) : m_inner(inner)
+NvtxEventSink::NvtxEventSink(const core::Engine &engine, telemetry::EventSink *inner)
+    : m_inner(inner)
 {
     refreshNames(engine);
 }
 
-void NvtxEventSink::refreshNames(const Engine &engine)
+void NvtxEventSink::refreshNames(const core::Engine &engine)
 {
     std::vector<std::string> params(engine.paramCount());
     for (std::size_t i = 0; i < params.size(); ++i) {
@@ -20,7 +21,7 @@ void NvtxEventSink::refreshNames(const Engine &engine)
         // Engine::param refuses them; they emit no more events, so any label will do.
         try {
             params[i] = engine.param(static_cast<ParamId>(i)).name;
-        } catch (const EngineError &) {
+        } catch (const core::EngineError &) {
             params[i] = "<removed parameter>";
         }
     }

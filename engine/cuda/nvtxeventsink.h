@@ -12,7 +12,7 @@
 
 #include "telemetry/event.h"
 
-namespace shardscope {
+namespace shardscope::core {
 class Engine;
 }
 
@@ -22,12 +22,12 @@ class NvtxEventSink final : public telemetry::EventSink
 {
   public:
     // Takes the engine's parameter and module names now; refreshNames() takes them again.
-    NvtxEventSink(const Engine &engine, telemetry::EventSink *inner);
+    NvtxEventSink(const core::Engine &engine, telemetry::EventSink *inner);
 
     // Parameters and modules added since construction (the model is built after the sink
     // is installed) get their names; until then they are labelled by id. Call while no
     // thread is emitting events (before training), as write() reads the names unlocked.
-    void refreshNames(const Engine &engine);
+    void refreshNames(const core::Engine &engine);
 
     // Never blocks and never allocates: labels are formatted on the stack.
     void write(const telemetry::Event &ev) noexcept override;

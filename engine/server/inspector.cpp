@@ -222,7 +222,7 @@ struct Inspector::Impl
     void writeClient(Client &c);
     void fanOut(const std::vector<telemetry::Event> &events);
     void afterWrite(Client &c);
-    std::string stateJson(EngineState state);
+    std::string stateJson(core::EngineState state);
     StateFrame currentState();
     void sendState(Client &c, const StateFrame &state);
     // States are re-sent at most this often: a large model's state costs its build and
@@ -239,7 +239,7 @@ struct Inspector::Impl
     void countLiveClients(std::size_t live);
     void drainHub();
     void adaptPollInterval();
-    void shiftState(EngineState &state) const;
+    void shiftState(core::EngineState &state) const;
     void answerClock(Client &c, const wire::Frame &frame);
     std::int64_t clockOffset = 0; // options.testClockOffsetNs or the environment's
     std::string goodbyeReason = "training finished"; // set by finish() before the thread ends
@@ -266,12 +266,12 @@ void Inspector::Impl::adaptPollInterval()
         pollInterval = std::min(kMaxPollInterval, pollInterval * 2);
 }
 
-void Inspector::Impl::shiftState(EngineState &state) const
+void Inspector::Impl::shiftState(core::EngineState &state) const
 {
     if (clockOffset == 0) return;
-    for (ParamRecord &p : state.params)
+    for (core::ParamRecord &p : state.params)
         if (p.lastGatherTsNs != 0) p.lastGatherTsNs += static_cast<std::uint64_t>(clockOffset);
-    for (ViolationRecord &v : state.violations)
+    for (core::ViolationRecord &v : state.violations)
         v.tsNs += static_cast<std::uint64_t>(clockOffset);
 }
 
@@ -396,7 +396,7 @@ void Inspector::Impl::refuse(Client &c, const std::string &code, const std::stri
     c.since = Clock::now();
 }
 
-std::string Inspector::Impl::stateJson(EngineState state)
+std::string Inspector::Impl::stateJson(core::EngineState state)
 {
     wire::Snapshot s;
     s.meta.producer = producer;
@@ -784,7 +784,7 @@ wire::Snapshot Inspector::Impl::makeSnapshot()
     return s;
 }
 
-Inspector::Inspector(Engine &engine, InspectorOptions options)
+Inspector::Inspector(core::Engine &engine, InspectorOptions options)
     : Inspector(std::make_unique<EngineStateProvider>(engine), std::move(options))
 {
 }

@@ -4,7 +4,7 @@
 
 namespace shardscope {
 
-EngineState EngineStateProvider::state() const
+core::EngineState EngineStateProvider::state() const
 {
     return m_engine.state();
 }

@@ -10,9 +10,11 @@
 #include "core/state.h"
 #include "telemetry/event.h"
 
-namespace shardscope {
-
+namespace shardscope::core {
 class Engine;
+}
+
+namespace shardscope {
 
 class StateProvider
 {
@@ -20,7 +22,7 @@ class StateProvider
     virtual ~StateProvider() = default;
 
     // A consistent copy of the whole state; called from the server thread.
-    virtual EngineState state() const = 0;
+    virtual core::EngineState state() const = 0;
     // Changes whenever state() may have changed, so the server rebuilds only then.
     virtual std::uint64_t stateVersion() const = 0;
     virtual std::string modelName() const = 0;
@@ -35,9 +37,9 @@ class StateProvider
 class EngineStateProvider final : public StateProvider
 {
   public:
-    explicit EngineStateProvider(Engine &engine) : m_engine(engine) {}
+    explicit EngineStateProvider(core::Engine &engine) : m_engine(engine) {}
 
-    EngineState state() const override;
+    core::EngineState state() const override;
     std::uint64_t stateVersion() const override;
     std::string modelName() const override;
     int worldSize() const override;
@@ -47,7 +49,7 @@ class EngineStateProvider final : public StateProvider
     void setTelemetryEnabled(bool on) override;
 
   private:
-    Engine &m_engine;
+    core::Engine &m_engine;
 };
 
 } // namespace shardscope

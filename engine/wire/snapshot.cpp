@@ -77,7 +77,7 @@ public:
     {
         return id == none ? raw("null") : num(id);
     }
-    Writer &pathOrNull(const EngineState &s, ModuleId id)
+    Writer &pathOrNull(const core::EngineState &s, ModuleId id)
     {
         return id < s.modules.size() ? str(s.modules[id].path) : raw("null");
     }
@@ -107,7 +107,7 @@ private:
     bool m_pretty;
 };
 
-void writePathList(Writer &w, const EngineState &s, const std::vector<ModuleId> &ids)
+void writePathList(Writer &w, const core::EngineState &s, const std::vector<ModuleId> &ids)
 {
     w.raw("[");
     for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -117,7 +117,8 @@ void writePathList(Writer &w, const EngineState &s, const std::vector<ModuleId> 
     w.raw("]");
 }
 
-void writeParam(Writer &w, const EngineState &s, const ParamRecord &p, std::string &scratch)
+void writeParam(Writer &w, const core::EngineState &s, const core::ParamRecord &p,
+                std::string &scratch)
 {
     w.raw("{\"id\":").num(p.id);
     w.raw(",\"name\":").str(p.name);
@@ -140,7 +141,7 @@ void writeParam(Writer &w, const EngineState &s, const ParamRecord &p, std::stri
         scratch.push_back(statusLetter(st));
     w.raw(",\"status\":\"").raw(scratch).raw("\"");
     std::vector<ModuleId> ext, extAuto;
-    for (const ExternalRecord &e : p.externals) {
+    for (const core::ExternalRecord &e : p.externals) {
         ext.push_back(e.module);
         if (e.automatic) extAuto.push_back(e.module);
     }
@@ -158,8 +159,8 @@ void writeParam(Writer &w, const EngineState &s, const ParamRecord &p, std::stri
     w.raw("}");
 }
 
-void writeViolation(Writer &w, const EngineState &s, const ViolationRecord &v,
-                    const std::unordered_map<ParamId, const ParamRecord *> &paramById)
+void writeViolation(Writer &w, const core::EngineState &s, const core::ViolationRecord &v,
+                    const std::unordered_map<ParamId, const core::ParamRecord *> &paramById)
 {
     w.raw("{\"kind\":").str(violationKindName(v.kind));
     w.raw(",\"step\":").num(v.step);
@@ -452,11 +453,11 @@ constexpr std::array<std::string_view, kParamFieldCount> kParamFields = {
     "persistent", "partitioned", "late", "status", "external_modules", "external_auto_modules",
     "active_modules", "gather_count", "gather_bytes", "gather_ns", "last_gather_ts_ns", "replaces"};
 
-ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize, std::uint64_t version,
+core::ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize, std::uint64_t version,
                         const Where &w)
 {
     const sj::Fields f(sj::asObject(j, w), kParamFields, w);
-    ParamRecord p;
+    core::ParamRecord p;
     p.id = readId(f[kId], kNoParam, f.at(kId));
     p.name = sj::asString(f[kName], f.at(kName));
     p.owner = index.checkId(f[kModuleId], f.at(kModuleId));
@@ -488,7 +489,7 @@ ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize, std:
     const std::unordered_set<ModuleId> automatic(extAuto.begin(), extAuto.end());
     p.externals.reserve(ext.size());
     for (ModuleId m : ext)
-        p.externals.push_back(ExternalRecord{m, automatic.contains(m)});
+        p.externals.push_back(core::ExternalRecord{m, automatic.contains(m)});
     p.activeModules = resolvePaths(f[kActive], index, f.at(kActive));
     p.gatherCount = sj::asU64(f[kGatherCount], f.at(kGatherCount));
     p.gatherBytes = sj::asU64(f[kGatherBytes], f.at(kGatherBytes));
@@ -498,10 +499,10 @@ ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize, std:
     return p;
 }
 
-ViolationRecord decodeViolation(Element j, const ModuleIndex &index, const Where &w)
+core::ViolationRecord decodeViolation(Element j, const ModuleIndex &index, const Where &w)
 {
     const sj::Object o = sj::asObject(j, w);
-    ViolationRecord v;
+    core::ViolationRecord v;
     v.kind = readEnum<ViolationKind>(sj::member(o, "kind", w), 4, violationKindName, w / "kind");
     v.step = bounded<std::uint32_t>(o, "step", 0xFFFFFFFFu, w);
     v.lastStep = bounded<std::uint32_t>(o, "last_step", 0xFFFFFFFFu, w);
@@ -543,7 +544,7 @@ Snapshot decodeSnapshotDom(Element rootElement)
         s.meta.createdUnixMs = sj::asU64(e, rw / "created_unix_ms");
     if (sj::optionalMember(root, "endpoint", e)) s.meta.endpoint = sj::asString(e, rw / "endpoint");
 
-    EngineState &st = s.state;
+    core::EngineState &st = s.state;
     const Where ew = rw / "engine";
     const sj::Object engine = sj::asObject(sj::member(root, "engine", rw), ew);
     st.modelName = sj::asString(sj::member(engine, "model", ew), ew / "model");
@@ -552,8 +553,8 @@ Snapshot decodeSnapshotDom(Element rootElement)
     st.backend = sj::asString(sj::member(engine, "backend", ew), ew / "backend");
     if (sj::optionalMember(engine, "fix_dialect", e)) {
         st.fixDialect = sj::asString(e, ew / "fix_dialect");
-        FixDialect known;
-        if (!parseFixDialect(st.fixDialect, known))
+        core::FixDialect known;
+        if (!core::parseFixDialect(st.fixDialect, known))
             sj::failAt(ew / "fix_dialect", "expected \"shardscope\" or \"deepspeed\"");
     }
     st.step = bounded<std::uint32_t>(engine, "step", 0xFFFFFFFFu, ew);
@@ -583,7 +584,7 @@ Snapshot decodeSnapshotDom(Element rootElement)
         const std::size_t i = st.modules.size();
         const Where w = mw[i];
         const sj::Fields f(sj::asObject(m, w), kModuleFields, w);
-        ModuleRecord r;
+        core::ModuleRecord r;
         r.id = readId(f[0], kNoModule, f.at(0));
         if (r.id != i)
             sj::failAt(f.at(0), "is " + std::to_string(r.id) + "; module ids must equal their index");
@@ -597,7 +598,7 @@ Snapshot decodeSnapshotDom(Element rootElement)
     ModuleIndex index;
     index.count = st.modules.size();
     index.byPath.reserve(st.modules.size());
-    for (const ModuleRecord &r : st.modules)
+    for (const core::ModuleRecord &r : st.modules)
         index.byPath.emplace(r.path, r.id);
 
     const Where pw = rw / "params";
@@ -635,7 +636,7 @@ std::uint64_t unixTimeMs()
 
 std::string encodeSnapshot(const Snapshot &snapshot, bool pretty)
 {
-    const EngineState &s = snapshot.state;
+    const core::EngineState &s = snapshot.state;
     std::string out;
     out.reserve(4096 + s.modules.size() * 96 +
                 s.params.size() * (400 + static_cast<std::size_t>(std::max(s.worldSize, 0))) +
@@ -668,7 +669,7 @@ std::string encodeSnapshot(const Snapshot &snapshot, bool pretty)
 
     w.member("modules").raw("[");
     for (std::size_t i = 0; i < s.modules.size(); ++i) {
-        const ModuleRecord &m = s.modules[i];
+        const core::ModuleRecord &m = s.modules[i];
         w.element(i).raw("{\"id\":").num(m.id);
         w.raw(",\"path\":").str(m.path);
         w.raw(",\"type\":").str(m.type);
@@ -682,9 +683,9 @@ std::string encodeSnapshot(const Snapshot &snapshot, bool pretty)
         writeParam(w.element(i), s, s.params[i], scratch);
     w.endArray(s.params.size());
 
-    std::unordered_map<ParamId, const ParamRecord *> paramById;
+    std::unordered_map<ParamId, const core::ParamRecord *> paramById;
     if (!s.violations.empty())
-        for (const ParamRecord &p : s.params)
+        for (const core::ParamRecord &p : s.params)
             paramById[p.id] = &p;
     w.member("violations").raw("[");
     for (std::size_t i = 0; i < s.violations.size(); ++i)

@@ -32,7 +32,7 @@ struct SnapshotMeta
 struct Snapshot
 {
     SnapshotMeta meta;
-    EngineState state;
+    core::EngineState state;
     std::vector<telemetry::Event> events; // oldest first
     std::uint64_t droppedEvents = 0; // events lost before they reached this snapshot
 };

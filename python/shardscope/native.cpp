@@ -144,7 +144,7 @@ PYBIND11_MODULE(_native, module)
         [](const std::string &kind, std::optional<std::string> accessor, const std::string &param,
            const std::string &owner, int status, const std::string &replaces, bool writes,
            const std::string &dialect) {
-            ViolationSubject s;
+            core::ViolationSubject s;
             bool ok = false;
             for (auto k :
                  {ViolationKind::UnregisteredAccess, ViolationKind::LateParameter,
@@ -161,10 +161,10 @@ PYBIND11_MODULE(_native, module)
             s.status = statusFrom(status);
             s.replaces = replaces;
             s.writes = writes;
-            FixDialect d;
-            if (!parseFixDialect(dialect, d))
+            core::FixDialect d;
+            if (!core::parseFixDialect(dialect, d))
                 throw py::value_error("unknown dialect '" + dialect + "'");
-            const ViolationText t = describeViolation(s, d);
+            const core::ViolationText t = core::describeViolation(s, d);
             return py::make_tuple(t.message, t.fix);
         },
         py::arg("kind"), py::arg("accessor"), py::arg("param"), py::arg("owner"),
@@ -192,7 +192,7 @@ PYBIND11_MODULE(_native, module)
         .def("set_config",
              [](Agent &a, std::int64_t persistence, std::int64_t bucket, std::int64_t maxLive,
                 const std::string &guard) {
-                 EngineConfigRecord c;
+                 core::EngineConfigRecord c;
                  c.persistenceThreshold = persistence;
                  c.prefetchBucketSize = bucket;
                  c.maxLiveParameters = maxLive;
@@ -207,7 +207,7 @@ PYBIND11_MODULE(_native, module)
                std::int64_t partitionNumel, std::int64_t paddedNumel, bool persistent,
                bool partitioned, bool late, int status, const std::string &replaces) {
                 AgentParam p;
-                ParamRecord &r = p.record;
+                core::ParamRecord &r = p.record;
                 r.id = id;
                 r.name = name;
                 r.owner = owner;
@@ -250,7 +250,7 @@ PYBIND11_MODULE(_native, module)
             "unregistered_access",
             [](Agent &a, std::optional<std::uint32_t> accessor, std::uint32_t p,
                const std::string &action, bool writes) {
-                const ViolationText t = a.state().unregisteredAccess(moduleFrom(accessor), p,
+                const core::ViolationText t = a.state().unregisteredAccess(moduleFrom(accessor), p,
                                                                      actionFrom(action), writes);
                 return py::make_tuple(t.message, t.fix);
             },

@@ -55,17 +55,17 @@ nlohmann::json readJson(const QString &path)
 // A small in-process engine for the capture tool to attach to.
 struct LocalEngine
 {
-    std::unique_ptr<Engine> engine;
+    std::unique_ptr<core::Engine> engine;
     ModuleId lin = 0;
     ParamId w = 0;
 
     LocalEngine()
     {
-        EngineConfig cfg;
+        core::EngineConfig cfg;
         cfg.worldSize = 2;
         cfg.persistenceThreshold = 4;
         cfg.modelName = "local";
-        engine = std::make_unique<Engine>(cfg, comm::makeCpuWorld(2));
+        engine = std::make_unique<core::Engine>(cfg, comm::makeCpuWorld(2));
         lin = engine->addModule(engine->root(), "lin", "Linear");
         std::vector<float> init(12, 1.0f);
         w = engine->addParameter(lin, "weight", {3, 4}, DType::F32, init.data());
@@ -77,7 +77,7 @@ struct LocalEngine
             for (int s = 0; s < n; ++s) {
                 engine->beginStep(r);
                 {
-                    ModuleScope scope(*engine, r, lin, Phase::Forward);
+                    core::ModuleScope scope(*engine, r, lin, Phase::Forward);
                     (void)engine->access(r, w);
                 }
                 engine->endStep(r, 1.0);
@@ -309,22 +309,22 @@ void TestCapture::trainerEndToEndFindsTheTiedEmbeddingAccess()
     auto client = server::InspectorClient::connect(trainer.endpoint.toStdString(), {});
     QVERIFY2(client.ok(), client.error().c_str());
     wire::ClientState state;
-    const ViolationRecord *found = nullptr;
+    const core::ViolationRecord *found = nullptr;
     bool sawEvent = false;
     while (!state.finished() && !(found && sawEvent && state.liveEvents() > 0)) {
         auto frame = (*client)->next(30000);
         QVERIFY2(frame.ok() && frame->has_value(),
                  frame.ok() ? "no frame for 30 s" : frame.error().c_str());
         QVERIFY(state.apply(**frame).ok());
-        const EngineState &s = state.snapshot().state;
+        const core::EngineState &s = state.snapshot().state;
         const ModuleId lmHead = [&] {
-            for (const ModuleRecord &m : s.modules)
+            for (const core::ModuleRecord &m : s.modules)
                 if (m.path == "lm_head") return m.id;
             return kNoModule;
         }();
-        for (const ViolationRecord &v : s.violations) {
+        for (const core::ViolationRecord &v : s.violations) {
             if (v.kind != ViolationKind::UnregisteredAccess || v.accessor != lmHead) continue;
-            for (const ParamRecord &p : s.params)
+            for (const core::ParamRecord &p : s.params)
                 if (p.id == v.param && p.name == "embed.weight" &&
                     s.modules[v.owner].path == "embed")
                     found = &v;

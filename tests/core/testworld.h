@@ -44,10 +44,10 @@ private:
     std::vector<telemetry::Event> m_events;
 };
 
-inline std::unique_ptr<Engine> makeEngine(int world, EngineConfig cfg = {})
+inline std::unique_ptr<core::Engine> makeEngine(int world, core::EngineConfig cfg = {})
 {
     cfg.worldSize = world;
-    return std::make_unique<Engine>(cfg, comm::makeCpuWorld(world));
+    return std::make_unique<core::Engine>(cfg, comm::makeCpuWorld(world));
 }
 
 inline std::vector<float> iota(std::int64_t n, float start = 1.0f)

@@ -8,14 +8,14 @@ using namespace shardscope;
 // Story 1: `lm_head` computes logits from the tied `embed.weight`.
 struct TiedModel
 {
-    std::unique_ptr<Engine> engine;
+    std::unique_ptr<core::Engine> engine;
     test::MemorySink sink;
     ModuleId embed = 0, lmHead = 0;
     ParamId embedW = 0, headB = 0;
 
     TiedModel(int world, GuardPolicy policy)
     {
-        EngineConfig cfg;
+        core::EngineConfig cfg;
         cfg.persistenceThreshold = 4;
         cfg.guard = policy;
         engine = test::makeEngine(world, cfg);
@@ -31,15 +31,15 @@ struct TiedModel
     // One step: embed forward, then lm_head reads embed.weight twice (logits and a second use).
     float step(int r)
     {
-        Engine &e = *engine;
+        core::Engine &e = *engine;
         e.beginStep(r);
         {
-            ModuleScope s(e, r, embed, Phase::Forward);
+            core::ModuleScope s(e, r, embed, Phase::Forward);
             (void)e.access(r, embedW);
         }
         float sum = 0;
         {
-            ModuleScope s(e, r, lmHead, Phase::Forward);
+            core::ModuleScope s(e, r, lmHead, Phase::Forward);
             sum += e.access(r, embedW).f32()[29];
             sum += e.access(r, embedW).f32()[0];
             sum += e.access(r, headB).f32()[0];
@@ -105,7 +105,7 @@ void TestAccessGuard::errorNamesTheFix()
     m.engine->forEachLocalRank([&](int r) {
         try {
             m.step(r);
-        } catch (const UnregisteredAccessError &e) {
+        } catch (const core::UnregisteredAccessError &e) {
             errors[r] = e.what();
             QCOMPARE(e.fix(), std::string("register_external_parameter(lm_head, embed.weight)"));
         }
@@ -132,7 +132,7 @@ void TestAccessGuard::autoRegistersOnceThenNeverAgain()
     QVERIFY(telemetry::readExternal(regs[0]).automatic);
     const auto state = m.engine->state();
     const auto &p = *std::find_if(state.params.begin(), state.params.end(),
-                                  [&](const ParamRecord &r) { return r.id == m.embedW; });
+                                  [&](const core::ParamRecord &r) { return r.id == m.embedW; });
     QCOMPARE(p.externals.size(), std::size_t(1));
     QCOMPARE(p.externals[0].module, m.lmHead);
     QVERIFY(p.externals[0].automatic);

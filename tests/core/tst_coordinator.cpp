@@ -10,12 +10,12 @@ using namespace shardscope;
 // A small model: root -> enc (owns enc.weight) -> enc.inner (owns enc.inner.weight); dec (owns dec.weight, dec.bias small)
 struct Model
 {
-    std::unique_ptr<Engine> engine;
+    std::unique_ptr<core::Engine> engine;
     test::MemorySink sink;
     ModuleId enc = 0, inner = 0, dec = 0;
     ParamId encW = 0, innerW = 0, decW = 0, decB = 0;
 
-    explicit Model(int world, EngineConfig cfg = {})
+    explicit Model(int world, core::EngineConfig cfg = {})
     {
         cfg.persistenceThreshold = 8;
         engine = test::makeEngine(world, cfg);
@@ -56,7 +56,7 @@ void TestCoordinator::gatherOnEntryReleaseOnExit()
     Model m(4);
     std::vector<int> ok(4, 0);
     m.engine->forEachLocalRank([&](int r) {
-        Engine &e = *m.engine;
+        core::Engine &e = *m.engine;
         e.beginStep(r);
         bool good = e.status(r, m.decW) == ParamStatus::NotAvailable;
         e.enterModule(r, m.dec, Phase::Forward);
@@ -87,13 +87,13 @@ void TestCoordinator::nestedModules()
     Model m(3);
     std::vector<int> ok(3, 0);
     m.engine->forEachLocalRank([&](int r) {
-        Engine &e = *m.engine;
+        core::Engine &e = *m.engine;
         e.beginStep(r);
-        ModuleScope outer(e, r, m.enc, Phase::Forward);
+        core::ModuleScope outer(e, r, m.enc, Phase::Forward);
         bool good = e.status(r, m.encW) == ParamStatus::Available &&
                     e.status(r, m.innerW) == ParamStatus::NotAvailable;
         {
-            ModuleScope in(e, r, m.inner, Phase::Forward);
+            core::ModuleScope in(e, r, m.inner, Phase::Forward);
             good = good && e.status(r, m.innerW) == ParamStatus::Available;
             // the parent's parameter is readable from the child: its owner is on the stack
             good = good && e.access(r, m.encW).f32()[99] == 100.0f;
@@ -113,7 +113,7 @@ void TestCoordinator::sharedParamStaysUntilBothLeave()
     m.engine->registerExternalParameter(m.inner, m.encW);
     std::vector<int> ok(2, 0);
     m.engine->forEachLocalRank([&](int r) {
-        Engine &e = *m.engine;
+        core::Engine &e = *m.engine;
         e.beginStep(r);
         e.enterModule(r, m.enc, Phase::Forward);
         e.enterModule(r, m.inner, Phase::Forward);
@@ -136,11 +136,11 @@ void TestCoordinator::persistentNeverMoves()
     Model m(4);
     QVERIFY(m.engine->param(m.decB).persistent);
     m.engine->forEachLocalRank([&](int r) {
-        Engine &e = *m.engine;
+        core::Engine &e = *m.engine;
         for (int s = 0; s < 2; ++s) {
             e.beginStep(r);
             {
-                ModuleScope sc(e, r, m.dec, Phase::Forward);
+                core::ModuleScope sc(e, r, m.dec, Phase::Forward);
                 (void)e.access(r, m.decB);
             }
             e.refreshPersistent(r);
@@ -158,13 +158,13 @@ void TestCoordinator::persistentNeverMoves()
 
 static void runForward(Model &m, int r, bool decFirst = false)
 {
-    Engine &e = *m.engine;
+    core::Engine &e = *m.engine;
     e.beginStep(r);
     auto enc = [&] {
-        ModuleScope a(e, r, m.enc, Phase::Forward);
-        ModuleScope b(e, r, m.inner, Phase::Forward);
+        core::ModuleScope a(e, r, m.enc, Phase::Forward);
+        core::ModuleScope b(e, r, m.inner, Phase::Forward);
     };
-    auto dec = [&] { ModuleScope c(e, r, m.dec, Phase::Forward); };
+    auto dec = [&] { core::ModuleScope c(e, r, m.dec, Phase::Forward); };
     if (decFirst) {
         dec();
         enc();
@@ -193,7 +193,7 @@ void TestCoordinator::stateGatherTimesAreTheEventsTimes()
         last[p] = std::max(last[p], e.tsNs);
     }
     QVERIFY(!ns.empty());
-    for (const ParamRecord &p : m.engine->state().params) {
+    for (const core::ParamRecord &p : m.engine->state().params) {
         QCOMPARE(p.gatherNs, ns[p.id]);
         QCOMPARE(p.lastGatherTsNs, last[p.id]);
     }
@@ -224,7 +224,7 @@ void TestCoordinator::prefetchOnStepTwo()
 
 void TestCoordinator::prefetchRespectsMaxLive()
 {
-    EngineConfig cfg;
+    core::EngineConfig cfg;
     cfg.maxLiveParameters = 110; // enc.weight (100) fits, nothing more
     Model m(2, cfg);
     m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
@@ -246,7 +246,7 @@ template <typename Pred> static int firstIndex(const std::vector<telemetry::Even
 void TestCoordinator::prefetchBucketBoundsLookahead()
 {
     for (std::int64_t bucket : {std::int64_t(1000), std::int64_t(30)}) {
-        EngineConfig cfg;
+        core::EngineConfig cfg;
         cfg.prefetchBucketSize = bucket;
         Model m(2, cfg);
         m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
@@ -279,7 +279,7 @@ void TestCoordinator::changedOrderInvalidatesTrace()
     QCOMPARE(telemetry::readTraceInvalidated(inv[0]).expected, m.enc);
     QCOMPARE(telemetry::readTraceInvalidated(inv[0]).got, m.dec);
     const auto vs = m.engine->violations();
-    auto it = std::find_if(vs.begin(), vs.end(), [](const ViolationRecord &v) {
+    auto it = std::find_if(vs.begin(), vs.end(), [](const core::ViolationRecord &v) {
         return v.kind == ViolationKind::TraceInvalidated && v.rank == 0;
     });
     QVERIFY(it != vs.end());
@@ -295,14 +295,14 @@ void TestCoordinator::changedOrderInvalidatesTrace()
 void TestCoordinator::exitOutOfOrderIsAnError()
 {
     Model m(1);
-    Engine &e = *m.engine;
+    core::Engine &e = *m.engine;
     e.beginStep(0);
     e.enterModule(0, m.enc, Phase::Forward);
     e.enterModule(0, m.inner, Phase::Forward);
     try {
         e.exitModule(0, m.enc, Phase::Forward);
         QFAIL("no error");
-    } catch (const EngineError &err) {
+    } catch (const core::EngineError &err) {
         QVERIFY2(std::string(err.what()).find("innermost module is 'enc.inner'") != std::string::npos, err.what());
     }
 }
@@ -317,7 +317,7 @@ void TestCoordinator::releaseWhileActiveIsAnError()
     try {
         m.engine->removeParameter(m.decW);
         QFAIL("no error");
-    } catch (const EngineError &err) {
+    } catch (const core::EngineError &err) {
         const std::string msg = err.what();
         QVERIFY2(msg.find("dec.weight") != std::string::npos && msg.find("in use by dec") != std::string::npos,
                  err.what());
@@ -331,7 +331,7 @@ void TestCoordinator::unregisterWhatIsNotRegistered()
     try {
         m.engine->unregisterExternalParameter(m.enc, m.decW);
         QFAIL("no error");
-    } catch (const EngineError &err) {
+    } catch (const core::EngineError &err) {
         const std::string msg = err.what();
         QVERIFY2(msg.find("dec.weight is not registered on enc") != std::string::npos, err.what());
         QVERIFY2(msg.find("registered on: enc.inner") != std::string::npos, err.what());

@@ -209,7 +209,7 @@ private:
     std::vector<std::shared_ptr<Op>> m_ops;
 };
 
-std::vector<float> decode(Engine &e, TensorView v)
+std::vector<float> decode(core::Engine &e, core::TensorView v)
 {
     const std::vector<std::byte> bytes = e.toHost(0, v);
     std::vector<float> out(bytes.size() / 4);
@@ -217,9 +217,9 @@ std::vector<float> decode(Engine &e, TensorView v)
     return out;
 }
 
-std::vector<float> decode(Engine &e, std::span<float> s)
+std::vector<float> decode(core::Engine &e, std::span<float> s)
 {
-    return decode(e, TensorView{reinterpret_cast<std::byte *>(s.data()),
+    return decode(e, core::TensorView{reinterpret_cast<std::byte *>(s.data()),
                                 static_cast<std::int64_t>(s.size()), DType::F32});
 }
 
@@ -228,21 +228,21 @@ struct Device
 {
     EncodedMemory mem;
     DeferredComm *comm = nullptr;
-    std::unique_ptr<Engine> engine;
+    std::unique_ptr<core::Engine> engine;
     test::MemorySink sink;
     ModuleId a = 0, b = 0;
     ParamId aW = 0, bW = 0, bB = 0;
 
     Device()
     {
-        EngineConfig cfg;
+        core::EngineConfig cfg;
         cfg.worldSize = 1;
         cfg.persistenceThreshold = 8;
         std::vector<std::unique_ptr<comm::Communicator>> comms;
         auto c = std::make_unique<DeferredComm>(mem);
         comm = c.get();
         comms.push_back(std::move(c));
-        engine = std::make_unique<Engine>(cfg, std::move(comms));
+        engine = std::make_unique<core::Engine>(cfg, std::move(comms));
         a = engine->addModule(engine->root(), "a", "Linear");
         b = engine->addModule(engine->root(), "b", "Linear");
         const auto v = test::iota(40);
@@ -254,7 +254,7 @@ struct Device
     }
     void forwardStep(bool finishAfterA = false)
     {
-        Engine &e = *engine;
+        core::Engine &e = *engine;
         e.beginStep(0);
         e.enterModule(0, a, Phase::Forward);
         e.access(0, aW);
@@ -290,16 +290,17 @@ private slots:
 void TestDeviceMemory::tensorsLiveInTheSpace()
 {
     Device d;
-    Engine &e = *d.engine;
+    core::Engine &e = *d.engine;
     QCOMPARE(e.state().backend, std::string("nccl"));
     QCOMPARE(&e.memory(0), static_cast<comm::MemorySpace *>(&d.mem));
     QVERIFY(d.comm->fences >= 1); // partition() orders the first gathers after its uploads
     e.beginStep(0);
     e.enterModule(0, d.a, Phase::Forward);
-    const TensorView w = e.access(0, d.aW);
+    const core::TensorView w = e.access(0, d.aW);
     QVERIFY(d.mem.inside(w.data, 160));
     QCOMPARE(decode(e, w), test::iota(40));
-    const TensorView bias = e.access(0, d.bB); // persistent: whole on the device, guarded read
+    const core::TensorView bias =
+        e.access(0, d.bB); // persistent: whole on the device, guarded read
     QCOMPARE(decode(e, bias), test::iota(3));
     e.exitModule(0, d.a, Phase::Forward);
     e.endStep(0, 0.0);
@@ -314,7 +315,7 @@ void TestDeviceMemory::tensorsLiveInTheSpace()
 void TestDeviceMemory::gradientsThroughTheSpace()
 {
     Device d;
-    Engine &e = *d.engine;
+    core::Engine &e = *d.engine;
     e.beginStep(0);
     e.zeroGrads(0);
     // The gradient is produced on the device, as a kernel would.
@@ -342,9 +343,9 @@ void TestDeviceMemory::gradientsThroughTheSpace()
 void TestDeviceMemory::gatheredParametersOnTheDevice()
 {
     Device d;
-    Engine &e = *d.engine;
+    core::Engine &e = *d.engine;
     {
-        GatheredParameters g(e, 0, {d.aW}, 0);
+        core::GatheredParameters g(e, 0, {d.aW}, 0);
         QCOMPARE(g.viewRank(), 0);
         std::vector<float> host(40);
         const auto bytes = g.toHost(0);
@@ -361,11 +362,11 @@ void TestDeviceMemory::gatheredParametersOnTheDevice()
     // Without a modifier an edit is detected through the space and discarded.
     bool threw = false;
     try {
-        GatheredParameters g(e, 0, {d.aW});
+        core::GatheredParameters g(e, 0, {d.aW});
         std::vector<float> host(40, 3.0f);
         d.mem.copy(g[0].data, host.data(), 160, comm::CopyKind::HostToSpace);
         g.close();
-    } catch (const EngineError &err) {
+    } catch (const core::EngineError &err) {
         threw = QString(err.what()).contains("modifier_rank");
     }
     QVERIFY(threw);
@@ -376,7 +377,7 @@ void TestDeviceMemory::gatheredParametersOnTheDevice()
 void TestDeviceMemory::lateParameterAndAdoption()
 {
     Device d;
-    Engine &e = *d.engine;
+    core::Engine &e = *d.engine;
     const auto v = test::iota(20, 100.0f);
     const ParamId late = e.addParameter(d.a, "late", {20}, DType::F32, v.data());
     QCOMPARE(decode(e, e.shardData(0, late)), v);
@@ -393,7 +394,7 @@ void TestDeviceMemory::lateParameterAndAdoption()
 void TestDeviceMemory::prefetchIsInflightUntilComplete()
 {
     Device d;
-    Engine &e = *d.engine;
+    core::Engine &e = *d.engine;
     d.forwardStep(); // records the trace
     d.comm->finish();
     d.sink.clear();
@@ -421,7 +422,7 @@ void TestDeviceMemory::prefetchIsInflightUntilComplete()
 void TestDeviceMemory::pollCompletesBeforeUse()
 {
     Device d;
-    Engine &e = *d.engine;
+    core::Engine &e = *d.engine;
     d.forwardStep();
     d.comm->finish();
     d.sink.clear();
@@ -454,7 +455,7 @@ void TestDeviceMemory::pollCompletesBeforeUse()
 void TestDeviceMemory::unusedPrefetchIsReleased()
 {
     Device d;
-    Engine &e = *d.engine;
+    core::Engine &e = *d.engine;
     d.forwardStep();
     d.comm->finish();
     // This step leaves after a: b.weight was prefetched and is still in flight at endStep.
@@ -471,7 +472,7 @@ void TestDeviceMemory::unusedPrefetchIsReleased()
 void TestDeviceMemory::failedGatherIsReported()
 {
     Device d;
-    Engine &e = *d.engine;
+    core::Engine &e = *d.engine;
     e.beginStep(0);
     d.comm->failNext = true;
     bool threw = false;
@@ -489,13 +490,13 @@ void TestDeviceMemory::failedGatherIsReported()
 void TestDeviceMemory::failedGatherInsideAScopeReachesTheCaller()
 {
     Device d;
-    Engine &e = *d.engine;
+    core::Engine &e = *d.engine;
     e.beginStep(0);
     QString caught;
     try {
-        ModuleScope outer(e, 0, d.a, Phase::Forward);
+        core::ModuleScope outer(e, 0, d.a, Phase::Forward);
         d.comm->failNext = true;
-        ModuleScope inner(e, 0, d.b, Phase::Forward);
+        core::ModuleScope inner(e, 0, d.b, Phase::Forward);
     } catch (const comm::CommError &err) {
         caught = err.what();
     }
@@ -511,7 +512,7 @@ void TestDeviceMemory::everyAllocationIsFreed()
         d.forwardStep();
         d.forwardStep();
         {
-            GatheredParameters g(*d.engine, 0, {d.aW, d.bW});
+            core::GatheredParameters g(*d.engine, 0, {d.aW, d.bW});
         }
         QVERIFY(d.mem.allocations > 0);
         QCOMPARE(d.mem.badFrees, 0);

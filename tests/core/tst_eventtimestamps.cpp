@@ -15,13 +15,13 @@ namespace {
 // entered and exited for a few steps on every rank; returns every rank's events in order.
 struct Run
 {
-    std::unique_ptr<Engine> engine;
+    std::unique_ptr<core::Engine> engine;
     MemorySink sink;
     ModuleId block = 0, layer = 0;
 
     explicit Run(int world)
     {
-        EngineConfig cfg;
+        core::EngineConfig cfg;
         cfg.persistenceThreshold = 0;
         engine = makeEngine(world, cfg);
         block = engine->addModule(engine->root(), "block", "Block");

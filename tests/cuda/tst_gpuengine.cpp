@@ -85,14 +85,14 @@ int worldForTest()
     return std::min(test::gpuCount(), 2);
 }
 
-const ParamRecord *findParam(const EngineState &s, const std::string &name)
+const core::ParamRecord *findParam(const core::EngineState &s, const std::string &name)
 {
-    for (const ParamRecord &p : s.params)
+    for (const core::ParamRecord &p : s.params)
         if (p.name == name) return &p;
     return nullptr;
 }
 
-std::vector<float> deviceToHost(Engine &engine, int rank, const float *data, std::size_t n)
+std::vector<float> deviceToHost(core::Engine &engine, int rank, const float *data, std::size_t n)
 {
     std::vector<float> out(n);
     engine.memory(rank).copy(out.data(), data, n * sizeof(float), comm::CopyKind::SpaceToHost);
@@ -133,7 +133,7 @@ class TestGpuEngine : public QObject
         const int world = engine->worldSize();
 
         // Taken from the reporting rank's thread while the other ranks may be running.
-        std::vector<EngineState> during;
+        std::vector<core::EngineState> during;
         gpu::trainOnGpu(*engine, c, [&](const nn::StepReport &) {
             during.push_back(engine->state());
         });
@@ -143,13 +143,13 @@ class TestGpuEngine : public QObject
             QVERIFY(during[s].step >= std::uint32_t(s + 1));
         }
 
-        const EngineState st = engine->state();
+        const core::EngineState st = engine->state();
         QCOMPARE(st.backend, std::string("nccl"));
         QCOMPARE(st.worldSize, world);
         QCOMPARE(st.localRanks, engine->localRanks());
         QCOMPARE(st.step, std::uint32_t(c.steps));
 
-        const ParamRecord *embed = findParam(st, "embed.weight");
+        const core::ParamRecord *embed = findParam(st, "embed.weight");
         QVERIFY(embed);
         QVERIFY(embed->partitioned);
         QCOMPARE(int(embed->status.size()), world);
@@ -160,18 +160,18 @@ class TestGpuEngine : public QObject
         QVERIFY(embed->gatherBytes > 0);
         const ModuleId head = engine->findModule("lm_head");
         const auto ext = std::find_if(embed->externals.begin(), embed->externals.end(),
-                                      [&](const ExternalRecord &e) { return e.module == head; });
+                                      [&](const core::ExternalRecord &e) { return e.module == head; });
         QVERIFY2(ext != embed->externals.end(), "the guard registered embed.weight on lm_head");
         QVERIFY(ext->automatic);
 
-        const ParamRecord *bias = findParam(st, "lm_head.bias"); // persistent: always whole
+        const core::ParamRecord *bias = findParam(st, "lm_head.bias"); // persistent: always whole
         QVERIFY(bias);
         QVERIFY(bias->persistent);
         for (int r : st.localRanks)
             QCOMPARE(bias->status[r], ParamStatus::Available);
 
         // weight_norm after partitioning (externals none): late, never partitioned.
-        const ParamRecord *v = findParam(st, "pos_conv.weight_v");
+        const core::ParamRecord *v = findParam(st, "pos_conv.weight_v");
         QVERIFY(v);
         QVERIFY(v->late);
         QVERIFY(!v->partitioned);
@@ -203,7 +203,7 @@ class TestGpuEngine : public QObject
             auto applied = state.apply(**frame);
             QVERIFY2(applied.ok(), applied.ok() ? "" : applied.error().c_str());
         }
-        const EngineState &st = state.snapshot().state;
+        const core::EngineState &st = state.snapshot().state;
         QCOMPARE(st.backend, std::string("nccl"));
         QCOMPARE(st.step, std::uint32_t(c.steps));
         QVERIFY(findParam(st, "blocks.1.fc2.weight"));
@@ -224,7 +224,7 @@ class TestGpuEngine : public QObject
         auto engine = gpu::makeNcclEngine(c);
         nn::buildModel(*engine, c);
         const ParamId p = engine->findParam("blocks.0.fc1.weight");
-        const ParamInfo &info = engine->param(p);
+        const core::ParamInfo &info = engine->param(p);
         QVERIFY(info.partitioned);
         const auto n = static_cast<std::size_t>(info.numel);
         std::vector<float> want(n);
@@ -232,9 +232,9 @@ class TestGpuEngine : public QObject
             want[i] = 0.25f * static_cast<float>(i % 97) - 3.0f;
 
         {
-            GatheredParameters g(*engine, {p}, 0);
+            core::GatheredParameters g(*engine, {p}, 0);
             QCOMPARE(g.viewRank(), 0);
-            const TensorView v = g[0];
+            const core::TensorView v = g[0];
             QCOMPARE(v.numel, info.numel);
             engine->memory(0).copy(v.data, want.data(), n * sizeof(float),
                                    comm::CopyKind::HostToSpace);
@@ -251,19 +251,19 @@ class TestGpuEngine : public QObject
             }
         }
         {
-            GatheredParameters g(*engine, {p});
+            core::GatheredParameters g(*engine, {p});
             const std::vector<std::byte> full = g.toHost(0);
             QCOMPARE(full.size(), n * sizeof(float));
             QVERIFY(std::memcmp(full.data(), want.data(), full.size()) == 0);
         }
         // Without a modifier rank an in-place change on the device is refused by name.
         try {
-            GatheredParameters g(*engine, {p});
+            core::GatheredParameters g(*engine, {p});
             const float x = 42.0f;
             engine->memory(0).copy(g[0].data, &x, sizeof x, comm::CopyKind::HostToSpace);
             g.close();
             QFAIL("a change without modifier_rank must be an EngineError");
-        } catch (const EngineError &e) {
+        } catch (const core::EngineError &e) {
             QVERIFY2(std::string(e.what()).find(info.name) != std::string::npos, e.what());
         }
         const std::span<float> shard0 = engine->shardData(0, p);

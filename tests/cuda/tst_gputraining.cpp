@@ -163,7 +163,7 @@ class TestGpuTraining : public QObject
         try {
             gpu::runNcclTraining(c, {});
             QFAIL("--guard error with --externals none must stop");
-        } catch (const UnregisteredAccessError &e) {
+        } catch (const core::UnregisteredAccessError &e) {
             QVERIFY2(std::string(e.what()).find(e.fix()) != std::string::npos, e.what());
             QVERIFY(!e.fix().empty());
         }
@@ -242,7 +242,7 @@ class TestGpuTraining : public QObject
         try {
             gpu::trainOnGpu(*engine, c, {});
             QFAIL("a CPU engine has no GPU tensors to train on");
-        } catch (const EngineError &e) {
+        } catch (const core::EngineError &e) {
             QVERIFY2(std::string(e.what()).find("makeNcclEngine") != std::string::npos, e.what());
         }
     }

@@ -32,10 +32,10 @@ class TestNvtxEventSink : public QObject
 #if !SHARDSCOPE_HAVE_CUDA
         QSKIP("built without CUDA: there is no NVTX sink");
 #else
-        EngineConfig cfg;
+        core::EngineConfig cfg;
         cfg.worldSize = 2;
         cfg.persistenceThreshold = 4;
-        Engine engine(cfg, comm::makeCpuWorld(2));
+        core::Engine engine(cfg, comm::makeCpuWorld(2));
         test::RecordingSink inner;
         gpu::NvtxEventSink nvtx(engine, &inner); // before the model exists, as the trainer does
         QCOMPARE(nvtx.inner(), &inner);
@@ -51,11 +51,11 @@ class TestNvtxEventSink : public QObject
             engine.forEachLocalRank([&](int r) {
                 engine.beginStep(r);
                 {
-                    ModuleScope s(engine, r, embed, Phase::Forward);
+                    core::ModuleScope s(engine, r, embed, Phase::Forward);
                     (void)engine.access(r, w);
                 }
                 {
-                    ModuleScope s(engine, r, head, Phase::Forward);
+                    core::ModuleScope s(engine, r, head, Phase::Forward);
                     (void)engine.access(r, w); // unregistered: gathered by the guard
                 }
                 engine.endStep(r, 0.5);
@@ -65,7 +65,7 @@ class TestNvtxEventSink : public QObject
         nvtx.refreshNames(engine);
         steps();
         {
-            GatheredParameters g(engine, {w}, 0); // a Broadcast at close
+            core::GatheredParameters g(engine, {w}, 0); // a Broadcast at close
         }
         engine.setEventSink(nullptr);
 
@@ -84,7 +84,7 @@ class TestNvtxEventSink : public QObject
 
         // The same events as a plain sink receives from the same run, in the same order
         // per rank (timestamps aside).
-        Engine plain(cfg, comm::makeCpuWorld(2));
+        core::Engine plain(cfg, comm::makeCpuWorld(2));
         test::RecordingSink direct;
         plain.setEventSink(&direct);
         const ModuleId e2 = plain.addModule(plain.root(), "embed", "Embedding");
@@ -96,17 +96,17 @@ class TestNvtxEventSink : public QObject
             plain.forEachLocalRank([&](int r) {
                 plain.beginStep(r);
                 {
-                    ModuleScope s(plain, r, e2, Phase::Forward);
+                    core::ModuleScope s(plain, r, e2, Phase::Forward);
                     (void)plain.access(r, w2);
                 }
                 {
-                    ModuleScope s(plain, r, h2, Phase::Forward);
+                    core::ModuleScope s(plain, r, h2, Phase::Forward);
                     (void)plain.access(r, w2);
                 }
                 plain.endStep(r, 0.5);
             });
         {
-            GatheredParameters g(plain, {w2}, 0);
+            core::GatheredParameters g(plain, {w2}, 0);
         }
         plain.setEventSink(nullptr);
         const auto perRank = [](const std::vector<telemetry::Event> &all, int rank) {

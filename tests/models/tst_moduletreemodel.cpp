@@ -131,8 +131,8 @@ void TestModuleTreeModel::liveUpdatesUnderTester()
 void TestModuleTreeModel::externalsShownUnderRegisteringModule()
 {
     SessionStore store;
-    EngineState st = smallState();
-    st.params[0].externals.push_back(ExternalRecord{7, false});
+    core::EngineState st = smallState();
+    st.params[0].externals.push_back(core::ExternalRecord{7, false});
     store.applyState(st);
     ModuleTreeModel model(&store);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
@@ -159,9 +159,9 @@ void TestModuleTreeModel::externalsShownUnderRegisteringModule()
 void TestModuleTreeModel::hugeParameterIdsAreNamesNotIndexes()
 {
     SessionStore store;
-    EngineState st = smallState();
+    core::EngineState st = smallState();
     st.params[0].id = 4'294'967'294u; // embed.weight
-    st.params[0].externals.push_back(ExternalRecord{7, false});
+    st.params[0].externals.push_back(core::ExternalRecord{7, false});
     st.params[1].id = 500'000'000;
     store.applyState(st);
     ModuleTreeModel model(&store);
@@ -278,7 +278,7 @@ void TestModuleTreeModel::typingMatchesQtCaseInsensitiveContains()
 {
     // Typing that extends, shortens and replaces the text, in mixed case and outside
     // ASCII: every step keeps what QString::contains(Qt::CaseInsensitive) keeps.
-    EngineState st = largeState(300, 10);
+    core::EngineState st = largeState(300, 10);
     st.modules[5].path = "group0.Läyer4";
     st.params[7].name += ".ÄRGER";
     st.params[8].name += ".weiß";

@@ -106,8 +106,8 @@ void TestViolationsModel::lateAttachTimesCountFromTheFirstViolation()
     SessionStore store;
     ViolationsModel model(&store);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
-    EngineState st = smallState();
-    ViolationRecord early;
+    core::EngineState st = smallState();
+    core::ViolationRecord early;
     early.kind = ViolationKind::UnregisteredAccess;
     early.accessor = 7;
     early.param = 0;
@@ -116,7 +116,7 @@ void TestViolationsModel::lateAttachTimesCountFromTheFirstViolation()
     early.lastStep = 40;
     early.count = 40;
     early.tsNs = 2'000'000'000;
-    ViolationRecord late = early;
+    core::ViolationRecord late = early;
     late.kind = ViolationKind::LateParameter;
     late.accessor = 3;
     late.param = 8;

@@ -23,12 +23,12 @@ using namespace shardscope;
 
 namespace {
 
-std::unique_ptr<Engine> smallEngine()
+std::unique_ptr<core::Engine> smallEngine()
 {
-    EngineConfig cfg;
+    core::EngineConfig cfg;
     cfg.worldSize = 2;
     cfg.modelName = "clock";
-    auto engine = std::make_unique<Engine>(cfg, comm::makeCpuWorld(2));
+    auto engine = std::make_unique<core::Engine>(cfg, comm::makeCpuWorld(2));
     const ModuleId m = engine->addModule(engine->root(), "fc", "Linear");
     std::vector<float> init(8, 1.0f);
     engine->addParameter(m, "weight", {8}, DType::F32, init.data());
@@ -36,7 +36,7 @@ std::unique_ptr<Engine> smallEngine()
     return engine;
 }
 
-void oneStep(Engine &e)
+void oneStep(core::Engine &e)
 {
     e.forEachLocalRank([&](int r) {
         e.beginStep(r);

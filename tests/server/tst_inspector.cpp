@@ -29,18 +29,18 @@ namespace {
 // Story 1 in miniature: lm_head reads the tied embed.weight without registering it.
 struct TiedRun
 {
-    std::unique_ptr<Engine> engine;
+    std::unique_ptr<core::Engine> engine;
     ModuleId embed = 0, lmHead = 0;
     ParamId embedW = 0, headB = 0;
     int stepsDone = 0;
 
     explicit TiedRun(int world)
     {
-        EngineConfig cfg;
+        core::EngineConfig cfg;
         cfg.worldSize = world;
         cfg.persistenceThreshold = 4;
         cfg.modelName = "tied";
-        engine = std::make_unique<Engine>(cfg, comm::makeCpuWorld(world));
+        engine = std::make_unique<core::Engine>(cfg, comm::makeCpuWorld(world));
         embed = engine->addModule(engine->root(), "embed", "Embedding");
         lmHead = engine->addModule(engine->root(), "lm_head", "Linear");
         std::vector<float> init(30);
@@ -55,15 +55,15 @@ struct TiedRun
     void steps(int n, int scopes = 1)
     {
         engine->forEachLocalRank([&](int r) {
-            Engine &e = *engine;
+            core::Engine &e = *engine;
             for (int s = 0; s < n; ++s) {
                 e.beginStep(r);
                 for (int k = 0; k < scopes; ++k) {
                     {
-                        ModuleScope scope(e, r, embed, Phase::Forward);
+                        core::ModuleScope scope(e, r, embed, Phase::Forward);
                         (void)e.access(r, embedW);
                     }
-                    ModuleScope scope(e, r, lmHead, Phase::Forward);
+                    core::ModuleScope scope(e, r, lmHead, Phase::Forward);
                     (void)e.access(r, embedW);
                     (void)e.access(r, headB);
                 }
@@ -102,12 +102,12 @@ bool readUntil(InspectorClient &client, wire::ClientState &state, Done done,
     return true;
 }
 
-const ViolationRecord *findUnregistered(const EngineState &s, const std::string &accessor,
-                                        const std::string &param)
+const core::ViolationRecord *findUnregistered(const core::EngineState &s,
+                                              const std::string &accessor, const std::string &param)
 {
-    for (const ViolationRecord &v : s.violations) {
+    for (const core::ViolationRecord &v : s.violations) {
         if (v.kind != ViolationKind::UnregisteredAccess || v.accessor >= s.modules.size()) continue;
-        for (const ParamRecord &p : s.params)
+        for (const core::ParamRecord &p : s.params)
             if (p.id == v.param && p.name == param && s.modules[v.accessor].path == accessor)
                 return &v;
     }
@@ -221,12 +221,12 @@ void TestInspector::lateClientGetsStateHistoryAndLiveEvents()
     QVERIFY2(readUntil(
                  **client, state, [&] { return state.historyDone(); }, &error),
              error.c_str());
-    const EngineState &st = state.snapshot().state;
+    const core::EngineState &st = state.snapshot().state;
     QCOMPARE(st.step, std::uint32_t(3));
     QCOMPARE(st.params.size(), std::size_t(2));
     QCOMPARE(st.params[0].name, std::string("embed.weight"));
     QCOMPARE(st.params[0].partitionNumel, std::int64_t(15));
-    const ViolationRecord *v = findUnregistered(st, "lm_head", "embed.weight");
+    const core::ViolationRecord *v = findUnregistered(st, "lm_head", "embed.weight");
     QVERIFY(v != nullptr);
     QCOMPARE(st.modules[v->owner].path, std::string("embed"));
     QCOMPARE(v->fix, std::string("register_external_parameter(lm_head, embed.weight)"));

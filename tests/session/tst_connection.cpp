@@ -85,7 +85,7 @@ void TestConnection::droppedConnectionKeepsDataAndReconnects()
     FakeEngine again;
     again.state = smallState();
     again.state.step = 2;
-    ViolationRecord v;
+    core::ViolationRecord v;
     v.kind = ViolationKind::UnregisteredAccess;
     v.accessor = 7;
     v.param = 0;

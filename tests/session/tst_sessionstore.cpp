@@ -85,7 +85,7 @@ void TestSessionStore::liveEventsUpdateStatusAndGathers()
 void TestSessionStore::historyEventsAreStoredNotCounted()
 {
     SessionStore store;
-    EngineState st = smallState();
+    core::EngineState st = smallState();
     st.params[1].gatherCount = 7;
     store.applyState(st);
     std::vector<telemetry::Event> evs{
@@ -145,21 +145,22 @@ void TestSessionStore::aRowKeepsItsWordsWhenAStateLands()
     const std::string fix = store.violationGroups()[0].fix;
     const std::string message = store.violationGroups()[0].message;
 
-    ViolationSubject subject;
+    core::ViolationSubject subject;
     subject.kind = ViolationKind::UnregisteredAccess;
     subject.hasAccessor = true;
     subject.accessor = "lm_head";
     subject.param = "embed.weight";
     subject.owner = "embed";
     subject.status = ParamStatus::NotAvailable;
-    const ViolationText engineText = describeViolation(subject, FixDialect::ShardScope);
+    const core::ViolationText engineText =
+        core::describeViolation(subject, core::FixDialect::ShardScope);
     QCOMPARE(fix, engineText.fix);
     QCOMPARE(message, engineText.message);
 
-    EngineState st = smallState();
+    core::EngineState st = smallState();
     st.step = 2;
     for (int rank : {0, 1}) {
-        ViolationRecord v;
+        core::ViolationRecord v;
         v.kind = ViolationKind::UnregisteredAccess;
         v.rank = rank;
         v.accessor = 7;
@@ -185,7 +186,7 @@ void TestSessionStore::aRowKeepsItsWordsWhenAStateLands()
     // The export keeps one record per rank, with that rank's count and the row's words.
     const wire::Snapshot snap = snapshotOf(store);
     QCOMPARE(snap.state.violations.size(), std::size_t(2));
-    for (const ViolationRecord &v : snap.state.violations) {
+    for (const core::ViolationRecord &v : snap.state.violations) {
         QCOMPARE(v.count, std::uint64_t(v.rank == 0 ? 2 : 1));
         QCOMPARE(v.lastStep, std::uint32_t(v.rank == 0 ? 2 : 1));
         QCOMPARE(v.fix, fix);
@@ -230,9 +231,9 @@ void TestSessionStore::reconnectContinuesHistoryWithoutDuplicates()
 
     // The connection drops; a new attach to the same run gets a newer state whose
     // violations already count the one above, then a history overlapping what we have.
-    EngineState st = smallState();
+    core::EngineState st = smallState();
     st.step = 3;
-    ViolationRecord v;
+    core::ViolationRecord v;
     v.kind = ViolationKind::UnregisteredAccess;
     v.accessor = 7;
     v.param = 0;
@@ -268,7 +269,7 @@ void TestSessionStore::differentRunStartsOver()
     store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(10, 0)}, false);
     QSignalSpy spy(&store, &SessionStore::updated);
     store.flush();
-    EngineState other = smallState(2);
+    core::EngineState other = smallState(2);
     other.modelName = "another";
     store.applyState(other);
     store.flush();
@@ -285,18 +286,18 @@ void TestSessionStore::applyStateReturnsTheStateItReplaced()
     SessionStore store;
     QVERIFY(store.applyState(smallState()).params.empty());
 
-    EngineState refreshed = smallState();
+    core::EngineState refreshed = smallState();
     refreshed.step = 7;
-    const EngineState first = store.applyState(std::move(refreshed)); // the same run
+    const core::EngineState first = store.applyState(std::move(refreshed)); // the same run
     QCOMPARE(first.step, std::uint32_t(1));
     QCOMPARE(first.params.size(), smallState().params.size());
     QCOMPARE(store.step(), std::uint32_t(7));
     QCOMPARE(store.paramName(0), QStringLiteral("embed.weight"));
     QCOMPARE(store.ownedParams(4).size(), std::size_t(2));
 
-    EngineState other = smallState(2);
+    core::EngineState other = smallState(2);
     other.modelName = "another";
-    const EngineState second = store.applyState(std::move(other)); // a different run
+    const core::EngineState second = store.applyState(std::move(other)); // a different run
     QCOMPARE(second.step, std::uint32_t(7));
     QCOMPARE(second.worldSize, 4);
     QCOMPARE(second.params.size(), smallState().params.size());
@@ -535,11 +536,11 @@ class DataLimit
 // 1.5 KB file took 8 GB: tables were sized by the largest id. Ids are names, not indexes.
 void TestSessionStore::hugeParameterIdsCostNoMemory()
 {
-    EngineState st = smallState(4);
+    core::EngineState st = smallState(4);
     st.params.resize(2);
     st.params[0].id = 500'000'000;
     st.params[1].id = 4'294'967'294u;
-    ViolationRecord v;
+    core::ViolationRecord v;
     v.kind = ViolationKind::UnregisteredAccess;
     v.accessor = 7;
     v.param = 4'294'967'294u;

@@ -17,7 +17,7 @@ namespace shardscope::testing {
 class FakeEngine : public QObject
 {
   public:
-    EngineState state;
+    core::EngineState state;
     std::vector<telemetry::Event> history;
     std::string token;
     bool sendGarbage = false;

@@ -147,13 +147,13 @@ void TestMemoryPlot::otherEventsAndBadRanksAreIgnored()
 
 void TestMemoryPlot::limitIsMaxLiveParametersTimesElementSize()
 {
-    EngineState state;
+    core::EngineState state;
     state.worldSize = 4;
     state.config.maxLiveParameters = 3000;
-    ParamRecord big;
+    core::ParamRecord big;
     big.numel = 1000;
     big.dtype = DType::BF16;
-    ParamRecord small;
+    core::ParamRecord small;
     small.id = 1;
     small.numel = 10;
     small.dtype = DType::F32;

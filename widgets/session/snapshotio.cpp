@@ -40,7 +40,7 @@ wire::Snapshot snapshotOf(const SessionStore &store)
     // One record per (kind, rank, accessor, parameter), as docs/snapshot.md promises.
     for (const ViolationGroup &g : store.violationGroups()) {
         for (const ViolationGroup::PerRank &r : g.ranks) {
-            ViolationRecord v;
+            core::ViolationRecord v;
             v.kind = g.kind;
             v.step = r.firstStep;
             v.lastStep = r.lastStep;

@@ -251,7 +251,7 @@ QByteArray chromeTrace(const SessionStore &store)
         mapLane(t, store, r, groupHasEvent);
     mapStateViolations(t, store, groupHasEvent);
 
-    const EngineState &st = store.state();
+    const core::EngineState &st = store.state();
     return t.document(
         {{QStringLiteral("distributedInfo"),
           QJsonObject{{QStringLiteral("backend"), QString::fromStdString(st.backend)},

@@ -300,13 +300,13 @@ QString GatherTimeline::kindName(SpanKind kind)
     }
 }
 
-void GatherTimeline::setState(const EngineState &state)
+void GatherTimeline::setState(const core::EngineState &state)
 {
     m_paramNames.clear();
     m_moduleNames.clear();
-    for (const ParamRecord &p : state.params)
+    for (const core::ParamRecord &p : state.params)
         m_paramNames.insert(p.id, QString::fromStdString(p.name));
-    for (const ModuleRecord &m : state.modules)
+    for (const core::ModuleRecord &m : state.modules)
         m_moduleNames.insert(m.id, m.path.empty() ? tr("<root>") : QString::fromStdString(m.path));
     setWorldSize(state.worldSize);
 }

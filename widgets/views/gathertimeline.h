@@ -35,7 +35,7 @@ class GatherTimeline : public TimePlot
     ~GatherTimeline() override;
 
     // World size (lanes shown even before a rank sends events) and parameter names.
-    void setState(const EngineState &state);
+    void setState(const core::EngineState &state);
     void setWorldSize(int worldSize);
     // Time zero of the x axis (telemetry clock); without it the first event sets it.
     // Give every plot the same origin to line them up.

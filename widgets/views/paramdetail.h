@@ -40,9 +40,9 @@ class ParamDetail : public QWidget
   private:
     // The three parts of the panel, each shown for p (nullptr: nothing selected).
     void refresh();
-    void showFields(const ParamRecord *p);
-    void showShards(const ParamRecord *p);
-    void showViolations(const ParamRecord *p);
+    void showFields(const core::ParamRecord *p);
+    void showShards(const core::ParamRecord *p);
+    void showViolations(const core::ParamRecord *p);
     void fitShardTable();
     void onStoreUpdated(const StoreChanges &changes);
 
