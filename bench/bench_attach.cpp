@@ -128,9 +128,9 @@ WorldResult measureWorld(const SyntheticModel &model, int world, int reps)
     out.buildSeconds = secondsSince(build0);
     const int expectedNodes = static_cast<int>(model.modules.size() + model.params.size());
 
-    InspectorOptions options;
+    server::InspectorOptions options;
     options.endpoint = "tcp:127.0.0.1:0";
-    Inspector inspector(engine, options);
+    server::Inspector inspector(engine, options);
     const std::string endpoint = inspector.endpoint();
 
     // The phases, in-process, each timed alone.

@@ -43,7 +43,7 @@ constexpr int kLayersPerBlock = 24;
 constexpr std::size_t kEventsPerRank = 32768; // half a ring: nothing is dropped
 
 // One rank process of the job: its part of the model's state and its rank's events.
-class RankProvider final : public StateProvider
+class RankProvider final : public server::StateProvider
 {
   public:
     RankProvider(int rank, const core::EngineState &whole) : m_rank(rank)
@@ -186,15 +186,15 @@ int main(int argc, char **argv)
     QGuiApplication app(argc, argv);
     const core::EngineState whole = wholeModel();
     std::vector<std::unique_ptr<RankProvider>> providers;
-    std::vector<std::unique_ptr<Inspector>> servers;
+    std::vector<std::unique_ptr<server::Inspector>> servers;
     std::vector<JobTarget> targets;
     for (int r = 0; r < kWorld; ++r) {
         providers.push_back(std::make_unique<RankProvider>(r, whole));
-        InspectorOptions o;
+        server::InspectorOptions o;
         o.endpoint = "tcp:127.0.0.1:0";
         o.job = "bench";
         o.historyEvents = kEventsPerRank;
-        servers.push_back(std::make_unique<Inspector>(*providers.back(), o));
+        servers.push_back(std::make_unique<server::Inspector>(*providers.back(), o));
         targets.push_back({QString::fromStdString(servers.back()->endpoint()), {r}});
         providers.back()->writeEvents();
     }

@@ -137,12 +137,12 @@ template <typename T> T parseNumber(std::string_view flag, std::string_view text
 // does the work, outside the handler (libraries start threads before main, so blocking
 // the signals and calling sigwait would not catch them all).
 std::mutex g_finishMutex;
-Inspector *g_finishOnSignal = nullptr;
+server::Inspector *g_finishOnSignal = nullptr;
 int g_signalPipe[2] = {-1, -1};
 
 struct FinishOnSignal
 {
-    explicit FinishOnSignal(Inspector &inspector)
+    explicit FinishOnSignal(server::Inspector &inspector)
     {
         const std::lock_guard lock(g_finishMutex);
         g_finishOnSignal = &inspector;
@@ -389,7 +389,7 @@ void printLossFloor()
 }
 
 // Blocks until an inspector is attached, at most `seconds` (0: no limit).
-bool waitForInspector(Inspector &inspector, double seconds)
+bool waitForInspector(server::Inspector &inspector, double seconds)
 {
     using std::chrono::milliseconds;
     return inspector.waitForClient(
@@ -418,7 +418,7 @@ int trainWithInspector(core::Engine &engine, const nn::TrainConfig &config, cons
         std::fflush(stdout);
     }
 
-    InspectorOptions options;
+    server::InspectorOptions options;
     options.listen = config.listen;
     std::string endpointError;
     options.endpoint = endpointOfRank(config.endpoint, firstRank, endpointError);
@@ -432,10 +432,10 @@ int trainWithInspector(core::Engine &engine, const nn::TrainConfig &config, cons
                               ? config.snapshotOut
                               : config.snapshotOut + ".rank" + std::to_string(firstRank);
     options.telemetry = config.telemetry;
-    std::unique_ptr<Inspector> inspector;
+    std::unique_ptr<server::Inspector> inspector;
     try {
-        inspector = std::make_unique<Inspector>(engine, options);
-    } catch (const InspectorError &e) {
+        inspector = std::make_unique<server::Inspector>(engine, options);
+    } catch (const server::InspectorError &e) {
         std::fprintf(stderr, "shardscope-train: %s\n", e.what());
         return 2;
     }

@@ -5,7 +5,7 @@
 #include "telemetry/clock.h"
 #include "telemetry/eventfields.h"
 
-namespace shardscope {
+namespace shardscope::server {
 
 namespace {
 
@@ -475,4 +475,4 @@ core::EngineState AgentState::state() const
     return s;
 }
 
-} // namespace shardscope
+} // namespace shardscope::server

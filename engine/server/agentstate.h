@@ -21,7 +21,7 @@
 #include "core/violationtext.h"
 #include "server/stateprovider.h"
 
-namespace shardscope {
+namespace shardscope::server {
 
 struct AgentConfig
 {
@@ -137,4 +137,4 @@ class AgentState final : public StateProvider
     std::atomic<bool> m_telemetry{true};
 };
 
-} // namespace shardscope
+} // namespace shardscope::server

@@ -31,7 +31,7 @@
 #include "wire/messages.h"
 #include "wire/snapshot.h"
 
-namespace shardscope {
+namespace shardscope::server {
 
 namespace {
 
@@ -934,4 +934,4 @@ void Inspector::finish(const std::string &reason)
     }
 }
 
-} // namespace shardscope
+} // namespace shardscope::server

@@ -13,7 +13,7 @@ namespace shardscope::core {
 class Engine;
 }
 
-namespace shardscope {
+namespace shardscope::server {
 
 class EngineStateProvider;
 class StateProvider;
@@ -93,4 +93,4 @@ class Inspector
     std::unique_ptr<Impl> d;
 };
 
-} // namespace shardscope
+} // namespace shardscope::server

@@ -2,7 +2,7 @@
 
 #include "core/engine.h"
 
-namespace shardscope {
+namespace shardscope::server {
 
 core::EngineState EngineStateProvider::state() const
 {
@@ -44,4 +44,4 @@ void EngineStateProvider::setTelemetryEnabled(bool on)
     m_engine.setTelemetryEnabled(on);
 }
 
-} // namespace shardscope
+} // namespace shardscope::server

@@ -14,7 +14,7 @@ namespace shardscope::core {
 class Engine;
 }
 
-namespace shardscope {
+namespace shardscope::server {
 
 class StateProvider
 {
@@ -52,4 +52,4 @@ class EngineStateProvider final : public StateProvider
     core::Engine &m_engine;
 };
 
-} // namespace shardscope
+} // namespace shardscope::server

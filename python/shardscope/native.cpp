@@ -75,13 +75,13 @@ class Agent
         if (worldSize < 1 || rank < 0 || rank >= worldSize)
             throw py::value_error("rank " + std::to_string(rank) + " is outside world size " +
                                   std::to_string(worldSize));
-        AgentConfig cfg;
+        server::AgentConfig cfg;
         cfg.modelName = model;
         cfg.rank = rank;
         cfg.worldSize = worldSize;
         cfg.backend = backend;
-        m_state = std::make_unique<AgentState>(cfg);
-        InspectorOptions o;
+        m_state = std::make_unique<server::AgentState>(cfg);
+        server::InspectorOptions o;
         o.listen = listen;
         o.endpoint = endpoint;
         o.token = token;
@@ -89,13 +89,13 @@ class Agent
         o.historyEvents = history;
         o.job = job;
         try {
-            m_inspector = std::make_unique<Inspector>(*m_state, o);
-        } catch (const InspectorError &e) {
+            m_inspector = std::make_unique<server::Inspector>(*m_state, o);
+        } catch (const server::InspectorError &e) {
             throw std::runtime_error(e.what());
         }
     }
 
-    AgentState &state() { return *m_state; }
+    server::AgentState &state() { return *m_state; }
     std::string endpoint() const { return m_inspector->endpoint(); }
     std::string flush()
     {
@@ -111,8 +111,8 @@ class Agent
     std::uint64_t published() const { return m_inspector->publishedEvents(); }
 
   private:
-    std::unique_ptr<AgentState> m_state; // outlives the inspector that serves it
-    std::unique_ptr<Inspector> m_inspector;
+    std::unique_ptr<server::AgentState> m_state; // outlives the inspector that serves it
+    std::unique_ptr<server::Inspector> m_inspector;
 };
 
 } // namespace
@@ -206,7 +206,7 @@ PYBIND11_MODULE(_native, module)
                std::vector<std::int64_t> shape, const std::string &dtype, std::int64_t numel,
                std::int64_t partitionNumel, std::int64_t paddedNumel, bool persistent,
                bool partitioned, bool late, int status, const std::string &replaces) {
-                AgentParam p;
+                server::AgentParam p;
                 core::ParamRecord &r = p.record;
                 r.id = id;
                 r.name = name;
@@ -282,5 +282,6 @@ PYBIND11_MODULE(_native, module)
             s.state = a.state().state();
             return wire::encodeSnapshot(s);
         });
-    agent::bindHotPath(module, [](py::handle a) -> AgentState & { return a.cast<Agent &>().state(); });
+    agent::bindHotPath(
+        module, [](py::handle a) -> server::AgentState & { return a.cast<Agent &>().state(); });
 }

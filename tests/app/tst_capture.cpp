@@ -208,10 +208,10 @@ void TestCapture::wrongTokenIsRefused()
 {
     QTemporaryDir dir;
     LocalEngine local;
-    InspectorOptions o;
+    server::InspectorOptions o;
     o.endpoint = "tcp:127.0.0.1:0";
     o.token = "s3cret";
-    Inspector inspector(*local.engine, o);
+    server::Inspector inspector(*local.engine, o);
     const QString ep = QString::fromStdString(inspector.endpoint());
     Run r = runCapture({"--attach", ep, "--out", dir.filePath("s.json"), "--token", "guess"});
     QCOMPARE(r.exitCode, 1);
@@ -232,7 +232,7 @@ void TestCapture::listShowsLiveEngines()
     QVERIFY2(r.out.contains("no live ShardScope engines"), qPrintable(r.out));
     {
         LocalEngine local;
-        Inspector inspector(*local.engine, InspectorOptions{});
+        server::Inspector inspector(*local.engine, server::InspectorOptions{});
         r = runCapture({"--list"}, env);
         QCOMPARE(r.exitCode, 0);
         QVERIFY2(r.out.contains(QString::number(::getpid())), qPrintable(r.out));
@@ -267,9 +267,9 @@ void TestCapture::capturesALocalEngineUntilItFinishes()
 {
     QTemporaryDir dir;
     LocalEngine local;
-    InspectorOptions o;
+    server::InspectorOptions o;
     o.endpoint = "unix:" + dir.filePath("e.sock").toStdString();
-    auto inspector = std::make_unique<Inspector>(*local.engine, o);
+    auto inspector = std::make_unique<server::Inspector>(*local.engine, o);
     local.steps(3);
     QProcess capture;
     capture.start(binary("shardscope-capture"),
@@ -464,10 +464,10 @@ void TestCapture::tokenFileAndEnvironmentAreUsed()
 {
     QTemporaryDir dir;
     LocalEngine local;
-    InspectorOptions o;
+    server::InspectorOptions o;
     o.endpoint = "unix:" + dir.filePath("e.sock").toStdString();
     o.token = "s3cret";
-    auto inspector = std::make_unique<Inspector>(*local.engine, o);
+    auto inspector = std::make_unique<server::Inspector>(*local.engine, o);
     local.steps(1);
     const QString token = dir.filePath("token");
     {

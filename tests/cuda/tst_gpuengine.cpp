@@ -182,9 +182,9 @@ class TestGpuEngine : public QObject
     {
         nn::TrainConfig c = smallConfig(worldForTest());
         auto engine = gpu::makeNcclEngine(c);
-        InspectorOptions o;
+        server::InspectorOptions o;
         o.endpoint = "tcp:127.0.0.1:0";
-        Inspector inspector(*engine, o);
+        server::Inspector inspector(*engine, o);
         QVERIFY(inspector.endpoint().starts_with("tcp:127.0.0.1:"));
         nn::buildModel(*engine, c);
         gpu::trainOnGpu(*engine, c, {});

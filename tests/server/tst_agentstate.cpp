@@ -30,9 +30,9 @@ class Recorder final : public telemetry::EventSink
     std::vector<telemetry::Event> events;
 };
 
-AgentParam param(ParamId id, const std::string &name, ModuleId owner)
+server::AgentParam param(ParamId id, const std::string &name, ModuleId owner)
 {
-    AgentParam p;
+    server::AgentParam p;
     p.record.id = id;
     p.record.name = name;
     p.record.owner = owner;
@@ -53,10 +53,10 @@ class TestAgentState : public QObject
   private slots:
     void modulesAndEvents()
     {
-        AgentConfig cfg;
+        server::AgentConfig cfg;
         cfg.rank = 1;
         cfg.worldSize = 2;
-        AgentState s(cfg);
+        server::AgentState s(cfg);
         Recorder rec;
         s.setEventSink(&rec);
         // A module deep in the tree brings its ancestors, parents first.
@@ -96,7 +96,7 @@ class TestAgentState : public QObject
 
     void violationsInDeepSpeedsWords()
     {
-        AgentState s(AgentConfig{});
+        server::AgentState s(server::AgentConfig{});
         Recorder rec;
         s.setEventSink(&rec);
         const ModuleId embed = s.ensureModule("embed", "Embedding");
@@ -135,9 +135,9 @@ class TestAgentState : public QObject
     // A late parameter is recorded as a violation only if a step starts before it is adopted.
     void lateParameters()
     {
-        AgentState s(AgentConfig{});
+        server::AgentState s(server::AgentConfig{});
         const ModuleId conv = s.ensureModule("pos_conv.conv", "Conv1d");
-        AgentParam g = param(1u << 20, "pos_conv.conv.weight_g", conv);
+        server::AgentParam g = param(1u << 20, "pos_conv.conv.weight_g", conv);
         g.record.replaces = "pos_conv.conv.weight";
         s.setParam(g);
         s.lateParameter(g.record.id);
@@ -161,9 +161,9 @@ class TestAgentState : public QObject
                 "create model.conv.weight_g inside deepspeed.zero.Init, or adopt it, then "
                 "deepspeed.zero.register_external_parameter(model.conv, model.conv.weight_g)"));
 
-        AgentState adopted(AgentConfig{});
+        server::AgentState adopted(server::AgentConfig{});
         const ModuleId c2 = adopted.ensureModule("pos_conv.conv", "Conv1d");
-        AgentParam v = param(7, "pos_conv.conv.weight_v", c2);
+        server::AgentParam v = param(7, "pos_conv.conv.weight_v", c2);
         adopted.setParam(v);
         adopted.lateParameter(7);
         adopted.parameterAdopted(7);
@@ -179,19 +179,19 @@ class TestAgentState : public QObject
     void servedByTheInspector()
     {
         QTemporaryDir dir;
-        AgentConfig cfg;
+        server::AgentConfig cfg;
         cfg.modelName = "TinyLM";
         cfg.rank = 1;
         cfg.worldSize = 2;
-        AgentState s(cfg);
+        server::AgentState s(cfg);
         const ModuleId embed = s.ensureModule("embed", "Embedding");
         const ModuleId head = s.ensureModule("lm_head", "Head");
         s.setParam(param(0, "embed.weight", embed));
-        InspectorOptions o;
+        server::InspectorOptions o;
         o.endpoint = "unix:" + dir.filePath("agent.sock").toStdString();
         o.snapshotOut = dir.filePath("snap.json").toStdString();
         o.job = "job-42";
-        Inspector inspector(s, o);
+        server::Inspector inspector(s, o);
         auto client = server::InspectorClient::connect(inspector.endpoint(), {});
         QVERIFY2(client, client ? "" : client.error().c_str());
         const wire::Welcome &w = (*client)->welcome();

@@ -60,10 +60,10 @@ void TestClockProbe::theInjectedOffsetIsFound()
 {
     constexpr std::int64_t kOffset = 4'000'000'000;
     auto engine = smallEngine();
-    InspectorOptions o;
+    server::InspectorOptions o;
     o.endpoint = "tcp:127.0.0.1:0";
     o.testClockOffsetNs = kOffset;
-    Inspector inspector(*engine, o);
+    server::Inspector inspector(*engine, o);
     oneStep(*engine);
 
     auto estimate = server::probeClock(inspector.endpoint(), 8, 5000);
@@ -78,10 +78,10 @@ void TestClockProbe::theInjectedOffsetIsFound()
                             .arg(estimate->uncertaintyNs)));
 
     // The same server's clock is not offset without the hook: the estimate is near 0.
-    InspectorOptions plain;
+    server::InspectorOptions plain;
     plain.endpoint = "tcp:127.0.0.1:0";
     auto engine2 = smallEngine();
-    Inspector inspector2(*engine2, plain);
+    server::Inspector inspector2(*engine2, plain);
     auto zero = server::probeClock(inspector2.endpoint(), 4, 5000);
     QVERIFY(zero && zero->valid);
     QVERIFY(std::llabs(zero->offsetNs) <= static_cast<long long>(zero->uncertaintyNs) + 2'000'000);
@@ -140,9 +140,9 @@ void TestClockProbe::anOlderEngineRefusesCleanly()
 void TestClockProbe::anIdleClientGetsHeartbeats()
 {
     auto engine = smallEngine();
-    InspectorOptions o;
+    server::InspectorOptions o;
     o.endpoint = "tcp:127.0.0.1:0";
-    Inspector inspector(*engine, o);
+    server::Inspector inspector(*engine, o);
     auto client = server::InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY2(client, client ? "" : client.error().c_str());
     // Nothing happens in the engine; within a few seconds an empty EventBatch arrives.

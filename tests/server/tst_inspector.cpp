@@ -74,9 +74,9 @@ struct TiedRun
     }
 };
 
-InspectorOptions tcpOptions(std::size_t history = 65536)
+server::InspectorOptions tcpOptions(std::size_t history = 65536)
 {
-    InspectorOptions o;
+    server::InspectorOptions o;
     o.endpoint = "tcp:127.0.0.1:0";
     o.historyEvents = history;
     return o;
@@ -203,7 +203,7 @@ void TestInspector::initTestCase()
 void TestInspector::lateClientGetsStateHistoryAndLiveEvents()
 {
     TiedRun run(2);
-    Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(*run.engine, tcpOptions());
     QVERIFY(inspector.endpoint().starts_with("tcp:127.0.0.1:"));
     QVERIFY(!inspector.endpoint().ends_with(":0"));
     run.steps(3);
@@ -270,7 +270,7 @@ void TestInspector::lateClientGetsStateHistoryAndLiveEvents()
 void TestInspector::severalClientsAtOnce()
 {
     TiedRun run(2);
-    Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(*run.engine, tcpOptions());
     auto a = InspectorClient::connect(inspector.endpoint(), {});
     auto b = InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY(a.ok() && b.ok());
@@ -298,7 +298,7 @@ void TestInspector::severalClientsAtOnce()
 void TestInspector::stalledClientNeverBlocksTrainingAndLearnsWhatItLost()
 {
     TiedRun run(1);
-    Inspector inspector(*run.engine, tcpOptions(16));
+    server::Inspector inspector(*run.engine, tcpOptions(16));
     auto client = InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY2(client.ok(), client.error().c_str());
     // The client now stops reading. Training goes on until the server had to drop
@@ -342,9 +342,9 @@ void TestInspector::stalledClientNeverBlocksTrainingAndLearnsWhatItLost()
 void TestInspector::wrongTokenIsRefusedWithAClearMessage()
 {
     TiedRun run(1);
-    InspectorOptions o = tcpOptions();
+    server::InspectorOptions o = tcpOptions();
     o.token = "s3cret";
-    Inspector inspector(*run.engine, o);
+    server::Inspector inspector(*run.engine, o);
     auto none = InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY(!none.ok());
     QCOMPARE(none.error(), std::string("the engine refused the connection: this engine requires a "
@@ -363,7 +363,7 @@ void TestInspector::wrongTokenIsRefusedWithAClearMessage()
 void TestInspector::wrongProtocolVersionIsRefused()
 {
     TiedRun run(1);
-    Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(*run.engine, tcpOptions());
     InspectorClient::Options future;
     future.version = 2;
     auto r = InspectorClient::connect(inspector.endpoint(), future);
@@ -377,7 +377,7 @@ void TestInspector::wrongProtocolVersionIsRefused()
 void TestInspector::foreignClientGetsAReadableError()
 {
     TiedRun run(1);
-    Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(*run.engine, tcpOptions());
     auto fd = server::connectTo(inspector.endpoint());
     QVERIFY(fd.ok());
     QVERIFY(server::sendAll(*fd, "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"));
@@ -406,7 +406,7 @@ void TestInspector::foreignClientGetsAReadableError()
 void TestInspector::bytesAfterAValidHelloAreABadFrame()
 {
     TiedRun run(1);
-    Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(*run.engine, tcpOptions());
     auto fd = server::connectTo(inspector.endpoint());
     QVERIFY(fd.ok());
     QVERIFY(server::sendAll(*fd, helloFrame("") + "GET / HTTP/1.1\r\n\r\n"));
@@ -421,7 +421,7 @@ void TestInspector::bytesAfterAValidHelloAreABadFrame()
 std::optional<wire::ErrorMessage> refusalOfHello(const std::string &payload)
 {
     TiedRun run(1);
-    Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(*run.engine, tcpOptions());
     auto fd = server::connectTo(inspector.endpoint());
     if (!fd.ok()) return std::nullopt;
     std::string frame;
@@ -486,12 +486,12 @@ void TestInspector::clientRefusesAnEndpointThatIsNotShardScope()
 void TestInspector::nonLoopbackWithoutTokenIsRefused()
 {
     TiedRun run(1);
-    InspectorOptions o = tcpOptions();
+    server::InspectorOptions o = tcpOptions();
     o.endpoint = "tcp:0.0.0.0:0";
     try {
-        Inspector inspector(*run.engine, o);
+        server::Inspector inspector(*run.engine, o);
         QFAIL("a non-loopback bind without a token was accepted");
-    } catch (const InspectorError &e) {
+    } catch (const server::InspectorError &e) {
         const std::string msg = e.what();
         QVERIFY2(msg.find("refusing to listen on tcp:0.0.0.0:0 without a token") !=
                      std::string::npos,
@@ -499,7 +499,7 @@ void TestInspector::nonLoopbackWithoutTokenIsRefused()
         QVERIFY2(msg.find("--token") != std::string::npos, e.what());
     }
     o.token = "s3cret";
-    Inspector inspector(*run.engine, o);
+    server::Inspector inspector(*run.engine, o);
     QVERIFY(inspector.endpoint().starts_with("tcp:0.0.0.0:"));
     const std::string port = inspector.endpoint().substr(std::string("tcp:0.0.0.0:").size());
     InspectorClient::Options opts;
@@ -515,7 +515,7 @@ void TestInspector::defaultUnixSocketIsPrivateAndDiscoverable()
     QCOMPARE(dir, m_runtime.path().toStdString() + "/shardscope");
     std::string socketPath;
     {
-        Inspector inspector(*run.engine, InspectorOptions{});
+        server::Inspector inspector(*run.engine, server::InspectorOptions{});
         socketPath = wire::defaultSocketPath(::getpid());
         QCOMPARE(inspector.endpoint(), "unix:" + socketPath);
         struct stat st
@@ -549,9 +549,9 @@ void TestInspector::snapshotOutIsWrittenAtFinish()
 {
     QTemporaryDir tmp;
     TiedRun run(2);
-    InspectorOptions o = tcpOptions(100);
+    server::InspectorOptions o = tcpOptions(100);
     o.snapshotOut = tmp.filePath("final.json").toStdString();
-    Inspector inspector(*run.engine, o);
+    server::Inspector inspector(*run.engine, o);
     run.steps(4);
     inspector.finish();
     inspector.finish(); // idempotent
@@ -571,11 +571,11 @@ void TestInspector::noListenStillWritesTheSnapshot()
 {
     QTemporaryDir tmp;
     TiedRun run(1);
-    InspectorOptions o;
+    server::InspectorOptions o;
     o.listen = false;
     o.snapshotOut = tmp.filePath("s.json").toStdString();
     {
-        Inspector inspector(*run.engine, o);
+        server::Inspector inspector(*run.engine, o);
         QVERIFY(inspector.endpoint().empty());
         run.steps(2);
     }
@@ -589,9 +589,9 @@ void TestInspector::noListenStillWritesTheSnapshot()
 void TestInspector::telemetryOffStillServesTheChangingState()
 {
     TiedRun run(2);
-    InspectorOptions o = tcpOptions();
+    server::InspectorOptions o = tcpOptions();
     o.telemetry = false;
-    Inspector inspector(*run.engine, o);
+    server::Inspector inspector(*run.engine, o);
     QVERIFY(!run.engine->telemetryEnabled());
     auto client = InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY2(client.ok(), client.error().c_str());
@@ -621,24 +621,24 @@ void TestInspector::badEndpointsAreInspectorErrors()
 {
     TiedRun run(1);
     auto expectError = [&](const std::string &endpoint, const char *needle) {
-        InspectorOptions o;
+        server::InspectorOptions o;
         o.endpoint = endpoint;
         try {
-            Inspector inspector(*run.engine, o);
+            server::Inspector inspector(*run.engine, o);
             QFAIL(("accepted " + endpoint).c_str());
-        } catch (const InspectorError &e) {
+        } catch (const server::InspectorError &e) {
             QVERIFY2(std::string(e.what()).find(needle) != std::string::npos, e.what());
         }
     };
     expectError("udp:1.2.3.4:5", "unknown endpoint");
     {
-        InspectorOptions o = tcpOptions(std::size_t(1) << 40);
-        QVERIFY_THROWS_EXCEPTION(InspectorError, Inspector(*run.engine, o));
+        server::InspectorOptions o = tcpOptions(std::size_t(1) << 40);
+        QVERIFY_THROWS_EXCEPTION(server::InspectorError, server::Inspector(*run.engine, o));
     }
     expectError("tcp:127.0.0.1:notaport", "bad port");
     expectError("unix:" + std::string(200, 'x'), "longer than 107 bytes");
     expectError("unix:/nonexistent-dir/x.sock", "cannot listen on /nonexistent-dir/x.sock");
-    Inspector first(*run.engine, tcpOptions());
+    server::Inspector first(*run.engine, tcpOptions());
     expectError(first.endpoint(), "cannot listen on");
 }
 
@@ -648,9 +648,9 @@ void TestInspector::badEndpointsAreInspectorErrors()
 void TestInspector::silentConnectionsDoNotLockClientsOut()
 {
     TiedRun run(1);
-    InspectorOptions o = tcpOptions();
+    server::InspectorOptions o = tcpOptions();
     o.token = "s3cret";
-    Inspector inspector(*run.engine, o);
+    server::Inspector inspector(*run.engine, o);
     std::vector<int> silent;
     for (int i = 0; i < 100; ++i) {
         auto fd = server::connectTo(inspector.endpoint());
@@ -675,7 +675,7 @@ void TestInspector::silentConnectionsDoNotLockClientsOut()
 void TestInspector::clientsBeyondThirtyTwoAreRefusedAfterTheirHello()
 {
     TiedRun run(1);
-    Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(*run.engine, tcpOptions());
     std::vector<std::unique_ptr<InspectorClient>> clients;
     for (int i = 0; i < 32; ++i) {
         auto c = InspectorClient::connect(inspector.endpoint(), {});
@@ -700,7 +700,7 @@ void TestInspector::clientsBeyondThirtyTwoAreRefusedAfterTheirHello()
 void TestInspector::clientThatKeepsSendingIsClosed()
 {
     TiedRun run(1);
-    Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(*run.engine, tcpOptions());
     auto fd = server::connectTo(inspector.endpoint());
     QVERIFY(fd.ok());
     QVERIFY(server::sendAll(*fd, helloFrame("")));
@@ -729,7 +729,7 @@ void TestInspector::clientThatKeepsSendingIsClosed()
 void TestInspector::historyQueuedPerClientIsBounded()
 {
     TiedRun run(1);
-    Inspector inspector(*run.engine, tcpOptions(1'000'000));
+    server::Inspector inspector(*run.engine, tcpOptions(1'000'000));
     while (inspector.publishedEvents() < 250'000)
         run.steps(10, 200);
     auto client = InspectorClient::connect(inspector.endpoint(), {});
@@ -750,7 +750,7 @@ QTEST_APPLESS_MAIN(TestInspector)
 void TestInspector::costCountsTheServerThreadsWork()
 {
     TiedRun run(2);
-    Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(*run.engine, tcpOptions());
     run.steps(2);
     auto client = InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY2(client.ok(), client.error().c_str());
@@ -759,7 +759,7 @@ void TestInspector::costCountsTheServerThreadsWork()
     QVERIFY2(readUntil(
                  **client, state, [&] { return state.historyDone(); }, &error),
              error.c_str());
-    const Inspector::Cost serving = inspector.cost();
+    const server::Inspector::Cost serving = inspector.cost();
     QVERIFY(serving.states >= 1); // the attaching client's State was built for it
     QVERIFY(serving.wakeups >= 1);
     QVERIFY(serving.stateCpuSeconds <= serving.serverCpuSeconds);
@@ -769,7 +769,7 @@ void TestInspector::costCountsTheServerThreadsWork()
              error.c_str());
     finisher.join();
     // Once finished, the server thread's total stays as it left it.
-    const Inspector::Cost done = inspector.cost();
+    const server::Inspector::Cost done = inspector.cost();
     QVERIFY(done.serverCpuSeconds > 0.0);
     QVERIFY(done.serverCpuSeconds >= serving.serverCpuSeconds);
     QVERIFY(done.states > serving.states); // the final State of the goodbye
@@ -779,7 +779,7 @@ void TestInspector::costCountsTheServerThreadsWork()
 void TestInspector::waitForClientReturnsOnceOneIsLive()
 {
     TiedRun run(2);
-    Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(*run.engine, tcpOptions());
     QCOMPARE(inspector.liveClients(), std::size_t(0));
     QVERIFY(!inspector.waitForClient(std::chrono::milliseconds(0)));
 
@@ -806,10 +806,10 @@ void TestInspector::waitForClientReturnsOnceOneIsLive()
     waitsForever.join();
     QVERIFY(!released);
 
-    InspectorOptions off;
+    server::InspectorOptions off;
     off.listen = false;
     TiedRun quiet(1);
-    Inspector notListening(*quiet.engine, off);
+    server::Inspector notListening(*quiet.engine, off);
     QVERIFY(!notListening.waitForClient(std::chrono::milliseconds::max()));
 }
 
