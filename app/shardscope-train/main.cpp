@@ -498,10 +498,10 @@ int runCpu(const nn::TrainConfig &config)
 
 int runNccl(const nn::TrainConfig &config)
 {
-    std::unique_ptr<core::Engine> engine = gpu::makeNcclEngine(config);
+    std::unique_ptr<core::Engine> engine = cuda::makeNcclEngine(config);
     nn::TrainConfig sized = config;
     sized.worldSize = engine->worldSize(); // torchrun's WORLD_SIZE
-    return trainWithInspector(*engine, sized, gpu::trainOnGpu);
+    return trainWithInspector(*engine, sized, cuda::trainOnGpu);
 }
 
 // One process of a gloo world: WORLD_SIZE ranks, this process holding RANK.
@@ -557,9 +557,9 @@ int main(int argc, char **argv)
     watchTerminationSignals();
 
     try {
-        BackendChoice choice;
+        cuda::BackendChoice choice;
         try {
-            choice = chooseBackend(config->backend);
+            choice = cuda::chooseBackend(config->backend);
         } catch (const std::invalid_argument &e) {
             std::fprintf(stderr, "shardscope-train: %s\n", e.what());
             return 2;

@@ -13,7 +13,7 @@
 #include "cuda/gpulibs.h"
 #endif
 
-namespace shardscope {
+namespace shardscope::cuda {
 
 namespace {
 
@@ -97,4 +97,4 @@ BackendChoice chooseBackend(std::string_view requested)
     return choice;
 }
 
-} // namespace shardscope
+} // namespace shardscope::cuda

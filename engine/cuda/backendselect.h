@@ -8,7 +8,7 @@
 
 #include "comm/communicator.h"
 
-namespace shardscope {
+namespace shardscope::cuda {
 
 struct BackendChoice
 {
@@ -21,4 +21,4 @@ struct BackendChoice
 // CommError when "nccl" cannot be used and std::invalid_argument for any other word.
 BackendChoice chooseBackend(std::string_view requested);
 
-} // namespace shardscope
+} // namespace shardscope::cuda

@@ -9,7 +9,7 @@
 #include "cuda/gpulibs.h"
 #include "cuda/layers.h"
 
-namespace shardscope::gpu {
+namespace shardscope::cuda {
 
 namespace {
 
@@ -65,4 +65,4 @@ void Blas::linearBackward(const float *x, int rows, int in, int out, const float
     if (dBias) sumRowsInto(dy, rows, out, dBias, m_stream);
 }
 
-} // namespace shardscope::gpu
+} // namespace shardscope::cuda

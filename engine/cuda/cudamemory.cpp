@@ -11,7 +11,7 @@
 #include "comm/communicator.h"
 #include "cuda/layers.h"
 
-namespace shardscope::gpu {
+namespace shardscope::cuda {
 
 namespace {
 
@@ -180,4 +180,4 @@ void CudaMemory::addF32(float *dst, const float *src, std::size_t n)
     }
 }
 
-} // namespace shardscope::gpu
+} // namespace shardscope::cuda

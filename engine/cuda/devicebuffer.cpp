@@ -4,7 +4,7 @@
 
 #include "cuda/cudacheck.h"
 
-namespace shardscope::gpu {
+namespace shardscope::cuda {
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes) : m_bytes(bytes)
 {
@@ -95,4 +95,4 @@ void setDevice(int device)
     SHARDSCOPE_CUDA_CHECK(cudaSetDevice(device));
 }
 
-} // namespace shardscope::gpu
+} // namespace shardscope::cuda

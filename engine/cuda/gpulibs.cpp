@@ -12,7 +12,7 @@
 
 #include "comm/communicator.h"
 
-namespace shardscope {
+namespace shardscope::cuda {
 
 namespace {
 
@@ -137,4 +137,4 @@ const CublasApi &requireCublas()
     return api;
 }
 
-} // namespace shardscope
+} // namespace shardscope::cuda

@@ -28,7 +28,7 @@
 #include "nn/markov.h"
 #include "nn/model.h"
 
-namespace shardscope::gpu {
+namespace shardscope::cuda {
 
 namespace {
 
@@ -43,7 +43,7 @@ NcclCommunicator &ncclOf(core::Engine &engine, int rank)
 {
     auto *comm = dynamic_cast<NcclCommunicator *>(&engine.comm(rank));
     if (!comm)
-        throw core::EngineError("trainOnGpu needs an engine made by gpu::makeNcclEngine; rank " +
+        throw core::EngineError("trainOnGpu needs an engine made by cuda::makeNcclEngine; rank " +
                           std::to_string(rank) + " has a " +
                           std::string(comm::backendName(engine.comm(rank).backend())) +
                           " communicator (use nn::trainModel for the CPU backend)");
@@ -534,4 +534,4 @@ nn::TrainResult runNcclTraining(const nn::TrainConfig &config, const nn::StepCal
     return trainOnGpu(*engine, sized, onStep);
 }
 
-} // namespace shardscope::gpu
+} // namespace shardscope::cuda

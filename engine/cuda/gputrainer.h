@@ -11,7 +11,7 @@
 #include "nn/trainer.h"
 #include "telemetry/event.h"
 
-namespace shardscope::gpu {
+namespace shardscope::cuda {
 
 // An Engine over NCCL ranks. Two launches:
 // - RANK and WORLD_SIZE set (torchrun, one process per GPU, possibly many nodes): this
@@ -36,4 +36,4 @@ nn::TrainResult trainOnGpu(core::Engine &engine, const nn::TrainConfig &config,
 nn::TrainResult runNcclTraining(const nn::TrainConfig &config, const nn::StepCallback &onStep,
                                 telemetry::EventSink *sink = nullptr);
 
-} // namespace shardscope::gpu
+} // namespace shardscope::cuda

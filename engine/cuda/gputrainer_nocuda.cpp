@@ -3,7 +3,7 @@
 
 #include "cuda/gputrainer.h"
 
-namespace shardscope::gpu {
+namespace shardscope::cuda {
 
 namespace {
 
@@ -32,4 +32,4 @@ nn::TrainResult runNcclTraining(const nn::TrainConfig &, const nn::StepCallback 
     noCuda();
 }
 
-} // namespace shardscope::gpu
+} // namespace shardscope::cuda

@@ -12,7 +12,7 @@
 #include "cuda/cudacheck.h"
 #include "cuda/gpulibs.h"
 
-namespace shardscope {
+namespace shardscope::cuda {
 
 namespace {
 
@@ -102,7 +102,7 @@ NcclCommunicator::NcclCommunicator(void *ncclComm, int rank, int worldSize, int 
     SHARDSCOPE_CUDA_CHECK(cudaEventCreateWithFlags(&m_inputsReady, cudaEventDisableTiming));
     SHARDSCOPE_CUDA_CHECK(cudaEventCreateWithFlags(&m_lastDone, cudaEventDisableTiming));
     SHARDSCOPE_CUDA_CHECK(cudaMalloc(&m_barrierBuf, sizeof(double)));
-    m_memory = std::make_unique<gpu::CudaMemory>(device, m_computeStream, m_commStream);
+    m_memory = std::make_unique<cuda::CudaMemory>(device, m_computeStream, m_commStream);
 }
 
 NcclCommunicator::~NcclCommunicator()
@@ -410,4 +410,4 @@ std::unique_ptr<NcclCommunicator> makeNcclRank(const comm::RendezvousConfig &con
     }
 }
 
-} // namespace shardscope
+} // namespace shardscope::cuda

@@ -22,7 +22,7 @@
 #include "cuda/cudamemory.h"
 #include "cuda/rendezvous.h"
 
-namespace shardscope {
+namespace shardscope::cuda {
 
 class NcclCommunicator final : public comm::Communicator
 {
@@ -100,7 +100,7 @@ class NcclCommunicator final : public comm::Communicator
     cudaStream_t m_commStream = nullptr;
     cudaStream_t m_computeStream = nullptr;
     cudaStream_t m_ownComputeStream = nullptr;
-    std::unique_ptr<gpu::CudaMemory> m_memory;
+    std::unique_ptr<cuda::CudaMemory> m_memory;
     bool m_orderAfterCompute = true;
     cudaEvent_t m_inputsReady = nullptr;
     cudaEvent_t m_lastDone = nullptr;
@@ -144,4 +144,4 @@ NcclLocalWorld makeNcclLocalWorld(const std::vector<int> &devices);
 // creates the ncclUniqueId and serves it at MASTER_ADDR:MASTER_PORT, the others fetch it.
 std::unique_ptr<NcclCommunicator> makeNcclRank(const comm::RendezvousConfig &config);
 
-} // namespace shardscope
+} // namespace shardscope::cuda

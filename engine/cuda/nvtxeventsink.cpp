@@ -5,7 +5,7 @@
 #include "core/engine.h"
 #include "telemetry/eventfields.h"
 
-namespace shardscope::gpu {
+namespace shardscope::cuda {
 
 NvtxEventSink::NvtxEventSink(const core::Engine &engine, telemetry::EventSink *inner)
     : m_inner(inner)
@@ -108,4 +108,4 @@ void NvtxEventSink::write(const telemetry::Event &ev) noexcept
     }
 }
 
-} // namespace shardscope::gpu
+} // namespace shardscope::cuda

@@ -16,7 +16,7 @@ namespace shardscope::core {
 class Engine;
 }
 
-namespace shardscope::gpu {
+namespace shardscope::cuda {
 
 class NvtxEventSink final : public telemetry::EventSink
 {
@@ -47,4 +47,4 @@ class NvtxEventSink final : public telemetry::EventSink
     std::vector<nvtxRangeId_t> m_open;  // [local index * m_stride + param]; 0 = none open
 };
 
-} // namespace shardscope::gpu
+} // namespace shardscope::cuda

@@ -25,7 +25,7 @@
 #include "comm/communicator.h"
 #include "comm/socketio.h"
 
-namespace shardscope {
+namespace shardscope::cuda {
 
 namespace {
 
@@ -247,4 +247,4 @@ std::vector<std::byte> fetchRendezvousBlob(const comm::RendezvousConfig &config)
                           "SHARDSCOPE_RENDEZVOUS_TIMEOUT_S");
 }
 
-} // namespace shardscope
+} // namespace shardscope::cuda

@@ -29,9 +29,9 @@ class TestCudaMemory : public QObject
 #if SHARDSCOPE_HAVE_CUDA
     void copiesZeroAndAddOnTheComputeStream()
     {
-        gpu::setDevice(0);
-        gpu::Stream compute, comm;
-        gpu::CudaMemory mem(0, compute.get(), comm.get());
+        cuda::setDevice(0);
+        cuda::Stream compute, comm;
+        cuda::CudaMemory mem(0, compute.get(), comm.get());
         QVERIFY(!mem.isHost());
         QCOMPARE(mem.name(), std::string("cuda:0"));
         QVERIFY(mem.allocate(0) == nullptr);
@@ -61,9 +61,9 @@ class TestCudaMemory : public QObject
 
     void collectiveBuffersAndFreesAreStreamOrdered()
     {
-        gpu::setDevice(0);
-        gpu::Stream compute, comm;
-        gpu::CudaMemory mem(0, compute.get(), comm.get());
+        cuda::setDevice(0);
+        cuda::Stream compute, comm;
+        cuda::CudaMemory mem(0, compute.get(), comm.get());
         // Allocate, use and free many times: the pool reuses memory across the two
         // streams without a device-wide synchronisation.
         for (int round = 0; round < 50; ++round) {
@@ -81,9 +81,9 @@ class TestCudaMemory : public QObject
 
     void anImpossibleAllocationSaysHowMuchAndWhere()
     {
-        gpu::setDevice(0);
-        gpu::Stream compute, comm;
-        gpu::CudaMemory mem(0, compute.get(), comm.get());
+        cuda::setDevice(0);
+        cuda::Stream compute, comm;
+        cuda::CudaMemory mem(0, compute.get(), comm.get());
         try {
             mem.allocate(std::size_t(1) << 50); // 1 PiB
             QFAIL("a 1 PiB allocation must fail");
@@ -100,14 +100,14 @@ class TestCudaMemory : public QObject
 
     void ncclCommunicatorMemoryFollowsItsComputeStream()
     {
-        NcclLocalWorld world = makeNcclLocalWorld({0});
-        NcclCommunicator &c = world[0];
+        cuda::NcclLocalWorld world = cuda::makeNcclLocalWorld({0});
+        cuda::NcclCommunicator &c = world[0];
         QVERIFY(c.computeStream() == nullptr); // standalone default: the legacy stream
         QVERIFY(c.orderAfterCompute());
         const cudaStream_t own = c.useOwnComputeStream();
         QVERIFY(own != nullptr);
         QVERIFY(c.computeStream() == own);
-        auto &mem = dynamic_cast<gpu::CudaMemory &>(c.memory());
+        auto &mem = dynamic_cast<cuda::CudaMemory &>(c.memory());
         QVERIFY(mem.computeStream() == own);
         QVERIFY(mem.commStream() == c.commStream());
         QCOMPARE(mem.device(), c.device());

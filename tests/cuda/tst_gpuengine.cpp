@@ -116,7 +116,7 @@ class TestGpuEngine : public QObject
 
     void engineMemoryIsTheGpu()
     {
-        auto engine = gpu::makeNcclEngine(smallConfig(worldForTest()));
+        auto engine = cuda::makeNcclEngine(smallConfig(worldForTest()));
         QCOMPARE(engine->backend(), comm::Backend::Nccl);
         for (int r : engine->localRanks()) {
             QVERIFY(!engine->memory(r).isHost());
@@ -128,13 +128,13 @@ class TestGpuEngine : public QObject
     {
         nn::TrainConfig c = smallConfig(worldForTest());
         c.guard = GuardPolicy::Auto; // lm_head's read of embed.weight registers it
-        auto engine = gpu::makeNcclEngine(c);
+        auto engine = cuda::makeNcclEngine(c);
         nn::buildModel(*engine, c);
         const int world = engine->worldSize();
 
         // Taken from the reporting rank's thread while the other ranks may be running.
         std::vector<core::EngineState> during;
-        gpu::trainOnGpu(*engine, c, [&](const nn::StepReport &) {
+        cuda::trainOnGpu(*engine, c, [&](const nn::StepReport &) {
             during.push_back(engine->state());
         });
         QCOMPARE(int(during.size()), c.steps);
@@ -181,13 +181,13 @@ class TestGpuEngine : public QObject
     void inspectorServesAClientOfAnNcclEngine()
     {
         nn::TrainConfig c = smallConfig(worldForTest());
-        auto engine = gpu::makeNcclEngine(c);
+        auto engine = cuda::makeNcclEngine(c);
         server::InspectorOptions o;
         o.endpoint = "tcp:127.0.0.1:0";
         server::Inspector inspector(*engine, o);
         QVERIFY(inspector.endpoint().starts_with("tcp:127.0.0.1:"));
         nn::buildModel(*engine, c);
-        gpu::trainOnGpu(*engine, c, {});
+        cuda::trainOnGpu(*engine, c, {});
 
         auto client = InspectorClient::connect(inspector.endpoint(), {});
         QVERIFY2(client.ok(), client.error().c_str());
@@ -221,7 +221,7 @@ class TestGpuEngine : public QObject
     {
         nn::TrainConfig c = smallConfig(worldForTest());
         c.externals = nn::Externals::Manual;
-        auto engine = gpu::makeNcclEngine(c);
+        auto engine = cuda::makeNcclEngine(c);
         nn::buildModel(*engine, c);
         const ParamId p = engine->findParam("blocks.0.fc1.weight");
         const core::ParamInfo &info = engine->param(p);
@@ -284,7 +284,7 @@ class TestGpuEngine : public QObject
         c.externals = nn::Externals::Manual;
         c.layers = 4;
         c.steps = 3; // step 1 records the trace, 2 and 3 prefetch from it
-        auto engine = gpu::makeNcclEngine(c);
+        auto engine = cuda::makeNcclEngine(c);
         const int rank = engine->localRanks().front();
         // Static: the stream's callback may still read it after an early return.
         static std::atomic<bool> go;
@@ -297,9 +297,9 @@ class TestGpuEngine : public QObject
         ReleasingSink sink(go, rank, engine->findModule("embed"), 2);
         engine->setEventSink(&sink);
         cudaError_t held = cudaErrorUnknown;
-        gpu::trainOnGpu(*engine, c, [&](const nn::StepReport &r) {
+        cuda::trainOnGpu(*engine, c, [&](const nn::StepReport &r) {
             if (r.step != 1) return; // on rank 0's thread, after step 1's last collective
-            auto &comm = dynamic_cast<NcclCommunicator &>(engine->comm(rank));
+            auto &comm = dynamic_cast<cuda::NcclCommunicator &>(engine->comm(rank));
             held = cudaLaunchHostFunc(
                 comm.commStream(),
                 [](void *flag) {

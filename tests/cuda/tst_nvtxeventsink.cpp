@@ -37,7 +37,7 @@ class TestNvtxEventSink : public QObject
         cfg.persistenceThreshold = 4;
         core::Engine engine(cfg, comm::makeCpuWorld(2));
         test::RecordingSink inner;
-        gpu::NvtxEventSink nvtx(engine, &inner); // before the model exists, as the trainer does
+        cuda::NvtxEventSink nvtx(engine, &inner); // before the model exists, as the trainer does
         QCOMPARE(nvtx.inner(), &inner);
         engine.setEventSink(&nvtx);
 
@@ -155,7 +155,7 @@ class TestNvtxEventSink : public QObject
         nn::buildModel(*engine, c);
         QCOMPARE(engine->findParam("pos_conv.weight"), kNoParam); // removed by weight_norm
         test::RecordingSink inner;
-        gpu::NvtxEventSink nvtx(*engine, &inner);
+        cuda::NvtxEventSink nvtx(*engine, &inner);
         engine->setEventSink(&nvtx);
         nn::trainModel(*engine, c, {});
         engine->setEventSink(nullptr);
