@@ -66,15 +66,15 @@ struct Attach
 
 Attach attachOnce(const std::string &endpoint, int expectedNodes)
 {
-    SessionStore store;
+    session::SessionStore store;
     ModuleTreeModel tree(&store);
-    Connection connection(&store);
+    session::Connection connection(&store);
     QEventLoop loop;
     Attach out;
     bool populated = false;
     const auto t0 = Clock::now();
     // Connected after the tree's own slot, so this runs once the tree has rebuilt.
-    QObject::connect(&store, &SessionStore::updated, &loop, [&] {
+    QObject::connect(&store, &session::SessionStore::updated, &loop, [&] {
         if (populated || tree.matchingNodeCount() < expectedNodes)
             return;
         populated = true;
@@ -84,9 +84,9 @@ Attach attachOnce(const std::string &endpoint, int expectedNodes)
         loop.quit();
     });
     QString failure;
-    QObject::connect(&connection, &Connection::stateChanged, &loop,
-                     [&](Connection::State s, const QString &message) {
-                         if (s == Connection::State::Failed) {
+    QObject::connect(&connection, &session::Connection::stateChanged, &loop,
+                     [&](session::Connection::State s, const QString &message) {
+                         if (s == session::Connection::State::Failed) {
                              failure = message;
                              loop.quit();
                          }
@@ -149,7 +149,7 @@ WorldResult measureWorld(const SyntheticModel &model, int world, int reps)
         out.decodeMs.push_back(secondsSince(t) * 1e3);
         if (!decoded)
             throw std::runtime_error("the snapshot does not decode: " + decoded.error());
-        SessionStore store;
+        session::SessionStore store;
         ModuleTreeModel tree(&store);
         t = Clock::now();
         store.applyState(std::move(decoded->state));

@@ -145,7 +145,7 @@ struct Rep
 Rep runOnce(const std::string &stream, const core::EngineState &state)
 {
     Rep rep;
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(state);
     store.flush();
     const std::size_t heapBefore = heapInUse();

@@ -144,17 +144,17 @@ struct Rep
     double residentPerEvent = 0; // resident memory grown during the attach, per event
 };
 
-Rep attachOnce(const std::vector<JobTarget> &targets, int expectedNodes)
+Rep attachOnce(const std::vector<session::JobTarget> &targets, int expectedNodes)
 {
     const std::size_t rss0 = residentBytes();
-    auto store = std::make_unique<SessionStore>();
+    auto store = std::make_unique<session::SessionStore>();
     ModuleTreeModel tree(store.get());
-    JobSession session(store.get());
+    session::JobSession session(store.get());
     QEventLoop loop;
     Rep out;
     const std::uint64_t expectedEvents = kEventsPerRank * kWorld;
     const auto t0 = Clock::now();
-    QObject::connect(store.get(), &SessionStore::updated, &loop, [&] {
+    QObject::connect(store.get(), &session::SessionStore::updated, &loop, [&] {
         if (out.populatedMs == 0 && tree.matchingNodeCount() >= expectedNodes)
             out.populatedMs = secondsSince(t0) * 1e3;
         if (out.ingestedMs == 0 && store->totalEvents() >= expectedEvents)
@@ -187,7 +187,7 @@ int main(int argc, char **argv)
     const core::EngineState whole = wholeModel();
     std::vector<std::unique_ptr<RankProvider>> providers;
     std::vector<std::unique_ptr<server::Inspector>> servers;
-    std::vector<JobTarget> targets;
+    std::vector<session::JobTarget> targets;
     for (int r = 0; r < kWorld; ++r) {
         providers.push_back(std::make_unique<RankProvider>(r, whole));
         server::InspectorOptions o;

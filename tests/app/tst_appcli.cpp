@@ -99,7 +99,7 @@ void TestAppCli::fifoIsRefusedNotWaitedOn()
 
 void TestAppCli::openExportsAndScreenshot()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
     store.appendEvents(
         std::vector<telemetry::Event>{
@@ -109,7 +109,7 @@ void TestAppCli::openExportsAndScreenshot()
             lmHeadViolation(9500, 0), eventAt(20000, 0, telemetry::makeStepEnd(4.0))},
         false);
     const QString snap = m_dir.filePath(QStringLiteral("in.json"));
-    QCOMPARE(exportSnapshotFile(snap, store), QString());
+    QCOMPARE(session::exportSnapshotFile(snap, store), QString());
     const QString trace = m_dir.filePath(QStringLiteral("trace.json"));
     const QString csv = m_dir.filePath(QStringLiteral("violations.csv"));
     const QString png = m_dir.filePath(QStringLiteral("shot.png"));

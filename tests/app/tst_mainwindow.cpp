@@ -59,7 +59,7 @@ void TestMainWindow::init()
 
 static QString writeSnapshot(QTemporaryDir &dir)
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
     store.appendEvents(
         std::vector<telemetry::Event>{
@@ -68,7 +68,7 @@ static QString writeSnapshot(QTemporaryDir &dir)
             lmHeadViolation(6000, 0)},
         false);
     const QString path = dir.filePath(QStringLiteral("s.json"));
-    exportSnapshotFile(path, store);
+    session::exportSnapshotFile(path, store);
     return path;
 }
 
@@ -126,7 +126,7 @@ void TestMainWindow::lostConnectionKeepsDataAndSaysSo()
     QTRY_COMPARE(w.violations()->model()->rowCount(), 1);
     engine.stopListening();
     engine.dropClient();
-    QTRY_COMPARE(w.connection()->state(), Connection::State::Lost);
+    QTRY_COMPARE(w.connection()->state(), session::Connection::State::Lost);
     auto *banner = w.findChild<QLabel *>(QStringLiteral("banner"));
     QVERIFY(banner && banner->isVisible());
     QVERIFY(banner->text().contains(QStringLiteral("everything collected so far is kept")));

@@ -28,7 +28,7 @@ class TestModuleTreeModel : public QObject
   private:
     // What the filter must keep, computed independently with QString::contains: nodes
     // whose path or name matches, the subtree of a matching module, and their ancestors.
-    static int expectedMatching(const SessionStore &store, const QString &f)
+    static int expectedMatching(const session::SessionStore &store, const QString &f)
     {
         int count = 0;
         auto visit = [&](auto &&self, ModuleId id, bool inherited) -> bool {
@@ -65,7 +65,7 @@ class TestModuleTreeModel : public QObject
 
 void TestModuleTreeModel::liveUpdatesUnderTester()
 {
-    SessionStore store;
+    session::SessionStore store;
     ModuleTreeModel model(&store);
     model.setFetchBatchSize(2);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
@@ -130,7 +130,7 @@ void TestModuleTreeModel::liveUpdatesUnderTester()
 
 void TestModuleTreeModel::externalsShownUnderRegisteringModule()
 {
-    SessionStore store;
+    session::SessionStore store;
     core::EngineState st = smallState();
     st.params[0].externals.push_back(core::ExternalRecord{7, false});
     store.applyState(st);
@@ -158,7 +158,7 @@ void TestModuleTreeModel::externalsShownUnderRegisteringModule()
 // in a 1.5 KB file). Rows and lookups work by the parameter's place instead.
 void TestModuleTreeModel::hugeParameterIdsAreNamesNotIndexes()
 {
-    SessionStore store;
+    session::SessionStore store;
     core::EngineState st = smallState();
     st.params[0].id = 4'294'967'294u; // embed.weight
     st.params[0].externals.push_back(core::ExternalRecord{7, false});
@@ -178,7 +178,7 @@ void TestModuleTreeModel::hugeParameterIdsAreNamesNotIndexes()
 
 void TestModuleTreeModel::filterKeepsAncestors()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
     ModuleTreeModel model(&store);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
@@ -205,7 +205,7 @@ void TestModuleTreeModel::filterKeepsAncestors()
 
 void TestModuleTreeModel::sortsByColumn()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
     ModuleTreeModel model(&store);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
@@ -221,7 +221,7 @@ void TestModuleTreeModel::sortsByColumn()
 
 void TestModuleTreeModel::hundredThousandParameters()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(largeState(1000, 100)); // 1000 modules x 100 = 100,000 parameters
     store.flush();
     QCOMPARE(store.state().params.size(), std::size_t(100000));
@@ -283,7 +283,7 @@ void TestModuleTreeModel::typingMatchesQtCaseInsensitiveContains()
     st.params[7].name += ".ÄRGER";
     st.params[8].name += ".weiß";
     st.params[9].name += ".Kelvin\u212a";
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(st);
     store.flush();
     ModuleTreeModel model(&store);

@@ -23,7 +23,7 @@ class TestViolationsModel : public QObject
 
 void TestViolationsModel::rowsAppearAndCount()
 {
-    SessionStore store;
+    session::SessionStore store;
     ViolationsModel model(&store);
     QSortFilterProxyModel proxy;
     proxy.setSourceModel(&model);
@@ -77,7 +77,7 @@ void TestViolationsModel::rowsAppearAndCount()
 
 void TestViolationsModel::csv()
 {
-    SessionStore store;
+    session::SessionStore store;
     ViolationsModel model(&store);
     store.applyState(smallState());
     store.appendEvents(
@@ -103,7 +103,7 @@ void TestViolationsModel::csv()
 // they stay put when new events arrive.
 void TestViolationsModel::lateAttachTimesCountFromTheFirstViolation()
 {
-    SessionStore store;
+    session::SessionStore store;
     ViolationsModel model(&store);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     core::EngineState st = smallState();

@@ -39,10 +39,10 @@ void TestConnection::receivesStateHistoryAndLive()
     FakeEngine engine;
     engine.state = smallState();
     engine.history = someHistory();
-    SessionStore store;
-    Connection conn(&store);
+    session::SessionStore store;
+    session::Connection conn(&store);
     conn.attach(engine.endpoint());
-    QTRY_COMPARE(conn.state(), Connection::State::Connected);
+    QTRY_COMPARE(conn.state(), session::Connection::State::Connected);
     QTRY_VERIFY(engine.clientReady());
     QTRY_VERIFY(store.hasState());
     QTRY_COMPARE(store.totalEvents(), std::uint64_t(40));
@@ -63,8 +63,8 @@ void TestConnection::droppedConnectionKeepsDataAndReconnects()
     FakeEngine engine;
     engine.state = smallState();
     engine.history = someHistory();
-    SessionStore store;
-    Connection conn(&store);
+    session::SessionStore store;
+    session::Connection conn(&store);
     conn.setReconnectIntervalMs(100);
     conn.attach(engine.endpoint());
     QTRY_VERIFY(engine.clientReady());
@@ -72,10 +72,10 @@ void TestConnection::droppedConnectionKeepsDataAndReconnects()
         {lmHeadViolation(5000, 1), eventAt(5001, 1, telemetry::makeModuleExit({.module = 3}))});
     QTRY_COMPARE(store.totalEvents(), std::uint64_t(42));
 
-    QSignalSpy lost(&conn, &Connection::stateChanged);
+    QSignalSpy lost(&conn, &session::Connection::stateChanged);
     engine.stopListening();
     engine.dropClient();
-    QTRY_COMPARE(conn.state(), Connection::State::Lost);
+    QTRY_COMPARE(conn.state(), session::Connection::State::Lost);
     QVERIFY(conn.message().contains(QStringLiteral("everything collected so far is kept")));
     QCOMPARE(store.totalEvents(), std::uint64_t(42)); // nothing lost
     QVERIFY(store.hasState());
@@ -112,11 +112,11 @@ void TestConnection::wrongTokenIsRefused()
     FakeEngine engine;
     engine.state = smallState();
     engine.token = "s3cret";
-    SessionStore store;
-    Connection conn(&store);
+    session::SessionStore store;
+    session::Connection conn(&store);
     conn.setReconnectIntervalMs(50);
     conn.attach(engine.endpoint(), QStringLiteral("nope"));
-    QTRY_COMPARE(conn.state(), Connection::State::Failed);
+    QTRY_COMPARE(conn.state(), session::Connection::State::Failed);
     QVERIFY2(conn.message().contains(QStringLiteral("refused")), qPrintable(conn.message()));
     QVERIFY(conn.message().contains(QStringLiteral("token")));
     QTest::qWait(200);
@@ -129,10 +129,10 @@ void TestConnection::garbageFailsCleanly()
     FakeEngine engine;
     engine.state = smallState();
     engine.sendGarbage = true;
-    SessionStore store;
-    Connection conn(&store);
+    session::SessionStore store;
+    session::Connection conn(&store);
     conn.attach(engine.endpoint());
-    QTRY_COMPARE(conn.state(), Connection::State::Failed);
+    QTRY_COMPARE(conn.state(), session::Connection::State::Failed);
     QVERIFY2(conn.message().contains(QStringLiteral("refused")) ||
                  conn.message().contains(QStringLiteral("cannot read")),
              qPrintable(conn.message()));
@@ -141,10 +141,10 @@ void TestConnection::garbageFailsCleanly()
 
 void TestConnection::badEndpointIsRefused()
 {
-    SessionStore store;
-    Connection conn(&store);
+    session::SessionStore store;
+    session::Connection conn(&store);
     conn.attach(QStringLiteral("pigeon:coop"));
-    QTRY_COMPARE(conn.state(), Connection::State::Failed);
+    QTRY_COMPARE(conn.state(), session::Connection::State::Failed);
     QVERIFY2(conn.message().contains(QStringLiteral("unix:PATH or tcp:HOST:PORT")),
              qPrintable(conn.message()));
 }
@@ -157,17 +157,17 @@ void TestConnection::unreachableKeepsRetrying()
         probe.listen(QHostAddress::LocalHost, 0);
         port = probe.serverPort();
     }
-    SessionStore store;
-    Connection conn(&store);
+    session::SessionStore store;
+    session::Connection conn(&store);
     conn.setReconnectIntervalMs(50);
-    QSignalSpy spy(&conn, &Connection::stateChanged);
+    QSignalSpy spy(&conn, &session::Connection::stateChanged);
     conn.attach(QStringLiteral("tcp:127.0.0.1:%1").arg(port));
     QTRY_VERIFY(spy.count() >= 3);
-    QCOMPARE(conn.state(), Connection::State::Connecting);
+    QCOMPARE(conn.state(), session::Connection::State::Connecting);
     QVERIFY2(conn.message().contains(QStringLiteral("cannot reach the engine")),
              qPrintable(conn.message()));
     conn.detach();
-    QCOMPARE(conn.state(), Connection::State::Idle);
+    QCOMPARE(conn.state(), session::Connection::State::Idle);
 }
 
 QTEST_GUILESS_MAIN(TestConnection)

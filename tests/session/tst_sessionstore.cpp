@@ -42,7 +42,7 @@ class TestSessionStore : public QObject
 
 void TestSessionStore::appliesStateAndIndexes()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
     QVERIFY(store.hasState());
     QCOMPARE(store.worldSize(), 4);
@@ -57,7 +57,7 @@ void TestSessionStore::appliesStateAndIndexes()
 
 void TestSessionStore::liveEventsUpdateStatusAndGathers()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
     std::vector<telemetry::Event> evs{
         eventAt(100, 2, telemetry::makeFetchBegin({.param = 1, .cause = 4, .bytes = 1024})),
@@ -84,7 +84,7 @@ void TestSessionStore::liveEventsUpdateStatusAndGathers()
 
 void TestSessionStore::historyEventsAreStoredNotCounted()
 {
-    SessionStore store;
+    session::SessionStore store;
     core::EngineState st = smallState();
     st.params[1].gatherCount = 7;
     store.applyState(st);
@@ -100,7 +100,7 @@ void TestSessionStore::historyEventsAreStoredNotCounted()
 
 void TestSessionStore::violationsGroupByKindAccessorParam()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
     std::vector<telemetry::Event> evs{
         lmHeadViolation(100, 0), lmHeadViolation(101, 1), lmHeadViolation(300, 0, 2),
@@ -108,7 +108,7 @@ void TestSessionStore::violationsGroupByKindAccessorParam()
         eventAt(51, 0, telemetry::makeLateParameter({.module = 8, .param = 7}))};
     store.appendEvents(evs, false);
     QCOMPARE(store.violationGroups().size(), std::size_t(3));
-    const ViolationGroup &g = store.violationGroups()[0];
+    const session::ViolationGroup &g = store.violationGroups()[0];
     QCOMPARE(g.kind, ViolationKind::UnregisteredAccess);
     QCOMPARE(g.count, std::uint64_t(3));
     QCOMPARE(g.rankMask, std::uint64_t(0b11));
@@ -123,7 +123,7 @@ void TestSessionStore::violationsGroupByKindAccessorParam()
     QCOMPARE(store.paramViolations(0), std::uint64_t(3));
     QCOMPARE(store.moduleViolations(7), std::uint64_t(3)); // accessor
     QCOMPARE(store.moduleViolations(1), std::uint64_t(3)); // owner
-    const ViolationGroup &late = store.violationGroups()[1];
+    const session::ViolationGroup &late = store.violationGroups()[1];
     QCOMPARE(late.kind, ViolationKind::LateParameter);
     QVERIFY(QString::fromStdString(late.fix).contains(
         QStringLiteral("GatheredParameters(pos_conv.weight, modifier_rank=0)")));
@@ -137,7 +137,7 @@ void TestSessionStore::violationsGroupByKindAccessorParam()
 // whose record says something else. Counts come per rank and are exported per rank.
 void TestSessionStore::aRowKeepsItsWordsWhenAStateLands()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
     store.appendEvents(
         std::vector<telemetry::Event>{lmHeadViolation(100, 0), lmHeadViolation(101, 1)}, false);
@@ -177,14 +177,14 @@ void TestSessionStore::aRowKeepsItsWordsWhenAStateLands()
     }
     store.applyState(st);
     QCOMPARE(store.violationGroups().size(), std::size_t(1));
-    const ViolationGroup &g = store.violationGroups()[0];
+    const session::ViolationGroup &g = store.violationGroups()[0];
     QCOMPARE(g.fix, fix);
     QCOMPARE(g.message, message);
     QCOMPARE(g.count, std::uint64_t(3));
     QCOMPARE(g.rankMask, std::uint64_t(0b11));
 
     // The export keeps one record per rank, with that rank's count and the row's words.
-    const wire::Snapshot snap = snapshotOf(store);
+    const wire::Snapshot snap = session::snapshotOf(store);
     QCOMPARE(snap.state.violations.size(), std::size_t(2));
     for (const core::ViolationRecord &v : snap.state.violations) {
         QCOMPARE(v.count, std::uint64_t(v.rank == 0 ? 2 : 1));
@@ -196,9 +196,9 @@ void TestSessionStore::aRowKeepsItsWordsWhenAStateLands()
 
 void TestSessionStore::updatesAreCoalesced()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.setRefreshIntervalMs(10000);
-    QSignalSpy spy(&store, &SessionStore::updated);
+    QSignalSpy spy(&store, &session::SessionStore::updated);
     store.applyState(smallState());
     for (int i = 0; i < 1000; ++i) {
         const telemetry::Event e = eventAt(
@@ -209,7 +209,7 @@ void TestSessionStore::updatesAreCoalesced()
     QCOMPARE(spy.count(), 0);
     store.flush();
     QCOMPARE(spy.count(), 1);
-    const auto changes = spy.at(0).at(0).value<StoreChanges>();
+    const auto changes = spy.at(0).at(0).value<session::StoreChanges>();
     QVERIFY(changes.reset);
     QVERIFY(changes.events);
     QCOMPARE(changes.params.size(), std::size_t(8)); // each param once
@@ -219,7 +219,7 @@ void TestSessionStore::updatesAreCoalesced()
 
 void TestSessionStore::reconnectContinuesHistoryWithoutDuplicates()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
     std::vector<telemetry::Event> first;
     for (int i = 0; i < 100; ++i)
@@ -264,10 +264,10 @@ void TestSessionStore::reconnectContinuesHistoryWithoutDuplicates()
 
 void TestSessionStore::differentRunStartsOver()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
     store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(10, 0)}, false);
-    QSignalSpy spy(&store, &SessionStore::updated);
+    QSignalSpy spy(&store, &session::SessionStore::updated);
     store.flush();
     core::EngineState other = smallState(2);
     other.modelName = "another";
@@ -276,14 +276,14 @@ void TestSessionStore::differentRunStartsOver()
     QCOMPARE(store.worldSize(), 2);
     QCOMPARE(store.totalEvents(), std::uint64_t(0));
     QVERIFY(store.violationGroups().empty());
-    QVERIFY(spy.last().at(0).value<StoreChanges>().reset);
+    QVERIFY(spy.last().at(0).value<session::StoreChanges>().reset);
 }
 
 // Connection frees the replaced state on its worker thread; it relies on getting it back
 // whole, and on the store keeping the moved-in state intact.
 void TestSessionStore::applyStateReturnsTheStateItReplaced()
 {
-    SessionStore store;
+    session::SessionStore store;
     QVERIFY(store.applyState(smallState()).params.empty());
 
     core::EngineState refreshed = smallState();
@@ -307,7 +307,7 @@ void TestSessionStore::applyStateReturnsTheStateItReplaced()
 
 void TestSessionStore::lanesAreSortedAndSearchable()
 {
-    EventLane lane;
+    session::EventLane lane;
     for (std::uint64_t t = 0; t < 40000; ++t)
         lane.insert(eventAt(t * 2, 0, telemetry::makeModuleEnter({.module = 0})));
     lane.insert(eventAt(5, 0, telemetry::makeModuleExit({.module = 0}))); // out of order
@@ -324,8 +324,8 @@ void TestSessionStore::lanesAreSortedAndSearchable()
     QVERIFY(!lane.contains(eventAt(5, 0, telemetry::makeModuleEnter({.module = 0}))));
     // 20 bytes an event (no rank, step or high time bits, no wide u0/u1/u2 kept) plus at
     // most one partly filled chunk.
-    QCOMPARE(sizeof(EventLane::Stored), std::size_t(20));
-    QVERIFY(lane.bytesUsed() <= (lane.size() + EventLane::kChunkEvents) * 20);
+    QCOMPARE(sizeof(session::EventLane::Stored), std::size_t(20));
+    QVERIFY(lane.bytesUsed() <= (lane.size() + session::EventLane::kChunkEvents) * 20);
 }
 
 void TestSessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
@@ -333,9 +333,9 @@ void TestSessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
     // Memory samples (the events that carry u1/u2) in order, then more of them inserted
     // out of order just before a chunk boundary, each earlier than the last: every insert
     // moves events across chunks and, past 16,384 inserts, rebuilds a chunk's side table.
-    const std::size_t base = EventLane::kChunkEvents + 100;
-    const std::size_t at = EventLane::kChunkEvents - 100;
-    const std::size_t late = EventLane::kChunkEvents + 700;
+    const std::size_t base = session::EventLane::kChunkEvents + 100;
+    const std::size_t at = session::EventLane::kChunkEvents - 100;
+    const std::size_t late = session::EventLane::kChunkEvents + 700;
     auto sample = [](std::uint64_t ts, std::uint64_t k) {
         telemetry::Event e =
             makeEvent(ts, 5, EventType::MemorySample, static_cast<std::uint32_t>(k),
@@ -346,7 +346,7 @@ void TestSessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
         e.u2 = ~k;
         return e;
     };
-    EventLane lane;
+    session::EventLane lane;
     std::vector<telemetry::Event> expected;
     for (std::uint64_t i = 0; i < base; ++i) {
         expected.push_back(sample(i * 100000, i));
@@ -388,7 +388,7 @@ void TestSessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
 // chunks and runs back all come out as they went in.
 void TestSessionStore::lanesKeepWideTimesStepsAndValues()
 {
-    EventLane lane;
+    session::EventLane lane;
     std::vector<telemetry::Event> expected;
     auto event = [](std::uint64_t ts, std::uint64_t k) {
         telemetry::Event e = makeEvent(ts, 3, EventType::FetchBegin, static_cast<std::uint32_t>(k),
@@ -397,7 +397,7 @@ void TestSessionStore::lanesKeepWideTimesStepsAndValues()
         return e;
     };
     std::uint64_t ts = (std::uint64_t(1) << 32) - 50000;
-    for (std::uint64_t k = 0; k < 3 * EventLane::kChunkEvents; ++k) {
+    for (std::uint64_t k = 0; k < 3 * session::EventLane::kChunkEvents; ++k) {
         ts += k % 1000 == 999 ? (std::uint64_t(3) << 32) : 1 + k % 3; // some jump 2^32 ahead
         expected.push_back(event(ts, k));
         lane.insert(expected.back());
@@ -438,17 +438,17 @@ void TestSessionStore::lanesKeepWideTimesStepsAndValues()
 
 void TestSessionStore::externalRegisterChangesStructure()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
     store.flush();
-    QSignalSpy spy(&store, &SessionStore::updated);
+    QSignalSpy spy(&store, &session::SessionStore::updated);
     store.appendEvents(
         std::vector<telemetry::Event>{eventAt(
             10, 0, telemetry::makeExternalRegister({.module = 7, .param = 0, .automatic = true}))},
         false);
     store.flush();
     QCOMPARE(spy.count(), 1);
-    QVERIFY(spy.at(0).at(0).value<StoreChanges>().structure);
+    QVERIFY(spy.at(0).at(0).value<session::StoreChanges>().structure);
     QCOMPARE(store.externalsOn(7).size(), std::size_t(1));
     QCOMPARE(store.externalsOn(7)[0].module, ModuleId(0)); // the param id
     QVERIFY(store.externalsOn(7)[0].automatic);
@@ -461,7 +461,7 @@ void TestSessionStore::externalRegisterChangesStructure()
 
 void TestSessionStore::badEventsDoNotCrash()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
     std::vector<telemetry::Event> evs{
         eventAt(1, 0, telemetry::makeFetchBegin({.param = 999999, .cause = 0})),
@@ -478,23 +478,24 @@ void TestSessionStore::badEventsDoNotCrash()
 
 void TestSessionStore::memoryIsBounded()
 {
-    SessionStore store;
-    store.setMaxEvents(4 * 2 * EventLane::kChunkEvents); // two chunks per rank
+    session::SessionStore store;
+    store.setMaxEvents(4 * 2 * session::EventLane::kChunkEvents); // two chunks per rank
     store.applyState(smallState(4));
     std::vector<telemetry::Event> evs;
-    const std::uint64_t perRank = 5 * EventLane::kChunkEvents + 100;
+    const std::uint64_t perRank = 5 * session::EventLane::kChunkEvents + 100;
     for (std::uint64_t i = 0; i < perRank * 4; ++i)
         evs.push_back(
             eventAt(1000 + i, static_cast<int>(i % 4), telemetry::makeModuleEnter({.module = 3})));
     store.appendEvents(evs, false);
     QCOMPARE(store.totalEvents(), perRank * 4);
     for (int r = 0; r < 4; ++r) {
-        const EventLane &lane = store.lane(r);
-        QVERIFY(lane.size() <= 2 * EventLane::kChunkEvents);
+        const session::EventLane &lane = store.lane(r);
+        QVERIFY(lane.size() <= 2 * session::EventLane::kChunkEvents);
         QCOMPARE(lane.evicted() + lane.size(), perRank);
         QCOMPARE(lane.lastTs(),
                  1000 + (perRank - 1) * 4 + static_cast<std::uint64_t>(r)); // the newest are kept
-        QVERIFY(lane.bytesUsed() <= 2 * EventLane::kChunkEvents * sizeof(telemetry::Event));
+        QVERIFY(lane.bytesUsed() <=
+                2 * session::EventLane::kChunkEvents * sizeof(telemetry::Event));
     }
     QCOMPARE(
         store.evictedEvents(), perRank * 4 - [&] {
@@ -550,7 +551,7 @@ void TestSessionStore::hugeParameterIdsCostNoMemory()
     st.violations.push_back(v);
 
     const DataLimit limit(std::size_t(1) << 30); // far above what this needs, far below 8 GB
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(st);
     QVERIFY(store.param(500'000'000));
     QCOMPARE(store.param(4'294'967'294u)->name, st.params[1].name);
@@ -575,10 +576,10 @@ void TestSessionStore::hugeParameterIdsCostNoMemory()
         false);
     QCOMPARE(store.param(500'000'000)->gatherCount, std::uint64_t(1));
     QCOMPARE(store.paramViolations(4'294'967'294u), std::uint64_t(3));
-    QSignalSpy updated(&store, &SessionStore::updated);
+    QSignalSpy updated(&store, &session::SessionStore::updated);
     store.flush();
     QCOMPARE(updated.count(), 1);
-    auto changes = updated.at(0).at(0).value<StoreChanges>();
+    auto changes = updated.at(0).at(0).value<session::StoreChanges>();
     std::sort(changes.params.begin(), changes.params.end());
     QCOMPARE(changes.params, (std::vector<ParamId>{500'000'000, 4'294'967'294u}));
 }
@@ -597,7 +598,7 @@ void TestSessionStore::reversedEventsAreMergedNotShifted()
         e.u2 = i % 3 == 0 ? 2 * i : 0;
         evs.push_back(e);
     }
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState(2));
     store.appendEvents(evs, true); // a snapshot file, in one call
     // and the same pattern as live batches of 2048, each older than everything before it
@@ -611,7 +612,7 @@ void TestSessionStore::reversedEventsAreMergedNotShifted()
     }
     QCOMPARE(store.totalEvents(), 2 * kEvents);
     for (int r = 0; r < 2; ++r) {
-        const EventLane &lane = store.lane(r);
+        const session::EventLane &lane = store.lane(r);
         QCOMPARE(lane.size(), std::size_t(kEvents));
         for (std::size_t k = 0; k < lane.size(); ++k) {
             const telemetry::Event e = lane.at(k);

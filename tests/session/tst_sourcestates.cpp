@@ -46,7 +46,7 @@ class TestSourceStates : public QObject
   private slots:
     void statesOfTheJobsProcessesAreMerged()
     {
-        SessionStore store;
+        session::SessionStore store;
         QCOMPARE(store.applySourceState(0, rankState(0, ParamStatus::Available, 2), "rank 0"),
                  QString());
         QCOMPARE(store.applySourceState(1, rankState(1, ParamStatus::Inflight, 3), "rank 1"),

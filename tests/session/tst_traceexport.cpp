@@ -24,7 +24,7 @@ class TestTraceExport : public QObject
 
 void TestTraceExport::requiredFields()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState(2));
     store.appendEvents(
         std::vector<telemetry::Event>{
@@ -44,7 +44,7 @@ void TestTraceExport::requiredFields()
         },
         false);
     QJsonParseError err{};
-    const QJsonDocument doc = QJsonDocument::fromJson(chromeTrace(store), &err);
+    const QJsonDocument doc = QJsonDocument::fromJson(session::chromeTrace(store), &err);
     QCOMPARE(err.error, QJsonParseError::NoError);
     const QJsonObject root = doc.object();
     QCOMPARE(root.value(QStringLiteral("distributedInfo"))
@@ -151,7 +151,7 @@ void TestTraceExport::overlappingGathersGetTheirOwnThreads()
     // Module ends are sub-microsecond so that rounding each duration on its own would
     // push blocks.1 past its parent blocks.
     const std::uint64_t t0 = 1000000;
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState(2));
     store.appendEvents(
         std::vector<telemetry::Event>{
@@ -202,7 +202,7 @@ void TestTraceExport::overlappingGathersGetTheirOwnThreads()
         },
         false);
     QJsonParseError err{};
-    const QJsonDocument doc = QJsonDocument::fromJson(chromeTrace(store), &err);
+    const QJsonDocument doc = QJsonDocument::fromJson(session::chromeTrace(store), &err);
     QCOMPARE(err.error, QJsonParseError::NoError);
 
     QMap<QPair<int, int>, QList<XSpan>> byThread;

@@ -53,7 +53,7 @@ class TestViews : public QObject
 
 void TestViews::treeWithHundredThousandParameters()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(largeState(1000, 100));
     store.flush();
     views::ModuleTreeView view(&store);
@@ -87,7 +87,7 @@ void TestViews::treeWithHundredThousandParameters()
 
 void TestViews::violationReachesPanelAndTree()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
     views::ModuleTreeView tree(&store);
     views::ViolationsPanel panel(&store);
@@ -132,7 +132,7 @@ void TestViews::violationReachesPanelAndTree()
 void TestViews::detailBoundsLongRegistrationLists()
 {
     constexpr std::size_t kExtra = 100'000;
-    SessionStore store;
+    session::SessionStore store;
     core::EngineState st = smallState(4);
     for (std::size_t i = 0; i < kExtra; ++i) {
         const auto id = static_cast<ModuleId>(st.modules.size());
@@ -157,7 +157,7 @@ void TestViews::detailBoundsLongRegistrationLists()
 
 void TestViews::detailShowsShardsAndCopiesFix()
 {
-    SessionStore store;
+    session::SessionStore store;
     core::EngineState st = smallState(4);
     st.params[0].externals.push_back(core::ExternalRecord{7, true});
     store.applyState(st);
@@ -279,7 +279,7 @@ void TestViews::attachDialogShowsWholeNames()
 // scrolls sideways.
 void TestViews::detailFitsItsPanel()
 {
-    SessionStore store;
+    session::SessionStore store;
     core::EngineState st = smallState(4);
     st.params[0].gatherNs = 43'524'620'000;
     core::ViolationRecord v;
@@ -334,19 +334,20 @@ void TestViews::detailFitsItsPanel()
 
 void TestViews::durationsReadInHumanUnits()
 {
-    QCOMPARE(labels::duration(850), QStringLiteral("850 ns"));
-    QCOMPARE(labels::duration(12'400), QStringLiteral("12.4 µs"));
-    QCOMPARE(labels::duration(1'500), QStringLiteral("1.50 µs"));
-    QCOMPARE(labels::duration(874'660'000), QStringLiteral("874.7 ms"));
-    QCOMPARE(labels::duration(43'524'620'000), QStringLiteral("43.52 s"));
-    QCOMPARE(labels::duration(725'000'000'000), QStringLiteral("12 min 5 s"));
-    QCOMPARE(labels::duration(7'380'000'000'000), QStringLiteral("2 h 3 min"));
-    QCOMPARE(labels::breakable(QStringLiteral("a.b_c")), QStringLiteral("a.\u200Bb_\u200Bc"));
+    QCOMPARE(session::labels::duration(850), QStringLiteral("850 ns"));
+    QCOMPARE(session::labels::duration(12'400), QStringLiteral("12.4 µs"));
+    QCOMPARE(session::labels::duration(1'500), QStringLiteral("1.50 µs"));
+    QCOMPARE(session::labels::duration(874'660'000), QStringLiteral("874.7 ms"));
+    QCOMPARE(session::labels::duration(43'524'620'000), QStringLiteral("43.52 s"));
+    QCOMPARE(session::labels::duration(725'000'000'000), QStringLiteral("12 min 5 s"));
+    QCOMPARE(session::labels::duration(7'380'000'000'000), QStringLiteral("2 h 3 min"));
+    QCOMPARE(session::labels::breakable(QStringLiteral("a.b_c")),
+             QStringLiteral("a.\u200Bb_\u200Bc"));
 }
 
 void TestViews::statusBarSummarises()
 {
-    SessionStore store;
+    session::SessionStore store;
     views::InspectorStatusBar bar(&store);
     store.applyState(smallState());
     store.appendEvents(

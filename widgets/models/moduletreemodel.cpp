@@ -58,10 +58,10 @@ bool isNumericColumn(int column)
 
 } // namespace
 
-ModuleTreeModel::ModuleTreeModel(SessionStore *store, QObject *parent)
+ModuleTreeModel::ModuleTreeModel(session::SessionStore *store, QObject *parent)
     : QAbstractItemModel(parent), m_store(store)
 {
-    connect(m_store, &SessionStore::updated, this, &ModuleTreeModel::onStoreUpdated);
+    connect(m_store, &session::SessionStore::updated, this, &ModuleTreeModel::onStoreUpdated);
     rebuild();
 }
 
@@ -417,7 +417,7 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
         case ShapeColumn:
             return QString::fromStdString(m->type);
         case Numel:
-            return labels::count(static_cast<std::uint64_t>(
+            return session::labels::count(static_cast<std::uint64_t>(
                 node.id < m_moduleNumel.size() ? m_moduleNumel[node.id] : 0));
         case Status: {
             const auto &owned = m_store->ownedParams(node.id);
@@ -438,7 +438,7 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
         }
         case Violations: {
             const std::uint64_t v = m_store->moduleViolations(node.id);
-            return v ? QVariant(labels::count(v)) : QVariant();
+            return v ? QVariant(session::labels::count(v)) : QVariant();
         }
         default:
             return {};
@@ -464,17 +464,17 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
         return name;
     }
     case ShapeColumn:
-        return labels::shape(p->shape);
+        return session::labels::shape(p->shape);
     case Numel:
-        return labels::count(static_cast<std::uint64_t>(p->numel));
+        return session::labels::count(static_cast<std::uint64_t>(p->numel));
     case DTypeColumn:
-        return labels::dtype(p->dtype);
+        return session::labels::dtype(p->dtype);
     case Status: {
         if (p->status.empty()) return {};
         const ParamStatus first = p->status.front();
         if (std::all_of(p->status.begin(), p->status.end(),
                         [&](ParamStatus s) { return s == first; }))
-            return labels::status(first);
+            return session::labels::status(first);
         const auto avail = std::count(p->status.begin(), p->status.end(), ParamStatus::Available);
         return QStringLiteral("MIXED (%1/%2 AVAILABLE)").arg(avail).arg(p->status.size());
     }
@@ -484,7 +484,7 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
             return p->late ? QStringLiteral("late: not partitioned")
                            : QStringLiteral("not partitioned");
         return QStringLiteral("%1/rank, pad %2")
-            .arg(labels::count(static_cast<std::uint64_t>(p->partitionNumel)))
+            .arg(session::labels::count(static_cast<std::uint64_t>(p->partitionNumel)))
             .arg(p->paddedNumel - p->numel);
     case RegisteredOn: {
         QStringList mods;
@@ -494,10 +494,10 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
         return mods.join(QStringLiteral(", "));
     }
     case Gathers:
-        return labels::count(p->gatherCount);
+        return session::labels::count(p->gatherCount);
     case Violations: {
         const std::uint64_t v = m_store->paramViolations(node.id);
-        return v ? QVariant(labels::count(v)) : QVariant();
+        return v ? QVariant(session::labels::count(v)) : QVariant();
     }
     default:
         return {};
@@ -526,7 +526,7 @@ QString ModuleTreeModel::tooltip(const Node &node) const
                           m_store->modulePath(p->owner));
     }
     for (std::size_t r = 0; r < p->status.size(); ++r)
-        lines << QStringLiteral("rank %1: %2").arg(r).arg(labels::status(p->status[r]));
+        lines << QStringLiteral("rank %1: %2").arg(r).arg(session::labels::status(p->status[r]));
     return lines.join(QLatin1Char('\n'));
 }
 
@@ -703,7 +703,7 @@ void ModuleTreeModel::emitChangedRows(const std::vector<std::int32_t> &nodes)
     }
 }
 
-void ModuleTreeModel::onStoreUpdated(const StoreChanges &changes)
+void ModuleTreeModel::onStoreUpdated(const session::StoreChanges &changes)
 {
     if (changes.reset || changes.structure) {
         resetAndRebuild();

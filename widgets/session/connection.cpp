@@ -1,12 +1,12 @@
 #include "session/connection.h"
 
-namespace shardscope {
+namespace shardscope::session {
 
 Connection::Connection(SessionStore *store, QObject *parent) : QObject(parent), m_store(store)
 {
-    qRegisterMetaType<shardscope::WelcomeInfo>();
+    qRegisterMetaType<shardscope::session::WelcomeInfo>();
     qRegisterMetaType<std::shared_ptr<shardscope::wire::Snapshot>>();
-    qRegisterMetaType<std::shared_ptr<const shardscope::EventBatch>>();
+    qRegisterMetaType<std::shared_ptr<const shardscope::session::EventBatch>>();
     qRegisterMetaType<shardscope::wire::ClockEstimate>();
     m_worker = new ConnectionWorker;
     m_worker->moveToThread(&m_thread);
@@ -204,4 +204,4 @@ void Connection::onFailed(const QString &message, bool refused)
     m_retry.start();
 }
 
-} // namespace shardscope
+} // namespace shardscope::session

@@ -6,7 +6,7 @@
 #include "server/inspectorclient.h"
 #include "wire/endpoint.h"
 
-namespace shardscope {
+namespace shardscope::session {
 
 namespace {
 
@@ -242,4 +242,4 @@ void ConnectionWorker::fail(const QString &message, bool refused)
     Q_EMIT failed(message, refused);
 }
 
-} // namespace shardscope
+} // namespace shardscope::session

@@ -20,7 +20,7 @@
 
 class QIODevice;
 
-namespace shardscope {
+namespace shardscope::session {
 
 struct EventBatch
 {
@@ -58,10 +58,10 @@ class ConnectionWorker : public QObject
     void clockProbed(const shardscope::wire::ClockEstimate &estimate, const QString &error);
     // Something arrived (a heartbeat too); at most about twice a second.
     void alive();
-    void welcomed(const shardscope::WelcomeInfo &info);
+    void welcomed(const shardscope::session::WelcomeInfo &info);
     // The one receiver takes the state out of the snapshot instead of copying it.
     void stateReceived(std::shared_ptr<shardscope::wire::Snapshot> snapshot);
-    void eventsReceived(std::shared_ptr<const shardscope::EventBatch> batch);
+    void eventsReceived(std::shared_ptr<const shardscope::session::EventBatch> batch);
     void historyEnded();
     void droppedReported(quint64 totalForThisClient);
     void finished(const QString &reason);
@@ -89,9 +89,9 @@ class ConnectionWorker : public QObject
     QElapsedTimer m_sinceAlive;
 };
 
-} // namespace shardscope
+} // namespace shardscope::session
 
-Q_DECLARE_METATYPE(shardscope::WelcomeInfo)
+Q_DECLARE_METATYPE(shardscope::session::WelcomeInfo)
 Q_DECLARE_METATYPE(shardscope::wire::ClockEstimate)
 Q_DECLARE_METATYPE(std::shared_ptr<shardscope::wire::Snapshot>)
-Q_DECLARE_METATYPE(std::shared_ptr<const shardscope::EventBatch>)
+Q_DECLARE_METATYPE(std::shared_ptr<const shardscope::session::EventBatch>)

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-namespace shardscope {
+namespace shardscope::session {
 
 std::size_t EventLane::firstIndex(std::uint64_t ts) const
 {
@@ -149,4 +149,4 @@ std::size_t EventLane::bytesUsed() const
     return bytes;
 }
 
-} // namespace shardscope
+} // namespace shardscope::session

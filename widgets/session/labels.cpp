@@ -2,7 +2,7 @@
 
 #include <QStringList>
 
-namespace shardscope::labels {
+namespace shardscope::session::labels {
 
 namespace {
 
@@ -106,4 +106,4 @@ QString breakable(const QString &text)
     return out;
 }
 
-} // namespace shardscope::labels
+} // namespace shardscope::session::labels

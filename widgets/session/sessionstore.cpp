@@ -9,7 +9,7 @@
 #include "telemetry/eventfields.h"
 #include "wire/jobmerge.h"
 
-namespace shardscope {
+namespace shardscope::session {
 
 namespace {
 
@@ -62,7 +62,7 @@ std::uint64_t rankBit(int rank)
 
 SessionStore::SessionStore(QObject *parent) : QObject(parent)
 {
-    qRegisterMetaType<shardscope::StoreChanges>();
+    qRegisterMetaType<shardscope::session::StoreChanges>();
     m_timer.setInterval(33);
     connect(&m_timer, &QTimer::timeout, this, &SessionStore::flush);
     m_timer.start();
@@ -746,4 +746,4 @@ void SessionStore::flush()
     Q_EMIT updated(changes);
 }
 
-} // namespace shardscope
+} // namespace shardscope::session

@@ -23,7 +23,7 @@
 #include "session/eventlane.h"
 #include "telemetry/event.h"
 
-namespace shardscope {
+namespace shardscope::session {
 
 // What one violation event reports, in the store's terms (the key of its group is
 // kind, accessor, param).
@@ -187,7 +187,7 @@ class SessionStore : public QObject
     std::uint64_t evictedEvents() const;
 
   Q_SIGNALS:
-    void updated(const shardscope::StoreChanges &changes);
+    void updated(const shardscope::session::StoreChanges &changes);
 
   private:
     struct Source
@@ -275,6 +275,6 @@ class SessionStore : public QObject
     qint64 m_mergeCostMs = 0;
 };
 
-} // namespace shardscope
+} // namespace shardscope::session
 
-Q_DECLARE_METATYPE(shardscope::StoreChanges)
+Q_DECLARE_METATYPE(shardscope::session::StoreChanges)

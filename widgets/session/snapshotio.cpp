@@ -9,7 +9,7 @@
 
 #include "wire/compress.h"
 
-namespace shardscope {
+namespace shardscope::session {
 
 QString openSnapshotFile(const QString &path, SessionStore &store)
 {
@@ -110,4 +110,4 @@ QString exportSnapshotFile(const QString &path, const SessionStore &store)
     return writeExportFile(path, QByteArray::fromRawData(json.data(), qsizetype(json.size())));
 }
 
-} // namespace shardscope
+} // namespace shardscope::session

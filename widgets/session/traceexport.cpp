@@ -11,7 +11,7 @@
 #include "session/tracebuilder.h"
 #include "telemetry/eventfields.h"
 
-namespace shardscope {
+namespace shardscope::session {
 
 namespace {
 
@@ -265,4 +265,4 @@ QByteArray chromeTrace(const SessionStore &store)
                       {QStringLiteral("dropped_events"), qint64(store.droppedEvents())}}}});
 }
 
-} // namespace shardscope
+} // namespace shardscope::session

@@ -287,7 +287,7 @@ QString GatherTimeline::kindName(SpanKind kind)
         const std::string_view n = eventTypeName(t);
         return QString::fromLatin1(n.data(), qsizetype(n.size()));
     };
-    if (kind <= SpanKind::Guard) return labels::reason(FetchReason(kind));
+    if (kind <= SpanKind::Guard) return session::labels::reason(FetchReason(kind));
     switch (kind) {
     case SpanKind::Release:
         return eventName(EventType::Release);

@@ -13,7 +13,7 @@
 
 namespace shardscope::views {
 
-ModuleTreeView::ModuleTreeView(SessionStore *store, QWidget *parent)
+ModuleTreeView::ModuleTreeView(session::SessionStore *store, QWidget *parent)
     : QWidget(parent), m_store(store), m_model(new ModuleTreeModel(store, this)),
       m_tree(new QTreeView(this)), m_filter(new QLineEdit(this)), m_filterTimer(new QTimer(this))
 {

@@ -14,9 +14,11 @@ class QLineEdit;
 class QTimer;
 class QTreeView;
 
+namespace shardscope::session {
+class SessionStore;
+} // namespace shardscope::session
 namespace shardscope {
 class ModuleTreeModel;
-class SessionStore;
 } // namespace shardscope
 
 namespace shardscope::views {
@@ -25,7 +27,7 @@ class ModuleTreeView : public QWidget
 {
     Q_OBJECT
   public:
-    explicit ModuleTreeView(SessionStore *store, QWidget *parent = nullptr);
+    explicit ModuleTreeView(session::SessionStore *store, QWidget *parent = nullptr);
 
     ModuleTreeModel *model() const { return m_model; }
     QTreeView *treeView() const { return m_tree; }
@@ -48,7 +50,7 @@ class ModuleTreeView : public QWidget
     void saveViewState();
     void restoreViewState();
 
-    SessionStore *m_store;
+    session::SessionStore *m_store;
     ModuleTreeModel *m_model;
     QTreeView *m_tree;
     QLineEdit *m_filter;

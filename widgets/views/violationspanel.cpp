@@ -15,7 +15,7 @@
 
 namespace shardscope::views {
 
-ViolationsPanel::ViolationsPanel(SessionStore *store, QWidget *parent)
+ViolationsPanel::ViolationsPanel(session::SessionStore *store, QWidget *parent)
     : QWidget(parent), m_model(new ViolationsModel(store, this)),
       m_proxy(new QSortFilterProxyModel(this)), m_table(new QTableView(this)),
       m_message(new QLabel(this)), m_fix(new QLabel(this)),

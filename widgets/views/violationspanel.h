@@ -9,8 +9,10 @@ class QPushButton;
 class QSortFilterProxyModel;
 class QTableView;
 
-namespace shardscope {
+namespace shardscope::session {
 class SessionStore;
+} // namespace shardscope::session
+namespace shardscope {
 class ViolationsModel;
 } // namespace shardscope
 
@@ -20,7 +22,7 @@ class ViolationsPanel : public QWidget
 {
     Q_OBJECT
   public:
-    explicit ViolationsPanel(SessionStore *store, QWidget *parent = nullptr);
+    explicit ViolationsPanel(session::SessionStore *store, QWidget *parent = nullptr);
 
     ViolationsModel *model() const { return m_model; }
     QTableView *tableView() const { return m_table; }
