@@ -37,7 +37,7 @@ constexpr int kWorld = 64;
 constexpr std::int64_t kPersistence = 100; // weights partitioned, biases and norms persistent
 
 // Reveals every row (what "expand all" makes a view do); returns the rows seen.
-int revealAll(ModuleTreeModel &tree)
+int revealAll(models::ModuleTreeModel &tree)
 {
     std::vector<QModelIndex> stack{QModelIndex()};
     int rows = 0;
@@ -67,7 +67,7 @@ struct Attach
 Attach attachOnce(const std::string &endpoint, int expectedNodes)
 {
     session::SessionStore store;
-    ModuleTreeModel tree(&store);
+    models::ModuleTreeModel tree(&store);
     session::Connection connection(&store);
     QEventLoop loop;
     Attach out;
@@ -150,7 +150,7 @@ WorldResult measureWorld(const SyntheticModel &model, int world, int reps)
         if (!decoded)
             throw std::runtime_error("the snapshot does not decode: " + decoded.error());
         session::SessionStore store;
-        ModuleTreeModel tree(&store);
+        models::ModuleTreeModel tree(&store);
         t = Clock::now();
         store.applyState(std::move(decoded->state));
         store.flush(); // the tree rebuilds on this signal

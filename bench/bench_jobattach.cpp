@@ -148,7 +148,7 @@ Rep attachOnce(const std::vector<session::JobTarget> &targets, int expectedNodes
 {
     const std::size_t rss0 = residentBytes();
     auto store = std::make_unique<session::SessionStore>();
-    ModuleTreeModel tree(store.get());
+    models::ModuleTreeModel tree(store.get());
     session::JobSession session(store.get());
     QEventLoop loop;
     Rep out;

@@ -43,7 +43,7 @@ int main(int argc, char **argv)
     session::SessionStore store;
     store.applyState(syntheticState(model, kWorld, 100));
     store.flush();
-    ModuleTreeModel tree(&store);
+    models::ModuleTreeModel tree(&store);
     auto revealTop = [&] {
         const QModelIndex root = tree.index(0, 0);
         if (root.isValid() && tree.canFetchMore(root))

@@ -66,7 +66,7 @@ class TestModuleTreeModel : public QObject
 void TestModuleTreeModel::liveUpdatesUnderTester()
 {
     session::SessionStore store;
-    ModuleTreeModel model(&store);
+    models::ModuleTreeModel model(&store);
     model.setFetchBatchSize(2);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     QCOMPARE(model.rowCount(), 0);
@@ -87,22 +87,25 @@ void TestModuleTreeModel::liveUpdatesUnderTester()
             eventAt(20, 0, telemetry::makeFetchEnd({.param = 1, .cause = 0, .bytes = 1024}))},
         false);
     store.flush();
-    const QModelIndex status = model.index(fc0w.row(), ModuleTreeModel::Status, fc0w.parent());
+    const QModelIndex status =
+        model.index(fc0w.row(), models::ModuleTreeModel::Status, fc0w.parent());
     QCOMPARE(status.data().toString(), QStringLiteral("MIXED (1/4 AVAILABLE)"));
     QVERIFY(status.data(Qt::ToolTipRole).toString().contains(QStringLiteral("rank 0: AVAILABLE")));
     QVERIFY(
         status.data(Qt::ToolTipRole).toString().contains(QStringLiteral("rank 3: NOT_AVAILABLE")));
-    QCOMPARE(model.index(fc0w.row(), ModuleTreeModel::Gathers, fc0w.parent()).data().toString(),
+    QCOMPARE(model.index(fc0w.row(), models::ModuleTreeModel::Gathers, fc0w.parent()).data().toString(),
              QStringLiteral("1"));
 
     store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(30, 0)}, false);
     store.flush();
     const QModelIndex embedW = model.indexForParam(0);
     QCOMPARE(
-        model.index(embedW.row(), ModuleTreeModel::Violations, embedW.parent()).data().toString(),
+        model.index(embedW.row(), models::ModuleTreeModel::Violations, embedW.parent()).data().toString(),
         QStringLiteral("1"));
     const QModelIndex head = model.indexForModule(7);
-    QCOMPARE(model.index(head.row(), ModuleTreeModel::Violations, head.parent()).data().toString(),
+    QCOMPARE(model.index(head.row(), models::ModuleTreeModel::Violations, head.parent())
+                 .data()
+                 .toString(),
              QStringLiteral("1"));
     QVERIFY(head.data(Qt::ForegroundRole).isValid());
 
@@ -134,23 +137,24 @@ void TestModuleTreeModel::externalsShownUnderRegisteringModule()
     core::EngineState st = smallState();
     st.params[0].externals.push_back(core::ExternalRecord{7, false});
     store.applyState(st);
-    ModuleTreeModel model(&store);
+    models::ModuleTreeModel model(&store);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     const QModelIndex head = model.indexForModule(7);
     QCOMPARE(childNames(model, head), (QStringList{"bias", "embed.weight  [external]"}));
     const QModelIndex ext = model.index(1, 0, head);
-    QCOMPARE(ext.data(ModuleTreeModel::KindRole).toInt(), int(ModuleTreeModel::ExternalNode));
-    QCOMPARE(ext.data(ModuleTreeModel::ParamIdRole).toUInt(), 0u);
-    QCOMPARE(ext.data(ModuleTreeModel::ModuleIdRole).toUInt(), 7u);
+    QCOMPARE(ext.data(models::ModuleTreeModel::KindRole).toInt(),
+             int(models::ModuleTreeModel::ExternalNode));
+    QCOMPARE(ext.data(models::ModuleTreeModel::ParamIdRole).toUInt(), 0u);
+    QCOMPARE(ext.data(models::ModuleTreeModel::ModuleIdRole).toUInt(), 7u);
     QVERIFY(ext.data(Qt::ToolTipRole)
                 .toString()
                 .contains(
                     QStringLiteral("registered as external on lm_head (manual), owned by embed")));
     const QModelIndex embedW = model.indexForParam(0);
     QCOMPARE(
-        model.index(embedW.row(), ModuleTreeModel::RegisteredOn, embedW.parent()).data().toString(),
+        model.index(embedW.row(), models::ModuleTreeModel::RegisteredOn, embedW.parent()).data().toString(),
         QStringLiteral("lm_head"));
-    QCOMPARE(ModuleTreeModel::keyOf(ext), QStringLiteral("e7:0"));
+    QCOMPARE(models::ModuleTreeModel::keyOf(ext), QStringLiteral("e7:0"));
     QCOMPARE(model.indexForKey(QStringLiteral("e7:0")), ext);
 }
 
@@ -164,23 +168,24 @@ void TestModuleTreeModel::hugeParameterIdsAreNamesNotIndexes()
     st.params[0].externals.push_back(core::ExternalRecord{7, false});
     st.params[1].id = 500'000'000;
     store.applyState(st);
-    ModuleTreeModel model(&store);
+    models::ModuleTreeModel model(&store);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     const QModelIndex embedW = model.indexForParam(4'294'967'294u);
     QVERIFY(embedW.isValid());
-    QCOMPARE(embedW.data(ModuleTreeModel::ParamIdRole).toUInt(), 4'294'967'294u);
+    QCOMPARE(embedW.data(models::ModuleTreeModel::ParamIdRole).toUInt(), 4'294'967'294u);
     QVERIFY(model.indexForParam(500'000'000).isValid());
     QVERIFY(!model.indexForParam(3'000'000'000u).isValid());
     const QModelIndex ext = model.indexForKey(QStringLiteral("e7:4294967294"));
     QVERIFY(ext.isValid());
-    QCOMPARE(ext.data(ModuleTreeModel::KindRole).toInt(), int(ModuleTreeModel::ExternalNode));
+    QCOMPARE(ext.data(models::ModuleTreeModel::KindRole).toInt(),
+             int(models::ModuleTreeModel::ExternalNode));
 }
 
 void TestModuleTreeModel::filterKeepsAncestors()
 {
     session::SessionStore store;
     store.applyState(smallState());
-    ModuleTreeModel model(&store);
+    models::ModuleTreeModel model(&store);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     model.setFilterText(QStringLiteral("1.FC.B"));
     const QModelIndex root = model.index(0, 0);
@@ -207,13 +212,13 @@ void TestModuleTreeModel::sortsByColumn()
 {
     session::SessionStore store;
     store.applyState(smallState());
-    ModuleTreeModel model(&store);
+    models::ModuleTreeModel model(&store);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
-    model.sort(ModuleTreeModel::Numel, Qt::DescendingOrder);
+    model.sort(models::ModuleTreeModel::Numel, Qt::DescendingOrder);
     const QModelIndex root = model.index(0, 0);
     // Modules first (by subtree numel), then parameters.
     QCOMPARE(childNames(model, root), (QStringList{"embed", "blocks", "pos_conv", "lm_head"}));
-    model.sort(ModuleTreeModel::Name, Qt::AscendingOrder);
+    model.sort(models::ModuleTreeModel::Name, Qt::AscendingOrder);
     QCOMPARE(childNames(model, root), (QStringList{"blocks", "embed", "lm_head", "pos_conv"}));
     const QModelIndex fc = model.indexForModule(4);
     QCOMPARE(childNames(model, fc), (QStringList{"bias", "weight"}));
@@ -225,7 +230,7 @@ void TestModuleTreeModel::hundredThousandParameters()
     store.applyState(largeState(1000, 100)); // 1000 modules x 100 = 100,000 parameters
     store.flush();
     QCOMPARE(store.state().params.size(), std::size_t(100000));
-    ModuleTreeModel model(&store);
+    models::ModuleTreeModel model(&store);
     model.setFetchBatchSize(500);
     const QModelIndex root = model.index(0, 0);
     QCOMPARE(model.rowCount(root), 0); // lazy
@@ -238,7 +243,7 @@ void TestModuleTreeModel::hundredThousandParameters()
     QCOMPARE(model.rowCount(g3), 100);
     const QModelIndex layer = model.index(42, 0, g3);
     QCOMPARE(layer.data().toString(), QStringLiteral("layer342"));
-    QCOMPARE(model.index(42, ModuleTreeModel::Numel, g3).data().toString(),
+    QCOMPARE(model.index(42, models::ModuleTreeModel::Numel, g3).data().toString(),
              QStringLiteral("323,200"));
     model.fetchMore(layer);
     QCOMPARE(model.rowCount(layer), 100);
@@ -266,9 +271,9 @@ void TestModuleTreeModel::hundredThousandParameters()
     store.flush();
     QCOMPARE(store.param(77756)->status[1], ParamStatus::Inflight);
     QCOMPARE(model.index(7, 0, fl).data().toString(), QStringLiteral("w56"));
-    QCOMPARE(model.index(7, ModuleTreeModel::Status, fl).data().toString(),
+    QCOMPARE(model.index(7, models::ModuleTreeModel::Status, fl).data().toString(),
              QStringLiteral("MIXED (0/8 AVAILABLE)"));
-    QCOMPARE(model.index(6, ModuleTreeModel::Status, fl).data().toString(),
+    QCOMPARE(model.index(6, models::ModuleTreeModel::Status, fl).data().toString(),
              QStringLiteral("NOT_AVAILABLE"));
     model.setFilterText(QString());
     QCOMPARE(model.matchingNodeCount(), 1 + 10 + 1000 + 100000);
@@ -286,7 +291,7 @@ void TestModuleTreeModel::typingMatchesQtCaseInsensitiveContains()
     session::SessionStore store;
     store.applyState(st);
     store.flush();
-    ModuleTreeModel model(&store);
+    models::ModuleTreeModel model(&store);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     const QStringList typed{"L", "la", "LAY", "laye", "layer2", "layer21", "layer2", "layer",
                             "LAYER1.W", "layer1.w5", "w5", "group2.layer2", "GROUP2.LAYER2",

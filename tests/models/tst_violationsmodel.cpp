@@ -24,11 +24,11 @@ class TestViolationsModel : public QObject
 void TestViolationsModel::rowsAppearAndCount()
 {
     session::SessionStore store;
-    ViolationsModel model(&store);
+    models::ViolationsModel model(&store);
     QSortFilterProxyModel proxy;
     proxy.setSourceModel(&model);
-    proxy.setSortRole(ViolationsModel::SortRole);
-    proxy.sort(ViolationsModel::Count, Qt::DescendingOrder);
+    proxy.setSortRole(models::ViolationsModel::SortRole);
+    proxy.sort(models::ViolationsModel::Count, Qt::DescendingOrder);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     QAbstractItemModelTester proxyTester(&proxy,
                                          QAbstractItemModelTester::FailureReportingMode::QtTest);
@@ -40,18 +40,21 @@ void TestViolationsModel::rowsAppearAndCount()
     store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(1000005, 0)}, false);
     store.flush();
     QCOMPARE(model.rowCount(), 1);
-    QCOMPARE(model.index(0, ViolationsModel::Kind).data().toString(),
+    QCOMPARE(model.index(0, models::ViolationsModel::Kind).data().toString(),
              QStringLiteral("unregistered_access"));
-    QCOMPARE(model.index(0, ViolationsModel::Accessor).data().toString(),
+    QCOMPARE(model.index(0, models::ViolationsModel::Accessor).data().toString(),
              QStringLiteral("lm_head"));
-    QCOMPARE(model.index(0, ViolationsModel::Parameter).data().toString(),
+    QCOMPARE(model.index(0, models::ViolationsModel::Parameter).data().toString(),
              QStringLiteral("embed.weight"));
-    QCOMPARE(model.index(0, ViolationsModel::Owner).data().toString(), QStringLiteral("embed"));
-    QCOMPARE(model.index(0, ViolationsModel::Status).data().toString(),
+    QCOMPARE(model.index(0, models::ViolationsModel::Owner).data().toString(),
+             QStringLiteral("embed"));
+    QCOMPARE(model.index(0, models::ViolationsModel::Status).data().toString(),
              QStringLiteral("NOT_AVAILABLE"));
-    QCOMPARE(model.index(0, ViolationsModel::Action).data().toString(), QStringLiteral("gathered"));
-    QCOMPARE(model.index(0, ViolationsModel::Time).data().toString(), QStringLiteral("0.001 s"));
-    QCOMPARE(model.index(0, 0).data(ViolationsModel::FixRole).toString(),
+    QCOMPARE(model.index(0, models::ViolationsModel::Action).data().toString(),
+             QStringLiteral("gathered"));
+    QCOMPARE(model.index(0, models::ViolationsModel::Time).data().toString(),
+             QStringLiteral("0.001 s"));
+    QCOMPARE(model.index(0, 0).data(models::ViolationsModel::FixRole).toString(),
              QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
     for (int i = 0; i < 5; ++i)
         store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(
@@ -62,14 +65,16 @@ void TestViolationsModel::rowsAppearAndCount()
                        false);
     store.flush();
     QCOMPARE(model.rowCount(), 2);
-    QCOMPARE(model.index(0, ViolationsModel::Count).data().toString(), QStringLiteral("6"));
-    QCOMPARE(model.index(0, ViolationsModel::Rank).data().toString(), QStringLiteral("0-3"));
-    QCOMPARE(model.index(0, ViolationsModel::Step).data().toString(), QStringLiteral("1-2"));
-    QCOMPARE(model.index(1, ViolationsModel::Kind).data().toString(),
+    QCOMPARE(model.index(0, models::ViolationsModel::Count).data().toString(), QStringLiteral("6"));
+    QCOMPARE(model.index(0, models::ViolationsModel::Rank).data().toString(),
+             QStringLiteral("0-3"));
+    QCOMPARE(model.index(0, models::ViolationsModel::Step).data().toString(),
+             QStringLiteral("1-2"));
+    QCOMPARE(model.index(1, models::ViolationsModel::Kind).data().toString(),
              QStringLiteral("late_parameter"));
-    QCOMPARE(model.index(1, ViolationsModel::Parameter).data().toString(),
+    QCOMPARE(model.index(1, models::ViolationsModel::Parameter).data().toString(),
              QStringLiteral("pos_conv.weight_v"));
-    QCOMPARE(proxy.index(0, ViolationsModel::Count).data().toString(), QStringLiteral("6"));
+    QCOMPARE(proxy.index(0, models::ViolationsModel::Count).data().toString(), QStringLiteral("6"));
     store.clear();
     store.flush();
     QCOMPARE(model.rowCount(), 0);
@@ -78,7 +83,7 @@ void TestViolationsModel::rowsAppearAndCount()
 void TestViolationsModel::csv()
 {
     session::SessionStore store;
-    ViolationsModel model(&store);
+    models::ViolationsModel model(&store);
     store.applyState(smallState());
     store.appendEvents(
         std::vector<telemetry::Event>{lmHeadViolation(100, 0), lmHeadViolation(101, 2)}, false);
@@ -104,7 +109,7 @@ void TestViolationsModel::csv()
 void TestViolationsModel::lateAttachTimesCountFromTheFirstViolation()
 {
     session::SessionStore store;
-    ViolationsModel model(&store);
+    models::ViolationsModel model(&store);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     core::EngineState st = smallState();
     core::ViolationRecord early;
@@ -130,13 +135,16 @@ void TestViolationsModel::lateAttachTimesCountFromTheFirstViolation()
     store.flush();
     QCOMPARE(store.timeOrigin(), std::uint64_t(2'000'000'000));
     QCOMPARE(model.rowCount(), 2);
-    QCOMPARE(model.index(0, ViolationsModel::Time).data().toString(), QStringLiteral("0.000 s"));
-    QCOMPARE(model.index(1, ViolationsModel::Time).data().toString(), QStringLiteral("0.500 s"));
+    QCOMPARE(model.index(0, models::ViolationsModel::Time).data().toString(),
+             QStringLiteral("0.000 s"));
+    QCOMPARE(model.index(1, models::ViolationsModel::Time).data().toString(),
+             QStringLiteral("0.500 s"));
     store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(61'000'000'000, 2, 41)},
                        false);
     store.flush();
     QCOMPARE(store.timeOrigin(), std::uint64_t(2'000'000'000));
-    QCOMPARE(model.index(1, ViolationsModel::Time).data().toString(), QStringLiteral("0.500 s"));
+    QCOMPARE(model.index(1, models::ViolationsModel::Time).data().toString(),
+             QStringLiteral("0.500 s"));
 }
 
 QTEST_GUILESS_MAIN(TestViolationsModel)

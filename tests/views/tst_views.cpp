@@ -103,13 +103,13 @@ void TestViews::violationReachesPanelAndTree()
     QTRY_COMPARE_WITH_TIMEOUT(panel.model()->rowCount(), 1, 1000);
     const QModelIndex embedW = tree.model()->indexForParam(0);
     QCOMPARE(tree.model()
-                 ->index(embedW.row(), ModuleTreeModel::Violations, embedW.parent())
+                 ->index(embedW.row(), models::ModuleTreeModel::Violations, embedW.parent())
                  .data()
                  .toString(),
              QStringLiteral("1"));
     const QModelIndex head = tree.model()->indexForModule(7);
     QCOMPARE(tree.model()
-                 ->index(head.row(), ModuleTreeModel::Violations, head.parent())
+                 ->index(head.row(), models::ModuleTreeModel::Violations, head.parent())
                  .data()
                  .toString(),
              QStringLiteral("1"));
@@ -117,7 +117,8 @@ void TestViews::violationReachesPanelAndTree()
     panel.selectRow(0);
     QCOMPARE(panel.currentFix(),
              QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
-    QCOMPARE(tree.treeView()->currentIndex().data(ModuleTreeModel::ParamIdRole).toUInt(), 0u);
+    QCOMPARE(tree.treeView()->currentIndex().data(models::ModuleTreeModel::ParamIdRole).toUInt(),
+             0u);
     auto *copy = panel.findChild<QPushButton *>(QStringLiteral("copyFix"));
     QVERIFY(copy && copy->isEnabled());
     QSignalSpy copied(&panel, &views::ViolationsPanel::fixCopied);

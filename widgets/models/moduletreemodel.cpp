@@ -9,7 +9,7 @@
 
 #include "session/labels.h"
 
-namespace shardscope {
+namespace shardscope::models {
 
 namespace {
 
@@ -729,4 +729,4 @@ void ModuleTreeModel::onStoreUpdated(const session::StoreChanges &changes)
     if (!nodes.empty()) emitChangedRows(nodes);
 }
 
-} // namespace shardscope
+} // namespace shardscope::models

@@ -14,7 +14,7 @@
 
 #include "session/sessionstore.h"
 
-namespace shardscope {
+namespace shardscope::models {
 
 class ModuleTreeModel : public QAbstractItemModel
 {
@@ -140,4 +140,4 @@ class ModuleTreeModel : public QAbstractItemModel
     bool m_busy = false; // a reset or an insertion is being announced
 };
 
-} // namespace shardscope
+} // namespace shardscope::models

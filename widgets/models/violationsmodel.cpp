@@ -4,7 +4,7 @@
 
 #include "session/labels.h"
 
-namespace shardscope {
+namespace shardscope::models {
 
 ViolationsModel::ViolationsModel(session::SessionStore *store, QObject *parent)
     : QAbstractTableModel(parent), m_store(store),
@@ -162,4 +162,4 @@ QByteArray ViolationsModel::toCsv() const
     return (lines.join(QLatin1Char('\n')) + QLatin1Char('\n')).toUtf8();
 }
 
-} // namespace shardscope
+} // namespace shardscope::models

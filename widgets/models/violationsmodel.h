@@ -7,7 +7,7 @@
 
 #include "session/sessionstore.h"
 
-namespace shardscope {
+namespace shardscope::models {
 
 class ViolationsModel : public QAbstractTableModel
 {
@@ -56,4 +56,4 @@ class ViolationsModel : public QAbstractTableModel
     int m_rows = 0;
 };
 
-} // namespace shardscope
+} // namespace shardscope::models

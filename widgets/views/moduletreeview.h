@@ -17,9 +17,9 @@ class QTreeView;
 namespace shardscope::session {
 class SessionStore;
 } // namespace shardscope::session
-namespace shardscope {
+namespace shardscope::models {
 class ModuleTreeModel;
-} // namespace shardscope
+} // namespace shardscope::models
 
 namespace shardscope::views {
 
@@ -29,7 +29,7 @@ class ModuleTreeView : public QWidget
   public:
     explicit ModuleTreeView(session::SessionStore *store, QWidget *parent = nullptr);
 
-    ModuleTreeModel *model() const { return m_model; }
+    models::ModuleTreeModel *model() const { return m_model; }
     QTreeView *treeView() const { return m_tree; }
     QLineEdit *filterEdit() const { return m_filter; }
 
@@ -51,7 +51,7 @@ class ModuleTreeView : public QWidget
     void restoreViewState();
 
     session::SessionStore *m_store;
-    ModuleTreeModel *m_model;
+    models::ModuleTreeModel *m_model;
     QTreeView *m_tree;
     QLineEdit *m_filter;
     QTimer *m_filterTimer;

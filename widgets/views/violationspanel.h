@@ -12,9 +12,9 @@ class QTableView;
 namespace shardscope::session {
 class SessionStore;
 } // namespace shardscope::session
-namespace shardscope {
+namespace shardscope::models {
 class ViolationsModel;
-} // namespace shardscope
+} // namespace shardscope::models
 
 namespace shardscope::views {
 
@@ -24,7 +24,7 @@ class ViolationsPanel : public QWidget
   public:
     explicit ViolationsPanel(session::SessionStore *store, QWidget *parent = nullptr);
 
-    ViolationsModel *model() const { return m_model; }
+    models::ViolationsModel *model() const { return m_model; }
     QTableView *tableView() const { return m_table; }
     // The fix line of the selected row (empty when none or no fix exists).
     QString currentFix() const;
@@ -38,7 +38,7 @@ class ViolationsPanel : public QWidget
   private:
     void onCurrentChanged();
 
-    ViolationsModel *m_model;
+    models::ViolationsModel *m_model;
     QSortFilterProxyModel *m_proxy;
     QTableView *m_table;
     QLabel *m_message;
