@@ -30,7 +30,7 @@
 #include "wire/discovery.h"
 
 using namespace shardscope;
-using namespace shardscope::testing;
+using namespace shardscope::test;
 
 class TestMainWindow : public QObject
 {

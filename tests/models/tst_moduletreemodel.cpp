@@ -11,7 +11,7 @@
 #include "telemetry/eventfields.h"
 
 using namespace shardscope;
-using namespace shardscope::testing;
+using namespace shardscope::test;
 
 class TestModuleTreeModel : public QObject
 {

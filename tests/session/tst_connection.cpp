@@ -11,7 +11,7 @@
 #include "syntheticstate.h"
 
 using namespace shardscope;
-using namespace shardscope::testing;
+using namespace shardscope::test;
 
 class TestConnection : public QObject
 {

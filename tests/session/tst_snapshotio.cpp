@@ -12,7 +12,7 @@
 #include "wire/compress.h"
 
 using namespace shardscope;
-using namespace shardscope::testing;
+using namespace shardscope::test;
 
 class TestSnapshotIo : public QObject
 {

@@ -12,7 +12,7 @@
 #include "telemetry/eventfields.h"
 
 using namespace shardscope;
-using namespace shardscope::testing;
+using namespace shardscope::test;
 
 class TestTraceExport : public QObject
 {

@@ -12,7 +12,7 @@
 #include "wire/messages.h"
 #include "wire/snapshot.h"
 
-namespace shardscope::testing {
+namespace shardscope::test {
 
 class FakeEngine : public QObject
 {
@@ -105,4 +105,4 @@ class FakeEngine : public QObject
     bool m_welcomed = false;
 };
 
-} // namespace shardscope::testing
+} // namespace shardscope::test

@@ -8,7 +8,7 @@
 #include "core/state.h"
 #include "telemetry/eventfields.h"
 
-namespace shardscope::testing {
+namespace shardscope::test {
 
 // root, embed, blocks.{0,1}.fc, lm_head, pos_conv; embed.weight tied into lm_head.
 // Params: 0 embed.weight, 1 blocks.0.fc.weight, 2 blocks.0.fc.bias, 3 blocks.1.fc.weight,
@@ -154,4 +154,4 @@ inline telemetry::Event lmHeadViolation(std::uint64_t ts, int rank, std::uint32_
                    step);
 }
 
-} // namespace shardscope::testing
+} // namespace shardscope::test

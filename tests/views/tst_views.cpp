@@ -34,7 +34,7 @@
 #include "wire/discovery.h"
 
 using namespace shardscope;
-using namespace shardscope::testing;
+using namespace shardscope::test;
 
 class TestViews : public QObject
 {
