@@ -116,7 +116,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--runs", type=int, default=3, help="runs of the step-by-step measure")
-    parser.add_argument("--toggled-steps", type=int, default=600)
+    parser.add_argument("--toggled-steps", type=int, default=1000)
     parser.add_argument("--toggle", type=int, default=1, help="steps per observed/paused block")
     parser.add_argument("--pairs", type=int, default=3, help="ABAB pairs of runs (0: skip)")
     parser.add_argument("--steps", type=int, default=300)

@@ -9,12 +9,11 @@
 #include "mainwindow.h"
 #include "options.h"
 
-int main(int argc, char **argv)
+namespace {
+
+// 0 or 2 when the command line is answered (help, or a bad flag), -1 to go on.
+int answerCommandLine(const shardscope::app::ParseResult &parsed)
 {
-    QApplication app(argc, argv);
-    QApplication::setApplicationName(QStringLiteral("shardscope"));
-    QApplication::setOrganizationName(QStringLiteral("ShardScope"));
-    const auto parsed = shardscope::app::parseOptions(QApplication::arguments());
     if (!parsed.error.isEmpty()) {
         std::fprintf(stderr, "shardscope: %s\nRun `shardscope --help` for the options.\n",
                      qPrintable(parsed.error));
@@ -24,6 +23,36 @@ int main(int argc, char **argv)
         std::fputs(qPrintable(shardscope::app::usage()), stdout);
         return 0;
     }
+    return -1;
+}
+
+// Qt's own options (-platform offscreen, -style, ...) start with one dash; ours with two.
+bool hasQtOptions(int argc, char **argv)
+{
+    for (int i = 1; i < argc; ++i)
+        if (argv[i][0] == '-' && argv[i][1] != '-' && argv[i][1] != '\0') return true;
+    return false;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    // --help and a bad flag are answered before Qt looks for a display, so that both work
+    // over ssh without one; Qt's own options are only known once QApplication took them out.
+    if (!hasQtOptions(argc, argv)) {
+        QStringList arguments;
+        for (int i = 0; i < argc; ++i)
+            arguments << QString::fromLocal8Bit(argv[i]);
+        if (const int code = answerCommandLine(shardscope::app::parseOptions(arguments));
+            code >= 0)
+            return code;
+    }
+    QApplication app(argc, argv);
+    QApplication::setApplicationName(QStringLiteral("shardscope"));
+    QApplication::setOrganizationName(QStringLiteral("ShardScope"));
+    const auto parsed = shardscope::app::parseOptions(QApplication::arguments());
+    if (const int code = answerCommandLine(parsed); code >= 0) return code;
     shardscope::app::MainWindow window;
     // Scripted runs (screenshots, exports) keep the default layout; people get theirs back.
     if (!parsed.options.automated()) window.restoreLayout();

@@ -170,6 +170,7 @@ struct Inspector::Impl
     server::Listener listener;
     std::string endpointText;
     std::string discoveryFile;
+    wire::DiscoveryEntry discoveryEntry; // what discoveryFile says; under finishMutex
     std::uint64_t startUnixMs = wire::unixTimeMs();
     std::string producer = processName();
     int wake[2] = {-1, -1};
@@ -347,6 +348,7 @@ void Inspector::Impl::start()
             entry.tokenRequired = !options.token.empty();
             const std::string file = wire::discoveryFilePath(dir, entry.pid);
             if (wire::writeFileAtomically(file, wire::encodeDiscovery(entry))) discoveryFile = file;
+            discoveryEntry = std::move(entry);
         }
     }
     thread = std::thread([this] { run(); });
@@ -893,6 +895,18 @@ bool Inspector::waitForClient(std::chrono::milliseconds timeout)
         d->liveChanged.wait_for(lock, timeout, ready);
     return d->liveCount.load(std::memory_order_acquire) > 0 &&
            !d->stop.load(std::memory_order_acquire);
+}
+
+void Inspector::refreshDiscovery()
+{
+    std::lock_guard lock(d->finishMutex);
+    if (d->finished || d->discoveryFile.empty()) return; // gone, or never written
+    const std::string model = d->engine.modelName();
+    if (model == d->discoveryEntry.model) return;
+    d->discoveryEntry.model = model;
+    // A failed rewrite leaves the earlier file, which still finds the endpoint.
+    if (wire::writeFileAtomically(d->discoveryFile, wire::encodeDiscovery(d->discoveryEntry)))
+        return;
 }
 
 void Inspector::finish()

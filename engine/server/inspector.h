@@ -65,6 +65,9 @@ class Inspector
     // no limit). False when the time ran out, nothing listens, or finish() was called.
     // For runs too short to attach to (shardscope-train --wait-for-client, --linger).
     bool waitForClient(std::chrono::milliseconds timeout);
+    // Rewrites the discovery file with the provider's modelName() as it is now, e.g. once
+    // the DeepSpeed agent has seen the model built (a listing of the job then names it).
+    void refreshDiscovery();
     // What serving costs the training process: the server thread (it drains the rings,
     // encodes and sends; no other thread of the inspector runs), for benchmarks and logs.
     struct Cost

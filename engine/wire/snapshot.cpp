@@ -251,13 +251,12 @@ std::uint32_t readId(Element j, std::uint32_t none, const Where &where)
     return static_cast<std::uint32_t>(sj::asBounded(j, 0xFFFFFFFEu, where));
 }
 
-// Finds an enum value whose name (given by nameOf) equals the JSON string.
-template <class E, class NameOf>
-E readEnum(Element j, int count, NameOf nameOf, const Where &where)
+// The enum value the JSON string names, through base/names.h's inverse (fromName).
+template <class E>
+E readEnum(Element j, std::optional<E> (*fromName)(std::string_view), const Where &where)
 {
     const std::string_view s = sj::asStringView(j, where);
-    for (int v = 0; v < count; ++v)
-        if (nameOf(static_cast<E>(v)) == s) return static_cast<E>(v);
+    if (const std::optional<E> v = fromName(s)) return *v;
     sj::failAt(where, "unknown value \"" + std::string(s) + "\"");
 }
 
@@ -419,7 +418,7 @@ void readStatus(Element j, std::uint64_t version, int worldSize, std::vector<Par
             sj::failAt(w, std::to_string(names.size()) + " entries for a world of " +
                               std::to_string(worldSize) + " ranks");
         for (std::size_t i = 0; i < names.size(); ++i)
-            out.push_back(readEnum<ParamStatus>(names[i], 3, statusName, w[i]));
+            out.push_back(readEnum(names[i], statusFromName, w[i]));
         return;
     }
     const std::string_view letters = sj::asStringView(j, w);
@@ -471,7 +470,7 @@ core::ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize
         if (v < 0) sj::failAt(ws[dims - 1], "negative dimension");
         p.shape.push_back(v);
     }
-    p.dtype = readEnum<DType>(f[kDtype], 2, dtypeName, f.at(kDtype));
+    p.dtype = readEnum(f[kDtype], dtypeFromName, f.at(kDtype));
     auto nonNegative = [&](ParamField k) {
         const std::int64_t v = sj::asI64(f[k], f.at(k));
         if (v < 0) sj::failAt(f.at(k), "negative");
@@ -503,7 +502,7 @@ core::ViolationRecord decodeViolation(Element j, const ModuleIndex &index, const
 {
     const sj::Object o = sj::asObject(j, w);
     core::ViolationRecord v;
-    v.kind = readEnum<ViolationKind>(sj::member(o, "kind", w), 4, violationKindName, w / "kind");
+    v.kind = readEnum(sj::member(o, "kind", w), violationKindFromName, w / "kind");
     v.step = bounded<std::uint32_t>(o, "step", 0xFFFFFFFFu, w);
     v.lastStep = bounded<std::uint32_t>(o, "last_step", 0xFFFFFFFFu, w);
     v.rank = bounded<int>(o, "rank", kMaxRank, w);
@@ -512,8 +511,8 @@ core::ViolationRecord decodeViolation(Element j, const ModuleIndex &index, const
     if (const Element name = sj::member(o, "param", w); !name.is_null())
         v.paramName = sj::asString(name, w / "param");
     v.owner = index.checkId(sj::member(o, "owner_id", w), w / "owner_id");
-    v.status = readEnum<ParamStatus>(sj::member(o, "status", w), 3, statusName, w / "status");
-    v.action = readEnum<GuardAction>(sj::member(o, "action", w), 4, guardActionName, w / "action");
+    v.status = readEnum(sj::member(o, "status", w), statusFromName, w / "status");
+    v.action = readEnum(sj::member(o, "action", w), guardActionFromName, w / "action");
     v.count = u64(o, "count", w);
     v.tsNs = u64(o, "ts_ns", w);
     v.fix = sj::asString(sj::member(o, "fix", w), w / "fix");
@@ -576,7 +575,7 @@ Snapshot decodeSnapshotDom(Element rootElement)
     st.config.maxLiveParameters =
         sj::asI64(sj::member(cfg, "max_live_parameters", cw), cw / "max_live_parameters");
     st.config.guard =
-        readEnum<GuardPolicy>(sj::member(cfg, "guard", cw), 3, guardPolicyName, cw / "guard");
+        readEnum(sj::member(cfg, "guard", cw), guardPolicyFromName, cw / "guard");
 
     const Where mw = rw / "modules";
     const sj::Array modules = sj::asArray(sj::member(root, "modules", rw), mw);

@@ -6,10 +6,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "base/names.h"
 #include "core/types.h"
 #include "hotpath.h"
 #include "server/agentstate.h"
@@ -30,27 +32,27 @@ ParamStatus statusFrom(int s)
     return static_cast<ParamStatus>(s);
 }
 
-// A name of core/types.h's tables back to its value (the names are said once, there).
-template <typename E>
-E fromName(const std::string &name, std::string_view (*nameOf)(E), int count, const char *what)
+// A name of base/names.h's tables back to its value; an unknown one is refused with the
+// table's names (the names are said once, there).
+template <typename E, std::size_t N>
+E fromName(const std::string &name, std::optional<E> (*fromNameOf)(std::string_view),
+           const std::array<std::string_view, N> &names, const char *what)
 {
+    if (const std::optional<E> value = fromNameOf(name)) return *value;
     std::string known;
-    for (int i = 0; i < count; ++i) {
-        const E value = static_cast<E>(i);
-        if (nameOf(value) == name) return value;
-        known += (known.empty() ? "'" : ", '") + std::string(nameOf(value)) + "'";
-    }
+    for (const std::string_view n : names)
+        known += (known.empty() ? "'" : ", '") + std::string(n) + "'";
     throw py::value_error(std::string("unknown ") + what + " '" + name + "'; one of " + known);
 }
 
 Phase phaseFrom(const std::string &p)
 {
-    return fromName(p, phaseName, 2, "phase");
+    return fromName(p, phaseFromName, kPhaseNames, "phase");
 }
 
 GuardAction actionFrom(const std::string &a)
 {
-    return fromName(a, guardActionName, 4, "guard action");
+    return fromName(a, guardActionFromName, kGuardActionNames, "guard action");
 }
 
 DType dtypeFrom(const std::string &d)
@@ -107,6 +109,7 @@ class Agent
         py::gil_scoped_release release;
         m_inspector->finish();
     }
+    void refreshDiscovery() { m_inspector->refreshDiscovery(); }
     std::uint64_t dropped() const { return m_inspector->droppedEvents(); }
     std::uint64_t published() const { return m_inspector->publishedEvents(); }
 
@@ -188,7 +191,11 @@ PYBIND11_MODULE(_native, module)
              [](Agent &a, const std::string &path, const std::string &type) {
                  return a.state().ensureModule(path, type);
              })
-        .def("set_model_name", [](Agent &a, const std::string &n) { a.state().setModelName(n); })
+        .def("set_model_name",
+             [](Agent &a, const std::string &n) {
+                 a.state().setModelName(n);
+                 a.refreshDiscovery(); // `shardscope-capture --list` names it from now on
+             })
         .def("set_config",
              [](Agent &a, std::int64_t persistence, std::int64_t bucket, std::int64_t maxLive,
                 const std::string &guard) {

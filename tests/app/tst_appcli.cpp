@@ -3,6 +3,8 @@
 // and --screenshot writes valid files and exits 0.
 
 #include <QFile>
+#include <QProcess>
+#include <QProcessEnvironment>
 #include <QImage>
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -26,6 +28,7 @@ class TestAppCli : public QObject
     void initTestCase();
     void badFlagsExitTwo_data();
     void badFlagsExitTwo();
+    void helpAndBadFlagsNeedNoDisplay();
     void corruptSnapshotExitsOne();
     void fifoIsRefusedNotWaitedOn();
     void openExportsAndScreenshot();
@@ -69,6 +72,27 @@ void TestAppCli::badFlagsExitTwo()
     QVERIFY(r.finished);
     QCOMPARE(r.exitCode, 2);
     QVERIFY2(r.err.contains(message), qPrintable(r.err));
+}
+
+// Over ssh without a display: --help and a bad flag are answered, not Qt's "could not
+// connect to display" abort (which they were, since QApplication came first).
+void TestAppCli::helpAndBadFlagsNeedNoDisplay()
+{
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    for (const char *name : {"QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY"})
+        env.remove(QString::fromLatin1(name));
+    const auto run = [&](const QStringList &args, int expected, const QString &text) {
+        QProcess p;
+        p.setProcessEnvironment(env);
+        p.start(binPath(QStringLiteral("shardscope")), args);
+        QVERIFY(p.waitForFinished(30000));
+        const QString out = QString::fromUtf8(p.readAllStandardOutput() + p.readAllStandardError());
+        QVERIFY2(p.exitStatus() == QProcess::NormalExit && p.exitCode() == expected,
+                 qPrintable(out));
+        QVERIFY2(out.contains(text), qPrintable(out));
+    };
+    run({QStringLiteral("--help")}, 0, QStringLiteral("Usage: shardscope"));
+    run({QStringLiteral("--bogus")}, 2, QStringLiteral("unknown option `--bogus`"));
 }
 
 void TestAppCli::corruptSnapshotExitsOne()

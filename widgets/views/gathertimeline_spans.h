@@ -12,23 +12,27 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/names.h"
 #include "core/types.h"
 #include "telemetry/event.h"
 
 namespace shardscope::views {
 
-// What a span is; the first five match FetchReason.
+// What a span is: a fetch's reason (the first five are FetchReason's values, taken from it,
+// not restated), then the spans that are no fetch.
 enum class SpanKind : std::uint8_t
 {
-    Forward = 0,
-    Backward = 1,
-    Prefetch = 2,
-    GatheredParameters = 3,
-    Guard = 4,
-    Release = 5,
-    Broadcast = 6,
-    Violation = 7,
+    Forward = std::uint8_t(FetchReason::Forward),
+    Backward = std::uint8_t(FetchReason::Backward),
+    Prefetch = std::uint8_t(FetchReason::Prefetch),
+    GatheredParameters = std::uint8_t(FetchReason::GatheredParameters),
+    Guard = std::uint8_t(FetchReason::Guard),
+    Release,
+    Broadcast,
+    Violation,
 };
+static_assert(std::size_t(SpanKind::Guard) + 1 == kFetchReasonNames.size(),
+              "a FetchReason without its SpanKind");
 inline constexpr int kSpanKindCount = 8;
 
 // The three rows drawn inside a rank's lane.
