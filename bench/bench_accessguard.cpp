@@ -53,12 +53,12 @@ Ns runRaw(const float *data)
     return perRead(timer);
 }
 
-Ns runGuarded(Engine &engine, ParamId p)
+Ns runGuarded(core::Engine &engine, ParamId p)
 {
     float acc = 0.0f;
     const PassTimer timer;
     for (std::uint64_t i = 0; i < kReads; ++i) {
-        const TensorView v = engine.access(0, p);
+        const core::TensorView v = engine.access(0, p);
         acc += v.f32()[i & (kNumel - 1)];
     }
     keep(acc);
@@ -81,12 +81,12 @@ int main(int argc, char **argv)
 {
     const int reps = parseReps(argc, argv, "bench_accessguard", 7);
 
-    EngineConfig config;
+    core::EngineConfig config;
     config.worldSize = 1;
     config.persistenceThreshold = 1000;
     config.guard = GuardPolicy::Error; // any slow-path read would throw: only the fast path is timed
     config.modelName = "bench-accessguard";
-    Engine engine(config, makeCpuWorld(1));
+    core::Engine engine(config, comm::makeCpuWorld(1));
     const ModuleId other = engine.addModule(engine.root(), "embed", "Embedding");
     const ModuleId layer = engine.addModule(engine.root(), "layer", "Linear");
     std::vector<float> init(kNumel);

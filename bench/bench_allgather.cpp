@@ -82,13 +82,13 @@ int roundsFor(int world, std::size_t total)
 // Runs every size for one world size; each rank is a thread, rank 0 keeps the clock.
 std::vector<Sample> runWorld(int world, const std::vector<std::size_t> &sizes, int reps)
 {
-    auto comms = makeCpuWorld(world);
+    auto comms = comm::makeCpuWorld(world);
     std::vector<Sample> samples(sizes.size());
     std::vector<std::string> errors(static_cast<std::size_t>(world));
     std::vector<std::thread> threads;
     for (int r = 0; r < world; ++r) {
         threads.emplace_back([&, r] {
-            Communicator &c = *comms[static_cast<std::size_t>(r)];
+            comm::Communicator &c = *comms[static_cast<std::size_t>(r)];
             try {
                 for (std::size_t s = 0; s < sizes.size(); ++s) {
                     const std::size_t total = sizes[s];

@@ -39,7 +39,7 @@ constexpr int kWorld = 64;
 constexpr std::int64_t kPersistence = 100; // weights partitioned, biases and norms persistent
 
 // Reveals every row (what "expand all" makes a view do); returns the rows seen.
-int revealAll(ModuleTreeModel &tree)
+int revealAll(models::ModuleTreeModel &tree)
 {
     std::vector<QModelIndex> stack{QModelIndex()};
     int rows = 0;
@@ -68,15 +68,15 @@ struct Attach
 
 Attach attachOnce(const std::string &endpoint, int expectedNodes)
 {
-    SessionStore store;
-    ModuleTreeModel tree(&store);
-    Connection connection(&store);
+    session::SessionStore store;
+    models::ModuleTreeModel tree(&store);
+    session::Connection connection(&store);
     QEventLoop loop;
     Attach out;
     bool populated = false;
     const auto t0 = Clock::now();
     // Connected after the tree's own slot, so this runs once the tree has rebuilt.
-    QObject::connect(&store, &SessionStore::updated, &loop, [&] {
+    QObject::connect(&store, &session::SessionStore::updated, &loop, [&] {
         if (populated || tree.matchingNodeCount() < expectedNodes)
             return;
         populated = true;
@@ -86,9 +86,9 @@ Attach attachOnce(const std::string &endpoint, int expectedNodes)
         loop.quit();
     });
     QString failure;
-    QObject::connect(&connection, &Connection::stateChanged, &loop,
-                     [&](Connection::State s, const QString &message) {
-                         if (s == Connection::State::Failed) {
+    QObject::connect(&connection, &session::Connection::stateChanged, &loop,
+                     [&](session::Connection::State s, const QString &message) {
+                         if (s == session::Connection::State::Failed) {
                              failure = message;
                              loop.quit();
                          }
@@ -121,19 +121,19 @@ WorldResult measureWorld(const SyntheticModel &model, int world, int reps)
     WorldResult out;
     out.world = world;
     const auto build0 = Clock::now();
-    EngineConfig config;
+    core::EngineConfig config;
     config.worldSize = world;
     config.persistenceThreshold = kPersistence;
     config.modelName = "synthetic-100k";
-    Engine engine(config, makeCpuWorld(world));
+    core::Engine engine(config, comm::makeCpuWorld(world));
     buildSyntheticModel(engine, model);
     engine.partition();
     out.buildSeconds = secondsSince(build0);
     const int expectedNodes = static_cast<int>(model.modules.size() + model.params.size());
 
-    InspectorOptions options;
+    server::InspectorOptions options;
     options.endpoint = "tcp:127.0.0.1:0";
-    Inspector inspector(engine, options);
+    server::Inspector inspector(engine, options);
     const std::string endpoint = inspector.endpoint();
 
     // The phases, in-process, each timed alone.
@@ -160,8 +160,8 @@ WorldResult measureWorld(const SyntheticModel &model, int world, int reps)
         if (!wire::decodeSnapshot(json))
             throw std::runtime_error("the JSON State does not decode");
         out.jsonDecodeMs.push_back(secondsSince(t) * 1e3);
-        SessionStore store;
-        ModuleTreeModel tree(&store);
+        session::SessionStore store;
+        models::ModuleTreeModel tree(&store);
         t = Clock::now();
         store.applyState(std::move(decoded->state));
         store.flush(); // the tree rebuilds on this signal

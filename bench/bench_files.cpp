@@ -40,7 +40,7 @@ constexpr double kTargetBytes = 4e6;
 
 // Runs the demo's training with a Connection attached from the start; returns once the
 // engine said goodbye, with everything it sent in store.
-void recordDemoRun(SessionStore &store, const QString &dir)
+void recordDemoRun(session::SessionStore &store, const QString &dir)
 {
     const QString trainer = QCoreApplication::applicationDirPath() + "/shardscope-train";
     if (!QFileInfo(trainer).isExecutable())
@@ -54,13 +54,13 @@ void recordDemoRun(SessionStore &store, const QString &dir)
     if (!train.waitForStarted(10000)) throw std::runtime_error("shardscope-train did not start");
     for (int i = 0; i < 200 && !QFileInfo::exists(socket); ++i)
         QThread::msleep(50);
-    Connection connection(&store);
+    session::Connection connection(&store);
     QEventLoop loop;
     QString failure;
-    QObject::connect(&connection, &Connection::stateChanged, &loop,
-                     [&](Connection::State s, const QString &message) {
-                         if (s == Connection::State::Finished) loop.quit();
-                         if (s == Connection::State::Failed) {
+    QObject::connect(&connection, &session::Connection::stateChanged, &loop,
+                     [&](session::Connection::State s, const QString &message) {
+                         if (s == session::Connection::State::Finished) loop.quit();
+                         if (s == session::Connection::State::Failed) {
                              failure = message;
                              loop.quit();
                          }
@@ -97,7 +97,7 @@ int main(int argc, char **argv)
     QCoreApplication app(argc, argv);
     const int reps = parseReps(argc, argv, "bench_files", 5);
     QTemporaryDir dir;
-    SessionStore store;
+    session::SessionStore store;
     try {
         recordDemoRun(store, dir.path());
     } catch (const std::exception &e) {
@@ -121,14 +121,15 @@ int main(int argc, char **argv)
         for (int k = 0; k < 2; ++k) {
             Kind &s = snap[(rep + k) % 2];
             auto t = Clock::now();
-            if (const QString err = exportSnapshotFile(s.path, store); !err.isEmpty()) {
+            if (const QString err = session::exportSnapshotFile(s.path, store); !err.isEmpty()) {
                 std::fprintf(stderr, "bench_files: %s\n", qPrintable(err));
                 return 1;
             }
             s.writeMs.push_back(secondsSince(t) * 1e3);
             Kind &tr = trace[(rep + k) % 2];
             t = Clock::now();
-            if (const QString err = writeExportFile(tr.path, chromeTrace(store)); !err.isEmpty()) {
+            if (const QString err = session::writeExportFile(tr.path, session::chromeTrace(store));
+                !err.isEmpty()) {
                 std::fprintf(stderr, "bench_files: %s\n", qPrintable(err));
                 return 1;
             }
@@ -178,9 +179,9 @@ int main(int argc, char **argv)
     for (int rep = 0; rep < reps; ++rep) {
         for (int k = 0; k < 3; ++k) {
             Kind &s = snap[(rep + k) % 3];
-            SessionStore opened;
+            session::SessionStore opened;
             const auto t = Clock::now();
-            if (const QString err = openSnapshotFile(s.path, opened); !err.isEmpty()) {
+            if (const QString err = session::openSnapshotFile(s.path, opened); !err.isEmpty()) {
                 std::fprintf(stderr, "bench_files: %s\n", qPrintable(err));
                 return 1;
             }

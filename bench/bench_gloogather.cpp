@@ -39,21 +39,21 @@ int freePort()
     return ntohs(addr.sin_port);
 }
 
-std::vector<std::unique_ptr<Communicator>> glooWorld(int world)
+std::vector<std::unique_ptr<comm::Communicator>> glooWorld(int world)
 {
     const int port = freePort();
-    std::vector<std::unique_ptr<Communicator>> comms(static_cast<std::size_t>(world));
+    std::vector<std::unique_ptr<comm::Communicator>> comms(static_cast<std::size_t>(world));
     std::vector<std::thread> threads;
     std::vector<std::string> errors(static_cast<std::size_t>(world));
     for (int r = 0; r < world; ++r)
         threads.emplace_back([&, r] {
-            GlooOptions o;
+            comm::GlooOptions o;
             o.rendezvous.rank = r;
             o.rendezvous.worldSize = world;
             o.rendezvous.masterAddr = "127.0.0.1";
             o.rendezvous.masterPort = port;
             try {
-                comms[static_cast<std::size_t>(r)] = makeGlooCommunicator(o);
+                comms[static_cast<std::size_t>(r)] = comm::makeGlooCommunicator(o);
             } catch (const std::exception &e) {
                 errors[static_cast<std::size_t>(r)] = e.what();
             }
@@ -67,8 +67,8 @@ std::vector<std::unique_ptr<Communicator>> glooWorld(int world)
 
 // Aggregate GB/s (bytes landing in all receive buffers per second) of `rounds` all_gathers
 // of `total` gathered bytes, one sample per repetition.
-std::vector<double> measure(std::vector<std::unique_ptr<Communicator>> &comms, std::size_t total,
-                            int reps)
+std::vector<double> measure(std::vector<std::unique_ptr<comm::Communicator>> &comms,
+                            std::size_t total, int reps)
 {
     const int world = static_cast<int>(comms.size());
     const std::size_t bytes = total / static_cast<std::size_t>(world);
@@ -78,7 +78,7 @@ std::vector<double> measure(std::vector<std::unique_ptr<Communicator>> &comms, s
     std::vector<std::thread> threads;
     for (int r = 0; r < world; ++r)
         threads.emplace_back([&, r] {
-            Communicator &c = *comms[static_cast<std::size_t>(r)];
+            comm::Communicator &c = *comms[static_cast<std::size_t>(r)];
             std::vector<char> send(bytes, static_cast<char>(r + 1)), recv(total);
             c.allGather(send.data(), recv.data(), bytes); // warm-up
             for (int rep = 0; rep < reps; ++rep) {
@@ -111,7 +111,7 @@ int main(int argc, char **argv)
     std::printf("|---:|---:|---:|---:|---:|\n");
     for (int world : {2, 4}) {
         auto gloo = glooWorld(world);
-        auto cpu = makeCpuWorld(world);
+        auto cpu = comm::makeCpuWorld(world);
         for (std::size_t total = 64 << 10; total <= (std::size_t(16) << 20); total *= 4) {
             const Stats g = stats(measure(gloo, total, reps));
             const Stats t = stats(measure(cpu, total, reps));

@@ -36,20 +36,20 @@ constexpr int kSteps = 150;
 constexpr std::size_t kEventsPerFrame = 2048; // as the inspector's server batches them
 constexpr std::size_t kReadSize = 64 << 10;
 
-EngineState makeState()
+core::EngineState makeState()
 {
-    EngineState st;
+    core::EngineState st;
     st.modelName = "bench-ingest";
     st.worldSize = kWorld;
     st.backend = "cpu";
     for (int r = 0; r < kWorld; ++r)
         st.localRanks.push_back(r);
-    st.modules.push_back(ModuleRecord{0, "", "Model", kNoModule});
+    st.modules.push_back(core::ModuleRecord{0, "", "Model", kNoModule});
     for (int m = 0; m < kModules; ++m) {
         const auto id = static_cast<ModuleId>(st.modules.size());
-        st.modules.push_back(ModuleRecord{id, "layers." + std::to_string(m), "Linear", 0});
+        st.modules.push_back(core::ModuleRecord{id, "layers." + std::to_string(m), "Linear", 0});
         for (int k = 0; k < kParamsPerModule; ++k) {
-            ParamRecord p;
+            core::ParamRecord p;
             p.id = static_cast<ParamId>(st.params.size());
             p.name = st.modules.back().path + ".w" + std::to_string(k);
             p.owner = id;
@@ -65,44 +65,44 @@ EngineState makeState()
     return st;
 }
 
-Event ev(std::uint64_t &ts, int rank, std::uint32_t step, const Event &fields)
+telemetry::Event ev(std::uint64_t &ts, int rank, std::uint32_t step, const telemetry::Event &fields)
 {
     ts += 97;
-    return stamped(fields, ts, step, static_cast<std::uint16_t>(rank));
+    return telemetry::stamped(fields, ts, step, static_cast<std::uint16_t>(rank));
 }
 
 // One rank's events of one step, as the engine emits them.
-void stepEvents(std::vector<Event> &out, std::uint64_t &ts, int rank, std::uint32_t step)
+void stepEvents(std::vector<telemetry::Event> &out, std::uint64_t &ts, int rank, std::uint32_t step)
 {
     const std::uint64_t bytes = 256 * 64 * 4;
-    out.push_back(ev(ts, rank, step, makeStepBegin()));
+    out.push_back(ev(ts, rank, step, telemetry::makeStepBegin()));
     for (int m = 0; m < kModules; ++m) {
         const auto module = static_cast<ModuleId>(m + 1);
         const auto first = static_cast<ParamId>(m * kParamsPerModule);
-        out.push_back(ev(ts, rank, step, makeModuleEnter({.module = module})));
+        out.push_back(ev(ts, rank, step, telemetry::makeModuleEnter({.module = module})));
         for (int k = 0; k < kParamsPerModule; ++k) {
-            const FetchFields f{.param = first + k, .cause = module, .bytes = bytes};
-            out.push_back(ev(ts, rank, step, makeFetchBegin(f)));
-            out.push_back(ev(ts, rank, step, makeFetchEnd(f)));
+            const telemetry::FetchFields f{.param = first + k, .cause = module, .bytes = bytes};
+            out.push_back(ev(ts, rank, step, telemetry::makeFetchBegin(f)));
+            out.push_back(ev(ts, rank, step, telemetry::makeFetchEnd(f)));
         }
         if (m == kModules - 1)
             out.push_back(ev(ts, rank, step,
-                             makeUnregisteredAccess({.accessor = module,
+                             telemetry::makeUnregisteredAccess({.accessor = module,
                                                      .param = 0,
                                                      .owner = 1,
                                                      .status = ParamStatus::NotAvailable,
                                                      .action = GuardAction::Gathered})));
-        out.push_back(ev(ts, rank, step, makeModuleExit({.module = module})));
+        out.push_back(ev(ts, rank, step, telemetry::makeModuleExit({.module = module})));
         for (int k = 0; k < kParamsPerModule; ++k)
             out.push_back(ev(ts, rank, step,
-                             makeRelease({.param = first + k, .cause = module, .bytes = bytes})));
+                             telemetry::makeRelease({.param = first + k, .cause = module, .bytes = bytes})));
         out.push_back(ev(ts, rank, step,
-                         makeMemorySample({.partitionedBytes = bytes * 100 / kWorld,
+                         telemetry::makeMemorySample({.partitionedBytes = bytes * 100 / kWorld,
                                            .gatheredBytes = bytes * kParamsPerModule,
                                            .peakGatheredBytes = bytes * kParamsPerModule,
                                            .liveElements = 2560})));
     }
-    out.push_back(ev(ts, rank, step, makeStepEnd(1.0)));
+    out.push_back(ev(ts, rank, step, telemetry::makeStepEnd(1.0)));
 }
 
 // The bytes a client receives: per step, each rank's events in frames of 2048.
@@ -110,7 +110,7 @@ std::string makeStream(std::uint64_t &events)
 {
     std::string bytes;
     std::vector<std::uint64_t> ts(kWorld, 1'000'000);
-    std::vector<Event> batch;
+    std::vector<telemetry::Event> batch;
     events = 0;
     for (std::uint32_t step = 1; step <= kSteps; ++step) {
         batch.clear();
@@ -119,7 +119,7 @@ std::string makeStream(std::uint64_t &events)
         for (std::size_t i = 0; i < batch.size(); i += kEventsPerFrame) {
             const std::size_t n = std::min(kEventsPerFrame, batch.size() - i);
             wire::appendFrame(bytes, wire::MessageType::EventBatch,
-                              wire::encodeEvents(std::span<const Event>(batch.data() + i, n)));
+                              wire::encodeEvents(std::span<const telemetry::Event>(batch.data() + i, n)));
         }
         events += batch.size();
     }
@@ -142,10 +142,10 @@ struct Rep
     double heapBytesPerEvent = 0.0;
 };
 
-Rep runOnce(const std::string &stream, const EngineState &state)
+Rep runOnce(const std::string &stream, const core::EngineState &state)
 {
     Rep rep;
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(state);
     store.flush();
     const std::size_t heapBefore = heapInUse();
@@ -189,7 +189,7 @@ int main(int argc, char **argv)
 {
     QCoreApplication app(argc, argv);
     const int reps = parseReps(argc, argv, "bench_ingest", 5);
-    const EngineState state = makeState();
+    const core::EngineState state = makeState();
     std::uint64_t events = 0;
     const std::string stream = makeStream(events);
 

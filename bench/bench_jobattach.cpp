@@ -43,10 +43,10 @@ constexpr int kLayersPerBlock = 24;
 constexpr std::size_t kEventsPerRank = 32768; // half a ring: nothing is dropped
 
 // One rank process of the job: its part of the model's state and its rank's events.
-class RankProvider final : public StateProvider
+class RankProvider final : public server::StateProvider
 {
   public:
-    RankProvider(int rank, const EngineState &whole) : m_rank(rank)
+    RankProvider(int rank, const core::EngineState &whole) : m_rank(rank)
     {
         m_state.modelName = whole.modelName;
         m_state.worldSize = kWorld;
@@ -54,16 +54,16 @@ class RankProvider final : public StateProvider
         m_state.step = 10;
         m_state.localRanks = {rank};
         m_state.modules = whole.modules;
-        for (const ParamRecord &p : whole.params)
+        for (const core::ParamRecord &p : whole.params)
             if (static_cast<int>(p.id % kWorld) == rank) m_state.params.push_back(p);
     }
-    EngineState state() const override { return m_state; }
+    core::EngineState state() const override { return m_state; }
     std::uint64_t stateVersion() const override { return 1; }
     std::string modelName() const override { return m_state.modelName; }
     int worldSize() const override { return kWorld; }
     std::string backend() const override { return "gloo"; }
     std::vector<int> localRanks() const override { return {m_rank}; }
-    void setEventSink(EventSink *sink) override { m_sink = sink; }
+    void setEventSink(telemetry::EventSink *sink) override { m_sink = sink; }
     void setTelemetryEnabled(bool) override {}
 
     // A gather's worth of events, again and again: fetch, use, release.
@@ -73,27 +73,27 @@ class RankProvider final : public StateProvider
         std::uint64_t ts = 1'000'000'000;
         for (std::size_t i = 0; i < kEventsPerRank; ++i) {
             const auto id = static_cast<std::uint32_t>((i / 4 * kWorld + m_rank) % kParams);
-            const FetchFields fetch{.param = id, .cause = 0, .bytes = 16384};
+            const telemetry::FetchFields fetch{.param = id, .cause = 0, .bytes = 16384};
             const auto kind = i % 4;
-            const Event fields = kind == 0   ? makeFetchBegin(fetch)
-                                 : kind == 1 ? makeFetchEnd(fetch)
-                                 : kind == 2
-                                     ? makeModuleEnter({.module = id})
-                                     : makeRelease({.param = id, .cause = 0, .bytes = 16384});
-            m_sink->write(
-                stamped(fields, ts += 997, static_cast<std::uint32_t>(1 + i / 4096), rank));
+            const telemetry::Event fields =
+                kind == 0   ? telemetry::makeFetchBegin(fetch)
+                : kind == 1 ? telemetry::makeFetchEnd(fetch)
+                : kind == 2 ? telemetry::makeModuleEnter({.module = id})
+                            : telemetry::makeRelease({.param = id, .cause = 0, .bytes = 16384});
+            m_sink->write(telemetry::stamped(fields, ts += 997,
+                                             static_cast<std::uint32_t>(1 + i / 4096), rank));
         }
     }
 
   private:
     int m_rank;
-    EngineState m_state;
-    EventSink *m_sink = nullptr;
+    core::EngineState m_state;
+    telemetry::EventSink *m_sink = nullptr;
 };
 
-EngineState wholeModel()
+core::EngineState wholeModel()
 {
-    EngineState st;
+    core::EngineState st;
     st.modelName = "synthetic job, 100k parameters";
     st.worldSize = kWorld;
     st.modules.push_back({0, "", "Model", kNoModule});
@@ -111,7 +111,7 @@ EngineState wholeModel()
     }
     const std::size_t perOwner = (kParams + owners.size() - 1) / owners.size();
     for (int i = 0; i < kParams; ++i) {
-        ParamRecord p;
+        core::ParamRecord p;
         p.id = static_cast<ParamId>(i);
         const ModuleId owner = owners[static_cast<std::size_t>(i) / perOwner];
         p.owner = owner;
@@ -144,17 +144,17 @@ struct Rep
     double residentPerEvent = 0; // resident memory grown during the attach, per event
 };
 
-Rep attachOnce(const std::vector<JobTarget> &targets, int expectedNodes)
+Rep attachOnce(const std::vector<session::JobTarget> &targets, int expectedNodes)
 {
     const std::size_t rss0 = residentBytes();
-    auto store = std::make_unique<SessionStore>();
-    ModuleTreeModel tree(store.get());
-    JobSession session(store.get());
+    auto store = std::make_unique<session::SessionStore>();
+    models::ModuleTreeModel tree(store.get());
+    session::JobSession session(store.get());
     QEventLoop loop;
     Rep out;
     const std::uint64_t expectedEvents = kEventsPerRank * kWorld;
     const auto t0 = Clock::now();
-    QObject::connect(store.get(), &SessionStore::updated, &loop, [&] {
+    QObject::connect(store.get(), &session::SessionStore::updated, &loop, [&] {
         if (out.populatedMs == 0 && tree.matchingNodeCount() >= expectedNodes)
             out.populatedMs = secondsSince(t0) * 1e3;
         if (out.ingestedMs == 0 && store->totalEvents() >= expectedEvents)
@@ -184,17 +184,17 @@ int main(int argc, char **argv)
 {
     const int reps = parseReps(argc, argv, "bench_jobattach", 5);
     QGuiApplication app(argc, argv);
-    const EngineState whole = wholeModel();
+    const core::EngineState whole = wholeModel();
     std::vector<std::unique_ptr<RankProvider>> providers;
-    std::vector<std::unique_ptr<Inspector>> servers;
-    std::vector<JobTarget> targets;
+    std::vector<std::unique_ptr<server::Inspector>> servers;
+    std::vector<session::JobTarget> targets;
     for (int r = 0; r < kWorld; ++r) {
         providers.push_back(std::make_unique<RankProvider>(r, whole));
-        InspectorOptions o;
+        server::InspectorOptions o;
         o.endpoint = "tcp:127.0.0.1:0";
         o.job = "bench";
         o.historyEvents = kEventsPerRank;
-        servers.push_back(std::make_unique<Inspector>(*providers.back(), o));
+        servers.push_back(std::make_unique<server::Inspector>(*providers.back(), o));
         targets.push_back({QString::fromStdString(servers.back()->endpoint()), {r}});
         providers.back()->writeEvents();
     }

@@ -50,14 +50,14 @@ std::string sizeText(std::size_t bytes)
 int main()
 {
     try {
-        const BackendChoice choice = chooseBackend("nccl");
+        const cuda::BackendChoice choice = cuda::chooseBackend("nccl");
         std::printf("%s\n\n", choice.reason.c_str());
-        auto world = makeNcclLocalWorld({0});
-        NcclCommunicator &comm = world.front();
-        gpu::setDevice(0);
-        gpu::Stream copyStream;
+        auto world = cuda::makeNcclLocalWorld({0});
+        cuda::NcclCommunicator &comm = world.front();
+        cuda::setDevice(0);
+        cuda::Stream copyStream;
         const std::size_t maxBytes = std::size_t(256) << 20;
-        gpu::DeviceBuffer src(maxBytes), dst(maxBytes);
+        cuda::DeviceBuffer src(maxBytes), dst(maxBytes);
         std::printf(
             "| bytes | NCCL all_gather (world 1) µs | GB/s | cudaMemcpy D2D µs | GB/s | ratio |\n");
         std::printf("|---:|---:|---:|---:|---:|---:|\n");

@@ -24,17 +24,18 @@ namespace {
 constexpr int kSteps = 60;
 constexpr int kWarmupSteps = 10;
 
-class OverlapCounter : public EventSink
+class OverlapCounter : public telemetry::EventSink
 {
 public:
-    void write(const Event &ev) noexcept override
+    void write(const telemetry::Event &ev) noexcept override
     {
         std::lock_guard lock(m_mutex);
         auto &open = m_open[ev.rank];
-        if (ev.type == EventType::FetchBegin && readFetch(ev).reason == FetchReason::Prefetch) {
-            open.push_back(readFetch(ev).param);
+        if (ev.type == EventType::FetchBegin &&
+            telemetry::readFetch(ev).reason == FetchReason::Prefetch) {
+            open.push_back(telemetry::readFetch(ev).param);
         } else if (ev.type == EventType::FetchEnd) {
-            std::erase(open, readFetch(ev).param);
+            std::erase(open, telemetry::readFetch(ev).param);
         } else if (ev.type == EventType::ModuleEnter) {
             ++entries;
             if (!open.empty())

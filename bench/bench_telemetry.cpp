@@ -37,19 +37,19 @@ constexpr auto kConsumerInterval = std::chrono::microseconds(200);
 class Emitter
 {
   public:
-    void setSink(EventSink *sink) { m_sink.store(sink, std::memory_order_release); }
+    void setSink(telemetry::EventSink *sink) { m_sink.store(sink, std::memory_order_release); }
     void setEnabled(bool on) { m_on.store(on, std::memory_order_relaxed); }
 
     // stampedTs == 0: stamp with the telemetry clock (the engine's way); else use it as is.
-    [[gnu::noinline]] void emit(const Event &fields, std::uint64_t stampedTs = 0)
+    [[gnu::noinline]] void emit(const telemetry::Event &fields, std::uint64_t stampedTs = 0)
     {
-        EventSink *s = m_sink.load(std::memory_order_acquire);
+        telemetry::EventSink *s = m_sink.load(std::memory_order_acquire);
         if (!s || !m_on.load(std::memory_order_relaxed)) return;
-        s->write(stamped(fields, stampedTs ? stampedTs : nowNs(), 1, 0));
+        s->write(telemetry::stamped(fields, stampedTs ? stampedTs : telemetry::nowNs(), 1, 0));
     }
 
   private:
-    std::atomic<EventSink *> m_sink{nullptr};
+    std::atomic<telemetry::EventSink *> m_sink{nullptr};
     std::atomic<bool> m_on{true};
 };
 
@@ -60,7 +60,7 @@ class Consumer
 {
   public:
     // ring: also drained (the loop's bare-ring variant), when given.
-    explicit Consumer(TelemetryHub &hub, EventRing *ring = nullptr)
+    explicit Consumer(telemetry::TelemetryHub &hub, telemetry::EventRing *ring = nullptr)
         : m_hub(hub), m_ring(ring), m_thread([this] { run(); })
     {
     }
@@ -73,7 +73,7 @@ class Consumer
   private:
     void run()
     {
-        std::vector<Event> batch;
+        std::vector<telemetry::Event> batch;
         batch.reserve(kLoopRing);
         while (!m_stop.load(std::memory_order_acquire)) {
             batch.clear();
@@ -87,8 +87,8 @@ class Consumer
         }
     }
 
-    TelemetryHub &m_hub;
-    EventRing *m_ring;
+    telemetry::TelemetryHub &m_hub;
+    telemetry::EventRing *m_ring;
     std::atomic<bool> m_stop{false};
     std::thread m_thread;
 };
@@ -136,9 +136,10 @@ bool variantUsesTsc(Variant v)
 
 // One pass of the loop; returns ns per iteration. The work per iteration is a few
 // arithmetic operations, so what is measured is the instrumentation.
-Ns runLoop(Variant v, Emitter &emitter, EventRing &ring)
+Ns runLoop(Variant v, Emitter &emitter, telemetry::EventRing &ring)
 {
-    useClock(variantUsesTsc(v) ? ClockSource::Tsc : ClockSource::Steady);
+    telemetry::useClock(variantUsesTsc(v) ? telemetry::ClockSource::Tsc
+                                          : telemetry::ClockSource::Steady);
     std::uint64_t acc = 0;
     const PassTimer timer;
     if (v == Bare) {
@@ -150,11 +151,11 @@ Ns runLoop(Variant v, Emitter &emitter, EventRing &ring)
         for (std::uint64_t i = 0; i < kLoopEvents; ++i) {
             acc = acc * 31 + i;
             keep(acc);
-            const std::uint64_t t = nowNs();
+            const std::uint64_t t = telemetry::nowNs();
             keep(t);
         }
     } else if (v == RingOnly) {
-        Event ev{};
+        telemetry::Event ev{};
         ev.type = EventType::FetchBegin;
         for (std::uint64_t i = 0; i < kLoopEvents; ++i) {
             acc = acc * 31 + i;
@@ -171,7 +172,7 @@ Ns runLoop(Variant v, Emitter &emitter, EventRing &ring)
 #if SHARDSCOPE_HAVE_TSC
             const std::uint64_t t = __rdtsc();
 #else
-            const std::uint64_t t = steadyNs();
+            const std::uint64_t t = telemetry::steadyNs();
 #endif
             keep(t);
         }
@@ -181,14 +182,14 @@ Ns runLoop(Variant v, Emitter &emitter, EventRing &ring)
         for (std::uint64_t i = 0; i < kLoopEvents; ++i) {
             acc = acc * 31 + i;
             keep(acc);
-            emitter.emit(
-                makeFetchBegin({.param = static_cast<std::uint32_t>(i), .cause = 0, .bytes = acc}),
-                given + i * given);
+            emitter.emit(telemetry::makeFetchBegin(
+                             {.param = static_cast<std::uint32_t>(i), .cause = 0, .bytes = acc}),
+                         given + i * given);
         }
     }
     const double n = static_cast<double>(kLoopEvents);
     const Ns out{timer.cpuSeconds() * 1e9 / n, timer.wallSeconds() * 1e9 / n};
-    useClock(ClockSource::Tsc);
+    telemetry::useClock(telemetry::ClockSource::Tsc);
     return out;
 }
 
@@ -232,7 +233,8 @@ struct EngineRun
 
 // One pass: shape.steps steps per variant of shape.pairsPerStep enter/exit pairs; the
 // variant changes every step, so machine noise hits every variant alike.
-EngineRun runEngine(const EngineShape &shape, Engine &engine, TelemetryHub &hub, ModuleId layer)
+EngineRun runEngine(const EngineShape &shape, core::Engine &engine, telemetry::TelemetryHub &hub,
+                    ModuleId layer)
 {
     double cpu[EngineVariantCount] = {};
     double wall[EngineVariantCount] = {};
@@ -243,8 +245,9 @@ EngineRun runEngine(const EngineShape &shape, Engine &engine, TelemetryHub &hub,
         engine.setTelemetryEnabled(v != EngineOffTsc && v != EngineOffSteady);
         // The engine reads the clock itself to time gathers, telemetry or not: "off" is
         // measured on the same clock as the "on" it is compared with.
-        useClock(v == EngineOnSteady || v == EngineOffSteady ? ClockSource::Steady
-                                                             : ClockSource::Tsc);
+        telemetry::useClock(v == EngineOnSteady || v == EngineOffSteady
+                                ? telemetry::ClockSource::Steady
+                                : telemetry::ClockSource::Tsc);
         const std::uint64_t before = hub.writtenEvents() + hub.droppedEvents();
         const PassTimer timer;
         engine.beginStep(0);
@@ -257,7 +260,7 @@ EngineRun runEngine(const EngineShape &shape, Engine &engine, TelemetryHub &hub,
         wall[v] += timer.wallSeconds();
         run.events[v] += hub.writtenEvents() + hub.droppedEvents() - before;
     }
-    useClock(ClockSource::Tsc);
+    telemetry::useClock(telemetry::ClockSource::Tsc);
     const double pairs = double(shape.steps) * shape.pairsPerStep;
     for (int v = 0; v < EngineVariantCount; ++v)
         run.perPair[v] = Ns{cpu[v] * 1e9 / pairs, wall[v] * 1e9 / pairs};
@@ -286,17 +289,17 @@ double medianCpu(const std::vector<Ns> &v)
 // Per event = (on - off) / events per pair, per pass.
 bool engineShape(const EngineShape &shape, int reps)
 {
-    EngineConfig config;
+    core::EngineConfig config;
     config.worldSize = 1;
     config.modelName = "bench-telemetry";
     config.persistenceThreshold = 0; // every parameter partitioned, gathered on entry
-    Engine engine(config, makeCpuWorld(1));
+    core::Engine engine(config, comm::makeCpuWorld(1));
     const ModuleId layer = engine.addModule(engine.root(), "layer", "Linear");
     std::vector<float> init(256, 0.5f);
     for (int p = 0; p < shape.params; ++p)
         engine.addParameter(layer, p == 0 ? "weight" : "bias", {16, 16}, DType::F32, init.data());
     engine.partition();
-    TelemetryHub hub(1); // the rings' size in a training process
+    telemetry::TelemetryHub hub(1); // the rings' size in a training process
     std::vector<Ns> pairNs[EngineVariantCount];
     std::vector<Ns> perEvent[2];
     double eventsPerPair = 0.0;
@@ -352,18 +355,18 @@ int main(int argc, char **argv)
     std::printf("%s\n\n", machine().c_str());
     std::printf("- kernel clocksource: %s; TSC flags in /proc/cpuinfo: %s\n", clocksource().c_str(),
                 tscFlags().c_str());
-    std::printf("- telemetry clock at start-up: %s\n", clockDescription().c_str());
-    if (!tscUsable()) {
+    std::printf("- telemetry clock at start-up: %s\n", telemetry::clockDescription().c_str());
+    if (!telemetry::tscUsable()) {
         std::printf("- no usable TSC here: the \"TSC clock\" rows below also read steady_clock\n");
     }
     std::printf("\n");
 
-    TelemetryHub hub(1, kLoopRing);
+    telemetry::TelemetryHub hub(1, kLoopRing);
     std::vector<Ns> loopNs[VariantCount];
     std::uint64_t dropped = 0;
     std::uint64_t written = 0;
     {
-        EventRing ring(kLoopRing);
+        telemetry::EventRing ring(kLoopRing);
         Consumer consumer(hub, &ring);
         Emitter emitter;
         emitter.setSink(&hub);

@@ -184,13 +184,13 @@ RunResult runOnce(Variant v, const nn::TrainConfig &base)
     config.telemetry = v != TelemetryOff;
     config.endpoint = config.listen ? "tcp:127.0.0.1:0" : "";
 
-    std::unique_ptr<Engine> engine = nn::makeCpuEngine(config);
-    InspectorOptions options;
+    std::unique_ptr<core::Engine> engine = nn::makeCpuEngine(config);
+    server::InspectorOptions options;
     options.listen = config.listen;
     options.endpoint = config.endpoint;
     options.telemetry = config.telemetry;
     options.historyEvents = config.historyEvents;
-    Inspector inspector(*engine, options);
+    server::Inspector inspector(*engine, options);
 
     FILE *client = nullptr;
     char line[256];
@@ -205,13 +205,13 @@ RunResult runOnce(Variant v, const nn::TrainConfig &base)
     std::vector<double> stepSeconds;
     stepSeconds.reserve(static_cast<std::size_t>(config.steps));
     const double cpu0 = processCpuSeconds();
-    const Inspector::Cost cost0 = inspector.cost();
+    const server::Inspector::Cost cost0 = inspector.cost();
     const nn::TrainResult result =
         nn::runCpuTraining(config, *engine, [&](const nn::StepReport &r) {
             if (r.step > kWarmupSteps) stepSeconds.push_back(r.seconds);
         });
     const double cpuSeconds = processCpuSeconds() - cpu0;
-    const Inspector::Cost cost1 = inspector.cost();
+    const server::Inspector::Cost cost1 = inspector.cost();
     inspector.finish();
 
     RunResult out;
@@ -254,11 +254,11 @@ ToggledRun runToggled(const nn::TrainConfig &base, int steps)
     config.listen = true;
     config.telemetry = true;
     config.endpoint = "tcp:127.0.0.1:0";
-    std::unique_ptr<Engine> engine = nn::makeCpuEngine(config);
-    InspectorOptions options;
+    std::unique_ptr<core::Engine> engine = nn::makeCpuEngine(config);
+    server::InspectorOptions options;
     options.endpoint = config.endpoint;
     options.historyEvents = config.historyEvents;
-    Inspector inspector(*engine, options);
+    server::Inspector inspector(*engine, options);
     const std::string command = selfPath() + " --client " + inspector.endpoint();
     FILE *client = ::popen(command.c_str(), "r");
     char line[256];

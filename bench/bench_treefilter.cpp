@@ -40,10 +40,10 @@ int main(int argc, char **argv)
     const int reps = parseReps(argc, argv, "bench_treefilter", 5);
 
     const SyntheticModel model = makeSyntheticModel(kParams, 16);
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(syntheticState(model, kWorld, 100));
     store.flush();
-    ModuleTreeModel tree(&store);
+    models::ModuleTreeModel tree(&store);
     auto revealTop = [&] {
         const QModelIndex root = tree.index(0, 0);
         if (root.isValid() && tree.canFetchMore(root))

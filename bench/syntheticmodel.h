@@ -71,9 +71,10 @@ inline SyntheticModel makeSyntheticModel(int params, int hidden = 64)
 }
 
 // The state an engine of `world` ranks would report after partitioning (nothing gathered).
-inline EngineState syntheticState(const SyntheticModel &m, int world, std::int64_t persistenceThreshold)
+inline core::EngineState syntheticState(const SyntheticModel &m, int world,
+                                        std::int64_t persistenceThreshold)
 {
-    EngineState st;
+    core::EngineState st;
     st.modelName = "synthetic";
     st.worldSize = world;
     st.backend = "cpu";
@@ -82,17 +83,17 @@ inline EngineState syntheticState(const SyntheticModel &m, int world, std::int64
     st.config.persistenceThreshold = persistenceThreshold;
     for (std::size_t i = 0; i < m.modules.size(); ++i) {
         const SyntheticModule &sm = m.modules[i];
-        st.modules.push_back(ModuleRecord{static_cast<ModuleId>(i), sm.path, sm.type,
+        st.modules.push_back(core::ModuleRecord{static_cast<ModuleId>(i), sm.path, sm.type,
                                           sm.parent < 0 ? kNoModule : static_cast<ModuleId>(sm.parent)});
     }
     for (std::size_t i = 0; i < m.params.size(); ++i) {
         const SyntheticParam &sp = m.params[i];
-        ParamRecord p;
+        core::ParamRecord p;
         p.id = static_cast<ParamId>(i);
         p.name = m.modules[static_cast<std::size_t>(sp.owner)].path + "." + sp.localName;
         p.owner = static_cast<ModuleId>(sp.owner);
         p.shape = sp.shape;
-        p.numel = shapeNumel(sp.shape);
+        p.numel = core::shapeNumel(sp.shape);
         p.persistent = p.numel < persistenceThreshold;
         p.partitioned = !p.persistent;
         p.paddedNumel = p.persistent ? p.numel : (p.numel + world - 1) / world * world;
@@ -105,7 +106,7 @@ inline EngineState syntheticState(const SyntheticModel &m, int world, std::int64
 }
 
 // Adds the model's modules and parameters (zero-initialised) to an empty engine.
-inline void buildSyntheticModel(Engine &engine, const SyntheticModel &m)
+inline void buildSyntheticModel(core::Engine &engine, const SyntheticModel &m)
 {
     std::vector<ModuleId> ids(m.modules.size(), engine.root());
     for (std::size_t i = 1; i < m.modules.size(); ++i) {

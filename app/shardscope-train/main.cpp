@@ -137,12 +137,12 @@ template <typename T> T parseNumber(std::string_view flag, std::string_view text
 // does the work, outside the handler (libraries start threads before main, so blocking
 // the signals and calling sigwait would not catch them all).
 std::mutex g_finishMutex;
-Inspector *g_finishOnSignal = nullptr;
+server::Inspector *g_finishOnSignal = nullptr;
 int g_signalPipe[2] = {-1, -1};
 
 struct FinishOnSignal
 {
-    explicit FinishOnSignal(Inspector &inspector)
+    explicit FinishOnSignal(server::Inspector &inspector)
     {
         const std::lock_guard lock(g_finishMutex);
         g_finishOnSignal = &inspector;
@@ -324,13 +324,13 @@ void printFinal(const nn::TrainResult &r, int steps)
 class ViolationPrinter
 {
   public:
-    explicit ViolationPrinter(const Engine &engine) : m_engine(engine) {}
+    explicit ViolationPrinter(const core::Engine &engine) : m_engine(engine) {}
 
     void printNew()
     {
-        const std::vector<ViolationRecord> all = m_engine.violations();
+        const std::vector<core::ViolationRecord> all = m_engine.violations();
         for (; m_seen < all.size(); ++m_seen) {
-            const ViolationRecord &v = all[m_seen];
+            const core::ViolationRecord &v = all[m_seen];
             if (v.kind == ViolationKind::TraceInvalidated ||
                 v.rank != m_engine.localRanks().front())
                 continue;
@@ -344,7 +344,7 @@ class ViolationPrinter
     }
 
   private:
-    const Engine &m_engine;
+    const core::Engine &m_engine;
     std::size_t m_seen = 0;
 };
 
@@ -389,21 +389,21 @@ void printLossFloor()
 }
 
 // Blocks until an inspector is attached, at most `seconds` (0: no limit).
-bool waitForInspector(Inspector &inspector, double seconds)
+bool waitForInspector(server::Inspector &inspector, double seconds)
 {
     using std::chrono::milliseconds;
     return inspector.waitForClient(
         seconds > 0.0 ? milliseconds(static_cast<long long>(seconds * 1e3)) : milliseconds::max());
 }
 
-using Trainer =
-    std::function<nn::TrainResult(Engine &, const nn::TrainConfig &, const nn::StepCallback &)>;
+using Trainer = std::function<nn::TrainResult(core::Engine &, const nn::TrainConfig &,
+                                              const nn::StepCallback &)>;
 
 // One run on an engine of either backend: the inspector endpoint (up before the model is
 // built, so a client sees weight_norm's late parameters and reads as they happen), the
 // model, the steps and the final line. Under torchrun only the process holding rank 0
 // prints the model, the steps and the problems; every process prints its final line.
-int trainWithInspector(Engine &engine, const nn::TrainConfig &config, const Trainer &train)
+int trainWithInspector(core::Engine &engine, const nn::TrainConfig &config, const Trainer &train)
 {
     const int firstRank = engine.localRanks().front();
     const bool reporter = firstRank == 0;
@@ -418,7 +418,7 @@ int trainWithInspector(Engine &engine, const nn::TrainConfig &config, const Trai
         std::fflush(stdout);
     }
 
-    InspectorOptions options;
+    server::InspectorOptions options;
     options.listen = config.listen;
     std::string endpointError;
     options.endpoint = endpointOfRank(config.endpoint, firstRank, endpointError);
@@ -432,10 +432,10 @@ int trainWithInspector(Engine &engine, const nn::TrainConfig &config, const Trai
                               ? config.snapshotOut
                               : config.snapshotOut + ".rank" + std::to_string(firstRank);
     options.telemetry = config.telemetry;
-    std::unique_ptr<Inspector> inspector;
+    std::unique_ptr<server::Inspector> inspector;
     try {
-        inspector = std::make_unique<Inspector>(engine, options);
-    } catch (const InspectorError &e) {
+        inspector = std::make_unique<server::Inspector>(engine, options);
+    } catch (const server::InspectorError &e) {
         std::fprintf(stderr, "shardscope-train: %s\n", e.what());
         return 2;
     }
@@ -492,30 +492,30 @@ int trainWithInspector(Engine &engine, const nn::TrainConfig &config, const Trai
 
 int runCpu(const nn::TrainConfig &config)
 {
-    std::unique_ptr<Engine> engine = nn::makeCpuEngine(config);
+    std::unique_ptr<core::Engine> engine = nn::makeCpuEngine(config);
     return trainWithInspector(*engine, config, nn::trainModel);
 }
 
 int runNccl(const nn::TrainConfig &config)
 {
-    std::unique_ptr<Engine> engine = gpu::makeNcclEngine(config);
+    std::unique_ptr<core::Engine> engine = cuda::makeNcclEngine(config);
     nn::TrainConfig sized = config;
     sized.worldSize = engine->worldSize(); // torchrun's WORLD_SIZE
-    return trainWithInspector(*engine, sized, gpu::trainOnGpu);
+    return trainWithInspector(*engine, sized, cuda::trainOnGpu);
 }
 
 // One process of a gloo world: WORLD_SIZE ranks, this process holding RANK.
 int runGloo(const nn::TrainConfig &config)
 {
-    if (!launchedPerRank()) {
+    if (!comm::launchedPerRank()) {
         std::fprintf(stderr,
                      "shardscope-train: --backend gloo runs one process per rank, but RANK and "
                      "WORLD_SIZE are not set; start the ranks with scripts/launch -n N "
                      "shardscope-train --backend gloo ..., or with torchrun\n");
         return 2;
     }
-    GlooOptions options;
-    options.rendezvous = rendezvousFromEnv();
+    comm::GlooOptions options;
+    options.rendezvous = comm::rendezvousFromEnv();
     options.timeout = std::chrono::seconds(config.commTimeoutSeconds);
     nn::TrainConfig sized = config;
     sized.worldSize = options.rendezvous.worldSize; // torchrun's WORLD_SIZE
@@ -523,10 +523,10 @@ int runGloo(const nn::TrainConfig &config)
         std::fprintf(stderr, "shardscope-train: %s\n", problem.c_str());
         return 2;
     }
-    std::vector<std::unique_ptr<Communicator>> comms;
-    comms.push_back(makeGlooCommunicator(options));
-    if (config.overlapComm) comms = makeAsyncCommunicators(std::move(comms));
-    Engine engine(nn::makeEngineConfig(sized), std::move(comms));
+    std::vector<std::unique_ptr<comm::Communicator>> comms;
+    comms.push_back(comm::makeGlooCommunicator(options));
+    if (config.overlapComm) comms = comm::makeAsyncCommunicators(std::move(comms));
+    core::Engine engine(nn::makeEngineConfig(sized), std::move(comms));
     return trainWithInspector(engine, sized, nn::trainModel);
 }
 
@@ -557,35 +557,35 @@ int main(int argc, char **argv)
     watchTerminationSignals();
 
     try {
-        BackendChoice choice;
+        cuda::BackendChoice choice;
         try {
-            choice = chooseBackend(config->backend);
+            choice = cuda::chooseBackend(config->backend);
         } catch (const std::invalid_argument &e) {
             std::fprintf(stderr, "shardscope-train: %s\n", e.what());
             return 2;
         }
-        if (config->backend == "auto" && choice.backend == Backend::Nccl &&
+        if (config->backend == "auto" && choice.backend == comm::Backend::Nccl &&
             choice.deviceCount < config->worldSize) {
             choice.reason = "CPU backend: " + std::to_string(config->worldSize) + " ranks need " +
                             std::to_string(config->worldSize) + " GPUs but " +
                             std::to_string(choice.deviceCount) +
                             " are usable; running the ranks as CPU threads (pass --world-size " +
                             std::to_string(choice.deviceCount) + " --backend nccl for the GPUs)";
-            choice.backend = Backend::Cpu;
+            choice.backend = comm::Backend::Cpu;
         }
-        std::printf("backend: %s (%s)\n", std::string(backendName(choice.backend)).c_str(),
+        std::printf("backend: %s (%s)\n", std::string(comm::backendName(choice.backend)).c_str(),
                     choice.reason.c_str());
         std::fflush(stdout);
         switch (choice.backend) {
-        case Backend::Nccl:
+        case comm::Backend::Nccl:
             return runNccl(*config);
-        case Backend::Gloo:
+        case comm::Backend::Gloo:
             return runGloo(*config);
-        case Backend::Cpu:
+        case comm::Backend::Cpu:
             break;
         }
         return runCpu(*config);
-    } catch (const UnregisteredAccessError &e) {
+    } catch (const core::UnregisteredAccessError &e) {
         std::fflush(stdout);
         std::fprintf(stderr, "shardscope-train: stopped by --guard error: %s\n    fix: %s\n",
                      e.what(), e.fix().c_str());

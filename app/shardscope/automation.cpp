@@ -40,18 +40,18 @@ void Automation::start()
 
 bool Automation::conditionMet() const
 {
-    SessionStore *store = m_window.store();
+    session::SessionStore *store = m_window.store();
     if (!m_options.open.isEmpty()) {
         return !m_options.afterSeconds ||
                m_sinceState.elapsed() >= static_cast<qint64>(*m_options.afterSeconds * 1000);
     }
     if (m_options.attach.isEmpty()) return true;
     if (m_window.attachedToJob()) {
-        const JobSession *job = m_window.jobSession();
+        const session::JobSession *job = m_window.jobSession();
         if (!store->hasState() || !(job->caughtUp() || job->allDone())) return false;
     } else {
-        Connection *c = m_window.connection();
-        const bool finished = c->state() == Connection::State::Finished;
+        session::Connection *c = m_window.connection();
+        const bool finished = c->state() == session::Connection::State::Finished;
         if (!store->hasState() || !(c->caughtUp() || finished)) return false;
     }
     if (m_options.afterStep) return store->completedStep() >= *m_options.afterStep;
@@ -64,15 +64,15 @@ bool Automation::conditionMet() const
 void Automation::poll()
 {
     if (m_done) return;
-    Connection *c = m_window.connection();
-    SessionStore *store = m_window.store();
+    session::Connection *c = m_window.connection();
+    session::SessionStore *store = m_window.store();
     if (!m_options.attach.isEmpty() && m_window.attachedToJob()) {
         pollJob();
         return;
     }
     if (!m_options.attach.isEmpty()) {
         if (store->hasState() && !m_sinceState.isValid()) m_sinceState.start();
-        if (c->state() == Connection::State::Failed) {
+        if (c->state() == session::Connection::State::Failed) {
             fail(c->message());
             return;
         }
@@ -84,7 +84,7 @@ void Automation::poll()
     const QString condition = m_options.afterStep
                                   ? QStringLiteral("--after-step %1").arg(*m_options.afterStep)
                                   : QStringLiteral("--after-seconds");
-    if (!m_options.attach.isEmpty() && c->state() == Connection::State::Finished) {
+    if (!m_options.attach.isEmpty() && c->state() == session::Connection::State::Finished) {
         fail(QStringLiteral("the run finished at step %1 before the condition was met (%2)")
                  .arg(store->completedStep())
                  .arg(condition));
@@ -92,7 +92,8 @@ void Automation::poll()
     }
     // The engine went away (killed, crashed) before the condition: like shardscope-capture,
     // write what was collected, say so, and exit with a status of its own.
-    if (!m_options.attach.isEmpty() && c->state() == Connection::State::Lost && store->hasState()) {
+    if (!m_options.attach.isEmpty() && c->state() == session::Connection::State::Lost &&
+        store->hasState()) {
         m_endedEarly = true;
         std::fprintf(stderr,
                      "shardscope: the run ended early: the connection to the engine was lost at "
@@ -114,8 +115,8 @@ void Automation::poll()
 // failed) writes what it has, as a lost single engine does.
 void Automation::pollJob()
 {
-    const JobSession *job = m_window.jobSession();
-    SessionStore *store = m_window.store();
+    const session::JobSession *job = m_window.jobSession();
+    session::SessionStore *store = m_window.store();
     if (store->hasState() && !m_sinceState.isValid()) m_sinceState.start();
     if (conditionMet()) {
         proceed();

@@ -58,8 +58,8 @@ std::unique_ptr<QSettings> MainWindow::settings() const
 }
 
 MainWindow::MainWindow(QWidget *parent)
-    : QMainWindow(parent), m_connection(new Connection(&m_store, this)),
-      m_job(new JobSession(&m_store, this)),
+    : QMainWindow(parent), m_connection(new session::Connection(&m_store, this)),
+      m_job(new session::JobSession(&m_store, this)),
       m_tree(new views::ModuleTreeView(&m_store)), m_detail(new views::ParamDetail(&m_store)),
       m_violations(new views::ViolationsPanel(&m_store)), m_timeline(new views::GatherTimeline),
       m_partition(new views::PartitionMap), m_memory(new views::MemoryPlot),
@@ -107,9 +107,9 @@ MainWindow::MainWindow(QWidget *parent)
     resize(1500, 950);
 
     buildMenus();
-    connect(&m_store, &SessionStore::updated, this, &MainWindow::onStoreUpdated);
-    connect(m_connection, &Connection::stateChanged, this, &MainWindow::onConnectionState);
-    connect(m_job, &JobSession::changed, this, &MainWindow::onJobChanged);
+    connect(&m_store, &session::SessionStore::updated, this, &MainWindow::onStoreUpdated);
+    connect(m_connection, &session::Connection::stateChanged, this, &MainWindow::onConnectionState);
+    connect(m_job, &session::JobSession::changed, this, &MainWindow::onJobChanged);
     connect(m_tree, &views::ModuleTreeView::paramSelected, this, &MainWindow::showParam);
     connect(m_tree, &views::ModuleTreeView::moduleSelected, this, &MainWindow::showModule);
     connect(m_tree, &views::ModuleTreeView::selectionChangedParams, this,
@@ -208,9 +208,9 @@ void MainWindow::runExport(const QString &title, const QString &filter,
 
 QString MainWindow::attach(const QString &spec, const QString &token, const QString &discoveryDir)
 {
-    std::vector<JobTarget> targets;
+    std::vector<session::JobTarget> targets;
     QString jobName;
-    const QString err = JobSession::resolve(spec, targets, jobName, discoveryDir);
+    const QString err = session::JobSession::resolve(spec, targets, jobName, discoveryDir);
     if (!err.isEmpty()) {
         m_status->setConnection(err, false);
         m_banner->setText(err);
@@ -362,7 +362,7 @@ QString MainWindow::openSnapshot(const QString &path)
     m_connection->detach();
     m_job->detach();
     m_attachedToJob = false;
-    const QString err = openSnapshotFile(path, m_store);
+    const QString err = session::openSnapshotFile(path, m_store);
     if (err.isEmpty()) {
         remember("recent/snapshots", QFileInfo(path).absoluteFilePath());
         m_status->setConnection(tr("snapshot %1 (read-only)").arg(path), true);
@@ -376,20 +376,20 @@ QString MainWindow::openSnapshot(const QString &path)
 QString MainWindow::exportSnapshot(const QString &path)
 {
     m_store.flush();
-    return exportSnapshotFile(path, m_store);
+    return session::exportSnapshotFile(path, m_store);
 }
 
 QString MainWindow::exportTrace(const QString &path)
 {
     if (!m_store.hasState())
         return tr("nothing to export: attach to an engine or open a snapshot first");
-    return writeExportFile(path, chromeTrace(m_store));
+    return session::writeExportFile(path, session::chromeTrace(m_store));
 }
 
 QString MainWindow::exportCsv(const QString &path)
 {
     m_store.flush();
-    return writeFileAtomically(path, m_violations->model()->toCsv());
+    return session::writeFileAtomically(path, m_violations->model()->toCsv());
 }
 
 QString MainWindow::saveScreenshot(const QString &path)
@@ -402,21 +402,23 @@ QString MainWindow::saveScreenshot(const QString &path)
         buffer.open(QIODevice::WriteOnly);
         if (!pixmap.save(&buffer, "PNG")) return tr("cannot encode the screenshot as PNG");
     }
-    return writeFileAtomically(path, png);
+    return session::writeFileAtomically(path, png);
 }
 
-void MainWindow::onConnectionState(Connection::State state, const QString &message)
+void MainWindow::onConnectionState(session::Connection::State state, const QString &message)
 {
-    const bool ok = state == Connection::State::Connected || state == Connection::State::Finished ||
-                    state == Connection::State::Idle;
+    const bool ok = state == session::Connection::State::Connected ||
+                    state == session::Connection::State::Finished ||
+                    state == session::Connection::State::Idle;
     m_status->setConnection(message, ok);
-    const bool warn = state == Connection::State::Lost || state == Connection::State::Failed;
+    const bool warn =
+        state == session::Connection::State::Lost || state == session::Connection::State::Failed;
     m_banner->setText(message);
     m_banner->setVisible(warn);
     updateTitle();
 }
 
-void MainWindow::onStoreUpdated(const StoreChanges &changes)
+void MainWindow::onStoreUpdated(const session::StoreChanges &changes)
 {
     if (changes.reset || changes.structure) {
         if (changes.reset) {
@@ -460,9 +462,9 @@ void MainWindow::feedPlots(bool)
         m_originSet = true;
     }
     m_fed.resize(static_cast<std::size_t>(m_store.laneCount()), 0);
-    std::vector<Event> batch;
+    std::vector<telemetry::Event> batch;
     for (int r = 0; r < m_store.laneCount(); ++r) {
-        const EventLane &lane = m_store.lane(r);
+        const session::EventLane &lane = m_store.lane(r);
         std::uint64_t &fed = m_fed[static_cast<std::size_t>(r)]; // absolute: evicted + index
         const std::uint64_t end = lane.evicted() + lane.size();
         if (fed >= end) continue;

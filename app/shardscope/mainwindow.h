@@ -39,9 +39,9 @@ class MainWindow : public QMainWindow
     explicit MainWindow(QWidget *parent = nullptr);
     ~MainWindow() override;
 
-    SessionStore *store() { return &m_store; }
-    Connection *connection() { return m_connection; } // the single-endpoint connection
-    JobSession *jobSession() { return m_job; }         // the processes of a job
+    session::SessionStore *store() { return &m_store; }
+    session::Connection *connection() { return m_connection; } // the single-endpoint connection
+    session::JobSession *jobSession() { return m_job; }        // the processes of a job
     bool attachedToJob() const { return m_attachedToJob; }
     views::ModuleTreeView *tree() const { return m_tree; }
     views::ViolationsPanel *violations() const { return m_violations; }
@@ -84,8 +84,8 @@ class MainWindow : public QMainWindow
     void remember(const char *key, const QString &value);
     void fillRecentMenus();
     void buildMenus();
-    void onStoreUpdated(const StoreChanges &changes);
-    void onConnectionState(Connection::State state, const QString &message);
+    void onStoreUpdated(const session::StoreChanges &changes);
+    void onConnectionState(session::Connection::State state, const QString &message);
     void onJobChanged();
     void feedPlots(bool reset);
     void showParam(quint32 id);
@@ -94,9 +94,9 @@ class MainWindow : public QMainWindow
     void runExport(const QString &title, const QString &filter,
                    QString (MainWindow::*fn)(const QString &));
 
-    SessionStore m_store;
-    Connection *m_connection;
-    JobSession *m_job;
+    session::SessionStore m_store;
+    session::Connection *m_connection;
+    session::JobSession *m_job;
     bool m_attachedToJob = false;
     views::ModuleTreeView *m_tree;
     views::ParamDetail *m_detail;

@@ -8,7 +8,7 @@
 #include <string>
 #include <thread>
 
-namespace shardscope {
+namespace shardscope::comm {
 
 namespace {
 
@@ -225,4 +225,4 @@ makeAsyncCommunicators(std::vector<std::unique_ptr<Communicator>> world)
     return out;
 }
 
-} // namespace shardscope
+} // namespace shardscope::comm

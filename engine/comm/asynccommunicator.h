@@ -22,7 +22,7 @@
 
 #include "comm/communicator.h"
 
-namespace shardscope {
+namespace shardscope::comm {
 
 // Wraps a synchronous communicator: a progress thread per rank runs its collectives in
 // issue order.
@@ -31,4 +31,4 @@ std::unique_ptr<Communicator> makeAsyncCommunicator(std::unique_ptr<Communicator
 std::vector<std::unique_ptr<Communicator>>
 makeAsyncCommunicators(std::vector<std::unique_ptr<Communicator>> world);
 
-} // namespace shardscope
+} // namespace shardscope::comm

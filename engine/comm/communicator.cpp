@@ -1,6 +1,6 @@
 #include "comm/communicator.h"
 
-namespace shardscope {
+namespace shardscope::comm {
 
 std::string_view backendName(Backend b)
 {
@@ -15,4 +15,4 @@ std::string_view backendName(Backend b)
     return "unknown";
 }
 
-} // namespace shardscope
+} // namespace shardscope::comm

@@ -15,7 +15,7 @@
 #include "base/types.h"
 #include "comm/memoryspace.h"
 
-namespace shardscope {
+namespace shardscope::comm {
 
 enum class Backend : std::uint8_t
 {
@@ -96,4 +96,4 @@ class Communicator
     virtual void barrier() = 0;
 };
 
-} // namespace shardscope
+} // namespace shardscope::comm

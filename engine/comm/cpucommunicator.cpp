@@ -12,7 +12,7 @@
 #include "comm/rendezvous.h"
 #include "comm/streamingcopy.h"
 
-namespace shardscope {
+namespace shardscope::comm {
 
 namespace {
 
@@ -326,4 +326,4 @@ std::vector<std::unique_ptr<Communicator>> makeCpuWorld(int worldSize)
     return comms;
 }
 
-} // namespace shardscope
+} // namespace shardscope::comm

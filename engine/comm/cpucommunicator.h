@@ -7,7 +7,7 @@
 
 #include "comm/communicator.h"
 
-namespace shardscope {
+namespace shardscope::comm {
 
 class CpuWorld; // shared rendezvous state of one world
 
@@ -15,4 +15,4 @@ class CpuWorld; // shared rendezvous state of one world
 // used by exactly one thread at a time (its rank's thread).
 std::vector<std::unique_ptr<Communicator>> makeCpuWorld(int worldSize);
 
-} // namespace shardscope
+} // namespace shardscope::comm

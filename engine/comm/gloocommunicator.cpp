@@ -21,7 +21,7 @@
 #include "comm/rankordersum.h"
 #include "comm/tcpstore.h"
 
-namespace shardscope {
+namespace shardscope::comm {
 
 namespace {
 
@@ -245,4 +245,4 @@ std::unique_ptr<Communicator> makeGlooCommunicator(const GlooOptions &options)
     return std::make_unique<GlooCommunicator>(options);
 }
 
-} // namespace shardscope
+} // namespace shardscope::comm

@@ -12,7 +12,7 @@
 #include "comm/communicator.h"
 #include "comm/torchrunenv.h"
 
-namespace shardscope {
+namespace shardscope::comm {
 
 struct GlooOptions
 {
@@ -27,4 +27,4 @@ struct GlooOptions
 // be formed within options.rendezvous.timeout (naming what is missing).
 std::unique_ptr<Communicator> makeGlooCommunicator(const GlooOptions &options);
 
-} // namespace shardscope
+} // namespace shardscope::comm

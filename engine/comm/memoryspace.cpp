@@ -3,7 +3,7 @@
 #include <cstring>
 #include <new>
 
-namespace shardscope {
+namespace shardscope::comm {
 
 namespace {
 
@@ -44,4 +44,4 @@ MemorySpace &hostMemory()
     return host;
 }
 
-} // namespace shardscope
+} // namespace shardscope::comm

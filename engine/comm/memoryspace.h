@@ -20,7 +20,7 @@
 #include <string>
 #include <utility>
 
-namespace shardscope {
+namespace shardscope::comm {
 
 enum class CopyKind : unsigned char
 {
@@ -111,4 +111,4 @@ class Buffer
     std::size_t m_bytes = 0;
 };
 
-} // namespace shardscope
+} // namespace shardscope::comm

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <type_traits>
 
-namespace shardscope::detail {
+namespace shardscope::comm::detail {
 
 namespace {
 
@@ -66,4 +66,4 @@ void sumInRankOrder(const void *const *inputs, int ranks, void *out, std::size_t
         sum<float>(inputs, ranks, out, count);
 }
 
-} // namespace shardscope::detail
+} // namespace shardscope::comm::detail

@@ -7,10 +7,10 @@
 
 #include "base/types.h"
 
-namespace shardscope::detail {
+namespace shardscope::comm::detail {
 
 // inputs[r] points at rank r's count elements of dtype; out receives count elements.
 void sumInRankOrder(const void *const *inputs, int ranks, void *out, std::size_t count,
                     DType dtype);
 
-} // namespace shardscope::detail
+} // namespace shardscope::comm::detail

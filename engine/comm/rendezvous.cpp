@@ -4,7 +4,7 @@
 #include <immintrin.h>
 #endif
 
-namespace shardscope::detail {
+namespace shardscope::comm::detail {
 
 namespace {
 
@@ -59,4 +59,4 @@ void Rendezvous::abort() noexcept
     m_generation.notify_all();
 }
 
-} // namespace shardscope::detail
+} // namespace shardscope::comm::detail

@@ -5,7 +5,7 @@
 #include <atomic>
 #include <cstdint>
 
-namespace shardscope::detail {
+namespace shardscope::comm::detail {
 
 class Rendezvous
 {
@@ -33,4 +33,4 @@ class Rendezvous
     int m_spins;
 };
 
-} // namespace shardscope::detail
+} // namespace shardscope::comm::detail

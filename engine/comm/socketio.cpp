@@ -12,7 +12,7 @@
 #include <cstring>
 #include <thread>
 
-namespace shardscope::detail {
+namespace shardscope::comm::detail {
 
 int connectWithRetries(const std::string &host, int port, SocketClock::time_point deadline,
                        const std::atomic<bool> *stop, std::string &lastError,
@@ -107,4 +107,4 @@ std::string secondsText(std::chrono::milliseconds t)
     return std::to_string(ms) + " ms";
 }
 
-} // namespace shardscope::detail
+} // namespace shardscope::comm::detail

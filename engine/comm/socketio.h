@@ -9,7 +9,7 @@
 #include <functional>
 #include <string>
 
-namespace shardscope::detail {
+namespace shardscope::comm::detail {
 
 using SocketClock = std::chrono::steady_clock;
 
@@ -43,4 +43,4 @@ std::uint32_t getU32(const unsigned char *p);
 // "5 s" for whole seconds, otherwise "2500 ms".
 std::string secondsText(std::chrono::milliseconds t);
 
-} // namespace shardscope::detail
+} // namespace shardscope::comm::detail

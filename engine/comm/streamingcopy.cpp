@@ -10,7 +10,7 @@
 #include <emmintrin.h>
 #endif
 
-namespace shardscope::detail {
+namespace shardscope::comm::detail {
 
 std::size_t streamingThreshold()
 {
@@ -76,4 +76,4 @@ void streamingCopy(void *dst, const void *src, std::size_t bytes)
 #endif
 }
 
-} // namespace shardscope::detail
+} // namespace shardscope::comm::detail

@@ -6,7 +6,7 @@
 
 #include <cstddef>
 
-namespace shardscope::detail {
+namespace shardscope::comm::detail {
 
 // Receive buffers at least this large are written with streamingCopy: 3/8 of the
 // last-level cache, the threshold glibc's memcpy uses on these machines.
@@ -15,4 +15,4 @@ std::size_t streamingThreshold();
 // memcpy for non-overlapping buffers, with non-temporal stores where the CPU has them.
 void streamingCopy(void *dst, const void *src, std::size_t bytes);
 
-} // namespace shardscope::detail
+} // namespace shardscope::comm::detail

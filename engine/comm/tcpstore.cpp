@@ -29,7 +29,7 @@
 #include "comm/communicator.h"
 #include "comm/socketio.h"
 
-namespace shardscope {
+namespace shardscope::comm {
 
 namespace {
 
@@ -539,4 +539,4 @@ void LivenessWatch::markOwnError()
     if (d->leaving.load() == 'B') d->leaving.store('X');
 }
 
-} // namespace shardscope
+} // namespace shardscope::comm

@@ -17,7 +17,7 @@
 
 #include "comm/torchrunenv.h"
 
-namespace shardscope {
+namespace shardscope::comm {
 
 struct LivenessTiming
 {
@@ -105,4 +105,4 @@ class LivenessWatch
     std::unique_ptr<Impl> d;
 };
 
-} // namespace shardscope
+} // namespace shardscope::comm

@@ -6,7 +6,7 @@
 
 #include "comm/communicator.h"
 
-namespace shardscope {
+namespace shardscope::comm {
 
 namespace {
 
@@ -62,4 +62,4 @@ RendezvousConfig rendezvousFromEnv()
     return c;
 }
 
-} // namespace shardscope
+} // namespace shardscope::comm

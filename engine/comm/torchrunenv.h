@@ -6,7 +6,7 @@
 #include <chrono>
 #include <string>
 
-namespace shardscope {
+namespace shardscope::comm {
 
 struct RendezvousConfig
 {
@@ -25,4 +25,4 @@ bool launchedPerRank();
 // A missing or malformed variable is a CommError naming it and saying how to set it.
 RendezvousConfig rendezvousFromEnv();
 
-} // namespace shardscope
+} // namespace shardscope::comm

@@ -9,7 +9,7 @@
 #include "core/violationtext.h"
 #include "telemetry/clock.h"
 
-namespace shardscope {
+namespace shardscope::core {
 // ---------------------------------------------------------------- the access guard
 
 TensorView Engine::Impl::view(RankState &rs, ParamId p)
@@ -89,11 +89,11 @@ TensorView Engine::Impl::slowAccess(RankState &rs, ParamId p)
     v.action = action;
 
     if (first) {
-        emit(rs, makeUnregisteredAccess({.accessor = accessor,
-                                         .param = p,
-                                         .owner = info.owner,
-                                         .status = st,
-                                         .action = action}));
+        emit(rs, telemetry::makeUnregisteredAccess({.accessor = accessor,
+                                                    .param = p,
+                                                    .owner = info.owner,
+                                                    .status = st,
+                                                    .action = action}));
         unregisteredCount.fetch_add(1, std::memory_order_relaxed);
         ViolationRecord copy = v;
         recordViolation(std::move(copy));
@@ -134,7 +134,7 @@ std::string Engine::Impl::replacedBy(ParamId late) const
 
 void Engine::Impl::recordViolation(ViolationRecord v)
 {
-    v.tsNs = nowNs();
+    v.tsNs = telemetry::nowNs();
     touch();
     std::lock_guard lock(violationMutex);
     const auto key =
@@ -158,4 +158,4 @@ void Engine::Impl::recordViolation(ViolationRecord v)
     violations.push_back(std::move(v));
 }
 
-} // namespace shardscope
+} // namespace shardscope::core

@@ -9,7 +9,7 @@
 #include "core/violationtext.h"
 #include "telemetry/clock.h"
 
-namespace shardscope {
+namespace shardscope::core {
 
 namespace {
 
@@ -38,7 +38,7 @@ std::uint64_t hashBytes(const std::byte *data, std::size_t n)
 
 // ---------------------------------------------------------------- construction
 
-Engine::Engine(EngineConfig config, std::vector<std::unique_ptr<Communicator>> comms)
+Engine::Engine(EngineConfig config, std::vector<std::unique_ptr<comm::Communicator>> comms)
     : m_config(std::move(config)), d(std::make_unique<Impl>())
 {
     d->q = this;
@@ -96,7 +96,7 @@ Engine::~Engine()
     d->ranks.clear();
     // Device communicators are destroyed together: ncclCommDestroy is an intra-node
     // collective, so destroying them one after the other would wait forever on the first.
-    if (d->comms.size() > 1 && d->comms.front()->backend() != Backend::Cpu) {
+    if (d->comms.size() > 1 && d->comms.front()->backend() != comm::Backend::Cpu) {
         std::vector<std::thread> threads;
         for (auto &c : d->comms)
             threads.emplace_back([&c] {
@@ -112,17 +112,17 @@ Engine::~Engine()
     }
 }
 
-Backend Engine::backend() const
+comm::Backend Engine::backend() const
 {
     return d->comms.front()->backend();
 }
 
-Communicator &Engine::comm(int rank)
+comm::Communicator &Engine::comm(int rank)
 {
     return *d->rankState(rank).comm;
 }
 
-MemorySpace &Engine::memory(int rank)
+comm::MemorySpace &Engine::memory(int rank)
 {
     return *d->rankState(rank).mem;
 }
@@ -134,7 +134,7 @@ std::vector<std::byte> Engine::toHost(int rank, TensorView v)
     if (!out.empty()) {
         if (!v.data)
             throw EngineError("toHost: the tensor view is empty (was it released?)");
-        rs.mem->copy(out.data(), v.data, out.size(), CopyKind::SpaceToHost);
+        rs.mem->copy(out.data(), v.data, out.size(), comm::CopyKind::SpaceToHost);
     }
     return out;
 }
@@ -151,12 +151,12 @@ const RankState &Engine::Impl::rankState(int rank) const
     return const_cast<Impl *>(this)->rankState(rank);
 }
 
-void Engine::setEventSink(EventSink *sink)
+void Engine::setEventSink(telemetry::EventSink *sink)
 {
     d->sink.store(sink, std::memory_order_release);
 }
 
-EventSink *Engine::eventSink() const
+telemetry::EventSink *Engine::eventSink() const
 {
     return d->sink.load(std::memory_order_acquire);
 }
@@ -197,20 +197,20 @@ void Engine::forEachLocalRank(const std::function<void(int)> &fn)
 
 // ---------------------------------------------------------------- telemetry
 
-void Engine::Impl::emitAt(const RankState &rs, const Event &fields, std::uint64_t tsNs)
+void Engine::Impl::emitAt(const RankState &rs, const telemetry::Event &fields, std::uint64_t tsNs)
 {
-    EventSink *s = sink.load(std::memory_order_acquire);
+    telemetry::EventSink *s = sink.load(std::memory_order_acquire);
     if (!s || !q->m_telemetryOn.load(std::memory_order_relaxed)) return;
-    s->write(stamped(fields, tsNs, rs.step.load(std::memory_order_relaxed),
+    s->write(telemetry::stamped(fields, tsNs, rs.step.load(std::memory_order_relaxed),
                      static_cast<std::uint16_t>(rs.rank)));
 }
 
-void Engine::Impl::emit(const RankState &rs, const Event &fields)
+void Engine::Impl::emit(const RankState &rs, const telemetry::Event &fields)
 {
-    EventSink *s = sink.load(std::memory_order_acquire);
+    telemetry::EventSink *s = sink.load(std::memory_order_acquire);
     if (!s || !q->m_telemetryOn.load(std::memory_order_relaxed)) return;
-    const std::uint64_t ts = rs.batchTs ? rs.batchTs : nowNs();
-    s->write(stamped(fields, ts, rs.step.load(std::memory_order_relaxed),
+    const std::uint64_t ts = rs.batchTs ? rs.batchTs : telemetry::nowNs();
+    s->write(telemetry::stamped(fields, ts, rs.step.load(std::memory_order_relaxed),
                      static_cast<std::uint16_t>(rs.rank)));
 }
 
@@ -226,7 +226,10 @@ namespace {
 class TelemetryBatch
 {
   public:
-    TelemetryBatch(RankState &rs, bool live) : m_rs(rs) { rs.batchTs = live ? nowNs() : 0; }
+    TelemetryBatch(RankState &rs, bool live) : m_rs(rs)
+    {
+        rs.batchTs = live ? telemetry::nowNs() : 0;
+    }
     ~TelemetryBatch() { m_rs.batchTs = 0; }
     TelemetryBatch(const TelemetryBatch &) = delete;
     TelemetryBatch &operator=(const TelemetryBatch &) = delete;
@@ -239,7 +242,7 @@ class TelemetryBatch
 
 void Engine::Impl::emitMemory(RankState &rs)
 {
-    emit(rs, makeMemorySample({.partitionedBytes = rs.partitionedBytes,
+    emit(rs, telemetry::makeMemorySample({.partitionedBytes = rs.partitionedBytes,
                                .gatheredBytes = rs.gatheredBytesNow,
                                .peakGatheredBytes = rs.peakGatheredBytes,
                                .liveElements = static_cast<std::uint64_t>(rs.liveElements)}));
@@ -339,12 +342,12 @@ ParamId Engine::addParameter(ModuleId owner, std::string_view name, Shape shape,
         Impl::setAlwaysAvailable(rs, id, true);
         d->setFull(rs, id, Impl::zeroed(rs, static_cast<std::size_t>(pi.layout.paddedNumel) * es));
         if (init && bytes)
-            rs.mem->copy(rp.full.data(), init, bytes, CopyKind::HostToSpace);
+            rs.mem->copy(rp.full.data(), init, bytes, comm::CopyKind::HostToSpace);
         rp.grad = Impl::zeroed(rs, static_cast<std::size_t>(pi.numel) * sizeof(float));
         rs.status[id].store(ParamStatus::Available, std::memory_order_release);
         rs.gatheredBytesNow += pi.layout.paddedNumel * es;
         rs.peakGatheredBytes = std::max(rs.peakGatheredBytes, rs.gatheredBytesNow);
-        d->emit(rs, makeLateParameter({.module = owner, .param = id}));
+        d->emit(rs, telemetry::makeLateParameter({.module = owner, .param = id}));
     }
     return id;
 }
@@ -381,7 +384,7 @@ void Engine::removeParameter(ParamId p)
         if (rp.full)
             rs.gatheredBytesNow -= d->fullBytes(p);
         rs.partitionedBytes -= rp.shard.size();
-        d->setFull(rs, p, Buffer());
+        d->setFull(rs, p, comm::Buffer());
         rp.shard.reset();
         rp.grad.reset();
         Impl::setAlwaysAvailable(rs, p, false);
@@ -413,15 +416,15 @@ void Engine::partition()
             std::lock_guard rl(rs.mu);
             RankParam &rp = rs.params[p];
             // The padded source's slices already carry the zero padding.
-            rp.shard = Buffer(*rs.mem, shardBytes);
+            rp.shard = comm::Buffer(*rs.mem, shardBytes);
             rs.mem->copy(rp.shard.data(), src.data() + info.layout.offset(rs.rank) * es, shardBytes,
-                         CopyKind::HostToSpace);
+                         comm::CopyKind::HostToSpace);
             rp.grad = Impl::zeroed(rs, static_cast<std::size_t>(info.layout.partitionNumel) * sizeof(float));
             rs.partitionedBytes += rp.shard.size();
             if (info.persistent) {
                 Impl::setAlwaysAvailable(rs, p, true);
-                d->setFull(rs, p, Buffer(*rs.mem, src.size()));
-                rs.mem->copy(rp.full.data(), src.data(), src.size(), CopyKind::HostToSpace);
+                d->setFull(rs, p, comm::Buffer(*rs.mem, src.size()));
+                rs.mem->copy(rp.full.data(), src.data(), src.size(), comm::CopyKind::HostToSpace);
                 rs.status[p].store(ParamStatus::Available, std::memory_order_release);
                 rs.gatheredBytesNow += src.size();
                 rs.peakGatheredBytes = std::max(rs.peakGatheredBytes, rs.gatheredBytesNow);
@@ -461,17 +464,17 @@ void Engine::adoptParameter(ParamId p)
         RankState &rs = *rsp;
         std::lock_guard rl(rs.mu);
         RankParam &rp = rs.params[p];
-        rp.shard = Buffer(*rs.mem, static_cast<std::size_t>(info.layout.partitionNumel) * es);
+        rp.shard = comm::Buffer(*rs.mem, static_cast<std::size_t>(info.layout.partitionNumel) * es);
         d->shardFromFull(rs, p);
         rp.grad = Impl::zeroed(rs, static_cast<std::size_t>(info.layout.partitionNumel) * sizeof(float));
         rs.partitionedBytes += rp.shard.size();
         if (info.partitioned) {
-            d->setFull(rs, p, Buffer());
+            d->setFull(rs, p, comm::Buffer());
             Impl::setAlwaysAvailable(rs, p, false);
             rs.gatheredBytesNow -= d->fullBytes(p);
             rs.status[p].store(ParamStatus::NotAvailable, std::memory_order_release);
         }
-        d->emit(rs, makeParameterAdopted({.module = info.owner, .param = p}));
+        d->emit(rs, telemetry::makeParameterAdopted({.module = info.owner, .param = p}));
         rs.comm->waitForCompute();
     }
 }
@@ -487,7 +490,7 @@ std::vector<std::byte> Engine::hostRead(ParamId p)
     if (!info.partitioned) {
         const RankParam &rp = first.params[p];
         std::vector<std::byte> out(bytes);
-        first.mem->copy(out.data(), rp.full.data(), bytes, CopyKind::SpaceToHost);
+        first.mem->copy(out.data(), rp.full.data(), bytes, comm::CopyKind::SpaceToHost);
         return out;
     }
     std::vector<std::byte> out(bytes);
@@ -495,7 +498,7 @@ std::vector<std::byte> Engine::hostRead(ParamId p)
         RankState &rs = d->rankState(rank);
         TensorView v = d->slowAccess(rs, p);
         if (rank == m_localRanks.front())
-            rs.mem->copy(out.data(), v.data, bytes, CopyKind::SpaceToHost);
+            rs.mem->copy(out.data(), v.data, bytes, comm::CopyKind::SpaceToHost);
         d->releaseIdle(rs);
     });
     return out;
@@ -567,7 +570,7 @@ void Engine::Impl::addExternal(RankState &rs, ModuleId m, ParamId p, bool automa
         ext.push_back({p, automatic});
     }
     touch();
-    emit(rs, makeExternalRegister({.module = m, .param = p, .automatic = automatic}));
+    emit(rs, telemetry::makeExternalRegister({.module = m, .param = p, .automatic = automatic}));
 }
 
 void Engine::registerExternalParameter(ModuleId m, ParamId p)
@@ -608,7 +611,7 @@ void Engine::unregisterExternalParameter(ModuleId m, ParamId p)
                                          : "; it is registered on: " + where));
     }
     for (auto &rs : d->ranks)
-        d->emit(*rs, makeExternalUnregister({.module = m, .param = p}));
+        d->emit(*rs, telemetry::makeExternalUnregister({.module = m, .param = p}));
 }
 
 bool Engine::isExternal(int rank, ModuleId m, ParamId p) const
@@ -633,12 +636,15 @@ void Engine::Impl::fetch(RankState &rs, ParamId p, ModuleId cause, FetchReason r
     const ParamInfo &info = params[p];
     const std::size_t es = dtypeSize(info.dtype);
     const std::uint64_t bytes = fullBytes(p);
-    Buffer full = Buffer::adopt(*rs.mem, rs.mem->allocateForCollective(bytes), bytes);
+    comm::Buffer full = comm::Buffer::adopt(*rs.mem, rs.mem->allocateForCollective(bytes), bytes);
     // Issued at the batch's time when a module entry issues it (one clock read for all),
     // and stamped with the instant gather_ns counts from (docs/protocol.md, "Timestamps in
     // State").
-    const std::uint64_t t0 = rs.batchTs ? rs.batchTs : nowNs();
-    emitAt(rs, makeFetchBegin({.param = p, .cause = cause, .bytes = bytes, .reason = reason}), t0);
+    const std::uint64_t t0 = rs.batchTs ? rs.batchTs : telemetry::nowNs();
+    emitAt(
+        rs,
+        telemetry::makeFetchBegin({.param = p, .cause = cause, .bytes = bytes, .reason = reason}),
+        t0);
     {
         std::lock_guard rl(rs.mu);
         setFull(rs, p, std::move(full));
@@ -661,9 +667,9 @@ void Engine::Impl::complete(RankState &rs, ParamId p)
     if (rs.status[p].load(std::memory_order_acquire) != ParamStatus::Inflight)
         return;
     rp.gather.wait(); // a failed collective throws here and the parameter stays INFLIGHT
-    rp.gather = CommHandle();
+    rp.gather = comm::CommHandle();
     const std::uint64_t bytes = fullBytes(p);
-    const std::uint64_t t1 = nowNs();
+    const std::uint64_t t1 = telemetry::nowNs();
     if (rs.batchTs) rs.batchTs = t1; // what follows in the batch is not earlier
     GatherTotals &tot = gatherTotals[p];
     tot.count.fetch_add(1, std::memory_order_relaxed);
@@ -679,7 +685,7 @@ void Engine::Impl::complete(RankState &rs, ParamId p)
     rs.status[p].store(ParamStatus::Available, std::memory_order_release);
     touch();
     emitAt(rs,
-           makeFetchEnd(
+           telemetry::makeFetchEnd(
                {.param = p, .cause = rp.gatherCause, .bytes = bytes, .reason = rp.gatherReason}),
            t1);
 }
@@ -702,7 +708,8 @@ void Engine::Impl::shardFromFull(RankState &rs, ParamId p)
     RankParam &rp = rs.params[p];
     // Full tensors are padded with zeros, so the slice carries the shard's padding.
     rs.mem->copy(rp.shard.data(), rp.full.data() + info.layout.offset(rs.rank) * es,
-                 static_cast<std::size_t>(info.layout.partitionNumel) * es, CopyKind::WithinSpace);
+                 static_cast<std::size_t>(info.layout.partitionNumel) * es,
+                 comm::CopyKind::WithinSpace);
 }
 
 std::uint64_t Engine::Impl::hashFull(RankState &rs, ParamId p)
@@ -712,7 +719,7 @@ std::uint64_t Engine::Impl::hashFull(RankState &rs, ParamId p)
     if (rs.mem->isHost())
         return hashBytes(rp.full.data(), bytes);
     std::vector<std::byte> host(bytes);
-    rs.mem->copy(host.data(), rp.full.data(), bytes, CopyKind::SpaceToHost);
+    rs.mem->copy(host.data(), rp.full.data(), bytes, comm::CopyKind::SpaceToHost);
     return hashBytes(host.data(), bytes);
 }
 
@@ -727,7 +734,7 @@ void Engine::Impl::release(RankState &rs, ParamId p, ModuleId cause)
         return;
     if (st == ParamStatus::Inflight)
         complete(rs, p); // the collective still writes into the tensor
-    Buffer freed;
+    comm::Buffer freed;
     {
         std::lock_guard rl(rs.mu);
         if (!rp.active.empty() || rp.inScope) {
@@ -747,7 +754,7 @@ void Engine::Impl::release(RankState &rs, ParamId p, ModuleId cause)
     }
     rs.status[p].store(ParamStatus::NotAvailable, std::memory_order_release);
     touch();
-    emit(rs, makeRelease({.param = p, .cause = cause, .bytes = fullBytes(p)}));
+    emit(rs, telemetry::makeRelease({.param = p, .cause = cause, .bytes = fullBytes(p)}));
 }
 
 void Engine::Impl::releaseIdle(RankState &rs)
@@ -846,7 +853,7 @@ void Engine::beginStep(int rank)
     d->releaseIdle(rs);
     // This step's gathers read the shards the optimizer wrote since the last step.
     rs.comm->waitForCompute();
-    d->emit(rs, makeStepBegin());
+    d->emit(rs, telemetry::makeStepBegin());
 
     // A step that starts with late, unadopted parameters: they are never partitioned.
     std::shared_lock lock(d->structure);
@@ -889,11 +896,11 @@ void Engine::endStep(int rank, double loss)
     if (!rs.traceValid || rs.traceBroken) {
         rs.trace = rs.order;
         rs.traceValid = true;
-        d->emit(rs, makeTraceRecorded(rs.trace.size()));
+        d->emit(rs, telemetry::makeTraceRecorded(rs.trace.size()));
     }
     rs.inStep = false;
     d->emitMemory(rs);
-    d->emit(rs, makeStepEnd(loss));
+    d->emit(rs, telemetry::makeStepEnd(loss));
 }
 
 std::uint32_t Engine::step(int rank) const
@@ -913,7 +920,7 @@ void Engine::enterModule(int rank, ModuleId m, Phase phase)
     f.phase = phase;
     f.params.clear();
     const TelemetryBatch batch(rs, d->telemetryLive());
-    d->emit(rs, makeModuleEnter({.module = m, .phase = phase}));
+    d->emit(rs, telemetry::makeModuleEnter({.module = m, .phase = phase}));
     if (!rs.inflight.empty()) d->poll(rs);
 
     const TraceEntry entry{m, phase};
@@ -925,7 +932,8 @@ void Engine::enterModule(int rank, ModuleId m, Phase phase)
             rs.traceBroken = true;
             const ModuleId expected =
                 rs.tracePos < rs.trace.size() ? rs.trace[rs.tracePos].module : kNoModule;
-            d->emit(rs, makeTraceInvalidated({.expected = expected, .got = m, .phase = phase}));
+            d->emit(rs, telemetry::makeTraceInvalidated(
+                            {.expected = expected, .got = m, .phase = phase}));
             ViolationRecord v;
             v.kind = ViolationKind::TraceInvalidated;
             v.step = rs.step.load();
@@ -990,7 +998,7 @@ void Engine::exitModule(int rank, ModuleId m, Phase phase)
     f.params.clear();
     --rs.depth;
     if (!rs.inflight.empty()) d->poll(rs);
-    d->emit(rs, makeModuleExit({.module = m, .phase = phase}));
+    d->emit(rs, telemetry::makeModuleExit({.module = m, .phase = phase}));
     d->emitMemory(rs);
 }
 
@@ -998,10 +1006,10 @@ void Engine::exitModule(int rank, ModuleId m, Phase phase)
 
 namespace {
 
-void ensureBytes(MemorySpace &mem, Buffer &b, std::size_t bytes)
+void ensureBytes(comm::MemorySpace &mem, comm::Buffer &b, std::size_t bytes)
 {
     if (b.size() < bytes)
-        b = Buffer(mem, bytes);
+        b = comm::Buffer(mem, bytes);
 }
 
 } // namespace
@@ -1017,14 +1025,14 @@ void Engine::reduceScatterGrad(int rank, ParamId p, const float *fullGrad)
                           "parameter is " + std::string(dtypeName(info.dtype)));
     const PartitionLayout &l = info.layout;
     RankParam &rp = rs.params[p];
-    MemorySpace &mem = *rs.mem;
+    comm::MemorySpace &mem = *rs.mem;
     const std::size_t numelBytes = static_cast<std::size_t>(l.numel) * sizeof(float);
     const std::size_t paddedBytes = static_cast<std::size_t>(l.paddedNumel) * sizeof(float);
     const std::size_t shardBytes = static_cast<std::size_t>(l.partitionNumel) * sizeof(float);
     ensureBytes(mem, rs.scratch, paddedBytes);
     ensureBytes(mem, rs.scratchShard, shardBytes);
     float *padded = rs.scratch.f32();
-    mem.copy(padded, fullGrad, numelBytes, CopyKind::WithinSpace);
+    mem.copy(padded, fullGrad, numelBytes, comm::CopyKind::WithinSpace);
     mem.zero(padded + l.numel, paddedBytes - numelBytes);
     rs.comm->waitForCompute();
     rs.comm->reduceScatter(padded, rs.scratchShard.data(), static_cast<std::size_t>(l.partitionNumel),
@@ -1056,7 +1064,7 @@ std::span<float> Engine::shardData(int rank, ParamId p)
 std::span<float> Engine::shardGrad(int rank, ParamId p)
 {
     RankState &rs = d->rankState(rank);
-    const Buffer &g = rs.params[p].grad;
+    const comm::Buffer &g = rs.params[p].grad;
     return {g.f32(), g.size() / sizeof(float)};
 }
 
@@ -1072,7 +1080,7 @@ void Engine::refreshPersistent(int rank)
 {
     RankState &rs = d->rankState(rank);
     rs.comm->waitForCompute(); // the optimizer just wrote the shards
-    std::vector<CommHandle> pending;
+    std::vector<comm::CommHandle> pending;
     for (ParamId p = 0; p < d->params.size(); ++p) {
         const ParamInfo &info = d->params[p];
         if (info.removed || !info.persistent)
@@ -1080,8 +1088,8 @@ void Engine::refreshPersistent(int rank)
         RankParam &rp = rs.params[p];
         pending.push_back(rs.comm->allGather(rp.shard.data(), rp.full.data(), rp.shard.size()));
     }
-    for (const CommHandle &h : pending)
+    for (const comm::CommHandle &h : pending)
         h.wait();
 }
 
-} // namespace shardscope
+} // namespace shardscope::core

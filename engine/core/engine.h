@@ -38,7 +38,7 @@
 #include "core/types.h"
 #include "telemetry/event.h"
 
-namespace shardscope {
+namespace shardscope::core {
 
 struct EngineConfig
 {
@@ -117,18 +117,18 @@ class Engine
 {
 public:
     // comms: one communicator per local rank (all of the world for the CPU backend).
-    Engine(EngineConfig config, std::vector<std::unique_ptr<Communicator>> comms);
+    Engine(EngineConfig config, std::vector<std::unique_ptr<comm::Communicator>> comms);
     ~Engine();
     Engine(const Engine &) = delete;
     Engine &operator=(const Engine &) = delete;
 
     const EngineConfig &config() const { return m_config; }
     int worldSize() const { return m_config.worldSize; }
-    Backend backend() const;
+    comm::Backend backend() const;
     const std::vector<int> &localRanks() const { return m_localRanks; }
-    Communicator &comm(int rank);
+    comm::Communicator &comm(int rank);
     // Where rank's tensors live (its communicator's memory).
-    MemorySpace &memory(int rank);
+    comm::MemorySpace &memory(int rank);
     // A host copy of v's numel elements (v from access() or GatheredParameters on rank).
     std::vector<std::byte> toHost(int rank, TensorView v);
     // Runs fn(rank) on one thread per local rank (bound with Communicator::bindThread) and
@@ -139,8 +139,8 @@ public:
     void forEachLocalRank(const std::function<void(int rank)> &fn);
 
     // Telemetry: events go to sink (nullptr: none). Switching off costs one branch.
-    void setEventSink(EventSink *sink);
-    EventSink *eventSink() const; // the sink set last (nullptr: none)
+    void setEventSink(telemetry::EventSink *sink);
+    telemetry::EventSink *eventSink() const; // the sink set last (nullptr: none)
     void setTelemetryEnabled(bool on) { m_telemetryOn.store(on, std::memory_order_relaxed); }
     bool telemetryEnabled() const { return m_telemetryOn.load(std::memory_order_relaxed); }
 
@@ -322,4 +322,4 @@ private:
     bool m_open = true;
 };
 
-} // namespace shardscope
+} // namespace shardscope::core

@@ -14,7 +14,7 @@
 #include "core/engine.h"
 #include "telemetry/eventfields.h"
 
-namespace shardscope {
+namespace shardscope::core {
 
 struct ExternalEntry
 {
@@ -29,12 +29,13 @@ struct RankParam
     bool alwaysAvailable = false; // persistent, or late and not adopted: the full tensor stays
     bool inScope = false;         // inside a GatheredParameters scope on this rank
     bool prefetched = false;      // gathered ahead of use by the prefetcher
-    Buffer shard; // partitionNumel elements (empty if not partitioned)
-    Buffer full;  // paddedNumel elements while gathered or in flight / always if alwaysAvailable
-    Buffer grad;  // fp32 gradient of the shard (of the whole tensor if not partitioned)
+    comm::Buffer shard;           // partitionNumel elements (empty if not partitioned)
+    comm::Buffer
+        full; // paddedNumel elements while gathered or in flight / always if alwaysAvailable
+    comm::Buffer grad; // fp32 gradient of the shard (of the whole tensor if not partitioned)
     std::vector<ModuleId> active; // modules using the gathered tensor (guarded by RankState::mu)
     // The all-gather in flight (status INFLIGHT): what issued it and when.
-    CommHandle gather;
+    comm::CommHandle gather;
     std::uint64_t gatherIssuedNs = 0;
     ModuleId gatherCause = kNoModule;
     FetchReason gatherReason = FetchReason::Forward;
@@ -67,8 +68,8 @@ struct TraceEntry
 struct RankState
 {
     int rank = 0;
-    Communicator *comm = nullptr;
-    MemorySpace *mem = nullptr; // comm->memory()
+    comm::Communicator *comm = nullptr;
+    comm::MemorySpace *mem = nullptr; // comm->memory()
     mutable std::mutex mu; // guards `active` vectors, externals and counters read by state()
     std::deque<RankParam> params;
     // ZeroParamStatus by parameter id, dense so that state() reads it in order.
@@ -104,17 +105,17 @@ struct RankState
 
     std::vector<ParamId> inflight; // parameters whose all-gather is in flight, in issue order
 
-    Buffer scratch;      // reduce-scatter input (padded), grown as needed
-    Buffer scratchShard; // reduce-scatter output
+    comm::Buffer scratch;      // reduce-scatter input (padded), grown as needed
+    comm::Buffer scratchShard; // reduce-scatter output
 };
 
 struct Engine::Impl
 {
     Engine *q = nullptr;
-    std::vector<std::unique_ptr<Communicator>> comms;
+    std::vector<std::unique_ptr<comm::Communicator>> comms;
     std::vector<std::unique_ptr<RankState>> ranks; // by local index
     std::vector<int> localIndex;                    // world rank -> local index, -1 if remote
-    std::atomic<EventSink *> sink{nullptr};
+    std::atomic<telemetry::EventSink *> sink{nullptr};
 
     mutable std::shared_mutex structure; // modules/params added or removed
     std::deque<ModuleInfo> modules;
@@ -137,14 +138,14 @@ struct Engine::Impl
 
     // Writes one event made by telemetry/eventfields.h, stamped with rs's step and rank and
     // the batch's time (RankState::batchTs), else the telemetry clock now.
-    void emit(const RankState &rs, const Event &fields);
+    void emit(const RankState &rs, const telemetry::Event &fields);
     // The same, stamped with tsNs: an instant the engine also records elsewhere (a gather's).
-    void emitAt(const RankState &rs, const Event &fields, std::uint64_t tsNs);
+    void emitAt(const RankState &rs, const telemetry::Event &fields, std::uint64_t tsNs);
     void emitMemory(RankState &rs);
     bool telemetryLive() const;
 
     // The full tensor of p on rs changes: keep the guard's fast view in step.
-    void setFull(RankState &rs, ParamId p, Buffer full)
+    void setFull(RankState &rs, ParamId p, comm::Buffer full)
     {
         touch();
         rs.fast[p].data = full.data();
@@ -178,9 +179,9 @@ struct Engine::Impl
         complete(rs, p);
     }
     // A fresh zeroed buffer in rs's memory.
-    static Buffer zeroed(RankState &rs, std::size_t bytes)
+    static comm::Buffer zeroed(RankState &rs, std::size_t bytes)
     {
-        Buffer b(*rs.mem, bytes);
+        comm::Buffer b(*rs.mem, bytes);
         rs.mem->zero(b.data(), bytes);
         return b;
     }
@@ -212,4 +213,4 @@ struct Engine::Impl
 
 std::uint64_t hashBytes(const std::byte *data, std::size_t n);
 
-} // namespace shardscope
+} // namespace shardscope::core

@@ -6,7 +6,7 @@
 #include "core/engineimpl.h"
 #include "core/violationtext.h"
 
-namespace shardscope {
+namespace shardscope::core {
 
 std::vector<std::uint64_t> Engine::Impl::openScope(RankState &rs, const std::vector<ParamId> &ps)
 {
@@ -53,7 +53,7 @@ std::vector<std::string> Engine::Impl::closeScope(RankState &rs, const std::vect
         const std::size_t bytes = static_cast<std::size_t>(info.numel) * elemSize(p);
         if (modifier) {
             // u0 as fetches carry it: the padded bytes (docs/protocol.md, "Bytes").
-            emit(rs, makeBroadcast({.param = p,
+            emit(rs, telemetry::makeBroadcast({.param = p,
                                     .root = static_cast<std::uint32_t>(*modifier),
                                     .bytes = fullBytes(p)}));
             rs.comm->waitForCompute(); // the modifier's edits may come from its own kernels
@@ -64,7 +64,7 @@ std::vector<std::string> Engine::Impl::closeScope(RankState &rs, const std::vect
             }
         } else if (hashFull(rs, p) != hashes[i]) {
             modified.push_back(info.name);
-            emit(rs, makeGatheredWriteError(p));
+            emit(rs, telemetry::makeGatheredWriteError(p));
             ViolationRecord v;
             v.kind = ViolationKind::GatheredWriteWithoutModifier;
             v.step = rs.step.load();
@@ -204,4 +204,4 @@ TensorView GatheredParameters::operator[](std::size_t i) const
     return m_engine.d->view(rs, m_params[i]);
 }
 
-} // namespace shardscope
+} // namespace shardscope::core

@@ -6,7 +6,7 @@
 #include "core/engine.h"
 #include "core/engineimpl.h"
 
-namespace shardscope {
+namespace shardscope::core {
 
 // ---------------------------------------------------------------- status
 ParamStatus Engine::status(int rank, ParamId p) const
@@ -32,7 +32,7 @@ EngineState Engine::state() const
     EngineState s;
     s.modelName = m_config.modelName;
     s.worldSize = m_config.worldSize;
-    s.backend = std::string(backendName(backend()));
+    s.backend = std::string(comm::backendName(backend()));
     s.config.persistenceThreshold = m_config.persistenceThreshold;
     s.config.prefetchBucketSize = m_config.prefetchBucketSize;
     s.config.maxLiveParameters = m_config.maxLiveParameters;
@@ -155,4 +155,4 @@ std::uint64_t Engine::gatheredBytes(int rank) const
     return d->rankState(rank).totalGatheredBytes.load(std::memory_order_relaxed);
 }
 
-} // namespace shardscope
+} // namespace shardscope::core

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace shardscope {
+namespace shardscope::core {
 
 PartitionLayout PartitionLayout::make(std::int64_t numel, int worldSize)
 {
@@ -28,4 +28,4 @@ std::int64_t PartitionLayout::validNumel(int rank) const
     return std::clamp<std::int64_t>(std::min(end, numel) - begin, 0, partitionNumel);
 }
 
-} // namespace shardscope
+} // namespace shardscope::core

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace shardscope {
+namespace shardscope::core {
 
 struct PartitionLayout
 {
@@ -22,4 +22,4 @@ struct PartitionLayout
     std::int64_t paddingNumel(int rank) const { return partitionNumel - validNumel(rank); }
 };
 
-} // namespace shardscope
+} // namespace shardscope::core

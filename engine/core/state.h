@@ -8,7 +8,7 @@
 
 #include "core/types.h"
 
-namespace shardscope {
+namespace shardscope::core {
 
 struct EngineConfigRecord
 {
@@ -89,4 +89,4 @@ struct EngineState
     std::vector<ViolationRecord> violations;
 };
 
-} // namespace shardscope
+} // namespace shardscope::core

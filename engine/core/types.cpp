@@ -1,6 +1,6 @@
 #include "core/types.h"
 
-namespace shardscope {
+namespace shardscope::core {
 
 std::int64_t shapeNumel(const Shape &s)
 {
@@ -21,4 +21,4 @@ std::string shapeString(const Shape &s)
     return out + "]";
 }
 
-} // namespace shardscope
+} // namespace shardscope::core

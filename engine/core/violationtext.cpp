@@ -2,7 +2,7 @@
 
 #include <cctype>
 
-namespace shardscope {
+namespace shardscope::core {
 
 std::string_view fixDialectName(FixDialect d)
 {
@@ -118,4 +118,4 @@ ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
     return t;
 }
 
-} // namespace shardscope
+} // namespace shardscope::core

@@ -13,7 +13,7 @@
 #include "cuda/gpulibs.h"
 #endif
 
-namespace shardscope {
+namespace shardscope::cuda {
 
 namespace {
 
@@ -79,7 +79,7 @@ BackendChoice chooseBackend(std::string_view requested)
         return choice;
     }
     if (req == Request::Gloo) {
-        choice.backend = Backend::Gloo;
+        choice.backend = comm::Backend::Gloo;
         choice.reason = "gloo backend: one process per rank, collectives over TCP";
         return choice;
     }
@@ -87,14 +87,14 @@ BackendChoice chooseBackend(std::string_view requested)
     const std::string missing = missingForNccl(choice.deviceCount, found);
     if (!missing.empty()) {
         if (req == Request::Nccl)
-            throw CommError("--backend nccl cannot be used: " + missing +
-                            ". Run with --backend cpu (or auto) on this machine.");
+            throw comm::CommError("--backend nccl cannot be used: " + missing +
+                                  ". Run with --backend cpu (or auto) on this machine.");
         choice.reason = "CPU backend: " + missing;
         return choice;
     }
-    choice.backend = Backend::Nccl;
+    choice.backend = comm::Backend::Nccl;
     choice.reason = "NCCL backend: " + found;
     return choice;
 }
 
-} // namespace shardscope
+} // namespace shardscope::cuda

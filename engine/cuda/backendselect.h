@@ -8,11 +8,11 @@
 
 #include "comm/communicator.h"
 
-namespace shardscope {
+namespace shardscope::cuda {
 
 struct BackendChoice
 {
-    Backend backend = Backend::Cpu;
+    comm::Backend backend = comm::Backend::Cpu;
     std::string reason; // one line: why this backend was chosen
     int deviceCount = 0;
 };
@@ -21,4 +21,4 @@ struct BackendChoice
 // CommError when "nccl" cannot be used and std::invalid_argument for any other word.
 BackendChoice chooseBackend(std::string_view requested);
 
-} // namespace shardscope
+} // namespace shardscope::cuda

@@ -9,7 +9,7 @@
 #include "cuda/gpulibs.h"
 #include "cuda/layers.h"
 
-namespace shardscope::gpu {
+namespace shardscope::cuda {
 
 namespace {
 
@@ -18,7 +18,7 @@ void check(cublasStatus_t status, const char *call)
     if (status != CUBLAS_STATUS_SUCCESS) {
         const CublasApi &api = cublasApi();
         const char *text = api.getStatusString ? api.getStatusString(status) : "unknown status";
-        throw CommError(std::string("cuBLAS call ") + call + " failed: " + text);
+        throw comm::CommError(std::string("cuBLAS call ") + call + " failed: " + text);
     }
 }
 
@@ -65,4 +65,4 @@ void Blas::linearBackward(const float *x, int rows, int in, int out, const float
     if (dBias) sumRowsInto(dy, rows, out, dBias, m_stream);
 }
 
-} // namespace shardscope::gpu
+} // namespace shardscope::cuda

@@ -6,7 +6,7 @@
 
 #include <memory>
 
-namespace shardscope::gpu {
+namespace shardscope::cuda {
 
 // One cuBLAS handle bound to one device and stream. Full fp32 math (no TF32), so the
 // results match the CPU layers to fp32 rounding.
@@ -36,4 +36,4 @@ class Blas
     cudaStream_t m_stream = nullptr;
 };
 
-} // namespace shardscope::gpu
+} // namespace shardscope::cuda

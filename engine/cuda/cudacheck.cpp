@@ -9,9 +9,9 @@ namespace shardscope::cuda {
 void throwCudaError(cudaError_t err, const char *call, const char *file, int line)
 {
     cudaGetLastError(); // clear a sticky-free error so the next call is not blamed for it
-    throw CommError(std::string("CUDA call ") + call + " failed (" + file + ":" +
-                    std::to_string(line) + "): " + cudaGetErrorName(err) + ": " +
-                    cudaGetErrorString(err));
+    throw comm::CommError(std::string("CUDA call ") + call + " failed (" + file + ":" +
+                          std::to_string(line) + "): " + cudaGetErrorName(err) + ": " +
+                          cudaGetErrorString(err));
 }
 
 } // namespace shardscope::cuda

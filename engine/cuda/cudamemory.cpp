@@ -11,7 +11,7 @@
 #include "comm/communicator.h"
 #include "cuda/layers.h"
 
-namespace shardscope::gpu {
+namespace shardscope::cuda {
 
 namespace {
 
@@ -37,9 +37,9 @@ void keepPoolMemory(int device)
         err = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
     if (err != cudaSuccess) {
         cudaGetLastError();
-        throw CommError("CUDA call cudaMemPoolSetAttribute(ReleaseThreshold) failed on cuda:" +
-                        std::to_string(device) + ": " + cudaGetErrorName(err) + ": " +
-                        cudaGetErrorString(err));
+        throw comm::CommError(
+            "CUDA call cudaMemPoolSetAttribute(ReleaseThreshold) failed on cuda:" +
+            std::to_string(device) + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
     }
     done.insert(device);
 }
@@ -70,8 +70,8 @@ void CudaMemory::bind() const
 void CudaMemory::fail(cudaError_t err, const char *call) const
 {
     cudaGetLastError(); // clear a non-sticky error so the next call is not blamed for it
-    throw CommError(std::string("CUDA call ") + call + " failed on " + name() + ": " +
-                    cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
+    throw comm::CommError(std::string("CUDA call ") + call + " failed on " + name() + ": " +
+                          cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
 }
 
 void CudaMemory::failAllocation(cudaError_t err, const char *call, std::size_t bytes) const
@@ -83,11 +83,11 @@ void CudaMemory::failAllocation(cudaError_t err, const char *call, std::size_t b
         free = mib(freeBytes) + " of " + mib(total);
     else
         cudaGetLastError();
-    throw CommError(std::string("CUDA call ") + call + " could not allocate " + mib(bytes) +
-                    " on " + name() + " (" + cudaGetErrorName(err) + ": " +
-                    cudaGetErrorString(err) + "); the device has " + free +
-                    " free. Use a smaller model or batch, more ranks, or a lower "
-                    "--persistence-threshold");
+    throw comm::CommError(std::string("CUDA call ") + call + " could not allocate " + mib(bytes) +
+                          " on " + name() + " (" + cudaGetErrorName(err) + ": " +
+                          cudaGetErrorString(err) + "); the device has " + free +
+                          " free. Use a smaller model or batch, more ranks, or a lower "
+                          "--persistence-threshold");
 }
 
 std::byte *CudaMemory::allocate(std::size_t bytes)
@@ -133,27 +133,27 @@ void CudaMemory::deallocate(std::byte *p, std::size_t bytes) noexcept
                      bytes, m_device, cudaGetErrorName(err), cudaGetErrorString(err));
 }
 
-void CudaMemory::copy(void *dst, const void *src, std::size_t bytes, CopyKind kind)
+void CudaMemory::copy(void *dst, const void *src, std::size_t bytes, comm::CopyKind kind)
 {
     if (bytes == 0) return;
     bind();
     const cudaStream_t s = computeStream();
     switch (kind) {
-    case CopyKind::HostToSpace: {
+    case comm::CopyKind::HostToSpace: {
         // A pageable source is staged before cudaMemcpyAsync returns: the caller may
         // reuse it at once.
         const cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s);
         if (err != cudaSuccess) fail(err, "cudaMemcpyAsync (host to device)");
         return;
     }
-    case CopyKind::SpaceToHost: {
+    case comm::CopyKind::SpaceToHost: {
         cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s);
         if (err != cudaSuccess) fail(err, "cudaMemcpyAsync (device to host)");
         err = cudaStreamSynchronize(s);
         if (err != cudaSuccess) fail(err, "cudaStreamSynchronize (device to host copy)");
         return;
     }
-    case CopyKind::WithinSpace: {
+    case comm::CopyKind::WithinSpace: {
         const cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s);
         if (err != cudaSuccess) fail(err, "cudaMemcpyAsync (device to device)");
         return;
@@ -175,9 +175,9 @@ void CudaMemory::addF32(float *dst, const float *src, std::size_t n)
     bind();
     try {
         addInPlace(dst, src, static_cast<std::int64_t>(n), computeStream());
-    } catch (const CommError &e) {
-        throw CommError(std::string(e.what()) + " (MemorySpace::addF32 on " + name() + ")");
+    } catch (const comm::CommError &e) {
+        throw comm::CommError(std::string(e.what()) + " (MemorySpace::addF32 on " + name() + ")");
     }
 }
 
-} // namespace shardscope::gpu
+} // namespace shardscope::cuda

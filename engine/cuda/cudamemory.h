@@ -13,9 +13,9 @@
 
 #include "comm/memoryspace.h"
 
-namespace shardscope::gpu {
+namespace shardscope::cuda {
 
-class CudaMemory final : public MemorySpace
+class CudaMemory final : public comm::MemorySpace
 {
   public:
     CudaMemory(int device, cudaStream_t compute, cudaStream_t comm);
@@ -32,7 +32,7 @@ class CudaMemory final : public MemorySpace
     // Freed in the compute stream's order (after the kernels already queued that read it).
     void deallocate(std::byte *p, std::size_t bytes) noexcept override;
 
-    void copy(void *dst, const void *src, std::size_t bytes, CopyKind kind) override;
+    void copy(void *dst, const void *src, std::size_t bytes, comm::CopyKind kind) override;
     void zero(void *dst, std::size_t bytes) override;
     void addF32(float *dst, const float *src, std::size_t n) override;
 
@@ -60,4 +60,4 @@ class CudaMemory final : public MemorySpace
 // stream-ordered allocations of one step reuse the previous step's. Once per device.
 void keepPoolMemory(int device);
 
-} // namespace shardscope::gpu
+} // namespace shardscope::cuda

@@ -4,7 +4,7 @@
 
 #include "cuda/cudacheck.h"
 
-namespace shardscope::gpu {
+namespace shardscope::cuda {
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes) : m_bytes(bytes)
 {
@@ -53,9 +53,9 @@ void DeviceBuffer::release() noexcept
 void DeviceBuffer::upload(const void *host, std::size_t bytes, std::size_t offset)
 {
     if (offset + bytes > m_bytes)
-        throw CommError("DeviceBuffer::upload of " + std::to_string(bytes) + " bytes at offset " +
-                        std::to_string(offset) + " overruns a buffer of " +
-                        std::to_string(m_bytes));
+        throw comm::CommError("DeviceBuffer::upload of " + std::to_string(bytes) +
+                              " bytes at offset " + std::to_string(offset) +
+                              " overruns a buffer of " + std::to_string(m_bytes));
     if (bytes) {
         SHARDSCOPE_CUDA_CHECK(
             cudaMemcpy(static_cast<char *>(m_ptr) + offset, host, bytes, cudaMemcpyHostToDevice));
@@ -67,9 +67,9 @@ void DeviceBuffer::upload(const void *host, std::size_t bytes, std::size_t offse
 void DeviceBuffer::download(void *host, std::size_t bytes, std::size_t offset) const
 {
     if (offset + bytes > m_bytes)
-        throw CommError("DeviceBuffer::download of " + std::to_string(bytes) + " bytes at offset " +
-                        std::to_string(offset) + " overruns a buffer of " +
-                        std::to_string(m_bytes));
+        throw comm::CommError("DeviceBuffer::download of " + std::to_string(bytes) +
+                              " bytes at offset " + std::to_string(offset) +
+                              " overruns a buffer of " + std::to_string(m_bytes));
     if (bytes)
         SHARDSCOPE_CUDA_CHECK(cudaMemcpy(host, static_cast<const char *>(m_ptr) + offset, bytes,
                                          cudaMemcpyDeviceToHost));
@@ -95,4 +95,4 @@ void setDevice(int device)
     SHARDSCOPE_CUDA_CHECK(cudaSetDevice(device));
 }
 
-} // namespace shardscope::gpu
+} // namespace shardscope::cuda

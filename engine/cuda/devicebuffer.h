@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace shardscope::gpu {
+namespace shardscope::cuda {
 
 // Device memory from cudaMalloc (zero-filled before the constructor returns), freed by
 // the destructor.
@@ -64,4 +64,4 @@ class Stream
 // Selects device for the calling thread; checked.
 void setDevice(int device);
 
-} // namespace shardscope::gpu
+} // namespace shardscope::cuda

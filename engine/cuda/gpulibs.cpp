@@ -12,7 +12,7 @@
 
 #include "comm/communicator.h"
 
-namespace shardscope {
+namespace shardscope::cuda {
 
 namespace {
 
@@ -121,8 +121,9 @@ const NcclApi &requireNccl()
 {
     const NcclApi &api = ncclApi();
     if (!api.loaded)
-        throw CommError("NCCL could not be loaded: " + api.error +
-                        ". Install NCCL 2 (libnccl.so.2) or point SHARDSCOPE_NCCL_LIBRARY at it.");
+        throw comm::CommError(
+            "NCCL could not be loaded: " + api.error +
+            ". Install NCCL 2 (libnccl.so.2) or point SHARDSCOPE_NCCL_LIBRARY at it.");
     return api;
 }
 
@@ -130,10 +131,10 @@ const CublasApi &requireCublas()
 {
     const CublasApi &api = cublasApi();
     if (!api.loaded)
-        throw CommError(
+        throw comm::CommError(
             "cuBLAS could not be loaded: " + api.error +
             ". Install the CUDA toolkit's cuBLAS or point SHARDSCOPE_CUBLAS_LIBRARY at it.");
     return api;
 }
 
-} // namespace shardscope
+} // namespace shardscope::cuda

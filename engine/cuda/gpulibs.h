@@ -8,7 +8,7 @@
 
 #include <string>
 
-namespace shardscope {
+namespace shardscope::cuda {
 
 struct NcclApi
 {
@@ -53,4 +53,4 @@ const CublasApi &cublasApi();
 const NcclApi &requireNccl();
 const CublasApi &requireCublas();
 
-} // namespace shardscope
+} // namespace shardscope::cuda

@@ -28,7 +28,7 @@
 #include "nn/markov.h"
 #include "nn/model.h"
 
-namespace shardscope::gpu {
+namespace shardscope::cuda {
 
 namespace {
 
@@ -39,13 +39,13 @@ ConvShape convShape(const nn::TrainConfig &c, int sequences)
     return ConvShape{sequences, c.seq, c.hidden, c.kernel, c.groups, c.causalConv};
 }
 
-NcclCommunicator &ncclOf(Engine &engine, int rank)
+NcclCommunicator &ncclOf(core::Engine &engine, int rank)
 {
     auto *comm = dynamic_cast<NcclCommunicator *>(&engine.comm(rank));
     if (!comm)
-        throw EngineError("trainOnGpu needs an engine made by gpu::makeNcclEngine; rank " +
+        throw core::EngineError("trainOnGpu needs an engine made by cuda::makeNcclEngine; rank " +
                           std::to_string(rank) + " has a " +
-                          std::string(backendName(engine.comm(rank).backend())) +
+                          std::string(comm::backendName(engine.comm(rank).backend())) +
                           " communicator (use nn::trainModel for the CPU backend)");
     return *comm;
 }
@@ -56,7 +56,7 @@ struct ScopeLabels
 {
     std::vector<std::string> forward, backward;
 
-    explicit ScopeLabels(const Engine &engine)
+    explicit ScopeLabels(const core::Engine &engine)
     {
         for (std::size_t m = 0; m < engine.moduleCount(); ++m) {
             const std::string path = engine.modulePath(static_cast<ModuleId>(m));
@@ -84,14 +84,14 @@ class NvtxRange
 class Scope
 {
   public:
-    Scope(Engine &engine, int rank, ModuleId module, Phase phase, const ScopeLabels &labels)
+    Scope(core::Engine &engine, int rank, ModuleId module, Phase phase, const ScopeLabels &labels)
         : m_range(labels.of(module, phase)), m_scope(engine, rank, module, phase)
     {
     }
 
   private:
     NvtxRange m_range;
-    ModuleScope m_scope;
+    core::ModuleScope m_scope;
 };
 
 // One rank's model on its GPU: activations, full-size parameter gradients (reduce-scattered
@@ -99,7 +99,7 @@ class Scope
 class GpuRank
 {
   public:
-    GpuRank(Engine &engine, int rank, const nn::TrainConfig &config, const nn::ModelHandles &h,
+    GpuRank(core::Engine &engine, int rank, const nn::TrainConfig &config, const nn::ModelHandles &h,
             const ScopeLabels &labels, nn::BatchSlice slice);
 
     // Uploads the step's tokens, runs forward and backward; returns the rank's summed
@@ -114,7 +114,7 @@ class GpuRank
     void forward();
     void backward();
 
-    Engine &m_engine;
+    core::Engine &m_engine;
     int m_rank;
     const nn::TrainConfig &m_cfg;
     const nn::ModelHandles &m_h;
@@ -138,7 +138,7 @@ class GpuRank
     DeviceBuffer m_dh, m_dtmp, m_dIn, m_dwide, m_dwide2, m_dConvW, m_dConvOut;
 };
 
-GpuRank::GpuRank(Engine &engine, int rank, const nn::TrainConfig &config, const nn::ModelHandles &h,
+GpuRank::GpuRank(core::Engine &engine, int rank, const nn::TrainConfig &config, const nn::ModelHandles &h,
                  const ScopeLabels &labels, nn::BatchSlice slice)
     : m_engine(engine), m_rank(rank), m_cfg(config), m_h(h), m_labels(labels), m_params(h.params()),
       m_stream(ncclOf(engine, rank).computeStream()),
@@ -154,9 +154,9 @@ GpuRank::GpuRank(Engine &engine, int rank, const nn::TrainConfig &config, const 
     m_adamM.resize(engine.paramCount());
     m_adamV.resize(engine.paramCount());
     for (ParamId p : m_params) {
-        const ParamInfo &info = engine.param(p);
+        const core::ParamInfo &info = engine.param(p);
         if (info.dtype != DType::F32)
-            throw EngineError("the GPU trainer handles fp32 parameters only; `" + info.name +
+            throw core::EngineError("the GPU trainer handles fp32 parameters only; `" + info.name +
                               "` is " + std::string(dtypeName(info.dtype)));
         m_grads[p] = f(info.numel);
         const auto shard = static_cast<std::int64_t>(engine.shardData(rank, p).size());
@@ -240,7 +240,7 @@ void GpuRank::forward()
     const int H = m_cfg.hidden, V = m_cfg.vocab, F = 4 * m_cfg.hidden, R = m_rows;
     const std::int64_t n = std::int64_t(R) * H;
     const cudaStream_t s = m_stream;
-    Engine &e = m_engine;
+    core::Engine &e = m_engine;
     const int r = m_rank;
     const ScopeLabels &L = m_labels;
 
@@ -304,7 +304,7 @@ void GpuRank::backward()
     const int H = m_cfg.hidden, V = m_cfg.vocab, F = 4 * m_cfg.hidden, R = m_rows;
     const std::int64_t n = std::int64_t(R) * H;
     const cudaStream_t s = m_stream;
-    Engine &e = m_engine;
+    core::Engine &e = m_engine;
     const int r = m_rank;
     const ScopeLabels &L = m_labels;
 
@@ -385,7 +385,7 @@ void GpuRank::optimizerStep(int step)
         const std::span<float> data = m_engine.shardData(m_rank, p);
         const std::span<float> g = m_engine.shardGrad(m_rank, p);
         if (g.size() != data.size() || m_adamM[p].bytes() != data.size() * sizeof(float))
-            throw EngineError("the shard of " + m_engine.param(p).name + " on rank " +
+            throw core::EngineError("the shard of " + m_engine.param(p).name + " on rank " +
                               std::to_string(m_rank) + " changed size during training");
         ap.weightDecay =
             m_cfg.weightDecay > 0.0f && nn::decays(m_engine.param(p)) ? m_cfg.weightDecay : 0.0f;
@@ -396,7 +396,7 @@ void GpuRank::optimizerStep(int step)
 
 } // namespace
 
-std::unique_ptr<Engine> makeNcclEngine(const nn::TrainConfig &config)
+std::unique_ptr<core::Engine> makeNcclEngine(const nn::TrainConfig &config)
 {
     const std::string bad = nn::validate(config);
     if (!bad.empty()) throw std::invalid_argument(bad);
@@ -412,7 +412,7 @@ std::unique_ptr<Engine> makeNcclEngine(const nn::TrainConfig &config)
     std::vector<std::unique_ptr<NcclCommunicator>> ranks;
     int world = config.worldSize;
     if (multiProcess) {
-        const RendezvousConfig rdzv = rendezvousFromEnv();
+        const comm::RendezvousConfig rdzv = comm::rendezvousFromEnv();
         world = rdzv.worldSize;
         checkBatch(world);
         ranks.push_back(makeNcclRank(rdzv));
@@ -423,7 +423,7 @@ std::unique_ptr<Engine> makeNcclEngine(const nn::TrainConfig &config)
         int available = 0;
         SHARDSCOPE_CUDA_CHECK(cudaGetDeviceCount(&available));
         if (world > available)
-            throw CommError(
+            throw comm::CommError(
                 "--world-size " + std::to_string(world) + " with --backend nccl needs " +
                 std::to_string(world) + " GPUs (one rank per GPU) but this machine has " +
                 std::to_string(available) + "; use --world-size " + std::to_string(available) +
@@ -444,23 +444,23 @@ std::unique_ptr<Engine> makeNcclEngine(const nn::TrainConfig &config)
     nn::TrainConfig sized = config;
     sized.worldSize = world;
     // From here the Engine alone owns the communicators and destroys them, one thread each.
-    std::vector<std::unique_ptr<Communicator>> comms;
+    std::vector<std::unique_ptr<comm::Communicator>> comms;
     comms.reserve(ranks.size());
     for (auto &r : ranks)
         comms.push_back(std::move(r));
-    return std::make_unique<Engine>(nn::makeEngineConfig(sized), std::move(comms));
+    return std::make_unique<core::Engine>(nn::makeEngineConfig(sized), std::move(comms));
 }
 
-nn::TrainResult trainOnGpu(Engine &engine, const nn::TrainConfig &config,
+nn::TrainResult trainOnGpu(core::Engine &engine, const nn::TrainConfig &config,
                            const nn::StepCallback &onStep)
 {
     nn::TrainConfig c = config;
     c.worldSize = engine.worldSize(); // torchrun's WORLD_SIZE, not --world-size
     const std::string problem = nn::validate(c);
-    if (!problem.empty()) throw EngineError(problem);
+    if (!problem.empty()) throw core::EngineError(problem);
     const int world = engine.worldSize();
     if (c.batch < world)
-        throw EngineError("--batch " + std::to_string(c.batch) + " is smaller than the " +
+        throw core::EngineError("--batch " + std::to_string(c.batch) + " is smaller than the " +
                           std::to_string(world) + " ranks; every rank needs a sequence");
     for (int r : engine.localRanks())
         (void)ncclOf(engine, r);
@@ -469,13 +469,13 @@ nn::TrainResult trainOnGpu(Engine &engine, const nn::TrainConfig &config,
     // NVTX ranges for the engine's fetches around whatever sink is installed (the
     // inspector's hub, or none), so Nsight Systems lines them up with NCCL's kernels.
     // Made after the model is built, so every parameter and module has its name.
-    EventSink *const installed = engine.eventSink();
+    telemetry::EventSink *const installed = engine.eventSink();
     NvtxEventSink nvtx(engine, installed);
     engine.setEventSink(&nvtx);
     struct Restore
     {
-        Engine &engine;
-        EventSink *sink;
+        core::Engine &engine;
+        telemetry::EventSink *sink;
         ~Restore() { engine.setEventSink(sink); }
     } restore{engine, installed};
     const double globalTokens = static_cast<double>(c.batch) * c.seq;
@@ -518,14 +518,14 @@ nn::TrainResult trainOnGpu(Engine &engine, const nn::TrainConfig &config,
 }
 
 nn::TrainResult runNcclTraining(const nn::TrainConfig &config, const nn::StepCallback &onStep,
-                                EventSink *sink)
+                                telemetry::EventSink *sink)
 {
-    std::unique_ptr<Engine> engine = makeNcclEngine(config);
+    std::unique_ptr<core::Engine> engine = makeNcclEngine(config);
     engine->setEventSink(sink); // trainOnGpu adds the NVTX ranges around it
     // Whatever happens, the engine stops writing to the sink before it goes.
     struct Detach
     {
-        Engine &engine;
+        core::Engine &engine;
         ~Detach() { engine.setEventSink(nullptr); }
     } detach{*engine};
     nn::TrainConfig sized = config;
@@ -534,4 +534,4 @@ nn::TrainResult runNcclTraining(const nn::TrainConfig &config, const nn::StepCal
     return trainOnGpu(*engine, sized, onStep);
 }
 
-} // namespace shardscope::gpu
+} // namespace shardscope::cuda

@@ -11,7 +11,7 @@
 #include "nn/trainer.h"
 #include "telemetry/event.h"
 
-namespace shardscope::gpu {
+namespace shardscope::cuda {
 
 // An Engine over NCCL ranks. Two launches:
 // - RANK and WORLD_SIZE set (torchrun, one process per GPU, possibly many nodes): this
@@ -20,7 +20,7 @@ namespace shardscope::gpu {
 // Each rank gets its own non-blocking compute stream; collectives do not wait for it
 // implicitly (the engine orders them with Communicator::waitForCompute).
 // Throws CommError: no GPU/driver/NCCL, fewer GPUs than ranks, NCCL/CUDA failures.
-std::unique_ptr<Engine> makeNcclEngine(const nn::TrainConfig &config);
+std::unique_ptr<core::Engine> makeNcclEngine(const nn::TrainConfig &config);
 
 // Trains the model that nn::buildModel(engine, config) built in an engine made by
 // makeNcclEngine, for config.steps steps, one thread per local rank (forEachLocalRank).
@@ -28,12 +28,12 @@ std::unique_ptr<Engine> makeNcclEngine(const nn::TrainConfig &config);
 // order of updates). onStep is called from one thread after each step, in the process
 // that holds rank 0 only (so a torchrun launch prints once). Throws the first error of
 // any rank: UnregisteredAccessError (--guard error), EngineError, CommError.
-nn::TrainResult trainOnGpu(Engine &engine, const nn::TrainConfig &config,
+nn::TrainResult trainOnGpu(core::Engine &engine, const nn::TrainConfig &config,
                            const nn::StepCallback &onStep);
 
 // makeNcclEngine, the engine's events to sink (may be null; wrapped with NVTX
 // annotations), nn::buildModel and trainOnGpu: the whole run without an inspector.
 nn::TrainResult runNcclTraining(const nn::TrainConfig &config, const nn::StepCallback &onStep,
-                                EventSink *sink = nullptr);
+                                telemetry::EventSink *sink = nullptr);
 
-} // namespace shardscope::gpu
+} // namespace shardscope::cuda

@@ -3,32 +3,33 @@
 
 #include "cuda/gputrainer.h"
 
-namespace shardscope::gpu {
+namespace shardscope::cuda {
 
 namespace {
 
 [[noreturn]] void noCuda()
 {
-    throw CommError("this build of ShardScope has no CUDA/NCCL support (configured with "
-                    "SHARDSCOPE_CUDA=OFF, or nvcc/NCCL were missing); rebuild with "
-                    "-DSHARDSCOPE_CUDA=ON or use --backend cpu");
+    throw comm::CommError("this build of ShardScope has no CUDA/NCCL support (configured with "
+                          "SHARDSCOPE_CUDA=OFF, or nvcc/NCCL were missing); rebuild with "
+                          "-DSHARDSCOPE_CUDA=ON or use --backend cpu");
 }
 
 } // namespace
 
-std::unique_ptr<Engine> makeNcclEngine(const nn::TrainConfig &)
+std::unique_ptr<core::Engine> makeNcclEngine(const nn::TrainConfig &)
 {
     noCuda();
 }
 
-nn::TrainResult trainOnGpu(Engine &, const nn::TrainConfig &, const nn::StepCallback &)
+nn::TrainResult trainOnGpu(core::Engine &, const nn::TrainConfig &, const nn::StepCallback &)
 {
     noCuda();
 }
 
-nn::TrainResult runNcclTraining(const nn::TrainConfig &, const nn::StepCallback &, EventSink *)
+nn::TrainResult runNcclTraining(const nn::TrainConfig &, const nn::StepCallback &,
+                                telemetry::EventSink *)
 {
     noCuda();
 }
 
-} // namespace shardscope::gpu
+} // namespace shardscope::cuda

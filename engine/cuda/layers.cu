@@ -10,7 +10,7 @@
 
 #include "cuda/cudacheck.h"
 
-namespace shardscope::gpu {
+namespace shardscope::cuda {
 
 namespace {
 
@@ -511,4 +511,4 @@ void adamStep(float *param, const float *grad, float *m, float *v, std::int64_t 
     checkLaunch("adamKernel");
 }
 
-} // namespace shardscope::gpu
+} // namespace shardscope::cuda

@@ -12,7 +12,7 @@
 #include "nn/adamoptions.h"
 #include "nn/convshape.h"
 
-namespace shardscope::gpu {
+namespace shardscope::cuda {
 
 // ---- Embedding: out[i] = weight[tokens[i]], weight [vocab, dim]. Tokens outside
 // [0, vocab) give a zero row (forward) and no gradient (backward).
@@ -68,4 +68,4 @@ void scale(float *x, float factor, std::int64_t n, cudaStream_t stream); // x *=
 void adamStep(float *param, const float *grad, float *m, float *v, std::int64_t n,
               const nn::AdamOptions &options, int step, cudaStream_t stream);
 
-} // namespace shardscope::gpu
+} // namespace shardscope::cuda

@@ -12,7 +12,7 @@
 #include "cuda/cudacheck.h"
 #include "cuda/gpulibs.h"
 
-namespace shardscope {
+namespace shardscope::cuda {
 
 namespace {
 
@@ -24,10 +24,10 @@ void checkNccl(ncclResult_t r, const char *call, int rank, ncclComm_t comm = nul
                       ": " + api.getErrorString(r);
     const char *last = api.getLastError ? api.getLastError(comm) : nullptr;
     if (last && *last) msg += std::string(" (") + last + ")";
-    throw CommError(msg);
+    throw comm::CommError(msg);
 }
 
-class EventHandle final : public CommHandle::Impl
+class EventHandle final : public comm::CommHandle::Impl
 {
   public:
     EventHandle(cudaEvent_t ev, int device, int rank, std::function<std::string()> asyncError)
@@ -63,9 +63,9 @@ class EventHandle final : public CommHandle::Impl
             if (polls % 64 == 63) {
                 const std::string why = m_asyncError();
                 if (!why.empty())
-                    throw CommError("a collective on rank " + std::to_string(m_rank) +
-                                    " failed asynchronously: " + why +
-                                    " (another rank probably failed or exited)");
+                    throw comm::CommError("a collective on rank " + std::to_string(m_rank) +
+                                          " failed asynchronously: " + why +
+                                          " (another rank probably failed or exited)");
             }
             if (polls < 2000)
                 std::this_thread::yield();
@@ -102,7 +102,7 @@ NcclCommunicator::NcclCommunicator(void *ncclComm, int rank, int worldSize, int 
     SHARDSCOPE_CUDA_CHECK(cudaEventCreateWithFlags(&m_inputsReady, cudaEventDisableTiming));
     SHARDSCOPE_CUDA_CHECK(cudaEventCreateWithFlags(&m_lastDone, cudaEventDisableTiming));
     SHARDSCOPE_CUDA_CHECK(cudaMalloc(&m_barrierBuf, sizeof(double)));
-    m_memory = std::make_unique<gpu::CudaMemory>(device, m_computeStream, m_commStream);
+    m_memory = std::make_unique<cuda::CudaMemory>(device, m_computeStream, m_commStream);
 }
 
 NcclCommunicator::~NcclCommunicator()
@@ -172,17 +172,17 @@ cudaStream_t NcclCommunicator::useOwnComputeStream()
 void NcclCommunicator::before(const char *what, const void *a, const void *b)
 {
     if ((a && !isDevicePointer(a)) || (b && !isDevicePointer(b)))
-        throw CommError(std::string("NCCL ") + what + " on rank " + std::to_string(m_rank) +
-                        " was given a host pointer; the NCCL backend needs device buffers "
-                        "(cudaMalloc), see Communicator::deviceBuffers()");
+        throw comm::CommError(std::string("NCCL ") + what + " on rank " + std::to_string(m_rank) +
+                              " was given a host pointer; the NCCL backend needs device buffers "
+                              "(cudaMalloc), see Communicator::deviceBuffers()");
     SHARDSCOPE_CUDA_CHECK(cudaSetDevice(m_device));
     if (!commPtr())
-        throw CommError("NCCL communicator of rank " + std::to_string(m_rank) +
-                        " was aborted after a failure on another rank");
+        throw comm::CommError("NCCL communicator of rank " + std::to_string(m_rank) +
+                              " was aborted after a failure on another rank");
     if (m_orderAfterCompute) commWaitFor(m_computeStream);
 }
 
-CommHandle NcclCommunicator::after()
+comm::CommHandle NcclCommunicator::after()
 {
     cudaEvent_t ev = nullptr;
     SHARDSCOPE_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
@@ -209,10 +209,11 @@ CommHandle NcclCommunicator::after()
         if (last && *last) why += std::string(" (") + last + ")";
         return why;
     };
-    return CommHandle(std::make_shared<EventHandle>(ev, m_device, m_rank, std::move(asyncError)));
+    return comm::CommHandle(
+        std::make_shared<EventHandle>(ev, m_device, m_rank, std::move(asyncError)));
 }
 
-CommHandle NcclCommunicator::allGather(const void *send, void *recv, std::size_t bytes)
+comm::CommHandle NcclCommunicator::allGather(const void *send, void *recv, std::size_t bytes)
 {
     if (bytes == 0) return {};
     before("allGather", send, recv);
@@ -222,12 +223,12 @@ CommHandle NcclCommunicator::allGather(const void *send, void *recv, std::size_t
     return after();
 }
 
-CommHandle NcclCommunicator::broadcast(void *buf, std::size_t bytes, int root)
+comm::CommHandle NcclCommunicator::broadcast(void *buf, std::size_t bytes, int root)
 {
     if (root < 0 || root >= m_world)
-        throw CommError("broadcast on rank " + std::to_string(m_rank) + ": root " +
-                        std::to_string(root) + " is not a rank of a world of " +
-                        std::to_string(m_world));
+        throw comm::CommError("broadcast on rank " + std::to_string(m_rank) + ": root " +
+                              std::to_string(root) + " is not a rank of a world of " +
+                              std::to_string(m_world));
     if (bytes == 0) return {};
     before("broadcast", buf, nullptr);
     checkNccl(ncclApi().broadcast(buf, buf, bytes, ncclUint8, root,
@@ -236,8 +237,8 @@ CommHandle NcclCommunicator::broadcast(void *buf, std::size_t bytes, int root)
     return after();
 }
 
-CommHandle NcclCommunicator::reduceScatter(const void *send, void *recv, std::size_t count,
-                                           DType dtype)
+comm::CommHandle NcclCommunicator::reduceScatter(const void *send, void *recv, std::size_t count,
+                                                 DType dtype)
 {
     if (count == 0) return {};
     before("reduceScatter", send, recv);
@@ -271,7 +272,7 @@ void NcclCommunicator::commWaitFor(cudaStream_t producer)
     SHARDSCOPE_CUDA_CHECK(cudaStreamWaitEvent(m_commStream, m_inputsReady, 0));
 }
 
-CommHandle NcclCommunicator::allReduceSum(const float *send, float *recv, std::size_t count)
+comm::CommHandle NcclCommunicator::allReduceSum(const float *send, float *recv, std::size_t count)
 {
     if (count == 0) return {};
     before("allReduce", send, recv);
@@ -341,11 +342,12 @@ NcclLocalWorld makeNcclLocalWorld(const std::vector<int> &devices)
     const NcclApi &api = requireNccl();
     int available = 0;
     SHARDSCOPE_CUDA_CHECK(cudaGetDeviceCount(&available));
-    if (devices.empty()) throw CommError("an NCCL world needs at least one GPU");
+    if (devices.empty()) throw comm::CommError("an NCCL world needs at least one GPU");
     for (int d : devices) {
         if (d < 0 || d >= available)
-            throw CommError("GPU " + std::to_string(d) + " does not exist: this machine has " +
-                            std::to_string(available) + " GPU(s); NCCL needs one GPU per rank");
+            throw comm::CommError("GPU " + std::to_string(d) +
+                                  " does not exist: this machine has " + std::to_string(available) +
+                                  " GPU(s); NCCL needs one GPU per rank");
     }
     std::vector<ncclComm_t> comms(devices.size(), nullptr);
     checkNccl(api.commInitAll(comms.data(), static_cast<int>(devices.size()), devices.data()),
@@ -369,15 +371,15 @@ NcclLocalWorld makeNcclLocalWorld(const std::vector<int> &devices)
     return NcclLocalWorld(std::move(out));
 }
 
-std::unique_ptr<NcclCommunicator> makeNcclRank(const RendezvousConfig &config)
+std::unique_ptr<NcclCommunicator> makeNcclRank(const comm::RendezvousConfig &config)
 {
     const NcclApi &api = requireNccl();
     int available = 0;
     SHARDSCOPE_CUDA_CHECK(cudaGetDeviceCount(&available));
     if (config.localRank >= available)
-        throw CommError("LOCAL_RANK=" + std::to_string(config.localRank) +
-                        " but this machine has " + std::to_string(available) +
-                        " GPU(s); start at most one process per GPU on each node");
+        throw comm::CommError("LOCAL_RANK=" + std::to_string(config.localRank) +
+                              " but this machine has " + std::to_string(available) +
+                              " GPU(s); start at most one process per GPU on each node");
     SHARDSCOPE_CUDA_CHECK(cudaSetDevice(config.localRank));
     ncclUniqueId id{};
     std::unique_ptr<RendezvousServer> server;
@@ -389,10 +391,10 @@ std::unique_ptr<NcclCommunicator> makeNcclRank(const RendezvousConfig &config)
     } else {
         const std::vector<std::byte> blob = fetchRendezvousBlob(config);
         if (blob.size() != sizeof id)
-            throw CommError("rank " + std::to_string(config.rank) + " got a " +
-                            std::to_string(blob.size()) + "-byte id from rank 0 where NCCL's is " +
-                            std::to_string(sizeof id) +
-                            " bytes: every rank must run the same ShardScope and NCCL");
+            throw comm::CommError(
+                "rank " + std::to_string(config.rank) + " got a " + std::to_string(blob.size()) +
+                "-byte id from rank 0 where NCCL's is " + std::to_string(sizeof id) +
+                " bytes: every rank must run the same ShardScope and NCCL");
         std::memcpy(&id, blob.data(), sizeof id);
     }
     ncclComm_t comm = nullptr;
@@ -408,4 +410,4 @@ std::unique_ptr<NcclCommunicator> makeNcclRank(const RendezvousConfig &config)
     }
 }
 
-} // namespace shardscope
+} // namespace shardscope::cuda

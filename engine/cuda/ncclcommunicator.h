@@ -22,9 +22,9 @@
 #include "cuda/cudamemory.h"
 #include "cuda/rendezvous.h"
 
-namespace shardscope {
+namespace shardscope::cuda {
 
-class NcclCommunicator final : public Communicator
+class NcclCommunicator final : public comm::Communicator
 {
   public:
     // Takes ownership of comm (an ncclComm_t) for rank of worldSize on CUDA device.
@@ -35,18 +35,19 @@ class NcclCommunicator final : public Communicator
 
     int rank() const override { return m_rank; }
     int worldSize() const override { return m_world; }
-    Backend backend() const override { return Backend::Nccl; }
+    comm::Backend backend() const override { return comm::Backend::Nccl; }
     bool deviceBuffers() const override { return true; }
-    MemorySpace &memory() override { return *m_memory; }
+    comm::MemorySpace &memory() override { return *m_memory; }
     // The communication stream waits (on the device) for the compute stream's work so far.
     void waitForCompute() override { commWaitFor(m_computeStream); }
     void bindThread() override; // cudaSetDevice(device())
 
-    CommHandle allGather(const void *send, void *recv, std::size_t bytes) override;
-    CommHandle broadcast(void *buf, std::size_t bytes, int root) override;
+    comm::CommHandle allGather(const void *send, void *recv, std::size_t bytes) override;
+    comm::CommHandle broadcast(void *buf, std::size_t bytes, int root) override;
     // Sums in NCCL's order (ring/tree), which is deterministic for a fixed world and
     // topology but not the CPU backend's rank order: results agree to fp rounding.
-    CommHandle reduceScatter(const void *send, void *recv, std::size_t count, DType dtype) override;
+    comm::CommHandle reduceScatter(const void *send, void *recv, std::size_t count,
+                                   DType dtype) override;
     void barrier() override;
 
     int device() const { return m_device; }
@@ -71,7 +72,7 @@ class NcclCommunicator final : public Communicator
     void commWaitFor(cudaStream_t producer);
     // recv (count floats) = element-wise sum over ranks of send; an all-reduce for the
     // parameters that are not partitioned.
-    CommHandle allReduceSum(const float *send, float *recv, std::size_t count);
+    comm::CommHandle allReduceSum(const float *send, float *recv, std::size_t count);
     // The sum over ranks of one host value (synchronous; the per-step loss).
     double allReduceHost(double value);
     // ncclCommAbort: unblocks ranks waiting on a collective that will never complete
@@ -83,7 +84,7 @@ class NcclCommunicator final : public Communicator
     // Waits for the collectives on the communication stream; aborts the communicator if
     // NCCL reports an asynchronous error meanwhile (a peer died), instead of hanging.
     void drainCommStream() noexcept;
-    CommHandle after();
+    comm::CommHandle after();
     // The ncclComm_t, shared with the handles so that wait() can ask NCCL for
     // asynchronous errors; the mutex keeps abort/destroy from freeing it meanwhile.
     struct CommState
@@ -99,7 +100,7 @@ class NcclCommunicator final : public Communicator
     cudaStream_t m_commStream = nullptr;
     cudaStream_t m_computeStream = nullptr;
     cudaStream_t m_ownComputeStream = nullptr;
-    std::unique_ptr<gpu::CudaMemory> m_memory;
+    std::unique_ptr<cuda::CudaMemory> m_memory;
     bool m_orderAfterCompute = true;
     cudaEvent_t m_inputsReady = nullptr;
     cudaEvent_t m_lastDone = nullptr;
@@ -141,6 +142,6 @@ NcclLocalWorld makeNcclLocalWorld(const std::vector<int> &devices);
 
 // One rank of a multi-process (or multi-node) world: device = config.localRank; rank 0
 // creates the ncclUniqueId and serves it at MASTER_ADDR:MASTER_PORT, the others fetch it.
-std::unique_ptr<NcclCommunicator> makeNcclRank(const RendezvousConfig &config);
+std::unique_ptr<NcclCommunicator> makeNcclRank(const comm::RendezvousConfig &config);
 
-} // namespace shardscope
+} // namespace shardscope::cuda

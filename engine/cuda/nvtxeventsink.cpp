@@ -5,14 +5,15 @@
 #include "core/engine.h"
 #include "telemetry/eventfields.h"
 
-namespace shardscope::gpu {
+namespace shardscope::cuda {
 
-NvtxEventSink::NvtxEventSink(const Engine &engine, EventSink *inner) : m_inner(inner)
+NvtxEventSink::NvtxEventSink(const core::Engine &engine, telemetry::EventSink *inner)
+    : m_inner(inner)
 {
     refreshNames(engine);
 }
 
-void NvtxEventSink::refreshNames(const Engine &engine)
+void NvtxEventSink::refreshNames(const core::Engine &engine)
 {
     std::vector<std::string> params(engine.paramCount());
     for (std::size_t i = 0; i < params.size(); ++i) {
@@ -20,7 +21,7 @@ void NvtxEventSink::refreshNames(const Engine &engine)
         // Engine::param refuses them; they emit no more events, so any label will do.
         try {
             params[i] = engine.param(static_cast<ParamId>(i)).name;
-        } catch (const EngineError &) {
+        } catch (const core::EngineError &) {
             params[i] = "<removed parameter>";
         }
     }
@@ -66,13 +67,13 @@ nvtxRangeId_t *NvtxEventSink::openRange(std::uint16_t rank, std::uint32_t param)
     return &m_open[static_cast<std::size_t>(local) * m_stride + param];
 }
 
-void NvtxEventSink::write(const Event &ev) noexcept
+void NvtxEventSink::write(const telemetry::Event &ev) noexcept
 {
     if (m_inner) m_inner->write(ev);
     char label[384];
     switch (ev.type) {
     case EventType::FetchBegin: {
-        const FetchFields f = readFetch(ev);
+        const telemetry::FetchFields f = telemetry::readFetch(ev);
         const std::string_view reason = fetchReasonName(f.reason);
         std::snprintf(label, sizeof label, "fetch %s (module %s, %.*s)", paramName(f.param),
                       moduleName(f.cause), static_cast<int>(reason.size()), reason.data());
@@ -83,20 +84,21 @@ void NvtxEventSink::write(const Event &ev) noexcept
         break;
     }
     case EventType::FetchEnd:
-        if (nvtxRangeId_t *slot = openRange(ev.rank, readFetch(ev).param); slot && *slot) {
+        if (nvtxRangeId_t *slot = openRange(ev.rank, telemetry::readFetch(ev).param);
+            slot && *slot) {
             nvtxRangeEnd(*slot);
             *slot = 0;
         }
         break;
     case EventType::Release: {
-        const ReleaseFields f = readRelease(ev);
+        const telemetry::ReleaseFields f = telemetry::readRelease(ev);
         std::snprintf(label, sizeof label, "release %s (module %s)", paramName(f.param),
                       moduleName(f.cause));
         nvtxMarkA(label);
         break;
     }
     case EventType::Broadcast: {
-        const BroadcastFields f = readBroadcast(ev);
+        const telemetry::BroadcastFields f = telemetry::readBroadcast(ev);
         std::snprintf(label, sizeof label, "broadcast %s (root %u)", paramName(f.param), f.root);
         nvtxMarkA(label);
         break;
@@ -106,4 +108,4 @@ void NvtxEventSink::write(const Event &ev) noexcept
     }
 }
 
-} // namespace shardscope::gpu
+} // namespace shardscope::cuda

@@ -12,34 +12,34 @@
 
 #include "telemetry/event.h"
 
-namespace shardscope {
+namespace shardscope::core {
 class Engine;
 }
 
-namespace shardscope::gpu {
+namespace shardscope::cuda {
 
-class NvtxEventSink final : public EventSink
+class NvtxEventSink final : public telemetry::EventSink
 {
   public:
     // Takes the engine's parameter and module names now; refreshNames() takes them again.
-    NvtxEventSink(const Engine &engine, EventSink *inner);
+    NvtxEventSink(const core::Engine &engine, telemetry::EventSink *inner);
 
     // Parameters and modules added since construction (the model is built after the sink
     // is installed) get their names; until then they are labelled by id. Call while no
     // thread is emitting events (before training), as write() reads the names unlocked.
-    void refreshNames(const Engine &engine);
+    void refreshNames(const core::Engine &engine);
 
     // Never blocks and never allocates: labels are formatted on the stack.
-    void write(const Event &ev) noexcept override;
+    void write(const telemetry::Event &ev) noexcept override;
 
-    EventSink *inner() const { return m_inner; }
+    telemetry::EventSink *inner() const { return m_inner; }
 
   private:
     const char *paramName(std::uint32_t id) const;
     const char *moduleName(std::uint32_t id) const;
     nvtxRangeId_t *openRange(std::uint16_t rank, std::uint32_t param);
 
-    EventSink *m_inner;
+    telemetry::EventSink *m_inner;
     std::vector<std::string> m_params;  // by ParamId
     std::vector<std::string> m_modules; // by ModuleId ("<root>" for the root)
     std::vector<int> m_localIndex;      // world rank -> local index, -1 when not local
@@ -47,4 +47,4 @@ class NvtxEventSink final : public EventSink
     std::vector<nvtxRangeId_t> m_open;  // [local index * m_stride + param]; 0 = none open
 };
 
-} // namespace shardscope::gpu
+} // namespace shardscope::cuda

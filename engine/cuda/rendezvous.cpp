@@ -25,7 +25,7 @@
 #include "comm/communicator.h"
 #include "comm/socketio.h"
 
-namespace shardscope {
+namespace shardscope::cuda {
 
 namespace {
 
@@ -58,18 +58,18 @@ class Fd
     int m_fd;
 };
 
-using detail::getU32;
-using detail::msLeft;
-using detail::putU32;
-using detail::secondsText;
+using comm::detail::getU32;
+using comm::detail::msLeft;
+using comm::detail::putU32;
+using comm::detail::secondsText;
 
 // Reads/writes exactly n bytes before the deadline; false on timeout, EOF or error.
 bool ioAll(int fd, void *buf, std::size_t n, Clock::time_point deadline, bool write)
 {
-    return detail::ioAll(fd, buf, n, deadline, write) == detail::Io::Done;
+    return comm::detail::ioAll(fd, buf, n, deadline, write) == comm::detail::Io::Done;
 }
 
-std::string where(const RendezvousConfig &c)
+std::string where(const comm::RendezvousConfig &c)
 {
     return c.masterAddr + ":" + std::to_string(c.masterPort);
 }
@@ -78,7 +78,7 @@ std::string where(const RendezvousConfig &c)
 
 struct RendezvousServer::Impl
 {
-    RendezvousConfig config;
+    comm::RendezvousConfig config;
     std::vector<std::byte> blob;
     Fd listener;
     int port = 0;
@@ -149,15 +149,16 @@ void RendezvousServer::Impl::serve()
     done = true;
 }
 
-RendezvousServer::RendezvousServer(const RendezvousConfig &config, std::vector<std::byte> blob)
+RendezvousServer::RendezvousServer(const comm::RendezvousConfig &config,
+                                   std::vector<std::byte> blob)
     : d(std::make_unique<Impl>())
 {
     d->config = config;
     d->blob = std::move(blob);
     d->listener = Fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (d->listener.get() < 0)
-        throw CommError(std::string("rank 0 could not create the rendezvous socket: ") +
-                        std::strerror(errno));
+        throw comm::CommError(std::string("rank 0 could not create the rendezvous socket: ") +
+                              std::strerror(errno));
     const int one = 1;
     ::setsockopt(d->listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     sockaddr_in addr{};
@@ -166,7 +167,7 @@ RendezvousServer::RendezvousServer(const RendezvousConfig &config, std::vector<s
     addr.sin_port = htons(static_cast<std::uint16_t>(config.masterPort));
     if (::bind(d->listener.get(), reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0 ||
         ::listen(d->listener.get(), 128) != 0)
-        throw CommError(
+        throw comm::CommError(
             "rank 0 could not listen on MASTER_PORT=" + std::to_string(config.masterPort) +
             " for the NCCL rendezvous: " + std::strerror(errno) +
             "; choose a free port with MASTER_PORT");
@@ -196,18 +197,19 @@ void RendezvousServer::wait()
     if (d->thread.joinable()) d->thread.join();
     std::lock_guard lock(d->mutex);
     if (!d->done)
-        throw CommError("NCCL rendezvous failed: " +
-                        (d->error.empty() ? std::string("rank 0 stopped serving") : d->error));
+        throw comm::CommError(
+            "NCCL rendezvous failed: " +
+            (d->error.empty() ? std::string("rank 0 stopped serving") : d->error));
 }
 
-std::vector<std::byte> fetchRendezvousBlob(const RendezvousConfig &config)
+std::vector<std::byte> fetchRendezvousBlob(const comm::RendezvousConfig &config)
 {
     const auto deadline = Clock::now() + config.timeout;
     const std::string who =
         "rank " + std::to_string(config.rank) + " of " + std::to_string(config.worldSize);
     std::string lastError;
     std::vector<std::byte> body;
-    const int connected = detail::connectWithRetries(
+    const int connected = comm::detail::connectWithRetries(
         config.masterAddr, config.masterPort, deadline, nullptr, lastError,
         [&](int fd, std::string &error) {
             unsigned char hello[16];
@@ -222,26 +224,27 @@ std::vector<std::byte> fetchRendezvousBlob(const RendezvousConfig &config)
             }
             const std::uint32_t size = getU32(head + 1);
             if (size > (1u << 20))
-                throw CommError(who + ": the rendezvous at " + where(config) +
-                                " is not a ShardScope rank 0 (answer too large)");
+                throw comm::CommError(who + ": the rendezvous at " + where(config) +
+                                      " is not a ShardScope rank 0 (answer too large)");
             body.assign(size, std::byte{0});
             if (!ioAll(fd, body.data(), size, deadline, false)) {
                 error = "connection closed while reading rank 0's answer";
                 return false;
             }
             if (head[0] != 0)
-                throw CommError(who + ": rank 0 at " + where(config) + " refused: " +
-                                std::string(reinterpret_cast<const char *>(body.data()), size));
+                throw comm::CommError(
+                    who + ": rank 0 at " + where(config) +
+                    " refused: " + std::string(reinterpret_cast<const char *>(body.data()), size));
             return true;
         });
     if (connected >= 0) {
         Fd fd(connected);
         return body;
     }
-    throw CommError(who + " could not get the NCCL id from rank 0 at " + where(config) +
-                    " within " + secondsText(config.timeout) + " (" + lastError +
-                    "); start rank 0 with the same MASTER_ADDR/MASTER_PORT, or raise "
-                    "SHARDSCOPE_RENDEZVOUS_TIMEOUT_S");
+    throw comm::CommError(who + " could not get the NCCL id from rank 0 at " + where(config) +
+                          " within " + secondsText(config.timeout) + " (" + lastError +
+                          "); start rank 0 with the same MASTER_ADDR/MASTER_PORT, or raise "
+                          "SHARDSCOPE_RENDEZVOUS_TIMEOUT_S");
 }
 
-} // namespace shardscope
+} // namespace shardscope::cuda

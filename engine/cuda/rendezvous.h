@@ -12,7 +12,7 @@
 
 #include "comm/torchrunenv.h" // RendezvousConfig, rendezvousFromEnv
 
-namespace shardscope {
+namespace shardscope::cuda {
 
 // Rank 0's side: listens on masterPort as soon as it is constructed (a busy port is a
 // CommError right away) and hands blob to each of the other worldSize-1 ranks from a
@@ -20,7 +20,7 @@ namespace shardscope {
 class RendezvousServer
 {
   public:
-    RendezvousServer(const RendezvousConfig &config, std::vector<std::byte> blob);
+    RendezvousServer(const comm::RendezvousConfig &config, std::vector<std::byte> blob);
     ~RendezvousServer(); // stops serving
     RendezvousServer(const RendezvousServer &) = delete;
     RendezvousServer &operator=(const RendezvousServer &) = delete;
@@ -38,6 +38,6 @@ class RendezvousServer
 
 // A non-zero rank's side: connects to masterAddr:masterPort (retrying every 100 ms until
 // the timeout) and returns rank 0's blob.
-std::vector<std::byte> fetchRendezvousBlob(const RendezvousConfig &config);
+std::vector<std::byte> fetchRendezvousBlob(const comm::RendezvousConfig &config);
 
-} // namespace shardscope
+} // namespace shardscope::cuda

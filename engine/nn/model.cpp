@@ -14,21 +14,23 @@ namespace {
 
 constexpr float kLayerNormEps = 1e-5f;
 
-ModuleId requireModule(const Engine &engine, const std::string &path)
+ModuleId requireModule(const core::Engine &engine, const std::string &path)
 {
     const ModuleId m = engine.findModule(path);
     if (m == kNoModule)
-        throw EngineError("the model has no module '" + path + "'; build it with buildModel()");
+        throw core::EngineError("the model has no module '" + path +
+                                "'; build it with buildModel()");
     return m;
 }
 
-ParamId requireParam(const Engine &engine, const std::string &name)
+ParamId requireParam(const core::Engine &engine, const std::string &name)
 {
     const ParamId p = engine.findParam(name);
     if (p == kNoParam)
-        throw EngineError("the model has no parameter '" + name +
-                          "'; build it with buildModel() (weight_norm creates pos_conv.weight_g "
-                          "and pos_conv.weight_v)");
+        throw core::EngineError(
+            "the model has no parameter '" + name +
+            "'; build it with buildModel() (weight_norm creates pos_conv.weight_g "
+            "and pos_conv.weight_v)");
     return p;
 }
 
@@ -66,13 +68,13 @@ class Init
     std::uint64_t m_count = 0;
 };
 
-void addParam(Engine &engine, ModuleId owner, const char *name, Shape shape,
+void addParam(core::Engine &engine, ModuleId owner, const char *name, Shape shape,
               const std::vector<float> &init)
 {
     engine.addParameter(owner, name, std::move(shape), DType::F32, init.data());
 }
 
-void addLinear(Engine &engine, Init &init, ModuleId owner, int in, int out)
+void addLinear(core::Engine &engine, Init &init, ModuleId owner, int in, int out)
 {
     // PyTorch's nn.Linear default: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias.
     const float bound = 1.0f / std::sqrt(static_cast<float>(in));
@@ -80,7 +82,7 @@ void addLinear(Engine &engine, Init &init, ModuleId owner, int in, int out)
     addParam(engine, owner, "bias", {out}, init.uniform(out, bound));
 }
 
-void addLayerNorm(Engine &engine, ModuleId owner, int dim)
+void addLayerNorm(core::Engine &engine, ModuleId owner, int dim)
 {
     addParam(engine, owner, "weight", {dim}, Init::constant(dim, 1.0f));
     addParam(engine, owner, "bias", {dim}, Init::constant(dim, 0.0f));
@@ -106,7 +108,8 @@ WeightNormed decompose(const TrainConfig &c, const float *weight)
 // weight from model-building code (an unregistered access with accessor none; under
 // --guard error the engine stops here) and creates weight_g / weight_v after zero.Init:
 // late parameters, never partitioned.
-void weightNormAsUsersDidFirst(Engine &engine, const TrainConfig &c, ModuleId conv, ParamId weight)
+void weightNormAsUsersDidFirst(core::Engine &engine, const TrainConfig &c, ModuleId conv,
+                               ParamId weight)
 {
     const std::vector<std::byte> full = engine.hostRead(weight);
     const WeightNormed w = decompose(c, reinterpret_cast<const float *>(full.data()));
@@ -118,13 +121,14 @@ void weightNormAsUsersDidFirst(Engine &engine, const TrainConfig &c, ModuleId co
 
 // The story's fix: weight_norm inside GatheredParameters(pos_conv.weight, modifier_rank=0),
 // then adopt weight_g / weight_v (zero.Init) and register them on the module.
-void weightNormAsTheStoryFixes(Engine &engine, const TrainConfig &c, ModuleId conv, ParamId weight)
+void weightNormAsTheStoryFixes(core::Engine &engine, const TrainConfig &c, ModuleId conv,
+                               ParamId weight)
 {
     const int in = c.hidden / c.groups;
     ParamId g = kNoParam;
     ParamId v = kNoParam;
     {
-        GatheredParameters gathered(engine, {weight}, 0);
+        core::GatheredParameters gathered(engine, {weight}, 0);
         const std::vector<std::byte> full = gathered.toHost(0); // the tensor may be on a GPU
         const WeightNormed w = decompose(c, reinterpret_cast<const float *>(full.data()));
         g = engine.addParameter(conv, "weight_g", {1, 1, c.kernel}, DType::F32, w.g.data());
@@ -150,7 +154,7 @@ std::vector<ParamId> ModelHandles::params() const
     return out;
 }
 
-ModelHandles findModel(const Engine &engine, int layers)
+ModelHandles findModel(const core::Engine &engine, int layers)
 {
     ModelHandles h;
     h.embed = requireModule(engine, "embed");
@@ -182,10 +186,10 @@ ModelHandles findModel(const Engine &engine, int layers)
     return h;
 }
 
-void buildModel(Engine &engine, const TrainConfig &c)
+void buildModel(core::Engine &engine, const TrainConfig &c)
 {
     const std::string problem = validate(c);
-    if (!problem.empty()) throw EngineError(problem);
+    if (!problem.empty()) throw core::EngineError(problem);
     Init init(c.seed);
     const ModuleId root = engine.root();
     const ModuleId embed = engine.addModule(root, "embed", "Embedding");
@@ -225,7 +229,8 @@ void buildModel(Engine &engine, const TrainConfig &c)
 
 // ---------------------------------------------------------------- one rank
 
-RankModel::RankModel(Engine &engine, int rank, const TrainConfig &config, ModelHandles handles)
+RankModel::RankModel(core::Engine &engine, int rank, const TrainConfig &config,
+                     ModelHandles handles)
     : m_engine(engine), m_rank(rank), m_config(config), m_h(std::move(handles)),
       m_blocks(static_cast<std::size_t>(config.layers)), m_grads(engine.paramCount())
 {
@@ -290,13 +295,13 @@ void RankModel::forward(const std::int32_t *tokens)
     const int H = m_config.hidden;
     const int V = m_config.vocab;
     const std::int64_t n = static_cast<std::int64_t>(m_rows) * H;
-    ModuleScope model(m_engine, m_rank, m_engine.root(), Phase::Forward);
+    core::ModuleScope model(m_engine, m_rank, m_engine.root(), Phase::Forward);
     {
-        ModuleScope s(m_engine, m_rank, m_h.embed, Phase::Forward);
+        core::ModuleScope s(m_engine, m_rank, m_h.embed, Phase::Forward);
         embeddingForward(tokens, m_rows, read(m_h.embedWeight), H, m_x0.data());
     }
     {
-        ModuleScope s(m_engine, m_rank, m_h.posConv, Phase::Forward);
+        core::ModuleScope s(m_engine, m_rank, m_h.posConv, Phase::Forward);
         weightNormForward(read(m_h.convV), read(m_h.convG), H, H / m_config.groups, m_config.kernel,
                           m_convWeight.data(), m_convNorms.data());
         conv1dForward(m_conv, m_x0.data(), m_convWeight.data(), read(m_h.convBias),
@@ -309,21 +314,21 @@ void RankModel::forward(const std::int32_t *tokens)
     for (std::size_t i = 0; i < m_blocks.size(); ++i) {
         const ModelHandles::Block &h = m_h.blocks[i];
         BlockActs &a = m_blocks[i];
-        ModuleScope s(m_engine, m_rank, h.block, Phase::Forward);
+        core::ModuleScope s(m_engine, m_rank, h.block, Phase::Forward);
         {
-            ModuleScope ln(m_engine, m_rank, h.ln, Phase::Forward);
+            core::ModuleScope ln(m_engine, m_rank, h.ln, Phase::Forward);
             layerNormForward(a.in.data(), m_rows, H, read(h.lnWeight), read(h.lnBias),
                              kLayerNormEps, a.normed.data(), a.mean.data(), a.rstd.data());
         }
         {
-            ModuleScope fc1(m_engine, m_rank, h.fc1, Phase::Forward);
+            core::ModuleScope fc1(m_engine, m_rank, h.fc1, Phase::Forward);
             linearForward(a.normed.data(), m_rows, H, 4 * H, read(h.fc1Weight), read(h.fc1Bias),
                           a.hidden.data());
         }
         geluForward(a.hidden.data(), n * 4, a.activated.data());
         std::vector<float> &out = i + 1 < m_blocks.size() ? m_blocks[i + 1].in : m_xL;
         {
-            ModuleScope fc2(m_engine, m_rank, h.fc2, Phase::Forward);
+            core::ModuleScope fc2(m_engine, m_rank, h.fc2, Phase::Forward);
             linearForward(a.activated.data(), m_rows, 4 * H, H, read(h.fc2Weight), read(h.fc2Bias),
                           out.data());
         }
@@ -332,13 +337,13 @@ void RankModel::forward(const std::int32_t *tokens)
     }
     if (m_blocks.empty()) m_xL = m_x1;
     {
-        ModuleScope s(m_engine, m_rank, m_h.lnF, Phase::Forward);
+        core::ModuleScope s(m_engine, m_rank, m_h.lnF, Phase::Forward);
         layerNormForward(m_xL.data(), m_rows, H, read(m_h.lnFWeight), read(m_h.lnFBias),
                          kLayerNormEps, m_hF.data(), m_lnFMean.data(), m_lnFRstd.data());
     }
     {
         // The tied head reads embed.weight, which embed owns (story 1).
-        ModuleScope s(m_engine, m_rank, m_h.lmHead, Phase::Forward);
+        core::ModuleScope s(m_engine, m_rank, m_h.lmHead, Phase::Forward);
         tiedHeadForward(m_hF.data(), m_rows, H, V, read(m_h.embedWeight), read(m_h.headBias),
                         m_logits.data());
     }
@@ -351,9 +356,9 @@ void RankModel::backward(const std::int32_t *tokens)
     const std::int64_t n = static_cast<std::int64_t>(m_rows) * H;
     std::vector<float> dx(static_cast<std::size_t>(n));
     std::vector<float> dTmp(static_cast<std::size_t>(n));
-    ModuleScope model(m_engine, m_rank, m_engine.root(), Phase::Backward);
+    core::ModuleScope model(m_engine, m_rank, m_engine.root(), Phase::Backward);
     {
-        ModuleScope s(m_engine, m_rank, m_h.lmHead, Phase::Backward);
+        core::ModuleScope s(m_engine, m_rank, m_h.lmHead, Phase::Backward);
         // embed.weight's gradient from the head waits for the lookup's part (embed's backward).
         tiedHeadBackward(m_hF.data(), m_rows, H, V, read(m_h.embedWeight), m_dLogits.data(),
                          dTmp.data(), gradBuffer(m_h.embedWeight).data(),
@@ -361,7 +366,7 @@ void RankModel::backward(const std::int32_t *tokens)
         reduce(m_h.headBias);
     }
     {
-        ModuleScope s(m_engine, m_rank, m_h.lnF, Phase::Backward);
+        core::ModuleScope s(m_engine, m_rank, m_h.lnF, Phase::Backward);
         layerNormBackward(m_xL.data(), m_rows, H, read(m_h.lnFWeight), m_lnFMean.data(),
                           m_lnFRstd.data(), dTmp.data(), dx.data(),
                           gradBuffer(m_h.lnFWeight).data(), gradBuffer(m_h.lnFBias).data());
@@ -372,9 +377,9 @@ void RankModel::backward(const std::int32_t *tokens)
     for (std::size_t i = m_blocks.size(); i-- > 0;) {
         const ModelHandles::Block &h = m_h.blocks[i];
         BlockActs &a = m_blocks[i];
-        ModuleScope s(m_engine, m_rank, h.block, Phase::Backward);
+        core::ModuleScope s(m_engine, m_rank, h.block, Phase::Backward);
         {
-            ModuleScope fc2(m_engine, m_rank, h.fc2, Phase::Backward);
+            core::ModuleScope fc2(m_engine, m_rank, h.fc2, Phase::Backward);
             linearBackward(a.activated.data(), m_rows, 4 * H, H, read(h.fc2Weight), dx.data(),
                            dHidden.data(), gradBuffer(h.fc2Weight).data(),
                            gradBuffer(h.fc2Bias).data());
@@ -383,7 +388,7 @@ void RankModel::backward(const std::int32_t *tokens)
         }
         geluBackward(a.hidden.data(), n * 4, dHidden.data(), dHidden.data());
         {
-            ModuleScope fc1(m_engine, m_rank, h.fc1, Phase::Backward);
+            core::ModuleScope fc1(m_engine, m_rank, h.fc1, Phase::Backward);
             linearBackward(a.normed.data(), m_rows, H, 4 * H, read(h.fc1Weight), dHidden.data(),
                            dTmp.data(), gradBuffer(h.fc1Weight).data(),
                            gradBuffer(h.fc1Bias).data());
@@ -391,7 +396,7 @@ void RankModel::backward(const std::int32_t *tokens)
             reduce(h.fc1Bias);
         }
         {
-            ModuleScope ln(m_engine, m_rank, h.ln, Phase::Backward);
+            core::ModuleScope ln(m_engine, m_rank, h.ln, Phase::Backward);
             std::vector<float> dIn(static_cast<std::size_t>(n));
             layerNormBackward(a.in.data(), m_rows, H, read(h.lnWeight), a.mean.data(),
                               a.rstd.data(), dTmp.data(), dIn.data(), gradBuffer(h.lnWeight).data(),
@@ -403,7 +408,7 @@ void RankModel::backward(const std::int32_t *tokens)
         }
     }
     {
-        ModuleScope s(m_engine, m_rank, m_h.posConv, Phase::Backward);
+        core::ModuleScope s(m_engine, m_rank, m_h.posConv, Phase::Backward);
         // x1 = x0 + GELU(conv(x0)): dConvOut = GELU'(convOut) * dx.
         geluBackward(m_convOut.data(), n, dx.data(), dTmp.data());
         std::vector<float> dConvWeight(m_convWeight.size(), 0.0f);
@@ -420,7 +425,7 @@ void RankModel::backward(const std::int32_t *tokens)
             dx[j] += dx0[j];
     }
     {
-        ModuleScope s(m_engine, m_rank, m_h.embed, Phase::Backward);
+        core::ModuleScope s(m_engine, m_rank, m_h.embed, Phase::Backward);
         embeddingBackward(tokens, m_rows, dx.data(), H, gradBuffer(m_h.embedWeight).data());
         reduce(m_h.embedWeight);
     }

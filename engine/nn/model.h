@@ -36,7 +36,7 @@ struct ModelHandles
 
 // Looks the model up by name; throws EngineError naming what is missing (e.g. weight_norm
 // was not applied yet).
-ModelHandles findModel(const Engine &engine, int layers);
+ModelHandles findModel(const core::Engine &engine, int layers);
 
 // One rank's forward and backward over its micro-batch, with the activations it keeps
 // between them. Parameters are read only through engine.access() inside module scopes;
@@ -44,7 +44,7 @@ ModelHandles findModel(const Engine &engine, int layers);
 class RankModel
 {
   public:
-    RankModel(Engine &engine, int rank, const TrainConfig &config, ModelHandles handles);
+    RankModel(core::Engine &engine, int rank, const TrainConfig &config, ModelHandles handles);
 
     // tokens and targets: sequences * seq tokens each (sequences may be 0). Gradients are
     // scaled by 1 / globalTokens, so that summed over ranks they are those of the global
@@ -64,7 +64,7 @@ class RankModel
     void reduce(ParamId p);
     const float *read(ParamId p);
 
-    Engine &m_engine;
+    core::Engine &m_engine;
     int m_rank;
     TrainConfig m_config;
     ModelHandles m_h;

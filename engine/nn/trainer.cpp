@@ -23,14 +23,14 @@ BatchSlice sliceOf(int batch, int world, int rank)
     return BatchSlice{rank * base + std::min(rank, extra), base + (rank < extra ? 1 : 0)};
 }
 
-bool decays(const ParamInfo &info)
+bool decays(const core::ParamInfo &info)
 {
     return info.shape.size() == 2 || info.localName == "weight_v";
 }
 
 namespace {
 
-double megabytesGathered(const Engine &engine)
+double megabytesGathered(const core::Engine &engine)
 {
     double bytes = 0.0;
     for (int r : engine.localRanks())
@@ -40,8 +40,8 @@ double megabytesGathered(const Engine &engine)
 
 } // namespace
 
-StepReport makeStepReport(const Engine &engine, const TrainConfig &config, int step, double loss,
-                          double seconds)
+StepReport makeStepReport(const core::Engine &engine, const TrainConfig &config, int step,
+                          double loss, double seconds)
 {
     const double globalTokens = static_cast<double>(config.batch) * config.seq;
     StepReport report;
@@ -56,7 +56,7 @@ StepReport makeStepReport(const Engine &engine, const TrainConfig &config, int s
     return report;
 }
 
-void finishResult(TrainResult &result, const Engine &engine, const TrainConfig &config,
+void finishResult(TrainResult &result, const core::Engine &engine, const TrainConfig &config,
                   double seconds)
 {
     result.seconds = seconds;
@@ -68,9 +68,9 @@ void finishResult(TrainResult &result, const Engine &engine, const TrainConfig &
     result.lateParameters = engine.lateParameterCount();
 }
 
-EngineConfig makeEngineConfig(const TrainConfig &config)
+core::EngineConfig makeEngineConfig(const TrainConfig &config)
 {
-    EngineConfig e;
+    core::EngineConfig e;
     e.worldSize = config.worldSize;
     e.persistenceThreshold = config.persistenceThreshold;
     e.guard = config.guard;
@@ -79,20 +79,20 @@ EngineConfig makeEngineConfig(const TrainConfig &config)
     return e;
 }
 
-std::unique_ptr<Engine> makeCpuEngine(const TrainConfig &config)
+std::unique_ptr<core::Engine> makeCpuEngine(const TrainConfig &config)
 {
-    std::vector<std::unique_ptr<Communicator>> world = makeCpuWorld(config.worldSize);
-    if (config.overlapComm) world = makeAsyncCommunicators(std::move(world));
-    return std::make_unique<Engine>(makeEngineConfig(config), std::move(world));
+    std::vector<std::unique_ptr<comm::Communicator>> world = comm::makeCpuWorld(config.worldSize);
+    if (config.overlapComm) world = comm::makeAsyncCommunicators(std::move(world));
+    return std::make_unique<core::Engine>(makeEngineConfig(config), std::move(world));
 }
 
-TrainResult trainModel(Engine &engine, const TrainConfig &config, const StepCallback &onStep)
+TrainResult trainModel(core::Engine &engine, const TrainConfig &config, const StepCallback &onStep)
 {
     const std::string problem = validate(config);
-    if (!problem.empty()) throw EngineError(problem);
+    if (!problem.empty()) throw core::EngineError(problem);
     if (engine.worldSize() != config.worldSize)
-        throw EngineError("the engine has world size " + std::to_string(engine.worldSize()) +
-                          " but the run asks for " + std::to_string(config.worldSize));
+        throw core::EngineError("the engine has world size " + std::to_string(engine.worldSize()) +
+                                " but the run asks for " + std::to_string(config.worldSize));
     const ModelHandles handles = findModel(engine, config.layers);
     const std::vector<ParamId> params = handles.params();
     const MarkovStream data(config.seed, config.vocab);
@@ -110,7 +110,7 @@ TrainResult trainModel(Engine &engine, const TrainConfig &config, const StepCall
         RankModel model(engine, rank, config, handles);
         Adam adam(
             AdamOptions{config.lr, config.beta1, config.beta2, config.eps, config.weightDecay});
-        Communicator &comm = engine.comm(rank);
+        comm::Communicator &comm = engine.comm(rank);
         const BatchSlice mine = sliceOf(config.batch, config.worldSize, rank);
         std::vector<std::int32_t> sequence(static_cast<std::size_t>(T) + 1);
         std::vector<std::int32_t> tokens(static_cast<std::size_t>(mine.count) * T);
@@ -162,7 +162,8 @@ TrainResult trainModel(Engine &engine, const TrainConfig &config, const StepCall
     return result;
 }
 
-TrainResult runCpuTraining(const TrainConfig &config, Engine &engine, const StepCallback &onStep)
+TrainResult runCpuTraining(const TrainConfig &config, core::Engine &engine,
+                           const StepCallback &onStep)
 {
     buildModel(engine, config);
     return trainModel(engine, config, onStep);

@@ -50,31 +50,32 @@ struct BatchSlice
 BatchSlice sliceOf(int batch, int world, int rank);
 
 // AdamW's decoupled decay applies to matrices (and weight_v), not to biases, norms or weight_g.
-bool decays(const ParamInfo &info);
+bool decays(const core::ParamInfo &info);
 
 // What both trainers report, from the engine's counters: one step's line, and the run's
 // totals (result.losses already filled, one per step).
-StepReport makeStepReport(const Engine &engine, const TrainConfig &config, int step, double loss,
-                          double seconds);
-void finishResult(TrainResult &result, const Engine &engine, const TrainConfig &config,
+StepReport makeStepReport(const core::Engine &engine, const TrainConfig &config, int step,
+                          double loss, double seconds);
+void finishResult(TrainResult &result, const core::Engine &engine, const TrainConfig &config,
                   double seconds);
 
 // The EngineConfig a run uses (world size, guard, persistence threshold, model name).
-EngineConfig makeEngineConfig(const TrainConfig &config);
+core::EngineConfig makeEngineConfig(const TrainConfig &config);
 // An engine over a threads-as-ranks CPU world of config.worldSize ranks.
-std::unique_ptr<Engine> makeCpuEngine(const TrainConfig &config);
+std::unique_ptr<core::Engine> makeCpuEngine(const TrainConfig &config);
 
 // Creates the model's modules and parameters in engine (which must be empty and not yet
 // partitioned), partitions it (zero.Init), then applies weight normalisation to pos_conv
 // as config.externals says. Throws UnregisteredAccessError / EngineError from the engine.
-void buildModel(Engine &engine, const TrainConfig &config);
+void buildModel(core::Engine &engine, const TrainConfig &config);
 
 // Trains the model built by buildModel for config.steps steps, one thread per local rank,
 // calling onStep (if set) from one thread after each step. Throws the first error of any
 // rank (e.g. UnregisteredAccessError under --guard error).
-TrainResult trainModel(Engine &engine, const TrainConfig &config, const StepCallback &onStep);
+TrainResult trainModel(core::Engine &engine, const TrainConfig &config, const StepCallback &onStep);
 
 // buildModel followed by trainModel.
-TrainResult runCpuTraining(const TrainConfig &config, Engine &engine, const StepCallback &onStep);
+TrainResult runCpuTraining(const TrainConfig &config, core::Engine &engine,
+                           const StepCallback &onStep);
 
 } // namespace shardscope::nn

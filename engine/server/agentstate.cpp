@@ -5,7 +5,7 @@
 #include "telemetry/clock.h"
 #include "telemetry/eventfields.h"
 
-namespace shardscope {
+namespace shardscope::server {
 
 namespace {
 
@@ -19,19 +19,19 @@ std::string parentPath(const std::string &path)
 
 AgentState::AgentState(AgentConfig config) : m_config(std::move(config))
 {
-    ModuleRecord root;
+    core::ModuleRecord root;
     root.id = 0;
     root.type = "Module";
     m_modules.push_back(root);
     m_moduleByPath.emplace("", 0);
 }
 
-void AgentState::post(const Event &fields, std::uint64_t tsNs)
+void AgentState::post(const telemetry::Event &fields, std::uint64_t tsNs)
 {
-    EventSink *sink = m_sink.load(std::memory_order_acquire);
+    telemetry::EventSink *sink = m_sink.load(std::memory_order_acquire);
     if (!sink || !m_telemetry.load(std::memory_order_relaxed)) return;
-    sink->write(
-        stamped(fields, tsNs ? tsNs : nowNs(), m_step, static_cast<std::uint16_t>(m_config.rank)));
+    sink->write(telemetry::stamped(fields, tsNs ? tsNs : telemetry::nowNs(), m_step,
+                                   static_cast<std::uint16_t>(m_config.rank)));
 }
 
 ModuleId AgentState::ensureModule(const std::string &path, const std::string &type)
@@ -50,7 +50,7 @@ ModuleId AgentState::ensureModule(const std::string &path, const std::string &ty
         missing.push_back(p);
     ModuleId id = kNoModule;
     for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
-        ModuleRecord m;
+        core::ModuleRecord m;
         m.id = static_cast<ModuleId>(m_modules.size());
         m.path = *it;
         m.type = *it == path ? type : std::string("Module");
@@ -85,7 +85,7 @@ std::string AgentState::modelName() const
     return m_config.modelName;
 }
 
-void AgentState::setConfig(const EngineConfigRecord &config)
+void AgentState::setConfig(const core::EngineConfigRecord &config)
 {
     std::lock_guard lock(m_mutex);
     m_config.config = config;
@@ -155,29 +155,30 @@ std::string AgentState::paramNameLocked(ParamId id) const
 
 void AgentState::moduleEnter(ModuleId m, Phase phase)
 {
-    post(makeModuleEnter({.module = m, .phase = phase}));
+    post(telemetry::makeModuleEnter({.module = m, .phase = phase}));
 }
 
 void AgentState::moduleExit(ModuleId m, Phase phase)
 {
-    post(makeModuleExit({.module = m, .phase = phase}));
+    post(telemetry::makeModuleExit({.module = m, .phase = phase}));
 }
 
 void AgentState::fetchBegin(ParamId p, ModuleId cause, std::uint64_t bytes, FetchReason reason)
 {
-    const std::uint64_t now = nowNs();
+    const std::uint64_t now = telemetry::nowNs();
     {
         std::lock_guard lock(m_mutex);
         if (AgentParam *ap = findLocked(p)) ap->status = ParamStatus::Inflight;
         m_gathers[p].beganTs = now;
         touch();
     }
-    post(makeFetchBegin({.param = p, .cause = cause, .bytes = bytes, .reason = reason}), now);
+    post(telemetry::makeFetchBegin({.param = p, .cause = cause, .bytes = bytes, .reason = reason}),
+         now);
 }
 
 void AgentState::fetchEnd(ParamId p, ModuleId cause, std::uint64_t bytes, FetchReason reason)
 {
-    const std::uint64_t now = nowNs();
+    const std::uint64_t now = telemetry::nowNs();
     {
         std::lock_guard lock(m_mutex);
         if (AgentParam *ap = findLocked(p)) ap->status = ParamStatus::Available;
@@ -189,7 +190,8 @@ void AgentState::fetchEnd(ParamId p, ModuleId cause, std::uint64_t bytes, FetchR
         g.lastTs = now;
         touch();
     }
-    post(makeFetchEnd({.param = p, .cause = cause, .bytes = bytes, .reason = reason}), now);
+    post(telemetry::makeFetchEnd({.param = p, .cause = cause, .bytes = bytes, .reason = reason}),
+         now);
 }
 
 void AgentState::release(ParamId p, ModuleId cause, std::uint64_t bytes)
@@ -199,7 +201,7 @@ void AgentState::release(ParamId p, ModuleId cause, std::uint64_t bytes)
         if (AgentParam *ap = findLocked(p)) ap->status = ParamStatus::NotAvailable;
         touch();
     }
-    post(makeRelease({.param = p, .cause = cause, .bytes = bytes}));
+    post(telemetry::makeRelease({.param = p, .cause = cause, .bytes = bytes}));
 }
 
 void AgentState::statusChanged(ParamId p, ParamStatus from, ParamStatus to, ModuleId cause,
@@ -217,7 +219,8 @@ void AgentState::statusChanged(ParamId p, ParamStatus from, ParamStatus to, Modu
 
 void AgentState::broadcast(ParamId p, int root, std::uint64_t bytes)
 {
-    post(makeBroadcast({.param = p, .root = static_cast<std::uint32_t>(root), .bytes = bytes}));
+    post(telemetry::makeBroadcast(
+        {.param = p, .root = static_cast<std::uint32_t>(root), .bytes = bytes}));
 }
 
 void AgentState::registerExternal(ModuleId m, ParamId p, bool automatic)
@@ -226,31 +229,31 @@ void AgentState::registerExternal(ModuleId m, ParamId p, bool automatic)
         std::lock_guard lock(m_mutex);
         auto &list = m_externals[p];
         auto it = std::find_if(list.begin(), list.end(),
-                               [&](const ExternalRecord &e) { return e.module == m; });
+                               [&](const core::ExternalRecord &e) { return e.module == m; });
         if (it == list.end())
-            list.push_back(ExternalRecord{m, automatic});
+            list.push_back(core::ExternalRecord{m, automatic});
         else
             it->automatic = it->automatic && automatic;
         touch();
     }
-    post(makeExternalRegister({.module = m, .param = p, .automatic = automatic}));
+    post(telemetry::makeExternalRegister({.module = m, .param = p, .automatic = automatic}));
 }
 
 void AgentState::unregisterExternal(ModuleId m, ParamId p)
 {
     {
         std::lock_guard lock(m_mutex);
-        std::erase_if(m_externals[p], [&](const ExternalRecord &e) { return e.module == m; });
+        std::erase_if(m_externals[p], [&](const core::ExternalRecord &e) { return e.module == m; });
         touch();
     }
-    post(makeExternalUnregister({.module = m, .param = p}));
+    post(telemetry::makeExternalUnregister({.module = m, .param = p}));
 }
 
-void AgentState::recordLocked(ViolationRecord v)
+void AgentState::recordLocked(core::ViolationRecord v)
 {
     const auto key = std::make_tuple(static_cast<int>(v.kind), v.accessor, v.param);
     if (auto it = m_violationIndex.find(key); it != m_violationIndex.end()) {
-        ViolationRecord &old = m_violations[it->second];
+        core::ViolationRecord &old = m_violations[it->second];
         old.count += v.count;
         old.lastStep = std::max(old.lastStep, v.step);
         old.status = v.status;
@@ -262,10 +265,10 @@ void AgentState::recordLocked(ViolationRecord v)
     touch();
 }
 
-ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p, GuardAction action,
-                                             bool writes)
+core::ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p, GuardAction action,
+                                                   bool writes)
 {
-    ViolationText text;
+    core::ViolationText text;
     ParamStatus status = ParamStatus::NotAvailable;
     ModuleId owner = kNoModule;
     bool first = false;
@@ -276,7 +279,7 @@ ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p, Guard
             status = ap->status;
             owner = ap->record.owner;
         }
-        ViolationSubject subject;
+        core::ViolationSubject subject;
         subject.kind = ViolationKind::UnregisteredAccess;
         subject.hasAccessor = accessor != kNoModule && accessor < m_modules.size();
         if (subject.hasAccessor) subject.accessor = m_modules[accessor].path;
@@ -284,10 +287,10 @@ ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p, Guard
         subject.owner = owner < m_modules.size() ? m_modules[owner].path : std::string();
         subject.status = status;
         subject.writes = writes;
-        text = describeViolation(subject, m_config.dialect);
+        text = core::describeViolation(subject, m_config.dialect);
         first = m_thisStep.emplace(0, accessor, p).second;
         if (first) {
-            ViolationRecord v;
+            core::ViolationRecord v;
             v.kind = ViolationKind::UnregisteredAccess;
             v.step = m_step;
             v.lastStep = m_step;
@@ -299,18 +302,18 @@ ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p, Guard
             v.status = status;
             v.action = action;
             v.count = 1;
-            v.tsNs = nowNs();
+            v.tsNs = telemetry::nowNs();
             v.fix = text.fix;
             v.message = text.message;
             recordLocked(std::move(v));
         }
     }
     if (first)
-        post(makeUnregisteredAccess({.accessor = accessor,
-                                     .param = p,
-                                     .owner = owner,
-                                     .status = status,
-                                     .action = action}));
+        post(telemetry::makeUnregisteredAccess({.accessor = accessor,
+                                                .param = p,
+                                                .owner = owner,
+                                                .status = status,
+                                                .action = action}));
     return text;
 }
 
@@ -328,7 +331,7 @@ void AgentState::lateParameter(ParamId p)
         m_lateUnadopted.insert(p);
         touch();
     }
-    post(makeLateParameter({.module = owner, .param = p}));
+    post(telemetry::makeLateParameter({.module = owner, .param = p}));
 }
 
 void AgentState::parameterAdopted(ParamId p)
@@ -344,23 +347,23 @@ void AgentState::parameterAdopted(ParamId p)
         m_lateUnadopted.erase(p);
         touch();
     }
-    post(makeParameterAdopted({.module = owner, .param = p}));
+    post(telemetry::makeParameterAdopted({.module = owner, .param = p}));
 }
 
-ViolationText AgentState::traceInvalidated(std::optional<ModuleId> expected, ModuleId got,
-                                           Phase phase)
+core::ViolationText AgentState::traceInvalidated(std::optional<ModuleId> expected, ModuleId got,
+                                                 Phase phase)
 {
-    ViolationText text;
+    core::ViolationText text;
     {
         std::lock_guard lock(m_mutex);
-        ViolationSubject subject;
+        core::ViolationSubject subject;
         subject.kind = ViolationKind::TraceInvalidated;
         subject.hasAccessor = true;
         subject.accessor = got < m_modules.size() ? m_modules[got].path : std::string();
         subject.hasOwner = expected && *expected < m_modules.size();
         if (subject.hasOwner) subject.owner = m_modules[*expected].path;
-        text = describeViolation(subject, m_config.dialect);
-        ViolationRecord v;
+        text = core::describeViolation(subject, m_config.dialect);
+        core::ViolationRecord v;
         v.kind = ViolationKind::TraceInvalidated;
         v.step = m_step;
         v.lastStep = m_step;
@@ -369,11 +372,11 @@ ViolationText AgentState::traceInvalidated(std::optional<ModuleId> expected, Mod
         v.owner = subject.hasOwner ? *expected : kNoModule;
         v.action = GuardAction::Recorded;
         v.count = 1;
-        v.tsNs = nowNs();
+        v.tsNs = telemetry::nowNs();
         v.message = text.message;
         recordLocked(std::move(v));
     }
-    post(makeTraceInvalidated(
+    post(telemetry::makeTraceInvalidated(
         {.expected = expected ? *expected : kNoModule, .got = got, .phase = phase}));
     return text;
 }
@@ -389,14 +392,14 @@ void AgentState::stepBegin(std::uint32_t step)
         for (ParamId p : m_lateUnadopted) {
             const AgentParam *ap = findLocked(p);
             if (!ap) continue;
-            ViolationSubject subject;
+            core::ViolationSubject subject;
             subject.kind = ViolationKind::LateParameter;
             subject.param = ap->record.name;
             subject.owner = ap->record.owner < m_modules.size() ? m_modules[ap->record.owner].path
                                                                 : std::string();
             subject.replaces = ap->record.replaces;
-            ViolationText text = describeViolation(subject, m_config.dialect);
-            ViolationRecord v;
+            core::ViolationText text = core::describeViolation(subject, m_config.dialect);
+            core::ViolationRecord v;
             v.kind = ViolationKind::LateParameter;
             v.step = m_step;
             v.lastStep = m_step;
@@ -408,14 +411,14 @@ void AgentState::stepBegin(std::uint32_t step)
             v.status = ap->status;
             v.action = GuardAction::Recorded;
             v.count = 1;
-            v.tsNs = nowNs();
+            v.tsNs = telemetry::nowNs();
             v.fix = text.fix;
             v.message = text.message;
             recordLocked(std::move(v));
         }
         touch();
     }
-    post(makeStepBegin());
+    post(telemetry::makeStepBegin());
 }
 
 void AgentState::stepEnd(double loss)
@@ -425,7 +428,7 @@ void AgentState::stepEnd(double loss)
         m_inStep = false;
         touch();
     }
-    post(makeStepEnd(loss));
+    post(telemetry::makeStepEnd(loss));
 }
 
 std::uint32_t AgentState::step() const
@@ -434,23 +437,23 @@ std::uint32_t AgentState::step() const
     return m_step;
 }
 
-EngineState AgentState::state() const
+core::EngineState AgentState::state() const
 {
     std::lock_guard lock(m_mutex);
-    EngineState s;
+    core::EngineState s;
     s.modelName = m_config.modelName;
-    s.fixDialect = std::string(fixDialectName(m_config.dialect));
+    s.fixDialect = std::string(core::fixDialectName(m_config.dialect));
     s.worldSize = m_config.worldSize;
     s.backend = m_config.backend;
     s.step = m_step;
     s.config = m_config.config;
     s.localRanks = {m_config.rank};
     s.modules.reserve(m_modules.size());
-    for (const ModuleRecord &m : m_modules)
+    for (const core::ModuleRecord &m : m_modules)
         s.modules.push_back(m);
     s.params.reserve(m_params.size());
     for (const auto &[id, ap] : m_params) {
-        ParamRecord &r = s.params.emplace_back(ap.record);
+        core::ParamRecord &r = s.params.emplace_back(ap.record);
         r.id = id;
         // Only this rank's status is observed; other ranks are shown as their shard alone
         // (or whole, for what is never partitioned), as the Engine reports remote ranks.
@@ -472,4 +475,4 @@ EngineState AgentState::state() const
     return s;
 }
 
-} // namespace shardscope
+} // namespace shardscope::server

@@ -21,7 +21,7 @@
 #include "core/violationtext.h"
 #include "server/stateprovider.h"
 
-namespace shardscope {
+namespace shardscope::server {
 
 struct AgentConfig
 {
@@ -29,15 +29,15 @@ struct AgentConfig
     int rank = 0;
     int worldSize = 1;
     std::string backend = "gloo";
-    FixDialect dialect = FixDialect::DeepSpeed;
-    EngineConfigRecord config;
+    core::FixDialect dialect = core::FixDialect::DeepSpeed;
+    core::EngineConfigRecord config;
 };
 
 // A parameter as the agent knows it: the snapshot's record (its per-rank status, gathers,
 // registrations and active modules are filled by state()) and its status on this rank.
 struct AgentParam
 {
-    ParamRecord record; // record.id is DeepSpeed's ds_id, or a provisional id for a late one
+    core::ParamRecord record; // record.id is DeepSpeed's ds_id, or a provisional id for a late one
     ParamStatus status = ParamStatus::NotAvailable;
 };
 
@@ -51,7 +51,7 @@ class AgentState final : public StateProvider
     ModuleId ensureModule(const std::string &path, const std::string &type);
     void setModuleType(ModuleId id, const std::string &type);
     void setModelName(const std::string &name);
-    void setConfig(const EngineConfigRecord &config);
+    void setConfig(const core::EngineConfigRecord &config);
     void setParam(const AgentParam &p); // adds or updates by id
     void removeParam(ParamId id);       // the name stays known to violations
     bool hasParam(ParamId id) const;
@@ -76,10 +76,12 @@ class AgentState final : public StateProvider
     void unregisterExternal(ModuleId m, ParamId p);
     // Records an unregistered access (accessor kNoModule: outside any module) once per step,
     // and returns its words; writes: a build-time read that modifies the parameter.
-    ViolationText unregisteredAccess(ModuleId accessor, ParamId p, GuardAction action, bool writes);
+    core::ViolationText unregisteredAccess(ModuleId accessor, ParamId p, GuardAction action,
+                                           bool writes);
     void lateParameter(ParamId p);
     void parameterAdopted(ParamId p);
-    ViolationText traceInvalidated(std::optional<ModuleId> expected, ModuleId got, Phase phase);
+    core::ViolationText traceInvalidated(std::optional<ModuleId> expected, ModuleId got,
+                                         Phase phase);
     // step: the step that begins (1-based; DeepSpeed's global_steps + 1), so that steps run
     // while observation was paused keep the numbering; 0: the previous step + 1.
     void stepBegin(std::uint32_t step = 0);
@@ -87,7 +89,7 @@ class AgentState final : public StateProvider
     std::uint32_t step() const;
 
     // ---- StateProvider
-    EngineState state() const override;
+    core::EngineState state() const override;
     std::uint64_t stateVersion() const override
     {
         return m_version.load(std::memory_order_acquire);
@@ -96,40 +98,43 @@ class AgentState final : public StateProvider
     int worldSize() const override { return m_config.worldSize; }
     std::string backend() const override { return m_config.backend; }
     std::vector<int> localRanks() const override { return {m_config.rank}; }
-    void setEventSink(EventSink *sink) override { m_sink.store(sink, std::memory_order_release); }
+    void setEventSink(telemetry::EventSink *sink) override
+    {
+        m_sink.store(sink, std::memory_order_release);
+    }
     void setTelemetryEnabled(bool on) override { m_telemetry.store(on, std::memory_order_relaxed); }
 
   private:
     // Writes one event made by telemetry/eventfields.h, stamped with tsNs (0: now), the step
     // and rank. Gathers pass the instants gather_ns and last_gather_ts_ns are measured by.
-    void post(const Event &fields, std::uint64_t tsNs = 0);
+    void post(const telemetry::Event &fields, std::uint64_t tsNs = 0);
     void touch() { m_version.fetch_add(1, std::memory_order_acq_rel); }
     AgentParam *findLocked(ParamId id);
-    void recordLocked(ViolationRecord v);
+    void recordLocked(core::ViolationRecord v);
     std::string paramNameLocked(ParamId id) const;
 
     AgentConfig m_config;
     mutable std::mutex m_mutex;
-    std::vector<ModuleRecord> m_modules; // index == id
+    std::vector<core::ModuleRecord> m_modules; // index == id
     std::unordered_map<std::string, ModuleId> m_moduleByPath;
     std::map<ParamId, AgentParam> m_params;
     std::unordered_map<ParamId, std::string> m_removedNames;
-    std::map<ParamId, std::vector<ExternalRecord>> m_externals;
+    std::map<ParamId, std::vector<core::ExternalRecord>> m_externals;
     std::map<ParamId, std::vector<ModuleId>> m_active;
     struct Gathers
     {
         std::uint64_t count = 0, bytes = 0, ns = 0, lastTs = 0, beganTs = 0;
     };
     std::map<ParamId, Gathers> m_gathers;
-    std::vector<ViolationRecord> m_violations;
+    std::vector<core::ViolationRecord> m_violations;
     std::map<std::tuple<int, ModuleId, ParamId>, std::size_t> m_violationIndex;
     std::set<std::tuple<int, ModuleId, ParamId>> m_thisStep;
     std::set<ParamId> m_lateUnadopted;
     std::uint32_t m_step = 0;
     bool m_inStep = false;
     std::atomic<std::uint64_t> m_version{1};
-    std::atomic<EventSink *> m_sink{nullptr};
+    std::atomic<telemetry::EventSink *> m_sink{nullptr};
     std::atomic<bool> m_telemetry{true};
 };
 
-} // namespace shardscope
+} // namespace shardscope::server

@@ -32,7 +32,7 @@
 #include "wire/snapshot.h"
 #include "wire/statebinary.h"
 
-namespace shardscope {
+namespace shardscope::server {
 
 namespace {
 
@@ -82,7 +82,7 @@ constexpr std::size_t kMaxRefused = 32;
 constexpr std::size_t kMaxBytesFromClient = wire::kFrameHeaderSize + wire::kMaxClientPayload;
 // A late client gets at most this much history queued at once: the newest events that fit
 // within the same bound as its live queue (174,762 events), however large --history is.
-constexpr std::size_t kMaxHistoryEventsPerClient = kMaxQueueBytes / sizeof(Event);
+constexpr std::size_t kMaxHistoryEventsPerClient = kMaxQueueBytes / sizeof(telemetry::Event);
 constexpr std::size_t kMaxHistoryEvents = std::size_t(1) << 24;
 
 std::string processName()
@@ -184,8 +184,8 @@ struct Inspector::Impl
     StateProvider &engine;
     wire::JobIdentity job;
     InspectorOptions options;
-    std::unique_ptr<TelemetryHub> hub;
-    EventHistory history; // server thread while running, finish() afterwards
+    std::unique_ptr<telemetry::TelemetryHub> hub;
+    telemetry::EventHistory history; // server thread while running, finish() afterwards
     server::Listener listener;
     std::string endpointText;
     std::string discoveryFile;
@@ -214,7 +214,7 @@ struct Inspector::Impl
 
     // Server thread only.
     std::vector<Client> clients;
-    std::vector<Event> batch;
+    std::vector<telemetry::Event> batch;
     bool stateDirty = false;
     Clock::time_point lastState = Clock::now();
     Clock::time_point lastTrim{};
@@ -222,7 +222,7 @@ struct Inspector::Impl
     // The records of the last State built, freed once every client has been sent its bytes:
     // at 100,000 parameters freeing them takes longer than encoding them, and an attaching
     // client should not wait for it before the first byte leaves.
-    EngineState retiredState;
+    core::EngineState retiredState;
     bool stateRetired = false;
     std::chrono::milliseconds pollInterval = kMaxPollInterval;
     std::size_t lastDrained = 0; // events the last drain found, over all rings
@@ -245,9 +245,9 @@ struct Inspector::Impl
     void onHello(Client &c, const wire::Frame &frame);
     void refuse(Client &c, const std::string &code, const std::string &message);
     void writeClient(Client &c);
-    void fanOut(const std::vector<Event> &events);
+    void fanOut(const std::vector<telemetry::Event> &events);
     void afterWrite(Client &c);
-    wire::Snapshot stateSnapshot(EngineState state);
+    wire::Snapshot stateSnapshot(core::EngineState state);
     StateFrame currentState(StateFormats formats);
     StateFormats liveFormats() const;
     void sendState(Client &c, const StateFrame &state);
@@ -265,7 +265,7 @@ struct Inspector::Impl
     void countLiveClients(std::size_t live);
     void drainHub();
     void adaptPollInterval();
-    void shiftState(EngineState &state) const;
+    void shiftState(core::EngineState &state) const;
     void answerClock(Client &c, const wire::Frame &frame);
     std::int64_t clockOffset = 0; // options.testClockOffsetNs or the environment's
     std::string goodbyeReason = "training finished"; // set by finish() before the thread ends
@@ -277,7 +277,7 @@ void Inspector::Impl::drainHub()
     batch.clear();
     lastDrained = hub->drain(batch);
     if (clockOffset != 0)
-        for (Event &e : batch)
+        for (telemetry::Event &e : batch)
             e.tsNs += static_cast<std::uint64_t>(clockOffset);
 }
 
@@ -292,12 +292,12 @@ void Inspector::Impl::adaptPollInterval()
         pollInterval = std::min(kMaxPollInterval, pollInterval * 2);
 }
 
-void Inspector::Impl::shiftState(EngineState &state) const
+void Inspector::Impl::shiftState(core::EngineState &state) const
 {
     if (clockOffset == 0) return;
-    for (ParamRecord &p : state.params)
+    for (core::ParamRecord &p : state.params)
         if (p.lastGatherTsNs != 0) p.lastGatherTsNs += static_cast<std::uint64_t>(clockOffset);
-    for (ViolationRecord &v : state.violations)
+    for (core::ViolationRecord &v : state.violations)
         v.tsNs += static_cast<std::uint64_t>(clockOffset);
 }
 
@@ -309,7 +309,8 @@ void Inspector::Impl::answerClock(Client &c, const wire::Frame &frame)
         return;
     }
     c.enqueue(wire::MessageType::ClockReply,
-              wire::encodeClockReply({*echo, nowNs() + static_cast<std::uint64_t>(clockOffset)}));
+              wire::encodeClockReply(
+                  {*echo, telemetry::nowNs() + static_cast<std::uint64_t>(clockOffset)}));
 }
 
 void Inspector::Impl::countLiveClients(std::size_t live)
@@ -333,7 +334,7 @@ void Inspector::Impl::start()
     clockOffset = options.testClockOffsetNs;
     if (const char *env = std::getenv("SHARDSCOPE_TEST_CLOCK_OFFSET_NS"); env && clockOffset == 0)
         clockOffset = std::strtoll(env, nullptr, 10);
-    hub = std::make_unique<TelemetryHub>(engine.worldSize(), ranks);
+    hub = std::make_unique<telemetry::TelemetryHub>(engine.worldSize(), ranks);
     engine.setTelemetryEnabled(options.telemetry);
     engine.setEventSink(hub.get());
     if (::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0)
@@ -422,7 +423,7 @@ void Inspector::Impl::refuse(Client &c, const std::string &code, const std::stri
     c.since = Clock::now();
 }
 
-wire::Snapshot Inspector::Impl::stateSnapshot(EngineState state)
+wire::Snapshot Inspector::Impl::stateSnapshot(core::EngineState state)
 {
     wire::Snapshot s;
     s.meta.producer = producer;
@@ -510,12 +511,12 @@ void Inspector::Impl::onHello(Client &c, const wire::Frame &frame)
     c.binaryState = wire::hasCapability(hello->capabilities, wire::kCapabilityStateBinary);
     c.enqueue(wire::MessageType::Welcome, wire::encodeWelcome(w));
     sendState(c, currentState(StateFormats::of(c)));
-    const std::vector<Event> past = history.newest(kMaxHistoryEventsPerClient);
+    const std::vector<telemetry::Event> past = history.newest(kMaxHistoryEventsPerClient);
     c.enqueue(wire::MessageType::HistoryBegin, wire::encodeHistoryBegin(past.size()));
     for (std::size_t i = 0; i < past.size(); i += kEventsPerFrame) {
         const std::size_t n = std::min(kEventsPerFrame, past.size() - i);
         c.enqueue(wire::MessageType::EventBatch,
-                  wire::encodeEvents(std::span<const Event>(past.data() + i, n)));
+                  wire::encodeEvents(std::span<const telemetry::Event>(past.data() + i, n)));
     }
     c.enqueue(wire::MessageType::HistoryEnd, {});
     c.phase = Client::Phase::Live;
@@ -581,16 +582,17 @@ void Inspector::Impl::afterWrite(Client &c)
     if (c.needState) sendState(c, currentState(StateFormats::of(c)));
 }
 
-void Inspector::Impl::fanOut(const std::vector<Event> &events)
+void Inspector::Impl::fanOut(const std::vector<telemetry::Event> &events)
 {
-    for (const Event &e : events)
+    for (const telemetry::Event &e : events)
         if (changesState(e.type)) stateDirty = true;
     published.fetch_add(events.size(), std::memory_order_relaxed);
     for (std::size_t i = 0; i < events.size(); i += kEventsPerFrame) {
         const std::size_t n = std::min(kEventsPerFrame, events.size() - i);
         std::string frame;
-        wire::appendFrame(frame, wire::MessageType::EventBatch,
-                          wire::encodeEvents(std::span<const Event>(events.data() + i, n)));
+        wire::appendFrame(
+            frame, wire::MessageType::EventBatch,
+            wire::encodeEvents(std::span<const telemetry::Event>(events.data() + i, n)));
         for (Client &c : clients) {
             if (c.phase != Client::Phase::Live) continue;
             c.offered += n;
@@ -667,7 +669,7 @@ void Inspector::Impl::pump()
     std::erase_if(clients, [](const Client &c) { return c.fd < 0; });
     if (stateRetired &&
         std::all_of(clients.begin(), clients.end(), [](const Client &c) { return c.queued() == 0; })) {
-        retiredState = EngineState{};
+        retiredState = core::EngineState{};
         stateRetired = false;
     }
     // Queues of departed clients (up to 8 MiB each) go back to the system rather than
@@ -831,7 +833,7 @@ wire::Snapshot Inspector::Impl::makeSnapshot()
     return s;
 }
 
-Inspector::Inspector(Engine &engine, InspectorOptions options)
+Inspector::Inspector(core::Engine &engine, InspectorOptions options)
     : Inspector(std::make_unique<EngineStateProvider>(engine), std::move(options))
 {
 }
@@ -993,4 +995,4 @@ void Inspector::finish(const std::string &reason)
     }
 }
 
-} // namespace shardscope
+} // namespace shardscope::server

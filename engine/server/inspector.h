@@ -9,9 +9,12 @@
 #include <stdexcept>
 #include <string>
 
-namespace shardscope {
-
+namespace shardscope::core {
 class Engine;
+}
+
+namespace shardscope::server {
+
 class EngineStateProvider;
 class StateProvider;
 
@@ -41,7 +44,7 @@ class InspectorError : public std::runtime_error
 class Inspector
 {
   public:
-    Inspector(Engine &engine, InspectorOptions options); // throws InspectorError
+    Inspector(core::Engine &engine, InspectorOptions options); // throws InspectorError
     // Serves any state provider, e.g. the DeepSpeed agent's; provider outlives the Inspector.
     Inspector(StateProvider &provider, InspectorOptions options);
     ~Inspector(); // finish() if not yet done
@@ -93,4 +96,4 @@ class Inspector
     std::unique_ptr<Impl> d;
 };
 
-} // namespace shardscope
+} // namespace shardscope::server

@@ -95,7 +95,7 @@ wire::Result<wire::ClockEstimate> probeClock(std::string_view endpoint, int samp
     std::vector<wire::ClockSample> taken;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
     for (int i = 0; i < samples; ++i) {
-        const std::uint64_t sent = nowNs();
+        const std::uint64_t sent = telemetry::nowNs();
         if (!sendAll(conn.fd(), wire::encodeFrame(wire::MessageType::ClockRequest,
                                                   wire::encodeClockRequest(sent))))
             return wire::fail("cannot send a clock probe to " + std::string(endpoint) + ": " +
@@ -105,7 +105,7 @@ wire::Result<wire::ClockEstimate> probeClock(std::string_view endpoint, int samp
                                   deadline - std::chrono::steady_clock::now())
                                   .count();
             auto frame = conn.next(static_cast<int>(std::max<long long>(left, 0)));
-            const std::uint64_t received = nowNs();
+            const std::uint64_t received = telemetry::nowNs();
             if (!frame) return wire::fail(frame.error());
             if (!frame->has_value())
                 return wire::fail("no answer to a clock probe from " + std::string(endpoint) +

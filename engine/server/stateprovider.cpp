@@ -2,9 +2,9 @@
 
 #include "core/engine.h"
 
-namespace shardscope {
+namespace shardscope::server {
 
-EngineState EngineStateProvider::state() const
+core::EngineState EngineStateProvider::state() const
 {
     return m_engine.state();
 }
@@ -26,7 +26,7 @@ int EngineStateProvider::worldSize() const
 
 std::string EngineStateProvider::backend() const
 {
-    return std::string(backendName(m_engine.backend()));
+    return std::string(comm::backendName(m_engine.backend()));
 }
 
 std::vector<int> EngineStateProvider::localRanks() const
@@ -34,7 +34,7 @@ std::vector<int> EngineStateProvider::localRanks() const
     return m_engine.localRanks();
 }
 
-void EngineStateProvider::setEventSink(EventSink *sink)
+void EngineStateProvider::setEventSink(telemetry::EventSink *sink)
 {
     m_engine.setEventSink(sink);
 }
@@ -44,4 +44,4 @@ void EngineStateProvider::setTelemetryEnabled(bool on)
     m_engine.setTelemetryEnabled(on);
 }
 
-} // namespace shardscope
+} // namespace shardscope::server

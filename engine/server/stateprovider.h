@@ -10,9 +10,11 @@
 #include "core/state.h"
 #include "telemetry/event.h"
 
-namespace shardscope {
-
+namespace shardscope::core {
 class Engine;
+}
+
+namespace shardscope::server {
 
 class StateProvider
 {
@@ -20,7 +22,7 @@ class StateProvider
     virtual ~StateProvider() = default;
 
     // A consistent copy of the whole state; called from the server thread.
-    virtual EngineState state() const = 0;
+    virtual core::EngineState state() const = 0;
     // Changes whenever state() may have changed, so the server rebuilds only then.
     virtual std::uint64_t stateVersion() const = 0;
     virtual std::string modelName() const = 0;
@@ -28,26 +30,26 @@ class StateProvider
     virtual std::string backend() const = 0;         // "cpu", "nccl", "gloo"
     virtual std::vector<int> localRanks() const = 0; // the global ranks this process runs
     // Where events go from now on (nullptr: nowhere). The sink outlives the provider's use.
-    virtual void setEventSink(EventSink *sink) = 0;
+    virtual void setEventSink(telemetry::EventSink *sink) = 0;
     virtual void setTelemetryEnabled(bool on) = 0;
 };
 
 class EngineStateProvider final : public StateProvider
 {
   public:
-    explicit EngineStateProvider(Engine &engine) : m_engine(engine) {}
+    explicit EngineStateProvider(core::Engine &engine) : m_engine(engine) {}
 
-    EngineState state() const override;
+    core::EngineState state() const override;
     std::uint64_t stateVersion() const override;
     std::string modelName() const override;
     int worldSize() const override;
     std::string backend() const override;
     std::vector<int> localRanks() const override;
-    void setEventSink(EventSink *sink) override;
+    void setEventSink(telemetry::EventSink *sink) override;
     void setTelemetryEnabled(bool on) override;
 
   private:
-    Engine &m_engine;
+    core::Engine &m_engine;
 };
 
-} // namespace shardscope
+} // namespace shardscope::server

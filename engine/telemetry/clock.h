@@ -39,7 +39,7 @@
 #define SHARDSCOPE_HAVE_TSC 0
 #endif
 
-namespace shardscope {
+namespace shardscope::telemetry {
 
 inline std::uint64_t steadyNs() noexcept
 {
@@ -313,4 +313,4 @@ inline std::string clockDescription()
     return why;
 }
 
-} // namespace shardscope
+} // namespace shardscope::telemetry

@@ -10,7 +10,7 @@
 
 #include "base/types.h"
 
-namespace shardscope {
+namespace shardscope::telemetry {
 
 // 48 bytes, naturally aligned, no padding: written as-is into rings and frames.
 struct Event
@@ -50,4 +50,4 @@ public:
     virtual void write(const Event &ev) noexcept = 0;
 };
 
-} // namespace shardscope
+} // namespace shardscope::telemetry

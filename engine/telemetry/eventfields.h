@@ -10,7 +10,7 @@
 
 #include "telemetry/event.h"
 
-namespace shardscope {
+namespace shardscope::telemetry {
 
 // ModuleEnter, ModuleExit.
 struct ModuleFields
@@ -88,13 +88,13 @@ struct MemoryFields
     std::uint64_t liveElements = 0; // elements of gathered parameters alive now
 };
 
-namespace eventfields_detail {
+namespace detail {
 constexpr Event record(EventType type, std::uint8_t flags, std::uint32_t a, std::uint32_t b,
                        std::uint64_t u0 = 0, std::uint64_t u1 = 0, std::uint64_t u2 = 0)
 {
     return Event{0, 0, 0, type, flags, a, b, u0, u1, u2};
 }
-} // namespace eventfields_detail
+} // namespace detail
 
 // The header every writer adds: when, in which step, on which rank.
 constexpr Event stamped(Event ev, std::uint64_t tsNs, std::uint32_t step, std::uint16_t rank)
@@ -107,13 +107,11 @@ constexpr Event stamped(Event ev, std::uint64_t tsNs, std::uint32_t step, std::u
 
 constexpr Event makeModuleEnter(ModuleFields f)
 {
-    return eventfields_detail::record(EventType::ModuleEnter, static_cast<std::uint8_t>(f.phase),
-                                      f.module, 0);
+    return detail::record(EventType::ModuleEnter, static_cast<std::uint8_t>(f.phase), f.module, 0);
 }
 constexpr Event makeModuleExit(ModuleFields f)
 {
-    return eventfields_detail::record(EventType::ModuleExit, static_cast<std::uint8_t>(f.phase),
-                                      f.module, 0);
+    return detail::record(EventType::ModuleExit, static_cast<std::uint8_t>(f.phase), f.module, 0);
 }
 constexpr ModuleFields readModule(const Event &ev)
 {
@@ -122,13 +120,13 @@ constexpr ModuleFields readModule(const Event &ev)
 
 constexpr Event makeFetchBegin(FetchFields f)
 {
-    return eventfields_detail::record(EventType::FetchBegin, static_cast<std::uint8_t>(f.reason),
-                                      f.param, f.cause, f.bytes);
+    return detail::record(EventType::FetchBegin, static_cast<std::uint8_t>(f.reason), f.param,
+                          f.cause, f.bytes);
 }
 constexpr Event makeFetchEnd(FetchFields f)
 {
-    return eventfields_detail::record(EventType::FetchEnd, static_cast<std::uint8_t>(f.reason),
-                                      f.param, f.cause, f.bytes);
+    return detail::record(EventType::FetchEnd, static_cast<std::uint8_t>(f.reason), f.param,
+                          f.cause, f.bytes);
 }
 constexpr FetchFields readFetch(const Event &ev)
 {
@@ -137,7 +135,7 @@ constexpr FetchFields readFetch(const Event &ev)
 
 constexpr Event makeRelease(ReleaseFields f)
 {
-    return eventfields_detail::record(EventType::Release, 0, f.param, f.cause, f.bytes);
+    return detail::record(EventType::Release, 0, f.param, f.cause, f.bytes);
 }
 constexpr ReleaseFields readRelease(const Event &ev)
 {
@@ -146,7 +144,7 @@ constexpr ReleaseFields readRelease(const Event &ev)
 
 constexpr Event makeBroadcast(BroadcastFields f)
 {
-    return eventfields_detail::record(EventType::Broadcast, 0, f.param, f.root, f.bytes);
+    return detail::record(EventType::Broadcast, 0, f.param, f.root, f.bytes);
 }
 constexpr BroadcastFields readBroadcast(const Event &ev)
 {
@@ -155,12 +153,11 @@ constexpr BroadcastFields readBroadcast(const Event &ev)
 
 constexpr Event makeExternalRegister(ExternalFields f)
 {
-    return eventfields_detail::record(EventType::ExternalRegister, f.automatic ? 1 : 0, f.module,
-                                      f.param);
+    return detail::record(EventType::ExternalRegister, f.automatic ? 1 : 0, f.module, f.param);
 }
 constexpr Event makeExternalUnregister(ExternalFields f)
 {
-    return eventfields_detail::record(EventType::ExternalUnregister, 0, f.module, f.param);
+    return detail::record(EventType::ExternalUnregister, 0, f.module, f.param);
 }
 constexpr ExternalFields readExternal(const Event &ev)
 {
@@ -171,8 +168,7 @@ constexpr Event makeUnregisteredAccess(AccessFields f)
 {
     const auto flags = static_cast<std::uint8_t>(static_cast<unsigned>(f.status) |
                                                  (static_cast<unsigned>(f.action) << 4));
-    return eventfields_detail::record(EventType::UnregisteredAccess, flags, f.accessor, f.param,
-                                      f.owner);
+    return detail::record(EventType::UnregisteredAccess, flags, f.accessor, f.param, f.owner);
 }
 constexpr AccessFields readAccess(const Event &ev)
 {
@@ -183,11 +179,11 @@ constexpr AccessFields readAccess(const Event &ev)
 
 constexpr Event makeLateParameter(LateFields f)
 {
-    return eventfields_detail::record(EventType::LateParameter, 0, f.module, f.param);
+    return detail::record(EventType::LateParameter, 0, f.module, f.param);
 }
 constexpr Event makeParameterAdopted(LateFields f)
 {
-    return eventfields_detail::record(EventType::ParameterAdopted, 0, f.module, f.param);
+    return detail::record(EventType::ParameterAdopted, 0, f.module, f.param);
 }
 constexpr LateFields readLate(const Event &ev)
 {
@@ -197,7 +193,7 @@ constexpr LateFields readLate(const Event &ev)
 // TraceRecorded: the number of module entries in the trace recorded in the first step.
 constexpr Event makeTraceRecorded(std::uint64_t entries)
 {
-    return eventfields_detail::record(EventType::TraceRecorded, 0, 0, 0, entries);
+    return detail::record(EventType::TraceRecorded, 0, 0, 0, entries);
 }
 constexpr std::uint64_t readTraceRecorded(const Event &ev)
 {
@@ -206,8 +202,8 @@ constexpr std::uint64_t readTraceRecorded(const Event &ev)
 
 constexpr Event makeTraceInvalidated(TraceInvalidatedFields f)
 {
-    return eventfields_detail::record(EventType::TraceInvalidated,
-                                      static_cast<std::uint8_t>(f.phase), f.expected, f.got);
+    return detail::record(EventType::TraceInvalidated, static_cast<std::uint8_t>(f.phase),
+                          f.expected, f.got);
 }
 constexpr TraceInvalidatedFields readTraceInvalidated(const Event &ev)
 {
@@ -217,14 +213,13 @@ constexpr TraceInvalidatedFields readTraceInvalidated(const Event &ev)
 // StepBegin: no fields; the header's step is the new step.
 constexpr Event makeStepBegin()
 {
-    return eventfields_detail::record(EventType::StepBegin, 0, 0, 0);
+    return detail::record(EventType::StepBegin, 0, 0, 0);
 }
 
 // StepEnd: the step's loss (IEEE-754 double bits on the wire).
 constexpr Event makeStepEnd(double loss)
 {
-    return eventfields_detail::record(EventType::StepEnd, 0, 0, 0,
-                                      std::bit_cast<std::uint64_t>(loss));
+    return detail::record(EventType::StepEnd, 0, 0, 0, std::bit_cast<std::uint64_t>(loss));
 }
 constexpr double readStepEnd(const Event &ev)
 {
@@ -233,10 +228,10 @@ constexpr double readStepEnd(const Event &ev)
 
 constexpr Event makeMemorySample(MemoryFields f)
 {
-    return eventfields_detail::record(EventType::MemorySample, 0,
-                                      static_cast<std::uint32_t>(f.liveElements & 0xFFFFFFFFu),
-                                      static_cast<std::uint32_t>(f.liveElements >> 32),
-                                      f.partitionedBytes, f.gatheredBytes, f.peakGatheredBytes);
+    return detail::record(EventType::MemorySample, 0,
+                          static_cast<std::uint32_t>(f.liveElements & 0xFFFFFFFFu),
+                          static_cast<std::uint32_t>(f.liveElements >> 32), f.partitionedBytes,
+                          f.gatheredBytes, f.peakGatheredBytes);
 }
 constexpr MemoryFields readMemory(const Event &ev)
 {
@@ -246,7 +241,7 @@ constexpr MemoryFields readMemory(const Event &ev)
 // DroppedEvents: events dropped on this rank since its previous DroppedEvents.
 constexpr Event makeDroppedEvents(std::uint64_t dropped)
 {
-    return eventfields_detail::record(EventType::DroppedEvents, 0, 0, 0, dropped);
+    return detail::record(EventType::DroppedEvents, 0, 0, 0, dropped);
 }
 constexpr std::uint64_t readDroppedEvents(const Event &ev)
 {
@@ -256,7 +251,7 @@ constexpr std::uint64_t readDroppedEvents(const Event &ev)
 // GatheredWriteError: the parameter modified in GatheredParameters without modifier_rank.
 constexpr Event makeGatheredWriteError(ParamId param)
 {
-    return eventfields_detail::record(EventType::GatheredWriteError, 0, param, 0);
+    return detail::record(EventType::GatheredWriteError, 0, param, 0);
 }
 constexpr ParamId readGatheredWriteError(const Event &ev)
 {
@@ -264,7 +259,7 @@ constexpr ParamId readGatheredWriteError(const Event &ev)
 }
 
 // The wire mapping, pinned: each make writes the raw fields docs/protocol.md names.
-namespace eventfields_detail {
+namespace detail {
 constexpr bool raw(const Event &e, EventType type, std::uint8_t flags, std::uint32_t a,
                    std::uint32_t b, std::uint64_t u0 = 0, std::uint64_t u1 = 0,
                    std::uint64_t u2 = 0)
@@ -302,6 +297,6 @@ static_assert(readAccess(makeUnregisteredAccess({9, 3, 2, ParamStatus::Available
 static_assert(readMemory(makeMemorySample({10, 20, 30, 0x100000002ull})).liveElements ==
               0x100000002ull);
 static_assert(readStepEnd(makeStepEnd(-0.25)) == -0.25);
-} // namespace eventfields_detail
+} // namespace detail
 
-} // namespace shardscope
+} // namespace shardscope::telemetry

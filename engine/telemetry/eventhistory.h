@@ -10,7 +10,7 @@
 
 #include "telemetry/event.h"
 
-namespace shardscope {
+namespace shardscope::telemetry {
 
 class EventHistory
 {
@@ -69,4 +69,4 @@ class EventHistory
     std::size_t m_start = 0;
 };
 
-} // namespace shardscope
+} // namespace shardscope::telemetry

@@ -18,7 +18,7 @@
 
 #include "telemetry/event.h"
 
-namespace shardscope {
+namespace shardscope::telemetry {
 
 inline void copyEvent(Event &dst, const Event &src) noexcept
 {
@@ -106,4 +106,4 @@ class EventRing
     std::unique_ptr<Event[]> m_slots;
 };
 
-} // namespace shardscope
+} // namespace shardscope::telemetry

@@ -5,7 +5,7 @@
 #include "telemetry/clock.h"
 #include "telemetry/eventfields.h"
 
-namespace shardscope {
+namespace shardscope::telemetry {
 
 namespace {
 
@@ -110,4 +110,4 @@ std::uint64_t TelemetryHub::writtenEvents() const
     return total;
 }
 
-} // namespace shardscope
+} // namespace shardscope::telemetry

@@ -11,7 +11,7 @@
 #include "telemetry/event.h"
 #include "telemetry/eventring.h"
 
-namespace shardscope {
+namespace shardscope::telemetry {
 
 class TelemetryHub final : public EventSink
 {
@@ -49,4 +49,4 @@ class TelemetryHub final : public EventSink
     std::atomic<std::uint64_t> m_badRank{0};
 };
 
-} // namespace shardscope
+} // namespace shardscope::telemetry

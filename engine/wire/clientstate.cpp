@@ -15,9 +15,9 @@ void ClientState::updateDropped()
     m_snapshot.droppedEvents = m_engineDropped + m_clientDropped + m_evicted;
 }
 
-void ClientState::addEvents(std::vector<Event> &&events)
+void ClientState::addEvents(std::vector<telemetry::Event> &&events)
 {
-    for (const Event &e : events)
+    for (const telemetry::Event &e : events)
         if (e.type == EventType::StepEnd) m_completedStep = std::max(m_completedStep, e.step);
     auto &all = m_snapshot.events;
     all.insert(all.end(), events.begin(), events.end());

@@ -38,7 +38,7 @@ class ClientState
     std::uint32_t latestCompletedStep() const { return m_completedStep; }
 
   private:
-    void addEvents(std::vector<Event> &&events);
+    void addEvents(std::vector<telemetry::Event> &&events);
     void updateDropped();
 
     std::size_t m_maxEvents;

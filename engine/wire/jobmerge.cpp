@@ -7,11 +7,11 @@
 
 namespace shardscope::wire {
 
-Result<EngineState> mergeJobStates(std::span<const EngineState *const> parts,
-                                   std::span<const std::string> names)
+Result<core::EngineState> mergeJobStates(std::span<const core::EngineState *const> parts,
+                                         std::span<const std::string> names)
 {
     if (parts.empty()) return fail("no process to merge");
-    EngineState st = *parts.front();
+    core::EngineState st = *parts.front();
     const auto partName = [&](std::size_t i) {
         return i < names.size() ? names[i] : "part " + std::to_string(i);
     };
@@ -21,10 +21,10 @@ Result<EngineState> mergeJobStates(std::span<const EngineState *const> parts,
         st.params[i].gatherCount = st.params[i].gatherBytes = st.params[i].gatherNs = 0;
     }
     std::set<int> localRanks;
-    std::map<std::tuple<int, int, ModuleId, ParamId>, ViolationRecord> violations;
+    std::map<std::tuple<int, int, ModuleId, ParamId>, core::ViolationRecord> violations;
     bool appended = false;
     for (std::size_t k = 0; k < parts.size(); ++k) {
-        const EngineState &ps = *parts[k];
+        const core::EngineState &ps = *parts[k];
         if (ps.worldSize != st.worldSize)
             return fail(partName(k) + " runs a world of " + std::to_string(ps.worldSize) +
                         " ranks, the others " + std::to_string(st.worldSize) +
@@ -32,7 +32,7 @@ Result<EngineState> mergeJobStates(std::span<const EngineState *const> parts,
         if (ps.modelName != st.modelName)
             return fail(partName(k) + " runs model '" + ps.modelName + "', the others '" +
                         st.modelName + "': not one job");
-        for (const ParamRecord &p : ps.params) {
+        for (const core::ParamRecord &p : ps.params) {
             auto it = index.find(p.id);
             if (it == index.end()) {
                 // A parameter only this part lists (a process that observes part of the
@@ -43,7 +43,7 @@ Result<EngineState> mergeJobStates(std::span<const EngineState *const> parts,
                 appended = true;
                 continue;
             }
-            ParamRecord &m = st.params[it->second];
+            core::ParamRecord &m = st.params[it->second];
             for (int r : ps.localRanks)
                 if (r >= 0 && static_cast<std::size_t>(r) < m.status.size() &&
                     static_cast<std::size_t>(r) < p.status.size())
@@ -52,9 +52,10 @@ Result<EngineState> mergeJobStates(std::span<const EngineState *const> parts,
             m.gatherBytes += p.gatherBytes;
             m.gatherNs += p.gatherNs;
             m.lastGatherTsNs = std::max(m.lastGatherTsNs, p.lastGatherTsNs);
-            for (const ExternalRecord &e : p.externals)
-                if (std::none_of(m.externals.begin(), m.externals.end(),
-                                 [&](const ExternalRecord &x) { return x.module == e.module; }))
+            for (const core::ExternalRecord &e : p.externals)
+                if (std::none_of(
+                        m.externals.begin(), m.externals.end(),
+                        [&](const core::ExternalRecord &x) { return x.module == e.module; }))
                     m.externals.push_back(e);
             for (ModuleId a : p.activeModules)
                 if (std::find(m.activeModules.begin(), m.activeModules.end(), a) ==
@@ -62,7 +63,7 @@ Result<EngineState> mergeJobStates(std::span<const EngineState *const> parts,
                     m.activeModules.push_back(a);
         }
         localRanks.insert(ps.localRanks.begin(), ps.localRanks.end());
-        for (const ViolationRecord &v : ps.violations) {
+        for (const core::ViolationRecord &v : ps.violations) {
             const auto key = std::make_tuple(static_cast<int>(v.kind), v.rank, v.accessor, v.param);
             auto [it, fresh] = violations.emplace(key, v);
             if (!fresh && v.count > it->second.count) it->second = v;
@@ -74,15 +75,16 @@ Result<EngineState> mergeJobStates(std::span<const EngineState *const> parts,
     for (auto &[key, v] : violations)
         st.violations.push_back(std::move(v));
     if (appended)
-        std::sort(st.params.begin(), st.params.end(),
-                  [](const ParamRecord &a, const ParamRecord &b) { return a.id < b.id; });
+        std::sort(
+            st.params.begin(), st.params.end(),
+            [](const core::ParamRecord &a, const core::ParamRecord &b) { return a.id < b.id; });
     return st;
 }
 
 Result<Snapshot> mergeJobSnapshots(const std::vector<Snapshot> &parts, const std::string &job)
 {
     if (parts.empty()) return fail("no rank of job " + job + " was captured");
-    std::vector<const EngineState *> states;
+    std::vector<const core::EngineState *> states;
     std::vector<std::string> names;
     for (const Snapshot &p : parts) {
         states.push_back(&p.state);
@@ -97,8 +99,9 @@ Result<Snapshot> mergeJobSnapshots(const std::vector<Snapshot> &parts, const std
         out.events.insert(out.events.end(), p.events.begin(), p.events.end());
         out.droppedEvents += p.droppedEvents;
     }
-    std::stable_sort(out.events.begin(), out.events.end(),
-                     [](const Event &a, const Event &b) { return a.tsNs < b.tsNs; });
+    std::stable_sort(
+        out.events.begin(), out.events.end(),
+        [](const telemetry::Event &a, const telemetry::Event &b) { return a.tsNs < b.tsNs; });
     out.meta.endpoint = "job:" + job;
     out.meta.pid = 0;
     return out;

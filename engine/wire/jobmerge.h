@@ -24,7 +24,7 @@ Result<Snapshot> mergeJobSnapshots(const std::vector<Snapshot> &parts, const std
 // The same merge of the states alone (the inspector keeps the latest state of each process
 // of a job and shows their merge); names[k] names part k in errors ("the process 123
 // (tcp:...)"). Events and dropped counts are the caller's.
-Result<EngineState> mergeJobStates(std::span<const EngineState *const> parts,
-                                   std::span<const std::string> names);
+Result<core::EngineState> mergeJobStates(std::span<const core::EngineState *const> parts,
+                                         std::span<const std::string> names);
 
 } // namespace shardscope::wire

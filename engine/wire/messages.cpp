@@ -240,24 +240,24 @@ Result<ClockReply> decodeClockReply(std::string_view payload)
     return m;
 }
 
-void appendEvents(std::string &out, std::span<const Event> events)
+void appendEvents(std::string &out, std::span<const telemetry::Event> events)
 {
     out.append(reinterpret_cast<const char *>(events.data()), events.size_bytes());
 }
 
-std::string encodeEvents(std::span<const Event> events)
+std::string encodeEvents(std::span<const telemetry::Event> events)
 {
     std::string out;
     appendEvents(out, events);
     return out;
 }
 
-Result<std::vector<Event>> decodeEvents(std::string_view payload)
+Result<std::vector<telemetry::Event>> decodeEvents(std::string_view payload)
 {
-    if (payload.size() % sizeof(Event) != 0)
+    if (payload.size() % sizeof(telemetry::Event) != 0)
         return fail("bad event batch: " + std::to_string(payload.size()) +
                     " bytes is not a whole number of 48-byte records");
-    std::vector<Event> events(payload.size() / sizeof(Event));
+    std::vector<telemetry::Event> events(payload.size() / sizeof(telemetry::Event));
     if (events.empty()) return events; // memcpy from a null pointer is undefined, even of 0 bytes
     std::memcpy(events.data(), payload.data(), payload.size());
     for (std::size_t i = 0; i < events.size(); ++i) {

@@ -101,10 +101,10 @@ std::string encodeClockReply(const ClockReply &m);
 Result<ClockReply> decodeClockReply(std::string_view payload);
 
 // EventBatch payload: the records as-is (48 bytes each, little-endian).
-std::string encodeEvents(std::span<const Event> events);
-void appendEvents(std::string &out, std::span<const Event> events);
+std::string encodeEvents(std::span<const telemetry::Event> events);
+void appendEvents(std::string &out, std::span<const telemetry::Event> events);
 // Rejects a length that is not a multiple of 48 and records of an unknown EventType.
-Result<std::vector<Event>> decodeEvents(std::string_view payload);
+Result<std::vector<telemetry::Event>> decodeEvents(std::string_view payload);
 
 bool hasCapability(const std::vector<std::string> &capabilities, std::string_view name);
 

@@ -77,7 +77,7 @@ public:
     {
         return id == none ? raw("null") : num(id);
     }
-    Writer &pathOrNull(const EngineState &s, ModuleId id)
+    Writer &pathOrNull(const core::EngineState &s, ModuleId id)
     {
         return id < s.modules.size() ? str(s.modules[id].path) : raw("null");
     }
@@ -107,7 +107,7 @@ private:
     bool m_pretty;
 };
 
-void writePathList(Writer &w, const EngineState &s, const std::vector<ModuleId> &ids)
+void writePathList(Writer &w, const core::EngineState &s, const std::vector<ModuleId> &ids)
 {
     w.raw("[");
     for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -117,7 +117,8 @@ void writePathList(Writer &w, const EngineState &s, const std::vector<ModuleId> 
     w.raw("]");
 }
 
-void writeParam(Writer &w, const EngineState &s, const ParamRecord &p, std::string &scratch)
+void writeParam(Writer &w, const core::EngineState &s, const core::ParamRecord &p,
+                std::string &scratch)
 {
     w.raw("{\"id\":").num(p.id);
     w.raw(",\"name\":").str(p.name);
@@ -140,7 +141,7 @@ void writeParam(Writer &w, const EngineState &s, const ParamRecord &p, std::stri
         scratch.push_back(statusLetter(st));
     w.raw(",\"status\":\"").raw(scratch).raw("\"");
     std::vector<ModuleId> ext, extAuto;
-    for (const ExternalRecord &e : p.externals) {
+    for (const core::ExternalRecord &e : p.externals) {
         ext.push_back(e.module);
         if (e.automatic) extAuto.push_back(e.module);
     }
@@ -158,8 +159,8 @@ void writeParam(Writer &w, const EngineState &s, const ParamRecord &p, std::stri
     w.raw("}");
 }
 
-void writeViolation(Writer &w, const EngineState &s, const ViolationRecord &v,
-                    const std::unordered_map<ParamId, const ParamRecord *> &paramById)
+void writeViolation(Writer &w, const core::EngineState &s, const core::ViolationRecord &v,
+                    const std::unordered_map<ParamId, const core::ParamRecord *> &paramById)
 {
     w.raw("{\"kind\":").str(violationKindName(v.kind));
     w.raw(",\"step\":").num(v.step);
@@ -189,7 +190,7 @@ void writeViolation(Writer &w, const EngineState &s, const ViolationRecord &v,
 // Version 3: the events as columns, one array per record field (docs/snapshot.md, events);
 // times and steps as differences from the previous event, types as indexes into the
 // names that occur. Version 2's array of objects was 115 bytes of text per event.
-void writeEventColumns(Writer &w, const std::vector<Event> &events, bool pretty)
+void writeEventColumns(Writer &w, const std::vector<telemetry::Event> &events, bool pretty)
 {
     if (events.empty()) {
         w.raw("[]");
@@ -198,7 +199,7 @@ void writeEventColumns(Writer &w, const std::vector<Event> &events, bool pretty)
     std::array<int, 256> typeIndex;
     typeIndex.fill(-1);
     std::vector<EventType> names;
-    for (const Event &e : events) {
+    for (const telemetry::Event &e : events) {
         int &k = typeIndex[static_cast<std::uint8_t>(e.type)];
         if (k < 0) {
             k = static_cast<int>(names.size());
@@ -227,9 +228,10 @@ void writeEventColumns(Writer &w, const std::vector<Event> &events, bool pretty)
         const std::uint64_t prev = i ? field(events[i - 1]) : 0;
         w.inum(static_cast<std::int64_t>(field(events[i]) - prev));
     };
-    column("ts_ns", [&](std::size_t i) { delta(i, [](const Event &e) { return e.tsNs; }); });
+    column("ts_ns",
+           [&](std::size_t i) { delta(i, [](const telemetry::Event &e) { return e.tsNs; }); });
     column("step",
-           [&](std::size_t i) { delta(i, [](const Event &e) { return std::uint64_t(e.step); }); });
+           [&](std::size_t i) { delta(i, [](const telemetry::Event &e) { return std::uint64_t(e.step); }); });
     column("rank", [&](std::size_t i) { w.num(events[i].rank); });
     column("type", [&](std::size_t i) {
         w.num(std::uint64_t(typeIndex[static_cast<std::uint8_t>(events[i].type)]));
@@ -271,11 +273,11 @@ std::uint64_t u64(sj::Object o, std::string_view key, const Where &w)
 constexpr std::array<std::string_view, 10> kEventFields = {
     "ts_ns", "step", "rank", "type", "flags", "a", "b", "u0", "u1", "u2"};
 
-Event decodeEvent(Element j, const Where &w)
+telemetry::Event decodeEvent(Element j, const Where &w)
 {
     const sj::Fields f(sj::asObject(j, w), kEventFields, w);
     auto bounded = [&](std::size_t k, std::uint64_t max) { return sj::asBounded(f[k], max, f.at(k)); };
-    Event e{};
+    telemetry::Event e{};
     e.tsNs = sj::asU64(f[0], f.at(0));
     e.step = static_cast<std::uint32_t>(bounded(1, 0xFFFFFFFFu));
     e.rank = static_cast<std::uint16_t>(bounded(2, kMaxRank));
@@ -295,7 +297,7 @@ Event decodeEvent(Element j, const Where &w)
 constexpr std::array<std::string_view, 12> kColumnFields = {
     "count", "type_names", "ts_ns", "step", "rank", "type", "flags", "a", "b", "u0", "u1", "u2"};
 
-void decodeEventColumns(sj::Object o, std::vector<Event> &out, const Where &w)
+void decodeEventColumns(sj::Object o, std::vector<telemetry::Event> &out, const Where &w)
 {
     const sj::Fields f(o, kColumnFields, w);
     const std::uint64_t count = sj::asU64(f[0], f.at(0));
@@ -318,7 +320,7 @@ void decodeEventColumns(sj::Object o, std::vector<Event> &out, const Where &w)
             sj::failAt(f.at(k + 2), std::to_string(columns[k].size()) +
                                         " values where \"count\" is " + std::to_string(count));
     }
-    out.assign(static_cast<std::size_t>(count), Event{});
+    out.assign(static_cast<std::size_t>(count), telemetry::Event{});
     // Column by column: each array is walked once, in order.
     auto each = [&](std::size_t k, auto apply) {
         const Where cw = f.at(k + 2);
@@ -332,39 +334,39 @@ void decodeEventColumns(sj::Object o, std::vector<Event> &out, const Where &w)
         return static_cast<std::uint64_t>(sj::asI64(v, cw[i]));
     };
     std::uint64_t ts = 0, step = 0;
-    each(0, [&](Event &e, Element v, const Where &cw, std::size_t i) {
+    each(0, [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) {
         ts += delta(v, cw, i);
         e.tsNs = ts;
     });
-    each(1, [&](Event &e, Element v, const Where &cw, std::size_t i) {
+    each(1, [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) {
         step += delta(v, cw, i);
         if (step > 0xFFFFFFFFu) sj::failAt(cw[i], "the step leaves 0 to 4294967295");
         e.step = static_cast<std::uint32_t>(step);
     });
-    each(2, [&](Event &e, Element v, const Where &cw, std::size_t i) {
+    each(2, [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) {
         e.rank = static_cast<std::uint16_t>(sj::asBounded(v, kMaxRank, cw[i]));
     });
-    each(3, [&](Event &e, Element v, const Where &cw, std::size_t i) {
+    each(3, [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) {
         const std::uint64_t t = sj::asU64(v, cw[i]);
         if (t >= types.size())
             sj::failAt(cw[i], "type index " + std::to_string(t) + " is not in type_names");
         e.type = types[static_cast<std::size_t>(t)];
     });
-    each(4, [&](Event &e, Element v, const Where &cw, std::size_t i) {
+    each(4, [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) {
         e.flags = static_cast<std::uint8_t>(sj::asBounded(v, 0xFF, cw[i]));
     });
-    each(5, [&](Event &e, Element v, const Where &cw, std::size_t i) {
+    each(5, [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) {
         e.a = static_cast<std::uint32_t>(sj::asBounded(v, 0xFFFFFFFFu, cw[i]));
     });
-    each(6, [&](Event &e, Element v, const Where &cw, std::size_t i) {
+    each(6, [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) {
         e.b = static_cast<std::uint32_t>(sj::asBounded(v, 0xFFFFFFFFu, cw[i]));
     });
     each(7,
-         [&](Event &e, Element v, const Where &cw, std::size_t i) { e.u0 = sj::asU64(v, cw[i]); });
+         [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) { e.u0 = sj::asU64(v, cw[i]); });
     each(8,
-         [&](Event &e, Element v, const Where &cw, std::size_t i) { e.u1 = sj::asU64(v, cw[i]); });
+         [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) { e.u1 = sj::asU64(v, cw[i]); });
     each(9,
-         [&](Event &e, Element v, const Where &cw, std::size_t i) { e.u2 = sj::asU64(v, cw[i]); });
+         [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) { e.u2 = sj::asU64(v, cw[i]); });
 }
 
 struct ModuleIndex
@@ -450,11 +452,11 @@ constexpr std::array<std::string_view, kParamFieldCount> kParamFields = {
     "persistent", "partitioned", "late", "status", "external_modules", "external_auto_modules",
     "active_modules", "gather_count", "gather_bytes", "gather_ns", "last_gather_ts_ns", "replaces"};
 
-ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize, std::uint64_t version,
+core::ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize, std::uint64_t version,
                         const Where &w)
 {
     const sj::Fields f(sj::asObject(j, w), kParamFields, w);
-    ParamRecord p;
+    core::ParamRecord p;
     p.id = readId(f[kId], kNoParam, f.at(kId));
     p.name = sj::asString(f[kName], f.at(kName));
     p.owner = index.checkId(f[kModuleId], f.at(kModuleId));
@@ -486,7 +488,7 @@ ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize, std:
     const std::unordered_set<ModuleId> automatic(extAuto.begin(), extAuto.end());
     p.externals.reserve(ext.size());
     for (ModuleId m : ext)
-        p.externals.push_back(ExternalRecord{m, automatic.contains(m)});
+        p.externals.push_back(core::ExternalRecord{m, automatic.contains(m)});
     p.activeModules = resolvePaths(f[kActive], index, f.at(kActive));
     p.gatherCount = sj::asU64(f[kGatherCount], f.at(kGatherCount));
     p.gatherBytes = sj::asU64(f[kGatherBytes], f.at(kGatherBytes));
@@ -496,10 +498,10 @@ ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize, std:
     return p;
 }
 
-ViolationRecord decodeViolation(Element j, const ModuleIndex &index, const Where &w)
+core::ViolationRecord decodeViolation(Element j, const ModuleIndex &index, const Where &w)
 {
     const sj::Object o = sj::asObject(j, w);
-    ViolationRecord v;
+    core::ViolationRecord v;
     v.kind = readEnum(sj::member(o, "kind", w), violationKindFromName, w / "kind");
     v.step = bounded<std::uint32_t>(o, "step", 0xFFFFFFFFu, w);
     v.lastStep = bounded<std::uint32_t>(o, "last_step", 0xFFFFFFFFu, w);
@@ -541,7 +543,7 @@ Snapshot decodeSnapshotDom(Element rootElement)
         s.meta.createdUnixMs = sj::asU64(e, rw / "created_unix_ms");
     if (sj::optionalMember(root, "endpoint", e)) s.meta.endpoint = sj::asString(e, rw / "endpoint");
 
-    EngineState &st = s.state;
+    core::EngineState &st = s.state;
     const Where ew = rw / "engine";
     const sj::Object engine = sj::asObject(sj::member(root, "engine", rw), ew);
     st.modelName = sj::asString(sj::member(engine, "model", ew), ew / "model");
@@ -550,8 +552,8 @@ Snapshot decodeSnapshotDom(Element rootElement)
     st.backend = sj::asString(sj::member(engine, "backend", ew), ew / "backend");
     if (sj::optionalMember(engine, "fix_dialect", e)) {
         st.fixDialect = sj::asString(e, ew / "fix_dialect");
-        FixDialect known;
-        if (!parseFixDialect(st.fixDialect, known))
+        core::FixDialect known;
+        if (!core::parseFixDialect(st.fixDialect, known))
             sj::failAt(ew / "fix_dialect", "expected \"shardscope\" or \"deepspeed\"");
     }
     st.step = bounded<std::uint32_t>(engine, "step", 0xFFFFFFFFu, ew);
@@ -581,7 +583,7 @@ Snapshot decodeSnapshotDom(Element rootElement)
         const std::size_t i = st.modules.size();
         const Where w = mw[i];
         const sj::Fields f(sj::asObject(m, w), kModuleFields, w);
-        ModuleRecord r;
+        core::ModuleRecord r;
         r.id = readId(f[0], kNoModule, f.at(0));
         if (r.id != i)
             sj::failAt(f.at(0), "is " + std::to_string(r.id) + "; module ids must equal their index");
@@ -595,7 +597,7 @@ Snapshot decodeSnapshotDom(Element rootElement)
     ModuleIndex index;
     index.count = st.modules.size();
     index.byPath.reserve(st.modules.size());
-    for (const ModuleRecord &r : st.modules)
+    for (const core::ModuleRecord &r : st.modules)
         index.byPath.emplace(r.path, r.id);
 
     const Where pw = rw / "params";
@@ -633,7 +635,7 @@ std::uint64_t unixTimeMs()
 
 std::string encodeSnapshot(const Snapshot &snapshot, bool pretty)
 {
-    const EngineState &s = snapshot.state;
+    const core::EngineState &s = snapshot.state;
     std::string out;
     out.reserve(4096 + s.modules.size() * 96 +
                 s.params.size() * (400 + static_cast<std::size_t>(std::max(s.worldSize, 0))) +
@@ -666,7 +668,7 @@ std::string encodeSnapshot(const Snapshot &snapshot, bool pretty)
 
     w.member("modules").raw("[");
     for (std::size_t i = 0; i < s.modules.size(); ++i) {
-        const ModuleRecord &m = s.modules[i];
+        const core::ModuleRecord &m = s.modules[i];
         w.element(i).raw("{\"id\":").num(m.id);
         w.raw(",\"path\":").str(m.path);
         w.raw(",\"type\":").str(m.type);
@@ -680,9 +682,9 @@ std::string encodeSnapshot(const Snapshot &snapshot, bool pretty)
         writeParam(w.element(i), s, s.params[i], scratch);
     w.endArray(s.params.size());
 
-    std::unordered_map<ParamId, const ParamRecord *> paramById;
+    std::unordered_map<ParamId, const core::ParamRecord *> paramById;
     if (!s.violations.empty())
-        for (const ParamRecord &p : s.params)
+        for (const core::ParamRecord &p : s.params)
             paramById[p.id] = &p;
     w.member("violations").raw("[");
     for (std::size_t i = 0; i < s.violations.size(); ++i)

@@ -32,8 +32,8 @@ struct SnapshotMeta
 struct Snapshot
 {
     SnapshotMeta meta;
-    EngineState state;
-    std::vector<Event> events;       // oldest first
+    core::EngineState state;
+    std::vector<telemetry::Event> events; // oldest first
     std::uint64_t droppedEvents = 0; // events lost before they reached this snapshot
 };
 

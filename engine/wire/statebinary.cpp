@@ -51,7 +51,7 @@ std::uint64_t payloadSize(const Counts &c)
     return kBinaryStateHeaderSize + 4 * c.strings + c.stringBytes + 4 * c.localRanks +
            kModuleBytes * c.modules + c.params * (kParamBytes + statusRowBytes(c.world)) +
            8 * c.dims + 5 * c.externals + 4 * c.active + kViolationBytes * c.violations +
-           sizeof(Event) * c.events;
+           sizeof(telemetry::Event) * c.events;
 }
 
 bool isAscii(std::string_view s)
@@ -133,7 +133,7 @@ std::uint8_t statusCode(ParamStatus s)
 
 std::string encodeBinaryState(const Snapshot &snapshot)
 {
-    const EngineState &s = snapshot.state;
+    const core::EngineState &s = snapshot.state;
     const auto world = static_cast<std::uint64_t>(std::max(s.worldSize, 1));
     StringTable t;
     const std::uint32_t producer = t.intern(snapshot.meta.producer);
@@ -153,7 +153,7 @@ std::string encodeBinaryState(const Snapshot &snapshot)
     std::vector<std::uint32_t> paramName(nParams), paramReplaces(nParams);
     Counts c;
     for (std::size_t i = 0; i < nParams; ++i) {
-        const ParamRecord &p = s.params[i];
+        const core::ParamRecord &p = s.params[i];
         paramName[i] = t.add(p.name);
         paramReplaces[i] = p.replaces.empty() ? kNone : t.intern(p.replaces);
         c.dims += std::min<std::size_t>(p.shape.size(), 255);
@@ -162,14 +162,14 @@ std::string encodeBinaryState(const Snapshot &snapshot)
     }
     // A violation names its parameter as the JSON does: the listed parameter's name, else
     // the name the engine kept for a removed one, else none.
-    std::unordered_map<ParamId, const ParamRecord *> paramById;
+    std::unordered_map<ParamId, const core::ParamRecord *> paramById;
     if (!s.violations.empty())
-        for (const ParamRecord &p : s.params)
+        for (const core::ParamRecord &p : s.params)
             paramById[p.id] = &p;
     const std::size_t nViolations = s.violations.size();
     std::vector<std::uint32_t> vParamName(nViolations), vFix(nViolations), vMessage(nViolations);
     for (std::size_t i = 0; i < nViolations; ++i) {
-        const ViolationRecord &v = s.violations[i];
+        const core::ViolationRecord &v = s.violations[i];
         const auto p = paramById.find(v.param);
         const std::string &name = p != paramById.end() ? p->second->name : v.paramName;
         vParamName[i] = p == paramById.end() && name.empty() ? kNone : t.intern(name);
@@ -216,30 +216,30 @@ std::string encodeBinaryState(const Snapshot &snapshot)
     o.column(modParent);
 
     auto paramColumn = [&](auto field) {
-        for (const ParamRecord &p : s.params)
+        for (const core::ParamRecord &p : s.params)
             o.put(field(p));
     };
-    paramColumn([](const ParamRecord &p) { return std::uint32_t(p.id); });
+    paramColumn([](const core::ParamRecord &p) { return std::uint32_t(p.id); });
     o.column(paramName);
-    paramColumn([](const ParamRecord &p) { return std::uint32_t(p.owner); });
-    paramColumn([](const ParamRecord &p) { return static_cast<std::uint8_t>(p.dtype); });
-    paramColumn([](const ParamRecord &p) {
+    paramColumn([](const core::ParamRecord &p) { return std::uint32_t(p.owner); });
+    paramColumn([](const core::ParamRecord &p) { return static_cast<std::uint8_t>(p.dtype); });
+    paramColumn([](const core::ParamRecord &p) {
         return static_cast<std::uint8_t>((p.persistent ? kPersistent : 0) |
                                          (p.partitioned ? kPartitioned : 0) | (p.late ? kLate : 0));
     });
-    paramColumn([](const ParamRecord &p) {
+    paramColumn([](const core::ParamRecord &p) {
         return static_cast<std::uint8_t>(std::min<std::size_t>(p.shape.size(), 255));
     });
-    paramColumn([](const ParamRecord &p) { return std::int64_t(p.numel); });
-    paramColumn([](const ParamRecord &p) { return std::int64_t(p.paddedNumel); });
-    paramColumn([](const ParamRecord &p) { return std::int64_t(p.partitionNumel); });
-    for (const ParamRecord &p : s.params)
+    paramColumn([](const core::ParamRecord &p) { return std::int64_t(p.numel); });
+    paramColumn([](const core::ParamRecord &p) { return std::int64_t(p.paddedNumel); });
+    paramColumn([](const core::ParamRecord &p) { return std::int64_t(p.partitionNumel); });
+    for (const core::ParamRecord &p : s.params)
         for (std::size_t k = 0; k < std::min<std::size_t>(p.shape.size(), 255); ++k)
             o.put(std::int64_t(p.shape[k]));
     // Statuses: 2 bits per rank, rank r in bits 2(r%4) of byte r/4 of the parameter's row;
     // the row was zeroed with the buffer.
     const std::size_t row = statusRowBytes(world);
-    for (const ParamRecord &p : s.params) {
+    for (const core::ParamRecord &p : s.params) {
         std::uint8_t *bytes = o.skip(row);
         const std::size_t ranks = std::min<std::size_t>(p.status.size(), world);
         std::size_t r = 0;
@@ -250,40 +250,40 @@ std::string encodeBinaryState(const Snapshot &snapshot)
         for (; r < ranks; ++r)
             bytes[r / 4] |= static_cast<std::uint8_t>(statusCode(p.status[r]) << (2 * (r % 4)));
     }
-    paramColumn([](const ParamRecord &p) { return static_cast<std::uint32_t>(p.externals.size()); });
-    for (const ParamRecord &p : s.params)
-        for (const ExternalRecord &e : p.externals)
+    paramColumn([](const core::ParamRecord &p) { return static_cast<std::uint32_t>(p.externals.size()); });
+    for (const core::ParamRecord &p : s.params)
+        for (const core::ExternalRecord &e : p.externals)
             o.put(std::uint32_t(e.module));
-    for (const ParamRecord &p : s.params)
-        for (const ExternalRecord &e : p.externals)
+    for (const core::ParamRecord &p : s.params)
+        for (const core::ExternalRecord &e : p.externals)
             o.put(static_cast<std::uint8_t>(e.automatic ? 1 : 0));
     paramColumn(
-        [](const ParamRecord &p) { return static_cast<std::uint32_t>(p.activeModules.size()); });
-    for (const ParamRecord &p : s.params)
+        [](const core::ParamRecord &p) { return static_cast<std::uint32_t>(p.activeModules.size()); });
+    for (const core::ParamRecord &p : s.params)
         for (ModuleId m : p.activeModules)
             o.put(std::uint32_t(m));
-    paramColumn([](const ParamRecord &p) { return std::uint64_t(p.gatherCount); });
-    paramColumn([](const ParamRecord &p) { return std::uint64_t(p.gatherBytes); });
-    paramColumn([](const ParamRecord &p) { return std::uint64_t(p.gatherNs); });
-    paramColumn([](const ParamRecord &p) { return std::uint64_t(p.lastGatherTsNs); });
+    paramColumn([](const core::ParamRecord &p) { return std::uint64_t(p.gatherCount); });
+    paramColumn([](const core::ParamRecord &p) { return std::uint64_t(p.gatherBytes); });
+    paramColumn([](const core::ParamRecord &p) { return std::uint64_t(p.gatherNs); });
+    paramColumn([](const core::ParamRecord &p) { return std::uint64_t(p.lastGatherTsNs); });
     o.column(paramReplaces);
 
     auto violationColumn = [&](auto field) {
-        for (const ViolationRecord &v : s.violations)
+        for (const core::ViolationRecord &v : s.violations)
             o.put(field(v));
     };
-    violationColumn([](const ViolationRecord &v) { return static_cast<std::uint8_t>(v.kind); });
-    violationColumn([](const ViolationRecord &v) { return static_cast<std::uint8_t>(v.status); });
-    violationColumn([](const ViolationRecord &v) { return static_cast<std::uint8_t>(v.action); });
-    violationColumn([](const ViolationRecord &v) { return std::uint32_t(v.step); });
-    violationColumn([](const ViolationRecord &v) { return std::uint32_t(v.lastStep); });
-    violationColumn([](const ViolationRecord &v) { return static_cast<std::uint32_t>(v.rank); });
-    violationColumn([](const ViolationRecord &v) { return std::uint32_t(v.accessor); });
-    violationColumn([](const ViolationRecord &v) { return std::uint32_t(v.param); });
+    violationColumn([](const core::ViolationRecord &v) { return static_cast<std::uint8_t>(v.kind); });
+    violationColumn([](const core::ViolationRecord &v) { return static_cast<std::uint8_t>(v.status); });
+    violationColumn([](const core::ViolationRecord &v) { return static_cast<std::uint8_t>(v.action); });
+    violationColumn([](const core::ViolationRecord &v) { return std::uint32_t(v.step); });
+    violationColumn([](const core::ViolationRecord &v) { return std::uint32_t(v.lastStep); });
+    violationColumn([](const core::ViolationRecord &v) { return static_cast<std::uint32_t>(v.rank); });
+    violationColumn([](const core::ViolationRecord &v) { return std::uint32_t(v.accessor); });
+    violationColumn([](const core::ViolationRecord &v) { return std::uint32_t(v.param); });
     o.column(vParamName);
-    violationColumn([](const ViolationRecord &v) { return std::uint32_t(v.owner); });
-    violationColumn([](const ViolationRecord &v) { return std::uint64_t(v.count); });
-    violationColumn([](const ViolationRecord &v) { return std::uint64_t(v.tsNs); });
+    violationColumn([](const core::ViolationRecord &v) { return std::uint32_t(v.owner); });
+    violationColumn([](const core::ViolationRecord &v) { return std::uint64_t(v.count); });
+    violationColumn([](const core::ViolationRecord &v) { return std::uint64_t(v.tsNs); });
     o.column(vFix);
     o.column(vMessage);
     o.column(snapshot.events);
@@ -505,7 +505,7 @@ Snapshot decodeBinary(std::string_view payload)
                              "; it was truncated or corrupted");
 
     Snapshot s;
-    EngineState &st = s.state;
+    core::EngineState &st = s.state;
     st.worldSize = static_cast<int>(c.world);
     st.step = header.next<std::uint32_t>();
     s.droppedEvents = header.next<std::uint64_t>();
@@ -528,8 +528,8 @@ Snapshot decodeBinary(std::string_view payload)
     st.modelName = strings.get(metaStrings[2], "header.model");
     st.backend = strings.get(metaStrings[3], "header.backend");
     st.fixDialect = strings.get(metaStrings[4], "header.fix_dialect");
-    FixDialect known;
-    if (!parseFixDialect(st.fixDialect, known))
+    core::FixDialect known;
+    if (!core::parseFixDialect(st.fixDialect, known))
         failAt("header.fix_dialect", "\"" + st.fixDialect + "\" is not \"shardscope\" or \"deepspeed\"");
 
     const auto localRanks = parts.column<std::uint32_t>(c.localRanks);
@@ -546,7 +546,7 @@ Snapshot decodeBinary(std::string_view payload)
     const auto modParent = parts.column<std::uint32_t>(c.modules);
     st.modules.resize(c.modules);
     for (std::uint64_t i = 0; i < c.modules; ++i) {
-        ModuleRecord &m = st.modules[i];
+        core::ModuleRecord &m = st.modules[i];
         m.id = static_cast<ModuleId>(i);
         const Where w{"modules", i};
         m.path = strings.get(modPath[i], w / "path");
@@ -602,7 +602,7 @@ Snapshot decodeBinary(std::string_view payload)
     std::uint64_t dimAt = 0, extAt = 0, activeAt = 0;
     st.params.resize(P);
     for (std::uint64_t i = 0; i < P; ++i) {
-        ParamRecord &p = st.params[i];
+        core::ParamRecord &p = st.params[i];
         const Where w{"params", i};
         p.id = pId[i];
         if (p.id == kNone) failAt(w / "id", "4294967295 is not a parameter id");
@@ -640,7 +640,7 @@ Snapshot decodeBinary(std::string_view payload)
                        if (a > 1)
                            failAt(w / "external_auto", "value " + std::to_string(a) +
                                                             " is not 0 or 1");
-                       p.externals.push_back(ExternalRecord{m, a == 1});
+                       p.externals.push_back(core::ExternalRecord{m, a == 1});
                    });
         const std::uint32_t nActive = pActiveCount[i];
         p.activeModules.reserve(std::min<std::uint64_t>(nActive, c.active - activeAt));
@@ -675,7 +675,7 @@ Snapshot decodeBinary(std::string_view payload)
     const auto vMessage = parts.column<std::uint32_t>(V);
     st.violations.resize(V);
     for (std::uint64_t i = 0; i < V; ++i) {
-        ViolationRecord &v = st.violations[i];
+        core::ViolationRecord &v = st.violations[i];
         const Where w{"violations", i};
         v.kind = enumValue<ViolationKind>(vKind[i], 4, w / "kind");
         v.status = enumValue<ParamStatus>(vStatus[i], 3, w / "status");
@@ -694,9 +694,9 @@ Snapshot decodeBinary(std::string_view payload)
         v.message = strings.get(vMessage[i], w / "message");
     }
 
-    const char *events = parts.take(c.events * sizeof(Event));
+    const char *events = parts.take(c.events * sizeof(telemetry::Event));
     s.events.resize(c.events);
-    if (c.events) std::memcpy(s.events.data(), events, c.events * sizeof(Event));
+    if (c.events) std::memcpy(s.events.data(), events, c.events * sizeof(telemetry::Event));
     for (std::uint64_t i = 0; i < c.events; ++i)
         if (!isKnownEventType(static_cast<std::uint8_t>(s.events[i].type)))
             failAt(at("events", i), "unknown event type " +

@@ -294,8 +294,8 @@ void makeTypes()
 
 } // namespace
 
-HotPath::HotPath(AgentState &state, py::object agent, py::object observer, py::object notAvailable,
-                 py::object inflight, py::object available)
+HotPath::HotPath(server::AgentState &state, py::object agent, py::object observer,
+                 py::object notAvailable, py::object inflight, py::object available)
     : m_state(state), m_agent(std::move(agent)),
       m_observer(observer), m_statusRefs{std::move(notAvailable), std::move(inflight),
                                          std::move(available)}
@@ -696,7 +696,7 @@ py::object HotPath::getitemHook(py::object original, py::object slow)
     return py::reinterpret_steal<py::object>(o);
 }
 
-void bindHotPath(py::module_ &m, AgentState &(*stateOf)(py::handle agent))
+void bindHotPath(py::module_ &m, server::AgentState &(*stateOf)(py::handle agent))
 {
     makeTypes();
     auto phaseOf = [](int p) {
@@ -706,7 +706,7 @@ void bindHotPath(py::module_ &m, AgentState &(*stateOf)(py::handle agent))
     py::class_<HotPath, std::shared_ptr<HotPath>>(m, "HotPath")
         .def(py::init([stateOf](py::object agent, py::object observer, py::object notAvailable,
                                 py::object inflight, py::object available) {
-                 AgentState &state = stateOf(agent);
+                 server::AgentState &state = stateOf(agent);
                  return std::make_shared<HotPath>(state, std::move(agent), std::move(observer),
                                                   std::move(notAvailable), std::move(inflight),
                                                   std::move(available));

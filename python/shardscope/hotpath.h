@@ -31,8 +31,8 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     // agent: the native Agent (kept alive); observer: the Python _Agent, asked for what is
     // rare (held weakly); statuses: DeepSpeed's ZeroParamStatus members NOT_AVAILABLE, INFLIGHT,
     // AVAILABLE.
-    HotPath(AgentState &state, py::object agent, py::object observer, py::object notAvailable,
-            py::object inflight, py::object available);
+    HotPath(server::AgentState &state, py::object agent, py::object observer,
+            py::object notAvailable, py::object inflight, py::object available);
 
     // The descriptor's __set__: stores value as the parameter's ds_status, then turns the
     // change into events (docs/deepspeed.md, "What is observed where").
@@ -128,7 +128,7 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     Own ownOf(ModuleId id, py::handle module);
     int statusCode(PyObject *s) const;
 
-    AgentState &m_state;
+    server::AgentState &m_state;
     py::object m_agent;
     py::object observer() const; // the Python _Agent, or a RuntimeError once it is gone
     py::weakref m_observer;      // weak: the _Agent holds this HotPath (no cycle through pybind11)
@@ -157,6 +157,6 @@ class HotPath : public std::enable_shared_from_this<HotPath>
 
 // Registers HotPath and its descriptor (StatusDescriptor) in the module; stateOf gives the
 // AgentState of the module's Agent object.
-void bindHotPath(py::module_ &m, AgentState &(*stateOf)(py::handle agent));
+void bindHotPath(py::module_ &m, server::AgentState &(*stateOf)(py::handle agent));
 
 } // namespace shardscope::agent

@@ -77,13 +77,13 @@ class Agent
         if (worldSize < 1 || rank < 0 || rank >= worldSize)
             throw py::value_error("rank " + std::to_string(rank) + " is outside world size " +
                                   std::to_string(worldSize));
-        AgentConfig cfg;
+        server::AgentConfig cfg;
         cfg.modelName = model;
         cfg.rank = rank;
         cfg.worldSize = worldSize;
         cfg.backend = backend;
-        m_state = std::make_unique<AgentState>(cfg);
-        InspectorOptions o;
+        m_state = std::make_unique<server::AgentState>(cfg);
+        server::InspectorOptions o;
         o.listen = listen;
         o.endpoint = endpoint;
         o.token = token;
@@ -91,13 +91,13 @@ class Agent
         o.historyEvents = history;
         o.job = job;
         try {
-            m_inspector = std::make_unique<Inspector>(*m_state, o);
-        } catch (const InspectorError &e) {
+            m_inspector = std::make_unique<server::Inspector>(*m_state, o);
+        } catch (const server::InspectorError &e) {
             throw std::runtime_error(e.what());
         }
     }
 
-    AgentState &state() { return *m_state; }
+    server::AgentState &state() { return *m_state; }
     std::string endpoint() const { return m_inspector->endpoint(); }
     std::string flush()
     {
@@ -114,8 +114,8 @@ class Agent
     std::uint64_t published() const { return m_inspector->publishedEvents(); }
 
   private:
-    std::unique_ptr<AgentState> m_state; // outlives the inspector that serves it
-    std::unique_ptr<Inspector> m_inspector;
+    std::unique_ptr<server::AgentState> m_state; // outlives the inspector that serves it
+    std::unique_ptr<server::Inspector> m_inspector;
 };
 
 } // namespace
@@ -147,7 +147,7 @@ PYBIND11_MODULE(_native, module)
         [](const std::string &kind, std::optional<std::string> accessor, const std::string &param,
            const std::string &owner, int status, const std::string &replaces, bool writes,
            const std::string &dialect) {
-            ViolationSubject s;
+            core::ViolationSubject s;
             bool ok = false;
             for (auto k :
                  {ViolationKind::UnregisteredAccess, ViolationKind::LateParameter,
@@ -164,10 +164,10 @@ PYBIND11_MODULE(_native, module)
             s.status = statusFrom(status);
             s.replaces = replaces;
             s.writes = writes;
-            FixDialect d;
-            if (!parseFixDialect(dialect, d))
+            core::FixDialect d;
+            if (!core::parseFixDialect(dialect, d))
                 throw py::value_error("unknown dialect '" + dialect + "'");
-            const ViolationText t = describeViolation(s, d);
+            const core::ViolationText t = core::describeViolation(s, d);
             return py::make_tuple(t.message, t.fix);
         },
         py::arg("kind"), py::arg("accessor"), py::arg("param"), py::arg("owner"),
@@ -199,7 +199,7 @@ PYBIND11_MODULE(_native, module)
         .def("set_config",
              [](Agent &a, std::int64_t persistence, std::int64_t bucket, std::int64_t maxLive,
                 const std::string &guard) {
-                 EngineConfigRecord c;
+                 core::EngineConfigRecord c;
                  c.persistenceThreshold = persistence;
                  c.prefetchBucketSize = bucket;
                  c.maxLiveParameters = maxLive;
@@ -213,8 +213,8 @@ PYBIND11_MODULE(_native, module)
                std::vector<std::int64_t> shape, const std::string &dtype, std::int64_t numel,
                std::int64_t partitionNumel, std::int64_t paddedNumel, bool persistent,
                bool partitioned, bool late, int status, const std::string &replaces) {
-                AgentParam p;
-                ParamRecord &r = p.record;
+                server::AgentParam p;
+                core::ParamRecord &r = p.record;
                 r.id = id;
                 r.name = name;
                 r.owner = owner;
@@ -257,7 +257,7 @@ PYBIND11_MODULE(_native, module)
             "unregistered_access",
             [](Agent &a, std::optional<std::uint32_t> accessor, std::uint32_t p,
                const std::string &action, bool writes) {
-                const ViolationText t = a.state().unregisteredAccess(moduleFrom(accessor), p,
+                const core::ViolationText t = a.state().unregisteredAccess(moduleFrom(accessor), p,
                                                                      actionFrom(action), writes);
                 return py::make_tuple(t.message, t.fix);
             },
@@ -289,5 +289,6 @@ PYBIND11_MODULE(_native, module)
             s.state = a.state().state();
             return wire::encodeSnapshot(s);
         });
-    agent::bindHotPath(module, [](py::handle a) -> AgentState & { return a.cast<Agent &>().state(); });
+    agent::bindHotPath(
+        module, [](py::handle a) -> server::AgentState & { return a.cast<Agent &>().state(); });
 }

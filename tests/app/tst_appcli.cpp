@@ -19,7 +19,7 @@
 #include "syntheticstate.h"
 
 using namespace shardscope;
-using namespace shardscope::testing;
+using namespace shardscope::test;
 
 class TestAppCli : public QObject
 {
@@ -123,16 +123,17 @@ void TestAppCli::fifoIsRefusedNotWaitedOn()
 
 void TestAppCli::openExportsAndScreenshot()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
     store.appendEvents(
-        std::vector<Event>{eventAt(1000, 0, makeStepBegin()),
-                           eventAt(2000, 0, makeFetchBegin({.param = 0, .cause = 7})),
-                           eventAt(9000, 0, makeFetchEnd({.param = 0, .cause = 7, .bytes = 6464})),
-                           lmHeadViolation(9500, 0), eventAt(20000, 0, makeStepEnd(4.0))},
+        std::vector<telemetry::Event>{
+            eventAt(1000, 0, telemetry::makeStepBegin()),
+            eventAt(2000, 0, telemetry::makeFetchBegin({.param = 0, .cause = 7})),
+            eventAt(9000, 0, telemetry::makeFetchEnd({.param = 0, .cause = 7, .bytes = 6464})),
+            lmHeadViolation(9500, 0), eventAt(20000, 0, telemetry::makeStepEnd(4.0))},
         false);
     const QString snap = m_dir.filePath(QStringLiteral("in.json"));
-    QCOMPARE(exportSnapshotFile(snap, store), QString());
+    QCOMPARE(session::exportSnapshotFile(snap, store), QString());
     const QString trace = m_dir.filePath(QStringLiteral("trace.json"));
     const QString csv = m_dir.filePath(QStringLiteral("violations.csv"));
     const QString png = m_dir.filePath(QStringLiteral("shot.png"));

@@ -55,17 +55,17 @@ nlohmann::json readJson(const QString &path)
 // A small in-process engine for the capture tool to attach to.
 struct LocalEngine
 {
-    std::unique_ptr<Engine> engine;
+    std::unique_ptr<core::Engine> engine;
     ModuleId lin = 0;
     ParamId w = 0;
 
     LocalEngine()
     {
-        EngineConfig cfg;
+        core::EngineConfig cfg;
         cfg.worldSize = 2;
         cfg.persistenceThreshold = 4;
         cfg.modelName = "local";
-        engine = std::make_unique<Engine>(cfg, makeCpuWorld(2));
+        engine = std::make_unique<core::Engine>(cfg, comm::makeCpuWorld(2));
         lin = engine->addModule(engine->root(), "lin", "Linear");
         std::vector<float> init(12, 1.0f);
         w = engine->addParameter(lin, "weight", {3, 4}, DType::F32, init.data());
@@ -77,7 +77,7 @@ struct LocalEngine
             for (int s = 0; s < n; ++s) {
                 engine->beginStep(r);
                 {
-                    ModuleScope scope(*engine, r, lin, Phase::Forward);
+                    core::ModuleScope scope(*engine, r, lin, Phase::Forward);
                     (void)engine->access(r, w);
                 }
                 engine->endStep(r, 1.0);
@@ -208,10 +208,10 @@ void TestCapture::wrongTokenIsRefused()
 {
     QTemporaryDir dir;
     LocalEngine local;
-    InspectorOptions o;
+    server::InspectorOptions o;
     o.endpoint = "tcp:127.0.0.1:0";
     o.token = "s3cret";
-    Inspector inspector(*local.engine, o);
+    server::Inspector inspector(*local.engine, o);
     const QString ep = QString::fromStdString(inspector.endpoint());
     Run r = runCapture({"--attach", ep, "--out", dir.filePath("s.json"), "--token", "guess"});
     QCOMPARE(r.exitCode, 1);
@@ -232,7 +232,7 @@ void TestCapture::listShowsLiveEngines()
     QVERIFY2(r.out.contains("no live ShardScope engines"), qPrintable(r.out));
     {
         LocalEngine local;
-        Inspector inspector(*local.engine, InspectorOptions{});
+        server::Inspector inspector(*local.engine, server::InspectorOptions{});
         r = runCapture({"--list"}, env);
         QCOMPARE(r.exitCode, 0);
         QVERIFY2(r.out.contains(QString::number(::getpid())), qPrintable(r.out));
@@ -267,9 +267,9 @@ void TestCapture::capturesALocalEngineUntilItFinishes()
 {
     QTemporaryDir dir;
     LocalEngine local;
-    InspectorOptions o;
+    server::InspectorOptions o;
     o.endpoint = "unix:" + dir.filePath("e.sock").toStdString();
-    auto inspector = std::make_unique<Inspector>(*local.engine, o);
+    auto inspector = std::make_unique<server::Inspector>(*local.engine, o);
     local.steps(3);
     QProcess capture;
     capture.start(binary("shardscope-capture"),
@@ -287,7 +287,7 @@ void TestCapture::capturesALocalEngineUntilItFinishes()
     QCOMPARE(snap->meta.producer, std::string("shardscope-capture"));
     QCOMPARE(snap->meta.pid, std::int64_t(::getpid()));
     int stepEnds = 0;
-    for (const Event &e : snap->events)
+    for (const telemetry::Event &e : snap->events)
         stepEnds += e.type == EventType::StepEnd;
     QCOMPARE(stepEnds, 5 * 2); // history (3 steps) and live (2 steps), both ranks
     QVERIFY(snapshotSchemaProblemsEmpty(readJson(dir.filePath("c.json"))));
@@ -309,29 +309,29 @@ void TestCapture::trainerEndToEndFindsTheTiedEmbeddingAccess()
     auto client = server::InspectorClient::connect(trainer.endpoint.toStdString(), {});
     QVERIFY2(client.ok(), client.error().c_str());
     wire::ClientState state;
-    const ViolationRecord *found = nullptr;
+    const core::ViolationRecord *found = nullptr;
     bool sawEvent = false;
     while (!state.finished() && !(found && sawEvent && state.liveEvents() > 0)) {
         auto frame = (*client)->next(30000);
         QVERIFY2(frame.ok() && frame->has_value(),
                  frame.ok() ? "no frame for 30 s" : frame.error().c_str());
         QVERIFY(state.apply(**frame).ok());
-        const EngineState &s = state.snapshot().state;
+        const core::EngineState &s = state.snapshot().state;
         const ModuleId lmHead = [&] {
-            for (const ModuleRecord &m : s.modules)
+            for (const core::ModuleRecord &m : s.modules)
                 if (m.path == "lm_head") return m.id;
             return kNoModule;
         }();
-        for (const ViolationRecord &v : s.violations) {
+        for (const core::ViolationRecord &v : s.violations) {
             if (v.kind != ViolationKind::UnregisteredAccess || v.accessor != lmHead) continue;
-            for (const ParamRecord &p : s.params)
+            for (const core::ParamRecord &p : s.params)
                 if (p.id == v.param && p.name == "embed.weight" &&
                     s.modules[v.owner].path == "embed")
                     found = &v;
         }
-        for (const Event &e : state.snapshot().events)
-            if (e.type == EventType::UnregisteredAccess && readAccess(e).accessor == lmHead &&
-                lmHead != kNoModule)
+        for (const telemetry::Event &e : state.snapshot().events)
+            if (e.type == EventType::UnregisteredAccess &&
+                telemetry::readAccess(e).accessor == lmHead && lmHead != kNoModule)
                 sawEvent = true;
     }
     QVERIFY2(found, "no unregistered access of embed.weight by lm_head");
@@ -377,7 +377,7 @@ void TestCapture::untilStepStopsAfterThatStep()
     QVERIFY(snap->state.step >= 3);
     QVERIFY(snap->state.step < 20);
     bool step3Ended = false;
-    for (const Event &e : snap->events)
+    for (const telemetry::Event &e : snap->events)
         step3Ended = step3Ended || (e.type == EventType::StepEnd && e.step == 3);
     QVERIFY(step3Ended);
     QCOMPARE(live.finish(), 0); // the trainer carries on after the capture left
@@ -464,10 +464,10 @@ void TestCapture::tokenFileAndEnvironmentAreUsed()
 {
     QTemporaryDir dir;
     LocalEngine local;
-    InspectorOptions o;
+    server::InspectorOptions o;
     o.endpoint = "unix:" + dir.filePath("e.sock").toStdString();
     o.token = "s3cret";
-    auto inspector = std::make_unique<Inspector>(*local.engine, o);
+    auto inspector = std::make_unique<server::Inspector>(*local.engine, o);
     local.steps(1);
     const QString token = dir.filePath("token");
     {

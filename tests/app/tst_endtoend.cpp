@@ -13,7 +13,7 @@
 
 #include "runprocess.h"
 
-using namespace shardscope::testing;
+using namespace shardscope::test;
 
 class TestEndToEnd : public QObject
 {

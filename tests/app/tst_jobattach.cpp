@@ -52,18 +52,18 @@ struct Job
     qint64 pid(int r) const { return ranks[static_cast<std::size_t>(r)]->processId(); }
 };
 
-std::size_t laneSize(const SessionStore &s, int r)
+std::size_t laneSize(const session::SessionStore &s, int r)
 {
     return r < s.laneCount() ? s.lane(r).size() : 0;
 }
 
 // The timestamp of rank r's StepBegin of `step`, or 0.
-std::uint64_t stepBeginTs(const SessionStore &s, int r, std::uint32_t step)
+std::uint64_t stepBeginTs(const session::SessionStore &s, int r, std::uint32_t step)
 {
     if (r >= s.laneCount()) return 0;
-    const EventLane &lane = s.lane(r);
+    const session::EventLane &lane = s.lane(r);
     for (std::size_t i = 0; i < lane.size(); ++i) {
-        const Event e = lane.at(i);
+        const telemetry::Event e = lane.at(i);
         if (e.type == EventType::StepBegin && e.step == step) return e.tsNs;
     }
     return 0;
@@ -169,9 +169,9 @@ void TestJobAttach::oneWindowShowsEveryRankOfTheJob()
     w.show();
     QCOMPARE(w.attach(QStringLiteral("job:three"), {}, dir), QString());
     QVERIFY(w.attachedToJob());
-    JobSession *session = w.jobSession();
+    session::JobSession *session = w.jobSession();
     QCOMPARE(session->processCount(), 3);
-    SessionStore *store = w.store();
+    session::SessionStore *store = w.store();
     QTRY_VERIFY_WITH_TIMEOUT(store->hasState() && store->state().localRanks.size() == 3 &&
                                  laneSize(*store, 0) > 0 && laneSize(*store, 1) > 0 &&
                                  laneSize(*store, 2) > 0 && session->caughtUp(),
@@ -180,7 +180,7 @@ void TestJobAttach::oneWindowShowsEveryRankOfTheJob()
     QCOMPARE(store->state().localRanks, (std::vector<int>{0, 1, 2}));
     for (int i = 0; i < 3; ++i) {
         QCOMPARE(session->ranks(i), std::vector<int>{i});
-        QCOMPARE(session->health(i), JobSession::Health::Live);
+        QCOMPARE(session->health(i), session::JobSession::Health::Live);
     }
     // Events land in the lane of the global rank that emitted them.
     for (int r = 0; r < 3; ++r)
@@ -190,7 +190,7 @@ void TestJobAttach::oneWindowShowsEveryRankOfTheJob()
     // Every view shows every rank: the tree (a model over the merged state), the timeline's
     // lanes, the partition map and memory per rank.
     QTRY_VERIFY(w.tree()->model()->rowCount() > 0);
-    for (const ParamRecord &p : store->state().params)
+    for (const core::ParamRecord &p : store->state().params)
         QCOMPARE(p.status.size(), std::size_t(3));
     auto *timeline = w.findChild<views::GatherTimeline *>();
     QVERIFY(timeline);
@@ -222,7 +222,7 @@ void TestJobAttach::oneWindowShowsEveryRankOfTheJob()
     QCOMPARE(snap->state.worldSize, 3);
     QCOMPARE(snap->state.localRanks, (std::vector<int>{0, 1, 2}));
     std::set<int> ranksSeen;
-    for (const Event &e : snap->events)
+    for (const telemetry::Event &e : snap->events)
         ranksSeen.insert(e.rank);
     QCOMPARE(ranksSeen, (std::set<int>{0, 1, 2}));
 }
@@ -234,17 +234,17 @@ void TestJobAttach::aKilledRankIsLostAndKeepsItsData()
     app::MainWindow w;
     QCOMPARE(w.attach(QStringLiteral("job:killed"), {}, m_runtime.path() + "/shardscope"),
              QString());
-    JobSession *session = w.jobSession();
-    SessionStore *store = w.store();
+    session::JobSession *session = w.jobSession();
+    session::SessionStore *store = w.store();
     QTRY_VERIFY_WITH_TIMEOUT(store->hasState() && store->completedStep() >= 3 &&
                                  laneSize(*store, 1) > 0 && session->caughtUp(),
                              30000);
     const auto before = laneSize(*store, 1);
     ::kill(static_cast<pid_t>(job.pid(1)), SIGKILL);
-    QTRY_COMPARE_WITH_TIMEOUT(session->health(1), JobSession::Health::Lost, 10000);
+    QTRY_COMPARE_WITH_TIMEOUT(session->health(1), session::JobSession::Health::Lost, 10000);
     // The others are not lost with it (they fail later, naming rank 1, within --comm-timeout).
-    QVERIFY(session->health(0) != JobSession::Health::Lost);
-    QVERIFY(session->health(2) != JobSession::Health::Lost);
+    QVERIFY(session->health(0) != session::JobSession::Health::Lost);
+    QVERIFY(session->health(2) != session::JobSession::Health::Lost);
     const QString line = session->processLine(1);
     QVERIFY2(line.startsWith(QStringLiteral("rank 1 lost: connection closed at step ")),
              qPrintable(line));
@@ -271,27 +271,27 @@ void TestJobAttach::aStoppedRankIsShownNotAnswering()
     w.jobSession()->setSilenceTimeoutMs(2500);
     QCOMPARE(w.attach(QStringLiteral("job:stopped"), {}, m_runtime.path() + "/shardscope"),
              QString());
-    JobSession *session = w.jobSession();
-    SessionStore *store = w.store();
+    session::JobSession *session = w.jobSession();
+    session::SessionStore *store = w.store();
     QTRY_VERIFY_WITH_TIMEOUT(store->hasState() && store->completedStep() >= 3 &&
                                  laneSize(*store, 2) > 0 && session->caughtUp(),
                              30000);
     const auto before = laneSize(*store, 2);
     ::kill(static_cast<pid_t>(job.pid(2)), SIGSTOP);
-    QTRY_COMPARE_WITH_TIMEOUT(session->health(2), JobSession::Health::Silent, 15000);
+    QTRY_COMPARE_WITH_TIMEOUT(session->health(2), session::JobSession::Health::Silent, 15000);
     const QString line = session->processLine(2);
     QVERIFY2(line.startsWith(QStringLiteral("rank 2 not answering")), qPrintable(line));
     // The others still answer (their servers send heartbeats while training waits).
-    QVERIFY(session->health(0) != JobSession::Health::Silent);
-    QVERIFY(session->health(1) != JobSession::Health::Silent);
+    QVERIFY(session->health(0) != session::JobSession::Health::Silent);
+    QVERIFY(session->health(1) != session::JobSession::Health::Silent);
     QVERIFY(laneSize(*store, 2) >= before);
     // Past --comm-timeout the others fail, naming rank 2.
-    QTRY_VERIFY_WITH_TIMEOUT(session->health(0) != JobSession::Health::Live &&
-                                 session->health(1) != JobSession::Health::Live,
+    QTRY_VERIFY_WITH_TIMEOUT(session->health(0) != session::JobSession::Health::Live &&
+                                 session->health(1) != session::JobSession::Health::Live,
                              30000);
     QVERIFY2(session->processLine(0).contains(QStringLiteral("rank 2")),
              qPrintable(session->processLine(0)));
-    QCOMPARE(session->health(2), JobSession::Health::Silent);
+    QCOMPARE(session->health(2), session::JobSession::Health::Silent);
 }
 
 void TestJobAttach::clocksAreMappedAndAnUnreachableProcessIsNamed()
@@ -300,25 +300,25 @@ void TestJobAttach::clocksAreMappedAndAnUnreachableProcessIsNamed()
     Job job;
     startJob(job, 2, "clock",
              {{}, {QStringLiteral("SHARDSCOPE_TEST_CLOCK_OFFSET_NS=%1").arg(kOffset)}});
-    std::vector<JobTarget> targets;
+    std::vector<session::JobTarget> targets;
     QString name;
-    QCOMPARE(JobSession::resolve(QStringLiteral("job:clock"), targets, name,
-                                 m_runtime.path() + "/shardscope"),
+    QCOMPARE(session::JobSession::resolve(QStringLiteral("job:clock"), targets, name,
+                                          m_runtime.path() + "/shardscope"),
              QString());
     QCOMPARE(targets.size(), std::size_t(2));
     const QString missing = "unix:" + m_runtime.path() + "/nobody-listens.sock";
     app::MainWindow w;
     QCOMPARE(w.attach(targets[0].endpoint + "," + targets[1].endpoint + "," + missing, {}),
              QString());
-    JobSession *session = w.jobSession();
-    SessionStore *store = w.store();
+    session::JobSession *session = w.jobSession();
+    session::SessionStore *store = w.store();
     QCOMPARE(session->processCount(), 3);
     QTRY_VERIFY_WITH_TIMEOUT(store->hasState() && store->completedStep() >= 4 &&
-                                 session->health(0) == JobSession::Health::Live &&
-                                 session->health(1) == JobSession::Health::Live,
+                                 session->health(0) == session::JobSession::Health::Live &&
+                                 session->health(1) == session::JobSession::Health::Live,
                              30000);
     // The endpoint nobody serves is named; the two others are attached.
-    QTRY_COMPARE_WITH_TIMEOUT(session->health(2), JobSession::Health::Unreachable, 10000);
+    QTRY_COMPARE_WITH_TIMEOUT(session->health(2), session::JobSession::Health::Unreachable, 10000);
     QVERIFY2(session->summary().contains(QStringLiteral("unreachable")),
              qPrintable(session->summary()));
     QVERIFY2(session->summary().contains(QStringLiteral("2 of 2 ranks live")),

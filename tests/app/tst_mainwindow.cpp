@@ -30,7 +30,7 @@
 #include "wire/discovery.h"
 
 using namespace shardscope;
-using namespace shardscope::testing;
+using namespace shardscope::test;
 
 class TestMainWindow : public QObject
 {
@@ -59,15 +59,16 @@ void TestMainWindow::init()
 
 static QString writeSnapshot(QTemporaryDir &dir)
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
     store.appendEvents(
-        std::vector<Event>{eventAt(1000, 0, makeFetchBegin({.param = 0, .cause = 7})),
-                           eventAt(5000, 0, makeFetchEnd({.param = 0, .cause = 7, .bytes = 6464})),
-                           lmHeadViolation(6000, 0)},
+        std::vector<telemetry::Event>{
+            eventAt(1000, 0, telemetry::makeFetchBegin({.param = 0, .cause = 7})),
+            eventAt(5000, 0, telemetry::makeFetchEnd({.param = 0, .cause = 7, .bytes = 6464})),
+            lmHeadViolation(6000, 0)},
         false);
     const QString path = dir.filePath(QStringLiteral("s.json"));
-    exportSnapshotFile(path, store);
+    session::exportSnapshotFile(path, store);
     return path;
 }
 
@@ -125,7 +126,7 @@ void TestMainWindow::lostConnectionKeepsDataAndSaysSo()
     QTRY_COMPARE(w.violations()->model()->rowCount(), 1);
     engine.stopListening();
     engine.dropClient();
-    QTRY_COMPARE(w.connection()->state(), Connection::State::Lost);
+    QTRY_COMPARE(w.connection()->state(), session::Connection::State::Lost);
     auto *banner = w.findChild<QLabel *>(QStringLiteral("banner"));
     QVERIFY(banner && banner->isVisible());
     QVERIFY(banner->text().contains(QStringLiteral("everything collected so far is kept")));

@@ -8,7 +8,7 @@
 
 #include "runprocess.h"
 
-using namespace shardscope::testing;
+using namespace shardscope::test;
 
 class TestRealWindow : public QObject
 {

@@ -28,17 +28,18 @@ constexpr auto kWatchdog = std::chrono::seconds(60);
 constexpr std::uint8_t kGuard = 0xA5;
 constexpr std::size_t kGuardBytes = 64;
 
-using World = std::vector<std::unique_ptr<Communicator>>;
+using World = std::vector<std::unique_ptr<comm::Communicator>>;
 
 World asyncWorld(int n)
 {
-    return makeAsyncCommunicators(makeCpuWorld(n));
+    return comm::makeAsyncCommunicators(comm::makeCpuWorld(n));
 }
 
 // Runs body on one thread per rank, as a training process would; what each rank threw
 // is returned by rank ("" when nothing). Aborts the test process if the ranks are not
 // done within kWatchdog, so a hang is reported as a failure.
-std::vector<std::string> runRanks(World &comms, const std::function<void(Communicator &)> &body)
+std::vector<std::string> runRanks(World &comms,
+                                  const std::function<void(comm::Communicator &)> &body)
 {
     const std::size_t n = comms.size();
     std::vector<std::string> thrown(n);
@@ -50,7 +51,7 @@ std::vector<std::string> runRanks(World &comms, const std::function<void(Communi
         threads.emplace_back([&, r] {
             try {
                 body(*comms[r]);
-            } catch (const CommError &e) {
+            } catch (const comm::CommError &e) {
                 thrown[r] = std::string("CommError: ") + e.what();
             } catch (const std::exception &e) {
                 thrown[r] = std::string("unexpected exception: ") + e.what();
@@ -114,19 +115,19 @@ std::vector<std::uint8_t> guarded(std::size_t bytes)
 
 // Each rank's output (what body returns) from the synchronous world and from the
 // asynchronous one; they must be byte-identical.
-using Collective = std::function<std::vector<std::uint8_t>(Communicator &)>;
+using Collective = std::function<std::vector<std::uint8_t>(comm::Communicator &)>;
 
 void compareWithSync(int worldSize, const Collective &body)
 {
     const auto n = static_cast<std::size_t>(worldSize);
     std::vector<std::vector<std::uint8_t>> sync(n), async(n);
-    World syncComms = makeCpuWorld(worldSize);
+    World syncComms = comm::makeCpuWorld(worldSize);
     const auto syncThrown = runRanks(
-        syncComms, [&](Communicator &c) { sync[static_cast<std::size_t>(c.rank())] = body(c); });
+        syncComms, [&](comm::Communicator &c) { sync[static_cast<std::size_t>(c.rank())] = body(c); });
     QVERIFY2(firstThrown(syncThrown).empty(), firstThrown(syncThrown).c_str());
     World asyncComms = asyncWorld(worldSize);
     const auto asyncThrown = runRanks(
-        asyncComms, [&](Communicator &c) { async[static_cast<std::size_t>(c.rank())] = body(c); });
+        asyncComms, [&](comm::Communicator &c) { async[static_cast<std::size_t>(c.rank())] = body(c); });
     QVERIFY2(firstThrown(asyncThrown).empty(), firstThrown(asyncThrown).c_str());
     for (std::size_t r = 0; r < n; ++r) {
         QCOMPARE(async[r].size(), sync[r].size());
@@ -135,18 +136,18 @@ void compareWithSync(int worldSize, const Collective &body)
 }
 
 // A single-rank communicator that records on which threads it was bound and used.
-class RecordingComm final : public Communicator
+class RecordingComm final : public comm::Communicator
 {
 public:
     int rank() const override { return 0; }
     int worldSize() const override { return 1; }
-    Backend backend() const override { return Backend::Cpu; }
+    comm::Backend backend() const override { return comm::Backend::Cpu; }
     void bindThread() override
     {
         std::lock_guard lock(m_mutex);
         m_bound.push_back(std::this_thread::get_id());
     }
-    CommHandle allGather(const void *send, void *recv, std::size_t bytes) override
+    comm::CommHandle allGather(const void *send, void *recv, std::size_t bytes) override
     {
         {
             std::lock_guard lock(m_mutex);
@@ -155,8 +156,8 @@ public:
         std::memcpy(recv, send, bytes);
         return {};
     }
-    CommHandle broadcast(void *, std::size_t, int) override { return {}; }
-    CommHandle reduceScatter(const void *, void *, std::size_t, DType) override { return {}; }
+    comm::CommHandle broadcast(void *, std::size_t, int) override { return {}; }
+    comm::CommHandle reduceScatter(const void *, void *, std::size_t, DType) override { return {}; }
     void barrier() override {}
 
     std::vector<std::thread::id> bound() const
@@ -177,34 +178,35 @@ private:
 
 // Forwards to a real communicator; calls hook when an all_gather starts (on the thread
 // that runs it), so a test can see that the progress thread has begun one, or hold it.
-class Probe final : public Communicator
+class Probe final : public comm::Communicator
 {
 public:
-    Probe(std::unique_ptr<Communicator> inner, std::function<void()> hook)
+    Probe(std::unique_ptr<comm::Communicator> inner, std::function<void()> hook)
         : m_inner(std::move(inner)), m_hook(std::move(hook))
     {
     }
     int rank() const override { return m_inner->rank(); }
     int worldSize() const override { return m_inner->worldSize(); }
-    Backend backend() const override { return m_inner->backend(); }
+    comm::Backend backend() const override { return m_inner->backend(); }
     void abort() noexcept override { m_inner->abort(); }
-    CommHandle allGather(const void *send, void *recv, std::size_t bytes) override
+    comm::CommHandle allGather(const void *send, void *recv, std::size_t bytes) override
     {
         m_hook();
         return m_inner->allGather(send, recv, bytes);
     }
-    CommHandle broadcast(void *buf, std::size_t bytes, int root) override
+    comm::CommHandle broadcast(void *buf, std::size_t bytes, int root) override
     {
         return m_inner->broadcast(buf, bytes, root);
     }
-    CommHandle reduceScatter(const void *send, void *recv, std::size_t count, DType dtype) override
+    comm::CommHandle reduceScatter(const void *send, void *recv, std::size_t count,
+                                   DType dtype) override
     {
         return m_inner->reduceScatter(send, recv, count, dtype);
     }
     void barrier() override { m_inner->barrier(); }
 
 private:
-    std::unique_ptr<Communicator> m_inner;
+    std::unique_ptr<comm::Communicator> m_inner;
     std::function<void()> m_hook;
 };
 
@@ -274,7 +276,7 @@ void TestAsyncCommunicator::allGatherMatchesSync()
     QFETCH(int, world);
     QFETCH(qint64, size);
     const auto bytes = static_cast<std::size_t>(size);
-    compareWithSync(world, [&](Communicator &c) {
+    compareWithSync(world, [&](comm::Communicator &c) {
         std::vector<std::uint8_t> send(bytes);
         for (std::size_t i = 0; i < bytes; ++i)
             send[i] = pattern(c.rank(), i);
@@ -294,7 +296,7 @@ void TestAsyncCommunicator::broadcastMatchesSync()
     QFETCH(int, world);
     QFETCH(qint64, size);
     const auto bytes = static_cast<std::size_t>(size);
-    compareWithSync(world, [&](Communicator &c) {
+    compareWithSync(world, [&](comm::Communicator &c) {
         std::vector<std::uint8_t> out;
         for (int root = 0; root < c.worldSize(); ++root) {
             auto buf = guarded(bytes);
@@ -317,7 +319,7 @@ void TestAsyncCommunicator::reduceScatterMatchesSync()
     QFETCH(int, world);
     QFETCH(qint64, size);
     const auto count = static_cast<std::size_t>(size);
-    compareWithSync(world, [&](Communicator &c) {
+    compareWithSync(world, [&](comm::Communicator &c) {
         const auto w = static_cast<std::size_t>(c.worldSize());
         const auto f = randomFloats(w * count, static_cast<unsigned>(17 + c.rank()));
         std::vector<std::uint16_t> bf(f.size());
@@ -326,9 +328,9 @@ void TestAsyncCommunicator::reduceScatterMatchesSync()
         auto recvF32 = guarded(count * sizeof(float));
         auto recvBf16 = guarded(count * 2);
         // Both issued before either is waited for.
-        const CommHandle a =
+        const comm::CommHandle a =
             c.reduceScatter(f.data(), recvF32.data() + kGuardBytes, count, DType::F32);
-        const CommHandle b =
+        const comm::CommHandle b =
             c.reduceScatter(bf.data(), recvBf16.data() + kGuardBytes, count, DType::BF16);
         b.wait();
         a.wait();
@@ -347,14 +349,14 @@ void TestAsyncCommunicator::backToBackCompleteInOrder()
     constexpr std::size_t kCount = 5;
     World comms = asyncWorld(kWorld);
     std::vector<std::string> mismatch(kWorld);
-    const auto thrown = runRanks(comms, [&](Communicator &c) {
+    const auto thrown = runRanks(comms, [&](comm::Communicator &c) {
         const int rank = c.rank();
         const auto r = static_cast<std::size_t>(rank);
         struct Round
         {
             std::vector<std::uint8_t> send, recv, bcast;
             std::vector<float> rsSend, rsRecv;
-            CommHandle handles[4];
+            comm::CommHandle handles[4];
         };
         std::vector<Round> rounds(kRounds);
         for (int k = 0; k < kRounds; ++k) {
@@ -376,9 +378,9 @@ void TestAsyncCommunicator::backToBackCompleteInOrder()
         rounds.back().handles[3].wait();
         for (int k = 0; k < kRounds && mismatch[r].empty(); ++k) {
             const Round &rd = rounds[static_cast<std::size_t>(k)];
-            for (const CommHandle &h : rd.handles)
+            for (const comm::CommHandle &h : rd.handles)
                 if (!h.ready()) mismatch[r] = "round " + std::to_string(k) + " not done";
-            for (const CommHandle &h : rd.handles)
+            for (const comm::CommHandle &h : rd.handles)
                 h.wait();
             for (std::size_t j = 0; j < kWorld; ++j)
                 for (std::size_t i = 0; i < kBytes; ++i)
@@ -413,12 +415,12 @@ void TestAsyncCommunicator::callsReturnBeforePeersJoin()
     bool rank0Issued = false;
     bool readyBeforePeer = true;
     std::vector<std::vector<std::uint8_t>> recv(2, std::vector<std::uint8_t>(8, 0));
-    const auto thrown = runRanks(comms, [&](Communicator &c) {
+    const auto thrown = runRanks(comms, [&](comm::Communicator &c) {
         const auto r = static_cast<std::size_t>(c.rank());
         const std::uint8_t send[4] = {std::uint8_t(10 * r + 1), std::uint8_t(10 * r + 2),
                                       std::uint8_t(10 * r + 3), std::uint8_t(10 * r + 4)};
         if (r == 0) {
-            const CommHandle h = c.allGather(send, recv[0].data(), 4);
+            const comm::CommHandle h = c.allGather(send, recv[0].data(), 4);
             {
                 std::lock_guard lock(mutex);
                 readyBeforePeer = h.ready();
@@ -449,25 +451,25 @@ void TestAsyncCommunicator::mismatchFailsEveryWaiter()
     World comms = asyncWorld(kWorld);
     std::vector<std::string> first(kWorld), second(kWorld), otherThread(kWorld);
     std::vector<char> readyAfter(kWorld, 0), recvUntouched(kWorld, 0), recovered(kWorld, 0);
-    const auto thrown = runRanks(comms, [&](Communicator &c) {
+    const auto thrown = runRanks(comms, [&](comm::Communicator &c) {
         const auto r = static_cast<std::size_t>(c.rank());
         std::vector<std::uint8_t> send(1024, static_cast<std::uint8_t>(r)), recv(4 * 1024, 0x77);
-        const CommHandle h = c.allGather(send.data(), recv.data(), r == 2 ? 512 : 1024);
+        const comm::CommHandle h = c.allGather(send.data(), recv.data(), r == 2 ? 512 : 1024);
         std::thread other([&] {
             try {
                 h.wait();
-            } catch (const CommError &e) {
+            } catch (const comm::CommError &e) {
                 otherThread[r] = e.what();
             }
         });
         try {
             h.wait();
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             first[r] = e.what();
         }
         try {
             h.wait();
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             second[r] = e.what();
         }
         other.join();
@@ -495,14 +497,15 @@ void TestAsyncCommunicator::barrierOrdersAfterQueuedOps()
     constexpr int kWorld = 3;
     World comms = asyncWorld(kWorld);
     std::vector<std::string> problem(kWorld);
-    const auto thrown = runRanks(comms, [&](Communicator &c) {
+    const auto thrown = runRanks(comms, [&](comm::Communicator &c) {
         const auto r = static_cast<std::size_t>(c.rank());
         for (int round = 0; round < 200 && problem[r].empty(); ++round) {
             std::vector<std::uint8_t> send(64, pattern(c.rank(), 0, round));
             std::vector<std::uint8_t> recv(kWorld * 64, 0);
             std::vector<float> rsSend(kWorld * 16, 1.0f), rsRecv(16, 0.0f);
-            const CommHandle a = c.allGather(send.data(), recv.data(), 64);
-            const CommHandle b = c.reduceScatter(rsSend.data(), rsRecv.data(), 16, DType::F32);
+            const comm::CommHandle a = c.allGather(send.data(), recv.data(), 64);
+            const comm::CommHandle b =
+                c.reduceScatter(rsSend.data(), rsRecv.data(), 16, DType::F32);
             c.barrier();
             // No wait(): barrier() alone must have let both finish.
             if (!a.ready() || !b.ready()) {
@@ -528,18 +531,18 @@ void TestAsyncCommunicator::abortReleasesRankWhosePeerNeverJoins()
     // communicator, as the engine does. Rank 0's waits throw instead of hanging, its
     // buffers are untouched, later calls throw, and both communicators can be destroyed.
     Flag started;
-    World inner = makeCpuWorld(2);
+    World inner = comm::makeCpuWorld(2);
     World comms;
-    comms.push_back(makeAsyncCommunicator(
+    comms.push_back(comm::makeAsyncCommunicator(
         std::make_unique<Probe>(std::move(inner[0]), [&] { started.set(); })));
-    comms.push_back(makeAsyncCommunicator(std::move(inner[1])));
+    comms.push_back(comm::makeAsyncCommunicator(std::move(inner[1])));
     std::mutex mutex;
     std::condition_variable cv;
     bool issued = false;
     bool readyBeforeAbort = true;
     std::string runningError, queuedError, laterError, barrierError;
     bool untouched = false;
-    const auto thrown = runRanks(comms, [&](Communicator &c) {
+    const auto thrown = runRanks(comms, [&](comm::Communicator &c) {
         if (c.rank() == 1) {
             std::unique_lock lock(mutex);
             cv.wait(lock, [&] { return issued; });
@@ -549,8 +552,8 @@ void TestAsyncCommunicator::abortReleasesRankWhosePeerNeverJoins()
             return;
         }
         std::vector<std::uint8_t> send(8, 1), recv(16, 0x77), buf(4, 0x66);
-        const CommHandle running = c.allGather(send.data(), recv.data(), 8);
-        const CommHandle queued = c.broadcast(buf.data(), 4, 1);
+        const comm::CommHandle running = c.allGather(send.data(), recv.data(), 8);
+        const comm::CommHandle queued = c.broadcast(buf.data(), 4, 1);
         started.wait(); // the all_gather is inside the inner communicator, waiting for rank 1
         {
             std::lock_guard lock(mutex);
@@ -560,22 +563,22 @@ void TestAsyncCommunicator::abortReleasesRankWhosePeerNeverJoins()
         cv.notify_all();
         try {
             running.wait();
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             runningError = e.what();
         }
         try {
             queued.wait();
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             queuedError = e.what();
         }
         try {
             c.allGather(send.data(), recv.data(), 8);
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             laterError = e.what();
         }
         try {
             c.barrier();
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             barrierError = e.what();
         }
         untouched = std::all_of(recv.begin(), recv.end(), [](auto b) { return b == 0x77; }) &&
@@ -595,7 +598,7 @@ void TestAsyncCommunicator::abortCancelsQueuedOps()
     // An inner collective that abort() cannot release: the ops queued behind it fail at
     // once with the wrapper's error, the running one finishes when the backend lets it.
     Flag started, release;
-    auto comm = makeAsyncCommunicator(std::make_unique<Probe>(std::move(makeCpuWorld(1)[0]), [&] {
+    auto comm = comm::makeAsyncCommunicator(std::make_unique<Probe>(std::move(comm::makeCpuWorld(1)[0]), [&] {
         started.set();
         release.wait();
     }));
@@ -606,19 +609,19 @@ void TestAsyncCommunicator::abortCancelsQueuedOps()
         ~Releaser() { flag.set(); }
     } releaser{release};
     std::uint8_t send = 7, recv = 0, other = 0;
-    const CommHandle running = comm->allGather(&send, &recv, 1);
+    const comm::CommHandle running = comm->allGather(&send, &recv, 1);
     started.wait();
-    const CommHandle queued1 = comm->allGather(&send, &other, 1);
-    const CommHandle queued2 = comm->broadcast(&other, 1, 0);
+    const comm::CommHandle queued1 = comm->allGather(&send, &other, 1);
+    const comm::CommHandle queued2 = comm->broadcast(&other, 1, 0);
     comm->abort();
     QVERIFY(queued1.ready());
     QVERIFY(queued2.ready());
     QVERIFY(!running.ready());
-    for (const CommHandle *h : {&queued1, &queued2}) {
+    for (const comm::CommHandle *h : {&queued1, &queued2}) {
         QString msg;
         try {
             h->wait();
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             msg = e.what();
         }
         QVERIFY2(msg.contains("rank 0 was aborted after a failure on another rank"),
@@ -628,7 +631,7 @@ void TestAsyncCommunicator::abortCancelsQueuedOps()
     release.set();
     try {
         running.wait(); // the CPU world of one saw the abort too: either outcome is fine
-    } catch (const CommError &) {
+    } catch (const comm::CommError &) {
     }
     QVERIFY(running.ready());
     within("destroying an aborted communicator", [&] { comm.reset(); });
@@ -643,14 +646,14 @@ void TestAsyncCommunicator::destructorRunsQueuedOps()
     constexpr std::size_t kBytes = 16;
     World comms = asyncWorld(kWorld);
     std::vector<std::vector<std::uint8_t>> send(kWorld), recv(kWorld);
-    std::vector<std::vector<CommHandle>> handles(kWorld);
+    std::vector<std::vector<comm::CommHandle>> handles(kWorld);
     for (std::size_t r = 0; r < kWorld; ++r) {
         send[r].resize(kOps * kBytes);
         for (std::size_t i = 0; i < send[r].size(); ++i)
             send[r][i] = pattern(static_cast<int>(r), i);
         recv[r].assign(kOps * kWorld * kBytes, 0);
     }
-    const auto thrown = runRanks(comms, [&](Communicator &c) {
+    const auto thrown = runRanks(comms, [&](comm::Communicator &c) {
         const auto r = static_cast<std::size_t>(c.rank());
         for (std::size_t k = 0; k < kOps; ++k)
             handles[r].push_back(c.allGather(send[r].data() + k * kBytes,
@@ -659,7 +662,7 @@ void TestAsyncCommunicator::destructorRunsQueuedOps()
     QVERIFY2(firstThrown(thrown).empty(), firstThrown(thrown).c_str());
     within("destroying a world with queued collectives", [&] { comms.clear(); });
     for (std::size_t r = 0; r < kWorld; ++r) {
-        for (const CommHandle &h : handles[r]) {
+        for (const comm::CommHandle &h : handles[r]) {
             QVERIFY(h.ready());
             h.wait();
         }
@@ -674,7 +677,7 @@ void TestAsyncCommunicator::progressThreadIsBound()
 {
     auto owned = std::make_unique<RecordingComm>();
     RecordingComm *inner = owned.get();
-    auto comm = makeAsyncCommunicator(std::move(owned));
+    auto comm = comm::makeAsyncCommunicator(std::move(owned));
     comm->bindThread(); // the caller's own thread, forwarded
     const std::uint32_t in = 0xDEADBEEF;
     std::uint32_t out = 0;

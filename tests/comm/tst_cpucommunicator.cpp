@@ -30,9 +30,9 @@ struct Outcome
 };
 
 // Runs body on worldSize threads, one per rank, as a training process would.
-Outcome runRanks(int worldSize, const std::function<void(Communicator &)> &body)
+Outcome runRanks(int worldSize, const std::function<void(comm::Communicator &)> &body)
 {
-    auto comms = makeCpuWorld(worldSize);
+    auto comms = comm::makeCpuWorld(worldSize);
     Outcome out;
     out.thrown.resize(static_cast<std::size_t>(worldSize));
     out.failures.resize(static_cast<std::size_t>(worldSize));
@@ -42,7 +42,7 @@ Outcome runRanks(int worldSize, const std::function<void(Communicator &)> &body)
             const auto i = static_cast<std::size_t>(r);
             try {
                 body(*comms[i]);
-            } catch (const CommError &e) {
+            } catch (const comm::CommError &e) {
                 out.thrown[i] = e.what();
             } catch (const std::exception &e) {
                 out.failures[i] = std::string("unexpected exception: ") + e.what();
@@ -169,25 +169,25 @@ private slots:
 
 void TestCpuCommunicator::worldBasics()
 {
-    auto comms = makeCpuWorld(3);
+    auto comms = comm::makeCpuWorld(3);
     QCOMPARE(comms.size(), std::size_t(3));
     for (int r = 0; r < 3; ++r) {
         QCOMPARE(comms[static_cast<std::size_t>(r)]->rank(), r);
         QCOMPARE(comms[static_cast<std::size_t>(r)]->worldSize(), 3);
-        QCOMPARE(comms[static_cast<std::size_t>(r)]->backend(), Backend::Cpu);
+        QCOMPARE(comms[static_cast<std::size_t>(r)]->backend(), comm::Backend::Cpu);
         QVERIFY(!comms[static_cast<std::size_t>(r)]->deviceBuffers());
     }
-    QCOMPARE(backendName(Backend::Cpu), std::string_view("cpu"));
-    QCOMPARE(backendName(Backend::Nccl), std::string_view("nccl"));
-    const CommHandle h;
+    QCOMPARE(comm::backendName(comm::Backend::Cpu), std::string_view("cpu"));
+    QCOMPARE(comm::backendName(comm::Backend::Nccl), std::string_view("nccl"));
+    const comm::CommHandle h;
     QVERIFY(h.ready());
     h.wait();
 }
 
 void TestCpuCommunicator::rejectsEmptyWorld()
 {
-    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, makeCpuWorld(0));
-    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, makeCpuWorld(-3));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, comm::makeCpuWorld(0));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, comm::makeCpuWorld(-3));
 }
 
 void TestCpuCommunicator::allGather_data()
@@ -208,7 +208,7 @@ void TestCpuCommunicator::allGather()
             expected[static_cast<std::size_t>(j) * bytes + i] = pattern(j, i);
 
     std::vector<std::string> mismatch(w);
-    const Outcome o = runRanks(world, [&](Communicator &c) {
+    const Outcome o = runRanks(world, [&](comm::Communicator &c) {
         const auto r = static_cast<std::size_t>(c.rank());
         Guarded send(bytes);
         for (std::size_t i = 0; i < bytes; ++i)
@@ -237,7 +237,7 @@ void TestCpuCommunicator::allGatherInPlace()
         for (int j = 0; j < world; ++j)
             for (std::size_t i = 0; i < bytes; ++i)
                 expected[static_cast<std::size_t>(j) * bytes + i] = pattern(j, i, 5);
-        const Outcome o = runRanks(world, [&](Communicator &c) {
+        const Outcome o = runRanks(world, [&](comm::Communicator &c) {
             const auto r = static_cast<std::size_t>(c.rank());
             std::vector<std::uint8_t> recv(w * bytes, 0);
             std::uint8_t *own = recv.data() + r * bytes;
@@ -268,7 +268,7 @@ void TestCpuCommunicator::streamingCopyMatchesMemcpy()
         for (std::size_t so : offsets)
             for (std::size_t dOff : offsets) {
                 Guarded dst(n + 64);
-                detail::streamingCopy(dst.data() + dOff, src.data() + so, n);
+                comm::detail::streamingCopy(dst.data() + dOff, src.data() + so, n);
                 const std::string diff = compareBytes(dst.data() + dOff, src.data() + so, n);
                 QVERIFY2(diff.empty(),
                          (std::to_string(n) + " bytes, offsets " + std::to_string(so) + "/" +
@@ -285,13 +285,13 @@ void TestCpuCommunicator::streamingCopyMatchesMemcpy()
 
 void TestCpuCommunicator::allGatherAboveStreamingThreshold()
 {
-    const std::size_t threshold = detail::streamingThreshold();
+    const std::size_t threshold = comm::detail::streamingThreshold();
     if (threshold > (std::size_t(256) << 20))
         QSKIP("the streaming threshold of this machine's cache needs too much memory to test");
     const int world = 2;
     const std::size_t bytes = threshold / 2 + 4097; // odd, and above the threshold in total
     std::vector<std::string> mismatch(2);
-    const Outcome o = runRanks(world, [&](Communicator &c) {
+    const Outcome o = runRanks(world, [&](comm::Communicator &c) {
         const auto r = static_cast<std::size_t>(c.rank());
         std::vector<std::uint8_t> send(bytes), recv(2 * bytes + 1, kGuard);
         for (std::size_t i = 0; i < bytes; ++i)
@@ -319,7 +319,7 @@ void TestCpuCommunicator::broadcastFromEveryRoot()
     const auto bytes = static_cast<std::size_t>(size);
     const auto w = static_cast<std::size_t>(world);
     std::vector<std::string> mismatch(w);
-    const Outcome o = runRanks(world, [&](Communicator &c) {
+    const Outcome o = runRanks(world, [&](comm::Communicator &c) {
         const auto r = static_cast<std::size_t>(c.rank());
         Guarded buf(bytes);
         std::vector<std::uint8_t> expected(bytes);
@@ -368,7 +368,7 @@ void TestCpuCommunicator::reduceScatterF32()
         }
 
     std::vector<std::string> mismatch(w);
-    const Outcome o = runRanks(world, [&](Communicator &c) {
+    const Outcome o = runRanks(world, [&](comm::Communicator &c) {
         const auto r = static_cast<std::size_t>(c.rank());
         Guarded recv(count * sizeof(float));
         c.reduceScatter(send[r].data(), recv.data(), count, DType::F32);
@@ -411,7 +411,7 @@ void TestCpuCommunicator::reduceScatterBf16()
         }
 
     std::vector<std::string> mismatch(w);
-    const Outcome o = runRanks(world, [&](Communicator &c) {
+    const Outcome o = runRanks(world, [&](comm::Communicator &c) {
         const auto r = static_cast<std::size_t>(c.rank());
         Guarded recv(count * 2);
         c.reduceScatter(send[r].data(), recv.data(), count, DType::BF16);
@@ -444,7 +444,7 @@ void TestCpuCommunicator::reduceScatterBf16RoundsToNearestEven()
     for (const Case &tc : cases) {
         const int world = static_cast<int>(tc.perRank.size());
         std::vector<std::uint16_t> got(tc.perRank.size(), 0xFFFF);
-        const Outcome o = runRanks(world, [&](Communicator &c) {
+        const Outcome o = runRanks(world, [&](comm::Communicator &c) {
             const auto r = static_cast<std::size_t>(c.rank());
             // Each rank holds one element per rank; only slice 0 is checked here.
             std::vector<std::uint16_t> send(tc.perRank.size(), referenceBf16(tc.perRank[r]));
@@ -476,7 +476,7 @@ void TestCpuCommunicator::reduceScatterInPlace()
             expected[r][i] = acc;
         }
     std::vector<std::string> mismatch(w);
-    const Outcome o = runRanks(world, [&](Communicator &c) {
+    const Outcome o = runRanks(world, [&](comm::Communicator &c) {
         const auto r = static_cast<std::size_t>(c.rank());
         float *own = send[r].data() + r * count;
         c.reduceScatter(send[r].data(), own, count, DType::F32);
@@ -507,7 +507,7 @@ void TestCpuCommunicator::manyBackToBackCollectives()
     QFETCH(int, rounds);
     const auto w = static_cast<std::size_t>(world);
     std::vector<std::string> mismatch(w);
-    const Outcome o = runRanks(world, [&](Communicator &c) {
+    const Outcome o = runRanks(world, [&](comm::Communicator &c) {
         const int rank = c.rank();
         const auto r = static_cast<std::size_t>(rank);
         const std::size_t bytes = 7;
@@ -562,13 +562,13 @@ void TestCpuCommunicator::mismatchedAllGatherSizes()
     const int world = 4;
     // Not vector<bool>: the ranks write their entries concurrently.
     std::vector<char> recvUntouched(4, 0), recoveredOk(4, 0);
-    const Outcome o = runRanks(world, [&](Communicator &c) {
+    const Outcome o = runRanks(world, [&](comm::Communicator &c) {
         const auto r = static_cast<std::size_t>(c.rank());
         const std::size_t bytes = c.rank() == 2 ? 512 : 1024;
         std::vector<std::uint8_t> send(1024, 1), recv(4 * 1024, 0x77);
         try {
             c.allGather(send.data(), recv.data(), bytes);
-        } catch (const CommError &) {
+        } catch (const comm::CommError &) {
             recvUntouched[r] =
                 std::all_of(recv.begin(), recv.end(), [](auto b) { return b == 0x77; });
             // The world stays usable after the error.
@@ -593,7 +593,7 @@ void TestCpuCommunicator::mismatchedAllGatherSizes()
 void TestCpuCommunicator::mismatchedReduceScatter()
 {
     {
-        const Outcome o = runRanks(3, [&](Communicator &c) {
+        const Outcome o = runRanks(3, [&](comm::Communicator &c) {
             std::vector<float> send(3 * 10, 1.0f), recv(10, -1.0f);
             c.reduceScatter(send.data(), recv.data(), c.rank() == 0 ? 9 : 10, DType::F32);
         });
@@ -604,7 +604,7 @@ void TestCpuCommunicator::mismatchedReduceScatter()
         }
     }
     {
-        const Outcome o = runRanks(3, [&](Communicator &c) {
+        const Outcome o = runRanks(3, [&](comm::Communicator &c) {
             std::vector<float> send(3 * 10, 1.0f), recv(10, -1.0f);
             c.reduceScatter(send.data(), recv.data(), 10, c.rank() == 1 ? DType::BF16 : DType::F32);
         });
@@ -618,11 +618,11 @@ void TestCpuCommunicator::mismatchedReduceScatter()
 
 void TestCpuCommunicator::mismatchedBroadcastRoot()
 {
-    const Outcome o = runRanks(5, [&](Communicator &c) {
+    const Outcome o = runRanks(5, [&](comm::Communicator &c) {
         std::vector<std::uint8_t> buf(100, static_cast<std::uint8_t>(c.rank()));
         try {
             c.broadcast(buf.data(), buf.size(), c.rank() == 4 ? 1 : 0);
-        } catch (const CommError &) {
+        } catch (const comm::CommError &) {
             if (buf[0] != static_cast<std::uint8_t>(c.rank()))
                 throw std::runtime_error("buffer changed although the broadcast failed");
             throw;
@@ -640,7 +640,7 @@ void TestCpuCommunicator::mismatchedBroadcastRoot()
 void TestCpuCommunicator::broadcastRootOutOfRange()
 {
     for (int badRoot : {-1, 3, 100}) {
-        const Outcome o = runRanks(3, [&](Communicator &c) {
+        const Outcome o = runRanks(3, [&](comm::Communicator &c) {
             std::uint8_t b = 0;
             c.broadcast(&b, 1, badRoot);
         });
@@ -659,14 +659,14 @@ void TestCpuCommunicator::mismatchedCollectives()
     // Rank 1 calls barrier() while the others all_gather: all four throw, nobody hangs,
     // and the world is still usable.
     std::vector<int> after(4, -1);
-    const Outcome o = runRanks(4, [&](Communicator &c) {
+    const Outcome o = runRanks(4, [&](comm::Communicator &c) {
         std::uint8_t send = static_cast<std::uint8_t>(c.rank()), recv[4] = {};
         try {
             if (c.rank() == 1)
                 c.barrier();
             else
                 c.allGather(&send, recv, 1);
-        } catch (const CommError &) {
+        } catch (const comm::CommError &) {
             c.allGather(&send, recv, 1);
             after[static_cast<std::size_t>(c.rank())] =
                 recv[0] + recv[1] * 10 + recv[2] * 100 + recv[3] * 1000;
@@ -685,7 +685,7 @@ void TestCpuCommunicator::mismatchedCollectives()
 
 void TestCpuCommunicator::nullBuffer()
 {
-    const Outcome o = runRanks(3, [&](Communicator &c) {
+    const Outcome o = runRanks(3, [&](comm::Communicator &c) {
         std::vector<std::uint8_t> send(8), recv(24);
         c.allGather(c.rank() == 2 ? nullptr : send.data(), recv.data(), 8);
     });
@@ -695,7 +695,7 @@ void TestCpuCommunicator::nullBuffer()
                  o.thrown[r].c_str());
     }
     // Zero bytes need no buffer at all.
-    const Outcome empty = runRanks(3, [&](Communicator &c) {
+    const Outcome empty = runRanks(3, [&](comm::Communicator &c) {
         c.allGather(nullptr, nullptr, 0);
         c.broadcast(nullptr, 0, 2);
         c.reduceScatter(nullptr, nullptr, 0, DType::BF16);

@@ -38,9 +38,9 @@ int freePort()
     return ntohs(addr.sin_port);
 }
 
-GlooOptions optionsFor(int rank, int world, int port, std::chrono::milliseconds timeout)
+comm::GlooOptions optionsFor(int rank, int world, int port, std::chrono::milliseconds timeout)
 {
-    GlooOptions o;
+    comm::GlooOptions o;
     o.rendezvous.rank = rank;
     o.rendezvous.worldSize = world;
     o.rendezvous.localRank = rank;
@@ -53,7 +53,7 @@ GlooOptions optionsFor(int rank, int world, int port, std::chrono::milliseconds 
 
 // Runs body(comm) on one thread per rank, each with its own gloo communicator (as separate
 // processes would); returns what each rank threw ("" when it did not).
-std::vector<std::string> runGloo(int world, const std::function<void(Communicator &)> &body,
+std::vector<std::string> runGloo(int world, const std::function<void(comm::Communicator &)> &body,
                                  std::chrono::milliseconds timeout = std::chrono::seconds(20))
 {
     const int port = freePort();
@@ -62,7 +62,7 @@ std::vector<std::string> runGloo(int world, const std::function<void(Communicato
     for (int r = 0; r < world; ++r)
         threads.emplace_back([&, r] {
             try {
-                auto comm = makeGlooCommunicator(optionsFor(r, world, port, timeout));
+                auto comm = comm::makeGlooCommunicator(optionsFor(r, world, port, timeout));
                 body(*comm);
             } catch (const std::exception &e) {
                 thrown[static_cast<std::size_t>(r)] = e.what();
@@ -75,9 +75,9 @@ std::vector<std::string> runGloo(int world, const std::function<void(Communicato
     return thrown;
 }
 
-void runCpu(int world, const std::function<void(Communicator &)> &body)
+void runCpu(int world, const std::function<void(comm::Communicator &)> &body)
 {
-    auto comms = makeCpuWorld(world);
+    auto comms = comm::makeCpuWorld(world);
     std::vector<std::thread> threads;
     for (int r = 0; r < world; ++r)
         threads.emplace_back([&, r] { body(*comms[static_cast<std::size_t>(r)]); });
@@ -89,7 +89,7 @@ void runCpu(int world, const std::function<void(Communicator &)> &body)
 std::vector<std::vector<char>> exercise(int world, bool gloo)
 {
     std::vector<std::vector<char>> results(static_cast<std::size_t>(world));
-    auto body = [&](Communicator &c) {
+    auto body = [&](comm::Communicator &c) {
         const int r = c.rank();
         std::vector<char> out;
         auto append = [&out](const void *p, std::size_t n) {
@@ -173,13 +173,13 @@ class TestGlooCommunicator : public QObject
 
     void backendIsGlooWithHostBuffers()
     {
-        const auto thrown = runGloo(2, [](Communicator &c) {
-            if (c.backend() != Backend::Gloo) throw std::runtime_error("backend is not gloo");
+        const auto thrown = runGloo(2, [](comm::Communicator &c) {
+            if (c.backend() != comm::Backend::Gloo) throw std::runtime_error("backend is not gloo");
             if (c.deviceBuffers()) throw std::runtime_error("gloo buffers are host memory");
             if (c.worldSize() != 2) throw std::runtime_error("world size is not 2");
         });
         QVERIFY2(thrown[0].empty() && thrown[1].empty(), (thrown[0] + " | " + thrown[1]).c_str());
-        QCOMPARE(backendName(Backend::Gloo), std::string_view("gloo"));
+        QCOMPARE(comm::backendName(comm::Backend::Gloo), std::string_view("gloo"));
     }
 
     // Rank 1 is alive (its heartbeats go on) but never enters the barrier the others
@@ -188,7 +188,7 @@ class TestGlooCommunicator : public QObject
     {
         const auto thrown = runGloo(
             3,
-            [](Communicator &c) {
+            [](comm::Communicator &c) {
                 if (c.rank() == 1)
                     std::this_thread::sleep_for(std::chrono::seconds(5));
                 else
@@ -211,18 +211,18 @@ class TestGlooCommunicator : public QObject
         std::string error;
         std::thread rank0([&] {
             try {
-                GlooOptions o = optionsFor(0, 2, port, std::chrono::seconds(5));
+                comm::GlooOptions o = optionsFor(0, 2, port, std::chrono::seconds(5));
                 o.rendezvous.timeout = std::chrono::seconds(3);
-                makeGlooCommunicator(o);
+                comm::makeGlooCommunicator(o);
             } catch (const std::exception &) {
                 // rank 1 never joins: rank 0 times out; only rank 1's message matters here
             }
         });
         try {
-            GlooOptions o = optionsFor(1, 3, port, std::chrono::seconds(5));
+            comm::GlooOptions o = optionsFor(1, 3, port, std::chrono::seconds(5));
             o.rendezvous.timeout = std::chrono::seconds(3);
-            makeGlooCommunicator(o);
-        } catch (const CommError &e) {
+            comm::makeGlooCommunicator(o);
+        } catch (const comm::CommError &e) {
             error = e.what();
         }
         rank0.join();
@@ -231,16 +231,16 @@ class TestGlooCommunicator : public QObject
 
     void theStoreHandsOutWhatWasSet()
     {
-        RendezvousConfig c;
+        comm::RendezvousConfig c;
         c.worldSize = 2;
         c.masterAddr = "127.0.0.1";
         c.masterPort = 0;
         c.timeout = std::chrono::seconds(5);
-        TcpStoreServer server(c, LivenessTiming{});
+        comm::TcpStoreServer server(c, comm::LivenessTiming{});
         c.masterPort = server.port();
-        TcpStoreClient a(c);
+        comm::TcpStoreClient a(c);
         c.rank = 1;
-        TcpStoreClient b(c);
+        comm::TcpStoreClient b(c);
         std::thread later([&] {
             std::this_thread::sleep_for(std::chrono::milliseconds(200));
             a.set("k", {'x', 'y'});
@@ -251,7 +251,7 @@ class TestGlooCommunicator : public QObject
         try {
             b.wait({"never"}, std::chrono::milliseconds(300));
             QFAIL("a key nobody sets must time out");
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             QVERIFY2(std::string(e.what()).find("'never'") != std::string::npos, e.what());
         }
         QCOMPARE(a.localAddress(), std::string("127.0.0.1"));

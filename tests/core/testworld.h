@@ -12,23 +12,23 @@
 
 namespace shardscope::test {
 
-class MemorySink : public EventSink
+class MemorySink : public telemetry::EventSink
 {
 public:
-    void write(const Event &ev) noexcept override
+    void write(const telemetry::Event &ev) noexcept override
     {
         std::lock_guard lock(m_mutex);
         m_events.push_back(ev);
     }
-    std::vector<Event> events() const
+    std::vector<telemetry::Event> events() const
     {
         std::lock_guard lock(m_mutex);
         return m_events;
     }
-    std::vector<Event> ofType(EventType t, int rank = -1) const
+    std::vector<telemetry::Event> ofType(EventType t, int rank = -1) const
     {
-        std::vector<Event> out;
-        for (const Event &e : events())
+        std::vector<telemetry::Event> out;
+        for (const telemetry::Event &e : events())
             if (e.type == t && (rank < 0 || e.rank == rank))
                 out.push_back(e);
         return out;
@@ -41,13 +41,13 @@ public:
 
 private:
     mutable std::mutex m_mutex;
-    std::vector<Event> m_events;
+    std::vector<telemetry::Event> m_events;
 };
 
-inline std::unique_ptr<Engine> makeEngine(int world, EngineConfig cfg = {})
+inline std::unique_ptr<core::Engine> makeEngine(int world, core::EngineConfig cfg = {})
 {
     cfg.worldSize = world;
-    return std::make_unique<Engine>(cfg, makeCpuWorld(world));
+    return std::make_unique<core::Engine>(cfg, comm::makeCpuWorld(world));
 }
 
 inline std::vector<float> iota(std::int64_t n, float start = 1.0f)

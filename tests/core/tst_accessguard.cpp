@@ -8,14 +8,14 @@ using namespace shardscope;
 // Story 1: `lm_head` computes logits from the tied `embed.weight`.
 struct TiedModel
 {
-    std::unique_ptr<Engine> engine;
+    std::unique_ptr<core::Engine> engine;
     test::MemorySink sink;
     ModuleId embed = 0, lmHead = 0;
     ParamId embedW = 0, headB = 0;
 
     TiedModel(int world, GuardPolicy policy)
     {
-        EngineConfig cfg;
+        core::EngineConfig cfg;
         cfg.persistenceThreshold = 4;
         cfg.guard = policy;
         engine = test::makeEngine(world, cfg);
@@ -31,15 +31,15 @@ struct TiedModel
     // One step: embed forward, then lm_head reads embed.weight twice (logits and a second use).
     float step(int r)
     {
-        Engine &e = *engine;
+        core::Engine &e = *engine;
         e.beginStep(r);
         {
-            ModuleScope s(e, r, embed, Phase::Forward);
+            core::ModuleScope s(e, r, embed, Phase::Forward);
             (void)e.access(r, embedW);
         }
         float sum = 0;
         {
-            ModuleScope s(e, r, lmHead, Phase::Forward);
+            core::ModuleScope s(e, r, lmHead, Phase::Forward);
             sum += e.access(r, embedW).f32()[29];
             sum += e.access(r, embedW).f32()[0];
             sum += e.access(r, headB).f32()[0];
@@ -71,8 +71,8 @@ void TestAccessGuard::warnRecordsOncePerAccessorParamRankStep()
         QCOMPARE(v, 30.0f + 1.0f + 1.0f); // the data read is right: gathered synchronously
     QCOMPARE(m.unregisteredRecords(), std::size_t(3 * 2)); // 3 ranks x 2 steps, not 3 x 2 x 2 reads
     QCOMPARE(m.engine->unregisteredAccessCount(), std::uint64_t(6));
-    for (const Event &ev : m.sink.ofType(EventType::UnregisteredAccess)) {
-        const AccessFields f = readAccess(ev);
+    for (const telemetry::Event &ev : m.sink.ofType(EventType::UnregisteredAccess)) {
+        const telemetry::AccessFields f = telemetry::readAccess(ev);
         QCOMPARE(f.accessor, m.lmHead);
         QCOMPARE(f.param, m.embedW);
         QCOMPARE(f.owner, m.embed);
@@ -92,9 +92,9 @@ void TestAccessGuard::warnRecordsOncePerAccessorParamRankStep()
     for (int r = 0; r < 3; ++r)
         QCOMPARE(m.engine->status(r, m.embedW), ParamStatus::NotAvailable);
     bool guardFetch = false;
-    for (const Event &ev : m.sink.ofType(EventType::FetchBegin))
-        guardFetch = guardFetch || (readFetch(ev).param == m.embedW &&
-                                    readFetch(ev).reason == FetchReason::Guard);
+    for (const telemetry::Event &ev : m.sink.ofType(EventType::FetchBegin))
+        guardFetch = guardFetch || (telemetry::readFetch(ev).param == m.embedW &&
+                                    telemetry::readFetch(ev).reason == FetchReason::Guard);
     QVERIFY(guardFetch);
 }
 
@@ -105,7 +105,7 @@ void TestAccessGuard::errorNamesTheFix()
     m.engine->forEachLocalRank([&](int r) {
         try {
             m.step(r);
-        } catch (const UnregisteredAccessError &e) {
+        } catch (const core::UnregisteredAccessError &e) {
             errors[r] = e.what();
             QCOMPARE(e.fix(), std::string("register_external_parameter(lm_head, embed.weight)"));
         }
@@ -123,16 +123,16 @@ void TestAccessGuard::autoRegistersOnceThenNeverAgain()
     for (int s = 0; s < 3; ++s)
         m.engine->forEachLocalRank([&](int r) { m.step(r); });
     QCOMPARE(m.unregisteredRecords(), std::size_t(2)); // step 1 on each rank only
-    for (const Event &ev : m.sink.ofType(EventType::UnregisteredAccess))
+    for (const telemetry::Event &ev : m.sink.ofType(EventType::UnregisteredAccess))
         QCOMPARE(ev.step, 1u);
     QVERIFY(m.engine->isExternal(0, m.lmHead, m.embedW));
     QVERIFY(m.engine->isExternal(1, m.lmHead, m.embedW));
     auto regs = m.sink.ofType(EventType::ExternalRegister);
     QCOMPARE(regs.size(), std::size_t(2));
-    QVERIFY(readExternal(regs[0]).automatic);
+    QVERIFY(telemetry::readExternal(regs[0]).automatic);
     const auto state = m.engine->state();
     const auto &p = *std::find_if(state.params.begin(), state.params.end(),
-                                  [&](const ParamRecord &r) { return r.id == m.embedW; });
+                                  [&](const core::ParamRecord &r) { return r.id == m.embedW; });
     QCOMPARE(p.externals.size(), std::size_t(1));
     QCOMPARE(p.externals[0].module, m.lmHead);
     QVERIFY(p.externals[0].automatic);
@@ -148,9 +148,9 @@ void TestAccessGuard::manualRegistrationGivesNoRecords()
     QVERIFY(m.engine->violations().empty());
     // lm_head fetched embed.weight on entry, as if it were its own
     bool fetchedByHead = false;
-    for (const Event &ev : m.sink.ofType(EventType::FetchBegin))
+    for (const telemetry::Event &ev : m.sink.ofType(EventType::FetchBegin))
         fetchedByHead =
-            fetchedByHead || (readFetch(ev).param == m.embedW && readFetch(ev).cause == m.lmHead);
+            fetchedByHead || (telemetry::readFetch(ev).param == m.embedW && telemetry::readFetch(ev).cause == m.lmHead);
     QVERIFY(fetchedByHead);
 }
 

@@ -10,12 +10,12 @@ using namespace shardscope;
 // A small model: root -> enc (owns enc.weight) -> enc.inner (owns enc.inner.weight); dec (owns dec.weight, dec.bias small)
 struct Model
 {
-    std::unique_ptr<Engine> engine;
+    std::unique_ptr<core::Engine> engine;
     test::MemorySink sink;
     ModuleId enc = 0, inner = 0, dec = 0;
     ParamId encW = 0, innerW = 0, decW = 0, decB = 0;
 
-    explicit Model(int world, EngineConfig cfg = {})
+    explicit Model(int world, core::EngineConfig cfg = {})
     {
         cfg.persistenceThreshold = 8;
         engine = test::makeEngine(world, cfg);
@@ -56,7 +56,7 @@ void TestCoordinator::gatherOnEntryReleaseOnExit()
     Model m(4);
     std::vector<int> ok(4, 0);
     m.engine->forEachLocalRank([&](int r) {
-        Engine &e = *m.engine;
+        core::Engine &e = *m.engine;
         e.beginStep(r);
         bool good = e.status(r, m.decW) == ParamStatus::NotAvailable;
         e.enterModule(r, m.dec, Phase::Forward);
@@ -74,11 +74,11 @@ void TestCoordinator::gatherOnEntryReleaseOnExit()
         QVERIFY2(ok[r], qPrintable(QString("rank %1").arg(r)));
     QCOMPARE(m.sink.ofType(EventType::FetchEnd).size(), std::size_t(4));
     QCOMPARE(m.sink.ofType(EventType::Release).size(), std::size_t(4));
-    const Event fetch = m.sink.ofType(EventType::FetchBegin, 2).front();
-    QCOMPARE(readFetch(fetch).param, m.decW);
-    QCOMPARE(readFetch(fetch).cause, m.dec);
-    QCOMPARE(readFetch(fetch).reason, FetchReason::Forward);
-    QCOMPARE(readFetch(fetch).bytes, std::uint64_t(36 * 4)); // 33 padded to 36 floats
+    const telemetry::Event fetch = m.sink.ofType(EventType::FetchBegin, 2).front();
+    QCOMPARE(telemetry::readFetch(fetch).param, m.decW);
+    QCOMPARE(telemetry::readFetch(fetch).cause, m.dec);
+    QCOMPARE(telemetry::readFetch(fetch).reason, FetchReason::Forward);
+    QCOMPARE(telemetry::readFetch(fetch).bytes, std::uint64_t(36 * 4)); // 33 padded to 36 floats
     QCOMPARE(fetch.step, 1u);
 }
 
@@ -87,13 +87,13 @@ void TestCoordinator::nestedModules()
     Model m(3);
     std::vector<int> ok(3, 0);
     m.engine->forEachLocalRank([&](int r) {
-        Engine &e = *m.engine;
+        core::Engine &e = *m.engine;
         e.beginStep(r);
-        ModuleScope outer(e, r, m.enc, Phase::Forward);
+        core::ModuleScope outer(e, r, m.enc, Phase::Forward);
         bool good = e.status(r, m.encW) == ParamStatus::Available &&
                     e.status(r, m.innerW) == ParamStatus::NotAvailable;
         {
-            ModuleScope in(e, r, m.inner, Phase::Forward);
+            core::ModuleScope in(e, r, m.inner, Phase::Forward);
             good = good && e.status(r, m.innerW) == ParamStatus::Available;
             // the parent's parameter is readable from the child: its owner is on the stack
             good = good && e.access(r, m.encW).f32()[99] == 100.0f;
@@ -113,7 +113,7 @@ void TestCoordinator::sharedParamStaysUntilBothLeave()
     m.engine->registerExternalParameter(m.inner, m.encW);
     std::vector<int> ok(2, 0);
     m.engine->forEachLocalRank([&](int r) {
-        Engine &e = *m.engine;
+        core::Engine &e = *m.engine;
         e.beginStep(r);
         e.enterModule(r, m.enc, Phase::Forward);
         e.enterModule(r, m.inner, Phase::Forward);
@@ -136,11 +136,11 @@ void TestCoordinator::persistentNeverMoves()
     Model m(4);
     QVERIFY(m.engine->param(m.decB).persistent);
     m.engine->forEachLocalRank([&](int r) {
-        Engine &e = *m.engine;
+        core::Engine &e = *m.engine;
         for (int s = 0; s < 2; ++s) {
             e.beginStep(r);
             {
-                ModuleScope sc(e, r, m.dec, Phase::Forward);
+                core::ModuleScope sc(e, r, m.dec, Phase::Forward);
                 (void)e.access(r, m.decB);
             }
             e.refreshPersistent(r);
@@ -148,9 +148,9 @@ void TestCoordinator::persistentNeverMoves()
         }
     });
     QVERIFY(!m.sink.ofType(EventType::FetchBegin).empty());
-    for (const Event &ev : m.sink.events()) {
-        if (ev.type == EventType::FetchBegin) QVERIFY(readFetch(ev).param != m.decB);
-        if (ev.type == EventType::Release) QVERIFY(readRelease(ev).param != m.decB);
+    for (const telemetry::Event &ev : m.sink.events()) {
+        if (ev.type == EventType::FetchBegin) QVERIFY(telemetry::readFetch(ev).param != m.decB);
+        if (ev.type == EventType::Release) QVERIFY(telemetry::readRelease(ev).param != m.decB);
     }
     for (int r = 0; r < 4; ++r)
         QCOMPARE(m.engine->status(r, m.decB), ParamStatus::Available);
@@ -158,13 +158,13 @@ void TestCoordinator::persistentNeverMoves()
 
 static void runForward(Model &m, int r, bool decFirst = false)
 {
-    Engine &e = *m.engine;
+    core::Engine &e = *m.engine;
     e.beginStep(r);
     auto enc = [&] {
-        ModuleScope a(e, r, m.enc, Phase::Forward);
-        ModuleScope b(e, r, m.inner, Phase::Forward);
+        core::ModuleScope a(e, r, m.enc, Phase::Forward);
+        core::ModuleScope b(e, r, m.inner, Phase::Forward);
     };
-    auto dec = [&] { ModuleScope c(e, r, m.dec, Phase::Forward); };
+    auto dec = [&] { core::ModuleScope c(e, r, m.dec, Phase::Forward); };
     if (decFirst) {
         dec();
         enc();
@@ -185,15 +185,15 @@ void TestCoordinator::stateGatherTimesAreTheEventsTimes()
         m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
     std::map<std::pair<int, ParamId>, std::uint64_t> open;
     std::map<ParamId, std::uint64_t> ns, last;
-    for (const Event &e : m.sink.events()) {
-        if (e.type == EventType::FetchBegin) open[{e.rank, readFetch(e).param}] = e.tsNs;
+    for (const telemetry::Event &e : m.sink.events()) {
+        if (e.type == EventType::FetchBegin) open[{e.rank, telemetry::readFetch(e).param}] = e.tsNs;
         if (e.type != EventType::FetchEnd) continue;
-        const ParamId p = readFetch(e).param;
+        const ParamId p = telemetry::readFetch(e).param;
         ns[p] += e.tsNs - open.at({e.rank, p});
         last[p] = std::max(last[p], e.tsNs);
     }
     QVERIFY(!ns.empty());
-    for (const ParamRecord &p : m.engine->state().params) {
+    for (const core::ParamRecord &p : m.engine->state().params) {
         QCOMPARE(p.gatherNs, ns[p.id]);
         QCOMPARE(p.lastGatherTsNs, last[p.id]);
     }
@@ -204,18 +204,18 @@ void TestCoordinator::prefetchOnStepTwo()
     Model m(2);
     m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
     QVERIFY(m.sink.ofType(EventType::TraceRecorded, 0).size() == 1);
-    for (const Event &ev : m.sink.ofType(EventType::FetchBegin))
-        QVERIFY(readFetch(ev).reason != FetchReason::Prefetch);
+    for (const telemetry::Event &ev : m.sink.ofType(EventType::FetchBegin))
+        QVERIFY(telemetry::readFetch(ev).reason != FetchReason::Prefetch);
     m.sink.clear();
     m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
     // step 2: entering enc prefetches what the trace says comes next (inner, dec)
     std::vector<ParamId> prefetched;
-    for (const Event &ev : m.sink.ofType(EventType::FetchBegin, 1))
-        if (readFetch(ev).reason == FetchReason::Prefetch)
-            prefetched.push_back(readFetch(ev).param);
+    for (const telemetry::Event &ev : m.sink.ofType(EventType::FetchBegin, 1))
+        if (telemetry::readFetch(ev).reason == FetchReason::Prefetch)
+            prefetched.push_back(telemetry::readFetch(ev).param);
     std::sort(prefetched.begin(), prefetched.end());
     QCOMPARE(prefetched, (std::vector<ParamId>{m.innerW, m.decW}));
-    for (const Event &ev : m.sink.ofType(EventType::FetchBegin))
+    for (const telemetry::Event &ev : m.sink.ofType(EventType::FetchBegin))
         QCOMPARE(ev.step, 2u);
     // prefetched params are fetched exactly once in step 2
     QCOMPARE(m.sink.ofType(EventType::FetchBegin, 1).size(), std::size_t(3));
@@ -224,18 +224,18 @@ void TestCoordinator::prefetchOnStepTwo()
 
 void TestCoordinator::prefetchRespectsMaxLive()
 {
-    EngineConfig cfg;
+    core::EngineConfig cfg;
     cfg.maxLiveParameters = 110; // enc.weight (100) fits, nothing more
     Model m(2, cfg);
     m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
     m.sink.clear();
     m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
-    for (const Event &ev : m.sink.ofType(EventType::FetchBegin))
-        QVERIFY(readFetch(ev).reason != FetchReason::Prefetch);
+    for (const telemetry::Event &ev : m.sink.ofType(EventType::FetchBegin))
+        QVERIFY(telemetry::readFetch(ev).reason != FetchReason::Prefetch);
 }
 
 // Index of the first event on rank 0 matching pred, or -1.
-template <typename Pred> static int firstIndex(const std::vector<Event> &evs, Pred pred)
+template <typename Pred> static int firstIndex(const std::vector<telemetry::Event> &evs, Pred pred)
 {
     for (std::size_t i = 0; i < evs.size(); ++i)
         if (evs[i].rank == 0 && pred(evs[i]))
@@ -246,19 +246,19 @@ template <typename Pred> static int firstIndex(const std::vector<Event> &evs, Pr
 void TestCoordinator::prefetchBucketBoundsLookahead()
 {
     for (std::int64_t bucket : {std::int64_t(1000), std::int64_t(30)}) {
-        EngineConfig cfg;
+        core::EngineConfig cfg;
         cfg.prefetchBucketSize = bucket;
         Model m(2, cfg);
         m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
         m.sink.clear();
         m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
         const auto evs = m.sink.events();
-        const int decPrefetch = firstIndex(evs, [&](const Event &e) {
-            return e.type == EventType::FetchBegin && readFetch(e).param == m.decW &&
-                   readFetch(e).reason == FetchReason::Prefetch;
+        const int decPrefetch = firstIndex(evs, [&](const telemetry::Event &e) {
+            return e.type == EventType::FetchBegin && telemetry::readFetch(e).param == m.decW &&
+                   telemetry::readFetch(e).reason == FetchReason::Prefetch;
         });
-        const int innerEnter = firstIndex(evs, [&](const Event &e) {
-            return e.type == EventType::ModuleEnter && readModule(e).module == m.inner;
+        const int innerEnter = firstIndex(evs, [&](const telemetry::Event &e) {
+            return e.type == EventType::ModuleEnter && telemetry::readModule(e).module == m.inner;
         });
         QVERIFY(decPrefetch >= 0 && innerEnter >= 0);
         if (bucket == 1000) // everything ahead fits: dec is prefetched on entering enc
@@ -276,10 +276,10 @@ void TestCoordinator::changedOrderInvalidatesTrace()
     auto inv = m.sink.ofType(EventType::TraceInvalidated, 0);
     QCOMPARE(inv.size(), std::size_t(1));
     QCOMPARE(inv[0].step, 2u);
-    QCOMPARE(readTraceInvalidated(inv[0]).expected, m.enc);
-    QCOMPARE(readTraceInvalidated(inv[0]).got, m.dec);
+    QCOMPARE(telemetry::readTraceInvalidated(inv[0]).expected, m.enc);
+    QCOMPARE(telemetry::readTraceInvalidated(inv[0]).got, m.dec);
     const auto vs = m.engine->violations();
-    auto it = std::find_if(vs.begin(), vs.end(), [](const ViolationRecord &v) {
+    auto it = std::find_if(vs.begin(), vs.end(), [](const core::ViolationRecord &v) {
         return v.kind == ViolationKind::TraceInvalidated && v.rank == 0;
     });
     QVERIFY(it != vs.end());
@@ -295,14 +295,14 @@ void TestCoordinator::changedOrderInvalidatesTrace()
 void TestCoordinator::exitOutOfOrderIsAnError()
 {
     Model m(1);
-    Engine &e = *m.engine;
+    core::Engine &e = *m.engine;
     e.beginStep(0);
     e.enterModule(0, m.enc, Phase::Forward);
     e.enterModule(0, m.inner, Phase::Forward);
     try {
         e.exitModule(0, m.enc, Phase::Forward);
         QFAIL("no error");
-    } catch (const EngineError &err) {
+    } catch (const core::EngineError &err) {
         QVERIFY2(std::string(err.what()).find("innermost module is 'enc.inner'") != std::string::npos, err.what());
     }
 }
@@ -317,7 +317,7 @@ void TestCoordinator::releaseWhileActiveIsAnError()
     try {
         m.engine->removeParameter(m.decW);
         QFAIL("no error");
-    } catch (const EngineError &err) {
+    } catch (const core::EngineError &err) {
         const std::string msg = err.what();
         QVERIFY2(msg.find("dec.weight") != std::string::npos && msg.find("in use by dec") != std::string::npos,
                  err.what());
@@ -331,7 +331,7 @@ void TestCoordinator::unregisterWhatIsNotRegistered()
     try {
         m.engine->unregisterExternalParameter(m.enc, m.decW);
         QFAIL("no error");
-    } catch (const EngineError &err) {
+    } catch (const core::EngineError &err) {
         const std::string msg = err.what();
         QVERIFY2(msg.find("dec.weight is not registered on enc") != std::string::npos, err.what());
         QVERIFY2(msg.find("registered on: enc.inner") != std::string::npos, err.what());

@@ -21,7 +21,7 @@ namespace {
 
 constexpr std::byte kKey{0x5A};
 
-class EncodedMemory final : public MemorySpace
+class EncodedMemory final : public comm::MemorySpace
 {
 public:
     bool isHost() const override { return false; }
@@ -50,13 +50,13 @@ public:
         }
         ::operator delete(p);
     }
-    void copy(void *dst, const void *src, std::size_t bytes, CopyKind kind) override
+    void copy(void *dst, const void *src, std::size_t bytes, comm::CopyKind kind) override
     {
-        requireInside(kind == CopyKind::HostToSpace ? dst : src, bytes);
-        if (kind == CopyKind::WithinSpace)
+        requireInside(kind == comm::CopyKind::HostToSpace ? dst : src, bytes);
+        if (kind == comm::CopyKind::WithinSpace)
             requireInside(dst, bytes);
         std::memmove(dst, src, bytes);
-        if (kind != CopyKind::WithinSpace)
+        if (kind != comm::CopyKind::WithinSpace)
             for (std::size_t i = 0; i < bytes; ++i)
                 static_cast<std::byte *>(dst)[i] ^= kKey;
     }
@@ -123,31 +123,31 @@ private:
 };
 
 // One rank whose collectives run when finish() is called or when they are waited on.
-class DeferredComm final : public Communicator
+class DeferredComm final : public comm::Communicator
 {
 public:
     explicit DeferredComm(EncodedMemory &mem) : m_mem(mem) {}
 
     int rank() const override { return 0; }
     int worldSize() const override { return 1; }
-    Backend backend() const override { return Backend::Nccl; }
+    comm::Backend backend() const override { return comm::Backend::Nccl; }
     bool deviceBuffers() const override { return true; }
-    MemorySpace &memory() override { return m_mem; }
+    comm::MemorySpace &memory() override { return m_mem; }
     void waitForCompute() override { ++fences; }
 
-    CommHandle allGather(const void *send, void *recv, std::size_t bytes) override
+    comm::CommHandle allGather(const void *send, void *recv, std::size_t bytes) override
     {
         ++issued;
         if (!m_mem.inside(send, bytes) || !m_mem.inside(recv, bytes))
             ++m_mem.outside;
         return enqueue([=] { std::memmove(recv, send, bytes); });
     }
-    CommHandle broadcast(void *, std::size_t, int) override
+    comm::CommHandle broadcast(void *, std::size_t, int) override
     {
         ++issued;
         return enqueue([] {});
     }
-    CommHandle reduceScatter(const void *send, void *recv, std::size_t count, DType) override
+    comm::CommHandle reduceScatter(const void *send, void *recv, std::size_t count, DType) override
     {
         ++issued;
         ++reduceScatters;
@@ -178,7 +178,7 @@ public:
     int reduceScatters = 0;
 
 private:
-    struct Op final : CommHandle::Impl
+    struct Op final : comm::CommHandle::Impl
     {
         std::function<void()> fn;
         bool done = false;
@@ -194,22 +194,22 @@ private:
         {
             run();
             if (fail)
-                throw CommError("all_gather failed on the device (injected by the test)");
+                throw comm::CommError("all_gather failed on the device (injected by the test)");
         }
     };
-    CommHandle enqueue(std::function<void()> fn)
+    comm::CommHandle enqueue(std::function<void()> fn)
     {
         auto op = std::make_shared<Op>();
         op->fn = std::move(fn);
         op->fail = std::exchange(failNext, false);
         m_ops.push_back(op);
-        return CommHandle(op);
+        return comm::CommHandle(op);
     }
     EncodedMemory &m_mem;
     std::vector<std::shared_ptr<Op>> m_ops;
 };
 
-std::vector<float> decode(Engine &e, TensorView v)
+std::vector<float> decode(core::Engine &e, core::TensorView v)
 {
     const std::vector<std::byte> bytes = e.toHost(0, v);
     std::vector<float> out(bytes.size() / 4);
@@ -217,9 +217,9 @@ std::vector<float> decode(Engine &e, TensorView v)
     return out;
 }
 
-std::vector<float> decode(Engine &e, std::span<float> s)
+std::vector<float> decode(core::Engine &e, std::span<float> s)
 {
-    return decode(e, TensorView{reinterpret_cast<std::byte *>(s.data()),
+    return decode(e, core::TensorView{reinterpret_cast<std::byte *>(s.data()),
                                 static_cast<std::int64_t>(s.size()), DType::F32});
 }
 
@@ -228,21 +228,21 @@ struct Device
 {
     EncodedMemory mem;
     DeferredComm *comm = nullptr;
-    std::unique_ptr<Engine> engine;
+    std::unique_ptr<core::Engine> engine;
     test::MemorySink sink;
     ModuleId a = 0, b = 0;
     ParamId aW = 0, bW = 0, bB = 0;
 
     Device()
     {
-        EngineConfig cfg;
+        core::EngineConfig cfg;
         cfg.worldSize = 1;
         cfg.persistenceThreshold = 8;
-        std::vector<std::unique_ptr<Communicator>> comms;
+        std::vector<std::unique_ptr<comm::Communicator>> comms;
         auto c = std::make_unique<DeferredComm>(mem);
         comm = c.get();
         comms.push_back(std::move(c));
-        engine = std::make_unique<Engine>(cfg, std::move(comms));
+        engine = std::make_unique<core::Engine>(cfg, std::move(comms));
         a = engine->addModule(engine->root(), "a", "Linear");
         b = engine->addModule(engine->root(), "b", "Linear");
         const auto v = test::iota(40);
@@ -254,7 +254,7 @@ struct Device
     }
     void forwardStep(bool finishAfterA = false)
     {
-        Engine &e = *engine;
+        core::Engine &e = *engine;
         e.beginStep(0);
         e.enterModule(0, a, Phase::Forward);
         e.access(0, aW);
@@ -290,16 +290,17 @@ private slots:
 void TestDeviceMemory::tensorsLiveInTheSpace()
 {
     Device d;
-    Engine &e = *d.engine;
+    core::Engine &e = *d.engine;
     QCOMPARE(e.state().backend, std::string("nccl"));
-    QCOMPARE(&e.memory(0), static_cast<MemorySpace *>(&d.mem));
+    QCOMPARE(&e.memory(0), static_cast<comm::MemorySpace *>(&d.mem));
     QVERIFY(d.comm->fences >= 1); // partition() orders the first gathers after its uploads
     e.beginStep(0);
     e.enterModule(0, d.a, Phase::Forward);
-    const TensorView w = e.access(0, d.aW);
+    const core::TensorView w = e.access(0, d.aW);
     QVERIFY(d.mem.inside(w.data, 160));
     QCOMPARE(decode(e, w), test::iota(40));
-    const TensorView bias = e.access(0, d.bB); // persistent: whole on the device, guarded read
+    const core::TensorView bias =
+        e.access(0, d.bB); // persistent: whole on the device, guarded read
     QCOMPARE(decode(e, bias), test::iota(3));
     e.exitModule(0, d.a, Phase::Forward);
     e.endStep(0, 0.0);
@@ -314,13 +315,13 @@ void TestDeviceMemory::tensorsLiveInTheSpace()
 void TestDeviceMemory::gradientsThroughTheSpace()
 {
     Device d;
-    Engine &e = *d.engine;
+    core::Engine &e = *d.engine;
     e.beginStep(0);
     e.zeroGrads(0);
     // The gradient is produced on the device, as a kernel would.
-    Buffer g(d.mem, 30 * 4);
+    comm::Buffer g(d.mem, 30 * 4);
     const auto values = test::iota(30, 0.5f);
-    d.mem.copy(g.data(), values.data(), 30 * 4, CopyKind::HostToSpace);
+    d.mem.copy(g.data(), values.data(), 30 * 4, comm::CopyKind::HostToSpace);
     const int fencesBefore = d.comm->fences;
     e.reduceScatterGrad(0, d.bW, g.f32());
     e.reduceScatterGrad(0, d.bW, g.f32()); // accumulates
@@ -342,16 +343,17 @@ void TestDeviceMemory::gradientsThroughTheSpace()
 void TestDeviceMemory::gatheredParametersOnTheDevice()
 {
     Device d;
-    Engine &e = *d.engine;
+    core::Engine &e = *d.engine;
     {
-        GatheredParameters g(e, 0, {d.aW}, 0);
+        core::GatheredParameters g(e, 0, {d.aW}, 0);
         QCOMPARE(g.viewRank(), 0);
         std::vector<float> host(40);
         const auto bytes = g.toHost(0);
         std::memcpy(host.data(), bytes.data(), 160);
         QCOMPARE(host, test::iota(40));
         host[7] = -1.0f;
-        d.mem.copy(g[0].data, host.data(), 160, CopyKind::HostToSpace); // an edit on the device
+        d.mem.copy(g[0].data, host.data(), 160,
+                   comm::CopyKind::HostToSpace); // an edit on the device
         g.close();
     }
     std::vector<float> want = test::iota(40);
@@ -360,11 +362,11 @@ void TestDeviceMemory::gatheredParametersOnTheDevice()
     // Without a modifier an edit is detected through the space and discarded.
     bool threw = false;
     try {
-        GatheredParameters g(e, 0, {d.aW});
+        core::GatheredParameters g(e, 0, {d.aW});
         std::vector<float> host(40, 3.0f);
-        d.mem.copy(g[0].data, host.data(), 160, CopyKind::HostToSpace);
+        d.mem.copy(g[0].data, host.data(), 160, comm::CopyKind::HostToSpace);
         g.close();
-    } catch (const EngineError &err) {
+    } catch (const core::EngineError &err) {
         threw = QString(err.what()).contains("modifier_rank");
     }
     QVERIFY(threw);
@@ -375,7 +377,7 @@ void TestDeviceMemory::gatheredParametersOnTheDevice()
 void TestDeviceMemory::lateParameterAndAdoption()
 {
     Device d;
-    Engine &e = *d.engine;
+    core::Engine &e = *d.engine;
     const auto v = test::iota(20, 100.0f);
     const ParamId late = e.addParameter(d.a, "late", {20}, DType::F32, v.data());
     QCOMPARE(decode(e, e.shardData(0, late)), v);
@@ -392,7 +394,7 @@ void TestDeviceMemory::lateParameterAndAdoption()
 void TestDeviceMemory::prefetchIsInflightUntilComplete()
 {
     Device d;
-    Engine &e = *d.engine;
+    core::Engine &e = *d.engine;
     d.forwardStep(); // records the trace
     d.comm->finish();
     d.sink.clear();
@@ -410,8 +412,8 @@ void TestDeviceMemory::prefetchIsInflightUntilComplete()
     e.exitModule(0, d.b, Phase::Forward);
     e.endStep(0, 0.0);
     const auto begins = d.sink.ofType(EventType::FetchBegin);
-    const auto prefetch = std::find_if(begins.begin(), begins.end(), [&](const Event &ev) {
-        return readFetch(ev).param == d.bW && readFetch(ev).reason == FetchReason::Prefetch;
+    const auto prefetch = std::find_if(begins.begin(), begins.end(), [&](const telemetry::Event &ev) {
+        return telemetry::readFetch(ev).param == d.bW && telemetry::readFetch(ev).reason == FetchReason::Prefetch;
     });
     QVERIFY(prefetch != begins.end());
     QCOMPARE(e.state().params[d.bW].gatherCount, std::uint64_t(2));
@@ -420,7 +422,7 @@ void TestDeviceMemory::prefetchIsInflightUntilComplete()
 void TestDeviceMemory::pollCompletesBeforeUse()
 {
     Device d;
-    Engine &e = *d.engine;
+    core::Engine &e = *d.engine;
     d.forwardStep();
     d.comm->finish();
     d.sink.clear();
@@ -439,20 +441,21 @@ void TestDeviceMemory::pollCompletesBeforeUse()
     const auto events = d.sink.events();
     std::size_t fetchEnd = events.size(), enterB = events.size();
     for (std::size_t i = 0; i < events.size(); ++i) {
-        if (events[i].type == EventType::FetchEnd && readFetch(events[i]).param == d.bW &&
+        if (events[i].type == EventType::FetchEnd && telemetry::readFetch(events[i]).param == d.bW &&
             fetchEnd == events.size())
             fetchEnd = i;
-        if (events[i].type == EventType::ModuleEnter && readModule(events[i]).module == d.b)
+        if (events[i].type == EventType::ModuleEnter &&
+            telemetry::readModule(events[i]).module == d.b)
             enterB = i;
     }
     QVERIFY(fetchEnd < enterB);
-    QCOMPARE(readFetch(events[fetchEnd]).reason, FetchReason::Prefetch);
+    QCOMPARE(telemetry::readFetch(events[fetchEnd]).reason, FetchReason::Prefetch);
 }
 
 void TestDeviceMemory::unusedPrefetchIsReleased()
 {
     Device d;
-    Engine &e = *d.engine;
+    core::Engine &e = *d.engine;
     d.forwardStep();
     d.comm->finish();
     // This step leaves after a: b.weight was prefetched and is still in flight at endStep.
@@ -469,13 +472,13 @@ void TestDeviceMemory::unusedPrefetchIsReleased()
 void TestDeviceMemory::failedGatherIsReported()
 {
     Device d;
-    Engine &e = *d.engine;
+    core::Engine &e = *d.engine;
     e.beginStep(0);
     d.comm->failNext = true;
     bool threw = false;
     try {
         e.enterModule(0, d.a, Phase::Forward);
-    } catch (const CommError &err) {
+    } catch (const comm::CommError &err) {
         threw = QString(err.what()).contains("injected");
     }
     QVERIFY(threw);
@@ -487,14 +490,14 @@ void TestDeviceMemory::failedGatherIsReported()
 void TestDeviceMemory::failedGatherInsideAScopeReachesTheCaller()
 {
     Device d;
-    Engine &e = *d.engine;
+    core::Engine &e = *d.engine;
     e.beginStep(0);
     QString caught;
     try {
-        ModuleScope outer(e, 0, d.a, Phase::Forward);
+        core::ModuleScope outer(e, 0, d.a, Phase::Forward);
         d.comm->failNext = true;
-        ModuleScope inner(e, 0, d.b, Phase::Forward);
-    } catch (const CommError &err) {
+        core::ModuleScope inner(e, 0, d.b, Phase::Forward);
+    } catch (const comm::CommError &err) {
         caught = err.what();
     }
     QVERIFY2(caught.contains("injected"), qPrintable(caught));
@@ -509,7 +512,7 @@ void TestDeviceMemory::everyAllocationIsFreed()
         d.forwardStep();
         d.forwardStep();
         {
-            GatheredParameters g(*d.engine, 0, {d.aW, d.bW});
+            core::GatheredParameters g(*d.engine, 0, {d.aW, d.bW});
         }
         QVERIFY(d.mem.allocations > 0);
         QCOMPARE(d.mem.badFrees, 0);

@@ -15,13 +15,13 @@ namespace {
 // entered and exited for a few steps on every rank; returns every rank's events in order.
 struct Run
 {
-    std::unique_ptr<Engine> engine;
+    std::unique_ptr<core::Engine> engine;
     MemorySink sink;
     ModuleId block = 0, layer = 0;
 
     explicit Run(int world)
     {
-        EngineConfig cfg;
+        core::EngineConfig cfg;
         cfg.persistenceThreshold = 0;
         engine = makeEngine(world, cfg);
         block = engine->addModule(engine->root(), "block", "Block");
@@ -50,10 +50,10 @@ struct Run
         });
     }
 
-    std::vector<Event> ofRank(int rank) const
+    std::vector<telemetry::Event> ofRank(int rank) const
     {
-        std::vector<Event> out;
-        for (const Event &e : sink.events())
+        std::vector<telemetry::Event> out;
+        for (const telemetry::Event &e : sink.events())
             if (e.rank == rank) out.push_back(e);
         return out;
     }
@@ -78,10 +78,11 @@ void TestEventTimestamps::entryAndItsFetchesShareOneTime()
     Run run(2);
     run.steps(1);
     for (int r = 0; r < 2; ++r) {
-        const std::vector<Event> ev = run.ofRank(r);
+        const std::vector<telemetry::Event> ev = run.ofRank(r);
         int checked = 0, sameAsEnter = 0;
         for (std::size_t i = 0; i < ev.size(); ++i) {
-            if (ev[i].type != EventType::ModuleEnter || readModule(ev[i]).module != run.layer)
+            if (ev[i].type != EventType::ModuleEnter ||
+                telemetry::readModule(ev[i]).module != run.layer)
                 continue;
             std::uint64_t batch = ev[i].tsNs;
             for (std::size_t j = i + 1; j < ev.size(); ++j) {
@@ -107,7 +108,7 @@ void TestEventTimestamps::exitAndItsReleasesShareOneTime()
     Run run(2);
     run.steps(1);
     for (int r = 0; r < 2; ++r) {
-        const std::vector<Event> ev = run.ofRank(r);
+        const std::vector<telemetry::Event> ev = run.ofRank(r);
         int exits = 0;
         for (std::size_t i = 0; i < ev.size(); ++i) {
             if (ev[i].type != EventType::Release) continue;
@@ -134,7 +135,7 @@ void TestEventTimestamps::eachRanksTimesNeverGoBack()
     Run run(2);
     run.steps(3);
     for (int r = 0; r < 2; ++r) {
-        const std::vector<Event> ev = run.ofRank(r);
+        const std::vector<telemetry::Event> ev = run.ofRank(r);
         QVERIFY(ev.size() > 20);
         for (std::size_t i = 1; i < ev.size(); ++i)
             QVERIFY2(
@@ -155,11 +156,11 @@ void TestEventTimestamps::gathersEndAfterTheyBegin()
     for (int r = 0; r < 2; ++r) {
         std::map<ParamId, std::uint64_t> open; // param -> its FetchBegin's time
         int ended = 0;
-        for (const Event &e : run.ofRank(r)) {
+        for (const telemetry::Event &e : run.ofRank(r)) {
             if (e.type == EventType::FetchBegin) {
-                QVERIFY(open.emplace(readFetch(e).param, e.tsNs).second);
+                QVERIFY(open.emplace(telemetry::readFetch(e).param, e.tsNs).second);
             } else if (e.type == EventType::FetchEnd) {
-                const auto it = open.find(readFetch(e).param);
+                const auto it = open.find(telemetry::readFetch(e).param);
                 QVERIFY2(it != open.end(), "a FetchEnd without its FetchBegin");
                 QVERIFY(e.tsNs >= it->second);
                 open.erase(it);

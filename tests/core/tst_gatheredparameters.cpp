@@ -7,14 +7,14 @@ using namespace shardscope;
 
 struct OneParam
 {
-    std::unique_ptr<Engine> engine;
+    std::unique_ptr<core::Engine> engine;
     ModuleId lin = 0;
     ParamId w = 0;
     std::vector<float> init = test::iota(10); // 10 elements: pads on 3 and 4 ranks
 
     explicit OneParam(int world)
     {
-        EngineConfig cfg;
+        core::EngineConfig cfg;
         cfg.persistenceThreshold = 0;
         engine = test::makeEngine(world, cfg);
         lin = engine->addModule(engine->root(), "lin", "Linear");
@@ -26,7 +26,7 @@ struct OneParam
     {
         std::vector<std::vector<float>> out(engine->worldSize());
         engine->forEachLocalRank([&](int r) {
-            GatheredParameters g(*engine, r, {w});
+            core::GatheredParameters g(*engine, r, {w});
             out[r].assign(g[0].f32(), g[0].f32() + 10);
         });
         return out;
@@ -54,7 +54,7 @@ void TestGatheredParameters::gathersOnEntryReleasesOnExit()
     t.engine->forEachLocalRank([&](int r) {
         bool good;
         {
-            GatheredParameters g(*t.engine, r, {t.w});
+            core::GatheredParameters g(*t.engine, r, {t.w});
             good = t.engine->status(r, t.w) == ParamStatus::Available && g[0].f32()[9] == 10.0f;
             // reads inside the scope are not violations
             good = good && t.engine->access(r, t.w).f32()[3] == 4.0f;
@@ -82,13 +82,13 @@ void TestGatheredParameters::modifierRankBroadcastsAndRepartitions()
     QFETCH(int, modifier);
     OneParam t(world);
     t.engine->forEachLocalRank([&](int r) {
-        GatheredParameters g(*t.engine, r, {t.w}, modifier);
+        core::GatheredParameters g(*t.engine, r, {t.w}, modifier);
         float *full = g[0].f32();
         for (int i = 0; i < 10; ++i)
             full[i] = r == modifier ? 100.0f + static_cast<float>(i) : -1.0f; // other ranks' edits are lost
     });
     for (int r = 0; r < world; ++r) {
-        const ParamInfo &info = t.engine->param(t.w);
+        const core::ParamInfo &info = t.engine->param(t.w);
         auto shard = t.engine->shardData(r, t.w);
         for (std::int64_t k = 0; k < info.layout.partitionNumel; ++k) {
             const std::int64_t gidx = info.layout.offset(r) + k;
@@ -107,16 +107,16 @@ void TestGatheredParameters::broadcastCarriesThePaddedBytesAsFetchesDo()
     OneParam t(3);
     test::MemorySink sink;
     t.engine->setEventSink(&sink);
-    t.engine->forEachLocalRank([&](int r) { GatheredParameters g(*t.engine, r, {t.w}, 0); });
+    t.engine->forEachLocalRank([&](int r) { core::GatheredParameters g(*t.engine, r, {t.w}, 0); });
     const auto broadcasts = sink.ofType(EventType::Broadcast);
     const auto fetches = sink.ofType(EventType::FetchBegin);
     QCOMPARE(broadcasts.size(), std::size_t(3));
     QVERIFY(!fetches.empty());
-    for (const Event &e : broadcasts) {
-        QCOMPARE(readBroadcast(e).bytes, std::uint64_t(12 * 4));
-        QCOMPARE(readBroadcast(e).root, 0u);
+    for (const telemetry::Event &e : broadcasts) {
+        QCOMPARE(telemetry::readBroadcast(e).bytes, std::uint64_t(12 * 4));
+        QCOMPARE(telemetry::readBroadcast(e).root, 0u);
     }
-    QCOMPARE(readFetch(fetches.front()).bytes, std::uint64_t(12 * 4));
+    QCOMPARE(telemetry::readFetch(fetches.front()).bytes, std::uint64_t(12 * 4));
     t.engine->setEventSink(nullptr);
 }
 
@@ -124,7 +124,7 @@ void TestGatheredParameters::processWideScopeFromBuildingCode()
 {
     OneParam t(3);
     {
-        GatheredParameters g(*t.engine, {t.w}, 0);
+        core::GatheredParameters g(*t.engine, {t.w}, 0);
         QCOMPARE(g[0].f32()[4], 5.0f);
         g[0].f32()[4] = 42.0f;
     }
@@ -138,11 +138,11 @@ void TestGatheredParameters::writeWithoutModifierIsAnErrorAndChangesNothing()
     std::vector<std::string> errors(2);
     t.engine->forEachLocalRank([&](int r) {
         try {
-            GatheredParameters g(*t.engine, r, {t.w});
+            core::GatheredParameters g(*t.engine, r, {t.w});
             if (r == 1)
                 g[0].f32()[0] = 7.0f;
             g.close();
-        } catch (const EngineError &e) {
+        } catch (const core::EngineError &e) {
             errors[r] = e.what();
         }
     });
@@ -163,10 +163,10 @@ void TestGatheredParameters::nestedScopeIsAnError()
     OneParam t(2);
     std::vector<std::string> errors(2);
     t.engine->forEachLocalRank([&](int r) {
-        GatheredParameters outer(*t.engine, r, {t.w});
+        core::GatheredParameters outer(*t.engine, r, {t.w});
         try {
-            GatheredParameters inner(*t.engine, r, {t.w});
-        } catch (const EngineError &e) {
+            core::GatheredParameters inner(*t.engine, r, {t.w});
+        } catch (const core::EngineError &e) {
             errors[r] = e.what();
         }
     });
@@ -180,7 +180,7 @@ void TestGatheredParameters::nestedScopeIsAnError()
 void TestGatheredParameters::badModifierRank()
 {
     OneParam t(2);
-    QVERIFY_THROWS_EXCEPTION(EngineError, GatheredParameters(*t.engine, {t.w}, 5));
+    QVERIFY_THROWS_EXCEPTION(core::EngineError, core::GatheredParameters(*t.engine, {t.w}, 5));
 }
 
 QTEST_APPLESS_MAIN(TestGatheredParameters)

@@ -9,14 +9,14 @@ using namespace shardscope;
 // Story 2: weight_norm replaces pos_conv.weight by weight_g / weight_v after partitioning.
 struct ConvModel
 {
-    std::unique_ptr<Engine> engine;
+    std::unique_ptr<core::Engine> engine;
     test::MemorySink sink;
     ModuleId conv = 0;
     ParamId weight = 0, bias = 0;
 
     explicit ConvModel(int world)
     {
-        EngineConfig cfg;
+        core::EngineConfig cfg;
         cfg.persistenceThreshold = 16;
         engine = test::makeEngine(world, cfg);
         engine->setEventSink(&sink);
@@ -42,7 +42,9 @@ struct ConvModel
     {
         engine->forEachLocalRank([&](int r) {
             engine->beginStep(r);
-            { ModuleScope s(*engine, r, conv, Phase::Forward); }
+            {
+                core::ModuleScope s(*engine, r, conv, Phase::Forward);
+            }
             engine->endStep(r, 0.0);
         });
     }
@@ -86,14 +88,14 @@ void TestLateParameters::lateParametersAreDetected()
     QCOMPARE(m.engine->findParam("pos_conv.weight"), kNoParam);
     // the unguarded read of the since-removed weight still names it
     const auto vs = m.engine->violations();
-    auto read = std::find_if(vs.begin(), vs.end(), [](const ViolationRecord &vr) {
+    auto read = std::find_if(vs.begin(), vs.end(), [](const core::ViolationRecord &vr) {
         return vr.kind == ViolationKind::UnregisteredAccess && vr.accessor == kNoModule;
     });
     QVERIFY(read != vs.end());
     QCOMPARE(read->paramName, std::string("pos_conv.weight"));
-    const EngineState st = m.engine->state();
+    const core::EngineState st = m.engine->state();
     QVERIFY(std::none_of(st.params.begin(), st.params.end(),
-                         [&](const ParamRecord &r) { return r.id == read->param; }));
+                         [&](const core::ParamRecord &r) { return r.id == read->param; }));
 }
 
 void TestLateParameters::adoptionPartitionsThem()
@@ -108,14 +110,14 @@ void TestLateParameters::adoptionPartitionsThem()
     for (int r = 0; r < 4; ++r)
         QCOMPARE(m.engine->status(r, v), ParamStatus::NotAvailable);
     QCOMPARE(m.sink.ofType(EventType::ParameterAdopted).size(), std::size_t(2 * 4));
-    QVERIFY_THROWS_EXCEPTION(EngineError, m.engine->adoptParameter(v));
+    QVERIFY_THROWS_EXCEPTION(core::EngineError, m.engine->adoptParameter(v));
     m.trainStep();
     QCOMPARE(m.engine->lateParameterCount(), std::uint64_t(0));
     // gathered like any other parameter: the owner's entry fetches it, values intact
     std::vector<float> seen(24);
     m.engine->forEachLocalRank([&](int r) {
         m.engine->beginStep(r);
-        ModuleScope s(*m.engine, r, m.conv, Phase::Forward);
+        core::ModuleScope s(*m.engine, r, m.conv, Phase::Forward);
         if (r == 2)
             std::memcpy(seen.data(), m.engine->access(r, v).f32(), 24 * 4);
     });
@@ -127,7 +129,7 @@ void TestLateParameters::storyWorkaroundGivesNoRecords()
     ConvModel m(2);
     ParamId g, v;
     {
-        GatheredParameters scope(*m.engine, {m.weight}, 0);
+        core::GatheredParameters scope(*m.engine, {m.weight}, 0);
         std::tie(g, v) = m.weightNorm(scope[0].f32());
     }
     m.engine->removeParameter(m.weight);

@@ -42,7 +42,7 @@ void TestPartition::layoutMath()
     QFETCH(qint64, padded);
     QFETCH(qint64, part);
     QFETCH(qint64, tailValid);
-    const auto l = PartitionLayout::make(numel, world);
+    const auto l = core::PartitionLayout::make(numel, world);
     QCOMPARE(l.paddedNumel, padded);
     QCOMPARE(l.partitionNumel, part);
     QCOMPARE(l.validNumel(world - 1), tailValid);
@@ -54,7 +54,7 @@ void TestPartition::shardsTileWithoutGapOrOverlap()
     for (int w = 1; w <= 8; ++w) {
         for (std::int64_t n : {std::int64_t(1), std::int64_t(w - 1), std::int64_t(w), std::int64_t(w + 1),
                                std::int64_t(1000003)}) {
-            const auto l = PartitionLayout::make(n, w);
+            const auto l = core::PartitionLayout::make(n, w);
             QCOMPARE(l.paddedNumel % w, 0);
             QVERIFY(l.paddedNumel >= n && l.paddedNumel - n < w);
             std::int64_t next = 0, valid = 0;
@@ -86,7 +86,7 @@ void TestPartition::roundTripIsBitExact_data()
 void TestPartition::roundTripIsBitExact()
 {
     QFETCH(int, world);
-    EngineConfig cfg;
+    core::EngineConfig cfg;
     cfg.persistenceThreshold = 0;
     auto engine = test::makeEngine(world, cfg);
     std::vector<std::int64_t> sizes = {1, world - 1, world, world + 1, 1000003};
@@ -106,7 +106,7 @@ void TestPartition::roundTripIsBitExact()
     }
     engine->partition();
     for (std::size_t i = 0; i < ids.size(); ++i) {
-        const ParamInfo &info = engine->param(ids[i]);
+        const core::ParamInfo &info = engine->param(ids[i]);
         QVERIFY(info.partitioned);
         for (int r = 0; r < world; ++r) {
             auto shard = engine->shardData(r, ids[i]);
@@ -122,7 +122,7 @@ void TestPartition::roundTripIsBitExact()
     engine->forEachLocalRank([&](int r) {
         engine->beginStep(r);
         for (std::size_t i = 0; i < ids.size(); ++i) {
-            GatheredParameters g(*engine, r, {ids[i]});
+            core::GatheredParameters g(*engine, r, {ids[i]});
             const float *full = g[0].f32();
             if (std::memcmp(full, values[i].data(), values[i].size() * sizeof(float)) != 0)
                 ++mismatches[r];
@@ -135,7 +135,7 @@ void TestPartition::roundTripIsBitExact()
 
 void TestPartition::persistenceThreshold()
 {
-    EngineConfig cfg;
+    core::EngineConfig cfg;
     cfg.persistenceThreshold = 100;
     auto engine = test::makeEngine(4, cfg);
     const ModuleId m = engine->addModule(engine->root(), "lin", "Linear");
@@ -152,12 +152,13 @@ void TestPartition::persistenceThreshold()
         QCOMPARE(engine->status(r, s), ParamStatus::Available);
         QCOMPARE(engine->status(r, b), ParamStatus::NotAvailable);
     }
-    QCOMPARE(EngineConfig{}.persistenceThreshold, std::int64_t(100000)); // DeepSpeed's default
+    QCOMPARE(core::EngineConfig{}.persistenceThreshold,
+             std::int64_t(100000)); // DeepSpeed's default
 }
 
 void TestPartition::rejectsBadWorld()
 {
-    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, PartitionLayout::make(10, 0));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, core::PartitionLayout::make(10, 0));
 }
 
 QTEST_APPLESS_MAIN(TestPartition)

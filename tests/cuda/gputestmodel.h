@@ -28,15 +28,15 @@ inline nn::TrainConfig smallGpuConfig(int world)
     return c;
 }
 
-class RecordingSink final : public EventSink
+class RecordingSink final : public telemetry::EventSink
 {
   public:
-    void write(const Event &ev) noexcept override
+    void write(const telemetry::Event &ev) noexcept override
     {
         std::lock_guard lock(m_mutex);
         m_events.push_back(ev);
     }
-    std::vector<Event> events()
+    std::vector<telemetry::Event> events()
     {
         std::lock_guard lock(m_mutex);
         return m_events;
@@ -44,7 +44,7 @@ class RecordingSink final : public EventSink
 
   private:
     std::mutex m_mutex;
-    std::vector<Event> m_events;
+    std::vector<telemetry::Event> m_events;
 };
 
 } // namespace shardscope::test

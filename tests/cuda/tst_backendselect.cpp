@@ -24,16 +24,16 @@ class TestBackendSelect : public QObject
   private slots:
     void cpuIsAlwaysCpu()
     {
-        const BackendChoice c = chooseBackend("cpu");
-        QCOMPARE(c.backend, Backend::Cpu);
+        const cuda::BackendChoice c = cuda::chooseBackend("cpu");
+        QCOMPARE(c.backend, comm::Backend::Cpu);
         QVERIFY(c.reason.find("--backend cpu") != std::string::npos);
     }
 
     void autoFallsBackToCpuWithoutGpu()
     {
         if (test::gpuCount() > 0) QSKIP("this machine has a GPU: autoPicksNcclOnGpu covers it");
-        const BackendChoice c = chooseBackend("auto");
-        QCOMPARE(c.backend, Backend::Cpu);
+        const cuda::BackendChoice c = cuda::chooseBackend("auto");
+        QCOMPARE(c.backend, comm::Backend::Cpu);
         QCOMPARE(c.deviceCount, 0);
         QVERIFY2(c.reason.rfind("CPU backend: ", 0) == 0, c.reason.c_str());
         QVERIFY2(c.reason.find('\n') == std::string::npos, "the reason is one line");
@@ -50,9 +50,9 @@ class TestBackendSelect : public QObject
     {
         if (test::gpuCount() > 0) QSKIP("this machine has a GPU: autoPicksNcclOnGpu covers it");
         try {
-            chooseBackend("nccl");
+            cuda::chooseBackend("nccl");
             QFAIL("chooseBackend(\"nccl\") must throw without a GPU");
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             const std::string msg = e.what();
             QVERIFY2(msg.find("--backend nccl cannot be used") != std::string::npos, e.what());
             QVERIFY2(msg.find("--backend cpu") != std::string::npos, e.what());
@@ -69,11 +69,11 @@ class TestBackendSelect : public QObject
     void autoPicksNcclOnGpu()
     {
         SHARDSCOPE_REQUIRE_GPU();
-        const BackendChoice c = chooseBackend("auto");
-        QCOMPARE(c.backend, Backend::Nccl);
+        const cuda::BackendChoice c = cuda::chooseBackend("auto");
+        QCOMPARE(c.backend, comm::Backend::Nccl);
         QCOMPARE(c.deviceCount, test::gpuCount());
         QVERIFY2(c.reason.rfind("NCCL backend: ", 0) == 0, c.reason.c_str());
-        QCOMPARE(chooseBackend("nccl").backend, Backend::Nccl);
+        QCOMPARE(cuda::chooseBackend("nccl").backend, comm::Backend::Nccl);
     }
 
     void ncclAndCublasLoadWithoutAGpu()
@@ -81,12 +81,12 @@ class TestBackendSelect : public QObject
 #if SHARDSCOPE_HAVE_CUDA
         // Built against NCCL and cuBLAS found on this machine: dlopen must find them and
         // every function the GPU path calls (no GPU is needed for that).
-        const NcclApi &nccl = ncclApi();
+        const cuda::NcclApi &nccl = cuda::ncclApi();
         QVERIFY2(nccl.loaded, nccl.error.c_str());
         QVERIFY2(nccl.version.rfind("2.", 0) == 0, nccl.version.c_str());
         QCOMPARE(std::string(nccl.getErrorString(ncclInvalidArgument)).find("invalid argument"),
                  std::size_t(0));
-        const CublasApi &blas = cublasApi();
+        const cuda::CublasApi &blas = cuda::cublasApi();
         QVERIFY2(blas.loaded, blas.error.c_str());
         QVERIFY(std::string(blas.getStatusString(CUBLAS_STATUS_NOT_INITIALIZED))
                     .find("not initialized") != std::string::npos);
@@ -109,7 +109,7 @@ class TestBackendSelect : public QObject
         QFETCH(QString, word);
         const std::string w = word.toStdString();
         try {
-            chooseBackend(w);
+            cuda::chooseBackend(w);
             QFAIL("an unknown backend must throw std::invalid_argument");
         } catch (const std::invalid_argument &e) {
             const std::string msg = e.what();
@@ -126,9 +126,9 @@ class TestBackendSelect : public QObject
         config.worldSize = 1;
         config.steps = 1;
         try {
-            gpu::runNcclTraining(config, {});
+            cuda::runNcclTraining(config, {});
             QFAIL("runNcclTraining must throw without a GPU");
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             QVERIFY2(std::string(e.what()).find("--backend cpu") != std::string::npos, e.what());
         }
     }

@@ -29,9 +29,9 @@ class TestCudaMemory : public QObject
 #if SHARDSCOPE_HAVE_CUDA
     void copiesZeroAndAddOnTheComputeStream()
     {
-        gpu::setDevice(0);
-        gpu::Stream compute, comm;
-        gpu::CudaMemory mem(0, compute.get(), comm.get());
+        cuda::setDevice(0);
+        cuda::Stream compute, comm;
+        cuda::CudaMemory mem(0, compute.get(), comm.get());
         QVERIFY(!mem.isHost());
         QCOMPARE(mem.name(), std::string("cuda:0"));
         QVERIFY(mem.allocate(0) == nullptr);
@@ -42,16 +42,17 @@ class TestCudaMemory : public QObject
             a[i] = static_cast<float>(i);
             b[i] = 0.5f * static_cast<float>(i) + 1.0f;
         }
-        Buffer da(mem, n * sizeof(float)), db(mem, n * sizeof(float)), dc(mem, n * sizeof(float));
-        mem.copy(da.data(), a.data(), n * sizeof(float), CopyKind::HostToSpace);
-        mem.copy(db.data(), b.data(), n * sizeof(float), CopyKind::HostToSpace);
-        mem.copy(dc.data(), da.data(), n * sizeof(float), CopyKind::WithinSpace);
+        comm::Buffer da(mem, n * sizeof(float)), db(mem, n * sizeof(float)),
+            dc(mem, n * sizeof(float));
+        mem.copy(da.data(), a.data(), n * sizeof(float), comm::CopyKind::HostToSpace);
+        mem.copy(db.data(), b.data(), n * sizeof(float), comm::CopyKind::HostToSpace);
+        mem.copy(dc.data(), da.data(), n * sizeof(float), comm::CopyKind::WithinSpace);
         mem.addF32(dc.f32(), db.f32(), n);
         mem.zero(da.data(), 16 * sizeof(float));
 
         std::vector<float> c(n), z(n);
-        mem.copy(c.data(), dc.data(), n * sizeof(float), CopyKind::SpaceToHost);
-        mem.copy(z.data(), da.data(), n * sizeof(float), CopyKind::SpaceToHost);
+        mem.copy(c.data(), dc.data(), n * sizeof(float), comm::CopyKind::SpaceToHost);
+        mem.copy(z.data(), da.data(), n * sizeof(float), comm::CopyKind::SpaceToHost);
         for (std::size_t i = 0; i < n; ++i) {
             QCOMPARE(c[i], a[i] + b[i]);
             QCOMPARE(z[i], i < 16 ? 0.0f : a[i]);
@@ -60,9 +61,9 @@ class TestCudaMemory : public QObject
 
     void collectiveBuffersAndFreesAreStreamOrdered()
     {
-        gpu::setDevice(0);
-        gpu::Stream compute, comm;
-        gpu::CudaMemory mem(0, compute.get(), comm.get());
+        cuda::setDevice(0);
+        cuda::Stream compute, comm;
+        cuda::CudaMemory mem(0, compute.get(), comm.get());
         // Allocate, use and free many times: the pool reuses memory across the two
         // streams without a device-wide synchronisation.
         for (int round = 0; round < 50; ++round) {
@@ -71,7 +72,7 @@ class TestCudaMemory : public QObject
             QCOMPARE(cudaMemsetAsync(p, round, 1 << 20, comm.get()), cudaSuccess);
             QCOMPARE(cudaStreamSynchronize(comm.get()), cudaSuccess);
             std::uint8_t first = 0;
-            mem.copy(&first, p, 1, CopyKind::SpaceToHost);
+            mem.copy(&first, p, 1, comm::CopyKind::SpaceToHost);
             QCOMPARE(int(first), round);
             mem.deallocate(p, 1 << 20);
         }
@@ -80,33 +81,33 @@ class TestCudaMemory : public QObject
 
     void anImpossibleAllocationSaysHowMuchAndWhere()
     {
-        gpu::setDevice(0);
-        gpu::Stream compute, comm;
-        gpu::CudaMemory mem(0, compute.get(), comm.get());
+        cuda::setDevice(0);
+        cuda::Stream compute, comm;
+        cuda::CudaMemory mem(0, compute.get(), comm.get());
         try {
             mem.allocate(std::size_t(1) << 50); // 1 PiB
             QFAIL("a 1 PiB allocation must fail");
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             const std::string what = e.what();
             QVERIFY2(what.find("cuda:0") != std::string::npos, e.what());
             QVERIFY2(what.find("MiB") != std::string::npos, e.what());
             QVERIFY2(what.find("free") != std::string::npos, e.what());
         }
         // The device is still usable.
-        Buffer ok(mem, 64);
+        comm::Buffer ok(mem, 64);
         QVERIFY(ok.data() != nullptr);
     }
 
     void ncclCommunicatorMemoryFollowsItsComputeStream()
     {
-        NcclLocalWorld world = makeNcclLocalWorld({0});
-        NcclCommunicator &c = world[0];
+        cuda::NcclLocalWorld world = cuda::makeNcclLocalWorld({0});
+        cuda::NcclCommunicator &c = world[0];
         QVERIFY(c.computeStream() == nullptr); // standalone default: the legacy stream
         QVERIFY(c.orderAfterCompute());
         const cudaStream_t own = c.useOwnComputeStream();
         QVERIFY(own != nullptr);
         QVERIFY(c.computeStream() == own);
-        auto &mem = dynamic_cast<gpu::CudaMemory &>(c.memory());
+        auto &mem = dynamic_cast<cuda::CudaMemory &>(c.memory());
         QVERIFY(mem.computeStream() == own);
         QVERIFY(mem.commStream() == c.commStream());
         QCOMPARE(mem.device(), c.device());

@@ -48,22 +48,22 @@ nn::TrainConfig smallConfig(int world)
 
 #if SHARDSCOPE_HAVE_CUDA
 // Records every event, and sets `go` when `rank` enters `module` (forward) in `step`.
-class ReleasingSink final : public EventSink
+class ReleasingSink final : public telemetry::EventSink
 {
   public:
     ReleasingSink(std::atomic<bool> &go, int rank, ModuleId module, std::uint32_t step)
         : m_go(go), m_rank(rank), m_module(module), m_step(step)
     {
     }
-    void write(const Event &ev) noexcept override
+    void write(const telemetry::Event &ev) noexcept override
     {
         if (ev.type == EventType::ModuleEnter && ev.rank == m_rank &&
-            readModule(ev).module == m_module && ev.step == m_step)
+            telemetry::readModule(ev).module == m_module && ev.step == m_step)
             m_go.store(true);
         std::lock_guard lock(m_mutex);
         m_events.push_back(ev);
     }
-    std::vector<Event> events()
+    std::vector<telemetry::Event> events()
     {
         std::lock_guard lock(m_mutex);
         return m_events;
@@ -75,7 +75,7 @@ class ReleasingSink final : public EventSink
     ModuleId m_module;
     std::uint32_t m_step;
     std::mutex m_mutex;
-    std::vector<Event> m_events;
+    std::vector<telemetry::Event> m_events;
 };
 #endif
 
@@ -85,17 +85,17 @@ int worldForTest()
     return std::min(test::gpuCount(), 2);
 }
 
-const ParamRecord *findParam(const EngineState &s, const std::string &name)
+const core::ParamRecord *findParam(const core::EngineState &s, const std::string &name)
 {
-    for (const ParamRecord &p : s.params)
+    for (const core::ParamRecord &p : s.params)
         if (p.name == name) return &p;
     return nullptr;
 }
 
-std::vector<float> deviceToHost(Engine &engine, int rank, const float *data, std::size_t n)
+std::vector<float> deviceToHost(core::Engine &engine, int rank, const float *data, std::size_t n)
 {
     std::vector<float> out(n);
-    engine.memory(rank).copy(out.data(), data, n * sizeof(float), CopyKind::SpaceToHost);
+    engine.memory(rank).copy(out.data(), data, n * sizeof(float), comm::CopyKind::SpaceToHost);
     return out;
 }
 
@@ -116,8 +116,8 @@ class TestGpuEngine : public QObject
 
     void engineMemoryIsTheGpu()
     {
-        auto engine = gpu::makeNcclEngine(smallConfig(worldForTest()));
-        QCOMPARE(engine->backend(), Backend::Nccl);
+        auto engine = cuda::makeNcclEngine(smallConfig(worldForTest()));
+        QCOMPARE(engine->backend(), comm::Backend::Nccl);
         for (int r : engine->localRanks()) {
             QVERIFY(!engine->memory(r).isHost());
             QCOMPARE(engine->memory(r).name(), "cuda:" + std::to_string(r));
@@ -128,13 +128,13 @@ class TestGpuEngine : public QObject
     {
         nn::TrainConfig c = smallConfig(worldForTest());
         c.guard = GuardPolicy::Auto; // lm_head's read of embed.weight registers it
-        auto engine = gpu::makeNcclEngine(c);
+        auto engine = cuda::makeNcclEngine(c);
         nn::buildModel(*engine, c);
         const int world = engine->worldSize();
 
         // Taken from the reporting rank's thread while the other ranks may be running.
-        std::vector<EngineState> during;
-        gpu::trainOnGpu(*engine, c, [&](const nn::StepReport &) {
+        std::vector<core::EngineState> during;
+        cuda::trainOnGpu(*engine, c, [&](const nn::StepReport &) {
             during.push_back(engine->state());
         });
         QCOMPARE(int(during.size()), c.steps);
@@ -143,13 +143,13 @@ class TestGpuEngine : public QObject
             QVERIFY(during[s].step >= std::uint32_t(s + 1));
         }
 
-        const EngineState st = engine->state();
+        const core::EngineState st = engine->state();
         QCOMPARE(st.backend, std::string("nccl"));
         QCOMPARE(st.worldSize, world);
         QCOMPARE(st.localRanks, engine->localRanks());
         QCOMPARE(st.step, std::uint32_t(c.steps));
 
-        const ParamRecord *embed = findParam(st, "embed.weight");
+        const core::ParamRecord *embed = findParam(st, "embed.weight");
         QVERIFY(embed);
         QVERIFY(embed->partitioned);
         QCOMPARE(int(embed->status.size()), world);
@@ -160,18 +160,18 @@ class TestGpuEngine : public QObject
         QVERIFY(embed->gatherBytes > 0);
         const ModuleId head = engine->findModule("lm_head");
         const auto ext = std::find_if(embed->externals.begin(), embed->externals.end(),
-                                      [&](const ExternalRecord &e) { return e.module == head; });
+                                      [&](const core::ExternalRecord &e) { return e.module == head; });
         QVERIFY2(ext != embed->externals.end(), "the guard registered embed.weight on lm_head");
         QVERIFY(ext->automatic);
 
-        const ParamRecord *bias = findParam(st, "lm_head.bias"); // persistent: always whole
+        const core::ParamRecord *bias = findParam(st, "lm_head.bias"); // persistent: always whole
         QVERIFY(bias);
         QVERIFY(bias->persistent);
         for (int r : st.localRanks)
             QCOMPARE(bias->status[r], ParamStatus::Available);
 
         // weight_norm after partitioning (externals none): late, never partitioned.
-        const ParamRecord *v = findParam(st, "pos_conv.weight_v");
+        const core::ParamRecord *v = findParam(st, "pos_conv.weight_v");
         QVERIFY(v);
         QVERIFY(v->late);
         QVERIFY(!v->partitioned);
@@ -181,13 +181,13 @@ class TestGpuEngine : public QObject
     void inspectorServesAClientOfAnNcclEngine()
     {
         nn::TrainConfig c = smallConfig(worldForTest());
-        auto engine = gpu::makeNcclEngine(c);
-        InspectorOptions o;
+        auto engine = cuda::makeNcclEngine(c);
+        server::InspectorOptions o;
         o.endpoint = "tcp:127.0.0.1:0";
-        Inspector inspector(*engine, o);
+        server::Inspector inspector(*engine, o);
         QVERIFY(inspector.endpoint().starts_with("tcp:127.0.0.1:"));
         nn::buildModel(*engine, c);
-        gpu::trainOnGpu(*engine, c, {});
+        cuda::trainOnGpu(*engine, c, {});
 
         auto client = InspectorClient::connect(inspector.endpoint(), {});
         QVERIFY2(client.ok(), client.error().c_str());
@@ -203,12 +203,12 @@ class TestGpuEngine : public QObject
             auto applied = state.apply(**frame);
             QVERIFY2(applied.ok(), applied.ok() ? "" : applied.error().c_str());
         }
-        const EngineState &st = state.snapshot().state;
+        const core::EngineState &st = state.snapshot().state;
         QCOMPARE(st.backend, std::string("nccl"));
         QCOMPARE(st.step, std::uint32_t(c.steps));
         QVERIFY(findParam(st, "blocks.1.fc2.weight"));
         int stepEnds = 0, fetches = 0;
-        for (const Event &e : state.snapshot().events) {
+        for (const telemetry::Event &e : state.snapshot().events) {
             stepEnds += e.type == EventType::StepEnd;
             fetches += e.type == EventType::FetchEnd;
         }
@@ -221,10 +221,10 @@ class TestGpuEngine : public QObject
     {
         nn::TrainConfig c = smallConfig(worldForTest());
         c.externals = nn::Externals::Manual;
-        auto engine = gpu::makeNcclEngine(c);
+        auto engine = cuda::makeNcclEngine(c);
         nn::buildModel(*engine, c);
         const ParamId p = engine->findParam("blocks.0.fc1.weight");
-        const ParamInfo &info = engine->param(p);
+        const core::ParamInfo &info = engine->param(p);
         QVERIFY(info.partitioned);
         const auto n = static_cast<std::size_t>(info.numel);
         std::vector<float> want(n);
@@ -232,11 +232,12 @@ class TestGpuEngine : public QObject
             want[i] = 0.25f * static_cast<float>(i % 97) - 3.0f;
 
         {
-            GatheredParameters g(*engine, {p}, 0);
+            core::GatheredParameters g(*engine, {p}, 0);
             QCOMPARE(g.viewRank(), 0);
-            const TensorView v = g[0];
+            const core::TensorView v = g[0];
             QCOMPARE(v.numel, info.numel);
-            engine->memory(0).copy(v.data, want.data(), n * sizeof(float), CopyKind::HostToSpace);
+            engine->memory(0).copy(v.data, want.data(), n * sizeof(float),
+                                   comm::CopyKind::HostToSpace);
             g.close(); // rank 0's tensor is broadcast and every shard rewritten
         }
         for (int r : engine->localRanks()) {
@@ -250,19 +251,19 @@ class TestGpuEngine : public QObject
             }
         }
         {
-            GatheredParameters g(*engine, {p});
+            core::GatheredParameters g(*engine, {p});
             const std::vector<std::byte> full = g.toHost(0);
             QCOMPARE(full.size(), n * sizeof(float));
             QVERIFY(std::memcmp(full.data(), want.data(), full.size()) == 0);
         }
         // Without a modifier rank an in-place change on the device is refused by name.
         try {
-            GatheredParameters g(*engine, {p});
+            core::GatheredParameters g(*engine, {p});
             const float x = 42.0f;
-            engine->memory(0).copy(g[0].data, &x, sizeof x, CopyKind::HostToSpace);
+            engine->memory(0).copy(g[0].data, &x, sizeof x, comm::CopyKind::HostToSpace);
             g.close();
             QFAIL("a change without modifier_rank must be an EngineError");
-        } catch (const EngineError &e) {
+        } catch (const core::EngineError &e) {
             QVERIFY2(std::string(e.what()).find(info.name) != std::string::npos, e.what());
         }
         const std::span<float> shard0 = engine->shardData(0, p);
@@ -283,7 +284,7 @@ class TestGpuEngine : public QObject
         c.externals = nn::Externals::Manual;
         c.layers = 4;
         c.steps = 3; // step 1 records the trace, 2 and 3 prefetch from it
-        auto engine = gpu::makeNcclEngine(c);
+        auto engine = cuda::makeNcclEngine(c);
         const int rank = engine->localRanks().front();
         // Static: the stream's callback may still read it after an early return.
         static std::atomic<bool> go;
@@ -296,9 +297,9 @@ class TestGpuEngine : public QObject
         ReleasingSink sink(go, rank, engine->findModule("embed"), 2);
         engine->setEventSink(&sink);
         cudaError_t held = cudaErrorUnknown;
-        gpu::trainOnGpu(*engine, c, [&](const nn::StepReport &r) {
+        cuda::trainOnGpu(*engine, c, [&](const nn::StepReport &r) {
             if (r.step != 1) return; // on rank 0's thread, after step 1's last collective
-            auto &comm = dynamic_cast<NcclCommunicator &>(engine->comm(rank));
+            auto &comm = dynamic_cast<cuda::NcclCommunicator &>(engine->comm(rank));
             held = cudaLaunchHostFunc(
                 comm.commStream(),
                 [](void *flag) {
@@ -318,13 +319,14 @@ class TestGpuEngine : public QObject
         // that poll while the gather was still in flight.
         std::map<std::uint32_t, int> open;
         int prefetches = 0, overlapped = 0;
-        for (const Event &e : sink.events()) {
+        for (const telemetry::Event &e : sink.events()) {
             if (e.rank != rank || e.step < 2) continue;
-            if (e.type == EventType::FetchBegin && readFetch(e).reason == FetchReason::Prefetch) {
-                open[readFetch(e).param] = 0;
+            if (e.type == EventType::FetchBegin &&
+                telemetry::readFetch(e).reason == FetchReason::Prefetch) {
+                open[telemetry::readFetch(e).param] = 0;
                 ++prefetches;
             } else if (e.type == EventType::FetchEnd) {
-                const auto it = open.find(readFetch(e).param);
+                const auto it = open.find(telemetry::readFetch(e).param);
                 if (it == open.end()) continue;
                 overlapped += it->second == 2;
                 open.erase(it);

@@ -37,21 +37,21 @@ Vec randomVec(std::size_t n, unsigned seed, float scale = 1.0f)
     return v;
 }
 
-gpu::DeviceBuffer up(const Vec &v)
+cuda::DeviceBuffer up(const Vec &v)
 {
-    gpu::DeviceBuffer b(v.size() * sizeof(float));
+    cuda::DeviceBuffer b(v.size() * sizeof(float));
     b.upload(v.data(), v.size() * sizeof(float));
     return b;
 }
 
-gpu::DeviceBuffer upTokens(const std::vector<std::int32_t> &v)
+cuda::DeviceBuffer upTokens(const std::vector<std::int32_t> &v)
 {
-    gpu::DeviceBuffer b(v.size() * sizeof(std::int32_t));
+    cuda::DeviceBuffer b(v.size() * sizeof(std::int32_t));
     b.upload(v.data(), v.size() * sizeof(std::int32_t));
     return b;
 }
 
-Vec down(const gpu::DeviceBuffer &b)
+Vec down(const cuda::DeviceBuffer &b)
 {
     return b.toHost<float>();
 }
@@ -87,7 +87,7 @@ class TestGpuLayers : public QObject
     Q_OBJECT
 
 #if SHARDSCOPE_HAVE_CUDA
-    gpu::Stream *m_stream = nullptr;
+    cuda::Stream *m_stream = nullptr;
     cudaStream_t s() const
     {
         return m_stream->get();
@@ -103,8 +103,8 @@ class TestGpuLayers : public QObject
     {
         SHARDSCOPE_REQUIRE_GPU();
 #if SHARDSCOPE_HAVE_CUDA
-        gpu::setDevice(0);
-        m_stream = new gpu::Stream;
+        cuda::setDevice(0);
+        m_stream = new cuda::Stream;
 #endif
     }
 
@@ -127,9 +127,9 @@ class TestGpuLayers : public QObject
         nn::embeddingBackward(tokens.data(), R, dOut.data(), D, dW.data());
         auto dTok = upTokens(tokens);
         auto dw = up(w), ddOut = up(dOut), ddW = up(dW0);
-        gpu::DeviceBuffer dout(R * D * 4);
-        gpu::embeddingForward(dTok.i32(), R, dw.f32(), V, D, dout.f32(), s());
-        gpu::embeddingBackward(dTok.i32(), R, ddOut.f32(), V, D, ddW.f32(), s());
+        cuda::DeviceBuffer dout(R * D * 4);
+        cuda::embeddingForward(dTok.i32(), R, dw.f32(), V, D, dout.f32(), s());
+        cuda::embeddingBackward(dTok.i32(), R, ddOut.f32(), V, D, ddW.f32(), s());
         sync();
         COMPARE_VEC(down(dout), out, 0.0);
         COMPARE_VEC(down(ddW), dW, kTol);
@@ -144,9 +144,9 @@ class TestGpuLayers : public QObject
         nn::linearForward(x.data(), R, In, Out, w.data(), b.data(), y.data());
         nn::linearBackward(x.data(), R, In, Out, w.data(), dy.data(), dx.data(), dW.data(),
                            dB.data());
-        gpu::Blas blas(0, s());
+        cuda::Blas blas(0, s());
         auto gx = up(x), gw = up(w), gb = up(b), gdy = up(dy), gdW = up(dW0), gdB = up(dB0);
-        gpu::DeviceBuffer gy(R * Out * 4), gdx(R * In * 4);
+        cuda::DeviceBuffer gy(R * Out * 4), gdx(R * In * 4);
         blas.linearForward(gx.f32(), R, In, Out, gw.f32(), gb.f32(), gy.f32());
         blas.linearBackward(gx.f32(), R, In, Out, gw.f32(), gdy.f32(), gdx.f32(), gdW.f32(),
                             gdB.f32());
@@ -168,9 +168,9 @@ class TestGpuLayers : public QObject
         const Vec a = randomVec(k * m, 10), b = randomVec(n * k, 11);
         Vec c(m * n);
         nn::gemm<float>(true, true, m, n, k, 1.5f, a.data(), m, b.data(), k, 0.0f, c.data(), n);
-        gpu::Blas blas(0, s());
+        cuda::Blas blas(0, s());
         auto ga = up(a), gb = up(b);
-        gpu::DeviceBuffer gc(m * n * 4);
+        cuda::DeviceBuffer gc(m * n * 4);
         blas.gemm(true, true, m, n, k, 1.5f, ga.f32(), m, gb.f32(), k, 0.0f, gc.f32(), n);
         sync();
         COMPARE_VEC(down(gc), c, kTol);
@@ -184,9 +184,9 @@ class TestGpuLayers : public QObject
         nn::geluForward(x.data(), n, y.data());
         nn::geluBackward(x.data(), n, dy.data(), dx.data());
         auto gx = up(x), gdy = up(dy);
-        gpu::DeviceBuffer gy(n * 4), gdx(n * 4);
-        gpu::geluForward(gx.f32(), n, gy.f32(), s());
-        gpu::geluBackward(gx.f32(), n, gdy.f32(), gdx.f32(), s());
+        cuda::DeviceBuffer gy(n * 4), gdx(n * 4);
+        cuda::geluForward(gx.f32(), n, gy.f32(), s());
+        cuda::geluBackward(gx.f32(), n, gdy.f32(), gdx.f32(), s());
         sync();
         COMPARE_VEC(down(gy), y, kTol);
         COMPARE_VEC(down(gdx), dx, kTol);
@@ -206,11 +206,11 @@ class TestGpuLayers : public QObject
         nn::layerNormBackward(x.data(), R, D, g.data(), mean.data(), rstd.data(), dy.data(),
                               dx.data(), dG.data(), dB.data());
         auto gx = up(x), gg = up(g), gb = up(b), gdy = up(dy), gdG = up(dG0), gdB = up(dB0);
-        gpu::DeviceBuffer gy(R * D * 4), gm(R * 4), gr(R * 4), gdx(R * D * 4);
-        gpu::layerNormForward(gx.f32(), R, D, gg.f32(), gb.f32(), 1e-5f, gy.f32(), gm.f32(),
-                              gr.f32(), s());
-        gpu::layerNormBackward(gx.f32(), R, D, gg.f32(), gm.f32(), gr.f32(), gdy.f32(), gdx.f32(),
-                               gdG.f32(), gdB.f32(), s());
+        cuda::DeviceBuffer gy(R * D * 4), gm(R * 4), gr(R * 4), gdx(R * D * 4);
+        cuda::layerNormForward(gx.f32(), R, D, gg.f32(), gb.f32(), 1e-5f, gy.f32(), gm.f32(),
+                               gr.f32(), s());
+        cuda::layerNormBackward(gx.f32(), R, D, gg.f32(), gm.f32(), gr.f32(), gdy.f32(), gdx.f32(),
+                                gdG.f32(), gdB.f32(), s());
         sync();
         COMPARE_VEC(down(gy), y, 1e-4);
         COMPARE_VEC(down(gm), mean, 1e-5);
@@ -243,7 +243,7 @@ class TestGpuLayers : public QObject
         c.kernel = kernel;
         c.groups = groups;
         c.causal = causal;
-        const gpu::ConvShape &gc = c; // one shape for both layers
+        const cuda::ConvShape &gc = c; // one shape for both layers
         const int O = c.channels, I = c.channelsPerGroup(), K = c.kernel;
         const std::int64_t n = std::int64_t(c.batch) * c.seq * c.channels;
         const Vec x = randomVec(n, 20), v = randomVec(c.weightNumel(), 21), g = randomVec(K, 22);
@@ -261,13 +261,13 @@ class TestGpuLayers : public QObject
 
         auto gx = up(x), gv = up(v), gg = up(g), gbias = up(bias), gdy = up(dy), gdv = up(dv0),
              gdg = up(dg0), gdb = up(db0);
-        gpu::DeviceBuffer gw(w.size() * 4), gn(K * 4), gy(n * 4), gdx(n * 4), gdW(w.size() * 4);
-        gpu::weightNormForward(gv.f32(), gg.f32(), O, I, K, gw.f32(), gn.f32(), s());
-        gpu::conv1dForward(gc, gx.f32(), gw.f32(), gbias.f32(), gy.f32(), s());
-        gpu::conv1dBackward(gc, gx.f32(), gw.f32(), gdy.f32(), gdx.f32(), gdW.f32(), gdb.f32(),
-                            s());
-        gpu::weightNormBackward(gv.f32(), gg.f32(), gn.f32(), gdW.f32(), O, I, K, gdv.f32(),
-                                gdg.f32(), s());
+        cuda::DeviceBuffer gw(w.size() * 4), gn(K * 4), gy(n * 4), gdx(n * 4), gdW(w.size() * 4);
+        cuda::weightNormForward(gv.f32(), gg.f32(), O, I, K, gw.f32(), gn.f32(), s());
+        cuda::conv1dForward(gc, gx.f32(), gw.f32(), gbias.f32(), gy.f32(), s());
+        cuda::conv1dBackward(gc, gx.f32(), gw.f32(), gdy.f32(), gdx.f32(), gdW.f32(), gdb.f32(),
+                             s());
+        cuda::weightNormBackward(gv.f32(), gg.f32(), gn.f32(), gdW.f32(), O, I, K, gdv.f32(),
+                                 gdg.f32(), s());
         sync();
         COMPARE_VEC(down(gw), w, kTol);
         COMPARE_VEC(down(gn), norms, kTol);
@@ -290,8 +290,8 @@ class TestGpuLayers : public QObject
         const double loss =
             nn::crossEntropy(logits.data(), R, V, targets.data(), 1000.0, dLogits.data());
         auto gl = up(logits), gt = upTokens(targets);
-        gpu::DeviceBuffer gd(R * V * 4), gloss(R * sizeof(double));
-        gpu::crossEntropy(gl.f32(), R, V, gt.i32(), 1000.0, gd.f32(), gloss.f64(), s());
+        cuda::DeviceBuffer gd(R * V * 4), gloss(R * sizeof(double));
+        cuda::crossEntropy(gl.f32(), R, V, gt.i32(), 1000.0, gd.f32(), gloss.f64(), s());
         sync();
         double sum = 0.0;
         for (double x : gloss.toHost<double>())
@@ -311,13 +311,13 @@ class TestGpuLayers : public QObject
         o.weightDecay = 0.1f;
         nn::Adam adam(o);
         auto gp = up(p0);
-        gpu::DeviceBuffer gm(n * 4), gv(n * 4);
+        cuda::DeviceBuffer gm(n * 4), gv(n * 4);
         for (int step = 1; step <= 3; ++step) {
             const Vec grad = randomVec(n, 30 + step);
             adam.beginStep();
             adam.update(0, p, grad, true);
             auto gg = up(grad);
-            gpu::adamStep(gp.f32(), gg.f32(), gm.f32(), gv.f32(), n, o, step, s());
+            cuda::adamStep(gp.f32(), gg.f32(), gm.f32(), gv.f32(), n, o, step, s());
             sync();
         }
         COMPARE_VEC(down(gp), p, 1e-5);

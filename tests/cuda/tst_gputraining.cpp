@@ -80,7 +80,7 @@ class TestGpuTraining : public QObject
         const nn::TrainResult cpu = cpuRun(c);
         std::vector<nn::StepReport> reports;
         const nn::TrainResult gpu =
-            gpu::runNcclTraining(c, [&](const nn::StepReport &r) { reports.push_back(r); });
+            cuda::runNcclTraining(c, [&](const nn::StepReport &r) { reports.push_back(r); });
         QCOMPARE(int(gpu.losses.size()), c.steps);
         QCOMPARE(int(reports.size()), c.steps);
         compareLosses(gpu, cpu);
@@ -102,7 +102,7 @@ class TestGpuTraining : public QObject
         c.steps = 5;
         c.weightDecay = 0.1f;
         c.externals = nn::Externals::Manual;
-        compareLosses(gpu::runNcclTraining(c, {}), cpuRun(c));
+        compareLosses(cuda::runNcclTraining(c, {}), cpuRun(c));
     }
 
     void manualExternalsGiveNoRecords()
@@ -111,7 +111,7 @@ class TestGpuTraining : public QObject
         nn::TrainConfig c = smallConfig(1);
         c.steps = 3;
         c.externals = nn::Externals::Manual;
-        const nn::TrainResult gpu = gpu::runNcclTraining(c, {});
+        const nn::TrainResult gpu = cuda::runNcclTraining(c, {});
         QCOMPARE(gpu.unregisteredAccesses, std::uint64_t(0));
         QCOMPARE(gpu.lateParameters, std::uint64_t(0));
         compareLosses(gpu, cpuRun(c));
@@ -123,29 +123,29 @@ class TestGpuTraining : public QObject
         nn::TrainConfig c = smallConfig(1);
         c.steps = 4;
         c.guard = GuardPolicy::Auto;
-        auto engine = gpu::makeNcclEngine(c);
+        auto engine = cuda::makeNcclEngine(c);
         test::RecordingSink sink;
         engine->setEventSink(&sink);
         nn::buildModel(*engine, c);
-        const nn::TrainResult gpu = gpu::trainOnGpu(*engine, c, {});
+        const nn::TrainResult gpu = cuda::trainOnGpu(*engine, c, {});
         engine->setEventSink(nullptr);
         const nn::TrainResult cpu = cpuRun(c);
         QCOMPARE(gpu.unregisteredAccesses, cpu.unregisteredAccesses);
         const ModuleId head = engine->findModule("lm_head");
         const ParamId embedW = engine->findParam("embed.weight");
         int registrations = 0, trainingAccesses = 0;
-        for (const Event &e : sink.events()) {
-            if (e.type == EventType::ExternalRegister && readExternal(e).automatic) {
+        for (const telemetry::Event &e : sink.events()) {
+            if (e.type == EventType::ExternalRegister && telemetry::readExternal(e).automatic) {
                 ++registrations;
-                QCOMPARE(readExternal(e).module, head);
-                QCOMPARE(readExternal(e).param, embedW);
+                QCOMPARE(telemetry::readExternal(e).module, head);
+                QCOMPARE(telemetry::readExternal(e).param, embedW);
             }
             // Step 0 is weight_norm's read while the model is built (accessor none).
             if (e.type == EventType::UnregisteredAccess && e.step > 0) {
                 ++trainingAccesses;
                 QCOMPARE(e.step, 1u);
-                QCOMPARE(readAccess(e).accessor, head);
-                QCOMPARE(readAccess(e).param, embedW);
+                QCOMPARE(telemetry::readAccess(e).accessor, head);
+                QCOMPARE(telemetry::readAccess(e).param, embedW);
             }
         }
         QCOMPARE(registrations, 1);
@@ -161,9 +161,9 @@ class TestGpuTraining : public QObject
         c.steps = 2;
         c.guard = GuardPolicy::Error;
         try {
-            gpu::runNcclTraining(c, {});
+            cuda::runNcclTraining(c, {});
             QFAIL("--guard error with --externals none must stop");
-        } catch (const UnregisteredAccessError &e) {
+        } catch (const core::UnregisteredAccessError &e) {
             QVERIFY2(std::string(e.what()).find(e.fix()) != std::string::npos, e.what());
             QVERIFY(!e.fix().empty());
         }
@@ -176,18 +176,18 @@ class TestGpuTraining : public QObject
         c.steps = 3;
         c.externals = nn::Externals::Manual;
         test::RecordingSink sink;
-        gpu::runNcclTraining(c, {}, &sink);
-        const std::vector<Event> events = sink.events();
+        cuda::runNcclTraining(c, {}, &sink);
+        const std::vector<telemetry::Event> events = sink.events();
         std::map<std::pair<int, std::uint32_t>, std::uint64_t> open; // (rank, param) -> FetchBegin ts
         int begins = 0, ends = 0, prefetches = 0, releases = 0, stepEnds = 0, broadcasts = 0;
-        for (const Event &e : events) {
+        for (const telemetry::Event &e : events) {
             const std::pair<int, std::uint32_t> key{e.rank, e.a};
             switch (e.type) {
             case EventType::FetchBegin:
                 QVERIFY2(!open.count(key), "a parameter is fetched twice without a release");
                 open[key] = e.tsNs;
                 ++begins;
-                if (readFetch(e).reason == FetchReason::Prefetch) ++prefetches;
+                if (telemetry::readFetch(e).reason == FetchReason::Prefetch) ++prefetches;
                 break;
             case EventType::FetchEnd:
                 QVERIFY(open.count(key));
@@ -223,9 +223,9 @@ class TestGpuTraining : public QObject
         nn::TrainConfig c = smallConfig(test::gpuCount() + 1);
         c.batch = 16;
         try {
-            gpu::runNcclTraining(c, {});
+            cuda::runNcclTraining(c, {});
             QFAIL("more ranks than GPUs must be refused");
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             QVERIFY2(std::string(e.what()).find("one rank per GPU") != std::string::npos, e.what());
         }
     }
@@ -240,9 +240,9 @@ class TestGpuTraining : public QObject
         auto engine = nn::makeCpuEngine(c);
         nn::buildModel(*engine, c);
         try {
-            gpu::trainOnGpu(*engine, c, {});
+            cuda::trainOnGpu(*engine, c, {});
             QFAIL("a CPU engine has no GPU tensors to train on");
-        } catch (const EngineError &e) {
+        } catch (const core::EngineError &e) {
             QVERIFY2(std::string(e.what()).find("makeNcclEngine") != std::string::npos, e.what());
         }
     }

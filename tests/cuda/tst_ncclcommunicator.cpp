@@ -28,25 +28,25 @@ using namespace shardscope;
 #if SHARDSCOPE_HAVE_CUDA
 namespace {
 
-using World = NcclLocalWorld;
+using World = cuda::NcclLocalWorld;
 
 World localWorld(int n)
 {
     std::vector<int> devices;
     for (int d = 0; d < n; ++d)
         devices.push_back(d);
-    return makeNcclLocalWorld(devices);
+    return cuda::makeNcclLocalWorld(devices);
 }
 
 // Runs fn(comm) on one thread per rank (each on its GPU); returns the first error.
-std::string onEveryRank(World &world, const std::function<void(NcclCommunicator &)> &fn)
+std::string onEveryRank(World &world, const std::function<void(cuda::NcclCommunicator &)> &fn)
 {
     std::vector<std::string> errors(world.size());
     std::vector<std::thread> threads;
     for (std::size_t r = 0; r < world.size(); ++r)
         threads.emplace_back([&, r] {
             try {
-                gpu::setDevice(world[r].device());
+                cuda::setDevice(world[r].device());
                 fn(world[r]);
             } catch (const std::exception &e) {
                 errors[r] = e.what();
@@ -100,13 +100,13 @@ class TestNcclCommunicator : public QObject
             World world = localWorld(n);
             for (std::size_t bytes :
                  {std::size_t(1), std::size_t(3), std::size_t(1000), std::size_t((1 << 20) + 7)}) {
-                const std::string err = onEveryRank(world, [&](NcclCommunicator &c) {
+                const std::string err = onEveryRank(world, [&](cuda::NcclCommunicator &c) {
                     std::vector<std::uint8_t> mine(bytes);
                     for (std::size_t i = 0; i < bytes; ++i)
                         mine[i] = static_cast<std::uint8_t>(c.rank() * 31 + i * 7);
-                    gpu::DeviceBuffer send(bytes), recv(bytes * n);
+                    cuda::DeviceBuffer send(bytes), recv(bytes * n);
                     send.upload(mine.data(), bytes);
-                    CommHandle h = c.allGather(send.data(), recv.data(), bytes);
+                    comm::CommHandle h = c.allGather(send.data(), recv.data(), bytes);
                     h.wait();
                     if (!h.ready()) throw std::runtime_error("handle not ready after wait()");
                     const auto got = recv.toHost<std::uint8_t>();
@@ -130,11 +130,11 @@ class TestNcclCommunicator : public QObject
             World world = localWorld(n);
             for (int root = 0; root < n; ++root) {
                 const std::size_t bytes = 4099;
-                const std::string err = onEveryRank(world, [&](NcclCommunicator &c) {
+                const std::string err = onEveryRank(world, [&](cuda::NcclCommunicator &c) {
                     std::vector<std::uint8_t> mine(bytes);
                     for (std::size_t i = 0; i < bytes; ++i)
                         mine[i] = static_cast<std::uint8_t>(c.rank() * 17 + i);
-                    gpu::DeviceBuffer buf(bytes);
+                    cuda::DeviceBuffer buf(bytes);
                     buf.upload(mine.data(), bytes);
                     c.broadcast(buf.data(), bytes, root).wait();
                     const auto got = buf.toHost<std::uint8_t>();
@@ -154,14 +154,14 @@ class TestNcclCommunicator : public QObject
             World world = localWorld(n);
             for (std::size_t count : {std::size_t(1), std::size_t(5), std::size_t(4097)}) {
                 for (DType dtype : {DType::F32, DType::BF16}) {
-                    const std::string err = onEveryRank(world, [&](NcclCommunicator &c) {
+                    const std::string err = onEveryRank(world, [&](cuda::NcclCommunicator &c) {
                         // Small integers whose sums over 8 ranks stay below 256: exact in bf16
                         // and in any summation order.
                         auto value = [](int rank, std::size_t i) {
                             return float((rank + 1) + (i % 5));
                         };
                         const std::size_t total = count * n;
-                        gpu::DeviceBuffer send(total * dtypeSize(dtype)),
+                        cuda::DeviceBuffer send(total * dtypeSize(dtype)),
                             recv(count * dtypeSize(dtype));
                         if (dtype == DType::F32) {
                             std::vector<float> v(total);
@@ -203,12 +203,12 @@ class TestNcclCommunicator : public QObject
     void collectivesRunOnTheCommStreamAndReportCompletion()
     {
         World world = localWorld(1);
-        NcclCommunicator &c = world.front();
+        cuda::NcclCommunicator &c = world.front();
         QVERIFY(c.deviceBuffers());
-        QCOMPARE(c.backend(), Backend::Nccl);
+        QCOMPARE(c.backend(), comm::Backend::Nccl);
         QVERIFY(c.commStream() != nullptr);
-        gpu::DeviceBuffer send(64 << 20), recv(64 << 20);
-        CommHandle h = c.allGather(send.data(), recv.data(), 64 << 20);
+        cuda::DeviceBuffer send(64 << 20), recv(64 << 20);
+        comm::CommHandle h = c.allGather(send.data(), recv.data(), 64 << 20);
         h.wait();
         QVERIFY(h.ready());
         c.barrier();
@@ -221,11 +221,11 @@ class TestNcclCommunicator : public QObject
     void aHandleNotYetReadyLeavesNoErrorForTheNextLaunch()
     {
         World world = localWorld(1);
-        NcclCommunicator &c = world.front();
-        gpu::Stream compute;
+        cuda::NcclCommunicator &c = world.front();
+        cuda::Stream compute;
         c.setComputeStream(compute.get()); // standalone: the collective waits for this stream
         // Allocated first: nothing below may wait for the held stream.
-        gpu::DeviceBuffer send(1024), recv(1024), x(256 * sizeof(float));
+        cuda::DeviceBuffer send(1024), recv(1024), x(256 * sizeof(float));
         // Static: the stream's callback may still read it after an early return.
         static std::atomic<bool> go;
         go.store(false);
@@ -242,11 +242,11 @@ class TestNcclCommunicator : public QObject
         {
             ~Release() { go.store(true); } // whatever happens below
         } release;
-        CommHandle h = c.allGather(send.data(), recv.data(), 1024);
+        comm::CommHandle h = c.allGather(send.data(), recv.data(), 1024);
         const bool readyBeforeGo = h.ready();
         std::string launchError;
         try {
-            gpu::scale(x.f32(), 2.0f, 256, compute.get());
+            cuda::scale(x.f32(), 2.0f, 256, compute.get());
         } catch (const std::exception &e) {
             launchError = e.what();
         }
@@ -261,34 +261,34 @@ class TestNcclCommunicator : public QObject
     void hostPointersAndBadRootsAreErrors()
     {
         World world = localWorld(1);
-        NcclCommunicator &c = world.front();
+        cuda::NcclCommunicator &c = world.front();
         std::vector<char> host(16);
-        gpu::DeviceBuffer dev(16);
+        cuda::DeviceBuffer dev(16);
         try {
             c.allGather(host.data(), dev.data(), 16);
             QFAIL("a host pointer must be refused");
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             QVERIFY2(std::string(e.what()).find("host pointer") != std::string::npos, e.what());
         }
         try {
             c.broadcast(dev.data(), 16, 1);
             QFAIL("root 1 of a world of 1 must be refused");
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             QVERIFY2(std::string(e.what()).find("root 1") != std::string::npos, e.what());
         }
     }
 
     void oneProcessPerGpuStartThroughRendezvous()
     {
-        RendezvousConfig config;
+        comm::RendezvousConfig config;
         config.rank = 0;
         config.worldSize = 1;
         config.localRank = 0;
         config.masterPort = 0;
-        auto comm = makeNcclRank(config);
+        auto comm = cuda::makeNcclRank(config);
         QCOMPARE(comm->rank(), 0);
         QCOMPARE(comm->worldSize(), 1);
-        gpu::DeviceBuffer send(8), recv(8);
+        cuda::DeviceBuffer send(8), recv(8);
         const char text[8] = {'s', 'h', 'a', 'r', 'd', '0', '0', '1'};
         send.upload(text, 8);
         comm->allGather(send.data(), recv.data(), 8).wait();
@@ -303,7 +303,7 @@ class TestNcclCommunicator : public QObject
         try {
             localWorld(n + 1);
             QFAIL("a rank without a GPU must be refused");
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             QVERIFY2(std::string(e.what()).find("one GPU per rank") != std::string::npos, e.what());
         }
     }

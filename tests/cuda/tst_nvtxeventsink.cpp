@@ -32,12 +32,12 @@ class TestNvtxEventSink : public QObject
 #if !SHARDSCOPE_HAVE_CUDA
         QSKIP("built without CUDA: there is no NVTX sink");
 #else
-        EngineConfig cfg;
+        core::EngineConfig cfg;
         cfg.worldSize = 2;
         cfg.persistenceThreshold = 4;
-        Engine engine(cfg, makeCpuWorld(2));
+        core::Engine engine(cfg, comm::makeCpuWorld(2));
         test::RecordingSink inner;
-        gpu::NvtxEventSink nvtx(engine, &inner); // before the model exists, as the trainer does
+        cuda::NvtxEventSink nvtx(engine, &inner); // before the model exists, as the trainer does
         QCOMPARE(nvtx.inner(), &inner);
         engine.setEventSink(&nvtx);
 
@@ -51,11 +51,11 @@ class TestNvtxEventSink : public QObject
             engine.forEachLocalRank([&](int r) {
                 engine.beginStep(r);
                 {
-                    ModuleScope s(engine, r, embed, Phase::Forward);
+                    core::ModuleScope s(engine, r, embed, Phase::Forward);
                     (void)engine.access(r, w);
                 }
                 {
-                    ModuleScope s(engine, r, head, Phase::Forward);
+                    core::ModuleScope s(engine, r, head, Phase::Forward);
                     (void)engine.access(r, w); // unregistered: gathered by the guard
                 }
                 engine.endStep(r, 0.5);
@@ -65,13 +65,13 @@ class TestNvtxEventSink : public QObject
         nvtx.refreshNames(engine);
         steps();
         {
-            GatheredParameters g(engine, {w}, 0); // a Broadcast at close
+            core::GatheredParameters g(engine, {w}, 0); // a Broadcast at close
         }
         engine.setEventSink(nullptr);
 
-        const std::vector<Event> events = inner.events();
+        const std::vector<telemetry::Event> events = inner.events();
         int fetchBegins = 0, fetchEnds = 0, releases = 0, broadcasts = 0;
-        for (const Event &e : events) {
+        for (const telemetry::Event &e : events) {
             fetchBegins += e.type == EventType::FetchBegin;
             fetchEnds += e.type == EventType::FetchEnd;
             releases += e.type == EventType::Release;
@@ -84,7 +84,7 @@ class TestNvtxEventSink : public QObject
 
         // The same events as a plain sink receives from the same run, in the same order
         // per rank (timestamps aside).
-        Engine plain(cfg, makeCpuWorld(2));
+        core::Engine plain(cfg, comm::makeCpuWorld(2));
         test::RecordingSink direct;
         plain.setEventSink(&direct);
         const ModuleId e2 = plain.addModule(plain.root(), "embed", "Embedding");
@@ -96,22 +96,22 @@ class TestNvtxEventSink : public QObject
             plain.forEachLocalRank([&](int r) {
                 plain.beginStep(r);
                 {
-                    ModuleScope s(plain, r, e2, Phase::Forward);
+                    core::ModuleScope s(plain, r, e2, Phase::Forward);
                     (void)plain.access(r, w2);
                 }
                 {
-                    ModuleScope s(plain, r, h2, Phase::Forward);
+                    core::ModuleScope s(plain, r, h2, Phase::Forward);
                     (void)plain.access(r, w2);
                 }
                 plain.endStep(r, 0.5);
             });
         {
-            GatheredParameters g(plain, {w2}, 0);
+            core::GatheredParameters g(plain, {w2}, 0);
         }
         plain.setEventSink(nullptr);
-        const auto perRank = [](const std::vector<Event> &all, int rank) {
-            std::vector<Event> out;
-            for (Event e : all)
+        const auto perRank = [](const std::vector<telemetry::Event> &all, int rank) {
+            std::vector<telemetry::Event> out;
+            for (telemetry::Event e : all)
                 if (e.rank == rank) {
                     e.tsNs = 0;
                     out.push_back(e);
@@ -119,11 +119,12 @@ class TestNvtxEventSink : public QObject
             return out;
         };
         for (int r = 0; r < 2; ++r) {
-            const std::vector<Event> a = perRank(events, r), b = perRank(direct.events(), r);
+            const std::vector<telemetry::Event> a = perRank(events, r),
+                                                b = perRank(direct.events(), r);
             QCOMPARE(a.size(), b.size());
             for (std::size_t i = 0; i < a.size(); ++i) {
                 // Memory samples carry byte counts that are equal too; compare everything.
-                QVERIFY2(std::memcmp(&a[i], &b[i], sizeof(Event)) == 0,
+                QVERIFY2(std::memcmp(&a[i], &b[i], sizeof(telemetry::Event)) == 0,
                          ("rank " + std::to_string(r) + " event " + std::to_string(i)).c_str());
             }
         }
@@ -154,12 +155,12 @@ class TestNvtxEventSink : public QObject
         nn::buildModel(*engine, c);
         QCOMPARE(engine->findParam("pos_conv.weight"), kNoParam); // removed by weight_norm
         test::RecordingSink inner;
-        gpu::NvtxEventSink nvtx(*engine, &inner);
+        cuda::NvtxEventSink nvtx(*engine, &inner);
         engine->setEventSink(&nvtx);
         nn::trainModel(*engine, c, {});
         engine->setEventSink(nullptr);
         int fetchBegins = 0, stepEnds = 0;
-        for (const Event &e : inner.events()) {
+        for (const telemetry::Event &e : inner.events()) {
             fetchBegins += e.type == EventType::FetchBegin;
             stepEnds += e.type == EventType::StepEnd;
         }

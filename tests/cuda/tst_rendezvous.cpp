@@ -23,9 +23,9 @@ std::vector<std::byte> blobOf(const std::string &s)
     return b;
 }
 
-RendezvousConfig configFor(int rank, int world, int port, int timeoutMs)
+comm::RendezvousConfig configFor(int rank, int world, int port, int timeoutMs)
 {
-    RendezvousConfig c;
+    comm::RendezvousConfig c;
     c.rank = rank;
     c.worldSize = world;
     c.localRank = rank;
@@ -38,7 +38,7 @@ RendezvousConfig configFor(int rank, int world, int port, int timeoutMs)
 // A port that nothing listens on: bound by a server that is then destroyed.
 int closedPort()
 {
-    RendezvousServer s(configFor(0, 1, 0, 1000), {});
+    cuda::RendezvousServer s(configFor(0, 1, 0, 1000), {});
     return s.port();
 }
 
@@ -90,7 +90,7 @@ class TestRendezvous : public QObject
         std::string payload(128, '\0');
         for (std::size_t i = 0; i < payload.size(); ++i)
             payload[i] = static_cast<char>(i * 7 + 3);
-        RendezvousServer server(configFor(0, world, 0, 20000), blobOf(payload));
+        cuda::RendezvousServer server(configFor(0, world, 0, 20000), blobOf(payload));
         QVERIFY(server.port() > 0);
         std::vector<std::vector<std::byte>> got(static_cast<std::size_t>(world));
         std::vector<std::string> errors(static_cast<std::size_t>(world));
@@ -99,7 +99,7 @@ class TestRendezvous : public QObject
             ranks.emplace_back([&, r] {
                 try {
                     got[static_cast<std::size_t>(r)] =
-                        fetchRendezvousBlob(configFor(r, world, server.port(), 20000));
+                        cuda::fetchRendezvousBlob(configFor(r, world, server.port(), 20000));
                 } catch (const std::exception &e) {
                     errors[static_cast<std::size_t>(r)] = e.what();
                 }
@@ -121,13 +121,13 @@ class TestRendezvous : public QObject
         std::string error;
         std::thread client([&] {
             try {
-                got = fetchRendezvousBlob(configFor(1, 2, port, 20000));
+                got = cuda::fetchRendezvousBlob(configFor(1, 2, port, 20000));
             } catch (const std::exception &e) {
                 error = e.what();
             }
         });
         std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        RendezvousServer server(configFor(0, 2, port, 20000), blobOf("late rank zero"));
+        cuda::RendezvousServer server(configFor(0, 2, port, 20000), blobOf("late rank zero"));
         client.join();
         server.wait();
         QVERIFY2(error.empty(), error.c_str());
@@ -138,9 +138,9 @@ class TestRendezvous : public QObject
     {
         const int port = closedPort();
         try {
-            fetchRendezvousBlob(configFor(3, 4, port, 400));
+            cuda::fetchRendezvousBlob(configFor(3, 4, port, 400));
             QFAIL("fetching from a rank 0 that does not exist must fail");
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             const std::string msg = e.what();
             QVERIFY2(msg.find("rank 3 of 4") != std::string::npos, e.what());
             QVERIFY2(msg.find("127.0.0.1:" + std::to_string(port)) != std::string::npos, e.what());
@@ -151,24 +151,24 @@ class TestRendezvous : public QObject
 
     void aRankOfAnotherWorldIsRefused()
     {
-        RendezvousServer server(configFor(0, 2, 0, 2000), blobOf("id"));
+        cuda::RendezvousServer server(configFor(0, 2, 0, 2000), blobOf("id"));
         try {
-            fetchRendezvousBlob(configFor(1, 3, server.port(), 2000));
+            cuda::fetchRendezvousBlob(configFor(1, 3, server.port(), 2000));
             QFAIL("a rank with a different WORLD_SIZE must be refused");
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             QVERIFY2(std::string(e.what()).find("WORLD_SIZE=3") != std::string::npos, e.what());
             QVERIFY2(std::string(e.what()).find("WORLD_SIZE=2") != std::string::npos, e.what());
         }
-        QVERIFY_THROWS_EXCEPTION(CommError, server.wait());
+        QVERIFY_THROWS_EXCEPTION(comm::CommError, server.wait());
     }
 
     void rankZeroTimesOutWhenRanksAreMissing()
     {
-        RendezvousServer server(configFor(0, 3, 0, 300), blobOf("id"));
+        cuda::RendezvousServer server(configFor(0, 3, 0, 300), blobOf("id"));
         try {
             server.wait();
             QFAIL("rank 0 must give up when the other ranks never come");
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             QVERIFY2(std::string(e.what()).find("0 of 2 other ranks") != std::string::npos,
                      e.what());
         }
@@ -182,7 +182,7 @@ class TestRendezvous : public QObject
                       {"MASTER_ADDR", "node0"},
                       {"MASTER_PORT", "29501"},
                       {"SHARDSCOPE_RENDEZVOUS_TIMEOUT_S", "7"}});
-        const RendezvousConfig c = rendezvousFromEnv();
+        const comm::RendezvousConfig c = comm::rendezvousFromEnv();
         QCOMPARE(c.rank, 2);
         QCOMPARE(c.worldSize, 4);
         QCOMPARE(c.localRank, 0);
@@ -232,9 +232,9 @@ class TestRendezvous : public QObject
         if (!p.empty()) vars.emplace_back("MASTER_PORT", p.c_str());
         EnvGuard env(vars);
         try {
-            rendezvousFromEnv();
+            comm::rendezvousFromEnv();
             QFAIL("a bad environment must be a CommError");
-        } catch (const CommError &e) {
+        } catch (const comm::CommError &e) {
             QVERIFY2(std::string(e.what()).find(named.toStdString()) != std::string::npos,
                      e.what());
         }

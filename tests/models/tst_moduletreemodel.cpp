@@ -11,7 +11,7 @@
 #include "telemetry/eventfields.h"
 
 using namespace shardscope;
-using namespace shardscope::testing;
+using namespace shardscope::test;
 
 class TestModuleTreeModel : public QObject
 {
@@ -28,7 +28,7 @@ class TestModuleTreeModel : public QObject
   private:
     // What the filter must keep, computed independently with QString::contains: nodes
     // whose path or name matches, the subtree of a matching module, and their ancestors.
-    static int expectedMatching(const SessionStore &store, const QString &f)
+    static int expectedMatching(const session::SessionStore &store, const QString &f)
     {
         int count = 0;
         auto visit = [&](auto &&self, ModuleId id, bool inherited) -> bool {
@@ -65,8 +65,8 @@ class TestModuleTreeModel : public QObject
 
 void TestModuleTreeModel::liveUpdatesUnderTester()
 {
-    SessionStore store;
-    ModuleTreeModel model(&store);
+    session::SessionStore store;
+    models::ModuleTreeModel model(&store);
     model.setFetchBatchSize(2);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     QCOMPARE(model.rowCount(), 0);
@@ -82,41 +82,45 @@ void TestModuleTreeModel::liveUpdatesUnderTester()
     QVERIFY(fc0w.isValid());
     QCOMPARE(fc0w.data().toString(), QStringLiteral("weight"));
     store.appendEvents(
-        std::vector<Event>{eventAt(10, 0, makeFetchBegin({.param = 1, .cause = 0})),
-                           eventAt(20, 0, makeFetchEnd({.param = 1, .cause = 0, .bytes = 1024}))},
+        std::vector<telemetry::Event>{
+            eventAt(10, 0, telemetry::makeFetchBegin({.param = 1, .cause = 0})),
+            eventAt(20, 0, telemetry::makeFetchEnd({.param = 1, .cause = 0, .bytes = 1024}))},
         false);
     store.flush();
-    const QModelIndex status = model.index(fc0w.row(), ModuleTreeModel::Status, fc0w.parent());
+    const QModelIndex status =
+        model.index(fc0w.row(), models::ModuleTreeModel::Status, fc0w.parent());
     QCOMPARE(status.data().toString(), QStringLiteral("MIXED (1/4 AVAILABLE)"));
     QVERIFY(status.data(Qt::ToolTipRole).toString().contains(QStringLiteral("rank 0: AVAILABLE")));
     QVERIFY(
         status.data(Qt::ToolTipRole).toString().contains(QStringLiteral("rank 3: NOT_AVAILABLE")));
-    QCOMPARE(model.index(fc0w.row(), ModuleTreeModel::Gathers, fc0w.parent()).data().toString(),
+    QCOMPARE(model.index(fc0w.row(), models::ModuleTreeModel::Gathers, fc0w.parent()).data().toString(),
              QStringLiteral("1"));
 
-    store.appendEvents(std::vector<Event>{lmHeadViolation(30, 0)}, false);
+    store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(30, 0)}, false);
     store.flush();
     const QModelIndex embedW = model.indexForParam(0);
     QCOMPARE(
-        model.index(embedW.row(), ModuleTreeModel::Violations, embedW.parent()).data().toString(),
+        model.index(embedW.row(), models::ModuleTreeModel::Violations, embedW.parent()).data().toString(),
         QStringLiteral("1"));
     const QModelIndex head = model.indexForModule(7);
-    QCOMPARE(model.index(head.row(), ModuleTreeModel::Violations, head.parent()).data().toString(),
+    QCOMPARE(model.index(head.row(), models::ModuleTreeModel::Violations, head.parent())
+                 .data()
+                 .toString(),
              QStringLiteral("1"));
     QVERIFY(head.data(Qt::ForegroundRole).isValid());
 
     store.appendEvents(
-        std::vector<Event>{eventAt(40, 0, makeExternalRegister({.module = 7, .param = 0}))}, false);
+        std::vector<telemetry::Event>{eventAt(40, 0, telemetry::makeExternalRegister({.module = 7, .param = 0}))}, false);
     store.flush();
     const QModelIndex head2 = model.indexForModule(7);
     QVERIFY(childNames(model, head2).contains(QStringLiteral("embed.weight  [external]")));
 
     for (int i = 0; i < 200; ++i) {
         const auto p = static_cast<std::uint32_t>(i % 8);
-        const Event fields = i % 2 ? makeRelease({.param = p, .cause = 0})
-                                   : makeFetchBegin({.param = p, .cause = 0});
+        const telemetry::Event fields = i % 2 ? telemetry::makeRelease({.param = p, .cause = 0})
+                                              : telemetry::makeFetchBegin({.param = p, .cause = 0});
         store.appendEvents(
-            std::vector<Event>{eventAt(100 + static_cast<std::uint64_t>(i), i % 4, fields)}, false);
+            std::vector<telemetry::Event>{eventAt(100 + static_cast<std::uint64_t>(i), i % 4, fields)}, false);
         if (i % 17 == 0) store.flush();
     }
     store.flush();
@@ -129,27 +133,28 @@ void TestModuleTreeModel::liveUpdatesUnderTester()
 
 void TestModuleTreeModel::externalsShownUnderRegisteringModule()
 {
-    SessionStore store;
-    EngineState st = smallState();
-    st.params[0].externals.push_back(ExternalRecord{7, false});
+    session::SessionStore store;
+    core::EngineState st = smallState();
+    st.params[0].externals.push_back(core::ExternalRecord{7, false});
     store.applyState(st);
-    ModuleTreeModel model(&store);
+    models::ModuleTreeModel model(&store);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     const QModelIndex head = model.indexForModule(7);
     QCOMPARE(childNames(model, head), (QStringList{"bias", "embed.weight  [external]"}));
     const QModelIndex ext = model.index(1, 0, head);
-    QCOMPARE(ext.data(ModuleTreeModel::KindRole).toInt(), int(ModuleTreeModel::ExternalNode));
-    QCOMPARE(ext.data(ModuleTreeModel::ParamIdRole).toUInt(), 0u);
-    QCOMPARE(ext.data(ModuleTreeModel::ModuleIdRole).toUInt(), 7u);
+    QCOMPARE(ext.data(models::ModuleTreeModel::KindRole).toInt(),
+             int(models::ModuleTreeModel::ExternalNode));
+    QCOMPARE(ext.data(models::ModuleTreeModel::ParamIdRole).toUInt(), 0u);
+    QCOMPARE(ext.data(models::ModuleTreeModel::ModuleIdRole).toUInt(), 7u);
     QVERIFY(ext.data(Qt::ToolTipRole)
                 .toString()
                 .contains(
                     QStringLiteral("registered as external on lm_head (manual), owned by embed")));
     const QModelIndex embedW = model.indexForParam(0);
     QCOMPARE(
-        model.index(embedW.row(), ModuleTreeModel::RegisteredOn, embedW.parent()).data().toString(),
+        model.index(embedW.row(), models::ModuleTreeModel::RegisteredOn, embedW.parent()).data().toString(),
         QStringLiteral("lm_head"));
-    QCOMPARE(ModuleTreeModel::keyOf(ext), QStringLiteral("e7:0"));
+    QCOMPARE(models::ModuleTreeModel::keyOf(ext), QStringLiteral("e7:0"));
     QCOMPARE(model.indexForKey(QStringLiteral("e7:0")), ext);
 }
 
@@ -157,29 +162,30 @@ void TestModuleTreeModel::externalsShownUnderRegisteringModule()
 // in a 1.5 KB file). Rows and lookups work by the parameter's place instead.
 void TestModuleTreeModel::hugeParameterIdsAreNamesNotIndexes()
 {
-    SessionStore store;
-    EngineState st = smallState();
+    session::SessionStore store;
+    core::EngineState st = smallState();
     st.params[0].id = 4'294'967'294u; // embed.weight
-    st.params[0].externals.push_back(ExternalRecord{7, false});
+    st.params[0].externals.push_back(core::ExternalRecord{7, false});
     st.params[1].id = 500'000'000;
     store.applyState(st);
-    ModuleTreeModel model(&store);
+    models::ModuleTreeModel model(&store);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     const QModelIndex embedW = model.indexForParam(4'294'967'294u);
     QVERIFY(embedW.isValid());
-    QCOMPARE(embedW.data(ModuleTreeModel::ParamIdRole).toUInt(), 4'294'967'294u);
+    QCOMPARE(embedW.data(models::ModuleTreeModel::ParamIdRole).toUInt(), 4'294'967'294u);
     QVERIFY(model.indexForParam(500'000'000).isValid());
     QVERIFY(!model.indexForParam(3'000'000'000u).isValid());
     const QModelIndex ext = model.indexForKey(QStringLiteral("e7:4294967294"));
     QVERIFY(ext.isValid());
-    QCOMPARE(ext.data(ModuleTreeModel::KindRole).toInt(), int(ModuleTreeModel::ExternalNode));
+    QCOMPARE(ext.data(models::ModuleTreeModel::KindRole).toInt(),
+             int(models::ModuleTreeModel::ExternalNode));
 }
 
 void TestModuleTreeModel::filterKeepsAncestors()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
-    ModuleTreeModel model(&store);
+    models::ModuleTreeModel model(&store);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     model.setFilterText(QStringLiteral("1.FC.B"));
     const QModelIndex root = model.index(0, 0);
@@ -204,15 +210,15 @@ void TestModuleTreeModel::filterKeepsAncestors()
 
 void TestModuleTreeModel::sortsByColumn()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
-    ModuleTreeModel model(&store);
+    models::ModuleTreeModel model(&store);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
-    model.sort(ModuleTreeModel::Numel, Qt::DescendingOrder);
+    model.sort(models::ModuleTreeModel::Numel, Qt::DescendingOrder);
     const QModelIndex root = model.index(0, 0);
     // Modules first (by subtree numel), then parameters.
     QCOMPARE(childNames(model, root), (QStringList{"embed", "blocks", "pos_conv", "lm_head"}));
-    model.sort(ModuleTreeModel::Name, Qt::AscendingOrder);
+    model.sort(models::ModuleTreeModel::Name, Qt::AscendingOrder);
     QCOMPARE(childNames(model, root), (QStringList{"blocks", "embed", "lm_head", "pos_conv"}));
     const QModelIndex fc = model.indexForModule(4);
     QCOMPARE(childNames(model, fc), (QStringList{"bias", "weight"}));
@@ -220,11 +226,11 @@ void TestModuleTreeModel::sortsByColumn()
 
 void TestModuleTreeModel::hundredThousandParameters()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(largeState(1000, 100)); // 1000 modules x 100 = 100,000 parameters
     store.flush();
     QCOMPARE(store.state().params.size(), std::size_t(100000));
-    ModuleTreeModel model(&store);
+    models::ModuleTreeModel model(&store);
     model.setFetchBatchSize(500);
     const QModelIndex root = model.index(0, 0);
     QCOMPARE(model.rowCount(root), 0); // lazy
@@ -237,7 +243,7 @@ void TestModuleTreeModel::hundredThousandParameters()
     QCOMPARE(model.rowCount(g3), 100);
     const QModelIndex layer = model.index(42, 0, g3);
     QCOMPARE(layer.data().toString(), QStringLiteral("layer342"));
-    QCOMPARE(model.index(42, ModuleTreeModel::Numel, g3).data().toString(),
+    QCOMPARE(model.index(42, models::ModuleTreeModel::Numel, g3).data().toString(),
              QStringLiteral("323,200"));
     model.fetchMore(layer);
     QCOMPARE(model.rowCount(layer), 100);
@@ -258,16 +264,16 @@ void TestModuleTreeModel::hundredThousandParameters()
     QCOMPARE(childNames(model, fl).size(), 11);
 
     // A status change on many parameters arrives as one batch.
-    std::vector<Event> evs;
+    std::vector<telemetry::Event> evs;
     for (std::uint32_t i = 0; i < 100000; i += 7)
-        evs.push_back(eventAt(i, 1, makeFetchBegin({.param = i, .cause = 0})));
+        evs.push_back(eventAt(i, 1, telemetry::makeFetchBegin({.param = i, .cause = 0})));
     store.appendEvents(evs, false);
     store.flush();
     QCOMPARE(store.param(77756)->status[1], ParamStatus::Inflight);
     QCOMPARE(model.index(7, 0, fl).data().toString(), QStringLiteral("w56"));
-    QCOMPARE(model.index(7, ModuleTreeModel::Status, fl).data().toString(),
+    QCOMPARE(model.index(7, models::ModuleTreeModel::Status, fl).data().toString(),
              QStringLiteral("MIXED (0/8 AVAILABLE)"));
-    QCOMPARE(model.index(6, ModuleTreeModel::Status, fl).data().toString(),
+    QCOMPARE(model.index(6, models::ModuleTreeModel::Status, fl).data().toString(),
              QStringLiteral("NOT_AVAILABLE"));
     model.setFilterText(QString());
     QCOMPARE(model.matchingNodeCount(), 1 + 10 + 1000 + 100000);
@@ -277,15 +283,15 @@ void TestModuleTreeModel::typingMatchesQtCaseInsensitiveContains()
 {
     // Typing that extends, shortens and replaces the text, in mixed case and outside
     // ASCII: every step keeps what QString::contains(Qt::CaseInsensitive) keeps.
-    EngineState st = largeState(300, 10);
+    core::EngineState st = largeState(300, 10);
     st.modules[5].path = "group0.Läyer4";
     st.params[7].name += ".ÄRGER";
     st.params[8].name += ".weiß";
     st.params[9].name += ".Kelvin\u212a";
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(st);
     store.flush();
-    ModuleTreeModel model(&store);
+    models::ModuleTreeModel model(&store);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     const QStringList typed{"L", "la", "LAY", "laye", "layer2", "layer21", "layer2", "layer",
                             "LAYER1.W", "layer1.w5", "w5", "group2.layer2", "GROUP2.LAYER2",

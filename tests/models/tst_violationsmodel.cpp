@@ -10,7 +10,7 @@
 #include "syntheticstate.h"
 
 using namespace shardscope;
-using namespace shardscope::testing;
+using namespace shardscope::test;
 
 class TestViolationsModel : public QObject
 {
@@ -23,52 +23,58 @@ class TestViolationsModel : public QObject
 
 void TestViolationsModel::rowsAppearAndCount()
 {
-    SessionStore store;
-    ViolationsModel model(&store);
+    session::SessionStore store;
+    models::ViolationsModel model(&store);
     QSortFilterProxyModel proxy;
     proxy.setSourceModel(&model);
-    proxy.setSortRole(ViolationsModel::SortRole);
-    proxy.sort(ViolationsModel::Count, Qt::DescendingOrder);
+    proxy.setSortRole(models::ViolationsModel::SortRole);
+    proxy.sort(models::ViolationsModel::Count, Qt::DescendingOrder);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     QAbstractItemModelTester proxyTester(&proxy,
                                          QAbstractItemModelTester::FailureReportingMode::QtTest);
     store.applyState(smallState());
-    store.appendEvents(std::vector<Event>{eventAt(5, 0, makeStepBegin())}, false);
+    store.appendEvents(std::vector<telemetry::Event>{eventAt(5, 0, telemetry::makeStepBegin())},
+                       false);
     store.flush();
     QCOMPARE(model.rowCount(), 0);
-    store.appendEvents(std::vector<Event>{lmHeadViolation(1000005, 0)}, false);
+    store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(1000005, 0)}, false);
     store.flush();
     QCOMPARE(model.rowCount(), 1);
-    QCOMPARE(model.index(0, ViolationsModel::Kind).data().toString(),
+    QCOMPARE(model.index(0, models::ViolationsModel::Kind).data().toString(),
              QStringLiteral("unregistered_access"));
-    QCOMPARE(model.index(0, ViolationsModel::Accessor).data().toString(),
+    QCOMPARE(model.index(0, models::ViolationsModel::Accessor).data().toString(),
              QStringLiteral("lm_head"));
-    QCOMPARE(model.index(0, ViolationsModel::Parameter).data().toString(),
+    QCOMPARE(model.index(0, models::ViolationsModel::Parameter).data().toString(),
              QStringLiteral("embed.weight"));
-    QCOMPARE(model.index(0, ViolationsModel::Owner).data().toString(), QStringLiteral("embed"));
-    QCOMPARE(model.index(0, ViolationsModel::Status).data().toString(),
+    QCOMPARE(model.index(0, models::ViolationsModel::Owner).data().toString(),
+             QStringLiteral("embed"));
+    QCOMPARE(model.index(0, models::ViolationsModel::Status).data().toString(),
              QStringLiteral("NOT_AVAILABLE"));
-    QCOMPARE(model.index(0, ViolationsModel::Action).data().toString(), QStringLiteral("gathered"));
-    QCOMPARE(model.index(0, ViolationsModel::Time).data().toString(), QStringLiteral("0.001 s"));
-    QCOMPARE(model.index(0, 0).data(ViolationsModel::FixRole).toString(),
+    QCOMPARE(model.index(0, models::ViolationsModel::Action).data().toString(),
+             QStringLiteral("gathered"));
+    QCOMPARE(model.index(0, models::ViolationsModel::Time).data().toString(),
+             QStringLiteral("0.001 s"));
+    QCOMPARE(model.index(0, 0).data(models::ViolationsModel::FixRole).toString(),
              QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
     for (int i = 0; i < 5; ++i)
-        store.appendEvents(
-            std::vector<Event>{lmHeadViolation(2000000 + static_cast<std::uint64_t>(i), i % 4, 2)},
-            false);
-    store.appendEvents(
-        std::vector<Event>{eventAt(3000000, 1, makeLateParameter({.module = 8, .param = 7}))},
-        false);
+        store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(
+                               2000000 + static_cast<std::uint64_t>(i), i % 4, 2)},
+                           false);
+    store.appendEvents(std::vector<telemetry::Event>{eventAt(
+                           3000000, 1, telemetry::makeLateParameter({.module = 8, .param = 7}))},
+                       false);
     store.flush();
     QCOMPARE(model.rowCount(), 2);
-    QCOMPARE(model.index(0, ViolationsModel::Count).data().toString(), QStringLiteral("6"));
-    QCOMPARE(model.index(0, ViolationsModel::Rank).data().toString(), QStringLiteral("0-3"));
-    QCOMPARE(model.index(0, ViolationsModel::Step).data().toString(), QStringLiteral("1-2"));
-    QCOMPARE(model.index(1, ViolationsModel::Kind).data().toString(),
+    QCOMPARE(model.index(0, models::ViolationsModel::Count).data().toString(), QStringLiteral("6"));
+    QCOMPARE(model.index(0, models::ViolationsModel::Rank).data().toString(),
+             QStringLiteral("0-3"));
+    QCOMPARE(model.index(0, models::ViolationsModel::Step).data().toString(),
+             QStringLiteral("1-2"));
+    QCOMPARE(model.index(1, models::ViolationsModel::Kind).data().toString(),
              QStringLiteral("late_parameter"));
-    QCOMPARE(model.index(1, ViolationsModel::Parameter).data().toString(),
+    QCOMPARE(model.index(1, models::ViolationsModel::Parameter).data().toString(),
              QStringLiteral("pos_conv.weight_v"));
-    QCOMPARE(proxy.index(0, ViolationsModel::Count).data().toString(), QStringLiteral("6"));
+    QCOMPARE(proxy.index(0, models::ViolationsModel::Count).data().toString(), QStringLiteral("6"));
     store.clear();
     store.flush();
     QCOMPARE(model.rowCount(), 0);
@@ -76,10 +82,11 @@ void TestViolationsModel::rowsAppearAndCount()
 
 void TestViolationsModel::csv()
 {
-    SessionStore store;
-    ViolationsModel model(&store);
+    session::SessionStore store;
+    models::ViolationsModel model(&store);
     store.applyState(smallState());
-    store.appendEvents(std::vector<Event>{lmHeadViolation(100, 0), lmHeadViolation(101, 2)}, false);
+    store.appendEvents(
+        std::vector<telemetry::Event>{lmHeadViolation(100, 0), lmHeadViolation(101, 2)}, false);
     store.flush();
     const QStringList lines =
         QString::fromUtf8(model.toCsv()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
@@ -101,11 +108,11 @@ void TestViolationsModel::csv()
 // they stay put when new events arrive.
 void TestViolationsModel::lateAttachTimesCountFromTheFirstViolation()
 {
-    SessionStore store;
-    ViolationsModel model(&store);
+    session::SessionStore store;
+    models::ViolationsModel model(&store);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
-    EngineState st = smallState();
-    ViolationRecord early;
+    core::EngineState st = smallState();
+    core::ViolationRecord early;
     early.kind = ViolationKind::UnregisteredAccess;
     early.accessor = 7;
     early.param = 0;
@@ -114,7 +121,7 @@ void TestViolationsModel::lateAttachTimesCountFromTheFirstViolation()
     early.lastStep = 40;
     early.count = 40;
     early.tsNs = 2'000'000'000;
-    ViolationRecord late = early;
+    core::ViolationRecord late = early;
     late.kind = ViolationKind::LateParameter;
     late.accessor = 3;
     late.param = 8;
@@ -122,16 +129,22 @@ void TestViolationsModel::lateAttachTimesCountFromTheFirstViolation()
     st.violations = {early, late};
     store.applyState(st);
     // The history holds the last steps only, from 60 s on.
-    store.appendEvents(std::vector<Event>{eventAt(60'000'000'000, 0, makeStepBegin(), 41)}, false);
+    store.appendEvents(
+        std::vector<telemetry::Event>{eventAt(60'000'000'000, 0, telemetry::makeStepBegin(), 41)},
+        false);
     store.flush();
     QCOMPARE(store.timeOrigin(), std::uint64_t(2'000'000'000));
     QCOMPARE(model.rowCount(), 2);
-    QCOMPARE(model.index(0, ViolationsModel::Time).data().toString(), QStringLiteral("0.000 s"));
-    QCOMPARE(model.index(1, ViolationsModel::Time).data().toString(), QStringLiteral("0.500 s"));
-    store.appendEvents(std::vector<Event>{lmHeadViolation(61'000'000'000, 2, 41)}, false);
+    QCOMPARE(model.index(0, models::ViolationsModel::Time).data().toString(),
+             QStringLiteral("0.000 s"));
+    QCOMPARE(model.index(1, models::ViolationsModel::Time).data().toString(),
+             QStringLiteral("0.500 s"));
+    store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(61'000'000'000, 2, 41)},
+                       false);
     store.flush();
     QCOMPARE(store.timeOrigin(), std::uint64_t(2'000'000'000));
-    QCOMPARE(model.index(1, ViolationsModel::Time).data().toString(), QStringLiteral("0.500 s"));
+    QCOMPARE(model.index(1, models::ViolationsModel::Time).data().toString(),
+             QStringLiteral("0.500 s"));
 }
 
 QTEST_GUILESS_MAIN(TestViolationsModel)

@@ -45,7 +45,7 @@ TrainConfig smallConfig(int world)
 
 struct Run
 {
-    std::unique_ptr<Engine> engine;
+    std::unique_ptr<core::Engine> engine;
     TrainResult result;
 };
 
@@ -65,10 +65,10 @@ double maxRelativeDifference(const std::vector<double> &a, const std::vector<dou
     return worst;
 }
 
-std::vector<ViolationRecord> ofKind(const Engine &engine, ViolationKind kind)
+std::vector<core::ViolationRecord> ofKind(const core::Engine &engine, ViolationKind kind)
 {
-    std::vector<ViolationRecord> out;
-    for (const ViolationRecord &v : engine.violations())
+    std::vector<core::ViolationRecord> out;
+    for (const core::ViolationRecord &v : engine.violations())
         if (v.kind == kind) out.push_back(v);
     return out;
 }
@@ -131,7 +131,7 @@ void TestTrainer::worldSizesGiveTheSameLossCurve()
                                 .arg(diff)));
         // The parameters really were partitioned with padding: embed.weight (558) does not
         // divide by 4, and each rank holds only its shard.
-        const ParamInfo &embed = run.engine->param(run.engine->findParam("embed.weight"));
+        const core::ParamInfo &embed = run.engine->param(run.engine->findParam("embed.weight"));
         QVERIFY(embed.partitioned);
         QCOMPARE(embed.layout.paddedNumel % world, std::int64_t(0));
         QCOMPARE(run.engine->shardData(0, embed.id).size(),
@@ -173,12 +173,12 @@ void TestTrainer::externalsNoneReportsBothStories()
     TrainConfig c = smallConfig(2);
     c.steps = 3;
     const Run run = train(c);
-    const Engine &e = *run.engine;
+    const core::Engine &e = *run.engine;
 
     // Story 1: lm_head reads embed.weight, owned by embed, unregistered: one record per
     // (accessor, param, rank), counted once per step.
     bool tied = false;
-    for (const ViolationRecord &v : ofKind(e, ViolationKind::UnregisteredAccess)) {
+    for (const core::ViolationRecord &v : ofKind(e, ViolationKind::UnregisteredAccess)) {
         if (v.accessor == kNoModule) continue;
         QCOMPARE(e.modulePath(v.accessor), std::string("lm_head"));
         QCOMPARE(e.param(v.param).name, std::string("embed.weight"));
@@ -194,13 +194,13 @@ void TestTrainer::externalsNoneReportsBothStories()
 
     // Story 2: weight_norm read pos_conv.weight outside any module (accessor none) ...
     const auto reads = ofKind(e, ViolationKind::UnregisteredAccess);
-    QVERIFY(std::any_of(reads.begin(), reads.end(), [&](const ViolationRecord &v) {
+    QVERIFY(std::any_of(reads.begin(), reads.end(), [&](const core::ViolationRecord &v) {
         return v.accessor == kNoModule && v.owner == e.findModule("pos_conv") && v.step == 0;
     }));
     QCOMPARE(e.findParam("pos_conv.weight"), kNoParam);
     // ... and created weight_g and weight_v after partitioning: late, never partitioned.
     std::vector<std::string> late;
-    for (const ViolationRecord &v : ofKind(e, ViolationKind::LateParameter)) {
+    for (const core::ViolationRecord &v : ofKind(e, ViolationKind::LateParameter)) {
         if (v.rank == 0) late.push_back(e.param(v.param).name);
         QCOMPARE(e.modulePath(v.owner), std::string("pos_conv"));
     }
@@ -221,7 +221,7 @@ void TestTrainer::externalsManualReportsNothing()
     c.externals = Externals::Manual;
     c.guard = GuardPolicy::Error; // any unregistered read would stop the run
     const Run run = train(c);
-    const Engine &e = *run.engine;
+    const core::Engine &e = *run.engine;
     QVERIFY(ofKind(e, ViolationKind::UnregisteredAccess).empty());
     QVERIFY(ofKind(e, ViolationKind::LateParameter).empty());
     QCOMPARE(e.unregisteredAccessCount(), std::uint64_t(0));
@@ -252,7 +252,7 @@ void TestTrainer::guardErrorStopsAtTheTiedHead()
         trainModel(*engine, c, [&](const StepReport &) { ++steps; });
         QFAIL(
             "training went on although lm_head read embed.weight unregistered under --guard error");
-    } catch (const UnregisteredAccessError &err) {
+    } catch (const core::UnregisteredAccessError &err) {
         QCOMPARE(err.fix(), std::string("register_external_parameter(lm_head, embed.weight)"));
         QVERIFY(std::string(err.what()).find("lm_head") != std::string::npos);
     }
@@ -265,9 +265,9 @@ void TestTrainer::guardAutoRegistersOnce()
     c.steps = 4;
     c.guard = GuardPolicy::Auto;
     const Run run = train(c);
-    const Engine &e = *run.engine;
+    const core::Engine &e = *run.engine;
     int tied = 0;
-    for (const ViolationRecord &v : ofKind(e, ViolationKind::UnregisteredAccess)) {
+    for (const core::ViolationRecord &v : ofKind(e, ViolationKind::UnregisteredAccess)) {
         if (v.accessor == kNoModule) continue;
         ++tied;
         QCOMPARE(v.action, GuardAction::AutoRegistered);
@@ -391,17 +391,19 @@ namespace {
 
 // Counts prefetch gathers that were still in flight when the rank entered another module:
 // the overlap --overlap-comm exists for.
-class OverlapSink : public EventSink
+class OverlapSink : public telemetry::EventSink
 {
   public:
-    void write(const Event &ev) noexcept override
+    void write(const telemetry::Event &ev) noexcept override
     {
         std::lock_guard lock(m_mutex);
         auto &open = m_open[ev.rank];
-        if (ev.type == EventType::FetchBegin && readFetch(ev).reason == FetchReason::Prefetch)
-            open.push_back(readFetch(ev).param);
+        if (ev.type == EventType::FetchBegin &&
+            telemetry::readFetch(ev).reason == FetchReason::Prefetch)
+            open.push_back(telemetry::readFetch(ev).param);
         else if (ev.type == EventType::FetchEnd)
-            open.erase(std::remove(open.begin(), open.end(), readFetch(ev).param), open.end());
+            open.erase(std::remove(open.begin(), open.end(), telemetry::readFetch(ev).param),
+                       open.end());
         else if (ev.type == EventType::ModuleEnter && !open.empty())
             ++overlapped;
         if (ev.type == EventType::FetchBegin) ++fetches;
@@ -432,7 +434,7 @@ void TestTrainer::overlappedCommunicationTrainsTheSame()
         QCOMPARE(overlapped.result.unregisteredAccesses, sync.result.unregisteredAccesses);
         QCOMPARE(sink.fetches, sink.fetchEnds); // every gather was seen complete
         // Nothing is left gathered or in flight after the run.
-        for (const ParamRecord &p : overlapped.engine->state().params)
+        for (const core::ParamRecord &p : overlapped.engine->state().params)
             for (ParamStatus st : p.status)
                 QVERIFY(st != ParamStatus::Inflight);
         if (world > 1)
@@ -455,7 +457,7 @@ void TestTrainer::guardErrorWithOverlapStopsEveryRank()
     try {
         trainModel(*engine, c, {});
         QFAIL("training went on although lm_head read embed.weight unregistered");
-    } catch (const UnregisteredAccessError &err) {
+    } catch (const core::UnregisteredAccessError &err) {
         QCOMPARE(err.fix(), std::string("register_external_parameter(lm_head, embed.weight)"));
     }
 }

@@ -23,16 +23,16 @@ using namespace shardscope;
 namespace {
 
 // A sink that keeps what it is given.
-class Recorder final : public EventSink
+class Recorder final : public telemetry::EventSink
 {
   public:
-    void write(const Event &ev) noexcept override { events.push_back(ev); }
-    std::vector<Event> events;
+    void write(const telemetry::Event &ev) noexcept override { events.push_back(ev); }
+    std::vector<telemetry::Event> events;
 };
 
-AgentParam param(ParamId id, const std::string &name, ModuleId owner)
+server::AgentParam param(ParamId id, const std::string &name, ModuleId owner)
 {
-    AgentParam p;
+    server::AgentParam p;
     p.record.id = id;
     p.record.name = name;
     p.record.owner = owner;
@@ -53,10 +53,10 @@ class TestAgentState : public QObject
   private slots:
     void modulesAndEvents()
     {
-        AgentConfig cfg;
+        server::AgentConfig cfg;
         cfg.rank = 1;
         cfg.worldSize = 2;
-        AgentState s(cfg);
+        server::AgentState s(cfg);
         Recorder rec;
         s.setEventSink(&rec);
         // A module deep in the tree brings its ancestors, parents first.
@@ -66,7 +66,7 @@ class TestAgentState : public QObject
         QCOMPARE(s.ensureModule("pos_conv.conv", "Conv1d"), conv);
         s.setParam(param(0, "embed.weight", embed));
         s.fetchBegin(0, head, 2368, FetchReason::Guard);
-        EngineState st = s.state();
+        core::EngineState st = s.state();
         QCOMPARE(st.modules.size(),
                  std::size_t(5)); // root, pos_conv, pos_conv.conv, embed, lm_head
         QCOMPARE(st.modules[2].path, std::string("pos_conv.conv"));
@@ -87,23 +87,24 @@ class TestAgentState : public QObject
         QCOMPARE(rec.events.size(), std::size_t(3));
         QCOMPARE(rec.events[0].type, EventType::FetchBegin);
         QCOMPARE(rec.events[0].rank, std::uint16_t(1));
-        QCOMPARE(readFetch(rec.events[0]).param, 0u);
-        QCOMPARE(readFetch(rec.events[0]).cause, head);
-        QCOMPARE(readFetch(rec.events[0]).reason, FetchReason::Guard);
+        QCOMPARE(telemetry::readFetch(rec.events[0]).param, 0u);
+        QCOMPARE(telemetry::readFetch(rec.events[0]).cause, head);
+        QCOMPARE(telemetry::readFetch(rec.events[0]).reason, FetchReason::Guard);
         QCOMPARE(rec.events[2].type, EventType::Release);
         s.setEventSink(nullptr);
     }
 
     void violationsInDeepSpeedsWords()
     {
-        AgentState s(AgentConfig{});
+        server::AgentState s(server::AgentConfig{});
         Recorder rec;
         s.setEventSink(&rec);
         const ModuleId embed = s.ensureModule("embed", "Embedding");
         const ModuleId head = s.ensureModule("blocks.0.lm_head", "Head");
         s.setParam(param(0, "embed.weight", embed));
         s.stepBegin();
-        const ViolationText t = s.unregisteredAccess(head, 0, GuardAction::AutoRegistered, false);
+        const core::ViolationText t =
+            s.unregisteredAccess(head, 0, GuardAction::AutoRegistered, false);
         QCOMPARE(t.fix,
                  std::string("deepspeed.zero.register_external_parameter(model.blocks[0].lm_head, "
                              "model.embed.weight)"));
@@ -111,7 +112,7 @@ class TestAgentState : public QObject
         s.stepEnd(1.5);
         s.stepBegin();
         s.unregisteredAccess(head, 0, GuardAction::AutoRegistered, false);
-        const EngineState st = s.state();
+        const core::EngineState st = s.state();
         QCOMPARE(st.violations.size(), std::size_t(1));
         QCOMPARE(st.violations[0].count, std::uint64_t(2));
         QCOMPARE(st.violations[0].step, 1u);
@@ -119,11 +120,11 @@ class TestAgentState : public QObject
         QCOMPARE(st.violations[0].fix, t.fix);
         QCOMPARE(st.violations[0].message, t.message);
         int accesses = 0;
-        for (const Event &e : rec.events)
+        for (const telemetry::Event &e : rec.events)
             accesses += e.type == EventType::UnregisteredAccess;
         QCOMPARE(accesses, 2);
         // A read outside any module, at build time (it changes the parameter).
-        const ViolationText outside =
+        const core::ViolationText outside =
             s.unregisteredAccess(kNoModule, 0, GuardAction::Recorded, true);
         QCOMPARE(outside.fix,
                  std::string("with deepspeed.zero.GatheredParameters(model.embed.weight, "
@@ -134,14 +135,14 @@ class TestAgentState : public QObject
     // A late parameter is recorded as a violation only if a step starts before it is adopted.
     void lateParameters()
     {
-        AgentState s(AgentConfig{});
+        server::AgentState s(server::AgentConfig{});
         const ModuleId conv = s.ensureModule("pos_conv.conv", "Conv1d");
-        AgentParam g = param(1u << 20, "pos_conv.conv.weight_g", conv);
+        server::AgentParam g = param(1u << 20, "pos_conv.conv.weight_g", conv);
         g.record.replaces = "pos_conv.conv.weight";
         s.setParam(g);
         s.lateParameter(g.record.id);
         s.stepBegin();
-        EngineState st = s.state();
+        core::EngineState st = s.state();
         QCOMPARE(st.violations.size(), std::size_t(1));
         QCOMPARE(st.violations[0].kind, ViolationKind::LateParameter);
         QVERIFY2(st.violations[0].fix.find("GatheredParameters(model.pos_conv.conv.weight, "
@@ -150,19 +151,19 @@ class TestAgentState : public QObject
         QCOMPARE(st.params[0].late, true);
         QCOMPARE(st.params[0].partitioned, false);
         // What it replaced unknown: the fix line still names only real code.
-        ViolationSubject unknown;
+        core::ViolationSubject unknown;
         unknown.kind = ViolationKind::LateParameter;
         unknown.param = "conv.weight_g";
         unknown.owner = "conv";
         QCOMPARE(
-            describeViolation(unknown, FixDialect::DeepSpeed).fix,
+            core::describeViolation(unknown, core::FixDialect::DeepSpeed).fix,
             std::string(
                 "create model.conv.weight_g inside deepspeed.zero.Init, or adopt it, then "
                 "deepspeed.zero.register_external_parameter(model.conv, model.conv.weight_g)"));
 
-        AgentState adopted(AgentConfig{});
+        server::AgentState adopted(server::AgentConfig{});
         const ModuleId c2 = adopted.ensureModule("pos_conv.conv", "Conv1d");
-        AgentParam v = param(7, "pos_conv.conv.weight_v", c2);
+        server::AgentParam v = param(7, "pos_conv.conv.weight_v", c2);
         adopted.setParam(v);
         adopted.lateParameter(7);
         adopted.parameterAdopted(7);
@@ -178,19 +179,19 @@ class TestAgentState : public QObject
     void servedByTheInspector()
     {
         QTemporaryDir dir;
-        AgentConfig cfg;
+        server::AgentConfig cfg;
         cfg.modelName = "TinyLM";
         cfg.rank = 1;
         cfg.worldSize = 2;
-        AgentState s(cfg);
+        server::AgentState s(cfg);
         const ModuleId embed = s.ensureModule("embed", "Embedding");
         const ModuleId head = s.ensureModule("lm_head", "Head");
         s.setParam(param(0, "embed.weight", embed));
-        InspectorOptions o;
+        server::InspectorOptions o;
         o.endpoint = "unix:" + dir.filePath("agent.sock").toStdString();
         o.snapshotOut = dir.filePath("snap.json").toStdString();
         o.job = "job-42";
-        Inspector inspector(s, o);
+        server::Inspector inspector(s, o);
         auto client = server::InspectorClient::connect(inspector.endpoint(), {});
         QVERIFY2(client, client ? "" : client.error().c_str());
         const wire::Welcome &w = (*client)->welcome();
@@ -206,7 +207,7 @@ class TestAgentState : public QObject
         QCOMPARE(snap->state.violations.size(), std::size_t(1));
         QCOMPARE(snap->state.fixDialect, std::string("deepspeed"));
         bool sawAccess = false;
-        for (const Event &e : snap->events)
+        for (const telemetry::Event &e : snap->events)
             sawAccess = sawAccess || e.type == EventType::UnregisteredAccess;
         QVERIFY(sawAccess);
         inspector.finish();
@@ -249,12 +250,12 @@ class TestAgentState : public QObject
     // Rings only for this process's ranks: events of others are counted, not stored.
     void hubRingsForLocalRanksOnly()
     {
-        TelemetryHub hub(64, std::vector<int>{5}, 1024);
-        Event e = stamped(makeStepBegin(), 0, 0, 5);
+        telemetry::TelemetryHub hub(64, std::vector<int>{5}, 1024);
+        telemetry::Event e = telemetry::stamped(telemetry::makeStepBegin(), 0, 0, 5);
         hub.write(e);
         e.rank = 6;
         hub.write(e);
-        std::vector<Event> out;
+        std::vector<telemetry::Event> out;
         QCOMPARE(hub.drain(out), std::size_t(1));
         QCOMPARE(out[0].rank, std::uint16_t(5));
         QCOMPARE(hub.droppedEvents(), std::uint64_t(1));

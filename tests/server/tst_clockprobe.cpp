@@ -23,12 +23,12 @@ using namespace shardscope;
 
 namespace {
 
-std::unique_ptr<Engine> smallEngine()
+std::unique_ptr<core::Engine> smallEngine()
 {
-    EngineConfig cfg;
+    core::EngineConfig cfg;
     cfg.worldSize = 2;
     cfg.modelName = "clock";
-    auto engine = std::make_unique<Engine>(cfg, makeCpuWorld(2));
+    auto engine = std::make_unique<core::Engine>(cfg, comm::makeCpuWorld(2));
     const ModuleId m = engine->addModule(engine->root(), "fc", "Linear");
     std::vector<float> init(8, 1.0f);
     engine->addParameter(m, "weight", {8}, DType::F32, init.data());
@@ -36,7 +36,7 @@ std::unique_ptr<Engine> smallEngine()
     return engine;
 }
 
-void oneStep(Engine &e)
+void oneStep(core::Engine &e)
 {
     e.forEachLocalRank([&](int r) {
         e.beginStep(r);
@@ -60,10 +60,10 @@ void TestClockProbe::theInjectedOffsetIsFound()
 {
     constexpr std::int64_t kOffset = 4'000'000'000;
     auto engine = smallEngine();
-    InspectorOptions o;
+    server::InspectorOptions o;
     o.endpoint = "tcp:127.0.0.1:0";
     o.testClockOffsetNs = kOffset;
-    Inspector inspector(*engine, o);
+    server::Inspector inspector(*engine, o);
     oneStep(*engine);
 
     auto estimate = server::probeClock(inspector.endpoint(), 8, 5000);
@@ -78,10 +78,10 @@ void TestClockProbe::theInjectedOffsetIsFound()
                             .arg(estimate->uncertaintyNs)));
 
     // The same server's clock is not offset without the hook: the estimate is near 0.
-    InspectorOptions plain;
+    server::InspectorOptions plain;
     plain.endpoint = "tcp:127.0.0.1:0";
     auto engine2 = smallEngine();
-    Inspector inspector2(*engine2, plain);
+    server::Inspector inspector2(*engine2, plain);
     auto zero = server::probeClock(inspector2.endpoint(), 4, 5000);
     QVERIFY(zero && zero->valid);
     QVERIFY(std::llabs(zero->offsetNs) <= static_cast<long long>(zero->uncertaintyNs) + 2'000'000);
@@ -96,8 +96,8 @@ void TestClockProbe::theInjectedOffsetIsFound()
         if ((**frame).type != wire::MessageType::EventBatch || (**frame).payload.empty()) continue;
         auto events = wire::decodeEvents((**frame).payload);
         QVERIFY(events);
-        for (const Event &e : *events)
-            QVERIFY(e.tsNs > nowNs() + kOffset / 2);
+        for (const telemetry::Event &e : *events)
+            QVERIFY(e.tsNs > telemetry::nowNs() + kOffset / 2);
         sawEvents = true;
     }
     QVERIFY(sawEvents);
@@ -140,9 +140,9 @@ void TestClockProbe::anOlderEngineRefusesCleanly()
 void TestClockProbe::anIdleClientGetsHeartbeats()
 {
     auto engine = smallEngine();
-    InspectorOptions o;
+    server::InspectorOptions o;
     o.endpoint = "tcp:127.0.0.1:0";
-    Inspector inspector(*engine, o);
+    server::Inspector inspector(*engine, o);
     auto client = server::InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY2(client, client ? "" : client.error().c_str());
     // Nothing happens in the engine; within a few seconds an empty EventBatch arrives.

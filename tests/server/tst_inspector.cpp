@@ -30,18 +30,18 @@ namespace {
 // Story 1 in miniature: lm_head reads the tied embed.weight without registering it.
 struct TiedRun
 {
-    std::unique_ptr<Engine> engine;
+    std::unique_ptr<core::Engine> engine;
     ModuleId embed = 0, lmHead = 0;
     ParamId embedW = 0, headB = 0;
     int stepsDone = 0;
 
     explicit TiedRun(int world)
     {
-        EngineConfig cfg;
+        core::EngineConfig cfg;
         cfg.worldSize = world;
         cfg.persistenceThreshold = 4;
         cfg.modelName = "tied";
-        engine = std::make_unique<Engine>(cfg, makeCpuWorld(world));
+        engine = std::make_unique<core::Engine>(cfg, comm::makeCpuWorld(world));
         embed = engine->addModule(engine->root(), "embed", "Embedding");
         lmHead = engine->addModule(engine->root(), "lm_head", "Linear");
         std::vector<float> init(30);
@@ -56,15 +56,15 @@ struct TiedRun
     void steps(int n, int scopes = 1)
     {
         engine->forEachLocalRank([&](int r) {
-            Engine &e = *engine;
+            core::Engine &e = *engine;
             for (int s = 0; s < n; ++s) {
                 e.beginStep(r);
                 for (int k = 0; k < scopes; ++k) {
                     {
-                        ModuleScope scope(e, r, embed, Phase::Forward);
+                        core::ModuleScope scope(e, r, embed, Phase::Forward);
                         (void)e.access(r, embedW);
                     }
-                    ModuleScope scope(e, r, lmHead, Phase::Forward);
+                    core::ModuleScope scope(e, r, lmHead, Phase::Forward);
                     (void)e.access(r, embedW);
                     (void)e.access(r, headB);
                 }
@@ -75,9 +75,9 @@ struct TiedRun
     }
 };
 
-InspectorOptions tcpOptions(std::size_t history = 65536)
+server::InspectorOptions tcpOptions(std::size_t history = 65536)
 {
-    InspectorOptions o;
+    server::InspectorOptions o;
     o.endpoint = "tcp:127.0.0.1:0";
     o.historyEvents = history;
     return o;
@@ -103,12 +103,12 @@ bool readUntil(InspectorClient &client, wire::ClientState &state, Done done,
     return true;
 }
 
-const ViolationRecord *findUnregistered(const EngineState &s, const std::string &accessor,
-                                        const std::string &param)
+const core::ViolationRecord *findUnregistered(const core::EngineState &s,
+                                              const std::string &accessor, const std::string &param)
 {
-    for (const ViolationRecord &v : s.violations) {
+    for (const core::ViolationRecord &v : s.violations) {
         if (v.kind != ViolationKind::UnregisteredAccess || v.accessor >= s.modules.size()) continue;
-        for (const ParamRecord &p : s.params)
+        for (const core::ParamRecord &p : s.params)
             if (p.id == v.param && p.name == param && s.modules[v.accessor].path == accessor)
                 return &v;
     }
@@ -205,7 +205,7 @@ void TestInspector::initTestCase()
 void TestInspector::lateClientGetsStateHistoryAndLiveEvents()
 {
     TiedRun run(2);
-    Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(*run.engine, tcpOptions());
     QVERIFY(inspector.endpoint().starts_with("tcp:127.0.0.1:"));
     QVERIFY(!inspector.endpoint().ends_with(":0"));
     run.steps(3);
@@ -223,12 +223,12 @@ void TestInspector::lateClientGetsStateHistoryAndLiveEvents()
     QVERIFY2(readUntil(
                  **client, state, [&] { return state.historyDone(); }, &error),
              error.c_str());
-    const EngineState &st = state.snapshot().state;
+    const core::EngineState &st = state.snapshot().state;
     QCOMPARE(st.step, std::uint32_t(3));
     QCOMPARE(st.params.size(), std::size_t(2));
     QCOMPARE(st.params[0].name, std::string("embed.weight"));
     QCOMPARE(st.params[0].partitionNumel, std::int64_t(15));
-    const ViolationRecord *v = findUnregistered(st, "lm_head", "embed.weight");
+    const core::ViolationRecord *v = findUnregistered(st, "lm_head", "embed.weight");
     QVERIFY(v != nullptr);
     QCOMPARE(st.modules[v->owner].path, std::string("embed"));
     QCOMPARE(v->fix, std::string("register_external_parameter(lm_head, embed.weight)"));
@@ -236,13 +236,13 @@ void TestInspector::lateClientGetsStateHistoryAndLiveEvents()
     // The history holds what already happened: three step ends per rank, the accesses.
     QVERIFY(state.historyEvents() > 0);
     int stepEnds = 0, accesses = 0;
-    for (const Event &e : state.snapshot().events) {
+    for (const telemetry::Event &e : state.snapshot().events) {
         stepEnds += e.type == EventType::StepEnd;
         if (e.type == EventType::UnregisteredAccess) {
             ++accesses;
-            QCOMPARE(readAccess(e).accessor, run.lmHead);
-            QCOMPARE(readAccess(e).param, run.embedW);
-            QCOMPARE(readAccess(e).owner, run.embed);
+            QCOMPARE(telemetry::readAccess(e).accessor, run.lmHead);
+            QCOMPARE(telemetry::readAccess(e).param, run.embedW);
+            QCOMPARE(telemetry::readAccess(e).owner, run.embed);
         }
     }
     QCOMPARE(stepEnds, 3 * 2);
@@ -272,7 +272,7 @@ void TestInspector::lateClientGetsStateHistoryAndLiveEvents()
 void TestInspector::severalClientsAtOnce()
 {
     TiedRun run(2);
-    Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(*run.engine, tcpOptions());
     auto a = InspectorClient::connect(inspector.endpoint(), {});
     auto b = InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY(a.ok() && b.ok());
@@ -303,7 +303,7 @@ void TestInspector::severalClientsAtOnce()
 void TestInspector::eachClientGetsTheStateFormatItAskedFor()
 {
     TiedRun run(2);
-    Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(*run.engine, tcpOptions());
     run.steps(1);
     InspectorClient::Options older;
     older.capabilities = {"state", "events", "history", "dropped"};
@@ -331,7 +331,7 @@ void TestInspector::eachClientGetsTheStateFormatItAskedFor()
     QCOMPARE(seen[binary->get()][wire::MessageType::State], 0);
     QVERIFY(seen[json->get()][wire::MessageType::State] >= 2);
     QCOMPARE(seen[json->get()][wire::MessageType::StateBinary], 0);
-    const EngineState &a = sb.snapshot().state, &b = sj.snapshot().state;
+    const core::EngineState &a = sb.snapshot().state, &b = sj.snapshot().state;
     QCOMPARE(a.step, std::uint32_t(3));
     QCOMPARE(b.step, a.step);
     QCOMPARE(b.params.size(), a.params.size());
@@ -349,7 +349,7 @@ void TestInspector::eachClientGetsTheStateFormatItAskedFor()
 void TestInspector::stalledClientNeverBlocksTrainingAndLearnsWhatItLost()
 {
     TiedRun run(1);
-    Inspector inspector(*run.engine, tcpOptions(16));
+    server::Inspector inspector(*run.engine, tcpOptions(16));
     auto client = InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY2(client.ok(), client.error().c_str());
     // The client now stops reading. Training goes on until the server had to drop
@@ -393,9 +393,9 @@ void TestInspector::stalledClientNeverBlocksTrainingAndLearnsWhatItLost()
 void TestInspector::wrongTokenIsRefusedWithAClearMessage()
 {
     TiedRun run(1);
-    InspectorOptions o = tcpOptions();
+    server::InspectorOptions o = tcpOptions();
     o.token = "s3cret";
-    Inspector inspector(*run.engine, o);
+    server::Inspector inspector(*run.engine, o);
     auto none = InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY(!none.ok());
     QCOMPARE(none.error(), std::string("the engine refused the connection: this engine requires a "
@@ -414,7 +414,7 @@ void TestInspector::wrongTokenIsRefusedWithAClearMessage()
 void TestInspector::wrongProtocolVersionIsRefused()
 {
     TiedRun run(1);
-    Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(*run.engine, tcpOptions());
     InspectorClient::Options future;
     future.version = 2;
     auto r = InspectorClient::connect(inspector.endpoint(), future);
@@ -428,7 +428,7 @@ void TestInspector::wrongProtocolVersionIsRefused()
 void TestInspector::foreignClientGetsAReadableError()
 {
     TiedRun run(1);
-    Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(*run.engine, tcpOptions());
     auto fd = server::connectTo(inspector.endpoint());
     QVERIFY(fd.ok());
     QVERIFY(server::sendAll(*fd, "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"));
@@ -457,7 +457,7 @@ void TestInspector::foreignClientGetsAReadableError()
 void TestInspector::bytesAfterAValidHelloAreABadFrame()
 {
     TiedRun run(1);
-    Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(*run.engine, tcpOptions());
     auto fd = server::connectTo(inspector.endpoint());
     QVERIFY(fd.ok());
     QVERIFY(server::sendAll(*fd, helloFrame("") + "GET / HTTP/1.1\r\n\r\n"));
@@ -472,7 +472,7 @@ void TestInspector::bytesAfterAValidHelloAreABadFrame()
 std::optional<wire::ErrorMessage> refusalOfHello(const std::string &payload)
 {
     TiedRun run(1);
-    Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(*run.engine, tcpOptions());
     auto fd = server::connectTo(inspector.endpoint());
     if (!fd.ok()) return std::nullopt;
     std::string frame;
@@ -537,12 +537,12 @@ void TestInspector::clientRefusesAnEndpointThatIsNotShardScope()
 void TestInspector::nonLoopbackWithoutTokenIsRefused()
 {
     TiedRun run(1);
-    InspectorOptions o = tcpOptions();
+    server::InspectorOptions o = tcpOptions();
     o.endpoint = "tcp:0.0.0.0:0";
     try {
-        Inspector inspector(*run.engine, o);
+        server::Inspector inspector(*run.engine, o);
         QFAIL("a non-loopback bind without a token was accepted");
-    } catch (const InspectorError &e) {
+    } catch (const server::InspectorError &e) {
         const std::string msg = e.what();
         QVERIFY2(msg.find("refusing to listen on tcp:0.0.0.0:0 without a token") !=
                      std::string::npos,
@@ -550,7 +550,7 @@ void TestInspector::nonLoopbackWithoutTokenIsRefused()
         QVERIFY2(msg.find("--token") != std::string::npos, e.what());
     }
     o.token = "s3cret";
-    Inspector inspector(*run.engine, o);
+    server::Inspector inspector(*run.engine, o);
     QVERIFY(inspector.endpoint().starts_with("tcp:0.0.0.0:"));
     const std::string port = inspector.endpoint().substr(std::string("tcp:0.0.0.0:").size());
     InspectorClient::Options opts;
@@ -566,7 +566,7 @@ void TestInspector::defaultUnixSocketIsPrivateAndDiscoverable()
     QCOMPARE(dir, m_runtime.path().toStdString() + "/shardscope");
     std::string socketPath;
     {
-        Inspector inspector(*run.engine, InspectorOptions{});
+        server::Inspector inspector(*run.engine, server::InspectorOptions{});
         socketPath = wire::defaultSocketPath(::getpid());
         QCOMPARE(inspector.endpoint(), "unix:" + socketPath);
         struct stat st
@@ -600,9 +600,9 @@ void TestInspector::snapshotOutIsWrittenAtFinish()
 {
     QTemporaryDir tmp;
     TiedRun run(2);
-    InspectorOptions o = tcpOptions(100);
+    server::InspectorOptions o = tcpOptions(100);
     o.snapshotOut = tmp.filePath("final.json").toStdString();
-    Inspector inspector(*run.engine, o);
+    server::Inspector inspector(*run.engine, o);
     run.steps(4);
     inspector.finish();
     inspector.finish(); // idempotent
@@ -622,11 +622,11 @@ void TestInspector::noListenStillWritesTheSnapshot()
 {
     QTemporaryDir tmp;
     TiedRun run(1);
-    InspectorOptions o;
+    server::InspectorOptions o;
     o.listen = false;
     o.snapshotOut = tmp.filePath("s.json").toStdString();
     {
-        Inspector inspector(*run.engine, o);
+        server::Inspector inspector(*run.engine, o);
         QVERIFY(inspector.endpoint().empty());
         run.steps(2);
     }
@@ -640,9 +640,9 @@ void TestInspector::noListenStillWritesTheSnapshot()
 void TestInspector::telemetryOffStillServesTheChangingState()
 {
     TiedRun run(2);
-    InspectorOptions o = tcpOptions();
+    server::InspectorOptions o = tcpOptions();
     o.telemetry = false;
-    Inspector inspector(*run.engine, o);
+    server::Inspector inspector(*run.engine, o);
     QVERIFY(!run.engine->telemetryEnabled());
     auto client = InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY2(client.ok(), client.error().c_str());
@@ -672,24 +672,24 @@ void TestInspector::badEndpointsAreInspectorErrors()
 {
     TiedRun run(1);
     auto expectError = [&](const std::string &endpoint, const char *needle) {
-        InspectorOptions o;
+        server::InspectorOptions o;
         o.endpoint = endpoint;
         try {
-            Inspector inspector(*run.engine, o);
+            server::Inspector inspector(*run.engine, o);
             QFAIL(("accepted " + endpoint).c_str());
-        } catch (const InspectorError &e) {
+        } catch (const server::InspectorError &e) {
             QVERIFY2(std::string(e.what()).find(needle) != std::string::npos, e.what());
         }
     };
     expectError("udp:1.2.3.4:5", "unknown endpoint");
     {
-        InspectorOptions o = tcpOptions(std::size_t(1) << 40);
-        QVERIFY_THROWS_EXCEPTION(InspectorError, Inspector(*run.engine, o));
+        server::InspectorOptions o = tcpOptions(std::size_t(1) << 40);
+        QVERIFY_THROWS_EXCEPTION(server::InspectorError, server::Inspector(*run.engine, o));
     }
     expectError("tcp:127.0.0.1:notaport", "bad port");
     expectError("unix:" + std::string(200, 'x'), "longer than 107 bytes");
     expectError("unix:/nonexistent-dir/x.sock", "cannot listen on /nonexistent-dir/x.sock");
-    Inspector first(*run.engine, tcpOptions());
+    server::Inspector first(*run.engine, tcpOptions());
     expectError(first.endpoint(), "cannot listen on");
 }
 
@@ -699,9 +699,9 @@ void TestInspector::badEndpointsAreInspectorErrors()
 void TestInspector::silentConnectionsDoNotLockClientsOut()
 {
     TiedRun run(1);
-    InspectorOptions o = tcpOptions();
+    server::InspectorOptions o = tcpOptions();
     o.token = "s3cret";
-    Inspector inspector(*run.engine, o);
+    server::Inspector inspector(*run.engine, o);
     std::vector<int> silent;
     for (int i = 0; i < 100; ++i) {
         auto fd = server::connectTo(inspector.endpoint());
@@ -726,7 +726,7 @@ void TestInspector::silentConnectionsDoNotLockClientsOut()
 void TestInspector::clientsBeyondThirtyTwoAreRefusedAfterTheirHello()
 {
     TiedRun run(1);
-    Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(*run.engine, tcpOptions());
     std::vector<std::unique_ptr<InspectorClient>> clients;
     for (int i = 0; i < 32; ++i) {
         auto c = InspectorClient::connect(inspector.endpoint(), {});
@@ -751,7 +751,7 @@ void TestInspector::clientsBeyondThirtyTwoAreRefusedAfterTheirHello()
 void TestInspector::clientThatKeepsSendingIsClosed()
 {
     TiedRun run(1);
-    Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(*run.engine, tcpOptions());
     auto fd = server::connectTo(inspector.endpoint());
     QVERIFY(fd.ok());
     QVERIFY(server::sendAll(*fd, helloFrame("")));
@@ -780,7 +780,7 @@ void TestInspector::clientThatKeepsSendingIsClosed()
 void TestInspector::historyQueuedPerClientIsBounded()
 {
     TiedRun run(1);
-    Inspector inspector(*run.engine, tcpOptions(1'000'000));
+    server::Inspector inspector(*run.engine, tcpOptions(1'000'000));
     while (inspector.publishedEvents() < 250'000)
         run.steps(10, 200);
     auto client = InspectorClient::connect(inspector.endpoint(), {});
@@ -790,7 +790,7 @@ void TestInspector::historyQueuedPerClientIsBounded()
     QVERIFY2(readUntil(
                  **client, state, [&] { return state.historyDone(); }, &error),
              error.c_str());
-    const std::uint64_t perClient = (std::uint64_t(8) << 20) / sizeof(Event);
+    const std::uint64_t perClient = (std::uint64_t(8) << 20) / sizeof(telemetry::Event);
     QCOMPARE(state.historyEvents(), perClient); // the server held more than that
 }
 
@@ -801,7 +801,7 @@ QTEST_APPLESS_MAIN(TestInspector)
 void TestInspector::costCountsTheServerThreadsWork()
 {
     TiedRun run(2);
-    Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(*run.engine, tcpOptions());
     run.steps(2);
     auto client = InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY2(client.ok(), client.error().c_str());
@@ -810,7 +810,7 @@ void TestInspector::costCountsTheServerThreadsWork()
     QVERIFY2(readUntil(
                  **client, state, [&] { return state.historyDone(); }, &error),
              error.c_str());
-    const Inspector::Cost serving = inspector.cost();
+    const server::Inspector::Cost serving = inspector.cost();
     QVERIFY(serving.states >= 1); // the attaching client's State was built for it
     QVERIFY(serving.wakeups >= 1);
     QVERIFY(serving.stateCpuSeconds <= serving.serverCpuSeconds);
@@ -820,7 +820,7 @@ void TestInspector::costCountsTheServerThreadsWork()
              error.c_str());
     finisher.join();
     // Once finished, the server thread's total stays as it left it.
-    const Inspector::Cost done = inspector.cost();
+    const server::Inspector::Cost done = inspector.cost();
     QVERIFY(done.serverCpuSeconds > 0.0);
     QVERIFY(done.serverCpuSeconds >= serving.serverCpuSeconds);
     QVERIFY(done.states > serving.states); // the final State of the goodbye
@@ -830,7 +830,7 @@ void TestInspector::costCountsTheServerThreadsWork()
 void TestInspector::waitForClientReturnsOnceOneIsLive()
 {
     TiedRun run(2);
-    Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(*run.engine, tcpOptions());
     QCOMPARE(inspector.liveClients(), std::size_t(0));
     QVERIFY(!inspector.waitForClient(std::chrono::milliseconds(0)));
 
@@ -857,10 +857,10 @@ void TestInspector::waitForClientReturnsOnceOneIsLive()
     waitsForever.join();
     QVERIFY(!released);
 
-    InspectorOptions off;
+    server::InspectorOptions off;
     off.listen = false;
     TiedRun quiet(1);
-    Inspector notListening(*quiet.engine, off);
+    server::Inspector notListening(*quiet.engine, off);
     QVERIFY(!notListening.waitForClient(std::chrono::milliseconds::max()));
 }
 

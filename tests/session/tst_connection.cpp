@@ -11,7 +11,7 @@
 #include "syntheticstate.h"
 
 using namespace shardscope;
-using namespace shardscope::testing;
+using namespace shardscope::test;
 
 class TestConnection : public QObject
 {
@@ -25,11 +25,12 @@ class TestConnection : public QObject
     void unreachableKeepsRetrying();
 };
 
-static std::vector<Event> someHistory()
+static std::vector<telemetry::Event> someHistory()
 {
-    std::vector<Event> h;
+    std::vector<telemetry::Event> h;
     for (std::uint64_t i = 0; i < 40; ++i)
-        h.push_back(eventAt(1000 + i, static_cast<int>(i % 4), makeModuleEnter({.module = 3})));
+        h.push_back(
+            eventAt(1000 + i, static_cast<int>(i % 4), telemetry::makeModuleEnter({.module = 3})));
     return h;
 }
 
@@ -38,10 +39,10 @@ void TestConnection::receivesStateHistoryAndLive()
     FakeEngine engine;
     engine.state = smallState();
     engine.history = someHistory();
-    SessionStore store;
-    Connection conn(&store);
+    session::SessionStore store;
+    session::Connection conn(&store);
     conn.attach(engine.endpoint());
-    QTRY_COMPARE(conn.state(), Connection::State::Connected);
+    QTRY_COMPARE(conn.state(), session::Connection::State::Connected);
     QTRY_VERIFY(engine.clientReady());
     QTRY_VERIFY(store.hasState());
     QTRY_COMPARE(store.totalEvents(), std::uint64_t(40));
@@ -62,18 +63,19 @@ void TestConnection::droppedConnectionKeepsDataAndReconnects()
     FakeEngine engine;
     engine.state = smallState();
     engine.history = someHistory();
-    SessionStore store;
-    Connection conn(&store);
+    session::SessionStore store;
+    session::Connection conn(&store);
     conn.setReconnectIntervalMs(100);
     conn.attach(engine.endpoint());
     QTRY_VERIFY(engine.clientReady());
-    engine.sendLive({lmHeadViolation(5000, 1), eventAt(5001, 1, makeModuleExit({.module = 3}))});
+    engine.sendLive(
+        {lmHeadViolation(5000, 1), eventAt(5001, 1, telemetry::makeModuleExit({.module = 3}))});
     QTRY_COMPARE(store.totalEvents(), std::uint64_t(42));
 
-    QSignalSpy lost(&conn, &Connection::stateChanged);
+    QSignalSpy lost(&conn, &session::Connection::stateChanged);
     engine.stopListening();
     engine.dropClient();
-    QTRY_COMPARE(conn.state(), Connection::State::Lost);
+    QTRY_COMPARE(conn.state(), session::Connection::State::Lost);
     QVERIFY(conn.message().contains(QStringLiteral("everything collected so far is kept")));
     QCOMPARE(store.totalEvents(), std::uint64_t(42)); // nothing lost
     QVERIFY(store.hasState());
@@ -83,7 +85,7 @@ void TestConnection::droppedConnectionKeepsDataAndReconnects()
     FakeEngine again;
     again.state = smallState();
     again.state.step = 2;
-    ViolationRecord v;
+    core::ViolationRecord v;
     v.kind = ViolationKind::UnregisteredAccess;
     v.accessor = 7;
     v.param = 0;
@@ -94,8 +96,8 @@ void TestConnection::droppedConnectionKeepsDataAndReconnects()
     again.state.violations.push_back(v);
     again.history = someHistory();
     again.history.push_back(lmHeadViolation(5000, 1));
-    again.history.push_back(eventAt(5001, 1, makeModuleExit({.module = 3})));
-    again.history.push_back(eventAt(6000, 2, makeModuleExit({.module = 3})));
+    again.history.push_back(eventAt(5001, 1, telemetry::makeModuleExit({.module = 3})));
+    again.history.push_back(eventAt(6000, 2, telemetry::makeModuleExit({.module = 3})));
     conn.attach(again.endpoint());
     QTRY_VERIFY(again.clientReady());
     QTRY_COMPARE(store.totalEvents(), std::uint64_t(43));
@@ -110,11 +112,11 @@ void TestConnection::wrongTokenIsRefused()
     FakeEngine engine;
     engine.state = smallState();
     engine.token = "s3cret";
-    SessionStore store;
-    Connection conn(&store);
+    session::SessionStore store;
+    session::Connection conn(&store);
     conn.setReconnectIntervalMs(50);
     conn.attach(engine.endpoint(), QStringLiteral("nope"));
-    QTRY_COMPARE(conn.state(), Connection::State::Failed);
+    QTRY_COMPARE(conn.state(), session::Connection::State::Failed);
     QVERIFY2(conn.message().contains(QStringLiteral("refused")), qPrintable(conn.message()));
     QVERIFY(conn.message().contains(QStringLiteral("token")));
     QTest::qWait(200);
@@ -127,10 +129,10 @@ void TestConnection::garbageFailsCleanly()
     FakeEngine engine;
     engine.state = smallState();
     engine.sendGarbage = true;
-    SessionStore store;
-    Connection conn(&store);
+    session::SessionStore store;
+    session::Connection conn(&store);
     conn.attach(engine.endpoint());
-    QTRY_COMPARE(conn.state(), Connection::State::Failed);
+    QTRY_COMPARE(conn.state(), session::Connection::State::Failed);
     QVERIFY2(conn.message().contains(QStringLiteral("refused")) ||
                  conn.message().contains(QStringLiteral("cannot read")),
              qPrintable(conn.message()));
@@ -139,10 +141,10 @@ void TestConnection::garbageFailsCleanly()
 
 void TestConnection::badEndpointIsRefused()
 {
-    SessionStore store;
-    Connection conn(&store);
+    session::SessionStore store;
+    session::Connection conn(&store);
     conn.attach(QStringLiteral("pigeon:coop"));
-    QTRY_COMPARE(conn.state(), Connection::State::Failed);
+    QTRY_COMPARE(conn.state(), session::Connection::State::Failed);
     QVERIFY2(conn.message().contains(QStringLiteral("unix:PATH or tcp:HOST:PORT")),
              qPrintable(conn.message()));
 }
@@ -155,17 +157,17 @@ void TestConnection::unreachableKeepsRetrying()
         probe.listen(QHostAddress::LocalHost, 0);
         port = probe.serverPort();
     }
-    SessionStore store;
-    Connection conn(&store);
+    session::SessionStore store;
+    session::Connection conn(&store);
     conn.setReconnectIntervalMs(50);
-    QSignalSpy spy(&conn, &Connection::stateChanged);
+    QSignalSpy spy(&conn, &session::Connection::stateChanged);
     conn.attach(QStringLiteral("tcp:127.0.0.1:%1").arg(port));
     QTRY_VERIFY(spy.count() >= 3);
-    QCOMPARE(conn.state(), Connection::State::Connecting);
+    QCOMPARE(conn.state(), session::Connection::State::Connecting);
     QVERIFY2(conn.message().contains(QStringLiteral("cannot reach the engine")),
              qPrintable(conn.message()));
     conn.detach();
-    QCOMPARE(conn.state(), Connection::State::Idle);
+    QCOMPARE(conn.state(), session::Connection::State::Idle);
 }
 
 QTEST_GUILESS_MAIN(TestConnection)

@@ -15,7 +15,7 @@
 #include "syntheticstate.h"
 
 using namespace shardscope;
-using namespace shardscope::testing;
+using namespace shardscope::test;
 
 class TestSessionStore : public QObject
 {
@@ -43,7 +43,7 @@ class TestSessionStore : public QObject
 
 void TestSessionStore::appliesStateAndIndexes()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
     QVERIFY(store.hasState());
     QCOMPARE(store.worldSize(), 4);
@@ -58,10 +58,11 @@ void TestSessionStore::appliesStateAndIndexes()
 
 void TestSessionStore::liveEventsUpdateStatusAndGathers()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
-    std::vector<Event> evs{eventAt(100, 2, makeFetchBegin({.param = 1, .cause = 4, .bytes = 1024})),
-                           eventAt(350, 2, makeFetchEnd({.param = 1, .cause = 4, .bytes = 1024}))};
+    std::vector<telemetry::Event> evs{
+        eventAt(100, 2, telemetry::makeFetchBegin({.param = 1, .cause = 4, .bytes = 1024})),
+        eventAt(350, 2, telemetry::makeFetchEnd({.param = 1, .cause = 4, .bytes = 1024}))};
     store.appendEvents(evs, false);
     QCOMPARE(store.param(1)->status[2], ParamStatus::Available);
     QCOMPARE(store.param(1)->status[0], ParamStatus::NotAvailable);
@@ -69,12 +70,13 @@ void TestSessionStore::liveEventsUpdateStatusAndGathers()
     QCOMPARE(store.param(1)->gatherBytes, std::uint64_t(1024));
     QCOMPARE(store.param(1)->gatherNs, std::uint64_t(250));
     QCOMPARE(store.param(1)->lastGatherTsNs, std::uint64_t(350));
-    const Event rel = eventAt(400, 2, makeRelease({.param = 1, .cause = 4, .bytes = 1024}));
+    const telemetry::Event rel =
+        eventAt(400, 2, telemetry::makeRelease({.param = 1, .cause = 4, .bytes = 1024}));
     store.appendEvents({&rel, 1}, false);
     QCOMPARE(store.param(1)->status[2], ParamStatus::NotAvailable);
-    Event loss = eventAt(500, 0, makeStepEnd(2.5), 3);
-    Event step = eventAt(510, 0, makeStepBegin(), 4);
-    store.appendEvents(std::vector<Event>{loss, step}, false);
+    telemetry::Event loss = eventAt(500, 0, telemetry::makeStepEnd(2.5), 3);
+    telemetry::Event step = eventAt(510, 0, telemetry::makeStepBegin(), 4);
+    store.appendEvents(std::vector<telemetry::Event>{loss, step}, false);
     QVERIFY(store.hasLoss());
     QCOMPARE(store.loss(), 2.5);
     QCOMPARE(store.step(), 4u);
@@ -83,13 +85,14 @@ void TestSessionStore::liveEventsUpdateStatusAndGathers()
 
 void TestSessionStore::historyEventsAreStoredNotCounted()
 {
-    SessionStore store;
-    EngineState st = smallState();
+    session::SessionStore store;
+    core::EngineState st = smallState();
     st.params[1].gatherCount = 7;
     store.applyState(st);
-    std::vector<Event> evs{eventAt(100, 0, makeFetchBegin({.param = 1, .cause = 0})),
-                           eventAt(200, 0, makeFetchEnd({.param = 1, .cause = 0})),
-                           lmHeadViolation(250, 0)};
+    std::vector<telemetry::Event> evs{
+        eventAt(100, 0, telemetry::makeFetchBegin({.param = 1, .cause = 0})),
+        eventAt(200, 0, telemetry::makeFetchEnd({.param = 1, .cause = 0})),
+        lmHeadViolation(250, 0)};
     store.appendEvents(evs, true);
     QCOMPARE(store.param(1)->gatherCount, std::uint64_t(7));
     QVERIFY(store.violationGroups().empty());
@@ -98,15 +101,15 @@ void TestSessionStore::historyEventsAreStoredNotCounted()
 
 void TestSessionStore::violationsGroupByKindAccessorParam()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
-    std::vector<Event> evs{lmHeadViolation(100, 0), lmHeadViolation(101, 1),
-                           lmHeadViolation(300, 0, 2),
-                           eventAt(50, 0, makeLateParameter({.module = 8, .param = 6})),
-                           eventAt(51, 0, makeLateParameter({.module = 8, .param = 7}))};
+    std::vector<telemetry::Event> evs{
+        lmHeadViolation(100, 0), lmHeadViolation(101, 1), lmHeadViolation(300, 0, 2),
+        eventAt(50, 0, telemetry::makeLateParameter({.module = 8, .param = 6})),
+        eventAt(51, 0, telemetry::makeLateParameter({.module = 8, .param = 7}))};
     store.appendEvents(evs, false);
     QCOMPARE(store.violationGroups().size(), std::size_t(3));
-    const ViolationGroup &g = store.violationGroups()[0];
+    const session::ViolationGroup &g = store.violationGroups()[0];
     QCOMPARE(g.kind, ViolationKind::UnregisteredAccess);
     QCOMPARE(g.count, std::uint64_t(3));
     QCOMPARE(g.rankMask, std::uint64_t(0b11));
@@ -121,7 +124,7 @@ void TestSessionStore::violationsGroupByKindAccessorParam()
     QCOMPARE(store.paramViolations(0), std::uint64_t(3));
     QCOMPARE(store.moduleViolations(7), std::uint64_t(3)); // accessor
     QCOMPARE(store.moduleViolations(1), std::uint64_t(3)); // owner
-    const ViolationGroup &late = store.violationGroups()[1];
+    const session::ViolationGroup &late = store.violationGroups()[1];
     QCOMPARE(late.kind, ViolationKind::LateParameter);
     QVERIFY(QString::fromStdString(late.fix).contains(
         QStringLiteral("GatheredParameters(pos_conv.weight, modifier_rank=0)")));
@@ -135,28 +138,30 @@ void TestSessionStore::violationsGroupByKindAccessorParam()
 // whose record says something else. Counts come per rank and are exported per rank.
 void TestSessionStore::aRowKeepsItsWordsWhenAStateLands()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
-    store.appendEvents(std::vector<Event>{lmHeadViolation(100, 0), lmHeadViolation(101, 1)}, false);
+    store.appendEvents(
+        std::vector<telemetry::Event>{lmHeadViolation(100, 0), lmHeadViolation(101, 1)}, false);
     QCOMPARE(store.violationGroups().size(), std::size_t(1));
     const std::string fix = store.violationGroups()[0].fix;
     const std::string message = store.violationGroups()[0].message;
 
-    ViolationSubject subject;
+    core::ViolationSubject subject;
     subject.kind = ViolationKind::UnregisteredAccess;
     subject.hasAccessor = true;
     subject.accessor = "lm_head";
     subject.param = "embed.weight";
     subject.owner = "embed";
     subject.status = ParamStatus::NotAvailable;
-    const ViolationText engineText = describeViolation(subject, FixDialect::ShardScope);
+    const core::ViolationText engineText =
+        core::describeViolation(subject, core::FixDialect::ShardScope);
     QCOMPARE(fix, engineText.fix);
     QCOMPARE(message, engineText.message);
 
-    EngineState st = smallState();
+    core::EngineState st = smallState();
     st.step = 2;
     for (int rank : {0, 1}) {
-        ViolationRecord v;
+        core::ViolationRecord v;
         v.kind = ViolationKind::UnregisteredAccess;
         v.rank = rank;
         v.accessor = 7;
@@ -173,16 +178,16 @@ void TestSessionStore::aRowKeepsItsWordsWhenAStateLands()
     }
     store.applyState(st);
     QCOMPARE(store.violationGroups().size(), std::size_t(1));
-    const ViolationGroup &g = store.violationGroups()[0];
+    const session::ViolationGroup &g = store.violationGroups()[0];
     QCOMPARE(g.fix, fix);
     QCOMPARE(g.message, message);
     QCOMPARE(g.count, std::uint64_t(3));
     QCOMPARE(g.rankMask, std::uint64_t(0b11));
 
     // The export keeps one record per rank, with that rank's count and the row's words.
-    const wire::Snapshot snap = snapshotOf(store);
+    const wire::Snapshot snap = session::snapshotOf(store);
     QCOMPARE(snap.state.violations.size(), std::size_t(2));
-    for (const ViolationRecord &v : snap.state.violations) {
+    for (const core::ViolationRecord &v : snap.state.violations) {
         QCOMPARE(v.count, std::uint64_t(v.rank == 0 ? 2 : 1));
         QCOMPARE(v.lastStep, std::uint32_t(v.rank == 0 ? 2 : 1));
         QCOMPARE(v.fix, fix);
@@ -192,20 +197,20 @@ void TestSessionStore::aRowKeepsItsWordsWhenAStateLands()
 
 void TestSessionStore::updatesAreCoalesced()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.setRefreshIntervalMs(10000);
-    QSignalSpy spy(&store, &SessionStore::updated);
+    QSignalSpy spy(&store, &session::SessionStore::updated);
     store.applyState(smallState());
     for (int i = 0; i < 1000; ++i) {
-        const Event e =
-            eventAt(static_cast<std::uint64_t>(i) * 10, i % 4,
-                    makeFetchBegin({.param = static_cast<std::uint32_t>(i % 8), .cause = 0}));
+        const telemetry::Event e = eventAt(
+            static_cast<std::uint64_t>(i) * 10, i % 4,
+            telemetry::makeFetchBegin({.param = static_cast<std::uint32_t>(i % 8), .cause = 0}));
         store.appendEvents({&e, 1}, false);
     }
     QCOMPARE(spy.count(), 0);
     store.flush();
     QCOMPARE(spy.count(), 1);
-    const auto changes = spy.at(0).at(0).value<StoreChanges>();
+    const auto changes = spy.at(0).at(0).value<session::StoreChanges>();
     QVERIFY(changes.reset);
     QVERIFY(changes.events);
     QCOMPARE(changes.params.size(), std::size_t(8)); // each param once
@@ -215,21 +220,21 @@ void TestSessionStore::updatesAreCoalesced()
 
 void TestSessionStore::reconnectContinuesHistoryWithoutDuplicates()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
-    std::vector<Event> first;
+    std::vector<telemetry::Event> first;
     for (int i = 0; i < 100; ++i)
-        first.push_back(
-            eventAt(1000 + static_cast<std::uint64_t>(i), i % 4, makeModuleEnter({.module = 3})));
+        first.push_back(eventAt(1000 + static_cast<std::uint64_t>(i), i % 4,
+                                telemetry::makeModuleEnter({.module = 3})));
     store.appendEvents(first, true);
-    store.appendEvents(std::vector<Event>{lmHeadViolation(2000, 0)}, false);
+    store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(2000, 0)}, false);
     QCOMPARE(store.totalEvents(), std::uint64_t(101));
 
     // The connection drops; a new attach to the same run gets a newer state whose
     // violations already count the one above, then a history overlapping what we have.
-    EngineState st = smallState();
+    core::EngineState st = smallState();
     st.step = 3;
-    ViolationRecord v;
+    core::ViolationRecord v;
     v.kind = ViolationKind::UnregisteredAccess;
     v.accessor = 7;
     v.param = 0;
@@ -241,11 +246,11 @@ void TestSessionStore::reconnectContinuesHistoryWithoutDuplicates()
     v.fix = "register_external_parameter(lm_head, embed.weight)";
     st.violations.push_back(v);
     store.applyState(st);
-    std::vector<Event> history(first.begin() + 50, first.end());
+    std::vector<telemetry::Event> history(first.begin() + 50, first.end());
     history.push_back(lmHeadViolation(2000, 0));
     for (int i = 0; i < 20; ++i)
-        history.push_back(
-            eventAt(3000 + static_cast<std::uint64_t>(i), i % 4, makeModuleExit({.module = 3})));
+        history.push_back(eventAt(3000 + static_cast<std::uint64_t>(i), i % 4,
+                                  telemetry::makeModuleExit({.module = 3})));
     store.appendEvents(history, true);
     QCOMPARE(store.totalEvents(), std::uint64_t(121));
     QCOMPARE(store.duplicateEvents(), std::uint64_t(51));
@@ -260,40 +265,40 @@ void TestSessionStore::reconnectContinuesHistoryWithoutDuplicates()
 
 void TestSessionStore::differentRunStartsOver()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
-    store.appendEvents(std::vector<Event>{lmHeadViolation(10, 0)}, false);
-    QSignalSpy spy(&store, &SessionStore::updated);
+    store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(10, 0)}, false);
+    QSignalSpy spy(&store, &session::SessionStore::updated);
     store.flush();
-    EngineState other = smallState(2);
+    core::EngineState other = smallState(2);
     other.modelName = "another";
     store.applyState(other);
     store.flush();
     QCOMPARE(store.worldSize(), 2);
     QCOMPARE(store.totalEvents(), std::uint64_t(0));
     QVERIFY(store.violationGroups().empty());
-    QVERIFY(spy.last().at(0).value<StoreChanges>().reset);
+    QVERIFY(spy.last().at(0).value<session::StoreChanges>().reset);
 }
 
 // Connection frees the replaced state on its worker thread; it relies on getting it back
 // whole, and on the store keeping the moved-in state intact.
 void TestSessionStore::applyStateReturnsTheStateItReplaced()
 {
-    SessionStore store;
+    session::SessionStore store;
     QVERIFY(store.applyState(smallState()).params.empty());
 
-    EngineState refreshed = smallState();
+    core::EngineState refreshed = smallState();
     refreshed.step = 7;
-    const EngineState first = store.applyState(std::move(refreshed)); // the same run
+    const core::EngineState first = store.applyState(std::move(refreshed)); // the same run
     QCOMPARE(first.step, std::uint32_t(1));
     QCOMPARE(first.params.size(), smallState().params.size());
     QCOMPARE(store.step(), std::uint32_t(7));
     QCOMPARE(store.paramName(0), QStringLiteral("embed.weight"));
     QCOMPARE(store.ownedParams(4).size(), std::size_t(2));
 
-    EngineState other = smallState(2);
+    core::EngineState other = smallState(2);
     other.modelName = "another";
-    const EngineState second = store.applyState(std::move(other)); // a different run
+    const core::EngineState second = store.applyState(std::move(other)); // a different run
     QCOMPARE(second.step, std::uint32_t(7));
     QCOMPARE(second.worldSize, 4);
     QCOMPARE(second.params.size(), smallState().params.size());
@@ -303,10 +308,10 @@ void TestSessionStore::applyStateReturnsTheStateItReplaced()
 
 void TestSessionStore::lanesAreSortedAndSearchable()
 {
-    EventLane lane;
+    session::EventLane lane;
     for (std::uint64_t t = 0; t < 40000; ++t)
-        lane.insert(eventAt(t * 2, 0, makeModuleEnter({.module = 0})));
-    lane.insert(eventAt(5, 0, makeModuleExit({.module = 0}))); // out of order
+        lane.insert(eventAt(t * 2, 0, telemetry::makeModuleEnter({.module = 0})));
+    lane.insert(eventAt(5, 0, telemetry::makeModuleExit({.module = 0}))); // out of order
     QCOMPARE(lane.size(), std::size_t(40001));
     for (std::size_t i = 1; i < lane.size(); ++i)
         QVERIFY(lane.at(i - 1).tsNs <= lane.at(i).tsNs);
@@ -316,12 +321,12 @@ void TestSessionStore::lanesAreSortedAndSearchable()
     QCOMPARE(lane.firstIndex(6), std::size_t(4));
     QCOMPARE(lane.lastIndex(6), std::size_t(5));
     QCOMPARE(lane.firstIndex(1u << 30), lane.size());
-    QVERIFY(lane.contains(eventAt(5, 0, makeModuleExit({.module = 0}))));
-    QVERIFY(!lane.contains(eventAt(5, 0, makeModuleEnter({.module = 0}))));
+    QVERIFY(lane.contains(eventAt(5, 0, telemetry::makeModuleExit({.module = 0}))));
+    QVERIFY(!lane.contains(eventAt(5, 0, telemetry::makeModuleEnter({.module = 0}))));
     // 20 bytes an event (no rank, step or high time bits, no wide u0/u1/u2 kept) plus at
     // most one partly filled chunk.
-    QCOMPARE(sizeof(EventLane::Stored), std::size_t(20));
-    QVERIFY(lane.bytesUsed() <= (lane.size() + EventLane::kChunkEvents) * 20);
+    QCOMPARE(sizeof(session::EventLane::Stored), std::size_t(20));
+    QVERIFY(lane.bytesUsed() <= (lane.size() + session::EventLane::kChunkEvents) * 20);
 }
 
 void TestSessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
@@ -329,20 +334,21 @@ void TestSessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
     // Memory samples (the events that carry u1/u2) in order, then more of them inserted
     // out of order just before a chunk boundary, each earlier than the last: every insert
     // moves events across chunks and, past 16,384 inserts, rebuilds a chunk's side table.
-    const std::size_t base = EventLane::kChunkEvents + 100;
-    const std::size_t at = EventLane::kChunkEvents - 100;
-    const std::size_t late = EventLane::kChunkEvents + 700;
+    const std::size_t base = session::EventLane::kChunkEvents + 100;
+    const std::size_t at = session::EventLane::kChunkEvents - 100;
+    const std::size_t late = session::EventLane::kChunkEvents + 700;
     auto sample = [](std::uint64_t ts, std::uint64_t k) {
-        Event e = makeEvent(ts, 5, EventType::MemorySample, static_cast<std::uint32_t>(k),
-                            static_cast<std::uint32_t>(k >> 3), k * 7);
+        telemetry::Event e =
+            makeEvent(ts, 5, EventType::MemorySample, static_cast<std::uint32_t>(k),
+                      static_cast<std::uint32_t>(k >> 3), k * 7);
         e.step = static_cast<std::uint32_t>(k % 1000);
         e.flags = static_cast<std::uint8_t>(k % 3);
         e.u1 = k + 1;
         e.u2 = ~k;
         return e;
     };
-    EventLane lane;
-    std::vector<Event> expected;
+    session::EventLane lane;
+    std::vector<telemetry::Event> expected;
     for (std::uint64_t i = 0; i < base; ++i) {
         expected.push_back(sample(i * 100000, i));
         lane.insert(expected.back());
@@ -351,14 +357,16 @@ void TestSessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
         expected.push_back(sample(at * 100000 - 1 - j, base + j));
         lane.insert(expected.back());
     }
-    lane.insert(eventAt(at * 100000 - 1 - late, 5, makeModuleEnter({.module = 3}))); // no u1/u2
-    expected.push_back(eventAt(at * 100000 - 1 - late, 5, makeModuleEnter({.module = 3})));
+    lane.insert(
+        eventAt(at * 100000 - 1 - late, 5, telemetry::makeModuleEnter({.module = 3}))); // no u1/u2
+    expected.push_back(
+        eventAt(at * 100000 - 1 - late, 5, telemetry::makeModuleEnter({.module = 3})));
     std::sort(expected.begin(), expected.end(),
-              [](const Event &x, const Event &y) { return x.tsNs < y.tsNs; });
+              [](const telemetry::Event &x, const telemetry::Event &y) { return x.tsNs < y.tsNs; });
     QCOMPARE(lane.size(), expected.size());
     for (std::size_t i = 0; i < lane.size(); ++i) {
-        const Event got = lane.at(i);
-        if (std::memcmp(&got, &expected[i], sizeof(Event)) != 0)
+        const telemetry::Event got = lane.at(i);
+        if (std::memcmp(&got, &expected[i], sizeof(telemetry::Event)) != 0)
             QFAIL(qPrintable(QStringLiteral("event %1 differs: ts %2 u1 %3 u2 %4 rank %5")
                                  .arg(i)
                                  .arg(got.tsNs)
@@ -367,7 +375,7 @@ void TestSessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
                                  .arg(got.rank)));
     }
     QVERIFY(lane.contains(expected[at]));
-    Event other = expected[at];
+    telemetry::Event other = expected[at];
     other.u2 += 1;
     QVERIFY(!lane.contains(other));
     QCOMPARE(lane.at(at + late).type, EventType::MemorySample);
@@ -381,31 +389,33 @@ void TestSessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
 // chunks and runs back all come out as they went in.
 void TestSessionStore::lanesKeepWideTimesStepsAndValues()
 {
-    EventLane lane;
-    std::vector<Event> expected;
+    session::EventLane lane;
+    std::vector<telemetry::Event> expected;
     auto event = [](std::uint64_t ts, std::uint64_t k) {
-        Event e = makeEvent(ts, 3, EventType::FetchBegin, static_cast<std::uint32_t>(k), 7,
-                            k % 5 == 0 ? (std::uint64_t(1) << 40) + k : k);
+        telemetry::Event e = makeEvent(ts, 3, EventType::FetchBegin, static_cast<std::uint32_t>(k),
+                                       7, k % 5 == 0 ? (std::uint64_t(1) << 40) + k : k);
         e.step = static_cast<std::uint32_t>(k % 7 == 0 ? 0xFFFFFFFFu - k : k / 100);
         return e;
     };
     std::uint64_t ts = (std::uint64_t(1) << 32) - 50000;
-    for (std::uint64_t k = 0; k < 3 * EventLane::kChunkEvents; ++k) {
+    for (std::uint64_t k = 0; k < 3 * session::EventLane::kChunkEvents; ++k) {
         ts += k % 1000 == 999 ? (std::uint64_t(3) << 32) : 1 + k % 3; // some jump 2^32 ahead
         expected.push_back(event(ts, k));
         lane.insert(expected.back());
     }
     for (std::uint64_t j = 0; j < 300; ++j) { // late: cut back into earlier runs and chunks
-        const Event &target = expected[static_cast<std::size_t>(j * 157 % expected.size())];
+        const telemetry::Event &target =
+            expected[static_cast<std::size_t>(j * 157 % expected.size())];
         expected.push_back(event(target.tsNs - 1, 1000000 + j));
         lane.insert(expected.back());
     }
-    std::stable_sort(expected.begin(), expected.end(),
-                     [](const Event &x, const Event &y) { return x.tsNs < y.tsNs; });
+    std::stable_sort(
+        expected.begin(), expected.end(),
+        [](const telemetry::Event &x, const telemetry::Event &y) { return x.tsNs < y.tsNs; });
     QCOMPARE(lane.size(), expected.size());
     for (std::size_t i = 0; i < lane.size(); ++i) {
-        const Event got = lane.at(i);
-        if (std::memcmp(&got, &expected[i], sizeof(Event)) != 0)
+        const telemetry::Event got = lane.at(i);
+        if (std::memcmp(&got, &expected[i], sizeof(telemetry::Event)) != 0)
             QFAIL(qPrintable(QStringLiteral("event %1 differs: ts %2/%3 step %4/%5 u0 %6/%7")
                                  .arg(i)
                                  .arg(got.tsNs)
@@ -417,36 +427,36 @@ void TestSessionStore::lanesKeepWideTimesStepsAndValues()
         QCOMPARE(lane.tsAt(i), expected[i].tsNs);
     }
     for (std::size_t i : {std::size_t(0), std::size_t(5000), expected.size() - 1}) {
-        const auto first =
-            std::lower_bound(expected.begin(), expected.end(), expected[i],
-                             [](const Event &x, const Event &y) { return x.tsNs < y.tsNs; });
+        const auto first = std::lower_bound(
+            expected.begin(), expected.end(), expected[i],
+            [](const telemetry::Event &x, const telemetry::Event &y) { return x.tsNs < y.tsNs; });
         QCOMPARE(lane.firstIndex(expected[i].tsNs), std::size_t(first - expected.begin()));
     }
     // A fifth of the events carry a wide u0 (a 32-byte side entry each) and the step changes
     // at two events in seven: still less than the 48-byte record.
-    QVERIFY(lane.bytesUsed() < lane.size() * sizeof(Event));
+    QVERIFY(lane.bytesUsed() < lane.size() * sizeof(telemetry::Event));
 }
 
 void TestSessionStore::externalRegisterChangesStructure()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
     store.flush();
-    QSignalSpy spy(&store, &SessionStore::updated);
+    QSignalSpy spy(&store, &session::SessionStore::updated);
     store.appendEvents(
-        std::vector<Event>{
-            eventAt(10, 0, makeExternalRegister({.module = 7, .param = 0, .automatic = true}))},
+        std::vector<telemetry::Event>{eventAt(
+            10, 0, telemetry::makeExternalRegister({.module = 7, .param = 0, .automatic = true}))},
         false);
     store.flush();
     QCOMPARE(spy.count(), 1);
-    QVERIFY(spy.at(0).at(0).value<StoreChanges>().structure);
+    QVERIFY(spy.at(0).at(0).value<session::StoreChanges>().structure);
     QCOMPARE(store.externalsOn(7).size(), std::size_t(1));
     QCOMPARE(store.externalsOn(7)[0].module, ModuleId(0)); // the param id
     QVERIFY(store.externalsOn(7)[0].automatic);
     QCOMPARE(store.param(0)->externals.size(), std::size_t(1));
-    store.appendEvents(
-        std::vector<Event>{eventAt(11, 0, makeExternalUnregister({.module = 7, .param = 0}))},
-        false);
+    store.appendEvents(std::vector<telemetry::Event>{eventAt(
+                           11, 0, telemetry::makeExternalUnregister({.module = 7, .param = 0}))},
+                       false);
     QVERIFY(store.externalsOn(7).empty());
 }
 
@@ -454,19 +464,19 @@ void TestSessionStore::externalRegisterChangesStructure()
 // still name it, by the name the earlier state gave.
 void TestSessionStore::namesOfRemovedParametersOutliveTheirState()
 {
-    SessionStore store;
-    EngineState first = smallState();
+    session::SessionStore store;
+    core::EngineState first = smallState();
     QVERIFY(first.params.size() >= 2);
-    const ParamRecord removed = first.params.back();
+    const core::ParamRecord removed = first.params.back();
     store.applyState(std::move(first));
-    EngineState later = smallState();
+    core::EngineState later = smallState();
     later.step = 9;
     later.params.pop_back();
     store.applyState(std::move(later));
     QVERIFY(store.param(removed.id) == nullptr);
     QCOMPARE(store.paramName(removed.id), QString::fromStdString(removed.name));
     QCOMPARE(store.paramName(0), QString::fromStdString(smallState().params[0].name));
-    EngineState other = smallState();
+    core::EngineState other = smallState();
     other.modelName = "another run"; // names of another run are forgotten
     other.params.pop_back();
     store.applyState(std::move(other));
@@ -475,14 +485,15 @@ void TestSessionStore::namesOfRemovedParametersOutliveTheirState()
 
 void TestSessionStore::badEventsDoNotCrash()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
-    std::vector<Event> evs{eventAt(1, 0, makeFetchBegin({.param = 999999, .cause = 0})),
-                           eventAt(2, 0, makeFetchEnd({.param = 999999, .cause = 0})),
-                           eventAt(3, 60, makeRelease({.param = 0, .cause = 0})),
-                           eventAt(4, 0, makeExternalRegister({.module = 12345, .param = 0})),
-                           makeEvent(5, 0, EventType::UnregisteredAccess, 12345, 999, 77, 0xff),
-                           makeEvent(6, 0, static_cast<EventType>(200), 1, 1)};
+    std::vector<telemetry::Event> evs{
+        eventAt(1, 0, telemetry::makeFetchBegin({.param = 999999, .cause = 0})),
+        eventAt(2, 0, telemetry::makeFetchEnd({.param = 999999, .cause = 0})),
+        eventAt(3, 60, telemetry::makeRelease({.param = 0, .cause = 0})),
+        eventAt(4, 0, telemetry::makeExternalRegister({.module = 12345, .param = 0})),
+        makeEvent(5, 0, EventType::UnregisteredAccess, 12345, 999, 77, 0xff),
+        makeEvent(6, 0, static_cast<EventType>(200), 1, 1)};
     store.appendEvents(evs, false);
     QCOMPARE(store.totalEvents(), std::uint64_t(6));
     QCOMPARE(store.violationGroups().size(), std::size_t(1));
@@ -491,22 +502,24 @@ void TestSessionStore::badEventsDoNotCrash()
 
 void TestSessionStore::memoryIsBounded()
 {
-    SessionStore store;
-    store.setMaxEvents(4 * 2 * EventLane::kChunkEvents); // two chunks per rank
+    session::SessionStore store;
+    store.setMaxEvents(4 * 2 * session::EventLane::kChunkEvents); // two chunks per rank
     store.applyState(smallState(4));
-    std::vector<Event> evs;
-    const std::uint64_t perRank = 5 * EventLane::kChunkEvents + 100;
+    std::vector<telemetry::Event> evs;
+    const std::uint64_t perRank = 5 * session::EventLane::kChunkEvents + 100;
     for (std::uint64_t i = 0; i < perRank * 4; ++i)
-        evs.push_back(eventAt(1000 + i, static_cast<int>(i % 4), makeModuleEnter({.module = 3})));
+        evs.push_back(
+            eventAt(1000 + i, static_cast<int>(i % 4), telemetry::makeModuleEnter({.module = 3})));
     store.appendEvents(evs, false);
     QCOMPARE(store.totalEvents(), perRank * 4);
     for (int r = 0; r < 4; ++r) {
-        const EventLane &lane = store.lane(r);
-        QVERIFY(lane.size() <= 2 * EventLane::kChunkEvents);
+        const session::EventLane &lane = store.lane(r);
+        QVERIFY(lane.size() <= 2 * session::EventLane::kChunkEvents);
         QCOMPARE(lane.evicted() + lane.size(), perRank);
         QCOMPARE(lane.lastTs(),
                  1000 + (perRank - 1) * 4 + static_cast<std::uint64_t>(r)); // the newest are kept
-        QVERIFY(lane.bytesUsed() <= 2 * EventLane::kChunkEvents * sizeof(Event));
+        QVERIFY(lane.bytesUsed() <=
+                2 * session::EventLane::kChunkEvents * sizeof(telemetry::Event));
     }
     QCOMPARE(
         store.evictedEvents(), perRank * 4 - [&] {
@@ -518,7 +531,7 @@ void TestSessionStore::memoryIsBounded()
     // A reconnect replaying evicted history does not bring it back.
     store.applyState(smallState(4));
     const auto before = store.lane(0).size();
-    store.appendEvents(std::vector<Event>{evs.front()}, true);
+    store.appendEvents(std::vector<telemetry::Event>{evs.front()}, true);
     QCOMPARE(store.lane(0).size(), before);
 }
 
@@ -548,11 +561,11 @@ class DataLimit
 // 1.5 KB file took 8 GB: tables were sized by the largest id. Ids are names, not indexes.
 void TestSessionStore::hugeParameterIdsCostNoMemory()
 {
-    EngineState st = smallState(4);
+    core::EngineState st = smallState(4);
     st.params.resize(2);
     st.params[0].id = 500'000'000;
     st.params[1].id = 4'294'967'294u;
-    ViolationRecord v;
+    core::ViolationRecord v;
     v.kind = ViolationKind::UnregisteredAccess;
     v.accessor = 7;
     v.param = 4'294'967'294u;
@@ -562,7 +575,7 @@ void TestSessionStore::hugeParameterIdsCostNoMemory()
     st.violations.push_back(v);
 
     const DataLimit limit(std::size_t(1) << 30); // far above what this needs, far below 8 GB
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(st);
     QVERIFY(store.param(500'000'000));
     QCOMPARE(store.param(4'294'967'294u)->name, st.params[1].name);
@@ -571,25 +584,26 @@ void TestSessionStore::hugeParameterIdsCostNoMemory()
     QCOMPARE(store.paramSlot(4'294'967'294u), 1);
     QCOMPARE(store.paramSlot(3), -1);
     store.appendEvents(
-        std::vector<Event>{eventAt(10, 1, makeFetchBegin({.param = 500'000'000, .cause = 0})),
-                           eventAt(11, 1, makeFetchEnd({.param = 500'000'000, .cause = 0})),
-                           eventAt(12, 2,
-                                   makeUnregisteredAccess({.accessor = 7,
-                                                           .param = 4'294'967'294u,
-                                                           .owner = 1,
-                                                           .action = GuardAction::Gathered})),
-                           eventAt(13, 2,
-                                   makeUnregisteredAccess({.accessor = 7,
-                                                           .param = 4'294'967'293u,
-                                                           .owner = 1,
-                                                           .action = GuardAction::Gathered}))},
+        std::vector<telemetry::Event>{
+            eventAt(10, 1, telemetry::makeFetchBegin({.param = 500'000'000, .cause = 0})),
+            eventAt(11, 1, telemetry::makeFetchEnd({.param = 500'000'000, .cause = 0})),
+            eventAt(12, 2,
+                    telemetry::makeUnregisteredAccess({.accessor = 7,
+                                                       .param = 4'294'967'294u,
+                                                       .owner = 1,
+                                                       .action = GuardAction::Gathered})),
+            eventAt(13, 2,
+                    telemetry::makeUnregisteredAccess({.accessor = 7,
+                                                       .param = 4'294'967'293u,
+                                                       .owner = 1,
+                                                       .action = GuardAction::Gathered}))},
         false);
     QCOMPARE(store.param(500'000'000)->gatherCount, std::uint64_t(1));
     QCOMPARE(store.paramViolations(4'294'967'294u), std::uint64_t(3));
-    QSignalSpy updated(&store, &SessionStore::updated);
+    QSignalSpy updated(&store, &session::SessionStore::updated);
     store.flush();
     QCOMPARE(updated.count(), 1);
-    auto changes = updated.at(0).at(0).value<StoreChanges>();
+    auto changes = updated.at(0).at(0).value<session::StoreChanges>();
     std::sort(changes.params.begin(), changes.params.end());
     QCOMPARE(changes.params, (std::vector<ParamId>{500'000'000, 4'294'967'294u}));
 }
@@ -600,32 +614,32 @@ void TestSessionStore::hugeParameterIdsCostNoMemory()
 void TestSessionStore::reversedEventsAreMergedNotShifted()
 {
     constexpr std::uint64_t kEvents = 300'000;
-    std::vector<Event> evs;
+    std::vector<telemetry::Event> evs;
     for (std::uint64_t i = 0; i < kEvents; ++i) {
-        Event e = makeEvent(2'000'000 - i, static_cast<int>(i % 2), EventType::MemorySample,
-                            static_cast<std::uint32_t>(i));
+        telemetry::Event e = makeEvent(2'000'000 - i, static_cast<int>(i % 2),
+                                       EventType::MemorySample, static_cast<std::uint32_t>(i));
         e.u1 = i % 3 == 0 ? i + 1 : 0; // some carry u1/u2 (the lane's side table)
         e.u2 = i % 3 == 0 ? 2 * i : 0;
         evs.push_back(e);
     }
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState(2));
     store.appendEvents(evs, true); // a snapshot file, in one call
     // and the same pattern as live batches of 2048, each older than everything before it
     for (std::size_t i = 0; i < evs.size(); i += 2048) {
-        std::vector<Event> batch(
+        std::vector<telemetry::Event> batch(
             evs.begin() + static_cast<std::ptrdiff_t>(i),
             evs.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(i + 2048, evs.size())));
-        for (Event &e : batch)
+        for (telemetry::Event &e : batch)
             e.tsNs -= 1'000'000; // before all of the first copy
         store.appendEvents(batch, false);
     }
     QCOMPARE(store.totalEvents(), 2 * kEvents);
     for (int r = 0; r < 2; ++r) {
-        const EventLane &lane = store.lane(r);
+        const session::EventLane &lane = store.lane(r);
         QCOMPARE(lane.size(), std::size_t(kEvents));
         for (std::size_t k = 0; k < lane.size(); ++k) {
-            const Event e = lane.at(k);
+            const telemetry::Event e = lane.at(k);
             if (k) QVERIFY(lane.tsAt(k - 1) <= e.tsNs);
             QCOMPARE(int(e.rank), r);
             QCOMPARE(e.u1, e.a % 3 == 0 ? std::uint64_t(e.a) + 1 : 0);

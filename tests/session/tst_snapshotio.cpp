@@ -12,7 +12,7 @@
 #include "wire/compress.h"
 
 using namespace shardscope;
-using namespace shardscope::testing;
+using namespace shardscope::test;
 
 class TestSnapshotIo : public QObject
 {
@@ -28,31 +28,32 @@ class TestSnapshotIo : public QObject
     QTemporaryDir m_dir;
 };
 
-static void fill(SessionStore &store)
+static void fill(session::SessionStore &store)
 {
     store.applyState(smallState());
     store.appendEvents(
-        std::vector<Event>{eventAt(100, 0, makeFetchBegin({.param = 1, .cause = 0})),
-                           eventAt(900, 0, makeFetchEnd({.param = 1, .cause = 0, .bytes = 1024})),
-                           lmHeadViolation(950, 2),
-                           eventAt(960, 1, makeLateParameter({.module = 8, .param = 6}))},
+        std::vector<telemetry::Event>{
+            eventAt(100, 0, telemetry::makeFetchBegin({.param = 1, .cause = 0})),
+            eventAt(900, 0, telemetry::makeFetchEnd({.param = 1, .cause = 0, .bytes = 1024})),
+            lmHeadViolation(950, 2),
+            eventAt(960, 1, telemetry::makeLateParameter({.module = 8, .param = 6}))},
         false);
 }
 
 void TestSnapshotIo::exportThenOpenRoundTrips()
 {
-    SessionStore live;
+    session::SessionStore live;
     fill(live);
     const QString path = m_dir.filePath(QStringLiteral("run.json"));
-    QCOMPARE(exportSnapshotFile(path, live), QString());
+    QCOMPARE(session::exportSnapshotFile(path, live), QString());
     QFile f(path);
     QVERIFY(f.open(QIODevice::ReadOnly));
     const QByteArray json = f.readAll();
     QVERIFY(json.contains("\"shardscope-snapshot\""));
     QVERIFY(json.contains("register_external_parameter(lm_head, embed.weight)"));
 
-    SessionStore opened;
-    QCOMPARE(openSnapshotFile(path, opened), QString());
+    session::SessionStore opened;
+    QCOMPARE(session::openSnapshotFile(path, opened), QString());
     QVERIFY(opened.readOnly());
     QCOMPARE(opened.source(), path);
     QCOMPARE(opened.state().params.size(), live.state().params.size());
@@ -93,10 +94,10 @@ void TestSnapshotIo::badFilesChangeNothing()
         QVERIFY(f.open(QIODevice::WriteOnly));
         f.write(contents);
     }
-    SessionStore store;
+    session::SessionStore store;
     fill(store);
     const auto before = store.totalEvents();
-    const QString err = openSnapshotFile(path, store);
+    const QString err = session::openSnapshotFile(path, store);
     QVERIFY2(err.contains(expected), qPrintable(err));
     QVERIFY(err.contains(path));
     QVERIFY(!store.readOnly());
@@ -107,9 +108,9 @@ void TestSnapshotIo::badFilesChangeNothing()
 
 void TestSnapshotIo::exportWithoutStateIsRefused()
 {
-    SessionStore empty;
+    session::SessionStore empty;
     const QString path = m_dir.filePath(QStringLiteral("empty.json"));
-    QVERIFY(exportSnapshotFile(path, empty).contains(QStringLiteral("nothing to export")));
+    QVERIFY(session::exportSnapshotFile(path, empty).contains(QStringLiteral("nothing to export")));
     QVERIFY(!QFile::exists(path));
 }
 
@@ -124,23 +125,23 @@ static QByteArray readFile(const QString &path)
 // the plain trace's bytes, as gzip itself (what Perfetto and Chrome rely on) unpacks it.
 void TestSnapshotIo::compressedAndPlainExportsHoldTheSameContent()
 {
-    SessionStore live;
+    session::SessionStore live;
     fill(live);
-    std::vector<Event> many;
+    std::vector<telemetry::Event> many;
     for (std::uint32_t i = 0; i < 5000; ++i) {
         const auto rank = static_cast<std::uint16_t>(i % 2);
         const std::uint64_t ts = 1000 + 10ull * i;
-        const FetchFields fetch{.param = i % 9, .cause = i % 8, .bytes = 64ull * i};
+        const telemetry::FetchFields fetch{.param = i % 9, .cause = i % 8, .bytes = 64ull * i};
         many.push_back(eventAt(ts, rank,
-                               i % 3 == 0   ? makeModuleEnter({.module = i % 8})
-                               : i % 3 == 1 ? makeFetchBegin(fetch)
-                                            : makeFetchEnd(fetch)));
+                               i % 3 == 0   ? telemetry::makeModuleEnter({.module = i % 8})
+                               : i % 3 == 1 ? telemetry::makeFetchBegin(fetch)
+                                            : telemetry::makeFetchEnd(fetch)));
     }
     live.appendEvents(many, false);
     const QString plain = m_dir.filePath(QStringLiteral("both.json"));
     const QString gz = m_dir.filePath(QStringLiteral("both.json.gz"));
-    QCOMPARE(exportSnapshotFile(plain, live), QString());
-    QCOMPARE(exportSnapshotFile(gz, live), QString());
+    QCOMPARE(session::exportSnapshotFile(plain, live), QString());
+    QCOMPARE(session::exportSnapshotFile(gz, live), QString());
     const QByteArray plainBytes = readFile(plain), gzBytes = readFile(gz);
     QVERIFY(wire::isGzip(gzBytes.toStdString()));
     QVERIFY(!wire::isGzip(plainBytes.toStdString()));
@@ -154,21 +155,21 @@ void TestSnapshotIo::compressedAndPlainExportsHoldTheSameContent()
     b->meta.createdUnixMs = a->meta.createdUnixMs; // written a moment apart
     QCOMPARE(wire::encodeSnapshot(*b), wire::encodeSnapshot(*a));
 
-    SessionStore opened;
-    QCOMPARE(openSnapshotFile(gz, opened), QString());
+    session::SessionStore opened;
+    QCOMPARE(session::openSnapshotFile(gz, opened), QString());
     QCOMPARE(opened.totalEvents(), live.totalEvents());
-    QCOMPARE(chromeTrace(opened), chromeTrace(live));
+    QCOMPARE(session::chromeTrace(opened), session::chromeTrace(live));
 
     const QString trace = m_dir.filePath(QStringLiteral("trace.json.gz"));
-    QCOMPARE(writeExportFile(trace, chromeTrace(live)), QString());
+    QCOMPARE(session::writeExportFile(trace, session::chromeTrace(live)), QString());
     QProcess gunzip;
     gunzip.start(QStringLiteral("gzip"), {QStringLiteral("-dc"), trace});
     QVERIFY(gunzip.waitForFinished(30000));
     QCOMPARE(gunzip.exitCode(), 0);
-    QCOMPARE(gunzip.readAllStandardOutput(), chromeTrace(live));
+    QCOMPARE(gunzip.readAllStandardOutput(), session::chromeTrace(live));
     const QString plainTrace = m_dir.filePath(QStringLiteral("trace.json"));
-    QCOMPARE(writeExportFile(plainTrace, chromeTrace(live)), QString());
-    QCOMPARE(readFile(plainTrace), chromeTrace(live));
+    QCOMPARE(session::writeExportFile(plainTrace, session::chromeTrace(live)), QString());
+    QCOMPARE(readFile(plainTrace), session::chromeTrace(live));
 }
 
 QTEST_GUILESS_MAIN(TestSnapshotIo)

@@ -10,17 +10,17 @@ using namespace shardscope;
 namespace {
 
 // What the process running `rank` of a 2-rank job sends: its rank's view.
-EngineState rankState(int rank, ParamStatus mine, std::uint64_t gathers)
+core::EngineState rankState(int rank, ParamStatus mine, std::uint64_t gathers)
 {
-    EngineState st;
+    core::EngineState st;
     st.modelName = "TinyLM";
     st.worldSize = 2;
     st.backend = "gloo";
     st.step = 5;
     st.localRanks = {rank};
-    st.modules = {ModuleRecord{0, "", "TinyLM", kNoModule},
-                  ModuleRecord{1, "embed", "Embedding", 0}};
-    ParamRecord p;
+    st.modules = {core::ModuleRecord{0, "", "TinyLM", kNoModule},
+                  core::ModuleRecord{1, "embed", "Embedding", 0}};
+    core::ParamRecord p;
     p.id = 0;
     p.name = "embed.weight";
     p.owner = 1;
@@ -28,7 +28,7 @@ EngineState rankState(int rank, ParamStatus mine, std::uint64_t gathers)
     p.status[static_cast<std::size_t>(rank)] = mine;
     p.gatherCount = gathers;
     st.params = {p};
-    ViolationRecord v;
+    core::ViolationRecord v;
     v.rank = rank;
     v.accessor = 1;
     v.param = 0;
@@ -46,7 +46,7 @@ class TestSourceStates : public QObject
   private slots:
     void statesOfTheJobsProcessesAreMerged()
     {
-        SessionStore store;
+        session::SessionStore store;
         QCOMPARE(store.applySourceState(0, rankState(0, ParamStatus::Available, 2), "rank 0"),
                  QString());
         QCOMPARE(store.applySourceState(1, rankState(1, ParamStatus::Inflight, 3), "rank 1"),
@@ -55,7 +55,7 @@ class TestSourceStates : public QObject
         store.flush();
         QVERIFY(store.hasState());
         QCOMPARE(store.state().localRanks, (std::vector<int>{0, 1}));
-        const ParamRecord *p = store.param(0);
+        const core::ParamRecord *p = store.param(0);
         QVERIFY(p);
         QCOMPARE(p->status,
                  (std::vector<ParamStatus>{ParamStatus::Available, ParamStatus::Inflight}));
@@ -73,7 +73,7 @@ class TestSourceStates : public QObject
         QCOMPARE(p->gatherCount, std::uint64_t(7));
 
         // A process of another job is refused and changes nothing.
-        EngineState other = rankState(1, ParamStatus::Available, 9);
+        core::EngineState other = rankState(1, ParamStatus::Available, 9);
         other.worldSize = 4;
         const QString err = store.applySourceState(2, std::move(other), "tcp:elsewhere:1");
         QVERIFY2(err.contains(QStringLiteral("not one job")), qPrintable(err));

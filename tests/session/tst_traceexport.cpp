@@ -12,7 +12,7 @@
 #include "telemetry/eventfields.h"
 
 using namespace shardscope;
-using namespace shardscope::testing;
+using namespace shardscope::test;
 
 class TestTraceExport : public QObject
 {
@@ -24,27 +24,27 @@ class TestTraceExport : public QObject
 
 void TestTraceExport::requiredFields()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState(2));
     store.appendEvents(
-        std::vector<Event>{
-            eventAt(1000000, 0, makeStepBegin()),
-            eventAt(1000000, 0, makeModuleEnter({.module = 7})),
+        std::vector<telemetry::Event>{
+            eventAt(1000000, 0, telemetry::makeStepBegin()),
+            eventAt(1000000, 0, telemetry::makeModuleEnter({.module = 7})),
             eventAt(1001000, 0,
-                    makeFetchBegin(
+                    telemetry::makeFetchBegin(
                         {.param = 0, .cause = 7, .bytes = 6464, .reason = FetchReason::Guard})),
             eventAt(1003600, 0,
-                    makeFetchEnd(
+                    telemetry::makeFetchEnd(
                         {.param = 0, .cause = 7, .bytes = 6464, .reason = FetchReason::Guard})),
             lmHeadViolation(1003700, 0),
-            eventAt(1010000, 0, makeModuleExit({.module = 7})),
-            eventAt(1020000, 0, makeStepEnd(4.25)),
-            eventAt(1002000, 1, makeModuleEnter({.module = 1})),
-            eventAt(1002500, 1, makeModuleExit({.module = 1})),
+            eventAt(1010000, 0, telemetry::makeModuleExit({.module = 7})),
+            eventAt(1020000, 0, telemetry::makeStepEnd(4.25)),
+            eventAt(1002000, 1, telemetry::makeModuleEnter({.module = 1})),
+            eventAt(1002500, 1, telemetry::makeModuleExit({.module = 1})),
         },
         false);
     QJsonParseError err{};
-    const QJsonDocument doc = QJsonDocument::fromJson(chromeTrace(store), &err);
+    const QJsonDocument doc = QJsonDocument::fromJson(session::chromeTrace(store), &err);
     QCOMPARE(err.error, QJsonParseError::NoError);
     const QJsonObject root = doc.object();
     QCOMPARE(root.value(QStringLiteral("distributedInfo"))
@@ -151,58 +151,58 @@ void TestTraceExport::overlappingGathersGetTheirOwnThreads()
     // Module ends are sub-microsecond so that rounding each duration on its own would
     // push blocks.1 past its parent blocks.
     const std::uint64_t t0 = 1000000;
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState(2));
     store.appendEvents(
-        std::vector<Event>{
-            eventAt(t0, 0, makeStepBegin()),
-            eventAt(t0 + 1400, 0, makeModuleEnter({.module = 2})), // blocks, us 1
-            eventAt(t0 + 1600, 0, makeModuleEnter({.module = 3})), // blocks.0, us 2
+        std::vector<telemetry::Event>{
+            eventAt(t0, 0, telemetry::makeStepBegin()),
+            eventAt(t0 + 1400, 0, telemetry::makeModuleEnter({.module = 2})), // blocks, us 1
+            eventAt(t0 + 1600, 0, telemetry::makeModuleEnter({.module = 3})), // blocks.0, us 2
             eventAt(t0 + 1700, 0,
-                    makeFetchBegin({.param = 3,
-                                    .cause = 3,
-                                    .bytes = 1024,
-                                    .reason = FetchReason::Prefetch})), // us 2
+                    telemetry::makeFetchBegin({.param = 3,
+                                               .cause = 3,
+                                               .bytes = 1024,
+                                               .reason = FetchReason::Prefetch})), // us 2
             eventAt(t0 + 2600, 0,
-                    makeFetchBegin({.param = 4,
-                                    .cause = 3,
-                                    .bytes = 64,
-                                    .reason = FetchReason::Prefetch})), // us 3
-            eventAt(t0 + 4000, 0, makeModuleExit({.module = 3})),       // us 4
-            eventAt(t0 + 4600, 0, makeModuleEnter({.module = 5})),      // blocks.1, us 5
+                    telemetry::makeFetchBegin({.param = 4,
+                                               .cause = 3,
+                                               .bytes = 64,
+                                               .reason = FetchReason::Prefetch})), // us 3
+            eventAt(t0 + 4000, 0, telemetry::makeModuleExit({.module = 3})),       // us 4
+            eventAt(t0 + 4600, 0, telemetry::makeModuleEnter({.module = 5})),      // blocks.1, us 5
             eventAt(t0 + 5000, 0,
-                    makeFetchEnd({.param = 3,
-                                  .cause = 3,
-                                  .bytes = 1024,
-                                  .reason = FetchReason::Prefetch})), // us 5
+                    telemetry::makeFetchEnd({.param = 3,
+                                             .cause = 3,
+                                             .bytes = 1024,
+                                             .reason = FetchReason::Prefetch})), // us 5
             eventAt(t0 + 5400, 0,
-                    makeFetchBegin({.param = 5,
-                                    .cause = 5,
-                                    .bytes = 404,
-                                    .reason = FetchReason::Prefetch})), // us 5
+                    telemetry::makeFetchBegin({.param = 5,
+                                               .cause = 5,
+                                               .bytes = 404,
+                                               .reason = FetchReason::Prefetch})), // us 5
             eventAt(t0 + 7000, 0,
-                    makeFetchEnd({.param = 4,
-                                  .cause = 3,
-                                  .bytes = 64,
-                                  .reason = FetchReason::Prefetch})), // us 7
+                    telemetry::makeFetchEnd({.param = 4,
+                                             .cause = 3,
+                                             .bytes = 64,
+                                             .reason = FetchReason::Prefetch})), // us 7
             eventAt(t0 + 8000, 0,
-                    makeFetchEnd({.param = 5,
-                                  .cause = 5,
-                                  .bytes = 404,
-                                  .reason = FetchReason::Prefetch})), // us 8
-            eventAt(t0 + 10400, 0, makeModuleExit({.module = 5})),    // us 10
-            eventAt(t0 + 10400, 0, makeModuleExit({.module = 2})),
-            eventAt(t0 + 12000, 0, makeStepEnd(1.5)),
+                    telemetry::makeFetchEnd({.param = 5,
+                                             .cause = 5,
+                                             .bytes = 404,
+                                             .reason = FetchReason::Prefetch})), // us 8
+            eventAt(t0 + 10400, 0, telemetry::makeModuleExit({.module = 5})),    // us 10
+            eventAt(t0 + 10400, 0, telemetry::makeModuleExit({.module = 2})),
+            eventAt(t0 + 12000, 0, telemetry::makeStepEnd(1.5)),
             eventAt(t0 + 2000, 1,
-                    makeFetchBegin(
+                    telemetry::makeFetchBegin(
                         {.param = 0, .cause = 1, .bytes = 6464, .reason = FetchReason::Prefetch})),
             eventAt(t0 + 3000, 1,
-                    makeFetchEnd(
+                    telemetry::makeFetchEnd(
                         {.param = 0, .cause = 1, .bytes = 6464, .reason = FetchReason::Prefetch})),
         },
         false);
     QJsonParseError err{};
-    const QJsonDocument doc = QJsonDocument::fromJson(chromeTrace(store), &err);
+    const QJsonDocument doc = QJsonDocument::fromJson(session::chromeTrace(store), &err);
     QCOMPARE(err.error, QJsonParseError::NoError);
 
     QMap<QPair<int, int>, QList<XSpan>> byThread;

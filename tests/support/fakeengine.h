@@ -12,13 +12,13 @@
 #include "wire/messages.h"
 #include "wire/snapshot.h"
 
-namespace shardscope::testing {
+namespace shardscope::test {
 
 class FakeEngine : public QObject
 {
   public:
-    EngineState state;
-    std::vector<Event> history;
+    core::EngineState state;
+    std::vector<telemetry::Event> history;
     std::string token;
     bool sendGarbage = false;
     int connections = 0;
@@ -41,7 +41,7 @@ class FakeEngine : public QObject
     }
     bool clientReady() const { return m_client && m_welcomed; }
 
-    void sendLive(const std::vector<Event> &events)
+    void sendLive(const std::vector<telemetry::Event> &events)
     {
         send(wire::MessageType::EventBatch, wire::encodeEvents(events));
     }
@@ -105,4 +105,4 @@ class FakeEngine : public QObject
     bool m_welcomed = false;
 };
 
-} // namespace shardscope::testing
+} // namespace shardscope::test

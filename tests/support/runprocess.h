@@ -12,7 +12,7 @@
 #include <QString>
 #include <QTest>
 
-namespace shardscope::testing {
+namespace shardscope::test {
 
 inline QString binPath(const QString &name)
 {
@@ -121,4 +121,4 @@ inline int distinctColours(const QImage &image)
     return static_cast<int>(colours.size());
 }
 
-} // namespace shardscope::testing
+} // namespace shardscope::test

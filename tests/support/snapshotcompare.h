@@ -18,7 +18,7 @@ inline void compareSnapshots(const wire::Snapshot &x, const wire::Snapshot &y)
     QCOMPARE(x.meta.pid, y.meta.pid);
     QCOMPARE(x.meta.createdUnixMs, y.meta.createdUnixMs);
     QCOMPARE(x.meta.endpoint, y.meta.endpoint);
-    const EngineState &a = x.state, &b = y.state;
+    const core::EngineState &a = x.state, &b = y.state;
     QCOMPARE(a.modelName, b.modelName);
     QCOMPARE(a.fixDialect, b.fixDialect);
     QCOMPARE(a.worldSize, b.worldSize);
@@ -38,7 +38,7 @@ inline void compareSnapshots(const wire::Snapshot &x, const wire::Snapshot &y)
     }
     QCOMPARE(a.params.size(), b.params.size());
     for (std::size_t i = 0; i < a.params.size(); ++i) {
-        const ParamRecord &p = a.params[i], &q = b.params[i];
+        const core::ParamRecord &p = a.params[i], &q = b.params[i];
         QCOMPARE(p.id, q.id);
         QCOMPARE(p.name, q.name);
         QCOMPARE(p.owner, q.owner);
@@ -65,7 +65,7 @@ inline void compareSnapshots(const wire::Snapshot &x, const wire::Snapshot &y)
     }
     QCOMPARE(a.violations.size(), b.violations.size());
     for (std::size_t i = 0; i < a.violations.size(); ++i) {
-        const ViolationRecord &v = a.violations[i], &w = b.violations[i];
+        const core::ViolationRecord &v = a.violations[i], &w = b.violations[i];
         QCOMPARE(v.kind, w.kind);
         QCOMPARE(v.step, w.step);
         QCOMPARE(v.lastStep, w.lastStep);
@@ -83,7 +83,7 @@ inline void compareSnapshots(const wire::Snapshot &x, const wire::Snapshot &y)
     }
     QCOMPARE(x.events.size(), y.events.size());
     for (std::size_t i = 0; i < x.events.size(); ++i)
-        QVERIFY2(std::memcmp(&x.events[i], &y.events[i], sizeof(Event)) == 0,
+        QVERIFY2(std::memcmp(&x.events[i], &y.events[i], sizeof(telemetry::Event)) == 0,
                  qPrintable(QStringLiteral("event %1 differs").arg(i)));
     QCOMPARE(x.droppedEvents, y.droppedEvents);
 }

@@ -8,14 +8,14 @@
 #include "core/state.h"
 #include "telemetry/eventfields.h"
 
-namespace shardscope::testing {
+namespace shardscope::test {
 
 // root, embed, blocks.{0,1}.fc, lm_head, pos_conv; embed.weight tied into lm_head.
 // Params: 0 embed.weight, 1 blocks.0.fc.weight, 2 blocks.0.fc.bias, 3 blocks.1.fc.weight,
 // 4 blocks.1.fc.bias, 5 lm_head.bias, 6 pos_conv.weight_g (late), 7 pos_conv.weight_v (late).
-inline EngineState smallState(int world = 4)
+inline core::EngineState smallState(int world = 4)
 {
-    EngineState st;
+    core::EngineState st;
     st.modelName = "tiny-lm";
     st.worldSize = world;
     st.backend = "cpu";
@@ -23,7 +23,7 @@ inline EngineState smallState(int world = 4)
     for (int r = 0; r < world; ++r)
         st.localRanks.push_back(r);
     auto mod = [&](const std::string &path, const std::string &type, ModuleId parent) {
-        ModuleRecord m;
+        core::ModuleRecord m;
         m.id = static_cast<ModuleId>(st.modules.size());
         m.path = path;
         m.type = type;
@@ -41,7 +41,7 @@ inline EngineState smallState(int world = 4)
     const ModuleId head = mod("lm_head", "TiedHead", root);
     const ModuleId conv = mod("pos_conv", "WeightNormConv1d", root);
     auto param = [&](const std::string &name, ModuleId owner, Shape shape, bool late = false) {
-        ParamRecord p;
+        core::ParamRecord p;
         p.id = static_cast<ParamId>(st.params.size());
         p.name = name;
         p.owner = owner;
@@ -72,20 +72,20 @@ inline EngineState smallState(int world = 4)
 }
 
 // modules * paramsPerModule parameters, under root -> group.G -> layer.L.
-inline EngineState largeState(int modules, int paramsPerModule, int world = 8)
+inline core::EngineState largeState(int modules, int paramsPerModule, int world = 8)
 {
-    EngineState st;
+    core::EngineState st;
     st.modelName = "large";
     st.worldSize = world;
     st.backend = "cpu";
-    ModuleRecord root;
+    core::ModuleRecord root;
     root.id = 0;
     root.type = "Root";
     st.modules.push_back(root);
     ModuleId group = 0;
     for (int m = 0; m < modules; ++m) {
         if (m % 100 == 0) {
-            ModuleRecord g;
+            core::ModuleRecord g;
             g.id = static_cast<ModuleId>(st.modules.size());
             g.path = "group" + std::to_string(m / 100);
             g.type = "Group";
@@ -93,14 +93,14 @@ inline EngineState largeState(int modules, int paramsPerModule, int world = 8)
             st.modules.push_back(g);
             group = g.id;
         }
-        ModuleRecord l;
+        core::ModuleRecord l;
         l.id = static_cast<ModuleId>(st.modules.size());
         l.path = st.modules[group].path + ".layer" + std::to_string(m);
         l.type = "Linear";
         l.parent = group;
         st.modules.push_back(l);
         for (int p = 0; p < paramsPerModule; ++p) {
-            ParamRecord r;
+            core::ParamRecord r;
             r.id = static_cast<ParamId>(st.params.size());
             r.name = l.path + ".w" + std::to_string(p);
             r.owner = l.id;
@@ -118,11 +118,11 @@ inline EngineState largeState(int modules, int paramsPerModule, int world = 8)
 
 // A raw record, for what the typed makers cannot say: unknown kinds, bad fields, and the
 // lane's storage of every field.
-inline Event makeEvent(std::uint64_t ts, int rank, EventType type, std::uint32_t a = 0,
-                       std::uint32_t b = 0, std::uint64_t u0 = 0, std::uint8_t flags = 0,
-                       std::uint32_t step = 1)
+inline telemetry::Event makeEvent(std::uint64_t ts, int rank, EventType type, std::uint32_t a = 0,
+                                  std::uint32_t b = 0, std::uint64_t u0 = 0, std::uint8_t flags = 0,
+                                  std::uint32_t step = 1)
 {
-    Event e{};
+    telemetry::Event e{};
     e.tsNs = ts;
     e.step = step;
     e.rank = static_cast<std::uint16_t>(rank);
@@ -135,22 +135,23 @@ inline Event makeEvent(std::uint64_t ts, int rank, EventType type, std::uint32_t
 }
 
 // An event made by telemetry/eventfields.h, at ts on rank, in step.
-inline Event eventAt(std::uint64_t ts, int rank, const Event &fields, std::uint32_t step = 1)
+inline telemetry::Event eventAt(std::uint64_t ts, int rank, const telemetry::Event &fields,
+                                std::uint32_t step = 1)
 {
-    return stamped(fields, ts, step, static_cast<std::uint16_t>(rank));
+    return telemetry::stamped(fields, ts, step, static_cast<std::uint16_t>(rank));
 }
 
 // lm_head (module 7) reads embed.weight (param 0) owned by embed (module 1) while NOT_AVAILABLE,
 // gathered.
-inline Event lmHeadViolation(std::uint64_t ts, int rank, std::uint32_t step = 1)
+inline telemetry::Event lmHeadViolation(std::uint64_t ts, int rank, std::uint32_t step = 1)
 {
     return eventAt(ts, rank,
-                   makeUnregisteredAccess({.accessor = 7,
-                                           .param = 0,
-                                           .owner = 1,
-                                           .status = ParamStatus::NotAvailable,
-                                           .action = GuardAction::Gathered}),
+                   telemetry::makeUnregisteredAccess({.accessor = 7,
+                                                      .param = 0,
+                                                      .owner = 1,
+                                                      .status = ParamStatus::NotAvailable,
+                                                      .action = GuardAction::Gathered}),
                    step);
 }
 
-} // namespace shardscope::testing
+} // namespace shardscope::test

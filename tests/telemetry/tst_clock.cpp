@@ -16,9 +16,9 @@ constexpr std::uint64_t kAgreementNs = 200'000;
 void expectBetweenSteadyReads(std::uint64_t slack)
 {
     for (int i = 0; i < 1000; ++i) {
-        const std::uint64_t before = steadyNs();
-        const std::uint64_t t = nowNs();
-        const std::uint64_t after = steadyNs();
+        const std::uint64_t before = telemetry::steadyNs();
+        const std::uint64_t t = telemetry::nowNs();
+        const std::uint64_t after = telemetry::steadyNs();
         QVERIFY2(t + slack >= before && t <= after + slack,
                  qPrintable(QString("nowNs() %1 outside steady_clock's [%2, %3] by more than %4 ns")
                                 .arg(t)
@@ -31,8 +31,8 @@ void expectBetweenSteadyReads(std::uint64_t slack)
 // Restores the clock the process started with, whatever a test switched to.
 struct ClockGuard
 {
-    ClockSource saved = clockSource();
-    ~ClockGuard() { useClock(saved); }
+    telemetry::ClockSource saved = telemetry::clockSource();
+    ~ClockGuard() { telemetry::useClock(saved); }
 };
 
 } // namespace
@@ -53,38 +53,39 @@ class TestClock : public QObject
 void TestClock::steadyFallbackIsSteadyClock()
 {
     ClockGuard guard;
-    QCOMPARE(useClock(ClockSource::Steady), ClockSource::Steady);
-    QCOMPARE(clockSource(), ClockSource::Steady);
+    QCOMPARE(telemetry::useClock(telemetry::ClockSource::Steady), telemetry::ClockSource::Steady);
+    QCOMPARE(telemetry::clockSource(), telemetry::ClockSource::Steady);
     expectBetweenSteadyReads(0);
 }
 
 void TestClock::tscPathAgreesWithSteadyClock()
 {
-    if (!tscUsable())
+    if (!telemetry::tscUsable())
         QSKIP("no invariant TSC on this machine: nowNs() is steady_clock (tested above)");
     ClockGuard guard;
-    QCOMPARE(useClock(ClockSource::Tsc), ClockSource::Tsc);
-    QVERIFY(tscHz() > 5e7 && tscHz() < 2e10);
+    QCOMPARE(telemetry::useClock(telemetry::ClockSource::Tsc), telemetry::ClockSource::Tsc);
+    QVERIFY(telemetry::tscHz() > 5e7 && telemetry::tscHz() < 2e10);
     expectBetweenSteadyReads(kAgreementNs);
 }
 
 void TestClock::tscPathStaysOnSteadyClockAcrossRefinements()
 {
-    if (!tscUsable()) QSKIP("no invariant TSC on this machine");
+    if (!telemetry::tscUsable()) QSKIP("no invariant TSC on this machine");
     ClockGuard guard;
-    useClock(ClockSource::Tsc);
+    telemetry::useClock(telemetry::ClockSource::Tsc);
     // Each forced refinement re-measures the rate and slews; the mapping must stay
     // continuous (monotonic reads) and on steady_clock.
-    std::uint64_t last = nowNs();
+    std::uint64_t last = telemetry::nowNs();
     for (int i = 0; i < 200; ++i) {
-        detail::g_tsc.refineAtTsc.store(0, std::memory_order_relaxed);
-        const std::uint64_t t = nowNs(); // refines, then maps with the parameters it read
+        telemetry::detail::g_tsc.refineAtTsc.store(0, std::memory_order_relaxed);
+        const std::uint64_t t =
+            telemetry::nowNs(); // refines, then maps with the parameters it read
         QVERIFY2(t >= last, "nowNs() went backwards across a refinement");
         last = t;
-        const std::uint64_t after = nowNs(); // the refined mapping
+        const std::uint64_t after = telemetry::nowNs(); // the refined mapping
         QVERIFY2(after >= t, "nowNs() went backwards right after a refinement");
         last = after;
-        const std::uint64_t steady = steadyNs();
+        const std::uint64_t steady = telemetry::steadyNs();
         QVERIFY(after <= steady + kAgreementNs && after + kAgreementNs >= steady);
     }
     expectBetweenSteadyReads(kAgreementNs);
@@ -102,19 +103,19 @@ void TestClock::readsAreMonotonicAcrossThreads_data()
 void TestClock::readsAreMonotonicAcrossThreads()
 {
     QFETCH(bool, tsc);
-    if (tsc && !tscUsable()) QSKIP("no invariant TSC on this machine");
+    if (tsc && !telemetry::tscUsable()) QSKIP("no invariant TSC on this machine");
     ClockGuard guard;
-    useClock(tsc ? ClockSource::Tsc : ClockSource::Steady);
+    telemetry::useClock(tsc ? telemetry::ClockSource::Tsc : telemetry::ClockSource::Steady);
     std::atomic<std::uint64_t> published{0};
     std::atomic<bool> stop{false};
     std::thread writer([&] {
         while (!stop.load(std::memory_order_relaxed))
-            published.store(nowNs(), std::memory_order_release);
+            published.store(telemetry::nowNs(), std::memory_order_release);
     });
     std::uint64_t worst = 0;
     for (int i = 0; i < 200000; ++i) {
         const std::uint64_t seen = published.load(std::memory_order_acquire);
-        const std::uint64_t t = nowNs();
+        const std::uint64_t t = telemetry::nowNs();
         if (seen > t) worst = std::max(worst, seen - t);
     }
     stop.store(true);
@@ -128,14 +129,14 @@ void TestClock::environmentChoosesTheClock()
 {
     bool steady = true;
     std::string error = "stale";
-    QVERIFY(detail::parseClockChoice(nullptr, steady, error));
+    QVERIFY(telemetry::detail::parseClockChoice(nullptr, steady, error));
     QVERIFY(!steady);
     QVERIFY(error.empty());
-    QVERIFY(detail::parseClockChoice("auto", steady, error));
+    QVERIFY(telemetry::detail::parseClockChoice("auto", steady, error));
     QVERIFY(!steady);
-    QVERIFY(detail::parseClockChoice("steady", steady, error));
+    QVERIFY(telemetry::detail::parseClockChoice("steady", steady, error));
     QVERIFY(steady);
-    QVERIFY(!detail::parseClockChoice("hpet", steady, error));
+    QVERIFY(!telemetry::detail::parseClockChoice("hpet", steady, error));
     QVERIFY(!steady); // a bad value changes nothing: auto
     QCOMPARE(QString::fromStdString(error),
              QString("SHARDSCOPE_CLOCK=hpet is not a clock; use auto or steady (using auto)"));
@@ -143,23 +144,23 @@ void TestClock::environmentChoosesTheClock()
     // in the run that checks the variable end to end.
     const char *env = std::getenv("SHARDSCOPE_CLOCK");
     const bool forced = env && std::string(env) == "steady";
-    QCOMPARE(detail::g_tsc.forcedSteady, forced);
-    if (forced || !tscUsable())
-        QCOMPARE(clockSource(), ClockSource::Steady);
+    QCOMPARE(telemetry::detail::g_tsc.forcedSteady, forced);
+    if (forced || !telemetry::tscUsable())
+        QCOMPARE(telemetry::clockSource(), telemetry::ClockSource::Steady);
     else
-        QCOMPARE(clockSource(), ClockSource::Tsc);
+        QCOMPARE(telemetry::clockSource(), telemetry::ClockSource::Tsc);
 }
 
 void TestClock::describesTheClockInUse()
 {
     ClockGuard guard;
-    if (tscUsable()) {
-        useClock(ClockSource::Tsc);
-        QVERIFY(QString::fromStdString(clockDescription())
+    if (telemetry::tscUsable()) {
+        telemetry::useClock(telemetry::ClockSource::Tsc);
+        QVERIFY(QString::fromStdString(telemetry::clockDescription())
                     .startsWith("rdtsc mapped onto steady_clock"));
     }
-    useClock(ClockSource::Steady);
-    QVERIFY(QString::fromStdString(clockDescription()).startsWith("steady_clock ("));
+    telemetry::useClock(telemetry::ClockSource::Steady);
+    QVERIFY(QString::fromStdString(telemetry::clockDescription()).startsWith("steady_clock ("));
 }
 
 QTEST_GUILESS_MAIN(TestClock)

@@ -11,9 +11,9 @@ using namespace shardscope;
 
 namespace {
 
-Event seq(int rank, std::uint64_t n)
+telemetry::Event seq(int rank, std::uint64_t n)
 {
-    Event e{};
+    telemetry::Event e{};
     e.tsNs = 1000 + n;
     e.rank = static_cast<std::uint16_t>(rank);
     e.type = EventType::FetchBegin;
@@ -39,20 +39,20 @@ class TestTelemetryHub : public QObject
 
 void TestTelemetryHub::ringRoundsUpToAPowerOfTwo()
 {
-    QCOMPARE(EventRing(1000).capacity(), std::size_t(1024));
-    QCOMPARE(EventRing(1024).capacity(), std::size_t(1024));
-    QCOMPARE(EventRing(0).capacity(), std::size_t(2));
+    QCOMPARE(telemetry::EventRing(1000).capacity(), std::size_t(1024));
+    QCOMPARE(telemetry::EventRing(1024).capacity(), std::size_t(1024));
+    QCOMPARE(telemetry::EventRing(0).capacity(), std::size_t(2));
 }
 
 void TestTelemetryHub::ringKeepsOrderAndDropsWhenFull()
 {
-    EventRing ring(8);
+    telemetry::EventRing ring(8);
     for (std::uint64_t i = 0; i < 8; ++i)
         QVERIFY(ring.push(seq(0, i)));
     QVERIFY(!ring.push(seq(0, 8)));
     QVERIFY(!ring.push(seq(0, 9)));
     QCOMPARE(ring.dropped(), std::uint64_t(2));
-    Event out[16];
+    telemetry::Event out[16];
     QCOMPARE(ring.pop(out, 3), std::size_t(3));
     QCOMPARE(out[0].u0, std::uint64_t(0));
     QCOMPARE(out[2].u0, std::uint64_t(2));
@@ -67,7 +67,7 @@ void TestTelemetryHub::ringKeepsOrderAndDropsWhenFull()
 // The ring writes a record as six 8-byte words: every field lands where the wire expects it.
 void TestTelemetryHub::ringCopiesEveryFieldExactly()
 {
-    Event e{};
+    telemetry::Event e{};
     e.tsNs = 0x0102030405060708ull;
     e.step = 0x11121314u;
     e.rank = 0x2122;
@@ -78,10 +78,10 @@ void TestTelemetryHub::ringCopiesEveryFieldExactly()
     e.u0 = 0x5152535455565758ull;
     e.u1 = 0x6162636465666768ull;
     e.u2 = 0xFFFFFFFFFFFFFFFFull;
-    EventRing ring(4);
+    telemetry::EventRing ring(4);
     for (int i = 0; i < 3; ++i) // also into a slot that held another record
         QVERIFY(ring.push(i == 1 ? e : seq(0, 99)));
-    Event out[3];
+    telemetry::Event out[3];
     QCOMPARE(ring.pop(out, 3), std::size_t(3));
     QCOMPARE(std::memcmp(&out[1], &e, sizeof e), 0);
     QCOMPARE(out[2].u0, std::uint64_t(99));
@@ -89,26 +89,26 @@ void TestTelemetryHub::ringCopiesEveryFieldExactly()
 
 void TestTelemetryHub::hubHasRingsOnlyForLocalRanks()
 {
-    TelemetryHub hub(8, std::vector<int>{2, 5, 5, 9}, 16); // 9 is not a rank, 5 twice
+    telemetry::TelemetryHub hub(8, std::vector<int>{2, 5, 5, 9}, 16); // 9 is not a rank, 5 twice
     QCOMPARE(hub.rankCount(), 8);
     QCOMPARE(hub.localRingCount(), 2);
     hub.write(seq(2, 1));
     hub.write(seq(3, 1)); // another process's rank: counted, not kept
-    std::vector<Event> out;
+    std::vector<telemetry::Event> out;
     QCOMPARE(hub.drain(out), std::size_t(1));
     QCOMPARE(hub.droppedEvents(), std::uint64_t(1));
 }
 
 void TestTelemetryHub::hubReportsRingOverflowAsDroppedEventsRecord()
 {
-    TelemetryHub hub(2, 16);
+    telemetry::TelemetryHub hub(2, 16);
     for (std::uint64_t i = 0; i < 20; ++i)
         hub.write(seq(1, i));
     hub.write(seq(0, 100));
     QCOMPARE(hub.droppedEvents(1), std::uint64_t(4));
     QCOMPARE(hub.droppedEvents(0), std::uint64_t(0));
     QCOMPARE(hub.droppedEvents(), std::uint64_t(4));
-    std::vector<Event> out;
+    std::vector<telemetry::Event> out;
     QCOMPARE(hub.drain(out), std::size_t(1 + 1 + 16));
     QCOMPARE(out[0].u0, std::uint64_t(100));
     QCOMPARE(out[1].type, EventType::DroppedEvents);
@@ -127,12 +127,12 @@ void TestTelemetryHub::hubReportsRingOverflowAsDroppedEventsRecord()
 
 void TestTelemetryHub::hubStampsZeroTimestampsAndCountsUnknownRanks()
 {
-    TelemetryHub hub(1, 4);
-    Event e = seq(0, 1);
+    telemetry::TelemetryHub hub(1, 4);
+    telemetry::Event e = seq(0, 1);
     e.tsNs = 0;
     hub.write(e);
     hub.write(seq(7, 1));
-    std::vector<Event> out;
+    std::vector<telemetry::Event> out;
     QCOMPARE(hub.drain(out), std::size_t(1));
     QVERIFY(out[0].tsNs > 0);
     QCOMPARE(hub.droppedEvents(), std::uint64_t(1));
@@ -142,7 +142,7 @@ void TestTelemetryHub::concurrentRanksLoseNothingUncounted()
 {
     constexpr int kRanks = 4;
     constexpr std::uint64_t kPerRank = 300000;
-    TelemetryHub hub(kRanks, 1024);
+    telemetry::TelemetryHub hub(kRanks, 1024);
     std::atomic<int> running{kRanks};
     std::vector<std::thread> producers;
     for (int r = 0; r < kRanks; ++r)
@@ -153,12 +153,12 @@ void TestTelemetryHub::concurrentRanksLoseNothingUncounted()
         });
     std::vector<std::uint64_t> received(kRanks), reportedDrops(kRanks), last(kRanks, 0);
     std::vector<bool> ordered(kRanks, true);
-    std::vector<Event> out;
+    std::vector<telemetry::Event> out;
     for (;;) {
         const bool done = running.load() == 0;
         out.clear();
         hub.drain(out);
-        for (const Event &e : out) {
+        for (const telemetry::Event &e : out) {
             if (e.type == EventType::DroppedEvents) {
                 reportedDrops[e.rank] += e.u0;
                 continue;
@@ -180,8 +180,8 @@ void TestTelemetryHub::concurrentRanksLoseNothingUncounted()
 
 void TestTelemetryHub::historyKeepsTheLastNInOrder()
 {
-    EventHistory h(5);
-    std::vector<Event> a;
+    telemetry::EventHistory h(5);
+    std::vector<telemetry::Event> a;
     for (std::uint64_t i = 0; i < 3; ++i)
         a.push_back(seq(0, i));
     h.append(a);
@@ -204,14 +204,14 @@ void TestTelemetryHub::historyKeepsTheLastNInOrder()
     for (std::size_t i = 0; i < 5; ++i)
         QCOMPARE(ev[i].u0, std::uint64_t(7 + i));
     QCOMPARE(h.newest(2).front().u0, std::uint64_t(10));
-    std::vector<Event> big;
+    std::vector<telemetry::Event> big;
     for (std::uint64_t i = 0; i < 12; ++i)
         big.push_back(seq(0, 100 + i));
     h.append(big);
     ev = h.events();
     QCOMPARE(ev.front().u0, std::uint64_t(107));
     QCOMPARE(ev.back().u0, std::uint64_t(111));
-    EventHistory none(0);
+    telemetry::EventHistory none(0);
     none.append(big);
     QVERIFY(none.events().empty());
 }

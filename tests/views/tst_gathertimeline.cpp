@@ -17,10 +17,10 @@ using namespace shardscope::views;
 
 namespace {
 
-Event makeEvent(EventType type, int rank, std::uint64_t tsNs, std::uint32_t a, std::uint32_t b = 0,
-                std::uint8_t flags = 0, std::uint32_t step = 0)
+telemetry::Event makeEvent(EventType type, int rank, std::uint64_t tsNs, std::uint32_t a,
+                           std::uint32_t b = 0, std::uint8_t flags = 0, std::uint32_t step = 0)
 {
-    Event ev{};
+    telemetry::Event ev{};
     ev.tsNs = tsNs;
     ev.step = step;
     ev.rank = std::uint16_t(rank);
@@ -35,7 +35,7 @@ Event makeEvent(EventType type, int rank, std::uint64_t tsNs, std::uint32_t a, s
 constexpr std::uint64_t us = 1000;
 constexpr std::uint64_t ms = 1000 * us;
 
-std::vector<Event> twoRankRun()
+std::vector<telemetry::Event> twoRankRun()
 {
     const auto fwd = std::uint8_t(FetchReason::Forward);
     const auto pre = std::uint8_t(FetchReason::Prefetch);
@@ -125,15 +125,15 @@ void TestGatherTimeline::spansStaySortedWhenCompletedOutOfOrder()
     GatherSpans spans;
     spans.setTimeOrigin(0);
     const auto pre = std::uint8_t(FetchReason::Prefetch);
-    std::vector<Event> first = {makeEvent(EventType::FetchBegin, 0, 10 * ms, 1, 0, pre),
-                                makeEvent(EventType::FetchBegin, 0, 11 * ms, 2, 0, pre),
-                                makeEvent(EventType::FetchEnd, 0, 12 * ms, 2, 0, pre)};
+    std::vector<telemetry::Event> first = {makeEvent(EventType::FetchBegin, 0, 10 * ms, 1, 0, pre),
+                                           makeEvent(EventType::FetchBegin, 0, 11 * ms, 2, 0, pre),
+                                           makeEvent(EventType::FetchEnd, 0, 12 * ms, 2, 0, pre)};
     spans.append(first);
     QCOMPARE(spans.openFetches().size(), std::size_t(1));
     QCOMPARE(spans.openFetches()[0].param, ParamId(1));
-    std::vector<Event> second = {makeEvent(EventType::FetchEnd, 0, 14 * ms, 1, 0, pre),
-                                 makeEvent(EventType::FetchBegin, 0, 1 * ms, 3, 0, 0),
-                                 makeEvent(EventType::FetchEnd, 0, 2 * ms, 3, 0, 0)};
+    std::vector<telemetry::Event> second = {makeEvent(EventType::FetchEnd, 0, 14 * ms, 1, 0, pre),
+                                            makeEvent(EventType::FetchBegin, 0, 1 * ms, 3, 0, 0),
+                                            makeEvent(EventType::FetchEnd, 0, 2 * ms, 3, 0, 0)};
     spans.append(second);
     const auto &v = spans.track(0, SpanTrack::Fetch);
     QCOMPARE(v.size(), std::size_t(3));
@@ -154,7 +154,7 @@ void TestGatherTimeline::badEventsAreIgnoredOrKeptHarmless()
 {
     GatherSpans spans;
     spans.setTimeOrigin(0);
-    std::vector<Event> events = {
+    std::vector<telemetry::Event> events = {
         makeEvent(EventType::FetchEnd, 0, 5 * ms, 4, 0, 0),      // attached mid-fetch
         makeEvent(EventType::FetchBegin, 2000, 1 * ms, 1, 0, 0), // corrupt rank
         makeEvent(EventType::FetchBegin, 1, 1 * ms, 7, 0, 200),  // unknown reason
@@ -169,9 +169,9 @@ void TestGatherTimeline::badEventsAreIgnoredOrKeptHarmless()
     QCOMPARE(spans.track(1, SpanTrack::Fetch)[0].kind, SpanKind::Forward);
 
     // A fetch whose end was lost stays open only until its rank starts the next step.
-    std::vector<Event> lost = {makeEvent(EventType::FetchBegin, 0, 6 * ms, 8, 0, 0),
-                               makeEvent(EventType::FetchBegin, 1, 6 * ms, 8, 0, 0),
-                               makeEvent(EventType::StepBegin, 0, 7 * ms, 0, 0, 0, 2)};
+    std::vector<telemetry::Event> lost = {makeEvent(EventType::FetchBegin, 0, 6 * ms, 8, 0, 0),
+                                          makeEvent(EventType::FetchBegin, 1, 6 * ms, 8, 0, 0),
+                                          makeEvent(EventType::StepBegin, 0, 7 * ms, 0, 0, 0, 2)};
     spans.append(lost);
     QCOMPARE(spans.openFetches().size(), std::size_t(1));
     QCOMPARE(spans.openFetches()[0].rank, 1);
@@ -191,7 +191,7 @@ namespace {
 
 // Rank 0 prefetches 1 while 2 (forward) is gathered too; 3 is issued once 1 is done and
 // 4 (backward) once 2 is, and 4 is still in flight at the end. Rank 1 has one fetch.
-std::vector<Event> overlappingRun()
+std::vector<telemetry::Event> overlappingRun()
 {
     const auto fwd = std::uint8_t(FetchReason::Forward);
     const auto bwd = std::uint8_t(FetchReason::Backward);
@@ -247,7 +247,7 @@ void TestGatherTimeline::concurrentFetchesTakeTheLowestFreeRow()
     }
 
     // Six in flight at once: rows 0 to 3, the last shared by the rest.
-    std::vector<Event> many;
+    std::vector<telemetry::Event> many;
     for (std::uint32_t p = 10; p < 16; ++p)
         many.push_back(makeEvent(EventType::FetchBegin, 2, 10 * ms + p * us, p, 0, 0));
     for (std::uint32_t p = 10; p < 16; ++p)
@@ -329,7 +329,7 @@ void TestGatherTimeline::inFlightFetchesAreHoveredAndClicked()
     timeline.setWorldSize(2);
     // Rank 1 gathers 11 (row 0) and 12 (row 1), neither finished; rank 0's fetch of 5
     // ending at 6 ms is the newest event, so "now" is 6 ms.
-    timeline.appendEvents(std::vector<Event>{
+    timeline.appendEvents(std::vector<telemetry::Event>{
         makeEvent(EventType::FetchBegin, 0, 1 * ms, 5, kNoModule, fwd),
         makeEvent(EventType::FetchBegin, 1, 1 * ms, 11, kNoModule, fwd),
         makeEvent(EventType::FetchBegin, 1, 2 * ms, 12, kNoModule, pre),
@@ -370,7 +370,7 @@ void TestGatherTimeline::inFlightFetchesAreHoveredAndClicked()
 
     // 11 ends at 7 ms and 13 begins then in the row it freed: the click still selects 11,
     // now a finished span, and where both are under the mouse the finished one wins.
-    timeline.appendEvents(std::vector<Event>{
+    timeline.appendEvents(std::vector<telemetry::Event>{
         makeEvent(EventType::FetchEnd, 1, 7 * ms, 11, kNoModule, fwd),
         makeEvent(EventType::FetchBegin, 1, 7 * ms, 13, kNoModule, pre),
     });
@@ -401,8 +401,9 @@ void TestGatherTimeline::blocksHoldExactlyTheSpansInRange()
     // One 100 s fetch, then 20,000 short ones arriving in shuffled batches.
     GatherSpans spans;
     spans.setTimeOrigin(0);
-    std::vector<Event> events = {makeEvent(EventType::FetchBegin, 0, 0, 1, 0, 3),
-                                 makeEvent(EventType::FetchEnd, 0, 100000 * ms, 1, 0, 3)};
+    std::vector<telemetry::Event> events = {
+        makeEvent(EventType::FetchBegin, 0, 0, 1, 0, 3),
+        makeEvent(EventType::FetchEnd, 0, 100000 * ms, 1, 0, 3)};
     spans.append(events);
     std::vector<std::pair<double, double>> truth = {{0.0, 100.0}};
     QRandomGenerator rng(7);
@@ -540,7 +541,7 @@ void TestGatherTimeline::selectionMarksBlocks()
 void TestGatherTimeline::subPixelSpansMergeWhenZoomedOut()
 {
     // 10,000 fetches of 1 us, 1 us apart, over 20 ms on one rank.
-    std::vector<Event> events;
+    std::vector<telemetry::Event> events;
     const int n = 10000;
     for (int i = 0; i < n; ++i) {
         const std::uint64_t t = std::uint64_t(i) * 2 * us;
@@ -593,7 +594,7 @@ void TestGatherTimeline::millionEvents()
 {
     const int ranks = 4;
     const int perRank = 250000; // events: half FetchBegin, half FetchEnd
-    std::vector<Event> events;
+    std::vector<telemetry::Event> events;
     events.reserve(std::size_t(ranks) * perRank);
     for (int i = 0; i < perRank / 2; ++i) {
         for (int r = 0; r < ranks; ++r) {
@@ -613,8 +614,8 @@ void TestGatherTimeline::millionEvents()
     timeline.setWorldSize(ranks);
     const std::size_t chunk = 65536;
     for (std::size_t i = 0; i < events.size(); i += chunk)
-        timeline.appendEvents(
-            std::span<const Event>(events).subspan(i, std::min(chunk, events.size() - i)));
+        timeline.appendEvents(std::span<const telemetry::Event>(events).subspan(
+            i, std::min(chunk, events.size() - i)));
     QCOMPARE(timeline.spanCount(), std::size_t(500000));
 
     timeline.fitAll();
@@ -642,7 +643,7 @@ void TestGatherTimeline::followLiveTracksTheNewestEvents()
     timeline.setTimeOrigin(0);
     QVERIFY(timeline.followLive());
     QSignalSpy spy(&timeline, &GatherTimeline::followLiveChanged);
-    std::vector<Event> events;
+    std::vector<telemetry::Event> events;
     for (int i = 0; i < 100; ++i) {
         events.push_back(
             makeEvent(EventType::FetchBegin, 0, std::uint64_t(i) * 1000 * ms, 1, 0, 0));
@@ -698,7 +699,7 @@ void TestGatherTimeline::stepLabelsShowAsManyAsFit()
     timeline.show();
     QVERIFY(QTest::qWaitForWindowExposed(&timeline));
     timeline.setTimeOrigin(0);
-    std::vector<Event> events;
+    std::vector<telemetry::Event> events;
     for (std::uint32_t step = 1; step <= 800; ++step)
         events.push_back(makeEvent(EventType::StepBegin, 0, step * 2500 * us, 0, 0, 0, step));
     timeline.appendEvents(events);

@@ -15,10 +15,10 @@ using Series = MemoryPlot::Series;
 
 namespace {
 
-Event sample(int rank, std::uint64_t tsNs, std::uint64_t partitioned, std::uint64_t gathered,
-             std::uint64_t peak, std::uint64_t liveElements)
+telemetry::Event sample(int rank, std::uint64_t tsNs, std::uint64_t partitioned,
+                        std::uint64_t gathered, std::uint64_t peak, std::uint64_t liveElements)
 {
-    Event ev{};
+    telemetry::Event ev{};
     ev.tsNs = tsNs;
     ev.rank = std::uint16_t(rank);
     ev.type = EventType::MemorySample;
@@ -87,7 +87,7 @@ void TestMemoryPlot::oneGraphPerRankPerSeriesWithTheSampledBytes()
     QVERIFY(plot.graph(1, Series::PeakGathered));
     QVERIFY(!plot.graph(2, Series::Gathered));
 
-    std::vector<Event> events = {
+    std::vector<telemetry::Event> events = {
         sample(0, 1 * sec, 1000, 0, 0, 0),
         sample(1, 1 * sec, 1000, 0, 0, 0),
         sample(0, 2 * sec, 1000, 4000, 4000, 1000),
@@ -109,7 +109,7 @@ void TestMemoryPlot::oneGraphPerRankPerSeriesWithTheSampledBytes()
     QCOMPARE(plot.liveElements(1), qint64((1ll << 32) + 5));
 
     // Rank 2 appears with its first sample.
-    std::vector<Event> more = {sample(2, 4 * sec, 500, 700, 700, 0)};
+    std::vector<telemetry::Event> more = {sample(2, 4 * sec, 500, 700, 700, 0)};
     plot.appendEvents(more);
     plot.refresh();
     QCOMPARE(plot.rankCount(), 3);
@@ -133,11 +133,11 @@ void TestMemoryPlot::otherEventsAndBadRanksAreIgnored()
 {
     MemoryPlot plot;
     plot.setTimeOrigin(0);
-    Event fetch{};
+    telemetry::Event fetch{};
     fetch.type = EventType::FetchBegin;
     fetch.u0 = 999;
-    Event corrupt = sample(5000, sec, 1, 1, 1, 1);
-    std::vector<Event> events = {fetch, corrupt, sample(0, 2 * sec, 10, 20, 30, 40)};
+    telemetry::Event corrupt = sample(5000, sec, 1, 1, 1, 1);
+    std::vector<telemetry::Event> events = {fetch, corrupt, sample(0, 2 * sec, 10, 20, 30, 40)};
     plot.appendEvents(events);
     plot.refresh();
     QCOMPARE(plot.rankCount(), 1);
@@ -147,13 +147,13 @@ void TestMemoryPlot::otherEventsAndBadRanksAreIgnored()
 
 void TestMemoryPlot::limitIsMaxLiveParametersTimesElementSize()
 {
-    EngineState state;
+    core::EngineState state;
     state.worldSize = 4;
     state.config.maxLiveParameters = 3000;
-    ParamRecord big;
+    core::ParamRecord big;
     big.numel = 1000;
     big.dtype = DType::BF16;
-    ParamRecord small;
+    core::ParamRecord small;
     small.id = 1;
     small.numel = 10;
     small.dtype = DType::F32;
@@ -183,7 +183,7 @@ void TestMemoryPlot::followLiveAndClear()
     MemoryPlot plot;
     plot.resize(800, 300);
     plot.setTimeOrigin(0);
-    std::vector<Event> events;
+    std::vector<telemetry::Event> events;
     for (int i = 0; i <= 100; ++i)
         events.push_back(sample(0, std::uint64_t(i) * sec, 100, std::uint64_t(i), 0, 0));
     plot.appendEvents(events);
@@ -210,7 +210,7 @@ void TestMemoryPlot::toolTipNamesTheNearestLine()
     plot.show();
     QVERIFY(QTest::qWaitForWindowExposed(&plot));
     plot.setTimeOrigin(0);
-    std::vector<Event> events = {
+    std::vector<telemetry::Event> events = {
         sample(0, 1 * sec, 1000, 2000, 0, 0), sample(1, 1 * sec, 1000, 8000, 0, 0),
         sample(0, 3 * sec, 1000, 2000, 0, 0), sample(1, 3 * sec, 1000, 8000, 0, 0)};
     plot.appendEvents(events);
@@ -283,7 +283,7 @@ void TestMemoryPlot::manyRanksShowBandsAndAPickedRank()
     plot.setWorldSize(64);
     QCOMPARE(plot.rankView(), MemoryPlot::RankView::Bands);
     QCOMPARE(plot.rankPicker()->count(), 2 + 64);
-    std::vector<Event> events;
+    std::vector<telemetry::Event> events;
     for (int r = 0; r < 64; ++r)
         events.push_back(sample(r, 1 * sec, 1000 + std::uint64_t(r), std::uint64_t(r) * 100, 0, 0));
     events.push_back(sample(7, 2 * sec, 1007, 10000, 0, 0)); // rank 7 gathers more
@@ -318,10 +318,10 @@ void TestMemoryPlot::manyRanksShowBandsAndAPickedRank()
     two.setTimeOrigin(0);
     two.setWorldSize(2);
     two.setRankView(MemoryPlot::RankView::Bands);
-    two.appendEvents(
-        std::vector<Event>{sample(0, 1 * sec, 0, 100, 0, 0), sample(0, 3 * sec, 0, 100, 0, 0)});
-    two.appendEvents(
-        std::vector<Event>{sample(1, 2 * sec, 0, 500, 0, 0), sample(1, 4 * sec, 0, 0, 0, 0)});
+    two.appendEvents(std::vector<telemetry::Event>{sample(0, 1 * sec, 0, 100, 0, 0),
+                                                   sample(0, 3 * sec, 0, 100, 0, 0)});
+    two.appendEvents(std::vector<telemetry::Event>{sample(1, 2 * sec, 0, 500, 0, 0),
+                                                   sample(1, 4 * sec, 0, 0, 0, 0)});
     two.refresh();
     QCOMPARE(values(two.band(Series::Gathered, MemoryPlot::Band::Max)),
              (QVector<double>{100, 500, 500, 100}));

@@ -13,11 +13,11 @@ using shardscope::views::ShardRect;
 
 namespace {
 
-ParamRecord makeParam(ParamId id, const std::string &name, ModuleId owner, std::int64_t numel,
-                      int world, std::vector<ParamStatus> status = {})
+core::ParamRecord makeParam(ParamId id, const std::string &name, ModuleId owner, std::int64_t numel,
+                            int world, std::vector<ParamStatus> status = {})
 {
-    const PartitionLayout l = PartitionLayout::make(numel, world);
-    ParamRecord p;
+    const core::PartitionLayout l = core::PartitionLayout::make(numel, world);
+    core::ParamRecord p;
     p.id = id;
     p.name = name;
     p.owner = owner;
@@ -30,11 +30,12 @@ ParamRecord makeParam(ParamId id, const std::string &name, ModuleId owner, std::
     return p;
 }
 
-EngineState makeState(int world, std::vector<ParamRecord> params)
+core::EngineState makeState(int world, std::vector<core::ParamRecord> params)
 {
-    EngineState s;
+    core::EngineState s;
     s.worldSize = world;
-    s.modules = {ModuleRecord{0, "", "Model", kNoModule}, ModuleRecord{1, "fc", "Linear", 0}};
+    s.modules = {core::ModuleRecord{0, "", "Model", kNoModule},
+                 core::ModuleRecord{1, "fc", "Linear", 0}};
     s.params = std::move(params);
     return s;
 }
@@ -207,7 +208,7 @@ void TestPartitionMap::moduleStacksItsParameters()
 
 void TestPartitionMap::persistentParameterIsWholeOnEveryRank()
 {
-    ParamRecord p = makeParam(5, "norm.weight", 1, 10, 4);
+    core::ParamRecord p = makeParam(5, "norm.weight", 1, 10, 4);
     p.persistent = true;
     p.partitioned = false;
     p.paddedNumel = 10;
@@ -228,7 +229,7 @@ void TestPartitionMap::persistentParameterIsWholeOnEveryRank()
 
 void TestPartitionMap::inconsistentRecordIsRedrawnFromThePartitionMath()
 {
-    ParamRecord p = makeParam(4, "broken", 1, 10, 4, {ParamStatus::Available});
+    core::ParamRecord p = makeParam(4, "broken", 1, 10, 4, {ParamStatus::Available});
     p.paddedNumel = 5;
     p.partitionNumel = 7;
     PartitionMap map;
@@ -278,7 +279,7 @@ void TestPartitionMap::recordsGivenDirectlyAreShownAsIs()
 
 void TestPartitionMap::largeModuleShowsWhatFitsAndCountsTheRest()
 {
-    std::vector<ParamRecord> params;
+    std::vector<core::ParamRecord> params;
     for (ParamId i = 0; i < 40; ++i)
         params.push_back(makeParam(i, "layers." + std::to_string(i) + ".weight", 1, 1000 + i, 64));
     PartitionMap map;

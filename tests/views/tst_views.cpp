@@ -34,7 +34,7 @@
 #include "wire/discovery.h"
 
 using namespace shardscope;
-using namespace shardscope::testing;
+using namespace shardscope::test;
 
 class TestViews : public QObject
 {
@@ -53,7 +53,7 @@ class TestViews : public QObject
 
 void TestViews::treeWithHundredThousandParameters()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(largeState(1000, 100));
     store.flush();
     views::ModuleTreeView view(&store);
@@ -87,7 +87,7 @@ void TestViews::treeWithHundredThousandParameters()
 
 void TestViews::violationReachesPanelAndTree()
 {
-    SessionStore store;
+    session::SessionStore store;
     store.applyState(smallState());
     views::ModuleTreeView tree(&store);
     views::ViolationsPanel panel(&store);
@@ -98,18 +98,18 @@ void TestViews::violationReachesPanelAndTree()
     store.flush();
     QCOMPARE(panel.model()->rowCount(), 0);
 
-    store.appendEvents(std::vector<Event>{lmHeadViolation(100, 0)}, false);
+    store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(100, 0)}, false);
     // Within the store's refresh interval (33 ms) the row is there: no flush by hand.
     QTRY_COMPARE_WITH_TIMEOUT(panel.model()->rowCount(), 1, 1000);
     const QModelIndex embedW = tree.model()->indexForParam(0);
     QCOMPARE(tree.model()
-                 ->index(embedW.row(), ModuleTreeModel::Violations, embedW.parent())
+                 ->index(embedW.row(), models::ModuleTreeModel::Violations, embedW.parent())
                  .data()
                  .toString(),
              QStringLiteral("1"));
     const QModelIndex head = tree.model()->indexForModule(7);
     QCOMPARE(tree.model()
-                 ->index(head.row(), ModuleTreeModel::Violations, head.parent())
+                 ->index(head.row(), models::ModuleTreeModel::Violations, head.parent())
                  .data()
                  .toString(),
              QStringLiteral("1"));
@@ -117,7 +117,8 @@ void TestViews::violationReachesPanelAndTree()
     panel.selectRow(0);
     QCOMPARE(panel.currentFix(),
              QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
-    QCOMPARE(tree.treeView()->currentIndex().data(ModuleTreeModel::ParamIdRole).toUInt(), 0u);
+    QCOMPARE(tree.treeView()->currentIndex().data(models::ModuleTreeModel::ParamIdRole).toUInt(),
+             0u);
     auto *copy = panel.findChild<QPushButton *>(QStringLiteral("copyFix"));
     QVERIFY(copy && copy->isEnabled());
     QSignalSpy copied(&panel, &views::ViolationsPanel::fixCopied);
@@ -132,12 +133,12 @@ void TestViews::violationReachesPanelAndTree()
 void TestViews::detailBoundsLongRegistrationLists()
 {
     constexpr std::size_t kExtra = 100'000;
-    SessionStore store;
-    EngineState st = smallState(4);
+    session::SessionStore store;
+    core::EngineState st = smallState(4);
     for (std::size_t i = 0; i < kExtra; ++i) {
         const auto id = static_cast<ModuleId>(st.modules.size());
         st.modules.push_back({id, "x." + std::to_string(i), "Linear", 0});
-        st.params[0].externals.push_back(ExternalRecord{id, false});
+        st.params[0].externals.push_back(core::ExternalRecord{id, false});
         st.params[0].activeModules.push_back(id);
     }
     store.applyState(st);
@@ -157,14 +158,15 @@ void TestViews::detailBoundsLongRegistrationLists()
 
 void TestViews::detailShowsShardsAndCopiesFix()
 {
-    SessionStore store;
-    EngineState st = smallState(4);
-    st.params[0].externals.push_back(ExternalRecord{7, true});
+    session::SessionStore store;
+    core::EngineState st = smallState(4);
+    st.params[0].externals.push_back(core::ExternalRecord{7, true});
     store.applyState(st);
     store.appendEvents(
-        std::vector<Event>{eventAt(10, 2, makeFetchBegin({.param = 0, .cause = 0})),
-                           eventAt(20, 2, makeFetchEnd({.param = 0, .cause = 0, .bytes = 6464})),
-                           lmHeadViolation(30, 1)},
+        std::vector<telemetry::Event>{
+            eventAt(10, 2, telemetry::makeFetchBegin({.param = 0, .cause = 0})),
+            eventAt(20, 2, telemetry::makeFetchEnd({.param = 0, .cause = 0, .bytes = 6464})),
+            lmHeadViolation(30, 1)},
         false);
     store.flush();
     views::ParamDetail detail(&store);
@@ -198,7 +200,8 @@ void TestViews::detailShowsShardsAndCopiesFix()
              QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
 
     // Live: the status column follows events without re-selecting.
-    store.appendEvents(std::vector<Event>{eventAt(40, 2, makeRelease({.param = 0, .cause = 0}))},
+    store.appendEvents(std::vector<telemetry::Event>{eventAt(
+                           40, 2, telemetry::makeRelease({.param = 0, .cause = 0}))},
                        false);
     store.flush();
     QCOMPARE(t->item(2, 4)->text(), QStringLiteral("NOT_AVAILABLE"));
@@ -277,10 +280,10 @@ void TestViews::attachDialogShowsWholeNames()
 // scrolls sideways.
 void TestViews::detailFitsItsPanel()
 {
-    SessionStore store;
-    EngineState st = smallState(4);
+    session::SessionStore store;
+    core::EngineState st = smallState(4);
     st.params[0].gatherNs = 43'524'620'000;
-    ViolationRecord v;
+    core::ViolationRecord v;
     v.kind = ViolationKind::UnregisteredAccess;
     v.accessor = 7;
     v.param = 0;
@@ -332,25 +335,27 @@ void TestViews::detailFitsItsPanel()
 
 void TestViews::durationsReadInHumanUnits()
 {
-    QCOMPARE(labels::duration(850), QStringLiteral("850 ns"));
-    QCOMPARE(labels::duration(12'400), QStringLiteral("12.4 µs"));
-    QCOMPARE(labels::duration(1'500), QStringLiteral("1.50 µs"));
-    QCOMPARE(labels::duration(874'660'000), QStringLiteral("874.7 ms"));
-    QCOMPARE(labels::duration(43'524'620'000), QStringLiteral("43.52 s"));
-    QCOMPARE(labels::duration(725'000'000'000), QStringLiteral("12 min 5 s"));
-    QCOMPARE(labels::duration(7'380'000'000'000), QStringLiteral("2 h 3 min"));
-    QCOMPARE(labels::breakable(QStringLiteral("a.b_c")), QStringLiteral("a.\u200Bb_\u200Bc"));
+    QCOMPARE(session::labels::duration(850), QStringLiteral("850 ns"));
+    QCOMPARE(session::labels::duration(12'400), QStringLiteral("12.4 µs"));
+    QCOMPARE(session::labels::duration(1'500), QStringLiteral("1.50 µs"));
+    QCOMPARE(session::labels::duration(874'660'000), QStringLiteral("874.7 ms"));
+    QCOMPARE(session::labels::duration(43'524'620'000), QStringLiteral("43.52 s"));
+    QCOMPARE(session::labels::duration(725'000'000'000), QStringLiteral("12 min 5 s"));
+    QCOMPARE(session::labels::duration(7'380'000'000'000), QStringLiteral("2 h 3 min"));
+    QCOMPARE(session::labels::breakable(QStringLiteral("a.b_c")),
+             QStringLiteral("a.\u200Bb_\u200Bc"));
 }
 
 void TestViews::statusBarSummarises()
 {
-    SessionStore store;
+    session::SessionStore store;
     views::InspectorStatusBar bar(&store);
     store.applyState(smallState());
-    store.appendEvents(std::vector<Event>{eventAt(1, 0, makeStepBegin(), 7),
-                                          eventAt(2, 0, makeStepEnd(3.5), 7),
-                                          eventAt(3, 0, makeDroppedEvents(12))},
-                       false);
+    store.appendEvents(
+        std::vector<telemetry::Event>{eventAt(1, 0, telemetry::makeStepBegin(), 7),
+                                      eventAt(2, 0, telemetry::makeStepEnd(3.5), 7),
+                                      eventAt(3, 0, telemetry::makeDroppedEvents(12))},
+        false);
     store.flush();
     QCOMPARE(bar.summaryText(), QStringLiteral("world 4 · cpu · step 7 · loss 3.5000"));
     QCOMPARE(bar.droppedText(), QStringLiteral("dropped 12"));

@@ -63,7 +63,8 @@ inline DecodeCounts decodeEverything(std::string_view data, std::uint32_t maxPay
                 binary && !wire::decodeBinaryState(wire::encodeBinaryState(*binary)))
                 __builtin_trap(); // an accepted binary State must encode to one that decodes
             auto events = wire::decodeEvents(f.payload);
-            if (events && events->size() * sizeof(Event) != f.payload.size()) __builtin_trap();
+            if (events && events->size() * sizeof(telemetry::Event) != f.payload.size())
+                __builtin_trap();
         }
     }
     return counts;

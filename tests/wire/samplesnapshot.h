@@ -9,9 +9,9 @@
 
 namespace shardscope::test {
 
-inline Event makeEvent(EventType type, std::uint32_t i)
+inline telemetry::Event makeEvent(EventType type, std::uint32_t i)
 {
-    Event e{};
+    telemetry::Event e{};
     e.tsNs = 1'000'000'000ull * 3600 + i * 17;
     e.step = 1 + i % 3;
     e.rank = static_cast<std::uint16_t>(i % 2);
@@ -26,9 +26,9 @@ inline Event makeEvent(EventType type, std::uint32_t i)
 }
 
 // One record of every EventType, with distinctive values in every field.
-inline std::vector<Event> everyEventType()
+inline std::vector<telemetry::Event> everyEventType()
 {
-    std::vector<Event> out;
+    std::vector<telemetry::Event> out;
     for (std::uint8_t t = 1; wire::isKnownEventType(t); ++t)
         out.push_back(makeEvent(static_cast<EventType>(t), t));
     return out;
@@ -41,7 +41,7 @@ inline wire::Snapshot sampleSnapshot()
     s.meta.pid = 4242;
     s.meta.createdUnixMs = 1764470000123ull;
     s.meta.endpoint = "tcp:127.0.0.1:5000";
-    EngineState &st = s.state;
+    core::EngineState &st = s.state;
     st.modelName = "tied-lm \xC3\xA9"; // UTF-8 survives
     st.worldSize = 2;
     st.backend = "cpu";
@@ -52,7 +52,7 @@ inline wire::Snapshot sampleSnapshot()
                   {1, "embed", "Embedding", 0},
                   {2, "lm_head", "Linear", 0},
                   {3, "conv", "Conv1d", 0}};
-    ParamRecord w;
+    core::ParamRecord w;
     w.id = 0;
     w.name = "embed.weight";
     w.owner = 1;
@@ -69,7 +69,7 @@ inline wire::Snapshot sampleSnapshot()
     w.gatherBytes = 1440;
     w.gatherNs = 99999;
     w.lastGatherTsNs = 123456789012345ull;
-    ParamRecord b;
+    core::ParamRecord b;
     b.id = 2; // id 1 was removed
     b.name = "conv.weight_g";
     b.owner = 3;
@@ -82,7 +82,7 @@ inline wire::Snapshot sampleSnapshot()
     b.late = true;
     b.status = {ParamStatus::NotAvailable, ParamStatus::NotAvailable};
     st.params = {w, b};
-    ViolationRecord v;
+    core::ViolationRecord v;
     v.kind = ViolationKind::UnregisteredAccess;
     v.step = 1;
     v.lastStep = 3;
@@ -97,7 +97,7 @@ inline wire::Snapshot sampleSnapshot()
     v.tsNs = 5555;
     v.fix = "register_external_parameter(lm_head, embed.weight)";
     v.message = "module `lm_head` read `embed.weight` owned by `embed`";
-    ViolationRecord late = v;
+    core::ViolationRecord late = v;
     late.kind = ViolationKind::LateParameter;
     late.accessor = kNoModule;
     late.param = 1; // removed parameter: absent from params, its name kept by the engine
@@ -105,13 +105,13 @@ inline wire::Snapshot sampleSnapshot()
     late.owner = 3;
     late.action = GuardAction::Recorded;
     late.fix.clear();
-    ViolationRecord trace = v;
+    core::ViolationRecord trace = v;
     trace.kind = ViolationKind::TraceInvalidated;
     trace.param = kNoParam;
     trace.paramName.clear();
     trace.status = ParamStatus::Available;
     trace.action = GuardAction::Raised;
-    ViolationRecord gw = v;
+    core::ViolationRecord gw = v;
     gw.kind = ViolationKind::GatheredWriteWithoutModifier;
     gw.action = GuardAction::AutoRegistered;
     st.violations = {v, late, trace, gw};

@@ -15,7 +15,7 @@ namespace {
 // A valid server stream: welcome, state, history, live batches, a drop notice, goodbye.
 std::string validStream()
 {
-    const std::vector<Event> events = test::everyEventType();
+    const std::vector<telemetry::Event> events = test::everyEventType();
     Snapshot state = test::sampleSnapshot();
     state.events.clear();
     std::string s;
@@ -70,7 +70,7 @@ void TestDecoderRobustness::hundredThousandMutatedFramesFailCleanly()
 {
     std::mt19937_64 rng(20261130);
     const std::string valid = validStream();
-    const std::vector<Event> events = test::everyEventType();
+    const std::vector<telemetry::Event> events = test::everyEventType();
     std::size_t frames = 0, streamErrors = 0, payloadErrors = 0, inputs = 0;
     auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
     while (frames + streamErrors < 100000) {

@@ -27,7 +27,7 @@ class TestMessages : public QObject
 
 void TestMessages::everyEventTypeRoundTripsThroughAFrame()
 {
-    const std::vector<Event> events = test::everyEventType();
+    const std::vector<telemetry::Event> events = test::everyEventType();
     QCOMPARE(events.size(), std::size_t(18));
     FrameDecoder d;
     d.feed(encodeFrame(MessageType::EventBatch, encodeEvents(events)));
@@ -37,12 +37,12 @@ void TestMessages::everyEventTypeRoundTripsThroughAFrame()
     QVERIFY2(decoded.ok(), decoded.error().c_str());
     QCOMPARE(decoded->size(), events.size());
     for (std::size_t i = 0; i < events.size(); ++i)
-        QVERIFY(std::memcmp(&(*decoded)[i], &events[i], sizeof(Event)) == 0);
+        QVERIFY(std::memcmp(&(*decoded)[i], &events[i], sizeof(telemetry::Event)) == 0);
 }
 
 void TestMessages::eventRecordLayoutIsTheDocumentedOne()
 {
-    Event e{};
+    telemetry::Event e{};
     e.tsNs = 0x0102030405060708ull;
     e.step = 0x11121314u;
     e.rank = 0x2122;
@@ -53,7 +53,7 @@ void TestMessages::eventRecordLayoutIsTheDocumentedOne()
     e.u0 = 0x6162636465666768ull;
     e.u1 = 0x7172737475767778ull;
     e.u2 = 0x8182838485868788ull;
-    const std::string bytes = encodeEvents(std::span<const Event>(&e, 1));
+    const std::string bytes = encodeEvents(std::span<const telemetry::Event>(&e, 1));
     const unsigned char expected[48] = {0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, 0x14, 0x13,
                                         0x12, 0x11, 0x22, 0x21, 3,    0x31, 0x44, 0x43, 0x42, 0x41,
                                         0x54, 0x53, 0x52, 0x51, 0x68, 0x67, 0x66, 0x65, 0x64, 0x63,
@@ -81,7 +81,7 @@ void TestMessages::eventBatchRejectsPartialRecordsAndUnknownTypes()
 
 void TestMessages::eventTypeNamesRoundTrip()
 {
-    for (const Event &e : test::everyEventType()) {
+    for (const telemetry::Event &e : test::everyEventType()) {
         const std::string_view name = eventTypeName(e.type);
         QVERIFY(name != "unknown");
         QCOMPARE(eventTypeFromName(name), std::optional<EventType>(e.type));

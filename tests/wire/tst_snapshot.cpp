@@ -21,7 +21,7 @@ using namespace shardscope::wire;
 
 namespace {
 
-void compareStates(const EngineState &a, const EngineState &b)
+void compareStates(const core::EngineState &a, const core::EngineState &b)
 {
     QCOMPARE(a.modelName, b.modelName);
     QCOMPARE(a.worldSize, b.worldSize);
@@ -41,7 +41,7 @@ void compareStates(const EngineState &a, const EngineState &b)
     }
     QCOMPARE(a.params.size(), b.params.size());
     for (std::size_t i = 0; i < a.params.size(); ++i) {
-        const ParamRecord &p = a.params[i], &q = b.params[i];
+        const core::ParamRecord &p = a.params[i], &q = b.params[i];
         QCOMPARE(p.id, q.id);
         QCOMPARE(p.name, q.name);
         QCOMPARE(p.owner, q.owner);
@@ -67,7 +67,7 @@ void compareStates(const EngineState &a, const EngineState &b)
     }
     QCOMPARE(a.violations.size(), b.violations.size());
     for (std::size_t i = 0; i < a.violations.size(); ++i) {
-        const ViolationRecord &v = a.violations[i], &w = b.violations[i];
+        const core::ViolationRecord &v = a.violations[i], &w = b.violations[i];
         QCOMPARE(v.kind, w.kind);
         QCOMPARE(v.step, w.step);
         QCOMPARE(v.lastStep, w.lastStep);
@@ -137,7 +137,7 @@ void TestSnapshot::roundTripKeepsEveryFieldAndEveryEventType()
         QCOMPARE(back->droppedEvents, s.droppedEvents);
         QCOMPARE(back->events.size(), s.events.size());
         for (std::size_t i = 0; i < s.events.size(); ++i)
-            QVERIFY2(std::memcmp(&back->events[i], &s.events[i], sizeof(Event)) == 0,
+            QVERIFY2(std::memcmp(&back->events[i], &s.events[i], sizeof(telemetry::Event)) == 0,
                      std::string(eventTypeName(s.events[i].type)).c_str());
     }
 }
@@ -295,7 +295,7 @@ void TestSnapshot::statusIsOneLetterPerRank()
     const std::vector<ParamStatus> cycle = {ParamStatus::NotAvailable, ParamStatus::Inflight,
                                             ParamStatus::Available};
     std::string expected;
-    for (ParamRecord &p : s.state.params) {
+    for (core::ParamRecord &p : s.state.params) {
         p.status.clear();
         for (int r = 0; r < 64; ++r)
             p.status.push_back(cycle[static_cast<std::size_t>(r * (p.id + 1)) % 3]);
@@ -337,7 +337,9 @@ void TestSnapshot::versionOneDocumentsAreStillRead()
     QVERIFY2(back.ok(), back.error().c_str());
     compareStates(s.state, back->state);
     QCOMPARE(back->events.size(), s.events.size());
-    QCOMPARE(std::memcmp(back->events.data(), s.events.data(), s.events.size() * sizeof(Event)), 0);
+    QCOMPARE(std::memcmp(back->events.data(), s.events.data(),
+                         s.events.size() * sizeof(telemetry::Event)),
+             0);
 
     auto bad = j;
     bad["params"][0]["status"].push_back("AVAILABLE");
@@ -377,7 +379,9 @@ void TestSnapshot::versionTwoEventsAreStillRead()
     auto back = decodeSnapshot(j.dump());
     QVERIFY2(back.ok(), back.error().c_str());
     QCOMPARE(back->events.size(), s.events.size());
-    QCOMPARE(std::memcmp(back->events.data(), s.events.data(), s.events.size() * sizeof(Event)), 0);
+    QCOMPARE(std::memcmp(back->events.data(), s.events.data(),
+                         s.events.size() * sizeof(telemetry::Event)),
+             0);
     QCOMPARE(encodeSnapshot(*back), encodeSnapshot(s));
 
     Snapshot state = s; // what a State frame carries
@@ -675,7 +679,7 @@ void TestSnapshot::repeatedRegistrationsAreReadOnce()
 
     const auto snap = decodeSnapshot(text);
     QVERIFY2(snap.ok(), snap.ok() ? "" : snap.error().c_str());
-    const ParamRecord &p = snap->state.params[0];
+    const core::ParamRecord &p = snap->state.params[0];
     QCOMPARE(p.externals.size(), std::size_t(1));
     QCOMPARE(p.externals[0].module, ModuleId(1)); // embed
     QVERIFY(p.externals[0].automatic);
@@ -694,7 +698,7 @@ void TestSnapshot::longRegistrationListsDecodeInLinearTime()
     s.state.modules.reserve(kModules);
     for (std::uint32_t i = 1; i < kModules; ++i)
         s.state.modules.push_back({i, "m" + std::to_string(i), "Linear", 0});
-    ParamRecord &p = s.state.params[0];
+    core::ParamRecord &p = s.state.params[0];
     p.owner = 1;
     p.externals.clear();
     p.activeModules.clear();
@@ -705,7 +709,7 @@ void TestSnapshot::longRegistrationListsDecodeInLinearTime()
     s.state.params.resize(1);
     const auto back = decodeSnapshot(encodeSnapshot(s));
     QVERIFY2(back.ok(), back.ok() ? "" : back.error().c_str());
-    const ParamRecord &q = back->state.params[0];
+    const core::ParamRecord &q = back->state.params[0];
     QCOMPARE(q.externals.size(), std::size_t(kModules - 1));
     for (std::uint32_t i = 1; i < kModules; ++i) {
         QCOMPARE(q.externals[i - 1].module, i);

@@ -78,19 +78,19 @@ Offsets offsetsOf(const std::string &p)
 // recorded), a manual registration, a weight_norm-style late parameter, and persistent ones.
 struct LiveEngine
 {
-    std::unique_ptr<Engine> engine;
+    std::unique_ptr<core::Engine> engine;
     ModuleId embed = 0, block = 0, lmHead = 0, conv = 0;
     ParamId embedW = 0, blockW = 0, headB = 0, convW = 0, convG = 0;
 
     explicit LiveEngine(int world)
     {
-        EngineConfig cfg;
+        core::EngineConfig cfg;
         cfg.worldSize = world;
         cfg.persistenceThreshold = 8;
         cfg.guard = GuardPolicy::Auto;
         cfg.modelName = "tied \xC3\xA9";
-        engine = std::make_unique<Engine>(cfg, makeCpuWorld(world));
-        Engine &e = *engine;
+        engine = std::make_unique<core::Engine>(cfg, comm::makeCpuWorld(world));
+        core::Engine &e = *engine;
         embed = e.addModule(e.root(), "embed", "Embedding");
         block = e.addModule(e.root(), "block", "Linear");
         lmHead = e.addModule(e.root(), "lm_head", "Linear");
@@ -111,22 +111,22 @@ struct LiveEngine
     // are AVAILABLE and have active modules) when fn runs on rank 0.
     template <class F> void midStep(F fn)
     {
-        Engine &e = *engine;
+        core::Engine &e = *engine;
         std::barrier sync(static_cast<std::ptrdiff_t>(e.worldSize()));
         e.forEachLocalRank([&](int r) {
             for (int step = 0; step < 2; ++step) {
                 e.beginStep(r);
                 {
-                    ModuleScope s(e, r, embed, Phase::Forward);
+                    core::ModuleScope s(e, r, embed, Phase::Forward);
                     (void)e.access(r, embedW);
                 }
                 {
-                    ModuleScope b(e, r, block, Phase::Forward);
+                    core::ModuleScope b(e, r, block, Phase::Forward);
                     (void)e.access(r, embedW); // registered on block
                     (void)e.access(r, blockW);
                 }
                 {
-                    ModuleScope h(e, r, lmHead, Phase::Forward);
+                    core::ModuleScope h(e, r, lmHead, Phase::Forward);
                     (void)e.access(r, embedW); // unregistered on lm_head: auto-registered
                     (void)e.access(r, headB);
                     if (step == 1) {
@@ -163,7 +163,7 @@ void TestStateBinary::everyFieldOfTheSampleRoundTrips()
     s.state.params[1].replaces = "conv.weight";
     s.state.fixDialect = "deepspeed";
     s.state.worldSize = 5; // a status row with unused bits
-    for (ParamRecord &p : s.state.params)
+    for (core::ParamRecord &p : s.state.params)
         p.status = {ParamStatus::Available, ParamStatus::Inflight, ParamStatus::NotAvailable,
                     ParamStatus::Available, ParamStatus::Inflight};
     const std::string bytes = encodeBinaryState(s);
@@ -192,13 +192,13 @@ void TestStateBinary::binaryAndJsonDecodeAliveEngineAlike()
     snap.meta.createdUnixMs = unixTimeMs();
     snap.meta.endpoint = "tcp:127.0.0.1:4000";
     snap.droppedEvents = 3;
-    const EngineState &st = snap.state;
+    const core::EngineState &st = snap.state;
     // What the comparison below must cover, or it proves little.
     bool available = false, active = false, automatic = false, manual = false, replaces = false;
-    for (const ParamRecord &p : st.params) {
+    for (const core::ParamRecord &p : st.params) {
         available = available || std::count(p.status.begin(), p.status.end(), ParamStatus::Available) > 0;
         active = active || !p.activeModules.empty();
-        for (const ExternalRecord &x : p.externals)
+        for (const core::ExternalRecord &x : p.externals)
             (x.automatic ? automatic : manual) = true;
         replaces = replaces || !p.replaces.empty();
     }
@@ -335,7 +335,7 @@ void TestStateBinary::referencesCannotMultiplyTheMemory()
     const std::string bytes = encodeBinaryState(s);
     QVERIFY(bytes.size() < (1u << 20));
     expectError(bytes, "add up to more than 16 times the payload's size");
-    for (ModuleRecord &m : s.state.modules)
+    for (core::ModuleRecord &m : s.state.modules)
         m.type = "Linear";
     QVERIFY(decodeBinaryState(encodeBinaryState(s)).ok());
 }

@@ -9,7 +9,7 @@
 
 #include "session/labels.h"
 
-namespace shardscope {
+namespace shardscope::models {
 
 namespace {
 
@@ -58,10 +58,10 @@ bool isNumericColumn(int column)
 
 } // namespace
 
-ModuleTreeModel::ModuleTreeModel(SessionStore *store, QObject *parent)
+ModuleTreeModel::ModuleTreeModel(session::SessionStore *store, QObject *parent)
     : QAbstractItemModel(parent), m_store(store)
 {
-    connect(m_store, &SessionStore::updated, this, &ModuleTreeModel::onStoreUpdated);
+    connect(m_store, &session::SessionStore::updated, this, &ModuleTreeModel::onStoreUpdated);
     rebuild();
 }
 
@@ -144,7 +144,7 @@ void ModuleTreeModel::rebuild()
 
 void ModuleTreeModel::buildStructure()
 {
-    const EngineState &st = m_store->state();
+    const core::EngineState &st = m_store->state();
     m_nodes.clear();
     m_top.clear();
     m_topFetched = 0;
@@ -170,7 +170,7 @@ void ModuleTreeModel::buildStructure()
     };
 
     std::vector<std::pair<ModuleId, std::int32_t>> stack;
-    for (const ModuleRecord &m : st.modules) {
+    for (const core::ModuleRecord &m : st.modules) {
         if (m.parent == kNoModule || m.parent >= st.modules.size()) stack.emplace_back(m.id, -1);
     }
     std::reverse(stack.begin(), stack.end());
@@ -188,13 +188,13 @@ void ModuleTreeModel::buildStructure()
             stack.emplace_back(*it, n);
         // Child modules are built after this loop iteration; params and externals now.
         for (ParamId pid : m_store->ownedParams(mid)) {
-            const ParamRecord *p = m_store->param(pid);
+            const core::ParamRecord *p = m_store->param(pid);
             if (!p) continue;
             m_paramNode[static_cast<std::size_t>(m_store->paramSlot(pid))] =
                 newNode(ParamNode, pid, n, false);
             m_moduleNumel[mid] += p->numel;
         }
-        for (const ExternalRecord &e : m_store->externalsOn(mid)) {
+        for (const core::ExternalRecord &e : m_store->externalsOn(mid)) {
             if (const std::int32_t slot = m_store->paramSlot(e.module); slot >= 0)
                 m_extNodes[static_cast<std::size_t>(slot)].push_back(
                     newNode(ExternalNode, e.module, n, e.automatic));
@@ -214,7 +214,7 @@ void ModuleTreeModel::buildStructure()
     m_allKidsAt[m_nodes.size()] = static_cast<std::uint32_t>(m_allKids.size());
     m_allTop = m_top;
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
-        const ModuleRecord *m = m_store->module(*it);
+        const core::ModuleRecord *m = m_store->module(*it);
         if (m && m->parent < m_moduleNumel.size() && m->parent != m->id)
             m_moduleNumel[m->parent] += m_moduleNumel[*it];
     }
@@ -234,8 +234,8 @@ void ModuleTreeModel::foldNames()
         const Node &node = m_nodes[i];
         const std::string *name = nullptr;
         if (node.kind == ModuleNode) {
-            if (const ModuleRecord *m = m_store->module(node.id)) name = &m->path;
-        } else if (const ParamRecord *p = m_store->param(node.id)) {
+            if (const core::ModuleRecord *m = m_store->module(node.id)) name = &m->path;
+        } else if (const core::ParamRecord *p = m_store->param(node.id)) {
             name = &p->name;
         }
         if (name) appendFolded(m_folded, *name);
@@ -388,11 +388,11 @@ QVariant ModuleTreeModel::sortValue(const Node &node, int column) const
     case Numel:
         if (node.kind == ModuleNode)
             return qint64(node.id < m_moduleNumel.size() ? m_moduleNumel[node.id] : 0);
-        if (const ParamRecord *p = m_store->param(node.id)) return qint64(p->numel);
+        if (const core::ParamRecord *p = m_store->param(node.id)) return qint64(p->numel);
         return qint64(0);
     case Gathers:
         if (node.kind == ModuleNode) return qint64(0);
-        if (const ParamRecord *p = m_store->param(node.id)) return qint64(p->gatherCount);
+        if (const core::ParamRecord *p = m_store->param(node.id)) return qint64(p->gatherCount);
         return qint64(0);
     case Violations:
         return qint64(node.kind == ModuleNode ? m_store->moduleViolations(node.id)
@@ -405,7 +405,7 @@ QVariant ModuleTreeModel::sortValue(const Node &node, int column) const
 QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
 {
     if (node.kind == ModuleNode) {
-        const ModuleRecord *m = m_store->module(node.id);
+        const core::ModuleRecord *m = m_store->module(node.id);
         if (!m) return {};
         switch (column) {
         case Name:
@@ -417,14 +417,14 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
         case ShapeColumn:
             return QString::fromStdString(m->type);
         case Numel:
-            return labels::count(static_cast<std::uint64_t>(
+            return session::labels::count(static_cast<std::uint64_t>(
                 node.id < m_moduleNumel.size() ? m_moduleNumel[node.id] : 0));
         case Status: {
             const auto &owned = m_store->ownedParams(node.id);
             if (owned.empty()) return {};
             int gathered = 0;
             for (ParamId pid : owned) {
-                const ParamRecord *p = m_store->param(pid);
+                const core::ParamRecord *p = m_store->param(pid);
                 if (p && std::any_of(p->status.begin(), p->status.end(),
                                      [](ParamStatus s) { return s != ParamStatus::NotAvailable; }))
                     ++gathered;
@@ -438,13 +438,13 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
         }
         case Violations: {
             const std::uint64_t v = m_store->moduleViolations(node.id);
-            return v ? QVariant(labels::count(v)) : QVariant();
+            return v ? QVariant(session::labels::count(v)) : QVariant();
         }
         default:
             return {};
         }
     }
-    const ParamRecord *p = m_store->param(node.id);
+    const core::ParamRecord *p = m_store->param(node.id);
     if (!p) return {};
     switch (column) {
     case Name: {
@@ -452,7 +452,7 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
         if (node.kind == ExternalNode) {
             name = QString::fromStdString(p->name);
         } else {
-            const ModuleRecord *owner = m_store->module(p->owner);
+            const core::ModuleRecord *owner = m_store->module(p->owner);
             name = owner && !owner->path.empty() && p->name.rfind(owner->path + ".", 0) == 0
                        ? QString::fromStdString(p->name.substr(owner->path.size() + 1))
                        : QString::fromStdString(p->name);
@@ -464,17 +464,17 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
         return name;
     }
     case ShapeColumn:
-        return labels::shape(p->shape);
+        return session::labels::shape(p->shape);
     case Numel:
-        return labels::count(static_cast<std::uint64_t>(p->numel));
+        return session::labels::count(static_cast<std::uint64_t>(p->numel));
     case DTypeColumn:
-        return labels::dtype(p->dtype);
+        return session::labels::dtype(p->dtype);
     case Status: {
         if (p->status.empty()) return {};
         const ParamStatus first = p->status.front();
         if (std::all_of(p->status.begin(), p->status.end(),
                         [&](ParamStatus s) { return s == first; }))
-            return labels::status(first);
+            return session::labels::status(first);
         const auto avail = std::count(p->status.begin(), p->status.end(), ParamStatus::Available);
         return QStringLiteral("MIXED (%1/%2 AVAILABLE)").arg(avail).arg(p->status.size());
     }
@@ -484,20 +484,20 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
             return p->late ? QStringLiteral("late: not partitioned")
                            : QStringLiteral("not partitioned");
         return QStringLiteral("%1/rank, pad %2")
-            .arg(labels::count(static_cast<std::uint64_t>(p->partitionNumel)))
+            .arg(session::labels::count(static_cast<std::uint64_t>(p->partitionNumel)))
             .arg(p->paddedNumel - p->numel);
     case RegisteredOn: {
         QStringList mods;
-        for (const ExternalRecord &e : p->externals)
+        for (const core::ExternalRecord &e : p->externals)
             mods << m_store->modulePath(e.module) +
                         (e.automatic ? QStringLiteral(" (auto)") : QString());
         return mods.join(QStringLiteral(", "));
     }
     case Gathers:
-        return labels::count(p->gatherCount);
+        return session::labels::count(p->gatherCount);
     case Violations: {
         const std::uint64_t v = m_store->paramViolations(node.id);
-        return v ? QVariant(labels::count(v)) : QVariant();
+        return v ? QVariant(session::labels::count(v)) : QVariant();
     }
     default:
         return {};
@@ -507,7 +507,7 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
 QString ModuleTreeModel::tooltip(const Node &node) const
 {
     if (node.kind == ModuleNode) {
-        const ModuleRecord *m = m_store->module(node.id);
+        const core::ModuleRecord *m = m_store->module(node.id);
         if (!m) return {};
         QString tip = QStringLiteral("%1 (%2)").arg(m_store->modulePath(node.id),
                                                     QString::fromStdString(m->type));
@@ -515,7 +515,7 @@ QString ModuleTreeModel::tooltip(const Node &node) const
             tip += QStringLiteral("\n%1 violation(s) as accessor or owner").arg(v);
         return tip;
     }
-    const ParamRecord *p = m_store->param(node.id);
+    const core::ParamRecord *p = m_store->param(node.id);
     if (!p) return {};
     QStringList lines;
     lines << QString::fromStdString(p->name);
@@ -526,7 +526,7 @@ QString ModuleTreeModel::tooltip(const Node &node) const
                           m_store->modulePath(p->owner));
     }
     for (std::size_t r = 0; r < p->status.size(); ++r)
-        lines << QStringLiteral("rank %1: %2").arg(r).arg(labels::status(p->status[r]));
+        lines << QStringLiteral("rank %1: %2").arg(r).arg(session::labels::status(p->status[r]));
     return lines.join(QLatin1Char('\n'));
 }
 
@@ -565,7 +565,7 @@ QVariant ModuleTreeModel::data(const QModelIndex &index, int role) const
     case ModuleIdRole:
         if (node.kind == ModuleNode) return node.id;
         if (node.kind == ExternalNode) return m_nodes[static_cast<std::size_t>(node.parent)].id;
-        if (const ParamRecord *p = m_store->param(node.id)) return p->owner;
+        if (const core::ParamRecord *p = m_store->param(node.id)) return p->owner;
         return {};
     case SortRole:
         return sortValue(node, index.column());
@@ -703,7 +703,7 @@ void ModuleTreeModel::emitChangedRows(const std::vector<std::int32_t> &nodes)
     }
 }
 
-void ModuleTreeModel::onStoreUpdated(const StoreChanges &changes)
+void ModuleTreeModel::onStoreUpdated(const session::StoreChanges &changes)
 {
     if (changes.reset || changes.structure) {
         resetAndRebuild();
@@ -729,4 +729,4 @@ void ModuleTreeModel::onStoreUpdated(const StoreChanges &changes)
     if (!nodes.empty()) emitChangedRows(nodes);
 }
 
-} // namespace shardscope
+} // namespace shardscope::models

@@ -14,7 +14,7 @@
 
 #include "session/sessionstore.h"
 
-namespace shardscope {
+namespace shardscope::models {
 
 class ModuleTreeModel : public QAbstractItemModel
 {
@@ -48,7 +48,7 @@ class ModuleTreeModel : public QAbstractItemModel
         ExternalNode = 2
     };
 
-    explicit ModuleTreeModel(SessionStore *store, QObject *parent = nullptr);
+    explicit ModuleTreeModel(session::SessionStore *store, QObject *parent = nullptr);
 
     int rowCount(const QModelIndex &parent = {}) const override;
     int columnCount(const QModelIndex &parent = {}) const override;
@@ -91,7 +91,7 @@ class ModuleTreeModel : public QAbstractItemModel
         std::vector<std::int32_t> children; // visible children in display order
     };
 
-    void onStoreUpdated(const StoreChanges &changes);
+    void onStoreUpdated(const session::StoreChanges &changes);
     void rebuild();
     void buildStructure();
     void applyFilter();
@@ -112,7 +112,7 @@ class ModuleTreeModel : public QAbstractItemModel
     std::int32_t nodeOf(const QModelIndex &index) const;
     void emitChangedRows(const std::vector<std::int32_t> &nodes);
 
-    SessionStore *m_store;
+    session::SessionStore *m_store;
     std::vector<Node> m_nodes;
     std::vector<std::int32_t> m_top;
     std::vector<std::int32_t> m_allTop;    // every top-level node, filtered or not
@@ -140,4 +140,4 @@ class ModuleTreeModel : public QAbstractItemModel
     bool m_busy = false; // a reset or an insertion is being announced
 };
 
-} // namespace shardscope
+} // namespace shardscope::models

@@ -4,13 +4,13 @@
 
 #include "session/labels.h"
 
-namespace shardscope {
+namespace shardscope::models {
 
-ViolationsModel::ViolationsModel(SessionStore *store, QObject *parent)
+ViolationsModel::ViolationsModel(session::SessionStore *store, QObject *parent)
     : QAbstractTableModel(parent), m_store(store),
       m_rows(static_cast<int>(store->violationGroups().size()))
 {
-    connect(m_store, &SessionStore::updated, this, &ViolationsModel::onStoreUpdated);
+    connect(m_store, &session::SessionStore::updated, this, &ViolationsModel::onStoreUpdated);
 }
 
 int ViolationsModel::rowCount(const QModelIndex &parent) const
@@ -23,7 +23,7 @@ int ViolationsModel::columnCount(const QModelIndex &parent) const
     return parent.isValid() ? 0 : ColumnCount;
 }
 
-const ViolationGroup *ViolationsModel::group(int row) const
+const session::ViolationGroup *ViolationsModel::group(int row) const
 {
     const auto &groups = m_store->violationGroups();
     return row >= 0 && row < m_rows && static_cast<std::size_t>(row) < groups.size()
@@ -31,7 +31,7 @@ const ViolationGroup *ViolationsModel::group(int row) const
                : nullptr;
 }
 
-QVariant ViolationsModel::displayValue(const ViolationGroup &g, int column) const
+QVariant ViolationsModel::displayValue(const session::ViolationGroup &g, int column) const
 {
     switch (column) {
     case Time: {
@@ -45,9 +45,9 @@ QVariant ViolationsModel::displayValue(const ViolationGroup &g, int column) cons
         return g.firstStep == g.lastStep ? QString::number(g.firstStep)
                                          : QStringLiteral("%1-%2").arg(g.firstStep).arg(g.lastStep);
     case Rank:
-        return g.rankMask ? labels::ranks(g.rankMask) : QString::number(g.firstRank);
+        return g.rankMask ? session::labels::ranks(g.rankMask) : QString::number(g.firstRank);
     case Kind:
-        return labels::kind(g.kind);
+        return session::labels::kind(g.kind);
     case Accessor:
         return m_store->modulePath(g.accessor);
     case Parameter:
@@ -55,9 +55,9 @@ QVariant ViolationsModel::displayValue(const ViolationGroup &g, int column) cons
     case Owner:
         return m_store->modulePath(g.owner);
     case Status:
-        return labels::status(g.status);
+        return session::labels::status(g.status);
     case Action:
-        return labels::action(g.action);
+        return session::labels::action(g.action);
     case Count:
         return QString::number(g.count);
     default:
@@ -68,7 +68,7 @@ QVariant ViolationsModel::displayValue(const ViolationGroup &g, int column) cons
 QVariant ViolationsModel::data(const QModelIndex &index, int role) const
 {
     if (!index.isValid() || index.parent().isValid()) return {};
-    const ViolationGroup *g = group(index.row());
+    const session::ViolationGroup *g = group(index.row());
     if (!g) return {};
     switch (role) {
     case Qt::DisplayRole:
@@ -116,7 +116,7 @@ QVariant ViolationsModel::headerData(int section, Qt::Orientation orientation, i
     return section >= 0 && section < ColumnCount ? QString::fromLatin1(names[section]) : QVariant();
 }
 
-void ViolationsModel::onStoreUpdated(const StoreChanges &changes)
+void ViolationsModel::onStoreUpdated(const session::StoreChanges &changes)
 {
     if (!changes.reset && !changes.violations) return;
     const int now = static_cast<int>(m_store->violationGroups().size());
@@ -148,18 +148,18 @@ QByteArray ViolationsModel::toCsv() const
     lines << QStringLiteral(
         "time_ns,step,last_step,ranks,kind,accessor,parameter,owner,status,action,count,fix");
     for (int r = 0; r < m_rows; ++r) {
-        const ViolationGroup &g = *group(r);
+        const session::ViolationGroup &g = *group(r);
         QStringList f;
         f << QString::number(g.firstTsNs) << QString::number(g.firstStep)
           << QString::number(g.lastStep) << quote(displayValue(g, Rank).toString())
-          << labels::kind(g.kind) << quote(m_store->modulePath(g.accessor))
+          << session::labels::kind(g.kind) << quote(m_store->modulePath(g.accessor))
           << quote(g.param == kNoParam ? QString() : m_store->paramName(g.param))
-          << quote(m_store->modulePath(g.owner)) << labels::status(g.status)
-          << labels::action(g.action) << QString::number(g.count)
+          << quote(m_store->modulePath(g.owner)) << session::labels::status(g.status)
+          << session::labels::action(g.action) << QString::number(g.count)
           << quote(QString::fromStdString(g.fix));
         lines << f.join(QLatin1Char(','));
     }
     return (lines.join(QLatin1Char('\n')) + QLatin1Char('\n')).toUtf8();
 }
 
-} // namespace shardscope
+} // namespace shardscope::models

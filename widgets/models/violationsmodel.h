@@ -7,7 +7,7 @@
 
 #include "session/sessionstore.h"
 
-namespace shardscope {
+namespace shardscope::models {
 
 class ViolationsModel : public QAbstractTableModel
 {
@@ -36,7 +36,7 @@ class ViolationsModel : public QAbstractTableModel
         SortRole
     };
 
-    explicit ViolationsModel(SessionStore *store, QObject *parent = nullptr);
+    explicit ViolationsModel(session::SessionStore *store, QObject *parent = nullptr);
 
     int rowCount(const QModelIndex &parent = {}) const override;
     int columnCount(const QModelIndex &parent = {}) const override;
@@ -44,16 +44,16 @@ class ViolationsModel : public QAbstractTableModel
     QVariant headerData(int section, Qt::Orientation orientation,
                         int role = Qt::DisplayRole) const override;
 
-    const ViolationGroup *group(int row) const;
+    const session::ViolationGroup *group(int row) const;
     // The rows as CSV (RFC 4180 quoting), with a header line and the fix column.
     QByteArray toCsv() const;
 
   private:
-    void onStoreUpdated(const StoreChanges &changes);
-    QVariant displayValue(const ViolationGroup &g, int column) const;
+    void onStoreUpdated(const session::StoreChanges &changes);
+    QVariant displayValue(const session::ViolationGroup &g, int column) const;
 
-    SessionStore *m_store;
+    session::SessionStore *m_store;
     int m_rows = 0;
 };
 
-} // namespace shardscope
+} // namespace shardscope::models

@@ -1,12 +1,12 @@
 #include "session/connection.h"
 
-namespace shardscope {
+namespace shardscope::session {
 
 Connection::Connection(SessionStore *store, QObject *parent) : QObject(parent), m_store(store)
 {
-    qRegisterMetaType<shardscope::WelcomeInfo>();
+    qRegisterMetaType<shardscope::session::WelcomeInfo>();
     qRegisterMetaType<std::shared_ptr<shardscope::wire::Snapshot>>();
-    qRegisterMetaType<std::shared_ptr<const shardscope::EventBatch>>();
+    qRegisterMetaType<std::shared_ptr<const shardscope::session::EventBatch>>();
     qRegisterMetaType<shardscope::wire::ClockEstimate>();
     m_worker = new ConnectionWorker;
     m_worker->moveToThread(&m_thread);
@@ -119,9 +119,9 @@ void Connection::onState(std::shared_ptr<wire::Snapshot> snapshot)
     m_sinceData.start();
     if (m_clockShiftNs != 0) {
         const auto shift = static_cast<std::uint64_t>(m_clockShiftNs);
-        for (ParamRecord &p : snapshot->state.params)
+        for (core::ParamRecord &p : snapshot->state.params)
             if (p.lastGatherTsNs != 0) p.lastGatherTsNs -= shift;
-        for (ViolationRecord &v : snapshot->state.violations)
+        for (core::ViolationRecord &v : snapshot->state.violations)
             v.tsNs -= shift;
     }
     if (m_source >= 0) {
@@ -139,7 +139,8 @@ void Connection::onState(std::shared_ptr<wire::Snapshot> snapshot)
     }
     // Freeing the replaced state (as large as the new one) is left to the worker's
     // thread: the posted functor, and the state it holds, is destroyed there.
-    auto replaced = std::make_shared<EngineState>(m_store->applyState(std::move(snapshot->state)));
+    auto replaced =
+        std::make_shared<core::EngineState>(m_store->applyState(std::move(snapshot->state)));
     QMetaObject::invokeMethod(
         m_worker, [replaced = std::move(replaced)] {}, Qt::QueuedConnection);
     m_engineDropped = snapshot->droppedEvents;
@@ -154,9 +155,9 @@ void Connection::onEvents(std::shared_ptr<const EventBatch> batch)
     else
         m_liveEvents += batch->events.size();
     if (m_clockShiftNs != 0) {
-        std::vector<Event> shifted(batch->events);
+        std::vector<telemetry::Event> shifted(batch->events);
         const auto shift = static_cast<std::uint64_t>(m_clockShiftNs);
-        for (Event &e : shifted)
+        for (telemetry::Event &e : shifted)
             e.tsNs -= shift;
         m_store->appendEvents(shifted, batch->history);
         return;
@@ -203,4 +204,4 @@ void Connection::onFailed(const QString &message, bool refused)
     m_retry.start();
 }
 
-} // namespace shardscope
+} // namespace shardscope::session

@@ -13,7 +13,7 @@
 #include "session/connectionworker.h"
 #include "session/sessionstore.h"
 
-namespace shardscope {
+namespace shardscope::session {
 
 class Connection : public QObject
 {
@@ -65,10 +65,10 @@ class Connection : public QObject
     int reconnects() const { return m_reconnects; }
 
   Q_SIGNALS:
-    void stateChanged(shardscope::Connection::State state, const QString &message);
+    void stateChanged(shardscope::session::Connection::State state, const QString &message);
     // The Welcome arrived (the state and events of the connection follow); receivers on the
     // UI thread can still set the clock shift.
-    void welcomed(const shardscope::WelcomeInfo &info);
+    void welcomed(const shardscope::session::WelcomeInfo &info);
 
   private:
     void setState(State state, const QString &message);
@@ -108,4 +108,4 @@ class Connection : public QObject
     QElapsedTimer m_sinceData;
 };
 
-} // namespace shardscope
+} // namespace shardscope::session

@@ -7,7 +7,7 @@
 #include "wire/endpoint.h"
 #include "wire/statebinary.h"
 
-namespace shardscope {
+namespace shardscope::session {
 
 namespace {
 
@@ -244,4 +244,4 @@ void ConnectionWorker::fail(const QString &message, bool refused)
     Q_EMIT failed(message, refused);
 }
 
-} // namespace shardscope
+} // namespace shardscope::session

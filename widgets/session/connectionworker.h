@@ -20,11 +20,11 @@
 
 class QIODevice;
 
-namespace shardscope {
+namespace shardscope::session {
 
 struct EventBatch
 {
-    std::vector<Event> events;
+    std::vector<telemetry::Event> events;
     bool history = false;
 };
 
@@ -58,10 +58,10 @@ class ConnectionWorker : public QObject
     void clockProbed(const shardscope::wire::ClockEstimate &estimate, const QString &error);
     // Something arrived (a heartbeat too); at most about twice a second.
     void alive();
-    void welcomed(const shardscope::WelcomeInfo &info);
+    void welcomed(const shardscope::session::WelcomeInfo &info);
     // The one receiver takes the state out of the snapshot instead of copying it.
     void stateReceived(std::shared_ptr<shardscope::wire::Snapshot> snapshot);
-    void eventsReceived(std::shared_ptr<const shardscope::EventBatch> batch);
+    void eventsReceived(std::shared_ptr<const shardscope::session::EventBatch> batch);
     void historyEnded();
     void droppedReported(quint64 totalForThisClient);
     void finished(const QString &reason);
@@ -83,15 +83,15 @@ class ConnectionWorker : public QObject
     bool m_welcomed = false;
     bool m_inHistory = false;
     bool m_done = false;
-    std::vector<Event> m_pending;
+    std::vector<telemetry::Event> m_pending;
     bool m_pendingHistory = false;
     QTimer m_handshakeTimer{this}; // a child, so it moves to the worker's thread
     QElapsedTimer m_sinceAlive;
 };
 
-} // namespace shardscope
+} // namespace shardscope::session
 
-Q_DECLARE_METATYPE(shardscope::WelcomeInfo)
+Q_DECLARE_METATYPE(shardscope::session::WelcomeInfo)
 Q_DECLARE_METATYPE(shardscope::wire::ClockEstimate)
 Q_DECLARE_METATYPE(std::shared_ptr<shardscope::wire::Snapshot>)
-Q_DECLARE_METATYPE(std::shared_ptr<const shardscope::EventBatch>)
+Q_DECLARE_METATYPE(std::shared_ptr<const shardscope::session::EventBatch>)

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-namespace shardscope {
+namespace shardscope::session {
 
 std::size_t EventLane::firstIndex(std::uint64_t ts) const
 {
@@ -46,7 +46,7 @@ void EventLane::evictIfFull()
     m_evicted += kChunkEvents;
 }
 
-void EventLane::pushBack(const Event &ev)
+void EventLane::pushBack(const telemetry::Event &ev)
 {
     if (m_size == m_chunks.size() * kChunkEvents) {
         evictIfFull();
@@ -74,15 +74,15 @@ void EventLane::pushBack(const Event &ev)
     ++m_size;
 }
 
-void EventLane::insert(const Event &ev)
+void EventLane::insert(const telemetry::Event &ev)
 {
     m_rank = ev.rank;
     if (m_size == 0 || tsAt(m_size - 1) <= ev.tsNs) {
         pushBack(ev);
         return;
     }
-    Event one = ev;
-    insertMany(std::span<Event>(&one, 1));
+    telemetry::Event one = ev;
+    insertMany(std::span<telemetry::Event>(&one, 1));
 }
 
 void EventLane::truncate(std::size_t size)
@@ -100,16 +100,17 @@ void EventLane::truncate(std::size_t size)
         c.steps.pop_back();
 }
 
-void EventLane::insertMany(std::span<Event> events)
+void EventLane::insertMany(std::span<telemetry::Event> events)
 {
     if (events.empty()) return;
-    std::stable_sort(events.begin(), events.end(),
-                     [](const Event &x, const Event &y) { return x.tsNs < y.tsNs; });
+    std::stable_sort(
+        events.begin(), events.end(),
+        [](const telemetry::Event &x, const telemetry::Event &y) { return x.tsNs < y.tsNs; });
     m_rank = events.front().rank;
     const std::size_t pos = lastIndex(events.front().tsNs);
     // The stored events after the oldest new one are merged with the new ones and
     // appended again; stored ones come first among equal times, as insert() places them.
-    std::vector<Event> tail;
+    std::vector<telemetry::Event> tail;
     tail.reserve(m_size - pos);
     for (std::size_t i = pos; i < m_size; ++i)
         tail.push_back(at(i));
@@ -123,11 +124,11 @@ void EventLane::insertMany(std::span<Event> events)
     }
 }
 
-bool EventLane::contains(const Event &ev) const
+bool EventLane::contains(const telemetry::Event &ev) const
 {
     for (std::size_t i = firstIndex(ev.tsNs); i < m_size && tsAt(i) == ev.tsNs; ++i) {
-        const Event stored = at(i);
-        if (std::memcmp(&stored, &ev, sizeof(Event)) == 0) return true;
+        const telemetry::Event stored = at(i);
+        if (std::memcmp(&stored, &ev, sizeof(telemetry::Event)) == 0) return true;
     }
     return false;
 }
@@ -148,4 +149,4 @@ std::size_t EventLane::bytesUsed() const
     return bytes;
 }
 
-} // namespace shardscope
+} // namespace shardscope::session

@@ -14,7 +14,7 @@
 
 #include "telemetry/event.h"
 
-namespace shardscope {
+namespace shardscope::session {
 
 class EventLane
 {
@@ -46,12 +46,12 @@ class EventLane
     std::size_t size() const { return m_size; }
     bool empty() const { return m_size == 0; }
     // The full event (its rank is the rank of the events inserted into this lane).
-    Event at(std::size_t i) const
+    telemetry::Event at(std::size_t i) const
     {
         const Chunk &c = m_chunks[i / kChunkEvents];
         const std::size_t j = i % kChunkEvents;
         const Stored &s = c.events[j];
-        Event ev{};
+        telemetry::Event ev{};
         ev.tsNs = std::uint64_t(runValue(c.tsHigh, j)) << 32 | s.tsLo;
         ev.step = runValue(c.steps, j);
         ev.rank = m_rank;
@@ -88,13 +88,13 @@ class EventLane
 
     // Keeps time order: appends, or inserts an out-of-order event at its place (storing
     // every later event again: use insertMany for more than a few late events).
-    void insert(const Event &ev);
+    void insert(const telemetry::Event &ev);
     // Inserts events of this lane's rank in any order, as insert() one by one would (equal
     // times keep arrival order, after the stored ones), in O(n log n + k) for n events and
     // k stored events later than the oldest of them: sorts `events` in place.
-    void insertMany(std::span<Event> events);
+    void insertMany(std::span<telemetry::Event> events);
     // True if an event identical to ev (all 48 bytes) is stored with the same time.
-    bool contains(const Event &ev) const;
+    bool contains(const telemetry::Event &ev) const;
 
     void clear();
     std::size_t bytesUsed() const;
@@ -129,7 +129,7 @@ class EventLane
         }
         return runs[lo].second;
     }
-    void pushBack(const Event &ev);
+    void pushBack(const telemetry::Event &ev);
     void truncate(std::size_t size);
     void evictIfFull();
 
@@ -140,4 +140,4 @@ class EventLane
     std::uint16_t m_rank = 0;
 };
 
-} // namespace shardscope
+} // namespace shardscope::session

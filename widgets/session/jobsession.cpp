@@ -6,7 +6,7 @@
 #include "wire/discovery.h"
 #include "wire/endpoint.h"
 
-namespace shardscope {
+namespace shardscope::session {
 
 JobSession::JobSession(SessionStore *store, QObject *parent) : QObject(parent), m_store(store)
 {
@@ -330,4 +330,4 @@ QString JobSession::details() const
     return lines.join(QLatin1Char('\n'));
 }
 
-} // namespace shardscope
+} // namespace shardscope::session

@@ -18,7 +18,7 @@
 #include "session/sessionstore.h"
 #include "wire/clocksync.h"
 
-namespace shardscope {
+namespace shardscope::session {
 
 // What to attach to: the endpoint, and (from discovery, when known) the ranks it serves.
 struct JobTarget
@@ -111,4 +111,4 @@ class JobSession : public QObject
     QTimer m_watch;
 };
 
-} // namespace shardscope
+} // namespace shardscope::session

@@ -2,7 +2,7 @@
 
 #include <QStringList>
 
-namespace shardscope::labels {
+namespace shardscope::session::labels {
 
 namespace {
 
@@ -39,7 +39,7 @@ QString phase(Phase p)
 }
 QString shape(const Shape &s)
 {
-    return QString::fromStdString(shapeString(s));
+    return QString::fromStdString(core::shapeString(s));
 }
 
 QString count(std::uint64_t n)
@@ -106,4 +106,4 @@ QString breakable(const QString &text)
     return out;
 }
 
-} // namespace shardscope::labels
+} // namespace shardscope::session::labels

@@ -8,7 +8,7 @@
 #include "core/state.h"
 #include "core/types.h"
 
-namespace shardscope::labels {
+namespace shardscope::session::labels {
 
 QString status(ParamStatus s);
 QString action(GuardAction a);
@@ -28,4 +28,4 @@ QString duration(std::uint64_t ns);
 // running past the edge. Display only: copy the original.
 QString breakable(const QString &text);
 
-} // namespace shardscope::labels
+} // namespace shardscope::session::labels

@@ -9,15 +9,15 @@
 #include "telemetry/eventfields.h"
 #include "wire/jobmerge.h"
 
-namespace shardscope {
+namespace shardscope::session {
 
 namespace {
 
 const std::vector<ModuleId> kNoModules;
 const std::vector<ParamId> kNoParams;
-const std::vector<ExternalRecord> kNoExternals;
+const std::vector<core::ExternalRecord> kNoExternals;
 
-bool sameRun(const EngineState &a, const EngineState &b)
+bool sameRun(const core::EngineState &a, const core::EngineState &b)
 {
     if (a.modelName != b.modelName || a.worldSize != b.worldSize || a.backend != b.backend ||
         a.modules.size() != b.modules.size())
@@ -29,12 +29,12 @@ bool sameRun(const EngineState &a, const EngineState &b)
     return true;
 }
 
-bool sameStructure(const EngineState &a, const EngineState &b)
+bool sameStructure(const core::EngineState &a, const core::EngineState &b)
 {
     if (a.params.size() != b.params.size()) return false;
     for (std::size_t i = 0; i < a.params.size(); ++i) {
-        const ParamRecord &x = a.params[i];
-        const ParamRecord &y = b.params[i];
+        const core::ParamRecord &x = a.params[i];
+        const core::ParamRecord &y = b.params[i];
         if (x.id != y.id || x.owner != y.owner || x.name != y.name ||
             x.externals.size() != y.externals.size())
             return false;
@@ -62,7 +62,7 @@ std::uint64_t rankBit(int rank)
 
 SessionStore::SessionStore(QObject *parent) : QObject(parent)
 {
-    qRegisterMetaType<shardscope::StoreChanges>();
+    qRegisterMetaType<shardscope::session::StoreChanges>();
     m_timer.setInterval(33);
     connect(&m_timer, &QTimer::timeout, this, &SessionStore::flush);
     m_timer.start();
@@ -70,7 +70,7 @@ SessionStore::SessionStore(QObject *parent) : QObject(parent)
 
 void SessionStore::clear()
 {
-    m_state = EngineState{};
+    m_state = core::EngineState{};
     m_hasState = false;
     m_paramIndex.clear();
     m_sparseParamIndex.clear();
@@ -100,10 +100,10 @@ void SessionStore::clear()
     m_paramMarked.clear();
 }
 
-EngineState SessionStore::applyState(EngineState state)
+core::EngineState SessionStore::applyState(core::EngineState state)
 {
     const bool continuing = m_hasState && sameRun(m_state, state);
-    EngineState replaced = std::move(m_state);
+    core::EngineState replaced = std::move(m_state);
     if (!continuing) {
         const bool readOnly = m_readOnly;
         const QString source = m_source;
@@ -119,7 +119,7 @@ EngineState SessionStore::applyState(EngineState state)
     rebuildIndex();
     // Names of the parameters this state no longer lists; the listed ones are looked up in it.
     if (continuing)
-        for (const ParamRecord &p : replaced.params)
+        for (const core::ParamRecord &p : replaced.params)
             if (paramSlot(p.id) < 0) m_knownParamNames[p.id] = p.name;
 
     // Rows are rebuilt from the producer's records, keeping the words they were shown with.
@@ -129,7 +129,7 @@ EngineState SessionStore::applyState(EngineState state)
             words[{static_cast<int>(g.kind), g.accessor, g.param}] = {g.fix, g.message};
     m_groups.clear();
     m_groupIndex.clear();
-    for (const ViolationRecord &v : m_state.violations)
+    for (const core::ViolationRecord &v : m_state.violations)
         upsertViolation({v.kind, v.accessor, v.param, v.owner, v.status, v.action, v.rank, v.step,
                          v.lastStep, v.tsNs, v.count, &v});
     for (ViolationGroup &g : m_groups) {
@@ -146,7 +146,7 @@ EngineState SessionStore::applyState(EngineState state)
     m_pending.violations = true;
     m_pending.summary = true;
     if (continuing) {
-        for (const ParamRecord &p : m_state.params)
+        for (const core::ParamRecord &p : m_state.params)
             markParam(p.id);
     }
     markDirty();
@@ -159,13 +159,13 @@ void SessionStore::rebuildIndex()
     m_childModules.assign(nModules, {});
     m_ownedParams.assign(nModules, {});
     m_externalsOn.assign(nModules, {});
-    for (const ModuleRecord &m : m_state.modules) {
+    for (const core::ModuleRecord &m : m_state.modules) {
         if (m.parent != kNoModule && m.parent < nModules && m.parent != m.id)
             m_childModules[m.parent].push_back(m.id);
     }
     const std::size_t nParams = m_state.params.size();
     std::size_t maxId = 0;
-    for (const ParamRecord &p : m_state.params)
+    for (const core::ParamRecord &p : m_state.params)
         maxId = std::max<std::size_t>(maxId, p.id);
     m_paramIndex.clear();
     m_sparseParamIndex.clear();
@@ -175,15 +175,15 @@ void SessionStore::rebuildIndex()
     else
         m_sparseParamIndex.reserve(nParams);
     for (std::size_t i = 0; i < nParams; ++i) {
-        const ParamRecord &p = m_state.params[i];
+        const core::ParamRecord &p = m_state.params[i];
         if (dense)
             m_paramIndex[p.id] = static_cast<std::int32_t>(i);
         else
             m_sparseParamIndex[p.id] = static_cast<std::int32_t>(i);
         if (p.owner < nModules) m_ownedParams[p.owner].push_back(p.id);
-        for (const ExternalRecord &e : p.externals) {
+        for (const core::ExternalRecord &e : p.externals) {
             if (e.module < nModules)
-                m_externalsOn[e.module].push_back(ExternalRecord{p.id, e.automatic});
+                m_externalsOn[e.module].push_back(core::ExternalRecord{p.id, e.automatic});
         }
     }
     // Parameters may have moved: mark the pending ones again at their new places.
@@ -215,14 +215,14 @@ void SessionStore::rebuildViolationCounts()
     }
 }
 
-void SessionStore::appendEvents(std::span<const Event> events, bool history)
+void SessionStore::appendEvents(std::span<const telemetry::Event> events, bool history)
 {
     if (events.empty()) return;
     // Events older than the newest stored one are merged per lane after the loop: one by
     // one, each would move every later event (quadratic for a reversed file).
-    for (const Event &ev : events) {
+    for (const telemetry::Event &ev : events) {
         EventLane &lane = laneFor(ev.rank);
-        std::vector<Event> &late = m_late[ev.rank];
+        std::vector<telemetry::Event> &late = m_late[ev.rank];
         if (m_dedupe && !lane.empty() && ev.tsNs <= lane.lastTs() &&
             ((lane.evicted() > 0 && ev.tsNs < lane.firstTs()) || lane.contains(ev))) {
             ++m_duplicates; // seen before (or older than what the memory bound keeps)
@@ -242,14 +242,14 @@ void SessionStore::appendEvents(std::span<const Event> events, bool history)
             break;
         case EventType::StepEnd:
             m_completedStep = std::max(m_completedStep, ev.step);
-            m_loss = readStepEnd(ev);
+            m_loss = telemetry::readStepEnd(ev);
             m_hasLoss = true;
             m_pending.summary = true;
             break;
         case EventType::MemorySample: {
             RankMemory &m = m_memory[ev.rank];
             if (ev.tsNs >= m.tsNs) {
-                const MemoryFields f = readMemory(ev);
+                const telemetry::MemoryFields f = telemetry::readMemory(ev);
                 m.tsNs = ev.tsNs;
                 m.partitionedBytes = f.partitionedBytes;
                 m.gatheredBytes = f.gatheredBytes;
@@ -301,18 +301,18 @@ std::uint64_t SessionStore::evictedEvents() const
     return n;
 }
 
-ParamRecord *SessionStore::mutParam(ParamId id)
+core::ParamRecord *SessionStore::mutParam(ParamId id)
 {
     const std::int32_t slot = paramSlot(id);
     return slot < 0 ? nullptr : &m_state.params[static_cast<std::size_t>(slot)];
 }
 
-void SessionStore::applyLive(const Event &ev)
+void SessionStore::applyLive(const telemetry::Event &ev)
 {
     switch (ev.type) {
     case EventType::FetchBegin: {
-        const FetchFields f = readFetch(ev);
-        if (ParamRecord *p = mutParam(f.param)) {
+        const telemetry::FetchFields f = telemetry::readFetch(ev);
+        if (core::ParamRecord *p = mutParam(f.param)) {
             if (ev.rank < p->status.size()) p->status[ev.rank] = ParamStatus::Inflight;
             m_fetchBegin[fetchKey(ev.rank, f.param)] = ev.tsNs;
             markParam(f.param);
@@ -320,8 +320,8 @@ void SessionStore::applyLive(const Event &ev)
         break;
     }
     case EventType::FetchEnd: {
-        const FetchFields f = readFetch(ev);
-        if (ParamRecord *p = mutParam(f.param)) {
+        const telemetry::FetchFields f = telemetry::readFetch(ev);
+        if (core::ParamRecord *p = mutParam(f.param)) {
             if (ev.rank < p->status.size()) p->status[ev.rank] = ParamStatus::Available;
             ++p->gatherCount;
             p->gatherBytes += f.bytes;
@@ -336,21 +336,21 @@ void SessionStore::applyLive(const Event &ev)
         break;
     }
     case EventType::Release: {
-        const ReleaseFields f = readRelease(ev);
-        if (ParamRecord *p = mutParam(f.param)) {
+        const telemetry::ReleaseFields f = telemetry::readRelease(ev);
+        if (core::ParamRecord *p = mutParam(f.param)) {
             if (ev.rank < p->status.size()) p->status[ev.rank] = ParamStatus::NotAvailable;
             markParam(f.param);
         }
         break;
     }
     case EventType::ExternalRegister: {
-        const ExternalFields f = readExternal(ev);
-        if (ParamRecord *p = mutParam(f.param)) {
+        const telemetry::ExternalFields f = telemetry::readExternal(ev);
+        if (core::ParamRecord *p = mutParam(f.param)) {
             auto it = std::find_if(p->externals.begin(), p->externals.end(),
-                                   [&](const ExternalRecord &e) { return e.module == f.module; });
+                                   [&](const core::ExternalRecord &e) { return e.module == f.module; });
             if (it == p->externals.end() && f.module < m_state.modules.size()) {
-                p->externals.push_back(ExternalRecord{f.module, f.automatic});
-                m_externalsOn[f.module].push_back(ExternalRecord{f.param, f.automatic});
+                p->externals.push_back(core::ExternalRecord{f.module, f.automatic});
+                m_externalsOn[f.module].push_back(core::ExternalRecord{f.param, f.automatic});
                 m_pending.structure = true;
                 markParam(f.param);
             }
@@ -358,10 +358,10 @@ void SessionStore::applyLive(const Event &ev)
         break;
     }
     case EventType::ExternalUnregister: {
-        const ExternalFields f = readExternal(ev);
-        if (ParamRecord *p = mutParam(f.param)) {
+        const telemetry::ExternalFields f = telemetry::readExternal(ev);
+        if (core::ParamRecord *p = mutParam(f.param)) {
             auto it = std::find_if(p->externals.begin(), p->externals.end(),
-                                   [&](const ExternalRecord &e) { return e.module == f.module; });
+                                   [&](const core::ExternalRecord &e) { return e.module == f.module; });
             if (it != p->externals.end()) {
                 p->externals.erase(it);
                 rebuildIndex();
@@ -377,8 +377,8 @@ void SessionStore::applyLive(const Event &ev)
         if (const auto v = violationOf(ev)) addViolation(*v, ev);
         break;
     case EventType::LateParameter: {
-        const LateFields f = readLate(ev);
-        if (ParamRecord *p = mutParam(f.param)) {
+        const telemetry::LateFields f = telemetry::readLate(ev);
+        if (core::ParamRecord *p = mutParam(f.param)) {
             p->late = true;
             markParam(f.param);
         }
@@ -386,15 +386,15 @@ void SessionStore::applyLive(const Event &ev)
         break;
     }
     case EventType::ParameterAdopted: {
-        const LateFields f = readLate(ev);
-        if (ParamRecord *p = mutParam(f.param)) {
+        const telemetry::LateFields f = telemetry::readLate(ev);
+        if (core::ParamRecord *p = mutParam(f.param)) {
             p->partitioned = true;
             markParam(f.param);
         }
         break;
     }
     case EventType::DroppedEvents:
-        m_droppedFromEvents += readDroppedEvents(ev);
+        m_droppedFromEvents += telemetry::readDroppedEvents(ev);
         m_pending.summary = true;
         break;
     default:
@@ -402,17 +402,17 @@ void SessionStore::applyLive(const Event &ev)
     }
 }
 
-std::optional<ViolationEvent> SessionStore::violationOf(const Event &ev) const
+std::optional<ViolationEvent> SessionStore::violationOf(const telemetry::Event &ev) const
 {
     switch (ev.type) {
     case EventType::UnregisteredAccess: {
-        const AccessFields f = readAccess(ev);
+        const telemetry::AccessFields f = telemetry::readAccess(ev);
         return ViolationEvent{
             ViolationKind::UnregisteredAccess, f.accessor, f.param, f.owner, f.status, f.action};
     }
     case EventType::LateParameter: {
-        const LateFields f = readLate(ev);
-        const ParamRecord *p = param(f.param);
+        const telemetry::LateFields f = telemetry::readLate(ev);
+        const core::ParamRecord *p = param(f.param);
         return ViolationEvent{ViolationKind::LateParameter,
                               f.module,
                               f.param,
@@ -421,7 +421,7 @@ std::optional<ViolationEvent> SessionStore::violationOf(const Event &ev) const
                               GuardAction::Recorded};
     }
     case EventType::TraceInvalidated: {
-        const TraceInvalidatedFields f = readTraceInvalidated(ev);
+        const telemetry::TraceInvalidatedFields f = telemetry::readTraceInvalidated(ev);
         return ViolationEvent{ViolationKind::TraceInvalidated,
                               f.got,
                               kNoParam,
@@ -430,8 +430,8 @@ std::optional<ViolationEvent> SessionStore::violationOf(const Event &ev) const
                               GuardAction::Recorded};
     }
     case EventType::GatheredWriteError: {
-        const ParamId id = readGatheredWriteError(ev);
-        const ParamRecord *p = param(id);
+        const ParamId id = telemetry::readGatheredWriteError(ev);
+        const core::ParamRecord *p = param(id);
         return ViolationEvent{ViolationKind::GatheredWriteWithoutModifier,
                               kNoModule,
                               id,
@@ -451,7 +451,7 @@ const ViolationGroup *SessionStore::violationGroup(const ViolationEvent &v) cons
     return it == m_groupIndex.end() ? nullptr : &m_groups[it->second];
 }
 
-void SessionStore::addViolation(const ViolationEvent &v, const Event &ev)
+void SessionStore::addViolation(const ViolationEvent &v, const telemetry::Event &ev)
 {
     upsertViolation({v.kind, v.accessor, v.param, v.owner, v.status, v.action, ev.rank, ev.step,
                      ev.step, ev.tsNs, 1, nullptr});
@@ -484,19 +484,19 @@ void SessionStore::upsertViolation(const ViolationSighting &v)
             g.fix = v.record->fix;
             g.message = v.record->message;
         } else {
-            ViolationSubject subject;
+            core::ViolationSubject subject;
             subject.kind = v.kind;
             subject.hasAccessor = v.accessor != kNoModule;
-            if (const ModuleRecord *m = module(v.accessor)) subject.accessor = m->path;
+            if (const core::ModuleRecord *m = module(v.accessor)) subject.accessor = m->path;
             if (v.param != kNoParam) subject.param = g.paramName;
             subject.hasOwner = v.owner != kNoModule;
-            if (const ModuleRecord *m = module(v.owner)) subject.owner = m->path;
+            if (const core::ModuleRecord *m = module(v.owner)) subject.owner = m->path;
             subject.status = v.status;
-            if (const ParamRecord *p = param(v.param)) subject.replaces = p->replaces;
+            if (const core::ParamRecord *p = param(v.param)) subject.replaces = p->replaces;
             subject.modifierRank = v.rank;
-            FixDialect dialect = FixDialect::ShardScope;
-            parseFixDialect(m_state.fixDialect, dialect);
-            ViolationText text = describeViolation(subject, dialect);
+            core::FixDialect dialect = core::FixDialect::ShardScope;
+            core::parseFixDialect(m_state.fixDialect, dialect);
+            core::ViolationText text = core::describeViolation(subject, dialect);
             g.fix = std::move(text.fix);
             g.message = std::move(text.message);
         }
@@ -537,7 +537,7 @@ void SessionStore::setDroppedEvents(std::uint64_t dropped)
     markDirty();
 }
 
-QString SessionStore::applySourceState(int source, EngineState state, const QString &name)
+QString SessionStore::applySourceState(int source, core::EngineState state, const QString &name)
 {
     if (source < 0) return QStringLiteral("bad source %1").arg(source);
     for (std::size_t k = 0; k < m_sources.size(); ++k) {
@@ -576,7 +576,7 @@ void SessionStore::mergeSources()
     m_mergePending = false;
     QElapsedTimer cost;
     cost.start();
-    std::vector<const EngineState *> parts;
+    std::vector<const core::EngineState *> parts;
     std::vector<std::string> names;
     for (const Source &s : m_sources) {
         if (!s.hasState) continue;
@@ -624,12 +624,12 @@ void SessionStore::setReadOnly(bool readOnly, const QString &source)
     markDirty();
 }
 
-const ModuleRecord *SessionStore::module(ModuleId id) const
+const core::ModuleRecord *SessionStore::module(ModuleId id) const
 {
     return id < m_state.modules.size() ? &m_state.modules[id] : nullptr;
 }
 
-const ParamRecord *SessionStore::param(ParamId id) const
+const core::ParamRecord *SessionStore::param(ParamId id) const
 {
     const std::int32_t slot = paramSlot(id);
     return slot < 0 ? nullptr : &m_state.params[static_cast<std::size_t>(slot)];
@@ -638,7 +638,7 @@ const ParamRecord *SessionStore::param(ParamId id) const
 QString SessionStore::modulePath(ModuleId id) const
 {
     if (id == kNoModule) return QStringLiteral("<none>");
-    const ModuleRecord *m = module(id);
+    const core::ModuleRecord *m = module(id);
     if (!m) return QStringLiteral("<module %1>").arg(id);
     return m->path.empty() ? QStringLiteral("<root>") : QString::fromStdString(m->path);
 }
@@ -646,11 +646,11 @@ QString SessionStore::modulePath(ModuleId id) const
 QString SessionStore::paramName(ParamId id) const
 {
     if (id == kNoParam) return QStringLiteral("<none>");
-    if (const ParamRecord *p = param(id)) return QString::fromStdString(p->name);
+    if (const core::ParamRecord *p = param(id)) return QString::fromStdString(p->name);
     // Removed since (weight_norm replaces `weight`): an earlier state or a violation named it.
     if (auto it = m_knownParamNames.find(id); it != m_knownParamNames.end())
         return QString::fromStdString(it->second);
-    for (const ViolationRecord &v : m_state.violations)
+    for (const core::ViolationRecord &v : m_state.violations)
         if (v.param == id && !v.paramName.empty()) return QString::fromStdString(v.paramName);
     return QStringLiteral("<parameter %1>").arg(id);
 }
@@ -665,7 +665,7 @@ const std::vector<ParamId> &SessionStore::ownedParams(ModuleId id) const
     return id < m_ownedParams.size() ? m_ownedParams[id] : kNoParams;
 }
 
-const std::vector<ExternalRecord> &SessionStore::externalsOn(ModuleId module) const
+const std::vector<core::ExternalRecord> &SessionStore::externalsOn(ModuleId module) const
 {
     return module < m_externalsOn.size() ? m_externalsOn[module] : kNoExternals;
 }
@@ -749,4 +749,4 @@ void SessionStore::flush()
     Q_EMIT updated(changes);
 }
 
-} // namespace shardscope
+} // namespace shardscope::session

@@ -23,7 +23,7 @@
 #include "session/eventlane.h"
 #include "telemetry/event.h"
 
-namespace shardscope {
+namespace shardscope::session {
 
 // What one violation event reports, in the store's terms (the key of its group is
 // kind, accessor, param).
@@ -103,12 +103,12 @@ class SessionStore : public QObject
     // store starts over with it. Pass an rvalue: copying a 100k-parameter state costs the
     // UI thread 10-40 ms. Returns the state it replaced, so that a caller can free a
     // large one (about 10 ms) on another thread.
-    EngineState applyState(EngineState state);
+    core::EngineState applyState(core::EngineState state);
     // history: events that the state already reflects (the recent history a server sends
     // after the state, or a snapshot's events): stored, and used for loss and memory,
     // but not counted again. Live events also update status, gathers and violations.
     // Duplicates of stored events (a reconnect replaying history) are skipped.
-    void appendEvents(std::span<const Event> events, bool history);
+    void appendEvents(std::span<const telemetry::Event> events, bool history);
     void setDroppedEvents(std::uint64_t dropped); // the engine's own total, when it reports one
     void setReadOnly(bool readOnly, const QString &source);
 
@@ -120,7 +120,7 @@ class SessionStore : public QObject
     // keeps its part. Merges are coalesced: at most one every max(100 ms, 3 x the last
     // merge's cost), on the refresh timer (mergeSources() forces one). A state that cannot
     // belong to the job (another model or world size) changes nothing; the reason is returned.
-    QString applySourceState(int source, EngineState state, const QString &name = {});
+    QString applySourceState(int source, core::EngineState state, const QString &name = {});
     void setSourceDropped(int source, std::uint64_t dropped); // that process's total
     void mergeSources();
     // Forgets the sources' states (a new attach); the shown state stays until replaced.
@@ -130,13 +130,13 @@ class SessionStore : public QObject
 
     // ---- reading
     bool hasState() const { return m_hasState; }
-    const EngineState &state() const { return m_state; }
+    const core::EngineState &state() const { return m_state; }
     bool readOnly() const { return m_readOnly; }
     QString source() const { return m_source; }
     int worldSize() const { return m_state.worldSize; }
 
-    const ModuleRecord *module(ModuleId id) const;
-    const ParamRecord *param(ParamId id) const;
+    const core::ModuleRecord *module(ModuleId id) const;
+    const core::ParamRecord *param(ParamId id) const;
     // Where the parameter sits in state().params, or -1: tables indexed by parameter keep
     // to the number of parameters whatever their ids are (a file may say 4294967294).
     std::int32_t paramSlot(ParamId id) const;
@@ -144,7 +144,7 @@ class SessionStore : public QObject
     QString paramName(ParamId id) const;
     const std::vector<ModuleId> &childModules(ModuleId id) const;
     const std::vector<ParamId> &ownedParams(ModuleId id) const;
-    const std::vector<ExternalRecord> &
+    const std::vector<core::ExternalRecord> &
     externalsOn(ModuleId module) const; // .module holds the param id
     std::uint64_t paramViolations(ParamId id) const;
     std::uint64_t moduleViolations(ModuleId id) const; // as accessor or as owner
@@ -152,7 +152,7 @@ class SessionStore : public QObject
     const std::vector<ViolationGroup> &violationGroups() const { return m_groups; }
     // The violation an event reports, or nullopt for an event that reports none: the one
     // decoding of violation events, for live events and for the trace export.
-    std::optional<ViolationEvent> violationOf(const Event &ev) const;
+    std::optional<ViolationEvent> violationOf(const telemetry::Event &ev) const;
     // The group a violation belongs to, or null when the store has none.
     const ViolationGroup *violationGroup(const ViolationEvent &v) const;
     std::vector<const ViolationGroup *> violationsOf(ParamId id) const;
@@ -187,13 +187,13 @@ class SessionStore : public QObject
     std::uint64_t evictedEvents() const;
 
   Q_SIGNALS:
-    void updated(const shardscope::StoreChanges &changes);
+    void updated(const shardscope::session::StoreChanges &changes);
 
   private:
     struct Source
     {
         bool hasState = false;
-        EngineState state;
+        core::EngineState state;
         std::string name;
         std::uint64_t dropped = 0;
     };
@@ -201,7 +201,7 @@ class SessionStore : public QObject
     void rebuildViolationCounts();
     void markParam(ParamId id);
     void markDirty();
-    void applyLive(const Event &ev);
+    void applyLive(const telemetry::Event &ev);
     // The one place violations are aggregated, for live events (count 1, no text: it is
     // written by core's describeViolation from the names the store knows) and for a state's
     // records (with the producer's text). A row keeps the words it was created with.
@@ -218,14 +218,14 @@ class SessionStore : public QObject
         std::uint32_t lastStep;
         std::uint64_t tsNs;
         std::uint64_t count;
-        const ViolationRecord *record; // null for a live event
+        const core::ViolationRecord *record; // null for a live event
     };
     void upsertViolation(const ViolationSighting &v);
-    void addViolation(const ViolationEvent &v, const Event &ev);
-    ParamRecord *mutParam(ParamId id);
+    void addViolation(const ViolationEvent &v, const telemetry::Event &ev);
+    core::ParamRecord *mutParam(ParamId id);
     EventLane &laneFor(int rank);
 
-    EngineState m_state;
+    core::EngineState m_state;
     bool m_hasState = false;
     bool m_readOnly = false;
     QString m_source;
@@ -236,7 +236,7 @@ class SessionStore : public QObject
     std::unordered_map<ParamId, std::int32_t> m_sparseParamIndex;
     std::vector<std::vector<ModuleId>> m_childModules;
     std::vector<std::vector<ParamId>> m_ownedParams;
-    std::vector<std::vector<ExternalRecord>> m_externalsOn;
+    std::vector<std::vector<core::ExternalRecord>> m_externalsOn;
     std::vector<std::uint64_t> m_paramViolations; // by paramSlot
     std::vector<std::uint64_t> m_moduleViolations;
 
@@ -248,7 +248,8 @@ class SessionStore : public QObject
     std::unordered_map<ParamId, std::string> m_knownParamNames;
 
     std::vector<EventLane> m_lanes;
-    std::vector<std::vector<Event>> m_late; // per lane: appendEvents' out-of-order events
+    std::vector<std::vector<telemetry::Event>>
+        m_late; // per lane: appendEvents' out-of-order events
     std::unordered_map<std::uint64_t, std::uint64_t> m_fetchBegin; // (rank, param) -> ts
     std::vector<RankMemory> m_memory;
     std::uint64_t m_totalEvents = 0;
@@ -274,6 +275,6 @@ class SessionStore : public QObject
     qint64 m_mergeCostMs = 0;
 };
 
-} // namespace shardscope
+} // namespace shardscope::session
 
-Q_DECLARE_METATYPE(shardscope::StoreChanges)
+Q_DECLARE_METATYPE(shardscope::session::StoreChanges)

@@ -9,7 +9,7 @@
 
 #include "wire/compress.h"
 
-namespace shardscope {
+namespace shardscope::session {
 
 QString openSnapshotFile(const QString &path, SessionStore &store)
 {
@@ -40,7 +40,7 @@ wire::Snapshot snapshotOf(const SessionStore &store)
     // One record per (kind, rank, accessor, parameter), as docs/snapshot.md promises.
     for (const ViolationGroup &g : store.violationGroups()) {
         for (const ViolationGroup::PerRank &r : g.ranks) {
-            ViolationRecord v;
+            core::ViolationRecord v;
             v.kind = g.kind;
             v.step = r.firstStep;
             v.lastStep = r.lastStep;
@@ -110,4 +110,4 @@ QString exportSnapshotFile(const QString &path, const SessionStore &store)
     return writeExportFile(path, QByteArray::fromRawData(json.data(), qsizetype(json.size())));
 }
 
-} // namespace shardscope
+} // namespace shardscope::session

@@ -9,7 +9,7 @@
 #include "session/sessionstore.h"
 #include "wire/snapshot.h"
 
-namespace shardscope {
+namespace shardscope::session {
 
 // Empty on success; otherwise what went wrong, and the store is untouched.
 QString openSnapshotFile(const QString &path, SessionStore &store);
@@ -23,4 +23,4 @@ QString writeFileAtomically(const QString &path, const QByteArray &bytes);
 // chrome://tracing as it is).
 QString writeExportFile(const QString &path, const QByteArray &bytes);
 
-} // namespace shardscope
+} // namespace shardscope::session

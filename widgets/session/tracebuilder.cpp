@@ -2,7 +2,7 @@
 
 #include <QJsonDocument>
 
-namespace shardscope {
+namespace shardscope::session {
 
 qint64 TraceBuilder::us(std::uint64_t ts) const
 {
@@ -63,4 +63,4 @@ QByteArray TraceBuilder::document(const QJsonObject &members) const
     return QJsonDocument(root).toJson(QJsonDocument::Compact);
 }
 
-} // namespace shardscope
+} // namespace shardscope::session

@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-namespace shardscope {
+namespace shardscope::session {
 
 class TraceBuilder
 {
@@ -40,4 +40,4 @@ class TraceBuilder
     QJsonArray m_events;
 };
 
-} // namespace shardscope
+} // namespace shardscope::session

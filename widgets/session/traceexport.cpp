@@ -11,7 +11,7 @@
 #include "session/tracebuilder.h"
 #include "telemetry/eventfields.h"
 
-namespace shardscope {
+namespace shardscope::session {
 
 namespace {
 
@@ -119,23 +119,23 @@ QJsonObject violationArgs(const SessionStore &store, ModuleId accessor, ParamId 
 void mapLane(TraceBuilder &t, const SessionStore &store, int r, std::vector<bool> &groupHasEvent)
 {
     const EventLane &lane = store.lane(r);
-    std::vector<std::pair<std::uint32_t, Event>> moduleStack;
+    std::vector<std::pair<std::uint32_t, telemetry::Event>> moduleStack;
     std::unordered_map<std::uint32_t, OpenFetch> fetches;
     std::vector<Gather> gathers;
-    Event stepBegin{};   // valid while inStep (a plain value: GCC's -Wmaybe-uninitialized
+    telemetry::Event stepBegin{}; // valid while inStep (a plain value: GCC's -Wmaybe-uninitialized
     bool inStep = false; // misfires on std::optional<Event> here)
     for (std::size_t i = 0; i < lane.size(); ++i) {
-        const Event ev = lane.at(i);
+        const telemetry::Event ev = lane.at(i);
         switch (ev.type) {
         case EventType::ModuleEnter:
-            moduleStack.emplace_back(readModule(ev).module, ev);
+            moduleStack.emplace_back(telemetry::readModule(ev).module, ev);
             break;
         case EventType::ModuleExit: {
-            const ModuleId m = readModule(ev).module;
+            const ModuleId m = telemetry::readModule(ev).module;
             for (std::size_t k = moduleStack.size(); k-- > 0;) {
                 if (moduleStack[k].first != m) continue;
-                const Event b = moduleStack[k].second;
-                const QString phase = labels::phase(readModule(b).phase);
+                const telemetry::Event b = moduleStack[k].second;
+                const QString phase = labels::phase(telemetry::readModule(b).phase);
                 t.span(
                     store.modulePath(m), QStringLiteral("module,") + phase, r, ModulesTid, b.tsNs,
                     ev.tsNs,
@@ -146,12 +146,12 @@ void mapLane(TraceBuilder &t, const SessionStore &store, int r, std::vector<bool
             break;
         }
         case EventType::FetchBegin: {
-            const FetchFields f = readFetch(ev);
+            const telemetry::FetchFields f = telemetry::readFetch(ev);
             fetches[f.param] = OpenFetch{ev.tsNs, f.cause, f.reason};
             break;
         }
         case EventType::FetchEnd: {
-            const FetchFields e = readFetch(ev);
+            const telemetry::FetchFields e = telemetry::readFetch(ev);
             auto it = fetches.find(e.param);
             const OpenFetch f =
                 it != fetches.end() ? it->second : OpenFetch{ev.tsNs, e.cause, e.reason};
@@ -162,7 +162,7 @@ void mapLane(TraceBuilder &t, const SessionStore &store, int r, std::vector<bool
             break;
         }
         case EventType::Broadcast: {
-            const BroadcastFields f = readBroadcast(ev);
+            const telemetry::BroadcastFields f = telemetry::readBroadcast(ev);
             t.instant(QStringLiteral("broadcast %1").arg(store.paramName(f.param)),
                       QStringLiteral("gather,broadcast"), r, FirstGatherTid, ev.tsNs,
                       {{QStringLiteral("root"), qint64(f.root)},
@@ -177,7 +177,7 @@ void mapLane(TraceBuilder &t, const SessionStore &store, int r, std::vector<bool
             if (inStep) {
                 t.span(QStringLiteral("step %1").arg(stepBegin.step), QStringLiteral("step"), r,
                        StepsTid, stepBegin.tsNs, ev.tsNs,
-                       {{QStringLiteral("loss"), readStepEnd(ev)},
+                       {{QStringLiteral("loss"), telemetry::readStepEnd(ev)},
                         {QStringLiteral("step"), qint64(stepBegin.step)}});
                 inStep = false;
             }
@@ -251,7 +251,7 @@ QByteArray chromeTrace(const SessionStore &store)
         mapLane(t, store, r, groupHasEvent);
     mapStateViolations(t, store, groupHasEvent);
 
-    const EngineState &st = store.state();
+    const core::EngineState &st = store.state();
     return t.document(
         {{QStringLiteral("distributedInfo"),
           QJsonObject{{QStringLiteral("backend"), QString::fromStdString(st.backend)},
@@ -265,4 +265,4 @@ QByteArray chromeTrace(const SessionStore &store)
                       {QStringLiteral("dropped_events"), qint64(store.droppedEvents())}}}});
 }
 
-} // namespace shardscope
+} // namespace shardscope::session

@@ -8,8 +8,8 @@
 
 #include "session/sessionstore.h"
 
-namespace shardscope {
+namespace shardscope::session {
 
 QByteArray chromeTrace(const SessionStore &store);
 
-} // namespace shardscope
+} // namespace shardscope::session

@@ -287,7 +287,7 @@ QString GatherTimeline::kindName(SpanKind kind)
         const std::string_view n = eventTypeName(t);
         return QString::fromLatin1(n.data(), qsizetype(n.size()));
     };
-    if (kind <= SpanKind::Guard) return labels::reason(FetchReason(kind));
+    if (kind <= SpanKind::Guard) return session::labels::reason(FetchReason(kind));
     switch (kind) {
     case SpanKind::Release:
         return eventName(EventType::Release);
@@ -300,13 +300,13 @@ QString GatherTimeline::kindName(SpanKind kind)
     }
 }
 
-void GatherTimeline::setState(const EngineState &state)
+void GatherTimeline::setState(const core::EngineState &state)
 {
     m_paramNames.clear();
     m_moduleNames.clear();
-    for (const ParamRecord &p : state.params)
+    for (const core::ParamRecord &p : state.params)
         m_paramNames.insert(p.id, QString::fromStdString(p.name));
-    for (const ModuleRecord &m : state.modules)
+    for (const core::ModuleRecord &m : state.modules)
         m_moduleNames.insert(m.id, m.path.empty() ? tr("<root>") : QString::fromStdString(m.path));
     setWorldSize(state.worldSize);
 }
@@ -322,7 +322,7 @@ void GatherTimeline::setTimeOrigin(quint64 tsNs)
     m_spans.setTimeOrigin(tsNs);
 }
 
-void GatherTimeline::appendEvents(std::span<const Event> events)
+void GatherTimeline::appendEvents(std::span<const telemetry::Event> events)
 {
     if (events.empty()) return;
     m_spans.append(events);

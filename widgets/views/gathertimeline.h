@@ -35,12 +35,12 @@ class GatherTimeline : public TimePlot
     ~GatherTimeline() override;
 
     // World size (lanes shown even before a rank sends events) and parameter names.
-    void setState(const EngineState &state);
+    void setState(const core::EngineState &state);
     void setWorldSize(int worldSize);
     // Time zero of the x axis (telemetry clock); without it the first event sets it.
     // Give every plot the same origin to line them up.
     void setTimeOrigin(quint64 tsNs);
-    void appendEvents(std::span<const Event> events);
+    void appendEvents(std::span<const telemetry::Event> events);
     void clear();
 
     // Highlights the spans of these parameters (e.g. the tree's selection).

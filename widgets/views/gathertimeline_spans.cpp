@@ -61,9 +61,9 @@ void GatherSpans::add(int rank, SpanTrack t, const GatherSpan &s)
     ++m_counts[ti];
 }
 
-void GatherSpans::append(std::span<const Event> events)
+void GatherSpans::append(std::span<const telemetry::Event> events)
 {
-    for (const Event &ev : events) {
+    for (const telemetry::Event &ev : events) {
         if (ev.rank >= maxRanks) continue;
         if (!m_hasOrigin) setTimeOrigin(ev.tsNs);
         const int rank = ev.rank;
@@ -71,7 +71,7 @@ void GatherSpans::append(std::span<const Event> events)
         bool kept = true;
         switch (ev.type) {
         case EventType::FetchBegin: {
-            const FetchFields f = readFetch(ev);
+            const telemetry::FetchFields f = telemetry::readFetch(ev);
             Lane &l = lane(rank);
             auto [it, inserted] = m_open.try_emplace(openKey(rank, f.param));
             if (!inserted) --l.rowInFlight[it->second.row]; // re-issued: the new one counts
@@ -82,7 +82,7 @@ void GatherSpans::append(std::span<const Event> events)
             break;
         }
         case EventType::FetchEnd: {
-            const FetchFields f = readFetch(ev);
+            const telemetry::FetchFields f = telemetry::readFetch(ev);
             GatherSpan s{t, t, f.param, f.cause, kindOfReason(f.reason)};
             Lane &l = lane(rank);
             auto it = m_open.find(openKey(rank, f.param));
@@ -100,23 +100,25 @@ void GatherSpans::append(std::span<const Event> events)
             break;
         }
         case EventType::Release: {
-            const ReleaseFields f = readRelease(ev);
+            const telemetry::ReleaseFields f = telemetry::readRelease(ev);
             add(rank, SpanTrack::Mark, GatherSpan{t, t, f.param, f.cause, SpanKind::Release});
             break;
         }
         case EventType::Broadcast:
             add(rank, SpanTrack::Mark,
-                GatherSpan{t, t, readBroadcast(ev).param, kNoModule, SpanKind::Broadcast});
+                GatherSpan{t, t, telemetry::readBroadcast(ev).param, kNoModule,
+                           SpanKind::Broadcast});
             break;
         case EventType::UnregisteredAccess: {
-            const AccessFields f = readAccess(ev);
+            const telemetry::AccessFields f = telemetry::readAccess(ev);
             add(rank, SpanTrack::Violation,
                 GatherSpan{t, t, f.param, f.accessor, SpanKind::Violation});
             break;
         }
         case EventType::GatheredWriteError:
             add(rank, SpanTrack::Violation,
-                GatherSpan{t, t, readGatheredWriteError(ev), kNoModule, SpanKind::Violation});
+                GatherSpan{t, t, telemetry::readGatheredWriteError(ev), kNoModule,
+                           SpanKind::Violation});
             break;
         case EventType::StepBegin: {
             auto [it, inserted] = m_steps.emplace(ev.step, t);

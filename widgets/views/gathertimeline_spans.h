@@ -88,7 +88,7 @@ class GatherSpans
 
     // Events of any type and order; only the ones the timeline draws are kept. Events with
     // a rank at or above maxRanks are ignored (a corrupt record must not create lanes).
-    void append(std::span<const Event> events);
+    void append(std::span<const telemetry::Event> events);
     void clear();
 
     int laneCount() const { return int(m_lanes.size()); }

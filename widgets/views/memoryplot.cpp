@@ -166,10 +166,10 @@ MemoryPlot::MemoryPlot(QWidget *parent)
     });
 }
 
-void MemoryPlot::setState(const EngineState &state)
+void MemoryPlot::setState(const core::EngineState &state)
 {
     std::int64_t elements[2] = {0, 0};
-    for (const ParamRecord &p : state.params)
+    for (const core::ParamRecord &p : state.params)
         elements[p.dtype == DType::BF16 ? 1 : 0] += std::max<std::int64_t>(p.numel, 0);
     const DType dominant = elements[1] > elements[0] ? DType::BF16 : DType::F32;
     setLimit(state.config.maxLiveParameters, int(dtypeSize(dominant)));
@@ -331,16 +331,16 @@ void MemoryPlot::setTimeOrigin(quint64 tsNs)
     m_origin = tsNs;
 }
 
-void MemoryPlot::appendEvents(std::span<const Event> events)
+void MemoryPlot::appendEvents(std::span<const telemetry::Event> events)
 {
-    for (const Event &ev : events) {
+    for (const telemetry::Event &ev : events) {
         if (ev.type != EventType::MemorySample || ev.rank >= kMaxRanks) continue;
         if (!m_hasOrigin) setTimeOrigin(ev.tsNs);
         ensureRanks(ev.rank + 1);
         const double t = double(qint64(ev.tsNs - m_origin)) * 1e-9;
         Pending &p = m_pending[ev.rank];
         p.keys.push_back(t);
-        const MemoryFields m = readMemory(ev);
+        const telemetry::MemoryFields m = telemetry::readMemory(ev);
         const double v[kSeriesCount] = {double(m.partitionedBytes), double(m.gatheredBytes),
                                         double(m.peakGatheredBytes)};
         for (int s = 0; s < kSeriesCount; ++s) {

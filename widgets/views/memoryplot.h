@@ -57,13 +57,13 @@ class MemoryPlot : public TimePlot
 
     // World size (a graph set per rank) and the limit: config.maxLiveParameters times the
     // element size of the dtype that holds most parameter elements.
-    void setState(const EngineState &state);
+    void setState(const core::EngineState &state);
     void setWorldSize(int worldSize);
     // maxLiveElements <= 0 removes the line.
     void setLimit(qint64 maxLiveElements, int bytesPerElement);
     // Time zero of the x axis (telemetry clock); without it the first sample sets it.
     void setTimeOrigin(quint64 tsNs);
-    void appendEvents(std::span<const Event> events);
+    void appendEvents(std::span<const telemetry::Event> events);
     void clear();
 
     void setSeriesVisible(Series s, bool visible);

@@ -13,8 +13,8 @@
 
 namespace shardscope::views {
 
-ModuleTreeView::ModuleTreeView(SessionStore *store, QWidget *parent)
-    : QWidget(parent), m_store(store), m_model(new ModuleTreeModel(store, this)),
+ModuleTreeView::ModuleTreeView(session::SessionStore *store, QWidget *parent)
+    : QWidget(parent), m_store(store), m_model(new models::ModuleTreeModel(store, this)),
       m_tree(new QTreeView(this)), m_filter(new QLineEdit(this)), m_filterTimer(new QTimer(this))
 {
     m_filter->setPlaceholderText(tr("Filter modules and parameters (e.g. lm_head, weight_g)"));
@@ -27,7 +27,7 @@ ModuleTreeView::ModuleTreeView(SessionStore *store, QWidget *parent)
     m_tree->setSelectionBehavior(QAbstractItemView::SelectRows);
     m_tree->setAlternatingRowColors(true);
     m_tree->header()->setStretchLastSection(false);
-    m_tree->setColumnWidth(ModuleTreeModel::Name, 240);
+    m_tree->setColumnWidth(models::ModuleTreeModel::Name, 240);
     m_tree->setObjectName(QStringLiteral("moduleTree"));
     auto *layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
@@ -67,13 +67,13 @@ void ModuleTreeView::saveViewState()
         for (int r = 0; r < m_model->rowCount(parent); ++r) {
             const QModelIndex i = m_model->index(r, 0, parent);
             if (m_tree->isExpanded(i)) {
-                m_expanded.insert(ModuleTreeModel::keyOf(i));
+                m_expanded.insert(models::ModuleTreeModel::keyOf(i));
                 walk(i);
             }
         }
     };
     walk({});
-    m_current = ModuleTreeModel::keyOf(m_tree->currentIndex());
+    m_current = models::ModuleTreeModel::keyOf(m_tree->currentIndex());
 }
 
 void ModuleTreeView::restoreViewState()
@@ -91,7 +91,8 @@ void ModuleTreeView::restoreViewState()
                 m_model->fetchMore(parent);
             for (int r = 0; r < m_model->rowCount(parent); ++r) {
                 const QModelIndex i = m_model->index(r, 0, parent);
-                if (i.data(ModuleTreeModel::KindRole).toInt() == ModuleTreeModel::ModuleNode &&
+                if (i.data(models::ModuleTreeModel::KindRole).toInt() ==
+                        models::ModuleTreeModel::ModuleNode &&
                     depth < 16) {
                     m_tree->expand(i);
                     open(i, depth + 1);
@@ -114,10 +115,10 @@ void ModuleTreeView::onCurrentChanged()
 {
     const QModelIndex i = m_tree->currentIndex();
     if (!i.isValid()) return;
-    if (i.data(ModuleTreeModel::KindRole).toInt() == ModuleTreeModel::ModuleNode)
-        Q_EMIT moduleSelected(i.data(ModuleTreeModel::ModuleIdRole).toUInt());
+    if (i.data(models::ModuleTreeModel::KindRole).toInt() == models::ModuleTreeModel::ModuleNode)
+        Q_EMIT moduleSelected(i.data(models::ModuleTreeModel::ModuleIdRole).toUInt());
     else
-        Q_EMIT paramSelected(i.data(ModuleTreeModel::ParamIdRole).toUInt());
+        Q_EMIT paramSelected(i.data(models::ModuleTreeModel::ParamIdRole).toUInt());
 }
 
 void ModuleTreeView::selectParams(const QList<quint32> &ids)
@@ -133,7 +134,8 @@ void ModuleTreeView::selectParams(const QList<quint32> &ids)
         if (!i.isValid()) continue;
         for (QModelIndex p = i.parent(); p.isValid(); p = p.parent())
             m_tree->expand(p);
-        selection.select(i, m_model->index(i.row(), ModuleTreeModel::ColumnCount - 1, i.parent()));
+        selection.select(
+            i, m_model->index(i.row(), models::ModuleTreeModel::ColumnCount - 1, i.parent()));
         if (!first.isValid()) first = i;
     }
     if (!first.isValid()) return;
@@ -158,8 +160,9 @@ QList<quint32> ModuleTreeView::selectedParams() const
 {
     QList<quint32> ids;
     for (const QModelIndex &i : m_tree->selectionModel()->selectedRows()) {
-        if (i.data(ModuleTreeModel::KindRole).toInt() != ModuleTreeModel::ModuleNode)
-            ids << i.data(ModuleTreeModel::ParamIdRole).toUInt();
+        if (i.data(models::ModuleTreeModel::KindRole).toInt() !=
+            models::ModuleTreeModel::ModuleNode)
+            ids << i.data(models::ModuleTreeModel::ParamIdRole).toUInt();
     }
     return ids;
 }

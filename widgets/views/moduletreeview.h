@@ -14,10 +14,12 @@ class QLineEdit;
 class QTimer;
 class QTreeView;
 
-namespace shardscope {
-class ModuleTreeModel;
+namespace shardscope::session {
 class SessionStore;
-} // namespace shardscope
+} // namespace shardscope::session
+namespace shardscope::models {
+class ModuleTreeModel;
+} // namespace shardscope::models
 
 namespace shardscope::views {
 
@@ -25,9 +27,9 @@ class ModuleTreeView : public QWidget
 {
     Q_OBJECT
   public:
-    explicit ModuleTreeView(SessionStore *store, QWidget *parent = nullptr);
+    explicit ModuleTreeView(session::SessionStore *store, QWidget *parent = nullptr);
 
-    ModuleTreeModel *model() const { return m_model; }
+    models::ModuleTreeModel *model() const { return m_model; }
     QTreeView *treeView() const { return m_tree; }
     QLineEdit *filterEdit() const { return m_filter; }
 
@@ -48,8 +50,8 @@ class ModuleTreeView : public QWidget
     void saveViewState();
     void restoreViewState();
 
-    SessionStore *m_store;
-    ModuleTreeModel *m_model;
+    session::SessionStore *m_store;
+    models::ModuleTreeModel *m_model;
     QTreeView *m_tree;
     QLineEdit *m_filter;
     QTimer *m_filterTimer;

@@ -47,7 +47,7 @@ template <class Label> QString boundedList(std::size_t total, Label label)
 
 } // namespace
 
-ParamDetail::ParamDetail(SessionStore *store, QWidget *parent)
+ParamDetail::ParamDetail(session::SessionStore *store, QWidget *parent)
     : QWidget(parent), m_store(store), m_title(new QLabel(this)), m_form(new QFormLayout),
       m_shards(new QTableWidget(0, 5, this)), m_violationsBox(new QWidget(this)),
       m_violationsLayout(new QVBoxLayout(m_violationsBox))
@@ -98,7 +98,7 @@ ParamDetail::ParamDetail(SessionStore *store, QWidget *parent)
     outer->setContentsMargins(0, 0, 0, 0);
     outer->addWidget(scroll);
 
-    connect(m_store, &SessionStore::updated, this, &ParamDetail::onStoreUpdated);
+    connect(m_store, &session::SessionStore::updated, this, &ParamDetail::onStoreUpdated);
     refresh();
 }
 
@@ -115,7 +115,7 @@ QString ParamDetail::field(const QString &name) const
     return l ? QString(l->text()).remove(QChar(0x200B)) : QString();
 }
 
-void ParamDetail::onStoreUpdated(const StoreChanges &changes)
+void ParamDetail::onStoreUpdated(const session::StoreChanges &changes)
 {
     if (m_param == kNoParam) return;
     if (changes.reset || changes.structure || changes.violations ||
@@ -125,14 +125,14 @@ void ParamDetail::onStoreUpdated(const StoreChanges &changes)
 
 void ParamDetail::refresh()
 {
-    const ParamRecord *p = m_param == kNoParam ? nullptr : m_store->param(m_param);
+    const core::ParamRecord *p = m_param == kNoParam ? nullptr : m_store->param(m_param);
     showFields(p);
     showShards(p);
     showViolations(p);
 }
 
 // The title and the form: what the parameter is, where it is registered, its gathers.
-void ParamDetail::showFields(const ParamRecord *p)
+void ParamDetail::showFields(const core::ParamRecord *p)
 {
     if (!p) {
         m_title->setText(tr("Select a parameter in the tree"));
@@ -140,20 +140,20 @@ void ParamDetail::showFields(const ParamRecord *p)
             l->clear();
         return;
     }
-    m_title->setText(labels::breakable(QString::fromStdString(p->name)) +
+    m_title->setText(session::labels::breakable(QString::fromStdString(p->name)) +
                      (p->late ? tr("  (late parameter)") : QString()));
     auto set = [this](const char *name, const QString &text) {
-        m_fields.value(QString::fromLatin1(name))->setText(labels::breakable(text));
+        m_fields.value(QString::fromLatin1(name))->setText(session::labels::breakable(text));
     };
-    const ModuleRecord *owner = m_store->module(p->owner);
+    const core::ModuleRecord *owner = m_store->module(p->owner);
     set("owner",
         m_store->modulePath(p->owner) +
             (owner ? QStringLiteral(" (%1)").arg(QString::fromStdString(owner->type)) : QString()));
-    set("shape", labels::shape(p->shape));
-    set("dtype", labels::dtype(p->dtype));
-    set("numel", labels::count(static_cast<std::uint64_t>(p->numel)));
-    set("padded numel", labels::count(static_cast<std::uint64_t>(p->paddedNumel)));
-    set("partition numel", labels::count(static_cast<std::uint64_t>(p->partitionNumel)));
+    set("shape", session::labels::shape(p->shape));
+    set("dtype", session::labels::dtype(p->dtype));
+    set("numel", session::labels::count(static_cast<std::uint64_t>(p->numel)));
+    set("padded numel", session::labels::count(static_cast<std::uint64_t>(p->paddedNumel)));
+    set("partition numel", session::labels::count(static_cast<std::uint64_t>(p->partitionNumel)));
     set("partitioned",
         p->persistent    ? tr("no: persistent (below the persistence threshold)")
         : p->partitioned ? tr("yes")
@@ -161,25 +161,25 @@ void ParamDetail::showFields(const ParamRecord *p)
             ? tr("no: created after partitioning; adopt it or create it inside GatheredParameters")
             : tr("no"));
     set("registered on", boundedList(p->externals.size(), [&](std::size_t i) {
-            const ExternalRecord &e = p->externals[i];
+            const core::ExternalRecord &e = p->externals[i];
             return m_store->modulePath(e.module) + (e.automatic ? tr(" (auto)") : tr(" (manual)"));
         }));
     set("active modules", boundedList(p->activeModules.size(), [&](std::size_t i) {
             return m_store->modulePath(p->activeModules[i]);
         }));
-    set("gathers", labels::count(p->gatherCount));
-    set("gathered bytes", labels::bytes(p->gatherBytes));
-    set("gather time", labels::duration(p->gatherNs));
+    set("gathers", session::labels::count(p->gatherCount));
+    set("gathered bytes", session::labels::bytes(p->gatherBytes));
+    set("gather time", session::labels::duration(p->gatherNs));
     const std::uint64_t t0 = m_store->timeOrigin();
     set("last gather", p->lastGatherTsNs == 0
                            ? tr("never")
-                           : tr("at %1").arg(labels::duration(
+                           : tr("at %1").arg(session::labels::duration(
                                  p->lastGatherTsNs >= t0 ? p->lastGatherTsNs - t0 : 0)));
 }
 
 // A row per rank: its shard by core's partition math (the whole tensor on every rank when
 // the parameter is not partitioned) and its status.
-void ParamDetail::showShards(const ParamRecord *p)
+void ParamDetail::showShards(const core::ParamRecord *p)
 {
     if (!p) {
         m_shards->setRowCount(0);
@@ -188,18 +188,19 @@ void ParamDetail::showShards(const ParamRecord *p)
     }
     const int world = std::max<int>(1, static_cast<int>(p->status.size()));
     const bool sharded = p->partitioned && !p->persistent;
-    const PartitionLayout layout =
-        PartitionLayout::make(std::max<std::int64_t>(p->numel, 0), sharded ? world : 1);
+    const core::PartitionLayout layout =
+        core::PartitionLayout::make(std::max<std::int64_t>(p->numel, 0), sharded ? world : 1);
     m_shards->setRowCount(world);
     for (int r = 0; r < world; ++r) {
         const int shard = sharded ? r : 0;
         const QString status = static_cast<std::size_t>(r) < p->status.size()
-                                   ? labels::status(p->status[static_cast<std::size_t>(r)])
+                                   ? session::labels::status(p->status[static_cast<std::size_t>(r)])
                                    : QString();
         const QString cells[] = {
-            QString::number(r), labels::count(static_cast<std::uint64_t>(layout.offset(shard))),
-            labels::count(static_cast<std::uint64_t>(layout.partitionNumel)),
-            labels::count(static_cast<std::uint64_t>(layout.paddingNumel(shard))), status};
+            QString::number(r),
+            session::labels::count(static_cast<std::uint64_t>(layout.offset(shard))),
+            session::labels::count(static_cast<std::uint64_t>(layout.partitionNumel)),
+            session::labels::count(static_cast<std::uint64_t>(layout.paddingNumel(shard))), status};
         for (int c = 0; c < 5; ++c) {
             auto *item = m_shards->item(r, c);
             if (!item) {
@@ -213,7 +214,7 @@ void ParamDetail::showShards(const ParamRecord *p)
 }
 
 // Each violation of the parameter with its count, and the fix line with a Copy button.
-void ParamDetail::showViolations(const ParamRecord *p)
+void ParamDetail::showViolations(const core::ParamRecord *p)
 {
     while (QLayoutItem *item = m_violationsLayout->takeAt(0)) {
         delete item->widget();
@@ -227,12 +228,13 @@ void ParamDetail::showViolations(const ParamRecord *p)
         m_violationsLayout->addWidget(header);
     }
     const QFont mono = QFontDatabase::systemFont(QFontDatabase::FixedFont);
-    for (const ViolationGroup *g : groups) {
+    for (const session::ViolationGroup *g : groups) {
         auto *msg = new QLabel(
             QStringLiteral("%1 × %2: %3")
                 .arg(g->count)
-                .arg(labels::kind(g->kind),
-                     labels::breakable(QString::fromStdString(g->message)).toHtmlEscaped()),
+                .arg(
+                    session::labels::kind(g->kind),
+                    session::labels::breakable(QString::fromStdString(g->message)).toHtmlEscaped()),
             m_violationsBox);
         msg->setWordWrap(true);
         msg->setStyleSheet(QStringLiteral("color: #b01010"));
@@ -243,7 +245,7 @@ void ParamDetail::showViolations(const ParamRecord *p)
         auto *row = new QWidget(m_violationsBox);
         auto *h = new QHBoxLayout(row);
         h->setContentsMargins(0, 0, 0, 0);
-        auto *line = new QLabel(labels::breakable(fix), row);
+        auto *line = new QLabel(session::labels::breakable(fix), row);
         line->setFont(mono);
         line->setWordWrap(true);
         line->setTextInteractionFlags(Qt::TextSelectableByMouse);

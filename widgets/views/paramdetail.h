@@ -13,10 +13,10 @@ class QLabel;
 class QTableWidget;
 class QVBoxLayout;
 
-namespace shardscope {
+namespace shardscope::session {
 class SessionStore;
 struct StoreChanges;
-} // namespace shardscope
+} // namespace shardscope::session
 
 namespace shardscope::views {
 
@@ -24,7 +24,7 @@ class ParamDetail : public QWidget
 {
     Q_OBJECT
   public:
-    explicit ParamDetail(SessionStore *store, QWidget *parent = nullptr);
+    explicit ParamDetail(session::SessionStore *store, QWidget *parent = nullptr);
 
     void showParam(ParamId id); // kNoParam clears
     ParamId shownParam() const { return m_param; }
@@ -40,13 +40,13 @@ class ParamDetail : public QWidget
   private:
     // The three parts of the panel, each shown for p (nullptr: nothing selected).
     void refresh();
-    void showFields(const ParamRecord *p);
-    void showShards(const ParamRecord *p);
-    void showViolations(const ParamRecord *p);
+    void showFields(const core::ParamRecord *p);
+    void showShards(const core::ParamRecord *p);
+    void showViolations(const core::ParamRecord *p);
     void fitShardTable();
-    void onStoreUpdated(const StoreChanges &changes);
+    void onStoreUpdated(const session::StoreChanges &changes);
 
-    SessionStore *m_store;
+    session::SessionStore *m_store;
     ParamId m_param = kNoParam;
     QLabel *m_title;
     QFormLayout *m_form;

@@ -8,7 +8,7 @@
 
 namespace shardscope::views {
 
-InspectorStatusBar::InspectorStatusBar(SessionStore *store, QWidget *parent)
+InspectorStatusBar::InspectorStatusBar(session::SessionStore *store, QWidget *parent)
     : QStatusBar(parent), m_store(store), m_connection(new QLabel(tr("not attached"), this)),
       m_summary(new QLabel(this)), m_rate(new QLabel(this)), m_dropped(new QLabel(this)),
       m_rateTimer(new QTimer(this))
@@ -18,7 +18,7 @@ InspectorStatusBar::InspectorStatusBar(SessionStore *store, QWidget *parent)
     addPermanentWidget(m_summary);
     addPermanentWidget(m_rate);
     addPermanentWidget(m_dropped);
-    connect(m_store, &SessionStore::updated, this, [this](const StoreChanges &c) {
+    connect(m_store, &session::SessionStore::updated, this, [this](const session::StoreChanges &c) {
         if (c.reset || c.summary) updateSummary();
     });
     m_rateTimer->setInterval(1000);
@@ -60,7 +60,7 @@ void InspectorStatusBar::updateSummary()
     if (!m_store->hasState()) {
         m_summary->clear();
     } else {
-        const EngineState &st = m_store->state();
+        const core::EngineState &st = m_store->state();
         QString text = tr("world %1 · %2 · step %3")
                            .arg(st.worldSize)
                            .arg(QString::fromStdString(st.backend))
@@ -69,7 +69,7 @@ void InspectorStatusBar::updateSummary()
         m_summary->setText(text);
     }
     const quint64 dropped = m_store->droppedEvents();
-    m_dropped->setText(tr("dropped %1").arg(labels::count(dropped)));
+    m_dropped->setText(tr("dropped %1").arg(session::labels::count(dropped)));
     m_dropped->setStyleSheet(dropped ? QStringLiteral("color: #b06000") : QString());
 }
 
@@ -78,7 +78,7 @@ void InspectorStatusBar::sampleRate()
     const quint64 total = m_store->totalEvents();
     const quint64 delta = total >= m_lastTotal ? total - m_lastTotal : total;
     m_lastTotal = total;
-    m_rate->setText(tr("%1 events/s").arg(labels::count(delta)));
+    m_rate->setText(tr("%1 events/s").arg(session::labels::count(delta)));
 }
 
 } // namespace shardscope::views

@@ -7,10 +7,10 @@
 class QLabel;
 class QTimer;
 
-namespace shardscope {
+namespace shardscope::session {
 class SessionStore;
 struct StoreChanges;
-} // namespace shardscope
+} // namespace shardscope::session
 
 namespace shardscope::views {
 
@@ -18,7 +18,7 @@ class InspectorStatusBar : public QStatusBar
 {
     Q_OBJECT
   public:
-    explicit InspectorStatusBar(SessionStore *store, QWidget *parent = nullptr);
+    explicit InspectorStatusBar(session::SessionStore *store, QWidget *parent = nullptr);
 
     // ok: connected or a snapshot; false: lost, failed (drawn in red).
     void setConnection(const QString &text, bool ok);
@@ -33,7 +33,7 @@ class InspectorStatusBar : public QStatusBar
   private:
     void sampleRate();
 
-    SessionStore *m_store;
+    session::SessionStore *m_store;
     QLabel *m_connection;
     QLabel *m_summary;
     QLabel *m_rate;

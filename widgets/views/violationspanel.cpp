@@ -15,29 +15,29 @@
 
 namespace shardscope::views {
 
-ViolationsPanel::ViolationsPanel(SessionStore *store, QWidget *parent)
-    : QWidget(parent), m_model(new ViolationsModel(store, this)),
+ViolationsPanel::ViolationsPanel(session::SessionStore *store, QWidget *parent)
+    : QWidget(parent), m_model(new models::ViolationsModel(store, this)),
       m_proxy(new QSortFilterProxyModel(this)), m_table(new QTableView(this)),
       m_message(new QLabel(this)), m_fix(new QLabel(this)),
       m_copy(new QPushButton(tr("Copy fix"), this))
 {
     m_proxy->setSourceModel(m_model);
-    m_proxy->setSortRole(ViolationsModel::SortRole);
+    m_proxy->setSortRole(models::ViolationsModel::SortRole);
     m_table->setModel(m_proxy);
     m_table->setSortingEnabled(true);
-    m_table->sortByColumn(ViolationsModel::Time, Qt::AscendingOrder);
+    m_table->sortByColumn(models::ViolationsModel::Time, Qt::AscendingOrder);
     m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
     m_table->setSelectionMode(QAbstractItemView::SingleSelection);
     m_table->verticalHeader()->hide();
     m_table->verticalHeader()->setDefaultSectionSize(m_table->fontMetrics().height() + 6);
     m_table->horizontalHeader()->setStretchLastSection(true);
     m_table->horizontalHeader()->setDefaultSectionSize(110);
-    m_table->setColumnWidth(ViolationsModel::Time, 70);
-    m_table->setColumnWidth(ViolationsModel::Step, 60);
-    m_table->setColumnWidth(ViolationsModel::Rank, 50);
-    m_table->setColumnWidth(ViolationsModel::Kind, 160);
-    m_table->setColumnWidth(ViolationsModel::Parameter, 160);
-    m_table->setColumnWidth(ViolationsModel::Status, 110);
+    m_table->setColumnWidth(models::ViolationsModel::Time, 70);
+    m_table->setColumnWidth(models::ViolationsModel::Step, 60);
+    m_table->setColumnWidth(models::ViolationsModel::Rank, 50);
+    m_table->setColumnWidth(models::ViolationsModel::Kind, 160);
+    m_table->setColumnWidth(models::ViolationsModel::Parameter, 160);
+    m_table->setColumnWidth(models::ViolationsModel::Status, 110);
     m_table->setObjectName(QStringLiteral("violationsTable"));
     m_message->setWordWrap(true);
     m_message->setTextInteractionFlags(Qt::TextSelectableByMouse);
@@ -73,7 +73,7 @@ ViolationsPanel::ViolationsPanel(SessionStore *store, QWidget *parent)
 QString ViolationsPanel::currentFix() const
 {
     const QModelIndex i = m_table->currentIndex();
-    return i.isValid() ? i.data(ViolationsModel::FixRole).toString() : QString();
+    return i.isValid() ? i.data(models::ViolationsModel::FixRole).toString() : QString();
 }
 
 void ViolationsPanel::selectRow(int sourceRow)
@@ -93,16 +93,16 @@ void ViolationsPanel::onCurrentChanged()
         m_copy->setEnabled(false);
         return;
     }
-    m_message->setText(i.data(ViolationsModel::MessageRole).toString());
+    m_message->setText(i.data(models::ViolationsModel::MessageRole).toString());
     const QString fix = currentFix();
     m_fix->setText(fix);
     m_copy->setEnabled(!fix.isEmpty());
-    const QVariant param = i.data(ViolationsModel::ParamIdRole);
+    const QVariant param = i.data(models::ViolationsModel::ParamIdRole);
     if (sender() == m_table->selectionModel()) {
         if (param.isValid())
             Q_EMIT paramSelected(param.toUInt());
-        else if (i.data(ViolationsModel::AccessorIdRole).isValid())
-            Q_EMIT moduleSelected(i.data(ViolationsModel::AccessorIdRole).toUInt());
+        else if (i.data(models::ViolationsModel::AccessorIdRole).isValid())
+            Q_EMIT moduleSelected(i.data(models::ViolationsModel::AccessorIdRole).toUInt());
     }
 }
 

@@ -9,10 +9,12 @@ class QPushButton;
 class QSortFilterProxyModel;
 class QTableView;
 
-namespace shardscope {
+namespace shardscope::session {
 class SessionStore;
+} // namespace shardscope::session
+namespace shardscope::models {
 class ViolationsModel;
-} // namespace shardscope
+} // namespace shardscope::models
 
 namespace shardscope::views {
 
@@ -20,9 +22,9 @@ class ViolationsPanel : public QWidget
 {
     Q_OBJECT
   public:
-    explicit ViolationsPanel(SessionStore *store, QWidget *parent = nullptr);
+    explicit ViolationsPanel(session::SessionStore *store, QWidget *parent = nullptr);
 
-    ViolationsModel *model() const { return m_model; }
+    models::ViolationsModel *model() const { return m_model; }
     QTableView *tableView() const { return m_table; }
     // The fix line of the selected row (empty when none or no fix exists).
     QString currentFix() const;
@@ -36,7 +38,7 @@ class ViolationsPanel : public QWidget
   private:
     void onCurrentChanged();
 
-    ViolationsModel *m_model;
+    models::ViolationsModel *m_model;
     QSortFilterProxyModel *m_proxy;
     QTableView *m_table;
     QLabel *m_message;
