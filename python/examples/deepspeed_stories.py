@@ -136,6 +136,9 @@ def main():
     parser.add_argument("--toggle", type=int, default=0, metavar="K",
                         help="pause and resume the agent every K steps (what it costs, within one run)")
     parser.add_argument("--hidden", type=int, default=16)
+    parser.add_argument("--grad-accum", type=int, default=1, metavar="K",
+                        help="gradient_accumulation_steps: K micro-batches (forward, backward, "
+                             "engine.step()) per optimizer step; engine.backward gets loss= by name")
     parser.add_argument("--profile", default="", help="cProfile rank 0's training loop into this file")
     parser.add_argument("--wait-before-build", default="", metavar="PATH",
                         help="wait until PATH exists before building the model")
@@ -156,7 +159,8 @@ def main():
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     vocab, hidden = 37, args.hidden
     times = []
-    config = {"train_batch_size": 4 * world,
+    config = {"train_batch_size": 4 * world * args.grad_accum,
+              "gradient_accumulation_steps": args.grad_accum,
               "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
               "zero_allow_untested_optimizer": True}
     torch.manual_seed(0)
@@ -187,14 +191,18 @@ def main():
             if rank == args.kill_rank and step + 1 == args.kill_at_step:
                 engine.module.fc.register_forward_pre_hook(die)
             began, cpu, process_cpu = time.perf_counter(), time.thread_time(), time.process_time()
-            ids = torch.randint(0, vocab, (4, 8), generator=g)
-            if args.own_mode and step + 1 == args.steps:
-                logits = forward_in_own_mode(engine, ids)
-            else:
-                logits = engine.module(ids) if args.call_module else engine(ids)
-            loss = F.cross_entropy(logits[:, :-1].reshape(-1, vocab), ids[:, 1:].reshape(-1))
-            engine.backward(loss)
-            engine.step()
+            for micro in range(args.grad_accum):
+                ids = torch.randint(0, vocab, (4, 8), generator=g)
+                if args.own_mode and step + 1 == args.steps:
+                    logits = forward_in_own_mode(engine, ids)
+                else:
+                    logits = engine.module(ids) if args.call_module else engine(ids)
+                loss = F.cross_entropy(logits[:, :-1].reshape(-1, vocab), ids[:, 1:].reshape(-1))
+                if args.grad_accum > 1:
+                    engine.backward(loss=loss)
+                else:
+                    engine.backward(loss)
+                engine.step()  # steps the optimizer on the last micro-batch only
             times.append((time.perf_counter() - began, time.thread_time() - cpu,
                           time.process_time() - process_cpu, int(observed and not args.no_agent)))
             if args.read_outside:  # story 1: the embedding read in the training loop

@@ -288,32 +288,11 @@ def install(observer):
     patches.replace(Gathered, "__enter__", _gathered_enter)
     patches.replace(Gathered, "__exit__", _gathered_exit)
 
-    # ---- steps
-    forward = Engine.forward
-    backward = Engine.backward
-    step = Engine.step
-
-    def _forward(self, *args, **kwargs):
-        observer.on_engine_forward(self)
-        return forward(self, *args, **kwargs)
-
-    def _backward(self, loss, *args, **kwargs):
-        observer.on_engine_backward(self, loss)
-        try:
-            return backward(self, loss, *args, **kwargs)
-        finally:
-            observer.on_engine_backward_done(self)
-
-    def _step(self, *args, **kwargs):
-        before = self.global_steps
-        try:
-            return step(self, *args, **kwargs)
-        finally:
-            observer.on_engine_step(self, self.global_steps != before)
-
-    patches.replace(Engine, "forward", _forward)
-    patches.replace(Engine, "backward", _backward)
-    patches.replace(Engine, "step", _step)
+    # ---- steps (native hooks: HotPath begins a step on the engine's first forward, keeps
+    # the loss handed to backward, closes the scopes backward leaves open, and ends the step
+    # when step() stepped)
+    for name in ("forward", "backward", "step"):
+        patches.replace(Engine, name, observer.hot.engine_hook(getattr(Engine, name), name))
 
     # ---- late parameters adopted, and the engine itself
     convert = Offload._convert_to_zero_parameters

@@ -318,8 +318,6 @@ class _Agent:
         self.late = {}  # id(param) -> provisional id, late parameters not yet adopted
         self.next_late_id = 1 << 20
         self.adopted = set()  # ds_ids of late parameters deepspeed.initialize converted
-        self.in_step = False
-        self.loss = None
         self.paths = {}  # our module id -> dotted path
         self.published = set()  # ds_ids the native state lists
         self.suspects = _Suspects(self)
@@ -406,6 +404,7 @@ class _Agent:
                 self.ds_pause()  # parameters of their own class again, not only the patches out
             self.uninstall()
         finally:
+            self.hot.set_engine(None)  # and the last step's loss
             try:
                 self.native.finish()
             except RuntimeError as e:
@@ -687,31 +686,19 @@ class _Agent:
     def on_gathered_exited(self, params):
         self.gathered -= 1
 
+    @property
+    def in_step(self):
+        return self.hot.in_step
+
     def on_engine_forward(self, engine):
-        if self.engine is None:
-            self.attach(engine)
-        if self.in_step:
+        """The first forward of an engine the agent has not attached to (the native forward
+        hook handles every later one): attach, then begin the step as the hook would."""
+        self.attach(engine)
+        if self.hot.in_step:
             self.hot.close_scopes()
         else:
-            self.in_step = True
+            self.hot.in_step = True
             self.hot.begin_step(int(getattr(engine, "global_steps", -1)) + 1)
-
-    def on_engine_backward(self, engine, loss):
-        self.loss = loss
-
-    def on_engine_backward_done(self, engine):
-        # DeepSpeed's post-backward hook never runs for a module whose inputs need no
-        # gradient (the embedding): its backward scope ends with the backward pass.
-        self.hot.close_scopes()
-
-    def close_scopes(self):
-        self.hot.close_scopes()
-
-    def on_engine_step(self, engine, stepped):
-        if stepped and self.in_step:
-            self.in_step = False
-            loss, self.loss = self.loss, None
-            self.hot.end_step(_loss_value(loss))
 
     def on_late_adopted(self, module, params):
         for param in params:
@@ -745,6 +732,7 @@ class _Agent:
                 f"this DeepSpeed engine runs ZeRO stage {stage}; shardscope.deepspeed inspects "
                 f"ZeRO-3 (set \"zero_optimization\": {{\"stage\": 3}} in the DeepSpeed config)")
         self.engine = engine
+        self.hot.set_engine(engine)
         zc = engine.zero_optimization() if hasattr(engine, "zero_optimization") else None
         cfg = getattr(engine, "_config", None)
         z = getattr(cfg, "zero_config", None)
@@ -760,19 +748,6 @@ class _Agent:
                 pid = self.param_id(param)
                 if pid is not None:
                     self.native.register_external(self.module_id(m), pid, False)
-
-
-def _loss_value(loss):
-    """The loss handed to engine.backward as one number (its mean if it is not a scalar)."""
-    if loss is None:
-        return float("nan")
-    try:
-        return float(loss)
-    except Exception:
-        try:
-            return float(loss.detach().float().mean())
-        except Exception:
-            return float("nan")
 
 
 def _backend_name():

@@ -2,6 +2,7 @@
 
 #include <structmember.h>
 
+#include <limits>
 #include <new>
 #include <string>
 
@@ -125,8 +126,68 @@ void scopeHookDealloc(PyObject *self)
     Py_DECREF(type);
 }
 
+// DeepSpeedEngine.forward, .backward or .step replaced, the same way: a raw vectorcall
+// callable that binds as a method and hands every argument on unchanged, keywords included.
+struct EngineHook
+{
+    PyObject_HEAD vectorcallfunc vectorcall;
+    std::shared_ptr<HotPath> hot;
+    PyObject *original;
+    HotPath::EngineCall call;
+};
+
+PyObject *engineHookCall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    auto *h = reinterpret_cast<EngineHook *>(self);
+    if (PyVectorcall_NARGS(nargsf) < 1) // unbound and without self: the original's own error
+        return PyObject_Vectorcall(h->original, args, nargsf, kwnames);
+    try {
+        return h->hot->engineCall(h->original, args, nargsf, kwnames, h->call);
+    } catch (py::error_already_set &e) {
+        e.restore();
+    } catch (const std::exception &e) {
+        PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+    return nullptr;
+}
+
+void engineHookDealloc(PyObject *self)
+{
+    auto *h = reinterpret_cast<EngineHook *>(self);
+    PyTypeObject *type = Py_TYPE(self);
+    h->hot.~shared_ptr();
+    Py_XDECREF(h->original);
+    type->tp_free(self);
+    Py_DECREF(type);
+}
+
+// Runs after(), then returns r; when r is nullptr the pending Python error survives after()
+// (which must not raise then: its own errors are dropped, DeepSpeed's is what the user sees).
+template <typename After> PyObject *finally(PyObject *r, After &&after)
+{
+    if (!r) {
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        try {
+            after();
+        } catch (py::error_already_set &) {
+        } catch (const std::exception &) {
+        }
+        PyErr_Restore(type, value, traceback);
+        return nullptr;
+    }
+    try {
+        after();
+    } catch (...) {
+        Py_DECREF(r);
+        throw;
+    }
+    return r;
+}
+
 PyTypeObject *g_statusDescriptorType = nullptr;
 PyTypeObject *g_scopeHookType = nullptr;
+PyTypeObject *g_engineHookType = nullptr;
 
 PyTypeObject *makeType(const char *name, int basicSize, unsigned flags, PyType_Slot *slots)
 {
@@ -155,6 +216,21 @@ void makeTypes()
         {Py_tp_members, hookMembers},
         {Py_tp_doc, const_cast<char *>("one of DeepSpeed's module scope functions, observed")},
         {0, nullptr}};
+    static PyMemberDef engineHookMembers[] = {
+        {const_cast<char *>("__vectorcalloffset__"), T_PYSSIZET,
+         static_cast<Py_ssize_t>(offsetof(EngineHook, vectorcall)), READONLY, nullptr},
+        {nullptr, 0, 0, 0, nullptr}};
+    static PyType_Slot engineHookSlots[] = {
+        {Py_tp_call, reinterpret_cast<void *>(PyVectorcall_Call)},
+        {Py_tp_descr_get, reinterpret_cast<void *>(scopeHookGet)},
+        {Py_tp_dealloc, reinterpret_cast<void *>(engineHookDealloc)},
+        {Py_tp_members, engineHookMembers},
+        {Py_tp_doc, const_cast<char *>("DeepSpeedEngine.forward, backward or step, observed")},
+        {0, nullptr}};
+    g_engineHookType = makeType("shardscope._native.EngineHook", sizeof(EngineHook),
+                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+                                    Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+                                engineHookSlots);
     g_statusDescriptorType =
         makeType("shardscope._native.StatusDescriptor", sizeof(StatusDescriptor),
                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, descriptorSlots);
@@ -390,24 +466,110 @@ PyObject *HotPath::scopeEnd(PyObject *original, PyObject *const *args, std::size
                             Phase phase)
 {
     PyObject *r = PyObject_Vectorcall(original, args, nargsf, nullptr);
-    if (!r) { // DeepSpeed's exception reaches the caller unchanged
-        PyObject *type, *value, *traceback;
-        PyErr_Fetch(&type, &value, &traceback);
-        try {
-            exit(args[1], phase);
-        } catch (py::error_already_set &) {
-        } catch (const std::exception &) {
+    return finally(r, [&] { exit(args[1], phase); }); // DeepSpeed's exception unchanged
+}
+
+void HotPath::setEngine(py::object engine)
+{
+    m_engine = std::move(engine);
+    if (m_engine.is_none()) {
+        m_engine = py::object();
+        m_loss = py::object();
+        inStep = false;
+    }
+}
+
+long long HotPath::globalSteps(PyObject *engine)
+{
+    PyObject *steps = PyObject_GetAttr(engine, m_kGlobalSteps.ptr());
+    if (!steps) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) throw py::error_already_set();
+        PyErr_Clear();
+        return -1;
+    }
+    const long long n = PyLong_AsLongLong(steps);
+    Py_DECREF(steps);
+    if (n == -1 && PyErr_Occurred()) throw py::error_already_set();
+    return n;
+}
+
+double HotPath::lossValue()
+{
+    py::object loss = std::move(m_loss);
+    m_loss = py::object();
+    if (!loss || loss.is_none()) return std::numeric_limits<double>::quiet_NaN();
+    if (PyObject *f = PyNumber_Float(loss.ptr())) { // a scalar tensor: its item()
+        const double v = PyFloat_AS_DOUBLE(f);
+        Py_DECREF(f);
+        return v;
+    }
+    PyErr_Clear();
+    try { // not a scalar: its mean
+        return loss.attr("detach")().attr("float")().attr("mean")().cast<double>();
+    } catch (py::error_already_set &) {
+        return std::numeric_limits<double>::quiet_NaN();
+    } catch (const py::cast_error &) {
+        return std::numeric_limits<double>::quiet_NaN();
+    }
+}
+
+PyObject *HotPath::engineCall(PyObject *original, PyObject *const *args, std::size_t nargsf,
+                              PyObject *kwnames, EngineCall call)
+{
+    switch (call) {
+    case EngineCall::Forward: return engineForward(original, args, nargsf, kwnames);
+    case EngineCall::Backward: return engineBackward(original, args, nargsf, kwnames);
+    case EngineCall::Step: return engineStep(original, args, nargsf, kwnames);
+    }
+    return PyObject_Vectorcall(original, args, nargsf, kwnames);
+}
+
+PyObject *HotPath::engineForward(PyObject *original, PyObject *const *args, std::size_t nargsf,
+                                 PyObject *kwnames)
+{
+    PyObject *engine = args[0];
+    if (!m_engine || engine != m_engine.ptr())
+        observer().attr("on_engine_forward")(py::handle(engine)); // attaches: rare
+    else if (inStep)
+        closeScopes(); // a second forward within the step (gradient accumulation, eval)
+    else {
+        inStep = true;
+        beginStep(static_cast<std::uint32_t>(globalSteps(engine) + 1));
+    }
+    return PyObject_Vectorcall(original, args, nargsf, kwnames);
+}
+
+PyObject *HotPath::engineBackward(PyObject *original, PyObject *const *args, std::size_t nargsf,
+                                  PyObject *kwnames)
+{
+    // backward(self, loss, ...): the loss is the first argument after self, or loss=...
+    const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (n >= 2) {
+        m_loss = py::reinterpret_borrow<py::object>(args[1]);
+    } else if (kwnames) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); ++i)
+            if (PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, i), m_kLoss.ptr()) == 0)
+                m_loss = py::reinterpret_borrow<py::object>(args[n + i]);
+    }
+    PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
+    // DeepSpeed's post-backward hook never runs for a module whose inputs need no gradient
+    // (the embedding): its backward scope ends with the backward pass.
+    return finally(r, [&] { closeScopes(); });
+}
+
+PyObject *HotPath::engineStep(PyObject *original, PyObject *const *args, std::size_t nargsf,
+                              PyObject *kwnames)
+{
+    PyObject *engine = args[0];
+    const long long before = globalSteps(engine);
+    PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
+    return finally(r, [&] {
+        // A step that did not step (gradient accumulation's micro-steps) does not end one.
+        if (globalSteps(engine) != before && inStep) {
+            inStep = false;
+            endStep(lossValue());
         }
-        PyErr_Restore(type, value, traceback);
-        return nullptr;
-    }
-    try {
-        exit(args[1], phase);
-    } catch (...) {
-        Py_DECREF(r);
-        throw;
-    }
-    return r;
+    });
 }
 
 py::object HotPath::statusDescriptor()
@@ -429,6 +591,18 @@ py::object HotPath::scopeHook(py::object original, Phase phase, bool begin)
     h->original = original.release().ptr();
     h->phase = phase;
     h->begin = begin;
+    return py::reinterpret_steal<py::object>(o);
+}
+
+py::object HotPath::engineHook(py::object original, EngineCall call)
+{
+    PyObject *o = g_engineHookType->tp_alloc(g_engineHookType, 0);
+    if (!o) throw py::error_already_set();
+    auto *h = reinterpret_cast<EngineHook *>(o);
+    new (&h->hot) std::shared_ptr<HotPath>(shared_from_this());
+    h->vectorcall = engineHookCall;
+    h->original = original.release().ptr();
+    h->call = call;
     return py::reinterpret_steal<py::object>(o);
 }
 
@@ -454,6 +628,18 @@ void bindHotPath(py::module_ &m, AgentState &(*stateOf)(py::handle agent))
              [phaseOf](HotPath &h, py::object original, int phase, bool begin) {
                  return h.scopeHook(std::move(original), phaseOf(phase), begin);
              })
+        .def("engine_hook",
+             [](HotPath &h, py::object original, const std::string &call) {
+                 if (call == "forward")
+                     return h.engineHook(std::move(original), HotPath::EngineCall::Forward);
+                 if (call == "backward")
+                     return h.engineHook(std::move(original), HotPath::EngineCall::Backward);
+                 if (call == "step")
+                     return h.engineHook(std::move(original), HotPath::EngineCall::Step);
+                 throw py::value_error("engine_hook: call must be forward, backward or step");
+             })
+        .def("set_engine", &HotPath::setEngine)
+        .def_readwrite("in_step", &HotPath::inStep)
         .def("close_scopes", &HotPath::closeScopes)
         .def("begin_step", &HotPath::beginStep)
         .def("end_step", &HotPath::endStep)

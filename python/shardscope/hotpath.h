@@ -51,6 +51,20 @@ class HotPath : public std::enable_shared_from_this<HotPath>
                          Phase phase);
     PyObject *scopeEnd(PyObject *original, PyObject *const *args, std::size_t nargsf, Phase phase);
 
+    // A replacement for DeepSpeedEngine.forward, .backward or .step: calls original with the
+    // same arguments inside the step's bookkeeping (docs/deepspeed.md, "What is observed
+    // where"). Native like the scope hooks: a Python wrapper frame around each of the three
+    // cost the small model's step 1-2 % (docs/performance.md, section 10).
+    enum class EngineCall { Forward, Backward, Step };
+    py::object engineHook(py::object original, EngineCall call);
+    // Its call (args[0]: the DeepSpeedEngine): a new reference, or nullptr with the Python
+    // error set (DeepSpeed's own, unchanged).
+    PyObject *engineCall(PyObject *original, PyObject *const *args, std::size_t nargsf,
+                         PyObject *kwnames, EngineCall call);
+    // The engine the observer attached to (None: none). A forward of any other engine goes
+    // to the observer's on_engine_forward, which attaches (rare).
+    void setEngine(py::object engine);
+
     void enter(py::handle module, Phase phase);
     void exit(py::handle module, Phase phase);
     void closeScopes(); // every open scope exits (end of forward/backward, pause)
@@ -77,6 +91,7 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     int gathered = 0;  // depth of GatheredParameters scopes being entered or exited
     int autoDepth = 0; // depth of DeepSpeed's automatic registration
     bool slow = false; // suspect reads exist: the observer must hear of scopes and gathers
+    bool inStep = false; // a step began (forward) and has not ended (step that stepped)
 
   private:
     struct Scope
@@ -93,6 +108,14 @@ class HotPath : public std::enable_shared_from_this<HotPath>
         Own own;
     };
 
+    PyObject *engineForward(PyObject *original, PyObject *const *args, std::size_t nargsf,
+                            PyObject *kwnames);
+    PyObject *engineBackward(PyObject *original, PyObject *const *args, std::size_t nargsf,
+                             PyObject *kwnames);
+    PyObject *engineStep(PyObject *original, PyObject *const *args, std::size_t nargsf,
+                         PyObject *kwnames);
+    long long globalSteps(PyObject *engine); // engine.global_steps, -1 without one
+    double lossValue();                      // the loss handed to backward, as one number
     ModuleId moduleId(py::handle module);
     Own ownOf(ModuleId id, py::handle module);
     int statusCode(PyObject *s) const;
@@ -104,6 +127,9 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     PyObject *m_status[3];       // borrowed from m_statusRefs
     py::object m_statusRefs[3];
     py::str m_kStatus{"ds_status"}, m_kId{"ds_id"}, m_kModuleId{"_shardscope_id"};
+    py::object m_engine; // the attached DeepSpeedEngine, or None
+    py::object m_loss;   // what the step's backward was given, or None
+    py::str m_kGlobalSteps{"global_steps"}, m_kLoss{"loss"};
     std::vector<Scope> m_stack;
     std::optional<Fetching> m_fetching;
     std::unordered_map<ModuleId, Own> m_own;

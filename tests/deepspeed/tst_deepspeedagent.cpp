@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <bit>
+#include <map>
 #include <set>
 
 #include "snapshotschema.h"
@@ -381,6 +382,41 @@ class TestDeepSpeedAgent : public QObject
             QVERIFY(fetches > 0);
             for (const json &p : s["params"])
                 QVERIFY2(p["status"] == "NN", p.dump().c_str());
+            QVERIFY2(s["violations"].empty(), s["violations"].dump().c_str());
+        }
+    }
+
+    // gradient_accumulation_steps 2 (--grad-accum 2, engine.backward(loss=...)): two
+    // forwards, backwards and engine.step() calls per optimizer step. A step begins at the
+    // first forward and ends once, when DeepSpeed's global_steps advances, with the loss of
+    // the last micro-batch; the second forward closes no step and opens its own scopes.
+    void gradientAccumulationEndsOneStepPerOptimizerStep()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const Run r = run({"--externals", "manual", "--weight-norm", "workaround", "--steps", "2",
+                           "--grad-accum", "2", "--snapshot-out", snapshotArg("accum")});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.err + r.out));
+        const std::vector<json> snaps = snapshots("accum");
+        QCOMPARE(snaps.size(), std::size_t(2));
+        for (const json &s : snaps) {
+            QCOMPARE(s["engine"]["step"].get<int>(), 2);
+            const int fc = moduleIdOf(s, "fc");
+            std::vector<int> begun, ended;
+            std::map<int, int> fcForwards; // step -> forward entries of fc
+            for (const json &e : shardscope::test::eventList(s)) {
+                if (e["type"] == "step_begin") begun.push_back(e["step"].get<int>());
+                if (e["type"] == "step_end") {
+                    ended.push_back(e["step"].get<int>());
+                    const double loss = std::bit_cast<double>(e["u0"].get<std::uint64_t>());
+                    QVERIFY2(loss > 1.0 && loss < 10.0, e.dump().c_str());
+                }
+                if (e["type"] == "module_enter" && e["a"] == fc && e["flags"] == 0)
+                    ++fcForwards[e["step"].get<int>()];
+            }
+            QVERIFY2(begun == (std::vector<int>{1, 2}), shardscope::test::eventList(s).dump().c_str());
+            QVERIFY2(ended == (std::vector<int>{1, 2}), shardscope::test::eventList(s).dump().c_str());
+            QVERIFY2(fcForwards == (std::map<int, int>{{1, 2}, {2, 2}}),
+                     shardscope::test::eventList(s).dump().c_str());
             QVERIFY2(s["violations"].empty(), s["violations"].dump().c_str());
         }
     }
