@@ -1,5 +1,6 @@
 // A SessionStore fed by several processes of one job (its sources): their states are merged
-// onto global ranks, never replace each other, and a state of another job changes nothing.
+// onto global ranks, never replace each other (a lost process keeps its part), and a state of
+// another job changes nothing.
 
 #include <QtTest>
 
@@ -9,12 +10,12 @@ using namespace shardscope;
 
 namespace {
 
-// What the process running `rank` of a 2-rank job sends: its rank's view.
-core::EngineState rankState(int rank, ParamStatus mine, std::uint64_t gathers)
+// What the process running `rank` of a `world`-rank job sends: its rank's view.
+core::EngineState rankState(int rank, ParamStatus mine, std::uint64_t gathers, int world = 2)
 {
     core::EngineState st;
     st.modelName = "TinyLM";
-    st.worldSize = 2;
+    st.worldSize = world;
     st.backend = "gloo";
     st.step = 5;
     st.localRanks = {rank};
@@ -24,7 +25,7 @@ core::EngineState rankState(int rank, ParamStatus mine, std::uint64_t gathers)
     p.id = 0;
     p.name = "embed.weight";
     p.owner = 1;
-    p.status = {ParamStatus::NotAvailable, ParamStatus::NotAvailable};
+    p.status.assign(static_cast<std::size_t>(world), ParamStatus::NotAvailable);
     p.status[static_cast<std::size_t>(rank)] = mine;
     p.gatherCount = gathers;
     st.params = {p};
@@ -86,6 +87,36 @@ class TestSourceStates : public QObject
         store.setSourceDropped(1, 4);
         store.setSourceDropped(0, 5);
         QCOMPARE(store.droppedEvents(), std::uint64_t(9));
+    }
+
+    // A job's processes attach together: their first states come within one merge interval.
+    // The coalesced merge shows every one of them without being forced, and a process that is
+    // then lost (it sends nothing more) keeps its part through the others' later merges.
+    void aLostProcessKeepsItsPartOfTheJob()
+    {
+        session::SessionStore store;
+        store.setRefreshIntervalMs(10);
+        for (int r = 0; r < 3; ++r)
+            QCOMPARE(store.applySourceState(r, rankState(r, ParamStatus::Inflight, 1, 3)),
+                     QString());
+        QTRY_COMPARE_WITH_TIMEOUT(store.state().localRanks, (std::vector<int>{0, 1, 2}), 5000);
+
+        // Rank 1's process is killed at step 5; the others go on and send newer states.
+        for (int r : {0, 2}) {
+            core::EngineState later = rankState(r, ParamStatus::Available, 4, 3);
+            later.step = 6;
+            QCOMPARE(store.applySourceState(r, std::move(later)), QString());
+        }
+        store.mergeSources();
+        QCOMPARE(store.step(), std::uint32_t(6));
+        QCOMPARE(store.state().localRanks, (std::vector<int>{0, 1, 2}));
+        const core::ParamRecord *p = store.param(0);
+        QVERIFY(p);
+        QCOMPARE(p->status, (std::vector<ParamStatus>{ParamStatus::Available, ParamStatus::Inflight,
+                                                      ParamStatus::Available}));
+        QCOMPARE(p->gatherCount, std::uint64_t(9));
+        QCOMPARE(store.violationGroups().size(), std::size_t(1));
+        QCOMPARE(store.violationGroups()[0].rankMask, std::uint64_t(7));
     }
 };
 
