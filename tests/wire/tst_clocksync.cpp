@@ -116,8 +116,10 @@ void TestClockSync::clockMessagesRoundTripAndRejectBadLengths()
     QVERIFY(!decodeClockRequest(std::string(7, '\0')));
     QVERIFY(!decodeClockReply(std::string(8, '\0')));
     QVERIFY(!decodeClockReply(std::string(17, '\0')));
-    // Types 10 and 11 are frames a decoder accepts, with their names.
-    QVERIFY(isKnownMessageType(10) && isKnownMessageType(11) && !isKnownMessageType(12));
+    // Types 10 and 11 are frames a decoder accepts, with their names (12 is StateBinary; 13 is
+    // not a type).
+    QVERIFY(isKnownMessageType(10) && isKnownMessageType(11) && isKnownMessageType(12) &&
+            !isKnownMessageType(13));
     QCOMPARE(messageTypeName(MessageType::ClockRequest), std::string_view("clock_request"));
     QCOMPARE(messageTypeName(MessageType::ClockReply), std::string_view("clock_reply"));
 }
