@@ -215,6 +215,7 @@ struct Inspector::Impl
     // Server thread only.
     std::vector<Client> clients;
     std::vector<telemetry::Event> batch;
+    std::string frameBuffer; // fanOut's EventBatch frame, reused
     bool stateDirty = false;
     Clock::time_point lastState = Clock::now();
     Clock::time_point lastTrim{};
@@ -589,10 +590,12 @@ void Inspector::Impl::fanOut(const std::vector<telemetry::Event> &events)
     published.fetch_add(events.size(), std::memory_order_relaxed);
     for (std::size_t i = 0; i < events.size(); i += kEventsPerFrame) {
         const std::size_t n = std::min(kEventsPerFrame, events.size() - i);
-        std::string frame;
-        wire::appendFrame(
-            frame, wire::MessageType::EventBatch,
-            wire::encodeEvents(std::span<const telemetry::Event>(events.data() + i, n)));
+        const std::span<const telemetry::Event> part(events.data() + i, n);
+        // Framed once, in a buffer kept between wakeups, then copied into each queue.
+        std::string &frame = frameBuffer;
+        frame.clear();
+        wire::appendFrameHeader(frame, wire::MessageType::EventBatch, part.size_bytes());
+        wire::appendEvents(frame, part);
         for (Client &c : clients) {
             if (c.phase != Client::Phase::Live) continue;
             c.offered += n;

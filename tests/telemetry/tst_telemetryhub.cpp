@@ -35,6 +35,7 @@ class TestTelemetryHub : public QObject
     void hubStampsZeroTimestampsAndCountsUnknownRanks();
     void concurrentRanksLoseNothingUncounted();
     void historyKeepsTheLastNInOrder();
+    void historyWrapsAcrossItsBlocks();
 };
 
 void TestTelemetryHub::ringRoundsUpToAPowerOfTwo()
@@ -214,6 +215,43 @@ void TestTelemetryHub::historyKeepsTheLastNInOrder()
     telemetry::EventHistory none(0);
     none.append(big);
     QVERIFY(none.events().empty());
+}
+
+// A capacity that is not a multiple of the block: runs that cross blocks, the partial last
+// block and the ring's end, checked against the sequence numbers that must remain.
+void TestTelemetryHub::historyWrapsAcrossItsBlocks()
+{
+    constexpr std::size_t kBlock = telemetry::EventHistory::kBlockEvents;
+    const std::size_t capacity = 2 * kBlock + 1000;
+    telemetry::EventHistory h(capacity);
+    std::uint64_t next = 0;
+    auto appendRun = [&](std::size_t n) {
+        std::vector<telemetry::Event> run;
+        for (std::size_t i = 0; i < n; ++i)
+            run.push_back(seq(1, next++));
+        h.append(run);
+    };
+    auto check = [&](const char *when) {
+        const auto ev = h.events();
+        const std::size_t expected = std::min<std::size_t>(next, capacity);
+        QVERIFY2(ev.size() == expected, when);
+        for (std::size_t i = 0; i < ev.size(); ++i)
+            QVERIFY2(ev[i].u0 == next - expected + i, when);
+        const auto last = h.newest(3);
+        QVERIFY2(last.size() == 3 && last.back().u0 == next - 1 && last.front().u0 == next - 3,
+                 when);
+    };
+    appendRun(kBlock - 10);
+    appendRun(25); // crosses into the second block
+    check("growing");
+    appendRun(kBlock + 990); // fills the partial third block exactly
+    QCOMPARE(h.size(), capacity);
+    check("full");
+    for (std::size_t n : {std::size_t(7), kBlock + 3, std::size_t(1500), 2 * kBlock})
+        appendRun(n); // overwrite the oldest, across blocks and around the end
+    check("wrapped");
+    appendRun(capacity + 17); // more than it holds at once: the newest capacity events
+    check("replaced");
 }
 
 QTEST_APPLESS_MAIN(TestTelemetryHub)
