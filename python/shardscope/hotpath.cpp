@@ -233,11 +233,26 @@ Hook *makeHook(std::shared_ptr<HotPath> hot, vectorcallfunc observe, py::object 
 
 } // namespace
 
+namespace {
+
+py::str nameOf(const py::dict &names, const char *key)
+{
+    if (!names.contains(key))
+        throw py::value_error(std::string("HotPath: names lacks '") + key + "'");
+    return py::str(names[key]);
+}
+
+} // namespace
+
 HotPath::HotPath(server::AgentState &state, py::object agent, py::object observer,
-                 py::object notAvailable, py::object inflight, py::object available)
+                 py::object notAvailable, py::object inflight, py::object available,
+                 const py::dict &names)
     : m_state(state), m_agent(std::move(agent)),
       m_observer(observer), m_statusRefs{std::move(notAvailable), std::move(inflight),
-                                         std::move(available)}
+                                         std::move(available)},
+      m_kStatus(nameOf(names, "status")), m_kId(nameOf(names, "id")),
+      m_kGlobalSteps(nameOf(names, "global_steps")), m_kLoss(nameOf(names, "loss")),
+      m_kActive(nameOf(names, "active"))
 {
     for (int i = 0; i < 3; ++i)
         m_status[i] = m_statusRefs[i].ptr();
@@ -629,14 +644,14 @@ void bindHotPath(py::module_ &m, server::AgentState &(*stateOf)(py::handle agent
     };
     py::class_<HotPath, std::shared_ptr<HotPath>>(m, "HotPath")
         .def(py::init([stateOf](py::object agent, py::object observer, py::object notAvailable,
-                                py::object inflight, py::object available) {
+                                py::object inflight, py::object available, py::dict names) {
                  server::AgentState &state = stateOf(agent);
                  return std::make_shared<HotPath>(state, std::move(agent), std::move(observer),
                                                   std::move(notAvailable), std::move(inflight),
-                                                  std::move(available));
+                                                  std::move(available), names);
              }),
              py::arg("agent"), py::arg("observer"), py::arg("not_available"), py::arg("inflight"),
-             py::arg("available"))
+             py::arg("available"), py::arg("names"))
         .def("status_descriptor", &HotPath::statusDescriptor)
         .def("scope_hook",
              [phaseOf](HotPath &h, py::object original, int phase, bool begin) {
