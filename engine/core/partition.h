@@ -20,6 +20,8 @@ struct PartitionLayout
     // Elements of real data in rank's shard (the rest of the shard is padding).
     std::int64_t validNumel(int rank) const;
     std::int64_t paddingNumel(int rank) const { return partitionNumel - validNumel(rank); }
+    // Padding of the whole flattened tensor: paddedNumel - numel, all in the last shards.
+    std::int64_t totalPadding() const { return paddedNumel - numel; }
 };
 
 } // namespace shardscope::core

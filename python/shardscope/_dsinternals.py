@@ -64,6 +64,15 @@ def status_number(ds_status):
     return STATUS_NAMES.get(getattr(ds_status, "name", ""), 0)
 
 
+def native_names():
+    """The DeepSpeed attribute names the native hot path reads and writes (hotpath.cpp takes
+    them from here, so that every DeepSpeed name stays in this file): a converted parameter's
+    status, id and active sub-modules, the engine's step counter, and backward's loss
+    argument."""
+    return {"status": "ds_status", "id": "ds_id", "active": "ds_active_sub_modules",
+            "global_steps": "global_steps", "loss": "loss"}
+
+
 def status_members():
     """ZeroParamStatus's NOT_AVAILABLE, INFLIGHT, AVAILABLE: the native hot path compares
     statuses with them by identity."""

@@ -309,7 +309,7 @@ class _Agent:
         # The per-event path (ds_status assignments, module scopes) runs in C++: hotpath.h.
         self.PHASES = dict(_native.PHASES)
         self.PHASE_NAMES = {number: name for name, number in self.PHASES.items()}
-        self.hot = _native.HotPath(self.native, self, *_ds.status_members())
+        self.hot = _native.HotPath(self.native, self, *_ds.status_members(), _ds.native_names())
         self.model_name = model_name
         self.engine = None
         self.root = None

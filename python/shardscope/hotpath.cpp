@@ -80,28 +80,31 @@ void statusDescrDealloc(PyObject *self)
     Py_DECREF(type);
 }
 
-// One of DeepSpeedZeRoOffload's {pre,post}_sub_module_{forward,backward}_function replaced:
-// a raw vectorcall callable that binds as a method (DeepSpeed calls
-// self.pre_sub_module_forward_function(module)), keeps the scope's bookkeeping and calls the
-// original with the same arguments, without pybind11's dispatch or an argument tuple.
-struct ScopeHook
+// A DeepSpeed function replaced (a module scope function, DeepSpeedEngine.forward/backward/
+// step, ZeROOrderedDict.__getitem__): a raw vectorcall callable that binds as a method
+// (DeepSpeed calls self.f(...)), keeps HotPath's bookkeeping and calls the original with the
+// same arguments, without pybind11's dispatch or an argument tuple. What it observes is the
+// vectorcall it is made with (hookCall<observeScope>, ...); the fields that kind does not use
+// stay empty.
+struct Hook
 {
     PyObject_HEAD vectorcallfunc vectorcall;
-    std::shared_ptr<HotPath> hot;
+    std::shared_ptr<HotPath> hot; // constructed in makeHook; tp_alloc zeroed the rest
     PyObject *original;
-    Phase phase;
-    bool begin;
+    PyObject *slow;           // getitem: the Python slow path
+    Phase phase;              // scopes
+    bool begin;               // scopes: pre (true) or post
+    HotPath::EngineCall call; // engine
 };
 
-PyObject *scopeHookCall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+using Observe = PyObject *(*)(Hook &h, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+
+// The hook's call: C++ exceptions become Python ones, DeepSpeed's pass unchanged.
+template <Observe observe>
+PyObject *hookCall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    auto *h = reinterpret_cast<ScopeHook *>(self);
-    const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
-    if (n != 2 || kwnames != nullptr) // not DeepSpeed's call: the original alone
-        return PyObject_Vectorcall(h->original, args, nargsf, kwnames);
     try {
-        return h->begin ? h->hot->scopeBegin(h->original, args, nargsf, h->phase)
-                        : h->hot->scopeEnd(h->original, args, nargsf, h->phase);
+        return observe(*reinterpret_cast<Hook *>(self), args, nargsf, kwnames);
     } catch (py::error_already_set &e) {
         e.restore();
     } catch (const std::exception &e) {
@@ -110,53 +113,45 @@ PyObject *scopeHookCall(PyObject *self, PyObject *const *args, size_t nargsf, Py
     return nullptr;
 }
 
-PyObject *scopeHookGet(PyObject *self, PyObject *obj, PyObject *)
+// {pre,post}_sub_module_{forward,backward}_function(self, module)
+PyObject *observeScope(Hook &h, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) != 2 || kwnames != nullptr) // not DeepSpeed's call
+        return PyObject_Vectorcall(h.original, args, nargsf, kwnames);
+    return h.begin ? h.hot->scopeBegin(h.original, args, nargsf, h.phase)
+                   : h.hot->scopeEnd(h.original, args, nargsf, h.phase);
+}
+
+// DeepSpeedEngine.forward/backward/step(self, ...): every argument, keywords included
+PyObject *observeEngine(Hook &h, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) < 1) // unbound and without self: the original's own error
+        return PyObject_Vectorcall(h.original, args, nargsf, kwnames);
+    return h.hot->engineCall(h.original, args, nargsf, kwnames, h.call);
+}
+
+// ZeROOrderedDict.__getitem__(self, key): the common read (an AVAILABLE parameter, or not a
+// converted one) costs one dictionary lookup more than DeepSpeed's own, no Python frame.
+PyObject *observeGetitem(Hook &h, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) != 2 || kwnames != nullptr)
+        return PyObject_Vectorcall(h.original, args, nargsf, kwnames);
+    return h.hot->getitemCall(h.original, h.slow, args, nargsf);
+}
+
+PyObject *hookGet(PyObject *self, PyObject *obj, PyObject *)
 {
     if (obj == nullptr || obj == Py_None) return Py_NewRef(self);
     return PyMethod_New(self, obj);
 }
 
-void scopeHookDealloc(PyObject *self)
+void hookDealloc(PyObject *self)
 {
-    auto *h = reinterpret_cast<ScopeHook *>(self);
+    auto *h = reinterpret_cast<Hook *>(self);
     PyTypeObject *type = Py_TYPE(self);
-    h->hot.~shared_ptr();
     Py_XDECREF(h->original);
-    type->tp_free(self);
-    Py_DECREF(type);
-}
-
-// DeepSpeedEngine.forward, .backward or .step replaced, the same way: a raw vectorcall
-// callable that binds as a method and hands every argument on unchanged, keywords included.
-struct EngineHook
-{
-    PyObject_HEAD vectorcallfunc vectorcall;
-    std::shared_ptr<HotPath> hot;
-    PyObject *original;
-    HotPath::EngineCall call;
-};
-
-PyObject *engineHookCall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
-{
-    auto *h = reinterpret_cast<EngineHook *>(self);
-    if (PyVectorcall_NARGS(nargsf) < 1) // unbound and without self: the original's own error
-        return PyObject_Vectorcall(h->original, args, nargsf, kwnames);
-    try {
-        return h->hot->engineCall(h->original, args, nargsf, kwnames, h->call);
-    } catch (py::error_already_set &e) {
-        e.restore();
-    } catch (const std::exception &e) {
-        PyErr_SetString(PyExc_RuntimeError, e.what());
-    }
-    return nullptr;
-}
-
-void engineHookDealloc(PyObject *self)
-{
-    auto *h = reinterpret_cast<EngineHook *>(self);
-    PyTypeObject *type = Py_TYPE(self);
+    Py_XDECREF(h->slow);
     h->hot.~shared_ptr();
-    Py_XDECREF(h->original);
     type->tp_free(self);
     Py_DECREF(type);
 }
@@ -185,46 +180,8 @@ template <typename After> PyObject *finally(PyObject *r, After &&after)
     return r;
 }
 
-// ZeROOrderedDict.__getitem__ replaced: the common read (an AVAILABLE parameter, or not a
-// converted one) costs one dictionary lookup more than DeepSpeed's own, no Python frame.
-struct GetitemHook
-{
-    PyObject_HEAD vectorcallfunc vectorcall;
-    std::shared_ptr<HotPath> hot;
-    PyObject *original;
-    PyObject *slow;
-};
-
-PyObject *getitemHookCall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
-{
-    auto *h = reinterpret_cast<GetitemHook *>(self);
-    if (PyVectorcall_NARGS(nargsf) != 2 || kwnames != nullptr)
-        return PyObject_Vectorcall(h->original, args, nargsf, kwnames);
-    try {
-        return h->hot->getitemCall(h->original, h->slow, args, nargsf);
-    } catch (py::error_already_set &e) {
-        e.restore();
-    } catch (const std::exception &e) {
-        PyErr_SetString(PyExc_RuntimeError, e.what());
-    }
-    return nullptr;
-}
-
-void getitemHookDealloc(PyObject *self)
-{
-    auto *h = reinterpret_cast<GetitemHook *>(self);
-    PyTypeObject *type = Py_TYPE(self);
-    h->hot.~shared_ptr();
-    Py_XDECREF(h->original);
-    Py_XDECREF(h->slow);
-    type->tp_free(self);
-    Py_DECREF(type);
-}
-
 PyTypeObject *g_statusDescriptorType = nullptr;
-PyTypeObject *g_scopeHookType = nullptr;
-PyTypeObject *g_engineHookType = nullptr;
-PyTypeObject *g_getitemHookType = nullptr;
+PyTypeObject *g_hookType = nullptr;
 
 PyTypeObject *makeType(const char *name, int basicSize, unsigned flags, PyType_Slot *slots)
 {
@@ -243,62 +200,59 @@ void makeTypes()
         {Py_tp_doc, const_cast<char *>("ds_status of DeepSpeed's parameters, observed")},
         {0, nullptr}};
     static PyMemberDef hookMembers[] = {{const_cast<char *>("__vectorcalloffset__"), T_PYSSIZET,
-                                         static_cast<Py_ssize_t>(offsetof(ScopeHook, vectorcall)),
+                                         static_cast<Py_ssize_t>(offsetof(Hook, vectorcall)),
                                          READONLY, nullptr},
                                         {nullptr, 0, 0, 0, nullptr}};
     static PyType_Slot hookSlots[] = {
         {Py_tp_call, reinterpret_cast<void *>(PyVectorcall_Call)},
-        {Py_tp_descr_get, reinterpret_cast<void *>(scopeHookGet)},
-        {Py_tp_dealloc, reinterpret_cast<void *>(scopeHookDealloc)},
+        {Py_tp_descr_get, reinterpret_cast<void *>(hookGet)},
+        {Py_tp_dealloc, reinterpret_cast<void *>(hookDealloc)},
         {Py_tp_members, hookMembers},
-        {Py_tp_doc, const_cast<char *>("one of DeepSpeed's module scope functions, observed")},
+        {Py_tp_doc, const_cast<char *>("a DeepSpeed function, observed")},
         {0, nullptr}};
-    static PyMemberDef engineHookMembers[] = {
-        {const_cast<char *>("__vectorcalloffset__"), T_PYSSIZET,
-         static_cast<Py_ssize_t>(offsetof(EngineHook, vectorcall)), READONLY, nullptr},
-        {nullptr, 0, 0, 0, nullptr}};
-    static PyType_Slot engineHookSlots[] = {
-        {Py_tp_call, reinterpret_cast<void *>(PyVectorcall_Call)},
-        {Py_tp_descr_get, reinterpret_cast<void *>(scopeHookGet)},
-        {Py_tp_dealloc, reinterpret_cast<void *>(engineHookDealloc)},
-        {Py_tp_members, engineHookMembers},
-        {Py_tp_doc, const_cast<char *>("DeepSpeedEngine.forward, backward or step, observed")},
-        {0, nullptr}};
-    g_engineHookType = makeType("shardscope._native.EngineHook", sizeof(EngineHook),
-                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION |
-                                    Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
-                                engineHookSlots);
-    static PyMemberDef getitemHookMembers[] = {
-        {const_cast<char *>("__vectorcalloffset__"), T_PYSSIZET,
-         static_cast<Py_ssize_t>(offsetof(GetitemHook, vectorcall)), READONLY, nullptr},
-        {nullptr, 0, 0, 0, nullptr}};
-    static PyType_Slot getitemHookSlots[] = {
-        {Py_tp_call, reinterpret_cast<void *>(PyVectorcall_Call)},
-        {Py_tp_descr_get, reinterpret_cast<void *>(scopeHookGet)},
-        {Py_tp_dealloc, reinterpret_cast<void *>(getitemHookDealloc)},
-        {Py_tp_members, getitemHookMembers},
-        {Py_tp_doc, const_cast<char *>("ZeROOrderedDict.__getitem__, observed")},
-        {0, nullptr}};
-    g_getitemHookType = makeType("shardscope._native.GetitemHook", sizeof(GetitemHook),
-                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION |
-                                     Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
-                                 getitemHookSlots);
     g_statusDescriptorType =
         makeType("shardscope._native.StatusDescriptor", sizeof(StatusDescriptor),
                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, descriptorSlots);
-    g_scopeHookType = makeType("shardscope._native.ScopeHook", sizeof(ScopeHook),
-                               Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION |
-                                   Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
-                               hookSlots);
+    g_hookType = makeType("shardscope._native.Hook", sizeof(Hook),
+                          Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION |
+                              Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+                          hookSlots);
+}
+
+// A new Hook observing with `observe`, holding hot and (a reference to) original.
+Hook *makeHook(std::shared_ptr<HotPath> hot, vectorcallfunc observe, py::object original)
+{
+    PyObject *o = g_hookType->tp_alloc(g_hookType, 0);
+    if (!o) throw py::error_already_set();
+    auto *h = reinterpret_cast<Hook *>(o);
+    new (&h->hot) std::shared_ptr<HotPath>(std::move(hot));
+    h->vectorcall = observe;
+    h->original = original.release().ptr();
+    return h;
+}
+
+} // namespace
+
+namespace {
+
+py::str nameOf(const py::dict &names, const char *key)
+{
+    if (!names.contains(key))
+        throw py::value_error(std::string("HotPath: names lacks '") + key + "'");
+    return py::str(names[key]);
 }
 
 } // namespace
 
 HotPath::HotPath(server::AgentState &state, py::object agent, py::object observer,
-                 py::object notAvailable, py::object inflight, py::object available)
+                 py::object notAvailable, py::object inflight, py::object available,
+                 const py::dict &names)
     : m_state(state), m_agent(std::move(agent)),
       m_observer(observer), m_statusRefs{std::move(notAvailable), std::move(inflight),
-                                         std::move(available)}
+                                         std::move(available)},
+      m_kStatus(nameOf(names, "status")), m_kId(nameOf(names, "id")),
+      m_kGlobalSteps(nameOf(names, "global_steps")), m_kLoss(nameOf(names, "loss")),
+      m_kActive(nameOf(names, "active"))
 {
     for (int i = 0; i < 3; ++i)
         m_status[i] = m_statusRefs[i].ptr();
@@ -661,39 +615,24 @@ py::object HotPath::statusDescriptor()
 
 py::object HotPath::scopeHook(py::object original, Phase phase, bool begin)
 {
-    PyObject *o = g_scopeHookType->tp_alloc(g_scopeHookType, 0);
-    if (!o) throw py::error_already_set();
-    auto *h = reinterpret_cast<ScopeHook *>(o);
-    new (&h->hot) std::shared_ptr<HotPath>(shared_from_this());
-    h->vectorcall = scopeHookCall;
-    h->original = original.release().ptr();
+    Hook *h = makeHook(shared_from_this(), hookCall<observeScope>, std::move(original));
     h->phase = phase;
     h->begin = begin;
-    return py::reinterpret_steal<py::object>(o);
+    return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject *>(h));
 }
 
 py::object HotPath::engineHook(py::object original, EngineCall call)
 {
-    PyObject *o = g_engineHookType->tp_alloc(g_engineHookType, 0);
-    if (!o) throw py::error_already_set();
-    auto *h = reinterpret_cast<EngineHook *>(o);
-    new (&h->hot) std::shared_ptr<HotPath>(shared_from_this());
-    h->vectorcall = engineHookCall;
-    h->original = original.release().ptr();
+    Hook *h = makeHook(shared_from_this(), hookCall<observeEngine>, std::move(original));
     h->call = call;
-    return py::reinterpret_steal<py::object>(o);
+    return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject *>(h));
 }
 
 py::object HotPath::getitemHook(py::object original, py::object slow)
 {
-    PyObject *o = g_getitemHookType->tp_alloc(g_getitemHookType, 0);
-    if (!o) throw py::error_already_set();
-    auto *h = reinterpret_cast<GetitemHook *>(o);
-    new (&h->hot) std::shared_ptr<HotPath>(shared_from_this());
-    h->vectorcall = getitemHookCall;
-    h->original = original.release().ptr();
+    Hook *h = makeHook(shared_from_this(), hookCall<observeGetitem>, std::move(original));
     h->slow = slow.release().ptr();
-    return py::reinterpret_steal<py::object>(o);
+    return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject *>(h));
 }
 
 void bindHotPath(py::module_ &m, server::AgentState &(*stateOf)(py::handle agent))
@@ -705,14 +644,14 @@ void bindHotPath(py::module_ &m, server::AgentState &(*stateOf)(py::handle agent
     };
     py::class_<HotPath, std::shared_ptr<HotPath>>(m, "HotPath")
         .def(py::init([stateOf](py::object agent, py::object observer, py::object notAvailable,
-                                py::object inflight, py::object available) {
+                                py::object inflight, py::object available, py::dict names) {
                  server::AgentState &state = stateOf(agent);
                  return std::make_shared<HotPath>(state, std::move(agent), std::move(observer),
                                                   std::move(notAvailable), std::move(inflight),
-                                                  std::move(available));
+                                                  std::move(available), names);
              }),
              py::arg("agent"), py::arg("observer"), py::arg("not_available"), py::arg("inflight"),
-             py::arg("available"))
+             py::arg("available"), py::arg("names"))
         .def("status_descriptor", &HotPath::statusDescriptor)
         .def("scope_hook",
              [phaseOf](HotPath &h, py::object original, int phase, bool begin) {

@@ -30,14 +30,15 @@ class HotPath : public std::enable_shared_from_this<HotPath>
   public:
     // agent: the native Agent (kept alive); observer: the Python _Agent, asked for what is
     // rare (held weakly); statuses: DeepSpeed's ZeroParamStatus members NOT_AVAILABLE, INFLIGHT,
-    // AVAILABLE.
+    // AVAILABLE; names: DeepSpeed's attribute names it uses (_dsinternals.native_names()).
     HotPath(server::AgentState &state, py::object agent, py::object observer,
-            py::object notAvailable, py::object inflight, py::object available);
+            py::object notAvailable, py::object inflight, py::object available,
+            const py::dict &names);
 
     // The descriptor's __set__: stores value as the parameter's ds_status, then turns the
     // change into events (docs/deepspeed.md, "What is observed where").
     void statusSet(py::handle param, py::handle value);
-    PyObject *statusKey() const { return m_kStatus.ptr(); } // "ds_status"
+    PyObject *statusKey() const { return m_kStatus.ptr(); } // ds_status
     // The data descriptor that observes ds_status (get, set and delete as an instance
     // attribute would behave), for the parameters' class.
     py::object statusDescriptor();
@@ -134,10 +135,10 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     py::weakref m_observer;      // weak: the _Agent holds this HotPath (no cycle through pybind11)
     PyObject *m_status[3];       // borrowed from m_statusRefs
     py::object m_statusRefs[3];
-    py::str m_kStatus{"ds_status"}, m_kId{"ds_id"}, m_kModuleId{"_shardscope_id"};
+    py::str m_kStatus, m_kId, m_kModuleId{"_shardscope_id"}; // ds_status, ds_id
     py::object m_engine; // the attached DeepSpeedEngine, or None
     py::object m_loss;   // what the step's backward was given, or None
-    py::str m_kGlobalSteps{"global_steps"}, m_kLoss{"loss"};
+    py::str m_kGlobalSteps, m_kLoss; // the engine's step counter, backward's loss argument
     std::vector<Scope> m_stack;
     std::optional<Fetching> m_fetching;
     std::unordered_map<ModuleId, Own> m_own;
@@ -152,7 +153,7 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     std::unordered_map<std::int64_t, ModuleId> m_dsModules;   // DeepSpeed's module.id -> ours
     std::vector<std::uint32_t> m_dirty;
     std::vector<std::pair<ParamId, std::vector<ModuleId>>> m_changes; // flushActive's, reused
-    py::str m_kActive{"ds_active_sub_modules"};
+    py::str m_kActive; // ds_active_sub_modules
 };
 
 // Registers HotPath and its descriptor (StatusDescriptor) in the module; stateOf gives the

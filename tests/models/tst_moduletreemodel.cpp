@@ -76,6 +76,11 @@ void TestModuleTreeModel::liveUpdatesUnderTester()
     const QModelIndex root = model.index(0, 0);
     QCOMPARE(root.data().toString(), QStringLiteral("tiny-lm"));
     QCOMPARE(childNames(model, root), (QStringList{"embed", "blocks", "lm_head", "pos_conv"}));
+    // lm_head.bias: 101 elements over 4 ranks, 26 a rank, the last 3 of the padded 104 padding.
+    const QModelIndex lmHead = model.index(2, 0, root);
+    childNames(model, lmHead);
+    QCOMPARE(model.index(0, models::ModuleTreeModel::Partition, lmHead).data().toString(),
+             QStringLiteral("26/rank, pad 3"));
 
     // Statuses change, gathers count, a violation arrives, a parameter is registered.
     const QModelIndex fc0w = model.indexForParam(1);

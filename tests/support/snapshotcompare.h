@@ -12,13 +12,9 @@
 
 namespace shardscope::test {
 
-inline void compareSnapshots(const wire::Snapshot &x, const wire::Snapshot &y)
+// Every field of two engine states: config, modules, parameters, externals, violations.
+inline void compareStates(const core::EngineState &a, const core::EngineState &b)
 {
-    QCOMPARE(x.meta.producer, y.meta.producer);
-    QCOMPARE(x.meta.pid, y.meta.pid);
-    QCOMPARE(x.meta.createdUnixMs, y.meta.createdUnixMs);
-    QCOMPARE(x.meta.endpoint, y.meta.endpoint);
-    const core::EngineState &a = x.state, &b = y.state;
     QCOMPARE(a.modelName, b.modelName);
     QCOMPARE(a.fixDialect, b.fixDialect);
     QCOMPARE(a.worldSize, b.worldSize);
@@ -81,6 +77,16 @@ inline void compareSnapshots(const wire::Snapshot &x, const wire::Snapshot &y)
         QCOMPARE(v.fix, w.fix);
         QCOMPARE(v.message, w.message);
     }
+}
+
+inline void compareSnapshots(const wire::Snapshot &x, const wire::Snapshot &y)
+{
+    QCOMPARE(x.meta.producer, y.meta.producer);
+    QCOMPARE(x.meta.pid, y.meta.pid);
+    QCOMPARE(x.meta.createdUnixMs, y.meta.createdUnixMs);
+    QCOMPARE(x.meta.endpoint, y.meta.endpoint);
+    compareStates(x.state, y.state);
+    if (QTest::currentTestFailed()) return;
     QCOMPARE(x.events.size(), y.events.size());
     for (std::size_t i = 0; i < x.events.size(); ++i)
         QVERIFY2(std::memcmp(&x.events[i], &y.events[i], sizeof(telemetry::Event)) == 0,

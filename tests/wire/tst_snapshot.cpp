@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "snapshotcompare.h"
 #include "snapshotschema.h"
 #include "samplesnapshot.h"
 #include "wire/compress.h"
@@ -18,72 +19,9 @@
 
 using namespace shardscope;
 using namespace shardscope::wire;
+using shardscope::test::compareStates;
 
 namespace {
-
-void compareStates(const core::EngineState &a, const core::EngineState &b)
-{
-    QCOMPARE(a.modelName, b.modelName);
-    QCOMPARE(a.worldSize, b.worldSize);
-    QCOMPARE(a.backend, b.backend);
-    QCOMPARE(a.step, b.step);
-    QCOMPARE(a.config.persistenceThreshold, b.config.persistenceThreshold);
-    QCOMPARE(a.config.prefetchBucketSize, b.config.prefetchBucketSize);
-    QCOMPARE(a.config.maxLiveParameters, b.config.maxLiveParameters);
-    QCOMPARE(a.config.guard, b.config.guard);
-    QCOMPARE(a.localRanks, b.localRanks);
-    QCOMPARE(a.modules.size(), b.modules.size());
-    for (std::size_t i = 0; i < a.modules.size(); ++i) {
-        QCOMPARE(a.modules[i].id, b.modules[i].id);
-        QCOMPARE(a.modules[i].path, b.modules[i].path);
-        QCOMPARE(a.modules[i].type, b.modules[i].type);
-        QCOMPARE(a.modules[i].parent, b.modules[i].parent);
-    }
-    QCOMPARE(a.params.size(), b.params.size());
-    for (std::size_t i = 0; i < a.params.size(); ++i) {
-        const core::ParamRecord &p = a.params[i], &q = b.params[i];
-        QCOMPARE(p.id, q.id);
-        QCOMPARE(p.name, q.name);
-        QCOMPARE(p.owner, q.owner);
-        QCOMPARE(p.shape, q.shape);
-        QCOMPARE(p.dtype, q.dtype);
-        QCOMPARE(p.numel, q.numel);
-        QCOMPARE(p.paddedNumel, q.paddedNumel);
-        QCOMPARE(p.partitionNumel, q.partitionNumel);
-        QCOMPARE(p.persistent, q.persistent);
-        QCOMPARE(p.late, q.late);
-        QCOMPARE(p.partitioned, q.partitioned);
-        QCOMPARE(p.status, q.status);
-        QCOMPARE(p.externals.size(), q.externals.size());
-        for (std::size_t k = 0; k < p.externals.size(); ++k) {
-            QCOMPARE(p.externals[k].module, q.externals[k].module);
-            QCOMPARE(p.externals[k].automatic, q.externals[k].automatic);
-        }
-        QCOMPARE(p.activeModules, q.activeModules);
-        QCOMPARE(p.gatherCount, q.gatherCount);
-        QCOMPARE(p.gatherBytes, q.gatherBytes);
-        QCOMPARE(p.gatherNs, q.gatherNs);
-        QCOMPARE(p.lastGatherTsNs, q.lastGatherTsNs);
-    }
-    QCOMPARE(a.violations.size(), b.violations.size());
-    for (std::size_t i = 0; i < a.violations.size(); ++i) {
-        const core::ViolationRecord &v = a.violations[i], &w = b.violations[i];
-        QCOMPARE(v.kind, w.kind);
-        QCOMPARE(v.step, w.step);
-        QCOMPARE(v.lastStep, w.lastStep);
-        QCOMPARE(v.rank, w.rank);
-        QCOMPARE(v.accessor, w.accessor);
-        QCOMPARE(v.param, w.param);
-        QCOMPARE(v.paramName, w.paramName);
-        QCOMPARE(v.owner, w.owner);
-        QCOMPARE(v.status, w.status);
-        QCOMPARE(v.action, w.action);
-        QCOMPARE(v.count, w.count);
-        QCOMPARE(v.tsNs, w.tsNs);
-        QCOMPARE(v.fix, w.fix);
-        QCOMPARE(v.message, w.message);
-    }
-}
 
 std::string readAll(const std::string &path)
 {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "core/partition.h"
 #include "session/labels.h"
 
 namespace shardscope::models {
@@ -483,9 +484,16 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
         if (!p->partitioned)
             return p->late ? QStringLiteral("late: not partitioned")
                            : QStringLiteral("not partitioned");
+    {
+        // The producer's layout (DeepSpeed's own numbers for its runs), read as partition.h does.
+        const core::PartitionLayout layout{.numel = p->numel,
+                                           .worldSize = std::max<int>(1, int(p->status.size())),
+                                           .paddedNumel = p->paddedNumel,
+                                           .partitionNumel = p->partitionNumel};
         return QStringLiteral("%1/rank, pad %2")
-            .arg(session::labels::count(static_cast<std::uint64_t>(p->partitionNumel)))
-            .arg(p->paddedNumel - p->numel);
+            .arg(session::labels::count(static_cast<std::uint64_t>(layout.partitionNumel)))
+            .arg(layout.totalPadding());
+    }
     case RegisteredOn: {
         QStringList mods;
         for (const core::ExternalRecord &e : p->externals)
