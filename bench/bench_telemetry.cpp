@@ -155,15 +155,13 @@ Ns runLoop(Variant v, Emitter &emitter, telemetry::EventRing &ring)
             keep(t);
         }
     } else if (v == RingOnly) {
-        telemetry::Event ev{};
-        ev.type = EventType::FetchBegin;
         for (std::uint64_t i = 0; i < kLoopEvents; ++i) {
             acc = acc * 31 + i;
             keep(acc);
-            ev.tsNs = i + 1;
-            ev.a = static_cast<std::uint32_t>(i);
-            ev.u0 = acc;
-            ring.push(ev);
+            ring.push(telemetry::stamped(
+                telemetry::makeFetchBegin(
+                    {.param = static_cast<std::uint32_t>(i), .cause = 0, .bytes = acc}),
+                i + 1, 0, 0));
         }
     } else if (v == RawTsc) {
         for (std::uint64_t i = 0; i < kLoopEvents; ++i) {

@@ -181,23 +181,29 @@ class TestGpuTraining : public QObject
         std::map<std::pair<int, std::uint32_t>, std::uint64_t> open; // (rank, param) -> FetchBegin ts
         int begins = 0, ends = 0, prefetches = 0, releases = 0, stepEnds = 0, broadcasts = 0;
         for (const telemetry::Event &e : events) {
-            const std::pair<int, std::uint32_t> key{e.rank, e.a};
             switch (e.type) {
-            case EventType::FetchBegin:
+            case EventType::FetchBegin: {
+                const telemetry::FetchFields f = telemetry::readFetch(e);
+                const std::pair<int, std::uint32_t> key{e.rank, f.param};
                 QVERIFY2(!open.count(key), "a parameter is fetched twice without a release");
                 open[key] = e.tsNs;
                 ++begins;
-                if (telemetry::readFetch(e).reason == FetchReason::Prefetch) ++prefetches;
+                if (f.reason == FetchReason::Prefetch) ++prefetches;
                 break;
-            case EventType::FetchEnd:
+            }
+            case EventType::FetchEnd: {
+                const std::pair<int, std::uint32_t> key{e.rank, telemetry::readFetch(e).param};
                 QVERIFY(open.count(key));
                 QVERIFY(e.tsNs >= open[key]);
                 ++ends;
                 break;
-            case EventType::Release:
+            }
+            case EventType::Release: {
+                const std::pair<int, std::uint32_t> key{e.rank, telemetry::readRelease(e).param};
                 QVERIFY(open.erase(key) == 1);
                 ++releases;
                 break;
+            }
             case EventType::StepEnd:
                 ++stepEnds;
                 break;

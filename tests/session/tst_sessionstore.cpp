@@ -338,6 +338,7 @@ void TestSessionStore::lanesKeepEveryFieldThroughOutOfOrderInserts()
     const std::size_t at = session::EventLane::kChunkEvents - 100;
     const std::size_t late = session::EventLane::kChunkEvents + 700;
     auto sample = [](std::uint64_t ts, std::uint64_t k) {
+        // Raw: a flags byte on a MemorySample, which its maker never sets.
         telemetry::Event e =
             makeEvent(ts, 5, EventType::MemorySample, static_cast<std::uint32_t>(k),
                       static_cast<std::uint32_t>(k >> 3), k * 7);
@@ -392,10 +393,12 @@ void TestSessionStore::lanesKeepWideTimesStepsAndValues()
     session::EventLane lane;
     std::vector<telemetry::Event> expected;
     auto event = [](std::uint64_t ts, std::uint64_t k) {
-        telemetry::Event e = makeEvent(ts, 3, EventType::FetchBegin, static_cast<std::uint32_t>(k),
-                                       7, k % 5 == 0 ? (std::uint64_t(1) << 40) + k : k);
-        e.step = static_cast<std::uint32_t>(k % 7 == 0 ? 0xFFFFFFFFu - k : k / 100);
-        return e;
+        return eventAt(
+            ts, 3,
+            telemetry::makeFetchBegin({.param = static_cast<std::uint32_t>(k),
+                                       .cause = 7,
+                                       .bytes = k % 5 == 0 ? (std::uint64_t(1) << 40) + k : k}),
+            static_cast<std::uint32_t>(k % 7 == 0 ? 0xFFFFFFFFu - k : k / 100));
     };
     std::uint64_t ts = (std::uint64_t(1) << 32) - 50000;
     for (std::uint64_t k = 0; k < 3 * session::EventLane::kChunkEvents; ++k) {
@@ -422,8 +425,8 @@ void TestSessionStore::lanesKeepWideTimesStepsAndValues()
                                  .arg(expected[i].tsNs)
                                  .arg(got.step)
                                  .arg(expected[i].step)
-                                 .arg(got.u0)
-                                 .arg(expected[i].u0)));
+                                 .arg(telemetry::readFetch(got).bytes)
+                                 .arg(telemetry::readFetch(expected[i]).bytes)));
         QCOMPARE(lane.tsAt(i), expected[i].tsNs);
     }
     for (std::size_t i : {std::size_t(0), std::size_t(5000), expected.size() - 1}) {
@@ -492,6 +495,7 @@ void TestSessionStore::badEventsDoNotCrash()
         eventAt(2, 0, telemetry::makeFetchEnd({.param = 999999, .cause = 0})),
         eventAt(3, 60, telemetry::makeRelease({.param = 0, .cause = 0})),
         eventAt(4, 0, telemetry::makeExternalRegister({.module = 12345, .param = 0})),
+        // Raw: a status/action byte no enum names, and a kind no EventType names.
         makeEvent(5, 0, EventType::UnregisteredAccess, 12345, 999, 77, 0xff),
         makeEvent(6, 0, static_cast<EventType>(200), 1, 1)};
     store.appendEvents(evs, false);
@@ -616,11 +620,12 @@ void TestSessionStore::reversedEventsAreMergedNotShifted()
     constexpr std::uint64_t kEvents = 300'000;
     std::vector<telemetry::Event> evs;
     for (std::uint64_t i = 0; i < kEvents; ++i) {
-        telemetry::Event e = makeEvent(2'000'000 - i, static_cast<int>(i % 2),
-                                       EventType::MemorySample, static_cast<std::uint32_t>(i));
-        e.u1 = i % 3 == 0 ? i + 1 : 0; // some carry u1/u2 (the lane's side table)
-        e.u2 = i % 3 == 0 ? 2 * i : 0;
-        evs.push_back(e);
+        // Some carry gathered and peak bytes (u1/u2: the lane's side table).
+        evs.push_back(
+            eventAt(2'000'000 - i, static_cast<int>(i % 2),
+                    telemetry::makeMemorySample({.gatheredBytes = i % 3 == 0 ? i + 1 : 0,
+                                                 .peakGatheredBytes = i % 3 == 0 ? 2 * i : 0,
+                                                 .liveElements = i})));
     }
     session::SessionStore store;
     store.applyState(smallState(2));
@@ -642,8 +647,9 @@ void TestSessionStore::reversedEventsAreMergedNotShifted()
             const telemetry::Event e = lane.at(k);
             if (k) QVERIFY(lane.tsAt(k - 1) <= e.tsNs);
             QCOMPARE(int(e.rank), r);
-            QCOMPARE(e.u1, e.a % 3 == 0 ? std::uint64_t(e.a) + 1 : 0);
-            QCOMPARE(e.u2, e.a % 3 == 0 ? 2 * std::uint64_t(e.a) : 0);
+            const telemetry::MemoryFields m = telemetry::readMemory(e);
+            QCOMPARE(m.gatheredBytes, m.liveElements % 3 == 0 ? m.liveElements + 1 : 0);
+            QCOMPARE(m.peakGatheredBytes, m.liveElements % 3 == 0 ? 2 * m.liveElements : 0);
         }
     }
     QCOMPARE(store.lane(0).firstTs(), std::uint64_t(1'000'000 - (kEvents - 2)));

@@ -7,6 +7,7 @@
 
 #include "core/state.h"
 #include "telemetry/eventfields.h"
+#include "testevents.h"
 
 namespace shardscope::test {
 
@@ -114,31 +115,6 @@ inline core::EngineState largeState(int modules, int paramsPerModule, int world 
         }
     }
     return st;
-}
-
-// A raw record, for what the typed makers cannot say: unknown kinds, bad fields, and the
-// lane's storage of every field.
-inline telemetry::Event makeEvent(std::uint64_t ts, int rank, EventType type, std::uint32_t a = 0,
-                                  std::uint32_t b = 0, std::uint64_t u0 = 0, std::uint8_t flags = 0,
-                                  std::uint32_t step = 1)
-{
-    telemetry::Event e{};
-    e.tsNs = ts;
-    e.step = step;
-    e.rank = static_cast<std::uint16_t>(rank);
-    e.type = type;
-    e.flags = flags;
-    e.a = a;
-    e.b = b;
-    e.u0 = u0;
-    return e;
-}
-
-// An event made by telemetry/eventfields.h, at ts on rank, in step.
-inline telemetry::Event eventAt(std::uint64_t ts, int rank, const telemetry::Event &fields,
-                                std::uint32_t step = 1)
-{
-    return telemetry::stamped(fields, ts, step, static_cast<std::uint16_t>(rank));
 }
 
 // lm_head (module 7) reads embed.weight (param 0) owned by embed (module 1) while NOT_AVAILABLE,

@@ -6,19 +6,23 @@
 #include "telemetry/eventhistory.h"
 #include "telemetry/eventring.h"
 #include "telemetry/telemetryhub.h"
+#include "testevents.h"
 
 using namespace shardscope;
 
 namespace {
 
+// The n-th event of a sequence: a FetchBegin whose bytes are n, at 1000 + n ns.
 telemetry::Event seq(int rank, std::uint64_t n)
 {
-    telemetry::Event e{};
-    e.tsNs = 1000 + n;
-    e.rank = static_cast<std::uint16_t>(rank);
-    e.type = EventType::FetchBegin;
-    e.u0 = n;
-    return e;
+    return test::eventAt(1000 + n, rank,
+                         telemetry::makeFetchBegin({.param = 0, .cause = 0, .bytes = n}), 0);
+}
+
+// Where in its sequence seq() made ev.
+std::uint64_t seqOf(const telemetry::Event &ev)
+{
+    return telemetry::readFetch(ev).bytes;
 }
 
 } // namespace
@@ -55,20 +59,20 @@ void TestTelemetryHub::ringKeepsOrderAndDropsWhenFull()
     QCOMPARE(ring.dropped(), std::uint64_t(2));
     telemetry::Event out[16];
     QCOMPARE(ring.pop(out, 3), std::size_t(3));
-    QCOMPARE(out[0].u0, std::uint64_t(0));
-    QCOMPARE(out[2].u0, std::uint64_t(2));
+    QCOMPARE(seqOf(out[0]), std::uint64_t(0));
+    QCOMPARE(seqOf(out[2]), std::uint64_t(2));
     QVERIFY(ring.push(seq(0, 10)));
     QCOMPARE(ring.pop(out, 16), std::size_t(6));
-    QCOMPARE(out[0].u0, std::uint64_t(3));
-    QCOMPARE(out[4].u0, std::uint64_t(7));
-    QCOMPARE(out[5].u0, std::uint64_t(10)); // unread events were never overwritten
+    QCOMPARE(seqOf(out[0]), std::uint64_t(3));
+    QCOMPARE(seqOf(out[4]), std::uint64_t(7));
+    QCOMPARE(seqOf(out[5]), std::uint64_t(10)); // unread events were never overwritten
     QCOMPARE(ring.pushed(), std::uint64_t(9));
 }
 
 // The ring writes a record as six 8-byte words: every field lands where the wire expects it.
 void TestTelemetryHub::ringCopiesEveryFieldExactly()
 {
-    telemetry::Event e{};
+    telemetry::Event e{}; // raw: a distinct byte pattern in every field, meaning or not
     e.tsNs = 0x0102030405060708ull;
     e.step = 0x11121314u;
     e.rank = 0x2122;
@@ -85,7 +89,7 @@ void TestTelemetryHub::ringCopiesEveryFieldExactly()
     telemetry::Event out[3];
     QCOMPARE(ring.pop(out, 3), std::size_t(3));
     QCOMPARE(std::memcmp(&out[1], &e, sizeof e), 0);
-    QCOMPARE(out[2].u0, std::uint64_t(99));
+    QCOMPARE(seqOf(out[2]), std::uint64_t(99));
 }
 
 void TestTelemetryHub::hubHasRingsOnlyForLocalRanks()
@@ -111,19 +115,19 @@ void TestTelemetryHub::hubReportsRingOverflowAsDroppedEventsRecord()
     QCOMPARE(hub.droppedEvents(), std::uint64_t(4));
     std::vector<telemetry::Event> out;
     QCOMPARE(hub.drain(out), std::size_t(1 + 1 + 16));
-    QCOMPARE(out[0].u0, std::uint64_t(100));
+    QCOMPARE(seqOf(out[0]), std::uint64_t(100));
     QCOMPARE(out[1].type, EventType::DroppedEvents);
     QCOMPARE(out[1].rank, std::uint16_t(1));
-    QCOMPARE(out[1].u0, std::uint64_t(4));
-    QCOMPARE(out[2].u0, std::uint64_t(0));
-    QCOMPARE(out[17].u0, std::uint64_t(15));
+    QCOMPARE(telemetry::readDroppedEvents(out[1]), std::uint64_t(4));
+    QCOMPARE(seqOf(out[2]), std::uint64_t(0));
+    QCOMPARE(seqOf(out[17]), std::uint64_t(15));
     out.clear();
     QCOMPARE(hub.drain(out), std::size_t(0)); // the loss is reported once
     for (std::uint64_t i = 0; i < 18; ++i)
         hub.write(seq(1, i));
     QCOMPARE(hub.drain(out), std::size_t(17));
     QCOMPARE(out[0].type, EventType::DroppedEvents);
-    QCOMPARE(out[0].u0, std::uint64_t(2));
+    QCOMPARE(telemetry::readDroppedEvents(out[0]), std::uint64_t(2));
 }
 
 void TestTelemetryHub::hubStampsZeroTimestampsAndCountsUnknownRanks()
@@ -161,11 +165,11 @@ void TestTelemetryHub::concurrentRanksLoseNothingUncounted()
         hub.drain(out);
         for (const telemetry::Event &e : out) {
             if (e.type == EventType::DroppedEvents) {
-                reportedDrops[e.rank] += e.u0;
+                reportedDrops[e.rank] += telemetry::readDroppedEvents(e);
                 continue;
             }
-            if (received[e.rank] > 0 && e.u0 <= last[e.rank]) ordered[e.rank] = false;
-            last[e.rank] = e.u0;
+            if (received[e.rank] > 0 && seqOf(e) <= last[e.rank]) ordered[e.rank] = false;
+            last[e.rank] = seqOf(e);
             ++received[e.rank];
         }
         if (done && out.empty()) break;
@@ -195,7 +199,7 @@ void TestTelemetryHub::historyKeepsTheLastNInOrder()
     auto ev = h.events();
     QCOMPARE(ev.size(), std::size_t(5));
     for (std::size_t i = 0; i < 5; ++i)
-        QCOMPARE(ev[i].u0, std::uint64_t(4 + i));
+        QCOMPARE(seqOf(ev[i]), std::uint64_t(4 + i));
     a.clear(); // the oldest slot is the last one: these wrap around the buffer's end
     for (std::uint64_t i = 9; i < 12; ++i)
         a.push_back(seq(0, i));
@@ -203,15 +207,15 @@ void TestTelemetryHub::historyKeepsTheLastNInOrder()
     ev = h.events();
     QCOMPARE(ev.size(), std::size_t(5));
     for (std::size_t i = 0; i < 5; ++i)
-        QCOMPARE(ev[i].u0, std::uint64_t(7 + i));
-    QCOMPARE(h.newest(2).front().u0, std::uint64_t(10));
+        QCOMPARE(seqOf(ev[i]), std::uint64_t(7 + i));
+    QCOMPARE(seqOf(h.newest(2).front()), std::uint64_t(10));
     std::vector<telemetry::Event> big;
     for (std::uint64_t i = 0; i < 12; ++i)
         big.push_back(seq(0, 100 + i));
     h.append(big);
     ev = h.events();
-    QCOMPARE(ev.front().u0, std::uint64_t(107));
-    QCOMPARE(ev.back().u0, std::uint64_t(111));
+    QCOMPARE(seqOf(ev.front()), std::uint64_t(107));
+    QCOMPARE(seqOf(ev.back()), std::uint64_t(111));
     telemetry::EventHistory none(0);
     none.append(big);
     QVERIFY(none.events().empty());

@@ -10,44 +10,37 @@
 #include <QTest>
 #include <qcustomplot.h>
 
+#include "testevents.h"
 #include "views/gathertimeline.h"
 
 using namespace shardscope;
 using namespace shardscope::views;
+using shardscope::telemetry::makeFetchBegin;
+using shardscope::telemetry::makeFetchEnd;
+using shardscope::telemetry::makeModuleEnter;
+using shardscope::telemetry::makeRelease;
+using shardscope::telemetry::makeStepBegin;
+using shardscope::telemetry::makeUnregisteredAccess;
+using shardscope::test::eventAt;
 
 namespace {
-
-telemetry::Event makeEvent(EventType type, int rank, std::uint64_t tsNs, std::uint32_t a,
-                           std::uint32_t b = 0, std::uint8_t flags = 0, std::uint32_t step = 0)
-{
-    telemetry::Event ev{};
-    ev.tsNs = tsNs;
-    ev.step = step;
-    ev.rank = std::uint16_t(rank);
-    ev.type = type;
-    ev.flags = flags;
-    ev.a = a;
-    ev.b = b;
-    ev.u0 = 4096;
-    return ev;
-}
 
 constexpr std::uint64_t us = 1000;
 constexpr std::uint64_t ms = 1000 * us;
 
 std::vector<telemetry::Event> twoRankRun()
 {
-    const auto fwd = std::uint8_t(FetchReason::Forward);
-    const auto pre = std::uint8_t(FetchReason::Prefetch);
+    const auto fwd = FetchReason::Forward;
+    const auto pre = FetchReason::Prefetch;
     return {
-        makeEvent(EventType::StepBegin, 0, 0, 0, 0, 0, 1),
-        makeEvent(EventType::FetchBegin, 0, 1 * ms, 5, 2, fwd),
-        makeEvent(EventType::FetchBegin, 1, 2 * ms, 6, kNoModule, pre),
-        makeEvent(EventType::FetchEnd, 0, 3 * ms, 5, 2, fwd),
-        makeEvent(EventType::Release, 0, 4 * ms, 5, 2),
-        makeEvent(EventType::FetchEnd, 1, 5 * ms, 6, kNoModule, pre),
-        makeEvent(EventType::UnregisteredAccess, 1, 6 * ms, 3, 9),
-        makeEvent(EventType::ModuleEnter, 0, 6 * ms, 3),
+        eventAt(0, 0, makeStepBegin(), 1),
+        eventAt(1 * ms, 0, makeFetchBegin({.param = 5, .cause = 2, .reason = fwd})),
+        eventAt(2 * ms, 1, makeFetchBegin({.param = 6, .reason = pre})),
+        eventAt(3 * ms, 0, makeFetchEnd({.param = 5, .cause = 2, .reason = fwd})),
+        eventAt(4 * ms, 0, makeRelease({.param = 5, .cause = 2})),
+        eventAt(5 * ms, 1, makeFetchEnd({.param = 6, .reason = pre})),
+        eventAt(6 * ms, 1, makeUnregisteredAccess({.accessor = 3, .param = 9})),
+        eventAt(6 * ms, 0, makeModuleEnter({.module = 3})),
     };
 }
 
@@ -124,16 +117,18 @@ void TestGatherTimeline::spansStaySortedWhenCompletedOutOfOrder()
 {
     GatherSpans spans;
     spans.setTimeOrigin(0);
-    const auto pre = std::uint8_t(FetchReason::Prefetch);
-    std::vector<telemetry::Event> first = {makeEvent(EventType::FetchBegin, 0, 10 * ms, 1, 0, pre),
-                                           makeEvent(EventType::FetchBegin, 0, 11 * ms, 2, 0, pre),
-                                           makeEvent(EventType::FetchEnd, 0, 12 * ms, 2, 0, pre)};
+    const auto pre = FetchReason::Prefetch;
+    std::vector<telemetry::Event> first = {
+        eventAt(10 * ms, 0, makeFetchBegin({.param = 1, .reason = pre})),
+        eventAt(11 * ms, 0, makeFetchBegin({.param = 2, .reason = pre})),
+        eventAt(12 * ms, 0, makeFetchEnd({.param = 2, .reason = pre}))};
     spans.append(first);
     QCOMPARE(spans.openFetches().size(), std::size_t(1));
     QCOMPARE(spans.openFetches()[0].param, ParamId(1));
-    std::vector<telemetry::Event> second = {makeEvent(EventType::FetchEnd, 0, 14 * ms, 1, 0, pre),
-                                            makeEvent(EventType::FetchBegin, 0, 1 * ms, 3, 0, 0),
-                                            makeEvent(EventType::FetchEnd, 0, 2 * ms, 3, 0, 0)};
+    std::vector<telemetry::Event> second = {
+        eventAt(14 * ms, 0, makeFetchEnd({.param = 1, .reason = pre})),
+        eventAt(1 * ms, 0, makeFetchBegin({.param = 3})),
+        eventAt(2 * ms, 0, makeFetchEnd({.param = 3}))};
     spans.append(second);
     const auto &v = spans.track(0, SpanTrack::Fetch);
     QCOMPARE(v.size(), std::size_t(3));
@@ -155,11 +150,12 @@ void TestGatherTimeline::badEventsAreIgnoredOrKeptHarmless()
     GatherSpans spans;
     spans.setTimeOrigin(0);
     std::vector<telemetry::Event> events = {
-        makeEvent(EventType::FetchEnd, 0, 5 * ms, 4, 0, 0),      // attached mid-fetch
-        makeEvent(EventType::FetchBegin, 2000, 1 * ms, 1, 0, 0), // corrupt rank
-        makeEvent(EventType::FetchBegin, 1, 1 * ms, 7, 0, 200),  // unknown reason
-        makeEvent(EventType::FetchEnd, 1, 2 * ms, 7, 0, 200),
-        makeEvent(EventType(99), 0, 1 * ms, 1, 0, 0), // unknown type
+        eventAt(5 * ms, 0, makeFetchEnd({.param = 4})),      // attached mid-fetch
+        eventAt(1 * ms, 2000, makeFetchBegin({.param = 1})), // corrupt rank
+        // Raw records: a reason byte no FetchReason names, and a kind no EventType names.
+        test::makeEvent(1 * ms, 1, EventType::FetchBegin, 7, 0, 0, 200), // unknown reason
+        test::makeEvent(2 * ms, 1, EventType::FetchEnd, 7, 0, 0, 200),
+        test::makeEvent(1 * ms, 0, EventType(99), 1), // unknown type
     };
     spans.append(events);
     QCOMPARE(spans.laneCount(), 2);
@@ -169,9 +165,9 @@ void TestGatherTimeline::badEventsAreIgnoredOrKeptHarmless()
     QCOMPARE(spans.track(1, SpanTrack::Fetch)[0].kind, SpanKind::Forward);
 
     // A fetch whose end was lost stays open only until its rank starts the next step.
-    std::vector<telemetry::Event> lost = {makeEvent(EventType::FetchBegin, 0, 6 * ms, 8, 0, 0),
-                                          makeEvent(EventType::FetchBegin, 1, 6 * ms, 8, 0, 0),
-                                          makeEvent(EventType::StepBegin, 0, 7 * ms, 0, 0, 0, 2)};
+    std::vector<telemetry::Event> lost = {eventAt(6 * ms, 0, makeFetchBegin({.param = 8})),
+                                          eventAt(6 * ms, 1, makeFetchBegin({.param = 8})),
+                                          eventAt(7 * ms, 0, makeStepBegin(), 2)};
     spans.append(lost);
     QCOMPARE(spans.openFetches().size(), std::size_t(1));
     QCOMPARE(spans.openFetches()[0].rank, 1);
@@ -193,20 +189,20 @@ namespace {
 // 4 (backward) once 2 is, and 4 is still in flight at the end. Rank 1 has one fetch.
 std::vector<telemetry::Event> overlappingRun()
 {
-    const auto fwd = std::uint8_t(FetchReason::Forward);
-    const auto bwd = std::uint8_t(FetchReason::Backward);
-    const auto pre = std::uint8_t(FetchReason::Prefetch);
+    const auto fwd = FetchReason::Forward;
+    const auto bwd = FetchReason::Backward;
+    const auto pre = FetchReason::Prefetch;
     return {
-        makeEvent(EventType::FetchBegin, 0, 1 * ms, 1, 0, pre),
-        makeEvent(EventType::FetchBegin, 0, 2 * ms, 2, 0, fwd),
-        makeEvent(EventType::ModuleEnter, 0, 2500 * us, 3),
-        makeEvent(EventType::FetchBegin, 1, 1 * ms, 7, 0, fwd),
-        makeEvent(EventType::FetchEnd, 1, 3 * ms, 7, 0, fwd),
-        makeEvent(EventType::FetchEnd, 0, 4 * ms, 1, 0, pre),
-        makeEvent(EventType::FetchBegin, 0, 4500 * us, 3, 0, pre),
-        makeEvent(EventType::FetchEnd, 0, 5 * ms, 2, 0, fwd),
-        makeEvent(EventType::FetchBegin, 0, 5500 * us, 4, 0, bwd),
-        makeEvent(EventType::FetchEnd, 0, 6 * ms, 3, 0, pre),
+        eventAt(1 * ms, 0, makeFetchBegin({.param = 1, .reason = pre})),
+        eventAt(2 * ms, 0, makeFetchBegin({.param = 2, .reason = fwd})),
+        eventAt(2500 * us, 0, makeModuleEnter({.module = 3})),
+        eventAt(1 * ms, 1, makeFetchBegin({.param = 7, .reason = fwd})),
+        eventAt(3 * ms, 1, makeFetchEnd({.param = 7, .reason = fwd})),
+        eventAt(4 * ms, 0, makeFetchEnd({.param = 1, .reason = pre})),
+        eventAt(4500 * us, 0, makeFetchBegin({.param = 3, .reason = pre})),
+        eventAt(5 * ms, 0, makeFetchEnd({.param = 2, .reason = fwd})),
+        eventAt(5500 * us, 0, makeFetchBegin({.param = 4, .reason = bwd})),
+        eventAt(6 * ms, 0, makeFetchEnd({.param = 3, .reason = pre})),
     };
 }
 
@@ -249,13 +245,13 @@ void TestGatherTimeline::concurrentFetchesTakeTheLowestFreeRow()
     // Six in flight at once: rows 0 to 3, the last shared by the rest.
     std::vector<telemetry::Event> many;
     for (std::uint32_t p = 10; p < 16; ++p)
-        many.push_back(makeEvent(EventType::FetchBegin, 2, 10 * ms + p * us, p, 0, 0));
+        many.push_back(eventAt(10 * ms + p * us, 2, makeFetchBegin({.param = p})));
     for (std::uint32_t p = 10; p < 16; ++p)
-        many.push_back(makeEvent(EventType::FetchEnd, 2, 12 * ms + p * us, p, 0, 0));
+        many.push_back(eventAt(12 * ms + p * us, 2, makeFetchEnd({.param = p})));
     // A new step drops a fetch whose end was lost and frees its row.
-    many.push_back(makeEvent(EventType::FetchBegin, 2, 13 * ms, 20, 0, 0));
-    many.push_back(makeEvent(EventType::StepBegin, 2, 14 * ms, 0, 0, 0, 2));
-    many.push_back(makeEvent(EventType::FetchBegin, 2, 15 * ms, 21, 0, 0));
+    many.push_back(eventAt(13 * ms, 2, makeFetchBegin({.param = 20})));
+    many.push_back(eventAt(14 * ms, 2, makeStepBegin(), 2));
+    many.push_back(eventAt(15 * ms, 2, makeFetchBegin({.param = 21})));
     spans.append(many);
     std::vector<int> rows;
     for (const GatherSpan &s : spans.track(2, SpanTrack::Fetch))
@@ -319,8 +315,8 @@ void TestGatherTimeline::concurrentFetchesAreDrawnAndClickedInTheirRows()
 
 void TestGatherTimeline::inFlightFetchesAreHoveredAndClicked()
 {
-    const auto fwd = std::uint8_t(FetchReason::Forward);
-    const auto pre = std::uint8_t(FetchReason::Prefetch);
+    const auto fwd = FetchReason::Forward;
+    const auto pre = FetchReason::Prefetch;
     GatherTimeline timeline;
     timeline.resize(900, 400);
     timeline.show();
@@ -330,10 +326,10 @@ void TestGatherTimeline::inFlightFetchesAreHoveredAndClicked()
     // Rank 1 gathers 11 (row 0) and 12 (row 1), neither finished; rank 0's fetch of 5
     // ending at 6 ms is the newest event, so "now" is 6 ms.
     timeline.appendEvents(std::vector<telemetry::Event>{
-        makeEvent(EventType::FetchBegin, 0, 1 * ms, 5, kNoModule, fwd),
-        makeEvent(EventType::FetchBegin, 1, 1 * ms, 11, kNoModule, fwd),
-        makeEvent(EventType::FetchBegin, 1, 2 * ms, 12, kNoModule, pre),
-        makeEvent(EventType::FetchEnd, 0, 6 * ms, 5, kNoModule, fwd),
+        eventAt(1 * ms, 0, makeFetchBegin({.param = 5, .reason = fwd})),
+        eventAt(1 * ms, 1, makeFetchBegin({.param = 11, .reason = fwd})),
+        eventAt(2 * ms, 1, makeFetchBegin({.param = 12, .reason = pre})),
+        eventAt(6 * ms, 0, makeFetchEnd({.param = 5, .reason = fwd})),
     });
     timeline.refresh();
     timeline.setVisibleRange(0, 0.008);
@@ -371,8 +367,8 @@ void TestGatherTimeline::inFlightFetchesAreHoveredAndClicked()
     // 11 ends at 7 ms and 13 begins then in the row it freed: the click still selects 11,
     // now a finished span, and where both are under the mouse the finished one wins.
     timeline.appendEvents(std::vector<telemetry::Event>{
-        makeEvent(EventType::FetchEnd, 1, 7 * ms, 11, kNoModule, fwd),
-        makeEvent(EventType::FetchBegin, 1, 7 * ms, 13, kNoModule, pre),
+        eventAt(7 * ms, 1, makeFetchEnd({.param = 11, .reason = fwd})),
+        eventAt(7 * ms, 1, makeFetchBegin({.param = 13, .reason = pre})),
     });
     timeline.refresh();
     timeline.plot()->replot();
@@ -402,8 +398,9 @@ void TestGatherTimeline::blocksHoldExactlyTheSpansInRange()
     GatherSpans spans;
     spans.setTimeOrigin(0);
     std::vector<telemetry::Event> events = {
-        makeEvent(EventType::FetchBegin, 0, 0, 1, 0, 3),
-        makeEvent(EventType::FetchEnd, 0, 100000 * ms, 1, 0, 3)};
+        eventAt(0, 0, makeFetchBegin({.param = 1, .reason = FetchReason::GatheredParameters})),
+        eventAt(100000 * ms, 0,
+                makeFetchEnd({.param = 1, .reason = FetchReason::GatheredParameters}))};
     spans.append(events);
     std::vector<std::pair<double, double>> truth = {{0.0, 100.0}};
     QRandomGenerator rng(7);
@@ -413,8 +410,8 @@ void TestGatherTimeline::blocksHoldExactlyTheSpansInRange()
             const std::uint64_t start = rng.bounded(100000) * ms / 1000 * 1000;
             const std::uint64_t length = rng.bounded(1, 2000) * us;
             const ParamId p = ParamId(2 + batch * 1000 + i);
-            events.push_back(makeEvent(EventType::FetchBegin, 0, start, p, 0, 0));
-            events.push_back(makeEvent(EventType::FetchEnd, 0, start + length, p, 0, 0));
+            events.push_back(eventAt(start, 0, makeFetchBegin({.param = p})));
+            events.push_back(eventAt(start + length, 0, makeFetchEnd({.param = p})));
             truth.emplace_back(double(start) * 1e-9, double(start + length) * 1e-9);
         }
         spans.append(events);
@@ -545,9 +542,11 @@ void TestGatherTimeline::subPixelSpansMergeWhenZoomedOut()
     const int n = 10000;
     for (int i = 0; i < n; ++i) {
         const std::uint64_t t = std::uint64_t(i) * 2 * us;
-        const auto reason = std::uint8_t(i % 2 ? FetchReason::Backward : FetchReason::Forward);
-        events.push_back(makeEvent(EventType::FetchBegin, 0, t, ParamId(i % 50), 0, reason));
-        events.push_back(makeEvent(EventType::FetchEnd, 0, t + us, ParamId(i % 50), 0, reason));
+        const auto reason = i % 2 ? FetchReason::Backward : FetchReason::Forward;
+        events.push_back(
+            eventAt(t, 0, makeFetchBegin({.param = ParamId(i % 50), .reason = reason})));
+        events.push_back(
+            eventAt(t + us, 0, makeFetchEnd({.param = ParamId(i % 50), .reason = reason})));
     }
     GatherTimeline timeline;
     timeline.resize(900, 300);
@@ -600,9 +599,10 @@ void TestGatherTimeline::millionEvents()
         for (int r = 0; r < ranks; ++r) {
             const std::uint64_t t = std::uint64_t(i) * 10 * us + std::uint64_t(r) * us;
             const auto param = ParamId(i % 1000);
-            const auto reason = std::uint8_t(i % 5);
-            events.push_back(makeEvent(EventType::FetchBegin, r, t, param, 0, reason));
-            events.push_back(makeEvent(EventType::FetchEnd, r, t + 4 * us, param, 0, reason));
+            const auto reason = FetchReason(i % 5);
+            events.push_back(eventAt(t, r, makeFetchBegin({.param = param, .reason = reason})));
+            events.push_back(
+                eventAt(t + 4 * us, r, makeFetchEnd({.param = param, .reason = reason})));
         }
     }
     QCOMPARE(events.size(), std::size_t(1000000));
@@ -645,10 +645,8 @@ void TestGatherTimeline::followLiveTracksTheNewestEvents()
     QSignalSpy spy(&timeline, &GatherTimeline::followLiveChanged);
     std::vector<telemetry::Event> events;
     for (int i = 0; i < 100; ++i) {
-        events.push_back(
-            makeEvent(EventType::FetchBegin, 0, std::uint64_t(i) * 1000 * ms, 1, 0, 0));
-        events.push_back(
-            makeEvent(EventType::FetchEnd, 0, std::uint64_t(i) * 1000 * ms + ms, 1, 0, 0));
+        events.push_back(eventAt(std::uint64_t(i) * 1000 * ms, 0, makeFetchBegin({.param = 1})));
+        events.push_back(eventAt(std::uint64_t(i) * 1000 * ms + ms, 0, makeFetchEnd({.param = 1})));
     }
     timeline.appendEvents(events);
     timeline.refresh();
@@ -701,7 +699,7 @@ void TestGatherTimeline::stepLabelsShowAsManyAsFit()
     timeline.setTimeOrigin(0);
     std::vector<telemetry::Event> events;
     for (std::uint32_t step = 1; step <= 800; ++step)
-        events.push_back(makeEvent(EventType::StepBegin, 0, step * 2500 * us, 0, 0, 0, step));
+        events.push_back(eventAt(step * 2500 * us, 0, makeStepBegin(), step));
     timeline.appendEvents(events);
     timeline.setVisibleRange(0, 2.01);
     timeline.plot()->replot();

@@ -7,6 +7,7 @@
 #include <QTest>
 #include <qcustomplot.h>
 
+#include "testevents.h"
 #include "views/memoryplot.h"
 
 using namespace shardscope;
@@ -18,16 +19,12 @@ namespace {
 telemetry::Event sample(int rank, std::uint64_t tsNs, std::uint64_t partitioned,
                         std::uint64_t gathered, std::uint64_t peak, std::uint64_t liveElements)
 {
-    telemetry::Event ev{};
-    ev.tsNs = tsNs;
-    ev.rank = std::uint16_t(rank);
-    ev.type = EventType::MemorySample;
-    ev.u0 = partitioned;
-    ev.u1 = gathered;
-    ev.u2 = peak;
-    ev.a = std::uint32_t(liveElements & 0xFFFFFFFFu);
-    ev.b = std::uint32_t(liveElements >> 32);
-    return ev;
+    return test::eventAt(tsNs, rank,
+                         telemetry::makeMemorySample({.partitionedBytes = partitioned,
+                                                      .gatheredBytes = gathered,
+                                                      .peakGatheredBytes = peak,
+                                                      .liveElements = liveElements}),
+                         0);
 }
 
 QVector<double> values(const QCPGraph *g)
@@ -133,9 +130,9 @@ void TestMemoryPlot::otherEventsAndBadRanksAreIgnored()
 {
     MemoryPlot plot;
     plot.setTimeOrigin(0);
-    telemetry::Event fetch{};
-    fetch.type = EventType::FetchBegin;
-    fetch.u0 = 999;
+    // A fetch's bytes are not memory: the plot reads only MemorySample.
+    const telemetry::Event fetch =
+        test::eventAt(0, 0, telemetry::makeFetchBegin({.bytes = 999}), 0);
     telemetry::Event corrupt = sample(5000, sec, 1, 1, 1, 1);
     std::vector<telemetry::Event> events = {fetch, corrupt, sample(0, 2 * sec, 10, 20, 30, 40)};
     plot.appendEvents(events);

@@ -9,6 +9,7 @@
 
 namespace shardscope::test {
 
+// Raw, not eventfields.h: the codecs must carry every field of every kind, used or not.
 inline telemetry::Event makeEvent(EventType type, std::uint32_t i)
 {
     telemetry::Event e{};

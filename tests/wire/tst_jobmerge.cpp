@@ -2,6 +2,7 @@
 
 #include <QTest>
 
+#include "testevents.h"
 #include "wire/jobmerge.h"
 
 using namespace shardscope;
@@ -39,11 +40,7 @@ wire::Snapshot part(int rank)
     v.param = 0;
     v.count = 1;
     st.violations = {v};
-    telemetry::Event e{};
-    e.rank = static_cast<std::uint16_t>(rank);
-    e.type = EventType::StepBegin;
-    e.tsNs = rank == 0 ? 20 : 10;
-    s.events = {e};
+    s.events = {test::eventAt(rank == 0 ? 20 : 10, rank, telemetry::makeStepBegin(), 0)};
     s.droppedEvents = 1;
     return s;
 }

@@ -42,7 +42,7 @@ void TestMessages::everyEventTypeRoundTripsThroughAFrame()
 
 void TestMessages::eventRecordLayoutIsTheDocumentedOne()
 {
-    telemetry::Event e{};
+    telemetry::Event e{}; // raw: the byte layout itself, a distinct pattern in every field
     e.tsNs = 0x0102030405060708ull;
     e.step = 0x11121314u;
     e.rank = 0x2122;
