@@ -691,9 +691,10 @@ class _Agent:
         return self.hot.in_step
 
     def on_engine_forward(self, engine):
-        """The first forward of an engine the agent has not attached to (the native forward
-        hook handles every later one): attach, then begin the step as the hook would."""
-        self.attach(engine)
+        """A forward while no engine is attached (the native forward hook handles every other):
+        attach to this one, then begin the step as the hook would."""
+        if self.engine is None:
+            self.attach(engine)
         if self.hot.in_step:
             self.hot.close_scopes()
         else:

@@ -560,8 +560,8 @@ PyObject *HotPath::engineForward(PyObject *original, PyObject *const *args, std:
                                  PyObject *kwnames)
 {
     PyObject *engine = args[0];
-    if (!m_engine || engine != m_engine.ptr())
-        observer().attr("on_engine_forward")(py::handle(engine)); // attaches: rare
+    if (!m_engine) // no engine attached yet: the observer attaches this one (once)
+        observer().attr("on_engine_forward")(py::handle(engine));
     else if (inStep)
         closeScopes(); // a second forward within the step (gradient accumulation, eval)
     else {

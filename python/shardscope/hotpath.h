@@ -70,8 +70,10 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     PyObject *getitemCall(PyObject *original, PyObject *slow, PyObject *const *args,
                           std::size_t nargsf);
 
-    // The engine the observer attached to (None: none). A forward of any other engine goes
-    // to the observer's on_engine_forward, which attaches (rare).
+    // The engine the observer attached to (None: none). A forward while none is attached goes
+    // to the observer's on_engine_forward, which attaches that engine; a second engine in the
+    // process (an RLHF critic, say) is not attached to, but its forwards and steps still
+    // begin and end steps, as they did before the hooks were native.
     void setEngine(py::object engine);
 
     void enter(py::handle module, Phase phase);
