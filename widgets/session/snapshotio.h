@@ -20,7 +20,7 @@ QString exportSnapshotFile(const QString &path, const SessionStore &store);
 // Writes bytes through QSaveFile: readers see the old file or the new one, never half.
 QString writeFileAtomically(const QString &path, const QByteArray &bytes);
 // The same, gzip'd first when path ends in ".gz" (a trace.json.gz opens in Perfetto and
-// chrome://tracing as it is).
+// Chrome's DevTools Performance panel as it is).
 QString writeExportFile(const QString &path, const QByteArray &bytes);
 
 } // namespace shardscope::session

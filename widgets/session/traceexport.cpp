@@ -19,7 +19,7 @@ namespace {
 // ahead and complete while later modules run. "X" spans on one thread must nest, so
 // each gather goes onto the lowest free of its rank's "gathers k" threads (tid
 // FirstGatherTid + k) rather than becoming an async "b"/"e" pair: X spans on threads
-// are drawn alike by chrome://tracing and Perfetto (each groups async slices into tracks
+// are drawn alike by Chrome (DevTools' Performance panel) and Perfetto (each groups async slices into tracks
 // its own way), keep the integer ts/dur of every other span, and the number of gather
 // threads is the rank's peak number of gathers in flight, as the timeline's sub-rows show.
 enum Lane
