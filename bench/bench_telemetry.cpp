@@ -5,7 +5,9 @@
 // loop with telemetry switched off, and the bare loop, with the clock reads alone (the
 // telemetry clock, the raw TSC read it is built on, steady_clock). Then the engine's own
 // path (module enter/exit without and with parameters) with telemetry on under each clock,
-// off (setTelemetryEnabled(false)) and with no sink. Prints what it ran on, then Markdown.
+// off (setTelemetryEnabled(false)) and with no sink; there the hub is drained between
+// steps, not by a thread running beside it (see runEngine). Prints what it ran on, then
+// Markdown.
 //
 // Usage: bench_telemetry [--reps N]
 
@@ -201,9 +203,9 @@ enum EngineVariant
     EngineVariantCount
 };
 const char *const kEngineVariantNames[EngineVariantCount] = {
-    "telemetry on, TSC clock (hub sink, consumer draining)",
+    "telemetry on, TSC clock (hub sink, drained between steps)",
     "setTelemetryEnabled(false), TSC clock",
-    "telemetry on, steady_clock fallback (hub sink, consumer draining)",
+    "telemetry on, steady_clock fallback (hub sink, drained between steps)",
     "setTelemetryEnabled(false), steady_clock fallback",
     "no sink, TSC clock",
 };
@@ -252,6 +254,8 @@ EngineRun runEngine(const EngineShape &shape, core::Engine &engine, telemetry::T
     double cpu[EngineVariantCount] = {};
     double wall[EngineVariantCount] = {};
     EngineRun run;
+    std::vector<telemetry::Event> drained;
+    drained.reserve(hub.ringCapacity());
     for (int s = 0; s < shape.steps * EngineVariantCount; ++s) {
         const auto v = static_cast<EngineVariant>(s % EngineVariantCount);
         engine.setEventSink(v == EngineNoSink ? nullptr : &hub);
@@ -272,6 +276,14 @@ EngineRun runEngine(const EngineShape &shape, core::Engine &engine, telemetry::T
         cpu[v] += timer.cpuSeconds();
         wall[v] += timer.wallSeconds();
         run.events[v] += hub.writtenEvents() + hub.droppedEvents() - before;
+        // Drained here, untimed, not by a consumer thread beside the loop: these steps emit
+        // 30-45 M events/s, a thousand times a training rank's rate, and a consumer copying
+        // them (~2 GB/s) on the other vCPU slowed this thread's events by 1-3 ns (with
+        // parameters) and up to 8 ns (without), in some runs and not others (2-core AMD EPYC
+        // VM; docs/performance.md section 1). The inspector's server drains every 1-50 ms at
+        // the training rate, which that cost does not reach. The loop above keeps its consumer.
+        drained.clear();
+        hub.drain(drained);
     }
     telemetry::useClock(telemetry::ClockSource::Tsc);
     const double pairs = double(shape.steps) * shape.pairsPerStep;
@@ -318,7 +330,6 @@ bool engineShape(const EngineShape &shape, int reps, const ClockCosts &clocks)
     double eventsPerPair = 0.0;
     std::uint64_t dropped = 0;
     {
-        Consumer consumer(hub);
         runEngine(shape, engine, hub, layer); // warm-up, records the trace
         const std::uint64_t dropsBefore = hub.droppedEvents();
         for (int rep = 0; rep < reps; ++rep) {
@@ -340,7 +351,7 @@ bool engineShape(const EngineShape &shape, int reps, const ClockCosts &clocks)
     std::printf("#### Engine: enter + exit of %s (%.2f events per pair)\n\n", shape.name,
                 eventsPerPair);
     std::printf("%d steps x %d enter/exit pairs per pass and variant, the variant changing every "
-                "step; median (min-max) of %d passes\n\n",
+                "step, the hub drained between steps (untimed); median (min-max) of %d passes\n\n",
                 shape.steps, shape.pairsPerStep, reps);
     std::printf(
         "| engine | CPU ns per enter/exit pair | wall ns per enter/exit pair |\n|---|---:|---:|\n");
