@@ -420,11 +420,15 @@ int main(int argc, char **argv)
                 format(stats(ratioAB), 4).c_str());
     std::printf("| A / C in training-process CPU time (ranks + inspector thread) | %s |\n",
                 format(stats(cpuRatioAC), 4).c_str());
+    // Whole runs compared with whole runs: on a 2-core VM their step times differ by several
+    // per cent from run to run whatever the variant (A / C medians 0.92 to 1.04 in four quiet
+    // scripts/bench runs of the same code), so no verdict on a 1 % target is drawn from them.
     std::printf("\nThe client decoded %s events per run (median); events dropped for the client: "
-                "%llu, dropped from the rings: %llu (all runs). Target <= 1%% overhead (A / C <= "
-                "1.01): %s.\n",
+                "%llu, dropped from the rings: %llu (all runs). Whole runs against whole runs "
+                "(A / C spread %.4f-%.4f) cannot resolve 1 %%; the 1 %% target is judged step by "
+                "step, below.\n",
                 format(stats(events), 0).c_str(), static_cast<unsigned long long>(clientDropped),
-                static_cast<unsigned long long>(ringDropped), verdict(ac.median <= 1.01));
+                static_cast<unsigned long long>(ringDropped), ac.min, ac.max);
 
     auto percent = [](const std::vector<double> &v) {
         std::vector<double> p;
