@@ -126,14 +126,6 @@ int clientMain(const std::string &endpoint)
     return 0;
 }
 
-std::string selfPath()
-{
-    char buf[PATH_MAX];
-    const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n <= 0) throw std::runtime_error("cannot find this executable through /proc/self/exe");
-    return std::string(buf, static_cast<std::size_t>(n));
-}
-
 // The client's last line, "events N states M cpu S statecpu T": its CPU seconds after
 // attaching, and of those, decoding States.
 struct ClientCpu

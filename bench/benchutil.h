@@ -1,8 +1,14 @@
 #pragma once
 // What every benchmark shares: repetition statistics (median and min-max), a compiler
-// barrier that keeps measured work alive, the machine line, and the --reps option.
+// barrier that keeps measured work alive, the machine line, the --reps option, and the
+// benchmark's own path (for the child processes some of them start).
 
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <climits>
+#include <stdexcept>
 
 #include <algorithm>
 #include <chrono>
@@ -158,6 +164,23 @@ inline int parseReps(int argc, char **argv, std::string_view name, int fallback,
         std::exit(2);
     }
     return reps;
+}
+
+// This executable, to start a child process of the same benchmark.
+inline std::string selfPath()
+{
+    char buf[PATH_MAX];
+    const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) throw std::runtime_error("cannot find this executable through /proc/self/exe");
+    return std::string(buf, static_cast<std::size_t>(n));
+}
+
+// Minor page faults of the whole process so far (getrusage).
+inline long minorFaults()
+{
+    rusage ru{};
+    ::getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_minflt;
 }
 
 inline const char *verdict(bool met)
