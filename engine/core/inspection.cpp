@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "base/hugepages.h"
 #include "core/engine.h"
 #include "core/engineimpl.h"
 
@@ -42,7 +43,7 @@ EngineState Engine::state() const
         s.step = std::max(s.step, rs->step.load());
 
     std::shared_lock lock(d->structure);
-    s.modules.reserve(d->modules.size());
+    reserveHuge(s.modules, d->modules.size());
     for (const ModuleInfo &m : d->modules)
         s.modules.push_back(ModuleRecord{m.id, m.path, m.type, m.parent});
 
@@ -55,7 +56,7 @@ EngineState Engine::state() const
     // instead of 6.4 million scattered per-rank records.
     const ParamStatus initial = m_partitioned ? ParamStatus::NotAvailable : ParamStatus::Available;
     std::vector<std::int32_t> recordOf(d->params.size(), -1);
-    s.params.reserve(d->params.size());
+    reserveHuge(s.params, d->params.size());
     for (const ParamInfo &info : d->params) {
         if (info.removed) continue;
         recordOf[info.id] = static_cast<std::int32_t>(s.params.size());

@@ -4,6 +4,8 @@
 #include <bit>
 #include <cstring>
 
+#include "base/hugepages.h"
+
 namespace shardscope::wire {
 
 static_assert(std::endian::native == std::endian::little,
@@ -114,10 +116,14 @@ void FrameDecoder::appendPayload(const char *data, std::size_t size)
         const std::size_t whole = std::size_t{m_payloadLength} + kPayloadPadding;
         // Growing fourfold rather than twofold copies about a third as many bytes on the way
         // to a 50 MB State; the capacity stays below four times what arrived.
-        m_payload.reserve(
+        const std::size_t capacity =
             need == m_payloadLength
                 ? whole
-                : std::min(std::max(need, kPayloadGrowth * m_payload.capacity()), whole));
+                : std::min(std::max(need, kPayloadGrowth * m_payload.capacity()), whole);
+        if (m_payload.empty())
+            reserveHuge(m_payload, capacity);
+        else
+            m_payload.reserve(capacity);
     }
     m_payload.append(data, size);
 }

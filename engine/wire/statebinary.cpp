@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/hugepages.h"
 #include "core/violationtext.h"
 #include "wire/jsonread.h"
 #include "wire/jsonwrite.h"
@@ -87,6 +88,12 @@ class StringTable
         if (inserted) it->second = add(s);
         return it->second;
     }
+    // Room for what is about to be added, so the table is not grown (and copied) on the way.
+    void reserve(std::size_t strings, std::size_t bytes)
+    {
+        m_lengths.reserve(strings);
+        m_bytes.reserve(bytes);
+    }
     const std::vector<std::uint32_t> &lengths() const { return m_lengths; }
     const std::string &bytes() const { return m_bytes; }
 
@@ -136,6 +143,15 @@ std::string encodeBinaryState(const Snapshot &snapshot)
     const core::EngineState &s = snapshot.state;
     const auto world = static_cast<std::uint64_t>(std::max(s.worldSize, 1));
     StringTable t;
+    {
+        // Every path and name is added; the interned rest (types, fixes, messages) is a few.
+        std::size_t bytes = 4096;
+        for (const core::ModuleRecord &m : s.modules)
+            bytes += m.path.size();
+        for (const core::ParamRecord &p : s.params)
+            bytes += p.name.size();
+        t.reserve(s.modules.size() + s.params.size() + 64, bytes + bytes / 64);
+    }
     const std::uint32_t producer = t.intern(snapshot.meta.producer);
     const std::uint32_t endpoint = t.intern(snapshot.meta.endpoint);
     const std::uint32_t model = t.intern(s.modelName);
@@ -185,7 +201,9 @@ std::string encodeBinaryState(const Snapshot &snapshot)
     c.params = nParams;
     c.violations = nViolations;
     c.events = snapshot.events.size();
-    std::string out(payloadSize(c), '\0');
+    std::string out;
+    reserveHuge(out, payloadSize(c));
+    out.resize(payloadSize(c));
     Out o(out.data());
 
     o.put(kBinaryStateMagic);
@@ -544,6 +562,7 @@ Snapshot decodeBinary(std::string_view payload)
     const auto modPath = parts.column<std::uint32_t>(c.modules);
     const auto modType = parts.column<std::uint32_t>(c.modules);
     const auto modParent = parts.column<std::uint32_t>(c.modules);
+    reserveHuge(st.modules, c.modules);
     st.modules.resize(c.modules);
     for (std::uint64_t i = 0; i < c.modules; ++i) {
         core::ModuleRecord &m = st.modules[i];
@@ -600,6 +619,7 @@ Snapshot decodeBinary(std::string_view payload)
         }
     };
     std::uint64_t dimAt = 0, extAt = 0, activeAt = 0;
+    reserveHuge(st.params, P);
     st.params.resize(P);
     for (std::uint64_t i = 0; i < P; ++i) {
         core::ParamRecord &p = st.params[i];

@@ -1,0 +1,28 @@
+#pragma once
+// Transparent huge pages for the few buffers of many megabytes that an attach writes once:
+// the State's record arrays, its encoded bytes and the frame they arrive in. A first write
+// to fresh memory costs a page fault per 4 KiB page, and on a virtual machine that hands
+// freed memory back to its host each of them can cost tens of microseconds; a 2 MiB page
+// costs one. Linux only; elsewhere, and where THP is off, these do nothing.
+
+#include <cstddef>
+
+namespace shardscope {
+
+// Buffers smaller than this are left alone: they hold fewer than two whole huge pages.
+inline constexpr std::size_t kHugePageAdviceMin = std::size_t{4} << 20;
+
+// Asks the kernel to back the whole 2 MiB pages inside [p, p + bytes) with transparent
+// huge pages (madvise MADV_HUGEPAGE) when the memory is first touched. Best effort: an
+// error (THP compiled out, an old kernel) is ignored. Pages already touched stay as they are.
+void adviseHugePages(const void *p, std::size_t bytes) noexcept;
+
+// c.reserve(n), then the advice over the reserved storage, before anything is written to
+// it: call it on an empty container, then resize or append.
+template <class Container> void reserveHuge(Container &c, std::size_t n)
+{
+    c.reserve(n);
+    adviseHugePages(c.data(), c.capacity() * sizeof(typename Container::value_type));
+}
+
+} // namespace shardscope
