@@ -19,6 +19,7 @@ class TestModuleTreeModel : public QObject
   private slots:
     void liveUpdatesUnderTester();
     void externalsShownUnderRegisteringModule();
+    void childrenModulesFirstInStateOrder();
     void hugeParameterIdsAreNamesNotIndexes();
     void filterKeepsAncestors();
     void sortsByColumn();
@@ -161,6 +162,37 @@ void TestModuleTreeModel::externalsShownUnderRegisteringModule()
         QStringLiteral("lm_head"));
     QCOMPARE(models::ModuleTreeModel::keyOf(ext), QStringLiteral("e7:0"));
     QCOMPARE(model.indexForKey(QStringLiteral("e7:0")), ext);
+}
+
+// The store's per-module lists and the tree's rows keep the state's order: a module's
+// child modules first, then the parameters it owns, then those registered on it.
+void TestModuleTreeModel::childrenModulesFirstInStateOrder()
+{
+    core::EngineState st = smallState();
+    const ModuleId head = 7;
+    QCOMPARE(st.modules[head].path, std::string("lm_head"));
+    for (const char *name : {"proj", "out"})
+        st.modules.push_back(core::ModuleRecord{static_cast<ModuleId>(st.modules.size()),
+                                                std::string("lm_head.") + name, "Linear", head});
+    core::ParamRecord scale = st.params[5]; // lm_head.bias
+    scale.id = 8;
+    scale.name = "lm_head.scale";
+    st.params.push_back(scale);
+    st.params[0].externals.push_back(core::ExternalRecord{head, false});
+    session::SessionStore store;
+    store.applyState(st);
+    const auto kids = store.childModules(head);
+    QCOMPARE(std::vector<ModuleId>(kids.begin(), kids.end()), (std::vector<ModuleId>{9, 10}));
+    const auto owned = store.ownedParams(head);
+    QCOMPARE(std::vector<ParamId>(owned.begin(), owned.end()), (std::vector<ParamId>{5, 8}));
+    QVERIFY(store.childModules(9).empty());
+    QVERIFY(store.ownedParams(1'000'000).empty());
+    models::ModuleTreeModel model(&store);
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QCOMPARE(childNames(model, model.indexForModule(head)),
+             (QStringList{"proj", "out", "bias", "scale", "embed.weight  [external]"}));
+    QCOMPARE(childNames(model, model.index(0, 0)),
+             (QStringList{"embed", "blocks", "lm_head", "pos_conv"}));
 }
 
 // Issue #14, defect 2: the tree sized two tables by the largest parameter id (4294967294

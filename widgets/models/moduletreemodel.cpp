@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "base/hugepages.h"
 #include "core/partition.h"
 #include "session/labels.h"
 
@@ -87,7 +88,7 @@ bool ModuleTreeModel::hasChildren(const QModelIndex &parent) const
 {
     if (parent.column() > 0) return false;
     const std::int32_t n = nodeOf(parent);
-    return n < 0 ? !m_top.empty() : !m_nodes[static_cast<std::size_t>(n)].children.empty();
+    return n < 0 ? !m_top.empty() : m_nodes[static_cast<std::size_t>(n)].kidCount != 0;
 }
 
 QModelIndex ModuleTreeModel::index(int row, int column, const QModelIndex &parent) const
@@ -100,7 +101,7 @@ QModelIndex ModuleTreeModel::index(int row, int column, const QModelIndex &paren
     }
     const Node &pn = m_nodes[static_cast<std::size_t>(p)];
     if (row >= pn.fetched) return {};
-    return createIndex(row, column, quintptr(pn.children[static_cast<std::size_t>(row)]));
+    return createIndex(row, column, quintptr(m_kids[pn.kidsAt + static_cast<std::uint32_t>(row)]));
 }
 
 QModelIndex ModuleTreeModel::parent(const QModelIndex &child) const
@@ -118,7 +119,7 @@ bool ModuleTreeModel::canFetchMore(const QModelIndex &parent) const
     const std::int32_t n = nodeOf(parent);
     if (n < 0) return m_topFetched < static_cast<std::int32_t>(m_top.size());
     const Node &node = m_nodes[static_cast<std::size_t>(n)];
-    return node.fetched < static_cast<std::int32_t>(node.children.size());
+    return node.fetched < static_cast<std::int32_t>(node.kidCount);
 }
 
 void ModuleTreeModel::fetchMore(const QModelIndex &parent)
@@ -128,7 +129,7 @@ void ModuleTreeModel::fetchMore(const QModelIndex &parent)
     std::int32_t &fetched = n < 0 ? m_topFetched : m_nodes[static_cast<std::size_t>(n)].fetched;
     const std::int32_t total =
         n < 0 ? static_cast<std::int32_t>(m_top.size())
-              : static_cast<std::int32_t>(m_nodes[static_cast<std::size_t>(n)].children.size());
+              : static_cast<std::int32_t>(m_nodes[static_cast<std::size_t>(n)].kidCount);
     const std::int32_t last = std::min(total, fetched + m_batch) - 1;
     m_busy = true;
     beginInsertRows(parent, fetched, last);
@@ -154,9 +155,8 @@ void ModuleTreeModel::buildStructure()
     m_paramNode.assign(st.params.size(), -1);
     m_extNodes.assign(st.params.size(), {});
     m_moduleNumel.assign(st.modules.size(), 0);
-    m_nodes.reserve(st.modules.size() + st.params.size());
+    reserveHuge(m_nodes, st.modules.size() + st.params.size());
 
-    std::vector<std::vector<std::int32_t>> all; // node -> every child, in build order
     auto newNode = [&](std::uint8_t kind, std::uint32_t id, std::int32_t parent, bool automatic) {
         Node node;
         node.kind = kind;
@@ -164,10 +164,7 @@ void ModuleTreeModel::buildStructure()
         node.parent = parent;
         node.automatic = automatic;
         m_nodes.push_back(std::move(node));
-        all.emplace_back();
-        const auto n = static_cast<std::int32_t>(m_nodes.size() - 1);
-        if (parent >= 0) all[static_cast<std::size_t>(parent)].push_back(n);
-        return n;
+        return static_cast<std::int32_t>(m_nodes.size() - 1);
     };
 
     std::vector<std::pair<ModuleId, std::int32_t>> stack;
@@ -201,18 +198,30 @@ void ModuleTreeModel::buildStructure()
                     newNode(ExternalNode, e.module, n, e.automatic));
         }
     }
-    // Child modules come first among a module's children.
-    m_allKids.clear();
-    m_allKidsAt.assign(m_nodes.size() + 1, 0);
-    for (std::size_t i = 0; i < m_nodes.size(); ++i) {
-        auto &kids = all[i];
-        std::stable_partition(kids.begin(), kids.end(), [&](std::int32_t c) {
-            return m_nodes[static_cast<std::size_t>(c)].kind == ModuleNode;
-        });
-        m_allKidsAt[i] = static_cast<std::uint32_t>(m_allKids.size());
-        m_allKids.insert(m_allKids.end(), kids.begin(), kids.end());
+    // Every node's children in one array, child modules first, each kind in build order:
+    // counted per parent, then placed (no vector per node).
+    const std::size_t count = m_nodes.size();
+    m_allKidsAt.assign(count + 1, 0);
+    std::vector<std::uint32_t> firstOther(count, 0); // a node's child modules, counted
+    for (const Node &node : m_nodes) {
+        if (node.parent < 0) continue;
+        const auto parent = static_cast<std::size_t>(node.parent);
+        ++m_allKidsAt[parent + 1];
+        if (node.kind == ModuleNode) ++firstOther[parent];
     }
-    m_allKidsAt[m_nodes.size()] = static_cast<std::uint32_t>(m_allKids.size());
+    for (std::size_t i = 0; i < count; ++i)
+        m_allKidsAt[i + 1] += m_allKidsAt[i];
+    std::vector<std::uint32_t> nextModule(m_allKidsAt.begin(), m_allKidsAt.end() - 1);
+    for (std::size_t i = 0; i < count; ++i)
+        firstOther[i] += m_allKidsAt[i]; // now where its other children start
+    m_allKids.assign(m_allKidsAt[count], 0);
+    for (std::size_t i = 0; i < count; ++i) {
+        const Node &node = m_nodes[i];
+        if (node.parent < 0) continue;
+        const auto parent = static_cast<std::size_t>(node.parent);
+        std::uint32_t &slot = node.kind == ModuleNode ? nextModule[parent] : firstOther[parent];
+        m_allKids[slot++] = static_cast<std::int32_t>(i);
+    }
     m_allTop = m_top;
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
         const core::ModuleRecord *m = m_store->module(*it);
@@ -277,17 +286,26 @@ void ModuleTreeModel::applyFilter()
         }
         node.match = match;
     }
+    // Children come after their parent: a backward pass decides what is visible, then a
+    // forward one lays every node's visible children out in m_kids, in m_allKids' order.
     for (std::size_t i = count; i-- > 0;) {
         Node &node = m_nodes[i];
-        node.children.clear();
-        for (std::uint32_t k = m_allKidsAt[i]; k < m_allKidsAt[i + 1]; ++k) {
-            const std::int32_t c = m_allKids[k];
-            if (visible[static_cast<std::size_t>(c)]) node.children.push_back(c);
-        }
-        visible[i] = node.match || !node.children.empty();
+        node.kidCount = 0;
+        for (std::uint32_t k = m_allKidsAt[i]; k < m_allKidsAt[i + 1]; ++k)
+            node.kidCount += visible[static_cast<std::size_t>(m_allKids[k])];
+        visible[i] = node.match || node.kidCount != 0;
         if (visible[i]) ++m_matching;
         node.fetched = 0;
         node.row = -1;
+    }
+    m_kids.clear();
+    m_kids.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) {
+        Node &node = m_nodes[i];
+        node.kidsAt = static_cast<std::uint32_t>(m_kids.size());
+        for (std::uint32_t k = m_allKidsAt[i]; k < m_allKidsAt[i + 1]; ++k)
+            if (const std::int32_t c = m_allKids[k]; visible[static_cast<std::size_t>(c)])
+                m_kids.push_back(c);
     }
     m_top.clear();
     for (std::int32_t t : m_allTop) {
@@ -296,12 +314,12 @@ void ModuleTreeModel::applyFilter()
 
     if (m_sortColumn >= 0) {
         for (std::size_t i = 0; i < count; ++i) {
-            if (visible[i] && m_nodes[i].children.size() > 1)
+            if (visible[i] && m_nodes[i].kidCount > 1)
                 sortChildren(static_cast<std::int32_t>(i));
         }
     }
     for (std::size_t i = 0; i < count; ++i) {
-        const auto &kids = m_nodes[i].children;
+        const std::span<const std::int32_t> kids = kidsOf(m_nodes[i]);
         for (std::size_t r = 0; r < kids.size(); ++r)
             m_nodes[static_cast<std::size_t>(kids[r])].row = static_cast<std::int32_t>(r);
     }
@@ -332,7 +350,7 @@ void ModuleTreeModel::resetAndFilter()
 
 void ModuleTreeModel::sortChildren(std::int32_t n)
 {
-    auto &kids = m_nodes[static_cast<std::size_t>(n)].children;
+    const std::span<std::int32_t> kids = kidsOf(m_nodes[static_cast<std::size_t>(n)]);
     const int column = m_sortColumn;
     const bool desc = m_sortOrder == Qt::DescendingOrder;
     if (isNumericColumn(column)) {
@@ -607,7 +625,7 @@ bool ModuleTreeModel::reveal(std::int32_t n)
         if (node.row >= parent.fetched) {
             const QModelIndex pi = createIndex(parent.row, 0, quintptr(node.parent));
             const std::int32_t last =
-                std::min<std::int32_t>(static_cast<std::int32_t>(parent.children.size()) - 1,
+                std::min<std::int32_t>(static_cast<std::int32_t>(parent.kidCount) - 1,
                                        std::max(node.row, parent.fetched + m_batch - 1));
             m_busy = true;
             beginInsertRows(pi, parent.fetched, last);

@@ -8,6 +8,7 @@
 #include <QString>
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -88,8 +89,14 @@ class ModuleTreeModel : public QAbstractItemModel
         std::uint8_t kind = ModuleNode;
         bool automatic = false;
         bool match = false;
-        std::vector<std::int32_t> children; // visible children in display order
+        // Its visible children, in display order: m_kids[kidsAt, kidsAt + kidCount).
+        std::uint32_t kidsAt = 0;
+        std::uint32_t kidCount = 0;
     };
+    std::span<std::int32_t> kidsOf(const Node &node)
+    {
+        return std::span<std::int32_t>(m_kids).subspan(node.kidsAt, node.kidCount);
+    }
 
     void onStoreUpdated(const session::StoreChanges &changes);
     void rebuild();
@@ -116,6 +123,7 @@ class ModuleTreeModel : public QAbstractItemModel
     std::vector<Node> m_nodes;
     std::vector<std::int32_t> m_top;
     std::vector<std::int32_t> m_allTop;    // every top-level node, filtered or not
+    std::vector<std::int32_t> m_kids;      // every node's visible children, node after node
     std::vector<std::int32_t> m_allKids;   // every node's children, node after node
     std::vector<std::uint32_t> m_allKidsAt; // node -> first of its children in m_allKids
     // Each node's module path or parameter name, case-folded UTF-8, converted once per

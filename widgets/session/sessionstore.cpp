@@ -13,8 +13,6 @@ namespace shardscope::session {
 
 namespace {
 
-const std::vector<ModuleId> kNoModules;
-const std::vector<ParamId> kNoParams;
 const std::vector<core::ExternalRecord> kNoExternals;
 
 bool sameRun(const core::EngineState &a, const core::EngineState &b)
@@ -74,7 +72,9 @@ void SessionStore::clear()
     m_hasState = false;
     m_paramIndex.clear();
     m_sparseParamIndex.clear();
+    m_childModulesAt.clear();
     m_childModules.clear();
+    m_ownedParamsAt.clear();
     m_ownedParams.clear();
     m_externalsOn.clear();
     m_paramViolations.clear();
@@ -156,13 +156,31 @@ core::EngineState SessionStore::applyState(core::EngineState state)
 void SessionStore::rebuildIndex()
 {
     const std::size_t nModules = m_state.modules.size();
-    m_childModules.assign(nModules, {});
-    m_ownedParams.assign(nModules, {});
     m_externalsOn.assign(nModules, {});
-    for (const core::ModuleRecord &m : m_state.modules) {
-        if (m.parent != kNoModule && m.parent < nModules && m.parent != m.id)
-            m_childModules[m.parent].push_back(m.id);
-    }
+    // Counted first, then each module's range filled in the order the state lists them.
+    auto group = [nModules](std::vector<std::uint32_t> &at, std::vector<std::uint32_t> &items,
+                            const auto &records, auto keyOf, auto valueOf) {
+        at.assign(nModules + 1, 0);
+        for (const auto &r : records)
+            if (const std::size_t k = keyOf(r); k < nModules) ++at[k + 1];
+        for (std::size_t m = 0; m < nModules; ++m)
+            at[m + 1] += at[m];
+        items.resize(at[nModules]);
+        std::vector<std::uint32_t> next(at.begin(), at.end() - 1);
+        for (const auto &r : records)
+            if (const std::size_t k = keyOf(r); k < nModules) items[next[k]++] = valueOf(r);
+    };
+    group(
+        m_childModulesAt, m_childModules, m_state.modules,
+        [](const core::ModuleRecord &m) {
+            return m.parent != kNoModule && m.parent != m.id ? std::size_t{m.parent}
+                                                             : std::size_t(-1);
+        },
+        [](const core::ModuleRecord &m) { return m.id; });
+    group(
+        m_ownedParamsAt, m_ownedParams, m_state.params,
+        [](const core::ParamRecord &p) { return std::size_t{p.owner}; },
+        [](const core::ParamRecord &p) { return p.id; });
     const std::size_t nParams = m_state.params.size();
     std::size_t maxId = 0;
     for (const core::ParamRecord &p : m_state.params)
@@ -180,7 +198,6 @@ void SessionStore::rebuildIndex()
             m_paramIndex[p.id] = static_cast<std::int32_t>(i);
         else
             m_sparseParamIndex[p.id] = static_cast<std::int32_t>(i);
-        if (p.owner < nModules) m_ownedParams[p.owner].push_back(p.id);
         for (const core::ExternalRecord &e : p.externals) {
             if (e.module < nModules)
                 m_externalsOn[e.module].push_back(core::ExternalRecord{p.id, e.automatic});
@@ -655,14 +672,18 @@ QString SessionStore::paramName(ParamId id) const
     return QStringLiteral("<parameter %1>").arg(id);
 }
 
-const std::vector<ModuleId> &SessionStore::childModules(ModuleId id) const
+std::span<const ModuleId> SessionStore::childModules(ModuleId id) const
 {
-    return id < m_childModules.size() ? m_childModules[id] : kNoModules;
+    if (std::size_t{id} + 1 >= m_childModulesAt.size()) return {};
+    return std::span<const ModuleId>(m_childModules)
+        .subspan(m_childModulesAt[id], m_childModulesAt[id + 1] - m_childModulesAt[id]);
 }
 
-const std::vector<ParamId> &SessionStore::ownedParams(ModuleId id) const
+std::span<const ParamId> SessionStore::ownedParams(ModuleId id) const
 {
-    return id < m_ownedParams.size() ? m_ownedParams[id] : kNoParams;
+    if (std::size_t{id} + 1 >= m_ownedParamsAt.size()) return {};
+    return std::span<const ParamId>(m_ownedParams)
+        .subspan(m_ownedParamsAt[id], m_ownedParamsAt[id + 1] - m_ownedParamsAt[id]);
 }
 
 const std::vector<core::ExternalRecord> &SessionStore::externalsOn(ModuleId module) const

@@ -142,8 +142,8 @@ class SessionStore : public QObject
     std::int32_t paramSlot(ParamId id) const;
     QString modulePath(ModuleId id) const; // "<none>" / "<root>" as the engine names them
     QString paramName(ParamId id) const;
-    const std::vector<ModuleId> &childModules(ModuleId id) const;
-    const std::vector<ParamId> &ownedParams(ModuleId id) const;
+    std::span<const ModuleId> childModules(ModuleId id) const;
+    std::span<const ParamId> ownedParams(ModuleId id) const;
     const std::vector<core::ExternalRecord> &
     externalsOn(ModuleId module) const; // .module holds the param id
     std::uint64_t paramViolations(ParamId id) const;
@@ -234,8 +234,11 @@ class SessionStore : public QObject
     // a hash map when they are sparse, so memory follows the number of parameters.
     std::vector<std::int32_t> m_paramIndex;
     std::unordered_map<ParamId, std::int32_t> m_sparseParamIndex;
-    std::vector<std::vector<ModuleId>> m_childModules;
-    std::vector<std::vector<ParamId>> m_ownedParams;
+    // Module -> its child modules, and -> the parameters it owns, as offsets into one array
+    // each (module m's are [at[m], at[m + 1])): two arrays instead of a vector per module.
+    std::vector<std::uint32_t> m_childModulesAt, m_ownedParamsAt;
+    std::vector<ModuleId> m_childModules;
+    std::vector<ParamId> m_ownedParams;
     std::vector<std::vector<core::ExternalRecord>> m_externalsOn;
     std::vector<std::uint64_t> m_paramViolations; // by paramSlot
     std::vector<std::uint64_t> m_moduleViolations;
