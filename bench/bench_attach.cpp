@@ -5,6 +5,8 @@
 // State's size; and the phases in-process (state, encode, decode, apply + rebuild) to
 // show what limits it. The GUI asks for the binary State; the JSON one that clients without
 // the capability get is timed beside it. An attach that fails is reported with its reason.
+// Beside the phases: how long a training rank waits for its own lock while the server
+// builds the state (every fetch takes that lock).
 // Then the first attach of fresh processes: a user attaches once, and a process's first
 // attach touches its memory for the first time, which the repeated attaches of one process
 // do not. Prints Markdown.
@@ -16,10 +18,14 @@
 #include <QGuiApplication>
 #include <QTimer>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "benchutil.h"
@@ -108,12 +114,38 @@ Attach attachOnce(const std::string &endpoint, int expectedNodes)
     return out;
 }
 
+// A rank's longest wait for its own lock while Engine::state() runs: a thread standing in
+// for a training rank takes rank 0's lock (Engine::activeModules does, as every fetch's
+// useParam does) every 100 us during the build. What the rank would stall for.
+double longestRankLockWaitMs(const core::Engine &engine)
+{
+    std::atomic<bool> stop{false};
+    std::atomic<bool> started{false};
+    double longest = 0.0;
+    std::thread rank([&] {
+        started = true;
+        while (!stop.load(std::memory_order_relaxed)) {
+            const auto t = Clock::now();
+            (void)engine.activeModules(0, 0);
+            longest = std::max(longest, secondsSince(t) * 1e3);
+            std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
+    });
+    while (!started)
+        std::this_thread::yield();
+    const core::EngineState state = engine.state();
+    stop = true;
+    rank.join();
+    return longest;
+}
+
 struct WorldResult
 {
     int world = 0;
     double buildSeconds = 0.0;
     std::size_t snapshotBytes = 0, jsonBytes = 0;
     std::vector<double> stateMs, encodeMs, decodeMs, applyMs, revealMs;
+    std::vector<double> rankLockWaitMs; // a rank's longest wait for its lock during state()
     std::vector<double> jsonEncodeMs, jsonDecodeMs; // what a client without state_binary costs
     std::vector<double> populated, revealed;
     std::vector<long> faults; // minor page faults of the process during each attach
@@ -176,6 +208,9 @@ WorldResult measureWorld(const SyntheticModel &model, int world, int reps, bool 
         revealAll(tree);
         out.revealMs.push_back(secondsSince(t) * 1e3);
     }
+
+    for (int rep = 0; phases && rep < reps; ++rep)
+        out.rankLockWaitMs.push_back(longestRankLockWaitMs(engine));
 
     try {
         for (int rep = 0; rep < reps; ++rep) {
@@ -308,6 +343,8 @@ int main(int argc, char **argv)
                                  : std::string("failed");
     });
     row("phase: Engine::state(), ms", [](const WorldResult &r) { return format(stats(r.stateMs), 0); });
+    row("a rank's longest wait for its lock during Engine::state() (a fetch stalls this long), ms",
+        [](const WorldResult &r) { return format(stats(r.rankLockWaitMs), 1); });
     row("phase: encodeBinaryState, ms", [](const WorldResult &r) { return format(stats(r.encodeMs), 0); });
     row("phase: decodeBinaryState, ms", [](const WorldResult &r) { return format(stats(r.decodeMs), 0); });
     row("phase: SessionStore::applyState + tree rebuild, ms", [](const WorldResult &r) { return format(stats(r.applyMs), 0); });
