@@ -149,6 +149,8 @@ struct WorldResult
     std::vector<double> jsonEncodeMs, jsonDecodeMs; // what a client without state_binary costs
     std::vector<double> populated, revealed;
     std::vector<long> faults; // minor page faults of the process during each attach
+    // The server thread's CPU building and encoding the States of each attach.
+    std::vector<double> serverStateMs;
     int rows = 0;
     std::string failure; // why the GUI could not attach, if it could not
 };
@@ -215,8 +217,10 @@ WorldResult measureWorld(const SyntheticModel &model, int world, int reps, bool 
     try {
         for (int rep = 0; rep < reps; ++rep) {
             const long faults0 = minorFaults();
+            const double stateCpu0 = inspector.cost().stateCpuSeconds;
             const Attach a = attachOnce(endpoint, expectedNodes);
             out.faults.push_back(minorFaults() - faults0);
+            out.serverStateMs.push_back((inspector.cost().stateCpuSeconds - stateCpu0) * 1e3);
             out.populated.push_back(a.populatedMs);
             out.revealed.push_back(a.revealedMs);
             out.rows = a.rows;
@@ -229,11 +233,13 @@ WorldResult measureWorld(const SyntheticModel &model, int world, int reps, bool 
 }
 
 // A first attach in fresh processes: this benchmark again with --fresh-attach, once per
-// repetition (a new engine and server, a new GUI side); each prints "fresh MS FAULTS".
+// repetition (a new engine and server, a new GUI side); each prints
+// "fresh MS FAULTS SERVER_STATE_MS".
 struct FreshResult
 {
     std::vector<double> ms;
     std::vector<long> faults;
+    std::vector<double> serverStateMs;
     std::string failure;
 };
 
@@ -246,8 +252,9 @@ FreshResult measureFresh(int reps)
         char line[128] = {};
         double ms = 0.0;
         long faults = 0;
+        double serverMs = 0.0;
         const bool read = child && std::fgets(line, sizeof line, child) &&
-                          std::sscanf(line, "fresh %lf %ld", &ms, &faults) == 2;
+                          std::sscanf(line, "fresh %lf %ld %lf", &ms, &faults, &serverMs) == 3;
         const int status = child ? ::pclose(child) : -1;
         if (!read || status != 0) {
             out.failure = "the --fresh-attach process failed (see its message above)";
@@ -255,6 +262,7 @@ FreshResult measureFresh(int reps)
         }
         out.ms.push_back(ms);
         out.faults.push_back(faults);
+        out.serverStateMs.push_back(serverMs);
     }
     return out;
 }
@@ -279,7 +287,8 @@ int main(int argc, char **argv)
         try {
             const WorldResult r = measureWorld(model, kWorld, 1, false);
             if (!r.failure.empty()) throw std::runtime_error(r.failure);
-            std::printf("fresh %.3f %ld\n", r.populated.at(0), r.faults.at(0));
+            std::printf("fresh %.3f %ld %.3f\n", r.populated.at(0), r.faults.at(0),
+                        r.serverStateMs.at(0));
             return 0;
         } catch (const std::exception &e) {
             std::fprintf(stderr, "bench_attach --fresh-attach: %s\n", e.what());
@@ -342,6 +351,10 @@ int main(int argc, char **argv)
         return r.failure.empty() ? inOrder(std::vector<double>(r.faults.begin(), r.faults.end()))
                                  : std::string("failed");
     });
+    row("the server building and encoding the State during each attach (its CPU), in order, ms",
+        [](const WorldResult &r) {
+            return r.failure.empty() ? inOrder(r.serverStateMs) : std::string("failed");
+        });
     row("phase: Engine::state(), ms", [](const WorldResult &r) { return format(stats(r.stateMs), 0); });
     row("a rank's longest wait for its lock during Engine::state() (a fetch stalls this long), ms",
         [](const WorldResult &r) { return format(stats(r.rankLockWaitMs), 1); });
@@ -384,6 +397,12 @@ int main(int argc, char **argv)
         std::printf("| each, in order, ms | %s |\n", inOrder(fresh.ms).c_str());
         std::printf("| minor page faults during it, each | %s |\n",
                     inOrder(std::vector<double>(fresh.faults.begin(), fresh.faults.end())).c_str());
+        // What the engine's side costs of that: Engine::state() and the encoding, on the
+        // server thread; the rest is the transfer, the GUI's decode, store and tree.
+        std::printf("| of which the server building and encoding the State (its thread's CPU), "
+                    "ms | %s |\n",
+                    format(stats(fresh.serverStateMs), 0).c_str());
+        std::printf("| the same, each | %s |\n", inOrder(fresh.serverStateMs).c_str());
     } else {
         std::printf("| first attach of a fresh process | failed: %s |\n", fresh.failure.c_str());
     }
