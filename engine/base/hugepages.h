@@ -19,8 +19,8 @@ inline constexpr std::size_t kHugePageAdviceMin = std::size_t{4} << 20;
 // error (THP compiled out, an old kernel) is ignored. Pages already touched stay as they are.
 void adviseHugePages(const void *p, std::size_t bytes) noexcept;
 
-// c.reserve(n), then the advice over the reserved storage, before anything is written to
-// it: call it on an empty container, then resize or append.
+// c.reserve(n), then the advice over the reserved storage. What a reallocation has already
+// copied stays in small pages; the rest is written into huge ones.
 template <class Container> void reserveHuge(Container &c, std::size_t n)
 {
     c.reserve(n);

@@ -116,14 +116,10 @@ void FrameDecoder::appendPayload(const char *data, std::size_t size)
         const std::size_t whole = std::size_t{m_payloadLength} + kPayloadPadding;
         // Growing fourfold rather than twofold copies about a third as many bytes on the way
         // to a 50 MB State; the capacity stays below four times what arrived.
-        const std::size_t capacity =
-            need == m_payloadLength
-                ? whole
-                : std::min(std::max(need, kPayloadGrowth * m_payload.capacity()), whole);
-        if (m_payload.empty())
-            reserveHuge(m_payload, capacity);
-        else
-            m_payload.reserve(capacity);
+        reserveHuge(m_payload,
+                    need == m_payloadLength
+                        ? whole
+                        : std::min(std::max(need, kPayloadGrowth * m_payload.capacity()), whole));
     }
     m_payload.append(data, size);
 }
