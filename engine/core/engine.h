@@ -113,6 +113,8 @@ struct TensorView
     float *f32() const { return reinterpret_cast<float *>(data); }
 };
 
+struct StateColumns;
+
 class Engine
 {
 public:
@@ -216,6 +218,9 @@ public:
 
     // ---- inspection (any thread)
     EngineState state() const;
+    // The same state as columns, written into `out` (its memory reused): what the server
+    // encodes the binary State from without building an EngineState (core/statecolumns.h).
+    void stateColumns(StateColumns &out) const;
     // Changes whenever something state() reports may have changed (structure, registrations,
     // statuses, violations): a server compares it instead of rebuilding state() to find out.
     std::uint64_t stateVersion() const;

@@ -6,6 +6,7 @@
 #include "base/hugepages.h"
 #include "core/engine.h"
 #include "core/engineimpl.h"
+#include "core/statecolumns.h"
 
 namespace shardscope::core {
 
@@ -30,71 +31,127 @@ std::vector<ModuleId> Engine::activeModules(int rank, ParamId p) const
 
 EngineState Engine::state() const
 {
-    EngineState s;
-    s.modelName = m_config.modelName;
-    s.worldSize = m_config.worldSize;
-    s.backend = std::string(comm::backendName(backend()));
-    s.config.persistenceThreshold = m_config.persistenceThreshold;
-    s.config.prefetchBucketSize = m_config.prefetchBucketSize;
-    s.config.maxLiveParameters = m_config.maxLiveParameters;
-    s.config.guard = m_config.guard;
-    s.localRanks = m_localRanks;
+    StateColumns c;
+    stateColumns(c);
+    return stateOf(c);
+}
+
+void Engine::stateColumns(StateColumns &c) const
+{
+    c.clear();
+    c.modelName = m_config.modelName;
+    c.worldSize = m_config.worldSize;
+    c.backend = std::string(comm::backendName(backend()));
+    c.config.persistenceThreshold = m_config.persistenceThreshold;
+    c.config.prefetchBucketSize = m_config.prefetchBucketSize;
+    c.config.maxLiveParameters = m_config.maxLiveParameters;
+    c.config.guard = m_config.guard;
+    c.localRanks = m_localRanks;
     for (const auto &rs : d->ranks)
-        s.step = std::max(s.step, rs->step.load());
+        c.step = std::max(c.step, rs->step.load());
 
     std::shared_lock lock(d->structure);
-    reserveHuge(s.modules, d->modules.size());
-    for (const ModuleInfo &m : d->modules)
-        s.modules.push_back(ModuleRecord{m.id, m.path, m.type, m.parent});
+    const std::size_t M = d->modules.size(), N = d->params.size();
+    {
+        std::size_t bytes = 0;
+        for (const ModuleInfo &m : d->modules)
+            bytes += m.path.size();
+        for (const ParamInfo &info : d->params)
+            bytes += info.name.size();
+        c.strings.reserve(M + N + 64, bytes + bytes / 64 + 4096);
+    }
+    reserveHuge(c.modulePath, M);
+    reserveHuge(c.moduleType, M);
+    reserveHuge(c.moduleParent, M);
+    for (const ModuleInfo &m : d->modules) {
+        c.modulePath.push_back(c.strings.add(m.path));
+        c.moduleType.push_back(c.strings.intern(m.type));
+        c.moduleParent.push_back(m.parent);
+    }
 
-    // Parameter-major for what is per parameter, then rank-major over each rank's dense
-    // status array: at 64 ranks x 100k parameters this reads 6.4 MB of statuses in order
-    // instead of 6.4 million scattered per-rank records.
-    const ParamStatus initial = m_partitioned ? ParamStatus::NotAvailable : ParamStatus::Available;
-    std::vector<std::int32_t> recordOf(d->params.size(), -1);
-    reserveHuge(s.params, d->params.size());
+    // What is per parameter, one column at a time in id order; recordOf maps an id to its
+    // row (removed parameters have none).
+    std::vector<std::int32_t> recordOf(N, -1);
+    std::size_t P = 0, nDims = 0;
     for (const ParamInfo &info : d->params) {
         if (info.removed) continue;
-        recordOf[info.id] = static_cast<std::int32_t>(s.params.size());
-        ParamRecord &r = s.params.emplace_back();
-        r.id = info.id;
-        r.name = info.name;
-        r.owner = info.owner;
-        r.shape = info.shape;
-        r.dtype = info.dtype;
-        r.numel = info.numel;
-        r.paddedNumel = info.layout.paddedNumel;
-        r.partitionNumel = info.layout.partitionNumel;
-        r.persistent = info.persistent;
-        r.late = info.late;
-        if (info.late) r.replaces = d->replacedBy(info.id);
-        r.partitioned = info.partitioned;
-        r.status.assign(static_cast<std::size_t>(m_config.worldSize), initial);
-        const GatherTotals &tot = d->gatherTotals[info.id];
-        r.gatherCount = tot.count.load(std::memory_order_relaxed);
-        r.gatherBytes = tot.bytes.load(std::memory_order_relaxed);
-        r.gatherNs = tot.ns.load(std::memory_order_relaxed);
-        r.lastGatherTsNs = tot.lastTs.load(std::memory_order_relaxed);
+        recordOf[info.id] = static_cast<std::int32_t>(P++);
+        nDims += std::min(info.shape.size(), kMaxColumnDims);
     }
-    // The statuses in blocks of parameters, every rank's dense array in order within a block:
-    // the block's records stay in cache while 64 ranks write into them, where a whole rank at
-    // a time touched all 100,000 records again for each rank.
+    auto column = [&](auto &v, auto field) {
+        reserveHuge(v, P);
+        for (const ParamInfo &info : d->params)
+            if (!info.removed) v.push_back(field(info));
+    };
+    column(c.paramId, [](const ParamInfo &i) { return i.id; });
+    column(c.paramName, [&](const ParamInfo &i) { return c.strings.add(i.name); });
+    column(c.paramOwner, [](const ParamInfo &i) { return i.owner; });
+    column(c.paramDtype, [](const ParamInfo &i) { return static_cast<std::uint8_t>(i.dtype); });
+    column(c.paramFlags, [](const ParamInfo &i) {
+        return static_cast<std::uint8_t>((i.persistent ? kParamPersistent : 0) |
+                                         (i.partitioned ? kParamPartitioned : 0) |
+                                         (i.late ? kParamLate : 0));
+    });
+    column(c.paramDims, [](const ParamInfo &i) {
+        return static_cast<std::uint8_t>(std::min(i.shape.size(), kMaxColumnDims));
+    });
+    column(c.numel, [](const ParamInfo &i) { return i.numel; });
+    column(c.paddedNumel, [](const ParamInfo &i) { return i.layout.paddedNumel; });
+    column(c.partitionNumel, [](const ParamInfo &i) { return i.layout.partitionNumel; });
+    reserveHuge(c.dims, nDims);
+    for (const ParamInfo &info : d->params)
+        if (!info.removed)
+            c.dims.insert(c.dims.end(), info.shape.begin(),
+                          info.shape.begin() +
+                              static_cast<std::ptrdiff_t>(std::min(info.shape.size(), kMaxColumnDims)));
+    const auto total = [&](auto member) {
+        return [&, member](const ParamInfo &i) {
+            return (d->gatherTotals[i.id].*member).load(std::memory_order_relaxed);
+        };
+    };
+    column(c.gatherCount, total(&GatherTotals::count));
+    column(c.gatherBytes, total(&GatherTotals::bytes));
+    column(c.gatherNs, total(&GatherTotals::ns));
+    column(c.lastGatherTsNs, total(&GatherTotals::lastTs));
+    column(c.paramReplaces, [&](const ParamInfo &i) {
+        if (!i.late) return kNoString;
+        const std::string replaced = d->replacedBy(i.id);
+        return replaced.empty() ? kNoString : c.strings.intern(replaced);
+    });
+
+    // Statuses, 2 bits a rank, in blocks of parameters with every rank's dense array read in
+    // order within a block: the block's rows stay in cache while 64 ranks write into them.
+    // Ranks another process runs read as the initial status.
+    const std::size_t row = statusRowBytes(m_config.worldSize);
     if (m_partitioned) {
+        static_assert(static_cast<unsigned>(ParamStatus::NotAvailable) == 0);
+        reserveHuge(c.statusRows, P * row);
+        c.statusRows.assign(P * row, 0);
         constexpr std::size_t kBlock = 256;
-        for (std::size_t first = 0; first < recordOf.size(); first += kBlock) {
+        for (std::size_t first = 0; first < N; first += kBlock) {
             for (const auto &rsp : d->ranks) {
                 const RankState &rs = *rsp;
                 const auto rank = static_cast<std::size_t>(rs.rank);
-                const std::size_t last = std::min({first + kBlock, recordOf.size(), rs.status.size()});
-                if (first >= last) continue;
-                auto it = rs.status.begin() + static_cast<std::ptrdiff_t>(first);
-                for (std::size_t p = first; p < last; ++p, ++it)
+                const std::size_t byte = rank / 4, shift = 2 * (rank % 4);
+                const std::size_t last = std::min({first + kBlock, N, rs.status.size()});
+                for (std::size_t p = first; p < last; ++p)
                     if (const std::int32_t i = recordOf[p]; i >= 0)
-                        s.params[static_cast<std::size_t>(i)].status[rank] =
-                            it->load(std::memory_order_acquire);
+                        c.statusRows[static_cast<std::size_t>(i) * row + byte] |= static_cast<std::uint8_t>(
+                            (static_cast<unsigned>(rs.status[p].load(std::memory_order_acquire)) & 3)
+                            << shift);
             }
         }
+    } else {
+        // Before partition() every rank holds every parameter.
+        std::vector<std::uint8_t> available(row, 0);
+        for (int r = 0; r < m_config.worldSize; ++r)
+            available[static_cast<std::size_t>(r) / 4] |= static_cast<std::uint8_t>(
+                static_cast<unsigned>(ParamStatus::Available) << (2 * (r % 4)));
+        reserveHuge(c.statusRows, P * row);
+        for (std::size_t i = 0; i < P; ++i)
+            c.statusRows.insert(c.statusRows.end(), available.begin(), available.end());
     }
+
     // Only the lists a rank changes under its lock (the modules using a parameter, the
     // externals) are read under every rank's lock. The records above are the structure's
     // (under its shared lock), the statuses and gather totals atomics a rank writes without
@@ -102,38 +159,51 @@ EngineState Engine::state() const
     // the whole build stalled every rank's fetches for all of it: 112 ms (63-175) every
     // State at 100,000 parameters x 64 ranks, 4-7 ms now (bench_attach, "a rank's longest
     // wait").
-    std::vector<std::unique_lock<std::mutex>> rankLocks;
-    for (const auto &rs : d->ranks)
-        rankLocks.emplace_back(rs->mu);
-    for (const auto &rsp : d->ranks) {
-        const RankState &rs = *rsp;
-        for (ParamId p : rs.activeParams) {
-            const std::int32_t i = recordOf[p];
-            if (i < 0) continue;
-            auto &act = s.params[static_cast<std::size_t>(i)].activeModules;
-            for (ModuleId m : rs.params[p].active)
-                if (std::find(act.begin(), act.end(), m) == act.end()) act.push_back(m);
+    struct Entry
+    {
+        std::uint32_t row;
+        ModuleId module;
+        std::uint8_t automatic;
+    };
+    std::vector<Entry> active, externals;
+    {
+        std::vector<std::unique_lock<std::mutex>> rankLocks;
+        for (const auto &rs : d->ranks)
+            rankLocks.emplace_back(rs->mu);
+        for (const auto &rsp : d->ranks) {
+            const RankState &rs = *rsp;
+            for (ParamId p : rs.activeParams)
+                if (const std::int32_t i = recordOf[p]; i >= 0)
+                    for (ModuleId m : rs.params[p].active)
+                        active.push_back(Entry{static_cast<std::uint32_t>(i), m, 0});
+            for (ModuleId m = 0; m < rs.externals.size(); ++m)
+                for (const ExternalEntry &e : rs.externals[m])
+                    if (e.param < N)
+                        if (const std::int32_t i = recordOf[e.param]; i >= 0)
+                            externals.push_back(Entry{static_cast<std::uint32_t>(i), m,
+                                                      static_cast<std::uint8_t>(e.automatic)});
         }
     }
-    // Externals: union over local ranks, by module.
-    for (const auto &rsp : d->ranks) {
-        const RankState &rs = *rsp;
-        for (ModuleId m = 0; m < rs.externals.size(); ++m) {
-            for (const ExternalEntry &e : rs.externals[m]) {
-                auto it =
-                    std::lower_bound(s.params.begin(), s.params.end(), e.param,
-                                     [](const ParamRecord &r, ParamId id) { return r.id < id; });
-                if (it == s.params.end() || it->id != e.param) continue;
-                auto &ext = it->externals;
-                if (std::none_of(ext.begin(), ext.end(),
-                                 [m](const ExternalRecord &x) { return x.module == m; }))
-                    ext.push_back(ExternalRecord{m, e.automatic});
-            }
+    // Each a union over the local ranks, by module, in the order first seen: rank by rank.
+    auto flatten = [P](std::vector<Entry> &entries, std::vector<std::uint32_t> &count,
+                       std::vector<ModuleId> &modules, std::vector<std::uint8_t> *automatic) {
+        std::stable_sort(entries.begin(), entries.end(),
+                         [](const Entry &a, const Entry &b) { return a.row < b.row; });
+        reserveHuge(count, P);
+        count.assign(P, 0);
+        for (std::size_t k = 0, first = 0; k < entries.size(); ++k) {
+            if (k > 0 && entries[k].row != entries[k - 1].row) first = modules.size();
+            const auto begin = modules.begin() + static_cast<std::ptrdiff_t>(first);
+            if (std::find(begin, modules.end(), entries[k].module) != modules.end()) continue;
+            modules.push_back(entries[k].module);
+            if (automatic) automatic->push_back(entries[k].automatic);
+            ++count[entries[k].row];
         }
-    }
-    rankLocks.clear();
-    s.violations = violations();
-    return s;
+    };
+    flatten(active, c.activeCount, c.activeModule, nullptr);
+    flatten(externals, c.externalCount, c.externalModule, &c.externalAutomatic);
+    lock.unlock();
+    c.violations = violations();
 }
 
 std::vector<ViolationRecord> Engine::violations() const

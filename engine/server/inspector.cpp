@@ -220,9 +220,12 @@ struct Inspector::Impl
     Clock::time_point lastState = Clock::now();
     Clock::time_point lastTrim{};
     Clock::duration lastStateCost{}; // building + encoding the last state
-    // The records of the last State built, freed once every client has been sent its bytes:
-    // at 100,000 parameters freeing them takes longer than encoding them, and an attaching
-    // client should not wait for it before the first byte leaves.
+    // The columns every State is built into, their memory reused from one State to the
+    // next while a client is live and given back when none is.
+    core::StateColumns columns;
+    // The records of the last JSON State built, freed once every client has been sent its
+    // bytes: at 100,000 parameters freeing them takes longer than encoding them, and an
+    // attaching client should not wait for it before the first byte leaves.
     core::EngineState retiredState;
     bool stateRetired = false;
     std::chrono::milliseconds pollInterval = kMaxPollInterval;
@@ -248,7 +251,7 @@ struct Inspector::Impl
     void writeClient(Client &c);
     void fanOut(const std::vector<telemetry::Event> &events);
     void afterWrite(Client &c);
-    wire::Snapshot stateSnapshot(core::EngineState state);
+    wire::SnapshotMeta stateMeta() const;
     StateFrame currentState(StateFormats formats);
     StateFormats liveFormats() const;
     void sendState(Client &c, const StateFrame &state);
@@ -267,6 +270,7 @@ struct Inspector::Impl
     void drainHub();
     void adaptPollInterval();
     void shiftState(core::EngineState &state) const;
+    void shiftColumns(core::StateColumns &c) const;
     void answerClock(Client &c, const wire::Frame &frame);
     std::int64_t clockOffset = 0; // options.testClockOffsetNs or the environment's
     std::string goodbyeReason = "training finished"; // set by finish() before the thread ends
@@ -299,6 +303,15 @@ void Inspector::Impl::shiftState(core::EngineState &state) const
     for (core::ParamRecord &p : state.params)
         if (p.lastGatherTsNs != 0) p.lastGatherTsNs += static_cast<std::uint64_t>(clockOffset);
     for (core::ViolationRecord &v : state.violations)
+        v.tsNs += static_cast<std::uint64_t>(clockOffset);
+}
+
+void Inspector::Impl::shiftColumns(core::StateColumns &c) const
+{
+    if (clockOffset == 0) return;
+    for (std::uint64_t &ts : c.lastGatherTsNs)
+        if (ts != 0) ts += static_cast<std::uint64_t>(clockOffset);
+    for (core::ViolationRecord &v : c.violations)
         v.tsNs += static_cast<std::uint64_t>(clockOffset);
 }
 
@@ -424,17 +437,14 @@ void Inspector::Impl::refuse(Client &c, const std::string &code, const std::stri
     c.since = Clock::now();
 }
 
-wire::Snapshot Inspector::Impl::stateSnapshot(core::EngineState state)
+wire::SnapshotMeta Inspector::Impl::stateMeta() const
 {
-    wire::Snapshot s;
-    s.meta.producer = producer;
-    s.meta.pid = ::getpid();
-    s.meta.createdUnixMs = wire::unixTimeMs();
-    s.meta.endpoint = endpointText;
-    s.state = std::move(state);
-    shiftState(s.state);
-    s.droppedEvents = hub->droppedEvents();
-    return s;
+    wire::SnapshotMeta m;
+    m.producer = producer;
+    m.pid = ::getpid();
+    m.createdUnixMs = wire::unixTimeMs();
+    m.endpoint = endpointText;
+    return m;
 }
 
 StateFormats Inspector::Impl::liveFormats() const
@@ -450,13 +460,22 @@ StateFrame Inspector::Impl::currentState(StateFormats formats)
     const auto t0 = Clock::now();
     const double cpu0 = threadCpuSeconds();
     StateFrame f;
-    f.version = engine.stateVersion(); // before: a change during state() is not lost
-    wire::Snapshot snapshot = stateSnapshot(engine.state());
-    if (formats.json) f.json = std::make_shared<const std::string>(wire::encodeSnapshot(snapshot));
+    f.version = engine.stateVersion(); // before: a change during the build is not lost
+    engine.stateColumns(columns);
+    shiftColumns(columns);
+    const wire::SnapshotMeta meta = stateMeta();
+    const std::uint64_t dropped = hub->droppedEvents();
     if (formats.binary)
-        f.binary = std::make_shared<const std::string>(wire::encodeBinaryState(snapshot));
-    retiredState = std::move(snapshot.state); // the one retired before is freed here
-    stateRetired = true;
+        f.binary = std::make_shared<const std::string>(wire::encodeBinaryState(columns, meta, dropped));
+    if (formats.json) {
+        wire::Snapshot snapshot;
+        snapshot.meta = meta;
+        snapshot.state = core::stateOf(columns);
+        snapshot.droppedEvents = dropped;
+        f.json = std::make_shared<const std::string>(wire::encodeSnapshot(snapshot));
+        retiredState = std::move(snapshot.state); // the one retired before is freed here
+        stateRetired = true;
+    }
     lastStateCost = Clock::now() - t0;
     stateCpu.store(stateCpu.load(std::memory_order_relaxed) + threadCpuSeconds() - cpu0,
                    std::memory_order_relaxed);
@@ -643,6 +662,7 @@ void Inspector::Impl::pump()
     });
     if (!anyLive) {
         stateDirty = false;
+        if (columns.paramId.capacity() != 0) columns.release();
     } else if (((stateDirty && now - lastState >= stateInterval(kStateMinInterval)) ||
                 now - lastState >= stateInterval(kStateRefresh)) &&
                anyBehind) {
@@ -825,10 +845,7 @@ void Inspector::Impl::answerFlush()
 wire::Snapshot Inspector::Impl::makeSnapshot()
 {
     wire::Snapshot s;
-    s.meta.producer = producer;
-    s.meta.pid = ::getpid();
-    s.meta.createdUnixMs = wire::unixTimeMs();
-    s.meta.endpoint = endpointText;
+    s.meta = stateMeta();
     s.state = engine.state();
     shiftState(s.state);
     s.events = history.events();

@@ -9,6 +9,11 @@ core::EngineState EngineStateProvider::state() const
     return m_engine.state();
 }
 
+void EngineStateProvider::stateColumns(core::StateColumns &out) const
+{
+    m_engine.stateColumns(out);
+}
+
 std::uint64_t EngineStateProvider::stateVersion() const
 {
     return m_engine.stateVersion();

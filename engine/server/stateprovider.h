@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/state.h"
+#include "core/statecolumns.h"
 #include "telemetry/event.h"
 
 namespace shardscope::core {
@@ -23,6 +24,10 @@ class StateProvider
 
     // A consistent copy of the whole state; called from the server thread.
     virtual core::EngineState state() const = 0;
+    // The same as columns, written into `out` (its memory reused): what the binary State is
+    // encoded from. This default converts state(); a provider that can fill the columns
+    // directly (our Engine) skips the EngineState.
+    virtual void stateColumns(core::StateColumns &out) const { core::columnsOf(state(), out); }
     // Changes whenever state() may have changed, so the server rebuilds only then.
     virtual std::uint64_t stateVersion() const = 0;
     virtual std::string modelName() const = 0;
@@ -40,6 +45,7 @@ class EngineStateProvider final : public StateProvider
     explicit EngineStateProvider(core::Engine &engine) : m_engine(engine) {}
 
     core::EngineState state() const override;
+    void stateColumns(core::StateColumns &out) const override;
     std::uint64_t stateVersion() const override;
     std::string modelName() const override;
     int worldSize() const override;

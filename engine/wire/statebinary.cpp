@@ -5,9 +5,11 @@
 #include <cstring>
 #include <simdjson.h>
 #include <unordered_map>
+#include <stdexcept>
 #include <vector>
 
 #include "base/hugepages.h"
+#include "core/statecolumns.h"
 #include "core/violationtext.h"
 #include "wire/jsonread.h"
 #include "wire/jsonwrite.h"
@@ -32,7 +34,8 @@ constexpr std::uint64_t kViolationBytes = 1 + 1 + 1 + 4 + 4 + 4 + 4 + 4 + 4 + 4 
 static_assert(kParamBytes == 83 && kViolationBytes == 55);
 
 // Parameter flags.
-constexpr std::uint8_t kPersistent = 1, kPartitioned = 2, kLate = 4;
+constexpr std::uint8_t kPersistent = core::kParamPersistent, kPartitioned = core::kParamPartitioned,
+                       kLate = core::kParamLate;
 
 // The counts of the header, which fix the size of every part.
 struct Counts
@@ -100,7 +103,7 @@ class StringTable
   private:
     std::vector<std::uint32_t> m_lengths;
     std::string m_bytes;
-    std::unordered_map<std::string_view, std::uint32_t> m_index; // views into the Snapshot
+    std::unordered_map<std::string_view, std::uint32_t> m_index; // views into what is encoded
 };
 
 // Writes into a buffer sized beforehand.
@@ -119,175 +122,150 @@ class Out
         m_p += n;
     }
     template <class T> void column(const std::vector<T> &v) { bytes(v.data(), v.size() * sizeof(T)); }
-    // The next n bytes (zero, as the buffer was made), for the caller to fill.
-    std::uint8_t *skip(std::size_t n)
-    {
-        auto *p = reinterpret_cast<std::uint8_t *>(m_p);
-        m_p += n;
-        return p;
-    }
 
   private:
     char *m_p;
 };
 
-std::uint8_t statusCode(ParamStatus s)
+} // namespace
+
+namespace {
+
+// Whether a table's strings are each valid UTF-8: valid as a whole, and none starting inside
+// a character (a continuation byte), so every boundary falls between characters.
+bool validTable(const core::StringColumn &t)
 {
-    return static_cast<std::uint8_t>(static_cast<std::uint8_t>(s) & 3);
+    const std::string &b = t.bytes();
+    if (!isAscii(b) && !simdjson::validate_utf8(b.data(), b.size())) return false;
+    std::size_t at = 0;
+    for (std::uint32_t n : t.lengths()) {
+        if (n && (static_cast<unsigned char>(b[at]) & 0xC0) == 0x80) return false;
+        at += n;
+    }
+    return true;
 }
 
 } // namespace
 
-std::string encodeBinaryState(const Snapshot &snapshot)
+std::string encodeBinaryState(const core::StateColumns &c, const SnapshotMeta &meta,
+                              std::uint64_t droppedEvents,
+                              std::span<const telemetry::Event> events)
 {
-    const core::EngineState &s = snapshot.state;
-    const auto world = static_cast<std::uint64_t>(std::max(s.worldSize, 1));
-    StringTable t;
-    {
-        // Every path and name is added; the interned rest (types, fixes, messages) is a few.
-        std::size_t bytes = 4096;
-        for (const core::ModuleRecord &m : s.modules)
-            bytes += m.path.size();
-        for (const core::ParamRecord &p : s.params)
-            bytes += p.name.size();
-        t.reserve(s.modules.size() + s.params.size() + 64, bytes + bytes / 64);
-    }
-    const std::uint32_t producer = t.intern(snapshot.meta.producer);
-    const std::uint32_t endpoint = t.intern(snapshot.meta.endpoint);
-    const std::uint32_t model = t.intern(s.modelName);
-    const std::uint32_t backend = t.intern(s.backend);
-    const std::uint32_t dialect = t.intern(s.fixDialect);
+    if (const std::string bad = c.checkConsistent(); !bad.empty())
+        throw std::invalid_argument("encodeBinaryState: the state's columns disagree: " + bad);
+    const auto world = static_cast<std::uint64_t>(std::max(c.worldSize, 1));
 
-    const std::size_t nModules = s.modules.size();
-    std::vector<std::uint32_t> modPath(nModules), modType(nModules), modParent(nModules);
-    for (std::size_t i = 0; i < nModules; ++i) {
-        modPath[i] = t.add(s.modules[i].path);
-        modType[i] = t.intern(s.modules[i].type);
-        modParent[i] = s.modules[i].parent;
+    // The columns' strings go out as they are when they are valid UTF-8 (the usual case);
+    // otherwise each invalid byte becomes U+FFFD, as in the JSON, and only lengths change.
+    const std::vector<std::uint32_t> *lengths = &c.strings.lengths();
+    const std::string *bytes = &c.strings.bytes();
+    std::vector<std::uint32_t> fixedLengths;
+    std::string fixedBytes;
+    if (!validTable(c.strings)) {
+        fixedLengths.reserve(lengths->size());
+        fixedBytes.reserve(bytes->size() + bytes->size() / 8);
+        for (std::string_view v : c.strings.views()) {
+            const std::size_t before = fixedBytes.size();
+            detail::appendValidUtf8(fixedBytes, v);
+            fixedLengths.push_back(static_cast<std::uint32_t>(fixedBytes.size() - before));
+        }
+        lengths = &fixedLengths;
+        bytes = &fixedBytes;
     }
-    const std::size_t nParams = s.params.size();
-    std::vector<std::uint32_t> paramName(nParams), paramReplaces(nParams);
-    Counts c;
-    for (std::size_t i = 0; i < nParams; ++i) {
-        const core::ParamRecord &p = s.params[i];
-        paramName[i] = t.add(p.name);
-        paramReplaces[i] = p.replaces.empty() ? kNone : t.intern(p.replaces);
-        c.dims += std::min<std::size_t>(p.shape.size(), 255);
-        c.externals += p.externals.size();
-        c.active += p.activeModules.size();
-    }
+    // The few strings the columns do not hold follow theirs.
+    StringTable extra;
+    const auto base = static_cast<std::uint32_t>(lengths->size());
+    auto more = [&](std::string_view v) { return base + extra.intern(v); };
+    const std::uint32_t producer = more(meta.producer);
+    const std::uint32_t endpoint = more(meta.endpoint);
+    const std::uint32_t model = more(c.modelName);
+    const std::uint32_t backend = more(c.backend);
+    const std::uint32_t dialect = more(c.fixDialect);
     // A violation names its parameter as the JSON does: the listed parameter's name, else
     // the name the engine kept for a removed one, else none.
-    std::unordered_map<ParamId, const core::ParamRecord *> paramById;
-    if (!s.violations.empty())
-        for (const core::ParamRecord &p : s.params)
-            paramById[p.id] = &p;
-    const std::size_t nViolations = s.violations.size();
+    const std::size_t nViolations = c.violations.size();
     std::vector<std::uint32_t> vParamName(nViolations), vFix(nViolations), vMessage(nViolations);
     for (std::size_t i = 0; i < nViolations; ++i) {
-        const core::ViolationRecord &v = s.violations[i];
-        const auto p = paramById.find(v.param);
-        const std::string &name = p != paramById.end() ? p->second->name : v.paramName;
-        vParamName[i] = p == paramById.end() && name.empty() ? kNone : t.intern(name);
-        vFix[i] = t.intern(v.fix);
-        vMessage[i] = t.intern(v.message);
+        const core::ViolationRecord &v = c.violations[i];
+        const auto it = std::lower_bound(c.paramId.begin(), c.paramId.end(), v.param);
+        if (it != c.paramId.end() && *it == v.param)
+            vParamName[i] = c.paramName[static_cast<std::size_t>(it - c.paramId.begin())];
+        else
+            vParamName[i] = v.paramName.empty() ? kNone : more(v.paramName);
+        vFix[i] = more(v.fix);
+        vMessage[i] = more(v.message);
     }
 
-    c.strings = t.lengths().size();
-    c.stringBytes = t.bytes().size();
-    c.world = world;
-    c.localRanks = s.localRanks.size();
-    c.modules = nModules;
-    c.params = nParams;
-    c.violations = nViolations;
-    c.events = snapshot.events.size();
+    Counts n;
+    n.strings = lengths->size() + extra.lengths().size();
+    n.stringBytes = bytes->size() + extra.bytes().size();
+    n.world = world;
+    n.localRanks = c.localRanks.size();
+    n.modules = c.modulePath.size();
+    n.params = c.paramCount();
+    n.dims = c.dims.size();
+    n.externals = c.externalModule.size();
+    n.active = c.activeModule.size();
+    n.violations = nViolations;
+    n.events = events.size();
     std::string out;
-    reserveHuge(out, payloadSize(c));
-    out.resize(payloadSize(c));
+    reserveHuge(out, payloadSize(n));
+    out.resize(payloadSize(n));
     Out o(out.data());
 
     o.put(kBinaryStateMagic);
     o.put(kBinaryStateLayout);
     o.put(std::uint16_t(0));
-    for (std::uint64_t n : {c.strings, c.stringBytes, c.world, c.localRanks, c.modules, c.params,
-                            c.dims, c.externals, c.active, c.violations, c.events})
-        o.put(static_cast<std::uint32_t>(n));
-    o.put(s.step);
-    o.put(snapshot.droppedEvents);
-    o.put(static_cast<std::int64_t>(snapshot.meta.pid));
-    o.put(snapshot.meta.createdUnixMs);
-    o.put(static_cast<std::int64_t>(s.config.persistenceThreshold));
-    o.put(static_cast<std::int64_t>(s.config.prefetchBucketSize));
-    o.put(static_cast<std::int64_t>(s.config.maxLiveParameters));
-    o.put(static_cast<std::uint8_t>(s.config.guard));
+    for (std::uint64_t k : {n.strings, n.stringBytes, n.world, n.localRanks, n.modules, n.params,
+                            n.dims, n.externals, n.active, n.violations, n.events})
+        o.put(static_cast<std::uint32_t>(k));
+    o.put(c.step);
+    o.put(droppedEvents);
+    o.put(static_cast<std::int64_t>(meta.pid));
+    o.put(meta.createdUnixMs);
+    o.put(static_cast<std::int64_t>(c.config.persistenceThreshold));
+    o.put(static_cast<std::int64_t>(c.config.prefetchBucketSize));
+    o.put(static_cast<std::int64_t>(c.config.maxLiveParameters));
+    o.put(static_cast<std::uint8_t>(c.config.guard));
     o.put(std::uint8_t(0));
     o.put(std::uint16_t(0));
     for (std::uint32_t idx : {producer, endpoint, model, backend, dialect})
         o.put(idx);
 
-    o.column(t.lengths());
-    o.bytes(t.bytes().data(), t.bytes().size());
-    for (int r : s.localRanks)
+    o.column(*lengths);
+    o.column(extra.lengths());
+    o.bytes(bytes->data(), bytes->size());
+    o.bytes(extra.bytes().data(), extra.bytes().size());
+    for (int r : c.localRanks)
         o.put(static_cast<std::uint32_t>(r));
-    o.column(modPath);
-    o.column(modType);
-    o.column(modParent);
+    o.column(c.modulePath);
+    o.column(c.moduleType);
+    o.column(c.moduleParent);
 
-    auto paramColumn = [&](auto field) {
-        for (const core::ParamRecord &p : s.params)
-            o.put(field(p));
-    };
-    paramColumn([](const core::ParamRecord &p) { return std::uint32_t(p.id); });
-    o.column(paramName);
-    paramColumn([](const core::ParamRecord &p) { return std::uint32_t(p.owner); });
-    paramColumn([](const core::ParamRecord &p) { return static_cast<std::uint8_t>(p.dtype); });
-    paramColumn([](const core::ParamRecord &p) {
-        return static_cast<std::uint8_t>((p.persistent ? kPersistent : 0) |
-                                         (p.partitioned ? kPartitioned : 0) | (p.late ? kLate : 0));
-    });
-    paramColumn([](const core::ParamRecord &p) {
-        return static_cast<std::uint8_t>(std::min<std::size_t>(p.shape.size(), 255));
-    });
-    paramColumn([](const core::ParamRecord &p) { return std::int64_t(p.numel); });
-    paramColumn([](const core::ParamRecord &p) { return std::int64_t(p.paddedNumel); });
-    paramColumn([](const core::ParamRecord &p) { return std::int64_t(p.partitionNumel); });
-    for (const core::ParamRecord &p : s.params)
-        for (std::size_t k = 0; k < std::min<std::size_t>(p.shape.size(), 255); ++k)
-            o.put(std::int64_t(p.shape[k]));
-    // Statuses: 2 bits per rank, rank r in bits 2(r%4) of byte r/4 of the parameter's row;
-    // the row was zeroed with the buffer.
-    const std::size_t row = statusRowBytes(world);
-    for (const core::ParamRecord &p : s.params) {
-        std::uint8_t *bytes = o.skip(row);
-        const std::size_t ranks = std::min<std::size_t>(p.status.size(), world);
-        std::size_t r = 0;
-        for (; r + 4 <= ranks; r += 4)
-            bytes[r / 4] = static_cast<std::uint8_t>(
-                statusCode(p.status[r]) | statusCode(p.status[r + 1]) << 2 |
-                statusCode(p.status[r + 2]) << 4 | statusCode(p.status[r + 3]) << 6);
-        for (; r < ranks; ++r)
-            bytes[r / 4] |= static_cast<std::uint8_t>(statusCode(p.status[r]) << (2 * (r % 4)));
-    }
-    paramColumn([](const core::ParamRecord &p) { return static_cast<std::uint32_t>(p.externals.size()); });
-    for (const core::ParamRecord &p : s.params)
-        for (const core::ExternalRecord &e : p.externals)
-            o.put(std::uint32_t(e.module));
-    for (const core::ParamRecord &p : s.params)
-        for (const core::ExternalRecord &e : p.externals)
-            o.put(static_cast<std::uint8_t>(e.automatic ? 1 : 0));
-    paramColumn(
-        [](const core::ParamRecord &p) { return static_cast<std::uint32_t>(p.activeModules.size()); });
-    for (const core::ParamRecord &p : s.params)
-        for (ModuleId m : p.activeModules)
-            o.put(std::uint32_t(m));
-    paramColumn([](const core::ParamRecord &p) { return std::uint64_t(p.gatherCount); });
-    paramColumn([](const core::ParamRecord &p) { return std::uint64_t(p.gatherBytes); });
-    paramColumn([](const core::ParamRecord &p) { return std::uint64_t(p.gatherNs); });
-    paramColumn([](const core::ParamRecord &p) { return std::uint64_t(p.lastGatherTsNs); });
-    o.column(paramReplaces);
+    o.column(c.paramId);
+    o.column(c.paramName);
+    o.column(c.paramOwner);
+    o.column(c.paramDtype);
+    o.column(c.paramFlags);
+    o.column(c.paramDims);
+    o.column(c.numel);
+    o.column(c.paddedNumel);
+    o.column(c.partitionNumel);
+    o.column(c.dims);
+    o.column(c.statusRows);
+    o.column(c.externalCount);
+    o.column(c.externalModule);
+    o.column(c.externalAutomatic);
+    o.column(c.activeCount);
+    o.column(c.activeModule);
+    o.column(c.gatherCount);
+    o.column(c.gatherBytes);
+    o.column(c.gatherNs);
+    o.column(c.lastGatherTsNs);
+    o.column(c.paramReplaces);
 
     auto violationColumn = [&](auto field) {
-        for (const core::ViolationRecord &v : s.violations)
+        for (const core::ViolationRecord &v : c.violations)
             o.put(field(v));
     };
     violationColumn([](const core::ViolationRecord &v) { return static_cast<std::uint8_t>(v.kind); });
@@ -304,8 +282,15 @@ std::string encodeBinaryState(const Snapshot &snapshot)
     violationColumn([](const core::ViolationRecord &v) { return std::uint64_t(v.tsNs); });
     o.column(vFix);
     o.column(vMessage);
-    o.column(snapshot.events);
+    o.bytes(events.data(), events.size_bytes());
     return out;
+}
+
+std::string encodeBinaryState(const Snapshot &snapshot)
+{
+    core::StateColumns columns;
+    core::columnsOf(snapshot.state, columns);
+    return encodeBinaryState(columns, snapshot.meta, snapshot.droppedEvents, snapshot.events);
 }
 
 namespace {

@@ -5,8 +5,11 @@
 // a fifth of its JSON size and encodes and decodes in a fraction of the time.
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
+
+#include "core/statecolumns.h"
 
 #include "wire/frame.h"
 #include "wire/result.h"
@@ -23,6 +26,13 @@ inline constexpr std::size_t kBinaryStateHeaderSize = 128;
 // Encodes everything a Snapshot holds. Names that are not valid UTF-8 get U+FFFD for each
 // invalid byte, as in the JSON, so both decode to the same Snapshot.
 std::string encodeBinaryState(const Snapshot &snapshot);
+// The same from a state's columns, with the meta and events a Snapshot would add (a live
+// State carries none): what the server sends, without building an EngineState first. Both
+// write the same bytes for the same state (tst_statebinary). Throws std::invalid_argument
+// when the columns disagree on the number of parameters (a bug, never the user's input).
+std::string encodeBinaryState(const core::StateColumns &columns, const SnapshotMeta &meta,
+                              std::uint64_t droppedEvents,
+                              std::span<const telemetry::Event> events = {});
 // Checks the magic, the layout, that the payload's size is exactly what its counts say, and
 // every value and reference the JSON decoder checks; an error says which field was wrong.
 Result<Snapshot> decodeBinaryState(std::string_view payload);

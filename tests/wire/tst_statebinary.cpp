@@ -155,6 +155,11 @@ class TestStateBinary : public QObject
     void corruptFieldsAreNamed();
     void referencesCannotMultiplyTheMemory();
     void randomDamageNeverCrashes();
+    void theEnginesColumnsAreWhatItsQueriesSay();
+    void columnsAreRefilledInPlace();
+    void anEngineBeforePartitionHoldsEverything();
+    void columnsAndStatesConvertWithoutLoss();
+    void columnsThatDisagreeAreRefused();
 };
 
 void TestStateBinary::everyFieldOfTheSampleRoundTrips()
@@ -368,6 +373,169 @@ void TestStateBinary::randomDamageNeverCrashes()
     qInfo("%d damaged payloads rejected, %d accepted (changed counters and times)", rejected,
           accepted);
     QVERIFY(rejected > 5000);
+}
+
+// The columns the server encodes (Engine::stateColumns) against the engine's own per-parameter
+// queries, taken at the same moment in the middle of a step: every rank's status, the
+// modules using each parameter and the externals; and they write the very bytes that
+// encoding Engine::state() writes.
+void TestStateBinary::theEnginesColumnsAreWhatItsQueriesSay()
+{
+    for (int world : {4, 5}) {
+        LiveEngine live(world);
+        core::Engine &e = *live.engine;
+        core::StateColumns columns;
+        Snapshot snap;
+        struct Expected
+        {
+            ParamId id;
+            std::string name;
+            std::vector<ParamStatus> status;
+            std::vector<ModuleId> active, externals;
+        };
+        std::vector<Expected> expected;
+        live.midStep([&] {
+            e.stateColumns(columns);
+            snap.state = e.state();
+            for (ParamId p = 0; p < e.paramCount(); ++p) {
+                std::string name;
+                try {
+                    name = e.param(p).name;
+                } catch (const core::EngineError &) {
+                    continue; // removed (pos_conv.weight)
+                }
+                Expected x{p, name, {}, {}, {}};
+                for (int r = 0; r < world; ++r) {
+                    x.status.push_back(e.status(r, p));
+                    for (ModuleId m : e.activeModules(r, p))
+                        if (std::find(x.active.begin(), x.active.end(), m) == x.active.end())
+                            x.active.push_back(m);
+                }
+                for (ModuleId m = 0; m < e.moduleCount(); ++m)
+                    for (int r = 0; r < world; ++r)
+                        if (e.isExternal(r, m, p) &&
+                            std::find(x.externals.begin(), x.externals.end(), m) == x.externals.end())
+                            x.externals.push_back(m);
+                expected.push_back(std::move(x));
+            }
+        });
+        QVERIFY2(columns.checkConsistent().empty(), columns.checkConsistent().c_str());
+        snap.meta.producer = "tst_statebinary";
+        snap.meta.pid = 4242;
+        snap.meta.endpoint = "unix:/tmp/x";
+        snap.droppedEvents = 7;
+        const std::string bytes = encodeBinaryState(columns, snap.meta, snap.droppedEvents);
+        QVERIFY(bytes == encodeBinaryState(snap));
+
+        auto back = decodeBinaryState(bytes);
+        QVERIFY2(back.ok(), back.error().c_str());
+        const core::EngineState &st = back->state;
+        QCOMPARE(st.params.size(), expected.size());
+        bool anyActive = false, anyExternal = false, anyAvailable = false;
+        for (std::size_t i = 0; i < expected.size(); ++i) {
+            const core::ParamRecord &p = st.params[i];
+            QCOMPARE(p.id, expected[i].id);
+            QCOMPARE(p.name, expected[i].name);
+            QCOMPARE(p.status, expected[i].status);
+            QCOMPARE(p.activeModules, expected[i].active);
+            std::vector<ModuleId> ext;
+            for (const core::ExternalRecord &x : p.externals)
+                ext.push_back(x.module);
+            std::sort(ext.begin(), ext.end());
+            QCOMPARE(ext, expected[i].externals);
+            anyActive = anyActive || !p.activeModules.empty();
+            anyExternal = anyExternal || !p.externals.empty();
+            anyAvailable = anyAvailable ||
+                           std::count(p.status.begin(), p.status.end(), ParamStatus::Available) > 0;
+        }
+        QVERIFY(anyActive && anyExternal && anyAvailable);
+        QCOMPARE(st.step, std::uint32_t(2));
+        QCOMPARE(back->droppedEvents, std::uint64_t(7));
+        QCOMPARE(back->meta.endpoint, std::string("unix:/tmp/x"));
+        QVERIFY(st.violations.size() >= static_cast<std::size_t>(world) + 2);
+    }
+}
+
+// A server refills one set of columns for every State: what a column held before, the
+// interned module types included, must not leak into the next state.
+void TestStateBinary::columnsAreRefilledInPlace()
+{
+    LiveEngine live(4);
+    core::Engine &e = *live.engine;
+    core::StateColumns reused;
+    e.stateColumns(reused);
+    const std::size_t before = reused.paramCount();
+    const ModuleId extra = e.addModule(e.root(), "drop", "Dropout");
+    e.addParameter(extra, "scale", {3}, DType::F32, nullptr);
+    e.removeParameter(live.headB);
+    e.removeParameter(live.blockW);
+    e.stateColumns(reused);
+    QCOMPARE(reused.paramCount(), before - 1);
+    core::StateColumns fresh;
+    e.stateColumns(fresh);
+    const SnapshotMeta meta{"tst_statebinary", 1, 2, "tcp:127.0.0.1:1"};
+    QVERIFY(encodeBinaryState(reused, meta, 0) == encodeBinaryState(fresh, meta, 0));
+    auto back = decodeBinaryState(encodeBinaryState(reused, meta, 0));
+    QVERIFY2(back.ok(), back.error().c_str());
+    QCOMPARE(back->state.modules.back().type, std::string("Dropout"));
+    QCOMPARE(back->state.modules[live.lmHead].type, std::string("Linear"));
+    QCOMPARE(back->state.params.back().name, std::string("drop.scale"));
+}
+
+// Before partition() every rank holds every parameter; a world of 5 leaves unused bits in
+// each status row, which must stay zero for the row to decode.
+void TestStateBinary::anEngineBeforePartitionHoldsEverything()
+{
+    core::EngineConfig cfg;
+    cfg.worldSize = 5;
+    core::Engine e(cfg, comm::makeCpuWorld(5));
+    const ModuleId fc = e.addModule(e.root(), "fc", "Linear");
+    e.addParameter(fc, "weight", {40, 40}, DType::F32, nullptr);
+    e.addParameter(fc, "bias", {40}, DType::F32, nullptr);
+    core::StateColumns c;
+    e.stateColumns(c);
+    QCOMPARE(c.statusRows, (std::vector<std::uint8_t>{0xAA, 0x02, 0xAA, 0x02}));
+    e.partition();
+    e.stateColumns(c);
+    auto back = decodeBinaryState(encodeBinaryState(c, {}, 0));
+    QVERIFY2(back.ok(), back.error().c_str());
+    for (const core::ParamRecord &p : back->state.params)
+        for (int r = 0; r < 5; ++r)
+            QCOMPARE(p.status[static_cast<std::size_t>(r)], e.status(r, p.id));
+}
+
+void TestStateBinary::columnsAndStatesConvertWithoutLoss()
+{
+    Snapshot s = test::sampleSnapshot();
+    s.state.worldSize = 5;
+    s.state.params[0].name = "embed.\xFF" "weight"; // raw bytes stay raw in the columns
+    s.state.params[1].replaces = "conv.weight";
+    for (core::ParamRecord &p : s.state.params)
+        p.status = {ParamStatus::Inflight, ParamStatus::Available, ParamStatus::NotAvailable,
+                    ParamStatus::Available, ParamStatus::Inflight};
+    core::StateColumns c;
+    core::columnsOf(s.state, c);
+    QVERIFY2(c.checkConsistent().empty(), c.checkConsistent().c_str());
+    test::compareStates(core::stateOf(c), s.state);
+    // Into columns that held something else before.
+    core::StateColumns other;
+    core::columnsOf(test::sampleSnapshot().state, other);
+    core::columnsOf(s.state, other);
+    test::compareStates(core::stateOf(other), s.state);
+}
+
+void TestStateBinary::columnsThatDisagreeAreRefused()
+{
+    core::StateColumns c;
+    core::columnsOf(test::sampleSnapshot().state, c);
+    c.numel.pop_back();
+    QCOMPARE(c.checkConsistent(),
+             "numel has " + std::to_string(c.paramCount() - 1) + " entries, expected " +
+                 std::to_string(c.paramCount()));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, encodeBinaryState(c, {}, 0));
+    core::columnsOf(test::sampleSnapshot().state, c);
+    c.activeModule.push_back(0);
+    QVERIFY(c.checkConsistent().starts_with("activeModule has "));
 }
 
 QTEST_APPLESS_MAIN(TestStateBinary)

@@ -1,0 +1,273 @@
+#include "core/statecolumns.h"
+
+#include <algorithm>
+
+#include "base/hugepages.h"
+
+namespace shardscope::core {
+
+// ---------------------------------------------------------------- StringColumn
+
+std::uint32_t StringColumn::add(std::string_view s)
+{
+    m_bytes.append(s);
+    m_lengths.push_back(static_cast<std::uint32_t>(s.size()));
+    return static_cast<std::uint32_t>(m_lengths.size() - 1);
+}
+
+std::uint32_t StringColumn::intern(std::string_view s)
+{
+    const auto it = m_interned.find(std::string(s));
+    if (it != m_interned.end()) return it->second;
+    const std::uint32_t i = add(s);
+    m_interned.emplace(std::string(s), i);
+    return i;
+}
+
+void StringColumn::reserve(std::size_t strings, std::size_t bytes)
+{
+    reserveHuge(m_lengths, strings);
+    reserveHuge(m_bytes, bytes);
+}
+
+void StringColumn::clear()
+{
+    m_bytes.clear();
+    m_lengths.clear();
+    m_interned.clear();
+}
+
+std::vector<std::string_view> StringColumn::views() const
+{
+    std::vector<std::string_view> v;
+    v.reserve(m_lengths.size());
+    std::size_t at = 0;
+    for (std::uint32_t n : m_lengths) {
+        v.emplace_back(m_bytes.data() + at, n);
+        at += n;
+    }
+    return v;
+}
+
+// ---------------------------------------------------------------- StateColumns
+
+namespace {
+
+// Every column, for what is done to all of them alike.
+template <class C, class F> void forEachColumn(C &c, F f)
+{
+    f(c.localRanks);
+    f(c.modulePath), f(c.moduleType), f(c.moduleParent);
+    f(c.paramId), f(c.paramName), f(c.paramOwner), f(c.paramDtype), f(c.paramFlags),
+        f(c.paramDims);
+    f(c.numel), f(c.paddedNumel), f(c.partitionNumel), f(c.dims), f(c.statusRows);
+    f(c.externalCount), f(c.externalModule), f(c.externalAutomatic);
+    f(c.activeCount), f(c.activeModule);
+    f(c.gatherCount), f(c.gatherBytes), f(c.gatherNs), f(c.lastGatherTsNs), f(c.paramReplaces);
+    f(c.violations);
+}
+
+std::uint64_t sum(const std::vector<std::uint32_t> &v)
+{
+    std::uint64_t n = 0;
+    for (std::uint32_t x : v)
+        n += x;
+    return n;
+}
+
+} // namespace
+
+void StateColumns::clear()
+{
+    modelName.clear();
+    fixDialect = "shardscope";
+    backend.clear();
+    worldSize = 1;
+    step = 0;
+    config = {};
+    strings.clear();
+    forEachColumn(*this, [](auto &v) { v.clear(); });
+}
+
+void StateColumns::release()
+{
+    *this = StateColumns{};
+}
+
+std::string StateColumns::checkConsistent() const
+{
+    const std::size_t P = paramCount(), M = modulePath.size();
+    auto sized = [](const char *name, std::size_t got, std::size_t want) -> std::string {
+        if (got == want) return {};
+        return std::string(name) + " has " + std::to_string(got) + " entries, expected " +
+               std::to_string(want);
+    };
+    std::string e;
+    auto check = [&](const char *name, std::size_t got, std::size_t want) {
+        if (e.empty()) e = sized(name, got, want);
+    };
+    check("moduleType", moduleType.size(), M);
+    check("moduleParent", moduleParent.size(), M);
+    check("paramName", paramName.size(), P);
+    check("paramOwner", paramOwner.size(), P);
+    check("paramDtype", paramDtype.size(), P);
+    check("paramFlags", paramFlags.size(), P);
+    check("paramDims", paramDims.size(), P);
+    check("numel", numel.size(), P);
+    check("paddedNumel", paddedNumel.size(), P);
+    check("partitionNumel", partitionNumel.size(), P);
+    check("statusRows", statusRows.size(), P * statusRowBytes(worldSize));
+    check("externalCount", externalCount.size(), P);
+    check("activeCount", activeCount.size(), P);
+    check("gatherCount", gatherCount.size(), P);
+    check("gatherBytes", gatherBytes.size(), P);
+    check("gatherNs", gatherNs.size(), P);
+    check("lastGatherTsNs", lastGatherTsNs.size(), P);
+    check("paramReplaces", paramReplaces.size(), P);
+    if (!e.empty()) return e;
+    std::uint64_t nDims = 0;
+    for (std::uint8_t n : paramDims)
+        nDims += n;
+    check("dims", dims.size(), nDims);
+    check("externalModule", externalModule.size(), sum(externalCount));
+    check("externalAutomatic", externalAutomatic.size(), externalModule.size());
+    check("activeModule", activeModule.size(), sum(activeCount));
+    return e;
+}
+
+// ---------------------------------------------------------------- conversions
+
+void columnsOf(const EngineState &s, StateColumns &c)
+{
+    c.clear();
+    c.modelName = s.modelName;
+    c.fixDialect = s.fixDialect;
+    c.backend = s.backend;
+    c.worldSize = s.worldSize;
+    c.step = s.step;
+    c.config = s.config;
+    c.localRanks = s.localRanks;
+
+    std::size_t bytes = 0;
+    for (const ModuleRecord &m : s.modules)
+        bytes += m.path.size();
+    for (const ParamRecord &p : s.params)
+        bytes += p.name.size();
+    c.strings.reserve(s.modules.size() + s.params.size() + 64, bytes + bytes / 64 + 4096);
+
+    const std::size_t M = s.modules.size(), P = s.params.size();
+    c.modulePath.reserve(M);
+    c.moduleType.reserve(M);
+    c.moduleParent.reserve(M);
+    for (const ModuleRecord &m : s.modules) {
+        c.modulePath.push_back(c.strings.add(m.path));
+        c.moduleType.push_back(c.strings.intern(m.type));
+        c.moduleParent.push_back(m.parent);
+    }
+
+    const std::size_t row = statusRowBytes(s.worldSize);
+    const auto world = static_cast<std::size_t>(std::max(s.worldSize, 1));
+    c.statusRows.assign(P * row, 0);
+    forEachColumn(c, [P](auto &v) { v.reserve(P); });
+    for (std::size_t i = 0; i < P; ++i) {
+        const ParamRecord &p = s.params[i];
+        c.paramId.push_back(p.id);
+        c.paramName.push_back(c.strings.add(p.name));
+        c.paramOwner.push_back(p.owner);
+        c.paramDtype.push_back(static_cast<std::uint8_t>(p.dtype));
+        c.paramFlags.push_back(static_cast<std::uint8_t>((p.persistent ? kParamPersistent : 0) |
+                                                         (p.partitioned ? kParamPartitioned : 0) |
+                                                         (p.late ? kParamLate : 0)));
+        const std::size_t nd = std::min(p.shape.size(), kMaxColumnDims);
+        c.paramDims.push_back(static_cast<std::uint8_t>(nd));
+        c.dims.insert(c.dims.end(), p.shape.begin(), p.shape.begin() + static_cast<std::ptrdiff_t>(nd));
+        c.numel.push_back(p.numel);
+        c.paddedNumel.push_back(p.paddedNumel);
+        c.partitionNumel.push_back(p.partitionNumel);
+        std::uint8_t *bits = c.statusRows.data() + i * row;
+        const std::size_t ranks = std::min(p.status.size(), world);
+        for (std::size_t r = 0; r < ranks; ++r)
+            bits[r / 4] |= static_cast<std::uint8_t>((static_cast<unsigned>(p.status[r]) & 3)
+                                                     << (2 * (r % 4)));
+        c.externalCount.push_back(static_cast<std::uint32_t>(p.externals.size()));
+        for (const ExternalRecord &x : p.externals) {
+            c.externalModule.push_back(x.module);
+            c.externalAutomatic.push_back(x.automatic ? 1 : 0);
+        }
+        c.activeCount.push_back(static_cast<std::uint32_t>(p.activeModules.size()));
+        c.activeModule.insert(c.activeModule.end(), p.activeModules.begin(), p.activeModules.end());
+        c.gatherCount.push_back(p.gatherCount);
+        c.gatherBytes.push_back(p.gatherBytes);
+        c.gatherNs.push_back(p.gatherNs);
+        c.lastGatherTsNs.push_back(p.lastGatherTsNs);
+    }
+    // After every name, as Engine::stateColumns fills its table column by column: the same
+    // state makes the same table, and the same bytes.
+    for (const ParamRecord &p : s.params)
+        c.paramReplaces.push_back(p.replaces.empty() ? kNoString : c.strings.intern(p.replaces));
+    c.violations = s.violations;
+}
+
+EngineState stateOf(const StateColumns &c)
+{
+    EngineState s;
+    s.modelName = c.modelName;
+    s.fixDialect = c.fixDialect;
+    s.backend = c.backend;
+    s.worldSize = c.worldSize;
+    s.step = c.step;
+    s.config = c.config;
+    s.localRanks = c.localRanks;
+
+    const std::vector<std::string_view> str = c.strings.views();
+    auto text = [&](std::uint32_t i) {
+        return i == kNoString || i >= str.size() ? std::string() : std::string(str[i]);
+    };
+    const std::size_t M = c.modulePath.size();
+    reserveHuge(s.modules, M);
+    for (std::size_t i = 0; i < M; ++i)
+        s.modules.push_back(ModuleRecord{static_cast<ModuleId>(i), text(c.modulePath[i]),
+                                         text(c.moduleType[i]), c.moduleParent[i]});
+
+    const std::size_t P = c.paramCount(), row = statusRowBytes(c.worldSize);
+    const auto world = static_cast<std::size_t>(std::max(c.worldSize, 1));
+    std::size_t dimAt = 0, extAt = 0, activeAt = 0;
+    reserveHuge(s.params, P);
+    for (std::size_t i = 0; i < P; ++i) {
+        ParamRecord &p = s.params.emplace_back();
+        p.id = c.paramId[i];
+        p.name = text(c.paramName[i]);
+        p.owner = c.paramOwner[i];
+        p.shape.assign(c.dims.begin() + static_cast<std::ptrdiff_t>(dimAt),
+                       c.dims.begin() + static_cast<std::ptrdiff_t>(dimAt + c.paramDims[i]));
+        dimAt += c.paramDims[i];
+        p.dtype = static_cast<DType>(c.paramDtype[i]);
+        p.numel = c.numel[i];
+        p.paddedNumel = c.paddedNumel[i];
+        p.partitionNumel = c.partitionNumel[i];
+        p.persistent = c.paramFlags[i] & kParamPersistent;
+        p.partitioned = c.paramFlags[i] & kParamPartitioned;
+        p.late = c.paramFlags[i] & kParamLate;
+        p.replaces = text(c.paramReplaces[i]);
+        const std::uint8_t *bits = c.statusRows.data() + i * row;
+        p.status.resize(world);
+        for (std::size_t r = 0; r < world; ++r)
+            p.status[r] = static_cast<ParamStatus>((bits[r / 4] >> (2 * (r % 4))) & 3);
+        p.externals.reserve(c.externalCount[i]);
+        for (std::uint32_t k = 0; k < c.externalCount[i]; ++k, ++extAt)
+            p.externals.push_back(
+                ExternalRecord{c.externalModule[extAt], c.externalAutomatic[extAt] != 0});
+        p.activeModules.assign(c.activeModule.begin() + static_cast<std::ptrdiff_t>(activeAt),
+                               c.activeModule.begin() +
+                                   static_cast<std::ptrdiff_t>(activeAt + c.activeCount[i]));
+        activeAt += c.activeCount[i];
+        p.gatherCount = c.gatherCount[i];
+        p.gatherBytes = c.gatherBytes[i];
+        p.gatherNs = c.gatherNs[i];
+        p.lastGatherTsNs = c.lastGatherTsNs[i];
+    }
+    s.violations = c.violations;
+    return s;
+}
+
+} // namespace shardscope::core
