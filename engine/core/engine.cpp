@@ -567,6 +567,9 @@ void Engine::Impl::addExternal(RankState &rs, ModuleId m, ParamId p, bool automa
         for (const ExternalEntry &e : ext)
             if (e.param == p)
                 return;
+        if (ext.empty())
+            rs.externalModules.insert(
+                std::lower_bound(rs.externalModules.begin(), rs.externalModules.end(), m), m);
         ext.push_back({p, automatic});
     }
     touch();
@@ -592,6 +595,8 @@ void Engine::unregisterExternalParameter(ModuleId m, ParamId p)
         std::lock_guard rl(rsp->mu);
         auto &ext = rsp->externals[m];
         const auto n = std::erase_if(ext, [p](const ExternalEntry &e) { return e.param == p; });
+        if (n > 0 && ext.empty())
+            std::erase(rsp->externalModules, m);
         found = found || n > 0;
     }
     d->touch();

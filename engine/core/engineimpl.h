@@ -77,6 +77,10 @@ struct RankState
     std::vector<ParamId> activeParams; // parameters whose `active` is not empty (guarded by mu)
     std::vector<Engine::FastEntry> fast; // the guard's view of params, same index
     std::vector<std::vector<ExternalEntry>> externals; // by module id
+    // The modules whose externals are not empty, ascending (guarded by mu): state() reads
+    // these instead of scanning every module's list on every rank (4.4 million lists at
+    // 68,752 modules x 64 ranks, all under the rank locks).
+    std::vector<ModuleId> externalModules;
     std::vector<Frame> frames;                         // the module stack; capacity is reused
     // Telemetry: the time the events of one module entry or exit share (the entry and the
     // fetches it issues; the releases of an exit and the exit itself), so a batch costs one

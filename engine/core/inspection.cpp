@@ -69,8 +69,10 @@ void Engine::stateColumns(StateColumns &c) const
         c.moduleParent.push_back(m.parent);
     }
 
-    // What is per parameter, one column at a time in id order; recordOf maps an id to its
-    // row (removed parameters have none).
+    // What is per parameter, in one pass over the records (each is 152 bytes: a pass per
+    // column read them all again, 15 MB each time at 100,000 parameters); recordOf maps an
+    // id to its row (removed parameters have none). What late parameters replace is added
+    // to the table after every name, as columnsOf does, so a state makes one table.
     std::vector<std::int32_t> recordOf(N, -1);
     std::size_t P = 0, nDims = 0;
     for (const ParamInfo &info : d->params) {
@@ -78,46 +80,38 @@ void Engine::stateColumns(StateColumns &c) const
         recordOf[info.id] = static_cast<std::int32_t>(P++);
         nDims += std::min(info.shape.size(), kMaxColumnDims);
     }
-    auto column = [&](auto &v, auto field) {
-        reserveHuge(v, P);
-        for (const ParamInfo &info : d->params)
-            if (!info.removed) v.push_back(field(info));
-    };
-    column(c.paramId, [](const ParamInfo &i) { return i.id; });
-    column(c.paramName, [&](const ParamInfo &i) { return c.strings.add(i.name); });
-    column(c.paramOwner, [](const ParamInfo &i) { return i.owner; });
-    column(c.paramDtype, [](const ParamInfo &i) { return static_cast<std::uint8_t>(i.dtype); });
-    column(c.paramFlags, [](const ParamInfo &i) {
-        return static_cast<std::uint8_t>((i.persistent ? kParamPersistent : 0) |
-                                         (i.partitioned ? kParamPartitioned : 0) |
-                                         (i.late ? kParamLate : 0));
-    });
-    column(c.paramDims, [](const ParamInfo &i) {
-        return static_cast<std::uint8_t>(std::min(i.shape.size(), kMaxColumnDims));
-    });
-    column(c.numel, [](const ParamInfo &i) { return i.numel; });
-    column(c.paddedNumel, [](const ParamInfo &i) { return i.layout.paddedNumel; });
-    column(c.partitionNumel, [](const ParamInfo &i) { return i.layout.partitionNumel; });
+    forEachParamColumn(c, [P](auto &v) { reserveHuge(v, P); });
     reserveHuge(c.dims, nDims);
-    for (const ParamInfo &info : d->params)
-        if (!info.removed)
-            c.dims.insert(c.dims.end(), info.shape.begin(),
-                          info.shape.begin() +
-                              static_cast<std::ptrdiff_t>(std::min(info.shape.size(), kMaxColumnDims)));
-    const auto total = [&](auto member) {
-        return [&, member](const ParamInfo &i) {
-            return (d->gatherTotals[i.id].*member).load(std::memory_order_relaxed);
-        };
-    };
-    column(c.gatherCount, total(&GatherTotals::count));
-    column(c.gatherBytes, total(&GatherTotals::bytes));
-    column(c.gatherNs, total(&GatherTotals::ns));
-    column(c.lastGatherTsNs, total(&GatherTotals::lastTs));
-    column(c.paramReplaces, [&](const ParamInfo &i) {
-        if (!i.late) return kNoString;
-        const std::string replaced = d->replacedBy(i.id);
-        return replaced.empty() ? kNoString : c.strings.intern(replaced);
-    });
+    std::vector<ParamId> late;
+    for (const ParamInfo &info : d->params) {
+        if (info.removed) continue;
+        c.paramId.push_back(info.id);
+        c.paramName.push_back(c.strings.add(info.name));
+        c.paramOwner.push_back(info.owner);
+        c.paramDtype.push_back(static_cast<std::uint8_t>(info.dtype));
+        c.paramFlags.push_back(static_cast<std::uint8_t>((info.persistent ? kParamPersistent : 0) |
+                                                         (info.partitioned ? kParamPartitioned : 0) |
+                                                         (info.late ? kParamLate : 0)));
+        const std::size_t nd = std::min(info.shape.size(), kMaxColumnDims);
+        c.paramDims.push_back(static_cast<std::uint8_t>(nd));
+        c.dims.insert(c.dims.end(), info.shape.begin(),
+                      info.shape.begin() + static_cast<std::ptrdiff_t>(nd));
+        c.numel.push_back(info.numel);
+        c.paddedNumel.push_back(info.layout.paddedNumel);
+        c.partitionNumel.push_back(info.layout.partitionNumel);
+        const GatherTotals &tot = d->gatherTotals[info.id];
+        c.gatherCount.push_back(tot.count.load(std::memory_order_relaxed));
+        c.gatherBytes.push_back(tot.bytes.load(std::memory_order_relaxed));
+        c.gatherNs.push_back(tot.ns.load(std::memory_order_relaxed));
+        c.lastGatherTsNs.push_back(tot.lastTs.load(std::memory_order_relaxed));
+        c.paramReplaces.push_back(kNoString);
+        if (info.late) late.push_back(info.id);
+    }
+    for (ParamId id : late) {
+        const std::string replaced = d->replacedBy(id);
+        if (!replaced.empty())
+            c.paramReplaces[static_cast<std::size_t>(recordOf[id])] = c.strings.intern(replaced);
+    }
 
     // Statuses, 2 bits a rank, in blocks of parameters with every rank's dense array read in
     // order within a block: the block's rows stay in cache while 64 ranks write into them.
@@ -134,11 +128,13 @@ void Engine::stateColumns(StateColumns &c) const
                 const auto rank = static_cast<std::size_t>(rs.rank);
                 const std::size_t byte = rank / 4, shift = 2 * (rank % 4);
                 const std::size_t last = std::min({first + kBlock, N, rs.status.size()});
-                for (std::size_t p = first; p < last; ++p)
+                if (first >= last) continue;
+                // An iterator: the statuses are a deque, and indexing one divides each time.
+                auto it = rs.status.begin() + static_cast<std::ptrdiff_t>(first);
+                for (std::size_t p = first; p < last; ++p, ++it)
                     if (const std::int32_t i = recordOf[p]; i >= 0)
                         c.statusRows[static_cast<std::size_t>(i) * row + byte] |= static_cast<std::uint8_t>(
-                            (static_cast<unsigned>(rs.status[p].load(std::memory_order_acquire)) & 3)
-                            << shift);
+                            (static_cast<unsigned>(it->load(std::memory_order_acquire)) & 3) << shift);
             }
         }
     } else {
@@ -176,7 +172,7 @@ void Engine::stateColumns(StateColumns &c) const
                 if (const std::int32_t i = recordOf[p]; i >= 0)
                     for (ModuleId m : rs.params[p].active)
                         active.push_back(Entry{static_cast<std::uint32_t>(i), m, 0});
-            for (ModuleId m = 0; m < rs.externals.size(); ++m)
+            for (ModuleId m : rs.externalModules)
                 for (const ExternalEntry &e : rs.externals[m])
                     if (e.param < N)
                         if (const std::int32_t i = recordOf[e.param]; i >= 0)

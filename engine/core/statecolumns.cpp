@@ -168,7 +168,7 @@ void columnsOf(const EngineState &s, StateColumns &c)
     const std::size_t row = statusRowBytes(s.worldSize);
     const auto world = static_cast<std::size_t>(std::max(s.worldSize, 1));
     c.statusRows.assign(P * row, 0);
-    forEachColumn(c, [P](auto &v) { v.reserve(P); });
+    forEachParamColumn(c, [P](auto &v) { v.reserve(P); });
     for (std::size_t i = 0; i < P; ++i) {
         const ParamRecord &p = s.params[i];
         c.paramId.push_back(p.id);

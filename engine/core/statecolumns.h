@@ -110,6 +110,16 @@ struct StateColumns
     std::string checkConsistent() const;
 };
 
+// Every column with one entry a parameter (not dims, statusRows or the module lists), for
+// what is done to all of them alike (reserving).
+template <class C, class F> void forEachParamColumn(C &c, F f)
+{
+    f(c.paramId), f(c.paramName), f(c.paramOwner), f(c.paramDtype), f(c.paramFlags), f(c.paramDims);
+    f(c.numel), f(c.paddedNumel), f(c.partitionNumel);
+    f(c.externalCount), f(c.activeCount);
+    f(c.gatherCount), f(c.gatherBytes), f(c.gatherNs), f(c.lastGatherTsNs), f(c.paramReplaces);
+}
+
 // The columns of a state, and back; stateOf(columnsOf(s)) == s, names byte for byte.
 void columnsOf(const EngineState &state, StateColumns &out);
 EngineState stateOf(const StateColumns &columns);

@@ -469,6 +469,11 @@ void TestStateBinary::columnsAreRefilledInPlace()
     e.addParameter(extra, "scale", {3}, DType::F32, nullptr);
     e.removeParameter(live.headB);
     e.removeParameter(live.blockW);
+    // embed.weight's registrations move: off block, onto drop and then lm_head (a lower id,
+    // registered later: a parameter's externals are listed by module id).
+    e.unregisterExternalParameter(live.block, live.embedW);
+    e.registerExternalParameter(extra, live.embedW);
+    e.registerExternalParameter(live.lmHead, live.embedW);
     e.stateColumns(reused);
     QCOMPARE(reused.paramCount(), before - 1);
     core::StateColumns fresh;
@@ -480,6 +485,16 @@ void TestStateBinary::columnsAreRefilledInPlace()
     QCOMPARE(back->state.modules.back().type, std::string("Dropout"));
     QCOMPARE(back->state.modules[live.lmHead].type, std::string("Linear"));
     QCOMPARE(back->state.params.back().name, std::string("drop.scale"));
+    const core::ParamRecord &embed = back->state.params.front();
+    QCOMPARE(embed.name, std::string("embed.weight"));
+    QCOMPARE(embed.externals.size(), std::size_t(2));
+    QCOMPARE(embed.externals[0].module, live.lmHead);
+    QCOMPARE(embed.externals[1].module, extra);
+    e.unregisterExternalParameter(live.lmHead, live.embedW);
+    e.unregisterExternalParameter(extra, live.embedW);
+    e.stateColumns(reused);
+    QCOMPARE(reused.externalCount.front(), std::uint32_t(0));
+    QVERIFY(reused.externalModule.empty());
 }
 
 // Before partition() every rank holds every parameter; a world of 5 leaves unused bits in
