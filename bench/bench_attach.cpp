@@ -2,11 +2,12 @@
 // parameters, served by the Inspector on loopback TCP; the GUI's Connection + SessionStore
 // + ModuleTreeModel attach to it. Measured: time from attach() to the tree model populated
 // (the state decoded, stored and the tree rebuilt), then to every row revealed; the
-// State's size; and the phases in-process (state, encode, decode, apply + rebuild) to
-// show what limits it. The GUI asks for the binary State; the JSON one that clients without
+// State's size; and the phases in-process (the server's state columns, their encoding,
+// decode, apply + rebuild) to show what limits it; Engine::state(), which snapshots and JSON
+// clients use, beside them. The GUI asks for the binary State; the JSON one that clients without
 // the capability get is timed beside it. An attach that fails is reported with its reason.
 // Beside the phases: how long a training rank waits for its own lock while the server
-// builds the state (every fetch takes that lock).
+// builds the state's columns (every fetch takes that lock).
 // Then the first attach of fresh processes: a user attaches once, and a process's first
 // attach touches its memory for the first time, which the repeated attaches of one process
 // do not. Prints Markdown.
@@ -114,7 +115,8 @@ Attach attachOnce(const std::string &endpoint, int expectedNodes)
     return out;
 }
 
-// A rank's longest wait for its own lock while Engine::state() runs: a thread standing in
+// A rank's longest wait for its own lock while Engine::stateColumns() runs (what the server
+// builds every State from): a thread standing in
 // for a training rank takes rank 0's lock (Engine::activeModules does, as every fetch's
 // useParam does) every 100 us during the build. What the rank would stall for.
 double longestRankLockWaitMs(const core::Engine &engine)
@@ -133,7 +135,8 @@ double longestRankLockWaitMs(const core::Engine &engine)
     });
     while (!started)
         std::this_thread::yield();
-    const core::EngineState state = engine.state();
+    core::StateColumns columns;
+    engine.stateColumns(columns);
     stop = true;
     rank.join();
     return longest;
@@ -144,8 +147,9 @@ struct WorldResult
     int world = 0;
     double buildSeconds = 0.0;
     std::size_t snapshotBytes = 0, jsonBytes = 0;
-    std::vector<double> stateMs, encodeMs, decodeMs, applyMs, revealMs;
-    std::vector<double> rankLockWaitMs; // a rank's longest wait for its lock during state()
+    std::vector<double> columnsMs, encodeMs, decodeMs, applyMs, revealMs;
+    std::vector<double> stateMs; // Engine::state(), for snapshots and JSON clients
+    std::vector<double> rankLockWaitMs; // a rank's longest wait for its lock during stateColumns()
     std::vector<double> jsonEncodeMs, jsonDecodeMs; // what a client without state_binary costs
     std::vector<double> populated, revealed;
     std::vector<long> faults; // minor page faults of the process during each attach
@@ -176,16 +180,21 @@ WorldResult measureWorld(const SyntheticModel &model, int world, int reps, bool 
     server::Inspector inspector(engine, options);
     const std::string endpoint = inspector.endpoint();
 
-    // The phases, in-process, each timed alone.
+    // The phases, in-process, each timed alone; the columns reused from one repetition to
+    // the next, as the server reuses its own.
+    core::StateColumns columns;
     for (int rep = 0; phases && rep < reps; ++rep) {
         auto t = Clock::now();
+        engine.stateColumns(columns);
+        out.columnsMs.push_back(secondsSince(t) * 1e3);
         wire::Snapshot snap;
         snap.meta.producer = "bench_attach";
+        t = Clock::now();
+        const std::string binary = wire::encodeBinaryState(columns, snap.meta, 0);
+        out.encodeMs.push_back(secondsSince(t) * 1e3);
+        t = Clock::now();
         snap.state = engine.state();
         out.stateMs.push_back(secondsSince(t) * 1e3);
-        t = Clock::now();
-        const std::string binary = wire::encodeBinaryState(snap);
-        out.encodeMs.push_back(secondsSince(t) * 1e3);
         out.snapshotBytes = binary.size();
         t = Clock::now();
         auto decoded = wire::decodeBinaryState(binary);
@@ -355,20 +364,23 @@ int main(int argc, char **argv)
         [](const WorldResult &r) {
             return r.failure.empty() ? inOrder(r.serverStateMs) : std::string("failed");
         });
-    row("phase: Engine::state(), ms", [](const WorldResult &r) { return format(stats(r.stateMs), 0); });
-    row("a rank's longest wait for its lock during Engine::state() (a fetch stalls this long), ms",
+    row("phase: Engine::stateColumns (what the server builds a State from), ms",
+        [](const WorldResult &r) { return format(stats(r.columnsMs), 0); });
+    row("a rank's longest wait for its lock during Engine::stateColumns (a fetch stalls this long), ms",
         [](const WorldResult &r) { return format(stats(r.rankLockWaitMs), 1); });
-    row("phase: encodeBinaryState, ms", [](const WorldResult &r) { return format(stats(r.encodeMs), 0); });
+    row("phase: encodeBinaryState of the columns, ms", [](const WorldResult &r) { return format(stats(r.encodeMs), 0); });
     row("phase: decodeBinaryState, ms", [](const WorldResult &r) { return format(stats(r.decodeMs), 0); });
     row("phase: SessionStore::applyState + tree rebuild, ms", [](const WorldResult &r) { return format(stats(r.applyMs), 0); });
     row("phase: reveal every row, ms", [](const WorldResult &r) { return format(stats(r.revealMs), 0); });
+    row("for comparison: Engine::state() (snapshots, JSON clients), ms",
+        [](const WorldResult &r) { return format(stats(r.stateMs), 0); });
     row("for comparison: encodeSnapshot (JSON), ms", [](const WorldResult &r) { return format(stats(r.jsonEncodeMs), 0); });
     row("for comparison: decodeSnapshot (JSON), ms", [](const WorldResult &r) { return format(stats(r.jsonDecodeMs), 0); });
     // What the in-process phases do not cover: sending and receiving the State over loopback,
     // framing, and handing it between threads.
     row("rest of attach -> populated (transfer, framing, hand-over), ms", [](const WorldResult &r) {
         if (!r.failure.empty()) return std::string("failed");
-        const double rest = stats(r.populated).median - stats(r.stateMs).median -
+        const double rest = stats(r.populated).median - stats(r.columnsMs).median -
                             stats(r.encodeMs).median - stats(r.decodeMs).median -
                             stats(r.applyMs).median;
         char buf[32];
@@ -397,7 +409,7 @@ int main(int argc, char **argv)
         std::printf("| each, in order, ms | %s |\n", inOrder(fresh.ms).c_str());
         std::printf("| minor page faults during it, each | %s |\n",
                     inOrder(std::vector<double>(fresh.faults.begin(), fresh.faults.end())).c_str());
-        // What the engine's side costs of that: Engine::state() and the encoding, on the
+        // What the engine's side costs of that: Engine::stateColumns() and the encoding, on the
         // server thread; the rest is the transfer, the GUI's decode, store and tree.
         std::printf("| of which the server building and encoding the State (its thread's CPU), "
                     "ms | %s |\n",
