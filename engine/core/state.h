@@ -30,7 +30,6 @@ struct ExternalRecord
 {
     ModuleId module = kNoModule;
     bool automatic = false; // registered by the guard's `auto` policy
-    friend bool operator==(const ExternalRecord &, const ExternalRecord &) = default;
 };
 
 struct ParamRecord
@@ -54,7 +53,6 @@ struct ParamRecord
     std::uint64_t gatherBytes = 0;
     std::uint64_t gatherNs = 0;
     std::uint64_t lastGatherTsNs = 0;
-    friend bool operator==(const ParamRecord &, const ParamRecord &) = default;
 };
 
 // One distinct violation (kind, rank, accessor, param), with how often it happened.

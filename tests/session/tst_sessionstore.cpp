@@ -28,7 +28,6 @@ class TestSessionStore : public QObject
     void violationsGroupByKindAccessorParam();
     void aRowKeepsItsWordsWhenAStateLands();
     void updatesAreCoalesced();
-    void aLaterStateMarksOnlyTheRowsItChanges();
     void reconnectContinuesHistoryWithoutDuplicates();
     void differentRunStartsOver();
     void applyStateReturnsTheStateItReplaced();
@@ -217,67 +216,6 @@ void TestSessionStore::updatesAreCoalesced()
     QCOMPARE(changes.params.size(), std::size_t(8)); // each param once
     store.flush();
     QCOMPARE(spy.count(), 1); // nothing new, nothing emitted
-}
-
-// A State of the run already shown marks the parameters whose figures differ from what the
-// rows show, and the modules whose violation counts changed: not every row (at 100,000
-// parameters marking them all cost the main thread 67 ms a State).
-void TestSessionStore::aLaterStateMarksOnlyTheRowsItChanges()
-{
-    session::SessionStore store;
-    store.setRefreshIntervalMs(10000);
-    QSignalSpy spy(&store, &session::SessionStore::updated);
-    const core::EngineState first = smallState();
-    store.applyState(first);
-    store.flush();
-    auto last = [&] { return spy.last().at(0).value<session::StoreChanges>(); };
-
-    store.applyState(first); // nothing changed
-    store.flush();
-    QVERIFY(!last().structure);
-    QVERIFY(last().params.empty());
-    QVERIFY(last().modules.empty());
-
-    core::EngineState second = first;
-    second.step = 2;
-    second.params[1].status[2] = ParamStatus::Available;
-    second.params[3].gatherCount = 5;
-    store.applyState(second);
-    store.flush();
-    QCOMPARE(last().params, (std::vector<ParamId>{second.params[1].id, second.params[3].id}));
-    QVERIFY(last().modules.empty());
-    QCOMPARE(store.param(second.params[1].id)->status[2], ParamStatus::Available);
-
-    // A violation: lm_head (7) reads embed.weight (0, owned by embed, 1).
-    core::EngineState third = second;
-    core::ViolationRecord v;
-    v.kind = ViolationKind::UnregisteredAccess;
-    v.accessor = 7;
-    v.param = 0;
-    v.owner = 1;
-    v.count = 3;
-    third.violations.push_back(v);
-    store.applyState(third);
-    store.flush();
-    QCOMPARE(last().params, (std::vector<ParamId>{0}));
-    std::vector<ModuleId> modules = last().modules;
-    std::sort(modules.begin(), modules.end());
-    QCOMPARE(modules, (std::vector<ModuleId>{1, 7}));
-    QCOMPARE(store.moduleViolations(7), std::uint64_t(3));
-
-    // Live events keep the rows current; a State that says what they already show marks
-    // nothing more.
-    const telemetry::Event fetched[] = {
-        eventAt(10, 0, telemetry::makeFetchBegin({.param = 2, .cause = 0})),
-        eventAt(20, 0, telemetry::makeFetchEnd({.param = 2, .cause = 0, .bytes = 64}))};
-    store.appendEvents(fetched, false);
-    store.flush();
-    QCOMPARE(last().params, (std::vector<ParamId>{2}));
-    core::EngineState fourth = store.state();
-    store.applyState(fourth);
-    store.flush();
-    QVERIFY(last().params.empty());
-    QVERIFY(last().modules.empty());
 }
 
 void TestSessionStore::reconnectContinuesHistoryWithoutDuplicates()

@@ -747,10 +747,11 @@ void ModuleTreeModel::onStoreUpdated(const session::StoreChanges &changes)
                 nodes.push_back(m_nodes[static_cast<std::size_t>(owned)].parent);
         }
     }
-    // Modules whose violation counts changed (not all of them: 68,752 rows at 100,000
-    // parameters, every State).
-    for (ModuleId m : changes.modules)
-        if (m < m_moduleNode.size() && m_moduleNode[m] >= 0) nodes.push_back(m_moduleNode[m]);
+    if (changes.violations) {
+        for (std::int32_t n : m_moduleNode) {
+            if (n >= 0) nodes.push_back(n);
+        }
+    }
     if (!nodes.empty()) emitChangedRows(nodes);
 }
 

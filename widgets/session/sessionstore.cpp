@@ -103,7 +103,6 @@ void SessionStore::clear()
 core::EngineState SessionStore::applyState(core::EngineState state)
 {
     const bool continuing = m_hasState && sameRun(m_state, state);
-    const bool sameParams = continuing && sameStructure(m_state, state);
     core::EngineState replaced = std::move(m_state);
     if (!continuing) {
         const bool readOnly = m_readOnly;
@@ -113,7 +112,7 @@ core::EngineState SessionStore::applyState(core::EngineState state)
         m_source = source;
     } else {
         m_dedupe = true;
-        if (!sameParams) m_pending.structure = true;
+        if (!sameStructure(replaced, state)) m_pending.structure = true;
     }
     m_state = std::move(state);
     m_hasState = true;
@@ -137,8 +136,6 @@ core::EngineState SessionStore::applyState(core::EngineState state)
         auto it = words.find({static_cast<int>(g.kind), g.accessor, g.param});
         if (it != words.end()) std::tie(g.fix, g.message) = it->second;
     }
-    const std::vector<std::uint64_t> oldParamViolations = std::move(m_paramViolations);
-    const std::vector<std::uint64_t> oldModuleViolations = std::move(m_moduleViolations);
     rebuildViolationCounts();
     if (m_lanes.size() < static_cast<std::size_t>(std::max(1, m_state.worldSize))) {
         m_lanes.resize(static_cast<std::size_t>(std::max(1, m_state.worldSize)));
@@ -149,22 +146,8 @@ core::EngineState SessionStore::applyState(core::EngineState state)
     m_pending.violations = true;
     m_pending.summary = true;
     if (continuing) {
-        // Only the rows whose figures changed. Marking all of them made every State of
-        // 100,000 parameters cost the main thread 67 ms (bench_attach) while the tree
-        // updated rows nothing had changed in, once every State interval. The rows show
-        // m_state, which live events keep current between States: what they already show
-        // is not marked again.
-        const bool sameCounts = oldParamViolations.size() == m_paramViolations.size();
-        for (std::size_t i = 0; i < m_state.params.size(); ++i) {
-            const core::ParamRecord &p = m_state.params[i];
-            if (!sameParams || !(p == replaced.params[i]) || !sameCounts ||
-                oldParamViolations[i] != m_paramViolations[i])
-                markParam(p.id);
-        }
-        const bool sameModules = oldModuleViolations.size() == m_moduleViolations.size();
-        for (ModuleId m = 0; m < m_moduleViolations.size(); ++m)
-            if (!sameModules || oldModuleViolations[m] != m_moduleViolations[m])
-                m_pending.modules.push_back(m);
+        for (const core::ParamRecord &p : m_state.params)
+            markParam(p.id);
     }
     markDirty();
     return replaced;
@@ -495,8 +478,6 @@ void SessionStore::addViolation(const ViolationEvent &v, const telemetry::Event 
     if (v.accessor < m_moduleViolations.size()) ++m_moduleViolations[v.accessor];
     if (v.owner < m_moduleViolations.size() && v.owner != v.accessor) ++m_moduleViolations[v.owner];
     if (v.param != kNoParam) markParam(v.param);
-    for (ModuleId m : {v.accessor, v.owner})
-        if (m < m_moduleViolations.size()) m_pending.modules.push_back(m);
     m_pending.violations = true;
 }
 

@@ -84,7 +84,6 @@ struct StoreChanges
     bool summary = false;        // step, loss, dropped events, memory, source
     bool events = false;         // new events in the lanes
     std::vector<ParamId> params; // status or gather figures changed (unique)
-    std::vector<ModuleId> modules; // module rows whose violation counts changed (may repeat)
     bool any() const
     {
         return reset || structure || violations || summary || events || !params.empty();
