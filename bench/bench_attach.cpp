@@ -149,6 +149,9 @@ struct WorldResult
     std::size_t snapshotBytes = 0, jsonBytes = 0;
     std::vector<double> columnsMs, encodeMs, decodeMs, applyMs, revealMs;
     std::vector<double> stateMs; // Engine::state(), for snapshots and JSON clients
+    // A later State of the same run applied, rows revealed: nothing changed / every
+    // parameter's gather figures changed.
+    std::vector<double> laterApplyMs, laterChangedApplyMs;
     std::vector<double> rankLockWaitMs; // a rank's longest wait for its lock during stateColumns()
     std::vector<double> jsonEncodeMs, jsonDecodeMs; // what a client without state_binary costs
     std::vector<double> populated, revealed;
@@ -218,6 +221,22 @@ WorldResult measureWorld(const SyntheticModel &model, int world, int reps, bool 
         t = Clock::now();
         revealAll(tree);
         out.revealMs.push_back(secondsSince(t) * 1e3);
+        // The States that follow while the client stays attached (the same run and
+        // structure, every row revealed), what each costs the GUI's main thread: one in
+        // which nothing changed, one in which every parameter's gather figures did (a
+        // training run between two States gathers some of them).
+        for (const bool changed : {false, true}) {
+            auto later = wire::decodeBinaryState(binary);
+            if (!later) throw std::runtime_error("the binary State does not decode: " + later.error());
+            if (changed)
+                for (core::ParamRecord &p : later->state.params)
+                    p.gatherCount += 1 + static_cast<std::uint64_t>(rep);
+            t = Clock::now();
+            // The GUI frees the state a State replaces on the connection's worker thread.
+            core::EngineState replaced = store.applyState(std::move(later->state));
+            store.flush();
+            (changed ? out.laterChangedApplyMs : out.laterApplyMs).push_back(secondsSince(t) * 1e3);
+        }
     }
 
     for (int rep = 0; phases && rep < reps; ++rep)
@@ -372,6 +391,10 @@ int main(int argc, char **argv)
     row("phase: decodeBinaryState, ms", [](const WorldResult &r) { return format(stats(r.decodeMs), 0); });
     row("phase: SessionStore::applyState + tree rebuild, ms", [](const WorldResult &r) { return format(stats(r.applyMs), 0); });
     row("phase: reveal every row, ms", [](const WorldResult &r) { return format(stats(r.revealMs), 0); });
+    row("a later State of the same run, every row revealed, nothing changed: applyState + the tree's update, ms",
+        [](const WorldResult &r) { return format(stats(r.laterApplyMs), 0); });
+    row("the same, every parameter's gather figures changed, ms",
+        [](const WorldResult &r) { return format(stats(r.laterChangedApplyMs), 0); });
     row("for comparison: Engine::state() (snapshots, JSON clients), ms",
         [](const WorldResult &r) { return format(stats(r.stateMs), 0); });
     row("for comparison: encodeSnapshot (JSON), ms", [](const WorldResult &r) { return format(stats(r.jsonEncodeMs), 0); });
