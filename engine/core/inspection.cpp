@@ -85,20 +85,9 @@ void Engine::stateColumns(StateColumns &c) const
     std::vector<ParamId> late;
     for (const ParamInfo &info : d->params) {
         if (info.removed) continue;
-        c.paramId.push_back(info.id);
-        c.paramName.push_back(c.strings.add(info.name));
-        c.paramOwner.push_back(info.owner);
-        c.paramDtype.push_back(static_cast<std::uint8_t>(info.dtype));
-        c.paramFlags.push_back(static_cast<std::uint8_t>((info.persistent ? kParamPersistent : 0) |
-                                                         (info.partitioned ? kParamPartitioned : 0) |
-                                                         (info.late ? kParamLate : 0)));
-        const std::size_t nd = std::min(info.shape.size(), kMaxColumnDims);
-        c.paramDims.push_back(static_cast<std::uint8_t>(nd));
-        c.dims.insert(c.dims.end(), info.shape.begin(),
-                      info.shape.begin() + static_cast<std::ptrdiff_t>(nd));
-        c.numel.push_back(info.numel);
-        c.paddedNumel.push_back(info.layout.paddedNumel);
-        c.partitionNumel.push_back(info.layout.partitionNumel);
+        c.addParam(info.id, info.name, info.owner, info.dtype, info.persistent, info.partitioned,
+                   info.late, info.shape, info.numel, info.layout.paddedNumel,
+                   info.layout.partitionNumel);
         const GatherTotals &tot = d->gatherTotals[info.id];
         c.gatherCount.push_back(tot.count.load(std::memory_order_relaxed));
         c.gatherBytes.push_back(tot.bytes.load(std::memory_order_relaxed));

@@ -94,6 +94,25 @@ void StateColumns::release()
     *this = StateColumns{};
 }
 
+void StateColumns::addParam(ParamId id, std::string_view name, ModuleId owner, DType dtype,
+                            bool persistent, bool partitioned, bool late, const Shape &shape,
+                            std::int64_t elements, std::int64_t padded, std::int64_t partition)
+{
+    paramId.push_back(id);
+    paramName.push_back(strings.add(name));
+    paramOwner.push_back(owner);
+    paramDtype.push_back(static_cast<std::uint8_t>(dtype));
+    paramFlags.push_back(static_cast<std::uint8_t>((persistent ? kParamPersistent : 0) |
+                                                   (partitioned ? kParamPartitioned : 0) |
+                                                   (late ? kParamLate : 0)));
+    const std::size_t nd = std::min(shape.size(), kMaxColumnDims);
+    paramDims.push_back(static_cast<std::uint8_t>(nd));
+    dims.insert(dims.end(), shape.begin(), shape.begin() + static_cast<std::ptrdiff_t>(nd));
+    numel.push_back(elements);
+    paddedNumel.push_back(padded);
+    partitionNumel.push_back(partition);
+}
+
 std::string StateColumns::checkConsistent() const
 {
     const std::size_t P = paramCount(), M = modulePath.size();
@@ -171,19 +190,8 @@ void columnsOf(const EngineState &s, StateColumns &c)
     forEachParamColumn(c, [P](auto &v) { v.reserve(P); });
     for (std::size_t i = 0; i < P; ++i) {
         const ParamRecord &p = s.params[i];
-        c.paramId.push_back(p.id);
-        c.paramName.push_back(c.strings.add(p.name));
-        c.paramOwner.push_back(p.owner);
-        c.paramDtype.push_back(static_cast<std::uint8_t>(p.dtype));
-        c.paramFlags.push_back(static_cast<std::uint8_t>((p.persistent ? kParamPersistent : 0) |
-                                                         (p.partitioned ? kParamPartitioned : 0) |
-                                                         (p.late ? kParamLate : 0)));
-        const std::size_t nd = std::min(p.shape.size(), kMaxColumnDims);
-        c.paramDims.push_back(static_cast<std::uint8_t>(nd));
-        c.dims.insert(c.dims.end(), p.shape.begin(), p.shape.begin() + static_cast<std::ptrdiff_t>(nd));
-        c.numel.push_back(p.numel);
-        c.paddedNumel.push_back(p.paddedNumel);
-        c.partitionNumel.push_back(p.partitionNumel);
+        c.addParam(p.id, p.name, p.owner, p.dtype, p.persistent, p.partitioned, p.late, p.shape,
+                   p.numel, p.paddedNumel, p.partitionNumel);
         std::uint8_t *bits = c.statusRows.data() + i * row;
         const std::size_t ranks = std::min(p.status.size(), world);
         for (std::size_t r = 0; r < ranks; ++r)

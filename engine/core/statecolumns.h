@@ -101,6 +101,13 @@ struct StateColumns
     std::vector<ViolationRecord> violations;
 
     std::size_t paramCount() const { return paramId.size(); }
+    // A parameter's fixed fields onto the end of their columns, its name added to the
+    // table; its statuses, module lists, gather figures and what it replaces are the
+    // caller's. Both fillers (Engine::stateColumns, columnsOf) add through this, so the
+    // same state makes the same columns.
+    void addParam(ParamId id, std::string_view name, ModuleId owner, DType dtype, bool persistent,
+                  bool partitioned, bool late, const Shape &shape, std::int64_t numel,
+                  std::int64_t padded, std::int64_t partition);
     // Empties every column and keeps the memory, for the next state to be written into.
     void clear();
     // Gives the memory back.
