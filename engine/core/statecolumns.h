@@ -4,8 +4,8 @@
 // State carries them (docs/protocol.md, "StateBinary"). The inspector's server refills one
 // in place and encodes it with memcpy, where an EngineState is a 248-byte record plus a
 // name, a shape and a status vector on the heap for each parameter: at 100,000 parameters x
-// 64 ranks about 13 MB of columns instead of about 48 MB of records, written in a few dozen
-// allocations that the next State reuses. EngineState stays what a snapshot file, the JSON
+// 64 ranks about 16 MB of columns (estimated from their sizes) instead of about 48 MB of
+// records, written in a few dozen allocations that the next State reuses. EngineState stays what a snapshot file, the JSON
 // State and a client hold; columnsOf and stateOf convert between the two without loss.
 
 #include <cstddef>
