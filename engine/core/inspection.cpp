@@ -52,14 +52,21 @@ void Engine::stateColumns(StateColumns &c) const
 
     std::shared_lock lock(d->structure);
     const std::size_t M = d->modules.size(), N = d->params.size();
-    {
-        std::size_t bytes = 0;
-        for (const ModuleInfo &m : d->modules)
-            bytes += m.path.size();
-        for (const ParamInfo &info : d->params)
-            bytes += info.name.size();
-        c.strings.reserve(M + N + 64, bytes + bytes / 64 + 4096);
+    // The parameters are read twice: here for their rows, the dimensions and the bytes of
+    // their names, then once for every column (each record is 152 bytes: a pass per column
+    // read them all again, 15 MB each time at 100,000 parameters). recordOf maps an id to
+    // its row (removed parameters have none).
+    std::vector<std::int32_t> recordOf(N, -1);
+    std::size_t P = 0, nDims = 0, bytes = 0;
+    for (const ParamInfo &info : d->params) {
+        if (info.removed) continue;
+        recordOf[info.id] = static_cast<std::int32_t>(P++);
+        nDims += std::min(info.shape.size(), kMaxColumnDims);
+        bytes += info.name.size();
     }
+    for (const ModuleInfo &m : d->modules)
+        bytes += m.path.size();
+    c.strings.reserve(M + P + 64, bytes + bytes / 64 + 4096);
     reserveHuge(c.modulePath, M);
     reserveHuge(c.moduleType, M);
     reserveHuge(c.moduleParent, M);
@@ -69,17 +76,8 @@ void Engine::stateColumns(StateColumns &c) const
         c.moduleParent.push_back(m.parent);
     }
 
-    // What is per parameter, in one pass over the records (each is 152 bytes: a pass per
-    // column read them all again, 15 MB each time at 100,000 parameters); recordOf maps an
-    // id to its row (removed parameters have none). What late parameters replace is added
-    // to the table after every name, as columnsOf does, so a state makes one table.
-    std::vector<std::int32_t> recordOf(N, -1);
-    std::size_t P = 0, nDims = 0;
-    for (const ParamInfo &info : d->params) {
-        if (info.removed) continue;
-        recordOf[info.id] = static_cast<std::int32_t>(P++);
-        nDims += std::min(info.shape.size(), kMaxColumnDims);
-    }
+    // What late parameters replace is added to the table after every name, as columnsOf
+    // does, so a state makes one table.
     forEachParamColumn(c, [P](auto &v) { reserveHuge(v, P); });
     reserveHuge(c.dims, nDims);
     std::vector<ParamId> late;

@@ -17,7 +17,7 @@ std::uint32_t StringColumn::add(std::string_view s)
 
 std::uint32_t StringColumn::intern(std::string_view s)
 {
-    const auto it = m_interned.find(std::string(s));
+    const auto it = m_interned.find(s);
     if (it != m_interned.end()) return it->second;
     const std::uint32_t i = add(s);
     m_interned.emplace(std::string(s), i);
@@ -58,12 +58,9 @@ template <class C, class F> void forEachColumn(C &c, F f)
 {
     f(c.localRanks);
     f(c.modulePath), f(c.moduleType), f(c.moduleParent);
-    f(c.paramId), f(c.paramName), f(c.paramOwner), f(c.paramDtype), f(c.paramFlags),
-        f(c.paramDims);
-    f(c.numel), f(c.paddedNumel), f(c.partitionNumel), f(c.dims), f(c.statusRows);
-    f(c.externalCount), f(c.externalModule), f(c.externalAutomatic);
-    f(c.activeCount), f(c.activeModule);
-    f(c.gatherCount), f(c.gatherBytes), f(c.gatherNs), f(c.lastGatherTsNs), f(c.paramReplaces);
+    forEachParamColumn(c, f);
+    f(c.dims), f(c.statusRows);
+    f(c.externalModule), f(c.externalAutomatic), f(c.activeModule);
     f(c.violations);
 }
 
@@ -116,14 +113,11 @@ void StateColumns::addParam(ParamId id, std::string_view name, ModuleId owner, D
 std::string StateColumns::checkConsistent() const
 {
     const std::size_t P = paramCount(), M = modulePath.size();
-    auto sized = [](const char *name, std::size_t got, std::size_t want) -> std::string {
-        if (got == want) return {};
-        return std::string(name) + " has " + std::to_string(got) + " entries, expected " +
-               std::to_string(want);
-    };
-    std::string e;
-    auto check = [&](const char *name, std::size_t got, std::size_t want) {
-        if (e.empty()) e = sized(name, got, want);
+    std::string e; // the first disagreement
+    auto check = [&e](const char *name, std::size_t got, std::size_t want) {
+        if (e.empty() && got != want)
+            e = std::string(name) + " has " + std::to_string(got) + " entries, expected " +
+                std::to_string(want);
     };
     check("moduleType", moduleType.size(), M);
     check("moduleParent", moduleParent.size(), M);

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -48,7 +49,13 @@ class StringColumn
   private:
     std::string m_bytes;
     std::vector<std::uint32_t> m_lengths;
-    std::unordered_map<std::string, std::uint32_t> m_interned;
+    // Looked up by string_view, so a lookup of a value already interned allocates nothing.
+    struct Hash
+    {
+        using is_transparent = void;
+        std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+    };
+    std::unordered_map<std::string, std::uint32_t, Hash, std::equal_to<>> m_interned;
 };
 
 // The bytes of one parameter's status row: 2 bits a rank.
