@@ -11,6 +11,7 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "perfettorules.h"
 #include "runprocess.h"
 
 using namespace shardscope::test;
@@ -141,6 +142,9 @@ void TestEndToEnd::attachExportAndReopen()
     }
     QCOMPARE(named.size(), info.value(QStringLiteral("world_size")).toInt());
     QVERIFY(spans > 0);
+    // A few gathers in flight per rank: ids spaced by 100.
+    const QString perfetto = perfettoProblem(QJsonDocument(t), 100);
+    QVERIFY2(perfetto.isEmpty(), qPrintable(perfetto));
 
     // The snapshot holds one violation entry per rank that saw it, as the live view showed
     // (ranks 0-3), not one entry with every rank's count.

@@ -1,12 +1,19 @@
 // The Chrome / Perfetto trace export: valid JSON, one pid per rank with process_name,
 // X events with cat and integer microseconds, violations as instant events, distributedInfo;
-// overlapping gathers of a rank on their own threads, so X spans on every thread nest.
+// overlapping gathers of a rank on their own threads, so X spans on every thread nest; ids
+// that Perfetto's importer takes as written (none 0, no tid in two processes).
 
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QTest>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "perfettorules.h"
+#include "session/tracebuilder.h"
 #include "session/traceexport.h"
 #include "syntheticstate.h"
 #include "telemetry/eventfields.h"
@@ -20,6 +27,8 @@ class TestTraceExport : public QObject
   private slots:
     void requiredFields();
     void overlappingGathersGetTheirOwnThreads();
+    void idsArePerfettosOwn();
+    void idsAreSpacedOrPacked();
 };
 
 void TestTraceExport::requiredFields()
@@ -77,9 +86,9 @@ void TestTraceExport::requiredFields()
                 ++gathers;
                 QCOMPARE(e.value(QStringLiteral("name")).toString(),
                          QStringLiteral("embed.weight"));
-                QCOMPARE(ts, 1.0);  // (1,001,000 - 1,000,000) ns
-                QCOMPARE(dur, 3.0); // 2,600 ns rounds to 3 us
-                QCOMPARE(e.value(QStringLiteral("pid")).toInt(), 0);
+                QCOMPARE(ts, 1.0);                                   // (1,001,000 - 1,000,000) ns
+                QCOMPARE(dur, 3.0);                                  // 2,600 ns rounds to 3 us
+                QCOMPARE(e.value(QStringLiteral("pid")).toInt(), 1); // rank 0
             } else if (cat.startsWith(QLatin1String("module"))) {
                 ++modules;
             } else if (cat == QLatin1String("step")) {
@@ -102,7 +111,7 @@ void TestTraceExport::requiredFields()
             QCOMPARE(e.value(QStringLiteral("ts")).toDouble(), 4.0); // 3,700 ns
         }
     }
-    QCOMPARE(processNames, (QSet<int>{0, 1}));
+    QCOMPARE(processNames, (QSet<int>{1, 101})); // ranks 0 and 1
     QCOMPARE(gathers, 1);
     QCOMPARE(modules, 2);
     QCOMPARE(steps, 1);
@@ -225,7 +234,7 @@ void TestTraceExport::overlappingGathersGetTheirOwnThreads()
         const qint64 dur = e.value(QStringLiteral("dur")).toInteger();
         QVERIFY(dur >= 0);
         byThread[thread].append(XSpan{ts, ts + dur, e.value(QStringLiteral("name")).toString()});
-        if (thread.first == 0 &&
+        if (thread.first == 1 && // rank 0
             e.value(QStringLiteral("cat")).toString().startsWith(QLatin1String("gather,"))) {
             gathers.insert(e.value(QStringLiteral("name")).toString(), e);
             gatherTid.insert(e.value(QStringLiteral("name")).toString(), thread.second);
@@ -248,8 +257,8 @@ void TestTraceExport::overlappingGathersGetTheirOwnThreads()
     const QString b = QStringLiteral("blocks.1.fc.bias");
     const QString h = QStringLiteral("lm_head.bias");
     // The weight and the bias are in flight together: two threads, the first one lowest.
-    QCOMPARE(threadNames.value({0, gatherTid.value(w)}), QStringLiteral("gathers 0"));
-    QCOMPARE(threadNames.value({0, gatherTid.value(b)}), QStringLiteral("gathers 1"));
+    QCOMPARE(threadNames.value({1, gatherTid.value(w)}), QStringLiteral("gathers 0"));
+    QCOMPARE(threadNames.value({1, gatherTid.value(b)}), QStringLiteral("gathers 1"));
     // lm_head.bias starts when the weight's gather ends: its thread is free again.
     QCOMPARE(gatherTid.value(h), gatherTid.value(w));
     QCOMPARE(gathers[b].value(QStringLiteral("ts")).toInteger(), 3);
@@ -266,18 +275,109 @@ void TestTraceExport::overlappingGathersGetTheirOwnThreads()
     // Rank 0: modules (3 spans, blocks.1 inside blocks although it begins 0.6 us later
     // and both end at 10.4 us), steps, gathers 0 and 1; rank 1: gathers 0.
     QCOMPARE(byThread.size(), 5);
-    QCOMPARE(byThread.value({0, gatherTid.value(w)}).size(), 2);
-    QCOMPARE(byThread.value({0, gatherTid.value(b)}).size(), 1);
+    QCOMPARE(byThread.value({1, gatherTid.value(w)}).size(), 2);
+    QCOMPARE(byThread.value({1, gatherTid.value(b)}).size(), 1);
     const auto modulesThread = threadNames.key(QStringLiteral("modules"));
-    QCOMPARE(modulesThread.first, 0);
+    QCOMPARE(modulesThread.first, 1);
     QCOMPARE(byThread.value(modulesThread).size(), 3);
     int rank1Gathers = 0;
     for (auto it = byThread.cbegin(); it != byThread.cend(); ++it)
-        if (it.key().first == 1) {
+        if (it.key().first == 101) { // rank 1
             QCOMPARE(threadNames.value(it.key()), QStringLiteral("gathers 0"));
             rank1Gathers += int(it.value().size());
         }
     QCOMPARE(rank1Gathers, 1);
+}
+
+void TestTraceExport::idsArePerfettosOwn()
+{
+    {
+        // Every kind of event on three ranks: ids spaced by 100. blocks (2) and blocks.0 (3)
+        // start in one microsecond, and blocks.0 ends first.
+        session::SessionStore store;
+        store.applyState(smallState(3));
+        std::vector<telemetry::Event> events;
+        for (int r = 0; r < 3; ++r) {
+            const std::uint64_t t = 1000000 + std::uint64_t(r) * 50;
+            events.push_back(eventAt(t, r, telemetry::makeStepBegin()));
+            events.push_back(eventAt(t + 100, r, telemetry::makeModuleEnter({.module = 2})));
+            events.push_back(eventAt(t + 150, r, telemetry::makeModuleEnter({.module = 3})));
+            for (ParamId p : {1u, 2u})
+                events.push_back(eventAt(
+                    t + 200 + p, r,
+                    telemetry::makeFetchBegin(
+                        {.param = p, .cause = 3, .bytes = 64, .reason = FetchReason::Forward})));
+            for (ParamId p : {1u, 2u})
+                events.push_back(eventAt(
+                    t + 3000 + p, r,
+                    telemetry::makeFetchEnd(
+                        {.param = p, .cause = 3, .bytes = 64, .reason = FetchReason::Forward})));
+            events.push_back(eventAt(
+                t + 3500, r, telemetry::makeBroadcast({.param = 0, .root = 0, .bytes = 6464})));
+            events.push_back(lmHeadViolation(t + 3600, r));
+            events.push_back(eventAt(t + 4000, r, telemetry::makeModuleExit({.module = 3})));
+            events.push_back(eventAt(t + 4500, r, telemetry::makeModuleExit({.module = 2})));
+            events.push_back(eventAt(t + 5000, r, telemetry::makeStepEnd(2.0)));
+        }
+        store.appendEvents(events, false);
+        const QJsonDocument doc = QJsonDocument::fromJson(session::chromeTrace(store));
+        const QString problem = perfettoProblem(doc, 100);
+        QVERIFY2(problem.isEmpty(), qPrintable(problem));
+    }
+    {
+        // 120 gathers in flight at once on rank 1: 123 threads there, so ids spaced by 1000.
+        session::SessionStore store;
+        store.applyState(largeState(2, 60, 2));
+        std::vector<telemetry::Event> events;
+        for (ParamId p = 0; p < 120; ++p)
+            events.push_back(eventAt(
+                2000000 + p, 1,
+                telemetry::makeFetchBegin(
+                    {.param = p, .cause = 1, .bytes = 256, .reason = FetchReason::Prefetch})));
+        for (ParamId p = 0; p < 120; ++p)
+            events.push_back(eventAt(
+                2100000 + p, 1,
+                telemetry::makeFetchEnd(
+                    {.param = p, .cause = 1, .bytes = 256, .reason = FetchReason::Prefetch})));
+        events.push_back(eventAt(2000000, 0, telemetry::makeModuleEnter({.module = 1})));
+        events.push_back(eventAt(2200000, 0, telemetry::makeModuleExit({.module = 1})));
+        store.appendEvents(events, false);
+        const QJsonDocument doc = QJsonDocument::fromJson(session::chromeTrace(store));
+        const QString problem = perfettoProblem(doc, 1000);
+        QVERIFY2(problem.isEmpty(), qPrintable(problem));
+        QSet<int> gatherTids;
+        for (const QJsonValue &v : doc.object().value(QStringLiteral("traceEvents")).toArray())
+            if (v.toObject()
+                    .value(QStringLiteral("cat"))
+                    .toString()
+                    .startsWith(QLatin1String("gather,")))
+                gatherTids.insert(v.toObject().value(QStringLiteral("tid")).toInt());
+        QCOMPARE(gatherTids.size(), 120);
+        QCOMPARE(*std::min_element(gatherTids.begin(), gatherTids.end()),
+                 1004); // rank 1's "gathers 0"
+        QCOMPARE(*std::max_element(gatherTids.begin(), gatherTids.end()), 1123);
+    }
+}
+
+void TestTraceExport::idsAreSpacedOrPacked()
+{
+    const session::TraceIds few(std::vector<int>{4, 4, 99});
+    QCOMPARE(few.stride(), 100);
+    QCOMPARE(few.pid(0), 1);
+    QCOMPARE(few.tid(2, 98), 299);
+    QCOMPARE(session::TraceIds(std::vector<int>{100}).stride(), 1000);
+    QCOMPARE(session::TraceIds(std::vector<int>{}).stride(), 100);
+
+    // 65,536 ranks (the decoders' bound) with 40,000 threads on one: spaced by 100,000 the
+    // ids would pass 2^31, so the blocks are packed, each right after the one before.
+    std::vector<int> many(65536, 4);
+    many[7] = 40000;
+    const session::TraceIds packed(many);
+    QCOMPARE(packed.stride(), 0);
+    QCOMPARE(packed.pid(0), 1);
+    for (int r = 0; r + 1 < int(many.size()); ++r)
+        QCOMPARE(packed.pid(r + 1) - packed.pid(r), many[std::size_t(r)]);
+    QVERIFY(packed.tid(65535, 3) < std::numeric_limits<std::int32_t>::max());
 }
 
 QTEST_GUILESS_MAIN(TestTraceExport)

@@ -2,7 +2,36 @@
 
 #include <QJsonDocument>
 
+#include <algorithm>
+#include <limits>
+
 namespace shardscope::session {
+
+TraceIds::TraceIds(const std::vector<int> &threads)
+{
+    constexpr qint64 kMaxId = std::numeric_limits<std::int32_t>::max();
+    qint64 most = 1;
+    for (int n : threads)
+        most = std::max<qint64>(most, n);
+    qint64 stride = 100;
+    while (stride <= most && stride <= kMaxId)
+        stride *= 10;
+    const auto ranks = static_cast<qint64>(threads.size());
+    m_pids.reserve(threads.size());
+    if (ranks == 0 || (ranks - 1) * stride + most <= kMaxId) {
+        m_stride = stride;
+        for (qint64 r = 0; r < ranks; ++r)
+            m_pids.push_back(static_cast<int>(r * stride + 1));
+        return;
+    }
+    // Packed: at most 2^16 ranks (the decoders' bound) of 3 fixed threads, and each gather
+    // thread holds a gather, so the ids pass 2^31 only past 2^31 stored events.
+    qint64 next = 1;
+    for (int n : threads) {
+        m_pids.push_back(static_cast<int>(std::min(next, kMaxId)));
+        next += std::max(n, 1);
+    }
+}
 
 qint64 TraceBuilder::us(std::uint64_t ts) const
 {

@@ -10,8 +10,33 @@
 #include <QString>
 
 #include <cstdint>
+#include <vector>
 
 namespace shardscope::session {
+
+// The pid of each rank and the tid of each of its threads. Rank r's threads are its pid +
+// offset, offset 0 being the pid itself (a process's main thread, as on Linux). No id is 0
+// and no tid belongs to two processes: Perfetto takes pid 0 and tid 0 for the kernel's idle
+// task (google/perfetto#394) and has named or merged threads wrongly where one tid appeared
+// in several processes (google/perfetto#363, thoren-d/tracing-chrome#32). Rank r's pid is
+// r * stride + 1, the stride being the smallest power of ten, at least 100, above every
+// rank's thread count, so that rank 2's ids read 201, 202, ...; where that would pass
+// 2^31 - 1 (Perfetto reads ids as 32 bits), the ranks' blocks are packed one after the
+// other from 1 instead, and stride() is 0.
+class TraceIds
+{
+  public:
+    // threads[r]: how many threads rank r has (offsets 0 .. threads[r] - 1, at least 1).
+    explicit TraceIds(const std::vector<int> &threads);
+
+    int pid(int rank) const { return m_pids.at(static_cast<std::size_t>(rank)); }
+    int tid(int rank, int offset) const { return pid(rank) + offset; }
+    qint64 stride() const { return m_stride; }
+
+  private:
+    std::vector<int> m_pids;
+    qint64 m_stride = 0;
+};
 
 class TraceBuilder
 {

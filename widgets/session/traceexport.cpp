@@ -2,8 +2,10 @@
 
 #include <QJsonObject>
 
+#include <algorithm>
 #include <optional>
 #include <queue>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -17,17 +19,19 @@ namespace {
 
 // Gathers of one rank overlap each other and module compute: prefetches are issued
 // ahead and complete while later modules run. "X" spans on one thread must nest, so
-// each gather goes onto the lowest free of its rank's "gathers k" threads (tid
-// FirstGatherTid + k) rather than becoming an async "b"/"e" pair: X spans on threads
-// are drawn alike by Chrome (DevTools' Performance panel) and Perfetto (each groups async slices into tracks
-// its own way), keep the integer ts/dur of every other span, and the number of gather
-// threads is the rank's peak number of gathers in flight, as the timeline's sub-rows show.
-enum Lane
+// each gather goes onto the lowest free of its rank's "gathers k" threads rather than
+// becoming an async "b"/"e" pair: X spans on threads are drawn alike by Chrome (DevTools'
+// Performance panel) and Perfetto (each groups async slices into tracks its own way), keep
+// the integer ts/dur of every other span, and the number of gather threads is the rank's
+// peak number of gathers in flight, as the timeline's sub-rows show.
+//
+// A rank's threads, as offsets from its pid (TraceIds): the modules thread is the pid.
+enum ThreadOffset
 {
-    ModulesTid = 0,
-    ViolationsTid = 2,
-    StepsTid = 3,
-    FirstGatherTid = 4
+    ModulesThread = 0,
+    ViolationsThread = 1,
+    StepsThread = 2,
+    FirstGatherThread = 3
 };
 
 // Threads are listed modules, gathers 0..n, violations, steps.
@@ -81,29 +85,64 @@ std::pair<std::vector<int>, int> assignLanes(std::vector<Gather> &gathers)
     return {std::move(lanes), std::max(count, 1)};
 }
 
-// Metadata naming rank r's process and its fixed threads.
-void rankThreads(TraceBuilder &t, int r)
+// A module's span, in microseconds as written.
+struct ModuleSpan
 {
-    t.meta("process_name", r, 0, {{QStringLiteral("name"), QStringLiteral("rank %1").arg(r)}});
-    t.meta("process_sort_index", r, 0, {{QStringLiteral("sort_index"), r}});
-    t.meta("thread_name", r, ModulesTid, {{QStringLiteral("name"), QStringLiteral("modules")}});
-    t.meta("thread_sort_index", r, ModulesTid, {{QStringLiteral("sort_index"), 0}});
-    t.meta("thread_name", r, ViolationsTid,
-           {{QStringLiteral("name"), QStringLiteral("violations")}});
-    t.meta("thread_sort_index", r, ViolationsTid,
-           {{QStringLiteral("sort_index"), kViolationsSortIndex}});
-    t.meta("thread_name", r, StepsTid, {{QStringLiteral("name"), QStringLiteral("steps")}});
-    t.meta("thread_sort_index", r, StepsTid,
-           {{QStringLiteral("sort_index"), kViolationsSortIndex + 1}});
+    qint64 ts = 0;
+    qint64 dur = 0;
+    ModuleId module = kNoModule;
+    telemetry::Event begin{};
+};
+
+// One rank's gathers in start order, each with its "gathers k" thread, and how many such
+// threads the rank needs (at least 1: broadcasts go onto "gathers 0").
+struct RankGathers
+{
+    std::vector<Gather> gathers;
+    std::vector<int> lanes;
+    int laneCount = 1;
+};
+
+RankGathers gathersOf(const TraceBuilder &t, const EventLane &lane)
+{
+    RankGathers out;
+    std::unordered_map<std::uint32_t, OpenFetch> fetches;
+    for (std::size_t i = 0; i < lane.size(); ++i) {
+        const telemetry::Event ev = lane.at(i);
+        if (ev.type == EventType::FetchBegin) {
+            const telemetry::FetchFields f = telemetry::readFetch(ev);
+            fetches[f.param] = OpenFetch{ev.tsNs, f.cause, f.reason};
+        } else if (ev.type == EventType::FetchEnd) {
+            const telemetry::FetchFields e = telemetry::readFetch(ev);
+            auto it = fetches.find(e.param);
+            const OpenFetch f =
+                it != fetches.end() ? it->second : OpenFetch{ev.tsNs, e.cause, e.reason};
+            if (it != fetches.end()) fetches.erase(it);
+            const std::uint64_t begin = std::min(f.ts, ev.tsNs);
+            out.gathers.push_back(Gather{t.us(begin), t.us(begin) + t.dur(begin, ev.tsNs), e.param,
+                                         f.module, f.reason, e.bytes, ev.step});
+        }
+    }
+    std::tie(out.lanes, out.laneCount) = assignLanes(out.gathers);
+    return out;
 }
 
-void gatherThreads(TraceBuilder &t, int r, int lanes)
+// Metadata naming rank r's process and its threads.
+void rankThreads(TraceBuilder &t, const TraceIds &ids, int r, int gatherLanes)
 {
-    for (int k = 0; k < lanes; ++k) {
-        t.meta("thread_name", r, FirstGatherTid + k,
-               {{QStringLiteral("name"), QStringLiteral("gathers %1").arg(k)}});
-        t.meta("thread_sort_index", r, FirstGatherTid + k, {{QStringLiteral("sort_index"), 1 + k}});
-    }
+    const int pid = ids.pid(r);
+    const auto thread = [&](int offset, const QString &name, int sortIndex) {
+        t.meta("thread_name", pid, ids.tid(r, offset), {{QStringLiteral("name"), name}});
+        t.meta("thread_sort_index", pid, ids.tid(r, offset),
+               {{QStringLiteral("sort_index"), sortIndex}});
+    };
+    t.meta("process_name", pid, pid, {{QStringLiteral("name"), QStringLiteral("rank %1").arg(r)}});
+    t.meta("process_sort_index", pid, pid, {{QStringLiteral("sort_index"), r}});
+    thread(ModulesThread, QStringLiteral("modules"), 0);
+    for (int k = 0; k < gatherLanes; ++k)
+        thread(FirstGatherThread + k, QStringLiteral("gathers %1").arg(k), 1 + k);
+    thread(ViolationsThread, QStringLiteral("violations"), kViolationsSortIndex);
+    thread(StepsThread, QStringLiteral("steps"), kViolationsSortIndex + 1);
 }
 
 QJsonObject violationArgs(const SessionStore &store, ModuleId accessor, ParamId param,
@@ -114,16 +153,18 @@ QJsonObject violationArgs(const SessionStore &store, ModuleId accessor, ParamId 
             {QStringLiteral("owner"), store.modulePath(owner)}};
 }
 
-// One rank's events: module spans, step spans, broadcasts and violations as they come, then
-// its gathers on the fewest "gathers k" threads. Marks the groups its violations belong to.
-void mapLane(TraceBuilder &t, const SessionStore &store, int r, std::vector<bool> &groupHasEvent)
+// One rank's events: step spans, broadcasts and violations as they come, then its module
+// spans in start order and its gathers on their "gathers k" threads. Marks the groups its
+// violations belong to.
+void mapLane(TraceBuilder &t, const TraceIds &ids, const SessionStore &store, int r,
+             const RankGathers &g, std::vector<bool> &groupHasEvent)
 {
     const EventLane &lane = store.lane(r);
+    const int pid = ids.pid(r);
     std::vector<std::pair<std::uint32_t, telemetry::Event>> moduleStack;
-    std::unordered_map<std::uint32_t, OpenFetch> fetches;
-    std::vector<Gather> gathers;
+    std::vector<ModuleSpan> modules; // in exit order: children before their parents
     telemetry::Event stepBegin{}; // valid while inStep (a plain value: GCC's -Wmaybe-uninitialized
-    bool inStep = false; // misfires on std::optional<Event> here)
+    bool inStep = false;          // misfires on std::optional<Event> here)
     for (std::size_t i = 0; i < lane.size(); ++i) {
         const telemetry::Event ev = lane.at(i);
         switch (ev.type) {
@@ -135,36 +176,17 @@ void mapLane(TraceBuilder &t, const SessionStore &store, int r, std::vector<bool
             for (std::size_t k = moduleStack.size(); k-- > 0;) {
                 if (moduleStack[k].first != m) continue;
                 const telemetry::Event b = moduleStack[k].second;
-                const QString phase = labels::phase(telemetry::readModule(b).phase);
-                t.span(
-                    store.modulePath(m), QStringLiteral("module,") + phase, r, ModulesTid, b.tsNs,
-                    ev.tsNs,
-                    {{QStringLiteral("step"), qint64(b.step)}, {QStringLiteral("phase"), phase}});
+                modules.push_back(ModuleSpan{t.us(b.tsNs), t.dur(b.tsNs, ev.tsNs), m, b});
                 moduleStack.resize(k);
                 break;
             }
             break;
         }
-        case EventType::FetchBegin: {
-            const telemetry::FetchFields f = telemetry::readFetch(ev);
-            fetches[f.param] = OpenFetch{ev.tsNs, f.cause, f.reason};
-            break;
-        }
-        case EventType::FetchEnd: {
-            const telemetry::FetchFields e = telemetry::readFetch(ev);
-            auto it = fetches.find(e.param);
-            const OpenFetch f =
-                it != fetches.end() ? it->second : OpenFetch{ev.tsNs, e.cause, e.reason};
-            if (it != fetches.end()) fetches.erase(it);
-            const std::uint64_t begin = std::min(f.ts, ev.tsNs);
-            gathers.push_back(Gather{t.us(begin), t.us(begin) + t.dur(begin, ev.tsNs), e.param,
-                                     f.module, f.reason, e.bytes, ev.step});
-            break;
-        }
         case EventType::Broadcast: {
             const telemetry::BroadcastFields f = telemetry::readBroadcast(ev);
             t.instant(QStringLiteral("broadcast %1").arg(store.paramName(f.param)),
-                      QStringLiteral("gather,broadcast"), r, FirstGatherTid, ev.tsNs,
+                      QStringLiteral("gather,broadcast"), pid, ids.tid(r, FirstGatherThread),
+                      ev.tsNs,
                       {{QStringLiteral("root"), qint64(f.root)},
                        {QStringLiteral("bytes"), qint64(f.bytes)}});
             break;
@@ -175,8 +197,8 @@ void mapLane(TraceBuilder &t, const SessionStore &store, int r, std::vector<bool
             break;
         case EventType::StepEnd:
             if (inStep) {
-                t.span(QStringLiteral("step %1").arg(stepBegin.step), QStringLiteral("step"), r,
-                       StepsTid, stepBegin.tsNs, ev.tsNs,
+                t.span(QStringLiteral("step %1").arg(stepBegin.step), QStringLiteral("step"), pid,
+                       ids.tid(r, StepsThread), stepBegin.tsNs, ev.tsNs,
                        {{QStringLiteral("loss"), telemetry::readStepEnd(ev)},
                         {QStringLiteral("step"), qint64(stepBegin.step)}});
                 inStep = false;
@@ -189,28 +211,41 @@ void mapLane(TraceBuilder &t, const SessionStore &store, int r, std::vector<bool
             const std::optional<ViolationEvent> v = store.violationOf(ev);
             if (!v) break;
             QString fix;
-            if (const ViolationGroup *g = store.violationGroup(*v)) {
-                groupHasEvent[static_cast<std::size_t>(g - store.violationGroups().data())] = true;
-                fix = QString::fromStdString(g->fix);
+            if (const ViolationGroup *vg = store.violationGroup(*v)) {
+                groupHasEvent[static_cast<std::size_t>(vg - store.violationGroups().data())] = true;
+                fix = QString::fromStdString(vg->fix);
             }
             QJsonObject args = violationArgs(store, v->accessor, v->param, v->owner);
             args.insert(QStringLiteral("step"), qint64(ev.step));
             args.insert(QStringLiteral("fix"), fix);
-            t.instant(labels::kind(v->kind), QStringLiteral("violation"), r, ViolationsTid, ev.tsNs,
-                      args);
+            t.instant(labels::kind(v->kind), QStringLiteral("violation"), pid,
+                      ids.tid(r, ViolationsThread), ev.tsNs, args);
             break;
         }
         default:
             break;
         }
     }
-    const auto [lanes, laneTotal] = assignLanes(gathers);
-    gatherThreads(t, r, laneTotal);
-    for (std::size_t g = 0; g < gathers.size(); ++g) {
-        const Gather &x = gathers[g];
+    // Parents before the children that start in the same microsecond (rounding makes that
+    // common: a container and its first child are entered nanoseconds apart). Perfetto
+    // versions whose sorter breaks timestamp ties by file order drop a span that starts
+    // inside an open one and ends after it (slice_tracker.cc, "slice_drop_overlapping_
+    // complete_event"), so exit order would lose those parents there.
+    std::stable_sort(modules.begin(), modules.end(), [](const ModuleSpan &a, const ModuleSpan &b) {
+        return a.ts != b.ts ? a.ts < b.ts : a.dur > b.dur;
+    });
+    for (const ModuleSpan &x : modules) {
+        const QString phase = labels::phase(telemetry::readModule(x.begin).phase);
+        t.spanUs(
+            store.modulePath(x.module), QStringLiteral("module,") + phase, pid,
+            ids.tid(r, ModulesThread), x.ts, x.dur,
+            {{QStringLiteral("step"), qint64(x.begin.step)}, {QStringLiteral("phase"), phase}});
+    }
+    for (std::size_t k = 0; k < g.gathers.size(); ++k) {
+        const Gather &x = g.gathers[k];
         const QString reason = labels::reason(x.reason);
-        t.spanUs(store.paramName(x.param), QStringLiteral("gather,") + reason, r,
-                 FirstGatherTid + lanes[g], x.ts, x.end - x.ts,
+        t.spanUs(store.paramName(x.param), QStringLiteral("gather,") + reason, pid,
+                 ids.tid(r, FirstGatherThread + g.lanes[k]), x.ts, x.end - x.ts,
                  {{QStringLiteral("param"), store.paramName(x.param)},
                   {QStringLiteral("module"), store.modulePath(x.module)},
                   {QStringLiteral("reason"), reason},
@@ -220,19 +255,20 @@ void mapLane(TraceBuilder &t, const SessionStore &store, int r, std::vector<bool
 }
 
 // Violations known only from the state (their events are older than the history).
-void mapStateViolations(TraceBuilder &t, const SessionStore &store,
+void mapStateViolations(TraceBuilder &t, const TraceIds &ids, const SessionStore &store, int ranks,
                         const std::vector<bool> &groupHasEvent)
 {
     const auto &groups = store.violationGroups();
     for (std::size_t g = 0; g < groups.size(); ++g) {
         if (groupHasEvent[g]) continue;
         const ViolationGroup &v = groups[g];
+        const int r = std::clamp(v.firstRank, 0, ranks - 1);
         QJsonObject args = violationArgs(store, v.accessor, v.param, v.owner);
         args.insert(QStringLiteral("step"), qint64(v.firstStep));
         args.insert(QStringLiteral("count"), qint64(v.count));
         args.insert(QStringLiteral("fix"), QString::fromStdString(v.fix));
-        t.instant(labels::kind(v.kind), QStringLiteral("violation"), v.firstRank, ViolationsTid,
-                  std::max(v.firstTsNs, store.timeOrigin()), args);
+        t.instant(labels::kind(v.kind), QStringLiteral("violation"), ids.pid(r),
+                  ids.tid(r, ViolationsThread), std::max(v.firstTsNs, store.timeOrigin()), args);
     }
 }
 
@@ -241,15 +277,21 @@ void mapStateViolations(TraceBuilder &t, const SessionStore &store,
 QByteArray chromeTrace(const SessionStore &store)
 {
     TraceBuilder t(store.timeOrigin());
-    const int ranks = std::max(store.laneCount(), store.worldSize());
+    const int ranks = std::max({store.laneCount(), store.worldSize(), 1});
+    std::vector<RankGathers> gathers(static_cast<std::size_t>(store.laneCount()));
+    std::vector<int> threads(static_cast<std::size_t>(ranks), FirstGatherThread + 1);
+    for (int r = 0; r < store.laneCount(); ++r) {
+        gathers[static_cast<std::size_t>(r)] = gathersOf(t, store.lane(r));
+        threads[static_cast<std::size_t>(r)] =
+            FirstGatherThread + gathers[static_cast<std::size_t>(r)].laneCount;
+    }
+    const TraceIds ids(threads);
     for (int r = 0; r < ranks; ++r)
-        rankThreads(t, r);
-    for (int r = store.laneCount(); r < ranks; ++r)
-        gatherThreads(t, r, 1);
+        rankThreads(t, ids, r, threads[static_cast<std::size_t>(r)] - FirstGatherThread);
     std::vector<bool> groupHasEvent(store.violationGroups().size(), false);
     for (int r = 0; r < store.laneCount(); ++r)
-        mapLane(t, store, r, groupHasEvent);
-    mapStateViolations(t, store, groupHasEvent);
+        mapLane(t, ids, store, r, gathers[static_cast<std::size_t>(r)], groupHasEvent);
+    mapStateViolations(t, ids, store, ranks, groupHasEvent);
 
     const core::EngineState &st = store.state();
     return t.document(
