@@ -3,6 +3,7 @@
 // ancestors, sorting, and a 100,000-parameter model that populates and filters.
 
 #include <QAbstractItemModelTester>
+#include <QSignalSpy>
 #include <QTest>
 
 #include "models/moduletreemodel.h"
@@ -18,6 +19,7 @@ class TestModuleTreeModel : public QObject
     Q_OBJECT
   private slots:
     void liveUpdatesUnderTester();
+    void aStateAnnouncesEveryRevealedRow();
     void externalsShownUnderRegisteringModule();
     void childrenModulesFirstInStateOrder();
     void hugeParameterIdsAreNamesNotIndexes();
@@ -135,6 +137,69 @@ void TestModuleTreeModel::liveUpdatesUnderTester()
     store.clear();
     store.flush();
     QCOMPARE(model.rowCount(), 0);
+}
+
+// A later State marks every parameter: the model announces every row a view has fetched,
+// one signal per parent over all columns, and no row it has not fetched.
+void TestModuleTreeModel::aStateAnnouncesEveryRevealedRow()
+{
+    session::SessionStore store;
+    models::ModuleTreeModel model(&store);
+    model.setFetchBatchSize(2);
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    store.applyState(smallState());
+    store.flush();
+    const QModelIndex root = model.index(0, 0);
+    model.fetchMore(root); // embed, blocks; lm_head and pos_conv stay unfetched
+    const QModelIndex blocks = model.index(1, 0, root);
+    QCOMPARE(blocks.data().toString(), QStringLiteral("blocks"));
+    model.fetchMore(blocks);
+    const QModelIndex b0 = model.index(0, 0, blocks);
+    model.fetchMore(b0);
+    const QModelIndex fc0 = model.index(0, 0, b0);
+    model.fetchMore(fc0);
+    QCOMPARE(model.rowCount(fc0), 2); // blocks.0.fc's weight and bias
+
+    QSignalSpy spy(&model, &QAbstractItemModel::dataChanged);
+    core::EngineState later = smallState();
+    for (core::ParamRecord &p : later.params)
+        p.gatherCount = 5;
+    store.applyState(later);
+    store.flush();
+
+    // Every fetched row, walked without fetching more, lies in a signal for its parent.
+    int parents = 0;
+    auto covered = [&](const QModelIndex &parent, int row) {
+        for (const QList<QVariant> &args : spy) {
+            const auto tl = args.at(0).value<QModelIndex>();
+            const auto br = args.at(1).value<QModelIndex>();
+            if (tl.parent() == parent && tl.row() <= row && row <= br.row() && tl.column() == 0 &&
+                br.column() == models::ModuleTreeModel::ColumnCount - 1)
+                return true;
+        }
+        return false;
+    };
+    auto walk = [&](auto &&self, const QModelIndex &parent) -> void {
+        if (model.rowCount(parent) > 0) ++parents;
+        for (int r = 0; r < model.rowCount(parent); ++r) {
+            QVERIFY2(covered(parent, r),
+                     qPrintable(QStringLiteral("row %1 under %2 not announced")
+                                    .arg(r)
+                                    .arg(parent.data().toString())));
+            self(self, model.index(r, 0, parent));
+        }
+    };
+    walk(walk, QModelIndex());
+    // The top, root, blocks, blocks.0, blocks.0.fc, and what the tester fetched itself.
+    QVERIFY(parents >= 5);
+    QCOMPARE(spy.size(), parents);
+    for (const QList<QVariant> &args : spy) {
+        const auto br = args.at(1).value<QModelIndex>();
+        QVERIFY(br.row() < model.rowCount(br.parent()));
+    }
+    const QModelIndex weight = model.index(0, models::ModuleTreeModel::Gathers, fc0);
+    QCOMPARE(model.index(0, 0, fc0).data().toString(), QStringLiteral("weight"));
+    QCOMPARE(weight.data().toString(), QStringLiteral("5"));
 }
 
 void TestModuleTreeModel::externalsShownUnderRegisteringModule()

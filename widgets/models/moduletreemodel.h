@@ -118,6 +118,8 @@ class ModuleTreeModel : public QAbstractItemModel
     const std::vector<std::int32_t> &topLevel() const { return m_top; }
     std::int32_t nodeOf(const QModelIndex &index) const;
     void emitChangedRows(const std::vector<std::int32_t> &nodes);
+    // dataChanged over every fetched row, one signal per parent.
+    void emitAllRevealedRows();
 
     session::SessionStore *m_store;
     std::vector<Node> m_nodes;
