@@ -149,6 +149,8 @@ struct WorldResult
     std::size_t snapshotBytes = 0, jsonBytes = 0;
     std::vector<double> columnsMs, encodeMs, decodeMs, applyMs, revealMs;
     std::vector<double> stateMs; // Engine::state(), for snapshots and JSON clients
+    // encodeBinaryState of an EngineState (columnsOf + the encoder): the DeepSpeed agent's path
+    std::vector<double> encodeFromStateMs;
     // A later State of the same run applied, rows revealed: nothing changed / every
     // parameter's gather figures changed.
     std::vector<double> laterApplyMs, laterChangedApplyMs;
@@ -198,6 +200,11 @@ WorldResult measureWorld(const SyntheticModel &model, int world, int reps, bool 
         t = Clock::now();
         snap.state = engine.state();
         out.stateMs.push_back(secondsSince(t) * 1e3);
+        t = Clock::now();
+        const std::string fromState = wire::encodeBinaryState(snap);
+        out.encodeFromStateMs.push_back(secondsSince(t) * 1e3);
+        if (fromState != binary)
+            throw std::runtime_error("encoding Engine::state() gives other bytes than its columns");
         out.snapshotBytes = binary.size();
         t = Clock::now();
         auto decoded = wire::decodeBinaryState(binary);
@@ -397,6 +404,9 @@ int main(int argc, char **argv)
         [](const WorldResult &r) { return format(stats(r.laterChangedApplyMs), 0); });
     row("for comparison: Engine::state() (snapshots, JSON clients), ms",
         [](const WorldResult &r) { return format(stats(r.stateMs), 0); });
+    row("for comparison: encodeBinaryState of that EngineState (columnsOf + the encoder: the "
+        "DeepSpeed agent's path, whose state is records), ms",
+        [](const WorldResult &r) { return format(stats(r.encodeFromStateMs), 0); });
     row("for comparison: encodeSnapshot (JSON), ms", [](const WorldResult &r) { return format(stats(r.jsonEncodeMs), 0); });
     row("for comparison: decodeSnapshot (JSON), ms", [](const WorldResult &r) { return format(stats(r.jsonDecodeMs), 0); });
     // What the in-process phases do not cover: sending and receiving the State over loopback,
