@@ -28,6 +28,7 @@ class TestTraceExport : public QObject
     void requiredFields();
     void overlappingGathersGetTheirOwnThreads();
     void idsArePerfettosOwn();
+    void parentsComeBeforeTheirChildren();
     void idsAreSpacedOrPacked();
 };
 
@@ -357,6 +358,37 @@ void TestTraceExport::idsArePerfettosOwn()
                  1004); // rank 1's "gathers 0"
         QCOMPARE(*std::max_element(gatherTids.begin(), gatherTids.end()), 1123);
     }
+}
+
+// On the modules thread, spans are written in start order, the longer first and, as long,
+// the one entered first: a Perfetto that keeps file order for timestamp ties nests them as
+// they nested. blocks (2) and blocks.0 (3) cover the same microseconds, [0, 4].
+void TestTraceExport::parentsComeBeforeTheirChildren()
+{
+    const std::uint64_t t0 = 1000000;
+    session::SessionStore store;
+    store.applyState(smallState(1));
+    store.appendEvents(
+        std::vector<telemetry::Event>{
+            eventAt(t0, 0, telemetry::makeStepBegin()),
+            eventAt(t0 + 100, 0, telemetry::makeModuleEnter({.module = 2})),
+            eventAt(t0 + 150, 0, telemetry::makeModuleEnter({.module = 3})),
+            eventAt(t0 + 200, 0, telemetry::makeModuleEnter({.module = 4})), // blocks.0.fc
+            eventAt(t0 + 1300, 0, telemetry::makeModuleExit({.module = 4})), // [0, 1]
+            eventAt(t0 + 4100, 0, telemetry::makeModuleExit({.module = 3})), // [0, 4]
+            eventAt(t0 + 4200, 0, telemetry::makeModuleExit({.module = 2})), // [0, 4]
+            eventAt(t0 + 5000, 0, telemetry::makeStepEnd(1.0)),
+        },
+        false);
+    const QJsonDocument doc = QJsonDocument::fromJson(session::chromeTrace(store));
+    QStringList order;
+    for (const QJsonValue &v : doc.object().value(QStringLiteral("traceEvents")).toArray()) {
+        const QJsonObject e = v.toObject();
+        if (e.value(QStringLiteral("ph")).toString() == QLatin1String("X") &&
+            e.value(QStringLiteral("cat")).toString().startsWith(QLatin1String("module")))
+            order << e.value(QStringLiteral("name")).toString();
+    }
+    QCOMPARE(order, (QStringList{"blocks", "blocks.0", "blocks.0.fc"}));
 }
 
 void TestTraceExport::idsAreSpacedOrPacked()

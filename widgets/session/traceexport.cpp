@@ -92,6 +92,7 @@ struct ModuleSpan
     qint64 dur = 0;
     ModuleId module = kNoModule;
     telemetry::Event begin{};
+    std::size_t order = 0; // its enter's place in the lane: a parent's comes first
 };
 
 // One rank's gathers in start order, each with its "gathers k" thread, and how many such
@@ -161,7 +162,13 @@ void mapLane(TraceBuilder &t, const TraceIds &ids, const SessionStore &store, in
 {
     const EventLane &lane = store.lane(r);
     const int pid = ids.pid(r);
-    std::vector<std::pair<std::uint32_t, telemetry::Event>> moduleStack;
+    struct Open
+    {
+        std::uint32_t module;
+        telemetry::Event enter;
+        std::size_t order; // the enter's place in the lane
+    };
+    std::vector<Open> moduleStack;
     std::vector<ModuleSpan> modules; // in exit order: children before their parents
     telemetry::Event stepBegin{}; // valid while inStep (a plain value: GCC's -Wmaybe-uninitialized
     bool inStep = false;          // misfires on std::optional<Event> here)
@@ -169,14 +176,15 @@ void mapLane(TraceBuilder &t, const TraceIds &ids, const SessionStore &store, in
         const telemetry::Event ev = lane.at(i);
         switch (ev.type) {
         case EventType::ModuleEnter:
-            moduleStack.emplace_back(telemetry::readModule(ev).module, ev);
+            moduleStack.push_back(Open{telemetry::readModule(ev).module, ev, i});
             break;
         case EventType::ModuleExit: {
             const ModuleId m = telemetry::readModule(ev).module;
             for (std::size_t k = moduleStack.size(); k-- > 0;) {
-                if (moduleStack[k].first != m) continue;
-                const telemetry::Event b = moduleStack[k].second;
-                modules.push_back(ModuleSpan{t.us(b.tsNs), t.dur(b.tsNs, ev.tsNs), m, b});
+                if (moduleStack[k].module != m) continue;
+                const Open &b = moduleStack[k];
+                modules.push_back(ModuleSpan{t.us(b.enter.tsNs), t.dur(b.enter.tsNs, ev.tsNs), m,
+                                             b.enter, b.order});
                 moduleStack.resize(k);
                 break;
             }
@@ -227,12 +235,15 @@ void mapLane(TraceBuilder &t, const TraceIds &ids, const SessionStore &store, in
         }
     }
     // Parents before the children that start in the same microsecond (rounding makes that
-    // common: a container and its first child are entered nanoseconds apart). Perfetto
-    // versions whose sorter breaks timestamp ties by file order drop a span that starts
-    // inside an open one and ends after it (slice_tracker.cc, "slice_drop_overlapping_
-    // complete_event"), so exit order would lose those parents there.
-    std::stable_sort(modules.begin(), modules.end(), [](const ModuleSpan &a, const ModuleSpan &b) {
-        return a.ts != b.ts ? a.ts < b.ts : a.dur > b.dur;
+    // common: a container and its first child are entered nanoseconds apart), the longer
+    // first and, as long, the one entered first. Perfetto versions whose sorter breaks
+    // timestamp ties by file order drop a span that starts inside an open one and ends
+    // after it (slice_tracker.cc, "slice_drop_overlapping_complete_event"), so exit order
+    // would lose those parents there, and nest spans of one length child over parent.
+    std::sort(modules.begin(), modules.end(), [](const ModuleSpan &a, const ModuleSpan &b) {
+        if (a.ts != b.ts) return a.ts < b.ts;
+        if (a.dur != b.dur) return a.dur > b.dur;
+        return a.order < b.order;
     });
     for (const ModuleSpan &x : modules) {
         const QString phase = labels::phase(telemetry::readModule(x.begin).phase);
