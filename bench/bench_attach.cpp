@@ -33,6 +33,7 @@
 #include "comm/cpucommunicator.h"
 #include "core/engine.h"
 #include "models/moduletreemodel.h"
+#include "core/engineprovider.h"
 #include "server/inspector.h"
 #include "session/connection.h"
 #include "session/sessionstore.h"
@@ -135,7 +136,7 @@ double longestRankLockWaitMs(const core::Engine &engine)
     });
     while (!started)
         std::this_thread::yield();
-    core::StateColumns columns;
+    state::StateColumns columns;
     engine.stateColumns(columns);
     stop = true;
     rank.join();
@@ -182,12 +183,12 @@ WorldResult measureWorld(const SyntheticModel &model, int world, int reps, bool 
 
     server::InspectorOptions options;
     options.endpoint = "tcp:127.0.0.1:0";
-    server::Inspector inspector(engine, options);
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(engine), options);
     const std::string endpoint = inspector.endpoint();
 
     // The phases, in-process, each timed alone; the columns reused from one repetition to
     // the next, as the server reuses its own.
-    core::StateColumns columns;
+    state::StateColumns columns;
     for (int rep = 0; phases && rep < reps; ++rep) {
         auto t = Clock::now();
         engine.stateColumns(columns);
@@ -236,11 +237,11 @@ WorldResult measureWorld(const SyntheticModel &model, int world, int reps, bool 
             auto later = wire::decodeBinaryState(binary);
             if (!later) throw std::runtime_error("the binary State does not decode: " + later.error());
             if (changed)
-                for (core::ParamRecord &p : later->state.params)
+                for (state::ParamRecord &p : later->state.params)
                     p.gatherCount += 1 + static_cast<std::uint64_t>(rep);
             t = Clock::now();
             // The GUI frees the state a State replaces on the connection's worker thread.
-            core::EngineState replaced = store.applyState(std::move(later->state));
+            state::EngineState replaced = store.applyState(std::move(later->state));
             store.flush();
             (changed ? out.laterChangedApplyMs : out.laterApplyMs).push_back(secondsSince(t) * 1e3);
         }

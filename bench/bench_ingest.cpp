@@ -36,20 +36,20 @@ constexpr int kSteps = 150;
 constexpr std::size_t kEventsPerFrame = 2048; // as the inspector's server batches them
 constexpr std::size_t kReadSize = 64 << 10;
 
-core::EngineState makeState()
+state::EngineState makeState()
 {
-    core::EngineState st;
+    state::EngineState st;
     st.modelName = "bench-ingest";
     st.worldSize = kWorld;
     st.backend = "cpu";
     for (int r = 0; r < kWorld; ++r)
         st.localRanks.push_back(r);
-    st.modules.push_back(core::ModuleRecord{0, "", "Model", kNoModule});
+    st.modules.push_back(state::ModuleRecord{0, "", "Model", kNoModule});
     for (int m = 0; m < kModules; ++m) {
         const auto id = static_cast<ModuleId>(st.modules.size());
-        st.modules.push_back(core::ModuleRecord{id, "layers." + std::to_string(m), "Linear", 0});
+        st.modules.push_back(state::ModuleRecord{id, "layers." + std::to_string(m), "Linear", 0});
         for (int k = 0; k < kParamsPerModule; ++k) {
-            core::ParamRecord p;
+            state::ParamRecord p;
             p.id = static_cast<ParamId>(st.params.size());
             p.name = st.modules.back().path + ".w" + std::to_string(k);
             p.owner = id;
@@ -142,7 +142,7 @@ struct Rep
     double heapBytesPerEvent = 0.0;
 };
 
-Rep runOnce(const std::string &stream, const core::EngineState &state)
+Rep runOnce(const std::string &stream, const state::EngineState &state)
 {
     Rep rep;
     session::SessionStore store;
@@ -189,7 +189,7 @@ int main(int argc, char **argv)
 {
     QCoreApplication app(argc, argv);
     const int reps = parseReps(argc, argv, "bench_ingest", 5);
-    const core::EngineState state = makeState();
+    const state::EngineState state = makeState();
     std::uint64_t events = 0;
     const std::string stream = makeStream(events);
 

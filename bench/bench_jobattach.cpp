@@ -26,7 +26,7 @@
 #include "benchutil.h"
 #include "models/moduletreemodel.h"
 #include "server/inspector.h"
-#include "server/stateprovider.h"
+#include "state/stateprovider.h"
 #include "session/jobsession.h"
 #include "session/sessionstore.h"
 #include "telemetry/eventfields.h"
@@ -43,10 +43,10 @@ constexpr int kLayersPerBlock = 24;
 constexpr std::size_t kEventsPerRank = 32768; // half a ring: nothing is dropped
 
 // One rank process of the job: its part of the model's state and its rank's events.
-class RankProvider final : public server::StateProvider
+class RankProvider final : public state::StateProvider
 {
   public:
-    RankProvider(int rank, const core::EngineState &whole) : m_rank(rank)
+    RankProvider(int rank, const state::EngineState &whole) : m_rank(rank)
     {
         m_state.modelName = whole.modelName;
         m_state.worldSize = kWorld;
@@ -54,10 +54,10 @@ class RankProvider final : public server::StateProvider
         m_state.step = 10;
         m_state.localRanks = {rank};
         m_state.modules = whole.modules;
-        for (const core::ParamRecord &p : whole.params)
+        for (const state::ParamRecord &p : whole.params)
             if (static_cast<int>(p.id % kWorld) == rank) m_state.params.push_back(p);
     }
-    core::EngineState state() const override { return m_state; }
+    state::EngineState state() const override { return m_state; }
     std::uint64_t stateVersion() const override { return 1; }
     std::string modelName() const override { return m_state.modelName; }
     int worldSize() const override { return kWorld; }
@@ -87,13 +87,13 @@ class RankProvider final : public server::StateProvider
 
   private:
     int m_rank;
-    core::EngineState m_state;
+    state::EngineState m_state;
     telemetry::EventSink *m_sink = nullptr;
 };
 
-core::EngineState wholeModel()
+state::EngineState wholeModel()
 {
-    core::EngineState st;
+    state::EngineState st;
     st.modelName = "synthetic job, 100k parameters";
     st.worldSize = kWorld;
     st.modules.push_back({0, "", "Model", kNoModule});
@@ -111,7 +111,7 @@ core::EngineState wholeModel()
     }
     const std::size_t perOwner = (kParams + owners.size() - 1) / owners.size();
     for (int i = 0; i < kParams; ++i) {
-        core::ParamRecord p;
+        state::ParamRecord p;
         p.id = static_cast<ParamId>(i);
         const ModuleId owner = owners[static_cast<std::size_t>(i) / perOwner];
         p.owner = owner;
@@ -184,7 +184,7 @@ int main(int argc, char **argv)
 {
     const int reps = parseReps(argc, argv, "bench_jobattach", 5);
     QGuiApplication app(argc, argv);
-    const core::EngineState whole = wholeModel();
+    const state::EngineState whole = wholeModel();
     std::vector<std::unique_ptr<RankProvider>> providers;
     std::vector<std::unique_ptr<server::Inspector>> servers;
     std::vector<session::JobTarget> targets;

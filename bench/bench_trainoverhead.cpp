@@ -24,6 +24,7 @@
 
 #include "benchutil.h"
 #include "nn/trainer.h"
+#include "core/engineprovider.h"
 #include "server/inspector.h"
 #include "server/inspectorclient.h"
 #include "wire/messages.h"
@@ -182,7 +183,7 @@ RunResult runOnce(Variant v, const nn::TrainConfig &base)
     options.endpoint = config.endpoint;
     options.telemetry = config.telemetry;
     options.historyEvents = config.historyEvents;
-    server::Inspector inspector(*engine, options);
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*engine), options);
 
     FILE *client = nullptr;
     char line[256];
@@ -250,7 +251,7 @@ ToggledRun runToggled(const nn::TrainConfig &base, int steps)
     server::InspectorOptions options;
     options.endpoint = config.endpoint;
     options.historyEvents = config.historyEvents;
-    server::Inspector inspector(*engine, options);
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*engine), options);
     const std::string command = selfPath() + " --client " + inspector.endpoint();
     FILE *client = ::popen(command.c_str(), "r");
     char line[256];

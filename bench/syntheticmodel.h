@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/engine.h"
-#include "core/state.h"
+#include "state/state.h"
 
 namespace shardscope::bench {
 
@@ -71,10 +71,10 @@ inline SyntheticModel makeSyntheticModel(int params, int hidden = 64)
 }
 
 // The state an engine of `world` ranks would report after partitioning (nothing gathered).
-inline core::EngineState syntheticState(const SyntheticModel &m, int world,
+inline state::EngineState syntheticState(const SyntheticModel &m, int world,
                                         std::int64_t persistenceThreshold)
 {
-    core::EngineState st;
+    state::EngineState st;
     st.modelName = "synthetic";
     st.worldSize = world;
     st.backend = "cpu";
@@ -83,17 +83,17 @@ inline core::EngineState syntheticState(const SyntheticModel &m, int world,
     st.config.persistenceThreshold = persistenceThreshold;
     for (std::size_t i = 0; i < m.modules.size(); ++i) {
         const SyntheticModule &sm = m.modules[i];
-        st.modules.push_back(core::ModuleRecord{static_cast<ModuleId>(i), sm.path, sm.type,
+        st.modules.push_back(state::ModuleRecord{static_cast<ModuleId>(i), sm.path, sm.type,
                                           sm.parent < 0 ? kNoModule : static_cast<ModuleId>(sm.parent)});
     }
     for (std::size_t i = 0; i < m.params.size(); ++i) {
         const SyntheticParam &sp = m.params[i];
-        core::ParamRecord p;
+        state::ParamRecord p;
         p.id = static_cast<ParamId>(i);
         p.name = m.modules[static_cast<std::size_t>(sp.owner)].path + "." + sp.localName;
         p.owner = static_cast<ModuleId>(sp.owner);
         p.shape = sp.shape;
-        p.numel = core::shapeNumel(sp.shape);
+        p.numel = state::shapeNumel(sp.shape);
         p.persistent = p.numel < persistenceThreshold;
         p.partitioned = !p.persistent;
         p.paddedNumel = p.persistent ? p.numel : (p.numel + world - 1) / world * world;

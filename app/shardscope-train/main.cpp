@@ -27,6 +27,7 @@
 #include "cuda/gputrainer.h"
 #include "nn/markov.h"
 #include "nn/trainer.h"
+#include "core/engineprovider.h"
 #include "server/inspector.h"
 #include "wire/endpoint.h"
 #include "wire/token.h"
@@ -328,9 +329,9 @@ class ViolationPrinter
 
     void printNew()
     {
-        const std::vector<core::ViolationRecord> all = m_engine.violations();
+        const std::vector<state::ViolationRecord> all = m_engine.violations();
         for (; m_seen < all.size(); ++m_seen) {
-            const core::ViolationRecord &v = all[m_seen];
+            const state::ViolationRecord &v = all[m_seen];
             if (v.kind == ViolationKind::TraceInvalidated ||
                 v.rank != m_engine.localRanks().front())
                 continue;
@@ -434,7 +435,7 @@ int trainWithInspector(core::Engine &engine, const nn::TrainConfig &config, cons
     options.telemetry = config.telemetry;
     std::unique_ptr<server::Inspector> inspector;
     try {
-        inspector = std::make_unique<server::Inspector>(engine, options);
+        inspector = std::make_unique<server::Inspector>(std::make_unique<core::EngineStateProvider>(engine), options);
     } catch (const server::InspectorError &e) {
         std::fprintf(stderr, "shardscope-train: %s\n", e.what());
         return 2;

@@ -1,12 +1,12 @@
 // The access guard and violation recording: what happens when a module reads a parameter
-// it neither owns nor registered, and how each violation is counted once per (kind, rank,
-// accessor, parameter).
+// it neither owns nor registered, and how each sighting reaches the one violation ledger
+// (state/violationledger.h).
 
 #include <algorithm>
 
 #include "core/engine.h"
 #include "core/engineimpl.h"
-#include "core/violationtext.h"
+#include "state/violationtext.h"
 #include "telemetry/clock.h"
 
 namespace shardscope::core {
@@ -58,7 +58,7 @@ TensorView Engine::Impl::slowAccess(RankState &rs, ParamId p)
     const GuardPolicy policy = q->m_config.guard;
     const ParamStatus st = rs.status[p].load(std::memory_order_acquire);
 
-    ViolationRecord v;
+    state::ViolationRecord v;
     v.kind = ViolationKind::UnregisteredAccess;
     v.step = rs.step.load();
     v.rank = rs.rank;
@@ -67,14 +67,14 @@ TensorView Engine::Impl::slowAccess(RankState &rs, ParamId p)
     v.paramName = info.name;
     v.owner = info.owner;
     v.status = st;
-    ViolationSubject subject;
+    state::ViolationSubject subject;
     subject.kind = ViolationKind::UnregisteredAccess;
     subject.hasAccessor = accessor != kNoModule;
     if (subject.hasAccessor) subject.accessor = modules[accessor].path;
     subject.param = info.name;
     subject.owner = modules[info.owner].path;
     subject.status = st;
-    auto text = describeViolation(subject, FixDialect::ShardScope);
+    auto text = state::describeViolation(subject, state::FixDialect::ShardScope);
     v.fix = std::move(text.fix);
     v.message = std::move(text.message);
 
@@ -95,7 +95,7 @@ TensorView Engine::Impl::slowAccess(RankState &rs, ParamId p)
                                                     .status = st,
                                                     .action = action}));
         unregisteredCount.fetch_add(1, std::memory_order_relaxed);
-        ViolationRecord copy = v;
+        state::ViolationRecord copy = v;
         recordViolation(std::move(copy));
     }
 
@@ -132,30 +132,18 @@ std::string Engine::Impl::replacedBy(ParamId late) const
     return {};
 }
 
-void Engine::Impl::recordViolation(ViolationRecord v)
+void Engine::Impl::recordViolation(state::ViolationRecord v)
 {
     v.tsNs = telemetry::nowNs();
     touch();
-    std::lock_guard lock(violationMutex);
-    const auto key =
-        std::make_tuple(static_cast<int>(v.kind), v.rank, v.accessor, v.param, v.owner);
-    auto it = violationIndex.find(key);
-    if (it != violationIndex.end()) {
-        ViolationRecord &old = violations[it->second];
-        ++old.count;
-        old.lastStep = v.step;
-        return;
-    }
-    if (v.kind == ViolationKind::LateParameter) {
-        if (!lateReported[v.param]) {
-            lateReported[v.param] = true;
-            lateCount.fetch_add(1, std::memory_order_relaxed);
-        }
-    }
     v.count = 1;
     v.lastStep = v.step;
-    violationIndex.emplace(key, violations.size());
-    violations.push_back(std::move(v));
+    std::lock_guard lock(violationMutex);
+    if (v.kind == ViolationKind::LateParameter && !lateReported[v.param]) {
+        lateReported[v.param] = true;
+        lateCount.fetch_add(1, std::memory_order_relaxed);
+    }
+    violations.add(v, state::Tally::Add);
 }
 
 } // namespace shardscope::core

@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "core/engineimpl.h"
-#include "core/violationtext.h"
+#include "state/violationtext.h"
 #include "telemetry/clock.h"
 
 namespace shardscope::core {
@@ -290,7 +290,7 @@ ParamId Engine::addParameter(ModuleId owner, std::string_view name, Shape shape,
     for (std::int64_t dim : shape)
         if (dim < 0)
             throw EngineError("parameter '" + std::string(name) + "' has a negative dimension in " +
-                              shapeString(shape));
+                              state::shapeString(shape));
     ModuleInfo &m = d->modules[owner];
     for (ParamId q : m.params)
         if (d->params[q].localName == name)
@@ -304,8 +304,8 @@ ParamId Engine::addParameter(ModuleId owner, std::string_view name, Shape shape,
     info.name = m.path.empty() ? info.localName : m.path + "." + info.localName;
     info.shape = std::move(shape);
     info.dtype = dtype;
-    info.numel = shapeNumel(info.shape);
-    info.layout = PartitionLayout::make(info.numel, m_config.worldSize);
+    info.numel = state::shapeNumel(info.shape);
+    info.layout = state::PartitionLayout::make(info.numel, m_config.worldSize);
     info.late = m_partitioned;
     const std::size_t es = dtypeSize(dtype);
     const std::size_t bytes = static_cast<std::size_t>(info.numel) * es;
@@ -866,7 +866,7 @@ void Engine::beginStep(int rank)
         const ParamInfo &info = d->params[p];
         if (info.removed || info.partitioned || info.persistent)
             continue;
-        ViolationRecord v;
+        state::ViolationRecord v;
         v.kind = ViolationKind::LateParameter;
         v.step = step;
         v.rank = rank;
@@ -876,12 +876,12 @@ void Engine::beginStep(int rank)
         v.owner = info.owner;
         v.status = rs.status[p].load();
         v.action = GuardAction::Recorded;
-        ViolationSubject subject;
+        state::ViolationSubject subject;
         subject.kind = ViolationKind::LateParameter;
         subject.param = info.name;
         subject.owner = d->modules[info.owner].path;
         subject.replaces = d->replacedBy(p);
-        auto text = describeViolation(subject, FixDialect::ShardScope);
+        auto text = state::describeViolation(subject, state::FixDialect::ShardScope);
         v.fix = std::move(text.fix);
         v.message = std::move(text.message);
         d->recordViolation(std::move(v));
@@ -939,20 +939,20 @@ void Engine::enterModule(int rank, ModuleId m, Phase phase)
                 rs.tracePos < rs.trace.size() ? rs.trace[rs.tracePos].module : kNoModule;
             d->emit(rs, telemetry::makeTraceInvalidated(
                             {.expected = expected, .got = m, .phase = phase}));
-            ViolationRecord v;
+            state::ViolationRecord v;
             v.kind = ViolationKind::TraceInvalidated;
             v.step = rs.step.load();
             v.rank = rank;
             v.accessor = m;
             v.owner = expected;
             v.action = GuardAction::Recorded;
-            ViolationSubject subject;
+            state::ViolationSubject subject;
             subject.kind = ViolationKind::TraceInvalidated;
             subject.hasAccessor = true;
             subject.accessor = d->modules[m].path;
             subject.hasOwner = expected != kNoModule;
             if (subject.hasOwner) subject.owner = d->modules[expected].path;
-            v.message = describeViolation(subject, FixDialect::ShardScope).message;
+            v.message = state::describeViolation(subject, state::FixDialect::ShardScope).message;
             d->recordViolation(std::move(v));
         }
     }
@@ -1028,7 +1028,7 @@ void Engine::reduceScatterGrad(int rank, ParamId p, const float *fullGrad)
     if (info.dtype != DType::F32)
         throw EngineError("reduceScatterGrad(" + info.name + "): gradients are fp32 only; this "
                           "parameter is " + std::string(dtypeName(info.dtype)));
-    const PartitionLayout &l = info.layout;
+    const state::PartitionLayout &l = info.layout;
     RankParam &rp = rs.params[p];
     comm::MemorySpace &mem = *rs.mem;
     const std::size_t numelBytes = static_cast<std::size_t>(l.numel) * sizeof(float);

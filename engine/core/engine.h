@@ -33,10 +33,14 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "core/partition.h"
-#include "core/state.h"
-#include "core/types.h"
+#include "state/partition.h"
+#include "state/state.h"
+#include "state/shape.h"
 #include "telemetry/event.h"
+
+namespace shardscope::state {
+struct StateColumns;
+}
 
 namespace shardscope::core {
 
@@ -97,7 +101,7 @@ struct ParamInfo
     Shape shape;
     DType dtype = DType::F32;
     std::int64_t numel = 0;
-    PartitionLayout layout;
+    state::PartitionLayout layout;
     bool persistent = false;
     bool late = false;
     bool partitioned = false;
@@ -112,8 +116,6 @@ struct TensorView
     DType dtype = DType::F32;
     float *f32() const { return reinterpret_cast<float *>(data); }
 };
-
-struct StateColumns;
 
 class Engine
 {
@@ -217,14 +219,14 @@ public:
     void refreshPersistent(int rank);
 
     // ---- inspection (any thread)
-    EngineState state() const;
+    state::EngineState state() const;
     // The same state as columns, written into `out` (its memory reused): what the server
-    // encodes the binary State from without building an EngineState (core/statecolumns.h).
-    void stateColumns(StateColumns &out) const;
+    // encodes the binary State from without building an EngineState (state/statecolumns.h).
+    void stateColumns(state::StateColumns &out) const;
     // Changes whenever something state() reports may have changed (structure, registrations,
     // statuses, violations): a server compares it instead of rebuilding state() to find out.
     std::uint64_t stateVersion() const;
-    std::vector<ViolationRecord> violations() const;
+    std::vector<state::ViolationRecord> violations() const;
     std::uint64_t unregisteredAccessCount() const; // records so far: one per (accessor, param, rank, step)
     // Late parameters that a step started with while they were still not adopted (each
     // counted once); a late parameter adopted before training is not counted.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/engine.h"
+#include "state/violationledger.h"
 #include "telemetry/eventfields.h"
 
 namespace shardscope::core {
@@ -130,8 +131,7 @@ struct Engine::Impl
     std::vector<bool> lateReported;
 
     mutable std::mutex violationMutex;
-    std::vector<ViolationRecord> violations;
-    std::map<std::tuple<int, int, ModuleId, ParamId, ModuleId>, std::size_t> violationIndex;
+    state::ViolationLedger violations;
     std::atomic<std::uint64_t> version{0};
     void touch() { version.fetch_add(1, std::memory_order_relaxed); }
     std::atomic<std::uint64_t> unregisteredCount{0};
@@ -203,8 +203,8 @@ struct Engine::Impl
     bool registeredOnStack(const RankState &rs, ParamId p) const;
     void addExternal(RankState &rs, ModuleId m, ParamId p, bool automatic);
 
-    // Records a violation; returns true when it is new for (accessor, param, rank, step).
-    void recordViolation(ViolationRecord v);
+    // Counts one sighting of a violation into the ledger, stamped now.
+    void recordViolation(state::ViolationRecord v);
     std::string replacedBy(ParamId late) const;
 
     // GatheredParameters on one rank.

@@ -4,7 +4,7 @@
 
 #include "core/engine.h"
 #include "core/engineimpl.h"
-#include "core/violationtext.h"
+#include "state/violationtext.h"
 
 namespace shardscope::core {
 
@@ -65,7 +65,7 @@ std::vector<std::string> Engine::Impl::closeScope(RankState &rs, const std::vect
         } else if (hashFull(rs, p) != hashes[i]) {
             modified.push_back(info.name);
             emit(rs, telemetry::makeGatheredWriteError(p));
-            ViolationRecord v;
+            state::ViolationRecord v;
             v.kind = ViolationKind::GatheredWriteWithoutModifier;
             v.step = rs.step.load();
             v.rank = rs.rank;
@@ -74,12 +74,12 @@ std::vector<std::string> Engine::Impl::closeScope(RankState &rs, const std::vect
             v.owner = info.owner;
             v.status = ParamStatus::Available;
             v.action = GuardAction::Raised;
-            ViolationSubject subject;
+            state::ViolationSubject subject;
             subject.kind = ViolationKind::GatheredWriteWithoutModifier;
             subject.param = info.name;
             subject.owner = modules[info.owner].path;
             subject.modifierRank = rs.rank;
-            auto text = describeViolation(subject, FixDialect::ShardScope);
+            auto text = state::describeViolation(subject, state::FixDialect::ShardScope);
             v.fix = std::move(text.fix);
             v.message = std::move(text.message);
             recordViolation(std::move(v));

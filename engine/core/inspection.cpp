@@ -6,7 +6,7 @@
 #include "base/hugepages.h"
 #include "core/engine.h"
 #include "core/engineimpl.h"
-#include "core/statecolumns.h"
+#include "state/statecolumns.h"
 
 namespace shardscope::core {
 
@@ -29,14 +29,14 @@ std::vector<ModuleId> Engine::activeModules(int rank, ParamId p) const
 
 // ---------------------------------------------------------------- inspection
 
-EngineState Engine::state() const
+state::EngineState Engine::state() const
 {
-    StateColumns c;
+    state::StateColumns c;
     stateColumns(c);
-    return stateOf(c);
+    return state::stateOf(c);
 }
 
-void Engine::stateColumns(StateColumns &c) const
+void Engine::stateColumns(state::StateColumns &c) const
 {
     c.clear();
     c.modelName = m_config.modelName;
@@ -61,7 +61,7 @@ void Engine::stateColumns(StateColumns &c) const
     for (const ParamInfo &info : d->params) {
         if (info.removed) continue;
         recordOf[info.id] = static_cast<std::int32_t>(P++);
-        nDims += std::min(info.shape.size(), kMaxColumnDims);
+        nDims += std::min(info.shape.size(), state::kMaxColumnDims);
         bytes += info.name.size();
     }
     for (const ModuleInfo &m : d->modules)
@@ -78,7 +78,7 @@ void Engine::stateColumns(StateColumns &c) const
 
     // What late parameters replace is added to the table after every name, as columnsOf
     // does, so a state makes one table.
-    forEachParamColumn(c, [P](auto &v) { reserveHuge(v, P); });
+    state::forEachParamColumn(c, [P](auto &v) { reserveHuge(v, P); });
     reserveHuge(c.dims, nDims);
     std::vector<ParamId> late;
     for (const ParamInfo &info : d->params) {
@@ -91,7 +91,7 @@ void Engine::stateColumns(StateColumns &c) const
         c.gatherBytes.push_back(tot.bytes.load(std::memory_order_relaxed));
         c.gatherNs.push_back(tot.ns.load(std::memory_order_relaxed));
         c.lastGatherTsNs.push_back(tot.lastTs.load(std::memory_order_relaxed));
-        c.paramReplaces.push_back(kNoString);
+        c.paramReplaces.push_back(state::kNoString);
         if (info.late) late.push_back(info.id);
     }
     for (ParamId id : late) {
@@ -103,7 +103,7 @@ void Engine::stateColumns(StateColumns &c) const
     // Statuses, 2 bits a rank, in blocks of parameters with every rank's dense array read in
     // order within a block: the block's rows stay in cache while 64 ranks write into them.
     // Ranks another process runs read as the initial status.
-    const std::size_t row = statusRowBytes(m_config.worldSize);
+    const std::size_t row = state::statusRowBytes(m_config.worldSize);
     if (m_partitioned) {
         static_assert(static_cast<unsigned>(ParamStatus::NotAvailable) == 0);
         reserveHuge(c.statusRows, P * row);
@@ -192,10 +192,10 @@ void Engine::stateColumns(StateColumns &c) const
     c.violations = violations();
 }
 
-std::vector<ViolationRecord> Engine::violations() const
+std::vector<state::ViolationRecord> Engine::violations() const
 {
     std::lock_guard lock(d->violationMutex);
-    return d->violations;
+    return d->violations.records();
 }
 
 std::uint64_t Engine::stateVersion() const

@@ -19,7 +19,7 @@ std::string parentPath(const std::string &path)
 
 AgentState::AgentState(AgentConfig config) : m_config(std::move(config))
 {
-    core::ModuleRecord root;
+    state::ModuleRecord root;
     root.id = 0;
     root.type = "Module";
     m_modules.push_back(root);
@@ -50,7 +50,7 @@ ModuleId AgentState::ensureModule(const std::string &path, const std::string &ty
         missing.push_back(p);
     ModuleId id = kNoModule;
     for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
-        core::ModuleRecord m;
+        state::ModuleRecord m;
         m.id = static_cast<ModuleId>(m_modules.size());
         m.path = *it;
         m.type = *it == path ? type : std::string("Module");
@@ -85,7 +85,7 @@ std::string AgentState::modelName() const
     return m_config.modelName;
 }
 
-void AgentState::setConfig(const core::EngineConfigRecord &config)
+void AgentState::setConfig(const state::EngineConfigRecord &config)
 {
     std::lock_guard lock(m_mutex);
     m_config.config = config;
@@ -229,9 +229,9 @@ void AgentState::registerExternal(ModuleId m, ParamId p, bool automatic)
         std::lock_guard lock(m_mutex);
         auto &list = m_externals[p];
         auto it = std::find_if(list.begin(), list.end(),
-                               [&](const core::ExternalRecord &e) { return e.module == m; });
+                               [&](const state::ExternalRecord &e) { return e.module == m; });
         if (it == list.end())
-            list.push_back(core::ExternalRecord{m, automatic});
+            list.push_back(state::ExternalRecord{m, automatic});
         else
             it->automatic = it->automatic && automatic;
         touch();
@@ -243,32 +243,23 @@ void AgentState::unregisterExternal(ModuleId m, ParamId p)
 {
     {
         std::lock_guard lock(m_mutex);
-        std::erase_if(m_externals[p], [&](const core::ExternalRecord &e) { return e.module == m; });
+        std::erase_if(m_externals[p],
+                      [&](const state::ExternalRecord &e) { return e.module == m; });
         touch();
     }
     post(telemetry::makeExternalUnregister({.module = m, .param = p}));
 }
 
-void AgentState::recordLocked(core::ViolationRecord v)
+void AgentState::recordLocked(const state::ViolationRecord &v)
 {
-    const auto key = std::make_tuple(static_cast<int>(v.kind), v.accessor, v.param);
-    if (auto it = m_violationIndex.find(key); it != m_violationIndex.end()) {
-        core::ViolationRecord &old = m_violations[it->second];
-        old.count += v.count;
-        old.lastStep = std::max(old.lastStep, v.step);
-        old.status = v.status;
-        old.action = v.action;
-    } else {
-        m_violationIndex.emplace(key, m_violations.size());
-        m_violations.push_back(std::move(v));
-    }
+    m_violations.add(v, state::Tally::Add);
     touch();
 }
 
-core::ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p, GuardAction action,
-                                                   bool writes)
+state::ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p,
+                                                    GuardAction action, bool writes)
 {
-    core::ViolationText text;
+    state::ViolationText text;
     ParamStatus status = ParamStatus::NotAvailable;
     ModuleId owner = kNoModule;
     bool first = false;
@@ -279,7 +270,7 @@ core::ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p,
             status = ap->status;
             owner = ap->record.owner;
         }
-        core::ViolationSubject subject;
+        state::ViolationSubject subject;
         subject.kind = ViolationKind::UnregisteredAccess;
         subject.hasAccessor = accessor != kNoModule && accessor < m_modules.size();
         if (subject.hasAccessor) subject.accessor = m_modules[accessor].path;
@@ -287,10 +278,10 @@ core::ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p,
         subject.owner = owner < m_modules.size() ? m_modules[owner].path : std::string();
         subject.status = status;
         subject.writes = writes;
-        text = core::describeViolation(subject, m_config.dialect);
+        text = state::describeViolation(subject, m_config.dialect);
         first = m_thisStep.emplace(0, accessor, p).second;
         if (first) {
-            core::ViolationRecord v;
+            state::ViolationRecord v;
             v.kind = ViolationKind::UnregisteredAccess;
             v.step = m_step;
             v.lastStep = m_step;
@@ -305,7 +296,7 @@ core::ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p,
             v.tsNs = telemetry::nowNs();
             v.fix = text.fix;
             v.message = text.message;
-            recordLocked(std::move(v));
+            recordLocked(v);
         }
     }
     if (first)
@@ -350,20 +341,20 @@ void AgentState::parameterAdopted(ParamId p)
     post(telemetry::makeParameterAdopted({.module = owner, .param = p}));
 }
 
-core::ViolationText AgentState::traceInvalidated(std::optional<ModuleId> expected, ModuleId got,
-                                                 Phase phase)
+state::ViolationText AgentState::traceInvalidated(std::optional<ModuleId> expected, ModuleId got,
+                                                  Phase phase)
 {
-    core::ViolationText text;
+    state::ViolationText text;
     {
         std::lock_guard lock(m_mutex);
-        core::ViolationSubject subject;
+        state::ViolationSubject subject;
         subject.kind = ViolationKind::TraceInvalidated;
         subject.hasAccessor = true;
         subject.accessor = got < m_modules.size() ? m_modules[got].path : std::string();
         subject.hasOwner = expected && *expected < m_modules.size();
         if (subject.hasOwner) subject.owner = m_modules[*expected].path;
-        text = core::describeViolation(subject, m_config.dialect);
-        core::ViolationRecord v;
+        text = state::describeViolation(subject, m_config.dialect);
+        state::ViolationRecord v;
         v.kind = ViolationKind::TraceInvalidated;
         v.step = m_step;
         v.lastStep = m_step;
@@ -374,7 +365,7 @@ core::ViolationText AgentState::traceInvalidated(std::optional<ModuleId> expecte
         v.count = 1;
         v.tsNs = telemetry::nowNs();
         v.message = text.message;
-        recordLocked(std::move(v));
+        recordLocked(v);
     }
     post(telemetry::makeTraceInvalidated(
         {.expected = expected ? *expected : kNoModule, .got = got, .phase = phase}));
@@ -392,14 +383,14 @@ void AgentState::stepBegin(std::uint32_t step)
         for (ParamId p : m_lateUnadopted) {
             const AgentParam *ap = findLocked(p);
             if (!ap) continue;
-            core::ViolationSubject subject;
+            state::ViolationSubject subject;
             subject.kind = ViolationKind::LateParameter;
             subject.param = ap->record.name;
             subject.owner = ap->record.owner < m_modules.size() ? m_modules[ap->record.owner].path
                                                                 : std::string();
             subject.replaces = ap->record.replaces;
-            core::ViolationText text = core::describeViolation(subject, m_config.dialect);
-            core::ViolationRecord v;
+            state::ViolationText text = state::describeViolation(subject, m_config.dialect);
+            state::ViolationRecord v;
             v.kind = ViolationKind::LateParameter;
             v.step = m_step;
             v.lastStep = m_step;
@@ -414,7 +405,7 @@ void AgentState::stepBegin(std::uint32_t step)
             v.tsNs = telemetry::nowNs();
             v.fix = text.fix;
             v.message = text.message;
-            recordLocked(std::move(v));
+            recordLocked(v);
         }
         touch();
     }
@@ -437,23 +428,23 @@ std::uint32_t AgentState::step() const
     return m_step;
 }
 
-core::EngineState AgentState::state() const
+state::EngineState AgentState::state() const
 {
     std::lock_guard lock(m_mutex);
-    core::EngineState s;
+    state::EngineState s;
     s.modelName = m_config.modelName;
-    s.fixDialect = std::string(core::fixDialectName(m_config.dialect));
+    s.fixDialect = std::string(state::fixDialectName(m_config.dialect));
     s.worldSize = m_config.worldSize;
     s.backend = m_config.backend;
     s.step = m_step;
     s.config = m_config.config;
     s.localRanks = {m_config.rank};
     s.modules.reserve(m_modules.size());
-    for (const core::ModuleRecord &m : m_modules)
+    for (const state::ModuleRecord &m : m_modules)
         s.modules.push_back(m);
     s.params.reserve(m_params.size());
     for (const auto &[id, ap] : m_params) {
-        core::ParamRecord &r = s.params.emplace_back(ap.record);
+        state::ParamRecord &r = s.params.emplace_back(ap.record);
         r.id = id;
         // Only this rank's status is observed; other ranks are shown as their shard alone
         // (or whole, for what is never partitioned), as the Engine reports remote ranks.
@@ -471,7 +462,7 @@ core::EngineState AgentState::state() const
             r.lastGatherTsNs = it->second.lastTs;
         }
     }
-    s.violations = m_violations;
+    s.violations = m_violations.records();
     return s;
 }
 

@@ -2,7 +2,7 @@
 // The state provider of a process that does not run our Engine: the DeepSpeed agent
 // (python/shardscope) tells it the model, each status change and each violation as it
 // observes them, and it keeps EngineState and emits the events the Engine would. The
-// words of violations come from core/violationtext (the DeepSpeed dialect), as the
+// words of violations come from state/violationtext (the DeepSpeed dialect), as the
 // Engine's come from it in its own. Thread-safe: the training thread calls the recording
 // methods, the server thread reads state().
 
@@ -17,9 +17,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/state.h"
-#include "core/violationtext.h"
-#include "server/stateprovider.h"
+#include "state/state.h"
+#include "state/violationledger.h"
+#include "state/violationtext.h"
+#include "state/stateprovider.h"
 
 namespace shardscope::server {
 
@@ -29,19 +30,19 @@ struct AgentConfig
     int rank = 0;
     int worldSize = 1;
     std::string backend = "gloo";
-    core::FixDialect dialect = core::FixDialect::DeepSpeed;
-    core::EngineConfigRecord config;
+    state::FixDialect dialect = state::FixDialect::DeepSpeed;
+    state::EngineConfigRecord config;
 };
 
 // A parameter as the agent knows it: the snapshot's record (its per-rank status, gathers,
 // registrations and active modules are filled by state()) and its status on this rank.
 struct AgentParam
 {
-    core::ParamRecord record; // record.id is DeepSpeed's ds_id, or a provisional id for a late one
+    state::ParamRecord record; // record.id is DeepSpeed's ds_id, or a provisional id for a late one
     ParamStatus status = ParamStatus::NotAvailable;
 };
 
-class AgentState final : public StateProvider
+class AgentState final : public state::StateProvider
 {
   public:
     explicit AgentState(AgentConfig config);
@@ -51,7 +52,7 @@ class AgentState final : public StateProvider
     ModuleId ensureModule(const std::string &path, const std::string &type);
     void setModuleType(ModuleId id, const std::string &type);
     void setModelName(const std::string &name);
-    void setConfig(const core::EngineConfigRecord &config);
+    void setConfig(const state::EngineConfigRecord &config);
     void setParam(const AgentParam &p); // adds or updates by id
     void removeParam(ParamId id);       // the name stays known to violations
     bool hasParam(ParamId id) const;
@@ -76,11 +77,11 @@ class AgentState final : public StateProvider
     void unregisterExternal(ModuleId m, ParamId p);
     // Records an unregistered access (accessor kNoModule: outside any module) once per step,
     // and returns its words; writes: a build-time read that modifies the parameter.
-    core::ViolationText unregisteredAccess(ModuleId accessor, ParamId p, GuardAction action,
+    state::ViolationText unregisteredAccess(ModuleId accessor, ParamId p, GuardAction action,
                                            bool writes);
     void lateParameter(ParamId p);
     void parameterAdopted(ParamId p);
-    core::ViolationText traceInvalidated(std::optional<ModuleId> expected, ModuleId got,
+    state::ViolationText traceInvalidated(std::optional<ModuleId> expected, ModuleId got,
                                          Phase phase);
     // step: the step that begins (1-based; DeepSpeed's global_steps + 1), so that steps run
     // while observation was paused keep the numbering; 0: the previous step + 1.
@@ -89,7 +90,7 @@ class AgentState final : public StateProvider
     std::uint32_t step() const;
 
     // ---- StateProvider
-    core::EngineState state() const override;
+    state::EngineState state() const override;
     std::uint64_t stateVersion() const override
     {
         return m_version.load(std::memory_order_acquire);
@@ -110,24 +111,23 @@ class AgentState final : public StateProvider
     void post(const telemetry::Event &fields, std::uint64_t tsNs = 0);
     void touch() { m_version.fetch_add(1, std::memory_order_acq_rel); }
     AgentParam *findLocked(ParamId id);
-    void recordLocked(core::ViolationRecord v);
+    void recordLocked(const state::ViolationRecord &v);
     std::string paramNameLocked(ParamId id) const;
 
     AgentConfig m_config;
     mutable std::mutex m_mutex;
-    std::vector<core::ModuleRecord> m_modules; // index == id
+    std::vector<state::ModuleRecord> m_modules; // index == id
     std::unordered_map<std::string, ModuleId> m_moduleByPath;
     std::map<ParamId, AgentParam> m_params;
     std::unordered_map<ParamId, std::string> m_removedNames;
-    std::map<ParamId, std::vector<core::ExternalRecord>> m_externals;
+    std::map<ParamId, std::vector<state::ExternalRecord>> m_externals;
     std::map<ParamId, std::vector<ModuleId>> m_active;
     struct Gathers
     {
         std::uint64_t count = 0, bytes = 0, ns = 0, lastTs = 0, beganTs = 0;
     };
     std::map<ParamId, Gathers> m_gathers;
-    std::vector<core::ViolationRecord> m_violations;
-    std::map<std::tuple<int, ModuleId, ParamId>, std::size_t> m_violationIndex;
+    state::ViolationLedger m_violations;
     std::set<std::tuple<int, ModuleId, ParamId>> m_thisStep;
     std::set<ParamId> m_lateUnadopted;
     std::uint32_t m_step = 0;

@@ -21,7 +21,7 @@
 
 #include "server/sendqueue.h"
 #include "server/sockets.h"
-#include "server/stateprovider.h"
+#include "state/stateprovider.h"
 #include "telemetry/clock.h"
 #include "telemetry/eventhistory.h"
 #include "telemetry/telemetryhub.h"
@@ -175,13 +175,13 @@ struct StateFormats
 
 struct Inspector::Impl
 {
-    Impl(StateProvider &p, InspectorOptions o)
+    Impl(state::StateProvider &p, InspectorOptions o)
         : engine(p), options(std::move(o)), history(options.historyEvents)
     {
     }
 
-    std::unique_ptr<EngineStateProvider> ownProvider; // when constructed from an Engine
-    StateProvider &engine;
+    std::unique_ptr<state::StateProvider> ownProvider; // when given to own
+    state::StateProvider &engine;
     wire::JobIdentity job;
     InspectorOptions options;
     std::unique_ptr<telemetry::TelemetryHub> hub;
@@ -222,11 +222,11 @@ struct Inspector::Impl
     Clock::duration lastStateCost{}; // building + encoding the last state
     // The columns every State is built into, their memory reused from one State to the
     // next while a client is live and given back when none is.
-    core::StateColumns columns;
+    state::StateColumns columns;
     // The records of the last JSON State built, freed once every client has been sent its
     // bytes: at 100,000 parameters freeing them takes longer than encoding them, and an
     // attaching client should not wait for it before the first byte leaves.
-    core::EngineState retiredState;
+    state::EngineState retiredState;
     bool stateRetired = false;
     std::chrono::milliseconds pollInterval = kMaxPollInterval;
     std::size_t lastDrained = 0; // events the last drain found, over all rings
@@ -269,8 +269,8 @@ struct Inspector::Impl
     void countLiveClients(std::size_t live);
     void drainHub();
     void adaptPollInterval();
-    void shiftState(core::EngineState &state) const;
-    void shiftColumns(core::StateColumns &c) const;
+    void shiftState(state::EngineState &state) const;
+    void shiftColumns(state::StateColumns &c) const;
     void answerClock(Client &c, const wire::Frame &frame);
     std::int64_t clockOffset = 0; // options.testClockOffsetNs or the environment's
     std::string goodbyeReason = "training finished"; // set by finish() before the thread ends
@@ -297,21 +297,21 @@ void Inspector::Impl::adaptPollInterval()
         pollInterval = std::min(kMaxPollInterval, pollInterval * 2);
 }
 
-void Inspector::Impl::shiftState(core::EngineState &state) const
+void Inspector::Impl::shiftState(state::EngineState &state) const
 {
     if (clockOffset == 0) return;
-    for (core::ParamRecord &p : state.params)
+    for (state::ParamRecord &p : state.params)
         if (p.lastGatherTsNs != 0) p.lastGatherTsNs += static_cast<std::uint64_t>(clockOffset);
-    for (core::ViolationRecord &v : state.violations)
+    for (state::ViolationRecord &v : state.violations)
         v.tsNs += static_cast<std::uint64_t>(clockOffset);
 }
 
-void Inspector::Impl::shiftColumns(core::StateColumns &c) const
+void Inspector::Impl::shiftColumns(state::StateColumns &c) const
 {
     if (clockOffset == 0) return;
     for (std::uint64_t &ts : c.lastGatherTsNs)
         if (ts != 0) ts += static_cast<std::uint64_t>(clockOffset);
-    for (core::ViolationRecord &v : c.violations)
+    for (state::ViolationRecord &v : c.violations)
         v.tsNs += static_cast<std::uint64_t>(clockOffset);
 }
 
@@ -470,7 +470,7 @@ StateFrame Inspector::Impl::currentState(StateFormats formats)
     if (formats.json) {
         wire::Snapshot snapshot;
         snapshot.meta = meta;
-        snapshot.state = core::stateOf(columns);
+        snapshot.state = state::stateOf(columns);
         snapshot.droppedEvents = dropped;
         f.json = std::make_shared<const std::string>(wire::encodeSnapshot(snapshot));
         retiredState = std::move(snapshot.state); // the one retired before is freed here
@@ -692,7 +692,7 @@ void Inspector::Impl::pump()
     std::erase_if(clients, [](const Client &c) { return c.fd < 0; });
     if (stateRetired &&
         std::all_of(clients.begin(), clients.end(), [](const Client &c) { return c.queued() == 0; })) {
-        retiredState = core::EngineState{};
+        retiredState = state::EngineState{};
         stateRetired = false;
     }
     // Queues of departed clients (up to 8 MiB each) go back to the system rather than
@@ -853,18 +853,13 @@ wire::Snapshot Inspector::Impl::makeSnapshot()
     return s;
 }
 
-Inspector::Inspector(core::Engine &engine, InspectorOptions options)
-    : Inspector(std::make_unique<EngineStateProvider>(engine), std::move(options))
-{
-}
-
-Inspector::Inspector(std::unique_ptr<EngineStateProvider> own, InspectorOptions options)
+Inspector::Inspector(std::unique_ptr<state::StateProvider> own, InspectorOptions options)
     : Inspector(*own, std::move(options))
 {
     d->ownProvider = std::move(own);
 }
 
-Inspector::Inspector(StateProvider &provider, InspectorOptions options)
+Inspector::Inspector(state::StateProvider &provider, InspectorOptions options)
     : d(std::make_unique<Impl>(provider, std::move(options)))
 {
     try {

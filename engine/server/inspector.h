@@ -9,14 +9,11 @@
 #include <stdexcept>
 #include <string>
 
-namespace shardscope::core {
-class Engine;
+namespace shardscope::state {
+class StateProvider;
 }
 
 namespace shardscope::server {
-
-class EngineStateProvider;
-class StateProvider;
 
 struct InspectorOptions
 {
@@ -44,9 +41,11 @@ class InspectorError : public std::runtime_error
 class Inspector
 {
   public:
-    Inspector(core::Engine &engine, InspectorOptions options); // throws InspectorError
-    // Serves any state provider, e.g. the DeepSpeed agent's; provider outlives the Inspector.
-    Inspector(StateProvider &provider, InspectorOptions options);
+    // Serves any state provider: our Engine's (core::EngineStateProvider), the DeepSpeed
+    // agent's; provider outlives the Inspector. Throws InspectorError.
+    Inspector(state::StateProvider &provider, InspectorOptions options);
+    // The same, owning the provider: Inspector(std::make_unique<core::EngineStateProvider>(engine), o).
+    Inspector(std::unique_ptr<state::StateProvider> own, InspectorOptions options);
     ~Inspector(); // finish() if not yet done
     Inspector(const Inspector &) = delete;
     Inspector &operator=(const Inspector &) = delete;
@@ -92,7 +91,6 @@ class Inspector
     struct Impl;
 
   private:
-    Inspector(std::unique_ptr<EngineStateProvider> own, InspectorOptions options);
     std::unique_ptr<Impl> d;
 };
 

@@ -1,17 +1,18 @@
 #include "wire/jobmerge.h"
 
 #include <algorithm>
-#include <map>
 #include <set>
 #include <unordered_map>
 
+#include "state/violationledger.h"
+
 namespace shardscope::wire {
 
-Result<core::EngineState> mergeJobStates(std::span<const core::EngineState *const> parts,
-                                         std::span<const std::string> names)
+Result<state::EngineState> mergeJobStates(std::span<const state::EngineState *const> parts,
+                                          std::span<const std::string> names)
 {
     if (parts.empty()) return fail("no process to merge");
-    core::EngineState st = *parts.front();
+    state::EngineState st = *parts.front();
     const auto partName = [&](std::size_t i) {
         return i < names.size() ? names[i] : "part " + std::to_string(i);
     };
@@ -21,10 +22,10 @@ Result<core::EngineState> mergeJobStates(std::span<const core::EngineState *cons
         st.params[i].gatherCount = st.params[i].gatherBytes = st.params[i].gatherNs = 0;
     }
     std::set<int> localRanks;
-    std::map<std::tuple<int, int, ModuleId, ParamId>, core::ViolationRecord> violations;
+    state::ViolationLedger violations;
     bool appended = false;
     for (std::size_t k = 0; k < parts.size(); ++k) {
-        const core::EngineState &ps = *parts[k];
+        const state::EngineState &ps = *parts[k];
         if (ps.worldSize != st.worldSize)
             return fail(partName(k) + " runs a world of " + std::to_string(ps.worldSize) +
                         " ranks, the others " + std::to_string(st.worldSize) +
@@ -32,7 +33,7 @@ Result<core::EngineState> mergeJobStates(std::span<const core::EngineState *cons
         if (ps.modelName != st.modelName)
             return fail(partName(k) + " runs model '" + ps.modelName + "', the others '" +
                         st.modelName + "': not one job");
-        for (const core::ParamRecord &p : ps.params) {
+        for (const state::ParamRecord &p : ps.params) {
             auto it = index.find(p.id);
             if (it == index.end()) {
                 // A parameter only this part lists (a process that observes part of the
@@ -43,7 +44,7 @@ Result<core::EngineState> mergeJobStates(std::span<const core::EngineState *cons
                 appended = true;
                 continue;
             }
-            core::ParamRecord &m = st.params[it->second];
+            state::ParamRecord &m = st.params[it->second];
             for (int r : ps.localRanks)
                 if (r >= 0 && static_cast<std::size_t>(r) < m.status.size() &&
                     static_cast<std::size_t>(r) < p.status.size())
@@ -52,10 +53,10 @@ Result<core::EngineState> mergeJobStates(std::span<const core::EngineState *cons
             m.gatherBytes += p.gatherBytes;
             m.gatherNs += p.gatherNs;
             m.lastGatherTsNs = std::max(m.lastGatherTsNs, p.lastGatherTsNs);
-            for (const core::ExternalRecord &e : p.externals)
+            for (const state::ExternalRecord &e : p.externals)
                 if (std::none_of(
                         m.externals.begin(), m.externals.end(),
-                        [&](const core::ExternalRecord &x) { return x.module == e.module; }))
+                        [&](const state::ExternalRecord &x) { return x.module == e.module; }))
                     m.externals.push_back(e);
             for (ModuleId a : p.activeModules)
                 if (std::find(m.activeModules.begin(), m.activeModules.end(), a) ==
@@ -63,28 +64,25 @@ Result<core::EngineState> mergeJobStates(std::span<const core::EngineState *cons
                     m.activeModules.push_back(a);
         }
         localRanks.insert(ps.localRanks.begin(), ps.localRanks.end());
-        for (const core::ViolationRecord &v : ps.violations) {
-            const auto key = std::make_tuple(static_cast<int>(v.kind), v.rank, v.accessor, v.param);
-            auto [it, fresh] = violations.emplace(key, v);
-            if (!fresh && v.count > it->second.count) it->second = v;
-        }
+        // Each record is its process's total for its rank: the same (violation, rank) listed
+        // by two processes is one, not two.
+        for (const state::ViolationRecord &v : ps.violations)
+            violations.add(v, state::Tally::Total);
         st.step = std::max(st.step, ps.step);
     }
     st.localRanks.assign(localRanks.begin(), localRanks.end());
-    st.violations.clear();
-    for (auto &[key, v] : violations)
-        st.violations.push_back(std::move(v));
+    st.violations = violations.records();
     if (appended)
         std::sort(
             st.params.begin(), st.params.end(),
-            [](const core::ParamRecord &a, const core::ParamRecord &b) { return a.id < b.id; });
+            [](const state::ParamRecord &a, const state::ParamRecord &b) { return a.id < b.id; });
     return st;
 }
 
 Result<Snapshot> mergeJobSnapshots(const std::vector<Snapshot> &parts, const std::string &job)
 {
     if (parts.empty()) return fail("no rank of job " + job + " was captured");
-    std::vector<const core::EngineState *> states;
+    std::vector<const state::EngineState *> states;
     std::vector<std::string> names;
     for (const Snapshot &p : parts) {
         states.push_back(&p.state);

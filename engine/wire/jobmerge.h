@@ -15,8 +15,9 @@ namespace shardscope::wire {
 // The structure (modules, parameters, configuration) is the first part's, plus the parameters
 // only later parts list (a process that observes part of the model); each parameter's
 // status on rank r comes from the part whose local_ranks hold r; gather counts, bytes and
-// times are summed, registrations and active modules united; violations and events of all
-// parts are kept (they name their rank), events ordered by time. Parts must agree on the
+// times are summed, registrations and active modules united; violations of all parts go
+// through the one ledger (state/violationledger.h: a record is its process's total for its
+// rank) and events of all parts are kept (they name their rank), ordered by time. Parts must agree on the
 // world size and model; a part that disagrees is an error naming it. Ranks no part observed
 // keep the first part's view of them (the shard alone) and are absent from local_ranks.
 Result<Snapshot> mergeJobSnapshots(const std::vector<Snapshot> &parts, const std::string &job);
@@ -24,7 +25,7 @@ Result<Snapshot> mergeJobSnapshots(const std::vector<Snapshot> &parts, const std
 // The same merge of the states alone (the inspector keeps the latest state of each process
 // of a job and shows their merge); names[k] names part k in errors ("the process 123
 // (tcp:...)"). Events and dropped counts are the caller's.
-Result<core::EngineState> mergeJobStates(std::span<const core::EngineState *const> parts,
+Result<state::EngineState> mergeJobStates(std::span<const state::EngineState *const> parts,
                                          std::span<const std::string> names);
 
 } // namespace shardscope::wire

@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "core/violationtext.h"
+#include "state/violationtext.h"
 #include "wire/compress.h"
 #include "wire/domread.h"
 #include "wire/frame.h"
@@ -77,7 +77,7 @@ public:
     {
         return id == none ? raw("null") : num(id);
     }
-    Writer &pathOrNull(const core::EngineState &s, ModuleId id)
+    Writer &pathOrNull(const state::EngineState &s, ModuleId id)
     {
         return id < s.modules.size() ? str(s.modules[id].path) : raw("null");
     }
@@ -107,7 +107,7 @@ private:
     bool m_pretty;
 };
 
-void writePathList(Writer &w, const core::EngineState &s, const std::vector<ModuleId> &ids)
+void writePathList(Writer &w, const state::EngineState &s, const std::vector<ModuleId> &ids)
 {
     w.raw("[");
     for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -117,7 +117,7 @@ void writePathList(Writer &w, const core::EngineState &s, const std::vector<Modu
     w.raw("]");
 }
 
-void writeParam(Writer &w, const core::EngineState &s, const core::ParamRecord &p,
+void writeParam(Writer &w, const state::EngineState &s, const state::ParamRecord &p,
                 std::string &scratch)
 {
     w.raw("{\"id\":").num(p.id);
@@ -141,7 +141,7 @@ void writeParam(Writer &w, const core::EngineState &s, const core::ParamRecord &
         scratch.push_back(statusLetter(st));
     w.raw(",\"status\":\"").raw(scratch).raw("\"");
     std::vector<ModuleId> ext, extAuto;
-    for (const core::ExternalRecord &e : p.externals) {
+    for (const state::ExternalRecord &e : p.externals) {
         ext.push_back(e.module);
         if (e.automatic) extAuto.push_back(e.module);
     }
@@ -159,8 +159,8 @@ void writeParam(Writer &w, const core::EngineState &s, const core::ParamRecord &
     w.raw("}");
 }
 
-void writeViolation(Writer &w, const core::EngineState &s, const core::ViolationRecord &v,
-                    const std::unordered_map<ParamId, const core::ParamRecord *> &paramById)
+void writeViolation(Writer &w, const state::EngineState &s, const state::ViolationRecord &v,
+                    const std::unordered_map<ParamId, const state::ParamRecord *> &paramById)
 {
     w.raw("{\"kind\":").str(violationKindName(v.kind));
     w.raw(",\"step\":").num(v.step);
@@ -452,11 +452,11 @@ constexpr std::array<std::string_view, kParamFieldCount> kParamFields = {
     "persistent", "partitioned", "late", "status", "external_modules", "external_auto_modules",
     "active_modules", "gather_count", "gather_bytes", "gather_ns", "last_gather_ts_ns", "replaces"};
 
-core::ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize, std::uint64_t version,
+state::ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize, std::uint64_t version,
                         const Where &w)
 {
     const sj::Fields f(sj::asObject(j, w), kParamFields, w);
-    core::ParamRecord p;
+    state::ParamRecord p;
     p.id = readId(f[kId], kNoParam, f.at(kId));
     p.name = sj::asString(f[kName], f.at(kName));
     p.owner = index.checkId(f[kModuleId], f.at(kModuleId));
@@ -488,7 +488,7 @@ core::ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize
     const std::unordered_set<ModuleId> automatic(extAuto.begin(), extAuto.end());
     p.externals.reserve(ext.size());
     for (ModuleId m : ext)
-        p.externals.push_back(core::ExternalRecord{m, automatic.contains(m)});
+        p.externals.push_back(state::ExternalRecord{m, automatic.contains(m)});
     p.activeModules = resolvePaths(f[kActive], index, f.at(kActive));
     p.gatherCount = sj::asU64(f[kGatherCount], f.at(kGatherCount));
     p.gatherBytes = sj::asU64(f[kGatherBytes], f.at(kGatherBytes));
@@ -498,10 +498,10 @@ core::ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize
     return p;
 }
 
-core::ViolationRecord decodeViolation(Element j, const ModuleIndex &index, const Where &w)
+state::ViolationRecord decodeViolation(Element j, const ModuleIndex &index, const Where &w)
 {
     const sj::Object o = sj::asObject(j, w);
-    core::ViolationRecord v;
+    state::ViolationRecord v;
     v.kind = readEnum(sj::member(o, "kind", w), violationKindFromName, w / "kind");
     v.step = bounded<std::uint32_t>(o, "step", 0xFFFFFFFFu, w);
     v.lastStep = bounded<std::uint32_t>(o, "last_step", 0xFFFFFFFFu, w);
@@ -543,7 +543,7 @@ Snapshot decodeSnapshotDom(Element rootElement)
         s.meta.createdUnixMs = sj::asU64(e, rw / "created_unix_ms");
     if (sj::optionalMember(root, "endpoint", e)) s.meta.endpoint = sj::asString(e, rw / "endpoint");
 
-    core::EngineState &st = s.state;
+    state::EngineState &st = s.state;
     const Where ew = rw / "engine";
     const sj::Object engine = sj::asObject(sj::member(root, "engine", rw), ew);
     st.modelName = sj::asString(sj::member(engine, "model", ew), ew / "model");
@@ -552,8 +552,8 @@ Snapshot decodeSnapshotDom(Element rootElement)
     st.backend = sj::asString(sj::member(engine, "backend", ew), ew / "backend");
     if (sj::optionalMember(engine, "fix_dialect", e)) {
         st.fixDialect = sj::asString(e, ew / "fix_dialect");
-        core::FixDialect known;
-        if (!core::parseFixDialect(st.fixDialect, known))
+        state::FixDialect known;
+        if (!state::parseFixDialect(st.fixDialect, known))
             sj::failAt(ew / "fix_dialect", "expected \"shardscope\" or \"deepspeed\"");
     }
     st.step = bounded<std::uint32_t>(engine, "step", 0xFFFFFFFFu, ew);
@@ -583,7 +583,7 @@ Snapshot decodeSnapshotDom(Element rootElement)
         const std::size_t i = st.modules.size();
         const Where w = mw[i];
         const sj::Fields f(sj::asObject(m, w), kModuleFields, w);
-        core::ModuleRecord r;
+        state::ModuleRecord r;
         r.id = readId(f[0], kNoModule, f.at(0));
         if (r.id != i)
             sj::failAt(f.at(0), "is " + std::to_string(r.id) + "; module ids must equal their index");
@@ -597,7 +597,7 @@ Snapshot decodeSnapshotDom(Element rootElement)
     ModuleIndex index;
     index.count = st.modules.size();
     index.byPath.reserve(st.modules.size());
-    for (const core::ModuleRecord &r : st.modules)
+    for (const state::ModuleRecord &r : st.modules)
         index.byPath.emplace(r.path, r.id);
 
     const Where pw = rw / "params";
@@ -635,7 +635,7 @@ std::uint64_t unixTimeMs()
 
 std::string encodeSnapshot(const Snapshot &snapshot, bool pretty)
 {
-    const core::EngineState &s = snapshot.state;
+    const state::EngineState &s = snapshot.state;
     std::string out;
     out.reserve(4096 + s.modules.size() * 96 +
                 s.params.size() * (400 + static_cast<std::size_t>(std::max(s.worldSize, 0))) +
@@ -668,7 +668,7 @@ std::string encodeSnapshot(const Snapshot &snapshot, bool pretty)
 
     w.member("modules").raw("[");
     for (std::size_t i = 0; i < s.modules.size(); ++i) {
-        const core::ModuleRecord &m = s.modules[i];
+        const state::ModuleRecord &m = s.modules[i];
         w.element(i).raw("{\"id\":").num(m.id);
         w.raw(",\"path\":").str(m.path);
         w.raw(",\"type\":").str(m.type);
@@ -682,9 +682,9 @@ std::string encodeSnapshot(const Snapshot &snapshot, bool pretty)
         writeParam(w.element(i), s, s.params[i], scratch);
     w.endArray(s.params.size());
 
-    std::unordered_map<ParamId, const core::ParamRecord *> paramById;
+    std::unordered_map<ParamId, const state::ParamRecord *> paramById;
     if (!s.violations.empty())
-        for (const core::ParamRecord &p : s.params)
+        for (const state::ParamRecord &p : s.params)
             paramById[p.id] = &p;
     w.member("violations").raw("[");
     for (std::size_t i = 0; i < s.violations.size(); ++i)

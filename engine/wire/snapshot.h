@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/state.h"
+#include "state/state.h"
 #include "telemetry/event.h"
 #include "wire/result.h"
 
@@ -32,7 +32,7 @@ struct SnapshotMeta
 struct Snapshot
 {
     SnapshotMeta meta;
-    core::EngineState state;
+    state::EngineState state;
     std::vector<telemetry::Event> events; // oldest first
     std::uint64_t droppedEvents = 0; // events lost before they reached this snapshot
 };

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "base/hugepages.h"
-#include "core/statecolumns.h"
-#include "core/violationtext.h"
+#include "state/statecolumns.h"
+#include "state/violationtext.h"
 #include "wire/jsonread.h"
 #include "wire/jsonwrite.h"
 #include "wire/messages.h"
@@ -34,8 +34,8 @@ constexpr std::uint64_t kViolationBytes = 1 + 1 + 1 + 4 + 4 + 4 + 4 + 4 + 4 + 4 
 static_assert(kParamBytes == 83 && kViolationBytes == 55);
 
 // Parameter flags.
-constexpr std::uint8_t kPersistent = core::kParamPersistent, kPartitioned = core::kParamPartitioned,
-                       kLate = core::kParamLate;
+constexpr std::uint8_t kPersistent = state::kParamPersistent, kPartitioned = state::kParamPartitioned,
+                       kLate = state::kParamLate;
 
 // The counts of the header, which fix the size of every part.
 struct Counts
@@ -133,7 +133,7 @@ namespace {
 
 // Whether a table's strings are each valid UTF-8: valid as a whole, and none starting inside
 // a character (a continuation byte), so every boundary falls between characters.
-bool validTable(const core::StringColumn &t)
+bool validTable(const state::StringColumn &t)
 {
     const std::string &b = t.bytes();
     if (!isAscii(b) && !simdjson::validate_utf8(b.data(), b.size())) return false;
@@ -147,7 +147,7 @@ bool validTable(const core::StringColumn &t)
 
 } // namespace
 
-std::string encodeBinaryState(const core::StateColumns &c, const SnapshotMeta &meta,
+std::string encodeBinaryState(const state::StateColumns &c, const SnapshotMeta &meta,
                               std::uint64_t droppedEvents,
                               std::span<const telemetry::Event> events)
 {
@@ -186,7 +186,7 @@ std::string encodeBinaryState(const core::StateColumns &c, const SnapshotMeta &m
     const std::size_t nViolations = c.violations.size();
     std::vector<std::uint32_t> vParamName(nViolations), vFix(nViolations), vMessage(nViolations);
     for (std::size_t i = 0; i < nViolations; ++i) {
-        const core::ViolationRecord &v = c.violations[i];
+        const state::ViolationRecord &v = c.violations[i];
         const auto it = std::lower_bound(c.paramId.begin(), c.paramId.end(), v.param);
         if (it != c.paramId.end() && *it == v.param)
             vParamName[i] = c.paramName[static_cast<std::size_t>(it - c.paramId.begin())];
@@ -265,21 +265,21 @@ std::string encodeBinaryState(const core::StateColumns &c, const SnapshotMeta &m
     o.column(c.paramReplaces);
 
     auto violationColumn = [&](auto field) {
-        for (const core::ViolationRecord &v : c.violations)
+        for (const state::ViolationRecord &v : c.violations)
             o.put(field(v));
     };
-    violationColumn([](const core::ViolationRecord &v) { return static_cast<std::uint8_t>(v.kind); });
-    violationColumn([](const core::ViolationRecord &v) { return static_cast<std::uint8_t>(v.status); });
-    violationColumn([](const core::ViolationRecord &v) { return static_cast<std::uint8_t>(v.action); });
-    violationColumn([](const core::ViolationRecord &v) { return std::uint32_t(v.step); });
-    violationColumn([](const core::ViolationRecord &v) { return std::uint32_t(v.lastStep); });
-    violationColumn([](const core::ViolationRecord &v) { return static_cast<std::uint32_t>(v.rank); });
-    violationColumn([](const core::ViolationRecord &v) { return std::uint32_t(v.accessor); });
-    violationColumn([](const core::ViolationRecord &v) { return std::uint32_t(v.param); });
+    violationColumn([](const state::ViolationRecord &v) { return static_cast<std::uint8_t>(v.kind); });
+    violationColumn([](const state::ViolationRecord &v) { return static_cast<std::uint8_t>(v.status); });
+    violationColumn([](const state::ViolationRecord &v) { return static_cast<std::uint8_t>(v.action); });
+    violationColumn([](const state::ViolationRecord &v) { return std::uint32_t(v.step); });
+    violationColumn([](const state::ViolationRecord &v) { return std::uint32_t(v.lastStep); });
+    violationColumn([](const state::ViolationRecord &v) { return static_cast<std::uint32_t>(v.rank); });
+    violationColumn([](const state::ViolationRecord &v) { return std::uint32_t(v.accessor); });
+    violationColumn([](const state::ViolationRecord &v) { return std::uint32_t(v.param); });
     o.column(vParamName);
-    violationColumn([](const core::ViolationRecord &v) { return std::uint32_t(v.owner); });
-    violationColumn([](const core::ViolationRecord &v) { return std::uint64_t(v.count); });
-    violationColumn([](const core::ViolationRecord &v) { return std::uint64_t(v.tsNs); });
+    violationColumn([](const state::ViolationRecord &v) { return std::uint32_t(v.owner); });
+    violationColumn([](const state::ViolationRecord &v) { return std::uint64_t(v.count); });
+    violationColumn([](const state::ViolationRecord &v) { return std::uint64_t(v.tsNs); });
     o.column(vFix);
     o.column(vMessage);
     o.bytes(events.data(), events.size_bytes());
@@ -288,8 +288,8 @@ std::string encodeBinaryState(const core::StateColumns &c, const SnapshotMeta &m
 
 std::string encodeBinaryState(const Snapshot &snapshot)
 {
-    core::StateColumns columns;
-    core::columnsOf(snapshot.state, columns);
+    state::StateColumns columns;
+    state::columnsOf(snapshot.state, columns);
     return encodeBinaryState(columns, snapshot.meta, snapshot.droppedEvents, snapshot.events);
 }
 
@@ -508,7 +508,7 @@ Snapshot decodeBinary(std::string_view payload)
                              "; it was truncated or corrupted");
 
     Snapshot s;
-    core::EngineState &st = s.state;
+    state::EngineState &st = s.state;
     st.worldSize = static_cast<int>(c.world);
     st.step = header.next<std::uint32_t>();
     s.droppedEvents = header.next<std::uint64_t>();
@@ -531,8 +531,8 @@ Snapshot decodeBinary(std::string_view payload)
     st.modelName = strings.get(metaStrings[2], "header.model");
     st.backend = strings.get(metaStrings[3], "header.backend");
     st.fixDialect = strings.get(metaStrings[4], "header.fix_dialect");
-    core::FixDialect known;
-    if (!core::parseFixDialect(st.fixDialect, known))
+    state::FixDialect known;
+    if (!state::parseFixDialect(st.fixDialect, known))
         failAt("header.fix_dialect", "\"" + st.fixDialect + "\" is not \"shardscope\" or \"deepspeed\"");
 
     const auto localRanks = parts.column<std::uint32_t>(c.localRanks);
@@ -550,7 +550,7 @@ Snapshot decodeBinary(std::string_view payload)
     reserveHuge(st.modules, c.modules);
     st.modules.resize(c.modules);
     for (std::uint64_t i = 0; i < c.modules; ++i) {
-        core::ModuleRecord &m = st.modules[i];
+        state::ModuleRecord &m = st.modules[i];
         m.id = static_cast<ModuleId>(i);
         const Where w{"modules", i};
         m.path = strings.get(modPath[i], w / "path");
@@ -607,7 +607,7 @@ Snapshot decodeBinary(std::string_view payload)
     reserveHuge(st.params, P);
     st.params.resize(P);
     for (std::uint64_t i = 0; i < P; ++i) {
-        core::ParamRecord &p = st.params[i];
+        state::ParamRecord &p = st.params[i];
         const Where w{"params", i};
         p.id = pId[i];
         if (p.id == kNone) failAt(w / "id", "4294967295 is not a parameter id");
@@ -645,7 +645,7 @@ Snapshot decodeBinary(std::string_view payload)
                        if (a > 1)
                            failAt(w / "external_auto", "value " + std::to_string(a) +
                                                             " is not 0 or 1");
-                       p.externals.push_back(core::ExternalRecord{m, a == 1});
+                       p.externals.push_back(state::ExternalRecord{m, a == 1});
                    });
         const std::uint32_t nActive = pActiveCount[i];
         p.activeModules.reserve(std::min<std::uint64_t>(nActive, c.active - activeAt));
@@ -680,7 +680,7 @@ Snapshot decodeBinary(std::string_view payload)
     const auto vMessage = parts.column<std::uint32_t>(V);
     st.violations.resize(V);
     for (std::uint64_t i = 0; i < V; ++i) {
-        core::ViolationRecord &v = st.violations[i];
+        state::ViolationRecord &v = st.violations[i];
         const Where w{"violations", i};
         v.kind = enumValue<ViolationKind>(vKind[i], 4, w / "kind");
         v.status = enumValue<ParamStatus>(vStatus[i], 3, w / "status");

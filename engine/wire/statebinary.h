@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/statecolumns.h"
+#include "state/statecolumns.h"
 
 #include "wire/frame.h"
 #include "wire/result.h"
@@ -30,7 +30,7 @@ std::string encodeBinaryState(const Snapshot &snapshot);
 // State carries none): what the server sends, without building an EngineState first. Both
 // write the same bytes for the same state (tst_statebinary). Throws std::invalid_argument
 // when the columns disagree on the number of parameters (a bug, never the user's input).
-std::string encodeBinaryState(const core::StateColumns &columns, const SnapshotMeta &meta,
+std::string encodeBinaryState(const state::StateColumns &columns, const SnapshotMeta &meta,
                               std::uint64_t droppedEvents,
                               std::span<const telemetry::Event> events = {});
 // Checks the magic, the layout, that the payload's size is exactly what its counts say, and

@@ -18,7 +18,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "core/types.h"
+#include "state/shape.h"
 #include "server/agentstate.h"
 
 namespace shardscope::agent {

@@ -1,7 +1,7 @@
 // shardscope._native: the DeepSpeed agent's bridge to the C++ endpoint. The agent's Python
 // hooks call these methods; the state, the events, the violation text, the server and the
 // snapshot are the C++ ones every ShardScope producer uses (engine/server, engine/wire,
-// engine/core/violationtext), so there is one implementation of the protocol.
+// engine/state/violationtext), so there is one implementation of the protocol.
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -12,11 +12,12 @@
 #include <string>
 
 #include "base/names.h"
-#include "core/types.h"
+#include "state/shape.h"
 #include "hotpath.h"
 #include "server/agentstate.h"
 #include "server/inspector.h"
 #include "wire/endpoint.h"
+#include "wire/messages.h"
 #include "wire/snapshot.h"
 #include "wire/token.h"
 
@@ -123,9 +124,9 @@ class Agent
 PYBIND11_MODULE(_native, module)
 {
     module.doc() = "ShardScope's native endpoint for the DeepSpeed agent (shardscope.deepspeed)";
-    module.attr("PROTOCOL_VERSION") = 1;
+    module.attr("PROTOCOL_VERSION") = wire::kProtocolVersion;
     module.def("default_runtime_dir", [] { return wire::defaultRuntimeDir(); });
-    // Phase name -> the number HotPath's scope hooks take (core/types.h says the names).
+    // Phase name -> the number HotPath's scope hooks take (base/names.h says the names).
     {
         py::dict phases;
         for (int i = 0; i < 2; ++i)
@@ -147,7 +148,7 @@ PYBIND11_MODULE(_native, module)
         [](const std::string &kind, std::optional<std::string> accessor, const std::string &param,
            const std::string &owner, int status, const std::string &replaces, bool writes,
            const std::string &dialect) {
-            core::ViolationSubject s;
+            state::ViolationSubject s;
             bool ok = false;
             for (auto k :
                  {ViolationKind::UnregisteredAccess, ViolationKind::LateParameter,
@@ -164,10 +165,10 @@ PYBIND11_MODULE(_native, module)
             s.status = statusFrom(status);
             s.replaces = replaces;
             s.writes = writes;
-            core::FixDialect d;
-            if (!core::parseFixDialect(dialect, d))
+            state::FixDialect d;
+            if (!state::parseFixDialect(dialect, d))
                 throw py::value_error("unknown dialect '" + dialect + "'");
-            const core::ViolationText t = core::describeViolation(s, d);
+            const state::ViolationText t = state::describeViolation(s, d);
             return py::make_tuple(t.message, t.fix);
         },
         py::arg("kind"), py::arg("accessor"), py::arg("param"), py::arg("owner"),
@@ -199,7 +200,7 @@ PYBIND11_MODULE(_native, module)
         .def("set_config",
              [](Agent &a, std::int64_t persistence, std::int64_t bucket, std::int64_t maxLive,
                 const std::string &guard) {
-                 core::EngineConfigRecord c;
+                 state::EngineConfigRecord c;
                  c.persistenceThreshold = persistence;
                  c.prefetchBucketSize = bucket;
                  c.maxLiveParameters = maxLive;
@@ -214,7 +215,7 @@ PYBIND11_MODULE(_native, module)
                std::int64_t partitionNumel, std::int64_t paddedNumel, bool persistent,
                bool partitioned, bool late, int status, const std::string &replaces) {
                 server::AgentParam p;
-                core::ParamRecord &r = p.record;
+                state::ParamRecord &r = p.record;
                 r.id = id;
                 r.name = name;
                 r.owner = owner;
@@ -257,7 +258,7 @@ PYBIND11_MODULE(_native, module)
             "unregistered_access",
             [](Agent &a, std::optional<std::uint32_t> accessor, std::uint32_t p,
                const std::string &action, bool writes) {
-                const core::ViolationText t = a.state().unregisteredAccess(moduleFrom(accessor), p,
+                const state::ViolationText t = a.state().unregisteredAccess(moduleFrom(accessor), p,
                                                                      actionFrom(action), writes);
                 return py::make_tuple(t.message, t.fix);
             },

@@ -10,6 +10,7 @@
 
 #include "comm/cpucommunicator.h"
 #include "core/engine.h"
+#include "core/engineprovider.h"
 #include "server/inspector.h"
 #include "server/inspectorclient.h"
 #include "snapshotschema.h"
@@ -211,7 +212,7 @@ void TestCapture::wrongTokenIsRefused()
     server::InspectorOptions o;
     o.endpoint = "tcp:127.0.0.1:0";
     o.token = "s3cret";
-    server::Inspector inspector(*local.engine, o);
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*local.engine), o);
     const QString ep = QString::fromStdString(inspector.endpoint());
     Run r = runCapture({"--attach", ep, "--out", dir.filePath("s.json"), "--token", "guess"});
     QCOMPARE(r.exitCode, 1);
@@ -232,7 +233,7 @@ void TestCapture::listShowsLiveEngines()
     QVERIFY2(r.out.contains("no live ShardScope engines"), qPrintable(r.out));
     {
         LocalEngine local;
-        server::Inspector inspector(*local.engine, server::InspectorOptions{});
+        server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*local.engine), server::InspectorOptions{});
         r = runCapture({"--list"}, env);
         QCOMPARE(r.exitCode, 0);
         QVERIFY2(r.out.contains(QString::number(::getpid())), qPrintable(r.out));
@@ -269,7 +270,7 @@ void TestCapture::capturesALocalEngineUntilItFinishes()
     LocalEngine local;
     server::InspectorOptions o;
     o.endpoint = "unix:" + dir.filePath("e.sock").toStdString();
-    auto inspector = std::make_unique<server::Inspector>(*local.engine, o);
+    auto inspector = std::make_unique<server::Inspector>(std::make_unique<core::EngineStateProvider>(*local.engine), o);
     local.steps(3);
     QProcess capture;
     capture.start(binary("shardscope-capture"),
@@ -309,22 +310,22 @@ void TestCapture::trainerEndToEndFindsTheTiedEmbeddingAccess()
     auto client = server::InspectorClient::connect(trainer.endpoint.toStdString(), {});
     QVERIFY2(client.ok(), client.error().c_str());
     wire::ClientState state;
-    const core::ViolationRecord *found = nullptr;
+    const state::ViolationRecord *found = nullptr;
     bool sawEvent = false;
     while (!state.finished() && !(found && sawEvent && state.liveEvents() > 0)) {
         auto frame = (*client)->next(30000);
         QVERIFY2(frame.ok() && frame->has_value(),
                  frame.ok() ? "no frame for 30 s" : frame.error().c_str());
         QVERIFY(state.apply(**frame).ok());
-        const core::EngineState &s = state.snapshot().state;
+        const state::EngineState &s = state.snapshot().state;
         const ModuleId lmHead = [&] {
-            for (const core::ModuleRecord &m : s.modules)
+            for (const state::ModuleRecord &m : s.modules)
                 if (m.path == "lm_head") return m.id;
             return kNoModule;
         }();
-        for (const core::ViolationRecord &v : s.violations) {
+        for (const state::ViolationRecord &v : s.violations) {
             if (v.kind != ViolationKind::UnregisteredAccess || v.accessor != lmHead) continue;
-            for (const core::ParamRecord &p : s.params)
+            for (const state::ParamRecord &p : s.params)
                 if (p.id == v.param && p.name == "embed.weight" &&
                     s.modules[v.owner].path == "embed")
                     found = &v;
@@ -468,7 +469,7 @@ void TestCapture::tokenFileAndEnvironmentAreUsed()
     server::InspectorOptions o;
     o.endpoint = "unix:" + dir.filePath("e.sock").toStdString();
     o.token = "s3cret";
-    auto inspector = std::make_unique<server::Inspector>(*local.engine, o);
+    auto inspector = std::make_unique<server::Inspector>(std::make_unique<core::EngineStateProvider>(*local.engine), o);
     local.steps(1);
     const QString token = dir.filePath("token");
     {

@@ -190,7 +190,7 @@ void TestJobAttach::oneWindowShowsEveryRankOfTheJob()
     // Every view shows every rank: the tree (a model over the merged state), the timeline's
     // lanes, the partition map and memory per rank.
     QTRY_VERIFY(w.tree()->model()->rowCount() > 0);
-    for (const core::ParamRecord &p : store->state().params)
+    for (const state::ParamRecord &p : store->state().params)
         QCOMPARE(p.status.size(), std::size_t(3));
     auto *timeline = w.findChild<views::GatherTimeline *>();
     QVERIFY(timeline);

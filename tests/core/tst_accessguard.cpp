@@ -132,7 +132,7 @@ void TestAccessGuard::autoRegistersOnceThenNeverAgain()
     QVERIFY(telemetry::readExternal(regs[0]).automatic);
     const auto state = m.engine->state();
     const auto &p = *std::find_if(state.params.begin(), state.params.end(),
-                                  [&](const core::ParamRecord &r) { return r.id == m.embedW; });
+                                  [&](const state::ParamRecord &r) { return r.id == m.embedW; });
     QCOMPARE(p.externals.size(), std::size_t(1));
     QCOMPARE(p.externals[0].module, m.lmHead);
     QVERIFY(p.externals[0].automatic);

@@ -193,7 +193,7 @@ void TestCoordinator::stateGatherTimesAreTheEventsTimes()
         last[p] = std::max(last[p], e.tsNs);
     }
     QVERIFY(!ns.empty());
-    for (const core::ParamRecord &p : m.engine->state().params) {
+    for (const state::ParamRecord &p : m.engine->state().params) {
         QCOMPARE(p.gatherNs, ns[p.id]);
         QCOMPARE(p.lastGatherTsNs, last[p.id]);
     }
@@ -279,7 +279,7 @@ void TestCoordinator::changedOrderInvalidatesTrace()
     QCOMPARE(telemetry::readTraceInvalidated(inv[0]).expected, m.enc);
     QCOMPARE(telemetry::readTraceInvalidated(inv[0]).got, m.dec);
     const auto vs = m.engine->violations();
-    auto it = std::find_if(vs.begin(), vs.end(), [](const core::ViolationRecord &v) {
+    auto it = std::find_if(vs.begin(), vs.end(), [](const state::ViolationRecord &v) {
         return v.kind == ViolationKind::TraceInvalidated && v.rank == 0;
     });
     QVERIFY(it != vs.end());

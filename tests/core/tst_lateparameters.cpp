@@ -88,14 +88,14 @@ void TestLateParameters::lateParametersAreDetected()
     QCOMPARE(m.engine->findParam("pos_conv.weight"), kNoParam);
     // the unguarded read of the since-removed weight still names it
     const auto vs = m.engine->violations();
-    auto read = std::find_if(vs.begin(), vs.end(), [](const core::ViolationRecord &vr) {
+    auto read = std::find_if(vs.begin(), vs.end(), [](const state::ViolationRecord &vr) {
         return vr.kind == ViolationKind::UnregisteredAccess && vr.accessor == kNoModule;
     });
     QVERIFY(read != vs.end());
     QCOMPARE(read->paramName, std::string("pos_conv.weight"));
-    const core::EngineState st = m.engine->state();
+    const state::EngineState st = m.engine->state();
     QVERIFY(std::none_of(st.params.begin(), st.params.end(),
-                         [&](const core::ParamRecord &r) { return r.id == read->param; }));
+                         [&](const state::ParamRecord &r) { return r.id == read->param; }));
 }
 
 void TestLateParameters::adoptionPartitionsThem()

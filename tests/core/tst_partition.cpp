@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "core/partition.h"
+#include "state/partition.h"
 #include "testworld.h"
 
 using namespace shardscope;
@@ -42,7 +42,7 @@ void TestPartition::layoutMath()
     QFETCH(qint64, padded);
     QFETCH(qint64, part);
     QFETCH(qint64, tailValid);
-    const auto l = core::PartitionLayout::make(numel, world);
+    const auto l = state::PartitionLayout::make(numel, world);
     QCOMPARE(l.paddedNumel, padded);
     QCOMPARE(l.partitionNumel, part);
     QCOMPARE(l.validNumel(world - 1), tailValid);
@@ -54,7 +54,7 @@ void TestPartition::shardsTileWithoutGapOrOverlap()
     for (int w = 1; w <= 8; ++w) {
         for (std::int64_t n : {std::int64_t(1), std::int64_t(w - 1), std::int64_t(w), std::int64_t(w + 1),
                                std::int64_t(1000003)}) {
-            const auto l = core::PartitionLayout::make(n, w);
+            const auto l = state::PartitionLayout::make(n, w);
             QCOMPARE(l.paddedNumel % w, 0);
             QVERIFY(l.paddedNumel >= n && l.paddedNumel - n < w);
             std::int64_t next = 0, valid = 0;
@@ -158,7 +158,7 @@ void TestPartition::persistenceThreshold()
 
 void TestPartition::rejectsBadWorld()
 {
-    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, core::PartitionLayout::make(10, 0));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, state::PartitionLayout::make(10, 0));
 }
 
 QTEST_APPLESS_MAIN(TestPartition)

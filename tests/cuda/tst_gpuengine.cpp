@@ -22,6 +22,7 @@
 #include "gpuavailable.h"
 #include "gputestmodel.h"
 #include "nn/trainer.h"
+#include "core/engineprovider.h"
 #include "server/inspector.h"
 #include "server/inspectorclient.h"
 #include "telemetry/event.h"
@@ -85,9 +86,9 @@ int worldForTest()
     return std::min(test::gpuCount(), 2);
 }
 
-const core::ParamRecord *findParam(const core::EngineState &s, const std::string &name)
+const state::ParamRecord *findParam(const state::EngineState &s, const std::string &name)
 {
-    for (const core::ParamRecord &p : s.params)
+    for (const state::ParamRecord &p : s.params)
         if (p.name == name) return &p;
     return nullptr;
 }
@@ -133,7 +134,7 @@ class TestGpuEngine : public QObject
         const int world = engine->worldSize();
 
         // Taken from the reporting rank's thread while the other ranks may be running.
-        std::vector<core::EngineState> during;
+        std::vector<state::EngineState> during;
         cuda::trainOnGpu(*engine, c, [&](const nn::StepReport &) {
             during.push_back(engine->state());
         });
@@ -143,13 +144,13 @@ class TestGpuEngine : public QObject
             QVERIFY(during[s].step >= std::uint32_t(s + 1));
         }
 
-        const core::EngineState st = engine->state();
+        const state::EngineState st = engine->state();
         QCOMPARE(st.backend, std::string("nccl"));
         QCOMPARE(st.worldSize, world);
         QCOMPARE(st.localRanks, engine->localRanks());
         QCOMPARE(st.step, std::uint32_t(c.steps));
 
-        const core::ParamRecord *embed = findParam(st, "embed.weight");
+        const state::ParamRecord *embed = findParam(st, "embed.weight");
         QVERIFY(embed);
         QVERIFY(embed->partitioned);
         QCOMPARE(int(embed->status.size()), world);
@@ -160,18 +161,18 @@ class TestGpuEngine : public QObject
         QVERIFY(embed->gatherBytes > 0);
         const ModuleId head = engine->findModule("lm_head");
         const auto ext = std::find_if(embed->externals.begin(), embed->externals.end(),
-                                      [&](const core::ExternalRecord &e) { return e.module == head; });
+                                      [&](const state::ExternalRecord &e) { return e.module == head; });
         QVERIFY2(ext != embed->externals.end(), "the guard registered embed.weight on lm_head");
         QVERIFY(ext->automatic);
 
-        const core::ParamRecord *bias = findParam(st, "lm_head.bias"); // persistent: always whole
+        const state::ParamRecord *bias = findParam(st, "lm_head.bias"); // persistent: always whole
         QVERIFY(bias);
         QVERIFY(bias->persistent);
         for (int r : st.localRanks)
             QCOMPARE(bias->status[r], ParamStatus::Available);
 
         // weight_norm after partitioning (externals none): late, never partitioned.
-        const core::ParamRecord *v = findParam(st, "pos_conv.weight_v");
+        const state::ParamRecord *v = findParam(st, "pos_conv.weight_v");
         QVERIFY(v);
         QVERIFY(v->late);
         QVERIFY(!v->partitioned);
@@ -184,7 +185,7 @@ class TestGpuEngine : public QObject
         auto engine = cuda::makeNcclEngine(c);
         server::InspectorOptions o;
         o.endpoint = "tcp:127.0.0.1:0";
-        server::Inspector inspector(*engine, o);
+        server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*engine), o);
         QVERIFY(inspector.endpoint().starts_with("tcp:127.0.0.1:"));
         nn::buildModel(*engine, c);
         cuda::trainOnGpu(*engine, c, {});
@@ -203,7 +204,7 @@ class TestGpuEngine : public QObject
             auto applied = state.apply(**frame);
             QVERIFY2(applied.ok(), applied.ok() ? "" : applied.error().c_str());
         }
-        const core::EngineState &st = state.snapshot().state;
+        const state::EngineState &st = state.snapshot().state;
         QCOMPARE(st.backend, std::string("nccl"));
         QCOMPARE(st.step, std::uint32_t(c.steps));
         QVERIFY(findParam(st, "blocks.1.fc2.weight"));

@@ -161,8 +161,8 @@ void TestModuleTreeModel::aStateAnnouncesEveryRevealedRow()
     QCOMPARE(model.rowCount(fc0), 2); // blocks.0.fc's weight and bias
 
     QSignalSpy spy(&model, &QAbstractItemModel::dataChanged);
-    core::EngineState later = smallState();
-    for (core::ParamRecord &p : later.params)
+    state::EngineState later = smallState();
+    for (state::ParamRecord &p : later.params)
         p.gatherCount = 5;
     store.applyState(later);
     store.flush();
@@ -205,8 +205,8 @@ void TestModuleTreeModel::aStateAnnouncesEveryRevealedRow()
 void TestModuleTreeModel::externalsShownUnderRegisteringModule()
 {
     session::SessionStore store;
-    core::EngineState st = smallState();
-    st.params[0].externals.push_back(core::ExternalRecord{7, false});
+    state::EngineState st = smallState();
+    st.params[0].externals.push_back(state::ExternalRecord{7, false});
     store.applyState(st);
     models::ModuleTreeModel model(&store);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
@@ -233,17 +233,17 @@ void TestModuleTreeModel::externalsShownUnderRegisteringModule()
 // child modules first, then the parameters it owns, then those registered on it.
 void TestModuleTreeModel::childrenModulesFirstInStateOrder()
 {
-    core::EngineState st = smallState();
+    state::EngineState st = smallState();
     const ModuleId head = 7;
     QCOMPARE(st.modules[head].path, std::string("lm_head"));
     for (const char *name : {"proj", "out"})
-        st.modules.push_back(core::ModuleRecord{static_cast<ModuleId>(st.modules.size()),
+        st.modules.push_back(state::ModuleRecord{static_cast<ModuleId>(st.modules.size()),
                                                 std::string("lm_head.") + name, "Linear", head});
-    core::ParamRecord scale = st.params[5]; // lm_head.bias
+    state::ParamRecord scale = st.params[5]; // lm_head.bias
     scale.id = 8;
     scale.name = "lm_head.scale";
     st.params.push_back(scale);
-    st.params[0].externals.push_back(core::ExternalRecord{head, false});
+    st.params[0].externals.push_back(state::ExternalRecord{head, false});
     session::SessionStore store;
     store.applyState(st);
     const auto kids = store.childModules(head);
@@ -265,9 +265,9 @@ void TestModuleTreeModel::childrenModulesFirstInStateOrder()
 void TestModuleTreeModel::hugeParameterIdsAreNamesNotIndexes()
 {
     session::SessionStore store;
-    core::EngineState st = smallState();
+    state::EngineState st = smallState();
     st.params[0].id = 4'294'967'294u; // embed.weight
-    st.params[0].externals.push_back(core::ExternalRecord{7, false});
+    st.params[0].externals.push_back(state::ExternalRecord{7, false});
     st.params[1].id = 500'000'000;
     store.applyState(st);
     models::ModuleTreeModel model(&store);
@@ -385,7 +385,7 @@ void TestModuleTreeModel::typingMatchesQtCaseInsensitiveContains()
 {
     // Typing that extends, shortens and replaces the text, in mixed case and outside
     // ASCII: every step keeps what QString::contains(Qt::CaseInsensitive) keeps.
-    core::EngineState st = largeState(300, 10);
+    state::EngineState st = largeState(300, 10);
     st.modules[5].path = "group0.Läyer4";
     st.params[7].name += ".ÄRGER";
     st.params[8].name += ".weiß";

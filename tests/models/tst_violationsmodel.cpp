@@ -111,8 +111,8 @@ void TestViolationsModel::lateAttachTimesCountFromTheFirstViolation()
     session::SessionStore store;
     models::ViolationsModel model(&store);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
-    core::EngineState st = smallState();
-    core::ViolationRecord early;
+    state::EngineState st = smallState();
+    state::ViolationRecord early;
     early.kind = ViolationKind::UnregisteredAccess;
     early.accessor = 7;
     early.param = 0;
@@ -121,7 +121,7 @@ void TestViolationsModel::lateAttachTimesCountFromTheFirstViolation()
     early.lastStep = 40;
     early.count = 40;
     early.tsNs = 2'000'000'000;
-    core::ViolationRecord late = early;
+    state::ViolationRecord late = early;
     late.kind = ViolationKind::LateParameter;
     late.accessor = 3;
     late.param = 8;

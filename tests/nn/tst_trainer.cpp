@@ -65,10 +65,10 @@ double maxRelativeDifference(const std::vector<double> &a, const std::vector<dou
     return worst;
 }
 
-std::vector<core::ViolationRecord> ofKind(const core::Engine &engine, ViolationKind kind)
+std::vector<state::ViolationRecord> ofKind(const core::Engine &engine, ViolationKind kind)
 {
-    std::vector<core::ViolationRecord> out;
-    for (const core::ViolationRecord &v : engine.violations())
+    std::vector<state::ViolationRecord> out;
+    for (const state::ViolationRecord &v : engine.violations())
         if (v.kind == kind) out.push_back(v);
     return out;
 }
@@ -178,7 +178,7 @@ void TestTrainer::externalsNoneReportsBothStories()
     // Story 1: lm_head reads embed.weight, owned by embed, unregistered: one record per
     // (accessor, param, rank), counted once per step.
     bool tied = false;
-    for (const core::ViolationRecord &v : ofKind(e, ViolationKind::UnregisteredAccess)) {
+    for (const state::ViolationRecord &v : ofKind(e, ViolationKind::UnregisteredAccess)) {
         if (v.accessor == kNoModule) continue;
         QCOMPARE(e.modulePath(v.accessor), std::string("lm_head"));
         QCOMPARE(e.param(v.param).name, std::string("embed.weight"));
@@ -194,13 +194,13 @@ void TestTrainer::externalsNoneReportsBothStories()
 
     // Story 2: weight_norm read pos_conv.weight outside any module (accessor none) ...
     const auto reads = ofKind(e, ViolationKind::UnregisteredAccess);
-    QVERIFY(std::any_of(reads.begin(), reads.end(), [&](const core::ViolationRecord &v) {
+    QVERIFY(std::any_of(reads.begin(), reads.end(), [&](const state::ViolationRecord &v) {
         return v.accessor == kNoModule && v.owner == e.findModule("pos_conv") && v.step == 0;
     }));
     QCOMPARE(e.findParam("pos_conv.weight"), kNoParam);
     // ... and created weight_g and weight_v after partitioning: late, never partitioned.
     std::vector<std::string> late;
-    for (const core::ViolationRecord &v : ofKind(e, ViolationKind::LateParameter)) {
+    for (const state::ViolationRecord &v : ofKind(e, ViolationKind::LateParameter)) {
         if (v.rank == 0) late.push_back(e.param(v.param).name);
         QCOMPARE(e.modulePath(v.owner), std::string("pos_conv"));
     }
@@ -267,7 +267,7 @@ void TestTrainer::guardAutoRegistersOnce()
     const Run run = train(c);
     const core::Engine &e = *run.engine;
     int tied = 0;
-    for (const core::ViolationRecord &v : ofKind(e, ViolationKind::UnregisteredAccess)) {
+    for (const state::ViolationRecord &v : ofKind(e, ViolationKind::UnregisteredAccess)) {
         if (v.accessor == kNoModule) continue;
         ++tied;
         QCOMPARE(v.action, GuardAction::AutoRegistered);
@@ -434,7 +434,7 @@ void TestTrainer::overlappedCommunicationTrainsTheSame()
         QCOMPARE(overlapped.result.unregisteredAccesses, sync.result.unregisteredAccesses);
         QCOMPARE(sink.fetches, sink.fetchEnds); // every gather was seen complete
         // Nothing is left gathered or in flight after the run.
-        for (const core::ParamRecord &p : overlapped.engine->state().params)
+        for (const state::ParamRecord &p : overlapped.engine->state().params)
             for (ParamStatus st : p.status)
                 QVERIFY(st != ParamStatus::Inflight);
         if (world > 1)

@@ -66,7 +66,7 @@ class TestAgentState : public QObject
         QCOMPARE(s.ensureModule("pos_conv.conv", "Conv1d"), conv);
         s.setParam(param(0, "embed.weight", embed));
         s.fetchBegin(0, head, 2368, FetchReason::Guard);
-        core::EngineState st = s.state();
+        state::EngineState st = s.state();
         QCOMPARE(st.modules.size(),
                  std::size_t(5)); // root, pos_conv, pos_conv.conv, embed, lm_head
         QCOMPARE(st.modules[2].path, std::string("pos_conv.conv"));
@@ -103,7 +103,7 @@ class TestAgentState : public QObject
         const ModuleId head = s.ensureModule("blocks.0.lm_head", "Head");
         s.setParam(param(0, "embed.weight", embed));
         s.stepBegin();
-        const core::ViolationText t =
+        const state::ViolationText t =
             s.unregisteredAccess(head, 0, GuardAction::AutoRegistered, false);
         QCOMPARE(t.fix,
                  std::string("deepspeed.zero.register_external_parameter(model.blocks[0].lm_head, "
@@ -112,7 +112,7 @@ class TestAgentState : public QObject
         s.stepEnd(1.5);
         s.stepBegin();
         s.unregisteredAccess(head, 0, GuardAction::AutoRegistered, false);
-        const core::EngineState st = s.state();
+        const state::EngineState st = s.state();
         QCOMPARE(st.violations.size(), std::size_t(1));
         QCOMPARE(st.violations[0].count, std::uint64_t(2));
         QCOMPARE(st.violations[0].step, 1u);
@@ -124,7 +124,7 @@ class TestAgentState : public QObject
             accesses += e.type == EventType::UnregisteredAccess;
         QCOMPARE(accesses, 2);
         // A read outside any module, at build time (it changes the parameter).
-        const core::ViolationText outside =
+        const state::ViolationText outside =
             s.unregisteredAccess(kNoModule, 0, GuardAction::Recorded, true);
         QCOMPARE(outside.fix,
                  std::string("with deepspeed.zero.GatheredParameters(model.embed.weight, "
@@ -142,7 +142,7 @@ class TestAgentState : public QObject
         s.setParam(g);
         s.lateParameter(g.record.id);
         s.stepBegin();
-        core::EngineState st = s.state();
+        state::EngineState st = s.state();
         QCOMPARE(st.violations.size(), std::size_t(1));
         QCOMPARE(st.violations[0].kind, ViolationKind::LateParameter);
         QVERIFY2(st.violations[0].fix.find("GatheredParameters(model.pos_conv.conv.weight, "
@@ -151,12 +151,12 @@ class TestAgentState : public QObject
         QCOMPARE(st.params[0].late, true);
         QCOMPARE(st.params[0].partitioned, false);
         // What it replaced unknown: the fix line still names only real code.
-        core::ViolationSubject unknown;
+        state::ViolationSubject unknown;
         unknown.kind = ViolationKind::LateParameter;
         unknown.param = "conv.weight_g";
         unknown.owner = "conv";
         QCOMPARE(
-            core::describeViolation(unknown, core::FixDialect::DeepSpeed).fix,
+            state::describeViolation(unknown, state::FixDialect::DeepSpeed).fix,
             std::string(
                 "create model.conv.weight_g inside deepspeed.zero.Init, or adopt it, then "
                 "deepspeed.zero.register_external_parameter(model.conv, model.conv.weight_g)"));

@@ -13,6 +13,7 @@
 
 #include "comm/cpucommunicator.h"
 #include "core/engine.h"
+#include "core/engineprovider.h"
 #include "server/inspector.h"
 #include "server/inspectorclient.h"
 #include "telemetry/clock.h"
@@ -63,7 +64,7 @@ void TestClockProbe::theInjectedOffsetIsFound()
     server::InspectorOptions o;
     o.endpoint = "tcp:127.0.0.1:0";
     o.testClockOffsetNs = kOffset;
-    server::Inspector inspector(*engine, o);
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*engine), o);
     oneStep(*engine);
 
     auto estimate = server::probeClock(inspector.endpoint(), 8, 5000);
@@ -81,7 +82,7 @@ void TestClockProbe::theInjectedOffsetIsFound()
     server::InspectorOptions plain;
     plain.endpoint = "tcp:127.0.0.1:0";
     auto engine2 = smallEngine();
-    server::Inspector inspector2(*engine2, plain);
+    server::Inspector inspector2(std::make_unique<core::EngineStateProvider>(*engine2), plain);
     auto zero = server::probeClock(inspector2.endpoint(), 4, 5000);
     QVERIFY(zero && zero->valid);
     QVERIFY(std::llabs(zero->offsetNs) <= static_cast<long long>(zero->uncertaintyNs) + 2'000'000);
@@ -142,7 +143,7 @@ void TestClockProbe::anIdleClientGetsHeartbeats()
     auto engine = smallEngine();
     server::InspectorOptions o;
     o.endpoint = "tcp:127.0.0.1:0";
-    server::Inspector inspector(*engine, o);
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*engine), o);
     auto client = server::InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY2(client, client ? "" : client.error().c_str());
     // Nothing happens in the engine; within a few seconds an empty EventBatch arrives.

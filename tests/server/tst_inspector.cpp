@@ -13,6 +13,7 @@
 
 #include "comm/cpucommunicator.h"
 #include "core/engine.h"
+#include "core/engineprovider.h"
 #include "server/inspector.h"
 #include "server/inspectorclient.h"
 #include "server/sockets.h"
@@ -104,12 +105,12 @@ bool readUntil(InspectorClient &client, wire::ClientState &state, Done done,
     return true;
 }
 
-const core::ViolationRecord *findUnregistered(const core::EngineState &s,
+const state::ViolationRecord *findUnregistered(const state::EngineState &s,
                                               const std::string &accessor, const std::string &param)
 {
-    for (const core::ViolationRecord &v : s.violations) {
+    for (const state::ViolationRecord &v : s.violations) {
         if (v.kind != ViolationKind::UnregisteredAccess || v.accessor >= s.modules.size()) continue;
-        for (const core::ParamRecord &p : s.params)
+        for (const state::ParamRecord &p : s.params)
             if (p.id == v.param && p.name == param && s.modules[v.accessor].path == accessor)
                 return &v;
     }
@@ -206,7 +207,7 @@ void TestInspector::initTestCase()
 void TestInspector::lateClientGetsStateHistoryAndLiveEvents()
 {
     TiedRun run(2);
-    server::Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
     QVERIFY(inspector.endpoint().starts_with("tcp:127.0.0.1:"));
     QVERIFY(!inspector.endpoint().ends_with(":0"));
     run.steps(3);
@@ -224,12 +225,12 @@ void TestInspector::lateClientGetsStateHistoryAndLiveEvents()
     QVERIFY2(readUntil(
                  **client, state, [&] { return state.historyDone(); }, &error),
              error.c_str());
-    const core::EngineState &st = state.snapshot().state;
+    const state::EngineState &st = state.snapshot().state;
     QCOMPARE(st.step, std::uint32_t(3));
     QCOMPARE(st.params.size(), std::size_t(2));
     QCOMPARE(st.params[0].name, std::string("embed.weight"));
     QCOMPARE(st.params[0].partitionNumel, std::int64_t(15));
-    const core::ViolationRecord *v = findUnregistered(st, "lm_head", "embed.weight");
+    const state::ViolationRecord *v = findUnregistered(st, "lm_head", "embed.weight");
     QVERIFY(v != nullptr);
     QCOMPARE(st.modules[v->owner].path, std::string("embed"));
     QCOMPARE(v->fix, std::string("register_external_parameter(lm_head, embed.weight)"));
@@ -273,7 +274,7 @@ void TestInspector::lateClientGetsStateHistoryAndLiveEvents()
 void TestInspector::severalClientsAtOnce()
 {
     TiedRun run(2);
-    server::Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
     auto a = InspectorClient::connect(inspector.endpoint(), {});
     auto b = InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY(a.ok() && b.ok());
@@ -304,7 +305,7 @@ void TestInspector::severalClientsAtOnce()
 void TestInspector::eachClientGetsTheStateFormatItAskedFor()
 {
     TiedRun run(2);
-    server::Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
     run.steps(1);
     InspectorClient::Options older;
     older.capabilities = {"state", "events", "history", "dropped"};
@@ -332,7 +333,7 @@ void TestInspector::eachClientGetsTheStateFormatItAskedFor()
     QCOMPARE(seen[binary->get()][wire::MessageType::State], 0);
     QVERIFY(seen[json->get()][wire::MessageType::State] >= 2);
     QCOMPARE(seen[json->get()][wire::MessageType::StateBinary], 0);
-    const core::EngineState &a = sb.snapshot().state, &b = sj.snapshot().state;
+    const state::EngineState &a = sb.snapshot().state, &b = sj.snapshot().state;
     QCOMPARE(a.step, std::uint32_t(3));
     QCOMPARE(b.step, a.step);
     test::compareStates(a, b); // the last State, as either format carried it
@@ -344,7 +345,7 @@ void TestInspector::eachClientGetsTheStateFormatItAskedFor()
 void TestInspector::stalledClientNeverBlocksTrainingAndLearnsWhatItLost()
 {
     TiedRun run(1);
-    server::Inspector inspector(*run.engine, tcpOptions(16));
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions(16));
     auto client = InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY2(client.ok(), client.error().c_str());
     // The client now stops reading. Training goes on until the server had to drop
@@ -390,7 +391,7 @@ void TestInspector::wrongTokenIsRefusedWithAClearMessage()
     TiedRun run(1);
     server::InspectorOptions o = tcpOptions();
     o.token = "s3cret";
-    server::Inspector inspector(*run.engine, o);
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), o);
     auto none = InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY(!none.ok());
     QCOMPARE(none.error(), std::string("the engine refused the connection: this engine requires a "
@@ -409,7 +410,7 @@ void TestInspector::wrongTokenIsRefusedWithAClearMessage()
 void TestInspector::wrongProtocolVersionIsRefused()
 {
     TiedRun run(1);
-    server::Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
     InspectorClient::Options future;
     future.version = 2;
     auto r = InspectorClient::connect(inspector.endpoint(), future);
@@ -423,7 +424,7 @@ void TestInspector::wrongProtocolVersionIsRefused()
 void TestInspector::foreignClientGetsAReadableError()
 {
     TiedRun run(1);
-    server::Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
     auto fd = server::connectTo(inspector.endpoint());
     QVERIFY(fd.ok());
     QVERIFY(server::sendAll(*fd, "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"));
@@ -452,7 +453,7 @@ void TestInspector::foreignClientGetsAReadableError()
 void TestInspector::bytesAfterAValidHelloAreABadFrame()
 {
     TiedRun run(1);
-    server::Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
     auto fd = server::connectTo(inspector.endpoint());
     QVERIFY(fd.ok());
     QVERIFY(server::sendAll(*fd, helloFrame("") + "GET / HTTP/1.1\r\n\r\n"));
@@ -467,7 +468,7 @@ void TestInspector::bytesAfterAValidHelloAreABadFrame()
 std::optional<wire::ErrorMessage> refusalOfHello(const std::string &payload)
 {
     TiedRun run(1);
-    server::Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
     auto fd = server::connectTo(inspector.endpoint());
     if (!fd.ok()) return std::nullopt;
     std::string frame;
@@ -535,7 +536,7 @@ void TestInspector::nonLoopbackWithoutTokenIsRefused()
     server::InspectorOptions o = tcpOptions();
     o.endpoint = "tcp:0.0.0.0:0";
     try {
-        server::Inspector inspector(*run.engine, o);
+        server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), o);
         QFAIL("a non-loopback bind without a token was accepted");
     } catch (const server::InspectorError &e) {
         const std::string msg = e.what();
@@ -545,7 +546,7 @@ void TestInspector::nonLoopbackWithoutTokenIsRefused()
         QVERIFY2(msg.find("--token") != std::string::npos, e.what());
     }
     o.token = "s3cret";
-    server::Inspector inspector(*run.engine, o);
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), o);
     QVERIFY(inspector.endpoint().starts_with("tcp:0.0.0.0:"));
     const std::string port = inspector.endpoint().substr(std::string("tcp:0.0.0.0:").size());
     InspectorClient::Options opts;
@@ -561,7 +562,7 @@ void TestInspector::defaultUnixSocketIsPrivateAndDiscoverable()
     QCOMPARE(dir, m_runtime.path().toStdString() + "/shardscope");
     std::string socketPath;
     {
-        server::Inspector inspector(*run.engine, server::InspectorOptions{});
+        server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), server::InspectorOptions{});
         socketPath = wire::defaultSocketPath(::getpid());
         QCOMPARE(inspector.endpoint(), "unix:" + socketPath);
         struct stat st
@@ -597,7 +598,7 @@ void TestInspector::snapshotOutIsWrittenAtFinish()
     TiedRun run(2);
     server::InspectorOptions o = tcpOptions(100);
     o.snapshotOut = tmp.filePath("final.json").toStdString();
-    server::Inspector inspector(*run.engine, o);
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), o);
     run.steps(4);
     inspector.finish();
     inspector.finish(); // idempotent
@@ -621,7 +622,7 @@ void TestInspector::noListenStillWritesTheSnapshot()
     o.listen = false;
     o.snapshotOut = tmp.filePath("s.json").toStdString();
     {
-        server::Inspector inspector(*run.engine, o);
+        server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), o);
         QVERIFY(inspector.endpoint().empty());
         run.steps(2);
     }
@@ -637,7 +638,7 @@ void TestInspector::telemetryOffStillServesTheChangingState()
     TiedRun run(2);
     server::InspectorOptions o = tcpOptions();
     o.telemetry = false;
-    server::Inspector inspector(*run.engine, o);
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), o);
     QVERIFY(!run.engine->telemetryEnabled());
     auto client = InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY2(client.ok(), client.error().c_str());
@@ -670,7 +671,7 @@ void TestInspector::badEndpointsAreInspectorErrors()
         server::InspectorOptions o;
         o.endpoint = endpoint;
         try {
-            server::Inspector inspector(*run.engine, o);
+            server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), o);
             QFAIL(("accepted " + endpoint).c_str());
         } catch (const server::InspectorError &e) {
             QVERIFY2(std::string(e.what()).find(needle) != std::string::npos, e.what());
@@ -679,12 +680,12 @@ void TestInspector::badEndpointsAreInspectorErrors()
     expectError("udp:1.2.3.4:5", "unknown endpoint");
     {
         server::InspectorOptions o = tcpOptions(std::size_t(1) << 40);
-        QVERIFY_THROWS_EXCEPTION(server::InspectorError, server::Inspector(*run.engine, o));
+        QVERIFY_THROWS_EXCEPTION(server::InspectorError, server::Inspector(std::make_unique<core::EngineStateProvider>(*run.engine), o));
     }
     expectError("tcp:127.0.0.1:notaport", "bad port");
     expectError("unix:" + std::string(200, 'x'), "longer than 107 bytes");
     expectError("unix:/nonexistent-dir/x.sock", "cannot listen on /nonexistent-dir/x.sock");
-    server::Inspector first(*run.engine, tcpOptions());
+    server::Inspector first(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
     expectError(first.endpoint(), "cannot listen on");
 }
 
@@ -696,7 +697,7 @@ void TestInspector::silentConnectionsDoNotLockClientsOut()
     TiedRun run(1);
     server::InspectorOptions o = tcpOptions();
     o.token = "s3cret";
-    server::Inspector inspector(*run.engine, o);
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), o);
     std::vector<int> silent;
     for (int i = 0; i < 100; ++i) {
         auto fd = server::connectTo(inspector.endpoint());
@@ -721,7 +722,7 @@ void TestInspector::silentConnectionsDoNotLockClientsOut()
 void TestInspector::clientsBeyondThirtyTwoAreRefusedAfterTheirHello()
 {
     TiedRun run(1);
-    server::Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
     std::vector<std::unique_ptr<InspectorClient>> clients;
     for (int i = 0; i < 32; ++i) {
         auto c = InspectorClient::connect(inspector.endpoint(), {});
@@ -746,7 +747,7 @@ void TestInspector::clientsBeyondThirtyTwoAreRefusedAfterTheirHello()
 void TestInspector::clientThatKeepsSendingIsClosed()
 {
     TiedRun run(1);
-    server::Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
     auto fd = server::connectTo(inspector.endpoint());
     QVERIFY(fd.ok());
     QVERIFY(server::sendAll(*fd, helloFrame("")));
@@ -775,7 +776,7 @@ void TestInspector::clientThatKeepsSendingIsClosed()
 void TestInspector::historyQueuedPerClientIsBounded()
 {
     TiedRun run(1);
-    server::Inspector inspector(*run.engine, tcpOptions(1'000'000));
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions(1'000'000));
     while (inspector.publishedEvents() < 250'000)
         run.steps(10, 200);
     auto client = InspectorClient::connect(inspector.endpoint(), {});
@@ -796,7 +797,7 @@ QTEST_APPLESS_MAIN(TestInspector)
 void TestInspector::costCountsTheServerThreadsWork()
 {
     TiedRun run(2);
-    server::Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
     run.steps(2);
     auto client = InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY2(client.ok(), client.error().c_str());
@@ -825,7 +826,7 @@ void TestInspector::costCountsTheServerThreadsWork()
 void TestInspector::waitForClientReturnsOnceOneIsLive()
 {
     TiedRun run(2);
-    server::Inspector inspector(*run.engine, tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
     QCOMPARE(inspector.liveClients(), std::size_t(0));
     QVERIFY(!inspector.waitForClient(std::chrono::milliseconds(0)));
 
@@ -855,7 +856,7 @@ void TestInspector::waitForClientReturnsOnceOneIsLive()
     server::InspectorOptions off;
     off.listen = false;
     TiedRun quiet(1);
-    server::Inspector notListening(*quiet.engine, off);
+    server::Inspector notListening(std::make_unique<core::EngineStateProvider>(*quiet.engine), off);
     QVERIFY(!notListening.waitForClient(std::chrono::milliseconds::max()));
 }
 

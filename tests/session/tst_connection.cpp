@@ -85,7 +85,7 @@ void TestConnection::droppedConnectionKeepsDataAndReconnects()
     FakeEngine again;
     again.state = smallState();
     again.state.step = 2;
-    core::ViolationRecord v;
+    state::ViolationRecord v;
     v.kind = ViolationKind::UnregisteredAccess;
     v.accessor = 7;
     v.param = 0;

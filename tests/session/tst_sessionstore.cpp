@@ -9,7 +9,7 @@
 #include <sys/resource.h>
 #include <vector>
 
-#include "core/violationtext.h"
+#include "state/violationtext.h"
 #include "session/sessionstore.h"
 #include "session/snapshotio.h"
 #include "syntheticstate.h"
@@ -86,7 +86,7 @@ void TestSessionStore::liveEventsUpdateStatusAndGathers()
 void TestSessionStore::historyEventsAreStoredNotCounted()
 {
     session::SessionStore store;
-    core::EngineState st = smallState();
+    state::EngineState st = smallState();
     st.params[1].gatherCount = 7;
     store.applyState(st);
     std::vector<telemetry::Event> evs{
@@ -109,10 +109,10 @@ void TestSessionStore::violationsGroupByKindAccessorParam()
         eventAt(51, 0, telemetry::makeLateParameter({.module = 8, .param = 7}))};
     store.appendEvents(evs, false);
     QCOMPARE(store.violationGroups().size(), std::size_t(3));
-    const session::ViolationGroup &g = store.violationGroups()[0];
+    const state::ViolationRow &g = store.violationGroups()[0];
     QCOMPARE(g.kind, ViolationKind::UnregisteredAccess);
     QCOMPARE(g.count, std::uint64_t(3));
-    QCOMPARE(g.rankMask, std::uint64_t(0b11));
+    QCOMPARE(g.rankMask(), std::uint64_t(0b11));
     QCOMPARE(g.firstStep, 1u);
     QCOMPARE(g.lastStep, 2u);
     QCOMPARE(g.owner, ModuleId(1));
@@ -124,7 +124,7 @@ void TestSessionStore::violationsGroupByKindAccessorParam()
     QCOMPARE(store.paramViolations(0), std::uint64_t(3));
     QCOMPARE(store.moduleViolations(7), std::uint64_t(3)); // accessor
     QCOMPARE(store.moduleViolations(1), std::uint64_t(3)); // owner
-    const session::ViolationGroup &late = store.violationGroups()[1];
+    const state::ViolationRow &late = store.violationGroups()[1];
     QCOMPARE(late.kind, ViolationKind::LateParameter);
     QVERIFY(QString::fromStdString(late.fix).contains(
         QStringLiteral("GatheredParameters(pos_conv.weight, modifier_rank=0)")));
@@ -134,7 +134,7 @@ void TestSessionStore::violationsGroupByKindAccessorParam()
 }
 
 // One author writes the words: a row made from live events says exactly what the engine
-// writes (core/violationtext), and keeps its words when the engine's state arrives, even one
+// writes (state/violationtext), and keeps its words when the engine's state arrives, even one
 // whose record says something else. Counts come per rank and are exported per rank.
 void TestSessionStore::aRowKeepsItsWordsWhenAStateLands()
 {
@@ -146,22 +146,22 @@ void TestSessionStore::aRowKeepsItsWordsWhenAStateLands()
     const std::string fix = store.violationGroups()[0].fix;
     const std::string message = store.violationGroups()[0].message;
 
-    core::ViolationSubject subject;
+    state::ViolationSubject subject;
     subject.kind = ViolationKind::UnregisteredAccess;
     subject.hasAccessor = true;
     subject.accessor = "lm_head";
     subject.param = "embed.weight";
     subject.owner = "embed";
     subject.status = ParamStatus::NotAvailable;
-    const core::ViolationText engineText =
-        core::describeViolation(subject, core::FixDialect::ShardScope);
+    const state::ViolationText engineText =
+        state::describeViolation(subject, state::FixDialect::ShardScope);
     QCOMPARE(fix, engineText.fix);
     QCOMPARE(message, engineText.message);
 
-    core::EngineState st = smallState();
+    state::EngineState st = smallState();
     st.step = 2;
     for (int rank : {0, 1}) {
-        core::ViolationRecord v;
+        state::ViolationRecord v;
         v.kind = ViolationKind::UnregisteredAccess;
         v.rank = rank;
         v.accessor = 7;
@@ -178,16 +178,16 @@ void TestSessionStore::aRowKeepsItsWordsWhenAStateLands()
     }
     store.applyState(st);
     QCOMPARE(store.violationGroups().size(), std::size_t(1));
-    const session::ViolationGroup &g = store.violationGroups()[0];
+    const state::ViolationRow &g = store.violationGroups()[0];
     QCOMPARE(g.fix, fix);
     QCOMPARE(g.message, message);
     QCOMPARE(g.count, std::uint64_t(3));
-    QCOMPARE(g.rankMask, std::uint64_t(0b11));
+    QCOMPARE(g.rankMask(), std::uint64_t(0b11));
 
     // The export keeps one record per rank, with that rank's count and the row's words.
     const wire::Snapshot snap = session::snapshotOf(store);
     QCOMPARE(snap.state.violations.size(), std::size_t(2));
-    for (const core::ViolationRecord &v : snap.state.violations) {
+    for (const state::ViolationRecord &v : snap.state.violations) {
         QCOMPARE(v.count, std::uint64_t(v.rank == 0 ? 2 : 1));
         QCOMPARE(v.lastStep, std::uint32_t(v.rank == 0 ? 2 : 1));
         QCOMPARE(v.fix, fix);
@@ -232,9 +232,9 @@ void TestSessionStore::reconnectContinuesHistoryWithoutDuplicates()
 
     // The connection drops; a new attach to the same run gets a newer state whose
     // violations already count the one above, then a history overlapping what we have.
-    core::EngineState st = smallState();
+    state::EngineState st = smallState();
     st.step = 3;
-    core::ViolationRecord v;
+    state::ViolationRecord v;
     v.kind = ViolationKind::UnregisteredAccess;
     v.accessor = 7;
     v.param = 0;
@@ -270,7 +270,7 @@ void TestSessionStore::differentRunStartsOver()
     store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(10, 0)}, false);
     QSignalSpy spy(&store, &session::SessionStore::updated);
     store.flush();
-    core::EngineState other = smallState(2);
+    state::EngineState other = smallState(2);
     other.modelName = "another";
     store.applyState(other);
     store.flush();
@@ -287,18 +287,18 @@ void TestSessionStore::applyStateReturnsTheStateItReplaced()
     session::SessionStore store;
     QVERIFY(store.applyState(smallState()).params.empty());
 
-    core::EngineState refreshed = smallState();
+    state::EngineState refreshed = smallState();
     refreshed.step = 7;
-    const core::EngineState first = store.applyState(std::move(refreshed)); // the same run
+    const state::EngineState first = store.applyState(std::move(refreshed)); // the same run
     QCOMPARE(first.step, std::uint32_t(1));
     QCOMPARE(first.params.size(), smallState().params.size());
     QCOMPARE(store.step(), std::uint32_t(7));
     QCOMPARE(store.paramName(0), QStringLiteral("embed.weight"));
     QCOMPARE(store.ownedParams(4).size(), std::size_t(2));
 
-    core::EngineState other = smallState(2);
+    state::EngineState other = smallState(2);
     other.modelName = "another";
-    const core::EngineState second = store.applyState(std::move(other)); // a different run
+    const state::EngineState second = store.applyState(std::move(other)); // a different run
     QCOMPARE(second.step, std::uint32_t(7));
     QCOMPARE(second.worldSize, 4);
     QCOMPARE(second.params.size(), smallState().params.size());
@@ -468,18 +468,18 @@ void TestSessionStore::externalRegisterChangesStructure()
 void TestSessionStore::namesOfRemovedParametersOutliveTheirState()
 {
     session::SessionStore store;
-    core::EngineState first = smallState();
+    state::EngineState first = smallState();
     QVERIFY(first.params.size() >= 2);
-    const core::ParamRecord removed = first.params.back();
+    const state::ParamRecord removed = first.params.back();
     store.applyState(std::move(first));
-    core::EngineState later = smallState();
+    state::EngineState later = smallState();
     later.step = 9;
     later.params.pop_back();
     store.applyState(std::move(later));
     QVERIFY(store.param(removed.id) == nullptr);
     QCOMPARE(store.paramName(removed.id), QString::fromStdString(removed.name));
     QCOMPARE(store.paramName(0), QString::fromStdString(smallState().params[0].name));
-    core::EngineState other = smallState();
+    state::EngineState other = smallState();
     other.modelName = "another run"; // names of another run are forgotten
     other.params.pop_back();
     store.applyState(std::move(other));
@@ -565,11 +565,11 @@ class DataLimit
 // 1.5 KB file took 8 GB: tables were sized by the largest id. Ids are names, not indexes.
 void TestSessionStore::hugeParameterIdsCostNoMemory()
 {
-    core::EngineState st = smallState(4);
+    state::EngineState st = smallState(4);
     st.params.resize(2);
     st.params[0].id = 500'000'000;
     st.params[1].id = 4'294'967'294u;
-    core::ViolationRecord v;
+    state::ViolationRecord v;
     v.kind = ViolationKind::UnregisteredAccess;
     v.accessor = 7;
     v.param = 4'294'967'294u;

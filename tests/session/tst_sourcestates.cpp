@@ -11,17 +11,17 @@ using namespace shardscope;
 namespace {
 
 // What the process running `rank` of a `world`-rank job sends: its rank's view.
-core::EngineState rankState(int rank, ParamStatus mine, std::uint64_t gathers, int world = 2)
+state::EngineState rankState(int rank, ParamStatus mine, std::uint64_t gathers, int world = 2)
 {
-    core::EngineState st;
+    state::EngineState st;
     st.modelName = "TinyLM";
     st.worldSize = world;
     st.backend = "gloo";
     st.step = 5;
     st.localRanks = {rank};
-    st.modules = {core::ModuleRecord{0, "", "TinyLM", kNoModule},
-                  core::ModuleRecord{1, "embed", "Embedding", 0}};
-    core::ParamRecord p;
+    st.modules = {state::ModuleRecord{0, "", "TinyLM", kNoModule},
+                  state::ModuleRecord{1, "embed", "Embedding", 0}};
+    state::ParamRecord p;
     p.id = 0;
     p.name = "embed.weight";
     p.owner = 1;
@@ -29,7 +29,7 @@ core::EngineState rankState(int rank, ParamStatus mine, std::uint64_t gathers, i
     p.status[static_cast<std::size_t>(rank)] = mine;
     p.gatherCount = gathers;
     st.params = {p};
-    core::ViolationRecord v;
+    state::ViolationRecord v;
     v.rank = rank;
     v.accessor = 1;
     v.param = 0;
@@ -56,14 +56,14 @@ class TestSourceStates : public QObject
         store.flush();
         QVERIFY(store.hasState());
         QCOMPARE(store.state().localRanks, (std::vector<int>{0, 1}));
-        const core::ParamRecord *p = store.param(0);
+        const state::ParamRecord *p = store.param(0);
         QVERIFY(p);
         QCOMPARE(p->status,
                  (std::vector<ParamStatus>{ParamStatus::Available, ParamStatus::Inflight}));
         QCOMPARE(p->gatherCount, std::uint64_t(5));
         // One violation row, seen on both ranks.
         QCOMPARE(store.violationGroups().size(), std::size_t(1));
-        QCOMPARE(store.violationGroups()[0].rankMask, std::uint64_t(3));
+        QCOMPARE(store.violationGroups()[0].rankMask(), std::uint64_t(3));
 
         // A newer state of rank 0's process replaces only its part.
         QCOMPARE(store.applySourceState(0, rankState(0, ParamStatus::NotAvailable, 4)), QString());
@@ -74,7 +74,7 @@ class TestSourceStates : public QObject
         QCOMPARE(p->gatherCount, std::uint64_t(7));
 
         // A process of another job is refused and changes nothing.
-        core::EngineState other = rankState(1, ParamStatus::Available, 9);
+        state::EngineState other = rankState(1, ParamStatus::Available, 9);
         other.worldSize = 4;
         const QString err = store.applySourceState(2, std::move(other), "tcp:elsewhere:1");
         QVERIFY2(err.contains(QStringLiteral("not one job")), qPrintable(err));
@@ -103,20 +103,20 @@ class TestSourceStates : public QObject
 
         // Rank 1's process is killed at step 5; the others go on and send newer states.
         for (int r : {0, 2}) {
-            core::EngineState later = rankState(r, ParamStatus::Available, 4, 3);
+            state::EngineState later = rankState(r, ParamStatus::Available, 4, 3);
             later.step = 6;
             QCOMPARE(store.applySourceState(r, std::move(later)), QString());
         }
         store.mergeSources();
         QCOMPARE(store.step(), std::uint32_t(6));
         QCOMPARE(store.state().localRanks, (std::vector<int>{0, 1, 2}));
-        const core::ParamRecord *p = store.param(0);
+        const state::ParamRecord *p = store.param(0);
         QVERIFY(p);
         QCOMPARE(p->status, (std::vector<ParamStatus>{ParamStatus::Available, ParamStatus::Inflight,
                                                       ParamStatus::Available}));
         QCOMPARE(p->gatherCount, std::uint64_t(9));
         QCOMPARE(store.violationGroups().size(), std::size_t(1));
-        QCOMPARE(store.violationGroups()[0].rankMask, std::uint64_t(7));
+        QCOMPARE(store.violationGroups()[0].rankMask(), std::uint64_t(7));
     }
 };
 

@@ -17,7 +17,7 @@ namespace shardscope::test {
 class FakeEngine : public QObject
 {
   public:
-    core::EngineState state;
+    state::EngineState state;
     std::vector<telemetry::Event> history;
     std::string token;
     bool sendGarbage = false;

@@ -13,7 +13,7 @@
 namespace shardscope::test {
 
 // Every field of two engine states: config, modules, parameters, externals, violations.
-inline void compareStates(const core::EngineState &a, const core::EngineState &b)
+inline void compareStates(const state::EngineState &a, const state::EngineState &b)
 {
     QCOMPARE(a.modelName, b.modelName);
     QCOMPARE(a.fixDialect, b.fixDialect);
@@ -34,7 +34,7 @@ inline void compareStates(const core::EngineState &a, const core::EngineState &b
     }
     QCOMPARE(a.params.size(), b.params.size());
     for (std::size_t i = 0; i < a.params.size(); ++i) {
-        const core::ParamRecord &p = a.params[i], &q = b.params[i];
+        const state::ParamRecord &p = a.params[i], &q = b.params[i];
         QCOMPARE(p.id, q.id);
         QCOMPARE(p.name, q.name);
         QCOMPARE(p.owner, q.owner);
@@ -61,7 +61,7 @@ inline void compareStates(const core::EngineState &a, const core::EngineState &b
     }
     QCOMPARE(a.violations.size(), b.violations.size());
     for (std::size_t i = 0; i < a.violations.size(); ++i) {
-        const core::ViolationRecord &v = a.violations[i], &w = b.violations[i];
+        const state::ViolationRecord &v = a.violations[i], &w = b.violations[i];
         QCOMPARE(v.kind, w.kind);
         QCOMPARE(v.step, w.step);
         QCOMPARE(v.lastStep, w.lastStep);

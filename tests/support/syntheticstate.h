@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/state.h"
+#include "state/state.h"
 #include "telemetry/eventfields.h"
 #include "testevents.h"
 
@@ -14,9 +14,9 @@ namespace shardscope::test {
 // root, embed, blocks.{0,1}.fc, lm_head, pos_conv; embed.weight tied into lm_head.
 // Params: 0 embed.weight, 1 blocks.0.fc.weight, 2 blocks.0.fc.bias, 3 blocks.1.fc.weight,
 // 4 blocks.1.fc.bias, 5 lm_head.bias, 6 pos_conv.weight_g (late), 7 pos_conv.weight_v (late).
-inline core::EngineState smallState(int world = 4)
+inline state::EngineState smallState(int world = 4)
 {
-    core::EngineState st;
+    state::EngineState st;
     st.modelName = "tiny-lm";
     st.worldSize = world;
     st.backend = "cpu";
@@ -24,7 +24,7 @@ inline core::EngineState smallState(int world = 4)
     for (int r = 0; r < world; ++r)
         st.localRanks.push_back(r);
     auto mod = [&](const std::string &path, const std::string &type, ModuleId parent) {
-        core::ModuleRecord m;
+        state::ModuleRecord m;
         m.id = static_cast<ModuleId>(st.modules.size());
         m.path = path;
         m.type = type;
@@ -42,7 +42,7 @@ inline core::EngineState smallState(int world = 4)
     const ModuleId head = mod("lm_head", "TiedHead", root);
     const ModuleId conv = mod("pos_conv", "WeightNormConv1d", root);
     auto param = [&](const std::string &name, ModuleId owner, Shape shape, bool late = false) {
-        core::ParamRecord p;
+        state::ParamRecord p;
         p.id = static_cast<ParamId>(st.params.size());
         p.name = name;
         p.owner = owner;
@@ -73,20 +73,20 @@ inline core::EngineState smallState(int world = 4)
 }
 
 // modules * paramsPerModule parameters, under root -> group.G -> layer.L.
-inline core::EngineState largeState(int modules, int paramsPerModule, int world = 8)
+inline state::EngineState largeState(int modules, int paramsPerModule, int world = 8)
 {
-    core::EngineState st;
+    state::EngineState st;
     st.modelName = "large";
     st.worldSize = world;
     st.backend = "cpu";
-    core::ModuleRecord root;
+    state::ModuleRecord root;
     root.id = 0;
     root.type = "Root";
     st.modules.push_back(root);
     ModuleId group = 0;
     for (int m = 0; m < modules; ++m) {
         if (m % 100 == 0) {
-            core::ModuleRecord g;
+            state::ModuleRecord g;
             g.id = static_cast<ModuleId>(st.modules.size());
             g.path = "group" + std::to_string(m / 100);
             g.type = "Group";
@@ -94,14 +94,14 @@ inline core::EngineState largeState(int modules, int paramsPerModule, int world 
             st.modules.push_back(g);
             group = g.id;
         }
-        core::ModuleRecord l;
+        state::ModuleRecord l;
         l.id = static_cast<ModuleId>(st.modules.size());
         l.path = st.modules[group].path + ".layer" + std::to_string(m);
         l.type = "Linear";
         l.parent = group;
         st.modules.push_back(l);
         for (int p = 0; p < paramsPerModule; ++p) {
-            core::ParamRecord r;
+            state::ParamRecord r;
             r.id = static_cast<ParamId>(st.params.size());
             r.name = l.path + ".w" + std::to_string(p);
             r.owner = l.id;

@@ -144,13 +144,13 @@ void TestMemoryPlot::otherEventsAndBadRanksAreIgnored()
 
 void TestMemoryPlot::limitIsMaxLiveParametersTimesElementSize()
 {
-    core::EngineState state;
+    state::EngineState state;
     state.worldSize = 4;
     state.config.maxLiveParameters = 3000;
-    core::ParamRecord big;
+    state::ParamRecord big;
     big.numel = 1000;
     big.dtype = DType::BF16;
-    core::ParamRecord small;
+    state::ParamRecord small;
     small.id = 1;
     small.numel = 10;
     small.dtype = DType::F32;

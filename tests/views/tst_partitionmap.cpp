@@ -4,7 +4,7 @@
 #include <QImage>
 #include <QTest>
 
-#include "core/partition.h"
+#include "state/partition.h"
 #include "views/partitionmap.h"
 
 using namespace shardscope;
@@ -13,11 +13,11 @@ using shardscope::views::ShardRect;
 
 namespace {
 
-core::ParamRecord makeParam(ParamId id, const std::string &name, ModuleId owner, std::int64_t numel,
+state::ParamRecord makeParam(ParamId id, const std::string &name, ModuleId owner, std::int64_t numel,
                             int world, std::vector<ParamStatus> status = {})
 {
-    const core::PartitionLayout l = core::PartitionLayout::make(numel, world);
-    core::ParamRecord p;
+    const state::PartitionLayout l = state::PartitionLayout::make(numel, world);
+    state::ParamRecord p;
     p.id = id;
     p.name = name;
     p.owner = owner;
@@ -30,12 +30,12 @@ core::ParamRecord makeParam(ParamId id, const std::string &name, ModuleId owner,
     return p;
 }
 
-core::EngineState makeState(int world, std::vector<core::ParamRecord> params)
+state::EngineState makeState(int world, std::vector<state::ParamRecord> params)
 {
-    core::EngineState s;
+    state::EngineState s;
     s.worldSize = world;
-    s.modules = {core::ModuleRecord{0, "", "Model", kNoModule},
-                 core::ModuleRecord{1, "fc", "Linear", 0}};
+    s.modules = {state::ModuleRecord{0, "", "Model", kNoModule},
+                 state::ModuleRecord{1, "fc", "Linear", 0}};
     s.params = std::move(params);
     return s;
 }
@@ -208,7 +208,7 @@ void TestPartitionMap::moduleStacksItsParameters()
 
 void TestPartitionMap::persistentParameterIsWholeOnEveryRank()
 {
-    core::ParamRecord p = makeParam(5, "norm.weight", 1, 10, 4);
+    state::ParamRecord p = makeParam(5, "norm.weight", 1, 10, 4);
     p.persistent = true;
     p.partitioned = false;
     p.paddedNumel = 10;
@@ -229,7 +229,7 @@ void TestPartitionMap::persistentParameterIsWholeOnEveryRank()
 
 void TestPartitionMap::inconsistentRecordIsRedrawnFromThePartitionMath()
 {
-    core::ParamRecord p = makeParam(4, "broken", 1, 10, 4, {ParamStatus::Available});
+    state::ParamRecord p = makeParam(4, "broken", 1, 10, 4, {ParamStatus::Available});
     p.paddedNumel = 5;
     p.partitionNumel = 7;
     PartitionMap map;
@@ -279,7 +279,7 @@ void TestPartitionMap::recordsGivenDirectlyAreShownAsIs()
 
 void TestPartitionMap::largeModuleShowsWhatFitsAndCountsTheRest()
 {
-    std::vector<core::ParamRecord> params;
+    std::vector<state::ParamRecord> params;
     for (ParamId i = 0; i < 40; ++i)
         params.push_back(makeParam(i, "layers." + std::to_string(i) + ".weight", 1, 1000 + i, 64));
     PartitionMap map;

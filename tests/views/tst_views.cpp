@@ -134,11 +134,11 @@ void TestViews::detailBoundsLongRegistrationLists()
 {
     constexpr std::size_t kExtra = 100'000;
     session::SessionStore store;
-    core::EngineState st = smallState(4);
+    state::EngineState st = smallState(4);
     for (std::size_t i = 0; i < kExtra; ++i) {
         const auto id = static_cast<ModuleId>(st.modules.size());
         st.modules.push_back({id, "x." + std::to_string(i), "Linear", 0});
-        st.params[0].externals.push_back(core::ExternalRecord{id, false});
+        st.params[0].externals.push_back(state::ExternalRecord{id, false});
         st.params[0].activeModules.push_back(id);
     }
     store.applyState(st);
@@ -159,8 +159,8 @@ void TestViews::detailBoundsLongRegistrationLists()
 void TestViews::detailShowsShardsAndCopiesFix()
 {
     session::SessionStore store;
-    core::EngineState st = smallState(4);
-    st.params[0].externals.push_back(core::ExternalRecord{7, true});
+    state::EngineState st = smallState(4);
+    st.params[0].externals.push_back(state::ExternalRecord{7, true});
     store.applyState(st);
     store.appendEvents(
         std::vector<telemetry::Event>{
@@ -281,9 +281,9 @@ void TestViews::attachDialogShowsWholeNames()
 void TestViews::detailFitsItsPanel()
 {
     session::SessionStore store;
-    core::EngineState st = smallState(4);
+    state::EngineState st = smallState(4);
     st.params[0].gatherNs = 43'524'620'000;
-    core::ViolationRecord v;
+    state::ViolationRecord v;
     v.kind = ViolationKind::UnregisteredAccess;
     v.accessor = 7;
     v.param = 0;

@@ -2,7 +2,7 @@
 // A snapshot that uses every field of the schema and one event of every type, for the
 // codec round trips and as the seed of the robustness tests.
 
-#include "core/state.h"
+#include "state/state.h"
 #include "telemetry/event.h"
 #include "wire/messages.h"
 #include "wire/snapshot.h"
@@ -42,7 +42,7 @@ inline wire::Snapshot sampleSnapshot()
     s.meta.pid = 4242;
     s.meta.createdUnixMs = 1764470000123ull;
     s.meta.endpoint = "tcp:127.0.0.1:5000";
-    core::EngineState &st = s.state;
+    state::EngineState &st = s.state;
     st.modelName = "tied-lm \xC3\xA9"; // UTF-8 survives
     st.worldSize = 2;
     st.backend = "cpu";
@@ -53,7 +53,7 @@ inline wire::Snapshot sampleSnapshot()
                   {1, "embed", "Embedding", 0},
                   {2, "lm_head", "Linear", 0},
                   {3, "conv", "Conv1d", 0}};
-    core::ParamRecord w;
+    state::ParamRecord w;
     w.id = 0;
     w.name = "embed.weight";
     w.owner = 1;
@@ -70,7 +70,7 @@ inline wire::Snapshot sampleSnapshot()
     w.gatherBytes = 1440;
     w.gatherNs = 99999;
     w.lastGatherTsNs = 123456789012345ull;
-    core::ParamRecord b;
+    state::ParamRecord b;
     b.id = 2; // id 1 was removed
     b.name = "conv.weight_g";
     b.owner = 3;
@@ -83,7 +83,7 @@ inline wire::Snapshot sampleSnapshot()
     b.late = true;
     b.status = {ParamStatus::NotAvailable, ParamStatus::NotAvailable};
     st.params = {w, b};
-    core::ViolationRecord v;
+    state::ViolationRecord v;
     v.kind = ViolationKind::UnregisteredAccess;
     v.step = 1;
     v.lastStep = 3;
@@ -98,7 +98,7 @@ inline wire::Snapshot sampleSnapshot()
     v.tsNs = 5555;
     v.fix = "register_external_parameter(lm_head, embed.weight)";
     v.message = "module `lm_head` read `embed.weight` owned by `embed`";
-    core::ViolationRecord late = v;
+    state::ViolationRecord late = v;
     late.kind = ViolationKind::LateParameter;
     late.accessor = kNoModule;
     late.param = 1; // removed parameter: absent from params, its name kept by the engine
@@ -106,13 +106,13 @@ inline wire::Snapshot sampleSnapshot()
     late.owner = 3;
     late.action = GuardAction::Recorded;
     late.fix.clear();
-    core::ViolationRecord trace = v;
+    state::ViolationRecord trace = v;
     trace.kind = ViolationKind::TraceInvalidated;
     trace.param = kNoParam;
     trace.paramName.clear();
     trace.status = ParamStatus::Available;
     trace.action = GuardAction::Raised;
-    core::ViolationRecord gw = v;
+    state::ViolationRecord gw = v;
     gw.kind = ViolationKind::GatheredWriteWithoutModifier;
     gw.action = GuardAction::AutoRegistered;
     st.violations = {v, late, trace, gw};

@@ -15,15 +15,15 @@ wire::Snapshot part(int rank)
     wire::Snapshot s;
     s.meta.pid = 100 + rank;
     s.meta.endpoint = "unix:/r" + std::to_string(rank);
-    core::EngineState &st = s.state;
+    state::EngineState &st = s.state;
     st.modelName = "TinyLM";
     st.worldSize = 2;
     st.step = static_cast<std::uint32_t>(3 + rank);
     st.localRanks = {rank};
-    st.modules = {core::ModuleRecord{0, "", "TinyLM", kNoModule},
-                  core::ModuleRecord{1, "embed", "Embedding", 0},
-                  core::ModuleRecord{2, "lm_head", "Head", 0}};
-    core::ParamRecord p;
+    st.modules = {state::ModuleRecord{0, "", "TinyLM", kNoModule},
+                  state::ModuleRecord{1, "embed", "Embedding", 0},
+                  state::ModuleRecord{2, "lm_head", "Head", 0}};
+    state::ParamRecord p;
     p.id = 0;
     p.name = "embed.weight";
     p.owner = 1;
@@ -32,9 +32,9 @@ wire::Snapshot part(int rank)
         rank == 0 ? ParamStatus::Available : ParamStatus::Inflight;
     p.gatherCount = 2;
     p.gatherBytes = 100;
-    p.externals = {core::ExternalRecord{2, true}};
+    p.externals = {state::ExternalRecord{2, true}};
     st.params = {p};
-    core::ViolationRecord v;
+    state::ViolationRecord v;
     v.rank = rank;
     v.accessor = 2;
     v.param = 0;
@@ -56,7 +56,7 @@ class TestJobMerge : public QObject
     {
         auto merged = wire::mergeJobSnapshots({part(0), part(1)}, "j");
         QVERIFY2(merged, merged ? "" : merged.error().c_str());
-        const core::EngineState &st = merged->state;
+        const state::EngineState &st = merged->state;
         QCOMPARE(st.localRanks, (std::vector<int>{0, 1}));
         QCOMPARE(st.params[0].status,
                  (std::vector<ParamStatus>{ParamStatus::Available, ParamStatus::Inflight}));
@@ -76,19 +76,19 @@ class TestJobMerge : public QObject
     {
         wire::Snapshot a = part(0);
         wire::Snapshot b = part(1);
-        core::ParamRecord extra = b.state.params[0];
+        state::ParamRecord extra = b.state.params[0];
         extra.id = 7;
         extra.name = "lm_head.weight";
         extra.owner = 2;
         extra.gatherCount = 5;
-        core::ParamRecord stray = extra;
+        state::ParamRecord stray = extra;
         stray.id = 8;
         stray.owner = 40; // no such module in part 0's tree
         b.state.params = {extra, stray};
-        core::ParamRecord mid = a.state.params[0];
+        state::ParamRecord mid = a.state.params[0];
         mid.id = 9;
         a.state.params.push_back(mid);
-        const core::EngineState *parts[] = {&a.state, &b.state};
+        const state::EngineState *parts[] = {&a.state, &b.state};
         const std::string names[] = {"a", "b"};
         auto merged = wire::mergeJobStates(parts, names);
         QVERIFY2(merged, merged ? "" : merged.error().c_str());

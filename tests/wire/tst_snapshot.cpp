@@ -233,7 +233,7 @@ void TestSnapshot::statusIsOneLetterPerRank()
     const std::vector<ParamStatus> cycle = {ParamStatus::NotAvailable, ParamStatus::Inflight,
                                             ParamStatus::Available};
     std::string expected;
-    for (core::ParamRecord &p : s.state.params) {
+    for (state::ParamRecord &p : s.state.params) {
         p.status.clear();
         for (int r = 0; r < 64; ++r)
             p.status.push_back(cycle[static_cast<std::size_t>(r * (p.id + 1)) % 3]);
@@ -617,7 +617,7 @@ void TestSnapshot::repeatedRegistrationsAreReadOnce()
 
     const auto snap = decodeSnapshot(text);
     QVERIFY2(snap.ok(), snap.ok() ? "" : snap.error().c_str());
-    const core::ParamRecord &p = snap->state.params[0];
+    const state::ParamRecord &p = snap->state.params[0];
     QCOMPARE(p.externals.size(), std::size_t(1));
     QCOMPARE(p.externals[0].module, ModuleId(1)); // embed
     QVERIFY(p.externals[0].automatic);
@@ -636,7 +636,7 @@ void TestSnapshot::longRegistrationListsDecodeInLinearTime()
     s.state.modules.reserve(kModules);
     for (std::uint32_t i = 1; i < kModules; ++i)
         s.state.modules.push_back({i, "m" + std::to_string(i), "Linear", 0});
-    core::ParamRecord &p = s.state.params[0];
+    state::ParamRecord &p = s.state.params[0];
     p.owner = 1;
     p.externals.clear();
     p.activeModules.clear();
@@ -647,7 +647,7 @@ void TestSnapshot::longRegistrationListsDecodeInLinearTime()
     s.state.params.resize(1);
     const auto back = decodeSnapshot(encodeSnapshot(s));
     QVERIFY2(back.ok(), back.ok() ? "" : back.error().c_str());
-    const core::ParamRecord &q = back->state.params[0];
+    const state::ParamRecord &q = back->state.params[0];
     QCOMPARE(q.externals.size(), std::size_t(kModules - 1));
     for (std::uint32_t i = 1; i < kModules; ++i) {
         QCOMPARE(q.externals[i - 1].module, i);

@@ -168,7 +168,7 @@ void TestStateBinary::everyFieldOfTheSampleRoundTrips()
     s.state.params[1].replaces = "conv.weight";
     s.state.fixDialect = "deepspeed";
     s.state.worldSize = 5; // a status row with unused bits
-    for (core::ParamRecord &p : s.state.params)
+    for (state::ParamRecord &p : s.state.params)
         p.status = {ParamStatus::Available, ParamStatus::Inflight, ParamStatus::NotAvailable,
                     ParamStatus::Available, ParamStatus::Inflight};
     const std::string bytes = encodeBinaryState(s);
@@ -197,13 +197,13 @@ void TestStateBinary::binaryAndJsonDecodeAliveEngineAlike()
     snap.meta.createdUnixMs = unixTimeMs();
     snap.meta.endpoint = "tcp:127.0.0.1:4000";
     snap.droppedEvents = 3;
-    const core::EngineState &st = snap.state;
+    const state::EngineState &st = snap.state;
     // What the comparison below must cover, or it proves little.
     bool available = false, active = false, automatic = false, manual = false, replaces = false;
-    for (const core::ParamRecord &p : st.params) {
+    for (const state::ParamRecord &p : st.params) {
         available = available || std::count(p.status.begin(), p.status.end(), ParamStatus::Available) > 0;
         active = active || !p.activeModules.empty();
-        for (const core::ExternalRecord &x : p.externals)
+        for (const state::ExternalRecord &x : p.externals)
             (x.automatic ? automatic : manual) = true;
         replaces = replaces || !p.replaces.empty();
     }
@@ -340,7 +340,7 @@ void TestStateBinary::referencesCannotMultiplyTheMemory()
     const std::string bytes = encodeBinaryState(s);
     QVERIFY(bytes.size() < (1u << 20));
     expectError(bytes, "add up to more than 16 times the payload's size");
-    for (core::ModuleRecord &m : s.state.modules)
+    for (state::ModuleRecord &m : s.state.modules)
         m.type = "Linear";
     QVERIFY(decodeBinaryState(encodeBinaryState(s)).ok());
 }
@@ -384,7 +384,7 @@ void TestStateBinary::theEnginesColumnsAreWhatItsQueriesSay()
     for (int world : {4, 5}) {
         LiveEngine live(world);
         core::Engine &e = *live.engine;
-        core::StateColumns columns;
+        state::StateColumns columns;
         Snapshot snap;
         struct Expected
         {
@@ -429,17 +429,17 @@ void TestStateBinary::theEnginesColumnsAreWhatItsQueriesSay()
 
         auto back = decodeBinaryState(bytes);
         QVERIFY2(back.ok(), back.error().c_str());
-        const core::EngineState &st = back->state;
+        const state::EngineState &st = back->state;
         QCOMPARE(st.params.size(), expected.size());
         bool anyActive = false, anyExternal = false, anyAvailable = false;
         for (std::size_t i = 0; i < expected.size(); ++i) {
-            const core::ParamRecord &p = st.params[i];
+            const state::ParamRecord &p = st.params[i];
             QCOMPARE(p.id, expected[i].id);
             QCOMPARE(p.name, expected[i].name);
             QCOMPARE(p.status, expected[i].status);
             QCOMPARE(p.activeModules, expected[i].active);
             std::vector<ModuleId> ext;
-            for (const core::ExternalRecord &x : p.externals)
+            for (const state::ExternalRecord &x : p.externals)
                 ext.push_back(x.module);
             std::sort(ext.begin(), ext.end());
             QCOMPARE(ext, expected[i].externals);
@@ -462,7 +462,7 @@ void TestStateBinary::columnsAreRefilledInPlace()
 {
     LiveEngine live(4);
     core::Engine &e = *live.engine;
-    core::StateColumns reused;
+    state::StateColumns reused;
     e.stateColumns(reused);
     const std::size_t before = reused.paramCount();
     const ModuleId extra = e.addModule(e.root(), "drop", "Dropout");
@@ -476,7 +476,7 @@ void TestStateBinary::columnsAreRefilledInPlace()
     e.registerExternalParameter(live.lmHead, live.embedW);
     e.stateColumns(reused);
     QCOMPARE(reused.paramCount(), before - 1);
-    core::StateColumns fresh;
+    state::StateColumns fresh;
     e.stateColumns(fresh);
     const SnapshotMeta meta{"tst_statebinary", 1, 2, "tcp:127.0.0.1:1"};
     QVERIFY(encodeBinaryState(reused, meta, 0) == encodeBinaryState(fresh, meta, 0));
@@ -485,7 +485,7 @@ void TestStateBinary::columnsAreRefilledInPlace()
     QCOMPARE(back->state.modules.back().type, std::string("Dropout"));
     QCOMPARE(back->state.modules[live.lmHead].type, std::string("Linear"));
     QCOMPARE(back->state.params.back().name, std::string("drop.scale"));
-    const core::ParamRecord &embed = back->state.params.front();
+    const state::ParamRecord &embed = back->state.params.front();
     QCOMPARE(embed.name, std::string("embed.weight"));
     QCOMPARE(embed.externals.size(), std::size_t(2));
     QCOMPARE(embed.externals[0].module, live.lmHead);
@@ -507,14 +507,14 @@ void TestStateBinary::anEngineBeforePartitionHoldsEverything()
     const ModuleId fc = e.addModule(e.root(), "fc", "Linear");
     e.addParameter(fc, "weight", {40, 40}, DType::F32, nullptr);
     e.addParameter(fc, "bias", {40}, DType::F32, nullptr);
-    core::StateColumns c;
+    state::StateColumns c;
     e.stateColumns(c);
     QCOMPARE(c.statusRows, (std::vector<std::uint8_t>{0xAA, 0x02, 0xAA, 0x02}));
     e.partition();
     e.stateColumns(c);
     auto back = decodeBinaryState(encodeBinaryState(c, {}, 0));
     QVERIFY2(back.ok(), back.error().c_str());
-    for (const core::ParamRecord &p : back->state.params)
+    for (const state::ParamRecord &p : back->state.params)
         for (int r = 0; r < 5; ++r)
             QCOMPARE(p.status[static_cast<std::size_t>(r)], e.status(r, p.id));
 }
@@ -525,30 +525,30 @@ void TestStateBinary::columnsAndStatesConvertWithoutLoss()
     s.state.worldSize = 5;
     s.state.params[0].name = "embed.\xFF" "weight"; // raw bytes stay raw in the columns
     s.state.params[1].replaces = "conv.weight";
-    for (core::ParamRecord &p : s.state.params)
+    for (state::ParamRecord &p : s.state.params)
         p.status = {ParamStatus::Inflight, ParamStatus::Available, ParamStatus::NotAvailable,
                     ParamStatus::Available, ParamStatus::Inflight};
-    core::StateColumns c;
-    core::columnsOf(s.state, c);
+    state::StateColumns c;
+    state::columnsOf(s.state, c);
     QVERIFY2(c.checkConsistent().empty(), c.checkConsistent().c_str());
-    test::compareStates(core::stateOf(c), s.state);
+    test::compareStates(state::stateOf(c), s.state);
     // Into columns that held something else before.
-    core::StateColumns other;
-    core::columnsOf(test::sampleSnapshot().state, other);
-    core::columnsOf(s.state, other);
-    test::compareStates(core::stateOf(other), s.state);
+    state::StateColumns other;
+    state::columnsOf(test::sampleSnapshot().state, other);
+    state::columnsOf(s.state, other);
+    test::compareStates(state::stateOf(other), s.state);
 }
 
 void TestStateBinary::columnsThatDisagreeAreRefused()
 {
-    core::StateColumns c;
-    core::columnsOf(test::sampleSnapshot().state, c);
+    state::StateColumns c;
+    state::columnsOf(test::sampleSnapshot().state, c);
     c.numel.pop_back();
     QCOMPARE(c.checkConsistent(),
              "numel has " + std::to_string(c.paramCount() - 1) + " entries, expected " +
                  std::to_string(c.paramCount()));
     QVERIFY_THROWS_EXCEPTION(std::invalid_argument, encodeBinaryState(c, {}, 0));
-    core::columnsOf(test::sampleSnapshot().state, c);
+    state::columnsOf(test::sampleSnapshot().state, c);
     c.activeModule.push_back(0);
     QVERIFY(c.checkConsistent().starts_with("activeModule has "));
 }

@@ -8,7 +8,7 @@
 #include <unordered_map>
 
 #include "base/hugepages.h"
-#include "core/partition.h"
+#include "state/partition.h"
 #include "session/labels.h"
 
 namespace shardscope::models {
@@ -146,7 +146,7 @@ void ModuleTreeModel::rebuild()
 
 void ModuleTreeModel::buildStructure()
 {
-    const core::EngineState &st = m_store->state();
+    const state::EngineState &st = m_store->state();
     m_nodes.clear();
     m_top.clear();
     m_topFetched = 0;
@@ -168,7 +168,7 @@ void ModuleTreeModel::buildStructure()
     };
 
     std::vector<std::pair<ModuleId, std::int32_t>> stack;
-    for (const core::ModuleRecord &m : st.modules) {
+    for (const state::ModuleRecord &m : st.modules) {
         if (m.parent == kNoModule || m.parent >= st.modules.size()) stack.emplace_back(m.id, -1);
     }
     std::reverse(stack.begin(), stack.end());
@@ -186,13 +186,13 @@ void ModuleTreeModel::buildStructure()
             stack.emplace_back(*it, n);
         // Child modules are built after this loop iteration; params and externals now.
         for (ParamId pid : m_store->ownedParams(mid)) {
-            const core::ParamRecord *p = m_store->param(pid);
+            const state::ParamRecord *p = m_store->param(pid);
             if (!p) continue;
             m_paramNode[static_cast<std::size_t>(m_store->paramSlot(pid))] =
                 newNode(ParamNode, pid, n, false);
             m_moduleNumel[mid] += p->numel;
         }
-        for (const core::ExternalRecord &e : m_store->externalsOn(mid)) {
+        for (const state::ExternalRecord &e : m_store->externalsOn(mid)) {
             if (const std::int32_t slot = m_store->paramSlot(e.module); slot >= 0)
                 m_extNodes[static_cast<std::size_t>(slot)].push_back(
                     newNode(ExternalNode, e.module, n, e.automatic));
@@ -224,7 +224,7 @@ void ModuleTreeModel::buildStructure()
     }
     m_allTop = m_top;
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
-        const core::ModuleRecord *m = m_store->module(*it);
+        const state::ModuleRecord *m = m_store->module(*it);
         if (m && m->parent < m_moduleNumel.size() && m->parent != m->id)
             m_moduleNumel[m->parent] += m_moduleNumel[*it];
     }
@@ -244,8 +244,8 @@ void ModuleTreeModel::foldNames()
         const Node &node = m_nodes[i];
         const std::string *name = nullptr;
         if (node.kind == ModuleNode) {
-            if (const core::ModuleRecord *m = m_store->module(node.id)) name = &m->path;
-        } else if (const core::ParamRecord *p = m_store->param(node.id)) {
+            if (const state::ModuleRecord *m = m_store->module(node.id)) name = &m->path;
+        } else if (const state::ParamRecord *p = m_store->param(node.id)) {
             name = &p->name;
         }
         if (name) appendFolded(m_folded, *name);
@@ -407,11 +407,11 @@ QVariant ModuleTreeModel::sortValue(const Node &node, int column) const
     case Numel:
         if (node.kind == ModuleNode)
             return qint64(node.id < m_moduleNumel.size() ? m_moduleNumel[node.id] : 0);
-        if (const core::ParamRecord *p = m_store->param(node.id)) return qint64(p->numel);
+        if (const state::ParamRecord *p = m_store->param(node.id)) return qint64(p->numel);
         return qint64(0);
     case Gathers:
         if (node.kind == ModuleNode) return qint64(0);
-        if (const core::ParamRecord *p = m_store->param(node.id)) return qint64(p->gatherCount);
+        if (const state::ParamRecord *p = m_store->param(node.id)) return qint64(p->gatherCount);
         return qint64(0);
     case Violations:
         return qint64(node.kind == ModuleNode ? m_store->moduleViolations(node.id)
@@ -424,7 +424,7 @@ QVariant ModuleTreeModel::sortValue(const Node &node, int column) const
 QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
 {
     if (node.kind == ModuleNode) {
-        const core::ModuleRecord *m = m_store->module(node.id);
+        const state::ModuleRecord *m = m_store->module(node.id);
         if (!m) return {};
         switch (column) {
         case Name:
@@ -443,7 +443,7 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
             if (owned.empty()) return {};
             int gathered = 0;
             for (ParamId pid : owned) {
-                const core::ParamRecord *p = m_store->param(pid);
+                const state::ParamRecord *p = m_store->param(pid);
                 if (p && std::any_of(p->status.begin(), p->status.end(),
                                      [](ParamStatus s) { return s != ParamStatus::NotAvailable; }))
                     ++gathered;
@@ -463,7 +463,7 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
             return {};
         }
     }
-    const core::ParamRecord *p = m_store->param(node.id);
+    const state::ParamRecord *p = m_store->param(node.id);
     if (!p) return {};
     switch (column) {
     case Name: {
@@ -471,7 +471,7 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
         if (node.kind == ExternalNode) {
             name = QString::fromStdString(p->name);
         } else {
-            const core::ModuleRecord *owner = m_store->module(p->owner);
+            const state::ModuleRecord *owner = m_store->module(p->owner);
             name = owner && !owner->path.empty() && p->name.rfind(owner->path + ".", 0) == 0
                        ? QString::fromStdString(p->name.substr(owner->path.size() + 1))
                        : QString::fromStdString(p->name);
@@ -504,7 +504,7 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
                            : QStringLiteral("not partitioned");
     {
         // The producer's layout (DeepSpeed's own numbers for its runs), read as partition.h does.
-        const core::PartitionLayout layout{.numel = p->numel,
+        const state::PartitionLayout layout{.numel = p->numel,
                                            .worldSize = std::max<int>(1, int(p->status.size())),
                                            .paddedNumel = p->paddedNumel,
                                            .partitionNumel = p->partitionNumel};
@@ -514,7 +514,7 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
     }
     case RegisteredOn: {
         QStringList mods;
-        for (const core::ExternalRecord &e : p->externals)
+        for (const state::ExternalRecord &e : p->externals)
             mods << m_store->modulePath(e.module) +
                         (e.automatic ? QStringLiteral(" (auto)") : QString());
         return mods.join(QStringLiteral(", "));
@@ -533,7 +533,7 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
 QString ModuleTreeModel::tooltip(const Node &node) const
 {
     if (node.kind == ModuleNode) {
-        const core::ModuleRecord *m = m_store->module(node.id);
+        const state::ModuleRecord *m = m_store->module(node.id);
         if (!m) return {};
         QString tip = QStringLiteral("%1 (%2)").arg(m_store->modulePath(node.id),
                                                     QString::fromStdString(m->type));
@@ -541,7 +541,7 @@ QString ModuleTreeModel::tooltip(const Node &node) const
             tip += QStringLiteral("\n%1 violation(s) as accessor or owner").arg(v);
         return tip;
     }
-    const core::ParamRecord *p = m_store->param(node.id);
+    const state::ParamRecord *p = m_store->param(node.id);
     if (!p) return {};
     QStringList lines;
     lines << QString::fromStdString(p->name);
@@ -591,7 +591,7 @@ QVariant ModuleTreeModel::data(const QModelIndex &index, int role) const
     case ModuleIdRole:
         if (node.kind == ModuleNode) return node.id;
         if (node.kind == ExternalNode) return m_nodes[static_cast<std::size_t>(node.parent)].id;
-        if (const core::ParamRecord *p = m_store->param(node.id)) return p->owner;
+        if (const state::ParamRecord *p = m_store->param(node.id)) return p->owner;
         return {};
     case SortRole:
         return sortValue(node, index.column());

@@ -23,7 +23,7 @@ int ViolationsModel::columnCount(const QModelIndex &parent) const
     return parent.isValid() ? 0 : ColumnCount;
 }
 
-const session::ViolationGroup *ViolationsModel::group(int row) const
+const state::ViolationRow *ViolationsModel::group(int row) const
 {
     const auto &groups = m_store->violationGroups();
     return row >= 0 && row < m_rows && static_cast<std::size_t>(row) < groups.size()
@@ -31,7 +31,7 @@ const session::ViolationGroup *ViolationsModel::group(int row) const
                : nullptr;
 }
 
-QVariant ViolationsModel::displayValue(const session::ViolationGroup &g, int column) const
+QVariant ViolationsModel::displayValue(const state::ViolationRow &g, int column) const
 {
     switch (column) {
     case Time: {
@@ -45,7 +45,7 @@ QVariant ViolationsModel::displayValue(const session::ViolationGroup &g, int col
         return g.firstStep == g.lastStep ? QString::number(g.firstStep)
                                          : QStringLiteral("%1-%2").arg(g.firstStep).arg(g.lastStep);
     case Rank:
-        return g.rankMask ? session::labels::ranks(g.rankMask) : QString::number(g.firstRank);
+        return g.rankMask() ? session::labels::ranks(g.rankMask()) : QString::number(g.firstRank);
     case Kind:
         return session::labels::kind(g.kind);
     case Accessor:
@@ -68,7 +68,7 @@ QVariant ViolationsModel::displayValue(const session::ViolationGroup &g, int col
 QVariant ViolationsModel::data(const QModelIndex &index, int role) const
 {
     if (!index.isValid() || index.parent().isValid()) return {};
-    const session::ViolationGroup *g = group(index.row());
+    const state::ViolationRow *g = group(index.row());
     if (!g) return {};
     switch (role) {
     case Qt::DisplayRole:
@@ -148,7 +148,7 @@ QByteArray ViolationsModel::toCsv() const
     lines << QStringLiteral(
         "time_ns,step,last_step,ranks,kind,accessor,parameter,owner,status,action,count,fix");
     for (int r = 0; r < m_rows; ++r) {
-        const session::ViolationGroup &g = *group(r);
+        const state::ViolationRow &g = *group(r);
         QStringList f;
         f << QString::number(g.firstTsNs) << QString::number(g.firstStep)
           << QString::number(g.lastStep) << quote(displayValue(g, Rank).toString())

@@ -44,13 +44,13 @@ class ViolationsModel : public QAbstractTableModel
     QVariant headerData(int section, Qt::Orientation orientation,
                         int role = Qt::DisplayRole) const override;
 
-    const session::ViolationGroup *group(int row) const;
+    const state::ViolationRow *group(int row) const;
     // The rows as CSV (RFC 4180 quoting), with a header line and the fix column.
     QByteArray toCsv() const;
 
   private:
     void onStoreUpdated(const session::StoreChanges &changes);
-    QVariant displayValue(const session::ViolationGroup &g, int column) const;
+    QVariant displayValue(const state::ViolationRow &g, int column) const;
 
     session::SessionStore *m_store;
     int m_rows = 0;

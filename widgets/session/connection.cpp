@@ -119,9 +119,9 @@ void Connection::onState(std::shared_ptr<wire::Snapshot> snapshot)
     m_sinceData.start();
     if (m_clockShiftNs != 0) {
         const auto shift = static_cast<std::uint64_t>(m_clockShiftNs);
-        for (core::ParamRecord &p : snapshot->state.params)
+        for (state::ParamRecord &p : snapshot->state.params)
             if (p.lastGatherTsNs != 0) p.lastGatherTsNs -= shift;
-        for (core::ViolationRecord &v : snapshot->state.violations)
+        for (state::ViolationRecord &v : snapshot->state.violations)
             v.tsNs -= shift;
     }
     if (m_source >= 0) {
@@ -140,7 +140,7 @@ void Connection::onState(std::shared_ptr<wire::Snapshot> snapshot)
     // Freeing the replaced state (as large as the new one) is left to the worker's
     // thread: the posted functor, and the state it holds, is destroyed there.
     auto replaced =
-        std::make_shared<core::EngineState>(m_store->applyState(std::move(snapshot->state)));
+        std::make_shared<state::EngineState>(m_store->applyState(std::move(snapshot->state)));
     QMetaObject::invokeMethod(
         m_worker, [replaced = std::move(replaced)] {}, Qt::QueuedConnection);
     m_engineDropped = snapshot->droppedEvents;

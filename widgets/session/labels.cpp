@@ -39,7 +39,7 @@ QString phase(Phase p)
 }
 QString shape(const Shape &s)
 {
-    return QString::fromStdString(core::shapeString(s));
+    return QString::fromStdString(state::shapeString(s));
 }
 
 QString count(std::uint64_t n)

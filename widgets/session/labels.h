@@ -5,8 +5,8 @@
 
 #include <QString>
 
-#include "core/state.h"
-#include "core/types.h"
+#include "state/state.h"
+#include "state/shape.h"
 
 namespace shardscope::session::labels {
 

@@ -1,6 +1,6 @@
 #include "session/sessionstore.h"
 
-#include "core/violationtext.h"
+#include "state/violationtext.h"
 
 #include <algorithm>
 #include <limits>
@@ -13,9 +13,9 @@ namespace shardscope::session {
 
 namespace {
 
-const std::vector<core::ExternalRecord> kNoExternals;
+const std::vector<state::ExternalRecord> kNoExternals;
 
-bool sameRun(const core::EngineState &a, const core::EngineState &b)
+bool sameRun(const state::EngineState &a, const state::EngineState &b)
 {
     if (a.modelName != b.modelName || a.worldSize != b.worldSize || a.backend != b.backend ||
         a.modules.size() != b.modules.size())
@@ -27,12 +27,12 @@ bool sameRun(const core::EngineState &a, const core::EngineState &b)
     return true;
 }
 
-bool sameStructure(const core::EngineState &a, const core::EngineState &b)
+bool sameStructure(const state::EngineState &a, const state::EngineState &b)
 {
     if (a.params.size() != b.params.size()) return false;
     for (std::size_t i = 0; i < a.params.size(); ++i) {
-        const core::ParamRecord &x = a.params[i];
-        const core::ParamRecord &y = b.params[i];
+        const state::ParamRecord &x = a.params[i];
+        const state::ParamRecord &y = b.params[i];
         if (x.id != y.id || x.owner != y.owner || x.name != y.name ||
             x.externals.size() != y.externals.size())
             return false;
@@ -51,11 +51,6 @@ std::uint64_t fetchKey(std::uint16_t rank, ParamId param)
     return (std::uint64_t{rank} << 32) | param;
 }
 
-std::uint64_t rankBit(int rank)
-{
-    return rank >= 0 && rank < 64 ? std::uint64_t{1} << rank : 0;
-}
-
 } // namespace
 
 SessionStore::SessionStore(QObject *parent) : QObject(parent)
@@ -68,7 +63,7 @@ SessionStore::SessionStore(QObject *parent) : QObject(parent)
 
 void SessionStore::clear()
 {
-    m_state = core::EngineState{};
+    m_state = state::EngineState{};
     m_hasState = false;
     m_paramIndex.clear();
     m_sparseParamIndex.clear();
@@ -79,8 +74,7 @@ void SessionStore::clear()
     m_externalsOn.clear();
     m_paramViolations.clear();
     m_moduleViolations.clear();
-    m_groups.clear();
-    m_groupIndex.clear();
+    m_violations.clear();
     m_knownParamNames.clear();
     m_lanes.clear();
     m_late.clear();
@@ -100,10 +94,10 @@ void SessionStore::clear()
     m_paramMarked.clear();
 }
 
-core::EngineState SessionStore::applyState(core::EngineState state)
+state::EngineState SessionStore::applyState(state::EngineState state)
 {
     const bool continuing = m_hasState && sameRun(m_state, state);
-    core::EngineState replaced = std::move(m_state);
+    state::EngineState replaced = std::move(m_state);
     if (!continuing) {
         const bool readOnly = m_readOnly;
         const QString source = m_source;
@@ -119,23 +113,12 @@ core::EngineState SessionStore::applyState(core::EngineState state)
     rebuildIndex();
     // Names of the parameters this state no longer lists; the listed ones are looked up in it.
     if (continuing)
-        for (const core::ParamRecord &p : replaced.params)
+        for (const state::ParamRecord &p : replaced.params)
             if (paramSlot(p.id) < 0) m_knownParamNames[p.id] = p.name;
 
-    // Rows are rebuilt from the producer's records, keeping the words they were shown with.
-    std::map<std::tuple<int, ModuleId, ParamId>, std::pair<std::string, std::string>> words;
-    for (const ViolationGroup &g : m_groups)
-        if (g.paramName.rfind("<parameter ", 0) != 0) // not written before the name was known
-            words[{static_cast<int>(g.kind), g.accessor, g.param}] = {g.fix, g.message};
-    m_groups.clear();
-    m_groupIndex.clear();
-    for (const core::ViolationRecord &v : m_state.violations)
-        upsertViolation({v.kind, v.accessor, v.param, v.owner, v.status, v.action, v.rank, v.step,
-                         v.lastStep, v.tsNs, v.count, &v});
-    for (ViolationGroup &g : m_groups) {
-        auto it = words.find({static_cast<int>(g.kind), g.accessor, g.param});
-        if (it != words.end()) std::tie(g.fix, g.message) = it->second;
-    }
+    // Each record is its producer's total for its rank so far.
+    for (const state::ViolationRecord &v : m_state.violations)
+        m_violations.add(v, state::Tally::Total);
     rebuildViolationCounts();
     if (m_lanes.size() < static_cast<std::size_t>(std::max(1, m_state.worldSize))) {
         m_lanes.resize(static_cast<std::size_t>(std::max(1, m_state.worldSize)));
@@ -146,7 +129,7 @@ core::EngineState SessionStore::applyState(core::EngineState state)
     m_pending.violations = true;
     m_pending.summary = true;
     if (continuing) {
-        for (const core::ParamRecord &p : m_state.params)
+        for (const state::ParamRecord &p : m_state.params)
             markParam(p.id);
     }
     markDirty();
@@ -172,18 +155,18 @@ void SessionStore::rebuildIndex()
     };
     group(
         m_childModulesAt, m_childModules, m_state.modules,
-        [](const core::ModuleRecord &m) {
+        [](const state::ModuleRecord &m) {
             return m.parent != kNoModule && m.parent != m.id ? std::size_t{m.parent}
                                                              : std::size_t(-1);
         },
-        [](const core::ModuleRecord &m) { return m.id; });
+        [](const state::ModuleRecord &m) { return m.id; });
     group(
         m_ownedParamsAt, m_ownedParams, m_state.params,
-        [](const core::ParamRecord &p) { return std::size_t{p.owner}; },
-        [](const core::ParamRecord &p) { return p.id; });
+        [](const state::ParamRecord &p) { return std::size_t{p.owner}; },
+        [](const state::ParamRecord &p) { return p.id; });
     const std::size_t nParams = m_state.params.size();
     std::size_t maxId = 0;
-    for (const core::ParamRecord &p : m_state.params)
+    for (const state::ParamRecord &p : m_state.params)
         maxId = std::max<std::size_t>(maxId, p.id);
     m_paramIndex.clear();
     m_sparseParamIndex.clear();
@@ -193,14 +176,14 @@ void SessionStore::rebuildIndex()
     else
         m_sparseParamIndex.reserve(nParams);
     for (std::size_t i = 0; i < nParams; ++i) {
-        const core::ParamRecord &p = m_state.params[i];
+        const state::ParamRecord &p = m_state.params[i];
         if (dense)
             m_paramIndex[p.id] = static_cast<std::int32_t>(i);
         else
             m_sparseParamIndex[p.id] = static_cast<std::int32_t>(i);
-        for (const core::ExternalRecord &e : p.externals) {
+        for (const state::ExternalRecord &e : p.externals) {
             if (e.module < nModules)
-                m_externalsOn[e.module].push_back(core::ExternalRecord{p.id, e.automatic});
+                m_externalsOn[e.module].push_back(state::ExternalRecord{p.id, e.automatic});
         }
     }
     // Parameters may have moved: mark the pending ones again at their new places.
@@ -223,7 +206,7 @@ void SessionStore::rebuildViolationCounts()
 {
     m_paramViolations.assign(m_state.params.size(), 0);
     m_moduleViolations.assign(m_state.modules.size(), 0);
-    for (const ViolationGroup &g : m_groups) {
+    for (const state::ViolationRow &g : m_violations.rows()) {
         if (const std::int32_t slot = paramSlot(g.param); slot >= 0)
             m_paramViolations[static_cast<std::size_t>(slot)] += g.count;
         if (g.accessor < m_moduleViolations.size()) m_moduleViolations[g.accessor] += g.count;
@@ -318,7 +301,7 @@ std::uint64_t SessionStore::evictedEvents() const
     return n;
 }
 
-core::ParamRecord *SessionStore::mutParam(ParamId id)
+state::ParamRecord *SessionStore::mutParam(ParamId id)
 {
     const std::int32_t slot = paramSlot(id);
     return slot < 0 ? nullptr : &m_state.params[static_cast<std::size_t>(slot)];
@@ -329,7 +312,7 @@ void SessionStore::applyLive(const telemetry::Event &ev)
     switch (ev.type) {
     case EventType::FetchBegin: {
         const telemetry::FetchFields f = telemetry::readFetch(ev);
-        if (core::ParamRecord *p = mutParam(f.param)) {
+        if (state::ParamRecord *p = mutParam(f.param)) {
             if (ev.rank < p->status.size()) p->status[ev.rank] = ParamStatus::Inflight;
             m_fetchBegin[fetchKey(ev.rank, f.param)] = ev.tsNs;
             markParam(f.param);
@@ -338,7 +321,7 @@ void SessionStore::applyLive(const telemetry::Event &ev)
     }
     case EventType::FetchEnd: {
         const telemetry::FetchFields f = telemetry::readFetch(ev);
-        if (core::ParamRecord *p = mutParam(f.param)) {
+        if (state::ParamRecord *p = mutParam(f.param)) {
             if (ev.rank < p->status.size()) p->status[ev.rank] = ParamStatus::Available;
             ++p->gatherCount;
             p->gatherBytes += f.bytes;
@@ -354,7 +337,7 @@ void SessionStore::applyLive(const telemetry::Event &ev)
     }
     case EventType::Release: {
         const telemetry::ReleaseFields f = telemetry::readRelease(ev);
-        if (core::ParamRecord *p = mutParam(f.param)) {
+        if (state::ParamRecord *p = mutParam(f.param)) {
             if (ev.rank < p->status.size()) p->status[ev.rank] = ParamStatus::NotAvailable;
             markParam(f.param);
         }
@@ -362,12 +345,13 @@ void SessionStore::applyLive(const telemetry::Event &ev)
     }
     case EventType::ExternalRegister: {
         const telemetry::ExternalFields f = telemetry::readExternal(ev);
-        if (core::ParamRecord *p = mutParam(f.param)) {
-            auto it = std::find_if(p->externals.begin(), p->externals.end(),
-                                   [&](const core::ExternalRecord &e) { return e.module == f.module; });
+        if (state::ParamRecord *p = mutParam(f.param)) {
+            auto it =
+                std::find_if(p->externals.begin(), p->externals.end(),
+                             [&](const state::ExternalRecord &e) { return e.module == f.module; });
             if (it == p->externals.end() && f.module < m_state.modules.size()) {
-                p->externals.push_back(core::ExternalRecord{f.module, f.automatic});
-                m_externalsOn[f.module].push_back(core::ExternalRecord{f.param, f.automatic});
+                p->externals.push_back(state::ExternalRecord{f.module, f.automatic});
+                m_externalsOn[f.module].push_back(state::ExternalRecord{f.param, f.automatic});
                 m_pending.structure = true;
                 markParam(f.param);
             }
@@ -376,9 +360,10 @@ void SessionStore::applyLive(const telemetry::Event &ev)
     }
     case EventType::ExternalUnregister: {
         const telemetry::ExternalFields f = telemetry::readExternal(ev);
-        if (core::ParamRecord *p = mutParam(f.param)) {
-            auto it = std::find_if(p->externals.begin(), p->externals.end(),
-                                   [&](const core::ExternalRecord &e) { return e.module == f.module; });
+        if (state::ParamRecord *p = mutParam(f.param)) {
+            auto it =
+                std::find_if(p->externals.begin(), p->externals.end(),
+                             [&](const state::ExternalRecord &e) { return e.module == f.module; });
             if (it != p->externals.end()) {
                 p->externals.erase(it);
                 rebuildIndex();
@@ -391,20 +376,20 @@ void SessionStore::applyLive(const telemetry::Event &ev)
     case EventType::UnregisteredAccess:
     case EventType::TraceInvalidated:
     case EventType::GatheredWriteError:
-        if (const auto v = violationOf(ev)) addViolation(*v, ev);
+        if (auto v = violationOf(ev)) addViolation(std::move(*v));
         break;
     case EventType::LateParameter: {
         const telemetry::LateFields f = telemetry::readLate(ev);
-        if (core::ParamRecord *p = mutParam(f.param)) {
+        if (state::ParamRecord *p = mutParam(f.param)) {
             p->late = true;
             markParam(f.param);
         }
-        if (const auto v = violationOf(ev)) addViolation(*v, ev);
+        if (auto v = violationOf(ev)) addViolation(std::move(*v));
         break;
     }
     case EventType::ParameterAdopted: {
         const telemetry::LateFields f = telemetry::readLate(ev);
-        if (core::ParamRecord *p = mutParam(f.param)) {
+        if (state::ParamRecord *p = mutParam(f.param)) {
             p->partitioned = true;
             markParam(f.param);
         }
@@ -419,59 +404,89 @@ void SessionStore::applyLive(const telemetry::Event &ev)
     }
 }
 
-std::optional<ViolationEvent> SessionStore::violationOf(const telemetry::Event &ev) const
+std::optional<state::ViolationRecord> SessionStore::violationOf(const telemetry::Event &ev) const
 {
+    state::ViolationRecord v;
     switch (ev.type) {
     case EventType::UnregisteredAccess: {
         const telemetry::AccessFields f = telemetry::readAccess(ev);
-        return ViolationEvent{
-            ViolationKind::UnregisteredAccess, f.accessor, f.param, f.owner, f.status, f.action};
+        v.kind = ViolationKind::UnregisteredAccess;
+        v.accessor = f.accessor;
+        v.param = f.param;
+        v.owner = f.owner;
+        v.status = f.status;
+        v.action = f.action;
+        break;
     }
     case EventType::LateParameter: {
         const telemetry::LateFields f = telemetry::readLate(ev);
-        const core::ParamRecord *p = param(f.param);
-        return ViolationEvent{ViolationKind::LateParameter,
-                              f.module,
-                              f.param,
-                              p ? p->owner : f.module,
-                              ParamStatus::Available,
-                              GuardAction::Recorded};
+        const state::ParamRecord *p = param(f.param);
+        v.kind = ViolationKind::LateParameter;
+        v.accessor = f.module;
+        v.param = f.param;
+        v.owner = p ? p->owner : f.module;
+        v.status = ParamStatus::Available;
+        break;
     }
     case EventType::TraceInvalidated: {
         const telemetry::TraceInvalidatedFields f = telemetry::readTraceInvalidated(ev);
-        return ViolationEvent{ViolationKind::TraceInvalidated,
-                              f.got,
-                              kNoParam,
-                              f.expected,
-                              ParamStatus::NotAvailable,
-                              GuardAction::Recorded};
+        v.kind = ViolationKind::TraceInvalidated;
+        v.accessor = f.got;
+        v.owner = f.expected;
+        break;
     }
     case EventType::GatheredWriteError: {
         const ParamId id = telemetry::readGatheredWriteError(ev);
-        const core::ParamRecord *p = param(id);
-        return ViolationEvent{ViolationKind::GatheredWriteWithoutModifier,
-                              kNoModule,
-                              id,
-                              p ? p->owner : kNoModule,
-                              ParamStatus::Available,
-                              GuardAction::Raised};
+        const state::ParamRecord *p = param(id);
+        v.kind = ViolationKind::GatheredWriteWithoutModifier;
+        v.param = id;
+        v.owner = p ? p->owner : kNoModule;
+        v.status = ParamStatus::Available;
+        v.action = GuardAction::Raised;
+        break;
     }
     default:
         return std::nullopt;
     }
+    v.rank = ev.rank;
+    v.step = v.lastStep = ev.step;
+    v.tsNs = ev.tsNs;
+    v.count = 1;
+    return v;
 }
 
-const ViolationGroup *SessionStore::violationGroup(const ViolationEvent &v) const
+const state::ViolationRow *SessionStore::violationGroup(const state::ViolationRecord &v) const
 {
-    const auto it =
-        m_groupIndex.find(std::make_tuple(static_cast<int>(v.kind), v.accessor, v.param));
-    return it == m_groupIndex.end() ? nullptr : &m_groups[it->second];
+    return m_violations.find(state::keyOf(v));
 }
 
-void SessionStore::addViolation(const ViolationEvent &v, const telemetry::Event &ev)
+void SessionStore::addViolation(state::ViolationRecord v)
 {
-    upsertViolation({v.kind, v.accessor, v.param, v.owner, v.status, v.action, ev.rank, ev.step,
-                     ev.step, ev.tsNs, 1, nullptr});
+    // Words only for a row not seen before: a row keeps the words it was first shown with.
+    state::Words words = state::Words::Final;
+    if (!m_violations.find(state::keyOf(v))) {
+        const state::ParamRecord *p = param(v.param);
+        if (v.param != kNoParam) {
+            v.paramName = paramName(v.param).toStdString();
+            if (v.paramName.starts_with("<parameter ")) words = state::Words::Provisional;
+        }
+        state::ViolationSubject subject;
+        subject.kind = v.kind;
+        subject.hasAccessor = v.accessor != kNoModule;
+        if (const state::ModuleRecord *m = module(v.accessor)) subject.accessor = m->path;
+        subject.param = v.paramName;
+        subject.hasOwner = v.owner != kNoModule;
+        if (const state::ModuleRecord *m = module(v.owner)) subject.owner = m->path;
+        subject.status = v.status;
+        if (p) subject.replaces = p->replaces;
+        subject.modifierRank = v.rank;
+        state::FixDialect dialect = state::FixDialect::ShardScope;
+        state::parseFixDialect(m_state.fixDialect, dialect);
+        state::ViolationText text = state::describeViolation(subject, dialect);
+        v.fix = std::move(text.fix);
+        v.message = std::move(text.message);
+    }
+    m_violations.add(v, state::Tally::Add, words);
     if (const std::int32_t slot = paramSlot(v.param);
         slot >= 0 && static_cast<std::size_t>(slot) < m_paramViolations.size())
         ++m_paramViolations[static_cast<std::size_t>(slot)];
@@ -479,70 +494,6 @@ void SessionStore::addViolation(const ViolationEvent &v, const telemetry::Event 
     if (v.owner < m_moduleViolations.size() && v.owner != v.accessor) ++m_moduleViolations[v.owner];
     if (v.param != kNoParam) markParam(v.param);
     m_pending.violations = true;
-}
-
-void SessionStore::upsertViolation(const ViolationSighting &v)
-{
-    const auto key = std::make_tuple(static_cast<int>(v.kind), v.accessor, v.param);
-    auto it = m_groupIndex.find(key);
-    if (it == m_groupIndex.end()) {
-        ViolationGroup g;
-        g.kind = v.kind;
-        g.accessor = v.accessor;
-        g.param = v.param;
-        g.owner = v.owner;
-        g.firstStep = v.firstStep;
-        g.firstTsNs = v.tsNs;
-        g.firstRank = v.rank;
-        g.paramName = v.record && !v.record->paramName.empty() ? v.record->paramName
-                                                                 : paramName(v.param).toStdString();
-        if (v.record) {
-            // The producer's words; an empty fix means it knows none, and none is invented.
-            g.fix = v.record->fix;
-            g.message = v.record->message;
-        } else {
-            core::ViolationSubject subject;
-            subject.kind = v.kind;
-            subject.hasAccessor = v.accessor != kNoModule;
-            if (const core::ModuleRecord *m = module(v.accessor)) subject.accessor = m->path;
-            if (v.param != kNoParam) subject.param = g.paramName;
-            subject.hasOwner = v.owner != kNoModule;
-            if (const core::ModuleRecord *m = module(v.owner)) subject.owner = m->path;
-            subject.status = v.status;
-            if (const core::ParamRecord *p = param(v.param)) subject.replaces = p->replaces;
-            subject.modifierRank = v.rank;
-            core::FixDialect dialect = core::FixDialect::ShardScope;
-            core::parseFixDialect(m_state.fixDialect, dialect);
-            core::ViolationText text = core::describeViolation(subject, dialect);
-            g.fix = std::move(text.fix);
-            g.message = std::move(text.message);
-        }
-        it = m_groupIndex.emplace(key, m_groups.size()).first;
-        m_groups.push_back(std::move(g));
-    }
-    ViolationGroup &g = m_groups[it->second];
-    g.count += v.count;
-    g.status = v.status;
-    g.action = v.action;
-    g.rankMask |= rankBit(v.rank);
-    g.lastStep = std::max(g.lastStep, v.lastStep);
-    if (v.tsNs < g.firstTsNs) {
-        g.firstTsNs = v.tsNs;
-        g.firstStep = v.firstStep;
-        g.firstRank = v.rank;
-    }
-    auto r = std::find_if(g.ranks.begin(), g.ranks.end(),
-                          [&](const ViolationGroup::PerRank &e) { return e.rank == v.rank; });
-    if (r == g.ranks.end()) {
-        g.ranks.push_back({v.rank, v.firstStep, v.lastStep, v.tsNs, v.count});
-    } else {
-        r->count += v.count;
-        r->lastStep = std::max(r->lastStep, v.lastStep);
-        if (v.tsNs < r->firstTsNs) {
-            r->firstTsNs = v.tsNs;
-            r->firstStep = v.firstStep;
-        }
-    }
 }
 
 void SessionStore::setDroppedEvents(std::uint64_t dropped)
@@ -554,7 +505,7 @@ void SessionStore::setDroppedEvents(std::uint64_t dropped)
     markDirty();
 }
 
-QString SessionStore::applySourceState(int source, core::EngineState state, const QString &name)
+QString SessionStore::applySourceState(int source, state::EngineState state, const QString &name)
 {
     if (source < 0) return QStringLiteral("bad source %1").arg(source);
     for (std::size_t k = 0; k < m_sources.size(); ++k) {
@@ -593,7 +544,7 @@ void SessionStore::mergeSources()
     m_mergePending = false;
     QElapsedTimer cost;
     cost.start();
-    std::vector<const core::EngineState *> parts;
+    std::vector<const state::EngineState *> parts;
     std::vector<std::string> names;
     for (const Source &s : m_sources) {
         if (!s.hasState) continue;
@@ -641,12 +592,12 @@ void SessionStore::setReadOnly(bool readOnly, const QString &source)
     markDirty();
 }
 
-const core::ModuleRecord *SessionStore::module(ModuleId id) const
+const state::ModuleRecord *SessionStore::module(ModuleId id) const
 {
     return id < m_state.modules.size() ? &m_state.modules[id] : nullptr;
 }
 
-const core::ParamRecord *SessionStore::param(ParamId id) const
+const state::ParamRecord *SessionStore::param(ParamId id) const
 {
     const std::int32_t slot = paramSlot(id);
     return slot < 0 ? nullptr : &m_state.params[static_cast<std::size_t>(slot)];
@@ -655,7 +606,7 @@ const core::ParamRecord *SessionStore::param(ParamId id) const
 QString SessionStore::modulePath(ModuleId id) const
 {
     if (id == kNoModule) return QStringLiteral("<none>");
-    const core::ModuleRecord *m = module(id);
+    const state::ModuleRecord *m = module(id);
     if (!m) return QStringLiteral("<module %1>").arg(id);
     return m->path.empty() ? QStringLiteral("<root>") : QString::fromStdString(m->path);
 }
@@ -663,11 +614,11 @@ QString SessionStore::modulePath(ModuleId id) const
 QString SessionStore::paramName(ParamId id) const
 {
     if (id == kNoParam) return QStringLiteral("<none>");
-    if (const core::ParamRecord *p = param(id)) return QString::fromStdString(p->name);
+    if (const state::ParamRecord *p = param(id)) return QString::fromStdString(p->name);
     // Removed since (weight_norm replaces `weight`): an earlier state or a violation named it.
     if (auto it = m_knownParamNames.find(id); it != m_knownParamNames.end())
         return QString::fromStdString(it->second);
-    for (const core::ViolationRecord &v : m_state.violations)
+    for (const state::ViolationRecord &v : m_state.violations)
         if (v.param == id && !v.paramName.empty()) return QString::fromStdString(v.paramName);
     return QStringLiteral("<parameter %1>").arg(id);
 }
@@ -686,7 +637,7 @@ std::span<const ParamId> SessionStore::ownedParams(ModuleId id) const
         .subspan(m_ownedParamsAt[id], m_ownedParamsAt[id + 1] - m_ownedParamsAt[id]);
 }
 
-const std::vector<core::ExternalRecord> &SessionStore::externalsOn(ModuleId module) const
+const std::vector<state::ExternalRecord> &SessionStore::externalsOn(ModuleId module) const
 {
     return module < m_externalsOn.size() ? m_externalsOn[module] : kNoExternals;
 }
@@ -704,10 +655,10 @@ std::uint64_t SessionStore::moduleViolations(ModuleId id) const
     return id < m_moduleViolations.size() ? m_moduleViolations[id] : 0;
 }
 
-std::vector<const ViolationGroup *> SessionStore::violationsOf(ParamId id) const
+std::vector<const state::ViolationRow *> SessionStore::violationsOf(ParamId id) const
 {
-    std::vector<const ViolationGroup *> out;
-    for (const ViolationGroup &g : m_groups) {
+    std::vector<const state::ViolationRow *> out;
+    for (const state::ViolationRow &g : m_violations.rows()) {
         if (g.param == id) out.push_back(&g);
     }
     return out;
@@ -727,7 +678,7 @@ std::uint64_t SessionStore::timeOrigin() const
     if (m_timeOrigin != 0) return m_timeOrigin;
     const std::uint64_t first = firstTs();
     std::uint64_t t = first;
-    for (const ViolationGroup &g : m_groups)
+    for (const state::ViolationRow &g : m_violations.rows())
         if (g.firstTsNs != 0 && (t == 0 || g.firstTsNs < t)) t = g.firstTsNs;
     if (first != 0) m_timeOrigin = t; // latched once events are known
     return t;

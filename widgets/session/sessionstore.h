@@ -19,52 +19,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/state.h"
+#include "state/state.h"
+#include "state/violationledger.h"
 #include "session/eventlane.h"
 #include "telemetry/event.h"
 
 namespace shardscope::session {
-
-// What one violation event reports, in the store's terms (the key of its group is
-// kind, accessor, param).
-struct ViolationEvent
-{
-    ViolationKind kind = ViolationKind::UnregisteredAccess;
-    ModuleId accessor = kNoModule; // for trace_invalidated: the module entered
-    ParamId param = kNoParam;
-    ModuleId owner = kNoModule; // for trace_invalidated: the module expected
-    ParamStatus status = ParamStatus::NotAvailable;
-    GuardAction action = GuardAction::Recorded;
-};
-
-struct ViolationGroup
-{
-    ViolationKind kind = ViolationKind::UnregisteredAccess;
-    ModuleId accessor = kNoModule;
-    ParamId param = kNoParam;
-    ModuleId owner = kNoModule;
-    ParamStatus status = ParamStatus::NotAvailable;
-    GuardAction action = GuardAction::Recorded;
-    std::uint32_t firstStep = 0;
-    std::uint32_t lastStep = 0;
-    std::uint64_t firstTsNs = 0;
-    std::uint64_t count = 0;
-    std::uint64_t rankMask = 0; // bit r set when rank r (< 64) saw it
-    int firstRank = 0;
-    std::string paramName; // kept when a later state no longer lists the parameter
-    std::string fix;
-    std::string message;
-    // One entry per rank that saw it, as the snapshot records it (docs/snapshot.md).
-    struct PerRank
-    {
-        int rank = 0;
-        std::uint32_t firstStep = 0;
-        std::uint32_t lastStep = 0;
-        std::uint64_t firstTsNs = 0;
-        std::uint64_t count = 0;
-    };
-    std::vector<PerRank> ranks;
-};
 
 struct RankMemory
 {
@@ -103,7 +63,7 @@ class SessionStore : public QObject
     // store starts over with it. Pass an rvalue: copying a 100k-parameter state costs the
     // UI thread 10-40 ms. Returns the state it replaced, so that a caller can free a
     // large one (about 10 ms) on another thread.
-    core::EngineState applyState(core::EngineState state);
+    state::EngineState applyState(state::EngineState state);
     // history: events that the state already reflects (the recent history a server sends
     // after the state, or a snapshot's events): stored, and used for loss and memory,
     // but not counted again. Live events also update status, gathers and violations.
@@ -120,7 +80,7 @@ class SessionStore : public QObject
     // keeps its part. Merges are coalesced: at most one every max(100 ms, 3 x the last
     // merge's cost), on the refresh timer (mergeSources() forces one). A state that cannot
     // belong to the job (another model or world size) changes nothing; the reason is returned.
-    QString applySourceState(int source, core::EngineState state, const QString &name = {});
+    QString applySourceState(int source, state::EngineState state, const QString &name = {});
     void setSourceDropped(int source, std::uint64_t dropped); // that process's total
     void mergeSources();
     // Forgets the sources' states (a new attach); the shown state stays until replaced.
@@ -130,13 +90,13 @@ class SessionStore : public QObject
 
     // ---- reading
     bool hasState() const { return m_hasState; }
-    const core::EngineState &state() const { return m_state; }
+    const state::EngineState &state() const { return m_state; }
     bool readOnly() const { return m_readOnly; }
     QString source() const { return m_source; }
     int worldSize() const { return m_state.worldSize; }
 
-    const core::ModuleRecord *module(ModuleId id) const;
-    const core::ParamRecord *param(ParamId id) const;
+    const state::ModuleRecord *module(ModuleId id) const;
+    const state::ParamRecord *param(ParamId id) const;
     // Where the parameter sits in state().params, or -1: tables indexed by parameter keep
     // to the number of parameters whatever their ids are (a file may say 4294967294).
     std::int32_t paramSlot(ParamId id) const;
@@ -144,18 +104,21 @@ class SessionStore : public QObject
     QString paramName(ParamId id) const;
     std::span<const ModuleId> childModules(ModuleId id) const;
     std::span<const ParamId> ownedParams(ModuleId id) const;
-    const std::vector<core::ExternalRecord> &
+    const std::vector<state::ExternalRecord> &
     externalsOn(ModuleId module) const; // .module holds the param id
     std::uint64_t paramViolations(ParamId id) const;
     std::uint64_t moduleViolations(ModuleId id) const; // as accessor or as owner
 
-    const std::vector<ViolationGroup> &violationGroups() const { return m_groups; }
-    // The violation an event reports, or nullopt for an event that reports none: the one
-    // decoding of violation events, for live events and for the trace export.
-    std::optional<ViolationEvent> violationOf(const telemetry::Event &ev) const;
-    // The group a violation belongs to, or null when the store has none.
-    const ViolationGroup *violationGroup(const ViolationEvent &v) const;
-    std::vector<const ViolationGroup *> violationsOf(ParamId id) const;
+    // The violations, a row each as the one ledger groups them (state/violationledger.h).
+    const std::vector<state::ViolationRow> &violationGroups() const { return m_violations.rows(); }
+    const state::ViolationLedger &violationLedger() const { return m_violations; }
+    // The violation an event reports (one sighting on the event's rank and step, without
+    // words), or nullopt for an event that reports none: the one decoding of violation
+    // events, for live events and for the trace export.
+    std::optional<state::ViolationRecord> violationOf(const telemetry::Event &ev) const;
+    // The row a violation belongs to, or null when the store has none.
+    const state::ViolationRow *violationGroup(const state::ViolationRecord &v) const;
+    std::vector<const state::ViolationRow *> violationsOf(ParamId id) const;
 
     int laneCount() const { return static_cast<int>(m_lanes.size()); }
     const EventLane &lane(int rank) const { return m_lanes[static_cast<std::size_t>(rank)]; }
@@ -193,7 +156,7 @@ class SessionStore : public QObject
     struct Source
     {
         bool hasState = false;
-        core::EngineState state;
+        state::EngineState state;
         std::string name;
         std::uint64_t dropped = 0;
     };
@@ -202,30 +165,13 @@ class SessionStore : public QObject
     void markParam(ParamId id);
     void markDirty();
     void applyLive(const telemetry::Event &ev);
-    // The one place violations are aggregated, for live events (count 1, no text: it is
-    // written by core's describeViolation from the names the store knows) and for a state's
-    // records (with the producer's text). A row keeps the words it was created with.
-    struct ViolationSighting
-    {
-        ViolationKind kind;
-        ModuleId accessor;
-        ParamId param;
-        ModuleId owner;
-        ParamStatus status;
-        GuardAction action;
-        int rank;
-        std::uint32_t firstStep;
-        std::uint32_t lastStep;
-        std::uint64_t tsNs;
-        std::uint64_t count;
-        const core::ViolationRecord *record; // null for a live event
-    };
-    void upsertViolation(const ViolationSighting &v);
-    void addViolation(const ViolationEvent &v, const telemetry::Event &ev);
-    core::ParamRecord *mutParam(ParamId id);
+    // A live event's violation into the ledger, with the words core's describeViolation
+    // writes from the names the store knows (a State's records bring the producer's).
+    void addViolation(state::ViolationRecord v);
+    state::ParamRecord *mutParam(ParamId id);
     EventLane &laneFor(int rank);
 
-    core::EngineState m_state;
+    state::EngineState m_state;
     bool m_hasState = false;
     bool m_readOnly = false;
     QString m_source;
@@ -239,13 +185,11 @@ class SessionStore : public QObject
     std::vector<std::uint32_t> m_childModulesAt, m_ownedParamsAt;
     std::vector<ModuleId> m_childModules;
     std::vector<ParamId> m_ownedParams;
-    std::vector<std::vector<core::ExternalRecord>> m_externalsOn;
+    std::vector<std::vector<state::ExternalRecord>> m_externalsOn;
     std::vector<std::uint64_t> m_paramViolations; // by paramSlot
     std::vector<std::uint64_t> m_moduleViolations;
 
-    std::vector<ViolationGroup> m_groups;
-    std::map<std::tuple<int, ModuleId, ParamId>, std::size_t>
-        m_groupIndex; // (kind, accessor, param)
+    state::ViolationLedger m_violations;
     // The names of parameters an earlier state listed and the current one does not, by id:
     // events and violations may name them (weight_norm removes `weight`).
     std::unordered_map<ParamId, std::string> m_knownParamNames;

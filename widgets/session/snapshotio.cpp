@@ -36,28 +36,8 @@ wire::Snapshot snapshotOf(const SessionStore &store)
     s.meta.createdUnixMs = wire::unixTimeMs();
     s.meta.endpoint = store.readOnly() ? std::string() : store.source().toStdString();
     s.state = store.state();
-    s.state.violations.clear();
-    // One record per (kind, rank, accessor, parameter), as docs/snapshot.md promises.
-    for (const ViolationGroup &g : store.violationGroups()) {
-        for (const ViolationGroup::PerRank &r : g.ranks) {
-            core::ViolationRecord v;
-            v.kind = g.kind;
-            v.step = r.firstStep;
-            v.lastStep = r.lastStep;
-            v.rank = r.rank;
-            v.accessor = g.accessor;
-            v.param = g.param;
-            v.paramName = g.paramName;
-            v.owner = g.owner;
-            v.status = g.status;
-            v.action = g.action;
-            v.count = r.count;
-            v.tsNs = r.firstTsNs;
-            v.fix = g.fix;
-            v.message = g.message;
-            s.state.violations.push_back(std::move(v));
-        }
-    }
+    // One record per (violation, rank), as docs/snapshot.md promises.
+    s.state.violations = store.violationLedger().records();
     // Merge the per-rank lanes into one time-ordered list.
     using Head = std::pair<std::uint64_t, int>; // ts, lane
     std::priority_queue<Head, std::vector<Head>, std::greater<>> heads;

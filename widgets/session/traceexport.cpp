@@ -216,10 +216,10 @@ void mapLane(TraceBuilder &t, const TraceIds &ids, const SessionStore &store, in
         case EventType::LateParameter:
         case EventType::TraceInvalidated:
         case EventType::GatheredWriteError: {
-            const std::optional<ViolationEvent> v = store.violationOf(ev);
+            const std::optional<state::ViolationRecord> v = store.violationOf(ev);
             if (!v) break;
             QString fix;
-            if (const ViolationGroup *vg = store.violationGroup(*v)) {
+            if (const state::ViolationRow *vg = store.violationGroup(*v)) {
                 groupHasEvent[static_cast<std::size_t>(vg - store.violationGroups().data())] = true;
                 fix = QString::fromStdString(vg->fix);
             }
@@ -272,7 +272,7 @@ void mapStateViolations(TraceBuilder &t, const TraceIds &ids, const SessionStore
     const auto &groups = store.violationGroups();
     for (std::size_t g = 0; g < groups.size(); ++g) {
         if (groupHasEvent[g]) continue;
-        const ViolationGroup &v = groups[g];
+        const state::ViolationRow &v = groups[g];
         const int r = std::clamp(v.firstRank, 0, ranks - 1);
         QJsonObject args = violationArgs(store, v.accessor, v.param, v.owner);
         args.insert(QStringLiteral("step"), qint64(v.firstStep));
@@ -304,7 +304,7 @@ QByteArray chromeTrace(const SessionStore &store)
         mapLane(t, ids, store, r, gathers[static_cast<std::size_t>(r)], groupHasEvent);
     mapStateViolations(t, ids, store, ranks, groupHasEvent);
 
-    const core::EngineState &st = store.state();
+    const state::EngineState &st = store.state();
     return t.document(
         {{QStringLiteral("distributedInfo"),
           QJsonObject{{QStringLiteral("backend"), QString::fromStdString(st.backend)},

@@ -9,7 +9,7 @@
 #include <QLabel>
 #include <qcustomplot.h>
 
-#include "core/types.h"
+#include "state/shape.h"
 #include "session/labels.h"
 
 namespace shardscope::views {
@@ -300,13 +300,13 @@ QString GatherTimeline::kindName(SpanKind kind)
     }
 }
 
-void GatherTimeline::setState(const core::EngineState &state)
+void GatherTimeline::setState(const state::EngineState &state)
 {
     m_paramNames.clear();
     m_moduleNames.clear();
-    for (const core::ParamRecord &p : state.params)
+    for (const state::ParamRecord &p : state.params)
         m_paramNames.insert(p.id, QString::fromStdString(p.name));
-    for (const core::ModuleRecord &m : state.modules)
+    for (const state::ModuleRecord &m : state.modules)
         m_moduleNames.insert(m.id, m.path.empty() ? tr("<root>") : QString::fromStdString(m.path));
     setWorldSize(state.worldSize);
 }

@@ -16,7 +16,7 @@
 #include <QString>
 #include <QWidget>
 
-#include "core/state.h"
+#include "state/state.h"
 #include "telemetry/event.h"
 #include "views/gathertimeline_spans.h"
 #include "views/timeplot.h"
@@ -35,7 +35,7 @@ class GatherTimeline : public TimePlot
     ~GatherTimeline() override;
 
     // World size (lanes shown even before a rank sends events) and parameter names.
-    void setState(const core::EngineState &state);
+    void setState(const state::EngineState &state);
     void setWorldSize(int worldSize);
     // Time zero of the x axis (telemetry clock); without it the first event sets it.
     // Give every plot the same origin to line them up.

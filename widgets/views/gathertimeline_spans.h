@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "base/names.h"
-#include "core/types.h"
+#include "state/shape.h"
 #include "telemetry/event.h"
 
 namespace shardscope::views {

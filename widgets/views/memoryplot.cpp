@@ -166,10 +166,10 @@ MemoryPlot::MemoryPlot(QWidget *parent)
     });
 }
 
-void MemoryPlot::setState(const core::EngineState &state)
+void MemoryPlot::setState(const state::EngineState &state)
 {
     std::int64_t elements[2] = {0, 0};
-    for (const core::ParamRecord &p : state.params)
+    for (const state::ParamRecord &p : state.params)
         elements[p.dtype == DType::BF16 ? 1 : 0] += std::max<std::int64_t>(p.numel, 0);
     const DType dominant = elements[1] > elements[0] ? DType::BF16 : DType::F32;
     setLimit(state.config.maxLiveParameters, int(dtypeSize(dominant)));

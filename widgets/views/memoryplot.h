@@ -13,7 +13,7 @@
 #include <QVector>
 #include <QWidget>
 
-#include "core/state.h"
+#include "state/state.h"
 #include "telemetry/event.h"
 #include "views/timeplot.h"
 
@@ -57,7 +57,7 @@ class MemoryPlot : public TimePlot
 
     // World size (a graph set per rank) and the limit: config.maxLiveParameters times the
     // element size of the dtype that holds most parameter elements.
-    void setState(const core::EngineState &state);
+    void setState(const state::EngineState &state);
     void setWorldSize(int worldSize);
     // maxLiveElements <= 0 removes the line.
     void setLimit(qint64 maxLiveElements, int bytesPerElement);

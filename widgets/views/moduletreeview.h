@@ -8,7 +8,7 @@
 #include <QString>
 #include <QWidget>
 
-#include "core/types.h"
+#include "state/shape.h"
 
 class QLineEdit;
 class QTimer;

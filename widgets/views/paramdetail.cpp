@@ -15,7 +15,7 @@
 
 #include <algorithm>
 
-#include "core/partition.h"
+#include "state/partition.h"
 #include "session/labels.h"
 #include "session/sessionstore.h"
 
@@ -125,14 +125,14 @@ void ParamDetail::onStoreUpdated(const session::StoreChanges &changes)
 
 void ParamDetail::refresh()
 {
-    const core::ParamRecord *p = m_param == kNoParam ? nullptr : m_store->param(m_param);
+    const state::ParamRecord *p = m_param == kNoParam ? nullptr : m_store->param(m_param);
     showFields(p);
     showShards(p);
     showViolations(p);
 }
 
 // The title and the form: what the parameter is, where it is registered, its gathers.
-void ParamDetail::showFields(const core::ParamRecord *p)
+void ParamDetail::showFields(const state::ParamRecord *p)
 {
     if (!p) {
         m_title->setText(tr("Select a parameter in the tree"));
@@ -145,7 +145,7 @@ void ParamDetail::showFields(const core::ParamRecord *p)
     auto set = [this](const char *name, const QString &text) {
         m_fields.value(QString::fromLatin1(name))->setText(session::labels::breakable(text));
     };
-    const core::ModuleRecord *owner = m_store->module(p->owner);
+    const state::ModuleRecord *owner = m_store->module(p->owner);
     set("owner",
         m_store->modulePath(p->owner) +
             (owner ? QStringLiteral(" (%1)").arg(QString::fromStdString(owner->type)) : QString()));
@@ -161,7 +161,7 @@ void ParamDetail::showFields(const core::ParamRecord *p)
             ? tr("no: created after partitioning; adopt it or create it inside GatheredParameters")
             : tr("no"));
     set("registered on", boundedList(p->externals.size(), [&](std::size_t i) {
-            const core::ExternalRecord &e = p->externals[i];
+            const state::ExternalRecord &e = p->externals[i];
             return m_store->modulePath(e.module) + (e.automatic ? tr(" (auto)") : tr(" (manual)"));
         }));
     set("active modules", boundedList(p->activeModules.size(), [&](std::size_t i) {
@@ -179,7 +179,7 @@ void ParamDetail::showFields(const core::ParamRecord *p)
 
 // A row per rank: its shard by core's partition math (the whole tensor on every rank when
 // the parameter is not partitioned) and its status.
-void ParamDetail::showShards(const core::ParamRecord *p)
+void ParamDetail::showShards(const state::ParamRecord *p)
 {
     if (!p) {
         m_shards->setRowCount(0);
@@ -188,8 +188,8 @@ void ParamDetail::showShards(const core::ParamRecord *p)
     }
     const int world = std::max<int>(1, static_cast<int>(p->status.size()));
     const bool sharded = p->partitioned && !p->persistent;
-    const core::PartitionLayout layout =
-        core::PartitionLayout::make(std::max<std::int64_t>(p->numel, 0), sharded ? world : 1);
+    const state::PartitionLayout layout =
+        state::PartitionLayout::make(std::max<std::int64_t>(p->numel, 0), sharded ? world : 1);
     m_shards->setRowCount(world);
     for (int r = 0; r < world; ++r) {
         const int shard = sharded ? r : 0;
@@ -214,7 +214,7 @@ void ParamDetail::showShards(const core::ParamRecord *p)
 }
 
 // Each violation of the parameter with its count, and the fix line with a Copy button.
-void ParamDetail::showViolations(const core::ParamRecord *p)
+void ParamDetail::showViolations(const state::ParamRecord *p)
 {
     while (QLayoutItem *item = m_violationsLayout->takeAt(0)) {
         delete item->widget();
@@ -228,7 +228,7 @@ void ParamDetail::showViolations(const core::ParamRecord *p)
         m_violationsLayout->addWidget(header);
     }
     const QFont mono = QFontDatabase::systemFont(QFontDatabase::FixedFont);
-    for (const session::ViolationGroup *g : groups) {
+    for (const state::ViolationRow *g : groups) {
         auto *msg = new QLabel(
             QStringLiteral("%1 × %2: %3")
                 .arg(g->count)

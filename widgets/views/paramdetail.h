@@ -6,7 +6,7 @@
 
 #include <QWidget>
 
-#include "core/state.h"
+#include "state/state.h"
 
 class QFormLayout;
 class QLabel;
@@ -40,9 +40,9 @@ class ParamDetail : public QWidget
   private:
     // The three parts of the panel, each shown for p (nullptr: nothing selected).
     void refresh();
-    void showFields(const core::ParamRecord *p);
-    void showShards(const core::ParamRecord *p);
-    void showViolations(const core::ParamRecord *p);
+    void showFields(const state::ParamRecord *p);
+    void showShards(const state::ParamRecord *p);
+    void showViolations(const state::ParamRecord *p);
     void fitShardTable();
     void onStoreUpdated(const session::StoreChanges &changes);
 

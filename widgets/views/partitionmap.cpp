@@ -7,7 +7,7 @@
 #include <QPainter>
 #include <QToolTip>
 
-#include "core/partition.h"
+#include "state/partition.h"
 
 namespace shardscope::views {
 
@@ -21,9 +21,9 @@ constexpr int kMaxWorld = 4096;
 // How a parameter is drawn: its shards by core's partition math (whatever sizes the record
 // claims), or, when it is not partitioned, the whole tensor on every rank (one shard, shown
 // on each rank's row).
-core::PartitionLayout layoutOf(const core::ParamRecord &p, int world)
+state::PartitionLayout layoutOf(const state::ParamRecord &p, int world)
 {
-    return core::PartitionLayout::make(std::max<std::int64_t>(p.numel, 0),
+    return state::PartitionLayout::make(std::max<std::int64_t>(p.numel, 0),
                                        p.partitioned ? world : 1);
 }
 
@@ -40,11 +40,11 @@ PartitionMap::PartitionMap(QWidget *parent) : QWidget(parent)
     setAttribute(Qt::WA_OpaquePaintEvent);
 }
 
-void PartitionMap::setState(const core::EngineState &state)
+void PartitionMap::setState(const state::EngineState &state)
 {
     m_allParams = state.params;
     std::sort(m_allParams.begin(), m_allParams.end(),
-              [](const core::ParamRecord &a, const core::ParamRecord &b) { return a.id < b.id; });
+              [](const state::ParamRecord &a, const state::ParamRecord &b) { return a.id < b.id; });
     m_worldSize = std::clamp(state.worldSize, 1, kMaxWorld);
     rebuildShown();
 }
@@ -58,13 +58,13 @@ void PartitionMap::clear()
     rebuildShown();
 }
 
-void PartitionMap::setRecords(int worldSize, const std::vector<core::ParamRecord> &records)
+void PartitionMap::setRecords(int worldSize, const std::vector<state::ParamRecord> &records)
 {
     m_allParams.clear();
     m_worldSize = std::clamp(worldSize, 1, kMaxWorld);
     m_selectedParam = records.size() == 1 ? records.front().id : kNoParam;
     m_selectedModule = kNoModule;
-    m_shown = QVector<core::ParamRecord>(records.begin(), records.end());
+    m_shown = QVector<state::ParamRecord>(records.begin(), records.end());
     m_layoutDirty = true;
     updateGeometry();
     update();
@@ -84,10 +84,10 @@ void PartitionMap::setModule(ModuleId id)
     rebuildShown();
 }
 
-const core::ParamRecord *PartitionMap::findParam(ParamId id) const
+const state::ParamRecord *PartitionMap::findParam(ParamId id) const
 {
     auto it = std::lower_bound(m_allParams.begin(), m_allParams.end(), id,
-                               [](const core::ParamRecord &p, ParamId v) { return p.id < v; });
+                               [](const state::ParamRecord &p, ParamId v) { return p.id < v; });
     return it != m_allParams.end() && it->id == id ? &*it : nullptr;
 }
 
@@ -95,9 +95,9 @@ void PartitionMap::rebuildShown()
 {
     m_shown.clear();
     if (m_selectedParam != kNoParam) {
-        if (const core::ParamRecord *p = findParam(m_selectedParam)) m_shown.push_back(*p);
+        if (const state::ParamRecord *p = findParam(m_selectedParam)) m_shown.push_back(*p);
     } else if (m_selectedModule != kNoModule) {
-        for (const core::ParamRecord &p : m_allParams)
+        for (const state::ParamRecord &p : m_allParams)
             if (p.owner == m_selectedModule) m_shown.push_back(p);
     }
     m_layoutDirty = true;
@@ -197,10 +197,10 @@ void PartitionMap::layoutRects() const
     double y = top;
     m_rects.reserve(bands * m_worldSize);
     for (int b = 0; b < bands; ++b) {
-        const core::ParamRecord &p = m_shown[b];
+        const state::ParamRecord &p = m_shown[b];
         m_headers.push_back(QRectF(kMargin, y, width() - 2 * kMargin, bandHeaderHeight()));
         y += bandHeaderHeight();
-        const core::PartitionLayout l = layoutOf(p, m_worldSize);
+        const state::PartitionLayout l = layoutOf(p, m_worldSize);
         const double scale = l.paddedNumel > 0 ? plotWidth / double(l.paddedNumel) : 0.0;
         for (int r = 0; r < m_worldSize; ++r) {
             ShardRect s;
@@ -346,8 +346,8 @@ void PartitionMap::paintEvent(QPaintEvent *)
     }
 
     for (int b = 0; b < m_headers.size(); ++b) {
-        const core::ParamRecord &rec = m_shown[b];
-        const core::PartitionLayout l = layoutOf(rec, m_worldSize);
+        const state::ParamRecord &rec = m_shown[b];
+        const state::PartitionLayout l = layoutOf(rec, m_worldSize);
         QString line = QString::fromStdString(rec.name);
         if (rec.partitioned)
             line += tr("  numel %1, padded %2, %3 per rank")

@@ -10,7 +10,7 @@
 #include <QVector>
 #include <QWidget>
 
-#include "core/state.h"
+#include "state/state.h"
 
 namespace shardscope::views {
 
@@ -38,12 +38,12 @@ class PartitionMap : public QWidget
     explicit PartitionMap(QWidget *parent = nullptr);
 
     // Keeps the parameters and modules of state; the selection is kept when it still exists.
-    void setState(const core::EngineState &state);
+    void setState(const state::EngineState &state);
     void clear();
 
     // Shows exactly these records, already resolved by the caller (e.g. the session store's
     // current records of the selection); cheaper than setState for live status updates.
-    void setRecords(int worldSize, const std::vector<core::ParamRecord> &records);
+    void setRecords(int worldSize, const std::vector<state::ParamRecord> &records);
 
     // Shows one parameter; kNoParam shows nothing.
     void setParameter(ParamId id);
@@ -76,18 +76,18 @@ class PartitionMap : public QWidget
 
   private:
     void rebuildShown();
-    const core::ParamRecord *findParam(ParamId id) const;
+    const state::ParamRecord *findParam(ParamId id) const;
     void layoutRects() const;
     int bandHeaderHeight() const;
     int legendHeight() const;
     QVector<QPointF> legendPositions() const; // x, line of each legend entry
     int labelWidth() const;
 
-    std::vector<core::ParamRecord> m_allParams; // sorted by id, as in EngineState
+    std::vector<state::ParamRecord> m_allParams; // sorted by id, as in EngineState
     int m_worldSize = 1;
     ParamId m_selectedParam = kNoParam;
     ModuleId m_selectedModule = kNoModule;
-    QVector<core::ParamRecord> m_shown; // one band each
+    QVector<state::ParamRecord> m_shown; // one band each
 
     mutable bool m_layoutDirty = true;
     mutable QSize m_layoutSize;

@@ -60,7 +60,7 @@ void InspectorStatusBar::updateSummary()
     if (!m_store->hasState()) {
         m_summary->clear();
     } else {
-        const core::EngineState &st = m_store->state();
+        const state::EngineState &st = m_store->state();
         QString text = tr("world %1 · %2 · step %3")
                            .arg(st.worldSize)
                            .arg(QString::fromStdString(st.backend))

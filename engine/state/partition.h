@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace shardscope::core {
+namespace shardscope::state {
 
 struct PartitionLayout
 {
@@ -24,4 +24,4 @@ struct PartitionLayout
     std::int64_t totalPadding() const { return paddedNumel - numel; }
 };
 
-} // namespace shardscope::core
+} // namespace shardscope::state

@@ -1,8 +1,8 @@
-#include "core/violationtext.h"
+#include "state/violationtext.h"
 
 #include <cctype>
 
-namespace shardscope::core {
+namespace shardscope::state {
 
 std::string_view fixDialectName(FixDialect d)
 {
@@ -118,4 +118,4 @@ ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
     return t;
 }
 
-} // namespace shardscope::core
+} // namespace shardscope::state

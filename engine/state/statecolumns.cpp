@@ -1,10 +1,10 @@
-#include "core/statecolumns.h"
+#include "state/statecolumns.h"
 
 #include <algorithm>
 
 #include "base/hugepages.h"
 
-namespace shardscope::core {
+namespace shardscope::state {
 
 // ---------------------------------------------------------------- StringColumn
 
@@ -272,4 +272,4 @@ EngineState stateOf(const StateColumns &c)
     return s;
 }
 
-} // namespace shardscope::core
+} // namespace shardscope::state

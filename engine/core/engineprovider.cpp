@@ -1,15 +1,15 @@
-#include "server/stateprovider.h"
+#include "core/engineprovider.h"
 
 #include "core/engine.h"
 
-namespace shardscope::server {
+namespace shardscope::core {
 
-core::EngineState EngineStateProvider::state() const
+state::EngineState EngineStateProvider::state() const
 {
     return m_engine.state();
 }
 
-void EngineStateProvider::stateColumns(core::StateColumns &out) const
+void EngineStateProvider::stateColumns(state::StateColumns &out) const
 {
     m_engine.stateColumns(out);
 }
@@ -49,4 +49,4 @@ void EngineStateProvider::setTelemetryEnabled(bool on)
     m_engine.setTelemetryEnabled(on);
 }
 
-} // namespace shardscope::server
+} // namespace shardscope::core

@@ -7,10 +7,10 @@
 #include <string>
 #include <string_view>
 
-#include "core/state.h"
-#include "core/types.h"
+#include "state/shape.h"
+#include "state/state.h"
 
-namespace shardscope::core {
+namespace shardscope::state {
 
 // How fix lines are written: for ShardScope's C++ engine (its API names), or as Python a
 // DeepSpeed user pastes (`deepspeed.zero.register_external_parameter(model.lm_head,
@@ -52,4 +52,4 @@ std::string codeName(std::string_view dottedName, FixDialect dialect);
 // A module path as a message shows it: "<root>" for the root.
 std::string displayPath(std::string_view path);
 
-} // namespace shardscope::core
+} // namespace shardscope::state

@@ -1,17 +1,16 @@
-#include "core/partition.h"
+#include "state/partition.h"
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 
-namespace shardscope::core {
+namespace shardscope::state {
 
 PartitionLayout PartitionLayout::make(std::int64_t numel, int worldSize)
 {
     if (worldSize < 1)
         throw std::invalid_argument("world_size must be >= 1, got " + std::to_string(worldSize));
-    if (numel < 0)
-        throw std::invalid_argument("numel must be >= 0, got " + std::to_string(numel));
+    if (numel < 0) throw std::invalid_argument("numel must be >= 0, got " + std::to_string(numel));
     PartitionLayout l;
     l.numel = numel;
     l.worldSize = worldSize;
@@ -28,4 +27,4 @@ std::int64_t PartitionLayout::validNumel(int rank) const
     return std::clamp<std::int64_t>(std::min(end, numel) - begin, 0, partitionNumel);
 }
 
-} // namespace shardscope::core
+} // namespace shardscope::state

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "core/types.h"
+#include "state/shape.h"
 
-namespace shardscope::core {
+namespace shardscope::state {
 
 struct EngineConfigRecord
 {
@@ -46,10 +46,10 @@ struct ParamRecord
     bool late = false;        // created after the model was partitioned
     bool partitioned = false; // false for persistent and for late, not yet adopted, parameters
     std::string replaces;     // late: the parameter it replaced (weight_norm's `weight`), if known
-    std::vector<ParamStatus> status;           // one entry per rank (world size)
-    std::vector<ExternalRecord> externals;     // modules it is registered on as external
-    std::vector<ModuleId> activeModules;       // union over ranks
-    std::uint64_t gatherCount = 0;             // all-gathers, summed over local ranks
+    std::vector<ParamStatus> status;       // one entry per rank (world size)
+    std::vector<ExternalRecord> externals; // modules it is registered on as external
+    std::vector<ModuleId> activeModules;   // union over ranks
+    std::uint64_t gatherCount = 0;         // all-gathers, summed over local ranks
     std::uint64_t gatherBytes = 0;
     std::uint64_t gatherNs = 0;
     std::uint64_t lastGatherTsNs = 0;
@@ -64,14 +64,14 @@ struct ViolationRecord
     int rank = 0;
     ModuleId accessor = kNoModule; // module that read; for trace_invalidated: the module entered
     ParamId param = kNoParam;
-    std::string paramName;         // the parameter's name, kept after it is removed (weight_norm)
-    ModuleId owner = kNoModule;    // for trace_invalidated: the module expected
+    std::string paramName;      // the parameter's name, kept after it is removed (weight_norm)
+    ModuleId owner = kNoModule; // for trace_invalidated: the module expected
     ParamStatus status = ParamStatus::NotAvailable; // the parameter's status when it happened
     GuardAction action = GuardAction::Recorded;
     std::uint64_t count = 0;
-    std::uint64_t tsNs = 0;     // first occurrence
-    std::string fix;            // the line that fixes it, where one exists
-    std::string message;        // a sentence in the user's terms
+    std::uint64_t tsNs = 0; // first occurrence
+    std::string fix;        // the line that fixes it, where one exists
+    std::string message;    // a sentence in the user's terms
 };
 
 struct EngineState
@@ -89,4 +89,4 @@ struct EngineState
     std::vector<ViolationRecord> violations;
 };
 
-} // namespace shardscope::core
+} // namespace shardscope::state

@@ -1,21 +1,18 @@
 #pragma once
 // What the inspector endpoint serves: a source of the engine state and of events. Our own
 // Engine is one (EngineStateProvider); the DeepSpeed agent's process state is another
-// (python/shardscope). The server reads state() on its own thread at any time.
+// (python/shardscope). The server reads state() on its own thread at any time. Plain data and
+// an interface: a producer implements it, the server serves it, neither links the other.
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "core/state.h"
-#include "core/statecolumns.h"
+#include "state/state.h"
+#include "state/statecolumns.h"
 #include "telemetry/event.h"
 
-namespace shardscope::core {
-class Engine;
-}
-
-namespace shardscope::server {
+namespace shardscope::state {
 
 class StateProvider
 {
@@ -23,11 +20,11 @@ class StateProvider
     virtual ~StateProvider() = default;
 
     // A consistent copy of the whole state; called from the server thread.
-    virtual core::EngineState state() const = 0;
+    virtual EngineState state() const = 0;
     // The same as columns, written into `out` (its memory reused): what the binary State is
     // encoded from. This default converts state(); a provider that can fill the columns
     // directly (our Engine) skips the EngineState.
-    virtual void stateColumns(core::StateColumns &out) const { core::columnsOf(state(), out); }
+    virtual void stateColumns(StateColumns &out) const { columnsOf(state(), out); }
     // Changes whenever state() may have changed, so the server rebuilds only then.
     virtual std::uint64_t stateVersion() const = 0;
     virtual std::string modelName() const = 0;
@@ -39,23 +36,4 @@ class StateProvider
     virtual void setTelemetryEnabled(bool on) = 0;
 };
 
-class EngineStateProvider final : public StateProvider
-{
-  public:
-    explicit EngineStateProvider(core::Engine &engine) : m_engine(engine) {}
-
-    core::EngineState state() const override;
-    void stateColumns(core::StateColumns &out) const override;
-    std::uint64_t stateVersion() const override;
-    std::string modelName() const override;
-    int worldSize() const override;
-    std::string backend() const override;
-    std::vector<int> localRanks() const override;
-    void setEventSink(telemetry::EventSink *sink) override;
-    void setTelemetryEnabled(bool on) override;
-
-  private:
-    core::Engine &m_engine;
-};
-
-} // namespace shardscope::server
+} // namespace shardscope::state

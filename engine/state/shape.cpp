@@ -1,6 +1,6 @@
-#include "core/types.h"
+#include "state/shape.h"
 
-namespace shardscope::core {
+namespace shardscope::state {
 
 std::int64_t shapeNumel(const Shape &s)
 {
@@ -14,11 +14,10 @@ std::string shapeString(const Shape &s)
 {
     std::string out = "[";
     for (std::size_t i = 0; i < s.size(); ++i) {
-        if (i)
-            out += ", ";
+        if (i) out += ", ";
         out += std::to_string(s[i]);
     }
     return out + "]";
 }
 
-} // namespace shardscope::core
+} // namespace shardscope::state

@@ -12,9 +12,9 @@
 #include "base/names.h"
 #include "base/types.h"
 
-namespace shardscope::core {
+namespace shardscope::state {
 
 std::int64_t shapeNumel(const Shape &s);
 std::string shapeString(const Shape &s); // "[4, 8]"
 
-} // namespace shardscope::core
+} // namespace shardscope::state

@@ -5,8 +5,9 @@
 // in place and encodes it with memcpy, where an EngineState is a 248-byte record plus a
 // name, a shape and a status vector on the heap for each parameter: at 100,000 parameters x
 // 64 ranks about 16 MB of columns (estimated from their sizes) instead of about 48 MB of
-// records, written in a few dozen allocations that the next State reuses. EngineState stays what a snapshot file, the JSON
-// State and a client hold; columnsOf and stateOf convert between the two without loss.
+// records, written in a few dozen allocations that the next State reuses. EngineState stays what a
+// snapshot file, the JSON State and a client hold; columnsOf and stateOf convert between the two
+// without loss.
 
 #include <cstddef>
 #include <cstdint>
@@ -16,9 +17,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/state.h"
+#include "state/state.h"
 
-namespace shardscope::core {
+namespace shardscope::state {
 
 // A string-table index meaning "none" (a parameter that replaces nothing).
 inline constexpr std::uint32_t kNoString = 0xFFFFFFFFu;
@@ -53,7 +54,10 @@ class StringColumn
     struct Hash
     {
         using is_transparent = void;
-        std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+        std::size_t operator()(std::string_view s) const
+        {
+            return std::hash<std::string_view>{}(s);
+        }
     };
     std::unordered_map<std::string, std::uint32_t, Hash, std::equal_to<>> m_interned;
 };
@@ -138,4 +142,4 @@ template <class C, class F> void forEachParamColumn(C &c, F f)
 void columnsOf(const EngineState &state, StateColumns &out);
 EngineState stateOf(const StateColumns &columns);
 
-} // namespace shardscope::core
+} // namespace shardscope::state

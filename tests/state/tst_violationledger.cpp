@@ -1,0 +1,187 @@
+// The one violation ledger: one row per (kind, accessor, parameter, owner) with an entry per
+// rank, counted by sightings (Add), replaced by a producer's running totals (Total), or the
+// larger of two totals of one rank (Max); words kept unless provisional.
+
+#include <QtTest>
+
+#include "state/violationledger.h"
+
+using namespace shardscope;
+
+namespace {
+
+state::ViolationRecord sighting(int rank, std::uint32_t step, std::uint64_t tsNs,
+                                std::uint64_t count = 1)
+{
+    state::ViolationRecord v;
+    v.kind = ViolationKind::UnregisteredAccess;
+    v.rank = rank;
+    v.step = step;
+    v.lastStep = step;
+    v.tsNs = tsNs;
+    v.count = count;
+    v.accessor = 7;
+    v.param = 0;
+    v.owner = 1;
+    v.paramName = "embed.weight";
+    v.status = ParamStatus::NotAvailable;
+    v.action = GuardAction::Gathered;
+    v.fix = "register_external_parameter(lm_head, embed.weight)";
+    v.message = "module `lm_head` read `embed.weight` owned by `embed`";
+    return v;
+}
+
+} // namespace
+
+class TestViolationLedger : public QObject
+{
+    Q_OBJECT
+  private slots:
+    void sightingsOfOneViolationAreOneRowWithAnEntryPerRank();
+    void theOwnerTellsTwoTraceInvalidationsApart();
+    void aTotalReplacesWhatItsRankHadAndMaxKeepsTheLarger();
+    void provisionalWordsAreReplacedOnceAndFinalOnesKept();
+    void recordsAreOnePerRowAndRank();
+};
+
+void TestViolationLedger::sightingsOfOneViolationAreOneRowWithAnEntryPerRank()
+{
+    state::ViolationLedger ledger;
+    auto a = ledger.add(sighting(1, 2, 200), state::Tally::Add);
+    QVERIFY(a.newRow);
+    QVERIFY(a.newRank);
+    auto b = ledger.add(sighting(0, 1, 100), state::Tally::Add);
+    QVERIFY(!b.newRow);
+    QVERIFY(b.newRank);
+    state::ViolationRecord later = sighting(1, 5, 500);
+    later.status = ParamStatus::Inflight;
+    auto c = ledger.add(later, state::Tally::Add);
+    QVERIFY(!c.newRow && !c.newRank && c.changed);
+
+    QCOMPARE(ledger.size(), std::size_t(1));
+    const state::ViolationRow &row = ledger.rows()[0];
+    QCOMPARE(row.count, std::uint64_t(3));
+    QCOMPARE(row.firstStep, 1u);
+    QCOMPARE(row.firstRank, 0);
+    QCOMPARE(row.firstTsNs, std::uint64_t(100));
+    QCOMPARE(row.lastStep, 5u);
+    QCOMPARE(row.status, ParamStatus::Inflight); // as last seen
+    QCOMPARE(row.rankMask(), std::uint64_t(0b11));
+    QCOMPARE(row.ranks.size(), std::size_t(2));
+    QCOMPARE(row.ranks[0].rank, 0); // sorted by rank
+    QCOMPARE(row.ranks[0].count, std::uint64_t(1));
+    QCOMPARE(row.ranks[1].rank, 1);
+    QCOMPARE(row.ranks[1].count, std::uint64_t(2));
+    QCOMPARE(row.ranks[1].firstStep, 2u);
+    QCOMPARE(row.ranks[1].lastStep, 5u);
+
+    // Another parameter, another accessor, another kind: each its own row.
+    state::ViolationRecord other = sighting(0, 1, 150);
+    other.param = 3;
+    QVERIFY(ledger.add(other, state::Tally::Add).newRow);
+    other.accessor = 8;
+    QVERIFY(ledger.add(other, state::Tally::Add).newRow);
+    other.kind = ViolationKind::LateParameter;
+    QVERIFY(ledger.add(other, state::Tally::Add).newRow);
+    QCOMPARE(ledger.size(), std::size_t(4));
+    QVERIFY(ledger.find(state::keyOf(other)) == &ledger.rows()[3]);
+}
+
+void TestViolationLedger::theOwnerTellsTwoTraceInvalidationsApart()
+{
+    // "expected embed, got lm_head" and "expected pos_conv, got lm_head" are two findings.
+    state::ViolationLedger ledger;
+    state::ViolationRecord v;
+    v.kind = ViolationKind::TraceInvalidated;
+    v.accessor = 7;
+    v.owner = 1;
+    v.count = 1;
+    v.message = "expected `embed`";
+    ledger.add(v, state::Tally::Add);
+    v.owner = 4;
+    v.message = "expected `pos_conv`";
+    ledger.add(v, state::Tally::Add);
+    QCOMPARE(ledger.size(), std::size_t(2));
+    QCOMPARE(ledger.rows()[1].message, std::string("expected `pos_conv`"));
+}
+
+void TestViolationLedger::aTotalReplacesWhatItsRankHadAndMaxKeepsTheLarger()
+{
+    state::ViolationLedger ledger;
+    // Live events counted 3 on rank 0, one of which the State below had not yet seen,
+    // and the State says rank 0 saw it twice and rank 1 once.
+    for (std::uint64_t ts : {100, 110, 120})
+        ledger.add(sighting(0, 1, ts), state::Tally::Add);
+    state::ViolationRecord total0 = sighting(0, 1, 100, 2);
+    total0.lastStep = 2;
+    ledger.add(total0, state::Tally::Total);
+    ledger.add(sighting(1, 1, 105, 1), state::Tally::Total);
+    const state::ViolationRow &row = ledger.rows()[0];
+    QCOMPARE(row.ranks[0].count, std::uint64_t(2));
+    QCOMPARE(row.ranks[0].lastStep, 2u);
+    QCOMPARE(row.count, std::uint64_t(3));
+    // A later event adds to the total.
+    ledger.add(sighting(1, 3, 300), state::Tally::Add);
+    QCOMPARE(row.count, std::uint64_t(4));
+    QCOMPARE(row.lastStep, 3u);
+
+    // Two processes list rank 0: the larger total stands, the smaller changes nothing.
+    state::ViolationLedger merged;
+    merged.add(sighting(0, 1, 100, 5), state::Tally::Max);
+    const auto smaller = merged.add(sighting(0, 1, 100, 4), state::Tally::Max);
+    QVERIFY(!smaller.changed);
+    QCOMPARE(merged.rows()[0].count, std::uint64_t(5));
+    merged.add(sighting(0, 1, 100, 7), state::Tally::Max);
+    QCOMPARE(merged.rows()[0].count, std::uint64_t(7));
+    QCOMPARE(merged.rows()[0].ranks.size(), std::size_t(1));
+}
+
+void TestViolationLedger::provisionalWordsAreReplacedOnceAndFinalOnesKept()
+{
+    state::ViolationLedger ledger;
+    state::ViolationRecord early = sighting(0, 1, 100);
+    early.paramName = "<parameter 0>";
+    early.fix = "register_external_parameter(lm_head, <parameter 0>)";
+    ledger.add(early, state::Tally::Add, state::Words::Provisional);
+    QVERIFY(ledger.rows()[0].provisionalWords);
+
+    const auto named = ledger.add(sighting(0, 1, 100, 1), state::Tally::Total);
+    QVERIFY(named.changed);
+    QCOMPARE(ledger.rows()[0].paramName, std::string("embed.weight"));
+    QCOMPARE(ledger.rows()[0].fix,
+             std::string("register_external_parameter(lm_head, embed.weight)"));
+    QVERIFY(!ledger.rows()[0].provisionalWords);
+
+    // Final words stay what the row was first shown with.
+    state::ViolationRecord reworded = sighting(0, 2, 200);
+    reworded.fix = "words of another release";
+    ledger.add(reworded, state::Tally::Add);
+    QCOMPARE(ledger.rows()[0].fix,
+             std::string("register_external_parameter(lm_head, embed.weight)"));
+}
+
+void TestViolationLedger::recordsAreOnePerRowAndRank()
+{
+    state::ViolationLedger ledger;
+    ledger.add(sighting(1, 2, 200, 4), state::Tally::Total);
+    ledger.add(sighting(0, 1, 100, 2), state::Tally::Total);
+    state::ViolationRecord late = sighting(0, 3, 300);
+    late.kind = ViolationKind::LateParameter;
+    ledger.add(late, state::Tally::Add);
+    const std::vector<state::ViolationRecord> recs = ledger.records();
+    QCOMPARE(recs.size(), std::size_t(3));
+    QCOMPARE(recs[0].rank, 0);
+    QCOMPARE(recs[0].count, std::uint64_t(2));
+    QCOMPARE(recs[0].step, 1u);
+    QCOMPARE(recs[1].rank, 1);
+    QCOMPARE(recs[1].count, std::uint64_t(4));
+    QCOMPARE(recs[1].tsNs, std::uint64_t(200));
+    QCOMPARE(recs[1].fix, std::string("register_external_parameter(lm_head, embed.weight)"));
+    QCOMPARE(recs[2].kind, ViolationKind::LateParameter);
+    ledger.clear();
+    QVERIFY(ledger.empty());
+    QVERIFY(ledger.records().empty());
+}
+
+QTEST_APPLESS_MAIN(TestViolationLedger)
+#include "tst_violationledger.moc"
