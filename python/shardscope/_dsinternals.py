@@ -1,25 +1,30 @@
 """Every private DeepSpeed name the agent relies on, and nothing else.
 
 These are internals of DeepSpeed's ZeRO-3 (``deepspeed/runtime/zero``) and of
-``DeepSpeedEngine``; they change between releases, so the agent refuses versions it has
-not been checked against (``KNOWN_VERSIONS``) instead of observing them wrongly. Each
+``DeepSpeedEngine``; they change between releases, so at install the agent checks that every
+hook it needs is there with the parameters it calls it with (``HOOKS``), refuses a release
+that lacks one (naming it) instead of observing it wrongly, and warns on a release outside
+the tested range (``TESTED_VERSIONS``). Each
 patch wraps the original and calls it unchanged: the agent observes, it never changes what
 DeepSpeed does, except that ``guard="error"`` raises before DeepSpeed's silent automatic
 registration.
 
-What is observed where (DeepSpeed 0.14.5):
+What is observed where (DeepSpeed 0.16.9 and 0.19.8; 0.14.5 had the same hooks):
 
 - status changes (``ds_status``): every assignment, wherever DeepSpeed makes it, through a
   data descriptor on the converted parameters' class (``torch.nn.Parameter``) that keeps the
   value in the instance dict as before (reads, ``hasattr`` and ``del`` behave unchanged);
 - ``ds_active_sub_modules``: read when a step ends and when the agent flushes (not per change);
+  it holds modules' ``ds_id`` since 0.16.4 (``id`` before: ``module_key_attribute``);
 - ``Init._zero_init_param``: a parameter converted (``zero.Init``, or adoption of late
   parameters by ``deepspeed.initialize``);
 - ``Init._post_init_method``: a module built under ``zero.Init``;
   ``InsertPostInitMethodToModuleSubClasses.__exit__``: the end of ``zero.Init``;
 - ``ZeROOrderedDict.__getitem__``: reads of parameters by attribute after
   ``deepspeed.initialize`` (where DeepSpeed registers external parameters automatically);
-  before it, modules built under ``zero.Init`` get an observing ``_parameters`` dict;
+  before it, modules built under ``zero.Init`` get an observing ``_parameters`` dict of the
+  container's own class (a plain ``dict`` on torch >= 2.5, an ``OrderedDict`` before), which
+  DeepSpeed's ``_inject_parameters`` / ``ensure_zero_ordered_dict`` later replace;
 - ``register_external_parameter`` / ``unregister_external_parameter`` (module globals of
   ``partition_parameters`` and ``parameter_offload``, and ``deepspeed.zero``);
 - ``DeepSpeedZeRoOffload.{pre,post}_sub_module_{forward,backward}_function``: module scopes;
@@ -31,13 +36,63 @@ What is observed where (DeepSpeed 0.14.5):
 - ``deepspeed.initialize``: the engine to attach to.
 """
 
+import inspect
+import warnings
 from collections import OrderedDict
 
-KNOWN_VERSIONS = ("0.14.5",)
+# The DeepSpeed releases the agent is tested on, newest first (the tests run each one:
+# tests/deepspeed/CMakeLists.txt; scripts/deps installs them; the first is the one pinned in
+# python/requirements.txt). Another release is not refused: check_version() checks every
+# hook below and runs with a warning if they are all there.
+TESTED_VERSIONS = ("0.19.8", "0.16.9")
+# The torch the tests run them on (python/requirements.txt).
+TESTED_TORCH = ("2.13",)
 
 # deepspeed.runtime.zero.partition_parameters.ZeroParamStatus values -> ShardScope's status
 # numbers (0 NOT_AVAILABLE, 1 INFLIGHT, 2 AVAILABLE).
 STATUS_NAMES = {"NOT_AVAILABLE": 0, "INFLIGHT": 1, "AVAILABLE": 2}
+
+_ZERO = "deepspeed.runtime.zero."
+# Every DeepSpeed function the agent wraps or reads, with the parameters it calls it with
+# (None: any; the agent passes what it was given). check_hooks() checks each.
+HOOKS = (
+    (_ZERO + "partition_parameters", "Init._zero_init_param", ("self", "param")),
+    (_ZERO + "partition_parameters", "Init._post_init_method", ("self", "module")),
+    (_ZERO + "partition_parameters", "InsertPostInitMethodToModuleSubClasses.__exit__",
+     ("self", "exc_type", "exc_value", "traceback")),
+    (_ZERO + "partition_parameters", "register_external_parameter", ("module", "parameter")),
+    (_ZERO + "partition_parameters", "unregister_external_parameter", ("module", "parameter")),
+    (_ZERO + "partition_parameters", "GatheredParameters.__enter__", ("self", )),
+    (_ZERO + "partition_parameters", "GatheredParameters.__exit__", None),
+    (_ZERO + "partition_parameters", "ZeroParamStatus", None),
+    (_ZERO + "partition_parameters", "zero_init_context", None),
+    (_ZERO + "parameter_offload", "ZeROOrderedDict.__getitem__", ("self", "key")),
+    (_ZERO + "parameter_offload", "FWD_MODULE_STACK", None),
+    (_ZERO + "parameter_offload", "DeepSpeedZeRoOffload.pre_sub_module_forward_function",
+     ("self", "sub_module")),
+    (_ZERO + "parameter_offload", "DeepSpeedZeRoOffload.post_sub_module_forward_function",
+     ("self", "sub_module")),
+    (_ZERO + "parameter_offload", "DeepSpeedZeRoOffload.pre_sub_module_backward_function",
+     ("self", "sub_module")),
+    (_ZERO + "parameter_offload", "DeepSpeedZeRoOffload.post_sub_module_backward_function",
+     ("self", "sub_module")),
+    (_ZERO + "parameter_offload", "DeepSpeedZeRoOffload._convert_to_zero_parameters",
+     ("self", "ds_config", "module", "mpu")),
+    (_ZERO + "partitioned_param_coordinator", "PartitionedParameterCoordinator._invalidate_trace",
+     ("self", )),
+    (_ZERO + "partitioned_param_coordinator", "iter_params", None),
+    ("deepspeed.runtime.engine", "DeepSpeedEngine.forward", None),
+    ("deepspeed.runtime.engine", "DeepSpeedEngine.backward", None),
+    ("deepspeed.runtime.engine", "DeepSpeedEngine.step", None),
+    ("deepspeed", "initialize", None),
+)
+# Private attributes the agent reads, and the code that must set them.
+PRIVATE_ATTRIBUTES = (
+    (_ZERO + "partitioned_param_coordinator", "PartitionedParameterCoordinator.__init__",
+     ("self.__submodule_order", "self.__step_id")),
+    (_ZERO + "parameter_offload", "ZeROOrderedDict.__init__",
+     ("self._parent_module", "self._in_forward")),
+)
 
 
 def deepspeed_version():
@@ -46,18 +101,96 @@ def deepspeed_version():
     return getattr(deepspeed, "__version__", "unknown")
 
 
+def _release(version):
+    """(major, minor, patch) of a version string, or None."""
+    parts = version.split("+")[0].split(".")[:3]
+    try:
+        return tuple(int("".join(c for c in p if c.isdigit()) or "x") for p in parts)
+    except ValueError:
+        return None
+
+
+def _resolve(module_name, dotted):
+    import importlib
+
+    obj = importlib.import_module(module_name)
+    for part in dotted.split("."):
+        obj = obj.__dict__[part] if isinstance(obj, type) and part in obj.__dict__ else getattr(obj, part)
+    return obj
+
+
+def check_hooks():
+    """What of HOOKS and PRIVATE_ATTRIBUTES this DeepSpeed lacks: one sentence each."""
+    problems = []
+    for module_name, dotted, params in HOOKS:
+        where = f"{module_name}.{dotted}"
+        try:
+            obj = _resolve(module_name, dotted)
+        except (ImportError, AttributeError, KeyError):
+            problems.append(f"{where} does not exist")
+            continue
+        if params is None:
+            continue
+        try:
+            have = list(inspect.signature(obj).parameters.values())
+        except (TypeError, ValueError):
+            continue  # a builtin: nothing to compare
+        names = [p.name for p in have if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        required = [p.name for p in have if p.default is p.empty and
+                    p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if names[:len(params)] != list(params) or len(required) > len(params):
+            problems.append(f"{where} takes ({', '.join(p.name for p in have)}), not "
+                            f"({', '.join(params)})")
+    for module_name, dotted, attributes in PRIVATE_ATTRIBUTES:
+        where = f"{module_name}.{dotted}"
+        try:
+            source = inspect.getsource(_resolve(module_name, dotted))
+        except (ImportError, AttributeError, KeyError, OSError, TypeError):
+            problems.append(f"{where} cannot be read")
+            continue
+        for a in attributes:
+            if a + " " not in source and a + ":" not in source and a + "=" not in source:
+                problems.append(f"{where} no longer sets {a}")
+    return problems
+
+
 def check_version():
-    """Raises ShardScopeError naming the known versions when this DeepSpeed is not one."""
+    """Checks this DeepSpeed and torch: raises ShardScopeError naming the first hook the agent
+    needs and this DeepSpeed lacks; warns, naming the tested releases, when every hook is there
+    but the release was not tested. Returns DeepSpeed's version."""
     from . import ShardScopeError
 
     version = deepspeed_version()
-    base = version.split("+")[0]
-    if base not in KNOWN_VERSIONS:
+    tested = ", ".join(TESTED_VERSIONS)
+    problems = check_hooks()
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ShardScopeError(
-            f"shardscope.deepspeed observes DeepSpeed's ZeRO-3 internals, and knows DeepSpeed "
-            f"{', '.join(KNOWN_VERSIONS)}; this is DeepSpeed {version}. Run a known version, or "
-            f"leave the agent out of this run (its internals may differ).")
+            f"shardscope.deepspeed cannot observe DeepSpeed {version}: {problems[0]}{more}. It is "
+            f"tested on DeepSpeed {tested}; run one of those, or leave the agent out of this "
+            f"run.")
+    import torch
+
+    torch_version = torch.__version__.split("+")[0]
+    untested = []
+    if version.split("+")[0] not in TESTED_VERSIONS:
+        untested.append(f"DeepSpeed {version}")
+    if ".".join(torch_version.split(".")[:2]) not in TESTED_TORCH:
+        untested.append(f"torch {torch_version}")
+    if untested:
+        warnings.warn(
+            f"shardscope.deepspeed is untested on {' and '.join(untested)} (tested: DeepSpeed "
+            f"{tested} on torch {', '.join(TESTED_TORCH)}); every DeepSpeed hook it needs is "
+            f"there, so it runs. If what it shows looks wrong, compare with a tested release.",
+            stacklevel=3)
     return version
+
+
+def module_key_attribute(version):
+    """The module attribute DeepSpeed puts in a parameter's ds_active_sub_modules: ds_id since
+    0.16.4 (deepspeed#6894), id before."""
+    release = _release(version)
+    return "ds_id" if release is None or release >= (0, 16, 4) else "id"
 
 
 def status_number(ds_status):
@@ -186,8 +319,9 @@ def install(observer):
 
     def _post_init_method(self, module):
         post_init(self, module)
-        if type(module._parameters) is OrderedDict:
-            module._parameters = BuildTimeParameters(module, module._parameters)
+        wrap = build_time_classes.get(type(module._parameters))
+        if wrap is not None:
+            module._parameters = wrap(module, module._parameters)
         observer.on_module_built(module)
 
     patches.replace(Init, "_post_init_method", _post_init_method)
@@ -203,24 +337,32 @@ def install(observer):
     patches.replace(InsertPost, "__exit__", __exit__)
 
     # ---- reads of parameters by attribute
-    class BuildTimeParameters(OrderedDict):
+    def build_time_parameters(base):
         """A module's _parameters under zero.Init, until deepspeed.initialize replaces it
-        with DeepSpeed's ZeROOrderedDict: reads of partitioned parameters are observed."""
+        with DeepSpeed's ZeROOrderedDict: reads of partitioned parameters are observed. Of
+        the container's own class: an OrderedDict before torch 2.5, a plain dict since
+        (pytorch/pytorch#129164)."""
 
-        def __init__(self, module, items):
-            super().__init__(items)
-            self._shardscope_module = module
+        class BuildTimeParameters(base):
 
-        def __getitem__(self, key):
-            param = OrderedDict.__getitem__(self, key)
-            if param is not None and "ds_id" in param.__dict__:
-                param.__dict__["_shardscope_seen_as"] = (self._shardscope_module, key)
-                if is_not_available(param):
-                    observer.on_param_read(self._shardscope_module, key, param, False)
-            return param
+            def __init__(self, module, items):
+                super().__init__(items)
+                self._shardscope_module = module
 
-        def __reduce__(self):
-            return (OrderedDict, (list(self.items()), ))
+            def __getitem__(self, key):
+                param = base.__getitem__(self, key)
+                if param is not None and "ds_id" in param.__dict__:
+                    param.__dict__["_shardscope_seen_as"] = (self._shardscope_module, key)
+                    if is_not_available(param):
+                        observer.on_param_read(self._shardscope_module, key, param, False)
+                return param
+
+            def __reduce__(self):
+                return (base, (list(self.items()), ))
+
+        return BuildTimeParameters
+
+    build_time_classes = {base: build_time_parameters(base) for base in (dict, OrderedDict)}
 
     getitem = ZeROOrderedDict.__getitem__
 

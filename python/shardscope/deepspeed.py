@@ -296,6 +296,7 @@ class _Agent:
         self.rank, self.world_size = _rank_and_world()
         self.guard = guard
         self.deepspeed_version = version
+        self.module_key = _ds.module_key_attribute(version)
         self.snapshot_out = (snapshot_out or "").replace("{rank}", str(self.rank))
         endpoint = listen if isinstance(listen, str) else ""
         try:
@@ -521,14 +522,16 @@ class _Agent:
         pid = ds_id if ds_id is not None else self.late.setdefault(id(param), self._new_late_id())
         status = _ds.status_number(d["ds_status"]) if "ds_status" in d else 2
         # What a gather of it moves: the padded tensor (docs/protocol.md, fetch events' u0).
-        d["_shardscope_nbytes"] = (partition * self.world_size if partitioned else numel) * param.element_size()
+        # Its partition's world: its own group's (ZeRO++ hpZ, DeepSpeed >= 0.19.3), else the job's.
+        world = int(d.get("ds_zero_partition_world_size", self.world_size))
+        d["_shardscope_nbytes"] = (partition * world if partitioned else numel) * param.element_size()
         if ds_id is not None:
             self.published.add(ds_id)
             self.hot.publish(ds_id, d["_shardscope_nbytes"], param)
         self.native.set_param(id=pid, name=name, owner=mid if mid is not None else 0, shape=shape,
                               dtype=str(param.dtype).replace("torch.", ""), numel=numel,
                               partition_numel=partition if partitioned else numel,
-                              padded_numel=partition * self.world_size if partitioned else numel,
+                              padded_numel=partition * world if partitioned else numel,
                               persistent=persistent, partitioned=partitioned, late=late,
                               status=status, replaces=replaces)
         return pid
@@ -544,8 +547,9 @@ class _Agent:
         ds_model = any("ds_id" in p.__dict__ for p in root.parameters())
         for path, module in root.named_modules():
             mid = self._ensure_module(module, path)
-            if "id" in module.__dict__:
-                self.hot.map_module(module.__dict__["id"], mid)
+            key = module.__dict__.get(self.module_key)  # what ds_active_sub_modules holds
+            if key is not None:
+                self.hot.map_module(key, mid)
             for local, param in module._parameters.items():
                 if param is None:
                     continue
