@@ -1,6 +1,6 @@
 """Both user stories on real DeepSpeed ZeRO-3, with ShardScope attached (one process per rank).
 
-    ../shared/deepspeed-cpu/launch --nproc 2 python/examples/deepspeed_stories.py
+    PYTHONPATH=build/python DS_ACCELERATOR=cpu LOCAL_SIZE=2 .venv/bin/torchrun --nproc-per-node 2 python/examples/deepspeed_stories.py
     shardscope --attach job:...   # or shardscope-capture --list, while it runs
 
 A tiny language model: `embed` (nn.Embedding), a positional Conv1d with weight_norm
