@@ -71,7 +71,7 @@ void Automation::poll()
         return;
     }
     if (!m_options.attach.isEmpty()) {
-        if (store->hasState() && !m_sinceState.isValid()) m_sinceState.start();
+        noteFirstState();
         if (c->state() == session::Connection::State::Failed) {
             fail(c->message());
             return;
@@ -117,7 +117,7 @@ void Automation::pollJob()
 {
     const session::JobSession *job = m_window.jobSession();
     session::SessionStore *store = m_window.store();
-    if (store->hasState() && !m_sinceState.isValid()) m_sinceState.start();
+    noteFirstState();
     if (conditionMet()) {
         proceed();
         return;
@@ -141,6 +141,16 @@ void Automation::pollJob()
                  .arg(m_options.timeoutSeconds)
                  .arg(job->summary())
                  .arg(store->completedStep()));
+}
+
+void Automation::noteFirstState()
+{
+    const session::SessionStore *store = m_window.store();
+    if (m_sinceState.isValid() || !store->hasState()) return;
+    m_sinceState.start();
+    std::printf("shardscope: attached to %s; the run is at step %u\n", qPrintable(m_options.attach),
+                store->step());
+    std::fflush(stdout);
 }
 
 void Automation::proceed()

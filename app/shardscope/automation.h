@@ -1,7 +1,8 @@
 #pragma once
 // Runs the command line's job: attach or open, wait for the condition (caught up,
 // --after-step, --after-seconds), then export and grab the window, and report the exit
-// code through finished(). Messages go to stderr (errors) and stdout (files written).
+// code through finished(). Messages go to stderr (errors) and stdout (the first state held
+// when attached, files written).
 
 #include <QElapsedTimer>
 #include <QObject>
@@ -30,6 +31,9 @@ class Automation : public QObject
     void poll();
     void pollJob();
     bool conditionMet() const;
+    // Once, when attached and the first state is held: starts --after-seconds' clock and
+    // says so on stdout ("shardscope: attached to ENDPOINT; the run is at step K").
+    void noteFirstState();
     void proceed();
     void runOutputs();
     void fail(const QString &message);

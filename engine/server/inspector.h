@@ -23,7 +23,7 @@ struct InspectorOptions
     std::size_t historyEvents = 65536; // recent events a late client receives
     std::string snapshotOut;           // written atomically by finish() when not empty
     bool telemetry = true;             // false: the engine emits nothing
-    std::string job; // the job's name (--job); empty: from the environment (wire/job.h)
+    std::string job; // the job's name (the agent's job=); empty: from the environment (wire/job.h)
     // Tests only: pretend this process's clock runs this far ahead, as another host's would:
     // added to every timestamp sent (events, state, clock probes). 0: the environment
     // variable SHARDSCOPE_TEST_CLOCK_OFFSET_NS, if set, gives it.
@@ -44,7 +44,8 @@ class Inspector
     // Serves any state provider: our Engine's (core::EngineStateProvider), the DeepSpeed
     // agent's; provider outlives the Inspector. Throws InspectorError.
     Inspector(state::StateProvider &provider, InspectorOptions options);
-    // The same, owning the provider: Inspector(std::make_unique<core::EngineStateProvider>(engine), o).
+    // The same, owning the provider:
+    //   Inspector(std::make_unique<core::EngineStateProvider>(engine), options)
     Inspector(std::unique_ptr<state::StateProvider> own, InspectorOptions options);
     ~Inspector(); // finish() if not yet done
     Inspector(const Inspector &) = delete;

@@ -19,10 +19,10 @@ struct JobIdentity
     std::string host; // this process's host name
 };
 
-// The job id, first of: name (--job NAME) when not empty; TORCHELASTIC_RUN_ID (torchrun,
-// the `deepspeed` launcher); "MASTER_ADDR:MASTER_PORT" when both are set (any torchrun-style
-// launcher: the rendezvous address is shared by the job's processes); else "<host>-<pid>",
-// a job of this process alone.
+// The job id, first of: name (InspectorOptions::job, the agent's job=) when not empty;
+// TORCHELASTIC_RUN_ID (torchrun, the `deepspeed` launcher); "MASTER_ADDR:MASTER_PORT" when both are
+// set (any torchrun-style launcher: the rendezvous address is shared by the job's processes); else
+// "<host>-<pid>", a job of this process alone.
 JobIdentity jobFromEnvironment(std::string_view name, std::vector<int> ranks, int worldSize);
 std::string hostName();
 

@@ -65,9 +65,9 @@ Result<state::EngineState> mergeJobStates(std::span<const state::EngineState *co
         }
         localRanks.insert(ps.localRanks.begin(), ps.localRanks.end());
         // Each record is its process's total for its rank: the same (violation, rank) listed
-        // by two processes is one, not two.
+        // by two processes is one, not two, and the larger total stands, whatever the order.
         for (const state::ViolationRecord &v : ps.violations)
-            violations.add(v, state::Tally::Total);
+            violations.add(v, state::Tally::Max);
         st.step = std::max(st.step, ps.step);
     }
     st.localRanks.assign(localRanks.begin(), localRanks.end());

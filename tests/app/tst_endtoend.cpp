@@ -175,11 +175,12 @@ void TestEndToEnd::attachExportAndReopen()
     const QByteArray liveCsv = readAll(m_dir.filePath(QStringLiteral("live.csv")));
     QVERIFY(liveCsv.contains("lm_head"));
     QVERIFY2(liveCsv.contains("pos_conv.weight"), liveCsv.constData()); // removed by weight_norm
-    QVERIFY(!liveCsv.contains("<none>)")); // no invented fix line
+    QVERIFY(!liveCsv.contains("<none>)"));                              // no invented fix line
     QCOMPARE(readAll(m_dir.filePath(QStringLiteral("reopened.csv"))), liveCsv);
     const QString third = m_dir.filePath(QStringLiteral("third.json"));
-    const ProcessResult r3 = runApp(
-        {QStringLiteral("--open"), again, QStringLiteral("--export-snapshot"), third, QStringLiteral("--quit")});
+    const ProcessResult r3 =
+        runApp({QStringLiteral("--open"), again, QStringLiteral("--export-snapshot"), third,
+                QStringLiteral("--quit")});
     QVERIFY2(r3.exitCode == 0, qPrintable(r3.err));
     auto withoutMeta = [&](const QString &path) {
         QJsonObject o = readJson(path);
@@ -223,11 +224,15 @@ void TestEndToEnd::deadEndpointFailsCleanly()
 }
 
 // Issue #14, defect 10: with the trainer killed before --after-step, the app said that
-// everything collected so far was kept and wrote nothing. It writes it and exits 3.
+// everything collected so far was kept and wrote nothing. It writes it and exits 3. The app
+// attaches once the run is past step 5, and the trainer is killed only after the app said
+// it holds the state, so what it writes is at least that step.
 void TestEndToEnd::killedTrainerStillExportsWhatWasCollected()
 {
     Trainer trainer({QStringLiteral("--steps"), QStringLiteral("100000")});
     QVERIFY2(!trainer.endpoint().isEmpty(), qPrintable(trainer.output()));
+    QVERIFY2(trainer.waitForOutput(QRegularExpression(QStringLiteral("step 5/")), 60000),
+             qPrintable(trainer.output()));
     const QString snap = m_dir.filePath(QStringLiteral("ended-early.json"));
     QProcess app;
     app.start(binPath(QStringLiteral("shardscope")),
@@ -235,9 +240,20 @@ void TestEndToEnd::killedTrainerStillExportsWhatWasCollected()
                QStringLiteral("100000000"), QStringLiteral("--export-snapshot"), snap,
                QStringLiteral("--timeout"), QStringLiteral("90"), QStringLiteral("--quit")});
     QVERIFY(app.waitForStarted(10000));
-    QVERIFY2(trainer.waitForOutput(QRegularExpression(QStringLiteral("step 5/")), 60000),
-             qPrintable(trainer.output()));
-    QTest::qWait(3000); // room for the app to start and receive the state (not a measurement)
+    static const QRegularExpression attached(
+        QStringLiteral("shardscope: attached to \\S+; the run is at step (\\d+)\n"));
+    QString out;
+    QRegularExpressionMatch said;
+    QElapsedTimer waited;
+    waited.start();
+    while (!(said = attached.match(out)).hasMatch() && waited.elapsed() < 60000 &&
+           app.state() == QProcess::Running) {
+        app.waitForReadyRead(200);
+        out += QString::fromUtf8(app.readAllStandardOutput());
+    }
+    QVERIFY2(said.hasMatch(), qPrintable(out + QString::fromUtf8(app.readAllStandardError())));
+    const int stepHeld = said.captured(1).toInt();
+    QVERIFY2(stepHeld >= 5, qPrintable(out));
     trainer.kill();
     QVERIFY(app.waitForFinished(60000));
     const QString err = QString::fromUtf8(app.readAllStandardError());
@@ -246,7 +262,7 @@ void TestEndToEnd::killedTrainerStillExportsWhatWasCollected()
     const QJsonObject s = readJson(snap);
     QCOMPARE(s.value(QStringLiteral("format")).toString(), QStringLiteral("shardscope-snapshot"));
     QVERIFY(s.value(QStringLiteral("engine")).toObject().value(QStringLiteral("step")).toInt() >=
-            5);
+            stepHeld);
 }
 
 QTEST_GUILESS_MAIN(TestEndToEnd)

@@ -7,7 +7,8 @@
 
 using namespace shardscope;
 
-// A small model: root -> enc (owns enc.weight) -> enc.inner (owns enc.inner.weight); dec (owns dec.weight, dec.bias small)
+// A small model: root -> enc (owns enc.weight) -> enc.inner (owns enc.inner.weight); dec (owns
+// dec.weight, dec.bias small)
 struct Model
 {
     std::unique_ptr<core::Engine> engine;
@@ -36,7 +37,7 @@ struct Model
 class TestCoordinator : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void gatherOnEntryReleaseOnExit();
     void stateGatherTimesAreTheEventsTimes();
     void nestedModules();
@@ -128,7 +129,8 @@ void TestCoordinator::sharedParamStaysUntilBothLeave()
     });
     QVERIFY(ok[0] && ok[1]);
     // gathered once per rank, not twice
-    QCOMPARE(m.sink.ofType(EventType::FetchEnd, 0).size(), std::size_t(2)); // enc.weight, inner.weight
+    QCOMPARE(m.sink.ofType(EventType::FetchEnd, 0).size(),
+             std::size_t(2)); // enc.weight, inner.weight
 }
 
 void TestCoordinator::persistentNeverMoves()
@@ -230,16 +232,25 @@ void TestCoordinator::prefetchRespectsMaxLive()
     m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
     m.sink.clear();
     m.engine->forEachLocalRank([&](int r) { runForward(m, r); });
-    for (const telemetry::Event &ev : m.sink.ofType(EventType::FetchBegin))
-        QVERIFY(telemetry::readFetch(ev).reason != FetchReason::Prefetch);
+    // Step 2 on each rank: enc, inner and dec fetch their weights on entry (dec.bias is
+    // persistent), none ahead of time, since after enc.weight nothing more fits.
+    const std::vector<telemetry::Event> fetches = m.sink.ofType(EventType::FetchBegin);
+    QCOMPARE(fetches.size(), std::size_t(2 * 3));
+    for (int r = 0; r < 2; ++r) {
+        std::vector<ParamId> fetched;
+        for (const telemetry::Event &ev : m.sink.ofType(EventType::FetchBegin, r)) {
+            QCOMPARE(telemetry::readFetch(ev).reason, FetchReason::Forward);
+            fetched.push_back(telemetry::readFetch(ev).param);
+        }
+        QCOMPARE(fetched, (std::vector<ParamId>{m.encW, m.innerW, m.decW}));
+    }
 }
 
 // Index of the first event on rank 0 matching pred, or -1.
 template <typename Pred> static int firstIndex(const std::vector<telemetry::Event> &evs, Pred pred)
 {
     for (std::size_t i = 0; i < evs.size(); ++i)
-        if (evs[i].rank == 0 && pred(evs[i]))
-            return static_cast<int>(i);
+        if (evs[i].rank == 0 && pred(evs[i])) return static_cast<int>(i);
     return -1;
 }
 
@@ -303,7 +314,9 @@ void TestCoordinator::exitOutOfOrderIsAnError()
         e.exitModule(0, m.enc, Phase::Forward);
         QFAIL("no error");
     } catch (const core::EngineError &err) {
-        QVERIFY2(std::string(err.what()).find("innermost module is 'enc.inner'") != std::string::npos, err.what());
+        QVERIFY2(std::string(err.what()).find("innermost module is 'enc.inner'") !=
+                     std::string::npos,
+                 err.what());
     }
 }
 
@@ -319,7 +332,8 @@ void TestCoordinator::releaseWhileActiveIsAnError()
         QFAIL("no error");
     } catch (const core::EngineError &err) {
         const std::string msg = err.what();
-        QVERIFY2(msg.find("dec.weight") != std::string::npos && msg.find("in use by dec") != std::string::npos,
+        QVERIFY2(msg.find("dec.weight") != std::string::npos &&
+                     msg.find("in use by dec") != std::string::npos,
                  err.what());
     }
 }

@@ -110,6 +110,102 @@ class TestJobMerge : public QObject
         QVERIFY2(merged.error().find("not one job") != std::string::npos, merged.error().c_str());
         QVERIFY(!wire::mergeJobSnapshots({}, "j"));
     }
+
+    // Two processes of one world size but different models are two jobs: refused, naming
+    // the process and both models, whichever comes first.
+    void processesOfDifferentModelsAreRefused()
+    {
+        wire::Snapshot other = part(1);
+        other.state.modelName = "OtherLM";
+        auto merged = wire::mergeJobSnapshots({part(0), other}, "j");
+        QVERIFY(!merged);
+        QCOMPARE(QString::fromStdString(merged.error()),
+                 QString("the process 101 (unix:/r1) runs model 'OtherLM', the others "
+                         "'TinyLM': not one job"));
+        auto reversed = wire::mergeJobSnapshots({other, part(0)}, "j");
+        QVERIFY(!reversed);
+        QCOMPARE(QString::fromStdString(reversed.error()),
+                 QString("the process 100 (unix:/r0) runs model 'TinyLM', the others "
+                         "'OtherLM': not one job"));
+    }
+
+    // Gather figures of a parameter: counts, bytes and times summed over the processes, the
+    // last gather the newest of any, active modules the union (each once).
+    void gatherFiguresAreSummedAndActiveModulesUnited()
+    {
+        wire::Snapshot a = part(0);
+        wire::Snapshot b = part(1);
+        state::ParamRecord &pa = a.state.params[0];
+        pa.gatherCount = 2;
+        pa.gatherBytes = 100;
+        pa.gatherNs = 1'000;
+        pa.lastGatherTsNs = 9'000; // the newest is the first part's
+        pa.activeModules = {1};
+        state::ParamRecord &pb = b.state.params[0];
+        pb.gatherCount = 3;
+        pb.gatherBytes = 250;
+        pb.gatherNs = 30'000;
+        pb.lastGatherTsNs = 4'000;
+        pb.activeModules = {2, 1};
+        const state::EngineState *parts[] = {&a.state, &b.state};
+        const std::string names[] = {"a", "b"};
+        auto merged = wire::mergeJobStates(parts, names);
+        QVERIFY2(merged, merged ? "" : merged.error().c_str());
+        const state::ParamRecord &p = merged->params[0];
+        QCOMPARE(p.gatherCount, std::uint64_t(5));
+        QCOMPARE(p.gatherBytes, std::uint64_t(350));
+        QCOMPARE(p.gatherNs, std::uint64_t(31'000));
+        QCOMPARE(p.lastGatherTsNs, std::uint64_t(9'000));
+        QCOMPARE(p.activeModules, (std::vector<ModuleId>{1, 2}));
+
+        // The other order: the newest last gather is the second part's.
+        const state::EngineState *swapped[] = {&b.state, &a.state};
+        auto other = wire::mergeJobStates(swapped, names);
+        QVERIFY2(other, other ? "" : other.error().c_str());
+        QCOMPARE(other->params[0].gatherBytes, std::uint64_t(350));
+        QCOMPARE(other->params[0].lastGatherTsNs, std::uint64_t(9'000));
+        QCOMPARE(other->params[0].activeModules, (std::vector<ModuleId>{2, 1}));
+    }
+
+    // Two parts may list one violation for the same rank (one process reached through two
+    // endpoints, an earlier and a later capture of it): each record is that rank's total so
+    // far, so the merge keeps one entry for the rank, the larger total, whichever part comes
+    // first; the other ranks' entries of the violation stay beside it.
+    void aViolationTwoProcessesListForOneRankIsTheLargerTotal()
+    {
+        wire::Snapshot a = part(0);
+        wire::Snapshot b = part(1);
+        state::ViolationRecord seenByA = b.state.violations[0]; // rank 1's row, listed by a
+        seenByA.count = 5;
+        seenByA.step = 2;
+        seenByA.lastStep = 7;
+        a.state.violations.push_back(seenByA);
+        b.state.violations[0].count = 3;
+        b.state.violations[0].step = 2;
+        b.state.violations[0].lastStep = 4;
+        const std::string names[] = {"a", "b"};
+        for (bool aFirst : {true, false}) {
+            const state::EngineState *parts[] = {aFirst ? &a.state : &b.state,
+                                                 aFirst ? &b.state : &a.state};
+            auto merged = wire::mergeJobStates(parts, names);
+            QVERIFY2(merged, merged ? "" : merged.error().c_str());
+            QCOMPARE(merged->violations.size(), std::size_t(2)); // one row, ranks 0 and 1
+            std::uint64_t rank0 = 0, rank1 = 0;
+            std::uint32_t rank1Last = 0;
+            for (const state::ViolationRecord &v : merged->violations) {
+                QCOMPARE(v.accessor, ModuleId(2));
+                QCOMPARE(v.param, ParamId(0));
+                if (v.rank == 0) rank0 = v.count;
+                if (v.rank == 1) {
+                    rank1 = v.count;
+                    rank1Last = v.lastStep;
+                }
+            }
+            QCOMPARE(rank0, std::uint64_t(1));
+            QCOMPARE(rank1, std::uint64_t(5));
+            QCOMPARE(rank1Last, 7u);
+        }
+    }
 };
 
 QTEST_GUILESS_MAIN(TestJobMerge)
