@@ -106,6 +106,7 @@ class DocChecker
                 current.clear();
                 continue;
             }
+            checkScriptIsKnown(w, where);
             if (const QString p = programOf(w); !p.isEmpty()) {
                 current = p;
                 launcherDone = false;
@@ -138,6 +139,24 @@ class DocChecker
             if (prog.launcher && takesValue(owner, flag) && !w.contains(QLatin1Char('='))) ++i;
         }
         return checked;
+    }
+
+    // A word naming scripts/X must name a script that exists and that this test knows how
+    // to ask for its flags.
+    void checkScriptIsKnown(QString word, const Where &where)
+    {
+        word.remove(QRegularExpression(QStringLiteral("^[\"'(\\[]+|[\"')\\],;:.]+$")));
+        const qsizetype at = word.indexOf(QLatin1String("scripts/"));
+        if (at < 0 || (at > 0 && word[at - 1] != QLatin1Char('/'))) return;
+        const QString name = word.mid(at);
+        if (m_programs.contains(name)) return;
+        m_findings << (QFile::exists(QDir(m_source).filePath(name))
+                           ? QStringLiteral("%1:%2: %3 is not in tst_doccommands' table of "
+                                            "programs: add how to ask it for its flags")
+                           : QStringLiteral("%1:%2: %3 does not exist"))
+                          .arg(where.file)
+                          .arg(where.line)
+                          .arg(name);
     }
 
     // A flag named alone in inline code must be one of some program's: those the docs name
@@ -385,7 +404,8 @@ void TestDocCommands::everyFlagTheDocsShowExists()
 }
 
 // The checker itself, on a document that names flags that do not exist (and some that do):
-// each wrong one is found, with its line; the right ones are not.
+// each wrong one is found, with its line, and a script that does not exist; the right ones
+// are not.
 void TestDocCommands::aFlagNoProgramHasIsFound()
 {
     DocChecker c = checker();
@@ -402,10 +422,10 @@ void TestDocCommands::aFlagNoProgramHasIsFound()
         "shardscope-train --python-blocks-are-not-read\n"
         "```\n"
         "Then `scripts/demo --externals manual --guard nope-flag` or `shardscope-capture --lst`;\n"
-        "a job's id is `--job NAME` and `--linger` holds the end.\n");
+        "a job's id is `--job NAME` and `--linger` holds the end; `scripts/no-such-script`.\n");
     c.checkDocument(QStringLiteral("synthetic.md"), doc);
     const QString all = c.findings().join(QLatin1Char('\n'));
-    QVERIFY2(c.findings().size() == 4, qPrintable(all));
+    QVERIFY2(c.findings().size() == 5, qPrintable(all));
     QVERIFY2(all.contains(QStringLiteral("synthetic.md:3: shardscope-train has no flag "
                                          "--no-such-flag")),
              qPrintable(all));
@@ -414,6 +434,8 @@ void TestDocCommands::aFlagNoProgramHasIsFound()
     QVERIFY2(all.contains(QStringLiteral("synthetic.md:12: shardscope-capture has no flag --lst")),
              qPrintable(all));
     QVERIFY2(all.contains(QStringLiteral("synthetic.md:13: --job is no flag of any")),
+             qPrintable(all));
+    QVERIFY2(all.contains(QStringLiteral("synthetic.md:13: scripts/no-such-script does not exist")),
              qPrintable(all));
 }
 
