@@ -257,7 +257,7 @@ void AgentState::recordLocked(const state::ViolationRecord &v)
 }
 
 state::ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p,
-                                                    GuardAction action, bool writes)
+                                                    GuardAction action, state::AccessUse use)
 {
     state::ViolationText text;
     ParamStatus status = ParamStatus::NotAvailable;
@@ -277,7 +277,7 @@ state::ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p
         subject.param = paramNameLocked(p);
         subject.owner = owner < m_modules.size() ? m_modules[owner].path : std::string();
         subject.status = status;
-        subject.writes = writes;
+        subject.use = use;
         text = state::describeViolation(subject, m_config.dialect);
         first = m_thisStep.emplace(0, accessor, p).second;
         if (first) {

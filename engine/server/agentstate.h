@@ -76,9 +76,9 @@ class AgentState final : public state::StateProvider
     void registerExternal(ModuleId m, ParamId p, bool automatic);
     void unregisterExternal(ModuleId m, ParamId p);
     // Records an unregistered access (accessor kNoModule: outside any module) once per step,
-    // and returns its words; writes: a build-time read that modifies the parameter.
+    // and returns its words; use: what a read outside modules does with it (its fix).
     state::ViolationText unregisteredAccess(ModuleId accessor, ParamId p, GuardAction action,
-                                           bool writes);
+                                           state::AccessUse use = state::AccessUse::Read);
     void lateParameter(ParamId p);
     void parameterAdopted(ParamId p);
     state::ViolationText traceInvalidated(std::optional<ModuleId> expected, ModuleId got,

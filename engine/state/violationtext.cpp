@@ -73,14 +73,26 @@ ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
             t.message = "module `" + displayPath(s.accessor) + "` read `" + param + "` owned by `" +
                         owner + "` while it was " + std::string(statusName(s.status)) +
                         "; register it on `" + displayPath(s.accessor) + "`";
+        } else if (s.use == AccessUse::NeedsGrad) {
+            // The root module's forward is the one every step runs.
+            t.fix = ns + "register_external_parameter(" + codeName("", dialect) + ", " +
+                    paramCode + ")  # and move the read into " +
+                    (ds ? "model.forward" : "the root module's forward");
+            t.message = "`" + param + "` (owned by `" + owner +
+                        "`) was read outside any module's forward/backward while it was " +
+                        std::string(statusName(s.status)) +
+                        ", and the read needs its gradient, which GatheredParameters does not "
+                        "give back: do the read inside the model's forward and register it on "
+                        "the model";
         } else {
+            const bool writes = s.use == AccessUse::Write;
             t.fix = "with " + ns + "GatheredParameters(" + paramCode +
-                    (s.writes ? ", modifier_rank=0" : "") + "): <" +
-                    (s.writes ? "change" : "read") + " it here>";
+                    (writes ? ", modifier_rank=0" : "") + "): <" + (writes ? "change" : "read") +
+                    " it here>";
             t.message = "`" + param + "` (owned by `" + owner +
                         "`) was read outside any module's forward/backward while it was " +
                         std::string(statusName(s.status)) + "; gather it around the " +
-                        (s.writes ? "change, with the rank whose values to keep" : "read");
+                        (writes ? "change, with the rank whose values to keep" : "read");
         }
         break;
     case ViolationKind::LateParameter: {

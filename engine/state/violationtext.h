@@ -23,6 +23,17 @@ enum class FixDialect : std::uint8_t
 std::string_view fixDialectName(FixDialect d); // "shardscope", "deepspeed"
 bool parseFixDialect(std::string_view s, FixDialect &out);
 
+// What a read outside any module's forward/backward does with the parameter: it decides
+// the fix. GatheredParameters is right for a plain read, and (with modifier_rank) for a
+// change; a read that needs the parameter's gradient must move into a forward DeepSpeed
+// runs, registered there: GatheredParameters hands back no gradient to the partition.
+enum class AccessUse : std::uint8_t
+{
+    Read = 0,
+    Write = 1,       // it changes the values (model-building code)
+    NeedsGrad = 2    // autograd records it (the parameter requires grad, grad mode is on)
+};
+
 // What is known of one violation, by name. An empty optional name is written as unknown.
 struct ViolationSubject
 {
@@ -35,7 +46,7 @@ struct ViolationSubject
     ParamStatus status = ParamStatus::NotAvailable;
     std::string replaces; // late_parameter: the parameter it replaced ("pos_conv.weight"), if known
     int modifierRank = 0; // gathered_write_without_modifier: the rank to keep, as a suggestion
-    bool writes = false;  // unregistered_access outside modules: the read modifies it (build time)
+    AccessUse use = AccessUse::Read; // unregistered_access outside modules
 };
 
 struct ViolationText

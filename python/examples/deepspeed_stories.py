@@ -15,7 +15,9 @@ A tiny language model: `embed` (nn.Embedding), a positional Conv1d with weight_n
   --weight-norm workaround  the story's workaround (GatheredParameters(modifier_rank=0), then
                         register weight_g/weight_v): weight_g/weight_v are late, then adopted
   --read-outside        story 1's training loop reads model.embed.weight outside any forward
-                        (DeepSpeed: "mat2 must be a matrix"; recorded first)
+                        (DeepSpeed: "mat2 must be a matrix"; recorded first), for its gradient:
+                        the fix moves the read into the model's forward, registered there;
+                        --read-outside no-grad reads it under torch.no_grad(): the fix gathers it
   --guard error         ShardScope raises at the first unregistered access, with the fix line
 
 For the tests: --wait-before-build (a client attaches before the model exists), --kill-rank
@@ -120,7 +122,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--externals", choices=["none", "manual"], default="none")
     parser.add_argument("--weight-norm", choices=["off", "unsafe", "workaround"], default="workaround")
-    parser.add_argument("--read-outside", action="store_true")
+    parser.add_argument("--read-outside", nargs="?", const="grad", choices=["grad", "no-grad"])
     parser.add_argument("--call-module", action="store_true",
                         help="call engine.module(ids) instead of engine(ids) (outside DeepSpeed's forward)")
     parser.add_argument("--guard", choices=["warn", "error"], default="warn")
@@ -207,7 +209,8 @@ def main():
                           time.process_time() - process_cpu, int(observed and not args.no_agent)))
             if args.read_outside:  # story 1: the embedding read in the training loop
                 probe = torch.ones(2, vocab)
-                probe.mm(engine.module.embed.weight)
+                with torch.set_grad_enabled(args.read_outside == "grad"):
+                    probe.mm(engine.module.embed.weight)
             print(f"rank {rank} step {step + 1} loss {loss.item():.4f}", flush=True)
         if profiler is not None:
             profiler.disable()

@@ -268,11 +268,14 @@ class _Suspects:
         return None
 
     def used(self, hit):
+        import torch
+
         param, accessor = hit
         self.params.pop(id(param), None)
         if self.agent.ds_is_not_available(param):
+            needs_grad = param.requires_grad and torch.is_grad_enabled()
             with self.paused():
-                self.agent.record_access(accessor, param, automatic=False)
+                self.agent.record_access(accessor, param, automatic=False, needs_grad=needs_grad)
 
     def discard(self, params):
         for p in params:
@@ -545,14 +548,19 @@ class _Agent:
         self.root = root
         self.native.set_model_name(self.model_name or type(root).__name__)
         ds_model = any("ds_id" in p.__dict__ for p in root.parameters())
+        # A parameter tied into several modules (T5's shared.weight is also each stack's
+        # embed_tokens.weight and lm_head.weight) keeps its first name, named_parameters()'s:
+        # the one the user's code calls it by.
+        done = set()
         for path, module in root.named_modules():
             mid = self._ensure_module(module, path)
             key = module.__dict__.get(self.module_key)  # what ds_active_sub_modules holds
             if key is not None:
                 self.hot.map_module(key, mid)
             for local, param in module._parameters.items():
-                if param is None:
+                if param is None or id(param) in done:
                     continue
+                done.add(id(param))
                 if "ds_id" in param.__dict__ or not ds_model:
                     late = param.__dict__.get("ds_id") in self.adopted
                     self._publish_param(param, module, local, late=late,
@@ -571,21 +579,34 @@ class _Agent:
                 self.native.remove_param(ds_id)
                 self.published.discard(ds_id)
                 self.hot.unpublish(ds_id)
+        # Parameters no module holds any more: replaced after zero.Init converted them (the
+        # tied copies of T5's shared.weight, once Transformers ties the weights).
+        held = {p.__dict__["ds_id"] for p in root.parameters() if "ds_id" in p.__dict__}
+        for ds_id in sorted(self.published - held):
+            self.native.remove_param(ds_id)
+            self.published.discard(ds_id)
+            self.hot.unpublish(ds_id)
 
     # ------------------------------------------------------------------ violations
-    def record_access(self, accessor, param, automatic):
+    def record_access(self, accessor, param, automatic, needs_grad=False):
         """Records an unregistered access, hands it to clients and snapshot_out now, and
-        raises under guard="error". automatic: DeepSpeed is about to register it itself."""
+        raises under guard="error". automatic: DeepSpeed is about to register it itself.
+        needs_grad: autograd records the read (its fix is not GatheredParameters)."""
         mid = self.module_id(accessor) if accessor is not None else None
         pid = self.param_id(param)
         if pid is None:
             return
-        writes = self.engine is None  # model-building code: a read there initialises or changes it
+        # Model-building code: a read there initialises or changes it.
+        use = "write" if self.engine is None else "grad" if needs_grad else "read"
         action = ("error" if self.guard == "error" else
                   "auto_registered" if automatic else "recorded")
-        message, fix = self.native.unregistered_access(mid, pid, action, writes)
+        message, fix = self.native.unregistered_access(mid, pid, action, use)
         if not automatic or self.guard == "error":
             self.flush()  # the run is about to fail: its diagnosis first
+        if not automatic and self.guard != "error":
+            # DeepSpeed's own error follows: say which read it was, and the fix, above it.
+            print(f"shardscope: rank {self.rank}: {message}\n  fix: {fix}", file=sys.stderr,
+                  flush=True)
         if self.guard == "error":
             raise UnregisteredAccessError(f"shardscope: {message}", fix)
 

@@ -9,6 +9,7 @@
 #include <array>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include "base/names.h"
@@ -54,6 +55,15 @@ Phase phaseFrom(const std::string &p)
 GuardAction actionFrom(const std::string &a)
 {
     return fromName(a, guardActionFromName, kGuardActionNames, "guard action");
+}
+
+// The agent's words for state::AccessUse.
+state::AccessUse accessUseFrom(const std::string &u)
+{
+    if (u == "read") return state::AccessUse::Read;
+    if (u == "write") return state::AccessUse::Write;
+    if (u == "grad") return state::AccessUse::NeedsGrad;
+    throw std::invalid_argument("unknown access use '" + u + "' (read, write, grad)");
 }
 
 DType dtypeFrom(const std::string &d)
@@ -146,8 +156,8 @@ PYBIND11_MODULE(_native, module)
     module.def(
         "describe_violation",
         [](const std::string &kind, std::optional<std::string> accessor, const std::string &param,
-           const std::string &owner, int status, const std::string &replaces, bool writes,
-           const std::string &dialect) {
+           const std::string &owner, int status, const std::string &replaces,
+           const std::string &use, const std::string &dialect) {
             state::ViolationSubject s;
             bool ok = false;
             for (auto k :
@@ -164,7 +174,7 @@ PYBIND11_MODULE(_native, module)
             s.owner = owner;
             s.status = statusFrom(status);
             s.replaces = replaces;
-            s.writes = writes;
+            s.use = accessUseFrom(use);
             state::FixDialect d;
             if (!state::parseFixDialect(dialect, d))
                 throw py::value_error("unknown dialect '" + dialect + "'");
@@ -172,7 +182,7 @@ PYBIND11_MODULE(_native, module)
             return py::make_tuple(t.message, t.fix);
         },
         py::arg("kind"), py::arg("accessor"), py::arg("param"), py::arg("owner"),
-        py::arg("status") = 0, py::arg("replaces") = "", py::arg("writes") = false,
+        py::arg("status") = 0, py::arg("replaces") = "", py::arg("use") = "read",
         py::arg("dialect") = "deepspeed");
 
     py::class_<Agent>(module, "Agent")
@@ -257,12 +267,12 @@ PYBIND11_MODULE(_native, module)
         .def(
             "unregistered_access",
             [](Agent &a, std::optional<std::uint32_t> accessor, std::uint32_t p,
-               const std::string &action, bool writes) {
-                const state::ViolationText t = a.state().unregisteredAccess(moduleFrom(accessor), p,
-                                                                     actionFrom(action), writes);
+               const std::string &action, const std::string &use) {
+                const state::ViolationText t = a.state().unregisteredAccess(
+                    moduleFrom(accessor), p, actionFrom(action), accessUseFrom(use));
                 return py::make_tuple(t.message, t.fix);
             },
-            py::arg("accessor"), py::arg("param"), py::arg("action"), py::arg("writes") = false)
+            py::arg("accessor"), py::arg("param"), py::arg("action"), py::arg("use") = "read")
         .def("late_parameter", [](Agent &a, std::uint32_t p) { a.state().lateParameter(p); })
         .def("parameter_adopted", [](Agent &a, std::uint32_t p) { a.state().parameterAdopted(p); })
         .def("trace_invalidated",

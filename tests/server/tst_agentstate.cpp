@@ -104,14 +104,14 @@ class TestAgentState : public QObject
         s.setParam(param(0, "embed.weight", embed));
         s.stepBegin();
         const state::ViolationText t =
-            s.unregisteredAccess(head, 0, GuardAction::AutoRegistered, false);
+            s.unregisteredAccess(head, 0, GuardAction::AutoRegistered);
         QCOMPARE(t.fix,
                  std::string("deepspeed.zero.register_external_parameter(model.blocks[0].lm_head, "
                              "model.embed.weight)"));
-        s.unregisteredAccess(head, 0, GuardAction::AutoRegistered, false); // same step: once
+        s.unregisteredAccess(head, 0, GuardAction::AutoRegistered); // same step: once
         s.stepEnd(1.5);
         s.stepBegin();
-        s.unregisteredAccess(head, 0, GuardAction::AutoRegistered, false);
+        s.unregisteredAccess(head, 0, GuardAction::AutoRegistered);
         const state::EngineState st = s.state();
         QCOMPARE(st.violations.size(), std::size_t(1));
         QCOMPARE(st.violations[0].count, std::uint64_t(2));
@@ -125,10 +125,19 @@ class TestAgentState : public QObject
         QCOMPARE(accesses, 2);
         // A read outside any module, at build time (it changes the parameter).
         const state::ViolationText outside =
-            s.unregisteredAccess(kNoModule, 0, GuardAction::Recorded, true);
+            s.unregisteredAccess(kNoModule, 0, GuardAction::Recorded, state::AccessUse::Write);
         QCOMPARE(outside.fix,
                  std::string("with deepspeed.zero.GatheredParameters(model.embed.weight, "
                              "modifier_rank=0): <change it here>"));
+        // A read autograd records: GatheredParameters would give no gradient back, so the fix
+        // moves it into the model's forward and registers it there.
+        const state::ViolationText grad = s.unregisteredAccess(
+            kNoModule, 0, GuardAction::Recorded, state::AccessUse::NeedsGrad);
+        QCOMPARE(grad.fix, std::string("deepspeed.zero.register_external_parameter(model, "
+                                       "model.embed.weight)  # and move the read into "
+                                       "model.forward"));
+        QVERIFY2(grad.message.find("needs its gradient") != std::string::npos,
+                 grad.message.c_str());
         s.setEventSink(nullptr);
     }
 
@@ -200,7 +209,7 @@ class TestAgentState : public QObject
         QCOMPARE(w.job.id, std::string("job-42"));
         QCOMPARE(w.job.ranks, std::vector<int>{1});
         s.stepBegin();
-        s.unregisteredAccess(head, 0, GuardAction::AutoRegistered, false);
+        s.unregisteredAccess(head, 0, GuardAction::AutoRegistered);
         QCOMPARE(inspector.flushNow(), std::string());
         auto snap = wire::readSnapshotFile(o.snapshotOut);
         QVERIFY2(snap, snap ? "" : snap.error().c_str());

@@ -1,0 +1,238 @@
+"""Both user stories on Hugging Face models under DeepSpeed ZeRO-3, with ShardScope attached.
+
+    PYTHONPATH=build/python DS_ACCELERATOR=cpu LOCAL_SIZE=2 \\
+        scripts/launch -n 2 .venv/bin/python python/examples/hf_stories.py --case t5-compute-loss
+    shardscope --attach job:...   # or shardscope-capture --list, while it runs
+
+The models are built from small configs (nothing is downloaded); the only ShardScope line is
+the install() at the top of main(), as a user adds it to their own script.
+
+  --case t5-compute-loss  story 1 as its user wrote it: a Trainer (deepspeed= a ZeRO-3 config)
+                          whose compute_loss override multiplies differentiable one-hot inputs
+                          by model.module.shared.weight, outside any forward. DeepSpeed fails
+                          ("mat2 must be a matrix"), after ShardScope recorded the read with the
+                          fix: the read needs the gradient, so it belongs in the model's forward,
+                          registered there (--fixed does exactly that). --externals manual adds
+                          the story's own attempt (register_external_parameter in __init__),
+                          which does not help a read outside forward: it is still recorded.
+  --case t5-forward       the same read inside the model's forward (a T5ForConditionalGeneration
+                          subclass), through the same Trainer: DeepSpeed registers shared.weight
+                          on the model silently, and ShardScope records that with the fix line
+                          (--externals manual, or --fixed, registers it in __init__: clean).
+  --case wav2vec2         story 2 on Wav2Vec2Model with plain deepspeed.initialize.
+                          --setup hf: built the way Transformers builds under ZeRO-3
+                          (HfDeepSpeedConfig, then from_config inside zero.Init): Transformers'
+                          own workaround, weight_g/weight_v (parametrizations.weight.original0/1)
+                          created late and registered: clean, the late parameters adopted.
+                          --setup zero-init: the model built inside deepspeed.zero.Init without
+                          HfDeepSpeedConfig, so Transformers takes its plain weight_norm path on
+                          a conv zero.Init already partitioned: the IndexError reaches the user
+                          unchanged, the read is in the snapshot first.
+
+Common: --guard error (ShardScope raises at the first unregistered access, with the fix),
+--steps, --snapshot-out FILE ({rank} becomes the rank), --hold S, --no-agent, --timing FILE,
+--toggle K, --profile FILE (as python/examples/deepspeed_stories.py), --layers N (T5 depth).
+"""
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+
+import shardscope.deepspeed
+
+VOCAB = 64
+
+
+def ds_config(world, batch, stage=3):
+    return {"train_batch_size": batch * world,
+            "train_micro_batch_size_per_gpu": batch,
+            "gradient_accumulation_steps": 1,
+            "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0},
+            "zero_allow_untested_optimizer": True,
+            "zero_force_ds_cpu_optimizer": False}
+
+
+def t5_config(layers):
+    from transformers import T5Config
+
+    return T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=layers,
+                    num_decoder_layers=layers, num_heads=4, decoder_start_token_id=0,
+                    pad_token_id=0, eos_token_id=1, dropout_rate=0.0)
+
+
+def sampled_inputs(ids):
+    """Story 1's differentiable one-hot encodings of the input (b, l, c)."""
+    return F.one_hot(ids, VOCAB).to(torch.float32).requires_grad_()
+
+
+def t5_model_class(case, externals):
+    from transformers import T5ForConditionalGeneration
+
+    class T5WithSampledInput(T5ForConditionalGeneration):
+        """The story's model: the embedding matrix also multiplies the sampled inputs."""
+
+        def __init__(self, config):
+            super().__init__(config)
+            if externals == "manual":  # the story's registration, as its user wrote it
+                import deepspeed
+                deepspeed.zero.register_external_parameter(self, self.shared.weight)
+
+        def forward(self, sampled_input=None, **inputs):
+            out = super().forward(**inputs)
+            if sampled_input is not None:  # --case t5-forward: the read inside forward
+                b, l, c = sampled_input.shape
+                sampled_input_embed = sampled_input.view(b * l, c).mm(self.shared.weight)
+                out.loss = out.loss + 1e-3 * sampled_input_embed.pow(2).mean()
+            return out
+
+    return T5WithSampledInput
+
+
+def make_trainer_class(case):
+    from transformers import Trainer
+
+    class StoryTrainer(Trainer):
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            inputs = dict(inputs)
+            if case == "t5-forward":
+                inputs["sampled_input"] = sampled_inputs(inputs["input_ids"])
+            outputs = model(**inputs)
+            loss = outputs.loss
+            if case == "t5-compute-loss":  # story 1, outside any forward
+                sampled_input = sampled_inputs(inputs["input_ids"])
+                b, l, c = sampled_input.shape
+                sampled_input_embed = sampled_input.view(b * l, c).mm(model.module.shared.weight)
+                loss = loss + 1e-3 * sampled_input_embed.pow(2).mean()
+            return (loss, outputs) if return_outputs else loss
+
+    return StoryTrainer
+
+
+class StoryData(torch.utils.data.Dataset):
+
+    def __init__(self, n, length=8, seed=0):
+        g = torch.Generator().manual_seed(seed)
+        self.ids = torch.randint(2, VOCAB, (n, length), generator=g)
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "labels": self.ids[i].flip(0)}
+
+
+class StepPrinter:
+    """Each step's loss on stdout, as deepspeed_stories.py prints it (the tests read it)."""
+
+    def __init__(self, rank):
+        self.rank = rank
+
+    def callback(self):
+        from transformers import TrainerCallback
+
+        rank = self.rank
+
+        class Printer(TrainerCallback):
+
+            def on_log(self, args, state, control, logs=None, **kw):
+                if logs and "loss" in logs:
+                    print(f"rank {rank} step {state.global_step} loss {logs['loss']:.4f}", flush=True)
+
+        return Printer()
+
+
+def run_t5(args, rank, world):
+    from transformers import TrainingArguments
+
+    fixed_forward = args.fixed and args.case == "t5-compute-loss"
+    case = "t5-forward" if fixed_forward else args.case
+    externals = "manual" if args.fixed else args.externals
+    cls = t5_model_class(case, externals)
+    with tempfile.TemporaryDirectory() as out:
+        # TrainingArguments(deepspeed=...) keeps an HfDeepSpeedConfig alive: from_config then
+        # builds the model inside zero.Init, as Transformers does under ZeRO-3.
+        targs = TrainingArguments(output_dir=out, per_device_train_batch_size=2,
+                                  max_steps=args.steps, logging_steps=1, save_strategy="no",
+                                  report_to=[], deepspeed=ds_config(world, 2), use_cpu=True,
+                                  dataloader_num_workers=0, disable_tqdm=True,
+                                  learning_rate=1e-3, remove_unused_columns=False)
+        torch.manual_seed(0)
+        model = cls._from_config(t5_config(args.layers))
+        trainer = make_trainer_class(case)(model=model, args=targs,
+                                           train_dataset=StoryData(64 * world),
+                                           callbacks=[StepPrinter(rank).callback()])
+        trainer.train()
+        if args.hold > 0:
+            time.sleep(args.hold)
+
+
+def run_wav2vec2(args, rank, world):
+    import deepspeed
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+    cfg = Wav2Vec2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 2),
+                         conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+                         num_conv_pos_embedding_groups=4, mask_time_prob=0.0)
+    config = ds_config(world, 2)
+    torch.manual_seed(0)
+    if args.setup == "hf":
+        from transformers.integrations import HfDeepSpeedConfig
+        keep = HfDeepSpeedConfig(config)  # noqa: F841 (must stay alive while the model is built)
+        model = Wav2Vec2Model._from_config(cfg)
+    else:
+        with deepspeed.zero.Init(config_dict_or_path=config):
+            model = Wav2Vec2Model(cfg)
+    engine, *_ = deepspeed.initialize(model=model, config=config,
+                                      optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3))
+    g = torch.Generator().manual_seed(rank)
+    for step in range(args.steps):
+        audio = torch.randn(2, 400, generator=g)
+        hidden = engine(audio).last_hidden_state
+        loss = hidden.pow(2).mean()
+        engine.backward(loss)
+        engine.step()
+        print(f"rank {rank} step {step + 1} loss {loss.item():.4f}", flush=True)
+    if args.hold > 0:
+        time.sleep(args.hold)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--case", choices=["t5-compute-loss", "t5-forward", "wav2vec2"],
+                        required=True)
+    parser.add_argument("--externals", choices=["none", "manual"], default="none")
+    parser.add_argument("--fixed", action="store_true", help="the fix ShardScope names")
+    parser.add_argument("--setup", choices=["hf", "zero-init"], default="hf")
+    parser.add_argument("--guard", choices=["warn", "error"], default="warn")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--listen", default=None)
+    parser.add_argument("--snapshot-out", default="")
+    parser.add_argument("--hold", type=float, default=0.0)
+    parser.add_argument("--no-agent", action="store_true")
+    args = parser.parse_args()
+
+    model_name = {"wav2vec2": "Wav2Vec2Model"}.get(args.case, "T5ForConditionalGeneration")
+    if not args.no_agent:  # the agent's lines, before anything builds the model
+        shardscope.deepspeed.install(listen=args.listen, guard=args.guard,
+                                     snapshot_out=args.snapshot_out, model_name=model_name)
+    import deepspeed
+    deepspeed.init_distributed("gloo")
+    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    try:
+        (run_wav2vec2 if args.case == "wav2vec2" else run_t5)(args, rank, world)
+    finally:
+        shardscope.deepspeed.finish()
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())
