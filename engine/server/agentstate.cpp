@@ -92,9 +92,62 @@ void AgentState::setConfig(const state::EngineConfigRecord &config)
     touch();
 }
 
+void AgentState::countLocked(const AgentParam &p, bool add)
+{
+    const std::uint64_t es = p.elementBytes;
+    // What this rank keeps: its partition, or the whole tensor where it is not partitioned
+    // (persistent, late); and while a partitioned one is gathered, the padded full tensor.
+    const std::uint64_t held =
+        static_cast<std::uint64_t>(p.record.partitioned ? p.record.partitionNumel : p.record.numel) *
+        es;
+    const bool gathered = p.record.partitioned && p.status == ParamStatus::Available;
+    const std::uint64_t padded = static_cast<std::uint64_t>(p.record.paddedNumel);
+    if (add) {
+        m_memory.held += held;
+        if (gathered) {
+            m_memory.gathered += padded * es;
+            m_memory.liveElements += padded;
+            m_memory.peak = std::max(m_memory.peak, m_memory.gathered);
+        }
+    } else {
+        m_memory.held -= std::min(m_memory.held, held);
+        if (gathered) {
+            m_memory.gathered -= std::min(m_memory.gathered, padded * es);
+            m_memory.liveElements -= std::min(m_memory.liveElements, padded);
+        }
+    }
+}
+
+void AgentState::setStatusLocked(AgentParam &p, ParamStatus status)
+{
+    countLocked(p, false);
+    p.status = status;
+    countLocked(p, true);
+}
+
+telemetry::MemoryFields AgentState::memoryLocked() const
+{
+    return {.partitionedBytes = m_memory.held,
+            .gatheredBytes = m_memory.gathered,
+            .peakGatheredBytes = m_memory.peak,
+            .liveElements = m_memory.liveElements};
+}
+
+void AgentState::postMemory()
+{
+    telemetry::MemoryFields m;
+    {
+        std::lock_guard lock(m_mutex);
+        m = memoryLocked();
+    }
+    post(telemetry::makeMemorySample(m));
+}
+
 void AgentState::setParam(const AgentParam &p)
 {
     std::lock_guard lock(m_mutex);
+    if (AgentParam *old = findLocked(p.record.id)) countLocked(*old, false);
+    countLocked(p, true);
     m_params[p.record.id] = p;
     m_removedNames.erase(p.record.id);
     touch();
@@ -104,6 +157,7 @@ void AgentState::removeParam(ParamId id)
 {
     std::lock_guard lock(m_mutex);
     if (auto it = m_params.find(id); it != m_params.end()) {
+        countLocked(it->second, false);
         m_removedNames[id] = it->second.record.name;
         m_params.erase(it);
         m_lateUnadopted.erase(id);
@@ -136,7 +190,7 @@ void AgentState::setStatuses(const std::vector<std::pair<ParamId, ParamStatus>> 
 {
     std::lock_guard lock(m_mutex);
     for (const auto &[id, status] : statuses)
-        if (AgentParam *ap = findLocked(id)) ap->status = status;
+        if (AgentParam *ap = findLocked(id)) setStatusLocked(*ap, status);
     touch();
 }
 
@@ -161,6 +215,7 @@ void AgentState::moduleEnter(ModuleId m, Phase phase)
 void AgentState::moduleExit(ModuleId m, Phase phase)
 {
     post(telemetry::makeModuleExit({.module = m, .phase = phase}));
+    postMemory();
 }
 
 void AgentState::fetchBegin(ParamId p, ModuleId cause, std::uint64_t bytes, FetchReason reason)
@@ -168,7 +223,7 @@ void AgentState::fetchBegin(ParamId p, ModuleId cause, std::uint64_t bytes, Fetc
     const std::uint64_t now = telemetry::nowNs();
     {
         std::lock_guard lock(m_mutex);
-        if (AgentParam *ap = findLocked(p)) ap->status = ParamStatus::Inflight;
+        if (AgentParam *ap = findLocked(p)) setStatusLocked(*ap, ParamStatus::Inflight);
         m_gathers[p].beganTs = now;
         touch();
     }
@@ -181,7 +236,7 @@ void AgentState::fetchEnd(ParamId p, ModuleId cause, std::uint64_t bytes, FetchR
     const std::uint64_t now = telemetry::nowNs();
     {
         std::lock_guard lock(m_mutex);
-        if (AgentParam *ap = findLocked(p)) ap->status = ParamStatus::Available;
+        if (AgentParam *ap = findLocked(p)) setStatusLocked(*ap, ParamStatus::Available);
         Gathers &g = m_gathers[p];
         ++g.count;
         g.bytes += bytes;
@@ -198,7 +253,7 @@ void AgentState::release(ParamId p, ModuleId cause, std::uint64_t bytes)
 {
     {
         std::lock_guard lock(m_mutex);
-        if (AgentParam *ap = findLocked(p)) ap->status = ParamStatus::NotAvailable;
+        if (AgentParam *ap = findLocked(p)) setStatusLocked(*ap, ParamStatus::NotAvailable);
         touch();
     }
     post(telemetry::makeRelease({.param = p, .cause = cause, .bytes = bytes}));
@@ -314,9 +369,11 @@ void AgentState::lateParameter(ParamId p)
     {
         std::lock_guard lock(m_mutex);
         if (AgentParam *ap = findLocked(p)) {
+            countLocked(*ap, false);
             ap->record.late = true;
             ap->record.partitioned = false;
             ap->status = ParamStatus::Available;
+            countLocked(*ap, true);
             owner = ap->record.owner;
         }
         m_lateUnadopted.insert(p);
@@ -331,8 +388,10 @@ void AgentState::parameterAdopted(ParamId p)
     {
         std::lock_guard lock(m_mutex);
         if (AgentParam *ap = findLocked(p)) {
+            countLocked(*ap, false);
             ap->record.late = true;
             ap->record.partitioned = !ap->record.persistent;
+            countLocked(*ap, true);
             owner = ap->record.owner;
         }
         m_lateUnadopted.erase(p);
@@ -420,6 +479,7 @@ void AgentState::stepEnd(double loss)
         touch();
     }
     post(telemetry::makeStepEnd(loss));
+    postMemory();
 }
 
 std::uint32_t AgentState::step() const

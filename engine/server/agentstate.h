@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "state/state.h"
+#include "telemetry/eventfields.h"
 #include "state/violationledger.h"
 #include "state/violationtext.h"
 #include "state/stateprovider.h"
@@ -40,6 +41,8 @@ struct AgentParam
 {
     state::ParamRecord record; // record.id is DeepSpeed's ds_id, or a provisional id for a late one
     ParamStatus status = ParamStatus::NotAvailable;
+    // The tensor's element size: DeepSpeed's dtypes are more than record.dtype names (fp16).
+    std::uint32_t elementBytes = 4;
 };
 
 class AgentState final : public state::StateProvider
@@ -111,6 +114,12 @@ class AgentState final : public state::StateProvider
     void post(const telemetry::Event &fields, std::uint64_t tsNs = 0);
     void touch() { m_version.fetch_add(1, std::memory_order_acq_rel); }
     AgentParam *findLocked(ParamId id);
+    // Every change of a parameter's status or record goes through these, so that the memory
+    // figures (MemorySample: held, gathered now, peak, live elements) follow it.
+    void setStatusLocked(AgentParam &p, ParamStatus status);
+    void countLocked(const AgentParam &p, bool add);
+    telemetry::MemoryFields memoryLocked() const;
+    void postMemory(); // after a module exit or a step, as the engine does
     void recordLocked(const state::ViolationRecord &v);
     std::string paramNameLocked(ParamId id) const;
 
@@ -130,6 +139,11 @@ class AgentState final : public state::StateProvider
     state::ViolationLedger m_violations;
     std::set<std::tuple<int, ModuleId, ParamId>> m_thisStep;
     std::set<ParamId> m_lateUnadopted;
+    struct Memory
+    {
+        std::uint64_t held = 0, gathered = 0, peak = 0, liveElements = 0;
+    };
+    Memory m_memory;
     std::uint32_t m_step = 0;
     bool m_inStep = false;
     std::atomic<std::uint64_t> m_version{1};

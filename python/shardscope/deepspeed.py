@@ -536,7 +536,8 @@ class _Agent:
                               partition_numel=partition if partitioned else numel,
                               padded_numel=partition * world if partitioned else numel,
                               persistent=persistent, partitioned=partitioned, late=late,
-                              status=status, replaces=replaces)
+                              status=status, replaces=replaces,
+                              element_size=param.element_size())
         return pid
 
     def _new_late_id(self):

@@ -223,7 +223,8 @@ PYBIND11_MODULE(_native, module)
             [](Agent &a, std::uint32_t id, const std::string &name, std::uint32_t owner,
                std::vector<std::int64_t> shape, const std::string &dtype, std::int64_t numel,
                std::int64_t partitionNumel, std::int64_t paddedNumel, bool persistent,
-               bool partitioned, bool late, int status, const std::string &replaces) {
+               bool partitioned, bool late, int status, const std::string &replaces,
+               std::uint32_t elementSize) {
                 server::AgentParam p;
                 state::ParamRecord &r = p.record;
                 r.id = id;
@@ -239,12 +240,13 @@ PYBIND11_MODULE(_native, module)
                 r.late = late;
                 r.replaces = replaces;
                 p.status = statusFrom(status);
+                p.elementBytes = elementSize;
                 a.state().setParam(p);
             },
             py::arg("id"), py::arg("name"), py::arg("owner"), py::arg("shape"), py::arg("dtype"),
             py::arg("numel"), py::arg("partition_numel"), py::arg("padded_numel"),
             py::arg("persistent"), py::arg("partitioned"), py::arg("late"), py::arg("status"),
-            py::arg("replaces") = "")
+            py::arg("replaces") = "", py::arg("element_size") = 4)
         .def("remove_param", [](Agent &a, std::uint32_t id) { a.state().removeParam(id); })
         .def("has_param", [](Agent &a, std::uint32_t id) { return a.state().hasParam(id); })
         .def("set_active",

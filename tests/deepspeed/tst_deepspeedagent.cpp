@@ -765,6 +765,27 @@ class TestDeepSpeedAgent : public QObject
             for (const json &v : violations(*s, "unregistered_access"))
                 silent = silent || (v["param"] == "shared.weight" && v["accessor"] == "");
             QVERIFY2(silent, (*s)["violations"].dump().c_str());
+            // The memory plot's samples, for each rank: its partitions, and gathers that come
+            // and go (a whole T5 block is never gathered for the whole step).
+            std::map<int, std::pair<std::uint64_t, std::uint64_t>> memory; // rank -> held, max
+            std::map<int, std::uint64_t> lowest;
+            for (const json &e : shardscope::test::eventList(*s)) {
+                if (e["type"] != "memory_sample") continue;
+                auto &[held, most] = memory[e["rank"].get<int>()];
+                held = e["u0"].get<std::uint64_t>();
+                most = std::max(most, e["u1"].get<std::uint64_t>());
+                auto low = lowest.try_emplace(e["rank"].get<int>(), ~0ull).first;
+                low->second = std::min(low->second, e["u1"].get<std::uint64_t>());
+            }
+            QCOMPARE(memory.size(), s == &whole ? std::size_t(2) : std::size_t(1));
+            for (const auto &[rank, m] : memory) {
+                QVERIFY2(m.first > 0 && m.second > 0 && lowest[rank] < m.second,
+                         qPrintable(QString("rank %1: held %2, most gathered %3, least %4")
+                                        .arg(rank)
+                                        .arg(m.first)
+                                        .arg(m.second)
+                                        .arg(lowest[rank])));
+            }
         }
         QVERIFY2(whole["engine"]["local_ranks"] == json::array({0, 1}), whole["engine"].dump().c_str());
     }

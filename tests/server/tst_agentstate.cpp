@@ -94,6 +94,49 @@ class TestAgentState : public QObject
         s.setEventSink(nullptr);
     }
 
+    // The memory plot reads for an agent's rank as for ours: after each module exit and
+    // step, what the rank holds (partitions, whole tensors where not partitioned), gathers
+    // now and at most, in the parameters' own element sizes.
+    void memorySamples()
+    {
+        server::AgentState s(server::AgentConfig{});
+        Recorder rec;
+        s.setEventSink(&rec);
+        const ModuleId embed = s.ensureModule("embed", "Embedding");
+        server::AgentParam half = param(0, "embed.weight", embed); // fp16: 2 bytes an element
+        half.elementBytes = 2;
+        s.setParam(half);
+        server::AgentParam whole = param(1, "norm.weight", embed); // persistent: all of it
+        whole.record.partitioned = false;
+        whole.record.persistent = true;
+        s.setParam(whole);
+        const auto lastMemory = [&] {
+            for (auto it = rec.events.rbegin(); it != rec.events.rend(); ++it)
+                if (it->type == EventType::MemorySample) return telemetry::readMemory(*it);
+            return telemetry::MemoryFields{.partitionedBytes = ~0ull};
+        };
+        s.moduleEnter(embed, Phase::Forward);
+        s.statusChanged(0, ParamStatus::NotAvailable, ParamStatus::Available, embed, 1184,
+                        FetchReason::Forward);
+        s.moduleExit(embed, Phase::Forward);
+        telemetry::MemoryFields m = lastMemory();
+        QCOMPARE(m.partitionedBytes, std::uint64_t(296 * 2 + 592 * 4));
+        QCOMPARE(m.gatheredBytes, std::uint64_t(592 * 2));
+        QCOMPARE(m.liveElements, std::uint64_t(592));
+        s.release(0, embed, 1184);
+        s.stepEnd(1.0);
+        m = lastMemory();
+        QCOMPARE(m.gatheredBytes, std::uint64_t(0));
+        QCOMPARE(m.peakGatheredBytes, std::uint64_t(592 * 2));
+        QCOMPARE(m.liveElements, std::uint64_t(0));
+        // Updating a record replaces its share; removing it takes it away.
+        s.setParam(half);
+        s.removeParam(1);
+        s.stepEnd(1.0);
+        QCOMPARE(lastMemory().partitionedBytes, std::uint64_t(296 * 2));
+        s.setEventSink(nullptr);
+    }
+
     void violationsInDeepSpeedsWords()
     {
         server::AgentState s(server::AgentConfig{});
