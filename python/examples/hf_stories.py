@@ -30,8 +30,9 @@ the install() at the top of main(), as a user adds it to their own script.
                           unchanged, the read is in the snapshot first.
 
 Common: --guard error (ShardScope raises at the first unregistered access, with the fix),
---steps, --snapshot-out FILE ({rank} becomes the rank), --hold S, --no-agent, --timing FILE,
---toggle K, --profile FILE (as python/examples/deepspeed_stories.py), --layers N (T5 depth).
+--steps, --snapshot-out FILE ({rank} becomes the rank), --hold S, --no-agent, --layers N (T5
+depth). For bench/bench_deepspeed_agent.py (T5 cases): --timing FILE, --toggle K, --profile
+FILE, as python/examples/deepspeed_stories.py has them, and --log-every N.
 """
 import argparse
 import os
@@ -146,6 +147,40 @@ class StepPrinter:
         return Printer()
 
 
+def timing_callback(args, rank):
+    """--timing and --toggle: each step's wall seconds, this thread's CPU seconds, the
+    process's CPU seconds and whether the agent observed it (1/0), as deepspeed_stories.py
+    writes them; the agent paused and resumed between steps in blocks of K."""
+    from transformers import TrainerCallback
+
+    class Timing(TrainerCallback):
+
+        def __init__(self):
+            self.rows = []
+            self.began = None
+            self.observed = True
+
+        def on_step_begin(self, targs, state, control, **kw):
+            self.observed = not args.no_agent
+            if args.toggle and not args.no_agent:
+                block = state.global_step // args.toggle  # on off, off on, on off, ...
+                self.observed = block % 2 == (block // 2) % 2
+                (shardscope.deepspeed.resume if self.observed else shardscope.deepspeed.pause)()
+            self.began = (time.perf_counter(), time.thread_time(), time.process_time())
+
+        def on_step_end(self, targs, state, control, **kw):
+            w, c, p = self.began
+            self.rows.append((time.perf_counter() - w, time.thread_time() - c,
+                              time.process_time() - p, int(self.observed)))
+
+        def on_train_end(self, targs, state, control, **kw):
+            if args.timing:
+                with open(args.timing.replace("{rank}", str(rank)), "w") as f:
+                    f.write("".join(f"{w:.9f} {c:.9f} {p:.9f} {o}\n" for w, c, p, o in self.rows))
+
+    return Timing()
+
+
 def run_t5(args, rank, world):
     from transformers import TrainingArguments
 
@@ -157,16 +192,25 @@ def run_t5(args, rank, world):
         # TrainingArguments(deepspeed=...) keeps an HfDeepSpeedConfig alive: from_config then
         # builds the model inside zero.Init, as Transformers does under ZeRO-3.
         targs = TrainingArguments(output_dir=out, per_device_train_batch_size=2,
-                                  max_steps=args.steps, logging_steps=1, save_strategy="no",
+                                  max_steps=args.steps, logging_steps=args.log_every,
+                                  save_strategy="no",
                                   report_to=[], deepspeed=ds_config(world, 2), use_cpu=True,
                                   dataloader_num_workers=0, disable_tqdm=True,
                                   learning_rate=1e-3, remove_unused_columns=False)
         torch.manual_seed(0)
         model = cls._from_config(t5_config(args.layers))
-        trainer = make_trainer_class(case)(model=model, args=targs,
-                                           train_dataset=StoryData(64 * world),
-                                           callbacks=[StepPrinter(rank).callback()])
+        trainer = make_trainer_class(case)(
+            model=model, args=targs, train_dataset=StoryData(max(64, 2 * args.steps) * world),
+            callbacks=[StepPrinter(rank).callback(), timing_callback(args, rank)])
+        profiler = None
+        if args.profile and rank == 0:
+            import cProfile
+            profiler = cProfile.Profile()
+            profiler.enable()
         trainer.train()
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(args.profile)
         if args.hold > 0:
             time.sleep(args.hold)
 
@@ -216,6 +260,11 @@ def main():
     parser.add_argument("--snapshot-out", default="")
     parser.add_argument("--hold", type=float, default=0.0)
     parser.add_argument("--no-agent", action="store_true")
+    parser.add_argument("--timing", default="")
+    parser.add_argument("--toggle", type=int, default=0, metavar="K")
+    parser.add_argument("--profile", default="")
+    parser.add_argument("--log-every", type=int, default=1, metavar="N",
+                        help="the Trainer's logging_steps (a loss line every N steps)")
     args = parser.parse_args()
 
     model_name = {"wav2vec2": "Wav2Vec2Model"}.get(args.case, "T5ForConditionalGeneration")

@@ -37,6 +37,7 @@ What is observed where (DeepSpeed 0.16.9 and 0.19.8; 0.14.5 had the same hooks):
 """
 
 import inspect
+import sys
 import warnings
 from collections import OrderedDict
 
@@ -96,8 +97,22 @@ PRIVATE_ATTRIBUTES = (
 
 
 def deepspeed_version():
-    import deepspeed
+    """DeepSpeed's version; ShardScopeError saying what to install when this Python has no
+    DeepSpeed (a Transformers or Accelerate script run without it) or no torch."""
+    from . import ShardScopeError
 
+    try:
+        import deepspeed
+    except ImportError as e:  # ModuleNotFoundError, or DeepSpeed's own import failing
+        missing = getattr(e, "name", None) or ""
+        what = ("torch" if missing == "torch" else
+                "DeepSpeed" if missing in ("deepspeed", "") else f"DeepSpeed's dependency {missing}")
+        raise ShardScopeError(
+            f"shardscope.deepspeed needs DeepSpeed, and {sys.executable} cannot import it "
+            f"({what} is missing: {e}). Install DeepSpeed {TESTED_VERSIONS[0]} into this Python "
+            f"(pip install deepspeed=={TESTED_VERSIONS[0]}; scripts/deps does it for the "
+            f"project's .venv), or run the script with the Python that has it; a run without "
+            f"DeepSpeed (plain PyTorch, FSDP) has nothing for this agent to observe.") from None
     return getattr(deepspeed, "__version__", "unknown")
 
 

@@ -75,9 +75,43 @@ def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name
     if guard not in _GUARDS:
         raise ShardScopeError(f"guard={guard!r}: use one of {', '.join(map(repr, _GUARDS))}")
     version = _ds.check_version()
+    built = _built_already()
     _agent = _Agent(listen=listen, token=_read_token(token, token_file), snapshot_out=snapshot_out,
                     guard=guard, model_name=model_name, job=job, history=history, version=version)
+    if built:
+        import warnings
+
+        warnings.warn(f"shardscope.deepspeed.install() came after {built}: what happened while "
+                      f"the model was built (reads of partitioned parameters, weight_norm's late "
+                      f"parameters) was not seen. Call install() first, before the model is "
+                      f"built (before zero.Init, from_pretrained or the Trainer)"
+                      + ("; for this run, shardscope.deepspeed.attach(engine) shows the engine "
+                         "from now on" if "deepspeed.initialize" in built else ""),
+                      stacklevel=2)
     return _agent
+
+
+def _built_already():
+    """What install() is late for: '' when nothing is built yet, else what exists (a
+    DeepSpeedEngine, or parameters zero.Init partitioned). One walk of gc's objects, once."""
+    try:
+        import torch
+        from deepspeed.runtime.engine import DeepSpeedEngine
+    except ImportError:
+        return ""
+    engines = partitioned = 0
+    Parameter = torch.nn.Parameter
+    for o in gc.get_objects():
+        t = type(o)  # not isinstance: that reads __class__, which some objects warn about
+        if issubclass(t, DeepSpeedEngine):
+            engines += 1
+        elif issubclass(t, Parameter) and "ds_id" in o.__dict__:
+            partitioned += 1
+    if engines:
+        return f"deepspeed.initialize ({engines} DeepSpeedEngine already exist{'s' if engines == 1 else ''})"
+    if partitioned:
+        return f"zero.Init partitioned {partitioned} parameters"
+    return ""
 
 
 def attach(engine):

@@ -948,6 +948,11 @@ class TestDeepSpeedAgent : public QObject
             "        config={'train_batch_size': 1, 'zero_optimization': {'stage': 0}})\n"
             "except shardscope.ShardScopeError as e:\n    print('STAGE:', e)\n"
             "ssd.finish()\n"
+            // install() after the model was built (and after deepspeed.initialize)
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always'); ssd.install(listen=False)\n"
+            "print('LATE:', *[str(x.message) for x in w if 'came after' in str(x.message)])\n"
+            "ssd.finish()\n"
             "torch.distributed.destroy_process_group()\n");
         QProcess p;
         QProcessEnvironment env = dsEnvironment();
@@ -982,6 +987,31 @@ class TestDeepSpeedAgent : public QObject
         QVERIFY2(out.contains("STAGE: this DeepSpeed engine runs ZeRO stage 0; "
                               "shardscope.deepspeed inspects ZeRO-3"),
                  qPrintable(out));
+        if (!out.contains("LATE: shardscope.deepspeed.install() came after "))
+            for (const QString &line : out.split('\n')) // QVERIFY2 cuts its message short
+                qWarning("%s", qPrintable(line));
+        // (after lin's zero.Init, and the engine the stage-0 initialize made, if still alive)
+        QVERIFY2(out.contains("LATE: shardscope.deepspeed.install() came after ") &&
+                     out.contains("what happened while the model was built") &&
+                     out.contains("Call install() first, before the model is built"),
+                 qPrintable(out));
+
+        // A Python without DeepSpeed (a Transformers script run without it): what to install.
+        QProcess none;
+        none.setProcessEnvironment(env);
+        none.start(python(),
+                   {"-c", "import sys; sys.modules['deepspeed'] = None\n"
+                          "import shardscope, shardscope.deepspeed as ssd\n"
+                          "try:\n    ssd.install(listen=False)\n"
+                          "except shardscope.ShardScopeError as e:\n    print('NODS:', e)\n"});
+        QVERIFY(none.waitForFinished(60000));
+        const QString said = QString::fromUtf8(none.readAllStandardOutput());
+        QVERIFY2(none.exitCode() == 0, qPrintable(said + none.readAllStandardError()));
+        QVERIFY2(said.contains("NODS: shardscope.deepspeed needs DeepSpeed, and ") &&
+                     said.contains("(DeepSpeed is missing: ") &&
+                     said.contains("Install DeepSpeed 0.19.8 into this Python (pip install "
+                                   "deepspeed==0.19.8"),
+                 qPrintable(said));
     }
 };
 
