@@ -139,6 +139,14 @@ void AgentState::postMemory()
     {
         std::lock_guard lock(m_mutex);
         m = memoryLocked();
+        // A module exit that released nothing (most non-leaf modules) says nothing new.
+        if (m_memoryPosted && m.partitionedBytes == m_lastMemory.partitionedBytes &&
+            m.gatheredBytes == m_lastMemory.gatheredBytes &&
+            m.peakGatheredBytes == m_lastMemory.peakGatheredBytes &&
+            m.liveElements == m_lastMemory.liveElements)
+            return;
+        m_lastMemory = m;
+        m_memoryPosted = true;
     }
     post(telemetry::makeMemorySample(m));
 }

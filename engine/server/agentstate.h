@@ -119,7 +119,7 @@ class AgentState final : public state::StateProvider
     void setStatusLocked(AgentParam &p, ParamStatus status);
     void countLocked(const AgentParam &p, bool add);
     telemetry::MemoryFields memoryLocked() const;
-    void postMemory(); // after a module exit or a step, as the engine does
+    void postMemory(); // after a module exit or a step, as the engine does, when it changed
     void recordLocked(const state::ViolationRecord &v);
     std::string paramNameLocked(ParamId id) const;
 
@@ -144,6 +144,8 @@ class AgentState final : public state::StateProvider
         std::uint64_t held = 0, gathered = 0, peak = 0, liveElements = 0;
     };
     Memory m_memory;
+    telemetry::MemoryFields m_lastMemory; // the last sample sent, and whether one was
+    bool m_memoryPosted = false;
     std::uint32_t m_step = 0;
     bool m_inStep = false;
     std::atomic<std::uint64_t> m_version{1};
