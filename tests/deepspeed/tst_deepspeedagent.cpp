@@ -960,7 +960,11 @@ class TestDeepSpeedAgent : public QObject
             "    warnings.simplefilter('always'); ssd.install(listen=False)\n"
             "print('LATE:', *[str(x.message) for x in w if 'came after' in str(x.message)])\n"
             "ssd.finish()\n"
-            "torch.distributed.destroy_process_group()\n");
+            "torch.distributed.destroy_process_group()\n"
+            // DeepSpeed's CPU collective leaves its /dev/shm buffers (scripts/launch removes
+            // them for the runs it starts)
+            "import glob\n"
+            "for f in glob.glob(f'/dev/shm/deepspeed_*_127.0.0.1_{port}_*'): os.unlink(f)\n");
         QProcess p;
         QProcessEnvironment env = dsEnvironment();
         env.insert("XDG_RUNTIME_DIR", m_dir.path());
