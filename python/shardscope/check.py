@@ -349,9 +349,11 @@ def report_text(problems, doc, prediction, results, args, elapsed):
                  else f"steps {p['first_step']}-{p['last_step']}")
         if p["first_step"] == 0:
             steps = "while the model was built"
-        who = p["accessor"] if p["accessor"] is not None else "outside any module"
-        out.append(f"\n{i}. {p['kind']}: {p['param']} read by {who or '<root>'} "
-                   f"(ranks {ranks}, {steps})")
+        who = (f"read by {p['accessor'] or '<root>'}" if p["accessor"] is not None
+               else "read outside any module")
+        if p["kind"] != "unregistered_access":
+            who = f"in {p['accessor'] or '<root>'}" if p["accessor"] is not None else ""
+        out.append(f"\n{i}. {p['kind']}: {p['param'] or ''} {who} (ranks {ranks}, {steps})")
         out.append(f"   at {_where(p['location'])}")
         for frame in (p["location"] or {}).get("chain", [])[:2]:
             out.append(f"      from {frame}")

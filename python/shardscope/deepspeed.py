@@ -993,6 +993,13 @@ def _building(frame, param):
             if p is param:
                 code = "self." + _code_name(path)
                 break
+    seen = param.__dict__.get("_shardscope_seen_as")  # (module, attribute) it was read as
+    if not code and seen is not None and isinstance(self_, nn.Module):
+        # Removed from its module already (weight_norm deletes `weight`, then reads it).
+        for path, m in self_.named_modules():
+            if m is seen[0]:
+                code = "self." + _code_name(f"{path}.{seen[1]}" if path else seen[1])
+                break
     if not code:
         for name, value in frame.f_locals.items():
             if value is param:
@@ -1006,7 +1013,6 @@ def _building(frame, param):
             if code:
                 break
     if not code:
-        seen = param.__dict__.get("_shardscope_seen_as")
         code = f"<the {type(seen[0]).__name__}'s {seen[1]}>" if seen else "<the parameter>"
     return building, code
 
