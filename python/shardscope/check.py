@@ -195,6 +195,7 @@ def run_ranks(args, workdir, backend):
         log.seek(0)
         texts.append(log.read().decode("utf-8", "replace"))
         log.close()
+    args.last_stage = last if not tty else last.split(": ", 2)[-1]
     return results, texts, timed_out, time.monotonic() - start
 
 
@@ -454,8 +455,7 @@ def _why_not(results, logs, timed_out, args, elapsed):
         return "\n".join("    " + ln for ln in lines[-12:])
 
     if timed_out:
-        stage = min(((r or {}).get("stage", "starting") for r in results), key=_stage_order) \
-            if any(results) else "starting"
+        stage = getattr(args, "last_stage", "") or "starting python"
         return (f"the script did not finish {args.steps} steps within --timeout {args.timeout:.0f} s "
                 f"(stopped at: {stage}); what was recorded is kept")
     for rank, r in enumerate(results):

@@ -648,11 +648,12 @@ class _Agent:
         action = ("error" if self.guard == "error" else
                   "auto_registered" if automatic else "recorded")
         # Only here, when a violation is recorded (never per access): where in the user's code.
-        frame = _user_frame(sys._getframe(1))
+        here = sys._getframe(1)
+        frame = _user_frame(here)
         location = _location(frame) if frame is not None else None
         building = code = ""
-        if self.engine is None and self.root is None and frame is not None:
-            building, code = _building(frame, param)
+        if self.engine is None and self.root is None:
+            building, code = _building(here, frame, param)
             self.built_violations = True
         message, fix = self.native.unregistered_access(mid, pid, action, use, location=location,
                                                        building=building, param_code=code)
@@ -960,16 +961,22 @@ def _code_name(path):
     return out
 
 
-def _building(frame, param):
+def _building(here, user, param):
     """While the model is built: (the modules under construction, outermost first, each with
     its class, the attribute it is being assigned to when known and its constructor's
-    file:line; the parameter as the innermost user constructor's code names it)."""
+    file:line; the parameter as a constructor's code names it: the user's frame when it is
+    a module's __init__, else the innermost constructor running, a library's)."""
     import torch.nn as nn
 
+    import torch
+
+    internal = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep  # torch's own modules
     chain = []
-    f = frame
+    f = here
     while f is not None:
         owner = f.f_locals.get("self") if f.f_code.co_name == "__init__" else None
+        if owner is not None and os.path.abspath(f.f_code.co_filename).startswith(internal):
+            owner = None  # torch.nn's constructors (Conv1d, ParametrizationList) are not the model's
         if isinstance(owner, nn.Module) and (not chain or chain[-1][0] is not owner):
             chain.append((owner, f))
         f = f.f_back
@@ -987,6 +994,12 @@ def _building(frame, param):
     building = " > ".join(parts)
     # The parameter as the constructor's code names it: from its `self`, else a local.
     code = ""
+    frame = user
+    if frame is None or frame.f_code.co_name != "__init__" or not isinstance(
+            frame.f_locals.get("self"), nn.Module):
+        frame = chain[-1][1] if chain else user
+    if frame is None:
+        return building, "<the parameter>"
     self_ = frame.f_locals.get("self") if frame.f_code.co_name == "__init__" else None
     if isinstance(self_, nn.Module):
         for path, p in self_.named_parameters(remove_duplicate=False):
