@@ -21,7 +21,7 @@ _dir = os.environ.get("SHARDSCOPE_CHECK_DIR", ".")
 _rank = int(os.environ.get("RANK", "0"))
 _steps = int(os.environ.get("SHARDSCOPE_CHECK_STEPS", "3"))
 _result = {"rank": _rank, "steps": 0, "model_built": False, "stopped": False, "exit": None,
-           "error": None, "module_order": [], "stage": "starting"}
+           "error": None, "module_order": [], "stage": "starting", "times": []}
 _t0 = time.monotonic()
 
 
@@ -32,6 +32,7 @@ class _Done(BaseException):
 
 def _stage(text):
     _result["stage"] = text
+    _result["times"].append([text, round(time.monotonic() - _t0, 3)])
     try:
         with open(os.path.join(_dir, f"status.{_rank}.tmp"), "w") as f:
             f.write(f"{time.monotonic() - _t0:.1f} {text}\n")
@@ -136,6 +137,7 @@ def main():
             _result["exit"] = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
             if not isinstance(e.code, int) and e.code is not None:
                 _result["error"] = str(e.code)
+        _result["times"].append(["done", round(time.monotonic() - _t0, 3)])
         if not _result["stopped"]:
             _result["stage"] = f"the script ended by itself after {_result['steps']} steps"
     except BaseException as e:  # noqa: B902 - everything the script raises is reported

@@ -381,10 +381,32 @@ def report_text(problems, doc, prediction, results, args, elapsed):
                    f"`{prediction['at_module'] or '<root>'}`), persistent "
                    f"{_size(prediction['persistent_bytes'])}, shards "
                    f"{_size(prediction['shard_bytes'])}; total {_size(prediction['total_bytes'])}")
+    timing = _timing(results, elapsed)
+    if timing:
+        out.append("\n" + timing)
     out.append("\n" + ("no problems found" if not problems else
                        f"{len(problems)} problem{'s' if len(problems) != 1 else ''} found")
                + f"; snapshot: {args.snapshot} (open with `shardscope {args.snapshot}`)")
     return "\n".join(out)
+
+
+def _timing(results, elapsed):
+    """Where the time went, from rank 0's stages: python start and imports, the script up to
+    its first step (model build, deepspeed.initialize), the steps, the rest (snapshot, exit)."""
+    r = next((r for r in results if r and r.get("times")), None)
+    if r is None:
+        return ""
+    t = {}
+    for name, at in r["times"]:
+        t.setdefault(name.split(" ")[0] if name.startswith("step") else name, at)
+    imports = t.get("running the script (building the model)")
+    first = t.get("step")
+    done = t.get("done")
+    if imports is None or first is None or done is None:
+        return ""
+    return (f"time: {elapsed:.1f} s wall; rank 0: imports {imports:.1f} s, script to its first "
+            f"step {first - imports:.1f} s, steps {done - first:.1f} s; start, snapshot and "
+            f"exit {max(0.0, elapsed - done):.1f} s")
 
 
 # ---------------------------------------------------------------------------- SARIF, JUnit
