@@ -129,6 +129,13 @@ def main():
         _stage("running the script (building the model)")
         sys.argv = [script] + sys.argv[2:]
         sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+        profile = os.environ.get("SHARDSCOPE_CHECK_PROFILE") if _rank == 0 else None
+        profiler = None
+        if profile:  # where rank 0's time goes (bench/bench_check.py --profile)
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
         try:
             runpy.run_path(script, run_name="__main__")
         except _Done:
@@ -138,6 +145,9 @@ def main():
             if not isinstance(e.code, int) and e.code is not None:
                 _result["error"] = str(e.code)
         _result["times"].append(["done", round(time.monotonic() - _t0, 3)])
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(profile)
         if not _result["stopped"]:
             _result["stage"] = f"the script ended by itself after {_result['steps']} steps"
     except BaseException as e:  # noqa: B902 - everything the script raises is reported
