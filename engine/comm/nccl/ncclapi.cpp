@@ -13,7 +13,8 @@
 
 namespace shardscope::comm {
 
-void *openFirstLibrary(const std::vector<std::string> &candidates, std::string &path, std::string &error)
+void *openFirstLibrary(const std::vector<std::string> &candidates, std::string &path,
+                       std::string &error)
 {
     for (const std::string &name : candidates) {
         if (name.empty()) continue;
@@ -44,8 +45,8 @@ NcclApi loadNccl()
 {
     NcclApi api;
     void *h = openFirstLibrary({environmentOr("SHARDSCOPE_NCCL_LIBRARY"), "libnccl.so.2",
-                         std::string(SHARDSCOPE_NCCL_LIBDIR) + "/libnccl.so.2"},
-                        api.path, api.error);
+                                std::string(SHARDSCOPE_NCCL_LIBDIR) + "/libnccl.so.2"},
+                               api.path, api.error);
     if (!h) return api;
     api.error.clear();
     const bool ok = bindSymbol(h, "ncclGetVersion", api.getVersion, api.error) &&

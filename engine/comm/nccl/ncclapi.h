@@ -50,7 +50,8 @@ std::string environmentOr(const char *name);
 // dlsym(library, symbol).
 void *findSymbol(void *library, const char *symbol);
 // out = symbol, typed; false, with error saying which symbol, when it is missing.
-template <typename Fn> bool bindSymbol(void *library, const char *symbol, Fn &out, std::string &error)
+template <typename Fn>
+bool bindSymbol(void *library, const char *symbol, Fn &out, std::string &error)
 {
     out = reinterpret_cast<Fn>(findSymbol(library, symbol));
     if (!out) error = std::string("symbol ") + symbol + " is missing from the library";
