@@ -112,7 +112,6 @@ def main():
         print("usage: python -m shardscope._checkboot script.py [args]", file=sys.stderr)
         return 2
     script = sys.argv[1]
-    backend = os.environ.get("SHARDSCOPE_CHECK_BACKEND", "deepspeed")
     code = 0
     try:
         _stage("importing torch")
@@ -161,7 +160,6 @@ def main():
         except Exception as e:  # the report says the snapshot is missing
             _result["error"] = (_result["error"] or "") + f"\nsnapshot: {e}"
         _write_result()
-        _ = backend
     sys.stdout.flush()
     sys.stderr.flush()
     # Other ranks may still hold this one in a collective: leave without torch's teardown.

@@ -553,8 +553,6 @@ def main(argv=None):
             if problems:
                 print(f"shardscope-check: recorded before that ({args.snapshot}):", file=sys.stderr)
                 print(report_text(problems, doc, None, results, args, elapsed), file=sys.stderr)
-            if args.keep:
-                print(f"shardscope-check: the ranks' logs are in {workdir}", file=sys.stderr)
             return COULD_NOT_RUN
         order = next((r["module_order"] for r in results if r and r.get("module_order")), [])
         config = doc["engine"].get("config", {}) if doc else {}
@@ -564,7 +562,8 @@ def main(argv=None):
         return PROBLEMS if problems else CLEAN
     finally:
         if args.keep:
-            pass
+            print(f"shardscope-check: the ranks' logs, results and snapshots are in {workdir}",
+                  file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
 
