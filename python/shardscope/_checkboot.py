@@ -107,6 +107,53 @@ def _patch_deepspeed():
     DeepSpeedEngine.step = step
 
 
+# The one place a backend plugs in: its agent module, how the agent is installed before the
+# script, and how a step is counted. DeepSpeed: shardscope.deepspeed, DeepSpeedEngine.step.
+# FSDP2 (python/shardscope/fsdp.py, when it exists): shardscope.fsdp with the same install()
+# and finish(), steps counted by torch's global optimizer step hook. check.py refuses FSDP
+# while shardscope.fsdp cannot be imported.
+_AGENTS = {"deepspeed": "shardscope.deepspeed", "fsdp": "shardscope.fsdp"}
+_backend = "deepspeed"
+
+
+def _agent_module():
+    import importlib
+
+    return importlib.import_module(_AGENTS[_backend])
+
+
+def _count_optimizer_steps():
+    """FSDP: a step is an optimizer step (any torch.optim.Optimizer)."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    def after(optimizer, args, kwargs):
+        _result["model_built"] = True
+        _result["steps"] += 1
+        if _result["steps"] >= _steps:
+            _result["stopped"] = True
+            raise _Done()
+        _stage(f"step {_result['steps'] + 1}")
+
+    register_optimizer_step_post_hook(after)
+
+
+def _install_agent(backend):
+    global _backend
+    _backend = backend
+    snapshot = os.path.join(_dir, f"rank{_rank}.json")
+    if backend == "fsdp":
+        _stage("importing torch.distributed.fsdp")
+        agent = _agent_module()
+        _count_optimizer_steps()
+        agent.install(listen=False, snapshot_out=snapshot)
+        return
+    _stage("importing deepspeed")
+    import deepspeed  # noqa: F401
+
+    _patch_deepspeed()
+    _agent_module().install(listen=False, snapshot_out=snapshot, guard="warn")
+
+
 def main():
     if len(sys.argv) < 2:
         print("usage: python -m shardscope._checkboot script.py [args]", file=sys.stderr)
@@ -117,14 +164,7 @@ def main():
         _stage("importing torch")
         import torch  # noqa: F401
 
-        _stage("importing deepspeed")
-        import deepspeed  # noqa: F401
-
-        import shardscope.deepspeed as agent
-
-        _patch_deepspeed()
-        agent.install(listen=False, snapshot_out=os.path.join(_dir, f"rank{_rank}.json"),
-                      guard="warn")
+        _install_agent(os.environ.get("SHARDSCOPE_CHECK_BACKEND", "deepspeed"))
         _stage("running the script (building the model)")
         sys.argv = [script] + sys.argv[2:]
         sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
@@ -154,9 +194,7 @@ def main():
         code = 1
     finally:
         try:
-            import shardscope.deepspeed as agent
-
-            agent.finish()
+            _agent_module().finish()
         except Exception as e:  # the report says the snapshot is missing
             _result["error"] = (_result["error"] or "") + f"\nsnapshot: {e}"
         _write_result()

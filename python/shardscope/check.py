@@ -96,15 +96,14 @@ def _check_backend_available(backend):
     import importlib.util
 
     if backend == "fsdp":
-        try:
-            import shardscope.fsdp  # noqa: F401
-        except ImportError:
+        # The ranks install it with install(listen=False, snapshot_out=...), as the
+        # DeepSpeed agent (_checkboot._install_agent).
+        if importlib.util.find_spec("shardscope.fsdp") is None:
             raise CouldNotRun(
                 "the script uses FSDP2 (torch.distributed.fsdp.fully_shard), and this "
                 "ShardScope has no FSDP agent (shardscope.fsdp is not importable); only "
-                "DeepSpeed ZeRO-3 scripts can be checked with this build") from None
-        raise CouldNotRun("shardscope.fsdp is importable but shardscope-check does not run "
-                          "it yet; only DeepSpeed ZeRO-3 scripts can be checked")
+                "DeepSpeed ZeRO-3 scripts can be checked with this build")
+        return
     if importlib.util.find_spec("deepspeed") is None:
         raise CouldNotRun(f"the script uses DeepSpeed, which is not installed for "
                           f"{sys.executable} (pip install deepspeed)")
@@ -200,8 +199,8 @@ def run_ranks(args, workdir, backend):
 
 
 def _stage_order(stage):
-    for i, prefix in enumerate(("starting", "importing torch", "importing deepspeed", "running",
-                                "step")):
+    for i, prefix in enumerate(("starting", "importing torch", "importing deepspeed",
+                                "importing torch.distributed.fsdp", "running", "step")):
         if stage.startswith(prefix):
             return (i, stage)
     return (9, stage)
