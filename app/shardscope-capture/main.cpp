@@ -131,6 +131,7 @@ std::optional<Options> parseArgs(int argc, char **argv)
         throw UsageError{"--attach: " + ep.error()};
     }
     if (o.out.empty()) throw UsageError{"--out FILE is required"};
+    if (auto ok = wire::checkOutputFile(o.out); !ok) throw UsageError{"--out: " + ok.error()};
     if (o.seconds && o.untilStep)
         throw UsageError{"--seconds and --until-step cannot be combined; choose one"};
     return o;

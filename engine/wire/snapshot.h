@@ -48,8 +48,17 @@ inline Result<Snapshot> decodeSnapshot(const char *json)
     return decodeSnapshot(std::string_view(json));
 }
 
-// Writes to PATH.tmp.<pid> and renames it over path, so readers see the old or the new file.
+// The one writer of every output file (snapshots, exports, discovery files): a regular
+// file is written to an unnamed temporary in its directory and renamed over path, so
+// readers see the old or the new file. What exists and is not a regular file (a FIFO, a
+// character device such as /dev/null) is written into, never replaced; a directory is an
+// error.
 Status writeFileAtomically(const std::string &path, std::string_view contents);
+// Whether writeFileAtomically(path, ...) can succeed, checked before a run starts rather
+// than after it: not a directory, its directory exists and takes a new file (not /proc,
+// /sys or a read-only mount), or a FIFO/device we may open for writing. The error says
+// what to do.
+Status checkOutputFile(const std::string &path);
 // The pretty-printed document; gzip'd when path ends in ".gz" (wire/compress.h).
 Status writeSnapshotFile(const std::string &path, const Snapshot &snapshot);
 // The bytes of a snapshot file, plain or gzip'd (told apart by gzip's magic bytes, not by

@@ -150,6 +150,7 @@ class TestCapture : public QObject
     void pythonClientFromTheProtocolDocWorks();
     void engineDyingMidRunIsWrittenWithItsOwnStatus();
     void tokenFileAndEnvironmentAreUsed();
+    void outputIntoAFifoIsWrittenNotReplaced();
 
   private:
     QTemporaryDir m_runtime;
@@ -493,6 +494,71 @@ void TestCapture::tokenFileAndEnvironmentAreUsed()
     r = runCapture(args, env);
     QCOMPARE(r.exitCode, 1);
     QVERIFY2(r.err.contains("wrong token"), qPrintable(r.err));
+}
+
+
+// Issue #30, defect 4: the write-then-rename replaced a FIFO or a device (/dev/null as root)
+// with a regular file. The one writer writes into them; what cannot be written is refused
+// before the run, by the capture tool and by the inspector a training process starts.
+void TestCapture::outputIntoAFifoIsWrittenNotReplaced()
+{
+    QTemporaryDir dir;
+    Run r = runCapture({"--attach", "tcp:127.0.0.1:5", "--out", dir.path()});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("is a directory"), qPrintable(r.err));
+    r = runCapture({"--attach", "tcp:127.0.0.1:5", "--out", dir.filePath("missing/s.json")});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("does not exist"), qPrintable(r.err));
+    r = runCapture({"--attach", "tcp:127.0.0.1:5", "--out", "/proc/self/s.json"});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("cannot create a file in /proc/self"), qPrintable(r.err));
+
+    const QString fifo = dir.filePath("pipe.json"), ownFifo = dir.filePath("own.json");
+    QCOMPARE(::mkfifo(fifo.toLocal8Bit().constData(), 0600), 0);
+    QCOMPARE(::mkfifo(ownFifo.toLocal8Bit().constData(), 0600), 0);
+    LocalEngine local;
+    {
+        server::InspectorOptions bad;
+        bad.listen = false;
+        bad.snapshotOut = dir.path().toStdString();
+        QVERIFY_THROWS_EXCEPTION(server::InspectorError,
+                                 server::Inspector(std::make_unique<core::EngineStateProvider>(
+                                                       *local.engine),
+                                                   bad));
+    }
+    server::InspectorOptions o;
+    o.endpoint = "unix:" + dir.filePath("e.sock").toStdString();
+    o.snapshotOut = ownFifo.toStdString(); // the training process's own snapshot
+    auto inspector = std::make_unique<server::Inspector>(
+        std::make_unique<core::EngineStateProvider>(*local.engine), o);
+    local.steps(2);
+    QProcess reader; // reads both FIFOs: the capture's snapshot and the engine's
+    reader.start("sh", {"-c", "cat \"$0\" > \"$0.copy\" & cat \"$1\" > \"$1.copy\"; wait",
+                        fifo, ownFifo});
+    QVERIFY(reader.waitForStarted());
+    QProcess capture;
+    capture.start(binary("shardscope-capture"),
+                  {"--attach", QString::fromStdString(inspector->endpoint()), "--out", fifo});
+    QVERIFY(capture.waitForStarted());
+    QVERIFY(capture.waitForReadyRead(30000)); // "attached to ..."
+    local.steps(1);
+    inspector->finish();
+    QVERIFY(capture.waitForFinished(30000));
+    QVERIFY2(capture.exitCode() == 0, capture.readAllStandardError().constData());
+    QVERIFY(reader.waitForFinished(30000));
+    for (const QString &f : {fifo, ownFifo}) {
+        struct stat st{};
+        QCOMPARE(::stat(f.toLocal8Bit().constData(), &st), 0);
+        QVERIFY2(S_ISFIFO(st.st_mode), "the FIFO was replaced");
+    }
+    auto captured = wire::readSnapshotFile((fifo + ".copy").toStdString());
+    QVERIFY2(captured.ok(), captured.error().c_str());
+    QCOMPARE(captured->meta.producer, std::string("shardscope-capture"));
+    QCOMPARE(captured->state.step, std::uint32_t(3));
+    auto own = wire::readSnapshotFile((ownFifo + ".copy").toStdString());
+    QVERIFY2(own.ok(), own.error().c_str());
+    QCOMPARE(own->state.step, std::uint32_t(3));
+    QCOMPARE(QDir(dir.path()).entryList({"*.tmp*"}, QDir::Files), QStringList{});
 }
 
 QTEST_GUILESS_MAIN(TestCapture)
