@@ -805,6 +805,21 @@ Status checkOutputFile(const std::string &path)
     return success();
 }
 
+std::string outputOfRank(const std::string &path, int rank, int worldSize)
+{
+    static constexpr std::string_view kRank = "{rank}";
+    if (path.empty()) return path;
+    if (path.find(kRank) != std::string::npos) {
+        std::string out = path;
+        for (auto at = out.find(kRank); at != std::string::npos;
+             at = out.find(kRank, at + 1))
+            out.replace(at, kRank.size(), std::to_string(rank));
+        return out;
+    }
+    if (worldSize <= 1 || rank == 0) return path;
+    return path + ".rank" + std::to_string(rank);
+}
+
 Status writeFileAtomically(const std::string &path, std::string_view contents)
 {
     struct stat st

@@ -30,12 +30,11 @@ import gc
 import linecache
 import os
 import re
-import signal
 import sys
-import weakref
 
 from . import ShardScopeError, UnregisteredAccessError
 from . import _dsinternals as _ds
+from . import _runtime
 
 __all__ = ["install", "attach", "finish", "inspect", "agent", "pause", "resume", "paused"]
 
@@ -74,10 +73,14 @@ def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name
             f"{_agent.rank}); call it once per process, before the model is built")
     if guard not in _GUARDS:
         raise ShardScopeError(f"guard={guard!r}: use one of {', '.join(map(repr, _GUARDS))}")
+    rank, world_size = _runtime.rank_and_world()
+    options = _runtime.check_options("shardscope.deepspeed.install()", rank, world_size,
+                                     listen=listen, snapshot_out=snapshot_out, history=history,
+                                     job=job)
     version = _ds.check_version()
     built = _built_already()
-    _agent = _Agent(listen=listen, token=_read_token(token, token_file), snapshot_out=snapshot_out,
-                    guard=guard, model_name=model_name, job=job, history=history, version=version)
+    _agent = _Agent(options, token=_read_token(token, token_file), guard=guard,
+                    model_name=model_name, version=version)
     if built:
         import warnings
 
@@ -178,16 +181,6 @@ def _read_token(token, token_file):
         return _native.resolve_token(token or "", token_file or "")
     except RuntimeError as e:
         raise ShardScopeError(f"the ShardScope token: {e}") from None
-
-
-def _rank_and_world():
-    try:
-        import torch.distributed as dist
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-    except Exception:
-        pass
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def _metadata_only():
@@ -327,21 +320,20 @@ class _Suspects:
 class _Agent:
     """The observer DeepSpeed's patched internals call (see _dsinternals)."""
 
-    def __init__(self, listen, token, snapshot_out, guard, model_name, job, history, version):
+    def __init__(self, options, token, guard, model_name, version):
         from . import _native
 
-        self.rank, self.world_size = _rank_and_world()
+        self.rank, self.world_size = _runtime.rank_and_world()
         self.guard = guard
         self.deepspeed_version = version
         self.module_key = _ds.module_key_attribute(version)
-        self.snapshot_out = (snapshot_out or "").replace("{rank}", str(self.rank))
-        endpoint = listen if isinstance(listen, str) else ""
+        self.snapshot_out = options.snapshot_out  # this rank's file (wire::outputOfRank)
         try:
             self.native = _native.Agent(model=f"{model_name} {_NOT_BUILT}" if model_name else _NOT_BUILT, rank=self.rank,
                                         world_size=self.world_size, backend=_backend_name(),
-                                        listen=listen is not False, endpoint=endpoint,
+                                        listen=options.listen, endpoint=options.endpoint,
                                         token=token, snapshot_out=self.snapshot_out,
-                                        history=history, job=job or "")
+                                        history=options.history, job=options.job)
         except RuntimeError as e:
             raise ShardScopeError(f"the ShardScope endpoint could not start: {e}") from None
         # The per-event path (ds_status assignments, module scopes) runs in C++: hotpath.h.
@@ -366,7 +358,6 @@ class _Agent:
         except BaseException:
             self.native.finish()
             raise
-        self._on_term = None
         atexit.register(self.close)
         self._chain_sigterm()
 
@@ -394,47 +385,15 @@ class _Agent:
         return self.native.endpoint
 
     def _chain_sigterm(self):
-        """A launcher stopping the job (SIGTERM) still gets the snapshot and no stale file."""
-        if not hasattr(signal, "SIGTERM"):
-            return
-        try:
-            previous = signal.getsignal(signal.SIGTERM)
-        except Exception:
-            return
-        if previous not in (signal.SIG_DFL, None):
-            return  # the script handles SIGTERM itself; atexit still runs on its exit
-
-        me = weakref.ref(self)  # the handler keeps no agent alive after finish()
-
-        def on_term(signum, frame):
-            agent = me()
-            if agent is not None:
-                agent.close()
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-
-        try:
-            signal.signal(signal.SIGTERM, on_term)
-            self._on_term = on_term
-        except ValueError:
-            pass  # not the main thread
-
-    def _unchain_sigterm(self):
-        handler, self._on_term = self._on_term, None
-        if handler is None:
-            return
-        try:
-            if signal.getsignal(signal.SIGTERM) is handler:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        except ValueError:
-            pass  # not the main thread: it stays, and does nothing once we are gone
+        """A launcher stopping the job (SIGTERM) still gets the snapshot and no stale file,
+        also while this rank is blocked in a rendezvous or a collective (_runtime)."""
+        _runtime.finish_on_sigterm(self.native)
 
     def close(self):
         if self.closed:
             return
         self.closed = True
         atexit.unregister(self.close)
-        self._unchain_sigterm()
         self.suspects.close()
         self.flush_active()
         try:

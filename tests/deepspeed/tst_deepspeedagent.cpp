@@ -9,6 +9,7 @@
 // own, pinned in python/requirements.txt).
 
 #include <QDir>
+#include <QElapsedTimer>
 #include <QFile>
 #include <QFileInfo>
 #include <QProcess>
@@ -22,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include <bit>
+#include <csignal>
 #include <map>
 #include <set>
 
@@ -482,9 +484,24 @@ class TestDeepSpeedAgent : public QObject
     void gradientAccumulationEndsOneStepPerOptimizerStep()
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        // Issue #30, defects 6 and 8: one snapshot_out without {rank} and one explicit
+        // listen= for every rank (as a script hard-codes them). Rank 1 used to die of
+        // "another engine is already listening", and only rank 0's snapshot was written.
+        // Each rank now gets its own, as shardscope-train's (PATH.rank<N>), and says so.
+        const QString sock = m_dir.filePath("accum.sock");
+        const QString out = m_dir.filePath("accum.json");
         const Run r = run({"--externals", "manual", "--weight-norm", "workaround", "--steps", "2",
-                           "--grad-accum", "2", "--snapshot-out", snapshotArg("accum")});
+                           "--grad-accum", "2", "--snapshot-out", out, "--listen",
+                           "unix:" + sock});
         QVERIFY2(r.exitCode == 0, qPrintable(r.out));
+        QVERIFY2(r.out.contains("has no {rank} in a job of 2 ranks: rank 0 writes " + out +
+                                ", rank N writes " + out + ".rank<N>"),
+                 qPrintable(r.out));
+        QVERIFY2(r.out.contains("in a job of 2 ranks: rank N listens on unix:" + sock +
+                                ".rank<N>"),
+                 qPrintable(r.out));
+        QVERIFY(QFile::rename(out, snapshotOf("accum", 0)));
+        QVERIFY(QFile::rename(out + ".rank1", snapshotOf("accum", 1)));
         const std::vector<json> snaps = snapshots("accum");
         QCOMPARE(snaps.size(), std::size_t(2));
         for (const json &s : snaps) {
@@ -895,6 +912,53 @@ class TestDeepSpeedAgent : public QObject
     // Misuse gets a clear message: an unknown DeepSpeed version, the agent started twice, a
     // model that is not ZeRO-3. finish() frees the agent; ds_status is observed without
     // changing the parameters' class or how the attribute behaves.
+    // Issue #30, defect 1: a rank blocked in native code (here the rendezvous, its peer never
+    // comes) ignored SIGTERM once the agent was installed: its handler was Python, which
+    // cannot run there. The native signal path writes the snapshot and the process dies of
+    // the signal, as without the agent.
+    void sigtermWhileBlockedInRendezvous()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const QString out = m_dir.filePath("term.json");
+        const QString script = QStringLiteral(
+            "import os, socket, sys, datetime, torch.distributed as dist\n"
+            "import shardscope.deepspeed as ssd\n"
+            "s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()\n"
+            "ssd.install(listen=False, snapshot_out=sys.argv[1])\n"
+            "print('WAITING', flush=True)\n"
+            "dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=0,\n"
+            "                        world_size=2, timeout=datetime.timedelta(seconds=600))\n"
+            "print('RENDEZVOUS ENDED', flush=True)\n");
+        QProcess p;
+        QProcessEnvironment env = dsEnvironment();
+        env.insert("XDG_RUNTIME_DIR", m_dir.path());
+        env.insert("RANK", "0");
+        env.insert("WORLD_SIZE", "2");
+        p.setProcessEnvironment(env);
+        p.start(python(), {"-c", script, out});
+        QVERIFY(p.waitForStarted());
+        QString said;
+        while (!said.contains("WAITING") && p.waitForReadyRead(60000))
+            said += QString::fromUtf8(p.readAllStandardOutput());
+        QVERIFY2(said.contains("WAITING"), qPrintable(said + p.readAllStandardError()));
+        QThread::msleep(1500); // inside the rendezvous's wait
+        QElapsedTimer t;
+        t.start();
+        ::kill(static_cast<pid_t>(p.processId()), SIGTERM);
+        const bool ended = p.waitForFinished(15000);
+        if (!ended) p.kill(), p.waitForFinished(5000);
+        const QString err = QString::fromUtf8(p.readAllStandardError());
+        QVERIFY2(ended, qPrintable("still alive 15 s after SIGTERM: " + err));
+        QVERIFY2(t.elapsed() < 10000, qPrintable(QString::number(t.elapsed())));
+        QCOMPARE(p.exitStatus(), QProcess::CrashExit); // died of the signal: exit 143 in a shell
+        QCOMPARE(p.exitCode(), SIGTERM);
+        QVERIFY2(err.contains("shardscope (rank 0): terminated (SIGTERM); finishing the inspector"),
+                 qPrintable(err));
+        auto snap = shardscope::wire::readSnapshotFile(out.toStdString());
+        QVERIFY2(snap.ok(), snap.error().c_str());
+        QCOMPARE(snap->state.worldSize, 2);
+    }
+
     void misuse()
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
@@ -1006,6 +1070,36 @@ class TestDeepSpeedAgent : public QObject
                      out.contains("what happened while the model was built") &&
                      out.contains("Call install() first, before the model is built"),
                  qPrintable(out));
+
+        // Issue #30, defect 13: bad options are the agent's own errors, at install(), not a
+        // pybind TypeError, nor one line at finish() saying the snapshot was lost.
+        QProcess bad;
+        bad.setProcessEnvironment(env);
+        bad.start(python(),
+                  {"-c", "import os, shardscope, shardscope.deepspeed as ssd\n"
+                         "d = os.environ['XDG_RUNTIME_DIR']\n"
+                         "for kw in [dict(history=-1), dict(history='x'), dict(history=True),\n"
+                         "           dict(job=5), dict(listen=7),\n"
+                         "           dict(snapshot_out=d + '/missing/s.json'),\n"
+                         "           dict(snapshot_out='/proc/s.json'), dict(snapshot_out=d)]:\n"
+                         "    try:\n        ssd.install(**kw); print('ACCEPTED:', kw)\n"
+                         "    except shardscope.ShardScopeError as e:\n"
+                         "        print('REFUSED:', e)\n"
+                         "    except Exception as e:\n"
+                         "        print('OTHER:', type(e).__name__, e)\n"});
+        QVERIFY(bad.waitForFinished(60000));
+        const QString refused = QString::fromUtf8(bad.readAllStandardOutput());
+        QVERIFY2(bad.exitCode() == 0, qPrintable(refused + bad.readAllStandardError()));
+        QVERIFY2(!refused.contains("ACCEPTED") && !refused.contains("OTHER"), qPrintable(refused));
+        QCOMPARE(refused.count("REFUSED: shardscope.deepspeed.install(): "), 8);
+        for (const char *want :
+             {"history=-1: give the number of recent events", "history='x'", "history=True",
+              "job=5: give the job's name as a non-empty string", "listen=7: use None",
+              "/missing/s.json': cannot write", "does not exist; create it first",
+              "snapshot_out='/proc/s.json': cannot write /proc/s.json: cannot create a file in "
+              "/proc",
+              "it is a directory; name a file in it"})
+            QVERIFY2(refused.contains(QString::fromUtf8(want)), want);
 
         // A Python without DeepSpeed (a Transformers script run without it): what to install.
         QProcess none;
