@@ -52,8 +52,8 @@ and writes them as a snapshot file (docs/snapshot.md).
   --help              show this help
 
 Exit status: 0 written, 1 could not attach or write, 2 bad command line, 3 written but
-the engine went away before it finished or before --until-step (what was collected is in
-the file).
+the engine went away before it finished or before --until-step, or its goodbye said the
+training failed (what was collected is in the file).
 )";
 
 struct Options
@@ -384,6 +384,7 @@ int capture(const Options &o)
         }
     }
     std::vector<wire::Snapshot> parts;
+    std::vector<std::string> failed; // processes whose Goodbye says the run failed
     std::uint64_t history = 0, liveEvents = 0;
     for (auto &s : sources) {
         if (!s->state.hasState()) {
@@ -400,6 +401,8 @@ int capture(const Options &o)
         history += s->state.historyEvents();
         liveEvents += s->state.liveEvents();
         if (!s->ended.empty() && !s->state.finished() && ended.empty()) ended = s->ended;
+        if (s->state.finished() && wire::goodbyeSaysFailed(s->state.goodbye()))
+            failed.push_back(s->endpoint + ": " + s->state.goodbye().reason);
     }
     if (parts.empty()) return 1;
     wire::Snapshot snap;
@@ -428,6 +431,9 @@ int capture(const Options &o)
                     ended.c_str());
     else if (!ended.empty())
         std::printf("capture ended: %s\n", ended.c_str());
+    // A run that failed (also while its model was built) is not a successful capture.
+    for (const std::string &f : failed)
+        std::printf("the run failed: %s; everything collected so far is written\n", f.c_str());
     std::printf(
         "captured step %u%s: %zu events (%llu history, %llu live), %llu dropped, %zu "
         "violations -> %s\n",
@@ -439,7 +445,7 @@ int capture(const Options &o)
         static_cast<unsigned long long>(liveEvents),
         static_cast<unsigned long long>(snap.droppedEvents), snap.state.violations.size(),
         o.out.c_str());
-    return engineLost ? 3 : 0;
+    return engineLost || !failed.empty() ? 3 : 0;
 }
 
 } // namespace

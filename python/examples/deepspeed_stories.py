@@ -148,6 +148,8 @@ def main():
                         help="this rank kills itself (SIGKILL) inside fc's forward of --kill-at-step, "
                         "a second after it began")
     parser.add_argument("--kill-at-step", type=int, default=0)
+    parser.add_argument("--fail-build-rank", type=int, default=-1,
+                        help="this rank raises while its model is built (inside zero.Init)")
     parser.add_argument("--own-mode", action="store_true",
                         help="the last step holds model.embed.weight outside forward (legal), then "
                         "runs its forward under the script's own torch function mode, which must "
@@ -174,6 +176,8 @@ def main():
             time.sleep(0.05)
         with deepspeed.zero.Init(config_dict_or_path=config):
             model = TinyLM(vocab, hidden, args.externals, args.weight_norm)
+            if rank == args.fail_build_rank:
+                raise RuntimeError(f"rank {rank} cannot build its model (--fail-build-rank)")
         engine, *_ = deepspeed.initialize(model=model, config=config,
                                           optimizer=torch.optim.AdamW(model.parameters(), lr=1e-2))
         if not args.no_agent:

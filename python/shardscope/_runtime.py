@@ -109,3 +109,16 @@ def finish_on_sigterm(native_agent):
         return False
     native_agent.finish_on_sigterm()
     return True
+
+
+def finish_reason():
+    """The Goodbye's reason (docs/protocol.md) for an agent finishing now: "training failed:
+    ..." while an exception propagates (finish() from a script's `finally`, also around the
+    model's build) or after one ended the script (atexit), else "training finished"."""
+    exc = sys.exc_info()[1]
+    if exc is None:
+        exc = getattr(sys, "last_value", None)  # uncaught: set before atexit runs
+    if exc is None or (isinstance(exc, SystemExit) and exc.code in (None, 0)):
+        return "training finished"
+    what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return f"training failed: {what}"[:500]

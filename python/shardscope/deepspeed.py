@@ -131,7 +131,7 @@ def finish():
     global _agent
     if _agent is not None:
         a, _agent = _agent, None
-        a.close()
+        a.close(_runtime.finish_reason())
 
 
 @contextlib.contextmanager
@@ -389,7 +389,10 @@ class _Agent:
         also while this rank is blocked in a rendezvous or a collective (_runtime)."""
         _runtime.finish_on_sigterm(self.native)
 
-    def close(self):
+    def close(self, reason=None):
+        """reason: the Goodbye's; None: from how the process ends (_runtime.finish_reason)."""
+        if reason is None:
+            reason = _runtime.finish_reason()
         if self.closed:
             return
         self.closed = True
@@ -403,7 +406,7 @@ class _Agent:
         finally:
             self.hot.set_engine(None)  # and the last step's loss
             try:
-                self.native.finish()
+                self.native.finish(reason)
             except RuntimeError as e:
                 print(f"shardscope: {e}", file=sys.stderr)
 
@@ -627,12 +630,20 @@ class _Agent:
         self.built.append(module)
 
     def on_init_exit(self, failed):
-        if failed or not self.built:
+        if not self.built:
             return
         roots = _roots(self.built)
         if len(roots) == 1:
-            with self.suspects.paused():
-                self.publish(roots[0], late_scan=True)
+            # Also when the build failed (issue #30, defect 11): what was built is shown, and
+            # the process names its model as its peers do (one job, not two).
+            try:
+                with self.suspects.paused():
+                    self.publish(roots[0], late_scan=True)
+            except Exception as e:
+                if not failed:
+                    raise
+                print(f"shardscope: the model that failed to build cannot be shown: {e}",
+                      file=sys.stderr)
         self.built.clear()
 
     def own_ds_ids(self, module):

@@ -119,11 +119,11 @@ class Agent
         py::gil_scoped_release release;
         return m_inspector->flushNow();
     }
-    void finish()
+    void finish(const std::string &reason)
     {
         py::gil_scoped_release release;
         m_onSignal.reset();
-        m_inspector->finish();
+        m_inspector->finish(reason);
     }
     // SIGTERM finishes the inspector (the snapshot written) from a native thread, then the
     // process dies of it, even while the main thread is blocked in a collective.
@@ -233,7 +233,9 @@ PYBIND11_MODULE(_native, module)
         .def("flush", &Agent::flush,
              "Hands everything recorded to the clients and writes snapshot_out now; returns an "
              "error or ''")
-        .def("finish", &Agent::finish)
+        .def("finish", &Agent::finish, py::arg("reason") = "training finished",
+             "Says goodbye with reason (\"training failed: ...\" when the run failed), writes "
+             "snapshot_out, stops serving")
         .def("finish_on_sigterm", &Agent::finishOnSigterm,
              "SIGTERM writes the snapshot from a native thread, then the process dies of it")
         .def("ensure_module",

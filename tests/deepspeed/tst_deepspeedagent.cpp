@@ -15,6 +15,7 @@
 #include <QProcess>
 #include <QRegularExpression>
 #include <QScopeGuard>
+#include <QSet>
 #include <QStringList>
 #include <QTemporaryDir>
 #include <QTest>
@@ -909,9 +910,58 @@ class TestDeepSpeedAgent : public QObject
         QVERIFY(!QFileInfo::exists(snapshotOf("killed", 1)));
     }
 
-    // Misuse gets a clear message: an unknown DeepSpeed version, the agent started twice, a
-    // model that is not ZeRO-3. finish() frees the agent; ds_status is observed without
-    // changing the parameters' class or how the attribute behaves.
+    // Issue #30, defect 11: a rank that fails while its model is built said goodbye with
+    // "training finished", and a capture of the job exited 0 ("captured step 0"). Its goodbye
+    // now says "training failed: ..." and the capture exits 3; the peer the launcher stops
+    // (SIGTERM) says "training stopped".
+    void rankFailingWhileItsModelIsBuilt()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        QTemporaryDir runtime;
+        const QString go = m_dir.filePath("build-fail-now");
+        const auto letGo = qScopeGuard([&] { QFile(go).open(QIODevice::WriteOnly); });
+        QProcess *p = start({"--wait-before-build", go, "--fail-build-rank", "1",
+                             "--snapshot-out", snapshotArg("buildfail")},
+                            runtime.path(), QStringLiteral("1"));
+        QString job;
+        QSet<QString> announced;
+        for (int i = 0; i < 600 && announced.size() < 2; ++i) {
+            QThread::msleep(100);
+            const QDir disc(runtime.path() + "/shardscope");
+            for (const QString &f : disc.entryList({"*.json"})) {
+                const json d = readJson(disc.filePath(f));
+                if (!d.is_object() || !d.contains("job")) continue;
+                job = QString::fromStdString(d["job"]["id"].get<std::string>());
+                announced.insert(f);
+            }
+        }
+        QCOMPARE(announced.size(), 2);
+        QProcess capture;
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert("XDG_RUNTIME_DIR", runtime.path());
+        capture.setProcessEnvironment(env);
+        capture.start(QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope-capture",
+                      {"--attach", "job:" + job, "--out", m_dir.filePath("buildfail.json")});
+        QVERIFY(capture.waitForStarted());
+        QVERIFY(capture.waitForReadyRead(30000)); // attached
+        QThread::msleep(300);
+        QFile(go).open(QIODevice::WriteOnly);
+        QVERIFY(p->waitForFinished(150000));
+        const QString out = QString::fromUtf8(p->readAllStandardOutput()) +
+                            QString::fromUtf8(p->readAllStandardError());
+        QVERIFY2(p->exitCode() != 0, qPrintable(out));
+        delete p;
+        QVERIFY(capture.waitForFinished(60000));
+        const QString said = QString::fromUtf8(capture.readAllStandardOutput()) +
+                             QString::fromUtf8(capture.readAllStandardError());
+        QVERIFY2(capture.exitCode() == 3, qPrintable(said + "\n" + out));
+        QVERIFY2(said.contains("the run failed: ") &&
+                     said.contains("training failed: RuntimeError: rank 1 cannot build its "
+                                   "model (--fail-build-rank)"),
+                 qPrintable(said));
+        QVERIFY(QFileInfo::exists(m_dir.filePath("buildfail.json")));
+    }
+
     // Issue #30, defect 1: a rank blocked in native code (here the rendezvous, its peer never
     // comes) ignored SIGTERM once the agent was installed: its handler was Python, which
     // cannot run there. The native signal path writes the snapshot and the process dies of
@@ -959,6 +1009,9 @@ class TestDeepSpeedAgent : public QObject
         QCOMPARE(snap->state.worldSize, 2);
     }
 
+    // Misuse gets a clear message: an unknown DeepSpeed version, the agent started twice, a
+    // model that is not ZeRO-3. finish() frees the agent; ds_status is observed without
+    // changing the parameters' class or how the attribute behaves.
     void misuse()
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
