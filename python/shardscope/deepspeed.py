@@ -209,6 +209,21 @@ class _MetadataOnly:
 _METADATA_ONLY = _MetadataOnly()
 
 
+def _enter_below(mode):
+    """Puts mode at the bottom of torch's function-mode stack, under the modes the user (or
+    torch: `with torch.device(...)`) entered before: their __exit__ pops the top one, which
+    must stay theirs (issue #30, defect 3). It still sees every call they pass on."""
+    from torch._C import _len_torch_function_stack
+    from torch.overrides import _pop_mode, _push_mode
+
+    above = []
+    while _len_torch_function_stack() > 0:
+        above.append(_pop_mode())
+    _push_mode(mode)
+    for m in reversed(above):
+        _push_mode(m)
+
+
 def _leave_mode(mode):
     """Takes mode off torch's function-mode stack wherever it is: modes the user pushed above
     it stay, in their order (TorchFunctionMode.__exit__ would pop the top one, theirs)."""
@@ -281,7 +296,7 @@ class _Suspects:
                     return func(*args, **kwargs)
 
             self.mode = SuspectReads()
-            self.mode.__enter__()
+            _enter_below(self.mode)
         self.agent.hot.slow = True  # scopes and gathers must close or discard suspects
 
     def find(self, args, kwargs):

@@ -1061,7 +1061,20 @@ class TestDeepSpeedAgent : public QObject
             "try:\n    del plain.ds_status\nexcept AttributeError as e:\n    print('DEL:', e)\n"
             "print('EXACT:', type(lin.weight) is torch.nn.Parameter, lin.weight.ds_status.name,\n"
             "      hasattr(plain, 'ds_status'))\n"
+            // issue #30, defect 3: the user's own torch function mode, entered before the
+            // agent's became pending (a partitioned parameter read outside forward), leaves
+            // as it would without the agent, and sees nothing afterwards
+            "from torch.overrides import TorchFunctionMode\n"
+            "from torch._C import _len_torch_function_stack as depth\n"
+            "class Mine(TorchFunctionMode):\n"
+            "    seen = 0\n"
+            "    def __torch_function__(self, func, types, args=(), kwargs=None):\n"
+            "        Mine.seen += 1; return func(*args, **(kwargs or {}))\n"
+            "with Mine():\n    w = lin.weight; pending = depth()\n"
+            "before = Mine.seen; torch.ones(2) + 1\n"
+            "print('OWNMODE:', pending, Mine.seen - before, depth())\n"
             "ssd.finish()\n"
+            "print('MODES:', depth())\n"
             "print('RESTORED:', 'ds_status' not in torch.nn.Parameter.__dict__, "
             "lin.weight.ds_status.name)\n"
             // a model that is not ZeRO-3
@@ -1112,6 +1125,9 @@ class TestDeepSpeedAgent : public QObject
                  qPrintable(out));
         QVERIFY2(out.contains("EXACT: True NOT_AVAILABLE False"), qPrintable(out));
         QVERIFY2(out.contains("RESTORED: True NOT_AVAILABLE"), qPrintable(out));
+        // two modes while the agent's is pending; after the user's exit only the agent's, the
+        // user's sees no more calls; after finish() none
+        QVERIFY2(out.contains("OWNMODE: 2 0 1") && out.contains("MODES: 0"), qPrintable(out));
         QVERIFY2(out.contains("STAGE: this DeepSpeed engine runs ZeRO stage 0; "
                               "shardscope.deepspeed inspects ZeRO-3"),
                  qPrintable(out));
