@@ -366,6 +366,7 @@ class _Agent:
         self.paths = {}  # our module id -> dotted path
         self.published = set()  # ds_ids the native state lists
         self.suspects = _Suspects(self)
+        self.reported = set()  # violations said and flushed (record_access)
         self.closed = False
         self.paused = None  # while paused: ds_id -> ds_status at pause()
         try:
@@ -613,6 +614,15 @@ class _Agent:
         action = ("error" if self.guard == "error" else
                   "auto_registered" if automatic else "recorded")
         message, fix = self.native.unregistered_access(mid, pid, action, use)
+        # Said and flushed once per violation: a read the user repeats (a loop outside
+        # forward) only counts from then on, so it stays cheap (issue #30, defect 7: each
+        # rewrote the snapshot, milliseconds per read); finish() writes the final counts.
+        key = (mid, pid, action, use)
+        if key in self.reported:
+            if self.guard == "error":
+                raise UnregisteredAccessError(f"shardscope: {message}", fix)
+            return
+        self.reported.add(key)
         if not automatic or self.guard == "error":
             self.flush()  # the run is about to fail: its diagnosis first
         if not automatic and self.guard != "error":

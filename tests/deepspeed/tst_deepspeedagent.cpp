@@ -1073,6 +1073,16 @@ class TestDeepSpeedAgent : public QObject
             "with Mine():\n    w = lin.weight; pending = depth()\n"
             "before = Mine.seen; torch.ones(2) + 1\n"
             "print('OWNMODE:', pending, Mine.seen - before, depth())\n"
+            // issue #30, defect 7: a read outside forward the user repeats is said (and the
+            // snapshot flushed) once, not per use (one violation of this step: counted once, as
+            // the engine counts it); it used to cost milliseconds each
+            "import io, json, contextlib\n"
+            "err = io.StringIO()\n"
+            "with contextlib.redirect_stderr(err):\n"
+            "    for _ in range(300): lin.weight.sum()\n"
+            "said = json.loads(ssd.agent().native.state_json())['violations']\n"
+            "print('REPEATED:', err.getvalue().count('shardscope: rank 0:'),\n"
+            "      [v['count'] for v in said if v['param'] == 'weight'])\n"
             "ssd.finish()\n"
             "print('MODES:', depth())\n"
             "print('RESTORED:', 'ds_status' not in torch.nn.Parameter.__dict__, "
@@ -1128,6 +1138,7 @@ class TestDeepSpeedAgent : public QObject
         // two modes while the agent's is pending; after the user's exit only the agent's, the
         // user's sees no more calls; after finish() none
         QVERIFY2(out.contains("OWNMODE: 2 0 1") && out.contains("MODES: 0"), qPrintable(out));
+        QVERIFY2(out.contains("REPEATED: 1 [1]"), qPrintable(out));
         QVERIFY2(out.contains("STAGE: this DeepSpeed engine runs ZeRO stage 0; "
                               "shardscope.deepspeed inspects ZeRO-3"),
                  qPrintable(out));
