@@ -185,8 +185,12 @@ int listEngines()
             std::printf("no live ShardScope engines in %s\n", dir.c_str());
         return 0;
     }
+    // Grouped by run (wire::sameRun): two jobs of one name are listed apart, with the name
+    // that attaches each.
     auto jobOf = [](const wire::DiscoveryEntry &e) {
-        return e.job.id.empty() ? "pid " + std::to_string(e.pid) : e.job.id;
+        return e.job.id.empty() ? "pid " + std::to_string(e.pid)
+                                : wire::runName(e.job) + " (world size " +
+                                      std::to_string(e.job.worldSize) + ")";
     };
     std::stable_sort(engines.begin(), engines.end(), [&](const auto &x, const auto &y) {
         const int rx = x.job.ranks.empty() ? 0 : x.job.ranks.front();
@@ -195,11 +199,16 @@ int listEngines()
     });
     for (std::size_t i = 0; i < engines.size();) {
         std::size_t end = i;
-        std::size_t live = 0;
-        while (end < engines.size() && jobOf(engines[end]) == jobOf(engines[i]))
-            live += engines[end++].job.ranks.size();
-        std::printf("job %s  (world size %d, %zu of %d ranks live)\n", jobOf(engines[i]).c_str(),
-                    engines[i].worldSize, live, engines[i].worldSize);
+        std::set<int> liveRanks; // a rank two files announce is one rank
+        while (end < engines.size() && jobOf(engines[end]) == jobOf(engines[i])) {
+            liveRanks.insert(engines[end].job.ranks.begin(), engines[end].job.ranks.end());
+            ++end;
+        }
+        const std::size_t live = liveRanks.size();
+        std::printf("job %s  (world size %d, %zu of %d ranks live)\n",
+                    engines[i].job.id.empty() ? jobOf(engines[i]).c_str()
+                                              : wire::runName(engines[i].job).c_str(),
+                    engines[i].job.worldSize, live, engines[i].job.worldSize);
         std::printf("  %-10s %-8s %-20s %-7s %-16s %-19s %s\n", "RANKS", "PID", "MODEL", "BACKEND",
                     "HOST", "STARTED", "ENDPOINT");
         for (; i < end; ++i) {
@@ -253,21 +262,27 @@ bool pump(Source &s, int timeoutMs, bool several)
     return any;
 }
 
-// The endpoints of "job:NAME" (every live process of the job), or the one endpoint given.
-std::vector<std::string> endpointsOf(const std::string &attach, std::string &job)
+// The processes of "job:NAME" (every live process of that one run: wire::selectRun), or the
+// one endpoint given (an entry with no pid: nothing to check it against).
+std::vector<wire::DiscoveryEntry> endpointsOf(const std::string &attach, std::string &job)
 {
-    if (!attach.starts_with("job:")) return {attach};
+    if (!attach.starts_with("job:")) {
+        wire::DiscoveryEntry e;
+        e.endpoint = attach;
+        return {e};
+    }
     job = attach.substr(4);
-    std::vector<std::string> out;
+    auto run = wire::selectRun(wire::listLiveEngines(wire::defaultRuntimeDir()), job);
+    if (!run) {
+        std::fprintf(stderr, "shardscope-capture: %s in %s (shardscope-capture --list shows the "
+                             "jobs)\n",
+                     run.error().c_str(), wire::defaultRuntimeDir().c_str());
+        return {};
+    }
     std::set<int> ranks;
-    int world = 0;
-    for (const auto &e : wire::listLiveEngines(wire::defaultRuntimeDir()))
-        if (e.job.id == job) {
-            out.push_back(e.endpoint);
-            ranks.insert(e.job.ranks.begin(), e.job.ranks.end());
-            world = e.job.worldSize;
-        }
-    if (out.empty()) return out;
+    for (const auto &e : *run)
+        ranks.insert(e.job.ranks.begin(), e.job.ranks.end());
+    const int world = run->front().job.worldSize;
     if (static_cast<int>(ranks.size()) < world) {
         std::string missing;
         for (int r = 0; r < world; ++r)
@@ -277,7 +292,7 @@ std::vector<std::string> endpointsOf(const std::string &attach, std::string &job
                      "host, or gone); capturing the others\n",
                      job.c_str(), missing.c_str());
     }
-    return out;
+    return std::move(run.value());
 }
 
 int capture(const Options &o)
@@ -288,19 +303,14 @@ int capture(const Options &o)
         return 2;
     }
     std::string job;
-    const std::vector<std::string> endpoints = endpointsOf(o.attach, job);
-    if (endpoints.empty()) {
-        std::fprintf(stderr,
-                     "shardscope-capture: no live process of job %s in %s (shardscope-capture "
-                     "--list shows the jobs)\n",
-                     job.c_str(), wire::defaultRuntimeDir().c_str());
-        return 1;
-    }
+    const std::vector<wire::DiscoveryEntry> entries = endpointsOf(o.attach, job);
+    if (entries.empty()) return 1;
     server::InspectorClient::Options copts;
     copts.token = *token;
     copts.name = "shardscope-capture";
     std::vector<std::unique_ptr<Source>> sources;
-    for (const std::string &ep : endpoints) {
+    for (const wire::DiscoveryEntry &entry : entries) {
+        const std::string &ep = entry.endpoint;
         auto client = server::InspectorClient::connect(ep, copts);
         if (!client) {
             std::fprintf(stderr, "shardscope-capture: %s: %s\n", ep.c_str(),
@@ -308,6 +318,11 @@ int capture(const Options &o)
             continue;
         }
         const wire::Welcome &w = (*client)->welcome();
+        if (!job.empty())
+            if (const std::string wrong = wire::checkAnswered(entry, w.pid, w.job); !wrong.empty()) {
+                std::fprintf(stderr, "shardscope-capture: %s\n", wrong.c_str());
+                continue;
+            }
         std::printf("attached to %s: pid %lld, model %s, world size %d, backend %s", ep.c_str(),
                     static_cast<long long>(w.pid), w.model.c_str(), w.worldSize, w.backend.c_str());
         if (!job.empty() && !w.job.ranks.empty()) std::printf(", rank %d", w.job.ranks.front());

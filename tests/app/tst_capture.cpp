@@ -16,6 +16,7 @@
 #include "snapshotschema.h"
 #include "telemetry/eventfields.h"
 #include "wire/clientstate.h"
+#include "wire/discovery.h"
 #include "wire/snapshot.h"
 
 using namespace shardscope;
@@ -151,6 +152,7 @@ class TestCapture : public QObject
     void engineDyingMidRunIsWrittenWithItsOwnStatus();
     void tokenFileAndEnvironmentAreUsed();
     void outputIntoAFifoIsWrittenNotReplaced();
+    void twoRunsOfOneNameAreToldApart();
 
   private:
     QTemporaryDir m_runtime;
@@ -559,6 +561,107 @@ void TestCapture::outputIntoAFifoIsWrittenNotReplaced()
     QVERIFY2(own.ok(), own.error().c_str());
     QCOMPARE(own->state.step, std::uint32_t(3));
     QCOMPARE(QDir(dir.path()).entryList({"*.tmp*"}, QDir::Files), QStringList{});
+}
+
+// Issue #30, defect 2: a job is one run (id, rendezvous, world size), not a name. Two jobs
+// named "none" (torchrun's static rendezvous) were merged, every event twice; a discovery
+// file naming another process's endpoint was merged in; the same endpoint listed twice was
+// attached twice; processes of one name and different world sizes made a capture that wrote
+// nothing.
+void TestCapture::twoRunsOfOneNameAreToldApart()
+{
+    QTemporaryDir dir, runtime;
+    const QString disc = runtime.filePath("shardscope");
+    QVERIFY(QDir().mkpath(disc));
+    QCOMPARE(::chmod(disc.toLocal8Bit().constData(), 0700), 0);
+    const char *savedPort = std::getenv("MASTER_PORT");
+    const std::string oldPort = savedPort ? savedPort : "";
+    ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+    auto startRun = [&](LocalEngine &local, const char *port, const QString &sock) {
+        ::setenv("MASTER_PORT", port, 1);
+        server::InspectorOptions o;
+        o.job = "none";
+        o.endpoint = "unix:" + dir.filePath(sock).toStdString();
+        return std::make_unique<server::Inspector>(
+            std::make_unique<core::EngineStateProvider>(*local.engine), o);
+    };
+    LocalEngine a, b;
+    auto runA = startRun(a, "1001", "a.sock");
+    auto runB = startRun(b, "1002", "b.sock");
+    ::unsetenv("MASTER_ADDR");
+    if (savedPort) ::setenv("MASTER_PORT", oldPort.c_str(), 1); else ::unsetenv("MASTER_PORT");
+    QProcess sleeper; // a live process that is not the one at the endpoint its file names
+    sleeper.start("sleep", {"60"});
+    QVERIFY(sleeper.waitForStarted());
+    auto announce = [&](const QString &file, const std::string &endpoint, std::int64_t pid,
+                        const std::string &id, const std::string &rendezvous, int world) {
+        wire::DiscoveryEntry e;
+        e.pid = pid;
+        e.endpoint = endpoint;
+        e.model = "local";
+        e.worldSize = world;
+        e.backend = "cpu";
+        e.job.id = id;
+        e.job.rendezvous = rendezvous;
+        e.job.worldSize = world;
+        e.job.ranks = {0, 1};
+        QVERIFY(wire::writeFileAtomically(disc.toStdString() + "/" + file.toStdString(),
+                                          wire::encodeDiscovery(e)));
+    };
+    announce("a.json", runA->endpoint(), ::getpid(), "none", "127.0.0.1:1001", 2);
+    announce("a-again.json", runA->endpoint(), ::getpid(), "none", "127.0.0.1:1001", 2);
+    announce("forged.json", runB->endpoint(), sleeper.processId(), "none", "127.0.0.1:1001", 2);
+    announce("b.json", runB->endpoint(), ::getpid(), "none", "127.0.0.1:1002", 2);
+    announce("w2.json", runA->endpoint(), ::getpid(), "sized", "127.0.0.1:1003", 2);
+    announce("w3.json", runB->endpoint(), ::getpid(), "sized", "127.0.0.1:1003", 3);
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("XDG_RUNTIME_DIR", runtime.path());
+
+    Run r = runCapture({"--list"}, env);
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY2(r.out.contains("job none@127.0.0.1:1001  (world size 2, 2 of 2 ranks live)") &&
+                 r.out.contains("job none@127.0.0.1:1002  (world size 2, 2 of 2 ranks live)"),
+             qPrintable(r.out));
+    QVERIFY2(!r.out.contains("4 of 2"), qPrintable(r.out));
+
+    r = runCapture({"--attach", "job:none", "--out", dir.filePath("both.json")}, env);
+    QCOMPARE(r.exitCode, 1);
+    QVERIFY2(r.err.contains("job none names 2 runs: none@127.0.0.1:1001 (world size 2), "
+                            "none@127.0.0.1:1002 (world size 2); attach one of them as "
+                            "job:ID@RENDEZVOUS, e.g. job:none@127.0.0.1:1001"),
+             qPrintable(r.err));
+    QVERIFY(!QFileInfo::exists(dir.filePath("both.json")));
+    r = runCapture({"--attach", "job:sized", "--out", dir.filePath("sized.json")}, env);
+    QCOMPARE(r.exitCode, 1);
+    QVERIFY2(r.err.contains("disagree on the world size"), qPrintable(r.err));
+
+    a.steps(2);
+    b.steps(3);
+    QProcess capture;
+    capture.setProcessEnvironment(env);
+    capture.start(binary("shardscope-capture"),
+                  {"--attach", "job:none@127.0.0.1:1001", "--out", dir.filePath("a.json")});
+    QVERIFY(capture.waitForStarted());
+    QVERIFY(capture.waitForReadyRead(30000));
+    QThread::msleep(500);
+    runA->finish();
+    QVERIFY(capture.waitForFinished(30000));
+    const QString out = QString::fromLocal8Bit(capture.readAllStandardOutput());
+    const QString err = QString::fromLocal8Bit(capture.readAllStandardError());
+    QVERIFY2(capture.exitCode() == 0, qPrintable(out + err));
+    QVERIFY2(err.contains("announces pid " + QString::number(sleeper.processId())) &&
+                 err.contains("not this job's process; skipped"),
+             qPrintable(err));
+    QVERIFY2(out.contains("of job none@127.0.0.1:1001 (1 processes)"), qPrintable(out));
+    auto snap = wire::readSnapshotFile(dir.filePath("a.json").toStdString());
+    QVERIFY2(snap.ok(), snap.error().c_str());
+    int stepEnds = 0;
+    for (const telemetry::Event &e : snap->events)
+        stepEnds += e.type == EventType::StepEnd;
+    QCOMPARE(stepEnds, 2 * 2); // run A's 2 steps on its 2 ranks, each once
+    QCOMPARE(snap->state.step, std::uint32_t(2));
+    sleeper.kill();
+    sleeper.waitForFinished();
 }
 
 QTEST_GUILESS_MAIN(TestCapture)

@@ -17,6 +17,7 @@
 #include "session/connection.h"
 #include "session/sessionstore.h"
 #include "wire/clocksync.h"
+#include "wire/discovery.h"
 
 namespace shardscope::session {
 
@@ -25,6 +26,9 @@ struct JobTarget
 {
     QString endpoint;
     std::vector<int> ranks;
+    // The discovery file's entry (pid 0 when given by hand): the process that answers must
+    // be the one it announces (wire::checkAnswered).
+    wire::DiscoveryEntry announced;
 };
 
 class JobSession : public QObject
