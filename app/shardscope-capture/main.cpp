@@ -139,6 +139,10 @@ std::optional<Options> parseArgs(int argc, char **argv)
 
 volatile std::sig_atomic_t g_interrupted = 0;
 
+// A server sends a heartbeat every second; this long without a frame is a stopped process
+// (as the GUI's "not answering").
+constexpr std::chrono::seconds kSilentAfter{5};
+
 void onSignal(int)
 {
     g_interrupted = 1;
@@ -232,6 +236,8 @@ struct Source
     std::string ended; // why it stopped before its engine finished, if it did
     std::string error; // a frame that could not be applied
     bool done = false;
+    // When the last frame came: a live server sends at least a heartbeat a second.
+    std::chrono::steady_clock::time_point lastFrame = std::chrono::steady_clock::now();
     explicit Source(std::size_t maxEvents) : state(maxEvents) {}
 };
 
@@ -252,6 +258,7 @@ bool pump(Source &s, int timeoutMs, bool several)
         }
         if (!frame->has_value()) break;
         any = true;
+        s.lastFrame = std::chrono::steady_clock::now();
         if (auto ok = s.state.apply(**frame); !ok) {
             s.error = ok.error();
             s.done = true;
@@ -367,6 +374,25 @@ int capture(const Options &o)
             break;
         const std::vector<Source *> active = live();
         if (active.empty()) break;
+        // Every process still attached silent (not even a heartbeat) for kSilentAfter:
+        // stopped (SIGSTOP) or hung. Waiting on would never end (a job whose other ranks
+        // failed): what was collected is written, and the capture says which.
+        if (std::all_of(active.begin(), active.end(), [&](Source *s) {
+                return Clock::now() - s->lastFrame > kSilentAfter;
+            })) {
+            for (Source *s : active) {
+                const auto &ranks = s->client->welcome().job.ranks;
+                std::fprintf(stderr,
+                             "shardscope-capture: %s (%s) has sent nothing for %lld s, not even "
+                             "a heartbeat: stopped (SIGSTOP) or hung; not waiting for it\n",
+                             s->endpoint.c_str(), ranksText(ranks).c_str(),
+                             static_cast<long long>(kSilentAfter.count()));
+                s->ended = "not answering (stopped or hung)";
+                s->done = true;
+            }
+            if (ended.empty()) ended = "not answering (stopped or hung)";
+            break;
+        }
         if (o.untilStep && !settleUntil &&
             std::all_of(active.begin(), active.end(),
                         [&](Source *s) { return s->state.latestCompletedStep() >= *o.untilStep; }))

@@ -1,7 +1,10 @@
 #include <QtTest>
 
+#include <QElapsedTimer>
 #include <QProcess>
+#include <QScopeGuard>
 #include <QTemporaryDir>
+#include <csignal>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
@@ -153,6 +156,7 @@ class TestCapture : public QObject
     void tokenFileAndEnvironmentAreUsed();
     void outputIntoAFifoIsWrittenNotReplaced();
     void twoRunsOfOneNameAreToldApart();
+    void aStoppedRankEndsTheJobCapture();
 
   private:
     QTemporaryDir m_runtime;
@@ -662,6 +666,62 @@ void TestCapture::twoRunsOfOneNameAreToldApart()
     QCOMPARE(snap->state.step, std::uint32_t(2));
     sleeper.kill();
     sleeper.waitForFinished();
+}
+
+// Issue #30, defect 12: `--attach job:X` never ended when one process was stopped (SIGSTOP)
+// and the others had gone: a stopped server sends not even its heartbeat. After 5 s of
+// silence of every process still attached, the capture writes what it has and exits 3.
+void TestCapture::aStoppedRankEndsTheJobCapture()
+{
+    if (!haveTrainer()) QSKIP("shardscope-train is not built");
+    QTemporaryDir dir, runtime;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("XDG_RUNTIME_DIR", runtime.path());
+    env.insert("TORCHELASTIC_RUN_ID", "stopjob");
+    env.insert("MASTER_ADDR", "127.0.0.1");
+    env.insert("MASTER_PORT", "1");
+    QProcess ranks[2];
+    for (QProcess &p : ranks) {
+        p.setProcessEnvironment(env);
+        p.setProcessChannelMode(QProcess::MergedChannels);
+        p.start(binary("shardscope-train"), {"--backend", "cpu", "--world-size", "2", "--steps",
+                                             "1000000", "--externals", "none"});
+        QVERIFY(p.waitForStarted());
+    }
+    const auto cleanup = qScopeGuard([&] {
+        for (QProcess &p : ranks) {
+            ::kill(static_cast<pid_t>(p.processId()), SIGCONT);
+            p.kill();
+            p.waitForFinished();
+        }
+    });
+    for (int i = 0; i < 300 && QDir(runtime.filePath("shardscope")).entryList({"*.json"}).size() < 2;
+         ++i)
+        QThread::msleep(100);
+    QCOMPARE(QDir(runtime.filePath("shardscope")).entryList({"*.json"}).size(), 2);
+    QProcess capture;
+    capture.setProcessEnvironment(env);
+    capture.start(binary("shardscope-capture"),
+                  {"--attach", "job:stopjob@127.0.0.1:1", "--out", dir.filePath("s.json")});
+    QVERIFY(capture.waitForStarted());
+    QVERIFY(capture.waitForReadyRead(30000));
+    QThread::msleep(1000);
+    ::kill(static_cast<pid_t>(ranks[0].processId()), SIGSTOP);
+    ranks[1].kill(); // gone without a goodbye
+    QElapsedTimer t;
+    t.start();
+    const bool ended = capture.waitForFinished(30000);
+    const QString said = QString::fromLocal8Bit(capture.readAllStandardOutput()) +
+                         QString::fromLocal8Bit(capture.readAllStandardError());
+    QVERIFY2(ended, qPrintable("the capture did not end: " + said));
+    QVERIFY2(t.elapsed() < 15000, qPrintable(QString::number(t.elapsed())));
+    QVERIFY2(capture.exitCode() == 3, qPrintable(said));
+    QVERIFY2(said.contains("has sent nothing for 5 s, not even a heartbeat: stopped (SIGSTOP) or "
+                           "hung"),
+             qPrintable(said));
+    auto snap = wire::readSnapshotFile(dir.filePath("s.json").toStdString());
+    QVERIFY2(snap.ok(), snap.error().c_str());
+    QVERIFY(snap->state.step > 0);
 }
 
 QTEST_GUILESS_MAIN(TestCapture)
