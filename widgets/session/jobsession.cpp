@@ -84,6 +84,7 @@ void JobSession::attach(const std::vector<JobTarget> &targets, const QString &to
                                      : QStringLiteral("job:") + jobName);
     for (Process &p : m_processes)
         p.connection->attach(p.target.endpoint, token);
+    m_sinceAttach.start();
     m_watch.start();
     Q_EMIT changed();
 }
@@ -283,11 +284,25 @@ bool JobSession::caughtUp() const
 {
     bool any = false;
     for (const Process &p : m_processes) {
+        if (p.health == Health::Connecting || p.health == Health::Silent) return false;
         if (p.health != Health::Live) continue;
         if (!p.connection->caughtUp()) return false;
         any = true;
     }
     return any;
+}
+
+QStringList JobSession::notAnswering() const
+{
+    QStringList out;
+    for (int i = 0; i < processCount(); ++i) {
+        const Process &p = m_processes[static_cast<std::size_t>(i)];
+        if (p.health == Health::Silent ||
+            (p.health == Health::Connecting && m_sinceAttach.isValid() &&
+             m_sinceAttach.elapsed() > m_silenceMs))
+            out << processLine(i);
+    }
+    return out;
 }
 
 QString JobSession::summary() const
