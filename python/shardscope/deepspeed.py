@@ -797,6 +797,19 @@ class _Agent:
                                    int(getattr(z, "prefetch_bucket_size", 0)),
                                    int(getattr(z, "max_live_parameters", 0)), self.guard)
         del zc
+        # Parameters zero.Init converted before install() (issue #30, defect 5): observed from
+        # now on, as if seen converted; what happened to them before is not (install() said so).
+        adopted_late = 0
+        for param in module.parameters():
+            ds_id = param.__dict__.get("ds_id")
+            if ds_id is not None and ds_id not in self.converted:
+                self.ds_adopt_param(param)
+                self.on_param_converted(param)
+                adopted_late += 1
+        if adopted_late:
+            print(f"shardscope: rank {self.rank}: {adopted_late} parameters were partitioned "
+                  f"before install(); their fetches and releases are observed from now on, "
+                  f"what happened to them before is not", file=sys.stderr)
         self.publish(module, late_scan=False)
         # External registrations made before the agent knew the modules' names.
         for path, m in module.named_modules():

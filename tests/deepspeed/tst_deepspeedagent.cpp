@@ -962,6 +962,56 @@ class TestDeepSpeedAgent : public QObject
         QVERIFY(QFileInfo::exists(m_dir.filePath("buildfail.json")));
     }
 
+    // Issue #30, defect 5: install() after deepspeed.initialize was accepted with a warning,
+    // and then every gather count stayed 0 with no fetch or release event: the parameters
+    // converted before it were not observed. attach(engine) adopts them: from then on their
+    // fetches are seen, and the agent says that what came before is not.
+    void lateInstallObservesFromThen()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const QString script = QStringLiteral(
+            "import os, socket, json, warnings, glob, torch, deepspeed\n"
+            "import shardscope.deepspeed as ssd\n"
+            "s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()\n"
+            "os.environ.update(RANK='0', WORLD_SIZE='1', LOCAL_RANK='0', MASTER_ADDR='127.0.0.1',\n"
+            "                  MASTER_PORT=str(port))\n"
+            "deepspeed.init_distributed('gloo')\n"
+            "cfg = {'train_batch_size': 1, 'zero_allow_untested_optimizer': True,\n"
+            "       'zero_optimization': {'stage': 3, 'stage3_param_persistence_threshold': 0}}\n"
+            "with deepspeed.zero.Init(config_dict_or_path=cfg):\n"
+            "    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))\n"
+            "eng, *_ = deepspeed.initialize(model=m, config=cfg,\n"
+            "                               optimizer=torch.optim.SGD(m.parameters(), lr=0.1))\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always'); a = ssd.install(listen=False)\n"
+            "print('LATE:', any('came after deepspeed.initialize' in str(x.message) for x in w))\n"
+            "ssd.attach(eng)\n"
+            "for _ in range(3):\n"
+            "    loss = eng(torch.ones(1, 8)).sum(); eng.backward(loss); eng.step()\n"
+            "st = json.loads(a.native.state_json())\n"
+            "print('GATHERS:', len(st['params']), min(p['gather_count'] for p in st['params']))\n"
+            "ssd.finish()\n"
+            "torch.distributed.destroy_process_group()\n"
+            "for f in glob.glob(f'/dev/shm/deepspeed_*_127.0.0.1_{port}_*'): os.unlink(f)\n");
+        QProcess p;
+        QProcessEnvironment env = dsEnvironment();
+        env.insert("XDG_RUNTIME_DIR", m_dir.path());
+        p.setProcessEnvironment(env);
+        p.start(python(), {"-c", script});
+        QVERIFY(p.waitForFinished(120000));
+        const QString out = QString::fromUtf8(p.readAllStandardOutput());
+        const QString err = QString::fromUtf8(p.readAllStandardError());
+        QVERIFY2(p.exitCode() == 0, qPrintable(out + err));
+        QVERIFY2(out.contains("LATE: True"), qPrintable(out));
+        const QRegularExpression gathers("GATHERS: 4 (\\d+)");
+        const auto m = gathers.match(out);
+        QVERIFY2(m.hasMatch() && m.captured(1).toInt() > 0, qPrintable(out));
+        QVERIFY2(err.contains("shardscope: rank 0: 4 parameters were partitioned before install(); "
+                              "their fetches and releases are observed from now on, what happened "
+                              "to them before is not"),
+                 qPrintable(err));
+    }
+
     // Issue #30, defect 1: a rank blocked in native code (here the rendezvous, its peer never
     // comes) ignored SIGTERM once the agent was installed: its handler was Python, which
     // cannot run there. The native signal path writes the snapshot and the process dies of
