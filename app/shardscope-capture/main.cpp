@@ -18,8 +18,9 @@
 #include <poll.h>
 #include <set>
 
-#include "server/inspectorclient.h"
-#include "wire/clientstate.h"
+#include "client/inspectorclient.h"
+#include "client/clientstate.h"
+#include "client/livejobs.h"
 #include "wire/discovery.h"
 #include "wire/endpoint.h"
 #include "wire/jobmerge.h"
@@ -170,8 +171,7 @@ std::string ranksText(const std::vector<int> &ranks)
 int listEngines()
 {
     const std::string dir = wire::defaultRuntimeDir();
-    auto engines = wire::listLiveEngines(dir);
-    if (engines.empty()) {
+    if (wire::listLiveEngines(dir).empty()) {
         struct stat st
         {
         };
@@ -184,25 +184,12 @@ int listEngines()
             std::printf("no live ShardScope engines in %s\n", dir.c_str());
         return 0;
     }
-    auto jobOf = [](const wire::DiscoveryEntry &e) {
-        return e.job.id.empty() ? "pid " + std::to_string(e.pid) : e.job.id;
-    };
-    std::stable_sort(engines.begin(), engines.end(), [&](const auto &x, const auto &y) {
-        const int rx = x.job.ranks.empty() ? 0 : x.job.ranks.front();
-        const int ry = y.job.ranks.empty() ? 0 : y.job.ranks.front();
-        return std::make_pair(jobOf(x), rx) < std::make_pair(jobOf(y), ry);
-    });
-    for (std::size_t i = 0; i < engines.size();) {
-        std::size_t end = i;
-        std::size_t live = 0;
-        while (end < engines.size() && jobOf(engines[end]) == jobOf(engines[i]))
-            live += engines[end++].job.ranks.size();
-        std::printf("job %s  (world size %d, %zu of %d ranks live)\n", jobOf(engines[i]).c_str(),
-                    engines[i].worldSize, live, engines[i].worldSize);
+    for (const client::LiveJob &job : client::liveJobs(dir)) {
+        std::printf("job %s  (world size %d, %zu of %d ranks live)\n", job.id.c_str(),
+                    job.worldSize, job.ranks.size(), job.worldSize);
         std::printf("  %-10s %-8s %-20s %-7s %-16s %-19s %s\n", "RANKS", "PID", "MODEL", "BACKEND",
                     "HOST", "STARTED", "ENDPOINT");
-        for (; i < end; ++i) {
-            const auto &e = engines[i];
+        for (const auto &e : job.processes) {
             std::printf("  %-10s %-8lld %-20s %-7s %-16s %-19s %s%s\n",
                         ranksText(e.job.ranks).c_str(), static_cast<long long>(e.pid),
                         e.model.c_str(), e.backend.c_str(), e.job.host.c_str(),
@@ -217,8 +204,8 @@ int listEngines()
 struct Source
 {
     std::string endpoint;
-    std::unique_ptr<server::InspectorClient> client;
-    wire::ClientState state;
+    std::unique_ptr<client::InspectorClient> client;
+    client::ClientState state;
     std::string ended; // why it stopped before its engine finished, if it did
     std::string error; // a frame that could not be applied
     bool done = false;
@@ -257,24 +244,19 @@ std::vector<std::string> endpointsOf(const std::string &attach, std::string &job
 {
     if (!attach.starts_with("job:")) return {attach};
     job = attach.substr(4);
+    const client::LiveJob live = client::liveJob(wire::defaultRuntimeDir(), job);
     std::vector<std::string> out;
-    std::set<int> ranks;
-    int world = 0;
-    for (const auto &e : wire::listLiveEngines(wire::defaultRuntimeDir()))
-        if (e.job.id == job) {
-            out.push_back(e.endpoint);
-            ranks.insert(e.job.ranks.begin(), e.job.ranks.end());
-            world = e.job.worldSize;
-        }
+    for (const auto &e : live.processes)
+        out.push_back(e.endpoint);
     if (out.empty()) return out;
-    if (static_cast<int>(ranks.size()) < world) {
-        std::string missing;
-        for (int r = 0; r < world; ++r)
-            if (!ranks.contains(r)) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    if (const std::vector<int> missing = live.missingRanks(); !missing.empty()) {
+        std::string text;
+        for (int r : missing)
+            text += (text.empty() ? "" : ", ") + std::to_string(r);
         std::fprintf(stderr,
                      "shardscope-capture: job %s: no live process announces rank(s) %s (on another "
                      "host, or gone); capturing the others\n",
-                     job.c_str(), missing.c_str());
+                     job.c_str(), text.c_str());
     }
     return out;
 }
@@ -295,12 +277,12 @@ int capture(const Options &o)
                      job.c_str(), wire::defaultRuntimeDir().c_str());
         return 1;
     }
-    server::InspectorClient::Options copts;
+    client::InspectorClient::Options copts;
     copts.token = *token;
     copts.name = "shardscope-capture";
     std::vector<std::unique_ptr<Source>> sources;
     for (const std::string &ep : endpoints) {
-        auto client = server::InspectorClient::connect(ep, copts);
+        auto client = client::InspectorClient::connect(ep, copts);
         if (!client) {
             std::fprintf(stderr, "shardscope-capture: %s: %s\n", ep.c_str(),
                          client.error().c_str());

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <sys/un.h>
 
 #include "wire/result.h"
 
@@ -28,6 +29,13 @@ Result<Endpoint> parseEndpoint(std::string_view text);
 std::string formatEndpoint(const Endpoint &endpoint);
 // localhost, 127.0.0.0/8 and ::1 (literal check; names other than localhost are not resolved).
 bool isLoopbackHost(std::string_view host);
+
+// The address of a Unix socket at path; a path longer than sun_path allows is an error that
+// says so (the server listens there, a client connects there).
+Result<sockaddr_un> unixSocketAddress(const std::string &path);
+// Blocking connect to "unix:PATH" or "tcp:HOST:PORT" (TCP_NODELAY); returns the socket. The
+// client side (client::InspectorClient, client::probeClock) and tests connect with it.
+Result<int> connectTo(std::string_view endpoint);
 
 // $XDG_RUNTIME_DIR/shardscope, or /tmp/shardscope-<uid> when XDG_RUNTIME_DIR is unset.
 std::string defaultRuntimeDir();

@@ -12,10 +12,10 @@
 #include "core/engine.h"
 #include "core/engineprovider.h"
 #include "server/inspector.h"
-#include "server/inspectorclient.h"
+#include "client/inspectorclient.h"
 #include "snapshotschema.h"
 #include "telemetry/eventfields.h"
-#include "wire/clientstate.h"
+#include "client/clientstate.h"
 #include "wire/snapshot.h"
 
 using namespace shardscope;
@@ -307,9 +307,9 @@ void TestCapture::trainerEndToEndFindsTheTiedEmbeddingAccess()
     QProcess capture;
     capture.start(binary("shardscope-capture"), {"--attach", trainer.endpoint, "--out", captured});
 
-    auto client = server::InspectorClient::connect(trainer.endpoint.toStdString(), {});
+    auto client = client::InspectorClient::connect(trainer.endpoint.toStdString(), {});
     QVERIFY2(client.ok(), client.error().c_str());
-    wire::ClientState state;
+    client::ClientState state;
     const state::ViolationRecord *found = nullptr;
     bool sawEvent = false;
     while (!state.finished() && !(found && sawEvent && state.liveEvents() > 0)) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "client/livejobs.h"
 #include "wire/discovery.h"
 #include "wire/endpoint.h"
 
@@ -16,6 +17,16 @@ JobSession::JobSession(SessionStore *store, QObject *parent) : QObject(parent), 
 
 JobSession::~JobSession() = default;
 
+std::string JobSession::discoveryDirOf(const QString &discoveryDir)
+{
+    return discoveryDir.isEmpty() ? wire::defaultRuntimeDir() : discoveryDir.toStdString();
+}
+
+std::vector<client::LiveJob> JobSession::liveJobs(const QString &discoveryDir)
+{
+    return client::liveJobs(discoveryDirOf(discoveryDir));
+}
+
 QString JobSession::resolve(const QString &spec, std::vector<JobTarget> &targets, QString &jobName,
                             const QString &discoveryDir)
 {
@@ -27,19 +38,12 @@ QString JobSession::resolve(const QString &spec, std::vector<JobTarget> &targets
         if (jobName.isEmpty())
             return tr("job:NAME needs the job's name (the attach dialog and "
                       "shardscope-capture --list show the live jobs)");
-        const std::string dir =
-            discoveryDir.isEmpty() ? wire::defaultRuntimeDir() : discoveryDir.toStdString();
-        for (const wire::DiscoveryEntry &e : wire::listLiveEngines(dir))
-            if (QString::fromStdString(e.job.id) == jobName)
-                targets.push_back({QString::fromStdString(e.endpoint), e.job.ranks});
+        const std::string dir = discoveryDirOf(discoveryDir);
+        for (const wire::DiscoveryEntry &e : client::liveJob(dir, jobName.toStdString()).processes)
+            targets.push_back({QString::fromStdString(e.endpoint), e.job.ranks});
         if (targets.empty())
             return tr("no live process of job %1 in %2 (File → Attach lists the live jobs)")
                 .arg(jobName, QString::fromStdString(dir));
-        std::stable_sort(targets.begin(), targets.end(),
-                         [](const JobTarget &a, const JobTarget &b) {
-                             return (a.ranks.empty() ? 0 : a.ranks.front()) <
-                                    (b.ranks.empty() ? 0 : b.ranks.front());
-                         });
         return {};
     }
     for (const QString &part : s.split(QLatin1Char(','), Qt::SkipEmptyParts)) {
