@@ -21,6 +21,8 @@
 #include "client/inspectorclient.h"
 #include "client/clientstate.h"
 #include "client/livejobs.h"
+#include "sessioncore/store.h"
+#include "sessioncore/traceexport.h"
 #include "wire/discovery.h"
 #include "wire/endpoint.h"
 #include "wire/jobmerge.h"
@@ -32,10 +34,12 @@ using namespace shardscope;
 namespace {
 
 const char *kUsage = R"(Usage: shardscope-capture --attach ENDPOINT --out FILE [options]
+       shardscope-capture --attach ENDPOINT --export-trace FILE [options]
        shardscope-capture --list
 
 Attaches to a live ShardScope engine, receives its state, recent history and live events,
-and writes them as a snapshot file (docs/snapshot.md).
+and writes them as a snapshot file (docs/snapshot.md), a Chrome / Perfetto trace
+(docs/trace.md), or both.
 
   --attach ENDPOINT   unix:PATH or tcp:HOST:PORT (see --list), or job:NAME: every live
                       process of that job on this host, written as one snapshot
@@ -45,6 +49,8 @@ and writes them as a snapshot file (docs/snapshot.md).
                       SHARDSCOPE_TOKEN and SHARDSCOPE_TOKEN_FILE are used when neither
                       flag is given
   --out FILE          snapshot to write (atomically); gzip'd when FILE ends in .gz
+  --export-trace FILE trace to write (atomically), the bytes the inspector's File >
+                      Export trace writes for this snapshot; gzip'd when FILE ends in .gz
   --seconds N         stop after N seconds
   --until-step K      stop once step K has ended
                       (default: until the engine finishes, or Ctrl-C)
@@ -64,6 +70,7 @@ struct Options
     std::string token;
     std::string tokenFile;
     std::string out;
+    std::string trace;
     std::optional<double> seconds;
     std::optional<std::uint32_t> untilStep;
     std::size_t maxEvents = 1000000;
@@ -112,6 +119,8 @@ std::optional<Options> parseArgs(int argc, char **argv)
             o.tokenFile = value();
         else if (flag == "--out")
             o.out = value();
+        else if (flag == "--export-trace")
+            o.trace = value();
         else if (flag == "--seconds")
             o.seconds = parsePositive<double>(flag, value());
         else if (flag == "--until-step")
@@ -131,7 +140,8 @@ std::optional<Options> parseArgs(int argc, char **argv)
     } else if (auto ep = wire::parseEndpoint(o.attach); !ep) {
         throw UsageError{"--attach: " + ep.error()};
     }
-    if (o.out.empty()) throw UsageError{"--out FILE is required"};
+    if (o.out.empty() && o.trace.empty())
+        throw UsageError{"--out FILE (a snapshot) or --export-trace FILE (a trace) is required"};
     if (o.seconds && o.untilStep)
         throw UsageError{"--seconds and --until-step cannot be combined; choose one"};
     return o;
@@ -397,9 +407,20 @@ int capture(const Options &o)
     snap.meta.producer = "shardscope-capture";
     snap.meta.createdUnixMs = wire::unixTimeMs();
     if (job.empty()) snap.meta.endpoint = o.attach;
-    if (auto written = wire::writeSnapshotFile(o.out, snap); !written) {
-        std::fprintf(stderr, "shardscope-capture: %s\n", written.error().c_str());
-        return 1;
+    if (!o.out.empty())
+        if (auto written = wire::writeSnapshotFile(o.out, snap); !written) {
+            std::fprintf(stderr, "shardscope-capture: %s\n", written.error().c_str());
+            return 1;
+        }
+    if (!o.trace.empty()) {
+        // The trace of this snapshot as the inspector exports it once it has opened the file:
+        // the same store (loadSnapshot) and the same writer.
+        sessioncore::Store store;
+        sessioncore::loadSnapshot(store, snap, o.out);
+        if (auto written = sessioncore::writeTraceFile(o.trace, store); !written) {
+            std::fprintf(stderr, "shardscope-capture: %s\n", written.error().c_str());
+            return 1;
+        }
     }
     // An engine closed the connection without its goodbye (it died or was killed).
     const bool engineLost = !ended.empty() && !g_interrupted;
@@ -419,7 +440,7 @@ int capture(const Options &o)
         snap.events.size(), static_cast<unsigned long long>(history),
         static_cast<unsigned long long>(liveEvents),
         static_cast<unsigned long long>(snap.droppedEvents), snap.state.violations.size(),
-        o.out.c_str());
+        (o.out.empty() ? o.trace : o.trace.empty() ? o.out : o.out + " and " + o.trace).c_str());
     return engineLost ? 3 : 0;
 }
 
