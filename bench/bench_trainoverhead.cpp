@@ -26,7 +26,7 @@
 #include "nn/trainer.h"
 #include "core/engineprovider.h"
 #include "server/inspector.h"
-#include "server/inspectorclient.h"
+#include "client/inspectorclient.h"
 #include "wire/messages.h"
 #include "wire/snapshot.h"
 
@@ -60,7 +60,7 @@ struct ClientTotals
 };
 
 // A client like shardscope-capture: reads every frame and decodes it (events and states).
-void runClient(server::InspectorClient &client, ClientTotals &totals)
+void runClient(client::InspectorClient &client, ClientTotals &totals)
 {
     for (;;) {
         auto frame = client.next(1000);
@@ -103,9 +103,9 @@ void runClient(server::InspectorClient &client, ClientTotals &totals)
 // The client process: attaches, says so on stdout, decodes until the engine says goodbye.
 int clientMain(const std::string &endpoint)
 {
-    server::InspectorClient::Options co;
+    client::InspectorClient::Options co;
     co.name = "bench_trainoverhead";
-    auto connected = server::InspectorClient::connect(endpoint, co);
+    auto connected = client::InspectorClient::connect(endpoint, co);
     if (!connected) {
         std::fprintf(stderr, "bench_trainoverhead --client: cannot attach to %s: %s\n",
                      endpoint.c_str(), connected.error().c_str());

@@ -18,8 +18,11 @@
 #include <poll.h>
 #include <set>
 
-#include "server/inspectorclient.h"
-#include "wire/clientstate.h"
+#include "client/inspectorclient.h"
+#include "client/clientstate.h"
+#include "client/livejobs.h"
+#include "sessioncore/store.h"
+#include "sessioncore/traceexport.h"
 #include "wire/discovery.h"
 #include "wire/endpoint.h"
 #include "wire/jobmerge.h"
@@ -31,10 +34,12 @@ using namespace shardscope;
 namespace {
 
 const char *kUsage = R"(Usage: shardscope-capture --attach ENDPOINT --out FILE [options]
+       shardscope-capture --attach ENDPOINT --export-trace FILE [options]
        shardscope-capture --list
 
 Attaches to a live ShardScope engine, receives its state, recent history and live events,
-and writes them as a snapshot file (docs/snapshot.md).
+and writes them as a snapshot file (docs/snapshot.md), a Chrome / Perfetto trace
+(docs/trace.md), or both.
 
   --attach ENDPOINT   unix:PATH or tcp:HOST:PORT (see --list), or job:NAME: every live
                       process of that job on this host, written as one snapshot
@@ -44,6 +49,8 @@ and writes them as a snapshot file (docs/snapshot.md).
                       SHARDSCOPE_TOKEN and SHARDSCOPE_TOKEN_FILE are used when neither
                       flag is given
   --out FILE          snapshot to write (atomically); gzip'd when FILE ends in .gz
+  --export-trace FILE trace to write (atomically), the bytes the inspector's File >
+                      Export trace writes for this snapshot; gzip'd when FILE ends in .gz
   --seconds N         stop after N seconds
   --until-step K      stop once step K has ended
                       (default: until the engine finishes, or Ctrl-C)
@@ -63,6 +70,7 @@ struct Options
     std::string token;
     std::string tokenFile;
     std::string out;
+    std::string trace;
     std::optional<double> seconds;
     std::optional<std::uint32_t> untilStep;
     std::size_t maxEvents = 1000000;
@@ -111,6 +119,8 @@ std::optional<Options> parseArgs(int argc, char **argv)
             o.tokenFile = value();
         else if (flag == "--out")
             o.out = value();
+        else if (flag == "--export-trace")
+            o.trace = value();
         else if (flag == "--seconds")
             o.seconds = parsePositive<double>(flag, value());
         else if (flag == "--until-step")
@@ -130,8 +140,12 @@ std::optional<Options> parseArgs(int argc, char **argv)
     } else if (auto ep = wire::parseEndpoint(o.attach); !ep) {
         throw UsageError{"--attach: " + ep.error()};
     }
-    if (o.out.empty()) throw UsageError{"--out FILE is required"};
-    if (auto ok = wire::checkOutputFile(o.out); !ok) throw UsageError{"--out: " + ok.error()};
+    if (o.out.empty() && o.trace.empty())
+        throw UsageError{"--out FILE (a snapshot) or --export-trace FILE (a trace) is required"};
+    for (const std::string *f : {&o.out, &o.trace})
+        if (!f->empty())
+            if (auto ok = wire::checkOutputFile(*f); !ok)
+                throw UsageError{(f == &o.out ? "--out: " : "--export-trace: ") + ok.error()};
     if (o.seconds && o.untilStep)
         throw UsageError{"--seconds and --until-step cannot be combined; choose one"};
     return o;
@@ -175,8 +189,7 @@ std::string ranksText(const std::vector<int> &ranks)
 int listEngines()
 {
     const std::string dir = wire::defaultRuntimeDir();
-    auto engines = wire::listLiveEngines(dir);
-    if (engines.empty()) {
+    if (wire::listLiveEngines(dir).empty()) {
         struct stat st
         {
         };
@@ -189,34 +202,14 @@ int listEngines()
             std::printf("no live ShardScope engines in %s\n", dir.c_str());
         return 0;
     }
-    // Grouped by run (wire::sameRun): two jobs of one name are listed apart, with the name
-    // that attaches each.
-    auto jobOf = [](const wire::DiscoveryEntry &e) {
-        return e.job.id.empty() ? "pid " + std::to_string(e.pid)
-                                : wire::runName(e.job) + " (world size " +
-                                      std::to_string(e.job.worldSize) + ")";
-    };
-    std::stable_sort(engines.begin(), engines.end(), [&](const auto &x, const auto &y) {
-        const int rx = x.job.ranks.empty() ? 0 : x.job.ranks.front();
-        const int ry = y.job.ranks.empty() ? 0 : y.job.ranks.front();
-        return std::make_pair(jobOf(x), rx) < std::make_pair(jobOf(y), ry);
-    });
-    for (std::size_t i = 0; i < engines.size();) {
-        std::size_t end = i;
-        std::set<int> liveRanks; // a rank two files announce is one rank
-        while (end < engines.size() && jobOf(engines[end]) == jobOf(engines[i])) {
-            liveRanks.insert(engines[end].job.ranks.begin(), engines[end].job.ranks.end());
-            ++end;
-        }
-        const std::size_t live = liveRanks.size();
-        std::printf("job %s  (world size %d, %zu of %d ranks live)\n",
-                    engines[i].job.id.empty() ? jobOf(engines[i]).c_str()
-                                              : wire::runName(engines[i].job).c_str(),
-                    engines[i].job.worldSize, live, engines[i].job.worldSize);
+    // Grouped by run (client::liveJobs: wire::sameRun): two jobs of one name are listed
+    // apart, each with the name that attaches it; a rank two files announce is one rank.
+    for (const client::LiveJob &job : client::liveJobs(dir)) {
+        std::printf("job %s  (world size %d, %zu of %d ranks live)\n", job.id.c_str(),
+                    job.worldSize, job.ranks.size(), job.worldSize);
         std::printf("  %-10s %-8s %-20s %-7s %-16s %-19s %s\n", "RANKS", "PID", "MODEL", "BACKEND",
                     "HOST", "STARTED", "ENDPOINT");
-        for (; i < end; ++i) {
-            const auto &e = engines[i];
+        for (const auto &e : job.processes) {
             std::printf("  %-10s %-8lld %-20s %-7s %-16s %-19s %s%s\n",
                         ranksText(e.job.ranks).c_str(), static_cast<long long>(e.pid),
                         e.model.c_str(), e.backend.c_str(), e.job.host.c_str(),
@@ -231,8 +224,8 @@ int listEngines()
 struct Source
 {
     std::string endpoint;
-    std::unique_ptr<server::InspectorClient> client;
-    wire::ClientState state;
+    std::unique_ptr<client::InspectorClient> client;
+    client::ClientState state;
     std::string ended; // why it stopped before its engine finished, if it did
     std::string error; // a frame that could not be applied
     bool done = false;
@@ -279,27 +272,23 @@ std::vector<wire::DiscoveryEntry> endpointsOf(const std::string &attach, std::st
         return {e};
     }
     job = attach.substr(4);
-    auto run = wire::selectRun(wire::listLiveEngines(wire::defaultRuntimeDir()), job);
-    if (!run) {
+    auto live = client::liveJob(wire::defaultRuntimeDir(), job);
+    if (!live) {
         std::fprintf(stderr, "shardscope-capture: %s in %s (shardscope-capture --list shows the "
                              "jobs)\n",
-                     run.error().c_str(), wire::defaultRuntimeDir().c_str());
+                     live.error().c_str(), wire::defaultRuntimeDir().c_str());
         return {};
     }
-    std::set<int> ranks;
-    for (const auto &e : *run)
-        ranks.insert(e.job.ranks.begin(), e.job.ranks.end());
-    const int world = run->front().job.worldSize;
-    if (static_cast<int>(ranks.size()) < world) {
-        std::string missing;
-        for (int r = 0; r < world; ++r)
-            if (!ranks.contains(r)) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    if (const std::vector<int> missing = live->missingRanks(); !missing.empty()) {
+        std::string text;
+        for (int r : missing)
+            text += (text.empty() ? "" : ", ") + std::to_string(r);
         std::fprintf(stderr,
                      "shardscope-capture: job %s: no live process announces rank(s) %s (on another "
                      "host, or gone); capturing the others\n",
-                     job.c_str(), missing.c_str());
+                     job.c_str(), text.c_str());
     }
-    return std::move(run.value());
+    return std::move(live->processes);
 }
 
 int capture(const Options &o)
@@ -312,13 +301,13 @@ int capture(const Options &o)
     std::string job;
     const std::vector<wire::DiscoveryEntry> entries = endpointsOf(o.attach, job);
     if (entries.empty()) return 1;
-    server::InspectorClient::Options copts;
+    client::InspectorClient::Options copts;
     copts.token = *token;
     copts.name = "shardscope-capture";
     std::vector<std::unique_ptr<Source>> sources;
     for (const wire::DiscoveryEntry &entry : entries) {
         const std::string &ep = entry.endpoint;
-        auto client = server::InspectorClient::connect(ep, copts);
+        auto client = client::InspectorClient::connect(ep, copts);
         if (!client) {
             std::fprintf(stderr, "shardscope-capture: %s: %s\n", ep.c_str(),
                          client.error().c_str());
@@ -460,9 +449,20 @@ int capture(const Options &o)
     snap.meta.producer = "shardscope-capture";
     snap.meta.createdUnixMs = wire::unixTimeMs();
     if (job.empty()) snap.meta.endpoint = o.attach;
-    if (auto written = wire::writeSnapshotFile(o.out, snap); !written) {
-        std::fprintf(stderr, "shardscope-capture: %s\n", written.error().c_str());
-        return 1;
+    if (!o.out.empty())
+        if (auto written = wire::writeSnapshotFile(o.out, snap); !written) {
+            std::fprintf(stderr, "shardscope-capture: %s\n", written.error().c_str());
+            return 1;
+        }
+    if (!o.trace.empty()) {
+        // The trace of this snapshot as the inspector exports it once it has opened the file:
+        // the same store (loadSnapshot) and the same writer.
+        sessioncore::Store store;
+        sessioncore::loadSnapshot(store, snap, o.out);
+        if (auto written = sessioncore::writeTraceFile(o.trace, store); !written) {
+            std::fprintf(stderr, "shardscope-capture: %s\n", written.error().c_str());
+            return 1;
+        }
     }
     // An engine closed the connection without its goodbye (it died or was killed).
     const bool engineLost = !ended.empty() && !g_interrupted;
@@ -485,7 +485,7 @@ int capture(const Options &o)
         snap.events.size(), static_cast<unsigned long long>(history),
         static_cast<unsigned long long>(liveEvents),
         static_cast<unsigned long long>(snap.droppedEvents), snap.state.violations.size(),
-        o.out.c_str());
+        (o.out.empty() ? o.trace : o.trace.empty() ? o.out : o.out + " and " + o.trace).c_str());
     return engineLost || !failed.empty() ? 3 : 0;
 }
 

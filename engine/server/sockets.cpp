@@ -35,18 +35,6 @@ bool isLoopbackAddress(const sockaddr *sa)
     return false;
 }
 
-wire::Result<sockaddr_un> unixAddress(const std::string &path)
-{
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    if (path.size() >= sizeof(addr.sun_path))
-        return wire::fail("socket path " + path + " is longer than " +
-                          std::to_string(sizeof(addr.sun_path) - 1) +
-                          " bytes, the limit of Unix sockets; choose a shorter path");
-    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-    return addr;
-}
-
 struct AddrInfo
 {
     addrinfo *list = nullptr;
@@ -89,7 +77,7 @@ wire::Result<Listener> listenOn(const wire::Endpoint &endpoint, bool haveToken)
     Listener l;
     l.bound = endpoint;
     if (endpoint.kind == wire::Endpoint::Kind::Unix) {
-        auto addr = unixAddress(endpoint.path);
+        auto addr = wire::unixSocketAddress(endpoint.path);
         if (!addr) return wire::fail(addr.error());
         struct stat st
         {
@@ -170,50 +158,6 @@ wire::Result<Listener> listenOn(const wire::Endpoint &endpoint, bool haveToken)
         return l;
     }
     return wire::fail("cannot listen on " + wire::formatEndpoint(endpoint) + ": " + lastError);
-}
-
-wire::Result<int> connectTo(std::string_view endpointText)
-{
-    auto endpoint = wire::parseEndpoint(endpointText);
-    if (!endpoint) return wire::fail(endpoint.error());
-    const std::string hint =
-        "; is the engine running? (shardscope-capture --list shows live engines)";
-    if (endpoint->kind == wire::Endpoint::Kind::Unix) {
-        auto addr = unixAddress(endpoint->path);
-        if (!addr) return wire::fail(addr.error());
-        const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0) return wire::fail("cannot create a socket: " + errnoText());
-        if (::connect(fd, reinterpret_cast<const sockaddr *>(&*addr), sizeof(sockaddr_un)) != 0) {
-            const std::string why = errnoText();
-            ::close(fd);
-            return wire::fail("cannot connect to " + std::string(endpointText) + ": " + why + hint);
-        }
-        return fd;
-    }
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    AddrInfo res;
-    const std::string port = std::to_string(endpoint->port);
-    if (const int rc = ::getaddrinfo(endpoint->host.c_str(), port.c_str(), &hints, &res.list);
-        rc != 0)
-        return wire::fail("cannot resolve host \"" + endpoint->host + "\": " + ::gai_strerror(rc));
-    std::string lastError = "no address";
-    for (const addrinfo *ai = res.list; ai; ai = ai->ai_next) {
-        const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-        if (fd < 0) {
-            lastError = errnoText();
-            continue;
-        }
-        if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
-            const int one = 1;
-            ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-            return fd;
-        }
-        lastError = errnoText();
-        ::close(fd);
-    }
-    return wire::fail("cannot connect to " + std::string(endpointText) + ": " + lastError + hint);
 }
 
 } // namespace shardscope::server

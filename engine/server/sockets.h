@@ -1,7 +1,7 @@
 #pragma once
 // POSIX socket plumbing for the inspector endpoint: listening on a Unix socket or a TCP
-// address (with the loopback/token rule and the private runtime directory), and
-// connecting to an endpoint. Errors are readable strings.
+// address (with the loopback/token rule and the private runtime directory). Connecting to
+// an endpoint is wire::connectTo (wire/endpoint.h). Errors are readable strings.
 
 #include <cstdint>
 #include <string>
@@ -27,9 +27,6 @@ wire::Status ensurePrivateDir(const std::string &dir);
 // of a dead engine is replaced. A TCP host that is not loopback is refused unless
 // haveToken.
 wire::Result<Listener> listenOn(const wire::Endpoint &endpoint, bool haveToken);
-
-// Blocking connect to "unix:PATH" or "tcp:HOST:PORT"; returns the socket.
-wire::Result<int> connectTo(std::string_view endpoint);
 
 bool setNonBlocking(int fd);
 

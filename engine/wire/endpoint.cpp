@@ -1,11 +1,31 @@
 #include "wire/endpoint.h"
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 namespace shardscope::wire {
 
 namespace {
+
+std::string errnoText()
+{
+    return std::strerror(errno);
+}
+
+struct AddrInfo
+{
+    addrinfo *list = nullptr;
+    ~AddrInfo()
+    {
+        if (list) ::freeaddrinfo(list);
+    }
+};
 
 bool parsePort(std::string_view s, std::uint16_t &out)
 {
@@ -121,6 +141,62 @@ Result<std::string> endpointOfRank(const std::string &endpoint, int rank)
         ep.port = static_cast<std::uint16_t>(ep.port + rank);
     }
     return formatEndpoint(ep);
+}
+
+Result<sockaddr_un> unixSocketAddress(const std::string &path)
+{
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (path.size() >= sizeof(addr.sun_path))
+        return fail("socket path " + path + " is longer than " +
+                          std::to_string(sizeof(addr.sun_path) - 1) +
+                          " bytes, the limit of Unix sockets; choose a shorter path");
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    return addr;
+}
+
+Result<int> connectTo(std::string_view endpointText)
+{
+    auto endpoint = parseEndpoint(endpointText);
+    if (!endpoint) return fail(endpoint.error());
+    const std::string hint =
+        "; is the engine running? (shardscope-capture --list shows live engines)";
+    if (endpoint->kind == Endpoint::Kind::Unix) {
+        auto addr = unixSocketAddress(endpoint->path);
+        if (!addr) return fail(addr.error());
+        const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) return fail("cannot create a socket: " + errnoText());
+        if (::connect(fd, reinterpret_cast<const sockaddr *>(&*addr), sizeof(sockaddr_un)) != 0) {
+            const std::string why = errnoText();
+            ::close(fd);
+            return fail("cannot connect to " + std::string(endpointText) + ": " + why + hint);
+        }
+        return fd;
+    }
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    AddrInfo res;
+    const std::string port = std::to_string(endpoint->port);
+    if (const int rc = ::getaddrinfo(endpoint->host.c_str(), port.c_str(), &hints, &res.list);
+        rc != 0)
+        return fail("cannot resolve host \"" + endpoint->host + "\": " + ::gai_strerror(rc));
+    std::string lastError = "no address";
+    for (const addrinfo *ai = res.list; ai; ai = ai->ai_next) {
+        const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) {
+            lastError = errnoText();
+            continue;
+        }
+        if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+            const int one = 1;
+            ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            return fd;
+        }
+        lastError = errnoText();
+        ::close(fd);
+    }
+    return fail("cannot connect to " + std::string(endpointText) + ": " + lastError + hint);
 }
 
 } // namespace shardscope::wire

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <sys/un.h>
 
 #include "wire/result.h"
 
@@ -36,6 +37,12 @@ bool isLoopbackHost(std::string_view host);
 // text that does not parse is returned as it is (the Inspector reports it). An error when
 // PORT+N is past 65535.
 Result<std::string> endpointOfRank(const std::string &endpoint, int rank);
+// The address of a Unix socket at path; a path longer than sun_path allows is an error that
+// says so (the server listens there, a client connects there).
+Result<sockaddr_un> unixSocketAddress(const std::string &path);
+// Blocking connect to "unix:PATH" or "tcp:HOST:PORT" (TCP_NODELAY); returns the socket. The
+// client side (client::InspectorClient, client::probeClock) and tests connect with it.
+Result<int> connectTo(std::string_view endpoint);
 
 // $XDG_RUNTIME_DIR/shardscope, or /tmp/shardscope-<uid> when XDG_RUNTIME_DIR is unset.
 std::string defaultRuntimeDir();

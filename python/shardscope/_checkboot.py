@@ -140,7 +140,9 @@ def _count_optimizer_steps():
 def _install_agent(backend):
     global _backend
     _backend = backend
-    snapshot = os.path.join(_dir, f"rank{_rank}.json")
+    # Each rank's own file, rank<N>.json: the agent expands {rank} (without it, ranks after the
+    # first would write FILE.rank<N>, the rule for one name given to every rank).
+    snapshot = os.path.join(_dir, "rank{rank}.json")
     if backend == "fsdp":
         _stage("importing torch.distributed.fsdp")
         agent = _agent_module()

@@ -244,7 +244,7 @@ py::str nameOf(const py::dict &names, const char *key)
 
 } // namespace
 
-HotPath::HotPath(server::AgentState &state, py::object agent, py::object observer,
+HotPath::HotPath(agent::AgentState &state, py::object agent, py::object observer,
                  py::object notAvailable, py::object inflight, py::object available,
                  const py::dict &names)
     : m_state(state), m_agent(std::move(agent)),
@@ -641,7 +641,7 @@ py::object HotPath::getitemHook(py::object original, py::object slow)
     return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject *>(h));
 }
 
-void bindHotPath(py::module_ &m, server::AgentState &(*stateOf)(py::handle agent))
+void bindHotPath(py::module_ &m, agent::AgentState &(*stateOf)(py::handle agent))
 {
     makeTypes();
     auto phaseOf = [](int p) {
@@ -651,7 +651,7 @@ void bindHotPath(py::module_ &m, server::AgentState &(*stateOf)(py::handle agent
     py::class_<HotPath, std::shared_ptr<HotPath>>(m, "HotPath")
         .def(py::init([stateOf](py::object agent, py::object observer, py::object notAvailable,
                                 py::object inflight, py::object available, py::dict names) {
-                 server::AgentState &state = stateOf(agent);
+                 agent::AgentState &state = stateOf(agent);
                  return std::make_shared<HotPath>(state, std::move(agent), std::move(observer),
                                                   std::move(notAvailable), std::move(inflight),
                                                   std::move(available), names);

@@ -19,7 +19,7 @@
 #include <pybind11/stl.h>
 
 #include "state/shape.h"
-#include "server/agentstate.h"
+#include "agent/agentstate.h"
 
 namespace shardscope::agent {
 
@@ -31,7 +31,7 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     // agent: the native Agent (kept alive); observer: the Python _Agent, asked for what is
     // rare (held weakly); statuses: DeepSpeed's ZeroParamStatus members NOT_AVAILABLE, INFLIGHT,
     // AVAILABLE; names: DeepSpeed's attribute names it uses (_dsinternals.native_names()).
-    HotPath(server::AgentState &state, py::object agent, py::object observer,
+    HotPath(agent::AgentState &state, py::object agent, py::object observer,
             py::object notAvailable, py::object inflight, py::object available,
             const py::dict &names);
 
@@ -132,7 +132,7 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     Own ownOf(ModuleId id, py::handle module);
     int statusCode(PyObject *s) const;
 
-    server::AgentState &m_state;
+    agent::AgentState &m_state;
     py::object m_agent;
     py::object observer() const; // the Python _Agent, or a RuntimeError once it is gone
     py::weakref m_observer;      // weak: the _Agent holds this HotPath (no cycle through pybind11)
@@ -161,6 +161,6 @@ class HotPath : public std::enable_shared_from_this<HotPath>
 
 // Registers HotPath and its descriptor (StatusDescriptor) in the module; stateOf gives the
 // AgentState of the module's Agent object.
-void bindHotPath(py::module_ &m, server::AgentState &(*stateOf)(py::handle agent));
+void bindHotPath(py::module_ &m, agent::AgentState &(*stateOf)(py::handle agent));
 
 } // namespace shardscope::agent

@@ -19,7 +19,7 @@
 #include "base/names.h"
 #include "state/shape.h"
 #include "hotpath.h"
-#include "server/agentstate.h"
+#include "agent/agentstate.h"
 #include "server/finishonsignal.h"
 #include "server/inspector.h"
 #include "wire/endpoint.h"
@@ -93,13 +93,13 @@ class Agent
         if (worldSize < 1 || rank < 0 || rank >= worldSize)
             throw py::value_error("rank " + std::to_string(rank) + " is outside world size " +
                                   std::to_string(worldSize));
-        server::AgentConfig cfg;
+        agent::AgentConfig cfg;
         cfg.modelName = model;
         cfg.rank = rank;
         m_rank = rank;
         cfg.worldSize = worldSize;
         cfg.backend = backend;
-        m_state = std::make_unique<server::AgentState>(cfg);
+        m_state = std::make_unique<agent::AgentState>(cfg);
         server::InspectorOptions o;
         o.listen = listen;
         o.endpoint = endpoint;
@@ -114,7 +114,7 @@ class Agent
         }
     }
 
-    server::AgentState &state() { return *m_state; }
+    agent::AgentState &state() { return *m_state; }
     std::string endpoint() const { return m_inspector->endpoint(); }
     std::string flush()
     {
@@ -141,7 +141,7 @@ class Agent
     std::uint64_t published() const { return m_inspector->publishedEvents(); }
 
   private:
-    std::unique_ptr<server::AgentState> m_state; // outlives the inspector that serves it
+    std::unique_ptr<agent::AgentState> m_state; // outlives the inspector that serves it
     std::unique_ptr<server::Inspector> m_inspector;
     std::unique_ptr<server::FinishOnSignal> m_onSignal; // before the inspector it names goes
     int m_rank = 0;
@@ -267,7 +267,7 @@ PYBIND11_MODULE(_native, module)
                std::int64_t partitionNumel, std::int64_t paddedNumel, bool persistent,
                bool partitioned, bool late, int status, const std::string &replaces,
                std::uint32_t elementSize) {
-                server::AgentParam p;
+                agent::AgentParam p;
                 state::ParamRecord &r = p.record;
                 r.id = id;
                 r.name = name;
@@ -362,5 +362,5 @@ PYBIND11_MODULE(_native, module)
             return wire::encodeSnapshot(s);
         });
     agent::bindHotPath(
-        module, [](py::handle a) -> server::AgentState & { return a.cast<Agent &>().state(); });
+        module, [](py::handle a) -> agent::AgentState & { return a.cast<Agent &>().state(); });
 }

@@ -15,10 +15,10 @@
 #include "core/engine.h"
 #include "core/engineprovider.h"
 #include "server/inspector.h"
-#include "server/inspectorclient.h"
+#include "client/inspectorclient.h"
 #include "snapshotschema.h"
 #include "telemetry/eventfields.h"
-#include "wire/clientstate.h"
+#include "client/clientstate.h"
 #include "wire/discovery.h"
 #include "wire/snapshot.h"
 
@@ -150,6 +150,7 @@ class TestCapture : public QObject
     void capturesALocalEngineUntilItFinishes();
     void trainerEndToEndFindsTheTiedEmbeddingAccess();
     void untilStepStopsAfterThatStep();
+    void exportedTraceEqualsTheInspectorsExportOfTheSnapshot();
     void snapshotDocExampleDecodes();
     void pythonClientFromTheProtocolDocWorks();
     void engineDyingMidRunIsWrittenWithItsOwnStatus();
@@ -176,7 +177,7 @@ void TestCapture::badFlagsExitTwoWithAMessage_data()
     QTest::addColumn<QString>("message");
     QTest::newRow("nothing") << QStringList{} << "--attach ENDPOINT is required";
     QTest::newRow("no out") << QStringList{"--attach", "tcp:127.0.0.1:5"}
-                            << "--out FILE is required";
+                            << "--out FILE (a snapshot) or --export-trace FILE (a trace) is required";
     QTest::newRow("bad endpoint") << QStringList{"--attach", "http://x", "--out", "f"}
                                   << "unknown endpoint";
     QTest::newRow("bad seconds") << QStringList{"--attach", "tcp:127.0.0.1:5", "--out",
@@ -314,9 +315,9 @@ void TestCapture::trainerEndToEndFindsTheTiedEmbeddingAccess()
     QProcess capture;
     capture.start(binary("shardscope-capture"), {"--attach", trainer.endpoint, "--out", captured});
 
-    auto client = server::InspectorClient::connect(trainer.endpoint.toStdString(), {});
+    auto client = client::InspectorClient::connect(trainer.endpoint.toStdString(), {});
     QVERIFY2(client.ok(), client.error().c_str());
-    wire::ClientState state;
+    client::ClientState state;
     const state::ViolationRecord *found = nullptr;
     bool sawEvent = false;
     while (!state.finished() && !(found && sawEvent && state.liveEvents() > 0)) {
@@ -389,6 +390,66 @@ void TestCapture::untilStepStopsAfterThatStep()
         step3Ended = step3Ended || (e.type == EventType::StepEnd && e.step == 3);
     QVERIFY(step3Ended);
     QCOMPARE(live.finish(), 0); // the trainer carries on after the capture left
+}
+
+// shardscope-capture --export-trace writes the bytes the inspector's export writes for the
+// snapshot the same capture wrote (docs/trace.md): both fill the Qt-free session store and
+// call its one trace writer. A real shardscope-train run, with its tied-embedding violation.
+void TestCapture::exportedTraceEqualsTheInspectorsExportOfTheSnapshot()
+{
+    if (!haveTrainer()) QSKIP("shardscope-train is not built");
+    if (!QFileInfo::exists(binary("shardscope")))
+        QSKIP("the inspector (shardscope) is not built (SHARDSCOPE_BUILD_GUI=OFF)");
+    QTemporaryDir dir;
+    const QString snap = dir.filePath("capture.json.gz");
+    const QString captured = dir.filePath("capture.trace.json");
+    const QString exported = dir.filePath("inspector.trace.json");
+    Trainer trainer;
+    QVERIFY2(trainer.start({"--steps", "8"}), qPrintable(trainer.output));
+    const Run r = runCapture({"--attach", trainer.endpoint, "--out", snap, "--export-trace", captured});
+    QVERIFY2(r.exitCode == 0, qPrintable(r.err));
+    QVERIFY2(r.out.contains(snap + " and " + captured), qPrintable(r.out));
+    QCOMPARE(trainer.finish(), 0);
+
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("QT_QPA_PLATFORM", "offscreen");
+    QProcess gui;
+    gui.setProcessEnvironment(env);
+    gui.start(binary("shardscope"), {"--open", snap, "--export-trace", exported, "--quit"});
+    QVERIFY(gui.waitForFinished(60000));
+    QVERIFY2(gui.exitStatus() == QProcess::NormalExit && gui.exitCode() == 0,
+             gui.readAllStandardError().constData());
+
+    QFile a(captured), b(exported);
+    QVERIFY(a.open(QIODevice::ReadOnly));
+    QVERIFY(b.open(QIODevice::ReadOnly));
+    const QByteArray mine = a.readAll(), theirs = b.readAll();
+    // Not a trace of nothing: module and gather spans of every step, the violation.
+    const nlohmann::json trace = nlohmann::json::parse(mine.toStdString());
+    std::size_t modules = 0, gathers = 0, violations = 0;
+    for (const nlohmann::json &e : trace["traceEvents"]) {
+        const std::string cat = e.value("cat", "");
+        modules += cat.starts_with("module,");
+        gathers += cat.starts_with("gather,");
+        violations += cat == "violation";
+    }
+    QVERIFY2(modules > 50 && gathers > 50 && violations > 0,
+             qPrintable(QString("%1 module spans, %2 gathers, %3 violations")
+                            .arg(modules)
+                            .arg(gathers)
+                            .arg(violations)));
+    QCOMPARE(trace["otherData"]["step"].get<int>(), 8);
+    if (mine != theirs) {
+        qsizetype at = 0;
+        while (at < mine.size() && at < theirs.size() && mine[at] == theirs[at])
+            ++at;
+        QFAIL(qPrintable(QString("the traces differ at byte %1 of %2/%3: capture `%4`, inspector `%5`")
+                             .arg(at)
+                             .arg(mine.size())
+                             .arg(theirs.size())
+                             .arg(QString::fromUtf8(mine.mid(std::max<qsizetype>(0, at - 60), 160)),
+                                  QString::fromUtf8(theirs.mid(std::max<qsizetype>(0, at - 60), 160)))));
+    }
 }
 
 // The last fenced block of the given language in a document of docs/.

@@ -10,7 +10,7 @@
 
 #include "nn/markov.h"
 #include "nn/trainconfig.h"
-#include "server/inspectorclient.h"
+#include "client/inspectorclient.h"
 
 class TestTrainCli : public QObject
 {
@@ -300,7 +300,7 @@ bool waitForLine(QProcess &p, const QString &line, QString &out)
 }
 
 // Reads frames until the engine's goodbye; false if the connection ended without one.
-bool readUntilGoodbye(shardscope::server::InspectorClient &client)
+bool readUntilGoodbye(shardscope::client::InspectorClient &client)
 {
     for (;;) {
         auto frame = client.next(60000);
@@ -323,7 +323,7 @@ void TestTrainCli::waitForClientHoldsTheFirstStep()
     QString out;
     QVERIFY2(waitForLine(p, "waiting for an inspector to attach", out), qPrintable(out));
     QVERIFY(!out.contains("step 1/"));
-    auto client = shardscope::server::InspectorClient::connect(endpoint.toStdString(), {});
+    auto client = shardscope::client::InspectorClient::connect(endpoint.toStdString(), {});
     QVERIFY2(client.ok(), client.error().c_str());
     QVERIFY(readUntilGoodbye(**client));
     QVERIFY(p.waitForFinished(60000));
@@ -353,7 +353,7 @@ void TestTrainCli::lingerHandsTheEndToALateClient()
     QString out;
     QVERIFY2(waitForLine(p, "lingering up to 600.0 s", out), qPrintable(out));
     QVERIFY(out.contains("step 2/2"));
-    auto client = shardscope::server::InspectorClient::connect(endpoint.toStdString(), {});
+    auto client = shardscope::client::InspectorClient::connect(endpoint.toStdString(), {});
     QVERIFY2(client.ok(), client.error().c_str());
     QVERIFY(readUntilGoodbye(**client));
     QVERIFY(p.waitForFinished(60000));

@@ -24,9 +24,9 @@
 #include "nn/trainer.h"
 #include "core/engineprovider.h"
 #include "server/inspector.h"
-#include "server/inspectorclient.h"
+#include "client/inspectorclient.h"
 #include "telemetry/event.h"
-#include "wire/clientstate.h"
+#include "client/clientstate.h"
 
 #if SHARDSCOPE_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -38,7 +38,7 @@
 #endif
 
 using namespace shardscope;
-using server::InspectorClient;
+using client::InspectorClient;
 
 namespace {
 
@@ -196,7 +196,7 @@ class TestGpuEngine : public QObject
         QCOMPARE(w.backend, std::string("nccl"));
         QCOMPARE(w.worldSize, engine->worldSize());
 
-        wire::ClientState state;
+        client::ClientState state;
         while (!state.historyDone()) {
             auto frame = (*client)->next(30000);
             QVERIFY2(frame.ok(), frame.ok() ? "" : frame.error().c_str());

@@ -15,7 +15,7 @@
 #include "core/engine.h"
 #include "core/engineprovider.h"
 #include "server/inspector.h"
-#include "server/inspectorclient.h"
+#include "client/inspectorclient.h"
 #include "telemetry/clock.h"
 #include "wire/frame.h"
 #include "wire/messages.h"
@@ -67,7 +67,7 @@ void TestClockProbe::theInjectedOffsetIsFound()
     server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*engine), o);
     oneStep(*engine);
 
-    auto estimate = server::probeClock(inspector.endpoint(), 8, 5000);
+    auto estimate = client::probeClock(inspector.endpoint(), 8, 5000);
     QVERIFY2(estimate, estimate ? "" : estimate.error().c_str());
     QCOMPARE(estimate->samples, 8);
     QVERIFY(estimate->valid);
@@ -83,12 +83,12 @@ void TestClockProbe::theInjectedOffsetIsFound()
     plain.endpoint = "tcp:127.0.0.1:0";
     auto engine2 = smallEngine();
     server::Inspector inspector2(std::make_unique<core::EngineStateProvider>(*engine2), plain);
-    auto zero = server::probeClock(inspector2.endpoint(), 4, 5000);
+    auto zero = client::probeClock(inspector2.endpoint(), 4, 5000);
     QVERIFY(zero && zero->valid);
     QVERIFY(std::llabs(zero->offsetNs) <= static_cast<long long>(zero->uncertaintyNs) + 2'000'000);
 
     // Every timestamp the offset server sends is on its (offset) clock.
-    auto client = server::InspectorClient::connect(inspector.endpoint(), {});
+    auto client = client::InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY2(client, client ? "" : client.error().c_str());
     bool sawEvents = false;
     for (int i = 0; i < 200 && !sawEvents; ++i) {
@@ -128,14 +128,14 @@ void TestClockProbe::anOlderEngineRefusesCleanly()
         ::close(fd);
     });
     const std::string endpoint = "tcp:127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
-    auto estimate = server::probeClock(endpoint, 8, 5000);
+    auto estimate = client::probeClock(endpoint, 8, 5000);
     old.join();
     ::close(listener);
     QVERIFY(!estimate);
     QVERIFY2(estimate.error().find("does not answer clock probes (bad_frame") != std::string::npos,
              estimate.error().c_str());
     // Nobody listening at all is an error too, not a hang.
-    QVERIFY(!server::probeClock(endpoint, 2, 1000));
+    QVERIFY(!client::probeClock(endpoint, 2, 1000));
 }
 
 void TestClockProbe::anIdleClientGetsHeartbeats()
@@ -144,7 +144,7 @@ void TestClockProbe::anIdleClientGetsHeartbeats()
     server::InspectorOptions o;
     o.endpoint = "tcp:127.0.0.1:0";
     server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*engine), o);
-    auto client = server::InspectorClient::connect(inspector.endpoint(), {});
+    auto client = client::InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY2(client, client ? "" : client.error().c_str());
     // Nothing happens in the engine; within a few seconds an empty EventBatch arrives.
     bool heartbeat = false;

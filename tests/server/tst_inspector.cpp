@@ -17,17 +17,17 @@
 #include "core/engine.h"
 #include "core/engineprovider.h"
 #include "server/inspector.h"
-#include "server/inspectorclient.h"
+#include "client/inspectorclient.h"
 #include "server/sockets.h"
 #include "snapshotcompare.h"
 #include "telemetry/eventfields.h"
-#include "wire/clientstate.h"
+#include "client/clientstate.h"
 #include "wire/discovery.h"
 #include "wire/endpoint.h"
 #include "wire/snapshot.h"
 
 using namespace shardscope;
-using server::InspectorClient;
+using client::InspectorClient;
 
 namespace {
 
@@ -89,7 +89,7 @@ server::InspectorOptions tcpOptions(std::size_t history = 65536)
 
 // Reads frames into state until done() holds; false if the stream ended or stalled for 30 s.
 template <class Done>
-bool readUntil(InspectorClient &client, wire::ClientState &state, Done done,
+bool readUntil(InspectorClient &client, client::ClientState &state, Done done,
                std::string *error = nullptr)
 {
     while (!done()) {
@@ -222,7 +222,7 @@ void TestInspector::lateClientGetsStateHistoryAndLiveEvents()
     QCOMPARE(w.backend, std::string("cpu"));
     QCOMPARE(w.pid, std::int64_t(::getpid()));
 
-    wire::ClientState state;
+    client::ClientState state;
     std::string error;
     QVERIFY2(readUntil(
                  **client, state, [&] { return state.historyDone(); }, &error),
@@ -285,7 +285,7 @@ void TestInspector::severalClientsAtOnce()
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         inspector.finish();
     });
-    wire::ClientState sa, sb;
+    client::ClientState sa, sb;
     std::string error;
     QVERIFY2(readUntil(
                  **a, sa, [&] { return sa.finished(); }, &error),
@@ -326,7 +326,7 @@ void TestInspector::eachClientGetsTheStateFormatItAskedFor()
     std::thread finisher([&] { inspector.finish(); });
     std::map<InspectorClient *, std::map<wire::MessageType, int>> seen;
     std::map<InspectorClient *, std::set<std::uint16_t>> layouts; // of its StateBinary frames
-    wire::ClientState sb, sj, s1;
+    client::ClientState sb, sj, s1;
     for (auto [client, state] : {std::pair{binary->get(), &sb}, std::pair{json->get(), &sj},
                                  std::pair{one->get(), &s1}}) {
         while (!state->finished()) {
@@ -388,7 +388,7 @@ void TestInspector::stalledClientNeverBlocksTrainingAndLearnsWhatItLost()
     QCOMPARE(run.engine->step(0), std::uint32_t(stepsRun));
 
     // The client resumes: it is told how many events it lost, then gets the rest.
-    wire::ClientState state;
+    client::ClientState state;
     std::string error;
     QVERIFY2(readUntil(
                  **client, state, [&] { return state.droppedNotices() > 0; }, &error),
@@ -448,9 +448,9 @@ void TestInspector::foreignClientGetsAReadableError()
 {
     TiedRun run(1);
     server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
-    auto fd = server::connectTo(inspector.endpoint());
+    auto fd = wire::connectTo(inspector.endpoint());
     QVERIFY(fd.ok());
-    QVERIFY(server::sendAll(*fd, "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"));
+    QVERIFY(client::sendAll(*fd, "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"));
     wire::FrameDecoder decoder;
     std::optional<wire::Frame> frame;
     char buf[4096];
@@ -477,9 +477,9 @@ void TestInspector::bytesAfterAValidHelloAreABadFrame()
 {
     TiedRun run(1);
     server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
-    auto fd = server::connectTo(inspector.endpoint());
+    auto fd = wire::connectTo(inspector.endpoint());
     QVERIFY(fd.ok());
-    QVERIFY(server::sendAll(*fd, helloFrame("") + "GET / HTTP/1.1\r\n\r\n"));
+    QVERIFY(client::sendAll(*fd, helloFrame("") + "GET / HTTP/1.1\r\n\r\n"));
     const auto err = errorFromServer(*fd);
     QVERIFY(err.has_value());
     QCOMPARE(err->code, std::string("bad_frame"));
@@ -492,12 +492,12 @@ std::optional<wire::ErrorMessage> refusalOfHello(const std::string &payload)
 {
     TiedRun run(1);
     server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
-    auto fd = server::connectTo(inspector.endpoint());
+    auto fd = wire::connectTo(inspector.endpoint());
     if (!fd.ok()) return std::nullopt;
     std::string frame;
     wire::appendFrame(frame, wire::MessageType::Hello, payload);
     std::optional<wire::ErrorMessage> err;
-    if (server::sendAll(*fd, frame)) err = errorFromServer(*fd);
+    if (client::sendAll(*fd, frame)) err = errorFromServer(*fd);
     ::close(*fd);
     return err;
 }
@@ -533,7 +533,7 @@ void TestInspector::clientRefusesAnEndpointThatIsNotShardScope()
     ::getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len);
     std::thread fake([fd] {
         const int c = ::accept(fd, nullptr, nullptr);
-        server::sendAll(c, "SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n");
+        client::sendAll(c, "SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n");
         char buf[256];
         (void)::recv(c, buf, sizeof buf, 0);
         ::close(c);
@@ -665,7 +665,7 @@ void TestInspector::telemetryOffStillServesTheChangingState()
     QVERIFY(!run.engine->telemetryEnabled());
     auto client = InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY2(client.ok(), client.error().c_str());
-    wire::ClientState state;
+    client::ClientState state;
     std::string error;
     QVERIFY2(readUntil(
                  **client, state, [&] { return state.historyDone(); }, &error),
@@ -723,7 +723,7 @@ void TestInspector::silentConnectionsDoNotLockClientsOut()
     server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), o);
     std::vector<int> silent;
     for (int i = 0; i < 100; ++i) {
-        auto fd = server::connectTo(inspector.endpoint());
+        auto fd = wire::connectTo(inspector.endpoint());
         QVERIFY2(fd.ok(), fd.ok() ? "" : fd.error().c_str());
         silent.push_back(*fd);
     }
@@ -735,7 +735,7 @@ void TestInspector::silentConnectionsDoNotLockClientsOut()
         QVERIFY2(c.ok(), c.ok() ? "" : c.error().c_str());
         clients.push_back(std::move(c.value()));
         // more silent connections keep arriving between the real ones
-        if (auto fd = server::connectTo(inspector.endpoint()); fd.ok()) silent.push_back(*fd);
+        if (auto fd = wire::connectTo(inspector.endpoint()); fd.ok()) silent.push_back(*fd);
     }
     QVERIFY(closedByServer(silent.front())); // the oldest silent ones made room
     for (int fd : silent)
@@ -771,9 +771,9 @@ void TestInspector::clientThatKeepsSendingIsClosed()
 {
     TiedRun run(1);
     server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
-    auto fd = server::connectTo(inspector.endpoint());
+    auto fd = wire::connectTo(inspector.endpoint());
     QVERIFY(fd.ok());
-    QVERIFY(server::sendAll(*fd, helloFrame("")));
+    QVERIFY(client::sendAll(*fd, helloFrame("")));
     const std::string junk(1 << 16, 'x');
     std::size_t sent = 0;
     bool refused = false;
@@ -804,7 +804,7 @@ void TestInspector::historyQueuedPerClientIsBounded()
         run.steps(10, 200);
     auto client = InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY2(client.ok(), client.ok() ? "" : client.error().c_str());
-    wire::ClientState state(2'000'000);
+    client::ClientState state(2'000'000);
     std::string error;
     QVERIFY2(readUntil(
                  **client, state, [&] { return state.historyDone(); }, &error),
@@ -824,7 +824,7 @@ void TestInspector::costCountsTheServerThreadsWork()
     run.steps(2);
     auto client = InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY2(client.ok(), client.error().c_str());
-    wire::ClientState state;
+    client::ClientState state;
     std::string error;
     QVERIFY2(readUntil(
                  **client, state, [&] { return state.historyDone(); }, &error),

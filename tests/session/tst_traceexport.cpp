@@ -13,7 +13,7 @@
 #include <limits>
 
 #include "perfettorules.h"
-#include "session/tracebuilder.h"
+#include "sessioncore/tracebuilder.h"
 #include "session/traceexport.h"
 #include "syntheticstate.h"
 #include "telemetry/eventfields.h"

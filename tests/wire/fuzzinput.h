@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "wire/clientstate.h"
+#include "client/clientstate.h"
 #include "wire/compress.h"
 #include "wire/discovery.h"
 #include "wire/frame.h"
@@ -31,7 +31,7 @@ inline DecodeCounts decodeEverything(std::string_view data, std::uint32_t maxPay
 {
     DecodeCounts counts;
     wire::FrameDecoder decoder(maxPayload);
-    wire::ClientState state(1000);
+    client::ClientState state(1000);
     std::size_t fed = 0;
     while (fed < data.size() && !decoder.failed()) {
         const std::size_t n = std::min(chunk, data.size() - fed);

@@ -186,7 +186,7 @@ void TestDecoderRobustness::mutatedBinaryStatesFailCleanly()
     QVERIFY(decodeBinaryState(bin).ok());
     std::size_t rejected = 0, inputs = 0;
     auto feed = [&](const std::string &payload) {
-        ClientState state;
+        client::ClientState state;
         const bool ok = state.apply(Frame{MessageType::StateBinary, payload}).ok();
         if (ok != decodeBinaryState(payload).ok()) QFAIL("ClientState and the decoder disagree");
         if (!ok) {

@@ -12,7 +12,7 @@
 #include "core/engine.h"
 #include "samplesnapshot.h"
 #include "snapshotcompare.h"
-#include "wire/clientstate.h"
+#include "client/clientstate.h"
 #include "wire/statebinary.h"
 
 using namespace shardscope;
@@ -246,7 +246,7 @@ void TestStateBinary::statesOfEitherTypeReachTheClientState()
 {
     Snapshot s = test::sampleSnapshot();
     s.events.clear();
-    ClientState a, b;
+    client::ClientState a, b;
     QVERIFY(a.apply(Frame{MessageType::State, encodeSnapshot(s)}).ok());
     QVERIFY(b.apply(Frame{MessageType::StateBinary, encodeBinaryState(s)}).ok());
     test::compareSnapshots(a.snapshot(), b.snapshot());

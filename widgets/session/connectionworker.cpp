@@ -3,9 +3,8 @@
 #include <QLocalSocket>
 #include <QTcpSocket>
 
-#include "server/inspectorclient.h"
+#include "client/inspectorclient.h"
 #include "wire/endpoint.h"
-#include "wire/statebinary.h"
 
 namespace shardscope::session {
 
@@ -24,7 +23,7 @@ void ConnectionWorker::open(const QString &endpoint, const QString &token, bool 
 {
     close();
     if (probeClock) {
-        auto estimate = server::probeClock(endpoint.trimmed().toStdString());
+        auto estimate = client::probeClock(endpoint.trimmed().toStdString());
         if (estimate)
             Q_EMIT clockProbed(*estimate, {});
         else
@@ -32,7 +31,7 @@ void ConnectionWorker::open(const QString &endpoint, const QString &token, bool 
     }
     m_done = false;
     m_welcomed = false;
-    m_inHistory = false;
+    m_reducer = client::FrameReducer();
     m_decoder = wire::FrameDecoder();
     m_pending.clear();
     m_token = token;
@@ -90,10 +89,10 @@ void ConnectionWorker::close()
 void ConnectionWorker::onConnected()
 {
     if (!m_socket) return;
-    wire::Hello hello;
+    client::InspectorClient::Options hello;
     hello.token = m_token.toStdString();
-    hello.client = "shardscope";
-    const std::string frame = wire::encodeFrame(wire::MessageType::Hello, wire::encodeHello(hello));
+    hello.name = "shardscope";
+    const std::string frame = client::InspectorClient::helloFrame(hello);
     m_socket->write(frame.data(), static_cast<qint64>(frame.size()));
     m_handshakeTimer.start();
 }
@@ -146,68 +145,51 @@ void ConnectionWorker::handleFrame(wire::Frame &frame)
         Q_EMIT welcomed(info);
         return;
     }
-    switch (frame.type) {
-    case wire::MessageType::State:
-    case wire::MessageType::StateBinary: {
-        auto snap = wire::decodeStateFrame(frame);
-        if (!snap) {
-            fail(QStringLiteral("the engine's state could not be decoded: %1")
-                     .arg(QString::fromStdString(snap.error())),
-                 true);
-            return;
-        }
+    if (auto applied = m_reducer.apply(frame, *this); !applied) {
         flushEvents();
-        Q_EMIT stateReceived(std::make_shared<wire::Snapshot>(std::move(snap).value()));
-        break;
+        fail(QString::fromStdString(applied.error()), m_reducer.lastError().refused);
     }
-    case wire::MessageType::HistoryBegin:
-        flushEvents();
-        m_inHistory = true;
-        break;
-    case wire::MessageType::HistoryEnd:
-        flushEvents();
-        m_inHistory = false;
-        Q_EMIT historyEnded();
-        break;
-    case wire::MessageType::EventBatch: {
-        auto events = wire::decodeEvents(frame.payload);
-        if (!events) {
-            fail(QStringLiteral("the engine sent events that could not be decoded: %1")
-                     .arg(QString::fromStdString(events.error())),
-                 true);
-            return;
-        }
-        if (m_pendingHistory != m_inHistory) flushEvents();
-        m_pendingHistory = m_inHistory;
-        m_pending.insert(m_pending.end(), events->begin(), events->end());
-        if (m_pending.size() >= kMaxBatchEvents) flushEvents();
-        break;
-    }
-    case wire::MessageType::Dropped: {
-        auto notice = wire::decodeDropped(frame.payload);
-        if (notice) Q_EMIT droppedReported(notice->total);
-        break;
-    }
-    case wire::MessageType::Goodbye: {
-        auto bye = wire::decodeGoodbye(frame.payload);
-        flushEvents();
-        m_done = true;
-        Q_EMIT finished(bye ? QString::fromStdString(bye->reason)
-                            : QStringLiteral("the engine finished"));
-        close();
-        break;
-    }
-    case wire::MessageType::Error: {
-        auto err = wire::decodeError(frame.payload);
-        fail(QStringLiteral("the engine closed the connection: %1")
-                 .arg(err ? QString::fromStdString(err->message)
-                          : QString::fromStdString(frame.payload)),
-             err && (err->code == "bad_token" || err->code == "version_mismatch"));
-        break;
-    }
-    default:
-        break;
-    }
+}
+
+void ConnectionWorker::onState(wire::Snapshot &&snapshot)
+{
+    flushEvents();
+    Q_EMIT stateReceived(std::make_shared<wire::Snapshot>(std::move(snapshot)));
+}
+
+void ConnectionWorker::onHistoryBegin()
+{
+    flushEvents();
+}
+
+void ConnectionWorker::onHistoryEnd()
+{
+    flushEvents();
+    Q_EMIT historyEnded();
+}
+
+void ConnectionWorker::onEvents(std::vector<telemetry::Event> &&events, bool history)
+{
+    if (m_pendingHistory != history) flushEvents();
+    m_pendingHistory = history;
+    if (m_pending.empty())
+        m_pending = std::move(events);
+    else
+        m_pending.insert(m_pending.end(), events.begin(), events.end());
+    if (m_pending.size() >= kMaxBatchEvents) flushEvents();
+}
+
+void ConnectionWorker::onDropped(const wire::DroppedNotice &notice)
+{
+    Q_EMIT droppedReported(notice.total);
+}
+
+void ConnectionWorker::onGoodbye(wire::Goodbye &&bye)
+{
+    flushEvents();
+    m_done = true;
+    Q_EMIT finished(QString::fromStdString(bye.reason));
+    close();
 }
 
 void ConnectionWorker::flushEvents()

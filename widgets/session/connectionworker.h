@@ -1,7 +1,9 @@
 #pragma once
 // The network half of a Connection, living on its own thread: owns the socket, does
-// the handshake and decodes frames with the wire's decoder, and hands decoded state and
-// event batches to the UI thread through queued signals. Never touches the store.
+// the handshake (client::InspectorClient's Hello) and feeds the frames after it to the one
+// frame reducer (client::FrameReducer, which shardscope-capture uses too). The worker is
+// that reducer's Qt adapter: it batches what the reducer hands it and turns it into queued
+// signals for the UI thread. Never touches the store.
 
 #include <QElapsedTimer>
 #include <QObject>
@@ -12,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "client/framereducer.h"
 #include "telemetry/event.h"
 #include "wire/clocksync.h"
 #include "wire/frame.h"
@@ -40,7 +43,7 @@ struct WelcomeInfo
     QString host;
 };
 
-class ConnectionWorker : public QObject
+class ConnectionWorker : public QObject, private client::FrameSink
 {
     Q_OBJECT
   public:
@@ -76,12 +79,19 @@ class ConnectionWorker : public QObject
     void flushEvents();
     void fail(const QString &message, bool refused);
     void handleFrame(wire::Frame &frame);
+    // client::FrameSink: what the reducer made of a frame.
+    void onState(wire::Snapshot &&snapshot) override;
+    void onEvents(std::vector<telemetry::Event> &&events, bool history) override;
+    void onHistoryBegin() override;
+    void onHistoryEnd() override;
+    void onDropped(const wire::DroppedNotice &notice) override;
+    void onGoodbye(wire::Goodbye &&goodbye) override;
 
     QIODevice *m_socket = nullptr;
     QString m_token;
     wire::FrameDecoder m_decoder;
+    client::FrameReducer m_reducer;
     bool m_welcomed = false;
-    bool m_inHistory = false;
     bool m_done = false;
     std::vector<telemetry::Event> m_pending;
     bool m_pendingHistory = false;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "client/livejobs.h"
 #include "wire/discovery.h"
 #include "wire/endpoint.h"
 
@@ -16,6 +17,16 @@ JobSession::JobSession(SessionStore *store, QObject *parent) : QObject(parent), 
 
 JobSession::~JobSession() = default;
 
+std::string JobSession::discoveryDirOf(const QString &discoveryDir)
+{
+    return discoveryDir.isEmpty() ? wire::defaultRuntimeDir() : discoveryDir.toStdString();
+}
+
+std::vector<client::LiveJob> JobSession::liveJobs(const QString &discoveryDir)
+{
+    return client::liveJobs(discoveryDirOf(discoveryDir));
+}
+
 QString JobSession::resolve(const QString &spec, std::vector<JobTarget> &targets, QString &jobName,
                             const QString &discoveryDir)
 {
@@ -27,14 +38,13 @@ QString JobSession::resolve(const QString &spec, std::vector<JobTarget> &targets
         if (jobName.isEmpty())
             return tr("job:NAME needs the job's name (the attach dialog and "
                       "shardscope-capture --list show the live jobs)");
-        const std::string dir =
-            discoveryDir.isEmpty() ? wire::defaultRuntimeDir() : discoveryDir.toStdString();
-        // One run (wire::selectRun: each endpoint once, two jobs of one name refused).
-        auto run = wire::selectRun(wire::listLiveEngines(dir), jobName.toStdString());
-        if (!run)
+        const std::string dir = discoveryDirOf(discoveryDir);
+        // One run (wire::selectRun: each endpoint once, two runs of one name refused).
+        auto job = client::liveJob(dir, jobName.toStdString());
+        if (!job)
             return tr("%1 in %2 (File → Attach lists the live jobs)")
-                .arg(QString::fromStdString(run.error()), QString::fromStdString(dir));
-        for (const wire::DiscoveryEntry &e : *run)
+                .arg(QString::fromStdString(job.error()), QString::fromStdString(dir));
+        for (const wire::DiscoveryEntry &e : job->processes)
             targets.push_back({QString::fromStdString(e.endpoint), e.job.ranks, e});
         return {};
     }

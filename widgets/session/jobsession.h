@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "client/livejobs.h"
 #include "session/connection.h"
 #include "session/sessionstore.h"
 #include "wire/clocksync.h"
@@ -52,6 +53,11 @@ class JobSession : public QObject
 
     // "job:NAME" (every live process of the job in the discovery directory), or one or more
     // endpoints separated by commas. Fills targets or returns what is wrong.
+    // The live engines of a discovery directory (empty: the default runtime directory),
+    // grouped by job (client::liveJobs): what the attach dialog lists and job:NAME resolves.
+    static std::vector<client::LiveJob> liveJobs(const QString &discoveryDir = {});
+    // The directory discoveryDir names: itself, or the default runtime directory if empty.
+    static std::string discoveryDirOf(const QString &discoveryDir);
     static QString resolve(const QString &spec, std::vector<JobTarget> &targets, QString &jobName,
                            const QString &discoveryDir = {});
 

@@ -1,54 +1,31 @@
 #pragma once
-// Everything the inspector knows about one training run: the decoded engine state,
-// live per-rank status, violations grouped by (kind, accessor, parameter), and every
-// received event in per-rank sorted lanes. Ingest is cheap and silent; consumers get
-// one coalesced updated() at most every refresh interval (about 30 Hz), never per event.
+// The inspector's store of one training run: a QObject adapter over the Qt-free
+// sessioncore::Store (engine/sessioncore: the decoded state, live per-rank status, the one
+// violation ledger, every received event in per-rank sorted lanes). Ingest is cheap and
+// silent; consumers get one coalesced updated() at most every refresh interval (about
+// 30 Hz), never per event. Names come back as QStrings; everything else is the core's.
 
-#include <QElapsedTimer>
 #include <QObject>
 #include <QString>
 #include <QTimer>
 
-#include <array>
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <span>
 #include <string>
-#include <tuple>
-#include <unordered_map>
 #include <vector>
 
+#include "sessioncore/store.h"
 #include "state/state.h"
 #include "state/violationledger.h"
-#include "session/eventlane.h"
 #include "telemetry/event.h"
 
 namespace shardscope::session {
 
-struct RankMemory
-{
-    std::uint64_t tsNs = 0;
-    std::uint64_t partitionedBytes = 0;
-    std::uint64_t gatheredBytes = 0;
-    std::uint64_t peakGatheredBytes = 0;
-    std::uint64_t liveElements = 0;
-};
-
-// What changed since the previous updated(): consumers refresh only that.
-struct StoreChanges
-{
-    bool reset = false;          // a different run (or a cleared store): rebuild everything
-    bool structure = false;      // modules, parameters or external registrations added/removed
-    bool violations = false;     // groups added or counts changed
-    bool summary = false;        // step, loss, dropped events, memory, source
-    bool events = false;         // new events in the lanes
-    std::vector<ParamId> params; // status or gather figures changed (unique)
-    bool any() const
-    {
-        return reset || structure || violations || summary || events || !params.empty();
-    }
-};
+// The core's types under the names the inspector's layers have always used.
+using EventLane = sessioncore::EventLane;
+using RankMemory = sessioncore::RankMemory;
+using StoreChanges = sessioncore::StoreChanges;
 
 class SessionStore : public QObject
 {
@@ -56,170 +33,107 @@ class SessionStore : public QObject
   public:
     explicit SessionStore(QObject *parent = nullptr);
 
-    // ---- ingest (UI thread)
-    void clear();
-    // A full state. If it describes the run already shown (same model, world size and
-    // modules), it replaces the state and keeps the collected history; otherwise the
-    // store starts over with it. Pass an rvalue: copying a 100k-parameter state costs the
-    // UI thread 10-40 ms. Returns the state it replaced, so that a caller can free a
-    // large one (about 10 ms) on another thread.
-    state::EngineState applyState(state::EngineState state);
-    // history: events that the state already reflects (the recent history a server sends
-    // after the state, or a snapshot's events): stored, and used for loss and memory,
-    // but not counted again. Live events also update status, gathers and violations.
-    // Duplicates of stored events (a reconnect replaying history) are skipped.
-    void appendEvents(std::span<const telemetry::Event> events, bool history);
-    void setDroppedEvents(std::uint64_t dropped); // the engine's own total, when it reports one
-    void setReadOnly(bool readOnly, const QString &source);
+    // The Qt-free store this adapts (what the trace export and snapshot writer read).
+    sessioncore::Store &core() { return m_core; }
+    const sessioncore::Store &core() const { return m_core; }
+
+    // ---- ingest (UI thread): see sessioncore::Store
+    void clear() { m_core.clear(); }
+    state::EngineState applyState(state::EngineState state)
+    {
+        return m_core.applyState(std::move(state));
+    }
+    void appendEvents(std::span<const telemetry::Event> events, bool history)
+    {
+        m_core.appendEvents(events, history);
+    }
+    void setDroppedEvents(std::uint64_t dropped) { m_core.setDroppedEvents(dropped); }
+    void setReadOnly(bool readOnly, const QString &source)
+    {
+        m_core.setReadOnly(readOnly, source.toStdString());
+    }
 
     // ---- a job: one store fed by several rank processes ("sources", numbered from 0)
-    // The latest state of one process of a job. The store shows the merge of every source's
-    // latest state (wire::mergeJobStates: the structure of source 0's, each global rank's
-    // status from the process that runs it, gathers summed, violations kept with their rank),
-    // so states of different processes never replace each other, and a process that is gone
-    // keeps its part. Merges are coalesced: at most one every max(100 ms, 3 x the last
-    // merge's cost), on the refresh timer (mergeSources() forces one). A state that cannot
-    // belong to the job (another model or world size) changes nothing; the reason is returned.
-    QString applySourceState(int source, state::EngineState state, const QString &name = {});
-    void setSourceDropped(int source, std::uint64_t dropped); // that process's total
-    void mergeSources();
-    // Forgets the sources' states (a new attach); the shown state stays until replaced.
-    void clearSources();
-    int sourceCount() const { return static_cast<int>(m_sources.size()); }
-    bool hasSourceState(int source) const;
+    QString applySourceState(int source, state::EngineState state, const QString &name = {})
+    {
+        return QString::fromStdString(
+            m_core.applySourceState(source, std::move(state), name.toStdString()));
+    }
+    void setSourceDropped(int source, std::uint64_t dropped)
+    {
+        m_core.setSourceDropped(source, dropped);
+    }
+    void mergeSources() { m_core.mergeSources(); }
+    void clearSources() { m_core.clearSources(); }
+    int sourceCount() const { return m_core.sourceCount(); }
+    bool hasSourceState(int source) const { return m_core.hasSourceState(source); }
 
     // ---- reading
-    bool hasState() const { return m_hasState; }
-    const state::EngineState &state() const { return m_state; }
-    bool readOnly() const { return m_readOnly; }
-    QString source() const { return m_source; }
-    int worldSize() const { return m_state.worldSize; }
+    bool hasState() const { return m_core.hasState(); }
+    const state::EngineState &state() const { return m_core.state(); }
+    bool readOnly() const { return m_core.readOnly(); }
+    QString source() const { return QString::fromStdString(m_core.source()); }
+    int worldSize() const { return m_core.worldSize(); }
 
-    const state::ModuleRecord *module(ModuleId id) const;
-    const state::ParamRecord *param(ParamId id) const;
-    // Where the parameter sits in state().params, or -1: tables indexed by parameter keep
-    // to the number of parameters whatever their ids are (a file may say 4294967294).
-    std::int32_t paramSlot(ParamId id) const;
-    QString modulePath(ModuleId id) const; // "<none>" / "<root>" as the engine names them
+    const state::ModuleRecord *module(ModuleId id) const { return m_core.module(id); }
+    const state::ParamRecord *param(ParamId id) const { return m_core.param(id); }
+    std::int32_t paramSlot(ParamId id) const { return m_core.paramSlot(id); }
+    QString modulePath(ModuleId id) const;
     QString paramName(ParamId id) const;
-    std::span<const ModuleId> childModules(ModuleId id) const;
-    std::span<const ParamId> ownedParams(ModuleId id) const;
-    const std::vector<state::ExternalRecord> &
-    externalsOn(ModuleId module) const; // .module holds the param id
-    std::uint64_t paramViolations(ParamId id) const;
-    std::uint64_t moduleViolations(ModuleId id) const; // as accessor or as owner
+    std::span<const ModuleId> childModules(ModuleId id) const { return m_core.childModules(id); }
+    std::span<const ParamId> ownedParams(ModuleId id) const { return m_core.ownedParams(id); }
+    const std::vector<state::ExternalRecord> &externalsOn(ModuleId module) const
+    {
+        return m_core.externalsOn(module);
+    }
+    std::uint64_t paramViolations(ParamId id) const { return m_core.paramViolations(id); }
+    std::uint64_t moduleViolations(ModuleId id) const { return m_core.moduleViolations(id); }
 
-    // The violations, a row each as the one ledger groups them (state/violationledger.h).
-    const std::vector<state::ViolationRow> &violationGroups() const { return m_violations.rows(); }
-    const state::ViolationLedger &violationLedger() const { return m_violations; }
-    // The violation an event reports (one sighting on the event's rank and step, without
-    // words), or nullopt for an event that reports none: the one decoding of violation
-    // events, for live events and for the trace export.
-    std::optional<state::ViolationRecord> violationOf(const telemetry::Event &ev) const;
-    // The row a violation belongs to, or null when the store has none.
-    const state::ViolationRow *violationGroup(const state::ViolationRecord &v) const;
-    std::vector<const state::ViolationRow *> violationsOf(ParamId id) const;
+    const std::vector<state::ViolationRow> &violationGroups() const
+    {
+        return m_core.violationGroups();
+    }
+    const state::ViolationLedger &violationLedger() const { return m_core.violationLedger(); }
+    std::optional<state::ViolationRecord> violationOf(const telemetry::Event &ev) const
+    {
+        return m_core.violationOf(ev);
+    }
+    const state::ViolationRow *violationGroup(const state::ViolationRecord &v) const
+    {
+        return m_core.violationGroup(v);
+    }
+    std::vector<const state::ViolationRow *> violationsOf(ParamId id) const
+    {
+        return m_core.violationsOf(id);
+    }
 
-    int laneCount() const { return static_cast<int>(m_lanes.size()); }
-    const EventLane &lane(int rank) const { return m_lanes[static_cast<std::size_t>(rank)]; }
-    std::uint64_t totalEvents() const { return m_totalEvents; }
-    std::uint64_t duplicateEvents() const { return m_duplicates; }
-    std::uint64_t droppedEvents() const { return m_droppedReported + m_droppedFromEvents; }
-    std::uint32_t step() const { return m_state.step; }
-    // The newest step a StepEnd event reported (0 before any).
-    std::uint32_t completedStep() const { return m_completedStep; }
-    bool hasLoss() const { return m_hasLoss; }
-    double loss() const { return m_loss; }
-    const std::vector<RankMemory> &memory() const { return m_memory; }
-    std::uint64_t firstTs() const;
-    std::uint64_t lastTs() const;
-    // Time zero of every view (telemetry clock): the earliest moment the session knows of,
-    // the first stored event or the first violation of the state, whichever is earlier.
-    // Fixed once known (until the store is cleared), so times do not move as old events are
-    // evicted, and a late attach, whose history starts long after the violations, still
-    // shows when each violation happened. 0 while nothing is known.
-    std::uint64_t timeOrigin() const;
+    int laneCount() const { return m_core.laneCount(); }
+    const EventLane &lane(int rank) const { return m_core.lane(rank); }
+    std::uint64_t totalEvents() const { return m_core.totalEvents(); }
+    std::uint64_t duplicateEvents() const { return m_core.duplicateEvents(); }
+    std::uint64_t droppedEvents() const { return m_core.droppedEvents(); }
+    std::uint32_t step() const { return m_core.step(); }
+    std::uint32_t completedStep() const { return m_core.completedStep(); }
+    bool hasLoss() const { return m_core.hasLoss(); }
+    double loss() const { return m_core.loss(); }
+    const std::vector<RankMemory> &memory() const { return m_core.memory(); }
+    std::uint64_t firstTs() const { return m_core.firstTs(); }
+    std::uint64_t lastTs() const { return m_core.lastTs(); }
+    std::uint64_t timeOrigin() const { return m_core.timeOrigin(); }
 
     // Emits updated() now if anything changed (the timer does this on its own).
     void flush();
     void setRefreshIntervalMs(int ms) { m_timer.setInterval(ms); }
-    // Memory bound of the event history: at most this many events over all ranks (the
-    // oldest are evicted per rank, in 16384-event chunks). 0: unbounded.
-    void setMaxEvents(std::size_t events);
-    std::size_t maxEvents() const { return m_maxEvents; }
-    std::uint64_t evictedEvents() const;
+    void setMaxEvents(std::size_t events) { m_core.setMaxEvents(events); }
+    std::size_t maxEvents() const { return m_core.maxEvents(); }
+    std::uint64_t evictedEvents() const { return m_core.evictedEvents(); }
 
   Q_SIGNALS:
     void updated(const shardscope::session::StoreChanges &changes);
 
   private:
-    struct Source
-    {
-        bool hasState = false;
-        state::EngineState state;
-        std::string name;
-        std::uint64_t dropped = 0;
-    };
-    void rebuildIndex();
-    void rebuildViolationCounts();
-    void markParam(ParamId id);
-    void markDirty();
-    void applyLive(const telemetry::Event &ev);
-    // A live event's violation into the ledger, with the words core's describeViolation
-    // writes from the names the store knows (a State's records bring the producer's).
-    void addViolation(state::ViolationRecord v);
-    state::ParamRecord *mutParam(ParamId id);
-    EventLane &laneFor(int rank);
-
-    state::EngineState m_state;
-    bool m_hasState = false;
-    bool m_readOnly = false;
-    QString m_source;
-
-    // param id -> index in m_state.params (-1 if absent): a table while ids are dense,
-    // a hash map when they are sparse, so memory follows the number of parameters.
-    std::vector<std::int32_t> m_paramIndex;
-    std::unordered_map<ParamId, std::int32_t> m_sparseParamIndex;
-    // Module -> its child modules, and -> the parameters it owns, as offsets into one array
-    // each (module m's are [at[m], at[m + 1])): two arrays instead of a vector per module.
-    std::vector<std::uint32_t> m_childModulesAt, m_ownedParamsAt;
-    std::vector<ModuleId> m_childModules;
-    std::vector<ParamId> m_ownedParams;
-    std::vector<std::vector<state::ExternalRecord>> m_externalsOn;
-    std::vector<std::uint64_t> m_paramViolations; // by paramSlot
-    std::vector<std::uint64_t> m_moduleViolations;
-
-    state::ViolationLedger m_violations;
-    // The names of parameters an earlier state listed and the current one does not, by id:
-    // events and violations may name them (weight_norm removes `weight`).
-    std::unordered_map<ParamId, std::string> m_knownParamNames;
-
-    std::vector<EventLane> m_lanes;
-    std::vector<std::vector<telemetry::Event>>
-        m_late; // per lane: appendEvents' out-of-order events
-    std::unordered_map<std::uint64_t, std::uint64_t> m_fetchBegin; // (rank, param) -> ts
-    std::vector<RankMemory> m_memory;
-    std::uint64_t m_totalEvents = 0;
-    std::uint64_t m_duplicates = 0;
-    std::uint64_t m_droppedFromEvents = 0;
-    std::uint64_t m_droppedReported = 0;
-    std::uint32_t m_completedStep = 0;
-    bool m_hasLoss = false;
-    double m_loss = 0.0;
-    bool m_dedupe = false;
-    std::size_t m_maxEvents = 8u << 20; // 8 Mi events: 384 MiB // after a state of the same run:
-                                        // history may repeat stored events
-
-    mutable std::uint64_t m_timeOrigin = 0; // latched by timeOrigin()
-
-    StoreChanges m_pending;
-    std::vector<std::uint8_t> m_paramMarked; // by paramSlot
+    sessioncore::Store m_core;
     QTimer m_timer;
-
-    std::vector<Source> m_sources;
-    bool m_mergePending = false;
-    QElapsedTimer m_sinceMerge;
-    qint64 m_mergeCostMs = 0;
 };
 
 } // namespace shardscope::session

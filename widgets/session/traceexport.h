@@ -1,14 +1,16 @@
 #pragma once
-// A Chrome / Perfetto trace (JSON "traceEvents") of what a store holds: one pid per
-// rank, module and gather spans as "X" events with integer-microsecond ts/dur (on every
-// thread they nest or are disjoint; overlapping gathers of a rank go onto its threads
-// "gathers 0", "gathers 1", ...), violations as instant events, and a "distributedInfo".
+// The inspector's trace export: the one trace writer of the Qt-free session core
+// (sessioncore/traceexport.h, what shardscope-capture --export-trace calls too) over the
+// store this adapter holds, as bytes for the export file writers.
 
 #include <QByteArray>
 
 #include "session/sessionstore.h"
+#include "sessioncore/tracebuilder.h"
 
 namespace shardscope::session {
+
+using TraceIds = sessioncore::TraceIds;
 
 QByteArray chromeTrace(const SessionStore &store);
 

@@ -14,8 +14,8 @@
 #include <QTimer>
 #include <QVBoxLayout>
 #include <algorithm>
-#include <set>
 
+#include "session/jobsession.h"
 #include "wire/discovery.h"
 #include "wire/endpoint.h"
 
@@ -36,8 +36,7 @@ QString uptime(std::uint64_t startUnixMs)
 
 AttachDialog::AttachDialog(const QString &discoveryDir, QWidget *parent)
     : QDialog(parent),
-      m_dir(discoveryDir.isEmpty() ? QString::fromStdString(wire::defaultRuntimeDir())
-                                   : discoveryDir),
+      m_dir(QString::fromStdString(session::JobSession::discoveryDirOf(discoveryDir))),
       m_table(new QTableWidget(0, 7, this)), m_endpoint(new QLineEdit(this)),
       m_token(new QLineEdit(this)), m_hint(new QLabel(this)), m_timer(new QTimer(this))
 {
@@ -129,21 +128,14 @@ int AttachDialog::jobCount() const
 
 void AttachDialog::refresh()
 {
-    std::vector<wire::DiscoveryEntry> engines = wire::listLiveEngines(m_dir.toStdString());
+    // The session lists the live engines, grouped by job and ordered by rank.
+    const std::vector<client::LiveJob> jobs = session::JobSession::liveJobs(m_dir);
     const QString selected =
         m_table->selectionModel()->selectedRows().isEmpty()
             ? QString()
             : m_table->item(m_table->selectionModel()->selectedRows().first().row(), 5)->text();
-    // Grouped by job, ranks in order; a job of several processes (or one whose other ranks
-    // are not live) gets a row of its own above them, which attaches to all of them.
-    const auto jobOf = [](const wire::DiscoveryEntry &e) {
-        return e.job.id.empty() ? "pid " + std::to_string(e.pid) : e.job.id;
-    };
-    std::stable_sort(engines.begin(), engines.end(), [&](const auto &x, const auto &y) {
-        const int rx = x.job.ranks.empty() ? 0 : x.job.ranks.front();
-        const int ry = y.job.ranks.empty() ? 0 : y.job.ranks.front();
-        return std::make_pair(jobOf(x), rx) < std::make_pair(jobOf(y), ry);
-    });
+    // A job of several processes (or one whose other ranks are not live) gets a row of its
+    // own above them, which attaches to all of them.
     struct Row
     {
         QString cells[7];
@@ -152,20 +144,15 @@ void AttachDialog::refresh()
     };
     std::vector<Row> rows;
     m_jobs = 0;
-    for (std::size_t i = 0; i < engines.size();) {
-        std::size_t end = i;
-        std::set<int> ranks;
-        while (end < engines.size() && jobOf(engines[end]) == jobOf(engines[i])) {
-            ranks.insert(engines[end].job.ranks.begin(), engines[end].job.ranks.end());
-            ++end;
-        }
-        const wire::DiscoveryEntry &first = engines[i];
-        const int world = std::max(first.job.worldSize, first.worldSize);
-        if (!first.job.id.empty() &&
-            (end - i > 1 || static_cast<int>(ranks.size()) < world)) {
+    std::size_t engines = 0;
+    for (const client::LiveJob &job : jobs) {
+        const wire::DiscoveryEntry &first = job.processes.front();
+        engines += job.processes.size();
+        const int world = job.worldSize;
+        if (job.named && (job.processes.size() > 1 || static_cast<int>(job.ranks.size()) < world)) {
             Row r;
             r.job = true;
-            const QString id = QString::fromStdString(first.job.id);
+            const QString id = QString::fromStdString(job.id);
             r.cells[0] = tr("job");
             r.cells[1] = QString::fromStdString(first.model);
             r.cells[2] = QString::number(world);
@@ -173,15 +160,14 @@ void AttachDialog::refresh()
             r.cells[4] = uptime(first.startUnixMs);
             r.cells[5] = QStringLiteral("job:") + id;
             r.cells[6] = tr("%1 of %2 ranks live (%3 processes)")
-                             .arg(ranks.size())
+                             .arg(job.ranks.size())
                              .arg(world)
-                             .arg(end - i);
+                             .arg(job.processes.size());
             r.tip = tr("job %1: attaches to every live process of the job at once").arg(id);
             rows.push_back(r);
             ++m_jobs;
         }
-        for (std::size_t k = i; k < end; ++k) {
-            const wire::DiscoveryEntry &e = engines[k];
+        for (const wire::DiscoveryEntry &e : job.processes) {
             Row r;
             QStringList rankList;
             for (int x : e.job.ranks)
@@ -200,9 +186,8 @@ void AttachDialog::refresh()
             if (e.tokenRequired) r.tip = tr("this engine requires a token");
             rows.push_back(r);
         }
-        i = end;
     }
-    m_engines = static_cast<int>(engines.size());
+    m_engines = static_cast<int>(engines);
     // The ranks column only when some process says which ranks it runs (a job's).
     m_table->setColumnHidden(6, std::none_of(rows.begin(), rows.end(), [](const Row &row) {
                                  return !row.cells[6].isEmpty();
@@ -232,7 +217,7 @@ void AttachDialog::refresh()
     if (!rows.empty() && selected.isEmpty() && m_endpoint->text().isEmpty())
         m_table->selectRow(0);
     fitToTable();
-    m_hint->setText(engines.empty() ? tr("No live engine found. Start one with shardscope-train, "
+    m_hint->setText(engines == 0 ? tr("No live engine found. Start one with shardscope-train, "
                                          "or type its endpoint below.")
                                     : QString());
 }

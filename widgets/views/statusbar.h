@@ -7,9 +7,13 @@
 class QLabel;
 class QTimer;
 
+namespace shardscope::sessioncore {
+struct StoreChanges;
+} // namespace shardscope::sessioncore
+
 namespace shardscope::session {
 class SessionStore;
-struct StoreChanges;
+using StoreChanges = sessioncore::StoreChanges;
 } // namespace shardscope::session
 
 namespace shardscope::views {

@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/agentstate.h"
+#include "agent/agentstate.h"
 #include "server/inspector.h"
-#include "server/inspectorclient.h"
+#include "client/inspectorclient.h"
 #include "telemetry/eventfields.h"
 #include "telemetry/telemetryhub.h"
 #include "wire/discovery.h"
@@ -30,9 +30,9 @@ class Recorder final : public telemetry::EventSink
     std::vector<telemetry::Event> events;
 };
 
-server::AgentParam param(ParamId id, const std::string &name, ModuleId owner)
+agent::AgentParam param(ParamId id, const std::string &name, ModuleId owner)
 {
-    server::AgentParam p;
+    agent::AgentParam p;
     p.record.id = id;
     p.record.name = name;
     p.record.owner = owner;
@@ -53,10 +53,10 @@ class TestAgentState : public QObject
   private slots:
     void modulesAndEvents()
     {
-        server::AgentConfig cfg;
+        agent::AgentConfig cfg;
         cfg.rank = 1;
         cfg.worldSize = 2;
-        server::AgentState s(cfg);
+        agent::AgentState s(cfg);
         Recorder rec;
         s.setEventSink(&rec);
         // A module deep in the tree brings its ancestors, parents first.
@@ -99,14 +99,14 @@ class TestAgentState : public QObject
     // now and at most, in the parameters' own element sizes.
     void memorySamples()
     {
-        server::AgentState s(server::AgentConfig{});
+        agent::AgentState s(agent::AgentConfig{});
         Recorder rec;
         s.setEventSink(&rec);
         const ModuleId embed = s.ensureModule("embed", "Embedding");
-        server::AgentParam half = param(0, "embed.weight", embed); // fp16: 2 bytes an element
+        agent::AgentParam half = param(0, "embed.weight", embed); // fp16: 2 bytes an element
         half.elementBytes = 2;
         s.setParam(half);
-        server::AgentParam whole = param(1, "norm.weight", embed); // persistent: all of it
+        agent::AgentParam whole = param(1, "norm.weight", embed); // persistent: all of it
         whole.record.partitioned = false;
         whole.record.persistent = true;
         s.setParam(whole);
@@ -139,7 +139,7 @@ class TestAgentState : public QObject
 
     void violationsInDeepSpeedsWords()
     {
-        server::AgentState s(server::AgentConfig{});
+        agent::AgentState s(agent::AgentConfig{});
         Recorder rec;
         s.setEventSink(&rec);
         const ModuleId embed = s.ensureModule("embed", "Embedding");
@@ -187,9 +187,9 @@ class TestAgentState : public QObject
     // A late parameter is recorded as a violation only if a step starts before it is adopted.
     void lateParameters()
     {
-        server::AgentState s(server::AgentConfig{});
+        agent::AgentState s(agent::AgentConfig{});
         const ModuleId conv = s.ensureModule("pos_conv.conv", "Conv1d");
-        server::AgentParam g = param(1u << 20, "pos_conv.conv.weight_g", conv);
+        agent::AgentParam g = param(1u << 20, "pos_conv.conv.weight_g", conv);
         g.record.replaces = "pos_conv.conv.weight";
         s.setParam(g);
         s.lateParameter(g.record.id);
@@ -213,9 +213,9 @@ class TestAgentState : public QObject
                 "create model.conv.weight_g inside deepspeed.zero.Init, or adopt it, then "
                 "deepspeed.zero.register_external_parameter(model.conv, model.conv.weight_g)"));
 
-        server::AgentState adopted(server::AgentConfig{});
+        agent::AgentState adopted(agent::AgentConfig{});
         const ModuleId c2 = adopted.ensureModule("pos_conv.conv", "Conv1d");
-        server::AgentParam v = param(7, "pos_conv.conv.weight_v", c2);
+        agent::AgentParam v = param(7, "pos_conv.conv.weight_v", c2);
         adopted.setParam(v);
         adopted.lateParameter(7);
         adopted.parameterAdopted(7);
@@ -231,11 +231,11 @@ class TestAgentState : public QObject
     void servedByTheInspector()
     {
         QTemporaryDir dir;
-        server::AgentConfig cfg;
+        agent::AgentConfig cfg;
         cfg.modelName = "TinyLM";
         cfg.rank = 1;
         cfg.worldSize = 2;
-        server::AgentState s(cfg);
+        agent::AgentState s(cfg);
         const ModuleId embed = s.ensureModule("embed", "Embedding");
         const ModuleId head = s.ensureModule("lm_head", "Head");
         s.setParam(param(0, "embed.weight", embed));
@@ -244,7 +244,7 @@ class TestAgentState : public QObject
         o.snapshotOut = dir.filePath("snap.json").toStdString();
         o.job = "job-42";
         server::Inspector inspector(s, o);
-        auto client = server::InspectorClient::connect(inspector.endpoint(), {});
+        auto client = client::InspectorClient::connect(inspector.endpoint(), {});
         QVERIFY2(client, client ? "" : client.error().c_str());
         const wire::Welcome &w = (*client)->welcome();
         QCOMPARE(w.model, std::string("TinyLM"));

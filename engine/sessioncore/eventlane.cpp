@@ -1,9 +1,9 @@
-#include "session/eventlane.h"
+#include "sessioncore/eventlane.h"
 
 #include <algorithm>
 #include <cstring>
 
-namespace shardscope::session {
+namespace shardscope::sessioncore {
 
 std::size_t EventLane::firstIndex(std::uint64_t ts) const
 {
@@ -149,4 +149,4 @@ std::size_t EventLane::bytesUsed() const
     return bytes;
 }
 
-} // namespace shardscope::session
+} // namespace shardscope::sessioncore

@@ -23,7 +23,7 @@
 #include "state/violationtext.h"
 #include "state/stateprovider.h"
 
-namespace shardscope::server {
+namespace shardscope::agent {
 
 struct AgentConfig
 {
@@ -163,4 +163,4 @@ class AgentState final : public state::StateProvider
     std::atomic<bool> m_telemetry{true};
 };
 
-} // namespace shardscope::server
+} // namespace shardscope::agent

@@ -1,11 +1,11 @@
-#include "server/agentstate.h"
+#include "agent/agentstate.h"
 
 #include <algorithm>
 
 #include "telemetry/clock.h"
 #include "telemetry/eventfields.h"
 
-namespace shardscope::server {
+namespace shardscope::agent {
 
 namespace {
 
@@ -579,4 +579,4 @@ state::EngineState AgentState::state() const
     return s;
 }
 
-} // namespace shardscope::server
+} // namespace shardscope::agent

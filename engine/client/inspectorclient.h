@@ -1,7 +1,8 @@
 #pragma once
 // A blocking client of the inspector endpoint (POSIX sockets): connects, does the
 // handshake and hands out decoded frames. shardscope-capture and the tests use it; the
-// Qt GUI speaks the same protocol through QLocalSocket/QTcpSocket and the same wire codec.
+// Qt GUI speaks the same protocol through QLocalSocket/QTcpSocket with the same Hello
+// (helloFrame), and both reduce the frames after the Welcome with client::FrameReducer.
 
 #include <cstdint>
 #include <memory>
@@ -15,7 +16,7 @@
 #include "wire/messages.h"
 #include "wire/result.h"
 
-namespace shardscope::server {
+namespace shardscope::client {
 
 class InspectorClient;
 wire::Result<wire::ClockEstimate> probeClock(std::string_view endpoint, int samples,
@@ -40,6 +41,9 @@ class InspectorClient
     ~InspectorClient();
     InspectorClient(const InspectorClient &) = delete;
     InspectorClient &operator=(const InspectorClient &) = delete;
+
+    // The Hello frame these options send (the inspector's ConnectionWorker sends it too).
+    static std::string helloFrame(const Options &options);
 
     const wire::Welcome &welcome() const { return m_welcome; }
 
@@ -68,4 +72,4 @@ wire::Result<wire::ClockEstimate> probeClock(std::string_view endpoint, int samp
 // Sends bytes on a blocking socket; false on error.
 bool sendAll(int fd, std::string_view bytes);
 
-} // namespace shardscope::server
+} // namespace shardscope::client

@@ -1,4 +1,4 @@
-#include "server/inspectorclient.h"
+#include "client/inspectorclient.h"
 
 #include <cerrno>
 #include <chrono>
@@ -7,12 +7,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "server/sockets.h"
+#include "wire/endpoint.h"
 #include "telemetry/clock.h"
 
 #include <vector>
 
-namespace shardscope::server {
+namespace shardscope::client {
 
 bool sendAll(int fd, std::string_view bytes)
 {
@@ -27,6 +27,16 @@ bool sendAll(int fd, std::string_view bytes)
 
 InspectorClient::InspectorClient(int fd) : m_fd(fd) {}
 
+std::string InspectorClient::helloFrame(const Options &options)
+{
+    wire::Hello hello;
+    hello.version = options.version;
+    hello.capabilities = options.capabilities;
+    hello.token = options.token;
+    hello.client = options.name;
+    return wire::encodeFrame(wire::MessageType::Hello, wire::encodeHello(hello));
+}
+
 InspectorClient::~InspectorClient()
 {
     if (m_fd >= 0) ::close(m_fd);
@@ -35,16 +45,10 @@ InspectorClient::~InspectorClient()
 wire::Result<std::unique_ptr<InspectorClient>> InspectorClient::connect(std::string_view endpoint,
                                                                         const Options &options)
 {
-    auto fd = connectTo(endpoint);
+    auto fd = wire::connectTo(endpoint);
     if (!fd) return wire::fail(fd.error());
     std::unique_ptr<InspectorClient> client(new InspectorClient(*fd));
-    wire::Hello hello;
-    hello.version = options.version;
-    hello.capabilities = options.capabilities;
-    hello.token = options.token;
-    hello.client = options.name;
-    if (!sendAll(client->m_fd,
-                 wire::encodeFrame(wire::MessageType::Hello, wire::encodeHello(hello))))
+    if (!sendAll(client->m_fd, helloFrame(options)))
         return wire::fail("cannot send the handshake to " + std::string(endpoint) + ": " +
                           std::strerror(errno));
     auto first = client->next(options.handshakeTimeoutMs);
@@ -89,7 +93,7 @@ wire::Result<std::optional<wire::Frame>> InspectorClient::next(int timeoutMs)
 
 wire::Result<wire::ClockEstimate> probeClock(std::string_view endpoint, int samples, int timeoutMs)
 {
-    auto fd = connectTo(endpoint);
+    auto fd = wire::connectTo(endpoint);
     if (!fd) return wire::fail(fd.error());
     InspectorClient conn(*fd); // only for its frame reader; no handshake on a probe
     std::vector<wire::ClockSample> taken;
@@ -129,4 +133,4 @@ wire::Result<wire::ClockEstimate> probeClock(std::string_view endpoint, int samp
     return wire::estimateClockOffset(taken);
 }
 
-} // namespace shardscope::server
+} // namespace shardscope::client

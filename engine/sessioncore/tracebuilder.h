@@ -1,18 +1,17 @@
 #pragma once
 // Writes a Chrome / Perfetto trace (the JSON object format: "traceEvents" and a few
 // top-level members): metadata, complete ("X") spans and instants, on the microsecond
-// timeline that starts at t0. Knows nothing of the store; traceexport.cpp maps a store
-// onto it. The document is written in one place, document().
-
-#include <QByteArray>
-#include <QJsonArray>
-#include <QJsonObject>
-#include <QString>
+// timeline that starts at t0, with nlohmann-json (objects with sorted keys, compact).
+// Knows nothing of the store; traceexport.cpp maps a store onto it. The document is written
+// in one place, document().
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
-namespace shardscope::session {
+#include <nlohmann/json.hpp>
+
+namespace shardscope::sessioncore {
 
 // The pid of each rank and the tid of each of its threads. Rank r's threads are its pid +
 // offset, offset 0 being the pid itself (a process's main thread, as on Linux). No id is 0
@@ -31,11 +30,11 @@ class TraceIds
 
     int pid(int rank) const { return m_pids.at(static_cast<std::size_t>(rank)); }
     int tid(int rank, int offset) const { return pid(rank) + offset; }
-    qint64 stride() const { return m_stride; }
+    std::int64_t stride() const { return m_stride; }
 
   private:
     std::vector<int> m_pids;
-    qint64 m_stride = 0;
+    std::int64_t m_stride = 0;
 };
 
 class TraceBuilder
@@ -45,24 +44,30 @@ class TraceBuilder
 
     // Microseconds since t0, rounded (0 before it). Both ends of a span are rounded, not its
     // duration: rounding is monotonic, so spans nested or disjoint in nanoseconds stay so.
-    qint64 us(std::uint64_t tsNs) const;
-    qint64 dur(std::uint64_t beginNs, std::uint64_t endNs) const;
+    std::int64_t us(std::uint64_t tsNs) const;
+    std::int64_t dur(std::uint64_t beginNs, std::uint64_t endNs) const;
 
-    void meta(const char *name, int pid, int tid, const QJsonObject &args);
-    void spanUs(const QString &name, const QString &cat, int pid, int tid, qint64 ts,
-                qint64 duration, const QJsonObject &args);
-    void span(const QString &name, const QString &cat, int pid, int tid, std::uint64_t beginNs,
-              std::uint64_t endNs, const QJsonObject &args);
-    void instant(const QString &name, const QString &cat, int pid, int tid, std::uint64_t tsNs,
-                 const QJsonObject &args);
+    void meta(const char *name, int pid, int tid, nlohmann::json args);
+    void spanUs(const std::string &name, const std::string &cat, int pid, int tid,
+                std::int64_t ts, std::int64_t duration, nlohmann::json args);
+    void span(const std::string &name, const std::string &cat, int pid, int tid,
+              std::uint64_t beginNs, std::uint64_t endNs, nlohmann::json args);
+    void instant(const std::string &name, const std::string &cat, int pid, int tid,
+                 std::uint64_t tsNs, nlohmann::json args);
 
     // The whole trace as compact JSON: the events, displayTimeUnit "ms" and the given
     // top-level members (distributedInfo, otherData, ...).
-    QByteArray document(const QJsonObject &members) const;
+    std::string document(nlohmann::json members) const;
+
+    // A double as a trace writes it: an integral value as an integer ("2", not "2.0"),
+    // as the QJson writer of earlier releases did; others in shortest round-trip form.
+    static nlohmann::json number(double v);
 
   private:
+    void add(const nlohmann::json &event);
+
     std::uint64_t m_t0;
-    QJsonArray m_events;
+    std::string m_events; // the events, each compact, comma-separated (no brackets)
 };
 
-} // namespace shardscope::session
+} // namespace shardscope::sessioncore

@@ -1,35 +1,38 @@
 #pragma once
-// Folds the frames a client receives after the handshake into one Snapshot: the latest
-// state, the events received (history, then live) and every loss it was told about.
-// shardscope-capture writes this snapshot; a GUI store can mirror it.
+// The capture's fold of a connection: the frames after the handshake, reduced by the one
+// FrameReducer, kept as one Snapshot: the latest state, the events received (history, then
+// live) and every loss it was told about. shardscope-capture writes this snapshot; the
+// inspector's ConnectionWorker is the reducer's other sink.
 
 #include <cstddef>
 #include <cstdint>
 
+#include "client/framereducer.h"
 #include "wire/frame.h"
 #include "wire/messages.h"
 #include "wire/snapshot.h"
 
-namespace shardscope::wire {
+namespace shardscope::client {
 
-class ClientState
+class ClientState : private FrameSink
 {
   public:
     // Keeps at most maxEvents events (the oldest are evicted and counted as dropped).
     explicit ClientState(std::size_t maxEvents = 1000000);
 
-    // Applies one frame received after the Welcome. An undecodable payload, an Error
-    // frame (its message) or a frame out of order is an error; the state is unchanged.
-    Status apply(const Frame &frame);
+    // Applies one frame received after the Welcome (FrameReducer::apply). An undecodable
+    // payload, an Error frame (its message) or a frame out of order is an error; the state
+    // is unchanged.
+    wire::Status apply(const wire::Frame &frame);
 
     // state: the latest State; events: oldest first; droppedEvents: the engine's own
     // count from the latest State + drops reported to this client + evicted events.
-    const Snapshot &snapshot() const { return m_snapshot; }
+    const wire::Snapshot &snapshot() const { return m_snapshot; }
     bool hasState() const { return m_stateCount > 0; }
     std::uint64_t stateCount() const { return m_stateCount; }
-    bool historyDone() const { return m_historyDone; }
-    bool finished() const { return m_finished; }
-    const Goodbye &goodbye() const { return m_goodbye; }
+    bool historyDone() const { return m_reducer.historyDone(); }
+    bool finished() const { return m_reducer.finished(); }
+    const wire::Goodbye &goodbye() const { return m_goodbye; }
     std::uint64_t historyEvents() const { return m_historyEvents; }
     std::uint64_t liveEvents() const { return m_liveEvents; }
     std::uint64_t clientDropped() const { return m_clientDropped; }
@@ -38,17 +41,18 @@ class ClientState
     std::uint32_t latestCompletedStep() const { return m_completedStep; }
 
   private:
-    void addEvents(std::vector<telemetry::Event> &&events);
+    void onState(wire::Snapshot &&snapshot) override;
+    void onEvents(std::vector<telemetry::Event> &&events, bool history) override;
+    void onDropped(const wire::DroppedNotice &notice) override;
+    void onGoodbye(wire::Goodbye &&goodbye) override;
     void updateDropped();
 
+    FrameReducer m_reducer;
     std::size_t m_maxEvents;
-    Snapshot m_snapshot;
+    wire::Snapshot m_snapshot;
     std::uint64_t m_engineDropped = 0;
     std::uint64_t m_stateCount = 0;
-    bool m_inHistory = false;
-    bool m_historyDone = false;
-    bool m_finished = false;
-    Goodbye m_goodbye;
+    wire::Goodbye m_goodbye;
     std::uint64_t m_historyEvents = 0;
     std::uint64_t m_liveEvents = 0;
     std::uint64_t m_clientDropped = 0;
@@ -57,4 +61,4 @@ class ClientState
     std::uint32_t m_completedStep = 0;
 };
 
-} // namespace shardscope::wire
+} // namespace shardscope::client

@@ -14,7 +14,7 @@
 
 #include "telemetry/event.h"
 
-namespace shardscope::session {
+namespace shardscope::sessioncore {
 
 class EventLane
 {
@@ -140,4 +140,4 @@ class EventLane
     std::uint16_t m_rank = 0;
 };
 
-} // namespace shardscope::session
+} // namespace shardscope::sessioncore
