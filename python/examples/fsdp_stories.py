@@ -7,10 +7,11 @@ A tiny language model on CPU over gloo (`init_device_mesh("cpu", (world,))`): `e
 (nn.Embedding), `blocks` (each its own FSDP unit), `head` (nn.Linear), and the root unit.
 Each case below is a bug as users hit it; `--fixed` runs the line ShardScope's fix names:
 
-  --read-outside [grad|no-grad]  the training loop reads model.head.weight outside any FSDP
-                        unit's forward: torch fails with "got mixed torch.Tensor and DTensor"
-                        (recorded first). Fixed: no-grad reads model.head.weight.full_tensor();
-                        grad moves the read into model.forward
+  --read-outside [grad|no-grad]  the training loop reads model.blocks[-1].fc1.weight (its
+                        unit resharded after forward) outside any FSDP unit's forward: torch
+                        fails with "got mixed torch.Tensor and DTensor" (recorded first). Fixed:
+                        no-grad reads model.blocks[1].fc1.weight.full_tensor(); grad moves the
+                        read into model.blocks[1].forward
   --call-forward        model.forward(x) instead of model(x): the root's pre-forward all-gather
                         is skipped (recorded, then torch's mixed-tensor error). Fixed: model(x)
   --tied                embed.weight tied to head.weight, and fully_shard(embed) and
@@ -48,8 +49,13 @@ class Block(nn.Module):
         self.fc1 = nn.Linear(hidden, 2 * hidden)
         self.fc2 = nn.Linear(2 * hidden, hidden)
 
+        self.read_in_forward = None  # --read-outside grad --fixed: the read, moved here
+
     def forward(self, x):
-        return x + self.fc2(F.gelu(self.fc1(x)))
+        x = x + self.fc2(F.gelu(self.fc1(x)))
+        if self.read_in_forward is not None:
+            x = x + self.read_in_forward.mm(self.fc1.weight.t()).mean()
+        return x
 
 
 class TinyLM(nn.Module):
@@ -61,16 +67,12 @@ class TinyLM(nn.Module):
         self.head = nn.Linear(hidden, vocab, bias=False)
         if tied:
             self.head.weight = self.embed.weight
-        self.read_in_forward = None  # --read-outside grad --fixed: the read, moved here
 
     def forward(self, tokens):
         x = self.embed(tokens)
         for b in self.blocks:
             x = b(x)
-        logits = self.head(x)
-        if self.read_in_forward is not None:
-            logits = logits + self.read_in_forward.mm(self.head.weight.t()).mean()
-        return logits
+        return self.head(x)
 
 
 class LoRA(nn.Module):
@@ -149,17 +151,18 @@ def main():
         if a.explicit_unshard:
             model.blocks[0].unshard()
         if a.read_outside == "grad" and a.fixed:
-            model.read_in_forward = torch.randn(2, a.hidden, generator=gen)
+            model.blocks[-1].read_in_forward = torch.randn(2, a.hidden, generator=gen)
         logits = model.forward(tokens) if a.call_forward and not a.fixed else model(tokens)
         loss = F.cross_entropy(logits.view(-1, a.vocab), tokens.view(-1))
         if a.read_outside and not (a.read_outside == "grad" and a.fixed):
             sampled = torch.randn(2, a.hidden, generator=gen)
             if a.read_outside == "no-grad":
                 with torch.no_grad():
-                    w = model.head.weight.full_tensor() if a.fixed else model.head.weight
+                    w = model.blocks[-1].fc1.weight
+                    w = w.full_tensor() if a.fixed else w
                     extra = sampled.mm(w.t()).mean()
             else:
-                extra = sampled.mm(model.head.weight.t()).mean()  # story: fails here
+                extra = sampled.mm(model.blocks[-1].fc1.weight.t()).mean()  # story: fails here
                 loss = loss + extra
         loss.backward()
         opt.step()

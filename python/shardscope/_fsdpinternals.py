@@ -21,6 +21,8 @@ _PKG = "torch.distributed.fsdp._fully_shard."
 
 # (module, class, method): the methods wrapped, and what each tells the agent.
 HOOKS = (
+    # fully_shard(module) initialises the module's state: the last one is the root candidate
+    ("_fsdp_state", "FSDPState", "init"),
     # an all-gather issued for a group (its parameters begin to be gathered)
     ("_fsdp_param_group", "FSDPParamGroup", "unshard"),
     # the group's parameters are unsharded (registered as plain tensors)

@@ -159,6 +159,8 @@ class _Agent:
         self.step = 0
         self.late_dirty = True
         self.mode = None
+        self.derived = {}  # id -> (DTensor, pids entry): views of sharded parameters (_derived)
+        self.candidate = None  # weakref to the last module fully_shard was called on
         self.checked = set()
         self._on_term = None
         self.uninstall = _fi.install(self)
@@ -436,6 +438,7 @@ class _Agent:
     def _enter_mode(self):
         if self.mode is not None or self.closed:
             return
+        from torch.distributed.tensor import DTensor
         from torch.overrides import TorchFunctionMode
 
         agent = self
@@ -444,11 +447,15 @@ class _Agent:
 
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
-                if not agent.inside and func not in _METADATA_ONLY:
-                    hit = agent._mixed(args, kwargs)
-                    if hit is not None:
-                        agent.on_shard_read(*hit)
-                return func(*args, **kwargs)
+                if agent.inside or func in _METADATA_ONLY:
+                    return func(*args, **kwargs)
+                hit, plain = agent._mixed(args, kwargs)
+                if hit is not None and plain:
+                    agent.on_shard_read(*hit)
+                r = func(*args, **kwargs)
+                if hit is not None and not plain and isinstance(r, DTensor):
+                    agent._derived(r, hit[1])  # model.w.t(), then mixed: still model.w's read
+                return r
 
         self.mode = ShardReads()
         self.mode.__enter__()
@@ -463,6 +470,14 @@ class _Agent:
         import torch
         from torch.distributed.tensor import DTensor
 
+        if self.root is None:
+            if self.candidate is None or self.candidate() is None or not self._mixes(args, kwargs):
+                return None, False
+            self.inside += 1
+            try:
+                self.attach(self.candidate())
+            finally:
+                self.inside -= 1
         hit = None
         plain = False
         for value in (*args, *kwargs.values()):
@@ -470,9 +485,35 @@ class _Agent:
                 entry = self.pids.get(id(v))
                 if entry is not None and entry[2].sharded_param is v and entry[1].status != UNSHARDED:
                     hit = (v, entry)
+                    continue
+                derived = self.derived.get(id(v))
+                if derived is not None and derived[0] is v:
+                    hit = (derived[1][2].sharded_param, derived[1])
                 elif isinstance(v, torch.Tensor) and not isinstance(v, DTensor):
                     plain = True
-        return hit if hit is not None and plain else None
+        return hit, plain
+
+    def _derived(self, tensor, entry):
+        """A DTensor computed from a sharded parameter outside forward (a view, a slice): a
+        plain tensor meeting it later is that parameter's read. The last 64 are kept."""
+        self.derived[id(tensor)] = (tensor, entry)
+        if len(self.derived) > 64:
+            self.derived.pop(next(iter(self.derived)))
+
+    @staticmethod
+    def _mixes(args, kwargs):
+        """Whether an op mixes a DTensor parameter with a plain tensor (before attach)."""
+        import torch
+        from torch.distributed.tensor import DTensor
+
+        d = t = False
+        for value in (*args, *kwargs.values()):
+            for v in (value if isinstance(value, (list, tuple)) else (value, )):
+                if isinstance(v, DTensor):
+                    d = d or isinstance(v, torch.nn.Parameter)
+                elif isinstance(v, torch.Tensor):
+                    t = True
+        return d and t
 
     def _bypassed_unit(self):
         """The innermost FSDP unit whose method is running without FSDP's pre-forward: its
@@ -636,6 +677,7 @@ class _Agent:
         if (self.root is not None and not self.closed and not self.in_root_forward
                 and state._state_ctx.iter_forward_root is state):
             self.in_root_forward = True
+            self.derived.clear()
             self._leave_mode()  # FSDP unshards what the forward reads: nothing to watch
             if not self.in_step:
                 self.begin_step()
@@ -650,6 +692,17 @@ class _Agent:
             if self.in_root_forward and not self.closed:
                 self.in_root_forward = False
                 self._enter_mode()
+
+    def on_init(self, fn, state, modules, *args, **kwargs):
+        r = fn(state, modules, *args, **kwargs)
+        if not self.closed and self.root is None and len(modules) == 1:
+            # fully_shard is called bottom-up: the last module is the root, until FSDP's own
+            # lazy init (the root's first forward) says which. Until then a read that mixes
+            # a sharded parameter with a plain tensor (model.forward(x) called directly
+            # before any model(x)) is attributed to this candidate.
+            self.candidate = weakref.ref(modules[0])
+            self._enter_mode()
+        return r
 
     def on_lazy_init(self, fn, state):
         first = state._is_root is None
