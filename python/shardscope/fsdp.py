@@ -261,6 +261,8 @@ class _Agent:
                 f"then attach(model), or install() before fully_shard")
         self.root = model
         self.publish()
+        if not self.in_root_forward:
+            self._enter_mode()
 
     def _unit_label(self, module, state):
         groups = state._fsdp_param_groups
