@@ -115,6 +115,10 @@ def main():
     p.add_argument("--describe", default="", help="describe()'s JSON after training; {rank} is the rank")
     p.add_argument("--hold", type=float, default=0.0)
     p.add_argument("--no-agent", action="store_true")
+    p.add_argument("--toggle", type=int, default=0, metavar="K",
+                   help="pause/resume the agent every K steps, in pairs (on off, off on, ...): "
+                        "bench/bench_fsdp_agent.py")
+    p.add_argument("--timing", default="", help="per-step times (JSON lines); {rank} is the rank")
     a = p.parse_args()
 
     dist.init_process_group("gloo")
@@ -146,7 +150,17 @@ def main():
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
 
     gen = torch.Generator().manual_seed(1 + rank)
+    timings = []
     for step in range(a.steps):
+        observed = True
+        if a.toggle and not a.no_agent:
+            block = step // a.toggle  # blocks in pairs: on off, off on, on off, ...
+            observed = (block % 2 == 0) != (block // 2 % 2 == 1)
+            if observed:
+                shardscope.fsdp.resume()
+            else:
+                shardscope.fsdp.pause()
+        t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
         tokens = torch.randint(0, a.vocab, (4, 8), generator=gen)
         if a.explicit_unshard:
             model.blocks[0].unshard()
@@ -167,9 +181,15 @@ def main():
         loss.backward()
         opt.step()
         opt.zero_grad()
-        if rank == 0:
+        timings.append({"step": step, "observed": observed, "wall": time.perf_counter() - t0,
+                        "thread_cpu": time.thread_time() - c0, "process_cpu": time.process_time() - p0})
+        if rank == 0 and a.steps <= 20:
             print(f"step {step} loss {loss.item():.4f}", flush=True)
 
+    if a.timing:
+        with open(a.timing.replace("{rank}", str(rank)), "w") as f:
+            for t in timings:
+                f.write(json.dumps(t) + "\n")
     if a.describe and not a.no_agent:
         with open(a.describe.replace("{rank}", str(rank)), "w") as f:
             json.dump(shardscope.fsdp.describe(), f, indent=1)

@@ -34,7 +34,8 @@ from .deepspeed import (_GUARDS, _METADATA_ONLY, _backend_name, _leave_mode, _ra
                         _read_token)
 from .deepspeed import _Agent as _DsAgent
 
-__all__ = ["install", "attach", "finish", "inspect", "agent", "describe"]
+__all__ = ["install", "attach", "finish", "inspect", "agent", "describe", "pause", "resume",
+           "paused"]
 
 _NOT_BUILT = "(model not sharded yet: shown once fully_shard's root runs its first forward or attach(model))"
 SHARDED, GATHERING, UNSHARDED = 0, 1, 2
@@ -100,6 +101,32 @@ def inspect(**options):
         finish()
 
 
+def pause():
+    """Stops observing until resume(), between training steps (after optimizer.step(), before
+    the next forward): FSDP's methods are its own again and no read is watched, so paused steps
+    cost nothing. Clients stay attached; step numbers go on counting optimizer steps."""
+    if _agent is None:
+        raise ShardScopeError("call shardscope.fsdp.install() before pause()")
+    _agent.pause()
+
+
+def resume():
+    """Observes again after pause(); the groups' statuses are brought up to date."""
+    if _agent is None:
+        raise ShardScopeError("call shardscope.fsdp.install() before resume()")
+    _agent.resume()
+
+
+@contextlib.contextmanager
+def paused():
+    """``with paused():`` pause() on entry, resume() on exit (also when it raises)."""
+    pause()
+    try:
+        yield
+    finally:
+        resume()
+
+
 def describe():
     """The state as FSDP names it, for this rank: units and parameters (docs/fsdp.md)."""
     if _agent is None or _agent.root is None:
@@ -110,7 +137,7 @@ def describe():
 class _Group:
     """What the agent knows of one FSDPParamGroup."""
 
-    __slots__ = ("unit", "unit_path", "modules", "params", "status", "reason", "cause",
+    __slots__ = ("group", "unit", "unit_path", "modules", "params", "status", "reason", "cause",
                  "in_backward", "fsdp_params", "world", "reduce_scatters", "reduce_bytes")
 
     def __init__(self):
@@ -153,10 +180,13 @@ class _Agent:
         self.late = {}  # id(param) -> pid, parameters created after fully_shard
         self.next_pid = 0
         self.causes = []  # (reason, module id) of the FSDP hooks running now
+        self.scopes = []  # module ids of the units whose forward/backward is open
         self.inside = 0  # depth of FSDP's own code (its reads of the shards are not the user's)
         self.in_root_forward = False
         self.in_step = False
         self.step = 0
+        self.optimizer_steps = 0  # also while paused: a step's number is optimizer steps + 1
+        self.is_paused = False
         self.late_dirty = True
         self.mode = None
         self.derived = {}  # id -> (DTensor, pids entry): views of sharded parameters (_derived)
@@ -184,6 +214,7 @@ class _Agent:
             a = me()
             if a is not None:
                 a.inside = max(0, a.inside - 1)
+                a.optimizer_steps += 1
                 a.end_step()
 
         self.handles = [register_module_parameter_registration_hook(on_param_registered),
@@ -212,12 +243,42 @@ class _Agent:
         try:
             for h in self.handles:
                 h.remove()
-            self.uninstall()
+            if not self.is_paused:
+                self.uninstall()
         finally:
             try:
                 self.native.finish()
             except RuntimeError as e:
                 print(f"shardscope: {e}", file=sys.stderr)
+
+    def pause(self):
+        if self.is_paused or self.closed:
+            return
+        if self.in_step or self.in_root_forward or any(r.in_backward for r in self.groups.values()):
+            raise ShardScopeError("pause() between training steps (after optimizer.step(), before "
+                                  "the next forward), not inside one")
+        self._leave_mode()
+        self.uninstall()
+        self.is_paused = True
+
+    def resume(self):
+        if not self.is_paused or self.closed:
+            return
+        if self.in_root_forward:
+            raise ShardScopeError("resume() between training steps, not inside one")
+        self.uninstall = _fi.install(self)
+        self.is_paused = False
+        changed = []
+        for rec in self.groups.values():
+            g = rec.group
+            now = UNSHARDED if g.is_unsharded else GATHERING if g._all_gather_result is not None else SHARDED
+            if now != rec.status:
+                rec.status = now
+                changed.extend((pid, now) for pid, _ in rec.params)
+        if changed:
+            self.native.set_statuses(changed)
+        if self.root is not None:
+            self._enter_mode()
 
     def flush(self):
         error = self.native.flush()
@@ -310,6 +371,7 @@ class _Agent:
         rec = self.groups.get(id(g))
         if rec is None:
             rec = self.groups[id(g)] = _Group()
+        rec.group = g
         rec.modules = [self.module_id(m) for m in g.modules]
         rec.unit = rec.modules[0]
         rec.unit_path = self.paths.get(rec.unit, "")
@@ -392,7 +454,7 @@ class _Agent:
         if self.late_dirty:
             self._scan_late()
         self.in_step = True
-        self.step += 1
+        self.step = self.optimizer_steps + 1
         self.native.step_begin(self.step)
 
     def end_step(self):
@@ -607,6 +669,7 @@ class _Agent:
             return fn(g, module, *args, **kwargs)
         mid = self.mids.get(id(module), rec.unit)
         self.native.module_enter(mid, "forward")
+        self.scopes.append(mid)
         self.causes.append(("forward", mid))
         self.inside += 1
         try:
@@ -627,6 +690,7 @@ class _Agent:
         finally:
             self.inside -= 1
             self.causes.pop()
+            self._close_scope(mid)
             self.native.module_exit(mid, "forward")
 
     def on_pre_backward(self, fn, g, *args, **kwargs):
@@ -639,6 +703,7 @@ class _Agent:
             return fn(g, *args, **kwargs)
         rec.in_backward = True
         self.native.module_enter(rec.unit, "backward")
+        self.scopes.append(rec.unit)
         self.causes.append(("backward", rec.unit))
         self.inside += 1
         try:
@@ -664,10 +729,19 @@ class _Agent:
                 rec.reduce_bytes += sum(b for _, b in rec.params)
             if rec.in_backward:
                 rec.in_backward = False
+                self._close_scope(rec.unit)
                 self.native.module_exit(rec.unit, "backward")
 
+    def _close_scope(self, mid):
+        for i in range(len(self.scopes) - 1, -1, -1):
+            if self.scopes[i] == mid:
+                del self.scopes[i]
+                return
+
     def on_prefetch_unshard(self, fn, target, pass_type, *args, **kwargs):
-        cause = self.causes[-1][1] if self.causes else None
+        # FSDPState's own hooks prefetch after the group's pre-forward/backward returned: the
+        # cause is the unit whose scope is open.
+        cause = self.causes[-1][1] if self.causes else self.scopes[-1] if self.scopes else None
         self.causes.append(("prefetch", cause))
         try:
             return fn(target, pass_type, *args, **kwargs)
@@ -679,6 +753,7 @@ class _Agent:
         if (self.root is not None and not self.closed and not self.in_root_forward
                 and state._state_ctx.iter_forward_root is state):
             self.in_root_forward = True
+            self.scopes.clear()
             self.derived.clear()
             self._leave_mode()  # FSDP unshards what the forward reads: nothing to watch
             if not self.in_step:
@@ -703,6 +778,9 @@ class _Agent:
             # a sharded parameter with a plain tensor (model.forward(x) called directly
             # before any model(x)) is attributed to this candidate.
             self.candidate = weakref.ref(modules[0])
+            # Named now, so that every rank's discovery and Welcome agree on it by the time
+            # clients attach to the job (it merges ranks running one model).
+            self.native.set_model_name(self.model_name or type(modules[0]).__name__)
             self._enter_mode()
         return r
 
