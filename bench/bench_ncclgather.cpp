@@ -10,9 +10,9 @@
 #include <string>
 
 #include "cuda/backendselect.h"
-#include "cuda/cudacheck.h"
+#include "comm/nccl/cudacheck.h"
 #include "cuda/devicebuffer.h"
-#include "cuda/ncclcommunicator.h"
+#include "comm/nccl/ncclcommunicator.h"
 
 using namespace shardscope;
 
@@ -52,8 +52,8 @@ int main()
     try {
         const cuda::BackendChoice choice = cuda::chooseBackend("nccl");
         std::printf("%s\n\n", choice.reason.c_str());
-        auto world = cuda::makeNcclLocalWorld({0});
-        cuda::NcclCommunicator &comm = world.front();
+        auto world = comm::makeNcclLocalWorld({0});
+        comm::NcclCommunicator &comm = world.front();
         cuda::setDevice(0);
         cuda::Stream copyStream;
         const std::size_t maxBytes = std::size_t(256) << 20;

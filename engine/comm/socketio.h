@@ -1,6 +1,6 @@
 #pragma once
 // Blocking socket I/O bounded by a deadline, shared by the rendezvous servers of the
-// process-per-rank backends (cuda/rendezvous for NCCL, comm/tcpstore for gloo).
+// process-per-rank backends (comm/tcprendezvous for NCCL, comm/tcpstore for gloo).
 
 #include <atomic>
 #include <chrono>

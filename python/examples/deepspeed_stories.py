@@ -20,6 +20,10 @@ A tiny language model: `embed` (nn.Embedding), a positional Conv1d with weight_n
                         --read-outside no-grad reads it under torch.no_grad(): the fix gathers it
   --guard error         ShardScope raises at the first unregistered access, with the fix line
 
+What DeepSpeed changed since 0.14.5 in the calls the agent observes: --leaf
+(set_z3_leaf_modules on PositionalConv), --plain-backward (loss.backward(), DeepSpeed >= 0.18.3),
+--nested-gathered (overlapping nested GatheredParameters, which DeepSpeed >= 0.19.4 rejects).
+
 For the tests: --wait-before-build (a client attaches before the model exists), --kill-rank
 with --kill-at-step (a rank lost mid-step), --own-mode (the script's own torch function mode).
 """
@@ -148,6 +152,14 @@ def main():
                         help="this rank kills itself (SIGKILL) inside fc's forward of --kill-at-step, "
                         "a second after it began")
     parser.add_argument("--kill-at-step", type=int, default=0)
+    parser.add_argument("--plain-backward", action="store_true",
+                        help="loss.backward() instead of engine.backward(loss) (DeepSpeed >= 0.18.3)")
+    parser.add_argument("--leaf", action="store_true",
+                        help="deepspeed.utils.set_z3_leaf_modules(model, [PositionalConv]): pos_conv "
+                        "gathers its conv's parameters itself, the conv has no scope of its own")
+    parser.add_argument("--nested-gathered", action="store_true",
+                        help="after the last step, GatheredParameters(fc.weight) nested in "
+                        "GatheredParameters([fc.weight, fc.bias]) (DeepSpeed >= 0.19.4 raises)")
     parser.add_argument("--own-mode", action="store_true",
                         help="the last step holds model.embed.weight outside forward (legal), then "
                         "runs its forward under the script's own torch function mode, which must "
@@ -174,6 +186,9 @@ def main():
             time.sleep(0.05)
         with deepspeed.zero.Init(config_dict_or_path=config):
             model = TinyLM(vocab, hidden, args.externals, args.weight_norm)
+        if args.leaf:
+            from deepspeed.utils import set_z3_leaf_modules
+            set_z3_leaf_modules(model, [PositionalConv])
         engine, *_ = deepspeed.initialize(model=model, config=config,
                                           optimizer=torch.optim.AdamW(model.parameters(), lr=1e-2))
         if not args.no_agent:
@@ -200,7 +215,9 @@ def main():
                 else:
                     logits = engine.module(ids) if args.call_module else engine(ids)
                 loss = F.cross_entropy(logits[:, :-1].reshape(-1, vocab), ids[:, 1:].reshape(-1))
-                if args.grad_accum > 1:
+                if args.plain_backward:
+                    loss.backward()
+                elif args.grad_accum > 1:
                     engine.backward(loss=loss)
                 else:
                     engine.backward(loss)
@@ -212,6 +229,11 @@ def main():
                 with torch.set_grad_enabled(args.read_outside == "grad"):
                     probe.mm(engine.module.embed.weight)
             print(f"rank {rank} step {step + 1} loss {loss.item():.4f}", flush=True)
+        if args.nested_gathered:  # the user's exception, unchanged, after the agent saw it
+            fc = engine.module.fc
+            with deepspeed.zero.GatheredParameters([fc.weight, fc.bias]):
+                with deepspeed.zero.GatheredParameters([fc.weight]):
+                    print(f"rank {rank} nested gather: {tuple(fc.weight.shape)}", flush=True)
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(args.profile)

@@ -32,10 +32,14 @@ What is observed where (DeepSpeed 0.16.9 and 0.19.8; 0.14.5 had the same hooks):
   trace invalidation, with its private ``__submodule_order`` and ``__step_id``;
 - ``GatheredParameters.__enter__`` / ``__exit__`` (``params``, ``src_rank``);
 - ``DeepSpeedEngine.forward`` / ``backward`` / ``step``: steps and the loss;
+  ``DeepSpeedEngine._backward_post_hook`` (present from 0.18.3, when a plain
+  ``loss.backward()`` became supported) and ``_running_engine_backward``: the loss of a plain
+  ``loss.backward()``, kept by a pass-through wrapper of ``torch.Tensor.backward``;
 - ``DeepSpeedZeRoOffload._convert_to_zero_parameters``: late parameters adopted;
 - ``deepspeed.initialize``: the engine to attach to.
 """
 
+import functools
 import inspect
 import sys
 import warnings
@@ -459,6 +463,24 @@ def install(observer):
     # when step() stepped)
     for name in ("forward", "backward", "step"):
         patches.replace(Engine, name, observer.hot.engine_hook(getattr(Engine, name), name))
+
+    # ---- a plain loss.backward() instead of engine.backward(loss) (DeepSpeed >= 0.18.3,
+    # `_support_torch_style_backward`): DeepSpeed itself sees it only through hooks on the
+    # forward's outputs, which carry no loss. Tensor.backward is where the loss is named; the
+    # wrapper keeps it for the step's end (engine.step closes the backward scopes left open)
+    # and is a plain pass-through for every other backward and while no engine runs a step.
+    if hasattr(Engine, "_backward_post_hook"):
+        tensor_backward = torch.Tensor.backward
+
+        @functools.wraps(tensor_backward)
+        def _tensor_backward(self, *args, **kwargs):
+            engine = observer.engine
+            if (engine is not None and observer.hot.in_step
+                    and not getattr(engine, "_running_engine_backward", True)):
+                observer.hot.set_loss(self)
+            return tensor_backward(self, *args, **kwargs)
+
+        patches.replace(torch.Tensor, "backward", _tensor_backward)
 
     # ---- late parameters adopted, and the engine itself
     convert = Offload._convert_to_zero_parameters

@@ -525,6 +525,11 @@ long long HotPath::globalSteps(PyObject *engine)
     return n;
 }
 
+void HotPath::setLoss(py::object loss)
+{
+    m_loss = std::move(loss);
+}
+
 double HotPath::lossValue()
 {
     py::object loss = std::move(m_loss);
@@ -599,6 +604,7 @@ PyObject *HotPath::engineStep(PyObject *original, PyObject *const *args, std::si
         // A step that did not step (gradient accumulation's micro-steps) does not end one.
         if (globalSteps(engine) != before && inStep) {
             inStep = false;
+            closeScopes(); // a plain loss.backward() (DeepSpeed >= 0.18.3) closed none
             endStep(lossValue());
         }
     });
@@ -671,6 +677,7 @@ void bindHotPath(py::module_ &m, server::AgentState &(*stateOf)(py::handle agent
         .def("set_engine", &HotPath::setEngine)
         .def_readwrite("in_step", &HotPath::inStep)
         .def("close_scopes", &HotPath::closeScopes)
+        .def("set_loss", &HotPath::setLoss)
         .def("begin_step", &HotPath::beginStep)
         .def("end_step", &HotPath::endStep)
         .def_property_readonly("depth", &HotPath::depth)

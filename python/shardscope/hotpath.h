@@ -79,6 +79,7 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     void enter(py::handle module, Phase phase);
     void exit(py::handle module, Phase phase);
     void closeScopes(); // every open scope exits (end of forward/backward, pause)
+    void setLoss(py::object loss); // the loss a step ends with (a plain loss.backward())
     // A step begins (DeepSpeedEngine.forward): open scopes close, then AgentState's step.
     void beginStep(std::uint32_t step);
     // A step ends (DeepSpeedEngine.step): active sub-modules sampled, then AgentState's step.

@@ -52,7 +52,7 @@ class DocChecker
                           {bin(QStringLiteral("shardscope-capture")), help, false, {}});
         m_programs.insert(QStringLiteral("scripts/launch"),
                           {script(QStringLiteral("launch")), help, true, {}});
-        for (const char *name : {"bench", "gpu-check", "check-trace-in-chrome"})
+        for (const char *name : {"bench", "gpu-check", "gpu-bundle", "check-trace-in-chrome"})
             m_programs.insert(QStringLiteral("scripts/") + QLatin1String(name),
                               {script(QLatin1String(name)), help, false, {}});
         // Options after scripts/demo go to the trainer; after scripts/test, to CTest.

@@ -12,7 +12,8 @@
 #include "gpuavailable.h"
 
 #if SHARDSCOPE_HAVE_CUDA
-#include "cuda/gpulibs.h"
+#include "comm/nccl/ncclapi.h"
+#include "cuda/cublasapi.h"
 #endif
 
 using namespace shardscope;
@@ -81,7 +82,7 @@ class TestBackendSelect : public QObject
 #if SHARDSCOPE_HAVE_CUDA
         // Built against NCCL and cuBLAS found on this machine: dlopen must find them and
         // every function the GPU path calls (no GPU is needed for that).
-        const cuda::NcclApi &nccl = cuda::ncclApi();
+        const comm::NcclApi &nccl = comm::ncclApi();
         QVERIFY2(nccl.loaded, nccl.error.c_str());
         QVERIFY2(nccl.version.rfind("2.", 0) == 0, nccl.version.c_str());
         QCOMPARE(std::string(nccl.getErrorString(ncclInvalidArgument)).find("invalid argument"),

@@ -12,9 +12,9 @@
 #include "gpuavailable.h"
 
 #if SHARDSCOPE_HAVE_CUDA
-#include "cuda/cudamemory.h"
+#include "comm/nccl/cudamemory.h"
 #include "cuda/devicebuffer.h"
-#include "cuda/ncclcommunicator.h"
+#include "comm/nccl/ncclcommunicator.h"
 #endif
 
 using namespace shardscope;
@@ -31,7 +31,7 @@ class TestCudaMemory : public QObject
     {
         cuda::setDevice(0);
         cuda::Stream compute, comm;
-        cuda::CudaMemory mem(0, compute.get(), comm.get());
+        comm::CudaMemory mem(0, compute.get(), comm.get());
         QVERIFY(!mem.isHost());
         QCOMPARE(mem.name(), std::string("cuda:0"));
         QVERIFY(mem.allocate(0) == nullptr);
@@ -63,7 +63,7 @@ class TestCudaMemory : public QObject
     {
         cuda::setDevice(0);
         cuda::Stream compute, comm;
-        cuda::CudaMemory mem(0, compute.get(), comm.get());
+        comm::CudaMemory mem(0, compute.get(), comm.get());
         // Allocate, use and free many times: the pool reuses memory across the two
         // streams without a device-wide synchronisation.
         for (int round = 0; round < 50; ++round) {
@@ -83,7 +83,7 @@ class TestCudaMemory : public QObject
     {
         cuda::setDevice(0);
         cuda::Stream compute, comm;
-        cuda::CudaMemory mem(0, compute.get(), comm.get());
+        comm::CudaMemory mem(0, compute.get(), comm.get());
         try {
             mem.allocate(std::size_t(1) << 50); // 1 PiB
             QFAIL("a 1 PiB allocation must fail");
@@ -100,14 +100,14 @@ class TestCudaMemory : public QObject
 
     void ncclCommunicatorMemoryFollowsItsComputeStream()
     {
-        cuda::NcclLocalWorld world = cuda::makeNcclLocalWorld({0});
-        cuda::NcclCommunicator &c = world[0];
+        comm::NcclLocalWorld world = comm::makeNcclLocalWorld({0});
+        comm::NcclCommunicator &c = world[0];
         QVERIFY(c.computeStream() == nullptr); // standalone default: the legacy stream
         QVERIFY(c.orderAfterCompute());
         const cudaStream_t own = c.useOwnComputeStream();
         QVERIFY(own != nullptr);
         QVERIFY(c.computeStream() == own);
-        auto &mem = dynamic_cast<cuda::CudaMemory &>(c.memory());
+        auto &mem = dynamic_cast<comm::CudaMemory &>(c.memory());
         QVERIFY(mem.computeStream() == own);
         QVERIFY(mem.commStream() == c.commStream());
         QCOMPARE(mem.device(), c.device());

@@ -33,7 +33,7 @@
 
 #include <chrono>
 
-#include "cuda/ncclcommunicator.h"
+#include "comm/nccl/ncclcommunicator.h"
 #include "telemetry/eventfields.h"
 #endif
 
@@ -300,7 +300,7 @@ class TestGpuEngine : public QObject
         cudaError_t held = cudaErrorUnknown;
         cuda::trainOnGpu(*engine, c, [&](const nn::StepReport &r) {
             if (r.step != 1) return; // on rank 0's thread, after step 1's last collective
-            auto &comm = dynamic_cast<cuda::NcclCommunicator &>(engine->comm(rank));
+            auto &comm = dynamic_cast<comm::NcclCommunicator &>(engine->comm(rank));
             held = cudaLaunchHostFunc(
                 comm.commStream(),
                 [](void *flag) {

@@ -17,7 +17,7 @@
 #if SHARDSCOPE_HAVE_CUDA
 #include "cuda/devicebuffer.h"
 #include "cuda/layers.h"
-#include "cuda/ncclcommunicator.h"
+#include "comm/nccl/ncclcommunicator.h"
 #endif
 
 #include <atomic>
@@ -28,18 +28,18 @@ using namespace shardscope;
 #if SHARDSCOPE_HAVE_CUDA
 namespace {
 
-using World = cuda::NcclLocalWorld;
+using World = comm::NcclLocalWorld;
 
 World localWorld(int n)
 {
     std::vector<int> devices;
     for (int d = 0; d < n; ++d)
         devices.push_back(d);
-    return cuda::makeNcclLocalWorld(devices);
+    return comm::makeNcclLocalWorld(devices);
 }
 
 // Runs fn(comm) on one thread per rank (each on its GPU); returns the first error.
-std::string onEveryRank(World &world, const std::function<void(cuda::NcclCommunicator &)> &fn)
+std::string onEveryRank(World &world, const std::function<void(comm::NcclCommunicator &)> &fn)
 {
     std::vector<std::string> errors(world.size());
     std::vector<std::thread> threads;
@@ -100,7 +100,7 @@ class TestNcclCommunicator : public QObject
             World world = localWorld(n);
             for (std::size_t bytes :
                  {std::size_t(1), std::size_t(3), std::size_t(1000), std::size_t((1 << 20) + 7)}) {
-                const std::string err = onEveryRank(world, [&](cuda::NcclCommunicator &c) {
+                const std::string err = onEveryRank(world, [&](comm::NcclCommunicator &c) {
                     std::vector<std::uint8_t> mine(bytes);
                     for (std::size_t i = 0; i < bytes; ++i)
                         mine[i] = static_cast<std::uint8_t>(c.rank() * 31 + i * 7);
@@ -130,7 +130,7 @@ class TestNcclCommunicator : public QObject
             World world = localWorld(n);
             for (int root = 0; root < n; ++root) {
                 const std::size_t bytes = 4099;
-                const std::string err = onEveryRank(world, [&](cuda::NcclCommunicator &c) {
+                const std::string err = onEveryRank(world, [&](comm::NcclCommunicator &c) {
                     std::vector<std::uint8_t> mine(bytes);
                     for (std::size_t i = 0; i < bytes; ++i)
                         mine[i] = static_cast<std::uint8_t>(c.rank() * 17 + i);
@@ -154,7 +154,7 @@ class TestNcclCommunicator : public QObject
             World world = localWorld(n);
             for (std::size_t count : {std::size_t(1), std::size_t(5), std::size_t(4097)}) {
                 for (DType dtype : {DType::F32, DType::BF16}) {
-                    const std::string err = onEveryRank(world, [&](cuda::NcclCommunicator &c) {
+                    const std::string err = onEveryRank(world, [&](comm::NcclCommunicator &c) {
                         // Small integers whose sums over 8 ranks stay below 256: exact in bf16
                         // and in any summation order.
                         auto value = [](int rank, std::size_t i) {
@@ -203,7 +203,7 @@ class TestNcclCommunicator : public QObject
     void collectivesRunOnTheCommStreamAndReportCompletion()
     {
         World world = localWorld(1);
-        cuda::NcclCommunicator &c = world.front();
+        comm::NcclCommunicator &c = world.front();
         QVERIFY(c.deviceBuffers());
         QCOMPARE(c.backend(), comm::Backend::Nccl);
         QVERIFY(c.commStream() != nullptr);
@@ -221,7 +221,7 @@ class TestNcclCommunicator : public QObject
     void aHandleNotYetReadyLeavesNoErrorForTheNextLaunch()
     {
         World world = localWorld(1);
-        cuda::NcclCommunicator &c = world.front();
+        comm::NcclCommunicator &c = world.front();
         cuda::Stream compute;
         c.setComputeStream(compute.get()); // standalone: the collective waits for this stream
         // Allocated first: nothing below may wait for the held stream.
@@ -261,7 +261,7 @@ class TestNcclCommunicator : public QObject
     void hostPointersAndBadRootsAreErrors()
     {
         World world = localWorld(1);
-        cuda::NcclCommunicator &c = world.front();
+        comm::NcclCommunicator &c = world.front();
         std::vector<char> host(16);
         cuda::DeviceBuffer dev(16);
         try {
@@ -285,7 +285,7 @@ class TestNcclCommunicator : public QObject
         config.worldSize = 1;
         config.localRank = 0;
         config.masterPort = 0;
-        auto comm = cuda::makeNcclRank(config);
+        auto comm = comm::makeNcclRank(config);
         QCOMPARE(comm->rank(), 0);
         QCOMPARE(comm->worldSize(), 1);
         cuda::DeviceBuffer send(8), recv(8);

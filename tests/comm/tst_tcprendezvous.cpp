@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "cuda/rendezvous.h"
+#include "comm/tcprendezvous.h"
 
 using namespace shardscope;
 
@@ -38,7 +38,7 @@ comm::RendezvousConfig configFor(int rank, int world, int port, int timeoutMs)
 // A port that nothing listens on: bound by a server that is then destroyed.
 int closedPort()
 {
-    cuda::RendezvousServer s(configFor(0, 1, 0, 1000), {});
+    comm::RendezvousServer s(configFor(0, 1, 0, 1000), {});
     return s.port();
 }
 
@@ -72,7 +72,7 @@ class EnvGuard
 
 } // namespace
 
-class TestRendezvous : public QObject
+class TestTcpRendezvous : public QObject
 {
     Q_OBJECT
 
@@ -90,7 +90,7 @@ class TestRendezvous : public QObject
         std::string payload(128, '\0');
         for (std::size_t i = 0; i < payload.size(); ++i)
             payload[i] = static_cast<char>(i * 7 + 3);
-        cuda::RendezvousServer server(configFor(0, world, 0, 20000), blobOf(payload));
+        comm::RendezvousServer server(configFor(0, world, 0, 20000), blobOf(payload));
         QVERIFY(server.port() > 0);
         std::vector<std::vector<std::byte>> got(static_cast<std::size_t>(world));
         std::vector<std::string> errors(static_cast<std::size_t>(world));
@@ -99,7 +99,7 @@ class TestRendezvous : public QObject
             ranks.emplace_back([&, r] {
                 try {
                     got[static_cast<std::size_t>(r)] =
-                        cuda::fetchRendezvousBlob(configFor(r, world, server.port(), 20000));
+                        comm::fetchRendezvousBlob(configFor(r, world, server.port(), 20000));
                 } catch (const std::exception &e) {
                     errors[static_cast<std::size_t>(r)] = e.what();
                 }
@@ -121,13 +121,13 @@ class TestRendezvous : public QObject
         std::string error;
         std::thread client([&] {
             try {
-                got = cuda::fetchRendezvousBlob(configFor(1, 2, port, 20000));
+                got = comm::fetchRendezvousBlob(configFor(1, 2, port, 20000));
             } catch (const std::exception &e) {
                 error = e.what();
             }
         });
         std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        cuda::RendezvousServer server(configFor(0, 2, port, 20000), blobOf("late rank zero"));
+        comm::RendezvousServer server(configFor(0, 2, port, 20000), blobOf("late rank zero"));
         client.join();
         server.wait();
         QVERIFY2(error.empty(), error.c_str());
@@ -138,7 +138,7 @@ class TestRendezvous : public QObject
     {
         const int port = closedPort();
         try {
-            cuda::fetchRendezvousBlob(configFor(3, 4, port, 400));
+            comm::fetchRendezvousBlob(configFor(3, 4, port, 400));
             QFAIL("fetching from a rank 0 that does not exist must fail");
         } catch (const comm::CommError &e) {
             const std::string msg = e.what();
@@ -151,9 +151,9 @@ class TestRendezvous : public QObject
 
     void aRankOfAnotherWorldIsRefused()
     {
-        cuda::RendezvousServer server(configFor(0, 2, 0, 2000), blobOf("id"));
+        comm::RendezvousServer server(configFor(0, 2, 0, 2000), blobOf("id"));
         try {
-            cuda::fetchRendezvousBlob(configFor(1, 3, server.port(), 2000));
+            comm::fetchRendezvousBlob(configFor(1, 3, server.port(), 2000));
             QFAIL("a rank with a different WORLD_SIZE must be refused");
         } catch (const comm::CommError &e) {
             QVERIFY2(std::string(e.what()).find("WORLD_SIZE=3") != std::string::npos, e.what());
@@ -164,7 +164,7 @@ class TestRendezvous : public QObject
 
     void rankZeroTimesOutWhenRanksAreMissing()
     {
-        cuda::RendezvousServer server(configFor(0, 3, 0, 300), blobOf("id"));
+        comm::RendezvousServer server(configFor(0, 3, 0, 300), blobOf("id"));
         try {
             server.wait();
             QFAIL("rank 0 must give up when the other ranks never come");
@@ -241,5 +241,5 @@ class TestRendezvous : public QObject
     }
 };
 
-QTEST_GUILESS_MAIN(TestRendezvous)
-#include "tst_rendezvous.moc"
+QTEST_GUILESS_MAIN(TestTcpRendezvous)
+#include "tst_tcprendezvous.moc"

@@ -2,7 +2,7 @@
 
 #include "cuda/devicebuffer.h"
 
-#include "cuda/cudacheck.h"
+#include "comm/nccl/cudacheck.h"
 
 namespace shardscope::cuda {
 
@@ -16,7 +16,7 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes) : m_bytes(bytes)
     if (err == cudaSuccess) err = cudaStreamSynchronize(nullptr);
     if (err != cudaSuccess) {
         release();
-        shardscope::cuda::throwCudaError(err, "cudaMemset(buffer, 0, bytes)", __FILE__, __LINE__);
+        comm::throwCudaError(err, "cudaMemset(buffer, 0, bytes)", __FILE__, __LINE__);
     }
 }
 

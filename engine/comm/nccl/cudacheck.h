@@ -6,7 +6,7 @@
 
 #include "comm/communicator.h"
 
-namespace shardscope::cuda {
+namespace shardscope::comm {
 
 [[noreturn]] void throwCudaError(cudaError_t err, const char *call, const char *file, int line);
 
@@ -15,6 +15,6 @@ inline void checkCuda(cudaError_t err, const char *call, const char *file, int l
     if (err != cudaSuccess) throwCudaError(err, call, file, line);
 }
 
-} // namespace shardscope::cuda
+} // namespace shardscope::comm
 
-#define SHARDSCOPE_CUDA_CHECK(call) ::shardscope::cuda::checkCuda((call), #call, __FILE__, __LINE__)
+#define SHARDSCOPE_CUDA_CHECK(call) ::shardscope::comm::checkCuda((call), #call, __FILE__, __LINE__)

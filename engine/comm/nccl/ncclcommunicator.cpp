@@ -1,7 +1,7 @@
 // NCCL calls go through the dlopen'ed NcclApi; every failure becomes a CommError naming
 // the call, the rank and NCCL's own error string.
 
-#include "cuda/ncclcommunicator.h"
+#include "comm/nccl/ncclcommunicator.h"
 
 #include <chrono>
 #include <cstring>
@@ -9,10 +9,10 @@
 #include <string>
 #include <thread>
 
-#include "cuda/cudacheck.h"
-#include "cuda/gpulibs.h"
+#include "comm/nccl/cudacheck.h"
+#include "comm/nccl/ncclapi.h"
 
-namespace shardscope::cuda {
+namespace shardscope::comm {
 
 namespace {
 
@@ -102,7 +102,7 @@ NcclCommunicator::NcclCommunicator(void *ncclComm, int rank, int worldSize, int 
     SHARDSCOPE_CUDA_CHECK(cudaEventCreateWithFlags(&m_inputsReady, cudaEventDisableTiming));
     SHARDSCOPE_CUDA_CHECK(cudaEventCreateWithFlags(&m_lastDone, cudaEventDisableTiming));
     SHARDSCOPE_CUDA_CHECK(cudaMalloc(&m_barrierBuf, sizeof(double)));
-    m_memory = std::make_unique<cuda::CudaMemory>(device, m_computeStream, m_commStream);
+    m_memory = std::make_unique<comm::CudaMemory>(device, m_computeStream, m_commStream);
 }
 
 NcclCommunicator::~NcclCommunicator()
@@ -410,4 +410,4 @@ std::unique_ptr<NcclCommunicator> makeNcclRank(const comm::RendezvousConfig &con
     }
 }
 
-} // namespace shardscope::cuda
+} // namespace shardscope::comm

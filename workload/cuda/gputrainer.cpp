@@ -19,12 +19,12 @@
 #include "core/engine.h"
 #include "cuda/backendselect.h"
 #include "cuda/blas.h"
-#include "cuda/cudacheck.h"
+#include "comm/nccl/cudacheck.h"
 #include "cuda/devicebuffer.h"
 #include "cuda/layers.h"
-#include "cuda/ncclcommunicator.h"
+#include "comm/nccl/ncclcommunicator.h"
 #include "cuda/nvtxeventsink.h"
-#include "cuda/rendezvous.h"
+#include "comm/tcprendezvous.h"
 #include "nn/markov.h"
 #include "nn/model.h"
 
@@ -39,9 +39,9 @@ ConvShape convShape(const nn::TrainConfig &c, int sequences)
     return ConvShape{sequences, c.seq, c.hidden, c.kernel, c.groups, c.causalConv};
 }
 
-NcclCommunicator &ncclOf(core::Engine &engine, int rank)
+comm::NcclCommunicator &ncclOf(core::Engine &engine, int rank)
 {
-    auto *comm = dynamic_cast<NcclCommunicator *>(&engine.comm(rank));
+    auto *comm = dynamic_cast<comm::NcclCommunicator *>(&engine.comm(rank));
     if (!comm)
         throw core::EngineError("trainOnGpu needs an engine made by cuda::makeNcclEngine; rank " +
                           std::to_string(rank) + " has a " +
@@ -409,13 +409,13 @@ std::unique_ptr<core::Engine> makeNcclEngine(const nn::TrainConfig &config)
                                         " is smaller than the " + std::to_string(world) +
                                         " ranks; every rank needs a sequence");
     };
-    std::vector<std::unique_ptr<NcclCommunicator>> ranks;
+    std::vector<std::unique_ptr<comm::NcclCommunicator>> ranks;
     int world = config.worldSize;
     if (multiProcess) {
         const comm::RendezvousConfig rdzv = comm::rendezvousFromEnv();
         world = rdzv.worldSize;
         checkBatch(world);
-        ranks.push_back(makeNcclRank(rdzv));
+        ranks.push_back(comm::makeNcclRank(rdzv));
         ranks.front()->useOwnComputeStream();
         ranks.front()->setOrderAfterCompute(false);
     } else {
@@ -433,7 +433,7 @@ std::unique_ptr<core::Engine> makeNcclEngine(const nn::TrainConfig &config)
             devices[static_cast<std::size_t>(d)] = d;
         // Until the Engine owns them, the local world destroys them (one thread each, as
         // ncclCommDestroy is an intra-node collective) if anything here throws.
-        NcclLocalWorld local = makeNcclLocalWorld(devices);
+        comm::NcclLocalWorld local = comm::makeNcclLocalWorld(devices);
         for (std::size_t i = 0; i < local.size(); ++i) {
             local[i].useOwnComputeStream();
             local[i].setOrderAfterCompute(false);
@@ -486,7 +486,7 @@ nn::TrainResult trainOnGpu(core::Engine &engine, const nn::TrainConfig &config,
     const auto start = std::chrono::steady_clock::now();
 
     engine.forEachLocalRank([&](int rank) {
-        NcclCommunicator &comm = ncclOf(engine, rank);
+        comm::NcclCommunicator &comm = ncclOf(engine, rank);
         GpuRank model(engine, rank, c, handles, labels, nn::sliceOf(c.batch, world, rank));
         for (int step = 1; step <= c.steps; ++step) {
             const auto stepStart = std::chrono::steady_clock::now();

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "comm/nccl/deviceadd.h"
 #include "nn/adamoptions.h"
 #include "nn/convshape.h"
 
@@ -56,7 +57,7 @@ void crossEntropy(const float *logits, int rows, int vocab, const std::int32_t *
                   double denominator, float *dLogits, double *rowLoss, cudaStream_t stream);
 
 // ---- Small element-wise helpers the model needs.
-void addInPlace(float *y, const float *x, std::int64_t n, cudaStream_t stream); // y += x
+using comm::addInPlace; // y += x: the kernel CudaMemory::addF32 uses (comm/nccl/deviceadd.h)
 void addBiasRows(float *y, const float *bias, int rows, int cols,
                  cudaStream_t stream); // y[r] += bias
 void sumRowsInto(const float *x, int rows, int cols, float *out,

@@ -1,10 +1,10 @@
 // The CommError text for failing CUDA runtime calls.
 
-#include "cuda/cudacheck.h"
+#include "comm/nccl/cudacheck.h"
 
 #include <string>
 
-namespace shardscope::cuda {
+namespace shardscope::comm {
 
 void throwCudaError(cudaError_t err, const char *call, const char *file, int line)
 {
@@ -14,4 +14,4 @@ void throwCudaError(cudaError_t err, const char *call, const char *file, int lin
                           cudaGetErrorString(err));
 }
 
-} // namespace shardscope::cuda
+} // namespace shardscope::comm

@@ -12,7 +12,7 @@
 
 #include "comm/torchrunenv.h" // RendezvousConfig, rendezvousFromEnv
 
-namespace shardscope::cuda {
+namespace shardscope::comm {
 
 // Rank 0's side: listens on masterPort as soon as it is constructed (a busy port is a
 // CommError right away) and hands blob to each of the other worldSize-1 ranks from a
@@ -40,4 +40,4 @@ class RendezvousServer
 // the timeout) and returns rank 0's blob.
 std::vector<std::byte> fetchRendezvousBlob(const comm::RendezvousConfig &config);
 
-} // namespace shardscope::cuda
+} // namespace shardscope::comm

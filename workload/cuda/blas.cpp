@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "cuda/cudacheck.h"
-#include "cuda/gpulibs.h"
+#include "comm/nccl/cudacheck.h"
+#include "cuda/cublasapi.h"
 #include "cuda/layers.h"
 
 namespace shardscope::cuda {

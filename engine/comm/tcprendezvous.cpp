@@ -2,7 +2,7 @@
 // rank 0 answers a status byte, then either the blob (uint32 LE size + bytes) or a
 // reason (uint32 LE size + text).
 
-#include "cuda/rendezvous.h"
+#include "comm/tcprendezvous.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -25,7 +25,7 @@
 #include "comm/communicator.h"
 #include "comm/socketio.h"
 
-namespace shardscope::cuda {
+namespace shardscope::comm {
 
 namespace {
 
@@ -247,4 +247,4 @@ std::vector<std::byte> fetchRendezvousBlob(const comm::RendezvousConfig &config)
                           "SHARDSCOPE_RENDEZVOUS_TIMEOUT_S");
 }
 
-} // namespace shardscope::cuda
+} // namespace shardscope::comm

@@ -8,7 +8,7 @@
 
 #include <cmath>
 
-#include "cuda/cudacheck.h"
+#include "comm/nccl/cudacheck.h"
 
 namespace shardscope::cuda {
 
@@ -26,7 +26,7 @@ int blocksFor(std::int64_t n)
 
 void checkLaunch(const char *kernel)
 {
-    shardscope::cuda::checkCuda(cudaGetLastError(), kernel, __FILE__, __LINE__);
+    comm::checkCuda(cudaGetLastError(), kernel, __FILE__, __LINE__);
 }
 
 // Block-wide sum of one float per thread; every thread gets the result.
@@ -331,11 +331,6 @@ __global__ void crossEntropyKernel(const float *logits, int vocab, const std::in
     }
 }
 
-__global__ void addKernel(float *y, const float *x, std::int64_t n)
-{
-    GRID_STRIDE(i, n) y[i] += x[i];
-}
-
 __global__ void addBiasRowsKernel(float *y, const float *bias, int rows, int cols)
 {
     GRID_STRIDE(i, static_cast<std::int64_t>(rows) * cols) y[i] += bias[i % cols];
@@ -469,13 +464,6 @@ void crossEntropy(const float *logits, int rows, int vocab, const std::int32_t *
     crossEntropyKernel<<<rows, kThreads, 0, stream>>>(
         logits, vocab, targets, static_cast<float>(1.0 / denominator), dLogits, rowLoss);
     checkLaunch("crossEntropyKernel");
-}
-
-void addInPlace(float *y, const float *x, std::int64_t n, cudaStream_t stream)
-{
-    if (n == 0) return;
-    addKernel<<<blocksFor(n), kThreads, 0, stream>>>(y, x, n);
-    checkLaunch("addKernel");
 }
 
 void addBiasRows(float *y, const float *bias, int rows, int cols, cudaStream_t stream)

@@ -1,7 +1,7 @@
 // CudaMemory: stream-ordered allocations and copies on one device. Errors name the call,
 // the device and, for allocations, the size asked for and what the device has free.
 
-#include "cuda/cudamemory.h"
+#include "comm/nccl/cudamemory.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -9,9 +9,9 @@
 #include <set>
 
 #include "comm/communicator.h"
-#include "cuda/layers.h"
+#include "comm/nccl/deviceadd.h"
 
-namespace shardscope::cuda {
+namespace shardscope::comm {
 
 namespace {
 
@@ -180,4 +180,4 @@ void CudaMemory::addF32(float *dst, const float *src, std::size_t n)
     }
 }
 
-} // namespace shardscope::cuda
+} // namespace shardscope::comm

@@ -1,7 +1,7 @@
 #pragma once
 // The NCCL backend of Communicator: collectives on device buffers, enqueued on a
 // dedicated communication stream; each returns a CommHandle that completes on a CUDA
-// event recorded behind it. memory() is the rank's GPU (cuda/cudamemory.h), so an
+// event recorded behind it. memory() is the rank's GPU (comm/nccl/cudamemory.h), so an
 // Engine keeps this rank's shards and gathered tensors there.
 //
 // Ordering with compute: by default (standalone use) every collective first waits, on
@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "cuda/cudamemory.h"
-#include "cuda/rendezvous.h"
+#include "comm/nccl/cudamemory.h"
+#include "comm/tcprendezvous.h"
 
-namespace shardscope::cuda {
+namespace shardscope::comm {
 
 class NcclCommunicator final : public comm::Communicator
 {
@@ -100,7 +100,7 @@ class NcclCommunicator final : public comm::Communicator
     cudaStream_t m_commStream = nullptr;
     cudaStream_t m_computeStream = nullptr;
     cudaStream_t m_ownComputeStream = nullptr;
-    std::unique_ptr<cuda::CudaMemory> m_memory;
+    std::unique_ptr<comm::CudaMemory> m_memory;
     bool m_orderAfterCompute = true;
     cudaEvent_t m_inputsReady = nullptr;
     cudaEvent_t m_lastDone = nullptr;
@@ -144,4 +144,4 @@ NcclLocalWorld makeNcclLocalWorld(const std::vector<int> &devices);
 // creates the ncclUniqueId and serves it at MASTER_ADDR:MASTER_PORT, the others fetch it.
 std::unique_ptr<NcclCommunicator> makeNcclRank(const comm::RendezvousConfig &config);
 
-} // namespace shardscope::cuda
+} // namespace shardscope::comm

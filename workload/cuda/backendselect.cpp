@@ -10,7 +10,8 @@
 #if SHARDSCOPE_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "cuda/gpulibs.h"
+#include "comm/nccl/ncclapi.h"
+#include "cuda/cublasapi.h"
 #endif
 
 namespace shardscope::cuda {
@@ -51,7 +52,7 @@ std::string missingForNccl(int &deviceCount, std::string &found)
                cudaGetErrorString(err) + ")";
     if (count <= 0) return "no CUDA GPU found";
     deviceCount = count;
-    const NcclApi &nccl = ncclApi();
+    const comm::NcclApi &nccl = comm::ncclApi();
     if (!nccl.loaded) return "NCCL could not be loaded (" + nccl.error + ")";
     const CublasApi &blas = cublasApi();
     if (!blas.loaded) return "cuBLAS could not be loaded (" + blas.error + ")";

@@ -13,7 +13,7 @@
 
 #include "comm/memoryspace.h"
 
-namespace shardscope::cuda {
+namespace shardscope::comm {
 
 class CudaMemory final : public comm::MemorySpace
 {
@@ -60,4 +60,4 @@ class CudaMemory final : public comm::MemorySpace
 // stream-ordered allocations of one step reuse the previous step's. Once per device.
 void keepPoolMemory(int device);
 
-} // namespace shardscope::cuda
+} // namespace shardscope::comm
