@@ -41,6 +41,8 @@ HOOKS = (
     # the root's forward begins (a step begins) / ends (the root's post-forward calls it)
     ("_fsdp_state", "FSDPState", "_root_pre_forward"),
     ("_fsdp_state", "FSDPState", "_force_complete_incomplete_states"),
+    # the end of backward (queued by the first pre-backward; looked up on the instance then)
+    ("_fsdp_state", "FSDPState", "_root_post_backward_final_callback"),
     # FSDP finds the root and checks for parameters shared by two groups (tied weights)
     ("_fsdp_state", "FSDPState", "_lazy_init"),
     ("_fsdp_state", "FSDPState", "_validate_no_duplicate_params"),

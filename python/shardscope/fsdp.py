@@ -702,6 +702,7 @@ class _Agent:
         if g._training_state == TrainingState.PRE_BACKWARD:
             return fn(g, *args, **kwargs)
         rec.in_backward = True
+        self._leave_mode()  # the backward pass runs FSDP's code and autograd's: nothing to watch
         self.native.module_enter(rec.unit, "backward")
         self.scopes.append(rec.unit)
         self.causes.append(("backward", rec.unit))
@@ -783,6 +784,15 @@ class _Agent:
             self.native.set_model_name(self.model_name or type(modules[0]).__name__)
             self._enter_mode()
         return r
+
+    def on_root_post_backward_final_callback(self, fn, state, *args, **kwargs):
+        self.inside += 1
+        try:
+            return fn(state, *args, **kwargs)
+        finally:
+            self.inside -= 1
+            if self.root is not None and not self.closed and not self.in_root_forward:
+                self._enter_mode()
 
     def on_lazy_init(self, fn, state):
         first = state._is_root is None
