@@ -18,12 +18,12 @@ TensorView Engine::Impl::view(RankState &rs, ParamId p)
     return TensorView{rp.full.data(), params[p].numel, params[p].dtype};
 }
 
-TensorView Engine::accessSlow(int rank, ParamId p)
+TensorView Engine::accessSlow(int rank, ParamId p, std::source_location where)
 {
     RankState &rs = d->rankState(rank);
     if (p < rs.fast.size() && rs.fast[p].readable > 0)
         return TensorView{rs.fast[p].data, rs.fast[p].numel, rs.fast[p].dtype};
-    return d->slowAccess(rs, p);
+    return d->slowAccess(rs, p, where);
 }
 
 bool Engine::Impl::registeredOnStack(const RankState &rs, ParamId p) const
@@ -38,7 +38,7 @@ bool Engine::Impl::registeredOnStack(const RankState &rs, ParamId p) const
     return false;
 }
 
-TensorView Engine::Impl::slowAccess(RankState &rs, ParamId p)
+TensorView Engine::Impl::slowAccess(RankState &rs, ParamId p, std::source_location where)
 {
     if (p >= params.size() || params[p].removed)
         throw EngineError("access to parameter id " + std::to_string(p) +
@@ -78,8 +78,8 @@ TensorView Engine::Impl::slowAccess(RankState &rs, ParamId p)
     v.fix = std::move(text.fix);
     v.message = std::move(text.message);
 
-    const std::uint64_t key = (static_cast<std::uint64_t>(accessor) << 32) | p;
-    const bool first = rs.violationsThisStep.insert(key).second;
+    const bool first =
+        rs.violationsThisStep.emplace(accessor, p, where.file_name(), where.line()).second;
 
     GuardAction action = GuardAction::Gathered;
     if (policy == GuardPolicy::Error)
@@ -89,6 +89,9 @@ TensorView Engine::Impl::slowAccess(RankState &rs, ParamId p)
     v.action = action;
 
     if (first) {
+        v.location.file = where.file_name();
+        v.location.line = where.line();
+        v.location.function = where.function_name();
         emit(rs, telemetry::makeUnregisteredAccess({.accessor = accessor,
                                                     .param = p,
                                                     .owner = info.owner,

@@ -496,7 +496,7 @@ std::vector<std::byte> Engine::hostRead(ParamId p)
     std::vector<std::byte> out(bytes);
     forEachLocalRank([&](int rank) {
         RankState &rs = d->rankState(rank);
-        TensorView v = d->slowAccess(rs, p);
+        TensorView v = d->slowAccess(rs, p, std::source_location::current());
         if (rank == m_localRanks.front())
             rs.mem->copy(out.data(), v.data, bytes, comm::CopyKind::SpaceToHost);
         d->releaseIdle(rs);

@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <source_location>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -190,7 +191,9 @@ public:
     void exitModule(int rank, ModuleId module, Phase phase);
     // Guarded read of a parameter's full tensor (docs/architecture.md, access guard). The fast
     // path (the module on the stack owns or registered it, or it is persistent) is inline.
-    TensorView access(int rank, ParamId param)
+    // where: the caller's line, recorded with a violation (one row per distinct call site).
+    TensorView access(int rank, ParamId param,
+                      std::source_location where = std::source_location::current())
     {
         if (static_cast<unsigned>(rank) < m_fast.size()) [[likely]] {
             const std::vector<FastEntry> *table = m_fast[static_cast<unsigned>(rank)];
@@ -200,7 +203,7 @@ public:
                     return TensorView{e.data, e.numel, e.dtype};
             }
         }
-        return accessSlow(rank, param);
+        return accessSlow(rank, param, where);
     }
     ParamStatus status(int rank, ParamId param) const;
     std::vector<ModuleId> activeModules(int rank, ParamId param) const;
@@ -248,7 +251,7 @@ public:
 
 private:
     friend class GatheredParameters;
-    TensorView accessSlow(int rank, ParamId param);
+    TensorView accessSlow(int rank, ParamId param, std::source_location where);
 
     std::vector<const std::vector<FastEntry> *> m_fast; // by world rank; null if not local
     EngineConfig m_config;

@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <tuple>
 #include <unordered_set>
@@ -100,7 +101,8 @@ struct RankState
     std::int64_t prefetchedNumel = 0;  // gathered ahead and not yet used by a module
     std::vector<TraceEntry> order; // this step's order so far
 
-    std::unordered_set<std::uint64_t> violationsThisStep; // (accessor << 32 | param)
+    // (accessor, param, call site): the first sighting of each this step is recorded
+    std::set<std::tuple<ModuleId, ParamId, const char *, std::uint32_t>> violationsThisStep;
 
     std::uint64_t partitionedBytes = 0;
     std::uint64_t gatheredBytesNow = 0;
@@ -199,7 +201,7 @@ struct Engine::Impl
     void clearPrefetched(RankState &rs, ParamId p); // caller holds rs.mu
     void useParam(RankState &rs, ParamId p, ModuleId m, bool counted, FetchReason reason);
     TensorView view(RankState &rs, ParamId p);
-    TensorView slowAccess(RankState &rs, ParamId p);
+    TensorView slowAccess(RankState &rs, ParamId p, std::source_location where);
     bool registeredOnStack(const RankState &rs, ParamId p) const;
     void addExternal(RankState &rs, ModuleId m, ParamId p, bool automatic);
 

@@ -320,7 +320,10 @@ void AgentState::recordLocked(const state::ViolationRecord &v)
 }
 
 state::ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p,
-                                                    GuardAction action, state::AccessUse use)
+                                                    GuardAction action, state::AccessUse use,
+                                                    const state::SourceLocation &where,
+                                                    const std::string &building,
+                                                    const std::string &paramCode)
 {
     state::ViolationText text;
     ParamStatus status = ParamStatus::NotAvailable;
@@ -341,8 +344,9 @@ state::ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p
         subject.owner = owner < m_modules.size() ? m_modules[owner].path : std::string();
         subject.status = status;
         subject.use = use;
+        subject.paramCode = paramCode;
         text = state::describeViolation(subject, m_config.dialect);
-        first = m_thisStep.emplace(0, accessor, p).second;
+        first = m_thisStep.emplace(0, accessor, p, where.file, where.line).second;
         if (first) {
             state::ViolationRecord v;
             v.kind = ViolationKind::UnregisteredAccess;
@@ -359,6 +363,8 @@ state::ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p
             v.tsNs = telemetry::nowNs();
             v.fix = text.fix;
             v.message = text.message;
+            v.location = where;
+            v.building = building;
             recordLocked(v);
         }
     }
@@ -369,6 +375,45 @@ state::ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p
                                                 .status = status,
                                                 .action = action}));
     return text;
+}
+
+void AgentState::completeBuildNames(const std::map<ModuleId, ModuleId> &moved)
+{
+    std::lock_guard lock(m_mutex);
+    bool changed = false;
+    std::vector<state::ViolationRecord> records = m_violations.records();
+    auto remap = [&](ModuleId m) {
+        const auto it = moved.find(m);
+        return it == moved.end() ? m : it->second;
+    };
+    for (state::ViolationRecord &v : records) {
+        const ModuleId accessor = remap(v.accessor), owner = remap(v.owner);
+        if (v.building.empty() && accessor == v.accessor && owner == v.owner) continue;
+        v.accessor = accessor;
+        v.owner = owner;
+        if (m_params.contains(v.param) || m_removedNames.contains(v.param))
+            v.paramName = paramNameLocked(v.param);
+        if (v.kind == ViolationKind::UnregisteredAccess) {
+            state::ViolationSubject subject;
+            subject.kind = v.kind;
+            subject.hasAccessor = v.accessor != kNoModule && v.accessor < m_modules.size();
+            if (subject.hasAccessor) subject.accessor = m_modules[v.accessor].path;
+            subject.param = v.paramName;
+            subject.owner = v.owner < m_modules.size() ? m_modules[v.owner].path : std::string();
+            subject.status = v.status;
+            // Read while building is model-building code changing it (AccessUse::Write).
+            subject.use = v.building.empty() ? state::AccessUse::Read : state::AccessUse::Write;
+            const state::ViolationText text = state::describeViolation(subject, m_config.dialect);
+            v.fix = text.fix;
+            v.message = text.message;
+        }
+        changed = true;
+    }
+    if (!changed) return;
+    m_violations.clear();
+    for (const state::ViolationRecord &v : records)
+        m_violations.add(v, state::Tally::Total);
+    touch();
 }
 
 void AgentState::lateParameter(ParamId p)

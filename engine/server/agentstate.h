@@ -80,8 +80,18 @@ class AgentState final : public state::StateProvider
     void unregisterExternal(ModuleId m, ParamId p);
     // Records an unregistered access (accessor kNoModule: outside any module) once per step,
     // and returns its words; use: what a read outside modules does with it (its fix).
+    // where: the user's source location (one row per distinct location); building: the
+    // modules under construction when it happened during the model's build, with paramCode
+    // the parameter as the constructor's code names it ("self.conv.weight").
     state::ViolationText unregisteredAccess(ModuleId accessor, ParamId p, GuardAction action,
-                                           state::AccessUse use = state::AccessUse::Read);
+                                           state::AccessUse use = state::AccessUse::Read,
+                                           const state::SourceLocation &where = {},
+                                           const std::string &building = {},
+                                           const std::string &paramCode = {});
+    // The model exists: modules first named while it was built (moved: old id -> id in the
+    // model) are known by their final paths; the violations that named them are completed
+    // with the final names, and their words (fix lines) written again from them.
+    void completeBuildNames(const std::map<ModuleId, ModuleId> &moved);
     void lateParameter(ParamId p);
     void parameterAdopted(ParamId p);
     state::ViolationText traceInvalidated(std::optional<ModuleId> expected, ModuleId got,
@@ -140,7 +150,7 @@ class AgentState final : public state::StateProvider
     };
     std::map<ParamId, Gathers> m_gathers;
     state::ViolationLedger m_violations;
-    std::set<std::tuple<int, ModuleId, ParamId>> m_thisStep;
+    std::set<std::tuple<int, ModuleId, ParamId, std::string, std::uint32_t>> m_thisStep;
     std::set<ParamId> m_lateUnadopted;
     struct Memory
     {

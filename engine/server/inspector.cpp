@@ -133,6 +133,7 @@ struct Client
     std::uint64_t pendingDropped = 0;
     bool needState = false;
     bool binaryState = false; // its Hello listed "state_binary": StateBinary, not JSON State
+    bool binaryLayout1 = false; // ... but not "state_binary_2": layout 1, without locations
     // engine.stateVersion() when the last State queued for this client was built.
     std::uint64_t stateVersion = ~std::uint64_t(0);
     bool readClosed = false;
@@ -153,6 +154,7 @@ struct StateFrame
 {
     std::shared_ptr<const std::string> json;   // State payload, if a client needs it
     std::shared_ptr<const std::string> binary; // StateBinary payload, if a client needs it
+    std::shared_ptr<const std::string> binary1; // layout 1, for a client of an earlier release
     std::uint64_t version = 0;
 };
 
@@ -161,8 +163,12 @@ struct StateFormats
 {
     bool json = false;
     bool binary = false;
+    bool binary1 = false;
 
-    void add(const Client &c) { (c.binaryState ? binary : json) = true; }
+    void add(const Client &c)
+    {
+        (c.binaryState ? (c.binaryLayout1 ? binary1 : binary) : json) = true;
+    }
     static StateFormats of(const Client &c)
     {
         StateFormats f;
@@ -467,6 +473,9 @@ StateFrame Inspector::Impl::currentState(StateFormats formats)
     const std::uint64_t dropped = hub->droppedEvents();
     if (formats.binary)
         f.binary = std::make_shared<const std::string>(wire::encodeBinaryState(columns, meta, dropped));
+    if (formats.binary1)
+        f.binary1 = std::make_shared<const std::string>(
+            wire::encodeBinaryState(columns, meta, dropped, {}, wire::kBinaryStateOldestLayout));
     if (formats.json) {
         wire::Snapshot snapshot;
         snapshot.meta = meta;
@@ -486,7 +495,7 @@ StateFrame Inspector::Impl::currentState(StateFormats formats)
 void Inspector::Impl::sendState(Client &c, const StateFrame &state)
 {
     if (c.binaryState)
-        c.out.append(wire::MessageType::StateBinary, state.binary);
+        c.out.append(wire::MessageType::StateBinary, c.binaryLayout1 ? state.binary1 : state.binary);
     else
         c.out.append(wire::MessageType::State, state.json);
     c.lastQueued = Clock::now();
@@ -529,6 +538,7 @@ void Inspector::Impl::onHello(Client &c, const wire::Frame &frame)
     w.job = job;
     w.historyCapacity = history.capacity();
     c.binaryState = wire::hasCapability(hello->capabilities, wire::kCapabilityStateBinary);
+    c.binaryLayout1 = !wire::hasCapability(hello->capabilities, wire::kCapabilityStateBinary2);
     c.enqueue(wire::MessageType::Welcome, wire::encodeWelcome(w));
     sendState(c, currentState(StateFormats::of(c)));
     const std::vector<telemetry::Event> past = history.newest(kMaxHistoryEventsPerClient);

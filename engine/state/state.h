@@ -55,7 +55,24 @@ struct ParamRecord
     std::uint64_t lastGatherTsNs = 0;
 };
 
-// One distinct violation (kind, rank, accessor, param), with how often it happened.
+// Where a violation happened in the user's code (docs/snapshot.md, a violation's `location`).
+// A Python agent's: the innermost frame outside torch, DeepSpeed, Transformers, Accelerate
+// and ShardScope, and the frames above it; the engine's: the C++ call site of
+// Engine::access. An empty file means not known (snapshots written before locations).
+struct SourceLocation
+{
+    std::string file;
+    std::uint32_t line = 0;
+    std::string function;
+    std::vector<std::string> chain; // the frames above it, innermost first, "file:line in function"
+
+    bool known() const { return !file.empty(); }
+    // "file:line", what a user pastes into an editor; "" when not known.
+    std::string fileLine() const { return known() ? file + ":" + std::to_string(line) : std::string(); }
+    bool operator==(const SourceLocation &) const = default;
+};
+
+// One distinct violation (kind, rank, accessor, param, location), with how often it happened.
 struct ViolationRecord
 {
     ViolationKind kind = ViolationKind::UnregisteredAccess;
@@ -72,6 +89,10 @@ struct ViolationRecord
     std::uint64_t tsNs = 0; // first occurrence
     std::string fix;        // the line that fixes it, where one exists
     std::string message;    // a sentence in the user's terms
+    SourceLocation location; // where in the user's code; file empty when not known
+    // Read while the model was being built: the modules under construction, outermost first
+    // ("Wav2Vec2Model .encoder > Wav2Vec2Encoder .pos_conv_embed > ..."); "" otherwise.
+    std::string building;
 };
 
 struct EngineState

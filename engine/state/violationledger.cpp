@@ -6,7 +6,7 @@ namespace shardscope::state {
 
 ViolationKey keyOf(const ViolationRecord &v)
 {
-    return {v.kind, v.accessor, v.param, v.owner};
+    return {v.kind, v.accessor, v.param, v.owner, v.location.file, v.location.line};
 }
 
 std::uint64_t ViolationRow::rankMask() const
@@ -45,6 +45,29 @@ ViolationLedger::Added ViolationLedger::add(const ViolationRecord &v, Tally tall
     const ViolationKey key = keyOf(v);
     auto it = m_index.find(key);
     if (it == m_index.end()) {
+        // A live event carries no location, its producer's records do: the two are one row.
+        // An unlocated sighting counts into the first located row of its violation; a located
+        // one takes over the row an unlocated one made.
+        const ViolationKey base{key.kind, key.accessor, key.param, key.owner, {}, 0};
+        auto same = m_index.lower_bound(base);
+        const auto sameBase = [&](const ViolationKey &k) {
+            return k.kind == key.kind && k.accessor == key.accessor && k.param == key.param &&
+                   k.owner == key.owner;
+        };
+        if (same != m_index.end() && sameBase(same->first)) {
+            if (key.file.empty()) {
+                it = same;
+            } else if (same->first.file.empty()) {
+                const std::size_t at = same->second;
+                m_index.erase(same);
+                m_rows[at].location = v.location;
+                if (m_rows[at].building.empty()) m_rows[at].building = v.building;
+                it = m_index.emplace(key, at).first;
+                out.changed = true;
+            }
+        }
+    }
+    if (it == m_index.end()) {
         ViolationRow row;
         row.kind = v.kind;
         row.accessor = v.accessor;
@@ -53,6 +76,8 @@ ViolationLedger::Added ViolationLedger::add(const ViolationRecord &v, Tally tall
         row.paramName = v.paramName;
         row.fix = v.fix;
         row.message = v.message;
+        row.location = v.location;
+        row.building = v.building;
         row.provisionalWords = words == Words::Provisional;
         it = m_index.emplace(key, m_rows.size()).first;
         m_rows.push_back(std::move(row));
@@ -64,6 +89,7 @@ ViolationLedger::Added ViolationLedger::add(const ViolationRecord &v, Tally tall
         row.paramName = v.paramName.empty() ? row.paramName : v.paramName;
         row.fix = v.fix;
         row.message = v.message;
+        if (!v.building.empty()) row.building = v.building;
         row.provisionalWords = false;
         out.changed = true;
     }
@@ -106,7 +132,15 @@ ViolationLedger::Added ViolationLedger::add(const ViolationRecord &v, Tally tall
 
 const ViolationRow *ViolationLedger::find(const ViolationKey &key) const
 {
-    const auto it = m_index.find(key);
+    auto it = m_index.find(key);
+    if (it == m_index.end() && key.file.empty()) {
+        // An unlocated sighting (a live event) belongs to its violation's first located row.
+        it = m_index.lower_bound(key);
+        if (it != m_index.end() &&
+            (it->first.kind != key.kind || it->first.accessor != key.accessor ||
+             it->first.param != key.param || it->first.owner != key.owner))
+            it = m_index.end();
+    }
     return it == m_index.end() ? nullptr : &m_rows[it->second];
 }
 
@@ -136,6 +170,8 @@ std::vector<ViolationRecord> ViolationLedger::records() const
             v.tsNs = r.firstTsNs;
             v.fix = row.fix;
             v.message = row.message;
+            v.location = row.location;
+            v.building = row.building;
             out.push_back(std::move(v));
         }
     }

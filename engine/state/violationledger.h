@@ -15,14 +15,17 @@
 namespace shardscope::state {
 
 // What makes two sightings one violation: its kind, the module that read (for
-// trace_invalidated: the module entered), the parameter, and its owner (for
-// trace_invalidated: the module expected). Rank and step are counted, not grouped by.
+// trace_invalidated: the module entered), the parameter, its owner (for
+// trace_invalidated: the module expected) and where in the user's code it happened (file and
+// line: one row per distinct location). Rank and step are counted, not grouped by.
 struct ViolationKey
 {
     ViolationKind kind = ViolationKind::UnregisteredAccess;
     ModuleId accessor = kNoModule;
     ParamId param = kNoParam;
     ModuleId owner = kNoModule;
+    std::string file;
+    std::uint32_t line = 0;
 
     auto operator<=>(const ViolationKey &) const = default;
 };
@@ -56,6 +59,8 @@ struct ViolationRow
     std::string paramName; // kept when the parameter is removed (weight_norm)
     std::string fix;       // the words the row was first shown with
     std::string message;
+    SourceLocation location; // the key's file and line, with the function and chain first seen
+    std::string building;    // the modules under construction, if it happened while building
     bool provisionalWords = false;
 
     // Over all ranks: the earliest sighting (its step and rank), the last step, the count.
@@ -76,7 +81,7 @@ struct ViolationRow
     };
     std::vector<PerRank> ranks;
 
-    ViolationKey key() const { return {kind, accessor, param, owner}; }
+    ViolationKey key() const { return {kind, accessor, param, owner, location.file, location.line}; }
     // Bit r set when rank r (< 64) saw it.
     std::uint64_t rankMask() const;
 };

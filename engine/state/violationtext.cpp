@@ -147,7 +147,9 @@ ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
     const bool ds = dialect == FixDialect::DeepSpeed;
     const std::string ns = ds ? "deepspeed.zero." : "";
     const std::string param = s.param.empty() ? std::string("<unknown parameter>") : s.param;
-    const std::string paramCode = s.param.empty() ? param : codeName(s.param, dialect);
+    const std::string paramCode = !s.paramCode.empty() ? s.paramCode
+                                  : s.param.empty()      ? param
+                                                         : codeName(s.param, dialect);
     const std::string owner = displayPath(s.owner);
     ViolationText t;
     switch (s.kind) {

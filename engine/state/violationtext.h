@@ -49,6 +49,10 @@ struct ViolationSubject
     std::string replaces; // late_parameter: the parameter it replaced ("pos_conv.weight"), if known
     int modifierRank = 0; // gathered_write_without_modifier: the rank to keep, as a suggestion
     AccessUse use = AccessUse::Read; // unregistered_access outside modules
+    // The parameter as the fix line writes it, when its dotted name is not yet final (read
+    // while the model is being built: "self.conv.weight", relative to the constructor
+    // running); empty: codeName(param).
+    std::string paramCode;
 };
 
 struct ViolationText

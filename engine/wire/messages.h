@@ -22,13 +22,17 @@ inline constexpr std::string_view kProtocolName = "shardscope";
 // A client that lists this capability in its Hello gets every State as a StateBinary frame
 // (wire/statebinary.h); one that does not gets JSON State frames, as before it existed.
 inline constexpr std::string_view kCapabilityStateBinary = "state_binary";
+// With it as well, the StateBinary frames use layout 2 (violations' source locations);
+// a client listing only "state_binary" gets layout 1, as before layout 2 existed.
+inline constexpr std::string_view kCapabilityStateBinary2 = "state_binary_2";
 
 // Client -> server, the first frame of a connection. Every C++ client asks for the binary State.
 struct Hello
 {
     std::uint16_t version = kProtocolVersion;
     std::vector<std::string> capabilities{"state", "events", "history", "dropped",
-                                          std::string(kCapabilityStateBinary)};
+                                          std::string(kCapabilityStateBinary),
+                                          std::string(kCapabilityStateBinary2)};
     std::string token;  // must match the server's token when it has one
     std::string client; // free text, e.g. "shardscope-capture 0.1"
 };
@@ -39,7 +43,8 @@ struct Welcome
 {
     std::uint16_t version = kProtocolVersion;
     std::vector<std::string> capabilities{"state", "events", "history", "dropped",
-                                          std::string(kCapabilityStateBinary)};
+                                          std::string(kCapabilityStateBinary),
+                                          std::string(kCapabilityStateBinary2)};
     std::string server; // e.g. "shardscope-train"
     std::int64_t pid = 0;
     std::string model;

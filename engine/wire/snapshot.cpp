@@ -184,7 +184,18 @@ void writeViolation(Writer &w, const state::EngineState &s, const state::Violati
     w.raw(",\"count\":").num(v.count);
     w.raw(",\"ts_ns\":").num(v.tsNs);
     w.raw(",\"fix\":").str(v.fix);
-    w.raw(",\"message\":").str(v.message).raw("}");
+    w.raw(",\"message\":").str(v.message);
+    if (v.location.known()) {
+        w.raw(",\"location\":{\"file\":").str(v.location.file);
+        w.raw(",\"line\":").num(v.location.line);
+        w.raw(",\"function\":").str(v.location.function);
+        w.raw(",\"chain\":[");
+        for (std::size_t i = 0; i < v.location.chain.size(); ++i)
+            (i ? w.raw(",") : w).str(v.location.chain[i]);
+        w.raw("]}");
+    }
+    if (!v.building.empty()) w.raw(",\"building\":").str(v.building);
+    w.raw("}");
 }
 
 // Version 3: the events as columns, one array per record field (docs/snapshot.md, events);
@@ -517,6 +528,19 @@ state::ViolationRecord decodeViolation(Element j, const ModuleIndex &index, cons
     v.tsNs = u64(o, "ts_ns", w);
     v.fix = sj::asString(sj::member(o, "fix", w), w / "fix");
     v.message = sj::asString(sj::member(o, "message", w), w / "message");
+    // Optional members (snapshots written before locations have neither).
+    Element e;
+    if (sj::optionalMember(o, "location", e)) {
+        const Where lw = w / "location";
+        const sj::Object l = sj::asObject(e, lw);
+        v.location.file = sj::asString(sj::member(l, "file", lw), lw / "file");
+        v.location.line = bounded<std::uint32_t>(l, "line", 0xFFFFFFFFu, lw);
+        v.location.function = sj::asString(sj::member(l, "function", lw), lw / "function");
+        const Where cw = lw / "chain";
+        for (Element c : sj::asArray(sj::member(l, "chain", lw), cw))
+            v.location.chain.push_back(sj::asString(c, cw[v.location.chain.size()]));
+    }
+    if (sj::optionalMember(o, "building", e)) v.building = sj::asString(e, w / "building");
     return v;
 }
 

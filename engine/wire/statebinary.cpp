@@ -31,7 +31,9 @@ constexpr unsigned kMaxDims = 16;
 constexpr std::uint64_t kModuleBytes = 4 + 4 + 4;
 constexpr std::uint64_t kParamBytes = 4 + 4 + 4 + 1 + 1 + 1 + 8 + 8 + 8 + 4 + 4 + 8 + 8 + 8 + 8 + 4;
 constexpr std::uint64_t kViolationBytes = 1 + 1 + 1 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 4;
-static_assert(kParamBytes == 83 && kViolationBytes == 55);
+// Layout 2 adds a violation's location and build context: file, line, function, chain, building.
+constexpr std::uint64_t kViolationLocationBytes = 4 + 4 + 4 + 4 + 4;
+static_assert(kParamBytes == 83 && kViolationBytes == 55 && kViolationLocationBytes == 20);
 
 // Parameter flags.
 constexpr std::uint8_t kPersistent = state::kParamPersistent, kPartitioned = state::kParamPartitioned,
@@ -40,6 +42,7 @@ constexpr std::uint8_t kPersistent = state::kParamPersistent, kPartitioned = sta
 // The counts of the header, which fix the size of every part.
 struct Counts
 {
+    std::uint16_t layout = kBinaryStateLayout;
     std::uint64_t strings = 0, stringBytes = 0, world = 1, localRanks = 0, modules = 0,
                   params = 0, dims = 0, externals = 0, active = 0, violations = 0, events = 0;
 };
@@ -54,7 +57,8 @@ std::uint64_t payloadSize(const Counts &c)
 {
     return kBinaryStateHeaderSize + 4 * c.strings + c.stringBytes + 4 * c.localRanks +
            kModuleBytes * c.modules + c.params * (kParamBytes + statusRowBytes(c.world)) +
-           8 * c.dims + 5 * c.externals + 4 * c.active + kViolationBytes * c.violations +
+           8 * c.dims + 5 * c.externals + 4 * c.active +
+           (kViolationBytes + (c.layout >= 2 ? kViolationLocationBytes : 0)) * c.violations +
            sizeof(telemetry::Event) * c.events;
 }
 
@@ -149,8 +153,11 @@ bool validTable(const state::StringColumn &t)
 
 std::string encodeBinaryState(const state::StateColumns &c, const SnapshotMeta &meta,
                               std::uint64_t droppedEvents,
-                              std::span<const telemetry::Event> events)
+                              std::span<const telemetry::Event> events, std::uint16_t layout)
 {
+    if (layout < kBinaryStateOldestLayout || layout > kBinaryStateLayout)
+        throw std::invalid_argument("encodeBinaryState: layout " + std::to_string(layout) +
+                                    " is not one this build writes");
     if (const std::string bad = c.checkConsistent(); !bad.empty())
         throw std::invalid_argument("encodeBinaryState: the state's columns disagree: " + bad);
     const auto world = static_cast<std::uint64_t>(std::max(c.worldSize, 1));
@@ -184,7 +191,9 @@ std::string encodeBinaryState(const state::StateColumns &c, const SnapshotMeta &
     // A violation names its parameter as the JSON does: the listed parameter's name, else
     // the name the engine kept for a removed one, else none.
     const std::size_t nViolations = c.violations.size();
-    std::vector<std::uint32_t> vParamName(nViolations), vFix(nViolations), vMessage(nViolations);
+    std::vector<std::uint32_t> vParamName(nViolations), vFix(nViolations), vMessage(nViolations),
+        vFile(nViolations), vLine(nViolations), vFunction(nViolations), vChain(nViolations),
+        vBuilding(nViolations);
     for (std::size_t i = 0; i < nViolations; ++i) {
         const state::ViolationRecord &v = c.violations[i];
         const auto it = std::lower_bound(c.paramId.begin(), c.paramId.end(), v.param);
@@ -194,9 +203,19 @@ std::string encodeBinaryState(const state::StateColumns &c, const SnapshotMeta &
             vParamName[i] = v.paramName.empty() ? kNone : more(v.paramName);
         vFix[i] = more(v.fix);
         vMessage[i] = more(v.message);
+        if (layout < 2) continue;
+        vFile[i] = v.location.known() ? more(v.location.file) : kNone;
+        vLine[i] = v.location.line;
+        vFunction[i] = v.location.known() ? more(v.location.function) : kNone;
+        std::string chain;
+        for (const std::string &frame : v.location.chain)
+            chain.append(chain.empty() ? "" : "\n").append(frame);
+        vChain[i] = chain.empty() ? kNone : more(chain);
+        vBuilding[i] = v.building.empty() ? kNone : more(v.building);
     }
 
     Counts n;
+    n.layout = layout;
     n.strings = lengths->size() + extra.lengths().size();
     n.stringBytes = bytes->size() + extra.bytes().size();
     n.world = world;
@@ -214,7 +233,7 @@ std::string encodeBinaryState(const state::StateColumns &c, const SnapshotMeta &
     Out o(out.data());
 
     o.put(kBinaryStateMagic);
-    o.put(kBinaryStateLayout);
+    o.put(layout);
     o.put(std::uint16_t(0));
     for (std::uint64_t k : {n.strings, n.stringBytes, n.world, n.localRanks, n.modules, n.params,
                             n.dims, n.externals, n.active, n.violations, n.events})
@@ -282,15 +301,23 @@ std::string encodeBinaryState(const state::StateColumns &c, const SnapshotMeta &
     violationColumn([](const state::ViolationRecord &v) { return std::uint64_t(v.tsNs); });
     o.column(vFix);
     o.column(vMessage);
+    if (layout >= 2) {
+        o.column(vFile);
+        o.column(vLine);
+        o.column(vFunction);
+        o.column(vChain);
+        o.column(vBuilding);
+    }
     o.bytes(events.data(), events.size_bytes());
     return out;
 }
 
-std::string encodeBinaryState(const Snapshot &snapshot)
+std::string encodeBinaryState(const Snapshot &snapshot, std::uint16_t layout)
 {
     state::StateColumns columns;
     state::columnsOf(snapshot.state, columns);
-    return encodeBinaryState(columns, snapshot.meta, snapshot.droppedEvents, snapshot.events);
+    return encodeBinaryState(columns, snapshot.meta, snapshot.droppedEvents, snapshot.events,
+                             layout);
 }
 
 namespace {
@@ -481,13 +508,15 @@ Snapshot decodeBinary(std::string_view payload)
     if (header.next<std::uint32_t>() != kBinaryStateMagic)
         failAt("header", "does not start with \"SSTB\"");
     const auto layout = header.next<std::uint16_t>();
-    if (layout != kBinaryStateLayout)
+    if (layout < kBinaryStateOldestLayout || layout > kBinaryStateLayout)
         failAt("header", "layout " + std::to_string(layout) +
-                             " is not supported; this build reads layout " +
+                             " is not supported; this build reads layouts " +
+                             std::to_string(kBinaryStateOldestLayout) + " to " +
                              std::to_string(kBinaryStateLayout));
     if (header.next<std::uint16_t>() != 0) failAt("header", "reserved bytes 6-7 are not 0");
     const auto counts = header.column<std::uint32_t>(11);
     Counts c;
+    c.layout = layout;
     c.strings = counts[0];
     c.stringBytes = counts[1];
     c.world = counts[2];
@@ -678,6 +707,12 @@ Snapshot decodeBinary(std::string_view payload)
     const auto vTs = parts.column<std::uint64_t>(V);
     const auto vFix = parts.column<std::uint32_t>(V);
     const auto vMessage = parts.column<std::uint32_t>(V);
+    const std::uint64_t VL = layout >= 2 ? V : 0;
+    const auto vFile = parts.column<std::uint32_t>(VL);
+    const auto vLine = parts.column<std::uint32_t>(VL);
+    const auto vFunction = parts.column<std::uint32_t>(VL);
+    const auto vChain = parts.column<std::uint32_t>(VL);
+    const auto vBuilding = parts.column<std::uint32_t>(VL);
     st.violations.resize(V);
     for (std::uint64_t i = 0; i < V; ++i) {
         state::ViolationRecord &v = st.violations[i];
@@ -697,6 +732,20 @@ Snapshot decodeBinary(std::string_view payload)
         v.tsNs = vTs[i];
         v.fix = strings.get(vFix[i], w / "fix");
         v.message = strings.get(vMessage[i], w / "message");
+        if (layout < 2) continue;
+        v.location.file = strings.getOrEmpty(vFile[i], w / "location.file");
+        v.location.line = vLine[i];
+        v.location.function = strings.getOrEmpty(vFunction[i], w / "location.function");
+        if (!v.location.known() && (v.location.line || !v.location.function.empty()))
+            failAt(w / "location", "a line or function without a file");
+        const std::string chain = strings.getOrEmpty(vChain[i], w / "location.chain");
+        for (std::size_t at = 0; at < chain.size();) {
+            std::size_t nl = chain.find('\n', at);
+            if (nl == std::string::npos) nl = chain.size();
+            v.location.chain.push_back(chain.substr(at, nl - at));
+            at = nl + 1;
+        }
+        v.building = strings.getOrEmpty(vBuilding[i], w / "building");
     }
 
     const char *events = parts.take(c.events * sizeof(telemetry::Event));

@@ -19,20 +19,25 @@ namespace shardscope::wire {
 
 // The payload's first four bytes, "SSTB", read as a little-endian u32.
 inline constexpr std::uint32_t kBinaryStateMagic = 0x42545353u;
-// The layout of the payload; a decoder refuses any other.
-inline constexpr std::uint16_t kBinaryStateLayout = 1;
+// The layout of the payload: 2 adds violations' source locations (docs/protocol.md,
+// "StateBinary"). A decoder reads 1 and 2 and refuses any other; an encoder writes layout 2
+// for a client whose Hello listed "state_binary_2", layout 1 for one that listed only
+// "state_binary".
+inline constexpr std::uint16_t kBinaryStateLayout = 2;
+inline constexpr std::uint16_t kBinaryStateOldestLayout = 1;
 inline constexpr std::size_t kBinaryStateHeaderSize = 128;
 
 // Encodes everything a Snapshot holds. Names that are not valid UTF-8 get U+FFFD for each
 // invalid byte, as in the JSON, so both decode to the same Snapshot.
-std::string encodeBinaryState(const Snapshot &snapshot);
+std::string encodeBinaryState(const Snapshot &snapshot, std::uint16_t layout = kBinaryStateLayout);
 // The same from a state's columns, with the meta and events a Snapshot would add (a live
 // State carries none): what the server sends, without building an EngineState first. Both
 // write the same bytes for the same state (tst_statebinary). Throws std::invalid_argument
 // when the columns disagree on the number of parameters (a bug, never the user's input).
 std::string encodeBinaryState(const state::StateColumns &columns, const SnapshotMeta &meta,
                               std::uint64_t droppedEvents,
-                              std::span<const telemetry::Event> events = {});
+                              std::span<const telemetry::Event> events = {},
+                              std::uint16_t layout = kBinaryStateLayout);
 // Checks the magic, the layout, that the payload's size is exactly what its counts say, and
 // every value and reference the JSON decoder checks; an error says which field was wrong.
 Result<Snapshot> decodeBinaryState(std::string_view payload);

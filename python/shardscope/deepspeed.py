@@ -68,6 +68,10 @@ def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name
         MASTER_ADDR:MASTER_PORT).
     """
     global _agent
+    if _agent is not None and os.environ.get("SHARDSCOPE_CHECK"):
+        # shardscope-check installed the agent before the script: the script's own call is
+        # the same agent (its options are the check's).
+        return _agent
     if _agent is not None:
         raise ShardScopeError(
             "shardscope.deepspeed.install() was already called in this process (rank "
@@ -361,6 +365,7 @@ class _Agent:
         self.suspects = _Suspects(self)
         self.closed = False
         self.paused = None  # while paused: ds_id -> ds_status at pause()
+        self.built_violations = False  # a violation named modules while the model was built
         try:
             self.uninstall = _ds.install(self)
         except BaseException:
@@ -587,8 +592,12 @@ class _Agent:
         # embed_tokens.weight and lm_head.weight) keeps its first name, named_parameters()'s:
         # the one the user's code calls it by.
         done = set()
+        moved = {}  # our module id while the model was built -> its id in the model
         for path, module in root.named_modules():
+            before = module.__dict__.get("_shardscope_id")
             mid = self._ensure_module(module, path)
+            if before is not None and before != mid:
+                moved[before] = mid
             key = module.__dict__.get(self.module_key)  # what ds_active_sub_modules holds
             if key is not None:
                 self.hot.map_module(key, mid)
@@ -621,6 +630,9 @@ class _Agent:
             self.native.remove_param(ds_id)
             self.published.discard(ds_id)
             self.hot.unpublish(ds_id)
+        if moved or self.built_violations:
+            # What was recorded while the model was built, now with the final dotted names.
+            self.native.complete_build_names(moved)
 
     # ------------------------------------------------------------------ violations
     def record_access(self, accessor, param, automatic, needs_grad=False):
@@ -635,7 +647,16 @@ class _Agent:
         use = "write" if self.engine is None else "grad" if needs_grad else "read"
         action = ("error" if self.guard == "error" else
                   "auto_registered" if automatic else "recorded")
-        message, fix = self.native.unregistered_access(mid, pid, action, use)
+        # Only here, when a violation is recorded (never per access): where in the user's code.
+        here = sys._getframe(1)
+        frame = _user_frame(here)
+        location = _location(frame) if frame is not None else None
+        building = code = ""
+        if self.engine is None and self.root is None:
+            building, code = _building(here, frame, param)
+            self.built_violations = True
+        message, fix = self.native.unregistered_access(mid, pid, action, use, location=location,
+                                                       building=building, param_code=code)
         if not automatic or self.guard == "error":
             self.flush()  # the run is about to fail: its diagnosis first
         if not automatic and self.guard != "error":
@@ -870,6 +891,143 @@ def _pending_attribute(module):
             return (match.group(1), owner) if match else None
         frame = frame.f_back
     return None
+
+
+# Where a violation happened: the innermost frame outside these packages (and the Python
+# standard library's wrappers: contextlib, functools).
+_LIBRARIES = ("torch", "deepspeed", "transformers", "accelerate")
+_library_dirs = None
+_CHAIN = 4  # frames above the user's, shown with it
+
+
+def _library_prefixes():
+    global _library_dirs
+    if _library_dirs is None:
+        import sysconfig
+
+        dirs = {os.path.dirname(os.path.abspath(__file__))}  # shardscope itself
+        for name in _LIBRARIES:
+            m = sys.modules.get(name)
+            f = getattr(m, "__file__", None)
+            if f:
+                dirs.add(os.path.dirname(os.path.abspath(f)))
+        for key in ("stdlib", "platstdlib"):
+            d = sysconfig.get_paths().get(key)
+            if d:
+                dirs.add(os.path.abspath(d))
+        _library_dirs = tuple(d.rstrip(os.sep) + os.sep for d in dirs)
+    return _library_dirs
+
+
+def _is_user(frame):
+    name = frame.f_code.co_filename
+    if name.startswith("<"):
+        return False
+    if "site-packages" in name or "dist-packages" in name:
+        top = name.replace("\\", "/").split("-packages/", 1)[1].split("/", 1)[0]
+        if top in _LIBRARIES or top == "shardscope":
+            return False
+    return not os.path.abspath(name).startswith(_library_prefixes())
+
+
+def _user_frame(frame):
+    while frame is not None and not _is_user(frame):
+        frame = frame.f_back
+    return frame
+
+
+def _frame_text(frame):
+    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+
+
+def _location(frame):
+    """(file, line, function, chain) of the user's frame, chain: the user frames above it."""
+    chain = []
+    up = frame.f_back
+    while up is not None and len(chain) < _CHAIN:
+        if _is_user(up):
+            chain.append(_frame_text(up))
+        up = up.f_back
+    code = frame.f_code
+    function = getattr(code, "co_qualname", code.co_name)
+    return (code.co_filename, int(frame.f_lineno), function, chain)
+
+
+def _code_name(path):
+    """A dotted path as attribute access: "blocks.0.fc1" -> "blocks[0].fc1"."""
+    out = ""
+    for part in path.split("."):
+        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
+    return out
+
+
+def _building(here, user, param):
+    """While the model is built: (the modules under construction, outermost first, each with
+    its class, the attribute it is being assigned to when known and its constructor's
+    file:line; the parameter as a constructor's code names it: the user's frame when it is
+    a module's __init__, else the innermost constructor running, a library's)."""
+    import torch.nn as nn
+
+    import torch
+
+    internal = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep  # torch's own modules
+    chain = []
+    f = here
+    while f is not None:
+        owner = f.f_locals.get("self") if f.f_code.co_name == "__init__" else None
+        if owner is not None and os.path.abspath(f.f_code.co_filename).startswith(internal):
+            owner = None  # torch.nn's constructors (Conv1d, ParametrizationList) are not the model's
+        if isinstance(owner, nn.Module) and (not chain or chain[-1][0] is not owner):
+            chain.append((owner, f))
+        f = f.f_back
+    chain.reverse()  # outermost first
+    parts = []
+    for i, (module, f) in enumerate(chain):
+        attribute = ""
+        if i > 0:
+            line = linecache.getline(chain[i - 1][1].f_code.co_filename, chain[i - 1][1].f_lineno)
+            match = _ASSIGNMENT.match(line)
+            if match:
+                attribute = "." + match.group(1) + " "
+        where = f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+        parts.append(f"{attribute}{type(module).__name__} ({where})")
+    building = " > ".join(parts)
+    # The parameter as the constructor's code names it: from its `self`, else a local.
+    code = ""
+    frame = user
+    if frame is None or frame.f_code.co_name != "__init__" or not isinstance(
+            frame.f_locals.get("self"), nn.Module):
+        frame = chain[-1][1] if chain else user
+    if frame is None:
+        return building, "<the parameter>"
+    self_ = frame.f_locals.get("self") if frame.f_code.co_name == "__init__" else None
+    if isinstance(self_, nn.Module):
+        for path, p in self_.named_parameters(remove_duplicate=False):
+            if p is param:
+                code = "self." + _code_name(path)
+                break
+    seen = param.__dict__.get("_shardscope_seen_as")  # (module, attribute) it was read as
+    if not code and seen is not None and isinstance(self_, nn.Module):
+        # Removed from its module already (weight_norm deletes `weight`, then reads it).
+        for path, m in self_.named_modules():
+            if m is seen[0]:
+                code = "self." + _code_name(f"{path}.{seen[1]}" if path else seen[1])
+                break
+    if not code:
+        for name, value in frame.f_locals.items():
+            if value is param:
+                code = name
+                break
+            if isinstance(value, nn.Module) and name != "self":
+                for path, p in value.named_parameters(remove_duplicate=False):
+                    if p is param:
+                        code = f"{name}.{_code_name(path)}"
+                        break
+            if code:
+                break
+    if not code:
+        code = f"<the {type(seen[0]).__name__}'s {seen[1]}>" if seen else "<the parameter>"
+    return building, code
 
 
 def _roots(modules):

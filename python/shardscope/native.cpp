@@ -7,6 +7,9 @@
 #include <pybind11/stl.h>
 
 #include <array>
+#include <map>
+#include <tuple>
+#include <vector>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -275,12 +278,29 @@ PYBIND11_MODULE(_native, module)
         .def(
             "unregistered_access",
             [](Agent &a, std::optional<std::uint32_t> accessor, std::uint32_t p,
-               const std::string &action, const std::string &use) {
+               const std::string &action, const std::string &use,
+               std::optional<std::tuple<std::string, std::uint32_t, std::string,
+                                        std::vector<std::string>>>
+                   location,
+               const std::string &building, const std::string &paramCode) {
+                state::SourceLocation where;
+                if (location)
+                    std::tie(where.file, where.line, where.function, where.chain) = *location;
                 const state::ViolationText t = a.state().unregisteredAccess(
-                    moduleFrom(accessor), p, actionFrom(action), accessUseFrom(use));
+                    moduleFrom(accessor), p, actionFrom(action), accessUseFrom(use), where,
+                    building, paramCode);
                 return py::make_tuple(t.message, t.fix);
             },
-            py::arg("accessor"), py::arg("param"), py::arg("action"), py::arg("use") = "read")
+            py::arg("accessor"), py::arg("param"), py::arg("action"), py::arg("use") = "read",
+            py::arg("location") = py::none(), py::arg("building") = "",
+            py::arg("param_code") = "")
+        .def("complete_build_names",
+             [](Agent &a, const std::map<std::uint32_t, std::uint32_t> &moved) {
+                 std::map<ModuleId, ModuleId> m;
+                 for (const auto &[from, to] : moved)
+                     m.emplace(from, to);
+                 a.state().completeBuildNames(m);
+             })
         // FSDP2 (shardscope.fsdp): a group's parameters change status together, in one call.
         .def("status_changed_many",
              [](Agent &a, const std::vector<std::pair<std::uint32_t, std::uint64_t>> &params,

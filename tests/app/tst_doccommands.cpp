@@ -6,6 +6,7 @@
 #include <QtTest>
 
 #include <QDir>
+#include <QFileInfo>
 #include <QFile>
 #include <QMap>
 #include <QProcess>
@@ -50,6 +51,11 @@ class DocChecker
                           {bin(QStringLiteral("shardscope-train")), help, false, {}});
         m_programs.insert(QStringLiteral("shardscope-capture"),
                           {bin(QStringLiteral("shardscope-capture")), help, false, {}});
+        // shardscope-check (the Python package's launcher, built with it): its own options
+        // end at the script; what follows is the script's.
+        if (QFileInfo::exists(bin(QStringLiteral("shardscope-check"))))
+            m_programs.insert(QStringLiteral("shardscope-check"),
+                              {bin(QStringLiteral("shardscope-check")), help, true, {}});
         m_programs.insert(QStringLiteral("scripts/launch"),
                           {script(QStringLiteral("launch")), help, true, {}});
         for (const char *name : {"bench", "gpu-check", "gpu-bundle", "check-trace-in-chrome"})
@@ -72,8 +78,10 @@ class DocChecker
         word.remove(QRegularExpression(QStringLiteral("^[\"'(\\[]+|[\"')\\],;:]+$")));
         for (const QString &name :
              {QStringLiteral("shardscope"), QStringLiteral("shardscope-train"),
-              QStringLiteral("shardscope-capture")})
-            if (word == name || word.endsWith(QStringLiteral("bin/") + name)) return name;
+              QStringLiteral("shardscope-capture"), QStringLiteral("shardscope-check")})
+            if (m_programs.contains(name) &&
+                (word == name || word.endsWith(QStringLiteral("bin/") + name)))
+                return name;
         const qsizetype at = word.indexOf(QLatin1String("scripts/"));
         if (at == 0 || (at > 0 && word[at - 1] == QLatin1Char('/'))) {
             const QString name = word.mid(at);

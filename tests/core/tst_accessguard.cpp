@@ -1,5 +1,7 @@
 #include <QtTest>
 
+#include <source_location>
+
 #include "telemetry/eventfields.h"
 #include "testworld.h"
 
@@ -40,8 +42,8 @@ struct TiedModel
         float sum = 0;
         {
             core::ModuleScope s(e, r, lmHead, Phase::Forward);
-            sum += e.access(r, embedW).f32()[29];
-            sum += e.access(r, embedW).f32()[0];
+            for (const std::size_t i : {29u, 0u}) // two reads from one call site
+                sum += e.access(r, embedW).f32()[i];
             sum += e.access(r, headB).f32()[0];
         }
         e.endStep(r, 0.0);
@@ -59,7 +61,33 @@ private slots:
     void autoRegistersOnceThenNeverAgain();
     void manualRegistrationGivesNoRecords();
     void readOutsideAnyModuleIsRecorded();
+    void eachCallSiteIsItsOwnViolation();
 };
+
+// Engine::access records its caller's line (std::source_location): the same module reading
+// the same parameter from two lines is two violations, each with its file and line.
+void TestAccessGuard::eachCallSiteIsItsOwnViolation()
+{
+    TiedModel m(1, GuardPolicy::Warn);
+    core::Engine &e = *m.engine;
+    e.beginStep(0);
+    std::uint32_t first = 0;
+    {
+        core::ModuleScope s(e, 0, m.lmHead, Phase::Forward);
+        first = std::source_location::current().line() + 1;
+        (void)e.access(0, m.embedW);
+        (void)e.access(0, m.embedW);
+    }
+    e.endStep(0, 0.0);
+    const state::EngineState st = e.state();
+    QCOMPARE(st.violations.size(), std::size_t(2));
+    QCOMPARE(st.violations[0].location.line, first);
+    QCOMPARE(st.violations[1].location.line, first + 1);
+    QVERIFY2(st.violations[0].location.file.ends_with("tst_accessguard.cpp"),
+             st.violations[0].location.file.c_str());
+    QVERIFY(st.violations[0].location.function.find("eachCallSiteIsItsOwnViolation") !=
+            std::string::npos);
+}
 
 void TestAccessGuard::warnRecordsOncePerAccessorParamRankStep()
 {

@@ -644,15 +644,35 @@ class TestDeepSpeedAgent : public QObject
                  qPrintable(r.out));
         const std::vector<json> snaps = snapshots("wn");
         QCOMPARE(snaps.size(), std::size_t(2));
+        int weightNormLine = 0;
+        {
+            QFile ex(QStringLiteral(SHARDSCOPE_EXAMPLE));
+            QVERIFY(ex.open(QIODevice::ReadOnly));
+            for (int n = 1; !ex.atEnd(); ++n)
+                if (ex.readLine().contains("if weight_norm == \"unsafe\":")) {
+                    weightNormLine = n + 1;
+                    break;
+                }
+        }
         for (const json &s : snaps) {
             const auto v = violations(s, "unregistered_access");
             QCOMPARE(v.size(), std::size_t(1));
             QVERIFY(v[0]["accessor"].is_null());
             QVERIFY2(v[0]["param"] == "pos_conv.conv.weight", v[0].dump().c_str());
-            QCOMPARE(
-                v[0]["fix"].get<std::string>(),
-                std::string("with deepspeed.zero.GatheredParameters(model.pos_conv.conv.weight, "
-                            "modifier_rank=0): <change it here>"));
+            // The model never existed (the IndexError came first): the fix names the weight as
+            // the constructor that read it does, a path that exists there, and the record
+            // says which modules were being built and where.
+            QCOMPARE(v[0]["fix"].get<std::string>(),
+                     std::string("with deepspeed.zero.GatheredParameters(self.conv.weight, "
+                                 "modifier_rank=0): <change it here>"));
+            QCOMPARE(v[0]["location"]["line"].get<int>(), weightNormLine);
+            QCOMPARE(v[0]["location"]["function"].get<std::string>(),
+                     std::string("PositionalConv.__init__"));
+            QVERIFY2(QRegularExpression("^TinyLM \\(deepspeed_stories\\.py:\\d+\\) > \\.pos_conv "
+                                        "PositionalConv \\(deepspeed_stories\\.py:\\d+\\)$")
+                         .match(QString::fromStdString(v[0]["building"].get<std::string>()))
+                         .hasMatch(),
+                     v[0].dump().c_str());
         }
     }
 
@@ -760,10 +780,12 @@ class TestDeepSpeedAgent : public QObject
         QTest::addColumn<QString>("setup");
         QTest::addColumn<QString>("param");
         QTest::addColumn<int>("readers"); // how many ranks read it (Transformers: rank 0 only)
+        QTest::addColumn<QString>("selfPath"); // the parameter as the fix line names it
         QTest::newRow("as Transformers builds it")
-            << "hf" << "encoder.pos_conv_embed.conv.parametrizations.weight.original1" << 1;
+            << "hf" << "encoder.pos_conv_embed.conv.parametrizations.weight.original1" << 1
+            << "model.encoder.pos_conv_embed.conv.parametrizations.weight.original1";
         QTest::newRow("zero.Init without HfDeepSpeedConfig")
-            << "zero-init" << "encoder.pos_conv_embed.conv.weight" << 2;
+            << "zero-init" << "encoder.pos_conv_embed.conv.weight" << 2 << "self.conv.weight";
     }
 
     void hfWav2Vec2()
@@ -772,6 +794,7 @@ class TestDeepSpeedAgent : public QObject
         QFETCH(QString, setup);
         QFETCH(QString, param);
         QFETCH(int, readers);
+        QFETCH(QString, selfPath);
         const QString name = "wav2vec2-" + setup;
         const Run r = run({"--case", "wav2vec2", "--setup", setup, "--snapshot-out",
                            snapshotArg(name)},
@@ -791,9 +814,19 @@ class TestDeepSpeedAgent : public QObject
             QCOMPARE(v.size(), std::size_t(1));
             QVERIFY(v[0]["accessor"].is_null());
             QCOMPARE(QString::fromStdString(v[0]["param"].get<std::string>()), param);
+            // Read while the model was being built (zero-init: the build failed), the fix
+            // names the parameter from the constructor running (Transformers' own), never
+            // `model.`; read once zero.Init had built it (Transformers' weight
+            // initialisation, hf), by the model's dotted name.
             QCOMPARE(QString::fromStdString(v[0]["fix"].get<std::string>()),
-                     "with deepspeed.zero.GatheredParameters(model." + param +
+                     "with deepspeed.zero.GatheredParameters(" + selfPath +
                          ", modifier_rank=0): <change it here>");
+            QCOMPARE(v[0].contains("building"), selfPath.startsWith("self."));
+            if (v[0].contains("building"))
+                QVERIFY2(v[0]["building"].get<std::string>().starts_with("Wav2Vec2Model ("),
+                         v[0].dump().c_str());
+            QVERIFY2(v[0]["location"]["file"].get<std::string>().ends_with("hf_stories.py"),
+                     v[0].dump().c_str());
         }
     }
 

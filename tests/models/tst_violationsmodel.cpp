@@ -18,6 +18,7 @@ class TestViolationsModel : public QObject
   private slots:
     void rowsAppearAndCount();
     void csv();
+    void oneRowPerSourceLocation();
     void lateAttachTimesCountFromTheFirstViolation();
 };
 
@@ -94,12 +95,54 @@ void TestViolationsModel::csv()
     QCOMPARE(
         lines[0],
         QStringLiteral(
-            "time_ns,step,last_step,ranks,kind,accessor,parameter,owner,status,action,count,fix"));
+            "time_ns,step,last_step,ranks,kind,accessor,parameter,owner,status,action,count,fix,"
+            "location,function"));
     QCOMPARE(lines[1],
              QStringLiteral(
                  "100,1,1,\"0, "
                  "2\",unregistered_access,lm_head,embed.weight,embed,NOT_AVAILABLE,gathered,2,"
-                 "\"register_external_parameter(lm_head, embed.weight)\""));
+                 "\"register_external_parameter(lm_head, embed.weight)\",,"));
+}
+
+// The same (accessor, parameter) read from two places in the user's code is two rows, each
+// with its file:line (the table's column, the copyable role, the CSV); a live event, which
+// carries no location, counts into its violation's row instead of making a third.
+void TestViolationsModel::oneRowPerSourceLocation()
+{
+    session::SessionStore store;
+    models::ViolationsModel model(&store);
+    state::EngineState st = smallState();
+    state::ViolationRecord a;
+    a.kind = ViolationKind::UnregisteredAccess;
+    a.accessor = 7;
+    a.param = 0;
+    a.owner = 1;
+    a.step = a.lastStep = 1;
+    a.count = 1;
+    a.tsNs = 100;
+    a.fix = "register_external_parameter(lm_head, embed.weight)";
+    a.location = {"/src/model.py", 48, "Head.forward", {"/src/model.py:84 in forward"}};
+    state::ViolationRecord b = a;
+    b.location = {"/src/model.py", 91, "Head.logits", {}};
+    b.tsNs = 200;
+    st.violations = {a, b};
+    store.applyState(st);
+    store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(300, 1)}, false);
+    store.flush();
+    QCOMPARE(model.rowCount(), 2);
+    QCOMPARE(model.index(0, models::ViolationsModel::Location).data().toString(),
+             QStringLiteral("model.py:48"));
+    QCOMPARE(model.index(1, models::ViolationsModel::Location).data().toString(),
+             QStringLiteral("model.py:91"));
+    QCOMPARE(model.index(1, 0).data(models::ViolationsModel::LocationRole).toString(),
+             QStringLiteral("/src/model.py:91"));
+    QVERIFY(model.index(0, 0).data(Qt::ToolTipRole).toString().contains(
+        QStringLiteral("from /src/model.py:84 in forward")));
+    QCOMPARE(model.index(0, models::ViolationsModel::Count).data().toString(), QStringLiteral("2"));
+    const QStringList lines =
+        QString::fromUtf8(model.toCsv()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+    QVERIFY2(lines[1].endsWith(QStringLiteral(",/src/model.py:48,Head.forward")), qPrintable(lines[1]));
+    QVERIFY2(lines[2].endsWith(QStringLiteral(",/src/model.py:91,Head.logits")), qPrintable(lines[2]));
 }
 
 // A client that attaches late gets the state's violations (from steps long past) and only

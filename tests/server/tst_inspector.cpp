@@ -3,7 +3,9 @@
 #include <QTemporaryDir>
 #include <arpa/inet.h>
 #include <chrono>
+#include <cstring>
 #include <map>
+#include <set>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -309,21 +311,33 @@ void TestInspector::eachClientGetsTheStateFormatItAskedFor()
     run.steps(1);
     InspectorClient::Options older;
     older.capabilities = {"state", "events", "history", "dropped"};
+    // A client of the release before StateBinary layout 2: "state_binary" only.
+    InspectorClient::Options layout1;
+    layout1.capabilities = {"state", "events", "history", "dropped", "state_binary"};
     auto binary = InspectorClient::connect(inspector.endpoint(), {});
     auto json = InspectorClient::connect(inspector.endpoint(), older);
+    auto one = InspectorClient::connect(inspector.endpoint(), layout1);
     QVERIFY2(binary.ok(), binary.error().c_str());
     QVERIFY2(json.ok(), json.error().c_str());
+    QVERIFY2(one.ok(), one.error().c_str());
     const auto &caps = (*json)->welcome().capabilities;
     QVERIFY(std::find(caps.begin(), caps.end(), "state_binary") != caps.end());
     run.steps(2);
     std::thread finisher([&] { inspector.finish(); });
     std::map<InspectorClient *, std::map<wire::MessageType, int>> seen;
-    wire::ClientState sb, sj;
-    for (auto [client, state] : {std::pair{binary->get(), &sb}, std::pair{json->get(), &sj}}) {
+    std::map<InspectorClient *, std::set<std::uint16_t>> layouts; // of its StateBinary frames
+    wire::ClientState sb, sj, s1;
+    for (auto [client, state] : {std::pair{binary->get(), &sb}, std::pair{json->get(), &sj},
+                                 std::pair{one->get(), &s1}}) {
         while (!state->finished()) {
             auto frame = client->next(30000);
             QVERIFY2(frame.ok() && frame->has_value(), frame.ok() ? "no frame for 30 s" : frame.error().c_str());
             ++seen[client][(*frame)->type];
+            if ((*frame)->type == wire::MessageType::StateBinary && (*frame)->payload.size() > 6) {
+                std::uint16_t layout = 0;
+                std::memcpy(&layout, (*frame)->payload.data() + 4, 2);
+                layouts[client].insert(layout);
+            }
             const auto applied = state->apply(**frame);
             QVERIFY2(applied.ok(), applied.error().c_str());
         }
@@ -339,6 +353,15 @@ void TestInspector::eachClientGetsTheStateFormatItAskedFor()
     test::compareStates(a, b); // the last State, as either format carried it
     if (QTest::currentTestFailed()) return;
     QVERIFY(findUnregistered(a, "lm_head", "embed.weight") != nullptr);
+    // Layout 2, with the engine's call site of the read, to this release's clients; layout 1,
+    // the same state without locations, to a client that listed only "state_binary".
+    QCOMPARE(layouts[binary->get()], (std::set<std::uint16_t>{2}));
+    QCOMPARE(layouts[one->get()], (std::set<std::uint16_t>{1}));
+    QVERIFY(findUnregistered(a, "lm_head", "embed.weight")->location.known());
+    const state::ViolationRecord *old = findUnregistered(s1.snapshot().state, "lm_head", "embed.weight");
+    QVERIFY(old != nullptr);
+    QVERIFY(!old->location.known());
+    QCOMPARE(old->fix, findUnregistered(a, "lm_head", "embed.weight")->fix);
     QCOMPARE(sb.snapshot().events.size(), sj.snapshot().events.size());
 }
 

@@ -1,4 +1,4 @@
-// The one violation ledger: one row per (kind, accessor, parameter, owner) with an entry per
+// The one violation ledger: one row per (kind, accessor, parameter, owner, source location) with an entry per
 // rank, counted by sightings (Add), replaced by a producer's running totals (Total), or the
 // larger of two totals of one rank (Max); words kept unless provisional.
 
@@ -42,7 +42,40 @@ class TestViolationLedger : public QObject
     void aTotalReplacesWhatItsRankHadAndMaxKeepsTheLarger();
     void provisionalWordsAreReplacedOnceAndFinalOnesKept();
     void recordsAreOnePerRowAndRank();
+    void eachSourceLocationIsARowAndUnlocatedSightingsJoinOne();
 };
+
+void TestViolationLedger::eachSourceLocationIsARowAndUnlocatedSightingsJoinOne()
+{
+    state::ViolationLedger ledger;
+    // A live event (no location) first: its row is taken over by the located record.
+    QVERIFY(ledger.add(sighting(0, 1, 100), state::Tally::Add).newRow);
+    state::ViolationRecord at48 = sighting(0, 1, 100);
+    at48.location = {"/src/model.py", 48, "Head.forward", {"/src/train.py:9 in main"}};
+    const auto took = ledger.add(at48, state::Tally::Total);
+    QVERIFY(!took.newRow);
+    QCOMPARE(ledger.size(), std::size_t(1));
+    QCOMPARE(ledger.rows()[0].location, at48.location);
+    // The same (accessor, parameter) from another line: a row of its own.
+    state::ViolationRecord at91 = at48;
+    at91.location = {"/src/model.py", 91, "Head.logits", {}};
+    QVERIFY(ledger.add(at91, state::Tally::Add).newRow);
+    QCOMPARE(ledger.size(), std::size_t(2));
+    // Another unlocated sighting counts into the first located row, not a third.
+    const auto more = ledger.add(sighting(1, 2, 300), state::Tally::Add);
+    QVERIFY(!more.newRow);
+    QCOMPARE(more.row, std::size_t(0));
+    QCOMPARE(ledger.size(), std::size_t(2));
+    QVERIFY(ledger.find(state::keyOf(sighting(0, 1, 1))) == &ledger.rows()[0]);
+    QVERIFY(ledger.find(state::keyOf(at91)) == &ledger.rows()[1]);
+    // Records carry the location and come back to the same rows.
+    const std::vector<state::ViolationRecord> records = ledger.records();
+    state::ViolationLedger again;
+    for (const state::ViolationRecord &r : records)
+        again.add(r, state::Tally::Total);
+    QCOMPARE(again.size(), std::size_t(2));
+    QCOMPARE(again.rows()[1].location.line, std::uint32_t(91));
+}
 
 void TestViolationLedger::sightingsOfOneViolationAreOneRowWithAnEntryPerRank()
 {

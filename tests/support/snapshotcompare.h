@@ -76,6 +76,8 @@ inline void compareStates(const state::EngineState &a, const state::EngineState 
         QCOMPARE(v.tsNs, w.tsNs);
         QCOMPARE(v.fix, w.fix);
         QCOMPARE(v.message, w.message);
+        QCOMPARE(v.location, w.location);
+        QCOMPARE(v.building, w.building);
     }
 }
 

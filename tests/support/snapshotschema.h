@@ -148,6 +148,15 @@ inline std::vector<std::string> snapshotSchemaProblems(const nlohmann::json &j)
             check(v, "violations[]", k, StrOrNull);
         for (const char *k : {"accessor_id", "param_id", "owner_id"})
             check(v, "violations[]", k, UIntOrNull);
+        // Optional: where in the user's code, and the modules being built.
+        if (v.contains("location")) {
+            const json &l = v["location"];
+            for (const char *k : {"file", "function"})
+                check(l, "violations[].location", k, Str);
+            check(l, "violations[].location", "line", UInt);
+            check(l, "violations[].location", "chain", Arr);
+        }
+        if (v.contains("building")) check(v, "violations[]", "building", Str);
     }
     if (j["events"].is_object()) {
         const json &c = j["events"];

@@ -43,6 +43,7 @@ class TestViews : public QObject
     void treeWithHundredThousandParameters();
     void violationReachesPanelAndTree();
     void detailShowsShardsAndCopiesFix();
+    void detailCopiesTheSourceLocation();
     void detailBoundsLongRegistrationLists();
     void attachDialogListsLiveEngines();
     void attachDialogShowsWholeNames();
@@ -154,6 +155,38 @@ void TestViews::detailBoundsLongRegistrationLists()
     const QString active = detail.field(QStringLiteral("active modules"));
     QCOMPARE(active.count(QStringLiteral("x.")), 20);
     QVERIFY2(active.endsWith(QStringLiteral("and 99980 more")), qPrintable(active.right(100)));
+}
+
+// A violation's source location in the parameter's detail: shown as file:line in function,
+// the user's frames above it in the tooltip, and copied as file:line.
+void TestViews::detailCopiesTheSourceLocation()
+{
+    session::SessionStore store;
+    state::EngineState st = smallState(4);
+    state::ViolationRecord v;
+    v.kind = ViolationKind::UnregisteredAccess;
+    v.accessor = 7;
+    v.param = 0;
+    v.owner = 1;
+    v.step = v.lastStep = 1;
+    v.count = 1;
+    v.tsNs = 100;
+    v.fix = "register_external_parameter(lm_head, embed.weight)";
+    v.message = "module `lm_head` read `embed.weight`";
+    v.location = {"/src/model.py", 48, "Head.forward", {"/src/train.py:9 in main"}};
+    st.violations = {v};
+    store.applyState(st);
+    store.flush();
+    views::ParamDetail detail(&store);
+    detail.showParam(0);
+    auto *at = detail.findChild<QLabel *>(QStringLiteral("location"));
+    QVERIFY(at);
+    QVERIFY2(at->text().contains(QStringLiteral("48 in Head.forward")), qPrintable(at->text()));
+    QVERIFY(at->toolTip().contains(QStringLiteral("from /src/train.py:9 in main")));
+    auto *copy = detail.findChild<QPushButton *>(QStringLiteral("copyLocation"));
+    QVERIFY(copy);
+    copy->click();
+    QCOMPARE(QApplication::clipboard()->text(), QStringLiteral("/src/model.py:48"));
 }
 
 void TestViews::detailShowsShardsAndCopiesFix()

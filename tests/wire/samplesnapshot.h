@@ -98,6 +98,11 @@ inline wire::Snapshot sampleSnapshot()
     v.tsNs = 5555;
     v.fix = "register_external_parameter(lm_head, embed.weight)";
     v.message = "module `lm_head` read `embed.weight` owned by `embed`";
+    v.location.file = "/home/user/train.py";
+    v.location.line = 42;
+    v.location.function = "TinyLM.forward";
+    v.location.chain = {"/home/user/train.py:97 in main", "/home/user/train.py:120 in <module>"};
+    v.building = "TinyLM (train.py:75) > .pos_conv PositionalConv (train.py:58)";
     state::ViolationRecord late = v;
     late.kind = ViolationKind::LateParameter;
     late.accessor = kNoModule;
@@ -106,6 +111,8 @@ inline wire::Snapshot sampleSnapshot()
     late.owner = 3;
     late.action = GuardAction::Recorded;
     late.fix.clear();
+    late.location = {}; // one without a location (a snapshot of an earlier release)
+    late.building.clear();
     state::ViolationRecord trace = v;
     trace.kind = ViolationKind::TraceInvalidated;
     trace.param = kNoParam;

@@ -153,6 +153,7 @@ class TestStateBinary : public QObject
     void statesOfEitherTypeReachTheClientState();
     void everyTruncationIsACleanError();
     void corruptFieldsAreNamed();
+    void locationsTravelInLayout2AndLayout1StillDecodes();
     void referencesCannotMultiplyTheMemory();
     void randomDamageNeverCrashes();
     void theEnginesColumnsAreWhatItsQueriesSay();
@@ -288,8 +289,8 @@ void TestStateBinary::corruptFieldsAreNamed()
     const Offsets o = offsetsOf(good);
 
     expectError(patched(good, 0, std::uint32_t(0x42545354)), "does not start with \"SSTB\"");
-    expectError(patched(good, 4, std::uint16_t(2)),
-                "layout 2 is not supported; this build reads layout 1");
+    expectError(patched(good, 4, std::uint16_t(3)),
+                "layout 3 is not supported; this build reads layouts 1 to 2");
     expectError(patched(good, 6, std::uint16_t(1)), "reserved bytes 6-7 are not 0");
     expectError(patched(good, countOffset(kWorld), std::uint32_t(0)), "world_size: 0 is outside 1 to 65536");
     expectError(patched(good, countOffset(kWorld), std::uint32_t(65537)), "outside 1 to 65536");
@@ -325,8 +326,36 @@ void TestStateBinary::corruptFieldsAreNamed()
     // The last event's type.
     expectError(patched(good, good.size() - 48 + 14, std::uint8_t(200)), "events[1]: unknown event type 200");
     // The violations' counts: the first kind byte is right after the parameters' columns.
-    const std::size_t violations = good.size() - 2 * 48 - 55 * s.state.violations.size();
+    const std::size_t violations = good.size() - 2 * 48 - (55 + 20) * s.state.violations.size();
     expectError(patched(good, violations, std::uint8_t(5)), "violations[0].kind: value 5");
+    // Layout 2's location columns follow the messages: file, line, function, chain, building.
+    const std::size_t V = s.state.violations.size();
+    const std::size_t file = good.size() - 2 * 48 - 20 * V;
+    expectError(patched(good, file, std::uint32_t(0xFFFFFFF0)),
+                "violations[0].location.file: string 4294967280 is not in the table");
+    // Violation 1 has no location: a line without a file is refused.
+    expectError(patched(good, file + 4 * V + 4, std::uint32_t(7)),
+                "violations[1].location: a line or function without a file");
+}
+
+void TestStateBinary::locationsTravelInLayout2AndLayout1StillDecodes()
+{
+    const Snapshot s = test::sampleSnapshot();
+    const auto two = decodeBinaryState(encodeBinaryState(s));
+    QVERIFY2(two.ok(), two.error().c_str());
+    QCOMPARE(two->state.violations[0].location, s.state.violations[0].location);
+    QCOMPARE(two->state.violations[0].building, s.state.violations[0].building);
+    QVERIFY(!two->state.violations[1].location.known());
+    // What a server sends a client of an earlier release (only "state_binary"): layout 1,
+    // without the locations, which that client reads as before.
+    const std::string oneBytes = encodeBinaryState(s, kBinaryStateOldestLayout);
+    QCOMPARE(readAt<std::uint16_t>(oneBytes, 4), std::uint16_t(1));
+    // 20 bytes of columns per violation, and the location's strings, fewer.
+    QVERIFY(oneBytes.size() + 20 * s.state.violations.size() < encodeBinaryState(s).size());
+    const auto one = decodeBinaryState(oneBytes);
+    QVERIFY2(one.ok(), one.error().c_str());
+    QVERIFY(!one->state.violations[0].location.known());
+    QCOMPARE(one->state.violations[0].fix, s.state.violations[0].fix);
 }
 
 void TestStateBinary::referencesCannotMultiplyTheMemory()

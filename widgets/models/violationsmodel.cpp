@@ -1,6 +1,7 @@
 #include "models/violationsmodel.h"
 
 #include <QColor>
+#include <QFileInfo>
 
 #include "session/labels.h"
 
@@ -60,6 +61,11 @@ QVariant ViolationsModel::displayValue(const state::ViolationRow &g, int column)
         return session::labels::action(g.action);
     case Count:
         return QString::number(g.count);
+    case Location:
+        if (!g.location.known()) return {};
+        return QStringLiteral("%1:%2")
+            .arg(QFileInfo(QString::fromStdString(g.location.file)).fileName())
+            .arg(g.location.line);
     default:
         return {};
     }
@@ -76,6 +82,14 @@ QVariant ViolationsModel::data(const QModelIndex &index, int role) const
     case Qt::ToolTipRole: {
         QString tip = QString::fromStdString(g->message);
         if (!g->fix.empty()) tip += QStringLiteral("\nfix: ") + QString::fromStdString(g->fix);
+        if (g->location.known()) {
+            tip += QStringLiteral("\nat ") + QString::fromStdString(g->location.fileLine()) +
+                   QStringLiteral(" in ") + QString::fromStdString(g->location.function);
+            for (const std::string &frame : g->location.chain)
+                tip += QStringLiteral("\n  from ") + QString::fromStdString(frame);
+        }
+        if (!g->building.empty())
+            tip += QStringLiteral("\nwhile building: ") + QString::fromStdString(g->building);
         return tip;
     }
     case Qt::ForegroundRole:
@@ -90,6 +104,8 @@ QVariant ViolationsModel::data(const QModelIndex &index, int role) const
         return QString::fromStdString(g->fix);
     case MessageRole:
         return QString::fromStdString(g->message);
+    case LocationRole:
+        return QString::fromStdString(g->location.fileLine());
     case SortRole:
         switch (index.column()) {
         case Time:
@@ -112,7 +128,8 @@ QVariant ViolationsModel::headerData(int section, Qt::Orientation orientation, i
 {
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
     static const char *names[] = {"Time",      "Step",  "Rank",   "Kind",   "Accessor",
-                                  "Parameter", "Owner", "Status", "Action", "Count"};
+                                  "Parameter", "Owner", "Status", "Action", "Count",
+                                  "Location"};
     return section >= 0 && section < ColumnCount ? QString::fromLatin1(names[section]) : QVariant();
 }
 
@@ -146,7 +163,8 @@ QByteArray ViolationsModel::toCsv() const
     };
     QStringList lines;
     lines << QStringLiteral(
-        "time_ns,step,last_step,ranks,kind,accessor,parameter,owner,status,action,count,fix");
+        "time_ns,step,last_step,ranks,kind,accessor,parameter,owner,status,action,count,fix,"
+        "location,function");
     for (int r = 0; r < m_rows; ++r) {
         const state::ViolationRow &g = *group(r);
         QStringList f;
@@ -156,7 +174,9 @@ QByteArray ViolationsModel::toCsv() const
           << quote(g.param == kNoParam ? QString() : m_store->paramName(g.param))
           << quote(m_store->modulePath(g.owner)) << session::labels::status(g.status)
           << session::labels::action(g.action) << QString::number(g.count)
-          << quote(QString::fromStdString(g.fix));
+          << quote(QString::fromStdString(g.fix))
+          << quote(QString::fromStdString(g.location.fileLine()))
+          << quote(QString::fromStdString(g.location.function));
         lines << f.join(QLatin1Char(','));
     }
     return (lines.join(QLatin1Char('\n')) + QLatin1Char('\n')).toUtf8();

@@ -1,6 +1,6 @@
 #pragma once
-// The violations table over a SessionStore: one row per (kind, accessor, parameter)
-// group with its count. Rows only ever append while a run continues; counts update
+// The violations table over a SessionStore: one row per (kind, accessor, parameter,
+// source location) group with its count. Rows only ever append while a run continues; counts update
 // in place, so a selection survives live updates.
 
 #include <QAbstractTableModel>
@@ -25,6 +25,7 @@ class ViolationsModel : public QAbstractTableModel
         Status,
         Action,
         Count,
+        Location, // where in the user's code: file:line (the file's name; the path in the tooltip)
         ColumnCount
     };
     enum Role
@@ -33,7 +34,8 @@ class ViolationsModel : public QAbstractTableModel
         AccessorIdRole,
         FixRole,
         MessageRole,
-        SortRole
+        SortRole,
+        LocationRole // "file:line" with the file's full path, to copy into an editor; "" when not known
     };
 
     explicit ViolationsModel(session::SessionStore *store, QObject *parent = nullptr);
@@ -45,7 +47,8 @@ class ViolationsModel : public QAbstractTableModel
                         int role = Qt::DisplayRole) const override;
 
     const state::ViolationRow *group(int row) const;
-    // The rows as CSV (RFC 4180 quoting), with a header line and the fix column.
+    // The rows as CSV (RFC 4180 quoting), with a header line, the fix and the location
+    // (file:line, function).
     QByteArray toCsv() const;
 
   private:

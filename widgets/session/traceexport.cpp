@@ -218,14 +218,16 @@ void mapLane(TraceBuilder &t, const TraceIds &ids, const SessionStore &store, in
         case EventType::GatheredWriteError: {
             const std::optional<state::ViolationRecord> v = store.violationOf(ev);
             if (!v) break;
-            QString fix;
+            QString fix, location;
             if (const state::ViolationRow *vg = store.violationGroup(*v)) {
                 groupHasEvent[static_cast<std::size_t>(vg - store.violationGroups().data())] = true;
                 fix = QString::fromStdString(vg->fix);
+                location = QString::fromStdString(vg->location.fileLine());
             }
             QJsonObject args = violationArgs(store, v->accessor, v->param, v->owner);
             args.insert(QStringLiteral("step"), qint64(ev.step));
             args.insert(QStringLiteral("fix"), fix);
+            if (!location.isEmpty()) args.insert(QStringLiteral("location"), location);
             t.instant(labels::kind(v->kind), QStringLiteral("violation"), pid,
                       ids.tid(r, ViolationsThread), ev.tsNs, args);
             break;
@@ -278,6 +280,8 @@ void mapStateViolations(TraceBuilder &t, const TraceIds &ids, const SessionStore
         args.insert(QStringLiteral("step"), qint64(v.firstStep));
         args.insert(QStringLiteral("count"), qint64(v.count));
         args.insert(QStringLiteral("fix"), QString::fromStdString(v.fix));
+        if (v.location.known())
+            args.insert(QStringLiteral("location"), QString::fromStdString(v.location.fileLine()));
         t.instant(labels::kind(v.kind), QStringLiteral("violation"), ids.pid(r),
                   ids.tid(r, ViolationsThread), std::max(v.firstTsNs, store.timeOrigin()), args);
     }

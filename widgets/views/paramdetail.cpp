@@ -239,6 +239,35 @@ void ParamDetail::showViolations(const state::ParamRecord *p)
         msg->setWordWrap(true);
         msg->setStyleSheet(QStringLiteral("color: #b01010"));
         m_violationsLayout->addWidget(msg);
+        if (g->location.known()) {
+            // Where in the user's code, selectable and copyable as file:line.
+            const QString where = QString::fromStdString(g->location.fileLine());
+            auto *row = new QWidget(m_violationsBox);
+            auto *h = new QHBoxLayout(row);
+            h->setContentsMargins(0, 0, 0, 0);
+            auto *at = new QLabel(tr("at %1 in %2")
+                                      .arg(session::labels::breakable(where),
+                                           QString::fromStdString(g->location.function)),
+                                  row);
+            at->setObjectName(QStringLiteral("location"));
+            at->setFont(mono);
+            at->setWordWrap(true);
+            at->setTextInteractionFlags(Qt::TextSelectableByMouse);
+            QStringList tip;
+            for (const std::string &frame : g->location.chain)
+                tip << tr("from %1").arg(QString::fromStdString(frame));
+            if (!g->building.empty())
+                tip << tr("while building: %1").arg(QString::fromStdString(g->building));
+            at->setToolTip(tip.join(QLatin1Char('\n')));
+            auto *copy = new QPushButton(tr("Copy"), row);
+            copy->setObjectName(QStringLiteral("copyLocation"));
+            connect(copy, &QPushButton::clicked, this, [where] {
+                QApplication::clipboard()->setText(where);
+            });
+            h->addWidget(at, 1);
+            h->addWidget(copy, 0, Qt::AlignTop);
+            m_violationsLayout->addWidget(row);
+        }
         if (g->fix.empty()) continue;
         const QString fix = QString::fromStdString(g->fix);
         m_fixes << fix;

@@ -1,0 +1,208 @@
+"""One rank of `shardscope-check` (docs/check.md): installs the agent before the user's
+script runs, runs it unchanged as __main__, stops it after K optimizer steps, and leaves in
+the check's directory what the report is made from:
+
+  status.<rank>   the stage it is at (one line, rewritten): the parent's progress line
+  result.<rank>.json  how it ended (steps done, model built, the error), the module order
+  rank<rank>.json the agent's snapshot
+
+Run as `python -m shardscope._checkboot script.py [args]` with SHARDSCOPE_CHECK_DIR and
+SHARDSCOPE_CHECK_STEPS set by shardscope-check; the torchrun variables (RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT, ...) come from it too.
+"""
+import json
+import os
+import runpy
+import sys
+import time
+import traceback
+
+_dir = os.environ.get("SHARDSCOPE_CHECK_DIR", ".")
+_rank = int(os.environ.get("RANK", "0"))
+_steps = int(os.environ.get("SHARDSCOPE_CHECK_STEPS", "3"))
+_result = {"rank": _rank, "steps": 0, "model_built": False, "stopped": False, "exit": None,
+           "error": None, "module_order": [], "stage": "starting", "times": []}
+_t0 = time.monotonic()
+
+
+class _Done(BaseException):
+    """Raised out of the K-th step: the script stops there (not an Exception, so the script's
+    own `except Exception` does not swallow it)."""
+
+
+def _stage(text):
+    _result["stage"] = text
+    _result["times"].append([text, round(time.monotonic() - _t0, 3)])
+    try:
+        with open(os.path.join(_dir, f"status.{_rank}.tmp"), "w") as f:
+            f.write(f"{time.monotonic() - _t0:.1f} {text}\n")
+        os.replace(os.path.join(_dir, f"status.{_rank}.tmp"), os.path.join(_dir, f"status.{_rank}"))
+    except OSError:
+        pass
+
+
+def _write_result():
+    path = os.path.join(_dir, f"result.{_rank}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(_result, f)
+    os.replace(path + ".tmp", path)
+
+
+def _record_order(engine):
+    """The order modules run in during the first step (rank 0): what the peak-memory
+    prediction at the target world walks. One forward pre-hook, for the first step only."""
+    import torch
+
+    names = {id(m): path for path, m in engine.module.named_modules()}
+    seen = set()
+    order = _result["module_order"]
+
+    def pre(module, args):
+        path = names.get(id(module))
+        if path is None or path in seen:
+            return
+        seen.add(path)
+        params = []
+        for p in module._parameters.values():
+            if p is None:
+                continue
+            d = p.__dict__
+            params.append([int(d.get("ds_numel", p.numel())), p.element_size(),
+                           bool(d.get("ds_persist", False))])
+        order.append([path, params])
+
+    return torch.nn.modules.module.register_module_forward_pre_hook(pre)
+
+
+def _patch_deepspeed():
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    original_step = DeepSpeedEngine.step
+    original_forward = DeepSpeedEngine.forward
+    hook = [None]
+
+    def forward(self, *args, **kwargs):
+        if not _result["model_built"]:
+            _result["model_built"] = True
+            _stage("step 1")
+            if _rank == 0:
+                hook[0] = _record_order(self)
+        return original_forward(self, *args, **kwargs)
+
+    def step(self, *args, **kwargs):
+        out = original_step(self, *args, **kwargs)
+        if hook[0] is not None:
+            hook[0].remove()
+            hook[0] = None
+        if self.is_gradient_accumulation_boundary() if hasattr(
+                self, "is_gradient_accumulation_boundary") else True:
+            _result["steps"] = int(getattr(self, "global_steps", _result["steps"] + 1))
+            if _result["steps"] >= _steps:
+                _result["stopped"] = True
+                raise _Done()
+            _stage(f"step {_result['steps'] + 1}")
+        return out
+
+    DeepSpeedEngine.forward = forward
+    DeepSpeedEngine.step = step
+
+
+# The one place a backend plugs in: its agent module, how the agent is installed before the
+# script, and how a step is counted. DeepSpeed: shardscope.deepspeed, DeepSpeedEngine.step.
+# FSDP2 (python/shardscope/fsdp.py, when it exists): shardscope.fsdp with the same install()
+# and finish(), steps counted by torch's global optimizer step hook. check.py refuses FSDP
+# while shardscope.fsdp cannot be imported.
+_AGENTS = {"deepspeed": "shardscope.deepspeed", "fsdp": "shardscope.fsdp"}
+_backend = "deepspeed"
+
+
+def _agent_module():
+    import importlib
+
+    return importlib.import_module(_AGENTS[_backend])
+
+
+def _count_optimizer_steps():
+    """FSDP: a step is an optimizer step (any torch.optim.Optimizer)."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    def after(optimizer, args, kwargs):
+        _result["model_built"] = True
+        _result["steps"] += 1
+        if _result["steps"] >= _steps:
+            _result["stopped"] = True
+            raise _Done()
+        _stage(f"step {_result['steps'] + 1}")
+
+    register_optimizer_step_post_hook(after)
+
+
+def _install_agent(backend):
+    global _backend
+    _backend = backend
+    snapshot = os.path.join(_dir, f"rank{_rank}.json")
+    if backend == "fsdp":
+        _stage("importing torch.distributed.fsdp")
+        agent = _agent_module()
+        _count_optimizer_steps()
+        agent.install(listen=False, snapshot_out=snapshot)
+        return
+    _stage("importing deepspeed")
+    import deepspeed  # noqa: F401
+
+    _patch_deepspeed()
+    _agent_module().install(listen=False, snapshot_out=snapshot, guard="warn")
+
+
+def main():
+    if len(sys.argv) < 2:
+        print("usage: python -m shardscope._checkboot script.py [args]", file=sys.stderr)
+        return 2
+    script = sys.argv[1]
+    code = 0
+    try:
+        _stage("importing torch")
+        import torch  # noqa: F401
+
+        _install_agent(os.environ.get("SHARDSCOPE_CHECK_BACKEND", "deepspeed"))
+        _stage("running the script (building the model)")
+        sys.argv = [script] + sys.argv[2:]
+        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+        profile = os.environ.get("SHARDSCOPE_CHECK_PROFILE") if _rank == 0 else None
+        profiler = None
+        if profile:  # where rank 0's time goes (bench/bench_check.py --profile)
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except _Done:
+            pass
+        except SystemExit as e:
+            _result["exit"] = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            if not isinstance(e.code, int) and e.code is not None:
+                _result["error"] = str(e.code)
+        _result["times"].append(["done", round(time.monotonic() - _t0, 3)])
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(profile)
+        if not _result["stopped"]:
+            _result["stage"] = f"the script ended by itself after {_result['steps']} steps"
+    except BaseException as e:  # noqa: B902 - everything the script raises is reported
+        _result["error"] = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-12:])
+        code = 1
+    finally:
+        try:
+            _agent_module().finish()
+        except Exception as e:  # the report says the snapshot is missing
+            _result["error"] = (_result["error"] or "") + f"\nsnapshot: {e}"
+        _write_result()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Other ranks may still hold this one in a collective: leave without torch's teardown.
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

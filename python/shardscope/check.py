@@ -1,0 +1,571 @@
+"""shardscope-check: find a model's ZeRO-3 bugs on a few CPU ranks before the GPU run.
+
+    shardscope-check [options] train.py [script args]
+    python -m shardscope.check [options] train.py [script args]
+
+Runs the unchanged training script on N CPU ranks over gloo (DeepSpeed's CPU accelerator),
+with the ShardScope agent installed before the script, for K optimizer steps, then prints
+each distinct problem with the file and line to change and the line to paste. Exit status:
+0 clean, 1 problems found, 2 could not run (the reason is printed). See docs/check.md.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import xml.sax.saxutils as xml
+
+CLEAN, PROBLEMS, COULD_NOT_RUN = 0, 1, 2
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
+
+
+class CouldNotRun(Exception):
+    """Exit 2, with the reason."""
+
+
+# ---------------------------------------------------------------------------- arguments
+def _parser():
+    p = argparse.ArgumentParser(
+        prog="shardscope-check",
+        description="Run a ZeRO-3 training script on CPU ranks for a few steps and report "
+                    "its sharding bugs with the line of code to change (docs/check.md).",
+        epilog="exit status: 0 clean, 1 problems found, 2 could not run")
+    p.add_argument("-n", "--nproc", type=int, default=2, metavar="N",
+                   help="CPU ranks (gloo), default 2")
+    p.add_argument("--steps", type=int, default=3, metavar="K",
+                   help="optimizer steps to run before stopping the script, default 3")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                   help="give up after S seconds (exit 2), default 300")
+    p.add_argument("--target-world", type=int, default=64, metavar="N",
+                   help="world size of the real run, for the memory prediction, default 64")
+    p.add_argument("--snapshot", default="shardscope-check.json", metavar="FILE",
+                   help="the snapshot written (open it with `shardscope FILE`)")
+    p.add_argument("--sarif", metavar="FILE", help="also write the problems as SARIF 2.1.0")
+    p.add_argument("--junit", metavar="FILE", help="also write the problems as JUnit XML")
+    p.add_argument("--backend", choices=["auto", "deepspeed", "fsdp"], default="auto",
+                   help="the sharding library the script uses (default: detected)")
+    p.add_argument("--keep", action="store_true", help="keep the ranks' files and logs")
+    p.add_argument("script", help="the training script, run unchanged")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
+    return p
+
+
+# ---------------------------------------------------------------------------- detection
+_DEEPSPEED = re.compile(r"^\s*(import\s+deepspeed|from\s+deepspeed[\s.])|deepspeed\.initialize|"
+                        r"[\"']deepspeed[\"']\s*:|deepspeed\s*=|--deepspeed", re.M)
+_FSDP = re.compile(r"fully_shard\b|torch\.distributed\.fsdp|FullyShardedDataParallel")
+_HF_DS = re.compile(r"\bTrainingArguments\b|\bHfDeepSpeedConfig\b|\bAccelerator\b")
+
+
+def detect_backend(script):
+    """'deepspeed' or 'fsdp' from the script's text (and the local modules it imports);
+    raises CouldNotRun when neither is used."""
+    try:
+        text = open(script, encoding="utf-8", errors="replace").read()
+    except OSError as e:
+        raise CouldNotRun(f"cannot read the script {script}: {e.strerror}") from None
+    texts = [text]
+    here = os.path.dirname(os.path.abspath(script))
+    for m in re.finditer(r"^\s*(?:from|import)\s+([A-Za-z_][\w]*)", text, re.M):
+        local = os.path.join(here, m.group(1) + ".py")
+        if os.path.isfile(local):
+            texts.append(open(local, encoding="utf-8", errors="replace").read())
+    joined = "\n".join(texts)
+    ds, fsdp = bool(_DEEPSPEED.search(joined)), bool(_FSDP.search(joined))
+    if fsdp and not ds:
+        return "fsdp"
+    if ds:
+        return "deepspeed"
+    if _HF_DS.search(joined):
+        raise CouldNotRun(
+            f"{script} uses Transformers/Accelerate but names no DeepSpeed config or FSDP; "
+            f"say which with --backend deepspeed or --backend fsdp")
+    raise CouldNotRun(
+        f"no supported sharding backend found in {script}: it neither uses DeepSpeed "
+        f"(import deepspeed, deepspeed.initialize, a \"deepspeed\" config) nor FSDP2 "
+        f"(torch.distributed.fsdp.fully_shard); pass --backend if it does so indirectly")
+
+
+def _check_backend_available(backend):
+    import importlib.util
+
+    if backend == "fsdp":
+        # The ranks install it with install(listen=False, snapshot_out=...), as the
+        # DeepSpeed agent (_checkboot._install_agent).
+        if importlib.util.find_spec("shardscope.fsdp") is None:
+            raise CouldNotRun(
+                "the script uses FSDP2 (torch.distributed.fsdp.fully_shard), and this "
+                "ShardScope has no FSDP agent (shardscope.fsdp is not importable); only "
+                "DeepSpeed ZeRO-3 scripts can be checked with this build")
+        return
+    if importlib.util.find_spec("deepspeed") is None:
+        raise CouldNotRun(f"the script uses DeepSpeed, which is not installed for "
+                          f"{sys.executable} (pip install deepspeed)")
+
+
+# ---------------------------------------------------------------------------- running
+def _free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _progress(text, tty):
+    if tty:
+        sys.stderr.write("\r\033[K" + text)
+    else:
+        sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def run_ranks(args, workdir, backend):
+    """Starts the ranks, shows their progress, stops them at the timeout. Returns
+    (results per rank, logs per rank, timed_out)."""
+    env = dict(os.environ)
+    port = _free_port()
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update({
+        "DS_ACCELERATOR": "cpu", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+        "WORLD_SIZE": str(args.nproc), "LOCAL_WORLD_SIZE": str(args.nproc), "GROUP_RANK": "0",
+        "TORCHELASTIC_RUN_ID": f"shardscope-check-{os.getpid()}", "CUDA_VISIBLE_DEVICES": "",
+        "SHARDSCOPE_CHECK": "1", "SHARDSCOPE_CHECK_DIR": workdir,
+        "SHARDSCOPE_CHECK_STEPS": str(args.steps), "SHARDSCOPE_CHECK_BACKEND": backend,
+        "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"), "PYTHONUNBUFFERED": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    })
+    procs, logs = [], []
+    for rank in range(args.nproc):
+        e = dict(env, RANK=str(rank), LOCAL_RANK=str(rank))
+        log = open(os.path.join(workdir, f"log.{rank}"), "w+b")
+        logs.append(log)
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "shardscope._checkboot", args.script, *args.args],
+            env=e, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True))
+    tty = sys.stderr.isatty()
+    start = time.monotonic()
+    last = ""
+    timed_out = False
+    while any(p.poll() is None for p in procs):
+        elapsed = time.monotonic() - start
+        if elapsed > args.timeout:
+            timed_out = True
+            break
+        stages = []
+        for rank in range(args.nproc):
+            try:
+                stages.append(open(os.path.join(workdir, f"status.{rank}")).read().split(" ", 1)[1].strip())
+            except (OSError, IndexError):
+                stages.append("starting python")
+        stage = min(stages, key=_stage_order)
+        # On a terminal one line, rewritten each second; in a log a line per stage.
+        line = f"shardscope-check: {args.nproc} CPU ranks, {elapsed:4.0f} s: {stage}"
+        if (line if tty else stage) != last:
+            _progress(line, tty)
+            last = line if tty else stage
+        # A rank that failed leaves the others waiting in a collective: stop them soon.
+        if any(p.poll() not in (None, 0) for p in procs):
+            _wait_or_stop(procs, 5.0)
+            break
+        time.sleep(0.2)
+    if timed_out:
+        _wait_or_stop(procs, 0.0)
+    else:
+        _wait_or_stop(procs, 20.0)
+    if tty:
+        sys.stderr.write("\r\033[K")
+    results = []
+    for rank in range(args.nproc):
+        try:
+            results.append(json.load(open(os.path.join(workdir, f"result.{rank}.json"))))
+        except (OSError, ValueError):
+            results.append(None)
+    texts = []
+    for log in logs:
+        log.seek(0)
+        texts.append(log.read().decode("utf-8", "replace"))
+        log.close()
+    args.last_stage = last if not tty else last.split(": ", 2)[-1]
+    return results, texts, timed_out, time.monotonic() - start
+
+
+def _stage_order(stage):
+    for i, prefix in enumerate(("starting", "importing torch", "importing deepspeed",
+                                "importing torch.distributed.fsdp", "running", "step")):
+        if stage.startswith(prefix):
+            return (i, stage)
+    return (9, stage)
+
+
+def _wait_or_stop(procs, grace):
+    deadline = time.monotonic() + grace
+    for p in procs:
+        while p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0)):
+        alive = [p for p in procs if p.poll() is None]
+        if not alive:
+            return
+        for p in alive:
+            try:
+                os.killpg(p.pid, sig)  # the rank and anything it started
+            except ProcessLookupError:
+                pass
+        end = time.monotonic() + wait
+        for p in alive:
+            while p.poll() is None and time.monotonic() < end:
+                time.sleep(0.05)
+
+
+# ---------------------------------------------------------------------------- the report
+def load_snapshots(workdir, nproc):
+    docs = []
+    for rank in range(nproc):
+        try:
+            docs.append(json.load(open(os.path.join(workdir, f"rank{rank}.json"))))
+        except (OSError, ValueError):
+            docs.append(None)
+    return docs
+
+
+def merge(docs):
+    """One snapshot of the job: the first rank's, with every rank's violations."""
+    present = [d for d in docs if d is not None]
+    if not present:
+        return None
+    merged = json.loads(json.dumps(present[0]))
+    merged["violations"] = [v for d in present for v in d.get("violations", [])]
+    merged["engine"]["local_ranks"] = sorted(
+        {r for d in present for r in d["engine"].get("local_ranks", [])})
+    return merged
+
+
+def problems_of(doc):
+    """Distinct problems: one per (kind, accessor, parameter, owner, file, line), with the
+    ranks and steps that saw it."""
+    rows = {}
+    for v in doc.get("violations", []) if doc else []:
+        loc = v.get("location") or {}
+        key = (v["kind"], v.get("accessor"), v.get("param"), v.get("owner"), loc.get("file"),
+               loc.get("line"))
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = {"kind": v["kind"], "accessor": v.get("accessor"),
+                               "param": v.get("param"), "owner": v.get("owner"),
+                               "location": loc, "building": v.get("building", ""),
+                               "fix": v.get("fix", ""), "message": v.get("message", ""),
+                               "action": v.get("action"), "ranks": set(), "first_step": None,
+                               "last_step": 0, "count": 0}
+        row["ranks"].add(v["rank"])
+        row["first_step"] = v["step"] if row["first_step"] is None else min(row["first_step"], v["step"])
+        row["last_step"] = max(row["last_step"], v.get("last_step", v["step"]))
+        row["count"] += v.get("count", 1)
+    return list(rows.values())
+
+
+def _bytes(p):
+    return p["numel"] * _DTYPE_BYTES.get(p.get("dtype"), 4)
+
+
+def _size(n):
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def predict_peak(order, config, target_world):
+    """Per-rank peak of gathered parameter memory at target_world, walking the modules in the
+    order the first step ran them: at each module its own parameters are gathered, and the
+    next modules' parameters are prefetched until prefetch_bucket_size elements; live gathered
+    elements stay within max_live_parameters (never below the current module's own).
+    Persistent parameters are whole on every rank all the time; every other parameter holds
+    its 1/target_world shard."""
+    bucket = int(config.get("prefetch_bucket_size", 0) or 0)
+    max_live = int(config.get("max_live_parameters", 0) or 0) or (1 << 62)
+    mods = []
+    persistent_bytes = shard_bytes = 0
+    for path, params in order:
+        own = own_bytes = 0
+        for numel, elsize, persistent in params:
+            if persistent:
+                persistent_bytes += numel * elsize
+                continue
+            own += numel
+            own_bytes += numel * elsize
+            shard_bytes += -(-numel // target_world) * elsize
+        mods.append((path, own, own_bytes))
+    peak, at = 0, ""
+    for i, (path, own, own_bytes) in enumerate(mods):
+        live, live_bytes = own, own_bytes
+        prefetched = 0
+        for _, n, b in mods[i + 1:]:
+            if n == 0:
+                continue
+            if prefetched + n > bucket or live + n > max_live:
+                break
+            prefetched += n
+            live += n
+            live_bytes += b
+        if live_bytes > peak:
+            peak, at = live_bytes, path
+    return {"gathered_peak_bytes": peak, "at_module": at, "persistent_bytes": persistent_bytes,
+            "shard_bytes": shard_bytes, "total_bytes": peak + persistent_bytes + shard_bytes,
+            "target_world": target_world, "modules": len(mods)}
+
+
+def _where(loc):
+    if not loc or not loc.get("file"):
+        return "(source location not known)"
+    f = loc["file"]
+    try:
+        rel = os.path.relpath(f)
+        if not rel.startswith(".."):
+            f = rel
+    except ValueError:
+        pass
+    return f"{f}:{loc.get('line', 0)}" + (f" in {loc['function']}" if loc.get("function") else "")
+
+
+def report_text(problems, doc, prediction, results, args, elapsed):
+    out = []
+    steps = max((r or {}).get("steps", 0) for r in results) if results else 0
+    out.append(f"shardscope-check {args.script}: {args.nproc} CPU ranks, {steps} steps, "
+               f"{elapsed:.0f} s")
+    if problems:
+        out.append(f"\n{len(problems)} problem{'s' if len(problems) != 1 else ''}:")
+    for i, p in enumerate(problems, 1):
+        ranks = ",".join(str(r) for r in sorted(p["ranks"]))
+        steps = (f"step {p['first_step']}" if p["first_step"] == p["last_step"]
+                 else f"steps {p['first_step']}-{p['last_step']}")
+        if p["first_step"] == 0:
+            steps = "while the model was built"
+        who = (f"read by {p['accessor'] or '<root>'}" if p["accessor"] is not None
+               else "read outside any module")
+        if p["kind"] != "unregistered_access":
+            who = f"in {p['accessor'] or '<root>'}" if p["accessor"] is not None else ""
+        out.append(f"\n{i}. {p['kind']}: {p['param'] or ''} {who} (ranks {ranks}, {steps})")
+        out.append(f"   at {_where(p['location'])}")
+        for frame in (p["location"] or {}).get("chain", [])[:2]:
+            out.append(f"      from {frame}")
+        if p["building"]:
+            out.append(f"   while building: {p['building']}")
+        out.append(f"   {p['message']}")
+        if p["fix"]:
+            out.append(f"   fix: {p['fix']}")
+    if doc:
+        late = [q for q in doc.get("params", []) if q.get("late")]
+        if late:
+            out.append(f"\nlate parameters ({len(late)}): " + ", ".join(
+                q["name"] + (f" (replaces {q['replaces']})" if q.get("replaces") else "")
+                for q in late[:8]) + (" ..." if len(late) > 8 else ""))
+        persistent = [q for q in doc.get("params", []) if q.get("persistent")]
+        if persistent:
+            cost = sum(_bytes(q) for q in persistent)
+            thr = doc["engine"].get("config", {}).get("persistence_threshold", 0)
+            out.append(f"\npersistent parameters (whole on every rank, below "
+                       f"persistence_threshold {thr}): {len(persistent)}, {_size(cost)} per rank")
+    if prediction and prediction["modules"]:
+        out.append(f"\npredicted per-rank parameter memory at {prediction['target_world']} ranks: "
+                   f"gathered peak {_size(prediction['gathered_peak_bytes'])} (at "
+                   f"`{prediction['at_module'] or '<root>'}`), persistent "
+                   f"{_size(prediction['persistent_bytes'])}, shards "
+                   f"{_size(prediction['shard_bytes'])}; total {_size(prediction['total_bytes'])}")
+    timing = _timing(results, elapsed)
+    if timing:
+        out.append("\n" + timing)
+    out.append("\n" + ("no problems found" if not problems else
+                       f"{len(problems)} problem{'s' if len(problems) != 1 else ''} found")
+               + f"; snapshot: {args.snapshot} (open with `shardscope {args.snapshot}`)")
+    return "\n".join(out)
+
+
+def _timing(results, elapsed):
+    """Where the time went, from rank 0's stages: python start and imports, the script up to
+    its first step (model build, deepspeed.initialize), the steps, the rest (snapshot, exit)."""
+    r = next((r for r in results if r and r.get("times")), None)
+    if r is None:
+        return ""
+    t = {}
+    for name, at in r["times"]:
+        t.setdefault(name.split(" ")[0] if name.startswith("step") else name, at)
+    imports = t.get("running the script (building the model)")
+    first = t.get("step")
+    done = t.get("done")
+    if imports is None or first is None or done is None:
+        return ""
+    return (f"time: {elapsed:.1f} s wall; rank 0: imports {imports:.1f} s, script to its first "
+            f"step {first - imports:.1f} s, steps {done - first:.1f} s; start, snapshot and "
+            f"exit {max(0.0, elapsed - done):.1f} s")
+
+
+# ---------------------------------------------------------------------------- SARIF, JUnit
+_RULES = {
+    "unregistered_access": "A module or code outside modules read a ZeRO-3 partitioned "
+                           "parameter DeepSpeed did not gather for it",
+    "late_parameter": "A parameter was created after zero.Init partitioned the model",
+    "trace_invalidated": "The module order differs from the recorded prefetch trace",
+    "gathered_write_without_modifier": "A parameter changed inside GatheredParameters "
+                                       "without modifier_rank",
+}
+
+
+def _uri(path):
+    try:
+        rel = os.path.relpath(path)
+        if not rel.startswith(".."):
+            return rel.replace(os.sep, "/")
+    except ValueError:
+        pass
+    return "file://" + os.path.abspath(path)
+
+
+def write_sarif(path, problems):
+    results = []
+    for p in problems:
+        result = {"ruleId": p["kind"], "level": "error",
+                  "message": {"text": p["message"] + (f" Fix: {p['fix']}" if p["fix"] else "")}}
+        loc = p["location"]
+        if loc and loc.get("file"):
+            result["locations"] = [{"physicalLocation": {
+                "artifactLocation": {"uri": _uri(loc["file"])},
+                "region": {"startLine": max(1, int(loc.get("line", 1)))}}}]
+        results.append(result)
+    doc = {"$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0",
+           "runs": [{"tool": {"driver": {
+               "name": "shardscope-check", "informationUri": "https://github.com/shardscope",
+               "rules": [{"id": k, "shortDescription": {"text": v}} for k, v in _RULES.items()]}},
+               "results": results}]}
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+
+
+def write_junit(path, problems, elapsed):
+    q = xml.quoteattr
+    cases = []
+    for p in problems:
+        name = f"{p['kind']} {p['param']} by {p['accessor'] or 'outside any module'} at {_where(p['location'])}"
+        body = p["message"] + ("\nfix: " + p["fix"] if p["fix"] else "")
+        cases.append(f'  <testcase classname="shardscope-check" name={q(name)} time="0">\n'
+                     f'   <failure message={q(p["message"])} type={q(p["kind"])}>'
+                     f'{xml.escape(body)}</failure>\n  </testcase>')
+    if not problems:
+        cases.append('  <testcase classname="shardscope-check" name="no sharding problems" time="0"/>')
+    text = (f'<?xml version="1.0" encoding="UTF-8"?>\n'
+            f'<testsuites>\n <testsuite name="shardscope-check" tests="{max(1, len(problems))}" '
+            f'failures="{len(problems)}" errors="0" time="{elapsed:.3f}">\n'
+            + "\n".join(cases) + "\n </testsuite>\n</testsuites>\n")
+    with open(path, "w") as f:
+        f.write(text)
+
+
+# ---------------------------------------------------------------------------- main
+def _why_not(results, logs, timed_out, args, elapsed):
+    """The reason the run did not give a result (exit 2), or None."""
+    def tail(rank):
+        lines = [ln for ln in logs[rank].splitlines() if ln.strip()]
+        return "\n".join("    " + ln for ln in lines[-12:])
+
+    if timed_out:
+        stage = getattr(args, "last_stage", "") or "starting python"
+        return (f"the script did not finish {args.steps} steps within --timeout {args.timeout:.0f} s "
+                f"(stopped at: {stage}); what was recorded is kept")
+    for rank, r in enumerate(results):
+        if r is None:
+            return (f"rank {rank} ended without a result (killed, or crashed in native code); "
+                    f"its output ends:\n{tail(rank)}")
+    for rank, r in enumerate(results):
+        if r["error"] and not r["stopped"]:
+            where = "before the model was built" if not r["model_built"] else f"after {r['steps']} steps"
+            return f"the script failed on rank {rank} {where}:\n{r['error'].rstrip()}"
+    for rank, r in enumerate(results):
+        if r["exit"] is not None and not r["stopped"]:
+            return (f"the script called sys.exit({r['exit']}) on rank {rank} after {r['steps']} "
+                    f"of {args.steps} steps" + ("" if r["model_built"] else
+                                                 ", before the model was built"))
+    for rank, r in enumerate(results):
+        if not r["stopped"]:
+            if not r["model_built"]:
+                return (f"the script ended on rank {rank} without running a DeepSpeed step "
+                        f"(no deepspeed.initialize engine forward was seen)")
+            return (f"the script ended on rank {rank} after {r['steps']} of {args.steps} steps; "
+                    f"run fewer with --steps {max(1, r['steps'])}")
+    return None
+
+
+def _extras(args, problems, elapsed):
+    if args.sarif:
+        write_sarif(args.sarif, problems)
+    if args.junit:
+        write_junit(args.junit, problems, elapsed)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as e:
+        return COULD_NOT_RUN if e.code else 0
+    try:
+        if args.nproc < 1 or args.steps < 1 or args.target_world < 1 or args.timeout <= 0:
+            raise CouldNotRun("--nproc, --steps and --target-world need a positive integer, "
+                              "--timeout a positive number of seconds")
+        if not os.path.isfile(args.script):
+            raise CouldNotRun(f"no script {args.script!r} (shardscope-check [options] script.py [args])")
+        backend = detect_backend(args.script) if args.backend == "auto" else args.backend
+        _check_backend_available(backend)
+    except CouldNotRun as e:
+        print(f"shardscope-check: could not run: {e}", file=sys.stderr)
+        return COULD_NOT_RUN
+
+    workdir = tempfile.mkdtemp(prefix="shardscope-check-")
+    try:
+        results, logs, timed_out, elapsed = run_ranks(args, workdir, backend)
+        docs = load_snapshots(workdir, args.nproc)
+        doc = merge(docs)
+        if doc is not None:
+            with open(args.snapshot, "w") as f:
+                json.dump(doc, f)
+        why = _why_not(results, logs, timed_out, args, elapsed)
+        problems = problems_of(doc)
+        failed = [r for r in results if r and r["error"] and not r["stopped"]]
+        if why is not None and problems and failed and not timed_out:
+            # The script failed after the agent recorded problems: they are why (an
+            # IndexError from an empty placeholder is DeepSpeed's reply to the read recorded).
+            print(report_text(problems, doc, None, results, args, elapsed))
+            last = failed[0]["error"].rstrip().splitlines()[-1]
+            print(f"\nthe script then failed on rank {failed[0]['rank']} ({last}); the problems "
+                  f"above come first. Fix them and run shardscope-check again.")
+            _extras(args, problems, elapsed)
+            return PROBLEMS
+        if why is not None:
+            print(f"shardscope-check: could not run: {why}", file=sys.stderr)
+            if problems:
+                print(f"shardscope-check: recorded before that ({args.snapshot}):", file=sys.stderr)
+                print(report_text(problems, doc, None, results, args, elapsed), file=sys.stderr)
+            return COULD_NOT_RUN
+        order = next((r["module_order"] for r in results if r and r.get("module_order")), [])
+        config = doc["engine"].get("config", {}) if doc else {}
+        prediction = predict_peak(order, config, args.target_world)
+        print(report_text(problems, doc, prediction, results, args, elapsed))
+        _extras(args, problems, elapsed)
+        return PROBLEMS if problems else CLEAN
+    finally:
+        if args.keep:
+            print(f"shardscope-check: the ranks' logs, results and snapshots are in {workdir}",
+                  file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

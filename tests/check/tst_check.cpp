@@ -1,0 +1,297 @@
+// shardscope-check end to end (docs/check.md): the user's unchanged script on two CPU ranks of
+// real DeepSpeed ZeRO-3, then the report, the exit status, the snapshot, SARIF and JUnit.
+
+#include <QDir>
+#include <QElapsedTimer>
+#include <QFile>
+#include <QProcess>
+#include <QRegularExpression>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <nlohmann/json.hpp>
+
+using nlohmann::json;
+
+namespace {
+
+struct Run
+{
+    int exitCode = -1;
+    QString out;
+    QString err;
+};
+
+QString python()
+{
+    return QStringLiteral(SHARDSCOPE_PYTHON_EXE);
+}
+
+QString script(const QString &name)
+{
+    return QStringLiteral(SHARDSCOPE_CHECK_TESTS "/scripts/") + name;
+}
+
+QProcessEnvironment environment()
+{
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("PYTHONPATH", QStringLiteral(SHARDSCOPE_PYTHON_DIR));
+    env.insert("OMP_NUM_THREADS", "1");
+    const QString ext = qEnvironmentVariable("SHARDSCOPE_TORCH_EXTENSIONS");
+    if (!ext.isEmpty()) env.insert("TORCH_EXTENSIONS_DIR", ext);
+    env.remove("SHARDSCOPE_CHECK");
+    return env;
+}
+
+Run run(const QStringList &args, const QString &dir, int timeoutMs = 300000)
+{
+    QProcess p;
+    p.setProcessEnvironment(environment());
+    p.setWorkingDirectory(dir);
+    p.start(python(), QStringList{"-m", "shardscope.check"} + args);
+    Run r;
+    if (!p.waitForFinished(timeoutMs)) {
+        p.kill();
+        p.waitForFinished();
+        r.err = "shardscope-check did not finish in time";
+        return r;
+    }
+    r.exitCode = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+    r.out = QString::fromUtf8(p.readAllStandardOutput());
+    r.err = QString::fromUtf8(p.readAllStandardError());
+    return r;
+}
+
+json readJson(const QString &path)
+{
+    QFile f(path);
+    if (!f.open(QIODevice::ReadOnly)) return json();
+    return json::parse(f.readAll().toStdString(), nullptr, false);
+}
+
+// The 1-based line of the first line of file that contains text.
+int lineOf(const QString &file, const QString &text)
+{
+    QFile f(file);
+    if (!f.open(QIODevice::ReadOnly)) return -1;
+    int n = 0;
+    while (!f.atEnd()) {
+        ++n;
+        if (QString::fromUtf8(f.readLine()).contains(text)) return n;
+    }
+    return -1;
+}
+
+QString describe(const Run &r)
+{
+    return QStringLiteral("exit %1\n--- stdout\n%2\n--- stderr (end)\n%3")
+        .arg(r.exitCode)
+        .arg(r.out, r.err.right(3000));
+}
+
+} // namespace
+
+class TestCheck : public QObject
+{
+    Q_OBJECT
+    QString m_skip;
+    QTemporaryDir m_dir;
+
+  private slots:
+    void initTestCase()
+    {
+        if (QDir(QStringLiteral(SHARDSCOPE_PYTHON_DIR "/shardscope")).entryList({"_native*.so"}).isEmpty())
+            m_skip = "the shardscope Python module was not built (pybind11-dev, python3-dev: scripts/deps)";
+        else {
+            QProcess probe;
+            probe.setProcessEnvironment(environment());
+            probe.start(python(), {"-c", "import torch, deepspeed, jsonschema, xmlschema"});
+            if (!probe.waitForFinished(120000) || probe.exitCode() != 0)
+                m_skip = python() + " cannot import torch, deepspeed, jsonschema and xmlschema "
+                                    "(scripts/deps installs python/requirements.txt): " +
+                         QString::fromUtf8(probe.readAllStandardError()).right(400);
+        }
+        if (!m_skip.isEmpty() && qEnvironmentVariableIsSet("CI"))
+            QFAIL(qPrintable("CI must run shardscope-check on real DeepSpeed, but " + m_skip));
+        if (!m_skip.isEmpty()) qWarning("skipping: %s", qPrintable(m_skip));
+    }
+
+    // The seed model of story 1: lm_head reads embed.weight (DeepSpeed registers it silently).
+    // Broken: exit 1, the problem with Head.forward's line and the fix line; the report's
+    // SARIF and JUnit valid against their schemas. Fixed (--externals manual): exit 0.
+    void seedModelBrokenThenFixed()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const QString d = m_dir.path();
+        const QString ex = QStringLiteral(SHARDSCOPE_EXAMPLE);
+        const Run broken = run({"--snapshot", d + "/broken.json", "--sarif", d + "/broken.sarif",
+                                "--junit", d + "/broken.xml", ex, "--externals", "none",
+                                "--weight-norm", "workaround"},
+                               d);
+        QVERIFY2(broken.exitCode == 1, qPrintable(describe(broken)));
+        const int line = lineOf(ex, "return F.linear(x, self.embed.weight)");
+        QVERIFY(line > 0);
+        QVERIFY2(broken.out.contains("1 problem:"), qPrintable(describe(broken)));
+        QVERIFY2(broken.out.contains("unregistered_access: embed.weight read by lm_head (ranks 0,1"),
+                 qPrintable(describe(broken)));
+        QVERIFY2(broken.out.contains(QStringLiteral("deepspeed_stories.py:%1 in Head.forward").arg(line)),
+                 qPrintable(describe(broken)));
+        QVERIFY2(broken.out.contains("fix: deepspeed.zero.register_external_parameter(model.lm_head, "
+                                     "model.embed.weight)"),
+                 qPrintable(describe(broken)));
+        QVERIFY2(broken.out.contains("predicted per-rank parameter memory at 64 ranks"),
+                 qPrintable(describe(broken)));
+        // The snapshot: the record's location, on both ranks.
+        const json snap = readJson(d + "/broken.json");
+        QVERIFY(snap.is_object());
+        int located = 0;
+        for (const json &v : snap["violations"])
+            if (v.contains("location") && v["location"]["line"] == line &&
+                v["location"]["function"] == "Head.forward")
+                ++located;
+        QCOMPARE(located, 2);
+        // SARIF names the same line.
+        const json sarif = readJson(d + "/broken.sarif");
+        QCOMPARE(sarif["runs"][0]["results"].size(), std::size_t(1));
+        QCOMPARE(sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["region"]["startLine"]
+                     .get<int>(),
+                 line);
+
+        const Run fixed = run({"--snapshot", d + "/fixed.json", "--sarif", d + "/fixed.sarif",
+                               "--junit", d + "/fixed.xml", ex, "--externals", "manual",
+                               "--weight-norm", "workaround"},
+                              d);
+        QVERIFY2(fixed.exitCode == 0, qPrintable(describe(fixed)));
+        QVERIFY2(fixed.out.contains("no problems found"), qPrintable(describe(fixed)));
+        QVERIFY2(fixed.out.contains("late parameters (2)"), qPrintable(describe(fixed)));
+        QVERIFY(readJson(d + "/fixed.json")["violations"].empty());
+
+        // Real validators, against the vendored schemas.
+        QProcess v;
+        v.setProcessEnvironment(environment());
+        v.start(python(), {QStringLiteral(SHARDSCOPE_CHECK_TESTS "/validate_reports.py"), "--sarif",
+                           d + "/broken.sarif", "--sarif", d + "/fixed.sarif", "--junit",
+                           d + "/broken.xml", "--junit", d + "/fixed.xml"});
+        QVERIFY(v.waitForFinished(120000));
+        QVERIFY2(v.exitCode() == 0, v.readAll().constData());
+        // ... which do reject what is not SARIF or JUnit.
+        QFile bad(d + "/bad.sarif");
+        QVERIFY(bad.open(QIODevice::WriteOnly));
+        bad.write(R"({"version": "2.1.0", "runs": [{"tool": {"driver": {}}}]})");
+        bad.close();
+        QFile badXml(d + "/bad.xml");
+        QVERIFY(badXml.open(QIODevice::WriteOnly));
+        badXml.write("<testsuites><testsuite name=\"x\"><testcase/></testsuite></testsuites>");
+        badXml.close();
+        v.start(python(), {QStringLiteral(SHARDSCOPE_CHECK_TESTS "/validate_reports.py"), "--sarif",
+                           d + "/bad.sarif", "--junit", d + "/bad.xml"});
+        QVERIFY(v.waitForFinished(120000));
+        const QString rejected = QString::fromUtf8(v.readAll());
+        QCOMPARE(v.exitCode(), 1);
+        QVERIFY2(rejected.contains("0 valid, 2 invalid"), qPrintable(rejected));
+    }
+
+    // Story 1 on Hugging Face T5 through the Trainer: the read of shared.weight in the model's
+    // forward (DeepSpeed registers it silently), then the fix that registers it in __init__.
+    void hfT5BrokenThenFixed()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const QString d = m_dir.path();
+        const QString ex = QStringLiteral(SHARDSCOPE_HF_EXAMPLE);
+        const Run broken = run({"--snapshot", d + "/t5.json", ex, "--case", "t5-forward"}, d);
+        QVERIFY2(broken.exitCode == 1, qPrintable(describe(broken)));
+        QVERIFY2(broken.out.contains("unregistered_access: shared.weight read by <root>"),
+                 qPrintable(describe(broken)));
+        QVERIFY2(broken.out.contains(QRegularExpression("at .*hf_stories\\.py:\\d+ in ")),
+                 qPrintable(describe(broken)));
+        QVERIFY2(broken.out.contains("fix: deepspeed.zero.register_external_parameter(model, "
+                                     "model.shared.weight)"),
+                 qPrintable(describe(broken)));
+        // Fixed, shared.weight is no longer reported. What stays is Transformers' own T5 FFN
+        // (T5DenseActDense.forward reads self.wo.weight.dtype before wo runs: DeepSpeed
+        // registers wo.weight on DenseReluDense and gathers it early, in every layer), which
+        // the example does not fix: one row per layer, with the line that makes it explicit.
+        const Run fixed = run({"--snapshot", d + "/t5fixed.json", ex, "--case", "t5-forward",
+                               "--fixed"},
+                              d);
+        QVERIFY2(fixed.exitCode == 1, qPrintable(describe(fixed)));
+        QVERIFY2(!fixed.out.contains("shared.weight read"), qPrintable(describe(fixed)));
+        const QRegularExpression ffn("\\d+\\. unregistered_access: (encoder|decoder)\\.block\\.\\d\\."
+                                     "layer\\.\\d\\.DenseReluDense\\.wo\\.weight read by");
+        QVERIFY2(fixed.out.count(ffn) == 4, qPrintable(describe(fixed))); // 2 layers x 2 stacks
+        QVERIFY2(fixed.out.contains("4 problems found"), qPrintable(describe(fixed)));
+    }
+
+    // weight_norm in a nested constructor (Model -> Encoder -> PositionalConv) reads the
+    // partitioned weight while the model is built: the record names the modules under
+    // construction and the constructor's line, and once the model exists its fix names the
+    // final dotted path. The fix (GatheredParameters around weight_norm) is clean.
+    void buildTimeNamesInANestedConstructor()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const QString d = m_dir.path();
+        const QString s = script("nested_weight_norm.py");
+        const Run broken = run({"--snapshot", d + "/nested.json", s}, d);
+        QVERIFY2(broken.exitCode == 1, qPrintable(describe(broken)));
+        const int line = lineOf(s, "weight_norm(self.conv, name=\"weight\", dim=None)");
+        QVERIFY(line > 0);
+        const json snap = readJson(d + "/nested.json");
+        QVERIFY(snap.is_object());
+        QVERIFY(!snap["violations"].empty());
+        for (const json &v : snap["violations"]) {
+            QCOMPARE(v["kind"].get<std::string>(), std::string("unregistered_access"));
+            QCOMPARE(v["param"].get<std::string>(), std::string("encoder.pos_conv_embed.conv.weight"));
+            QCOMPARE(v["location"]["line"].get<int>(), line);
+            QCOMPARE(v["location"]["function"].get<std::string>(), std::string("PositionalConv.__init__"));
+            const std::string building = v["building"].get<std::string>();
+            QVERIFY2(QRegularExpression("^Model \\(nested_weight_norm\\.py:\\d+\\) > \\.encoder Encoder "
+                                        "\\(nested_weight_norm\\.py:\\d+\\) > \\.pos_conv_embed "
+                                        "PositionalConv \\(nested_weight_norm\\.py:\\d+\\)$")
+                         .match(QString::fromStdString(building))
+                         .hasMatch(),
+                     building.c_str());
+            // Completed once the model existed: the final dotted name, a path that exists.
+            QCOMPARE(v["fix"].get<std::string>(),
+                     std::string("with deepspeed.zero.GatheredParameters(model.encoder.pos_conv_embed."
+                                 "conv.weight, modifier_rank=0): <change it here>"));
+        }
+        QVERIFY2(broken.out.contains("while building: Model"), qPrintable(describe(broken)));
+        const Run fixed = run({"--snapshot", d + "/nestedfixed.json", s, "--weight-norm", "fixed"}, d);
+        QVERIFY2(fixed.exitCode == 0, qPrintable(describe(fixed)));
+    }
+
+    // What it cannot run: exit 2 with what happened.
+    void couldNotRun_data()
+    {
+        QTest::addColumn<QStringList>("args");
+        QTest::addColumn<QString>("says");
+        QTest::newRow("raises before the model") << QStringList{script("raise_before_model.py")}
+                                                 << "failed on rank 0 before the model was built";
+        QTest::newRow("sys.exit") << QStringList{script("exits_early.py")}
+                                  << "called sys.exit(3) on rank 0 after 0 of 3 steps";
+        QTest::newRow("hangs") << QStringList{"--timeout", "20", script("hangs.py")}
+                               << "did not finish 3 steps within --timeout 20 s";
+        QTest::newRow("no backend") << QStringList{script("no_backend.py")}
+                                    << "no supported sharding backend found";
+        QTest::newRow("FSDP without its agent") << QStringList{script("uses_fsdp.py")}
+                                                << "shardscope.fsdp is not importable";
+        QTest::newRow("no script") << QStringList{"nothere.py"} << "no script 'nothere.py'";
+        QTest::newRow("wrong option") << QStringList{"--steps", "zero", script("hangs.py")}
+                                      << "invalid int value: 'zero'";
+    }
+    void couldNotRun()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        QFETCH(QStringList, args);
+        QFETCH(QString, says);
+        QElapsedTimer t;
+        t.start();
+        const Run r = run(QStringList{"--snapshot", m_dir.path() + "/bad.json"} + args, m_dir.path());
+        QVERIFY2(r.exitCode == 2, qPrintable(describe(r)));
+        QVERIFY2(r.err.contains(says), qPrintable(describe(r)));
+        QVERIFY2(t.elapsed() < 90000, "bounded by --timeout");
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCheck)
+#include "tst_check.moc"
