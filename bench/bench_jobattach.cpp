@@ -195,7 +195,7 @@ int main(int argc, char **argv)
         o.job = "bench";
         o.historyEvents = kEventsPerRank;
         servers.push_back(std::make_unique<server::Inspector>(*providers.back(), o));
-        targets.push_back({QString::fromStdString(servers.back()->endpoint()), {r}});
+        targets.push_back({QString::fromStdString(servers.back()->endpoint()), {r}, {}});
         providers.back()->writeEvents();
     }
     // The servers drain their rings into their histories every 5 ms.

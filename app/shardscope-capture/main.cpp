@@ -52,8 +52,8 @@ and writes them as a snapshot file (docs/snapshot.md).
   --help              show this help
 
 Exit status: 0 written, 1 could not attach or write, 2 bad command line, 3 written but
-the engine went away before it finished or before --until-step (what was collected is in
-the file).
+the engine went away before it finished or before --until-step, or its goodbye said the
+training failed (what was collected is in the file).
 )";
 
 struct Options
@@ -131,12 +131,17 @@ std::optional<Options> parseArgs(int argc, char **argv)
         throw UsageError{"--attach: " + ep.error()};
     }
     if (o.out.empty()) throw UsageError{"--out FILE is required"};
+    if (auto ok = wire::checkOutputFile(o.out); !ok) throw UsageError{"--out: " + ok.error()};
     if (o.seconds && o.untilStep)
         throw UsageError{"--seconds and --until-step cannot be combined; choose one"};
     return o;
 }
 
 volatile std::sig_atomic_t g_interrupted = 0;
+
+// A server sends a heartbeat every second; this long without a frame is a stopped process
+// (as the GUI's "not answering").
+constexpr std::chrono::seconds kSilentAfter{5};
 
 void onSignal(int)
 {
@@ -184,8 +189,12 @@ int listEngines()
             std::printf("no live ShardScope engines in %s\n", dir.c_str());
         return 0;
     }
+    // Grouped by run (wire::sameRun): two jobs of one name are listed apart, with the name
+    // that attaches each.
     auto jobOf = [](const wire::DiscoveryEntry &e) {
-        return e.job.id.empty() ? "pid " + std::to_string(e.pid) : e.job.id;
+        return e.job.id.empty() ? "pid " + std::to_string(e.pid)
+                                : wire::runName(e.job) + " (world size " +
+                                      std::to_string(e.job.worldSize) + ")";
     };
     std::stable_sort(engines.begin(), engines.end(), [&](const auto &x, const auto &y) {
         const int rx = x.job.ranks.empty() ? 0 : x.job.ranks.front();
@@ -194,11 +203,16 @@ int listEngines()
     });
     for (std::size_t i = 0; i < engines.size();) {
         std::size_t end = i;
-        std::size_t live = 0;
-        while (end < engines.size() && jobOf(engines[end]) == jobOf(engines[i]))
-            live += engines[end++].job.ranks.size();
-        std::printf("job %s  (world size %d, %zu of %d ranks live)\n", jobOf(engines[i]).c_str(),
-                    engines[i].worldSize, live, engines[i].worldSize);
+        std::set<int> liveRanks; // a rank two files announce is one rank
+        while (end < engines.size() && jobOf(engines[end]) == jobOf(engines[i])) {
+            liveRanks.insert(engines[end].job.ranks.begin(), engines[end].job.ranks.end());
+            ++end;
+        }
+        const std::size_t live = liveRanks.size();
+        std::printf("job %s  (world size %d, %zu of %d ranks live)\n",
+                    engines[i].job.id.empty() ? jobOf(engines[i]).c_str()
+                                              : wire::runName(engines[i].job).c_str(),
+                    engines[i].job.worldSize, live, engines[i].job.worldSize);
         std::printf("  %-10s %-8s %-20s %-7s %-16s %-19s %s\n", "RANKS", "PID", "MODEL", "BACKEND",
                     "HOST", "STARTED", "ENDPOINT");
         for (; i < end; ++i) {
@@ -222,6 +236,8 @@ struct Source
     std::string ended; // why it stopped before its engine finished, if it did
     std::string error; // a frame that could not be applied
     bool done = false;
+    // When the last frame came: a live server sends at least a heartbeat a second.
+    std::chrono::steady_clock::time_point lastFrame = std::chrono::steady_clock::now();
     explicit Source(std::size_t maxEvents) : state(maxEvents) {}
 };
 
@@ -242,6 +258,7 @@ bool pump(Source &s, int timeoutMs, bool several)
         }
         if (!frame->has_value()) break;
         any = true;
+        s.lastFrame = std::chrono::steady_clock::now();
         if (auto ok = s.state.apply(**frame); !ok) {
             s.error = ok.error();
             s.done = true;
@@ -252,21 +269,27 @@ bool pump(Source &s, int timeoutMs, bool several)
     return any;
 }
 
-// The endpoints of "job:NAME" (every live process of the job), or the one endpoint given.
-std::vector<std::string> endpointsOf(const std::string &attach, std::string &job)
+// The processes of "job:NAME" (every live process of that one run: wire::selectRun), or the
+// one endpoint given (an entry with no pid: nothing to check it against).
+std::vector<wire::DiscoveryEntry> endpointsOf(const std::string &attach, std::string &job)
 {
-    if (!attach.starts_with("job:")) return {attach};
+    if (!attach.starts_with("job:")) {
+        wire::DiscoveryEntry e;
+        e.endpoint = attach;
+        return {e};
+    }
     job = attach.substr(4);
-    std::vector<std::string> out;
+    auto run = wire::selectRun(wire::listLiveEngines(wire::defaultRuntimeDir()), job);
+    if (!run) {
+        std::fprintf(stderr, "shardscope-capture: %s in %s (shardscope-capture --list shows the "
+                             "jobs)\n",
+                     run.error().c_str(), wire::defaultRuntimeDir().c_str());
+        return {};
+    }
     std::set<int> ranks;
-    int world = 0;
-    for (const auto &e : wire::listLiveEngines(wire::defaultRuntimeDir()))
-        if (e.job.id == job) {
-            out.push_back(e.endpoint);
-            ranks.insert(e.job.ranks.begin(), e.job.ranks.end());
-            world = e.job.worldSize;
-        }
-    if (out.empty()) return out;
+    for (const auto &e : *run)
+        ranks.insert(e.job.ranks.begin(), e.job.ranks.end());
+    const int world = run->front().job.worldSize;
     if (static_cast<int>(ranks.size()) < world) {
         std::string missing;
         for (int r = 0; r < world; ++r)
@@ -276,7 +299,7 @@ std::vector<std::string> endpointsOf(const std::string &attach, std::string &job
                      "host, or gone); capturing the others\n",
                      job.c_str(), missing.c_str());
     }
-    return out;
+    return std::move(run.value());
 }
 
 int capture(const Options &o)
@@ -287,19 +310,14 @@ int capture(const Options &o)
         return 2;
     }
     std::string job;
-    const std::vector<std::string> endpoints = endpointsOf(o.attach, job);
-    if (endpoints.empty()) {
-        std::fprintf(stderr,
-                     "shardscope-capture: no live process of job %s in %s (shardscope-capture "
-                     "--list shows the jobs)\n",
-                     job.c_str(), wire::defaultRuntimeDir().c_str());
-        return 1;
-    }
+    const std::vector<wire::DiscoveryEntry> entries = endpointsOf(o.attach, job);
+    if (entries.empty()) return 1;
     server::InspectorClient::Options copts;
     copts.token = *token;
     copts.name = "shardscope-capture";
     std::vector<std::unique_ptr<Source>> sources;
-    for (const std::string &ep : endpoints) {
+    for (const wire::DiscoveryEntry &entry : entries) {
+        const std::string &ep = entry.endpoint;
         auto client = server::InspectorClient::connect(ep, copts);
         if (!client) {
             std::fprintf(stderr, "shardscope-capture: %s: %s\n", ep.c_str(),
@@ -307,6 +325,11 @@ int capture(const Options &o)
             continue;
         }
         const wire::Welcome &w = (*client)->welcome();
+        if (!job.empty())
+            if (const std::string wrong = wire::checkAnswered(entry, w.pid, w.job); !wrong.empty()) {
+                std::fprintf(stderr, "shardscope-capture: %s\n", wrong.c_str());
+                continue;
+            }
         std::printf("attached to %s: pid %lld, model %s, world size %d, backend %s", ep.c_str(),
                     static_cast<long long>(w.pid), w.model.c_str(), w.worldSize, w.backend.c_str());
         if (!job.empty() && !w.job.ranks.empty()) std::printf(", rank %d", w.job.ranks.front());
@@ -351,6 +374,25 @@ int capture(const Options &o)
             break;
         const std::vector<Source *> active = live();
         if (active.empty()) break;
+        // Every process still attached silent (not even a heartbeat) for kSilentAfter:
+        // stopped (SIGSTOP) or hung. Waiting on would never end (a job whose other ranks
+        // failed): what was collected is written, and the capture says which.
+        if (std::all_of(active.begin(), active.end(), [&](Source *s) {
+                return Clock::now() - s->lastFrame > kSilentAfter;
+            })) {
+            for (Source *s : active) {
+                const auto &ranks = s->client->welcome().job.ranks;
+                std::fprintf(stderr,
+                             "shardscope-capture: %s (%s) has sent nothing for %lld s, not even "
+                             "a heartbeat: stopped (SIGSTOP) or hung; not waiting for it\n",
+                             s->endpoint.c_str(), ranksText(ranks).c_str(),
+                             static_cast<long long>(kSilentAfter.count()));
+                s->ended = "not answering (stopped or hung)";
+                s->done = true;
+            }
+            if (ended.empty()) ended = "not answering (stopped or hung)";
+            break;
+        }
         if (o.untilStep && !settleUntil &&
             std::all_of(active.begin(), active.end(),
                         [&](Source *s) { return s->state.latestCompletedStep() >= *o.untilStep; }))
@@ -383,6 +425,7 @@ int capture(const Options &o)
         }
     }
     std::vector<wire::Snapshot> parts;
+    std::vector<std::string> failed; // processes whose Goodbye says the run failed
     std::uint64_t history = 0, liveEvents = 0;
     for (auto &s : sources) {
         if (!s->state.hasState()) {
@@ -399,6 +442,8 @@ int capture(const Options &o)
         history += s->state.historyEvents();
         liveEvents += s->state.liveEvents();
         if (!s->ended.empty() && !s->state.finished() && ended.empty()) ended = s->ended;
+        if (s->state.finished() && wire::goodbyeSaysFailed(s->state.goodbye()))
+            failed.push_back(s->endpoint + ": " + s->state.goodbye().reason);
     }
     if (parts.empty()) return 1;
     wire::Snapshot snap;
@@ -427,6 +472,9 @@ int capture(const Options &o)
                     ended.c_str());
     else if (!ended.empty())
         std::printf("capture ended: %s\n", ended.c_str());
+    // A run that failed (also while its model was built) is not a successful capture.
+    for (const std::string &f : failed)
+        std::printf("the run failed: %s; everything collected so far is written\n", f.c_str());
     std::printf(
         "captured step %u%s: %zu events (%llu history, %llu live), %llu dropped, %zu "
         "violations -> %s\n",
@@ -438,7 +486,7 @@ int capture(const Options &o)
         static_cast<unsigned long long>(liveEvents),
         static_cast<unsigned long long>(snap.droppedEvents), snap.state.violations.size(),
         o.out.c_str());
-    return engineLost ? 3 : 0;
+    return engineLost || !failed.empty() ? 3 : 0;
 }
 
 } // namespace

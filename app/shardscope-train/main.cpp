@@ -28,8 +28,10 @@
 #include "nn/markov.h"
 #include "nn/trainer.h"
 #include "core/engineprovider.h"
+#include "server/finishonsignal.h"
 #include "server/inspector.h"
 #include "wire/endpoint.h"
+#include "wire/snapshot.h"
 #include "wire/token.h"
 
 using namespace shardscope;
@@ -130,71 +132,6 @@ template <typename T> T parseNumber(std::string_view flag, std::string_view text
     if (text.empty() || ec != std::errc() || ptr != end)
         throw UsageError{std::string(flag) + " expects a number, got '" + std::string(text) + "'"};
     return value;
-}
-
-// SIGTERM and SIGINT end the run as a normal finish would: the inspector says goodbye,
-// removes its discovery file and socket and writes --snapshot-out, then the process dies
-// of the signal. The handler only writes the signal's number to a pipe; a waiting thread
-// does the work, outside the handler (libraries start threads before main, so blocking
-// the signals and calling sigwait would not catch them all).
-std::mutex g_finishMutex;
-server::Inspector *g_finishOnSignal = nullptr;
-int g_signalPipe[2] = {-1, -1};
-
-struct FinishOnSignal
-{
-    explicit FinishOnSignal(server::Inspector &inspector)
-    {
-        const std::lock_guard lock(g_finishMutex);
-        g_finishOnSignal = &inspector;
-    }
-    ~FinishOnSignal()
-    {
-        const std::lock_guard lock(g_finishMutex);
-        g_finishOnSignal = nullptr;
-    }
-    FinishOnSignal(const FinishOnSignal &) = delete;
-    FinishOnSignal &operator=(const FinishOnSignal &) = delete;
-};
-
-void onTerminationSignal(int sig)
-{
-    const char c = static_cast<char>(sig);
-    [[maybe_unused]] const ssize_t w = ::write(g_signalPipe[1], &c, 1);
-}
-
-void watchTerminationSignals()
-{
-    if (::pipe2(g_signalPipe, O_CLOEXEC) != 0) return; // then the signals keep their defaults
-    std::thread([] {
-        char c = 0;
-        while (::read(g_signalPipe[0], &c, 1) != 1) {
-        }
-        const int sig = c;
-        {
-            const std::lock_guard lock(g_finishMutex);
-            if (g_finishOnSignal) {
-                std::fprintf(stderr, "shardscope-train: %s; finishing the inspector\n",
-                             sig == SIGTERM ? "terminated" : "interrupted");
-                try {
-                    g_finishOnSignal->finish();
-                } catch (const std::exception &e) {
-                    std::fprintf(stderr, "shardscope-train: %s\n", e.what());
-                }
-            }
-        }
-        std::fflush(stdout);
-        std::signal(sig, SIG_DFL);
-        ::raise(sig);
-    }).detach();
-    struct sigaction sa
-    {
-    };
-    sa.sa_handler = onTerminationSignal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    ::sigaction(SIGTERM, &sa, nullptr);
-    ::sigaction(SIGINT, &sa, nullptr);
 }
 
 // Returns the config, or nullopt after printing the help.
@@ -349,31 +286,6 @@ class ViolationPrinter
     std::size_t m_seen = 0;
 };
 
-// With torchrun every process has its own engine (its rank's statuses) and serves it. The
-// default endpoint is per process already (<pid>.sock); an explicit one is shifted for the
-// process holding rank N > 0: unix:PATH becomes PATH.rank<N>, tcp:HOST:PORT listens on
-// PORT+N (port 0 stays 0: the kernel picks). Returns an empty string when that is impossible.
-std::string endpointOfRank(const std::string &endpoint, int rank, std::string &error)
-{
-    if (endpoint.empty() || rank == 0) return endpoint;
-    auto parsed = wire::parseEndpoint(endpoint);
-    if (!parsed) return endpoint; // the Inspector reports it
-    wire::Endpoint ep = *parsed;
-    if (ep.kind == wire::Endpoint::Kind::Unix) {
-        ep.path += ".rank" + std::to_string(rank);
-    } else if (ep.port != 0) {
-        if (ep.port + rank > 65535) {
-            error = "--listen " + endpoint + ": rank " + std::to_string(rank) +
-                    " would listen on port " + std::to_string(ep.port + rank) +
-                    "; pick a port at most " + std::to_string(65535 - rank) +
-                    " (rank N listens on PORT+N), or port 0";
-            return {};
-        }
-        ep.port = static_cast<std::uint16_t>(ep.port + rank);
-    }
-    return wire::formatEndpoint(ep);
-}
-
 // The help's last paragraph: what the loss can reach, computed from the data itself.
 void printLossFloor()
 {
@@ -421,17 +333,15 @@ int trainWithInspector(core::Engine &engine, const nn::TrainConfig &config, cons
 
     server::InspectorOptions options;
     options.listen = config.listen;
-    std::string endpointError;
-    options.endpoint = endpointOfRank(config.endpoint, firstRank, endpointError);
-    if (!endpointError.empty()) {
-        std::fprintf(stderr, "shardscope-train: %s\n", endpointError.c_str());
+    auto endpoint = wire::endpointOfRank(config.endpoint, firstRank);
+    if (!endpoint) {
+        std::fprintf(stderr, "shardscope-train: --listen %s\n", endpoint.error().c_str());
         return 2;
     }
+    options.endpoint = *endpoint;
     options.token = config.token;
     options.historyEvents = config.historyEvents;
-    options.snapshotOut = config.snapshotOut.empty() || firstRank == 0
-                              ? config.snapshotOut
-                              : config.snapshotOut + ".rank" + std::to_string(firstRank);
+    options.snapshotOut = wire::outputOfRank(config.snapshotOut, firstRank, engine.worldSize());
     options.telemetry = config.telemetry;
     std::unique_ptr<server::Inspector> inspector;
     try {
@@ -440,7 +350,8 @@ int trainWithInspector(core::Engine &engine, const nn::TrainConfig &config, cons
         std::fprintf(stderr, "shardscope-train: %s\n", e.what());
         return 2;
     }
-    const FinishOnSignal finishOnSignal(*inspector);
+    // SIGTERM and SIGINT end the run as a finish would, then the process dies of the signal.
+    const server::FinishOnSignal finishOnSignal(*inspector, "shardscope-train", {SIGTERM, SIGINT});
     if (const std::string at = inspector->endpoint(); !at.empty()) {
         if (engine.localRanks().size() == 1 && engine.worldSize() > 1)
             std::printf("inspector (rank %d): listening on %s\n", firstRank, at.c_str());
@@ -555,7 +466,6 @@ int main(int argc, char **argv)
     } else {
         config->token = *token;
     }
-    watchTerminationSignals();
 
     try {
         cuda::BackendChoice choice;

@@ -136,6 +136,19 @@ void Automation::pollJob()
         proceed();
         return;
     }
+    // A process stopped (SIGSTOP) or hung, mid-run or before its model was built: waiting
+    // on would end in the timeout with nothing written. Like a lost engine: write what was
+    // collected, name it, exit with the status of a run that ended early.
+    if (const QStringList silent = job->notAnswering(); !silent.isEmpty() && store->hasState()) {
+        m_endedEarly = true;
+        std::fprintf(stderr,
+                     "shardscope: the job is incomplete at step %u: %s (stopped or hung) before "
+                     "the condition was met; writing what was collected so far\n",
+                     store->completedStep(), qPrintable(silent.join(QStringLiteral("; "))));
+        std::fflush(stderr);
+        proceed();
+        return;
+    }
     if (m_started.elapsed() > static_cast<qint64>(m_options.timeoutSeconds * 1000))
         fail(QStringLiteral("gave up after %1 s: %2 (step %3); raise --timeout or check the job")
                  .arg(m_options.timeoutSeconds)

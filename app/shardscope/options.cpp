@@ -1,6 +1,9 @@
 #include "options.h"
 
+#include "wire/snapshot.h"
 #include "wire/token.h"
+
+#include <utility>
 
 namespace shardscope::app {
 
@@ -148,6 +151,15 @@ ParseResult parseOptions(const QStringList &arguments)
     if ((!o.exportSnapshot.isEmpty() || !o.exportTrace.isEmpty() || !o.exportCsv.isEmpty()) &&
         o.attach.isEmpty() && o.open.isEmpty())
         return fail(QStringLiteral("exports need --attach ENDPOINT or --open FILE"));
+    // Refused before attaching, not found once the run is over.
+    for (const auto &[flag, file] : {std::pair{"--export-snapshot", o.exportSnapshot},
+                                     std::pair{"--export-trace", o.exportTrace},
+                                     std::pair{"--export-csv", o.exportCsv}}) {
+        if (file.isEmpty()) continue;
+        if (auto ok = wire::checkOutputFile(file.toStdString()); !ok)
+            return fail(QStringLiteral("%1: %2").arg(QLatin1String(flag),
+                                                     QString::fromStdString(ok.error())));
+    }
     return r;
 }
 

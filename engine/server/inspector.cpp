@@ -349,6 +349,10 @@ void Inspector::Impl::start()
         throw InspectorError("--history " + std::to_string(options.historyEvents) +
                              " is too large: keep at most " + std::to_string(kMaxHistoryEvents) +
                              " events (48 bytes each)");
+    // Refused now rather than found at finish(), when the run's snapshot would be lost.
+    if (!options.snapshotOut.empty())
+        if (auto ok = wire::checkOutputFile(options.snapshotOut); !ok)
+            throw InspectorError("bad snapshot output: " + ok.error());
     const std::vector<int> ranks = engine.localRanks();
     job = wire::jobFromEnvironment(options.job, ranks, engine.worldSize());
     clockOffset = options.testClockOffsetNs;

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <optional>
+#include <set>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -146,6 +147,60 @@ std::vector<DiscoveryEntry> listLiveEngines(const std::string &dir)
 std::vector<DiscoveryEntry> listLiveEngines()
 {
     return listLiveEngines(defaultRuntimeDir());
+}
+
+Result<std::vector<DiscoveryEntry>> selectRun(const std::vector<DiscoveryEntry> &live,
+                                               const std::string &name)
+{
+    // "ID@RENDEZVOUS" names one run; a plain "ID" is the run of that id, if it is one.
+    const auto matches = [&](const DiscoveryEntry &e) {
+        return e.job.id == name || (!e.job.rendezvous.empty() && runName(e.job) == name);
+    };
+    std::vector<DiscoveryEntry> out;
+    std::vector<const JobIdentity *> runs;
+    std::set<std::string> endpoints;
+    for (const DiscoveryEntry &e : live) {
+        if (!matches(e) || !endpoints.insert(e.endpoint).second) continue;
+        if (std::none_of(runs.begin(), runs.end(),
+                         [&](const JobIdentity *r) { return sameRun(*r, e.job); }))
+            runs.push_back(&e.job);
+        out.push_back(e);
+    }
+    if (out.empty()) return fail("no live process of job " + name);
+    if (runs.size() > 1) {
+        std::string list;
+        for (const JobIdentity *r : runs)
+            list += (list.empty() ? "" : ", ") + runName(*r) + " (world size " +
+                    std::to_string(r->worldSize) + ")";
+        const bool sameRendezvous =
+            std::all_of(runs.begin(), runs.end(),
+                        [&](const JobIdentity *r) { return r->rendezvous == runs[0]->rendezvous; });
+        return fail("job " + name + " names " + std::to_string(runs.size()) + " runs: " + list +
+                    (sameRendezvous
+                         ? "; their processes disagree on the world size: not one job. Attach "
+                           "a process on its own"
+                         : "; attach one of them as job:ID@RENDEZVOUS, e.g. job:" +
+                               runName(*runs[0])));
+    }
+    std::stable_sort(out.begin(), out.end(), [](const DiscoveryEntry &a, const DiscoveryEntry &b) {
+        return (a.job.ranks.empty() ? 0 : a.job.ranks.front()) <
+               (b.job.ranks.empty() ? 0 : b.job.ranks.front());
+    });
+    return out;
+}
+
+std::string checkAnswered(const DiscoveryEntry &entry, std::int64_t welcomePid,
+                          const JobIdentity &welcomeJob)
+{
+    if (welcomePid != entry.pid)
+        return "the discovery file " + entry.file + " announces pid " + std::to_string(entry.pid) +
+               " at " + entry.endpoint + ", but pid " + std::to_string(welcomePid) +
+               " answered there: not this job's process; skipped";
+    if (!entry.job.id.empty() && !sameRun(welcomeJob, entry.job))
+        return "the process at " + entry.endpoint + " belongs to job " + runName(welcomeJob) +
+               " (world size " + std::to_string(welcomeJob.worldSize) + "), not " +
+               runName(entry.job) + "; skipped";
+    return {};
 }
 
 } // namespace shardscope::wire

@@ -38,4 +38,16 @@ bool processAlive(std::int64_t pid);
 std::vector<DiscoveryEntry> listLiveEngines(const std::string &dir);
 std::vector<DiscoveryEntry> listLiveEngines();
 
+// The processes of the run a user names "ID" or "ID@RENDEZVOUS" (runName) among live: each
+// endpoint once (a file listing an endpoint already listed is dropped), sorted by first rank.
+// An error saying what to type when the id names several runs (two jobs of one name, or
+// processes that disagree on the world size), or none.
+Result<std::vector<DiscoveryEntry>> selectRun(const std::vector<DiscoveryEntry> &live,
+                                               const std::string &name);
+// Whether the process that answered at an entry's endpoint (its Welcome's pid and job) is
+// the one the discovery file announced: "" if so, else why not (a file naming another
+// process's endpoint is not merged into a job).
+std::string checkAnswered(const DiscoveryEntry &entry, std::int64_t welcomePid,
+                          const JobIdentity &welcomeJob);
+
 } // namespace shardscope::wire

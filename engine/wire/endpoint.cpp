@@ -105,4 +105,22 @@ std::string defaultSocketPath(std::int64_t pid)
     return defaultRuntimeDir() + "/" + std::to_string(pid) + ".sock";
 }
 
+Result<std::string> endpointOfRank(const std::string &endpoint, int rank)
+{
+    if (endpoint.empty() || rank == 0) return endpoint;
+    auto parsed = parseEndpoint(endpoint);
+    if (!parsed) return endpoint;
+    Endpoint ep = *parsed;
+    if (ep.kind == Endpoint::Kind::Unix) {
+        ep.path += ".rank" + std::to_string(rank);
+    } else if (ep.port != 0) {
+        if (ep.port + rank > 65535)
+            return fail(endpoint + ": rank " + std::to_string(rank) + " would listen on port " +
+                        std::to_string(ep.port + rank) + "; pick a port at most " +
+                        std::to_string(65535 - rank) + " (rank N listens on PORT+N), or port 0");
+        ep.port = static_cast<std::uint16_t>(ep.port + rank);
+    }
+    return formatEndpoint(ep);
+}
+
 } // namespace shardscope::wire

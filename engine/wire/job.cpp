@@ -28,6 +28,9 @@ JobIdentity jobFromEnvironment(std::string_view name, std::vector<int> ranks, in
     job.ranks = std::move(ranks);
     job.worldSize = worldSize;
     job.host = hostName();
+    if (const std::string addr = env("MASTER_ADDR"), port = env("MASTER_PORT");
+        !addr.empty() && !port.empty())
+        job.rendezvous = addr + ":" + port;
     if (!name.empty()) {
         job.id = name;
     } else if (const std::string run = env("TORCHELASTIC_RUN_ID"); !run.empty()) {
@@ -41,6 +44,16 @@ JobIdentity jobFromEnvironment(std::string_view name, std::vector<int> ranks, in
     return job;
 }
 
+bool sameRun(const JobIdentity &a, const JobIdentity &b)
+{
+    return a.id == b.id && a.rendezvous == b.rendezvous && a.worldSize == b.worldSize;
+}
+
+std::string runName(const JobIdentity &job)
+{
+    return job.rendezvous.empty() ? job.id : job.id + "@" + job.rendezvous;
+}
+
 detail::Json encodeJob(const JobIdentity &job)
 {
     detail::Json j;
@@ -48,6 +61,7 @@ detail::Json encodeJob(const JobIdentity &job)
     j["ranks"] = job.ranks;
     j["world_size"] = job.worldSize;
     j["host"] = job.host;
+    if (!job.rendezvous.empty()) j["rendezvous"] = job.rendezvous;
     return j;
 }
 
@@ -67,6 +81,8 @@ JobIdentity decodeJob(const detail::Json &j, const std::string &where)
         job.ranks.push_back(static_cast<int>(
             detail::asBounded(r, static_cast<std::uint64_t>(job.worldSize - 1), where + ".ranks")));
     if (detail::hasMember(j, "host")) job.host = detail::asString(j["host"], where + ".host");
+    if (detail::hasMember(j, "rendezvous"))
+        job.rendezvous = detail::asString(j["rendezvous"], where + ".rendezvous");
     return job;
 }
 

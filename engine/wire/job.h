@@ -17,7 +17,16 @@ struct JobIdentity
     std::vector<int> ranks; // the global ranks this process serves (several for CPU threads)
     int worldSize = 1;
     std::string host; // this process's host name
+    // The rendezvous its processes met at ("MASTER_ADDR:MASTER_PORT"; empty when unknown):
+    // two runs of one name (torchrun's static rendezvous names every job "none") running at
+    // once cannot share it, so (id, rendezvous, world size) tells runs apart (sameRun).
+    std::string rendezvous;
 };
+
+// True when a and b are processes of one run: the same id, rendezvous and world size.
+bool sameRun(const JobIdentity &a, const JobIdentity &b);
+// How a user names one run: "ID", or "ID@RENDEZVOUS" when the id alone names several.
+std::string runName(const JobIdentity &job);
 
 // The job id, first of: name (InspectorOptions::job, the agent's job=) when not empty;
 // TORCHELASTIC_RUN_ID (torchrun, the `deepspeed` launcher); "MASTER_ADDR:MASTER_PORT" when both are

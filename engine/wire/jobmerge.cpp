@@ -12,7 +12,13 @@ Result<state::EngineState> mergeJobStates(std::span<const state::EngineState *co
                                           std::span<const std::string> names)
 {
     if (parts.empty()) return fail("no process to merge");
-    state::EngineState st = *parts.front();
+    // A process whose model is not built yet (it stopped or failed before, or is slower)
+    // lists no parameters and a provisional model name: it brings its ranks, step and
+    // violations, not the structure, and its name is no sign of another job.
+    const auto built = [](const state::EngineState &s) { return !s.params.empty(); };
+    const auto first =
+        std::find_if(parts.begin(), parts.end(), [&](const auto *p) { return built(*p); });
+    state::EngineState st = first == parts.end() ? *parts.front() : **first;
     const auto partName = [&](std::size_t i) {
         return i < names.size() ? names[i] : "part " + std::to_string(i);
     };
@@ -30,7 +36,7 @@ Result<state::EngineState> mergeJobStates(std::span<const state::EngineState *co
             return fail(partName(k) + " runs a world of " + std::to_string(ps.worldSize) +
                         " ranks, the others " + std::to_string(st.worldSize) +
                         ": not one job; capture it on its own");
-        if (ps.modelName != st.modelName)
+        if (built(ps) && built(st) && ps.modelName != st.modelName)
             return fail(partName(k) + " runs model '" + ps.modelName + "', the others '" +
                         st.modelName + "': not one job");
         for (const state::ParamRecord &p : ps.params) {

@@ -79,6 +79,15 @@ struct Goodbye
         0; // of those, dropped for this client (sent + dropped == offered)
 };
 
+// A Goodbye's reason says how the run ended (docs/protocol.md): "training finished", or
+// "training failed: WHY" (an exception, a rank gone), or "training stopped: WHY" (a signal).
+inline constexpr std::string_view kTrainingFailed = "training failed";
+// True when the reason says the run failed: a capture of it is not a success.
+inline bool goodbyeSaysFailed(const Goodbye &bye)
+{
+    return std::string_view(bye.reason).starts_with(kTrainingFailed);
+}
+
 std::string encodeHello(const Hello &m);
 Result<Hello> decodeHello(std::string_view payload);
 std::string encodeWelcome(const Welcome &m);

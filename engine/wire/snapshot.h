@@ -48,8 +48,22 @@ inline Result<Snapshot> decodeSnapshot(const char *json)
     return decodeSnapshot(std::string_view(json));
 }
 
-// Writes to PATH.tmp.<pid> and renames it over path, so readers see the old or the new file.
+// The one writer of every output file (snapshots, exports, discovery files): a regular
+// file is written to an unnamed temporary in its directory and renamed over path, so
+// readers see the old or the new file. What exists and is not a regular file (a FIFO, a
+// character device such as /dev/null) is written into, never replaced; a directory is an
+// error.
 Status writeFileAtomically(const std::string &path, std::string_view contents);
+// Whether writeFileAtomically(path, ...) can succeed, checked before a run starts rather
+// than after it: not a directory, its directory exists and takes a new file (not /proc,
+// /sys or a read-only mount), or a FIFO/device we may open for writing. The error says
+// what to do.
+Status checkOutputFile(const std::string &path);
+// The snapshot file of the process holding rank `rank` when every process of a job of
+// worldSize ranks was given the same name: "{rank}" in it is replaced by the rank; without
+// it rank 0 keeps the name and rank N > 0 writes PATH.rank<N> (shardscope-train
+// --snapshot-out, the DeepSpeed agent's snapshot_out), so no rank's snapshot is lost.
+std::string outputOfRank(const std::string &path, int rank, int worldSize);
 // The pretty-printed document; gzip'd when path ends in ".gz" (wire/compress.h).
 Status writeSnapshotFile(const std::string &path, const Snapshot &snapshot);
 // The bytes of a snapshot file, plain or gzip'd (told apart by gzip's magic bytes, not by

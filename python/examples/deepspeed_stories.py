@@ -152,6 +152,8 @@ def main():
                         help="this rank kills itself (SIGKILL) inside fc's forward of --kill-at-step, "
                         "a second after it began")
     parser.add_argument("--kill-at-step", type=int, default=0)
+    parser.add_argument("--fail-build-rank", type=int, default=-1,
+                        help="this rank raises while its model is built (inside zero.Init)")
     parser.add_argument("--plain-backward", action="store_true",
                         help="loss.backward() instead of engine.backward(loss) (DeepSpeed >= 0.18.3)")
     parser.add_argument("--leaf", action="store_true",
@@ -186,6 +188,8 @@ def main():
             time.sleep(0.05)
         with deepspeed.zero.Init(config_dict_or_path=config):
             model = TinyLM(vocab, hidden, args.externals, args.weight_norm)
+            if rank == args.fail_build_rank:
+                raise RuntimeError(f"rank {rank} cannot build its model (--fail-build-rank)")
         if args.leaf:
             from deepspeed.utils import set_z3_leaf_modules
             set_z3_leaf_modules(model, [PositionalConv])

@@ -509,6 +509,7 @@ def install(observer):
 
     observer.ds_is_not_available = is_not_available
     observer.ds_pause = pause
+    observer.ds_adopt_param = adopt_param  # a parameter converted before install()
     observer.ds_resume = resume
     observer.ds_iter_params = coordinator_mod.iter_params
     observer.ds_fwd_module_stack = parameter_offload.FWD_MODULE_STACK

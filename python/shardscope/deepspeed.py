@@ -30,12 +30,11 @@ import gc
 import linecache
 import os
 import re
-import signal
 import sys
-import weakref
 
 from . import ShardScopeError, UnregisteredAccessError
 from . import _dsinternals as _ds
+from . import _runtime
 
 __all__ = ["install", "attach", "finish", "inspect", "agent", "pause", "resume", "paused"]
 
@@ -78,10 +77,14 @@ def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name
             f"{_agent.rank}); call it once per process, before the model is built")
     if guard not in _GUARDS:
         raise ShardScopeError(f"guard={guard!r}: use one of {', '.join(map(repr, _GUARDS))}")
+    rank, world_size = _runtime.rank_and_world()
+    options = _runtime.check_options("shardscope.deepspeed.install()", rank, world_size,
+                                     listen=listen, snapshot_out=snapshot_out, history=history,
+                                     job=job)
     version = _ds.check_version()
     built = _built_already()
-    _agent = _Agent(listen=listen, token=_read_token(token, token_file), snapshot_out=snapshot_out,
-                    guard=guard, model_name=model_name, job=job, history=history, version=version)
+    _agent = _Agent(options, token=_read_token(token, token_file), guard=guard,
+                    model_name=model_name, version=version)
     if built:
         import warnings
 
@@ -132,7 +135,7 @@ def finish():
     global _agent
     if _agent is not None:
         a, _agent = _agent, None
-        a.close()
+        a.close(_runtime.finish_reason())
 
 
 @contextlib.contextmanager
@@ -184,16 +187,6 @@ def _read_token(token, token_file):
         raise ShardScopeError(f"the ShardScope token: {e}") from None
 
 
-def _rank_and_world():
-    try:
-        import torch.distributed as dist
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-    except Exception:
-        pass
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-
-
 def _metadata_only():
     """Tensor functions that do not read a parameter's data (hashing it into a set, reading
     its attributes): GatheredParameters does these to a partitioned parameter, legally."""
@@ -218,6 +211,21 @@ class _MetadataOnly:
 
 
 _METADATA_ONLY = _MetadataOnly()
+
+
+def _enter_below(mode):
+    """Puts mode at the bottom of torch's function-mode stack, under the modes the user (or
+    torch: `with torch.device(...)`) entered before: their __exit__ pops the top one, which
+    must stay theirs (issue #30, defect 3). It still sees every call they pass on."""
+    from torch._C import _len_torch_function_stack
+    from torch.overrides import _pop_mode, _push_mode
+
+    above = []
+    while _len_torch_function_stack() > 0:
+        above.append(_pop_mode())
+    _push_mode(mode)
+    for m in reversed(above):
+        _push_mode(m)
 
 
 def _leave_mode(mode):
@@ -292,7 +300,7 @@ class _Suspects:
                     return func(*args, **kwargs)
 
             self.mode = SuspectReads()
-            self.mode.__enter__()
+            _enter_below(self.mode)
         self.agent.hot.slow = True  # scopes and gathers must close or discard suspects
 
     def find(self, args, kwargs):
@@ -331,21 +339,20 @@ class _Suspects:
 class _Agent:
     """The observer DeepSpeed's patched internals call (see _dsinternals)."""
 
-    def __init__(self, listen, token, snapshot_out, guard, model_name, job, history, version):
+    def __init__(self, options, token, guard, model_name, version):
         from . import _native
 
-        self.rank, self.world_size = _rank_and_world()
+        self.rank, self.world_size = _runtime.rank_and_world()
         self.guard = guard
         self.deepspeed_version = version
         self.module_key = _ds.module_key_attribute(version)
-        self.snapshot_out = (snapshot_out or "").replace("{rank}", str(self.rank))
-        endpoint = listen if isinstance(listen, str) else ""
+        self.snapshot_out = options.snapshot_out  # this rank's file (wire::outputOfRank)
         try:
             self.native = _native.Agent(model=f"{model_name} {_NOT_BUILT}" if model_name else _NOT_BUILT, rank=self.rank,
                                         world_size=self.world_size, backend=_backend_name(),
-                                        listen=listen is not False, endpoint=endpoint,
+                                        listen=options.listen, endpoint=options.endpoint,
                                         token=token, snapshot_out=self.snapshot_out,
-                                        history=history, job=job or "")
+                                        history=options.history, job=options.job)
         except RuntimeError as e:
             raise ShardScopeError(f"the ShardScope endpoint could not start: {e}") from None
         # The per-event path (ds_status assignments, module scopes) runs in C++: hotpath.h.
@@ -363,6 +370,7 @@ class _Agent:
         self.paths = {}  # our module id -> dotted path
         self.published = set()  # ds_ids the native state lists
         self.suspects = _Suspects(self)
+        self.reported = set()  # violations said and flushed (record_access)
         self.closed = False
         self.paused = None  # while paused: ds_id -> ds_status at pause()
         self.built_violations = False  # a violation named modules while the model was built
@@ -371,7 +379,6 @@ class _Agent:
         except BaseException:
             self.native.finish()
             raise
-        self._on_term = None
         atexit.register(self.close)
         self._chain_sigterm()
 
@@ -399,47 +406,18 @@ class _Agent:
         return self.native.endpoint
 
     def _chain_sigterm(self):
-        """A launcher stopping the job (SIGTERM) still gets the snapshot and no stale file."""
-        if not hasattr(signal, "SIGTERM"):
-            return
-        try:
-            previous = signal.getsignal(signal.SIGTERM)
-        except Exception:
-            return
-        if previous not in (signal.SIG_DFL, None):
-            return  # the script handles SIGTERM itself; atexit still runs on its exit
+        """A launcher stopping the job (SIGTERM) still gets the snapshot and no stale file,
+        also while this rank is blocked in a rendezvous or a collective (_runtime)."""
+        _runtime.finish_on_sigterm(self.native)
 
-        me = weakref.ref(self)  # the handler keeps no agent alive after finish()
-
-        def on_term(signum, frame):
-            agent = me()
-            if agent is not None:
-                agent.close()
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-
-        try:
-            signal.signal(signal.SIGTERM, on_term)
-            self._on_term = on_term
-        except ValueError:
-            pass  # not the main thread
-
-    def _unchain_sigterm(self):
-        handler, self._on_term = self._on_term, None
-        if handler is None:
-            return
-        try:
-            if signal.getsignal(signal.SIGTERM) is handler:
-                signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        except ValueError:
-            pass  # not the main thread: it stays, and does nothing once we are gone
-
-    def close(self):
+    def close(self, reason=None):
+        """reason: the Goodbye's; None: from how the process ends (_runtime.finish_reason)."""
+        if reason is None:
+            reason = _runtime.finish_reason()
         if self.closed:
             return
         self.closed = True
         atexit.unregister(self.close)
-        self._unchain_sigterm()
         self.suspects.close()
         self.flush_active()
         try:
@@ -449,7 +427,7 @@ class _Agent:
         finally:
             self.hot.set_engine(None)  # and the last step's loss
             try:
-                self.native.finish()
+                self.native.finish(reason)
             except RuntimeError as e:
                 print(f"shardscope: {e}", file=sys.stderr)
 
@@ -657,6 +635,15 @@ class _Agent:
             self.built_violations = True
         message, fix = self.native.unregistered_access(mid, pid, action, use, location=location,
                                                        building=building, param_code=code)
+        # Said and flushed once per violation and place: a read the user repeats (a loop outside
+        # forward) only counts from then on, so it stays cheap (issue #30, defect 7: each
+        # rewrote the snapshot, milliseconds per read); finish() writes the final counts.
+        key = (mid, pid, action, use, location[:2] if location else None)
+        if key in self.reported:
+            if self.guard == "error":
+                raise UnregisteredAccessError(f"shardscope: {message}", fix)
+            return
+        self.reported.add(key)
         if not automatic or self.guard == "error":
             self.flush()  # the run is about to fail: its diagnosis first
         if not automatic and self.guard != "error":
@@ -689,12 +676,20 @@ class _Agent:
         self.built.append(module)
 
     def on_init_exit(self, failed):
-        if failed or not self.built:
+        if not self.built:
             return
         roots = _roots(self.built)
         if len(roots) == 1:
-            with self.suspects.paused():
-                self.publish(roots[0], late_scan=True)
+            # Also when the build failed (issue #30, defect 11): what was built is shown, and
+            # the process names its model as its peers do (one job, not two).
+            try:
+                with self.suspects.paused():
+                    self.publish(roots[0], late_scan=True)
+            except Exception as e:
+                if not failed:
+                    raise
+                print(f"shardscope: the model that failed to build cannot be shown: {e}",
+                      file=sys.stderr)
         self.built.clear()
 
     def own_ds_ids(self, module):
@@ -823,6 +818,19 @@ class _Agent:
                                    int(getattr(z, "prefetch_bucket_size", 0)),
                                    int(getattr(z, "max_live_parameters", 0)), self.guard)
         del zc
+        # Parameters zero.Init converted before install() (issue #30, defect 5): observed from
+        # now on, as if seen converted; what happened to them before is not (install() said so).
+        adopted_late = 0
+        for param in module.parameters():
+            ds_id = param.__dict__.get("ds_id")
+            if ds_id is not None and ds_id not in self.converted:
+                self.ds_adopt_param(param)
+                self.on_param_converted(param)
+                adopted_late += 1
+        if adopted_late:
+            print(f"shardscope: rank {self.rank}: {adopted_late} parameters were partitioned "
+                  f"before install(); their fetches and releases are observed from now on, "
+                  f"what happened to them before is not", file=sys.stderr)
         self.publish(module, late_scan=False)
         # External registrations made before the agent knew the modules' names.
         for path, m in module.named_modules():

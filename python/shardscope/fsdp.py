@@ -28,11 +28,12 @@ import weakref
 
 from . import ShardScopeError, UnregisteredAccessError
 from . import _fsdpinternals as _fi
-# One implementation of the options every agent takes (the token, the guard, the rank):
-# shardscope.deepspeed's module-level helpers, which import nothing of DeepSpeed.
-from .deepspeed import (_GUARDS, _METADATA_ONLY, _backend_name, _leave_mode, _rank_and_world,
-                        _read_token)
-from .deepspeed import _Agent as _DsAgent
+# One implementation of what every agent checks and decides the same way: _runtime (options,
+# per-rank names, the native SIGTERM path, the Goodbye's reason) and shardscope.deepspeed's
+# module-level helpers (the token, the guard's names, torch function modes), which import
+# nothing of DeepSpeed.
+from . import _runtime
+from .deepspeed import _GUARDS, _METADATA_ONLY, _backend_name, _leave_mode, _read_token
 
 __all__ = ["install", "attach", "finish", "inspect", "agent", "describe", "pause", "resume",
            "paused"]
@@ -64,10 +65,12 @@ def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name
             f"{_agent.rank}); call it once per process, before fully_shard")
     if guard not in _GUARDS:
         raise ShardScopeError(f"guard={guard!r}: use one of {', '.join(map(repr, _GUARDS))}")
+    rank, world_size = _runtime.rank_and_world()
+    options = _runtime.check_options("shardscope.fsdp.install()", rank, world_size, listen=listen,
+                                     snapshot_out=snapshot_out, history=history, job=job)
     version = _fi.check()
-    _agent = _Agent(listen=listen, token=_read_token(token, token_file), snapshot_out=snapshot_out,
-                    guard=guard, model_name=model_name, job=job, history=history,
-                    version=version)
+    _agent = _Agent(options, token=_read_token(token, token_file), guard=guard,
+                    model_name=model_name, version=version)
     return _agent
 
 
@@ -88,7 +91,7 @@ def finish():
     global _agent
     if _agent is not None:
         a, _agent = _agent, None
-        a.close()
+        a.close(_runtime.finish_reason())
 
 
 @contextlib.contextmanager
@@ -152,21 +155,21 @@ class _Group:
 
 class _Agent:
 
-    def __init__(self, listen, token, snapshot_out, guard, model_name, job, history, version):
+    def __init__(self, options, token, guard, model_name, version):
         import torch
         from . import _native
 
-        self.rank, self.world_size = _rank_and_world()
+        self.rank, self.world_size = _runtime.rank_and_world()
         self.guard = guard
         self.torch_version = version
-        self.snapshot_out = (snapshot_out or "").replace("{rank}", str(self.rank))
+        self.snapshot_out = options.snapshot_out  # this rank's file (wire::outputOfRank)
         self.model_name = model_name
         try:
             self.native = _native.Agent(
                 model=f"{model_name} {_NOT_BUILT}" if model_name else _NOT_BUILT, rank=self.rank,
-                world_size=self.world_size, backend=_backend_name(), listen=listen is not False,
-                endpoint=listen if isinstance(listen, str) else "", token=token,
-                snapshot_out=self.snapshot_out, history=history, job=job or "", dialect="fsdp")
+                world_size=self.world_size, backend=_backend_name(), listen=options.listen,
+                endpoint=options.endpoint, token=token, snapshot_out=self.snapshot_out,
+                history=options.history, job=options.job, dialect="fsdp")
         except RuntimeError as e:
             raise ShardScopeError(f"the ShardScope endpoint could not start: {e}") from None
         self.root = None
@@ -192,7 +195,6 @@ class _Agent:
         self.derived = {}  # id -> (DTensor, pids entry): views of sharded parameters (_derived)
         self.candidate = None  # weakref to the last module fully_shard was called on
         self.checked = set()
-        self._on_term = None
         self.uninstall = _fi.install(self)
         from torch.nn.modules.module import register_module_parameter_registration_hook
         from torch.optim.optimizer import (register_optimizer_step_post_hook,
@@ -224,21 +226,23 @@ class _Agent:
         import atexit
 
         atexit.register(self.close)
-        _DsAgent._chain_sigterm(self)  # the same SIGTERM chaining as the DeepSpeed agent's
+        _runtime.finish_on_sigterm(self.native)  # the snapshot on SIGTERM, as every agent
 
     # ------------------------------------------------------------------ lifecycle
     @property
     def endpoint(self):
         return self.native.endpoint
 
-    def close(self):
+    def close(self, reason=None):
+        """reason: the Goodbye's; None: from how the process ends (_runtime.finish_reason)."""
+        if reason is None:
+            reason = _runtime.finish_reason()
         if self.closed:
             return
         self.closed = True
         import atexit
 
         atexit.unregister(self.close)
-        _DsAgent._unchain_sigterm(self)
         self._leave_mode()
         try:
             for h in self.handles:
@@ -247,7 +251,7 @@ class _Agent:
                 self.uninstall()
         finally:
             try:
-                self.native.finish()
+                self.native.finish(reason)
             except RuntimeError as e:
                 print(f"shardscope: {e}", file=sys.stderr)
 

@@ -7,18 +7,20 @@
 #include <pybind11/stl.h>
 
 #include <array>
+#include <csignal>
 #include <map>
-#include <tuple>
-#include <vector>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "base/names.h"
 #include "state/shape.h"
 #include "hotpath.h"
 #include "server/agentstate.h"
+#include "server/finishonsignal.h"
 #include "server/inspector.h"
 #include "wire/endpoint.h"
 #include "wire/messages.h"
@@ -95,6 +97,7 @@ class Agent
         server::AgentConfig cfg;
         cfg.modelName = model;
         cfg.rank = rank;
+        m_rank = rank;
         cfg.worldSize = worldSize;
         cfg.backend = backend;
         if (!state::parseFixDialect(dialect, cfg.dialect))
@@ -121,10 +124,20 @@ class Agent
         py::gil_scoped_release release;
         return m_inspector->flushNow();
     }
-    void finish()
+    void finish(const std::string &reason)
     {
         py::gil_scoped_release release;
-        m_inspector->finish();
+        m_onSignal.reset();
+        m_inspector->finish(reason);
+    }
+    // SIGTERM finishes the inspector (the snapshot written) from a native thread, then the
+    // process dies of it, even while the main thread is blocked in a collective.
+    void finishOnSigterm()
+    {
+        if (!m_onSignal)
+            m_onSignal = std::make_unique<server::FinishOnSignal>(
+                *m_inspector, "shardscope (rank " + std::to_string(m_rank) + ")",
+                std::vector<int>{SIGTERM});
     }
     void refreshDiscovery() { m_inspector->refreshDiscovery(); }
     std::uint64_t dropped() const { return m_inspector->droppedEvents(); }
@@ -133,6 +146,8 @@ class Agent
   private:
     std::unique_ptr<server::AgentState> m_state; // outlives the inspector that serves it
     std::unique_ptr<server::Inspector> m_inspector;
+    std::unique_ptr<server::FinishOnSignal> m_onSignal; // before the inspector it names goes
+    int m_rank = 0;
 };
 
 } // namespace
@@ -149,6 +164,26 @@ PYBIND11_MODULE(_native, module)
             phases[py::str(std::string(phaseName(static_cast<Phase>(i))))] = i;
         module.attr("PHASES") = phases;
     }
+    module.def(
+        "endpoint_of_rank",
+        [](const std::string &endpoint, int rank) {
+            auto e = wire::endpointOfRank(endpoint, rank);
+            if (!e) throw std::runtime_error(e.error());
+            return *e;
+        },
+        py::arg("endpoint"), py::arg("rank"),
+        "The endpoint rank N listens on when every rank was given this one (wire/endpoint.h)");
+    module.def("output_of_rank", &wire::outputOfRank, py::arg("path"), py::arg("rank"),
+               py::arg("world_size"),
+               "The snapshot file rank N writes when every rank was given this name "
+               "(wire/snapshot.h)");
+    module.def(
+        "check_output_file",
+        [](const std::string &path) {
+            auto ok = wire::checkOutputFile(path);
+            return ok ? std::string() : ok.error();
+        },
+        py::arg("path"), "'' when a snapshot can be written there, else why not");
     module.def(
         "resolve_token",
         [](const std::string &token, const std::string &tokenFile) {
@@ -206,7 +241,11 @@ PYBIND11_MODULE(_native, module)
         .def("flush", &Agent::flush,
              "Hands everything recorded to the clients and writes snapshot_out now; returns an "
              "error or ''")
-        .def("finish", &Agent::finish)
+        .def("finish", &Agent::finish, py::arg("reason") = "training finished",
+             "Says goodbye with reason (\"training failed: ...\" when the run failed), writes "
+             "snapshot_out, stops serving")
+        .def("finish_on_sigterm", &Agent::finishOnSigterm,
+             "SIGTERM writes the snapshot from a native thread, then the process dies of it")
         .def("ensure_module",
              [](Agent &a, const std::string &path, const std::string &type) {
                  return a.state().ensureModule(path, type);

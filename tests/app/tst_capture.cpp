@@ -1,7 +1,10 @@
 #include <QtTest>
 
+#include <QElapsedTimer>
 #include <QProcess>
+#include <QScopeGuard>
 #include <QTemporaryDir>
+#include <csignal>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
@@ -16,6 +19,7 @@
 #include "snapshotschema.h"
 #include "telemetry/eventfields.h"
 #include "wire/clientstate.h"
+#include "wire/discovery.h"
 #include "wire/snapshot.h"
 
 using namespace shardscope;
@@ -150,6 +154,9 @@ class TestCapture : public QObject
     void pythonClientFromTheProtocolDocWorks();
     void engineDyingMidRunIsWrittenWithItsOwnStatus();
     void tokenFileAndEnvironmentAreUsed();
+    void outputIntoAFifoIsWrittenNotReplaced();
+    void twoRunsOfOneNameAreToldApart();
+    void aStoppedRankEndsTheJobCapture();
 
   private:
     QTemporaryDir m_runtime;
@@ -493,6 +500,228 @@ void TestCapture::tokenFileAndEnvironmentAreUsed()
     r = runCapture(args, env);
     QCOMPARE(r.exitCode, 1);
     QVERIFY2(r.err.contains("wrong token"), qPrintable(r.err));
+}
+
+
+// Issue #30, defect 4: the write-then-rename replaced a FIFO or a device (/dev/null as root)
+// with a regular file. The one writer writes into them; what cannot be written is refused
+// before the run, by the capture tool and by the inspector a training process starts.
+void TestCapture::outputIntoAFifoIsWrittenNotReplaced()
+{
+    QTemporaryDir dir;
+    Run r = runCapture({"--attach", "tcp:127.0.0.1:5", "--out", dir.path()});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("is a directory"), qPrintable(r.err));
+    r = runCapture({"--attach", "tcp:127.0.0.1:5", "--out", dir.filePath("missing/s.json")});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("does not exist"), qPrintable(r.err));
+    r = runCapture({"--attach", "tcp:127.0.0.1:5", "--out", "/proc/self/s.json"});
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("cannot create a file in /proc/self"), qPrintable(r.err));
+
+    const QString fifo = dir.filePath("pipe.json"), ownFifo = dir.filePath("own.json");
+    QCOMPARE(::mkfifo(fifo.toLocal8Bit().constData(), 0600), 0);
+    QCOMPARE(::mkfifo(ownFifo.toLocal8Bit().constData(), 0600), 0);
+    LocalEngine local;
+    {
+        server::InspectorOptions bad;
+        bad.listen = false;
+        bad.snapshotOut = dir.path().toStdString();
+        QVERIFY_THROWS_EXCEPTION(server::InspectorError,
+                                 server::Inspector(std::make_unique<core::EngineStateProvider>(
+                                                       *local.engine),
+                                                   bad));
+    }
+    server::InspectorOptions o;
+    o.endpoint = "unix:" + dir.filePath("e.sock").toStdString();
+    o.snapshotOut = ownFifo.toStdString(); // the training process's own snapshot
+    auto inspector = std::make_unique<server::Inspector>(
+        std::make_unique<core::EngineStateProvider>(*local.engine), o);
+    local.steps(2);
+    QProcess reader; // reads both FIFOs: the capture's snapshot and the engine's
+    reader.start("sh", {"-c", "cat \"$0\" > \"$0.copy\" & cat \"$1\" > \"$1.copy\"; wait",
+                        fifo, ownFifo});
+    QVERIFY(reader.waitForStarted());
+    QProcess capture;
+    capture.start(binary("shardscope-capture"),
+                  {"--attach", QString::fromStdString(inspector->endpoint()), "--out", fifo});
+    QVERIFY(capture.waitForStarted());
+    QVERIFY(capture.waitForReadyRead(30000)); // "attached to ..."
+    local.steps(1);
+    inspector->finish();
+    QVERIFY(capture.waitForFinished(30000));
+    QVERIFY2(capture.exitCode() == 0, capture.readAllStandardError().constData());
+    QVERIFY(reader.waitForFinished(30000));
+    for (const QString &f : {fifo, ownFifo}) {
+        struct stat st{};
+        QCOMPARE(::stat(f.toLocal8Bit().constData(), &st), 0);
+        QVERIFY2(S_ISFIFO(st.st_mode), "the FIFO was replaced");
+    }
+    auto captured = wire::readSnapshotFile((fifo + ".copy").toStdString());
+    QVERIFY2(captured.ok(), captured.error().c_str());
+    QCOMPARE(captured->meta.producer, std::string("shardscope-capture"));
+    QCOMPARE(captured->state.step, std::uint32_t(3));
+    auto own = wire::readSnapshotFile((ownFifo + ".copy").toStdString());
+    QVERIFY2(own.ok(), own.error().c_str());
+    QCOMPARE(own->state.step, std::uint32_t(3));
+    QCOMPARE(QDir(dir.path()).entryList({"*.tmp*"}, QDir::Files), QStringList{});
+}
+
+// Issue #30, defect 2: a job is one run (id, rendezvous, world size), not a name. Two jobs
+// named "none" (torchrun's static rendezvous) were merged, every event twice; a discovery
+// file naming another process's endpoint was merged in; the same endpoint listed twice was
+// attached twice; processes of one name and different world sizes made a capture that wrote
+// nothing.
+void TestCapture::twoRunsOfOneNameAreToldApart()
+{
+    QTemporaryDir dir, runtime;
+    const QString disc = runtime.filePath("shardscope");
+    QVERIFY(QDir().mkpath(disc));
+    QCOMPARE(::chmod(disc.toLocal8Bit().constData(), 0700), 0);
+    const char *savedPort = std::getenv("MASTER_PORT");
+    const std::string oldPort = savedPort ? savedPort : "";
+    ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+    auto startRun = [&](LocalEngine &local, const char *port, const QString &sock) {
+        ::setenv("MASTER_PORT", port, 1);
+        server::InspectorOptions o;
+        o.job = "none";
+        o.endpoint = "unix:" + dir.filePath(sock).toStdString();
+        return std::make_unique<server::Inspector>(
+            std::make_unique<core::EngineStateProvider>(*local.engine), o);
+    };
+    LocalEngine a, b;
+    auto runA = startRun(a, "1001", "a.sock");
+    auto runB = startRun(b, "1002", "b.sock");
+    ::unsetenv("MASTER_ADDR");
+    if (savedPort) ::setenv("MASTER_PORT", oldPort.c_str(), 1); else ::unsetenv("MASTER_PORT");
+    QProcess sleeper; // a live process that is not the one at the endpoint its file names
+    sleeper.start("sleep", {"60"});
+    QVERIFY(sleeper.waitForStarted());
+    auto announce = [&](const QString &file, const std::string &endpoint, std::int64_t pid,
+                        const std::string &id, const std::string &rendezvous, int world) {
+        wire::DiscoveryEntry e;
+        e.pid = pid;
+        e.endpoint = endpoint;
+        e.model = "local";
+        e.worldSize = world;
+        e.backend = "cpu";
+        e.job.id = id;
+        e.job.rendezvous = rendezvous;
+        e.job.worldSize = world;
+        e.job.ranks = {0, 1};
+        QVERIFY(wire::writeFileAtomically(disc.toStdString() + "/" + file.toStdString(),
+                                          wire::encodeDiscovery(e)));
+    };
+    announce("a.json", runA->endpoint(), ::getpid(), "none", "127.0.0.1:1001", 2);
+    announce("a-again.json", runA->endpoint(), ::getpid(), "none", "127.0.0.1:1001", 2);
+    announce("forged.json", runB->endpoint(), sleeper.processId(), "none", "127.0.0.1:1001", 2);
+    announce("b.json", runB->endpoint(), ::getpid(), "none", "127.0.0.1:1002", 2);
+    announce("w2.json", runA->endpoint(), ::getpid(), "sized", "127.0.0.1:1003", 2);
+    announce("w3.json", runB->endpoint(), ::getpid(), "sized", "127.0.0.1:1003", 3);
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("XDG_RUNTIME_DIR", runtime.path());
+
+    Run r = runCapture({"--list"}, env);
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY2(r.out.contains("job none@127.0.0.1:1001  (world size 2, 2 of 2 ranks live)") &&
+                 r.out.contains("job none@127.0.0.1:1002  (world size 2, 2 of 2 ranks live)"),
+             qPrintable(r.out));
+    QVERIFY2(!r.out.contains("4 of 2"), qPrintable(r.out));
+
+    r = runCapture({"--attach", "job:none", "--out", dir.filePath("both.json")}, env);
+    QCOMPARE(r.exitCode, 1);
+    QVERIFY2(r.err.contains("job none names 2 runs: none@127.0.0.1:1001 (world size 2), "
+                            "none@127.0.0.1:1002 (world size 2); attach one of them as "
+                            "job:ID@RENDEZVOUS, e.g. job:none@127.0.0.1:1001"),
+             qPrintable(r.err));
+    QVERIFY(!QFileInfo::exists(dir.filePath("both.json")));
+    r = runCapture({"--attach", "job:sized", "--out", dir.filePath("sized.json")}, env);
+    QCOMPARE(r.exitCode, 1);
+    QVERIFY2(r.err.contains("disagree on the world size"), qPrintable(r.err));
+
+    a.steps(2);
+    b.steps(3);
+    QProcess capture;
+    capture.setProcessEnvironment(env);
+    capture.start(binary("shardscope-capture"),
+                  {"--attach", "job:none@127.0.0.1:1001", "--out", dir.filePath("a.json")});
+    QVERIFY(capture.waitForStarted());
+    QVERIFY(capture.waitForReadyRead(30000));
+    QThread::msleep(500);
+    runA->finish();
+    QVERIFY(capture.waitForFinished(30000));
+    const QString out = QString::fromLocal8Bit(capture.readAllStandardOutput());
+    const QString err = QString::fromLocal8Bit(capture.readAllStandardError());
+    QVERIFY2(capture.exitCode() == 0, qPrintable(out + err));
+    QVERIFY2(err.contains("announces pid " + QString::number(sleeper.processId())) &&
+                 err.contains("not this job's process; skipped"),
+             qPrintable(err));
+    QVERIFY2(out.contains("of job none@127.0.0.1:1001 (1 processes)"), qPrintable(out));
+    auto snap = wire::readSnapshotFile(dir.filePath("a.json").toStdString());
+    QVERIFY2(snap.ok(), snap.error().c_str());
+    int stepEnds = 0;
+    for (const telemetry::Event &e : snap->events)
+        stepEnds += e.type == EventType::StepEnd;
+    QCOMPARE(stepEnds, 2 * 2); // run A's 2 steps on its 2 ranks, each once
+    QCOMPARE(snap->state.step, std::uint32_t(2));
+    sleeper.kill();
+    sleeper.waitForFinished();
+}
+
+// Issue #30, defect 12: `--attach job:X` never ended when one process was stopped (SIGSTOP)
+// and the others had gone: a stopped server sends not even its heartbeat. After 5 s of
+// silence of every process still attached, the capture writes what it has and exits 3.
+void TestCapture::aStoppedRankEndsTheJobCapture()
+{
+    if (!haveTrainer()) QSKIP("shardscope-train is not built");
+    QTemporaryDir dir, runtime;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("XDG_RUNTIME_DIR", runtime.path());
+    env.insert("TORCHELASTIC_RUN_ID", "stopjob");
+    env.insert("MASTER_ADDR", "127.0.0.1");
+    env.insert("MASTER_PORT", "1");
+    QProcess ranks[2];
+    for (QProcess &p : ranks) {
+        p.setProcessEnvironment(env);
+        p.setProcessChannelMode(QProcess::MergedChannels);
+        p.start(binary("shardscope-train"), {"--backend", "cpu", "--world-size", "2", "--steps",
+                                             "1000000", "--externals", "none"});
+        QVERIFY(p.waitForStarted());
+    }
+    const auto cleanup = qScopeGuard([&] {
+        for (QProcess &p : ranks) {
+            ::kill(static_cast<pid_t>(p.processId()), SIGCONT);
+            p.kill();
+            p.waitForFinished();
+        }
+    });
+    for (int i = 0; i < 300 && QDir(runtime.filePath("shardscope")).entryList({"*.json"}).size() < 2;
+         ++i)
+        QThread::msleep(100);
+    QCOMPARE(QDir(runtime.filePath("shardscope")).entryList({"*.json"}).size(), 2);
+    QProcess capture;
+    capture.setProcessEnvironment(env);
+    capture.start(binary("shardscope-capture"),
+                  {"--attach", "job:stopjob@127.0.0.1:1", "--out", dir.filePath("s.json")});
+    QVERIFY(capture.waitForStarted());
+    QVERIFY(capture.waitForReadyRead(30000));
+    QThread::msleep(1000);
+    ::kill(static_cast<pid_t>(ranks[0].processId()), SIGSTOP);
+    ranks[1].kill(); // gone without a goodbye
+    QElapsedTimer t;
+    t.start();
+    const bool ended = capture.waitForFinished(30000);
+    const QString said = QString::fromLocal8Bit(capture.readAllStandardOutput()) +
+                         QString::fromLocal8Bit(capture.readAllStandardError());
+    QVERIFY2(ended, qPrintable("the capture did not end: " + said));
+    QVERIFY2(t.elapsed() < 15000, qPrintable(QString::number(t.elapsed())));
+    QVERIFY2(capture.exitCode() == 3, qPrintable(said));
+    QVERIFY2(said.contains("has sent nothing for 5 s, not even a heartbeat: stopped (SIGSTOP) or "
+                           "hung"),
+             qPrintable(said));
+    auto snap = wire::readSnapshotFile(dir.filePath("s.json").toStdString());
+    QVERIFY2(snap.ok(), snap.error().c_str());
+    QVERIFY(snap->state.step > 0);
 }
 
 QTEST_GUILESS_MAIN(TestCapture)

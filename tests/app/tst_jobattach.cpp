@@ -10,6 +10,7 @@
 
 #include <QDir>
 #include <QFileInfo>
+#include <QElapsedTimer>
 #include <QProcess>
 #include <QTableWidget>
 #include <QTcpServer>
@@ -80,6 +81,7 @@ class TestJobAttach : public QObject
     void oneWindowShowsEveryRankOfTheJob();
     void aKilledRankIsLostAndKeepsItsData();
     void aStoppedRankIsShownNotAnswering();
+    void quitWithAStoppedRankWritesWhatItHasAndSaysSo();
     void clocksAreMappedAndAnUnreachableProcessIsNamed();
 
   private:
@@ -298,6 +300,41 @@ void TestJobAttach::aStoppedRankIsShownNotAnswering()
     QVERIFY2(session->processLine(0).contains(QStringLiteral("rank 2")),
              qPrintable(session->processLine(0)));
     QCOMPARE(session->health(2), session::JobSession::Health::Silent);
+}
+
+// Issue #30, defects 9 and 10: `shardscope --attach job:X --quit` with a rank stopped
+// (SIGSTOP) exited 0 with that rank simply absent, or, when the job could not advance
+// without it, waited its whole --timeout, exited 1 and wrote nothing. A process not
+// answering now keeps the job from counting as caught up, and once it has been silent for
+// the silence timeout the app writes what it has, names it, and exits 3.
+void TestJobAttach::quitWithAStoppedRankWritesWhatItHasAndSaysSo()
+{
+    Job job;
+    startJob(job, 2, "halted");
+    ::kill(static_cast<pid_t>(job.pid(1)), SIGSTOP); // before the app attaches
+    QTemporaryDir out;
+    const QString file = out.filePath("halted.json");
+    QProcess app;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("XDG_RUNTIME_DIR", m_runtime.path());
+    env.insert("QT_QPA_PLATFORM", "offscreen");
+    app.setProcessEnvironment(env);
+    app.setProcessChannelMode(QProcess::MergedChannels);
+    QElapsedTimer t;
+    t.start();
+    app.start(QFileInfo(m_program).dir().filePath("shardscope"),
+              {"--attach", "job:halted", "--after-step", "1", "--timeout", "45",
+               "--export-snapshot", file, "--quit"});
+    QVERIFY(app.waitForFinished(60000));
+    const QString said = QString::fromUtf8(app.readAll());
+    QVERIFY2(app.exitCode() == 3, qPrintable(said));
+    QVERIFY2(t.elapsed() < 30000, qPrintable(QString::number(t.elapsed())));
+    QVERIFY2(said.contains("the job is incomplete at step") && said.contains("rank 1") &&
+                 said.contains("(stopped or hung) before the condition was met"),
+             qPrintable(said));
+    auto snap = wire::readSnapshotFile(file.toStdString());
+    QVERIFY2(snap, snap ? "" : snap.error().c_str());
+    QCOMPARE(snap->state.worldSize, 2);
 }
 
 void TestJobAttach::clocksAreMappedAndAnUnreachableProcessIsNamed()

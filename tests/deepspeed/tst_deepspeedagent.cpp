@@ -9,11 +9,13 @@
 // own, pinned in python/requirements.txt).
 
 #include <QDir>
+#include <QElapsedTimer>
 #include <QFile>
 #include <QFileInfo>
 #include <QProcess>
 #include <QRegularExpression>
 #include <QScopeGuard>
+#include <QSet>
 #include <QStringList>
 #include <QTemporaryDir>
 #include <QVersionNumber>
@@ -23,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include <bit>
+#include <csignal>
 #include <map>
 #include <set>
 
@@ -485,9 +488,24 @@ class TestDeepSpeedAgent : public QObject
     void gradientAccumulationEndsOneStepPerOptimizerStep()
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        // Issue #30, defects 6 and 8: one snapshot_out without {rank} and one explicit
+        // listen= for every rank (as a script hard-codes them). Rank 1 used to die of
+        // "another engine is already listening", and only rank 0's snapshot was written.
+        // Each rank now gets its own, as shardscope-train's (PATH.rank<N>), and says so.
+        const QString sock = m_dir.filePath("accum.sock");
+        const QString out = m_dir.filePath("accum.json");
         const Run r = run({"--externals", "manual", "--weight-norm", "workaround", "--steps", "2",
-                           "--grad-accum", "2", "--snapshot-out", snapshotArg("accum")});
+                           "--grad-accum", "2", "--snapshot-out", out, "--listen",
+                           "unix:" + sock});
         QVERIFY2(r.exitCode == 0, qPrintable(r.out));
+        QVERIFY2(r.out.contains("has no {rank} in a job of 2 ranks: rank 0 writes " + out +
+                                ", rank N writes " + out + ".rank<N>"),
+                 qPrintable(r.out));
+        QVERIFY2(r.out.contains("in a job of 2 ranks: rank N listens on unix:" + sock +
+                                ".rank<N>"),
+                 qPrintable(r.out));
+        QVERIFY(QFile::rename(out, snapshotOf("accum", 0)));
+        QVERIFY(QFile::rename(out + ".rank1", snapshotOf("accum", 1)));
         const std::vector<json> snaps = snapshots("accum");
         QCOMPARE(snaps.size(), std::size_t(2));
         for (const json &s : snaps) {
@@ -1008,6 +1026,155 @@ class TestDeepSpeedAgent : public QObject
         QVERIFY(!QFileInfo::exists(snapshotOf("killed", 1)));
     }
 
+    // Issue #30, defect 11: a rank that fails while its model is built said goodbye with
+    // "training finished", and a capture of the job exited 0 ("captured step 0"). Its goodbye
+    // now says "training failed: ..." and the capture exits 3; the peer the launcher stops
+    // (SIGTERM) says "training stopped".
+    void rankFailingWhileItsModelIsBuilt()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        QTemporaryDir runtime;
+        const QString go = m_dir.filePath("build-fail-now");
+        const auto letGo = qScopeGuard([&] { QFile(go).open(QIODevice::WriteOnly); });
+        QProcess *p = start({"--wait-before-build", go, "--fail-build-rank", "1",
+                             "--snapshot-out", snapshotArg("buildfail")},
+                            runtime.path(), QStringLiteral("1"));
+        QString job;
+        QSet<QString> announced;
+        for (int i = 0; i < 600 && announced.size() < 2; ++i) {
+            QThread::msleep(100);
+            const QDir disc(runtime.path() + "/shardscope");
+            for (const QString &f : disc.entryList({"*.json"})) {
+                const json d = readJson(disc.filePath(f));
+                if (!d.is_object() || !d.contains("job")) continue;
+                job = QString::fromStdString(d["job"]["id"].get<std::string>());
+                announced.insert(f);
+            }
+        }
+        QCOMPARE(announced.size(), 2);
+        QProcess capture;
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert("XDG_RUNTIME_DIR", runtime.path());
+        capture.setProcessEnvironment(env);
+        capture.start(QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope-capture",
+                      {"--attach", "job:" + job, "--out", m_dir.filePath("buildfail.json")});
+        QVERIFY(capture.waitForStarted());
+        QVERIFY(capture.waitForReadyRead(30000)); // attached
+        QThread::msleep(300);
+        QFile(go).open(QIODevice::WriteOnly);
+        QVERIFY(p->waitForFinished(150000));
+        const QString out = QString::fromUtf8(p->readAllStandardOutput()) +
+                            QString::fromUtf8(p->readAllStandardError());
+        QVERIFY2(p->exitCode() != 0, qPrintable(out));
+        delete p;
+        QVERIFY(capture.waitForFinished(60000));
+        const QString said = QString::fromUtf8(capture.readAllStandardOutput()) +
+                             QString::fromUtf8(capture.readAllStandardError());
+        QVERIFY2(capture.exitCode() == 3, qPrintable(said + "\n" + out));
+        QVERIFY2(said.contains("the run failed: ") &&
+                     said.contains("training failed: RuntimeError: rank 1 cannot build its "
+                                   "model (--fail-build-rank)"),
+                 qPrintable(said));
+        QVERIFY(QFileInfo::exists(m_dir.filePath("buildfail.json")));
+    }
+
+    // Issue #30, defect 5: install() after deepspeed.initialize was accepted with a warning,
+    // and then every gather count stayed 0 with no fetch or release event: the parameters
+    // converted before it were not observed. attach(engine) adopts them: from then on their
+    // fetches are seen, and the agent says that what came before is not.
+    void lateInstallObservesFromThen()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const QString script = QStringLiteral(
+            "import os, socket, json, warnings, glob, torch, deepspeed\n"
+            "import shardscope.deepspeed as ssd\n"
+            "s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()\n"
+            "os.environ.update(RANK='0', WORLD_SIZE='1', LOCAL_RANK='0', MASTER_ADDR='127.0.0.1',\n"
+            "                  MASTER_PORT=str(port))\n"
+            "deepspeed.init_distributed('gloo')\n"
+            "cfg = {'train_batch_size': 1, 'zero_allow_untested_optimizer': True,\n"
+            "       'zero_optimization': {'stage': 3, 'stage3_param_persistence_threshold': 0}}\n"
+            "with deepspeed.zero.Init(config_dict_or_path=cfg):\n"
+            "    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))\n"
+            "eng, *_ = deepspeed.initialize(model=m, config=cfg,\n"
+            "                               optimizer=torch.optim.SGD(m.parameters(), lr=0.1))\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always'); a = ssd.install(listen=False)\n"
+            "print('LATE:', any('came after deepspeed.initialize' in str(x.message) for x in w))\n"
+            "ssd.attach(eng)\n"
+            "for _ in range(3):\n"
+            "    loss = eng(torch.ones(1, 8)).sum(); eng.backward(loss); eng.step()\n"
+            "st = json.loads(a.native.state_json())\n"
+            "print('GATHERS:', len(st['params']), min(p['gather_count'] for p in st['params']))\n"
+            "ssd.finish()\n"
+            "torch.distributed.destroy_process_group()\n"
+            "for f in glob.glob(f'/dev/shm/deepspeed_*_127.0.0.1_{port}_*'): os.unlink(f)\n");
+        QProcess p;
+        QProcessEnvironment env = dsEnvironment();
+        env.insert("XDG_RUNTIME_DIR", m_dir.path());
+        p.setProcessEnvironment(env);
+        p.start(python(), {"-c", script});
+        QVERIFY(p.waitForFinished(120000));
+        const QString out = QString::fromUtf8(p.readAllStandardOutput());
+        const QString err = QString::fromUtf8(p.readAllStandardError());
+        QVERIFY2(p.exitCode() == 0, qPrintable(out + err));
+        QVERIFY2(out.contains("LATE: True"), qPrintable(out));
+        const QRegularExpression gathers("GATHERS: 4 (\\d+)");
+        const auto m = gathers.match(out);
+        QVERIFY2(m.hasMatch() && m.captured(1).toInt() > 0, qPrintable(out));
+        QVERIFY2(err.contains("shardscope: rank 0: 4 parameters were partitioned before install(); "
+                              "their fetches and releases are observed from now on, what happened "
+                              "to them before is not"),
+                 qPrintable(err));
+    }
+
+    // Issue #30, defect 1: a rank blocked in native code (here the rendezvous, its peer never
+    // comes) ignored SIGTERM once the agent was installed: its handler was Python, which
+    // cannot run there. The native signal path writes the snapshot and the process dies of
+    // the signal, as without the agent.
+    void sigtermWhileBlockedInRendezvous()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const QString out = m_dir.filePath("term.json");
+        const QString script = QStringLiteral(
+            "import os, socket, sys, datetime, torch.distributed as dist\n"
+            "import shardscope.deepspeed as ssd\n"
+            "s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()\n"
+            "ssd.install(listen=False, snapshot_out=sys.argv[1])\n"
+            "print('WAITING', flush=True)\n"
+            "dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=0,\n"
+            "                        world_size=2, timeout=datetime.timedelta(seconds=600))\n"
+            "print('RENDEZVOUS ENDED', flush=True)\n");
+        QProcess p;
+        QProcessEnvironment env = dsEnvironment();
+        env.insert("XDG_RUNTIME_DIR", m_dir.path());
+        env.insert("RANK", "0");
+        env.insert("WORLD_SIZE", "2");
+        p.setProcessEnvironment(env);
+        p.start(python(), {"-c", script, out});
+        QVERIFY(p.waitForStarted());
+        QString said;
+        while (!said.contains("WAITING") && p.waitForReadyRead(60000))
+            said += QString::fromUtf8(p.readAllStandardOutput());
+        QVERIFY2(said.contains("WAITING"), qPrintable(said + p.readAllStandardError()));
+        QThread::msleep(1500); // inside the rendezvous's wait
+        QElapsedTimer t;
+        t.start();
+        ::kill(static_cast<pid_t>(p.processId()), SIGTERM);
+        const bool ended = p.waitForFinished(15000);
+        if (!ended) p.kill(), p.waitForFinished(5000);
+        const QString err = QString::fromUtf8(p.readAllStandardError());
+        QVERIFY2(ended, qPrintable("still alive 15 s after SIGTERM: " + err));
+        QVERIFY2(t.elapsed() < 10000, qPrintable(QString::number(t.elapsed())));
+        QCOMPARE(p.exitStatus(), QProcess::CrashExit); // died of the signal: exit 143 in a shell
+        QCOMPARE(p.exitCode(), SIGTERM);
+        QVERIFY2(err.contains("shardscope (rank 0): terminated (SIGTERM); finishing the inspector"),
+                 qPrintable(err));
+        auto snap = shardscope::wire::readSnapshotFile(out.toStdString());
+        QVERIFY2(snap.ok(), snap.error().c_str());
+        QCOMPARE(snap->state.worldSize, 2);
+    }
+
     // Misuse gets a clear message: an unknown DeepSpeed version, the agent started twice, a
     // model that is not ZeRO-3. finish() frees the agent; ds_status is observed without
     // changing the parameters' class or how the attribute behaves.
@@ -1060,7 +1227,30 @@ class TestDeepSpeedAgent : public QObject
             "try:\n    del plain.ds_status\nexcept AttributeError as e:\n    print('DEL:', e)\n"
             "print('EXACT:', type(lin.weight) is torch.nn.Parameter, lin.weight.ds_status.name,\n"
             "      hasattr(plain, 'ds_status'))\n"
+            // issue #30, defect 3: the user's own torch function mode, entered before the
+            // agent's became pending (a partitioned parameter read outside forward), leaves
+            // as it would without the agent, and sees nothing afterwards
+            "from torch.overrides import TorchFunctionMode\n"
+            "from torch._C import _len_torch_function_stack as depth\n"
+            "class Mine(TorchFunctionMode):\n"
+            "    seen = 0\n"
+            "    def __torch_function__(self, func, types, args=(), kwargs=None):\n"
+            "        Mine.seen += 1; return func(*args, **(kwargs or {}))\n"
+            "with Mine():\n    w = lin.weight; pending = depth()\n"
+            "before = Mine.seen; torch.ones(2) + 1\n"
+            "print('OWNMODE:', pending, Mine.seen - before, depth())\n"
+            // issue #30, defect 7: a read outside forward the user repeats is said (and the
+            // snapshot flushed) once, not per use (one violation of this step: counted once, as
+            // the engine counts it); it used to cost milliseconds each
+            "import io, json, contextlib\n"
+            "err = io.StringIO()\n"
+            "with contextlib.redirect_stderr(err):\n"
+            "    for _ in range(300): lin.weight.sum()\n"
+            "said = json.loads(ssd.agent().native.state_json())['violations']\n"
+            "print('REPEATED:', err.getvalue().count('shardscope: rank 0:'),\n"
+            "      [v['count'] for v in said if v['param'] == 'weight'])\n"
             "ssd.finish()\n"
+            "print('MODES:', depth())\n"
             "print('RESTORED:', 'ds_status' not in torch.nn.Parameter.__dict__, "
             "lin.weight.ds_status.name)\n"
             // a model that is not ZeRO-3
@@ -1111,6 +1301,10 @@ class TestDeepSpeedAgent : public QObject
                  qPrintable(out));
         QVERIFY2(out.contains("EXACT: True NOT_AVAILABLE False"), qPrintable(out));
         QVERIFY2(out.contains("RESTORED: True NOT_AVAILABLE"), qPrintable(out));
+        // two modes while the agent's is pending; after the user's exit only the agent's, the
+        // user's sees no more calls; after finish() none
+        QVERIFY2(out.contains("OWNMODE: 2 0 1") && out.contains("MODES: 0"), qPrintable(out));
+        QVERIFY2(out.contains("REPEATED: 1 [1]"), qPrintable(out));
         QVERIFY2(out.contains("STAGE: this DeepSpeed engine runs ZeRO stage 0; "
                               "shardscope.deepspeed inspects ZeRO-3"),
                  qPrintable(out));
@@ -1122,6 +1316,36 @@ class TestDeepSpeedAgent : public QObject
                      out.contains("what happened while the model was built") &&
                      out.contains("Call install() first, before the model is built"),
                  qPrintable(out));
+
+        // Issue #30, defect 13: bad options are the agent's own errors, at install(), not a
+        // pybind TypeError, nor one line at finish() saying the snapshot was lost.
+        QProcess bad;
+        bad.setProcessEnvironment(env);
+        bad.start(python(),
+                  {"-c", "import os, shardscope, shardscope.deepspeed as ssd\n"
+                         "d = os.environ['XDG_RUNTIME_DIR']\n"
+                         "for kw in [dict(history=-1), dict(history='x'), dict(history=True),\n"
+                         "           dict(job=5), dict(listen=7),\n"
+                         "           dict(snapshot_out=d + '/missing/s.json'),\n"
+                         "           dict(snapshot_out='/proc/s.json'), dict(snapshot_out=d)]:\n"
+                         "    try:\n        ssd.install(**kw); print('ACCEPTED:', kw)\n"
+                         "    except shardscope.ShardScopeError as e:\n"
+                         "        print('REFUSED:', e)\n"
+                         "    except Exception as e:\n"
+                         "        print('OTHER:', type(e).__name__, e)\n"});
+        QVERIFY(bad.waitForFinished(60000));
+        const QString refused = QString::fromUtf8(bad.readAllStandardOutput());
+        QVERIFY2(bad.exitCode() == 0, qPrintable(refused + bad.readAllStandardError()));
+        QVERIFY2(!refused.contains("ACCEPTED") && !refused.contains("OTHER"), qPrintable(refused));
+        QCOMPARE(refused.count("REFUSED: shardscope.deepspeed.install(): "), 8);
+        for (const char *want :
+             {"history=-1: give the number of recent events", "history='x'", "history=True",
+              "job=5: give the job's name as a non-empty string", "listen=7: use None",
+              "/missing/s.json': cannot write", "does not exist; create it first",
+              "snapshot_out='/proc/s.json': cannot write /proc/s.json: cannot create a file in "
+              "/proc",
+              "it is a directory; name a file in it"})
+            QVERIFY2(refused.contains(QString::fromUtf8(want)), want);
 
         // A Python without DeepSpeed (a Transformers script run without it): what to install.
         QProcess none;

@@ -129,6 +129,26 @@ class TestJobMerge : public QObject
                          "'OtherLM': not one job"));
     }
 
+    // Issue #30, defect 11: a process that failed or stopped before its model was built
+    // lists no parameters and the agent's provisional name; it is one of the job, not
+    // another (a capture of the job refused it and wrote nothing), whichever comes first.
+    void aProcessWhoseModelIsNotBuiltYetBelongsToTheJob()
+    {
+        wire::Snapshot early = part(1);
+        early.state.modelName = "TinyLM (model not built yet: shown once zero.Init or "
+                                "deepspeed.initialize has run)";
+        early.state.modules.resize(1);
+        early.state.params.clear();
+        for (const auto &parts : {std::vector{part(0), early}, std::vector{early, part(0)}}) {
+            auto merged = wire::mergeJobSnapshots(parts, "j");
+            QVERIFY2(merged, merged ? "" : merged.error().c_str());
+            QCOMPARE(merged->state.modelName, std::string("TinyLM"));
+            QCOMPARE(merged->state.params.size(), std::size_t(1));
+            QCOMPARE(merged->state.localRanks, (std::vector<int>{0, 1}));
+            QCOMPARE(merged->state.step, 4u);
+        }
+    }
+
     // Gather figures of a parameter: counts, bytes and times summed over the processes, the
     // last gather the newest of any, active modules the union (each once).
     void gatherFiguresAreSummedAndActiveModulesUnited()

@@ -29,22 +29,21 @@ QString JobSession::resolve(const QString &spec, std::vector<JobTarget> &targets
                       "shardscope-capture --list show the live jobs)");
         const std::string dir =
             discoveryDir.isEmpty() ? wire::defaultRuntimeDir() : discoveryDir.toStdString();
-        for (const wire::DiscoveryEntry &e : wire::listLiveEngines(dir))
-            if (QString::fromStdString(e.job.id) == jobName)
-                targets.push_back({QString::fromStdString(e.endpoint), e.job.ranks});
-        if (targets.empty())
-            return tr("no live process of job %1 in %2 (File → Attach lists the live jobs)")
-                .arg(jobName, QString::fromStdString(dir));
-        std::stable_sort(targets.begin(), targets.end(),
-                         [](const JobTarget &a, const JobTarget &b) {
-                             return (a.ranks.empty() ? 0 : a.ranks.front()) <
-                                    (b.ranks.empty() ? 0 : b.ranks.front());
-                         });
+        // One run (wire::selectRun: each endpoint once, two jobs of one name refused).
+        auto run = wire::selectRun(wire::listLiveEngines(dir), jobName.toStdString());
+        if (!run)
+            return tr("%1 in %2 (File → Attach lists the live jobs)")
+                .arg(QString::fromStdString(run.error()), QString::fromStdString(dir));
+        for (const wire::DiscoveryEntry &e : *run)
+            targets.push_back({QString::fromStdString(e.endpoint), e.job.ranks, e});
         return {};
     }
     for (const QString &part : s.split(QLatin1Char(','), Qt::SkipEmptyParts)) {
         const QString ep = part.trimmed();
-        if (!ep.isEmpty()) targets.push_back({ep, {}});
+        // The same endpoint twice is one process, attached once.
+        if (!ep.isEmpty() && std::none_of(targets.begin(), targets.end(),
+                                          [&](const JobTarget &t) { return t.endpoint == ep; }))
+            targets.push_back({ep, {}, {}});
     }
     if (targets.empty()) return tr("no endpoint given");
     return {};
@@ -52,7 +51,7 @@ QString JobSession::resolve(const QString &spec, std::vector<JobTarget> &targets
 
 void JobSession::attach(const QString &endpoint, const QString &token)
 {
-    attach(std::vector<JobTarget>{{endpoint, {}}}, token);
+    attach(std::vector<JobTarget>{{endpoint, {}, {}}}, token);
 }
 
 void JobSession::attach(const std::vector<JobTarget> &targets, const QString &token,
@@ -85,6 +84,7 @@ void JobSession::attach(const std::vector<JobTarget> &targets, const QString &to
                                      : QStringLiteral("job:") + jobName);
     for (Process &p : m_processes)
         p.connection->attach(p.target.endpoint, token);
+    m_sinceAttach.start();
     m_watch.start();
     Q_EMIT changed();
 }
@@ -129,6 +129,13 @@ wire::ClockShift JobSession::clockShift(int i) const
 void JobSession::onWelcomed(int i, const WelcomeInfo &info)
 {
     Process &p = m_processes[static_cast<std::size_t>(i)];
+    // A discovery file that names another process's endpoint: not merged into the job.
+    if (const wire::DiscoveryEntry &a = p.target.announced; a.pid != 0 && info.pid != a.pid) {
+        p.connection->detach();
+        p.message = QString::fromStdString(wire::checkAnswered(a, info.pid, a.job));
+        setHealth(i, Health::Unreachable);
+        return;
+    }
     p.everWelcomed = true;
     p.host = info.host;
     if (!m_job) return;
@@ -277,11 +284,25 @@ bool JobSession::caughtUp() const
 {
     bool any = false;
     for (const Process &p : m_processes) {
+        if (p.health == Health::Connecting || p.health == Health::Silent) return false;
         if (p.health != Health::Live) continue;
         if (!p.connection->caughtUp()) return false;
         any = true;
     }
     return any;
+}
+
+QStringList JobSession::notAnswering() const
+{
+    QStringList out;
+    for (int i = 0; i < processCount(); ++i) {
+        const Process &p = m_processes[static_cast<std::size_t>(i)];
+        if (p.health == Health::Silent ||
+            (p.health == Health::Connecting && m_sinceAttach.isValid() &&
+             m_sinceAttach.elapsed() > m_silenceMs))
+            out << processLine(i);
+    }
+    return out;
 }
 
 QString JobSession::summary() const

@@ -9,6 +9,7 @@
 #include <QObject>
 #include <QString>
 #include <QStringList>
+#include <QElapsedTimer>
 #include <QTimer>
 
 #include <memory>
@@ -17,6 +18,7 @@
 #include "session/connection.h"
 #include "session/sessionstore.h"
 #include "wire/clocksync.h"
+#include "wire/discovery.h"
 
 namespace shardscope::session {
 
@@ -25,6 +27,9 @@ struct JobTarget
 {
     QString endpoint;
     std::vector<int> ranks;
+    // The discovery file's entry (pid 0 when given by hand): the process that answers must
+    // be the one it announces (wire::checkAnswered).
+    wire::DiscoveryEntry announced;
 };
 
 class JobSession : public QObject
@@ -76,7 +81,13 @@ class JobSession : public QObject
     bool anyProblem() const;
     // Every process finished, failed or lost: nothing more will come.
     bool allDone() const;
-    bool caughtUp() const; // every live process's state and history arrived
+    // Every process answers and its state and history arrived, or it is done (finished,
+    // failed, lost, unreachable); a process connecting or not answering is not caught up:
+    // its ranks would be missing from what is shown or exported.
+    bool caughtUp() const;
+    // The processes not answering: silent past the silence timeout (stopped, hung), or
+    // still not welcomed that long after attach (stopped before it answered); their lines.
+    QStringList notAnswering() const;
 
   Q_SIGNALS:
     void changed();
@@ -107,6 +118,7 @@ class JobSession : public QObject
     QString m_jobName;
     int m_reference = -1; // the process whose timeline the others are mapped onto
     int m_silenceMs = 5000;
+    QElapsedTimer m_sinceAttach;
     int m_reconnectMs = 1000;
     QTimer m_watch;
 };

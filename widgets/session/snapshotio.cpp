@@ -2,7 +2,6 @@
 
 #include <QCoreApplication>
 #include <QFileInfo>
-#include <QSaveFile>
 
 #include <algorithm>
 #include <queue>
@@ -62,16 +61,10 @@ wire::Snapshot snapshotOf(const SessionStore &store)
 
 QString writeFileAtomically(const QString &path, const QByteArray &bytes)
 {
-    QSaveFile file(path);
-    if (!file.open(QIODevice::WriteOnly))
-        return QStringLiteral("cannot write `%1`: %2").arg(path, file.errorString());
-    if (file.write(bytes) != bytes.size()) {
-        const QString why = file.errorString();
-        file.cancelWriting();
-        return QStringLiteral("cannot write `%1`: %2").arg(path, why);
-    }
-    if (!file.commit())
-        return QStringLiteral("cannot write `%1`: %2").arg(path, file.errorString());
+    // The one writer (wire/snapshot.h): a FIFO or a device is written into, never replaced.
+    auto written = wire::writeFileAtomically(
+        path.toStdString(), std::string_view(bytes.constData(), std::size_t(bytes.size())));
+    if (!written) return QString::fromStdString(written.error());
     return {};
 }
 

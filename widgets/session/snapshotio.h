@@ -17,7 +17,8 @@ QString openSnapshotFile(const QString &path, SessionStore &store);
 wire::Snapshot snapshotOf(const SessionStore &store);
 // gzip'd when path ends in ".gz" (as every export below), plain JSON otherwise.
 QString exportSnapshotFile(const QString &path, const SessionStore &store);
-// Writes bytes through QSaveFile: readers see the old file or the new one, never half.
+// wire::writeFileAtomically with a QString error: readers see the old file or the new one,
+// never half; a FIFO or device is written into, never replaced.
 QString writeFileAtomically(const QString &path, const QByteArray &bytes);
 // The same, gzip'd first when path ends in ".gz" (a trace.json.gz opens in Perfetto and
 // Chrome's DevTools Performance panel as it is).

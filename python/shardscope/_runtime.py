@@ -1,0 +1,124 @@
+"""What every ShardScope agent (shardscope.deepspeed, and any other framework's) checks and
+decides the same way before it starts serving: its options, the per-rank names of its
+endpoint and snapshot file, and the native signal path. The rules themselves live in C++
+(wire/endpoint.h endpointOfRank, wire/snapshot.h outputOfRank and checkOutputFile), shared
+with shardscope-train; this module turns them into an agent's errors and messages.
+"""
+
+import os
+import sys
+
+from . import ShardScopeError
+
+# The inspector's own limit (server/inspector.cpp kMaxHistoryEvents).
+MAX_HISTORY = 1 << 24
+
+
+def rank_and_world():
+    """This process's rank and the job's world size: torch.distributed's once initialized,
+    else torchrun's RANK and WORLD_SIZE, else a job of one."""
+    try:
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except Exception:
+        pass
+    try:
+        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        raise ShardScopeError(f"RANK={os.environ.get('RANK')!r} and WORLD_SIZE="
+                              f"{os.environ.get('WORLD_SIZE')!r} must be whole numbers (as "
+                              f"torchrun sets them)") from None
+
+
+class Options:
+    """An agent's checked options: endpoint (this rank's), snapshot_out (this rank's file),
+    history, job, listen (bool)."""
+
+    def __init__(self, listen, endpoint, snapshot_out, history, job):
+        self.listen = listen
+        self.endpoint = endpoint
+        self.snapshot_out = snapshot_out
+        self.history = history
+        self.job = job
+
+
+def check_options(api, rank, world_size, listen=None, snapshot_out=None, history=65536, job=None):
+    """Checks an agent's install() options and decides this rank's endpoint and snapshot
+    file; raises ShardScopeError saying what to pass instead. api names the call in the
+    messages ("shardscope.deepspeed.install()")."""
+    from . import _native
+
+    if isinstance(history, bool) or not isinstance(history, int) or not 0 <= history <= MAX_HISTORY:
+        raise ShardScopeError(f"{api}: history={history!r}: give the number of recent events a "
+                              f"late client receives, a whole number from 0 to {MAX_HISTORY} "
+                              f"(default 65536)")
+    if job is not None and (not isinstance(job, str) or not job):
+        raise ShardScopeError(f"{api}: job={job!r}: give the job's name as a non-empty string "
+                              f"shared by all its ranks, or leave it out (TORCHELASTIC_RUN_ID, "
+                              f"else MASTER_ADDR:MASTER_PORT)")
+    if listen is not None and listen is not False and not isinstance(listen, str):
+        raise ShardScopeError(f"{api}: listen={listen!r}: use None (a private Unix socket), "
+                              f"'unix:PATH', 'tcp:HOST:PORT' or False (serve nothing)")
+    endpoint = ""
+    if isinstance(listen, str):
+        try:
+            endpoint = _native.endpoint_of_rank(listen, rank)
+        except RuntimeError as e:
+            raise ShardScopeError(f"{api}: listen={e}") from None
+        if world_size > 1 and rank == 0 and _native.endpoint_of_rank(listen, 1) != listen:
+            print(f"shardscope: listen={listen!r} in a job of {world_size} ranks: rank N "
+                  f"listens on {_rank_rule(listen)}", file=sys.stderr)
+    out = ""
+    if snapshot_out is not None and snapshot_out is not False:
+        try:
+            snapshot_out = os.fspath(snapshot_out)
+        except TypeError:
+            raise ShardScopeError(f"{api}: snapshot_out={snapshot_out!r}: give a file name "
+                                  f"(a str or a path)") from None
+        if not isinstance(snapshot_out, str) or not snapshot_out:
+            raise ShardScopeError(f"{api}: snapshot_out={snapshot_out!r}: give a file name")
+        out = _native.output_of_rank(snapshot_out, rank, world_size)
+        if world_size > 1 and "{rank}" not in snapshot_out and rank == 0:
+            print(f"shardscope: snapshot_out={snapshot_out!r} has no {{rank}} in a job of "
+                  f"{world_size} ranks: rank 0 writes {snapshot_out}, rank N writes "
+                  f"{snapshot_out}.rank<N>", file=sys.stderr)
+        problem = _native.check_output_file(out)
+        if problem:
+            raise ShardScopeError(f"{api}: snapshot_out={snapshot_out!r}: {problem}")
+    return Options(listen is not False, endpoint, out, history, job or "")
+
+
+def _rank_rule(listen):
+    if listen.startswith("unix:"):
+        return f"{listen}.rank<N> (rank 0 on {listen})"
+    return "PORT+N (rank 0 on PORT; port 0: each its own)"
+
+
+def finish_on_sigterm(native_agent):
+    """SIGTERM finishes the agent's inspector (the snapshot written) from a native thread and
+    then ends the process as it would have without the agent (exit 143), even while the main
+    thread is blocked in native code (a rendezvous, a collective), where a Python handler
+    never runs. Left alone when the script handles SIGTERM itself."""
+    import signal
+
+    try:
+        if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+            return False  # the script's own handler; atexit still finishes on its exit
+    except Exception:
+        return False
+    native_agent.finish_on_sigterm()
+    return True
+
+
+def finish_reason():
+    """The Goodbye's reason (docs/protocol.md) for an agent finishing now: "training failed:
+    ..." while an exception propagates (finish() from a script's `finally`, also around the
+    model's build) or after one ended the script (atexit), else "training finished"."""
+    exc = sys.exc_info()[1]
+    if exc is None:
+        exc = getattr(sys, "last_value", None)  # uncaught: set before atexit runs
+    if exc is None or (isinstance(exc, SystemExit) and exc.code in (None, 0)):
+        return "training finished"
+    what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return f"training failed: {what}"[:500]
