@@ -484,6 +484,35 @@ state::ViolationText AgentState::traceInvalidated(std::optional<ModuleId> expect
     return text;
 }
 
+state::ViolationText AgentState::tiedAcrossGroups(ParamId p, ModuleId first, ModuleId second)
+{
+    std::lock_guard lock(m_mutex);
+    state::ViolationSubject subject;
+    subject.kind = ViolationKind::TiedAcrossGroups;
+    subject.hasAccessor = second < m_modules.size();
+    if (subject.hasAccessor) subject.accessor = m_modules[second].path;
+    subject.param = paramNameLocked(p);
+    if (first < m_modules.size()) subject.owner = m_modules[first].path;
+    const state::ViolationText text = state::describeViolation(subject, m_config.dialect);
+    state::ViolationRecord v;
+    v.kind = ViolationKind::TiedAcrossGroups;
+    v.step = m_step;
+    v.lastStep = m_step;
+    v.rank = m_config.rank;
+    v.accessor = subject.hasAccessor ? second : kNoModule;
+    v.param = p;
+    v.paramName = subject.param;
+    v.owner = first < m_modules.size() ? first : kNoModule;
+    v.status = ParamStatus::NotAvailable;
+    v.action = GuardAction::Recorded;
+    v.count = 1;
+    v.tsNs = telemetry::nowNs();
+    v.fix = text.fix;
+    v.message = text.message;
+    recordLocked(v);
+    return text;
+}
+
 void AgentState::stepBegin(std::uint32_t step)
 {
     {

@@ -72,6 +72,7 @@ enum class ViolationKind : std::uint8_t
     LateParameter = 1,
     TraceInvalidated = 2,
     GatheredWriteWithoutModifier = 3,
+    TiedAcrossGroups = 4, // FSDP2: one tied parameter in two fully_shard groups
 };
 
 // The kind of a telemetry record (telemetry/event.h); what each kind carries is

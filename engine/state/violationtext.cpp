@@ -6,7 +6,12 @@ namespace shardscope::state {
 
 std::string_view fixDialectName(FixDialect d)
 {
-    return d == FixDialect::DeepSpeed ? "deepspeed" : "shardscope";
+    switch (d) {
+    case FixDialect::DeepSpeed: return "deepspeed";
+    case FixDialect::Fsdp: return "fsdp";
+    case FixDialect::ShardScope: break;
+    }
+    return "shardscope";
 }
 
 bool parseFixDialect(std::string_view s, FixDialect &out)
@@ -15,6 +20,8 @@ bool parseFixDialect(std::string_view s, FixDialect &out)
         out = FixDialect::ShardScope;
     else if (s == "deepspeed")
         out = FixDialect::DeepSpeed;
+    else if (s == "fsdp")
+        out = FixDialect::Fsdp;
     else
         return false;
     return true;
@@ -33,6 +40,80 @@ bool allDigits(std::string_view s)
     for (char c : s)
         if (!std::isdigit(static_cast<unsigned char>(c))) return false;
     return true;
+}
+
+// A parameter's status in FSDP2's words: its DTensor shard, the all-gather, the full tensor.
+std::string fsdpStatus(ParamStatus s)
+{
+    switch (s) {
+    case ParamStatus::NotAvailable: return "sharded";
+    case ParamStatus::Inflight: return "being all-gathered";
+    case ParamStatus::Available: return "unsharded";
+    }
+    return std::string(statusName(s));
+}
+
+// The FSDP2 dialect: what a `fully_shard` user reads and pastes (docs/fsdp.md). owner is the
+// FSDP unit (the module fully_shard was called on) whose group holds the parameter.
+ViolationText describeFsdp(const ViolationSubject &s)
+{
+    const FixDialect d = FixDialect::Fsdp;
+    const std::string param = s.param.empty() ? std::string("<unknown parameter>") : s.param;
+    const std::string paramCode = s.param.empty() ? param : codeName(s.param, d);
+    const std::string unit = displayPath(s.owner);
+    ViolationText t;
+    switch (s.kind) {
+    case ViolationKind::UnregisteredAccess:
+        if (s.hasAccessor) {
+            // The unit's forward ran without its pre-forward hook: called as .forward() or
+            // another method FSDP does not know.
+            const std::string m = codeName(s.accessor, d);
+            t.fix = m + "(...)  # call the module, not " + m +
+                    ".forward(...); for another method: "
+                    "torch.distributed.fsdp.register_fsdp_forward_method(" + m + ", \"<method>\")";
+            t.message = "FSDP unit `" + displayPath(s.accessor) +
+                        "` ran without its pre-forward all-gather (its forward, or another "
+                        "method, was called directly) and read `" + param + "` while it was " +
+                        fsdpStatus(s.status) + " (a DTensor holding this rank's shard)";
+        } else if (s.use == AccessUse::NeedsGrad) {
+            const std::string fwd = s.owner.empty() ? std::string("model.forward")
+                                                    : codeName(s.owner, d) + ".forward";
+            t.fix = "# move the read of " + paramCode + " into " + fwd +
+                    " (FSDP unshards it there and reduce-scatters its gradient)";
+            t.message = "`" + param + "` (FSDP unit `" + unit +
+                        "`) was read outside any FSDP unit's forward/backward while it was " +
+                        fsdpStatus(s.status) +
+                        " (a DTensor holding this rank's shard), and the read needs its "
+                        "gradient: do it inside the unit's forward, where FSDP unshards it";
+        } else {
+            t.fix = paramCode + ".full_tensor()  # all-gathers it: every rank must run this line";
+            t.message = "`" + param + "` (FSDP unit `" + unit +
+                        "`) was read outside any FSDP unit's forward/backward while it was " +
+                        fsdpStatus(s.status) +
+                        " (a DTensor holding this rank's shard); gather the full tensor for "
+                        "the read";
+        }
+        break;
+    case ViolationKind::LateParameter:
+        t.fix = "<create " + paramCode + "> before fully_shard(" + codeName(s.owner, d) +
+                ")  # or the fully_shard call above it";
+        t.message = "`" + param + "` was created in `" + unit + "` after fully_shard" +
+                    (s.replaces.empty() ? std::string() : " (it replaces `" + s.replaces + "`)") +
+                    ", so FSDP does not shard it: every rank keeps the whole tensor and its "
+                    "gradient is not reduced across ranks";
+        break;
+    case ViolationKind::TiedAcrossGroups:
+        t.fix = "fully_shard([" + codeName(s.owner, d) + ", " + codeName(s.accessor, d) +
+                "])  # one FSDP unit for both, instead of a fully_shard call for each";
+        t.message = "`" + param + "` is tied into FSDP unit `" + displayPath(s.accessor) +
+                    "` as well as `" + unit +
+                    "`: two groups would shard and gather the one tensor (torch refuses it at "
+                    "the first forward)";
+        break;
+    case ViolationKind::TraceInvalidated:
+    case ViolationKind::GatheredWriteWithoutModifier: return {};
+    }
+    return t;
 }
 
 } // namespace
@@ -59,6 +140,10 @@ std::string codeName(std::string_view dotted, FixDialect dialect)
 
 ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
 {
+    if (dialect == FixDialect::Fsdp && (s.kind == ViolationKind::UnregisteredAccess ||
+                                        s.kind == ViolationKind::LateParameter ||
+                                        s.kind == ViolationKind::TiedAcrossGroups))
+        return describeFsdp(s);
     const bool ds = dialect == FixDialect::DeepSpeed;
     const std::string ns = ds ? "deepspeed.zero." : "";
     const std::string param = s.param.empty() ? std::string("<unknown parameter>") : s.param;
@@ -127,6 +212,11 @@ ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
         t.message = "`" + param +
                     "` was modified in place inside GatheredParameters without modifier_rank; the "
                     "change was discarded and no shard changed";
+        break;
+    case ViolationKind::TiedAcrossGroups:
+        t.fix = "fully_shard([" + codeName(s.owner, dialect) + ", " + codeName(s.accessor, dialect) + "])";
+        t.message = "`" + param + "` is tied into `" + displayPath(s.accessor) + "` as well as `" +
+                    owner + "`, which are sharded as two groups";
         break;
     }
     return t;

@@ -18,9 +18,10 @@ namespace shardscope::state {
 enum class FixDialect : std::uint8_t
 {
     ShardScope = 0,
-    DeepSpeed = 1
+    DeepSpeed = 1,
+    Fsdp = 2 // PyTorch FSDP2 (fully_shard): `fully_shard([model.embed, model.lm_head])`
 };
-std::string_view fixDialectName(FixDialect d); // "shardscope", "deepspeed"
+std::string_view fixDialectName(FixDialect d); // "shardscope", "deepspeed", "fsdp"
 bool parseFixDialect(std::string_view s, FixDialect &out);
 
 // What a read outside any module's forward/backward does with the parameter: it decides
@@ -41,7 +42,8 @@ struct ViolationSubject
     bool hasAccessor = false; // false: read outside any module's forward/backward
     std::string accessor;     // module path ("" is the root module)
     std::string param;        // parameter name ("embed.weight"); for trace_invalidated: empty
-    std::string owner;        // owner's path; for trace_invalidated: the module expected
+    std::string owner;        // owner's path; for trace_invalidated: the module expected;
+                              // in the FSDP dialect: the FSDP unit (fully_shard module) holding it
     bool hasOwner = true;     // for trace_invalidated: false when the end of the step was expected
     ParamStatus status = ParamStatus::NotAvailable;
     std::string replaces; // late_parameter: the parameter it replaced ("pos_conv.weight"), if known

@@ -578,7 +578,7 @@ Snapshot decodeSnapshotDom(Element rootElement)
         st.fixDialect = sj::asString(e, ew / "fix_dialect");
         state::FixDialect known;
         if (!state::parseFixDialect(st.fixDialect, known))
-            sj::failAt(ew / "fix_dialect", "expected \"shardscope\" or \"deepspeed\"");
+            sj::failAt(ew / "fix_dialect", "expected \"shardscope\", \"deepspeed\" or \"fsdp\"");
     }
     st.step = bounded<std::uint32_t>(engine, "step", 0xFFFFFFFFu, ew);
     if (sj::optionalMember(engine, "local_ranks", e)) {

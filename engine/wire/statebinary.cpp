@@ -562,7 +562,7 @@ Snapshot decodeBinary(std::string_view payload)
     st.fixDialect = strings.get(metaStrings[4], "header.fix_dialect");
     state::FixDialect known;
     if (!state::parseFixDialect(st.fixDialect, known))
-        failAt("header.fix_dialect", "\"" + st.fixDialect + "\" is not \"shardscope\" or \"deepspeed\"");
+        failAt("header.fix_dialect", "\"" + st.fixDialect + "\" is not \"shardscope\", \"deepspeed\" or \"fsdp\"");
 
     const auto localRanks = parts.column<std::uint32_t>(c.localRanks);
     st.localRanks.reserve(c.localRanks);
@@ -717,7 +717,7 @@ Snapshot decodeBinary(std::string_view payload)
     for (std::uint64_t i = 0; i < V; ++i) {
         state::ViolationRecord &v = st.violations[i];
         const Where w{"violations", i};
-        v.kind = enumValue<ViolationKind>(vKind[i], 4, w / "kind");
+        v.kind = enumValue<ViolationKind>(vKind[i], 5, w / "kind");
         v.status = enumValue<ParamStatus>(vStatus[i], 3, w / "status");
         v.action = enumValue<GuardAction>(vAction[i], 4, w / "action");
         v.step = vStep[i];

@@ -88,7 +88,8 @@ class Agent
   public:
     Agent(const std::string &model, int rank, int worldSize, const std::string &backend,
           bool listen, const std::string &endpoint, const std::string &token,
-          const std::string &snapshotOut, std::size_t history, const std::string &job)
+          const std::string &snapshotOut, std::size_t history, const std::string &job,
+          const std::string &dialect)
     {
         if (worldSize < 1 || rank < 0 || rank >= worldSize)
             throw py::value_error("rank " + std::to_string(rank) + " is outside world size " +
@@ -99,6 +100,8 @@ class Agent
         m_rank = rank;
         cfg.worldSize = worldSize;
         cfg.backend = backend;
+        if (!state::parseFixDialect(dialect, cfg.dialect))
+            throw py::value_error("unknown dialect '" + dialect + "' (deepspeed, fsdp)");
         m_state = std::make_unique<agent::AgentState>(cfg);
         server::InspectorOptions o;
         o.listen = listen;
@@ -200,7 +203,8 @@ PYBIND11_MODULE(_native, module)
             bool ok = false;
             for (auto k :
                  {ViolationKind::UnregisteredAccess, ViolationKind::LateParameter,
-                  ViolationKind::TraceInvalidated, ViolationKind::GatheredWriteWithoutModifier})
+                  ViolationKind::TraceInvalidated, ViolationKind::GatheredWriteWithoutModifier,
+                  ViolationKind::TiedAcrossGroups})
                 if (violationKindName(k) == kind) {
                     s.kind = k;
                     ok = true;
@@ -225,10 +229,12 @@ PYBIND11_MODULE(_native, module)
 
     py::class_<Agent>(module, "Agent")
         .def(py::init<const std::string &, int, int, const std::string &, bool, const std::string &,
-                      const std::string &, const std::string &, std::size_t, const std::string &>(),
+                      const std::string &, const std::string &, std::size_t, const std::string &,
+                      const std::string &>(),
              py::arg("model"), py::arg("rank"), py::arg("world_size"), py::arg("backend"),
              py::arg("listen") = true, py::arg("endpoint") = "", py::arg("token") = "",
-             py::arg("snapshot_out") = "", py::arg("history") = 65536, py::arg("job") = "")
+             py::arg("snapshot_out") = "", py::arg("history") = 65536, py::arg("job") = "",
+             py::arg("dialect") = "deepspeed")
         .def_property_readonly("endpoint", &Agent::endpoint)
         .def_property_readonly("dropped_events", &Agent::dropped)
         .def_property_readonly("published_events", &Agent::published)
@@ -333,6 +339,29 @@ PYBIND11_MODULE(_native, module)
                  for (const auto &[from, to] : moved)
                      m.emplace(from, to);
                  a.state().completeBuildNames(m);
+             })
+        // FSDP2 (shardscope.fsdp): a group's parameters change status together, in one call.
+        .def("status_changed_many",
+             [](Agent &a, const std::vector<std::pair<std::uint32_t, std::uint64_t>> &params,
+                int from, int to, std::optional<std::uint32_t> cause, const std::string &reason) {
+                 const ParamStatus f = statusFrom(from), t = statusFrom(to);
+                 const FetchReason r =
+                     fromName(reason, fetchReasonFromName, kFetchReasonNames, "fetch reason");
+                 for (const auto &[id, bytes] : params)
+                     a.state().statusChanged(id, f, t, moduleFrom(cause), bytes, r);
+             })
+        .def("module_enter",
+             [](Agent &a, std::uint32_t m, const std::string &phase) {
+                 a.state().moduleEnter(m, phaseFrom(phase));
+             })
+        .def("module_exit",
+             [](Agent &a, std::uint32_t m, const std::string &phase) {
+                 a.state().moduleExit(m, phaseFrom(phase));
+             })
+        .def("tied_across_groups",
+             [](Agent &a, std::uint32_t p, std::uint32_t first, std::uint32_t second) {
+                 const state::ViolationText t = a.state().tiedAcrossGroups(p, first, second);
+                 return py::make_tuple(t.message, t.fix);
              })
         .def("late_parameter", [](Agent &a, std::uint32_t p) { a.state().lateParameter(p); })
         .def("parameter_adopted", [](Agent &a, std::uint32_t p) { a.state().parameterAdopted(p); })

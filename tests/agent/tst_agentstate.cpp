@@ -184,6 +184,45 @@ class TestAgentState : public QObject
         s.setEventSink(nullptr);
     }
 
+    // The FSDP2 agent's state (shardscope.fsdp): its dialect, and tied weights in two groups
+    // recorded in the state (no event kind carries them).
+    void violationsInFsdpWords()
+    {
+        agent::AgentConfig cfg;
+        cfg.dialect = state::FixDialect::Fsdp;
+        agent::AgentState s(cfg);
+        const ModuleId embed = s.ensureModule("embed", "FSDPEmbedding");
+        const ModuleId head = s.ensureModule("head", "FSDPLinear");
+        const ModuleId block = s.ensureModule("blocks.1", "FSDPBlock");
+        s.setParam(param(0, "embed.weight", embed));
+        s.setParam(param(1, "blocks.1.fc1.weight", block));
+        const state::ViolationText tied = s.tiedAcrossGroups(0, embed, head);
+        QCOMPARE(tied.fix, std::string("fully_shard([model.embed, model.head])  # one FSDP unit "
+                                       "for both, instead of a fully_shard call for each"));
+        state::EngineState st = s.state();
+        QCOMPARE(st.fixDialect, std::string("fsdp"));
+        QCOMPARE(st.violations.size(), std::size_t(1));
+        QCOMPARE(st.violations[0].kind, ViolationKind::TiedAcrossGroups);
+        QCOMPARE(st.violations[0].accessor, head);
+        QCOMPARE(st.violations[0].owner, embed);
+        s.stepBegin();
+        QCOMPARE(s.unregisteredAccess(kNoModule, 1, GuardAction::Recorded).fix,
+                 std::string("model.blocks[1].fc1.weight.full_tensor()  # all-gathers it: every "
+                             "rank must run this line"));
+        QCOMPARE(s.unregisteredAccess(kNoModule, 1, GuardAction::Recorded,
+                                      state::AccessUse::NeedsGrad)
+                     .fix,
+                 std::string("# move the read of model.blocks[1].fc1.weight into "
+                             "model.blocks[1].forward (FSDP unshards it there and "
+                             "reduce-scatters its gradient)"));
+        const state::ViolationText direct = s.unregisteredAccess(block, 1, GuardAction::Recorded);
+        QVERIFY2(direct.fix.starts_with("model.blocks[1](...)  # call the module, not "
+                                        "model.blocks[1].forward(...)"),
+                 direct.fix.c_str());
+        QVERIFY2(direct.message.find("while it was sharded") != std::string::npos,
+                 direct.message.c_str());
+    }
+
     // A late parameter is recorded as a violation only if a step starts before it is adopted.
     void lateParameters()
     {

@@ -327,7 +327,7 @@ void TestStateBinary::corruptFieldsAreNamed()
     expectError(patched(good, good.size() - 48 + 14, std::uint8_t(200)), "events[1]: unknown event type 200");
     // The violations' counts: the first kind byte is right after the parameters' columns.
     const std::size_t violations = good.size() - 2 * 48 - (55 + 20) * s.state.violations.size();
-    expectError(patched(good, violations, std::uint8_t(4)), "violations[0].kind: value 4");
+    expectError(patched(good, violations, std::uint8_t(5)), "violations[0].kind: value 5");
     // Layout 2's location columns follow the messages: file, line, function, chain, building.
     const std::size_t V = s.state.violations.size();
     const std::size_t file = good.size() - 2 * 48 - 20 * V;

@@ -1,0 +1,206 @@
+"""FSDP2's stories on real `fully_shard` ranks, with ShardScope attached (one process per rank).
+
+    PYTHONPATH=build/python .venv/bin/torchrun --nproc-per-node 2 python/examples/fsdp_stories.py
+    shardscope --attach job:...   # or shardscope-capture --list, while it runs
+
+A tiny language model on CPU over gloo (`init_device_mesh("cpu", (world,))`): `embed`
+(nn.Embedding), `blocks` (each its own FSDP unit), `head` (nn.Linear), and the root unit.
+Each case below is a bug as users hit it; `--fixed` runs the line ShardScope's fix names:
+
+  --read-outside [grad|no-grad]  the training loop reads model.blocks[-1].fc1.weight (its
+                        unit resharded after forward) outside any FSDP unit's forward: torch
+                        fails with "got mixed torch.Tensor and DTensor" (recorded first). Fixed:
+                        no-grad reads model.blocks[1].fc1.weight.full_tensor(); grad moves the
+                        read into model.blocks[1].forward
+  --call-forward        model.forward(x) instead of model(x): the root's pre-forward all-gather
+                        is skipped (recorded, then torch's mixed-tensor error). Fixed: model(x)
+  --tied                embed.weight tied to head.weight, and fully_shard(embed) and
+                        fully_shard(head) each called: torch raises ValueError at the first
+                        forward (recorded first). Fixed: fully_shard([embed, head])
+  --late                a LoRA adapter added to head after fully_shard: plain, unsharded on
+                        every rank (recorded as late). Fixed: the adapter added before fully_shard
+  --explicit-unshard    model.blocks[0].unshard() before the forward (an explicit unshard),
+                        and forward prefetching between the blocks
+  --guard error         ShardScope raises at the first sharded read, with the fix line
+
+Also --snapshot-out F.rank{rank}.json, --describe F.rank{rank}.json (describe()'s FSDP view),
+--hold SECONDS (stay up for a client after training), --steps N, --layers N.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+import shardscope.fsdp
+
+
+class Block(nn.Module):
+
+    def __init__(self, hidden):
+        super().__init__()
+        self.fc1 = nn.Linear(hidden, 2 * hidden)
+        self.fc2 = nn.Linear(2 * hidden, hidden)
+
+        self.read_in_forward = None  # --read-outside grad --fixed: the read, moved here
+
+    def forward(self, x):
+        x = x + self.fc2(F.gelu(self.fc1(x)))
+        if self.read_in_forward is not None:
+            x = x + self.read_in_forward.mm(self.fc1.weight.t()).mean()
+        return x
+
+
+class TinyLM(nn.Module):
+
+    def __init__(self, vocab, hidden, layers, tied):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.blocks = nn.ModuleList(Block(hidden) for _ in range(layers))
+        self.head = nn.Linear(hidden, vocab, bias=False)
+        if tied:
+            self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x)
+
+
+class LoRA(nn.Module):
+
+    def __init__(self, hidden, vocab, rank=2):
+        super().__init__()
+        self.a = nn.Linear(hidden, rank, bias=False)
+        self.b = nn.Linear(rank, vocab, bias=False)
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+def with_lora(head, hidden, vocab):
+    head.lora = LoRA(hidden, vocab)
+    plain = head.forward
+
+    def forward(x):
+        return plain(x) + head.lora(x)
+
+    head.forward = forward
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--read-outside", nargs="?", const="grad", choices=["grad", "no-grad"])
+    p.add_argument("--call-forward", action="store_true")
+    p.add_argument("--tied", action="store_true")
+    p.add_argument("--late", action="store_true")
+    p.add_argument("--explicit-unshard", action="store_true")
+    p.add_argument("--fixed", action="store_true", help="run the fix ShardScope names")
+    p.add_argument("--guard", choices=["warn", "error"], default="warn")
+    p.add_argument("--attach", action="store_true", help="attach(model) after fully_shard instead of install() before")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--hidden", type=int, default=16)
+    p.add_argument("--vocab", type=int, default=33)  # odd: dim 0 padded to the world size
+    p.add_argument("--listen", default=None)
+    p.add_argument("--snapshot-out", default="")
+    p.add_argument("--describe", default="", help="describe()'s JSON after training; {rank} is the rank")
+    p.add_argument("--hold", type=float, default=0.0)
+    p.add_argument("--no-agent", action="store_true")
+    p.add_argument("--toggle", type=int, default=0, metavar="K",
+                   help="pause/resume the agent every K steps, in pairs (on off, off on, ...): "
+                        "bench/bench_fsdp_agent.py")
+    p.add_argument("--timing", default="", help="per-step times (JSON lines); {rank} is the rank")
+    a = p.parse_args()
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mesh = init_device_mesh("cpu", (world, ), mesh_dim_names=("dp", ))
+    options = dict(snapshot_out=a.snapshot_out or None, guard=a.guard,
+                   listen=a.listen if a.listen else None)
+    if not a.no_agent and not a.attach:
+        shardscope.fsdp.install(**options)
+
+    torch.manual_seed(0)
+    model = TinyLM(a.vocab, a.hidden, a.layers, tied=a.tied)
+    if a.late and a.fixed:
+        with_lora(model.head, a.hidden, a.vocab)  # before fully_shard: sharded with head
+    for b in model.blocks:
+        fully_shard(b, mesh=mesh)
+    if a.tied and a.fixed:
+        fully_shard([model.embed, model.head], mesh=mesh)
+    elif a.tied:
+        fully_shard(model.embed, mesh=mesh)
+        fully_shard(model.head, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    if a.late and not a.fixed:
+        with_lora(model.head, a.hidden, a.vocab)  # after fully_shard: late, never sharded
+    if a.explicit_unshard:
+        model.blocks[0].set_modules_to_forward_prefetch([model.blocks[1]] if a.layers > 1 else [])
+    if not a.no_agent and a.attach:
+        shardscope.fsdp.attach(model, **options)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    gen = torch.Generator().manual_seed(1 + rank)
+    timings = []
+    for step in range(a.steps):
+        observed = True
+        if a.toggle and not a.no_agent:
+            block = step // a.toggle  # blocks in pairs: on off, off on, on off, ...
+            observed = (block % 2 == 0) != (block // 2 % 2 == 1)
+            if observed:
+                shardscope.fsdp.resume()
+            else:
+                shardscope.fsdp.pause()
+        t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
+        tokens = torch.randint(0, a.vocab, (4, 8), generator=gen)
+        if a.explicit_unshard:
+            model.blocks[0].unshard()
+        if a.read_outside == "grad" and a.fixed:
+            model.blocks[-1].read_in_forward = torch.randn(2, a.hidden, generator=gen)
+        logits = model.forward(tokens) if a.call_forward and not a.fixed else model(tokens)
+        loss = F.cross_entropy(logits.view(-1, a.vocab), tokens.view(-1))
+        if a.read_outside and not (a.read_outside == "grad" and a.fixed):
+            sampled = torch.randn(2, a.hidden, generator=gen)
+            if a.read_outside == "no-grad":
+                with torch.no_grad():
+                    w = model.blocks[-1].fc1.weight
+                    w = w.full_tensor() if a.fixed else w
+                    extra = sampled.mm(w.t()).mean()
+            else:
+                extra = sampled.mm(model.blocks[-1].fc1.weight.t()).mean()  # story: fails here
+                loss = loss + extra
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        timings.append({"step": step, "observed": observed, "wall": time.perf_counter() - t0,
+                        "thread_cpu": time.thread_time() - c0, "process_cpu": time.process_time() - p0})
+        if rank == 0 and a.steps <= 20:
+            print(f"step {step} loss {loss.item():.4f}", flush=True)
+
+    if a.timing:
+        with open(a.timing.replace("{rank}", str(rank)), "w") as f:
+            for t in timings:
+                f.write(json.dumps(t) + "\n")
+    if a.describe and not a.no_agent:
+        with open(a.describe.replace("{rank}", str(rank)), "w") as f:
+            json.dump(shardscope.fsdp.describe(), f, indent=1)
+    if a.hold:
+        if rank == 0:
+            print(f"holding {a.hold}s; endpoint {shardscope.fsdp.agent().endpoint}", flush=True)
+        time.sleep(a.hold)
+    shardscope.fsdp.finish()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

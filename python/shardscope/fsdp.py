@@ -1,0 +1,837 @@
+"""Attach the ShardScope inspector to a PyTorch FSDP2 run (``torch.distributed.fsdp.fully_shard``).
+
+Two lines in the training script (every rank runs them)::
+
+    import shardscope.fsdp
+    shardscope.fsdp.install(snapshot_out="run.rank{rank}.json")  # before fully_shard
+
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)          # the agent finds the root at its first forward
+    # or, after fully_shard: shardscope.fsdp.attach(model)
+
+Each rank process serves the same endpoint as ``shardscope.deepspeed`` (one native module,
+server and protocol; ``docs/fsdp.md``). What is recorded, in FSDP's names: the module tree
+with its FSDP units (the modules ``fully_shard`` was called on, ``reshard_after_forward``,
+the mesh), every parameter by its fully qualified name with its global shape, dtype and
+this rank's shard (dim 0 padded to the world size), its state on this rank (sharded, being
+all-gathered, unsharded); events for each group's unshard (the all-gather, its bytes and
+cause: forward, backward, prefetch, or an explicit ``unshard()``) and reshard, the units'
+forward/backward scopes and steps (a step begins at the root's forward, ends at
+``optimizer.step()``); and violations with the line that fixes them.
+"""
+
+import contextlib
+import math
+import sys
+import weakref
+
+from . import ShardScopeError, UnregisteredAccessError
+from . import _fsdpinternals as _fi
+# One implementation of what every agent checks and decides the same way: _runtime (options,
+# per-rank names, the native SIGTERM path, the Goodbye's reason) and shardscope.deepspeed's
+# module-level helpers (the token, the guard's names, torch function modes), which import
+# nothing of DeepSpeed.
+from . import _runtime
+from .deepspeed import _GUARDS, _METADATA_ONLY, _backend_name, _leave_mode, _read_token
+
+__all__ = ["install", "attach", "finish", "inspect", "agent", "describe", "pause", "resume",
+           "paused"]
+
+_NOT_BUILT = "(model not sharded yet: shown once fully_shard's root runs its first forward or attach(model))"
+SHARDED, GATHERING, UNSHARDED = 0, 1, 2
+STATUS_WORDS = ("sharded", "being all-gathered", "unsharded")
+_agent = None
+
+
+def agent():
+    """The agent of this process, or None before install()."""
+    return _agent
+
+
+def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name=None, job=None,
+            history=65536, token_file=None):
+    """Starts the agent in this rank process; call it before fully_shard (or attach(model) after).
+
+    The options are shardscope.deepspeed.install()'s (docs/deepspeed.md): listen, token,
+    token_file, snapshot_out ({rank} is replaced), guard ("warn" records and lets torch go on
+    to its own error; "error" raises UnregisteredAccessError with the fix line first), job,
+    model_name, history.
+    """
+    global _agent
+    if _agent is not None:
+        raise ShardScopeError(
+            "shardscope.fsdp.install() was already called in this process (rank "
+            f"{_agent.rank}); call it once per process, before fully_shard")
+    if guard not in _GUARDS:
+        raise ShardScopeError(f"guard={guard!r}: use one of {', '.join(map(repr, _GUARDS))}")
+    rank, world_size = _runtime.rank_and_world()
+    options = _runtime.check_options("shardscope.fsdp.install()", rank, world_size, listen=listen,
+                                     snapshot_out=snapshot_out, history=history, job=job)
+    version = _fi.check()
+    _agent = _Agent(options, token=_read_token(token, token_file), guard=guard,
+                    model_name=model_name, version=version)
+    return _agent
+
+
+def attach(model, **options):
+    """Shows `model` (the root module fully_shard was called on) from now on; installs the
+    agent with `options` first if install() was not called."""
+    if _agent is None:
+        install(**options)
+    elif options:
+        raise ShardScopeError("attach(model, ...) takes install()'s options only when install() "
+                              "was not called; the agent already runs")
+    _agent.attach(model)
+    return _agent
+
+
+def finish():
+    """Writes snapshot_out (if given), says goodbye to clients, restores FSDP's methods."""
+    global _agent
+    if _agent is not None:
+        a, _agent = _agent, None
+        a.close(_runtime.finish_reason())
+
+
+@contextlib.contextmanager
+def inspect(**options):
+    """``with inspect(...):`` install() on entry, finish() on exit (also when it raises)."""
+    a = install(**options)
+    try:
+        yield a
+    finally:
+        finish()
+
+
+def pause():
+    """Stops observing until resume(), between training steps (after optimizer.step(), before
+    the next forward): FSDP's methods are its own again and no read is watched, so paused steps
+    cost nothing. Clients stay attached; step numbers go on counting optimizer steps."""
+    if _agent is None:
+        raise ShardScopeError("call shardscope.fsdp.install() before pause()")
+    _agent.pause()
+
+
+def resume():
+    """Observes again after pause(); the groups' statuses are brought up to date."""
+    if _agent is None:
+        raise ShardScopeError("call shardscope.fsdp.install() before resume()")
+    _agent.resume()
+
+
+@contextlib.contextmanager
+def paused():
+    """``with paused():`` pause() on entry, resume() on exit (also when it raises)."""
+    pause()
+    try:
+        yield
+    finally:
+        resume()
+
+
+def describe():
+    """The state as FSDP names it, for this rank: units and parameters (docs/fsdp.md)."""
+    if _agent is None or _agent.root is None:
+        return {"units": [], "params": []}
+    return _agent.describe()
+
+
+class _Group:
+    """What the agent knows of one FSDPParamGroup."""
+
+    __slots__ = ("group", "unit", "unit_path", "modules", "params", "status", "reason", "cause",
+                 "in_backward", "fsdp_params", "world", "reduce_scatters", "reduce_bytes")
+
+    def __init__(self):
+        self.params = []  # [(pid, bytes all-gathered)]
+        self.status = SHARDED
+        self.reason = "forward"
+        self.cause = None
+        self.in_backward = False
+        self.reduce_scatters = 0
+        self.reduce_bytes = 0
+
+
+class _Agent:
+
+    def __init__(self, options, token, guard, model_name, version):
+        import torch
+        from . import _native
+
+        self.rank, self.world_size = _runtime.rank_and_world()
+        self.guard = guard
+        self.torch_version = version
+        self.snapshot_out = options.snapshot_out  # this rank's file (wire::outputOfRank)
+        self.model_name = model_name
+        try:
+            self.native = _native.Agent(
+                model=f"{model_name} {_NOT_BUILT}" if model_name else _NOT_BUILT, rank=self.rank,
+                world_size=self.world_size, backend=_backend_name(), listen=options.listen,
+                endpoint=options.endpoint, token=token, snapshot_out=self.snapshot_out,
+                history=options.history, job=options.job, dialect="fsdp")
+        except RuntimeError as e:
+            raise ShardScopeError(f"the ShardScope endpoint could not start: {e}") from None
+        self.root = None
+        self.closed = False
+        self.groups = {}  # id(FSDPParamGroup) -> _Group
+        self.mids = {}  # id(module) -> module id
+        self.paths = {}  # module id -> dotted path
+        self.pids = {}  # id(sharded DTensor parameter) -> (pid, group record, FSDPParam)
+        self.known = set()  # ids of every parameter object FSDP manages (sharded and unsharded)
+        self.names = {}  # pid -> fully qualified name
+        self.late = {}  # id(param) -> pid, parameters created after fully_shard
+        self.next_pid = 0
+        self.causes = []  # (reason, module id) of the FSDP hooks running now
+        self.scopes = []  # module ids of the units whose forward/backward is open
+        self.inside = 0  # depth of FSDP's own code (its reads of the shards are not the user's)
+        self.in_root_forward = False
+        self.in_step = False
+        self.step = 0
+        self.optimizer_steps = 0  # also while paused: a step's number is optimizer steps + 1
+        self.is_paused = False
+        self.late_dirty = True
+        self.mode = None
+        self.derived = {}  # id -> (DTensor, pids entry): views of sharded parameters (_derived)
+        self.candidate = None  # weakref to the last module fully_shard was called on
+        self.checked = set()
+        self.uninstall = _fi.install(self)
+        from torch.nn.modules.module import register_module_parameter_registration_hook
+        from torch.optim.optimizer import (register_optimizer_step_post_hook,
+                                           register_optimizer_step_pre_hook)
+
+        me = weakref.ref(self)
+
+        def on_param_registered(module, name, param):
+            a = me()
+            if a is not None:
+                a.late_dirty = True
+
+        def on_step_pre(optimizer, args, kwargs):
+            a = me()
+            if a is not None:
+                a.inside += 1  # the optimizer computes on the shards, legally
+
+        def on_step_post(optimizer, args, kwargs):
+            a = me()
+            if a is not None:
+                a.inside = max(0, a.inside - 1)
+                a.optimizer_steps += 1
+                a.end_step()
+
+        self.handles = [register_module_parameter_registration_hook(on_param_registered),
+                        register_optimizer_step_pre_hook(on_step_pre),
+                        register_optimizer_step_post_hook(on_step_post)]
+        del torch
+        import atexit
+
+        atexit.register(self.close)
+        _runtime.finish_on_sigterm(self.native)  # the snapshot on SIGTERM, as every agent
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def endpoint(self):
+        return self.native.endpoint
+
+    def close(self, reason=None):
+        """reason: the Goodbye's; None: from how the process ends (_runtime.finish_reason)."""
+        if reason is None:
+            reason = _runtime.finish_reason()
+        if self.closed:
+            return
+        self.closed = True
+        import atexit
+
+        atexit.unregister(self.close)
+        self._leave_mode()
+        try:
+            for h in self.handles:
+                h.remove()
+            if not self.is_paused:
+                self.uninstall()
+        finally:
+            try:
+                self.native.finish(reason)
+            except RuntimeError as e:
+                print(f"shardscope: {e}", file=sys.stderr)
+
+    def pause(self):
+        if self.is_paused or self.closed:
+            return
+        if self.in_step or self.in_root_forward or any(r.in_backward for r in self.groups.values()):
+            raise ShardScopeError("pause() between training steps (after optimizer.step(), before "
+                                  "the next forward), not inside one")
+        self._leave_mode()
+        self.uninstall()
+        self.is_paused = True
+
+    def resume(self):
+        if not self.is_paused or self.closed:
+            return
+        if self.in_root_forward:
+            raise ShardScopeError("resume() between training steps, not inside one")
+        self.uninstall = _fi.install(self)
+        self.is_paused = False
+        changed = []
+        for rec in self.groups.values():
+            g = rec.group
+            now = UNSHARDED if g.is_unsharded else GATHERING if g._all_gather_result is not None else SHARDED
+            if now != rec.status:
+                rec.status = now
+                changed.extend((pid, now) for pid, _ in rec.params)
+        if changed:
+            self.native.set_statuses(changed)
+        if self.root is not None:
+            self._enter_mode()
+
+    def flush(self):
+        error = self.native.flush()
+        if error:
+            print(f"shardscope: {error}", file=sys.stderr)
+
+    # ------------------------------------------------------------------ the model
+    def module_id(self, module):
+        mid = self.mids.get(id(module))
+        if mid is None:
+            mid = self.native.ensure_module(f"<unnamed {type(module).__name__}>", type(module).__name__)
+            self.mids[id(module)] = mid
+        return mid
+
+    def attach(self, model):
+        import torch.nn as nn
+
+        if self.root is model:
+            return
+        if self.root is not None:
+            raise ShardScopeError(
+                f"shardscope.fsdp is attached to {type(self.root).__name__} already; one root "
+                f"module a process is inspected")
+        if not isinstance(model, nn.Module):
+            raise ShardScopeError(f"attach(model) needs the root nn.Module fully_shard was called "
+                                  f"on, not {type(model).__name__}")
+        try:
+            from torch.distributed.fsdp import FullyShardedDataParallel
+        except ImportError:
+            FullyShardedDataParallel = ()
+        if FullyShardedDataParallel and isinstance(model, FullyShardedDataParallel):
+            raise ShardScopeError(
+                "this model is wrapped by FSDP1 (FullyShardedDataParallel); shardscope.fsdp "
+                "inspects FSDP2: torch.distributed.fsdp.fully_shard(model) instead of "
+                "FullyShardedDataParallel(model)")
+        state = _fi.state_of(model)
+        if state is None:
+            raise ShardScopeError(
+                f"{type(model).__name__} is not sharded by FSDP2: call "
+                f"torch.distributed.fsdp.fully_shard(model) (after fully_shard on its blocks), "
+                f"then attach(model), or install() before fully_shard")
+        self.root = model
+        self.publish()
+        if not self.in_root_forward:
+            self._enter_mode()
+
+    def _unit_label(self, module, state):
+        groups = state._fsdp_param_groups
+        parts = []
+        if groups:
+            g = groups[0]
+            parts.append(f"reshard_after_forward={g._reshard_after_forward}")
+            mesh = getattr(g.mesh_info, "mesh", None)
+            if mesh is not None:
+                names = mesh.mesh_dim_names or tuple(f"dim{i}" for i in range(mesh.ndim))
+                parts.append("mesh " + ", ".join(f"{n}={s}" for n, s in zip(names, mesh.shape)))
+        others = [m for m in state._modules if m is not module]
+        if others:
+            parts.append(f"grouped with {len(others)} more")
+        return f"{type(module).__name__} [FSDP unit{': ' + '; '.join(parts) if parts else ''}]"
+
+    def publish(self):
+        root = self.root
+        self.native.set_model_name(self.model_name or type(root).__name__)
+        names = {}
+        for name, p in root.named_parameters(remove_duplicate=False):
+            names.setdefault(id(p), name)
+        states = []
+        for path, module in root.named_modules():
+            state = _fi.state_of(module)
+            if state is not None and state not in states:
+                states.append(state)
+            label = self._unit_label(module, state) if state is not None and module in state._modules \
+                else type(module).__name__
+            mid = self.native.ensure_module(path, label)
+            self.mids[id(module)] = mid
+            self.paths[mid] = path
+        for state in states:
+            if "FSDPState" not in self.checked:
+                _fi.check_attributes("FSDPState", state)
+                self.checked.add("FSDPState")
+            for g in state._fsdp_param_groups:
+                self._publish_group(g, names)
+        self.late_dirty = True
+
+    def _publish_group(self, g, names):
+        if "FSDPParamGroup" not in self.checked:
+            _fi.check_attributes("FSDPParamGroup", g)
+            self.checked.add("FSDPParamGroup")
+        rec = self.groups.get(id(g))
+        if rec is None:
+            rec = self.groups[id(g)] = _Group()
+        rec.group = g
+        rec.modules = [self.module_id(m) for m in g.modules]
+        rec.unit = rec.modules[0]
+        rec.unit_path = self.paths.get(rec.unit, "")
+        rec.fsdp_params = list(g.fsdp_params)
+        mesh_info = g.mesh_info
+        rec.world = int(getattr(mesh_info, "shard_mesh_size", self.world_size))
+        rec.status = UNSHARDED if g.is_unsharded else GATHERING if g._all_gather_result is not None else SHARDED
+        rec.params = []
+        for fp in g.fsdp_params:
+            if "FSDPParam" not in self.checked:
+                _fi.check_attributes("FSDPParam", fp)
+                self.checked.add("FSDPParam")
+            key = id(fp.sharded_param)
+            old = self.pids.get(key)
+            pid = old[0] if old else self._new_pid()
+            name = names.get(key) or names.get(id(getattr(fp, "_unsharded_param", None))) \
+                or getattr(fp, "_param_fqn", None) or f"<parameter {pid}>"
+            shape = [int(s) for s in fp._orig_size]
+            numel = math.prod(shape)
+            partition = math.prod(int(s) for s in fp.padded_sharded_param_size)
+            padded = partition * rec.world
+            orig = getattr(fp, "orig_dtype", None) or fp.sharded_param.dtype
+            elem = (getattr(fp, "param_dtype", None) or orig).itemsize  # what the all-gather moves
+            self.native.set_param(id=pid, name=name, owner=rec.unit, shape=shape,
+                                  dtype=str(orig).replace("torch.", ""), numel=numel,
+                                  partition_numel=partition, padded_numel=padded,
+                                  persistent=False, partitioned=True, late=False,
+                                  status=rec.status, element_size=orig.itemsize)
+            rec.params.append((pid, padded * elem))
+            self.names[pid] = name
+            self.pids[key] = (pid, rec, fp)
+            self.known.add(key)
+            if hasattr(fp, "_unsharded_param"):
+                self.known.add(id(fp._unsharded_param))
+
+    def _new_pid(self):
+        self.next_pid += 1
+        return self.next_pid - 1
+
+    def _group(self, g):
+        if self.root is None:
+            return None
+        rec = self.groups.get(id(g))
+        if rec is None and any(fp is not None for fp in getattr(g, "fsdp_params", ())):
+            # A group the agent has not met (sharded after attach): published now.
+            names = {id(p): n for n, p in self.root.named_parameters(remove_duplicate=False)}
+            self._publish_group(g, names)
+            rec = self.groups.get(id(g))
+        return rec
+
+    def describe(self):
+        units, params = [], []
+        for rec in self.groups.values():
+            fps = rec.fsdp_params
+            units.append({"unit": rec.unit_path, "modules": [self.paths.get(m, "") for m in rec.modules],
+                          "status": STATUS_WORDS[rec.status], "shard_world": rec.world,
+                          "params": len(fps), "reduce_scatters": rec.reduce_scatters,
+                          "reduce_scatter_bytes": rec.reduce_bytes})
+            for (pid, nbytes), fp in zip(rec.params, fps):
+                sp = fp.sharded_param
+                shape = [int(s) for s in fp._orig_size]
+                rows = shape[0] if shape else 1
+                chunk = int(fp.padded_sharded_param_size[0]) if len(fp.padded_sharded_param_size) else 1
+                row = math.prod(shape[1:]) if len(shape) > 1 else 1
+                shards = []
+                for r in range(rec.world):
+                    begin = min(r * chunk, rows)
+                    end = min((r + 1) * chunk, rows)
+                    shards.append({"rank": r, "offset": begin * row, "length": (end - begin) * row,
+                                   "padding": (chunk - (end - begin)) * row})
+                params.append({"id": pid, "fqn": self.names.get(pid, ""),
+                               "unit": rec.unit_path, "shape": shape,
+                               "dtype": str(sp.dtype).replace("torch.", ""),
+                               "placements": [repr(p) for p in getattr(sp, "placements", ())],
+                               "shards": shards, "status": STATUS_WORDS[rec.status]})
+        return {"units": units, "params": params, "late": sorted(self.late.values())}
+
+    # ------------------------------------------------------------------ steps
+    def begin_step(self):
+        if self.late_dirty:
+            self._scan_late()
+        self.in_step = True
+        self.step = self.optimizer_steps + 1
+        self.native.step_begin(self.step)
+
+    def end_step(self):
+        if self.in_step:
+            self.in_step = False
+            self.native.step_end(float("nan"))
+
+    def _scan_late(self):
+        """Parameters under the root that no FSDP group manages: created after fully_shard."""
+        self.late_dirty = False
+        if self.root is None:
+            return
+        for fp_key in list(self.pids):
+            fp = self.pids[fp_key][2]
+            if hasattr(fp, "_unsharded_param"):
+                self.known.add(id(fp._unsharded_param))
+        for path, module in self.root.named_modules():
+            for local, p in module._parameters.items():
+                if p is None or id(p) in self.known or id(p) in self.late:
+                    continue
+                name = f"{path}.{local}" if path else local
+                unit = self._unit_of(path)
+                owner = self.native.ensure_module(path, type(module).__name__)
+                del owner
+                pid = self._new_pid()
+                numel = p.numel()
+                self.native.set_param(id=pid, name=name, owner=self.mids.get(id(unit), 0),
+                                      shape=list(p.shape), dtype=str(p.dtype).replace("torch.", ""),
+                                      numel=numel, partition_numel=numel, padded_numel=numel,
+                                      persistent=False, partitioned=False, late=True,
+                                      status=UNSHARDED, element_size=p.element_size())
+                self.native.late_parameter(pid)
+                self.late[id(p)] = pid
+
+    def _unit_of(self, path):
+        """The innermost FSDP unit at or above the module at `path`."""
+        parts = path.split(".") if path else []
+        for n in range(len(parts), -1, -1):
+            m = self.root.get_submodule(".".join(parts[:n]))
+            if _fi.state_of(m) is not None:
+                return m
+        return self.root
+
+    # ------------------------------------------------------------------ read detection
+    def _enter_mode(self):
+        if self.mode is not None or self.closed:
+            return
+        from torch.distributed.tensor import DTensor
+        from torch.overrides import TorchFunctionMode
+
+        agent = self
+
+        class ShardReads(TorchFunctionMode):
+
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                if agent.inside or func in _METADATA_ONLY:
+                    return func(*args, **kwargs)
+                hit, plain = agent._mixed(args, kwargs)
+                if hit is not None and plain:
+                    agent.on_shard_read(*hit)
+                r = func(*args, **kwargs)
+                if hit is not None and not plain and isinstance(r, DTensor):
+                    agent._derived(r, hit[1])  # model.w.t(), then mixed: still model.w's read
+                return r
+
+        self.mode = ShardReads()
+        self.mode.__enter__()
+
+    def _leave_mode(self):
+        if self.mode is not None:
+            mode, self.mode = self.mode, None
+            _leave_mode(mode)
+
+    def _mixed(self, args, kwargs):
+        """(param, its record) when a sharded FSDP parameter meets a plain tensor in one op."""
+        import torch
+        from torch.distributed.tensor import DTensor
+
+        if self.root is None:
+            if self.candidate is None or self.candidate() is None or not self._mixes(args, kwargs):
+                return None, False
+            self.inside += 1
+            try:
+                self.attach(self.candidate())
+            finally:
+                self.inside -= 1
+        hit = None
+        plain = False
+        for value in (*args, *kwargs.values()):
+            for v in (value if isinstance(value, (list, tuple)) else (value, )):
+                entry = self.pids.get(id(v))
+                if entry is not None and entry[2].sharded_param is v and entry[1].status != UNSHARDED:
+                    hit = (v, entry)
+                    continue
+                derived = self.derived.get(id(v))
+                if derived is not None and derived[0] is v:
+                    hit = (derived[1][2].sharded_param, derived[1])
+                elif isinstance(v, torch.Tensor) and not isinstance(v, DTensor):
+                    plain = True
+        return hit, plain
+
+    def _derived(self, tensor, entry):
+        """A DTensor computed from a sharded parameter outside forward (a view, a slice): a
+        plain tensor meeting it later is that parameter's read. The last 64 are kept."""
+        self.derived[id(tensor)] = (tensor, entry)
+        if len(self.derived) > 64:
+            self.derived.pop(next(iter(self.derived)))
+
+    @staticmethod
+    def _mixes(args, kwargs):
+        """Whether an op mixes a DTensor parameter with a plain tensor (before attach)."""
+        import torch
+        from torch.distributed.tensor import DTensor
+
+        d = t = False
+        for value in (*args, *kwargs.values()):
+            for v in (value if isinstance(value, (list, tuple)) else (value, )):
+                if isinstance(v, DTensor):
+                    d = d or isinstance(v, torch.nn.Parameter)
+                elif isinstance(v, torch.Tensor):
+                    t = True
+        return d and t
+
+    def _bypassed_unit(self):
+        """The innermost FSDP unit whose method is running without FSDP's pre-forward: its
+        forward (or another method) called directly. None: a read in the training loop."""
+        import torch.nn as nn
+
+        frame = sys._getframe(2)
+        while frame is not None:
+            obj = frame.f_locals.get("self")
+            if isinstance(obj, nn.Module) and id(obj) in self.mids and _fi.state_of(obj) is not None:
+                return obj
+            frame = frame.f_back
+        return None
+
+    def on_shard_read(self, param, entry):
+        import torch
+
+        pid, rec, fp = entry
+        self.inside += 1
+        try:
+            unit = self._bypassed_unit()
+            accessor = self.mids[id(unit)] if unit is not None else None
+            use = "grad" if param.requires_grad and torch.is_grad_enabled() else "read"
+            action = "error" if self.guard == "error" else "recorded"
+            message, fix = self.native.unregistered_access(accessor, pid, action, use)
+            self.flush()  # torch's error follows: the diagnosis first
+        finally:
+            self.inside -= 1
+        if self.guard == "error":
+            raise UnregisteredAccessError(f"shardscope: {message}", fix)
+        print(f"shardscope: rank {self.rank}: {message}\n  fix: {fix}", file=sys.stderr, flush=True)
+
+    # ------------------------------------------------------------------ FSDP's methods
+    def _cause(self):
+        return self.causes[-1] if self.causes else ("gathered_parameters", None)
+
+    def on_unshard(self, fn, g, *args, **kwargs):
+        rec = self._group(g)
+        if rec is None or self.closed:
+            return fn(g, *args, **kwargs)
+        pending = g._all_gather_result is not None
+        was = g.is_unsharded
+        self.inside += 1
+        try:
+            r = fn(g, *args, **kwargs)
+        finally:
+            self.inside -= 1
+        if not pending and not was and g._all_gather_result is not None and rec.status == SHARDED:
+            rec.reason, rec.cause = self._cause()
+            self.native.status_changed_many(rec.params, SHARDED, GATHERING, rec.cause, rec.reason)
+            rec.status = GATHERING
+        return r
+
+    def on_to_unsharded(self, fn, g):
+        rec = self._group(g)
+        was = g.is_unsharded
+        r = fn(g)
+        if rec is not None and not was and not self.closed:
+            if rec.status == SHARDED:
+                rec.reason, rec.cause = self._cause()
+            self.native.status_changed_many(rec.params, rec.status, UNSHARDED, rec.cause, rec.reason)
+            rec.status = UNSHARDED
+            for fp in rec.fsdp_params:
+                if hasattr(fp, "_unsharded_param"):
+                    self.known.add(id(fp._unsharded_param))
+        return r
+
+    def _resharded(self, rec):
+        if rec is not None and rec.status != SHARDED and not self.closed:
+            cause = self.causes[-1][1] if self.causes else None
+            self.native.status_changed_many(rec.params, rec.status, SHARDED, cause, "forward")
+            rec.status = SHARDED
+
+    def on_to_sharded(self, fn, g):
+        rec = self._group(g)
+        r = fn(g)
+        self._resharded(rec)
+        return r
+
+    def on_to_sharded_post_forward(self, fn, g):
+        rec = self._group(g)
+        r = fn(g)
+        self._resharded(rec)
+        return r
+
+    def on_pre_forward(self, fn, g, module, *args, **kwargs):
+        rec = self._group(g)
+        if rec is None or self.closed:
+            return fn(g, module, *args, **kwargs)
+        mid = self.mids.get(id(module), rec.unit)
+        self.native.module_enter(mid, "forward")
+        self.scopes.append(mid)
+        self.causes.append(("forward", mid))
+        self.inside += 1
+        try:
+            return fn(g, module, *args, **kwargs)
+        finally:
+            self.inside -= 1
+            self.causes.pop()
+
+    def on_post_forward(self, fn, g, module, *args, **kwargs):
+        rec = self._group(g)
+        if rec is None or self.closed:
+            return fn(g, module, *args, **kwargs)
+        mid = self.mids.get(id(module), rec.unit) if module is not None else rec.unit
+        self.causes.append(("forward", mid))
+        self.inside += 1
+        try:
+            return fn(g, module, *args, **kwargs)
+        finally:
+            self.inside -= 1
+            self.causes.pop()
+            self._close_scope(mid)
+            self.native.module_exit(mid, "forward")
+
+    def on_pre_backward(self, fn, g, *args, **kwargs):
+        rec = self._group(g)
+        if rec is None or self.closed or rec.in_backward:
+            return fn(g, *args, **kwargs)
+        from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState
+
+        if g._training_state == TrainingState.PRE_BACKWARD:
+            return fn(g, *args, **kwargs)
+        rec.in_backward = True
+        self._leave_mode()  # the backward pass runs FSDP's code and autograd's: nothing to watch
+        self.native.module_enter(rec.unit, "backward")
+        self.scopes.append(rec.unit)
+        self.causes.append(("backward", rec.unit))
+        self.inside += 1
+        try:
+            return fn(g, *args, **kwargs)
+        finally:
+            self.inside -= 1
+            self.causes.pop()
+
+    def on_post_backward(self, fn, g, *args, **kwargs):
+        rec = self._group(g)
+        if rec is None or self.closed:
+            return fn(g, *args, **kwargs)
+        self.causes.append(("backward", rec.unit))
+        self.inside += 1
+        grads = sum(1 for fp in rec.fsdp_params if getattr(getattr(fp, "_unsharded_param", None), "grad", None) is not None)
+        try:
+            return fn(g, *args, **kwargs)
+        finally:
+            self.inside -= 1
+            self.causes.pop()
+            if grads and g.reduce_grads:
+                rec.reduce_scatters += 1
+                rec.reduce_bytes += sum(b for _, b in rec.params)
+            if rec.in_backward:
+                rec.in_backward = False
+                self._close_scope(rec.unit)
+                self.native.module_exit(rec.unit, "backward")
+
+    def _close_scope(self, mid):
+        for i in range(len(self.scopes) - 1, -1, -1):
+            if self.scopes[i] == mid:
+                del self.scopes[i]
+                return
+
+    def on_prefetch_unshard(self, fn, target, pass_type, *args, **kwargs):
+        # FSDPState's own hooks prefetch after the group's pre-forward/backward returned: the
+        # cause is the unit whose scope is open.
+        cause = self.causes[-1][1] if self.causes else self.scopes[-1] if self.scopes else None
+        self.causes.append(("prefetch", cause))
+        try:
+            return fn(target, pass_type, *args, **kwargs)
+        finally:
+            self.causes.pop()
+
+    def on_root_pre_forward(self, fn, state, module, *args, **kwargs):
+        r = fn(state, module, *args, **kwargs)
+        if (self.root is not None and not self.closed and not self.in_root_forward
+                and state._state_ctx.iter_forward_root is state):
+            self.in_root_forward = True
+            self.scopes.clear()
+            self.derived.clear()
+            self._leave_mode()  # FSDP unshards what the forward reads: nothing to watch
+            if not self.in_step:
+                self.begin_step()
+        return r
+
+    def on_force_complete_incomplete_states(self, fn, state, *args, **kwargs):
+        self.inside += 1
+        try:
+            return fn(state, *args, **kwargs)
+        finally:
+            self.inside -= 1
+            if self.in_root_forward and not self.closed:
+                self.in_root_forward = False
+                self._enter_mode()
+
+    def on_init(self, fn, state, modules, *args, **kwargs):
+        r = fn(state, modules, *args, **kwargs)
+        if not self.closed and self.root is None and len(modules) == 1:
+            # fully_shard is called bottom-up: the last module is the root, until FSDP's own
+            # lazy init (the root's first forward) says which. Until then a read that mixes
+            # a sharded parameter with a plain tensor (model.forward(x) called directly
+            # before any model(x)) is attributed to this candidate.
+            self.candidate = weakref.ref(modules[0])
+            # Named now, so that every rank's discovery and Welcome agree on it by the time
+            # clients attach to the job (it merges ranks running one model).
+            self.native.set_model_name(self.model_name or type(modules[0]).__name__)
+            self._enter_mode()
+        return r
+
+    def on_root_post_backward_final_callback(self, fn, state, *args, **kwargs):
+        self.inside += 1
+        try:
+            return fn(state, *args, **kwargs)
+        finally:
+            self.inside -= 1
+            if self.root is not None and not self.closed and not self.in_root_forward:
+                self._enter_mode()
+
+    def on_lazy_init(self, fn, state):
+        first = state._is_root is None
+        r = fn(state)
+        if first and state._is_root and self.root is None and not self.closed:
+            self.attach(state._modules[0])
+            self._enter_mode()
+        return r
+
+    def on_validate_no_duplicate_params(self, fn, state):
+        if not self.closed:
+            if self.root is None:
+                self.attach(state._modules[0])
+            self._check_tied(state)
+        return fn(state)
+
+    def _check_tied(self, state):
+        """A parameter tied into two groups: recorded (and flushed) before torch raises."""
+        seen = {}
+        found = False
+        for s in state._state_ctx.all_states:
+            for g in s._fsdp_param_groups:
+                for fp in g.fsdp_params:
+                    uid = fp._orig_param_uid
+                    if uid not in seen:
+                        seen[uid] = (g, fp)
+                        continue
+                    g1, fp1 = seen[uid]
+                    entry = self.pids.get(id(fp1.sharded_param))
+                    if entry is None:
+                        continue
+                    message, fix = self.native.tied_across_groups(
+                        entry[0], self.module_id(g1.modules[0]), self.module_id(g.modules[0]))
+                    print(f"shardscope: rank {self.rank}: {message}\n  fix: {fix}", file=sys.stderr,
+                          flush=True)
+                    found = True
+        if found:
+            self.flush()

@@ -1,0 +1,83 @@
+"""shardscope.fsdp's bad input, in one process (tst_fsdpagent's misuse case): each line the
+user gets is a ShardScopeError that says what to do, and a refused install() patches nothing.
+Prints "misuse ok" at the end; any other outcome raises."""
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+import shardscope
+import shardscope.fsdp as sf
+from torch.distributed.fsdp._fully_shard import _fsdp_param_group as pg
+
+
+def expect(f, words):
+    try:
+        f()
+    except shardscope.ShardScopeError as e:
+        if words not in str(e):
+            raise SystemExit(f"expected {words!r} in: {e}")
+        print(f"refused: {e}", flush=True)
+        return
+    raise SystemExit(f"no ShardScopeError; expected one saying {words!r}")
+
+
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+original = pg.FSDPParamGroup.__dict__["unshard"]
+
+# A module fully_shard was never called on.
+expect(lambda: sf.attach(nn.Linear(4, 4), listen=False), "is not sharded by FSDP2")
+# The agent started twice: the second install() is refused, the first goes on.
+expect(lambda: sf.install(listen=False), "already called")
+assert sf.agent() is not None
+sf.finish()
+assert pg.FSDPParamGroup.__dict__["unshard"] is original, "finish() left FSDP patched"
+
+# FSDP1 instead of FSDP2.
+from torch.distributed.fsdp import FullyShardedDataParallel
+
+fsdp1 = FullyShardedDataParallel(nn.Linear(4, 4), device_id=torch.device("cpu"))
+expect(lambda: sf.attach(fsdp1, listen=False), "FSDP1 (FullyShardedDataParallel)")
+sf.finish()
+
+# A torch whose FSDP2 lacks a method the agent observes: refused by name, nothing patched.
+del pg.FSDPParamGroup.unshard
+try:
+    expect(lambda: sf.install(listen=False), "FSDPParamGroup.unshard does not exist")
+finally:
+    pg.FSDPParamGroup.unshard = original
+assert sf.agent() is None
+assert "_to_unsharded" in pg.FSDPParamGroup.__dict__ and \
+    pg.FSDPParamGroup.__dict__["_to_unsharded"].__module__.startswith("torch"), "patched anyway"
+
+# An unknown guard.
+expect(lambda: sf.install(listen=False, guard="loud"), "guard='loud'")
+
+# A user exception inside a step goes through unchanged, and the agent stays usable.
+from torch.distributed.fsdp import fully_shard
+
+
+class Boom(nn.Module):
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        raise KeyError("the user's own")
+
+
+sf.install(listen=False)
+m = Boom()
+fully_shard(m)
+try:
+    m(torch.ones(2, 4))
+except KeyError as e:
+    assert e.args == ("the user's own", ), e
+else:
+    raise SystemExit("the user's exception was swallowed")
+sf.finish()
+dist.destroy_process_group()
+print("misuse ok", flush=True)
+sys.exit(0)

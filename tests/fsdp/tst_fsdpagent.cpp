@@ -1,0 +1,535 @@
+// The FSDP2 agent (shardscope.fsdp) against real torch FSDP2 on CPU: two rank processes over
+// gloo (scripts/launch, torchrun's environment; `init_device_mesh("cpu", (2,))`),
+// python/examples/fsdp_stories.py with each story's flags, and what every rank recorded, read
+// back with our own snapshot decoder and the snapshot schema checks. One run is attached live
+// (shardscope-capture on one rank and on the whole job, and the inspector on the job).
+// Each launch costs ~10 s on a small machine: the fixes share one run.
+
+#include <QDir>
+#include <QFile>
+#include <QProcess>
+#include <QStringList>
+#include <QTemporaryDir>
+#include <QTest>
+#include <QThread>
+
+#include <nlohmann/json.hpp>
+
+#include <set>
+
+#include "snapshotschema.h"
+#include "wire/snapshot.h"
+
+using nlohmann::json;
+
+namespace {
+
+struct Run
+{
+    int exitCode = -1;
+    QString out;
+    QString err;
+};
+
+QString python()
+{
+    return QStringLiteral(SHARDSCOPE_PYTHON_EXE);
+}
+
+QProcessEnvironment fsdpEnvironment()
+{
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("PYTHONPATH", QStringLiteral(SHARDSCOPE_PYTHON_DIR));
+    env.insert("OMP_NUM_THREADS", "1");
+    env.remove("SHARDSCOPE_TOKEN");
+    return env;
+}
+
+json readJson(const QString &path)
+{
+    QFile f(path);
+    if (!f.open(QIODevice::ReadOnly)) return json();
+    return json::parse(f.readAll().toStdString(), nullptr, false);
+}
+
+const json *findParam(const json &snap, const std::string &name)
+{
+    for (const json &p : snap["params"])
+        if (p["name"] == name) return &p;
+    return nullptr;
+}
+
+std::vector<json> violations(const json &snap, const std::string &kind)
+{
+    std::vector<json> out;
+    for (const json &v : snap["violations"])
+        if (v["kind"] == kind) out.push_back(v);
+    return out;
+}
+
+int moduleIdOf(const json &snap, const std::string &path)
+{
+    for (const json &m : snap["modules"])
+        if (m["path"] == path) return m["id"].get<int>();
+    return -1;
+}
+
+const json *moduleOf(const json &snap, const std::string &path)
+{
+    for (const json &m : snap["modules"])
+        if (m["path"] == path) return &m;
+    return nullptr;
+}
+
+// The (reason, causing module or -1) of every fetch_end of the parameter called name.
+std::set<std::pair<int, std::int64_t>> fetchesOf(const json &snap, const std::string &name)
+{
+    std::set<std::pair<int, std::int64_t>> out;
+    const json *p = findParam(snap, name);
+    if (!p) return out;
+    for (const json &e : shardscope::test::eventList(snap))
+        if (e["type"] == "fetch_end" && e["a"] == (*p)["id"])
+            out.emplace(e["flags"].get<int>(), e["b"].get<std::uint32_t>() == 0xffffffffu
+                                                   ? -1
+                                                   : e["b"].get<std::int64_t>());
+    return out;
+}
+
+int countEvents(const json &snap, const std::string &type)
+{
+    int n = 0;
+    for (const json &e : shardscope::test::eventList(snap))
+        n += e["type"] == type;
+    return n;
+}
+
+// Fetch reasons (docs/protocol.md); an explicit unshard() is `gathered_parameters`.
+constexpr int kForward = 0, kPrefetch = 2, kExplicit = 3;
+
+} // namespace
+
+class TestFsdpAgent : public QObject
+{
+    Q_OBJECT
+
+    QTemporaryDir m_dir;
+    QString m_skip;
+
+    QProcess *start(const QStringList &args, const QString &runtime)
+    {
+        auto *p = new QProcess(this);
+        QProcessEnvironment env = fsdpEnvironment();
+        env.insert("XDG_RUNTIME_DIR", runtime);
+        p->setProcessEnvironment(env);
+        p->start(QStringLiteral(SHARDSCOPE_LAUNCH),
+                 QStringList{"-n", "2", "--grace", "60", python(),
+                             QStringLiteral(SHARDSCOPE_EXAMPLE)} +
+                     args);
+        return p;
+    }
+
+    Run run(const QStringList &args)
+    {
+        QProcess *p = start(args, m_dir.path());
+        Run r;
+        if (!p->waitForFinished(150000)) p->kill(), p->waitForFinished(5000);
+        r.exitCode = p->exitStatus() == QProcess::NormalExit ? p->exitCode() : -1;
+        r.err = QString::fromUtf8(p->readAllStandardError());
+        r.out = QString::fromUtf8(p->readAllStandardOutput()) + "\n" + r.err;
+        delete p;
+        return r;
+    }
+
+    QString snapshotArg(const QString &name) { return m_dir.filePath(name + ".rank{rank}.json"); }
+    QString snapshotOf(const QString &name, int rank)
+    {
+        return m_dir.filePath(name + ".rank" + QString::number(rank) + ".json");
+    }
+
+    // Both ranks' snapshots decode with our decoder and pass the schema checks.
+    std::vector<json> snapshots(const QString &name)
+    {
+        std::vector<json> out;
+        for (int rank = 0; rank < 2; ++rank) {
+            const QString path = snapshotOf(name, rank);
+            auto decoded = shardscope::wire::readSnapshotFile(path.toStdString());
+            if (!decoded) {
+                qWarning("%s: %s", qPrintable(path), decoded.error().c_str());
+                return {};
+            }
+            if (decoded->state.worldSize != 2 || decoded->state.localRanks != std::vector<int>{rank} ||
+                decoded->state.fixDialect != "fsdp") {
+                qWarning("%s: not rank %d of 2 in the fsdp dialect", qPrintable(path), rank);
+                return {};
+            }
+            json j = readJson(path);
+            const auto problems = shardscope::test::snapshotSchemaProblems(j);
+            for (const auto &p : problems)
+                qWarning("%s: %s", qPrintable(path), p.c_str());
+            if (!problems.empty()) return {};
+            out.push_back(std::move(j));
+        }
+        return out;
+    }
+
+    // Each rank's line "shardscope: rank R: ..." comes before torch's error `error` of that rank.
+    static void checkRecordedFirst(const QString &err, const QString &error)
+    {
+        for (int rank = 0; rank < 2; ++rank) {
+            const QString prefix = QString("[rank %1] ").arg(rank);
+            const qsizetype ours = err.indexOf(prefix + QString("shardscope: rank %1:").arg(rank));
+            qsizetype theirs = -1;
+            for (qsizetype at = err.indexOf(error); at >= 0; at = err.indexOf(error, at + 1)) {
+                const qsizetype line = err.lastIndexOf('\n', at) + 1;
+                if (err.mid(line, prefix.size()) == prefix) {
+                    theirs = at;
+                    break;
+                }
+            }
+            QVERIFY2(ours >= 0 && theirs > ours, qPrintable(err.right(3000)));
+        }
+    }
+
+  private slots:
+    void initTestCase()
+    {
+        QVERIFY(m_dir.isValid());
+        if (QDir(QStringLiteral(SHARDSCOPE_PYTHON_DIR) + "/shardscope")
+                .entryList({"_native*.so"})
+                .isEmpty())
+            m_skip = "the shardscope Python module was not built (pybind11-dev and python3-dev: "
+                     "scripts/deps)";
+        else {
+            QProcess probe;
+            probe.setProcessEnvironment(fsdpEnvironment());
+            probe.start(python(), {"-c", "from torch.distributed.fsdp import fully_shard; "
+                                         "import torch; print(torch.__version__)"});
+            if (!probe.waitForFinished(120000) || probe.exitCode() != 0)
+                m_skip = python() + " cannot import torch's FSDP2 (scripts/deps installs torch): " +
+                         QString::fromUtf8(probe.readAllStandardError()).right(400);
+        }
+        if (!m_skip.isEmpty() && qEnvironmentVariableIsSet("CI"))
+            QFAIL(qPrintable("CI must run real FSDP2 ranks, but " + m_skip));
+        if (!m_skip.isEmpty()) qWarning("skipping: %s", qPrintable(m_skip));
+    }
+
+    // A clean run with an explicit unshard() and forward prefetching, attached live: one rank
+    // by shardscope-capture, the whole job (both rank processes as one view) by
+    // shardscope-capture and by the inspector. State in FSDP's names; unshard/reshard events
+    // with their causes; steps.
+    void liveJob()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        QTemporaryDir runtime;
+        QProcess *p = start({"--explicit-unshard", "--read-outside", "grad", "--fixed", "--steps",
+                             "3", "--hold", "10", "--snapshot-out", snapshotArg("live"),
+                             "--describe", m_dir.filePath("describe.rank{rank}.json")},
+                            runtime.path());
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert("XDG_RUNTIME_DIR", runtime.path());
+        QString listed;
+        for (int i = 0; i < 600 && !listed.contains("2 of 2 ranks live"); ++i) {
+            QThread::msleep(100);
+            QProcess list;
+            list.setProcessEnvironment(env);
+            list.start(QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope-capture", {"--list"});
+            list.waitForFinished(10000);
+            listed = QString::fromUtf8(list.readAllStandardOutput());
+        }
+        QVERIFY2(listed.contains("2 of 2 ranks live"), qPrintable(listed));
+        const QDir disc(runtime.path() + "/shardscope");
+        // The job view merges ranks that run one model: attach once both name it (fully_shard
+        // names it; before, "model not sharded yet").
+        int named = 0;
+        for (int i = 0; i < 600 && named < 2; ++i) {
+            QThread::msleep(100);
+            named = 0;
+            for (const QString &f : disc.entryList({"*.json"}))
+                named += readJson(disc.filePath(f)).value("model", "") == "FSDPTinyLM";
+        }
+        QCOMPARE(named, 2);
+        QString endpoint1, job;
+        for (const QString &f : disc.entryList({"*.json"})) {
+            const json d = readJson(disc.filePath(f));
+            QCOMPARE(d["job"]["world_size"].get<int>(), 2);
+            if (job.isEmpty()) job = QString::fromStdString(d["job"]["id"]);
+            QCOMPARE(QString::fromStdString(d["job"]["id"]), job);
+            if (d["job"]["ranks"] == json::array({1}))
+                endpoint1 = QString::fromStdString(d["endpoint"]);
+        }
+        QVERIFY(!endpoint1.isEmpty());
+        QProcess capture;
+        capture.start(QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope-capture",
+                      {"--attach", endpoint1, "--until-step", "3", "--out",
+                       m_dir.filePath("capture.json")});
+        QProcess jobCapture;
+        jobCapture.setProcessEnvironment(env);
+        jobCapture.start(QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope-capture",
+                         {"--attach", "job:" + job, "--until-step", "3", "--out",
+                          m_dir.filePath("job.json")});
+#ifdef SHARDSCOPE_HAVE_GUI
+        QProcess gui;
+        QProcessEnvironment guiEnv = env;
+        guiEnv.insert("QT_QPA_PLATFORM", "offscreen");
+        gui.setProcessEnvironment(guiEnv);
+        gui.start(QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope",
+                  {"--attach", "job:" + job, "--after-step", "3", "--export-snapshot",
+                   m_dir.filePath("gui.json"), "--quit"});
+#endif
+        QVERIFY(capture.waitForFinished(120000));
+        QVERIFY2(capture.exitCode() == 0, capture.readAllStandardError().constData());
+        QVERIFY(jobCapture.waitForFinished(120000));
+        QVERIFY2(jobCapture.exitCode() == 0, jobCapture.readAllStandardError().constData());
+#ifdef SHARDSCOPE_HAVE_GUI
+        QVERIFY(gui.waitForFinished(120000));
+        QVERIFY2(gui.exitCode() == 0, gui.readAllStandardError().constData());
+#endif
+        QVERIFY(p->waitForFinished(150000));
+        const QString err = QString::fromUtf8(p->readAllStandardError());
+        QVERIFY2(p->exitCode() == 0, qPrintable(err + QString::fromUtf8(p->readAllStandardOutput())));
+
+        const std::vector<json> snaps = snapshots("live");
+        QCOMPARE(snaps.size(), std::size_t(2));
+        for (const json &s : snaps) {
+            QVERIFY2(s["violations"].empty(), s["violations"].dump().c_str());
+            QCOMPARE(s["engine"]["step"].get<int>(), 3);
+            QCOMPARE(s["engine"]["model"].get<std::string>(), std::string("FSDPTinyLM"));
+            // Units: the modules fully_shard was called on, with reshard_after_forward and mesh.
+            const json *root = moduleOf(s, "");
+            const json *block = moduleOf(s, "blocks.0");
+            QVERIFY(root && block);
+            QVERIFY2((*root)["type"].get<std::string>().find(
+                         "[FSDP unit: reshard_after_forward=False; mesh dp=2]") != std::string::npos,
+                     root->dump().c_str());
+            QVERIFY2((*block)["type"].get<std::string>() ==
+                         "FSDPBlock [FSDP unit: reshard_after_forward=True; mesh dp=2]",
+                     block->dump().c_str());
+            QCOMPARE((*moduleOf(s, "blocks.0.fc1"))["type"].get<std::string>(), std::string("Linear"));
+            // Parameters by FQN: global shape, dim 0 padded to the world size (33 -> 34 rows).
+            const json *embed = findParam(s, "embed.weight");
+            QVERIFY(embed);
+            QVERIFY((*embed)["shape"] == json::array({33, 16}));
+            QCOMPARE((*embed)["numel"].get<int>(), 528);
+            QCOMPARE((*embed)["padded_numel"].get<int>(), 544);
+            QCOMPARE((*embed)["partition_numel"].get<int>(), 272);
+            QCOMPARE((*embed)["partitioned"].get<bool>(), true);
+            QCOMPARE((*embed)["module"].get<std::string>(), std::string("")); // its unit: the root
+            QCOMPARE((*embed)["status"].get<std::string>(), std::string("NN")); // sharded after the step
+            QVERIFY((*embed)["gather_count"].get<int>() >= 3);
+            const json *fc1 = findParam(s, "blocks.0.fc1.weight");
+            QVERIFY(fc1);
+            QCOMPARE((*fc1)["module"].get<std::string>(), std::string("blocks.0"));
+            // Unshards with their causes: blocks.0 by the explicit unshard() before each
+            // forward, and prefetched by blocks.1's backward; blocks.1 prefetched by blocks.0's
+            // forward (set_modules_to_forward_prefetch) and by the root's backward (the root
+            // keeps its own unsharded after forward); the root's own parameters for its forward.
+            const int b0 = moduleIdOf(s, "blocks.0"), b1 = moduleIdOf(s, "blocks.1");
+            const auto f0 = fetchesOf(s, "blocks.0.fc1.weight");
+            const std::string events = shardscope::test::eventList(s).dump();
+            QVERIFY2(f0.contains({kExplicit, -1}), events.c_str());
+            QVERIFY2(f0.contains({kPrefetch, b1}), events.c_str());
+            const auto f1 = fetchesOf(s, "blocks.1.fc1.weight");
+            QVERIFY2(f1.contains({kPrefetch, b0}), events.c_str());
+            QVERIFY2(f1.contains({kPrefetch, 0}), events.c_str());
+            QVERIFY2(!f1.contains({kForward, b1}), events.c_str()); // it was prefetched
+            QVERIFY2(fetchesOf(s, "embed.weight").contains({kForward, 0}), events.c_str());
+            QCOMPARE(countEvents(s, "step_begin"), 3);
+            QCOMPARE(countEvents(s, "step_end"), 3);
+            QVERIFY(countEvents(s, "release") > 0);
+            QVERIFY(countEvents(s, "memory_sample") > 0);
+            QVERIFY(countEvents(s, "module_enter") == countEvents(s, "module_exit"));
+        }
+        // describe(): placements and each rank's shard, in FSDP's words.
+        const json d = readJson(m_dir.filePath("describe.rank1.json"));
+        bool seen = false;
+        for (const json &prm : d["params"]) {
+            if (prm["fqn"] != "embed.weight") continue;
+            seen = true;
+            QVERIFY2(prm["placements"] == json::array({"Shard(dim=0)"}), prm.dump().c_str());
+            QVERIFY2(prm["shards"][1] == json({{"rank", 1}, {"offset", 272}, {"length", 256}, {"padding", 16}}),
+                     prm.dump().c_str());
+            QCOMPARE(prm["status"].get<std::string>(), std::string("sharded"));
+        }
+        QVERIFY2(seen, d.dump().c_str());
+        QCOMPARE(d["units"].size(), std::size_t(3));
+
+        // Live: one rank, and the whole job as one view.
+        const json captured = readJson(m_dir.filePath("capture.json"));
+        QVERIFY(shardscope::test::snapshotSchemaProblems(captured).empty());
+        QCOMPARE(captured["engine"]["fix_dialect"].get<std::string>(), std::string("fsdp"));
+        std::set<std::string> types;
+        for (const json &e : shardscope::test::eventList(captured))
+            types.insert(e["type"].get<std::string>());
+        for (const char *t : {"module_enter", "module_exit", "fetch_begin", "fetch_end", "release",
+                              "step_begin", "step_end", "memory_sample"})
+            QVERIFY2(types.contains(t), t);
+        std::vector<std::pair<QString, json>> jobs{{"job.json", readJson(m_dir.filePath("job.json"))}};
+#ifdef SHARDSCOPE_HAVE_GUI
+        jobs.emplace_back("gui.json", readJson(m_dir.filePath("gui.json")));
+#endif
+        for (const auto &[name, whole] : jobs) {
+            QVERIFY2(shardscope::test::snapshotSchemaProblems(whole).empty(), qPrintable(name));
+            QVERIFY2(whole["engine"]["local_ranks"] == json::array({0, 1}),
+                     (name + ": " + QString::fromStdString(whole["engine"].dump())).toUtf8().constData());
+            QVERIFY(findParam(whole, "blocks.1.fc2.weight"));
+            std::set<int> ranks;
+            for (const json &e : shardscope::test::eventList(whole))
+                ranks.insert(e["rank"].get<int>());
+            QVERIFY2(ranks == (std::set<int>{0, 1}), qPrintable(name));
+        }
+    }
+
+    // Tied weights sharded by two fully_shard calls: torch raises ValueError at the first
+    // forward; each rank recorded it first, with the group that should hold both.
+    void tiedAcrossGroups()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const Run r = run({"--tied", "--steps", "2", "--snapshot-out", snapshotArg("tied")});
+        QVERIFY2(r.exitCode != 0, qPrintable(r.out));
+        const QString error = "ValueError: Parameter 'head.weight' is shared with a parameter "
+                              "already managed by another FSDP group";
+        QVERIFY2(r.err.contains(error), qPrintable(r.err.right(3000)));
+        checkRecordedFirst(r.err, "ValueError: Parameter");
+        const std::vector<json> snaps = snapshots("tied");
+        QCOMPARE(snaps.size(), std::size_t(2));
+        for (const json &s : snaps) {
+            const auto v = violations(s, "tied_across_groups");
+            QCOMPARE(v.size(), std::size_t(1));
+            QCOMPARE(v[0]["param"].get<std::string>(), std::string("embed.weight"));
+            QCOMPARE(v[0]["owner"].get<std::string>(), std::string("embed"));
+            QCOMPARE(v[0]["accessor"].get<std::string>(), std::string("head"));
+            QCOMPARE(v[0]["fix"].get<std::string>(),
+                     std::string("fully_shard([model.embed, model.head])  # one FSDP unit for "
+                                 "both, instead of a fully_shard call for each"));
+        }
+    }
+
+    // A LoRA adapter added after fully_shard (late, never sharded), then the training loop's
+    // read of a resharded parameter for its gradient: torch's mixed-tensor error, recorded first.
+    void lateAndReadOutside()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const Run r = run({"--late", "--read-outside", "grad", "--snapshot-out", snapshotArg("read")});
+        QVERIFY2(r.exitCode != 0, qPrintable(r.out));
+        const QString error = "RuntimeError: aten.mm.default got mixed torch.Tensor and DTensor";
+        QVERIFY2(r.err.contains(error), qPrintable(r.err.right(3000)));
+        checkRecordedFirst(r.err, error);
+        const std::vector<json> snaps = snapshots("read");
+        QCOMPARE(snaps.size(), std::size_t(2));
+        for (const json &s : snaps) {
+            const auto late = violations(s, "late_parameter");
+            QCOMPARE(late.size(), std::size_t(2));
+            std::set<std::string> names;
+            for (const json &v : late)
+                names.insert(v["param"].get<std::string>());
+            QVERIFY((names == std::set<std::string>{"head.lora.a.weight", "head.lora.b.weight"}));
+            QVERIFY2(late[0]["fix"].get<std::string>().ends_with(
+                         "> before fully_shard(model)  # or the fully_shard call above it"),
+                     late[0].dump().c_str());
+            const json *a = findParam(s, "head.lora.a.weight");
+            QVERIFY(a);
+            QCOMPARE((*a)["late"].get<bool>(), true);
+            QCOMPARE((*a)["partitioned"].get<bool>(), false);
+            const auto reads = violations(s, "unregistered_access");
+            QCOMPARE(reads.size(), std::size_t(1));
+            QVERIFY(reads[0]["accessor"].is_null());
+            QCOMPARE(reads[0]["param"].get<std::string>(), std::string("blocks.1.fc1.weight"));
+            QCOMPARE(reads[0]["owner"].get<std::string>(), std::string("blocks.1"));
+            QCOMPARE(reads[0]["status"].get<std::string>(), std::string("NOT_AVAILABLE"));
+            QCOMPARE(reads[0]["fix"].get<std::string>(),
+                     std::string("# move the read of model.blocks[1].fc1.weight into "
+                                 "model.blocks[1].forward (FSDP unshards it there and "
+                                 "reduce-scatters its gradient)"));
+        }
+    }
+
+    // The same read under torch.no_grad(), with guard="error": ShardScope's
+    // UnregisteredAccessError with the fix line, before torch's error.
+    void noGradReadUnderGuardError()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const Run r = run({"--read-outside", "no-grad", "--guard", "error", "--snapshot-out",
+                           snapshotArg("guard")});
+        QVERIFY2(r.exitCode != 0, qPrintable(r.out));
+        QVERIFY2(r.err.contains("shardscope.UnregisteredAccessError: shardscope: `blocks.1.fc1.weight`"),
+                 qPrintable(r.err.right(3000)));
+        QVERIFY2(r.err.contains("fix: model.blocks[1].fc1.weight.full_tensor()  # all-gathers it: "
+                                "every rank must run this line"),
+                 qPrintable(r.err.right(3000)));
+        QVERIFY2(!r.err.contains("got mixed torch.Tensor and DTensor"), qPrintable(r.err.right(3000)));
+        const std::vector<json> snaps = snapshots("guard");
+        QCOMPARE(snaps.size(), std::size_t(2));
+        for (const json &s : snaps) {
+            const auto v = violations(s, "unregistered_access");
+            QCOMPARE(v.size(), std::size_t(1));
+            QCOMPARE(v[0]["action"].get<std::string>(), std::string("error"));
+        }
+    }
+
+    // model.forward(x) instead of model(x): the root's pre-forward all-gather never runs.
+    void directForward()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const Run r = run({"--call-forward", "--snapshot-out", snapshotArg("forward")});
+        QVERIFY2(r.exitCode != 0, qPrintable(r.out));
+        const QString error = "RuntimeError: aten.embedding.default got mixed torch.Tensor and DTensor";
+        QVERIFY2(r.err.contains(error), qPrintable(r.err.right(3000)));
+        checkRecordedFirst(r.err, error);
+        const std::vector<json> snaps = snapshots("forward");
+        QCOMPARE(snaps.size(), std::size_t(2));
+        for (const json &s : snaps) {
+            const auto v = violations(s, "unregistered_access");
+            QCOMPARE(v.size(), std::size_t(1));
+            QCOMPARE(v[0]["accessor"].get<std::string>(), std::string(""));
+            QCOMPARE(v[0]["param"].get<std::string>(), std::string("embed.weight"));
+            QCOMPARE(v[0]["fix"].get<std::string>(),
+                     std::string("model(...)  # call the module, not model.forward(...); for "
+                                 "another method: torch.distributed.fsdp."
+                                 "register_fsdp_forward_method(model, \"<method>\")"));
+        }
+    }
+
+    // Every fix at once, with attach(model) after fully_shard: clean; the adapter made
+    // before fully_shard is sharded with head's group; the tied pair is one parameter.
+    void fixesAreClean()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const Run r = run({"--tied", "--late", "--call-forward", "--read-outside", "no-grad",
+                           "--fixed", "--attach", "--snapshot-out", snapshotArg("fixed")});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.out));
+        const std::vector<json> snaps = snapshots("fixed");
+        QCOMPARE(snaps.size(), std::size_t(2));
+        for (const json &s : snaps) {
+            QVERIFY2(s["violations"].empty(), s["violations"].dump().c_str());
+            QCOMPARE(s["engine"]["step"].get<int>(), 3);
+            const json *a = findParam(s, "head.lora.a.weight");
+            QVERIFY(a);
+            QCOMPARE((*a)["late"].get<bool>(), false);
+            QCOMPARE((*a)["partitioned"].get<bool>(), true);
+            QVERIFY(findParam(s, "embed.weight"));
+            QVERIFY(!findParam(s, "head.weight")); // the same tensor, by its first name
+            const json *embed = moduleOf(s, "embed");
+            QVERIFY2(embed && (*embed)["type"].get<std::string>().find("grouped with 1 more") !=
+                                  std::string::npos,
+                     embed ? embed->dump().c_str() : "no embed");
+        }
+    }
+
+    // Bad input in one process: FSDP1, a module never sharded, the agent started twice, a
+    // torch lacking a method the agent observes, an unknown guard, the user's own exception.
+    void misuse()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        QProcess p;
+        p.setProcessEnvironment(fsdpEnvironment());
+        p.start(python(), {QStringLiteral(SHARDSCOPE_SOURCE_DIR) + "/tests/fsdp/fsdp_misuse.py"});
+        QVERIFY(p.waitForFinished(120000));
+        const QString out = QString::fromUtf8(p.readAllStandardOutput()) +
+                            QString::fromUtf8(p.readAllStandardError());
+        QVERIFY2(p.exitCode() == 0 && out.contains("misuse ok"), qPrintable(out));
+        QCOMPARE(out.count("refused: "), 5);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestFsdpAgent)
+#include "tst_fsdpagent.moc"
