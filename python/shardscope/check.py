@@ -495,6 +495,9 @@ def _why_not(results, logs, timed_out, args, elapsed):
     for rank, r in enumerate(results):
         if not r["stopped"]:
             if not r["model_built"]:
+                if getattr(args, "resolved_backend", "deepspeed") == "fsdp":
+                    return (f"the script ended on rank {rank} without running an FSDP2 step "
+                            f"(no forward of a fully_shard root module was seen)")
                 return (f"the script ended on rank {rank} without running a DeepSpeed step "
                         f"(no deepspeed.initialize engine forward was seen)")
             return (f"the script ended on rank {rank} after {r['steps']} of {args.steps} steps; "
@@ -522,6 +525,7 @@ def main(argv=None):
         if not os.path.isfile(args.script):
             raise CouldNotRun(f"no script {args.script!r} (shardscope-check [options] script.py [args])")
         backend = detect_backend(args.script) if args.backend == "auto" else args.backend
+        args.resolved_backend = backend
         _check_backend_available(backend)
     except CouldNotRun as e:
         print(f"shardscope-check: could not run: {e}", file=sys.stderr)

@@ -275,7 +275,7 @@ class TestCheck : public QObject
                                     << "no supported sharding backend found";
         // shardscope.fsdp exists now (docs/fsdp.md): the FSDP script runs, and ends without a step.
         QTest::newRow("FSDP script without a step") << QStringList{script("uses_fsdp.py")}
-                                                    << "the script ended on rank 0 without running a";
+                                                    << "the script ended on rank 0 without running an FSDP2 step";
         QTest::newRow("no script") << QStringList{"nothere.py"} << "no script 'nothere.py'";
         QTest::newRow("wrong option") << QStringList{"--steps", "zero", script("hangs.py")}
                                       << "invalid int value: 'zero'";
