@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "wire/job.h"
@@ -43,18 +44,20 @@ std::vector<int> LiveJob::missingRanks() const
 
 std::vector<LiveJob> liveJobs(const std::string &dir)
 {
-    // Runs in order of first appearance; each endpoint once (a second file naming it is dropped).
+    // Runs in order of first appearance; within a run each endpoint once (a second file
+    // naming it is dropped). Whether the process there is the one a file announces is only
+    // known once it answers (wire::checkAnswered, when attaching).
     std::vector<std::vector<wire::DiscoveryEntry>> runs;
-    std::set<std::string> endpoints;
     for (wire::DiscoveryEntry &e : wire::listLiveEngines(dir)) {
-        if (!endpoints.insert(e.endpoint).second) continue;
         auto run = std::find_if(runs.begin(), runs.end(), [&](const auto &r) {
             return !e.job.id.empty() && wire::sameRun(r.front().job, e.job);
         });
-        if (run == runs.end())
+        if (run == runs.end()) {
             runs.push_back({std::move(e)});
-        else
+        } else if (std::none_of(run->begin(), run->end(),
+                                [&](const auto &x) { return x.endpoint == e.endpoint; })) {
             run->push_back(std::move(e));
+        }
     }
     std::map<std::string, int> runsOfId;
     for (const auto &r : runs)

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "snapshotquery.h"
+
 using nlohmann::json;
 
 namespace {
@@ -62,12 +64,7 @@ Run run(const QStringList &args, const QString &dir, int timeoutMs = 300000)
     return r;
 }
 
-json readJson(const QString &path)
-{
-    QFile f(path);
-    if (!f.open(QIODevice::ReadOnly)) return json();
-    return json::parse(f.readAll().toStdString(), nullptr, false);
-}
+using shardscope::test::readJson;
 
 // The 1-based line of the first line of file that contains text.
 int lineOf(const QString &file, const QString &text)
@@ -296,3 +293,4 @@ class TestCheck : public QObject
 
 QTEST_GUILESS_MAIN(TestCheck)
 #include "tst_check.moc"
+

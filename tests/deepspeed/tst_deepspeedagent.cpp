@@ -29,12 +29,19 @@
 #include <map>
 #include <set>
 
+#include "snapshotquery.h"
 #include "snapshotschema.h"
 #include "wire/snapshot.h"
 
 using nlohmann::json;
 
 namespace {
+
+using shardscope::test::fetchesOf;
+using shardscope::test::findParam;
+using shardscope::test::moduleIdOf;
+using shardscope::test::readJson;
+using shardscope::test::violations;
 
 struct Run
 {
@@ -65,49 +72,6 @@ QProcessEnvironment dsEnvironment()
     if (!ext.isEmpty()) env.insert("TORCH_EXTENSIONS_DIR", ext);
     env.remove("SHARDSCOPE_TOKEN");
     return env;
-}
-
-json readJson(const QString &path)
-{
-    QFile f(path);
-    if (!f.open(QIODevice::ReadOnly)) return json();
-    return json::parse(f.readAll().toStdString(), nullptr, false);
-}
-
-const json *findParam(const json &snap, const std::string &name)
-{
-    for (const json &p : snap["params"])
-        if (p["name"] == name) return &p;
-    return nullptr;
-}
-
-std::vector<json> violations(const json &snap, const std::string &kind)
-{
-    std::vector<json> out;
-    for (const json &v : snap["violations"])
-        if (v["kind"] == kind) out.push_back(v);
-    return out;
-}
-
-int moduleIdOf(const json &snap, const std::string &path)
-{
-    for (const json &m : snap["modules"])
-        if (m["path"] == path) return m["id"].get<int>();
-    return -1;
-}
-
-// The (reason, causing module) of every fetch_end of the parameter called name.
-std::set<std::pair<int, std::int64_t>> fetchesOf(const json &snap, const std::string &name)
-{
-    std::set<std::pair<int, std::int64_t>> out;
-    const json *p = findParam(snap, name);
-    if (!p) return out;
-    for (const json &e : shardscope::test::eventList(snap))
-        if (e["type"] == "fetch_end" && e["a"] == (*p)["id"])
-            out.emplace(e["flags"].get<int>(), e["b"].get<std::uint32_t>() == 0xffffffffu
-                                                   ? -1
-                                                   : e["b"].get<std::int64_t>());
-    return out;
 }
 
 constexpr int kForward = 0, kBackward = 1, kGuard = 4; // fetch reasons (docs/protocol.md)

@@ -1,0 +1,81 @@
+#pragma once
+// Reading a snapshot file (docs/snapshot.md) in tests of real runs: the document, and the
+// records a test looks up in it by name. One copy for the agents' tests (DeepSpeed, FSDP2,
+// shardscope-check); the schema checks and the event list are snapshotschema.h's.
+
+#include <QFile>
+#include <QString>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "snapshotschema.h"
+
+namespace shardscope::test {
+
+// The file's JSON, or a discarded value when it cannot be read or parsed.
+inline nlohmann::json readJson(const QString &path)
+{
+    QFile f(path);
+    if (!f.open(QIODevice::ReadOnly)) return nlohmann::json();
+    return nlohmann::json::parse(f.readAll().toStdString(), nullptr, false);
+}
+
+inline const nlohmann::json *findParam(const nlohmann::json &snap, const std::string &name)
+{
+    for (const nlohmann::json &p : snap["params"])
+        if (p["name"] == name) return &p;
+    return nullptr;
+}
+
+inline const nlohmann::json *moduleOf(const nlohmann::json &snap, const std::string &path)
+{
+    for (const nlohmann::json &m : snap["modules"])
+        if (m["path"] == path) return &m;
+    return nullptr;
+}
+
+inline int moduleIdOf(const nlohmann::json &snap, const std::string &path)
+{
+    const nlohmann::json *m = moduleOf(snap, path);
+    return m ? (*m)["id"].get<int>() : -1;
+}
+
+// The violation rows of one kind.
+inline std::vector<nlohmann::json> violations(const nlohmann::json &snap, const std::string &kind)
+{
+    std::vector<nlohmann::json> out;
+    for (const nlohmann::json &v : snap["violations"])
+        if (v["kind"] == kind) out.push_back(v);
+    return out;
+}
+
+// The (reason, causing module or -1) of every fetch_end of the parameter called name.
+inline std::set<std::pair<int, std::int64_t>> fetchesOf(const nlohmann::json &snap,
+                                                         const std::string &name)
+{
+    std::set<std::pair<int, std::int64_t>> out;
+    const nlohmann::json *p = findParam(snap, name);
+    if (!p) return out;
+    for (const nlohmann::json &e : eventList(snap))
+        if (e["type"] == "fetch_end" && e["a"] == (*p)["id"])
+            out.emplace(e["flags"].get<int>(), e["b"].get<std::uint32_t>() == 0xffffffffu
+                                                   ? -1
+                                                   : e["b"].get<std::int64_t>());
+    return out;
+}
+
+inline int countEvents(const nlohmann::json &snap, const std::string &type)
+{
+    int n = 0;
+    for (const nlohmann::json &e : eventList(snap))
+        n += e["type"] == type;
+    return n;
+}
+
+} // namespace shardscope::test
