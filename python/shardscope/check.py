@@ -227,49 +227,38 @@ def _wait_or_stop(procs, grace):
 
 
 # ---------------------------------------------------------------------------- the report
-def load_snapshots(workdir, nproc):
-    docs = []
-    for rank in range(nproc):
-        try:
-            docs.append(json.load(open(os.path.join(workdir, f"rank{rank}.json"))))
-        except (OSError, ValueError):
-            docs.append(None)
-    return docs
+def merge(workdir, nproc):
+    """The job's snapshot, merged from the ranks' files by the one merge (wire::mergeJobSnapshots,
+    through the native module), and for each of its violation entries the ledger row it counts
+    into (state::ViolationLedger): (text, doc, rows), or (None, None, []) without a file."""
+    paths = [p for p in (os.path.join(workdir, f"rank{r}.json") for r in range(nproc))
+             if os.path.exists(p)]
+    if not paths:
+        return None, None, []
+    from . import _native
+    text, rows = _native.merge_job_snapshots(paths, "shardscope-check")
+    return text, json.loads(text), rows
 
 
-def merge(docs):
-    """One snapshot of the job: the first rank's, with every rank's violations."""
-    present = [d for d in docs if d is not None]
-    if not present:
-        return None
-    merged = json.loads(json.dumps(present[0]))
-    merged["violations"] = [v for d in present for v in d.get("violations", [])]
-    merged["engine"]["local_ranks"] = sorted(
-        {r for d in present for r in d["engine"].get("local_ranks", [])})
-    return merged
-
-
-def problems_of(doc):
-    """Distinct problems: one per (kind, accessor, parameter, owner, file, line), with the
-    ranks and steps that saw it."""
-    rows = {}
-    for v in doc.get("violations", []) if doc else []:
+def problems_of(doc, rows):
+    """Distinct problems: the ledger's rows (one per kind, accessor, parameter, owner and
+    source location), each with the ranks and steps of its entries."""
+    problems = {}
+    for v, row in zip(doc.get("violations", []) if doc else [], rows):
         loc = v.get("location") or {}
-        key = (v["kind"], v.get("accessor"), v.get("param"), v.get("owner"), loc.get("file"),
-               loc.get("line"))
-        row = rows.get(key)
-        if row is None:
-            row = rows[key] = {"kind": v["kind"], "accessor": v.get("accessor"),
-                               "param": v.get("param"), "owner": v.get("owner"),
-                               "location": loc, "building": v.get("building", ""),
-                               "fix": v.get("fix", ""), "message": v.get("message", ""),
-                               "action": v.get("action"), "ranks": set(), "first_step": None,
-                               "last_step": 0, "count": 0}
-        row["ranks"].add(v["rank"])
-        row["first_step"] = v["step"] if row["first_step"] is None else min(row["first_step"], v["step"])
-        row["last_step"] = max(row["last_step"], v.get("last_step", v["step"]))
-        row["count"] += v.get("count", 1)
-    return list(rows.values())
+        p = problems.get(row)
+        if p is None:
+            p = problems[row] = {"kind": v["kind"], "accessor": v.get("accessor"),
+                                 "param": v.get("param"), "owner": v.get("owner"),
+                                 "location": loc, "building": v.get("building", ""),
+                                 "fix": v.get("fix", ""), "message": v.get("message", ""),
+                                 "action": v.get("action"), "ranks": set(), "first_step": None,
+                                 "last_step": 0, "count": 0}
+        p["ranks"].add(v["rank"])
+        p["first_step"] = v["step"] if p["first_step"] is None else min(p["first_step"], v["step"])
+        p["last_step"] = max(p["last_step"], v.get("last_step", v["step"]))
+        p["count"] += v.get("count", 1)
+    return [problems[row] for row in sorted(problems)]
 
 
 def _bytes(p):
@@ -534,13 +523,12 @@ def main(argv=None):
     workdir = tempfile.mkdtemp(prefix="shardscope-check-")
     try:
         results, logs, timed_out, elapsed = run_ranks(args, workdir, backend)
-        docs = load_snapshots(workdir, args.nproc)
-        doc = merge(docs)
-        if doc is not None:
+        text, doc, rows = merge(workdir, args.nproc)
+        if text is not None:
             with open(args.snapshot, "w") as f:
-                json.dump(doc, f)
+                f.write(text)
         why = _why_not(results, logs, timed_out, args, elapsed)
-        problems = problems_of(doc)
+        problems = problems_of(doc, rows)
         failed = [r for r in results if r and r["error"] and not r["stopped"]]
         if why is not None and problems and failed and not timed_out:
             # The script failed after the agent recorded problems: they are why (an

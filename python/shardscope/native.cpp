@@ -22,7 +22,9 @@
 #include "agent/agentstate.h"
 #include "server/finishonsignal.h"
 #include "server/inspector.h"
+#include "state/violationledger.h"
 #include "wire/endpoint.h"
+#include "wire/jobmerge.h"
 #include "wire/messages.h"
 #include "wire/snapshot.h"
 #include "wire/token.h"
@@ -173,6 +175,29 @@ PYBIND11_MODULE(_native, module)
         },
         py::arg("endpoint"), py::arg("rank"),
         "The endpoint rank N listens on when every rank was given this one (wire/endpoint.h)");
+    module.def(
+        "merge_job_snapshots",
+        [](const std::vector<std::string> &paths, const std::string &job) {
+            // One snapshot of a job's processes (wire::mergeJobSnapshots, the one merge), and
+            // for each of its violation entries the ledger row it counts into
+            // (state::ViolationLedger, the one grouping rule): shardscope-check's report reads
+            // these rows instead of grouping entries again.
+            std::vector<wire::Snapshot> parts;
+            for (const std::string &path : paths) {
+                auto s = wire::readSnapshotFile(path);
+                if (!s) throw std::runtime_error(path + ": " + s.error());
+                parts.push_back(std::move(*s));
+            }
+            auto merged = wire::mergeJobSnapshots(parts, job);
+            if (!merged) throw std::runtime_error(merged.error());
+            state::ViolationLedger ledger;
+            std::vector<std::size_t> rows;
+            for (const state::ViolationRecord &v : merged->state.violations)
+                rows.push_back(ledger.add(v, state::Tally::Total).row);
+            return py::make_tuple(wire::encodeSnapshot(*merged), rows);
+        },
+        py::arg("paths"), py::arg("job"),
+        "(snapshot JSON of the job, ledger row of each of its violations) from rank snapshots");
     module.def("output_of_rank", &wire::outputOfRank, py::arg("path"), py::arg("rank"),
                py::arg("world_size"),
                "The snapshot file rank N writes when every rank was given this name "
