@@ -33,7 +33,8 @@ from . import _fsdpinternals as _fi
 # module-level helpers (the token, the guard's names, torch function modes), which import
 # nothing of DeepSpeed.
 from . import _runtime
-from .deepspeed import _GUARDS, _METADATA_ONLY, _backend_name, _leave_mode, _read_token
+from .deepspeed import (_GUARDS, _METADATA_ONLY, _backend_name, _leave_mode, _location,
+                        _read_token, _user_frame)
 
 __all__ = ["install", "attach", "finish", "inspect", "agent", "describe", "pause", "resume",
            "paused"]
@@ -185,6 +186,7 @@ class _Agent:
         self.causes = []  # (reason, module id) of the FSDP hooks running now
         self.scopes = []  # module ids of the units whose forward/backward is open
         self.inside = 0  # depth of FSDP's own code (its reads of the shards are not the user's)
+        self.reported = set()  # violations said and flushed (on_shard_read)
         self.in_root_forward = False
         self.in_step = False
         self.step = 0
@@ -606,13 +608,26 @@ class _Agent:
             accessor = self.mids[id(unit)] if unit is not None else None
             use = "grad" if param.requires_grad and torch.is_grad_enabled() else "read"
             action = "error" if self.guard == "error" else "recorded"
-            message, fix = self.native.unregistered_access(accessor, pid, action, use)
-            self.flush()  # torch's error follows: the diagnosis first
+            # Where in the user's code, as the DeepSpeed agent finds it (only here, on a read
+            # that is a violation, never per access).
+            frame = _user_frame(sys._getframe(1))
+            location = _location(frame) if frame is not None else None
+            message, fix = self.native.unregistered_access(accessor, pid, action, use,
+                                                           location=location)
+            # Said and flushed once per violation and place; a read the user repeats only
+            # counts from then on (the DeepSpeed agent's rule, issue #30 defect 7).
+            key = (accessor, pid, action, use, location[:2] if location else None)
+            first = key not in self.reported
+            if first:
+                self.reported.add(key)
+                self.flush()  # torch's error follows: the diagnosis first
         finally:
             self.inside -= 1
         if self.guard == "error":
             raise UnregisteredAccessError(f"shardscope: {message}", fix)
-        print(f"shardscope: rank {self.rank}: {message}\n  fix: {fix}", file=sys.stderr, flush=True)
+        if first:
+            print(f"shardscope: rank {self.rank}: {message}\n  fix: {fix}", file=sys.stderr,
+                  flush=True)
 
     # ------------------------------------------------------------------ FSDP's methods
     def _cause(self):

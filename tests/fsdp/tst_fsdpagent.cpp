@@ -361,6 +361,14 @@ class TestFsdpAgent : public QObject
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
         const Run r = run({"--late", "--read-outside", "grad", "--snapshot-out", snapshotArg("read")});
+        int storyLine = 0; // the example's line that reads the shard ("story: fails here")
+        {
+            QFile example(QStringLiteral(SHARDSCOPE_EXAMPLE));
+            QVERIFY(example.open(QIODevice::ReadOnly));
+            for (int n = 1; !example.atEnd() && !storyLine; ++n)
+                if (example.readLine().contains("# story: fails here")) storyLine = n;
+            QVERIFY(storyLine > 0);
+        }
         QVERIFY2(r.exitCode != 0, qPrintable(r.out));
         const QString error = "RuntimeError: aten.mm.default got mixed torch.Tensor and DTensor";
         QVERIFY2(r.err.contains(error), qPrintable(r.err.right(3000)));
@@ -391,6 +399,11 @@ class TestFsdpAgent : public QObject
                      std::string("# move the read of model.blocks[1].fc1.weight into "
                                  "model.blocks[1].forward (FSDP unshards it there and "
                                  "reduce-scatters its gradient)"));
+            // Where in the script: the training loop's line that reads it.
+            const json &at = reads[0]["location"];
+            QVERIFY2(at.is_object() && at["file"] == QStringLiteral(SHARDSCOPE_EXAMPLE).toStdString() &&
+                         at["line"] == storyLine && at["function"] == "main",
+                     reads[0].dump().c_str());
         }
     }
 
