@@ -89,6 +89,16 @@ def check_options(api, rank, world_size, listen=None, snapshot_out=None, history
     return Options(listen is not False, endpoint, out, history, job or "")
 
 
+def installed_again(agent, api, when):
+    """install() called a second time in one process. Under shardscope-check, which installed
+    the agent before the script, the script's own call is that agent (its options are the
+    check's); otherwise it is an error that says so."""
+    if os.environ.get("SHARDSCOPE_CHECK"):
+        return agent
+    raise ShardScopeError(f"{api} was already called in this process (rank {agent.rank}); call "
+                          f"it once per process, {when}")
+
+
 def _rank_rule(listen):
     if listen.startswith("unix:"):
         return f"{listen}.rank<N> (rank 0 on {listen})"

@@ -67,14 +67,9 @@ def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name
         MASTER_ADDR:MASTER_PORT).
     """
     global _agent
-    if _agent is not None and os.environ.get("SHARDSCOPE_CHECK"):
-        # shardscope-check installed the agent before the script: the script's own call is
-        # the same agent (its options are the check's).
-        return _agent
     if _agent is not None:
-        raise ShardScopeError(
-            "shardscope.deepspeed.install() was already called in this process (rank "
-            f"{_agent.rank}); call it once per process, before the model is built")
+        return _runtime.installed_again(_agent, "shardscope.deepspeed.install()",
+                                        "before the model is built")
     if guard not in _GUARDS:
         raise ShardScopeError(f"guard={guard!r}: use one of {', '.join(map(repr, _GUARDS))}")
     rank, world_size = _runtime.rank_and_world()

@@ -116,6 +116,34 @@ class TestCheck : public QObject
     // The seed model of story 1: lm_head reads embed.weight (DeepSpeed registers it silently).
     // Broken: exit 1, the problem with Head.forward's line and the fix line; the report's
     // SARIF and JUnit valid against their schemas. Fixed (--externals manual): exit 0.
+    // The FSDP2 stories (python/examples/fsdp_stories.py), detected as FSDP2 and checked with
+    // shardscope.fsdp: the training loop's read of a sharded weight (torch then fails: the
+    // problem first, with its line), late LoRA parameters, and the fixed model clean.
+    void fsdpStoriesBrokenThenFixed()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const QString d = m_dir.path();
+        const QString ex = QStringLiteral(SHARDSCOPE_FSDP_EXAMPLE);
+        const Run read = run({"--snapshot", d + "/fsdp-read.json", ex, "--read-outside", "grad"}, d);
+        QVERIFY2(read.exitCode == 1, qPrintable(describe(read)));
+        QVERIFY2(read.out.contains("unregistered_access: blocks.1.fc1.weight read outside any "
+                                   "module (ranks 0,1, step 1)"),
+                 qPrintable(describe(read)));
+        const int line = lineOf(ex, "# story: fails here");
+        QVERIFY(line > 0);
+        QVERIFY2(read.out.contains(QStringLiteral("fsdp_stories.py:%1 in main").arg(line)),
+                 qPrintable(describe(read)));
+        QVERIFY2(read.out.contains("got mixed torch.Tensor and DTensor"), qPrintable(describe(read)));
+        const Run late = run({"--snapshot", d + "/fsdp-late.json", ex, "--late"}, d);
+        QVERIFY2(late.exitCode == 1, qPrintable(describe(late)));
+        QVERIFY2(late.out.contains("late_parameter: head.lora.a.weight") &&
+                     late.out.contains("late_parameter: head.lora.b.weight"),
+                 qPrintable(describe(late)));
+        const Run fixed = run({"--snapshot", d + "/fsdp-fixed.json", ex, "--late", "--fixed"}, d);
+        QVERIFY2(fixed.exitCode == 0, qPrintable(describe(fixed)));
+        QVERIFY2(fixed.out.contains("no problems found"), qPrintable(describe(fixed)));
+    }
+
     void seedModelBrokenThenFixed()
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
