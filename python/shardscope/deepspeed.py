@@ -33,6 +33,7 @@ import re
 import sys
 
 from . import ShardScopeError, UnregisteredAccessError
+from . import _allocator
 from . import _dsinternals as _ds
 from . import _runtime
 
@@ -805,6 +806,8 @@ class _Agent:
                 f"ZeRO-3 (set \"zero_optimization\": {{\"stage\": 3}} in the DeepSpeed config)")
         self.engine = engine
         self.hot.set_engine(engine)
+        sample = _allocator.sampler(self.native, _allocator.device_of(module.parameters()))
+        self.hot.after_step = sample if sample is not None else None
         zc = engine.zero_optimization() if hasattr(engine, "zero_optimization") else None
         cfg = getattr(engine, "_config", None)
         z = getattr(cfg, "zero_config", None)

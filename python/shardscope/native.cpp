@@ -411,16 +411,16 @@ PYBIND11_MODULE(_native, module)
         .def("step_end", [](Agent &a, double loss) { a.state().stepEnd(loss); })
         .def(
             "reduce_scatter_begin",
-            [](Agent &a, std::uint32_t module, std::optional<std::uint32_t> param,
+            [](Agent &a, std::uint32_t unit, std::optional<std::uint32_t> param,
                std::uint64_t bytes, std::uint32_t params) {
-                a.state().reduceScatterBegin(module, param.value_or(kNoParam), bytes, params);
+                a.state().reduceScatterBegin(unit, param.value_or(kNoParam), bytes, params);
             },
             py::arg("module"), py::arg("param"), py::arg("bytes"), py::arg("params"))
         .def(
             "reduce_scatter_end",
-            [](Agent &a, std::uint32_t module, std::optional<std::uint32_t> param,
+            [](Agent &a, std::uint32_t unit, std::optional<std::uint32_t> param,
                std::uint64_t bytes, std::uint32_t params) {
-                a.state().reduceScatterEnd(module, param.value_or(kNoParam), bytes, params);
+                a.state().reduceScatterEnd(unit, param.value_or(kNoParam), bytes, params);
             },
             py::arg("module"), py::arg("param"), py::arg("bytes"), py::arg("params"))
         .def(
