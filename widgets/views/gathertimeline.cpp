@@ -469,6 +469,14 @@ QPointF GatherTimeline::positionOf(int rank, double tSeconds, int row) const
     return QPointF(plot()->xAxis->coordToPixel(tSeconds), (r.top + r.bottom) / 2);
 }
 
+QPointF GatherTimeline::reduceScatterPositionOf(int rank, double tSeconds) const
+{
+    const double yc = plot()->yAxis->coordToPixel(rank);
+    const double laneH = std::abs(plot()->yAxis->coordToPixel(1) - plot()->yAxis->coordToPixel(0));
+    return QPointF(plot()->xAxis->coordToPixel(tSeconds),
+                   yc + (kReduceBand.top + kReduceBand.bottom) / 2 * laneH);
+}
+
 std::optional<GatherTimeline::LanePoint> GatherTimeline::lanePointAt(QPointF pos) const
 {
     if (!plot()->axisRect()->rect().contains(pos.toPoint())) return std::nullopt;

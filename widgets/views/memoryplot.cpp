@@ -423,6 +423,7 @@ void MemoryPlot::clear()
             v.clear();
     }
     m_hasAllocator = false;
+    applyView();
     std::fill(m_live.begin(), m_live.end(), -1);
     for (auto &current : m_current)
         std::fill(current.begin(), current.end(), std::nan(""));
