@@ -416,6 +416,7 @@ class _Agent:
             return
         self.closed = True
         atexit.unregister(self.close)
+        self._poll_reduces(wait=True)  # the last step's, before the snapshot
         self.suspects.close()
         self.flush_active()
         try:
@@ -831,8 +832,8 @@ class _Agent:
         return r
 
     def _poll_reduces(self, wait=False):
-        """reduce_scatter_end for the CUDA reduce-scatters seen complete (wait: all, at a step's
-        end)."""
+        """reduce_scatter_end for the CUDA reduce-scatters seen complete (wait: all, at
+        close())."""
         while self.reduces:
             event, module, pid, nbytes, n = self.reduces[0]
             if not wait and not event.query():
@@ -843,9 +844,9 @@ class _Agent:
             self.native.reduce_scatter_end(module, pid, nbytes, n)
 
     def _after_step(self):
-        """After a step's end on a CUDA model (HotPath.after_step): the reduce-scatters still
-        open end, then the allocator's figures."""
-        self._poll_reduces(wait=True)
+        """After a step's end on a CUDA model (HotPath.after_step): the reduce-scatters seen
+        complete end (not waited for: the CPU may run ahead), then the allocator's figures."""
+        self._poll_reduces()
         if self.allocator is not None:
             self.allocator()
 

@@ -222,7 +222,7 @@ class _Agent:
             if a is not None:
                 a.inside = max(0, a.inside - 1)
                 a.optimizer_steps += 1
-                a._poll_reduces(wait=True)
+                a._poll_reduces()  # not waited for: the CPU may run ahead of the GPU
                 a.end_step()
                 if a.allocator is not None:
                     a.allocator()
@@ -251,6 +251,7 @@ class _Agent:
         import atexit
 
         atexit.unregister(self.close)
+        self._poll_reduces(wait=True)  # the last step's, before the snapshot
         self._leave_mode()
         try:
             for h in self.handles:
@@ -762,7 +763,8 @@ class _Agent:
         """A group's gradient reduce-scatter: reduce_scatter_begin when FSDP issues it, with
         what it moves (every gradient's dim 0 padded to the shard world, in the reduce dtype),
         reduce_scatter_end once it has completed: on return on the CPU, else when its CUDA
-        event is next seen complete (_poll_reduces)."""
+        event is next seen complete (_poll_reduces: the next group's post-backward, the end of
+        backward, the optimizer step; close() waits for the last ones)."""
         rec = self.reducing
         if rec is None or self.closed or not unsharded_grads:
             return fn(fsdp_params, unsharded_grads, group, *args, **kwargs)
@@ -790,7 +792,7 @@ class _Agent:
 
     def _poll_reduces(self, wait=False):
         """reduce_scatter_end for the CUDA reduce-scatters seen complete (wait: all of them,
-        waiting for those still running: a step's end)."""
+        waiting for those still running: close())."""
         while self.reduces:
             event, unit, nbytes, n = self.reduces[0]
             if not wait and not event.query():
