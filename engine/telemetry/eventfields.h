@@ -92,7 +92,9 @@ struct MemoryFields
 // rank keeps its shard's sum). module: the module whose gradients they are (an FSDP unit, the
 // owner of the parameter); param: the parameter, or kNoParam when a whole group is reduced at
 // once (FSDP2, a DeepSpeed bucket); bytes: the padded full gradient size in the dtype it is
-// reduced in, what the reduce-scatter moves; params: how many parameters it reduces.
+// reduced in, what the reduce-scatter moves; params: how many parameters it reduces. On the
+// wire u1 is 0 for one named parameter (the engine's case), so that record stays compact in
+// a lane (sessioncore::EventLane keeps u1 == 0 inline); read gives 1 back.
 struct ReduceScatterFields
 {
     ModuleId module = kNoModule;
@@ -280,17 +282,26 @@ constexpr ParamId readGatheredWriteError(const Event &ev)
     return ev.a;
 }
 
+namespace detail {
+constexpr std::uint64_t reducedParams(const ReduceScatterFields &f)
+{
+    return f.param != kNoParam && f.params == 1 ? 0 : f.params;
+}
+} // namespace detail
 constexpr Event makeReduceScatterBegin(ReduceScatterFields f)
 {
-    return detail::record(EventType::ReduceScatterBegin, 0, f.module, f.param, f.bytes, f.params);
+    return detail::record(EventType::ReduceScatterBegin, 0, f.module, f.param, f.bytes,
+                          detail::reducedParams(f));
 }
 constexpr Event makeReduceScatterEnd(ReduceScatterFields f)
 {
-    return detail::record(EventType::ReduceScatterEnd, 0, f.module, f.param, f.bytes, f.params);
+    return detail::record(EventType::ReduceScatterEnd, 0, f.module, f.param, f.bytes,
+                          detail::reducedParams(f));
 }
 constexpr ReduceScatterFields readReduceScatter(const Event &ev)
 {
-    return ReduceScatterFields{ev.a, ev.b, ev.u0, static_cast<std::uint32_t>(ev.u1)};
+    const auto params = static_cast<std::uint32_t>(ev.u1);
+    return ReduceScatterFields{ev.a, ev.b, ev.u0, ev.b != kNoParam && params == 0 ? 1u : params};
 }
 
 constexpr Event makeAllocatorSample(AllocatorFields f)
@@ -337,7 +348,10 @@ static_assert(raw(makeMemorySample({10, 20, 30, 0x100000002ull}), EventType::Mem
 static_assert(raw(makeDroppedEvents(5), EventType::DroppedEvents, 0, 0, 0, 5));
 static_assert(raw(makeGatheredWriteError(3), EventType::GatheredWriteError, 0, 3, 0));
 static_assert(raw(makeReduceScatterBegin({4, 3, 4096, 1}), EventType::ReduceScatterBegin, 0, 4, 3,
-                  4096, 1));
+                  4096, 0));
+static_assert(raw(makeReduceScatterBegin({4, 3, 4096, 2}), EventType::ReduceScatterBegin, 0, 4, 3,
+                  4096, 2));
+static_assert(readReduceScatter(makeReduceScatterBegin({4, 3, 4096, 1})).params == 1);
 static_assert(raw(makeReduceScatterEnd({4, kNoParam, 8192, 6}), EventType::ReduceScatterEnd, 0, 4,
                   kNoParam, 8192, 6));
 static_assert(raw(makeAllocatorSample({10, 20, 30}), EventType::AllocatorSample, 0, 0, 0, 10, 20,
