@@ -21,7 +21,8 @@ _dir = os.environ.get("SHARDSCOPE_CHECK_DIR", ".")
 _rank = int(os.environ.get("RANK", "0"))
 _steps = int(os.environ.get("SHARDSCOPE_CHECK_STEPS", "3"))
 _result = {"rank": _rank, "steps": 0, "model_built": False, "stopped": False, "exit": None,
-           "error": None, "module_order": [], "stage": "starting", "times": []}
+           "error": None, "module_order": [], "stage": "starting", "times": [],
+           "late_sites": {}}
 _t0 = time.monotonic()
 
 
@@ -114,6 +115,7 @@ def _patch_deepspeed():
 # while shardscope.fsdp cannot be imported.
 _AGENTS = {"deepspeed": "shardscope.deepspeed", "fsdp": "shardscope.fsdp"}
 _backend = "deepspeed"
+_installed = [None]  # the agent installed (the script's own finish() may have ended it)
 
 
 def _agent_module():
@@ -147,13 +149,13 @@ def _install_agent(backend):
         _stage("importing torch.distributed.fsdp")
         agent = _agent_module()
         _count_optimizer_steps()
-        agent.install(listen=False, snapshot_out=snapshot)
+        _installed[0] = agent.install(listen=False, snapshot_out=snapshot)
         return
     _stage("importing deepspeed")
     import deepspeed  # noqa: F401
 
     _patch_deepspeed()
-    _agent_module().install(listen=False, snapshot_out=snapshot, guard="warn")
+    _installed[0] = _agent_module().install(listen=False, snapshot_out=snapshot, guard="warn")
 
 
 def main():
@@ -195,6 +197,15 @@ def main():
         _result["error"] = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-12:])
         code = 1
     finally:
+        try:
+            # Where each late parameter was registered (the agent's registration hook), for the
+            # report's list of them: late parameters DeepSpeed adopted are no violation, so
+            # their site is in no ledger row.
+            agent = _installed[0] or _agent_module().agent()
+            _result["late_sites"] = {name: [site[0], site[1], site[2]] for name, site in
+                                     getattr(agent, "late_sites", {}).items()}
+        except Exception:  # no agent: nothing to list
+            pass
         try:
             _agent_module().finish()
         except Exception as e:  # the report says the snapshot is missing

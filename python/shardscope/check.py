@@ -354,9 +354,17 @@ def report_text(problems, doc, prediction, results, args, elapsed):
     if doc:
         late = [q for q in doc.get("params", []) if q.get("late")]
         if late:
-            out.append(f"\nlate parameters ({len(late)}): " + ", ".join(
-                q["name"] + (f" (replaces {q['replaces']})" if q.get("replaces") else "")
-                for q in late[:8]) + (" ..." if len(late) > 8 else ""))
+            # Each with the user's line that registered it (the agents' registration hook).
+            sites = {}
+            for r in results:
+                for name, (f, line, function) in ((r or {}).get("late_sites") or {}).items():
+                    sites.setdefault(name, {"file": f, "line": line, "function": function})
+            out.append(f"\nlate parameters ({len(late)}):")
+            for q in late[:8]:
+                out.append("   " + q["name"] + (f" (replaces {q['replaces']})" if q.get("replaces") else "")
+                           + (f" at {_where(sites[q['name']])}" if q["name"] in sites else ""))
+            if len(late) > 8:
+                out.append(f"   ... and {len(late) - 8} more")
         persistent = [q for q in doc.get("params", []) if q.get("persistent")]
         if persistent:
             cost = sum(_bytes(q) for q in persistent)
