@@ -325,6 +325,14 @@ def _where(loc):
     return f"{f}:{loc.get('line', 0)}" + (f" in {loc['function']}" if loc.get("function") else "")
 
 
+def _who(p):
+    """The module a problem is about: the reader of an unregistered access, else where it is."""
+    if p["kind"] != "unregistered_access":
+        return f"in {p['accessor'] or '<root>'}" if p["accessor"] is not None else ""
+    return (f"read by {p['accessor'] or '<root>'}" if p["accessor"] is not None
+            else "read outside any module")
+
+
 def report_text(problems, doc, prediction, results, args, elapsed):
     out = []
     steps = max((r or {}).get("steps", 0) for r in results) if results else 0
@@ -338,11 +346,7 @@ def report_text(problems, doc, prediction, results, args, elapsed):
                  else f"steps {p['first_step']}-{p['last_step']}")
         if p["first_step"] == 0:
             steps = "while the model was built"
-        who = (f"read by {p['accessor'] or '<root>'}" if p["accessor"] is not None
-               else "read outside any module")
-        if p["kind"] != "unregistered_access":
-            who = f"in {p['accessor'] or '<root>'}" if p["accessor"] is not None else ""
-        out.append(f"\n{i}. {p['kind']}: {p['param'] or ''} {who} (ranks {ranks}, {steps})")
+        out.append(f"\n{i}. {p['kind']}: {p['param'] or ''} {_who(p)} (ranks {ranks}, {steps})")
         out.append(f"   at {_where(p['location'])}")
         for frame in (p["location"] or {}).get("chain", [])[:2]:
             out.append(f"      from {frame}")
@@ -450,7 +454,7 @@ def write_junit(path, problems, elapsed):
     q = xml.quoteattr
     cases = []
     for p in problems:
-        name = f"{p['kind']} {p['param']} by {p['accessor'] or 'outside any module'} at {_where(p['location'])}"
+        name = f"{p['kind']} {p['param']} {_who(p)} at {_where(p['location'])}"
         body = p["message"] + ("\nfix: " + p["fix"] if p["fix"] else "")
         cases.append(f'  <testcase classname="shardscope-check" name={q(name)} time="0">\n'
                      f'   <failure message={q(p["message"])} type={q(p["kind"])}>'

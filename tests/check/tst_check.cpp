@@ -9,6 +9,8 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "snapshotquery.h"
@@ -134,11 +136,52 @@ class TestCheck : public QObject
         QVERIFY2(read.out.contains(QStringLiteral("fsdp_stories.py:%1 in main").arg(line)),
                  qPrintable(describe(read)));
         QVERIFY2(read.out.contains("got mixed torch.Tensor and DTensor"), qPrintable(describe(read)));
-        const Run late = run({"--snapshot", d + "/fsdp-late.json", ex, "--late"}, d);
+        const Run late = run({"--snapshot", d + "/fsdp-late.json", "--sarif", d + "/fsdp-late.sarif",
+                              "--junit", d + "/fsdp-late.xml", ex, "--late"},
+                             d);
         QVERIFY2(late.exitCode == 1, qPrintable(describe(late)));
         QVERIFY2(late.out.contains("late_parameter: head.lora.a.weight") &&
                      late.out.contains("late_parameter: head.lora.b.weight"),
                  qPrintable(describe(late)));
+        // Each late parameter at the script's line that registered it (LoRA's constructor),
+        // from the line that added the adapter after fully_shard: in the report, the
+        // snapshot's record (one row per location), SARIF and JUnit.
+        const int aLine = lineOf(ex, "self.a = nn.Linear(hidden, rank, bias=False)");
+        const int bLine = lineOf(ex, "self.b = nn.Linear(rank, vocab, bias=False)");
+        const int addedLine = lineOf(ex, "head.lora = LoRA(hidden, vocab)");
+        QVERIFY(aLine > 0 && bLine > 0 && addedLine > 0);
+        for (const int l : {aLine, bLine})
+            QVERIFY2(late.out.contains(QStringLiteral("fsdp_stories.py:%1 in LoRA.__init__").arg(l)),
+                     qPrintable(describe(late)));
+        QVERIFY2(late.out.contains(QStringLiteral("fsdp_stories.py:%1 in with_lora").arg(addedLine)),
+                 qPrintable(describe(late)));
+        int located = 0;
+        const json lateSnap = readJson(d + "/fsdp-late.json");
+        for (const json &v : lateSnap["violations"])
+            if (v["kind"] == "late_parameter" && v["location"]["function"] == "LoRA.__init__" &&
+                v["location"]["line"] == (v["param"] == "head.lora.a.weight" ? aLine : bLine))
+                ++located;
+        QCOMPARE(located, 4); // two parameters on two ranks
+        const json lateSarif = readJson(d + "/fsdp-late.sarif");
+        QCOMPARE(lateSarif["runs"][0]["results"].size(), std::size_t(2));
+        std::set<int> sarifLines;
+        for (const json &r : lateSarif["runs"][0]["results"]) {
+            QCOMPARE(r["ruleId"].get<std::string>(), std::string("late_parameter"));
+            sarifLines.insert(r["locations"][0]["physicalLocation"]["region"]["startLine"].get<int>());
+        }
+        QVERIFY(sarifLines == (std::set<int>{aLine, bLine}));
+        QFile junit(d + "/fsdp-late.xml");
+        QVERIFY(junit.open(QIODevice::ReadOnly));
+        const QString junitText = QString::fromUtf8(junit.readAll());
+        QVERIFY2(junitText.contains(QStringLiteral("late_parameter head.lora.a.weight in &lt;root&gt; at "))
+                     && junitText.contains(QStringLiteral("fsdp_stories.py:%1 in LoRA.__init__").arg(aLine)),
+                 qPrintable(junitText));
+        QProcess validate;
+        validate.setProcessEnvironment(environment());
+        validate.start(python(), {QStringLiteral(SHARDSCOPE_CHECK_TESTS "/validate_reports.py"), "--sarif",
+                                  d + "/fsdp-late.sarif", "--junit", d + "/fsdp-late.xml"});
+        QVERIFY(validate.waitForFinished(120000));
+        QVERIFY2(validate.exitCode() == 0, validate.readAll().constData());
         const Run fixed = run({"--snapshot", d + "/fsdp-fixed.json", ex, "--late", "--fixed"}, d);
         QVERIFY2(fixed.exitCode == 0, qPrintable(describe(fixed)));
         QVERIFY2(fixed.out.contains("no problems found"), qPrintable(describe(fixed)));
@@ -189,6 +232,17 @@ class TestCheck : public QObject
         QVERIFY2(fixed.exitCode == 0, qPrintable(describe(fixed)));
         QVERIFY2(fixed.out.contains("no problems found"), qPrintable(describe(fixed)));
         QVERIFY2(fixed.out.contains("late parameters (2)"), qPrintable(describe(fixed)));
+        // weight_norm's weight_g/weight_v (adopted by deepspeed.initialize: listed, no problem)
+        // at the script's line that applied weight_norm.
+        const int wnLine =
+            lineOf(ex, "with deepspeed.zero.GatheredParameters(self.conv.weight, modifier_rank=0):") + 1;
+        QVERIFY(wnLine > 1);
+        for (const char *p : {"weight_g", "weight_v"})
+            QVERIFY2(fixed.out.contains(QStringLiteral("pos_conv.conv.%1 (replaces pos_conv.conv.weight) at "
+                                                       "%2:%3 in PositionalConv.__init__")
+                                            .arg(QString::fromLatin1(p), ex)
+                                            .arg(wnLine)),
+                     qPrintable(describe(fixed)));
         QVERIFY(readJson(d + "/fixed.json")["violations"].empty());
 
         // Real validators, against the vendored schemas.
