@@ -22,7 +22,7 @@ _rank = int(os.environ.get("RANK", "0"))
 _steps = int(os.environ.get("SHARDSCOPE_CHECK_STEPS", "3"))
 _result = {"rank": _rank, "steps": 0, "model_built": False, "stopped": False, "exit": None,
            "error": None, "module_order": [], "stage": "starting", "times": [],
-           "late_sites": {}}
+           "late_sites": {}, "batch": None}
 _t0 = time.monotonic()
 
 
@@ -75,16 +75,129 @@ def _record_order(engine):
     return torch.nn.modules.module.register_module_forward_pre_hook(pre)
 
 
+# --------------------------------------------------------------------- --micro-batch N
+_micro = int(os.environ.get("SHARDSCOPE_CHECK_MICRO_BATCH", "0") or 0)  # 0: the script's own
+_world = int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _with_micro_batch(config, micro, accumulation=None):
+    """The user's DeepSpeed config (a dict, or a JSON file's path) with `micro` samples per
+    rank: train_micro_batch_size_per_gpu = micro and, where the config names it (or its
+    gradient accumulation), train_batch_size = micro x accumulation x this run's ranks, so
+    DeepSpeed's consistency check holds at this world. accumulation: the Trainer's, when the
+    config leaves it 'auto'. A new dict; the user's is not changed."""
+    if isinstance(config, (str, os.PathLike)):
+        with open(config) as f:
+            config = json.load(f)
+    config = dict(config)
+    config["train_micro_batch_size_per_gpu"] = micro
+    gas = config.get("gradient_accumulation_steps")
+    gas = gas if isinstance(gas, int) else accumulation
+    if isinstance(config.get("train_batch_size"), int) or (
+            "train_batch_size" not in config and isinstance(config.get("gradient_accumulation_steps"), int)):
+        config["train_batch_size"] = micro * (gas or 1) * _world
+    return config
+
+
+def _patch_initialize():
+    """--micro-batch: deepspeed.initialize gets the config with N per rank (config=,
+    config_params=, or args.deepspeed_config's file), also when Accelerate calls it."""
+    import inspect
+
+    import deepspeed
+
+    original = deepspeed.initialize
+    signature = inspect.signature(original)
+
+    def initialize(*args, **kwargs):
+        bound = signature.bind_partial(*args, **kwargs)
+        a = bound.arguments
+        for key in ("config", "config_params"):
+            if a.get(key) is not None:
+                a[key] = _with_micro_batch(a[key], _micro)
+                break
+        else:
+            ns = a.get("args")
+            path = getattr(ns, "deepspeed_config", None)
+            if path:
+                rewritten = os.path.join(_dir, f"ds_config.{_rank}.json")
+                with open(rewritten, "w") as f:
+                    json.dump(_with_micro_batch(path, _micro), f)
+                ns.deepspeed_config = rewritten
+        return original(*bound.args, **bound.kwargs)
+
+    initialize.__wrapped__ = original
+    deepspeed.initialize = initialize
+
+
+class _TrainingArgumentsPatch:
+    """--micro-batch on a Hugging Face Trainer run: when transformers.training_args is imported,
+    TrainingArguments.__post_init__ first sets per_device_train_batch_size = N (the Trainer's
+    data loader) and the `deepspeed` config's values to match (HfDeepSpeedConfig's 'auto'
+    values are filled from them). Transformers itself is not imported for it."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "transformers.training_args":
+            return None
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        exec_module = spec.loader.exec_module
+
+        def patched(module):
+            exec_module(module)
+            cls = module.TrainingArguments
+            post_init = cls.__post_init__
+
+            def __post_init__(self):
+                self.per_device_train_batch_size = _micro
+                if self.deepspeed is not None:
+                    self.deepspeed = _with_micro_batch(self.deepspeed, _micro,
+                                                       self.gradient_accumulation_steps)
+                post_init(self)
+
+            cls.__post_init__ = __post_init__
+
+        spec.loader.exec_module = patched
+        return spec
+
+
+def _batch_of(engine, args, kwargs):
+    """The batch the run used: DeepSpeed's figures, and the rows of the first forward's
+    first tensor input (what the script fed, whatever the config says)."""
+    import torch
+
+    batch = {}
+    for key, name in (("micro", "train_micro_batch_size_per_gpu"),
+                      ("accumulation", "gradient_accumulation_steps"),
+                      ("global", "train_batch_size")):
+        try:
+            batch[key] = int(getattr(engine, name)())
+        except Exception:
+            pass
+    for value in list(args) + list(kwargs.values()):
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            batch["input_rows"] = int(value.shape[0])
+            break
+    batch["requested"] = _micro
+    return batch
+
+
 def _patch_deepspeed():
     from deepspeed.runtime.engine import DeepSpeedEngine
 
     original_step = DeepSpeedEngine.step
     original_forward = DeepSpeedEngine.forward
     hook = [None]
+    if _micro:
+        _patch_initialize()
 
     def forward(self, *args, **kwargs):
         if not _result["model_built"]:
             _result["model_built"] = True
+            _result["batch"] = _batch_of(self, args, kwargs)
             _stage("step 1")
             if _rank == 0:
                 hook[0] = _record_order(self)
@@ -153,6 +266,9 @@ def _install_agent(backend):
         return
     _stage("importing deepspeed")
     import deepspeed  # noqa: F401
+
+    if _micro:
+        sys.meta_path.insert(0, _TrainingArgumentsPatch())
 
     _patch_deepspeed()
     _installed[0] = _agent_module().install(listen=False, snapshot_out=snapshot, guard="warn")

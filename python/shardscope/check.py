@@ -44,6 +44,10 @@ def _parser():
                    help="give up after S seconds (exit 2), default 300")
     p.add_argument("--target-world", type=int, default=64, metavar="N",
                    help="world size of the real run, for the memory prediction, default 64")
+    p.add_argument("--micro-batch", type=int, default=0, metavar="N",
+                   help="DeepSpeed: N samples per rank (the config's train_micro_batch_size_per_gpu, "
+                        "train_batch_size to match; a Trainer's per_device_train_batch_size); "
+                        "default: the script's own")
     p.add_argument("--snapshot", default="shardscope-check.json", metavar="FILE",
                    help="the snapshot written (open it with `shardscope FILE`)")
     p.add_argument("--sarif", metavar="FILE", help="also write the problems as SARIF 2.1.0")
@@ -139,6 +143,7 @@ def run_ranks(args, workdir, backend):
         "TORCHELASTIC_RUN_ID": f"shardscope-check-{os.getpid()}", "CUDA_VISIBLE_DEVICES": "",
         "SHARDSCOPE_CHECK": "1", "SHARDSCOPE_CHECK_DIR": workdir,
         "SHARDSCOPE_CHECK_STEPS": str(args.steps), "SHARDSCOPE_CHECK_BACKEND": backend,
+        "SHARDSCOPE_CHECK_MICRO_BATCH": str(args.micro_batch or 0),
         "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"), "PYTHONUNBUFFERED": "1",
         "TOKENIZERS_PARALLELISM": "false",
     })
@@ -381,6 +386,9 @@ def report_text(problems, doc, prediction, results, args, elapsed):
                    f"`{prediction['at_module'] or '<root>'}`), persistent "
                    f"{_size(prediction['persistent_bytes'])}, shards "
                    f"{_size(prediction['shard_bytes'])}; total {_size(prediction['total_bytes'])}")
+    batch = _batch_line(results, args)
+    if batch:
+        out.append("\n" + batch)
     timing = _timing(results, elapsed)
     if timing:
         out.append("\n" + timing)
@@ -388,6 +396,26 @@ def report_text(problems, doc, prediction, results, args, elapsed):
                        f"{len(problems)} problem{'s' if len(problems) != 1 else ''} found")
                + f"; snapshot: {args.snapshot} (open with `shardscope {args.snapshot}`)")
     return "\n".join(out)
+
+
+def _batch_line(results, args):
+    """The batch the ranks ran (DeepSpeed's figures at the first step, rank 0), and, when the
+    script's first forward got another number of rows than DeepSpeed's micro batch, that the
+    script makes its own batches (--micro-batch cannot change them)."""
+    b = next((r["batch"] for r in results if r and r.get("batch")), None)
+    if not b or "micro" not in b:
+        return ""
+    rows = b.get("input_rows")
+    line = (f"batch: {b['micro']} per rank" + (" (--micro-batch" if b.get("requested") else
+                                                " (the script's config")
+            + (f"; the first forward's input: {rows} rows)" if rows is not None else ")")
+            + f", gradient accumulation {b.get('accumulation', '?')}, train_batch_size "
+              f"{b.get('global', '?')} at {args.nproc} ranks")
+    if rows is not None and rows != b["micro"]:
+        line += ("; the script makes its own batches"
+                 + (", which --micro-batch does not change (pass the script's own batch-size "
+                    "argument)" if b.get("requested") else ""))
+    return line
 
 
 def _timing(results, elapsed):
@@ -520,13 +548,22 @@ def main(argv=None):
     except SystemExit as e:
         return COULD_NOT_RUN if e.code else 0
     try:
-        if args.nproc < 1 or args.steps < 1 or args.target_world < 1 or args.timeout <= 0:
-            raise CouldNotRun("--nproc, --steps and --target-world need a positive integer, "
-                              "--timeout a positive number of seconds")
+        if args.nproc < 1 or args.steps < 1 or args.target_world < 1 or args.timeout <= 0 \
+                or args.micro_batch < 0:
+            raise CouldNotRun("--nproc, --steps, --target-world and --micro-batch need a positive "
+                              "integer, --timeout a positive number of seconds")
         if not os.path.isfile(args.script):
             raise CouldNotRun(f"no script {args.script!r} (shardscope-check [options] script.py [args])")
         backend = detect_backend(args.script) if args.backend == "auto" else args.backend
         args.resolved_backend = backend
+        if args.micro_batch and backend == "fsdp":
+            # An FSDP2 script makes its own batches: no config says how many samples a rank
+            # takes, so the option could only be ignored, and a run that looks smaller is not.
+            raise CouldNotRun(
+                f"--micro-batch changes a DeepSpeed config, and {args.script} uses FSDP2, whose "
+                f"batch the script makes itself: pass the script's own batch-size argument after "
+                f"its path instead (shardscope-check {args.script} --batch-size "
+                f"{args.micro_batch}, if it has one)")
         _check_backend_available(backend)
     except CouldNotRun as e:
         print(f"shardscope-check: could not run: {e}", file=sys.stderr)

@@ -225,11 +225,18 @@ class TestCheck : public QObject
                      .get<int>(),
                  line);
 
+        // --micro-batch 1: DeepSpeed's config says 1 per rank, and the report says the script
+        // feeds its own batches of 4 (deepspeed_stories.py makes them), which it cannot change.
         const Run fixed = run({"--snapshot", d + "/fixed.json", "--sarif", d + "/fixed.sarif",
-                               "--junit", d + "/fixed.xml", ex, "--externals", "manual",
-                               "--weight-norm", "workaround"},
+                               "--junit", d + "/fixed.xml", "--micro-batch", "1", ex, "--externals",
+                               "manual", "--weight-norm", "workaround"},
                               d);
         QVERIFY2(fixed.exitCode == 0, qPrintable(describe(fixed)));
+        QVERIFY2(fixed.out.contains("batch: 1 per rank (--micro-batch; the first forward's input: 4 "
+                                    "rows), gradient accumulation 1, train_batch_size 2 at 2 ranks; "
+                                    "the script makes its own batches, which --micro-batch does not "
+                                    "change"),
+                 qPrintable(describe(fixed)));
         QVERIFY2(fixed.out.contains("no problems found"), qPrintable(describe(fixed)));
         QVERIFY2(fixed.out.contains("late parameters (2)"), qPrintable(describe(fixed)));
         // weight_norm's weight_g/weight_v (adopted by deepspeed.initialize: listed, no problem)
@@ -286,12 +293,19 @@ class TestCheck : public QObject
         QVERIFY2(broken.out.contains("fix: deepspeed.zero.register_external_parameter(model, "
                                      "model.shared.weight)"),
                  qPrintable(describe(broken)));
+        // The batch it ran: the script's (TrainingArguments' 2 per rank) ...
+        QVERIFY2(broken.out.contains("batch: 2 per rank (the script's config; the first forward's "
+                                     "input: 2 rows), gradient accumulation 1, train_batch_size 4 "
+                                     "at 2 ranks"),
+                 qPrintable(describe(broken)));
         // Fixed, shared.weight is no longer reported. What stays is Transformers' own T5 FFN
         // (T5DenseActDense.forward reads self.wo.weight.dtype before wo runs: DeepSpeed
         // registers wo.weight on DenseReluDense and gathers it early, in every layer), which
         // the example does not fix: one row per layer, with the line that makes it explicit.
-        const Run fixed = run({"--snapshot", d + "/t5fixed.json", ex, "--case", "t5-forward",
-                               "--fixed"},
+        // ... and, with --micro-batch 1, one per rank: the Trainer's data loader and the
+        // DeepSpeed config (explicit numbers in hf_stories.py, not 'auto') both changed.
+        const Run fixed = run({"--snapshot", d + "/t5fixed.json", "--micro-batch", "1", ex, "--case",
+                               "t5-forward", "--fixed"},
                               d);
         QVERIFY2(fixed.exitCode == 1, qPrintable(describe(fixed)));
         QVERIFY2(!fixed.out.contains("shared.weight read"), qPrintable(describe(fixed)));
@@ -299,6 +313,9 @@ class TestCheck : public QObject
                                      "layer\\.\\d\\.DenseReluDense\\.wo\\.weight read by");
         QVERIFY2(fixed.out.count(ffn) == 4, qPrintable(describe(fixed))); // 2 layers x 2 stacks
         QVERIFY2(fixed.out.contains("4 problems found"), qPrintable(describe(fixed)));
+        QVERIFY2(fixed.out.contains("batch: 1 per rank (--micro-batch; the first forward's input: "
+                                    "1 rows), gradient accumulation 1, train_batch_size 2 at 2 ranks"),
+                 qPrintable(describe(fixed)));
     }
 
     // weight_norm in a nested constructor (Model -> Encoder -> PositionalConv) reads the
@@ -355,6 +372,10 @@ class TestCheck : public QObject
         // shardscope.fsdp exists now (docs/fsdp.md): the FSDP script runs, and ends without a step.
         QTest::newRow("FSDP script without a step") << QStringList{script("uses_fsdp.py")}
                                                     << "the script ended on rank 0 without running an FSDP2 step";
+        // An FSDP2 script makes its own batches: --micro-batch would be silently ignored.
+        QTest::newRow("--micro-batch on FSDP2")
+            << QStringList{"--micro-batch", "1", script("uses_fsdp.py")}
+            << "--micro-batch changes a DeepSpeed config, and";
         QTest::newRow("no script") << QStringList{"nothere.py"} << "no script 'nothere.py'";
         QTest::newRow("wrong option") << QStringList{"--steps", "zero", script("hangs.py")}
                                       << "invalid int value: 'zero'";
