@@ -237,12 +237,88 @@ def _agent_module():
     return importlib.import_module(_AGENTS[_backend])
 
 
+def _record_units():
+    """FSDP2, rank 0, the first step: the order in which the FSDP units (fully_shard states)
+    begin and end their forward (a global forward pre-hook and hook, on every module call of
+    that step only): what the peak-memory prediction at the target world walks. Returns
+    finish(), called after the first optimizer step: it reads each unit's parameters, its
+    reshard_after_forward and explicit prefetch lists (FSDP's lazy init has set them by then),
+    writes them to the result and removes the hooks."""
+    import torch
+
+    from . import _fsdpinternals as _fi
+
+    states, events = [], []  # FSDPState in order of first forward; ("pre"|"post", index)
+
+    def unit(module):
+        state = _fi.state_of(module)
+        if state is None or not state._fsdp_param_groups:
+            return None
+        if state not in states:
+            states.append(state)
+        return states.index(state)
+
+    def pre(module, args):
+        i = unit(module)
+        if i is not None and ("pre", i) not in events:
+            events.append(("pre", i))
+
+    def post(module, args, output):
+        i = unit(module)
+        if i is not None:
+            if ("post", i) in events:
+                events.remove(("post", i))  # a grouped unit ends with its last module
+            events.append(("post", i))
+
+    hooks = [torch.nn.modules.module.register_module_forward_pre_hook(pre),
+             torch.nn.modules.module.register_module_forward_hook(post)]
+
+    def finish():
+        for h in hooks:
+            h.remove()
+        if not states:
+            return
+        root = states[0]._modules[0]
+        paths = {id(m): path for path, m in root.named_modules()}
+        units = []
+        for state in states:
+            params, reshard, post_world = [], True, None
+            for g in state._fsdp_param_groups:
+                reshard = bool(g._reshard_after_forward)
+                if reshard and getattr(g, "_use_post_forward_mesh", False):
+                    post_world = int(g.post_forward_mesh_info.shard_mesh_size)
+                for fp in g.fsdp_params:
+                    shape = [int(x) for x in fp._orig_size]
+                    orig = getattr(fp, "orig_dtype", None) or fp.sharded_param.dtype
+                    gather = getattr(fp, "param_dtype", None) or orig
+                    row = 1
+                    for x in shape[1:]:
+                        row *= x
+                    params.append([shape[0] if shape else 1, row, gather.itemsize, orig.itemsize])
+
+            def targets(name):
+                return [states.index(t) for t in getattr(state, name, ()) if t in states]
+
+            units.append({"path": paths.get(id(state._modules[0]), ""), "params": params,
+                          "reshard_after_forward": reshard, "post_forward_world": post_world,
+                          "forward_prefetch": targets("_states_to_forward_prefetch"),
+                          "backward_prefetch": targets("_states_to_backward_prefetch")})
+        _result["fsdp_units"] = {"units": units, "events": [list(e) for e in events]}
+
+    return finish
+
+
 def _count_optimizer_steps():
     """FSDP: a step is an optimizer step (any torch.optim.Optimizer)."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
+    units = [_record_units() if _rank == 0 else None]
+
     def after(optimizer, args, kwargs):
         _result["model_built"] = True
+        if units[0] is not None:
+            units[0], finish = None, units[0]
+            finish()
         _result["steps"] += 1
         if _result["steps"] >= _steps:
             _result["stopped"] = True

@@ -317,6 +317,65 @@ def predict_peak(order, config, target_world):
             "target_world": target_world, "modules": len(mods)}
 
 
+def predict_fsdp_peak(record, late_bytes, target_world):
+    """FSDP2: the per-rank peak of gathered parameter memory at target_world, replaying the
+    units' forward as the first step ran it (record: _checkboot._record_units) and the
+    backward as its reverse (a unit's forward end is its backward's start). A unit's
+    parameters are gathered whole, dim 0 padded to a multiple of the world (FSDP2's shards);
+    at a unit's forward start it is gathered with the unit it prefetches: its explicit
+    set_modules_to_forward_prefetch list, else the next unit to begin forward (FSDP2 keeps the
+    last all-gather's buffer until the next one is issued: one unit ahead); at its forward end
+    it is resharded when reshard_after_forward (to its post-forward world when that is an
+    int), else held until its backward ends (the root: FSDP does not reshard it after forward).
+    At a unit's backward start it is gathered again with the unit it prefetches (explicit
+    set_modules_to_backward_prefetch, else the next unit to begin backward, as FSDP2's
+    post_forward_order does); at its backward end it is resharded. Every rank also holds every
+    parameter's shard (ceil(dim 0 / world) rows, in the parameter's own dtype) and the late
+    parameters whole."""
+    units, events = record["units"], [tuple(e) for e in record["events"]]
+    T = target_world
+
+    def gathered(i):
+        return sum(-(-rows // T) * T * row * g for rows, row, g, _ in units[i]["params"])
+
+    def held_after_forward(i):
+        w = units[i].get("post_forward_world")
+        return sum(-(-rows // w) * row * g for rows, row, g, _ in units[i]["params"]) if w else 0
+
+    shards = sum(-(-rows // T) * row * e for u in units for rows, row, _, e in u["params"])
+    forward_order = [i for kind, i in events if kind == "pre"]
+    backward_order = [i for kind, i in reversed(events) if kind == "post"]
+    live = {}
+    peak, at, phase = 0, "", ""
+
+    def gather(i, prefetch, order, name):
+        nonlocal peak, at, phase
+        live[i] = gathered(i)
+        if not prefetch:
+            k = order.index(i) + 1
+            prefetch = order[k:k + 1]
+        for t in prefetch:
+            live[t] = gathered(t)
+        total = sum(live.values())
+        if total > peak:
+            peak, at, phase = total, units[i]["path"], name
+
+    for kind, i in events:  # forward
+        if kind == "pre":
+            gather(i, units[i]["forward_prefetch"], forward_order, "forward")
+        elif units[i]["reshard_after_forward"]:
+            live[i] = held_after_forward(i)
+    for kind, i in reversed(events):  # backward: a forward's end is its backward's start
+        if kind == "post":
+            gather(i, units[i]["backward_prefetch"], backward_order, "backward")
+        else:
+            live.pop(i, None)
+    return {"gathered_peak_bytes": peak, "at_module": at, "phase": phase,
+            "persistent_bytes": late_bytes, "shard_bytes": shards,
+            "total_bytes": peak + late_bytes + shards, "target_world": T,
+            "modules": len(units), "fsdp": True}
+
+
 def _where(loc):
     if not loc or not loc.get("file"):
         return "(source location not known)"
@@ -381,10 +440,13 @@ def report_text(problems, doc, prediction, results, args, elapsed):
             out.append(f"\npersistent parameters (whole on every rank, below "
                        f"persistence_threshold {thr}): {len(persistent)}, {_size(cost)} per rank")
     if prediction and prediction["modules"]:
+        fsdp = prediction.get("fsdp")
         out.append(f"\npredicted per-rank parameter memory at {prediction['target_world']} ranks: "
                    f"gathered peak {_size(prediction['gathered_peak_bytes'])} (at "
-                   f"`{prediction['at_module'] or '<root>'}`), persistent "
-                   f"{_size(prediction['persistent_bytes'])}, shards "
+                   f"`{prediction['at_module'] or '<root>'}`"
+                   + (f" {prediction['phase']}" if fsdp else "") + "), "
+                   + ("late (whole) " if fsdp else "persistent ")
+                   + f"{_size(prediction['persistent_bytes'])}, shards "
                    f"{_size(prediction['shard_bytes'])}; total {_size(prediction['total_bytes'])}")
     batch = _batch_line(results, args)
     if batch:
@@ -595,8 +657,13 @@ def main(argv=None):
                 print(report_text(problems, doc, None, results, args, elapsed), file=sys.stderr)
             return COULD_NOT_RUN
         order = next((r["module_order"] for r in results if r and r.get("module_order")), [])
+        units = next((r["fsdp_units"] for r in results if r and r.get("fsdp_units")), None)
         config = doc["engine"].get("config", {}) if doc else {}
-        prediction = predict_peak(order, config, args.target_world)
+        if units is not None:
+            late = sum(_bytes(q) for q in (doc or {}).get("params", []) if q.get("late"))
+            prediction = predict_fsdp_peak(units, late, args.target_world)
+        else:
+            prediction = predict_peak(order, config, args.target_world)
         print(report_text(problems, doc, prediction, results, args, elapsed))
         _extras(args, problems, elapsed)
         return PROBLEMS if problems else CLEAN

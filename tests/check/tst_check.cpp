@@ -182,9 +182,29 @@ class TestCheck : public QObject
                                   d + "/fsdp-late.sarif", "--junit", d + "/fsdp-late.xml"});
         QVERIFY(validate.waitForFinished(120000));
         QVERIFY2(validate.exitCode() == 0, validate.readAll().constData());
-        const Run fixed = run({"--snapshot", d + "/fsdp-fixed.json", ex, "--late", "--fixed"}, d);
+        // The late adapter is whole on every rank: a (2x16) + b (33x2) float32 = 392 bytes.
+        QVERIFY2(late.out.contains(QRegularExpression("gathered peak [^\n]*, late \\(whole\\) 392 B, ")),
+                 qPrintable(describe(late)));
+        const Run fixed = run({"--snapshot", d + "/fsdp-fixed.json", "--target-world", "4", ex,
+                               "--late", "--fixed"},
+                              d);
         QVERIFY2(fixed.exitCode == 0, qPrintable(describe(fixed)));
         QVERIFY2(fixed.out.contains("no problems found"), qPrintable(describe(fixed)));
+        // FSDP2's memory at 4 ranks (docs/check.md), by hand. Units: the root (embed 33x16,
+        // head 33x16 with the adapter a 2x16, b 33x2 sharded with it: --fixed adds it before
+        // fully_shard), blocks.0 and blocks.1 (fc1 32x16 + 32, fc2 16x32 + 16), float32.
+        // Gathered, dim 0 padded to a multiple of 4: root 36x16x4 x2 + a 4x16x4 + b 36x2x4 =
+        // 4608 + 256 + 288 = 5152; a block 32x16x4 + 32x4 + 16x32x4 + 16x4 = 4288.
+        // blocks.0's forward start holds the root (not resharded after forward), blocks.0 and
+        // blocks.1 (prefetched one ahead): 5152 + 2 x 4288 = 13728 B = 13.4 KiB; backward
+        // reaches the same at blocks.1 (root, blocks.1, blocks.0 prefetched), not more.
+        // Shards: ceil(rows/4) rows each: root 9x16x4 x2 + 1x16x4 + 9x2x4 = 1152 + 64 + 72 =
+        // 1288; a block 8x16x4 + 8x4 + 4x32x4 + 4x4 = 1072; 1288 + 2 x 1072 = 3432 B = 3.4 KiB.
+        // Total 13728 + 3432 = 17160 B = 16.8 KiB.
+        QVERIFY2(fixed.out.contains("predicted per-rank parameter memory at 4 ranks: gathered peak "
+                                    "13.4 KiB (at `blocks.0` forward), late (whole) 0 B, shards "
+                                    "3.4 KiB; total 16.8 KiB"),
+                 qPrintable(describe(fixed)));
     }
 
     void seedModelBrokenThenFixed()
