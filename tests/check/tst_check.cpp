@@ -39,7 +39,9 @@ QString script(const QString &name)
 QProcessEnvironment environment()
 {
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    env.insert("PYTHONPATH", QStringLiteral(SHARDSCOPE_PYTHON_DIR));
+    // An older DeepSpeed release first on the path (tst_check-<version>), else the environment's.
+    const QString ds = qEnvironmentVariable("SHARDSCOPE_DS_PATH");
+    env.insert("PYTHONPATH", QStringLiteral(SHARDSCOPE_PYTHON_DIR) + (ds.isEmpty() ? QString() : ":" + ds));
     env.insert("OMP_NUM_THREADS", "1");
     const QString ext = qEnvironmentVariable("SHARDSCOPE_TORCH_EXTENSIONS");
     if (!ext.isEmpty()) env.insert("TORCH_EXTENSIONS_DIR", ext);
@@ -104,11 +106,17 @@ class TestCheck : public QObject
         else {
             QProcess probe;
             probe.setProcessEnvironment(environment());
-            probe.start(python(), {"-c", "import torch, deepspeed, jsonschema, xmlschema"});
+            probe.start(python(), {"-c", "import torch, deepspeed, jsonschema, xmlschema; "
+                                         "print(deepspeed.__version__)"});
             if (!probe.waitForFinished(120000) || probe.exitCode() != 0)
                 m_skip = python() + " cannot import torch, deepspeed, jsonschema and xmlschema "
                                     "(scripts/deps installs python/requirements.txt): " +
                          QString::fromUtf8(probe.readAllStandardError()).right(400);
+            else if (const QString want = qEnvironmentVariable("SHARDSCOPE_DS_VERSION");
+                     !want.isEmpty() && // the last line: DeepSpeed logs its accelerator first
+                     QString::fromUtf8(probe.readAllStandardOutput()).trimmed().split('\n').last() != want)
+                m_skip = "DeepSpeed " + want + " is not installed at " +
+                         qEnvironmentVariable("SHARDSCOPE_DS_PATH") + " (scripts/deps)";
         }
         if (!m_skip.isEmpty() && qEnvironmentVariableIsSet("CI"))
             QFAIL(qPrintable("CI must run shardscope-check on real DeepSpeed, but " + m_skip));
