@@ -278,6 +278,12 @@ def _record_units():
             h.remove()
         if not states:
             return
+        try:
+            _units()
+        except Exception as e:  # a torch whose FSDP internals differ: no prediction, said
+            _result["fsdp_units_error"] = f"{type(e).__name__}: {e}"
+
+    def _units():
         root = states[0]._modules[0]
         paths = {id(m): path for path, m in root.named_modules()}
         units = []

@@ -448,6 +448,8 @@ def report_text(problems, doc, prediction, results, args, elapsed):
                    + ("late (whole) " if fsdp else "persistent ")
                    + f"{_size(prediction['persistent_bytes'])}, shards "
                    f"{_size(prediction['shard_bytes'])}; total {_size(prediction['total_bytes'])}")
+    if prediction and prediction.get("unavailable"):
+        out.append(f"\nno memory prediction: {prediction['unavailable']}")
     batch = _batch_line(results, args)
     if batch:
         out.append("\n" + batch)
@@ -662,6 +664,10 @@ def main(argv=None):
         if units is not None:
             late = sum(_bytes(q) for q in (doc or {}).get("params", []) if q.get("late"))
             prediction = predict_fsdp_peak(units, late, args.target_world)
+        elif backend == "fsdp":
+            why = next((r["fsdp_units_error"] for r in results if r and r.get("fsdp_units_error")),
+                       "no FSDP unit ran a forward through its module's hooks on rank 0")
+            prediction = {"modules": 0, "unavailable": why}
         else:
             prediction = predict_peak(order, config, args.target_world)
         print(report_text(problems, doc, prediction, results, args, elapsed))
