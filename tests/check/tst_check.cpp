@@ -384,6 +384,33 @@ class TestCheck : public QObject
         QVERIFY2(fixed.exitCode == 0, qPrintable(describe(fixed)));
     }
 
+    // --micro-batch on a JSON config (4 per rank, accumulation 2, train_batch_size 16 at 2
+    // ranks) given as args.deepspeed_config and as config=FILE, with DeepSpeed's own data
+    // loader: the run takes 1 per rank (the loader's rows follow), train_batch_size 1 x 2 x 2.
+    void microBatchOfAJsonConfig()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const QString d = m_dir.path();
+        const QString s = script("json_config_loader.py");
+        const QString config = script("ds_config.json");
+        const Run own = run({"--steps", "1", "--snapshot", d + "/json.json", s, "--deepspeed_config", config}, d);
+        QVERIFY2(own.exitCode == 0, qPrintable(describe(own)));
+        QVERIFY2(own.out.contains("batch: 4 per rank (the script's config; the first forward's input: "
+                                  "4 rows), gradient accumulation 2, train_batch_size 16 at 2 ranks"),
+                 qPrintable(describe(own)));
+        for (const char *via : {"--deepspeed_config", "--config"}) {
+            const Run small = run({"--steps", "1", "--micro-batch", "1", "--snapshot", d + "/json.json", s,
+                                   QString::fromLatin1(via), config},
+                                  d);
+            QVERIFY2(small.exitCode == 0, qPrintable(describe(small)));
+            QVERIFY2(small.out.contains("batch: 1 per rank (--micro-batch; the first forward's input: "
+                                        "1 rows), gradient accumulation 2, train_batch_size 4 at 2 ranks"),
+                     qPrintable(via + describe(small)));
+        }
+        // The user's file is not changed.
+        QVERIFY(readJson(config)["train_micro_batch_size_per_gpu"] == 4);
+    }
+
     // What it cannot run: exit 2 with what happened.
     void couldNotRun_data()
     {
