@@ -666,6 +666,10 @@ class _Agent:
     def on_param_converted(self, param):
         ds_id = param.__dict__["ds_id"]
         self.converted[ds_id] = param
+        if id(param) not in self.late:
+            # Partitioned in time: where it was registered is not needed (_watch_registrations
+            # keeps it for the late ones; a late one adopted now keeps it).
+            param.__dict__.pop("_shardscope_site", None)
 
     def on_unobservable_class(self, cls):
         print(f"shardscope: parameters of class {cls.__module__}.{cls.__qualname__} cannot be "
