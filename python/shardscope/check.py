@@ -505,7 +505,8 @@ def _timing(results, elapsed):
 _RULES = {
     "unregistered_access": "A module or code outside modules read a ZeRO-3 partitioned "
                            "parameter DeepSpeed did not gather for it",
-    "late_parameter": "A parameter was created after zero.Init partitioned the model",
+    "late_parameter": "A parameter was created after zero.Init partitioned the model "
+                      "(FSDP2: after fully_shard), so it is not sharded",
     "trace_invalidated": "The module order differs from the recorded prefetch trace",
     "gathered_write_without_modifier": "A parameter changed inside GatheredParameters "
                                        "without modifier_rank",
