@@ -384,6 +384,28 @@ class TestCheck : public QObject
         QVERIFY2(fixed.exitCode == 0, qPrintable(describe(fixed)));
     }
 
+    // FSDP2's prediction follows an explicit forward prefetch (tests/check/scripts/
+    // fsdp_prefetch.py: blocks[0] prefetches blocks[1] and blocks[2]; blocks[1] keeps its
+    // parameters after forward), at 2 ranks, by hand: a block 16x16x4 = 1024 B gathered,
+    // the root's head 8x16x4 + 8x4 = 544 B. blocks.0's forward start holds the root, blocks.0
+    // and both prefetched: 544 + 3 x 1024 = 3616 B = 3.5 KiB (FSDP2's default, one ahead,
+    // would be 2592 B = 2.5 KiB; no later moment holds more: blocks.1 held after forward
+    // gives 2592 at blocks.2's start and in backward). Shards, half of each dim 0: head
+    // 4x16x4 + 4x4 = 272, blocks 3 x 8x16x4 = 1536: 1808 B = 1.8 KiB. Total 5424 B = 5.3 KiB.
+    void fsdpPredictionFollowsExplicitPrefetch()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const QString d = m_dir.path();
+        const Run r = run({"--steps", "1", "--target-world", "2", "--snapshot", d + "/prefetch.json",
+                           script("fsdp_prefetch.py")},
+                          d);
+        QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
+        QVERIFY2(r.out.contains("predicted per-rank parameter memory at 2 ranks: gathered peak 3.5 KiB "
+                                "(at `blocks.0` forward), late (whole) 0 B, shards 1.8 KiB; total "
+                                "5.3 KiB"),
+                 qPrintable(describe(r)));
+    }
+
     // --micro-batch on a JSON config (4 per rank, accumulation 2, train_batch_size 16 at 2
     // ranks) given as args.deepspeed_config and as config=FILE, with DeepSpeed's own data
     // loader: the run takes 1 per rank (the loader's rows follow), train_batch_size 1 x 2 x 2.
