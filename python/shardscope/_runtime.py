@@ -132,3 +132,52 @@ def finish_reason():
         return "training finished"
     what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     return f"training failed: {what}"[:500]
+
+
+# ---- the loss a step ends with: one pass-through wrapper of torch.Tensor.backward for every
+# agent. The script names its loss only where it calls loss.backward() (FSDP2, and DeepSpeed's
+# plain loss.backward() from 0.18.3): each agent's watcher keeps the tensor for its step's end,
+# where the native side turns it into one number (agent::lossNumber, python/shardscope/hotpath.h).
+# The wrapper is torch's own backward for everything else: it calls each watcher with the
+# tensor, then torch's backward, whose exceptions pass unchanged. It is in place only while
+# some agent watches (install, resume) and torch's own again once none does (pause, finish).
+_backward_watchers = []
+_torch_backward = None  # torch.Tensor.backward as found, while the wrapper is in place
+
+
+def watch_backward(watcher):
+    """Calls watcher(tensor) before every tensor.backward(...) from now on; returns the
+    function that stops it (idempotent)."""
+    import functools
+    import torch
+
+    global _torch_backward
+    if _torch_backward is None:
+        original = torch.Tensor.backward
+
+        @functools.wraps(original)
+        def backward(self, *args, **kwargs):
+            for w in tuple(_backward_watchers):
+                w(self)
+            return original(self, *args, **kwargs)
+
+        backward.__shardscope_original__ = original
+        _torch_backward = original
+        torch.Tensor.backward = backward
+    _backward_watchers.append(watcher)
+
+    def unwatch():
+        global _torch_backward
+        for i, w in enumerate(_backward_watchers):
+            if w is watcher:
+                del _backward_watchers[i]
+                break
+        if not _backward_watchers and _torch_backward is not None:
+            import torch
+
+            current = torch.Tensor.backward
+            if getattr(current, "__shardscope_original__", None) is _torch_backward:
+                torch.Tensor.backward = _torch_backward  # else: wrapped again since; left alone
+            _torch_backward = None
+
+    return unwatch

@@ -34,8 +34,8 @@ from . import _fsdpinternals as _fi
 # module-level helpers (the token, the guard's names, torch function modes), which import
 # nothing of DeepSpeed.
 from . import _runtime
-from .deepspeed import (_GUARDS, _METADATA_ONLY, _backend_name, _leave_mode, _location,
-                        _read_token, _user_frame)
+from .deepspeed import (_GUARDS, _METADATA_ONLY, _backend_name, _is_user, _leave_mode,
+                        _location, _read_token, _user_frame)
 
 __all__ = ["install", "attach", "finish", "inspect", "agent", "describe", "pause", "resume",
            "paused"]
@@ -44,6 +44,7 @@ _NOT_BUILT = "(model not sharded yet: shown once fully_shard's root runs its fir
 SHARDED, GATHERING, UNSHARDED = 0, 1, 2
 STATUS_WORDS = ("sharded", "being all-gathered", "unsharded")
 _agent = None
+_MISSING = object()
 
 
 def agent():
@@ -196,7 +197,13 @@ class _Agent:
         self.derived = {}  # id -> (DTensor, pids entry): views of sharded parameters (_derived)
         self.candidate = None  # weakref to the last module fully_shard was called on
         self.checked = set()
+        self.loss = None  # the tensor the script's loss.backward() ran on in this step
+        self.unit_recs = {}  # id(module of an FSDP unit) -> its group's record (_watch_forward)
+        self.forward_classes = {}  # FSDP unit class -> (its own forward or _MISSING, the wrapper)
+        self.to_local_restore = None  # puts DTensor.to_local back (_watch_to_local)
         self.uninstall = _fi.install(self)
+        self.unwatch_backward = _runtime.watch_backward(self._keep_loss)
+        self._watch_to_local()
         from torch.nn.modules.module import register_module_parameter_registration_hook
         from torch.optim.optimizer import (register_optimizer_step_post_hook,
                                            register_optimizer_step_pre_hook)
@@ -216,9 +223,11 @@ class _Agent:
         def on_step_post(optimizer, args, kwargs):
             a = me()
             if a is not None:
-                a.inside = max(0, a.inside - 1)
                 a.optimizer_steps += 1
-                a.end_step()
+                try:
+                    a.end_step()  # inside: the loss's conversion is not the user's read
+                finally:
+                    a.inside = max(0, a.inside - 1)
 
         self.handles = [register_module_parameter_registration_hook(on_param_registered),
                         register_optimizer_step_pre_hook(on_step_pre),
@@ -248,8 +257,11 @@ class _Agent:
         try:
             for h in self.handles:
                 h.remove()
+            self.unwatch_backward()
+            self._unwatch_to_local()
             if not self.is_paused:
                 self.uninstall()
+                self._unwatch_forwards()
         finally:
             try:
                 self.native.finish(reason)
@@ -264,6 +276,9 @@ class _Agent:
                                   "the next forward), not inside one")
         self._leave_mode()
         self.uninstall()
+        self.unwatch_backward()
+        self._unwatch_to_local()
+        self._unwatch_forwards()
         self.is_paused = True
 
     def resume(self):
@@ -272,6 +287,10 @@ class _Agent:
         if self.in_root_forward:
             raise ShardScopeError("resume() between training steps, not inside one")
         self.uninstall = _fi.install(self)
+        self.unwatch_backward = _runtime.watch_backward(self._keep_loss)
+        self._watch_to_local()
+        for cls in list(self.forward_classes):
+            self._watch_forward(cls)
         self.is_paused = False
         changed = []
         for rec in self.groups.values():
@@ -378,6 +397,9 @@ class _Agent:
             rec = self.groups[id(g)] = _Group()
         rec.group = g
         rec.modules = [self.module_id(m) for m in g.modules]
+        for m in g.modules:
+            self.unit_recs[id(m)] = rec
+            self._watch_forward(type(m))
         rec.unit = rec.modules[0]
         rec.unit_path = self.paths.get(rec.unit, "")
         rec.fsdp_params = list(g.fsdp_params)
@@ -462,10 +484,17 @@ class _Agent:
         self.step = self.optimizer_steps + 1
         self.native.step_begin(self.step)
 
+    def _keep_loss(self, tensor):
+        """torch.Tensor.backward's watcher (_runtime.watch_backward): the tensor the script
+        called backward on inside a step is the loss the step ends with."""
+        if self.in_step:
+            self.loss = tensor
+
     def end_step(self):
         if self.in_step:
             self.in_step = False
-            self.native.step_end(float("nan"))
+            loss, self.loss = self.loss, None
+            self.native.step_end(loss)  # one number: agent::lossNumber; None: NaN
 
     def _scan_late(self):
         """Parameters under the root that no FSDP group manages: created after fully_shard."""
@@ -504,6 +533,84 @@ class _Agent:
         return self.root
 
     # ------------------------------------------------------------------ read detection
+    def _watch_forward(self, cls):
+        """Wraps the forward of an FSDP unit's class (the class fully_shard made for it,
+        FSDP<Module>): a unit's forward entered while its group is not unsharded was called
+        without FSDP's pre-forward (`self.blocks[1].forward(h)` inside the root's forward).
+        Only then are its reads watched, until it returns (_bypassed_forward); called
+        through the module, a dict lookup and a compare."""
+        entry = self.forward_classes.get(cls)
+        if entry is not None and cls.__dict__.get("forward") is entry[1]:
+            return
+        previous = cls.__dict__.get("forward", _MISSING) if entry is None else entry[0]
+        original = getattr(cls, "forward") if previous is _MISSING else previous
+        units, agent = self.unit_recs, self
+
+        def forward(module, *args, **kwargs):
+            rec = units.get(id(module))
+            if rec is None or rec.status == UNSHARDED or agent.mode is not None or agent.inside:
+                return original(module, *args, **kwargs)
+            return agent._bypassed_forward(original, module, args, kwargs)
+
+        forward.__name__ = getattr(original, "__name__", "forward")
+        forward.__qualname__ = getattr(original, "__qualname__", "forward")
+        forward.__wrapped__ = original
+        setattr(cls, "forward", forward)
+        self.forward_classes[cls] = (previous, forward)
+
+    def _unwatch_forwards(self):
+        for cls, (previous, wrapper) in self.forward_classes.items():
+            if cls.__dict__.get("forward") is not wrapper:
+                continue  # replaced since: left alone
+            if previous is _MISSING:
+                delattr(cls, "forward")
+            else:
+                setattr(cls, "forward", previous)
+
+    def _bypassed_forward(self, original, module, args, kwargs):
+        """A unit's forward running on its shards: its reads are watched (the direct-forward
+        violation, the unit as accessor) while it runs."""
+        self._enter_mode()
+        mode = self.mode
+        try:
+            return original(module, *args, **kwargs)
+        finally:
+            if self.mode is mode:  # entered here (the wrapper calls this while none is)
+                self._leave_mode()
+
+    def _watch_to_local(self):
+        """DTensor.to_local() on a sharded FSDP parameter, called by the user's code outside
+        any unit's forward/backward, computes silently on this rank's shard: a sharded read
+        (FSDP's and torch's own calls, and the optimizer's step, are not the user's)."""
+        if self.to_local_restore is not None:
+            return
+        from torch.distributed.tensor import DTensor
+
+        previous = DTensor.__dict__["to_local"]
+        agent = self
+
+        def to_local(tensor, *args, **kwargs):
+            entry = agent.pids.get(id(tensor))
+            if (entry is not None and not agent.inside and entry[2].sharded_param is tensor
+                    and entry[1].status != UNSHARDED and _is_user(sys._getframe(1))):
+                agent.on_shard_read(tensor, entry)
+            return previous(tensor, *args, **kwargs)
+
+        to_local.__name__, to_local.__qualname__ = previous.__name__, previous.__qualname__
+        to_local.__doc__, to_local.__wrapped__ = previous.__doc__, previous
+        DTensor.to_local = to_local
+
+        def restore():
+            if DTensor.__dict__.get("to_local") is to_local:
+                DTensor.to_local = previous
+
+        self.to_local_restore = restore
+
+    def _unwatch_to_local(self):
+        if self.to_local_restore is not None:
+            restore, self.to_local_restore = self.to_local_restore, None
+            restore()
+
     def _enter_mode(self):
         if self.mode is not None or self.closed:
             return
