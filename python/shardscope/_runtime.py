@@ -181,3 +181,65 @@ def watch_backward(watcher):
             _torch_backward = None
 
     return unwatch
+
+
+class AgentSlot:
+    """The one agent of a process for an agent module (shardscope.deepspeed, shardscope.fsdp),
+    and the module-level calls every agent module offers the same way: finish(), inspect(),
+    pause(), resume() and paused(), made by api(). The agent itself (its close(reason),
+    pause(), resume()) is the module's own."""
+
+    def __init__(self, package):
+        self.package = package  # "shardscope.fsdp": how the messages name the module
+        self.agent = None
+
+    def _running(self, call):
+        if self.agent is None:
+            raise ShardScopeError(f"call {self.package}.install() before {call}()")
+        return self.agent
+
+    def api(self, install):
+        """(finish, inspect, pause, resume, paused) for the module whose install() this is."""
+        import contextlib
+
+        slot, package = self, self.package
+
+        def finish():
+            if slot.agent is not None:
+                a, slot.agent = slot.agent, None
+                a.close(finish_reason())
+
+        @contextlib.contextmanager
+        def inspect(**options):
+            a = install(**options)
+            try:
+                yield a
+            finally:
+                finish()
+
+        def pause():
+            slot._running("pause").pause()
+
+        def resume():
+            slot._running("resume").resume()
+
+        @contextlib.contextmanager
+        def paused():
+            pause()
+            try:
+                yield
+            finally:
+                resume()
+
+        finish.__doc__ = ("Writes snapshot_out (if given), says goodbye to clients (the reason: "
+                          "finish_reason()) and stops observing; also at exit and on SIGTERM.")
+        inspect.__doc__ = "``with inspect(...):`` install() on entry, finish() on exit (also when it raises)."
+        pause.__doc__ = (f"Stops observing until resume(), between training steps: the framework "
+                         f"runs its own code again, so paused steps cost nothing. Clients stay "
+                         f"attached; step numbers go on counting (docs/{package.split('.')[-1]}.md).")
+        resume.__doc__ = "Observes again after pause(); every parameter's status is brought up to date."
+        paused.__doc__ = "``with paused():`` pause() on entry, resume() on exit (also when it raises)."
+        for f in (finish, inspect, pause, resume, paused):
+            f.__module__ = package
+            f.__qualname__ = f.__name__
+        return finish, inspect, pause, resume, paused

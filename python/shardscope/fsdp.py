@@ -21,7 +21,6 @@ forward/backward scopes and steps (a step begins at the root's forward, ends at
 ``optimizer.step()``); and violations with the line that fixes them.
 """
 
-import contextlib
 import math
 import os
 import sys
@@ -43,13 +42,13 @@ __all__ = ["install", "attach", "finish", "inspect", "agent", "describe", "pause
 _NOT_BUILT = "(model not sharded yet: shown once fully_shard's root runs its first forward or attach(model))"
 SHARDED, GATHERING, UNSHARDED = 0, 1, 2
 STATUS_WORDS = ("sharded", "being all-gathered", "unsharded")
-_agent = None
+_slot = _runtime.AgentSlot("shardscope.fsdp")  # the process's agent: _slot.agent
 _MISSING = object()
 
 
 def agent():
     """The agent of this process, or None before install()."""
-    return _agent
+    return _slot.agent
 
 
 def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name=None, job=None,
@@ -61,81 +60,39 @@ def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name
     to its own error; "error" raises UnregisteredAccessError with the fix line first), job,
     model_name, history.
     """
-    global _agent
-    if _agent is not None:
-        return _runtime.installed_again(_agent, "shardscope.fsdp.install()", "before fully_shard")
+    if _slot.agent is not None:
+        return _runtime.installed_again(_slot.agent, "shardscope.fsdp.install()", "before fully_shard")
     if guard not in _GUARDS:
         raise ShardScopeError(f"guard={guard!r}: use one of {', '.join(map(repr, _GUARDS))}")
     rank, world_size = _runtime.rank_and_world()
     options = _runtime.check_options("shardscope.fsdp.install()", rank, world_size, listen=listen,
                                      snapshot_out=snapshot_out, history=history, job=job)
     version = _fi.check()
-    _agent = _Agent(options, token=_read_token(token, token_file), guard=guard,
+    _slot.agent = _Agent(options, token=_read_token(token, token_file), guard=guard,
                     model_name=model_name, version=version)
-    return _agent
+    return _slot.agent
 
 
 def attach(model, **options):
     """Shows `model` (the root module fully_shard was called on) from now on; installs the
     agent with `options` first if install() was not called."""
-    if _agent is None:
+    if _slot.agent is None:
         install(**options)
     elif options and not os.environ.get("SHARDSCOPE_CHECK"):  # check's options stand
         raise ShardScopeError("attach(model, ...) takes install()'s options only when install() "
                               "was not called; the agent already runs")
-    _agent.attach(model)
-    return _agent
+    _slot.agent.attach(model)
+    return _slot.agent
 
 
-def finish():
-    """Writes snapshot_out (if given), says goodbye to clients, restores FSDP's methods."""
-    global _agent
-    if _agent is not None:
-        a, _agent = _agent, None
-        a.close(_runtime.finish_reason())
-
-
-@contextlib.contextmanager
-def inspect(**options):
-    """``with inspect(...):`` install() on entry, finish() on exit (also when it raises)."""
-    a = install(**options)
-    try:
-        yield a
-    finally:
-        finish()
-
-
-def pause():
-    """Stops observing until resume(), between training steps (after optimizer.step(), before
-    the next forward): FSDP's methods are its own again and no read is watched, so paused steps
-    cost nothing. Clients stay attached; step numbers go on counting optimizer steps."""
-    if _agent is None:
-        raise ShardScopeError("call shardscope.fsdp.install() before pause()")
-    _agent.pause()
-
-
-def resume():
-    """Observes again after pause(); the groups' statuses are brought up to date."""
-    if _agent is None:
-        raise ShardScopeError("call shardscope.fsdp.install() before resume()")
-    _agent.resume()
-
-
-@contextlib.contextmanager
-def paused():
-    """``with paused():`` pause() on entry, resume() on exit (also when it raises)."""
-    pause()
-    try:
-        yield
-    finally:
-        resume()
+finish, inspect, pause, resume, paused = _slot.api(install)  # _runtime.AgentSlot
 
 
 def describe():
     """The state as FSDP names it, for this rank: units and parameters (docs/fsdp.md)."""
-    if _agent is None or _agent.root is None:
+    if _slot.agent is None or _slot.agent.root is None:
         return {"units": [], "params": []}
-    return _agent.describe()
+    return _slot.agent.describe()
 
 
 class _Group:
