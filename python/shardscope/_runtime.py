@@ -146,8 +146,11 @@ _torch_backward = None  # torch.Tensor.backward as found, while the wrapper is i
 
 
 def watch_backward(watcher):
-    """Calls watcher(tensor) before every tensor.backward(...) from now on; returns the
-    function that stops it (idempotent)."""
+    """Calls watcher(tensor) before every tensor.backward(...) from now on; a callable it
+    returns runs once torch's backward has returned or raised, in the caller's thread state
+    (torch's autograd engine runs the backward pass on a copy of the thread's state: a torch
+    function mode entered or left inside it is back as it was afterwards). Returns the
+    function that stops watching (idempotent)."""
     import functools
     import torch
 
@@ -157,9 +160,14 @@ def watch_backward(watcher):
 
         @functools.wraps(original)
         def backward(self, *args, **kwargs):
-            for w in tuple(_backward_watchers):
-                w(self)
-            return original(self, *args, **kwargs)
+            after = [a for a in (w(self) for w in tuple(_backward_watchers)) if a is not None]
+            if not after:
+                return original(self, *args, **kwargs)
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                for a in reversed(after):
+                    a()
 
         backward.__shardscope_original__ = original
         _torch_backward = original

@@ -176,6 +176,9 @@ class _Agent:
             a = me()
             if a is not None:
                 a.inside += 1  # the optimizer computes on the shards, legally
+                # and its hundreds of ops a step pay nothing for the read watching
+                # (docs/performance.md, section 15)
+                a._leave_mode()
 
         def on_step_post(optimizer, args, kwargs):
             a = me()
@@ -185,6 +188,9 @@ class _Agent:
                     a.end_step()  # inside: the loss's conversion is not the user's read
                 finally:
                     a.inside = max(0, a.inside - 1)
+                    if not a.inside and a.root is not None and not a.in_root_forward \
+                            and not a.is_paused:
+                        a._enter_mode()
 
         self.handles = [register_module_parameter_registration_hook(on_param_registered),
                         register_optimizer_step_pre_hook(on_step_pre),
@@ -443,9 +449,21 @@ class _Agent:
 
     def _keep_loss(self, tensor):
         """torch.Tensor.backward's watcher (_runtime.watch_backward): the tensor the script
-        called backward on inside a step is the loss the step ends with."""
+        called backward on inside a step is the loss the step ends with. The read watching
+        is off for the backward pass (FSDP's hooks and autograd's: nothing to watch) and on
+        again after it, here, in the script's thread state: autograd runs the pass on a copy
+        of it, where a mode left or entered is back as it was once the pass returns."""
         if self.in_step:
             self.loss = tensor
+        if self.mode is None:
+            return None
+        self._leave_mode()
+        return self._after_backward
+
+    def _after_backward(self):
+        if self.root is not None and not self.closed and not self.in_root_forward \
+                and not self.is_paused:
+            self._enter_mode()
 
     def end_step(self):
         if self.in_step:
@@ -784,7 +802,8 @@ class _Agent:
         if g._training_state == TrainingState.PRE_BACKWARD:
             return fn(g, *args, **kwargs)
         rec.in_backward = True
-        self._leave_mode()  # the backward pass runs FSDP's code and autograd's: nothing to watch
+        # No mode is left or entered here: autograd runs the pass on a copy of the thread's
+        # function-mode stack (_keep_loss takes the read watching off around it).
         self.native.module_enter(rec.unit, "backward")
         self.scopes.append(rec.unit)
         self.causes.append(("backward", rec.unit))
@@ -873,8 +892,6 @@ class _Agent:
             return fn(state, *args, **kwargs)
         finally:
             self.inside -= 1
-            if self.root is not None and not self.closed and not self.in_root_forward:
-                self._enter_mode()
 
     def on_lazy_init(self, fn, state):
         first = state._is_root is None
