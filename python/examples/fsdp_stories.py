@@ -141,7 +141,7 @@ def main():
     p.add_argument("--no-agent", action="store_true")
     p.add_argument("--toggle", type=int, default=0, metavar="K",
                    help="pause/resume the agent every K steps, in pairs (on off, off on, ...): "
-                        "bench/bench_fsdp_agent.py")
+                        "bench/bench_fsdp_agent.py; with --no-agent the same labels, nothing toggled")
     p.add_argument("--timing", default="", help="per-step times (JSON lines); {rank} is the rank")
     p.add_argument("--wait-before-train", default="", metavar="FILE",
                    help="wait for FILE to exist before the first step (a client attaches first)")
@@ -187,10 +187,12 @@ def main():
         if rank == a.kill_rank and step + 1 == a.kill_at_step:
             model.blocks[0].register_forward_pre_hook(die)
         observed = True
-        if a.toggle and not a.no_agent:
+        if a.toggle:
             block = step // a.toggle  # blocks in pairs: on off, off on, on off, ...
             observed = (block % 2 == 0) != (block // 2 % 2 == 1)
-            if observed:
+            if a.no_agent:
+                pass  # the same labels, nothing toggled: the method's A/A control
+            elif observed:
                 shardscope.fsdp.resume()
             else:
                 shardscope.fsdp.pause()
