@@ -133,6 +133,10 @@ assert _len_torch_function_stack() == 1, "the failed backward left the stack cha
 sf.finish()
 assert _len_torch_function_stack() == 0, "finish() left a mode"
 assert torch.Tensor.backward is torch_backward, "finish() left torch.Tensor.backward wrapped"
+assert "forward" not in type(tiny.fc1).__dict__, "finish() left the unit's forward wrapped"
+from torch.distributed.tensor import DTensor
+
+assert DTensor.to_local.__module__.startswith("torch"), "finish() left DTensor.to_local wrapped"
 dist.destroy_process_group()
 print("misuse ok", flush=True)
 sys.exit(0)
