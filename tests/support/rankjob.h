@@ -7,6 +7,7 @@
 #include <QObject>
 #include <QProcess>
 #include <QProcessEnvironment>
+#include <QRegularExpression>
 #include <QString>
 #include <QStringList>
 #include <QThread>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "snapshotquery.h"
+#include "snapshotschema.h"
 
 namespace shardscope::test {
 
@@ -72,6 +74,36 @@ inline QString announcedEndpoint(const QString &runtime, int rank, int timeoutMs
         QThread::msleep(100);
     }
     return {};
+}
+
+// Whether rank `rank` failed with torch's own exception (a RuntimeError or torch.distributed's
+// Dist*Error, as a collective whose peer died raises) in a launch's output; torch 2 prefixes a
+// rank's traceback lines with "[rankN]: ". When it did not, the whole output is printed
+// (QVERIFY2 cuts its message short).
+inline bool failedWithTorchError(const QString &out, int rank)
+{
+    const QRegularExpression error(
+        QString(R"(\[rank %1\] (\[rank%1\]: )?(RuntimeError|torch\.distributed\.Dist\w*Error): )")
+            .arg(rank));
+    if (out.contains(error)) return true;
+    for (const QString &line : out.split('\n'))
+        qWarning("%s", qPrintable(line));
+    return false;
+}
+
+// A shardscope-capture attached to a rank that was killed: it ends with exit code 3, says the
+// engine went away (app/shardscope-capture), and `written` (its --out) is a valid snapshot.
+// Returns what is wrong, empty when nothing is.
+inline QString lostRankCaptureProblem(QProcess &capture, const QString &written)
+{
+    if (!capture.waitForFinished(60000)) return QStringLiteral("the capture did not end");
+    const QString said = QString::fromUtf8(capture.readAllStandardOutput());
+    if (capture.exitCode() != 3)
+        return QString("the capture exited %1, not 3: %2").arg(capture.exitCode()).arg(said);
+    if (!said.contains("capture ended early: the engine went away before it finished"))
+        return "the capture did not say the engine went away: " + said;
+    const auto problems = snapshotSchemaProblems(readJson(written));
+    return problems.empty() ? QString() : QString::fromStdString(problems.front());
 }
 
 } // namespace shardscope::test
