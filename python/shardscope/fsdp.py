@@ -554,9 +554,10 @@ class _Agent:
                 self._leave_mode()
 
     def _watch_to_local(self):
-        """DTensor.to_local() on a sharded FSDP parameter, called by the user's code outside
-        any unit's forward/backward, computes silently on this rank's shard: a sharded read
-        (FSDP's and torch's own calls, and the optimizer's step, are not the user's)."""
+        """DTensor.to_local() on a sharded FSDP parameter, called by the user's code while the
+        reads are watched (outside the root's forward, the backward pass and the optimizer's
+        step, or in a unit's forward called directly), computes silently on this rank's
+        shard: a sharded read (FSDP's and torch's own calls are not the user's)."""
         if self.to_local_restore is not None:
             return
         from torch.distributed.tensor import DTensor
@@ -566,8 +567,9 @@ class _Agent:
 
         def to_local(tensor, *args, **kwargs):
             entry = agent.pids.get(id(tensor))
-            if (entry is not None and not agent.inside and entry[2].sharded_param is tensor
-                    and entry[1].status != UNSHARDED and _is_user(sys._getframe(1))):
+            if (entry is not None and agent.mode is not None and not agent.inside
+                    and entry[2].sharded_param is tensor and entry[1].status != UNSHARDED
+                    and _is_user(sys._getframe(1))):
                 agent.on_shard_read(tensor, entry)
             return previous(tensor, *args, **kwargs)
 
