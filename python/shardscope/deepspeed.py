@@ -41,12 +41,12 @@ __all__ = ["install", "attach", "finish", "inspect", "agent", "pause", "resume",
 _GUARDS = ("warn", "error")
 # What a client attaching before the model exists is told, in the model's name.
 _NOT_BUILT = "(model not built yet: shown once zero.Init or deepspeed.initialize has run)"
-_agent = None
+_slot = _runtime.AgentSlot("shardscope.deepspeed")  # the process's agent: _slot.agent
 
 
 def agent():
     """The agent of this process, or None before install()."""
-    return _agent
+    return _slot.agent
 
 
 def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name=None, job=None,
@@ -66,9 +66,8 @@ def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name
     job: the job's name shared by all its ranks (default: TORCHELASTIC_RUN_ID, else
         MASTER_ADDR:MASTER_PORT).
     """
-    global _agent
-    if _agent is not None:
-        return _runtime.installed_again(_agent, "shardscope.deepspeed.install()",
+    if _slot.agent is not None:
+        return _runtime.installed_again(_slot.agent, "shardscope.deepspeed.install()",
                                         "before the model is built")
     if guard not in _GUARDS:
         raise ShardScopeError(f"guard={guard!r}: use one of {', '.join(map(repr, _GUARDS))}")
@@ -78,7 +77,7 @@ def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name
                                      job=job)
     version = _ds.check_version()
     built = _built_already()
-    _agent = _Agent(options, token=_read_token(token, token_file), guard=guard,
+    _slot.agent = _Agent(options, token=_read_token(token, token_file), guard=guard,
                     model_name=model_name, version=version)
     if built:
         import warnings
@@ -90,7 +89,7 @@ def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name
                       + ("; for this run, shardscope.deepspeed.attach(engine) shows the engine "
                          "from now on" if "deepspeed.initialize" in built else ""),
                       stacklevel=2)
-    return _agent
+    return _slot.agent
 
 
 def _built_already():
@@ -118,58 +117,14 @@ def _built_already():
 
 def attach(engine):
     """Attaches to a DeepSpeedEngine (deepspeed.initialize does this by itself)."""
-    if _agent is None:
+    if _slot.agent is None:
         raise ShardScopeError("call shardscope.deepspeed.install() before attach(engine), and "
                               "before the model is built")
-    _agent.attach(engine)
-    return _agent
+    _slot.agent.attach(engine)
+    return _slot.agent
 
 
-def finish():
-    """Writes snapshot_out (if given), says goodbye to clients and stops serving."""
-    global _agent
-    if _agent is not None:
-        a, _agent = _agent, None
-        a.close(_runtime.finish_reason())
-
-
-@contextlib.contextmanager
-def inspect(**options):
-    """``with inspect(...):`` install() on entry, finish() on exit (also when it raises)."""
-    a = install(**options)
-    try:
-        yield a
-    finally:
-        finish()
-
-
-def pause():
-    """Stops observing until resume(), between training steps: DeepSpeed runs its own code
-    again (every patch out, parameters of their own class), so paused steps cost nothing.
-    Clients stay attached; what happens meanwhile is not recorded, step numbers go on with
-    DeepSpeed's, and resume() brings every parameter's status up to date. For parts of a run
-    nobody needs to see (evaluation, long stretches of a healthy run), and to measure what
-    the agent costs within one run (bench/bench_deepspeed_agent.py)."""
-    if _agent is None:
-        raise ShardScopeError("call shardscope.deepspeed.install() before pause()")
-    _agent.pause()
-
-
-def resume():
-    """Observes again after pause()."""
-    if _agent is None:
-        raise ShardScopeError("call shardscope.deepspeed.install() before resume()")
-    _agent.resume()
-
-
-@contextlib.contextmanager
-def paused():
-    """``with paused():`` pause() on entry, resume() on exit (also when it raises)."""
-    pause()
-    try:
-        yield
-    finally:
-        resume()
+finish, inspect, pause, resume, paused = _slot.api(install)  # _runtime.AgentSlot
 
 
 def _read_token(token, token_file):

@@ -422,7 +422,10 @@ PYBIND11_MODULE(_native, module)
                      s.emplace_back(id, statusFrom(status));
                  a.state().setStatuses(s);
              })
-        .def("step_end", [](Agent &a, double loss) { a.state().stepEnd(loss); })
+        .def(
+            "step_end",
+            [](Agent &a, py::handle loss) { a.state().stepEnd(agent::lossNumber(loss)); },
+            py::arg("loss") = py::none()) // a number, a loss tensor (agent::lossNumber) or None
         .def_property_readonly("step", [](Agent &a) { return a.state().step(); })
         .def("state_json", [](Agent &a) {
             wire::Snapshot s;
