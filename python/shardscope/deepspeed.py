@@ -329,6 +329,8 @@ class _Agent:
         except BaseException:
             self.native.finish()
             raise
+        self.sites = _watch_registrations()  # where late parameters were registered
+        self.late_sites = {}  # late parameter's name -> "file:line", for shardscope-check
         atexit.register(self.close)
         self._chain_sigterm()
 
@@ -368,6 +370,7 @@ class _Agent:
             return
         self.closed = True
         atexit.unregister(self.close)
+        self.sites.remove()
         self.suspects.close()
         self.flush_active()
         try:
@@ -481,6 +484,8 @@ class _Agent:
         mid, name = self._param_name(param, owner, local)
         late = late or param.__dict__.get("ds_id") in self.adopted
         d = param.__dict__
+        if late and "_shardscope_site" in d:
+            self.late_sites[name] = d["_shardscope_site"]
         ds_id = d.get("ds_id")
         shape = list(d.get("ds_shape", param.shape))
         numel = int(d.get("ds_numel", param.numel()))
@@ -542,7 +547,7 @@ class _Agent:
                 pid = self._publish_param(param, module, local, late=True,
                                           replaces=_replaced_by(module, local, path))
                 if late_scan and not known:
-                    self.native.late_parameter(pid)
+                    self.native.late_parameter(pid, location=_site(param))
         for ds_id, param in list(self.converted.items()):
             seen = param.__dict__.get("_shardscope_seen_as")
             if seen is not None and seen[1] not in seen[0]._parameters:
@@ -616,6 +621,10 @@ class _Agent:
     def on_param_converted(self, param):
         ds_id = param.__dict__["ds_id"]
         self.converted[ds_id] = param
+        if id(param) not in self.late:
+            # Partitioned in time: where it was registered is not needed (_watch_registrations
+            # keeps it for the late ones; a late one adopted now keeps it).
+            param.__dict__.pop("_shardscope_site", None)
 
     def on_unobservable_class(self, cls):
         print(f"shardscope: parameters of class {cls.__module__}.{cls.__qualname__} cannot be "
@@ -877,8 +886,18 @@ def _library_prefixes():
     return _library_dirs
 
 
+_user_files = {}  # co_filename -> whether it is the user's: each file is looked at once
+
+
 def _is_user(frame):
     name = frame.f_code.co_filename
+    user = _user_files.get(name)
+    if user is None:
+        user = _user_files[name] = _is_user_file(name)
+    return user
+
+
+def _is_user_file(name):
     if name.startswith("<"):
         return False
     if "site-packages" in name or "dist-packages" in name:
@@ -909,6 +928,27 @@ def _location(frame):
     code = frame.f_code
     function = getattr(code, "co_qualname", code.co_name)
     return (code.co_filename, int(frame.f_lineno), function, chain)
+
+
+def _watch_registrations():
+    """Where parameters are registered, for the late ones' location: torch's global parameter
+    registration hook, while an agent is installed, keeps the user's frame (_location, as a
+    violation's) on each parameter registered through Module.register_parameter (a module's
+    constructor, weight_norm, an adapter assigned to a module). FSDP2 and DeepSpeed replace
+    parameters without it. Returns the hook's handle (remove() to stop)."""
+    from torch.nn.modules.module import register_module_parameter_registration_hook
+
+    def registered(module, name, param):
+        frame = _user_frame(sys._getframe(1))
+        if frame is not None:
+            param.__dict__["_shardscope_site"] = _location(frame)
+
+    return register_module_parameter_registration_hook(registered)
+
+
+def _site(param):
+    """Where param was registered (_watch_registrations), or None."""
+    return param.__dict__.get("_shardscope_site")
 
 
 def _code_name(path):

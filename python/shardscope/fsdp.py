@@ -34,7 +34,7 @@ from . import _fsdpinternals as _fi
 # nothing of DeepSpeed.
 from . import _runtime
 from .deepspeed import (_GUARDS, _METADATA_ONLY, _backend_name, _is_user, _leave_mode,
-                        _location, _read_token, _user_frame)
+                        _location, _read_token, _site, _user_frame, _watch_registrations)
 
 __all__ = ["install", "attach", "finish", "inspect", "agent", "describe", "pause", "resume",
            "paused"]
@@ -200,8 +200,10 @@ class _Agent:
                         a._enter_mode()
 
         self.handles = [register_module_parameter_registration_hook(on_param_registered),
+                        _watch_registrations(),  # where late parameters were registered
                         register_optimizer_step_pre_hook(on_step_pre),
                         register_optimizer_step_post_hook(on_step_post)]
+        self.late_sites = {}  # late parameter's name -> its site, for shardscope-check
         del torch
         import atexit
 
@@ -502,7 +504,10 @@ class _Agent:
                                       numel=numel, partition_numel=numel, padded_numel=numel,
                                       persistent=False, partitioned=False, late=True,
                                       status=UNSHARDED, element_size=p.element_size())
-                self.native.late_parameter(pid)
+                site = _site(p)
+                if site is not None:
+                    self.late_sites[name] = site
+                self.native.late_parameter(pid, location=site)
                 self.late[id(p)] = pid
 
     def _unit_of(self, path):
