@@ -169,6 +169,7 @@ void AgentState::removeParam(ParamId id)
         m_removedNames[id] = it->second.record.name;
         m_params.erase(it);
         m_lateUnadopted.erase(id);
+        m_lateSites.erase(id);
         touch();
     }
 }
@@ -416,7 +417,7 @@ void AgentState::completeBuildNames(const std::map<ModuleId, ModuleId> &moved)
     touch();
 }
 
-void AgentState::lateParameter(ParamId p)
+void AgentState::lateParameter(ParamId p, const state::SourceLocation &where)
 {
     ModuleId owner = kNoModule;
     {
@@ -430,6 +431,7 @@ void AgentState::lateParameter(ParamId p)
             owner = ap->record.owner;
         }
         m_lateUnadopted.insert(p);
+        if (where.known()) m_lateSites[p] = where;
         touch();
     }
     post(telemetry::makeLateParameter({.module = owner, .param = p}));
@@ -548,6 +550,8 @@ void AgentState::stepBegin(std::uint32_t step)
             v.tsNs = telemetry::nowNs();
             v.fix = text.fix;
             v.message = text.message;
+            if (const auto site = m_lateSites.find(p); site != m_lateSites.end())
+                v.location = site->second;
             recordLocked(v);
         }
         touch();
