@@ -168,6 +168,10 @@ def main():
                         "stay active throughout")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="cuda: one GPU per rank (LOCAL_RANK) over nccl, with DS_ACCELERATOR=cuda")
+    parser.add_argument("--hpz", type=int, default=0, metavar="N",
+                        help="ZeRO++ hierarchical partitioning (zero_hpz_partition_size N; run on "
+                        "a multiple of N ranks); prints each parameter's partitions as DeepSpeed "
+                        "holds them after deepspeed.initialize")
     args = parser.parse_args()
 
     device = torch.device("cpu")
@@ -185,6 +189,8 @@ def main():
               "gradient_accumulation_steps": args.grad_accum,
               "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
               "zero_allow_untested_optimizer": True}
+    if args.hpz:
+        config["zero_optimization"]["zero_hpz_partition_size"] = args.hpz
     torch.manual_seed(0)
     try:
         waited = time.monotonic()
@@ -203,6 +209,13 @@ def main():
                                           optimizer=torch.optim.AdamW(model.parameters(), lr=1e-2))
         if not args.no_agent:
             shardscope.deepspeed.attach(engine)  # deepspeed.initialize did it already; harmless
+        if args.hpz:  # what each rank holds: its partition, and hpZ's secondary one
+            # (made by initialize's first gather, freed by each optimizer step)
+            for name, p in engine.module.named_parameters():
+                sec = getattr(p, "ds_secondary_tensor", None)
+                print(f"rank {rank} partition {name} {p.ds_tensor.ds_numel} "
+                      f"{getattr(p, 'ds_zero_partition_world_size', world)} "
+                      f"{sec.ds_numel if sec is not None else 0}", flush=True)
         g = torch.Generator().manual_seed(rank)
         profiler = None
         if args.profile and rank == 0:

@@ -15,7 +15,9 @@ import warnings
 from . import ShardScopeError
 
 # torch releases the agent was tested on (tests/fsdp, docs/fsdp.md).
-TESTED_TORCH = ("2.13",)
+# 2.13 in CI (python/requirements.txt); 2.11 by tests/fsdp/tst_fsdpagent with
+# SHARDSCOPE_FSDP_PYTHON (CPU, gloo) and by scripts/gpu-check on an H200 (CUDA, NCCL).
+TESTED_TORCH = ("2.11", "2.13")
 
 _PKG = "torch.distributed.fsdp._fully_shard."
 
