@@ -570,6 +570,28 @@ void AgentState::stepEnd(double loss)
     postMemory();
 }
 
+void AgentState::reduceScatterBegin(ModuleId module, ParamId param, std::uint64_t bytes,
+                                    std::uint32_t params)
+{
+    post(telemetry::makeReduceScatterBegin(
+        {.module = module, .param = param, .bytes = bytes, .params = params}));
+}
+
+void AgentState::reduceScatterEnd(ModuleId module, ParamId param, std::uint64_t bytes,
+                                  std::uint32_t params)
+{
+    post(telemetry::makeReduceScatterEnd(
+        {.module = module, .param = param, .bytes = bytes, .params = params}));
+}
+
+void AgentState::allocatorSample(std::uint64_t allocated, std::uint64_t reserved,
+                                 std::uint64_t peakAllocated)
+{
+    post(telemetry::makeAllocatorSample({.allocatedBytes = allocated,
+                                         .reservedBytes = reserved,
+                                         .peakAllocatedBytes = peakAllocated}));
+}
+
 std::uint32_t AgentState::step() const
 {
     std::lock_guard lock(m_mutex);

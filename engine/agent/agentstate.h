@@ -108,6 +108,16 @@ class AgentState final : public state::StateProvider
     void stepBegin(std::uint32_t step = 0);
     void stepEnd(double loss);
     std::uint32_t step() const;
+    // A gradient reduce-scatter of module's gradients (param: kNoParam for a whole group or
+    // bucket) issued and completed: telemetry only, as the engine's reduceScatterGrad emits.
+    void reduceScatterBegin(ModuleId module, ParamId param, std::uint64_t bytes,
+                            std::uint32_t params);
+    void reduceScatterEnd(ModuleId module, ParamId param, std::uint64_t bytes,
+                          std::uint32_t params);
+    // The rank's CUDA allocator figures (torch.cuda.memory_allocated, memory_reserved,
+    // max_memory_allocated); the agents send them after a step's memory sample.
+    void allocatorSample(std::uint64_t allocated, std::uint64_t reserved,
+                         std::uint64_t peakAllocated);
 
     // ---- StateProvider
     state::EngineState state() const override;

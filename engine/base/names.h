@@ -28,7 +28,7 @@ inline constexpr std::array<std::string_view, 5> kViolationKindNames = {
     "unregistered_access", "late_parameter", "trace_invalidated",
     "gathered_write_without_modifier", "tied_across_groups"};
 // Index 0 is no event type ("unknown"); the types start at 1.
-inline constexpr std::array<std::string_view, 19> kEventTypeNames = {"unknown",
+inline constexpr std::array<std::string_view, 22> kEventTypeNames = {"unknown",
                                                                      "module_enter",
                                                                      "module_exit",
                                                                      "fetch_begin",
@@ -46,7 +46,10 @@ inline constexpr std::array<std::string_view, 19> kEventTypeNames = {"unknown",
                                                                      "step_end",
                                                                      "memory_sample",
                                                                      "dropped_events",
-                                                                     "gathered_write_error"};
+                                                                     "gathered_write_error",
+                                                                     "reduce_scatter_begin",
+                                                                     "reduce_scatter_end",
+                                                                     "allocator_sample"};
 
 static_assert(kDTypeNames.size() == std::size_t(DType::BF16) + 1);
 static_assert(kStatusNames.size() == std::size_t(ParamStatus::Available) + 1);
@@ -56,7 +59,7 @@ static_assert(kGuardActionNames.size() == std::size_t(GuardAction::Recorded) + 1
 static_assert(kFetchReasonNames.size() == std::size_t(FetchReason::Guard) + 1);
 static_assert(kViolationKindNames.size() ==
               std::size_t(ViolationKind::TiedAcrossGroups) + 1);
-static_assert(kEventTypeNames.size() == std::size_t(EventType::GatheredWriteError) + 1);
+static_assert(kEventTypeNames.size() == std::size_t(EventType::AllocatorSample) + 1);
 
 std::string_view dtypeName(DType t); // a value outside the enum: "float32", as dtypeSize
 std::string_view phaseName(Phase p); // a value outside the enum: "forward"

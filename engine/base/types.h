@@ -97,6 +97,9 @@ enum class EventType : std::uint8_t
     MemorySample = 16,
     DroppedEvents = 17,
     GatheredWriteError = 18,
+    ReduceScatterBegin = 19, // a gradient reduce-scatter is issued (backward)
+    ReduceScatterEnd = 20,   // ... and has completed
+    AllocatorSample = 21,    // the rank's device allocator figures (CUDA only)
 };
 
 } // namespace shardscope

@@ -1040,16 +1040,24 @@ void Engine::reduceScatterGrad(int rank, ParamId p, const float *fullGrad)
     mem.copy(padded, fullGrad, numelBytes, comm::CopyKind::WithinSpace);
     mem.zero(padded + l.numel, paddedBytes - numelBytes);
     rs.comm->waitForCompute();
+    // One span per parameter: its owner's gradient, the padded fp32 bytes the collective moves.
+    const telemetry::ReduceScatterFields span{
+        .module = info.owner, .param = p, .bytes = paddedBytes, .params = 1};
+    // Stamped here, not with a module batch's instant: the span is the collective's own.
+    const bool live = d->telemetryLive();
+    if (live) d->emitAt(rs, telemetry::makeReduceScatterBegin(span), telemetry::nowNs());
     rs.comm->reduceScatter(padded, rs.scratchShard.data(), static_cast<std::size_t>(l.partitionNumel),
                            DType::F32)
         .wait();
     const bool managed = info.partitioned || info.persistent;
     if (managed) {
+        if (live) d->emitAt(rs, telemetry::makeReduceScatterEnd(span), telemetry::nowNs());
         mem.addF32(rp.grad.f32(), rs.scratchShard.f32(), static_cast<std::size_t>(l.partitionNumel));
         return;
     }
     // Not partitioned (late, not adopted): an all-reduce, every rank keeps the whole gradient.
     rs.comm->allGather(rs.scratchShard.data(), padded, shardBytes).wait();
+    if (live) d->emitAt(rs, telemetry::makeReduceScatterEnd(span), telemetry::nowNs());
     mem.addF32(rp.grad.f32(), padded, static_cast<std::size_t>(l.numel));
 }
 

@@ -134,6 +134,7 @@ struct Client
     bool needState = false;
     bool binaryState = false; // its Hello listed "state_binary": StateBinary, not JSON State
     bool binaryLayout1 = false; // ... but not "state_binary_2": layout 1, without locations
+    bool events2 = false; // its Hello listed "events_2": it reads event kinds 19 and later
     // engine.stateVersion() when the last State queued for this client was built.
     std::uint64_t stateVersion = ~std::uint64_t(0);
     bool readClosed = false;
@@ -222,6 +223,8 @@ struct Inspector::Impl
     std::vector<Client> clients;
     std::vector<telemetry::Event> batch;
     std::string frameBuffer; // fanOut's EventBatch frame, reused
+    std::string olderFrameBuffer; // the same without the "events_2" kinds, for older clients
+    std::vector<telemetry::Event> olderEvents;
     bool stateDirty = false;
     Clock::time_point lastState = Clock::now();
     Clock::time_point lastTrim{};
@@ -543,9 +546,12 @@ void Inspector::Impl::onHello(Client &c, const wire::Frame &frame)
     w.historyCapacity = history.capacity();
     c.binaryState = wire::hasCapability(hello->capabilities, wire::kCapabilityStateBinary);
     c.binaryLayout1 = !wire::hasCapability(hello->capabilities, wire::kCapabilityStateBinary2);
+    c.events2 = wire::hasCapability(hello->capabilities, wire::kCapabilityEvents2);
     c.enqueue(wire::MessageType::Welcome, wire::encodeWelcome(w));
     sendState(c, currentState(StateFormats::of(c)));
-    const std::vector<telemetry::Event> past = history.newest(kMaxHistoryEventsPerClient);
+    std::vector<telemetry::Event> past = history.newest(kMaxHistoryEventsPerClient);
+    if (!c.events2)
+        std::erase_if(past, [](const telemetry::Event &e) { return wire::isEvents2Type(e.type); });
     c.enqueue(wire::MessageType::HistoryBegin, wire::encodeHistoryBegin(past.size()));
     for (std::size_t i = 0; i < past.size(); i += kEventsPerFrame) {
         const std::size_t n = std::min(kEventsPerFrame, past.size() - i);
@@ -629,17 +635,40 @@ void Inspector::Impl::fanOut(const std::vector<telemetry::Event> &events)
         frame.clear();
         wire::appendFrameHeader(frame, wire::MessageType::EventBatch, part.size_bytes());
         wire::appendEvents(frame, part);
+        // Clients of an earlier release get the batch without the kinds they cannot read.
+        bool older = false;
+        for (const Client &c : clients)
+            older = older || (c.phase == Client::Phase::Live && !c.events2);
+        std::size_t olderN = n;
+        if (older && std::any_of(part.begin(), part.end(), [](const telemetry::Event &e) {
+                return wire::isEvents2Type(e.type);
+            })) {
+            olderEvents.clear();
+            for (const telemetry::Event &e : part)
+                if (!wire::isEvents2Type(e.type)) olderEvents.push_back(e);
+            olderN = olderEvents.size();
+            olderFrameBuffer.clear();
+            wire::appendFrameHeader(olderFrameBuffer, wire::MessageType::EventBatch,
+                                    olderN * sizeof(telemetry::Event));
+            wire::appendEvents(olderFrameBuffer, olderEvents);
+        } else {
+            older = false;
+        }
         for (Client &c : clients) {
             if (c.phase != Client::Phase::Live) continue;
-            c.offered += n;
-            if (c.pendingDropped == 0 && c.queued() + frame.size() <= kMaxQueueBytes) {
-                c.out.appendFrames(frame);
+            const bool filtered = older && !c.events2;
+            if (filtered && olderN == 0) continue;
+            const std::string &f = filtered ? olderFrameBuffer : frame;
+            const std::size_t count = filtered ? olderN : n;
+            c.offered += count;
+            if (c.pendingDropped == 0 && c.queued() + f.size() <= kMaxQueueBytes) {
+                c.out.appendFrames(f);
                 c.lastQueued = Clock::now();
-                c.sent += n;
+                c.sent += count;
             } else {
-                c.pendingDropped += n;
-                c.dropped += n;
-                clientDropped.fetch_add(n, std::memory_order_relaxed);
+                c.pendingDropped += count;
+                c.dropped += count;
+                clientDropped.fetch_add(count, std::memory_order_relaxed);
             }
         }
     }

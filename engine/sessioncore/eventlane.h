@@ -24,7 +24,7 @@ class EventLane
     // An Event as the lane keeps it (20 bytes instead of 48): the rank is the lane's; the
     // time's high 32 bits and the step change rarely and are kept per chunk as runs
     // (index of the first event, value); u0 when it does not fit 32 bits, u1 and u2 (used
-    // only by MemorySample) live in the chunk's side table.
+    // by MemorySample, AllocatorSample and group reduce-scatters) live in the chunk's side table.
     struct Stored
     {
         std::uint32_t tsLo; // low 32 bits of tsNs

@@ -92,6 +92,17 @@ void TraceBuilder::span(const std::string &name, const std::string &cat, int pid
     spanUs(name, cat, pid, tid, us(begin), dur(begin, end), std::move(args));
 }
 
+void TraceBuilder::counter(const std::string &name, int pid, std::uint64_t ts, json args)
+{
+    add(json{{"name", name},
+             {"cat", "memory"},
+             {"ph", "C"},
+             {"pid", pid},
+             {"tid", pid},
+             {"ts", us(ts)},
+             {"args", std::move(args)}});
+}
+
 void TraceBuilder::instant(const std::string &name, const std::string &cat, int pid, int tid,
                            std::uint64_t ts, json args)
 {

@@ -1,6 +1,6 @@
 #pragma once
 // Writes a Chrome / Perfetto trace (the JSON object format: "traceEvents" and a few
-// top-level members): metadata, complete ("X") spans and instants, on the microsecond
+// top-level members): metadata, complete ("X") spans, instants and counters, on the microsecond
 // timeline that starts at t0, with nlohmann-json (objects with sorted keys, compact).
 // Knows nothing of the store; traceexport.cpp maps a store onto it. The document is written
 // in one place, document().
@@ -54,6 +54,9 @@ class TraceBuilder
               std::uint64_t beginNs, std::uint64_t endNs, nlohmann::json args);
     void instant(const std::string &name, const std::string &cat, int pid, int tid,
                  std::uint64_t tsNs, nlohmann::json args);
+    // A counter sample ("C") of process pid: one track per member of args (numbers), which
+    // Perfetto names "NAME MEMBER" and Chrome draws stacked under NAME. tid is the pid.
+    void counter(const std::string &name, int pid, std::uint64_t tsNs, nlohmann::json args);
 
     // The whole trace as compact JSON: the events, displayTimeUnit "ms" and the given
     // top-level members (distributedInfo, otherData, ...).

@@ -1,6 +1,7 @@
 #include "sessioncore/traceexport.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <queue>
 #include <tuple>
@@ -26,6 +27,9 @@ namespace {
 // Performance panel) and Perfetto (each groups async slices into tracks its own way), keep
 // the integer ts/dur of every other span, and the number of gather threads is the rank's
 // peak number of gathers in flight, as the timeline's sub-rows show.
+//
+// Gradient reduce-scatters go the same way onto "reduce-scatters k" threads after the
+// gathers, so all-gathers and reduce-scatters never share a thread.
 //
 // A rank's threads, as offsets from its pid (TraceIds): the modules thread is the pid.
 enum ThreadOffset
@@ -59,17 +63,19 @@ struct Gather
 
 // Lowest free lane per gather, in start order: a lane is free again once its last gather
 // has ended (touching spans do not overlap). Returns each gather's lane and the lane count.
-std::pair<std::vector<int>, int> assignLanes(std::vector<Gather> &gathers)
+// (Gathers and reduce-scatters alike: anything with ts and end.)
+template <typename Span>
+std::pair<std::vector<int>, int> assignLanes(std::vector<Span> &gathers)
 {
     std::stable_sort(gathers.begin(), gathers.end(),
-                     [](const Gather &a, const Gather &b) { return a.ts < b.ts; });
+                     [](const Span &a, const Span &b) { return a.ts < b.ts; });
     using Busy = std::pair<std::int64_t, int>; // end, lane
     std::priority_queue<Busy, std::vector<Busy>, std::greater<>> busy;
     std::priority_queue<int, std::vector<int>, std::greater<>> freeLanes;
     std::vector<int> lanes;
     lanes.reserve(gathers.size());
     int count = 0;
-    for (const Gather &g : gathers) {
+    for (const Span &g : gathers) {
         while (!busy.empty() && busy.top().first <= g.ts) {
             freeLanes.push(busy.top().second);
             busy.pop();
@@ -97,22 +103,51 @@ struct ModuleSpan
     std::size_t order = 0; // its enter's place in the lane: a parent's comes first
 };
 
+// A gradient reduce-scatter, in microseconds as written (Gather's fields: param may be none).
+struct Reduce
+{
+    std::int64_t ts = 0;
+    std::int64_t end = 0;
+    ModuleId module = kNoModule;
+    ParamId param = kNoParam;
+    std::uint64_t bytes = 0;
+    std::uint32_t params = 0;
+    std::uint32_t step = 0;
+};
+
 // One rank's gathers in start order, each with its "gathers k" thread, and how many such
-// threads the rank needs (at least 1: broadcasts go onto "gathers 0").
+// threads the rank needs (at least 1: broadcasts go onto "gathers 0"); its reduce-scatters
+// likewise on "reduce-scatters k" (none when it has none).
 struct RankGathers
 {
     std::vector<Gather> gathers;
     std::vector<int> lanes;
     int laneCount = 1;
+    std::vector<Reduce> reduces;
+    std::vector<int> reduceLanes;
+    int reduceLaneCount = 0;
 };
 
 RankGathers gathersOf(const TraceBuilder &t, const EventLane &lane)
 {
     RankGathers out;
     std::unordered_map<std::uint32_t, OpenFetch> fetches;
+    std::map<std::pair<ModuleId, ParamId>, std::uint64_t> reduces; // begun: (module, param)
     for (std::size_t i = 0; i < lane.size(); ++i) {
         const telemetry::Event ev = lane.at(i);
-        if (ev.type == EventType::FetchBegin) {
+        if (ev.type == EventType::ReduceScatterBegin) {
+            const telemetry::ReduceScatterFields f = telemetry::readReduceScatter(ev);
+            reduces[{f.module, f.param}] = ev.tsNs;
+        } else if (ev.type == EventType::ReduceScatterEnd) {
+            const telemetry::ReduceScatterFields f = telemetry::readReduceScatter(ev);
+            std::uint64_t begin = ev.tsNs;
+            if (auto it = reduces.find({f.module, f.param}); it != reduces.end()) {
+                begin = std::min(it->second, ev.tsNs);
+                reduces.erase(it);
+            }
+            out.reduces.push_back(Reduce{t.us(begin), t.us(begin) + t.dur(begin, ev.tsNs),
+                                         f.module, f.param, f.bytes, f.params, ev.step});
+        } else if (ev.type == EventType::FetchBegin) {
             const telemetry::FetchFields f = telemetry::readFetch(ev);
             fetches[f.param] = OpenFetch{ev.tsNs, f.cause, f.reason};
         } else if (ev.type == EventType::FetchEnd) {
@@ -127,11 +162,12 @@ RankGathers gathersOf(const TraceBuilder &t, const EventLane &lane)
         }
     }
     std::tie(out.lanes, out.laneCount) = assignLanes(out.gathers);
+    if (!out.reduces.empty()) std::tie(out.reduceLanes, out.reduceLaneCount) = assignLanes(out.reduces);
     return out;
 }
 
 // Metadata naming rank r's process and its threads.
-void rankThreads(TraceBuilder &t, const TraceIds &ids, int r, int gatherLanes)
+void rankThreads(TraceBuilder &t, const TraceIds &ids, int r, int gatherLanes, int reduceLanes)
 {
     const int pid = ids.pid(r);
     const auto thread = [&](int offset, const std::string &name, int sortIndex) {
@@ -143,6 +179,9 @@ void rankThreads(TraceBuilder &t, const TraceIds &ids, int r, int gatherLanes)
     thread(ModulesThread, "modules", 0);
     for (int k = 0; k < gatherLanes; ++k)
         thread(FirstGatherThread + k, "gathers " + std::to_string(k), 1 + k);
+    for (int k = 0; k < reduceLanes; ++k)
+        thread(FirstGatherThread + gatherLanes + k, "reduce-scatters " + std::to_string(k),
+               1 + gatherLanes + k);
     thread(ViolationsThread, "violations", kViolationsSortIndex);
     thread(StepsThread, "steps", kViolationsSortIndex + 1);
 }
@@ -200,6 +239,14 @@ void mapLane(TraceBuilder &t, const TraceIds &ids, const Store &store, int r,
             t.instant("broadcast " + store.paramName(f.param), "gather,broadcast", pid,
                       ids.tid(r, FirstGatherThread), ev.tsNs,
                       {{"root", std::int64_t(f.root)}, {"bytes", std::int64_t(f.bytes)}});
+            break;
+        }
+        case EventType::AllocatorSample: {
+            const telemetry::AllocatorFields f = telemetry::readAllocator(ev);
+            t.counter("CUDA allocator", pid, ev.tsNs,
+                      {{"allocated", std::int64_t(f.allocatedBytes)},
+                       {"reserved", std::int64_t(f.reservedBytes)},
+                       {"peak allocated", std::int64_t(f.peakAllocatedBytes)}});
             break;
         }
         case EventType::StepBegin:
@@ -267,6 +314,22 @@ void mapLane(TraceBuilder &t, const TraceIds &ids, const Store &store, int r,
                   {"bytes", std::int64_t(x.bytes)},
                   {"step", std::int64_t(x.step)}});
     }
+    for (std::size_t k = 0; k < g.reduces.size(); ++k) {
+        const Reduce &x = g.reduces[k];
+        const std::string module = store.modulePath(x.module);
+        json args = {{"module", module},
+                     {"bytes", std::int64_t(x.bytes)},
+                     {"params", std::int64_t(x.params)},
+                     {"step", std::int64_t(x.step)}};
+        std::string spanName = "reduce-scatter " + (module.empty() ? std::string("(root)") : module);
+        if (x.param != kNoParam) {
+            args["param"] = store.paramName(x.param);
+            spanName = "reduce-scatter " + store.paramName(x.param);
+        }
+        t.spanUs(spanName, "reduce_scatter", pid,
+                 ids.tid(r, FirstGatherThread + g.laneCount + g.reduceLanes[k]), x.ts, x.end - x.ts,
+                 std::move(args));
+    }
 }
 
 // Violations known only from the state (their events are older than the history).
@@ -299,12 +362,16 @@ std::string chromeTrace(const Store &store)
     std::vector<int> threads(static_cast<std::size_t>(ranks), FirstGatherThread + 1);
     for (int r = 0; r < store.laneCount(); ++r) {
         gathers[static_cast<std::size_t>(r)] = gathersOf(t, store.lane(r));
-        threads[static_cast<std::size_t>(r)] =
-            FirstGatherThread + gathers[static_cast<std::size_t>(r)].laneCount;
+        threads[static_cast<std::size_t>(r)] = FirstGatherThread +
+                                               gathers[static_cast<std::size_t>(r)].laneCount +
+                                               gathers[static_cast<std::size_t>(r)].reduceLaneCount;
     }
     const TraceIds ids(threads);
-    for (int r = 0; r < ranks; ++r)
-        rankThreads(t, ids, r, threads[static_cast<std::size_t>(r)] - FirstGatherThread);
+    for (int r = 0; r < ranks; ++r) {
+        const bool has = r < store.laneCount();
+        const RankGathers *g = has ? &gathers[static_cast<std::size_t>(r)] : nullptr;
+        rankThreads(t, ids, r, g ? g->laneCount : 1, g ? g->reduceLaneCount : 0);
+    }
     std::vector<bool> groupHasEvent(store.violationGroups().size(), false);
     for (int r = 0; r < store.laneCount(); ++r)
         mapLane(t, ids, store, r, gathers[static_cast<std::size_t>(r)], groupHasEvent);

@@ -88,6 +88,30 @@ struct MemoryFields
     std::uint64_t liveElements = 0; // elements of gathered parameters alive now
 };
 
+// ReduceScatterBegin, ReduceScatterEnd: gradients reduced across the ranks in backward (each
+// rank keeps its shard's sum). module: the module whose gradients they are (an FSDP unit, the
+// owner of the parameter); param: the parameter, or kNoParam when a whole group is reduced at
+// once (FSDP2, a DeepSpeed bucket); bytes: the padded full gradient size in the dtype it is
+// reduced in, what the reduce-scatter moves; params: how many parameters it reduces. On the
+// wire u1 is 0 for one named parameter (the engine's case), so that record stays compact in
+// a lane (sessioncore::EventLane keeps u1 == 0 inline); read gives 1 back.
+struct ReduceScatterFields
+{
+    ModuleId module = kNoModule;
+    ParamId param = kNoParam;
+    std::uint64_t bytes = 0;
+    std::uint32_t params = 0;
+};
+
+// AllocatorSample: the rank's device allocator after a step (torch.cuda.memory_allocated,
+// memory_reserved, max_memory_allocated). Never sent for a rank on the CPU.
+struct AllocatorFields
+{
+    std::uint64_t allocatedBytes = 0;
+    std::uint64_t reservedBytes = 0;
+    std::uint64_t peakAllocatedBytes = 0;
+};
+
 namespace detail {
 constexpr Event record(EventType type, std::uint8_t flags, std::uint32_t a, std::uint32_t b,
                        std::uint64_t u0 = 0, std::uint64_t u1 = 0, std::uint64_t u2 = 0)
@@ -258,6 +282,38 @@ constexpr ParamId readGatheredWriteError(const Event &ev)
     return ev.a;
 }
 
+namespace detail {
+constexpr std::uint64_t reducedParams(const ReduceScatterFields &f)
+{
+    return f.param != kNoParam && f.params == 1 ? 0 : f.params;
+}
+} // namespace detail
+constexpr Event makeReduceScatterBegin(ReduceScatterFields f)
+{
+    return detail::record(EventType::ReduceScatterBegin, 0, f.module, f.param, f.bytes,
+                          detail::reducedParams(f));
+}
+constexpr Event makeReduceScatterEnd(ReduceScatterFields f)
+{
+    return detail::record(EventType::ReduceScatterEnd, 0, f.module, f.param, f.bytes,
+                          detail::reducedParams(f));
+}
+constexpr ReduceScatterFields readReduceScatter(const Event &ev)
+{
+    const auto params = static_cast<std::uint32_t>(ev.u1);
+    return ReduceScatterFields{ev.a, ev.b, ev.u0, ev.b != kNoParam && params == 0 ? 1u : params};
+}
+
+constexpr Event makeAllocatorSample(AllocatorFields f)
+{
+    return detail::record(EventType::AllocatorSample, 0, 0, 0, f.allocatedBytes, f.reservedBytes,
+                          f.peakAllocatedBytes);
+}
+constexpr AllocatorFields readAllocator(const Event &ev)
+{
+    return AllocatorFields{ev.u0, ev.u1, ev.u2};
+}
+
 // The wire mapping, pinned: each make writes the raw fields docs/protocol.md names.
 namespace detail {
 constexpr bool raw(const Event &e, EventType type, std::uint8_t flags, std::uint32_t a,
@@ -291,6 +347,17 @@ static_assert(raw(makeMemorySample({10, 20, 30, 0x100000002ull}), EventType::Mem
                   10, 20, 30));
 static_assert(raw(makeDroppedEvents(5), EventType::DroppedEvents, 0, 0, 0, 5));
 static_assert(raw(makeGatheredWriteError(3), EventType::GatheredWriteError, 0, 3, 0));
+static_assert(raw(makeReduceScatterBegin({4, 3, 4096, 1}), EventType::ReduceScatterBegin, 0, 4, 3,
+                  4096, 0));
+static_assert(raw(makeReduceScatterBegin({4, 3, 4096, 2}), EventType::ReduceScatterBegin, 0, 4, 3,
+                  4096, 2));
+static_assert(readReduceScatter(makeReduceScatterBegin({4, 3, 4096, 1})).params == 1);
+static_assert(raw(makeReduceScatterEnd({4, kNoParam, 8192, 6}), EventType::ReduceScatterEnd, 0, 4,
+                  kNoParam, 8192, 6));
+static_assert(raw(makeAllocatorSample({10, 20, 30}), EventType::AllocatorSample, 0, 0, 0, 10, 20,
+                  30));
+static_assert(readReduceScatter(makeReduceScatterEnd({4, 3, 4096, 7})).params == 7);
+static_assert(readAllocator(makeAllocatorSample({10, 20, 30})).peakAllocatedBytes == 30);
 static_assert(readAccess(makeUnregisteredAccess({9, 3, 2, ParamStatus::Available,
                                                  GuardAction::Recorded}))
                   .action == GuardAction::Recorded);

@@ -25,6 +25,14 @@ inline constexpr std::string_view kCapabilityStateBinary = "state_binary";
 // With it as well, the StateBinary frames use layout 2 (violations' source locations);
 // a client listing only "state_binary" gets layout 1, as before layout 2 existed.
 inline constexpr std::string_view kCapabilityStateBinary2 = "state_binary_2";
+// A client that lists this capability gets the event kinds added within version 1 after the
+// first eighteen (reduce_scatter_begin/end, allocator_sample); a server leaves them out of
+// what it sends a client that does not, which would refuse the whole batch.
+inline constexpr std::string_view kCapabilityEvents2 = "events_2";
+inline constexpr bool isEvents2Type(EventType t)
+{
+    return static_cast<std::uint8_t>(t) >= static_cast<std::uint8_t>(EventType::ReduceScatterBegin);
+}
 
 // Client -> server, the first frame of a connection. Every C++ client asks for the binary State.
 struct Hello
@@ -32,7 +40,8 @@ struct Hello
     std::uint16_t version = kProtocolVersion;
     std::vector<std::string> capabilities{"state", "events", "history", "dropped",
                                           std::string(kCapabilityStateBinary),
-                                          std::string(kCapabilityStateBinary2)};
+                                          std::string(kCapabilityStateBinary2),
+                                          std::string(kCapabilityEvents2)};
     std::string token;  // must match the server's token when it has one
     std::string client; // free text, e.g. "shardscope-capture 0.1"
 };
@@ -44,7 +53,8 @@ struct Welcome
     std::uint16_t version = kProtocolVersion;
     std::vector<std::string> capabilities{"state", "events", "history", "dropped",
                                           std::string(kCapabilityStateBinary),
-                                          std::string(kCapabilityStateBinary2)};
+                                          std::string(kCapabilityStateBinary2),
+                                          std::string(kCapabilityEvents2)};
     std::string server; // e.g. "shardscope-train"
     std::int64_t pid = 0;
     std::string model;

@@ -166,16 +166,22 @@ def main():
                         help="the last step holds model.embed.weight outside forward (legal), then "
                         "runs its forward under the script's own torch function mode, which must "
                         "stay active throughout")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="cuda: one GPU per rank (LOCAL_RANK) over nccl, with DS_ACCELERATOR=cuda")
     parser.add_argument("--hpz", type=int, default=0, metavar="N",
                         help="ZeRO++ hierarchical partitioning (zero_hpz_partition_size N; run on "
                         "a multiple of N ranks); prints each parameter's partitions as DeepSpeed "
                         "holds them after deepspeed.initialize")
     args = parser.parse_args()
 
+    device = torch.device("cpu")
+    if args.device == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
     if not args.no_agent:
         shardscope.deepspeed.install(listen=args.listen, guard=args.guard,
                                      snapshot_out=args.snapshot_out, model_name="TinyLM")
-    deepspeed.init_distributed("gloo")
+    deepspeed.init_distributed("nccl" if args.device == "cuda" else "gloo")
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     vocab, hidden = 37, args.hidden
     times = []
@@ -226,7 +232,7 @@ def main():
                 engine.module.fc.register_forward_pre_hook(die)
             began, cpu, process_cpu = time.perf_counter(), time.thread_time(), time.process_time()
             for micro in range(args.grad_accum):
-                ids = torch.randint(0, vocab, (4, 8), generator=g)
+                ids = torch.randint(0, vocab, (4, 8), generator=g).to(device)
                 if args.own_mode and step + 1 == args.steps:
                     logits = forward_in_own_mode(engine, ids)
                 else:
@@ -242,7 +248,7 @@ def main():
             times.append((time.perf_counter() - began, time.thread_time() - cpu,
                           time.process_time() - process_cpu, int(observed and not args.no_agent)))
             if args.read_outside:  # story 1: the embedding read in the training loop
-                probe = torch.ones(2, vocab)
+                probe = torch.ones(2, vocab, device=device)
                 with torch.set_grad_enabled(args.read_outside == "grad"):
                     probe.mm(engine.module.embed.weight)
             print(f"rank {rank} step {step + 1} loss {loss.item():.4f}", flush=True)

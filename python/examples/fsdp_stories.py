@@ -143,6 +143,8 @@ def main():
                    help="pause/resume the agent every K steps, in pairs (on off, off on, ...): "
                         "bench/bench_fsdp_agent.py; with --no-agent the same labels, nothing toggled")
     p.add_argument("--timing", default="", help="per-step times (JSON lines); {rank} is the rank")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda: one GPU per rank (LOCAL_RANK) over nccl")
     p.add_argument("--wait-before-train", default="", metavar="FILE",
                    help="wait for FILE to exist before the first step (a client attaches first)")
     p.add_argument("--kill-rank", type=int, default=-1,
@@ -150,9 +152,12 @@ def main():
     p.add_argument("--kill-at-step", type=int, default=0)
     a = p.parse_args()
 
-    dist.init_process_group("gloo")
+    if a.device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("nccl" if a.device == "cuda" else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    mesh = init_device_mesh("cpu", (world, ), mesh_dim_names=("dp", ))
+    device = torch.device(a.device, torch.cuda.current_device()) if a.device == "cuda" else torch.device("cpu")
+    mesh = init_device_mesh(a.device, (world, ), mesh_dim_names=("dp", ))
     options = dict(snapshot_out=a.snapshot_out or None, guard=a.guard,
                    listen=a.listen if a.listen else None)
     if not a.no_agent and not a.attach:
@@ -160,7 +165,7 @@ def main():
 
     torch.manual_seed(0)
     model = TinyLM(a.vocab, a.hidden, a.layers, tied=a.tied,
-                   block_forward=a.call_block_forward and not a.fixed)
+                   block_forward=a.call_block_forward and not a.fixed).to(device)
     if a.late and a.fixed:
         with_lora(model.head, a.hidden, a.vocab)  # before fully_shard: sharded with head
     for b in model.blocks:
@@ -197,11 +202,11 @@ def main():
             else:
                 shardscope.fsdp.pause()
         t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
-        tokens = torch.randint(0, a.vocab, (4, 8), generator=gen)
+        tokens = torch.randint(0, a.vocab, (4, 8), generator=gen).to(device)
         if a.explicit_unshard:
             model.blocks[0].unshard()
         if a.read_outside == "grad" and a.fixed:
-            model.blocks[-1].read_in_forward = torch.randn(2, a.hidden, generator=gen)
+            model.blocks[-1].read_in_forward = torch.randn(2, a.hidden, generator=gen).to(device)
         logits = model.forward(tokens) if a.call_forward and not a.fixed else model(tokens)
         loss = F.cross_entropy(logits.view(-1, a.vocab), tokens.view(-1))
         if a.to_local:
@@ -209,7 +214,7 @@ def main():
                 w = model.blocks[-1].fc1.weight
                 norm = w.full_tensor().norm() if a.fixed else w.to_local().norm()  # story: to_local
         if a.read_outside and not (a.read_outside == "grad" and a.fixed):
-            sampled = torch.randn(2, a.hidden, generator=gen)
+            sampled = torch.randn(2, a.hidden, generator=gen).to(device)
             if a.read_outside == "no-grad":
                 with torch.no_grad():
                     w = model.blocks[-1].fc1.weight

@@ -90,6 +90,11 @@ HOOKS = (
     ("deepspeed.runtime.engine", "DeepSpeedEngine.backward", None),
     ("deepspeed.runtime.engine", "DeepSpeedEngine.step", None),
     ("deepspeed", "initialize", None),
+    # stage 3 reduce-scatters a bucket of gradients in backward (name-mangled; 0.16 takes
+    # safe_mode and reads params_in_ipg_bucket, 0.19 takes the communication dtype and reads
+    # ipg_buckets[dtype].params: reduce_bucket() tells them apart)
+    (_ZERO + "stage3", "DeepSpeedZeroOptimizer_Stage3." + "_DeepSpeedZeroOptimizer_Stage3"
+     "__reduce_and_partition_ipg_grads", None),
 )
 # Private attributes the agent reads, and the code that must set them.
 PRIVATE_ATTRIBUTES = (
@@ -258,6 +263,20 @@ class _Patches:
     def restore(self):
         self.unapply()
         self._saved.clear()
+
+
+def reduce_bucket(optimizer, args, kwargs):
+    """(parameters, communication dtype) of the bucket stage 3's
+    __reduce_and_partition_ipg_grads(*args, **kwargs) is about to reduce-scatter."""
+    import torch
+
+    dtype = args[0] if args else kwargs.get("communication_data_type")
+    buckets = getattr(optimizer, "ipg_buckets", None)
+    if isinstance(dtype, torch.dtype) and buckets is not None:  # DeepSpeed >= 0.17
+        bucket = buckets.get(dtype) if hasattr(buckets, "get") else buckets[dtype]
+        return list(getattr(bucket, "params", ()) or ()), dtype
+    return (list(getattr(optimizer, "params_in_ipg_bucket", ()) or ()),
+            getattr(optimizer, "communication_data_type", None))
 
 
 def install(observer):
@@ -513,6 +532,18 @@ def install(observer):
         return result
 
     patches.replace(deepspeed, "initialize", _initialize)
+
+    # ---- gradient reduce-scatters of stage 3's buckets
+    from deepspeed.runtime.zero import stage3 as stage3_mod
+
+    Stage3 = stage3_mod.DeepSpeedZeroOptimizer_Stage3
+    reduce_name = "_DeepSpeedZeroOptimizer_Stage3__reduce_and_partition_ipg_grads"
+    reduce_ipg = Stage3.__dict__[reduce_name]
+
+    def _reduce_ipg(self, *args, **kwargs):
+        return observer.on_reduce_ipg_grads(reduce_ipg, self, *args, **kwargs)
+
+    patches.replace(Stage3, reduce_name, _reduce_ipg)
 
     def uninstall():
         patches.restore()

@@ -61,6 +61,14 @@ OPTIONAL_HOOKS = (
     ("_fsdp_state", "FSDPState", "_validate_no_duplicate_params"),
 )
 
+# (module, function): module-level functions wrapped where FSDPParamGroup calls them (its module
+# imported them by name), each calling observer.on_<function>(original, *args).
+FUNCTIONS = (
+    # a group's gradients reduce-scattered (post_backward): the collective is issued in it and
+    # its event returned (a CUDA stream's; on the CPU it has completed on return)
+    ("_fsdp_param_group", "foreach_reduce"),
+)
+
 # Attributes read (not wrapped), by class; checked on the first objects the agent meets.
 # Also read where present (set by FSDP's lazy init, the root's first forward):
 # FSDPParam._param_fqn, .orig_dtype, .param_dtype, ._unsharded_param; and, where torch does
@@ -122,10 +130,11 @@ def check():
         if _present(c, method) is None:
             names = method if isinstance(method, tuple) else (method,)
             missing.append(" or ".join(f"{_PKG}{module}.{cls}.{m}" for m in names))
-    try:
-        getattr(importlib.import_module(_PKG + STATE_OF[0]), STATE_OF[1])
-    except (ImportError, AttributeError):
-        missing.append(_PKG + ".".join(STATE_OF))
+    for module, function in FUNCTIONS + (STATE_OF,):
+        try:
+            getattr(importlib.import_module(_PKG + module), function)
+        except (ImportError, AttributeError):
+            missing.append(f"{_PKG}{module}.{function}")
     if missing:
         raise ShardScopeError(
             f"shardscope.fsdp cannot observe FSDP2 in torch {version}: "
@@ -177,8 +186,9 @@ def state_of(module):
 
 
 def install(observer):
-    """Wraps HOOKS so that each calls observer.on_<method>(original, self, *args); returns the
-    function that restores the originals."""
+    """Wraps HOOKS so that each calls observer.on_<method>(original, self, *args), and FUNCTIONS
+    so that each calls observer.on_<function>(original, *args); returns the function that
+    restores the originals."""
     restored = []
     for module, cls, method in HOOKS + OPTIONAL_HOOKS:
         c = _class(module, cls)
@@ -203,6 +213,18 @@ def install(observer):
             wrapper.__qualname__ = f"{cls}.{method}"
             setattr(c, method, wrapper)
         restored.append((c, method, original))
+
+    for module, function in FUNCTIONS:
+        m = importlib.import_module(_PKG + module)
+        original = getattr(m, function)
+        handler = getattr(observer, "on_" + function)
+
+        def wrapper(*args, __fn=original, __h=handler, **kwargs):
+            return __h(__fn, *args, **kwargs)
+
+        wrapper.__name__ = function
+        setattr(m, function, wrapper)
+        restored.append((m, function, original))
 
     def uninstall():
         for c, method, original in reversed(restored):

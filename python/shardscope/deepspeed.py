@@ -33,6 +33,7 @@ import re
 import sys
 
 from . import ShardScopeError, UnregisteredAccessError
+from . import _allocator
 from . import _dsinternals as _ds
 from . import _runtime
 
@@ -322,6 +323,8 @@ class _Agent:
         self.suspects = _Suspects(self)
         self.reported = set()  # violations said and flushed (record_access)
         self.closed = False
+        self.reduces = []  # CUDA gradient reduce-scatters issued, not yet seen complete
+        self.allocator = None  # posts an allocator_sample (a CUDA model: _allocator.sampler)
         self.paused = None  # while paused: ds_id -> ds_status at pause()
         self.built_violations = False  # a violation named modules while the model was built
         try:
@@ -370,6 +373,7 @@ class _Agent:
             return
         self.closed = True
         atexit.unregister(self.close)
+        self._poll_reduces(wait=True)  # the last step's, before the snapshot
         self.sites.remove()
         self.suspects.close()
         self.flush_active()
@@ -755,6 +759,61 @@ class _Agent:
     def on_initialize(self, engine):
         self.attach(engine)
 
+    def on_reduce_ipg_grads(self, fn, optimizer, *args, **kwargs):
+        """Stage 3 reduce-scatters a bucket of gradients: reduce_scatter_begin with what it
+        moves (each gradient padded to its partition world, in the communication dtype),
+        reduce_scatter_end on return on the CPU, else once its CUDA event is seen complete
+        (_poll_reduces). A bucket of one module's parameters names that module, else the
+        root; of one parameter, that parameter."""
+        if self.closed or self.engine is None:
+            return fn(optimizer, *args, **kwargs)
+        params, dtype = _ds.reduce_bucket(optimizer, args, kwargs)
+        if not params:
+            return fn(optimizer, *args, **kwargs)
+        self._poll_reduces()
+        nbytes, owners, cuda = 0, set(), False
+        for p in params:
+            d = p.__dict__
+            ds_tensor = d.get("ds_tensor")
+            partition = int(getattr(ds_tensor, "ds_numel", 0)) if ds_tensor is not None else 0
+            world = int(d.get("ds_zero_partition_world_size", self.world_size))
+            numel = partition * world if partition else int(d.get("ds_numel", p.numel()))
+            nbytes += numel * (dtype.itemsize if dtype is not None else p.element_size())
+            seen = d.get("_shardscope_seen_as")
+            owners.add(self.module_id(seen[0]) if seen is not None else 0)
+            cuda = cuda or p.device.type == "cuda"
+        module = owners.pop() if len(owners) == 1 else 0
+        pid = self.param_id(params[0]) if len(params) == 1 else None
+        n = len(params)
+        events = getattr(optimizer, "param_reduce_events", None)
+        before = len(events) if events is not None else 0
+        self.native.reduce_scatter_begin(module if module is not None else 0, pid, nbytes, n)
+        r = fn(optimizer, *args, **kwargs)
+        if cuda and events is not None and len(events) > before:
+            self.reduces.append((events[-1], module if module is not None else 0, pid, nbytes, n))
+        else:
+            self.native.reduce_scatter_end(module if module is not None else 0, pid, nbytes, n)
+        return r
+
+    def _poll_reduces(self, wait=False):
+        """reduce_scatter_end for the CUDA reduce-scatters seen complete (wait: all, at
+        close())."""
+        while self.reduces:
+            event, module, pid, nbytes, n = self.reduces[0]
+            if not wait and not event.query():
+                return
+            if wait:
+                event.synchronize()
+            self.reduces.pop(0)
+            self.native.reduce_scatter_end(module, pid, nbytes, n)
+
+    def _after_step(self):
+        """After a step's end on a CUDA model (HotPath.after_step): the reduce-scatters seen
+        complete end (not waited for: the CPU may run ahead), then the allocator's figures."""
+        self._poll_reduces()
+        if self.allocator is not None:
+            self.allocator()
+
     def attach(self, engine):
         if self.engine is engine:
             return
@@ -769,6 +828,8 @@ class _Agent:
                 f"ZeRO-3 (set \"zero_optimization\": {{\"stage\": 3}} in the DeepSpeed config)")
         self.engine = engine
         self.hot.set_engine(engine)
+        self.allocator = _allocator.sampler(self.native, _allocator.device_of(module.parameters()))
+        self.hot.after_step = self._after_step if self.allocator is not None else None
         zc = engine.zero_optimization() if hasattr(engine, "zero_optimization") else None
         cfg = getattr(engine, "_config", None)
         z = getattr(cfg, "zero_config", None)

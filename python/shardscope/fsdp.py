@@ -27,6 +27,7 @@ import sys
 import weakref
 
 from . import ShardScopeError, UnregisteredAccessError
+from . import _allocator
 from . import _fsdpinternals as _fi
 # One implementation of what every agent checks and decides the same way: _runtime (options,
 # per-rank names, the native SIGTERM path, the Goodbye's reason) and shardscope.deepspeed's
@@ -154,6 +155,9 @@ class _Agent:
         self.derived = {}  # id -> (DTensor, pids entry): views of sharded parameters (_derived)
         self.candidate = None  # weakref to the last module fully_shard was called on
         self.checked = set()
+        self.reducing = None  # the _Group whose post_backward runs (foreach_reduce's)
+        self.reduces = []  # CUDA reduce-scatters issued, not yet seen complete
+        self.allocator = None  # posts an allocator_sample (CUDA models: _allocator.sampler)
         # torch < 2.13 does not check for a parameter shared by two groups: the agent does, at
         # fully_shard (on_init). id(original parameter) -> (weakref to it, the FSDPState that
         # manages it, its module, its name there); pairs found, recorded when the root is known:
@@ -193,6 +197,9 @@ class _Agent:
                 a.optimizer_steps += 1
                 try:
                     a.end_step()  # inside: the loss's conversion is not the user's read
+                    a._poll_reduces()  # not waited for: the CPU may run ahead of the GPU
+                    if a.allocator is not None:
+                        a.allocator()
                 finally:
                     a.inside = max(0, a.inside - 1)
                     if not a.inside and a.root is not None and not a.in_root_forward \
@@ -225,6 +232,7 @@ class _Agent:
         import atexit
 
         atexit.unregister(self.close)
+        self._poll_reduces(wait=True)  # the last step's, before the snapshot
         self._leave_mode()
         try:
             for h in self.handles:
@@ -317,6 +325,7 @@ class _Agent:
                 f"torch.distributed.fsdp.fully_shard(model) (after fully_shard on its blocks), "
                 f"then attach(model), or install() before fully_shard")
         self.root = model
+        self.allocator = _allocator.sampler(self.native, _allocator.device_of(model.parameters()))
         self.publish()
         if not self.in_root_forward:
             self._enter_mode()
@@ -834,19 +843,64 @@ class _Agent:
             return fn(g, *args, **kwargs)
         self.causes.append(("backward", rec.unit))
         self.inside += 1
-        grads = sum(1 for fp in rec.fsdp_params if getattr(getattr(fp, "_unsharded_param", None), "grad", None) is not None)
+        self._poll_reduces()
+        self.reducing = rec  # foreach_reduce, if FSDP calls it, reduces this group
         try:
             return fn(g, *args, **kwargs)
         finally:
+            self.reducing = None
             self.inside -= 1
             self.causes.pop()
-            if grads and g.reduce_grads:
-                rec.reduce_scatters += 1
-                rec.reduce_bytes += sum(b for _, b in rec.params)
             if rec.in_backward:
                 rec.in_backward = False
                 self._close_scope(rec.unit)
                 self.native.module_exit(rec.unit, "backward")
+
+    def on_foreach_reduce(self, fn, fsdp_params, unsharded_grads, group, *args, **kwargs):
+        """A group's gradient reduce-scatter: reduce_scatter_begin when FSDP issues it, with
+        what it moves (every gradient's dim 0 padded to the shard world, in the reduce dtype),
+        reduce_scatter_end once it has completed: on return on the CPU, else when its CUDA
+        event is next seen complete (_poll_reduces: the next group's post-backward, the end of
+        backward, the optimizer step; close() waits for the last ones)."""
+        rec = self.reducing
+        if rec is None or self.closed or not unsharded_grads:
+            return fn(fsdp_params, unsharded_grads, group, *args, **kwargs)
+        world = group.size() if group is not None else 1
+        import torch
+
+        reduce_dtype = args[3] if len(args) > 3 else kwargs.get("reduce_dtype")
+        if not isinstance(reduce_dtype, torch.dtype):  # None: the gradients' own
+            reduce_dtype = unsharded_grads[0].dtype
+        numel = 0
+        for grad in unsharded_grads:
+            shape = grad.shape
+            rows = shape[0] if len(shape) else 1
+            numel += -(-rows // world) * world * (grad.numel() // rows if rows else 0)
+        nbytes = numel * reduce_dtype.itemsize
+        n = len(unsharded_grads)  # foreach_reduce empties the list
+        on_cpu = unsharded_grads[0].device.type == "cpu"
+        self.native.reduce_scatter_begin(rec.unit, None, nbytes, n)
+        r = fn(fsdp_params, unsharded_grads, group, *args, **kwargs)
+        rec.reduce_scatters += 1
+        rec.reduce_bytes += nbytes
+        event = r[1] if isinstance(r, tuple) and len(r) > 1 else None
+        if event is None or on_cpu:
+            self.native.reduce_scatter_end(rec.unit, None, nbytes, n)
+        else:
+            self.reduces.append((event, rec.unit, nbytes, n))
+        return r
+
+    def _poll_reduces(self, wait=False):
+        """reduce_scatter_end for the CUDA reduce-scatters seen complete (wait: all of them,
+        waiting for those still running: close())."""
+        while self.reduces:
+            event, unit, nbytes, n = self.reduces[0]
+            if not wait and not event.query():
+                return
+            if wait:
+                event.synchronize()
+            self.reduces.pop(0)
+            self.native.reduce_scatter_end(unit, None, nbytes, n)
 
     def _close_scope(self, mid):
         for i in range(len(self.scopes) - 1, -1, -1):
@@ -914,6 +968,7 @@ class _Agent:
             return fn(state, *args, **kwargs)
         finally:
             self.inside -= 1
+            self._poll_reduces()
 
     def on_lazy_init(self, fn, state):
         first = state._is_root is None

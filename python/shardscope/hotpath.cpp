@@ -389,6 +389,13 @@ void HotPath::endStep(double loss)
 {
     flushActive();
     m_state.stepEnd(loss);
+    if (!afterStep.is_none()) {
+        PyObject *r = PyObject_CallNoArgs(afterStep.ptr());
+        if (r)
+            Py_DECREF(r);
+        else
+            PyErr_WriteUnraisable(afterStep.ptr()); // said on stderr; the step goes on
+    }
 }
 
 py::object HotPath::top() const
@@ -689,6 +696,7 @@ void bindHotPath(py::module_ &m, agent::AgentState &(*stateOf)(py::handle agent)
         .def("getitem_hook", &HotPath::getitemHook)
         .def("set_engine", &HotPath::setEngine)
         .def_readwrite("in_step", &HotPath::inStep)
+        .def_readwrite("after_step", &HotPath::afterStep)
         .def("close_scopes", &HotPath::closeScopes)
         .def("set_loss", &HotPath::setLoss)
         .def("begin_step", &HotPath::beginStep)

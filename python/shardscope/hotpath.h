@@ -110,6 +110,9 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     int autoDepth = 0; // depth of DeepSpeed's automatic registration
     bool slow = false; // suspect reads exist: the observer must hear of scopes and gathers
     bool inStep = false; // a step began (forward) and has not ended (step that stepped)
+    // Called with no arguments after each step's end (the agent's allocator_sample on a CUDA
+    // model, python/shardscope/_allocator.py); None: nothing.
+    py::object afterStep = py::none();
 
   private:
     struct Scope

@@ -426,6 +426,26 @@ PYBIND11_MODULE(_native, module)
             "step_end",
             [](Agent &a, py::handle loss) { a.state().stepEnd(agent::lossNumber(loss)); },
             py::arg("loss") = py::none()) // a number, a loss tensor (agent::lossNumber) or None
+        .def(
+            "reduce_scatter_begin",
+            [](Agent &a, std::uint32_t unit, std::optional<std::uint32_t> param,
+               std::uint64_t bytes, std::uint32_t params) {
+                a.state().reduceScatterBegin(unit, param.value_or(kNoParam), bytes, params);
+            },
+            py::arg("module"), py::arg("param"), py::arg("bytes"), py::arg("params"))
+        .def(
+            "reduce_scatter_end",
+            [](Agent &a, std::uint32_t unit, std::optional<std::uint32_t> param,
+               std::uint64_t bytes, std::uint32_t params) {
+                a.state().reduceScatterEnd(unit, param.value_or(kNoParam), bytes, params);
+            },
+            py::arg("module"), py::arg("param"), py::arg("bytes"), py::arg("params"))
+        .def(
+            "allocator_sample",
+            [](Agent &a, std::uint64_t allocated, std::uint64_t reserved, std::uint64_t peak) {
+                a.state().allocatorSample(allocated, reserved, peak);
+            },
+            py::arg("allocated"), py::arg("reserved"), py::arg("peak_allocated"))
         .def_property_readonly("step", [](Agent &a) { return a.state().step(); })
         .def("state_json", [](Agent &a) {
             wire::Snapshot s;

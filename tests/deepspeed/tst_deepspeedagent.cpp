@@ -367,6 +367,23 @@ class TestDeepSpeedAgent : public QObject
                     ++stepEnds;
                 }
             QCOMPARE(stepEnds, 2);
+            // Stage 3's gradient buckets: reduce-scatter pairs in each step's backward, moving
+            // every parameter's padded fp32 gradient once per step.
+            std::map<int, std::uint64_t> reducedBytes, begun;
+            std::uint64_t allParams = 0;
+            for (const json &p : s["params"])
+                allParams += p["padded_numel"].get<std::uint64_t>() * 4;
+            for (const json &e : shardscope::test::eventList(s)) {
+                if (e["type"] == "reduce_scatter_begin")
+                    begun[e["step"].get<int>()] += e["u0"].get<std::uint64_t>();
+                if (e["type"] == "reduce_scatter_end")
+                    reducedBytes[e["step"].get<int>()] += e["u0"].get<std::uint64_t>();
+            }
+            QCOMPARE(begun, reducedBytes);
+            QVERIFY2(reducedBytes.size() == 2 && reducedBytes[1] == allParams &&
+                         reducedBytes[2] == allParams,
+                     (std::to_string(allParams) + " bytes expected per step; " +
+                      json(reducedBytes).dump()).c_str());
             // Registered by hand: never a guard gather, fetched for lm_head's scopes.
             const int lmHead = moduleIdOf(s, "lm_head");
             const auto f = fetchesOf(s, "embed.weight");

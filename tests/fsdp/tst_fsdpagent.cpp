@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include <bit>
+#include <map>
 #include <set>
 
 #include "rankjob.h"
@@ -312,6 +313,9 @@ class TestFsdpAgent : public QObject
         }
         QVERIFY2(seen, d.dump().c_str());
         QCOMPARE(d["units"].size(), std::size_t(3));
+        for (int rank = 0; rank < 2; ++rank)
+            checkReduceScatters(snaps[std::size_t(rank)],
+                                readJson(m_dir.filePath(QStringLiteral("describe.rank%1.json").arg(rank))));
 
         // Live: one rank, and the whole job as one view.
         const json captured = readJson(m_dir.filePath("capture.json"));
@@ -337,6 +341,49 @@ class TestFsdpAgent : public QObject
                 ranks.insert(e["rank"].get<int>());
             QVERIFY2(ranks == (std::set<int>{0, 1}), qPrintable(name));
         }
+    }
+
+    // Gradient reduce-scatters: one reduce_scatter_begin/end pair per FSDP unit per step (a
+    // whole group at once: no parameter), moving the unit's padded fp32 gradients, and summing
+    // to describe()'s reduce_scatter_bytes.
+    static void checkReduceScatters(const json &s, const json &described)
+    {
+        struct Seen
+        {
+            int begins = 0, ends = 0;
+            std::uint64_t bytes = 0;
+            std::uint64_t params = 0;
+        };
+        std::map<std::pair<int, std::uint32_t>, Seen> byStepUnit;
+        std::uint64_t total = 0;
+        for (const json &e : shardscope::test::eventList(s)) {
+            const bool begin = e["type"] == "reduce_scatter_begin";
+            if (!begin && e["type"] != "reduce_scatter_end") continue;
+            QCOMPARE(e["b"].get<std::uint32_t>(), 0xffffffffu);
+            Seen &x = byStepUnit[{e["step"].get<int>(), e["a"].get<std::uint32_t>()}];
+            (begin ? x.begins : x.ends) += 1;
+            if (!begin) total += e["u0"].get<std::uint64_t>();
+            x.bytes = e["u0"].get<std::uint64_t>();
+            x.params = e["u1"].get<std::uint64_t>();
+        }
+        QCOMPARE(byStepUnit.size(), std::size_t(3 * 3)); // 3 steps x 3 units
+        for (const auto &[key, x] : byStepUnit) {
+            std::string unit = "?";
+            for (const json &m : s["modules"])
+                if (m["id"] == key.second) unit = m["path"].get<std::string>();
+            QVERIFY2(x.begins == 1 && x.ends == 1, unit.c_str());
+            std::uint64_t expected = 0, params = 0;
+            for (const json &p : s["params"])
+                if (p["module"] == unit) expected += p["padded_numel"].get<std::uint64_t>() * 4, ++params;
+            QVERIFY2(x.bytes == expected, (unit + ": " + std::to_string(x.bytes)).c_str());
+            QCOMPARE(x.params, params);
+        }
+        std::uint64_t described_bytes = 0;
+        for (const json &u : described["units"]) {
+            QCOMPARE(u["reduce_scatters"].get<int>(), 3);
+            described_bytes += u["reduce_scatter_bytes"].get<std::uint64_t>();
+        }
+        QCOMPARE(total, described_bytes);
     }
 
     // Tied weights sharded by two fully_shard calls: torch 2.13 raises ValueError at the first

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 
 #include "core/engine.h"
 #include "nn/markov.h"
@@ -94,6 +95,7 @@ class TestTrainer : public QObject
     void stepReportsCountWhatTheEngineCounts();
     void overlappedCommunicationTrainsTheSame();
     void guardErrorWithOverlapStopsEveryRank();
+    void everyGradientIsReduceScatteredOncePerStep();
 };
 
 void TestTrainer::worldSizesGiveTheSameLossCurve_data()
@@ -460,6 +462,71 @@ void TestTrainer::guardErrorWithOverlapStopsEveryRank()
     } catch (const core::UnregisteredAccessError &err) {
         QCOMPARE(err.fix(), std::string("register_external_parameter(lm_head, embed.weight)"));
     }
+}
+
+namespace {
+
+// The reduce-scatter pairs of a run, by (rank, step, parameter).
+class ReduceSink final : public telemetry::EventSink
+{
+  public:
+    void write(const telemetry::Event &ev) noexcept override
+    {
+        if (ev.type != EventType::ReduceScatterBegin && ev.type != EventType::ReduceScatterEnd)
+            return;
+        std::lock_guard lock(m_mutex);
+        Pair &p = pairs[{ev.rank, ev.step, telemetry::readReduceScatter(ev).param}];
+        (ev.type == EventType::ReduceScatterBegin ? p.begins : p.ends) += 1;
+        (ev.type == EventType::ReduceScatterBegin ? p.begin : p.end) = ev;
+    }
+    struct Pair
+    {
+        int begins = 0, ends = 0;
+        telemetry::Event begin{}, end{};
+    };
+    std::mutex m_mutex;
+    std::map<std::tuple<int, std::uint32_t, ParamId>, Pair> pairs;
+};
+
+} // namespace
+
+// A training step reduce-scatters each gradient once on every rank: a begin/end pair naming the
+// parameter and its owner, moving its padded fp32 gradient (State's padded_numel x 4).
+void TestTrainer::everyGradientIsReduceScatteredOncePerStep()
+{
+    TrainConfig c = smallConfig(3);
+    c.steps = 2;
+    c.externals = Externals::Manual;
+    Run run;
+    run.engine = makeCpuEngine(c);
+    ReduceSink sink;
+    run.engine->setEventSink(&sink);
+    run.result = runCpuTraining(c, *run.engine, {});
+    const state::EngineState st = run.engine->state();
+    std::size_t reduced = 0;
+    for (const state::ParamRecord &p : st.params) {
+        for (int rank = 0; rank < 3; ++rank)
+            for (std::uint32_t step = 1; step <= 2; ++step) {
+                const auto it = sink.pairs.find({rank, step, p.id});
+                QVERIFY2(it != sink.pairs.end(),
+                         qPrintable(QStringLiteral("%1 on rank %2 in step %3 was not reduced")
+                                        .arg(QString::fromStdString(p.name))
+                                        .arg(rank)
+                                        .arg(step)));
+                const ReduceSink::Pair &x = it->second;
+                QCOMPARE(x.begins, 1);
+                QCOMPARE(x.ends, 1);
+                const telemetry::ReduceScatterFields f = telemetry::readReduceScatter(x.end);
+                QCOMPARE(f.bytes, std::uint64_t(p.paddedNumel) * 4);
+                QCOMPARE(f.module, p.owner);
+                QCOMPARE(f.params, 1u);
+                QCOMPARE(telemetry::readReduceScatter(x.begin).bytes, f.bytes);
+                QVERIFY(x.begin.tsNs <= x.end.tsNs);
+                ++reduced;
+            }
+    }
+    QCOMPARE(sink.pairs.size(), reduced); // nothing else was reduced
+    QVERIFY(reduced > 0);
 }
 
 QTEST_APPLESS_MAIN(TestTrainer)

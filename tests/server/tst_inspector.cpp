@@ -175,6 +175,7 @@ class TestInspector : public QObject
     void lateClientGetsStateHistoryAndLiveEvents();
     void severalClientsAtOnce();
     void eachClientGetsTheStateFormatItAskedFor();
+    void newEventKindsOnlyToClientsThatAskedForThem();
     void stalledClientNeverBlocksTrainingAndLearnsWhatItLost();
     void wrongTokenIsRefusedWithAClearMessage();
     void wrongProtocolVersionIsRefused();
@@ -363,6 +364,48 @@ void TestInspector::eachClientGetsTheStateFormatItAskedFor()
     QVERIFY(!old->location.known());
     QCOMPARE(old->fix, findUnregistered(a, "lm_head", "embed.weight")->fix);
     QCOMPARE(sb.snapshot().events.size(), sj.snapshot().events.size());
+}
+
+// Gradient reduce-scatters (kinds 19, 20) go to clients that list "events_2" (this release's);
+// a client of an earlier release, which would refuse the whole batch, gets every other event.
+void TestInspector::newEventKindsOnlyToClientsThatAskedForThem()
+{
+    TiedRun run(2);
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
+    const std::vector<float> grad(30, 1.0f);
+    auto reduceStep = [&] {
+        run.engine->forEachLocalRank([&](int r) {
+            run.engine->beginStep(r);
+            run.engine->reduceScatterGrad(r, run.embedW, grad.data());
+            run.engine->endStep(r, 0.5);
+        });
+    };
+    reduceStep(); // in the history of both clients
+    InspectorClient::Options older;
+    older.capabilities = {"state", "events", "history", "dropped", "state_binary", "state_binary_2"};
+    auto current = InspectorClient::connect(inspector.endpoint(), {});
+    auto earlier = InspectorClient::connect(inspector.endpoint(), older);
+    QVERIFY2(current.ok(), current.error().c_str());
+    QVERIFY2(earlier.ok(), earlier.error().c_str());
+    reduceStep(); // live
+    std::thread finisher([&] { inspector.finish(); });
+    client::ClientState sc, se;
+    for (auto [c, state] : {std::pair{current->get(), &sc}, std::pair{earlier->get(), &se}}) {
+        std::string error;
+        QVERIFY2(readUntil(*c, *state, [&] { return state->finished(); }, &error), error.c_str());
+    }
+    finisher.join();
+    auto count = [](const client::ClientState &st, EventType t) {
+        return int(std::count_if(st.snapshot().events.begin(), st.snapshot().events.end(),
+                                 [&](const telemetry::Event &e) { return e.type == t; }));
+    };
+    // Two steps on two ranks, one parameter each.
+    QCOMPARE(count(sc, EventType::ReduceScatterBegin), 4);
+    QCOMPARE(count(sc, EventType::ReduceScatterEnd), 4);
+    QCOMPARE(count(se, EventType::ReduceScatterBegin), 0);
+    QCOMPARE(count(se, EventType::ReduceScatterEnd), 0);
+    QCOMPARE(count(se, EventType::StepEnd), count(sc, EventType::StepEnd));
+    QCOMPARE(se.snapshot().events.size() + 8, sc.snapshot().events.size());
 }
 
 void TestInspector::stalledClientNeverBlocksTrainingAndLearnsWhatItLost()

@@ -30,6 +30,7 @@ class TestTraceExport : public QObject
     void idsArePerfettosOwn();
     void parentsComeBeforeTheirChildren();
     void idsAreSpacedOrPacked();
+    void reduceScattersAndAllocatorCounters();
 };
 
 void TestTraceExport::requiredFields()
@@ -316,9 +317,13 @@ void TestTraceExport::idsArePerfettosOwn()
             events.push_back(eventAt(
                 t + 3500, r, telemetry::makeBroadcast({.param = 0, .root = 0, .bytes = 6464})));
             events.push_back(lmHeadViolation(t + 3600, r));
+            const telemetry::ReduceScatterFields reduce{.module = 3, .bytes = 128, .params = 2};
+            events.push_back(eventAt(t + 3700, r, telemetry::makeReduceScatterBegin(reduce)));
+            events.push_back(eventAt(t + 3900, r, telemetry::makeReduceScatterEnd(reduce)));
             events.push_back(eventAt(t + 4000, r, telemetry::makeModuleExit({.module = 3})));
             events.push_back(eventAt(t + 4500, r, telemetry::makeModuleExit({.module = 2})));
             events.push_back(eventAt(t + 5000, r, telemetry::makeStepEnd(2.0)));
+            events.push_back(eventAt(t + 5000, r, telemetry::makeAllocatorSample({10, 20, 30})));
         }
         store.appendEvents(events, false);
         const QJsonDocument doc = QJsonDocument::fromJson(session::chromeTrace(store));
@@ -410,6 +415,91 @@ void TestTraceExport::idsAreSpacedOrPacked()
     for (int r = 0; r + 1 < int(many.size()); ++r)
         QCOMPARE(packed.pid(r + 1) - packed.pid(r), many[std::size_t(r)]);
     QVERIFY(packed.tid(65535, 3) < std::numeric_limits<std::int32_t>::max());
+}
+
+// Gradient reduce-scatters: paired by (rank, module, parameter) into X spans on the rank's
+// "reduce-scatters k" threads (never a gathers thread), overlapping ones on separate threads;
+// the CUDA allocator's figures as a counter of the rank's process.
+void TestTraceExport::reduceScattersAndAllocatorCounters()
+{
+    const std::uint64_t t0 = 1000000;
+    session::SessionStore store;
+    store.applyState(smallState(2));
+    const telemetry::ReduceScatterFields group{.module = 5, .bytes = 4096, .params = 2};
+    const telemetry::ReduceScatterFields one{.module = 6, .param = 3, .bytes = 1024, .params = 1};
+    const telemetry::ReduceScatterFields other{.module = 3, .bytes = 512, .params = 2};
+    store.appendEvents(
+        std::vector<telemetry::Event>{
+            eventAt(t0, 0, telemetry::makeStepBegin()),
+            eventAt(t0 + 1000, 0,
+                    telemetry::makeFetchBegin({.param = 0, .cause = 1, .bytes = 6464})),
+            eventAt(t0 + 2000, 0, telemetry::makeReduceScatterBegin(group)),
+            eventAt(t0 + 3000, 0, telemetry::makeReduceScatterBegin(one)),
+            eventAt(t0 + 5000, 0, telemetry::makeFetchEnd({.param = 0, .cause = 1, .bytes = 6464})),
+            eventAt(t0 + 6000, 0, telemetry::makeReduceScatterEnd(group)),
+            eventAt(t0 + 7000, 0, telemetry::makeReduceScatterEnd(one)),
+            eventAt(t0 + 8000, 0, telemetry::makeStepEnd(1.0)),
+            eventAt(t0 + 8000, 0, telemetry::makeAllocatorSample({1000, 2048, 1500})),
+            eventAt(t0 + 2000, 1, telemetry::makeReduceScatterBegin(other)),
+            eventAt(t0 + 2500, 1, telemetry::makeReduceScatterEnd(other)),
+        },
+        false);
+    const QJsonDocument doc = QJsonDocument::fromJson(session::chromeTrace(store));
+    const QString problem = perfettoProblem(doc, 100);
+    QVERIFY2(problem.isEmpty(), qPrintable(problem));
+
+    QMap<QPair<int, int>, QString> threadNames;
+    QMap<QString, QJsonObject> reduces; // by name
+    QList<QJsonObject> counters;
+    for (const QJsonValue &v : doc.object().value(QStringLiteral("traceEvents")).toArray()) {
+        const QJsonObject e = v.toObject();
+        const QString ph = e.value(QStringLiteral("ph")).toString();
+        const QPair<int, int> thread(e.value(QStringLiteral("pid")).toInt(),
+                                     e.value(QStringLiteral("tid")).toInt());
+        if (ph == QLatin1String("M") &&
+            e.value(QStringLiteral("name")).toString() == QLatin1String("thread_name"))
+            threadNames.insert(thread, e.value(QStringLiteral("args"))
+                                           .toObject()
+                                           .value(QStringLiteral("name"))
+                                           .toString());
+        if (ph == QLatin1String("X") &&
+            e.value(QStringLiteral("cat")).toString() == QLatin1String("reduce_scatter"))
+            reduces.insert(e.value(QStringLiteral("name")).toString(), e);
+        if (ph == QLatin1String("C")) counters.append(e);
+    }
+    auto threadOf = [&](const QJsonObject &e) {
+        return threadNames.value({e.value(QStringLiteral("pid")).toInt(),
+                                  e.value(QStringLiteral("tid")).toInt()});
+    };
+    QCOMPARE(reduces.size(), 3);
+    const QJsonObject g = reduces.value(QStringLiteral("reduce-scatter blocks.1"));
+    const QJsonObject p = reduces.value(QStringLiteral("reduce-scatter blocks.1.fc.weight"));
+    const QJsonObject r1 = reduces.value(QStringLiteral("reduce-scatter blocks.0"));
+    QCOMPARE(g.value(QStringLiteral("pid")).toInt(), 1);
+    QCOMPARE(g.value(QStringLiteral("ts")).toInteger(), 2);
+    QCOMPARE(g.value(QStringLiteral("dur")).toInteger(), 4);
+    QCOMPARE(threadOf(g), QStringLiteral("reduce-scatters 0"));
+    QCOMPARE(threadOf(p), QStringLiteral("reduce-scatters 1")); // in flight with the group's
+    QCOMPARE(p.value(QStringLiteral("ts")).toInteger(), 3);
+    QCOMPARE(p.value(QStringLiteral("dur")).toInteger(), 4);
+    const QJsonObject ga = g.value(QStringLiteral("args")).toObject();
+    QCOMPARE(ga.value(QStringLiteral("module")).toString(), QStringLiteral("blocks.1"));
+    QCOMPARE(ga.value(QStringLiteral("bytes")).toInteger(), 4096);
+    QCOMPARE(ga.value(QStringLiteral("params")).toInteger(), 2);
+    QVERIFY(!ga.contains(QStringLiteral("param"))); // a whole group
+    QCOMPARE(p.value(QStringLiteral("args")).toObject().value(QStringLiteral("param")).toString(),
+             QStringLiteral("blocks.1.fc.weight"));
+    QCOMPARE(r1.value(QStringLiteral("pid")).toInt(), 101);
+    QCOMPARE(threadOf(r1), QStringLiteral("reduce-scatters 0"));
+    QCOMPARE(counters.size(), 1);
+    const QJsonObject c = counters.front();
+    QCOMPARE(c.value(QStringLiteral("name")).toString(), QStringLiteral("CUDA allocator"));
+    QCOMPARE(c.value(QStringLiteral("pid")).toInt(), 1);
+    QCOMPARE(c.value(QStringLiteral("ts")).toInteger(), 8);
+    const QJsonObject ca = c.value(QStringLiteral("args")).toObject();
+    QCOMPARE(ca.value(QStringLiteral("allocated")).toInteger(), 1000);
+    QCOMPARE(ca.value(QStringLiteral("reserved")).toInteger(), 2048);
+    QCOMPARE(ca.value(QStringLiteral("peak allocated")).toInteger(), 1500);
 }
 
 QTEST_GUILESS_MAIN(TestTraceExport)

@@ -72,6 +72,7 @@ class TestGatherTimeline : public QObject
     void followLiveTracksTheNewestEvents();
     void sixtyFourLanesThinTheirLabels();
     void stepLabelsShowAsManyAsFit();
+    void reduceScattersHaveTheirOwnTrack();
 };
 
 void TestGatherTimeline::fetchPairsBecomeSpans()
@@ -732,6 +733,83 @@ void TestGatherTimeline::stepLabelsShowAsManyAsFit()
     timeline.plot()->replot();
     QCOMPARE(labelled(problem), (QList<int>{1, 2, 3, 4, 5, 6, 7, 8}));
     QVERIFY2(problem.isEmpty(), qPrintable(problem));
+}
+
+// Gradient reduce-scatters pair into spans of their own track, drawn below the all-gathers in
+// their own colour, hovered with the module whose gradients they reduce.
+void TestGatherTimeline::reduceScattersHaveTheirOwnTrack()
+{
+    using telemetry::makeReduceScatterBegin;
+    using telemetry::makeReduceScatterEnd;
+    const telemetry::ReduceScatterFields group{.module = 2, .bytes = 4096, .params = 3};
+    const telemetry::ReduceScatterFields one{.module = 3, .param = 6, .bytes = 64, .params = 1};
+    const std::vector<telemetry::Event> events = {
+        eventAt(0, 0, makeStepBegin(), 1),
+        eventAt(1 * ms, 0, makeFetchBegin({.param = 5, .cause = 2})),
+        eventAt(1 * ms, 0, makeReduceScatterBegin(group)),
+        eventAt(2 * ms, 1, makeReduceScatterBegin(one)),
+        eventAt(5 * ms, 0, makeFetchEnd({.param = 5, .cause = 2})),
+        eventAt(5 * ms, 0, makeReduceScatterEnd(group)),
+        eventAt(6 * ms, 1, makeReduceScatterEnd(one)),
+        eventAt(7 * ms, 1, makeReduceScatterEnd(one)), // its begin was not seen: a point
+    };
+    GatherSpans spans;
+    spans.setTimeOrigin(0);
+    spans.append(events);
+    QCOMPARE(spans.spanCount(), std::size_t(1)); // the fetch alone
+    QCOMPARE(spans.reduceScatterCount(), std::size_t(3));
+    const auto &r0 = spans.track(0, SpanTrack::ReduceScatter);
+    QCOMPARE(r0.size(), std::size_t(1));
+    QCOMPARE(r0[0].kind, SpanKind::ReduceScatter);
+    QCOMPARE(r0[0].module, ModuleId(2));
+    QCOMPARE(r0[0].param, kNoParam);
+    QCOMPARE(r0[0].params, 3u);
+    QCOMPARE(r0[0].start, 0.001);
+    QCOMPARE(r0[0].end, 0.005);
+    const auto &r1 = spans.track(1, SpanTrack::ReduceScatter);
+    QCOMPARE(r1.size(), std::size_t(2));
+    QCOMPARE(r1[0].param, ParamId(6));
+    QCOMPARE(r1[0].start, 0.002);
+    QCOMPARE(r1[1].start, r1[1].end);
+
+    for (int k = 0; k < kSpanKindCount; ++k)
+        if (SpanKind(k) != SpanKind::ReduceScatter)
+            QVERIFY(GatherTimeline::kindColor(SpanKind(k)) !=
+                    GatherTimeline::kindColor(SpanKind::ReduceScatter));
+    QCOMPARE(GatherTimeline::kindName(SpanKind::ReduceScatter), QStringLiteral("reduce-scatter"));
+
+    GatherTimeline timeline;
+    timeline.resize(900, 400);
+    timeline.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&timeline));
+    state::EngineState st;
+    st.worldSize = 2;
+    st.modules = {{0, "", "Model", kNoModule}, {1, "embed", "Embedding", 0},
+                  {2, "blocks.0", "Block", 0}, {3, "blocks.1", "Block", 0}};
+    timeline.setState(st);
+    timeline.setTimeOrigin(0);
+    timeline.appendEvents(events);
+    timeline.refresh();
+    timeline.setVisibleRange(0, 0.008);
+    timeline.plot()->replot();
+    QCOMPARE(timeline.reduceScatterCount(), std::size_t(3));
+    const QImage image = timeline.plot()->grab().toImage();
+    const QPoint reduce = timeline.reduceScatterPositionOf(0, 0.003).toPoint();
+    const QPoint fetch = timeline.positionOf(0, 0.003).toPoint();
+    QVERIFY(reduce.y() > fetch.y()); // below the all-gathers
+    QCOMPARE(image.pixelColor(reduce), GatherTimeline::kindColor(SpanKind::ReduceScatter));
+    QCOMPARE(image.pixelColor(fetch), GatherTimeline::kindColor(SpanKind::Forward));
+    const auto block = timeline.blockAt(reduce);
+    QVERIFY(block);
+    QCOMPARE(block->track, SpanTrack::ReduceScatter);
+    const QString tip = timeline.toolTipAt(reduce);
+    QVERIFY2(tip.contains(QStringLiteral("reduce-scatter")) &&
+                 tip.contains(QStringLiteral("gradients of blocks.0 (3 parameters)")),
+             qPrintable(tip));
+    // A whole group has no parameter to select.
+    QVERIFY(timeline.paramsAt(reduce).isEmpty());
+    QVERIFY(timeline.toolTipAt(timeline.reduceScatterPositionOf(1, 0.004)).contains(
+        QStringLiteral("module blocks.1")));
 }
 
 QTEST_MAIN(TestGatherTimeline)

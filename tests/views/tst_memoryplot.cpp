@@ -4,6 +4,7 @@
 
 #include <QComboBox>
 #include <QSet>
+#include <set>
 #include <QTest>
 #include <qcustomplot.h>
 
@@ -59,6 +60,7 @@ class TestMemoryPlot : public QObject
     void toolTipNamesTheNearestLine();
     void ranksHaveDistinctColoursNamedInTheLegend();
     void manyRanksShowBandsAndAPickedRank();
+    void allocatorSeriesWhenARunSendsThem();
 };
 
 namespace {
@@ -331,6 +333,68 @@ void TestMemoryPlot::manyRanksShowBandsAndAPickedRank()
     QVERIFY(plot.graph(63, Series::Gathered)->visible());
     QVERIFY(!plot.band(Series::Gathered, MemoryPlot::Band::Median)->visible());
     QVERIFY(!plot.grab().isNull());
+}
+
+// A GPU run's allocator samples (allocated, reserved) are series of their own, at their own
+// times, listed in the legend in the docs' words; a run without them (the CPU) lists neither.
+void TestMemoryPlot::allocatorSeriesWhenARunSendsThem()
+{
+    auto allocator = [](int rank, std::uint64_t ts, std::uint64_t allocated, std::uint64_t reserved) {
+        return test::eventAt(ts, rank,
+                             telemetry::makeAllocatorSample({.allocatedBytes = allocated,
+                                                             .reservedBytes = reserved,
+                                                             .peakAllocatedBytes = allocated}),
+                             0);
+    };
+    MemoryPlot plot;
+    plot.resize(800, 300);
+    plot.setTimeOrigin(0);
+    plot.setWorldSize(2);
+    std::vector<telemetry::Event> events = {
+        sample(0, 1 * sec, 1000, 0, 0, 0),
+        sample(1, 1 * sec, 1000, 0, 0, 0),
+        sample(0, 2 * sec, 1000, 4000, 4000, 1000),
+        sample(1, 2 * sec, 1000, 8000, 8000, 2000),
+    };
+    plot.appendEvents(events);
+    plot.refresh();
+    QVERIFY(!plot.hasAllocatorSeries());
+    QVERIFY(!legendNames(plot).contains("allocated (CUDA)"));
+    QVERIFY(!plot.graph(0, Series::Allocated)->visible());
+
+    std::vector<telemetry::Event> gpu = {
+        allocator(0, 1500000000ull, 5000, 8192),
+        allocator(0, 2500000000ull, 7000, 8192),
+        allocator(1, 2500000000ull, 6000, 16384),
+    };
+    plot.appendEvents(gpu);
+    plot.refresh();
+    QVERIFY(plot.hasAllocatorSeries());
+    QCOMPARE(keys(plot.graph(0, Series::Allocated)), (QVector<double>{1.5, 2.5}));
+    QCOMPARE(values(plot.graph(0, Series::Allocated)), (QVector<double>{5000, 7000}));
+    QCOMPARE(values(plot.graph(0, Series::Reserved)), (QVector<double>{8192, 8192}));
+    QCOMPARE(values(plot.graph(1, Series::Reserved)), QVector<double>{16384});
+    // The parameter series keep their own samples.
+    QCOMPARE(keys(plot.graph(0, Series::Gathered)), (QVector<double>{1, 2}));
+    QCOMPARE(values(plot.graph(1, Series::Gathered)), (QVector<double>{0, 8000}));
+    QVERIFY(plot.graph(0, Series::Allocated)->visible());
+    QVERIFY(plot.graph(1, Series::Reserved)->visible());
+    QCOMPARE(legendNames(plot), (QStringList{"rank 0", "rank 1", "partitioned", "gathered",
+                                             "allocated (CUDA)", "reserved (CUDA)"}));
+    const Qt::PenStyle styles[] = {plot.graph(0, Series::Partitioned)->pen().style(),
+                                   plot.graph(0, Series::Gathered)->pen().style(),
+                                   plot.graph(0, Series::PeakGathered)->pen().style(),
+                                   plot.graph(0, Series::Allocated)->pen().style(),
+                                   plot.graph(0, Series::Reserved)->pen().style()};
+    QCOMPARE(std::set<Qt::PenStyle>(std::begin(styles), std::end(styles)).size(), std::size_t(5));
+    QVERIFY(plot.plot()->yAxis->range().upper >= 8192);
+    // Bands over ranks: the allocator's maximum over the ranks' latest samples.
+    plot.setRankView(MemoryPlot::RankView::Bands);
+    QCOMPARE(values(plot.band(Series::Reserved, MemoryPlot::Band::Max)).back(), 16384.0);
+    QCOMPARE(values(plot.band(Series::Allocated, MemoryPlot::Band::Min)).back(), 6000.0);
+    QVERIFY(legendNames(plot).contains("reserved (CUDA) (median, min–max)"));
+    plot.clear();
+    QVERIFY(!plot.hasAllocatorSeries());
 }
 
 QTEST_MAIN(TestMemoryPlot)

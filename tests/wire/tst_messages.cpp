@@ -28,7 +28,7 @@ class TestMessages : public QObject
 void TestMessages::everyEventTypeRoundTripsThroughAFrame()
 {
     const std::vector<telemetry::Event> events = test::everyEventType();
-    QCOMPARE(events.size(), std::size_t(18));
+    QCOMPARE(events.size(), std::size_t(21));
     FrameDecoder d;
     d.feed(encodeFrame(MessageType::EventBatch, encodeEvents(events)));
     auto frame = d.next();
@@ -76,6 +76,20 @@ void TestMessages::eventBatchRejectsPartialRecordsAndUnknownTypes()
              zero.error().c_str());
     bytes[48 + 14] = static_cast<char>(200);
     QVERIFY(!decodeEvents(bytes).ok());
+    // The kinds end at allocator_sample (21): 22 is refused, 19..21 decode.
+    QCOMPARE(test::everyEventType().back().type, EventType::AllocatorSample);
+    bytes[48 + 14] = static_cast<char>(22);
+    auto past = decodeEvents(bytes);
+    QVERIFY(!past.ok());
+    QVERIFY2(past.error().find("record 1 has unknown type 22") != std::string::npos,
+             past.error().c_str());
+    for (const EventType t :
+         {EventType::ReduceScatterBegin, EventType::ReduceScatterEnd, EventType::AllocatorSample}) {
+        bytes[48 + 14] = static_cast<char>(t);
+        auto ok = decodeEvents(bytes);
+        QVERIFY2(ok.ok(), ok.ok() ? "" : ok.error().c_str());
+        QCOMPARE((*ok)[1].type, t);
+    }
     QVERIFY(decodeEvents("").ok());
 }
 
@@ -87,6 +101,9 @@ void TestMessages::eventTypeNamesRoundTrip()
         QCOMPARE(eventTypeFromName(name), std::optional<EventType>(e.type));
     }
     QCOMPARE(eventTypeName(EventType::UnregisteredAccess), std::string_view("unregistered_access"));
+    QCOMPARE(eventTypeName(EventType::ReduceScatterBegin), std::string_view("reduce_scatter_begin"));
+    QCOMPARE(eventTypeName(EventType::ReduceScatterEnd), std::string_view("reduce_scatter_end"));
+    QCOMPARE(eventTypeName(EventType::AllocatorSample), std::string_view("allocator_sample"));
     QVERIFY(!eventTypeFromName("bogus").has_value());
     QCOMPARE(eventTypeName(static_cast<EventType>(99)), std::string_view("unknown"));
 }

@@ -33,8 +33,9 @@ struct Band
     double top;
     double bottom;
 };
-constexpr Band kFetchBand{-0.34, 0.14};
-constexpr Band kMarkBand{0.17, 0.42};
+constexpr Band kFetchBand{-0.34, 0.06};
+constexpr Band kReduceBand{0.09, 0.24}; // gradient reduce-scatters, below the all-gathers
+constexpr Band kMarkBand{0.27, 0.42};
 
 // Pixel extent of fetch sub-row `row` of `rows` in the lane centred at yc: the fetch
 // band is shared evenly by the rows the rank has needed.
@@ -168,7 +169,9 @@ class GatherLanesPlottable : public QCPAbstractPlottable
                 painter->setPen(Qt::NoPen);
                 continue;
             }
-            const Band band = b.track == SpanTrack::Fetch ? kFetchBand : kMarkBand;
+            const Band band = b.track == SpanTrack::Fetch           ? kFetchBand
+                              : b.track == SpanTrack::ReduceScatter ? kReduceBand
+                                                                    : kMarkBand;
             const double minW = b.track == SpanTrack::Mark ? 2.0 : 1.0;
             if (x1 - x0 < minW) {
                 const double xm = (x0 + x1) / 2;
@@ -277,6 +280,8 @@ QColor GatherTimeline::kindColor(SpanKind kind)
         return QColor(0xd4, 0xa6, 0x0a);
     case SpanKind::Violation:
         return QColor(0xe1, 0x20, 0x2c);
+    case SpanKind::ReduceScatter:
+        return QColor(0x6a, 0x3d, 0x9a); // violet: no fetch reason's colour
     }
     return QColor(Qt::gray);
 }
@@ -295,6 +300,8 @@ QString GatherTimeline::kindName(SpanKind kind)
         return eventName(EventType::Broadcast);
     case SpanKind::Violation:
         return QStringLiteral("violation");
+    case SpanKind::ReduceScatter:
+        return QStringLiteral("reduce-scatter");
     default:
         return QString();
     }
@@ -462,6 +469,14 @@ QPointF GatherTimeline::positionOf(int rank, double tSeconds, int row) const
     return QPointF(plot()->xAxis->coordToPixel(tSeconds), (r.top + r.bottom) / 2);
 }
 
+QPointF GatherTimeline::reduceScatterPositionOf(int rank, double tSeconds) const
+{
+    const double yc = plot()->yAxis->coordToPixel(rank);
+    const double laneH = std::abs(plot()->yAxis->coordToPixel(1) - plot()->yAxis->coordToPixel(0));
+    return QPointF(plot()->xAxis->coordToPixel(tSeconds),
+                   yc + (kReduceBand.top + kReduceBand.bottom) / 2 * laneH);
+}
+
 std::optional<GatherTimeline::LanePoint> GatherTimeline::lanePointAt(QPointF pos) const
 {
     if (!plot()->axisRect()->rect().contains(pos.toPoint())) return std::nullopt;
@@ -504,6 +519,8 @@ std::optional<TimelineBlock> GatherTimeline::blockAt(QPointF pos) const
         if (auto b = hit(SpanTrack::Violation, violationSize(laneH) / 2)) return b;
     if (const int row = fetchRowAt(dy, laneH, m_spans.fetchRows(rank)); row >= 0)
         if (auto b = hit(SpanTrack::Fetch, kFetchTolerancePx, row)) return b;
+    if (dy >= kReduceBand.top * laneH - 1 && dy <= kReduceBand.bottom * laneH + 1)
+        if (auto b = hit(SpanTrack::ReduceScatter, kFetchTolerancePx)) return b;
     if (dy >= kMarkBand.top * laneH - 1 && dy <= kMarkBand.bottom * laneH + 1)
         if (auto b = hit(SpanTrack::Mark, 2.0)) return b;
     return std::nullopt;
@@ -592,6 +609,14 @@ QString GatherTimeline::toolTipAt(QPointF pos) const
                     .arg(params.size());
     } else if (block->first < v.size()) {
         const GatherSpan &s = v[block->first];
+        if (block->track == SpanTrack::ReduceScatter) {
+            const QString module = m_moduleNames.value(s.module, tr("module %1").arg(s.module));
+            text += s.param == kNoParam
+                        ? tr("\ngradients of %1 (%n parameters)", nullptr, int(s.params)).arg(module)
+                        : tr("\ngradient of %1\nmodule %2").arg(paramName(s.param), module);
+            text += tr("\nat %1, took %2").arg(formatSeconds(s.start), formatSeconds(s.end - s.start));
+            return text;
+        }
         text += QStringLiteral("\n") + paramName(s.param);
         if (s.module != kNoModule)
             text += (block->track == SpanTrack::Violation ? tr("\nread by %1") : tr("\nmodule %1"))

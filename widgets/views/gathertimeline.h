@@ -50,6 +50,7 @@ class GatherTimeline : public TimePlot
     std::size_t spanCount() const { return m_spans.spanCount(); }
     std::size_t markCount() const { return m_spans.markCount(); }
     std::size_t violationCount() const { return m_spans.violationCount(); }
+    std::size_t reduceScatterCount() const { return m_spans.reduceScatterCount(); }
     int laneCount() const;
     const GatherSpans &spans() const { return m_spans; }
 
@@ -67,12 +68,14 @@ class GatherTimeline : public TimePlot
     QString toolTipAt(QPointF pos) const override;
     // Pixel position (plot widget coordinates) of time t on rank's fetch sub-row `row`.
     QPointF positionOf(int rank, double tSeconds, int row = 0) const;
+    // The same on rank's reduce-scatter track (below the fetches).
+    QPointF reduceScatterPositionOf(int rank, double tSeconds) const;
 
     // The step labels above the lanes at the current zoom, by time: as many as fit.
     QMap<double, QString> stepLabels() const;
     static QColor kindColor(SpanKind kind);
-    // A fetch's reason ("forward", ...), a mark's event type ("release", "broadcast"), or
-    // "violation": the names the engine and the snapshot use.
+    // A fetch's reason ("forward", ...), a mark's event type ("release", "broadcast"),
+    // "violation" or "reduce-scatter": the names the engine, the snapshot and docs use.
     static QString kindName(SpanKind kind);
 
   Q_SIGNALS:

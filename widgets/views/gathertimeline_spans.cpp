@@ -120,6 +120,22 @@ void GatherSpans::append(std::span<const telemetry::Event> events)
                 GatherSpan{t, t, telemetry::readGatheredWriteError(ev), kNoModule,
                            SpanKind::Violation});
             break;
+        case EventType::ReduceScatterBegin: {
+            const telemetry::ReduceScatterFields f = telemetry::readReduceScatter(ev);
+            m_openReduces[{rank, f.module, f.param}] = OpenReduce{rank, t};
+            break;
+        }
+        case EventType::ReduceScatterEnd: {
+            const telemetry::ReduceScatterFields f = telemetry::readReduceScatter(ev);
+            GatherSpan s{t, t, f.param, f.module, SpanKind::ReduceScatter};
+            s.params = f.params;
+            if (auto it = m_openReduces.find({rank, f.module, f.param}); it != m_openReduces.end()) {
+                s.start = std::min(it->second.start, t);
+                m_openReduces.erase(it);
+            }
+            add(rank, SpanTrack::ReduceScatter, s);
+            break;
+        }
         case EventType::StepBegin: {
             auto [it, inserted] = m_steps.emplace(ev.step, t);
             if (!inserted) it->second = std::min(it->second, t);
@@ -129,6 +145,9 @@ void GatherSpans::append(std::span<const telemetry::Event> events)
                 if (kv.second.rank != rank || kv.second.start >= t) return false;
                 --m_lanes[rank].rowInFlight[kv.second.row];
                 return true;
+            });
+            std::erase_if(m_openReduces, [&](const auto &kv) {
+                return kv.second.rank == rank && kv.second.start < t;
             });
             break;
         }
@@ -192,6 +211,7 @@ void GatherSpans::clear()
     m_lanes.clear();
     std::fill(std::begin(m_counts), std::end(m_counts), 0);
     m_open.clear();
+    m_openReduces.clear();
     m_steps.clear();
 }
 
@@ -291,7 +311,7 @@ std::vector<ParamId> GatherSpans::paramsIn(const TimelineBlock &block) const
     const std::size_t last = std::min(block.last, v.size());
     for (std::size_t i = block.first; i < last; ++i) {
         const GatherSpan &s = v[i];
-        if (s.end >= block.start && s.start <= block.end &&
+        if (s.end >= block.start && s.start <= block.end && s.param != kNoParam &&
             std::min(int(s.row), kMaxFetchRows - 1) == block.row)
             params.push_back(s.param);
     }

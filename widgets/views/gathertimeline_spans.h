@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <span>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -30,28 +31,32 @@ enum class SpanKind : std::uint8_t
     Release,
     Broadcast,
     Violation,
+    ReduceScatter, // a gradient reduce-scatter (backward), on its own track
 };
 static_assert(std::size_t(SpanKind::Guard) + 1 == kFetchReasonNames.size(),
               "a FetchReason without its SpanKind");
-inline constexpr int kSpanKindCount = 8;
+inline constexpr int kSpanKindCount = 9;
 
-// The three rows drawn inside a rank's lane.
+// The rows drawn inside a rank's lane.
 enum class SpanTrack : std::uint8_t
 {
     Fetch = 0,
     Mark = 1,
-    Violation = 2
+    Violation = 2,
+    ReduceScatter = 3
 };
-inline constexpr int kSpanTrackCount = 3;
+inline constexpr int kSpanTrackCount = 4;
 
 struct GatherSpan
 {
     double start = 0; // seconds since the time origin
     double end = 0;   // == start for marks and violations
-    ParamId param = kNoParam;
-    ModuleId module = kNoModule; // the module that caused it (fetch, release) or the accessor
+    ParamId param = kNoParam;    // kNoParam: a reduce-scatter of a whole group
+    ModuleId module = kNoModule; // the module that caused it (fetch, release), the accessor,
+                                 // or whose gradients were reduced
     SpanKind kind = SpanKind::Forward;
     std::uint8_t row = 0; // fetch sub-row, < GatherSpans::kMaxFetchRows; 0 for marks
+    std::uint32_t params = 0; // parameters a reduce-scatter reduced
 };
 
 // One drawn block: a single span, or several sub-pixel spans merged into one.
@@ -95,6 +100,7 @@ class GatherSpans
     std::size_t spanCount() const { return m_counts[0]; }      // closed fetch spans
     std::size_t markCount() const { return m_counts[1]; }      // releases and broadcasts
     std::size_t violationCount() const { return m_counts[2]; } // unregistered accesses, bad writes
+    std::size_t reduceScatterCount() const { return m_counts[3]; } // closed reduce-scatter spans
     bool isEmpty() const { return !m_hasData; }
     double firstTime() const { return m_first; }
     double lastTime() const { return m_last; }
@@ -127,8 +133,8 @@ class GatherSpans
     struct Lane
     {
         std::vector<GatherSpan> tracks[kSpanTrackCount];
-        double maxDuration[kSpanTrackCount] = {0, 0, 0};
-        std::size_t sortedUpTo[kSpanTrackCount] = {0, 0, 0};
+        double maxDuration[kSpanTrackCount] = {};
+        std::size_t sortedUpTo[kSpanTrackCount] = {};
         std::vector<double> chunkMaxEnd[kSpanTrackCount];
         std::uint32_t rowInFlight[kMaxFetchRows] = {}; // open fetches holding each row
         int fetchRows = 1;
@@ -146,8 +152,15 @@ class GatherSpans
     double m_first = 0;
     double m_last = 0;
     std::vector<Lane> m_lanes;
-    std::size_t m_counts[kSpanTrackCount] = {0, 0, 0};
+    std::size_t m_counts[kSpanTrackCount] = {};
     std::unordered_map<std::uint64_t, OpenFetch> m_open; // key: rank << 32 | param
+    struct OpenReduce
+    {
+        int rank = 0;
+        double start = 0;
+    };
+    // Reduce-scatters begun: key (rank, module, param), as the protocol matches them.
+    std::map<std::tuple<int, ModuleId, ParamId>, OpenReduce> m_openReduces;
     std::map<std::uint32_t, double> m_steps;
 };
 

@@ -37,6 +37,10 @@ QPen seriesPen(MemoryPlot::Series s, const QColor &c)
         return QPen(c, 1.4, Qt::SolidLine);
     case MemoryPlot::Series::PeakGathered:
         return QPen(c, 1.4, Qt::DotLine);
+    case MemoryPlot::Series::Allocated:
+        return QPen(c, 2.2, Qt::DashDotLine);
+    case MemoryPlot::Series::Reserved:
+        return QPen(c, 1.2, Qt::DashDotDotLine);
     }
     return QPen(c);
 }
@@ -52,6 +56,10 @@ QString seriesName(MemoryPlot::Series s)
         return QObject::tr("gathered");
     case MemoryPlot::Series::PeakGathered:
         return QObject::tr("peak gathered");
+    case MemoryPlot::Series::Allocated:
+        return QObject::tr("allocated (CUDA)");
+    case MemoryPlot::Series::Reserved:
+        return QObject::tr("reserved (CUDA)");
     }
     return QString();
 }
@@ -76,6 +84,10 @@ QColor MemoryPlot::seriesColor(Series s)
         return QColor(0xf2, 0x8e, 0x2b);
     case Series::PeakGathered:
         return QColor(0xc0, 0x39, 0x2b);
+    case Series::Allocated:
+        return QColor(0x59, 0xa1, 0x4f);
+    case Series::Reserved:
+        return QColor(0x7f, 0x7f, 0x7f);
     }
     return Qt::black;
 }
@@ -282,8 +294,9 @@ void MemoryPlot::applyView()
     const bool all = m_view == RankView::AllRanks;
     plot()->yAxis->setTicker(strips() ? QSharedPointer<QCPAxisTicker>(m_stripTicker)
                                       : QSharedPointer<QCPAxisTicker>(m_byteTicker));
-    plot()->yAxis->setLabel(strips() ? tr("bytes, a strip per rank")
-                                     : tr("parameter bytes per rank"));
+    plot()->yAxis->setLabel(strips()          ? tr("bytes, a strip per rank")
+                            : m_hasAllocator ? tr("parameter and CUDA allocator bytes per rank")
+                                             : tr("parameter bytes per rank"));
     m_limitLine->setVisible(m_limitElements > 0 && !strips());
     updateValueRange();
     for (int r = 0; r < m_graphs.size(); ++r)
@@ -294,11 +307,11 @@ void MemoryPlot::applyView()
             QPen pen = seriesPen(Series(s), c);
             if (r == m_picked) pen.setWidthF(pen.widthF() + 0.6);
             g->setPen(pen);
-            g->setVisible(m_seriesVisible[s] && (all || r == m_picked));
+            g->setVisible(shown(s) && (all || r == m_picked));
         }
     for (int s = 0; s < kSeriesCount; ++s)
         for (QCPGraph *g : m_bands[s])
-            g->setVisible(m_seriesVisible[s] && !all);
+            g->setVisible(shown(s) && !all);
 
     plot()->legend->clearItems();
     if (all) {
@@ -309,10 +322,10 @@ void MemoryPlot::applyView()
                 g->addToLegend();
             }
         for (int s = 0; s < kSeriesCount; ++s)
-            if (m_seriesVisible[s]) m_styleKeys[s]->addToLegend();
+            if (shown(s)) m_styleKeys[s]->addToLegend();
     } else {
         for (int s = 0; s < kSeriesCount; ++s)
-            if (m_seriesVisible[s]) m_bands[s][int(Band::Median)]->addToLegend();
+            if (shown(s)) m_bands[s][int(Band::Median)]->addToLegend();
         if (m_picked >= 0) {
             QCPGraph *g = m_graphs[m_picked][int(Series::Gathered)];
             g->setName(tr("rank %1").arg(m_picked));
@@ -333,22 +346,38 @@ void MemoryPlot::setTimeOrigin(quint64 tsNs)
 
 void MemoryPlot::appendEvents(std::span<const telemetry::Event> events)
 {
+    const double none = std::nan("");
     for (const telemetry::Event &ev : events) {
-        if (ev.type != EventType::MemorySample || ev.rank >= kMaxRanks) continue;
+        const bool memory = ev.type == EventType::MemorySample;
+        if ((!memory && ev.type != EventType::AllocatorSample) || ev.rank >= kMaxRanks) continue;
         if (!m_hasOrigin) setTimeOrigin(ev.tsNs);
         ensureRanks(ev.rank + 1);
         const double t = double(qint64(ev.tsNs - m_origin)) * 1e-9;
         Pending &p = m_pending[ev.rank];
-        p.keys.push_back(t);
-        const telemetry::MemoryFields m = telemetry::readMemory(ev);
-        const double v[kSeriesCount] = {double(m.partitionedBytes), double(m.gatheredBytes),
-                                        double(m.peakGatheredBytes)};
+        std::array<double, kSeriesCount> v;
+        v.fill(none);
+        if (memory) {
+            const telemetry::MemoryFields m = telemetry::readMemory(ev);
+            v[int(Series::Partitioned)] = double(m.partitionedBytes);
+            v[int(Series::Gathered)] = double(m.gatheredBytes);
+            v[int(Series::PeakGathered)] = double(m.peakGatheredBytes);
+            m_live[ev.rank] = qint64(m.liveElements);
+        } else {
+            const telemetry::AllocatorFields a = telemetry::readAllocator(ev);
+            v[int(Series::Allocated)] = double(a.allocatedBytes);
+            v[int(Series::Reserved)] = double(a.reservedBytes);
+            if (!m_hasAllocator) {
+                m_hasAllocator = true;
+                applyView();
+            }
+        }
         for (int s = 0; s < kSeriesCount; ++s) {
+            if (std::isnan(v[s])) continue;
+            p.keys[s].push_back(t);
             p.values[s].push_back(v[s]);
             m_maxBytes[s] = std::max(m_maxBytes[s], v[s]);
         }
-        m_bandSamples.push_back(BandSample{t, int(ev.rank), {v[0], v[1], v[2]}});
-        m_live[ev.rank] = qint64(m.liveElements);
+        m_bandSamples.push_back(BandSample{t, int(ev.rank), v});
         if (!m_hasData) {
             m_first = m_last = t;
             m_hasData = true;
@@ -374,10 +403,12 @@ void MemoryPlot::addBandPoint(double t)
             if (!std::isnan(x)) v.push_back(x);
         std::sort(v.begin(), v.end());
         const std::size_t n = v.size();
-        const double median = n == 0 ? 0.0 : (v[(n - 1) / 2] + v[n / 2]) / 2;
-        m_bandValues[s * 3 + int(Band::Min)].push_back(n ? v.front() : 0.0);
+        // No rank sampled yet: 0 for the parameter series, a gap for the allocator's.
+        const double empty = s >= int(Series::Allocated) ? std::nan("") : 0.0;
+        const double median = n == 0 ? empty : (v[(n - 1) / 2] + v[n / 2]) / 2;
+        m_bandValues[s * 3 + int(Band::Min)].push_back(n ? v.front() : empty);
         m_bandValues[s * 3 + int(Band::Median)].push_back(median);
-        m_bandValues[s * 3 + int(Band::Max)].push_back(n ? v.back() : 0.0);
+        m_bandValues[s * 3 + int(Band::Max)].push_back(n ? v.back() : empty);
     }
 }
 
@@ -387,10 +418,13 @@ void MemoryPlot::clear()
         for (QCPGraph *g : graphs)
             g->data()->clear();
     for (Pending &p : m_pending) {
-        p.keys.clear();
+        for (auto &k : p.keys)
+            k.clear();
         for (auto &v : p.values)
             v.clear();
     }
+    m_hasAllocator = false;
+    applyView();
     std::fill(m_live.begin(), m_live.end(), -1);
     for (auto &current : m_current)
         std::fill(current.begin(), current.end(), std::nan(""));
@@ -468,19 +502,19 @@ void MemoryPlot::applyPending()
 {
     for (int r = 0; r < m_pending.size(); ++r) {
         Pending &p = m_pending[r];
-        if (p.keys.isEmpty()) continue;
-        const bool sorted = std::is_sorted(p.keys.begin(), p.keys.end());
         for (int s = 0; s < kSeriesCount; ++s) {
-            m_graphs[r][s]->addData(p.keys, p.values[s], sorted);
+            if (p.keys[s].isEmpty()) continue;
+            const bool sorted = std::is_sorted(p.keys[s].begin(), p.keys[s].end());
+            m_graphs[r][s]->addData(p.keys[s], p.values[s], sorted);
+            p.keys[s].clear();
             p.values[s].clear();
         }
-        p.keys.clear();
     }
     std::stable_sort(m_bandSamples.begin(), m_bandSamples.end(),
                      [](const BandSample &a, const BandSample &b) { return a.t < b.t; });
     for (const BandSample &b : m_bandSamples) {
         for (int s = 0; s < kSeriesCount; ++s)
-            m_current[s][b.rank] = b.values[s];
+            if (!std::isnan(b.values[s])) m_current[s][b.rank] = b.values[s];
         addBandPoint(b.t);
     }
     m_bandSamples.clear();

@@ -1,6 +1,8 @@
 #pragma once
 // Memory plot: per rank, partitioned and gathered parameter bytes over time (and the peak
-// gathered bytes) from MemorySample events, with the max-live-parameters limit as a line.
+// gathered bytes) from MemorySample events, with the max-live-parameters limit as a line, and
+// the CUDA allocator's allocated and reserved bytes from AllocatorSample events where a run
+// sends them (a GPU run; a CPU run has none and shows neither series).
 // Ranks have distinct colours named in the legend, series distinct line styles; with many
 // ranks it shows each series' minimum, median and maximum over ranks as a band, and a rank
 // picked in its combo box over the band. A TimePlot: fed by appendEvents(), new samples are
@@ -35,9 +37,11 @@ class MemoryPlot : public TimePlot
     {
         Partitioned = 0,
         Gathered = 1,
-        PeakGathered = 2
+        PeakGathered = 2,
+        Allocated = 3, // torch.cuda.memory_allocated (AllocatorSample)
+        Reserved = 4   // torch.cuda.memory_reserved
     };
-    static constexpr int kSeriesCount = 3;
+    static constexpr int kSeriesCount = 5;
     // Up to this many ranks, every rank's lines are shown by default, each in its colour.
     static constexpr int kMaxRankLines = 8;
 
@@ -67,6 +71,8 @@ class MemoryPlot : public TimePlot
     void clear();
 
     void setSeriesVisible(Series s, bool visible);
+    // True once an allocator sample arrived: the allocated and reserved series have data.
+    bool hasAllocatorSeries() const { return m_hasAllocator; }
     bool isSeriesVisible(Series s) const { return m_seriesVisible[int(s)]; }
 
     int rankCount() const { return int(m_graphs.size()); }
@@ -108,10 +114,15 @@ class MemoryPlot : public TimePlot
   private:
     struct Pending
     {
-        QVector<double> keys;
+        std::array<QVector<double>, kSeriesCount> keys; // memory and allocator samples differ
         std::array<QVector<double>, kSeriesCount> values;
     };
 
+    // Drawn and listed: visible, and for the allocator's series, sampled at least once.
+    bool shown(int s) const
+    {
+        return m_seriesVisible[std::size_t(s)] && (s < int(Series::Allocated) || m_hasAllocator);
+    }
     void ensureRanks(int count);
     void updateValueRange();
     void updateLimitLabel();
@@ -134,7 +145,7 @@ class MemoryPlot : public TimePlot
     {
         double t;
         int rank;
-        std::array<double, kSeriesCount> values;
+        std::array<double, kSeriesCount> values; // NaN: not in this sample
     };
     QVector<BandSample> m_bandSamples;                          // since the last refresh
     QVector<double> m_bandKeys;                                 // pending band points
@@ -144,13 +155,14 @@ class MemoryPlot : public TimePlot
     int m_picked = -1;
     bool m_viewChosen = false; // the user picked a view: rank counts no longer change it
     QVector<qint64> m_live;
-    std::array<bool, kSeriesCount> m_seriesVisible = {true, true, false};
+    std::array<bool, kSeriesCount> m_seriesVisible = {true, true, false, true, true};
+    bool m_hasAllocator = false; // an AllocatorSample was seen: its series are listed
     bool m_hasOrigin = false;
     quint64 m_origin = 0;
     bool m_hasData = false;
     double m_first = 0;
     double m_last = 0;
-    double m_maxBytes[kSeriesCount] = {0, 0, 0};
+    double m_maxBytes[kSeriesCount] = {};
     qint64 m_limitElements = 0;
     int m_bytesPerElement = 4;
     double m_limitBytes = 0;

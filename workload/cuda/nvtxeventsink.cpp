@@ -103,6 +103,18 @@ void NvtxEventSink::write(const telemetry::Event &ev) noexcept
         nvtxMarkA(label);
         break;
     }
+    // The engine's reduce-scatter begins and ends on the rank's thread within one call, with
+    // nothing pushed between: a pushed range.
+    case EventType::ReduceScatterBegin: {
+        const telemetry::ReduceScatterFields f = telemetry::readReduceScatter(ev);
+        std::snprintf(label, sizeof label, "reduce-scatter %s (module %s)",
+                      f.param == kNoParam ? "<group>" : paramName(f.param), moduleName(f.module));
+        nvtxRangePushA(label);
+        break;
+    }
+    case EventType::ReduceScatterEnd:
+        nvtxRangePop();
+        break;
     default:
         break;
     }

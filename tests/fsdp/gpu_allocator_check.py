@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""The CUDA allocator figures reach the snapshot: runs a story script on one GPU (world 1,
+``python -m torch.distributed.run --nproc-per-node 1``, ``--device cuda``, ``--snapshot-out``)
+and reads the snapshot with the json module alone (docs/snapshot.md, "events").
+
+    PYTHONPATH=build/python python tests/fsdp/gpu_allocator_check.py [--agent fsdp|deepspeed]
+
+Checks: allocator_sample events are present, each with allocated > 0 and reserved >=
+allocated (docs/protocol.md, type 21); every step_end loss that is not NaN is finite (the
+FSDP agent may not know the loss: NaN); for FSDP, reduce_scatter_begin/end pairs are present.
+Exits 0 when all hold, 1 with what failed, 77 (CTest's skip) with the reason when CUDA (or,
+for --agent deepspeed, DeepSpeed) is not available. No Qt: it runs where only Python, torch
+and the built shardscope package are.
+"""
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+SKIP = 77
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLES = os.path.join(HERE, "..", "..", "python", "examples")
+
+
+def events_of(doc):
+    """The snapshot's events as one dict each (docs/snapshot.md: columns, or the older list)."""
+    ev = doc.get("events")
+    if isinstance(ev, list):
+        return ev
+    out, ts, step = [], 0, 0
+    for i in range(ev["count"] if isinstance(ev, dict) else 0):
+        ts = (ts + ev["ts_ns"][i]) % 2**64
+        step += ev["step"][i]
+        out.append({"ts_ns": ts, "step": step, "rank": ev["rank"][i],
+                    "type": ev["type_names"][ev["type"][i]],
+                    **{k: ev[k][i] for k in ("flags", "a", "b", "u0", "u1", "u2")}})
+    return out
+
+
+def loss_of(e):
+    import struct
+
+    return struct.unpack("<d", struct.pack("<Q", e["u0"]))[0]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--agent", choices=["fsdp", "deepspeed"], default="fsdp")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--python", default=sys.executable)
+    a = p.parse_args()
+
+    try:
+        import torch
+    except ImportError as e:
+        print(f"SKIP: torch is not importable ({e})")
+        return SKIP
+    if not torch.cuda.is_available():
+        print(f"SKIP: CUDA is not available to torch {torch.__version__} here "
+              f"(torch.cuda.is_available() is False)")
+        return SKIP
+    if a.agent == "deepspeed":
+        try:
+            import deepspeed  # noqa: F401
+        except ImportError as e:
+            print(f"SKIP: --agent deepspeed needs DeepSpeed ({e})")
+            return SKIP
+
+    script = os.path.join(EXAMPLES, "fsdp_stories.py" if a.agent == "fsdp" else
+                          "deepspeed_stories.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        snapshot = os.path.join(tmp, "gpu.rank{rank}.json")
+        env = dict(os.environ)
+        if a.agent == "deepspeed":
+            env["DS_ACCELERATOR"] = "cuda"
+        cmd = [a.python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+               script,
+               "--device", "cuda", "--steps", str(a.steps), "--snapshot-out", snapshot]
+        print("running:", " ".join(cmd), flush=True)
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=540)
+        if r.returncode != 0:
+            print(f"FAIL: the story exited {r.returncode}\n--- stdout\n{r.stdout}\n--- stderr\n"
+                  f"{r.stderr}")
+            return 1
+        path = snapshot.replace("{rank}", "0")
+        if not os.path.exists(path):
+            print(f"FAIL: no snapshot at {path}\n--- stderr\n{r.stderr}")
+            return 1
+        with open(path) as f:
+            doc = json.load(f)
+
+    events = events_of(doc)
+    problems = []
+    samples = [e for e in events if e["type"] == "allocator_sample"]
+    if not samples:
+        types = sorted({e["type"] for e in events})
+        problems.append(f"no allocator_sample among {len(events)} events (types: {types})")
+    for e in samples:
+        allocated, reserved, peak = e["u0"], e["u1"], e["u2"]
+        if not allocated > 0:
+            problems.append(f"step {e['step']}: allocated {allocated} is not > 0")
+        if not reserved >= allocated:
+            problems.append(f"step {e['step']}: reserved {reserved} < allocated {allocated}")
+        if not peak >= allocated:
+            problems.append(f"step {e['step']}: peak allocated {peak} < allocated {allocated}")
+    ends = [e for e in events if e["type"] == "step_end"]
+    if len(ends) != a.steps:
+        problems.append(f"{len(ends)} step_end events, expected {a.steps}")
+    for e in ends:
+        loss = loss_of(e)
+        if not math.isnan(loss) and not math.isfinite(loss):
+            problems.append(f"step {e['step']}: loss {loss} is not finite")
+    if a.agent == "fsdp":
+        begins = sum(e["type"] == "reduce_scatter_begin" for e in events)
+        finished = sum(e["type"] == "reduce_scatter_end" for e in events)
+        if begins == 0 or begins != finished:
+            problems.append(f"{begins} reduce_scatter_begin and {finished} reduce_scatter_end")
+    if problems:
+        print("FAIL:\n  " + "\n  ".join(problems))
+        return 1
+    last = samples[-1]
+    print(f"OK: {len(samples)} allocator samples on {torch.cuda.get_device_name(0)}; the last: "
+          f"allocated {last['u0']} B, reserved {last['u1']} B, peak {last['u2']} B")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
