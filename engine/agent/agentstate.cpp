@@ -102,6 +102,7 @@ void AgentState::countLocked(const AgentParam &p, bool add)
         es;
     const bool gathered = p.record.partitioned && p.status == ParamStatus::Available;
     const std::uint64_t padded = static_cast<std::uint64_t>(p.record.paddedNumel);
+    m_memoryChanged.store(true, std::memory_order_release);
     if (add) {
         m_memory.held += held;
         if (gathered) {
@@ -135,6 +136,8 @@ telemetry::MemoryFields AgentState::memoryLocked() const
 
 void AgentState::postMemory()
 {
+    // Most module exits follow no status change: they take no lock (issue #26).
+    if (!m_memoryChanged.exchange(false, std::memory_order_acq_rel)) return;
     telemetry::MemoryFields m;
     {
         std::lock_guard lock(m_mutex);
@@ -313,6 +316,22 @@ void AgentState::unregisterExternal(ModuleId m, ParamId p)
     post(telemetry::makeExternalUnregister({.module = m, .param = p}));
 }
 
+state::ViolationRecord AgentState::violationLocked(ViolationKind kind,
+                                                  const state::ViolationText &text) const
+{
+    state::ViolationRecord v;
+    v.kind = kind;
+    v.step = m_step;
+    v.lastStep = m_step;
+    v.rank = m_config.rank;
+    v.action = GuardAction::Recorded;
+    v.count = 1;
+    v.tsNs = telemetry::nowNs();
+    v.fix = text.fix;
+    v.message = text.message;
+    return v;
+}
+
 void AgentState::recordLocked(const state::ViolationRecord &v)
 {
     m_violations.add(v, state::Tally::Add);
@@ -348,21 +367,13 @@ state::ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p
         text = state::describeViolation(subject, m_config.dialect);
         first = m_thisStep.emplace(0, accessor, p, where.file, where.line).second;
         if (first) {
-            state::ViolationRecord v;
-            v.kind = ViolationKind::UnregisteredAccess;
-            v.step = m_step;
-            v.lastStep = m_step;
-            v.rank = m_config.rank;
+            state::ViolationRecord v = violationLocked(ViolationKind::UnregisteredAccess, text);
             v.accessor = subject.hasAccessor ? accessor : kNoModule;
             v.param = p;
             v.paramName = subject.param;
             v.owner = owner;
             v.status = status;
             v.action = action;
-            v.count = 1;
-            v.tsNs = telemetry::nowNs();
-            v.fix = text.fix;
-            v.message = text.message;
             v.location = where;
             v.building = building;
             recordLocked(v);
@@ -466,17 +477,9 @@ state::ViolationText AgentState::traceInvalidated(std::optional<ModuleId> expect
         subject.hasOwner = expected && *expected < m_modules.size();
         if (subject.hasOwner) subject.owner = m_modules[*expected].path;
         text = state::describeViolation(subject, m_config.dialect);
-        state::ViolationRecord v;
-        v.kind = ViolationKind::TraceInvalidated;
-        v.step = m_step;
-        v.lastStep = m_step;
-        v.rank = m_config.rank;
+        state::ViolationRecord v = violationLocked(ViolationKind::TraceInvalidated, text);
         v.accessor = got;
         v.owner = subject.hasOwner ? *expected : kNoModule;
-        v.action = GuardAction::Recorded;
-        v.count = 1;
-        v.tsNs = telemetry::nowNs();
-        v.message = text.message;
         recordLocked(v);
     }
     post(telemetry::makeTraceInvalidated(
@@ -494,21 +497,12 @@ state::ViolationText AgentState::tiedAcrossGroups(ParamId p, ModuleId first, Mod
     subject.param = paramNameLocked(p);
     if (first < m_modules.size()) subject.owner = m_modules[first].path;
     const state::ViolationText text = state::describeViolation(subject, m_config.dialect);
-    state::ViolationRecord v;
-    v.kind = ViolationKind::TiedAcrossGroups;
-    v.step = m_step;
-    v.lastStep = m_step;
-    v.rank = m_config.rank;
+    state::ViolationRecord v = violationLocked(ViolationKind::TiedAcrossGroups, text);
     v.accessor = subject.hasAccessor ? second : kNoModule;
     v.param = p;
     v.paramName = subject.param;
     v.owner = first < m_modules.size() ? first : kNoModule;
     v.status = ParamStatus::NotAvailable;
-    v.action = GuardAction::Recorded;
-    v.count = 1;
-    v.tsNs = telemetry::nowNs();
-    v.fix = text.fix;
-    v.message = text.message;
     recordLocked(v);
     return text;
 }
@@ -530,22 +524,13 @@ void AgentState::stepBegin(std::uint32_t step)
             subject.owner = ap->record.owner < m_modules.size() ? m_modules[ap->record.owner].path
                                                                 : std::string();
             subject.replaces = ap->record.replaces;
-            state::ViolationText text = state::describeViolation(subject, m_config.dialect);
-            state::ViolationRecord v;
-            v.kind = ViolationKind::LateParameter;
-            v.step = m_step;
-            v.lastStep = m_step;
-            v.rank = m_config.rank;
+            const state::ViolationText text = state::describeViolation(subject, m_config.dialect);
+            state::ViolationRecord v = violationLocked(ViolationKind::LateParameter, text);
             v.accessor = ap->record.owner;
             v.param = p;
             v.paramName = ap->record.name;
             v.owner = ap->record.owner;
             v.status = ap->status;
-            v.action = GuardAction::Recorded;
-            v.count = 1;
-            v.tsNs = telemetry::nowNs();
-            v.fix = text.fix;
-            v.message = text.message;
             recordLocked(v);
         }
         touch();

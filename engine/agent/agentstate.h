@@ -133,6 +133,10 @@ class AgentState final : public state::StateProvider
     void countLocked(const AgentParam &p, bool add);
     telemetry::MemoryFields memoryLocked() const;
     void postMemory(); // after a module exit or a step, as the engine does, when it changed
+    // A violation of this rank and step, counted once, now, in text's words; the caller fills
+    // what is its kind's own (accessor, parameter, owner, status, action, location).
+    state::ViolationRecord violationLocked(ViolationKind kind,
+                                           const state::ViolationText &text) const;
     void recordLocked(const state::ViolationRecord &v);
     std::string paramNameLocked(ParamId id) const;
 
@@ -159,6 +163,9 @@ class AgentState final : public state::StateProvider
     Memory m_memory;
     telemetry::MemoryFields m_lastMemory; // the last sample sent, and whether one was
     bool m_memoryPosted = false;
+    // Set by every change of the memory figures (countLocked), taken by postMemory: a module
+    // exit with nothing changed since the last sample takes no lock.
+    std::atomic<bool> m_memoryChanged{true};
     std::uint32_t m_step = 0;
     bool m_inStep = false;
     std::atomic<std::uint64_t> m_version{1};
