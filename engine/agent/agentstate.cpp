@@ -159,7 +159,12 @@ void AgentState::setParam(const AgentParam &p)
     std::lock_guard lock(m_mutex);
     if (AgentParam *old = findLocked(p.record.id)) countLocked(*old, false);
     countLocked(p, true);
-    m_params[p.record.id] = p;
+    AgentParam &slot = m_params[p.record.id];
+    slot = p;
+    if (p.record.id < kIndexed) { // std::map's nodes stay where they are
+        if (p.record.id >= m_paramIndex.size()) m_paramIndex.resize(p.record.id + 1, nullptr);
+        m_paramIndex[p.record.id] = &slot;
+    }
     m_removedNames.erase(p.record.id);
     touch();
 }
@@ -170,6 +175,7 @@ void AgentState::removeParam(ParamId id)
     if (auto it = m_params.find(id); it != m_params.end()) {
         countLocked(it->second, false);
         m_removedNames[id] = it->second.record.name;
+        if (id < m_paramIndex.size()) m_paramIndex[id] = nullptr;
         m_params.erase(it);
         m_lateUnadopted.erase(id);
         touch();
@@ -207,8 +213,18 @@ void AgentState::setStatuses(const std::vector<std::pair<ParamId, ParamStatus>> 
 
 AgentParam *AgentState::findLocked(ParamId id)
 {
+    if (id < kIndexed) return id < m_paramIndex.size() ? m_paramIndex[id] : nullptr;
     auto it = m_params.find(id);
     return it == m_params.end() ? nullptr : &it->second;
+}
+
+AgentState::Gathers &AgentState::gathersLocked(ParamId id)
+{
+    if (id >= kIndexed) return m_gathers[id];
+    if (id >= m_gatherIndex.size()) m_gatherIndex.resize(id + 1, nullptr);
+    Gathers *&g = m_gatherIndex[id];
+    if (!g) g = &m_gathers[id];
+    return *g;
 }
 
 std::string AgentState::paramNameLocked(ParamId id) const
@@ -235,7 +251,7 @@ void AgentState::fetchBegin(ParamId p, ModuleId cause, std::uint64_t bytes, Fetc
     {
         std::lock_guard lock(m_mutex);
         if (AgentParam *ap = findLocked(p)) setStatusLocked(*ap, ParamStatus::Inflight);
-        m_gathers[p].beganTs = now;
+        gathersLocked(p).beganTs = now;
         touch();
     }
     post(telemetry::makeFetchBegin({.param = p, .cause = cause, .bytes = bytes, .reason = reason}),
@@ -248,7 +264,7 @@ void AgentState::fetchEnd(ParamId p, ModuleId cause, std::uint64_t bytes, FetchR
     {
         std::lock_guard lock(m_mutex);
         if (AgentParam *ap = findLocked(p)) setStatusLocked(*ap, ParamStatus::Available);
-        Gathers &g = m_gathers[p];
+        Gathers &g = gathersLocked(p);
         ++g.count;
         g.bytes += bytes;
         if (g.beganTs != 0 && now >= g.beganTs) g.ns += now - g.beganTs;

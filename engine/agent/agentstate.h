@@ -153,6 +153,13 @@ class AgentState final : public state::StateProvider
         std::uint64_t count = 0, bytes = 0, ns = 0, lastTs = 0, beganTs = 0;
     };
     std::map<ParamId, Gathers> m_gathers;
+    // The status path's lookups without a tree walk: ds_ids are dense from 0 (a late
+    // parameter's provisional id is 1 << 20 and up, found in the maps). Pointers into the
+    // maps' nodes, which stay put.
+    static constexpr ParamId kIndexed = 1u << 16;
+    std::vector<AgentParam *> m_paramIndex; // null: no such parameter
+    std::vector<Gathers *> m_gatherIndex;   // null: none yet
+    Gathers &gathersLocked(ParamId id);
     state::ViolationLedger m_violations;
     std::set<std::tuple<int, ModuleId, ParamId, std::string, std::uint32_t>> m_thisStep;
     std::set<ParamId> m_lateUnadopted;
