@@ -137,7 +137,9 @@ telemetry::MemoryFields AgentState::memoryLocked() const
 void AgentState::postMemory()
 {
     // Most module exits follow no status change: they take no lock (issue #26).
-    if (!m_memoryChanged.exchange(false, std::memory_order_acq_rel)) return;
+    if (!m_memoryChanged.load(std::memory_order_acquire) ||
+        !m_memoryChanged.exchange(false, std::memory_order_acq_rel))
+        return;
     telemetry::MemoryFields m;
     {
         std::lock_guard lock(m_mutex);
