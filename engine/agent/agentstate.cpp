@@ -505,11 +505,13 @@ state::ViolationText AgentState::traceInvalidated(std::optional<ModuleId> expect
     return text;
 }
 
-state::ViolationText AgentState::tiedAcrossGroups(ParamId p, ModuleId first, ModuleId second)
+state::ViolationText AgentState::tiedAcrossGroups(ParamId p, ModuleId first, ModuleId second,
+                                                  bool refusedByTorch)
 {
     std::lock_guard lock(m_mutex);
     state::ViolationSubject subject;
     subject.kind = ViolationKind::TiedAcrossGroups;
+    subject.refusedByTorch = refusedByTorch;
     subject.hasAccessor = second < m_modules.size();
     if (subject.hasAccessor) subject.accessor = m_modules[second].path;
     subject.param = paramNameLocked(p);

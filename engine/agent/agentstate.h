@@ -98,7 +98,8 @@ class AgentState final : public state::StateProvider
                                          Phase phase);
     // FSDP2 (shardscope.fsdp): parameter p is tied into the fully_shard groups of units `first`
     // (which holds it) and `second`. Recorded in the state (no event kind carries it).
-    state::ViolationText tiedAcrossGroups(ParamId p, ModuleId first, ModuleId second);
+    state::ViolationText tiedAcrossGroups(ParamId p, ModuleId first, ModuleId second,
+                                           bool refusedByTorch = true);
     // step: the step that begins (1-based; DeepSpeed's global_steps + 1), so that steps run
     // while observation was paused keep the numbering; 0: the previous step + 1.
     void stepBegin(std::uint32_t step = 0);

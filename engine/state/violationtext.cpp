@@ -107,8 +107,11 @@ ViolationText describeFsdp(const ViolationSubject &s)
                 "])  # one FSDP unit for both, instead of a fully_shard call for each";
         t.message = "`" + param + "` is tied into FSDP unit `" + displayPath(s.accessor) +
                     "` as well as `" + unit +
-                    "`: two groups would shard and gather the one tensor (torch refuses it at "
-                    "the first forward)";
+                    (s.refusedByTorch
+                         ? "`: two groups would shard and gather the one tensor (torch refuses it "
+                           "at the first forward)"
+                         : "`: each group shards and trains its own copy, so the weights are no "
+                           "longer tied (this torch does not refuse it)");
         break;
     case ViolationKind::TraceInvalidated:
     case ViolationKind::GatheredWriteWithoutModifier: return {};

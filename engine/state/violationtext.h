@@ -53,6 +53,9 @@ struct ViolationSubject
     // while the model is being built: "self.conv.weight", relative to the constructor
     // running); empty: codeName(param).
     std::string paramCode;
+    // tied_across_groups: whether this torch refuses the tie at the first forward (>= 2.13);
+    // before, each group shards and trains its own copy and nothing fails.
+    bool refusedByTorch = true;
 };
 
 struct ViolationText

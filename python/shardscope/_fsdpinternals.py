@@ -19,7 +19,9 @@ TESTED_TORCH = ("2.13",)
 
 _PKG = "torch.distributed.fsdp._fully_shard."
 
-# (module, class, method): the methods wrapped, and what each tells the agent.
+# (module, class, method): the methods wrapped, and what each tells the agent. A method may be
+# a tuple of names: the first one this torch has is wrapped (torch moved some of them between
+# releases; each alternative's handler is on_<that name>).
 HOOKS = (
     # fully_shard(module) initialises the module's state: the last one is the root candidate
     ("_fsdp_state", "FSDPState", "init"),
@@ -38,26 +40,39 @@ HOOKS = (
     ("_fsdp_param_group", "FSDPParamGroup", "post_backward"),
     # a staticmethod: unshards issued inside it are prefetches
     ("_fsdp_param_group", "FSDPParamGroup", "_prefetch_unshard"),
-    # the root's forward begins (a step begins) / ends (the root's post-forward calls it)
+    # the root's forward begins (a step begins) / ends: the root's post-forward calls
+    # _force_complete_incomplete_states (torch >= 2.13); before it, every state's post-forward
+    # calls _register_pre_backward_hook, the root's while it is still the iteration's root
     ("_fsdp_state", "FSDPState", "_root_pre_forward"),
-    ("_fsdp_state", "FSDPState", "_force_complete_incomplete_states"),
+    ("_fsdp_state", "FSDPState", ("_force_complete_incomplete_states", "_register_pre_backward_hook")),
     # the end of backward (queued by the first pre-backward; looked up on the instance then)
     ("_fsdp_state", "FSDPState", "_root_post_backward_final_callback"),
-    # FSDP finds the root and checks for parameters shared by two groups (tied weights)
+    # FSDP finds the root
     ("_fsdp_state", "FSDPState", "_lazy_init"),
+)
+
+# Wrapped where this torch has them; without them the agent does the same work another way.
+OPTIONAL_HOOKS = (
+    # FSDP checks for parameters shared by two groups (tied weights) and raises (torch >= 2.13).
+    # Older releases accept them and train each group's copy on its own: the agent then finds
+    # them itself at fully_shard (FSDPState.init) and records them at the root's first forward.
     ("_fsdp_state", "FSDPState", "_validate_no_duplicate_params"),
 )
 
 # Attributes read (not wrapped), by class; checked on the first objects the agent meets.
 # Also read where present (set by FSDP's lazy init, the root's first forward):
-# FSDPParam._param_fqn, .orig_dtype, .param_dtype, ._unsharded_param.
+# FSDPParam._param_fqn, .orig_dtype, .param_dtype, ._unsharded_param; and, where torch does
+# not check tied parameters itself (< 2.13), FSDPParam._module_info (.module, .param_name).
 PRIVATE_ATTRIBUTES = {
-    "FSDPState": ("_fsdp_param_groups", "_modules", "_is_root"),
+    # _fsdp_param_groups (torch >= 2.13, one group per mesh) or _fsdp_param_group (before): groups()
+    "FSDPState": (("_fsdp_param_groups", "_fsdp_param_group"), "_modules", "_is_root"),
     "FSDPParamGroup": ("fsdp_params", "modules", "_all_gather_result", "is_unsharded",
                        "is_sharded", "_reshard_after_forward", "mesh_info", "_training_state"),
     "FSDPParam": ("sharded_param", "_orig_size", "padded_sharded_param_size", "sharded_size",
-                  "fsdp_placement", "_orig_param_uid"),
+                  "fsdp_placement"),
 }
+# Read only where the hook that needs it is there (_validate_no_duplicate_params).
+TIED_ATTRIBUTE = ("FSDPParam", "_orig_param_uid")
 
 # A module's FSDP state: torch.distributed.fsdp._fully_shard._fsdp_state._get_module_fsdp_state
 STATE_OF = ("_fsdp_state", "_get_module_fsdp_state")
@@ -92,8 +107,9 @@ def check():
         except (ImportError, AttributeError):
             missing.append(f"{_PKG}{module}.{cls}")
             continue
-        if method not in c.__dict__:
-            missing.append(f"{_PKG}{module}.{cls}.{method}")
+        if _present(c, method) is None:
+            names = method if isinstance(method, tuple) else (method,)
+            missing.append(" or ".join(f"{_PKG}{module}.{cls}.{m}" for m in names))
     try:
         getattr(importlib.import_module(_PKG + STATE_OF[0]), STATE_OF[1])
     except (ImportError, AttributeError):
@@ -110,13 +126,37 @@ def check():
     return version
 
 
+def _present(c, method):
+    """The name of `method` (or of the first of its alternatives) that class c defines, or None."""
+    for m in method if isinstance(method, tuple) else (method,):
+        if m in c.__dict__:
+            return m
+    return None
+
+
 def check_attributes(kind, obj):
     """Raises ShardScopeError when an FSDP object lacks an attribute the agent reads."""
     for name in PRIVATE_ATTRIBUTES[kind]:
-        if not hasattr(obj, name):
+        names = name if isinstance(name, tuple) else (name,)
+        if not any(hasattr(obj, n) for n in names):
             raise ShardScopeError(
-                f"shardscope.fsdp cannot read {kind}.{name} in torch {torch_version()}; it is "
-                f"tested on torch {', '.join(TESTED_TORCH)}")
+                f"shardscope.fsdp cannot read {kind}.{' or '.join(names)} in torch "
+                f"{torch_version()}; it is tested on torch {', '.join(TESTED_TORCH)}")
+
+
+def groups(state):
+    """The FSDPParamGroups of an FSDPState: several per state from torch 2.13 (one per mesh),
+    at most one before."""
+    gs = getattr(state, "_fsdp_param_groups", None)
+    if gs is not None:
+        return gs
+    g = getattr(state, "_fsdp_param_group", None)
+    return [g] if g is not None else []
+
+
+def has_tied_check():
+    """Whether this torch checks for parameters shared by two FSDP groups itself."""
+    return _present(_class("_fsdp_state", "FSDPState"), OPTIONAL_HOOKS[0][2]) is not None
 
 
 def state_of(module):
@@ -128,8 +168,11 @@ def install(observer):
     """Wraps HOOKS so that each calls observer.on_<method>(original, self, *args); returns the
     function that restores the originals."""
     restored = []
-    for module, cls, method in HOOKS:
+    for module, cls, method in HOOKS + OPTIONAL_HOOKS:
         c = _class(module, cls)
+        method = _present(c, method)
+        if method is None:  # an optional hook this torch does not have
+            continue
         original = c.__dict__[method]
         handler = getattr(observer, "on" + method if method.startswith("_") else "on_" + method)
         if isinstance(original, staticmethod):

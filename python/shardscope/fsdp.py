@@ -196,6 +196,13 @@ class _Agent:
         self.derived = {}  # id -> (DTensor, pids entry): views of sharded parameters (_derived)
         self.candidate = None  # weakref to the last module fully_shard was called on
         self.checked = set()
+        # torch < 2.13 does not check for a parameter shared by two groups: the agent does, at
+        # fully_shard (on_init). id(original parameter) -> (weakref to it, the FSDPState that
+        # manages it, its module, its name there); pairs found, recorded when the root is known:
+        # (first state, module, name, second state).
+        self.torch_checks_tied = _fi.has_tied_check()
+        self.orig_params = {}
+        self.tied_found = []
         self.uninstall = _fi.install(self)
         from torch.nn.modules.module import register_module_parameter_registration_hook
         from torch.optim.optimizer import (register_optimizer_step_post_hook,
@@ -331,7 +338,7 @@ class _Agent:
             self._enter_mode()
 
     def _unit_label(self, module, state):
-        groups = state._fsdp_param_groups
+        groups = _fi.groups(state)
         parts = []
         if groups:
             g = groups[0]
@@ -365,7 +372,7 @@ class _Agent:
             if "FSDPState" not in self.checked:
                 _fi.check_attributes("FSDPState", state)
                 self.checked.add("FSDPState")
-            for g in state._fsdp_param_groups:
+            for g in _fi.groups(state):
                 self._publish_group(g, names)
         self.late_dirty = True
 
@@ -790,6 +797,14 @@ class _Agent:
                 self._enter_mode()
 
     def on_init(self, fn, state, modules, *args, **kwargs):
+        if not self.torch_checks_tied and not self.closed:
+            # fully_shard creates the group after init: what it will manage is read now
+            for p, m, name in self._managed_params(modules):
+                prev = self.orig_params.get(id(p))
+                if prev is None or prev[0]() is not p:
+                    self.orig_params[id(p)] = (weakref.ref(p), state, m, name)
+                elif prev[1] is not state:
+                    self.tied_found.append((prev[1], prev[2], prev[3], state))
         r = fn(state, modules, *args, **kwargs)
         if not self.closed and self.root is None and len(modules) == 1:
             # fully_shard is called bottom-up: the last module is the root, until FSDP's own
@@ -818,7 +833,59 @@ class _Agent:
         if first and state._is_root and self.root is None and not self.closed:
             self.attach(state._modules[0])
             self._enter_mode()
+            if self.tied_found:
+                self._record_tied_found()
         return r
+
+    def on_register_pre_backward_hook(self, fn, state, *args, **kwargs):
+        # torch < 2.13: every state's post-forward calls it; the root's while it is still the
+        # iteration's root (torch >= 2.13 calls _force_complete_incomplete_states there)
+        r = fn(state, *args, **kwargs)
+        if (self.in_root_forward and not self.closed
+                and state._state_ctx.iter_forward_root is state):
+            self.in_root_forward = False
+            self._enter_mode()
+        return r
+
+    @staticmethod
+    def _managed_params(modules):
+        """(parameter, module, local name) of what fully_shard(modules) will manage: the plain
+        parameters of the modules' subtrees, less those of modules already sharded."""
+        import torch.nn as nn
+        from torch.distributed.tensor import DTensor
+
+        out, seen = [], set()
+        for top in modules:
+            stack = [top]
+            while stack:
+                m = stack.pop()
+                if m is not top and _fi.state_of(m) is not None:
+                    continue
+                for name, p in m._parameters.items():
+                    if isinstance(p, nn.Parameter) and not isinstance(p, DTensor) \
+                            and id(p) not in seen:
+                        seen.add(id(p))
+                        out.append((p, m, name))
+                stack.extend(m._modules.values())
+        return out
+
+    def _record_tied_found(self):
+        """torch < 2.13: a parameter tied into two groups trains as two copies, with no error;
+        recorded (and flushed) when the root's first forward begins."""
+        for first, module, name, second in self.tied_found:
+            fp1 = next((fp for g in _fi.groups(first) for fp in g.fsdp_params
+                        if fp._module_info.module is module and fp._module_info.param_name == name),
+                       None)
+            entry = self.pids.get(id(fp1.sharded_param)) if fp1 is not None else None
+            if entry is None:
+                continue
+            message, fix = self.native.tied_across_groups(
+                entry[0], self.module_id(first._modules[0]), self.module_id(second._modules[0]),
+                refused_by_torch=False)
+            print(f"shardscope: rank {self.rank}: {message}\n  fix: {fix}", file=sys.stderr,
+                  flush=True)
+        self.tied_found.clear()
+        self.flush()
 
     def on_validate_no_duplicate_params(self, fn, state):
         if not self.closed:
@@ -828,11 +895,12 @@ class _Agent:
         return fn(state)
 
     def _check_tied(self, state):
-        """A parameter tied into two groups: recorded (and flushed) before torch raises."""
+        """A parameter tied into two groups: recorded (and flushed) before torch raises
+        (torch >= 2.13, which checks it: FSDPState._validate_no_duplicate_params)."""
         seen = {}
         found = False
         for s in state._state_ctx.all_states:
-            for g in s._fsdp_param_groups:
+            for g in _fi.groups(s):
                 for fp in g.fsdp_params:
                     uid = fp._orig_param_uid
                     if uid not in seen:

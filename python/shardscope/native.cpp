@@ -384,10 +384,13 @@ PYBIND11_MODULE(_native, module)
                  a.state().moduleExit(m, phaseFrom(phase));
              })
         .def("tied_across_groups",
-             [](Agent &a, std::uint32_t p, std::uint32_t first, std::uint32_t second) {
-                 const state::ViolationText t = a.state().tiedAcrossGroups(p, first, second);
+             [](Agent &a, std::uint32_t p, std::uint32_t first, std::uint32_t second,
+                bool refusedByTorch) {
+                 const state::ViolationText t =
+                     a.state().tiedAcrossGroups(p, first, second, refusedByTorch);
                  return py::make_tuple(t.message, t.fix);
-             })
+             },
+             py::arg("param"), py::arg("first"), py::arg("second"), py::arg("refused_by_torch") = true)
         .def("late_parameter", [](Agent &a, std::uint32_t p) { a.state().lateParameter(p); })
         .def("parameter_adopted", [](Agent &a, std::uint32_t p) { a.state().parameterAdopted(p); })
         .def("trace_invalidated",

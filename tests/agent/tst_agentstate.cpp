@@ -199,6 +199,15 @@ class TestAgentState : public QObject
         const state::ViolationText tied = s.tiedAcrossGroups(0, embed, head);
         QCOMPARE(tied.fix, std::string("fully_shard([model.embed, model.head])  # one FSDP unit "
                                        "for both, instead of a fully_shard call for each"));
+        QVERIFY2(tied.message.find("torch refuses it at the first forward") != std::string::npos,
+                 tied.message.c_str());
+        // A torch before 2.13 accepts the tie and trains two copies: the message says so, the
+        // fix is the same.
+        const state::ViolationText untied = s.tiedAcrossGroups(0, embed, head, false);
+        QCOMPARE(untied.fix, tied.fix);
+        QVERIFY2(untied.message.find("no longer tied (this torch does not refuse it)") !=
+                     std::string::npos,
+                 untied.message.c_str());
         state::EngineState st = s.state();
         QCOMPARE(st.fixDialect, std::string("fsdp"));
         QCOMPARE(st.violations.size(), std::size_t(1));
