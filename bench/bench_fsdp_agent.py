@@ -11,7 +11,11 @@ of the blocks' mean step time, for wall time, rank 0's training-thread CPU and i
 95 % interval (t over the pairs' log ratios).
 
     .venv/bin/python bench/bench_fsdp_agent.py --build build [--layers 100] [--hidden 64]
-        [--runs 2] [--steps 120] [--toggle 5]
+        [--runs 2] [--steps 120] [--toggle 5] [--control]
+
+--control runs the same schedule without the agent (`--no-agent`: the blocks are labelled
+observed and paused, nothing is toggled, no client): its ratio is the method's own bias and
+noise on this machine, to be read beside the agent's (an A/A test).
 """
 import argparse
 import glob
@@ -45,11 +49,11 @@ def one_run(args, out_dir, run):
     timing = os.path.join(out_dir, f"run{run}.rank{{rank}}.jsonl")
     cmd = [LAUNCH, "-n", "2", sys.executable, EXAMPLE, "--layers", str(args.layers), "--hidden",
            str(args.hidden), "--steps", str(args.steps), "--toggle", str(args.toggle),
-           "--timing", timing]
+           "--timing", timing] + (["--no-agent"] if args.control else [])
     ranks = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     capture = None
     disc = os.path.join(runtime, "shardscope")
-    for _ in range(600):  # rank 0's endpoint, then a client attached to it
+    for _ in range(0 if args.control else 600):  # rank 0's endpoint, then a client attached to it
         for f in glob.glob(os.path.join(disc, "*.json")):
             try:
                 d = json.load(open(f))
@@ -67,9 +71,10 @@ def one_run(args, out_dir, run):
     out, err = ranks.communicate(timeout=3600)
     if ranks.returncode != 0:
         sys.exit(f"the ranks failed:\n{err[-3000:]}")
-    if capture is None:
+    if capture is None and not args.control:
         sys.exit("no client could attach to rank 0")
-    capture.wait(timeout=60)
+    if capture is not None:
+        capture.wait(timeout=60)
     with open(timing.replace("{rank}", "0")) as f:
         return [json.loads(line) for line in f]
 
@@ -107,6 +112,8 @@ def main():
     p.add_argument("--runs", type=int, default=2)
     p.add_argument("--steps", type=int, default=120)
     p.add_argument("--toggle", type=int, default=5)
+    p.add_argument("--control", action="store_true",
+                   help="the same schedule without the agent: the method's bias (A/A)")
     a = p.parse_args()
     import torch
 
@@ -122,7 +129,9 @@ def main():
                         statistics.median(s["wall"] for s in steps if not s["observed"])))
     print(f"FSDP2 on torch {torch.__version__}, world 2 over gloo (CPU), fsdp_stories.py "
           f"--layers {a.layers} --hidden {a.hidden} ({3 * a.layers + 3} modules, {a.layers + 1} "
-          f"fully_shard units), shardscope-capture attached to rank 0; {a.runs} runs x {a.steps} "
+          f"fully_shard units), "
+          f"{'CONTROL (no agent, no client)' if a.control else 'shardscope-capture attached to rank 0'}; "
+          f"{a.runs} runs x {a.steps} "
           f"steps, blocks of {a.toggle}, {len(ratios['wall'])} pairs")
     for obs, off in medians:
         print(f"  run median step: observed {obs * 1e3:.1f} ms, paused {off * 1e3:.1f} ms")

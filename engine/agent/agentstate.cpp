@@ -180,6 +180,7 @@ void AgentState::removeParam(ParamId id)
         if (id < m_paramIndex.size()) m_paramIndex[id] = nullptr;
         m_params.erase(it);
         m_lateUnadopted.erase(id);
+        m_lateSites.erase(id);
         touch();
     }
 }
@@ -445,7 +446,7 @@ void AgentState::completeBuildNames(const std::map<ModuleId, ModuleId> &moved)
     touch();
 }
 
-void AgentState::lateParameter(ParamId p)
+void AgentState::lateParameter(ParamId p, const state::SourceLocation &where)
 {
     ModuleId owner = kNoModule;
     {
@@ -459,6 +460,7 @@ void AgentState::lateParameter(ParamId p)
             owner = ap->record.owner;
         }
         m_lateUnadopted.insert(p);
+        if (where.known()) m_lateSites[p] = where;
         touch();
     }
     post(telemetry::makeLateParameter({.module = owner, .param = p}));
@@ -551,6 +553,8 @@ void AgentState::stepBegin(std::uint32_t step)
             v.paramName = ap->record.name;
             v.owner = ap->record.owner;
             v.status = ap->status;
+            if (const auto site = m_lateSites.find(p); site != m_lateSites.end())
+                v.location = site->second;
             recordLocked(v);
         }
         touch();

@@ -92,7 +92,10 @@ class AgentState final : public state::StateProvider
     // model) are known by their final paths; the violations that named them are completed
     // with the final names, and their words (fix lines) written again from them.
     void completeBuildNames(const std::map<ModuleId, ModuleId> &moved);
-    void lateParameter(ParamId p);
+    // p was created after the model was partitioned (zero.Init, fully_shard); where: the
+    // user's line that registered it (the late_parameter violation's location, one row per
+    // distinct location), empty when not known.
+    void lateParameter(ParamId p, const state::SourceLocation &where = {});
     void parameterAdopted(ParamId p);
     state::ViolationText traceInvalidated(std::optional<ModuleId> expected, ModuleId got,
                                          Phase phase);
@@ -164,6 +167,7 @@ class AgentState final : public state::StateProvider
     state::ViolationLedger m_violations;
     std::set<std::tuple<int, ModuleId, ParamId, std::string, std::uint32_t>> m_thisStep;
     std::set<ParamId> m_lateUnadopted;
+    std::map<ParamId, state::SourceLocation> m_lateSites; // where each late parameter was registered
     struct Memory
     {
         std::uint64_t held = 0, gathered = 0, peak = 0, liveElements = 0;

@@ -14,6 +14,13 @@ Each case below is a bug as users hit it; `--fixed` runs the line ShardScope's f
                         read into model.blocks[1].forward
   --call-forward        model.forward(x) instead of model(x): the root's pre-forward all-gather
                         is skipped (recorded, then torch's mixed-tensor error). Fixed: model(x)
+  --call-block-forward  the model's forward calls self.blocks[1].forward(x) instead of
+                        self.blocks[1](x): that unit's pre-forward all-gather is skipped inside
+                        the root's forward (recorded, then torch's mixed-tensor error). Fixed:
+                        self.blocks[1](x)
+  --to-local            the training loop logs model.blocks[-1].fc1.weight.to_local().norm()
+                        under torch.no_grad(): no error, silently this rank's shard only
+                        (recorded). Fixed: .full_tensor().norm()
   --tied                embed.weight tied to head.weight, and fully_shard(embed) and
                         fully_shard(head) each called: torch raises ValueError at the first
                         forward (recorded first). Fixed: fully_shard([embed, head])
@@ -24,11 +31,15 @@ Each case below is a bug as users hit it; `--fixed` runs the line ShardScope's f
   --guard error         ShardScope raises at the first sharded read, with the fix line
 
 Also --snapshot-out F.rank{rank}.json, --describe F.rank{rank}.json (describe()'s FSDP view),
---hold SECONDS (stay up for a client after training), --steps N, --layers N.
+--hold SECONDS (stay up for a client after training), --steps N, --layers N. Every rank prints
+"rank R step S loss L" (S from 1). For the tests: --wait-before-train FILE (a client attaches
+before the first step), --kill-rank R with --kill-at-step S (rank R is killed inside
+blocks[0]'s forward of step S).
 """
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 
@@ -60,19 +71,30 @@ class Block(nn.Module):
 
 class TinyLM(nn.Module):
 
-    def __init__(self, vocab, hidden, layers, tied):
+    def __init__(self, vocab, hidden, layers, tied, block_forward=False):
         super().__init__()
         self.embed = nn.Embedding(vocab, hidden)
         self.blocks = nn.ModuleList(Block(hidden) for _ in range(layers))
         self.head = nn.Linear(hidden, vocab, bias=False)
         if tied:
             self.head.weight = self.embed.weight
+        self.block_forward = block_forward  # --call-block-forward
 
     def forward(self, tokens):
         x = self.embed(tokens)
-        for b in self.blocks:
-            x = b(x)
+        for i, b in enumerate(self.blocks):
+            if self.block_forward and i == 1:
+                x = self.blocks[1].forward(x)  # story: block forward
+            else:
+                x = b(x)
         return self.head(x)
+
+
+def die(module, inputs):
+    """--kill-rank: a second for the agent's server to send what came before (a client of a
+    rank that dies holds what was sent), then SIGKILL, in the middle of the step."""
+    time.sleep(1.0)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 class LoRA(nn.Module):
@@ -100,6 +122,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--read-outside", nargs="?", const="grad", choices=["grad", "no-grad"])
     p.add_argument("--call-forward", action="store_true")
+    p.add_argument("--call-block-forward", action="store_true")
+    p.add_argument("--to-local", action="store_true")
     p.add_argument("--tied", action="store_true")
     p.add_argument("--late", action="store_true")
     p.add_argument("--explicit-unshard", action="store_true")
@@ -117,8 +141,13 @@ def main():
     p.add_argument("--no-agent", action="store_true")
     p.add_argument("--toggle", type=int, default=0, metavar="K",
                    help="pause/resume the agent every K steps, in pairs (on off, off on, ...): "
-                        "bench/bench_fsdp_agent.py")
+                        "bench/bench_fsdp_agent.py; with --no-agent the same labels, nothing toggled")
     p.add_argument("--timing", default="", help="per-step times (JSON lines); {rank} is the rank")
+    p.add_argument("--wait-before-train", default="", metavar="FILE",
+                   help="wait for FILE to exist before the first step (a client attaches first)")
+    p.add_argument("--kill-rank", type=int, default=-1,
+                   help="this rank kills itself (SIGKILL) inside blocks[0]'s forward of --kill-at-step")
+    p.add_argument("--kill-at-step", type=int, default=0)
     a = p.parse_args()
 
     dist.init_process_group("gloo")
@@ -130,7 +159,8 @@ def main():
         shardscope.fsdp.install(**options)
 
     torch.manual_seed(0)
-    model = TinyLM(a.vocab, a.hidden, a.layers, tied=a.tied)
+    model = TinyLM(a.vocab, a.hidden, a.layers, tied=a.tied,
+                   block_forward=a.call_block_forward and not a.fixed)
     if a.late and a.fixed:
         with_lora(model.head, a.hidden, a.vocab)  # before fully_shard: sharded with head
     for b in model.blocks:
@@ -151,12 +181,18 @@ def main():
 
     gen = torch.Generator().manual_seed(1 + rank)
     timings = []
+    while a.wait_before_train and not os.path.exists(a.wait_before_train):
+        time.sleep(0.05)
     for step in range(a.steps):
+        if rank == a.kill_rank and step + 1 == a.kill_at_step:
+            model.blocks[0].register_forward_pre_hook(die)
         observed = True
-        if a.toggle and not a.no_agent:
+        if a.toggle:
             block = step // a.toggle  # blocks in pairs: on off, off on, on off, ...
             observed = (block % 2 == 0) != (block // 2 % 2 == 1)
-            if observed:
+            if a.no_agent:
+                pass  # the same labels, nothing toggled: the method's A/A control
+            elif observed:
                 shardscope.fsdp.resume()
             else:
                 shardscope.fsdp.pause()
@@ -168,6 +204,10 @@ def main():
             model.blocks[-1].read_in_forward = torch.randn(2, a.hidden, generator=gen)
         logits = model.forward(tokens) if a.call_forward and not a.fixed else model(tokens)
         loss = F.cross_entropy(logits.view(-1, a.vocab), tokens.view(-1))
+        if a.to_local:
+            with torch.no_grad():
+                w = model.blocks[-1].fc1.weight
+                norm = w.full_tensor().norm() if a.fixed else w.to_local().norm()  # story: to_local
         if a.read_outside and not (a.read_outside == "grad" and a.fixed):
             sampled = torch.randn(2, a.hidden, generator=gen)
             if a.read_outside == "no-grad":
@@ -183,8 +223,8 @@ def main():
         opt.zero_grad()
         timings.append({"step": step, "observed": observed, "wall": time.perf_counter() - t0,
                         "thread_cpu": time.thread_time() - c0, "process_cpu": time.process_time() - p0})
-        if rank == 0 and a.steps <= 20:
-            print(f"step {step} loss {loss.item():.4f}", flush=True)
+        if a.steps <= 20:
+            print(f"rank {rank} step {step + 1} loss {loss.item():.4f}", flush=True)
 
     if a.timing:
         with open(a.timing.replace("{rank}", str(rank)), "w") as f:

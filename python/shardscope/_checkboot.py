@@ -21,7 +21,8 @@ _dir = os.environ.get("SHARDSCOPE_CHECK_DIR", ".")
 _rank = int(os.environ.get("RANK", "0"))
 _steps = int(os.environ.get("SHARDSCOPE_CHECK_STEPS", "3"))
 _result = {"rank": _rank, "steps": 0, "model_built": False, "stopped": False, "exit": None,
-           "error": None, "module_order": [], "stage": "starting", "times": []}
+           "error": None, "module_order": [], "stage": "starting", "times": [],
+           "late_sites": {}, "batch": None}
 _t0 = time.monotonic()
 
 
@@ -74,16 +75,129 @@ def _record_order(engine):
     return torch.nn.modules.module.register_module_forward_pre_hook(pre)
 
 
+# --------------------------------------------------------------------- --micro-batch N
+_micro = int(os.environ.get("SHARDSCOPE_CHECK_MICRO_BATCH", "0") or 0)  # 0: the script's own
+_world = int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _with_micro_batch(config, micro, accumulation=None):
+    """The user's DeepSpeed config (a dict, or a JSON file's path) with `micro` samples per
+    rank: train_micro_batch_size_per_gpu = micro and, where the config names it (or its
+    gradient accumulation), train_batch_size = micro x accumulation x this run's ranks, so
+    DeepSpeed's consistency check holds at this world. accumulation: the Trainer's, when the
+    config leaves it 'auto'. A new dict; the user's is not changed."""
+    if isinstance(config, (str, os.PathLike)):
+        with open(config) as f:
+            config = json.load(f)
+    config = dict(config)
+    config["train_micro_batch_size_per_gpu"] = micro
+    gas = config.get("gradient_accumulation_steps")
+    gas = gas if isinstance(gas, int) else accumulation
+    if isinstance(config.get("train_batch_size"), int) or (
+            "train_batch_size" not in config and isinstance(config.get("gradient_accumulation_steps"), int)):
+        config["train_batch_size"] = micro * (gas or 1) * _world
+    return config
+
+
+def _patch_initialize():
+    """--micro-batch: deepspeed.initialize gets the config with N per rank (config=,
+    config_params=, or args.deepspeed_config's file), also when Accelerate calls it."""
+    import inspect
+
+    import deepspeed
+
+    original = deepspeed.initialize
+    signature = inspect.signature(original)
+
+    def initialize(*args, **kwargs):
+        bound = signature.bind_partial(*args, **kwargs)
+        a = bound.arguments
+        for key in ("config", "config_params"):
+            if a.get(key) is not None:
+                a[key] = _with_micro_batch(a[key], _micro)
+                break
+        else:
+            ns = a.get("args")
+            path = getattr(ns, "deepspeed_config", None)
+            if path:
+                rewritten = os.path.join(_dir, f"ds_config.{_rank}.json")
+                with open(rewritten, "w") as f:
+                    json.dump(_with_micro_batch(path, _micro), f)
+                ns.deepspeed_config = rewritten
+        return original(*bound.args, **bound.kwargs)
+
+    initialize.__wrapped__ = original
+    deepspeed.initialize = initialize
+
+
+class _TrainingArgumentsPatch:
+    """--micro-batch on a Hugging Face Trainer run: when transformers.training_args is imported,
+    TrainingArguments.__post_init__ first sets per_device_train_batch_size = N (the Trainer's
+    data loader) and the `deepspeed` config's values to match (HfDeepSpeedConfig's 'auto'
+    values are filled from them). Transformers itself is not imported for it."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "transformers.training_args":
+            return None
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        exec_module = spec.loader.exec_module
+
+        def patched(module):
+            exec_module(module)
+            cls = module.TrainingArguments
+            post_init = cls.__post_init__
+
+            def __post_init__(self):
+                self.per_device_train_batch_size = _micro
+                if self.deepspeed is not None:
+                    self.deepspeed = _with_micro_batch(self.deepspeed, _micro,
+                                                       self.gradient_accumulation_steps)
+                post_init(self)
+
+            cls.__post_init__ = __post_init__
+
+        spec.loader.exec_module = patched
+        return spec
+
+
+def _batch_of(engine, args, kwargs):
+    """The batch the run used: DeepSpeed's figures, and the rows of the first forward's
+    first tensor input (what the script fed, whatever the config says)."""
+    import torch
+
+    batch = {}
+    for key, name in (("micro", "train_micro_batch_size_per_gpu"),
+                      ("accumulation", "gradient_accumulation_steps"),
+                      ("global", "train_batch_size")):
+        try:
+            batch[key] = int(getattr(engine, name)())
+        except Exception:
+            pass
+    for value in list(args) + list(kwargs.values()):
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            batch["input_rows"] = int(value.shape[0])
+            break
+    batch["requested"] = _micro
+    return batch
+
+
 def _patch_deepspeed():
     from deepspeed.runtime.engine import DeepSpeedEngine
 
     original_step = DeepSpeedEngine.step
     original_forward = DeepSpeedEngine.forward
     hook = [None]
+    if _micro:
+        _patch_initialize()
 
     def forward(self, *args, **kwargs):
         if not _result["model_built"]:
             _result["model_built"] = True
+            _result["batch"] = _batch_of(self, args, kwargs)
             _stage("step 1")
             if _rank == 0:
                 hook[0] = _record_order(self)
@@ -114,6 +228,7 @@ def _patch_deepspeed():
 # while shardscope.fsdp cannot be imported.
 _AGENTS = {"deepspeed": "shardscope.deepspeed", "fsdp": "shardscope.fsdp"}
 _backend = "deepspeed"
+_installed = [None]  # the agent installed (the script's own finish() may have ended it)
 
 
 def _agent_module():
@@ -122,12 +237,94 @@ def _agent_module():
     return importlib.import_module(_AGENTS[_backend])
 
 
+def _record_units():
+    """FSDP2, rank 0, the first step: the order in which the FSDP units (fully_shard states)
+    begin and end their forward (a global forward pre-hook and hook, on every module call of
+    that step only): what the peak-memory prediction at the target world walks. Returns
+    finish(), called after the first optimizer step: it reads each unit's parameters, its
+    reshard_after_forward and explicit prefetch lists (FSDP's lazy init has set them by then),
+    writes them to the result and removes the hooks."""
+    import torch
+
+    from . import _fsdpinternals as _fi
+
+    states, events = [], []  # FSDPState in order of first forward; ("pre"|"post", index)
+
+    def unit(module):
+        state = _fi.state_of(module)
+        if state is None or not state._fsdp_param_groups:
+            return None
+        if state not in states:
+            states.append(state)
+        return states.index(state)
+
+    def pre(module, args):
+        i = unit(module)
+        if i is not None and ("pre", i) not in events:
+            events.append(("pre", i))
+
+    def post(module, args, output):
+        i = unit(module)
+        if i is not None:
+            if ("post", i) in events:
+                events.remove(("post", i))  # a grouped unit ends with its last module
+            events.append(("post", i))
+
+    hooks = [torch.nn.modules.module.register_module_forward_pre_hook(pre),
+             torch.nn.modules.module.register_module_forward_hook(post)]
+
+    def finish():
+        for h in hooks:
+            h.remove()
+        if not states:
+            return
+        try:
+            _units()
+        except Exception as e:  # a torch whose FSDP internals differ: no prediction, said
+            _result["fsdp_units_error"] = f"{type(e).__name__}: {e}"
+
+    def _units():
+        root = states[0]._modules[0]
+        paths = {id(m): path for path, m in root.named_modules()}
+        units = []
+        for state in states:
+            params, reshard, post_world = [], True, None
+            for g in state._fsdp_param_groups:
+                reshard = bool(g._reshard_after_forward)
+                if reshard and getattr(g, "_use_post_forward_mesh", False):
+                    post_world = int(g.post_forward_mesh_info.shard_mesh_size)
+                for fp in g.fsdp_params:
+                    shape = [int(x) for x in fp._orig_size]
+                    orig = getattr(fp, "orig_dtype", None) or fp.sharded_param.dtype
+                    gather = getattr(fp, "param_dtype", None) or orig
+                    row = 1
+                    for x in shape[1:]:
+                        row *= x
+                    params.append([shape[0] if shape else 1, row, gather.itemsize, orig.itemsize])
+
+            def targets(name):
+                return [states.index(t) for t in getattr(state, name, ()) if t in states]
+
+            units.append({"path": paths.get(id(state._modules[0]), ""), "params": params,
+                          "reshard_after_forward": reshard, "post_forward_world": post_world,
+                          "forward_prefetch": targets("_states_to_forward_prefetch"),
+                          "backward_prefetch": targets("_states_to_backward_prefetch")})
+        _result["fsdp_units"] = {"units": units, "events": [list(e) for e in events]}
+
+    return finish
+
+
 def _count_optimizer_steps():
     """FSDP: a step is an optimizer step (any torch.optim.Optimizer)."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
+    units = [_record_units() if _rank == 0 else None]
+
     def after(optimizer, args, kwargs):
         _result["model_built"] = True
+        if units[0] is not None:
+            units[0], finish = None, units[0]
+            finish()
         _result["steps"] += 1
         if _result["steps"] >= _steps:
             _result["stopped"] = True
@@ -147,13 +344,16 @@ def _install_agent(backend):
         _stage("importing torch.distributed.fsdp")
         agent = _agent_module()
         _count_optimizer_steps()
-        agent.install(listen=False, snapshot_out=snapshot)
+        _installed[0] = agent.install(listen=False, snapshot_out=snapshot)
         return
     _stage("importing deepspeed")
     import deepspeed  # noqa: F401
 
+    if _micro:
+        sys.meta_path.insert(0, _TrainingArgumentsPatch())
+
     _patch_deepspeed()
-    _agent_module().install(listen=False, snapshot_out=snapshot, guard="warn")
+    _installed[0] = _agent_module().install(listen=False, snapshot_out=snapshot, guard="warn")
 
 
 def main():
@@ -195,6 +395,15 @@ def main():
         _result["error"] = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-12:])
         code = 1
     finally:
+        try:
+            # Where each late parameter was registered (the agent's registration hook), for the
+            # report's list of them: late parameters DeepSpeed adopted are no violation, so
+            # their site is in no ledger row.
+            agent = _installed[0] or _agent_module().agent()
+            _result["late_sites"] = {name: [site[0], site[1], site[2]] for name, site in
+                                     getattr(agent, "late_sites", {}).items()}
+        except Exception:  # no agent: nothing to list
+            pass
         try:
             _agent_module().finish()
         except Exception as e:  # the report says the snapshot is missing

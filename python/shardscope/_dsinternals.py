@@ -34,12 +34,12 @@ What is observed where (DeepSpeed 0.16.9 and 0.19.8; 0.14.5 had the same hooks):
 - ``DeepSpeedEngine.forward`` / ``backward`` / ``step``: steps and the loss;
   ``DeepSpeedEngine._backward_post_hook`` (present from 0.18.3, when a plain
   ``loss.backward()`` became supported) and ``_running_engine_backward``: the loss of a plain
-  ``loss.backward()``, kept by a pass-through wrapper of ``torch.Tensor.backward``;
+  ``loss.backward()``, kept by the pass-through wrapper of ``torch.Tensor.backward`` every
+  agent shares (``_runtime.watch_backward``);
 - ``DeepSpeedZeRoOffload._convert_to_zero_parameters``: late parameters adopted;
 - ``deepspeed.initialize``: the engine to attach to.
 """
 
-import functools
 import inspect
 import sys
 import warnings
@@ -317,10 +317,13 @@ def install(observer):
     def pause():
         """DeepSpeed's own code again: every patch out, ds_status a plain attribute."""
         patches.unapply()
+        if unwatch_backward is not None:
+            unwatch_backward()
         unobserve_classes()
 
     def resume():
         patches.apply()
+        watch_again()
         for cls in observed_classes:
             setattr(cls, "ds_status", status_descriptor)
 
@@ -469,18 +472,27 @@ def install(observer):
     # forward's outputs, which carry no loss. Tensor.backward is where the loss is named; the
     # wrapper keeps it for the step's end (engine.step closes the backward scopes left open)
     # and is a plain pass-through for every other backward and while no engine runs a step.
+    # The wrapper is the one every agent shares (_runtime.watch_backward); this watcher is
+    # taken out with the patches (pause, uninstall).
+    unwatch_backward = None
     if hasattr(Engine, "_backward_post_hook"):
-        tensor_backward = torch.Tensor.backward
+        from . import _runtime
 
-        @functools.wraps(tensor_backward)
-        def _tensor_backward(self, *args, **kwargs):
+        def keep_loss(tensor):
             engine = observer.engine
             if (engine is not None and observer.hot.in_step
                     and not getattr(engine, "_running_engine_backward", True)):
-                observer.hot.set_loss(self)
-            return tensor_backward(self, *args, **kwargs)
+                observer.hot.set_loss(tensor)
 
-        patches.replace(torch.Tensor, "backward", _tensor_backward)
+        unwatch_backward = _runtime.watch_backward(keep_loss)
+
+        def watch_again():
+            nonlocal unwatch_backward
+            unwatch_backward = _runtime.watch_backward(keep_loss)
+    else:
+
+        def watch_again():
+            pass
 
     # ---- late parameters adopted, and the engine itself
     convert = Offload._convert_to_zero_parameters
@@ -504,6 +516,8 @@ def install(observer):
 
     def uninstall():
         patches.restore()
+        if unwatch_backward is not None:
+            unwatch_backward()
         unobserve_classes()
         observed_classes.clear()
 

@@ -15,7 +15,9 @@ import warnings
 from . import ShardScopeError
 
 # torch releases the agent was tested on (tests/fsdp, docs/fsdp.md).
-TESTED_TORCH = ("2.13",)
+# 2.13 in CI (python/requirements.txt); 2.11 by tests/fsdp/tst_fsdpagent with
+# SHARDSCOPE_FSDP_PYTHON (CPU, gloo) and by scripts/gpu-check on an H200 (CUDA, NCCL).
+TESTED_TORCH = ("2.11", "2.13")
 
 _PKG = "torch.distributed.fsdp._fully_shard."
 
@@ -73,6 +75,16 @@ PRIVATE_ATTRIBUTES = {
 }
 # Read only where the hook that needs it is there (_validate_no_duplicate_params).
 TIED_ATTRIBUTE = ("FSDPParam", "_orig_param_uid")
+
+# Also read by shardscope-check's memory prediction (_checkboot._record_units), after the
+# first step, where present (a torch without one gives no prediction, the check runs):
+# FSDPState._states_to_forward_prefetch, ._states_to_backward_prefetch (set by
+# set_modules_to_forward_prefetch / set_modules_to_backward_prefetch); FSDPParamGroup
+# ._use_post_forward_mesh, .post_forward_mesh_info.shard_mesh_size (reshard_after_forward=int).
+PREDICTION_ATTRIBUTES = {
+    "FSDPState": ("_states_to_forward_prefetch", "_states_to_backward_prefetch"),
+    "FSDPParamGroup": ("_use_post_forward_mesh", "post_forward_mesh_info"),
+}
 
 # A module's FSDP state: torch.distributed.fsdp._fully_shard._fsdp_state._get_module_fsdp_state
 STATE_OF = ("_fsdp_state", "_get_module_fsdp_state")

@@ -132,3 +132,122 @@ def finish_reason():
         return "training finished"
     what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     return f"training failed: {what}"[:500]
+
+
+# ---- the loss a step ends with: one pass-through wrapper of torch.Tensor.backward for every
+# agent. The script names its loss only where it calls loss.backward() (FSDP2, and DeepSpeed's
+# plain loss.backward() from 0.18.3): each agent's watcher keeps the tensor for its step's end,
+# where the native side turns it into one number (agent::lossNumber, python/shardscope/hotpath.h).
+# The wrapper is torch's own backward for everything else: it calls each watcher with the
+# tensor, then torch's backward, whose exceptions pass unchanged. It is in place only while
+# some agent watches (install, resume) and torch's own again once none does (pause, finish).
+_backward_watchers = []
+_torch_backward = None  # torch.Tensor.backward as found, while the wrapper is in place
+
+
+def watch_backward(watcher):
+    """Calls watcher(tensor) before every tensor.backward(...) from now on; a callable it
+    returns runs once torch's backward has returned or raised, in the caller's thread state
+    (torch's autograd engine runs the backward pass on a copy of the thread's state: a torch
+    function mode entered or left inside it is back as it was afterwards). Returns the
+    function that stops watching (idempotent)."""
+    import functools
+    import torch
+
+    global _torch_backward
+    if _torch_backward is None:
+        original = torch.Tensor.backward
+
+        @functools.wraps(original)
+        def backward(self, *args, **kwargs):
+            after = [a for a in (w(self) for w in tuple(_backward_watchers)) if a is not None]
+            if not after:
+                return original(self, *args, **kwargs)
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                for a in reversed(after):
+                    a()
+
+        backward.__shardscope_original__ = original
+        _torch_backward = original
+        torch.Tensor.backward = backward
+    _backward_watchers.append(watcher)
+
+    def unwatch():
+        global _torch_backward
+        for i, w in enumerate(_backward_watchers):
+            if w is watcher:
+                del _backward_watchers[i]
+                break
+        if not _backward_watchers and _torch_backward is not None:
+            import torch
+
+            current = torch.Tensor.backward
+            if getattr(current, "__shardscope_original__", None) is _torch_backward:
+                torch.Tensor.backward = _torch_backward  # else: wrapped again since; left alone
+            _torch_backward = None
+
+    return unwatch
+
+
+class AgentSlot:
+    """The one agent of a process for an agent module (shardscope.deepspeed, shardscope.fsdp),
+    and the module-level calls every agent module offers the same way: finish(), inspect(),
+    pause(), resume() and paused(), made by api(). The agent itself (its close(reason),
+    pause(), resume()) is the module's own."""
+
+    def __init__(self, package):
+        self.package = package  # "shardscope.fsdp": how the messages name the module
+        self.agent = None
+
+    def _running(self, call):
+        if self.agent is None:
+            raise ShardScopeError(f"call {self.package}.install() before {call}()")
+        return self.agent
+
+    def api(self, install):
+        """(finish, inspect, pause, resume, paused) for the module whose install() this is."""
+        import contextlib
+
+        slot, package = self, self.package
+
+        def finish():
+            if slot.agent is not None:
+                a, slot.agent = slot.agent, None
+                a.close(finish_reason())
+
+        @contextlib.contextmanager
+        def inspect(**options):
+            a = install(**options)
+            try:
+                yield a
+            finally:
+                finish()
+
+        def pause():
+            slot._running("pause").pause()
+
+        def resume():
+            slot._running("resume").resume()
+
+        @contextlib.contextmanager
+        def paused():
+            pause()
+            try:
+                yield
+            finally:
+                resume()
+
+        finish.__doc__ = ("Writes snapshot_out (if given), says goodbye to clients (the reason: "
+                          "finish_reason()) and stops observing; also at exit and on SIGTERM.")
+        inspect.__doc__ = "``with inspect(...):`` install() on entry, finish() on exit (also when it raises)."
+        pause.__doc__ = (f"Stops observing until resume(), between training steps: the framework "
+                         f"runs its own code again, so paused steps cost nothing. Clients stay "
+                         f"attached; step numbers go on counting (docs/{package.split('.')[-1]}.md).")
+        resume.__doc__ = "Observes again after pause(); every parameter's status is brought up to date."
+        paused.__doc__ = "``with paused():`` pause() on entry, resume() on exit (also when it raises)."
+        for f in (finish, inspect, pause, resume, paused):
+            f.__module__ = package
+            f.__qualname__ = f.__name__
+        return finish, inspect, pause, resume, paused

@@ -44,6 +44,10 @@ def _parser():
                    help="give up after S seconds (exit 2), default 300")
     p.add_argument("--target-world", type=int, default=64, metavar="N",
                    help="world size of the real run, for the memory prediction, default 64")
+    p.add_argument("--micro-batch", type=int, default=0, metavar="N",
+                   help="DeepSpeed: N samples per rank (the config's train_micro_batch_size_per_gpu, "
+                        "train_batch_size to match; a Trainer's per_device_train_batch_size); "
+                        "default: the script's own")
     p.add_argument("--snapshot", default="shardscope-check.json", metavar="FILE",
                    help="the snapshot written (open it with `shardscope FILE`)")
     p.add_argument("--sarif", metavar="FILE", help="also write the problems as SARIF 2.1.0")
@@ -139,6 +143,7 @@ def run_ranks(args, workdir, backend):
         "TORCHELASTIC_RUN_ID": f"shardscope-check-{os.getpid()}", "CUDA_VISIBLE_DEVICES": "",
         "SHARDSCOPE_CHECK": "1", "SHARDSCOPE_CHECK_DIR": workdir,
         "SHARDSCOPE_CHECK_STEPS": str(args.steps), "SHARDSCOPE_CHECK_BACKEND": backend,
+        "SHARDSCOPE_CHECK_MICRO_BATCH": str(args.micro_batch or 0),
         "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"), "PYTHONUNBUFFERED": "1",
         "TOKENIZERS_PARALLELISM": "false",
     })
@@ -312,6 +317,65 @@ def predict_peak(order, config, target_world):
             "target_world": target_world, "modules": len(mods)}
 
 
+def predict_fsdp_peak(record, late_bytes, target_world):
+    """FSDP2: the per-rank peak of gathered parameter memory at target_world, replaying the
+    units' forward as the first step ran it (record: _checkboot._record_units) and the
+    backward as its reverse (a unit's forward end is its backward's start). A unit's
+    parameters are gathered whole, dim 0 padded to a multiple of the world (FSDP2's shards);
+    at a unit's forward start it is gathered with the unit it prefetches: its explicit
+    set_modules_to_forward_prefetch list, else the next unit to begin forward (FSDP2 keeps the
+    last all-gather's buffer until the next one is issued: one unit ahead); at its forward end
+    it is resharded when reshard_after_forward (to its post-forward world when that is an
+    int), else held until its backward ends (the root: FSDP does not reshard it after forward).
+    At a unit's backward start it is gathered again with the unit it prefetches (explicit
+    set_modules_to_backward_prefetch, else the next unit to begin backward, as FSDP2's
+    post_forward_order does); at its backward end it is resharded. Every rank also holds every
+    parameter's shard (ceil(dim 0 / world) rows, in the parameter's own dtype) and the late
+    parameters whole."""
+    units, events = record["units"], [tuple(e) for e in record["events"]]
+    T = target_world
+
+    def gathered(i):
+        return sum(-(-rows // T) * T * row * g for rows, row, g, _ in units[i]["params"])
+
+    def held_after_forward(i):
+        w = units[i].get("post_forward_world")
+        return sum(-(-rows // w) * row * g for rows, row, g, _ in units[i]["params"]) if w else 0
+
+    shards = sum(-(-rows // T) * row * e for u in units for rows, row, _, e in u["params"])
+    forward_order = [i for kind, i in events if kind == "pre"]
+    backward_order = [i for kind, i in reversed(events) if kind == "post"]
+    live = {}
+    peak, at, phase = 0, "", ""
+
+    def gather(i, prefetch, order, name):
+        nonlocal peak, at, phase
+        live[i] = gathered(i)
+        if not prefetch:
+            k = order.index(i) + 1
+            prefetch = order[k:k + 1]
+        for t in prefetch:
+            live[t] = gathered(t)
+        total = sum(live.values())
+        if total > peak:
+            peak, at, phase = total, units[i]["path"], name
+
+    for kind, i in events:  # forward
+        if kind == "pre":
+            gather(i, units[i]["forward_prefetch"], forward_order, "forward")
+        elif units[i]["reshard_after_forward"]:
+            live[i] = held_after_forward(i)
+    for kind, i in reversed(events):  # backward: a forward's end is its backward's start
+        if kind == "post":
+            gather(i, units[i]["backward_prefetch"], backward_order, "backward")
+        else:
+            live.pop(i, None)
+    return {"gathered_peak_bytes": peak, "at_module": at, "phase": phase,
+            "persistent_bytes": late_bytes, "shard_bytes": shards,
+            "total_bytes": peak + late_bytes + shards, "target_world": T,
+            "modules": len(units), "fsdp": True}
+
+
 def _where(loc):
     if not loc or not loc.get("file"):
         return "(source location not known)"
@@ -323,6 +387,14 @@ def _where(loc):
     except ValueError:
         pass
     return f"{f}:{loc.get('line', 0)}" + (f" in {loc['function']}" if loc.get("function") else "")
+
+
+def _who(p):
+    """The module a problem is about: the reader of an unregistered access, else where it is."""
+    if p["kind"] != "unregistered_access":
+        return f"in {p['accessor'] or '<root>'}" if p["accessor"] is not None else ""
+    return (f"read by {p['accessor'] or '<root>'}" if p["accessor"] is not None
+            else "read outside any module")
 
 
 def report_text(problems, doc, prediction, results, args, elapsed):
@@ -338,11 +410,7 @@ def report_text(problems, doc, prediction, results, args, elapsed):
                  else f"steps {p['first_step']}-{p['last_step']}")
         if p["first_step"] == 0:
             steps = "while the model was built"
-        who = (f"read by {p['accessor'] or '<root>'}" if p["accessor"] is not None
-               else "read outside any module")
-        if p["kind"] != "unregistered_access":
-            who = f"in {p['accessor'] or '<root>'}" if p["accessor"] is not None else ""
-        out.append(f"\n{i}. {p['kind']}: {p['param'] or ''} {who} (ranks {ranks}, {steps})")
+        out.append(f"\n{i}. {p['kind']}: {p['param'] or ''} {_who(p)} (ranks {ranks}, {steps})")
         out.append(f"   at {_where(p['location'])}")
         for frame in (p["location"] or {}).get("chain", [])[:2]:
             out.append(f"      from {frame}")
@@ -354,9 +422,17 @@ def report_text(problems, doc, prediction, results, args, elapsed):
     if doc:
         late = [q for q in doc.get("params", []) if q.get("late")]
         if late:
-            out.append(f"\nlate parameters ({len(late)}): " + ", ".join(
-                q["name"] + (f" (replaces {q['replaces']})" if q.get("replaces") else "")
-                for q in late[:8]) + (" ..." if len(late) > 8 else ""))
+            # Each with the user's line that registered it (the agents' registration hook).
+            sites = {}
+            for r in results:
+                for name, (f, line, function) in ((r or {}).get("late_sites") or {}).items():
+                    sites.setdefault(name, {"file": f, "line": line, "function": function})
+            out.append(f"\nlate parameters ({len(late)}):")
+            for q in late[:8]:
+                out.append("   " + q["name"] + (f" (replaces {q['replaces']})" if q.get("replaces") else "")
+                           + (f" at {_where(sites[q['name']])}" if q["name"] in sites else ""))
+            if len(late) > 8:
+                out.append(f"   ... and {len(late) - 8} more")
         persistent = [q for q in doc.get("params", []) if q.get("persistent")]
         if persistent:
             cost = sum(_bytes(q) for q in persistent)
@@ -364,11 +440,19 @@ def report_text(problems, doc, prediction, results, args, elapsed):
             out.append(f"\npersistent parameters (whole on every rank, below "
                        f"persistence_threshold {thr}): {len(persistent)}, {_size(cost)} per rank")
     if prediction and prediction["modules"]:
+        fsdp = prediction.get("fsdp")
         out.append(f"\npredicted per-rank parameter memory at {prediction['target_world']} ranks: "
                    f"gathered peak {_size(prediction['gathered_peak_bytes'])} (at "
-                   f"`{prediction['at_module'] or '<root>'}`), persistent "
-                   f"{_size(prediction['persistent_bytes'])}, shards "
+                   f"`{prediction['at_module'] or '<root>'}`"
+                   + (f" {prediction['phase']}" if fsdp else "") + "), "
+                   + ("late (whole) " if fsdp else "persistent ")
+                   + f"{_size(prediction['persistent_bytes'])}, shards "
                    f"{_size(prediction['shard_bytes'])}; total {_size(prediction['total_bytes'])}")
+    if prediction and prediction.get("unavailable"):
+        out.append(f"\nno memory prediction: {prediction['unavailable']}")
+    batch = _batch_line(results, args)
+    if batch:
+        out.append("\n" + batch)
     timing = _timing(results, elapsed)
     if timing:
         out.append("\n" + timing)
@@ -376,6 +460,26 @@ def report_text(problems, doc, prediction, results, args, elapsed):
                        f"{len(problems)} problem{'s' if len(problems) != 1 else ''} found")
                + f"; snapshot: {args.snapshot} (open with `shardscope {args.snapshot}`)")
     return "\n".join(out)
+
+
+def _batch_line(results, args):
+    """The batch the ranks ran (DeepSpeed's figures at the first step, rank 0), and, when the
+    script's first forward got another number of rows than DeepSpeed's micro batch, that the
+    script makes its own batches (--micro-batch cannot change them)."""
+    b = next((r["batch"] for r in results if r and r.get("batch")), None)
+    if not b or "micro" not in b:
+        return ""
+    rows = b.get("input_rows")
+    line = (f"batch: {b['micro']} per rank" + (" (--micro-batch" if b.get("requested") else
+                                                " (the script's config")
+            + (f"; the first forward's input: {rows} rows)" if rows is not None else ")")
+            + f", gradient accumulation {b.get('accumulation', '?')}, train_batch_size "
+              f"{b.get('global', '?')} at {args.nproc} ranks")
+    if rows is not None and rows != b["micro"]:
+        line += ("; the script makes its own batches"
+                 + (", which --micro-batch does not change (pass the script's own batch-size "
+                    "argument)" if b.get("requested") else ""))
+    return line
 
 
 def _timing(results, elapsed):
@@ -401,7 +505,8 @@ def _timing(results, elapsed):
 _RULES = {
     "unregistered_access": "A module or code outside modules read a ZeRO-3 partitioned "
                            "parameter DeepSpeed did not gather for it",
-    "late_parameter": "A parameter was created after zero.Init partitioned the model",
+    "late_parameter": "A parameter was created after zero.Init partitioned the model "
+                      "(FSDP2: after fully_shard), so it is not sharded",
     "trace_invalidated": "The module order differs from the recorded prefetch trace",
     "gathered_write_without_modifier": "A parameter changed inside GatheredParameters "
                                        "without modifier_rank",
@@ -442,7 +547,7 @@ def write_junit(path, problems, elapsed):
     q = xml.quoteattr
     cases = []
     for p in problems:
-        name = f"{p['kind']} {p['param']} by {p['accessor'] or 'outside any module'} at {_where(p['location'])}"
+        name = f"{p['kind']} {p['param']} {_who(p)} at {_where(p['location'])}"
         body = p["message"] + ("\nfix: " + p["fix"] if p["fix"] else "")
         cases.append(f'  <testcase classname="shardscope-check" name={q(name)} time="0">\n'
                      f'   <failure message={q(p["message"])} type={q(p["kind"])}>'
@@ -508,13 +613,22 @@ def main(argv=None):
     except SystemExit as e:
         return COULD_NOT_RUN if e.code else 0
     try:
-        if args.nproc < 1 or args.steps < 1 or args.target_world < 1 or args.timeout <= 0:
-            raise CouldNotRun("--nproc, --steps and --target-world need a positive integer, "
-                              "--timeout a positive number of seconds")
+        if args.nproc < 1 or args.steps < 1 or args.target_world < 1 or args.timeout <= 0 \
+                or args.micro_batch < 0:
+            raise CouldNotRun("--nproc, --steps, --target-world and --micro-batch need a positive "
+                              "integer, --timeout a positive number of seconds")
         if not os.path.isfile(args.script):
             raise CouldNotRun(f"no script {args.script!r} (shardscope-check [options] script.py [args])")
         backend = detect_backend(args.script) if args.backend == "auto" else args.backend
         args.resolved_backend = backend
+        if args.micro_batch and backend == "fsdp":
+            # An FSDP2 script makes its own batches: no config says how many samples a rank
+            # takes, so the option could only be ignored, and a run that looks smaller is not.
+            raise CouldNotRun(
+                f"--micro-batch changes a DeepSpeed config, and {args.script} uses FSDP2, whose "
+                f"batch the script makes itself: pass the script's own batch-size argument after "
+                f"its path instead (shardscope-check {args.script} --batch-size "
+                f"{args.micro_batch}, if it has one)")
         _check_backend_available(backend)
     except CouldNotRun as e:
         print(f"shardscope-check: could not run: {e}", file=sys.stderr)
@@ -546,8 +660,17 @@ def main(argv=None):
                 print(report_text(problems, doc, None, results, args, elapsed), file=sys.stderr)
             return COULD_NOT_RUN
         order = next((r["module_order"] for r in results if r and r.get("module_order")), [])
+        units = next((r["fsdp_units"] for r in results if r and r.get("fsdp_units")), None)
         config = doc["engine"].get("config", {}) if doc else {}
-        prediction = predict_peak(order, config, args.target_world)
+        if units is not None:
+            late = sum(_bytes(q) for q in (doc or {}).get("params", []) if q.get("late"))
+            prediction = predict_fsdp_peak(units, late, args.target_world)
+        elif backend == "fsdp":
+            why = next((r["fsdp_units_error"] for r in results if r and r.get("fsdp_units_error")),
+                       "no FSDP unit ran a forward through its module's hooks on rank 0")
+            prediction = {"modules": 0, "unavailable": why}
+        else:
+            prediction = predict_peak(order, config, args.target_world)
         print(report_text(problems, doc, prediction, results, args, elapsed))
         _extras(args, problems, elapsed)
         return PROBLEMS if problems else CLEAN

@@ -41,12 +41,12 @@ __all__ = ["install", "attach", "finish", "inspect", "agent", "pause", "resume",
 _GUARDS = ("warn", "error")
 # What a client attaching before the model exists is told, in the model's name.
 _NOT_BUILT = "(model not built yet: shown once zero.Init or deepspeed.initialize has run)"
-_agent = None
+_slot = _runtime.AgentSlot("shardscope.deepspeed")  # the process's agent: _slot.agent
 
 
 def agent():
     """The agent of this process, or None before install()."""
-    return _agent
+    return _slot.agent
 
 
 def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name=None, job=None,
@@ -66,9 +66,8 @@ def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name
     job: the job's name shared by all its ranks (default: TORCHELASTIC_RUN_ID, else
         MASTER_ADDR:MASTER_PORT).
     """
-    global _agent
-    if _agent is not None:
-        return _runtime.installed_again(_agent, "shardscope.deepspeed.install()",
+    if _slot.agent is not None:
+        return _runtime.installed_again(_slot.agent, "shardscope.deepspeed.install()",
                                         "before the model is built")
     if guard not in _GUARDS:
         raise ShardScopeError(f"guard={guard!r}: use one of {', '.join(map(repr, _GUARDS))}")
@@ -78,7 +77,7 @@ def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name
                                      job=job)
     version = _ds.check_version()
     built = _built_already()
-    _agent = _Agent(options, token=_read_token(token, token_file), guard=guard,
+    _slot.agent = _Agent(options, token=_read_token(token, token_file), guard=guard,
                     model_name=model_name, version=version)
     if built:
         import warnings
@@ -90,7 +89,7 @@ def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name
                       + ("; for this run, shardscope.deepspeed.attach(engine) shows the engine "
                          "from now on" if "deepspeed.initialize" in built else ""),
                       stacklevel=2)
-    return _agent
+    return _slot.agent
 
 
 def _built_already():
@@ -118,58 +117,14 @@ def _built_already():
 
 def attach(engine):
     """Attaches to a DeepSpeedEngine (deepspeed.initialize does this by itself)."""
-    if _agent is None:
+    if _slot.agent is None:
         raise ShardScopeError("call shardscope.deepspeed.install() before attach(engine), and "
                               "before the model is built")
-    _agent.attach(engine)
-    return _agent
+    _slot.agent.attach(engine)
+    return _slot.agent
 
 
-def finish():
-    """Writes snapshot_out (if given), says goodbye to clients and stops serving."""
-    global _agent
-    if _agent is not None:
-        a, _agent = _agent, None
-        a.close(_runtime.finish_reason())
-
-
-@contextlib.contextmanager
-def inspect(**options):
-    """``with inspect(...):`` install() on entry, finish() on exit (also when it raises)."""
-    a = install(**options)
-    try:
-        yield a
-    finally:
-        finish()
-
-
-def pause():
-    """Stops observing until resume(), between training steps: DeepSpeed runs its own code
-    again (every patch out, parameters of their own class), so paused steps cost nothing.
-    Clients stay attached; what happens meanwhile is not recorded, step numbers go on with
-    DeepSpeed's, and resume() brings every parameter's status up to date. For parts of a run
-    nobody needs to see (evaluation, long stretches of a healthy run), and to measure what
-    the agent costs within one run (bench/bench_deepspeed_agent.py)."""
-    if _agent is None:
-        raise ShardScopeError("call shardscope.deepspeed.install() before pause()")
-    _agent.pause()
-
-
-def resume():
-    """Observes again after pause()."""
-    if _agent is None:
-        raise ShardScopeError("call shardscope.deepspeed.install() before resume()")
-    _agent.resume()
-
-
-@contextlib.contextmanager
-def paused():
-    """``with paused():`` pause() on entry, resume() on exit (also when it raises)."""
-    pause()
-    try:
-        yield
-    finally:
-        resume()
+finish, inspect, pause, resume, paused = _slot.api(install)  # _runtime.AgentSlot
 
 
 def _read_token(token, token_file):
@@ -376,6 +331,8 @@ class _Agent:
         except BaseException:
             self.native.finish()
             raise
+        self.sites = _watch_registrations()  # where late parameters were registered
+        self.late_sites = {}  # late parameter's name -> "file:line", for shardscope-check
         atexit.register(self.close)
         self._chain_sigterm()
 
@@ -415,6 +372,7 @@ class _Agent:
             return
         self.closed = True
         atexit.unregister(self.close)
+        self.sites.remove()
         self.suspects.close()
         self.flush_active()
         try:
@@ -528,6 +486,8 @@ class _Agent:
         mid, name = self._param_name(param, owner, local)
         late = late or param.__dict__.get("ds_id") in self.adopted
         d = param.__dict__
+        if late and "_shardscope_site" in d:
+            self.late_sites[name] = d["_shardscope_site"]
         ds_id = d.get("ds_id")
         shape = list(d.get("ds_shape", param.shape))
         numel = int(d.get("ds_numel", param.numel()))
@@ -589,7 +549,7 @@ class _Agent:
                 pid = self._publish_param(param, module, local, late=True,
                                           replaces=_replaced_by(module, local, path))
                 if late_scan and not known:
-                    self.native.late_parameter(pid)
+                    self.native.late_parameter(pid, location=_site(param))
         for ds_id, param in list(self.converted.items()):
             seen = param.__dict__.get("_shardscope_seen_as")
             if seen is not None and seen[1] not in seen[0]._parameters:
@@ -676,6 +636,10 @@ class _Agent:
     def on_param_converted(self, param):
         ds_id = param.__dict__["ds_id"]
         self.converted[ds_id] = param
+        if id(param) not in self.late:
+            # Partitioned in time: where it was registered is not needed (_watch_registrations
+            # keeps it for the late ones; a late one adopted now keeps it).
+            param.__dict__.pop("_shardscope_site", None)
 
     def on_unobservable_class(self, cls):
         print(f"shardscope: parameters of class {cls.__module__}.{cls.__qualname__} cannot be "
@@ -937,7 +901,7 @@ def _library_prefixes():
     return _library_dirs
 
 
-_user_files = {}  # co_filename -> whether it is the user's (_is_user): decided once a file
+_user_files = {}  # co_filename -> whether it is the user's: each file is looked at once
 
 
 def _is_user(frame):
@@ -979,6 +943,27 @@ def _location(frame):
     code = frame.f_code
     function = getattr(code, "co_qualname", code.co_name)
     return (code.co_filename, int(frame.f_lineno), function, chain)
+
+
+def _watch_registrations():
+    """Where parameters are registered, for the late ones' location: torch's global parameter
+    registration hook, while an agent is installed, keeps the user's frame (_location, as a
+    violation's) on each parameter registered through Module.register_parameter (a module's
+    constructor, weight_norm, an adapter assigned to a module). FSDP2 and DeepSpeed replace
+    parameters without it. Returns the hook's handle (remove() to stop)."""
+    from torch.nn.modules.module import register_module_parameter_registration_hook
+
+    def registered(module, name, param):
+        frame = _user_frame(sys._getframe(1))
+        if frame is not None:
+            param.__dict__["_shardscope_site"] = _location(frame)
+
+    return register_module_parameter_registration_hook(registered)
+
+
+def _site(param):
+    """Where param was registered (_watch_registrations), or None."""
+    return param.__dict__.get("_shardscope_site")
 
 
 def _code_name(path):

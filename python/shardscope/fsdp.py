@@ -21,7 +21,6 @@ forward/backward scopes and steps (a step begins at the root's forward, ends at
 ``optimizer.step()``); and violations with the line that fixes them.
 """
 
-import contextlib
 import math
 import os
 import sys
@@ -34,8 +33,8 @@ from . import _fsdpinternals as _fi
 # module-level helpers (the token, the guard's names, torch function modes), which import
 # nothing of DeepSpeed.
 from . import _runtime
-from .deepspeed import (_GUARDS, _METADATA_ONLY, _backend_name, _leave_mode, _location,
-                        _read_token, _user_frame)
+from .deepspeed import (_GUARDS, _METADATA_ONLY, _backend_name, _is_user, _leave_mode,
+                        _location, _read_token, _site, _user_frame, _watch_registrations)
 
 __all__ = ["install", "attach", "finish", "inspect", "agent", "describe", "pause", "resume",
            "paused"]
@@ -43,12 +42,13 @@ __all__ = ["install", "attach", "finish", "inspect", "agent", "describe", "pause
 _NOT_BUILT = "(model not sharded yet: shown once fully_shard's root runs its first forward or attach(model))"
 SHARDED, GATHERING, UNSHARDED = 0, 1, 2
 STATUS_WORDS = ("sharded", "being all-gathered", "unsharded")
-_agent = None
+_slot = _runtime.AgentSlot("shardscope.fsdp")  # the process's agent: _slot.agent
+_MISSING = object()
 
 
 def agent():
     """The agent of this process, or None before install()."""
-    return _agent
+    return _slot.agent
 
 
 def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name=None, job=None,
@@ -60,81 +60,39 @@ def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name
     to its own error; "error" raises UnregisteredAccessError with the fix line first), job,
     model_name, history.
     """
-    global _agent
-    if _agent is not None:
-        return _runtime.installed_again(_agent, "shardscope.fsdp.install()", "before fully_shard")
+    if _slot.agent is not None:
+        return _runtime.installed_again(_slot.agent, "shardscope.fsdp.install()", "before fully_shard")
     if guard not in _GUARDS:
         raise ShardScopeError(f"guard={guard!r}: use one of {', '.join(map(repr, _GUARDS))}")
     rank, world_size = _runtime.rank_and_world()
     options = _runtime.check_options("shardscope.fsdp.install()", rank, world_size, listen=listen,
                                      snapshot_out=snapshot_out, history=history, job=job)
     version = _fi.check()
-    _agent = _Agent(options, token=_read_token(token, token_file), guard=guard,
+    _slot.agent = _Agent(options, token=_read_token(token, token_file), guard=guard,
                     model_name=model_name, version=version)
-    return _agent
+    return _slot.agent
 
 
 def attach(model, **options):
     """Shows `model` (the root module fully_shard was called on) from now on; installs the
     agent with `options` first if install() was not called."""
-    if _agent is None:
+    if _slot.agent is None:
         install(**options)
     elif options and not os.environ.get("SHARDSCOPE_CHECK"):  # check's options stand
         raise ShardScopeError("attach(model, ...) takes install()'s options only when install() "
                               "was not called; the agent already runs")
-    _agent.attach(model)
-    return _agent
+    _slot.agent.attach(model)
+    return _slot.agent
 
 
-def finish():
-    """Writes snapshot_out (if given), says goodbye to clients, restores FSDP's methods."""
-    global _agent
-    if _agent is not None:
-        a, _agent = _agent, None
-        a.close(_runtime.finish_reason())
-
-
-@contextlib.contextmanager
-def inspect(**options):
-    """``with inspect(...):`` install() on entry, finish() on exit (also when it raises)."""
-    a = install(**options)
-    try:
-        yield a
-    finally:
-        finish()
-
-
-def pause():
-    """Stops observing until resume(), between training steps (after optimizer.step(), before
-    the next forward): FSDP's methods are its own again and no read is watched, so paused steps
-    cost nothing. Clients stay attached; step numbers go on counting optimizer steps."""
-    if _agent is None:
-        raise ShardScopeError("call shardscope.fsdp.install() before pause()")
-    _agent.pause()
-
-
-def resume():
-    """Observes again after pause(); the groups' statuses are brought up to date."""
-    if _agent is None:
-        raise ShardScopeError("call shardscope.fsdp.install() before resume()")
-    _agent.resume()
-
-
-@contextlib.contextmanager
-def paused():
-    """``with paused():`` pause() on entry, resume() on exit (also when it raises)."""
-    pause()
-    try:
-        yield
-    finally:
-        resume()
+finish, inspect, pause, resume, paused = _slot.api(install)  # _runtime.AgentSlot
 
 
 def describe():
     """The state as FSDP names it, for this rank: units and parameters (docs/fsdp.md)."""
-    if _agent is None or _agent.root is None:
+    if _slot.agent is None or _slot.agent.root is None:
         return {"units": [], "params": []}
-    return _agent.describe()
+    return _slot.agent.describe()
 
 
 class _Group:
@@ -203,7 +161,13 @@ class _Agent:
         self.torch_checks_tied = _fi.has_tied_check()
         self.orig_params = {}
         self.tied_found = []
+        self.loss = None  # the tensor the script's loss.backward() ran on in this step
+        self.unit_recs = {}  # id(module of an FSDP unit) -> its group's record (_watch_forward)
+        self.forward_classes = {}  # FSDP unit class -> (its own forward or _MISSING, the wrapper)
+        self.to_local_restore = None  # puts DTensor.to_local back (_watch_to_local)
         self.uninstall = _fi.install(self)
+        self.unwatch_backward = _runtime.watch_backward(self._keep_loss)
+        self._watch_to_local()
         from torch.nn.modules.module import register_module_parameter_registration_hook
         from torch.optim.optimizer import (register_optimizer_step_post_hook,
                                            register_optimizer_step_pre_hook)
@@ -219,17 +183,27 @@ class _Agent:
             a = me()
             if a is not None:
                 a.inside += 1  # the optimizer computes on the shards, legally
+                # and its hundreds of ops a step pay nothing for the read watching
+                # (docs/performance.md, section 15)
+                a._leave_mode()
 
         def on_step_post(optimizer, args, kwargs):
             a = me()
             if a is not None:
-                a.inside = max(0, a.inside - 1)
                 a.optimizer_steps += 1
-                a.end_step()
+                try:
+                    a.end_step()  # inside: the loss's conversion is not the user's read
+                finally:
+                    a.inside = max(0, a.inside - 1)
+                    if not a.inside and a.root is not None and not a.in_root_forward \
+                            and not a.is_paused:
+                        a._enter_mode()
 
         self.handles = [register_module_parameter_registration_hook(on_param_registered),
+                        _watch_registrations(),  # where late parameters were registered
                         register_optimizer_step_pre_hook(on_step_pre),
                         register_optimizer_step_post_hook(on_step_post)]
+        self.late_sites = {}  # late parameter's name -> its site, for shardscope-check
         del torch
         import atexit
 
@@ -255,8 +229,11 @@ class _Agent:
         try:
             for h in self.handles:
                 h.remove()
+            self.unwatch_backward()
+            self._unwatch_to_local()
             if not self.is_paused:
                 self.uninstall()
+                self._unwatch_forwards()
         finally:
             try:
                 self.native.finish(reason)
@@ -271,6 +248,9 @@ class _Agent:
                                   "the next forward), not inside one")
         self._leave_mode()
         self.uninstall()
+        self.unwatch_backward()
+        self._unwatch_to_local()
+        self._unwatch_forwards()
         self.is_paused = True
 
     def resume(self):
@@ -279,6 +259,10 @@ class _Agent:
         if self.in_root_forward:
             raise ShardScopeError("resume() between training steps, not inside one")
         self.uninstall = _fi.install(self)
+        self.unwatch_backward = _runtime.watch_backward(self._keep_loss)
+        self._watch_to_local()
+        for cls in list(self.forward_classes):
+            self._watch_forward(cls)
         self.is_paused = False
         changed = []
         for rec in self.groups.values():
@@ -385,6 +369,9 @@ class _Agent:
             rec = self.groups[id(g)] = _Group()
         rec.group = g
         rec.modules = [self.module_id(m) for m in g.modules]
+        for m in g.modules:
+            self.unit_recs[id(m)] = rec
+            self._watch_forward(type(m))
         rec.unit = rec.modules[0]
         rec.unit_path = self.paths.get(rec.unit, "")
         rec.fsdp_params = list(g.fsdp_params)
@@ -469,10 +456,29 @@ class _Agent:
         self.step = self.optimizer_steps + 1
         self.native.step_begin(self.step)
 
+    def _keep_loss(self, tensor):
+        """torch.Tensor.backward's watcher (_runtime.watch_backward): the tensor the script
+        called backward on inside a step is the loss the step ends with. The read watching
+        is off for the backward pass (FSDP's hooks and autograd's: nothing to watch) and on
+        again after it, here, in the script's thread state: autograd runs the pass on a copy
+        of it, where a mode left or entered is back as it was once the pass returns."""
+        if self.in_step:
+            self.loss = tensor
+        if self.mode is None:
+            return None
+        self._leave_mode()
+        return self._after_backward
+
+    def _after_backward(self):
+        if self.root is not None and not self.closed and not self.in_root_forward \
+                and not self.is_paused:
+            self._enter_mode()
+
     def end_step(self):
         if self.in_step:
             self.in_step = False
-            self.native.step_end(float("nan"))
+            loss, self.loss = self.loss, None
+            self.native.step_end(loss)  # one number: agent::lossNumber; None: NaN
 
     def _scan_late(self):
         """Parameters under the root that no FSDP group manages: created after fully_shard."""
@@ -498,7 +504,10 @@ class _Agent:
                                       numel=numel, partition_numel=numel, padded_numel=numel,
                                       persistent=False, partitioned=False, late=True,
                                       status=UNSHARDED, element_size=p.element_size())
-                self.native.late_parameter(pid)
+                site = _site(p)
+                if site is not None:
+                    self.late_sites[name] = site
+                self.native.late_parameter(pid, location=site)
                 self.late[id(p)] = pid
 
     def _unit_of(self, path):
@@ -511,6 +520,86 @@ class _Agent:
         return self.root
 
     # ------------------------------------------------------------------ read detection
+    def _watch_forward(self, cls):
+        """Wraps the forward of an FSDP unit's class (the class fully_shard made for it,
+        FSDP<Module>): a unit's forward entered while its group is not unsharded was called
+        without FSDP's pre-forward (`self.blocks[1].forward(h)` inside the root's forward).
+        Only then are its reads watched, until it returns (_bypassed_forward); called
+        through the module, a dict lookup and a compare."""
+        entry = self.forward_classes.get(cls)
+        if entry is not None and cls.__dict__.get("forward") is entry[1]:
+            return
+        previous = cls.__dict__.get("forward", _MISSING) if entry is None else entry[0]
+        original = getattr(cls, "forward") if previous is _MISSING else previous
+        units, agent = self.unit_recs, self
+
+        def forward(module, *args, **kwargs):
+            rec = units.get(id(module))
+            if rec is None or rec.status == UNSHARDED or agent.mode is not None or agent.inside:
+                return original(module, *args, **kwargs)
+            return agent._bypassed_forward(original, module, args, kwargs)
+
+        forward.__name__ = getattr(original, "__name__", "forward")
+        forward.__qualname__ = getattr(original, "__qualname__", "forward")
+        forward.__wrapped__ = original
+        setattr(cls, "forward", forward)
+        self.forward_classes[cls] = (previous, forward)
+
+    def _unwatch_forwards(self):
+        for cls, (previous, wrapper) in self.forward_classes.items():
+            if cls.__dict__.get("forward") is not wrapper:
+                continue  # replaced since: left alone
+            if previous is _MISSING:
+                delattr(cls, "forward")
+            else:
+                setattr(cls, "forward", previous)
+
+    def _bypassed_forward(self, original, module, args, kwargs):
+        """A unit's forward running on its shards: its reads are watched (the direct-forward
+        violation, the unit as accessor) while it runs."""
+        self._enter_mode()
+        mode = self.mode
+        try:
+            return original(module, *args, **kwargs)
+        finally:
+            if self.mode is mode:  # entered here (the wrapper calls this while none is)
+                self._leave_mode()
+
+    def _watch_to_local(self):
+        """DTensor.to_local() on a sharded FSDP parameter, called by the user's code while the
+        reads are watched (outside the root's forward, the backward pass and the optimizer's
+        step, or in a unit's forward called directly), computes silently on this rank's
+        shard: a sharded read (FSDP's and torch's own calls are not the user's)."""
+        if self.to_local_restore is not None:
+            return
+        from torch.distributed.tensor import DTensor
+
+        previous = DTensor.__dict__["to_local"]
+        agent = self
+
+        def to_local(tensor, *args, **kwargs):
+            entry = agent.pids.get(id(tensor))
+            if (entry is not None and agent.mode is not None and not agent.inside
+                    and entry[2].sharded_param is tensor and entry[1].status != UNSHARDED
+                    and _is_user(sys._getframe(1))):
+                agent.on_shard_read(tensor, entry)
+            return previous(tensor, *args, **kwargs)
+
+        to_local.__name__, to_local.__qualname__ = previous.__name__, previous.__qualname__
+        to_local.__doc__, to_local.__wrapped__ = previous.__doc__, previous
+        DTensor.to_local = to_local
+
+        def restore():
+            if DTensor.__dict__.get("to_local") is to_local:
+                DTensor.to_local = previous
+
+        self.to_local_restore = restore
+
+    def _unwatch_to_local(self):
+        if self.to_local_restore is not None:
+            restore, self.to_local_restore = self.to_local_restore, None
+            restore()
+
     def _enter_mode(self):
         if self.mode is not None or self.closed:
             return
@@ -727,7 +816,8 @@ class _Agent:
         if g._training_state == TrainingState.PRE_BACKWARD:
             return fn(g, *args, **kwargs)
         rec.in_backward = True
-        self._leave_mode()  # the backward pass runs FSDP's code and autograd's: nothing to watch
+        # No mode is left or entered here: autograd runs the pass on a copy of the thread's
+        # function-mode stack (_keep_loss takes the read watching off around it).
         self.native.module_enter(rec.unit, "backward")
         self.scopes.append(rec.unit)
         self.causes.append(("backward", rec.unit))
@@ -824,8 +914,6 @@ class _Agent:
             return fn(state, *args, **kwargs)
         finally:
             self.inside -= 1
-            if self.root is not None and not self.closed and not self.in_root_forward:
-                self._enter_mode()
 
     def on_lazy_init(self, fn, state):
         first = state._is_root is None

@@ -549,24 +549,37 @@ void HotPath::setLoss(py::object loss)
     m_loss = std::move(loss);
 }
 
-double HotPath::lossValue()
+double lossNumber(py::handle loss)
 {
-    py::object loss = std::move(m_loss);
-    m_loss = py::object();
     if (!loss || loss.is_none()) return std::numeric_limits<double>::quiet_NaN();
-    if (PyObject *f = PyNumber_Float(loss.ptr())) { // a scalar tensor: its item()
+    py::object value = py::reinterpret_borrow<py::object>(loss);
+    if (py::hasattr(value, "detach")) { // a tensor: its value (float() of one that needs a
+        try {                           // gradient warns)
+            value = value.attr("detach")();
+        } catch (py::error_already_set &) {
+            return std::numeric_limits<double>::quiet_NaN();
+        }
+    }
+    if (PyObject *f = PyNumber_Float(value.ptr())) { // a scalar tensor: its item()
         const double v = PyFloat_AS_DOUBLE(f);
         Py_DECREF(f);
         return v;
     }
     PyErr_Clear();
     try { // not a scalar: its mean
-        return loss.attr("detach")().attr("float")().attr("mean")().cast<double>();
+        return value.attr("float")().attr("mean")().cast<double>();
     } catch (py::error_already_set &) {
         return std::numeric_limits<double>::quiet_NaN();
     } catch (const py::cast_error &) {
         return std::numeric_limits<double>::quiet_NaN();
     }
+}
+
+double HotPath::lossValue()
+{
+    py::object loss = std::move(m_loss);
+    m_loss = py::object();
+    return lossNumber(loss);
 }
 
 PyObject *HotPath::engineCall(PyObject *original, PyObject *const *args, std::size_t nargsf,

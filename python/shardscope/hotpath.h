@@ -25,6 +25,12 @@ namespace shardscope::agent {
 
 namespace py = pybind11;
 
+// The loss a step ends with, as one number, for every agent (the DeepSpeed agent's HotPath and
+// shardscope.fsdp's step_end): a scalar tensor or a number is its value, another tensor its
+// mean, None or anything else NaN. The script's own loss is kept by the one pass-through
+// wrapper of torch.Tensor.backward (shardscope/_runtime.py, watch_backward).
+double lossNumber(py::handle loss);
+
 class HotPath : public std::enable_shared_from_this<HotPath>
 {
   public:

@@ -391,7 +391,18 @@ PYBIND11_MODULE(_native, module)
                  return py::make_tuple(t.message, t.fix);
              },
              py::arg("param"), py::arg("first"), py::arg("second"), py::arg("refused_by_torch") = true)
-        .def("late_parameter", [](Agent &a, std::uint32_t p) { a.state().lateParameter(p); })
+        .def(
+            "late_parameter",
+            [](Agent &a, std::uint32_t p,
+               std::optional<std::tuple<std::string, std::uint32_t, std::string,
+                                        std::vector<std::string>>>
+                   location) {
+                state::SourceLocation where;
+                if (location)
+                    std::tie(where.file, where.line, where.function, where.chain) = *location;
+                a.state().lateParameter(p, where);
+            },
+            py::arg("param"), py::arg("location") = py::none())
         .def("parameter_adopted", [](Agent &a, std::uint32_t p) { a.state().parameterAdopted(p); })
         .def("trace_invalidated",
              [](Agent &a, std::optional<std::uint32_t> expected, std::uint32_t got,
@@ -411,7 +422,10 @@ PYBIND11_MODULE(_native, module)
                      s.emplace_back(id, statusFrom(status));
                  a.state().setStatuses(s);
              })
-        .def("step_end", [](Agent &a, double loss) { a.state().stepEnd(loss); })
+        .def(
+            "step_end",
+            [](Agent &a, py::handle loss) { a.state().stepEnd(agent::lossNumber(loss)); },
+            py::arg("loss") = py::none()) // a number, a loss tensor (agent::lossNumber) or None
         .def_property_readonly("step", [](Agent &a) { return a.state().step(); })
         .def("state_json", [](Agent &a) {
             wire::Snapshot s;

@@ -240,11 +240,18 @@ class TestAgentState : public QObject
         agent::AgentParam g = param(1u << 20, "pos_conv.conv.weight_g", conv);
         g.record.replaces = "pos_conv.conv.weight";
         s.setParam(g);
-        s.lateParameter(g.record.id);
+        // Where the user's code registered it: the violation's location.
+        const state::SourceLocation site{"/src/train.py", 65, "PositionalConv.__init__",
+                                         {"/src/train.py:79 in TinyLM.__init__"}};
+        s.lateParameter(g.record.id, site);
         s.stepBegin();
         state::EngineState st = s.state();
         QCOMPARE(st.violations.size(), std::size_t(1));
         QCOMPARE(st.violations[0].kind, ViolationKind::LateParameter);
+        QVERIFY(st.violations[0].location == site);
+        s.stepBegin(); // the next step's sighting counts into the same row
+        QCOMPARE(s.state().violations.size(), std::size_t(1));
+        QCOMPARE(s.state().violations[0].count, std::uint64_t(2));
         QVERIFY2(st.violations[0].fix.find("GatheredParameters(model.pos_conv.conv.weight, "
                                            "modifier_rank=0)") != std::string::npos,
                  st.violations[0].fix.c_str());

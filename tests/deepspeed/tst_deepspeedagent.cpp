@@ -29,6 +29,7 @@
 #include <map>
 #include <set>
 
+#include "rankjob.h"
 #include "snapshotquery.h"
 #include "snapshotschema.h"
 #include "wire/snapshot.h"
@@ -43,12 +44,7 @@ using shardscope::test::moduleIdOf;
 using shardscope::test::readJson;
 using shardscope::test::violations;
 
-struct Run
-{
-    int exitCode = -1;
-    QString out;
-    QString err;
-};
+using Run = shardscope::test::RankRun;
 
 // The project environment's Python (scripts/deps), the one the native module is built for.
 QString python()
@@ -86,36 +82,19 @@ class TestDeepSpeedAgent : public QObject
     QString m_skip;
     QString m_version; // the DeepSpeed release the ranks import
 
-    // Starts the stories on 2 ranks; runtime: the XDG_RUNTIME_DIR of the run (discovery).
-    // monitorInterval: how long the launcher takes to notice a rank that died and stop the
-    // others (torchrun's --monitor-interval); a survivor meant to fail with its own error
-    // needs that long to reach it.
+    // Starts the stories on 2 ranks (tests/support/rankjob.h); runtime: the XDG_RUNTIME_DIR
+    // of the run (discovery); monitorInterval: as startRanks says.
     QProcess *start(const QStringList &args, const QString &runtime,
                     const QString &monitorInterval = QStringLiteral("0.1"),
                     const QString &script = QStringLiteral(SHARDSCOPE_EXAMPLE))
     {
-        auto *p = new QProcess(this);
-        QProcessEnvironment env = dsEnvironment();
-        env.insert("XDG_RUNTIME_DIR", runtime);
-        p->setProcessEnvironment(env);
-        p->start(QStringLiteral(SHARDSCOPE_LAUNCH),
-                 QStringList{"-n", "2", "--grace", "60", "--monitor-interval", monitorInterval,
-                             python(), script} +
-                     args);
-        return p;
+        return shardscope::test::startRanks(this, dsEnvironment(), QStringLiteral(SHARDSCOPE_LAUNCH),
+                                            python(), script, args, runtime, monitorInterval);
     }
 
     Run run(const QStringList &args, const QString &script = QStringLiteral(SHARDSCOPE_EXAMPLE))
     {
-        QProcess *p = start(args, m_dir.path(), QStringLiteral("0.1"), script);
-        Run r;
-        if (!p->waitForFinished(150000)) p->kill(), p->waitForFinished(5000);
-        r.exitCode = p->exitStatus() == QProcess::NormalExit ? p->exitCode() : -1;
-        // scripts/launch keeps each rank's stdout and stderr apart; tracebacks are on stderr.
-        r.err = QString::fromUtf8(p->readAllStandardError());
-        r.out = QString::fromUtf8(p->readAllStandardOutput()) + "\n" + r.err;
-        delete p;
-        return r;
+        return shardscope::test::finishRanks(start(args, m_dir.path(), QStringLiteral("0.1"), script));
     }
 
     // The inspector attached to endpoint as to shardscope-train, offscreen, exporting what it
@@ -913,16 +892,7 @@ class TestDeepSpeedAgent : public QObject
                             runtime.path(), QStringLiteral("5"));
         QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
         env.insert("XDG_RUNTIME_DIR", runtime.path());
-        QString endpoint;
-        for (int i = 0; i < 600 && endpoint.isEmpty(); ++i) {
-            QThread::msleep(100);
-            const QDir disc(runtime.path() + "/shardscope");
-            for (const QString &f : disc.entryList({"*.json"})) {
-                const json d = readJson(disc.filePath(f));
-                if (d.is_object() && d["job"]["ranks"] == json::array({1}))
-                    endpoint = QString::fromStdString(d["endpoint"]);
-            }
-        }
+        const QString endpoint = shardscope::test::announcedEndpoint(runtime.path(), 1);
         QVERIFY2(!endpoint.isEmpty(), "rank 1 never announced itself");
         // Before the model exists: a valid snapshot that says so, and nothing else.
         QProcess early;
@@ -954,21 +924,11 @@ class TestDeepSpeedAgent : public QObject
         QVERIFY2(out.contains("[rank 0] rank 0 step 2") && !out.contains("rank 0 step 3 loss"),
                  qPrintable(out));
         // The survivor's own exception (torch's, from the collective its peer left), unchanged.
-        // (torch 2 prefixes a rank's traceback lines with "[rank0]: ")
-        const QRegularExpression survivorError(
-            R"(\[rank 0\] (\[rank0\]: )?(RuntimeError|torch\.distributed\.Dist\w*Error): )");
-        if (!out.contains(survivorError)) // the whole output: QVERIFY2 cuts its message short
-            for (const QString &line : out.split('\n'))
-                qWarning("%s", qPrintable(line));
-        QVERIFY2(out.contains(survivorError), "rank 0 did not fail with torch's own error");
-
-        QVERIFY(live.waitForFinished(60000));
-        const QString said = QString::fromUtf8(live.readAllStandardOutput());
-        QCOMPARE(live.exitCode(), 3);
-        QVERIFY2(said.contains("capture ended early: the engine went away before it finished"),
-                 qPrintable(said));
+        QVERIFY2(shardscope::test::failedWithTorchError(out, 0),
+                 "rank 0 did not fail with torch's own error");
+        const QString lost = shardscope::test::lostRankCaptureProblem(live, m_dir.filePath("dead.json"));
+        QVERIFY2(lost.isEmpty(), qPrintable(lost));
         const json dead = readJson(m_dir.filePath("dead.json"));
-        QVERIFY(shardscope::test::snapshotSchemaProblems(dead).empty());
         // Its state is the last one sent (at most every 200 ms); its events reach the kill.
         QVERIFY(findParam(dead, "embed.weight"));
         std::set<int> begun;

@@ -78,6 +78,65 @@ except KeyError as e:
 else:
     raise SystemExit("the user's exception was swallowed")
 sf.finish()
+
+# Steps leave torch's function-mode stack as they found it (the read watching is one mode
+# between steps, none while paused or after finish, however many steps ran: autograd runs
+# backward on a copy of that stack); the user's exception in backward passes unchanged; the
+# one torch.Tensor.backward wrapper is torch's own again after finish().
+from torch._C import _len_torch_function_stack
+
+
+class Tiny(nn.Module):
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 4)
+        self.fc2 = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc2(self.fc1(x))
+
+
+class FailingBackward(torch.autograd.Function):
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise ValueError("the user's backward")
+
+
+torch_backward = torch.Tensor.backward
+sf.install(listen=False)
+tiny = Tiny()
+fully_shard(tiny.fc1)
+fully_shard(tiny)
+opt = torch.optim.Adam(tiny.parameters(), lr=1e-2)
+for step in range(4):
+    tiny(torch.ones(2, 4)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    assert _len_torch_function_stack() == 1, f"step {step}: {_len_torch_function_stack()} modes"
+sf.pause()
+assert _len_torch_function_stack() == 0, "paused, yet a mode is left"
+sf.resume()
+assert _len_torch_function_stack() == 1
+try:
+    FailingBackward.apply(tiny(torch.ones(2, 4))).sum().backward()
+except ValueError as e:
+    assert e.args == ("the user's backward", ), e
+else:
+    raise SystemExit("the user's exception in backward was swallowed")
+assert _len_torch_function_stack() == 1, "the failed backward left the stack changed"
+sf.finish()
+assert _len_torch_function_stack() == 0, "finish() left a mode"
+assert torch.Tensor.backward is torch_backward, "finish() left torch.Tensor.backward wrapped"
+assert "forward" not in type(tiny.fc1).__dict__, "finish() left the unit's forward wrapped"
+from torch.distributed.tensor import DTensor
+
+assert DTensor.to_local.__module__.startswith("torch"), "finish() left DTensor.to_local wrapped"
 dist.destroy_process_group()
 print("misuse ok", flush=True)
 sys.exit(0)

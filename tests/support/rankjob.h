@@ -1,0 +1,109 @@
+#pragma once
+// Runs a training script on rank processes through scripts/launch (torchrun's environment), as
+// the agents' tests do (tests/deepspeed, tests/fsdp): start one, wait for it, read what each
+// rank announced in the discovery folder. What each test checks stays in the test.
+
+#include <QDir>
+#include <QObject>
+#include <QProcess>
+#include <QProcessEnvironment>
+#include <QRegularExpression>
+#include <QString>
+#include <QStringList>
+#include <QThread>
+
+#include <nlohmann/json.hpp>
+
+#include "snapshotquery.h"
+#include "snapshotschema.h"
+
+namespace shardscope::test {
+
+// A finished launch: its exit code (-1: killed or crashed), everything it printed (stdout, a
+// newline, stderr), and stderr alone (scripts/launch keeps each rank's streams apart;
+// tracebacks and the agents' "shardscope: rank R: ..." lines are on stderr).
+struct RankRun
+{
+    int exitCode = -1;
+    QString out;
+    QString err;
+};
+
+// Starts `python script args` on `ranks` processes with scripts/launch (`launch`), in env with
+// XDG_RUNTIME_DIR=runtime (where the ranks' discovery files go). monitorInterval: how long the
+// launcher takes to notice a rank that died and stop the others (torchrun's
+// --monitor-interval); a survivor meant to fail with its own error needs that long to reach
+// it. The process belongs to parent.
+inline QProcess *startRanks(QObject *parent, QProcessEnvironment env, const QString &launch,
+                            const QString &python, const QString &script, const QStringList &args,
+                            const QString &runtime,
+                            const QString &monitorInterval = QStringLiteral("0.1"), int ranks = 2)
+{
+    auto *p = new QProcess(parent);
+    env.insert("XDG_RUNTIME_DIR", runtime);
+    p->setProcessEnvironment(env);
+    p->start(launch, QStringList{"-n", QString::number(ranks), "--grace", "60",
+                                 "--monitor-interval", monitorInterval, python, script} +
+                         args);
+    return p;
+}
+
+// Waits for a launch (killed after timeoutMs), collects what it printed and deletes it.
+inline RankRun finishRanks(QProcess *p, int timeoutMs = 150000)
+{
+    RankRun r;
+    if (!p->waitForFinished(timeoutMs)) p->kill(), p->waitForFinished(5000);
+    r.exitCode = p->exitStatus() == QProcess::NormalExit ? p->exitCode() : -1;
+    r.err = QString::fromUtf8(p->readAllStandardError());
+    r.out = QString::fromUtf8(p->readAllStandardOutput()) + "\n" + r.err;
+    delete p;
+    return r;
+}
+
+// The endpoint rank `rank` announced in runtime's discovery folder (docs/protocol.md), polled
+// every 100 ms for up to timeoutMs; empty when it never did.
+inline QString announcedEndpoint(const QString &runtime, int rank, int timeoutMs = 60000)
+{
+    const QDir disc(runtime + "/shardscope");
+    for (int waited = 0; waited <= timeoutMs; waited += 100) {
+        for (const QString &f : disc.entryList({"*.json"})) {
+            const nlohmann::json d = readJson(disc.filePath(f));
+            if (d.is_object() && d["job"]["ranks"] == nlohmann::json::array({rank}))
+                return QString::fromStdString(d["endpoint"]);
+        }
+        QThread::msleep(100);
+    }
+    return {};
+}
+
+// Whether rank `rank` failed with torch's own exception (a RuntimeError or torch.distributed's
+// Dist*Error, as a collective whose peer died raises) in a launch's output; torch 2 prefixes a
+// rank's traceback lines with "[rankN]: ". When it did not, the whole output is printed
+// (QVERIFY2 cuts its message short).
+inline bool failedWithTorchError(const QString &out, int rank)
+{
+    const QRegularExpression error(
+        QString(R"(\[rank %1\] (\[rank%1\]: )?(RuntimeError|torch\.distributed\.Dist\w*Error): )")
+            .arg(rank));
+    if (out.contains(error)) return true;
+    for (const QString &line : out.split('\n'))
+        qWarning("%s", qPrintable(line));
+    return false;
+}
+
+// A shardscope-capture attached to a rank that was killed: it ends with exit code 3, says the
+// engine went away (app/shardscope-capture), and `written` (its --out) is a valid snapshot.
+// Returns what is wrong, empty when nothing is.
+inline QString lostRankCaptureProblem(QProcess &capture, const QString &written)
+{
+    if (!capture.waitForFinished(60000)) return QStringLiteral("the capture did not end");
+    const QString said = QString::fromUtf8(capture.readAllStandardOutput());
+    if (capture.exitCode() != 3)
+        return QString("the capture exited %1, not 3: %2").arg(capture.exitCode()).arg(said);
+    if (!said.contains("capture ended early: the engine went away before it finished"))
+        return "the capture did not say the engine went away: " + said;
+    const auto problems = snapshotSchemaProblems(readJson(written));
+    return problems.empty() ? QString() : QString::fromStdString(problems.front());
+}
+
+} // namespace shardscope::test
