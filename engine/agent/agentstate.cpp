@@ -102,6 +102,7 @@ void AgentState::countLocked(const AgentParam &p, bool add)
         es;
     const bool gathered = p.record.partitioned && p.status == ParamStatus::Available;
     const std::uint64_t padded = static_cast<std::uint64_t>(p.record.paddedNumel);
+    m_memoryChanged.store(true, std::memory_order_release);
     if (add) {
         m_memory.held += held;
         if (gathered) {
@@ -135,6 +136,10 @@ telemetry::MemoryFields AgentState::memoryLocked() const
 
 void AgentState::postMemory()
 {
+    // Most module exits follow no status change: they take no lock (issue #26).
+    if (!m_memoryChanged.load(std::memory_order_acquire) ||
+        !m_memoryChanged.exchange(false, std::memory_order_acq_rel))
+        return;
     telemetry::MemoryFields m;
     {
         std::lock_guard lock(m_mutex);
@@ -156,7 +161,12 @@ void AgentState::setParam(const AgentParam &p)
     std::lock_guard lock(m_mutex);
     if (AgentParam *old = findLocked(p.record.id)) countLocked(*old, false);
     countLocked(p, true);
-    m_params[p.record.id] = p;
+    AgentParam &slot = m_params[p.record.id];
+    slot = p;
+    if (p.record.id < kIndexed) { // std::map's nodes stay where they are
+        if (p.record.id >= m_paramIndex.size()) m_paramIndex.resize(p.record.id + 1, nullptr);
+        m_paramIndex[p.record.id] = &slot;
+    }
     m_removedNames.erase(p.record.id);
     touch();
 }
@@ -167,6 +177,7 @@ void AgentState::removeParam(ParamId id)
     if (auto it = m_params.find(id); it != m_params.end()) {
         countLocked(it->second, false);
         m_removedNames[id] = it->second.record.name;
+        if (id < m_paramIndex.size()) m_paramIndex[id] = nullptr;
         m_params.erase(it);
         m_lateUnadopted.erase(id);
         m_lateSites.erase(id);
@@ -205,8 +216,18 @@ void AgentState::setStatuses(const std::vector<std::pair<ParamId, ParamStatus>> 
 
 AgentParam *AgentState::findLocked(ParamId id)
 {
+    if (id < kIndexed) return id < m_paramIndex.size() ? m_paramIndex[id] : nullptr;
     auto it = m_params.find(id);
     return it == m_params.end() ? nullptr : &it->second;
+}
+
+AgentState::Gathers &AgentState::gathersLocked(ParamId id)
+{
+    if (id >= kIndexed) return m_gathers[id];
+    if (id >= m_gatherIndex.size()) m_gatherIndex.resize(id + 1, nullptr);
+    Gathers *&g = m_gatherIndex[id];
+    if (!g) g = &m_gathers[id];
+    return *g;
 }
 
 std::string AgentState::paramNameLocked(ParamId id) const
@@ -233,7 +254,7 @@ void AgentState::fetchBegin(ParamId p, ModuleId cause, std::uint64_t bytes, Fetc
     {
         std::lock_guard lock(m_mutex);
         if (AgentParam *ap = findLocked(p)) setStatusLocked(*ap, ParamStatus::Inflight);
-        m_gathers[p].beganTs = now;
+        gathersLocked(p).beganTs = now;
         touch();
     }
     post(telemetry::makeFetchBegin({.param = p, .cause = cause, .bytes = bytes, .reason = reason}),
@@ -246,7 +267,7 @@ void AgentState::fetchEnd(ParamId p, ModuleId cause, std::uint64_t bytes, FetchR
     {
         std::lock_guard lock(m_mutex);
         if (AgentParam *ap = findLocked(p)) setStatusLocked(*ap, ParamStatus::Available);
-        Gathers &g = m_gathers[p];
+        Gathers &g = gathersLocked(p);
         ++g.count;
         g.bytes += bytes;
         if (g.beganTs != 0 && now >= g.beganTs) g.ns += now - g.beganTs;
@@ -314,6 +335,22 @@ void AgentState::unregisterExternal(ModuleId m, ParamId p)
     post(telemetry::makeExternalUnregister({.module = m, .param = p}));
 }
 
+state::ViolationRecord AgentState::violationLocked(ViolationKind kind,
+                                                  const state::ViolationText &text) const
+{
+    state::ViolationRecord v;
+    v.kind = kind;
+    v.step = m_step;
+    v.lastStep = m_step;
+    v.rank = m_config.rank;
+    v.action = GuardAction::Recorded;
+    v.count = 1;
+    v.tsNs = telemetry::nowNs();
+    v.fix = text.fix;
+    v.message = text.message;
+    return v;
+}
+
 void AgentState::recordLocked(const state::ViolationRecord &v)
 {
     m_violations.add(v, state::Tally::Add);
@@ -349,21 +386,13 @@ state::ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p
         text = state::describeViolation(subject, m_config.dialect);
         first = m_thisStep.emplace(0, accessor, p, where.file, where.line).second;
         if (first) {
-            state::ViolationRecord v;
-            v.kind = ViolationKind::UnregisteredAccess;
-            v.step = m_step;
-            v.lastStep = m_step;
-            v.rank = m_config.rank;
+            state::ViolationRecord v = violationLocked(ViolationKind::UnregisteredAccess, text);
             v.accessor = subject.hasAccessor ? accessor : kNoModule;
             v.param = p;
             v.paramName = subject.param;
             v.owner = owner;
             v.status = status;
             v.action = action;
-            v.count = 1;
-            v.tsNs = telemetry::nowNs();
-            v.fix = text.fix;
-            v.message = text.message;
             v.location = where;
             v.building = building;
             recordLocked(v);
@@ -468,17 +497,9 @@ state::ViolationText AgentState::traceInvalidated(std::optional<ModuleId> expect
         subject.hasOwner = expected && *expected < m_modules.size();
         if (subject.hasOwner) subject.owner = m_modules[*expected].path;
         text = state::describeViolation(subject, m_config.dialect);
-        state::ViolationRecord v;
-        v.kind = ViolationKind::TraceInvalidated;
-        v.step = m_step;
-        v.lastStep = m_step;
-        v.rank = m_config.rank;
+        state::ViolationRecord v = violationLocked(ViolationKind::TraceInvalidated, text);
         v.accessor = got;
         v.owner = subject.hasOwner ? *expected : kNoModule;
-        v.action = GuardAction::Recorded;
-        v.count = 1;
-        v.tsNs = telemetry::nowNs();
-        v.message = text.message;
         recordLocked(v);
     }
     post(telemetry::makeTraceInvalidated(
@@ -498,21 +519,12 @@ state::ViolationText AgentState::tiedAcrossGroups(ParamId p, ModuleId first, Mod
     subject.param = paramNameLocked(p);
     if (first < m_modules.size()) subject.owner = m_modules[first].path;
     const state::ViolationText text = state::describeViolation(subject, m_config.dialect);
-    state::ViolationRecord v;
-    v.kind = ViolationKind::TiedAcrossGroups;
-    v.step = m_step;
-    v.lastStep = m_step;
-    v.rank = m_config.rank;
+    state::ViolationRecord v = violationLocked(ViolationKind::TiedAcrossGroups, text);
     v.accessor = subject.hasAccessor ? second : kNoModule;
     v.param = p;
     v.paramName = subject.param;
     v.owner = first < m_modules.size() ? first : kNoModule;
     v.status = ParamStatus::NotAvailable;
-    v.action = GuardAction::Recorded;
-    v.count = 1;
-    v.tsNs = telemetry::nowNs();
-    v.fix = text.fix;
-    v.message = text.message;
     recordLocked(v);
     return text;
 }
@@ -534,22 +546,13 @@ void AgentState::stepBegin(std::uint32_t step)
             subject.owner = ap->record.owner < m_modules.size() ? m_modules[ap->record.owner].path
                                                                 : std::string();
             subject.replaces = ap->record.replaces;
-            state::ViolationText text = state::describeViolation(subject, m_config.dialect);
-            state::ViolationRecord v;
-            v.kind = ViolationKind::LateParameter;
-            v.step = m_step;
-            v.lastStep = m_step;
-            v.rank = m_config.rank;
+            const state::ViolationText text = state::describeViolation(subject, m_config.dialect);
+            state::ViolationRecord v = violationLocked(ViolationKind::LateParameter, text);
             v.accessor = ap->record.owner;
             v.param = p;
             v.paramName = ap->record.name;
             v.owner = ap->record.owner;
             v.status = ap->status;
-            v.action = GuardAction::Recorded;
-            v.count = 1;
-            v.tsNs = telemetry::nowNs();
-            v.fix = text.fix;
-            v.message = text.message;
             if (const auto site = m_lateSites.find(p); site != m_lateSites.end())
                 v.location = site->second;
             recordLocked(v);

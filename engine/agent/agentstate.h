@@ -147,6 +147,10 @@ class AgentState final : public state::StateProvider
     void countLocked(const AgentParam &p, bool add);
     telemetry::MemoryFields memoryLocked() const;
     void postMemory(); // after a module exit or a step, as the engine does, when it changed
+    // A violation of this rank and step, counted once, now, in text's words; the caller fills
+    // what is its kind's own (accessor, parameter, owner, status, action, location).
+    state::ViolationRecord violationLocked(ViolationKind kind,
+                                           const state::ViolationText &text) const;
     void recordLocked(const state::ViolationRecord &v);
     std::string paramNameLocked(ParamId id) const;
 
@@ -163,6 +167,13 @@ class AgentState final : public state::StateProvider
         std::uint64_t count = 0, bytes = 0, ns = 0, lastTs = 0, beganTs = 0;
     };
     std::map<ParamId, Gathers> m_gathers;
+    // The status path's lookups without a tree walk: ds_ids are dense from 0 (a late
+    // parameter's provisional id is 1 << 20 and up, found in the maps). Pointers into the
+    // maps' nodes, which stay put.
+    static constexpr ParamId kIndexed = 1u << 16;
+    std::vector<AgentParam *> m_paramIndex; // null: no such parameter
+    std::vector<Gathers *> m_gatherIndex;   // null: none yet
+    Gathers &gathersLocked(ParamId id);
     state::ViolationLedger m_violations;
     std::set<std::tuple<int, ModuleId, ParamId, std::string, std::uint32_t>> m_thisStep;
     std::set<ParamId> m_lateUnadopted;
@@ -174,6 +185,9 @@ class AgentState final : public state::StateProvider
     Memory m_memory;
     telemetry::MemoryFields m_lastMemory; // the last sample sent, and whether one was
     bool m_memoryPosted = false;
+    // Set by every change of the memory figures (countLocked), taken by postMemory: a module
+    // exit with nothing changed since the last sample takes no lock.
+    std::atomic<bool> m_memoryChanged{true};
     std::uint32_t m_step = 0;
     bool m_inStep = false;
     std::atomic<std::uint64_t> m_version{1};

@@ -180,7 +180,7 @@ def main():
         torch.cuda.set_device(device)
     if not args.no_agent:
         shardscope.deepspeed.install(listen=args.listen, guard=args.guard,
-                                     snapshot_out=args.snapshot_out, model_name="TinyLM")
+                                     snapshot_out=args.snapshot_out or None, model_name="TinyLM")
     deepspeed.init_distributed("nccl" if args.device == "cuda" else "gloo")
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     vocab, hidden = 37, args.hidden

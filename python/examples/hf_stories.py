@@ -270,7 +270,7 @@ def main():
     model_name = {"wav2vec2": "Wav2Vec2Model"}.get(args.case, "T5ForConditionalGeneration")
     if not args.no_agent:  # the agent's lines, before anything builds the model
         shardscope.deepspeed.install(listen=args.listen, guard=args.guard,
-                                     snapshot_out=args.snapshot_out, model_name=model_name)
+                                     snapshot_out=args.snapshot_out or None, model_name=model_name)
     import deepspeed
     deepspeed.init_distributed("gloo")
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()

@@ -265,8 +265,7 @@ class _Suspects:
         return None
 
     def used(self, hit):
-        import torch
-
+        torch = sys.modules["torch"]  # its function mode called this: no import per use
         param, accessor = hit
         self.params.pop(id(param), None)
         if self.agent.ds_is_not_available(param):
@@ -322,6 +321,9 @@ class _Agent:
         self.published = set()  # ds_ids the native state lists
         self.suspects = _Suspects(self)
         self.reported = set()  # violations said and flushed (record_access)
+        # (accessor, param, action, use, user's code object, line) -> the step it was last
+        # recorded in: a repeat there in the same step changes nothing (record_access).
+        self.recorded_at = {}
         self.closed = False
         self.reduces = []  # CUDA gradient reduce-scatters issued, not yet seen complete
         self.allocator = None  # posts an allocator_sample (a CUDA model: _allocator.sampler)
@@ -587,13 +589,26 @@ class _Agent:
         # Only here, when a violation is recorded (never per access): where in the user's code.
         here = sys._getframe(1)
         frame = _user_frame(here)
+        building_now = self.engine is None and self.root is None
+        # A read the user repeats at one place (a loop outside forward): after the first record
+        # there in a step, the native state keeps one row per place and step, so a repeat
+        # changes nothing; it is known by the user's frame's (code, line), without the chain
+        # of callers, the native call or its words (issue #26: 13 us a use before).
+        repeat = None
+        if frame is not None and not building_now and self.guard != "error":
+            repeat = (mid, pid, action, use, frame.f_code, frame.f_lineno)
+            step = self.native.step
+            if self.recorded_at.get(repeat) == step:
+                return
         location = _location(frame) if frame is not None else None
         building = code = ""
-        if self.engine is None and self.root is None:
+        if building_now:
             building, code = _building(here, frame, param)
             self.built_violations = True
         message, fix = self.native.unregistered_access(mid, pid, action, use, location=location,
                                                        building=building, param_code=code)
+        if repeat is not None:
+            self.recorded_at[repeat] = step
         # Said and flushed once per violation and place: a read the user repeats (a loop outside
         # forward) only counts from then on, so it stays cheap (issue #30, defect 7: each
         # rewrote the snapshot, milliseconds per read); finish() writes the final counts.

@@ -10,6 +10,23 @@ namespace shardscope::agent {
 
 namespace {
 
+// obj's instance dictionary, borrowed; nullptr (no error set) when it has none yet. No new
+// reference and no call through GenericGetDict: ds_status is read ~3,000 times a step.
+inline PyObject *instanceDict(PyObject *obj)
+{
+    PyObject **slot = _PyObject_GetDictPtr(obj);
+    return slot ? *slot : nullptr;
+}
+
+// The same, created when it does not exist yet (a new reference), or nullptr with the error set.
+py::object ownDict(PyObject *obj)
+{
+    if (PyObject *d = instanceDict(obj)) return py::reinterpret_borrow<py::object>(d);
+    PyObject *d = PyObject_GenericGetDict(obj, nullptr);
+    if (!d) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(d);
+}
+
 FetchReason reasonOf(Phase phase)
 {
     return phase == Phase::Backward ? FetchReason::Backward : FetchReason::Forward;
@@ -37,12 +54,11 @@ PyObject *statusDescrGet(PyObject *self, PyObject *obj, PyObject *)
 {
     if (obj == nullptr || obj == Py_None) return Py_NewRef(self);
     auto *d = reinterpret_cast<StatusDescriptor *>(self);
-    PyObject *dict = PyObject_GenericGetDict(obj, nullptr);
-    if (!dict) return nullptr;
+    PyObject *dict = instanceDict(obj);
+    if (!dict) return missingStatus(obj);
     PyObject *value = PyDict_GetItemWithError(dict, d->hot->statusKey());
-    Py_XINCREF(value);
-    Py_DECREF(dict);
-    if (value || PyErr_Occurred()) return value;
+    if (value) return Py_NewRef(value);
+    if (PyErr_Occurred()) return nullptr;
     return missingStatus(obj);
 }
 
@@ -274,35 +290,41 @@ int HotPath::statusCode(PyObject *s) const
 
 ModuleId HotPath::moduleId(py::handle module)
 {
-    py::object d =
-        py::reinterpret_steal<py::object>(PyObject_GenericGetDict(module.ptr(), nullptr));
-    if (!d) throw py::error_already_set();
+    py::object d = ownDict(module.ptr());
     if (PyObject *id = PyDict_GetItemWithError(d.ptr(), m_kModuleId.ptr()))
         return static_cast<ModuleId>(PyLong_AsUnsignedLong(id));
     if (PyErr_Occurred()) throw py::error_already_set();
     return observer().attr("module_id")(module).cast<ModuleId>(); // names it: rare
 }
 
-HotPath::Own HotPath::ownOf(ModuleId id, py::handle module)
+const HotPath::OwnSet *HotPath::ownOf(ModuleId id, py::handle module)
 {
-    if (auto it = m_own.find(id); it != m_own.end()) return it->second;
-    auto own = std::make_shared<std::unordered_set<std::uint32_t>>();
+    if (id < m_own.size() && m_own[id]) return m_own[id].get();
+    auto own = std::make_unique<OwnSet>();
     for (py::handle dsId : observer().attr("own_ds_ids")(module))
         own->insert(dsId.cast<std::uint32_t>());
-    Own shared = std::move(own);
-    m_own.emplace(id, shared);
-    return shared;
+    if (id >= m_own.size()) m_own.resize(static_cast<std::size_t>(id) + 1);
+    m_own[id] = std::move(own);
+    return m_own[id].get();
 }
 
 void HotPath::forgetOwn(ModuleId module)
 {
-    m_own.erase(module); // a scope fetching now keeps the set it began with
+    if (module >= m_own.size() || !m_own[module]) return;
+    // A scope fetching now keeps the set it began with: kept until no scope fetches.
+    if (m_fetching) m_retiredOwn.push_back(std::move(m_own[module]));
+    m_own[module].reset();
+}
+
+void HotPath::endFetching()
+{
+    m_fetching.reset();
+    m_retiredOwn.clear();
 }
 
 void HotPath::statusSet(py::handle param, py::handle value)
 {
-    py::object d = py::reinterpret_steal<py::object>(PyObject_GenericGetDict(param.ptr(), nullptr));
-    if (!d) throw py::error_already_set();
+    py::object d = ownDict(param.ptr());
     PyObject *oldBorrowed = PyDict_GetItemWithError(d.ptr(), m_kStatus.ptr());
     if (!oldBorrowed && PyErr_Occurred()) throw py::error_already_set();
     py::object old = py::reinterpret_borrow<py::object>(oldBorrowed); // kept past the store
@@ -350,10 +372,10 @@ void HotPath::enter(py::handle module, Phase phase)
 {
     if (slow) observer().attr("suspects_close")();
     const ModuleId id = moduleId(module);
-    Own own = ownOf(id, module);
+    const OwnSet *own = ownOf(id, module);
     m_stack.push_back(Scope{py::reinterpret_borrow<py::object>(module), id, phase});
     m_state.moduleEnter(id, phase);
-    m_fetching = Fetching{id, phase, std::move(own)};
+    m_fetching = Fetching{id, phase, own};
 }
 
 void HotPath::exit(py::handle module, Phase phase)
@@ -376,7 +398,7 @@ void HotPath::closeScopes()
         m_stack.pop_back();
         m_state.moduleExit(s.id, s.phase);
     }
-    m_fetching.reset();
+    endFetching();
 }
 
 void HotPath::beginStep(std::uint32_t step)
@@ -471,7 +493,7 @@ PyObject *HotPath::scopeBegin(PyObject *original, PyObject *const *args, std::si
 {
     enter(args[1], phase);
     PyObject *r = PyObject_Vectorcall(original, args, nargsf, nullptr);
-    m_fetching.reset(); // the module's own fetches are issued (or it failed)
+    endFetching(); // the module's own fetches are issued (or it failed)
     return r;
 }
 
@@ -489,13 +511,10 @@ PyObject *HotPath::getitemCall(PyObject *original, PyObject *slow, PyObject *con
     PyObject *param = PyDict_Check(args[0]) ? PyDict_GetItemWithError(args[0], args[1]) : nullptr;
     if (!param && PyErr_Occurred()) return nullptr;
     if (param && param != Py_None) {
-        PyObject *dict = PyObject_GenericGetDict(param, nullptr);
-        if (!dict) { // not an object with a __dict__: not a converted parameter
-            PyErr_Clear();
+        PyObject *dict = instanceDict(param); // borrowed: the parameter keeps it alive
+        if (!dict) // no __dict__ (yet): not a converted parameter
             return PyObject_Vectorcall(original, args, nargsf, nullptr);
-        }
         PyObject *status = PyDict_GetItemWithError(dict, m_kStatus.ptr()); // borrowed
-        Py_DECREF(dict); // the parameter keeps its dict (and the status) alive
         if (!status && PyErr_Occurred()) return nullptr;
         if (status == m_status[0]) { // NOT_AVAILABLE: a read DeepSpeed will register (rare)
             Py_INCREF(param); // borrowed from the dict, which the slow path may change

@@ -121,12 +121,12 @@ class HotPath : public std::enable_shared_from_this<HotPath>
         ModuleId id;
         Phase phase;
     };
-    using Own = std::shared_ptr<const std::unordered_set<std::uint32_t>>;
+    using OwnSet = std::unordered_set<std::uint32_t>; // a module's own ds_ids
     struct Fetching
     {
         ModuleId id;
         Phase phase;
-        Own own;
+        const OwnSet *own; // in m_own or m_retiredOwn while fetching
     };
 
     PyObject *engineForward(PyObject *original, PyObject *const *args, std::size_t nargsf,
@@ -138,7 +138,8 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     long long globalSteps(PyObject *engine); // engine.global_steps, -1 without one
     double lossValue();                      // the loss handed to backward, as one number
     ModuleId moduleId(py::handle module);
-    Own ownOf(ModuleId id, py::handle module);
+    const OwnSet *ownOf(ModuleId id, py::handle module); // kept in m_own
+    void endFetching(); // no scope fetches now: m_fetching and m_retiredOwn cleared
     int statusCode(PyObject *s) const;
 
     agent::AgentState &m_state;
@@ -153,7 +154,9 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     py::str m_kGlobalSteps, m_kLoss; // the engine's step counter, backward's loss argument
     std::vector<Scope> m_stack;
     std::optional<Fetching> m_fetching;
-    std::unordered_map<ModuleId, Own> m_own;
+    // By module id (dense from 0): found without hashing or a reference count per scope.
+    std::vector<std::unique_ptr<const OwnSet>> m_own;
+    std::vector<std::unique_ptr<const OwnSet>> m_retiredOwn; // forgotten while fetching
     struct Published
     {
         std::uint64_t bytes = 0; // what a gather moves
