@@ -6,8 +6,8 @@ and reads the snapshot with the json module alone (docs/snapshot.md, "events").
     PYTHONPATH=build/python python tests/fsdp/gpu_allocator_check.py [--agent fsdp|deepspeed]
 
 Checks: allocator_sample events are present, each with allocated > 0 and reserved >=
-allocated (docs/protocol.md, type 21); every step_end loss that is not NaN is finite (the
-FSDP agent may not know the loss: NaN); for FSDP, reduce_scatter_begin/end pairs are present.
+allocated (docs/protocol.md, type 21); every step_end carries the loss the story printed;
+reduce_scatter_begin/end pairs are present, with bytes.
 Exits 0 when all hold, 1 with what failed, 77 (CTest's skip) with the reason when CUDA (or,
 for --agent deepspeed, DeepSpeed) is not available. No Qt: it runs where only Python, torch
 and the built shardscope package are.
@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -92,6 +93,7 @@ def main():
             return 1
         with open(path) as f:
             doc = json.load(f)
+        stdout = r.stdout
 
     events = events_of(doc)
     problems = []
@@ -110,21 +112,30 @@ def main():
     ends = [e for e in events if e["type"] == "step_end"]
     if len(ends) != a.steps:
         problems.append(f"{len(ends)} step_end events, expected {a.steps}")
+    # Each step ends with the loss the story printed ("rank 0 step S loss L", 4 decimals).
+    printed = {int(m.group(1)): float(m.group(2))
+               for m in re.finditer(r"rank 0 step (\d+) loss (-?[0-9.]+)", stdout)}
     for e in ends:
         loss = loss_of(e)
-        if not math.isnan(loss) and not math.isfinite(loss):
-            problems.append(f"step {e['step']}: loss {loss} is not finite")
-    if a.agent == "fsdp":
-        begins = sum(e["type"] == "reduce_scatter_begin" for e in events)
-        finished = sum(e["type"] == "reduce_scatter_end" for e in events)
-        if begins == 0 or begins != finished:
-            problems.append(f"{begins} reduce_scatter_begin and {finished} reduce_scatter_end")
+        if not math.isfinite(loss):
+            problems.append(f"step {e['step']}: loss {loss} is not a finite number")
+        elif e["step"] not in printed or abs(loss - printed[e["step"]]) > 5e-5:
+            problems.append(f"step {e['step']}: loss {loss}, the story printed "
+                            f"{printed.get(e['step'])}")
+    # The gradients' reduce-scatters, begun and (on CUDA: seen) completed, bytes > 0.
+    begins = [e for e in events if e["type"] == "reduce_scatter_begin"]
+    finished = [e for e in events if e["type"] == "reduce_scatter_end"]
+    if not begins or len(begins) != len(finished) or any(e["u0"] == 0 for e in begins):
+        problems.append(f"{len(begins)} reduce_scatter_begin and {len(finished)} "
+                        f"reduce_scatter_end (each with bytes > 0)")
     if problems:
         print("FAIL:\n  " + "\n  ".join(problems))
         return 1
     last = samples[-1]
-    print(f"OK: {len(samples)} allocator samples on {torch.cuda.get_device_name(0)}; the last: "
-          f"allocated {last['u0']} B, reserved {last['u1']} B, peak {last['u2']} B")
+    print(f"OK: torch {torch.__version__}: {len(samples)} allocator samples on "
+          f"{torch.cuda.get_device_name(0)}; the last: allocated {last['u0']} B, reserved "
+          f"{last['u1']} B, peak {last['u2']} B; {len(ends)} steps ending with the printed "
+          f"loss; {len(begins)} reduce-scatters ({sum(e['u0'] for e in begins)} B)")
     return 0
 
 
