@@ -279,7 +279,7 @@ ModuleId Engine::addModule(ModuleId parent, std::string_view name, std::string_v
 }
 
 ParamId Engine::addParameter(ModuleId owner, std::string_view name, Shape shape, DType dtype,
-                             const void *init)
+                             const void *init, std::source_location where)
 {
     std::unique_lock lock(d->structure);
     if (owner >= d->modules.size())
@@ -333,6 +333,7 @@ ParamId Engine::addParameter(ModuleId owner, std::string_view name, Shape shape,
 
     // A late parameter: whole on every rank, not managed by the partitioner until adopted.
     d->lateParams.push_back(id);
+    d->lateSites.insert_or_assign(id, where);
     d->touch();
     const ParamInfo &pi = d->params[id];
     for (auto &rsp : d->ranks) {
@@ -876,6 +877,11 @@ void Engine::beginStep(int rank)
         v.owner = info.owner;
         v.status = rs.status[p].load();
         v.action = GuardAction::Recorded;
+        if (const auto site = d->lateSites.find(p); site != d->lateSites.end()) {
+            v.location.file = site->second.file_name();
+            v.location.line = site->second.line();
+            v.location.function = site->second.function_name();
+        }
         state::ViolationSubject subject;
         subject.kind = ViolationKind::LateParameter;
         subject.param = info.name;

@@ -153,9 +153,11 @@ public:
     ModuleId root() const { return 0; }
     ModuleId addModule(ModuleId parent, std::string_view name, std::string_view type);
     // init: numel * dtypeSize bytes of the full tensor (identical on every rank), or nullptr for zeros.
-    // After partition() the parameter is late: recorded, kept whole on every rank, until adopted.
+    // After partition() the parameter is late: recorded, kept whole on every rank, until adopted;
+    // its late_parameter violations carry the caller's source location.
     ParamId addParameter(ModuleId owner, std::string_view name, Shape shape, DType dtype,
-                         const void *init);
+                         const void *init,
+                         std::source_location where = std::source_location::current());
     // Removes a parameter from its module (weight_norm removing `weight`).
     void removeParameter(ParamId param);
     // zero.Init: partitions every parameter; parameters added afterwards are late.

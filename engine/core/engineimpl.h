@@ -129,6 +129,7 @@ struct Engine::Impl
     std::deque<ParamInfo> params;
     std::vector<std::vector<std::byte>> pending; // full tensors before partition()
     std::vector<ParamId> lateParams;
+    std::map<ParamId, std::source_location> lateSites; // where each late parameter was added
     std::deque<GatherTotals> gatherTotals; // by parameter id
     std::vector<bool> lateReported;
 

@@ -1,6 +1,7 @@
 #include <QtTest>
 
 #include <cmath>
+#include <source_location>
 
 #include "testworld.h"
 
@@ -13,6 +14,7 @@ struct ConvModel
     test::MemorySink sink;
     ModuleId conv = 0;
     ParamId weight = 0, bias = 0;
+    std::uint_least32_t addedAt = 0; // the line that added weight_g
 
     explicit ConvModel(int world)
     {
@@ -35,6 +37,7 @@ struct ConvModel
         for (float &x : g)
             x = std::sqrt(x);
         const ParamId pg = engine->addParameter(conv, "weight_g", {1, 1, 3}, DType::F32, g);
+        addedAt = std::source_location::current().line() - 1;
         const ParamId pv = engine->addParameter(conv, "weight_v", {4, 2, 3}, DType::F32, w);
         return {pg, pv};
     }
@@ -82,6 +85,10 @@ void TestLateParameters::lateParametersAreDetected()
             late.push_back(m.engine->param(vr.param).name);
             QCOMPARE(vr.count, std::uint64_t(2));
             QVERIFY2(vr.fix.find("register_external_parameter(pos_conv, ") != std::string::npos, vr.fix.c_str());
+            // where the late parameter was added: this file, the weight_norm helper's line
+            QVERIFY2(vr.location.file.ends_with("tst_lateparameters.cpp"), vr.location.file.c_str());
+            QCOMPARE(vr.location.line,
+                     m.engine->param(vr.param).name == "pos_conv.weight_g" ? m.addedAt : m.addedAt + 2);
         }
     std::sort(late.begin(), late.end());
     QCOMPARE(late, (std::vector<std::string>{"pos_conv.weight_g", "pos_conv.weight_v"}));
