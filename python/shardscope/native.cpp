@@ -126,10 +126,18 @@ class Agent
         py::gil_scoped_release release;
         return m_inspector->flushNow();
     }
+    // The signal path goes only once the inspector has finished: a SIGTERM during the finish
+    // (a launcher stopping the other ranks as this one fails) then waits for it in
+    // Inspector::finish and the snapshot is written before the process dies; with the
+    // default disposition back first, it died mid-finish without one.
     void finish(const std::string &reason)
     {
         py::gil_scoped_release release;
-        m_onSignal.reset();
+        struct Release
+        {
+            std::unique_ptr<server::FinishOnSignal> &onSignal;
+            ~Release() { onSignal.reset(); }
+        } release_after{m_onSignal};
         m_inspector->finish(reason);
     }
     // SIGTERM finishes the inspector (the snapshot written) from a native thread, then the
