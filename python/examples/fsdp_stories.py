@@ -150,6 +150,7 @@ def main():
     p.add_argument("--kill-rank", type=int, default=-1,
                    help="this rank kills itself (SIGKILL) inside blocks[0]'s forward of --kill-at-step")
     p.add_argument("--kill-at-step", type=int, default=0)
+    p.add_argument("--profile", default="", help="cProfile rank 0's training loop into this file")
     a = p.parse_args()
 
     if a.device == "cuda":
@@ -188,6 +189,11 @@ def main():
     timings = []
     while a.wait_before_train and not os.path.exists(a.wait_before_train):
         time.sleep(0.05)
+    profiler = None
+    if a.profile and rank == 0:
+        import cProfile
+        profiler = cProfile.Profile()
+        profiler.enable()
     for step in range(a.steps):
         if rank == a.kill_rank and step + 1 == a.kill_at_step:
             model.blocks[0].register_forward_pre_hook(die)
@@ -231,6 +237,9 @@ def main():
         if a.steps <= 20:
             print(f"rank {rank} step {step + 1} loss {loss.item():.4f}", flush=True)
 
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(a.profile)
     if a.timing:
         with open(a.timing.replace("{rank}", str(rank)), "w") as f:
             for t in timings:

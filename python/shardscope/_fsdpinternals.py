@@ -97,6 +97,19 @@ PREDICTION_ATTRIBUTES = {
 # A module's FSDP state: torch.distributed.fsdp._fully_shard._fsdp_state._get_module_fsdp_state
 STATE_OF = ("_fsdp_state", "_get_module_fsdp_state")
 
+# A group's training state during its pre-backward (FSDPParamGroup._training_state):
+# _fsdp_common.TrainingState.PRE_BACKWARD
+PRE_BACKWARD = ("_fsdp_common", "TrainingState", "PRE_BACKWARD")
+_pre_backward = []
+
+
+def pre_backward_state():
+    """TrainingState.PRE_BACKWARD (looked up once: read on every group's pre-backward)."""
+    if not _pre_backward:
+        module, cls, member = PRE_BACKWARD
+        _pre_backward.append(getattr(_class(module, cls), member))
+    return _pre_backward[0]
+
 
 def torch_version():
     import torch

@@ -100,7 +100,8 @@ class _Group:
     """What the agent knows of one FSDPParamGroup."""
 
     __slots__ = ("group", "unit", "unit_path", "modules", "params", "status", "reason", "cause",
-                 "in_backward", "fsdp_params", "world", "reduce_scatters", "reduce_bytes")
+                 "in_backward", "fsdp_params", "world", "reduce_scatters", "reduce_bytes",
+                 "reduce_size")
 
     def __init__(self):
         self.params = []  # [(pid, bytes all-gathered)]
@@ -110,6 +111,7 @@ class _Group:
         self.in_backward = False
         self.reduce_scatters = 0
         self.reduce_bytes = 0
+        self.reduce_size = None  # ((reduce dtype, world, parameters), bytes): on_foreach_reduce
 
 
 class _Agent:
@@ -168,7 +170,8 @@ class _Agent:
         self.loss = None  # the tensor the script's loss.backward() ran on in this step
         self.unit_recs = {}  # id(module of an FSDP unit) -> its group's record (_watch_forward)
         self.forward_classes = {}  # FSDP unit class -> (its own forward or _MISSING, the wrapper)
-        self.to_local_restore = None  # puts DTensor.to_local back (_watch_to_local)
+        self.to_local_restore = None  # puts DTensor.to_local and zero_grad back (_watch_to_local)
+        self.mode_class = None  # the read watching's TorchFunctionMode (_enter_mode)
         self.uninstall = _fi.install(self)
         self.unwatch_backward = _runtime.watch_backward(self._keep_loss)
         self._watch_to_local()
@@ -598,9 +601,35 @@ class _Agent:
         to_local.__doc__, to_local.__wrapped__ = previous.__doc__, previous
         DTensor.to_local = to_local
 
+        # Optimizer.zero_grad reads and writes every parameter's .grad, each a
+        # __torch_function__ call while the read watching is on (~800 a step on a 402-parameter
+        # model, 1.5 ms of the step's agent time: docs/performance.md, section 15). Those are
+        # the optimizer's, not the user's reads: the watching is off while it runs, as it is
+        # for optimizer.step() (the step hooks).
+        from torch.optim import Optimizer
+
+        previous_zero_grad = Optimizer.__dict__["zero_grad"]
+
+        def zero_grad(optimizer, *args, **kwargs):
+            if agent.mode is None:
+                return previous_zero_grad(optimizer, *args, **kwargs)
+            agent._leave_mode()
+            try:
+                return previous_zero_grad(optimizer, *args, **kwargs)
+            finally:
+                if not agent.closed and not agent.is_paused and agent.root is not None \
+                        and not agent.in_root_forward and not agent.inside:
+                    agent._enter_mode()
+
+        zero_grad.__name__, zero_grad.__qualname__ = previous_zero_grad.__name__, previous_zero_grad.__qualname__
+        zero_grad.__doc__, zero_grad.__wrapped__ = previous_zero_grad.__doc__, previous_zero_grad
+        Optimizer.zero_grad = zero_grad
+
         def restore():
             if DTensor.__dict__.get("to_local") is to_local:
                 DTensor.to_local = previous
+            if Optimizer.__dict__.get("zero_grad") is zero_grad:
+                Optimizer.zero_grad = previous_zero_grad
 
         self.to_local_restore = restore
 
@@ -612,6 +641,14 @@ class _Agent:
     def _enter_mode(self):
         if self.mode is not None or self.closed:
             return
+        if self.mode_class is None:
+            self.mode_class = self._shard_reads_class()
+        self.mode = self.mode_class()
+        self.mode.__enter__()
+
+    def _shard_reads_class(self):
+        """The read watching: a TorchFunctionMode, made once (entered and left several times a
+        step: after backward, after the optimizer's step and zero_grad)."""
         from torch.distributed.tensor import DTensor
         from torch.overrides import TorchFunctionMode
 
@@ -631,8 +668,7 @@ class _Agent:
                     agent._derived(r, hit[1])  # model.w.t(), then mixed: still model.w's read
                 return r
 
-        self.mode = ShardReads()
-        self.mode.__enter__()
+        return ShardReads
 
     def _leave_mode(self):
         if self.mode is not None:
@@ -738,7 +774,7 @@ class _Agent:
         return self.causes[-1] if self.causes else ("gathered_parameters", None)
 
     def on_unshard(self, fn, g, *args, **kwargs):
-        rec = self._group(g)
+        rec = self.groups.get(id(g)) or self._group(g)
         if rec is None or self.closed:
             return fn(g, *args, **kwargs)
         pending = g._all_gather_result is not None
@@ -755,17 +791,14 @@ class _Agent:
         return r
 
     def on_to_unsharded(self, fn, g):
-        rec = self._group(g)
+        rec = self.groups.get(id(g)) or self._group(g)
         was = g.is_unsharded
         r = fn(g)
         if rec is not None and not was and not self.closed:
             if rec.status == SHARDED:
                 rec.reason, rec.cause = self._cause()
             self.native.status_changed_many(rec.params, rec.status, UNSHARDED, rec.cause, rec.reason)
-            rec.status = UNSHARDED
-            for fp in rec.fsdp_params:
-                if hasattr(fp, "_unsharded_param"):
-                    self.known.add(id(fp._unsharded_param))
+            rec.status = UNSHARDED  # (its unsharded parameters are known: _scan_late adds them)
         return r
 
     def _resharded(self, rec):
@@ -775,19 +808,19 @@ class _Agent:
             rec.status = SHARDED
 
     def on_to_sharded(self, fn, g):
-        rec = self._group(g)
+        rec = self.groups.get(id(g)) or self._group(g)
         r = fn(g)
         self._resharded(rec)
         return r
 
     def on_to_sharded_post_forward(self, fn, g):
-        rec = self._group(g)
+        rec = self.groups.get(id(g)) or self._group(g)
         r = fn(g)
         self._resharded(rec)
         return r
 
     def on_pre_forward(self, fn, g, module, *args, **kwargs):
-        rec = self._group(g)
+        rec = self.groups.get(id(g)) or self._group(g)
         if rec is None or self.closed:
             return fn(g, module, *args, **kwargs)
         mid = self.mids.get(id(module), rec.unit)
@@ -802,7 +835,7 @@ class _Agent:
             self.causes.pop()
 
     def on_post_forward(self, fn, g, module, *args, **kwargs):
-        rec = self._group(g)
+        rec = self.groups.get(id(g)) or self._group(g)
         if rec is None or self.closed:
             return fn(g, module, *args, **kwargs)
         mid = self.mids.get(id(module), rec.unit) if module is not None else rec.unit
@@ -817,12 +850,10 @@ class _Agent:
             self.native.module_exit(mid, "forward")
 
     def on_pre_backward(self, fn, g, *args, **kwargs):
-        rec = self._group(g)
+        rec = self.groups.get(id(g)) or self._group(g)
         if rec is None or self.closed or rec.in_backward:
             return fn(g, *args, **kwargs)
-        from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState
-
-        if g._training_state == TrainingState.PRE_BACKWARD:
+        if g._training_state == _fi.pre_backward_state():
             return fn(g, *args, **kwargs)
         rec.in_backward = True
         # No mode is left or entered here: autograd runs the pass on a copy of the thread's
@@ -838,7 +869,7 @@ class _Agent:
             self.causes.pop()
 
     def on_post_backward(self, fn, g, *args, **kwargs):
-        rec = self._group(g)
+        rec = self.groups.get(id(g)) or self._group(g)
         if rec is None or self.closed:
             return fn(g, *args, **kwargs)
         self.causes.append(("backward", rec.unit))
@@ -871,13 +902,21 @@ class _Agent:
         reduce_dtype = args[3] if len(args) > 3 else kwargs.get("reduce_dtype")
         if not isinstance(reduce_dtype, torch.dtype):  # None: the gradients' own
             reduce_dtype = unsharded_grads[0].dtype
-        numel = 0
-        for grad in unsharded_grads:
-            shape = grad.shape
-            rows = shape[0] if len(shape) else 1
-            numel += -(-rows // world) * world * (grad.numel() // rows if rows else 0)
-        nbytes = numel * reduce_dtype.itemsize
         n = len(unsharded_grads)  # foreach_reduce empties the list
+        # The gradients have their parameters' shapes: their size is worked out once per set
+        # of parameters, reduce dtype and world (23 µs a group and step under cProfile when
+        # done every time)
+        key = (reduce_dtype, world, tuple(map(id, fsdp_params)))
+        if rec.reduce_size is not None and rec.reduce_size[0] == key:
+            nbytes = rec.reduce_size[1]
+        else:
+            numel = 0
+            for grad in unsharded_grads:
+                shape = grad.shape
+                rows = shape[0] if len(shape) else 1
+                numel += -(-rows // world) * world * (grad.numel() // rows if rows else 0)
+            nbytes = numel * reduce_dtype.itemsize
+            rec.reduce_size = (key, nbytes)
         on_cpu = unsharded_grads[0].device.type == "cpu"
         self.native.reduce_scatter_begin(rec.unit, None, nbytes, n)
         r = fn(fsdp_params, unsharded_grads, group, *args, **kwargs)

@@ -109,6 +109,7 @@ class FailingBackward(torch.autograd.Function):
 
 
 torch_backward = torch.Tensor.backward
+torch_zero_grad = torch.optim.Optimizer.zero_grad
 sf.install(listen=False)
 tiny = Tiny()
 fully_shard(tiny.fc1)
@@ -117,10 +118,13 @@ opt = torch.optim.Adam(tiny.parameters(), lr=1e-2)
 for step in range(4):
     tiny(torch.ones(2, 4)).sum().backward()
     opt.step()
-    opt.zero_grad()
+    opt.zero_grad()  # the read watching is off while it runs (its .grad reads), on after it
     assert _len_torch_function_stack() == 1, f"step {step}: {_len_torch_function_stack()} modes"
+    assert all(p.grad is None for p in tiny.parameters()), "zero_grad did not run"
+assert torch.optim.Optimizer.zero_grad is not torch_zero_grad, "zero_grad is not observed"
 sf.pause()
 assert _len_torch_function_stack() == 0, "paused, yet a mode is left"
+assert torch.optim.Optimizer.zero_grad is torch_zero_grad, "paused, yet zero_grad is wrapped"
 sf.resume()
 assert _len_torch_function_stack() == 1
 try:
@@ -133,6 +137,7 @@ assert _len_torch_function_stack() == 1, "the failed backward left the stack cha
 sf.finish()
 assert _len_torch_function_stack() == 0, "finish() left a mode"
 assert torch.Tensor.backward is torch_backward, "finish() left torch.Tensor.backward wrapped"
+assert torch.optim.Optimizer.zero_grad is torch_zero_grad, "finish() left zero_grad wrapped"
 assert "forward" not in type(tiny.fc1).__dict__, "finish() left the unit's forward wrapped"
 from torch.distributed.tensor import DTensor
 
