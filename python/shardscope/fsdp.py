@@ -101,17 +101,18 @@ class _Group:
 
     __slots__ = ("group", "unit", "unit_path", "modules", "params", "status", "reason", "cause",
                  "in_backward", "fsdp_params", "world", "reduce_scatters", "reduce_bytes",
-                 "reduce_size")
+                 "reduce_size", "handle")
 
     def __init__(self):
         self.params = []  # [(pid, bytes all-gathered)]
+        self.handle = None  # the native agent's number for params (define_group)
         self.status = SHARDED
         self.reason = "forward"
         self.cause = None
         self.in_backward = False
         self.reduce_scatters = 0
         self.reduce_bytes = 0
-        self.reduce_size = None  # ((reduce dtype, world, parameters), bytes): on_foreach_reduce
+        self.reduce_size = None  # ((reduce dtype, world, parameters), (bytes, on the CPU)): on_foreach_reduce
 
 
 class _Agent:
@@ -417,6 +418,7 @@ class _Agent:
             self.known.add(key)
             if hasattr(fp, "_unsharded_param"):
                 self.known.add(id(fp._unsharded_param))
+        rec.handle = self.native.define_group(rec.params)
 
     def _new_pid(self):
         self.next_pid += 1
@@ -786,7 +788,7 @@ class _Agent:
             self.inside -= 1
         if not pending and not was and g._all_gather_result is not None and rec.status == SHARDED:
             rec.reason, rec.cause = self._cause()
-            self.native.status_changed_many(rec.params, SHARDED, GATHERING, rec.cause, rec.reason)
+            self.native.group_status(rec.handle, SHARDED, GATHERING, rec.cause, rec.reason)
             rec.status = GATHERING
         return r
 
@@ -797,14 +799,14 @@ class _Agent:
         if rec is not None and not was and not self.closed:
             if rec.status == SHARDED:
                 rec.reason, rec.cause = self._cause()
-            self.native.status_changed_many(rec.params, rec.status, UNSHARDED, rec.cause, rec.reason)
+            self.native.group_status(rec.handle, rec.status, UNSHARDED, rec.cause, rec.reason)
             rec.status = UNSHARDED  # (its unsharded parameters are known: _scan_late adds them)
         return r
 
     def _resharded(self, rec):
         if rec is not None and rec.status != SHARDED and not self.closed:
             cause = self.causes[-1][1] if self.causes else None
-            self.native.status_changed_many(rec.params, rec.status, SHARDED, cause, "forward")
+            self.native.group_status(rec.handle, rec.status, SHARDED, cause, "forward")
             rec.status = SHARDED
 
     def on_to_sharded(self, fn, g):
@@ -908,7 +910,7 @@ class _Agent:
         # done every time)
         key = (reduce_dtype, world, tuple(map(id, fsdp_params)))
         if rec.reduce_size is not None and rec.reduce_size[0] == key:
-            nbytes = rec.reduce_size[1]
+            nbytes, on_cpu = rec.reduce_size[1]
         else:
             numel = 0
             for grad in unsharded_grads:
@@ -916,8 +918,8 @@ class _Agent:
                 rows = shape[0] if len(shape) else 1
                 numel += -(-rows // world) * world * (grad.numel() // rows if rows else 0)
             nbytes = numel * reduce_dtype.itemsize
-            rec.reduce_size = (key, nbytes)
-        on_cpu = unsharded_grads[0].device.type == "cpu"
+            on_cpu = unsharded_grads[0].device.type == "cpu"  # (a Device object made per read)
+            rec.reduce_size = (key, (nbytes, on_cpu))
         self.native.reduce_scatter_begin(rec.unit, None, nbytes, n)
         r = fn(fsdp_params, unsharded_grads, group, *args, **kwargs)
         rec.reduce_scatters += 1

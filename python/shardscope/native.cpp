@@ -149,6 +149,16 @@ class Agent
                 *m_inspector, "shardscope (rank " + std::to_string(m_rank) + ")",
                 std::vector<int>{SIGTERM});
     }
+    std::size_t defineGroup(std::vector<std::pair<ParamId, std::uint64_t>> params)
+    {
+        m_groups.push_back(std::move(params));
+        return m_groups.size() - 1;
+    }
+    const std::vector<std::pair<ParamId, std::uint64_t>> &group(std::size_t g) const
+    {
+        if (g >= m_groups.size()) throw py::index_error("no parameter group " + std::to_string(g));
+        return m_groups[g];
+    }
     void refreshDiscovery() { m_inspector->refreshDiscovery(); }
     std::uint64_t dropped() const { return m_inspector->droppedEvents(); }
     std::uint64_t published() const { return m_inspector->publishedEvents(); }
@@ -158,6 +168,7 @@ class Agent
     std::unique_ptr<server::Inspector> m_inspector;
     std::unique_ptr<server::FinishOnSignal> m_onSignal; // before the inspector it names goes
     int m_rank = 0;
+    std::vector<std::vector<std::pair<ParamId, std::uint64_t>>> m_groups; // defineGroup's
 };
 
 } // namespace
@@ -374,13 +385,21 @@ PYBIND11_MODULE(_native, module)
                  a.state().completeBuildNames(m);
              })
         // FSDP2 (shardscope.fsdp): a group's parameters change status together, in one call.
-        .def("status_changed_many",
-             [](Agent &a, const std::vector<std::pair<std::uint32_t, std::uint64_t>> &params,
-                int from, int to, std::optional<std::uint32_t> cause, const std::string &reason) {
+        // A group of parameters whose status changes together (an FSDP2 FSDPParamGroup), given
+        // once as [(param id, bytes all-gathered)]: group_status then takes its number, not the
+        // list (converting the list on each of a unit's six status changes a step cost the
+        // FSDP agent a quarter of its time: docs/performance.md, section 15).
+        .def("define_group",
+             [](Agent &a, std::vector<std::pair<std::uint32_t, std::uint64_t>> params) {
+                 return a.defineGroup(std::move(params));
+             })
+        .def("group_status",
+             [](Agent &a, std::size_t group, int from, int to, std::optional<std::uint32_t> cause,
+                const std::string &reason) {
                  const ParamStatus f = statusFrom(from), t = statusFrom(to);
                  const FetchReason r =
                      fromName(reason, fetchReasonFromName, kFetchReasonNames, "fetch reason");
-                 for (const auto &[id, bytes] : params)
+                 for (const auto &[id, bytes] : a.group(group))
                      a.state().statusChanged(id, f, t, moduleFrom(cause), bytes, r);
              })
         .def("module_enter",
