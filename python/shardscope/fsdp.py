@@ -605,7 +605,7 @@ class _Agent:
 
         # Optimizer.zero_grad reads and writes every parameter's .grad, each a
         # __torch_function__ call while the read watching is on (~800 a step on a 402-parameter
-        # model, 1.5 ms of the step's agent time: docs/performance.md, section 15). Those are
+        # model, 1.5 ms a step under cProfile: docs/performance.md, section 15). Those are
         # the optimizer's, not the user's reads: the watching is off while it runs, as it is
         # for optimizer.step() (the step hooks).
         from torch.optim import Optimizer
