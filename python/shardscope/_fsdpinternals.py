@@ -199,9 +199,11 @@ def state_of(module):
 
 
 def install(observer):
-    """Wraps HOOKS so that each calls observer.on_<method>(original, self, *args), and FUNCTIONS
-    so that each calls observer.on_<function>(original, *args); returns the function that
-    restores the originals."""
+    """Wraps HOOKS and FUNCTIONS and returns the function that restores the originals. A method
+    is replaced by observer.native_hook(class name, method, original) where that gives a replacement (the
+    group methods FsdpPath observes in C++), else wrapped so that it calls
+    observer.on_<method>(original, self, *args); a function so that it calls
+    observer.on_<function>(original, *args)."""
     restored = []
     for module, cls, method in HOOKS + OPTIONAL_HOOKS:
         c = _class(module, cls)
@@ -209,22 +211,24 @@ def install(observer):
         if method is None:  # an optional hook this torch does not have
             continue
         original = c.__dict__[method]
-        handler = getattr(observer, "on" + method if method.startswith("_") else "on_" + method)
-        if isinstance(original, staticmethod):
-            fn = original.__func__
+        static = isinstance(original, staticmethod)
+        fn = original.__func__ if static else original
+        wrapper = observer.native_hook(cls, method, fn)
+        if wrapper is None:
+            handler = getattr(observer, "on" + method if method.startswith("_") else "on_" + method)
+            if static:
 
-            def wrapper(*args, __fn=fn, __h=handler, **kwargs):
-                return __h(__fn, *args, **kwargs)
+                def wrapper(*args, __fn=fn, __h=handler, **kwargs):
+                    return __h(__fn, *args, **kwargs)
 
-            setattr(c, method, staticmethod(wrapper))
-        else:
+            else:
 
-            def wrapper(self, *args, __fn=original, __h=handler, **kwargs):
-                return __h(__fn, self, *args, **kwargs)
+                def wrapper(self, *args, __fn=original, __h=handler, **kwargs):
+                    return __h(__fn, self, *args, **kwargs)
 
-            wrapper.__name__ = method
-            wrapper.__qualname__ = f"{cls}.{method}"
-            setattr(c, method, wrapper)
+                wrapper.__name__ = method
+                wrapper.__qualname__ = f"{cls}.{method}"
+        setattr(c, method, staticmethod(wrapper) if static else wrapper)
         restored.append((c, method, original))
 
     for module, function in FUNCTIONS:

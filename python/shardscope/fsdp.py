@@ -97,22 +97,25 @@ def describe():
 
 
 class _Group:
-    """What the agent knows of one FSDPParamGroup."""
+    """What the agent knows of one FSDPParamGroup. Its status, the cause of its all-gather and
+    whether its backward scope is open are kept by the native path (FsdpPath), which observes
+    FSDP's group methods."""
 
-    __slots__ = ("group", "unit", "unit_path", "modules", "params", "status", "reason", "cause",
-                 "in_backward", "fsdp_params", "world", "reduce_scatters", "reduce_bytes",
-                 "reduce_size", "handle")
+    __slots__ = ("group", "unit", "unit_path", "modules", "params", "fsdp_params", "world",
+                 "reduce_scatters", "reduce_bytes", "reduce_size", "path", "index")
 
-    def __init__(self):
+    def __init__(self, path):
         self.params = []  # [(pid, bytes all-gathered)]
-        self.handle = None  # the native agent's number for params (define_group)
-        self.status = SHARDED
-        self.reason = "forward"
-        self.cause = None
-        self.in_backward = False
+        self.path = path  # the agent's FsdpPath
+        self.index = None  # the group's number there (add_group)
         self.reduce_scatters = 0
         self.reduce_bytes = 0
         self.reduce_size = None  # ((reduce dtype, world, parameters), (bytes, on the CPU)): on_foreach_reduce
+
+    @property
+    def status(self):
+        """SHARDED, GATHERING or UNSHARDED on this rank."""
+        return self.path.status(self.index)
 
 
 class _Agent:
@@ -144,9 +147,10 @@ class _Agent:
         self.names = {}  # pid -> fully qualified name
         self.late = {}  # id(param) -> pid, parameters created after fully_shard
         self.next_pid = 0
-        self.causes = []  # (reason, module id) of the FSDP hooks running now
-        self.scopes = []  # module ids of the units whose forward/backward is open
-        self.inside = 0  # depth of FSDP's own code (its reads of the shards are not the user's)
+        # FSDP's group methods observed natively (python/shardscope/fsdppath.h): the groups'
+        # statuses, the open scopes, each all-gather's cause, and `inside`, the depth of FSDP's
+        # own code (its reads of the shards are not the user's)
+        self.hot = _native.FsdpPath(self.native, self, _fi.pre_backward_state())
         self.reported = set()  # violations said and flushed (on_shard_read)
         self.in_root_forward = False
         self.in_step = False
@@ -158,7 +162,6 @@ class _Agent:
         self.derived = {}  # id -> (DTensor, pids entry): views of sharded parameters (_derived)
         self.candidate = None  # weakref to the last module fully_shard was called on
         self.checked = set()
-        self.reducing = None  # the _Group whose post_backward runs (foreach_reduce's)
         self.reduces = []  # CUDA reduce-scatters issued, not yet seen complete
         self.allocator = None  # posts an allocator_sample (CUDA models: _allocator.sampler)
         # torch < 2.13 does not check for a parameter shared by two groups: the agent does, at
@@ -190,7 +193,7 @@ class _Agent:
         def on_step_pre(optimizer, args, kwargs):
             a = me()
             if a is not None:
-                a.inside += 1  # the optimizer computes on the shards, legally
+                a.hot.inside += 1  # the optimizer computes on the shards, legally
                 # and its hundreds of ops a step pay nothing for the read watching
                 # (docs/performance.md, section 15)
                 a._leave_mode()
@@ -205,8 +208,8 @@ class _Agent:
                     if a.allocator is not None:
                         a.allocator()
                 finally:
-                    a.inside = max(0, a.inside - 1)
-                    if not a.inside and a.root is not None and not a.in_root_forward \
+                    a.hot.inside = max(0, a.hot.inside - 1)
+                    if not a.hot.inside and a.root is not None and not a.in_root_forward \
                             and not a.is_paused:
                         a._enter_mode()
 
@@ -233,6 +236,7 @@ class _Agent:
         if self.closed:
             return
         self.closed = True
+        self.hot.closed = True
         import atexit
 
         atexit.unregister(self.close)
@@ -255,7 +259,7 @@ class _Agent:
     def pause(self):
         if self.is_paused or self.closed:
             return
-        if self.in_step or self.in_root_forward or any(r.in_backward for r in self.groups.values()):
+        if self.in_step or self.in_root_forward or self.hot.any_in_backward():
             raise ShardScopeError("pause() between training steps (after optimizer.step(), before "
                                   "the next forward), not inside one")
         self._leave_mode()
@@ -281,7 +285,7 @@ class _Agent:
             g = rec.group
             now = UNSHARDED if g.is_unsharded else GATHERING if g._all_gather_result is not None else SHARDED
             if now != rec.status:
-                rec.status = now
+                self.hot.set_status(rec.index, now)
                 changed.extend((pid, now) for pid, _ in rec.params)
         if changed:
             self.native.set_statuses(changed)
@@ -299,6 +303,7 @@ class _Agent:
         if mid is None:
             mid = self.native.ensure_module(f"<unnamed {type(module).__name__}>", type(module).__name__)
             self.mids[id(module)] = mid
+            self.hot.set_module(module, mid)
         return mid
 
     def attach(self, model):
@@ -329,6 +334,7 @@ class _Agent:
                 f"torch.distributed.fsdp.fully_shard(model) (after fully_shard on its blocks), "
                 f"then attach(model), or install() before fully_shard")
         self.root = model
+        self.hot.attached = True
         self.allocator = _allocator.sampler(self.native, _allocator.device_of(model.parameters()))
         self.publish()
         if not self.in_root_forward:
@@ -364,6 +370,7 @@ class _Agent:
                 else type(module).__name__
             mid = self.native.ensure_module(path, label)
             self.mids[id(module)] = mid
+            self.hot.set_module(module, mid)
             self.paths[mid] = path
         for state in states:
             if "FSDPState" not in self.checked:
@@ -379,7 +386,7 @@ class _Agent:
             self.checked.add("FSDPParamGroup")
         rec = self.groups.get(id(g))
         if rec is None:
-            rec = self.groups[id(g)] = _Group()
+            rec = self.groups[id(g)] = _Group(self.hot)
         rec.group = g
         rec.modules = [self.module_id(m) for m in g.modules]
         for m in g.modules:
@@ -390,7 +397,7 @@ class _Agent:
         rec.fsdp_params = list(g.fsdp_params)
         mesh_info = g.mesh_info
         rec.world = int(getattr(mesh_info, "shard_mesh_size", self.world_size))
-        rec.status = UNSHARDED if g.is_unsharded else GATHERING if g._all_gather_result is not None else SHARDED
+        status = UNSHARDED if g.is_unsharded else GATHERING if g._all_gather_result is not None else SHARDED
         rec.params = []
         for fp in g.fsdp_params:
             if "FSDPParam" not in self.checked:
@@ -411,14 +418,14 @@ class _Agent:
                                   dtype=str(orig).replace("torch.", ""), numel=numel,
                                   partition_numel=partition, padded_numel=padded,
                                   persistent=False, partitioned=True, late=False,
-                                  status=rec.status, element_size=orig.itemsize)
+                                  status=status, element_size=orig.itemsize)
             rec.params.append((pid, padded * elem))
             self.names[pid] = name
             self.pids[key] = (pid, rec, fp)
             self.known.add(key)
             if hasattr(fp, "_unsharded_param"):
                 self.known.add(id(fp._unsharded_param))
-        rec.handle = self.native.define_group(rec.params)
+        rec.index = self.hot.add_group(g, rec.params, rec.unit, status)
 
     def _new_pid(self):
         self.next_pid += 1
@@ -545,11 +552,11 @@ class _Agent:
             return
         previous = cls.__dict__.get("forward", _MISSING) if entry is None else entry[0]
         original = getattr(cls, "forward") if previous is _MISSING else previous
-        units, agent = self.unit_recs, self
+        units, agent, hot = self.unit_recs, self, self.hot
 
         def forward(module, *args, **kwargs):
             rec = units.get(id(module))
-            if rec is None or rec.status == UNSHARDED or agent.mode is not None or agent.inside:
+            if rec is None or rec.status == UNSHARDED or agent.mode is not None or hot.inside:
                 return original(module, *args, **kwargs)
             return agent._bypassed_forward(original, module, args, kwargs)
 
@@ -589,11 +596,11 @@ class _Agent:
         from torch.distributed.tensor import DTensor
 
         previous = DTensor.__dict__["to_local"]
-        agent = self
+        agent, hot = self, self.hot
 
         def to_local(tensor, *args, **kwargs):
             entry = agent.pids.get(id(tensor))
-            if (entry is not None and agent.mode is not None and not agent.inside
+            if (entry is not None and agent.mode is not None and not hot.inside
                     and entry[2].sharded_param is tensor and entry[1].status != UNSHARDED
                     and _is_user(sys._getframe(1))):
                 agent.on_shard_read(tensor, entry)
@@ -620,7 +627,7 @@ class _Agent:
                 return previous_zero_grad(optimizer, *args, **kwargs)
             finally:
                 if not agent.closed and not agent.is_paused and agent.root is not None \
-                        and not agent.in_root_forward and not agent.inside:
+                        and not agent.in_root_forward and not hot.inside:
                     agent._enter_mode()
 
         zero_grad.__name__, zero_grad.__qualname__ = previous_zero_grad.__name__, previous_zero_grad.__qualname__
@@ -654,13 +661,13 @@ class _Agent:
         from torch.distributed.tensor import DTensor
         from torch.overrides import TorchFunctionMode
 
-        agent = self
+        agent, hot = self, self.hot
 
         class ShardReads(TorchFunctionMode):
 
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
-                if agent.inside or func in _METADATA_ONLY:
+                if hot.inside or func in _METADATA_ONLY:
                     return func(*args, **kwargs)
                 hit, plain = agent._mixed(args, kwargs)
                 if hit is not None and plain:
@@ -685,11 +692,11 @@ class _Agent:
         if self.root is None:
             if self.candidate is None or self.candidate() is None or not self._mixes(args, kwargs):
                 return None, False
-            self.inside += 1
+            self.hot.inside += 1
             try:
                 self.attach(self.candidate())
             finally:
-                self.inside -= 1
+                self.hot.inside -= 1
         hit = None
         plain = False
         for value in (*args, *kwargs.values()):
@@ -744,7 +751,7 @@ class _Agent:
         import torch
 
         pid, rec, fp = entry
-        self.inside += 1
+        self.hot.inside += 1
         try:
             unit = self._bypassed_unit()
             accessor = self.mids[id(unit)] if unit is not None else None
@@ -764,7 +771,7 @@ class _Agent:
                 self.reported.add(key)
                 self.flush()  # torch's error follows: the diagnosis first
         finally:
-            self.inside -= 1
+            self.hot.inside -= 1
         if self.guard == "error":
             raise UnregisteredAccessError(f"shardscope: {message}", fix)
         if first:
@@ -772,122 +779,12 @@ class _Agent:
                   flush=True)
 
     # ------------------------------------------------------------------ FSDP's methods
-    def _cause(self):
-        return self.causes[-1] if self.causes else ("gathered_parameters", None)
-
-    def on_unshard(self, fn, g, *args, **kwargs):
-        rec = self.groups.get(id(g)) or self._group(g)
-        if rec is None or self.closed:
-            return fn(g, *args, **kwargs)
-        pending = g._all_gather_result is not None
-        was = g.is_unsharded
-        self.inside += 1
-        try:
-            r = fn(g, *args, **kwargs)
-        finally:
-            self.inside -= 1
-        if not pending and not was and g._all_gather_result is not None and rec.status == SHARDED:
-            rec.reason, rec.cause = self._cause()
-            self.native.group_status(rec.handle, SHARDED, GATHERING, rec.cause, rec.reason)
-            rec.status = GATHERING
-        return r
-
-    def on_to_unsharded(self, fn, g):
-        rec = self.groups.get(id(g)) or self._group(g)
-        was = g.is_unsharded
-        r = fn(g)
-        if rec is not None and not was and not self.closed:
-            if rec.status == SHARDED:
-                rec.reason, rec.cause = self._cause()
-            self.native.group_status(rec.handle, rec.status, UNSHARDED, rec.cause, rec.reason)
-            rec.status = UNSHARDED  # (its unsharded parameters are known: _scan_late adds them)
-        return r
-
-    def _resharded(self, rec):
-        if rec is not None and rec.status != SHARDED and not self.closed:
-            cause = self.causes[-1][1] if self.causes else None
-            self.native.group_status(rec.handle, rec.status, SHARDED, cause, "forward")
-            rec.status = SHARDED
-
-    def on_to_sharded(self, fn, g):
-        rec = self.groups.get(id(g)) or self._group(g)
-        r = fn(g)
-        self._resharded(rec)
-        return r
-
-    def on_to_sharded_post_forward(self, fn, g):
-        rec = self.groups.get(id(g)) or self._group(g)
-        r = fn(g)
-        self._resharded(rec)
-        return r
-
-    def on_pre_forward(self, fn, g, module, *args, **kwargs):
-        rec = self.groups.get(id(g)) or self._group(g)
-        if rec is None or self.closed:
-            return fn(g, module, *args, **kwargs)
-        mid = self.mids.get(id(module), rec.unit)
-        self.native.module_enter(mid, "forward")
-        self.scopes.append(mid)
-        self.causes.append(("forward", mid))
-        self.inside += 1
-        try:
-            return fn(g, module, *args, **kwargs)
-        finally:
-            self.inside -= 1
-            self.causes.pop()
-
-    def on_post_forward(self, fn, g, module, *args, **kwargs):
-        rec = self.groups.get(id(g)) or self._group(g)
-        if rec is None or self.closed:
-            return fn(g, module, *args, **kwargs)
-        mid = self.mids.get(id(module), rec.unit) if module is not None else rec.unit
-        self.causes.append(("forward", mid))
-        self.inside += 1
-        try:
-            return fn(g, module, *args, **kwargs)
-        finally:
-            self.inside -= 1
-            self.causes.pop()
-            self._close_scope(mid)
-            self.native.module_exit(mid, "forward")
-
-    def on_pre_backward(self, fn, g, *args, **kwargs):
-        rec = self.groups.get(id(g)) or self._group(g)
-        if rec is None or self.closed or rec.in_backward:
-            return fn(g, *args, **kwargs)
-        if g._training_state == _fi.pre_backward_state():
-            return fn(g, *args, **kwargs)
-        rec.in_backward = True
-        # No mode is left or entered here: autograd runs the pass on a copy of the thread's
-        # function-mode stack (_keep_loss takes the read watching off around it).
-        self.native.module_enter(rec.unit, "backward")
-        self.scopes.append(rec.unit)
-        self.causes.append(("backward", rec.unit))
-        self.inside += 1
-        try:
-            return fn(g, *args, **kwargs)
-        finally:
-            self.inside -= 1
-            self.causes.pop()
-
-    def on_post_backward(self, fn, g, *args, **kwargs):
-        rec = self.groups.get(id(g)) or self._group(g)
-        if rec is None or self.closed:
-            return fn(g, *args, **kwargs)
-        self.causes.append(("backward", rec.unit))
-        self.inside += 1
-        self._poll_reduces()
-        self.reducing = rec  # foreach_reduce, if FSDP calls it, reduces this group
-        try:
-            return fn(g, *args, **kwargs)
-        finally:
-            self.reducing = None
-            self.inside -= 1
-            self.causes.pop()
-            if rec.in_backward:
-                rec.in_backward = False
-                self._close_scope(rec.unit)
-                self.native.module_exit(rec.unit, "backward")
+    # unshard, _to_unsharded, _to_sharded(_post_forward), pre/post_forward, pre/post_backward
+    # and _prefetch_unshard are observed natively (FsdpPath, python/shardscope/fsdppath.cpp:
+    # native_hook); the methods below, once a step or rarer, in Python.
+    def native_hook(self, cls, method, original):
+        """_fsdpinternals.install's question: FsdpPath's replacement for this method, or None."""
+        return self.hot.hook(method, original) if cls == "FSDPParamGroup" else None
 
     def on_foreach_reduce(self, fn, fsdp_params, unsharded_grads, group, *args, **kwargs):
         """A group's gradient reduce-scatter: reduce_scatter_begin when FSDP issues it, with
@@ -895,7 +792,8 @@ class _Agent:
         reduce_scatter_end once it has completed: on return on the CPU, else when its CUDA
         event is next seen complete (_poll_reduces: the next group's post-backward, the end of
         backward, the optimizer step; close() waits for the last ones)."""
-        rec = self.reducing
+        g = self.hot.reducing  # the group whose post_backward runs (FsdpPath)
+        rec = self.groups.get(id(g)) if g is not None else None
         if rec is None or self.closed or not unsharded_grads:
             return fn(fsdp_params, unsharded_grads, group, *args, **kwargs)
         world = group.size() if group is not None else 1
@@ -929,6 +827,7 @@ class _Agent:
             self.native.reduce_scatter_end(rec.unit, None, nbytes, n)
         else:
             self.reduces.append((event, rec.unit, nbytes, n))
+            self.hot.pending_reduces = True
         return r
 
     def _poll_reduces(self, wait=False):
@@ -942,29 +841,14 @@ class _Agent:
                 event.synchronize()
             self.reduces.pop(0)
             self.native.reduce_scatter_end(unit, None, nbytes, n)
-
-    def _close_scope(self, mid):
-        for i in range(len(self.scopes) - 1, -1, -1):
-            if self.scopes[i] == mid:
-                del self.scopes[i]
-                return
-
-    def on_prefetch_unshard(self, fn, target, pass_type, *args, **kwargs):
-        # FSDPState's own hooks prefetch after the group's pre-forward/backward returned: the
-        # cause is the unit whose scope is open.
-        cause = self.causes[-1][1] if self.causes else self.scopes[-1] if self.scopes else None
-        self.causes.append(("prefetch", cause))
-        try:
-            return fn(target, pass_type, *args, **kwargs)
-        finally:
-            self.causes.pop()
+        self.hot.pending_reduces = False
 
     def on_root_pre_forward(self, fn, state, module, *args, **kwargs):
         r = fn(state, module, *args, **kwargs)
         if (self.root is not None and not self.closed and not self.in_root_forward
                 and state._state_ctx.iter_forward_root is state):
             self.in_root_forward = True
-            self.scopes.clear()
+            self.hot.clear_scopes()
             self.derived.clear()
             self._leave_mode()  # FSDP unshards what the forward reads: nothing to watch
             if not self.in_step:
@@ -972,11 +856,11 @@ class _Agent:
         return r
 
     def on_force_complete_incomplete_states(self, fn, state, *args, **kwargs):
-        self.inside += 1
+        self.hot.inside += 1
         try:
             return fn(state, *args, **kwargs)
         finally:
-            self.inside -= 1
+            self.hot.inside -= 1
             if self.in_root_forward and not self.closed:
                 self.in_root_forward = False
                 self._enter_mode()
@@ -1004,11 +888,11 @@ class _Agent:
         return r
 
     def on_root_post_backward_final_callback(self, fn, state, *args, **kwargs):
-        self.inside += 1
+        self.hot.inside += 1
         try:
             return fn(state, *args, **kwargs)
         finally:
-            self.inside -= 1
+            self.hot.inside -= 1
             self._poll_reduces()
 
     def on_lazy_init(self, fn, state):

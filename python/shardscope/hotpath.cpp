@@ -1,4 +1,5 @@
 #include "hotpath.h"
+#include "fsdppath.h"
 
 #include <structmember.h>
 
@@ -111,6 +112,8 @@ struct Hook
     Phase phase;              // scopes
     bool begin;               // scopes: pre (true) or post
     HotPath::EngineCall call; // engine
+    std::shared_ptr<FsdpPath> fsdp; // shardscope.fsdp's group methods
+    FsdpPath::Method method;
 };
 
 using Observe = PyObject *(*)(Hook &h, PyObject *const *args, size_t nargsf, PyObject *kwnames);
@@ -155,6 +158,12 @@ PyObject *observeGetitem(Hook &h, PyObject *const *args, size_t nargsf, PyObject
     return h.hot->getitemCall(h.original, h.slow, args, nargsf);
 }
 
+// An FSDPParamGroup method (shardscope.fsdp): FsdpPath decides what the arguments are.
+PyObject *observeFsdp(Hook &h, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    return h.fsdp->call(h.method, h.original, args, nargsf, kwnames);
+}
+
 PyObject *hookGet(PyObject *self, PyObject *obj, PyObject *)
 {
     if (obj == nullptr || obj == Py_None) return Py_NewRef(self);
@@ -168,32 +177,9 @@ void hookDealloc(PyObject *self)
     Py_XDECREF(h->original);
     Py_XDECREF(h->slow);
     h->hot.~shared_ptr();
+    h->fsdp.~shared_ptr();
     type->tp_free(self);
     Py_DECREF(type);
-}
-
-// Runs after(), then returns r; when r is nullptr the pending Python error survives after()
-// (which must not raise then: its own errors are dropped, DeepSpeed's is what the user sees).
-template <typename After> PyObject *finally(PyObject *r, After &&after)
-{
-    if (!r) {
-        PyObject *type, *value, *traceback;
-        PyErr_Fetch(&type, &value, &traceback);
-        try {
-            after();
-        } catch (py::error_already_set &) {
-        } catch (const std::exception &) {
-        }
-        PyErr_Restore(type, value, traceback);
-        return nullptr;
-    }
-    try {
-        after();
-    } catch (...) {
-        Py_DECREF(r);
-        throw;
-    }
-    return r;
 }
 
 PyTypeObject *g_statusDescriptorType = nullptr;
@@ -224,7 +210,7 @@ void makeTypes()
         {Py_tp_descr_get, reinterpret_cast<void *>(hookGet)},
         {Py_tp_dealloc, reinterpret_cast<void *>(hookDealloc)},
         {Py_tp_members, hookMembers},
-        {Py_tp_doc, const_cast<char *>("a DeepSpeed function, observed")},
+        {Py_tp_doc, const_cast<char *>("a DeepSpeed or FSDP function, observed")},
         {0, nullptr}};
     g_statusDescriptorType =
         makeType("shardscope._native.StatusDescriptor", sizeof(StatusDescriptor),
@@ -242,6 +228,7 @@ Hook *makeHook(std::shared_ptr<HotPath> hot, vectorcallfunc observe, py::object 
     if (!o) throw py::error_already_set();
     auto *h = reinterpret_cast<Hook *>(o);
     new (&h->hot) std::shared_ptr<HotPath>(std::move(hot));
+    new (&h->fsdp) std::shared_ptr<FsdpPath>();
     h->vectorcall = observe;
     h->original = original.release().ptr();
     return h;
@@ -677,6 +664,14 @@ py::object HotPath::getitemHook(py::object original, py::object slow)
 {
     Hook *h = makeHook(shared_from_this(), hookCall<observeGetitem>, std::move(original));
     h->slow = slow.release().ptr();
+    return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject *>(h));
+}
+
+py::object fsdpHook(std::shared_ptr<FsdpPath> path, std::uint8_t method, py::object original)
+{
+    Hook *h = makeHook(nullptr, hookCall<observeFsdp>, std::move(original));
+    h->fsdp = std::move(path);
+    h->method = static_cast<FsdpPath::Method>(method);
     return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject *>(h));
 }
 

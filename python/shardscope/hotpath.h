@@ -31,6 +31,31 @@ namespace py = pybind11;
 // wrapper of torch.Tensor.backward (shardscope/_runtime.py, watch_backward).
 double lossNumber(py::handle loss);
 
+// Runs after(), then returns r; when r is nullptr the pending Python error survives after()
+// (which must not raise then: its own errors are dropped, the framework's is what the user
+// sees).
+template <typename After> PyObject *finally(PyObject *r, After &&after)
+{
+    if (!r) {
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        try {
+            after();
+        } catch (py::error_already_set &) {
+        } catch (const std::exception &) {
+        }
+        PyErr_Restore(type, value, traceback);
+        return nullptr;
+    }
+    try {
+        after();
+    } catch (...) {
+        Py_DECREF(r);
+        throw;
+    }
+    return r;
+}
+
 class HotPath : public std::enable_shared_from_this<HotPath>
 {
   public:
@@ -170,6 +195,11 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     std::vector<std::pair<ParamId, std::vector<ModuleId>>> m_changes; // flushActive's, reused
     py::str m_kActive; // ds_active_sub_modules
 };
+
+class FsdpPath;
+// The hook type's FSDP kind (shardscope.fsdp): a native callable that binds as a method, as
+// HotPath's hooks do, and calls path->call(method, original, ...).
+py::object fsdpHook(std::shared_ptr<FsdpPath> path, std::uint8_t method, py::object original);
 
 // Registers HotPath and its descriptor (StatusDescriptor) in the module; stateOf gives the
 // AgentState of the module's Agent object.

@@ -18,6 +18,7 @@
 
 #include "base/names.h"
 #include "state/shape.h"
+#include "fsdppath.h"
 #include "hotpath.h"
 #include "agent/agentstate.h"
 #include "server/finishonsignal.h"
@@ -149,16 +150,6 @@ class Agent
                 *m_inspector, "shardscope (rank " + std::to_string(m_rank) + ")",
                 std::vector<int>{SIGTERM});
     }
-    std::size_t defineGroup(std::vector<std::pair<ParamId, std::uint64_t>> params)
-    {
-        m_groups.push_back(std::move(params));
-        return m_groups.size() - 1;
-    }
-    const std::vector<std::pair<ParamId, std::uint64_t>> &group(std::size_t g) const
-    {
-        if (g >= m_groups.size()) throw py::index_error("no parameter group " + std::to_string(g));
-        return m_groups[g];
-    }
     void refreshDiscovery() { m_inspector->refreshDiscovery(); }
     std::uint64_t dropped() const { return m_inspector->droppedEvents(); }
     std::uint64_t published() const { return m_inspector->publishedEvents(); }
@@ -168,7 +159,6 @@ class Agent
     std::unique_ptr<server::Inspector> m_inspector;
     std::unique_ptr<server::FinishOnSignal> m_onSignal; // before the inspector it names goes
     int m_rank = 0;
-    std::vector<std::vector<std::pair<ParamId, std::uint64_t>>> m_groups; // defineGroup's
 };
 
 } // namespace
@@ -384,24 +374,6 @@ PYBIND11_MODULE(_native, module)
                      m.emplace(from, to);
                  a.state().completeBuildNames(m);
              })
-        // FSDP2 (shardscope.fsdp): a group's parameters change status together, in one call.
-        // A group of parameters whose status changes together (an FSDP2 FSDPParamGroup), given
-        // once as [(param id, bytes all-gathered)]: group_status then takes its number, not the
-        // list (converting the list on each of a unit's six status changes a step cost the
-        // FSDP agent a quarter of its time: docs/performance.md, section 15).
-        .def("define_group",
-             [](Agent &a, std::vector<std::pair<std::uint32_t, std::uint64_t>> params) {
-                 return a.defineGroup(std::move(params));
-             })
-        .def("group_status",
-             [](Agent &a, std::size_t group, int from, int to, std::optional<std::uint32_t> cause,
-                const std::string &reason) {
-                 const ParamStatus f = statusFrom(from), t = statusFrom(to);
-                 const FetchReason r =
-                     fromName(reason, fetchReasonFromName, kFetchReasonNames, "fetch reason");
-                 for (const auto &[id, bytes] : a.group(group))
-                     a.state().statusChanged(id, f, t, moduleFrom(cause), bytes, r);
-             })
         .def("module_enter",
              [](Agent &a, std::uint32_t m, const std::string &phase) {
                  a.state().moduleEnter(m, phaseFrom(phase));
@@ -479,6 +451,7 @@ PYBIND11_MODULE(_native, module)
             s.state = a.state().state();
             return wire::encodeSnapshot(s);
         });
-    agent::bindHotPath(
-        module, [](py::handle a) -> agent::AgentState & { return a.cast<Agent &>().state(); });
+    auto stateOf = [](py::handle a) -> agent::AgentState & { return a.cast<Agent &>().state(); };
+    agent::bindHotPath(module, stateOf);
+    agent::bindFsdpPath(module, stateOf); // shardscope.fsdp's group methods
 }

@@ -1,0 +1,345 @@
+#include "fsdppath.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "hotpath.h"
+
+namespace shardscope::agent {
+
+FsdpPath::FsdpPath(AgentState &state, py::object agent, py::object observer,
+                   py::object preBackward)
+    : m_state(state), m_agent(std::move(agent)), m_observer(observer),
+      m_preBackward(std::move(preBackward))
+{
+}
+
+py::object FsdpPath::hook(const std::string &name, py::object original)
+{
+    for (std::size_t i = 0; i < std::size(kMethodNames); ++i)
+        if (kMethodNames[i] == name)
+            return fsdpHook(shared_from_this(), static_cast<std::uint8_t>(i), std::move(original));
+    return py::none();
+}
+
+py::object FsdpPath::observer() const
+{
+    py::object o = m_observer();
+    if (o.is_none()) throw std::runtime_error("the shardscope.fsdp agent was closed");
+    return o;
+}
+
+FsdpPath::Group &FsdpPath::at(std::size_t group)
+{
+    if (group >= m_groups.size())
+        throw py::index_error("no FSDP group " + std::to_string(group));
+    return m_groups[group];
+}
+
+const FsdpPath::Group &FsdpPath::at(std::size_t group) const
+{
+    if (group >= m_groups.size())
+        throw py::index_error("no FSDP group " + std::to_string(group));
+    return m_groups[group];
+}
+
+std::size_t FsdpPath::addGroup(py::handle group,
+                               std::vector<std::pair<ParamId, std::uint64_t>> params,
+                               ModuleId unit, int status)
+{
+    if (status < kSharded || status > kUnsharded)
+        throw py::value_error("status must be 0 (sharded), 1 (gathering) or 2 (unsharded)");
+    auto [it, added] = m_index.try_emplace(group.ptr(), m_groups.size());
+    if (added) m_groups.emplace_back();
+    Group &g = m_groups[it->second];
+    g.object = group.ptr();
+    g.params = std::move(params);
+    g.unit = unit;
+    g.status = status;
+    return it->second;
+}
+
+bool FsdpPath::anyInBackward() const
+{
+    for (const Group &g : m_groups)
+        if (g.inBackward) return true;
+    return false;
+}
+
+py::object FsdpPath::reducing() const
+{
+    if (!m_reducing) return py::none();
+    return py::reinterpret_borrow<py::object>(m_reducing);
+}
+
+FsdpPath::Group *FsdpPath::groupOf(PyObject *g)
+{
+    auto it = m_index.find(g);
+    if (it != m_index.end()) return &m_groups[it->second];
+    if (!attached) return nullptr;
+    // A group the agent has not met (sharded after attach): published now, in Python.
+    observer().attr("_group")(py::handle(g));
+    it = m_index.find(g);
+    return it != m_index.end() ? &m_groups[it->second] : nullptr;
+}
+
+void FsdpPath::changeStatus(Group &g, int to, ModuleId cause, FetchReason reason)
+{
+    const auto from = static_cast<ParamStatus>(g.status);
+    for (const auto &[id, bytes] : g.params)
+        m_state.statusChanged(id, from, static_cast<ParamStatus>(to), cause, bytes, reason);
+    g.status = to;
+}
+
+void FsdpPath::closeScope(ModuleId m)
+{
+    for (auto i = m_scopes.size(); i-- > 0;)
+        if (m_scopes[i] == m) {
+            m_scopes.erase(m_scopes.begin() + static_cast<std::ptrdiff_t>(i));
+            return;
+        }
+}
+
+ModuleId FsdpPath::moduleOf(PyObject *module, ModuleId otherwise) const
+{
+    if (!module || module == Py_None) return otherwise;
+    auto it = m_modules.find(module);
+    return it != m_modules.end() ? it->second : otherwise;
+}
+
+bool FsdpPath::truth(PyObject *object, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(object, name);
+    if (!v) throw py::error_already_set();
+    const int t = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    if (t < 0) throw py::error_already_set();
+    return t != 0;
+}
+
+bool FsdpPath::isNone(PyObject *object, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(object, name);
+    if (!v) throw py::error_already_set();
+    const bool none = v == Py_None;
+    Py_DECREF(v);
+    return none;
+}
+
+namespace {
+
+// The argument FSDP passes as `name`: positional at index, or by keyword; nullptr: absent.
+PyObject *argument(PyObject *const *args, std::size_t nargsf, PyObject *kwnames,
+                   Py_ssize_t index, PyObject *name)
+{
+    const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (index < n) return args[index];
+    if (kwnames)
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); ++i)
+            if (PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, i), name) == 0) return args[n + i];
+    return nullptr;
+}
+
+} // namespace
+
+PyObject *FsdpPath::call(Method m, PyObject *original, PyObject *const *args, std::size_t nargsf,
+                         PyObject *kwnames)
+{
+    if (m == Method::PrefetchUnshard) return prefetchUnshard(original, args, nargsf, kwnames);
+    if (closed || PyVectorcall_NARGS(nargsf) < 1) // unbound without self: the original's error
+        return PyObject_Vectorcall(original, args, nargsf, kwnames);
+    Group *g = groupOf(args[0]);
+    if (!g) return PyObject_Vectorcall(original, args, nargsf, kwnames);
+    switch (m) {
+    case Method::Unshard: return unshard(*g, original, args, nargsf, kwnames);
+    case Method::ToUnsharded: return toUnsharded(g, original, args, nargsf, kwnames);
+    case Method::ToSharded:
+    case Method::ToShardedPostForward: return toSharded(g, original, args, nargsf, kwnames);
+    case Method::PreForward: return preForward(*g, original, args, nargsf, kwnames);
+    case Method::PostForward: return postForward(*g, original, args, nargsf, kwnames);
+    case Method::PreBackward: return preBackward(*g, original, args, nargsf, kwnames);
+    case Method::PostBackward: return postBackward(*g, original, args, nargsf, kwnames);
+    case Method::PrefetchUnshard: break;
+    }
+    return PyObject_Vectorcall(original, args, nargsf, kwnames);
+}
+
+// An all-gather issued for the group: GATHERING, with the cause of the method running now
+// (an explicit unshard() outside them: gathered_parameters). unshard() again while one is in
+// flight, or on an unsharded group, changes nothing.
+PyObject *FsdpPath::unshard(Group &g, PyObject *original, PyObject *const *args,
+                            std::size_t nargsf, PyObject *kwnames)
+{
+    PyObject *self = args[0];
+    const bool pending = !isNone(self, m_kAllGatherResult.ptr());
+    const bool was = truth(self, m_kIsUnsharded.ptr());
+    ++inside;
+    PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
+    --inside;
+    if (!r) return nullptr;
+    return finally(r, [&] {
+        if (!pending && !was && g.status == kSharded && !isNone(self, m_kAllGatherResult.ptr())) {
+            const Cause c =
+                m_causes.empty() ? Cause{FetchReason::GatheredParameters, kNoModule} : m_causes.back();
+            g.reason = c.reason;
+            g.cause = c.module;
+            changeStatus(g, kGathering, g.cause, g.reason);
+        }
+    });
+}
+
+// The group's unsharded parameters are registered: UNSHARDED (from SHARDED: an all-gather
+// that was waited for at once, both of its events).
+PyObject *FsdpPath::toUnsharded(Group *g, PyObject *original, PyObject *const *args,
+                                std::size_t nargsf, PyObject *kwnames)
+{
+    const bool was = truth(args[0], m_kIsUnsharded.ptr());
+    PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
+    if (!r || was) return r;
+    return finally(r, [&] {
+        if (g->status == kUnsharded) return;
+        if (g->status == kSharded) {
+            const Cause c =
+                m_causes.empty() ? Cause{FetchReason::GatheredParameters, kNoModule} : m_causes.back();
+            g->reason = c.reason;
+            g->cause = c.module;
+        }
+        changeStatus(*g, kUnsharded, g->cause, g->reason);
+    });
+}
+
+// The sharded DTensors are registered again: SHARDED, released by the method running now.
+PyObject *FsdpPath::toSharded(Group *g, PyObject *original, PyObject *const *args,
+                              std::size_t nargsf, PyObject *kwnames)
+{
+    PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
+    if (!r) return nullptr;
+    return finally(r, [&] {
+        if (g->status != kSharded)
+            changeStatus(*g, kSharded, m_causes.empty() ? kNoModule : m_causes.back().module,
+                         FetchReason::Forward);
+    });
+}
+
+// pre_forward(self, module, args, kwargs): the module's forward scope opens; what it
+// unshards is for its forward.
+PyObject *FsdpPath::preForward(Group &g, PyObject *original, PyObject *const *args,
+                               std::size_t nargsf, PyObject *kwnames)
+{
+    const ModuleId mid = moduleOf(argument(args, nargsf, kwnames, 1, m_kModule.ptr()), g.unit);
+    m_state.moduleEnter(mid, Phase::Forward);
+    m_scopes.push_back(mid);
+    m_causes.push_back({FetchReason::Forward, mid});
+    ++inside;
+    PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
+    --inside;
+    m_causes.pop_back();
+    return r;
+}
+
+// post_forward(self, module, input, output): the scope closes, even when FSDP raises.
+PyObject *FsdpPath::postForward(Group &g, PyObject *original, PyObject *const *args,
+                                std::size_t nargsf, PyObject *kwnames)
+{
+    const ModuleId mid = moduleOf(argument(args, nargsf, kwnames, 1, m_kModule.ptr()), g.unit);
+    m_causes.push_back({FetchReason::Forward, mid});
+    ++inside;
+    PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
+    --inside;
+    m_causes.pop_back();
+    return finally(r, [&] {
+        closeScope(mid);
+        m_state.moduleExit(mid, Phase::Forward);
+    });
+}
+
+// The group's backward scope opens at its first pre_backward of the pass (FSDP calls it once
+// per forward output that needs a gradient; again while PRE_BACKWARD: nothing new).
+PyObject *FsdpPath::preBackward(Group &g, PyObject *original, PyObject *const *args,
+                                std::size_t nargsf, PyObject *kwnames)
+{
+    if (g.inBackward) return PyObject_Vectorcall(original, args, nargsf, kwnames);
+    PyObject *state = PyObject_GetAttr(args[0], m_kTrainingState.ptr());
+    if (!state) return nullptr;
+    const int same = PyObject_RichCompareBool(state, m_preBackward.ptr(), Py_EQ);
+    Py_DECREF(state);
+    if (same < 0) return nullptr;
+    if (same) return PyObject_Vectorcall(original, args, nargsf, kwnames);
+    g.inBackward = true;
+    // No mode is left or entered here: autograd runs the pass on a copy of the thread's
+    // function-mode stack (shardscope.fsdp's _keep_loss takes the read watching off around it).
+    m_state.moduleEnter(g.unit, Phase::Backward);
+    m_scopes.push_back(g.unit);
+    m_causes.push_back({FetchReason::Backward, g.unit});
+    ++inside;
+    PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
+    --inside;
+    m_causes.pop_back();
+    return r;
+}
+
+// post_backward: the group's gradients are reduce-scattered (foreach_reduce, observed in
+// Python, asks reducing() whose they are); its backward scope closes, even when FSDP raises.
+PyObject *FsdpPath::postBackward(Group &g, PyObject *original, PyObject *const *args,
+                                 std::size_t nargsf, PyObject *kwnames)
+{
+    if (pendingReduces) observer().attr("_poll_reduces")(); // earlier groups' CUDA reduce-scatters
+    m_causes.push_back({FetchReason::Backward, g.unit});
+    ++inside;
+    PyObject *const previous = m_reducing;
+    m_reducing = args[0];
+    PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
+    m_reducing = previous;
+    --inside;
+    m_causes.pop_back();
+    return finally(r, [&] {
+        if (g.inBackward) {
+            g.inBackward = false;
+            closeScope(g.unit);
+            m_state.moduleExit(g.unit, Phase::Backward);
+        }
+    });
+}
+
+// _prefetch_unshard(target, pass_type): the unshards issued in it are prefetches, caused by
+// the unit whose method runs (FSDPState's hooks prefetch after the group's pre-forward or
+// pre-backward returned: then the unit whose scope is open).
+PyObject *FsdpPath::prefetchUnshard(PyObject *original, PyObject *const *args, std::size_t nargsf,
+                                    PyObject *kwnames)
+{
+    const ModuleId cause = !m_causes.empty() ? m_causes.back().module
+                           : !m_scopes.empty() ? m_scopes.back()
+                                               : kNoModule;
+    m_causes.push_back({FetchReason::Prefetch, cause});
+    PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
+    m_causes.pop_back();
+    return r;
+}
+
+void bindFsdpPath(py::module_ &m, AgentState &(*stateOf)(py::handle agent))
+{
+    py::class_<FsdpPath, std::shared_ptr<FsdpPath>>(m, "FsdpPath")
+        .def(py::init([stateOf](py::object agent, py::object observer, py::object preBackward) {
+                 AgentState &state = stateOf(agent);
+                 return std::make_shared<FsdpPath>(state, std::move(agent), std::move(observer),
+                                                   std::move(preBackward));
+             }),
+             py::arg("agent"), py::arg("observer"), py::arg("pre_backward"))
+        .def("hook", &FsdpPath::hook, py::arg("name"), py::arg("original"),
+             "The native replacement of FSDPParamGroup.<name> calling original, or None when "
+             "the method is not one observed natively")
+        .def("add_group", &FsdpPath::addGroup, py::arg("group"), py::arg("params"),
+             py::arg("unit"), py::arg("status"))
+        .def("status", &FsdpPath::status)
+        .def("set_status", &FsdpPath::setStatus)
+        .def("any_in_backward", &FsdpPath::anyInBackward)
+        .def("set_module", &FsdpPath::setModule)
+        .def("clear_scopes", &FsdpPath::clearScopes)
+        .def_property_readonly("reducing", &FsdpPath::reducing)
+        .def_readwrite("inside", &FsdpPath::inside)
+        .def_readwrite("closed", &FsdpPath::closed)
+        .def_readwrite("attached", &FsdpPath::attached)
+        .def_readwrite("pending_reduces", &FsdpPath::pendingReduces);
+}
+
+} // namespace shardscope::agent
