@@ -326,6 +326,7 @@ class _Agent:
         self.recorded_at = {}
         self.closed = False
         self.reduces = []  # CUDA gradient reduce-scatters issued, not yet seen complete
+        self.reduce_buckets = {}  # (dtype, ids of a bucket's parameters) -> _reduce_bucket's
         self.allocator = None  # posts an allocator_sample (a CUDA model: _allocator.sampler)
         self.paused = None  # while paused: ds_id -> ds_status at pause()
         self.built_violations = False  # a violation named modules while the model was built
@@ -786,6 +787,32 @@ class _Agent:
         if not params:
             return fn(optimizer, *args, **kwargs)
         self._poll_reduces()
+        # A bucket's size, module and device are worked out once per set of parameters and
+        # dtype: the buckets repeat step after step, and the pass over their ~200 parameters
+        # was most of this agent's Python time a step (300 µs under cProfile,
+        # docs/performance.md, section 10)
+        key = (dtype, tuple(map(id, params)))
+        known = self.reduce_buckets.get(key)
+        if known is None:
+            known = self.reduce_buckets[key] = self._reduce_bucket(params, dtype)
+            if len(self.reduce_buckets) > 256:  # not a bucket that repeats: forget the oldest
+                self.reduce_buckets.pop(next(iter(self.reduce_buckets)))
+        nbytes, module, pid, cuda = known
+        n = len(params)
+        events = getattr(optimizer, "param_reduce_events", None)
+        before = len(events) if events is not None else 0
+        self.native.reduce_scatter_begin(module if module is not None else 0, pid, nbytes, n)
+        r = fn(optimizer, *args, **kwargs)
+        if cuda and events is not None and len(events) > before:
+            self.reduces.append((events[-1], module if module is not None else 0, pid, nbytes, n))
+        else:
+            self.native.reduce_scatter_end(module if module is not None else 0, pid, nbytes, n)
+        return r
+
+    def _reduce_bucket(self, params, dtype):
+        """(bytes, module, parameter id or None, on CUDA) of a gradient bucket: each gradient
+        padded to its partition world, in the communication dtype; the module when all are one
+        module's, else 0 (the root); the parameter when it is one."""
         nbytes, owners, cuda = 0, set(), False
         for p in params:
             d = p.__dict__
@@ -799,16 +826,7 @@ class _Agent:
             cuda = cuda or p.device.type == "cuda"
         module = owners.pop() if len(owners) == 1 else 0
         pid = self.param_id(params[0]) if len(params) == 1 else None
-        n = len(params)
-        events = getattr(optimizer, "param_reduce_events", None)
-        before = len(events) if events is not None else 0
-        self.native.reduce_scatter_begin(module if module is not None else 0, pid, nbytes, n)
-        r = fn(optimizer, *args, **kwargs)
-        if cuda and events is not None and len(events) > before:
-            self.reduces.append((events[-1], module if module is not None else 0, pid, nbytes, n))
-        else:
-            self.native.reduce_scatter_end(module if module is not None else 0, pid, nbytes, n)
-        return r
+        return nbytes, module, pid, cuda
 
     def _poll_reduces(self, wait=False):
         """reduce_scatter_end for the CUDA reduce-scatters seen complete (wait: all, at
