@@ -200,9 +200,10 @@ def state_of(module):
 
 def install(observer):
     """Wraps HOOKS and FUNCTIONS and returns the function that restores the originals. A method
-    is replaced by observer.native_hook(class name, method, original) where that gives a replacement (the
-    group methods FsdpPath observes in C++), else wrapped so that it calls
-    observer.on_<method>(original, self, *args); a function so that it calls
+    is replaced by observer.native_hook(class name, method, original), a function by
+    observer.native_hook(module name, function, original), where that gives a replacement (what
+    FsdpPath observes in C++); else a method is wrapped so that it calls
+    observer.on_<method>(original, self, *args), a function so that it calls
     observer.on_<function>(original, *args)."""
     restored = []
     for module, cls, method in HOOKS + OPTIONAL_HOOKS:
@@ -234,12 +235,14 @@ def install(observer):
     for module, function in FUNCTIONS:
         m = importlib.import_module(_PKG + module)
         original = getattr(m, function)
-        handler = getattr(observer, "on_" + function)
+        wrapper = observer.native_hook(module, function, original)
+        if wrapper is None:
+            handler = getattr(observer, "on_" + function)
 
-        def wrapper(*args, __fn=original, __h=handler, **kwargs):
-            return __h(__fn, *args, **kwargs)
+            def wrapper(*args, __fn=original, __h=handler, **kwargs):
+                return __h(__fn, *args, **kwargs)
 
-        wrapper.__name__ = function
+            wrapper.__name__ = function
         setattr(m, function, wrapper)
         restored.append((m, function, original))
 

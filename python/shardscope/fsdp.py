@@ -101,16 +101,13 @@ class _Group:
     whether its backward scope is open are kept by the native path (FsdpPath), which observes
     FSDP's group methods."""
 
-    __slots__ = ("group", "unit", "unit_path", "modules", "params", "fsdp_params", "world",
-                 "reduce_scatters", "reduce_bytes", "reduce_size", "path", "index")
+    __slots__ = ("group", "unit", "unit_path", "modules", "params", "fsdp_params", "world", "path",
+                 "index")
 
     def __init__(self, path):
         self.params = []  # [(pid, bytes all-gathered)]
         self.path = path  # the agent's FsdpPath
         self.index = None  # the group's number there (add_group)
-        self.reduce_scatters = 0
-        self.reduce_bytes = 0
-        self.reduce_size = None  # ((reduce dtype, world, parameters), (bytes, on the CPU)): on_foreach_reduce
 
     @property
     def status(self):
@@ -446,10 +443,11 @@ class _Agent:
         units, params = [], []
         for rec in self.groups.values():
             fps = rec.fsdp_params
+            reduce_scatters, reduce_bytes = self.hot.reduce_counts(rec.index)
             units.append({"unit": rec.unit_path, "modules": [self.paths.get(m, "") for m in rec.modules],
                           "status": STATUS_WORDS[rec.status], "shard_world": rec.world,
-                          "params": len(fps), "reduce_scatters": rec.reduce_scatters,
-                          "reduce_scatter_bytes": rec.reduce_bytes})
+                          "params": len(fps), "reduce_scatters": reduce_scatters,
+                          "reduce_scatter_bytes": reduce_bytes})
             for (pid, nbytes), fp in zip(rec.params, fps):
                 sp = fp.sharded_param
                 shape = [int(s) for s in fp._orig_size]
@@ -779,56 +777,37 @@ class _Agent:
                   flush=True)
 
     # ------------------------------------------------------------------ FSDP's methods
-    # unshard, _to_unsharded, _to_sharded(_post_forward), pre/post_forward, pre/post_backward
-    # and _prefetch_unshard are observed natively (FsdpPath, python/shardscope/fsdppath.cpp:
+    # unshard, _to_unsharded, _to_sharded(_post_forward), pre/post_forward, pre/post_backward,
+    # _prefetch_unshard and foreach_reduce are observed natively (FsdpPath, python/shardscope/fsdppath.cpp:
     # native_hook); the methods below, once a step or rarer, in Python.
-    def native_hook(self, cls, method, original):
-        """_fsdpinternals.install's question: FsdpPath's replacement for this method, or None."""
-        return self.hot.hook(method, original) if cls == "FSDPParamGroup" else None
+    def native_hook(self, owner, name, original):
+        """_fsdpinternals.install's question: FsdpPath's replacement for this method (owner: its
+        class) or function (owner: its module), or None."""
+        if owner in ("FSDPParamGroup", "_fsdp_param_group"):
+            return self.hot.hook(name, original)
+        return None
 
-    def on_foreach_reduce(self, fn, fsdp_params, unsharded_grads, group, *args, **kwargs):
-        """A group's gradient reduce-scatter: reduce_scatter_begin when FSDP issues it, with
-        what it moves (every gradient's dim 0 padded to the shard world, in the reduce dtype),
-        reduce_scatter_end once it has completed: on return on the CPU, else when its CUDA
-        event is next seen complete (_poll_reduces: the next group's post-backward, the end of
-        backward, the optimizer step; close() waits for the last ones)."""
-        g = self.hot.reducing  # the group whose post_backward runs (FsdpPath)
-        rec = self.groups.get(id(g)) if g is not None else None
-        if rec is None or self.closed or not unsharded_grads:
-            return fn(fsdp_params, unsharded_grads, group, *args, **kwargs)
-        world = group.size() if group is not None else 1
+    def _reduce_size(self, unsharded_grads, group, reduce_dtype):
+        """(bytes, on the CPU) of a group's gradient reduce-scatter, as FsdpPath's foreach_reduce
+        hook asks for it when its parameters, process group or reduce dtype change: every
+        gradient's dim 0 padded to the shard world, in the reduce dtype (None: the gradients'
+        own)."""
         import torch
 
-        reduce_dtype = args[3] if len(args) > 3 else kwargs.get("reduce_dtype")
-        if not isinstance(reduce_dtype, torch.dtype):  # None: the gradients' own
+        world = group.size() if group is not None else 1
+        if not isinstance(reduce_dtype, torch.dtype):
             reduce_dtype = unsharded_grads[0].dtype
-        n = len(unsharded_grads)  # foreach_reduce empties the list
-        # The gradients have their parameters' shapes: their size is worked out once per set
-        # of parameters, reduce dtype and world (23 µs a group and step under cProfile when
-        # done every time)
-        key = (reduce_dtype, world, tuple(map(id, fsdp_params)))
-        if rec.reduce_size is not None and rec.reduce_size[0] == key:
-            nbytes, on_cpu = rec.reduce_size[1]
-        else:
-            numel = 0
-            for grad in unsharded_grads:
-                shape = grad.shape
-                rows = shape[0] if len(shape) else 1
-                numel += -(-rows // world) * world * (grad.numel() // rows if rows else 0)
-            nbytes = numel * reduce_dtype.itemsize
-            on_cpu = unsharded_grads[0].device.type == "cpu"  # (a Device object made per read)
-            rec.reduce_size = (key, (nbytes, on_cpu))
-        self.native.reduce_scatter_begin(rec.unit, None, nbytes, n)
-        r = fn(fsdp_params, unsharded_grads, group, *args, **kwargs)
-        rec.reduce_scatters += 1
-        rec.reduce_bytes += nbytes
-        event = r[1] if isinstance(r, tuple) and len(r) > 1 else None
-        if event is None or on_cpu:
-            self.native.reduce_scatter_end(rec.unit, None, nbytes, n)
-        else:
-            self.reduces.append((event, rec.unit, nbytes, n))
-            self.hot.pending_reduces = True
-        return r
+        numel = 0
+        for grad in unsharded_grads:
+            shape = grad.shape
+            rows = shape[0] if len(shape) else 1
+            numel += -(-rows // world) * world * (grad.numel() // rows if rows else 0)
+        return numel * reduce_dtype.itemsize, unsharded_grads[0].device.type == "cpu"
+
+    def _pending_reduce(self, event, unit, nbytes, n):
+        """A CUDA reduce-scatter issued (FsdpPath): its end when its event is seen complete."""
+        self.reduces.append((event, unit, nbytes, n))
+        self.hot.pending_reduces = True
 
     def _poll_reduces(self, wait=False):
         """reduce_scatter_end for the CUDA reduce-scatters seen complete (wait: all of them,

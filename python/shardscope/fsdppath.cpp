@@ -66,12 +66,6 @@ bool FsdpPath::anyInBackward() const
     return false;
 }
 
-py::object FsdpPath::reducing() const
-{
-    if (!m_reducing) return py::none();
-    return py::reinterpret_borrow<py::object>(m_reducing);
-}
-
 FsdpPath::Group *FsdpPath::groupOf(PyObject *g)
 {
     auto it = m_index.find(g);
@@ -146,6 +140,7 @@ PyObject *FsdpPath::call(Method m, PyObject *original, PyObject *const *args, st
                          PyObject *kwnames)
 {
     if (m == Method::PrefetchUnshard) return prefetchUnshard(original, args, nargsf, kwnames);
+    if (m == Method::ForeachReduce) return foreachReduce(original, args, nargsf, kwnames);
     if (closed || PyVectorcall_NARGS(nargsf) < 1) // unbound without self: the original's error
         return PyObject_Vectorcall(original, args, nargsf, kwnames);
     Group *g = groupOf(args[0]);
@@ -159,7 +154,8 @@ PyObject *FsdpPath::call(Method m, PyObject *original, PyObject *const *args, st
     case Method::PostForward: return postForward(*g, original, args, nargsf, kwnames);
     case Method::PreBackward: return preBackward(*g, original, args, nargsf, kwnames);
     case Method::PostBackward: return postBackward(*g, original, args, nargsf, kwnames);
-    case Method::PrefetchUnshard: break;
+    case Method::PrefetchUnshard:
+    case Method::ForeachReduce: break;
     }
     return PyObject_Vectorcall(original, args, nargsf, kwnames);
 }
@@ -278,8 +274,8 @@ PyObject *FsdpPath::preBackward(Group &g, PyObject *original, PyObject *const *a
     return r;
 }
 
-// post_backward: the group's gradients are reduce-scattered (foreach_reduce, observed in
-// Python, asks reducing() whose they are); its backward scope closes, even when FSDP raises.
+// post_backward: the group's gradients are reduce-scattered (foreachReduce: the group whose
+// post_backward runs); its backward scope closes, even when FSDP raises.
 PyObject *FsdpPath::postBackward(Group &g, PyObject *original, PyObject *const *args,
                                  std::size_t nargsf, PyObject *kwnames)
 {
@@ -316,6 +312,60 @@ PyObject *FsdpPath::prefetchUnshard(PyObject *original, PyObject *const *args, s
     return r;
 }
 
+// foreach_reduce(fsdp_params, unsharded_grads, reduce_scatter_group, ..., reduce_dtype (7th),
+// ...): the group's gradient reduce-scatter (the group whose post_backward runs).
+// reduce_scatter_begin when FSDP issues it, with what it moves (every gradient's dim 0 padded
+// to the shard world, in the reduce dtype), reduce_scatter_end once it has completed: on
+// return on the CPU, else when its CUDA event is next seen complete (Python's _poll_reduces:
+// the next group's post_backward, the end of backward, the optimizer step; finish() waits).
+PyObject *FsdpPath::foreachReduce(PyObject *original, PyObject *const *args, std::size_t nargsf,
+                                  PyObject *kwnames)
+{
+    const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    auto found = m_reducing ? m_index.find(m_reducing) : m_index.end();
+    if (closed || nargs < 3 || found == m_index.end())
+        return PyObject_Vectorcall(original, args, nargsf, kwnames);
+    Group &g = m_groups[found->second];
+    PyObject *params = args[0], *grads = args[1], *pg = args[2];
+    const Py_ssize_t n = PyObject_Length(grads); // foreach_reduce empties the list
+    if (n <= 0 || !PyList_Check(params)) {
+        PyErr_Clear();
+        return PyObject_Vectorcall(original, args, nargsf, kwnames);
+    }
+    PyObject *dtype = argument(args, nargsf, kwnames, 6, m_kReduceDtype.ptr());
+    if (!dtype) dtype = Py_None;
+    // The key: the parameters, the process group and the reduce dtype as FSDP passed them.
+    const Py_ssize_t np = PyList_GET_SIZE(params);
+    bool same = g.reduceKey.size() == static_cast<std::size_t>(np) + 2 &&
+                g.reduceKey[0] == pg && g.reduceKey[1] == dtype;
+    for (Py_ssize_t i = 0; same && i < np; ++i)
+        same = g.reduceKey[static_cast<std::size_t>(i) + 2] == PyList_GET_ITEM(params, i);
+    if (!same) {
+        py::tuple size = observer().attr("_reduce_size")(py::handle(grads), py::handle(pg),
+                                                         py::handle(dtype));
+        g.reduceSize = size[0].cast<std::uint64_t>();
+        g.reduceOnCpu = size[1].cast<bool>();
+        g.reduceKey.assign({pg, dtype});
+        for (Py_ssize_t i = 0; i < np; ++i)
+            g.reduceKey.push_back(PyList_GET_ITEM(params, i));
+    }
+    const std::uint64_t bytes = g.reduceSize;
+    const auto count = static_cast<std::uint32_t>(n);
+    m_state.reduceScatterBegin(g.unit, kNoParam, bytes, count);
+    PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
+    if (!r) return nullptr;
+    ++g.reduceScatters;
+    g.reduceBytes += bytes;
+    return finally(r, [&] {
+        PyObject *event = PyTuple_Check(r) && PyTuple_GET_SIZE(r) > 1 ? PyTuple_GET_ITEM(r, 1)
+                                                                       : Py_None;
+        if (event == Py_None || g.reduceOnCpu)
+            m_state.reduceScatterEnd(g.unit, kNoParam, bytes, count);
+        else
+            observer().attr("_pending_reduce")(py::handle(event), g.unit, bytes, count);
+    });
+}
+
 void bindFsdpPath(py::module_ &m, AgentState &(*stateOf)(py::handle agent))
 {
     py::class_<FsdpPath, std::shared_ptr<FsdpPath>>(m, "FsdpPath")
@@ -335,7 +385,7 @@ void bindFsdpPath(py::module_ &m, AgentState &(*stateOf)(py::handle agent))
         .def("any_in_backward", &FsdpPath::anyInBackward)
         .def("set_module", &FsdpPath::setModule)
         .def("clear_scopes", &FsdpPath::clearScopes)
-        .def_property_readonly("reducing", &FsdpPath::reducing)
+        .def("reduce_counts", &FsdpPath::reduceCounts)
         .def_readwrite("inside", &FsdpPath::inside)
         .def_readwrite("closed", &FsdpPath::closed)
         .def_readwrite("attached", &FsdpPath::attached)

@@ -1,12 +1,12 @@
 #pragma once
 // shardscope.fsdp's per-unit path, in C++: FSDP2's group methods it observes (unshard,
 // _to_unsharded, _to_sharded, _to_sharded_post_forward, pre/post_forward, pre/post_backward,
-// _prefetch_unshard) as native hooks. In Python each was a wrapper frame and a handler, ~1,300
+// _prefetch_unshard) and the foreach_reduce it calls as native hooks. In Python each was a wrapper frame and a handler, ~1,300
 // calls a step on a 101-unit model at ~7 µs each, +8 % of the training thread's CPU
 // (docs/performance.md, section 15). Here each is one vectorcall into C++ that keeps the
 // group's status, the open scopes and the cause of each all-gather, and writes the events
 // through AgentState. What is rare stays in Python (shardscope/fsdp.py): publishing a group
-// the first time, foreach_reduce's sizes, the read watching, violations.
+// the first time, working out a reduce-scatter's size, the read watching, violations.
 
 #include <cstdint>
 #include <deque>
@@ -39,11 +39,12 @@ class FsdpPath : public std::enable_shared_from_this<FsdpPath>
         PreBackward,
         PostBackward,
         PrefetchUnshard, // a staticmethod (target, pass_type)
+        ForeachReduce,   // the function _fsdp_param_group calls in post_backward
     };
     static constexpr std::string_view kMethodNames[] = {
         "unshard",      "_to_unsharded", "_to_sharded",   "_to_sharded_post_forward",
         "pre_forward",  "post_forward",  "pre_backward",  "post_backward",
-        "_prefetch_unshard"};
+        "_prefetch_unshard", "foreach_reduce"};
 
     // A group's status on this rank, as shardscope.fsdp numbers it (SHARDED, GATHERING,
     // UNSHARDED), which are ParamStatus's NotAvailable, Inflight, Available.
@@ -72,7 +73,11 @@ class FsdpPath : public std::enable_shared_from_this<FsdpPath>
     // A module's id (pre_forward/post_forward name the module whose forward runs).
     void setModule(py::handle module, ModuleId id) { m_modules[module.ptr()] = id; }
     void clearScopes() { m_scopes.clear(); } // the root's forward begins
-    py::object reducing() const; // the FSDPParamGroup whose post_backward runs, or None
+    // How many gradient reduce-scatters the group issued, and their bytes (describe()).
+    std::pair<std::uint64_t, std::uint64_t> reduceCounts(std::size_t group) const
+    {
+        return {at(group).reduceScatters, at(group).reduceBytes};
+    }
 
     int inside = 0;        // depth of FSDP's own code (its reads of the shards are not the user's)
     bool closed = false;   // the agent has finished: every hook passes through
@@ -89,6 +94,13 @@ class FsdpPath : public std::enable_shared_from_this<FsdpPath>
         FetchReason reason = FetchReason::Forward; // of the all-gather in flight
         ModuleId cause = kNoModule;
         bool inBackward = false;
+        std::uint64_t reduceScatters = 0, reduceBytes = 0;
+        // The last reduce-scatter's size, for the same parameters, process group and reduce
+        // dtype (borrowed: FSDP keeps them; compared, never dereferenced): worked out in
+        // Python (_reduce_size) only when one of them changes.
+        std::vector<PyObject *> reduceKey;
+        std::uint64_t reduceSize = 0;
+        bool reduceOnCpu = true;
     };
     struct Cause
     {
@@ -122,6 +134,8 @@ class FsdpPath : public std::enable_shared_from_this<FsdpPath>
                            std::size_t nargsf, PyObject *kwnames);
     PyObject *prefetchUnshard(PyObject *original, PyObject *const *args, std::size_t nargsf,
                               PyObject *kwnames);
+    PyObject *foreachReduce(PyObject *original, PyObject *const *args, std::size_t nargsf,
+                            PyObject *kwnames);
 
     AgentState &m_state;
     py::object m_agent;
@@ -134,7 +148,7 @@ class FsdpPath : public std::enable_shared_from_this<FsdpPath>
     std::vector<ModuleId> m_scopes; // units whose forward or backward is open
     PyObject *m_reducing = nullptr; // borrowed: post_backward's group while it runs
     py::str m_kAllGatherResult{"_all_gather_result"}, m_kIsUnsharded{"is_unsharded"},
-        m_kTrainingState{"_training_state"}, m_kModule{"module"};
+        m_kTrainingState{"_training_state"}, m_kModule{"module"}, m_kReduceDtype{"reduce_dtype"};
 };
 
 // Registers FsdpPath in the module; stateOf gives the AgentState of the module's Agent object.
