@@ -278,12 +278,16 @@ class _Suspects:
             self.params.pop(id(p), None)
 
     def close(self):
-        """Leaves the mode once nothing is suspect (never from inside the mode's callback)."""
+        """Leaves the mode once nothing is suspect (never from inside the mode's callback).
+        torch runs what a mode dispatched with that mode off its stack: a close there (the
+        scopes of a loss.backward() that went through the mode) does not find it, and torch
+        puts it back when the call returns. It is then kept, and left at the next close
+        outside such a call (HotPath asks at every scope while slow); forgetting it there
+        left it on the script's stack for good, after finish() too."""
         self.params.clear()
-        self.agent.hot.slow = False
-        if self.mode is not None:
-            mode, self.mode = self.mode, None
-            _leave_mode(mode)
+        if self.mode is not None and _leave_mode(self.mode):
+            self.mode = None
+        self.agent.hot.slow = self.mode is not None
 
 
 class _Agent:

@@ -1283,6 +1283,18 @@ class TestDeepSpeedAgent : public QObject
             "said = json.loads(ssd.agent().native.state_json())['violations']\n"
             "print('REPEATED:', err.getvalue().count('shardscope: rank 0:'),\n"
             "      [v['count'] for v in said if v['param'] == 'weight'])\n"
+            // The agent's mode, pending for a parameter read after forward (the Parameter object,
+            // legal), is off torch's stack while loss.backward() runs through it: the scopes'
+            // close there must not forget it, or it stays on the script's stack for good
+            "m2 = torch.nn.Sequential(torch.nn.Linear(4, 4))\n"
+            "eng, *_ = deepspeed.initialize(model=m2, optimizer=torch.optim.SGD(m2.parameters(), lr=0.1),\n"
+            "    config={'train_batch_size': 1, 'zero_allow_untested_optimizer': True,\n"
+            "    'zero_optimization': {'stage': 3, 'stage3_param_persistence_threshold': 0}})\n"
+            "depths = []\n"
+            "for _ in range(3):\n"
+            "    loss = eng(torch.ones(1, 4)).sum(); held = eng.module[0].weight\n"
+            "    eng.backward(loss); eng.step(); depths.append(depth())\n"
+            "print('BACKWARD:', depths[0], max(depths) <= 1)\n"
             "ssd.finish()\n"
             "print('MODES:', depth())\n"
             "print('RESTORED:', 'ds_status' not in torch.nn.Parameter.__dict__, "
@@ -1339,6 +1351,9 @@ class TestDeepSpeedAgent : public QObject
         // user's sees no more calls; after finish() none
         QVERIFY2(out.contains("OWNMODE: 2 0 1") && out.contains("MODES: 0"), qPrintable(out));
         QVERIFY2(out.contains("REPEATED: 1 [1]"), qPrintable(out));
+        // pending after the first step (it is left at the next forward's first scope), never
+        // two, none after finish() (MODES: 0 below)
+        QVERIFY2(out.contains("BACKWARD: 1 True"), qPrintable(out.right(1500)));
         QVERIFY2(out.contains("STAGE: this DeepSpeed engine runs ZeRO stage 0; "
                               "shardscope.deepspeed inspects ZeRO-3"),
                  qPrintable(out));
