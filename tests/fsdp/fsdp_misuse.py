@@ -109,6 +109,16 @@ class FailingBackward(torch.autograd.Function):
 
 
 torch_backward = torch.Tensor.backward
+from torch.distributed.fsdp._fully_shard import _fsdp_param_group as fpg
+
+
+def native():
+    """FSDP's group methods and foreach_reduce are the agent's native hooks (FsdpPath)."""
+    return all(type(f).__module__ == "shardscope._native"
+               for f in (fpg.FSDPParamGroup.__dict__["pre_forward"], fpg.foreach_reduce,
+                         fpg.FSDPParamGroup.__dict__["_prefetch_unshard"].__func__))
+
+
 torch_zero_grad = torch.optim.Optimizer.zero_grad
 sf.install(listen=False)
 tiny = Tiny()
@@ -122,11 +132,14 @@ for step in range(4):
     assert _len_torch_function_stack() == 1, f"step {step}: {_len_torch_function_stack()} modes"
     assert all(p.grad is None for p in tiny.parameters()), "zero_grad did not run"
 assert torch.optim.Optimizer.zero_grad is not torch_zero_grad, "zero_grad is not observed"
+assert native(), "FSDP's group methods are not observed natively"
 sf.pause()
+assert not native(), "paused, yet FSDP's group methods are the agent's"
 assert _len_torch_function_stack() == 0, "paused, yet a mode is left"
 assert torch.optim.Optimizer.zero_grad is torch_zero_grad, "paused, yet zero_grad is wrapped"
 sf.resume()
 assert _len_torch_function_stack() == 1
+assert native(), "resumed, yet FSDP's group methods are not observed"
 try:
     FailingBackward.apply(tiny(torch.ones(2, 4))).sum().backward()
 except ValueError as e:
@@ -139,6 +152,8 @@ assert _len_torch_function_stack() == 0, "finish() left a mode"
 assert torch.Tensor.backward is torch_backward, "finish() left torch.Tensor.backward wrapped"
 assert torch.optim.Optimizer.zero_grad is torch_zero_grad, "finish() left zero_grad wrapped"
 assert "forward" not in type(tiny.fc1).__dict__, "finish() left the unit's forward wrapped"
+assert not native() and fpg.FSDPParamGroup.pre_forward.__module__.startswith("torch"), \
+    "finish() left FSDP's group methods replaced"
 from torch.distributed.tensor import DTensor
 
 assert DTensor.to_local.__module__.startswith("torch"), "finish() left DTensor.to_local wrapped"
