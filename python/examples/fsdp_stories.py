@@ -127,6 +127,8 @@ def main():
     p.add_argument("--tied", action="store_true")
     p.add_argument("--late", action="store_true")
     p.add_argument("--explicit-unshard", action="store_true")
+    p.add_argument("--autograd-backward", action="store_true",
+                   help="torch.autograd.backward(loss) instead of loss.backward()")
     p.add_argument("--fixed", action="store_true", help="run the fix ShardScope names")
     p.add_argument("--guard", choices=["warn", "error"], default="warn")
     p.add_argument("--attach", action="store_true", help="attach(model) after fully_shard instead of install() before")
@@ -229,7 +231,10 @@ def main():
             else:
                 extra = sampled.mm(model.blocks[-1].fc1.weight.t()).mean()  # story: fails here
                 loss = loss + extra
-        loss.backward()
+        if a.autograd_backward:
+            torch.autograd.backward(loss)
+        else:
+            loss.backward()
         opt.step()
         opt.zero_grad()
         timings.append({"step": step, "observed": observed, "wall": time.perf_counter() - t0,

@@ -134,44 +134,67 @@ def finish_reason():
     return f"training failed: {what}"[:500]
 
 
-# ---- the loss a step ends with: one pass-through wrapper of torch.Tensor.backward for every
-# agent. The script names its loss only where it calls loss.backward() (FSDP2, and DeepSpeed's
-# plain loss.backward() from 0.18.3): each agent's watcher keeps the tensor for its step's end,
-# where the native side turns it into one number (agent::lossNumber, python/shardscope/hotpath.h).
-# The wrapper is torch's own backward for everything else: it calls each watcher with the
-# tensor, then torch's backward, whose exceptions pass unchanged. It is in place only while
-# some agent watches (install, resume) and torch's own again once none does (pause, finish).
+# ---- the loss a step ends with: one pass-through wrapper of torch.Tensor.backward and one of
+# torch.autograd.backward for every agent. The script names its loss only where it calls
+# loss.backward() or torch.autograd.backward(loss) (FSDP2, and DeepSpeed's plain loss.backward()
+# from 0.18.3): each agent's watcher keeps the tensor for its step's end, where the native side
+# turns it into one number (agent::lossNumber, python/shardscope/hotpath.h). The wrappers are
+# torch's own backward for everything else: they call each watcher with the tensor, then
+# torch's backward, whose exceptions pass unchanged. A backward inside a watched one
+# (Tensor.backward calls torch.autograd.backward) or inside the autograd engine (a reentrant
+# activation checkpoint's) is not the script's and is not watched. They are in place only
+# while some agent watches (install, resume) and torch's own again once none does (pause,
+# finish). torch.autograd.grad is not watched: a loss differentiated only by it is not named.
 _backward_watchers = []
-_torch_backward = None  # torch.Tensor.backward as found, while the wrapper is in place
+_torch_backward = None  # (torch.Tensor.backward, torch.autograd.backward) as found, while wrapped
+_backward_depth = [0]  # watched backwards running (the training thread's: one at a time)
+
+
+def _watched(tensor, call):
+    """call() (torch's backward), with the watchers told of tensor first (None: no one loss)."""
+    import torch
+
+    if _backward_depth[0] or torch._C._current_graph_task_id() != -1:
+        return call()
+    after = [a for a in (w(tensor) for w in tuple(_backward_watchers)) if a is not None]
+    _backward_depth[0] += 1
+    try:
+        return call()
+    finally:
+        _backward_depth[0] -= 1
+        for a in reversed(after):
+            a()
 
 
 def watch_backward(watcher):
-    """Calls watcher(tensor) before every tensor.backward(...) from now on; a callable it
-    returns runs once torch's backward has returned or raised, in the caller's thread state
-    (torch's autograd engine runs the backward pass on a copy of the thread's state: a torch
-    function mode entered or left inside it is back as it was afterwards). Returns the
-    function that stops watching (idempotent)."""
+    """Calls watcher(tensor) before every tensor.backward(...) and torch.autograd.backward(...)
+    from now on; a callable it returns runs once torch's backward has returned or raised, in
+    the caller's thread state (torch's autograd engine runs the backward pass on a copy of the
+    thread's state: a torch function mode entered or left inside it is back as it was
+    afterwards). Returns the function that stops watching (idempotent)."""
     import functools
     import torch
+    import torch.autograd
 
     global _torch_backward
     if _torch_backward is None:
-        original = torch.Tensor.backward
+        tensor_backward, autograd_backward = torch.Tensor.backward, torch.autograd.backward
 
-        @functools.wraps(original)
+        @functools.wraps(tensor_backward)
         def backward(self, *args, **kwargs):
-            after = [a for a in (w(self) for w in tuple(_backward_watchers)) if a is not None]
-            if not after:
-                return original(self, *args, **kwargs)
-            try:
-                return original(self, *args, **kwargs)
-            finally:
-                for a in reversed(after):
-                    a()
+            return _watched(self, lambda: tensor_backward(self, *args, **kwargs))
 
-        backward.__shardscope_original__ = original
-        _torch_backward = original
+        @functools.wraps(autograd_backward)
+        def backward_of(tensors, *args, **kwargs):
+            loss = tensors if isinstance(tensors, torch.Tensor) else \
+                tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else None
+            return _watched(loss, lambda: autograd_backward(tensors, *args, **kwargs))
+
+        backward.__shardscope_original__ = tensor_backward
+        backward_of.__shardscope_original__ = autograd_backward
+        _torch_backward = (tensor_backward, autograd_backward)
         torch.Tensor.backward = backward
+        torch.autograd.backward = backward_of
     _backward_watchers.append(watcher)
 
     def unwatch():
@@ -182,10 +205,14 @@ def watch_backward(watcher):
                 break
         if not _backward_watchers and _torch_backward is not None:
             import torch
+            import torch.autograd
 
-            current = torch.Tensor.backward
-            if getattr(current, "__shardscope_original__", None) is _torch_backward:
-                torch.Tensor.backward = _torch_backward  # else: wrapped again since; left alone
+            tensor_backward, autograd_backward = _torch_backward
+            # each put back unless wrapped again since (then left alone)
+            if getattr(torch.Tensor.backward, "__shardscope_original__", None) is tensor_backward:
+                torch.Tensor.backward = tensor_backward
+            if getattr(torch.autograd.backward, "__shardscope_original__", None) is autograd_backward:
+                torch.autograd.backward = autograd_backward
             _torch_backward = None
 
     return unwatch

@@ -109,6 +109,7 @@ class FailingBackward(torch.autograd.Function):
 
 
 torch_backward = torch.Tensor.backward
+torch_autograd_backward = torch.autograd.backward
 from torch.distributed.fsdp._fully_shard import _fsdp_param_group as fpg
 
 
@@ -150,6 +151,8 @@ assert _len_torch_function_stack() == 1, "the failed backward left the stack cha
 sf.finish()
 assert _len_torch_function_stack() == 0, "finish() left a mode"
 assert torch.Tensor.backward is torch_backward, "finish() left torch.Tensor.backward wrapped"
+assert torch.autograd.backward is torch_autograd_backward, \
+    "finish() left torch.autograd.backward wrapped"
 assert torch.optim.Optimizer.zero_grad is torch_zero_grad, "finish() left zero_grad wrapped"
 assert "forward" not in type(tiny.fc1).__dict__, "finish() left the unit's forward wrapped"
 assert not native() and fpg.FSDPParamGroup.pre_forward.__module__.startswith("torch"), \

@@ -588,18 +588,39 @@ class TestFsdpAgent : public QObject
             QVERIFY2(embed && (*embed)["type"].get<std::string>().find("grouped with 1 more") !=
                                   std::string::npos,
                      embed ? embed->dump().c_str() : "no embed");
-            // The losses the script printed, to its 4 decimals.
-            std::vector<double> losses;
-            for (const json &e : shardscope::test::eventList(s))
-                if (e["type"] == "step_end")
-                    losses.push_back(std::bit_cast<double>(e["u0"].get<std::uint64_t>()));
-            QCOMPARE(losses.size(), std::size_t(3));
-            for (int step = 1; step <= 3; ++step) {
-                const QString line = QString("rank %1 step %2 loss %3")
-                                         .arg(rank).arg(step)
-                                         .arg(losses[std::size_t(step - 1)], 0, 'f', 4);
-                QVERIFY2(r.out.contains(line), qPrintable(line + " not in:\n" + r.out));
-            }
+            checkLosses(s, rank, r.out);
+        }
+    }
+
+    // The losses a rank's snapshot ends its 3 steps with are those the script printed, to its
+    // 4 decimals.
+    static void checkLosses(const json &s, int rank, const QString &out)
+    {
+        std::vector<double> losses;
+        for (const json &e : shardscope::test::eventList(s))
+            if (e["type"] == "step_end")
+                losses.push_back(std::bit_cast<double>(e["u0"].get<std::uint64_t>()));
+        QCOMPARE(losses.size(), std::size_t(3));
+        for (int step = 1; step <= 3; ++step) {
+            const QString line = QString("rank %1 step %2 loss %3")
+                                     .arg(rank).arg(step)
+                                     .arg(losses[std::size_t(step - 1)], 0, 'f', 4);
+            QVERIFY2(out.contains(line), qPrintable(line + " not in:\n" + out));
+        }
+    }
+
+    // The loss differentiated by torch.autograd.backward(loss) instead of loss.backward() is
+    // the step's loss too (no NaN).
+    void lossThroughAutogradBackward()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const Run r = run({"--autograd-backward", "--snapshot-out", snapshotArg("autograd")});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.out + r.err));
+        const std::vector<json> snaps = snapshots("autograd");
+        QCOMPARE(snaps.size(), std::size_t(2));
+        for (int rank = 0; rank < 2; ++rank) {
+            checkLosses(snaps[std::size_t(rank)], rank, r.out);
+            if (QTest::currentTestFailed()) return;
         }
     }
 
