@@ -217,6 +217,19 @@ PyObject *FsdpPath::toSharded(Group *g, PyObject *original, PyObject *const *arg
     });
 }
 
+// original(...) as FSDP's own code (its reads of the shards are not the user's), with what it
+// unshards caused by c.
+PyObject *FsdpPath::callInside(Cause c, PyObject *original, PyObject *const *args,
+                               std::size_t nargsf, PyObject *kwnames)
+{
+    m_causes.push_back(c);
+    ++inside;
+    PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
+    --inside;
+    m_causes.pop_back();
+    return r;
+}
+
 // pre_forward(self, module, args, kwargs): the module's forward scope opens; what it
 // unshards is for its forward.
 PyObject *FsdpPath::preForward(Group &g, PyObject *original, PyObject *const *args,
@@ -225,12 +238,7 @@ PyObject *FsdpPath::preForward(Group &g, PyObject *original, PyObject *const *ar
     const ModuleId mid = moduleOf(argument(args, nargsf, kwnames, 1, m_kModule.ptr()), g.unit);
     m_state.moduleEnter(mid, Phase::Forward);
     m_scopes.push_back(mid);
-    m_causes.push_back({FetchReason::Forward, mid});
-    ++inside;
-    PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
-    --inside;
-    m_causes.pop_back();
-    return r;
+    return callInside({FetchReason::Forward, mid}, original, args, nargsf, kwnames);
 }
 
 // post_forward(self, module, input, output): the scope closes, even when FSDP raises.
@@ -238,11 +246,7 @@ PyObject *FsdpPath::postForward(Group &g, PyObject *original, PyObject *const *a
                                 std::size_t nargsf, PyObject *kwnames)
 {
     const ModuleId mid = moduleOf(argument(args, nargsf, kwnames, 1, m_kModule.ptr()), g.unit);
-    m_causes.push_back({FetchReason::Forward, mid});
-    ++inside;
-    PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
-    --inside;
-    m_causes.pop_back();
+    PyObject *r = callInside({FetchReason::Forward, mid}, original, args, nargsf, kwnames);
     return finally(r, [&] {
         closeScope(mid);
         m_state.moduleExit(mid, Phase::Forward);
@@ -266,12 +270,7 @@ PyObject *FsdpPath::preBackward(Group &g, PyObject *original, PyObject *const *a
     // function-mode stack (shardscope.fsdp's _keep_loss takes the read watching off around it).
     m_state.moduleEnter(g.unit, Phase::Backward);
     m_scopes.push_back(g.unit);
-    m_causes.push_back({FetchReason::Backward, g.unit});
-    ++inside;
-    PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
-    --inside;
-    m_causes.pop_back();
-    return r;
+    return callInside({FetchReason::Backward, g.unit}, original, args, nargsf, kwnames);
 }
 
 // post_backward: the group's gradients are reduce-scattered (foreachReduce: the group whose
@@ -280,14 +279,10 @@ PyObject *FsdpPath::postBackward(Group &g, PyObject *original, PyObject *const *
                                  std::size_t nargsf, PyObject *kwnames)
 {
     if (pendingReduces) observer().attr("_poll_reduces")(); // earlier groups' CUDA reduce-scatters
-    m_causes.push_back({FetchReason::Backward, g.unit});
-    ++inside;
     PyObject *const previous = m_reducing;
     m_reducing = args[0];
-    PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
+    PyObject *r = callInside({FetchReason::Backward, g.unit}, original, args, nargsf, kwnames);
     m_reducing = previous;
-    --inside;
-    m_causes.pop_back();
     return finally(r, [&] {
         if (g.inBackward) {
             g.inBackward = false;

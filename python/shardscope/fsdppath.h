@@ -118,6 +118,8 @@ class FsdpPath : public std::enable_shared_from_this<FsdpPath>
     bool truth(PyObject *object, PyObject *name); // bool(object.name)
     bool isNone(PyObject *object, PyObject *name); // object.name is None
 
+    PyObject *callInside(Cause c, PyObject *original, PyObject *const *args, std::size_t nargsf,
+                         PyObject *kwnames);
     PyObject *unshard(Group &g, PyObject *original, PyObject *const *args, std::size_t nargsf,
                       PyObject *kwnames);
     PyObject *toUnsharded(Group *g, PyObject *original, PyObject *const *args,
