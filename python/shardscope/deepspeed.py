@@ -805,12 +805,12 @@ class _Agent:
         n = len(params)
         events = getattr(optimizer, "param_reduce_events", None)
         before = len(events) if events is not None else 0
-        self.native.reduce_scatter_begin(module if module is not None else 0, pid, nbytes, n)
+        self.native.reduce_scatter_begin(module, pid, nbytes, n)
         r = fn(optimizer, *args, **kwargs)
         if cuda and events is not None and len(events) > before:
-            self.reduces.append((events[-1], module if module is not None else 0, pid, nbytes, n))
+            self.reduces.append((events[-1], module, pid, nbytes, n))
         else:
-            self.native.reduce_scatter_end(module if module is not None else 0, pid, nbytes, n)
+            self.native.reduce_scatter_end(module, pid, nbytes, n)
         return r
 
     def _reduce_bucket(self, params, dtype):
