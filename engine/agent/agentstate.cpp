@@ -72,6 +72,19 @@ void AgentState::setModuleType(ModuleId id, const std::string &type)
     }
 }
 
+void AgentState::setUnit(ModuleId id, ModuleId group, const std::string &reshardAfterForward,
+                         const std::string &mesh)
+{
+    std::lock_guard lock(m_mutex);
+    if (id >= m_modules.size() || group >= m_modules.size()) return;
+    state::ModuleRecord &m = m_modules[id];
+    if (m.unitGroup == group && m.reshardAfterForward == reshardAfterForward && m.mesh == mesh) return;
+    m.unitGroup = group;
+    m.reshardAfterForward = reshardAfterForward;
+    m.mesh = mesh;
+    touch();
+}
+
 void AgentState::setModelName(const std::string &name)
 {
     std::lock_guard lock(m_mutex);

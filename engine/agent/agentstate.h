@@ -54,6 +54,11 @@ class AgentState final : public state::StateProvider
     // The module with this dotted path, created (with its missing ancestors) if new.
     ModuleId ensureModule(const std::string &path, const std::string &type);
     void setModuleType(ModuleId id, const std::string &type);
+    // Marks module id an FSDP2 unit of the group headed by module `group` (itself, or the first
+    // module of fully_shard([a, b])), with fully_shard's reshard_after_forward and the mesh's
+    // dimensions ("dp=2"): ModuleRecord's unit fields.
+    void setUnit(ModuleId id, ModuleId group, const std::string &reshardAfterForward,
+                 const std::string &mesh);
     void setModelName(const std::string &name);
     void setConfig(const state::EngineConfigRecord &config);
     void setParam(const AgentParam &p); // adds or updates by id

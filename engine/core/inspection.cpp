@@ -67,14 +67,16 @@ void Engine::stateColumns(state::StateColumns &c) const
     for (const ModuleInfo &m : d->modules)
         bytes += m.path.size();
     c.strings.reserve(M + P + 64, bytes + bytes / 64 + 4096);
-    reserveHuge(c.modulePath, M);
-    reserveHuge(c.moduleType, M);
-    reserveHuge(c.moduleParent, M);
+    state::forEachModuleColumn(c, [M](auto &v) { reserveHuge(v, M); });
     for (const ModuleInfo &m : d->modules) {
         c.modulePath.push_back(c.strings.add(m.path));
         c.moduleType.push_back(c.strings.intern(m.type));
         c.moduleParent.push_back(m.parent);
     }
+    // The engine has no FSDP units and no DTensors.
+    c.moduleUnitGroup.assign(M, kNoModule);
+    c.moduleReshard.assign(M, state::kNoString);
+    c.moduleMesh.assign(M, state::kNoString);
 
     // What late parameters replace is added to the table after every name, as columnsOf
     // does, so a state makes one table.
@@ -92,6 +94,7 @@ void Engine::stateColumns(state::StateColumns &c) const
         c.gatherNs.push_back(tot.ns.load(std::memory_order_relaxed));
         c.lastGatherTsNs.push_back(tot.lastTs.load(std::memory_order_relaxed));
         c.paramReplaces.push_back(state::kNoString);
+        c.paramPlacements.push_back(state::kNoString);
         if (info.late) late.push_back(info.id);
     }
     for (ParamId id : late) {

@@ -1,6 +1,7 @@
 #include "server/inspector.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -132,8 +133,8 @@ struct Client
     std::uint64_t dropped = 0;
     std::uint64_t pendingDropped = 0;
     bool needState = false;
-    bool binaryState = false; // its Hello listed "state_binary": StateBinary, not JSON State
-    bool binaryLayout1 = false; // ... but not "state_binary_2": layout 1, without locations
+    // The StateBinary layout its Hello asked for (wire::binaryLayoutOf); 0: JSON State frames.
+    std::uint16_t binaryLayout = 0;
     bool events2 = false; // its Hello listed "events_2": it reads event kinds 19 and later
     // engine.stateVersion() when the last State queued for this client was built.
     std::uint64_t stateVersion = ~std::uint64_t(0);
@@ -154,8 +155,9 @@ struct Client
 struct StateFrame
 {
     std::shared_ptr<const std::string> json;   // State payload, if a client needs it
-    std::shared_ptr<const std::string> binary; // StateBinary payload, if a client needs it
-    std::shared_ptr<const std::string> binary1; // layout 1, for a client of an earlier release
+    // StateBinary payloads by layout, those a client needs: clients of earlier releases ask
+    // for older layouts.
+    std::array<std::shared_ptr<const std::string>, wire::kBinaryStateLayout + 1> binary;
     std::uint64_t version = 0;
 };
 
@@ -163,13 +165,9 @@ struct StateFrame
 struct StateFormats
 {
     bool json = false;
-    bool binary = false;
-    bool binary1 = false;
+    std::array<bool, wire::kBinaryStateLayout + 1> binary{}; // by layout
 
-    void add(const Client &c)
-    {
-        (c.binaryState ? (c.binaryLayout1 ? binary1 : binary) : json) = true;
-    }
+    void add(const Client &c) { (c.binaryLayout ? binary[c.binaryLayout] : json) = true; }
     static StateFormats of(const Client &c)
     {
         StateFormats f;
@@ -478,11 +476,10 @@ StateFrame Inspector::Impl::currentState(StateFormats formats)
     shiftColumns(columns);
     const wire::SnapshotMeta meta = stateMeta();
     const std::uint64_t dropped = hub->droppedEvents();
-    if (formats.binary)
-        f.binary = std::make_shared<const std::string>(wire::encodeBinaryState(columns, meta, dropped));
-    if (formats.binary1)
-        f.binary1 = std::make_shared<const std::string>(
-            wire::encodeBinaryState(columns, meta, dropped, {}, wire::kBinaryStateOldestLayout));
+    for (std::uint16_t layout = wire::kBinaryStateOldestLayout; layout <= wire::kBinaryStateLayout; ++layout)
+        if (formats.binary[layout])
+            f.binary[layout] = std::make_shared<const std::string>(
+                wire::encodeBinaryState(columns, meta, dropped, {}, layout));
     if (formats.json) {
         wire::Snapshot snapshot;
         snapshot.meta = meta;
@@ -501,8 +498,8 @@ StateFrame Inspector::Impl::currentState(StateFormats formats)
 
 void Inspector::Impl::sendState(Client &c, const StateFrame &state)
 {
-    if (c.binaryState)
-        c.out.append(wire::MessageType::StateBinary, c.binaryLayout1 ? state.binary1 : state.binary);
+    if (c.binaryLayout)
+        c.out.append(wire::MessageType::StateBinary, state.binary[c.binaryLayout]);
     else
         c.out.append(wire::MessageType::State, state.json);
     c.lastQueued = Clock::now();
@@ -544,8 +541,7 @@ void Inspector::Impl::onHello(Client &c, const wire::Frame &frame)
     w.backend = engine.backend();
     w.job = job;
     w.historyCapacity = history.capacity();
-    c.binaryState = wire::hasCapability(hello->capabilities, wire::kCapabilityStateBinary);
-    c.binaryLayout1 = !wire::hasCapability(hello->capabilities, wire::kCapabilityStateBinary2);
+    c.binaryLayout = wire::binaryLayoutOf(hello->capabilities);
     c.events2 = wire::hasCapability(hello->capabilities, wire::kCapabilityEvents2);
     c.enqueue(wire::MessageType::Welcome, wire::encodeWelcome(w));
     sendState(c, currentState(StateFormats::of(c)));

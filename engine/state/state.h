@@ -1,6 +1,7 @@
 #pragma once
 // A plain copy of the engine's state at one moment: what a snapshot file and the
-// wire's state message carry (see docs/snapshot.md). No behaviour, no Qt.
+// wire's state message carry (see docs/snapshot.md). No behaviour but the one rule both state
+// decoders check (unitGroupError), no Qt.
 
 #include <cstdint>
 #include <string>
@@ -24,6 +25,15 @@ struct ModuleRecord
     std::string path; // "" for the root
     std::string type;
     ModuleId parent = kNoModule;
+    // An FSDP2 unit (docs/fsdp.md): a module torch.distributed.fsdp.fully_shard was called on.
+    // unitGroup is the first module of that call (the module itself, or the first of
+    // fully_shard([a, b])); kNoModule for every other module and every producer without units
+    // (the engine, DeepSpeed), whose two strings are then empty.
+    ModuleId unitGroup = kNoModule;
+    std::string reshardAfterForward = {}; // as fully_shard took it: "True", "False" or a mesh size
+    std::string mesh = {};           // the unit's mesh, dimension by dimension: "dp=2", "replicate=2, shard=2"
+
+    bool fsdpUnit() const { return unitGroup != kNoModule; }
 };
 
 struct ExternalRecord
@@ -46,6 +56,9 @@ struct ParamRecord
     bool late = false;        // created after the model was partitioned
     bool partitioned = false; // false for persistent and for late, not yet adopted, parameters
     std::string replaces;     // late: the parameter it replaced (weight_norm's `weight`), if known
+    // FSDP2: the DTensor's placements over the unit's mesh, "Shard(0)" or "(Replicate(), Shard(0))";
+    // empty for a parameter that is not a DTensor (the engine's and DeepSpeed's flat partitions).
+    std::string placements;
     std::vector<ParamStatus> status;       // one entry per rank (world size)
     std::vector<ExternalRecord> externals; // modules it is registered on as external
     std::vector<ModuleId> activeModules;   // union over ranks
@@ -109,5 +122,19 @@ struct EngineState
     std::vector<ParamRecord> params;   // sorted by id; removed parameters are absent
     std::vector<ViolationRecord> violations;
 };
+
+// Why module m's FSDP unit group cannot be: a group that is not a listed module, or not
+// itself a unit heading its own group (docs/snapshot.md, `fsdp_unit`); "" when it can.
+inline std::string unitGroupError(const std::vector<ModuleRecord> &modules, const ModuleRecord &m)
+{
+    if (!m.fsdpUnit()) return {};
+    if (m.unitGroup >= modules.size())
+        return "module id " + std::to_string(m.unitGroup) + " does not exist (" +
+               std::to_string(modules.size()) + " modules)";
+    const ModuleRecord &g = modules[m.unitGroup];
+    if (g.unitGroup != g.id)
+        return "module " + std::to_string(g.id) + " does not head an FSDP unit group of its own";
+    return {};
+}
 
 } // namespace shardscope::state

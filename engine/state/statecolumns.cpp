@@ -57,7 +57,7 @@ namespace {
 template <class C, class F> void forEachColumn(C &c, F f)
 {
     f(c.localRanks);
-    f(c.modulePath), f(c.moduleType), f(c.moduleParent);
+    forEachModuleColumn(c, f);
     forEachParamColumn(c, f);
     f(c.dims), f(c.statusRows);
     f(c.externalModule), f(c.externalAutomatic), f(c.activeModule);
@@ -121,6 +121,9 @@ std::string StateColumns::checkConsistent() const
     };
     check("moduleType", moduleType.size(), M);
     check("moduleParent", moduleParent.size(), M);
+    check("moduleUnitGroup", moduleUnitGroup.size(), M);
+    check("moduleReshard", moduleReshard.size(), M);
+    check("moduleMesh", moduleMesh.size(), M);
     check("paramName", paramName.size(), P);
     check("paramOwner", paramOwner.size(), P);
     check("paramDtype", paramDtype.size(), P);
@@ -137,6 +140,7 @@ std::string StateColumns::checkConsistent() const
     check("gatherNs", gatherNs.size(), P);
     check("lastGatherTsNs", lastGatherTsNs.size(), P);
     check("paramReplaces", paramReplaces.size(), P);
+    check("paramPlacements", paramPlacements.size(), P);
     if (!e.empty()) return e;
     std::uint64_t nDims = 0;
     for (std::uint8_t n : paramDims)
@@ -169,13 +173,12 @@ void columnsOf(const EngineState &s, StateColumns &c)
     c.strings.reserve(s.modules.size() + s.params.size() + 64, bytes + bytes / 64 + 4096);
 
     const std::size_t M = s.modules.size(), P = s.params.size();
-    c.modulePath.reserve(M);
-    c.moduleType.reserve(M);
-    c.moduleParent.reserve(M);
+    forEachModuleColumn(c, [M](auto &v) { v.reserve(M); });
     for (const ModuleRecord &m : s.modules) {
         c.modulePath.push_back(c.strings.add(m.path));
         c.moduleType.push_back(c.strings.intern(m.type));
         c.moduleParent.push_back(m.parent);
+        c.moduleUnitGroup.push_back(m.unitGroup);
     }
 
     const std::size_t row = statusRowBytes(s.worldSize);
@@ -205,8 +208,17 @@ void columnsOf(const EngineState &s, StateColumns &c)
     }
     // After every name, as Engine::stateColumns fills its table column by column: the same
     // state makes the same table, and the same bytes.
+    auto optional = [&c](const std::string &v) { return v.empty() ? kNoString : c.strings.intern(v); };
     for (const ParamRecord &p : s.params)
-        c.paramReplaces.push_back(p.replaces.empty() ? kNoString : c.strings.intern(p.replaces));
+        c.paramReplaces.push_back(optional(p.replaces));
+    // FSDP2's settings and placements last: a state without them (the engine's) makes the
+    // table Engine::stateColumns makes.
+    for (const ModuleRecord &m : s.modules) {
+        c.moduleReshard.push_back(optional(m.reshardAfterForward));
+        c.moduleMesh.push_back(optional(m.mesh));
+    }
+    for (const ParamRecord &p : s.params)
+        c.paramPlacements.push_back(optional(p.placements));
     c.violations = s.violations;
 }
 
@@ -227,9 +239,16 @@ EngineState stateOf(const StateColumns &c)
     };
     const std::size_t M = c.modulePath.size();
     reserveHuge(s.modules, M);
-    for (std::size_t i = 0; i < M; ++i)
-        s.modules.push_back(ModuleRecord{static_cast<ModuleId>(i), text(c.modulePath[i]),
-                                         text(c.moduleType[i]), c.moduleParent[i]});
+    for (std::size_t i = 0; i < M; ++i) {
+        ModuleRecord &m = s.modules.emplace_back();
+        m.id = static_cast<ModuleId>(i);
+        m.path = text(c.modulePath[i]);
+        m.type = text(c.moduleType[i]);
+        m.parent = c.moduleParent[i];
+        m.unitGroup = c.moduleUnitGroup[i];
+        m.reshardAfterForward = text(c.moduleReshard[i]);
+        m.mesh = text(c.moduleMesh[i]);
+    }
 
     const std::size_t P = c.paramCount(), row = statusRowBytes(c.worldSize);
     const auto world = static_cast<std::size_t>(std::max(c.worldSize, 1));
@@ -251,6 +270,7 @@ EngineState stateOf(const StateColumns &c)
         p.partitioned = c.paramFlags[i] & kParamPartitioned;
         p.late = c.paramFlags[i] & kParamLate;
         p.replaces = text(c.paramReplaces[i]);
+        p.placements = text(c.paramPlacements[i]);
         const std::uint8_t *bits = c.statusRows.data() + i * row;
         p.status.resize(world);
         for (std::size_t r = 0; r < world; ++r)

@@ -79,11 +79,17 @@ struct StateColumns
     EngineConfigRecord config;
     std::vector<int> localRanks;
 
-    StringColumn strings; // module paths and types, parameter names and what they replace
+    // Module paths and types, parameter names, what they replace, FSDP units' settings and
+    // parameters' placements.
+    StringColumn strings;
 
     // Modules; index == id.
     std::vector<std::uint32_t> modulePath, moduleType; // into strings
     std::vector<ModuleId> moduleParent;
+    // FSDP2 units (ModuleRecord::unitGroup): kNoModule, and kNoString for both strings, where
+    // a module is not one.
+    std::vector<ModuleId> moduleUnitGroup;
+    std::vector<std::uint32_t> moduleReshard, moduleMesh; // into strings; kNoString for none
 
     // Parameters, sorted by id; removed ones are absent. Each column has one entry a
     // parameter, except dims, statusRows and the two module lists.
@@ -108,13 +114,14 @@ struct StateColumns
     std::vector<ModuleId> activeModule;
     std::vector<std::uint64_t> gatherCount, gatherBytes, gatherNs, lastGatherTsNs;
     std::vector<std::uint32_t> paramReplaces; // into strings; kNoString for none
+    std::vector<std::uint32_t> paramPlacements; // into strings; kNoString for none (not a DTensor)
 
     std::vector<ViolationRecord> violations;
 
     std::size_t paramCount() const { return paramId.size(); }
     // A parameter's fixed fields onto the end of their columns, its name added to the
-    // table; its statuses, module lists, gather figures and what it replaces are the
-    // caller's. Both fillers (Engine::stateColumns, columnsOf) add through this, so the
+    // table; its statuses, module lists, gather figures, what it replaces and its placements
+    // are the caller's. Both fillers (Engine::stateColumns, columnsOf) add through this, so the
     // same state makes the same columns.
     void addParam(ParamId id, std::string_view name, ModuleId owner, DType dtype, bool persistent,
                   bool partitioned, bool late, const Shape &shape, std::int64_t numel,
@@ -136,6 +143,14 @@ template <class C, class F> void forEachParamColumn(C &c, F f)
     f(c.numel), f(c.paddedNumel), f(c.partitionNumel);
     f(c.externalCount), f(c.activeCount);
     f(c.gatherCount), f(c.gatherBytes), f(c.gatherNs), f(c.lastGatherTsNs), f(c.paramReplaces);
+    f(c.paramPlacements);
+}
+
+// Every column with one entry a module, likewise.
+template <class C, class F> void forEachModuleColumn(C &c, F f)
+{
+    f(c.modulePath), f(c.moduleType), f(c.moduleParent);
+    f(c.moduleUnitGroup), f(c.moduleReshard), f(c.moduleMesh);
 }
 
 // The columns of a state, and back; stateOf(columnsOf(s)) == s, names byte for byte.

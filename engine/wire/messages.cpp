@@ -274,6 +274,13 @@ bool hasCapability(const std::vector<std::string> &capabilities, std::string_vie
     return std::find(capabilities.begin(), capabilities.end(), name) != capabilities.end();
 }
 
+std::uint16_t binaryLayoutOf(const std::vector<std::string> &capabilities)
+{
+    if (!hasCapability(capabilities, kCapabilityStateBinary)) return 0;
+    if (hasCapability(capabilities, kCapabilityStateBinary3)) return 3;
+    return hasCapability(capabilities, kCapabilityStateBinary2) ? 2 : 1;
+}
+
 std::optional<ErrorMessage> checkHello(const Hello &hello, std::string_view requiredToken)
 {
     if (hello.version != kProtocolVersion)

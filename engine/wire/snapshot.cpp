@@ -156,6 +156,7 @@ void writeParam(Writer &w, const state::EngineState &s, const state::ParamRecord
     w.raw(",\"gather_ns\":").num(p.gatherNs);
     w.raw(",\"last_gather_ts_ns\":").num(p.lastGatherTsNs);
     if (!p.replaces.empty()) w.raw(",\"replaces\":").str(p.replaces);
+    if (!p.placements.empty()) w.raw(",\"placements\":").str(p.placements);
     w.raw("}");
 }
 
@@ -456,12 +457,13 @@ void readStatus(Element j, std::uint64_t version, int worldSize, std::vector<Par
 enum ParamField : std::size_t {
     kId, kName, kModuleId, kShape, kDtype, kNumel, kPaddedNumel, kPartitionNumel, kPersistent,
     kPartitioned, kLate, kStatus, kExternal, kExternalAuto, kActive, kGatherCount, kGatherBytes,
-    kGatherNs, kLastGather, kReplaces, kParamFieldCount
+    kGatherNs, kLastGather, kReplaces, kPlacements, kParamFieldCount
 };
 constexpr std::array<std::string_view, kParamFieldCount> kParamFields = {
     "id", "name", "module_id", "shape", "dtype", "numel", "padded_numel", "partition_numel",
     "persistent", "partitioned", "late", "status", "external_modules", "external_auto_modules",
-    "active_modules", "gather_count", "gather_bytes", "gather_ns", "last_gather_ts_ns", "replaces"};
+    "active_modules", "gather_count", "gather_bytes", "gather_ns", "last_gather_ts_ns", "replaces",
+    "placements"};
 
 state::ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize, std::uint64_t version,
                         const Where &w)
@@ -506,6 +508,10 @@ state::ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSiz
     p.gatherNs = sj::asU64(f[kGatherNs], f.at(kGatherNs));
     p.lastGatherTsNs = sj::asU64(f[kLastGather], f.at(kLastGather));
     if (f.has(kReplaces)) p.replaces = sj::asString(f[kReplaces], f.at(kReplaces));
+    if (f.has(kPlacements)) {
+        p.placements = sj::asString(f[kPlacements], f.at(kPlacements));
+        if (p.placements.empty()) sj::failAt(f.at(kPlacements), "is empty; leave the field out instead");
+    }
     return p;
 }
 
@@ -544,7 +550,8 @@ state::ViolationRecord decodeViolation(Element j, const ModuleIndex &index, cons
     return v;
 }
 
-constexpr std::array<std::string_view, 4> kModuleFields = {"id", "path", "type", "parent"};
+constexpr std::array<std::string_view, 5> kModuleFields = {"id", "path", "type", "parent", "fsdp_unit"};
+constexpr std::array<std::string_view, 3> kUnitFields = {"group_id", "reshard_after_forward", "mesh"};
 
 Snapshot decodeSnapshotDom(Element rootElement)
 {
@@ -616,8 +623,19 @@ Snapshot decodeSnapshotDom(Element rootElement)
         r.parent = readId(f[3], kNoModule, f.at(3));
         if (r.parent != kNoModule && r.parent >= r.id)
             sj::failAt(f.at(3), "a parent must come before its children");
+        if (f.has(4)) {
+            const Where uw = f.at(4);
+            const sj::Fields u(sj::asObject(f[4], uw), kUnitFields, uw);
+            r.unitGroup = readId(u[0], kNoModule, u.at(0));
+            if (r.unitGroup == kNoModule) sj::failAt(u.at(0), "an FSDP unit needs its group's module");
+            r.reshardAfterForward = sj::asString(u[1], u.at(1));
+            r.mesh = sj::asString(u[2], u.at(2));
+        }
         st.modules.push_back(std::move(r));
     }
+    for (const state::ModuleRecord &r : st.modules)
+        if (const std::string bad = state::unitGroupError(st.modules, r); !bad.empty())
+            sj::failAt(mw[r.id] / "fsdp_unit" / "group_id", bad);
     ModuleIndex index;
     index.count = st.modules.size();
     index.byPath.reserve(st.modules.size());
@@ -696,7 +714,13 @@ std::string encodeSnapshot(const Snapshot &snapshot, bool pretty)
         w.element(i).raw("{\"id\":").num(m.id);
         w.raw(",\"path\":").str(m.path);
         w.raw(",\"type\":").str(m.type);
-        w.raw(",\"parent\":").idOrNull(m.parent, kNoModule).raw("}");
+        w.raw(",\"parent\":").idOrNull(m.parent, kNoModule);
+        if (m.fsdpUnit()) {
+            w.raw(",\"fsdp_unit\":{\"group_id\":").num(m.unitGroup);
+            w.raw(",\"reshard_after_forward\":").str(m.reshardAfterForward);
+            w.raw(",\"mesh\":").str(m.mesh).raw("}");
+        }
+        w.raw("}");
     }
     w.endArray(s.modules.size());
 

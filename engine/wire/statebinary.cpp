@@ -33,6 +33,9 @@ constexpr std::uint64_t kParamBytes = 4 + 4 + 4 + 1 + 1 + 1 + 8 + 8 + 8 + 4 + 4 
 constexpr std::uint64_t kViolationBytes = 1 + 1 + 1 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 4;
 // Layout 2 adds a violation's location and build context: file, line, function, chain, building.
 constexpr std::uint64_t kViolationLocationBytes = 4 + 4 + 4 + 4 + 4;
+// Layout 3 adds FSDP2's units (group, reshard_after_forward, mesh) and parameters' placements.
+constexpr std::uint64_t kModuleUnitBytes = 4 + 4 + 4;
+constexpr std::uint64_t kParamPlacementBytes = 4;
 static_assert(kParamBytes == 83 && kViolationBytes == 55 && kViolationLocationBytes == 20);
 
 // Parameter flags.
@@ -55,8 +58,10 @@ std::uint64_t statusRowBytes(std::uint64_t world)
 // Every count is at most 2^32 - 1 and world at most 2^16: the sum cannot overflow.
 std::uint64_t payloadSize(const Counts &c)
 {
+    const bool units = c.layout >= 3;
     return kBinaryStateHeaderSize + 4 * c.strings + c.stringBytes + 4 * c.localRanks +
-           kModuleBytes * c.modules + c.params * (kParamBytes + statusRowBytes(c.world)) +
+           (kModuleBytes + (units ? kModuleUnitBytes : 0)) * c.modules +
+           c.params * (kParamBytes + (units ? kParamPlacementBytes : 0) + statusRowBytes(c.world)) +
            8 * c.dims + 5 * c.externals + 4 * c.active +
            (kViolationBytes + (c.layout >= 2 ? kViolationLocationBytes : 0)) * c.violations +
            sizeof(telemetry::Event) * c.events;
@@ -307,6 +312,12 @@ std::string encodeBinaryState(const state::StateColumns &c, const SnapshotMeta &
         o.column(vFunction);
         o.column(vChain);
         o.column(vBuilding);
+    }
+    if (layout >= 3) {
+        o.column(c.moduleUnitGroup);
+        o.column(c.moduleReshard);
+        o.column(c.moduleMesh);
+        o.column(c.paramPlacements);
     }
     o.bytes(events.data(), events.size_bytes());
     return out;
@@ -746,6 +757,33 @@ Snapshot decodeBinary(std::string_view payload)
             at = nl + 1;
         }
         v.building = strings.getOrEmpty(vBuilding[i], w / "building");
+    }
+
+    const std::uint64_t ML = layout >= 3 ? c.modules : 0, PL = layout >= 3 ? P : 0;
+    const auto mUnitGroup = parts.column<std::uint32_t>(ML);
+    const auto mReshard = parts.column<std::uint32_t>(ML);
+    const auto mMesh = parts.column<std::uint32_t>(ML);
+    const auto pPlacements = parts.column<std::uint32_t>(PL);
+    for (std::uint64_t i = 0; i < ML; ++i) {
+        state::ModuleRecord &m = st.modules[i];
+        const Where w{"modules", i};
+        m.unitGroup = mUnitGroup[i];
+        if (!m.fsdpUnit()) {
+            if (mReshard[i] != kNone || mMesh[i] != kNone)
+                failAt(w / "fsdp_unit", "reshard_after_forward and mesh are set on a module "
+                                        "that is not an FSDP unit (unit_group_id is none)");
+            continue;
+        }
+        m.reshardAfterForward = strings.get(mReshard[i], w / "reshard_after_forward");
+        m.mesh = strings.get(mMesh[i], w / "mesh");
+    }
+    for (std::uint64_t i = 0; i < ML; ++i)
+        if (const std::string bad = state::unitGroupError(st.modules, st.modules[i]); !bad.empty())
+            failAt(Where{"modules", i} / "unit_group_id", bad);
+    for (std::uint64_t i = 0; i < PL; ++i) {
+        st.params[i].placements = strings.getOrEmpty(pPlacements[i], Where{"params", i} / "placements");
+        if (pPlacements[i] != kNone && st.params[i].placements.empty())
+            failAt(Where{"params", i} / "placements", "is empty; none is written as 0xFFFFFFFF");
     }
 
     const char *events = parts.take(c.events * sizeof(telemetry::Event));

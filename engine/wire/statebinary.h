@@ -19,11 +19,10 @@ namespace shardscope::wire {
 
 // The payload's first four bytes, "SSTB", read as a little-endian u32.
 inline constexpr std::uint32_t kBinaryStateMagic = 0x42545353u;
-// The layout of the payload: 2 adds violations' source locations (docs/protocol.md,
-// "StateBinary"). A decoder reads 1 and 2 and refuses any other; an encoder writes layout 2
-// for a client whose Hello listed "state_binary_2", layout 1 for one that listed only
-// "state_binary".
-inline constexpr std::uint16_t kBinaryStateLayout = 2;
+// The layout of the payload: 2 adds violations' source locations, 3 FSDP2's units and
+// parameters' placements (docs/protocol.md, "StateBinary"). A decoder reads 1 to 3 and refuses
+// any other; an encoder writes the newest layout a client's Hello lists (binaryLayoutOf).
+inline constexpr std::uint16_t kBinaryStateLayout = 3;
 inline constexpr std::uint16_t kBinaryStateOldestLayout = 1;
 inline constexpr std::size_t kBinaryStateHeaderSize = 128;
 

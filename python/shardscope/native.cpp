@@ -284,6 +284,13 @@ PYBIND11_MODULE(_native, module)
              [](Agent &a, const std::string &path, const std::string &type) {
                  return a.state().ensureModule(path, type);
              })
+        .def("set_unit",
+             [](Agent &a, std::uint32_t id, std::uint32_t group,
+                const std::string &reshardAfterForward, const std::string &mesh) {
+                 a.state().setUnit(id, group, reshardAfterForward, mesh);
+             },
+             py::arg("module"), py::arg("group"), py::arg("reshard_after_forward"), py::arg("mesh"),
+             "FSDP2: module is a unit of the group headed by module group (docs/fsdp.md)")
         .def("set_model_name",
              [](Agent &a, const std::string &n) {
                  a.state().setModelName(n);
@@ -306,7 +313,7 @@ PYBIND11_MODULE(_native, module)
                std::vector<std::int64_t> shape, const std::string &dtype, std::int64_t numel,
                std::int64_t partitionNumel, std::int64_t paddedNumel, bool persistent,
                bool partitioned, bool late, int status, const std::string &replaces,
-               std::uint32_t elementSize) {
+               std::uint32_t elementSize, const std::string &placements) {
                 agent::AgentParam p;
                 state::ParamRecord &r = p.record;
                 r.id = id;
@@ -321,6 +328,7 @@ PYBIND11_MODULE(_native, module)
                 r.partitioned = partitioned;
                 r.late = late;
                 r.replaces = replaces;
+                r.placements = placements;
                 p.status = statusFrom(status);
                 p.elementBytes = elementSize;
                 a.state().setParam(p);
@@ -328,7 +336,7 @@ PYBIND11_MODULE(_native, module)
             py::arg("id"), py::arg("name"), py::arg("owner"), py::arg("shape"), py::arg("dtype"),
             py::arg("numel"), py::arg("partition_numel"), py::arg("padded_numel"),
             py::arg("persistent"), py::arg("partitioned"), py::arg("late"), py::arg("status"),
-            py::arg("replaces") = "", py::arg("element_size") = 4)
+            py::arg("replaces") = "", py::arg("element_size") = 4, py::arg("placements") = "")
         .def("remove_param", [](Agent &a, std::uint32_t id) { a.state().removeParam(id); })
         .def("has_param", [](Agent &a, std::uint32_t id) { return a.state().hasParam(id); })
         .def("set_active",

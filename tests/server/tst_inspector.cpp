@@ -315,21 +315,26 @@ void TestInspector::eachClientGetsTheStateFormatItAskedFor()
     // A client of the release before StateBinary layout 2: "state_binary" only.
     InspectorClient::Options layout1;
     layout1.capabilities = {"state", "events", "history", "dropped", "state_binary"};
+    // ... and of the release before layout 3 (FSDP2's units and placements).
+    InspectorClient::Options layout2 = layout1;
+    layout2.capabilities.push_back("state_binary_2");
     auto binary = InspectorClient::connect(inspector.endpoint(), {});
     auto json = InspectorClient::connect(inspector.endpoint(), older);
     auto one = InspectorClient::connect(inspector.endpoint(), layout1);
+    auto two = InspectorClient::connect(inspector.endpoint(), layout2);
     QVERIFY2(binary.ok(), binary.error().c_str());
     QVERIFY2(json.ok(), json.error().c_str());
     QVERIFY2(one.ok(), one.error().c_str());
+    QVERIFY2(two.ok(), two.error().c_str());
     const auto &caps = (*json)->welcome().capabilities;
     QVERIFY(std::find(caps.begin(), caps.end(), "state_binary") != caps.end());
     run.steps(2);
     std::thread finisher([&] { inspector.finish(); });
     std::map<InspectorClient *, std::map<wire::MessageType, int>> seen;
     std::map<InspectorClient *, std::set<std::uint16_t>> layouts; // of its StateBinary frames
-    client::ClientState sb, sj, s1;
+    client::ClientState sb, sj, s1, s2;
     for (auto [client, state] : {std::pair{binary->get(), &sb}, std::pair{json->get(), &sj},
-                                 std::pair{one->get(), &s1}}) {
+                                 std::pair{one->get(), &s1}, std::pair{two->get(), &s2}}) {
         while (!state->finished()) {
             auto frame = client->next(30000);
             QVERIFY2(frame.ok() && frame->has_value(), frame.ok() ? "no frame for 30 s" : frame.error().c_str());
@@ -354,10 +359,13 @@ void TestInspector::eachClientGetsTheStateFormatItAskedFor()
     test::compareStates(a, b); // the last State, as either format carried it
     if (QTest::currentTestFailed()) return;
     QVERIFY(findUnregistered(a, "lm_head", "embed.weight") != nullptr);
-    // Layout 2, with the engine's call site of the read, to this release's clients; layout 1,
-    // the same state without locations, to a client that listed only "state_binary".
-    QCOMPARE(layouts[binary->get()], (std::set<std::uint16_t>{2}));
+    // Layout 3 to this release's clients; layout 2 to a client that listed "state_binary_2"
+    // but not "state_binary_3" (the engine has no FSDP units: the same state); layout 1, the
+    // same state without locations, to a client that listed only "state_binary".
+    QCOMPARE(layouts[binary->get()], (std::set<std::uint16_t>{3}));
+    QCOMPARE(layouts[two->get()], (std::set<std::uint16_t>{2}));
     QCOMPARE(layouts[one->get()], (std::set<std::uint16_t>{1}));
+    test::compareStates(s2.snapshot().state, a);
     QVERIFY(findUnregistered(a, "lm_head", "embed.weight")->location.known());
     const state::ViolationRecord *old = findUnregistered(s1.snapshot().state, "lm_head", "embed.weight");
     QVERIFY(old != nullptr);

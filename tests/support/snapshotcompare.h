@@ -31,6 +31,9 @@ inline void compareStates(const state::EngineState &a, const state::EngineState 
         QCOMPARE(a.modules[i].path, b.modules[i].path);
         QCOMPARE(a.modules[i].type, b.modules[i].type);
         QCOMPARE(a.modules[i].parent, b.modules[i].parent);
+        QCOMPARE(a.modules[i].unitGroup, b.modules[i].unitGroup);
+        QCOMPARE(a.modules[i].reshardAfterForward, b.modules[i].reshardAfterForward);
+        QCOMPARE(a.modules[i].mesh, b.modules[i].mesh);
     }
     QCOMPARE(a.params.size(), b.params.size());
     for (std::size_t i = 0; i < a.params.size(); ++i) {
@@ -47,6 +50,7 @@ inline void compareStates(const state::EngineState &a, const state::EngineState 
         QCOMPARE(p.late, q.late);
         QCOMPARE(p.partitioned, q.partitioned);
         QCOMPARE(p.replaces, q.replaces);
+        QCOMPARE(p.placements, q.placements);
         QCOMPARE(p.status, q.status);
         QCOMPARE(p.externals.size(), q.externals.size());
         for (std::size_t k = 0; k < p.externals.size(); ++k) {

@@ -118,6 +118,12 @@ inline std::vector<std::string> snapshotSchemaProblems(const nlohmann::json &j)
         check(m, "modules[]", "path", Str);
         check(m, "modules[]", "type", Str);
         check(m, "modules[]", "parent", UIntOrNull);
+        // Optional: an FSDP2 unit.
+        if (m.contains("fsdp_unit")) {
+            check(m["fsdp_unit"], "modules[].fsdp_unit", "group_id", UInt);
+            for (const char *k : {"reshard_after_forward", "mesh"})
+                check(m["fsdp_unit"], "modules[].fsdp_unit", k, Str);
+        }
     }
     for (const json &p : j["params"]) {
         for (const char *k : {"id", "module_id", "numel", "padded_numel", "partition_numel",
@@ -131,6 +137,8 @@ inline std::vector<std::string> snapshotSchemaProblems(const nlohmann::json &j)
             check(p, "params[]", k, Arr);
         // Version 2: one letter per rank, N (NOT_AVAILABLE), I (INFLIGHT) or A (AVAILABLE).
         check(p, "params[]", "status", Str);
+        for (const char *k : {"replaces", "placements"}) // optional
+            if (p.contains(k)) check(p, "params[]", k, Str);
         if (p.contains("status") && p["status"].is_string() && j["engine"].contains("world_size")) {
             const std::string letters = p["status"].get<std::string>();
             if (letters.size() != j["engine"]["world_size"].get<std::size_t>())

@@ -72,6 +72,31 @@ inline state::EngineState smallState(int world = 4)
     return st;
 }
 
+// smallState as FSDP2 would shard it: the root, each block, and embed with lm_head
+// (fully_shard([model.embed, model.lm_head])) are units on a mesh "dp"; the blocks reshard
+// after forward, the root does not, embed's group to 2 ranks; every partitioned parameter is
+// Shard(0), lm_head.bias an HSDP (Replicate(), Shard(0)).
+inline state::EngineState fsdpState(int world = 4)
+{
+    state::EngineState st = smallState(world);
+    st.fixDialect = "fsdp";
+    const std::string mesh = "dp=" + std::to_string(world);
+    auto unit = [&](ModuleId m, ModuleId group, const char *reshard) {
+        st.modules[m].unitGroup = group;
+        st.modules[m].reshardAfterForward = reshard;
+        st.modules[m].mesh = mesh;
+    };
+    unit(0, 0, "False");
+    unit(1, 1, "2");    // embed heads the group ...
+    unit(7, 1, "2");    // ... lm_head is in
+    unit(3, 3, "True"); // blocks.0
+    unit(5, 5, "True"); // blocks.1
+    for (state::ParamRecord &p : st.params)
+        if (p.partitioned) p.placements = "Shard(0)";
+    st.params[5].placements = "(Replicate(), Shard(0))";
+    return st;
+}
+
 // modules * paramsPerModule parameters, under root -> group.G -> layer.L.
 inline state::EngineState largeState(int modules, int paramsPerModule, int world = 8)
 {

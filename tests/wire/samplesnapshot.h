@@ -53,6 +53,15 @@ inline wire::Snapshot sampleSnapshot()
                   {1, "embed", "Embedding", 0},
                   {2, "lm_head", "Linear", 0},
                   {3, "conv", "Conv1d", 0}};
+    // FSDP2 units: the root alone, embed and lm_head as one group (fully_shard([embed, lm_head])).
+    st.modules[0].unitGroup = 0;
+    st.modules[0].reshardAfterForward = "False";
+    st.modules[0].mesh = "dp=2";
+    for (ModuleId m : {1u, 2u}) {
+        st.modules[m].unitGroup = 1;
+        st.modules[m].reshardAfterForward = "True";
+        st.modules[m].mesh = "replicate=1, shard=2";
+    }
     state::ParamRecord w;
     w.id = 0;
     w.name = "embed.weight";
@@ -70,6 +79,7 @@ inline wire::Snapshot sampleSnapshot()
     w.gatherBytes = 1440;
     w.gatherNs = 99999;
     w.lastGatherTsNs = 123456789012345ull;
+    w.placements = "(Replicate(), Shard(0))";
     state::ParamRecord b;
     b.id = 2; // id 1 was removed
     b.name = "conv.weight_g";

@@ -96,6 +96,12 @@ void TestSnapshot::jsonUsesTheDocumentedNames()
     QCOMPARE(p["dtype"].get<std::string>(), std::string("float32"));
     QCOMPARE(j["params"][1]["dtype"].get<std::string>(), std::string("bfloat16"));
     QVERIFY(j["modules"][0]["parent"].is_null());
+    QCOMPARE(j["modules"][2]["fsdp_unit"],
+             nlohmann::json({{"group_id", 1}, {"reshard_after_forward", "True"},
+                             {"mesh", "replicate=1, shard=2"}}));
+    QVERIFY(!j["modules"][3].contains("fsdp_unit")); // not a unit: no field
+    QCOMPARE(p["placements"].get<std::string>(), std::string("(Replicate(), Shard(0))"));
+    QVERIFY(!j["params"][1].contains("placements"));
     const auto &v = j["violations"][0];
     QCOMPARE(v["kind"].get<std::string>(), std::string("unregistered_access"));
     QCOMPARE(v["accessor"].get<std::string>(), std::string("lm_head"));
@@ -184,6 +190,18 @@ void TestSnapshot::refusesForeignAndInconsistentDocuments()
     j = base;
     j["modules"][1]["id"] = 5;
     expectError(j, "module ids must equal their index");
+    j = base;
+    j["modules"][1]["fsdp_unit"]["group_id"] = 9;
+    expectError(j, "modules[1].fsdp_unit.group_id: module id 9 does not exist (4 modules)");
+    j = base;
+    j["modules"][1]["fsdp_unit"]["group_id"] = 2;
+    expectError(j, "modules[1].fsdp_unit.group_id: module 2 does not head an FSDP unit group");
+    j = base;
+    j["modules"][1]["fsdp_unit"].erase("mesh");
+    expectError(j, "modules[1].fsdp_unit: missing field \"mesh\"");
+    j = base;
+    j["params"][0]["placements"] = "";
+    expectError(j, "params[0].placements: is empty");
     j = base;
     j["events"]["type_names"][0] = "teleport";
     expectError(j, "events.type_names[0]: unknown event type \"teleport\"");

@@ -153,6 +153,7 @@ class TestStateBinary : public QObject
     void statesOfEitherTypeReachTheClientState();
     void everyTruncationIsACleanError();
     void corruptFieldsAreNamed();
+    void unitsTravelInLayout3AndLayout2StillDecodes();
     void locationsTravelInLayout2AndLayout1StillDecodes();
     void referencesCannotMultiplyTheMemory();
     void randomDamageNeverCrashes();
@@ -289,8 +290,8 @@ void TestStateBinary::corruptFieldsAreNamed()
     const Offsets o = offsetsOf(good);
 
     expectError(patched(good, 0, std::uint32_t(0x42545354)), "does not start with \"SSTB\"");
-    expectError(patched(good, 4, std::uint16_t(3)),
-                "layout 3 is not supported; this build reads layouts 1 to 2");
+    expectError(patched(good, 4, std::uint16_t(4)),
+                "layout 4 is not supported; this build reads layouts 1 to 3");
     expectError(patched(good, 6, std::uint16_t(1)), "reserved bytes 6-7 are not 0");
     expectError(patched(good, countOffset(kWorld), std::uint32_t(0)), "world_size: 0 is outside 1 to 65536");
     expectError(patched(good, countOffset(kWorld), std::uint32_t(65537)), "outside 1 to 65536");
@@ -325,17 +326,69 @@ void TestStateBinary::corruptFieldsAreNamed()
     expectError(patched(good, o.activeModules + 4, std::uint32_t(1)), "module 1 is listed twice");
     // The last event's type.
     expectError(patched(good, good.size() - 48 + 14, std::uint8_t(200)), "events[1]: unknown event type 200");
+    // Layout 3's unit and placement columns come last before the events: 12 bytes a module,
+    // 4 a parameter.
+    const std::size_t M = s.state.modules.size(), P = s.state.params.size();
+    const std::size_t units = good.size() - 2 * 48 - 12 * M - 4 * P;
     // The violations' counts: the first kind byte is right after the parameters' columns.
-    const std::size_t violations = good.size() - 2 * 48 - (55 + 20) * s.state.violations.size();
+    const std::size_t violations = units - (55 + 20) * s.state.violations.size();
     expectError(patched(good, violations, std::uint8_t(5)), "violations[0].kind: value 5");
     // Layout 2's location columns follow the messages: file, line, function, chain, building.
     const std::size_t V = s.state.violations.size();
-    const std::size_t file = good.size() - 2 * 48 - 20 * V;
+    const std::size_t file = units - 20 * V;
     expectError(patched(good, file, std::uint32_t(0xFFFFFFF0)),
                 "violations[0].location.file: string 4294967280 is not in the table");
     // Violation 1 has no location: a line without a file is refused.
     expectError(patched(good, file + 4 * V + 4, std::uint32_t(7)),
                 "violations[1].location: a line or function without a file");
+    // Units: embed (module 1) in the group of a module that does not exist, then in lm_head's
+    // (module 2), which heads none; a mesh on a module that is not a unit; a unit without its
+    // settings; an empty placements string.
+    const std::size_t group = units, mesh = units + 8 * M, placements = units + 12 * M;
+    expectError(patched(good, group + 4, std::uint32_t(9)),
+                "modules[1].unit_group_id: module id 9 does not exist (4 modules)");
+    expectError(patched(good, group + 4, std::uint32_t(2)),
+                "modules[1].unit_group_id: module 2 does not head an FSDP unit group of its own");
+    expectError(patched(good, mesh + 12, readAt<std::uint32_t>(good, mesh)),
+                "modules[3].fsdp_unit: reshard_after_forward and mesh are set on a module that is "
+                "not an FSDP unit");
+    expectError(patched(good, group + 12, std::uint32_t(1)),
+                "modules[3].reshard_after_forward: string 4294967295 is not in the table");
+    {
+        // Parameter 0's placements pointed at an empty string: the root's path.
+        expectError(patched(good, placements, readAt<std::uint32_t>(good, o.modules)),
+                    "params[0].placements: is empty");
+    }
+}
+
+void TestStateBinary::unitsTravelInLayout3AndLayout2StillDecodes()
+{
+    const Snapshot s = test::sampleSnapshot();
+    const auto three = decodeBinaryState(encodeBinaryState(s));
+    QVERIFY2(three.ok(), three.error().c_str());
+    QCOMPARE(readAt<std::uint16_t>(encodeBinaryState(s), 4), std::uint16_t(3));
+    test::compareSnapshots(*three, s);
+    QCOMPARE(three->state.modules[2].unitGroup, ModuleId(1));
+    QCOMPARE(three->state.params[0].placements, std::string("(Replicate(), Shard(0))"));
+    // A client that listed "state_binary_2" but not "state_binary_3" gets layout 2: the same
+    // state without units and placements, everything else as before.
+    const std::string twoBytes = encodeBinaryState(s, 2);
+    QCOMPARE(readAt<std::uint16_t>(twoBytes, 4), std::uint16_t(2));
+    const auto two = decodeBinaryState(twoBytes);
+    QVERIFY2(two.ok(), two.error().c_str());
+    for (const state::ModuleRecord &m : two->state.modules) {
+        QVERIFY(!m.fsdpUnit());
+        QVERIFY(m.mesh.empty() && m.reshardAfterForward.empty());
+    }
+    QVERIFY(two->state.params[0].placements.empty());
+    QCOMPARE(two->state.violations[0].location, s.state.violations[0].location);
+    // Which layout a Hello's capabilities ask for.
+    QCOMPARE(binaryLayoutOf({"state", "events"}), std::uint16_t(0));
+    QCOMPARE(binaryLayoutOf({"state_binary"}), std::uint16_t(1));
+    QCOMPARE(binaryLayoutOf({"state_binary", "state_binary_2"}), std::uint16_t(2));
+    QCOMPARE(binaryLayoutOf({"state_binary_3", "state_binary", "state_binary_2"}), std::uint16_t(3));
+    QCOMPARE(binaryLayoutOf({"state_binary_3"}), std::uint16_t(0)); // no "state_binary": JSON
+    QCOMPARE(binaryLayoutOf(Hello{}.capabilities), kBinaryStateLayout);
 }
 
 void TestStateBinary::locationsTravelInLayout2AndLayout1StillDecodes()
