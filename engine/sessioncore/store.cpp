@@ -28,14 +28,22 @@ bool sameRun(const state::EngineState &a, const state::EngineState &b)
     return true;
 }
 
+// Of a continuing run (sameRun): whether what the module tree shows beyond statuses and
+// figures is unchanged: modules' types and FSDP units, parameters and their registrations.
 bool sameStructure(const state::EngineState &a, const state::EngineState &b)
 {
+    for (std::size_t i = 0; i < a.modules.size() && i < b.modules.size(); ++i) {
+        const state::ModuleRecord &x = a.modules[i], &y = b.modules[i];
+        if (x.type != y.type || x.unitGroup != y.unitGroup ||
+            x.reshardAfterForward != y.reshardAfterForward || x.mesh != y.mesh)
+            return false;
+    }
     if (a.params.size() != b.params.size()) return false;
     for (std::size_t i = 0; i < a.params.size(); ++i) {
         const state::ParamRecord &x = a.params[i];
         const state::ParamRecord &y = b.params[i];
         if (x.id != y.id || x.owner != y.owner || x.name != y.name ||
-            x.externals.size() != y.externals.size())
+            x.placements != y.placements || x.externals.size() != y.externals.size())
             return false;
         for (std::size_t e = 0; e < x.externals.size(); ++e) {
             if (x.externals[e].module != y.externals[e].module ||

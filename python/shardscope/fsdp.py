@@ -47,6 +47,17 @@ _slot = _runtime.AgentSlot("shardscope.fsdp")  # the process's agent: _slot.agen
 _MISSING = object()
 
 
+def _placements(tensor):
+    """A DTensor's placements as the state names them (docs/snapshot.md, `placements`):
+    "Shard(0)" on a 1-D mesh, "(Replicate(), Shard(0))" on HSDP's; "" for a plain tensor."""
+    placements = getattr(tensor, "placements", None)
+    if not placements:
+        return ""
+    words = [f"Shard({p.dim})" if type(p).__name__ == "Shard" else
+             "Replicate()" if type(p).__name__ == "Replicate" else repr(p) for p in placements]
+    return words[0] if len(words) == 1 else "(" + ", ".join(words) + ")"
+
+
 def agent():
     """The agent of this process, or None before install()."""
     return _slot.agent
@@ -337,20 +348,30 @@ class _Agent:
         if not self.in_root_forward:
             self._enter_mode()
 
-    def _unit_label(self, module, state):
+    @staticmethod
+    def _unit_settings(state):
+        """A unit's reshard_after_forward as fully_shard took it ("True", "False" or the size of
+        the mesh it reshards to) and its mesh ("dp=2"; HSDP "replicate=2, shard=2"): the
+        module's fsdp_unit in the state (docs/snapshot.md)."""
         groups = _fi.groups(state)
-        parts = []
-        if groups:
-            g = groups[0]
-            parts.append(f"reshard_after_forward={g._reshard_after_forward}")
-            mesh = getattr(g.mesh_info, "mesh", None)
-            if mesh is not None:
-                names = mesh.mesh_dim_names or tuple(f"dim{i}" for i in range(mesh.ndim))
-                parts.append("mesh " + ", ".join(f"{n}={s}" for n, s in zip(names, mesh.shape)))
-        others = [m for m in state._modules if m is not module]
-        if others:
-            parts.append(f"grouped with {len(others)} more")
-        return f"{type(module).__name__} [FSDP unit{': ' + '; '.join(parts) if parts else ''}]"
+        if not groups:
+            return "", ""
+        g = groups[0]
+        mesh_info = g.mesh_info
+        post = getattr(g, "post_forward_mesh_info", _MISSING)
+        if post is _MISSING:
+            reshard = str(bool(g._reshard_after_forward))
+        elif post is None:
+            reshard = "False"
+        else:
+            size = getattr(post, "shard_mesh_size", None)
+            reshard = "True" if size in (None, getattr(mesh_info, "shard_mesh_size", None)) else str(size)
+        mesh = getattr(mesh_info, "mesh", None)
+        text = ""
+        if mesh is not None:
+            names = mesh.mesh_dim_names or tuple(f"dim{i}" for i in range(mesh.ndim))
+            text = ", ".join(f"{n}={s}" for n, s in zip(names, mesh.shape))
+        return reshard, text
 
     def publish(self):
         root = self.root
@@ -363,9 +384,7 @@ class _Agent:
             state = _fi.state_of(module)
             if state is not None and state not in states:
                 states.append(state)
-            label = self._unit_label(module, state) if state is not None and module in state._modules \
-                else type(module).__name__
-            mid = self.native.ensure_module(path, label)
+            mid = self.native.ensure_module(path, type(module).__name__)
             self.mids[id(module)] = mid
             self.hot.set_module(module, mid)
             self.paths[mid] = path
@@ -373,6 +392,11 @@ class _Agent:
             if "FSDPState" not in self.checked:
                 _fi.check_attributes("FSDPState", state)
                 self.checked.add("FSDPState")
+            # The modules of one fully_shard call form one unit group, headed by the first.
+            units = [self.mids[id(m)] for m in state._modules if id(m) in self.mids]
+            reshard, mesh = self._unit_settings(state)
+            for mid in units:
+                self.native.set_unit(mid, units[0], reshard, mesh)
             for g in _fi.groups(state):
                 self._publish_group(g, names)
         self.late_dirty = True
@@ -415,7 +439,8 @@ class _Agent:
                                   dtype=str(orig).replace("torch.", ""), numel=numel,
                                   partition_numel=partition, padded_numel=padded,
                                   persistent=False, partitioned=True, late=False,
-                                  status=status, element_size=orig.itemsize)
+                                  status=status, element_size=orig.itemsize,
+                                  placements=_placements(fp.sharded_param))
             rec.params.append((pid, padded * elem))
             self.names[pid] = name
             self.pids[key] = (pid, rec, fp)
@@ -463,7 +488,7 @@ class _Agent:
                 params.append({"id": pid, "fqn": self.names.get(pid, ""),
                                "unit": rec.unit_path, "shape": shape,
                                "dtype": str(sp.dtype).replace("torch.", ""),
-                               "placements": [repr(p) for p in getattr(sp, "placements", ())],
+                               "placements": _placements(sp),
                                "shards": shards, "status": STATUS_WORDS[rec.status]})
         return {"units": units, "params": params, "late": sorted(self.late.values())}
 

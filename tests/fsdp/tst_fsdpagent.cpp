@@ -259,13 +259,16 @@ class TestFsdpAgent : public QObject
             const json *root = moduleOf(s, "");
             const json *block = moduleOf(s, "blocks.0");
             QVERIFY(root && block);
-            QVERIFY2((*root)["type"].get<std::string>().find(
-                         "[FSDP unit: reshard_after_forward=False; mesh dp=2]") != std::string::npos,
+            // The root keeps its parameters after forward (FSDP2's default for the root).
+            QVERIFY2((*root)["fsdp_unit"] == json({{"group_id", 0}, {"reshard_after_forward", "False"},
+                                                  {"mesh", "dp=2"}}),
                      root->dump().c_str());
-            QVERIFY2((*block)["type"].get<std::string>() ==
-                         "FSDPBlock [FSDP unit: reshard_after_forward=True; mesh dp=2]",
+            QCOMPARE((*block)["type"].get<std::string>(), std::string("FSDPBlock"));
+            QVERIFY2((*block)["fsdp_unit"] == json({{"group_id", moduleIdOf(s, "blocks.0")},
+                                                   {"reshard_after_forward", "True"}, {"mesh", "dp=2"}}),
                      block->dump().c_str());
             QCOMPARE((*moduleOf(s, "blocks.0.fc1"))["type"].get<std::string>(), std::string("Linear"));
+            QVERIFY(!moduleOf(s, "blocks.0.fc1")->contains("fsdp_unit"));
             // Parameters by FQN: global shape, dim 0 padded to the world size (33 -> 34 rows).
             const json *embed = findParam(s, "embed.weight");
             QVERIFY(embed);
@@ -274,6 +277,7 @@ class TestFsdpAgent : public QObject
             QCOMPARE((*embed)["padded_numel"].get<int>(), 544);
             QCOMPARE((*embed)["partition_numel"].get<int>(), 272);
             QCOMPARE((*embed)["partitioned"].get<bool>(), true);
+            QCOMPARE((*embed)["placements"].get<std::string>(), std::string("Shard(0)"));
             QCOMPARE((*embed)["module"].get<std::string>(), std::string("")); // its unit: the root
             QCOMPARE((*embed)["status"].get<std::string>(), std::string("NN")); // sharded after the step
             QVERIFY((*embed)["gather_count"].get<int>() >= 3);
@@ -306,7 +310,7 @@ class TestFsdpAgent : public QObject
         for (const json &prm : d["params"]) {
             if (prm["fqn"] != "embed.weight") continue;
             seen = true;
-            QVERIFY2(prm["placements"] == json::array({"Shard(dim=0)"}), prm.dump().c_str());
+            QVERIFY2(prm["placements"] == "Shard(0)", prm.dump().c_str()); // as in the state
             QVERIFY2(prm["shards"][1] == json({{"rank", 1}, {"offset", 272}, {"length", 256}, {"padding", 16}}),
                      prm.dump().c_str());
             QCOMPARE(prm["status"].get<std::string>(), std::string("sharded"));
@@ -584,10 +588,11 @@ class TestFsdpAgent : public QObject
             QCOMPARE((*a)["partitioned"].get<bool>(), true);
             QVERIFY(findParam(s, "embed.weight"));
             QVERIFY(!findParam(s, "head.weight")); // the same tensor, by its first name
-            const json *embed = moduleOf(s, "embed");
-            QVERIFY2(embed && (*embed)["type"].get<std::string>().find("grouped with 1 more") !=
-                                  std::string::npos,
-                     embed ? embed->dump().c_str() : "no embed");
+            // fully_shard([model.embed, model.head]): one group, headed by embed.
+            const json *embed = moduleOf(s, "embed"), *head = moduleOf(s, "head");
+            QVERIFY(embed && head);
+            QVERIFY2((*embed)["fsdp_unit"]["group_id"] == moduleIdOf(s, "embed"), embed->dump().c_str());
+            QVERIFY2((*head)["fsdp_unit"]["group_id"] == moduleIdOf(s, "embed"), head->dump().c_str());
             checkLosses(s, rank, r.out);
         }
     }
