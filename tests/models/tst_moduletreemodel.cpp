@@ -21,6 +21,7 @@ class TestModuleTreeModel : public QObject
     void liveUpdatesUnderTester();
     void aStateAnnouncesEveryRevealedRow();
     void externalsShownUnderRegisteringModule();
+    void fsdpUnitsAndPlacementsShown();
     void childrenModulesFirstInStateOrder();
     void hugeParameterIdsAreNamesNotIndexes();
     void filterKeepsAncestors();
@@ -227,6 +228,40 @@ void TestModuleTreeModel::externalsShownUnderRegisteringModule()
         QStringLiteral("lm_head"));
     QCOMPARE(models::ModuleTreeModel::keyOf(ext), QStringLiteral("e7:0"));
     QCOMPARE(model.indexForKey(QStringLiteral("e7:0")), ext);
+}
+
+// An FSDP2 run: a unit's type column says its settings and group, a parameter's partition
+// column its placements; a new state that changes a unit reaches the rows.
+void TestModuleTreeModel::fsdpUnitsAndPlacementsShown()
+{
+    session::SessionStore store;
+    state::EngineState st = fsdpState(4);
+    store.applyState(st);
+    models::ModuleTreeModel model(&store);
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    auto typeOf = [&](ModuleId m) {
+        const QModelIndex i = model.indexForModule(m);
+        return model.index(i.row(), models::ModuleTreeModel::ShapeColumn, i.parent()).data().toString();
+    };
+    QCOMPARE(typeOf(3), QStringLiteral("Block [FSDP unit: reshard_after_forward=True; mesh dp=4]"));
+    QCOMPARE(typeOf(7), QStringLiteral("TiedHead [FSDP unit: reshard_after_forward=2; mesh dp=4; "
+                                       "grouped with embed]"));
+    QCOMPARE(typeOf(4), QStringLiteral("Linear")); // not a unit
+    QVERIFY(model.indexForModule(7).data(Qt::ToolTipRole).toString().contains(
+        QStringLiteral("FSDP unit: reshard_after_forward=2; mesh dp=4; grouped with embed")));
+    auto partitionOf = [&](ParamId p) {
+        const QModelIndex i = model.indexForParam(p);
+        return model.index(i.row(), models::ModuleTreeModel::Partition, i.parent()).data().toString();
+    };
+    QCOMPARE(partitionOf(0), QStringLiteral("Shard(0): 404/rank, pad 0"));
+    QCOMPARE(partitionOf(5), QStringLiteral("(Replicate(), Shard(0)): 26/rank, pad 3"));
+    QCOMPARE(partitionOf(6), QStringLiteral("late: not partitioned"));
+
+    // blocks.0 made to keep its parameters after forward.
+    st.modules[3].reshardAfterForward = "False";
+    store.applyState(st);
+    store.flush();
+    QCOMPARE(typeOf(3), QStringLiteral("Block [FSDP unit: reshard_after_forward=False; mesh dp=4]"));
 }
 
 // The store's per-module lists and the tree's rows keep the state's order: a module's

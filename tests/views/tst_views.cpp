@@ -7,6 +7,7 @@
 #include <QCoreApplication>
 #include <QDateTime>
 #include <QDir>
+#include <QFormLayout>
 #include <QFile>
 #include <QHeaderView>
 #include <QLabel>
@@ -43,6 +44,7 @@ class TestViews : public QObject
     void treeWithHundredThousandParameters();
     void violationReachesPanelAndTree();
     void detailShowsShardsAndCopiesFix();
+    void detailShowsFsdpUnitAndPlacements();
     void detailCopiesTheSourceLocation();
     void detailBoundsLongRegistrationLists();
     void attachDialogListsLiveEngines();
@@ -205,6 +207,8 @@ void TestViews::detailShowsShardsAndCopiesFix()
     views::ParamDetail detail(&store);
     detail.showParam(0); // embed.weight: 101 x 16 = 1616 over 4 ranks: 404 each, no padding
     QCOMPARE(detail.field(QStringLiteral("owner")), QStringLiteral("embed (Embedding)"));
+    QVERIFY(detail.field(QStringLiteral("FSDP unit")).isEmpty()); // not an FSDP2 run
+    QVERIFY(detail.field(QStringLiteral("placements")).isEmpty());
     QCOMPARE(detail.field(QStringLiteral("shape")), QStringLiteral("[101, 16]"));
     QCOMPARE(detail.field(QStringLiteral("numel")), QStringLiteral("1,616"));
     QCOMPARE(detail.field(QStringLiteral("partition numel")), QStringLiteral("404"));
@@ -238,6 +242,39 @@ void TestViews::detailShowsShardsAndCopiesFix()
                        false);
     store.flush();
     QCOMPARE(t->item(2, 4)->text(), QStringLiteral("NOT_AVAILABLE"));
+}
+
+// FSDP2's unit and placements get rows of their own, shown only for an FSDP2 parameter.
+void TestViews::detailShowsFsdpUnitAndPlacements()
+{
+    session::SessionStore store;
+    store.applyState(fsdpState(4));
+    store.flush();
+    views::ParamDetail detail(&store);
+    auto *form = detail.findChild<QFormLayout *>();
+    QVERIFY(form);
+    auto rowVisible = [&](const QString &name) {
+        for (int r = 0; r < form->rowCount(); ++r) {
+            QLayoutItem *item = form->itemAt(r, QFormLayout::LabelRole);
+            auto *label = item ? qobject_cast<QLabel *>(item->widget()) : nullptr;
+            if (label && label->text() == name + QLatin1Char(':')) return form->isRowVisible(r);
+        }
+        return false;
+    };
+    detail.showParam(5); // lm_head.bias, in embed's group
+    QCOMPARE(detail.field(QStringLiteral("FSDP unit")),
+             QStringLiteral("FSDP unit: reshard_after_forward=2; mesh dp=4; grouped with embed"));
+    QCOMPARE(detail.field(QStringLiteral("placements")), QStringLiteral("(Replicate(), Shard(0))"));
+    QVERIFY(rowVisible(QStringLiteral("FSDP unit")));
+    QVERIFY(rowVisible(QStringLiteral("placements")));
+    detail.showParam(6); // pos_conv.weight_g: late, in no unit
+    QVERIFY(!rowVisible(QStringLiteral("FSDP unit")));
+    QVERIFY(!rowVisible(QStringLiteral("placements")));
+    QVERIFY(rowVisible(QStringLiteral("owner")));
+    store.applyState(smallState(4)); // another run: not FSDP2
+    store.flush();
+    detail.showParam(5);
+    QVERIFY(!rowVisible(QStringLiteral("placements")));
 }
 
 void TestViews::attachDialogListsLiveEngines()

@@ -434,7 +434,7 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
                            : QString::fromStdString(m_store->state().modelName);
             return lastComponent(m->path);
         case ShapeColumn:
-            return QString::fromStdString(m->type);
+            return session::labels::moduleType(*m, m_store->modulePath(m->unitGroup));
         case Numel:
             return session::labels::count(static_cast<std::uint64_t>(
                 node.id < m_moduleNumel.size() ? m_moduleNumel[node.id] : 0));
@@ -508,9 +508,13 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
                                            .worldSize = std::max<int>(1, int(p->status.size())),
                                            .paddedNumel = p->paddedNumel,
                                            .partitionNumel = p->partitionNumel};
-        return QStringLiteral("%1/rank, pad %2")
-            .arg(session::labels::count(static_cast<std::uint64_t>(layout.partitionNumel)))
-            .arg(layout.totalPadding());
+        const QString shards = QStringLiteral("%1/rank, pad %2")
+                                   .arg(session::labels::count(static_cast<std::uint64_t>(layout.partitionNumel)))
+                                   .arg(layout.totalPadding());
+        // FSDP2's DTensor placements first: "Shard(0): 272/rank, pad 16".
+        return p->placements.empty()
+                   ? shards
+                   : QStringLiteral("%1: %2").arg(QString::fromStdString(p->placements), shards);
     }
     case RegisteredOn: {
         QStringList mods;
@@ -537,6 +541,8 @@ QString ModuleTreeModel::tooltip(const Node &node) const
         if (!m) return {};
         QString tip = QStringLiteral("%1 (%2)").arg(m_store->modulePath(node.id),
                                                     QString::fromStdString(m->type));
+        if (m->fsdpUnit())
+            tip += QLatin1Char('\n') + session::labels::fsdpUnit(*m, m_store->modulePath(m->unitGroup));
         if (const std::uint64_t v = m_store->moduleViolations(node.id))
             tip += QStringLiteral("\n%1 violation(s) as accessor or owner").arg(v);
         return tip;

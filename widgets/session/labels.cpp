@@ -106,4 +106,22 @@ QString breakable(const QString &text)
     return out;
 }
 
+QString fsdpUnit(const state::ModuleRecord &m, const QString &groupPath)
+{
+    if (!m.fsdpUnit()) return {};
+    QString text = QStringLiteral("FSDP unit: reshard_after_forward=%1")
+                       .arg(QString::fromStdString(m.reshardAfterForward));
+    if (!m.mesh.empty()) text += QStringLiteral("; mesh %1").arg(QString::fromStdString(m.mesh));
+    if (m.unitGroup != m.id)
+        text += QStringLiteral("; grouped with %1")
+                    .arg(groupPath.isEmpty() ? QStringLiteral("<root>") : groupPath);
+    return text;
+}
+
+QString moduleType(const state::ModuleRecord &m, const QString &groupPath)
+{
+    const QString type = QString::fromStdString(m.type);
+    return m.fsdpUnit() ? QStringLiteral("%1 [%2]").arg(type, fsdpUnit(m, groupPath)) : type;
+}
+
 } // namespace shardscope::session::labels

@@ -27,5 +27,12 @@ QString duration(std::uint64_t ns);
 // '(', ',', '/'), so a word-wrapped label can break `decoder.layers.3.mlp.fc1` instead of
 // running past the edge. Display only: copy the original.
 QString breakable(const QString &text);
+// An FSDP2 unit's settings (ModuleRecord's unit fields), in FSDP's words:
+// "FSDP unit: reshard_after_forward=True; mesh dp=2", and "; grouped with embed" when another
+// module (groupPath, "" for the root) heads its fully_shard call. "" for a module that is not
+// a unit.
+QString fsdpUnit(const state::ModuleRecord &m, const QString &groupPath);
+// A module's type as the module tree shows it: "FSDPBlock [FSDP unit: ...]" for a unit.
+QString moduleType(const state::ModuleRecord &m, const QString &groupPath);
 
 } // namespace shardscope::session::labels

@@ -24,9 +24,11 @@ namespace shardscope::views {
 namespace {
 
 const char *const kFields[] = {
-    "owner",           "shape",       "dtype",         "numel",          "padded numel",
-    "partition numel", "partitioned", "registered on", "active modules", "gathers",
-    "gathered bytes",  "gather time", "last gather"};
+    "owner",           "FSDP unit",   "shape",         "dtype",         "numel",
+    "padded numel",    "partition numel", "placements", "partitioned", "registered on",
+    "active modules",  "gathers",     "gathered bytes", "gather time",  "last gather"};
+// Shown only where they apply (FSDP2's runs).
+const char *const kOptionalFields[] = {"FSDP unit", "placements"};
 
 // Registrations and active modules shown in one label: a model may register a parameter
 // on thousands of modules, and laying out a label of all of them freezes the window.
@@ -138,6 +140,8 @@ void ParamDetail::showFields(const state::ParamRecord *p)
         m_title->setText(tr("Select a parameter in the tree"));
         for (QLabel *l : std::as_const(m_fields))
             l->clear();
+        for (const char *name : kOptionalFields)
+            m_form->setRowVisible(m_fields.value(QString::fromLatin1(name)), false);
         return;
     }
     m_title->setText(session::labels::breakable(QString::fromStdString(p->name)) +
@@ -149,6 +153,13 @@ void ParamDetail::showFields(const state::ParamRecord *p)
     set("owner",
         m_store->modulePath(p->owner) +
             (owner ? QStringLiteral(" (%1)").arg(QString::fromStdString(owner->type)) : QString()));
+    const QString unit = owner ? session::labels::fsdpUnit(*owner, m_store->modulePath(owner->unitGroup))
+                               : QString();
+    set("FSDP unit", unit);
+    set("placements", QString::fromStdString(p->placements));
+    for (const char *name : kOptionalFields)
+        m_form->setRowVisible(m_fields.value(QString::fromLatin1(name)),
+                              !m_fields.value(QString::fromLatin1(name))->text().isEmpty());
     set("shape", session::labels::shape(p->shape));
     set("dtype", session::labels::dtype(p->dtype));
     set("numel", session::labels::count(static_cast<std::uint64_t>(p->numel)));
