@@ -1,6 +1,7 @@
 #include <QtTest>
 
 #include <cstring>
+#include <tuple>
 
 #include "state/partition.h"
 #include "testworld.h"
@@ -14,6 +15,7 @@ private slots:
     void layoutMath_data();
     void layoutMath();
     void shardsTileWithoutGapOrOverlap();
+    void reportedLayoutsOfFsdpAndHsdp();
     void roundTripIsBitExact_data();
     void roundTripIsBitExact();
     void persistenceThreshold();
@@ -47,6 +49,39 @@ void TestPartition::layoutMath()
     QCOMPARE(l.partitionNumel, part);
     QCOMPARE(l.validNumel(world - 1), tailValid);
     QCOMPARE(l.paddingNumel(world - 1), part - tailValid);
+}
+
+// FSDP2 pads dim 0: 33 x 16 on 2 ranks is 17 rows a rank, 272 elements, the last 16 of
+// rank 1's padding (describe()'s "shards"); make() would say 264 and no padding. HSDP on a
+// (replicate=2, shard=2) mesh: 4 ranks, 2 shards, rank r holding shard r mod 2. Numbers that
+// make no layout fall back to make().
+void TestPartition::reportedLayoutsOfFsdpAndHsdp()
+{
+    const auto fsdp = state::PartitionLayout::reported(528, 544, 272, 2);
+    QCOMPARE(fsdp.shards(), 2);
+    QCOMPARE(fsdp.offset(1), std::int64_t(272));
+    QCOMPARE(fsdp.validNumel(1), std::int64_t(256));
+    QCOMPARE(fsdp.paddingNumel(1), std::int64_t(16));
+    QCOMPARE(fsdp.totalPadding(), std::int64_t(16));
+
+    const auto hsdp = state::PartitionLayout::reported(528, 544, 272, 4);
+    QCOMPARE(hsdp.shards(), 2);
+    QCOMPARE(hsdp.shardOf(3), 1);
+    QCOMPARE(hsdp.shardOf(2), 0);
+    QCOMPARE(hsdp.offset(hsdp.shardOf(3)), std::int64_t(272));
+
+    const auto flat = state::PartitionLayout::make(528, 2);
+    for (auto [padded, partition, world] : {std::tuple{std::int64_t(544), std::int64_t(0), 2},
+                                            std::tuple{std::int64_t(544), std::int64_t(100), 2},
+                                            std::tuple{std::int64_t(500), std::int64_t(250), 2},
+                                            std::tuple{std::int64_t(816), std::int64_t(272), 2}}) {
+        const auto l = state::PartitionLayout::reported(528, padded, partition, world);
+        QCOMPARE(l.paddedNumel, flat.paddedNumel);
+        QCOMPARE(l.partitionNumel, flat.partitionNumel);
+    }
+    // 3 shards do not divide 4 ranks.
+    QCOMPARE(state::PartitionLayout::reported(528, 816, 272, 4).shards(), 4);
+    QCOMPARE(state::PartitionLayout::reported(6, 8, 2, 4).shardOf(5), 1);
 }
 
 void TestPartition::shardsTileWithoutGapOrOverlap()

@@ -61,6 +61,7 @@ class TestPartitionMap : public QObject
     void moduleStacksItsParameters();
     void persistentParameterIsWholeOnEveryRank();
     void inconsistentRecordIsRedrawnFromThePartitionMath();
+    void fsdpAndHsdpShardsAsTheProducerLaidThemOut();
     void unknownSelectionShowsNothing();
     void recordsGivenDirectlyAreShownAsIs();
     void largeModuleShowsWhatFitsAndCountsTheRest();
@@ -243,6 +244,37 @@ void TestPartitionMap::inconsistentRecordIsRedrawnFromThePartitionMath()
     QCOMPARE(rects[0].status, ParamStatus::Available);
     QCOMPARE(rects[1].status, ParamStatus::NotAvailable); // no status reported for rank 1
     QVERIFY(!map.grab().isNull());
+}
+
+// FSDP2 pads dim 0: a 33 x 16 embedding on 2 ranks is 17 rows (272 elements) a rank, rank 1's
+// last 16 padding. On HSDP's (replicate=2, shard=2) mesh ranks 2 and 3 hold shards 0 and 1.
+void TestPartitionMap::fsdpAndHsdpShardsAsTheProducerLaidThemOut()
+{
+    state::ParamRecord p = makeParam(3, "embed.weight", 1, 528, 2);
+    p.shape = {33, 16};
+    p.paddedNumel = 544;
+    p.partitionNumel = 272;
+    p.placements = "Shard(0)";
+    PartitionMap map;
+    map.resize(640, 300);
+    map.setState(makeState(2, {p}));
+    map.setParameter(3);
+    QVector<ShardRect> rects = map.shardRects();
+    QCOMPARE(rects.size(), 2);
+    QCOMPARE(rects[1].offset, std::int64_t(272));
+    QCOMPARE(rects[1].validNumel, std::int64_t(256));
+    QCOMPARE(rects[1].paddingNumel, std::int64_t(16));
+
+    p.placements = "(Replicate(), Shard(0))";
+    p.status.assign(4, ParamStatus::NotAvailable);
+    map.setState(makeState(4, {p}));
+    map.setParameter(3);
+    rects = map.shardRects();
+    QCOMPARE(rects.size(), 4);
+    for (int r = 0; r < 4; ++r) {
+        QCOMPARE(rects[r].offset, std::int64_t(272 * (r % 2)));
+        QCOMPARE(rects[r].paddingNumel, std::int64_t(r % 2 ? 16 : 0));
+    }
 }
 
 void TestPartitionMap::unknownSelectionShowsNothing()

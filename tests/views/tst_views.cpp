@@ -275,6 +275,21 @@ void TestViews::detailShowsFsdpUnitAndPlacements()
     store.flush();
     detail.showParam(5);
     QVERIFY(!rowVisible(QStringLiteral("placements")));
+
+    // FSDP2's dim-0 padding in the shard table: 33 x 16 on 2 ranks, 17 rows a rank.
+    state::EngineState two = fsdpState(2);
+    two.params[0].shape = {33, 16};
+    two.params[0].numel = 528;
+    two.params[0].paddedNumel = 544;
+    two.params[0].partitionNumel = 272;
+    store.applyState(two);
+    store.flush();
+    detail.showParam(0);
+    QTableWidget *t = detail.shardTable();
+    QCOMPARE(t->rowCount(), 2);
+    QCOMPARE(t->item(1, 1)->text(), QStringLiteral("272")); // offset
+    QCOMPARE(t->item(1, 2)->text(), QStringLiteral("272")); // length
+    QCOMPARE(t->item(1, 3)->text(), QStringLiteral("16"));  // padding
 }
 
 void TestViews::attachDialogListsLiveEngines()

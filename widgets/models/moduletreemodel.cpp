@@ -503,11 +503,10 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
             return p->late ? QStringLiteral("late: not partitioned")
                            : QStringLiteral("not partitioned");
     {
-        // The producer's layout (DeepSpeed's own numbers for its runs), read as partition.h does.
-        const state::PartitionLayout layout{.numel = p->numel,
-                                           .worldSize = std::max<int>(1, int(p->status.size())),
-                                           .paddedNumel = p->paddedNumel,
-                                           .partitionNumel = p->partitionNumel};
+        // The producer's layout (DeepSpeed's and FSDP2's own numbers for their runs).
+        const state::PartitionLayout layout = state::PartitionLayout::reported(
+            std::max<std::int64_t>(p->numel, 0), p->paddedNumel, p->partitionNumel,
+            std::max<int>(1, int(p->status.size())));
         const QString shards = QStringLiteral("%1/rank, pad %2")
                                    .arg(session::labels::count(static_cast<std::uint64_t>(layout.partitionNumel)))
                                    .arg(layout.totalPadding());

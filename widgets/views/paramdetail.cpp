@@ -188,8 +188,8 @@ void ParamDetail::showFields(const state::ParamRecord *p)
                                  p->lastGatherTsNs >= t0 ? p->lastGatherTsNs - t0 : 0)));
 }
 
-// A row per rank: its shard by core's partition math (the whole tensor on every rank when
-// the parameter is not partitioned) and its status.
+// A row per rank: its shard as the producer laid it out (PartitionLayout::reported; the whole
+// tensor on every rank when the parameter is not partitioned) and its status.
 void ParamDetail::showShards(const state::ParamRecord *p)
 {
     if (!p) {
@@ -199,11 +199,14 @@ void ParamDetail::showShards(const state::ParamRecord *p)
     }
     const int world = std::max<int>(1, static_cast<int>(p->status.size()));
     const bool sharded = p->partitioned && !p->persistent;
+    const std::int64_t numel = std::max<std::int64_t>(p->numel, 0);
+    // The producer's shards (FSDP2 pads dim 0; HSDP shards over part of the world).
     const state::PartitionLayout layout =
-        state::PartitionLayout::make(std::max<std::int64_t>(p->numel, 0), sharded ? world : 1);
+        sharded ? state::PartitionLayout::reported(numel, p->paddedNumel, p->partitionNumel, world)
+                : state::PartitionLayout::make(numel, 1);
     m_shards->setRowCount(world);
     for (int r = 0; r < world; ++r) {
-        const int shard = sharded ? r : 0;
+        const int shard = sharded ? layout.shardOf(r) : 0;
         const QString status = static_cast<std::size_t>(r) < p->status.size()
                                    ? session::labels::status(p->status[static_cast<std::size_t>(r)])
                                    : QString();

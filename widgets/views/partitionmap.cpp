@@ -18,13 +18,16 @@ constexpr double kMaxRowHeight = 24.0;
 constexpr double kMinRowHeight = 2.0;
 constexpr int kMaxWorld = 4096;
 
-// How a parameter is drawn: its shards by core's partition math (whatever sizes the record
-// claims), or, when it is not partitioned, the whole tensor on every rank (one shard, shown
-// on each rank's row).
+// How a parameter is drawn: its shards as the producer laid them out (FSDP2 pads dim 0,
+// HSDP shards over part of the world; PartitionLayout::reported falls back to core's math
+// where the record's sizes make no layout), or, when it is not partitioned, the whole tensor
+// on every rank (one shard, shown on each rank's row).
 state::PartitionLayout layoutOf(const state::ParamRecord &p, int world)
 {
-    return state::PartitionLayout::make(std::max<std::int64_t>(p.numel, 0),
-                                       p.partitioned ? world : 1);
+    const std::int64_t numel = std::max<std::int64_t>(p.numel, 0);
+    return p.partitioned
+               ? state::PartitionLayout::reported(numel, p.paddedNumel, p.partitionNumel, world)
+               : state::PartitionLayout::make(numel, 1);
 }
 
 QString statusText(ParamStatus s)
@@ -209,7 +212,7 @@ void PartitionMap::layoutRects() const
             s.rank = r;
             s.partitioned = p.partitioned;
             s.status = r < int(p.status.size()) ? p.status[r] : ParamStatus::NotAvailable;
-            const int shard = p.partitioned ? r : 0;
+            const int shard = p.partitioned ? l.shardOf(r) : 0;
             s.offset = l.offset(shard);
             s.length = l.partitionNumel;
             s.validNumel = l.validNumel(shard);
