@@ -30,7 +30,7 @@ Each case below is a bug as users hit it; `--fixed` runs the line ShardScope's f
                         and forward prefetching between the blocks
   --guard error         ShardScope raises at the first sharded read, with the fix line
 
-Also --snapshot-out F.rank{rank}.json, --describe F.rank{rank}.json (describe()'s FSDP view),
+Also --hsdp R (HSDP: R replicas, each sharded over world/R ranks), --snapshot-out F.rank{rank}.json, --describe F.rank{rank}.json (describe()'s FSDP view),
 --hold SECONDS (stay up for a client after training), --steps N, --layers N. Every rank prints
 "rank R step S loss L" (S from 1). For the tests: --wait-before-train FILE (a client attaches
 before the first step), --kill-rank R with --kill-at-step S (rank R is killed inside
@@ -132,6 +132,8 @@ def main():
     p.add_argument("--fixed", action="store_true", help="run the fix ShardScope names")
     p.add_argument("--guard", choices=["warn", "error"], default="warn")
     p.add_argument("--attach", action="store_true", help="attach(model) after fully_shard instead of install() before")
+    p.add_argument("--hsdp", type=int, default=0, metavar="R",
+                   help="HSDP: a (replicate=R, shard=world/R) mesh instead of one dimension")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--hidden", type=int, default=16)
@@ -160,7 +162,12 @@ def main():
     dist.init_process_group("nccl" if a.device == "cuda" else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device(a.device, torch.cuda.current_device()) if a.device == "cuda" else torch.device("cpu")
-    mesh = init_device_mesh(a.device, (world, ), mesh_dim_names=("dp", ))
+    if a.hsdp:  # HSDP: replicas of a sharded model
+        if a.hsdp < 1 or world % a.hsdp:
+            sys.exit(f"--hsdp {a.hsdp}: the world size {world} is not a multiple of it")
+        mesh = init_device_mesh(a.device, (a.hsdp, world // a.hsdp), mesh_dim_names=("replicate", "shard"))
+    else:
+        mesh = init_device_mesh(a.device, (world, ), mesh_dim_names=("dp", ))
     options = dict(snapshot_out=a.snapshot_out or None, guard=a.guard,
                    listen=a.listen if a.listen else None)
     if not a.no_agent and not a.attach:

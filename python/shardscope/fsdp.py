@@ -480,9 +480,12 @@ class _Agent:
                 chunk = int(fp.padded_sharded_param_size[0]) if len(fp.padded_sharded_param_size) else 1
                 row = math.prod(shape[1:]) if len(shape) > 1 else 1
                 shards = []
-                for r in range(rec.world):
-                    begin = min(r * chunk, rows)
-                    end = min((r + 1) * chunk, rows)
+                # Every rank of the world: HSDP's rank r holds shard r mod the shard mesh's
+                # size (a (replicate, shard) mesh in rank order, as init_device_mesh makes it).
+                for r in range(max(self.world_size, rec.world)):
+                    k = r % rec.world
+                    begin = min(k * chunk, rows)
+                    end = min((k + 1) * chunk, rows)
                     shards.append({"rank": r, "offset": begin * row, "length": (end - begin) * row,
                                    "padding": (chunk - (end - begin)) * row})
                 params.append({"id": pid, "fqn": self.names.get(pid, ""),

@@ -89,9 +89,11 @@ class TestFsdpAgent : public QObject
                                             runtime, monitorInterval);
     }
 
-    Run run(const QStringList &args)
+    Run run(const QStringList &args, int ranks = 2)
     {
-        return shardscope::test::finishRanks(start(args, m_dir.path()));
+        return shardscope::test::finishRanks(shardscope::test::startRanks(
+            this, fsdpEnvironment(), QStringLiteral(SHARDSCOPE_LAUNCH), python(),
+            QStringLiteral(SHARDSCOPE_EXAMPLE), args, m_dir.path(), QStringLiteral("0.1"), ranks));
     }
 
     QString snapshotArg(const QString &name) { return m_dir.filePath(name + ".rank{rank}.json"); }
@@ -100,20 +102,20 @@ class TestFsdpAgent : public QObject
         return m_dir.filePath(name + ".rank" + QString::number(rank) + ".json");
     }
 
-    // Both ranks' snapshots decode with our decoder and pass the schema checks.
-    std::vector<json> snapshots(const QString &name)
+    // Every rank's snapshot decodes with our decoder and passes the schema checks.
+    std::vector<json> snapshots(const QString &name, int world = 2)
     {
         std::vector<json> out;
-        for (int rank = 0; rank < 2; ++rank) {
+        for (int rank = 0; rank < world; ++rank) {
             const QString path = snapshotOf(name, rank);
             auto decoded = shardscope::wire::readSnapshotFile(path.toStdString());
             if (!decoded) {
                 qWarning("%s: %s", qPrintable(path), decoded.error().c_str());
                 return {};
             }
-            if (decoded->state.worldSize != 2 || decoded->state.localRanks != std::vector<int>{rank} ||
+            if (decoded->state.worldSize != world || decoded->state.localRanks != std::vector<int>{rank} ||
                 decoded->state.fixDialect != "fsdp") {
-                qWarning("%s: not rank %d of 2 in the fsdp dialect", qPrintable(path), rank);
+                qWarning("%s: not rank %d of %d in the fsdp dialect", qPrintable(path), rank, world);
                 return {};
             }
             json j = readJson(path);
@@ -388,6 +390,46 @@ class TestFsdpAgent : public QObject
             described_bytes += u["reduce_scatter_bytes"].get<std::uint64_t>();
         }
         QCOMPARE(total, described_bytes);
+    }
+
+    // HSDP on 4 ranks: a (replicate=2, shard=2) mesh. Units say the mesh by its dimensions,
+    // parameters are (Replicate(), Shard(0)) with shards over 2 ranks (dim 0 padded to 2), ranks
+    // 2 and 3 holding what 0 and 1 hold; every unit reduce-scatters its padded gradients once a
+    // step (its all-reduce across the replicas is inside that span on CPU, docs/fsdp.md).
+    void hsdp()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const Run r = run({"--hsdp", "2", "--snapshot-out", snapshotArg("hsdp"), "--describe",
+                           m_dir.filePath("hsdp-describe.rank{rank}.json")},
+                          4);
+        QVERIFY2(r.exitCode == 0, qPrintable(r.out));
+        const std::vector<json> snaps = snapshots("hsdp", 4);
+        QCOMPARE(snaps.size(), std::size_t(4));
+        for (int rank = 0; rank < 4; ++rank) {
+            const json &s = snaps[std::size_t(rank)];
+            QVERIFY2(s["violations"].empty(), s["violations"].dump().c_str());
+            for (const char *unit : {"", "blocks.0", "blocks.1"}) {
+                const json *m = moduleOf(s, unit);
+                QVERIFY(m);
+                QVERIFY2((*m)["fsdp_unit"]["mesh"] == "replicate=2, shard=2", m->dump().c_str());
+            }
+            const json *embed = findParam(s, "embed.weight");
+            QVERIFY(embed);
+            QCOMPARE((*embed)["placements"].get<std::string>(), std::string("(Replicate(), Shard(0))"));
+            QCOMPARE((*embed)["padded_numel"].get<int>(), 544); // 34 rows: padded to the shard world
+            QCOMPARE((*embed)["partition_numel"].get<int>(), 272);
+            QCOMPARE((*embed)["status"].get<std::string>(), std::string("NNNN"));
+            checkReduceScatters(s, readJson(m_dir.filePath(QStringLiteral("hsdp-describe.rank%1.json").arg(rank))));
+        }
+        const json d = readJson(m_dir.filePath("hsdp-describe.rank3.json"));
+        for (const json &prm : d["params"]) {
+            if (prm["fqn"] != "embed.weight") continue;
+            QCOMPARE(prm["shards"].size(), std::size_t(4));
+            QVERIFY2(prm["shards"][3] == json({{"rank", 3}, {"offset", 272}, {"length", 256}, {"padding", 16}}),
+                     prm.dump().c_str());
+            QVERIFY2(prm["shards"][2] == json({{"rank", 2}, {"offset", 0}, {"length", 272}, {"padding", 0}}),
+                     prm.dump().c_str());
+        }
     }
 
     // Tied weights sharded by two fully_shard calls: torch 2.13 raises ValueError at the first
