@@ -263,7 +263,7 @@ void TestViews::detailShowsFsdpUnitAndPlacements()
     };
     detail.showParam(5); // lm_head.bias, in embed's group
     QCOMPARE(detail.field(QStringLiteral("FSDP unit")),
-             QStringLiteral("FSDP unit: reshard_after_forward=2; mesh dp=4; grouped with embed"));
+             QStringLiteral("reshard_after_forward=2; mesh dp=4; grouped with embed"));
     QCOMPARE(detail.field(QStringLiteral("placements")), QStringLiteral("(Replicate(), Shard(0))"));
     QVERIFY(rowVisible(QStringLiteral("FSDP unit")));
     QVERIFY(rowVisible(QStringLiteral("placements")));

@@ -541,7 +541,7 @@ QString ModuleTreeModel::tooltip(const Node &node) const
         QString tip = QStringLiteral("%1 (%2)").arg(m_store->modulePath(node.id),
                                                     QString::fromStdString(m->type));
         if (m->fsdpUnit())
-            tip += QLatin1Char('\n') + session::labels::fsdpUnit(*m, m_store->modulePath(m->unitGroup));
+            tip += QStringLiteral("\nFSDP unit: ") + session::labels::fsdpUnit(*m, m_store->modulePath(m->unitGroup));
         if (const std::uint64_t v = m_store->moduleViolations(node.id))
             tip += QStringLiteral("\n%1 violation(s) as accessor or owner").arg(v);
         return tip;

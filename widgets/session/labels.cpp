@@ -109,7 +109,7 @@ QString breakable(const QString &text)
 QString fsdpUnit(const state::ModuleRecord &m, const QString &groupPath)
 {
     if (!m.fsdpUnit()) return {};
-    QString text = QStringLiteral("FSDP unit: reshard_after_forward=%1")
+    QString text = QStringLiteral("reshard_after_forward=%1")
                        .arg(QString::fromStdString(m.reshardAfterForward));
     if (!m.mesh.empty()) text += QStringLiteral("; mesh %1").arg(QString::fromStdString(m.mesh));
     if (m.unitGroup != m.id)
@@ -121,7 +121,7 @@ QString fsdpUnit(const state::ModuleRecord &m, const QString &groupPath)
 QString moduleType(const state::ModuleRecord &m, const QString &groupPath)
 {
     const QString type = QString::fromStdString(m.type);
-    return m.fsdpUnit() ? QStringLiteral("%1 [%2]").arg(type, fsdpUnit(m, groupPath)) : type;
+    return m.fsdpUnit() ? QStringLiteral("%1 [FSDP unit: %2]").arg(type, fsdpUnit(m, groupPath)) : type;
 }
 
 } // namespace shardscope::session::labels

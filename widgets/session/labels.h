@@ -28,7 +28,7 @@ QString duration(std::uint64_t ns);
 // running past the edge. Display only: copy the original.
 QString breakable(const QString &text);
 // An FSDP2 unit's settings (ModuleRecord's unit fields), in FSDP's words:
-// "FSDP unit: reshard_after_forward=True; mesh dp=2", and "; grouped with embed" when another
+// "reshard_after_forward=True; mesh dp=2", and "; grouped with embed" when another
 // module (groupPath, "" for the root) heads its fully_shard call. "" for a module that is not
 // a unit.
 QString fsdpUnit(const state::ModuleRecord &m, const QString &groupPath);
