@@ -108,11 +108,13 @@ void AgentState::setConfig(const state::EngineConfigRecord &config)
 void AgentState::countLocked(const AgentParam &p, bool add)
 {
     const std::uint64_t es = p.elementBytes;
-    // What this rank keeps: its partition, or the whole tensor where it is not partitioned
-    // (persistent, late); and while a partitioned one is gathered, the padded full tensor.
+    // What this rank keeps: its partition (and hpZ's secondary one while it has it), or the
+    // whole tensor where it is not partitioned (persistent, late); and while a partitioned one
+    // is gathered, the padded full tensor.
     const std::uint64_t held =
         static_cast<std::uint64_t>(p.record.partitioned ? p.record.partitionNumel : p.record.numel) *
-        es;
+            es +
+        p.secondaryBytes;
     const bool gathered = p.record.partitioned && p.status == ParamStatus::Available;
     const std::uint64_t padded = static_cast<std::uint64_t>(p.record.paddedNumel);
     m_memoryChanged.store(true, std::memory_order_release);
@@ -169,10 +171,14 @@ void AgentState::postMemory()
     post(telemetry::makeMemorySample(m));
 }
 
-void AgentState::setParam(const AgentParam &p)
+void AgentState::setParam(const AgentParam &given)
 {
     std::lock_guard lock(m_mutex);
-    if (AgentParam *old = findLocked(p.record.id)) countLocked(*old, false);
+    AgentParam p = given;
+    if (AgentParam *old = findLocked(p.record.id)) {
+        countLocked(*old, false);
+        p.secondaryBytes = old->secondaryBytes; // DeepSpeed's, not the record's
+    }
     countLocked(p, true);
     AgentParam &slot = m_params[p.record.id];
     slot = p;
@@ -196,6 +202,16 @@ void AgentState::removeParam(ParamId id)
         m_lateSites.erase(id);
         touch();
     }
+}
+
+void AgentState::setSecondary(ParamId id, std::uint64_t bytes)
+{
+    std::lock_guard lock(m_mutex);
+    AgentParam *p = findLocked(id);
+    if (!p || p->secondaryBytes == bytes) return;
+    countLocked(*p, false);
+    p->secondaryBytes = bytes;
+    countLocked(*p, true);
 }
 
 bool AgentState::hasParam(ParamId id) const

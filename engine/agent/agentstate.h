@@ -43,6 +43,8 @@ struct AgentParam
     ParamStatus status = ParamStatus::NotAvailable;
     // The tensor's element size: DeepSpeed's dtypes are more than record.dtype names (fp16).
     std::uint32_t elementBytes = 4;
+    // ZeRO++ hpZ: the bytes of the secondary partition this rank holds of it now (0: none).
+    std::uint64_t secondaryBytes = 0;
 };
 
 class AgentState final : public state::StateProvider
@@ -68,6 +70,9 @@ class AgentState final : public state::StateProvider
     void setActive(std::vector<std::pair<ParamId, std::vector<ModuleId>>> changes); // one lock
     // Statuses as they are now, without events: what changed while observation was paused.
     void setStatuses(const std::vector<std::pair<ParamId, ParamStatus>> &statuses);
+    // ZeRO++ hpZ: parameter p's secondary partition on this rank is now `bytes` (0: dropped).
+    // Counted in the memory samples' held bytes, beside its primary partition; setParam keeps it.
+    void setSecondary(ParamId p, std::uint64_t bytes);
 
     // ---- events (the training thread)
     void moduleEnter(ModuleId m, Phase phase);

@@ -224,10 +224,16 @@ def status_number(ds_status):
 def native_names():
     """The DeepSpeed attribute names the native hot path reads and writes (hotpath.cpp takes
     them from here, so that every DeepSpeed name stays in this file): a converted parameter's
-    status, id and active sub-modules, the engine's step counter, and backward's loss
-    argument."""
+    status, id, active sub-modules and ZeRO++ hpZ secondary partition, the engine's step
+    counter, and backward's loss argument."""
     return {"status": "ds_status", "id": "ds_id", "active": "ds_active_sub_modules",
-            "global_steps": "global_steps", "loss": "loss"}
+            "secondary": "ds_secondary_tensor", "global_steps": "global_steps", "loss": "loss"}
+
+
+def has_hpz_group(param):
+    """The parameter has a ZeRO++ hpZ secondary group (zero_hpz_partition_size > 1): DeepSpeed
+    gives it a secondary partition (ds_secondary_tensor) at its releases."""
+    return param.__dict__.get("ds_zero_param_process_group") is not None
 
 
 def status_members():

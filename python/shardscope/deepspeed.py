@@ -511,9 +511,6 @@ class _Agent:
         # Its partition's world: its own group's (ZeRO++ hpZ, DeepSpeed >= 0.19.3), else the job's.
         world = int(d.get("ds_zero_partition_world_size", self.world_size))
         d["_shardscope_nbytes"] = (partition * world if partitioned else numel) * param.element_size()
-        if ds_id is not None:
-            self.published.add(ds_id)
-            self.hot.publish(ds_id, d["_shardscope_nbytes"], param)
         self.native.set_param(id=pid, name=name, owner=mid if mid is not None else 0, shape=shape,
                               dtype=str(param.dtype).replace("torch.", ""), numel=numel,
                               partition_numel=partition if partitioned else numel,
@@ -521,6 +518,9 @@ class _Agent:
                               persistent=persistent, partitioned=partitioned, late=late,
                               status=status, replaces=replaces,
                               element_size=param.element_size())
+        if ds_id is not None:  # after set_param: the hot path may count its hpZ partition
+            self.published.add(ds_id)
+            self.hot.publish(ds_id, d["_shardscope_nbytes"], param, _ds.has_hpz_group(param))
         return pid
 
     def _new_late_id(self):

@@ -3,6 +3,7 @@
 
 #include <structmember.h>
 
+#include <algorithm>
 #include <limits>
 #include <new>
 #include <string>
@@ -255,7 +256,7 @@ HotPath::HotPath(agent::AgentState &state, py::object agent, py::object observer
                                          std::move(available)},
       m_kStatus(nameOf(names, "status")), m_kId(nameOf(names, "id")),
       m_kGlobalSteps(nameOf(names, "global_steps")), m_kLoss(nameOf(names, "loss")),
-      m_kActive(nameOf(names, "active"))
+      m_kActive(nameOf(names, "active")), m_kSecondary(nameOf(names, "secondary"))
 {
     for (int i = 0; i < 3; ++i)
         m_status[i] = m_statusRefs[i].ptr();
@@ -334,6 +335,9 @@ void HotPath::statusSet(py::handle param, py::handle value)
         published->second.dirty = true;
         m_dirty.push_back(dsId);
     }
+    // hpZ: DeepSpeed makes the secondary partition just before it writes NOT_AVAILABLE.
+    if (to == 0 && published->second.hpz && checkSecondary(dsId, published->second))
+        m_secondaries.push_back(dsId);
 
     ModuleId cause = kNoModule;
     FetchReason reason = FetchReason::Prefetch;
@@ -397,6 +401,7 @@ void HotPath::beginStep(std::uint32_t step)
 void HotPath::endStep(double loss)
 {
     flushActive();
+    recheckSecondaries();
     m_state.stepEnd(loss);
     if (!afterStep.is_none()) {
         PyObject *r = PyObject_CallNoArgs(afterStep.ptr());
@@ -418,15 +423,51 @@ py::object HotPath::topEntry() const
     return py::make_tuple(m_stack.back().module, static_cast<int>(m_stack.back().phase));
 }
 
-void HotPath::publish(std::uint32_t dsId, std::uint64_t bytes, py::object param)
+void HotPath::publish(std::uint32_t dsId, std::uint64_t bytes, py::object param, bool hpz)
 {
     Published &p = m_published[dsId];
     p.bytes = bytes;
     p.param = std::move(param);
+    p.hpz = hpz;
     if (!p.dirty) {
         p.dirty = true;
         m_dirty.push_back(dsId);
     }
+    // Published again (setParam zeroed what AgentState counted) or for the first time after
+    // initialize, whose first gather already made the secondary partitions.
+    p.secondary = nullptr;
+    if (hpz && checkSecondary(dsId, p) &&
+        std::find(m_secondaries.begin(), m_secondaries.end(), dsId) == m_secondaries.end())
+        m_secondaries.push_back(dsId);
+}
+
+bool HotPath::checkSecondary(std::uint32_t dsId, Published &p)
+{
+    PyObject *dict = instanceDict(p.param.ptr());
+    PyObject *tensor = dict ? PyDict_GetItemWithError(dict, m_kSecondary.ptr()) : nullptr;
+    if (!tensor && PyErr_Occurred()) throw py::error_already_set();
+    if (tensor == Py_None) tensor = nullptr;
+    if (tensor == p.secondary) return false; // DeepSpeed keeps it until the optimizer step
+    const bool held = p.secondary != nullptr;
+    std::uint64_t bytes = 0;
+    if (tensor) { // its own size: a frozen parameter's may be quantized (ds_quant_scale)
+        py::handle t(tensor);
+        bytes = t.attr("numel")().cast<std::uint64_t>() *
+                t.attr("element_size")().cast<std::uint64_t>();
+    }
+    p.secondary = tensor;
+    m_state.setSecondary(dsId, bytes);
+    return tensor && !held;
+}
+
+void HotPath::recheckSecondaries()
+{
+    std::erase_if(m_secondaries, [&](std::uint32_t dsId) {
+        auto it = m_published.find(dsId);
+        if (it == m_published.end() || !it->second.secondary) return true;
+        checkSecondary(dsId, it->second);
+        return it->second.secondary == nullptr;
+    });
 }
 
 void HotPath::markDirty(std::uint32_t dsId)
@@ -718,7 +759,8 @@ void bindHotPath(py::module_ &m, agent::AgentState &(*stateOf)(py::handle agent)
         .def_property_readonly("depth", &HotPath::depth)
         .def("top", &HotPath::top)
         .def("top_entry", &HotPath::topEntry)
-        .def("publish", &HotPath::publish)
+        .def("publish", &HotPath::publish, py::arg("ds_id"), py::arg("bytes"), py::arg("param"),
+             py::arg("hpz") = false)
         .def("unpublish", &HotPath::unpublish)
         .def("forget_own", &HotPath::forgetOwn)
         .def("map_module", &HotPath::mapModule)

@@ -120,8 +120,11 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     py::object topEntry() const; // (module, phase number), or None
 
     // A parameter clients see (bytes: what a gather of it moves); its active sub-modules are
-    // sampled at the next flushActive().
-    void publish(std::uint32_t dsId, std::uint64_t bytes, py::object param);
+    // sampled at the next flushActive(). hpz: it has a ZeRO++ hpZ secondary group
+    // (ds_zero_param_process_group): the secondary partition DeepSpeed gives it at a release
+    // (ds_secondary_tensor) is counted in the rank's held bytes until a step's end finds it
+    // dropped (the optimizer step's invalidate_secondary_tensor).
+    void publish(std::uint32_t dsId, std::uint64_t bytes, py::object param, bool hpz = false);
     void unpublish(std::uint32_t dsId) { m_published.erase(dsId); }
     void mapModule(std::int64_t dsModuleId, ModuleId id) { m_dsModules[dsModuleId] = id; }
     void markDirty(std::uint32_t dsId); // sample it at the next flushActive()
@@ -188,12 +191,20 @@ class HotPath : public std::enable_shared_from_this<HotPath>
         py::object param;
         std::vector<ModuleId> activeSent; // the active sub-modules last sent
         bool dirty = false;
+        bool hpz = false;
+        const void *secondary = nullptr; // the ds_secondary_tensor counted (identity only)
     };
+    // Counts what ds_secondary_tensor the parameter holds now (AgentState::setSecondary):
+    // true when it holds one it did not hold before.
+    bool checkSecondary(std::uint32_t dsId, Published &p);
+    void recheckSecondaries(); // at a step's end: the ones dropped since are no longer held
+    std::vector<std::uint32_t> m_secondaries; // ds_ids holding a counted secondary partition
     std::unordered_map<std::uint32_t, Published> m_published; // by ds_id
     std::unordered_map<std::int64_t, ModuleId> m_dsModules;   // DeepSpeed's module.id -> ours
     std::vector<std::uint32_t> m_dirty;
     std::vector<std::pair<ParamId, std::vector<ModuleId>>> m_changes; // flushActive's, reused
     py::str m_kActive; // ds_active_sub_modules
+    py::str m_kSecondary; // ds_secondary_tensor
 };
 
 class FsdpPath;

@@ -134,6 +134,22 @@ class TestAgentState : public QObject
         s.removeParam(1);
         s.stepEnd(1.0);
         QCOMPARE(lastMemory().partitionedBytes, std::uint64_t(296 * 2));
+        // ZeRO++ hpZ: a secondary partition is held beside the primary one until it is dropped;
+        // republishing the record keeps it, removing the parameter takes both away.
+        s.setSecondary(0, 148 * 2);
+        s.moduleExit(embed, Phase::Forward);
+        QCOMPARE(lastMemory().partitionedBytes, std::uint64_t(296 * 2 + 148 * 2));
+        s.setParam(half);
+        s.setSecondary(7, 100); // no such parameter: nothing
+        s.stepEnd(1.0);
+        QCOMPARE(lastMemory().partitionedBytes, std::uint64_t(296 * 2 + 148 * 2));
+        s.setSecondary(0, 0);
+        s.stepEnd(1.0);
+        QCOMPARE(lastMemory().partitionedBytes, std::uint64_t(296 * 2));
+        s.setSecondary(0, 148 * 2);
+        s.removeParam(0);
+        s.stepEnd(1.0);
+        QCOMPARE(lastMemory().partitionedBytes, std::uint64_t(0));
         s.setEventSink(nullptr);
     }
 

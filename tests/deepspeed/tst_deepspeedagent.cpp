@@ -658,9 +658,9 @@ class TestDeepSpeedAgent : public QObject
     // partition and padding in each rank's state are the ones DeepSpeed holds (the story prints
     // them after initialize: ds_tensor.ds_numel and the partition's world,
     // ds_zero_partition_world_size from 0.19.3, else the job's), its gathers move the padded
-    // tensor, and the held bytes of the rank's memory samples are the sum of its partitions.
-    // hpZ's secondary partitions (numel/2 per rank, from a forward to the optimizer step) exist
-    // (so hpZ was on) but are not in the memory figures: docs/deepspeed.md says so.
+    // tensor, and the held bytes of the rank's memory samples are the sum of its partitions,
+    // with hpZ's secondary ones (numel/2 per rank, from a release to the optimizer step) while
+    // the rank has them.
     void hpzPartitions()
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
@@ -707,10 +707,16 @@ class TestDeepSpeedAgent : public QObject
                 secondary += h.secondary;
             }
             QVERIFY2(secondary > 0, "no secondary (hpZ) partition: zero_hpz_partition_size was not in effect");
-            long long sampled = -1;
+            // The held bytes count the secondary partitions while the rank has them: every one
+            // after backward, none after the optimizer step dropped them.
+            long long sampled = -1, most = -1;
             for (const json &e : shardscope::test::eventList(s))
-                if (e["type"] == "memory_sample") sampled = e["u0"].get<long long>();
+                if (e["type"] == "memory_sample") {
+                    sampled = e["u0"].get<long long>();
+                    most = std::max(most, sampled);
+                }
             QCOMPARE(sampled, held);
+            QCOMPARE(most, held + secondary * 4);
         }
     }
 
