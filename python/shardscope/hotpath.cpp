@@ -433,8 +433,9 @@ void HotPath::publish(std::uint32_t dsId, std::uint64_t bytes, py::object param,
         p.dirty = true;
         m_dirty.push_back(dsId);
     }
-    // Published again (setParam zeroed what AgentState counted) or for the first time after
-    // initialize, whose first gather already made the secondary partitions.
+    // Looked at afresh (AgentState::setSecondary sets the figure, it does not add to it): the
+    // first publish after initialize, whose first gather already made the secondary partitions,
+    // or a republish, whose tensor may be another one by now.
     p.secondary = nullptr;
     if (hpz && checkSecondary(dsId, p) &&
         std::find(m_secondaries.begin(), m_secondaries.end(), dsId) == m_secondaries.end())
