@@ -22,7 +22,9 @@ A tiny language model: `embed` (nn.Embedding), a positional Conv1d with weight_n
 
 What DeepSpeed changed since 0.14.5 in the calls the agent observes: --leaf
 (set_z3_leaf_modules on PositionalConv), --plain-backward (loss.backward(), DeepSpeed >= 0.18.3),
---nested-gathered (overlapping nested GatheredParameters, which DeepSpeed >= 0.19.4 rejects).
+--nested-gathered (overlapping nested GatheredParameters, which DeepSpeed >= 0.19.4 rejects),
+--compile eager|inductor (engine.compile(): torch.compile of the model; with --deepcompile,
+DeepSpeed's DeepCompile, which needs a GPU).
 
 For the tests: --wait-before-build (a client attaches before the model exists), --kill-rank
 with --kill-at-step (a rank lost mid-step), --own-mode (the script's own torch function mode).
@@ -172,6 +174,13 @@ def main():
                         help="ZeRO++ hierarchical partitioning (zero_hpz_partition_size N; run on "
                         "a multiple of N ranks); prints each parameter's partitions as DeepSpeed "
                         "holds them after deepspeed.initialize")
+    parser.add_argument("--compile", choices=["eager", "inductor"], default=None,
+                        help="engine.compile(backend=...) after deepspeed.initialize: the model "
+                        "run by torch.compile, DeepSpeed's ZeRO-3 hooks outside its graphs")
+    parser.add_argument("--deepcompile", action="store_true",
+                        help="with --compile: DeepSpeed's DeepCompile (\"compile\": "
+                        "{\"deepcompile\": true}), which needs a GPU (its native op has no CPU "
+                        "build: on CPU engine.compile raises DeepSpeed's own error)")
     args = parser.parse_args()
 
     device = torch.device("cpu")
@@ -191,6 +200,8 @@ def main():
               "zero_allow_untested_optimizer": True}
     if args.hpz:
         config["zero_optimization"]["zero_hpz_partition_size"] = args.hpz
+    if args.deepcompile:
+        config["compile"] = {"deepcompile": True}
     torch.manual_seed(0)
     try:
         waited = time.monotonic()
@@ -209,6 +220,8 @@ def main():
                                           optimizer=torch.optim.AdamW(model.parameters(), lr=1e-2))
         if not args.no_agent:
             shardscope.deepspeed.attach(engine)  # deepspeed.initialize did it already; harmless
+        if args.compile:
+            engine.compile(backend=args.compile)
         if args.hpz:  # what each rank holds: its partition, and hpZ's secondary one
             # (made by initialize's first gather, freed by each optimizer step)
             for name, p in engine.module.named_parameters():

@@ -285,6 +285,27 @@ def reduce_bucket(optimizer, args, kwargs):
             getattr(optimizer, "communication_data_type", None))
 
 
+def observed_getitem(getitem, hook):
+    """ZeROOrderedDict.__getitem__ as the agent installs it: the native hook (HotPath) in eager
+    code, and DeepSpeed's own `getitem` while torch.compile's dynamo traces. Dynamo cannot
+    subscript through a native __getitem__: it gave up on the whole frame and ran it eagerly,
+    so a read DeepSpeed leaves unregistered under compile (`torch.compiler.is_compiling()`)
+    was registered and gathered, and a model that fails under compile without the agent ran
+    with it. Here dynamo inlines DeepSpeed's function as it does without the agent; a read it
+    traces is not observed (it never reaches DeepSpeed's eager path either)."""
+    import torch
+
+    is_compiling = torch.compiler.is_compiling
+
+    def __getitem__(self, key):
+        if is_compiling():
+            return getitem(self, key)
+        return hook(self, key)
+
+    __getitem__.__shardscope_original__ = getitem
+    return __getitem__
+
+
 def install(observer):
     """Patches DeepSpeed for observer (shardscope.deepspeed._Agent); returns uninstall()."""
     import torch
@@ -423,17 +444,28 @@ def install(observer):
             return getitem(self, key)
 
     patches.replace(ZeROOrderedDict, "__getitem__",
-                    observer.hot.getitem_hook(getitem, zero_getitem_not_available))
+                    observed_getitem(getitem, observer.hot.getitem_hook(getitem,
+                                                                        zero_getitem_not_available)))
 
     # ---- external parameters
     register = partition_parameters.register_external_parameter
     unregister = partition_parameters.unregister_external_parameter
 
+    # DeepSpeed before 0.19.3 registers a read while torch.compile's dynamo traces it
+    # (ZeROOrderedDict.__getitem__ has no is_compiling() check there): dynamo then traces
+    # DeepSpeed's function alone, as without the agent (through the agent's, it failed with an
+    # error of its own where DeepSpeed fails later with another).
+    is_compiling = torch.compiler.is_compiling
+
     def register_external_parameter(module, parameter):
+        if is_compiling():
+            return register(module, parameter)
         register(module, parameter)
         observer.on_register_external(module, parameter)
 
     def unregister_external_parameter(module, parameter):
+        if is_compiling():
+            return unregister(module, parameter)
         unregister(module, parameter)
         observer.on_unregister_external(module, parameter)
 

@@ -687,19 +687,34 @@ py::object HotPath::statusDescriptor()
     return py::reinterpret_steal<py::object>(o);
 }
 
+// A hook as a class attribute in DeepSpeed's place: an instancemethod (PyInstanceMethod_New),
+// which binds like a function. The Hook alone binds too (hookGet), but torch.compile's dynamo
+// resolves a class attribute it does not know statically, unbound: it then called
+// post_sub_module_forward_function(module) without self (TypeError in every compiled forward).
+// An instancemethod it looks up on the instance at run time, bound. It costs a bound method a
+// call (LOAD_METHOD cannot skip it), ~1,000 a step.
+static py::object asMethod(Hook *h)
+{
+    PyObject *hook = reinterpret_cast<PyObject *>(h);
+    PyObject *method = PyInstanceMethod_New(hook);
+    Py_DECREF(hook);
+    if (!method) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(method);
+}
+
 py::object HotPath::scopeHook(py::object original, Phase phase, bool begin)
 {
     Hook *h = makeHook(shared_from_this(), hookCall<observeScope>, std::move(original));
     h->phase = phase;
     h->begin = begin;
-    return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject *>(h));
+    return asMethod(h);
 }
 
 py::object HotPath::engineHook(py::object original, EngineCall call)
 {
     Hook *h = makeHook(shared_from_this(), hookCall<observeEngine>, std::move(original));
     h->call = call;
-    return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject *>(h));
+    return asMethod(h);
 }
 
 py::object HotPath::getitemHook(py::object original, py::object slow)
