@@ -5,10 +5,14 @@ a few hundred modules), or on the small TinyLM of python/examples/deepspeed_stor
 (--model tinylm).
 
 1. Step by step, within one run (the figure): the agent is paused and resumed between steps
-   (shardscope.deepspeed.pause/resume: paused, DeepSpeed runs its own code), in pairs
-   observed-paused, paused-observed, ...; each pair's ratio observed / paused, for wall time,
-   rank 0's training-thread CPU time and its whole process's CPU time (the agent's server
-   thread included); geometric mean over all pairs of all runs with its 95 % interval.
+   (shardscope.deepspeed.pause/resume: paused, DeepSpeed runs its own code), in pairs of
+   blocks, one observed and one paused, which first drawn for each pair by a generator seeded
+   with the pair's number (deepspeed_stories.toggle_step: a fixed order lined up with something
+   periodic in the steps and read about 1 % on its own); each pair's ratio observed / paused,
+   for wall time, rank 0's training-thread CPU time and its whole process's CPU time (the
+   agent's server thread included); geometric mean over all pairs of all runs with its 95 %
+   interval. --toggle-method control labels the steps the same way and never pauses: the
+   method's own bias (expect 1); --detached attaches no client.
 2. Runs without the agent vs with it (ABAB...), median step time of each run: what a paused
    agent and its idle server leave, which 1. cannot see (skip with --pairs 0).
 3. Where the agent's time goes: cProfile of rank 0 in one more run, agent functions only.
@@ -83,6 +87,7 @@ def run(args, build, tmp, name, agent, profile=False, client=True, toggle=0, ste
            "--steps", str(steps or args.steps), "--timing", timing]
     if toggle:
         cmd += ["--toggle", str(toggle)]
+        cmd += ["--toggle-method", args.toggle_method]
     if not agent:
         cmd.append("--no-agent")
     if profile:
@@ -158,21 +163,30 @@ def main():
                         help="observed / paused wall time the whole interval must lie below")
     parser.add_argument("--no-client", action="store_true",
                         help="B runs the agent with no client attached (what the client costs)")
+    parser.add_argument("--toggle-method", choices=["switch", "both", "control"], default="switch",
+                        help="switch: resume before an observed block, pause before a paused one; "
+                        "both: every step follows a pause and a resume, in the order that leaves "
+                        "its state (the switches cost both kinds of step alike); control: never "
+                        "paused, the steps only labelled (the method's own bias: expect 1)")
+    parser.add_argument("--detached", action="store_true",
+                        help="step by step with no client attached (what reading the events "
+                        "costs the ranks and the cores they share)")
     args = parser.parse_args()
     print(f"Machine: {machine()}")
     with tempfile.TemporaryDirectory() as tmp:
         print(f"#### Step by step: the agent paused and resumed within one run\n\n"
               f"{describe(args)}, agent + "
-              f"shardscope-capture on rank 0; {args.runs} runs of {args.toggled_steps} steps, "
-              f"observed and paused in alternate blocks of {args.toggle} step(s) (pairs "
-              f"on-off, off-on, ...), the first {args.warmup} steps not counted; per pair "
+              f"{'no client' if args.detached else 'shardscope-capture on rank 0'}; {args.runs} runs of {args.toggled_steps} steps, "
+              f"observed and paused in blocks of {args.toggle} step(s), in pairs whose "
+              f"order is drawn per pair (the same on both ranks), toggle method "
+              f"{args.toggle_method}; the first {args.warmup} steps not counted; per pair "
               f"observed / paused of rank 0's block medians; geometric mean over all pairs "
               f"with its 95 % interval\n")
         logs = ([], [], [])
         cpu_frac = []
         for i in range(args.runs):
             rows = run(args, args.build, tmp, f"t{i}", agent=True, toggle=args.toggle,
-                       steps=args.toggled_steps)
+                       steps=args.toggled_steps, client=not args.detached)
             for m, l in enumerate(log_pairs(rows, args.warmup, args.toggle)):
                 logs[m].extend(l)
         names = ("wall time of a step", "training thread's CPU time",

@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 
 import shardscope.deepspeed
+from deepspeed_stories import toggle_step  # the bench's step labels, one rule for both
 
 VOCAB = 64
 
@@ -163,9 +164,7 @@ def timing_callback(args, rank):
         def on_step_begin(self, targs, state, control, **kw):
             self.observed = not args.no_agent
             if args.toggle and not args.no_agent:
-                block = state.global_step // args.toggle  # on off, off on, on off, ...
-                self.observed = block % 2 == (block // 2) % 2
-                (shardscope.deepspeed.resume if self.observed else shardscope.deepspeed.pause)()
+                self.observed = toggle_step(state.global_step, args.toggle, args.toggle_method)
             self.began = (time.perf_counter(), time.thread_time(), time.process_time())
 
         def on_step_end(self, targs, state, control, **kw):
@@ -262,6 +261,11 @@ def main():
     parser.add_argument("--no-agent", action="store_true")
     parser.add_argument("--timing", default="")
     parser.add_argument("--toggle", type=int, default=0, metavar="K")
+    parser.add_argument("--toggle-method", choices=["switch", "both", "control"], default="switch",
+                        help="with --toggle: switch (resume before an observed block, pause "
+                        "before a paused one), both (before every step, pause and resume in the "
+                        "order that leaves the step's state: every step follows the same two "
+                        "switches), control (the steps labelled as by switch, never paused)")
     parser.add_argument("--profile", default="")
     parser.add_argument("--log-every", type=int, default=1, metavar="N",
                         help="the Trainer's logging_steps (a loss line every N steps)")
