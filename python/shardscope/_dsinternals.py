@@ -524,6 +524,20 @@ def install(observer):
     for name in ("forward", "backward", "step"):
         patches.replace(Engine, name, observer.hot.engine_hook(getattr(Engine, name), name))
 
+    # ---- engine.compile() with DeepCompile on ZeRO-3 (0.16 on): DeepSpeed takes its module
+    # hooks out and gathers inside the compiled graph, where the agent does not see; the
+    # observer says so before DeepSpeed compiles (docs/deepspeed.md)
+    engine_compile = Engine.__dict__.get("compile")
+    if engine_compile is not None:
+
+        def compile(self, *args, **kwargs):
+            enabled = getattr(self, "is_deepcompile_enabled", None)
+            if enabled is not None and enabled() and self.zero_optimization_partition_weights():
+                observer.on_deepcompile()
+            return engine_compile(self, *args, **kwargs)
+
+        patches.replace(Engine, "compile", compile)
+
     # ---- a plain loss.backward() instead of engine.backward(loss) (DeepSpeed >= 0.18.3,
     # `_support_torch_style_backward`): DeepSpeed itself sees it only through hooks on the
     # forward's outputs, which carry no loss. Tensor.backward is where the loss is named; the

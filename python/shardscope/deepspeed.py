@@ -318,6 +318,7 @@ class _Agent:
         self.root = None
         self.built = []  # modules built under zero.Init, in build order
         self.converted = {}  # ds_id -> param, every parameter DeepSpeed converted
+        self.said_deepcompile = False
         self.late = {}  # id(param) -> provisional id, late parameters not yet adopted
         self.next_late_id = 1 << 20
         self.adopted = set()  # ds_ids of late parameters deepspeed.initialize converted
@@ -649,6 +650,17 @@ class _Agent:
             # Partitioned in time: where it was registered is not needed (_watch_registrations
             # keeps it for the late ones; a late one adopted now keeps it).
             param.__dict__.pop("_shardscope_site", None)
+
+    def on_deepcompile(self):
+        if self.said_deepcompile:
+            return
+        self.said_deepcompile = True
+        print("shardscope: DeepCompile (\"compile\": {\"deepcompile\": true}) gathers and "
+              "releases ZeRO-3's parameters inside the compiled graph and takes DeepSpeed's module "
+              "hooks out: from engine.compile() on, the inspector shows no module scopes and no "
+              "unregistered accesses, and only the gathers DeepSpeed still makes in Python. To "
+              "inspect the sharding, run a few steps with engine.compile() without DeepCompile, "
+              "or without compile.", file=sys.stderr)
 
     def on_unobservable_class(self, cls):
         print(f"shardscope: parameters of class {cls.__module__}.{cls.__qualname__} cannot be "

@@ -585,7 +585,8 @@ class TestDeepSpeedAgent : public QObject
     // compiled forward), and gave up on the agent's native ZeROOrderedDict.__getitem__, running
     // whole frames eagerly, so that story 1 unregistered ran with the agent and failed without.
     // A registered model trains as it does eagerly, every scope and gather observed alike; the
-    // unregistered one fails with the exception it raises without the agent.
+    // unregistered one fails with the exception it raises without the agent. With DeepCompile
+    // the agent says what it cannot see, and changes nothing else.
     void compiledModel()
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
@@ -641,6 +642,29 @@ class TestDeepSpeedAgent : public QObject
         QVERIFY2(broken.exitCode != 0, qPrintable(broken.out));
         QVERIFY2(!lastError(without.err).isEmpty(), qPrintable(without.err.right(3000)));
         QCOMPARE(lastError(broken.err), lastError(without.err));
+        // DeepCompile on ZeRO-3: before DeepSpeed compiles, the agent says what it will not see
+        // (DeepSpeed takes the module hooks out). On this CPU DeepSpeed then fails building
+        // DeepCompile's op (it needs CUDA's headers), with the agent as without it.
+        const QStringList deepCompile =
+            QStringList{"--externals", "manual", "--compile", "eager", "--deepcompile"} + common;
+        const Run dc = run(deepCompile);
+        const Run dcWithout = run(deepCompile + QStringList{"--no-agent"});
+        QVERIFY2((dc.out + dc.err).contains("shardscope: DeepCompile (\"compile\": {\"deepcompile\": "
+                                            "true}) gathers and releases ZeRO-3's parameters inside "
+                                            "the compiled graph"),
+                 qPrintable(dc.err.right(3000)));
+        QVERIFY(!(dcWithout.out + dcWithout.err).contains("shardscope:"));
+        QCOMPARE(dc.exitCode == 0, dcWithout.exitCode == 0);
+        if (dcWithout.exitCode != 0) {
+            // Which rank builds the op and which waits for it is a race (RuntimeError: Error
+            // building extension 'dc', or ImportError: .../dc.so), and the build's output is
+            // ninja's order: the same failure, not the same text.
+            static const QRegularExpression buildFailed(
+                R"((?:RuntimeError: Error building extension 'dc'|ImportError: \S*dc\.so))");
+            QVERIFY2(buildFailed.match(lastError(dcWithout.err)).hasMatch(),
+                     qPrintable(lastError(dcWithout.err)));
+            QVERIFY2(buildFailed.match(lastError(dc.err)).hasMatch(), qPrintable(lastError(dc.err)));
+        }
     }
 
     // Story 1's training loop reads the embedding outside any forward: DeepSpeed fails on the
