@@ -302,7 +302,6 @@ def observed_getitem(getitem, hook):
             return getitem(self, key)
         return hook(self, key)
 
-    __getitem__.__shardscope_original__ = getitem
     return __getitem__
 
 
