@@ -287,6 +287,10 @@ def main():
                     probe.mm(engine.module.embed.weight)
             print(f"rank {rank} step {step + 1} loss {loss.item():.4f}"
                   f"{'' if observed else ' (agent paused)'}", flush=True)
+        if args.compile:  # what dynamo made of the model: the same with and without the agent
+            from torch._dynamo.utils import counters
+            print(f"rank {rank} dynamo: {sum(counters['graph_break'].values())} graph breaks, "
+                  f"{counters['stats']['unique_graphs']} graphs", flush=True)
         if args.nested_gathered:  # the user's exception, unchanged, after the agent saw it
             fc = engine.module.fc
             with deepspeed.zero.GatheredParameters([fc.weight, fc.bias]):

@@ -30,6 +30,10 @@ Each case below is a bug as users hit it; `--fixed` runs the line ShardScope's f
                         and forward prefetching between the blocks
   --guard error         ShardScope raises at the first sharded read, with the fix line
 
+--compile blocks|model (torch.compile each block before fully_shard, or the model after it;
+--fullgraph, --compile-loss, --compile-backend eager|inductor) prints "rank R dynamo: N graph
+breaks, M graphs" at the end: the same with and without the agent.
+
 Also --hsdp R (HSDP: R replicas, each sharded over world/R ranks), --snapshot-out F.rank{rank}.json, --describe F.rank{rank}.json (describe()'s FSDP view),
 --hold SECONDS (stay up for a client after training), --steps N, --layers N. Every rank prints
 "rank R step S loss L" (S from 1). For the tests: --wait-before-train FILE (a client attaches
@@ -155,6 +159,13 @@ def main():
                    help="this rank kills itself (SIGKILL) inside blocks[0]'s forward of --kill-at-step")
     p.add_argument("--kill-at-step", type=int, default=0)
     p.add_argument("--profile", default="", help="cProfile rank 0's training loop into this file")
+    p.add_argument("--compile", choices=["none", "blocks", "model"], default="none",
+                   help="torch.compile each block before fully_shard (blocks, as torchtitan does) "
+                        "or the whole model after it (model)")
+    p.add_argument("--compile-backend", default="inductor", help="torch.compile's backend (eager: dynamo only)")
+    p.add_argument("--fullgraph", action="store_true", help="torch.compile(fullgraph=True)")
+    p.add_argument("--compile-loss", action="store_true",
+                   help="the loss function compiled too (as torchtitan does), outside the model's forward")
     a = p.parse_args()
 
     if a.device == "cuda":
@@ -179,6 +190,8 @@ def main():
     if a.late and a.fixed:
         with_lora(model.head, a.hidden, a.vocab)  # before fully_shard: sharded with head
     for b in model.blocks:
+        if a.compile == "blocks":
+            b.compile(backend=a.compile_backend, fullgraph=a.fullgraph)
         fully_shard(b, mesh=mesh)
     if a.tied and a.fixed:
         fully_shard([model.embed, model.head], mesh=mesh)
@@ -192,8 +205,13 @@ def main():
         model.blocks[0].set_modules_to_forward_prefetch([model.blocks[1]] if a.layers > 1 else [])
     if not a.no_agent and a.attach:
         shardscope.fsdp.attach(model, **options)
+    if a.compile == "model":
+        model.compile(backend=a.compile_backend, fullgraph=a.fullgraph)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
 
+    loss_fn = F.cross_entropy
+    if a.compile_loss:
+        loss_fn = torch.compile(F.cross_entropy, backend=a.compile_backend, fullgraph=a.fullgraph)
     gen = torch.Generator().manual_seed(1 + rank)
     timings = []
     while a.wait_before_train and not os.path.exists(a.wait_before_train):
@@ -223,7 +241,7 @@ def main():
         if a.read_outside == "grad" and a.fixed:
             model.blocks[-1].read_in_forward = torch.randn(2, a.hidden, generator=gen).to(device)
         logits = model.forward(tokens) if a.call_forward and not a.fixed else model(tokens)
-        loss = F.cross_entropy(logits.view(-1, a.vocab), tokens.view(-1))
+        loss = loss_fn(logits.view(-1, a.vocab), tokens.view(-1))
         if a.to_local:
             with torch.no_grad():
                 w = model.blocks[-1].fc1.weight
@@ -256,6 +274,10 @@ def main():
         with open(a.timing.replace("{rank}", str(rank)), "w") as f:
             for t in timings:
                 f.write(json.dumps(t) + "\n")
+    if a.compile != "none" or a.compile_loss:
+        from torch._dynamo.utils import counters
+        print(f"rank {rank} dynamo: {sum(counters['graph_break'].values())} graph breaks, "
+              f"{counters['stats']['unique_graphs']} graphs", flush=True)
     if a.describe and not a.no_agent:
         with open(a.describe.replace("{rank}", str(rank)), "w") as f:
             json.dump(shardscope.fsdp.describe(), f, indent=1)

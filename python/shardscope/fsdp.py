@@ -40,6 +40,20 @@ from .deepspeed import (_GUARDS, _METADATA_ONLY, _backend_name, _is_user, _leave
 __all__ = ["install", "attach", "finish", "inspect", "agent", "describe", "pause", "resume",
            "paused"]
 
+def _dynamo_skips_frame(fn):
+    """Dynamo compiles no frame of fn's code on its own (it still inlines fn into a frame it
+    traces, and compiles what fn calls). The agent's wrappers share one code object across
+    the classes they wrap: compiled as frames, they would be recompiled for each class (and
+    given up past dynamo's recompile limit) and add graph breaks the user's code has not.
+    torch._dynamo.eval_frame.skip_code, torch's own tool for its wrappers; without it (a
+    torch that moved it), nothing."""
+    try:
+        from torch._dynamo.eval_frame import skip_code
+    except ImportError:
+        return
+    skip_code(fn.__code__)
+
+
 _NOT_BUILT = "(model not sharded yet: shown once fully_shard's root runs its first forward or attach(model))"
 SHARDED, GATHERING, UNSHARDED = 0, 1, 2
 STATUS_WORDS = ("sharded", "being all-gathered", "unsharded")
@@ -572,19 +586,29 @@ class _Agent:
         FSDP<Module>): a unit's forward entered while its group is not unsharded was called
         without FSDP's pre-forward (`self.blocks[1].forward(h)` inside the root's forward).
         Only then are its reads watched, until it returns (_bypassed_forward); called
-        through the module, a dict lookup and a compare."""
+        through the module, a dict lookup and a compare. While dynamo traces it (the unit
+        compiled, `block.compile()` before fully_shard as torchtitan does, or the model), the
+        wrapper is the unit's own forward: the check calls into the native path, which dynamo
+        cannot trace, and would make it fall back to eager for the whole frame (or fail
+        `fullgraph=True`). A compiled forward called directly is then not recorded."""
         entry = self.forward_classes.get(cls)
         if entry is not None and cls.__dict__.get("forward") is entry[1]:
             return
         previous = cls.__dict__.get("forward", _MISSING) if entry is None else entry[0]
         original = getattr(cls, "forward") if previous is _MISSING else previous
+        import torch
         units, agent, hot = self.unit_recs, self, self.hot
+        is_compiling = torch.compiler.is_compiling
 
         def forward(module, *args, **kwargs):
+            if is_compiling():
+                return original(module, *args, **kwargs)
             rec = units.get(id(module))
             if rec is None or rec.status == UNSHARDED or agent.mode is not None or hot.inside:
                 return original(module, *args, **kwargs)
             return agent._bypassed_forward(original, module, args, kwargs)
+
+        _dynamo_skips_frame(forward)
 
         forward.__name__ = getattr(original, "__name__", "forward")
         forward.__qualname__ = getattr(original, "__qualname__", "forward")
@@ -619,12 +643,16 @@ class _Agent:
         shard: a sharded read (FSDP's and torch's own calls are not the user's)."""
         if self.to_local_restore is not None:
             return
+        import torch
         from torch.distributed.tensor import DTensor
 
         previous = DTensor.__dict__["to_local"]
         agent, hot = self, self.hot
+        is_compiling = torch.compiler.is_compiling
 
         def to_local(tensor, *args, **kwargs):
+            if is_compiling():  # dynamo's trace: the call as without the agent
+                return previous(tensor, *args, **kwargs)
             entry = agent.pids.get(id(tensor))
             if (entry is not None and agent.mode is not None and not hot.inside
                     and entry[2].sharded_param is tensor and entry[1].status != UNSHARDED
@@ -646,7 +674,7 @@ class _Agent:
         previous_zero_grad = Optimizer.__dict__["zero_grad"]
 
         def zero_grad(optimizer, *args, **kwargs):
-            if agent.mode is None:
+            if agent.mode is None or is_compiling():
                 return previous_zero_grad(optimizer, *args, **kwargs)
             agent._leave_mode()
             try:
@@ -683,17 +711,21 @@ class _Agent:
 
     def _shard_reads_class(self):
         """The read watching: a TorchFunctionMode, made once (entered and left several times a
-        step: after backward, after the optimizer's step and zero_grad)."""
+        step: after backward, after the optimizer's step and zero_grad). Under dynamo's trace
+        (a compiled loss, say) it lets every op through: looking parameters up by id() there
+        would guard the compiled code on each tensor's identity, a recompile every step."""
+        import torch
         from torch.distributed.tensor import DTensor
         from torch.overrides import TorchFunctionMode
 
         agent, hot = self, self.hot
+        is_compiling = torch.compiler.is_compiling
 
         class ShardReads(TorchFunctionMode):
 
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
-                if hot.inside or func in _METADATA_ONLY:
+                if is_compiling() or hot.inside or func in _METADATA_ONLY:
                     return func(*args, **kwargs)
                 hit, plain = agent._mixed(args, kwargs)
                 if hit is not None and plain:

@@ -607,6 +607,77 @@ class TestFsdpAgent : public QObject
         }
     }
 
+    // torch.compile as FSDP2 users run it: each block compiled before fully_shard with
+    // fullgraph=True and the loss function compiled (torchtitan's way), or the whole model
+    // after fully_shard. FSDP's hooks run outside the graph (torch disables dynamo in them);
+    // the agent's unit-forward check and read watching are inside it and must leave dynamo's
+    // work as it is: the same graph breaks and graphs as without the agent (its check made
+    // fullgraph fail with "Unsupported method call" on FsdpPath.status; its read watching
+    // recompiled the loss every step; its forward wrapper, one code object for every unit
+    // class, was compiled as a frame of its own). The same events per type, gathers and
+    // losses as the eager run; a block's forward called directly (not compiled: only the
+    // module call is) is still recorded, and under a compiled root the user's exception is
+    // torch's, with the agent as without it.
+    void compiledModel_data()
+    {
+        QTest::addColumn<QStringList>("compile");
+        QTest::newRow("blocks, fullgraph, loss")
+            << QStringList{"--compile", "blocks", "--fullgraph", "--compile-loss"};
+        QTest::newRow("model, loss") << QStringList{"--compile", "model", "--compile-loss"};
+    }
+
+    void compiledModel()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        QFETCH(QStringList, compile);
+        compile += QStringList{"--compile-backend", "eager"}; // dynamo's tracing is what matters
+        const QString name = compile[1];
+        const Run compiled = run(compile + QStringList{"--snapshot-out", snapshotArg("compiled-" + name)});
+        QVERIFY2(compiled.exitCode == 0, qPrintable(compiled.out + compiled.err.right(3000)));
+        const Run alone = run(compile + QStringList{"--no-agent"});
+        QVERIFY2(alone.exitCode == 0, qPrintable(alone.out + alone.err.right(3000)));
+        for (int rank = 0; rank < 2; ++rank) { // "rank R dynamo: N graph breaks, M graphs"
+            const QRegularExpression dynamo(QString("rank %1 dynamo: [^\\n]*").arg(rank));
+            const QString with = dynamo.match(compiled.out).captured(0);
+            QVERIFY2(!with.isEmpty() && with == dynamo.match(alone.out).captured(0),
+                     qPrintable(compiled.out + "\n---\n" + alone.out));
+        }
+        const Run eager = run({"--snapshot-out", snapshotArg("eager-" + name)});
+        QVERIFY2(eager.exitCode == 0, qPrintable(eager.out + eager.err.right(3000)));
+        const std::vector<json> c = snapshots("compiled-" + name), e = snapshots("eager-" + name);
+        QCOMPARE(c.size(), std::size_t(2));
+        QCOMPARE(e.size(), std::size_t(2));
+        for (int rank = 0; rank < 2; ++rank) {
+            const json &cs = c[std::size_t(rank)], &es = e[std::size_t(rank)];
+            QVERIFY2(cs["violations"].empty(), cs["violations"].dump().c_str());
+            const std::string differs = shardscope::test::observedDifferently(cs, es);
+            QVERIFY2(differs.empty(), differs.c_str());
+            checkLosses(cs, rank, compiled.out);
+            checkLosses(es, rank, eager.out);
+            if (QTest::currentTestFailed()) return;
+        }
+        // A block's forward called directly inside the root's forward.
+        const Run broken = run(compile + QStringList{"--call-block-forward", "--snapshot-out",
+                                                     snapshotArg("compiled-block-" + name)});
+        const Run without = run(compile + QStringList{"--call-block-forward", "--no-agent"});
+        QVERIFY2(broken.exitCode != 0 && without.exitCode != 0, qPrintable(broken.out + without.out));
+        const auto lastError = shardscope::test::lastRankException;
+        // blocks: the RuntimeError itself; model: dynamo's TorchRuntimeError, which says it
+        QVERIFY2(without.err.contains("got mixed torch.Tensor and DTensor") &&
+                     !lastError(without.err).isEmpty(),
+                 qPrintable(without.err.right(3000)));
+        QCOMPARE(lastError(broken.err), lastError(without.err));
+        if (name == "blocks") {
+            const std::vector<json> snaps = snapshots("compiled-block-" + name);
+            QCOMPARE(snaps.size(), std::size_t(2));
+            for (const json &s : snaps) {
+                const auto v = violations(s, "unregistered_access");
+                QCOMPARE(v.size(), std::size_t(1));
+                QCOMPARE(v[0]["accessor"].get<std::string>(), std::string("blocks.1"));
+            }
+        }
+    }
+
     // Every fix at once, with attach(model) after fully_shard: clean; the adapter made
     // before fully_shard is sharded with head's group; the tied pair is one parameter. Each
     // step ends with the loss the script printed (its loss.backward()'s tensor).

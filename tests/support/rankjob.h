@@ -91,6 +91,18 @@ inline bool failedWithTorchError(const QString &out, int rank)
     return false;
 }
 
+// The last exception rank 0 printed ("[rank0]: <Type>Error: <message>", torch 2's prefix on
+// a rank's traceback lines), with its dotted module: what a user's run ended with. Empty
+// when none. The agents' tests compare it with and without the agent.
+inline QString lastRankException(const QString &err)
+{
+    static const QRegularExpression re(
+        R"(\[rank0\]: ((?:[A-Za-z_][\w.]*\.)?\w*(?:Error|Exception)\b.*))");
+    QString last;
+    for (auto it = re.globalMatch(err); it.hasNext();) last = it.next().captured(1);
+    return last;
+}
+
 // A shardscope-capture attached to a rank that was killed: it ends with exit code 3, says the
 // engine went away (app/shardscope-capture), and `written` (its --out) is a valid snapshot.
 // Returns what is wrong, empty when nothing is.

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -76,6 +77,29 @@ inline int countEvents(const nlohmann::json &snap, const std::string &type)
     for (const nlohmann::json &e : eventList(snap))
         n += e["type"] == type;
     return n;
+}
+
+// How a run's snapshot differs in what was observed from another of the same run (compiled
+// and eager, say): the number of events of each type (some scopes and fetches at least), the
+// parameters by name and their gather counts. Empty when they agree.
+inline std::string observedDifferently(const nlohmann::json &a, const nlohmann::json &b)
+{
+    const auto counts = [](const nlohmann::json &s) {
+        std::map<std::string, int> n;
+        for (const nlohmann::json &e : eventList(s)) ++n[e["type"].get<std::string>()];
+        return n;
+    };
+    const auto ca = counts(a), cb = counts(b);
+    if (ca != cb) return "events per type: " + nlohmann::json(ca).dump() + " against " + nlohmann::json(cb).dump();
+    if (!ca.contains("module_enter") || !ca.contains("fetch_end"))
+        return "no module_enter or fetch_end: " + nlohmann::json(ca).dump();
+    if (a["params"].size() != b["params"].size()) return "parameters: " + a["params"].dump();
+    for (std::size_t i = 0; i < a["params"].size(); ++i) {
+        const nlohmann::json &pa = a["params"][i], &pb = b["params"][i];
+        if (pa["name"] != pb["name"] || pa["gather_count"] != pb["gather_count"])
+            return "parameter " + pa.dump() + " against " + pb.dump();
+    }
+    return {};
 }
 
 } // namespace shardscope::test
