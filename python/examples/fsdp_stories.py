@@ -30,6 +30,9 @@ Each case below is a bug as users hit it; `--fixed` runs the line ShardScope's f
                         and forward prefetching between the blocks
   --guard error         ShardScope raises at the first sharded read, with the fix line
 
+--checkpoint reentrant|non-reentrant runs each block through torch.utils.checkpoint (activation
+checkpointing, as Transformers calls a layer): its forward again in backward.
+
 --compile blocks|model (torch.compile each block before fully_shard, or the model after it;
 --fullgraph, --compile-loss, --compile-backend eager|inductor) prints "rank R dynamo: N graph
 breaks, M graphs" at the end: the same with and without the agent.
@@ -75,8 +78,9 @@ class Block(nn.Module):
 
 class TinyLM(nn.Module):
 
-    def __init__(self, vocab, hidden, layers, tied, block_forward=False):
+    def __init__(self, vocab, hidden, layers, tied, block_forward=False, checkpoint=""):
         super().__init__()
+        self.checkpoint = checkpoint  # --checkpoint: each block's activations recomputed in backward
         self.embed = nn.Embedding(vocab, hidden)
         self.blocks = nn.ModuleList(Block(hidden) for _ in range(layers))
         self.head = nn.Linear(hidden, vocab, bias=False)
@@ -89,6 +93,8 @@ class TinyLM(nn.Module):
         for i, b in enumerate(self.blocks):
             if self.block_forward and i == 1:
                 x = self.blocks[1].forward(x)  # story: block forward
+            elif self.checkpoint:  # as Transformers' gradient checkpointing calls a layer
+                x = torch.utils.checkpoint.checkpoint(b, x, use_reentrant=self.checkpoint == "reentrant")
             else:
                 x = b(x)
         return self.head(x)
@@ -164,6 +170,9 @@ def main():
                         "or the whole model after it (model)")
     p.add_argument("--compile-backend", default="inductor", help="torch.compile's backend (eager: dynamo only)")
     p.add_argument("--fullgraph", action="store_true", help="torch.compile(fullgraph=True)")
+    p.add_argument("--checkpoint", choices=["reentrant", "non-reentrant"], default="",
+                   help="activation checkpointing: each block through torch.utils.checkpoint, "
+                        "its forward run again in backward")
     p.add_argument("--compile-loss", action="store_true",
                    help="the loss function compiled too (as torchtitan does), outside the model's forward")
     a = p.parse_args()
@@ -186,7 +195,7 @@ def main():
 
     torch.manual_seed(0)
     model = TinyLM(a.vocab, a.hidden, a.layers, tied=a.tied,
-                   block_forward=a.call_block_forward and not a.fixed).to(device)
+                   block_forward=a.call_block_forward and not a.fixed, checkpoint=a.checkpoint).to(device)
     if a.late and a.fixed:
         with_lora(model.head, a.hidden, a.vocab)  # before fully_shard: sharded with head
     for b in model.blocks:

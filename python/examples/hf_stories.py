@@ -29,6 +29,9 @@ the install() at the top of main(), as a user adds it to their own script.
                           a conv zero.Init already partitioned: the IndexError reaches the user
                           unchanged, the read is in the snapshot first.
 
+--activation-checkpointing (T5 cases): TrainingArguments(activation_checkpointing=True), each
+block's forward run again in backward; the same record.
+
 Common: --guard error (ShardScope raises at the first unregistered access, with the fix),
 --steps, --snapshot-out FILE ({rank} becomes the rank), --hold S, --no-agent, --layers N (T5
 depth). For bench/bench_deepspeed_agent.py (T5 cases): --timing FILE, --toggle K, --profile
@@ -195,7 +198,8 @@ def run_t5(args, rank, world):
                                   save_strategy="no",
                                   report_to=[], deepspeed=ds_config(world, 2), use_cpu=True,
                                   dataloader_num_workers=0, disable_tqdm=True,
-                                  learning_rate=1e-3, remove_unused_columns=False)
+                                  learning_rate=1e-3, remove_unused_columns=False,
+                                  activation_checkpointing=args.activation_checkpointing)
         torch.manual_seed(0)
         model = cls._from_config(t5_config(args.layers))
         trainer = make_trainer_class(case)(
@@ -254,6 +258,9 @@ def main():
     parser.add_argument("--setup", choices=["hf", "zero-init"], default="hf")
     parser.add_argument("--guard", choices=["warn", "error"], default="warn")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--activation-checkpointing", action="store_true",
+                        help="TrainingArguments(activation_checkpointing=True): each T5 block's "
+                             "forward run again in backward")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--listen", default=None)
     parser.add_argument("--snapshot-out", default="")

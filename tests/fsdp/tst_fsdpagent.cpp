@@ -678,6 +678,52 @@ class TestFsdpAgent : public QObject
         }
     }
 
+    // Activation checkpointing, as Transformers' and torchtitan's call a block
+    // (torch.utils.checkpoint around it): its forward runs again inside the backward pass,
+    // where FSDP has unsharded the group for the backward. Nothing is flagged; the same
+    // all-gathers, reshards, reduce-scatters and gathers per parameter as without
+    // checkpointing, and the same losses (the reentrant variant's recomputed forward is a
+    // forward scope of its own, so its module counts differ).
+    void activationCheckpointing_data()
+    {
+        QTest::addColumn<QString>("variant");
+        QTest::newRow("non-reentrant") << "non-reentrant";
+        QTest::newRow("reentrant") << "reentrant";
+    }
+
+    void activationCheckpointing()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        QFETCH(QString, variant);
+        const Run r = run({"--checkpoint", variant, "--snapshot-out", snapshotArg("ac-" + variant)});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.out + r.err.right(3000)));
+        const Run plain = run({"--snapshot-out", snapshotArg("ac-plain-" + variant)});
+        QVERIFY2(plain.exitCode == 0, qPrintable(plain.out + plain.err.right(3000)));
+        const std::vector<json> c = snapshots("ac-" + variant), e = snapshots("ac-plain-" + variant);
+        QCOMPARE(c.size(), std::size_t(2));
+        QCOMPARE(e.size(), std::size_t(2));
+        for (int rank = 0; rank < 2; ++rank) {
+            const json &cs = c[std::size_t(rank)], &es = e[std::size_t(rank)];
+            QVERIFY2(cs["violations"].empty(), cs["violations"].dump().c_str());
+            for (const char *type : {"fetch_end", "release", "reduce_scatter_end", "step_end"})
+                QVERIFY2(countEvents(cs, type) == countEvents(es, type) && countEvents(cs, type) > 0,
+                         type);
+            QCOMPARE(cs["params"].size(), es["params"].size());
+            for (std::size_t i = 0; i < cs["params"].size(); ++i)
+                QVERIFY2(cs["params"][i]["gather_count"] == es["params"][i]["gather_count"],
+                         cs["params"][i].dump().c_str());
+            checkLosses(cs, rank, r.out);
+            checkLosses(es, rank, plain.out);
+            if (QTest::currentTestFailed()) return;
+            for (int step = 1; step <= 3; ++step) { // recomputed, not changed
+                const QRegularExpression line(QString("rank %1 step %2 loss [0-9.]+").arg(rank).arg(step));
+                const QString got = line.match(r.out).captured(0);
+                QVERIFY2(!got.isEmpty() && got == line.match(plain.out).captured(0),
+                         qPrintable(r.out + "\n---\n" + plain.out));
+            }
+        }
+    }
+
     // Every fix at once, with attach(model) after fully_shard: clean; the adapter made
     // before fully_shard is sharded with head's group; the tied pair is one parameter. Each
     // step ends with the loss the script printed (its loss.backward()'s tensor).
