@@ -29,6 +29,10 @@ the install() at the top of main(), as a user adds it to their own script.
                           a conv zero.Init already partitioned: the IndexError reaches the user
                           unchanged, the read is in the snapshot first.
 
+--loop accelerate (T5 cases): the same model and loss in a loop of the user's own with Accelerate
+(a ZeRO-3 DeepSpeedPlugin, accelerator.prepare, accelerator.backward); --accelerate-cpu adds
+Accelerator(cpu=True), under which Accelerate leaves DeepSpeed out (the agent says so at the end).
+
 --activation-checkpointing (T5 cases): TrainingArguments(activation_checkpointing=True), each
 block's forward run again in backward; the same record.
 
@@ -97,22 +101,29 @@ def t5_model_class(case, externals):
     return T5WithSampledInput
 
 
+def story_loss(case, model, inputs):
+    """The loss of a T5 case, as the story's compute_loss has it (model: the DeepSpeed engine
+    the Trainer or Accelerate made). Returns (loss, outputs)."""
+    inputs = dict(inputs)
+    if case == "t5-forward":
+        inputs["sampled_input"] = sampled_inputs(inputs["input_ids"])
+    outputs = model(**inputs)
+    loss = outputs.loss
+    if case == "t5-compute-loss":  # story 1, outside any forward
+        sampled_input = sampled_inputs(inputs["input_ids"])
+        b, l, c = sampled_input.shape
+        sampled_input_embed = sampled_input.view(b * l, c).mm(model.module.shared.weight)
+        loss = loss + 1e-3 * sampled_input_embed.pow(2).mean()
+    return loss, outputs
+
+
 def make_trainer_class(case):
     from transformers import Trainer
 
     class StoryTrainer(Trainer):
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            inputs = dict(inputs)
-            if case == "t5-forward":
-                inputs["sampled_input"] = sampled_inputs(inputs["input_ids"])
-            outputs = model(**inputs)
-            loss = outputs.loss
-            if case == "t5-compute-loss":  # story 1, outside any forward
-                sampled_input = sampled_inputs(inputs["input_ids"])
-                b, l, c = sampled_input.shape
-                sampled_input_embed = sampled_input.view(b * l, c).mm(model.module.shared.weight)
-                loss = loss + 1e-3 * sampled_input_embed.pow(2).mean()
+            loss, outputs = story_loss(case, model, inputs)
             return (loss, outputs) if return_outputs else loss
 
     return StoryTrainer
@@ -190,6 +201,8 @@ def run_t5(args, rank, world):
     case = "t5-forward" if fixed_forward else args.case
     externals = "manual" if args.fixed else args.externals
     cls = t5_model_class(case, externals)
+    if args.loop == "accelerate":
+        return run_t5_accelerate(args, rank, world, case, cls)
     with tempfile.TemporaryDirectory() as out:
         # TrainingArguments(deepspeed=...) keeps an HfDeepSpeedConfig alive: from_config then
         # builds the model inside zero.Init, as Transformers does under ZeRO-3.
@@ -216,6 +229,33 @@ def run_t5(args, rank, world):
             profiler.dump_stats(args.profile)
         if args.hold > 0:
             time.sleep(args.hold)
+
+
+def run_t5_accelerate(args, rank, world, case, cls):
+    """--loop accelerate: the same model and loss in a training loop of the user's own with
+    Accelerate (an Accelerator with a ZeRO-3 DeepSpeedPlugin: the model built inside zero.Init
+    by its HfDeepSpeedConfig, accelerator.prepare, accelerator.backward, optimizer.step)."""
+    from accelerate import Accelerator
+    from accelerate.utils import DeepSpeedPlugin
+
+    plugin = DeepSpeedPlugin(hf_ds_config=ds_config(world, 2), zero3_init_flag=True)
+    # Not cpu=True: Accelerate would then ignore the plugin and run DDP (the agent says so at
+    # the end); DS_ACCELERATOR=cpu is what puts DeepSpeed on the CPU.
+    accelerator = Accelerator(deepspeed_plugin=plugin, cpu=args.accelerate_cpu)
+    torch.manual_seed(0)
+    model = cls._from_config(t5_config(args.layers))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    data = torch.utils.data.DataLoader(StoryData(max(64, 2 * args.steps) * world), batch_size=2)
+    model, optimizer, data = accelerator.prepare(model, optimizer, data)
+    batches = iter(data)
+    for step in range(args.steps):
+        loss, _ = story_loss(case, model, next(batches))
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        print(f"rank {rank} step {step + 1} loss {loss.item():.4f}", flush=True)
+    if args.hold > 0:
+        time.sleep(args.hold)
 
 
 def run_wav2vec2(args, rank, world):
@@ -258,6 +298,11 @@ def main():
     parser.add_argument("--setup", choices=["hf", "zero-init"], default="hf")
     parser.add_argument("--guard", choices=["warn", "error"], default="warn")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--loop", choices=["trainer", "accelerate"], default="trainer",
+                        help="T5 cases: a Trainer (deepspeed= a ZeRO-3 config), or the user's own "
+                             "loop with Accelerate (a ZeRO-3 DeepSpeedPlugin)")
+    parser.add_argument("--accelerate-cpu", action="store_true",
+                        help="--loop accelerate: Accelerator(cpu=True), which leaves DeepSpeed out")
     parser.add_argument("--activation-checkpointing", action="store_true",
                         help="TrainingArguments(activation_checkpointing=True): each T5 block's "
                              "forward run again in backward")

@@ -381,6 +381,9 @@ class _Agent:
             return
         self.closed = True
         atexit.unregister(self.close)
+        if reason == "training finished" and self.engine is None and self.root is None \
+                and not self.converted:
+            self.on_nothing_partitioned()
         self._poll_reduces(wait=True)  # the last step's, before the snapshot
         self.sites.remove()
         self.suspects.close()
@@ -661,6 +664,18 @@ class _Agent:
               "unregistered accesses, and only the gathers DeepSpeed still makes in Python. To "
               "inspect the sharding, run a few steps with engine.compile() without DeepCompile, "
               "or without compile.", file=sys.stderr)
+
+    def on_nothing_partitioned(self):
+        """The script ran to its end and DeepSpeed partitioned nothing here: the empty
+        inspector would otherwise be all the user sees of a run that did not use ZeRO-3."""
+        print(f"shardscope: rank {self.rank}: the script ended without DeepSpeed partitioning "
+              f"a model in this process (neither zero.Init nor a ZeRO-3 deepspeed.initialize "
+              f"ran), so the inspector and the snapshot have no model to show. If DeepSpeed "
+              f"was meant to run: Accelerate ignores its DeepSpeed plugin under "
+              f"Accelerator(cpu=True) or ACCELERATE_USE_CPU=true (check that "
+              f"accelerator.distributed_type is DistributedType.DEEPSPEED), and a Trainer "
+              f"uses DeepSpeed only with TrainingArguments(deepspeed=<a ZeRO-3 config>).",
+              file=sys.stderr)
 
     def on_unobservable_class(self, cls):
         print(f"shardscope: parameters of class {cls.__module__}.{cls.__qualname__} cannot be "

@@ -838,20 +838,25 @@ class TestDeepSpeedAgent : public QObject
     // multiplies differentiable one-hot inputs by model.module.shared.weight, outside any
     // forward. DeepSpeed's own error reaches the script; the read was recorded first, in the
     // user's names, with the fix for a read that needs its gradient. The story's own attempt
-    // (registering it in __init__) does not help a read outside forward: still recorded.
+    // (registering it in __init__) does not help a read outside forward: still recorded. The
+    // same loss in a loop of the user's own with Accelerate (a ZeRO-3 DeepSpeedPlugin,
+    // accelerator.prepare and accelerator.backward): the same record.
     void hfT5ReadInComputeLoss_data()
     {
         QTest::addColumn<QString>("externals");
-        QTest::newRow("as the story wrote it") << "none";
-        QTest::newRow("with the story's registration") << "manual";
+        QTest::addColumn<QString>("loop");
+        QTest::newRow("as the story wrote it") << "none" << "trainer";
+        QTest::newRow("with the story's registration") << "manual" << "trainer";
+        QTest::newRow("in an Accelerate loop") << "none" << "accelerate";
     }
 
     void hfT5ReadInComputeLoss()
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
         QFETCH(QString, externals);
-        const QString name = "t5-loss-" + externals;
-        const Run r = run({"--case", "t5-compute-loss", "--externals", externals,
+        QFETCH(QString, loop);
+        const QString name = "t5-loss-" + externals + "-" + loop;
+        const Run r = run({"--case", "t5-compute-loss", "--externals", externals, "--loop", loop,
                            "--snapshot-out", snapshotArg(name)},
                           QStringLiteral(SHARDSCOPE_HF_EXAMPLE));
         QVERIFY(r.exitCode != 0);
@@ -1352,6 +1357,12 @@ class TestDeepSpeedAgent : public QObject
             "import gc, weakref, socket, torch\n"
             "a = ssd.install(listen=False); r = weakref.ref(a); ssd.finish(); del a; gc.collect()\n"
             "print('FREED:', r() is None)\n"
+            // the script ends and DeepSpeed partitioned nothing (Accelerate under cpu=True,
+            // say): the agent says why its inspector is empty
+            "import io, contextlib\n"
+            "err = io.StringIO()\n"
+            "with contextlib.redirect_stderr(err):\n    ssd.install(listen=False); ssd.finish()\n"
+            "print('NOTHING:', ' '.join(err.getvalue().split()))\n"
             "s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()\n"
             "os.environ.update(RANK='0', WORLD_SIZE='1', LOCAL_RANK='0', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))\n"
             "ssd.install(listen=False)\n"
@@ -1445,6 +1456,10 @@ class TestDeepSpeedAgent : public QObject
         QVERIFY2(out.contains("TOKEN: the ShardScope token:") && out.contains("chmod 600"),
                  qPrintable(out));
         QVERIFY2(out.contains("FREED: True"), qPrintable(out));
+        QVERIFY2(out.contains("NOTHING: shardscope: rank 0: the script ended without DeepSpeed "
+                              "partitioning a model in this process") &&
+                     out.contains("Accelerator(cpu=True)"),
+                 qPrintable(out));
         QVERIFY2(out.contains("DEL: 'Parameter' object has no attribute 'ds_status'"),
                  qPrintable(out));
         QVERIFY2(out.contains("EXACT: True NOT_AVAILABLE False"), qPrintable(out));
