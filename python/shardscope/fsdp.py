@@ -262,6 +262,14 @@ class _Agent:
         import atexit
 
         atexit.unregister(self.close)
+        if reason == "training finished" and self.root is None and self.candidate is None:
+            # the empty inspector would otherwise be all the user sees of a run without FSDP2
+            print(f"shardscope: rank {self.rank}: the script ended without fully_shard being "
+                  f"called in this process, so the inspector and the snapshot have no model to "
+                  f"show. If FSDP2 was meant to run: Accelerate uses FSDP2 only with "
+                  f"FullyShardedDataParallelPlugin(fsdp_version=2) (its default is FSDP1) and "
+                  f"only on GPUs; FSDP1 (the FullyShardedDataParallel wrapper) is not observed.",
+                  file=sys.stderr)
         self._poll_reduces(wait=True)  # the last step's, before the snapshot
         self._leave_mode()
         try:

@@ -41,6 +41,18 @@ fsdp1 = FullyShardedDataParallel(nn.Linear(4, 4), device_id=torch.device("cpu"))
 expect(lambda: sf.attach(fsdp1, listen=False), "FSDP1 (FullyShardedDataParallel)")
 sf.finish()
 
+# The script ends and fully_shard never ran in this process (Accelerate's FSDP1 default, a
+# CPU run Accelerate keeps out of FSDP): finish() says why the inspector has no model.
+import contextlib
+import io
+
+said = io.StringIO()
+with contextlib.redirect_stderr(said):
+    sf.install(listen=False)
+    sf.finish()
+if "the script ended without fully_shard being called in this process" not in said.getvalue():
+    raise SystemExit(f"finish() did not say that nothing was sharded: {said.getvalue()!r}")
+
 # A torch whose FSDP2 lacks a method the agent observes: refused by name, nothing patched.
 del pg.FSDPParamGroup.unshard
 try:

@@ -841,7 +841,8 @@ class TestFsdpAgent : public QObject
     }
 
     // Bad input in one process: FSDP1, a module never sharded, the agent started twice, a
-    // torch lacking a method the agent observes, an unknown guard, the user's own exception.
+    // script that ends without fully_shard, a torch lacking a method the agent observes, an
+    // unknown guard, the user's own exception.
     void misuse()
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
