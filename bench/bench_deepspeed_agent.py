@@ -7,7 +7,7 @@ a few hundred modules), or on the small TinyLM of python/examples/deepspeed_stor
 1. Step by step, within one run (the figure): the agent is paused and resumed between steps
    (shardscope.deepspeed.pause/resume: paused, DeepSpeed runs its own code), in pairs of
    blocks, one observed and one paused, which first drawn for each pair by a generator seeded
-   with the pair's number (deepspeed_stories.toggle_step: a fixed order lined up with something
+   with the pair's number (python/examples/steplabels.py: a fixed order lined up with something
    periodic in the steps and read about 1 % on its own); each pair's ratio observed / paused,
    for wall time, rank 0's training-thread CPU time and its whole process's CPU time (the
    agent's server thread included); geometric mean over all pairs of all runs with its 95 %

@@ -5,17 +5,20 @@ a client attached (shardscope-capture on rank 0), python/examples/fsdp_stories.p
 
 Step by step within one run, as bench_deepspeed_agent.py: the agent is paused and resumed
 between steps (shardscope.fsdp.pause/resume: paused, FSDP runs its own methods) in blocks of
-K steps, in pairs observed-paused, paused-observed, ...; each pair's ratio observed / paused
-of the blocks' mean step time, for wall time, rank 0's training-thread CPU and its process CPU
-(the agent's server thread included); the geometric mean over all pairs of all runs, with its
-95 % interval (t over the pairs' log ratios).
+K steps, in pairs of blocks, one observed and one paused, which first drawn for each pair by
+a generator seeded with the pair's number (python/examples/steplabels.py; a fixed order read
+about 1 % on its own in section 10); each pair's ratio observed / paused of the blocks' mean
+step time, for wall time, rank 0's training-thread CPU and its process CPU (the agent's
+server thread included); the geometric mean over all pairs of all runs, with its 95 %
+interval (t over the pairs' log ratios).
 
     .venv/bin/python bench/bench_fsdp_agent.py --build build [--layers 100] [--hidden 64]
-        [--runs 2] [--steps 120] [--toggle 5] [--control]
+        [--runs 2] [--steps 120] [--toggle 5] [--toggle-method switch|both|control] [--control]
 
---control runs the same schedule without the agent (`--no-agent`: the blocks are labelled
-observed and paused, nothing is toggled, no client): its ratio is the method's own bias and
-noise on this machine, to be read beside the agent's (an A/A test).
+--toggle-method control labels the steps the same way with the agent and its client there and
+never pauses it; --control runs the same schedule without the agent (`--no-agent`: the blocks
+labelled, nothing toggled, no client). Either ratio is the method's own bias and noise on this
+machine, to be read beside the agent's (an A/A test).
 """
 import argparse
 import glob
@@ -49,7 +52,7 @@ def one_run(args, out_dir, run):
     timing = os.path.join(out_dir, f"run{run}.rank{{rank}}.jsonl")
     cmd = [LAUNCH, "-n", "2", sys.executable, EXAMPLE, "--layers", str(args.layers), "--hidden",
            str(args.hidden), "--steps", str(args.steps), "--toggle", str(args.toggle),
-           "--timing", timing] + (["--no-agent"] if args.control else [])
+           "--timing", timing, "--toggle-method", args.toggle_method] + (["--no-agent"] if args.control else [])
     ranks = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     capture = None
     disc = os.path.join(runtime, "shardscope")
@@ -112,6 +115,9 @@ def main():
     p.add_argument("--runs", type=int, default=2)
     p.add_argument("--steps", type=int, default=120)
     p.add_argument("--toggle", type=int, default=5)
+    p.add_argument("--toggle-method", choices=["switch", "both", "control"], default="switch",
+                   help="how the agent is paused and resumed (fsdp_stories.py --toggle-method); "
+                        "control: never, the agent's own A/A")
     p.add_argument("--control", action="store_true",
                    help="the same schedule without the agent: the method's bias (A/A)")
     a = p.parse_args()
@@ -132,7 +138,8 @@ def main():
           f"fully_shard units), "
           f"{'CONTROL (no agent, no client)' if a.control else 'shardscope-capture attached to rank 0'}; "
           f"{a.runs} runs x {a.steps} "
-          f"steps, blocks of {a.toggle}, {len(ratios['wall'])} pairs")
+          f"steps, blocks of {a.toggle} in pairs whose order is drawn per pair, toggle method "
+          f"{a.toggle_method}, {len(ratios['wall'])} pairs")
     for obs, off in medians:
         print(f"  run median step: observed {obs * 1e3:.1f} ms, paused {off * 1e3:.1f} ms")
     print("| rank 0 | observed / paused (geometric mean) | 95 % interval |")

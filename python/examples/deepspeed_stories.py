@@ -31,7 +31,6 @@ with --kill-at-step (a rank lost mid-step), --own-mode (the script's own torch f
 """
 import argparse
 import os
-import random
 import signal
 import sys
 import time
@@ -42,6 +41,7 @@ import torch.nn.functional as F
 
 import deepspeed
 import shardscope.deepspeed
+from steplabels import METHOD_HELP, METHODS, toggle_step
 
 
 class Head(nn.Module):
@@ -125,23 +125,6 @@ def forward_in_own_mode(engine, ids):
     return logits
 
 
-def toggle_step(step, k, method):
-    """--toggle K and --toggle-method (also hf_stories.py's): whether the agent observes this
-    step, having paused or resumed it as the method says. Blocks of K steps in pairs, one
-    observed and one paused; which comes first is drawn for each pair by a generator seeded with
-    the pair's number (the same on every rank), so that nothing periodic in the steps lines up
-    with the labels: a fixed order (on off, off on, ...) put about 1 % between the labels alone
-    (docs/performance.md, section 10)."""
-    pair, second = divmod(step // k, 2)
-    observed = (random.Random(pair).random() < 0.5) != bool(second)
-    pause, resume = shardscope.deepspeed.pause, shardscope.deepspeed.resume
-    if method == "both":
-        (pause if observed else resume)()
-    if method != "control":
-        (resume if observed else pause)()
-    return observed
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--externals", choices=["none", "manual"], default="none")
@@ -161,11 +144,7 @@ def main():
                         "CPU seconds and whether the agent observed it (1/0) to this file ({rank})")
     parser.add_argument("--toggle", type=int, default=0, metavar="K",
                         help="pause and resume the agent every K steps (what it costs, within one run)")
-    parser.add_argument("--toggle-method", choices=["switch", "both", "control"], default="switch",
-                        help="with --toggle: switch (resume before an observed block, pause "
-                        "before a paused one), both (before every step, pause and resume in the "
-                        "order that leaves the step's state: every step follows the same two "
-                        "switches), control (the steps labelled as by switch, never paused)")
+    parser.add_argument("--toggle-method", choices=METHODS, default="switch", help=METHOD_HELP)
     parser.add_argument("--hidden", type=int, default=16)
     parser.add_argument("--grad-accum", type=int, default=1, metavar="K",
                         help="gradient_accumulation_steps: K micro-batches (forward, backward, "
@@ -261,7 +240,7 @@ def main():
         for step in range(args.steps):
             observed = True
             if args.toggle and not args.no_agent:
-                observed = toggle_step(step, args.toggle, args.toggle_method)
+                observed = toggle_step(step, args.toggle, args.toggle_method, shardscope.deepspeed)
             if rank == args.kill_rank and step + 1 == args.kill_at_step:
                 engine.module.fc.register_forward_pre_hook(die)
             began, cpu, process_cpu = time.perf_counter(), time.thread_time(), time.process_time()

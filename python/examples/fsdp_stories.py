@@ -58,6 +58,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 import shardscope.fsdp
+from steplabels import METHOD_HELP, METHODS, toggle_step
 
 
 class Block(nn.Module):
@@ -154,8 +155,9 @@ def main():
     p.add_argument("--hold", type=float, default=0.0)
     p.add_argument("--no-agent", action="store_true")
     p.add_argument("--toggle", type=int, default=0, metavar="K",
-                   help="pause/resume the agent every K steps, in pairs (on off, off on, ...): "
-                        "bench/bench_fsdp_agent.py; with --no-agent the same labels, nothing toggled")
+                   help="pause/resume the agent every K steps, in pairs (bench/bench_fsdp_agent.py); "
+                        "with --no-agent the same labels, nothing toggled")
+    p.add_argument("--toggle-method", choices=METHODS, default="switch", help=METHOD_HELP)
     p.add_argument("--timing", default="", help="per-step times (JSON lines); {rank} is the rank")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda: one GPU per rank (LOCAL_RANK) over nccl")
@@ -234,15 +236,9 @@ def main():
         if rank == a.kill_rank and step + 1 == a.kill_at_step:
             model.blocks[0].register_forward_pre_hook(die)
         observed = True
-        if a.toggle:
-            block = step // a.toggle  # blocks in pairs: on off, off on, on off, ...
-            observed = (block % 2 == 0) != (block // 2 % 2 == 1)
-            if a.no_agent:
-                pass  # the same labels, nothing toggled: the method's A/A control
-            elif observed:
-                shardscope.fsdp.resume()
-            else:
-                shardscope.fsdp.pause()
+        if a.toggle:  # without the agent: the same labels, nothing toggled
+            observed = toggle_step(step, a.toggle, a.toggle_method,
+                                   None if a.no_agent else shardscope.fsdp)
         t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
         tokens = torch.randint(0, a.vocab, (4, 8), generator=gen).to(device)
         if a.explicit_unshard:

@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 
 import shardscope.deepspeed
-from deepspeed_stories import toggle_step  # the bench's step labels, one rule for both
+from steplabels import METHOD_HELP, METHODS, toggle_step
 
 VOCAB = 64
 
@@ -178,7 +178,8 @@ def timing_callback(args, rank):
         def on_step_begin(self, targs, state, control, **kw):
             self.observed = not args.no_agent
             if args.toggle and not args.no_agent:
-                self.observed = toggle_step(state.global_step, args.toggle, args.toggle_method)
+                self.observed = toggle_step(state.global_step, args.toggle, args.toggle_method,
+                                            shardscope.deepspeed)
             self.began = (time.perf_counter(), time.thread_time(), time.process_time())
 
         def on_step_end(self, targs, state, control, **kw):
@@ -313,11 +314,7 @@ def main():
     parser.add_argument("--no-agent", action="store_true")
     parser.add_argument("--timing", default="")
     parser.add_argument("--toggle", type=int, default=0, metavar="K")
-    parser.add_argument("--toggle-method", choices=["switch", "both", "control"], default="switch",
-                        help="with --toggle: switch (resume before an observed block, pause "
-                        "before a paused one), both (before every step, pause and resume in the "
-                        "order that leaves the step's state: every step follows the same two "
-                        "switches), control (the steps labelled as by switch, never paused)")
+    parser.add_argument("--toggle-method", choices=METHODS, default="switch", help=METHOD_HELP)
     parser.add_argument("--profile", default="")
     parser.add_argument("--log-every", type=int, default=1, metavar="N",
                         help="the Trainer's logging_steps (a loss line every N steps)")
