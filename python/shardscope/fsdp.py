@@ -40,6 +40,7 @@ from .deepspeed import (_GUARDS, _METADATA_ONLY, _backend_name, _is_user, _leave
 __all__ = ["install", "attach", "finish", "inspect", "agent", "describe", "pause", "resume",
            "paused"]
 
+
 def _dynamo_skips_frame(fn):
     """Dynamo compiles no frame of fn's code on its own (it still inlines fn into a frame it
     traces, and compiles what fn calls). The agent's wrappers share one code object across
