@@ -60,6 +60,14 @@ inline RankRun finishRanks(QProcess *p, int timeoutMs = 150000)
     return r;
 }
 
+// The loss rank `rank` printed for step `step` in a launch's output, as the examples print
+// it ("rank R step S loss L"); empty when it printed none.
+inline QString printedLoss(const QString &out, int rank, int step)
+{
+    const QRegularExpression line(QString("rank %1 step %2 loss ([0-9.]+)").arg(rank).arg(step));
+    return line.match(out).captured(1);
+}
+
 // The endpoint rank `rank` announced in runtime's discovery folder (docs/protocol.md), polled
 // every 100 ms for up to timeoutMs; empty when it never did.
 inline QString announcedEndpoint(const QString &runtime, int rank, int timeoutMs = 60000)

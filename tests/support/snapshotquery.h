@@ -79,6 +79,15 @@ inline int countEvents(const nlohmann::json &snap, const std::string &type)
     return n;
 }
 
+// The numbers of the steps begun, in order (a step_begin's `step`).
+inline std::vector<int> stepsBegun(const nlohmann::json &snap)
+{
+    std::vector<int> out;
+    for (const nlohmann::json &e : eventList(snap))
+        if (e["type"] == "step_begin") out.push_back(e["step"].get<int>());
+    return out;
+}
+
 // How a run's snapshot differs in what was observed from another of the same run (compiled
 // and eager, say): the number of events of each type (some scopes and fetches at least), the
 // parameters by name and their gather counts. Empty when they agree.
