@@ -26,6 +26,12 @@ What DeepSpeed changed since 0.14.5 in the calls the agent observes: --leaf
 --compile eager|inductor (engine.compile(): torch.compile of the model; with --deepcompile,
 DeepSpeed's DeepCompile, which needs a GPU).
 
+Checkpoints, as users save and resume a run: --save-at S --save-dir DIR --save-how checkpoint
+16bit saves after step S into DIR/checkpoint (engine.save_checkpoint) and DIR/16bit
+(engine.save_16bit_model: every parameter gathered, rank 0 writes), and training goes on;
+--resume DIR/checkpoint loads it (engine.load_checkpoint) before the first step, --first-step
+S numbering the steps from S.
+
 For the tests: --wait-before-build (a client attaches before the model exists), --kill-rank
 with --kill-at-step (a rank lost mid-step), --own-mode (the script's own torch function mode).
 """
@@ -183,6 +189,15 @@ def main():
                         help="with --compile: DeepSpeed's DeepCompile (\"compile\": "
                         "{\"deepcompile\": true}), which needs a GPU (its native op has no CPU "
                         "build: on CPU engine.compile raises DeepSpeed's own error)")
+    parser.add_argument("--save-at", type=int, default=0, metavar="S", help="save a checkpoint after step S")
+    parser.add_argument("--save-dir", default="", metavar="DIR")
+    parser.add_argument("--save-how", choices=["checkpoint", "16bit"], nargs="+", default=["checkpoint"],
+                        help="one or more, each into DIR/HOW: engine.save_checkpoint (ZeRO's "
+                             "partitioned checkpoint) or engine.save_16bit_model (the gathered "
+                             "weights, rank 0 writes)")
+    parser.add_argument("--resume", default="", metavar="DIR",
+                        help="engine.load_checkpoint(DIR) before the first step")
+    parser.add_argument("--first-step", type=int, default=1, metavar="S", help="the number of the first step")
     args = parser.parse_args()
 
     device = torch.device("cpu")
@@ -204,6 +219,8 @@ def main():
         config["zero_optimization"]["zero_hpz_partition_size"] = args.hpz
     if args.deepcompile:
         config["compile"] = {"deepcompile": True}
+    if args.save_at and "16bit" in args.save_how:
+        config["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] = True
     torch.manual_seed(0)
     try:
         waited = time.monotonic()
@@ -231,7 +248,12 @@ def main():
                 print(f"rank {rank} partition {name} {p.ds_tensor.ds_numel} "
                       f"{getattr(p, 'ds_zero_partition_world_size', world)} "
                       f"{sec.ds_numel if sec is not None else 0}", flush=True)
+        if args.resume:
+            engine.load_checkpoint(args.resume)
         g = torch.Generator().manual_seed(rank)
+        for _ in range(args.first_step - 1):  # a resumed run draws the batches the first run drew
+            for micro in range(args.grad_accum):
+                torch.randint(0, vocab, (4, 8), generator=g)
         profiler = None
         if args.profile and rank == 0:
             import cProfile
@@ -264,8 +286,19 @@ def main():
                 probe = torch.ones(2, vocab, device=device)
                 with torch.set_grad_enabled(args.read_outside == "grad"):
                     probe.mm(engine.module.embed.weight)
-            print(f"rank {rank} step {step + 1} loss {loss.item():.4f}"
+            print(f"rank {rank} step {args.first_step + step} loss {loss.item():.4f}"
                   f"{'' if observed else ' (agent paused)'}", flush=True)
+            if args.save_at and args.first_step + step == args.save_at:  # as users save mid-run
+                for how in args.save_how:
+                    where = os.path.join(args.save_dir, how)
+                    if how == "16bit":
+                        engine.save_16bit_model(where)
+                        if rank == 0:
+                            saved = torch.load(os.path.join(where, "pytorch_model.bin"))
+                            print(f"rank 0 saved 16bit embed.weight {tuple(saved['embed.weight'].shape)}",
+                                  flush=True)
+                    else:
+                        engine.save_checkpoint(where)
         if args.compile:  # what dynamo made of the model: the same with and without the agent
             from torch._dynamo.utils import counters
             print(f"rank {rank} dynamo: {sum(counters['graph_break'].values())} graph breaks, "

@@ -33,6 +33,15 @@ Each case below is a bug as users hit it; `--fixed` runs the line ShardScope's f
 --checkpoint reentrant|non-reentrant runs each block through torch.utils.checkpoint (activation
 checkpointing, as Transformers calls a layer): its forward again in backward.
 
+--save-at S --save-dir DIR saves a checkpoint after step S into DIR/HOW for each HOW of
+--save-how (dcp, the default: torch's
+distributed checkpoint of get_state_dict(model, optimizer), each rank its shards; full: the
+gathered model state dict, full_state_dict and cpu_offload, torch.save'd by rank 0; local:
+each rank torch.save's its own shards, state_dict() values' to_local()), and
+training goes on; --resume DIR loads the dcp checkpoint into the sharded model and optimizer
+before the first step (--resume-how full: the full file into the model's shards, broadcast
+from rank 0, as a pretrained model is loaded; --first-step S numbers the steps from S). Neither is a read by the user.
+
 --compile blocks|model (torch.compile each block before fully_shard, or the model after it;
 --fullgraph, --compile-loss, --compile-backend eager|inductor) prints "rank R dynamo: N graph
 breaks, M graphs" at the end: the same with and without the agent.
@@ -108,6 +117,45 @@ def die(module, inputs):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def save_checkpoint(model, opt, directory, how):
+    """--save-at: as users save an FSDP2 run in the middle of training (every rank calls it)."""
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_state_dict)
+    if how == "dcp":
+        import torch.distributed.checkpoint as dcp
+        model_state, optim_state = get_state_dict(model, opt)
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=directory)
+    elif how == "local":
+        os.makedirs(directory, exist_ok=True)
+        state = {k: v.to_local() for k, v in model.state_dict().items()}
+        torch.save(state, os.path.join(directory, f"rank{dist.get_rank()}.pt"))
+        print(f"rank {dist.get_rank()} saved local embed.weight {tuple(state['embed.weight'].shape)}", flush=True)
+    else:
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if dist.get_rank() == 0:
+            os.makedirs(directory, exist_ok=True)
+            torch.save(state, os.path.join(directory, "model.pt"))
+            print(f"rank 0 saved full embed.weight {tuple(state['embed.weight'].shape)}", flush=True)
+        dist.barrier()
+
+
+def load_checkpoint(model, opt, directory, how):
+    """--resume: a --save-how dcp checkpoint into the sharded model and its optimizer, or
+    (how="full") a --save-how full file into the model's shards."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict,
+                                                         set_model_state_dict, set_state_dict)
+    if how == "full":
+        full = torch.load(os.path.join(directory, "model.pt")) if dist.get_rank() == 0 else {}
+        set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True,
+                                                                   broadcast_from_rank0=True))
+        return
+    model_state, optim_state = get_state_dict(model, opt)
+    state = {"model": model_state, "optim": optim_state}
+    dcp.load(state, checkpoint_id=directory)
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+
 class LoRA(nn.Module):
 
     def __init__(self, hidden, vocab, rank=2):
@@ -177,6 +225,16 @@ def main():
                         "its forward run again in backward")
     p.add_argument("--compile-loss", action="store_true",
                    help="the loss function compiled too (as torchtitan does), outside the model's forward")
+    p.add_argument("--save-at", type=int, default=0, metavar="S", help="save a checkpoint after step S")
+    p.add_argument("--save-dir", default="", metavar="DIR")
+    p.add_argument("--save-how", choices=["dcp", "full", "local"], nargs="+", default=["dcp"],
+                   help="one or more; each into DIR/HOW")
+    p.add_argument("--resume", default="", metavar="DIR", help="load a checkpoint of --save-how dcp or full first")
+    p.add_argument("--resume-how", choices=["dcp", "full"], default="dcp",
+                   help="full: the model's weights only, rank 0's file broadcast into the shards "
+                        "(set_model_state_dict, full_state_dict and broadcast_from_rank0), as a "
+                        "pretrained model is loaded; the optimizer starts afresh")
+    p.add_argument("--first-step", type=int, default=1, metavar="S", help="the number of the first step")
     a = p.parse_args()
 
     if a.device == "cuda":
@@ -220,10 +278,14 @@ def main():
         model.compile(backend=a.compile_backend, fullgraph=a.fullgraph)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
 
+    if a.resume:
+        load_checkpoint(model, opt, a.resume, a.resume_how)
     loss_fn = F.cross_entropy
     if a.compile_loss:
         loss_fn = torch.compile(F.cross_entropy, backend=a.compile_backend, fullgraph=a.fullgraph)
     gen = torch.Generator().manual_seed(1 + rank)
+    for _ in range(a.first_step - 1):  # a resumed run draws the batches the first run drew
+        torch.randint(0, a.vocab, (4, 8), generator=gen)
     timings = []
     while a.wait_before_train and not os.path.exists(a.wait_before_train):
         time.sleep(0.05)
@@ -270,7 +332,10 @@ def main():
         timings.append({"step": step, "observed": observed, "wall": time.perf_counter() - t0,
                         "thread_cpu": time.thread_time() - c0, "process_cpu": time.process_time() - p0})
         if a.steps <= 20:
-            print(f"rank {rank} step {step + 1} loss {loss.item():.4f}", flush=True)
+            print(f"rank {rank} step {a.first_step + step} loss {loss.item():.4f}", flush=True)
+        if a.save_at and a.first_step + step == a.save_at:
+            for how in a.save_how:
+                save_checkpoint(model, opt, os.path.join(a.save_dir, how), how)
 
     if profiler is not None:
         profiler.disable()

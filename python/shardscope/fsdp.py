@@ -41,6 +41,18 @@ __all__ = ["install", "attach", "finish", "inspect", "agent", "describe", "pause
            "paused"]
 
 
+def _is_state_init_step(frame, depth=8):
+    """Whether the optimizer.step() a step hook runs in is the one torch's distributed
+    checkpoint makes to create an empty optimizer's state (`_init_optim_state`: zero
+    gradients, learning rate 0, no forward) before get_state_dict or set_state_dict, as a
+    run that resumes does: not a training step, so not counted in the steps' numbers."""
+    while frame is not None and depth:
+        if frame.f_code.co_name == "_init_optim_state":
+            return "checkpoint" in frame.f_code.co_filename
+        frame, depth = frame.f_back, depth - 1
+    return False
+
+
 def _dynamo_skips_frame(fn):
     """Dynamo compiles no frame of fn's code on its own (it still inlines fn into a frame it
     traces, and compiles what fn calls). The agent's wrappers share one code object across
@@ -179,6 +191,7 @@ class _Agent:
         self.in_step = False
         self.step = 0
         self.optimizer_steps = 0  # also while paused: a step's number is optimizer steps + 1
+        self.state_init_step = False  # the optimizer.step() now running is torch's own (below)
         self.is_paused = False
         self.late_dirty = True
         self.mode = None
@@ -220,11 +233,14 @@ class _Agent:
                 # and its hundreds of ops a step pay nothing for the read watching
                 # (docs/performance.md, section 15)
                 a._leave_mode()
+                a.state_init_step = _is_state_init_step(sys._getframe(1))
 
         def on_step_post(optimizer, args, kwargs):
             a = me()
             if a is not None:
-                a.optimizer_steps += 1
+                if not a.state_init_step:
+                    a.optimizer_steps += 1
+                a.state_init_step = False
                 try:
                     a.end_step()  # inside: the loss's conversion is not the user's read
                     a._poll_reduces()  # not waited for: the CPU may run ahead of the GPU
