@@ -537,7 +537,7 @@ state::ViolationText AgentState::traceInvalidated(std::optional<ModuleId> expect
 }
 
 state::ViolationText AgentState::tiedAcrossGroups(ParamId p, ModuleId first, ModuleId second,
-                                                  bool refusedByTorch)
+                                                  bool refusedByTorch, const std::vector<ModuleId> &more)
 {
     std::lock_guard lock(m_mutex);
     state::ViolationSubject subject;
@@ -547,6 +547,8 @@ state::ViolationText AgentState::tiedAcrossGroups(ParamId p, ModuleId first, Mod
     if (subject.hasAccessor) subject.accessor = m_modules[second].path;
     subject.param = paramNameLocked(p);
     if (first < m_modules.size()) subject.owner = m_modules[first].path;
+    for (ModuleId m : more)
+        if (m < m_modules.size()) subject.alsoTiedInto.push_back(m_modules[m].path);
     const state::ViolationText text = state::describeViolation(subject, m_config.dialect);
     state::ViolationRecord v = violationLocked(ViolationKind::TiedAcrossGroups, text);
     v.accessor = subject.hasAccessor ? second : kNoModule;

@@ -110,9 +110,11 @@ class AgentState final : public state::StateProvider
     state::ViolationText traceInvalidated(std::optional<ModuleId> expected, ModuleId got,
                                          Phase phase);
     // FSDP2 (shardscope.fsdp): parameter p is tied into the fully_shard groups of units `first`
-    // (which holds it) and `second`. Recorded in the state (no event kind carries it).
+    // (which holds it) and `second`, and of each unit in `more` (one record, one fix naming
+    // them all). Recorded in the state (no event kind carries it).
     state::ViolationText tiedAcrossGroups(ParamId p, ModuleId first, ModuleId second,
-                                           bool refusedByTorch = true);
+                                           bool refusedByTorch = true,
+                                           const std::vector<ModuleId> &more = {});
     // step: the step that begins (1-based; DeepSpeed's global_steps + 1), so that steps run
     // while observation was paused keep the numbering; 0: the previous step + 1.
     void stepBegin(std::uint32_t step = 0);

@@ -102,17 +102,28 @@ ViolationText describeFsdp(const ViolationSubject &s)
                     ", so FSDP does not shard it: every rank keeps the whole tensor and its "
                     "gradient is not reduced across ranks";
         break;
-    case ViolationKind::TiedAcrossGroups:
-        t.fix = "fully_shard([" + codeName(s.owner, d) + ", " + codeName(s.accessor, d) +
-                "])  # one FSDP unit for both, instead of a fully_shard call for each";
-        t.message = "`" + param + "` is tied into FSDP unit `" + displayPath(s.accessor) +
-                    "` as well as `" + unit +
+    case ViolationKind::TiedAcrossGroups: {
+        std::string units = codeName(s.owner, d) + ", " + codeName(s.accessor, d);
+        std::string others = "FSDP unit `" + displayPath(s.accessor) + "`";
+        for (std::size_t i = 0; i < s.alsoTiedInto.size(); ++i) {
+            units += ", " + codeName(s.alsoTiedInto[i], d);
+            others = (i == 0 ? "FSDP units `" + displayPath(s.accessor) + "`" : others) +
+                     (i + 1 == s.alsoTiedInto.size() ? " and `" : ", `") +
+                     displayPath(s.alsoTiedInto[i]) + "`";
+        }
+        const std::size_t n = 2 + s.alsoTiedInto.size();
+        const std::string groups = n == 2 ? "two" : n == 3 ? "three" : std::to_string(n);
+        t.fix = "fully_shard([" + units + "])  # one FSDP unit for " +
+                (s.alsoTiedInto.empty() ? "both" : "all of them") +
+                ", instead of a fully_shard call for each";
+        t.message = "`" + param + "` is tied into " + others + " as well as `" + unit +
                     (s.refusedByTorch
-                         ? "`: two groups would shard and gather the one tensor (torch refuses it "
-                           "at the first forward)"
+                         ? "`: " + groups + " groups would shard and gather the one tensor (torch "
+                           "refuses it at the first forward)"
                          : "`: each group shards and trains its own copy, so the weights are no "
                            "longer tied (this torch does not refuse it)");
         break;
+    }
     case ViolationKind::TraceInvalidated:
     case ViolationKind::GatheredWriteWithoutModifier: return {};
     }

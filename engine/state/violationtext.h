@@ -5,6 +5,7 @@
 // to the screen. Text names modules and parameters by the names the caller passes in.
 
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "state/shape.h"
@@ -53,6 +54,9 @@ struct ViolationSubject
     // while the model is being built: "self.conv.weight", relative to the constructor
     // running); empty: codeName(param).
     std::string paramCode;
+    // tied_across_groups: the units beyond owner and accessor the same parameter is tied into
+    // (T5's shared embedding: the root, encoder and decoder), so that one fix names them all.
+    std::vector<std::string> alsoTiedInto;
     // tied_across_groups: whether this torch refuses the tie at the first forward (>= 2.13);
     // before, each group shards and trains its own copy and nothing fails.
     bool refusedByTorch = true;

@@ -1004,7 +1004,12 @@ class _Agent:
     def _record_tied_found(self):
         """torch < 2.13: a parameter tied into two groups trains as two copies, with no error;
         recorded (and flushed) when the root's first forward begins."""
+        seconds = {}  # (first, module, name) -> the other states, in the order found
         for first, module, name, second in self.tied_found:
+            others = seconds.setdefault((first, module, name), [])
+            if second not in others:
+                others.append(second)
+        for (first, module, name), others in seconds.items():
             fp1 = next((fp for g in _fi.groups(first) for fp in g.fsdp_params
                         if fp._module_info.module is module and fp._module_info.param_name == name),
                        None)
@@ -1012,8 +1017,8 @@ class _Agent:
             if entry is None:
                 continue
             message, fix = self.native.tied_across_groups(
-                entry[0], self.module_id(first._modules[0]), self.module_id(second._modules[0]),
-                refused_by_torch=False)
+                entry[0], self.module_id(first._modules[0]), self.module_id(others[0]._modules[0]),
+                refused_by_torch=False, more=[self.module_id(o._modules[0]) for o in others[1:]])
             print(f"shardscope: rank {self.rank}: {message}\n  fix: {fix}", file=sys.stderr,
                   flush=True)
         self.tied_found.clear()
@@ -1027,25 +1032,29 @@ class _Agent:
         return fn(state)
 
     def _check_tied(self, state):
-        """A parameter tied into two groups: recorded (and flushed) before torch raises
-        (torch >= 2.13, which checks it: FSDPState._validate_no_duplicate_params)."""
-        seen = {}
-        found = False
+        """A parameter tied into two or more groups: recorded once, with one fix naming every
+        group (T5's shared embedding in the root, encoder and decoder units: a fix per pair
+        would name the root twice), and flushed before torch raises (torch >= 2.13, which
+        checks it: FSDPState._validate_no_duplicate_params)."""
+        seen = {}  # uid -> (first group, its FSDPParam, the other groups in the order found)
         for s in state._state_ctx.all_states:
             for g in _fi.groups(s):
                 for fp in g.fsdp_params:
                     uid = fp._orig_param_uid
                     if uid not in seen:
-                        seen[uid] = (g, fp)
-                        continue
-                    g1, fp1 = seen[uid]
-                    entry = self.pids.get(id(fp1.sharded_param))
-                    if entry is None:
-                        continue
-                    message, fix = self.native.tied_across_groups(
-                        entry[0], self.module_id(g1.modules[0]), self.module_id(g.modules[0]))
-                    print(f"shardscope: rank {self.rank}: {message}\n  fix: {fix}", file=sys.stderr,
-                          flush=True)
-                    found = True
+                        seen[uid] = (g, fp, [])
+                    elif g is not seen[uid][0] and g not in seen[uid][2]:
+                        seen[uid][2].append(g)
+        found = False
+        for g1, fp1, others in seen.values():
+            entry = self.pids.get(id(fp1.sharded_param)) if others else None
+            if entry is None:
+                continue
+            message, fix = self.native.tied_across_groups(
+                entry[0], self.module_id(g1.modules[0]), self.module_id(others[0].modules[0]),
+                more=[self.module_id(g.modules[0]) for g in others[1:]])
+            print(f"shardscope: rank {self.rank}: {message}\n  fix: {fix}", file=sys.stderr,
+                  flush=True)
+            found = True
         if found:
             self.flush()

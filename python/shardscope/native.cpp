@@ -392,12 +392,13 @@ PYBIND11_MODULE(_native, module)
              })
         .def("tied_across_groups",
              [](Agent &a, std::uint32_t p, std::uint32_t first, std::uint32_t second,
-                bool refusedByTorch) {
-                 const state::ViolationText t =
-                     a.state().tiedAcrossGroups(p, first, second, refusedByTorch);
+                bool refusedByTorch, const std::vector<std::uint32_t> &more) {
+                 const state::ViolationText t = a.state().tiedAcrossGroups(
+                     p, first, second, refusedByTorch, std::vector<ModuleId>(more.begin(), more.end()));
                  return py::make_tuple(t.message, t.fix);
              },
-             py::arg("param"), py::arg("first"), py::arg("second"), py::arg("refused_by_torch") = true)
+             py::arg("param"), py::arg("first"), py::arg("second"), py::arg("refused_by_torch") = true,
+             py::arg("more") = std::vector<std::uint32_t>{})
         .def(
             "late_parameter",
             [](Agent &a, std::uint32_t p,

@@ -224,9 +224,24 @@ class TestAgentState : public QObject
         QVERIFY2(untied.message.find("no longer tied (this torch does not refuse it)") !=
                      std::string::npos,
                  untied.message.c_str());
+        // One parameter tied into three units (T5's shared embedding with the encoder and
+        // decoder stacks each a unit): one record, one fix naming all of them (a fix per pair
+        // would put the root into two units), and the message counts three groups.
+        const ModuleId root = s.ensureModule("", "FSDPT5ForConditionalGeneration");
+        const ModuleId encoder = s.ensureModule("encoder", "FSDPT5Stack");
+        const ModuleId decoder = s.ensureModule("decoder", "FSDPT5Stack");
+        s.setParam(param(2, "shared.weight", root));
+        const state::ViolationText three = s.tiedAcrossGroups(2, root, encoder, true, {decoder});
+        QCOMPARE(three.fix, std::string("fully_shard([model, model.encoder, model.decoder])  # one "
+                                        "FSDP unit for all of them, instead of a fully_shard call "
+                                        "for each"));
+        QCOMPARE(three.message,
+                 std::string("`shared.weight` is tied into FSDP units `encoder` and `decoder` as "
+                             "well as `<root>`: three groups would shard and gather the one tensor "
+                             "(torch refuses it at the first forward)"));
         state::EngineState st = s.state();
         QCOMPARE(st.fixDialect, std::string("fsdp"));
-        QCOMPARE(st.violations.size(), std::size_t(1));
+        QCOMPARE(st.violations.size(), std::size_t(2));
         QCOMPARE(st.violations[0].kind, ViolationKind::TiedAcrossGroups);
         QCOMPARE(st.violations[0].accessor, head);
         QCOMPARE(st.violations[0].owner, embed);
