@@ -48,12 +48,10 @@ import tempfile
 import time
 
 import torch
-import torch.nn.functional as F
 
 import shardscope.deepspeed
 from steplabels import METHOD_HELP, METHODS, toggle_step
-
-VOCAB = 64
+from t5story import VOCAB, sampled_inputs, t5_config
 
 
 def ds_config(world, batch, stage=3):
@@ -63,19 +61,6 @@ def ds_config(world, batch, stage=3):
             "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0},
             "zero_allow_untested_optimizer": True,
             "zero_force_ds_cpu_optimizer": False}
-
-
-def t5_config(layers):
-    from transformers import T5Config
-
-    return T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=layers,
-                    num_decoder_layers=layers, num_heads=4, decoder_start_token_id=0,
-                    pad_token_id=0, eos_token_id=1, dropout_rate=0.0)
-
-
-def sampled_inputs(ids):
-    """Story 1's differentiable one-hot encodings of the input (b, l, c)."""
-    return F.one_hot(ids, VOCAB).to(torch.float32).requires_grad_()
 
 
 def t5_model_class(case, externals):

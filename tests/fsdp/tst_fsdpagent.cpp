@@ -89,11 +89,18 @@ class TestFsdpAgent : public QObject
                                             runtime, monitorInterval);
     }
 
-    Run run(const QStringList &args, int ranks = 2)
+    Run run(const QStringList &args, int ranks = 2,
+            const QString &script = QStringLiteral(SHARDSCOPE_EXAMPLE))
     {
         return shardscope::test::finishRanks(shardscope::test::startRanks(
-            this, fsdpEnvironment(), QStringLiteral(SHARDSCOPE_LAUNCH), python(),
-            QStringLiteral(SHARDSCOPE_EXAMPLE), args, m_dir.path(), QStringLiteral("0.1"), ranks));
+            this, fsdpEnvironment(), QStringLiteral(SHARDSCOPE_LAUNCH), python(), script, args,
+            m_dir.path(), QStringLiteral("0.1"), ranks));
+    }
+
+    // python/examples/hf_fsdp_stories.py: story 1 on Transformers' T5.
+    Run runHf(const QStringList &args)
+    {
+        return run(args, 2, QStringLiteral(SHARDSCOPE_HF_FSDP_EXAMPLE));
     }
 
     QString snapshotArg(const QString &name) { return m_dir.filePath(name + ".rank{rank}.json"); }
@@ -463,6 +470,88 @@ class TestFsdpAgent : public QObject
             QCOMPARE(v[0]["fix"].get<std::string>(),
                      std::string("fully_shard([model.embed, model.head])  # one FSDP unit for "
                                  "both, instead of a fully_shard call for each"));
+        }
+    }
+
+    // Story 1 on Transformers' T5ForConditionalGeneration (hf_fsdp_stories.py), each T5Block a
+    // unit and the model the root. T5 ties one embedding into model.shared,
+    // encoder.embed_tokens, decoder.embed_tokens and lm_head.
+    // - The encoder and decoder stacks each a unit as well (--case stacks): the embedding is
+    //   tied into three groups. One record a rank, before torch's ValueError, whose fix names
+    //   all three (a fix per pair would put the root into two units); that fix runs clean.
+    // - The story's read in the training loop (--case compute-loss): after the root's forward
+    //   FSDP2 keeps the root's group unsharded until backward (the root's default), so the
+    //   read is of the whole weight and its gradient is reduced with the root's: nothing to
+    //   flag, and the same losses as the read made inside the forward (--fixed). With the
+    //   root resharded after forward (--root-reshards) the read meets the shard: torch's
+    //   mixed-tensor error, recorded first, the fix and the line in the script's own names.
+    void hfT5()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const Run stacks = runHf({"--case", "stacks", "--snapshot-out", snapshotArg("hf-stacks")});
+        if (m_torchRefusesTied) {
+            QVERIFY2(stacks.exitCode != 0, qPrintable(stacks.out));
+            QVERIFY2(stacks.err.contains("ValueError: Parameter 'encoder.embed_tokens.weight' is "
+                                         "shared with a parameter already managed by another FSDP group"),
+                     qPrintable(stacks.err.right(3000)));
+            checkRecordedFirst(stacks.err, "ValueError: Parameter");
+        } else {
+            QVERIFY2(stacks.exitCode == 0, qPrintable(stacks.out.right(3000)));
+        }
+        for (const json &s : snapshots("hf-stacks")) {
+            const auto v = violations(s, "tied_across_groups");
+            QVERIFY2(v.size() == 1, s["violations"].dump().c_str());
+            QCOMPARE(v[0]["param"].get<std::string>(), std::string("shared.weight"));
+            QCOMPARE(v[0]["fix"].get<std::string>(),
+                     std::string("fully_shard([model, model.encoder, model.decoder])  # one FSDP "
+                                 "unit for all of them, instead of a fully_shard call for each"));
+            QVERIFY2(v[0]["message"].get<std::string>().starts_with(
+                         "`shared.weight` is tied into FSDP units `encoder` and `decoder` as well "
+                         "as `<root>`: three groups"),
+                     v[0].dump().c_str());
+        }
+        const Run stacksFixed = runHf({"--case", "stacks", "--fixed", "--snapshot-out",
+                                       snapshotArg("hf-stacks-fixed")});
+        QVERIFY2(stacksFixed.exitCode == 0, qPrintable(stacksFixed.out + stacksFixed.err.right(3000)));
+        const std::vector<json> sf = snapshots("hf-stacks-fixed");
+        QCOMPARE(sf.size(), std::size_t(2));
+        for (const json &s : sf)
+            QVERIFY2(s["violations"].empty(), s["violations"].dump().c_str());
+
+        const QStringList loss{"--case", "compute-loss", "--steps", "2"};
+        const Run outside = runHf(loss + QStringList{"--snapshot-out", snapshotArg("hf-outside")});
+        const Run inside = runHf(loss + QStringList{"--fixed", "--root-reshards", "--snapshot-out",
+                                                    snapshotArg("hf-inside")});
+        const Run resharded = runHf(loss + QStringList{"--root-reshards", "--snapshot-out",
+                                                       snapshotArg("hf-resharded")});
+        QVERIFY2(outside.exitCode == 0, qPrintable(outside.out + outside.err.right(3000)));
+        QVERIFY2(inside.exitCode == 0, qPrintable(inside.out + inside.err.right(3000)));
+        QVERIFY2(resharded.exitCode != 0, qPrintable(resharded.out));
+        checkRecordedFirst(resharded.err, "got mixed torch.Tensor and DTensor");
+        const std::vector<json> o = snapshots("hf-outside"), in = snapshots("hf-inside"),
+                                rs = snapshots("hf-resharded");
+        QCOMPARE(o.size(), std::size_t(2));
+        QCOMPARE(in.size(), std::size_t(2));
+        QCOMPARE(rs.size(), std::size_t(2));
+        for (int rank = 0; rank < 2; ++rank) {
+            const auto i = std::size_t(rank);
+            QVERIFY2(o[i]["violations"].empty(), o[i]["violations"].dump().c_str());
+            QVERIFY2(in[i]["violations"].empty(), in[i]["violations"].dump().c_str());
+            for (int step : {1, 2}) {
+                const QString want = shardscope::test::printedLoss(inside.out, rank, step);
+                QVERIFY2(!want.isEmpty() && shardscope::test::printedLoss(outside.out, rank, step) == want,
+                         qPrintable(outside.out + "\n---\n" + inside.out));
+            }
+            const auto v = violations(rs[i], "unregistered_access");
+            QVERIFY2(v.size() == 1, rs[i]["violations"].dump().c_str());
+            QCOMPARE(v[0]["param"].get<std::string>(), std::string("shared.weight"));
+            QVERIFY2(v[0]["accessor"].is_null(), v[0].dump().c_str());
+            QCOMPARE(v[0]["fix"].get<std::string>(),
+                     std::string("# move the read of model.shared.weight into model.forward (FSDP "
+                                 "unshards it there and reduce-scatters its gradient)"));
+            QVERIFY2(v[0]["location"]["file"].get<std::string>().ends_with("hf_fsdp_stories.py") &&
+                         v[0]["location"]["function"] == "main",
+                     v[0].dump().c_str());
         }
     }
 
