@@ -53,6 +53,23 @@ def _is_state_init_step(frame, depth=8):
     return False
 
 
+def _restored_steps(optimizer):
+    """The optimizer steps an optimizer's loaded state has taken (the largest "step" of its
+    parameters' states: Adam, AdamW and most of torch's keep one); None when it keeps none
+    (SGD) or it is 0. A tensor step is read once, here."""
+    steps = None
+    for state in optimizer.state.values():
+        step = state.get("step") if isinstance(state, dict) else None
+        if step is None:
+            continue
+        try:
+            n = int(step.item() if hasattr(step, "item") else step)
+        except (TypeError, ValueError, RuntimeError):
+            continue
+        steps = n if steps is None else max(steps, n)
+    return steps or None
+
+
 def _dynamo_skips_frame(fn):
     """Dynamo compiles no frame of fn's code on its own (it still inlines fn into a frame it
     traces, and compiles what fn calls). The agent's wrappers share one code object across
@@ -713,11 +730,30 @@ class _Agent:
         zero_grad.__doc__, zero_grad.__wrapped__ = previous_zero_grad.__doc__, previous_zero_grad
         Optimizer.zero_grad = zero_grad
 
+        # A resumed run: FSDP2 keeps no step count, but an optimizer's restored state does
+        # (Adam's and AdamW's "step"), so the steps go on from the checkpoint's, as the
+        # script's own numbering and DeepSpeed's global step do. Once per load.
+        previous_load = Optimizer.__dict__["load_state_dict"]
+
+        def load_state_dict(optimizer, *args, **kwargs):
+            result = previous_load(optimizer, *args, **kwargs)
+            if not agent.closed and not agent.in_step and not is_compiling():
+                steps = _restored_steps(optimizer)
+                if steps is not None:
+                    agent.optimizer_steps = steps
+            return result
+
+        load_state_dict.__name__, load_state_dict.__qualname__ = previous_load.__name__, previous_load.__qualname__
+        load_state_dict.__doc__, load_state_dict.__wrapped__ = previous_load.__doc__, previous_load
+        Optimizer.load_state_dict = load_state_dict
+
         def restore():
             if DTensor.__dict__.get("to_local") is to_local:
                 DTensor.to_local = previous
             if Optimizer.__dict__.get("zero_grad") is zero_grad:
                 Optimizer.zero_grad = previous_zero_grad
+            if Optimizer.__dict__.get("load_state_dict") is load_state_dict:
+                Optimizer.load_state_dict = previous_load
 
         self.to_local_restore = restore
 

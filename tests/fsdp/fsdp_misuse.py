@@ -133,6 +133,7 @@ def native():
 
 
 torch_zero_grad = torch.optim.Optimizer.zero_grad
+torch_load_state_dict = torch.optim.Optimizer.load_state_dict
 sf.install(listen=False)
 tiny = Tiny()
 fully_shard(tiny.fc1)
@@ -145,11 +146,26 @@ for step in range(4):
     assert _len_torch_function_stack() == 1, f"step {step}: {_len_torch_function_stack()} modes"
     assert all(p.grad is None for p in tiny.parameters()), "zero_grad did not run"
 assert torch.optim.Optimizer.zero_grad is not torch_zero_grad, "zero_grad is not observed"
+# A loaded optimizer state numbers the steps that follow (a resumed run); the user's own
+# error in load_state_dict reaches them unchanged.
+state = opt.state_dict()
+for s in state["state"].values():
+    s["step"] = torch.tensor(10.0)
+opt.load_state_dict(state)
+assert sf.agent().optimizer_steps == 10, sf.agent().optimizer_steps
+try:
+    opt.load_state_dict({"state": {}, "param_groups": []})
+except ValueError as e:
+    assert "parameter groups" in str(e), e
+else:
+    raise SystemExit("the mismatched optimizer state was accepted")
+assert sf.agent().optimizer_steps == 10, sf.agent().optimizer_steps
 assert native(), "FSDP's group methods are not observed natively"
 sf.pause()
 assert not native(), "paused, yet FSDP's group methods are the agent's"
 assert _len_torch_function_stack() == 0, "paused, yet a mode is left"
 assert torch.optim.Optimizer.zero_grad is torch_zero_grad, "paused, yet zero_grad is wrapped"
+assert torch.optim.Optimizer.load_state_dict is torch_load_state_dict, "paused, yet load_state_dict is wrapped"
 sf.resume()
 assert _len_torch_function_stack() == 1
 assert native(), "resumed, yet FSDP's group methods are not observed"
@@ -166,6 +182,7 @@ assert torch.Tensor.backward is torch_backward, "finish() left torch.Tensor.back
 assert torch.autograd.backward is torch_autograd_backward, \
     "finish() left torch.autograd.backward wrapped"
 assert torch.optim.Optimizer.zero_grad is torch_zero_grad, "finish() left zero_grad wrapped"
+assert torch.optim.Optimizer.load_state_dict is torch_load_state_dict, "finish() left load_state_dict wrapped"
 assert "forward" not in type(tiny.fc1).__dict__, "finish() left the unit's forward wrapped"
 assert not native() and fpg.FSDPParamGroup.pre_forward.__module__.startswith("torch"), \
     "finish() left FSDP's group methods replaced"
