@@ -103,15 +103,17 @@ ViolationText describeFsdp(const ViolationSubject &s)
                     "gradient is not reduced across ranks";
         break;
     case ViolationKind::TiedAcrossGroups: {
-        std::string units = codeName(s.owner, d) + ", " + codeName(s.accessor, d);
-        std::string others = "FSDP unit `" + displayPath(s.accessor) + "`";
-        for (std::size_t i = 0; i < s.alsoTiedInto.size(); ++i) {
-            units += ", " + codeName(s.alsoTiedInto[i], d);
-            others = (i == 0 ? "FSDP units `" + displayPath(s.accessor) + "`" : others) +
-                     (i + 1 == s.alsoTiedInto.size() ? " and `" : ", `") +
-                     displayPath(s.alsoTiedInto[i]) + "`";
+        // the units beside the owner's: "FSDP unit `a`", "FSDP units `a` and `b`", "`a`, `b` and `c`"
+        std::vector<std::string> tied{s.accessor};
+        tied.insert(tied.end(), s.alsoTiedInto.begin(), s.alsoTiedInto.end());
+        std::string units = codeName(s.owner, d);
+        std::string others = tied.size() == 1 ? "FSDP unit " : "FSDP units ";
+        for (std::size_t i = 0; i < tied.size(); ++i) {
+            units += ", " + codeName(tied[i], d);
+            others += std::string(i == 0 ? "" : i + 1 == tied.size() ? " and " : ", ") + "`" +
+                      displayPath(tied[i]) + "`";
         }
-        const std::size_t n = 2 + s.alsoTiedInto.size();
+        const std::size_t n = 1 + tied.size();
         const std::string groups = n == 2 ? "two" : n == 3 ? "three" : std::to_string(n);
         t.fix = "fully_shard([" + units + "])  # one FSDP unit for " +
                 (s.alsoTiedInto.empty() ? "both" : "all of them") +

@@ -5,8 +5,8 @@
 // to the screen. Text names modules and parameters by the names the caller passes in.
 
 #include <string>
-#include <vector>
 #include <string_view>
+#include <vector>
 
 #include "state/shape.h"
 #include "state/state.h"

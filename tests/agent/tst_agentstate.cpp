@@ -239,6 +239,13 @@ class TestAgentState : public QObject
                  std::string("`shared.weight` is tied into FSDP units `encoder` and `decoder` as "
                              "well as `<root>`: three groups would shard and gather the one tensor "
                              "(torch refuses it at the first forward)"));
+        const ModuleId lmHead = s.ensureModule("lm_head", "FSDPLinear");
+        const state::ViolationText four = s.tiedAcrossGroups(2, root, encoder, true, {decoder, lmHead});
+        QVERIFY2(four.fix.starts_with("fully_shard([model, model.encoder, model.decoder, model.lm_head])"),
+                 four.fix.c_str());
+        QVERIFY2(four.message.starts_with("`shared.weight` is tied into FSDP units `encoder`, "
+                                          "`decoder` and `lm_head` as well as `<root>`: 4 groups"),
+                 four.message.c_str());
         state::EngineState st = s.state();
         QCOMPARE(st.fixDialect, std::string("fsdp"));
         QCOMPARE(st.violations.size(), std::size_t(2));
