@@ -498,17 +498,28 @@ class TestFsdpAgent : public QObject
         } else {
             QVERIFY2(stacks.exitCode == 0, qPrintable(stacks.out.right(3000)));
         }
-        for (const json &s : snapshots("hf-stacks")) {
+        const std::vector<json> st = snapshots("hf-stacks");
+        QCOMPARE(st.size(), std::size_t(2));
+        for (const json &s : st) {
             const auto v = violations(s, "tied_across_groups");
             QVERIFY2(v.size() == 1, s["violations"].dump().c_str());
-            QCOMPARE(v[0]["param"].get<std::string>(), std::string("shared.weight"));
-            QCOMPARE(v[0]["fix"].get<std::string>(),
-                     std::string("fully_shard([model, model.encoder, model.decoder])  # one FSDP "
-                                 "unit for all of them, instead of a fully_shard call for each"));
-            QVERIFY2(v[0]["message"].get<std::string>().starts_with(
-                         "`shared.weight` is tied into FSDP units `encoder` and `decoder` as well "
-                         "as `<root>`: three groups"),
-                     v[0].dump().c_str());
+            if (m_torchRefusesTied) { // torch 2.13's check: the root's group first
+                QCOMPARE(v[0]["param"].get<std::string>(), std::string("shared.weight"));
+                QCOMPARE(v[0]["fix"].get<std::string>(),
+                         std::string("fully_shard([model, model.encoder, model.decoder])  # one "
+                                     "FSDP unit for all of them, instead of a fully_shard call for "
+                                     "each"));
+                QVERIFY2(v[0]["message"].get<std::string>().starts_with(
+                             "`shared.weight` is tied into FSDP units `encoder` and `decoder` as "
+                             "well as `<root>`: three groups"),
+                         v[0].dump().c_str());
+            } else { // the agent's own check (torch 2.11): in the order fully_shard was called
+                QCOMPARE(v[0]["param"].get<std::string>(), std::string("encoder.embed_tokens.weight"));
+                QVERIFY2(v[0]["fix"].get<std::string>().starts_with(
+                             "fully_shard([model.encoder, model.decoder, model])  # one FSDP unit "
+                             "for all of them"),
+                         v[0].dump().c_str());
+            }
         }
         const Run stacksFixed = runHf({"--case", "stacks", "--fixed", "--snapshot-out",
                                        snapshotArg("hf-stacks-fixed")});
