@@ -17,15 +17,18 @@ lm_head.
                        FSDP group"), after ShardScope recorded it with one fix for all three
                        groups. --fixed runs that fix: fully_shard([model, model.encoder,
                        model.decoder]).
-  --case compute-loss  story 1's read in the user's training loop, outside any forward:
-                       sampled_input.view(b*l, c).mm(model.shared.weight), a sharded DTensor
-                       met by a plain tensor; torch fails ("got mixed torch.Tensor and DTensor"),
-                       after ShardScope recorded the read with the fix: the read needs the
-                       gradient, so it belongs in the model's forward (--fixed: a
-                       T5ForConditionalGeneration subclass does it there, where FSDP has
-                       unsharded the root's group).
+  --case compute-loss  story 1's read in the user's training loop, between the forward and
+                       loss.backward(): sampled_input.view(b*l, c).mm(model.shared.weight).
+                       FSDP2 does not reshard the root's group after the root's forward (the
+                       root's default), so the read gets the whole weight and its gradient is
+                       reduce-scattered with the root's: it trains, nothing is flagged, and the
+                       losses are those of --fixed, which makes the read in the model's forward
+                       (a T5ForConditionalGeneration subclass). With --root-reshards
+                       (fully_shard(model, reshard_after_forward=True)) the read meets the
+                       sharded DTensor: torch fails ("got mixed torch.Tensor and DTensor"), after
+                       ShardScope recorded the read with the fix (into the model's forward).
 
-Also --steps N, --layers N (T5 depth), --guard warn|error, --snapshot-out F.rank{rank}.json,
+Also --root-reshards, --steps N, --layers N (T5 depth), --guard warn|error, --snapshot-out F.rank{rank}.json,
 --hold SECONDS, --no-agent. Every rank prints "rank R step S loss L" (S from 1).
 """
 import argparse

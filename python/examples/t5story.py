@@ -19,4 +19,3 @@ def t5_config(layers):
 def sampled_inputs(ids):
     """Story 1's differentiable one-hot encodings of the input (b, l, c)."""
     return F.one_hot(ids, VOCAB).to(torch.float32).requires_grad_()
-

@@ -70,7 +70,7 @@ QProcessEnvironment dsEnvironment()
     return env;
 }
 
-constexpr int kForward = 0, kBackward = 1, kGuard = 4; // fetch reasons (docs/protocol.md)
+constexpr int kForward = 0, kBackward = 1, kGatheredParameters = 3, kGuard = 4; // fetch reasons (docs/protocol.md)
 
 } // namespace
 
@@ -489,7 +489,6 @@ class TestDeepSpeedAgent : public QObject
         QCOMPARE(r.size(), std::size_t(2));
         using shardscope::test::printedLoss;
         using shardscope::test::stepsBegun;
-        constexpr int kGatheredParameters = 3; // fetch reason (docs/protocol.md)
         for (int rank = 0; rank < 2; ++rank) {
             const auto i = std::size_t(rank);
             for (const json *snap : {&s[i], &r[i]}) {
