@@ -24,7 +24,9 @@ What DeepSpeed changed since 0.14.5 in the calls the agent observes: --leaf
 (set_z3_leaf_modules on PositionalConv), --plain-backward (loss.backward(), DeepSpeed >= 0.18.3),
 --nested-gathered (overlapping nested GatheredParameters, which DeepSpeed >= 0.19.4 rejects),
 --compile eager|inductor (engine.compile(): torch.compile of the model; with --deepcompile,
-DeepSpeed's DeepCompile, which needs a GPU).
+DeepSpeed's DeepCompile, which needs a GPU; with --compiled-autograd,
+engine.compile(compiled_autograd_enabled=True), DeepSpeed >= 0.18.3, which fails in DeepSpeed's
+ZeRO-3 with and without the agent alike; compare DeepSpeed issue #6719).
 
 Checkpoints, as users save and resume a run: --save-at S --save-dir DIR --save-how checkpoint
 16bit saves after step S into DIR/checkpoint (engine.save_checkpoint) and DIR/16bit
@@ -185,6 +187,10 @@ def main():
     parser.add_argument("--compile", choices=["eager", "inductor"], default=None,
                         help="engine.compile(backend=...) after deepspeed.initialize: the model "
                         "run by torch.compile, DeepSpeed's ZeRO-3 hooks outside its graphs")
+    parser.add_argument("--compiled-autograd", action="store_true",
+                        help="with --compile: engine.compile(compiled_autograd_enabled=True), "
+                        "engine.backward then runs under torch's compiled autograd (ZeRO-3 fails "
+                        "there, with or without the agent)")
     parser.add_argument("--deepcompile", action="store_true",
                         help="with --compile: DeepSpeed's DeepCompile (\"compile\": "
                         "{\"deepcompile\": true}), which needs a GPU (its native op has no CPU "
@@ -240,7 +246,9 @@ def main():
         if not args.no_agent:
             shardscope.deepspeed.attach(engine)  # deepspeed.initialize did it already; harmless
         if args.compile:
-            engine.compile(backend=args.compile)
+            # compiled_autograd_enabled: DeepSpeed >= 0.18.3 only
+            engine.compile(backend=args.compile,
+                           **({"compiled_autograd_enabled": True} if args.compiled_autograd else {}))
         if args.hpz:  # what each rank holds: its partition, and hpZ's secondary one
             # (made by initialize's first gather, freed by each optimizer step)
             for name, p in engine.module.named_parameters():

@@ -44,7 +44,10 @@ from rank 0, as a pretrained model is loaded; --first-step S numbers the steps f
 
 --compile blocks|model (torch.compile each block before fully_shard, or the model after it;
 --fullgraph, --compile-loss, --compile-backend eager|inductor) prints "rank R dynamo: N graph
-breaks, M graphs" at the end: the same with and without the agent.
+breaks, M graphs" at the end: the same with and without the agent. --compiled-autograd runs
+backward under torch's compiled autograd: torch 2.13 then drops FSDP2's end-of-backward callback
+without an error (each rank trains its own copy from then on), and the agent says so as the
+backward returns.
 
 Also --hsdp R (HSDP: R replicas, each sharded over world/R ranks), --snapshot-out F.rank{rank}.json, --describe F.rank{rank}.json (describe()'s FSDP view),
 --hold SECONDS (stay up for a client after training), --steps N, --layers N. Every rank prints
@@ -53,6 +56,7 @@ before the first step), --kill-rank R with --kill-at-step S (rank R is killed in
 blocks[0]'s forward of step S).
 """
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -223,6 +227,9 @@ def main():
     p.add_argument("--checkpoint", choices=["reentrant", "non-reentrant"], default="",
                    help="activation checkpointing: each block through torch.utils.checkpoint, "
                         "its forward run again in backward")
+    p.add_argument("--compiled-autograd", action="store_true",
+                   help="backward under torch's compiled autograd (torch._dynamo.compiled_autograd, "
+                        "compiled with --compile-backend)")
     p.add_argument("--compile-loss", action="store_true",
                    help="the loss function compiled too (as torchtitan does), outside the model's forward")
     p.add_argument("--save-at", type=int, default=0, metavar="S", help="save a checkpoint after step S")
@@ -323,10 +330,15 @@ def main():
             else:
                 extra = sampled.mm(model.blocks[-1].fc1.weight.t()).mean()  # story: fails here
                 loss = loss + extra
-        if a.autograd_backward:
-            torch.autograd.backward(loss)
-        else:
-            loss.backward()
+        with contextlib.ExitStack() as backward:
+            if a.compiled_autograd:
+                from torch._dynamo import compiled_autograd
+                backward.enter_context(compiled_autograd._enable(
+                    torch.compile(backend=a.compile_backend, fullgraph=a.fullgraph)))
+            if a.autograd_backward:
+                torch.autograd.backward(loss)
+            else:
+                loss.backward()
         opt.step()
         opt.zero_grad()
         timings.append({"step": step, "observed": observed, "wall": time.perf_counter() - t0,

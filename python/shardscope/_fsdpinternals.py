@@ -75,7 +75,10 @@ FUNCTIONS = (
 # not check tied parameters itself (< 2.13), FSDPParam._module_info (.module, .param_name).
 PRIVATE_ATTRIBUTES = {
     # _fsdp_param_groups (torch >= 2.13, one group per mesh) or _fsdp_param_group (before): groups()
-    "FSDPState": (("_fsdp_param_groups", "_fsdp_param_group"), "_modules", "_is_root"),
+    # _training_state: the root's is PRE_BACKWARD from its pre-backward until the final
+    # callback at the end of backward (shardscope.fsdp checks it at optimizer.step())
+    "FSDPState": (("_fsdp_param_groups", "_fsdp_param_group"), "_modules", "_is_root",
+                  "_training_state"),
     "FSDPParamGroup": ("fsdp_params", "modules", "_all_gather_result", "is_unsharded",
                        "is_sharded", "_reshard_after_forward", "mesh_info", "_training_state"),
     "FSDPParam": ("sharded_param", "_orig_size", "padded_sharded_param_size", "sharded_size",
@@ -97,7 +100,8 @@ PREDICTION_ATTRIBUTES = {
 # A module's FSDP state: torch.distributed.fsdp._fully_shard._fsdp_state._get_module_fsdp_state
 STATE_OF = ("_fsdp_state", "_get_module_fsdp_state")
 
-# A group's training state during its pre-backward (FSDPParamGroup._training_state):
+# A group's training state during its pre-backward (FSDPParamGroup._training_state), and the
+# root state's from its pre-backward until the end of backward (FSDPState._training_state):
 # _fsdp_common.TrainingState.PRE_BACKWARD
 PRE_BACKWARD = ("_fsdp_common", "TrainingState", "PRE_BACKWARD")
 _pre_backward = []

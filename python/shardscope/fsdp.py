@@ -91,6 +91,16 @@ _slot = _runtime.AgentSlot("shardscope.fsdp")  # the process's agent: _slot.agen
 _MISSING = object()
 
 
+def _compiled_autograd_on():
+    """Whether a backward beginning now runs under compiled autograd
+    (torch._dynamo.compiled_autograd._enable, or torch._dynamo.config.compiled_autograd):
+    read off the modules torch has imported, nothing imported here."""
+    ca = sys.modules.get("torch._dynamo.compiled_autograd")
+    config = sys.modules.get("torch._dynamo.config")
+    return bool(getattr(ca, "compiled_autograd_enabled", False)
+                or getattr(config, "compiled_autograd", False))
+
+
 def _placements(tensor):
     """A DTensor's placements as the state names them (docs/snapshot.md, `placements`):
     "Shard(0)" on a 1-D mesh, "(Replicate(), Shard(0))" on HSDP's; "" for a plain tensor."""
@@ -225,6 +235,7 @@ class _Agent:
         self.orig_params = {}
         self.tied_found = []
         self.loss = None  # the tensor the script's loss.backward() ran on in this step
+        self.unfinished_said = False  # a backward FSDP2 never finished was reported
         self.unit_recs = {}  # id(module of an FSDP unit) -> its group's record (_watch_forward)
         self.forward_classes = {}  # FSDP unit class -> (its own forward or _MISSING, the wrapper)
         self.to_local_restore = None  # puts DTensor.to_local and zero_grad back (_watch_to_local)
@@ -251,6 +262,8 @@ class _Agent:
                 # (docs/performance.md, section 15)
                 a._leave_mode()
                 a.state_init_step = _is_state_init_step(sys._getframe(1))
+                if a.root is not None and not a.unfinished_said and not a.is_paused:
+                    a._check_backward_finished()  # a backward the watcher did not see
 
         def on_step_post(optimizer, args, kwargs):
             a = me()
@@ -564,18 +577,70 @@ class _Agent:
         called backward on inside a step is the loss the step ends with. The read watching
         is off for the backward pass (FSDP's hooks and autograd's: nothing to watch) and on
         again after it, here, in the script's thread state: autograd runs the pass on a copy
-        of it, where a mode left or entered is back as it was once the pass returns."""
+        of it, where a mode left or entered is back as it was once the pass returns. What
+        the backward began under (compiled autograd) and whether it raised are kept for
+        _check_backward_finished."""
         if self.in_step:
             self.loss = tensor
-        if self.mode is None:
-            return None
-        self._leave_mode()
-        return self._after_backward
+        compiled = _compiled_autograd_on()
+        handling = sys.exc_info()[1]  # a backward called inside the script's except block
+        watching = self.mode is not None
+        if watching:
+            self._leave_mode()
+
+        def after():
+            if self.root is not None and not self.unfinished_said and not self.is_paused:
+                e = sys.exc_info()[1]  # in the watcher's finally: what the backward raises
+                error = None
+                if e is not None and e is not handling:
+                    error = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+                self._check_backward_finished(error, compiled)
+            if watching:
+                self._after_backward()
+        return after
 
     def _after_backward(self):
         if self.root is not None and not self.closed and not self.in_root_forward \
                 and not self.is_paused:
             self._enter_mode()
+
+    def _check_backward_finished(self, error=None, compiled=False):
+        """After each backward the script calls (error: what it raised, "ValueError: ...";
+        compiled: it began under compiled autograd), and at each optimizer.step(): FSDP2 ends
+        a backward in a callback its root's pre-backward queues on autograd's engine
+        (FSDPState._root_post_backward_final_callback), which reshards the root's groups,
+        reduce-scatters their gradients and sets every state back to IDLE before backward
+        returns. A root state still in PRE_BACKWARD never had it run: its parameters stay
+        unsharded, gradients unreduced, and FSDP's forward hooks unshard every group and
+        return early from then on (each rank trains its own copy, with no error); the state
+        keeps the callback marked queued, so no later backward queues it again. Two causes
+        seen: an exception inside backward that the script caught and went on from (a batch
+        skipped after an out-of-memory error), and torch 2.13's compiled autograd, which drops
+        the callback (torch 2.11 raises instead). Said once, on stderr."""
+        state = _fi.state_of(self.root)
+        if state is None or state._training_state is not _fi.pre_backward_state():
+            return
+        self.unfinished_said = True
+        if error is not None:
+            cause = (f"The backward raised {error}: FSDP2 does not recover from an exception "
+                     f"inside backward, so a script that catches it and goes on (skipping the "
+                     f"batch) trains on like this; stop the run there instead, and resume from "
+                     f"the last checkpoint.")
+        elif compiled:
+            cause = (f"The backward ran under compiled autograd, which on torch "
+                     f"{self.torch_version} drops that callback without an error: run "
+                     f"loss.backward() without it (torch._dynamo.config.compiled_autograd = "
+                     f"False, no torch._dynamo.compiled_autograd._enable(...) around it).")
+        else:
+            cause = ("An exception inside backward that the script caught, or a backward "
+                     "under compiled autograd, leaves FSDP2 so.")
+        print(f"shardscope: rank {self.rank}: FSDP2's backward of step {self.step} did not "
+              f"finish: its final callback (FSDPState._root_post_backward_final_callback) "
+              f"never ran, so the root's gradients were not reduce-scattered and its "
+              f"parameters stay unsharded. From here on FSDP2 unshards every group at its "
+              f"forward and never reshards or reduce-scatters again: each rank trains its own "
+              f"full copy of the model, with no error, and the inspector counts no step after "
+              f"step {self.step}. {cause}", file=sys.stderr, flush=True)
 
     def end_step(self):
         if self.in_step:

@@ -1,6 +1,8 @@
 """shardscope.fsdp's bad input, in one process (tst_fsdpagent's misuse case): each line the
 user gets is a ShardScopeError that says what to do, and a refused install() patches nothing.
 Prints "misuse ok" at the end; any other outcome raises."""
+import contextlib
+import io
 import sys
 
 import torch
@@ -176,6 +178,28 @@ except ValueError as e:
 else:
     raise SystemExit("the user's exception in backward was swallowed")
 assert _len_torch_function_stack() == 1, "the failed backward left the stack changed"
+assert not sf.agent().unfinished_said, "a backward that failed before FSDP2's was reported"
+# The same exception after FSDP2's root pre-backward (fc1's output goes through it), caught by
+# the script, which goes on (a batch skipped after an out-of-memory error): FSDP2 never ends
+# that backward and trains each rank's own copy from then on. The agent says so once, naming
+# the exception, and the script's loop runs as without it.
+skip = tiny.fc1.register_forward_hook(lambda module, args, out: FailingBackward.apply(out))
+said = io.StringIO()
+with contextlib.redirect_stderr(said):
+    try:
+        tiny(torch.ones(2, 4)).sum().backward()
+    except ValueError as e:
+        assert e.args == ("the user's backward", ), e
+    else:
+        raise SystemExit("the user's exception in backward was swallowed")
+    skip.remove()
+    for step in range(2):
+        tiny(torch.ones(2, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+said = said.getvalue()
+assert said.count("shardscope: rank 0: FSDP2's backward of step") == 1, said
+assert "did not finish" in said and "The backward raised ValueError: the user's backward" in said, said
 sf.finish()
 assert _len_torch_function_stack() == 0, "finish() left a mode"
 assert torch.Tensor.backward is torch_backward, "finish() left torch.Tensor.backward wrapped"
