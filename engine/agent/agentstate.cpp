@@ -560,6 +560,25 @@ state::ViolationText AgentState::tiedAcrossGroups(ParamId p, ModuleId first, Mod
     return text;
 }
 
+state::ViolationText AgentState::backwardUnfinished(ModuleId root, const std::string &raised,
+                                                    bool compiledAutograd,
+                                                    const state::SourceLocation &where)
+{
+    std::lock_guard lock(m_mutex);
+    state::ViolationSubject subject;
+    subject.kind = ViolationKind::BackwardUnfinished;
+    if (root < m_modules.size()) subject.owner = m_modules[root].path;
+    subject.raised = raised;
+    subject.compiledAutograd = compiledAutograd;
+    const state::ViolationText text = state::describeViolation(subject, m_config.dialect);
+    state::ViolationRecord v = violationLocked(ViolationKind::BackwardUnfinished, text);
+    v.owner = root < m_modules.size() ? root : kNoModule;
+    v.status = ParamStatus::Available; // what FSDP2 leaves every parameter from then on
+    v.location = where;
+    recordLocked(v);
+    return text;
+}
+
 void AgentState::stepBegin(std::uint32_t step)
 {
     {

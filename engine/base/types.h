@@ -73,6 +73,7 @@ enum class ViolationKind : std::uint8_t
     TraceInvalidated = 2,
     GatheredWriteWithoutModifier = 3,
     TiedAcrossGroups = 4, // FSDP2: one tied parameter in two fully_shard groups
+    BackwardUnfinished = 5, // FSDP2: a backward whose end-of-backward callback never ran
 };
 
 // The kind of a telemetry record (telemetry/event.h); what each kind carries is

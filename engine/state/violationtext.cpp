@@ -126,6 +126,31 @@ ViolationText describeFsdp(const ViolationSubject &s)
                            "longer tied (this torch does not refuse it)");
         break;
     }
+    case ViolationKind::BackwardUnfinished:
+        t.message = "FSDP2's backward did not finish: its final callback "
+                    "(FSDPState._root_post_backward_final_callback) never ran, so the root "
+                    "unit's gradients were not reduce-scattered and its parameters stay "
+                    "unsharded. From then on FSDP2 unshards every group at its forward and never "
+                    "reshards or reduce-scatters again: each rank trains its own full copy of "
+                    "the model, with no error. ";
+        if (!s.raised.empty()) {
+            t.message += "The backward raised " + s.raised +
+                         ", and FSDP2 does not recover from an exception inside backward: going "
+                         "on after it (skipping the batch) trains on like this";
+            t.fix = "raise  # in the except around loss.backward(): stop the run there and "
+                    "resume from the last checkpoint";
+        } else if (s.compiledAutograd) {
+            t.message += "The backward ran under compiled autograd, which drops that callback "
+                         "without an error";
+            t.fix = "torch._dynamo.config.compiled_autograd = False  # and loss.backward() "
+                    "outside torch._dynamo.compiled_autograd._enable(...)";
+        } else {
+            t.message += "An exception inside backward that the script caught and went on "
+                         "from, or compiled autograd, leaves FSDP2 so";
+            t.fix = "# let loss.backward() run to its end: no exception caught inside it, no "
+                    "compiled autograd";
+        }
+        break;
     case ViolationKind::TraceInvalidated:
     case ViolationKind::GatheredWriteWithoutModifier: return {};
     }
@@ -156,9 +181,11 @@ std::string codeName(std::string_view dotted, FixDialect dialect)
 
 ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
 {
-    if (dialect == FixDialect::Fsdp && (s.kind == ViolationKind::UnregisteredAccess ||
-                                        s.kind == ViolationKind::LateParameter ||
-                                        s.kind == ViolationKind::TiedAcrossGroups))
+    // backward_unfinished is FSDP2's alone: in its words whatever the dialect
+    if (s.kind == ViolationKind::BackwardUnfinished ||
+        (dialect == FixDialect::Fsdp && (s.kind == ViolationKind::UnregisteredAccess ||
+                                         s.kind == ViolationKind::LateParameter ||
+                                         s.kind == ViolationKind::TiedAcrossGroups)))
         return describeFsdp(s);
     const bool ds = dialect == FixDialect::DeepSpeed;
     const std::string ns = ds ? "deepspeed.zero." : "";
@@ -229,6 +256,7 @@ ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
                     "` was modified in place inside GatheredParameters without modifier_rank; the "
                     "change was discarded and no shard changed";
         break;
+    case ViolationKind::BackwardUnfinished: break; // describeFsdp's
     case ViolationKind::TiedAcrossGroups:
         t.fix = "fully_shard([" + codeName(s.owner, dialect) + ", " + codeName(s.accessor, dialect) + "])";
         t.message = "`" + param + "` is tied into `" + displayPath(s.accessor) + "` as well as `" +

@@ -60,6 +60,10 @@ struct ViolationSubject
     // tied_across_groups: whether this torch refuses the tie at the first forward (>= 2.13);
     // before, each group shards and trains its own copy and nothing fails.
     bool refusedByTorch = true;
+    // backward_unfinished: what the backward raised ("ValueError: ..."; empty: it did not
+    // raise), and whether it began under compiled autograd.
+    std::string raised;
+    bool compiledAutograd = false;
 };
 
 struct ViolationText

@@ -46,8 +46,8 @@ from rank 0, as a pretrained model is loaded; --first-step S numbers the steps f
 --fullgraph, --compile-loss, --compile-backend eager|inductor) prints "rank R dynamo: N graph
 breaks, M graphs" at the end: the same with and without the agent. --compiled-autograd runs
 backward under torch's compiled autograd: torch 2.13 then drops FSDP2's end-of-backward callback
-without an error (each rank trains its own copy from then on), and the agent says so as the
-backward returns.
+without an error (each rank trains its own copy from then on), and the agent records it
+(backward_unfinished) as the backward returns.
 
 Also --hsdp R (HSDP: R replicas, each sharded over world/R ranks), --snapshot-out F.rank{rank}.json, --describe F.rank{rank}.json (describe()'s FSDP view),
 --hold SECONDS (stay up for a client after training), --steps N, --layers N. Every rank prints

@@ -510,6 +510,9 @@ _RULES = {
     "trace_invalidated": "The module order differs from the recorded prefetch trace",
     "gathered_write_without_modifier": "A parameter changed inside GatheredParameters "
                                        "without modifier_rank",
+    "tied_across_groups": "FSDP2: one tied parameter is in two or more fully_shard groups",
+    "backward_unfinished": "FSDP2: a backward never finished (its final callback did not run), "
+                           "so each rank trains its own copy from then on",
 }
 
 
@@ -547,7 +550,7 @@ def write_junit(path, problems, elapsed):
     q = xml.quoteattr
     cases = []
     for p in problems:
-        name = f"{p['kind']} {p['param']} {_who(p)} at {_where(p['location'])}"
+        name = f"{p['kind']} {p['param'] or ''} {_who(p)} at {_where(p['location'])}"
         body = p["message"] + ("\nfix: " + p["fix"] if p["fix"] else "")
         cases.append(f'  <testcase classname="shardscope-check" name={q(name)} time="0">\n'
                      f'   <failure message={q(p["message"])} type={q(p["kind"])}>'

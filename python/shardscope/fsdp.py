@@ -92,13 +92,12 @@ _MISSING = object()
 
 
 def _compiled_autograd_on():
-    """Whether a backward beginning now runs under compiled autograd
-    (torch._dynamo.compiled_autograd._enable, or torch._dynamo.config.compiled_autograd):
-    read off the modules torch has imported, nothing imported here."""
+    """Whether a backward beginning now runs under compiled autograd: its module's flag, set
+    by torch._dynamo.compiled_autograd._enable (which torch.compile also enters for a backward
+    inside a compiled function under torch._dynamo.config.compiled_autograd); read off the
+    module if torch imported it, nothing imported here."""
     ca = sys.modules.get("torch._dynamo.compiled_autograd")
-    config = sys.modules.get("torch._dynamo.config")
-    return bool(getattr(ca, "compiled_autograd_enabled", False)
-                or getattr(config, "compiled_autograd", False))
+    return ca is not None and getattr(ca, "compiled_autograd_enabled", False)
 
 
 def _placements(tensor):
@@ -236,6 +235,7 @@ class _Agent:
         self.tied_found = []
         self.loss = None  # the tensor the script's loss.backward() ran on in this step
         self.unfinished_said = False  # a backward FSDP2 never finished was reported
+        self.root_state = None  # the root's FSDPState, once _check_backward_finished looked
         self.unit_recs = {}  # id(module of an FSDP unit) -> its group's record (_watch_forward)
         self.forward_classes = {}  # FSDP unit class -> (its own forward or _MISSING, the wrapper)
         self.to_local_restore = None  # puts DTensor.to_local and zero_grad back (_watch_to_local)
@@ -616,31 +616,20 @@ class _Agent:
         keeps the callback marked queued, so no later backward queues it again. Two causes
         seen: an exception inside backward that the script caught and went on from (a batch
         skipped after an out-of-memory error), and torch 2.13's compiled autograd, which drops
-        the callback (torch 2.11 raises instead). Said once, on stderr."""
-        state = _fi.state_of(self.root)
+        the callback (torch 2.11 raises instead). Recorded once (backward_unfinished, its words
+        in engine/state/violationtext.cpp) and said on stderr."""
+        state = self.root_state
+        if state is None:
+            state = self.root_state = _fi.state_of(self.root)
         if state is None or state._training_state is not _fi.pre_backward_state():
             return
         self.unfinished_said = True
-        if error is not None:
-            cause = (f"The backward raised {error}: FSDP2 does not recover from an exception "
-                     f"inside backward, so a script that catches it and goes on (skipping the "
-                     f"batch) trains on like this; stop the run there instead, and resume from "
-                     f"the last checkpoint.")
-        elif compiled:
-            cause = (f"The backward ran under compiled autograd, which on torch "
-                     f"{self.torch_version} drops that callback without an error: run "
-                     f"loss.backward() without it (torch._dynamo.config.compiled_autograd = "
-                     f"False, no torch._dynamo.compiled_autograd._enable(...) around it).")
-        else:
-            cause = ("An exception inside backward that the script caught, or a backward "
-                     "under compiled autograd, leaves FSDP2 so.")
-        print(f"shardscope: rank {self.rank}: FSDP2's backward of step {self.step} did not "
-              f"finish: its final callback (FSDPState._root_post_backward_final_callback) "
-              f"never ran, so the root's gradients were not reduce-scattered and its "
-              f"parameters stay unsharded. From here on FSDP2 unshards every group at its "
-              f"forward and never reshards or reduce-scatters again: each rank trains its own "
-              f"full copy of the model, with no error, and the inspector counts no step after "
-              f"step {self.step}. {cause}", file=sys.stderr, flush=True)
+        frame = _user_frame(sys._getframe(1))  # the script's loss.backward() (or step()) line
+        message, fix = self.native.backward_unfinished(
+            self.module_id(self.root), raised=error or "", compiled_autograd=compiled,
+            location=_location(frame) if frame is not None else None)
+        self.flush()
+        print(f"shardscope: rank {self.rank}: {message}\n  fix: {fix}", file=sys.stderr, flush=True)
 
     def end_step(self):
         if self.in_step:

@@ -85,6 +85,17 @@ ModuleId moduleFrom(std::optional<std::uint32_t> m)
     return m ? *m : kNoModule;
 }
 
+// A user's source location as the agents pass it: (file, line, function, chain), or None.
+using PyLocation = std::optional<
+    std::tuple<std::string, std::uint32_t, std::string, std::vector<std::string>>>;
+
+state::SourceLocation locationFrom(const PyLocation &location)
+{
+    state::SourceLocation where;
+    if (location) std::tie(where.file, where.line, where.function, where.chain) = *location;
+    return where;
+}
+
 // One agent per process: the provider and the endpoint serving it.
 class Agent
 {
@@ -238,7 +249,7 @@ PYBIND11_MODULE(_native, module)
             for (auto k :
                  {ViolationKind::UnregisteredAccess, ViolationKind::LateParameter,
                   ViolationKind::TraceInvalidated, ViolationKind::GatheredWriteWithoutModifier,
-                  ViolationKind::TiedAcrossGroups})
+                  ViolationKind::TiedAcrossGroups, ViolationKind::BackwardUnfinished})
                 if (violationKindName(k) == kind) {
                     s.kind = k;
                     ok = true;
@@ -360,13 +371,9 @@ PYBIND11_MODULE(_native, module)
             "unregistered_access",
             [](Agent &a, std::optional<std::uint32_t> accessor, std::uint32_t p,
                const std::string &action, const std::string &use,
-               std::optional<std::tuple<std::string, std::uint32_t, std::string,
-                                        std::vector<std::string>>>
-                   location,
+               const PyLocation &location,
                const std::string &building, const std::string &paramCode) {
-                state::SourceLocation where;
-                if (location)
-                    std::tie(where.file, where.line, where.function, where.chain) = *location;
+                const state::SourceLocation where = locationFrom(location);
                 const state::ViolationText t = a.state().unregisteredAccess(
                     moduleFrom(accessor), p, actionFrom(action), accessUseFrom(use), where,
                     building, paramCode);
@@ -400,14 +407,21 @@ PYBIND11_MODULE(_native, module)
              py::arg("param"), py::arg("first"), py::arg("second"), py::arg("refused_by_torch") = true,
              py::arg("more") = std::vector<std::uint32_t>{})
         .def(
+            "backward_unfinished",
+            [](Agent &a, std::uint32_t root, const std::string &raised, bool compiledAutograd,
+               const PyLocation &location) {
+                const state::SourceLocation where = locationFrom(location);
+                const state::ViolationText t =
+                    a.state().backwardUnfinished(root, raised, compiledAutograd, where);
+                return py::make_tuple(t.message, t.fix);
+            },
+            py::arg("root"), py::arg("raised") = "", py::arg("compiled_autograd") = false,
+            py::arg("location") = py::none())
+        .def(
             "late_parameter",
             [](Agent &a, std::uint32_t p,
-               std::optional<std::tuple<std::string, std::uint32_t, std::string,
-                                        std::vector<std::string>>>
-                   location) {
-                state::SourceLocation where;
-                if (location)
-                    std::tie(where.file, where.line, where.function, where.chain) = *location;
+               const PyLocation &location) {
+                const state::SourceLocation where = locationFrom(location);
                 a.state().lateParameter(p, where);
             },
             py::arg("param"), py::arg("location") = py::none())

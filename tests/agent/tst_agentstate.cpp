@@ -5,6 +5,7 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <nlohmann/json.hpp>
@@ -268,6 +269,44 @@ class TestAgentState : public QObject
                  direct.fix.c_str());
         QVERIFY2(direct.message.find("while it was sharded") != std::string::npos,
                  direct.message.c_str());
+        // A backward FSDP2 never finished: one record on the root unit, no parameter, at the
+        // user's line; the fix follows the cause (what the backward raised, or compiled
+        // autograd), and the text is the same in every dialect (FSDP2's alone).
+        const state::SourceLocation at{"/src/train.py", 88, "main", {}};
+        const state::ViolationText raised =
+            s.backwardUnfinished(root, "RuntimeError: CUDA out of memory.", false, at);
+        QCOMPARE(raised.fix, std::string("raise  # in the except around loss.backward(): stop the "
+                                         "run there and resume from the last checkpoint"));
+        QVERIFY2(raised.message.starts_with("FSDP2's backward did not finish: its final callback "
+                                            "(FSDPState._root_post_backward_final_callback) never ran"),
+                 raised.message.c_str());
+        QVERIFY2(raised.message.ends_with("The backward raised RuntimeError: CUDA out of memory., "
+                                          "and FSDP2 does not recover from an exception inside "
+                                          "backward: going on after it (skipping the batch) trains "
+                                          "on like this"),
+                 raised.message.c_str());
+        const state::ViolationText compiled = s.backwardUnfinished(root, "", true);
+        QVERIFY2(compiled.fix.starts_with("torch._dynamo.config.compiled_autograd = False"),
+                 compiled.fix.c_str());
+        QVERIFY2(compiled.message.ends_with("The backward ran under compiled autograd, which drops "
+                                            "that callback without an error"),
+                 compiled.message.c_str());
+        const state::ViolationText unknownCause = s.backwardUnfinished(root, "", false);
+        QVERIFY2(unknownCause.fix.starts_with("# let loss.backward() run to its end"),
+                 unknownCause.fix.c_str());
+        state::ViolationSubject elsewhere;
+        elsewhere.kind = ViolationKind::BackwardUnfinished;
+        elsewhere.compiledAutograd = true;
+        QCOMPARE(state::describeViolation(elsewhere, state::FixDialect::DeepSpeed).fix, compiled.fix);
+        const std::vector<state::ViolationRecord> all = s.state().violations;
+        const auto first = std::find_if(all.begin(), all.end(), [](const state::ViolationRecord &v) {
+            return v.kind == ViolationKind::BackwardUnfinished;
+        });
+        QVERIFY(first != all.end());
+        QCOMPARE(first->owner, root);
+        QCOMPARE(first->param, kNoParam);
+        QVERIFY(first->location == at);
+        QCOMPARE(first->message, raised.message);
     }
 
     // A late parameter is recorded as a violation only if a step starts before it is adopted.

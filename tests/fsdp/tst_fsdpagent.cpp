@@ -830,8 +830,9 @@ class TestFsdpAgent : public QObject
     // at its pre-backward (torch 2.11 raises at the queueing), so the backward never ends:
     // the root's group stays unsharded with its gradients unreduced, and from the next forward
     // on FSDP2 unshards every group and does nothing else, with no error: each rank trains its
-    // own copy. The agent says so once a rank, as that backward returns, naming compiled
-    // autograd, and changes nothing: the exit, the losses and, where torch raises, the
+    // own copy. The agent records it once a rank as that backward returns (backward_unfinished,
+    // on the root unit, at the script's line, its fix turning compiled autograd off) and says
+    // it on stderr, and changes nothing: the exit, the losses and, where torch raises, the
     // exception are those of the run without it. (An exception in backward that the script
     // catches and goes on from does the same: fsdp_misuse.py, in misuse.)
     void compiledAutograd()
@@ -851,10 +852,9 @@ class TestFsdpAgent : public QObject
         const std::vector<json> snaps = snapshots("compiled-autograd");
         QCOMPARE(snaps.size(), std::size_t(2));
         for (int rank = 0; rank < 2; ++rank) {
-            const QString said = QString("shardscope: rank %1: FSDP2's backward of step 1 did not "
-                                         "finish: its final callback").arg(rank);
+            const QString said = QString("shardscope: rank %1: FSDP2's backward did not finish: "
+                                         "its final callback").arg(rank);
             QVERIFY2(with.err.count(said) == 1, qPrintable(with.err.right(3000)));
-            QVERIFY(with.err.contains("The backward ran under compiled autograd"));
             for (int step = 1; step <= 2; ++step) {
                 const QString got = shardscope::test::printedLoss(with.out, rank, step);
                 QVERIFY2(!got.isEmpty() && got == shardscope::test::printedLoss(without.out, rank, step),
@@ -862,7 +862,21 @@ class TestFsdpAgent : public QObject
             }
             const json &s = snaps[std::size_t(rank)];
             QCOMPARE(s["engine"]["step"].get<int>(), 1); // no root forward after it
-            QVERIFY2(s["violations"].empty(), s["violations"].dump().c_str());
+            // one record, at step 1, on the root unit, at the script's loss.backward() line
+            QCOMPARE(s["violations"].size(), std::size_t(1));
+            const json &v = s["violations"][0];
+            QCOMPARE(v["kind"].get<std::string>(), std::string("backward_unfinished"));
+            QCOMPARE(v["step"].get<int>(), 1);
+            QVERIFY2(v["owner"] == "" && v["param"].is_null(), v.dump().c_str());
+            QVERIFY2(v["message"].get<std::string>().find("The backward ran under compiled "
+                                                          "autograd") != std::string::npos,
+                     v.dump().c_str());
+            QVERIFY2(v["fix"].get<std::string>().rfind("torch._dynamo.config.compiled_autograd "
+                                                       "= False", 0) == 0,
+                     v.dump().c_str());
+            QVERIFY2(v["location"]["file"].get<std::string>().ends_with("fsdp_stories.py") &&
+                         v["location"]["function"] == "main",
+                     v.dump().c_str());
             for (const json &p : s["params"]) // every group unsharded by the later forwards
                 QVERIFY2(p["status"].get<std::string>()[std::size_t(rank)] == 'A', p.dump().c_str());
         }
