@@ -240,21 +240,18 @@ PYBIND11_MODULE(_native, module)
         "The token as every ShardScope executable resolves it: token, token_file, "
         "$SHARDSCOPE_TOKEN, the 0600 file named by $SHARDSCOPE_TOKEN_FILE");
     module.def(
+        "violation_kinds",
+        [] { return std::vector<std::string>(kViolationKindNames.begin(), kViolationKindNames.end()); },
+        "Every violation kind's name (docs/snapshot.md), in the order of their values");
+    module.def(
         "describe_violation",
         [](const std::string &kind, std::optional<std::string> accessor, const std::string &param,
            const std::string &owner, int status, const std::string &replaces,
            const std::string &use, const std::string &dialect) {
             state::ViolationSubject s;
-            bool ok = false;
-            for (auto k :
-                 {ViolationKind::UnregisteredAccess, ViolationKind::LateParameter,
-                  ViolationKind::TraceInvalidated, ViolationKind::GatheredWriteWithoutModifier,
-                  ViolationKind::TiedAcrossGroups, ViolationKind::BackwardUnfinished})
-                if (violationKindName(k) == kind) {
-                    s.kind = k;
-                    ok = true;
-                }
-            if (!ok) throw py::value_error("unknown violation kind '" + kind + "'");
+            const std::optional<ViolationKind> k = violationKindFromName(kind);
+            if (!k) throw py::value_error("unknown violation kind '" + kind + "'");
+            s.kind = *k;
             s.hasAccessor = accessor.has_value();
             if (accessor) s.accessor = *accessor;
             s.param = param;

@@ -838,7 +838,8 @@ class TestFsdpAgent : public QObject
     void compiledAutograd()
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
-        const QStringList args{"--compiled-autograd", "--compile-backend", "eager", "--steps", "2"};
+        const QStringList args{"--compiled-autograd", "--compile-backend", "eager", "--steps", "2",
+                               "--layers", "1"};
         const Run with = run(args + QStringList{"--snapshot-out", snapshotArg("compiled-autograd")});
         const Run without = run(args + QStringList{"--no-agent"});
         QVERIFY(!without.err.contains("shardscope:"));
