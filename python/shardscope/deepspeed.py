@@ -947,7 +947,9 @@ def _walk_up(module):
     while frame is not None:
         if frame.f_code.co_name == "__init__":
             s = frame.f_locals.get("self")
-            if isinstance(s, nn.Module) and not any(s is b for b in building):
+            # "_modules": past Module.__init__ (a child may be built before super().__init__())
+            if isinstance(s, nn.Module) and "_modules" in s.__dict__ and \
+                    not any(s is b for b in building):
                 building.append(s)
         frame = frame.f_back
     links = {}  # id(child) -> (parent, attribute)

@@ -594,7 +594,13 @@ class _Agent:
                 error = None
                 if e is not None and e is not handling:
                     error = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
-                self._check_backward_finished(error, compiled)
+                try:  # runs where the backward's own result or exception is on its way out
+                    self._check_backward_finished(error, compiled)
+                except Exception as failed:
+                    self.unfinished_said = True
+                    print(f"shardscope: rank {self.rank}: the check that FSDP2 finished the "
+                          f"backward failed ({type(failed).__name__}: {failed}); the training "
+                          f"goes on unobserved by it", file=sys.stderr, flush=True)
             if watching:
                 self._after_backward()
         return after
