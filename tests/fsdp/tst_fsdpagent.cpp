@@ -825,9 +825,9 @@ class TestFsdpAgent : public QObject
         }
     }
 
-    // Backward under torch's compiled autograd (torch._dynamo.compiled_autograd._enable), as
-    // torchtitan's option turns it on. torch 2.13 drops the final callback FSDP2's root queues
-    // at its pre-backward (torch 2.11 raises at the queueing), so the backward never ends:
+    // Backward under torch's compiled autograd (torch._dynamo.compiled_autograd._enable around
+    // loss.backward()). torch 2.13 drops the final callback FSDP2's root queues at its
+    // pre-backward (torch 2.11 raises at the queueing), so the backward never ends:
     // the root's group stays unsharded with its gradients unreduced, and from the next forward
     // on FSDP2 unshards every group and does nothing else, with no error: each rank trains its
     // own copy. The agent records it once a rank as that backward returns (backward_unfinished,
