@@ -243,31 +243,6 @@ PYBIND11_MODULE(_native, module)
         "violation_kinds",
         [] { return std::vector<std::string>(kViolationKindNames.begin(), kViolationKindNames.end()); },
         "Every violation kind's name (docs/snapshot.md), in the order of their values");
-    module.def(
-        "describe_violation",
-        [](const std::string &kind, std::optional<std::string> accessor, const std::string &param,
-           const std::string &owner, int status, const std::string &replaces,
-           const std::string &use, const std::string &dialect) {
-            state::ViolationSubject s;
-            const std::optional<ViolationKind> k = violationKindFromName(kind);
-            if (!k) throw py::value_error("unknown violation kind '" + kind + "'");
-            s.kind = *k;
-            s.hasAccessor = accessor.has_value();
-            if (accessor) s.accessor = *accessor;
-            s.param = param;
-            s.owner = owner;
-            s.status = statusFrom(status);
-            s.replaces = replaces;
-            s.use = accessUseFrom(use);
-            state::FixDialect d;
-            if (!state::parseFixDialect(dialect, d))
-                throw py::value_error("unknown dialect '" + dialect + "'");
-            const state::ViolationText t = state::describeViolation(s, d);
-            return py::make_tuple(t.message, t.fix);
-        },
-        py::arg("kind"), py::arg("accessor"), py::arg("param"), py::arg("owner"),
-        py::arg("status") = 0, py::arg("replaces") = "", py::arg("use") = "read",
-        py::arg("dialect") = "deepspeed");
 
     py::class_<Agent>(module, "Agent")
         .def(py::init<const std::string &, int, int, const std::string &, bool, const std::string &,
