@@ -49,6 +49,7 @@ import torch.nn.functional as F
 
 import deepspeed
 import shardscope.deepspeed
+from rankexit import exit_rank
 from steplabels import METHOD_HELP, METHODS, toggle_step
 
 
@@ -331,4 +332,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main())

@@ -71,6 +71,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 import shardscope.fsdp
+from rankexit import exit_rank
 from steplabels import METHOD_HELP, METHODS, toggle_step
 
 
@@ -373,4 +374,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main())

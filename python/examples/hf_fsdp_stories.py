@@ -41,6 +41,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 import shardscope.fsdp
+from rankexit import exit_rank
 from t5story import VOCAB, sampled_inputs, t5_config
 
 
@@ -126,4 +127,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_rank(main())

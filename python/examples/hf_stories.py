@@ -50,6 +50,7 @@ import time
 import torch
 
 import shardscope.deepspeed
+from rankexit import exit_rank
 from steplabels import METHOD_HELP, METHODS, toggle_step
 from t5story import VOCAB, sampled_inputs, t5_config
 
@@ -322,4 +323,4 @@ def main():
 
 if __name__ == "__main__":
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    sys.exit(main())
+    exit_rank(main())
