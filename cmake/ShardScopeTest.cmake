@@ -1,12 +1,23 @@
-# shardscope_add_test(<name> SOURCES a.cpp... [LIBS libs...] [LABELS l...] [TIMEOUT s] [XVFB])
+# shardscope_add_test(<name> SOURCES a.cpp... [LIBS libs...] [LABELS l...] [TIMEOUT s] [XVFB]
+#                     [OPTIMIZED])
 # One Qt Test executable per unit, registered with CTest. Widget tests run with
 # QT_QPA_PLATFORM=offscreen; XVFB runs the test in a real X server via xvfb-run. Helpers
 # that several areas' tests share live in tests/support.
 function(shardscope_add_test name)
-  cmake_parse_arguments(T "XVFB" "TIMEOUT" "SOURCES;LIBS;LABELS;ENV" ${ARGN})
+  cmake_parse_arguments(T "XVFB;OPTIMIZED" "TIMEOUT" "SOURCES;LIBS;LABELS;ENV" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE Qt6::Test shardscope_warnings ${T_LIBS})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/support)
+  # The test's own code unoptimized; what it tests (the engine's, the widgets' and the app's
+  # libraries) keeps the build's -O2. A test compiles in about two thirds of the time
+  # (tests/deepspeed/tst_deepspeedagent.cpp: 9.1 s of CPU against 13.3 s at -O2), and CI
+  # compiles about 45 of them. No test times anything (benchmarks live in bench/, -O2).
+  # OPTIMIZED keeps -O2 for a test whose loops run the engine's header code (templates,
+  # inline functions) for long: unoptimized, tst_sessionstore took 30 s instead of 13 and
+  # tst_cpucommunicator 19 instead of 9.
+  if(NOT T_OPTIMIZED)
+    target_compile_options(${name} PRIVATE -O0)
+  endif()
   if(T_XVFB)
     find_program(XVFB_RUN xvfb-run REQUIRED)
     add_test(NAME ${name} COMMAND ${XVFB_RUN} -a -s "-screen 0 1600x1000x24" $<TARGET_FILE:${name}>)

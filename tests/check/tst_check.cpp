@@ -442,8 +442,8 @@ class TestCheck : public QObject
                                                  << "failed on rank 0 before the model was built";
         QTest::newRow("sys.exit") << QStringList{script("exits_early.py")}
                                   << "called sys.exit(3) on rank 0 after 0 of 3 steps";
-        QTest::newRow("hangs") << QStringList{"--timeout", "20", script("hangs.py")}
-                               << "did not finish 3 steps within --timeout 20 s";
+        QTest::newRow("hangs") << QStringList{"--timeout", "8", script("hangs.py")}
+                               << "did not finish 3 steps within --timeout 8 s";
         QTest::newRow("no backend") << QStringList{script("no_backend.py")}
                                     << "no supported sharding backend found";
         // shardscope.fsdp exists now (docs/fsdp.md): the FSDP script runs, and ends without a step.
