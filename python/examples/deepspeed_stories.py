@@ -40,7 +40,6 @@ with --kill-at-step (a rank lost mid-step), --own-mode (the script's own torch f
 import argparse
 import os
 import signal
-import sys
 import time
 
 import torch

@@ -32,7 +32,6 @@ Also --root-reshards, --steps N, --layers N (T5 depth), --guard warn|error, --sn
 --hold SECONDS, --no-agent. Every rank prints "rank R step S loss L" (S from 1).
 """
 import argparse
-import sys
 import time
 
 import torch

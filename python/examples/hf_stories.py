@@ -43,7 +43,6 @@ FILE, as python/examples/deepspeed_stories.py has them, and --log-every N.
 """
 import argparse
 import os
-import sys
 import tempfile
 import time
 
