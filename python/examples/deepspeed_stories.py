@@ -38,6 +38,7 @@ For the tests: --wait-before-build (a client attaches before the model exists), 
 with --kill-at-step (a rank lost mid-step), --own-mode (the script's own torch function mode).
 """
 import argparse
+import gc
 import os
 import signal
 import time
@@ -50,6 +51,12 @@ import deepspeed
 import shardscope.deepspeed
 from rankexit import exit_rank
 from steplabels import METHOD_HELP, METHODS, toggle_step
+
+# deepspeed.initialize runs a full gc.collect() at each of its memory reports; over the heap of
+# what DeepSpeed imported (0.16 imports dynamo and Transformers eagerly) they add seconds to
+# each rank's start. Frozen, the import-time heap is left out of every collection
+# (docs/deepspeed.md, Example and tests).
+gc.freeze()
 
 
 class Head(nn.Module):

@@ -42,6 +42,7 @@ depth). For bench/bench_deepspeed_agent.py (T5 cases): --timing FILE, --toggle K
 FILE, as python/examples/deepspeed_stories.py has them, and --log-every N.
 """
 import argparse
+import gc
 import os
 import tempfile
 import time
@@ -310,6 +311,7 @@ def main():
         shardscope.deepspeed.install(listen=args.listen, guard=args.guard,
                                      snapshot_out=args.snapshot_out or None, model_name=model_name)
     import deepspeed
+    gc.freeze()  # as deepspeed_stories.py does: the import-time heap out of DeepSpeed's collections
     deepspeed.init_distributed("gloo")
     rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
     try:
