@@ -410,7 +410,8 @@ def report_text(problems, doc, prediction, results, args, elapsed):
                  else f"steps {p['first_step']}-{p['last_step']}")
         if p["first_step"] == 0:
             steps = "while the model was built"
-        out.append(f"\n{i}. {p['kind']}: {p['param'] or ''} {_who(p)} (ranks {ranks}, {steps})")
+        subject = " ".join(part for part in (p["param"] or "", _who(p)) if part)
+        out.append(f"\n{i}. {p['kind']}{': ' + subject if subject else ''} (ranks {ranks}, {steps})")
         out.append(f"   at {_where(p['location'])}")
         for frame in (p["location"] or {}).get("chain", [])[:2]:
             out.append(f"      from {frame}")
@@ -513,8 +514,10 @@ _RULES = {
     "gathered_write_without_modifier": "A parameter changed inside GatheredParameters "
                                        "without modifier_rank",
     "tied_across_groups": "FSDP2: one tied parameter is in two or more fully_shard groups",
-    "backward_unfinished": "FSDP2: a backward never finished (its final callback did not run), "
-                           "so each rank trains its own copy from then on",
+    "backward_unfinished": "A backward never finished: FSDP2's final callback did not run, so "
+                           "each rank trains its own copy from then on; or DeepSpeed's raised "
+                           "with gradients left in ZeRO-3's reduce bucket, so the next backward "
+                           "or step fails",
 }
 
 
