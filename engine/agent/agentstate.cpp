@@ -562,7 +562,8 @@ state::ViolationText AgentState::tiedAcrossGroups(ParamId p, ModuleId first, Mod
 
 state::ViolationText AgentState::backwardUnfinished(ModuleId root, const std::string &raised,
                                                     bool compiledAutograd,
-                                                    const state::SourceLocation &where)
+                                                    const state::SourceLocation &where,
+                                                    std::size_t bucketed)
 {
     std::lock_guard lock(m_mutex);
     state::ViolationSubject subject;
@@ -570,10 +571,14 @@ state::ViolationText AgentState::backwardUnfinished(ModuleId root, const std::st
     if (root < m_modules.size()) subject.owner = m_modules[root].path;
     subject.raised = raised;
     subject.compiledAutograd = compiledAutograd;
+    subject.bucketed = bucketed;
     const state::ViolationText text = state::describeViolation(subject, m_config.dialect);
     state::ViolationRecord v = violationLocked(ViolationKind::BackwardUnfinished, text);
     v.owner = root < m_modules.size() ? root : kNoModule;
-    v.status = ParamStatus::Available; // what FSDP2 leaves every parameter from then on
+    // What FSDP2 leaves every parameter from then on; DeepSpeed: the bucketed parameters,
+    // partitioned with their gradients unreduced.
+    v.status = m_config.dialect == state::FixDialect::DeepSpeed ? ParamStatus::NotAvailable
+                                                                 : ParamStatus::Available;
     v.location = where;
     recordLocked(v);
     return text;

@@ -115,13 +115,16 @@ class AgentState final : public state::StateProvider
     state::ViolationText tiedAcrossGroups(ParamId p, ModuleId first, ModuleId second,
                                            bool refusedByTorch = true,
                                            const std::vector<ModuleId> &more = {});
-    // FSDP2 (shardscope.fsdp): a backward ended with the root unit `root`'s state still in its
-    // pre-backward (FSDP2's end-of-backward callback never ran). raised: what the backward
-    // raised ("ValueError: ..."), empty if nothing; compiledAutograd: it began under compiled
+    // A backward that did not finish, on the root module `root`. FSDP2 (shardscope.fsdp): it
+    // ended with the root unit's state still in its pre-backward (FSDP2's end-of-backward
+    // callback never ran); DeepSpeed (the DeepSpeed dialect): it raised with `bucketed`
+    // parameters' gradients left in ZeRO-3's reduce bucket. raised: what the backward raised
+    // ("ValueError: ..."), empty if nothing; compiledAutograd: it began under compiled
     // autograd; where: the user's line. Recorded in the state (no event kind carries it).
     state::ViolationText backwardUnfinished(ModuleId root, const std::string &raised,
                                             bool compiledAutograd,
-                                            const state::SourceLocation &where = {});
+                                            const state::SourceLocation &where = {},
+                                            std::size_t bucketed = 0);
     // step: the step that begins (1-based; DeepSpeed's global_steps + 1), so that steps run
     // while observation was paused keep the numbering; 0: the previous step + 1.
     void stepBegin(std::uint32_t step = 0);

@@ -181,8 +181,8 @@ std::string codeName(std::string_view dotted, FixDialect dialect)
 
 ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
 {
-    // backward_unfinished is FSDP2's alone: in its words whatever the dialect
-    if (s.kind == ViolationKind::BackwardUnfinished ||
+    // backward_unfinished: in FSDP2's words but in the DeepSpeed dialect (ZeRO-3's)
+    if ((s.kind == ViolationKind::BackwardUnfinished && dialect != FixDialect::DeepSpeed) ||
         (dialect == FixDialect::Fsdp && (s.kind == ViolationKind::UnregisteredAccess ||
                                          s.kind == ViolationKind::LateParameter ||
                                          s.kind == ViolationKind::TiedAcrossGroups)))
@@ -256,7 +256,25 @@ ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
                     "` was modified in place inside GatheredParameters without modifier_rank; the "
                     "change was discarded and no shard changed";
         break;
-    case ViolationKind::BackwardUnfinished: break; // describeFsdp's
+    case ViolationKind::BackwardUnfinished: // DeepSpeed's; every other dialect's: describeFsdp
+        // What ZeRO-3 (stage3.py) is left with when an exception leaves the backward pass:
+        // the epilogue that reduce-scatters the bucket and averages the gradients never ran.
+        t.message = "DeepSpeed ZeRO-3's backward did not finish: it raised " +
+                    (s.raised.empty() ? std::string("an exception") : s.raised) + " after " +
+                    (s.bucketed == 1 ? std::string("one parameter's gradient was")
+                                     : "the gradients of " + std::to_string(s.bucketed) +
+                                           " parameters were") +
+                    " put in stage 3's reduce bucket, where " +
+                    (s.bucketed == 1 ? "it stays" : "they stay") +
+                    " unreduced, and the parameters it gathered for the rest of the pass stay "
+                    "gathered. DeepSpeed does not recover from an exception inside backward: "
+                    "after it (the batch skipped), the next backward or engine.step() fails, "
+                    "with an AssertionError in __reduce_and_partition_ipg_grads (the same "
+                    "parameters bucketed twice) or a TypeError in get_grad_norm_direct (no "
+                    "averaged gradients)";
+        t.fix = "raise  # in the except around the backward: stop the run there and resume it "
+                "from the last checkpoint (engine.load_checkpoint)";
+        break;
     case ViolationKind::TiedAcrossGroups:
         t.fix = "fully_shard([" + codeName(s.owner, dialect) + ", " + codeName(s.accessor, dialect) + "])";
         t.message = "`" + param + "` is tied into `" + displayPath(s.accessor) + "` as well as `" +

@@ -64,6 +64,9 @@ struct ViolationSubject
     // raise), and whether it began under compiled autograd.
     std::string raised;
     bool compiledAutograd = false;
+    // backward_unfinished in the DeepSpeed dialect: how many parameters' gradients the failed
+    // pass left in ZeRO-3's reduce bucket.
+    std::size_t bucketed = 0;
 };
 
 struct ViolationText

@@ -35,7 +35,9 @@ Checkpoints, as users save and resume a run: --save-at S --save-dir DIR --save-h
 S numbering the steps from S.
 
 For the tests: --wait-before-build (a client attaches before the model exists), --kill-rank
-with --kill-at-step (a rank lost mid-step), --own-mode (the script's own torch function mode).
+with --kill-at-step (a rank lost mid-step), --own-mode (the script's own torch function mode),
+--raise-in-backward S (step S's backward raises inside the pass; the loop skips the batch, and
+DeepSpeed fails at the next backward: the agent records backward_unfinished at the first).
 """
 import argparse
 import gc
@@ -106,6 +108,25 @@ class TinyLM(nn.Module):
         return self.lm_head(torch.tanh(self.fc(x)))
 
 
+class FailsInBackward(torch.autograd.Function):
+    """--raise-in-backward: the identity, whose backward raises (a user's op that runs out of
+    memory in backward)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise RuntimeError("out of memory in a user's backward (--raise-in-backward)")
+
+
+def fail_in_backward(module, inputs):
+    """A forward pre-hook on fc: its input goes through FailsInBackward, so the backward pass
+    raises after fc's gradients are in, before pos_conv's and embed's."""
+    return (FailsInBackward.apply(inputs[0]),)
+
+
 def die(module, inputs):
     """--kill-rank: a second for the agent's server to send what came before (a client of a
     rank that dies holds what was sent), then SIGKILL, in the middle of the step."""
@@ -173,6 +194,10 @@ def main():
     parser.add_argument("--kill-at-step", type=int, default=0)
     parser.add_argument("--fail-build-rank", type=int, default=-1,
                         help="this rank raises while its model is built (inside zero.Init)")
+    parser.add_argument("--raise-in-backward", type=int, default=0, metavar="S",
+                        help="step S's backward raises (RuntimeError, inside the pass, after fc's "
+                        "gradients): the loop catches it and skips the batch, as after an "
+                        "out-of-memory error; DeepSpeed fails at the next step's backward")
     parser.add_argument("--plain-backward", action="store_true",
                         help="loss.backward() instead of engine.backward(loss) (DeepSpeed >= 0.18.3)")
     parser.add_argument("--leaf", action="store_true",
@@ -280,7 +305,11 @@ def main():
                 observed = toggle_step(step, args.toggle, args.toggle_method, shardscope.deepspeed)
             if rank == args.kill_rank and step + 1 == args.kill_at_step:
                 engine.module.fc.register_forward_pre_hook(die)
+            failing = None
+            if step + 1 == args.raise_in_backward:
+                failing = engine.module.fc.register_forward_pre_hook(fail_in_backward)
             began, cpu, process_cpu = time.perf_counter(), time.thread_time(), time.process_time()
+            skipped = False
             for micro in range(args.grad_accum):
                 ids = torch.randint(0, vocab, (4, 8), generator=g).to(device)
                 if args.own_mode and step + 1 == args.steps:
@@ -288,13 +317,23 @@ def main():
                 else:
                     logits = engine.module(ids) if args.call_module else engine(ids)
                 loss = F.cross_entropy(logits[:, :-1].reshape(-1, vocab), ids[:, 1:].reshape(-1))
-                if args.plain_backward:
-                    loss.backward()
-                elif args.grad_accum > 1:
-                    engine.backward(loss=loss)
-                else:
-                    engine.backward(loss)
+                try:
+                    if args.plain_backward:
+                        loss.backward()
+                    elif args.grad_accum > 1:
+                        engine.backward(loss=loss)
+                    else:
+                        engine.backward(loss)
+                except RuntimeError as e:
+                    if failing is None:
+                        raise
+                    failing.remove()
+                    print(f"rank {rank} step {args.first_step + step} skipped: {e}", flush=True)
+                    skipped = True
+                    break  # the batch skipped, as a loop does after an out-of-memory error
                 engine.step()  # steps the optimizer on the last micro-batch only
+            if skipped:
+                continue
             times.append((time.perf_counter() - began, time.thread_time() - cpu,
                           time.process_time() - process_cpu, int(observed and not args.no_agent)))
             if args.read_outside:  # story 1: the embedding read in the training loop

@@ -285,6 +285,15 @@ def reduce_bucket(optimizer, args, kwargs):
             getattr(optimizer, "communication_data_type", None))
 
 
+def bucketed_params(optimizer):
+    """The parameters whose gradients stage 3's reduce buckets hold now (none once a backward
+    has finished: its epilogue reduce-scatters them); [] for an optimizer that is not stage 3's."""
+    buckets = getattr(optimizer, "ipg_buckets", None)
+    if isinstance(buckets, dict):  # DeepSpeed >= 0.17: a bucket per communication dtype
+        return [p for bucket in buckets.values() for p in (getattr(bucket, "params", ()) or ())]
+    return list(getattr(optimizer, "params_in_ipg_bucket", ()) or ())
+
+
 def observed_getitem(getitem, hook):
     """ZeROOrderedDict.__getitem__ as the agent installs it: the native hook (HotPath) in eager
     code, and DeepSpeed's own `getitem` while torch.compile's dynamo traces. Dynamo cannot
@@ -553,6 +562,15 @@ def install(observer):
             if (engine is not None and observer.hot.in_step
                     and not getattr(engine, "_running_engine_backward", True)):
                 observer.hot.set_loss(tensor)
+                handling = sys.exc_info()[1]  # a backward called inside the script's except
+
+                def after():  # in the watcher's finally: what the backward raises, if it does
+                    raised = sys.exc_info()[1]
+                    if raised is not None and raised is not handling:
+                        observer.on_backward_raised(engine, raised)
+
+                return after
+            return None
 
         unwatch_backward = _runtime.watch_backward(keep_loss)
 

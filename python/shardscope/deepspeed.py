@@ -335,6 +335,7 @@ class _Agent:
         self.allocator = None  # posts an allocator_sample (a CUDA model: _allocator.sampler)
         self.paused = None  # while paused: ds_id -> ds_status at pause()
         self.built_violations = False  # a violation named modules while the model was built
+        self.unfinished_said = False  # a backward_unfinished recorded (on_backward_raised)
         try:
             self.uninstall = _ds.install(self)
         except BaseException:
@@ -805,6 +806,39 @@ class _Agent:
 
     def on_initialize(self, engine):
         self.attach(engine)
+
+    def on_backward_raised(self, engine, error):
+        """engine.backward(loss) raised (the native hook), or a plain loss.backward() inside a
+        step (DeepSpeed >= 0.18.3, the backward watcher); the exception goes on to the script
+        unchanged whatever happens here. ZeRO-3 reduce-scatters and averages the gradients in
+        the backward's epilogue: when the pass is left by an exception after gradients were
+        bucketed (stage 3's IPG buckets), they stay there, and a script that catches it and
+        goes on (a batch skipped after an out-of-memory error) fails in DeepSpeed later, at
+        the next backward (AssertionError, the same parameters bucketed twice) or step
+        (TypeError, no averaged gradients), far from the cause. Recorded once
+        (backward_unfinished, its words in engine/state/violationtext.cpp), at the script's
+        backward line, and said on stderr. Nothing bucketed (the pass failed before any
+        gradient), or the guard's own error: nothing to say."""
+        if self.closed or self.unfinished_said or isinstance(error, UnregisteredAccessError):
+            return
+        try:
+            left = _ds.bucketed_params(getattr(engine, "optimizer", None))
+            if not left:
+                return
+            self.unfinished_said = True
+            frame = _user_frame(sys._getframe(1))  # the script's backward line
+            raised = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]}"
+            message, fix = self.native.backward_unfinished(
+                self.module_id(engine.module), raised=raised, bucketed=len(left),
+                location=_location(frame) if frame is not None else None)
+            self.flush()
+            print(f"shardscope: rank {self.rank}: {message}\n  fix: {fix}", file=sys.stderr,
+                  flush=True)
+        except Exception as failed:
+            self.unfinished_said = True
+            print(f"shardscope: rank {self.rank}: the check of what the failed backward left "
+                  f"in DeepSpeed failed ({type(failed).__name__}: {failed})", file=sys.stderr,
+                  flush=True)
 
     def on_reduce_ipg_grads(self, fn, optimizer, *args, **kwargs):
         """Stage 3 reduce-scatters a bucket of gradients: reduce_scatter_begin with what it

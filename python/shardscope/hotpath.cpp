@@ -659,7 +659,23 @@ PyObject *HotPath::engineBackward(PyObject *original, PyObject *const *args, std
     PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
     // DeepSpeed's post-backward hook never runs for a module whose inputs need no gradient
     // (the embedding): its backward scope ends with the backward pass.
-    return finally(r, [&] { closeScopes(); });
+    if (r) return finally(r, [&] { closeScopes(); });
+    // It raised: the observer looks at what ZeRO-3 was left with (on_backward_raised), the
+    // exception held aside and handed back to the script unchanged, whatever the look does.
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (traceback && value) PyException_SetTraceback(value, traceback);
+    try {
+        closeScopes();
+        py::object o = m_observer();
+        if (!o.is_none() && value)
+            o.attr("on_backward_raised")(py::handle(args[0]), py::handle(value));
+    } catch (py::error_already_set &) {
+    } catch (const std::exception &) {
+    }
+    PyErr_Restore(type, value, traceback);
+    return nullptr;
 }
 
 PyObject *HotPath::engineStep(PyObject *original, PyObject *const *args, std::size_t nargsf,

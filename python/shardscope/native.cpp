@@ -381,14 +381,14 @@ PYBIND11_MODULE(_native, module)
         .def(
             "backward_unfinished",
             [](Agent &a, std::uint32_t root, const std::string &raised, bool compiledAutograd,
-               const PyLocation &location) {
+               const PyLocation &location, std::size_t bucketed) {
                 const state::SourceLocation where = locationFrom(location);
                 const state::ViolationText t =
-                    a.state().backwardUnfinished(root, raised, compiledAutograd, where);
+                    a.state().backwardUnfinished(root, raised, compiledAutograd, where, bucketed);
                 return py::make_tuple(t.message, t.fix);
             },
             py::arg("root"), py::arg("raised") = "", py::arg("compiled_autograd") = false,
-            py::arg("location") = py::none())
+            py::arg("location") = py::none(), py::arg("bucketed") = 0)
         .def(
             "late_parameter",
             [](Agent &a, std::uint32_t p,

@@ -271,7 +271,8 @@ class TestAgentState : public QObject
                  direct.message.c_str());
         // A backward FSDP2 never finished: one record on the root unit, no parameter, at the
         // user's line; the fix follows the cause (what the backward raised, or compiled
-        // autograd), and the text is the same in every dialect (FSDP2's alone).
+        // autograd). The DeepSpeed dialect has ZeRO-3's words (backwardUnfinishedInDeepSpeed);
+        // every other, FSDP2's.
         const state::SourceLocation at{"/src/train.py", 88, "main", {}};
         const state::ViolationText raised =
             s.backwardUnfinished(root, "RuntimeError: CUDA out of memory.", false, at);
@@ -297,7 +298,7 @@ class TestAgentState : public QObject
         state::ViolationSubject elsewhere;
         elsewhere.kind = ViolationKind::BackwardUnfinished;
         elsewhere.compiledAutograd = true;
-        QCOMPARE(state::describeViolation(elsewhere, state::FixDialect::DeepSpeed).fix, compiled.fix);
+        QCOMPARE(state::describeViolation(elsewhere, state::FixDialect::ShardScope).fix, compiled.fix);
         const std::vector<state::ViolationRecord> all = s.state().violations;
         const auto first = std::find_if(all.begin(), all.end(), [](const state::ViolationRecord &v) {
             return v.kind == ViolationKind::BackwardUnfinished;
@@ -307,6 +308,44 @@ class TestAgentState : public QObject
         QCOMPARE(first->param, kNoParam);
         QVERIFY(first->location == at);
         QCOMPARE(first->message, raised.message);
+    }
+
+    // DeepSpeed's backward that raised with gradients in ZeRO-3's reduce bucket (the DeepSpeed
+    // agent, on_backward_raised): one record on the root, no parameter, at the user's line, in
+    // DeepSpeed's words, with how many gradients were left and what fails next; the fix stops
+    // the run. Its status is the bucketed parameters': NOT_AVAILABLE.
+    void backwardUnfinishedInDeepSpeed()
+    {
+        agent::AgentState s(agent::AgentConfig{});
+        const ModuleId root = s.ensureModule("", "TinyLM");
+        const state::SourceLocation at{"/src/train.py", 120, "main", {}};
+        const state::ViolationText t =
+            s.backwardUnfinished(root, "RuntimeError: CUDA out of memory.", false, at, 2);
+        QVERIFY2(t.message.starts_with("DeepSpeed ZeRO-3's backward did not finish: it raised "
+                                       "RuntimeError: CUDA out of memory. after the gradients of "
+                                       "2 parameters were put in stage 3's reduce bucket"),
+                 t.message.c_str());
+        QVERIFY2(t.message.find("the next backward or engine.step() fails, with an AssertionError "
+                                "in __reduce_and_partition_ipg_grads") != std::string::npos,
+                 t.message.c_str());
+        QCOMPARE(t.fix, std::string("raise  # in the except around the backward: stop the run "
+                                    "there and resume it from the last checkpoint "
+                                    "(engine.load_checkpoint)"));
+        state::ViolationSubject one;
+        one.kind = ViolationKind::BackwardUnfinished;
+        one.bucketed = 1;
+        QVERIFY2(state::describeViolation(one, state::FixDialect::DeepSpeed)
+                     .message.starts_with("DeepSpeed ZeRO-3's backward did not finish: it raised an "
+                                          "exception after one parameter's gradient was put in"),
+                 state::describeViolation(one, state::FixDialect::DeepSpeed).message.c_str());
+        const std::vector<state::ViolationRecord> all = s.state().violations;
+        QCOMPARE(all.size(), std::size_t(1));
+        QCOMPARE(all[0].kind, ViolationKind::BackwardUnfinished);
+        QCOMPARE(all[0].owner, root);
+        QCOMPARE(all[0].param, kNoParam);
+        QCOMPARE(all[0].status, ParamStatus::NotAvailable);
+        QVERIFY(all[0].location == at);
+        QCOMPARE(all[0].fix, t.fix);
     }
 
     // A late parameter is recorded as a violation only if a step starts before it is adopted.

@@ -805,6 +805,82 @@ class TestDeepSpeedAgent : public QObject
         }
     }
 
+    // An exception inside the backward pass that the script catches and goes on from (a batch
+    // skipped after an out-of-memory error): ZeRO-3's epilogue never ran, so the gradients
+    // already bucketed for their reduce-scatter stay in the bucket, and DeepSpeed fails later,
+    // far from the cause (at the next backward, AssertionError; or step, TypeError). The agent
+    // records it once a rank as that backward raises (backward_unfinished, on the root, at the
+    // script's backward line, with the bucketed count: fc's weight and bias), says it on
+    // stderr, and changes nothing: the script catches its own RuntimeError, and the run ends
+    // with DeepSpeed's exception of the run without the agent. engine.backward(loss) on every
+    // release (the native hook), and a plain loss.backward() from 0.18.3 (the backward watcher).
+    void exceptionInsideBackward_data()
+    {
+        QTest::addColumn<QString>("call");
+        QTest::newRow("engine.backward(loss)") << "engine.backward(loss)";
+        if (QVersionNumber::fromString(m_version) >= QVersionNumber(0, 18, 3))
+            QTest::newRow("loss.backward()") << "loss.backward()";
+    }
+
+    void exceptionInsideBackward()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        QFETCH(QString, call);
+        QStringList args{"--externals", "manual", "--steps", "3", "--raise-in-backward", "2"};
+        if (call == "loss.backward()") args << "--plain-backward";
+        const QString name = call == "loss.backward()" ? "plain-raised" : "raised";
+        const Run with = run(args + QStringList{"--snapshot-out", snapshotArg(name)});
+        const Run without = run(args + QStringList{"--no-agent"});
+        QVERIFY(!without.err.contains("shardscope:"));
+        QVERIFY2(without.exitCode != 0, qPrintable(without.out));
+        QVERIFY2(with.exitCode != 0, qPrintable(with.out));
+        const auto lastError = shardscope::test::lastRankException;
+        QVERIFY2(!lastError(without.err).isEmpty(), qPrintable(without.err.right(3000)));
+        QCOMPARE(lastError(with.err), lastError(without.err));
+        int callLine = 0;
+        {
+            QFile ex(QStringLiteral(SHARDSCOPE_EXAMPLE));
+            QVERIFY(ex.open(QIODevice::ReadOnly));
+            for (int n = 1; !ex.atEnd(); ++n)
+                if (QString::fromUtf8(ex.readLine()).trimmed() == call) {
+                    callLine = n;
+                    break;
+                }
+        }
+        QVERIFY(callLine > 0);
+        const std::vector<json> snaps = snapshots(name);
+        QCOMPARE(snaps.size(), std::size_t(2));
+        for (int rank = 0; rank < 2; ++rank) {
+            const QString skipped = QString("rank %1 step 2 skipped: out of memory in a user's "
+                                            "backward").arg(rank);
+            QVERIFY2(with.out.contains(skipped) && without.out.contains(skipped),
+                     qPrintable(with.out + "\n---\n" + without.out));
+            const QString said = QString("shardscope: rank %1: DeepSpeed ZeRO-3's backward did "
+                                         "not finish: it raised RuntimeError: out of memory in a "
+                                         "user's backward").arg(rank);
+            QVERIFY2(with.err.count(said) == 1, qPrintable(with.err.right(3000)));
+            const json &s = snaps[std::size_t(rank)];
+            QCOMPARE(s["violations"].size(), std::size_t(1));
+            const json &v = s["violations"][0];
+            QCOMPARE(v["kind"].get<std::string>(), std::string("backward_unfinished"));
+            QCOMPARE(v["step"].get<int>(), 2);
+            QVERIFY2(v["owner"] == "" && v["param"].is_null() && v["accessor"].is_null(),
+                     v.dump().c_str());
+            QCOMPARE(v["status"].get<std::string>(), std::string("NOT_AVAILABLE"));
+            QVERIFY2(v["message"].get<std::string>().find(
+                         "after the gradients of 2 parameters were put in stage 3's reduce "
+                         "bucket") != std::string::npos,
+                     v.dump().c_str());
+            QVERIFY2(v["fix"].get<std::string>().starts_with("raise  # in the except around the "
+                                                             "backward"),
+                     v.dump().c_str());
+            QVERIFY2(v["location"]["file"].get<std::string>().ends_with("deepspeed_stories.py") &&
+                         v["location"]["function"] == "main" &&
+                         v["location"]["line"].get<int>() == callLine,
+                     v.dump().c_str());
+        }
+    }
+
     // ZeRO++ hierarchical partitioning (zero_hpz_partition_size 2) on 4 ranks. Each parameter's
     // partition and padding in each rank's state are the ones DeepSpeed holds (the story prints
     // them after initialize: ds_tensor.ds_numel and the partition's world,
