@@ -37,7 +37,8 @@ S numbering the steps from S.
 For the tests: --wait-before-build (a client attaches before the model exists), --kill-rank
 with --kill-at-step (a rank lost mid-step), --own-mode (the script's own torch function mode),
 --raise-in-backward S (step S's backward raises inside the pass; the loop skips the batch, and
-DeepSpeed fails at the next backward: the agent records backward_unfinished at the first).
+DeepSpeed fails at the next backward or step: the agent records backward_unfinished at the
+first).
 """
 import argparse
 import gc
@@ -197,7 +198,7 @@ def main():
     parser.add_argument("--raise-in-backward", type=int, default=0, metavar="S",
                         help="step S's backward raises (RuntimeError, inside the pass, after fc's "
                         "gradients): the loop catches it and skips the batch, as after an "
-                        "out-of-memory error; DeepSpeed fails at the next step's backward")
+                        "out-of-memory error; DeepSpeed fails at the next step's backward or step")
     parser.add_argument("--plain-backward", action="store_true",
                         help="loss.backward() instead of engine.backward(loss) (DeepSpeed >= 0.18.3)")
     parser.add_argument("--leaf", action="store_true",
