@@ -307,6 +307,40 @@ class TestCheck : public QObject
 
     // Story 1 on Hugging Face T5 through the Trainer: the read of shared.weight in the model's
     // forward (DeepSpeed registers it silently), then the fix that registers it in __init__.
+    // The output docs/check.md and the README show for the example names the lines the
+    // example has now (they went stale as the example grew): each `deepspeed_stories.py:N in F`
+    // is the line of F's statement the check reports there.
+    void docsShowTheExamplesLines()
+    {
+        const QString ex = QStringLiteral(SHARDSCOPE_EXAMPLE);
+        const QString root = QFileInfo(ex).absoluteDir().absoluteFilePath("../..");
+        const QMap<QString, int> lines{
+            {"Head.forward", lineOf(ex, "return F.linear(x, self.embed.weight)")},
+            {"forward", lineOf(ex, "return self.lm_head(torch.tanh(self.fc(x)))")},
+            {"main", lineOf(ex, "logits = engine.module(ids) if args.call_module else engine(ids)")},
+            {"PositionalConv.__init__",
+             lineOf(ex, "with deepspeed.zero.GatheredParameters(self.conv.weight, "
+                        "modifier_rank=0):") + 1}};
+        static const QRegularExpression at(R"(deepspeed_stories\.py:(\d+) in ([\w.]+))");
+        int seen = 0;
+        for (const QString &doc : {QStringLiteral("docs/check.md"), QStringLiteral("README.md")}) {
+            QFile f(root + "/" + doc);
+            QVERIFY2(f.open(QIODevice::ReadOnly), qPrintable(f.fileName()));
+            const QString text = QString::fromUtf8(f.readAll());
+            for (auto m = at.globalMatch(text); m.hasNext();) {
+                const auto hit = m.next();
+                const QString function = hit.captured(2);
+                QVERIFY2(lines.contains(function),
+                         qPrintable(doc + ": " + hit.captured(0) + ": not a function this test knows"));
+                QVERIFY2(hit.captured(1).toInt() == lines[function],
+                         qPrintable(QString("%1 shows %2; the example has it at line %3")
+                                        .arg(doc, hit.captured(0)).arg(lines[function])));
+                ++seen;
+            }
+        }
+        QVERIFY(seen >= 6);
+    }
+
     void hfT5BrokenThenFixed()
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
