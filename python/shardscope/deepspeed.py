@@ -818,8 +818,10 @@ class _Agent:
         (TypeError, no averaged gradients), far from the cause. Recorded once
         (backward_unfinished, its words in engine/state/violationtext.cpp), at the script's
         backward line, and said on stderr. Nothing bucketed (the pass failed before any
-        gradient), or the guard's own error: nothing to say."""
-        if self.closed or self.unfinished_said or isinstance(error, UnregisteredAccessError):
+        gradient), the guard's own error, or a run being stopped (KeyboardInterrupt,
+        SystemExit): nothing to say."""
+        if (self.closed or self.unfinished_said or not isinstance(error, Exception)
+                or isinstance(error, UnregisteredAccessError)):
             return
         try:
             left = _ds.bucketed_params(getattr(engine, "optimizer", None))
