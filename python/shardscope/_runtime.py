@@ -121,6 +121,12 @@ def finish_on_sigterm(native_agent):
     return True
 
 
+def raised_line(exc):
+    """What a backward raised, as backward_unfinished's `raised` names it: "ValueError: its
+    message's first line" (at most 200 characters of it)."""
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
+
+
 def finish_reason():
     """The Goodbye's reason (docs/protocol.md) for an agent finishing now: "training failed:
     ..." while an exception propagates (finish() from a script's `finally`, also around the

@@ -829,9 +829,9 @@ class _Agent:
                 return
             self.unfinished_said = True
             frame = _user_frame(sys._getframe(1))  # the script's backward line
-            raised = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]}"
             message, fix = self.native.backward_unfinished(
-                self.module_id(engine.module), raised=raised, bucketed=len(left),
+                self.module_id(engine.module), raised=_runtime.raised_line(error),
+                bucketed=len(left),
                 location=_location(frame) if frame is not None else None)
             self.flush()
             print(f"shardscope: rank {self.rank}: {message}\n  fix: {fix}", file=sys.stderr,

@@ -593,7 +593,7 @@ class _Agent:
                 e = sys.exc_info()[1]  # in the watcher's finally: what the backward raises
                 error = None
                 if e is not None and e is not handling:
-                    error = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+                    error = _runtime.raised_line(e)
                 try:  # runs where the backward's own result or exception is on its way out
                     self._check_backward_finished(error, compiled)
                 except Exception as failed:
