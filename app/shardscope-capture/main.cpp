@@ -18,6 +18,7 @@
 #include <poll.h>
 #include <set>
 
+#include "base/version.h"
 #include "client/inspectorclient.h"
 #include "client/clientstate.h"
 #include "client/livejobs.h"
@@ -57,6 +58,7 @@ and writes them as a snapshot file (docs/snapshot.md), a Chrome / Perfetto trace
   --max-events N      keep at most the last N events (default 1000000)
   --list              print the live engines found in the runtime directory
   --help              show this help
+  --version           print the release and exit
 
 Exit status: 0 written, 1 could not attach or write, 2 bad command line, 3 written but
 the engine went away before it finished or before --until-step, or its goodbye said the
@@ -493,6 +495,10 @@ int capture(const Options &o)
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && std::string_view(argv[1]) == "--version") {
+        std::printf("%s %s\n", "shardscope-capture", shardscope::kVersion);
+        return 0;
+    }
     std::optional<Options> options;
     try {
         options = parseArgs(argc, argv);

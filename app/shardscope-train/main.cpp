@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "base/version.h"
 #include "comm/asynccommunicator.h"
 #include "comm/gloocommunicator.h"
 #include "comm/torchrunenv.h"
@@ -112,6 +113,7 @@ The inspector endpoint:
                         so it receives the end of a short run (default 0)
 
   --help                show this help
+  --version             print the release and exit
 
 Each step prints one line: step, loss, tokens/s, MB gathered, and the unregistered accesses
 and late parameters recorded so far; the last line begins with "final".
@@ -446,6 +448,10 @@ int runGloo(const nn::TrainConfig &config)
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && std::string_view(argv[1]) == "--version") {
+        std::printf("%s %s\n", "shardscope-train", shardscope::kVersion);
+        return 0;
+    }
     std::optional<nn::TrainConfig> config;
     try {
         config = parseArgs(std::vector<std::string>(argv + 1, argv + argc));

@@ -6,18 +6,23 @@
 #include <cstdio>
 
 #include "automation.h"
+#include "base/version.h"
 #include "mainwindow.h"
 #include "options.h"
 
 namespace {
 
-// 0 or 2 when the command line is answered (help, or a bad flag), -1 to go on.
+// 0 or 2 when the command line is answered (help, --version, or a bad flag), -1 to go on.
 int answerCommandLine(const shardscope::app::ParseResult &parsed)
 {
     if (!parsed.error.isEmpty()) {
         std::fprintf(stderr, "shardscope: %s\nRun `shardscope --help` for the options.\n",
                      qPrintable(parsed.error));
         return 2;
+    }
+    if (parsed.options.version) {
+        std::printf("shardscope %s\n", shardscope::kVersion);
+        return 0;
     }
     if (parsed.options.help) {
         std::fputs(qPrintable(shardscope::app::usage()), stdout);

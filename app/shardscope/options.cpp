@@ -41,6 +41,7 @@ QString usage()
         "  --screenshot F        grab the main window to the PNG file F\n"
         "  --quit                quit when done (exit 0 on success, 1 on failure)\n"
         "  --help                show this help\n"
+        "  --version             print the release and exit\n"
         "\n"
         "Without --attach or --open, the live runs on this machine are offered at once.\n"
         "Run headless (a condition, an export or --quit), the app says on stdout when it holds\n"
@@ -81,6 +82,10 @@ ParseResult parseOptions(const QStringList &arguments)
             return !out.isEmpty();
         };
         QString v;
+        if (flag == QLatin1String("--version")) {
+            o.version = true;
+            return r;
+        }
         if (flag == QLatin1String("--help") || flag == QLatin1String("-h")) {
             o.help = true;
         } else if (flag == QLatin1String("--quit")) {

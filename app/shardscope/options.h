@@ -24,6 +24,7 @@ struct Options
     double timeoutSeconds = 120.0;
     bool quit = false;
     bool help = false;
+    bool version = false; // --version: print the release and exit
 
     bool automated() const
     {
