@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/names.h"
+#include "base/version.h"
 #include "state/shape.h"
 #include "fsdppath.h"
 #include "hotpath.h"
@@ -177,6 +178,7 @@ class Agent
 PYBIND11_MODULE(_native, module)
 {
     module.doc() = "ShardScope's native endpoint for the DeepSpeed agent (shardscope.deepspeed)";
+    module.attr("__version__") = kVersion;
     module.attr("PROTOCOL_VERSION") = wire::kProtocolVersion;
     module.def("default_runtime_dir", [] { return wire::defaultRuntimeDir(); });
     // Phase name -> the number HotPath's scope hooks take (base/names.h says the names).
