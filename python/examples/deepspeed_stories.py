@@ -52,6 +52,7 @@ import torch.nn.functional as F
 
 import deepspeed
 import shardscope.deepspeed
+from hold import add_hold_arguments, hold
 from rankexit import exit_rank
 from steplabels import METHOD_HELP, METHODS, toggle_step
 
@@ -174,8 +175,7 @@ def main():
     parser.add_argument("--listen", default=None, help="unix:PATH or tcp:HOST:PORT (default: private socket)")
     parser.add_argument("--snapshot-out", default="", help="snapshot file; {rank} becomes the rank")
     parser.add_argument("--no-agent", action="store_true", help="run without ShardScope")
-    parser.add_argument("--hold", type=float, default=0.0,
-                        help="seconds to wait after the last step (for a client to attach)")
+    add_hold_arguments(parser)
     parser.add_argument("--timing", default="",
                         help="write each step's wall seconds, this thread's CPU seconds, the process's "
                         "CPU seconds and whether the agent observed it (1/0) to this file ({rank})")
@@ -369,8 +369,7 @@ def main():
         if args.timing:
             with open(args.timing.replace("{rank}", str(rank)), "w") as f:
                 f.write("".join(f"{w:.9f} {c:.9f} {p:.9f} {o}\n" for w, c, p, o in times))
-        if args.hold > 0:
-            time.sleep(args.hold)
+        hold(args)
     finally:
         shardscope.deepspeed.finish()
         if torch.distributed.is_initialized():

@@ -50,6 +50,7 @@ import time
 import torch
 
 import shardscope.deepspeed
+from hold import add_hold_arguments, hold
 from rankexit import exit_rank
 from steplabels import METHOD_HELP, METHODS, toggle_step
 from t5story import VOCAB, sampled_inputs, t5_config
@@ -214,8 +215,7 @@ def run_t5(args, rank, world):
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(args.profile)
-        if args.hold > 0:
-            time.sleep(args.hold)
+        hold(args)
 
 
 def run_t5_accelerate(args, rank, world, case, cls):
@@ -241,8 +241,7 @@ def run_t5_accelerate(args, rank, world, case, cls):
         optimizer.step()
         optimizer.zero_grad()
         print(f"rank {rank} step {step + 1} loss {loss.item():.4f}", flush=True)
-    if args.hold > 0:
-        time.sleep(args.hold)
+    hold(args)
 
 
 def run_wav2vec2(args, rank, world):
@@ -272,8 +271,7 @@ def run_wav2vec2(args, rank, world):
         engine.backward(loss)
         engine.step()
         print(f"rank {rank} step {step + 1} loss {loss.item():.4f}", flush=True)
-    if args.hold > 0:
-        time.sleep(args.hold)
+    hold(args)
 
 
 def main():
@@ -296,7 +294,7 @@ def main():
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--listen", default=None)
     parser.add_argument("--snapshot-out", default="")
-    parser.add_argument("--hold", type=float, default=0.0)
+    add_hold_arguments(parser)
     parser.add_argument("--no-agent", action="store_true")
     parser.add_argument("--timing", default="")
     parser.add_argument("--toggle", type=int, default=0, metavar="K")

@@ -4,7 +4,9 @@
 #include <QProcess>
 #include <QScopeGuard>
 #include <QTemporaryDir>
+#include <atomic>
 #include <csignal>
+#include <fcntl.h>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sys/stat.h>
@@ -566,6 +568,54 @@ void TestCapture::tokenFileAndEnvironmentAreUsed()
 }
 
 
+// Reads a FIFO from a thread of this process until its writers are done. It opens the FIFO
+// before any writer exists (O_NONBLOCK), so a writer that looks for a reader finds one.
+class FifoReader
+{
+public:
+    explicit FifoReader(const QString &path)
+        : m_fd(::open(path.toLocal8Bit().constData(), O_RDONLY | O_NONBLOCK))
+    {
+        if (m_fd >= 0) m_thread = std::thread([this] { loop(); });
+    }
+    ~FifoReader()
+    {
+        m_writersDone = true;
+        if (m_thread.joinable()) m_thread.join();
+        if (m_fd >= 0) ::close(m_fd);
+    }
+    bool opened() const { return m_fd >= 0; }
+    // Once every writer has closed: drains what is left and writes it all to copy.
+    bool finish(const QString &copy)
+    {
+        m_writersDone = true;
+        if (m_thread.joinable()) m_thread.join();
+        QFile out(copy);
+        return out.open(QIODevice::WriteOnly) &&
+               out.write(m_data.data(), qint64(m_data.size())) == qint64(m_data.size());
+    }
+
+private:
+    void loop()
+    {
+        char buf[65536];
+        for (;;) {
+            const ssize_t n = ::read(m_fd, buf, sizeof buf);
+            if (n > 0) {
+                m_data.append(buf, std::size_t(n));
+                continue;
+            }
+            // 0: no writer (none yet, or all done); -1 with EAGAIN: a writer, nothing yet.
+            if (n == 0 && m_writersDone) return;
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+    }
+    int m_fd;
+    std::atomic<bool> m_writersDone{false};
+    std::string m_data;
+    std::thread m_thread;
+};
+
 // Issue #30, defect 4: the write-then-rename replaced a FIFO or a device (/dev/null as root)
 // with a regular file. The one writer writes into them; what cannot be written is refused
 // before the run, by the capture tool and by the inspector a training process starts.
@@ -601,10 +651,11 @@ void TestCapture::outputIntoAFifoIsWrittenNotReplaced()
     auto inspector = std::make_unique<server::Inspector>(
         std::make_unique<core::EngineStateProvider>(*local.engine), o);
     local.steps(2);
-    QProcess reader; // reads both FIFOs: the capture's snapshot and the engine's
-    reader.start("sh", {"-c", "cat \"$0\" > \"$0.copy\" & cat \"$1\" > \"$1.copy\"; wait",
-                        fifo, ownFifo});
-    QVERIFY(reader.waitForStarted());
+    // The reader of both FIFOs (the capture's snapshot and the engine's) opens them here,
+    // before any writer looks for a reader: a reader process started alongside may not have
+    // opened them yet on a loaded machine.
+    FifoReader capturedCopy(fifo), ownCopy(ownFifo);
+    QVERIFY(capturedCopy.opened() && ownCopy.opened());
     QProcess capture;
     capture.start(binary("shardscope-capture"),
                   {"--attach", QString::fromStdString(inspector->endpoint()), "--out", fifo});
@@ -614,7 +665,7 @@ void TestCapture::outputIntoAFifoIsWrittenNotReplaced()
     inspector->finish();
     QVERIFY(capture.waitForFinished(30000));
     QVERIFY2(capture.exitCode() == 0, capture.readAllStandardError().constData());
-    QVERIFY(reader.waitForFinished(30000));
+    QVERIFY(capturedCopy.finish(fifo + ".copy") && ownCopy.finish(ownFifo + ".copy"));
     for (const QString &f : {fifo, ownFifo}) {
         struct stat st{};
         QCOMPARE(::stat(f.toLocal8Bit().constData(), &st), 0);

@@ -217,8 +217,12 @@ class TestDeepSpeedAgent : public QObject
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
         QTemporaryDir runtime;
+        // The ranks hold after step 3 until the clients below are done (at most 120 s): on
+        // a loaded machine the inspector may take seconds to start.
+        const QString release = m_dir.filePath("tied.release");
         QProcess *p = start({"--externals", "none", "--weight-norm", "off", "--steps", "3",
-                             "--hold", "8", "--snapshot-out", snapshotArg("tied")},
+                             "--hold", "120", "--hold-until", release, "--snapshot-out",
+                             snapshotArg("tied")},
                             runtime.path());
         // Both ranks announce themselves in discovery, as one job, with their ranks.
         QProcess list;
@@ -281,6 +285,7 @@ class TestDeepSpeedAgent : public QObject
         QVERIFY2(gui.exitCode() == 0, gui.readAllStandardError().constData());
         QVERIFY(jobCapture.waitForFinished(120000));
         QVERIFY2(jobCapture.exitCode() == 0, jobCapture.readAllStandardError().constData());
+        QVERIFY(QFile(release).open(QIODevice::WriteOnly));
         QVERIFY(p->waitForFinished(150000));
         const QString err = QString::fromUtf8(p->readAllStandardError());
         QVERIFY2(p->exitCode() == 0,
@@ -1117,8 +1122,9 @@ class TestDeepSpeedAgent : public QObject
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
         QTemporaryDir runtime;
-        QProcess *p = start({"--case", "t5-forward", "--steps", "4", "--hold", "8",
-                             "--snapshot-out", snapshotArg("trainer")},
+        const QString release = m_dir.filePath("trainer.release"); // as in tiedEmbeddingInForward
+        QProcess *p = start({"--case", "t5-forward", "--steps", "4", "--hold", "120",
+                             "--hold-until", release, "--snapshot-out", snapshotArg("trainer")},
                             runtime.path(), QStringLiteral("0.1"),
                             QStringLiteral(SHARDSCOPE_HF_EXAMPLE));
         const QDir disc(runtime.path() + "/shardscope");
@@ -1150,6 +1156,7 @@ class TestDeepSpeedAgent : public QObject
         QVERIFY2(capture.exitCode() == 0, capture.readAllStandardError().constData());
         QVERIFY(gui.waitForFinished(180000));
         QVERIFY2(gui.exitCode() == 0, gui.readAllStandardError().constData());
+        QVERIFY(QFile(release).open(QIODevice::WriteOnly));
         QVERIFY(p->waitForFinished(180000));
         QVERIFY2(p->exitCode() == 0, qPrintable(QString::fromUtf8(p->readAllStandardError())));
         delete p;
