@@ -1,4 +1,5 @@
-// dlopen/dlsym of libcublas.so.<major>: the build's CUDA library folder is tried after the
+// dlopen/dlsym of libcublas.so.<major>: the folder the build found cuBLAS in (the CUDA
+// install's, or NVIDIA's nvidia-cublas wheel's) and the CUDA install's are tried after the
 // default search path, and SHARDSCOPE_CUBLAS_LIBRARY names a file explicitly.
 
 #include "cuda/cublasapi.h"
@@ -17,6 +18,7 @@ CublasApi loadCublas()
     CublasApi api;
     const std::string soname = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
     void *h = comm::openFirstLibrary({comm::environmentOr("SHARDSCOPE_CUBLAS_LIBRARY"), soname,
+                                      std::string(SHARDSCOPE_CUBLAS_LIBDIR) + "/" + soname,
                                       std::string(SHARDSCOPE_CUDA_LIBDIR) + "/" + soname},
                                      api.path, api.error);
     if (!h) return api;
