@@ -230,6 +230,17 @@ PYBIND11_MODULE(_native, module)
         },
         py::arg("path"), "'' when a snapshot can be written there, else why not");
     module.def(
+        "write_file_atomically",
+        [](const std::string &path, const std::string &contents) {
+            // The one writer (wire/snapshot.h): a regular file, a symlink included, is replaced
+            // by a rename, so a symlink planted at the name is replaced, its target untouched.
+            auto ok = wire::writeFileAtomically(path, contents);
+            return ok ? std::string() : ok.error();
+        },
+        py::arg("path"), py::arg("contents"),
+        "'' once contents (str or bytes) are in path, written as every ShardScope output is "
+        "(wire/snapshot.h writeFileAtomically), else why not");
+    module.def(
         "resolve_token",
         [](const std::string &token, const std::string &tokenFile) {
             auto t = wire::resolveToken(token, tokenFile);
