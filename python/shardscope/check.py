@@ -6,7 +6,8 @@
 Runs the unchanged training script on N CPU ranks over gloo (DeepSpeed's CPU accelerator),
 with the ShardScope agent installed before the script, for K optimizer steps, then prints
 each distinct problem with the file and line to change and the line to paste. Exit status:
-0 clean, 1 problems found, 2 could not run (the reason is printed). See docs/check.md.
+0 clean, 1 problems found, 2 could not run (the reason is printed), 128 + N stopped by signal
+N (the ranks ended first). See docs/check.md.
 """
 import argparse
 import json
@@ -694,7 +695,8 @@ def write_junit(path, problems, elapsed):
     q = xml.quoteattr
     cases = []
     for p in problems:
-        name = f"{p['kind']} {p['param'] or ''} {_who(p)} at {_where(p['location'])}"
+        name = " ".join(part for part in (p["kind"], p["param"] or "", _who(p),
+                                          f"at {_where(p['location'])}") if part)
         body = p["message"] + ("\nfix: " + p["fix"] if p["fix"] else "")
         cases.append(f'  <testcase classname="shardscope-check" name={q(name)} time="0">\n'
                      f'   <failure message={q(p["message"])} type={q(p["kind"])}>'

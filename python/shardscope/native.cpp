@@ -16,13 +16,13 @@
 #include <tuple>
 #include <vector>
 
+#include "agent/agentstate.h"
 #include "base/names.h"
-#include "state/shape.h"
 #include "fsdppath.h"
 #include "hotpath.h"
-#include "agent/agentstate.h"
 #include "server/finishonsignal.h"
 #include "server/inspector.h"
+#include "state/shape.h"
 #include "state/violationledger.h"
 #include "wire/endpoint.h"
 #include "wire/jobmerge.h"
@@ -86,8 +86,8 @@ ModuleId moduleFrom(std::optional<std::uint32_t> m)
 }
 
 // A user's source location as the agents pass it: (file, line, function, chain), or None.
-using PyLocation = std::optional<
-    std::tuple<std::string, std::uint32_t, std::string, std::vector<std::string>>>;
+using PyLocation =
+    std::optional<std::tuple<std::string, std::uint32_t, std::string, std::vector<std::string>>>;
 
 state::SourceLocation locationFrom(const PyLocation &location)
 {
@@ -252,7 +252,9 @@ PYBIND11_MODULE(_native, module)
         "$SHARDSCOPE_TOKEN, the 0600 file named by $SHARDSCOPE_TOKEN_FILE");
     module.def(
         "violation_kinds",
-        [] { return std::vector<std::string>(kViolationKindNames.begin(), kViolationKindNames.end()); },
+        [] {
+            return std::vector<std::string>(kViolationKindNames.begin(), kViolationKindNames.end());
+        },
         "Every violation kind's name (docs/snapshot.md), in the order of their values");
 
     py::class_<Agent>(module, "Agent")
