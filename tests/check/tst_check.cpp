@@ -830,6 +830,9 @@ print("fsdp", p["gathered_peak_bytes"], p["at_module"], p["phase"], p["shard_byt
             << QStringList{"--micro-batch", "1", script("uses_fsdp.py")}
             << "--micro-batch changes a DeepSpeed config, and" << true;
         QTest::newRow("no script") << QStringList{"nothere.py"} << "no script 'nothere.py'" << true;
+        QTest::newRow("no Accelerate config")
+            << QStringList{"--accelerate-config", "nothere.yaml", script("accelerate_config.py")}
+            << "cannot read the Accelerate config nothere.yaml: No such file or directory" << true;
         QTest::newRow("wrong option") << QStringList{"--steps", "zero", script("hangs.py")}
                                       << "invalid int value: 'zero' (accepted: 1..1000)" << true;
         // Numbers outside their range, each named with the range (nan and inf would switch the
