@@ -20,9 +20,11 @@ import traceback
 _dir = os.environ.get("SHARDSCOPE_CHECK_DIR", ".")
 _rank = int(os.environ.get("RANK", "0"))
 _steps = int(os.environ.get("SHARDSCOPE_CHECK_STEPS", "3"))
+# initialize: None until the script calls deepspeed.initialize, then "called" (the model
+# exists: initialize takes it), "returned" once it gave the engine back.
 _result = {"rank": _rank, "steps": 0, "model_built": False, "stopped": False, "exit": None,
            "error": None, "module_order": [], "stage": "starting", "times": [],
-           "late_sites": {}, "batch": None}
+           "late_sites": {}, "batch": None, "initialize": None}
 _t0 = time.monotonic()
 
 
@@ -68,8 +70,9 @@ def _record_order(engine):
             if p is None:
                 continue
             d = p.__dict__
+            # ds_id: one parameter in two modules (a tied embedding) is counted once.
             params.append([int(d.get("ds_numel", p.numel())), p.element_size(),
-                           bool(d.get("ds_persist", False))])
+                           bool(d.get("ds_persist", False)), int(d.get("ds_id", id(p)))])
         order.append([path, params])
 
     return torch.nn.modules.module.register_module_forward_pre_hook(pre)
@@ -130,38 +133,125 @@ def _patch_initialize():
     deepspeed.initialize = initialize
 
 
-class _TrainingArgumentsPatch:
-    """--micro-batch on a Hugging Face Trainer run: when transformers.training_args is imported,
-    TrainingArguments.__post_init__ first sets per_device_train_batch_size = N (the Trainer's
-    data loader) and the `deepspeed` config's values to match (HfDeepSpeedConfig's 'auto'
-    values are filled from them). Transformers itself is not imported for it."""
+def _track_initialize():
+    """Whether the script got to deepspeed.initialize and whether it returned: a failure in it
+    is reported as one of initialize, with the model built, not as one before the model."""
+    import functools
+
+    import deepspeed
+
+    original = deepspeed.initialize
+
+    @functools.wraps(original)
+    def initialize(*args, **kwargs):
+        _result["initialize"] = "called"
+        _stage("deepspeed.initialize")
+        out = original(*args, **kwargs)
+        _result["initialize"] = "returned"
+        return out
+
+    deepspeed.initialize = initialize
+
+
+class _PatchOnImport:
+    """A meta path finder that runs patch(module) once `fullname` is imported by the script:
+    the library is changed only where the script uses it, and never imported for it."""
+
+    def __init__(self, fullname, patch):
+        self.fullname, self.patch = fullname, patch
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "transformers.training_args":
+        if fullname != self.fullname:
             return None
         import importlib.machinery
 
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
             return None
-        exec_module = spec.loader.exec_module
+        exec_module, patch = spec.loader.exec_module, self.patch
 
         def patched(module):
             exec_module(module)
-            cls = module.TrainingArguments
-            post_init = cls.__post_init__
-
-            def __post_init__(self):
-                self.per_device_train_batch_size = _micro
-                if self.deepspeed is not None:
-                    self.deepspeed = _with_micro_batch(self.deepspeed, _micro,
-                                                       self.gradient_accumulation_steps)
-                post_init(self)
-
-            cls.__post_init__ = __post_init__
+            patch(module)
 
         spec.loader.exec_module = patched
         return spec
+
+
+def _patch_training_arguments(module):
+    """--micro-batch on a Hugging Face Trainer run: TrainingArguments.__post_init__ first sets
+    per_device_train_batch_size = N (the Trainer's data loader) and the `deepspeed` config's
+    values to match (HfDeepSpeedConfig's 'auto' values are filled from them)."""
+    cls = module.TrainingArguments
+    post_init = cls.__post_init__
+
+    def __post_init__(self):
+        self.per_device_train_batch_size = _micro
+        if self.deepspeed is not None:
+            self.deepspeed = _with_micro_batch(self.deepspeed, _micro,
+                                               self.gradient_accumulation_steps)
+        post_init(self)
+
+    cls.__post_init__ = __post_init__
+
+
+# An Accelerate config's deepspeed_config key -> the variable `accelerate launch` sets for it
+# (accelerate/utils/launch.py prepare_deepspeed_cmd_env); DeepSpeedPlugin reads them.
+_ACCELERATE_DS_ENV = {
+    "zero_stage": "ACCELERATE_DEEPSPEED_ZERO_STAGE",
+    "gradient_accumulation_steps": "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+    "gradient_clipping": "ACCELERATE_GRADIENT_CLIPPING",
+    "offload_optimizer_device": "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
+    "offload_param_device": "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE",
+    "zero3_init_flag": "ACCELERATE_DEEPSPEED_ZERO3_INIT",
+    "zero3_save_16bit_model": "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL",
+    "deepspeed_config_file": "ACCELERATE_DEEPSPEED_CONFIG_FILE",
+    "deepspeed_moe_layer_cls_names": "ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES",
+}
+
+
+def _accelerate_config_env(path):
+    """The variables `accelerate launch` gives a script from an Accelerate config whose
+    distributed_type is DEEPSPEED (the file read by Accelerate's own loader): the script's
+    Accelerator() then makes its DeepSpeedPlugin from them. Set only where not set already."""
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    config = load_config_from_file(path)
+    ds = dict(config.deepspeed_config or {})
+    env = {"ACCELERATE_USE_DEEPSPEED": "true"}
+    fields = list(ds)
+    if getattr(config, "mixed_precision", None) is not None:
+        env["ACCELERATE_MIXED_PRECISION"] = str(config.mixed_precision)
+        fields.append("mixed_precision")
+    env["ACCELERATE_CONFIG_DS_FIELDS"] = ",".join(fields).lower()
+    for key, name in _ACCELERATE_DS_ENV.items():
+        if ds.get(key) is not None:
+            keep_case = key in ("deepspeed_config_file", "deepspeed_moe_layer_cls_names")
+            env[name] = str(ds[key]) if keep_case else str(ds[key]).lower()
+    for name, value in env.items():
+        os.environ.setdefault(name, value)
+
+
+def _patch_accelerate_state(module):
+    """Accelerate on the check's CPU ranks: Accelerate finds no accelerator device here and
+    would run a DeepSpeedPlugin script as one process (its train_batch_size then disagrees
+    with DeepSpeed's world). As `accelerate launch` on CPU machines, the ranks are a gloo job
+    (MULTI_CPU), which Accelerate's DeepSpeed path then takes over, DeepSpeed running on its CPU
+    accelerator. PartialState._prepare_backend is Accelerate's private name (state.py); a
+    release without it is left as it is."""
+    cls = getattr(module, "PartialState", None)
+    original = getattr(cls, "_prepare_backend", None)
+    if original is None:
+        return
+
+    def _prepare_backend(self, cpu=False, sagemaker_dp=False, backend=None):
+        found, kind = original(self, cpu, sagemaker_dp, backend)
+        deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true"
+        if found is None and deepspeed and not cpu and not sagemaker_dp and os.environ.get("LOCAL_RANK"):
+            return backend or "gloo", module.DistributedType.MULTI_CPU
+        return found, kind
+
+    cls._prepare_backend = _prepare_backend
 
 
 def _batch_of(engine, args, kwargs):
@@ -193,6 +283,7 @@ def _patch_deepspeed():
     hook = [None]
     if _micro:
         _patch_initialize()
+    _track_initialize()
 
     def forward(self, *args, **kwargs):
         if not _result["model_built"]:
@@ -248,7 +339,10 @@ def _record_units():
 
     from . import _fsdpinternals as _fi
 
-    states, events = [], []  # FSDPState in order of first forward; ("pre"|"post", index)
+    # FSDPState in order of first forward; per forward of the root (a micro-batch under
+    # gradient accumulation: set_requires_gradient_sync(False)), its ("pre"|"post", index)
+    # events. Each micro-batch's forward and backward are replayed on their own.
+    states, passes, root = [], [], []
 
     def unit(module):
         state = _fi.state_of(module)
@@ -260,12 +354,20 @@ def _record_units():
 
     def pre(module, args):
         i = unit(module)
-        if i is not None and ("pre", i) not in events:
+        if i is None:
+            return
+        if not root:
+            root.append(module)  # the first unit's module to begin forward: the root
+        if module is root[0] or not passes:
+            passes.append([])
+        events = passes[-1]
+        if ("pre", i) not in events:
             events.append(("pre", i))
 
     def post(module, args, output):
         i = unit(module)
-        if i is not None:
+        if i is not None and passes:
+            events = passes[-1]
             if ("post", i) in events:
                 events.remove(("post", i))  # a grouped unit ends with its last module
             events.append(("post", i))
@@ -309,7 +411,12 @@ def _record_units():
                           "reshard_after_forward": reshard, "post_forward_world": post_world,
                           "forward_prefetch": targets("_states_to_forward_prefetch"),
                           "backward_prefetch": targets("_states_to_backward_prefetch")})
-        _result["fsdp_units"] = {"units": units, "events": [list(e) for e in events]}
+        distinct = []
+        for events in passes:  # micro-batches alike are replayed once
+            if events not in distinct:
+                distinct.append(events)
+        _result["fsdp_units"] = {"units": units,
+                                 "passes": [[list(e) for e in events] for events in distinct]}
 
     return finish
 
@@ -350,7 +457,11 @@ def _install_agent(backend):
     import deepspeed  # noqa: F401
 
     if _micro:
-        sys.meta_path.insert(0, _TrainingArgumentsPatch())
+        sys.meta_path.insert(0, _PatchOnImport("transformers.training_args",
+                                               _patch_training_arguments))
+    sys.meta_path.insert(0, _PatchOnImport("accelerate.state", _patch_accelerate_state))
+    if os.environ.get("SHARDSCOPE_CHECK_ACCELERATE_CONFIG"):
+        _accelerate_config_env(os.environ["SHARDSCOPE_CHECK_ACCELERATE_CONFIG"])
 
     _patch_deepspeed()
     _installed[0] = _agent_module().install(listen=False, snapshot_out=snapshot, guard="warn")

@@ -6,10 +6,12 @@
 Runs the unchanged training script on N CPU ranks over gloo (DeepSpeed's CPU accelerator),
 with the ShardScope agent installed before the script, for K optimizer steps, then prints
 each distinct problem with the file and line to change and the line to paste. Exit status:
-0 clean, 1 problems found, 2 could not run (the reason is printed). See docs/check.md.
+0 clean, 1 problems found, 2 could not run (the reason is printed), 128 + N stopped by signal
+N (the ranks ended first). See docs/check.md.
 """
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -22,6 +24,10 @@ import time
 import xml.sax.saxutils as xml
 
 CLEAN, PROBLEMS, COULD_NOT_RUN = 0, 1, 2
+# Stopped by a signal: 128 + its number, as a shell reports a process the signal ended
+# (130 for Ctrl-C's SIGINT, 143 for SIGTERM), after the ranks were ended.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_GRACE_S = 5.0  # a rank's time to leave after SIGTERM (its agent writes its snapshot) before SIGKILL
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 
 
@@ -30,46 +36,129 @@ class CouldNotRun(Exception):
 
 
 # ---------------------------------------------------------------------------- arguments
+# The accepted ranges, said in --help and in the error of a number outside them.
+NPROC = (1, 64)  # CPU ranks on one machine
+STEPS = (1, 1000)
+TARGET_WORLD = (1, 1 << 20)
+MICRO_BATCH = (1, 1 << 16)
+TIMEOUT = (0.0, 86400.0)  # seconds, the lower bound excluded: a day at most
+
+
+def _int_in(bounds):
+    low, high = bounds
+
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"invalid int value: {text!r} (accepted: {low}..{high})") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is outside the accepted {low}..{high}")
+        return value
+
+    return parse
+
+
+def _seconds(text):
+    low, high = TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    # nan compares false with everything and inf is no limit: both would switch it off.
+    if not math.isfinite(value) or not low < value <= high:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds in the accepted range: more than "
+            f"{low:.0f}, at most {high:.0f}")
+    return value
+
+
 def _parser():
     p = argparse.ArgumentParser(
         prog="shardscope-check",
         description="Run a ZeRO-3 training script on CPU ranks for a few steps and report "
                     "its sharding bugs with the line of code to change (docs/check.md).",
-        epilog="exit status: 0 clean, 1 problems found, 2 could not run")
-    p.add_argument("-n", "--nproc", type=int, default=2, metavar="N",
-                   help="CPU ranks (gloo), default 2")
-    p.add_argument("--steps", type=int, default=3, metavar="K",
-                   help="optimizer steps to run before stopping the script, default 3")
-    p.add_argument("--timeout", type=float, default=300.0, metavar="S",
-                   help="give up after S seconds (exit 2), default 300")
-    p.add_argument("--target-world", type=int, default=64, metavar="N",
-                   help="world size of the real run, for the memory prediction, default 64")
-    p.add_argument("--micro-batch", type=int, default=0, metavar="N",
-                   help="DeepSpeed: N samples per rank (the config's train_micro_batch_size_per_gpu, "
-                        "train_batch_size to match; a Trainer's per_device_train_batch_size); "
-                        "default: the script's own")
+        epilog="exit status: 0 clean, 1 problems found, 2 could not run, 128+N stopped by "
+               "signal N (130: Ctrl-C, 143: SIGTERM)")
+    p.add_argument("-n", "--nproc", type=_int_in(NPROC), default=2, metavar="N",
+                   help=f"CPU ranks (gloo), {NPROC[0]}..{NPROC[1]}, default 2")
+    p.add_argument("--steps", type=_int_in(STEPS), default=3, metavar="K",
+                   help=f"optimizer steps to run before stopping the script, "
+                        f"{STEPS[0]}..{STEPS[1]}, default 3")
+    p.add_argument("--timeout", type=_seconds, default=300.0, metavar="S",
+                   help=f"give up after S seconds (exit 2), more than 0 and at most "
+                        f"{TIMEOUT[1]:.0f}, default 300")
+    p.add_argument("--target-world", type=_int_in(TARGET_WORLD), default=64, metavar="N",
+                   help=f"world size of the real run, for the memory prediction, "
+                        f"{TARGET_WORLD[0]}..{TARGET_WORLD[1]}, default 64")
+    p.add_argument("--micro-batch", type=_int_in(MICRO_BATCH), default=None, metavar="N",
+                   help=f"DeepSpeed: N samples per rank, {MICRO_BATCH[0]}..{MICRO_BATCH[1]} (the "
+                        f"config's train_micro_batch_size_per_gpu, train_batch_size to match; a "
+                        f"Trainer's per_device_train_batch_size); default: the script's own")
     p.add_argument("--snapshot", default="shardscope-check.json", metavar="FILE",
                    help="the snapshot written (open it with `shardscope FILE`)")
     p.add_argument("--sarif", metavar="FILE", help="also write the problems as SARIF 2.1.0")
     p.add_argument("--junit", metavar="FILE", help="also write the problems as JUnit XML")
     p.add_argument("--backend", choices=["auto", "deepspeed", "fsdp"], default="auto",
                    help="the sharding library the script uses (default: detected)")
-    p.add_argument("--keep", action="store_true", help="keep the ranks' files and logs")
+    p.add_argument("--accelerate-config", metavar="FILE",
+                   help="an Accelerate config with distributed_type DEEPSPEED, as `accelerate "
+                        "launch --config_file FILE` takes it (default: the one `accelerate "
+                        "config` wrote, for a script that names no DeepSpeed itself)")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the ranks' files and logs (their directory is named at the end)")
     p.add_argument("script", help="the training script, run unchanged")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     return p
 
 
 # ---------------------------------------------------------------------------- detection
+# Accelerate's DeepSpeedPlugin (Accelerator(deepspeed_plugin=...)) runs deepspeed.initialize too.
 _DEEPSPEED = re.compile(r"^\s*(import\s+deepspeed|from\s+deepspeed[\s.])|deepspeed\.initialize|"
-                        r"[\"']deepspeed[\"']\s*:|deepspeed\s*=|--deepspeed", re.M)
+                        r"[\"']deepspeed[\"']\s*:|deepspeed\s*=|--deepspeed|\bDeepSpeedPlugin\b",
+                        re.M)
 _FSDP = re.compile(r"fully_shard\b|torch\.distributed\.fsdp|FullyShardedDataParallel")
 _HF_DS = re.compile(r"\bTrainingArguments\b|\bHfDeepSpeedConfig\b|\bAccelerator\b")
 
 
-def detect_backend(script):
-    """'deepspeed' or 'fsdp' from the script's text (and the local modules it imports);
-    raises CouldNotRun when neither is used."""
+_ACCELERATE_DEEPSPEED = re.compile(r"^[\"']?distributed_type[\"']?\s*:\s*[\"']?DEEPSPEED\b", re.M)
+
+
+def accelerate_config(path=None):
+    """The Accelerate config `accelerate launch` reads (path, else the one `accelerate config`
+    writes: $HF_HOME/accelerate/default_config.yaml, HF_HOME defaulting to
+    $XDG_CACHE_HOME/huggingface, ~/.cache/huggingface) when its distributed_type is DEEPSPEED,
+    else None. Raises CouldNotRun when a path given cannot be read."""
+    if path is None:
+        home = os.environ.get("HF_HOME") or os.path.join(
+            os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "huggingface")
+        path = os.path.join(home, "accelerate", "default_config.yaml")
+        if not os.path.isfile(path):
+            return None
+        explicit = False
+    else:
+        explicit = True
+    try:
+        text = open(path, encoding="utf-8", errors="replace").read()
+    except OSError as e:
+        if explicit:
+            raise CouldNotRun(f"cannot read the Accelerate config {path}: {e.strerror}") from None
+        return None
+    if _ACCELERATE_DEEPSPEED.search(text):
+        return os.path.abspath(path)
+    if explicit:
+        raise CouldNotRun(f"the Accelerate config {path} does not use DeepSpeed (its "
+                          f"distributed_type is not DEEPSPEED)")
+    return None
+
+
+def detect_backend(script, accelerate=None):
+    """'deepspeed' or 'fsdp' from the script's text (and the local modules it imports): DeepSpeed
+    named in it (also through Accelerate's DeepSpeedPlugin or a Trainer's deepspeed=), else
+    FSDP2. An Accelerate or Transformers script that names neither: None while accelerate is
+    None (its Accelerate config decides, accelerate_config), 'deepspeed' when accelerate is
+    true; raises CouldNotRun when accelerate is false, and for a script that uses none."""
     try:
         text = open(script, encoding="utf-8", errors="replace").read()
     except OSError as e:
@@ -87,13 +176,18 @@ def detect_backend(script):
     if ds:
         return "deepspeed"
     if _HF_DS.search(joined):
+        if accelerate is None or accelerate:
+            return accelerate and "deepspeed"
         raise CouldNotRun(
-            f"{script} uses Transformers/Accelerate but names no DeepSpeed config or FSDP; "
-            f"say which with --backend deepspeed or --backend fsdp")
+            f"{script} uses Transformers/Accelerate but names no DeepSpeed config, "
+            f"DeepSpeedPlugin or FSDP, and no Accelerate config with distributed_type DEEPSPEED "
+            f"was found (--accelerate-config FILE); say which with --backend deepspeed or "
+            f"--backend fsdp")
     raise CouldNotRun(
         f"no supported sharding backend found in {script}: it neither uses DeepSpeed "
-        f"(import deepspeed, deepspeed.initialize, a \"deepspeed\" config) nor FSDP2 "
-        f"(torch.distributed.fsdp.fully_shard); pass --backend if it does so indirectly")
+        f"(import deepspeed, deepspeed.initialize, a \"deepspeed\" config, Accelerate's "
+        f"DeepSpeedPlugin) nor FSDP2 (torch.distributed.fsdp.fully_shard); pass --backend if it "
+        f"does so indirectly")
 
 
 def _check_backend_available(backend):
@@ -130,9 +224,26 @@ def _progress(text, tty):
     sys.stderr.flush()
 
 
+class _Stop:
+    """The signal that asked the check to stop (SIGINT, SIGTERM, SIGHUP), or None. The handler
+    only records it: the loop that watches the ranks ends them, then the report of what they
+    recorded is written, so nothing is left half done by an exception raised anywhere."""
+    signum = None
+
+    @classmethod
+    def handler(cls, signum, frame):
+        if cls.signum is None:
+            cls.signum = signum
+
+
+def _stop_requested():
+    return _Stop.signum is not None
+
+
 def run_ranks(args, workdir, backend):
-    """Starts the ranks, shows their progress, stops them at the timeout. Returns
-    (results per rank, logs per rank, timed_out)."""
+    """Starts the ranks, shows their progress, stops them at the timeout or when the check is
+    asked to stop (_Stop). Returns (results per rank, logs per rank, timed_out, elapsed,
+    the pids of ranks still alive after SIGKILL)."""
     env = dict(os.environ)
     port = _free_port()
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -147,8 +258,12 @@ def run_ranks(args, workdir, backend):
         "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"), "PYTHONUNBUFFERED": "1",
         "TOKENIZERS_PARALLELISM": "false",
     })
+    if getattr(args, "accelerate", None):
+        env["SHARDSCOPE_CHECK_ACCELERATE_CONFIG"] = args.accelerate
     procs, logs = [], []
     for rank in range(args.nproc):
+        if _stop_requested():
+            break
         e = dict(env, RANK=str(rank), LOCAL_RANK=str(rank))
         log = open(os.path.join(workdir, f"log.{rank}"), "w+b")
         logs.append(log)
@@ -164,6 +279,8 @@ def run_ranks(args, workdir, backend):
         elapsed = time.monotonic() - start
         if elapsed > args.timeout:
             timed_out = True
+            break
+        if _stop_requested():
             break
         stages = []
         for rank in range(args.nproc):
@@ -182,7 +299,7 @@ def run_ranks(args, workdir, backend):
             _wait_or_stop(procs, 5.0)
             break
         time.sleep(0.2)
-    if timed_out:
+    if timed_out or _stop_requested():
         _wait_or_stop(procs, 0.0)
     else:
         _wait_or_stop(procs, 20.0)
@@ -199,24 +316,30 @@ def run_ranks(args, workdir, backend):
         log.seek(0)
         texts.append(log.read().decode("utf-8", "replace"))
         log.close()
+    texts += [""] * (args.nproc - len(texts))
     args.last_stage = last if not tty else last.split(": ", 2)[-1]
-    return results, texts, timed_out, time.monotonic() - start
+    alive = [p.pid for p in procs if p.poll() is None]
+    return results, texts, timed_out, time.monotonic() - start, alive
 
 
 def _stage_order(stage):
     for i, prefix in enumerate(("starting", "importing torch", "importing deepspeed",
-                                "importing torch.distributed.fsdp", "running", "step")):
+                                "importing torch.distributed.fsdp", "running",
+                                "deepspeed.initialize", "step")):
         if stage.startswith(prefix):
             return (i, stage)
     return (9, stage)
 
 
 def _wait_or_stop(procs, grace):
+    """Waits up to grace seconds for the ranks to leave (less when the check is asked to stop),
+    then ends those left: SIGTERM to each rank's process group (the agent writes the rank's
+    snapshot), SIGKILL after _GRACE_S."""
     deadline = time.monotonic() + grace
     for p in procs:
-        while p.poll() is None and time.monotonic() < deadline:
+        while p.poll() is None and time.monotonic() < deadline and not _stop_requested():
             time.sleep(0.05)
-    for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 2.0)):
+    for sig, wait in ((signal.SIGTERM, _GRACE_S), (signal.SIGKILL, 2.0)):
         alive = [p for p in procs if p.poll() is None]
         if not alive:
             return
@@ -283,33 +406,43 @@ def predict_peak(order, config, target_world):
     next modules' parameters are prefetched until prefetch_bucket_size elements; live gathered
     elements stay within max_live_parameters (never below the current module's own).
     Persistent parameters are whole on every rank all the time; every other parameter holds
-    its 1/target_world shard."""
+    its 1/target_world shard. A parameter is counted once however many modules hold it (a
+    tied embedding is in the embedding and the head): order's entries are
+    (module path, [(numel, element size, persistent, identity), ...]), identity DeepSpeed's
+    ds_id (_checkboot._record_order)."""
     bucket = int(config.get("prefetch_bucket_size", 0) or 0)
     max_live = int(config.get("max_live_parameters", 0) or 0) or (1 << 62)
-    mods = []
+    mods = []  # (path, {identity: (numel, bytes)}) of each module's partitioned parameters
+    seen = set()
     persistent_bytes = shard_bytes = 0
     for path, params in order:
-        own = own_bytes = 0
-        for numel, elsize, persistent in params:
+        own = {}
+        for k, (numel, elsize, persistent, *identity) in enumerate(params):
+            key = identity[0] if identity else (path, k)
+            first = key not in seen
+            seen.add(key)
             if persistent:
-                persistent_bytes += numel * elsize
+                persistent_bytes += numel * elsize if first else 0
                 continue
-            own += numel
-            own_bytes += numel * elsize
-            shard_bytes += -(-numel // target_world) * elsize
-        mods.append((path, own, own_bytes))
+            shard_bytes += -(-numel // target_world) * elsize if first else 0
+            own[key] = (numel, numel * elsize)
+        mods.append((path, own))
     peak, at = 0, ""
-    for i, (path, own, own_bytes) in enumerate(mods):
-        live, live_bytes = own, own_bytes
+    for i, (path, own) in enumerate(mods):
+        live = dict(own)
+        live_numel = sum(n for n, _ in live.values())
         prefetched = 0
-        for _, n, b in mods[i + 1:]:
+        for _, theirs in mods[i + 1:]:
+            new = {key: v for key, v in theirs.items() if key not in live}
+            n = sum(numel for numel, _ in new.values())
             if n == 0:
                 continue
-            if prefetched + n > bucket or live + n > max_live:
+            if prefetched + n > bucket or live_numel + n > max_live:
                 break
             prefetched += n
-            live += n
-            live_bytes += b
+            live_numel += n
+            live.update(new)
+        live_bytes = sum(b for _, b in live.values())
         if live_bytes > peak:
             peak, at = live_bytes, path
     return {"gathered_peak_bytes": peak, "at_module": at, "persistent_bytes": persistent_bytes,
@@ -320,7 +453,8 @@ def predict_peak(order, config, target_world):
 def predict_fsdp_peak(record, late_bytes, target_world):
     """FSDP2: the per-rank peak of gathered parameter memory at target_world, replaying the
     units' forward as the first step ran it (record: _checkboot._record_units) and the
-    backward as its reverse (a unit's forward end is its backward's start). A unit's
+    backward as its reverse (a unit's forward end is its backward's start); under gradient
+    accumulation each micro-batch's forward and backward (record["passes"]) on its own. A unit's
     parameters are gathered whole, dim 0 padded to a multiple of the world (FSDP2's shards);
     at a unit's forward start it is gathered with the unit it prefetches: its explicit
     set_modules_to_forward_prefetch list, else the next unit to begin forward (FSDP2 keeps the
@@ -332,7 +466,8 @@ def predict_fsdp_peak(record, late_bytes, target_world):
     post_forward_order does); at its backward end it is resharded. Every rank also holds every
     parameter's shard (ceil(dim 0 / world) rows, in the parameter's own dtype) and the late
     parameters whole."""
-    units, events = record["units"], [tuple(e) for e in record["events"]]
+    units = record["units"]
+    passes = [[tuple(e) for e in events] for events in record.get("passes", [record.get("events", [])])]
     T = target_world
 
     def gathered(i):
@@ -343,12 +478,9 @@ def predict_fsdp_peak(record, late_bytes, target_world):
         return sum(-(-rows // w) * row * g for rows, row, g, _ in units[i]["params"]) if w else 0
 
     shards = sum(-(-rows // T) * row * e for u in units for rows, row, _, e in u["params"])
-    forward_order = [i for kind, i in events if kind == "pre"]
-    backward_order = [i for kind, i in reversed(events) if kind == "post"]
-    live = {}
     peak, at, phase = 0, "", ""
 
-    def gather(i, prefetch, order, name):
+    def gather(live, i, prefetch, order, name):
         nonlocal peak, at, phase
         live[i] = gathered(i)
         if not prefetch:
@@ -360,16 +492,22 @@ def predict_fsdp_peak(record, late_bytes, target_world):
         if total > peak:
             peak, at, phase = total, units[i]["path"], name
 
-    for kind, i in events:  # forward
-        if kind == "pre":
-            gather(i, units[i]["forward_prefetch"], forward_order, "forward")
-        elif units[i]["reshard_after_forward"]:
-            live[i] = held_after_forward(i)
-    for kind, i in reversed(events):  # backward: a forward's end is its backward's start
-        if kind == "post":
-            gather(i, units[i]["backward_prefetch"], backward_order, "backward")
-        else:
-            live.pop(i, None)
+    # Each forward of the root (a micro-batch) with its backward, on its own: a micro-batch's
+    # units are resharded at their backward's end, before the next micro-batch's forward.
+    for events in passes:
+        forward_order = [i for kind, i in events if kind == "pre"]
+        backward_order = [i for kind, i in reversed(events) if kind == "post"]
+        live = {}
+        for kind, i in events:  # forward
+            if kind == "pre":
+                gather(live, i, units[i]["forward_prefetch"], forward_order, "forward")
+            elif units[i]["reshard_after_forward"]:
+                live[i] = held_after_forward(i)
+        for kind, i in reversed(events):  # backward: a forward's end is its backward's start
+            if kind == "post":
+                gather(live, i, units[i]["backward_prefetch"], backward_order, "backward")
+            else:
+                live.pop(i, None)
     return {"gathered_peak_bytes": peak, "at_module": at, "phase": phase,
             "persistent_bytes": late_bytes, "shard_bytes": shards,
             "total_bytes": peak + late_bytes + shards, "target_world": T,
@@ -550,15 +688,15 @@ def write_sarif(path, problems):
                "rules": [{"id": k, "shortDescription": {"text": _RULES[k]}}
                          for k in _native.violation_kinds()]}},
                "results": results}]}
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1)
+    _write(path, json.dumps(doc, indent=1))
 
 
 def write_junit(path, problems, elapsed):
     q = xml.quoteattr
     cases = []
     for p in problems:
-        name = f"{p['kind']} {p['param'] or ''} {_who(p)} at {_where(p['location'])}"
+        name = " ".join(part for part in (p["kind"], p["param"] or "", _who(p),
+                                          f"at {_where(p['location'])}") if part)
         body = p["message"] + ("\nfix: " + p["fix"] if p["fix"] else "")
         cases.append(f'  <testcase classname="shardscope-check" name={q(name)} time="0">\n'
                      f'   <failure message={q(p["message"])} type={q(p["kind"])}>'
@@ -569,8 +707,46 @@ def write_junit(path, problems, elapsed):
             f'<testsuites>\n <testsuite name="shardscope-check" tests="{max(1, len(problems))}" '
             f'failures="{len(problems)}" errors="0" time="{elapsed:.3f}">\n'
             + "\n".join(cases) + "\n </testsuite>\n</testsuites>\n")
-    with open(path, "w") as f:
-        f.write(text)
+    _write(path, text)
+
+
+class CouldNotWrite(Exception):
+    """An output could not be written after the run (it was writable before it)."""
+
+
+def _write(path, text):
+    """The project's one writer (wire/snapshot.h writeFileAtomically, through the native
+    module): the file is replaced by a rename, never written through a symlink planted at the
+    name, and a reader sees the old file or the new one."""
+    from . import _native
+
+    why = _native.write_file_atomically(path, text)
+    if why:
+        raise CouldNotWrite(why)
+
+
+def _outputs(args):
+    """The files the check writes: (option, path)."""
+    return [(o, p) for o, p in (("--snapshot", args.snapshot), ("--sarif", args.sarif),
+                                ("--junit", args.junit)) if p]
+
+
+def check_outputs(args):
+    """Refuses, before any rank starts, an output that cannot be written (a missing directory,
+    a directory, /proc, a read-only place), by the check every ShardScope writer makes
+    (wire/snapshot.h checkOutputFile), and two outputs at one path."""
+    from . import _native
+
+    seen = {}
+    for option, path in _outputs(args):
+        why = _native.check_output_file(path)
+        if why:
+            raise CouldNotRun(f"{option}: {why}")
+        real = os.path.realpath(path)
+        if real in seen:
+            raise CouldNotRun(f"{seen[real]} and {option} name the same file {path}; give each "
+                              f"its own")
+        seen[real] = option
 
 
 # ---------------------------------------------------------------------------- main
@@ -580,18 +756,31 @@ def _why_not(results, logs, timed_out, args, elapsed):
         lines = [ln for ln in logs[rank].splitlines() if ln.strip()]
         return "\n".join("    " + ln for ln in lines[-12:])
 
+    stage = getattr(args, "last_stage", "") or "starting python"
+    if _stop_requested():
+        name = signal.Signals(_Stop.signum).name
+        return (f"stopped by {name} (at: {stage}); the ranks were ended (SIGTERM, then SIGKILL "
+                f"after {_GRACE_S:.0f} s); what they recorded is kept")
     if timed_out:
-        stage = getattr(args, "last_stage", "") or "starting python"
         return (f"the script did not finish {args.steps} steps within --timeout {args.timeout:.0f} s "
                 f"(stopped at: {stage}); what was recorded is kept")
+    # A rank's own error first: the others, left in a collective, were then ended (no result).
+    for rank, r in enumerate(results):
+        if r is not None and r["error"] and not r["stopped"]:
+            error = r["error"].rstrip()
+            if r["model_built"]:
+                return f"the script failed on rank {rank} after {r['steps']} steps:\n{error}"
+            if r.get("initialize") == "called":
+                return (f"the script built its model, then deepspeed.initialize failed on rank "
+                        f"{rank}:\n{error}")
+            if r.get("initialize") == "returned":
+                return (f"the script failed on rank {rank} after deepspeed.initialize, before its "
+                        f"first step:\n{error}")
+            return f"the script failed on rank {rank} before the model was built:\n{error}"
     for rank, r in enumerate(results):
         if r is None:
             return (f"rank {rank} ended without a result (killed, or crashed in native code); "
                     f"its output ends:\n{tail(rank)}")
-    for rank, r in enumerate(results):
-        if r["error"] and not r["stopped"]:
-            where = "before the model was built" if not r["model_built"] else f"after {r['steps']} steps"
-            return f"the script failed on rank {rank} {where}:\n{r['error'].rstrip()}"
     for rank, r in enumerate(results):
         if r["exit"] is not None and not r["stopped"]:
             return (f"the script called sys.exit({r['exit']}) on rank {rank} after {r['steps']} "
@@ -610,11 +799,17 @@ def _why_not(results, logs, timed_out, args, elapsed):
     return None
 
 
-def _extras(args, problems, elapsed):
-    if args.sarif:
-        write_sarif(args.sarif, problems)
-    if args.junit:
-        write_junit(args.junit, problems, elapsed)
+def _extras(args, problems, elapsed, status):
+    """Writes --sarif and --junit; the status, or COULD_NOT_RUN when one could not be written."""
+    try:
+        if args.sarif:
+            write_sarif(args.sarif, problems)
+        if args.junit:
+            write_junit(args.junit, problems, elapsed)
+    except CouldNotWrite as e:
+        print(f"shardscope-check: {e}", file=sys.stderr)
+        return COULD_NOT_RUN
+    return status
 
 
 def main(argv=None):
@@ -623,15 +818,29 @@ def main(argv=None):
         args = _parser().parse_args(argv)
     except SystemExit as e:
         return COULD_NOT_RUN if e.code else 0
+    # A stop (Ctrl-C, SIGTERM, SIGHUP) is recorded, not raised: no rank starts after it, the
+    # ranks started are ended, and what they recorded is reported (_run).
+    previous = {sig: signal.signal(sig, _Stop.handler) for sig in _STOP_SIGNALS}
     try:
-        if args.nproc < 1 or args.steps < 1 or args.target_world < 1 or args.timeout <= 0 \
-                or args.micro_batch < 0:
-            raise CouldNotRun("--nproc, --steps, --target-world and --micro-batch need a positive "
-                              "integer, --timeout a positive number of seconds")
+        return _main(args)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _main(args):
+    try:
         if not os.path.isfile(args.script):
             raise CouldNotRun(f"no script {args.script!r} (shardscope-check [options] script.py [args])")
+        accelerate = accelerate_config(args.accelerate_config)
         backend = detect_backend(args.script) if args.backend == "auto" else args.backend
+        if backend is None:  # an Accelerate script that names no backend: its config says
+            backend = "deepspeed" if accelerate else detect_backend(args.script, False)
+        elif not args.accelerate_config:
+            accelerate = None  # the default config only where it is what says DeepSpeed
         args.resolved_backend = backend
+        # The ranks take the Accelerate config as `accelerate launch` gives it (_checkboot).
+        args.accelerate = accelerate if backend == "deepspeed" else None
         if args.micro_batch and backend == "fsdp":
             # An FSDP2 script makes its own batches: no config says how many samples a rank
             # takes, so the option could only be ignored, and a run that looks smaller is not.
@@ -641,56 +850,78 @@ def main(argv=None):
                 f"its path instead (shardscope-check {args.script} --batch-size "
                 f"{args.micro_batch}, if it has one)")
         _check_backend_available(backend)
+        check_outputs(args)
     except CouldNotRun as e:
         print(f"shardscope-check: could not run: {e}", file=sys.stderr)
         return COULD_NOT_RUN
 
     workdir = tempfile.mkdtemp(prefix="shardscope-check-")
+    alive = []
     try:
-        results, logs, timed_out, elapsed = run_ranks(args, workdir, backend)
-        text, doc, rows = merge(workdir, args.nproc)
-        if text is not None:
-            with open(args.snapshot, "w") as f:
-                f.write(text)
-        why = _why_not(results, logs, timed_out, args, elapsed)
-        problems = problems_of(doc, rows)
-        failed = [r for r in results if r and r["error"] and not r["stopped"]]
-        if why is not None and problems and failed and not timed_out:
-            # The script failed after the agent recorded problems: they are why (an
-            # IndexError from an empty placeholder is DeepSpeed's reply to the read recorded).
-            print(report_text(problems, doc, None, results, args, elapsed))
-            last = failed[0]["error"].rstrip().splitlines()[-1]
-            print(f"\nthe script then failed on rank {failed[0]['rank']} ({last}); the problems "
-                  f"above come first. Fix them and run shardscope-check again.")
-            _extras(args, problems, elapsed)
-            return PROBLEMS
-        if why is not None:
-            print(f"shardscope-check: could not run: {why}", file=sys.stderr)
-            if problems:
-                print(f"shardscope-check: recorded before that ({args.snapshot}):", file=sys.stderr)
-                print(report_text(problems, doc, None, results, args, elapsed), file=sys.stderr)
-            return COULD_NOT_RUN
-        order = next((r["module_order"] for r in results if r and r.get("module_order")), [])
-        units = next((r["fsdp_units"] for r in results if r and r.get("fsdp_units")), None)
-        config = doc["engine"].get("config", {}) if doc else {}
-        if units is not None:
-            late = sum(_bytes(q) for q in (doc or {}).get("params", []) if q.get("late"))
-            prediction = predict_fsdp_peak(units, late, args.target_world)
-        elif backend == "fsdp":
-            why = next((r["fsdp_units_error"] for r in results if r and r.get("fsdp_units_error")),
-                       "no FSDP unit ran a forward through its module's hooks on rank 0")
-            prediction = {"modules": 0, "unavailable": why}
-        else:
-            prediction = predict_peak(order, config, args.target_world)
-        print(report_text(problems, doc, prediction, results, args, elapsed))
-        _extras(args, problems, elapsed)
-        return PROBLEMS if problems else CLEAN
+        status = _run(args, workdir, backend, alive)
+        if _stop_requested():
+            status = 128 + _Stop.signum
+        return status
     finally:
-        if args.keep:
+        if alive:
+            # Never delete the directory of ranks that still run (they did not die of SIGKILL).
+            print(f"shardscope-check: rank processes {', '.join(map(str, alive))} did not end "
+                  f"after SIGKILL; their files are left in {workdir}", file=sys.stderr)
+        elif args.keep:
             print(f"shardscope-check: the ranks' logs, results and snapshots are in {workdir}",
                   file=sys.stderr)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run(args, workdir, backend, alive):
+    """Runs the ranks and reports; the exit status (main adds the stop's)."""
+    results, logs, timed_out, elapsed, still = run_ranks(args, workdir, backend)
+    alive.extend(still)
+    text, doc, rows = merge(workdir, args.nproc)
+    written = True
+    try:
+        if text is not None:
+            _write(args.snapshot, text)
+    except CouldNotWrite as e:  # writable before the run (check_outputs), not any more
+        print(f"shardscope-check: {e}", file=sys.stderr)
+        written = False
+    why = _why_not(results, logs, timed_out, args, elapsed)
+    problems = problems_of(doc, rows)
+    failed = [r for r in results if r and r["error"] and not r["stopped"]]
+    if why is not None and problems and failed and not timed_out and not _stop_requested():
+        # The script failed after the agent recorded problems: they are why (an
+        # IndexError from an empty placeholder is DeepSpeed's reply to the read recorded).
+        print(report_text(problems, doc, None, results, args, elapsed))
+        last = failed[0]["error"].rstrip().splitlines()[-1]
+        print(f"\nthe script then failed on rank {failed[0]['rank']} ({last}); the problems "
+              f"above come first. Fix them and run shardscope-check again.")
+        return _extras(args, problems, elapsed, PROBLEMS if written else COULD_NOT_RUN)
+    if why is not None:
+        print(f"shardscope-check: {'' if _stop_requested() else 'could not run: '}{why}",
+              file=sys.stderr)
+        if problems:
+            print(f"shardscope-check: recorded before that ({args.snapshot}):", file=sys.stderr)
+            print(report_text(problems, doc, None, results, args, elapsed), file=sys.stderr)
+        elif text is not None and written:
+            print(f"shardscope-check: what the ranks recorded (no problem): {args.snapshot}",
+                  file=sys.stderr)
+        return COULD_NOT_RUN
+    order = next((r["module_order"] for r in results if r and r.get("module_order")), [])
+    units = next((r["fsdp_units"] for r in results if r and r.get("fsdp_units")), None)
+    config = doc["engine"].get("config", {}) if doc else {}
+    if units is not None:
+        late = sum(_bytes(q) for q in (doc or {}).get("params", []) if q.get("late"))
+        prediction = predict_fsdp_peak(units, late, args.target_world)
+    elif backend == "fsdp":
+        why = next((r["fsdp_units_error"] for r in results if r and r.get("fsdp_units_error")),
+                   "no FSDP unit ran a forward through its module's hooks on rank 0")
+        prediction = {"modules": 0, "unavailable": why}
+    else:
+        prediction = predict_peak(order, config, args.target_world)
+    print(report_text(problems, doc, prediction, results, args, elapsed))
+    status = PROBLEMS if problems else CLEAN
+    return _extras(args, problems, elapsed, status if written else COULD_NOT_RUN)
 
 
 if __name__ == "__main__":

@@ -16,14 +16,14 @@
 #include <tuple>
 #include <vector>
 
+#include "agent/agentstate.h"
 #include "base/names.h"
 #include "base/version.h"
-#include "state/shape.h"
 #include "fsdppath.h"
 #include "hotpath.h"
-#include "agent/agentstate.h"
 #include "server/finishonsignal.h"
 #include "server/inspector.h"
+#include "state/shape.h"
 #include "state/violationledger.h"
 #include "wire/endpoint.h"
 #include "wire/jobmerge.h"
@@ -87,8 +87,8 @@ ModuleId moduleFrom(std::optional<std::uint32_t> m)
 }
 
 // A user's source location as the agents pass it: (file, line, function, chain), or None.
-using PyLocation = std::optional<
-    std::tuple<std::string, std::uint32_t, std::string, std::vector<std::string>>>;
+using PyLocation =
+    std::optional<std::tuple<std::string, std::uint32_t, std::string, std::vector<std::string>>>;
 
 state::SourceLocation locationFrom(const PyLocation &location)
 {
@@ -232,6 +232,17 @@ PYBIND11_MODULE(_native, module)
         },
         py::arg("path"), "'' when a snapshot can be written there, else why not");
     module.def(
+        "write_file_atomically",
+        [](const std::string &path, const std::string &contents) {
+            // The one writer (wire/snapshot.h): a regular file, a symlink included, is replaced
+            // by a rename, so a symlink planted at the name is replaced, its target untouched.
+            auto ok = wire::writeFileAtomically(path, contents);
+            return ok ? std::string() : ok.error();
+        },
+        py::arg("path"), py::arg("contents"),
+        "'' once contents (str or bytes) are in path, written as every ShardScope output is "
+        "(wire/snapshot.h writeFileAtomically), else why not");
+    module.def(
         "resolve_token",
         [](const std::string &token, const std::string &tokenFile) {
             auto t = wire::resolveToken(token, tokenFile);
@@ -243,7 +254,9 @@ PYBIND11_MODULE(_native, module)
         "$SHARDSCOPE_TOKEN, the 0600 file named by $SHARDSCOPE_TOKEN_FILE");
     module.def(
         "violation_kinds",
-        [] { return std::vector<std::string>(kViolationKindNames.begin(), kViolationKindNames.end()); },
+        [] {
+            return std::vector<std::string>(kViolationKindNames.begin(), kViolationKindNames.end());
+        },
         "Every violation kind's name (docs/snapshot.md), in the order of their values");
 
     py::class_<Agent>(module, "Agent")

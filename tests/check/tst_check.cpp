@@ -4,12 +4,18 @@
 #include <QDir>
 #include <QElapsedTimer>
 #include <QFile>
+#include <QFileInfo>
 #include <QProcess>
 #include <QRegularExpression>
+#include <QScopeGuard>
 #include <QTemporaryDir>
 #include <QTest>
+#include <QThread>
 
+#include <csignal>
 #include <set>
+
+#include <signal.h>
 
 #include <nlohmann/json.hpp>
 
@@ -49,10 +55,14 @@ QProcessEnvironment environment()
     return env;
 }
 
-Run run(const QStringList &args, const QString &dir, int timeoutMs = 300000)
+Run run(const QStringList &args, const QString &dir, int timeoutMs = 300000,
+        const QProcessEnvironment &extra = {})
 {
     QProcess p;
-    p.setProcessEnvironment(environment());
+    QProcessEnvironment env = environment();
+    for (const QString &key : extra.keys())
+        env.insert(key, extra.value(key));
+    p.setProcessEnvironment(env);
     p.setWorkingDirectory(dir);
     p.start(python(), QStringList{"-m", "shardscope.check"} + args);
     Run r;
@@ -81,6 +91,59 @@ int lineOf(const QString &file, const QString &text)
         if (QString::fromUtf8(f.readLine()).contains(text)) return n;
     }
     return -1;
+}
+
+// A JUnit report's counts: the testsuite's `tests` and `failures` attributes, and how many
+// <testcase> and <failure> elements it holds.
+struct JUnitCounts
+{
+    int tests = -1, failures = -1, testcases = 0, failureElements = 0;
+};
+
+JUnitCounts junitCounts(const QString &path)
+{
+    QFile f(path);
+    JUnitCounts c;
+    if (!f.open(QIODevice::ReadOnly)) return c;
+    const QString xml = QString::fromUtf8(f.readAll());
+    static const QRegularExpression counts(R"re(<testsuite [^>]*tests="(\d+)" failures="(\d+)")re");
+    const auto suite = counts.match(xml);
+    if (suite.hasMatch()) {
+        c.tests = suite.captured(1).toInt();
+        c.failures = suite.captured(2).toInt();
+    }
+    c.testcases = int(xml.count(QStringLiteral("<testcase ")));
+    c.failureElements = int(xml.count(QStringLiteral("<failure ")));
+    return c;
+}
+
+// The pids of the rank processes (`python -m shardscope._checkboot SCRIPT`) running script,
+// found in /proc as a user would find them (they run in sessions of their own).
+std::set<qint64> rankPids(const QString &script)
+{
+    std::set<qint64> pids;
+    for (const QString &entry : QDir("/proc").entryList(QDir::Dirs | QDir::NoDotAndDotDot)) {
+        bool number = false;
+        const qint64 pid = entry.toLongLong(&number);
+        if (!number) continue;
+        QFile f("/proc/" + entry + "/cmdline");
+        if (!f.open(QIODevice::ReadOnly)) continue;
+        const QList<QByteArray> argv = f.readAll().split('\0');
+        if (argv.contains("shardscope._checkboot") && argv.contains(script.toUtf8()))
+            pids.insert(pid);
+    }
+    return pids;
+}
+
+// Whether pid is a process that has not ended (a zombie has ended: its parent has not yet
+// collected it).
+bool running(qint64 pid)
+{
+    QFile f(QStringLiteral("/proc/%1/stat").arg(pid));
+    if (!f.open(QIODevice::ReadOnly)) return false;
+    const QByteArray stat = f.readAll();
+    const qsizetype close = stat.lastIndexOf(')');
+    return close > 0 && stat.size() > close + 2 && stat[close + 2] != 'Z';
 }
 
 QString describe(const Run &r)
@@ -252,6 +315,24 @@ class TestCheck : public QObject
         QCOMPARE(sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["region"]["startLine"]
                      .get<int>(),
                  line);
+        // The example lies outside the directory the check ran in: an absolute file:// URI.
+        QCOMPARE(QString::fromStdString(sarif["runs"][0]["results"][0]["locations"][0]
+                                             ["physicalLocation"]["artifactLocation"]["uri"]
+                                                 .get<std::string>()),
+                 "file://" + ex);
+        const std::string level = sarif["runs"][0]["results"][0]["level"].get<std::string>();
+        QVERIFY2(level == "error" || level == "warning" || level == "note", level.c_str());
+        // JUnit: one failing case per problem, and the suite's counts say so.
+        const JUnitCounts brokenJunit = junitCounts(d + "/broken.xml");
+        QCOMPARE(brokenJunit.tests, 1);
+        QCOMPARE(brokenJunit.failures, 1);
+        QCOMPARE(brokenJunit.testcases, 1);
+        QCOMPARE(brokenJunit.failureElements, 1);
+        // The report shows the innermost frame and the 2 callers above it (docs/check.md); the
+        // snapshot's location keeps more of the chain (up to 4).
+        QVERIFY2(broken.out.count(QStringLiteral("\n      from ")) == 2,
+                 qPrintable(describe(broken)));
+        QVERIFY(snap["violations"][0]["location"]["chain"].size() > 2);
 
         // --micro-batch 1: DeepSpeed's config says 1 per rank, and the report says the script
         // feeds its own batches of 4 (deepspeed_stories.py makes them), which it cannot change.
@@ -279,6 +360,12 @@ class TestCheck : public QObject
                                             .arg(wnLine)),
                      qPrintable(describe(fixed)));
         QVERIFY(readJson(d + "/fixed.json")["violations"].empty());
+        const JUnitCounts fixedJunit = junitCounts(d + "/fixed.xml");
+        QCOMPARE(fixedJunit.tests, 1); // the one passing case "no sharding problems"
+        QCOMPARE(fixedJunit.failures, 0);
+        QCOMPARE(fixedJunit.testcases, 1);
+        QCOMPARE(fixedJunit.failureElements, 0);
+        QVERIFY(readJson(d + "/fixed.sarif")["runs"][0]["results"].empty());
 
         // Real validators, against the vendored schemas.
         QProcess v;
@@ -366,15 +453,28 @@ class TestCheck : public QObject
         // the example does not fix: one row per layer, with the line that makes it explicit.
         // ... and, with --micro-batch 1, one per rank: the Trainer's data loader and the
         // DeepSpeed config (explicit numbers in hf_stories.py, not 'auto') both changed.
-        const Run fixed = run({"--snapshot", d + "/t5fixed.json", "--micro-batch", "1", ex, "--case",
-                               "t5-forward", "--fixed"},
-                              d);
+        const Run fixed =
+            run({"--snapshot", d + "/t5fixed.json", "--sarif", d + "/t5fixed.sarif", "--junit",
+                 d + "/t5fixed.xml", "--micro-batch", "1", ex, "--case", "t5-forward", "--fixed"},
+                d);
         QVERIFY2(fixed.exitCode == 1, qPrintable(describe(fixed)));
         QVERIFY2(!fixed.out.contains("shared.weight read"), qPrintable(describe(fixed)));
         const QRegularExpression ffn("\\d+\\. unregistered_access: (encoder|decoder)\\.block\\.\\d\\."
                                      "layer\\.\\d\\.DenseReluDense\\.wo\\.weight read by");
         QVERIFY2(fixed.out.count(ffn) == 4, qPrintable(describe(fixed))); // 2 layers x 2 stacks
         QVERIFY2(fixed.out.contains("4 problems found"), qPrintable(describe(fixed)));
+        // Each of the 4 problems is a JUnit failure, and a SARIF result with a level.
+        const JUnitCounts junit = junitCounts(d + "/t5fixed.xml");
+        QCOMPARE(junit.tests, 4);
+        QCOMPARE(junit.failures, 4);
+        QCOMPARE(junit.testcases, 4);
+        QCOMPARE(junit.failureElements, 4);
+        const json sarif = readJson(d + "/t5fixed.sarif");
+        QCOMPARE(sarif["runs"][0]["results"].size(), std::size_t(4));
+        for (const json &r : sarif["runs"][0]["results"]) {
+            const std::string level = r["level"].get<std::string>();
+            QVERIFY2(level == "error" || level == "warning" || level == "note", level.c_str());
+        }
         QVERIFY2(fixed.out.contains("batch: 1 per rank (--micro-batch; the first forward's input: "
                                     "1 rows), gradient accumulation 1, train_batch_size 2 at 2 ranks"),
                  qPrintable(describe(fixed)));
@@ -467,41 +567,329 @@ class TestCheck : public QObject
         QVERIFY(readJson(config)["train_micro_batch_size_per_gpu"] == 4);
     }
 
+    // A model with a tied embedding (ds_tied.py: the head's weight is the embedding's, as in
+    // GPT-2) at 4 ranks, by hand, float32, nothing persistent, one prefetch bucket: embed 8x8
+    // = 64, fc 8x8 + 8 = 72, the head's weight the embedding's, counted once. Gathered at the
+    // root (everything prefetched): 136 x 4 = 544 B, the whole model, not more (counted per
+    // module it was 200 x 4 = 800 B). Shards: 64/4 + 64/4 + 8/4 = 34 x 4 = 136 B.
+    // The outputs, written where a second user planted symlinks at their names (the default
+    // snapshot name included): each symlink is replaced by a regular file, its target untouched.
+    void tiedWeightCountedOnceOutputsNotThroughSymlinks()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const QString d = m_dir.path() + "/tied";
+        QVERIFY(QDir().mkpath(d));
+        const QStringList names{"shardscope-check.json", "tied.sarif", "tied.xml"};
+        for (const QString &name : names) {
+            QFile victim(m_dir.path() + "/victim-" + name);
+            QVERIFY(victim.open(QIODevice::WriteOnly));
+            victim.write("another user's file\n");
+            victim.close();
+            QVERIFY(QFile::link(victim.fileName(), d + "/" + name));
+        }
+        const Run r = run({"--steps", "1", "--target-world", "4", "--sarif", "tied.sarif",
+                           "--junit", "tied.xml", script("ds_tied.py")},
+                          d);
+        QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
+        QVERIFY2(
+            r.out.contains("predicted per-rank parameter memory at 4 ranks: gathered peak 544 B "
+                           "(at `<root>`), persistent 0 B, shards 136 B; total 680 B"),
+            qPrintable(describe(r)));
+        for (const QString &name : names) {
+            QFile victim(m_dir.path() + "/victim-" + name);
+            QVERIFY(victim.open(QIODevice::ReadOnly));
+            QCOMPARE(victim.readAll(), QByteArray("another user's file\n"));
+            const QFileInfo out(d + "/" + name);
+            QVERIFY2(!out.isSymLink() && out.isFile(), qPrintable(name));
+        }
+        QCOMPARE(readJson(d + "/shardscope-check.json")["format"].get<std::string>(),
+                 std::string("shardscope-snapshot"));
+        QVERIFY(readJson(d + "/tied.sarif")["runs"][0]["results"].empty());
+        QCOMPARE(junitCounts(d + "/tied.xml").failures, 0);
+    }
+
+    // FSDP2 with gradient accumulation (fsdp_accumulate.py: two micro-batches a step, the first
+    // with set_requires_gradient_sync(False); four blocks Linear 16x16 and the root's head
+    // Linear 16->8), at 2 ranks, by hand: a block gathered 16x16x4 = 1024 B, the head 8x16x4 +
+    // 8x4 = 544 B. Each micro-batch's forward and backward on its own: at blocks.0's forward
+    // start the root (not resharded after forward), blocks.0 and blocks.1 (prefetched): 544 +
+    // 2 x 1024 = 2592 B = 2.5 KiB (the two forwards replayed as one held every block: 4640 B).
+    // Shards: head 4x16x4 + 4x4 = 272, blocks 4 x 8x16x4 = 2048: 2320 B = 2.3 KiB; total
+    // 4912 B = 4.8 KiB.
+    void fsdpAccumulationReplaysEachMicroBatch()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const QString d = m_dir.path();
+        const Run r = run({"--steps", "1", "--target-world", "2", "--snapshot",
+                           d + "/accumulate.json", script("fsdp_accumulate.py")},
+                          d);
+        QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
+        QVERIFY2(
+            r.out.contains("predicted per-rank parameter memory at 2 ranks: gathered peak 2.5 KiB "
+                           "(at `blocks.0` forward), late (whole) 0 B, shards 2.3 KiB; total "
+                           "4.8 KiB"),
+            qPrintable(describe(r)));
+    }
+
+    // The two predictions as functions, on records written by hand (the same models as the
+    // two runs above): a tie given as one identity in two modules, and two micro-batches.
+    void predictionsByHand()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        QProcess p;
+        p.setProcessEnvironment(environment());
+        p.start(python(), {"-c", R"(
+from shardscope.check import predict_peak, predict_fsdp_peak
+# root, embed (id 1), fc (ids 2, 3), head (its weight is id 1): float32, nothing persistent
+order = [["", []], ["embed", [[64, 4, False, 1]]], ["fc", [[64, 4, False, 2], [8, 4, False, 3]]],
+         ["head", [[64, 4, False, 1]]]]
+p = predict_peak(order, {"prefetch_bucket_size": 10**6}, 4)
+print("ds", p["gathered_peak_bytes"], p["shard_bytes"], p["persistent_bytes"])
+p = predict_peak(order, {"prefetch_bucket_size": 0}, 4)  # no prefetch: the head gathers only itself
+print("ds-no-prefetch", p["gathered_peak_bytes"], p["at_module"])
+block = {"params": [[16, 16, 4, 4]], "reshard_after_forward": True, "post_forward_world": None,
+         "forward_prefetch": [], "backward_prefetch": []}
+root = dict(block, path="", params=[[8, 16, 4, 4], [8, 1, 4, 4]], reshard_after_forward=False)
+units = [root] + [dict(block, path=f"blocks.{i}") for i in range(4)]
+one = [["pre", 0]] + [e for i in range(1, 5) for e in (["pre", i], ["post", i])] + [["post", 0]]
+p = predict_fsdp_peak({"units": units, "passes": [one, one]}, 0, 2)
+print("fsdp", p["gathered_peak_bytes"], p["at_module"], p["phase"], p["shard_bytes"])
+)"});
+        QVERIFY(p.waitForFinished(60000));
+        const QString out = QString::fromUtf8(p.readAllStandardOutput());
+        QVERIFY2(p.exitCode() == 0, qPrintable(out + p.readAllStandardError()));
+        // 136 elements x 4 gathered, 34 x 4 in shards (see tiedWeightCountedOnce...).
+        QVERIFY2(out.contains("ds 544 136 0\n"), qPrintable(out));
+        // Without prefetch the largest module holds the most: fc, 72 x 4 = 288 B.
+        QVERIFY2(out.contains("ds-no-prefetch 288 fc\n"), qPrintable(out));
+        QVERIFY2(out.contains("fsdp 2592 blocks.0 forward 2320\n"), qPrintable(out));
+    }
+
+    // A ZeRO-3 run that goes through Accelerate, on the check's CPU ranks: the script's own
+    // DeepSpeedPlugin (it names no DeepSpeed config and does not import deepspeed), then a
+    // script that names nothing, with the Accelerate config `accelerate config` writes
+    // (distributed_type DEEPSPEED, gradient accumulation 2) in $HF_HOME, as under
+    // `accelerate launch`. Both run as DeepSpeed jobs of 2 ranks.
+    void accelerateDeepSpeedIsRecognised()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const QString d = m_dir.path();
+        const Run plugin = run(
+            {"--steps", "1", "--snapshot", d + "/plugin.json", script("accelerate_plugin.py")}, d);
+        QVERIFY2(plugin.exitCode == 0, qPrintable(describe(plugin)));
+        QVERIFY2(plugin.out.contains(
+                     "batch: 2 per rank (the script's config; the first forward's input: "
+                     "2 rows), gradient accumulation 1, train_batch_size 4 at 2 ranks"),
+                 qPrintable(describe(plugin)));
+        const QString hf = d + "/hf-home";
+        QVERIFY(QDir().mkpath(hf + "/accelerate"));
+        QFile::remove(hf + "/accelerate/default_config.yaml");
+        QVERIFY(QFile::copy(script("accelerate_deepspeed.yaml"),
+                            hf + "/accelerate/default_config.yaml"));
+        QProcessEnvironment env;
+        env.insert("HF_HOME", hf);
+        const Run config =
+            run({"--steps", "1", "--snapshot", d + "/config.json", script("accelerate_config.py")},
+                d, 300000, env);
+        QVERIFY2(config.exitCode == 0, qPrintable(describe(config)));
+        QVERIFY2(config.out.contains(
+                     "batch: 2 per rank (the script's config; the first forward's input: "
+                     "2 rows), gradient accumulation 2, train_batch_size 8 at 2 ranks"),
+                 qPrintable(describe(config)));
+    }
+
+    // DeepSpeed's backward raised (deepspeed_stories.py --raise-in-backward 2: the loop skips
+    // the batch, and the next step fails): the report, SARIF and JUnit carry the
+    // backward_unfinished problem at the user's engine.backward line. The script is run by a
+    // path below the check's directory: SARIF's URI is that relative path.
+    void backwardUnfinishedReported()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const QString d = m_dir.path() + "/relative";
+        QVERIFY(QDir().mkpath(d));
+        const QString ex = QStringLiteral(SHARDSCOPE_EXAMPLE);
+        QVERIFY(QFile::link(QFileInfo(ex).absolutePath(), d + "/examples"));
+        const Run r = run({"--snapshot", "bu.json", "--sarif", "bu.sarif", "--junit", "bu.xml",
+                           "examples/deepspeed_stories.py", "--externals", "manual",
+                           "--weight-norm", "workaround", "--raise-in-backward", "2"},
+                          d);
+        QVERIFY2(r.exitCode == 1, qPrintable(describe(r)));
+        const int line = lineOf(ex, "                        engine.backward(loss)");
+        QVERIFY(line > 0);
+        QVERIFY2(r.out.contains("1. backward_unfinished (ranks 0,1, step 2)"),
+                 qPrintable(describe(r)));
+        QVERIFY2(
+            r.out.contains(QStringLiteral("at examples/deepspeed_stories.py:%1 in main").arg(line)),
+            qPrintable(describe(r)));
+        QVERIFY2(r.out.contains("out of memory in a user's backward"), qPrintable(describe(r)));
+        QVERIFY2(r.out.contains("the script then failed on rank"), qPrintable(describe(r)));
+        const json sarif = readJson(d + "/bu.sarif");
+        QCOMPARE(sarif["runs"][0]["results"].size(), std::size_t(1));
+        const json &result = sarif["runs"][0]["results"][0];
+        QCOMPARE(result["ruleId"].get<std::string>(), std::string("backward_unfinished"));
+        QCOMPARE(result["level"].get<std::string>(), std::string("error")); // the next step fails
+        QCOMPARE(result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+                     .get<std::string>(),
+                 std::string("examples/deepspeed_stories.py"));
+        QCOMPARE(result["locations"][0]["physicalLocation"]["region"]["startLine"].get<int>(),
+                 line);
+        const JUnitCounts junit = junitCounts(d + "/bu.xml");
+        QCOMPARE(junit.tests, 1);
+        QCOMPARE(junit.failures, 1);
+        QCOMPARE(junit.failureElements, 1);
+    }
+
+    // SIGTERM or Ctrl-C (SIGINT) to the check while the script hangs: the ranks are ended
+    // (looked up by pid afterwards), what they recorded is written, and the check exits with
+    // 128 + the signal's number.
+    void stoppedCheckEndsItsRanks_data()
+    {
+        QTest::addColumn<int>("sig");
+        QTest::addColumn<QString>("name");
+        QTest::newRow("SIGTERM") << int(SIGTERM) << "SIGTERM";
+        QTest::newRow("SIGINT (Ctrl-C)") << int(SIGINT) << "SIGINT";
+    }
+    void stoppedCheckEndsItsRanks()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        QFETCH(int, sig);
+        QFETCH(QString, name);
+        const QString d = m_dir.path();
+        // A copy of its own, so that its ranks are told apart from any other check's.
+        const QString s = d + "/hangs-" + name + ".py";
+        QFile::remove(s);
+        QVERIFY(QFile::copy(script("hangs.py"), s));
+        const QString snapshot = d + "/stopped-" + name + ".json";
+        QProcess p;
+        p.setProcessEnvironment(environment());
+        p.setWorkingDirectory(d);
+        p.start(python(), {"-m", "shardscope.check", "--snapshot", snapshot, s});
+        QVERIFY(p.waitForStarted(10000));
+        QString err;
+        std::set<qint64> pids;
+        QElapsedTimer t;
+        t.start();
+        // Until both ranks run the script (the agent installed): the check's progress says so.
+        while (t.elapsed() < 180000 && p.state() == QProcess::Running) {
+            p.waitForReadyRead(500);
+            err += QString::fromUtf8(p.readAllStandardError());
+            if (err.contains("running the script")) break;
+        }
+        pids = rankPids(s);
+        auto cleanup = qScopeGuard([&] {
+            for (const qint64 pid : rankPids(s))
+                ::kill(pid_t(pid), SIGKILL);
+        });
+        QVERIFY2(err.contains("running the script"), qPrintable(err));
+        QCOMPARE(pids.size(), std::size_t(2));
+        ::kill(pid_t(p.processId()), sig);
+        QVERIFY2(p.waitForFinished(60000), "the check did not end within 60 s of the signal");
+        err += QString::fromUtf8(p.readAllStandardError());
+        QVERIFY2(p.exitStatus() == QProcess::NormalExit, qPrintable(err));
+        QCOMPARE(p.exitCode(), 128 + sig);
+        QVERIFY2(err.contains("stopped by " + name), qPrintable(err));
+        QVERIFY2(!err.contains("Traceback"), qPrintable(err));
+        // Ended: gone, not re-parented to init. init collects them within moments.
+        for (const qint64 pid : pids) {
+            QElapsedTimer gone;
+            gone.start();
+            while (running(pid) && gone.elapsed() < 10000)
+                QThread::msleep(100);
+            QVERIFY2(!running(pid), qPrintable(QStringLiteral("rank pid %1 still runs").arg(pid)));
+        }
+        // What they recorded (the agents' snapshots, written at SIGTERM) is kept.
+        QCOMPARE(readJson(snapshot)["format"].get<std::string>(),
+                 std::string("shardscope-snapshot"));
+    }
+
     // What it cannot run: exit 2 with what happened.
     void couldNotRun_data()
     {
         QTest::addColumn<QStringList>("args");
         QTest::addColumn<QString>("says");
-        QTest::newRow("raises before the model") << QStringList{script("raise_before_model.py")}
-                                                 << "failed on rank 0 before the model was built";
+        QTest::addColumn<bool>("beforeRanks"); // refused before any rank starts, no traceback
+        QTest::newRow("raises before the model")
+            << QStringList{script("raise_before_model.py")}
+            << "failed on rank 0 before the model was built" << false;
+        // The model exists (initialize takes it): said as a failure of initialize, with its error.
+        QTest::newRow("deepspeed.initialize fails")
+            << QStringList{script("initialize_fails.py")}
+            << "the script built its model, then deepspeed.initialize failed on rank 0:" << false;
         QTest::newRow("sys.exit") << QStringList{script("exits_early.py")}
-                                  << "called sys.exit(3) on rank 0 after 0 of 3 steps";
+                                  << "called sys.exit(3) on rank 0 after 0 of 3 steps" << false;
         QTest::newRow("hangs") << QStringList{"--timeout", "8", script("hangs.py")}
-                               << "did not finish 3 steps within --timeout 8 s";
+                               << "did not finish 3 steps within --timeout 8 s" << false;
         QTest::newRow("no backend") << QStringList{script("no_backend.py")}
-                                    << "no supported sharding backend found";
+                                    << "no supported sharding backend found" << true;
         // shardscope.fsdp exists now (docs/fsdp.md): the FSDP script runs, and ends without a step.
-        QTest::newRow("FSDP script without a step") << QStringList{script("uses_fsdp.py")}
-                                                    << "the script ended on rank 0 without running an FSDP2 step";
+        QTest::newRow("FSDP script without a step")
+            << QStringList{script("uses_fsdp.py")}
+            << "the script ended on rank 0 without running an FSDP2 step" << false;
         // An FSDP2 script makes its own batches: --micro-batch would be silently ignored.
         QTest::newRow("--micro-batch on FSDP2")
             << QStringList{"--micro-batch", "1", script("uses_fsdp.py")}
-            << "--micro-batch changes a DeepSpeed config, and";
-        QTest::newRow("no script") << QStringList{"nothere.py"} << "no script 'nothere.py'";
+            << "--micro-batch changes a DeepSpeed config, and" << true;
+        QTest::newRow("no script") << QStringList{"nothere.py"} << "no script 'nothere.py'" << true;
+        QTest::newRow("no Accelerate config")
+            << QStringList{"--accelerate-config", "nothere.yaml", script("accelerate_config.py")}
+            << "cannot read the Accelerate config nothere.yaml: No such file or directory" << true;
         QTest::newRow("wrong option") << QStringList{"--steps", "zero", script("hangs.py")}
-                                      << "invalid int value: 'zero'";
+                                      << "invalid int value: 'zero' (accepted: 1..1000)" << true;
+        // Numbers outside their range, each named with the range (nan and inf would switch the
+        // timeout off). The script would be refused too: the number is said first.
+        const QString seconds =
+            "is not a number of seconds in the accepted range: more than 0, at most 86400";
+        for (const char *t : {"nan", "inf", "0", "-5"})
+            QTest::newRow(qPrintable(QStringLiteral("--timeout %1").arg(t)))
+                << QStringList{QStringLiteral("--timeout=%1").arg(t), script("no_backend.py")}
+                << QStringLiteral("argument --timeout: '%1' %2").arg(t, seconds) << true;
+        QTest::newRow("--nproc 65")
+            << QStringList{"--nproc", "65", script("no_backend.py")}
+            << "argument -n/--nproc: 65 is outside the accepted 1..64" << true;
+        QTest::newRow("--nproc 0")
+            << QStringList{"-n", "0", script("no_backend.py")}
+            << "argument -n/--nproc: 0 is outside the accepted 1..64" << true;
+        QTest::newRow("--steps 0") << QStringList{"--steps", "0", script("no_backend.py")}
+                                   << "argument --steps: 0 is outside the accepted 1..1000" << true;
+        QTest::newRow("--target-world 0")
+            << QStringList{"--target-world", "0", script("no_backend.py")}
+            << "argument --target-world: 0 is outside the accepted 1..1048576" << true;
+        // Outputs that cannot be written, found before the ranks start (the script would hang
+        // until --timeout): a missing directory, a directory, /proc.
+        QTest::newRow("--snapshot in a missing directory")
+            << QStringList{"--timeout", "30", "--snapshot", "/nonexistent-shardscope/x.json",
+                           script("hangs.py")}
+            << "could not run: --snapshot: cannot write /nonexistent-shardscope/x.json: its "
+               "directory "
+               "/nonexistent-shardscope does not exist"
+            << true;
+        QTest::newRow("--sarif a directory")
+            << QStringList{"--timeout", "30", "--sarif", m_dir.path(), script("hangs.py")}
+            << "could not run: --sarif: cannot write " + m_dir.path() + ": it is a directory"
+            << true;
+        QTest::newRow("--junit in /proc")
+            << QStringList{"--timeout", "30", "--junit", "/proc/shardscope-check.xml",
+                           script("hangs.py")}
+            << "could not run: --junit: cannot write /proc/shardscope-check.xml: cannot create a "
+               "file in /proc"
+            << true;
     }
     void couldNotRun()
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
         QFETCH(QStringList, args);
         QFETCH(QString, says);
+        QFETCH(bool, beforeRanks);
         QElapsedTimer t;
         t.start();
         const Run r = run(QStringList{"--snapshot", m_dir.path() + "/bad.json"} + args, m_dir.path());
         QVERIFY2(r.exitCode == 2, qPrintable(describe(r)));
         QVERIFY2(r.err.contains(says), qPrintable(describe(r)));
         QVERIFY2(t.elapsed() < 90000, "bounded by --timeout");
+        if (beforeRanks) {
+            QVERIFY2(!r.err.contains("CPU ranks,"), qPrintable(describe(r))); // no progress line
+            QVERIFY2(!r.err.contains("Traceback"), qPrintable(describe(r)));
+        }
     }
 };
 
