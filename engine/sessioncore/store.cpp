@@ -417,6 +417,7 @@ std::optional<state::ViolationRecord> Store::violationOf(const telemetry::Event 
         v.owner = f.owner;
         v.status = f.status;
         v.action = f.action;
+        v.read = f.read;
         break;
     }
     case EventType::LateParameter: {
@@ -479,6 +480,7 @@ void Store::addViolation(state::ViolationRecord v)
         subject.hasOwner = v.owner != kNoModule;
         if (const state::ModuleRecord *m = module(v.owner)) subject.owner = m->path;
         subject.status = v.status;
+        if (v.read == ViolationRead::Attribute) subject.use = state::AccessUse::Attribute;
         if (p) subject.replaces = p->replaces;
         subject.modifierRank = v.rank;
         state::FixDialect dialect = state::FixDialect::ShardScope;
