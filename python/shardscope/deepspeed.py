@@ -163,6 +163,14 @@ class _MetadataOnly:
 
 _METADATA_ONLY = _MetadataOnly()
 
+# Tensor methods that read a gathered parameter's metadata, not its values: no read of the
+# values for a read in DeepSpeedEngine.forward DeepSpeed gathered ([Note: attribute reads];
+# shardscope-check's own module-order hook asks element_size() and numel()). Outside
+# forward they still count: there they answer for DeepSpeed's empty placeholder (size 0).
+_SHAPE_METHODS = frozenset(("size", "dim", "ndimension", "numel", "nelement", "element_size",
+                            "stride", "storage_offset", "is_contiguous", "is_floating_point",
+                            "is_complex", "get_device"))
+
 
 def _enter_below(mode):
     """Puts mode at the bottom of torch's function-mode stack, under the modes the user (or
@@ -232,7 +240,8 @@ class _Suspects:
     releases it, the reader's scope has ended or the agent stops with none seen (attributes
     only: recorded with use "attribute", severity info, never raised). Attribute getters
     (.dtype, .shape, .device, .requires_grad) reach the mode as _METADATA_ONLY and are no
-    use, here as for the suspects outside forward."""
+    use, here as for the suspects outside forward; so are the methods that answer from the
+    gathered parameter's metadata (size(), numel(), element_size(): _SHAPE_METHODS)."""
 
     def __init__(self, agent):
         self.agent = agent
@@ -273,7 +282,8 @@ class _Suspects:
                             hit = suspects.find(args, kwargs)
                             if hit is not None:
                                 suspects.used(hit)
-                        if suspects.pending and not suspects.agent.auto:
+                        if suspects.pending and not suspects.agent.auto and \
+                                getattr(func, "__name__", "") not in _SHAPE_METHODS:
                             suspects.values_read(args, kwargs)
                     return func(*args, **kwargs)
 
