@@ -390,8 +390,11 @@ state::ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p
                                                     GuardAction action, state::AccessUse use,
                                                     const state::SourceLocation &where,
                                                     const std::string &building,
-                                                    const std::string &paramCode)
+                                                    const std::string &paramCode,
+                                                    std::optional<ParamStatus> statusAtRead)
 {
+    const ViolationRead read =
+        use == state::AccessUse::Attribute ? ViolationRead::Attribute : ViolationRead::Values;
     state::ViolationText text;
     ParamStatus status = ParamStatus::NotAvailable;
     ModuleId owner = kNoModule;
@@ -403,6 +406,7 @@ state::ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p
             status = ap->status;
             owner = ap->record.owner;
         }
+        if (statusAtRead) status = *statusAtRead;
         state::ViolationSubject subject;
         subject.kind = ViolationKind::UnregisteredAccess;
         subject.hasAccessor = accessor != kNoModule && accessor < m_modules.size();
@@ -422,6 +426,7 @@ state::ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p
             v.owner = owner;
             v.status = status;
             v.action = action;
+            v.read = read;
             v.location = where;
             v.building = building;
             recordLocked(v);
@@ -432,7 +437,8 @@ state::ViolationText AgentState::unregisteredAccess(ModuleId accessor, ParamId p
                                                 .param = p,
                                                 .owner = owner,
                                                 .status = status,
-                                                .action = action}));
+                                                .action = action,
+                                                .read = read}));
     return text;
 }
 
@@ -461,7 +467,9 @@ void AgentState::completeBuildNames(const std::map<ModuleId, ModuleId> &moved)
             subject.owner = v.owner < m_modules.size() ? m_modules[v.owner].path : std::string();
             subject.status = v.status;
             // Read while building is model-building code changing it (AccessUse::Write).
-            subject.use = v.building.empty() ? state::AccessUse::Read : state::AccessUse::Write;
+            subject.use = v.read == ViolationRead::Attribute ? state::AccessUse::Attribute
+                          : v.building.empty()                 ? state::AccessUse::Read
+                                                               : state::AccessUse::Write;
             const state::ViolationText text = state::describeViolation(subject, m_config.dialect);
             v.fix = text.fix;
             v.message = text.message;

@@ -89,15 +89,20 @@ class AgentState final : public state::StateProvider
     void registerExternal(ModuleId m, ParamId p, bool automatic);
     void unregisterExternal(ModuleId m, ParamId p);
     // Records an unregistered access (accessor kNoModule: outside any module) once per step,
-    // and returns its words; use: what a read outside modules does with it (its fix).
+    // and returns its words; use: what a read outside modules does with it (its fix), or
+    // Attribute for a read of attributes only (the record's read, its severity info).
     // where: the user's source location (one row per distinct location); building: the
     // modules under construction when it happened during the model's build, with paramCode
-    // the parameter as the constructor's code names it ("self.conv.weight").
+    // the parameter as the constructor's code names it ("self.conv.weight"). statusAtRead:
+    // the parameter's status when it was read, for a read recorded after DeepSpeed gathered
+    // it (the DeepSpeed agent classifies a read in forward once it knows what it touched);
+    // none: its status now.
     state::ViolationText unregisteredAccess(ModuleId accessor, ParamId p, GuardAction action,
                                            state::AccessUse use = state::AccessUse::Read,
                                            const state::SourceLocation &where = {},
                                            const std::string &building = {},
-                                           const std::string &paramCode = {});
+                                           const std::string &paramCode = {},
+                                           std::optional<ParamStatus> statusAtRead = {});
     // The model exists: modules first named while it was built (moved: old id -> id in the
     // model) are known by their final paths; the violations that named them are completed
     // with the final names, and their words (fix lines) written again from them.

@@ -53,6 +53,14 @@ std::string_view violationKindName(ViolationKind k)
 {
     return nameIn(kViolationKindNames, k);
 }
+std::string_view severityName(Severity s)
+{
+    return nameIn(kSeverityNames, s);
+}
+std::string_view violationReadName(ViolationRead r)
+{
+    return nameIn(kViolationReadNames, r);
+}
 
 bool isKnownEventType(std::uint8_t type)
 {
@@ -88,6 +96,14 @@ std::optional<GuardAction> guardActionFromName(std::string_view n)
 std::optional<FetchReason> fetchReasonFromName(std::string_view n)
 {
     return valueIn<FetchReason>(kFetchReasonNames, n);
+}
+std::optional<Severity> severityFromName(std::string_view n)
+{
+    return valueIn<Severity>(kSeverityNames, n);
+}
+std::optional<ViolationRead> violationReadFromName(std::string_view n)
+{
+    return valueIn<ViolationRead>(kViolationReadNames, n);
 }
 std::optional<ViolationKind> violationKindFromName(std::string_view n)
 {

@@ -27,6 +27,8 @@ inline constexpr std::array<std::string_view, 5> kFetchReasonNames = {
 inline constexpr std::array<std::string_view, 6> kViolationKindNames = {
     "unregistered_access", "late_parameter", "trace_invalidated",
     "gathered_write_without_modifier", "tied_across_groups", "backward_unfinished"};
+inline constexpr std::array<std::string_view, 3> kSeverityNames = {"error", "cost", "info"};
+inline constexpr std::array<std::string_view, 2> kViolationReadNames = {"values", "attribute"};
 // Index 0 is no event type ("unknown"); the types start at 1.
 inline constexpr std::array<std::string_view, 22> kEventTypeNames = {"unknown",
                                                                      "module_enter",
@@ -59,6 +61,8 @@ static_assert(kGuardActionNames.size() == std::size_t(GuardAction::Recorded) + 1
 static_assert(kFetchReasonNames.size() == std::size_t(FetchReason::Guard) + 1);
 static_assert(kViolationKindNames.size() ==
               std::size_t(ViolationKind::BackwardUnfinished) + 1);
+static_assert(kSeverityNames.size() == std::size_t(Severity::Info) + 1);
+static_assert(kViolationReadNames.size() == std::size_t(ViolationRead::Attribute) + 1);
 static_assert(kEventTypeNames.size() == std::size_t(EventType::AllocatorSample) + 1);
 
 std::string_view dtypeName(DType t); // a value outside the enum: "float32", as dtypeSize
@@ -68,6 +72,8 @@ std::string_view guardPolicyName(GuardPolicy p);
 std::string_view guardActionName(GuardAction a);
 std::string_view fetchReasonName(FetchReason r);
 std::string_view violationKindName(ViolationKind k);
+std::string_view severityName(Severity s);
+std::string_view violationReadName(ViolationRead r);
 std::string_view eventTypeName(EventType type);
 bool isKnownEventType(std::uint8_t type);
 
@@ -79,6 +85,8 @@ std::optional<GuardPolicy> guardPolicyFromName(std::string_view name);
 std::optional<GuardAction> guardActionFromName(std::string_view name);
 std::optional<FetchReason> fetchReasonFromName(std::string_view name);
 std::optional<ViolationKind> violationKindFromName(std::string_view name);
+std::optional<Severity> severityFromName(std::string_view name);
+std::optional<ViolationRead> violationReadFromName(std::string_view name);
 std::optional<EventType> eventTypeFromName(std::string_view name);
 // As guardPolicyFromName, for command lines: false (and out unchanged) for an unknown name.
 bool parseGuardPolicy(std::string_view s, GuardPolicy &out);

@@ -76,6 +76,22 @@ enum class ViolationKind : std::uint8_t
     BackwardUnfinished = 5, // FSDP2: a backward whose end-of-backward callback never ran
 };
 
+// How bad one violation is for the run (state/severity.h decides it, from its kind, the
+// guard's action and what the read touched).
+enum class Severity : std::uint8_t
+{
+    Error = 0, // it crashes, or silently computes on a placeholder, a shard or a lost copy
+    Cost = 1,  // the run is right, but it costs memory or time (a gather nothing prefetched)
+    Info = 2   // information: nothing to fix
+};
+
+// What an unregistered access read of the parameter.
+enum class ViolationRead : std::uint8_t
+{
+    Values = 0,   // its data: an op, a copy, its values (every other kind is this)
+    Attribute = 1 // only attributes that need no data: .dtype, .shape, .device, .requires_grad
+};
+
 // The kind of a telemetry record (telemetry/event.h); what each kind carries is
 // telemetry/eventfields.h.
 enum class EventType : std::uint8_t

@@ -77,6 +77,8 @@ void Store::clear()
     m_externalsOn.clear();
     m_paramViolations.clear();
     m_moduleViolations.clear();
+    m_paramSeverity.clear();
+    m_moduleSeverity.clear();
     m_violations.clear();
     m_knownParamNames.clear();
     m_lanes.clear();
@@ -208,7 +210,10 @@ void Store::rebuildViolationCounts()
 {
     m_paramViolations.assign(m_state.params.size(), 0);
     m_moduleViolations.assign(m_state.modules.size(), 0);
+    m_paramSeverity.assign(m_state.params.size(), kNoSeverity);
+    m_moduleSeverity.assign(m_state.modules.size(), kNoSeverity);
     for (const state::ViolationRow &g : m_violations.rows()) {
+        countSeverity(g);
         if (const std::int32_t slot = paramSlot(g.param); slot >= 0)
             m_paramViolations[static_cast<std::size_t>(slot)] += g.count;
         if (g.accessor < m_moduleViolations.size()) m_moduleViolations[g.accessor] += g.count;
@@ -417,6 +422,7 @@ std::optional<state::ViolationRecord> Store::violationOf(const telemetry::Event 
         v.owner = f.owner;
         v.status = f.status;
         v.action = f.action;
+        v.read = f.read;
         break;
     }
     case EventType::LateParameter: {
@@ -479,6 +485,7 @@ void Store::addViolation(state::ViolationRecord v)
         subject.hasOwner = v.owner != kNoModule;
         if (const state::ModuleRecord *m = module(v.owner)) subject.owner = m->path;
         subject.status = v.status;
+        if (v.read == ViolationRead::Attribute) subject.use = state::AccessUse::Attribute;
         if (p) subject.replaces = p->replaces;
         subject.modifierRank = v.rank;
         state::FixDialect dialect = state::FixDialect::ShardScope;
@@ -487,7 +494,7 @@ void Store::addViolation(state::ViolationRecord v)
         v.fix = std::move(text.fix);
         v.message = std::move(text.message);
     }
-    m_violations.add(v, state::Tally::Add, words);
+    countSeverity(m_violations.rows()[m_violations.add(v, state::Tally::Add, words).row]);
     if (const std::int32_t slot = paramSlot(v.param);
         slot >= 0 && static_cast<std::size_t>(slot) < m_paramViolations.size())
         ++m_paramViolations[static_cast<std::size_t>(slot)];
@@ -651,6 +658,33 @@ std::uint64_t Store::paramViolations(ParamId id) const
 std::uint64_t Store::moduleViolations(ModuleId id) const
 {
     return id < m_moduleViolations.size() ? m_moduleViolations[id] : 0;
+}
+
+void Store::countSeverity(const state::ViolationRow &row)
+{
+    const auto s = static_cast<std::uint8_t>(row.severity);
+    auto worst = [s](std::vector<std::uint8_t> &v, std::size_t i) {
+        if (i < v.size() && s < v[i]) v[i] = s; // Error is 0: the smaller, the worse
+    };
+    if (const std::int32_t slot = paramSlot(row.param); slot >= 0)
+        worst(m_paramSeverity, static_cast<std::size_t>(slot));
+    worst(m_moduleSeverity, row.accessor);
+    worst(m_moduleSeverity, row.owner);
+}
+
+std::optional<Severity> Store::paramSeverity(ParamId id) const
+{
+    const std::int32_t slot = paramSlot(id);
+    if (slot < 0 || static_cast<std::size_t>(slot) >= m_paramSeverity.size() ||
+        m_paramSeverity[static_cast<std::size_t>(slot)] == kNoSeverity)
+        return std::nullopt;
+    return static_cast<Severity>(m_paramSeverity[static_cast<std::size_t>(slot)]);
+}
+
+std::optional<Severity> Store::moduleSeverity(ModuleId id) const
+{
+    if (id >= m_moduleSeverity.size() || m_moduleSeverity[id] == kNoSeverity) return std::nullopt;
+    return static_cast<Severity>(m_moduleSeverity[id]);
 }
 
 std::vector<const state::ViolationRow *> Store::violationsOf(ParamId id) const

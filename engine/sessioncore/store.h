@@ -110,6 +110,10 @@ class Store
     externalsOn(ModuleId module) const; // .module holds the param id
     std::uint64_t paramViolations(ParamId id) const;
     std::uint64_t moduleViolations(ModuleId id) const; // as accessor or as owner
+    // The worst severity among a parameter's violations, and a module's (as accessor or as
+    // owner); nullopt: none.
+    std::optional<Severity> paramSeverity(ParamId id) const;
+    std::optional<Severity> moduleSeverity(ModuleId id) const;
 
     // The violations, a row each as the one ledger groups them (state/violationledger.h).
     const std::vector<state::ViolationRow> &violationGroups() const { return m_violations.rows(); }
@@ -186,6 +190,11 @@ class Store
     std::vector<std::vector<state::ExternalRecord>> m_externalsOn;
     std::vector<std::uint64_t> m_paramViolations; // by paramSlot
     std::vector<std::uint64_t> m_moduleViolations;
+    // The worst Severity of each, as its number; kNoSeverity: none.
+    static constexpr std::uint8_t kNoSeverity = 0xFF;
+    std::vector<std::uint8_t> m_paramSeverity; // by paramSlot
+    std::vector<std::uint8_t> m_moduleSeverity;
+    void countSeverity(const state::ViolationRow &row);
 
     state::ViolationLedger m_violations;
     // The names of parameters an earlier state listed and the current one does not, by id:

@@ -98,6 +98,12 @@ struct ViolationRecord
     ModuleId owner = kNoModule; // for trace_invalidated: the module expected
     ParamStatus status = ParamStatus::NotAvailable; // the parameter's status when it happened
     GuardAction action = GuardAction::Recorded;
+    // unregistered_access: whether the read touched the values or only attributes (.dtype);
+    // Values for every other kind.
+    ViolationRead read = ViolationRead::Values;
+    // How bad it is: state::severityOf(kind, action, read), written by the ledger that counts
+    // it (records()) and by the snapshot readers; a producer never sets it.
+    Severity severity = Severity::Error;
     std::uint64_t count = 0;
     std::uint64_t tsNs = 0; // first occurrence
     std::string fix;        // the line that fixes it, where one exists

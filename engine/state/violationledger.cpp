@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "state/severity.h"
+
 namespace shardscope::state {
 
 ViolationKey keyOf(const ViolationRecord &v)
@@ -78,6 +80,7 @@ ViolationLedger::Added ViolationLedger::add(const ViolationRecord &v, Tally tall
         row.message = v.message;
         row.location = v.location;
         row.building = v.building;
+        row.read = v.read;
         row.provisionalWords = words == Words::Provisional;
         it = m_index.emplace(key, m_rows.size()).first;
         m_rows.push_back(std::move(row));
@@ -93,9 +96,19 @@ ViolationLedger::Added ViolationLedger::add(const ViolationRecord &v, Tally tall
         row.provisionalWords = false;
         out.changed = true;
     }
+    if (row.read == ViolationRead::Attribute && v.read == ViolationRead::Values) {
+        // Read for its values after all: a values read from then on, in the words that say so.
+        row.read = ViolationRead::Values;
+        if (words == Words::Final) {
+            row.fix = v.fix;
+            row.message = v.message;
+        }
+        out.changed = true;
+    }
     out.changed |= row.status != v.status || row.action != v.action;
     row.status = v.status;
     row.action = v.action;
+    row.severity = severityOf(row.kind, row.action, row.read);
 
     auto r =
         std::lower_bound(row.ranks.begin(), row.ranks.end(), v.rank,
@@ -166,6 +179,8 @@ std::vector<ViolationRecord> ViolationLedger::records() const
             v.owner = row.owner;
             v.status = row.status;
             v.action = row.action;
+            v.read = row.read;
+            v.severity = row.severity;
             v.count = r.count;
             v.tsNs = r.firstTsNs;
             v.fix = row.fix;

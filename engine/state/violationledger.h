@@ -56,6 +56,9 @@ struct ViolationRow
     ModuleId owner = kNoModule;
     ParamStatus status = ParamStatus::NotAvailable; // as last seen
     GuardAction action = GuardAction::Recorded;     // as last seen
+    // What the reads touched: Attribute until a sighting reads the values (then Values for good).
+    ViolationRead read = ViolationRead::Values;
+    Severity severity = Severity::Error; // severityOf(kind, action, read), kept by add
     std::string paramName; // kept when the parameter is removed (weight_norm)
     std::string fix;       // the words the row was first shown with
     std::string message;
@@ -96,8 +99,9 @@ class ViolationLedger
         bool newRank = false; // the first sighting on v.rank
         bool changed = false; // anything the rows show changed
     };
-    // Counts v (its rank, steps, first time, count, status, action) into its row, creating
-    // the row with v's name and words; a row keeps the words it was created with unless they
+    // Counts v (its rank, steps, first time, count, status, action, read) into its row,
+    // creating the row with v's name and words, and gives the row its severity (severityOf:
+    // v's own is not read); a row keeps the words it was created with unless they
     // were Provisional and v's are Final. The row's figures over all ranks follow its ranks'.
     Added add(const ViolationRecord &v, Tally tally, Words words = Words::Final);
 

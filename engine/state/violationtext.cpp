@@ -179,11 +179,27 @@ std::string codeName(std::string_view dotted, FixDialect dialect)
     return out;
 }
 
+std::string_view severityMeaning(Severity s)
+{
+    switch (s) {
+    case Severity::Error:
+        return "error: the run crashes, or computes silently on a placeholder, a shard or a "
+               "copy of its own";
+    case Severity::Cost:
+        return "cost: the run is right, but it costs memory or time (a gather nothing "
+               "prefetched, a parameter held longer)";
+    case Severity::Info:
+        return "info: no values were read; nothing to fix";
+    }
+    return "unknown severity";
+}
+
 ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
 {
     // backward_unfinished: in FSDP2's words but in the DeepSpeed dialect (ZeRO-3's)
     if ((s.kind == ViolationKind::BackwardUnfinished && dialect != FixDialect::DeepSpeed) ||
-        (dialect == FixDialect::Fsdp && (s.kind == ViolationKind::UnregisteredAccess ||
+        (dialect == FixDialect::Fsdp && ((s.kind == ViolationKind::UnregisteredAccess &&
+                                          s.use != AccessUse::Attribute) ||
                                          s.kind == ViolationKind::LateParameter ||
                                          s.kind == ViolationKind::TiedAcrossGroups)))
         return describeFsdp(s);
@@ -197,6 +213,20 @@ ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
     ViolationText t;
     switch (s.kind) {
     case ViolationKind::UnregisteredAccess:
+        if (s.use == AccessUse::Attribute) {
+            // Transformers' T5 blocks read `self.wo.weight.dtype`: DeepSpeed registers and
+            // gathers the weight for it, and nothing reads a value of it.
+            const std::string who = s.hasAccessor ? "module `" + displayPath(s.accessor) + "`"
+                                                  : std::string("code outside any module");
+            t.message = who + " read only attributes of `" + param + "` (owned by `" + owner +
+                        "`, such as its dtype or shape), no values, while it was " +
+                        std::string(statusName(s.status)) +
+                        (s.hasAccessor && ds ? "; DeepSpeed registered and gathered it on `" +
+                                                   displayPath(s.accessor) + "` for that"
+                                             : std::string()) +
+                        ": nothing to fix";
+            break;
+        }
         if (s.hasAccessor) {
             t.fix = ns + "register_external_parameter(" + codeName(s.accessor, dialect) + ", " +
                     paramCode + ")";

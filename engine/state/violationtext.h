@@ -33,7 +33,10 @@ enum class AccessUse : std::uint8_t
 {
     Read = 0,
     Write = 1,       // it changes the values (model-building code)
-    NeedsGrad = 2    // autograd records it (the parameter requires grad, grad mode is on)
+    NeedsGrad = 2,   // autograd records it (the parameter requires grad, grad mode is on)
+    // It read attributes only (.dtype, .shape, .device, .requires_grad), no values: the
+    // record's read is ViolationRead::Attribute, its severity info, and there is nothing to fix.
+    Attribute = 3
 };
 
 // What is known of one violation, by name. An empty optional name is written as unknown.
@@ -76,6 +79,9 @@ struct ViolationText
 };
 
 ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect);
+
+// What a severity means for the run, in a user's words (the inspector's tooltip and legend).
+std::string_view severityMeaning(Severity s);
 
 // A module path or parameter name as the dialect writes it in code: "lm_head" (ShardScope),
 // "model.lm_head" / "model.blocks[0].fc1" (DeepSpeed, relative to the model object).

@@ -62,6 +62,9 @@ struct AccessFields
     ModuleId owner = kNoModule;
     ParamStatus status = ParamStatus::NotAvailable;
     GuardAction action = GuardAction::Recorded;
+    // What the read touched, in u1 (0 values, 1 attributes only): a field readers of earlier
+    // releases leave unread, as every field a kind does not list.
+    ViolationRead read = ViolationRead::Values;
 };
 
 // LateParameter (module: where it appeared), ParameterAdopted (module: the owner adopting it).
@@ -192,13 +195,17 @@ constexpr Event makeUnregisteredAccess(AccessFields f)
 {
     const auto flags = static_cast<std::uint8_t>(static_cast<unsigned>(f.status) |
                                                  (static_cast<unsigned>(f.action) << 4));
-    return detail::record(EventType::UnregisteredAccess, flags, f.accessor, f.param, f.owner);
+    return detail::record(EventType::UnregisteredAccess, flags, f.accessor, f.param, f.owner,
+                          static_cast<std::uint64_t>(f.read));
 }
 constexpr AccessFields readAccess(const Event &ev)
 {
-    return AccessFields{ev.a, ev.b, static_cast<ModuleId>(ev.u0),
+    return AccessFields{ev.a,
+                        ev.b,
+                        static_cast<ModuleId>(ev.u0),
                         static_cast<ParamStatus>(ev.flags & 0x0Fu),
-                        static_cast<GuardAction>(ev.flags >> 4)};
+                        static_cast<GuardAction>(ev.flags >> 4),
+                        ev.u1 == 1 ? ViolationRead::Attribute : ViolationRead::Values};
 }
 
 constexpr Event makeLateParameter(LateFields f)

@@ -27,6 +27,8 @@ inline constexpr std::string_view kCapabilityStateBinary = "state_binary";
 inline constexpr std::string_view kCapabilityStateBinary2 = "state_binary_2";
 // With it as well, layout 3 (FSDP2's units and parameters' placements).
 inline constexpr std::string_view kCapabilityStateBinary3 = "state_binary_3";
+// With it as well, layout 4 (violations' severity and what their read touched).
+inline constexpr std::string_view kCapabilityStateBinary4 = "state_binary_4";
 // A client that lists this capability gets the event kinds added within version 1 after the
 // first eighteen (reduce_scatter_begin/end, allocator_sample); a server leaves them out of
 // what it sends a client that does not, which would refuse the whole batch.
@@ -44,6 +46,7 @@ struct Hello
                                           std::string(kCapabilityStateBinary),
                                           std::string(kCapabilityStateBinary2),
                                           std::string(kCapabilityStateBinary3),
+                                          std::string(kCapabilityStateBinary4),
                                           std::string(kCapabilityEvents2)};
     std::string token;  // must match the server's token when it has one
     std::string client; // free text, e.g. "shardscope-capture 0.1"
@@ -58,6 +61,7 @@ struct Welcome
                                           std::string(kCapabilityStateBinary),
                                           std::string(kCapabilityStateBinary2),
                                           std::string(kCapabilityStateBinary3),
+                                          std::string(kCapabilityStateBinary4),
                                           std::string(kCapabilityEvents2)};
     std::string server; // e.g. "shardscope-train"
     std::int64_t pid = 0;
@@ -136,7 +140,7 @@ Result<std::vector<telemetry::Event>> decodeEvents(std::string_view payload);
 
 bool hasCapability(const std::vector<std::string> &capabilities, std::string_view name);
 // The StateBinary layout a client's Hello asks for: the newest of "state_binary" (1),
-// "state_binary_2" (2) and "state_binary_3" (3) it lists along with "state_binary"; 0 when it
+// "state_binary_2" (2), "state_binary_3" (3) and "state_binary_4" (4) it lists along with "state_binary"; 0 when it
 // lists no "state_binary" and reads JSON State frames.
 std::uint16_t binaryLayoutOf(const std::vector<std::string> &capabilities);
 

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "state/severity.h"
 #include "state/violationtext.h"
 #include "wire/compress.h"
 #include "wire/domread.h"
@@ -182,6 +183,8 @@ void writeViolation(Writer &w, const state::EngineState &s, const state::Violati
     w.raw(",\"owner_id\":").idOrNull(v.owner, kNoModule);
     w.raw(",\"status\":").str(statusName(v.status));
     w.raw(",\"action\":").str(guardActionName(v.action));
+    w.raw(",\"severity\":").str(severityName(v.severity));
+    if (v.read != ViolationRead::Values) w.raw(",\"read\":").str(violationReadName(v.read));
     w.raw(",\"count\":").num(v.count);
     w.raw(",\"ts_ns\":").num(v.tsNs);
     w.raw(",\"fix\":").str(v.fix);
@@ -547,6 +550,11 @@ state::ViolationRecord decodeViolation(Element j, const ModuleIndex &index, cons
             v.location.chain.push_back(sj::asString(c, cw[v.location.chain.size()]));
     }
     if (sj::optionalMember(o, "building", e)) v.building = sj::asString(e, w / "building");
+    if (sj::optionalMember(o, "read", e)) v.read = readEnum(e, violationReadFromName, w / "read");
+    // A snapshot written before severities has none: the one rule gives it.
+    v.severity = sj::optionalMember(o, "severity", e)
+                     ? readEnum(e, severityFromName, w / "severity")
+                     : state::severityOf(v.kind, v.action, v.read);
     return v;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/hugepages.h"
+#include "state/severity.h"
 #include "state/statecolumns.h"
 #include "state/violationtext.h"
 #include "wire/jsonread.h"
@@ -36,6 +37,8 @@ constexpr std::uint64_t kViolationLocationBytes = 4 + 4 + 4 + 4 + 4;
 // Layout 3 adds FSDP2's units (group, reshard_after_forward, mesh) and parameters' placements.
 constexpr std::uint64_t kModuleUnitBytes = 4 + 4 + 4;
 constexpr std::uint64_t kParamPlacementBytes = 4;
+// Layout 4 adds a violation's severity and what its read touched.
+constexpr std::uint64_t kViolationSeverityBytes = 1 + 1;
 static_assert(kParamBytes == 83 && kViolationBytes == 55 && kViolationLocationBytes == 20);
 
 // Parameter flags.
@@ -63,7 +66,9 @@ std::uint64_t payloadSize(const Counts &c)
            (kModuleBytes + (units ? kModuleUnitBytes : 0)) * c.modules +
            c.params * (kParamBytes + (units ? kParamPlacementBytes : 0) + statusRowBytes(c.world)) +
            8 * c.dims + 5 * c.externals + 4 * c.active +
-           (kViolationBytes + (c.layout >= 2 ? kViolationLocationBytes : 0)) * c.violations +
+           (kViolationBytes + (c.layout >= 2 ? kViolationLocationBytes : 0) +
+            (c.layout >= 4 ? kViolationSeverityBytes : 0)) *
+               c.violations +
            sizeof(telemetry::Event) * c.events;
 }
 
@@ -318,6 +323,10 @@ std::string encodeBinaryState(const state::StateColumns &c, const SnapshotMeta &
         o.column(c.moduleReshard);
         o.column(c.moduleMesh);
         o.column(c.paramPlacements);
+    }
+    if (layout >= 4) {
+        violationColumn([](const state::ViolationRecord &v) { return static_cast<std::uint8_t>(v.severity); });
+        violationColumn([](const state::ViolationRecord &v) { return static_cast<std::uint8_t>(v.read); });
     }
     o.bytes(events.data(), events.size_bytes());
     return out;
@@ -784,6 +793,20 @@ Snapshot decodeBinary(std::string_view payload)
         st.params[i].placements = strings.getOrEmpty(pPlacements[i], Where{"params", i} / "placements");
         if (pPlacements[i] != kNone && st.params[i].placements.empty())
             failAt(Where{"params", i} / "placements", "is empty; none is written as 0xFFFFFFFF");
+    }
+
+    const std::uint64_t VS = layout >= 4 ? V : 0;
+    const auto vSeverity = parts.column<std::uint8_t>(VS);
+    const auto vRead = parts.column<std::uint8_t>(VS);
+    for (std::uint64_t i = 0; i < V; ++i) {
+        state::ViolationRecord &v = st.violations[i];
+        const Where w{"violations", i};
+        if (i < VS) {
+            v.read = enumValue<ViolationRead>(vRead[i], 2, w / "read");
+            v.severity = enumValue<Severity>(vSeverity[i], 3, w / "severity");
+        } else { // an earlier layout has none: the one rule gives it
+            v.severity = state::severityOf(v.kind, v.action, v.read);
+        }
     }
 
     const char *events = parts.take(c.events * sizeof(telemetry::Event));

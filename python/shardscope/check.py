@@ -368,9 +368,22 @@ def merge(workdir, nproc):
     return text, json.loads(text), rows
 
 
+def _severity(v):
+    """A violation entry's severity: the snapshot's, or for a file written before severities
+    the one rule's (engine/state/severity.h, through the native module)."""
+    if "severity" in v:
+        return v["severity"]
+    from . import _native
+    return _native.severity_of(v["kind"], v["action"], v.get("read", "values"))
+
+
 def problems_of(doc, rows):
     """Distinct problems: the ledger's rows (one per kind, accessor, parameter, owner and
-    source location), each with the ranks and steps of its entries."""
+    source location), each with the ranks and steps of its entries and the worst severity
+    among them."""
+    from . import _native
+
+    order = _native.severities()  # worst first
     problems = {}
     for v, row in zip(doc.get("violations", []) if doc else [], rows):
         loc = v.get("location") or {}
@@ -380,8 +393,9 @@ def problems_of(doc, rows):
                                  "param": v.get("param"), "owner": v.get("owner"),
                                  "location": loc, "building": v.get("building", ""),
                                  "fix": v.get("fix", ""), "message": v.get("message", ""),
-                                 "action": v.get("action"), "ranks": set(), "first_step": None,
-                                 "last_step": 0, "count": 0}
+                                 "action": v.get("action"), "severity": _severity(v),
+                                 "ranks": set(), "first_step": None, "last_step": 0, "count": 0}
+        p["severity"] = min(p["severity"], _severity(v), key=order.index)
         p["ranks"].add(v["rank"])
         p["first_step"] = v["step"] if p["first_step"] is None else min(p["first_step"], v["step"])
         p["last_step"] = max(p["last_step"], v.get("last_step", v["step"]))
@@ -549,7 +563,8 @@ def report_text(problems, doc, prediction, results, args, elapsed):
         if p["first_step"] == 0:
             steps = "while the model was built"
         subject = " ".join(part for part in (p["param"] or "", _who(p)) if part)
-        out.append(f"\n{i}. {p['kind']}{': ' + subject if subject else ''} (ranks {ranks}, {steps})")
+        out.append(f"\n{i}. {p['kind']}{': ' + subject if subject else ''} (ranks {ranks}, {steps}) "
+                   f"[{p['severity']}]")
         out.append(f"   at {_where(p['location'])}")
         for frame in (p["location"] or {}).get("chain", [])[:2]:
             out.append(f"      from {frame}")
@@ -596,9 +611,18 @@ def report_text(problems, doc, prediction, results, args, elapsed):
     if timing:
         out.append("\n" + timing)
     out.append("\n" + ("no problems found" if not problems else
-                       f"{len(problems)} problem{'s' if len(problems) != 1 else ''} found")
+                       f"{len(problems)} problem{'s' if len(problems) != 1 else ''} found"
+                       f" ({_by_severity(problems)})")
                + f"; snapshot: {args.snapshot} (open with `shardscope {args.snapshot}`)")
     return "\n".join(out)
+
+
+def _by_severity(problems):
+    """ "1 error, 2 cost, 1 info": how many problems of each severity, worst first."""
+    from . import _native
+
+    counts = [(s, sum(1 for p in problems if p["severity"] == s)) for s in _native.severities()]
+    return ", ".join(f"{n} {s}" for s, n in counts if n)
 
 
 def _batch_line(results, args):
@@ -659,6 +683,12 @@ _RULES = {
 }
 
 
+# The SARIF level of each severity (_native.severities(): engine/base/names.h): a crash or a
+# silent wrong result is an error, a cost a warning, information a note. A severity without a
+# level here fails write_sarif.
+_LEVELS = {"error": "error", "cost": "warning", "info": "note"}
+
+
 def _uri(path):
     try:
         rel = os.path.relpath(path)
@@ -672,9 +702,12 @@ def _uri(path):
 def write_sarif(path, problems):
     from . import _native
 
+    missing = [s for s in _native.severities() if s not in _LEVELS]
+    if missing:
+        raise ValueError(f"no SARIF level for severity {', '.join(missing)}")
     results = []
     for p in problems:
-        result = {"ruleId": p["kind"], "level": "error",
+        result = {"ruleId": p["kind"], "level": _LEVELS[p["severity"]],
                   "message": {"text": p["message"] + (f" Fix: {p['fix']}" if p["fix"] else "")}}
         loc = p["location"]
         if loc and loc.get("file"):

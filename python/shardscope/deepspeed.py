@@ -163,6 +163,14 @@ class _MetadataOnly:
 
 _METADATA_ONLY = _MetadataOnly()
 
+# Tensor methods that read a gathered parameter's metadata, not its values: no read of the
+# values for a read in DeepSpeedEngine.forward DeepSpeed gathered ([Note: attribute reads];
+# shardscope-check's own module-order hook asks element_size() and numel()). Outside
+# forward they still count: there they answer for DeepSpeed's empty placeholder (size 0).
+_SHAPE_METHODS = frozenset(("size", "dim", "ndimension", "numel", "nelement", "element_size",
+                            "stride", "storage_offset", "is_contiguous", "is_floating_point",
+                            "is_complex", "get_device"))
+
 
 def _enter_below(mode):
     """Puts mode at the bottom of torch's function-mode stack, under the modes the user (or
@@ -221,11 +229,25 @@ class _Suspects:
     object is legal (handing it to GatheredParameters, say); using its data is the bug. A
     torch function mode, active only while there is a suspect, sees the first op that uses
     one, records the violation and writes the snapshot, then lets the op run (and raise
-    DeepSpeed's own error) or raises ours under guard="error"."""
+    DeepSpeed's own error) or raises ours under guard="error".
+
+    [Note: attribute reads] Inside DeepSpeedEngine.forward a module that reads another's
+    partitioned parameter by attribute (ZeROOrderedDict.__getitem__) gets it registered and
+    gathered by DeepSpeed at once, before anything says what the read is for: every T5 block
+    reads `self.wo.weight.dtype`, which touches no values. Such a read is pending (pend) until
+    the same mode sees an op use the parameter outside a module holding it (a read of the
+    values: recorded then, severity cost, or raised under guard="error"), or until DeepSpeed
+    releases it, the reader's scope has ended or the agent stops with none seen (attributes
+    only: recorded with use "attribute", severity info, never raised). Attribute getters
+    (.dtype, .shape, .device, .requires_grad) reach the mode as _METADATA_ONLY and are no
+    use, here as for the suspects outside forward; so are the methods that answer from the
+    gathered parameter's metadata (size(), numel(), element_size(): _SHAPE_METHODS)."""
 
     def __init__(self, agent):
         self.agent = agent
         self.params = {}  # id(param) -> (param, accessor module or None)
+        # id(param) -> (param, accessor, owner module, (code, line, location) of the read)
+        self.pending = {}
         self.mode = None
         self.pause = 0  # the agent's own work on parameters is not a read by the user
         self._paused = _Paused(self)
@@ -235,6 +257,17 @@ class _Suspects:
 
     def add(self, param, accessor):
         self.params[id(param)] = (param, accessor)
+        self._watch()
+
+    def pend(self, param, accessor, owner):
+        """A read in DeepSpeedEngine.forward DeepSpeed is about to register and gather: what
+        it touches is decided later (the note above). Where it happened is taken now."""
+        frame = _user_frame(sys._getframe(1))
+        seen = (frame.f_code, frame.f_lineno, _location(frame)) if frame is not None else None
+        self.pending[id(param)] = (param, accessor, owner, seen)
+        self._watch()
+
+    def _watch(self):
         if self.mode is None:
             from torch.overrides import TorchFunctionMode
 
@@ -244,10 +277,14 @@ class _Suspects:
 
                 def __torch_function__(self, func, types, args=(), kwargs=None):
                     kwargs = kwargs or {}
-                    if suspects.params and not suspects.pause and func not in _METADATA_ONLY:
-                        hit = suspects.find(args, kwargs)
-                        if hit is not None:
-                            suspects.used(hit)
+                    if not suspects.pause and func not in _METADATA_ONLY:
+                        if suspects.params:
+                            hit = suspects.find(args, kwargs)
+                            if hit is not None:
+                                suspects.used(hit)
+                        if suspects.pending and not suspects.agent.auto and \
+                                getattr(func, "__name__", "") not in _SHAPE_METHODS:
+                            suspects.values_read(args, kwargs)
                     return func(*args, **kwargs)
 
             self.mode = SuspectReads()
@@ -273,19 +310,57 @@ class _Suspects:
             with self.paused():
                 self.agent.record_access(accessor, param, automatic=False, needs_grad=needs_grad)
 
+    def values_read(self, args, kwargs):
+        """An op uses a pending parameter: by a module that does not hold it, its values are
+        read (the owner's own forward using it is DeepSpeed's business)."""
+        top = self.agent.hot.top()
+        for value in (*args, *kwargs.values()):
+            for v in (value if isinstance(value, (list, tuple)) else (value, )):
+                entry = self.pending.get(id(v))
+                if entry is None or entry[0] is not v:
+                    continue
+                if top is not None and _holds(top, v):
+                    continue
+                del self.pending[id(v)]
+                param, accessor, _, seen = entry
+                with self.paused():
+                    self.agent.record_access(accessor, param, automatic=True, seen=seen)
+
+    def settle(self, params=None, left=False):
+        """Pending reads that no op used for their values (params: these, released; left: those
+        whose reader's scope has ended; neither: all) are recorded as attribute reads."""
+        if not self.pending:
+            return
+        if params is not None:
+            done = [self.pending.pop(id(p)) for p in params
+                    if id(p) in self.pending and self.pending[id(p)][0] is p]
+        elif left:
+            done = [e for e in self.pending.values() if not self.agent.hot.on_stack(e[1])]
+            for e in done:
+                del self.pending[id(e[0])]
+        else:
+            done, self.pending = list(self.pending.values()), {}
+        with self.paused():
+            for param, accessor, _, seen in done:
+                self.agent.record_access(accessor, param, automatic=True, attribute=True,
+                                         seen=seen)
+
     def discard(self, params):
         for p in params:
             self.params.pop(id(p), None)
 
-    def close(self):
-        """Leaves the mode once nothing is suspect (never from inside the mode's callback).
+    def close(self, final=True):
+        """Pending attribute reads are settled (final: all of them, else those whose reader has
+        left; a module scope beginning asks for the second). Leaves the mode once nothing is
+        suspect or pending (never from inside the mode's callback).
         torch runs what a mode dispatched with that mode off its stack: a close there (the
         scopes of a loss.backward() that went through the mode) does not find it, and torch
         puts it back when the call returns. It is then kept, and left at the next close
         outside such a call (HotPath asks at every scope while slow); forgetting it there
         left it on the script's stack for good, after finish() too."""
         self.params.clear()
-        if self.mode is not None and _leave_mode(self.mode):
+        self.settle(left=not final)
+        if self.mode is not None and not self.pending and _leave_mode(self.mode):
             self.mode = None
         self.agent.hot.slow = self.mode is not None
 
@@ -433,6 +508,8 @@ class _Agent:
 
     def flush(self):
         """Everything recorded reaches the clients and snapshot_out, now."""
+        if self.suspects.pending and not self.suspects.pause:
+            self.suspects.settle(left=True)
         self.flush_active()
         error = self.native.flush()
         if error:
@@ -584,39 +661,52 @@ class _Agent:
             self.native.complete_build_names(moved)
 
     # ------------------------------------------------------------------ violations
-    def record_access(self, accessor, param, automatic, needs_grad=False):
+    def record_access(self, accessor, param, automatic, needs_grad=False, attribute=False,
+                      seen=None):
         """Records an unregistered access, hands it to clients and snapshot_out now, and
-        raises under guard="error". automatic: DeepSpeed is about to register it itself.
-        needs_grad: autograd records the read (its fix is not GatheredParameters)."""
+        raises under guard="error". automatic: DeepSpeed registers it itself (and gathered
+        it). needs_grad: autograd records the read (its fix is not GatheredParameters).
+        attribute: it read attributes only (.dtype), no values: severity info, never raised.
+        seen: (code, line, location) of a read in forward decided later (_Suspects.pend),
+        while the parameter was NOT_AVAILABLE; None: the caller's frame, now."""
         mid = self.module_id(accessor) if accessor is not None else None
         pid = self.param_id(param)
         if pid is None:
             return
         # Model-building code: a read there initialises or changes it.
-        use = "write" if self.engine is None else "grad" if needs_grad else "read"
-        action = ("error" if self.guard == "error" else
-                  "auto_registered" if automatic else "recorded")
+        use = ("write" if self.engine is None else "attribute" if attribute else
+               "grad" if needs_grad else "read")
+        raises = self.guard == "error" and not attribute
+        action = ("error" if raises else "auto_registered" if automatic else "recorded")
         # Only here, when a violation is recorded (never per access): where in the user's code.
         here = sys._getframe(1)
-        frame = _user_frame(here)
+        if seen is not None:
+            frame = None
+            code, line, location = seen
+        else:
+            frame = _user_frame(here)
+            code, line = (frame.f_code, frame.f_lineno) if frame is not None else (None, None)
+            location = None
         building_now = self.engine is None and self.root is None
         # A read the user repeats at one place (a loop outside forward): after the first record
         # there in a step, the native state keeps one row per place and step, so a repeat
         # changes nothing; it is known by the user's frame's (code, line), without the chain
         # of callers, the native call or its words (issue #26: 13 us a use before).
         repeat = None
-        if frame is not None and not building_now and self.guard != "error":
-            repeat = (mid, pid, action, use, frame.f_code, frame.f_lineno)
+        if code is not None and not building_now and not raises:
+            repeat = (mid, pid, action, use, code, line)
             step = self.native.step
             if self.recorded_at.get(repeat) == step:
                 return
-        location = _location(frame) if frame is not None else None
-        building = code = ""
+        if frame is not None:
+            location = _location(frame)
+        building = param_code = ""
         if building_now:
-            building, code = _building(here, frame, param)
+            building, param_code = _building(here, frame, param)
             self.built_violations = True
-        message, fix = self.native.unregistered_access(mid, pid, action, use, location=location,
-                                                       building=building, param_code=code)
+        message, fix = self.native.unregistered_access(
+            mid, pid, action, use, location=location, building=building, param_code=param_code,
+            status_at_read=0 if seen is not None else None)
         if repeat is not None:
             self.recorded_at[repeat] = step
         # Said and flushed once per violation and place: a read the user repeats (a loop outside
@@ -624,25 +714,26 @@ class _Agent:
         # rewrote the snapshot, milliseconds per read); finish() writes the final counts.
         key = (mid, pid, action, use, location[:2] if location else None)
         if key in self.reported:
-            if self.guard == "error":
+            if raises:
                 raise UnregisteredAccessError(f"shardscope: {message}", fix)
             return
         self.reported.add(key)
-        if not automatic or self.guard == "error":
+        if not automatic or raises:
             self.flush()  # the run is about to fail: its diagnosis first
-        if not automatic and self.guard != "error":
+        if not automatic and not raises:
             # DeepSpeed's own error follows: say which read it was, and the fix, above it.
             print(f"shardscope: rank {self.rank}: {message}\n  fix: {fix}", file=sys.stderr,
                   flush=True)
-        if self.guard == "error":
+        if raises:
             raise UnregisteredAccessError(f"shardscope: {message}", fix)
 
     def on_param_read(self, module, key, param, in_engine_forward):
         accessor = self.hot.top()
         if accessor is not None and in_engine_forward:
-            # DeepSpeed registers it on the running module and gathers it, silently.
-            with self.suspects.paused():
-                self.record_access(accessor, param, automatic=True)
+            # DeepSpeed registers it on the running module and gathers it, silently; whether
+            # the read touches its values or only attributes (T5's `self.wo.weight.dtype`) is
+            # decided by what uses it next ([Note: attribute reads], _Suspects).
+            self.suspects.pend(param, accessor, module)
         elif not self.suspects.pause:
             self.suspects.add(param, accessor)
 
@@ -712,7 +803,13 @@ class _Agent:
     def suspects_close(self):
         """A module scope begins: reads after it are DeepSpeed's (HotPath, while suspects exist)."""
         if self.suspects.params or self.suspects.mode is not None:
-            self.suspects.close()
+            self.suspects.close(final=False)
+
+    def suspects_released(self, param):
+        """DeepSpeed released param: a pending read no op used for its values read attributes
+        only (HotPath, while suspects exist)."""
+        if self.suspects.pending:
+            self.suspects.settle((param, ))
 
     def suspects_available(self, param):
         """param was gathered: using it is no longer the bug (HotPath, while suspects exist)."""
@@ -1096,6 +1193,13 @@ def _is_user_file(name):
         if top in _LIBRARIES or top == "shardscope":
             return False
     return not os.path.abspath(name).startswith(_library_prefixes())
+
+
+def _holds(module, param):
+    """Whether param is one of module's own parameters: its forward using them is DeepSpeed's
+    business, not another module's read."""
+    params = module.__dict__.get("_parameters")
+    return params is not None and any(p is param for p in dict.values(params))
 
 
 def _user_frame(frame):

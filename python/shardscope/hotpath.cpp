@@ -357,6 +357,7 @@ void HotPath::statusSet(py::handle param, py::handle value)
     m_state.statusChanged(dsId, static_cast<ParamStatus>(from), static_cast<ParamStatus>(to), cause,
                           published->second.bytes, reason);
     if (slow && to == 2) observer().attr("suspects_available")(param);
+    if (slow && to == 0) observer().attr("suspects_released")(param); // pending attribute reads
 }
 
 void HotPath::enter(py::handle module, Phase phase)
@@ -410,6 +411,13 @@ void HotPath::endStep(double loss)
         else
             PyErr_WriteUnraisable(afterStep.ptr()); // said on stderr; the step goes on
     }
+}
+
+bool HotPath::onStack(py::handle module) const
+{
+    for (const Scope &s : m_stack)
+        if (s.module.ptr() == module.ptr()) return true;
+    return false;
 }
 
 py::object HotPath::top() const
@@ -785,6 +793,7 @@ void bindHotPath(py::module_ &m, agent::AgentState &(*stateOf)(py::handle agent)
         .def_readwrite("in_step", &HotPath::inStep)
         .def_readwrite("after_step", &HotPath::afterStep)
         .def("close_scopes", &HotPath::closeScopes)
+        .def("on_stack", &HotPath::onStack)
         .def("set_loss", &HotPath::setLoss)
         .def("begin_step", &HotPath::beginStep)
         .def("end_step", &HotPath::endStep)

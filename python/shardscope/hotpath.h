@@ -117,6 +117,7 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     void endStep(double loss);
     std::size_t depth() const { return m_stack.size(); }
     py::object top() const;      // the innermost module, or None
+    bool onStack(py::handle module) const; // module's scope is open
     py::object topEntry() const; // (module, phase number), or None
 
     // A parameter clients see (bytes: what a gather of it moves); its active sub-modules are

@@ -23,6 +23,7 @@
 #include "hotpath.h"
 #include "server/finishonsignal.h"
 #include "server/inspector.h"
+#include "state/severity.h"
 #include "state/shape.h"
 #include "state/violationledger.h"
 #include "wire/endpoint.h"
@@ -72,7 +73,8 @@ state::AccessUse accessUseFrom(const std::string &u)
     if (u == "read") return state::AccessUse::Read;
     if (u == "write") return state::AccessUse::Write;
     if (u == "grad") return state::AccessUse::NeedsGrad;
-    throw std::invalid_argument("unknown access use '" + u + "' (read, write, grad)");
+    if (u == "attribute") return state::AccessUse::Attribute; // no values read: severity info
+    throw std::invalid_argument("unknown access use '" + u + "' (read, write, grad, attribute)");
 }
 
 DType dtypeFrom(const std::string &d)
@@ -258,6 +260,21 @@ PYBIND11_MODULE(_native, module)
             return std::vector<std::string>(kViolationKindNames.begin(), kViolationKindNames.end());
         },
         "Every violation kind's name (docs/snapshot.md), in the order of their values");
+    module.def(
+        "severities",
+        [] { return std::vector<std::string>(kSeverityNames.begin(), kSeverityNames.end()); },
+        "Every severity's name, worst first (docs/snapshot.md, a violation's `severity`)");
+    module.def(
+        "severity_of",
+        [](const std::string &kind, const std::string &action, const std::string &read) {
+            return std::string(severityName(state::severityOf(
+                fromName(kind, violationKindFromName, kViolationKindNames, "violation kind"),
+                actionFrom(action),
+                fromName(read, violationReadFromName, kViolationReadNames, "read"))));
+        },
+        py::arg("kind"), py::arg("action"), py::arg("read") = "values",
+        "A violation's severity by the one rule (engine/state/severity.h): 'error', 'cost' or "
+        "'info'");
 
     py::class_<Agent>(module, "Agent")
         .def(py::init<const std::string &, int, int, const std::string &, bool, const std::string &,
@@ -359,16 +376,21 @@ PYBIND11_MODULE(_native, module)
             [](Agent &a, std::optional<std::uint32_t> accessor, std::uint32_t p,
                const std::string &action, const std::string &use,
                const PyLocation &location,
-               const std::string &building, const std::string &paramCode) {
+               const std::string &building, const std::string &paramCode,
+               std::optional<int> statusAtRead) {
                 const state::SourceLocation where = locationFrom(location);
+                std::optional<ParamStatus> status;
+                if (statusAtRead) status = statusFrom(*statusAtRead);
                 const state::ViolationText t = a.state().unregisteredAccess(
                     moduleFrom(accessor), p, actionFrom(action), accessUseFrom(use), where,
-                    building, paramCode);
+                    building, paramCode, status);
                 return py::make_tuple(t.message, t.fix);
             },
             py::arg("accessor"), py::arg("param"), py::arg("action"), py::arg("use") = "read",
             py::arg("location") = py::none(), py::arg("building") = "",
-            py::arg("param_code") = "")
+            py::arg("param_code") = "", py::arg("status_at_read") = py::none(),
+            "Records an unregistered access; use 'attribute' for a read of attributes only "
+            "(severity info); status_at_read: its status when it was read (0-2), if not now")
         .def("complete_build_names",
              [](Agent &a, const std::map<std::uint32_t, std::uint32_t> &moved) {
                  std::map<ModuleId, ModuleId> m;

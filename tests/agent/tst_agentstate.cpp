@@ -201,6 +201,55 @@ class TestAgentState : public QObject
         s.setEventSink(nullptr);
     }
 
+    // T5's `self.wo.weight.dtype` in DeepSpeed's forward: recorded after DeepSpeed gathered
+    // the weight (status at the read given), as an attribute read: information, no fix, its
+    // event saying so in u1; a read of the values beside it stays a cost, and a recorded
+    // one an error.
+    void attributeReadsAreInformation()
+    {
+        agent::AgentState s(agent::AgentConfig{});
+        Recorder rec;
+        s.setEventSink(&rec);
+        const ModuleId ff = s.ensureModule("encoder.block.0.layer.1.DenseReluDense",
+                                           "T5DenseActDense");
+        const ModuleId wo = s.ensureModule("encoder.block.0.layer.1.DenseReluDense.wo", "Linear");
+        s.setParam(param(0, "encoder.block.0.layer.1.DenseReluDense.wo.weight", wo));
+        s.setParam(param(1, "shared.weight", wo));
+        s.setStatuses({{0, ParamStatus::Available}});
+        s.stepBegin();
+        const state::SourceLocation at{"/w/train.py", 40, "main", {}};
+        const state::ViolationText t =
+            s.unregisteredAccess(ff, 0, GuardAction::AutoRegistered, state::AccessUse::Attribute,
+                                 at, {}, {}, ParamStatus::NotAvailable);
+        QVERIFY(t.fix.empty());
+        QVERIFY2(t.message.find("read only attributes of "
+                                "`encoder.block.0.layer.1.DenseReluDense.wo.weight`") !=
+                     std::string::npos,
+                 t.message.c_str());
+        QVERIFY2(t.message.find("no values") != std::string::npos, t.message.c_str());
+        QVERIFY2(t.message.find("NOT_AVAILABLE") != std::string::npos, t.message.c_str());
+        s.unregisteredAccess(ff, 1, GuardAction::AutoRegistered, state::AccessUse::Read,
+                             {"/w/train.py", 41, "main", {}});
+        s.unregisteredAccess(kNoModule, 1, GuardAction::Recorded, state::AccessUse::Read,
+                             {"/w/train.py", 50, "main", {}});
+        const state::EngineState st = s.state();
+        QCOMPARE(st.violations.size(), std::size_t(3));
+        QCOMPARE(st.violations[0].read, ViolationRead::Attribute);
+        QCOMPARE(st.violations[0].severity, Severity::Info);
+        QCOMPARE(st.violations[0].status, ParamStatus::NotAvailable); // as read, not as now
+        QCOMPARE(st.violations[1].read, ViolationRead::Values);
+        QCOMPARE(st.violations[1].severity, Severity::Cost);
+        QCOMPARE(st.violations[2].severity, Severity::Error);
+        std::vector<telemetry::AccessFields> accesses;
+        for (const telemetry::Event &e : rec.events)
+            if (e.type == EventType::UnregisteredAccess) accesses.push_back(telemetry::readAccess(e));
+        QCOMPARE(accesses.size(), std::size_t(3));
+        QCOMPARE(accesses[0].read, ViolationRead::Attribute);
+        QCOMPARE(accesses[0].status, ParamStatus::NotAvailable);
+        QCOMPARE(accesses[1].read, ViolationRead::Values);
+        s.setEventSink(nullptr);
+    }
+
     // The FSDP2 agent's state (shardscope.fsdp): its dialect, and tied weights in two groups
     // recorded in the state (no event kind carries them).
     void violationsInFsdpWords()

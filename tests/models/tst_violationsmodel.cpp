@@ -5,6 +5,7 @@
 #include <QSortFilterProxyModel>
 #include <QTest>
 
+#include "models/severitycolor.h"
 #include "models/violationsmodel.h"
 #include "session/sessionstore.h"
 #include "syntheticstate.h"
@@ -20,7 +21,72 @@ class TestViolationsModel : public QObject
     void csv();
     void oneRowPerSourceLocation();
     void lateAttachTimesCountFromTheFirstViolation();
+    void severityIsAColumnAndAColour();
 };
+
+// Each row shows its severity (state/severity.h) in a column of its own, and the kind and
+// severity in its colour: a read of attributes only (T5's `.dtype`, sent live with the
+// event's read flag) is information in grey, a read DeepSpeed gathered a cost in amber, a
+// read that crashes an error in red. Sorting by the column puts errors first.
+void TestViolationsModel::severityIsAColumnAndAColour()
+{
+    session::SessionStore store;
+    models::ViolationsModel model(&store);
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QSortFilterProxyModel proxy;
+    proxy.setSourceModel(&model);
+    proxy.setSortRole(models::ViolationsModel::SortRole);
+    proxy.sort(models::ViolationsModel::Severity, Qt::AscendingOrder);
+    QAbstractItemModelTester proxyTester(&proxy,
+                                         QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QCOMPARE(model.headerData(models::ViolationsModel::Severity, Qt::Horizontal).toString(),
+             QStringLiteral("Severity"));
+    store.applyState(smallState());
+    store.flush();
+    auto access = [](std::uint64_t ts, ModuleId accessor, GuardAction action, ViolationRead read) {
+        return eventAt(ts, 0,
+                       telemetry::makeUnregisteredAccess({.accessor = accessor,
+                                                          .param = 0,
+                                                          .owner = 1,
+                                                          .status = ParamStatus::NotAvailable,
+                                                          .action = action,
+                                                          .read = read}));
+    };
+    store.appendEvents(std::vector<telemetry::Event>{
+                           access(100, 7, GuardAction::AutoRegistered, ViolationRead::Attribute),
+                           access(200, 8, GuardAction::AutoRegistered, ViolationRead::Values),
+                           access(300, kNoModule, GuardAction::Recorded, ViolationRead::Values)},
+                       false);
+    store.flush();
+    QCOMPARE(model.rowCount(), 3);
+    const QStringList expected{"info", "cost", "error"};
+    const QList<QColor> colours{models::severityColor(Severity::Info),
+                                models::severityColor(Severity::Cost),
+                                models::severityColor(Severity::Error)};
+    for (int r = 0; r < 3; ++r) {
+        QCOMPARE(model.index(r, models::ViolationsModel::Severity).data().toString(), expected[r]);
+        QCOMPARE(model.index(r, models::ViolationsModel::Severity).data(Qt::ForegroundRole).value<QColor>(),
+                 colours[r]);
+        QCOMPARE(model.index(r, models::ViolationsModel::Kind).data(Qt::ForegroundRole).value<QColor>(),
+                 colours[r]);
+        QCOMPARE(model.index(r, 0).data(models::ViolationsModel::SeverityRole).toInt(), 2 - r);
+    }
+    QVERIFY(colours[0] != colours[2] && colours[1] != colours[2] && colours[0] != colours[1]);
+    // The attribute read's words: no values, nothing to fix; its tooltip says what info means.
+    const QString tip = model.index(0, models::ViolationsModel::Kind).data(Qt::ToolTipRole).toString();
+    QVERIFY2(tip.contains(QStringLiteral("read only attributes")), qPrintable(tip));
+    QVERIFY2(tip.contains(QStringLiteral("info: no values were read")), qPrintable(tip));
+    QVERIFY(model.index(0, 0).data(models::ViolationsModel::FixRole).toString().isEmpty());
+    QVERIFY2(model.index(2, 0).data(Qt::ToolTipRole).toString().contains(QStringLiteral("error: ")),
+             qPrintable(model.index(2, 0).data(Qt::ToolTipRole).toString()));
+    // Errors first.
+    QCOMPARE(proxy.index(0, models::ViolationsModel::Severity).data().toString(), QStringLiteral("error"));
+    QCOMPARE(proxy.index(2, models::ViolationsModel::Severity).data().toString(), QStringLiteral("info"));
+    // The tree colours a module by its worst: lm_head (7) has only the attribute read.
+    QCOMPARE(store.moduleSeverity(7), std::optional<Severity>(Severity::Info));
+    QCOMPARE(store.moduleSeverity(1), std::optional<Severity>(Severity::Error)); // the owner
+    QCOMPARE(store.paramSeverity(0), std::optional<Severity>(Severity::Error));
+}
 
 void TestViolationsModel::rowsAppearAndCount()
 {
@@ -95,12 +161,12 @@ void TestViolationsModel::csv()
     QCOMPARE(
         lines[0],
         QStringLiteral(
-            "time_ns,step,last_step,ranks,kind,accessor,parameter,owner,status,action,count,fix,"
-            "location,function"));
+            "time_ns,step,last_step,ranks,kind,severity,accessor,parameter,owner,status,action,"
+            "count,fix,location,function"));
     QCOMPARE(lines[1],
              QStringLiteral(
                  "100,1,1,\"0, "
-                 "2\",unregistered_access,lm_head,embed.weight,embed,NOT_AVAILABLE,gathered,2,"
+                 "2\",unregistered_access,cost,lm_head,embed.weight,embed,NOT_AVAILABLE,gathered,2,"
                  "\"register_external_parameter(lm_head, embed.weight)\",,"));
 }
 

@@ -4,6 +4,7 @@
 
 #include <QtTest>
 
+#include "state/severity.h"
 #include "state/violationledger.h"
 
 using namespace shardscope;
@@ -43,7 +44,81 @@ class TestViolationLedger : public QObject
     void provisionalWordsAreReplacedOnceAndFinalOnesKept();
     void recordsAreOnePerRowAndRank();
     void eachSourceLocationIsARowAndUnlocatedSightingsJoinOne();
+    void severityFollowsKindActionAndRead();
+    void theLedgerGivesEachRowItsSeverity();
 };
+
+// What each kind costs the run: the one rule (state/severity.h) every consumer shows.
+void TestViolationLedger::severityFollowsKindActionAndRead()
+{
+    using state::severityOf;
+    const auto values = ViolationRead::Values, attribute = ViolationRead::Attribute;
+    // An unregistered read of the values that raised or was only recorded crashes (DeepSpeed's
+    // empty placeholder) or computes on a shard: an error.
+    QCOMPARE(severityOf(ViolationKind::UnregisteredAccess, GuardAction::Raised, values), Severity::Error);
+    QCOMPARE(severityOf(ViolationKind::UnregisteredAccess, GuardAction::Recorded, values), Severity::Error);
+    // Gathered for it (the guard's warn, DeepSpeed's automatic registration): right, but a cost.
+    QCOMPARE(severityOf(ViolationKind::UnregisteredAccess, GuardAction::Gathered, values), Severity::Cost);
+    QCOMPARE(severityOf(ViolationKind::UnregisteredAccess, GuardAction::AutoRegistered, values),
+             Severity::Cost);
+    // Attributes only (T5's `self.wo.weight.dtype`): information, whatever was done for it.
+    for (GuardAction a : {GuardAction::Raised, GuardAction::Gathered, GuardAction::AutoRegistered,
+                          GuardAction::Recorded})
+        QCOMPARE(severityOf(ViolationKind::UnregisteredAccess, a, attribute), Severity::Info);
+    QCOMPARE(severityOf(ViolationKind::TraceInvalidated, GuardAction::Recorded, values), Severity::Cost);
+    for (ViolationKind k : {ViolationKind::LateParameter, ViolationKind::GatheredWriteWithoutModifier,
+                            ViolationKind::TiedAcrossGroups, ViolationKind::BackwardUnfinished})
+        QCOMPARE(severityOf(k, GuardAction::Recorded, values), Severity::Error);
+    // Every kind has one, named in base/names.h.
+    for (std::size_t k = 0; k < kViolationKindNames.size(); ++k)
+        QVERIFY(!severityName(severityOf(ViolationKind(k), GuardAction::Recorded)).empty());
+    QCOMPARE(severityName(Severity::Info), std::string_view("info"));
+    QCOMPARE(severityFromName("cost"), std::optional<Severity>(Severity::Cost));
+}
+
+// A producer never sets a severity: the ledger gives the row the rule's, from what it counts,
+// and a row that read attributes only becomes a values read at its first sighting that reads
+// the values (with that sighting's words).
+void TestViolationLedger::theLedgerGivesEachRowItsSeverity()
+{
+    state::ViolationLedger ledger;
+    state::ViolationRecord attr = sighting(0, 1, 100);
+    attr.action = GuardAction::AutoRegistered;
+    attr.read = ViolationRead::Attribute;
+    attr.severity = Severity::Error; // what a producer left there is not read
+    attr.message = "read only attributes";
+    attr.fix.clear();
+    ledger.add(attr, state::Tally::Add);
+    QCOMPARE(ledger.rows()[0].severity, Severity::Info);
+    QCOMPARE(ledger.records()[0].severity, Severity::Info);
+    QCOMPARE(ledger.records()[0].read, ViolationRead::Attribute);
+    // Another rank's attribute read: still information.
+    attr.rank = 1;
+    ledger.add(attr, state::Tally::Add);
+    QCOMPARE(ledger.rows()[0].severity, Severity::Info);
+
+    state::ViolationRecord values = sighting(0, 2, 200);
+    values.action = GuardAction::AutoRegistered;
+    const auto added = ledger.add(values, state::Tally::Add);
+    QVERIFY(added.changed);
+    QCOMPARE(ledger.size(), std::size_t(1));
+    const state::ViolationRow &row = ledger.rows()[0];
+    QCOMPARE(row.read, ViolationRead::Values);
+    QCOMPARE(row.severity, Severity::Cost);
+    QCOMPARE(row.message, values.message);
+    QCOMPARE(row.fix, values.fix);
+    for (const state::ViolationRecord &r : ledger.records())
+        QCOMPARE(r.severity, Severity::Cost);
+    // and it stays one: a later attribute read does not make it information again.
+    attr.rank = 0;
+    ledger.add(attr, state::Tally::Add);
+    QCOMPARE(ledger.rows()[0].severity, Severity::Cost);
+
+    // The action as last seen decides: the guard raising it makes it an error.
+    values.action = GuardAction::Raised;
+    ledger.add(values, state::Tally::Add);
+    QCOMPARE(ledger.rows()[0].severity, Severity::Error);
+}
 
 void TestViolationLedger::eachSourceLocationIsARowAndUnlocatedSightingsJoinOne()
 {

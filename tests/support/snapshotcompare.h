@@ -76,6 +76,8 @@ inline void compareStates(const state::EngineState &a, const state::EngineState 
         QCOMPARE(v.owner, w.owner);
         QCOMPARE(v.status, w.status);
         QCOMPARE(v.action, w.action);
+        QCOMPARE(v.read, w.read);
+        QCOMPARE(v.severity, w.severity);
         QCOMPARE(v.count, w.count);
         QCOMPARE(v.tsNs, w.tsNs);
         QCOMPARE(v.fix, w.fix);

@@ -165,6 +165,15 @@ inline std::vector<std::string> snapshotSchemaProblems(const nlohmann::json &j)
             check(l, "violations[].location", "chain", Arr);
         }
         if (v.contains("building")) check(v, "violations[]", "building", Str);
+        // Written by this release; a snapshot of an earlier one has neither.
+        if (v.contains("severity")) {
+            check(v, "violations[]", "severity", Str);
+            const std::string sev = v["severity"].is_string() ? v["severity"].get<std::string>() : "";
+            if (sev != "error" && sev != "cost" && sev != "info")
+                problems.push_back("violations[].severity is not error, cost or info");
+        }
+        if (v.contains("read") && v["read"] != "values" && v["read"] != "attribute")
+            problems.push_back("violations[].read is not values or attribute");
     }
     if (j["events"].is_object()) {
         const json &c = j["events"];

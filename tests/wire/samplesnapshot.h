@@ -2,6 +2,7 @@
 // A snapshot that uses every field of the schema and one event of every type, for the
 // codec round trips and as the seed of the robustness tests.
 
+#include "state/severity.h"
 #include "state/state.h"
 #include "telemetry/event.h"
 #include "wire/messages.h"
@@ -132,7 +133,17 @@ inline wire::Snapshot sampleSnapshot()
     state::ViolationRecord gw = v;
     gw.kind = ViolationKind::GatheredWriteWithoutModifier;
     gw.action = GuardAction::AutoRegistered;
-    st.violations = {v, late, trace, gw};
+    // T5's `self.wo.weight.dtype`: an attribute read, information only.
+    state::ViolationRecord attr = v;
+    attr.action = GuardAction::AutoRegistered;
+    attr.read = ViolationRead::Attribute;
+    attr.location.line = 43;
+    attr.fix.clear();
+    attr.building.clear();
+    st.violations = {v, late, trace, gw, attr};
+    // Severities as the ledger writes them (state/severity.h).
+    for (state::ViolationRecord &r : st.violations)
+        r.severity = state::severityOf(r.kind, r.action, r.read);
     s.events = everyEventType();
     s.droppedEvents = 17;
     return s;

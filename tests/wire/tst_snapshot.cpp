@@ -48,6 +48,7 @@ class TestSnapshot : public QObject
     void statusIsOneLetterPerRank();
     void versionOneDocumentsAreStillRead();
     void versionTwoEventsAreStillRead();
+    void severityIsWrittenAndDerivedForOlderSnapshots();
     void nestingLimitIsThirtyTwoLevels();
     void fileWriteIsAtomicAndReadable();
     void killedWriterLeavesNoTemporaryFile();
@@ -315,6 +316,60 @@ void TestSnapshot::versionOneDocumentsAreStillRead()
     r = decodeSnapshot(bad.dump());
     QVERIFY(!r.ok());
     QVERIFY2(r.error().find("params[0].status: expected an array") != std::string::npos,
+             r.error().c_str());
+}
+
+// Each violation carries its severity (and an attribute read says so); a snapshot written
+// before severities existed still opens, each violation given the one rule's severity.
+void TestSnapshot::severityIsWrittenAndDerivedForOlderSnapshots()
+{
+    const Snapshot s = test::sampleSnapshot();
+    auto j = nlohmann::json::parse(encodeSnapshot(s));
+    const auto &v = j["violations"];
+    QCOMPARE(v[0]["severity"].get<std::string>(), std::string("cost"));  // gathered for it
+    QCOMPARE(v[1]["severity"].get<std::string>(), std::string("error")); // late_parameter
+    QCOMPARE(v[2]["severity"].get<std::string>(), std::string("cost"));  // trace_invalidated
+    QCOMPARE(v[3]["severity"].get<std::string>(), std::string("error")); // write without modifier
+    QCOMPARE(v[4]["severity"].get<std::string>(), std::string("info"));  // T5's .dtype
+    QCOMPARE(v[4]["read"].get<std::string>(), std::string("attribute"));
+    QVERIFY(!v[0].contains("read")); // a read of the values: the default, not written
+    const auto round = decodeSnapshot(j.dump());
+    QVERIFY2(round.ok(), round.error().c_str());
+    QCOMPARE(round->state.violations[4].read, ViolationRead::Attribute);
+    QCOMPARE(round->state.violations[4].severity, Severity::Info);
+
+    // An earlier release's snapshot: neither member. Each severity comes from its kind and
+    // action; an unregistered access that raised is an error.
+    auto old = j;
+    for (auto &e : old["violations"]) {
+        e.erase("severity");
+        e.erase("read");
+    }
+    old["violations"][0]["action"] = "error";
+    auto back = decodeSnapshot(old.dump());
+    QVERIFY2(back.ok(), back.error().c_str());
+    const std::vector<Severity> expected = {Severity::Error, Severity::Error, Severity::Cost,
+                                            Severity::Error, Severity::Cost};
+    QCOMPARE(back->state.violations.size(), expected.size());
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+        QCOMPARE(back->state.violations[i].severity, expected[i]);
+        QCOMPARE(back->state.violations[i].read, ViolationRead::Values);
+    }
+    QVERIFY(test::snapshotSchemaProblems(old).empty());
+    QVERIFY(test::snapshotSchemaProblems(j).empty());
+
+    // A value this build does not know is refused by name.
+    auto bad = j;
+    bad["violations"][0]["severity"] = "fatal";
+    auto r = decodeSnapshot(bad.dump());
+    QVERIFY(!r.ok());
+    QVERIFY2(r.error().find("violations[0].severity: unknown value \"fatal\"") != std::string::npos,
+             r.error().c_str());
+    bad = j;
+    bad["violations"][4]["read"] = "peek";
+    r = decodeSnapshot(bad.dump());
+    QVERIFY(!r.ok());
+    QVERIFY2(r.error().find("violations[4].read: unknown value \"peek\"") != std::string::npos,
              r.error().c_str());
 }
 

@@ -154,6 +154,7 @@ class TestStateBinary : public QObject
     void everyTruncationIsACleanError();
     void corruptFieldsAreNamed();
     void unitsTravelInLayout3AndLayout2StillDecodes();
+    void severityTravelsInLayout4AndLayout3StillDecodes();
     void locationsTravelInLayout2AndLayout1StillDecodes();
     void referencesCannotMultiplyTheMemory();
     void randomDamageNeverCrashes();
@@ -290,8 +291,8 @@ void TestStateBinary::corruptFieldsAreNamed()
     const Offsets o = offsetsOf(good);
 
     expectError(patched(good, 0, std::uint32_t(0x42545354)), "does not start with \"SSTB\"");
-    expectError(patched(good, 4, std::uint16_t(4)),
-                "layout 4 is not supported; this build reads layouts 1 to 3");
+    expectError(patched(good, 4, std::uint16_t(5)),
+                "layout 5 is not supported; this build reads layouts 1 to 4");
     expectError(patched(good, 6, std::uint16_t(1)), "reserved bytes 6-7 are not 0");
     expectError(patched(good, countOffset(kWorld), std::uint32_t(0)), "world_size: 0 is outside 1 to 65536");
     expectError(patched(good, countOffset(kWorld), std::uint32_t(65537)), "outside 1 to 65536");
@@ -326,10 +327,15 @@ void TestStateBinary::corruptFieldsAreNamed()
     expectError(patched(good, o.activeModules + 4, std::uint32_t(1)), "module 1 is listed twice");
     // The last event's type.
     expectError(patched(good, good.size() - 48 + 14, std::uint8_t(200)), "events[1]: unknown event type 200");
-    // Layout 3's unit and placement columns come last before the events: 12 bytes a module,
-    // 4 a parameter.
+    // Layout 4's severity and read columns come last before the events, a byte each per
+    // violation; before them layout 3's unit and placement columns: 12 bytes a module, 4 a
+    // parameter.
     const std::size_t M = s.state.modules.size(), P = s.state.params.size();
-    const std::size_t units = good.size() - 2 * 48 - 12 * M - 4 * P;
+    const std::size_t severities = good.size() - 2 * 48 - 2 * s.state.violations.size();
+    const std::size_t units = severities - 12 * M - 4 * P;
+    expectError(patched(good, severities, std::uint8_t(3)), "violations[0].severity: value 3");
+    expectError(patched(good, severities + s.state.violations.size(), std::uint8_t(2)),
+                "violations[0].read: value 2");
     // The violations' counts: the first kind byte is right after the parameters' columns.
     const std::size_t violations = units - (55 + 20) * s.state.violations.size();
     expectError(patched(good, violations, std::uint8_t(5)), "violations[0].kind: value 5");
@@ -364,10 +370,13 @@ void TestStateBinary::corruptFieldsAreNamed()
 void TestStateBinary::unitsTravelInLayout3AndLayout2StillDecodes()
 {
     const Snapshot s = test::sampleSnapshot();
-    const auto three = decodeBinaryState(encodeBinaryState(s));
+    const auto three = decodeBinaryState(encodeBinaryState(s, 3));
     QVERIFY2(three.ok(), three.error().c_str());
-    QCOMPARE(readAt<std::uint16_t>(encodeBinaryState(s), 4), std::uint16_t(3));
-    test::compareSnapshots(*three, s);
+    QCOMPARE(readAt<std::uint16_t>(encodeBinaryState(s, 3), 4), std::uint16_t(3));
+    Snapshot withoutReads = s; // layout 3 cannot say a read touched attributes only
+    withoutReads.state.violations[4].read = ViolationRead::Values;
+    withoutReads.state.violations[4].severity = Severity::Cost;
+    test::compareSnapshots(*three, withoutReads);
     QCOMPARE(three->state.modules[2].unitGroup, ModuleId(1));
     QCOMPARE(three->state.params[0].placements, std::string("(Replicate(), Shard(0))"));
     // A client that listed "state_binary_2" but not "state_binary_3" gets layout 2: the same
@@ -388,7 +397,38 @@ void TestStateBinary::unitsTravelInLayout3AndLayout2StillDecodes()
     QCOMPARE(binaryLayoutOf({"state_binary", "state_binary_2"}), std::uint16_t(2));
     QCOMPARE(binaryLayoutOf({"state_binary_3", "state_binary", "state_binary_2"}), std::uint16_t(3));
     QCOMPARE(binaryLayoutOf({"state_binary_3"}), std::uint16_t(0)); // no "state_binary": JSON
+    QCOMPARE(binaryLayoutOf({"state_binary", "state_binary_2", "state_binary_3", "state_binary_4"}),
+             std::uint16_t(4));
     QCOMPARE(binaryLayoutOf(Hello{}.capabilities), kBinaryStateLayout);
+}
+
+// Layout 4 carries each violation's severity and read; a client that did not list
+// "state_binary_4" gets layout 3, from which a reader gives each the one rule's severity
+// (the attribute read, which layout 3 cannot say, reads as a read of the values).
+void TestStateBinary::severityTravelsInLayout4AndLayout3StillDecodes()
+{
+    const Snapshot s = test::sampleSnapshot();
+    const std::string fourBytes = encodeBinaryState(s);
+    QCOMPARE(readAt<std::uint16_t>(fourBytes, 4), std::uint16_t(4));
+    const auto four = decodeBinaryState(fourBytes);
+    QVERIFY2(four.ok(), four.error().c_str());
+    test::compareSnapshots(*four, s);
+    QCOMPARE(four->state.violations[4].read, ViolationRead::Attribute);
+    QCOMPARE(four->state.violations[4].severity, Severity::Info);
+    QCOMPARE(four->state.violations[1].severity, Severity::Error);
+    QCOMPARE(four->state.violations[0].severity, Severity::Cost);
+    // Against the JSON of the same state, field by field.
+    const auto json = decodeSnapshot(encodeSnapshot(s));
+    QVERIFY2(json.ok(), json.error().c_str());
+    test::compareSnapshots(*four, *json);
+
+    const auto three = decodeBinaryState(encodeBinaryState(s, 3));
+    QVERIFY2(three.ok(), three.error().c_str());
+    QCOMPARE(three->state.violations.size(), s.state.violations.size());
+    for (std::size_t i = 0; i < 4; ++i)
+        QCOMPARE(three->state.violations[i].severity, s.state.violations[i].severity);
+    QCOMPARE(three->state.violations[4].read, ViolationRead::Values);
+    QCOMPARE(three->state.violations[4].severity, Severity::Cost); // auto_registered values read
 }
 
 void TestStateBinary::locationsTravelInLayout2AndLayout1StillDecodes()

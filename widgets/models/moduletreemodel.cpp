@@ -9,6 +9,7 @@
 
 #include "base/hugepages.h"
 #include "state/partition.h"
+#include "models/severitycolor.h"
 #include "session/labels.h"
 
 namespace shardscope::models {
@@ -575,10 +576,13 @@ QVariant ModuleTreeModel::data(const QModelIndex &index, int role) const
         if (isNumericColumn(index.column())) return QVariant(Qt::AlignRight | Qt::AlignVCenter);
         return {};
     case Qt::ForegroundRole: {
-        const std::uint64_t v = node.kind == ModuleNode ? m_store->moduleViolations(node.id)
-                                                        : m_store->paramViolations(node.id);
-        if (v && (index.column() == Name || index.column() == Violations))
-            return QColor(0xc0, 0x10, 0x10);
+        // Coloured by the worst severity of its violations: a module with only an attribute
+        // read (T5's `.dtype`) is not drawn as one that crashes.
+        const std::optional<Severity> worst = node.kind == ModuleNode
+                                                  ? m_store->moduleSeverity(node.id)
+                                                  : m_store->paramSeverity(node.id);
+        if (worst && (index.column() == Name || index.column() == Violations))
+            return severityColor(*worst);
         if (node.kind == ExternalNode) return QColor(0x20, 0x50, 0xa0);
         return {};
     }

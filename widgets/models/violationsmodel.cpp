@@ -3,7 +3,9 @@
 #include <QColor>
 #include <QFileInfo>
 
+#include "models/severitycolor.h"
 #include "session/labels.h"
+#include "state/violationtext.h"
 
 namespace shardscope::models {
 
@@ -49,6 +51,8 @@ QVariant ViolationsModel::displayValue(const state::ViolationRow &g, int column)
         return g.rankMask() ? session::labels::ranks(g.rankMask()) : QString::number(g.firstRank);
     case Kind:
         return session::labels::kind(g.kind);
+    case Severity:
+        return session::labels::severity(g.severity);
     case Accessor:
         return m_store->modulePath(g.accessor);
     case Parameter:
@@ -80,7 +84,8 @@ QVariant ViolationsModel::data(const QModelIndex &index, int role) const
     case Qt::DisplayRole:
         return displayValue(*g, index.column());
     case Qt::ToolTipRole: {
-        QString tip = QString::fromStdString(g->message);
+        QString tip = QString::fromStdString(g->message) + QLatin1Char('\n') +
+                      QString::fromLatin1(state::severityMeaning(g->severity));
         if (!g->fix.empty()) tip += QStringLiteral("\nfix: ") + QString::fromStdString(g->fix);
         if (g->location.known()) {
             tip += QStringLiteral("\nat ") + QString::fromStdString(g->location.fileLine()) +
@@ -93,7 +98,9 @@ QVariant ViolationsModel::data(const QModelIndex &index, int role) const
         return tip;
     }
     case Qt::ForegroundRole:
-        return index.column() == Kind ? QVariant(QColor(0xc0, 0x10, 0x10)) : QVariant();
+        return index.column() == Kind || index.column() == Severity
+                   ? QVariant(severityColor(g->severity))
+                   : QVariant();
     case Qt::TextAlignmentRole:
         return index.column() == Count ? QVariant(Qt::AlignRight | Qt::AlignVCenter) : QVariant();
     case ParamIdRole:
@@ -106,6 +113,8 @@ QVariant ViolationsModel::data(const QModelIndex &index, int role) const
         return QString::fromStdString(g->message);
     case LocationRole:
         return QString::fromStdString(g->location.fileLine());
+    case SeverityRole:
+        return int(g->severity);
     case SortRole:
         switch (index.column()) {
         case Time:
@@ -116,6 +125,8 @@ QVariant ViolationsModel::data(const QModelIndex &index, int role) const
             return g->firstRank;
         case Count:
             return qulonglong(g->count);
+        case Severity: // errors first in ascending order
+            return int(g->severity);
         default:
             return displayValue(*g, index.column());
         }
@@ -127,9 +138,10 @@ QVariant ViolationsModel::data(const QModelIndex &index, int role) const
 QVariant ViolationsModel::headerData(int section, Qt::Orientation orientation, int role) const
 {
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
-    static const char *names[] = {"Time",      "Step",  "Rank",   "Kind",   "Accessor",
-                                  "Parameter", "Owner", "Status", "Action", "Count",
-                                  "Location"};
+    static const char *names[] = {"Time",   "Step",   "Rank",  "Kind",
+                                  "Severity", "Accessor", "Parameter", "Owner",
+                                  "Status", "Action", "Count", "Location"};
+    static_assert(std::size(names) == ColumnCount);
     return section >= 0 && section < ColumnCount ? QString::fromLatin1(names[section]) : QVariant();
 }
 
@@ -163,14 +175,15 @@ QByteArray ViolationsModel::toCsv() const
     };
     QStringList lines;
     lines << QStringLiteral(
-        "time_ns,step,last_step,ranks,kind,accessor,parameter,owner,status,action,count,fix,"
-        "location,function");
+        "time_ns,step,last_step,ranks,kind,severity,accessor,parameter,owner,status,action,count,"
+        "fix,location,function");
     for (int r = 0; r < m_rows; ++r) {
         const state::ViolationRow &g = *group(r);
         QStringList f;
         f << QString::number(g.firstTsNs) << QString::number(g.firstStep)
           << QString::number(g.lastStep) << quote(displayValue(g, Rank).toString())
-          << session::labels::kind(g.kind) << quote(m_store->modulePath(g.accessor))
+          << session::labels::kind(g.kind) << session::labels::severity(g.severity)
+          << quote(m_store->modulePath(g.accessor))
           << quote(g.param == kNoParam ? QString() : m_store->paramName(g.param))
           << quote(m_store->modulePath(g.owner)) << session::labels::status(g.status)
           << session::labels::action(g.action) << QString::number(g.count)

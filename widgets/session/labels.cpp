@@ -25,6 +25,10 @@ QString kind(ViolationKind k)
 {
     return name(violationKindName(k));
 }
+QString severity(Severity s)
+{
+    return name(severityName(s));
+}
 QString dtype(DType t)
 {
     return name(dtypeName(t));

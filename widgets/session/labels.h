@@ -13,6 +13,7 @@ namespace shardscope::session::labels {
 QString status(ParamStatus s);
 QString action(GuardAction a);
 QString kind(ViolationKind k);
+QString severity(Severity s); // "error", "cost", "info"
 QString dtype(DType t);
 QString reason(FetchReason r);
 QString phase(Phase p);

@@ -88,6 +88,8 @@ class SessionStore : public QObject
     }
     std::uint64_t paramViolations(ParamId id) const { return m_core.paramViolations(id); }
     std::uint64_t moduleViolations(ModuleId id) const { return m_core.moduleViolations(id); }
+    std::optional<Severity> paramSeverity(ParamId id) const { return m_core.paramSeverity(id); }
+    std::optional<Severity> moduleSeverity(ModuleId id) const { return m_core.moduleSeverity(id); }
 
     const std::vector<state::ViolationRow> &violationGroups() const
     {

@@ -9,6 +9,7 @@
 #include <QLabel>
 #include <qcustomplot.h>
 
+#include "models/severitycolor.h"
 #include "state/shape.h"
 #include "session/labels.h"
 
@@ -155,7 +156,8 @@ class GatherLanesPlottable : public QCPAbstractPlottable
             const double yc = y->coordToPixel(b.rank);
             double x0 = x->coordToPixel(b.start);
             double x1 = x->coordToPixel(b.end);
-            const QColor c = GatherTimeline::kindColor(b.kind);
+            const QColor c = b.track == SpanTrack::Violation ? models::severityColor(b.severity)
+                                                             : GatherTimeline::kindColor(b.kind);
             if (b.track == SpanTrack::Violation) {
                 const double s = violationSize(laneH);
                 const double top = yc - laneH * 0.5 + 1;
@@ -221,6 +223,13 @@ GatherTimeline::GatherTimeline(QWidget *parent)
     QString legend;
     for (int k = 0; k < kSpanKindCount; ++k) {
         const SpanKind kind = SpanKind(k);
+        if (kind == SpanKind::Violation) { // a mark per severity, in the table's colours
+            for (Severity s : {Severity::Error, Severity::Cost, Severity::Info})
+                legend += QStringLiteral("<span style='color:%1'>&#9660;</span>")
+                              .arg(models::severityColor(s).name());
+            legend += QStringLiteral("&nbsp;%1 (error, cost, info)&nbsp;&nbsp; ").arg(kindName(kind));
+            continue;
+        }
         legend += QStringLiteral("<span style='color:%1'>%2</span>&nbsp;%3&nbsp;&nbsp; ")
                       .arg(kindColor(kind).name(),
                            kind == SpanKind::Violation ? QStringLiteral("&#9660;")

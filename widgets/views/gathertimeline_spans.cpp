@@ -1,5 +1,6 @@
 #include "views/gathertimeline_spans.h"
 
+#include "state/severity.h"
 #include "telemetry/eventfields.h"
 
 #include <algorithm>
@@ -111,8 +112,9 @@ void GatherSpans::append(std::span<const telemetry::Event> events)
             break;
         case EventType::UnregisteredAccess: {
             const telemetry::AccessFields f = telemetry::readAccess(ev);
-            add(rank, SpanTrack::Violation,
-                GatherSpan{t, t, f.param, f.accessor, SpanKind::Violation});
+            GatherSpan span{t, t, f.param, f.accessor, SpanKind::Violation};
+            span.severity = state::severityOf(ViolationKind::UnregisteredAccess, f.action, f.read);
+            add(rank, SpanTrack::Violation, span);
             break;
         }
         case EventType::GatheredWriteError:
@@ -289,12 +291,14 @@ void GatherSpans::blocks(int rank, SpanTrack t, double t0, double t1, double sec
             p.block.last = index + 1;
             ++p.block.count;
             ++p.kindCounts[int(s.kind)];
+            p.block.severity = std::min(p.block.severity, s.severity); // Error is the least
             p.block.selected = p.block.selected || selected;
             continue;
         }
         flush(p);
         p.block =
             TimelineBlock{rank, t, s.start, s.end, s.kind, 1, index, index + 1, selected, row};
+        p.block.severity = s.severity;
         std::fill(std::begin(p.kindCounts), std::end(p.kindCounts), 0);
         ++p.kindCounts[int(s.kind)];
         p.open = true;

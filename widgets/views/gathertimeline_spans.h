@@ -57,6 +57,7 @@ struct GatherSpan
     SpanKind kind = SpanKind::Forward;
     std::uint8_t row = 0; // fetch sub-row, < GatherSpans::kMaxFetchRows; 0 for marks
     std::uint32_t params = 0; // parameters a reduce-scatter reduced
+    Severity severity = Severity::Error; // a violation's (state/severity.h): its mark's colour
 };
 
 // One drawn block: a single span, or several sub-pixel spans merged into one.
@@ -72,6 +73,7 @@ struct TimelineBlock
     std::size_t last = 0;
     bool selected = false; // holds a parameter of the current selection
     int row = 0;           // fetch sub-row; blocks merge only spans of one row
+    Severity severity = Severity::Error; // violations: the worst among the merged spans
 };
 
 struct OpenFetch

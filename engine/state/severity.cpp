@@ -1,0 +1,24 @@
+#include "state/severity.h"
+
+namespace shardscope::state {
+
+Severity severityOf(ViolationKind kind, GuardAction action, ViolationRead read)
+{
+    switch (kind) {
+    case ViolationKind::UnregisteredAccess:
+        if (read == ViolationRead::Attribute) return Severity::Info;
+        return action == GuardAction::Gathered || action == GuardAction::AutoRegistered
+                   ? Severity::Cost
+                   : Severity::Error;
+    case ViolationKind::TraceInvalidated:
+        return Severity::Cost;
+    case ViolationKind::LateParameter:
+    case ViolationKind::GatheredWriteWithoutModifier:
+    case ViolationKind::TiedAcrossGroups:
+    case ViolationKind::BackwardUnfinished:
+        return Severity::Error;
+    }
+    return Severity::Error; // a kind this build does not know: shown as the worst
+}
+
+} // namespace shardscope::state
