@@ -158,7 +158,8 @@ void TestAppCli::openExportsAndScreenshot()
 
     QFile c(csv);
     QVERIFY(c.open(QIODevice::ReadOnly));
-    QVERIFY(c.readAll().contains("unregistered_access,lm_head,embed.weight,embed"));
+    const QByteArray rows = c.readAll();
+    QVERIFY2(rows.contains("unregistered_access,cost,lm_head,embed.weight,embed"), rows.constData());
 
     QImage image(png);
     QVERIFY(!image.isNull());

@@ -56,9 +56,14 @@ class DocChecker
         if (QFileInfo::exists(bin(QStringLiteral("shardscope-check"))))
             m_programs.insert(QStringLiteral("shardscope-check"),
                               {bin(QStringLiteral("shardscope-check")), help, true, {}});
+        // shardscope-run likewise: its options, then the user's script and the script's own.
+        if (QFileInfo::exists(bin(QStringLiteral("shardscope-run"))))
+            m_programs.insert(QStringLiteral("shardscope-run"),
+                              {bin(QStringLiteral("shardscope-run")), help, true, {}});
         m_programs.insert(QStringLiteral("scripts/launch"),
                           {script(QStringLiteral("launch")), help, true, {}});
-        for (const char *name : {"bench", "gpu-check", "gpu-bundle", "check-trace-in-chrome"})
+        for (const char *name :
+             {"bench", "gpu-check", "gpu-bundle", "check-trace-in-chrome", "wheel", "matrix"})
             m_programs.insert(QStringLiteral("scripts/") + QLatin1String(name),
                               {script(QLatin1String(name)), help, false, {}});
         // Options after scripts/demo go to the trainer; after scripts/test, to CTest.
@@ -66,7 +71,8 @@ class DocChecker
                           {{}, {}, false, QStringLiteral("shardscope-train")});
         m_programs.insert(QStringLiteral("scripts/test"), {m_ctest, help, false, {}});
         // Programs that take no flags: any flag a doc gives them is a finding.
-        for (const char *name : {"deps", "check-trace-for-perfetto", "chrome-trace-check.js"})
+        for (const char *name :
+             {"deps", "check-trace-for-perfetto", "chrome-trace-check.js", "package"})
             m_programs.insert(QStringLiteral("scripts/") + QLatin1String(name),
                               {{}, {}, false, {}});
     }
@@ -78,7 +84,8 @@ class DocChecker
         word.remove(QRegularExpression(QStringLiteral("^[\"'(\\[]+|[\"')\\],;:]+$")));
         for (const QString &name :
              {QStringLiteral("shardscope"), QStringLiteral("shardscope-train"),
-              QStringLiteral("shardscope-capture"), QStringLiteral("shardscope-check")})
+              QStringLiteral("shardscope-capture"), QStringLiteral("shardscope-check"),
+              QStringLiteral("shardscope-run")})
             if (m_programs.contains(name) &&
                 (word == name || word.endsWith(QStringLiteral("bin/") + name)))
                 return name;
@@ -430,7 +437,7 @@ void TestDocCommands::aFlagNoProgramHasIsFound()
         "shardscope-train --python-blocks-are-not-read\n"
         "```\n"
         "Then `scripts/demo --externals manual --guard nope-flag` or `shardscope-capture --lst`;\n"
-        "a job's id is `--job NAME` and `--linger` holds the end; `scripts/no-such-script`.\n");
+        "a job's id is `--job-id NAME` and `--linger` holds the end; `scripts/no-such-script`.\n");
     c.checkDocument(QStringLiteral("synthetic.md"), doc);
     const QString all = c.findings().join(QLatin1Char('\n'));
     QVERIFY2(c.findings().size() == 5, qPrintable(all));
@@ -441,7 +448,7 @@ void TestDocCommands::aFlagNoProgramHasIsFound()
              qPrintable(all));
     QVERIFY2(all.contains(QStringLiteral("synthetic.md:12: shardscope-capture has no flag --lst")),
              qPrintable(all));
-    QVERIFY2(all.contains(QStringLiteral("synthetic.md:13: --job is no flag of any")),
+    QVERIFY2(all.contains(QStringLiteral("synthetic.md:13: --job-id is no flag of any")),
              qPrintable(all));
     QVERIFY2(all.contains(QStringLiteral("synthetic.md:13: scripts/no-such-script does not exist")),
              qPrintable(all));
