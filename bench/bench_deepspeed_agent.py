@@ -36,6 +36,8 @@ import sys
 import tempfile
 import time
 
+from benchpackage import add_installed_argument, capture_command, package_env
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 LAUNCH = os.path.join(ROOT, "scripts", "launch")
@@ -78,7 +80,7 @@ def machine():
 
 
 def run(args, build, tmp, name, agent, profile=False, client=True, toggle=0, steps=None):
-    env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"), XDG_RUNTIME_DIR=tmp,
+    env = dict(package_env(args, build), XDG_RUNTIME_DIR=tmp,
                DS_ACCELERATOR="cpu", LOCAL_SIZE="2", OMP_NUM_THREADS="1",
                TORCH_EXTENSIONS_DIR=os.path.join(build, "torch-extensions",
                                                  versions()["deepspeed"]))
@@ -105,7 +107,7 @@ def run(args, build, tmp, name, agent, profile=False, client=True, toggle=0, ste
                     continue
                 if d.get("job", {}).get("ranks") == [0]:
                     capture = subprocess.Popen(
-                        [os.path.join(build, "bin", "shardscope-capture"), "--attach", d["endpoint"],
+                        [capture_command(args, build), "--attach", d["endpoint"],
                          "--seconds", "600", "--out", os.path.join(tmp, f"{name}.capture.json")],
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     break
@@ -150,6 +152,7 @@ def interval(logs):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    add_installed_argument(parser)
     parser.add_argument("--model", choices=sorted(EXAMPLES), default="t5")
     parser.add_argument("--layers", type=int, default=6, help="T5: encoder and decoder layers")
     parser.add_argument("--runs", type=int, default=3, help="runs of the step-by-step measure")

@@ -31,6 +31,8 @@ import sys
 import tempfile
 import time
 
+from benchpackage import add_installed_argument, capture_command, package_env
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 LAUNCH = os.path.join(ROOT, "scripts", "launch")
@@ -47,7 +49,7 @@ def t95(df):
 
 def one_run(args, out_dir, run):
     runtime = tempfile.mkdtemp(prefix="fsdpbench-rt-")
-    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.abspath(args.build), "python"),
+    env = dict(package_env(args, os.path.abspath(args.build)),
                XDG_RUNTIME_DIR=runtime, OMP_NUM_THREADS="1")
     timing = os.path.join(out_dir, f"run{run}.rank{{rank}}.jsonl")
     cmd = [LAUNCH, "-n", "2", sys.executable, EXAMPLE, "--layers", str(args.layers), "--hidden",
@@ -64,7 +66,7 @@ def one_run(args, out_dir, run):
                 continue
             if d.get("job", {}).get("ranks") == [0]:
                 capture = subprocess.Popen(
-                    [os.path.join(args.build, "bin", "shardscope-capture"), "--attach", d["endpoint"],
+                    [capture_command(args, args.build), "--attach", d["endpoint"],
                      "--until-step", str(args.steps + 10), "--out", os.path.join(out_dir, f"capture{run}.json")],
                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                 break
@@ -110,6 +112,7 @@ def summary(values):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default="build")
+    add_installed_argument(p)
     p.add_argument("--layers", type=int, default=100)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--runs", type=int, default=2)

@@ -12,10 +12,11 @@ MASTER_ADDR, MASTER_PORT, ...) come from it too.
 """
 import json
 import os
-import runpy
 import sys
 import time
 import traceback
+
+from shardscope import _script
 
 _dir = os.environ.get("SHARDSCOPE_CHECK_DIR", ".")
 _rank = int(os.environ.get("RANK", "0"))
@@ -479,8 +480,7 @@ def main():
 
         _install_agent(os.environ.get("SHARDSCOPE_CHECK_BACKEND", "deepspeed"))
         _stage("running the script (building the model)")
-        sys.argv = [script] + sys.argv[2:]
-        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+        args = sys.argv[2:]
         profile = os.environ.get("SHARDSCOPE_CHECK_PROFILE") if _rank == 0 else None
         profiler = None
         if profile:  # where rank 0's time goes (bench/bench_check.py --profile)
@@ -489,7 +489,9 @@ def main():
             profiler = cProfile.Profile()
             profiler.enable()
         try:
-            runpy.run_path(script, run_name="__main__")
+            # As `python script.py args` runs it, and as shardscope-run does (_script: the
+            # one way a user's script is started).
+            _script.run(script, args, launchers=[__file__])
         except _Done:
             pass
         except SystemExit as e:

@@ -39,7 +39,13 @@ def _trim_uncaught(launchers: Sequence[str]) -> None:
     previous: Callable = sys.excepthook
 
     def hook(kind, value, tb):  # type: ignore[no-untyped-def]
-        previous(kind, value, user_traceback(tb, launchers))
+        trimmed = user_traceback(tb, launchers)
+        # Python's default hook prints the exception's own __traceback__ when it has one, not
+        # the tb it is given: the exception carries the trimmed one (at exit, nothing else
+        # reads it).
+        if isinstance(value, BaseException) and trimmed is not tb:
+            value.__traceback__ = trimmed
+        previous(kind, value, trimmed)
 
     sys.excepthook = hook
 

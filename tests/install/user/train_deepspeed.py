@@ -8,7 +8,6 @@ It prints its arguments, __name__ and sys.path[0] on rank 0, so that a test sees
 left them as Python sets them, and exits with --exit-status after training.
 """
 import argparse
-import os
 import sys
 
 import deepspeed
@@ -64,10 +63,7 @@ def main():
         if rank == 0:
             print(f"step {step} loss {loss.item():.4f}", flush=True)
     torch.distributed.destroy_process_group()
-    sys.stdout.flush()
-    # Leave without Python's finalization: torch 2.13's gloo workers can abort a process that
-    # finalizes after a backward (docs/fsdp.md, faults).
-    os._exit(args.exit_status)
+    sys.exit(args.exit_status)
 
 
 if __name__ == "__main__":
