@@ -380,12 +380,15 @@ void Store::applyLive(const telemetry::Event &ev)
         if (auto v = violationOf(ev)) addViolation(std::move(*v));
         break;
     case EventType::LateParameter: {
+        // The parameter is late from now on; the violation is not this event but the
+        // producer's record when a step begins with it unadopted (it may be adopted first),
+        // which its State brings with the producer's accessor, location and words: counting
+        // the event too made a second row (capture, which reads the State alone, had one).
         const telemetry::LateFields f = telemetry::readLate(ev);
         if (state::ParamRecord *p = mutParam(f.param)) {
             p->late = true;
             markParam(f.param);
         }
-        if (auto v = violationOf(ev)) addViolation(std::move(*v));
         break;
     }
     case EventType::ParameterAdopted: {
@@ -420,13 +423,21 @@ std::optional<state::ViolationRecord> Store::violationOf(const telemetry::Event 
         break;
     }
     case EventType::LateParameter: {
+        // `a` is the owner: no module read it. The producer's row of this parameter, when
+        // the store has one, says which accessor it records (none, or ours: the owner).
         const telemetry::LateFields f = telemetry::readLate(ev);
         const state::ParamRecord *p = param(f.param);
         v.kind = ViolationKind::LateParameter;
-        v.accessor = f.module;
+        v.accessor = kNoModule;
         v.param = f.param;
         v.owner = p ? p->owner : f.module;
         v.status = ParamStatus::Available;
+        for (const state::ViolationRow &row : m_violations.rows())
+            if (row.kind == ViolationKind::LateParameter && row.param == f.param) {
+                v.accessor = row.accessor;
+                v.owner = row.owner;
+                break;
+            }
         break;
     }
     case EventType::TraceInvalidated: {

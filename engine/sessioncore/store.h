@@ -116,7 +116,11 @@ class Store
     const state::ViolationLedger &violationLedger() const { return m_violations; }
     // The violation an event reports (one sighting on the event's rank and step, without
     // words), or nullopt for an event that reports none: the one decoding of violation
-    // events, for live events and for the trace export.
+    // events, for live events and for the trace export. A late_parameter event announces its
+    // violation (as the producer's row of that parameter records it, when the store has one)
+    // but is not counted live: the producer records the violation when a step begins with
+    // the parameter unadopted, and its State brings it, so the inspector and
+    // shardscope-capture hold the same rows.
     std::optional<state::ViolationRecord> violationOf(const telemetry::Event &ev) const;
     // The row a violation belongs to, or null when the store has none.
     const state::ViolationRow *violationGroup(const state::ViolationRecord &v) const;
