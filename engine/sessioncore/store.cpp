@@ -522,12 +522,12 @@ std::string Store::applySourceState(int source, state::EngineState state, const 
     for (std::size_t k = 0; k < m_sources.size(); ++k) {
         const Source &other = m_sources[k];
         if (!other.hasState || static_cast<int>(k) == source) continue;
-        if (other.state.worldSize != state.worldSize || other.state.modelName != state.modelName)
-            return (name.empty() ? "process " + std::to_string(source) : name) + " runs model '" +
-                   state.modelName + "' with " + std::to_string(state.worldSize) + " ranks, but " +
-                   other.name + " runs '" + other.state.modelName + "' with " +
-                   std::to_string(other.state.worldSize) +
-                   ": not one job; attach to it on its own";
+        // The one rule (wire::checkOneJob): never the model's name, which changes while the
+        // ranks build the model.
+        if (std::string wrong = wire::checkOneJob(
+                state, name.empty() ? "process " + std::to_string(source) : name, other.state);
+            !wrong.empty())
+            return wrong;
     }
     if (static_cast<std::size_t>(source) >= m_sources.size())
         m_sources.resize(static_cast<std::size_t>(source) + 1);

@@ -80,7 +80,8 @@ class Store
     // so states of different processes never replace each other, and a process that is gone
     // keeps its part. Merges are coalesced: at most one every max(100 ms, 3 x the last
     // merge's cost), on the refresh timer (mergeSources() forces one). A state that cannot
-    // belong to the job (another model or world size) changes nothing; the reason is returned.
+    // belong to the job (wire::checkOneJob: another world size; never the model's name) changes
+    // nothing; the reason is returned.
     std::string applySourceState(int source, state::EngineState state,
                                  const std::string &name = {});
     void setSourceDropped(int source, std::uint64_t dropped); // that process's total
