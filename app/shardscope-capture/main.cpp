@@ -2,6 +2,7 @@
 // writes a snapshot of its state and the events received; --list shows live engines.
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <chrono>
 #include <csignal>
@@ -170,6 +171,21 @@ std::string localTime(std::uint64_t unixMs)
     return buf;
 }
 
+// An argument as a shell takes it: as it is when it holds only characters no shell
+// interprets, else in single quotes (a job named "my run" is attached as 'job:my run').
+std::string shellWord(const std::string &arg)
+{
+    const bool plain = !arg.empty() && std::all_of(arg.begin(), arg.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) ||
+               std::string_view("_@%+=:,./-").find(c) != std::string_view::npos;
+    });
+    if (plain) return arg;
+    std::string out = "'";
+    for (char c : arg)
+        out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+}
+
 std::string ranksText(const std::vector<int> &ranks)
 {
     if (ranks.empty()) return "rank ?";
@@ -202,15 +218,16 @@ int listEngines()
     }
     // Grouped by run (client::liveJobs: wire::sameRun): two jobs of one name are listed
     // apart, each with the name that attaches it; a rank two files announce is one rank.
-    // Each job with the argument that attaches it, as it is to be typed: job:NAME (NAME is
-    // ID@RENDEZVOUS when two live runs share an id), or the endpoint of a process that
-    // announced no job.
+    // Each job with its model (the one the user built, whatever ranks still building it
+    // announce meanwhile) and the argument that attaches it, as it is to be typed in a
+    // shell: job:NAME (NAME is ID@RENDEZVOUS when two live runs share an id), or the
+    // endpoint of a process that announced no job.
     for (const client::LiveJob &job : client::liveJobs(dir)) {
         const std::string argument =
-            job.named ? "job:" + job.id : job.processes.front().endpoint;
-        std::printf("job %s  (world size %d, %zu of %d ranks live)  --attach %s\n",
+            shellWord(job.named ? "job:" + job.id : job.processes.front().endpoint);
+        std::printf("job %s  (world size %d, %zu of %d ranks live)  model %s  --attach %s\n",
                     job.id.c_str(), job.worldSize, job.ranks.size(), job.worldSize,
-                    argument.c_str());
+                    job.model.c_str(), argument.c_str());
         std::printf("  %-10s %-8s %-20s %-7s %-16s %-19s %s\n", "RANKS", "PID", "MODEL", "BACKEND",
                     "HOST", "STARTED", "ENDPOINT");
         for (const auto &e : job.processes) {

@@ -146,7 +146,7 @@ void AttachDialog::refresh()
             r.job = true;
             const QString id = QString::fromStdString(job.id);
             r.cells[0] = tr("job");
-            r.cells[1] = QString::fromStdString(first.model);
+            r.cells[1] = QString::fromStdString(job.model);
             r.cells[2] = QString::number(world);
             r.cells[3] = QString::fromStdString(first.backend);
             r.cells[4] = uptime(first.startUnixMs);
