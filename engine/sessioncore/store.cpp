@@ -16,9 +16,12 @@ namespace {
 
 const std::vector<state::ExternalRecord> kNoExternals;
 
+// Whether state b continues a's run. Another model's name is another run, except a
+// provisional name giving way to the model's (the run built its model: issue #49, defect 8).
 bool sameRun(const state::EngineState &a, const state::EngineState &b)
 {
-    if (a.modelName != b.modelName || a.worldSize != b.worldSize || a.backend != b.backend ||
+    if ((a.modelName != b.modelName && !wire::provisionalModelName(a.modelName)) ||
+        a.worldSize != b.worldSize || a.backend != b.backend ||
         a.modules.size() != b.modules.size())
         return false;
     for (std::size_t i = 0; i < a.modules.size(); ++i) {

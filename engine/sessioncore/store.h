@@ -60,9 +60,10 @@ class Store
     // ---- ingest (UI thread)
     void clear();
     // A full state. If it describes the run already shown (same model, world size and
-    // modules), it replaces the state and keeps the collected history; otherwise the
-    // store starts over with it. Pass an rvalue: copying a 100k-parameter state costs the
-    // UI thread 10-40 ms. Returns the state it replaced, so that a caller can free a
+    // modules; a provisional model name, wire::provisionalModelName, may give way to the
+    // model's once the run built it), it replaces the state and keeps the collected history;
+    // otherwise the store starts over with it. Pass an rvalue: copying a 100k-parameter state
+    // costs the UI thread 10-40 ms. Returns the state it replaced, so that a caller can free a
     // large one (about 10 ms) on another thread.
     state::EngineState applyState(state::EngineState state);
     // history: events that the state already reflects (the recent history a server sends

@@ -30,6 +30,7 @@ class TestSessionStore : public QObject
     void updatesAreCoalesced();
     void reconnectContinuesHistoryWithoutDuplicates();
     void differentRunStartsOver();
+    void aRunThatBuiltItsModelGoesOn();
     void applyStateReturnsTheStateItReplaced();
     void namesOfRemovedParametersOutliveTheirState();
     void lanesAreSortedAndSearchable();
@@ -301,6 +302,31 @@ void TestSessionStore::differentRunStartsOver()
     QCOMPARE(store.totalEvents(), std::uint64_t(0));
     QVERIFY(store.violationGroups().empty());
     QVERIFY(spy.last().at(0).value<session::StoreChanges>().reset);
+}
+
+// Issue #49, defect 8: attached while the run builds its model (DeepSpeed's zero.Init lists
+// the modules and parameters under a provisional name), the run goes on when the name
+// becomes the model's: what was received is kept, not started over.
+void TestSessionStore::aRunThatBuiltItsModelGoesOn()
+{
+    session::SessionStore store;
+    state::EngineState building = smallState();
+    building.modelName += " (model not built yet: shown once zero.Init or deepspeed.initialize "
+                          "has run)";
+    store.applyState(building);
+    store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(10, 0)}, false);
+    store.flush();
+    QCOMPARE(store.totalEvents(), std::uint64_t(1));
+    store.applyState(smallState());
+    store.flush();
+    QCOMPARE(store.totalEvents(), std::uint64_t(1));
+    QCOMPARE(store.state().modelName, smallState().modelName);
+    // The other way round (a built model's name, then another) is still another run.
+    state::EngineState other = smallState();
+    other.modelName = "another";
+    store.applyState(other);
+    store.flush();
+    QCOMPARE(store.totalEvents(), std::uint64_t(0));
 }
 
 // Connection frees the replaced state on its worker thread; it relies on getting it back
