@@ -2,6 +2,7 @@
 // writes a snapshot of its state and the events received; --list shows live engines.
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <chrono>
 #include <csignal>
@@ -42,8 +43,10 @@ Attaches to a live ShardScope engine, receives its state, recent history and liv
 and writes them as a snapshot file (docs/snapshot.md), a Chrome / Perfetto trace
 (docs/trace.md), or both.
 
-  --attach ENDPOINT   unix:PATH or tcp:HOST:PORT (see --list), or job:NAME: every live
-                      process of that job on this host, written as one snapshot
+  --attach ENDPOINT   unix:PATH or tcp:HOST:PORT; several separated by commas: the
+                      processes of one job (e.g. on several hosts); or job:NAME: every
+                      live process of that job on this host (--list prints the job:
+                      argument of each job); a job is written as one snapshot
   --token T           the token the engine was started with (visible to other local
                       users in the process list: prefer --token-file or SHARDSCOPE_TOKEN)
   --token-file F      read the token from F (a file only you can read: chmod 600);
@@ -136,12 +139,8 @@ std::optional<Options> parseArgs(int argc, char **argv)
     if (o.attach.empty())
         throw UsageError{
             "--attach ENDPOINT is required (shardscope-capture --list shows live engines)"};
-    if (o.attach.starts_with("job:")) {
-        if (o.attach.size() == 4)
-            throw UsageError{"--attach job:NAME needs the job's name (see --list)"};
-    } else if (auto ep = wire::parseEndpoint(o.attach); !ep) {
-        throw UsageError{"--attach: " + ep.error()};
-    }
+    if (auto target = wire::parseAttachTarget(o.attach); !target)
+        throw UsageError{"--attach: " + target.error()};
     if (o.out.empty() && o.trace.empty())
         throw UsageError{"--out FILE (a snapshot) or --export-trace FILE (a trace) is required"};
     for (const std::string *f : {&o.out, &o.trace})
@@ -172,6 +171,21 @@ std::string localTime(std::uint64_t unixMs)
     char buf[32];
     std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
     return buf;
+}
+
+// An argument as a shell takes it: as it is when it holds only characters no shell
+// interprets, else in single quotes (a job named "my run" is attached as 'job:my run').
+std::string shellWord(const std::string &arg)
+{
+    const bool plain = !arg.empty() && std::all_of(arg.begin(), arg.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) ||
+               std::string_view("_@%+=:,./-").find(c) != std::string_view::npos;
+    });
+    if (plain) return arg;
+    std::string out = "'";
+    for (char c : arg)
+        out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
 }
 
 std::string ranksText(const std::vector<int> &ranks)
@@ -206,9 +220,16 @@ int listEngines()
     }
     // Grouped by run (client::liveJobs: wire::sameRun): two jobs of one name are listed
     // apart, each with the name that attaches it; a rank two files announce is one rank.
+    // Each job with its model (the one the user built, whatever ranks still building it
+    // announce meanwhile) and the argument that attaches it, as it is to be typed in a
+    // shell: job:NAME (NAME is ID@RENDEZVOUS when two live runs share an id), or the
+    // endpoint of a process that announced no job.
     for (const client::LiveJob &job : client::liveJobs(dir)) {
-        std::printf("job %s  (world size %d, %zu of %d ranks live)\n", job.id.c_str(),
-                    job.worldSize, job.ranks.size(), job.worldSize);
+        const std::string argument =
+            shellWord(job.named ? "job:" + job.id : job.processes.front().endpoint);
+        std::printf("job %s  (world size %d, %zu of %d ranks live)  model %s  --attach %s\n",
+                    job.id.c_str(), job.worldSize, job.ranks.size(), job.worldSize,
+                    job.model.c_str(), argument.c_str());
         std::printf("  %-10s %-8s %-20s %-7s %-16s %-19s %s\n", "RANKS", "PID", "MODEL", "BACKEND",
                     "HOST", "STARTED", "ENDPOINT");
         for (const auto &e : job.processes) {
@@ -265,15 +286,19 @@ bool pump(Source &s, int timeoutMs, bool several)
 }
 
 // The processes of "job:NAME" (every live process of that one run: wire::selectRun), or the
-// one endpoint given (an entry with no pid: nothing to check it against).
-std::vector<wire::DiscoveryEntry> endpointsOf(const std::string &attach, std::string &job)
+// endpoints given (entries with no pid: nothing to check them against but each other).
+std::vector<wire::DiscoveryEntry> endpointsOf(const wire::AttachTarget &target)
 {
-    if (!attach.starts_with("job:")) {
-        wire::DiscoveryEntry e;
-        e.endpoint = attach;
-        return {e};
+    if (target.job.empty()) {
+        std::vector<wire::DiscoveryEntry> out;
+        for (const std::string &endpoint : target.endpoints) {
+            wire::DiscoveryEntry e;
+            e.endpoint = endpoint;
+            out.push_back(std::move(e));
+        }
+        return out;
     }
-    job = attach.substr(4);
+    const std::string &job = target.job;
     auto live = client::liveJob(wire::defaultRuntimeDir(), job);
     if (!live) {
         std::fprintf(stderr, "shardscope-capture: %s in %s (shardscope-capture --list shows the "
@@ -300,8 +325,13 @@ int capture(const Options &o)
         std::fprintf(stderr, "shardscope-capture: %s\n", token.error().c_str());
         return 2;
     }
-    std::string job;
-    const std::vector<wire::DiscoveryEntry> entries = endpointsOf(o.attach, job);
+    // parseArgs checked it: the one parser of endpoints, lists and job:NAME.
+    const wire::AttachTarget target = wire::parseAttachTarget(o.attach).value();
+    const std::string &job = target.job;
+    // A job (job:NAME, or several endpoints) is written as one merged snapshot.
+    const bool several = !job.empty() || target.endpoints.size() > 1;
+    const std::string jobName = !job.empty() ? job : o.attach;
+    const std::vector<wire::DiscoveryEntry> entries = endpointsOf(target);
     if (entries.empty()) return 1;
     client::InspectorClient::Options copts;
     copts.token = *token;
@@ -309,6 +339,11 @@ int capture(const Options &o)
     std::vector<std::unique_ptr<Source>> sources;
     for (const wire::DiscoveryEntry &entry : entries) {
         const std::string &ep = entry.endpoint;
+        // The check the inspector makes too (wire::checkReachable), in its words.
+        if (auto reached = wire::checkReachable(ep); !reached) {
+            std::fprintf(stderr, "shardscope-capture: %s\n", reached.error().c_str());
+            continue;
+        }
         auto client = client::InspectorClient::connect(ep, copts);
         if (!client) {
             std::fprintf(stderr, "shardscope-capture: %s: %s\n", ep.c_str(),
@@ -316,14 +351,22 @@ int capture(const Options &o)
             continue;
         }
         const wire::Welcome &w = (*client)->welcome();
-        if (!job.empty())
-            if (const std::string wrong = wire::checkAnswered(entry, w.pid, w.job); !wrong.empty()) {
+        // Each process is the one its discovery file announced; endpoints given by hand are
+        // processes of the run the first one attached belongs to (wire::checkAnswered).
+        wire::DiscoveryEntry expected = entry;
+        if (expected.pid == 0 && !sources.empty()) {
+            expected.pid = w.pid;
+            expected.job = sources.front()->client->welcome().job;
+        }
+        if (several && expected.pid != 0)
+            if (const std::string wrong = wire::checkAnswered(expected, w.pid, w.job);
+                !wrong.empty()) {
                 std::fprintf(stderr, "shardscope-capture: %s\n", wrong.c_str());
                 continue;
             }
         std::printf("attached to %s: pid %lld, model %s, world size %d, backend %s", ep.c_str(),
                     static_cast<long long>(w.pid), w.model.c_str(), w.worldSize, w.backend.c_str());
-        if (!job.empty() && !w.job.ranks.empty()) std::printf(", rank %d", w.job.ranks.front());
+        if (several && !w.job.ranks.empty()) std::printf(", rank %d", w.job.ranks.front());
         std::printf("\n");
         auto src = std::make_unique<Source>(o.maxEvents);
         src->endpoint = ep;
@@ -331,9 +374,9 @@ int capture(const Options &o)
         sources.push_back(std::move(src));
     }
     if (sources.empty()) {
-        if (!job.empty())
+        if (several)
             std::fprintf(stderr, "shardscope-capture: no process of job %s could be attached\n",
-                         job.c_str());
+                         jobName.c_str());
         return 1;
     }
     std::fflush(stdout);
@@ -422,7 +465,7 @@ int capture(const Options &o)
         if (!s->state.hasState()) {
             std::fprintf(stderr, "shardscope-capture: no state was received from %s%s\n",
                          s->endpoint.c_str(),
-                         sources.size() > 1 ? "; the job's snapshot lacks it"
+                         several ? "; the job's snapshot lacks it"
                                             : "; nothing written");
             continue;
         }
@@ -438,10 +481,10 @@ int capture(const Options &o)
     }
     if (parts.empty()) return 1;
     wire::Snapshot snap;
-    if (job.empty()) {
+    if (!several) {
         snap = std::move(parts.front());
     } else {
-        auto merged = wire::mergeJobSnapshots(parts, job);
+        auto merged = wire::mergeJobSnapshots(parts, jobName);
         if (!merged) {
             std::fprintf(stderr, "shardscope-capture: %s\n", merged.error().c_str());
             return 1;
@@ -450,7 +493,10 @@ int capture(const Options &o)
     }
     snap.meta.producer = "shardscope-capture";
     snap.meta.createdUnixMs = wire::unixTimeMs();
-    if (job.empty()) snap.meta.endpoint = o.attach;
+    if (!several)
+        snap.meta.endpoint = target.endpoints.front();
+    else if (job.empty())
+        snap.meta.endpoint = o.attach;
     if (!o.out.empty())
         if (auto written = wire::writeSnapshotFile(o.out, snap); !written) {
             std::fprintf(stderr, "shardscope-capture: %s\n", written.error().c_str());
@@ -481,9 +527,9 @@ int capture(const Options &o)
         "captured step %u%s: %zu events (%llu history, %llu live), %llu dropped, %zu "
         "violations -> %s\n",
         snap.state.step,
-        job.empty()
-            ? ""
-            : (" of job " + job + " (" + std::to_string(parts.size()) + " processes)").c_str(),
+        !several ? ""
+                 : (" of job " + jobName + " (" + std::to_string(parts.size()) + " processes)")
+                       .c_str(),
         snap.events.size(), static_cast<unsigned long long>(history),
         static_cast<unsigned long long>(liveEvents),
         static_cast<unsigned long long>(snap.droppedEvents), snap.state.violations.size(),

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "mainwindow.h"
+#include "wire/endpoint.h"
 
 namespace shardscope::app {
 
@@ -26,6 +27,16 @@ void Automation::start()
         }
         m_sinceState.start();
     } else if (!m_options.attach.isEmpty()) {
+        // Run headless, endpoints given by hand where no engine answers are refused at once,
+        // by the check and in the words of shardscope-capture (wire::checkReachable), not
+        // waited on until --timeout; of several, those that answer are attached and the
+        // others named (the job session retries them). A window someone watches keeps
+        // retrying: the engine may be started next.
+        if (const QString err = m_options.automated() ? unreachable(m_options.attach) : QString();
+            !err.isEmpty()) {
+            fail(err);
+            return;
+        }
         const QString err = m_window.attach(m_options.attach, m_options.token);
         if (!err.isEmpty()) {
             fail(err);
@@ -36,6 +47,21 @@ void Automation::start()
     }
     if (!m_options.automated()) return;
     m_poll.start();
+}
+
+QString Automation::unreachable(const QString &attach)
+{
+    const auto target = wire::parseAttachTarget(attach.toStdString());
+    if (!target) return QString::fromStdString(target.error());
+    QStringList errors;
+    for (const std::string &endpoint : target->endpoints) {
+        const wire::Status reached = wire::checkReachable(endpoint);
+        if (reached) return {};
+        errors << QString::fromStdString(reached.error());
+    }
+    if (target->endpoints.size() > 1)
+        errors << QStringLiteral("no process of job %1 could be attached").arg(attach.trimmed());
+    return errors.join(QLatin1Char('\n'));
 }
 
 bool Automation::conditionMet() const
@@ -208,7 +234,8 @@ void Automation::fail(const QString &message)
     m_poll.stop();
     if (m_done) return;
     m_done = true;
-    std::fprintf(stderr, "shardscope: %s\n", qPrintable(message));
+    for (const QString &line : message.split(QLatin1Char('\n')))
+        std::fprintf(stderr, "shardscope: %s\n", qPrintable(line));
     std::fflush(stderr);
     if (m_options.automated()) Q_EMIT finished(1);
 }

@@ -31,6 +31,9 @@ class Automation : public QObject
     void poll();
     void pollJob();
     bool conditionMet() const;
+    // Why no endpoint of an --attach argument answers (wire::checkReachable's words, one line
+    // per endpoint), or empty when one does or it names a job.
+    static QString unreachable(const QString &attach);
     // Once, when attached and the first state is held: starts --after-seconds' clock and
     // says so on stdout ("shardscope: attached to ENDPOINT; the run is at step K").
     void noteFirstState();

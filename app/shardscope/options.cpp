@@ -1,5 +1,6 @@
 #include "options.h"
 
+#include "wire/endpoint.h"
 #include "wire/snapshot.h"
 #include "wire/token.h"
 
@@ -19,8 +20,10 @@ QString usage()
         "\n"
         "  --attach ENDPOINT     attach to a live engine: unix:PATH or tcp:HOST:PORT;\n"
         "                        job:NAME attaches to every live process of a job (one per\n"
-        "                        rank under torchrun or scripts/launch) in one window, and\n"
-        "                        EP1,EP2,... to the processes of a job at those endpoints\n"
+        "                        rank under torchrun or scripts/launch) in one window\n"
+        "                        (shardscope-capture --list prints each job's job: argument),\n"
+        "                        and EP1,EP2,... to the processes of a job at those endpoints.\n"
+        "                        An endpoint where no engine answers is refused at once\n"
         "  --token T             the token of an engine started with --token (other local\n"
         "                        users can read it in the process list: prefer --token-file)\n"
         "  --token-file F        read the token from F, a file only you can read (chmod 600);\n"
@@ -148,6 +151,10 @@ ParseResult parseOptions(const QStringList &arguments)
             QStringLiteral("--after-step needs --attach: a snapshot file does not advance"));
     if ((!o.token.isEmpty() || !o.tokenFile.isEmpty()) && o.attach.isEmpty())
         return fail(QStringLiteral("--token and --token-file need --attach"));
+    // The one parser of what to attach to (shardscope-capture's too), in its words.
+    if (!o.attach.isEmpty())
+        if (auto target = wire::parseAttachTarget(o.attach.toStdString()); !target)
+            return fail(QStringLiteral("--attach: %1").arg(QString::fromStdString(target.error())));
     if (!o.attach.isEmpty()) {
         const auto token = wire::resolveToken(o.token.toStdString(), o.tokenFile.toStdString());
         if (!token) return fail(QString::fromStdString(token.error()));

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "wire/job.h"
+#include "wire/jobmerge.h"
 
 namespace shardscope::client {
 
@@ -28,6 +29,12 @@ LiveJob jobOf(std::string id, std::vector<wire::DiscoveryEntry> processes)
         j.worldSize = std::max({j.worldSize, e.job.worldSize, e.worldSize});
         j.ranks.insert(e.job.ranks.begin(), e.job.ranks.end());
     }
+    j.model = processes.front().model;
+    for (const wire::DiscoveryEntry &e : processes)
+        if (!wire::provisionalModelName(e.model)) {
+            j.model = e.model;
+            break;
+        }
     j.processes = std::move(processes);
     return j;
 }

@@ -22,6 +22,10 @@ struct LiveJob
     bool named = false;   // the engines announced a job id
     int worldSize = 1;    // the largest of the job's and the engines' world sizes
     std::set<int> ranks;  // the global ranks live processes announce, each once
+    // The model the job runs: the first final name its processes announce (ranks still
+    // building the model announce a provisional one: wire::provisionalModelName), else the
+    // first process's. Never part of which processes are one job.
+    std::string model;
     std::vector<wire::DiscoveryEntry> processes; // by first rank
 
     // Ranks of [0, worldSize) no live process announces.

@@ -16,9 +16,12 @@ namespace {
 
 const std::vector<state::ExternalRecord> kNoExternals;
 
+// Whether state b continues a's run. Another model's name is another run, except a
+// provisional name giving way to the model's (the run built its model: issue #49, defect 8).
 bool sameRun(const state::EngineState &a, const state::EngineState &b)
 {
-    if (a.modelName != b.modelName || a.worldSize != b.worldSize || a.backend != b.backend ||
+    if ((a.modelName != b.modelName && !wire::provisionalModelName(a.modelName)) ||
+        a.worldSize != b.worldSize || a.backend != b.backend ||
         a.modules.size() != b.modules.size())
         return false;
     for (std::size_t i = 0; i < a.modules.size(); ++i) {
@@ -385,12 +388,15 @@ void Store::applyLive(const telemetry::Event &ev)
         if (auto v = violationOf(ev)) addViolation(std::move(*v));
         break;
     case EventType::LateParameter: {
+        // The parameter is late from now on; the violation is not this event but the
+        // producer's record when a step begins with it unadopted (it may be adopted first),
+        // which its State brings with the producer's accessor, location and words: counting
+        // the event too made a second row (capture, which reads the State alone, had one).
         const telemetry::LateFields f = telemetry::readLate(ev);
         if (state::ParamRecord *p = mutParam(f.param)) {
             p->late = true;
             markParam(f.param);
         }
-        if (auto v = violationOf(ev)) addViolation(std::move(*v));
         break;
     }
     case EventType::ParameterAdopted: {
@@ -426,13 +432,21 @@ std::optional<state::ViolationRecord> Store::violationOf(const telemetry::Event 
         break;
     }
     case EventType::LateParameter: {
+        // `a` is the owner: no module read it. The producer's row of this parameter, when
+        // the store has one, says which accessor it records (none, or ours: the owner).
         const telemetry::LateFields f = telemetry::readLate(ev);
         const state::ParamRecord *p = param(f.param);
         v.kind = ViolationKind::LateParameter;
-        v.accessor = f.module;
+        v.accessor = kNoModule;
         v.param = f.param;
         v.owner = p ? p->owner : f.module;
         v.status = ParamStatus::Available;
+        for (const state::ViolationRow &row : m_violations.rows())
+            if (row.kind == ViolationKind::LateParameter && row.param == f.param) {
+                v.accessor = row.accessor;
+                v.owner = row.owner;
+                break;
+            }
         break;
     }
     case EventType::TraceInvalidated: {
@@ -518,12 +532,12 @@ std::string Store::applySourceState(int source, state::EngineState state, const 
     for (std::size_t k = 0; k < m_sources.size(); ++k) {
         const Source &other = m_sources[k];
         if (!other.hasState || static_cast<int>(k) == source) continue;
-        if (other.state.worldSize != state.worldSize || other.state.modelName != state.modelName)
-            return (name.empty() ? "process " + std::to_string(source) : name) + " runs model '" +
-                   state.modelName + "' with " + std::to_string(state.worldSize) + " ranks, but " +
-                   other.name + " runs '" + other.state.modelName + "' with " +
-                   std::to_string(other.state.worldSize) +
-                   ": not one job; attach to it on its own";
+        // The one rule (wire::checkOneJob): never the model's name, which changes while the
+        // ranks build the model.
+        if (std::string wrong = wire::checkOneJob(
+                state, name.empty() ? "process " + std::to_string(source) : name, other.state);
+            !wrong.empty())
+            return wrong;
     }
     if (static_cast<std::size_t>(source) >= m_sources.size())
         m_sources.resize(static_cast<std::size_t>(source) + 1);

@@ -60,9 +60,10 @@ class Store
     // ---- ingest (UI thread)
     void clear();
     // A full state. If it describes the run already shown (same model, world size and
-    // modules), it replaces the state and keeps the collected history; otherwise the
-    // store starts over with it. Pass an rvalue: copying a 100k-parameter state costs the
-    // UI thread 10-40 ms. Returns the state it replaced, so that a caller can free a
+    // modules; a provisional model name, wire::provisionalModelName, may give way to the
+    // model's once the run built it), it replaces the state and keeps the collected history;
+    // otherwise the store starts over with it. Pass an rvalue: copying a 100k-parameter state
+    // costs the UI thread 10-40 ms. Returns the state it replaced, so that a caller can free a
     // large one (about 10 ms) on another thread.
     state::EngineState applyState(state::EngineState state);
     // history: events that the state already reflects (the recent history a server sends
@@ -80,7 +81,8 @@ class Store
     // so states of different processes never replace each other, and a process that is gone
     // keeps its part. Merges are coalesced: at most one every max(100 ms, 3 x the last
     // merge's cost), on the refresh timer (mergeSources() forces one). A state that cannot
-    // belong to the job (another model or world size) changes nothing; the reason is returned.
+    // belong to the job (wire::checkOneJob: another world size; never the model's name) changes
+    // nothing; the reason is returned.
     std::string applySourceState(int source, state::EngineState state,
                                  const std::string &name = {});
     void setSourceDropped(int source, std::uint64_t dropped); // that process's total
@@ -120,7 +122,11 @@ class Store
     const state::ViolationLedger &violationLedger() const { return m_violations; }
     // The violation an event reports (one sighting on the event's rank and step, without
     // words), or nullopt for an event that reports none: the one decoding of violation
-    // events, for live events and for the trace export.
+    // events, for live events and for the trace export. A late_parameter event announces its
+    // violation (as the producer's row of that parameter records it, when the store has one)
+    // but is not counted live: the producer records the violation when a step begins with
+    // the parameter unadopted, and its State brings it, so the inspector and
+    // shardscope-capture hold the same rows.
     std::optional<state::ViolationRecord> violationOf(const telemetry::Event &ev) const;
     // The row a violation belongs to, or null when the store has none.
     const state::ViolationRow *violationGroup(const state::ViolationRecord &v) const;

@@ -1,5 +1,6 @@
 #include "wire/endpoint.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -89,6 +90,69 @@ Result<Endpoint> parseEndpoint(std::string_view text)
         return e;
     }
     return fail("unknown endpoint \"" + std::string(text) + "\"" + kEndpointHelp);
+}
+
+namespace {
+
+std::string_view trimmed(std::string_view s)
+{
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
+        s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t'))
+        s.remove_suffix(1);
+    return s;
+}
+
+} // namespace
+
+Result<AttachTarget> parseAttachTarget(std::string_view text)
+{
+    const std::string_view s = trimmed(text);
+    AttachTarget target;
+    if (s.starts_with("job:")) {
+        target.job = std::string(trimmed(s.substr(4)));
+        if (target.job.empty())
+            return fail("job:NAME needs the job's name (shardscope-capture --list shows each "
+                        "live job with the job: argument that attaches it)");
+        return target;
+    }
+    // A comma ends a tcp: endpoint (no host or port holds one); in a unix: path it ends the
+    // endpoint only where another endpoint follows it.
+    std::size_t begin = 0;
+    const auto add = [&](std::size_t end) -> Status {
+        const std::string_view part = trimmed(s.substr(begin, end - begin));
+        begin = end + 1;
+        if (part.empty()) return success();
+        auto endpoint = parseEndpoint(part);
+        if (!endpoint) return fail(endpoint.error());
+        std::string written = formatEndpoint(*endpoint);
+        if (std::find(target.endpoints.begin(), target.endpoints.end(), written) ==
+            target.endpoints.end())
+            target.endpoints.push_back(std::move(written));
+        return success();
+    };
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        if (s[i] != ',') continue;
+        const std::string_view part = trimmed(s.substr(begin, i - begin));
+        const std::string_view next = trimmed(s.substr(i + 1));
+        if (part.starts_with("unix:") && !next.empty() && !next.starts_with("unix:") &&
+            !next.starts_with("tcp:") && !next.starts_with(","))
+            continue;
+        if (auto ok = add(i); !ok) return fail(ok.error());
+    }
+    if (auto ok = add(s.size()); !ok) return fail(ok.error());
+    if (target.endpoints.empty())
+        return fail("no endpoint given; use unix:PATH, tcp:HOST:PORT (several separated by "
+                    "commas: the processes of one job) or job:NAME");
+    return target;
+}
+
+Status checkReachable(std::string_view endpoint)
+{
+    auto fd = connectTo(endpoint);
+    if (!fd) return fail(fd.error());
+    ::close(*fd);
+    return success();
 }
 
 std::string formatEndpoint(const Endpoint &endpoint)

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 #include <sys/un.h>
+#include <vector>
 
 #include "wire/result.h"
 
@@ -27,6 +28,23 @@ struct Endpoint
 // "unix:/run/user/1000/shardscope/42.sock", "tcp:127.0.0.1:0", "tcp:[::1]:7000".
 Result<Endpoint> parseEndpoint(std::string_view text);
 std::string formatEndpoint(const Endpoint &endpoint);
+// What a user attaches to (shardscope --attach, shardscope-capture --attach, the attach dialog):
+// "job:NAME", every live process of that job found through discovery, or one or more
+// endpoints separated by commas, the processes of one job (e.g. on several hosts:
+// "tcp:node1:7000,tcp:node2:7000"). A comma starts a new endpoint only where unix: or tcp:
+// follows it, so a socket path may hold one. The one parser of these: every program gives the
+// same answer, in the same words, to the same text.
+struct AttachTarget
+{
+    std::string job;                    // NAME of job:NAME; empty when endpoints are given
+    std::vector<std::string> endpoints; // each parsed and written once, in the order given
+};
+Result<AttachTarget> parseAttachTarget(std::string_view text);
+// Whether an engine answers at an endpoint now: a connection is opened (connectTo) and closed
+// at once. The error says what is wrong and what to do; both programs print it as it is, at
+// attach, instead of retrying a place where nothing listens.
+Status checkReachable(std::string_view endpoint);
+
 // localhost, 127.0.0.0/8 and ::1 (literal check; names other than localhost are not resolved).
 bool isLoopbackHost(std::string_view host);
 

@@ -8,13 +8,27 @@
 
 namespace shardscope::wire {
 
+std::string checkOneJob(const state::EngineState &part, const std::string &partName,
+                        const state::EngineState &others)
+{
+    if (part.worldSize == others.worldSize) return {};
+    return partName + " runs a world of " + std::to_string(part.worldSize) + " ranks, the others " +
+           std::to_string(others.worldSize) +
+           ": not one job; attach to it on its own (its endpoint, not job:NAME)";
+}
+
+bool provisionalModelName(std::string_view name)
+{
+    return name.find("(model not ") != std::string_view::npos;
+}
+
 Result<state::EngineState> mergeJobStates(std::span<const state::EngineState *const> parts,
                                           std::span<const std::string> names)
 {
     if (parts.empty()) return fail("no process to merge");
     // A process whose model is not built yet (it stopped or failed before, or is slower)
-    // lists no parameters and a provisional model name: it brings its ranks, step and
-    // violations, not the structure, and its name is no sign of another job.
+    // lists no parameters: it brings its ranks, step and violations, not the structure. Its
+    // model's name, provisional or not, is no sign of another job (checkOneJob).
     const auto built = [](const state::EngineState &s) { return !s.params.empty(); };
     const auto first =
         std::find_if(parts.begin(), parts.end(), [&](const auto *p) { return built(*p); });
@@ -32,13 +46,10 @@ Result<state::EngineState> mergeJobStates(std::span<const state::EngineState *co
     bool appended = false;
     for (std::size_t k = 0; k < parts.size(); ++k) {
         const state::EngineState &ps = *parts[k];
-        if (ps.worldSize != st.worldSize)
-            return fail(partName(k) + " runs a world of " + std::to_string(ps.worldSize) +
-                        " ranks, the others " + std::to_string(st.worldSize) +
-                        ": not one job; capture it on its own");
-        if (built(ps) && built(st) && ps.modelName != st.modelName)
-            return fail(partName(k) + " runs model '" + ps.modelName + "', the others '" +
-                        st.modelName + "': not one job");
+        if (std::string wrong = checkOneJob(ps, partName(k), st); !wrong.empty())
+            return fail(std::move(wrong));
+        if (provisionalModelName(st.modelName) && !provisionalModelName(ps.modelName))
+            st.modelName = ps.modelName;
         for (const state::ParamRecord &p : ps.params) {
             auto it = index.find(p.id);
             if (it == index.end()) {

@@ -84,6 +84,19 @@ def _dynamo_skips_frame(fn):
     skip_code(fn.__code__)
 
 
+def _user_class_name(module):
+    """The name of the class the user built: fully_shard replaces a module's class by one it
+    makes, FSDP<Class> (a subclass of FSDPModule and Class), which is not the model's name."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:
+        return type(module).__name__
+    for cls in type(module).__mro__:
+        if not issubclass(cls, FSDPModule):
+            return cls.__name__
+    return type(module).__name__
+
+
 _NOT_BUILT = "(model not sharded yet: shown once fully_shard's root runs its first forward or attach(model))"
 SHARDED, GATHERING, UNSHARDED = 0, 1, 2
 STATUS_WORDS = ("sharded", "being all-gathered", "unsharded")
@@ -317,6 +330,11 @@ class _Agent:
                   f"FullyShardedDataParallelPlugin(fsdp_version=2) (its default is FSDP1) and "
                   f"only on GPUs; FSDP1 (the FullyShardedDataParallel wrapper) is not observed.",
                   file=sys.stderr)
+        if self.root is None and self.candidate is not None and self.candidate() is not None:
+            # A run that ended before the root's first forward (torch refused it there): the
+            # last module fully_shard was called on names the model in the snapshot, as the
+            # root of a bottom-up wrapping.
+            self.native.set_model_name(self.model_name or _user_class_name(self.candidate()))
         self._poll_reduces(wait=True)  # the last step's, before the snapshot
         self._leave_mode()
         try:
@@ -444,7 +462,7 @@ class _Agent:
 
     def publish(self):
         root = self.root
-        self.native.set_model_name(self.model_name or type(root).__name__)
+        self.native.set_model_name(self.model_name or _user_class_name(root))
         names = {}
         for name, p in root.named_parameters(remove_duplicate=False):
             names.setdefault(id(p), name)
@@ -1041,9 +1059,10 @@ class _Agent:
             # a sharded parameter with a plain tensor (model.forward(x) called directly
             # before any model(x)) is attributed to this candidate.
             self.candidate = weakref.ref(modules[0])
-            # Named now, so that every rank's discovery and Welcome agree on it by the time
-            # clients attach to the job (it merges ranks running one model).
-            self.native.set_model_name(self.model_name or type(modules[0]).__name__)
+            # Not named after it: bottom-up, the first candidates are blocks (a torchtitan-style
+            # job listed as "Block"). The model keeps its provisional name until the root is
+            # known; a job's ranks are one job whatever each calls its model meanwhile
+            # (wire::checkOneJob).
             self._enter_mode()
         return r
 

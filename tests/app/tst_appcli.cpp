@@ -1,6 +1,7 @@
 // The shardscope executable's command line, offscreen: bad flags exit 2 with a clear
 // message, a corrupt snapshot exits 1 with the reason, and --open with the exports
-// and --screenshot writes valid files and exits 0.
+// and --screenshot writes valid files and exits 0. An --attach argument gets the answer,
+// exit status and words shardscope-capture gives it (one parser, one reachability check).
 
 #include <QFile>
 #include <QProcess>
@@ -12,11 +13,14 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <QElapsedTimer>
+
 #include <sys/stat.h>
 
 #include "runprocess.h"
 #include "session/snapshotio.h"
 #include "syntheticstate.h"
+#include "wire/snapshot.h"
 
 using namespace shardscope;
 using namespace shardscope::test;
@@ -32,6 +36,9 @@ class TestAppCli : public QObject
     void corruptSnapshotExitsOne();
     void fifoIsRefusedNotWaitedOn();
     void openExportsAndScreenshot();
+    void sameAttachArgumentSameAnswerAsCapture_data();
+    void sameAttachArgumentSameAnswerAsCapture();
+    void aListOfEndpointsIsTakenByBoth();
 
   private:
     QTemporaryDir m_dir;
@@ -165,6 +172,124 @@ void TestAppCli::openExportsAndScreenshot()
     QVERIFY(!image.isNull());
     QVERIFY(image.width() >= 800 && image.height() >= 600);
     QVERIFY2(distinctColours(image) > 20, "the screenshot is blank");
+}
+
+namespace {
+
+ProcessResult runCapture(const QStringList &args, int timeoutMs = 60000)
+{
+    QProcess p;
+    p.start(binPath(QStringLiteral("shardscope-capture")), args);
+    ProcessResult r;
+    if (!p.waitForStarted(10000)) return r;
+    r.finished = p.waitForFinished(timeoutMs);
+    if (!r.finished) {
+        p.kill();
+        p.waitForFinished(5000);
+    }
+    r.exitCode = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+    r.out = QString::fromUtf8(p.readAllStandardOutput());
+    r.err = QString::fromUtf8(p.readAllStandardError());
+    return r;
+}
+
+// What a program said about its --attach argument: its lines on stderr without the program's
+// name, and without the pointer to --help (which names the program).
+QStringList said(const QString &err, const QString &program)
+{
+    QStringList out;
+    for (const QString &line : err.split(QLatin1Char('\n'), Qt::SkipEmptyParts))
+        if (line.startsWith(program + QStringLiteral(": ")))
+            out << line.mid(program.size() + 2);
+    return out;
+}
+
+} // namespace
+
+// Issue #49, defect 12: the inspector waited 120 s on an endpoint where nothing listens and
+// then said "Invalid name", and refused nothing that capture refused; capture refused a list
+// of endpoints the inspector takes. Now both answer at once, with the same status and words.
+void TestAppCli::sameAttachArgumentSameAnswerAsCapture_data()
+{
+    QTest::addColumn<QString>("attach");
+    QTest::addColumn<int>("status");
+    QTest::addColumn<QString>("words");
+    const QString nobody = m_dir.filePath(QStringLiteral("nobody-listens.sock"));
+    QTest::newRow("no socket") << "unix:" + nobody << 1
+                               << "cannot connect to unix:" + nobody +
+                                      ": No such file or directory; is the engine running?";
+    QTest::newRow("refused") << QStringLiteral("tcp:127.0.0.1:1") << 1
+                             << QStringLiteral("cannot connect to tcp:127.0.0.1:1: Connection "
+                                               "refused; is the engine running?");
+    QTest::newRow("list, none answers")
+        << QStringLiteral("tcp:127.0.0.1:1,tcp:127.0.0.1:2") << 1
+        << QStringLiteral("cannot connect to tcp:127.0.0.1:2: Connection refused");
+    QTest::newRow("IPv6 unbracketed") << QStringLiteral("tcp:::1:7000") << 2
+                                      << QStringLiteral("write an IPv6 host in brackets");
+    QTest::newRow("list with garbage")
+        << QStringLiteral("tcp:127.0.0.1:1,garbage") << 2
+        << QStringLiteral("unknown endpoint \"garbage\"");
+    QTest::newRow("job without a name") << QStringLiteral("job:") << 2
+                                        << QStringLiteral("job:NAME needs the job's name");
+}
+
+void TestAppCli::sameAttachArgumentSameAnswerAsCapture()
+{
+    QFETCH(QString, attach);
+    QFETCH(int, status);
+    QFETCH(QString, words);
+    QVERIFY2(QFile::exists(binPath(QStringLiteral("shardscope-capture"))),
+             "shardscope-capture not built");
+    const QString out = m_dir.filePath(QStringLiteral("never.json"));
+    const ProcessResult capture =
+        runCapture({QStringLiteral("--attach"), attach, QStringLiteral("--out"), out});
+    QElapsedTimer t;
+    t.start();
+    // The default --timeout (120 s) stands: the answer must not wait for it.
+    const ProcessResult app = runApp({QStringLiteral("--attach"), attach,
+                                      QStringLiteral("--export-snapshot"), out,
+                                      QStringLiteral("--quit")},
+                                     60000);
+    QVERIFY2(app.finished && t.elapsed() < 30000, qPrintable(app.err));
+    QCOMPARE(capture.exitCode, status);
+    QCOMPARE(app.exitCode, status);
+    const QStringList fromCapture = said(capture.err, QStringLiteral("shardscope-capture"));
+    const QStringList fromApp = said(app.err, QStringLiteral("shardscope"));
+    QVERIFY2(fromCapture.join(QLatin1Char('\n')).contains(words), qPrintable(capture.err));
+    QVERIFY2(fromApp == fromCapture,
+             qPrintable(QStringLiteral("shardscope said:\n%1\nshardscope-capture said:\n%2")
+                            .arg(fromApp.join(QLatin1Char('\n')),
+                                 fromCapture.join(QLatin1Char('\n')))));
+    QVERIFY(!QFile::exists(out));
+}
+
+// Endpoints separated by commas are the processes of one job for both programs: the one that
+// answers is attached and written, the one where nothing listens is named.
+void TestAppCli::aListOfEndpointsIsTakenByBoth()
+{
+    Trainer trainer({QStringLiteral("--steps"), QStringLiteral("100000")});
+    QVERIFY2(!trainer.endpoint().isEmpty(), qPrintable(trainer.output()));
+    const QString nobody = "unix:" + m_dir.filePath(QStringLiteral("gone.sock"));
+    const QString list = trainer.endpoint() + "," + nobody;
+    const QString fromCapture = m_dir.filePath(QStringLiteral("list-capture.json"));
+    const ProcessResult capture =
+        runCapture({QStringLiteral("--attach"), list, QStringLiteral("--seconds"),
+                    QStringLiteral("1"), QStringLiteral("--out"), fromCapture});
+    QVERIFY2(capture.exitCode == 0, qPrintable(capture.out + capture.err));
+    QVERIFY2(capture.err.contains("cannot connect to " + nobody), qPrintable(capture.err));
+    const QString fromApp = m_dir.filePath(QStringLiteral("list-app.json"));
+    const ProcessResult app = runApp({QStringLiteral("--attach"), list,
+                                      QStringLiteral("--after-seconds"), QStringLiteral("1"),
+                                      QStringLiteral("--export-snapshot"), fromApp,
+                                      QStringLiteral("--timeout"), QStringLiteral("60"),
+                                      QStringLiteral("--quit")});
+    QVERIFY2(app.exitCode == 0, qPrintable(app.out + app.err));
+    for (const QString &file : {fromCapture, fromApp}) {
+        auto snap = wire::readSnapshotFile(file.toStdString());
+        QVERIFY2(snap, snap ? "" : snap.error().c_str());
+        QCOMPARE(snap->state.worldSize, 4);
+        QVERIFY(!snap->state.params.empty());
+    }
 }
 
 QTEST_MAIN(TestAppCli)

@@ -712,17 +712,18 @@ void TestCapture::twoRunsOfOneNameAreToldApart()
     sleeper.start("sleep", {"60"});
     QVERIFY(sleeper.waitForStarted());
     auto announce = [&](const QString &file, const std::string &endpoint, std::int64_t pid,
-                        const std::string &id, const std::string &rendezvous, int world) {
+                        const std::string &id, const std::string &rendezvous, int world,
+                        std::vector<int> ranks = {0, 1}, const std::string &model = "local") {
         wire::DiscoveryEntry e;
         e.pid = pid;
         e.endpoint = endpoint;
-        e.model = "local";
+        e.model = model;
         e.worldSize = world;
         e.backend = "cpu";
         e.job.id = id;
         e.job.rendezvous = rendezvous;
         e.job.worldSize = world;
-        e.job.ranks = {0, 1};
+        e.job.ranks = std::move(ranks);
         QVERIFY(wire::writeFileAtomically(disc.toStdString() + "/" + file.toStdString(),
                                           wire::encodeDiscovery(e)));
     };
@@ -732,6 +733,12 @@ void TestCapture::twoRunsOfOneNameAreToldApart()
     announce("b.json", runB->endpoint(), ::getpid(), "none", "127.0.0.1:1002", 2);
     announce("w2.json", runA->endpoint(), ::getpid(), "sized", "127.0.0.1:1003", 2);
     announce("w3.json", runB->endpoint(), ::getpid(), "sized", "127.0.0.1:1003", 3);
+    // Issue #49, defect 8: a job named with a space, one rank still building its model.
+    announce("m0.json", "unix:/nowhere/m0.sock", ::getpid(), "my run", "127.0.0.1:1004", 2, {0},
+             "(model not sharded yet: shown once fully_shard's root runs its first forward or "
+             "attach(model))");
+    announce("m1.json", "unix:/nowhere/m1.sock", ::getpid(), "my run", "127.0.0.1:1004", 2, {1},
+             "T5ForConditionalGeneration");
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     env.insert("XDG_RUNTIME_DIR", runtime.path());
 
@@ -741,6 +748,16 @@ void TestCapture::twoRunsOfOneNameAreToldApart()
                  r.out.contains("job none@127.0.0.1:1002  (world size 2, 2 of 2 ranks live)"),
              qPrintable(r.out));
     QVERIFY2(!r.out.contains("4 of 2"), qPrintable(r.out));
+    // Issue #49, defect 8: each job with its model and the argument that attaches it, as it is
+    // typed in a shell; a job whose ranks still build the model is named by the rank that
+    // built it, each rank's own name in its row.
+    QVERIFY2(r.out.contains("job none@127.0.0.1:1001  (world size 2, 2 of 2 ranks live)  model "
+                            "local  --attach job:none@127.0.0.1:1001\n"),
+             qPrintable(r.out));
+    QVERIFY2(r.out.contains("job my run  (world size 2, 2 of 2 ranks live)  model "
+                            "T5ForConditionalGeneration  --attach 'job:my run'\n") &&
+                 r.out.contains("(model not sharded yet"),
+             qPrintable(r.out));
 
     r = runCapture({"--attach", "job:none", "--out", dir.filePath("both.json")}, env);
     QCOMPARE(r.exitCode, 1);

@@ -208,14 +208,15 @@ class TestFsdpAgent : public QObject
         }
         QVERIFY2(listed.contains("2 of 2 ranks live"), qPrintable(listed));
         const QDir disc(runtime.path() + "/shardscope");
-        // The job view merges ranks that run one model: attach once both name it (fully_shard
-        // names it; before, "model not sharded yet").
+        // Both name the model as the user built it (TinyLM, not fully_shard's FSDPTinyLM)
+        // once the root is known (its first forward); before, "model not sharded yet", never
+        // a block (issue #49, defect 8).
         int named = 0;
         for (int i = 0; i < 600 && named < 2; ++i) {
             QThread::msleep(100);
             named = 0;
             for (const QString &f : disc.entryList({"*.json"}))
-                named += readJson(disc.filePath(f)).value("model", "") == "FSDPTinyLM";
+                named += readJson(disc.filePath(f)).value("model", "") == "TinyLM";
         }
         QCOMPARE(named, 2);
         QString endpoint1, job;
@@ -263,7 +264,7 @@ class TestFsdpAgent : public QObject
         for (const json &s : snaps) {
             QVERIFY2(s["violations"].empty(), s["violations"].dump().c_str());
             QCOMPARE(s["engine"]["step"].get<int>(), 3);
-            QCOMPARE(s["engine"]["model"].get<std::string>(), std::string("FSDPTinyLM"));
+            QCOMPARE(s["engine"]["model"].get<std::string>(), std::string("TinyLM"));
             // Units: the modules fully_shard was called on, with reshard_after_forward and mesh.
             const json *root = moduleOf(s, "");
             const json *block = moduleOf(s, "blocks.0");

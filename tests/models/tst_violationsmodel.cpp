@@ -131,6 +131,22 @@ void TestViolationsModel::rowsAppearAndCount()
                            3000000, 1, telemetry::makeLateParameter({.module = 8, .param = 7}))},
                        false);
     store.flush();
+    QCOMPARE(model.rowCount(), 1); // late: its violation comes with the producer's State
+    state::EngineState st = smallState();
+    state::ViolationRecord late;
+    late.kind = ViolationKind::LateParameter;
+    late.accessor = 8;
+    late.param = 7;
+    late.paramName = "pos_conv.weight_v";
+    late.owner = 8;
+    late.rank = 1;
+    late.step = late.lastStep = 2;
+    late.status = ParamStatus::Available;
+    late.count = 1;
+    late.tsNs = 3000001;
+    st.violations.push_back(late);
+    store.applyState(std::move(st));
+    store.flush();
     QCOMPARE(model.rowCount(), 2);
     QCOMPARE(model.index(0, models::ViolationsModel::Count).data().toString(), QStringLiteral("6"));
     QCOMPARE(model.index(0, models::ViolationsModel::Rank).data().toString(),

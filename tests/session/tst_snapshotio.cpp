@@ -38,6 +38,21 @@ static void fill(session::SessionStore &store)
             lmHeadViolation(950, 2),
             eventAt(960, 1, telemetry::makeLateParameter({.module = 8, .param = 6}))},
         false);
+    // The late parameter's violation is the producer's record, which its next State brings.
+    state::EngineState st = smallState();
+    st.params[1].status[0] = ParamStatus::Available; // gathered above
+    state::ViolationRecord late;
+    late.kind = ViolationKind::LateParameter;
+    late.accessor = 8;
+    late.param = 6;
+    late.paramName = "pos_conv.weight_g";
+    late.owner = 8;
+    late.rank = 1;
+    late.status = ParamStatus::Available;
+    late.count = 1;
+    late.tsNs = 970;
+    st.violations.push_back(late);
+    store.applyState(std::move(st));
 }
 
 void TestSnapshotIo::exportThenOpenRoundTrips()

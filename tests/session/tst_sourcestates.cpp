@@ -118,6 +118,29 @@ class TestSourceStates : public QObject
         QCOMPARE(store.violationGroups().size(), std::size_t(1));
         QCOMPARE(store.violationGroups()[0].rankMask(), std::uint64_t(7));
     }
+
+    // Issue #49, defect 8: attached while its ranks build the model, one process names it
+    // provisionally (the agent's "(model not built yet: ...)"), the other finally. One job,
+    // whichever comes first: the model's name is no part of its identity.
+    void aProcessStillBuildingItsModelIsOfTheJob()
+    {
+        for (int first : {0, 1}) {
+            session::SessionStore store;
+            const auto stateOf = [](int rank) {
+                state::EngineState st = rankState(rank, ParamStatus::Available, 1);
+                if (rank == 1)
+                    st.modelName = "TinyLM (model not built yet: shown once zero.Init or "
+                                   "deepspeed.initialize has run)";
+                return st;
+            };
+            QCOMPARE(store.applySourceState(first, stateOf(first)), QString());
+            QCOMPARE(store.applySourceState(1 - first, stateOf(1 - first)), QString());
+            store.mergeSources();
+            QCOMPARE(store.state().localRanks, (std::vector<int>{0, 1}));
+            QVERIFY(store.hasSourceState(0) && store.hasSourceState(1));
+            QCOMPARE(store.state().modelName, std::string("TinyLM"));
+        }
+    }
 };
 
 QTEST_GUILESS_MAIN(TestSourceStates)

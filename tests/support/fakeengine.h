@@ -49,6 +49,8 @@ class FakeEngine : public QObject
     {
         send(wire::MessageType::Dropped, wire::encodeDropped(wire::DroppedNotice{since, total}));
     }
+    // Any frame, as it is (a State, a Goodbye, ...).
+    void sendFrame(const wire::Frame &frame) { send(frame.type, frame.payload); }
     void dropClient()
     {
         if (m_client) m_client->abort();

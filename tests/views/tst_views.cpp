@@ -49,6 +49,7 @@ class TestViews : public QObject
     void detailBoundsLongRegistrationLists();
     void attachDialogListsLiveEngines();
     void attachDialogShowsWholeNames();
+    void attachDialogNamesAJobByItsBuiltModel();
     void detailFitsItsPanel();
     void durationsReadInHumanUnits();
     void statusBarSummarises();
@@ -358,6 +359,39 @@ void TestViews::attachDialogShowsWholeNames()
                             .arg(t->viewport()->width())));
     // The only run is picked: Enter attaches to it.
     QCOMPARE(dialog.endpoint(), QString::fromStdString(e.endpoint));
+}
+
+// Issue #49, defect 8: a job whose rank 0 is still building the model (its provisional name)
+// and whose rank 1 is past it: the job's row names the model rank 1 built, each process's row
+// its own name.
+void TestViews::attachDialogNamesAJobByItsBuiltModel()
+{
+    QTemporaryDir dir;
+    const QString building = QStringLiteral(
+        "(model not sharded yet: shown once fully_shard's root runs its first forward or "
+        "attach(model))");
+    for (int rank : {0, 1}) {
+        wire::DiscoveryEntry e;
+        e.pid = QCoreApplication::applicationPid();
+        e.endpoint = "unix:/run/user/1000/shardscope/r" + std::to_string(rank) + ".sock";
+        e.model = rank == 0 ? building.toStdString() : "T5ForConditionalGeneration";
+        e.worldSize = 2;
+        e.backend = "gloo";
+        e.job.id = "t5";
+        e.job.ranks = {rank};
+        e.job.worldSize = 2;
+        QFile f(dir.filePath(QStringLiteral("r%1.json").arg(rank)));
+        QVERIFY(f.open(QIODevice::WriteOnly));
+        f.write(QByteArray::fromStdString(wire::encodeDiscovery(e)));
+    }
+    views::AttachDialog dialog(dir.path());
+    QTRY_COMPARE_WITH_TIMEOUT(dialog.engineCount(), 2, 3000);
+    QTableWidget *t = dialog.enginesTable();
+    QCOMPARE(t->rowCount(), 3);
+    QCOMPARE(t->item(0, 5)->text(), QStringLiteral("job:t5"));
+    QCOMPARE(t->item(0, 1)->text(), QStringLiteral("T5ForConditionalGeneration"));
+    QCOMPARE(t->item(1, 1)->text(), building);
+    QCOMPARE(t->item(2, 1)->text(), QStringLiteral("T5ForConditionalGeneration"));
 }
 
 // At the dock's default width (340 px) nothing runs past the right edge: text wraps (even

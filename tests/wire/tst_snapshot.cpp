@@ -56,6 +56,7 @@ class TestSnapshot : public QObject
     void gzipFilesAreToldByTheirBytesNotTheirName();
     void damagedGzipFilesAreCleanErrors();
     void endpointsParseAndFormat();
+    void attachTargetsParse();
     void discoveryListsLiveEnginesAndIgnoresStaleOnes();
     void discoveryTrustsOnlyAPrivateDirectoryAndRegularFiles();
     void repeatedRegistrationsAreReadOnce();
@@ -562,6 +563,41 @@ void TestSnapshot::damagedGzipFilesAreCleanErrors()
     auto refused = decodeSnapshotFile(bomb, std::size_t(1) << 20);
     QVERIFY(!refused.ok());
     QVERIFY2(refused.error().find("more than 1 MiB") != std::string::npos, refused.error().c_str());
+}
+
+// What a user attaches to: a job, or endpoints separated by commas (issue #49, defect 12).
+void TestSnapshot::attachTargetsParse()
+{
+    auto job = parseAttachTarget(" job:none@127.0.0.1:29500 ");
+    QVERIFY(job.ok());
+    QCOMPARE(job->job, std::string("none@127.0.0.1:29500"));
+    QVERIFY(job->endpoints.empty());
+    auto list =
+        parseAttachTarget("tcp:node1:7000, tcp:[::1]:7001,unix:/run/a,b.sock,tcp:node1:7000");
+    QVERIFY2(list.ok(), list.ok() ? "" : list.error().c_str());
+    QCOMPARE(list->endpoints, (std::vector<std::string>{"tcp:node1:7000", "tcp:[::1]:7001",
+                                                        "unix:/run/a,b.sock"}));
+    auto one = parseAttachTarget("unix:/run/user/1/shardscope/7.sock");
+    QVERIFY(one.ok());
+    QCOMPARE(one->endpoints.size(), std::size_t(1));
+    const std::pair<const char *, const char *> bad[] = {
+        {"job:", "needs the job's name"},
+        {"", "no endpoint given"},
+        {",", "no endpoint given"},
+        {"tcp:a:1,garbage", "unknown endpoint \"garbage\""},
+        {"tcp:a:1,tcp:::1:7", "brackets"},
+        {"tcp:a:1,tcp:b", "has no port"}};
+    for (const auto &[text, words] : bad) {
+        auto r = parseAttachTarget(text);
+        QVERIFY2(!r.ok(), text);
+        QVERIFY2(r.error().find(words) != std::string::npos, r.error().c_str());
+    }
+    auto reached = checkReachable("unix:/nonexistent-dir/nobody.sock");
+    QVERIFY(!reached.ok());
+    QVERIFY2(reached.error().find("cannot connect to unix:/nonexistent-dir/nobody.sock: No such "
+                                  "file or directory; is the engine running?") !=
+                 std::string::npos,
+             reached.error().c_str());
 }
 
 void TestSnapshot::endpointsParseAndFormat()

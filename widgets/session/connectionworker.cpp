@@ -35,6 +35,7 @@ void ConnectionWorker::open(const QString &endpoint, const QString &token, bool 
     m_decoder = wire::FrameDecoder();
     m_pending.clear();
     m_token = token;
+    m_endpoint = endpoint.trimmed();
 
     const auto parsed = wire::parseEndpoint(endpoint.toStdString());
     if (!parsed) {
@@ -213,9 +214,17 @@ void ConnectionWorker::onSocketError(const QString &text)
 {
     if (m_done) return;
     flushEvents();
-    fail(m_welcomed ? QStringLiteral("the connection to the engine was lost (%1)").arg(text)
-                    : QStringLiteral("cannot reach the engine (%1)").arg(text),
-         false);
+    if (m_welcomed) {
+        fail(QStringLiteral("the connection to the engine was lost (%1)").arg(text), false);
+        return;
+    }
+    // Qt's words for a socket path where nothing listens are "Invalid name": a Unix endpoint
+    // gets shardscope-capture's instead, from the same check (a connect, no waiting).
+    QString why = text;
+    if (m_endpoint.startsWith(QLatin1String("unix:")))
+        if (const wire::Status reached = wire::checkReachable(m_endpoint.toStdString()); !reached)
+            why = QString::fromStdString(reached.error());
+    fail(QStringLiteral("cannot reach the engine (%1)").arg(why), false);
 }
 
 void ConnectionWorker::fail(const QString &message, bool refused)

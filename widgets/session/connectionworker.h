@@ -89,6 +89,7 @@ class ConnectionWorker : public QObject, private client::FrameSink
 
     QIODevice *m_socket = nullptr;
     QString m_token;
+    QString m_endpoint;
     wire::FrameDecoder m_decoder;
     client::FrameReducer m_reducer;
     bool m_welcomed = false;

@@ -32,15 +32,14 @@ QString JobSession::resolve(const QString &spec, std::vector<JobTarget> &targets
 {
     targets.clear();
     jobName.clear();
-    const QString s = spec.trimmed();
-    if (s.startsWith(QLatin1String("job:"))) {
-        jobName = s.mid(4);
-        if (jobName.isEmpty())
-            return tr("job:NAME needs the job's name (the attach dialog and "
-                      "shardscope-capture --list show the live jobs)");
+    // The one parser of what to attach to (wire::parseAttachTarget: shardscope-capture's too).
+    const auto target = wire::parseAttachTarget(spec.toStdString());
+    if (!target) return QString::fromStdString(target.error());
+    if (!target->job.empty()) {
+        jobName = QString::fromStdString(target->job);
         const std::string dir = discoveryDirOf(discoveryDir);
         // One run (wire::selectRun: each endpoint once, two runs of one name refused).
-        auto job = client::liveJob(dir, jobName.toStdString());
+        auto job = client::liveJob(dir, target->job);
         if (!job)
             return tr("%1 in %2 (File → Attach lists the live jobs)")
                 .arg(QString::fromStdString(job.error()), QString::fromStdString(dir));
@@ -48,14 +47,9 @@ QString JobSession::resolve(const QString &spec, std::vector<JobTarget> &targets
             targets.push_back({QString::fromStdString(e.endpoint), e.job.ranks, e});
         return {};
     }
-    for (const QString &part : s.split(QLatin1Char(','), Qt::SkipEmptyParts)) {
-        const QString ep = part.trimmed();
-        // The same endpoint twice is one process, attached once.
-        if (!ep.isEmpty() && std::none_of(targets.begin(), targets.end(),
-                                          [&](const JobTarget &t) { return t.endpoint == ep; }))
-            targets.push_back({ep, {}, {}});
-    }
-    if (targets.empty()) return tr("no endpoint given");
+    // Each endpoint once (the parser drops a repeat).
+    for (const std::string &ep : target->endpoints)
+        targets.push_back({QString::fromStdString(ep), {}, {}});
     return {};
 }
 

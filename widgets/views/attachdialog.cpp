@@ -75,20 +75,12 @@ AttachDialog::AttachDialog(const QString &discoveryDir, QWidget *parent)
 
     connect(buttons, &QDialogButtonBox::accepted, this, [this] {
         const QString spec = endpoint();
-        if (spec.startsWith(QLatin1String("job:")) && spec.size() > 4) {
-            accept();
+        if (spec.isEmpty()) return;
+        // The one parser of what to attach to (the command lines' too), in its words.
+        if (const auto target = wire::parseAttachTarget(spec.toStdString()); !target) {
+            m_hint->setText(QString::fromStdString(target.error()));
             return;
         }
-        for (const QString &part : spec.split(QLatin1Char(','), Qt::SkipEmptyParts)) {
-            const auto parsed = wire::parseEndpoint(part.trimmed().toStdString());
-            if (!parsed) {
-                m_hint->setText(tr("`%1` is not an endpoint: %2. Use unix:PATH, tcp:HOST:PORT "
-                                   "(several separated by commas) or job:NAME.")
-                                    .arg(part.trimmed(), QString::fromStdString(parsed.error())));
-                return;
-            }
-        }
-        if (spec.isEmpty()) return;
         accept();
     });
     connect(buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
@@ -154,7 +146,7 @@ void AttachDialog::refresh()
             r.job = true;
             const QString id = QString::fromStdString(job.id);
             r.cells[0] = tr("job");
-            r.cells[1] = QString::fromStdString(first.model);
+            r.cells[1] = QString::fromStdString(job.model);
             r.cells[2] = QString::number(world);
             r.cells[3] = QString::fromStdString(first.backend);
             r.cells[4] = uptime(first.startUnixMs);
