@@ -540,8 +540,8 @@ class TestDeepSpeedAgent : public QObject
         const QString sock = m_dir.filePath("accum.sock");
         const QString out = m_dir.filePath("accum.json");
         const Run r = run({"--externals", "manual", "--weight-norm", "workaround", "--steps", "2",
-                           "--grad-accum", "2", "--no-zero-init", "--snapshot-out", out,
-                           "--listen", "unix:" + sock});
+                           "--grad-accum", "2", "--no-zero-init", "--snapshot-out", out, "--listen",
+                           "unix:" + sock});
         QVERIFY2(r.exitCode == 0, qPrintable(r.out));
         QVERIFY2(r.out.contains("has no {rank} in a job of 2 ranks: rank 0 writes " + out +
                                 ", rank N writes " + out + ".rank<N>"),
