@@ -473,6 +473,61 @@ class TestFsdpAgent : public QObject
         }
     }
 
+    // fully_shard on each block and then on the layers inside it (a loop over model.modules():
+    // parents first) on fully_shard's default mesh: torch fails in the first layer's
+    // fully_shard with an error that names no module (torch 2.13: "TypeError: Invariant
+    // encountered: value was None when it should not be", from _init_sharding_spec_tp). Each
+    // rank recorded and said it first, once: the layer and the block, both calls' lines and
+    // the children-first fix; torch's error reaches the script unchanged, as without the agent.
+    void shardOrder()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const Run with = run({"--parents-first", "--snapshot-out", snapshotArg("order")});
+        const Run without = run({"--parents-first", "--no-agent"});
+        QVERIFY2(without.exitCode != 0 && !without.err.contains("shardscope:"),
+                 qPrintable(without.err.right(3000)));
+        QCOMPARE(with.exitCode, without.exitCode);
+        const QString error = shardscope::test::lastRankException(without.err);
+        QVERIFY2(!error.isEmpty(), qPrintable(without.err.right(3000)));
+        QCOMPARE(shardscope::test::lastRankException(with.err), error);
+        if (m_torchRefusesTied) // torch 2.13, this suite's torch
+            QCOMPARE(error, QString("TypeError: Invariant encountered: value was None when it "
+                                    "should not be"));
+        checkRecordedFirst(with.err, error);
+        const int line = exampleLine("# story: parents first");
+        QVERIFY(line > 0);
+        const QString at = QString(SHARDSCOPE_EXAMPLE ":%1").arg(line);
+        const std::vector<json> snaps = snapshots("order");
+        QCOMPARE(snaps.size(), std::size_t(2));
+        for (int rank = 0; rank < 2; ++rank) {
+            QCOMPARE(with.err.count(QString("shardscope: rank %1: fully_shard(").arg(rank)), 1);
+            const json &s = snaps[std::size_t(rank)];
+            QVERIFY2(s["violations"].size() == 1, s["violations"].dump().c_str());
+            const json &v = s["violations"][0];
+            QCOMPARE(v["kind"].get<std::string>(), std::string("shard_order"));
+            QCOMPARE(v["accessor"].get<std::string>(), std::string("blocks.0.fc1"));
+            QCOMPARE(v["owner"].get<std::string>(), std::string("blocks.0"));
+            QCOMPARE(v["param"].get<std::string>(), std::string("blocks.0.fc1.weight"));
+            QCOMPARE(v["status"].get<std::string>(), std::string("NOT_AVAILABLE"));
+            QCOMPARE(v["accessor_id"].get<int>(), moduleIdOf(s, "blocks.0.fc1"));
+            QCOMPARE(v["owner_id"].get<int>(), moduleIdOf(s, "blocks.0"));
+            QCOMPARE(v["location"]["file"].get<std::string>(), std::string(SHARDSCOPE_EXAMPLE));
+            QCOMPARE(v["location"]["line"].get<int>(), line);
+            QCOMPARE(v["location"]["function"].get<std::string>(), std::string("main"));
+            // both calls' lines (here one line: the loop's), the layer's first
+            const QString message = QString::fromStdString(v["message"].get<std::string>());
+            QVERIFY2(message.startsWith("fully_shard(model.blocks[0].fc1) (" + at +
+                                        ") came after fully_shard(model.blocks[0]) (" + at +
+                                        "), which contains it"),
+                     qPrintable(message));
+            QCOMPARE(v["fix"].get<std::string>(),
+                     std::string("fully_shard(model.blocks[0].fc1)  # before "
+                                 "fully_shard(model.blocks[0]): children first; a loop over "
+                                 "model.modules() goes over reversed(list(model.modules()))"));
+            QVERIFY(moduleOf(s, "blocks.1.fc2")); // the model's tree, by its paths
+        }
+    }
+
     // Story 1 on Transformers' T5ForConditionalGeneration (hf_fsdp_stories.py), each T5Block a
     // unit and the model the root. T5 ties one embedding into model.shared,
     // encoder.embed_tokens, decoder.embed_tokens and lm_head.
