@@ -354,7 +354,7 @@ def main():
             if a.autograd_backward:
                 torch.autograd.backward(loss)
             else:
-                loss.backward()
+                loss.backward()  # story: the backward
         opt.step()
         opt.zero_grad()
         timings.append({"step": step, "observed": observed, "wall": time.perf_counter() - t0,

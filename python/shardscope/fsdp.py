@@ -635,7 +635,9 @@ class _Agent:
         if state is None or state._training_state is not _fi.pre_backward_state():
             return
         self.unfinished_said = True
-        frame = _user_frame(sys._getframe(1))  # the script's loss.backward() (or step()) line
+        # the script's loss.backward() line; its optimizer.step() line when called from on_step_pre
+        # (a backward the watcher did not see: docs/fsdp.md, "A backward FSDP2 never finishes")
+        frame = _user_frame(sys._getframe(1))
         message, fix = self.native.backward_unfinished(
             self.module_id(self.root), raised=error or "", compiled_autograd=compiled,
             location=_location(frame) if frame is not None else None)

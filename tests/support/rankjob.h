@@ -101,11 +101,14 @@ inline bool failedWithTorchError(const QString &out, int rank)
 
 // The last exception rank 0 printed ("[rank0]: <Type>Error: <message>", torch 2's prefix on
 // a rank's traceback lines), with its dotted module: what a user's run ended with. Empty
-// when none. The agents' tests compare it with and without the agent.
+// when none. The agents' tests compare it with and without the agent. A type named neither
+// ...Error nor ...Exception counts where a message follows it at the line's start
+// ("torch._dynamo.exc.Unsupported: ...", what dynamo raises under fullgraph=True).
 inline QString lastRankException(const QString &err)
 {
     static const QRegularExpression re(
-        R"(\[rank0\]: ((?:[A-Za-z_][\w.]*\.)?\w*(?:Error|Exception)\b.*))");
+        R"(\[rank0\]: ((?:[A-Za-z_][\w.]*\.)?\w*(?:Error|Exception)\b.*|)"
+        R"((?:[A-Za-z_]\w*\.)*[A-Z]\w*: .*))");
     QString last;
     for (auto it = re.globalMatch(err); it.hasNext();) last = it.next().captured(1);
     return last;
