@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "processtree.h"
 #include "snapshotquery.h"
 
 using nlohmann::json;
@@ -57,7 +58,7 @@ Run run(const QStringList &args, const QString &dir, int timeoutMs = 300000)
     p.start(python(), QStringList{"-m", "shardscope.check"} + args);
     Run r;
     if (!p.waitForFinished(timeoutMs)) {
-        p.kill();
+        shardscope::test::endProcessTree(static_cast<pid_t>(p.processId())); // and its ranks
         p.waitForFinished();
         r.err = "shardscope-check did not finish in time";
         return r;

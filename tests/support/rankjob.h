@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "processtree.h"
 #include "snapshotquery.h"
 #include "snapshotschema.h"
 
@@ -29,17 +30,41 @@ struct RankRun
     QString err;
 };
 
+// A running scripts/launch. Ending it (deleting it, or finishRanks after its timeout) ends
+// its ranks too, which run in sessions of their own (endProcessTree): a test that fails or
+// times out leaves no rank behind.
+class RankLaunch : public QProcess
+{
+  public:
+    using QProcess::QProcess;
+    ~RankLaunch() override { end(); }
+    void end()
+    {
+        if (state() == QProcess::NotRunning) return;
+        endProcessTree(static_cast<pid_t>(processId()));
+        waitForFinished(5000);
+    }
+};
+
+// Ends every launch `parent` holds that still runs (a test's cleanup(): the launches a
+// failed test left running), and deletes them.
+inline void endRankLaunches(QObject *parent)
+{
+    for (RankLaunch *launch : parent->findChildren<RankLaunch *>(Qt::FindDirectChildrenOnly))
+        if (launch->state() != QProcess::NotRunning) delete launch;
+}
+
 // Starts `python script args` on `ranks` processes with scripts/launch (`launch`), in env with
 // XDG_RUNTIME_DIR=runtime (where the ranks' discovery files go). monitorInterval: how long the
 // launcher takes to notice a rank that died and stop the others (torchrun's
 // --monitor-interval); a survivor meant to fail with its own error needs that long to reach
-// it. The process belongs to parent.
+// it. The process (a RankLaunch) belongs to parent.
 inline QProcess *startRanks(QObject *parent, QProcessEnvironment env, const QString &launch,
                             const QString &python, const QString &script, const QStringList &args,
                             const QString &runtime,
                             const QString &monitorInterval = QStringLiteral("0.1"), int ranks = 2)
 {
-    auto *p = new QProcess(parent);
+    auto *p = new RankLaunch(parent);
     env.insert("XDG_RUNTIME_DIR", runtime);
     p->setProcessEnvironment(env);
     p->start(launch, QStringList{"-n", QString::number(ranks), "--grace", "60",
@@ -48,11 +73,13 @@ inline QProcess *startRanks(QObject *parent, QProcessEnvironment env, const QStr
     return p;
 }
 
-// Waits for a launch (killed after timeoutMs), collects what it printed and deletes it.
+// Waits for a launch (after timeoutMs it is ended with its ranks: endProcessTree), collects
+// what it printed and deletes it.
 inline RankRun finishRanks(QProcess *p, int timeoutMs = 150000)
 {
     RankRun r;
-    if (!p->waitForFinished(timeoutMs)) p->kill(), p->waitForFinished(5000);
+    if (!p->waitForFinished(timeoutMs))
+        endProcessTree(static_cast<pid_t>(p->processId())), p->waitForFinished(5000);
     r.exitCode = p->exitStatus() == QProcess::NormalExit ? p->exitCode() : -1;
     r.err = QString::fromUtf8(p->readAllStandardError());
     r.out = QString::fromUtf8(p->readAllStandardOutput()) + "\n" + r.err;
