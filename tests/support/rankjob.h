@@ -12,6 +12,9 @@
 #include <QStringList>
 #include <QThread>
 
+#include <csignal>
+#include <sys/prctl.h>
+
 #include <nlohmann/json.hpp>
 
 #include "processtree.h"
@@ -58,16 +61,20 @@ inline void endRankLaunches(QObject *parent)
 // XDG_RUNTIME_DIR=runtime (where the ranks' discovery files go). monitorInterval: how long the
 // launcher takes to notice a rank that died and stop the others (torchrun's
 // --monitor-interval); a survivor meant to fail with its own error needs that long to reach
-// it. The process (a RankLaunch) belongs to parent.
+// it. The process (a RankLaunch) belongs to parent. The launcher gets SIGTERM when the test
+// process dies (a CTest timeout kills it, and no destructor runs): it stops its ranks, SIGKILL
+// after `grace` seconds.
 inline QProcess *startRanks(QObject *parent, QProcessEnvironment env, const QString &launch,
                             const QString &python, const QString &script, const QStringList &args,
                             const QString &runtime,
-                            const QString &monitorInterval = QStringLiteral("0.1"), int ranks = 2)
+                            const QString &monitorInterval = QStringLiteral("0.1"), int ranks = 2,
+                            int grace = 60)
 {
     auto *p = new RankLaunch(parent);
     env.insert("XDG_RUNTIME_DIR", runtime);
     p->setProcessEnvironment(env);
-    p->start(launch, QStringList{"-n", QString::number(ranks), "--grace", "60",
+    p->setChildProcessModifier([] { ::prctl(PR_SET_PDEATHSIG, SIGTERM); });
+    p->start(launch, QStringList{"-n", QString::number(ranks), "--grace", QString::number(grace),
                                  "--monitor-interval", monitorInterval, python, script} +
                          args);
     return p;

@@ -1,13 +1,17 @@
 // The rank helpers' own promise (rankjob.h, processtree.h): a launch the test ends, at its
-// timeout (finishRanks) or when the test ends first (a RankLaunch deleted, cleanup()), leaves
-// no rank alive, though scripts/launch starts each rank in a session of its own and the ranks
-// ignore SIGTERM. The ranks' pids are read from what they wrote and looked up afterwards.
+// timeout (finishRanks) or when the test ends first (a RankLaunch deleted, cleanup()), or
+// whose test process is killed (a CTest timeout), leaves no rank alive, though scripts/launch
+// starts each rank in a session of its own and the ranks ignore SIGTERM. The ranks' pids are
+// read from what they wrote and looked up afterwards.
 
+#include <QCoreApplication>
 #include <QDir>
 #include <QFile>
 #include <QProcessEnvironment>
 #include <QTemporaryDir>
 #include <QTest>
+
+#include <unistd.h>
 
 #include "processtree.h"
 #include "rankjob.h"
@@ -34,11 +38,11 @@ std::vector<pid_t> rankPids(const QString &dir, int ranks)
     return {};
 }
 
-// The pids among `pids` still alive after up to 5 s (an ended process is reaped by init).
-QStringList alive(const std::vector<pid_t> &pids)
+// The pids among `pids` still alive after up to waitMs (an ended process is reaped by init).
+QStringList alive(const std::vector<pid_t> &pids, int waitMs = 5000)
 {
     QStringList left;
-    for (int waited = 0; waited <= 5000; waited += 50) {
+    for (int waited = 0; waited <= waitMs; waited += 50) {
         left.clear();
         for (pid_t pid : pids)
             if (shardscope::test::processAlive(pid)) left << QString::number(pid);
@@ -48,18 +52,21 @@ QStringList alive(const std::vector<pid_t> &pids)
     return left;
 }
 
+// Two hanging ranks (hanging_rank.sh) under scripts/launch, through startRanks; grace: the
+// launcher's --grace.
+QProcess *launchHanging(const QString &dir, QObject *parent, int grace = 60)
+{
+    return shardscope::test::startRanks(
+        parent, QProcessEnvironment::systemEnvironment(), QStringLiteral(SHARDSCOPE_LAUNCH),
+        QStringLiteral("/bin/bash"), QStringLiteral(SHARDSCOPE_HANGING_RANK), {dir}, dir,
+        QStringLiteral("0.1"), 2, grace);
+}
+
 } // namespace
 
 class TestRankJob : public QObject
 {
     Q_OBJECT
-
-    QProcess *launchHanging(const QString &dir, QObject *parent)
-    {
-        return shardscope::test::startRanks(
-            parent, QProcessEnvironment::systemEnvironment(), QStringLiteral(SHARDSCOPE_LAUNCH),
-            QStringLiteral("/bin/bash"), QStringLiteral(SHARDSCOPE_HANGING_RANK), {dir}, dir);
-    }
 
   private slots:
     // finishRanks past its timeout: the launch and both ranks (and what they started) end.
@@ -95,7 +102,40 @@ class TestRankJob : public QObject
         QVERIFY2(left.isEmpty(), qPrintable("still alive: " + left.join(' ')));
         QVERIFY(!shardscope::test::processAlive(launch));
     }
+
+    // The test process killed (SIGKILL, as CTest ends a test past its timeout: no destructor
+    // runs): the launcher, told by the kernel (PR_SET_PDEATHSIG), stops the ranks, and SIGKILLs
+    // them after its --grace (1 s here) since they ignore SIGTERM.
+    void killedTestLeavesNoRank()
+    {
+        QTemporaryDir dir;
+        QVERIFY(dir.isValid());
+        QProcess test; // this executable, holding a launch (main, TST_RANKJOB_HOLD)
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert("TST_RANKJOB_HOLD", dir.path());
+        test.setProcessEnvironment(env);
+        test.start(QCoreApplication::applicationFilePath(), {});
+        QVERIFY(test.waitForStarted());
+        const std::vector<pid_t> pids = rankPids(dir.path(), 2);
+        QCOMPARE(pids.size(), std::size_t(4));
+        test.kill();
+        QVERIFY(test.waitForFinished(5000));
+        const QStringList left = alive(pids, 15000);
+        QVERIFY2(left.isEmpty(), qPrintable("still alive: " + left.join(' ')));
+    }
 };
 
-QTEST_GUILESS_MAIN(TestRankJob)
+int main(int argc, char **argv)
+{
+    if (const QString hold = qEnvironmentVariable("TST_RANKJOB_HOLD"); !hold.isEmpty()) {
+        QCoreApplication app(argc, argv); // a test that started a launch and hangs
+        QProcess *p = launchHanging(hold, &app, 1);
+        if (!p->waitForStarted()) return 1;
+        for (;;)
+            ::pause();
+    }
+    QCoreApplication app(argc, argv);
+    TestRankJob test;
+    return QTest::qExec(&test, argc, argv);
+}
 #include "tst_rankjob.moc"
