@@ -34,3 +34,21 @@ function(shardscope_add_test name)
   endif()
   set_tests_properties(${name} PROPERTIES ENVIRONMENT "${env}" TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}")
 endfunction()
+
+# shardscope_add_prerequisite_tests(<test> CASE <case> SKIP_NAME <name> CLASS <QtTestClass>
+#                                   ENV env...)
+# The rule of tests/support/prerequisite.h, held for one real-stack suite: run with ENV (which
+# takes one prerequisite away), its case CASE fails in initTestCase (<test>-prerequisite-refused);
+# with SHARDSCOPE_ALLOW_SKIP=<name> too, it skips instead (<test>-prerequisite-allowed).
+function(shardscope_add_prerequisite_tests test)
+  cmake_parse_arguments(P "" "CASE;SKIP_NAME;CLASS" "ENV" ${ARGN})
+  get_test_property(${test} ENVIRONMENT base_env)
+  add_test(NAME ${test}-prerequisite-refused COMMAND ${test} ${P_CASE})
+  set_tests_properties(${test}-prerequisite-refused PROPERTIES TIMEOUT 300
+    ENVIRONMENT "${base_env};${P_ENV};SHARDSCOPE_ALLOW_SKIP="
+    PASS_REGULAR_EXPRESSION "FAIL! +: ${P_CLASS}::initTestCase\\(\\) a prerequisite is missing[^\n]*SHARDSCOPE_ALLOW_SKIP=${P_SKIP_NAME}")
+  add_test(NAME ${test}-prerequisite-allowed COMMAND ${test} ${P_CASE})
+  set_tests_properties(${test}-prerequisite-allowed PROPERTIES TIMEOUT 300
+    ENVIRONMENT "${base_env};${P_ENV};SHARDSCOPE_ALLOW_SKIP=other,${P_SKIP_NAME}"
+    PASS_REGULAR_EXPRESSION "SKIP +: ${P_CLASS}::${P_CASE}[^\n]*\n(.|\n)*Totals: [0-9]+ passed, 0 failed, [1-9]")
+endfunction()

@@ -592,6 +592,31 @@ state::ViolationText AgentState::backwardUnfinished(ModuleId root, const std::st
     return text;
 }
 
+state::ViolationText AgentState::shardOrder(ModuleId parent, ModuleId child,
+                                            const std::string &param,
+                                            const state::SourceLocation &parentCall,
+                                            const state::SourceLocation &where)
+{
+    std::lock_guard lock(m_mutex);
+    state::ViolationSubject subject;
+    subject.kind = ViolationKind::ShardOrder;
+    subject.hasAccessor = child < m_modules.size();
+    if (subject.hasAccessor) subject.accessor = m_modules[child].path;
+    if (parent < m_modules.size()) subject.owner = m_modules[parent].path;
+    subject.param = param;
+    subject.parentCall = parentCall;
+    subject.childCall = where;
+    const state::ViolationText text = state::describeViolation(subject, m_config.dialect);
+    state::ViolationRecord v = violationLocked(ViolationKind::ShardOrder, text);
+    v.accessor = subject.hasAccessor ? child : kNoModule;
+    v.owner = parent < m_modules.size() ? parent : kNoModule;
+    v.paramName = param;
+    v.status = ParamStatus::NotAvailable; // sharded by the parent's group
+    v.location = where;
+    recordLocked(v);
+    return text;
+}
+
 void AgentState::stepBegin(std::uint32_t step)
 {
     {

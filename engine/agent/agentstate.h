@@ -130,6 +130,13 @@ class AgentState final : public state::StateProvider
                                             bool compiledAutograd,
                                             const state::SourceLocation &where = {},
                                             std::size_t bucketed = 0);
+    // FSDP2 (shardscope.fsdp): fully_shard was called on `child` (at `where`) after it was
+    // called on `parent` (at `parentCall`), which contains it; `param`: the name of one of
+    // child's parameters parent's group already shards (a name only: FSDP2 fails before any
+    // parameter is published). Recorded in the state (no event kind carries it).
+    state::ViolationText shardOrder(ModuleId parent, ModuleId child, const std::string &param,
+                                    const state::SourceLocation &parentCall,
+                                    const state::SourceLocation &where);
     // step: the step that begins (1-based; DeepSpeed's global_steps + 1), so that steps run
     // while observation was paused keep the numbering; 0: the previous step + 1.
     void stepBegin(std::uint32_t step = 0);

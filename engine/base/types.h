@@ -72,8 +72,9 @@ enum class ViolationKind : std::uint8_t
     LateParameter = 1,
     TraceInvalidated = 2,
     GatheredWriteWithoutModifier = 3,
-    TiedAcrossGroups = 4, // FSDP2: one tied parameter in two fully_shard groups
+    TiedAcrossGroups = 4,   // FSDP2: one tied parameter in two fully_shard groups
     BackwardUnfinished = 5, // FSDP2: a backward whose end-of-backward callback never ran
+    ShardOrder = 6, // FSDP2: fully_shard on a module inside one already sharded (parent first)
 };
 
 // How bad one violation is for the run (state/severity.h decides it, from its kind, the

@@ -16,6 +16,7 @@ Severity severityOf(ViolationKind kind, GuardAction action, ViolationRead read)
     case ViolationKind::GatheredWriteWithoutModifier:
     case ViolationKind::TiedAcrossGroups:
     case ViolationKind::BackwardUnfinished:
+    case ViolationKind::ShardOrder: // torch raises at the next fully_shard
         return Severity::Error;
     }
     return Severity::Error; // a kind this build does not know: shown as the worst

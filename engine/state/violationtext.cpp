@@ -151,6 +151,25 @@ ViolationText describeFsdp(const ViolationSubject &s)
                     "compiled autograd";
         }
         break;
+    case ViolationKind::ShardOrder: {
+        // accessor: the module fully_shard was called on second, inside owner, called first
+        const std::string child = codeName(s.accessor, d), parent = codeName(s.owner, d);
+        const auto at = [](const SourceLocation &w) {
+            return w.known() ? " (" + w.fileLine() + ")" : std::string();
+        };
+        t.fix = "fully_shard(" + child + ")  # before fully_shard(" + parent +
+                "): children first; a loop over model.modules() goes over "
+                "reversed(list(model.modules()))";
+        t.message = "fully_shard(" + child + ")" + at(s.childCall) + " came after fully_shard(" +
+                    parent + ")" + at(s.parentCall) +
+                    ", which contains it: FSDP2 shards a module's whole subtree, so `" + param +
+                    "` and the other parameters of `" + displayPath(s.accessor) +
+                    "` are already sharded by `" + unit +
+                    "`'s group, and fully_shard cannot shard them again. torch fails in this "
+                    "fully_shard call or at the first forward, with an error that names neither "
+                    "module";
+        break;
+    }
     case ViolationKind::TraceInvalidated:
     case ViolationKind::GatheredWriteWithoutModifier: return {};
     }
@@ -196,8 +215,10 @@ std::string_view severityMeaning(Severity s)
 
 ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
 {
-    // backward_unfinished: in FSDP2's words but in the DeepSpeed dialect (ZeRO-3's)
-    if ((s.kind == ViolationKind::BackwardUnfinished && dialect != FixDialect::DeepSpeed) ||
+    // backward_unfinished: in FSDP2's words but in the DeepSpeed dialect (ZeRO-3's);
+    // shard_order: FSDP2's alone, in its words whatever the dialect
+    if (s.kind == ViolationKind::ShardOrder ||
+        (s.kind == ViolationKind::BackwardUnfinished && dialect != FixDialect::DeepSpeed) ||
         (dialect == FixDialect::Fsdp && ((s.kind == ViolationKind::UnregisteredAccess &&
                                           s.use != AccessUse::Attribute) ||
                                          s.kind == ViolationKind::LateParameter ||
@@ -305,6 +326,8 @@ ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
         t.fix = "raise  # in the except around the backward: stop the run there and resume it "
                 "from the last checkpoint (engine.load_checkpoint)";
         break;
+    case ViolationKind::ShardOrder:
+        break; // describeFsdp's
     case ViolationKind::TiedAcrossGroups:
         t.fix = "fully_shard([" + codeName(s.owner, dialect) + ", " + codeName(s.accessor, dialect) + "])";
         t.message = "`" + param + "` is tied into `" + displayPath(s.accessor) + "` as well as `" +

@@ -70,6 +70,10 @@ struct ViolationSubject
     // backward_unfinished in the DeepSpeed dialect: how many parameters' gradients the failed
     // pass left in ZeRO-3's reduce bucket.
     std::size_t bucketed = 0;
+    // shard_order: the user's lines of the two fully_shard calls, the one on owner (the
+    // parent, sharded first) and the one on accessor (the module inside it, sharded after).
+    SourceLocation parentCall;
+    SourceLocation childCall;
 };
 
 struct ViolationText

@@ -34,6 +34,9 @@ Checkpoints, as users save and resume a run: --save-at S --save-dir DIR --save-h
 --resume DIR/checkpoint loads it (engine.load_checkpoint) before the first step, --first-step
 S numbering the steps from S.
 
+--no-zero-init builds the model without zero.Init, as DeepSpeed's getting-started guide does:
+deepspeed.initialize partitions it whole (no parameter is late).
+
 For the tests: --wait-before-build (a client attaches before the model exists), --kill-rank
 with --kill-at-step (a rank lost mid-step), --own-mode (the script's own torch function mode),
 --raise-in-backward S (step S's backward raises inside the pass; the loop skips the batch, and
@@ -41,6 +44,7 @@ DeepSpeed fails at the next backward or step: the agent records backward_unfinis
 first).
 """
 import argparse
+import contextlib
 import gc
 import os
 import signal
@@ -193,6 +197,9 @@ def main():
                         help="this rank kills itself (SIGKILL) inside fc's forward of --kill-at-step, "
                         "a second after it began")
     parser.add_argument("--kill-at-step", type=int, default=0)
+    parser.add_argument("--no-zero-init", action="store_true",
+                        help="build the model without zero.Init (DeepSpeed's getting-started "
+                             "pattern): deepspeed.initialize partitions it")
     parser.add_argument("--fail-build-rank", type=int, default=-1,
                         help="this rank raises while its model is built (inside zero.Init)")
     parser.add_argument("--raise-in-backward", type=int, default=0, metavar="S",
@@ -267,7 +274,10 @@ def main():
             if time.monotonic() - waited > 120:
                 raise SystemExit(f"gave up waiting for {args.wait_before_build}")
             time.sleep(0.05)
-        with deepspeed.zero.Init(config_dict_or_path=config):
+        # --no-zero-init: built whole on every rank, partitioned by deepspeed.initialize
+        building = (contextlib.nullcontext() if args.no_zero_init else
+                    deepspeed.zero.Init(config_dict_or_path=config))
+        with building:
             model = TinyLM(vocab, hidden, args.externals, args.weight_norm)
             if rank == args.fail_build_rank:
                 raise RuntimeError(f"rank {rank} cannot build its model (--fail-build-rank)")

@@ -26,6 +26,11 @@ Each case below is a bug as users hit it; `--fixed` runs the line ShardScope's f
                         forward (recorded first). Fixed: fully_shard([embed, head])
   --late                a LoRA adapter added to head after fully_shard: plain, unsharded on
                         every rank (recorded as late). Fixed: the adapter added before fully_shard
+  --parents-first       fully_shard on each block and each layer inside it, in a loop over
+                        model.modules() (a block before its layers: parents first), on
+                        fully_shard's default mesh: torch fails in the first layer's fully_shard
+                        with "TypeError: Invariant encountered: value was None when it should not
+                        be" (recorded first). Fixed: the loop over reversed(list(model.modules()))
   --explicit-unshard    model.blocks[0].unshard() before the forward (an explicit unshard),
                         and forward prefetching between the blocks
   --guard error         ShardScope raises at the first sharded read, with the fix line
@@ -190,6 +195,7 @@ def main():
     p.add_argument("--to-local", action="store_true")
     p.add_argument("--tied", action="store_true")
     p.add_argument("--late", action="store_true")
+    p.add_argument("--parents-first", action="store_true")
     p.add_argument("--explicit-unshard", action="store_true")
     p.add_argument("--autograd-backward", action="store_true",
                    help="torch.autograd.backward(loss) instead of loss.backward()")
@@ -266,10 +272,19 @@ def main():
                    block_forward=a.call_block_forward and not a.fixed, checkpoint=a.checkpoint).to(device)
     if a.late and a.fixed:
         with_lora(model.head, a.hidden, a.vocab)  # before fully_shard: sharded with head
+    if a.parents_first:  # blocks and their layers; --fixed: children first, as fully_shard expects
+        # The story on fully_shard's default mesh (no dimension names), as a loop without
+        # mesh= gets it, where torch fails in fully_shard itself; the fix on the run's mesh.
+        unit_mesh = mesh if a.fixed else init_device_mesh(a.device, (world, ))
+        modules = list(model.modules())
+        for m in reversed(modules) if a.fixed else modules:
+            if isinstance(m, Block) or (isinstance(m, nn.Linear) and m is not model.head):
+                fully_shard(m, mesh=unit_mesh)  # story: parents first
     for b in model.blocks:
         if a.compile == "blocks":
             b.compile(backend=a.compile_backend, fullgraph=a.fullgraph)
-        fully_shard(b, mesh=mesh)
+        if not a.parents_first:
+            fully_shard(b, mesh=mesh)
     if a.tied and a.fixed:
         fully_shard([model.embed, model.head], mesh=mesh)
     elif a.tied:
@@ -339,7 +354,7 @@ def main():
             if a.autograd_backward:
                 torch.autograd.backward(loss)
             else:
-                loss.backward()
+                loss.backward()  # story: the backward
         opt.step()
         opt.zero_grad()
         timings.append({"step": step, "observed": observed, "wall": time.perf_counter() - t0,

@@ -586,7 +586,15 @@ def install(observer):
     convert = Offload._convert_to_zero_parameters
 
     def _convert_to_zero_parameters(self, ds_config, module, mpu):
-        late = [p for p in module.parameters() if "ds_id" not in p.__dict__]
+        # Late: not partitioned while the rest of the model was (zero.Init). A model with no
+        # partitioned parameter yet (built without zero.Init: DeepSpeed's getting-started
+        # pattern) is partitioned here as a whole, as DeepSpeed's own code tells the two
+        # apart (zero_params[0].convert_to_zero_parameters, else Init(module=module)): none
+        # of its parameters is late.
+        params = list(module.parameters())
+        late = [p for p in params if "ds_id" not in p.__dict__]
+        if len(late) == len(params):
+            late = []
         result = convert(self, ds_config, module, mpu)
         observer.on_late_adopted(module, late)
         return result

@@ -680,6 +680,8 @@ _RULES = {
                            "each rank trains its own copy from then on; or DeepSpeed's raised "
                            "with gradients left in ZeRO-3's reduce bucket, so the next backward "
                            "or step fails",
+    "shard_order": "FSDP2: fully_shard was called on a module inside one already sharded "
+                   "(parents before children)",
 }
 
 

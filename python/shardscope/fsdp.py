@@ -35,7 +35,8 @@ from . import _fsdpinternals as _fi
 # nothing of DeepSpeed.
 from . import _runtime
 from .deepspeed import (_GUARDS, _METADATA_ONLY, _backend_name, _is_user, _leave_mode,
-                        _location, _read_token, _site, _user_frame, _watch_registrations)
+                        _location, _read_token, _site, _user_frame, _walk_up,
+                        _watch_registrations)
 
 __all__ = ["install", "attach", "finish", "inspect", "agent", "describe", "pause", "resume",
            "paused"]
@@ -246,6 +247,10 @@ class _Agent:
         self.torch_checks_tied = _fi.has_tied_check()
         self.orig_params = {}
         self.tied_found = []
+        # Each fully_shard call so far: (weakref to its FSDPState, the user's line), for a call
+        # on a module inside one already sharded (_check_shard_order); said once.
+        self.shard_calls = []
+        self.order_said = False
         self.loss = None  # the tensor the script's loss.backward() ran on in this step
         self.unfinished_said = False  # a backward FSDP2 never finished was reported
         self.root_state = None  # the root's FSDPState, once _check_backward_finished looked
@@ -648,7 +653,9 @@ class _Agent:
         if state is None or state._training_state is not _fi.pre_backward_state():
             return
         self.unfinished_said = True
-        frame = _user_frame(sys._getframe(1))  # the script's loss.backward() (or step()) line
+        # the script's loss.backward() line; its optimizer.step() line when called from on_step_pre
+        # (a backward the watcher did not see: docs/fsdp.md, "A backward FSDP2 never finishes")
+        frame = _user_frame(sys._getframe(1))
         message, fix = self.native.backward_unfinished(
             self.module_id(self.root), raised=error or "", compiled_autograd=compiled,
             location=_location(frame) if frame is not None else None)
@@ -1044,6 +1051,8 @@ class _Agent:
                 self._enter_mode()
 
     def on_init(self, fn, state, modules, *args, **kwargs):
+        if not self.closed:
+            self._check_shard_order(state, modules)
         if not self.torch_checks_tied and not self.closed:
             # fully_shard creates the group after init: what it will manage is read now
             for p, m, name in self._managed_params(modules):
@@ -1065,6 +1074,68 @@ class _Agent:
             # (wire::checkOneJob).
             self._enter_mode()
         return r
+
+    def _check_shard_order(self, state, modules):
+        """fully_shard(modules) on a module inside one fully_shard was called on before
+        (parents before children: a loop over model.modules() on T5, whose blocks hold a
+        ModuleList of layers): its parameters are DTensors of the parent's group already, which
+        fully_shard takes for tensor-parallel ones and fails on (torch 2.13: `TypeError:
+        Invariant encountered` from _init_sharding_spec_tp with fully_shard's default mesh; a
+        mixed-tensor error at the first forward with a named one), naming neither module.
+        Recorded (shard_order, with both calls' lines and the children-first fix) and said
+        before fully_shard goes on to torch's own error, unchanged. A fully_shard call costs
+        the user's frame and a walk of the modules' own parameters."""
+        from torch.distributed.tensor import DTensor
+
+        frame = _user_frame(sys._getframe(1))  # the script's fully_shard line
+        location = _location(frame) if frame is not None else None
+        found = None
+        if not self.order_said:
+            sharded = None  # id(sharded DTensor) -> (FSDPState), built at the first DTensor met
+            for top in modules:
+                stack = [top]
+                while stack and found is None:
+                    m = stack.pop()
+                    if m is not top and _fi.state_of(m) is not None:
+                        continue  # sharded before it: children first, as fully_shard expects
+                    for local, p in m._parameters.items():
+                        if not isinstance(p, DTensor):
+                            continue  # a DTensor of no FSDP group: tensor parallelism's
+                        if sharded is None:
+                            sharded = {id(fp.sharded_param): call
+                                       for call in self.shard_calls if call[0]() is not None
+                                       for g in _fi.groups(call[0]()) for fp in g.fsdp_params}
+                        call = sharded.get(id(p))
+                        if call is not None:
+                            found = (call, top, m, local)
+                            break
+                    stack.extend(c for c in m._modules.values() if c is not None)
+        self.shard_calls.append((weakref.ref(state), location))
+        if found is not None:
+            self.order_said = True
+            self._record_shard_order(*found, location)
+
+    def _record_shard_order(self, parent_call, child, holder, local, location):
+        """shard_order: names the modules by their paths in the model that holds them (found
+        through gc's referrers: FSDP2 fails before any root is known), then records, flushes
+        and says it."""
+        parent = parent_call[0]()._modules[0]
+        top, _ = _walk_up(parent)  # child and holder are in parent's subtree, so in top's
+        paths = {}
+        self.native.set_model_name(self.model_name or type(top).__name__)
+        for path, m in top.named_modules():
+            mid = self.native.ensure_module(path, type(m).__name__)
+            self.mids[id(m)] = mid
+            self.hot.set_module(m, mid)
+            self.paths[mid] = path
+            paths[id(m)] = path
+        holder_path = paths.get(id(holder), "")
+        message, fix = self.native.shard_order(
+            self.module_id(parent), self.module_id(child),
+            f"{holder_path}.{local}" if holder_path else local,
+            parent_location=parent_call[1], location=location)
+        self.flush()  # torch's error follows: the diagnosis first
+        print(f"shardscope: rank {self.rank}: {message}\n  fix: {fix}", file=sys.stderr, flush=True)
 
     def on_root_post_backward_final_callback(self, fn, state, *args, **kwargs):
         self.hot.inside += 1

@@ -427,6 +427,16 @@ PYBIND11_MODULE(_native, module)
             py::arg("root"), py::arg("raised") = "", py::arg("compiled_autograd") = false,
             py::arg("location") = py::none(), py::arg("bucketed") = 0)
         .def(
+            "shard_order",
+            [](Agent &a, std::uint32_t parent, std::uint32_t child, const std::string &param,
+               const PyLocation &parentLocation, const PyLocation &location) {
+                const state::ViolationText t = a.state().shardOrder(
+                    parent, child, param, locationFrom(parentLocation), locationFrom(location));
+                return py::make_tuple(t.message, t.fix);
+            },
+            py::arg("parent"), py::arg("child"), py::arg("param"),
+            py::arg("parent_location") = py::none(), py::arg("location") = py::none())
+        .def(
             "late_parameter",
             [](Agent &a, std::uint32_t p,
                const PyLocation &location) {

@@ -16,6 +16,8 @@
 #include <memory>
 #include <vector>
 
+#include "processtree.h"
+
 namespace {
 
 // A tiny model: hidden 35 and vocab 97 make embed (3395 elements) and fc1 (4900) partitions
@@ -34,7 +36,7 @@ struct Result
 Result finish(QProcess &p, int ms)
 {
     if (!p.waitForFinished(ms)) {
-        p.kill();
+        shardscope::test::endProcessTree(static_cast<pid_t>(p.processId())); // and its ranks
         p.waitForFinished();
         return Result{-1, QString::fromUtf8(p.readAllStandardOutput()),
                       QString::fromUtf8(p.readAllStandardError())};

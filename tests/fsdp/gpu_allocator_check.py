@@ -8,8 +8,9 @@ and reads the snapshot with the json module alone (docs/snapshot.md, "events").
 Checks: allocator_sample events are present, each with allocated > 0 and reserved >=
 allocated (docs/protocol.md, type 21); every step_end carries the loss the story printed;
 reduce_scatter_begin/end pairs are present, with bytes.
-Exits 0 when all hold, 1 with what failed, 77 (CTest's skip) with the reason when CUDA (or,
-for --agent deepspeed, DeepSpeed) is not available. No Qt: it runs where only Python, torch
+Exits 0 when all hold, 1 with what failed, 77 (CTest's skip) with the reason when CUDA is not
+available. torch (or, for --agent deepspeed, DeepSpeed) missing fails it, unless
+SHARDSCOPE_ALLOW_SKIP names the agent (tests/support/prerequisite.py): then it skips too. No Qt: it runs where only Python, torch
 and the built shardscope package are.
 """
 
@@ -22,7 +23,10 @@ import subprocess
 import sys
 import tempfile
 
-SKIP = 77
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import prerequisite  # noqa: E402
+
+SKIP = prerequisite.SKIP
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(HERE, "..", "..", "python", "examples")
 
@@ -57,9 +61,8 @@ def main():
 
     try:
         import torch
-    except ImportError as e:
-        print(f"SKIP: torch is not importable ({e})")
-        return SKIP
+    except ImportError as e:  # not a missing GPU: fails unless asked for (prerequisite.py)
+        return prerequisite.missing([a.agent], f"torch is not importable ({e})")
     if not torch.cuda.is_available():
         print(f"SKIP: CUDA is not available to torch {torch.__version__} here "
               f"(torch.cuda.is_available() is False)")
@@ -68,8 +71,7 @@ def main():
         try:
             import deepspeed  # noqa: F401
         except ImportError as e:
-            print(f"SKIP: --agent deepspeed needs DeepSpeed ({e})")
-            return SKIP
+            return prerequisite.missing(["deepspeed"], f"--agent deepspeed needs DeepSpeed ({e})")
 
     script = os.path.join(EXAMPLES, "fsdp_stories.py" if a.agent == "fsdp" else
                           "deepspeed_stories.py")

@@ -12,8 +12,12 @@
 #include <QStringList>
 #include <QThread>
 
+#include <csignal>
+#include <sys/prctl.h>
+
 #include <nlohmann/json.hpp>
 
+#include "processtree.h"
 #include "snapshotquery.h"
 #include "snapshotschema.h"
 
@@ -29,30 +33,60 @@ struct RankRun
     QString err;
 };
 
+// A running scripts/launch. Ending it (deleting it, or finishRanks after its timeout) ends
+// its ranks too, which run in sessions of their own (endProcessTree): a test that fails or
+// times out leaves no rank behind.
+class RankLaunch : public QProcess
+{
+  public:
+    using QProcess::QProcess;
+    ~RankLaunch() override { end(); }
+    void end()
+    {
+        if (state() == QProcess::NotRunning) return;
+        endProcessTree(static_cast<pid_t>(processId()));
+        waitForFinished(5000);
+    }
+};
+
+// Ends every launch `parent` holds that still runs (a test's cleanup(): the launches a
+// failed test left running), and deletes them.
+inline void endRankLaunches(QObject *parent)
+{
+    for (RankLaunch *launch : parent->findChildren<RankLaunch *>(Qt::FindDirectChildrenOnly))
+        if (launch->state() != QProcess::NotRunning) delete launch;
+}
+
 // Starts `python script args` on `ranks` processes with scripts/launch (`launch`), in env with
 // XDG_RUNTIME_DIR=runtime (where the ranks' discovery files go). monitorInterval: how long the
 // launcher takes to notice a rank that died and stop the others (torchrun's
 // --monitor-interval); a survivor meant to fail with its own error needs that long to reach
-// it. The process belongs to parent.
+// it. The process (a RankLaunch) belongs to parent. The launcher gets SIGTERM when the test
+// process dies (a CTest timeout kills it, and no destructor runs): it stops its ranks, SIGKILL
+// after `grace` seconds.
 inline QProcess *startRanks(QObject *parent, QProcessEnvironment env, const QString &launch,
                             const QString &python, const QString &script, const QStringList &args,
                             const QString &runtime,
-                            const QString &monitorInterval = QStringLiteral("0.1"), int ranks = 2)
+                            const QString &monitorInterval = QStringLiteral("0.1"), int ranks = 2,
+                            int grace = 60)
 {
-    auto *p = new QProcess(parent);
+    auto *p = new RankLaunch(parent);
     env.insert("XDG_RUNTIME_DIR", runtime);
     p->setProcessEnvironment(env);
-    p->start(launch, QStringList{"-n", QString::number(ranks), "--grace", "60",
+    p->setChildProcessModifier([] { ::prctl(PR_SET_PDEATHSIG, SIGTERM); });
+    p->start(launch, QStringList{"-n", QString::number(ranks), "--grace", QString::number(grace),
                                  "--monitor-interval", monitorInterval, python, script} +
                          args);
     return p;
 }
 
-// Waits for a launch (killed after timeoutMs), collects what it printed and deletes it.
+// Waits for a launch (after timeoutMs it is ended with its ranks: endProcessTree), collects
+// what it printed and deletes it.
 inline RankRun finishRanks(QProcess *p, int timeoutMs = 150000)
 {
     RankRun r;
-    if (!p->waitForFinished(timeoutMs)) p->kill(), p->waitForFinished(5000);
+    if (!p->waitForFinished(timeoutMs))
+        endProcessTree(static_cast<pid_t>(p->processId())), p->waitForFinished(5000);
     r.exitCode = p->exitStatus() == QProcess::NormalExit ? p->exitCode() : -1;
     r.err = QString::fromUtf8(p->readAllStandardError());
     r.out = QString::fromUtf8(p->readAllStandardOutput()) + "\n" + r.err;
@@ -101,11 +135,14 @@ inline bool failedWithTorchError(const QString &out, int rank)
 
 // The last exception rank 0 printed ("[rank0]: <Type>Error: <message>", torch 2's prefix on
 // a rank's traceback lines), with its dotted module: what a user's run ended with. Empty
-// when none. The agents' tests compare it with and without the agent.
+// when none. The agents' tests compare it with and without the agent. A type named neither
+// ...Error nor ...Exception counts where a message follows it at the line's start
+// ("torch._dynamo.exc.Unsupported: ...", what dynamo raises under fullgraph=True).
 inline QString lastRankException(const QString &err)
 {
     static const QRegularExpression re(
-        R"(\[rank0\]: ((?:[A-Za-z_][\w.]*\.)?\w*(?:Error|Exception)\b.*))");
+        R"(\[rank0\]: ((?:[A-Za-z_][\w.]*\.)?\w*(?:Error|Exception)\b.*|)"
+        R"((?:[A-Za-z_]\w*\.)*[A-Z]\w*: .*))");
     QString last;
     for (auto it = re.globalMatch(err); it.hasNext();) last = it.next().captured(1);
     return last;
