@@ -142,7 +142,7 @@ inline QString lastRankException(const QString &err)
 {
     static const QRegularExpression re(
         R"(\[rank0\]: ((?:[A-Za-z_][\w.]*\.)?\w*(?:Error|Exception)\b.*|)"
-        R"((?:[A-Za-z_]\w*\.)*[A-Z]\w*: .*))");
+        R"((?:[A-Za-z_]\w*\.)*[A-Z][a-z]\w*: .*))"); // Unsupported: ..., not ninja's FAILED: ...
     QString last;
     for (auto it = re.globalMatch(err); it.hasNext();) last = it.next().captured(1);
     return last;
