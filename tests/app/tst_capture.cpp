@@ -18,6 +18,7 @@
 #include "core/engineprovider.h"
 #include "server/inspector.h"
 #include "client/inspectorclient.h"
+#include "prerequisite.h"
 #include "snapshotschema.h"
 #include "telemetry/eventfields.h"
 #include "client/clientstate.h"
@@ -306,7 +307,7 @@ void TestCapture::capturesALocalEngineUntilItFinishes()
 
 void TestCapture::trainerEndToEndFindsTheTiedEmbeddingAccess()
 {
-    if (!haveTrainer()) QSKIP("shardscope-train is not built");
+    if (!haveTrainer()) SHARDSCOPE_SKIP_IF_ALLOWED("trainer", "shardscope-train is not built");
     QTemporaryDir dir;
     const QString fileOut = dir.filePath("train.json");
     const QString captured = dir.filePath("capture.json");
@@ -376,7 +377,7 @@ void TestCapture::trainerEndToEndFindsTheTiedEmbeddingAccess()
 
 void TestCapture::untilStepStopsAfterThatStep()
 {
-    if (!haveTrainer()) QSKIP("shardscope-train is not built");
+    if (!haveTrainer()) SHARDSCOPE_SKIP_IF_ALLOWED("trainer", "shardscope-train is not built");
     QTemporaryDir dir;
     Trainer live;
     // It trains once the capture is attached, and for long enough: 20 steps took the trainer
@@ -401,9 +402,10 @@ void TestCapture::untilStepStopsAfterThatStep()
 // call its one trace writer. A real shardscope-train run, with its tied-embedding violation.
 void TestCapture::exportedTraceEqualsTheInspectorsExportOfTheSnapshot()
 {
-    if (!haveTrainer()) QSKIP("shardscope-train is not built");
+    if (!haveTrainer()) SHARDSCOPE_SKIP_IF_ALLOWED("trainer", "shardscope-train is not built");
     if (!QFileInfo::exists(binary("shardscope")))
-        QSKIP("the inspector (shardscope) is not built (SHARDSCOPE_BUILD_GUI=OFF)");
+        SHARDSCOPE_SKIP_IF_ALLOWED(
+            "gui", "the inspector (shardscope) is not built (SHARDSCOPE_BUILD_GUI=OFF)");
     QTemporaryDir dir;
     const QString snap = dir.filePath("capture.json.gz");
     const QString captured = dir.filePath("capture.trace.json");
@@ -486,8 +488,9 @@ void TestCapture::snapshotDocExampleDecodes()
 
 void TestCapture::pythonClientFromTheProtocolDocWorks()
 {
-    if (!haveTrainer()) QSKIP("shardscope-train is not built");
-    if (QStandardPaths::findExecutable("python3").isEmpty()) QSKIP("python3 is not installed");
+    if (!haveTrainer()) SHARDSCOPE_SKIP_IF_ALLOWED("trainer", "shardscope-train is not built");
+    if (QStandardPaths::findExecutable("python3").isEmpty())
+        SHARDSCOPE_SKIP_IF_ALLOWED("python", "python3 is not installed");
     QTemporaryDir dir;
     const QString script = dir.filePath("client.py");
     {
@@ -515,7 +518,7 @@ void TestCapture::pythonClientFromTheProtocolDocWorks()
 // it has, says the engine went away, and exits 3.
 void TestCapture::engineDyingMidRunIsWrittenWithItsOwnStatus()
 {
-    if (!haveTrainer()) QSKIP("shardscope-train is not built");
+    if (!haveTrainer()) SHARDSCOPE_SKIP_IF_ALLOWED("trainer", "shardscope-train is not built");
     QTemporaryDir dir;
     const QString out = dir.filePath("early.json");
     Trainer trainer;
@@ -804,7 +807,7 @@ void TestCapture::twoRunsOfOneNameAreToldApart()
 // silence of every process still attached, the capture writes what it has and exits 3.
 void TestCapture::aStoppedRankEndsTheJobCapture()
 {
-    if (!haveTrainer()) QSKIP("shardscope-train is not built");
+    if (!haveTrainer()) SHARDSCOPE_SKIP_IF_ALLOWED("trainer", "shardscope-train is not built");
     QTemporaryDir dir, runtime;
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     env.insert("XDG_RUNTIME_DIR", runtime.path());

@@ -8,8 +8,11 @@
 //
 // Names: `fsdp` (tst_fsdpagent, gpu_allocator_fsdp), `deepspeed` (tst_deepspeedagent and its
 // releases, gpu_allocator_deepspeed, the deepspeed_ops fixtures), `deepspeed-X.Y.Z` (one
-// release), `check` (tst_check and its releases). Only the GPU cases skip on their own, and
-// only for want of a GPU (tests/cuda/gpuavailable.h, gpu_allocator_check.py). The Python
+// release), `check` (tst_check and its releases), and for parts of the build a configuration
+// can leave out: `trainer` (shardscope-train), `gui` (the inspector), `python` (the native
+// module, a python3 to run). Only the GPU cases skip on their own, for want of a GPU
+// (tests/cuda/gpuavailable.h, gpu_allocator_check.py), and the cases of a CPU feature this
+// machine lacks (an invariant TSC, transparent huge pages). The Python
 // side of the same rule, for the Python test scripts: tests/support/prerequisite.py.
 
 #include <QString>
@@ -41,3 +44,12 @@ inline QString refusedSkip(const QStringList &names, const QString &why)
 }
 
 } // namespace shardscope::test
+
+// A case that cannot run because `why` (a prerequisite named `name`) is missing: skipped when
+// SHARDSCOPE_ALLOW_SKIP names it, else failed with what to do.
+#define SHARDSCOPE_SKIP_IF_ALLOWED(name, why)                                                      \
+    do {                                                                                           \
+        const QString refused_ = ::shardscope::test::refusedSkip({QStringLiteral(name)}, why);     \
+        if (!refused_.isEmpty()) QFAIL(qPrintable(refused_));                                      \
+        QSKIP(qPrintable(QString(why)));                                                           \
+    } while (false)
