@@ -50,8 +50,9 @@ from collections import OrderedDict
 # python/requirements.txt). Another release is not refused: check_version() checks every
 # hook below and runs with a warning if they are all there.
 TESTED_VERSIONS = ("0.19.8", "0.16.9")
-# The torch the tests run them on (python/requirements.txt).
-TESTED_TORCH = ("2.13",)
+# The torch releases they were tested on: 2.13 by the whole suite (python/requirements.txt),
+# 2.14 and 2.15 by scripts/matrix (docs/deepspeed.md, "Tested releases").
+TESTED_TORCH = ("2.13", "2.14", "2.15")
 
 # deepspeed.runtime.zero.partition_parameters.ZeroParamStatus values -> ShardScope's status
 # numbers (0 NOT_AVAILABLE, 1 INFLIGHT, 2 AVAILABLE).

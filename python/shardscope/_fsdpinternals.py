@@ -17,7 +17,7 @@ from . import ShardScopeError
 # torch releases the agent was tested on (tests/fsdp, docs/fsdp.md).
 # 2.13 in CI (python/requirements.txt); 2.11 by tests/fsdp/tst_fsdpagent with
 # SHARDSCOPE_FSDP_PYTHON (CPU, gloo) and by scripts/gpu-check on an H200 (CUDA, NCCL).
-TESTED_TORCH = ("2.11", "2.13")
+TESTED_TORCH = ("2.11", "2.13", "2.14", "2.15")
 
 _PKG = "torch.distributed.fsdp._fully_shard."
 

@@ -1615,8 +1615,8 @@ class TestDeepSpeedAgent : public QObject
         const QString out = QString::fromUtf8(p.readAllStandardOutput());
         QVERIFY2(p.exitCode() == 0, qPrintable(out + p.readAllStandardError()));
         QVERIFY2(out.contains("VERSION: shardscope.deepspeed is untested on DeepSpeed 0.15.1 "
-                              "(tested: DeepSpeed 0.19.8, 0.16.9 on torch 2.13); every DeepSpeed "
-                              "hook it needs is there, so it runs."),
+                              "(tested: DeepSpeed 0.19.8, 0.16.9 on torch 2.13, 2.14, 2.15); every "
+                              "DeepSpeed hook it needs is there, so it runs."),
                  qPrintable(out));
         QVERIFY2(out.contains("HOOK: shardscope.deepspeed cannot observe DeepSpeed ") &&
                      out.contains(": deepspeed.runtime.zero.partitioned_param_coordinator."
