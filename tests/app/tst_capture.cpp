@@ -5,6 +5,7 @@
 #include <QScopeGuard>
 #include <QTemporaryDir>
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <fcntl.h>
 #include <fstream>
@@ -610,6 +611,7 @@ private:
             }
             // 0: no writer (none yet, or all done); -1 with EAGAIN: a writer, nothing yet.
             if (n == 0 && m_writersDone) return;
+            if (n < 0 && errno != EAGAIN && errno != EINTR) return; // finish() compares the copy
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
     }
