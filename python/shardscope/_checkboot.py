@@ -347,7 +347,7 @@ def _record_units():
 
     def unit(module):
         state = _fi.state_of(module)
-        if state is None or not state._fsdp_param_groups:
+        if state is None or not _fi.groups(state):
             return None
         if state not in states:
             states.append(state)
@@ -392,7 +392,7 @@ def _record_units():
         units = []
         for state in states:
             params, reshard, post_world = [], True, None
-            for g in state._fsdp_param_groups:
+            for g in _fi.groups(state):
                 reshard = bool(g._reshard_after_forward)
                 if reshard and getattr(g, "_use_post_forward_mesh", False):
                     post_world = int(g.post_forward_mesh_info.shard_mesh_size)

@@ -40,10 +40,13 @@ What is observed where (DeepSpeed 0.16.9 and 0.19.8; 0.14.5 had the same hooks):
 - ``deepspeed.initialize``: the engine to attach to.
 """
 
+from __future__ import annotations
+
 import inspect
 import sys
 import warnings
 from collections import OrderedDict
+from typing import Any, Callable, Optional
 
 # The DeepSpeed releases the agent is tested on, newest first (the tests run each one:
 # tests/deepspeed/CMakeLists.txt; scripts/deps installs them; the first is the one pinned in
@@ -59,6 +62,8 @@ TESTED_TORCH = ("2.13", "2.14", "2.15")
 STATUS_NAMES = {"NOT_AVAILABLE": 0, "INFLIGHT": 1, "AVAILABLE": 2}
 
 _ZERO = "deepspeed.runtime.zero."
+# Stage 3's reduce-scatter of a bucket of gradients, name-mangled (Patched._gradient_reduce_scatters).
+STAGE3_REDUCE = "DeepSpeedZeroOptimizer_Stage3._DeepSpeedZeroOptimizer_Stage3__reduce_and_partition_ipg_grads"
 # Every DeepSpeed function the agent wraps or reads, with the parameters it calls it with
 # (None: any; the agent passes what it was given). check_hooks() checks each.
 HOOKS = (
@@ -94,8 +99,7 @@ HOOKS = (
     # stage 3 reduce-scatters a bucket of gradients in backward (name-mangled; 0.16 takes
     # safe_mode and reads params_in_ipg_bucket, 0.19 takes the communication dtype and reads
     # ipg_buckets[dtype].params: reduce_bucket() tells them apart)
-    (_ZERO + "stage3", "DeepSpeedZeroOptimizer_Stage3." + "_DeepSpeedZeroOptimizer_Stage3"
-     "__reduce_and_partition_ipg_grads", None),
+    (_ZERO + "stage3", STAGE3_REDUCE, None),
 )
 # Private attributes the agent reads, and the code that must set them.
 PRIVATE_ATTRIBUTES = (
@@ -103,6 +107,9 @@ PRIVATE_ATTRIBUTES = (
      ("self.__submodule_order", "self.__step_id")),
     (_ZERO + "parameter_offload", "ZeROOrderedDict.__init__",
      ("self._parent_module", "self._in_forward")),
+    # a module's external parameters ({id: parameter}), where register_external_parameter
+    # puts them (external_params())
+    (_ZERO + "partition_parameters", "_init_external_params", ("module._external_params",)),
 )
 
 
@@ -166,6 +173,9 @@ def check_hooks():
         if names[:len(params)] != list(params) or len(required) > len(params):
             problems.append(f"{where} takes ({', '.join(p.name for p in have)}), not "
                             f"({', '.join(params)})")
+    from . import _torchinternals
+
+    problems.extend(f"{name} does not exist" for name in _torchinternals.missing())
     for module_name, dotted, attributes in PRIVATE_ATTRIBUTES:
         where = f"{module_name}.{dotted}"
         try:
@@ -229,6 +239,11 @@ def native_names():
     counter, and backward's loss argument."""
     return {"status": "ds_status", "id": "ds_id", "active": "ds_active_sub_modules",
             "secondary": "ds_secondary_tensor", "global_steps": "global_steps", "loss": "loss"}
+
+
+def external_params(module: Any) -> list:
+    """The parameters registered as external to module (register_external_parameter)."""
+    return list(getattr(module, "_external_params", {}).values())
 
 
 def has_hpz_group(param):
@@ -315,112 +330,142 @@ def observed_getitem(getitem, hook):
     return __getitem__
 
 
-def install(observer):
-    """Patches DeepSpeed for observer (shardscope.deepspeed._Agent); returns uninstall()."""
-    import torch
-    import deepspeed
-    from deepspeed.runtime import engine as ds_engine
-    from deepspeed.runtime import zero as ds_zero
-    from deepspeed.runtime.zero import parameter_offload, partition_parameters
-    from deepspeed.runtime.zero import partitioned_param_coordinator as coordinator_mod
+def install(observer: Any) -> "Patched":
+    """Patches DeepSpeed for observer (shardscope.deepspeed._Agent); returns the Patched
+    whose uninstall() restores DeepSpeed."""
+    return Patched(observer)
 
-    patches = _Patches()
-    Init = partition_parameters.Init
-    InsertPost = partition_parameters.InsertPostInitMethodToModuleSubClasses
-    ZeROOrderedDict = parameter_offload.ZeROOrderedDict
-    Offload = parameter_offload.DeepSpeedZeRoOffload
-    Coordinator = coordinator_mod.PartitionedParameterCoordinator
-    Gathered = partition_parameters.GatheredParameters
-    Engine = ds_engine.DeepSpeedEngine
-    NOT_AVAILABLE = partition_parameters.ZeroParamStatus.NOT_AVAILABLE
 
-    def is_not_available(param):
-        return param.__dict__.get("ds_status") is NOT_AVAILABLE
+class Patched:
+    """DeepSpeed as the agent observes it: each method below patches one concern of HOOKS
+    (each patch wraps the original and calls it unchanged), and pause(), resume() and
+    uninstall() take them out and put them back. Nothing is attached to the observer: the
+    agent holds this object (``agent.ds``)."""
 
-    # ds_status, observed: a data descriptor (native: HotPath) on the converted parameters'
-    # own class, torch.nn.Parameter, so that every assignment is seen and reads behave as
-    # the instance attribute they were. Not a subclass per parameter: torch's fast path
-    # holds only for an exact Parameter, and every op on a subclass's instance looks up
-    # __torch_function__ (docs/performance.md, section 10).
-    status_descriptor = observer.hot.status_descriptor()
-    missing = object()
-    observed_classes = {}  # class given the descriptor -> what its own ds_status was
+    def __init__(self, observer: Any) -> None:
+        import torch
+        from deepspeed.runtime.zero import partition_parameters
+        from deepspeed.runtime.zero import partitioned_param_coordinator as coordinator_mod
 
-    def observe_class(cls):
-        if cls in observed_classes or getattr(cls, "ds_status", None) is status_descriptor:
+        self.observer = observer
+        self.patches = _Patches()
+        self.NOT_AVAILABLE = partition_parameters.ZeroParamStatus.NOT_AVAILABLE
+        self.is_compiling = torch.compiler.is_compiling
+        # ds_status, observed: a data descriptor (native: HotPath) on the converted
+        # parameters' own class, torch.nn.Parameter, so that every assignment is seen and
+        # reads behave as the instance attribute they were. Not a subclass per parameter:
+        # torch's fast path holds only for an exact Parameter, and every op on a subclass's
+        # instance looks up __torch_function__ (docs/performance.md, section 10).
+        self.status_descriptor = observer.hot.status_descriptor()
+        self.observed_classes: dict = {}  # class given the descriptor -> its own ds_status
+        self.keep_loss: Optional[Callable[[Any], Any]] = None
+        self.unwatch_backward: Optional[Callable[[], None]] = None
+        self.iter_params = coordinator_mod.iter_params  # a module's parameters, as ZeRO-3 walks them
+        for patch in (self._zero_init, self._parameter_reads, self._external_parameters,
+                      self._module_scopes, self._trace_invalidation, self._gathered_parameters,
+                      self._steps, self._deepcompile, self._plain_backward,
+                      self._late_parameters_and_engine, self._gradient_reduce_scatters):
+            patch()
+
+    # ---- what the agent calls
+    def is_not_available(self, param: Any) -> bool:
+        return param.__dict__.get("ds_status") is self.NOT_AVAILABLE
+
+    def adopt_param(self, param: Any) -> None:
+        """Observes the ds_status of param's class (a parameter converted before install())."""
+        cls = type(param)
+        if cls in self.observed_classes or getattr(cls, "ds_status", None) is self.status_descriptor:
             return
-        previous = cls.__dict__.get("ds_status", missing)
+        previous = cls.__dict__.get("ds_status", _MISSING)
         try:
-            setattr(cls, "ds_status", status_descriptor)
+            setattr(cls, "ds_status", self.status_descriptor)
         except (TypeError, AttributeError):
-            observer.on_unobservable_class(cls)
+            self.observer.on_unobservable_class(cls)
             return
-        observed_classes[cls] = previous
+        self.observed_classes[cls] = previous
 
-    def adopt_param(param):
-        observe_class(type(param))
-
-    def unobserve_classes():
-        for cls, previous in observed_classes.items():
-            if cls.__dict__.get("ds_status") is not status_descriptor:
+    def _unobserve_classes(self) -> None:
+        for cls, previous in self.observed_classes.items():
+            if cls.__dict__.get("ds_status") is not self.status_descriptor:
                 continue  # already taken out (pause, then uninstall)
-            if previous is missing:
+            if previous is _MISSING:
                 delattr(cls, "ds_status")
             else:
                 setattr(cls, "ds_status", previous)
 
-    def pause():
+    def pause(self) -> None:
         """DeepSpeed's own code again: every patch out, ds_status a plain attribute."""
-        patches.unapply()
-        if unwatch_backward is not None:
-            unwatch_backward()
-        unobserve_classes()
+        self.patches.unapply()
+        if self.unwatch_backward is not None:
+            self.unwatch_backward()
+            self.unwatch_backward = None
+        self._unobserve_classes()
 
-    def resume():
-        patches.apply()
-        watch_again()
-        for cls in observed_classes:
-            setattr(cls, "ds_status", status_descriptor)
+    def resume(self) -> None:
+        self.patches.apply()
+        if self.keep_loss is not None and self.unwatch_backward is None:
+            from . import _runtime
+
+            self.unwatch_backward = _runtime.watch_backward(self.keep_loss)
+        for cls in self.observed_classes:
+            setattr(cls, "ds_status", self.status_descriptor)
+
+    def uninstall(self) -> None:
+        self.patches.restore()
+        if self.unwatch_backward is not None:
+            self.unwatch_backward()
+            self.unwatch_backward = None
+        self._unobserve_classes()
+        self.observed_classes.clear()
 
     # ---- zero.Init: conversion, modules built, end of the context
-    zero_init_param = Init._zero_init_param
+    def _zero_init(self) -> None:
+        from deepspeed.runtime.zero import partition_parameters
 
-    def _zero_init_param(self, param):
-        zero_init_param(self, param)
-        adopt_param(param)
-        observer.on_param_converted(param)
+        observer, patches, adopt_param = self.observer, self.patches, self.adopt_param
+        Init = partition_parameters.Init
+        InsertPost = partition_parameters.InsertPostInitMethodToModuleSubClasses
+        zero_init_param = Init._zero_init_param
 
-    patches.replace(Init, "_zero_init_param", _zero_init_param)
+        def _zero_init_param(self, param):
+            zero_init_param(self, param)
+            adopt_param(param)
+            observer.on_param_converted(param)
 
-    post_init = Init._post_init_method
+        patches.replace(Init, "_zero_init_param", _zero_init_param)
 
-    def _post_init_method(self, module):
-        post_init(self, module)
-        wrap = build_time_classes.get(type(module._parameters))
-        if wrap is not None:
-            module._parameters = wrap(module, module._parameters)
-        observer.on_module_built(module)
+        post_init = Init._post_init_method
+        build_time_classes = self.build_time_classes = {
+            base: self._build_time_parameters(base) for base in (dict, OrderedDict)}
 
-    patches.replace(Init, "_post_init_method", _post_init_method)
+        def _post_init_method(self, module):
+            post_init(self, module)
+            wrap = build_time_classes.get(type(module._parameters))
+            if wrap is not None:
+                module._parameters = wrap(module, module._parameters)
+            observer.on_module_built(module)
 
-    init_exit = InsertPost.__exit__
+        patches.replace(Init, "_post_init_method", _post_init_method)
 
-    def __exit__(self, exc_type, exc_value, traceback):
-        result = init_exit(self, exc_type, exc_value, traceback)
-        if getattr(self, "enabled", True) and partition_parameters.zero_init_context == 0:
-            observer.on_init_exit(exc_type is not None)
-        return result
+        init_exit = InsertPost.__exit__
 
-    patches.replace(InsertPost, "__exit__", __exit__)
+        def __exit__(self, exc_type, exc_value, traceback):
+            result = init_exit(self, exc_type, exc_value, traceback)
+            if getattr(self, "enabled", True) and partition_parameters.zero_init_context == 0:
+                observer.on_init_exit(exc_type is not None)
+            return result
+
+        patches.replace(InsertPost, "__exit__", __exit__)
 
     # ---- reads of parameters by attribute
-    def build_time_parameters(base):
+    def _build_time_parameters(self, base: type) -> type:
         """A module's _parameters under zero.Init, until deepspeed.initialize replaces it
         with DeepSpeed's ZeROOrderedDict: reads of partitioned parameters are observed. Of
         the container's own class: an OrderedDict before torch 2.5, a plain dict since
         (pytorch/pytorch#129164)."""
+        observer, is_not_available = self.observer, self.is_not_available
 
-        class BuildTimeParameters(base):
+        class BuildTimeParameters(base):  # type: ignore[valid-type,misc]
 
             def __init__(self, module, items):
                 super().__init__(items)
@@ -439,105 +484,135 @@ def install(observer):
 
         return BuildTimeParameters
 
-    build_time_classes = {base: build_time_parameters(base) for base in (dict, OrderedDict)}
+    def _parameter_reads(self) -> None:
+        from deepspeed.runtime.zero import parameter_offload
 
-    getitem = ZeROOrderedDict.__getitem__
+        observer = self.observer
+        ZeROOrderedDict = parameter_offload.ZeROOrderedDict
+        getitem = ZeROOrderedDict.__getitem__
 
-    def zero_getitem_not_available(self, key, param):
-        """ZeROOrderedDict.__getitem__ of a NOT_AVAILABLE parameter (the native hook's slow
-        path; every other read goes straight to DeepSpeed's)."""
-        # Raises under guard="error" before DeepSpeed registers it silently.
-        observer.on_param_read(self._parent_module, key, param,
-                               bool(self._parent_module._parameters._in_forward))
-        with observer.automatic_registration():
-            return getitem(self, key)
+        def zero_getitem_not_available(self, key, param):
+            """ZeROOrderedDict.__getitem__ of a NOT_AVAILABLE parameter (the native hook's slow
+            path; every other read goes straight to DeepSpeed's)."""
+            # Raises under guard="error" before DeepSpeed registers it silently.
+            observer.on_param_read(self._parent_module, key, param,
+                                   bool(self._parent_module._parameters._in_forward))
+            with observer.automatic_registration():
+                return getitem(self, key)
 
-    patches.replace(ZeROOrderedDict, "__getitem__",
-                    observed_getitem(getitem, observer.hot.getitem_hook(getitem,
-                                                                        zero_getitem_not_available)))
+        self.patches.replace(
+            ZeROOrderedDict, "__getitem__",
+            observed_getitem(getitem, observer.hot.getitem_hook(getitem, zero_getitem_not_available)))
 
     # ---- external parameters
-    register = partition_parameters.register_external_parameter
-    unregister = partition_parameters.unregister_external_parameter
+    def _external_parameters(self) -> None:
+        from deepspeed.runtime import zero as ds_zero
+        from deepspeed.runtime.zero import parameter_offload, partition_parameters
 
-    # DeepSpeed before 0.19.3 registers a read while torch.compile's dynamo traces it
-    # (ZeROOrderedDict.__getitem__ has no is_compiling() check there): dynamo then traces
-    # DeepSpeed's function alone, as without the agent (through the agent's, it failed with an
-    # error of its own where DeepSpeed fails later with another).
-    is_compiling = torch.compiler.is_compiling
+        observer, is_compiling = self.observer, self.is_compiling
+        register = partition_parameters.register_external_parameter
+        unregister = partition_parameters.unregister_external_parameter
 
-    def register_external_parameter(module, parameter):
-        if is_compiling():
-            return register(module, parameter)
-        register(module, parameter)
-        observer.on_register_external(module, parameter)
+        # DeepSpeed before 0.19.3 registers a read while torch.compile's dynamo traces it
+        # (ZeROOrderedDict.__getitem__ has no is_compiling() check there): dynamo then traces
+        # DeepSpeed's function alone, as without the agent (through the agent's, it failed
+        # with an error of its own where DeepSpeed fails later with another).
+        def register_external_parameter(module, parameter):
+            if is_compiling():
+                return register(module, parameter)
+            register(module, parameter)
+            observer.on_register_external(module, parameter)
 
-    def unregister_external_parameter(module, parameter):
-        if is_compiling():
-            return unregister(module, parameter)
-        unregister(module, parameter)
-        observer.on_unregister_external(module, parameter)
+        def unregister_external_parameter(module, parameter):
+            if is_compiling():
+                return unregister(module, parameter)
+            unregister(module, parameter)
+            observer.on_unregister_external(module, parameter)
 
-    for owner in (partition_parameters, parameter_offload, ds_zero):
-        patches.replace(owner, "register_external_parameter", register_external_parameter)
-        patches.replace(owner, "unregister_external_parameter", unregister_external_parameter)
+        for owner in (partition_parameters, parameter_offload, ds_zero):
+            self.patches.replace(owner, "register_external_parameter", register_external_parameter)
+            self.patches.replace(owner, "unregister_external_parameter", unregister_external_parameter)
 
-    # ---- module scopes
-    # (native hooks: HotPath keeps the scope stack and the fetching module's own parameters)
-    forward_phase, backward_phase = observer.PHASES["forward"], observer.PHASES["backward"]
-    for name, phase, begin in (("pre_sub_module_forward_function", forward_phase, True),
-                               ("post_sub_module_forward_function", forward_phase, False),
-                               ("pre_sub_module_backward_function", backward_phase, True),
-                               ("post_sub_module_backward_function", backward_phase, False)):
-        hook = observer.hot.scope_hook(getattr(Offload, name), phase, begin)
-        patches.replace(Offload, name, hook)
+    # ---- module scopes (native hooks: HotPath keeps the scope stack and the fetching
+    # module's own parameters)
+    def _module_scopes(self) -> None:
+        from deepspeed.runtime.zero import parameter_offload
+
+        Offload = parameter_offload.DeepSpeedZeRoOffload
+        phases = self.observer.PHASES
+        for name, phase, begin in (("pre_sub_module_forward_function", "forward", True),
+                                   ("post_sub_module_forward_function", "forward", False),
+                                   ("pre_sub_module_backward_function", "backward", True),
+                                   ("post_sub_module_backward_function", "backward", False)):
+            hook = self.observer.hot.scope_hook(getattr(Offload, name), phases[phase], begin)
+            self.patches.replace(Offload, name, hook)
 
     # ---- trace invalidation (the coordinator's private trace); trace_prologue calls it for
     # the module being entered, which is the observer's innermost scope by then
-    invalidate_trace = Coordinator._invalidate_trace
+    def _trace_invalidation(self) -> None:
+        from deepspeed.runtime.zero import partitioned_param_coordinator as coordinator_mod
 
-    def _invalidate_trace(self):
-        order = self._PartitionedParameterCoordinator__submodule_order
-        step_id = self._PartitionedParameterCoordinator__step_id
-        observer.on_trace_invalidated(order[step_id] if len(order) > step_id else None)
-        return invalidate_trace(self)
+        observer = self.observer
+        Coordinator = coordinator_mod.PartitionedParameterCoordinator
+        invalidate_trace = Coordinator._invalidate_trace
 
-    patches.replace(Coordinator, "_invalidate_trace", _invalidate_trace)
+        def _invalidate_trace(self):
+            order = self._PartitionedParameterCoordinator__submodule_order
+            step_id = self._PartitionedParameterCoordinator__step_id
+            observer.on_trace_invalidated(order[step_id] if len(order) > step_id else None)
+            return invalidate_trace(self)
+
+        self.patches.replace(Coordinator, "_invalidate_trace", _invalidate_trace)
 
     # ---- GatheredParameters
-    gathered_enter = Gathered.__enter__
-    gathered_exit = Gathered.__exit__
+    def _gathered_parameters(self) -> None:
+        from deepspeed.runtime.zero import partition_parameters
 
-    def _gathered_enter(self):
-        params = list(getattr(self, "params", ())) if getattr(self, "enabled", True) else []
-        observer.on_gathered_enter(params)
-        try:
-            return gathered_enter(self)
-        finally:
-            observer.on_gathered_entered(params)
+        observer = self.observer
+        Gathered = partition_parameters.GatheredParameters
+        gathered_enter = Gathered.__enter__
+        gathered_exit = Gathered.__exit__
 
-    def _gathered_exit(self, *exc):
-        params = list(getattr(self, "params", ())) if getattr(self, "enabled", True) else []
-        observer.on_gathered_exit(params, getattr(self, "src_rank", None))
-        try:
-            return gathered_exit(self, *exc)
-        finally:
-            observer.on_gathered_exited(params)
+        def _gathered_enter(self):
+            params = list(getattr(self, "params", ())) if getattr(self, "enabled", True) else []
+            observer.on_gathered_enter(params)
+            try:
+                return gathered_enter(self)
+            finally:
+                observer.on_gathered_entered(params)
 
-    patches.replace(Gathered, "__enter__", _gathered_enter)
-    patches.replace(Gathered, "__exit__", _gathered_exit)
+        def _gathered_exit(self, *exc):
+            params = list(getattr(self, "params", ())) if getattr(self, "enabled", True) else []
+            observer.on_gathered_exit(params, getattr(self, "src_rank", None))
+            try:
+                return gathered_exit(self, *exc)
+            finally:
+                observer.on_gathered_exited(params)
+
+        self.patches.replace(Gathered, "__enter__", _gathered_enter)
+        self.patches.replace(Gathered, "__exit__", _gathered_exit)
 
     # ---- steps (native hooks: HotPath begins a step on the engine's first forward, keeps
     # the loss handed to backward, closes the scopes backward leaves open, and ends the step
     # when step() stepped)
-    for name in ("forward", "backward", "step"):
-        patches.replace(Engine, name, observer.hot.engine_hook(getattr(Engine, name), name))
+    def _steps(self) -> None:
+        from deepspeed.runtime import engine as ds_engine
+
+        Engine = ds_engine.DeepSpeedEngine
+        for name in ("forward", "backward", "step"):
+            self.patches.replace(Engine, name, self.observer.hot.engine_hook(getattr(Engine, name), name))
 
     # ---- engine.compile() with DeepCompile on ZeRO-3 (0.16 on): DeepSpeed takes its module
     # hooks out and gathers inside the compiled graph, where the agent does not see; the
     # observer says so before DeepSpeed compiles (docs/deepspeed.md)
-    engine_compile = Engine.__dict__.get("compile")
-    if engine_compile is not None:
+    def _deepcompile(self) -> None:
+        from deepspeed.runtime import engine as ds_engine
+
+        observer = self.observer
+        Engine = ds_engine.DeepSpeedEngine
+        engine_compile = Engine.__dict__.get("compile")
+        if engine_compile is None:
+            return
 
         def compile(self, *args, **kwargs):
             enabled = getattr(self, "is_deepcompile_enabled", None)
@@ -545,7 +620,7 @@ def install(observer):
                 observer.on_deepcompile()
             return engine_compile(self, *args, **kwargs)
 
-        patches.replace(Engine, "compile", compile)
+        self.patches.replace(Engine, "compile", compile)
 
     # ---- a plain loss.backward() instead of engine.backward(loss) (DeepSpeed >= 0.18.3,
     # `_support_torch_style_backward`): DeepSpeed itself sees it only through hooks on the
@@ -554,9 +629,14 @@ def install(observer):
     # and is a plain pass-through for every other backward and while no engine runs a step.
     # The wrapper is the one every agent shares (_runtime.watch_backward); this watcher is
     # taken out with the patches (pause, uninstall).
-    unwatch_backward = None
-    if hasattr(Engine, "_backward_post_hook"):
+    def _plain_backward(self) -> None:
+        from deepspeed.runtime import engine as ds_engine
+
         from . import _runtime
+
+        if not hasattr(ds_engine.DeepSpeedEngine, "_backward_post_hook"):
+            return
+        observer = self.observer
 
         def keep_loss(tensor):
             engine = observer.engine
@@ -573,68 +653,56 @@ def install(observer):
                 return after
             return None
 
-        unwatch_backward = _runtime.watch_backward(keep_loss)
-
-        def watch_again():
-            nonlocal unwatch_backward
-            unwatch_backward = _runtime.watch_backward(keep_loss)
-    else:
-
-        def watch_again():
-            pass
+        self.keep_loss = keep_loss
+        self.unwatch_backward = _runtime.watch_backward(keep_loss)
 
     # ---- late parameters adopted, and the engine itself
-    convert = Offload._convert_to_zero_parameters
+    def _late_parameters_and_engine(self) -> None:
+        import deepspeed
+        from deepspeed.runtime.zero import parameter_offload
 
-    def _convert_to_zero_parameters(self, ds_config, module, mpu):
-        # Late: not partitioned while the rest of the model was (zero.Init). A model with no
-        # partitioned parameter yet (built without zero.Init: DeepSpeed's getting-started
-        # pattern) is partitioned here as a whole, as DeepSpeed's own code tells the two
-        # apart (zero_params[0].convert_to_zero_parameters, else Init(module=module)): none
-        # of its parameters is late.
-        params = list(module.parameters())
-        late = [p for p in params if "ds_id" not in p.__dict__]
-        if len(late) == len(params):
-            late = []
-        result = convert(self, ds_config, module, mpu)
-        observer.on_late_adopted(module, late)
-        return result
+        observer = self.observer
+        Offload = parameter_offload.DeepSpeedZeRoOffload
+        convert = Offload._convert_to_zero_parameters
 
-    patches.replace(Offload, "_convert_to_zero_parameters", _convert_to_zero_parameters)
+        def _convert_to_zero_parameters(self, ds_config, module, mpu):
+            # Late: not partitioned while the rest of the model was (zero.Init). A model with
+            # no partitioned parameter yet (built without zero.Init: DeepSpeed's
+            # getting-started pattern) is partitioned here as a whole, as DeepSpeed's own code
+            # tells the two apart (zero_params[0].convert_to_zero_parameters, else
+            # Init(module=module)): none of its parameters is late.
+            params = list(module.parameters())
+            late = [p for p in params if "ds_id" not in p.__dict__]
+            if len(late) == len(params):
+                late = []
+            result = convert(self, ds_config, module, mpu)
+            observer.on_late_adopted(module, late)
+            return result
 
-    initialize = deepspeed.initialize
+        self.patches.replace(Offload, "_convert_to_zero_parameters", _convert_to_zero_parameters)
 
-    def _initialize(*args, **kwargs):
-        result = initialize(*args, **kwargs)
-        observer.on_initialize(result[0])
-        return result
+        initialize = deepspeed.initialize
 
-    patches.replace(deepspeed, "initialize", _initialize)
+        def _initialize(*args, **kwargs):
+            result = initialize(*args, **kwargs)
+            observer.on_initialize(result[0])
+            return result
+
+        self.patches.replace(deepspeed, "initialize", _initialize)
 
     # ---- gradient reduce-scatters of stage 3's buckets
-    from deepspeed.runtime.zero import stage3 as stage3_mod
+    def _gradient_reduce_scatters(self) -> None:
+        from deepspeed.runtime.zero import stage3 as stage3_mod
 
-    Stage3 = stage3_mod.DeepSpeedZeroOptimizer_Stage3
-    reduce_name = "_DeepSpeedZeroOptimizer_Stage3__reduce_and_partition_ipg_grads"
-    reduce_ipg = Stage3.__dict__[reduce_name]
+        observer = self.observer
+        Stage3 = stage3_mod.DeepSpeedZeroOptimizer_Stage3
+        reduce_name = STAGE3_REDUCE.split(".", 1)[1]
+        reduce_ipg = Stage3.__dict__[reduce_name]
 
-    def _reduce_ipg(self, *args, **kwargs):
-        return observer.on_reduce_ipg_grads(reduce_ipg, self, *args, **kwargs)
+        def _reduce_ipg(self, *args, **kwargs):
+            return observer.on_reduce_ipg_grads(reduce_ipg, self, *args, **kwargs)
 
-    patches.replace(Stage3, reduce_name, _reduce_ipg)
+        self.patches.replace(Stage3, reduce_name, _reduce_ipg)
 
-    def uninstall():
-        patches.restore()
-        if unwatch_backward is not None:
-            unwatch_backward()
-        unobserve_classes()
-        observed_classes.clear()
 
-    observer.ds_is_not_available = is_not_available
-    observer.ds_pause = pause
-    observer.ds_adopt_param = adopt_param  # a parameter converted before install()
-    observer.ds_resume = resume
-    observer.ds_iter_params = coordinator_mod.iter_params
-    observer.ds_fwd_module_stack = parameter_offload.FWD_MODULE_STACK
-    observer.ds_torch = torch
-    return uninstall
+_MISSING = object()

@@ -9,8 +9,12 @@ attributes below. ``check()`` verifies all of them at ``install()``/``attach()``
 that lacks one is refused with a message naming it, and nothing is patched.
 """
 
+from __future__ import annotations
+
 import importlib
+import inspect
 import warnings
+from typing import Any, Optional
 
 from . import ShardScopeError
 
@@ -87,6 +91,24 @@ PRIVATE_ATTRIBUTES = {
 # Read only where the hook that needs it is there (_validate_no_duplicate_params).
 TIED_ATTRIBUTE = ("FSDPParam", "_orig_param_uid")
 
+# Read where present, with a fallback where not: FSDPParam._param_fqn (the name, when the
+# agent has none), .orig_dtype and .param_dtype (the all-gather's element size), and
+# ._unsharded_param (the unsharded tensor, known as FSDP's own); ._module_info (.module,
+# .param_name) where torch does not check tied parameters itself (< 2.13).
+OPTIONAL_ATTRIBUTES = {
+    "FSDPParam": ("_param_fqn", "orig_dtype", "param_dtype", "_unsharded_param", "_module_info"),
+}
+
+# Attributes set in a constructor the agent reads before it has met an object to check them
+# on: (module, the constructor, the attributes it must set), read off the source at check().
+# FSDPState._state_ctx, the context the states of one root share: its iter_forward_root (the
+# state whose forward began the iteration: the root's pre-forward and pre-backward hooks
+# tell a step's root from an inner state) and all_states (the tied-parameter check).
+CONSTRUCTED_ATTRIBUTES = (
+    ("_fsdp_state", "FSDPState.__init__", ("self._state_ctx",)),
+    ("_fsdp_state", "FSDPStateContext.__init__", ("self.all_states", "self.iter_forward_root")),
+)
+
 # Also read by shardscope-check's memory prediction (_checkboot._record_units), after the
 # first step, where present (a torch without one gives no prediction, the check runs):
 # FSDPState._states_to_forward_prefetch, ._states_to_backward_prefetch (set by
@@ -105,6 +127,24 @@ STATE_OF = ("_fsdp_state", "_get_module_fsdp_state")
 # _fsdp_common.TrainingState.PRE_BACKWARD
 PRE_BACKWARD = ("_fsdp_common", "TrainingState", "PRE_BACKWARD")
 _pre_backward = []
+
+
+def group_status(group: Any) -> int:
+    """SHARDED (0), GATHERING (1) or UNSHARDED (2) of an FSDPParamGroup, read off it (at
+    resume(): the native path keeps it while observing)."""
+    if group.is_unsharded:
+        return 2
+    return 1 if group._all_gather_result is not None else 0
+
+
+def iter_forward_root(state: Any) -> Any:
+    """The FSDPState whose forward began this iteration (FSDPStateContext.iter_forward_root)."""
+    return state._state_ctx.iter_forward_root
+
+
+def all_states(state: Any) -> list:
+    """Every FSDPState under state's root (FSDPStateContext.all_states)."""
+    return state._state_ctx.all_states
 
 
 def pre_backward_state():
@@ -152,6 +192,19 @@ def check():
             getattr(importlib.import_module(_PKG + module), function)
         except (ImportError, AttributeError):
             missing.append(f"{_PKG}{module}.{function}")
+    for module, dotted, attributes in CONSTRUCTED_ATTRIBUTES:
+        where = f"{_PKG}{module}.{dotted}"
+        try:
+            cls, method = dotted.split(".")
+            source = inspect.getsource(getattr(_class(module, cls), method))
+        except (ImportError, AttributeError, OSError, TypeError):
+            missing.append(where)
+            continue
+        missing.extend(f"{where} setting {a}" for a in attributes
+                       if not any(a + c in source for c in (" ", ":", "=")))
+    from . import _torchinternals
+
+    missing.extend(_torchinternals.missing())
     if missing:
         raise ShardScopeError(
             f"shardscope.fsdp cannot observe FSDP2 in torch {version}: "

@@ -158,9 +158,9 @@ _backward_depth = [0]  # watched backwards running (the training thread's: one a
 
 def _watched(tensor, call):
     """call() (torch's backward), with the watchers told of tensor first (None: no one loss)."""
-    import torch
+    from . import _torchinternals
 
-    if _backward_depth[0] or torch._C._current_graph_task_id() != -1:
+    if _backward_depth[0] or _torchinternals.current_graph_task_id()() != -1:
         return call()
     after = [a for a in (w(tensor) for w in tuple(_backward_watchers)) if a is not None]
     _backward_depth[0] += 1

@@ -24,7 +24,8 @@ automatic registration) and releases, registrations, GatheredParameters broadcas
 invalidation; and violations with the line that fixes them (see docs/deepspeed.md).
 """
 
-import atexit
+from __future__ import annotations
+
 import contextlib
 import gc
 import linecache
@@ -36,12 +37,14 @@ from . import ShardScopeError, UnregisteredAccessError
 from . import _allocator
 from . import _dsinternals as _ds
 from . import _runtime
+from ._agentcore import AgentCore, install_agent
+from . import _frames
+from ._modtree import walk_up
+from ._torchmodes import METADATA_ONLY, enter_below, leave_mode
 
 __all__ = ["install", "attach", "finish", "inspect", "agent", "pause", "resume", "paused"]
 
-_GUARDS = ("warn", "error")
 # What a client attaching before the model exists is told, in the model's name.
-_NOT_BUILT = "(model not built yet: shown once zero.Init or deepspeed.initialize has run)"
 _slot = _runtime.AgentSlot("shardscope.deepspeed")  # the process's agent: _slot.agent
 
 
@@ -67,19 +70,11 @@ def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name
     job: the job's name shared by all its ranks (default: TORCHELASTIC_RUN_ID, else
         MASTER_ADDR:MASTER_PORT).
     """
-    if _slot.agent is not None:
-        return _runtime.installed_again(_slot.agent, "shardscope.deepspeed.install()",
-                                        "before the model is built")
-    if guard not in _GUARDS:
-        raise ShardScopeError(f"guard={guard!r}: use one of {', '.join(map(repr, _GUARDS))}")
-    rank, world_size = _runtime.rank_and_world()
-    options = _runtime.check_options("shardscope.deepspeed.install()", rank, world_size,
-                                     listen=listen, snapshot_out=snapshot_out, history=history,
-                                     job=job)
-    version = _ds.check_version()
-    built = _built_already()
-    _slot.agent = _Agent(options, token=_read_token(token, token_file), guard=guard,
-                    model_name=model_name, version=version)
+    agent, new = install_agent(
+        _slot, _Agent, "shardscope.deepspeed.install()", "before the model is built",
+        _ds.check_version, guard=guard, token=token, token_file=token_file, listen=listen,
+        snapshot_out=snapshot_out, history=history, job=job, model_name=model_name)
+    built = _built_already() if new else ""
     if built:
         import warnings
 
@@ -90,7 +85,7 @@ def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name
                       + ("; for this run, shardscope.deepspeed.attach(engine) shows the engine "
                          "from now on" if "deepspeed.initialize" in built else ""),
                       stacklevel=2)
-    return _slot.agent
+    return agent
 
 
 def _built_already():
@@ -128,40 +123,12 @@ def attach(engine):
 finish, inspect, pause, resume, paused = _slot.api(install)  # _runtime.AgentSlot
 
 
-def _read_token(token, token_file):
-    """The token as shardscope-train, shardscope and shardscope-capture resolve it."""
-    from . import _native
-
-    try:
-        return _native.resolve_token(token or "", token_file or "")
-    except RuntimeError as e:
-        raise ShardScopeError(f"the ShardScope token: {e}") from None
 
 
-def _metadata_only():
-    """Tensor functions that do not read a parameter's data (hashing it into a set, reading
-    its attributes): GatheredParameters does these to a partitioned parameter, legally."""
-    import torch
-
-    names = ("__hash__", "__repr__", "__format__", "__reduce_ex__", "__deepcopy__",
-             "__setstate__", "__getstate__", "__get__", "__set__", "__delete__")
-    funcs = {getattr(torch.Tensor, n) for n in names if hasattr(torch.Tensor, n)}
-    return funcs
 
 
-class _MetadataOnly:
-    """Membership test for _metadata_only(), also matching property getters and setters."""
-
-    def __init__(self):
-        self.funcs = None
-
-    def __contains__(self, func):
-        if self.funcs is None:
-            self.funcs = _metadata_only()
-        return func in self.funcs or getattr(func, "__name__", "") in ("__get__", "__set__", "__delete__")
 
 
-_METADATA_ONLY = _MetadataOnly()
 
 # Tensor methods that read a gathered parameter's metadata, not its values: no read of the
 # values for a read in DeepSpeedEngine.forward DeepSpeed gathered ([Note: attribute reads];
@@ -172,38 +139,8 @@ _SHAPE_METHODS = frozenset(("size", "dim", "ndimension", "numel", "nelement", "e
                             "is_complex", "get_device"))
 
 
-def _enter_below(mode):
-    """Puts mode at the bottom of torch's function-mode stack, under the modes the user (or
-    torch: `with torch.device(...)`) entered before: their __exit__ pops the top one, which
-    must stay theirs (issue #30, defect 3). It still sees every call they pass on."""
-    from torch._C import _len_torch_function_stack
-    from torch.overrides import _pop_mode, _push_mode
-
-    above = []
-    while _len_torch_function_stack() > 0:
-        above.append(_pop_mode())
-    _push_mode(mode)
-    for m in reversed(above):
-        _push_mode(m)
 
 
-def _leave_mode(mode):
-    """Takes mode off torch's function-mode stack wherever it is: modes the user pushed above
-    it stay, in their order (TorchFunctionMode.__exit__ would pop the top one, theirs)."""
-    from torch._C import _len_torch_function_stack
-    from torch.overrides import _pop_mode, _push_mode
-
-    above = []
-    found = False
-    while _len_torch_function_stack() > 0:
-        top = _pop_mode()
-        if top is mode:
-            found = True
-            break
-        above.append(top)
-    for m in reversed(above):
-        _push_mode(m)
-    return found
 
 
 class _Paused:
@@ -239,7 +176,7 @@ class _Suspects:
     values: recorded then, severity cost, or raised under guard="error"), or until DeepSpeed
     releases it, the reader's scope has ended or the agent stops with none seen (attributes
     only: recorded with use "attribute", severity info, never raised). Attribute getters
-    (.dtype, .shape, .device, .requires_grad) reach the mode as _METADATA_ONLY and are no
+    (.dtype, .shape, .device, .requires_grad) reach the mode as METADATA_ONLY and are no
     use, here as for the suspects outside forward; so are the methods that answer from the
     gathered parameter's metadata (size(), numel(), element_size(): _SHAPE_METHODS)."""
 
@@ -262,8 +199,8 @@ class _Suspects:
     def pend(self, param, accessor, owner):
         """A read in DeepSpeedEngine.forward DeepSpeed is about to register and gather: what
         it touches is decided later (the note above). Where it happened is taken now."""
-        frame = _user_frame(sys._getframe(1))
-        seen = (frame.f_code, frame.f_lineno, _location(frame)) if frame is not None else None
+        frame = _frames.user_frame(sys._getframe(1))
+        seen = (frame.f_code, frame.f_lineno, _frames.location(frame)) if frame is not None else None
         self.pending[id(param)] = (param, accessor, owner, seen)
         self._watch()
 
@@ -277,7 +214,7 @@ class _Suspects:
 
                 def __torch_function__(self, func, types, args=(), kwargs=None):
                     kwargs = kwargs or {}
-                    if not suspects.pause and func not in _METADATA_ONLY:
+                    if not suspects.pause and func not in METADATA_ONLY:
                         if suspects.params:
                             hit = suspects.find(args, kwargs)
                             if hit is not None:
@@ -288,7 +225,7 @@ class _Suspects:
                     return func(*args, **kwargs)
 
             self.mode = SuspectReads()
-            _enter_below(self.mode)
+            enter_below(self.mode)
         self.agent.hot.slow = True  # scopes and gathers must close or discard suspects
 
     def find(self, args, kwargs):
@@ -305,7 +242,7 @@ class _Suspects:
         torch = sys.modules["torch"]  # its function mode called this: no import per use
         param, accessor = hit
         self.params.pop(id(param), None)
-        if self.agent.ds_is_not_available(param):
+        if self.agent.ds.is_not_available(param):
             needs_grad = param.requires_grad and torch.is_grad_enabled()
             with self.paused():
                 self.agent.record_access(accessor, param, automatic=False, needs_grad=needs_grad)
@@ -360,35 +297,25 @@ class _Suspects:
         left it on the script's stack for good, after finish() too."""
         self.params.clear()
         self.settle(left=not final)
-        if self.mode is not None and not self.pending and _leave_mode(self.mode):
+        if self.mode is not None and not self.pending and leave_mode(self.mode):
             self.mode = None
         self.agent.hot.slow = self.mode is not None
 
 
-class _Agent:
+class _Agent(AgentCore):
     """The observer DeepSpeed's patched internals call (see _dsinternals)."""
+
+    NOT_BUILT = "(model not built yet: shown once zero.Init or deepspeed.initialize has run)"
 
     def __init__(self, options, token, guard, model_name, version):
         from . import _native
 
-        self.rank, self.world_size = _runtime.rank_and_world()
-        self.guard = guard
-        self.deepspeed_version = version
+        super().__init__(options, token, guard, model_name, version)
         self.module_key = _ds.module_key_attribute(version)
-        self.snapshot_out = options.snapshot_out  # this rank's file (wire::outputOfRank)
-        try:
-            self.native = _native.Agent(model=f"{model_name} {_NOT_BUILT}" if model_name else _NOT_BUILT, rank=self.rank,
-                                        world_size=self.world_size, backend=_backend_name(),
-                                        listen=options.listen, endpoint=options.endpoint,
-                                        token=token, snapshot_out=self.snapshot_out,
-                                        history=options.history, job=options.job)
-        except RuntimeError as e:
-            raise ShardScopeError(f"the ShardScope endpoint could not start: {e}") from None
         # The per-event path (ds_status assignments, module scopes) runs in C++: hotpath.h.
         self.PHASES = dict(_native.PHASES)
         self.PHASE_NAMES = {number: name for name, number in self.PHASES.items()}
         self.hot = _native.HotPath(self.native, self, *_ds.status_members(), _ds.native_names())
-        self.model_name = model_name
         self.engine = None
         self.root = None
         self.built = []  # modules built under zero.Init, in build order
@@ -404,22 +331,18 @@ class _Agent:
         # (accessor, param, action, use, user's code object, line) -> the step it was last
         # recorded in: a repeat there in the same step changes nothing (record_access).
         self.recorded_at = {}
-        self.closed = False
-        self.reduces = []  # CUDA gradient reduce-scatters issued, not yet seen complete
         self.reduce_buckets = {}  # (dtype, ids of a bucket's parameters) -> _reduce_bucket's
-        self.allocator = None  # posts an allocator_sample (a CUDA model: _allocator.sampler)
-        self.paused = None  # while paused: ds_id -> ds_status at pause()
+        self.status_at_pause = {}  # while paused: ds_id -> ds_status at pause()
         self.built_violations = False  # a violation named modules while the model was built
         self.unfinished_said = False  # a backward_unfinished recorded (on_backward_raised)
         try:
-            self.uninstall = _ds.install(self)
+            self.ds = _ds.install(self)  # DeepSpeed's patches (pause, resume, uninstall)
         except BaseException:
             self.native.finish()
             raise
-        self.sites = _watch_registrations()  # where late parameters were registered
+        self.sites = _frames.watch_registrations()  # where late parameters were registered
         self.late_sites = {}  # late parameter's name -> "file:line", for shardscope-check
-        atexit.register(self.close)
-        self._chain_sigterm()
+        self.arm()
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -440,44 +363,22 @@ class _Agent:
     def auto(self, depth):
         self.hot.auto = depth
 
-    @property
-    def endpoint(self):
-        return self.native.endpoint
-
-    def _chain_sigterm(self):
-        """A launcher stopping the job (SIGTERM) still gets the snapshot and no stale file,
-        also while this rank is blocked in a rendezvous or a collective (_runtime)."""
-        _runtime.finish_on_sigterm(self.native)
-
-    def close(self, reason=None):
-        """reason: the Goodbye's; None: from how the process ends (_runtime.finish_reason)."""
-        if reason is None:
-            reason = _runtime.finish_reason()
-        if self.closed:
-            return
-        self.closed = True
-        atexit.unregister(self.close)
+    def _close(self, reason):
         if reason == "training finished" and self.engine is None and self.root is None \
                 and not self.converted:
             self.on_nothing_partitioned()
-        self._poll_reduces(wait=True)  # the last step's, before the snapshot
+        self.poll_reduces(wait=True)  # the last step's, before the snapshot
         self.sites.remove()
         self.suspects.close()
         self.flush_active()
         try:
-            if self.paused is None:
-                self.ds_pause()  # parameters of their own class again, not only the patches out
-            self.uninstall()
+            if not self.is_paused:
+                self.ds.pause()  # parameters of their own class again, not only the patches out
+            self.ds.uninstall()
         finally:
             self.hot.set_engine(None)  # and the last step's loss
-            try:
-                self.native.finish(reason)
-            except RuntimeError as e:
-                print(f"shardscope: {e}", file=sys.stderr)
 
-    def pause(self):
-        if self.paused is not None or self.closed:
-            return
+    def _pause(self):
         if self.engine is None:
             raise ShardScopeError("pause() is for the training loop: call it after "
                                   "deepspeed.initialize, so that the model is seen being built")
@@ -486,16 +387,17 @@ class _Agent:
                                   "before the next forward), not inside one")
         self.suspects.close()
         self.flush_active()
-        self.paused = {ds_id: p.__dict__.get("ds_status") for ds_id, p in self.converted.items()}
-        self.ds_pause()
+        self.status_at_pause = {ds_id: p.__dict__.get("ds_status")
+                                for ds_id, p in self.converted.items()}
+        self.ds.pause()
 
-    def resume(self):
-        if self.paused is None or self.closed:
-            return
+    def _unpause(self):
         if self.hot.depth:
             raise ShardScopeError("resume() between training steps, not inside one")
-        self.ds_resume()
-        before, self.paused = self.paused, None
+        self.ds.resume()
+
+    def _resumed(self):
+        before, self.status_at_pause = self.status_at_pause, {}
         changed = []
         for ds_id, param in self.converted.items():
             status = param.__dict__.get("ds_status")
@@ -506,14 +408,10 @@ class _Agent:
             self.native.set_statuses(changed)
         self.flush_active()
 
-    def flush(self):
-        """Everything recorded reaches the clients and snapshot_out, now."""
+    def _before_flush(self):
         if self.suspects.pending and not self.suspects.pause:
             self.suspects.settle(left=True)
         self.flush_active()
-        error = self.native.flush()
-        if error:
-            print(f"shardscope: {error}", file=sys.stderr)
 
     # ------------------------------------------------------------------ names
     def module_id(self, module):
@@ -540,7 +438,7 @@ class _Agent:
         parts = []
         current = module
         for _ in range(64):
-            top, rel = _walk_up(current)
+            top, rel = walk_up(current)
             if rel:
                 parts.append(rel)
             pending = _pending_attribute(top)
@@ -640,7 +538,7 @@ class _Agent:
                 pid = self._publish_param(param, module, local, late=True,
                                           replaces=_replaced_by(module, local, path))
                 if late_scan and not known:
-                    self.native.late_parameter(pid, location=_site(param))
+                    self.native.late_parameter(pid, location=_frames.site(param))
         for ds_id, param in list(self.converted.items()):
             seen = param.__dict__.get("_shardscope_seen_as")
             if seen is not None and seen[1] not in seen[0]._parameters:
@@ -684,7 +582,7 @@ class _Agent:
             frame = None
             code, line, location = seen
         else:
-            frame = _user_frame(here)
+            frame = _frames.user_frame(here)
             code, line = (frame.f_code, frame.f_lineno) if frame is not None else (None, None)
             location = None
         building_now = self.engine is None and self.root is None
@@ -699,7 +597,7 @@ class _Agent:
             if self.recorded_at.get(repeat) == step:
                 return
         if frame is not None:
-            location = _location(frame)
+            location = _frames.location(frame)
         building = param_code = ""
         if building_now:
             building, param_code = _building(here, frame, param)
@@ -742,7 +640,7 @@ class _Agent:
         ds_id = param.__dict__["ds_id"]
         self.converted[ds_id] = param
         if id(param) not in self.late:
-            # Partitioned in time: where it was registered is not needed (_watch_registrations
+            # Partitioned in time: where it was registered is not needed (_frames.watch_registrations
             # keeps it for the late ones; a late one adopted now keeps it).
             param.__dict__.pop("_shardscope_site", None)
 
@@ -798,7 +696,7 @@ class _Agent:
         """The ds_ids of a module's own and registered parameters: its fetches of these are
         `forward`/`backward`, of others `prefetch` (HotPath asks once per module, again after
         a registration changes them)."""
-        return [p.__dict__["ds_id"] for p in self.ds_iter_params(module) if "ds_id" in p.__dict__]
+        return [p.__dict__["ds_id"] for p in self.ds.iter_params(module) if "ds_id" in p.__dict__]
 
     def suspects_close(self):
         """A module scope begins: reads after it are DeepSpeed's (HotPath, while suspects exist)."""
@@ -925,11 +823,11 @@ class _Agent:
             if not left:
                 return
             self.unfinished_said = True
-            frame = _user_frame(sys._getframe(1))  # the script's backward line
+            frame = _frames.user_frame(sys._getframe(1))  # the script's backward line
             message, fix = self.native.backward_unfinished(
                 self.module_id(engine.module), raised=_runtime.raised_line(error),
                 bucketed=len(left),
-                location=_location(frame) if frame is not None else None)
+                location=_frames.location(frame) if frame is not None else None)
             self.flush()
             print(f"shardscope: rank {self.rank}: {message}\n  fix: {fix}", file=sys.stderr,
                   flush=True)
@@ -943,14 +841,14 @@ class _Agent:
         """Stage 3 reduce-scatters a bucket of gradients: reduce_scatter_begin with what it
         moves (each gradient padded to its partition world, in the communication dtype),
         reduce_scatter_end on return on the CPU, else once its CUDA event is seen complete
-        (_poll_reduces). A bucket of one module's parameters names that module, else the
+        (poll_reduces). A bucket of one module's parameters names that module, else the
         root; of one parameter, that parameter."""
         if self.closed or self.engine is None:
             return fn(optimizer, *args, **kwargs)
         params, dtype = _ds.reduce_bucket(optimizer, args, kwargs)
         if not params:
             return fn(optimizer, *args, **kwargs)
-        self._poll_reduces()
+        self.poll_reduces()
         # A bucket's size, module and device are worked out once per set of parameters and
         # dtype: the buckets repeat step after step, and the pass over their ~200 parameters
         # was most of this agent's Python time a step (300 µs under cProfile,
@@ -992,22 +890,10 @@ class _Agent:
         pid = self.param_id(params[0]) if len(params) == 1 else None
         return nbytes, module, pid, cuda
 
-    def _poll_reduces(self, wait=False):
-        """reduce_scatter_end for the CUDA reduce-scatters seen complete (wait: all, at
-        close())."""
-        while self.reduces:
-            event, module, pid, nbytes, n = self.reduces[0]
-            if not wait and not event.query():
-                return
-            if wait:
-                event.synchronize()
-            self.reduces.pop(0)
-            self.native.reduce_scatter_end(module, pid, nbytes, n)
-
     def _after_step(self):
         """After a step's end on a CUDA model (HotPath.after_step): the reduce-scatters seen
         complete end (not waited for: the CPU may run ahead), then the allocator's figures."""
-        self._poll_reduces()
+        self.poll_reduces()
         if self.allocator is not None:
             self.allocator()
 
@@ -1041,7 +927,7 @@ class _Agent:
         for param in module.parameters():
             ds_id = param.__dict__.get("ds_id")
             if ds_id is not None and ds_id not in self.converted:
-                self.ds_adopt_param(param)
+                self.ds.adopt_param(param)
                 self.on_param_converted(param)
                 adopted_late += 1
         if adopted_late:
@@ -1051,76 +937,16 @@ class _Agent:
         self.publish(module, late_scan=False)
         # External registrations made before the agent knew the modules' names.
         for path, m in module.named_modules():
-            for param in getattr(m, "_external_params", {}).values():
+            for param in _ds.external_params(m):
                 pid = self.param_id(param)
                 if pid is not None:
                     self.native.register_external(self.module_id(m), pid, False)
 
 
-def _backend_name():
-    try:
-        import torch.distributed as dist
-        if dist.is_available() and dist.is_initialized():
-            return str(dist.get_backend())
-    except Exception:
-        pass
-    return "gloo"
 
 
-def _walk_up(module):
-    """(top, path of module below top) through the parents' _modules dicts. The links come
-    first from the subtrees of the modules whose __init__ is running (on the stack: what
-    model-building code touches is in one of them, and a walk of their modules is cheap);
-    above a module none of them holds, from gc referrers (a scan of the whole heap per call:
-    33 of them took 1 s of a small wav2vec2's build, and grow with the model)."""
-    import torch.nn as nn
-
-    building = []
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "__init__":
-            s = frame.f_locals.get("self")
-            # "_modules": past Module.__init__ (a child may be built before super().__init__())
-            if isinstance(s, nn.Module) and "_modules" in s.__dict__ and \
-                    not any(s is b for b in building):
-                building.append(s)
-        frame = frame.f_back
-    links = {}  # id(child) -> (parent, attribute)
-    for b in building:
-        for parent in b.modules():
-            for key, child in parent._modules.items():
-                if child is not None:
-                    links.setdefault(id(child), (parent, key))
-    parts = []
-    current = module
-    for _ in range(64):
-        found = links.get(id(current))
-        if found is None:
-            if any(current is b for b in building):
-                break  # its __init__ is running: it is not assigned to a parent yet
-            found = _referrer_parent(current)
-            if found is None:
-                break
-        current = found[0]
-        parts.append(found[1])
-    return current, ".".join(reversed(parts))
 
 
-def _referrer_parent(module):
-    """(parent, attribute) of a module through gc referrers: the dict holding it that is a
-    module's _modules, and that module; None when no module holds it."""
-    for holder in gc.get_referrers(module):
-        if not isinstance(holder, dict):
-            continue
-        for owner_dict in gc.get_referrers(holder):
-            if isinstance(owner_dict, dict) and owner_dict.get("_modules") is holder:
-                for owner in gc.get_referrers(owner_dict):
-                    if getattr(owner, "__dict__", None) is owner_dict:
-                        key = next((k for k, v in holder.items() if v is module), None)
-                        if key is not None:
-                            return owner, key
-                        break
-    return None
 
 
 _ASSIGNMENT = re.compile(r"\s*self\.([A-Za-z_][A-Za-z0-9_]*)\s*=")
@@ -1148,51 +974,14 @@ def _pending_attribute(module):
     return None
 
 
-# Where a violation happened: the innermost frame outside these packages (and the Python
-# standard library's wrappers: contextlib, functools).
-_LIBRARIES = ("torch", "deepspeed", "transformers", "accelerate")
-_library_dirs = None
-_CHAIN = 4  # frames above the user's, shown with it
 
 
-def _library_prefixes():
-    global _library_dirs
-    if _library_dirs is None:
-        import sysconfig
-
-        dirs = {os.path.dirname(os.path.abspath(__file__))}  # shardscope itself
-        for name in _LIBRARIES:
-            m = sys.modules.get(name)
-            f = getattr(m, "__file__", None)
-            if f:
-                dirs.add(os.path.dirname(os.path.abspath(f)))
-        for key in ("stdlib", "platstdlib"):
-            d = sysconfig.get_paths().get(key)
-            if d:
-                dirs.add(os.path.abspath(d))
-        _library_dirs = tuple(d.rstrip(os.sep) + os.sep for d in dirs)
-    return _library_dirs
 
 
-_user_files = {}  # co_filename -> whether it is the user's: each file is looked at once
 
 
-def _is_user(frame):
-    name = frame.f_code.co_filename
-    user = _user_files.get(name)
-    if user is None:
-        user = _user_files[name] = _is_user_file(name)
-    return user
 
 
-def _is_user_file(name):
-    if name.startswith("<"):
-        return False
-    if "site-packages" in name or "dist-packages" in name:
-        top = name.replace("\\", "/").split("-packages/", 1)[1].split("/", 1)[0]
-        if top in _LIBRARIES or top == "shardscope":
-            return False
-    return not os.path.abspath(name).startswith(_library_prefixes())
 
 
 def _holds(module, param):
@@ -1202,48 +991,14 @@ def _holds(module, param):
     return params is not None and any(p is param for p in dict.values(params))
 
 
-def _user_frame(frame):
-    while frame is not None and not _is_user(frame):
-        frame = frame.f_back
-    return frame
 
 
-def _frame_text(frame):
-    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
 
 
-def _location(frame):
-    """(file, line, function, chain) of the user's frame, chain: the user frames above it."""
-    chain = []
-    up = frame.f_back
-    while up is not None and len(chain) < _CHAIN:
-        if _is_user(up):
-            chain.append(_frame_text(up))
-        up = up.f_back
-    code = frame.f_code
-    function = getattr(code, "co_qualname", code.co_name)
-    return (code.co_filename, int(frame.f_lineno), function, chain)
 
 
-def _watch_registrations():
-    """Where parameters are registered, for the late ones' location: torch's global parameter
-    registration hook, while an agent is installed, keeps the user's frame (_location, as a
-    violation's) on each parameter registered through Module.register_parameter (a module's
-    constructor, weight_norm, an adapter assigned to a module). FSDP2 and DeepSpeed replace
-    parameters without it. Returns the hook's handle (remove() to stop)."""
-    from torch.nn.modules.module import register_module_parameter_registration_hook
-
-    def registered(module, name, param):
-        frame = _user_frame(sys._getframe(1))
-        if frame is not None:
-            param.__dict__["_shardscope_site"] = _location(frame)
-
-    return register_module_parameter_registration_hook(registered)
 
 
-def _site(param):
-    """Where param was registered (_watch_registrations), or None."""
-    return param.__dict__.get("_shardscope_site")
 
 
 def _code_name(path):

@@ -21,6 +21,8 @@ forward/backward scopes and steps (a step begins at the root's forward, ends at
 ``optimizer.step()``); and violations with the line that fixes them.
 """
 
+from __future__ import annotations
+
 import math
 import os
 import sys
@@ -28,15 +30,13 @@ import weakref
 
 from . import ShardScopeError, UnregisteredAccessError
 from . import _allocator
+from . import _frames
 from . import _fsdpinternals as _fi
-# One implementation of what every agent checks and decides the same way: _runtime (options,
-# per-rank names, the native SIGTERM path, the Goodbye's reason) and shardscope.deepspeed's
-# module-level helpers (the token, the guard's names, torch function modes), which import
-# nothing of DeepSpeed.
 from . import _runtime
-from .deepspeed import (_GUARDS, _METADATA_ONLY, _backend_name, _is_user, _leave_mode,
-                        _location, _read_token, _site, _user_frame, _walk_up,
-                        _watch_registrations)
+from . import _torchinternals
+from ._agentcore import AgentCore, install_agent
+from ._modtree import walk_up
+from ._torchmodes import METADATA_ONLY, leave_mode
 
 __all__ = ["install", "attach", "finish", "inspect", "agent", "describe", "pause", "resume",
            "paused"]
@@ -78,11 +78,9 @@ def _dynamo_skips_frame(fn):
     given up past dynamo's recompile limit) and add graph breaks the user's code has not.
     torch._dynamo.eval_frame.skip_code, torch's own tool for its wrappers; without it (a
     torch that moved it), nothing."""
-    try:
-        from torch._dynamo.eval_frame import skip_code
-    except ImportError:
-        return
-    skip_code(fn.__code__)
+    skip_code = _torchinternals.optional("torch._dynamo.eval_frame", "skip_code")
+    if skip_code is not None:
+        skip_code(fn.__code__)
 
 
 def _user_class_name(module):
@@ -98,20 +96,10 @@ def _user_class_name(module):
     return type(module).__name__
 
 
-_NOT_BUILT = "(model not sharded yet: shown once fully_shard's root runs its first forward or attach(model))"
 SHARDED, GATHERING, UNSHARDED = 0, 1, 2
 STATUS_WORDS = ("sharded", "being all-gathered", "unsharded")
 _slot = _runtime.AgentSlot("shardscope.fsdp")  # the process's agent: _slot.agent
 _MISSING = object()
-
-
-def _compiled_autograd_on():
-    """Whether a backward beginning now runs under compiled autograd: its module's flag, set
-    by torch._dynamo.compiled_autograd._enable (which torch.compile also enters for a backward
-    inside a compiled function under torch._dynamo.config.compiled_autograd); read off the
-    module if torch imported it, nothing imported here."""
-    ca = sys.modules.get("torch._dynamo.compiled_autograd")
-    return ca is not None and getattr(ca, "compiled_autograd_enabled", False)
 
 
 def _placements(tensor):
@@ -139,17 +127,11 @@ def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name
     to its own error; "error" raises UnregisteredAccessError with the fix line first), job,
     model_name, history.
     """
-    if _slot.agent is not None:
-        return _runtime.installed_again(_slot.agent, "shardscope.fsdp.install()", "before fully_shard")
-    if guard not in _GUARDS:
-        raise ShardScopeError(f"guard={guard!r}: use one of {', '.join(map(repr, _GUARDS))}")
-    rank, world_size = _runtime.rank_and_world()
-    options = _runtime.check_options("shardscope.fsdp.install()", rank, world_size, listen=listen,
-                                     snapshot_out=snapshot_out, history=history, job=job)
-    version = _fi.check()
-    _slot.agent = _Agent(options, token=_read_token(token, token_file), guard=guard,
-                    model_name=model_name, version=version)
-    return _slot.agent
+    agent, _ = install_agent(_slot, _Agent, "shardscope.fsdp.install()", "before fully_shard",
+                             _fi.check, guard=guard, token=token, token_file=token_file,
+                             listen=listen, snapshot_out=snapshot_out, history=history, job=job,
+                             model_name=model_name)
+    return agent
 
 
 def attach(model, **options):
@@ -193,27 +175,19 @@ class _Group:
         return self.path.status(self.index)
 
 
-class _Agent:
+class _Agent(AgentCore):
+    """The observer FSDP2's wrapped methods call (see _fsdpinternals and fsdppath.h)."""
+
+    NOT_BUILT = ("(model not sharded yet: shown once fully_shard's root runs its first forward "
+                 "or attach(model))")
+    DIALECT = "fsdp"
 
     def __init__(self, options, token, guard, model_name, version):
         import torch
         from . import _native
 
-        self.rank, self.world_size = _runtime.rank_and_world()
-        self.guard = guard
-        self.torch_version = version
-        self.snapshot_out = options.snapshot_out  # this rank's file (wire::outputOfRank)
-        self.model_name = model_name
-        try:
-            self.native = _native.Agent(
-                model=f"{model_name} {_NOT_BUILT}" if model_name else _NOT_BUILT, rank=self.rank,
-                world_size=self.world_size, backend=_backend_name(), listen=options.listen,
-                endpoint=options.endpoint, token=token, snapshot_out=self.snapshot_out,
-                history=options.history, job=options.job, dialect="fsdp")
-        except RuntimeError as e:
-            raise ShardScopeError(f"the ShardScope endpoint could not start: {e}") from None
+        super().__init__(options, token, guard, model_name, version)
         self.root = None
-        self.closed = False
         self.groups = {}  # id(FSDPParamGroup) -> _Group
         self.mids = {}  # id(module) -> module id
         self.paths = {}  # module id -> dotted path
@@ -232,14 +206,11 @@ class _Agent:
         self.step = 0
         self.optimizer_steps = 0  # also while paused: a step's number is optimizer steps + 1
         self.state_init_step = False  # the optimizer.step() now running is torch's own (below)
-        self.is_paused = False
         self.late_dirty = True
         self.mode = None
         self.derived = {}  # id -> (DTensor, pids entry): views of sharded parameters (_derived)
         self.candidate = None  # weakref to the last module fully_shard was called on
         self.checked = set()
-        self.reduces = []  # CUDA reduce-scatters issued, not yet seen complete
-        self.allocator = None  # posts an allocator_sample (CUDA models: _allocator.sampler)
         # torch < 2.13 does not check for a parameter shared by two groups: the agent does, at
         # fully_shard (on_init). id(original parameter) -> (weakref to it, the FSDPState that
         # manages it, its module, its name there); pairs found, recorded when the root is known:
@@ -291,7 +262,7 @@ class _Agent:
                 a.state_init_step = False
                 try:
                     a.end_step()  # inside: the loss's conversion is not the user's read
-                    a._poll_reduces()  # not waited for: the CPU may run ahead of the GPU
+                    a.poll_reduces()  # not waited for: the CPU may run ahead of the GPU
                     if a.allocator is not None:
                         a.allocator()
                 finally:
@@ -301,32 +272,16 @@ class _Agent:
                         a._enter_mode()
 
         self.handles = [register_module_parameter_registration_hook(on_param_registered),
-                        _watch_registrations(),  # where late parameters were registered
+                        _frames.watch_registrations(),  # where late parameters were registered
                         register_optimizer_step_pre_hook(on_step_pre),
                         register_optimizer_step_post_hook(on_step_post)]
         self.late_sites = {}  # late parameter's name -> its site, for shardscope-check
         del torch
-        import atexit
-
-        atexit.register(self.close)
-        _runtime.finish_on_sigterm(self.native)  # the snapshot on SIGTERM, as every agent
+        self.arm()
 
     # ------------------------------------------------------------------ lifecycle
-    @property
-    def endpoint(self):
-        return self.native.endpoint
-
-    def close(self, reason=None):
-        """reason: the Goodbye's; None: from how the process ends (_runtime.finish_reason)."""
-        if reason is None:
-            reason = _runtime.finish_reason()
-        if self.closed:
-            return
-        self.closed = True
+    def _close(self, reason):
         self.hot.closed = True
-        import atexit
-
-        atexit.unregister(self.close)
         if reason == "training finished" and self.root is None and self.candidate is None:
             # the empty inspector would otherwise be all the user sees of a run without FSDP2
             print(f"shardscope: rank {self.rank}: the script ended without fully_shard being "
@@ -340,25 +295,17 @@ class _Agent:
             # last module fully_shard was called on names the model in the snapshot, as the
             # root of a bottom-up wrapping.
             self.native.set_model_name(self.model_name or _user_class_name(self.candidate()))
-        self._poll_reduces(wait=True)  # the last step's, before the snapshot
+        self.poll_reduces(wait=True)  # the last step's, before the snapshot
         self._leave_mode()
-        try:
-            for h in self.handles:
-                h.remove()
-            self.unwatch_backward()
-            self._unwatch_to_local()
-            if not self.is_paused:
-                self.uninstall()
-                self._unwatch_forwards()
-        finally:
-            try:
-                self.native.finish(reason)
-            except RuntimeError as e:
-                print(f"shardscope: {e}", file=sys.stderr)
+        for h in self.handles:
+            h.remove()
+        self.unwatch_backward()
+        self._unwatch_to_local()
+        if not self.is_paused:
+            self.uninstall()
+            self._unwatch_forwards()
 
-    def pause(self):
-        if self.is_paused or self.closed:
-            return
+    def _pause(self):
         if self.in_step or self.in_root_forward or self.hot.any_in_backward():
             raise ShardScopeError("pause() between training steps (after optimizer.step(), before "
                                   "the next forward), not inside one")
@@ -367,11 +314,8 @@ class _Agent:
         self.unwatch_backward()
         self._unwatch_to_local()
         self._unwatch_forwards()
-        self.is_paused = True
 
-    def resume(self):
-        if not self.is_paused or self.closed:
-            return
+    def _unpause(self):
         if self.in_root_forward:
             raise ShardScopeError("resume() between training steps, not inside one")
         self.uninstall = _fi.install(self)
@@ -379,11 +323,11 @@ class _Agent:
         self._watch_to_local()
         for cls in list(self.forward_classes):
             self._watch_forward(cls)
-        self.is_paused = False
+
+    def _resumed(self):
         changed = []
         for rec in self.groups.values():
-            g = rec.group
-            now = UNSHARDED if g.is_unsharded else GATHERING if g._all_gather_result is not None else SHARDED
+            now = _fi.group_status(rec.group)
             if now != rec.status:
                 self.hot.set_status(rec.index, now)
                 changed.extend((pid, now) for pid, _ in rec.params)
@@ -391,11 +335,6 @@ class _Agent:
             self.native.set_statuses(changed)
         if self.root is not None:
             self._enter_mode()
-
-    def flush(self):
-        error = self.native.flush()
-        if error:
-            print(f"shardscope: {error}", file=sys.stderr)
 
     # ------------------------------------------------------------------ the model
     def module_id(self, module):
@@ -510,7 +449,7 @@ class _Agent:
         rec.fsdp_params = list(g.fsdp_params)
         mesh_info = g.mesh_info
         rec.world = int(getattr(mesh_info, "shard_mesh_size", self.world_size))
-        status = UNSHARDED if g.is_unsharded else GATHERING if g._all_gather_result is not None else SHARDED
+        status = _fi.group_status(g)
         rec.params = []
         for fp in g.fsdp_params:
             if "FSDPParam" not in self.checked:
@@ -605,7 +544,7 @@ class _Agent:
         _check_backward_finished."""
         if self.in_step:
             self.loss = tensor
-        compiled = _compiled_autograd_on()
+        compiled = _torchinternals.compiled_autograd_on()
         handling = sys.exc_info()[1]  # a backward called inside the script's except block
         watching = self.mode is not None
         if watching:
@@ -655,10 +594,10 @@ class _Agent:
         self.unfinished_said = True
         # the script's loss.backward() line; its optimizer.step() line when called from on_step_pre
         # (a backward the watcher did not see: docs/fsdp.md, "A backward FSDP2 never finishes")
-        frame = _user_frame(sys._getframe(1))
+        frame = _frames.user_frame(sys._getframe(1))
         message, fix = self.native.backward_unfinished(
             self.module_id(self.root), raised=error or "", compiled_autograd=compiled,
-            location=_location(frame) if frame is not None else None)
+            location=_frames.location(frame) if frame is not None else None)
         self.flush()
         print(f"shardscope: rank {self.rank}: {message}\n  fix: {fix}", file=sys.stderr, flush=True)
 
@@ -692,7 +631,7 @@ class _Agent:
                                       numel=numel, partition_numel=numel, padded_numel=numel,
                                       persistent=False, partitioned=False, late=True,
                                       status=UNSHARDED, element_size=p.element_size())
-                site = _site(p)
+                site = _frames.site(p)
                 if site is not None:
                     self.late_sites[name] = site
                 self.native.late_parameter(pid, location=site)
@@ -783,7 +722,7 @@ class _Agent:
             entry = agent.pids.get(id(tensor))
             if (entry is not None and agent.mode is not None and not hot.inside
                     and entry[2].sharded_param is tensor and entry[1].status != UNSHARDED
-                    and _is_user(sys._getframe(1))):
+                    and _frames.is_user(sys._getframe(1))):
                 agent.on_shard_read(tensor, entry)
             return previous(tensor, *args, **kwargs)
 
@@ -871,7 +810,7 @@ class _Agent:
 
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
-                if is_compiling() or hot.inside or func in _METADATA_ONLY:
+                if is_compiling() or hot.inside or func in METADATA_ONLY:
                     return func(*args, **kwargs)
                 hit, plain = agent._mixed(args, kwargs)
                 if hit is not None and plain:
@@ -886,7 +825,7 @@ class _Agent:
     def _leave_mode(self):
         if self.mode is not None:
             mode, self.mode = self.mode, None
-            _leave_mode(mode)
+            leave_mode(mode)
 
     def _mixed(self, args, kwargs):
         """(param, its record) when a sharded FSDP parameter meets a plain tensor in one op."""
@@ -963,8 +902,8 @@ class _Agent:
             action = "error" if self.guard == "error" else "recorded"
             # Where in the user's code, as the DeepSpeed agent finds it (only here, on a read
             # that is a violation, never per access).
-            frame = _user_frame(sys._getframe(1))
-            location = _location(frame) if frame is not None else None
+            frame = _frames.user_frame(sys._getframe(1))
+            location = _frames.location(frame) if frame is not None else None
             message, fix = self.native.unregistered_access(accessor, pid, action, use,
                                                            location=location)
             # Said and flushed once per violation and place; a read the user repeats only
@@ -1012,26 +951,18 @@ class _Agent:
 
     def _pending_reduce(self, event, unit, nbytes, n):
         """A CUDA reduce-scatter issued (FsdpPath): its end when its event is seen complete."""
-        self.reduces.append((event, unit, nbytes, n))
+        self.reduces.append((event, unit, None, nbytes, n))
         self.hot.pending_reduces = True
 
-    def _poll_reduces(self, wait=False):
-        """reduce_scatter_end for the CUDA reduce-scatters seen complete (wait: all of them,
-        waiting for those still running: close())."""
-        while self.reduces:
-            event, unit, nbytes, n = self.reduces[0]
-            if not wait and not event.query():
-                return
-            if wait:
-                event.synchronize()
-            self.reduces.pop(0)
-            self.native.reduce_scatter_end(unit, None, nbytes, n)
-        self.hot.pending_reduces = False
+    def poll_reduces(self, wait=False):
+        super().poll_reduces(wait)
+        if not self.reduces:
+            self.hot.pending_reduces = False
 
     def on_root_pre_forward(self, fn, state, module, *args, **kwargs):
         r = fn(state, module, *args, **kwargs)
         if (self.root is not None and not self.closed and not self.in_root_forward
-                and state._state_ctx.iter_forward_root is state):
+                and _fi.iter_forward_root(state) is state):
             self.in_root_forward = True
             self.hot.clear_scopes()
             self.derived.clear()
@@ -1087,8 +1018,8 @@ class _Agent:
         the user's frame and a walk of the modules' own parameters."""
         from torch.distributed.tensor import DTensor
 
-        frame = _user_frame(sys._getframe(1))  # the script's fully_shard line
-        location = _location(frame) if frame is not None else None
+        frame = _frames.user_frame(sys._getframe(1))  # the script's fully_shard line
+        location = _frames.location(frame) if frame is not None else None
         found = None
         if not self.order_said:
             sharded = None  # id(sharded DTensor) -> (FSDPState), built at the first DTensor met
@@ -1120,7 +1051,7 @@ class _Agent:
         through gc's referrers: FSDP2 fails before any root is known), then records, flushes
         and says it."""
         parent = parent_call[0]()._modules[0]
-        top, _ = _walk_up(parent)  # child and holder are in parent's subtree, so in top's
+        top, _ = walk_up(parent)  # child and holder are in parent's subtree, so in top's
         paths = {}
         self.native.set_model_name(self.model_name or type(top).__name__)
         for path, m in top.named_modules():
@@ -1143,7 +1074,7 @@ class _Agent:
             return fn(state, *args, **kwargs)
         finally:
             self.hot.inside -= 1
-            self._poll_reduces()
+            self.poll_reduces()
 
     def on_lazy_init(self, fn, state):
         first = state._is_root is None
@@ -1160,7 +1091,7 @@ class _Agent:
         # iteration's root (torch >= 2.13 calls _force_complete_incomplete_states there)
         r = fn(state, *args, **kwargs)
         if (self.in_root_forward and not self.closed
-                and state._state_ctx.iter_forward_root is state):
+                and _fi.iter_forward_root(state) is state):
             self.in_root_forward = False
             self._enter_mode()
         return r
@@ -1223,7 +1154,7 @@ class _Agent:
         would name the root twice), and flushed before torch raises (torch >= 2.13, which
         checks it: FSDPState._validate_no_duplicate_params)."""
         seen = {}  # uid -> (first group, its FSDPParam, the other groups in the order found)
-        for s in state._state_ctx.all_states:
+        for s in _fi.all_states(state):
             for g in _fi.groups(s):
                 for fp in g.fsdp_params:
                     uid = fp._orig_param_uid
