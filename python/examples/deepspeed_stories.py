@@ -303,7 +303,7 @@ def main():
             engine.load_checkpoint(args.resume)
         g = torch.Generator().manual_seed(rank)
         for _ in range(args.first_step - 1):  # a resumed run draws the batches the first run drew
-            for micro in range(args.grad_accum):
+            for _micro in range(args.grad_accum):
                 torch.randint(0, vocab, (4, 8), generator=g)
         profiler = None
         if args.profile and rank == 0:
@@ -321,7 +321,7 @@ def main():
                 failing = engine.module.fc.register_forward_pre_hook(fail_in_backward)
             began, cpu, process_cpu = time.perf_counter(), time.thread_time(), time.process_time()
             skipped = False
-            for micro in range(args.grad_accum):
+            for _micro in range(args.grad_accum):
                 ids = torch.randint(0, vocab, (4, 8), generator=g).to(device)
                 if args.own_mode and step + 1 == args.steps:
                     logits = forward_in_own_mode(engine, ids)

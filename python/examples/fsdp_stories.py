@@ -335,7 +335,7 @@ def main():
         if a.to_local:
             with torch.no_grad():
                 w = model.blocks[-1].fc1.weight
-                norm = w.full_tensor().norm() if a.fixed else w.to_local().norm()  # story: to_local
+                _norm = w.full_tensor().norm() if a.fixed else w.to_local().norm()  # story: to_local
         if a.read_outside and not (a.read_outside == "grad" and a.fixed):
             sampled = torch.randn(2, a.hidden, generator=gen).to(device)
             if a.read_outside == "no-grad":

@@ -2,7 +2,8 @@
 
 ``shardscope.deepspeed`` attaches the ShardScope inspector to a real DeepSpeed ZeRO-3 run:
 each rank process serves the same endpoint our own engine serves, so ``shardscope`` (the
-GUI) and ``shardscope-capture`` attach to it as to ``shardscope-train``. ``shardscope.fsdp`` does the same for PyTorch FSDP2 (``fully_shard``).
+GUI) and ``shardscope-capture`` attach to it as to ``shardscope-train``. ``shardscope.fsdp``
+does the same for PyTorch FSDP2 (``fully_shard``).
 """
 
 __all__ = ["deepspeed", "fsdp", "ShardScopeError", "UnregisteredAccessError"]

@@ -57,11 +57,11 @@ def backend_name() -> str:
     return "gloo"
 
 
-def install_agent(slot: _runtime.AgentSlot, factory: Callable[..., "AgentCore"], api: str,
+def install_agent(slot: _runtime.AgentSlot, factory: Callable[..., AgentCore], api: str,
                   when: str, check_framework: Callable[[], str], *, guard: str,
                   token: Optional[str], token_file: Optional[str], listen: Any,
                   snapshot_out: Any, history: Any, job: Any,
-                  model_name: Optional[str]) -> Tuple["AgentCore", bool]:
+                  model_name: Optional[str]) -> Tuple[AgentCore, bool]:
     """install()'s checks, the same for every agent, then factory(options, token, guard,
     model_name, version) in slot. api names the call in messages ("shardscope.fsdp.install()"),
     when says when to call it; check_framework() raises ShardScopeError naming what the

@@ -15,6 +15,7 @@ import os
 import sys
 import time
 import traceback
+from typing import Any
 
 from shardscope import _script
 
@@ -23,7 +24,7 @@ _rank = int(os.environ.get("RANK", "0"))
 _steps = int(os.environ.get("SHARDSCOPE_CHECK_STEPS", "3"))
 # initialize: None until the script calls deepspeed.initialize, then "called" (the model
 # exists: initialize takes it), "returned" once it gave the engine back.
-_result = {"rank": _rank, "steps": 0, "model_built": False, "stopped": False, "exit": None,
+_result: dict[str, Any] = {"rank": _rank, "steps": 0, "model_built": False, "stopped": False, "exit": None,
            "error": None, "module_order": [], "stage": "starting", "times": [],
            "late_sites": {}, "batch": None, "initialize": None}
 _t0 = time.monotonic()
@@ -123,14 +124,14 @@ def _patch_initialize():
         else:
             ns = a.get("args")
             path = getattr(ns, "deepspeed_config", None)
-            if path:
+            if path and ns is not None:
                 rewritten = os.path.join(_dir, f"ds_config.{_rank}.json")
                 with open(rewritten, "w") as f:
                     json.dump(_with_micro_batch(path, _micro), f)
                 ns.deepspeed_config = rewritten
         return original(*bound.args, **bound.kwargs)
 
-    initialize.__wrapped__ = original
+    initialize.__wrapped__ = original  # type: ignore[attr-defined]
     deepspeed.initialize = initialize
 
 
@@ -175,7 +176,7 @@ class _PatchOnImport:
             exec_module(module)
             patch(module)
 
-        spec.loader.exec_module = patched
+        spec.loader.exec_module = patched  # type: ignore[method-assign]
         return spec
 
 
@@ -252,7 +253,7 @@ def _patch_accelerate_state(module):
             return backend or "gloo", module.DistributedType.MULTI_CPU
         return found, kind
 
-    cls._prepare_backend = _prepare_backend
+    cls._prepare_backend = _prepare_backend  # type: ignore[union-attr]
 
 
 def _batch_of(engine, args, kwargs):
@@ -343,7 +344,9 @@ def _record_units():
     # FSDPState in order of first forward; per forward of the root (a micro-batch under
     # gradient accumulation: set_requires_gradient_sync(False)), its ("pre"|"post", index)
     # events. Each micro-batch's forward and backward are replayed on their own.
-    states, passes, root = [], [], []
+    states: list = []
+    passes: list = []
+    root: list = []
 
     def unit(module):
         state = _fi.state_of(module)
@@ -405,7 +408,7 @@ def _record_units():
                         row *= x
                     params.append([shape[0] if shape else 1, row, gather.itemsize, orig.itemsize])
 
-            def targets(name):
+            def targets(name, state=state):
                 return [states.index(t) for t in getattr(state, name, ()) if t in states]
 
             units.append({"path": paths.get(id(state._modules[0]), ""), "params": params,
@@ -501,7 +504,7 @@ def main():
         _result["times"].append(["done", round(time.monotonic() - _t0, 3)])
         if profiler is not None:
             profiler.disable()
-            profiler.dump_stats(profile)
+            profiler.dump_stats(profile or "")
         if not _result["stopped"]:
             _result["stage"] = f"the script ended by itself after {_result['steps']} steps"
     except BaseException as e:  # noqa: B902 - everything the script raises is reported

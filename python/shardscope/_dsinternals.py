@@ -110,6 +110,8 @@ PRIVATE_ATTRIBUTES = (
     # a module's external parameters ({id: parameter}), where register_external_parameter
     # puts them (external_params())
     (_ZERO + "partition_parameters", "_init_external_params", ("module._external_params",)),
+    # the engine's DeepSpeedConfig, whose zero_config the agent shows (zero_config())
+    ("deepspeed.runtime.engine", "DeepSpeedEngine.__init__", ("self._config",)),
 )
 
 
@@ -241,6 +243,11 @@ def native_names():
             "secondary": "ds_secondary_tensor", "global_steps": "global_steps", "loss": "loss"}
 
 
+def zero_config(engine: Any) -> Any:
+    """The engine's ZeRO config (DeepSpeedEngine._config.zero_config), or None."""
+    return getattr(getattr(engine, "_config", None), "zero_config", None)
+
+
 def external_params(module: Any) -> list:
     """The parameters registered as external to module (register_external_parameter)."""
     return list(getattr(module, "_external_params", {}).values())
@@ -330,7 +337,7 @@ def observed_getitem(getitem, hook):
     return __getitem__
 
 
-def install(observer: Any) -> "Patched":
+def install(observer: Any) -> Patched:
     """Patches DeepSpeed for observer (shardscope.deepspeed._Agent); returns the Patched
     whose uninstall() restores DeepSpeed."""
     return Patched(observer)
@@ -465,14 +472,14 @@ class Patched:
         (pytorch/pytorch#129164)."""
         observer, is_not_available = self.observer, self.is_not_available
 
-        class BuildTimeParameters(base):  # type: ignore[valid-type,misc]
+        class BuildTimeParameters(base):
 
             def __init__(self, module, items):
                 super().__init__(items)
                 self._shardscope_module = module
 
             def __getitem__(self, key):
-                param = base.__getitem__(self, key)
+                param = base.__getitem__(self, key)  # type: ignore[index]
                 if param is not None and "ds_id" in param.__dict__:
                     param.__dict__["_shardscope_seen_as"] = (self._shardscope_module, key)
                     if is_not_available(param):

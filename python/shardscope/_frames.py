@@ -77,7 +77,7 @@ def frame_text(frame: FrameType) -> str:
 
 def location(frame: FrameType) -> Location:
     """(file, line, function, chain) of the user's frame, chain: the user frames above it."""
-    chain = []
+    chain: list = []
     up = frame.f_back
     while up is not None and len(chain) < CHAIN:
         if is_user(up):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import warnings
-from typing import Any, Optional
+from typing import Any
 
 from . import ShardScopeError
 
@@ -126,7 +126,7 @@ STATE_OF = ("_fsdp_state", "_get_module_fsdp_state")
 # root state's from its pre-backward until the end of backward (FSDPState._training_state):
 # _fsdp_common.TrainingState.PRE_BACKWARD
 PRE_BACKWARD = ("_fsdp_common", "TrainingState", "PRE_BACKWARD")
-_pre_backward = []
+_pre_backward: list = []
 
 
 def group_status(group: Any) -> int:
@@ -169,7 +169,7 @@ def check():
     """Raises ShardScopeError naming what this torch lacks; warns outside the tested range.
     Returns the torch version."""
     try:
-        import torch
+        import torch  # noqa: F401  (its absence is the message below)
         import torch.distributed.fsdp as fsdp
     except ImportError as e:
         raise ShardScopeError(f"shardscope.fsdp needs PyTorch with torch.distributed ({e}); it is "

@@ -53,11 +53,12 @@ def referrer_parent(module: Any) -> Optional[Tuple[Any, str]]:
     for holder in gc.get_referrers(module):
         if not isinstance(holder, dict):
             continue
+        children: dict = holder
         for owner_dict in gc.get_referrers(holder):
             if isinstance(owner_dict, dict) and owner_dict.get("_modules") is holder:
                 for owner in gc.get_referrers(owner_dict):
                     if getattr(owner, "__dict__", None) is owner_dict:
-                        key = next((k for k, v in holder.items() if v is module), None)
+                        key = next((k for k, v in children.items() if v is module), None)
                         if key is not None:
                             return owner, key
                         break

@@ -7,6 +7,7 @@ with shardscope-train; this module turns them into an agent's errors and message
 
 import os
 import sys
+from typing import Any
 
 from . import ShardScopeError
 
@@ -151,7 +152,7 @@ def finish_reason():
 # activation checkpoint's) is not the script's and is not watched. They are in place only
 # while some agent watches (install, resume) and torch's own again once none does (pause,
 # finish). torch.autograd.grad is not watched: a loss differentiated only by it is not named.
-_backward_watchers = []
+_backward_watchers: list = []
 _torch_backward = None  # (torch.Tensor.backward, torch.autograd.backward) as found, while wrapped
 _backward_depth = [0]  # watched backwards running (the training thread's: one at a time)
 
@@ -196,8 +197,8 @@ def watch_backward(watcher):
                 tensors[0] if isinstance(tensors, (list, tuple)) and len(tensors) == 1 else None
             return _watched(loss, lambda: autograd_backward(tensors, *args, **kwargs))
 
-        backward.__shardscope_original__ = tensor_backward
-        backward_of.__shardscope_original__ = autograd_backward
+        backward.__shardscope_original__ = tensor_backward  # type: ignore[attr-defined]
+        backward_of.__shardscope_original__ = autograd_backward  # type: ignore[attr-defined]
         _torch_backward = (tensor_backward, autograd_backward)
         torch.Tensor.backward = backward
         torch.autograd.backward = backward_of
@@ -232,7 +233,7 @@ class AgentSlot:
 
     def __init__(self, package):
         self.package = package  # "shardscope.fsdp": how the messages name the module
-        self.agent = None
+        self.agent: Any = None  # the agent (an AgentCore) once installed
 
     def _running(self, call):
         if self.agent is None:

@@ -38,7 +38,7 @@ def user_traceback(tb: Optional[types.TracebackType],
 def _trim_uncaught(launchers: Sequence[str]) -> None:
     previous: Callable = sys.excepthook
 
-    def hook(kind, value, tb):  # type: ignore[no-untyped-def]
+    def hook(kind, value, tb):
         trimmed = user_traceback(tb, launchers)
         # Python's default hook prints the exception's own __traceback__ when it has one, not
         # the tb it is given: the exception carries the trimmed one (at exit, nothing else

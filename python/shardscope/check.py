@@ -384,8 +384,8 @@ def problems_of(doc, rows):
     from . import _native
 
     order = _native.severities()  # worst first
-    problems = {}
-    for v, row in zip(doc.get("violations", []) if doc else [], rows):
+    problems: dict = {}
+    for v, row in zip(doc.get("violations", []) if doc else [], rows, strict=False):
         loc = v.get("location") or {}
         p = problems.get(row)
         if p is None:
@@ -511,7 +511,7 @@ def predict_fsdp_peak(record, late_bytes, target_world):
     for events in passes:
         forward_order = [i for kind, i in events if kind == "pre"]
         backward_order = [i for kind, i in reversed(events) if kind == "post"]
-        live = {}
+        live: dict = {}
         for kind, i in events:  # forward
             if kind == "pre":
                 gather(live, i, units[i]["forward_prefetch"], forward_order, "forward")
@@ -577,7 +577,7 @@ def report_text(problems, doc, prediction, results, args, elapsed):
         late = [q for q in doc.get("params", []) if q.get("late")]
         if late:
             # Each with the user's line that registered it (the agents' registration hook).
-            sites = {}
+            sites: dict = {}
             for r in results:
                 for name, (f, line, function) in ((r or {}).get("late_sites") or {}).items():
                     sites.setdefault(name, {"file": f, "line": line, "function": function})
@@ -651,7 +651,7 @@ def _timing(results, elapsed):
     r = next((r for r in results if r and r.get("times")), None)
     if r is None:
         return ""
-    t = {}
+    t: dict = {}
     for name, at in r["times"]:
         t.setdefault(name.split(" ")[0] if name.startswith("step") else name, at)
     imports = t.get("running the script (building the model)")
@@ -772,7 +772,7 @@ def check_outputs(args):
     (wire/snapshot.h checkOutputFile), and two outputs at one path."""
     from . import _native
 
-    seen = {}
+    seen: dict = {}
     for option, path in _outputs(args):
         why = _native.check_output_file(path)
         if why:
@@ -793,7 +793,7 @@ def _why_not(results, logs, timed_out, args, elapsed):
 
     stage = getattr(args, "last_stage", "") or "starting python"
     if _stop_requested():
-        name = signal.Signals(_Stop.signum).name
+        name = signal.Signals(_Stop.signum or signal.SIGTERM).name
         return (f"stopped by {name} (at: {stage}); the ranks were ended (SIGTERM, then SIGKILL "
                 f"after {_GRACE_S:.0f} s); what they recorded is kept")
     if timed_out:
@@ -891,11 +891,11 @@ def _main(args):
         return COULD_NOT_RUN
 
     workdir = tempfile.mkdtemp(prefix="shardscope-check-")
-    alive = []
+    alive: list = []
     try:
         status = _run(args, workdir, backend, alive)
         if _stop_requested():
-            status = 128 + _Stop.signum
+            status = 128 + (_Stop.signum or signal.SIGTERM)
         return status
     finally:
         if alive:
@@ -942,7 +942,7 @@ def _run(args, workdir, backend, alive):
             print(f"shardscope-check: what the ranks recorded (no problem): {args.snapshot}",
                   file=sys.stderr)
         return COULD_NOT_RUN
-    order = next((r["module_order"] for r in results if r and r.get("module_order")), [])
+    order: list = next((r["module_order"] for r in results if r and r.get("module_order")), [])
     units = next((r["fsdp_units"] for r in results if r and r.get("fsdp_units")), None)
     config = doc["engine"].get("config", {}) if doc else {}
     if units is not None:

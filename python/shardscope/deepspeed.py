@@ -32,6 +32,8 @@ import linecache
 import os
 import re
 import sys
+from types import FrameType
+from typing import Any, Optional
 
 from . import ShardScopeError, UnregisteredAccessError
 from . import _allocator
@@ -316,8 +318,8 @@ class _Agent(AgentCore):
         self.PHASES = dict(_native.PHASES)
         self.PHASE_NAMES = {number: name for name, number in self.PHASES.items()}
         self.hot = _native.HotPath(self.native, self, *_ds.status_members(), _ds.native_names())
-        self.engine = None
-        self.root = None
+        self.engine: Any = None  # the DeepSpeedEngine, once attached
+        self.root: Any = None
         self.built = []  # modules built under zero.Init, in build order
         self.converted = {}  # ds_id -> param, every parameter DeepSpeed converted
         self.said_deepcompile = False
@@ -913,14 +915,11 @@ class _Agent(AgentCore):
         self.hot.set_engine(engine)
         self.allocator = _allocator.sampler(self.native, _allocator.device_of(module.parameters()))
         self.hot.after_step = self._after_step if self.allocator is not None else None
-        zc = engine.zero_optimization() if hasattr(engine, "zero_optimization") else None
-        cfg = getattr(engine, "_config", None)
-        z = getattr(cfg, "zero_config", None)
+        z = _ds.zero_config(engine)
         if z is not None:
             self.native.set_config(int(getattr(z, "param_persistence_threshold", 0)),
                                    int(getattr(z, "prefetch_bucket_size", 0)),
                                    int(getattr(z, "max_live_parameters", 0)), self.guard)
-        del zc
         # Parameters zero.Init converted before install() (issue #30, defect 5): observed from
         # now on, as if seen converted; what happened to them before is not (install() said so).
         adopted_late = 0
@@ -936,7 +935,7 @@ class _Agent(AgentCore):
                   f"what happened to them before is not", file=sys.stderr)
         self.publish(module, late_scan=False)
         # External registrations made before the agent knew the modules' names.
-        for path, m in module.named_modules():
+        for m in module.modules():
             for param in _ds.external_params(m):
                 pid = self.param_id(param)
                 if pid is not None:
@@ -958,7 +957,7 @@ def _pending_attribute(module):
     the parent's frame, or None."""
     import torch.nn as nn
 
-    frame = sys._getframe(1)
+    frame: Optional[FrameType] = sys._getframe(1)
     while frame is not None and not (frame.f_code.co_name == "__init__" and
                                      frame.f_locals.get("self") is module):
         frame = frame.f_back
@@ -1019,7 +1018,7 @@ def _building(here, user, param):
     import torch
 
     internal = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep  # torch's own modules
-    chain = []
+    chain: list = []
     f = here
     while f is not None:
         owner = f.f_locals.get("self") if f.f_code.co_name == "__init__" else None

@@ -27,6 +27,8 @@ import math
 import os
 import sys
 import weakref
+from types import FrameType
+from typing import Any, Optional
 
 from . import ShardScopeError, UnregisteredAccessError
 from . import _allocator
@@ -163,6 +165,15 @@ class _Group:
 
     __slots__ = ("group", "unit", "unit_path", "modules", "params", "fsdp_params", "world", "path",
                  "index")
+    group: Any  # the FSDPParamGroup
+    unit: int  # the module id of its FSDP unit
+    unit_path: str
+    modules: list
+    params: list
+    fsdp_params: list
+    world: int
+    path: Any
+    index: Optional[int]
 
     def __init__(self, path):
         self.params = []  # [(pid, bytes all-gathered)]
@@ -187,7 +198,7 @@ class _Agent(AgentCore):
         from . import _native
 
         super().__init__(options, token, guard, model_name, version)
-        self.root = None
+        self.root: Any = None  # the root module, once known
         self.groups = {}  # id(FSDPParamGroup) -> _Group
         self.mids = {}  # id(module) -> module id
         self.paths = {}  # module id -> dotted path
@@ -325,7 +336,7 @@ class _Agent(AgentCore):
             self._watch_forward(cls)
 
     def _resumed(self):
-        changed = []
+        changed: list = []
         for rec in self.groups.values():
             now = _fi.group_status(rec.group)
             if now != rec.status:
@@ -401,13 +412,13 @@ class _Agent(AgentCore):
         text = ""
         if mesh is not None:
             names = mesh.mesh_dim_names or tuple(f"dim{i}" for i in range(mesh.ndim))
-            text = ", ".join(f"{n}={s}" for n, s in zip(names, mesh.shape))
+            text = ", ".join(f"{n}={s}" for n, s in zip(names, mesh.shape, strict=False))
         return reshard, text
 
     def publish(self):
         root = self.root
         self.native.set_model_name(self.model_name or _user_class_name(root))
-        names = {}
+        names: dict = {}
         for name, p in root.named_parameters(remove_duplicate=False):
             names.setdefault(id(p), name)
         states = []
@@ -504,7 +515,7 @@ class _Agent(AgentCore):
                           "status": STATUS_WORDS[rec.status], "shard_world": rec.world,
                           "params": len(fps), "reduce_scatters": reduce_scatters,
                           "reduce_scatter_bytes": reduce_bytes})
-            for (pid, nbytes), fp in zip(rec.params, fps):
+            for (pid, _), fp in zip(rec.params, fps, strict=True):
                 sp = fp.sharded_param
                 shape = [int(s) for s in fp._orig_size]
                 rows = shape[0] if shape else 1
@@ -661,7 +672,7 @@ class _Agent(AgentCore):
         if entry is not None and cls.__dict__.get("forward") is entry[1]:
             return
         previous = cls.__dict__.get("forward", _MISSING) if entry is None else entry[0]
-        original = getattr(cls, "forward") if previous is _MISSING else previous
+        original = cls.forward if previous is _MISSING else previous
         import torch
         units, agent, hot = self.unit_recs, self, self.hot
         is_compiling = torch.compiler.is_compiling
@@ -678,7 +689,7 @@ class _Agent(AgentCore):
 
         forward.__name__ = getattr(original, "__name__", "forward")
         forward.__qualname__ = getattr(original, "__qualname__", "forward")
-        forward.__wrapped__ = original
+        forward.__wrapped__ = original  # type: ignore[attr-defined]
         setattr(cls, "forward", forward)
         self.forward_classes[cls] = (previous, forward)
 
@@ -727,7 +738,7 @@ class _Agent(AgentCore):
             return previous(tensor, *args, **kwargs)
 
         to_local.__name__, to_local.__qualname__ = previous.__name__, previous.__qualname__
-        to_local.__doc__, to_local.__wrapped__ = previous.__doc__, previous
+        to_local.__doc__, to_local.__wrapped__ = previous.__doc__, previous  # type: ignore[attr-defined]
         DTensor.to_local = to_local
 
         # Optimizer.zero_grad reads and writes every parameter's .grad, each a
@@ -750,8 +761,9 @@ class _Agent(AgentCore):
                         and not agent.in_root_forward and not hot.inside:
                     agent._enter_mode()
 
-        zero_grad.__name__, zero_grad.__qualname__ = previous_zero_grad.__name__, previous_zero_grad.__qualname__
-        zero_grad.__doc__, zero_grad.__wrapped__ = previous_zero_grad.__doc__, previous_zero_grad
+        zero_grad.__name__ = previous_zero_grad.__name__
+        zero_grad.__qualname__ = previous_zero_grad.__qualname__
+        zero_grad.__doc__, zero_grad.__wrapped__ = previous_zero_grad.__doc__, previous_zero_grad  # type: ignore[attr-defined]
         Optimizer.zero_grad = zero_grad
 
         # A resumed run: FSDP2 keeps no step count, but an optimizer's restored state does
@@ -767,8 +779,9 @@ class _Agent(AgentCore):
                     agent.optimizer_steps = steps
             return result
 
-        load_state_dict.__name__, load_state_dict.__qualname__ = previous_load.__name__, previous_load.__qualname__
-        load_state_dict.__doc__, load_state_dict.__wrapped__ = previous_load.__doc__, previous_load
+        load_state_dict.__name__ = previous_load.__name__
+        load_state_dict.__qualname__ = previous_load.__qualname__
+        load_state_dict.__doc__, load_state_dict.__wrapped__ = previous_load.__doc__, previous_load  # type: ignore[attr-defined]
         Optimizer.load_state_dict = load_state_dict
 
         def restore():
@@ -882,7 +895,7 @@ class _Agent(AgentCore):
         forward (or another method) called directly. None: a read in the training loop."""
         import torch.nn as nn
 
-        frame = sys._getframe(2)
+        frame: Optional[FrameType] = sys._getframe(2)
         while frame is not None:
             obj = frame.f_locals.get("self")
             if isinstance(obj, nn.Module) and id(obj) in self.mids and _fi.state_of(obj) is not None:
@@ -1121,7 +1134,7 @@ class _Agent(AgentCore):
     def _record_tied_found(self):
         """torch < 2.13: a parameter tied into two groups trains as two copies, with no error;
         recorded (and flushed) when the root's first forward begins."""
-        seconds = {}  # (first, module, name) -> the other states, in the order found
+        seconds: dict = {}  # (first, module, name) -> the other states, in the order found
         for first, module, name, second in self.tied_found:
             others = seconds.setdefault((first, module, name), [])
             if second not in others:
@@ -1153,7 +1166,7 @@ class _Agent(AgentCore):
         group (T5's shared embedding in the root, encoder and decoder units: a fix per pair
         would name the root twice), and flushed before torch raises (torch >= 2.13, which
         checks it: FSDPState._validate_no_duplicate_params)."""
-        seen = {}  # uid -> (first group, its FSDPParam, the other groups in the order found)
+        seen: dict = {}  # uid -> (first group, its FSDPParam, the other groups in the order found)
         for s in _fi.all_states(state):
             for g in _fi.groups(s):
                 for fp in g.fsdp_params:

@@ -21,6 +21,7 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import ShardScopeError
+from ._agentcore import GUARDS
 
 # option -> (environment variable, what it is); docs/install.md lists the same table.
 ENVIRONMENT = {
@@ -61,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--snapshot-out", metavar="PATH",
                    help="write each rank's snapshot to PATH ({rank} is replaced by the rank; "
                         "a .gz name is gzip'd), at the end and when a violation ends the run")
-    p.add_argument("--guard", choices=["warn", "error"], default=None,
+    p.add_argument("--guard", choices=list(GUARDS), default=None,
                    help="warn (default): record an unregistered access and let the run go on; "
                         "error: raise UnregisteredAccessError with the fix at the first one")
     listen = p.add_mutually_exclusive_group()
@@ -136,9 +137,9 @@ def options_of(argv: Sequence[str], environ: Dict[str, str]) -> argparse.Namespa
     ns.backend = ns.backend or "auto"
     if ns.backend not in ("auto", "deepspeed", "fsdp"):
         raise UsageError(f"SHARDSCOPE_BACKEND={ns.backend!r}: use auto, deepspeed or fsdp")
-    ns.guard = ns.guard or "warn"
-    if ns.guard not in ("warn", "error"):
-        raise UsageError(f"SHARDSCOPE_GUARD={ns.guard!r}: use warn or error")
+    ns.guard = ns.guard or GUARDS[0]
+    if ns.guard not in GUARDS:
+        raise UsageError(f"SHARDSCOPE_GUARD={ns.guard!r}: use {' or '.join(GUARDS)}")
     return ns
 
 

@@ -1,0 +1,204 @@
+"""The one agent core both agents are built on (python/shardscope/_agentcore.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from shardscope import ShardScopeError, _agentcore, _runtime
+
+
+def test_both_agents_are_agent_cores():
+    from shardscope import deepspeed, fsdp
+
+    assert issubclass(deepspeed._Agent, _agentcore.AgentCore)
+    assert issubclass(fsdp._Agent, _agentcore.AgentCore)
+    # each keeps only its framework's part of the lifecycle
+    for agent in (deepspeed._Agent, fsdp._Agent):
+        for name in ("close", "pause", "resume", "flush", "poll_reduces", "arm", "endpoint"):
+            if name != "poll_reduces" or agent is deepspeed._Agent:
+                assert name not in agent.__dict__, f"{agent.__module__} redefines {name}"
+        for name in ("_close", "_pause", "_unpause", "_resumed"):
+            assert name in agent.__dict__, f"{agent.__module__} lacks {name}"
+
+
+def test_neither_agent_imports_the_other():
+    code = ("import sys, shardscope.fsdp; assert 'shardscope.deepspeed' not in sys.modules, 'fsdp'; "
+            "import shardscope.deepspeed as d; print('ok')")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    source = open(_agentcore.__file__.replace("_agentcore.py", "fsdp.py")).read()
+    assert "from .deepspeed" not in source and "from . import deepspeed" not in source
+
+
+class _Native:
+    """What AgentCore asks of the native agent, recorded."""
+
+    def __init__(self, flush_error=""):
+        self.calls = []
+        self.flush_error = flush_error
+        self.endpoint = "unix:/tmp/x"
+
+    def finish(self, reason=None):
+        self.calls.append(("finish", reason))
+
+    def flush(self):
+        self.calls.append(("flush",))
+        return self.flush_error
+
+    def reduce_scatter_end(self, module, pid, nbytes, n):
+        self.calls.append(("reduce_scatter_end", module, pid, nbytes, n))
+
+    def finish_on_sigterm(self):
+        self.calls.append(("finish_on_sigterm",))
+
+
+class _Agent(_agentcore.AgentCore):
+    """A framework of no hooks: what the core does on its own."""
+
+    def __init__(self, native, fail_close=False):  # no native agent started: a stand-in
+        self.native = native
+        self.closed = False
+        self.is_paused = False
+        self.reduces = []
+        self.allocator = None
+        self.log = []
+        self.fail_close = fail_close
+        self.in_step = False
+
+    def _close(self, reason):
+        self.log.append(("close", reason))
+        if self.fail_close:
+            raise RuntimeError("the framework's uninstall raised")
+
+    def _pause(self):
+        if self.in_step:
+            raise ShardScopeError("pause() between training steps")
+        self.log.append("pause")
+
+    def _unpause(self):
+        self.log.append("unpause")
+
+    def _resumed(self):
+        assert not self.is_paused
+        self.log.append("resumed")
+
+    def _before_flush(self):
+        self.log.append("before_flush")
+
+
+def test_close_runs_once_and_finishes_the_native_agent_even_when_the_hooks_raise():
+    a = _Agent(_Native(), fail_close=True)
+    with pytest.raises(RuntimeError):
+        a.close("training finished")
+    assert a.native.calls == [("finish", "training finished")]
+    a.close("again")
+    assert a.log == [("close", "training finished")]
+    assert a.native.calls == [("finish", "training finished")]
+
+
+def test_close_reason_from_the_exception_being_handled():
+    a = _Agent(_Native())
+    try:
+        raise ValueError("bad batch")
+    except ValueError:
+        a.close()
+    assert a.native.calls == [("finish", "training failed: ValueError: bad batch")]
+
+
+def test_one_pause_flag():
+    a = _Agent(_Native())
+    a.resume()  # not paused: nothing
+    assert a.log == []
+    a.pause()
+    a.pause()
+    assert a.is_paused and a.log == ["pause"]
+    a.resume()
+    assert not a.is_paused and a.log == ["pause", "unpause", "resumed"]
+    a.in_step = True
+    with pytest.raises(ShardScopeError):
+        a.pause()
+    assert not a.is_paused  # refused: still observing
+    a.close("done")
+    a.in_step = False
+    a.pause()  # closed: nothing
+    assert not a.is_paused
+
+
+def test_flush_says_the_native_error(capsys):
+    a = _Agent(_Native(flush_error="snapshot_out: disk full"))
+    a.flush()
+    assert a.log == ["before_flush"]
+    assert "shardscope: snapshot_out: disk full" in capsys.readouterr().err
+
+
+class _Event:
+    def __init__(self, done):
+        self.done = done
+        self.waited = False
+
+    def query(self):
+        return self.done
+
+    def synchronize(self):
+        self.waited = True
+        self.done = True
+
+
+def test_poll_reduces_ends_completed_collectives_in_order_and_waits_at_close():
+    a = _Agent(_Native())
+    first, second, third = _Event(True), _Event(False), _Event(True)
+    a.reduces = [(first, 1, 7, 100, 2), (second, 2, None, 200, 3), (third, 3, None, 300, 4)]
+    a.poll_reduces()
+    # the second has not completed: the third, issued after it, waits behind it
+    assert a.native.calls == [("reduce_scatter_end", 1, 7, 100, 2)]
+    a.poll_reduces(wait=True)
+    assert second.waited
+    assert [c[1] for c in a.native.calls] == [1, 2, 3]
+    assert a.reduces == []
+
+
+def test_install_agent_checks_before_starting(monkeypatch):
+    slot = _runtime.AgentSlot("shardscope.test")
+    started = []
+
+    def factory(options, **kw):
+        started.append((options, kw))
+        return "agent"
+
+    def framework():
+        return "1.0"
+
+    common = dict(token=None, token_file=None, listen=False, snapshot_out=None, history=16,
+                  job=None, model_name=None)
+    with pytest.raises(ShardScopeError, match="guard='loud': use one of 'warn', 'error'"):
+        _agentcore.install_agent(slot, factory, "x.install()", "first", framework, guard="loud",
+                                 **common)
+    with pytest.raises(ShardScopeError, match="history=-1"):
+        _agentcore.install_agent(slot, factory, "x.install()", "first", framework, guard="warn",
+                                 **dict(common, history=-1))
+    assert started == [] and slot.agent is None
+
+    def refused():
+        raise ShardScopeError("this framework lacks a hook")
+
+    with pytest.raises(ShardScopeError, match="lacks a hook"):
+        _agentcore.install_agent(slot, factory, "x.install()", "first", refused, guard="warn",
+                                 **common)
+    assert slot.agent is None
+    agent, new = _agentcore.install_agent(slot, factory, "x.install()", "first", framework,
+                                          guard="warn", **common)
+    assert (agent, new) == ("agent", True) and started[0][1]["version"] == "1.0"
+    monkeypatch.delenv("SHARDSCOPE_CHECK", raising=False)
+    slot.agent = type("A", (), {"rank": 0})()
+    with pytest.raises(ShardScopeError, match="already called in this process"):
+        _agentcore.install_agent(slot, factory, "x.install()", "first", framework, guard="warn",
+                                 **common)
+    monkeypatch.setenv("SHARDSCOPE_CHECK", "1")  # the check installed it: the script's call is it
+    assert _agentcore.install_agent(slot, factory, "x.install()", "first", framework,
+                                    guard="warn", **common) == (slot.agent, False)
