@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import atexit
 import sys
-from typing import Any, Callable, ClassVar, Optional, Tuple
+from typing import Any, Callable, ClassVar, Optional, Tuple, TypeVar
 
 from . import ShardScopeError
 from . import _runtime
@@ -57,11 +57,14 @@ def backend_name() -> str:
     return "gloo"
 
 
-def install_agent(slot: _runtime.AgentSlot, factory: Callable[..., AgentCore], api: str,
+_A = TypeVar("_A", bound="AgentCore")
+
+
+def install_agent(slot: _runtime.AgentSlot, factory: Callable[..., _A], api: str,
                   when: str, check_framework: Callable[[], str], *, guard: str,
                   token: Optional[str], token_file: Optional[str], listen: Any,
                   snapshot_out: Any, history: Any, job: Any,
-                  model_name: Optional[str]) -> Tuple[AgentCore, bool]:
+                  model_name: Optional[str]) -> Tuple[_A, bool]:
     """install()'s checks, the same for every agent, then factory(options, token, guard,
     model_name, version) in slot. api names the call in messages ("shardscope.fsdp.install()"),
     when says when to call it; check_framework() raises ShardScopeError naming what the
@@ -74,9 +77,10 @@ def install_agent(slot: _runtime.AgentSlot, factory: Callable[..., AgentCore], a
     options = _runtime.check_options(api, rank, world_size, listen=listen,
                                      snapshot_out=snapshot_out, history=history, job=job)
     version = check_framework()
-    slot.agent = factory(options, token=read_token(token, token_file), guard=guard,
-                         model_name=model_name, version=version)
-    return slot.agent, True
+    agent = factory(options, token=read_token(token, token_file), guard=guard,
+                    model_name=model_name, version=version)
+    slot.agent = agent
+    return agent, True
 
 
 class AgentCore:

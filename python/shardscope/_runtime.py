@@ -7,7 +7,7 @@ with shardscope-train; this module turns them into an agent's errors and message
 
 import os
 import sys
-from typing import Any
+from typing import Any, Callable, Optional, Tuple
 
 from . import ShardScopeError
 
@@ -15,7 +15,7 @@ from . import ShardScopeError
 MAX_HISTORY = 1 << 24
 
 
-def rank_and_world():
+def rank_and_world() -> Tuple[int, int]:
     """This process's rank and the job's world size: torch.distributed's once initialized,
     else torchrun's RANK and WORLD_SIZE, else a job of one."""
     try:
@@ -36,7 +36,8 @@ class Options:
     """An agent's checked options: endpoint (this rank's), snapshot_out (this rank's file),
     history, job, listen (bool)."""
 
-    def __init__(self, listen, endpoint, snapshot_out, history, job):
+    def __init__(self, listen: bool, endpoint: str, snapshot_out: str, history: int,
+                 job: str) -> None:
         self.listen = listen
         self.endpoint = endpoint
         self.snapshot_out = snapshot_out
@@ -44,7 +45,8 @@ class Options:
         self.job = job
 
 
-def check_options(api, rank, world_size, listen=None, snapshot_out=None, history=65536, job=None):
+def check_options(api: str, rank: int, world_size: int, listen: Any = None,
+                  snapshot_out: Any = None, history: Any = 65536, job: Any = None) -> Options:
     """Checks an agent's install() options and decides this rank's endpoint and snapshot
     file; raises ShardScopeError saying what to pass instead. api names the call in the
     messages ("shardscope.deepspeed.install()")."""
@@ -90,7 +92,7 @@ def check_options(api, rank, world_size, listen=None, snapshot_out=None, history
     return Options(listen is not False, endpoint, out, history, job or "")
 
 
-def installed_again(agent, api, when):
+def installed_again(agent: Any, api: str, when: str) -> Any:
     """install() called a second time in one process. Under shardscope-check, which installed
     the agent before the script, the script's own call is that agent (its options are the
     check's); otherwise it is an error that says so."""
@@ -100,13 +102,13 @@ def installed_again(agent, api, when):
                           f"it once per process, {when}")
 
 
-def _rank_rule(listen):
+def _rank_rule(listen: str) -> str:
     if listen.startswith("unix:"):
         return f"{listen}.rank<N> (rank 0 on {listen})"
     return "PORT+N (rank 0 on PORT; port 0: each its own)"
 
 
-def finish_on_sigterm(native_agent):
+def finish_on_sigterm(native_agent: Any) -> bool:
     """SIGTERM finishes the agent's inspector (the snapshot written) from a native thread and
     then ends the process as it would have without the agent (exit 143), even while the main
     thread is blocked in native code (a rendezvous, a collective), where a Python handler
@@ -122,13 +124,13 @@ def finish_on_sigterm(native_agent):
     return True
 
 
-def raised_line(exc):
+def raised_line(exc: BaseException) -> str:
     """What a backward raised, as backward_unfinished's `raised` names it: "ValueError: its
     message's first line" (at most 200 characters of it)."""
     return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
 
 
-def finish_reason():
+def finish_reason() -> str:
     """The Goodbye's reason (docs/protocol.md) for an agent finishing now: "training failed:
     ..." while an exception propagates (finish() from a script's `finally`, also around the
     model's build) or after one ended the script (atexit), else "training finished"."""
@@ -157,7 +159,7 @@ _torch_backward = None  # (torch.Tensor.backward, torch.autograd.backward) as fo
 _backward_depth = [0]  # watched backwards running (the training thread's: one at a time)
 
 
-def _watched(tensor, call):
+def _watched(tensor: Any, call: Callable[[], Any]) -> Any:
     """call() (torch's backward), with the watchers told of tensor first (None: no one loss)."""
     from . import _torchinternals
 
@@ -173,7 +175,7 @@ def _watched(tensor, call):
             a()
 
 
-def watch_backward(watcher):
+def watch_backward(watcher: Callable[[Any], Optional[Callable[[], None]]]) -> Callable[[], None]:
     """Calls watcher(tensor) before every tensor.backward(...) and torch.autograd.backward(...)
     from now on; a callable it returns runs once torch's backward has returned or raised, in
     the caller's thread state (torch's autograd engine runs the backward pass on a copy of the
@@ -231,16 +233,16 @@ class AgentSlot:
     pause(), resume() and paused(), made by api(). The agent itself (its close(reason),
     pause(), resume()) is the module's own."""
 
-    def __init__(self, package):
+    def __init__(self, package: str) -> None:
         self.package = package  # "shardscope.fsdp": how the messages name the module
         self.agent: Any = None  # the agent (an AgentCore) once installed
 
-    def _running(self, call):
+    def _running(self, call: str) -> Any:
         if self.agent is None:
             raise ShardScopeError(f"call {self.package}.install() before {call}()")
         return self.agent
 
-    def api(self, install):
+    def api(self, install: Callable[..., Any]) -> Tuple[Callable[..., Any], ...]:
         """(finish, inspect, pause, resume, paused) for the module whose install() this is."""
         import contextlib
 

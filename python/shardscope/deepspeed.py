@@ -33,7 +33,7 @@ import os
 import re
 import sys
 from types import FrameType
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from . import ShardScopeError, UnregisteredAccessError
 from . import _allocator
@@ -50,13 +50,15 @@ __all__ = ["install", "attach", "finish", "inspect", "agent", "pause", "resume",
 _slot = _runtime.AgentSlot("shardscope.deepspeed")  # the process's agent: _slot.agent
 
 
-def agent():
+def agent() -> Optional[_Agent]:
     """The agent of this process, or None before install()."""
     return _slot.agent
 
 
-def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name=None, job=None,
-            history=65536, token_file=None):
+def install(listen: Union[str, bool, None] = None, token: Optional[str] = None,
+            snapshot_out: Union[str, os.PathLike[str], bool, None] = None, guard: str = "warn",
+            model_name: Optional[str] = None, job: Optional[str] = None, history: int = 65536,
+            token_file: Optional[str] = None) -> _Agent:
     """Starts the agent in this rank process; call it before the model is built.
 
     listen: None for the default private Unix socket, "unix:PATH", "tcp:HOST:PORT", or False
@@ -90,7 +92,7 @@ def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name
     return agent
 
 
-def _built_already():
+def _built_already() -> str:
     """What install() is late for: '' when nothing is built yet, else what exists (a
     DeepSpeedEngine, or parameters zero.Init partitioned). One walk of gc's objects, once."""
     try:
@@ -113,7 +115,7 @@ def _built_already():
     return ""
 
 
-def attach(engine):
+def attach(engine: Any) -> _Agent:
     """Attaches to a DeepSpeedEngine (deepspeed.initialize does this by itself)."""
     if _slot.agent is None:
         raise ShardScopeError("call shardscope.deepspeed.install() before attach(engine), and "

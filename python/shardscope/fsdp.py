@@ -28,7 +28,7 @@ import os
 import sys
 import weakref
 from types import FrameType
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from . import ShardScopeError, UnregisteredAccessError
 from . import _allocator
@@ -115,13 +115,15 @@ def _placements(tensor):
     return words[0] if len(words) == 1 else "(" + ", ".join(words) + ")"
 
 
-def agent():
+def agent() -> Optional[_Agent]:
     """The agent of this process, or None before install()."""
     return _slot.agent
 
 
-def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name=None, job=None,
-            history=65536, token_file=None):
+def install(listen: Union[str, bool, None] = None, token: Optional[str] = None,
+            snapshot_out: Union[str, os.PathLike[str], bool, None] = None, guard: str = "warn",
+            model_name: Optional[str] = None, job: Optional[str] = None, history: int = 65536,
+            token_file: Optional[str] = None) -> _Agent:
     """Starts the agent in this rank process; call it before fully_shard (or attach(model) after).
 
     The options are shardscope.deepspeed.install()'s (docs/deepspeed.md): listen, token,
@@ -136,7 +138,7 @@ def install(listen=None, token=None, snapshot_out=None, guard="warn", model_name
     return agent
 
 
-def attach(model, **options):
+def attach(model: Any, **options: Any) -> _Agent:
     """Shows `model` (the root module fully_shard was called on) from now on; installs the
     agent with `options` first if install() was not called."""
     if _slot.agent is None:
@@ -151,7 +153,7 @@ def attach(model, **options):
 finish, inspect, pause, resume, paused = _slot.api(install)  # _runtime.AgentSlot
 
 
-def describe():
+def describe() -> dict:
     """The state as FSDP names it, for this rank: units and parameters (docs/fsdp.md)."""
     if _slot.agent is None or _slot.agent.root is None:
         return {"units": [], "params": []}
