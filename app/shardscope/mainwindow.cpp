@@ -13,6 +13,7 @@
 #include <QMessageBox>
 #include <QMimeData>
 #include <QSettings>
+#include <QSignalBlocker>
 #include <QSplitter>
 #include <QTimer>
 #include <QVBoxLayout>
@@ -185,13 +186,29 @@ void MainWindow::buildMenus()
     QMenu *view = menuBar()->addMenu(tr("&View"));
     for (QDockWidget *d : findChildren<QDockWidget *>())
         view->addAction(d->toggleViewAction());
-    QAction *follow = view->addAction(tr("&Follow live"));
-    follow->setCheckable(true);
-    follow->setChecked(true);
-    connect(follow, &QAction::toggled, this, [this](bool on) {
+    m_followAction = view->addAction(tr("&Follow live"));
+    m_followAction->setCheckable(true);
+    m_followAction->setChecked(true);
+    connect(m_followAction, &QAction::toggled, this, [this](bool on) {
         m_timeline->setFollowLive(on);
         m_memory->setFollowLive(on);
     });
+    // The timeline's own button, a drag or a zoom there: the menu says what the views do.
+    connect(m_timeline, &views::TimePlot::followLiveChanged, m_followAction, [this](bool on) {
+        const QSignalBlocker block(m_followAction);
+        m_followAction->setChecked(on);
+    });
+}
+
+// A snapshot, or a run that has ended, opens with its whole time range in view; following
+// is for runs that still grow.
+void MainWindow::setLiveViews(bool live)
+{
+    m_timeline->setLive(live);
+    m_memory->setLive(live);
+    m_followAction->setEnabled(live);
+    const QSignalBlocker block(m_followAction);
+    m_followAction->setChecked(m_timeline->followLive());
 }
 
 void MainWindow::runExport(const QString &title, const QString &filter,
@@ -219,6 +236,7 @@ QString MainWindow::attach(const QString &spec, const QString &token, const QStr
     }
     m_connection->detach();
     m_job->detach();
+    setLiveViews(true);
     if (targets.size() == 1 && jobName.isEmpty()) {
         m_attachedToJob = false;
         m_connection->attach(targets.front().endpoint, token);
@@ -237,6 +255,7 @@ void MainWindow::onJobChanged()
     const bool problem = m_job->anyProblem();
     m_status->setConnection(m_job->summary(), !problem);
     m_status->setToolTip(m_job->details());
+    if (m_job->processCount() > 0 && m_job->allDone()) setLiveViews(false);
     m_banner->setText(m_job->summary() + tr(" (the other ranks go on; everything received is kept)"));
     m_banner->setVisible(problem);
     updateTitle();
@@ -368,6 +387,7 @@ QString MainWindow::openSnapshot(const QString &path)
         m_status->setConnection(tr("snapshot %1 (read-only)").arg(path), true);
         m_banner->setVisible(false);
         m_store.flush();
+        setLiveViews(false);
     }
     updateTitle();
     return err;
@@ -415,6 +435,10 @@ void MainWindow::onConnectionState(session::Connection::State state, const QStri
         state == session::Connection::State::Lost || state == session::Connection::State::Failed;
     m_banner->setText(message);
     m_banner->setVisible(warn);
+    if (state == session::Connection::State::Finished && !m_attachedToJob) {
+        m_store.flush();
+        setLiveViews(false);
+    }
     updateTitle();
 }
 

@@ -15,6 +15,7 @@
 #include "session/jobsession.h"
 #include "session/sessionstore.h"
 
+class QAction;
 class QLabel;
 class QMenu;
 class QSettings;
@@ -87,6 +88,7 @@ class MainWindow : public QMainWindow
     void onStoreUpdated(const session::StoreChanges &changes);
     void onConnectionState(session::Connection::State state, const QString &message);
     void onJobChanged();
+    void setLiveViews(bool live);
     void feedPlots(bool reset);
     void showParam(quint32 id);
     void showModule(quint32 id);
@@ -98,6 +100,7 @@ class MainWindow : public QMainWindow
     session::Connection *m_connection;
     session::JobSession *m_job;
     bool m_attachedToJob = false;
+    QAction *m_followAction = nullptr; // View > Follow live
     views::ModuleTreeView *m_tree;
     views::ParamDetail *m_detail;
     views::ViolationsPanel *m_violations;

@@ -22,6 +22,7 @@
 #include "syntheticstate.h"
 #include "views/attachdialog.h"
 #include "views/gathertimeline.h"
+#include "views/memoryplot.h"
 #include "views/moduletreeview.h"
 #include "views/paramdetail.h"
 #include "views/partitionmap.h"
@@ -38,6 +39,7 @@ class TestMainWindow : public QObject
   private slots:
     void init();
     void snapshotFillsTheViews();
+    void snapshotOpensWithItsWholeTimeRangeInView();
     void timelineClickSelectsInTree();
     void lostConnectionKeepsDataAndSaysSo();
     void timelineClickShowsTheSpanUnderTheMouse();
@@ -95,6 +97,42 @@ void TestMainWindow::snapshotFillsTheViews()
              true);
     QCOMPARE(w.tree()->model()->index(0, 0).data().toString(),
              QStringLiteral("tiny-lm")); // unchanged
+}
+
+// A snapshot is not a live run: its events (here 5 us of them) are in view at once, not
+// after the user finds "Show all" in a 5 s window; Follow live is off and disabled there, and
+// attaching to a run makes it live again.
+void TestMainWindow::snapshotOpensWithItsWholeTimeRangeInView()
+{
+    QTemporaryDir dir;
+    app::MainWindow w;
+    w.show();
+    auto *timeline = w.findChild<views::GatherTimeline *>();
+    auto *memory = w.findChild<views::MemoryPlot *>();
+    QVERIFY(timeline && memory);
+    QVERIFY(timeline->followLive() && timeline->isLive());
+    QCOMPARE(w.openSnapshot(writeSnapshot(dir)), QString());
+    QVERIFY(!timeline->isLive() && !timeline->followLive());
+    QVERIFY(!memory->isLive() && !memory->followLive());
+    // every event inside the visible range, and the range fitted to them (2 % either side,
+    // at least a microsecond), not the 5 s live window
+    QTRY_VERIFY(timeline->visibleEnd() - timeline->visibleStart() < 1e-4);
+    const double span = timeline->visibleEnd() - timeline->visibleStart();
+    QVERIFY2(span >= 5e-6, qPrintable(QString::number(span)));
+    QAction *follow = nullptr;
+    for (QAction *a : w.menuBar()->actions())
+        if (a->menu())
+            for (QAction *b : a->menu()->actions())
+                if (b->text() == QStringLiteral("&Follow live")) follow = b;
+    QVERIFY(follow);
+    QVERIFY(!follow->isEnabled() && !follow->isChecked());
+    // a zoom by the user stays: no fit is pending any more
+    timeline->setVisibleRange(0, 10);
+    QCOMPARE(timeline->visibleEnd(), 10.0);
+
+    w.attach(QStringLiteral("tcp:127.0.0.1:1"), {}); // a run that still grows: live again
+    QVERIFY(timeline->isLive() && timeline->followLive() && memory->followLive());
+    QVERIFY(follow->isEnabled() && follow->isChecked());
 }
 
 void TestMainWindow::timelineClickSelectsInTree()

@@ -52,10 +52,15 @@ TimePlot::TimePlot(const QString &followToolTip, QWidget *parent)
     // Dragging or zooming by hand means the user looks at something: stop following.
     connect(m_plot, &QCustomPlot::mouseMove, this, [this](QMouseEvent *e) {
         if ((e->buttons() & Qt::LeftButton) &&
-            (e->position() - m_pressPos).manhattanLength() > kClickSlopPx)
+            (e->position() - m_pressPos).manhattanLength() > kClickSlopPx) {
+            m_fitPending = false;
             setFollowLive(false);
+        }
     });
-    connect(m_plot, &QCustomPlot::mouseWheel, this, [this] { setFollowLive(false); });
+    connect(m_plot, &QCustomPlot::mouseWheel, this, [this] {
+        m_fitPending = false;
+        setFollowLive(false);
+    });
 
     m_timer->setInterval(kRefreshMs);
     connect(m_timer, &QTimer::timeout, this, [this] {
@@ -80,9 +85,25 @@ void TimePlot::setFollowLive(bool on)
     if (on) refresh();
 }
 
+void TimePlot::setLive(bool live)
+{
+    if (live == m_live) return;
+    m_live = live;
+    m_followButton->setEnabled(live);
+    if (live) {
+        m_fitPending = false;
+        setFollowLive(true);
+    } else {
+        setFollowLive(false);
+        m_fitPending = true;
+        refresh();
+    }
+}
+
 void TimePlot::setVisibleRange(double t0Seconds, double t1Seconds)
 {
     if (!(t1Seconds > t0Seconds)) return;
+    m_fitPending = false;
     setFollowLive(false);
     m_plot->xAxis->setRange(t0Seconds, t1Seconds);
     m_plot->replot(QCustomPlot::rpQueuedReplot);
@@ -109,19 +130,30 @@ void TimePlot::refresh()
         double lo = last - m_liveWindow * 0.98;
         if (lo < first) lo = first - m_liveWindow * 0.02;
         m_plot->xAxis->setRange(lo, lo + m_liveWindow);
+    } else if (m_fitPending && dataRange(first, last)) {
+        m_fitPending = false;
+        showRange(first, last);
+        return;
     }
+    m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void TimePlot::showRange(double first, double last)
+{
+    // 2 % of the range on each side; a single instant gets a microsecond either side
+    const double pad = std::max((last - first) * 0.02, 1e-6);
+    m_plot->xAxis->setRange(first - pad, last + pad);
     m_plot->replot(QCustomPlot::rpQueuedReplot);
 }
 
 void TimePlot::fitAll()
 {
+    m_fitPending = false;
     setFollowLive(false);
     refresh();
     double first = 0, last = 0;
     if (!dataRange(first, last)) return;
-    const double pad = std::max((last - first) * 0.02, 1e-6);
-    m_plot->xAxis->setRange(first - pad, last + pad);
-    m_plot->replot(QCustomPlot::rpQueuedReplot);
+    showRange(first, last);
 }
 
 bool TimePlot::eventFilter(QObject *watched, QEvent *e)

@@ -21,6 +21,11 @@ class TimePlot : public QWidget
     Q_OBJECT
   public:
     bool followLive() const { return m_followLive; }
+    // Whether the data can still grow (attached to a running job). Not live (a snapshot, a run
+    // that ended): Follow live is off and disabled, and the whole time range is shown as soon
+    // as there is data, until the user zooms or drags. Live: Follow live on again.
+    bool isLive() const { return m_live; }
+    void setLive(bool live);
     void setVisibleRange(double t0Seconds, double t1Seconds); // turns follow-live off
     double visibleStart() const;
     double visibleEnd() const;
@@ -58,6 +63,7 @@ class TimePlot : public QWidget
 
   private:
     bool eventFilter(QObject *watched, QEvent *e) override;
+    void showRange(double first, double last);
 
     QVBoxLayout *m_layout = nullptr;
     QHBoxLayout *m_toolBar = nullptr;
@@ -65,6 +71,8 @@ class TimePlot : public QWidget
     QCustomPlot *m_plot = nullptr;
     QTimer *m_timer = nullptr;
     bool m_followLive = true;
+    bool m_live = true;
+    bool m_fitPending = false; // show all once data is there (not live, the user not zoomed yet)
     bool m_dirty = false;
     double m_liveWindow = 5.0; // seconds
     QPointF m_pressPos;
