@@ -130,6 +130,28 @@ void TestViews::violationReachesPanelAndTree()
     QCOMPARE(copied.count(), 1);
     QCOMPARE(QApplication::clipboard()->text(),
              QStringLiteral("register_external_parameter(lm_head, embed.weight)"));
+
+    // Names elided in the middle (both ends kept), whole in the tooltip and on copy.
+    QTableView *table = panel.tableView();
+    QCOMPARE(table->textElideMode(), Qt::ElideMiddle);
+    QCOMPARE(tree.treeView()->textElideMode(), Qt::ElideMiddle);
+    const QString longName = QStringLiteral("encoder.block.11.layer.1.DenseReluDense.wo.weight");
+    const QString shown = table->fontMetrics().elidedText(longName, table->textElideMode(), 120);
+    QVERIFY(shown.startsWith(QStringLiteral("enc")) && shown.endsWith(QStringLiteral("ight")));
+    QVERIFY(shown.size() < longName.size());
+    const int row = table->currentIndex().row();
+    const QModelIndex param = table->model()->index(row, models::ViolationsModel::Parameter);
+    QVERIFY(param.data(Qt::ToolTipRole).toString().startsWith(QStringLiteral("embed.weight\n")));
+    const QModelIndex accessor = table->model()->index(row, models::ViolationsModel::Accessor);
+    QVERIFY(accessor.data(Qt::ToolTipRole).toString().startsWith(QStringLiteral("lm_head\n")));
+    QApplication::clipboard()->clear();
+    table->setFocus();
+    QTest::keySequence(table, QKeySequence::Copy);
+    const QStringList cells = QApplication::clipboard()->text().split(QLatin1Char('\t'));
+    QCOMPARE(cells.size(), table->model()->columnCount());
+    QCOMPARE(cells.at(models::ViolationsModel::Parameter), QStringLiteral("embed.weight"));
+    QCOMPARE(cells.at(models::ViolationsModel::Accessor), QStringLiteral("lm_head"));
+    QCOMPARE(QApplication::clipboard()->text(), panel.currentRowText());
 }
 
 // Issue #14, defect 1: one label with every registration of a parameter registered on

@@ -84,7 +84,13 @@ QVariant ViolationsModel::data(const QModelIndex &index, int role) const
     case Qt::DisplayRole:
         return displayValue(*g, index.column());
     case Qt::ToolTipRole: {
-        QString tip = QString::fromStdString(g->message) + QLatin1Char('\n') +
+        QString tip;
+        // a name column's whole name first: the cell elides it in the middle
+        if (index.column() == Accessor || index.column() == Parameter || index.column() == Owner) {
+            const QString name = displayValue(*g, index.column()).toString();
+            if (!name.isEmpty()) tip = name + QStringLiteral("\n\n");
+        }
+        tip += QString::fromStdString(g->message) + QLatin1Char('\n') +
                       QString::fromLatin1(state::severityMeaning(g->severity));
         if (!g->fix.empty()) tip += QStringLiteral("\nfix: ") + QString::fromStdString(g->fix);
         if (g->location.known()) {

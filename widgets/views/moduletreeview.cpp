@@ -29,6 +29,7 @@ ModuleTreeView::ModuleTreeView(session::SessionStore *store, QWidget *parent)
     m_tree->header()->setStretchLastSection(false);
     m_tree->setColumnWidth(models::ModuleTreeModel::Name, 240);
     m_tree->setObjectName(QStringLiteral("moduleTree"));
+    m_tree->setTextElideMode(Qt::ElideMiddle); // the whole path is in the tooltip
     auto *layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(m_filter);

@@ -1,5 +1,6 @@
 #include "views/violationspanel.h"
 
+#include <QAction>
 #include <QApplication>
 #include <QClipboard>
 #include <QFontDatabase>
@@ -39,6 +40,16 @@ ViolationsPanel::ViolationsPanel(session::SessionStore *store, QWidget *parent)
     m_table->setColumnWidth(models::ViolationsModel::Parameter, 160);
     m_table->setColumnWidth(models::ViolationsModel::Status, 110);
     m_table->setObjectName(QStringLiteral("violationsTable"));
+    // A dotted name is told apart by its middle (encoder.block.3.layer.1.wo): cut there, the
+    // whole name in the cell's tooltip and in what Copy takes.
+    m_table->setTextElideMode(Qt::ElideMiddle);
+    auto *copyRow = new QAction(tr("Copy row"), m_table);
+    copyRow->setShortcut(QKeySequence::Copy);
+    copyRow->setShortcutContext(Qt::WidgetWithChildrenShortcut);
+    m_table->addAction(copyRow);
+    m_table->setContextMenuPolicy(Qt::ActionsContextMenu);
+    connect(copyRow, &QAction::triggered, this,
+            [this] { QApplication::clipboard()->setText(currentRowText()); });
     m_message->setWordWrap(true);
     m_message->setTextInteractionFlags(Qt::TextSelectableByMouse);
     m_fix->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
@@ -68,6 +79,16 @@ ViolationsPanel::ViolationsPanel(session::SessionStore *store, QWidget *parent)
     connect(m_model, &QAbstractItemModel::dataChanged, this, [this] {
         if (m_table->currentIndex().isValid()) onCurrentChanged();
     });
+}
+
+QString ViolationsPanel::currentRowText() const
+{
+    const QModelIndex current = m_table->currentIndex();
+    if (!current.isValid()) return {};
+    QStringList cells;
+    for (int c = 0; c < m_proxy->columnCount(); ++c)
+        cells << m_proxy->index(current.row(), c).data().toString();
+    return cells.join(QLatin1Char('\t'));
 }
 
 QString ViolationsPanel::currentFix() const

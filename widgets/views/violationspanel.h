@@ -28,6 +28,8 @@ class ViolationsPanel : public QWidget
     QTableView *tableView() const { return m_table; }
     // The fix line of the selected row (empty when none or no fix exists).
     QString currentFix() const;
+    // The selected row's cells, whole (names not elided), tab-separated: what Ctrl+C copies.
+    QString currentRowText() const;
     void selectRow(int sourceRow);
 
   Q_SIGNALS:
