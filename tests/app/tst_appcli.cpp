@@ -4,12 +4,12 @@
 // exit status and words shardscope-capture gives it (one parser, one reachability check).
 
 #include <QFile>
-#include <QProcess>
-#include <QProcessEnvironment>
 #include <QImage>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QProcess>
+#include <QProcessEnvironment>
 #include <QTemporaryDir>
 #include <QTest>
 
@@ -166,7 +166,8 @@ void TestAppCli::openExportsAndScreenshot()
     QFile c(csv);
     QVERIFY(c.open(QIODevice::ReadOnly));
     const QByteArray rows = c.readAll();
-    QVERIFY2(rows.contains("unregistered_access,cost,lm_head,embed.weight,embed"), rows.constData());
+    QVERIFY2(rows.contains("unregistered_access,cost,lm_head,embed.weight,embed"),
+             rows.constData());
 
     QImage image(png);
     QVERIFY(!image.isNull());
@@ -199,8 +200,7 @@ QStringList said(const QString &err, const QString &program)
 {
     QStringList out;
     for (const QString &line : err.split(QLatin1Char('\n'), Qt::SkipEmptyParts))
-        if (line.startsWith(program + QStringLiteral(": ")))
-            out << line.mid(program.size() + 2);
+        if (line.startsWith(program + QStringLiteral(": "))) out << line.mid(program.size() + 2);
     return out;
 }
 
@@ -224,13 +224,12 @@ void TestAppCli::sameAttachArgumentSameAnswerAsCapture_data()
     QTest::newRow("list, none answers")
         << QStringLiteral("tcp:127.0.0.1:1,tcp:127.0.0.1:2") << 1
         << QStringLiteral("cannot connect to tcp:127.0.0.1:2: Connection refused");
-    QTest::newRow("IPv6 unbracketed") << QStringLiteral("tcp:::1:7000") << 2
-                                      << QStringLiteral("write an IPv6 host in brackets");
-    QTest::newRow("list with garbage")
-        << QStringLiteral("tcp:127.0.0.1:1,garbage") << 2
-        << QStringLiteral("unknown endpoint \"garbage\"");
-    QTest::newRow("job without a name") << QStringLiteral("job:") << 2
-                                        << QStringLiteral("job:NAME needs the job's name");
+    QTest::newRow("IPv6 unbracketed")
+        << QStringLiteral("tcp:::1:7000") << 2 << QStringLiteral("write an IPv6 host in brackets");
+    QTest::newRow("list with garbage") << QStringLiteral("tcp:127.0.0.1:1,garbage") << 2
+                                       << QStringLiteral("unknown endpoint \"garbage\"");
+    QTest::newRow("job without a name")
+        << QStringLiteral("job:") << 2 << QStringLiteral("job:NAME needs the job's name");
 }
 
 void TestAppCli::sameAttachArgumentSameAnswerAsCapture()
@@ -246,20 +245,20 @@ void TestAppCli::sameAttachArgumentSameAnswerAsCapture()
     QElapsedTimer t;
     t.start();
     // The default --timeout (120 s) stands: the answer must not wait for it.
-    const ProcessResult app = runApp({QStringLiteral("--attach"), attach,
-                                      QStringLiteral("--export-snapshot"), out,
-                                      QStringLiteral("--quit")},
-                                     60000);
+    const ProcessResult app =
+        runApp({QStringLiteral("--attach"), attach, QStringLiteral("--export-snapshot"), out,
+                QStringLiteral("--quit")},
+               60000);
     QVERIFY2(app.finished && t.elapsed() < 30000, qPrintable(app.err));
     QCOMPARE(capture.exitCode, status);
     QCOMPARE(app.exitCode, status);
     const QStringList fromCapture = said(capture.err, QStringLiteral("shardscope-capture"));
     const QStringList fromApp = said(app.err, QStringLiteral("shardscope"));
     QVERIFY2(fromCapture.join(QLatin1Char('\n')).contains(words), qPrintable(capture.err));
-    QVERIFY2(fromApp == fromCapture,
-             qPrintable(QStringLiteral("shardscope said:\n%1\nshardscope-capture said:\n%2")
-                            .arg(fromApp.join(QLatin1Char('\n')),
-                                 fromCapture.join(QLatin1Char('\n')))));
+    QVERIFY2(
+        fromApp == fromCapture,
+        qPrintable(QStringLiteral("shardscope said:\n%1\nshardscope-capture said:\n%2")
+                       .arg(fromApp.join(QLatin1Char('\n')), fromCapture.join(QLatin1Char('\n')))));
     QVERIFY(!QFile::exists(out));
 }
 
@@ -278,11 +277,10 @@ void TestAppCli::aListOfEndpointsIsTakenByBoth()
     QVERIFY2(capture.exitCode == 0, qPrintable(capture.out + capture.err));
     QVERIFY2(capture.err.contains("cannot connect to " + nobody), qPrintable(capture.err));
     const QString fromApp = m_dir.filePath(QStringLiteral("list-app.json"));
-    const ProcessResult app = runApp({QStringLiteral("--attach"), list,
-                                      QStringLiteral("--after-seconds"), QStringLiteral("1"),
-                                      QStringLiteral("--export-snapshot"), fromApp,
-                                      QStringLiteral("--timeout"), QStringLiteral("60"),
-                                      QStringLiteral("--quit")});
+    const ProcessResult app =
+        runApp({QStringLiteral("--attach"), list, QStringLiteral("--after-seconds"),
+                QStringLiteral("1"), QStringLiteral("--export-snapshot"), fromApp,
+                QStringLiteral("--timeout"), QStringLiteral("60"), QStringLiteral("--quit")});
     QVERIFY2(app.exitCode == 0, qPrintable(app.out + app.err));
     for (const QString &file : {fromCapture, fromApp}) {
         auto snap = wire::readSnapshotFile(file.toStdString());

@@ -14,15 +14,15 @@
 #include <thread>
 #include <unistd.h>
 
+#include "client/clientstate.h"
+#include "client/inspectorclient.h"
 #include "comm/cpucommunicator.h"
 #include "core/engine.h"
 #include "core/engineprovider.h"
-#include "server/inspector.h"
-#include "client/inspectorclient.h"
 #include "prerequisite.h"
+#include "server/inspector.h"
 #include "snapshotschema.h"
 #include "telemetry/eventfields.h"
-#include "client/clientstate.h"
 #include "wire/discovery.h"
 #include "wire/snapshot.h"
 
@@ -180,8 +180,9 @@ void TestCapture::badFlagsExitTwoWithAMessage_data()
     QTest::addColumn<QStringList>("args");
     QTest::addColumn<QString>("message");
     QTest::newRow("nothing") << QStringList{} << "--attach ENDPOINT is required";
-    QTest::newRow("no out") << QStringList{"--attach", "tcp:127.0.0.1:5"}
-                            << "--out FILE (a snapshot) or --export-trace FILE (a trace) is required";
+    QTest::newRow("no out")
+        << QStringList{"--attach", "tcp:127.0.0.1:5"}
+        << "--out FILE (a snapshot) or --export-trace FILE (a trace) is required";
     QTest::newRow("bad endpoint") << QStringList{"--attach", "http://x", "--out", "f"}
                                   << "unknown endpoint";
     QTest::newRow("bad seconds") << QStringList{"--attach", "tcp:127.0.0.1:5", "--out",
@@ -245,7 +246,8 @@ void TestCapture::listShowsLiveEngines()
     QVERIFY2(r.out.contains("no live ShardScope engines"), qPrintable(r.out));
     {
         LocalEngine local;
-        server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*local.engine), server::InspectorOptions{});
+        server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*local.engine),
+                                    server::InspectorOptions{});
         r = runCapture({"--list"}, env);
         QCOMPARE(r.exitCode, 0);
         QVERIFY2(r.out.contains(QString::number(::getpid())), qPrintable(r.out));
@@ -282,7 +284,8 @@ void TestCapture::capturesALocalEngineUntilItFinishes()
     LocalEngine local;
     server::InspectorOptions o;
     o.endpoint = "unix:" + dir.filePath("e.sock").toStdString();
-    auto inspector = std::make_unique<server::Inspector>(std::make_unique<core::EngineStateProvider>(*local.engine), o);
+    auto inspector = std::make_unique<server::Inspector>(
+        std::make_unique<core::EngineStateProvider>(*local.engine), o);
     local.steps(3);
     QProcess capture;
     capture.start(binary("shardscope-capture"),
@@ -413,7 +416,8 @@ void TestCapture::exportedTraceEqualsTheInspectorsExportOfTheSnapshot()
     const QString exported = dir.filePath("inspector.trace.json");
     Trainer trainer;
     QVERIFY2(trainer.start({"--steps", "8"}), qPrintable(trainer.output));
-    const Run r = runCapture({"--attach", trainer.endpoint, "--out", snap, "--export-trace", captured});
+    const Run r =
+        runCapture({"--attach", trainer.endpoint, "--out", snap, "--export-trace", captured});
     QVERIFY2(r.exitCode == 0, qPrintable(r.err));
     QVERIFY2(r.out.contains(snap + " and " + captured), qPrintable(r.out));
     QCOMPARE(trainer.finish(), 0);
@@ -450,12 +454,13 @@ void TestCapture::exportedTraceEqualsTheInspectorsExportOfTheSnapshot()
         qsizetype at = 0;
         while (at < mine.size() && at < theirs.size() && mine[at] == theirs[at])
             ++at;
-        QFAIL(qPrintable(QString("the traces differ at byte %1 of %2/%3: capture `%4`, inspector `%5`")
-                             .arg(at)
-                             .arg(mine.size())
-                             .arg(theirs.size())
-                             .arg(QString::fromUtf8(mine.mid(std::max<qsizetype>(0, at - 60), 160)),
-                                  QString::fromUtf8(theirs.mid(std::max<qsizetype>(0, at - 60), 160)))));
+        QFAIL(qPrintable(
+            QString("the traces differ at byte %1 of %2/%3: capture `%4`, inspector `%5`")
+                .arg(at)
+                .arg(mine.size())
+                .arg(theirs.size())
+                .arg(QString::fromUtf8(mine.mid(std::max<qsizetype>(0, at - 60), 160)),
+                     QString::fromUtf8(theirs.mid(std::max<qsizetype>(0, at - 60), 160)))));
     }
 }
 
@@ -545,7 +550,8 @@ void TestCapture::tokenFileAndEnvironmentAreUsed()
     server::InspectorOptions o;
     o.endpoint = "unix:" + dir.filePath("e.sock").toStdString();
     o.token = "s3cret";
-    auto inspector = std::make_unique<server::Inspector>(std::make_unique<core::EngineStateProvider>(*local.engine), o);
+    auto inspector = std::make_unique<server::Inspector>(
+        std::make_unique<core::EngineStateProvider>(*local.engine), o);
     local.steps(1);
     const QString token = dir.filePath("token");
     {
@@ -571,12 +577,11 @@ void TestCapture::tokenFileAndEnvironmentAreUsed()
     QVERIFY2(r.err.contains("wrong token"), qPrintable(r.err));
 }
 
-
 // Reads a FIFO from a thread of this process until its writers are done. It opens the FIFO
 // before any writer exists (O_NONBLOCK), so a writer that looks for a reader finds one.
 class FifoReader
 {
-public:
+  public:
     explicit FifoReader(const QString &path)
         : m_fd(::open(path.toLocal8Bit().constData(), O_RDONLY | O_NONBLOCK))
     {
@@ -599,7 +604,7 @@ public:
                out.write(m_data.data(), qint64(m_data.size())) == qint64(m_data.size());
     }
 
-private:
+  private:
     void loop()
     {
         char buf[65536];
@@ -645,10 +650,9 @@ void TestCapture::outputIntoAFifoIsWrittenNotReplaced()
         server::InspectorOptions bad;
         bad.listen = false;
         bad.snapshotOut = dir.path().toStdString();
-        QVERIFY_THROWS_EXCEPTION(server::InspectorError,
-                                 server::Inspector(std::make_unique<core::EngineStateProvider>(
-                                                       *local.engine),
-                                                   bad));
+        QVERIFY_THROWS_EXCEPTION(
+            server::InspectorError,
+            server::Inspector(std::make_unique<core::EngineStateProvider>(*local.engine), bad));
     }
     server::InspectorOptions o;
     o.endpoint = "unix:" + dir.filePath("e.sock").toStdString();
@@ -672,7 +676,9 @@ void TestCapture::outputIntoAFifoIsWrittenNotReplaced()
     QVERIFY2(capture.exitCode() == 0, capture.readAllStandardError().constData());
     QVERIFY(capturedCopy.finish(fifo + ".copy") && ownCopy.finish(ownFifo + ".copy"));
     for (const QString &f : {fifo, ownFifo}) {
-        struct stat st{};
+        struct stat st
+        {
+        };
         QCOMPARE(::stat(f.toLocal8Bit().constData(), &st), 0);
         QVERIFY2(S_ISFIFO(st.st_mode), "the FIFO was replaced");
     }
@@ -712,7 +718,10 @@ void TestCapture::twoRunsOfOneNameAreToldApart()
     auto runA = startRun(a, "1001", "a.sock");
     auto runB = startRun(b, "1002", "b.sock");
     ::unsetenv("MASTER_ADDR");
-    if (savedPort) ::setenv("MASTER_PORT", oldPort.c_str(), 1); else ::unsetenv("MASTER_PORT");
+    if (savedPort)
+        ::setenv("MASTER_PORT", oldPort.c_str(), 1);
+    else
+        ::unsetenv("MASTER_PORT");
     QProcess sleeper; // a live process that is not the one at the endpoint its file names
     sleeper.start("sleep", {"60"});
     QVERIFY(sleeper.waitForStarted());
@@ -831,8 +840,8 @@ void TestCapture::aStoppedRankEndsTheJobCapture()
             p.waitForFinished();
         }
     });
-    for (int i = 0; i < 300 && QDir(runtime.filePath("shardscope")).entryList({"*.json"}).size() < 2;
-         ++i)
+    for (int i = 0;
+         i < 300 && QDir(runtime.filePath("shardscope")).entryList({"*.json"}).size() < 2; ++i)
         QThread::msleep(100);
     QCOMPARE(QDir(runtime.filePath("shardscope")).entryList({"*.json"}).size(), 2);
     QProcess capture;

@@ -208,7 +208,8 @@ void TestEndToEnd::attachesOverUnixSocket()
     QFile f(csv);
     QVERIFY(f.open(QIODevice::ReadOnly));
     const QByteArray text = f.readAll();
-    QVERIFY2(text.contains("unregistered_access,cost,lm_head,embed.weight,embed"), text.constData());
+    QVERIFY2(text.contains("unregistered_access,cost,lm_head,embed.weight,embed"),
+             text.constData());
     QVERIFY(text.contains("late_parameter,error,pos_conv,pos_conv.weight_g,pos_conv"));
 }
 

@@ -8,9 +8,9 @@
 #include <QRegularExpression>
 #include <QTemporaryDir>
 
+#include "client/inspectorclient.h"
 #include "nn/markov.h"
 #include "nn/trainconfig.h"
-#include "client/inspectorclient.h"
 
 class TestTrainCli : public QObject
 {
@@ -107,9 +107,10 @@ void TestTrainCli::demoPrintsStepsAndTheStories()
              qPrintable(r.out));
     QVERIFY(r.out.contains("`pos_conv.weight_v` was created in `pos_conv` after the model was "
                            "partitioned (it replaces `pos_conv.weight`)"));
-    QVERIFY(r.out.contains("fix: with GatheredParameters(pos_conv.weight, modifier_rank=0): <create "
-                           "pos_conv.weight_g>; then register_external_parameter(pos_conv, "
-                           "pos_conv.weight_g)"));
+    QVERIFY(
+        r.out.contains("fix: with GatheredParameters(pos_conv.weight, modifier_rank=0): <create "
+                       "pos_conv.weight_g>; then register_external_parameter(pos_conv, "
+                       "pos_conv.weight_g)"));
 }
 
 void TestTrainCli::manualExternalsReportNothing()
@@ -129,7 +130,8 @@ void TestTrainCli::guardErrorStopsWithTheFix()
 {
     const Result r = run({"--steps", "3", "--no-listen", "--guard", "error"});
     QCOMPARE(r.exitCode, 1);
-    QVERIFY2(r.err.contains("with GatheredParameters(pos_conv.weight): <read it here>"), qPrintable(r.err));
+    QVERIFY2(r.err.contains("with GatheredParameters(pos_conv.weight): <read it here>"),
+             qPrintable(r.err));
     QVERIFY(!r.out.contains("\nstep 1/3"));
 }
 

@@ -49,7 +49,8 @@ QProcessEnvironment environment()
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     // An older DeepSpeed release first on the path (tst_check-<version>), else the environment's.
     const QString ds = qEnvironmentVariable("SHARDSCOPE_DS_PATH");
-    env.insert("PYTHONPATH", QStringLiteral(SHARDSCOPE_PYTHON_DIR) + (ds.isEmpty() ? QString() : ":" + ds));
+    env.insert("PYTHONPATH",
+               QStringLiteral(SHARDSCOPE_PYTHON_DIR) + (ds.isEmpty() ? QString() : ":" + ds));
     env.insert("OMP_NUM_THREADS", "1");
     const QString ext = qEnvironmentVariable("SHARDSCOPE_TORCH_EXTENSIONS");
     if (!ext.isEmpty()) env.insert("TORCH_EXTENSIONS_DIR", ext);
@@ -166,20 +167,27 @@ class TestCheck : public QObject
   private slots:
     void initTestCase()
     {
-        if (QDir(QStringLiteral(SHARDSCOPE_PYTHON_DIR "/shardscope")).entryList({"_native*.so"}).isEmpty())
-            m_skip = "the shardscope Python module was not built (pybind11-dev, python3-dev: scripts/deps)";
+        if (QDir(QStringLiteral(SHARDSCOPE_PYTHON_DIR "/shardscope"))
+                .entryList({"_native*.so"})
+                .isEmpty())
+            m_skip = "the shardscope Python module was not built (pybind11-dev, python3-dev: "
+                     "scripts/deps)";
         else {
             QProcess probe;
             probe.setProcessEnvironment(environment());
             probe.start(python(), {"-c", "import torch, deepspeed, jsonschema, xmlschema; "
                                          "print(deepspeed.__version__)"});
             if (!probe.waitForFinished(120000) || probe.exitCode() != 0)
-                m_skip = python() + " cannot import torch, deepspeed, jsonschema and xmlschema "
-                                    "(scripts/deps installs python/requirements.txt): " +
+                m_skip = python() +
+                         " cannot import torch, deepspeed, jsonschema and xmlschema "
+                         "(scripts/deps installs python/requirements.txt): " +
                          QString::fromUtf8(probe.readAllStandardError()).right(400);
             else if (const QString want = qEnvironmentVariable("SHARDSCOPE_DS_VERSION");
                      !want.isEmpty() && // the last line: DeepSpeed logs its accelerator first
-                     QString::fromUtf8(probe.readAllStandardOutput()).trimmed().split('\n').last() != want)
+                     QString::fromUtf8(probe.readAllStandardOutput())
+                             .trimmed()
+                             .split('\n')
+                             .last() != want)
                 m_skip = "DeepSpeed " + want + " is not installed at " +
                          qEnvironmentVariable("SHARDSCOPE_DS_PATH") + " (scripts/deps)";
         }
@@ -201,7 +209,8 @@ class TestCheck : public QObject
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
         const QString d = m_dir.path();
         const QString ex = QStringLiteral(SHARDSCOPE_FSDP_EXAMPLE);
-        const Run read = run({"--snapshot", d + "/fsdp-read.json", ex, "--read-outside", "grad"}, d);
+        const Run read =
+            run({"--snapshot", d + "/fsdp-read.json", ex, "--read-outside", "grad"}, d);
         QVERIFY2(read.exitCode == 1, qPrintable(describe(read)));
         QVERIFY2(read.out.contains("unregistered_access: blocks.1.fc1.weight read outside any "
                                    "module (ranks 0,1, step 1) [error]"),
@@ -210,10 +219,12 @@ class TestCheck : public QObject
         QVERIFY(line > 0);
         QVERIFY2(read.out.contains(QStringLiteral("fsdp_stories.py:%1 in main").arg(line)),
                  qPrintable(describe(read)));
-        QVERIFY2(read.out.contains("got mixed torch.Tensor and DTensor"), qPrintable(describe(read)));
-        const Run late = run({"--snapshot", d + "/fsdp-late.json", "--sarif", d + "/fsdp-late.sarif",
-                              "--junit", d + "/fsdp-late.xml", ex, "--late"},
-                             d);
+        QVERIFY2(read.out.contains("got mixed torch.Tensor and DTensor"),
+                 qPrintable(describe(read)));
+        const Run late =
+            run({"--snapshot", d + "/fsdp-late.json", "--sarif", d + "/fsdp-late.sarif", "--junit",
+                 d + "/fsdp-late.xml", ex, "--late"},
+                d);
         QVERIFY2(late.exitCode == 1, qPrintable(describe(late)));
         QVERIFY2(late.out.contains("late_parameter: head.lora.a.weight") &&
                      late.out.contains("late_parameter: head.lora.b.weight"),
@@ -226,10 +237,12 @@ class TestCheck : public QObject
         const int addedLine = lineOf(ex, "head.lora = LoRA(hidden, vocab)");
         QVERIFY(aLine > 0 && bLine > 0 && addedLine > 0);
         for (const int l : {aLine, bLine})
-            QVERIFY2(late.out.contains(QStringLiteral("fsdp_stories.py:%1 in LoRA.__init__").arg(l)),
-                     qPrintable(describe(late)));
-        QVERIFY2(late.out.contains(QStringLiteral("fsdp_stories.py:%1 in with_lora").arg(addedLine)),
-                 qPrintable(describe(late)));
+            QVERIFY2(
+                late.out.contains(QStringLiteral("fsdp_stories.py:%1 in LoRA.__init__").arg(l)),
+                qPrintable(describe(late)));
+        QVERIFY2(
+            late.out.contains(QStringLiteral("fsdp_stories.py:%1 in with_lora").arg(addedLine)),
+            qPrintable(describe(late)));
         int located = 0;
         const json lateSnap = readJson(d + "/fsdp-late.json");
         for (const json &v : lateSnap["violations"])
@@ -243,27 +256,32 @@ class TestCheck : public QObject
         for (const json &r : lateSarif["runs"][0]["results"]) {
             QCOMPARE(r["ruleId"].get<std::string>(), std::string("late_parameter"));
             QCOMPARE(r["level"].get<std::string>(), std::string("error")); // each rank its own copy
-            sarifLines.insert(r["locations"][0]["physicalLocation"]["region"]["startLine"].get<int>());
+            sarifLines.insert(
+                r["locations"][0]["physicalLocation"]["region"]["startLine"].get<int>());
         }
         QVERIFY(sarifLines == (std::set<int>{aLine, bLine}));
         QFile junit(d + "/fsdp-late.xml");
         QVERIFY(junit.open(QIODevice::ReadOnly));
         const QString junitText = QString::fromUtf8(junit.readAll());
-        QVERIFY2(junitText.contains(QStringLiteral("late_parameter head.lora.a.weight in &lt;root&gt; at "))
-                     && junitText.contains(QStringLiteral("fsdp_stories.py:%1 in LoRA.__init__").arg(aLine)),
+        QVERIFY2(junitText.contains(
+                     QStringLiteral("late_parameter head.lora.a.weight in &lt;root&gt; at ")) &&
+                     junitText.contains(
+                         QStringLiteral("fsdp_stories.py:%1 in LoRA.__init__").arg(aLine)),
                  qPrintable(junitText));
         QProcess validate;
         validate.setProcessEnvironment(environment());
-        validate.start(python(), {QStringLiteral(SHARDSCOPE_CHECK_TESTS "/validate_reports.py"), "--sarif",
-                                  d + "/fsdp-late.sarif", "--junit", d + "/fsdp-late.xml"});
+        validate.start(python(),
+                       {QStringLiteral(SHARDSCOPE_CHECK_TESTS "/validate_reports.py"), "--sarif",
+                        d + "/fsdp-late.sarif", "--junit", d + "/fsdp-late.xml"});
         QVERIFY(validate.waitForFinished(120000));
         QVERIFY2(validate.exitCode() == 0, validate.readAll().constData());
         // The late adapter is whole on every rank: a (2x16) + b (33x2) float32 = 392 bytes.
-        QVERIFY2(late.out.contains(QRegularExpression("gathered peak [^\n]*, late \\(whole\\) 392 B, ")),
-                 qPrintable(describe(late)));
-        const Run fixed = run({"--snapshot", d + "/fsdp-fixed.json", "--target-world", "4", ex,
-                               "--late", "--fixed"},
-                              d);
+        QVERIFY2(
+            late.out.contains(QRegularExpression("gathered peak [^\n]*, late \\(whole\\) 392 B, ")),
+            qPrintable(describe(late)));
+        const Run fixed = run(
+            {"--snapshot", d + "/fsdp-fixed.json", "--target-world", "4", ex, "--late", "--fixed"},
+            d);
         QVERIFY2(fixed.exitCode == 0, qPrintable(describe(fixed)));
         QVERIFY2(fixed.out.contains("no problems found"), qPrintable(describe(fixed)));
         // FSDP2's memory at 4 ranks (docs/check.md), by hand. Units: the root (embed 33x16,
@@ -289,7 +307,9 @@ class TestCheck : public QObject
     // info are SARIF's error, warning and note, and the file is valid SARIF.
     void sarifLevelsFollowSeverity()
     {
-        if (QDir(QStringLiteral(SHARDSCOPE_PYTHON_DIR "/shardscope")).entryList({"_native*.so"}).isEmpty())
+        if (QDir(QStringLiteral(SHARDSCOPE_PYTHON_DIR "/shardscope"))
+                .entryList({"_native*.so"})
+                .isEmpty())
             SHARDSCOPE_SKIP_IF_ALLOWED("python", "the shardscope Python module was not built");
         const QString d = m_dir.path();
         const QString code = QStringLiteral(R"(
@@ -339,21 +359,24 @@ print(json.dumps([p["severity"] for p in problems]))
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
         const QString d = m_dir.path();
         const QString ex = QStringLiteral(SHARDSCOPE_EXAMPLE);
-        const Run broken = run({"--snapshot", d + "/broken.json", "--sarif", d + "/broken.sarif",
-                                "--junit", d + "/broken.xml", ex, "--externals", "none",
-                                "--weight-norm", "workaround"},
-                               d);
+        const Run broken =
+            run({"--snapshot", d + "/broken.json", "--sarif", d + "/broken.sarif", "--junit",
+                 d + "/broken.xml", ex, "--externals", "none", "--weight-norm", "workaround"},
+                d);
         QVERIFY2(broken.exitCode == 1, qPrintable(describe(broken)));
         const int line = lineOf(ex, "return F.linear(x, self.embed.weight)");
         QVERIFY(line > 0);
         QVERIFY2(broken.out.contains("1 problem:"), qPrintable(describe(broken)));
-        QVERIFY2(broken.out.contains("unregistered_access: embed.weight read by lm_head (ranks 0,1"),
+        QVERIFY2(
+            broken.out.contains("unregistered_access: embed.weight read by lm_head (ranks 0,1"),
+            qPrintable(describe(broken)));
+        QVERIFY2(broken.out.contains(
+                     QStringLiteral("deepspeed_stories.py:%1 in Head.forward").arg(line)),
                  qPrintable(describe(broken)));
-        QVERIFY2(broken.out.contains(QStringLiteral("deepspeed_stories.py:%1 in Head.forward").arg(line)),
-                 qPrintable(describe(broken)));
-        QVERIFY2(broken.out.contains("fix: deepspeed.zero.register_external_parameter(model.lm_head, "
-                                     "model.embed.weight)"),
-                 qPrintable(describe(broken)));
+        QVERIFY2(
+            broken.out.contains("fix: deepspeed.zero.register_external_parameter(model.lm_head, "
+                                "model.embed.weight)"),
+            qPrintable(describe(broken)));
         QVERIFY2(broken.out.contains("predicted per-rank parameter memory at 64 ranks"),
                  qPrintable(describe(broken)));
         // The snapshot: the record's location, on both ranks.
@@ -368,8 +391,9 @@ print(json.dumps([p["severity"] for p in problems]))
         // SARIF names the same line.
         const json sarif = readJson(d + "/broken.sarif");
         QCOMPARE(sarif["runs"][0]["results"].size(), std::size_t(1));
-        QCOMPARE(sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["region"]["startLine"]
-                     .get<int>(),
+        QCOMPARE(sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["region"]
+                      ["startLine"]
+                          .get<int>(),
                  line);
         // The example lies outside the directory the check ran in: an absolute file:// URI.
         QCOMPARE(QString::fromStdString(sarif["runs"][0]["results"][0]["locations"][0]
@@ -378,7 +402,8 @@ print(json.dumps([p["severity"] for p in problems]))
                  "file://" + ex);
         // DeepSpeed gathers embed.weight for the read (automatic registration): right, but a
         // cost, a SARIF warning; the report says so too.
-        QCOMPARE(sarif["runs"][0]["results"][0]["level"].get<std::string>(), std::string("warning"));
+        QCOMPARE(sarif["runs"][0]["results"][0]["level"].get<std::string>(),
+                 std::string("warning"));
         QVERIFY2(broken.out.contains("1 problem found (1 cost)"), qPrintable(describe(broken)));
         // JUnit: one failing case per problem, and the suite's counts say so.
         const JUnitCounts brokenJunit = junitCounts(d + "/broken.xml");
@@ -399,23 +424,27 @@ print(json.dumps([p["severity"] for p in problems]))
                                "manual", "--weight-norm", "workaround"},
                               d);
         QVERIFY2(fixed.exitCode == 0, qPrintable(describe(fixed)));
-        QVERIFY2(fixed.out.contains("batch: 1 per rank (--micro-batch; the first forward's input: 4 "
-                                    "rows), gradient accumulation 1, train_batch_size 2 at 2 ranks; "
-                                    "the script makes its own batches, which --micro-batch does not "
-                                    "change"),
-                 qPrintable(describe(fixed)));
+        QVERIFY2(
+            fixed.out.contains("batch: 1 per rank (--micro-batch; the first forward's input: 4 "
+                               "rows), gradient accumulation 1, train_batch_size 2 at 2 ranks; "
+                               "the script makes its own batches, which --micro-batch does not "
+                               "change"),
+            qPrintable(describe(fixed)));
         QVERIFY2(fixed.out.contains("no problems found"), qPrintable(describe(fixed)));
         QVERIFY2(fixed.out.contains("late parameters (2)"), qPrintable(describe(fixed)));
         // weight_norm's weight_g/weight_v (adopted by deepspeed.initialize: listed, no problem)
         // at the script's line that applied weight_norm.
         const int wnLine =
-            lineOf(ex, "with deepspeed.zero.GatheredParameters(self.conv.weight, modifier_rank=0):") + 1;
+            lineOf(ex,
+                   "with deepspeed.zero.GatheredParameters(self.conv.weight, modifier_rank=0):") +
+            1;
         QVERIFY(wnLine > 1);
         for (const char *p : {"weight_g", "weight_v"})
-            QVERIFY2(fixed.out.contains(QStringLiteral("pos_conv.conv.%1 (replaces pos_conv.conv.weight) at "
-                                                       "%2:%3 in PositionalConv.__init__")
-                                            .arg(QString::fromLatin1(p), ex)
-                                            .arg(wnLine)),
+            QVERIFY2(fixed.out.contains(
+                         QStringLiteral("pos_conv.conv.%1 (replaces pos_conv.conv.weight) at "
+                                        "%2:%3 in PositionalConv.__init__")
+                             .arg(QString::fromLatin1(p), ex)
+                             .arg(wnLine)),
                      qPrintable(describe(fixed)));
         QVERIFY(readJson(d + "/fixed.json")["violations"].empty());
         const JUnitCounts fixedJunit = junitCounts(d + "/fixed.xml");
@@ -462,10 +491,12 @@ print(json.dumps([p["severity"] for p in problems]))
         const QMap<QString, int> lines{
             {"Head.forward", lineOf(ex, "return F.linear(x, self.embed.weight)")},
             {"forward", lineOf(ex, "return self.lm_head(torch.tanh(self.fc(x)))")},
-            {"main", lineOf(ex, "logits = engine.module(ids) if args.call_module else engine(ids)")},
+            {"main",
+             lineOf(ex, "logits = engine.module(ids) if args.call_module else engine(ids)")},
             {"PositionalConv.__init__",
              lineOf(ex, "with deepspeed.zero.GatheredParameters(self.conv.weight, "
-                        "modifier_rank=0):") + 1}};
+                        "modifier_rank=0):") +
+                 1}};
         static const QRegularExpression at(R"(deepspeed_stories\.py:(\d+) in ([\w.]+))");
         int seen = 0;
         for (const QString &doc : {QStringLiteral("docs/check.md"), QStringLiteral("README.md")}) {
@@ -475,11 +506,12 @@ print(json.dumps([p["severity"] for p in problems]))
             for (auto m = at.globalMatch(text); m.hasNext();) {
                 const auto hit = m.next();
                 const QString function = hit.captured(2);
-                QVERIFY2(lines.contains(function),
-                         qPrintable(doc + ": " + hit.captured(0) + ": not a function this test knows"));
+                QVERIFY2(lines.contains(function), qPrintable(doc + ": " + hit.captured(0) +
+                                                              ": not a function this test knows"));
                 QVERIFY2(hit.captured(1).toInt() == lines[function],
                          qPrintable(QString("%1 shows %2; the example has it at line %3")
-                                        .arg(doc, hit.captured(0)).arg(lines[function])));
+                                        .arg(doc, hit.captured(0))
+                                        .arg(lines[function])));
                 ++seen;
             }
         }
@@ -493,8 +525,9 @@ print(json.dumps([p["severity"] for p in problems]))
         const QString ex = QStringLiteral(SHARDSCOPE_HF_EXAMPLE);
         const Run broken = run({"--snapshot", d + "/t5.json", ex, "--case", "t5-forward"}, d);
         QVERIFY2(broken.exitCode == 1, qPrintable(describe(broken)));
-        QVERIFY2(broken.out.contains(QRegularExpression(
-                     "unregistered_access: shared.weight read by <root> \\(ranks 0,1, steps? [^)]*\\) \\[cost\\]")),
+        QVERIFY2(broken.out.contains(
+                     QRegularExpression("unregistered_access: shared.weight read by <root> "
+                                        "\\(ranks 0,1, steps? [^)]*\\) \\[cost\\]")),
                  qPrintable(describe(broken)));
         QVERIFY2(broken.out.contains(QRegularExpression("at .*hf_stories\\.py:\\d+ in ")),
                  qPrintable(describe(broken)));
@@ -520,8 +553,9 @@ print(json.dumps([p["severity"] for p in problems]))
         QVERIFY2(!fixed.out.contains("shared.weight read"), qPrintable(describe(fixed)));
         // Those reads touch no values (self.wo.weight.dtype): information, a SARIF note, never
         // the error a crash is (issue 49, item 10).
-        const QRegularExpression ffn("\\d+\\. unregistered_access: (encoder|decoder)\\.block\\.\\d\\."
-                                     "layer\\.\\d\\.DenseReluDense\\.wo\\.weight read by [^\n]* \\[info\\]");
+        const QRegularExpression ffn(
+            "\\d+\\. unregistered_access: (encoder|decoder)\\.block\\.\\d\\."
+            "layer\\.\\d\\.DenseReluDense\\.wo\\.weight read by [^\n]* \\[info\\]");
         QVERIFY2(fixed.out.count(ffn) == 4, qPrintable(describe(fixed))); // 2 layers x 2 stacks
         QVERIFY2(fixed.out.contains("4 problems found (4 info)"), qPrintable(describe(fixed)));
         // Each of the 4 problems is a JUnit failure, and a SARIF result of level note (info).
@@ -534,9 +568,10 @@ print(json.dumps([p["severity"] for p in problems]))
         QCOMPARE(t5Sarif["runs"][0]["results"].size(), std::size_t(4));
         for (const json &r : t5Sarif["runs"][0]["results"])
             QCOMPARE(r["level"].get<std::string>(), std::string("note"));
-        QVERIFY2(fixed.out.contains("batch: 1 per rank (--micro-batch; the first forward's input: "
-                                    "1 rows), gradient accumulation 1, train_batch_size 2 at 2 ranks"),
-                 qPrintable(describe(fixed)));
+        QVERIFY2(
+            fixed.out.contains("batch: 1 per rank (--micro-batch; the first forward's input: "
+                               "1 rows), gradient accumulation 1, train_batch_size 2 at 2 ranks"),
+            qPrintable(describe(fixed)));
     }
 
     // weight_norm in a nested constructor (Model -> Encoder -> PositionalConv) reads the
@@ -557,23 +592,28 @@ print(json.dumps([p["severity"] for p in problems]))
         QVERIFY(!snap["violations"].empty());
         for (const json &v : snap["violations"]) {
             QCOMPARE(v["kind"].get<std::string>(), std::string("unregistered_access"));
-            QCOMPARE(v["param"].get<std::string>(), std::string("encoder.pos_conv_embed.conv.weight"));
+            QCOMPARE(v["param"].get<std::string>(),
+                     std::string("encoder.pos_conv_embed.conv.weight"));
             QCOMPARE(v["location"]["line"].get<int>(), line);
-            QCOMPARE(v["location"]["function"].get<std::string>(), std::string("PositionalConv.__init__"));
+            QCOMPARE(v["location"]["function"].get<std::string>(),
+                     std::string("PositionalConv.__init__"));
             const std::string building = v["building"].get<std::string>();
-            QVERIFY2(QRegularExpression("^Model \\(nested_weight_norm\\.py:\\d+\\) > \\.encoder Encoder "
-                                        "\\(nested_weight_norm\\.py:\\d+\\) > \\.pos_conv_embed "
-                                        "PositionalConv \\(nested_weight_norm\\.py:\\d+\\)$")
-                         .match(QString::fromStdString(building))
-                         .hasMatch(),
-                     building.c_str());
+            QVERIFY2(
+                QRegularExpression("^Model \\(nested_weight_norm\\.py:\\d+\\) > \\.encoder Encoder "
+                                   "\\(nested_weight_norm\\.py:\\d+\\) > \\.pos_conv_embed "
+                                   "PositionalConv \\(nested_weight_norm\\.py:\\d+\\)$")
+                    .match(QString::fromStdString(building))
+                    .hasMatch(),
+                building.c_str());
             // Completed once the model existed: the final dotted name, a path that exists.
-            QCOMPARE(v["fix"].get<std::string>(),
-                     std::string("with deepspeed.zero.GatheredParameters(model.encoder.pos_conv_embed."
-                                 "conv.weight, modifier_rank=0): <change it here>"));
+            QCOMPARE(
+                v["fix"].get<std::string>(),
+                std::string("with deepspeed.zero.GatheredParameters(model.encoder.pos_conv_embed."
+                            "conv.weight, modifier_rank=0): <change it here>"));
         }
         QVERIFY2(broken.out.contains("while building: Model"), qPrintable(describe(broken)));
-        const Run fixed = run({"--snapshot", d + "/nestedfixed.json", s, "--weight-norm", "fixed"}, d);
+        const Run fixed =
+            run({"--snapshot", d + "/nestedfixed.json", s, "--weight-norm", "fixed"}, d);
         QVERIFY2(fixed.exitCode == 0, qPrintable(describe(fixed)));
     }
 
@@ -589,14 +629,15 @@ print(json.dumps([p["severity"] for p in problems]))
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
         const QString d = m_dir.path();
-        const Run r = run({"--steps", "1", "--target-world", "2", "--snapshot", d + "/prefetch.json",
-                           script("fsdp_prefetch.py")},
+        const Run r = run({"--steps", "1", "--target-world", "2", "--snapshot",
+                           d + "/prefetch.json", script("fsdp_prefetch.py")},
                           d);
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
-        QVERIFY2(r.out.contains("predicted per-rank parameter memory at 2 ranks: gathered peak 3.5 KiB "
-                                "(at `blocks.0` forward), late (whole) 0 B, shards 1.8 KiB; total "
-                                "5.3 KiB"),
-                 qPrintable(describe(r)));
+        QVERIFY2(
+            r.out.contains("predicted per-rank parameter memory at 2 ranks: gathered peak 3.5 KiB "
+                           "(at `blocks.0` forward), late (whole) 0 B, shards 1.8 KiB; total "
+                           "5.3 KiB"),
+            qPrintable(describe(r)));
     }
 
     // --micro-batch on a JSON config (4 per rank, accumulation 2, train_batch_size 16 at 2
@@ -608,18 +649,21 @@ print(json.dumps([p["severity"] for p in problems]))
         const QString d = m_dir.path();
         const QString s = script("json_config_loader.py");
         const QString config = script("ds_config.json");
-        const Run own = run({"--steps", "1", "--snapshot", d + "/json.json", s, "--deepspeed_config", config}, d);
+        const Run own = run(
+            {"--steps", "1", "--snapshot", d + "/json.json", s, "--deepspeed_config", config}, d);
         QVERIFY2(own.exitCode == 0, qPrintable(describe(own)));
-        QVERIFY2(own.out.contains("batch: 4 per rank (the script's config; the first forward's input: "
-                                  "4 rows), gradient accumulation 2, train_batch_size 16 at 2 ranks"),
-                 qPrintable(describe(own)));
+        QVERIFY2(
+            own.out.contains("batch: 4 per rank (the script's config; the first forward's input: "
+                             "4 rows), gradient accumulation 2, train_batch_size 16 at 2 ranks"),
+            qPrintable(describe(own)));
         for (const char *via : {"--deepspeed_config", "--config"}) {
-            const Run small = run({"--steps", "1", "--micro-batch", "1", "--snapshot", d + "/json.json", s,
-                                   QString::fromLatin1(via), config},
+            const Run small = run({"--steps", "1", "--micro-batch", "1", "--snapshot",
+                                   d + "/json.json", s, QString::fromLatin1(via), config},
                                   d);
             QVERIFY2(small.exitCode == 0, qPrintable(describe(small)));
-            QVERIFY2(small.out.contains("batch: 1 per rank (--micro-batch; the first forward's input: "
-                                        "1 rows), gradient accumulation 2, train_batch_size 4 at 2 ranks"),
+            QVERIFY2(small.out.contains(
+                         "batch: 1 per rank (--micro-batch; the first forward's input: "
+                         "1 rows), gradient accumulation 2, train_batch_size 4 at 2 ranks"),
                      qPrintable(via + describe(small)));
         }
         // The user's file is not changed.
@@ -941,7 +985,8 @@ print("fsdp", p["gathered_peak_bytes"], p["at_module"], p["phase"], p["shard_byt
         QFETCH(bool, beforeRanks);
         QElapsedTimer t;
         t.start();
-        const Run r = run(QStringList{"--snapshot", m_dir.path() + "/bad.json"} + args, m_dir.path());
+        const Run r =
+            run(QStringList{"--snapshot", m_dir.path() + "/bad.json"} + args, m_dir.path());
         QVERIFY2(r.exitCode == 2, qPrintable(describe(r)));
         QVERIFY2(r.err.contains(says), qPrintable(describe(r)));
         QVERIFY2(t.elapsed() < 90000, "bounded by --timeout");
@@ -954,4 +999,3 @@ print("fsdp", p["gathered_peak_bytes"], p["at_module"], p["phase"], p["shard_byt
 
 QTEST_GUILESS_MAIN(TestCheck)
 #include "tst_check.moc"
-

@@ -18,9 +18,9 @@
 #include <QSet>
 #include <QStringList>
 #include <QTemporaryDir>
-#include <QVersionNumber>
 #include <QTest>
 #include <QThread>
+#include <QVersionNumber>
 
 #include <nlohmann/json.hpp>
 
@@ -71,7 +71,8 @@ QProcessEnvironment dsEnvironment()
     return env;
 }
 
-constexpr int kForward = 0, kBackward = 1, kGatheredParameters = 3, kGuard = 4; // fetch reasons (docs/protocol.md)
+constexpr int kForward = 0, kBackward = 1, kGatheredParameters = 3,
+              kGuard = 4; // fetch reasons (docs/protocol.md)
 
 } // namespace
 
@@ -89,13 +90,15 @@ class TestDeepSpeedAgent : public QObject
                     const QString &monitorInterval = QStringLiteral("0.1"),
                     const QString &script = QStringLiteral(SHARDSCOPE_EXAMPLE))
     {
-        return shardscope::test::startRanks(this, dsEnvironment(), QStringLiteral(SHARDSCOPE_LAUNCH),
-                                            python(), script, args, runtime, monitorInterval);
+        return shardscope::test::startRanks(this, dsEnvironment(),
+                                            QStringLiteral(SHARDSCOPE_LAUNCH), python(), script,
+                                            args, runtime, monitorInterval);
     }
 
     Run run(const QStringList &args, const QString &script = QStringLiteral(SHARDSCOPE_EXAMPLE))
     {
-        return shardscope::test::finishRanks(start(args, m_dir.path(), QStringLiteral("0.1"), script));
+        return shardscope::test::finishRanks(
+            start(args, m_dir.path(), QStringLiteral("0.1"), script));
     }
 
     // The inspector attached to endpoint as to shardscope-train, offscreen, exporting what it
@@ -133,7 +136,8 @@ class TestDeepSpeedAgent : public QObject
             for (const json &v : s["violations"]) {
                 if (v["param"] == "shared.weight") continue;
                 QVERIFY2(v["kind"] == "unregistered_access" && v["action"] == "auto_registered" &&
-                             woRead.match(QString::fromStdString(v["param"].get<std::string>())).hasMatch(),
+                             woRead.match(QString::fromStdString(v["param"].get<std::string>()))
+                                 .hasMatch(),
                          v.dump().c_str());
                 QVERIFY2(v["read"] == "attribute" && v["severity"] == "info" &&
                              v["status"] == "NOT_AVAILABLE" && v["fix"] == "",
@@ -157,7 +161,8 @@ class TestDeepSpeedAgent : public QObject
             QCOMPARE(reads[0]["fix"].get<std::string>(),
                      std::string("deepspeed.zero.register_external_parameter(model, "
                                  "model.shared.weight)"));
-            QVERIFY2((*shared)["external_auto_modules"] == json::array({""}), shared->dump().c_str());
+            QVERIFY2((*shared)["external_auto_modules"] == json::array({""}),
+                     shared->dump().c_str());
         }
     }
 
@@ -212,8 +217,9 @@ class TestDeepSpeedAgent : public QObject
             const QString have = QString::fromUtf8(probe.readAllStandardOutput()).trimmed();
             m_version = have.section('\n', -1);
             if (!ran)
-                m_skip = python() + " cannot import torch and DeepSpeed (scripts/deps installs "
-                                    "them): " +
+                m_skip = python() +
+                         " cannot import torch and DeepSpeed (scripts/deps installs "
+                         "them): " +
                          QString::fromUtf8(probe.readAllStandardError()).right(400);
             else if (!want.isEmpty() && have.section('\n', -1) != want)
                 m_skip = "DeepSpeed " + want + " was asked for, " + python() + " imports " +
@@ -237,10 +243,10 @@ class TestDeepSpeedAgent : public QObject
         // The ranks hold after step 3 until the clients below are done (at most 120 s): on
         // a loaded machine the inspector may take seconds to start.
         const QString release = m_dir.filePath("tied.release");
-        QProcess *p = start({"--externals", "none", "--weight-norm", "off", "--steps", "3",
-                             "--hold", "120", "--hold-until", release, "--snapshot-out",
-                             snapshotArg("tied")},
-                            runtime.path());
+        QProcess *p =
+            start({"--externals", "none", "--weight-norm", "off", "--steps", "3", "--hold", "120",
+                   "--hold-until", release, "--snapshot-out", snapshotArg("tied")},
+                  runtime.path());
         // Both ranks announce themselves in discovery, as one job, with their ranks.
         QProcess list;
         QString listed;
@@ -422,7 +428,8 @@ class TestDeepSpeedAgent : public QObject
             QVERIFY2(reducedBytes.size() == 2 && reducedBytes[1] == allParams &&
                          reducedBytes[2] == allParams,
                      (std::to_string(allParams) + " bytes expected per step; " +
-                      json(reducedBytes).dump()).c_str());
+                      json(reducedBytes).dump())
+                         .c_str());
             // Registered by hand: never a guard gather, fetched for lm_head's scopes.
             const int lmHead = moduleIdOf(s, "lm_head");
             const auto f = fetchesOf(s, "embed.weight");
@@ -459,7 +466,8 @@ class TestDeepSpeedAgent : public QObject
                            "--toggle", "1", "--snapshot-out", snapshotArg("paused")});
         QVERIFY2(r.exitCode == 0, qPrintable(r.out));
         std::set<int> observed{1, 2, 3, 4}, paused;
-        static const QRegularExpression pausedLine(R"(rank 0 step (\d+) loss \S+ \(agent paused\))");
+        static const QRegularExpression pausedLine(
+            R"(rank 0 step (\d+) loss \S+ \(agent paused\))");
         for (auto it = pausedLine.globalMatch(r.out); it.hasNext();) {
             const int step = it.next().captured(1).toInt();
             paused.insert(step);
@@ -505,7 +513,8 @@ class TestDeepSpeedAgent : public QObject
                                                   "checkpoint", "16bit", "--save-dir", dir,
                                                   "--snapshot-out", snapshotArg("ckpt-saved")});
         QVERIFY2(saved.exitCode == 0, qPrintable(saved.out + saved.err.right(3000)));
-        QVERIFY2(saved.out.contains("rank 0 saved 16bit embed.weight (37, 16)"), qPrintable(saved.out));
+        QVERIFY2(saved.out.contains("rank 0 saved 16bit embed.weight (37, 16)"),
+                 qPrintable(saved.out));
         const Run resumed = run(model + QStringList{"--steps", "2", "--first-step", "2", "--resume",
                                                     dir + "/checkpoint", "--snapshot-out",
                                                     snapshotArg("ckpt-resumed")});
@@ -535,17 +544,21 @@ class TestDeepSpeedAgent : public QObject
                 all.insert(p["id"].get<std::int64_t>());
             bool between = false;
             for (const json &e : shardscope::test::eventList(s[i])) {
-                if (e["type"] == "step_end" && e["step"] == 1) between = true;
-                else if (e["type"] == "step_begin" && between) break;
+                if (e["type"] == "step_end" && e["step"] == 1)
+                    between = true;
+                else if (e["type"] == "step_begin" && between)
+                    break;
                 else if (between && e["type"] == "fetch_end") {
-                    QVERIFY2(e["flags"] == kGatheredParameters && e["b"] == 0xffffffffu, e.dump().c_str());
+                    QVERIFY2(e["flags"] == kGatheredParameters && e["b"] == 0xffffffffu,
+                             e.dump().c_str());
                     fetched.insert(e["a"].get<std::int64_t>());
                 } else if (between && e["type"] == "release")
                     released.insert(e["a"].get<std::int64_t>());
             }
             QVERIFY2(fetched == all && released == all,
-                     (json(fetched).dump() + " fetched, " + json(released).dump() + " released of " +
-                      json(all).dump()).c_str());
+                     (json(fetched).dump() + " fetched, " + json(released).dump() +
+                      " released of " + json(all).dump())
+                         .c_str());
         }
     }
 
@@ -572,8 +585,7 @@ class TestDeepSpeedAgent : public QObject
         QVERIFY2(r.out.contains("has no {rank} in a job of 2 ranks: rank 0 writes " + out +
                                 ", rank N writes " + out + ".rank<N>"),
                  qPrintable(r.out));
-        QVERIFY2(r.out.contains("in a job of 2 ranks: rank N listens on unix:" + sock +
-                                ".rank<N>"),
+        QVERIFY2(r.out.contains("in a job of 2 ranks: rank N listens on unix:" + sock + ".rank<N>"),
                  qPrintable(r.out));
         QVERIFY(QFile::rename(out, snapshotOf("accum", 0)));
         QVERIFY(QFile::rename(out + ".rank1", snapshotOf("accum", 1)));
@@ -594,8 +606,10 @@ class TestDeepSpeedAgent : public QObject
                 if (e["type"] == "module_enter" && e["a"] == fc && e["flags"] == 0)
                     ++fcForwards[e["step"].get<int>()];
             }
-            QVERIFY2(begun == (std::vector<int>{1, 2}), shardscope::test::eventList(s).dump().c_str());
-            QVERIFY2(ended == (std::vector<int>{1, 2}), shardscope::test::eventList(s).dump().c_str());
+            QVERIFY2(begun == (std::vector<int>{1, 2}),
+                     shardscope::test::eventList(s).dump().c_str());
+            QVERIFY2(ended == (std::vector<int>{1, 2}),
+                     shardscope::test::eventList(s).dump().c_str());
             QVERIFY2(fcForwards == (std::map<int, int>{{1, 2}, {2, 2}}),
                      shardscope::test::eventList(s).dump().c_str());
             QVERIFY2(s["violations"].empty(), s["violations"].dump().c_str());
@@ -628,8 +642,9 @@ class TestDeepSpeedAgent : public QObject
         const QVersionNumber ds = QVersionNumber::fromString(m_version);
         const bool plainBackward = ds >= QVersionNumber(0, 18, 3);
         const bool nestedRaises = ds >= QVersionNumber(0, 19, 4);
-        QStringList args{"--externals", "manual", "--weight-norm", "workaround", "--steps", "3",
-                         "--leaf", "--nested-gathered", "--snapshot-out", snapshotArg("newer")};
+        QStringList args{
+            "--externals", "manual", "--weight-norm",     "workaround",     "--steps",
+            "3",           "--leaf", "--nested-gathered", "--snapshot-out", snapshotArg("newer")};
         if (plainBackward) args << "--plain-backward";
         const Run r = run(args);
         if (nestedRaises) {
@@ -664,20 +679,24 @@ class TestDeepSpeedAgent : public QObject
                 // _invalidate_trace at module registration (0.19.2) is not one.
                 QVERIFY2(e["type"] != "trace_invalidated", e.dump().c_str());
             }
-            QVERIFY2(begun == (std::vector<int>{1, 2, 3}), shardscope::test::eventList(s).dump().c_str());
+            QVERIFY2(begun == (std::vector<int>{1, 2, 3}),
+                     shardscope::test::eventList(s).dump().c_str());
             for (const auto &[scope, n] : open)
                 QVERIFY2(n == 0, qPrintable(QString("module %1 phase %2: %3 scopes left open")
-                                                .arg(scope.first).arg(scope.second).arg(n)));
+                                                .arg(scope.first)
+                                                .arg(scope.second)
+                                                .arg(n)));
             // The losses the script printed, to its 4 decimals.
             QCOMPARE(losses.size(), std::size_t(3));
             for (int step = 1; step <= 3; ++step) {
                 const QString line = QString("rank %1 step %2 loss %3")
-                                         .arg(rank).arg(step)
+                                         .arg(rank)
+                                         .arg(step)
                                          .arg(losses[std::size_t(step - 1)], 0, 'f', 4);
                 QVERIFY2(r.out.contains(line), qPrintable(line + " not in:\n" + r.out));
             }
-            for (const char *name : {"pos_conv.conv.bias", "pos_conv.conv.weight_g",
-                                     "pos_conv.conv.weight_v"}) {
+            for (const char *name :
+                 {"pos_conv.conv.bias", "pos_conv.conv.weight_g", "pos_conv.conv.weight_v"}) {
                 // Fetched for pos_conv (on its entry, or prefetched for it), never for conv.
                 int forPosConv = 0;
                 for (const auto &[reason, module] : fetchesOf(s, name)) {
@@ -704,10 +723,12 @@ class TestDeepSpeedAgent : public QObject
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
         const QStringList common{"--weight-norm", "workaround", "--steps", "3"};
         const Run compiled = run(QStringList{"--externals", "manual", "--compile", "eager",
-                                             "--snapshot-out", snapshotArg("compiled")} + common);
+                                             "--snapshot-out", snapshotArg("compiled")} +
+                                 common);
         QVERIFY2(compiled.exitCode == 0, qPrintable(compiled.out + compiled.err.right(3000)));
-        const Run eager = run(QStringList{"--externals", "manual", "--snapshot-out",
-                                          snapshotArg("uncompiled")} + common);
+        const Run eager =
+            run(QStringList{"--externals", "manual", "--snapshot-out", snapshotArg("uncompiled")} +
+                common);
         QVERIFY2(eager.exitCode == 0, qPrintable(eager.out + eager.err.right(3000)));
         const std::vector<json> c = snapshots("compiled"), e = snapshots("uncompiled");
         QCOMPARE(c.size(), std::size_t(2));
@@ -722,15 +743,16 @@ class TestDeepSpeedAgent : public QObject
             QVERIFY(violations(cs, "unregistered_access").empty());
             for (int step = 1; step <= 3; ++step) { // the same losses, printed by the script
                 const QString got = shardscope::test::printedLoss(compiled.out, rank, step);
-                QVERIFY2(!got.isEmpty() && got == shardscope::test::printedLoss(eager.out, rank, step),
+                QVERIFY2(!got.isEmpty() &&
+                             got == shardscope::test::printedLoss(eager.out, rank, step),
                          qPrintable(compiled.out + "\n---\n" + eager.out));
             }
         }
         // Story 1 unregistered under compile: the exception of a run without the agent.
         const auto lastError = shardscope::test::lastRankException;
         const Run broken = run(QStringList{"--externals", "none", "--compile", "eager"} + common);
-        const Run without = run(QStringList{"--externals", "none", "--compile", "eager",
-                                            "--no-agent"} + common);
+        const Run without =
+            run(QStringList{"--externals", "none", "--compile", "eager", "--no-agent"} + common);
         QVERIFY2(without.exitCode != 0, qPrintable(without.out));
         QVERIFY2(broken.exitCode != 0, qPrintable(broken.out));
         QVERIFY2(!lastError(without.err).isEmpty(), qPrintable(without.err.right(3000)));
@@ -742,9 +764,10 @@ class TestDeepSpeedAgent : public QObject
             QStringList{"--externals", "manual", "--compile", "eager", "--deepcompile"} + common;
         const Run dc = run(deepCompile);
         const Run dcWithout = run(deepCompile + QStringList{"--no-agent"});
-        QVERIFY2((dc.out + dc.err).contains("shardscope: DeepCompile (\"compile\": {\"deepcompile\": "
-                                            "true}) gathers and releases ZeRO-3's parameters inside "
-                                            "the compiled graph"),
+        QVERIFY2((dc.out + dc.err)
+                     .contains("shardscope: DeepCompile (\"compile\": {\"deepcompile\": "
+                               "true}) gathers and releases ZeRO-3's parameters inside "
+                               "the compiled graph"),
                  qPrintable(dc.err.right(3000)));
         QVERIFY(!(dcWithout.out + dcWithout.err).contains("shardscope:"));
         QCOMPARE(dc.exitCode == 0, dcWithout.exitCode == 0);
@@ -756,7 +779,8 @@ class TestDeepSpeedAgent : public QObject
                 R"((?:RuntimeError: Error building extension 'dc'|ImportError: \S*dc\.so))");
             QVERIFY2(buildFailed.match(lastError(dcWithout.err)).hasMatch(),
                      qPrintable(lastError(dcWithout.err)));
-            QVERIFY2(buildFailed.match(lastError(dc.err)).hasMatch(), qPrintable(lastError(dc.err)));
+            QVERIFY2(buildFailed.match(lastError(dc.err)).hasMatch(),
+                     qPrintable(lastError(dc.err)));
         }
     }
 
@@ -890,12 +914,14 @@ class TestDeepSpeedAgent : public QObject
         QCOMPARE(snaps.size(), std::size_t(2));
         for (int rank = 0; rank < 2; ++rank) {
             const QString skipped = QString("rank %1 step 2 skipped: out of memory in a user's "
-                                            "backward").arg(rank);
+                                            "backward")
+                                        .arg(rank);
             QVERIFY2(with.out.contains(skipped) && without.out.contains(skipped),
                      qPrintable(with.out + "\n---\n" + without.out));
             const QString said = QString("shardscope: rank %1: DeepSpeed ZeRO-3's backward did "
                                          "not finish: it raised RuntimeError: out of memory in a "
-                                         "user's backward").arg(rank);
+                                         "user's backward")
+                                     .arg(rank);
             QVERIFY2(with.err.count(said) == 1, qPrintable(with.err.right(3000)));
             const json &s = snaps[std::size_t(rank)];
             QCOMPARE(s["violations"].size(), std::size_t(1));
@@ -941,12 +967,12 @@ class TestDeepSpeedAgent : public QObject
             long long numel = 0, world = 0, secondary = 0;
         };
         std::map<std::pair<int, std::string>, Held> ds;
-        const QRegularExpression line(QStringLiteral("rank (\\d+) partition (\\S+) (\\d+) (\\d+) (\\d+)"));
+        const QRegularExpression line(
+            QStringLiteral("rank (\\d+) partition (\\S+) (\\d+) (\\d+) (\\d+)"));
         for (auto it = line.globalMatch(r.out); it.hasNext();) {
             const auto m = it.next();
-            ds[{m.captured(1).toInt(), m.captured(2).toStdString()}] =
-                Held{m.captured(3).toLongLong(), m.captured(4).toLongLong(),
-                     m.captured(5).toLongLong()};
+            ds[{m.captured(1).toInt(), m.captured(2).toStdString()}] = Held{
+                m.captured(3).toLongLong(), m.captured(4).toLongLong(), m.captured(5).toLongLong()};
         }
         QCOMPARE(ds.size(), std::size_t(world * 6));
         for (int rank = 0; rank < world; ++rank) {
@@ -971,7 +997,8 @@ class TestDeepSpeedAgent : public QObject
                 held += h.numel * 4;
                 secondary += h.secondary;
             }
-            QVERIFY2(secondary > 0, "no secondary (hpZ) partition: zero_hpz_partition_size was not in effect");
+            QVERIFY2(secondary > 0,
+                     "no secondary (hpZ) partition: zero_hpz_partition_size was not in effect");
             // The held bytes count the secondary partitions while the rank has them: every one
             // after backward, none after the optimizer step dropped them.
             long long sampled = -1, most = -1;
@@ -1019,9 +1046,12 @@ class TestDeepSpeedAgent : public QObject
     {
         QTest::addColumn<QString>("externals");
         QTest::addColumn<QString>("loop");
-        QTest::newRow("as the story wrote it") << "none" << "trainer";
-        QTest::newRow("with the story's registration") << "manual" << "trainer";
-        QTest::newRow("in an Accelerate loop") << "none" << "accelerate";
+        QTest::newRow("as the story wrote it") << "none"
+                                               << "trainer";
+        QTest::newRow("with the story's registration") << "manual"
+                                                       << "trainer";
+        QTest::newRow("in an Accelerate loop") << "none"
+                                               << "accelerate";
     }
 
     void hfT5ReadInComputeLoss()
@@ -1078,8 +1108,9 @@ class TestDeepSpeedAgent : public QObject
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
         QFETCH(QStringList, args);
         QFETCH(bool, silent);
-        const QString name = "t5-forward-" + QString::fromUtf8(QTest::currentDataTag())
-                                                 .replace(QRegularExpression("[^a-z]"), "-");
+        const QString name =
+            "t5-forward-" +
+            QString::fromUtf8(QTest::currentDataTag()).replace(QRegularExpression("[^a-z]"), "-");
         const Run r = run(args + QStringList{"--steps", "2", "--snapshot-out", snapshotArg(name)},
                           QStringLiteral(SHARDSCOPE_HF_EXAMPLE));
         QVERIFY2(r.exitCode == 0, qPrintable(r.out));
@@ -1098,13 +1129,15 @@ class TestDeepSpeedAgent : public QObject
     {
         QTest::addColumn<QString>("setup");
         QTest::addColumn<QString>("param");
-        QTest::addColumn<int>("readers"); // how many ranks read it (Transformers: rank 0 only)
+        QTest::addColumn<int>("readers");      // how many ranks read it (Transformers: rank 0 only)
         QTest::addColumn<QString>("selfPath"); // the parameter as the fix line names it
         QTest::newRow("as Transformers builds it")
-            << "hf" << "encoder.pos_conv_embed.conv.parametrizations.weight.original1" << 1
+            << "hf"
+            << "encoder.pos_conv_embed.conv.parametrizations.weight.original1" << 1
             << "model.encoder.pos_conv_embed.conv.parametrizations.weight.original1";
         QTest::newRow("zero.Init without HfDeepSpeedConfig")
-            << "zero-init" << "encoder.pos_conv_embed.conv.weight" << 2 << "self.conv.weight";
+            << "zero-init"
+            << "encoder.pos_conv_embed.conv.weight" << 2 << "self.conv.weight";
     }
 
     void hfWav2Vec2()
@@ -1115,9 +1148,9 @@ class TestDeepSpeedAgent : public QObject
         QFETCH(int, readers);
         QFETCH(QString, selfPath);
         const QString name = "wav2vec2-" + setup;
-        const Run r = run({"--case", "wav2vec2", "--setup", setup, "--snapshot-out",
-                           snapshotArg(name)},
-                          QStringLiteral(SHARDSCOPE_HF_EXAMPLE));
+        const Run r =
+            run({"--case", "wav2vec2", "--setup", setup, "--snapshot-out", snapshotArg(name)},
+                QStringLiteral(SHARDSCOPE_HF_EXAMPLE));
         QVERIFY(r.exitCode != 0);
         QVERIFY2(r.err.contains("IndexError: Dimension out of range (expected to be in range of "
                                 "[-1, 0], but got 2)"),
@@ -1156,10 +1189,10 @@ class TestDeepSpeedAgent : public QObject
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
         QTemporaryDir runtime;
         const QString release = m_dir.filePath("trainer.release"); // as in tiedEmbeddingInForward
-        QProcess *p = start({"--case", "t5-forward", "--steps", "4", "--hold", "120",
-                             "--hold-until", release, "--snapshot-out", snapshotArg("trainer")},
-                            runtime.path(), QStringLiteral("0.1"),
-                            QStringLiteral(SHARDSCOPE_HF_EXAMPLE));
+        QProcess *p =
+            start({"--case", "t5-forward", "--steps", "4", "--hold", "120", "--hold-until", release,
+                   "--snapshot-out", snapshotArg("trainer")},
+                  runtime.path(), QStringLiteral("0.1"), QStringLiteral(SHARDSCOPE_HF_EXAMPLE));
         const QDir disc(runtime.path() + "/shardscope");
         QString job, endpoint0;
         int announced = 0;
@@ -1231,7 +1264,8 @@ class TestDeepSpeedAgent : public QObject
                                         .arg(lowest[rank])));
             }
         }
-        QVERIFY2(whole["engine"]["local_ranks"] == json::array({0, 1}), whole["engine"].dump().c_str());
+        QVERIFY2(whole["engine"]["local_ranks"] == json::array({0, 1}),
+                 whole["engine"].dump().c_str());
     }
 
     // A client attaching before the model is built is told so; then rank 1 is killed
@@ -1286,7 +1320,8 @@ class TestDeepSpeedAgent : public QObject
         // The survivor's own exception (torch's, from the collective its peer left), unchanged.
         QVERIFY2(shardscope::test::failedWithTorchError(out, 0),
                  "rank 0 did not fail with torch's own error");
-        const QString lost = shardscope::test::lostRankCaptureProblem(live, m_dir.filePath("dead.json"));
+        const QString lost =
+            shardscope::test::lostRankCaptureProblem(live, m_dir.filePath("dead.json"));
         QVERIFY2(lost.isEmpty(), qPrintable(lost));
         const json dead = readJson(m_dir.filePath("dead.json"));
         // Its state is the last one sent (at most every 200 ms); its events reach the kill.
@@ -1320,8 +1355,8 @@ class TestDeepSpeedAgent : public QObject
         QTemporaryDir runtime;
         const QString go = m_dir.filePath("build-fail-now");
         const auto letGo = qScopeGuard([&] { QFile(go).open(QIODevice::WriteOnly); });
-        QProcess *p = start({"--wait-before-build", go, "--fail-build-rank", "1",
-                             "--snapshot-out", snapshotArg("buildfail")},
+        QProcess *p = start({"--wait-before-build", go, "--fail-build-rank", "1", "--snapshot-out",
+                             snapshotArg("buildfail")},
                             runtime.path(), QStringLiteral("1"));
         QString job;
         QSet<QString> announced;
@@ -1540,7 +1575,8 @@ class TestDeepSpeedAgent : public QObject
             "with contextlib.redirect_stderr(err):\n    ssd.install(listen=False); ssd.finish()\n"
             "print('NOTHING:', ' '.join(err.getvalue().split()))\n"
             "s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()\n"
-            "os.environ.update(RANK='0', WORLD_SIZE='1', LOCAL_RANK='0', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))\n"
+            "os.environ.update(RANK='0', WORLD_SIZE='1', LOCAL_RANK='0', MASTER_ADDR='127.0.0.1', "
+            "MASTER_PORT=str(port))\n"
             "ssd.install(listen=False)\n"
             "deepspeed.init_distributed('gloo')\n"
             "cfg = {'train_batch_size': 1, 'zero_optimization': {'stage': 3}}\n"
@@ -1576,7 +1612,8 @@ class TestDeepSpeedAgent : public QObject
             // legal), is off torch's stack while loss.backward() runs through it: the scopes'
             // close there must not forget it, or it stays on the script's stack for good
             "m2 = torch.nn.Sequential(torch.nn.Linear(4, 4))\n"
-            "eng, *_ = deepspeed.initialize(model=m2, optimizer=torch.optim.SGD(m2.parameters(), lr=0.1),\n"
+            "eng, *_ = deepspeed.initialize(model=m2, optimizer=torch.optim.SGD(m2.parameters(), "
+            "lr=0.1),\n"
             "    config={'train_batch_size': 1, 'zero_allow_untested_optimizer': True,\n"
             "    'zero_optimization': {'stage': 3, 'stage3_param_persistence_threshold': 0}})\n"
             "depths = []\n"

@@ -144,7 +144,8 @@ inline QString lastRankException(const QString &err)
         R"(\[rank0\]: ((?:[A-Za-z_][\w.]*\.)?\w*(?:Error|Exception)\b.*|)"
         R"((?:[A-Za-z_]\w*\.)*[A-Z][a-z]\w*: .*))"); // Unsupported: ..., not ninja's FAILED: ...
     QString last;
-    for (auto it = re.globalMatch(err); it.hasNext();) last = it.next().captured(1);
+    for (auto it = re.globalMatch(err); it.hasNext();)
+        last = it.next().captured(1);
     return last;
 }
 
