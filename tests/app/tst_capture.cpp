@@ -20,7 +20,9 @@
 #include "core/engine.h"
 #include "core/engineprovider.h"
 #include "prerequisite.h"
+#include "processrun.h"
 #include "server/inspector.h"
+#include "snapshotquery.h"
 #include "snapshotschema.h"
 #include "telemetry/eventfields.h"
 #include "wire/discovery.h"
@@ -30,35 +32,13 @@ using namespace shardscope;
 
 namespace {
 
-QString binary(const char *name)
-{
-    return QString::fromLocal8Bit(qgetenv("SHARDSCOPE_BIN_DIR")) + "/" + name;
-}
-
-struct Run
-{
-    int exitCode = -1;
-    QString out;
-    QString err;
-};
+using Run = test::ProcessRun;
+using test::readJson;
 
 Run runCapture(const QStringList &args,
                const QProcessEnvironment &env = QProcessEnvironment::systemEnvironment())
 {
-    QProcess p;
-    p.setProcessEnvironment(env);
-    p.start(binary("shardscope-capture"), args);
-    if (!p.waitForFinished(60000)) p.kill();
-    p.waitForFinished();
-    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
-            QString::fromLocal8Bit(p.readAllStandardOutput()),
-            QString::fromLocal8Bit(p.readAllStandardError())};
-}
-
-nlohmann::json readJson(const QString &path)
-{
-    std::ifstream in(path.toStdString());
-    return nlohmann::json::parse(in, nullptr, false);
+    return test::runBinary(QStringLiteral("shardscope-capture"), args, 60000, env);
 }
 
 // A small in-process engine for the capture tool to attach to.
@@ -105,7 +85,7 @@ struct Trainer
     bool start(const QStringList &extra)
     {
         process.setProcessChannelMode(QProcess::MergedChannels); // its errors show in output
-        process.start(binary("shardscope-train"),
+        process.start(test::binPath("shardscope-train"),
                       QStringList{"--externals", "none", "--listen", "tcp:127.0.0.1:0"} + extra);
         if (!process.waitForStarted(10000)) return false;
         while (endpoint.isEmpty() && (process.canReadLine() || process.waitForReadyRead(30000))) {
@@ -136,7 +116,7 @@ bool snapshotSchemaProblemsEmpty(const nlohmann::json &j)
 
 bool haveTrainer()
 {
-    return QFileInfo::exists(binary("shardscope-train"));
+    return QFileInfo::exists(test::binPath("shardscope-train"));
 }
 
 } // namespace
@@ -171,7 +151,7 @@ void TestCapture::initTestCase()
 {
     QVERIFY(m_runtime.isValid());
     ::setenv("XDG_RUNTIME_DIR", m_runtime.path().toLocal8Bit().constData(), 1);
-    QVERIFY2(QFileInfo::exists(binary("shardscope-capture")),
+    QVERIFY2(QFileInfo::exists(test::binPath("shardscope-capture")),
              "shardscope-capture not found in SHARDSCOPE_BIN_DIR");
 }
 
@@ -288,7 +268,7 @@ void TestCapture::capturesALocalEngineUntilItFinishes()
         std::make_unique<core::EngineStateProvider>(*local.engine), o);
     local.steps(3);
     QProcess capture;
-    capture.start(binary("shardscope-capture"),
+    capture.start(test::binPath("shardscope-capture"),
                   {"--attach", QString::fromStdString(inspector->endpoint()), "--out",
                    dir.filePath("c.json")});
     QVERIFY(capture.waitForStarted());
@@ -320,7 +300,8 @@ void TestCapture::trainerEndToEndFindsTheTiedEmbeddingAccess()
              qPrintable(trainer.output));
 
     QProcess capture;
-    capture.start(binary("shardscope-capture"), {"--attach", trainer.endpoint, "--out", captured});
+    capture.start(test::binPath("shardscope-capture"),
+                  {"--attach", trainer.endpoint, "--out", captured});
 
     auto client = client::InspectorClient::connect(trainer.endpoint.toStdString(), {});
     QVERIFY2(client.ok(), client.error().c_str());
@@ -407,7 +388,7 @@ void TestCapture::untilStepStopsAfterThatStep()
 void TestCapture::exportedTraceEqualsTheInspectorsExportOfTheSnapshot()
 {
     if (!haveTrainer()) SHARDSCOPE_SKIP_IF_ALLOWED("trainer", "shardscope-train is not built");
-    if (!QFileInfo::exists(binary("shardscope")))
+    if (!QFileInfo::exists(test::binPath("shardscope")))
         SHARDSCOPE_SKIP_IF_ALLOWED(
             "gui", "the inspector (shardscope) is not built (SHARDSCOPE_BUILD_GUI=OFF)");
     QTemporaryDir dir;
@@ -426,7 +407,7 @@ void TestCapture::exportedTraceEqualsTheInspectorsExportOfTheSnapshot()
     env.insert("QT_QPA_PLATFORM", "offscreen");
     QProcess gui;
     gui.setProcessEnvironment(env);
-    gui.start(binary("shardscope"), {"--open", snap, "--export-trace", exported, "--quit"});
+    gui.start(test::binPath("shardscope"), {"--open", snap, "--export-trace", exported, "--quit"});
     QVERIFY(gui.waitForFinished(60000));
     QVERIFY2(gui.exitStatus() == QProcess::NormalExit && gui.exitCode() == 0,
              gui.readAllStandardError().constData());
@@ -508,11 +489,12 @@ void TestCapture::pythonClientFromTheProtocolDocWorks()
     // 20 steps are over in a fraction of a second, often before python3 has started:
     // the run waits for its client.
     QVERIFY2(trainer.start({"--steps", "20", "--wait-for-client=60"}), qPrintable(trainer.output));
-    QProcess py;
-    py.start("python3", {script, trainer.endpoint});
-    QVERIFY(py.waitForFinished(60000));
-    const QString out = QString::fromUtf8(py.readAllStandardOutput());
-    QVERIFY2(py.exitCode() == 0, qPrintable(QString::fromUtf8(py.readAllStandardError())));
+    test::RunOptions options;
+    options.timeoutMs = 60000;
+    const Run py = test::runProcess("python3", {script, trainer.endpoint}, options);
+    QVERIFY(py.finished());
+    const QString &out = py.out;
+    QVERIFY2(py.exitCode == 0, qPrintable(py.err));
     QVERIFY2(out.contains("unregistered_access lm_head embed.weight embed "
                           "register_external_parameter(lm_head, embed.weight)"),
              qPrintable(out));
@@ -530,7 +512,8 @@ void TestCapture::engineDyingMidRunIsWrittenWithItsOwnStatus()
     Trainer trainer;
     QVERIFY2(trainer.start({"--steps", "100000"}), qPrintable(trainer.output));
     QProcess capture;
-    capture.start(binary("shardscope-capture"), {"--attach", trainer.endpoint, "--out", out});
+    capture.start(test::binPath("shardscope-capture"),
+                  {"--attach", trainer.endpoint, "--out", out});
     QVERIFY(capture.waitForStarted());
     QVERIFY(capture.waitForReadyRead(30000)); // "attached to ..."
     trainer.process.kill();
@@ -666,7 +649,7 @@ void TestCapture::outputIntoAFifoIsWrittenNotReplaced()
     FifoReader capturedCopy(fifo), ownCopy(ownFifo);
     QVERIFY(capturedCopy.opened() && ownCopy.opened());
     QProcess capture;
-    capture.start(binary("shardscope-capture"),
+    capture.start(test::binPath("shardscope-capture"),
                   {"--attach", QString::fromStdString(inspector->endpoint()), "--out", fifo});
     QVERIFY(capture.waitForStarted());
     QVERIFY(capture.waitForReadyRead(30000)); // "attached to ..."
@@ -788,7 +771,7 @@ void TestCapture::twoRunsOfOneNameAreToldApart()
     b.steps(3);
     QProcess capture;
     capture.setProcessEnvironment(env);
-    capture.start(binary("shardscope-capture"),
+    capture.start(test::binPath("shardscope-capture"),
                   {"--attach", "job:none@127.0.0.1:1001", "--out", dir.filePath("a.json")});
     QVERIFY(capture.waitForStarted());
     QVERIFY(capture.waitForReadyRead(30000));
@@ -829,8 +812,8 @@ void TestCapture::aStoppedRankEndsTheJobCapture()
     for (QProcess &p : ranks) {
         p.setProcessEnvironment(env);
         p.setProcessChannelMode(QProcess::MergedChannels);
-        p.start(binary("shardscope-train"), {"--backend", "cpu", "--world-size", "2", "--steps",
-                                             "1000000", "--externals", "none"});
+        p.start(test::binPath("shardscope-train"), {"--backend", "cpu", "--world-size", "2",
+                                                    "--steps", "1000000", "--externals", "none"});
         QVERIFY(p.waitForStarted());
     }
     const auto cleanup = qScopeGuard([&] {
@@ -846,7 +829,7 @@ void TestCapture::aStoppedRankEndsTheJobCapture()
     QCOMPARE(QDir(runtime.filePath("shardscope")).entryList({"*.json"}).size(), 2);
     QProcess capture;
     capture.setProcessEnvironment(env);
-    capture.start(binary("shardscope-capture"),
+    capture.start(test::binPath("shardscope-capture"),
                   {"--attach", "job:stopjob@127.0.0.1:1", "--out", dir.filePath("s.json")});
     QVERIFY(capture.waitForStarted());
     QVERIFY(capture.waitForReadyRead(30000));

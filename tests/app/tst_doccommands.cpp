@@ -15,6 +15,8 @@
 
 #include <algorithm>
 
+#include "processrun.h"
+
 namespace {
 
 // How the docs name a program, and whose --help says which flags it takes.
@@ -301,17 +303,15 @@ class DocChecker
         const Program &prog = m_programs[name];
         QString out;
         if (!prog.program.isEmpty()) {
-            QProcess p;
-            p.start(prog.program, prog.args);
-            if (!p.waitForFinished(30000)) {
-                p.kill();
-                p.waitForFinished();
-            }
-            out = QString::fromUtf8(p.readAllStandardOutput() + p.readAllStandardError());
-            if (p.exitStatus() != QProcess::NormalExit || p.exitCode() != 0 || out.isEmpty())
+            shardscope::test::RunOptions options;
+            options.timeoutMs = 30000;
+            const shardscope::test::ProcessRun p =
+                shardscope::test::runProcess(prog.program, prog.args, options);
+            out = p.out + p.err;
+            if (p.exitCode != 0 || out.isEmpty())
                 m_findings << QStringLiteral("%1 %2 did not answer (exit %3): %4")
                                   .arg(prog.program, prog.args.join(QLatin1Char(' ')))
-                                  .arg(p.exitCode())
+                                  .arg(p.exitCode)
                                   .arg(out.left(500));
         }
         m_help.insert(name, out);

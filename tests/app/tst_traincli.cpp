@@ -11,6 +11,7 @@
 #include "client/inspectorclient.h"
 #include "nn/markov.h"
 #include "nn/trainconfig.h"
+#include "processrun.h"
 
 class TestTrainCli : public QObject
 {
@@ -31,12 +32,7 @@ class TestTrainCli : public QObject
     void lingerHandsTheEndToALateClient();
 
   private:
-    struct Result
-    {
-        int exitCode = -1;
-        QString out;
-        QString err;
-    };
+    using Result = shardscope::test::ProcessRun;
     Result run(const QStringList &args,
                const QProcessEnvironment &env = QProcessEnvironment::systemEnvironment());
 
@@ -45,16 +41,10 @@ class TestTrainCli : public QObject
 
 TestTrainCli::Result TestTrainCli::run(const QStringList &args, const QProcessEnvironment &env)
 {
-    QProcess p;
-    p.setProcessEnvironment(env);
-    p.start(m_program, args);
-    if (!p.waitForFinished(120000)) {
-        p.kill();
-        p.waitForFinished();
-    }
-    return Result{p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
-                  QString::fromUtf8(p.readAllStandardOutput()),
-                  QString::fromUtf8(p.readAllStandardError())};
+    shardscope::test::RunOptions options;
+    options.environment = env;
+    options.timeoutMs = 120000;
+    return shardscope::test::runProcess(m_program, args, options);
 }
 
 void TestTrainCli::initTestCase()
