@@ -22,7 +22,9 @@
 #include <set>
 
 #include "prerequisite.h"
+#include "pythonrun.h"
 #include "rankjob.h"
+#include "ranksnapshots.h"
 #include "snapshotquery.h"
 #include "snapshotschema.h"
 #include "wire/snapshot.h"
@@ -39,34 +41,26 @@ using shardscope::test::moduleOf;
 using shardscope::test::readJson;
 using shardscope::test::violations;
 
-using Run = shardscope::test::RankRun;
+using Run = shardscope::test::ProcessRun;
 
 // The interpreter the ranks run: the build's (torch from python/requirements.txt), or
 // SHARDSCOPE_FSDP_PYTHON, an interpreter of the same Python version with another torch (how
 // torch 2.11 was checked: docs/fsdp.md, "Tested releases").
 QString python()
 {
-    const QString other = qEnvironmentVariable("SHARDSCOPE_FSDP_PYTHON");
-    return other.isEmpty() ? QStringLiteral(SHARDSCOPE_PYTHON_EXE) : other;
+    return shardscope::test::pythonInterpreter(QStringLiteral(SHARDSCOPE_PYTHON_EXE),
+                                               "SHARDSCOPE_FSDP_PYTHON");
 }
 
 QProcessEnvironment fsdpEnvironment()
 {
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    env.insert("PYTHONPATH", QStringLiteral(SHARDSCOPE_PYTHON_DIR));
-    env.insert("OMP_NUM_THREADS", "1");
-    env.remove("SHARDSCOPE_TOKEN");
-    return env;
+    return shardscope::test::pythonEnvironment(QStringLiteral(SHARDSCOPE_PYTHON_DIR));
 }
 
-// The example's line that carries `marker` (a "# story: ..." comment), 0 when none does.
+// The example's line that carries `marker` (a "# story: ..." comment), -1 when none does.
 int exampleLine(const char *marker)
 {
-    QFile example(QStringLiteral(SHARDSCOPE_EXAMPLE));
-    if (!example.open(QIODevice::ReadOnly)) return 0;
-    for (int n = 1; !example.atEnd(); ++n)
-        if (example.readLine().contains(marker)) return n;
-    return 0;
+    return shardscope::test::lineOf(QStringLiteral(SHARDSCOPE_EXAMPLE), QString::fromUtf8(marker));
 }
 
 // Fetch reasons (docs/protocol.md); an explicit unshard() is `gathered_parameters`.
@@ -104,38 +98,20 @@ class TestFsdpAgent : public QObject
         return run(args, 2, QStringLiteral(SHARDSCOPE_HF_FSDP_EXAMPLE));
     }
 
-    QString snapshotArg(const QString &name) { return m_dir.filePath(name + ".rank{rank}.json"); }
+    QString snapshotArg(const QString &name)
+    {
+        return shardscope::test::rankSnapshotArg(m_dir.path(), name);
+    }
     QString snapshotOf(const QString &name, int rank)
     {
-        return m_dir.filePath(name + ".rank" + QString::number(rank) + ".json");
+        return shardscope::test::rankSnapshotPath(m_dir.path(), name, rank);
     }
 
-    // Every rank's snapshot decodes with our decoder and passes the schema checks.
+    // Every rank's snapshot, decoded with our decoder (in the fsdp dialect) and passing the
+    // schema checks.
     std::vector<json> snapshots(const QString &name, int world = 2)
     {
-        std::vector<json> out;
-        for (int rank = 0; rank < world; ++rank) {
-            const QString path = snapshotOf(name, rank);
-            auto decoded = shardscope::wire::readSnapshotFile(path.toStdString());
-            if (!decoded) {
-                qWarning("%s: %s", qPrintable(path), decoded.error().c_str());
-                return {};
-            }
-            if (decoded->state.worldSize != world ||
-                decoded->state.localRanks != std::vector<int>{rank} ||
-                decoded->state.fixDialect != "fsdp") {
-                qWarning("%s: not rank %d of %d in the fsdp dialect", qPrintable(path), rank,
-                         world);
-                return {};
-            }
-            json j = readJson(path);
-            const auto problems = shardscope::test::snapshotSchemaProblems(j);
-            for (const auto &p : problems)
-                qWarning("%s: %s", qPrintable(path), p.c_str());
-            if (!problems.empty()) return {};
-            out.push_back(std::move(j));
-        }
-        return out;
+        return shardscope::test::rankSnapshots(m_dir.path(), name, world, "fsdp");
     }
 
     // Each rank's line "shardscope: rank R: ..." comes before torch's error `error` of that rank.
@@ -163,22 +139,18 @@ class TestFsdpAgent : public QObject
     void initTestCase()
     {
         QVERIFY(m_dir.isValid());
-        if (QDir(QStringLiteral(SHARDSCOPE_PYTHON_DIR) + "/shardscope")
-                .entryList({"_native*.so"})
-                .isEmpty())
-            m_skip = "the shardscope Python module was not built (pybind11-dev and python3-dev: "
-                     "scripts/deps)";
-        else {
-            QProcess probe;
-            probe.setProcessEnvironment(fsdpEnvironment());
-            probe.start(python(), {"-c", "from torch.distributed.fsdp import fully_shard; "
-                                         "import torch; print(torch.__version__)"});
-            if (!probe.waitForFinished(120000) || probe.exitCode() != 0)
+        m_skip = shardscope::test::nativeModuleMissing(QStringLiteral(SHARDSCOPE_PYTHON_DIR));
+        if (m_skip.isEmpty()) {
+            const Run probe =
+                shardscope::test::probePython(python(), fsdpEnvironment(),
+                                              "from torch.distributed.fsdp import fully_shard; "
+                                              "import torch; print(torch.__version__)");
+            if (probe.exitCode != 0)
                 m_skip = python() + " cannot import torch's FSDP2 (scripts/deps installs torch): " +
-                         QString::fromUtf8(probe.readAllStandardError()).right(400);
+                         probe.err.right(400);
             else {
                 // torch 2.13 refuses a parameter tied into two groups; before, it trains two copies
-                const QList<QByteArray> v = probe.readAllStandardOutput().trimmed().split('.');
+                const QList<QByteArray> v = probe.out.toUtf8().trimmed().split('.');
                 m_torchRefusesTied =
                     v.size() < 2 || v[0].toInt() > 2 || (v[0].toInt() == 2 && v[1].toInt() >= 13);
                 qInfo("torch %s", qPrintable(v.join('.')));
@@ -263,10 +235,9 @@ class TestFsdpAgent : public QObject
         QVERIFY(gui.waitForFinished(120000));
         QVERIFY2(gui.exitCode() == 0, gui.readAllStandardError().constData());
 #endif
-        QVERIFY(p->waitForFinished(150000));
-        const QString err = QString::fromUtf8(p->readAllStandardError());
-        QVERIFY2(p->exitCode() == 0,
-                 qPrintable(err + QString::fromUtf8(p->readAllStandardOutput())));
+        const Run ran = shardscope::test::finishRanks(p, 150000);
+        QVERIFY(ran.finished());
+        QVERIFY2(ran.exitCode == 0, qPrintable(ran.out));
 
         const std::vector<json> snaps = snapshots("live");
         QCOMPARE(snaps.size(), std::size_t(2));
@@ -1209,13 +1180,15 @@ class TestFsdpAgent : public QObject
     void misuse()
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
-        QProcess p;
-        p.setProcessEnvironment(fsdpEnvironment());
-        p.start(python(), {QStringLiteral(SHARDSCOPE_SOURCE_DIR) + "/tests/fsdp/fsdp_misuse.py"});
-        QVERIFY(p.waitForFinished(120000));
-        const QString out = QString::fromUtf8(p.readAllStandardOutput()) +
-                            QString::fromUtf8(p.readAllStandardError());
-        QVERIFY2(p.exitCode() == 0 && out.contains("misuse ok"), qPrintable(out));
+        shardscope::test::RunOptions options;
+        options.environment = fsdpEnvironment();
+        options.timeoutMs = 120000;
+        const Run p = shardscope::test::runProcess(
+            python(), {QStringLiteral(SHARDSCOPE_SOURCE_DIR) + "/tests/fsdp/fsdp_misuse.py"},
+            options);
+        QVERIFY(p.finished());
+        const QString out = p.out + p.err;
+        QVERIFY2(p.exitCode == 0 && out.contains("misuse ok"), qPrintable(out));
         QCOMPARE(out.count("refused: "), 5);
     }
 };
