@@ -24,8 +24,6 @@
 
 namespace shardscope::test {
 
-using RankRun = ProcessRun; // until the agents' suites name ProcessRun
-
 // A running scripts/launch. Ending it (deleting it, or finishRanks after its timeout) ends
 // its ranks too, which run in sessions of their own (endProcessTree): a test that fails or
 // times out leaves no rank behind.
