@@ -154,23 +154,19 @@ class TestCheck : public QObject
   private slots:
     void initTestCase()
     {
-        m_skip = shardscope::test::nativeModuleMissing(QStringLiteral(SHARDSCOPE_PYTHON_DIR));
-        if (m_skip.isEmpty()) {
-            const Run probe =
-                shardscope::test::probePython(python(), environment(),
-                                              "import torch, deepspeed, jsonschema, xmlschema; "
-                                              "print(deepspeed.__version__)");
-            if (probe.exitCode != 0)
-                m_skip = python() +
-                         " cannot import torch, deepspeed, jsonschema and xmlschema "
-                         "(scripts/deps installs python/requirements.txt): " +
-                         probe.err.right(400);
-            else if (const QString want = qEnvironmentVariable("SHARDSCOPE_DS_VERSION");
-                     !want.isEmpty() && // the last line: DeepSpeed logs its accelerator first
-                     probe.out.trimmed().split('\n').last() != want)
-                m_skip = "DeepSpeed " + want + " is not installed at " +
-                         qEnvironmentVariable("SHARDSCOPE_DS_PATH") + " (scripts/deps)";
-        }
+        Run probe;
+        m_skip = shardscope::test::pythonPrerequisiteMissing(
+            python(), QStringLiteral(SHARDSCOPE_PYTHON_DIR), environment(),
+            "import torch, deepspeed, jsonschema, xmlschema; print(deepspeed.__version__)",
+            "import torch, deepspeed, jsonschema and xmlschema (scripts/deps installs "
+            "python/requirements.txt)",
+            &probe);
+        if (const QString want = qEnvironmentVariable("SHARDSCOPE_DS_VERSION");
+            m_skip.isEmpty() && !want.isEmpty() &&
+            // the last line: DeepSpeed logs its accelerator first
+            probe.out.trimmed().split('\n').last() != want)
+            m_skip = "DeepSpeed " + want + " is not installed at " +
+                     qEnvironmentVariable("SHARDSCOPE_DS_PATH") + " (scripts/deps)";
         // A skip would hide what scripts/deps failed to install: it fails unless asked for.
         if (const QString refused = shardscope::test::refusedSkip({"check"}, m_skip);
             !refused.isEmpty())

@@ -199,21 +199,15 @@ class TestDeepSpeedAgent : public QObject
     {
         QVERIFY(m_dir.isValid());
         const QString want = qEnvironmentVariable("SHARDSCOPE_DS_VERSION");
-        m_skip = shardscope::test::nativeModuleMissing(QStringLiteral(SHARDSCOPE_PYTHON_DIR));
-        if (m_skip.isEmpty()) {
-            const Run probe = shardscope::test::probePython(
-                python(), dsEnvironment(), "import torch, deepspeed; print(deepspeed.__version__)");
-            const QString have = probe.out.trimmed();
-            m_version = have.section('\n', -1);
-            if (probe.exitCode != 0)
-                m_skip = python() +
-                         " cannot import torch and DeepSpeed (scripts/deps installs "
-                         "them): " +
-                         probe.err.right(400);
-            else if (!want.isEmpty() && have.section('\n', -1) != want)
-                m_skip = "DeepSpeed " + want + " was asked for, " + python() + " imports " +
-                         have.section('\n', -1) + " (scripts/deps installs the tested releases)";
-        }
+        Run probe;
+        m_skip = shardscope::test::pythonPrerequisiteMissing(
+            python(), QStringLiteral(SHARDSCOPE_PYTHON_DIR), dsEnvironment(),
+            "import torch, deepspeed; print(deepspeed.__version__)",
+            "import torch and DeepSpeed (scripts/deps installs them)", &probe);
+        m_version = probe.out.trimmed().section('\n', -1);
+        if (m_skip.isEmpty() && !want.isEmpty() && m_version != want)
+            m_skip = "DeepSpeed " + want + " was asked for, " + python() + " imports " + m_version +
+                     " (scripts/deps installs the tested releases)";
         // A skip would hide a missing install step (everything above is what scripts/deps
         // installs): it fails unless asked for, for DeepSpeed or for this release.
         if (const QString refused = shardscope::test::refusedSkip(

@@ -68,16 +68,11 @@ class TestAttachWhileBuilding : public QObject
         QFile::setPermissions(m_dir.path(), QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
         m_env = shardscope::test::pythonEnvironment(QStringLiteral(SHARDSCOPE_PYTHON_DIR));
         m_env.insert("XDG_RUNTIME_DIR", m_dir.path());
-        m_skip = shardscope::test::nativeModuleMissing(QStringLiteral(SHARDSCOPE_PYTHON_DIR));
-        if (m_skip.isEmpty()) {
-            const shardscope::test::ProcessRun probe = shardscope::test::probePython(
-                python(), m_env,
-                "from torch.distributed.fsdp import fully_shard; "
-                "from transformers import T5ForConditionalGeneration");
-            if (probe.exitCode != 0)
-                m_skip = python() + " cannot import torch's FSDP2 and Transformers' T5 "
-                                    "(scripts/deps installs both)";
-        }
+        m_skip = shardscope::test::pythonPrerequisiteMissing(
+            python(), QStringLiteral(SHARDSCOPE_PYTHON_DIR), m_env,
+            "from torch.distributed.fsdp import fully_shard; "
+            "from transformers import T5ForConditionalGeneration",
+            "import torch's FSDP2 and Transformers' T5 (scripts/deps installs both)");
         // A skip would hide what scripts/deps failed to install: it fails unless asked for
         // (tests/support/prerequisite.h, as tst_fsdpagent).
         if (const QString refused = shardscope::test::refusedSkip({"fsdp"}, m_skip);

@@ -139,22 +139,18 @@ class TestFsdpAgent : public QObject
     void initTestCase()
     {
         QVERIFY(m_dir.isValid());
-        m_skip = shardscope::test::nativeModuleMissing(QStringLiteral(SHARDSCOPE_PYTHON_DIR));
+        Run probe;
+        m_skip = shardscope::test::pythonPrerequisiteMissing(
+            python(), QStringLiteral(SHARDSCOPE_PYTHON_DIR), fsdpEnvironment(),
+            "from torch.distributed.fsdp import fully_shard; import torch; "
+            "print(torch.__version__)",
+            "import torch's FSDP2 (scripts/deps installs torch)", &probe);
         if (m_skip.isEmpty()) {
-            const Run probe =
-                shardscope::test::probePython(python(), fsdpEnvironment(),
-                                              "from torch.distributed.fsdp import fully_shard; "
-                                              "import torch; print(torch.__version__)");
-            if (probe.exitCode != 0)
-                m_skip = python() + " cannot import torch's FSDP2 (scripts/deps installs torch): " +
-                         probe.err.right(400);
-            else {
-                // torch 2.13 refuses a parameter tied into two groups; before, it trains two copies
-                const QList<QByteArray> v = probe.out.toUtf8().trimmed().split('.');
-                m_torchRefusesTied =
-                    v.size() < 2 || v[0].toInt() > 2 || (v[0].toInt() == 2 && v[1].toInt() >= 13);
-                qInfo("torch %s", qPrintable(v.join('.')));
-            }
+            // torch 2.13 refuses a parameter tied into two groups; before, it trains two copies
+            const QList<QByteArray> v = probe.out.toUtf8().trimmed().split('.');
+            m_torchRefusesTied =
+                v.size() < 2 || v[0].toInt() > 2 || (v[0].toInt() == 2 && v[1].toInt() >= 13);
+            qInfo("torch %s", qPrintable(v.join('.')));
         }
         // A skip would hide what scripts/deps failed to install: it fails unless asked for.
         if (const QString refused = shardscope::test::refusedSkip({"fsdp"}, m_skip);

@@ -67,6 +67,21 @@ inline ProcessRun probePython(const QString &python, const QProcessEnvironment &
     return runProcess(python, {"-c", code}, options);
 }
 
+// What a Python suite's cases lack (prerequisite.h's `why`), empty when nothing: the native
+// module in pythonDir, or what `python -c code` in env imports (`cannot` names it and what
+// installs it: "import torch's FSDP2 (scripts/deps installs torch)"). `probe`, when given,
+// gets the probe's run (what the code printed: a release's version).
+inline QString pythonPrerequisiteMissing(const QString &python, const QString &pythonDir,
+                                         const QProcessEnvironment &env, const QString &code,
+                                         const QString &cannot, ProcessRun *probe = nullptr)
+{
+    if (const QString missing = nativeModuleMissing(pythonDir); !missing.isEmpty()) return missing;
+    const ProcessRun r = probePython(python, env, code);
+    if (probe) *probe = r;
+    if (r.exitCode == 0) return {};
+    return python + " cannot " + cannot + ": " + r.err.right(400);
+}
+
 // The 1-based number of the first line of file that contains text; -1 when none does (or the
 // file cannot be read), never a line a report could name.
 inline int lineOf(const QString &file, const QString &text)
