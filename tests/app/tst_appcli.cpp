@@ -4,12 +4,12 @@
 // exit status and words shardscope-capture gives it (one parser, one reachability check).
 
 #include <QFile>
-#include <QProcess>
-#include <QProcessEnvironment>
 #include <QImage>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QProcess>
+#include <QProcessEnvironment>
 #include <QTemporaryDir>
 #include <QTest>
 
@@ -75,8 +75,8 @@ void TestAppCli::badFlagsExitTwo()
 {
     QFETCH(QStringList, args);
     QFETCH(QString, message);
-    const ProcessResult r = runApp(args, 30000);
-    QVERIFY(r.finished);
+    const ProcessRun r = runApp(args, 30000);
+    QVERIFY(r.finished());
     QCOMPARE(r.exitCode, 2);
     QVERIFY2(r.err.contains(message), qPrintable(r.err));
 }
@@ -89,13 +89,10 @@ void TestAppCli::helpAndBadFlagsNeedNoDisplay()
     for (const char *name : {"QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY"})
         env.remove(QString::fromLatin1(name));
     const auto run = [&](const QStringList &args, int expected, const QString &text) {
-        QProcess p;
-        p.setProcessEnvironment(env);
-        p.start(binPath(QStringLiteral("shardscope")), args);
-        QVERIFY(p.waitForFinished(30000));
-        const QString out = QString::fromUtf8(p.readAllStandardOutput() + p.readAllStandardError());
-        QVERIFY2(p.exitStatus() == QProcess::NormalExit && p.exitCode() == expected,
-                 qPrintable(out));
+        const ProcessRun r = runBinary(QStringLiteral("shardscope"), args, 30000, env);
+        QVERIFY(r.finished());
+        const QString out = r.out + r.err;
+        QVERIFY2(r.exitCode == expected, qPrintable(out));
         QVERIFY2(out.contains(text), qPrintable(out));
     };
     run({QStringLiteral("--help")}, 0, QStringLiteral("Usage: shardscope"));
@@ -109,8 +106,7 @@ void TestAppCli::corruptSnapshotExitsOne()
     QVERIFY(f.open(QIODevice::WriteOnly));
     f.write("{\"format\": \"shardscope-snapshot\", \"version\": 1, \"engine\": [");
     f.close();
-    const ProcessResult r =
-        runApp({QStringLiteral("--open"), path, QStringLiteral("--quit")}, 30000);
+    const ProcessRun r = runApp({QStringLiteral("--open"), path, QStringLiteral("--quit")}, 30000);
     QCOMPARE(r.exitCode, 1);
     QVERIFY2(r.err.contains(QStringLiteral("cannot open `%1` as a ShardScope snapshot").arg(path)),
              qPrintable(r.err));
@@ -121,9 +117,8 @@ void TestAppCli::fifoIsRefusedNotWaitedOn()
 {
     const QString path = m_dir.filePath(QStringLiteral("fifo.json"));
     QCOMPARE(::mkfifo(QFile::encodeName(path).constData(), 0600), 0);
-    const ProcessResult r =
-        runApp({QStringLiteral("--open"), path, QStringLiteral("--quit")}, 30000);
-    QVERIFY(r.finished);
+    const ProcessRun r = runApp({QStringLiteral("--open"), path, QStringLiteral("--quit")}, 30000);
+    QVERIFY(r.finished());
     QCOMPARE(r.exitCode, 1);
     QVERIFY2(r.err.contains(QStringLiteral("not a regular file")), qPrintable(r.err));
 }
@@ -144,10 +139,9 @@ void TestAppCli::openExportsAndScreenshot()
     const QString trace = m_dir.filePath(QStringLiteral("trace.json"));
     const QString csv = m_dir.filePath(QStringLiteral("violations.csv"));
     const QString png = m_dir.filePath(QStringLiteral("shot.png"));
-    const ProcessResult r =
-        runApp({QStringLiteral("--open"), snap, QStringLiteral("--export-trace"), trace,
-                QStringLiteral("--export-csv"), csv, QStringLiteral("--screenshot"), png,
-                QStringLiteral("--quit")});
+    const ProcessRun r = runApp({QStringLiteral("--open"), snap, QStringLiteral("--export-trace"),
+                                 trace, QStringLiteral("--export-csv"), csv,
+                                 QStringLiteral("--screenshot"), png, QStringLiteral("--quit")});
     QVERIFY2(r.exitCode == 0, qPrintable(r.err));
     QVERIFY(r.out.contains(QStringLiteral("wrote trace")));
 
@@ -166,7 +160,8 @@ void TestAppCli::openExportsAndScreenshot()
     QFile c(csv);
     QVERIFY(c.open(QIODevice::ReadOnly));
     const QByteArray rows = c.readAll();
-    QVERIFY2(rows.contains("unregistered_access,cost,lm_head,embed.weight,embed"), rows.constData());
+    QVERIFY2(rows.contains("unregistered_access,cost,lm_head,embed.weight,embed"),
+             rows.constData());
 
     QImage image(png);
     QVERIFY(!image.isNull());
@@ -176,21 +171,9 @@ void TestAppCli::openExportsAndScreenshot()
 
 namespace {
 
-ProcessResult runCapture(const QStringList &args, int timeoutMs = 60000)
+ProcessRun runCapture(const QStringList &args, int timeoutMs = 60000)
 {
-    QProcess p;
-    p.start(binPath(QStringLiteral("shardscope-capture")), args);
-    ProcessResult r;
-    if (!p.waitForStarted(10000)) return r;
-    r.finished = p.waitForFinished(timeoutMs);
-    if (!r.finished) {
-        p.kill();
-        p.waitForFinished(5000);
-    }
-    r.exitCode = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-    r.out = QString::fromUtf8(p.readAllStandardOutput());
-    r.err = QString::fromUtf8(p.readAllStandardError());
-    return r;
+    return runBinary(QStringLiteral("shardscope-capture"), args, timeoutMs);
 }
 
 // What a program said about its --attach argument: its lines on stderr without the program's
@@ -199,8 +182,7 @@ QStringList said(const QString &err, const QString &program)
 {
     QStringList out;
     for (const QString &line : err.split(QLatin1Char('\n'), Qt::SkipEmptyParts))
-        if (line.startsWith(program + QStringLiteral(": ")))
-            out << line.mid(program.size() + 2);
+        if (line.startsWith(program + QStringLiteral(": "))) out << line.mid(program.size() + 2);
     return out;
 }
 
@@ -224,13 +206,12 @@ void TestAppCli::sameAttachArgumentSameAnswerAsCapture_data()
     QTest::newRow("list, none answers")
         << QStringLiteral("tcp:127.0.0.1:1,tcp:127.0.0.1:2") << 1
         << QStringLiteral("cannot connect to tcp:127.0.0.1:2: Connection refused");
-    QTest::newRow("IPv6 unbracketed") << QStringLiteral("tcp:::1:7000") << 2
-                                      << QStringLiteral("write an IPv6 host in brackets");
-    QTest::newRow("list with garbage")
-        << QStringLiteral("tcp:127.0.0.1:1,garbage") << 2
-        << QStringLiteral("unknown endpoint \"garbage\"");
-    QTest::newRow("job without a name") << QStringLiteral("job:") << 2
-                                        << QStringLiteral("job:NAME needs the job's name");
+    QTest::newRow("IPv6 unbracketed")
+        << QStringLiteral("tcp:::1:7000") << 2 << QStringLiteral("write an IPv6 host in brackets");
+    QTest::newRow("list with garbage") << QStringLiteral("tcp:127.0.0.1:1,garbage") << 2
+                                       << QStringLiteral("unknown endpoint \"garbage\"");
+    QTest::newRow("job without a name")
+        << QStringLiteral("job:") << 2 << QStringLiteral("job:NAME needs the job's name");
 }
 
 void TestAppCli::sameAttachArgumentSameAnswerAsCapture()
@@ -241,25 +222,25 @@ void TestAppCli::sameAttachArgumentSameAnswerAsCapture()
     QVERIFY2(QFile::exists(binPath(QStringLiteral("shardscope-capture"))),
              "shardscope-capture not built");
     const QString out = m_dir.filePath(QStringLiteral("never.json"));
-    const ProcessResult capture =
+    const ProcessRun capture =
         runCapture({QStringLiteral("--attach"), attach, QStringLiteral("--out"), out});
     QElapsedTimer t;
     t.start();
     // The default --timeout (120 s) stands: the answer must not wait for it.
-    const ProcessResult app = runApp({QStringLiteral("--attach"), attach,
-                                      QStringLiteral("--export-snapshot"), out,
-                                      QStringLiteral("--quit")},
-                                     60000);
-    QVERIFY2(app.finished && t.elapsed() < 30000, qPrintable(app.err));
+    const ProcessRun app =
+        runApp({QStringLiteral("--attach"), attach, QStringLiteral("--export-snapshot"), out,
+                QStringLiteral("--quit")},
+               60000);
+    QVERIFY2(app.finished() && t.elapsed() < 30000, qPrintable(app.err));
     QCOMPARE(capture.exitCode, status);
     QCOMPARE(app.exitCode, status);
     const QStringList fromCapture = said(capture.err, QStringLiteral("shardscope-capture"));
     const QStringList fromApp = said(app.err, QStringLiteral("shardscope"));
     QVERIFY2(fromCapture.join(QLatin1Char('\n')).contains(words), qPrintable(capture.err));
-    QVERIFY2(fromApp == fromCapture,
-             qPrintable(QStringLiteral("shardscope said:\n%1\nshardscope-capture said:\n%2")
-                            .arg(fromApp.join(QLatin1Char('\n')),
-                                 fromCapture.join(QLatin1Char('\n')))));
+    QVERIFY2(
+        fromApp == fromCapture,
+        qPrintable(QStringLiteral("shardscope said:\n%1\nshardscope-capture said:\n%2")
+                       .arg(fromApp.join(QLatin1Char('\n')), fromCapture.join(QLatin1Char('\n')))));
     QVERIFY(!QFile::exists(out));
 }
 
@@ -272,17 +253,16 @@ void TestAppCli::aListOfEndpointsIsTakenByBoth()
     const QString nobody = "unix:" + m_dir.filePath(QStringLiteral("gone.sock"));
     const QString list = trainer.endpoint() + "," + nobody;
     const QString fromCapture = m_dir.filePath(QStringLiteral("list-capture.json"));
-    const ProcessResult capture =
+    const ProcessRun capture =
         runCapture({QStringLiteral("--attach"), list, QStringLiteral("--seconds"),
                     QStringLiteral("1"), QStringLiteral("--out"), fromCapture});
     QVERIFY2(capture.exitCode == 0, qPrintable(capture.out + capture.err));
     QVERIFY2(capture.err.contains("cannot connect to " + nobody), qPrintable(capture.err));
     const QString fromApp = m_dir.filePath(QStringLiteral("list-app.json"));
-    const ProcessResult app = runApp({QStringLiteral("--attach"), list,
-                                      QStringLiteral("--after-seconds"), QStringLiteral("1"),
-                                      QStringLiteral("--export-snapshot"), fromApp,
-                                      QStringLiteral("--timeout"), QStringLiteral("60"),
-                                      QStringLiteral("--quit")});
+    const ProcessRun app =
+        runApp({QStringLiteral("--attach"), list, QStringLiteral("--after-seconds"),
+                QStringLiteral("1"), QStringLiteral("--export-snapshot"), fromApp,
+                QStringLiteral("--timeout"), QStringLiteral("60"), QStringLiteral("--quit")});
     QVERIFY2(app.exitCode == 0, qPrintable(app.out + app.err));
     for (const QString &file : {fromCapture, fromApp}) {
         auto snap = wire::readSnapshotFile(file.toStdString());

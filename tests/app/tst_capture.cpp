@@ -14,15 +14,17 @@
 #include <thread>
 #include <unistd.h>
 
+#include "client/clientstate.h"
+#include "client/inspectorclient.h"
 #include "comm/cpucommunicator.h"
 #include "core/engine.h"
 #include "core/engineprovider.h"
-#include "server/inspector.h"
-#include "client/inspectorclient.h"
 #include "prerequisite.h"
+#include "processrun.h"
+#include "server/inspector.h"
+#include "snapshotquery.h"
 #include "snapshotschema.h"
 #include "telemetry/eventfields.h"
-#include "client/clientstate.h"
 #include "wire/discovery.h"
 #include "wire/snapshot.h"
 
@@ -30,35 +32,13 @@ using namespace shardscope;
 
 namespace {
 
-QString binary(const char *name)
-{
-    return QString::fromLocal8Bit(qgetenv("SHARDSCOPE_BIN_DIR")) + "/" + name;
-}
-
-struct Run
-{
-    int exitCode = -1;
-    QString out;
-    QString err;
-};
+using Run = test::ProcessRun;
+using test::readJson;
 
 Run runCapture(const QStringList &args,
                const QProcessEnvironment &env = QProcessEnvironment::systemEnvironment())
 {
-    QProcess p;
-    p.setProcessEnvironment(env);
-    p.start(binary("shardscope-capture"), args);
-    if (!p.waitForFinished(60000)) p.kill();
-    p.waitForFinished();
-    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
-            QString::fromLocal8Bit(p.readAllStandardOutput()),
-            QString::fromLocal8Bit(p.readAllStandardError())};
-}
-
-nlohmann::json readJson(const QString &path)
-{
-    std::ifstream in(path.toStdString());
-    return nlohmann::json::parse(in, nullptr, false);
+    return test::runBinary(QStringLiteral("shardscope-capture"), args, 60000, env);
 }
 
 // A small in-process engine for the capture tool to attach to.
@@ -105,7 +85,7 @@ struct Trainer
     bool start(const QStringList &extra)
     {
         process.setProcessChannelMode(QProcess::MergedChannels); // its errors show in output
-        process.start(binary("shardscope-train"),
+        process.start(test::binPath("shardscope-train"),
                       QStringList{"--externals", "none", "--listen", "tcp:127.0.0.1:0"} + extra);
         if (!process.waitForStarted(10000)) return false;
         while (endpoint.isEmpty() && (process.canReadLine() || process.waitForReadyRead(30000))) {
@@ -136,7 +116,7 @@ bool snapshotSchemaProblemsEmpty(const nlohmann::json &j)
 
 bool haveTrainer()
 {
-    return QFileInfo::exists(binary("shardscope-train"));
+    return QFileInfo::exists(test::binPath("shardscope-train"));
 }
 
 } // namespace
@@ -171,7 +151,7 @@ void TestCapture::initTestCase()
 {
     QVERIFY(m_runtime.isValid());
     ::setenv("XDG_RUNTIME_DIR", m_runtime.path().toLocal8Bit().constData(), 1);
-    QVERIFY2(QFileInfo::exists(binary("shardscope-capture")),
+    QVERIFY2(QFileInfo::exists(test::binPath("shardscope-capture")),
              "shardscope-capture not found in SHARDSCOPE_BIN_DIR");
 }
 
@@ -180,8 +160,9 @@ void TestCapture::badFlagsExitTwoWithAMessage_data()
     QTest::addColumn<QStringList>("args");
     QTest::addColumn<QString>("message");
     QTest::newRow("nothing") << QStringList{} << "--attach ENDPOINT is required";
-    QTest::newRow("no out") << QStringList{"--attach", "tcp:127.0.0.1:5"}
-                            << "--out FILE (a snapshot) or --export-trace FILE (a trace) is required";
+    QTest::newRow("no out")
+        << QStringList{"--attach", "tcp:127.0.0.1:5"}
+        << "--out FILE (a snapshot) or --export-trace FILE (a trace) is required";
     QTest::newRow("bad endpoint") << QStringList{"--attach", "http://x", "--out", "f"}
                                   << "unknown endpoint";
     QTest::newRow("bad seconds") << QStringList{"--attach", "tcp:127.0.0.1:5", "--out",
@@ -245,7 +226,8 @@ void TestCapture::listShowsLiveEngines()
     QVERIFY2(r.out.contains("no live ShardScope engines"), qPrintable(r.out));
     {
         LocalEngine local;
-        server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*local.engine), server::InspectorOptions{});
+        server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*local.engine),
+                                    server::InspectorOptions{});
         r = runCapture({"--list"}, env);
         QCOMPARE(r.exitCode, 0);
         QVERIFY2(r.out.contains(QString::number(::getpid())), qPrintable(r.out));
@@ -282,10 +264,11 @@ void TestCapture::capturesALocalEngineUntilItFinishes()
     LocalEngine local;
     server::InspectorOptions o;
     o.endpoint = "unix:" + dir.filePath("e.sock").toStdString();
-    auto inspector = std::make_unique<server::Inspector>(std::make_unique<core::EngineStateProvider>(*local.engine), o);
+    auto inspector = std::make_unique<server::Inspector>(
+        std::make_unique<core::EngineStateProvider>(*local.engine), o);
     local.steps(3);
     QProcess capture;
-    capture.start(binary("shardscope-capture"),
+    capture.start(test::binPath("shardscope-capture"),
                   {"--attach", QString::fromStdString(inspector->endpoint()), "--out",
                    dir.filePath("c.json")});
     QVERIFY(capture.waitForStarted());
@@ -317,7 +300,8 @@ void TestCapture::trainerEndToEndFindsTheTiedEmbeddingAccess()
              qPrintable(trainer.output));
 
     QProcess capture;
-    capture.start(binary("shardscope-capture"), {"--attach", trainer.endpoint, "--out", captured});
+    capture.start(test::binPath("shardscope-capture"),
+                  {"--attach", trainer.endpoint, "--out", captured});
 
     auto client = client::InspectorClient::connect(trainer.endpoint.toStdString(), {});
     QVERIFY2(client.ok(), client.error().c_str());
@@ -404,7 +388,7 @@ void TestCapture::untilStepStopsAfterThatStep()
 void TestCapture::exportedTraceEqualsTheInspectorsExportOfTheSnapshot()
 {
     if (!haveTrainer()) SHARDSCOPE_SKIP_IF_ALLOWED("trainer", "shardscope-train is not built");
-    if (!QFileInfo::exists(binary("shardscope")))
+    if (!QFileInfo::exists(test::binPath("shardscope")))
         SHARDSCOPE_SKIP_IF_ALLOWED(
             "gui", "the inspector (shardscope) is not built (SHARDSCOPE_BUILD_GUI=OFF)");
     QTemporaryDir dir;
@@ -413,7 +397,8 @@ void TestCapture::exportedTraceEqualsTheInspectorsExportOfTheSnapshot()
     const QString exported = dir.filePath("inspector.trace.json");
     Trainer trainer;
     QVERIFY2(trainer.start({"--steps", "8"}), qPrintable(trainer.output));
-    const Run r = runCapture({"--attach", trainer.endpoint, "--out", snap, "--export-trace", captured});
+    const Run r =
+        runCapture({"--attach", trainer.endpoint, "--out", snap, "--export-trace", captured});
     QVERIFY2(r.exitCode == 0, qPrintable(r.err));
     QVERIFY2(r.out.contains(snap + " and " + captured), qPrintable(r.out));
     QCOMPARE(trainer.finish(), 0);
@@ -422,7 +407,7 @@ void TestCapture::exportedTraceEqualsTheInspectorsExportOfTheSnapshot()
     env.insert("QT_QPA_PLATFORM", "offscreen");
     QProcess gui;
     gui.setProcessEnvironment(env);
-    gui.start(binary("shardscope"), {"--open", snap, "--export-trace", exported, "--quit"});
+    gui.start(test::binPath("shardscope"), {"--open", snap, "--export-trace", exported, "--quit"});
     QVERIFY(gui.waitForFinished(60000));
     QVERIFY2(gui.exitStatus() == QProcess::NormalExit && gui.exitCode() == 0,
              gui.readAllStandardError().constData());
@@ -450,12 +435,13 @@ void TestCapture::exportedTraceEqualsTheInspectorsExportOfTheSnapshot()
         qsizetype at = 0;
         while (at < mine.size() && at < theirs.size() && mine[at] == theirs[at])
             ++at;
-        QFAIL(qPrintable(QString("the traces differ at byte %1 of %2/%3: capture `%4`, inspector `%5`")
-                             .arg(at)
-                             .arg(mine.size())
-                             .arg(theirs.size())
-                             .arg(QString::fromUtf8(mine.mid(std::max<qsizetype>(0, at - 60), 160)),
-                                  QString::fromUtf8(theirs.mid(std::max<qsizetype>(0, at - 60), 160)))));
+        QFAIL(qPrintable(
+            QString("the traces differ at byte %1 of %2/%3: capture `%4`, inspector `%5`")
+                .arg(at)
+                .arg(mine.size())
+                .arg(theirs.size())
+                .arg(QString::fromUtf8(mine.mid(std::max<qsizetype>(0, at - 60), 160)),
+                     QString::fromUtf8(theirs.mid(std::max<qsizetype>(0, at - 60), 160)))));
     }
 }
 
@@ -503,11 +489,12 @@ void TestCapture::pythonClientFromTheProtocolDocWorks()
     // 20 steps are over in a fraction of a second, often before python3 has started:
     // the run waits for its client.
     QVERIFY2(trainer.start({"--steps", "20", "--wait-for-client=60"}), qPrintable(trainer.output));
-    QProcess py;
-    py.start("python3", {script, trainer.endpoint});
-    QVERIFY(py.waitForFinished(60000));
-    const QString out = QString::fromUtf8(py.readAllStandardOutput());
-    QVERIFY2(py.exitCode() == 0, qPrintable(QString::fromUtf8(py.readAllStandardError())));
+    test::RunOptions options;
+    options.timeoutMs = 60000;
+    const Run py = test::runProcess("python3", {script, trainer.endpoint}, options);
+    QVERIFY(py.finished());
+    const QString &out = py.out;
+    QVERIFY2(py.exitCode == 0, qPrintable(py.err));
     QVERIFY2(out.contains("unregistered_access lm_head embed.weight embed "
                           "register_external_parameter(lm_head, embed.weight)"),
              qPrintable(out));
@@ -525,7 +512,8 @@ void TestCapture::engineDyingMidRunIsWrittenWithItsOwnStatus()
     Trainer trainer;
     QVERIFY2(trainer.start({"--steps", "100000"}), qPrintable(trainer.output));
     QProcess capture;
-    capture.start(binary("shardscope-capture"), {"--attach", trainer.endpoint, "--out", out});
+    capture.start(test::binPath("shardscope-capture"),
+                  {"--attach", trainer.endpoint, "--out", out});
     QVERIFY(capture.waitForStarted());
     QVERIFY(capture.waitForReadyRead(30000)); // "attached to ..."
     trainer.process.kill();
@@ -545,7 +533,8 @@ void TestCapture::tokenFileAndEnvironmentAreUsed()
     server::InspectorOptions o;
     o.endpoint = "unix:" + dir.filePath("e.sock").toStdString();
     o.token = "s3cret";
-    auto inspector = std::make_unique<server::Inspector>(std::make_unique<core::EngineStateProvider>(*local.engine), o);
+    auto inspector = std::make_unique<server::Inspector>(
+        std::make_unique<core::EngineStateProvider>(*local.engine), o);
     local.steps(1);
     const QString token = dir.filePath("token");
     {
@@ -571,12 +560,11 @@ void TestCapture::tokenFileAndEnvironmentAreUsed()
     QVERIFY2(r.err.contains("wrong token"), qPrintable(r.err));
 }
 
-
 // Reads a FIFO from a thread of this process until its writers are done. It opens the FIFO
 // before any writer exists (O_NONBLOCK), so a writer that looks for a reader finds one.
 class FifoReader
 {
-public:
+  public:
     explicit FifoReader(const QString &path)
         : m_fd(::open(path.toLocal8Bit().constData(), O_RDONLY | O_NONBLOCK))
     {
@@ -599,7 +587,7 @@ public:
                out.write(m_data.data(), qint64(m_data.size())) == qint64(m_data.size());
     }
 
-private:
+  private:
     void loop()
     {
         char buf[65536];
@@ -645,10 +633,9 @@ void TestCapture::outputIntoAFifoIsWrittenNotReplaced()
         server::InspectorOptions bad;
         bad.listen = false;
         bad.snapshotOut = dir.path().toStdString();
-        QVERIFY_THROWS_EXCEPTION(server::InspectorError,
-                                 server::Inspector(std::make_unique<core::EngineStateProvider>(
-                                                       *local.engine),
-                                                   bad));
+        QVERIFY_THROWS_EXCEPTION(
+            server::InspectorError,
+            server::Inspector(std::make_unique<core::EngineStateProvider>(*local.engine), bad));
     }
     server::InspectorOptions o;
     o.endpoint = "unix:" + dir.filePath("e.sock").toStdString();
@@ -662,7 +649,7 @@ void TestCapture::outputIntoAFifoIsWrittenNotReplaced()
     FifoReader capturedCopy(fifo), ownCopy(ownFifo);
     QVERIFY(capturedCopy.opened() && ownCopy.opened());
     QProcess capture;
-    capture.start(binary("shardscope-capture"),
+    capture.start(test::binPath("shardscope-capture"),
                   {"--attach", QString::fromStdString(inspector->endpoint()), "--out", fifo});
     QVERIFY(capture.waitForStarted());
     QVERIFY(capture.waitForReadyRead(30000)); // "attached to ..."
@@ -672,7 +659,9 @@ void TestCapture::outputIntoAFifoIsWrittenNotReplaced()
     QVERIFY2(capture.exitCode() == 0, capture.readAllStandardError().constData());
     QVERIFY(capturedCopy.finish(fifo + ".copy") && ownCopy.finish(ownFifo + ".copy"));
     for (const QString &f : {fifo, ownFifo}) {
-        struct stat st{};
+        struct stat st
+        {
+        };
         QCOMPARE(::stat(f.toLocal8Bit().constData(), &st), 0);
         QVERIFY2(S_ISFIFO(st.st_mode), "the FIFO was replaced");
     }
@@ -712,7 +701,10 @@ void TestCapture::twoRunsOfOneNameAreToldApart()
     auto runA = startRun(a, "1001", "a.sock");
     auto runB = startRun(b, "1002", "b.sock");
     ::unsetenv("MASTER_ADDR");
-    if (savedPort) ::setenv("MASTER_PORT", oldPort.c_str(), 1); else ::unsetenv("MASTER_PORT");
+    if (savedPort)
+        ::setenv("MASTER_PORT", oldPort.c_str(), 1);
+    else
+        ::unsetenv("MASTER_PORT");
     QProcess sleeper; // a live process that is not the one at the endpoint its file names
     sleeper.start("sleep", {"60"});
     QVERIFY(sleeper.waitForStarted());
@@ -779,7 +771,7 @@ void TestCapture::twoRunsOfOneNameAreToldApart()
     b.steps(3);
     QProcess capture;
     capture.setProcessEnvironment(env);
-    capture.start(binary("shardscope-capture"),
+    capture.start(test::binPath("shardscope-capture"),
                   {"--attach", "job:none@127.0.0.1:1001", "--out", dir.filePath("a.json")});
     QVERIFY(capture.waitForStarted());
     QVERIFY(capture.waitForReadyRead(30000));
@@ -820,8 +812,8 @@ void TestCapture::aStoppedRankEndsTheJobCapture()
     for (QProcess &p : ranks) {
         p.setProcessEnvironment(env);
         p.setProcessChannelMode(QProcess::MergedChannels);
-        p.start(binary("shardscope-train"), {"--backend", "cpu", "--world-size", "2", "--steps",
-                                             "1000000", "--externals", "none"});
+        p.start(test::binPath("shardscope-train"), {"--backend", "cpu", "--world-size", "2",
+                                                    "--steps", "1000000", "--externals", "none"});
         QVERIFY(p.waitForStarted());
     }
     const auto cleanup = qScopeGuard([&] {
@@ -831,13 +823,13 @@ void TestCapture::aStoppedRankEndsTheJobCapture()
             p.waitForFinished();
         }
     });
-    for (int i = 0; i < 300 && QDir(runtime.filePath("shardscope")).entryList({"*.json"}).size() < 2;
-         ++i)
+    for (int i = 0;
+         i < 300 && QDir(runtime.filePath("shardscope")).entryList({"*.json"}).size() < 2; ++i)
         QThread::msleep(100);
     QCOMPARE(QDir(runtime.filePath("shardscope")).entryList({"*.json"}).size(), 2);
     QProcess capture;
     capture.setProcessEnvironment(env);
-    capture.start(binary("shardscope-capture"),
+    capture.start(test::binPath("shardscope-capture"),
                   {"--attach", "job:stopjob@127.0.0.1:1", "--out", dir.filePath("s.json")});
     QVERIFY(capture.waitForStarted());
     QVERIFY(capture.waitForReadyRead(30000));

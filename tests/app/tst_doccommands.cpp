@@ -6,14 +6,16 @@
 #include <QtTest>
 
 #include <QDir>
-#include <QFileInfo>
 #include <QFile>
+#include <QFileInfo>
 #include <QMap>
 #include <QProcess>
 #include <QRegularExpression>
 #include <QSet>
 
 #include <algorithm>
+
+#include "processrun.h"
 
 namespace {
 
@@ -301,17 +303,15 @@ class DocChecker
         const Program &prog = m_programs[name];
         QString out;
         if (!prog.program.isEmpty()) {
-            QProcess p;
-            p.start(prog.program, prog.args);
-            if (!p.waitForFinished(30000)) {
-                p.kill();
-                p.waitForFinished();
-            }
-            out = QString::fromUtf8(p.readAllStandardOutput() + p.readAllStandardError());
-            if (p.exitStatus() != QProcess::NormalExit || p.exitCode() != 0 || out.isEmpty())
+            shardscope::test::RunOptions options;
+            options.timeoutMs = 30000;
+            const shardscope::test::ProcessRun p =
+                shardscope::test::runProcess(prog.program, prog.args, options);
+            out = p.out + p.err;
+            if (p.exitCode != 0 || out.isEmpty())
                 m_findings << QStringLiteral("%1 %2 did not answer (exit %3): %4")
                                   .arg(prog.program, prog.args.join(QLatin1Char(' ')))
-                                  .arg(p.exitCode())
+                                  .arg(p.exitCode)
                                   .arg(out.left(500));
         }
         m_help.insert(name, out);

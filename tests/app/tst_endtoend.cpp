@@ -82,7 +82,7 @@ void TestEndToEnd::attachExportAndReopen()
     QVERIFY2(!trainer.endpoint().isEmpty(), qPrintable(trainer.output()));
     const QString snap = m_dir.filePath(QStringLiteral("live.json"));
     const QString trace = m_dir.filePath(QStringLiteral("trace.json"));
-    const ProcessResult r =
+    const ProcessRun r =
         runApp({QStringLiteral("--attach"), trainer.endpoint(), QStringLiteral("--after-step"),
                 QStringLiteral("3"), QStringLiteral("--export-snapshot"), snap,
                 QStringLiteral("--export-trace"), trace, QStringLiteral("--export-csv"),
@@ -159,7 +159,7 @@ void TestEndToEnd::attachExportAndReopen()
     // Re-open the exported snapshot read-only and export it again: the same tree, the same
     // violations CSV (ranks, names, counts, fix lines), and re-exporting that gives an equal file.
     const QString again = m_dir.filePath(QStringLiteral("reopened.json"));
-    const ProcessResult r2 =
+    const ProcessRun r2 =
         runApp({QStringLiteral("--open"), snap, QStringLiteral("--export-snapshot"), again,
                 QStringLiteral("--export-csv"), m_dir.filePath(QStringLiteral("reopened.csv")),
                 QStringLiteral("--quit")});
@@ -178,7 +178,7 @@ void TestEndToEnd::attachExportAndReopen()
     QVERIFY(!liveCsv.contains("<none>)"));                              // no invented fix line
     QCOMPARE(readAll(m_dir.filePath(QStringLiteral("reopened.csv"))), liveCsv);
     const QString third = m_dir.filePath(QStringLiteral("third.json"));
-    const ProcessResult r3 =
+    const ProcessRun r3 =
         runApp({QStringLiteral("--open"), again, QStringLiteral("--export-snapshot"), third,
                 QStringLiteral("--quit")});
     QVERIFY2(r3.exitCode == 0, qPrintable(r3.err));
@@ -200,7 +200,7 @@ void TestEndToEnd::attachesOverUnixSocket()
                     QStringLiteral("unix:") + socket);
     QCOMPARE(trainer.endpoint(), QStringLiteral("unix:") + socket);
     const QString csv = m_dir.filePath(QStringLiteral("violations.csv"));
-    const ProcessResult r =
+    const ProcessRun r =
         runApp({QStringLiteral("--attach"), trainer.endpoint(), QStringLiteral("--after-step"),
                 QStringLiteral("1"), QStringLiteral("--export-csv"), csv,
                 QStringLiteral("--timeout"), QStringLiteral("60"), QStringLiteral("--quit")});
@@ -208,13 +208,14 @@ void TestEndToEnd::attachesOverUnixSocket()
     QFile f(csv);
     QVERIFY(f.open(QIODevice::ReadOnly));
     const QByteArray text = f.readAll();
-    QVERIFY2(text.contains("unregistered_access,cost,lm_head,embed.weight,embed"), text.constData());
+    QVERIFY2(text.contains("unregistered_access,cost,lm_head,embed.weight,embed"),
+             text.constData());
     QVERIFY(text.contains("late_parameter,error,pos_conv,pos_conv.weight_g,pos_conv"));
 }
 
 void TestEndToEnd::deadEndpointFailsCleanly()
 {
-    const ProcessResult r =
+    const ProcessRun r =
         runApp({QStringLiteral("--attach"), QStringLiteral("tcp:127.0.0.1:1"),
                 QStringLiteral("--export-snapshot"), m_dir.filePath(QStringLiteral("never.json")),
                 QStringLiteral("--timeout"), QStringLiteral("2"), QStringLiteral("--quit")});

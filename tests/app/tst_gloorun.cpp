@@ -16,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "processrun.h"
 #include "processtree.h"
 
 namespace {
@@ -26,24 +27,12 @@ const QStringList kModel = {"--layers", "1",     "--hidden", "35",      "--group
                             "5",        "--seq", "16",       "--batch", "12",
                             "--kernel", "4",     "--vocab",  "97",      "--no-listen"};
 
-struct Result
-{
-    int exitCode = -1;
-    QString out;
-    QString err;
-};
+using Result = shardscope::test::ProcessRun;
 
+// A started launch to its end (its ranks ended with it past ms).
 Result finish(QProcess &p, int ms)
 {
-    if (!p.waitForFinished(ms)) {
-        shardscope::test::endProcessTree(static_cast<pid_t>(p.processId())); // and its ranks
-        p.waitForFinished();
-        return Result{-1, QString::fromUtf8(p.readAllStandardOutput()),
-                      QString::fromUtf8(p.readAllStandardError())};
-    }
-    return Result{p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
-                  QString::fromUtf8(p.readAllStandardOutput()),
-                  QString::fromUtf8(p.readAllStandardError())};
+    return shardscope::test::finishProcess(p, ms, true);
 }
 
 // The losses of "step N/M  loss X" lines, in order (prefix: "[rank 0] " under the launcher).

@@ -27,7 +27,7 @@ void TestRealWindow::screenshotOfLiveRunIsNotBlank()
     QVERIFY2(!trainer.endpoint().isEmpty(), qPrintable(trainer.output()));
     QTemporaryDir dir;
     const QString png = dir.filePath(QStringLiteral("window.png"));
-    const ProcessResult r =
+    const ProcessRun r =
         runApp({QStringLiteral("--attach"), trainer.endpoint(), QStringLiteral("--after-step"),
                 QStringLiteral("2"), QStringLiteral("--screenshot"), png,
                 QStringLiteral("--timeout"), QStringLiteral("60"), QStringLiteral("--quit")});

@@ -8,9 +8,10 @@
 #include <QRegularExpression>
 #include <QTemporaryDir>
 
+#include "client/inspectorclient.h"
 #include "nn/markov.h"
 #include "nn/trainconfig.h"
-#include "client/inspectorclient.h"
+#include "processrun.h"
 
 class TestTrainCli : public QObject
 {
@@ -31,12 +32,7 @@ class TestTrainCli : public QObject
     void lingerHandsTheEndToALateClient();
 
   private:
-    struct Result
-    {
-        int exitCode = -1;
-        QString out;
-        QString err;
-    };
+    using Result = shardscope::test::ProcessRun;
     Result run(const QStringList &args,
                const QProcessEnvironment &env = QProcessEnvironment::systemEnvironment());
 
@@ -45,16 +41,10 @@ class TestTrainCli : public QObject
 
 TestTrainCli::Result TestTrainCli::run(const QStringList &args, const QProcessEnvironment &env)
 {
-    QProcess p;
-    p.setProcessEnvironment(env);
-    p.start(m_program, args);
-    if (!p.waitForFinished(120000)) {
-        p.kill();
-        p.waitForFinished();
-    }
-    return Result{p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1,
-                  QString::fromUtf8(p.readAllStandardOutput()),
-                  QString::fromUtf8(p.readAllStandardError())};
+    shardscope::test::RunOptions options;
+    options.environment = env;
+    options.timeoutMs = 120000;
+    return shardscope::test::runProcess(m_program, args, options);
 }
 
 void TestTrainCli::initTestCase()
@@ -107,9 +97,10 @@ void TestTrainCli::demoPrintsStepsAndTheStories()
              qPrintable(r.out));
     QVERIFY(r.out.contains("`pos_conv.weight_v` was created in `pos_conv` after the model was "
                            "partitioned (it replaces `pos_conv.weight`)"));
-    QVERIFY(r.out.contains("fix: with GatheredParameters(pos_conv.weight, modifier_rank=0): <create "
-                           "pos_conv.weight_g>; then register_external_parameter(pos_conv, "
-                           "pos_conv.weight_g)"));
+    QVERIFY(
+        r.out.contains("fix: with GatheredParameters(pos_conv.weight, modifier_rank=0): <create "
+                       "pos_conv.weight_g>; then register_external_parameter(pos_conv, "
+                       "pos_conv.weight_g)"));
 }
 
 void TestTrainCli::manualExternalsReportNothing()
@@ -129,7 +120,8 @@ void TestTrainCli::guardErrorStopsWithTheFix()
 {
     const Result r = run({"--steps", "3", "--no-listen", "--guard", "error"});
     QCOMPARE(r.exitCode, 1);
-    QVERIFY2(r.err.contains("with GatheredParameters(pos_conv.weight): <read it here>"), qPrintable(r.err));
+    QVERIFY2(r.err.contains("with GatheredParameters(pos_conv.weight): <read it here>"),
+             qPrintable(r.err));
     QVERIFY(!r.out.contains("\nstep 1/3"));
 }
 

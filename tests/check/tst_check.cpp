@@ -21,18 +21,16 @@
 
 #include "prerequisite.h"
 #include "processtree.h"
+#include "pythonrun.h"
 #include "snapshotquery.h"
 
 using nlohmann::json;
 
 namespace {
 
-struct Run
-{
-    int exitCode = -1;
-    QString out;
-    QString err;
-};
+using Run = shardscope::test::ProcessRun;
+using shardscope::test::lineOf;
+using shardscope::test::readJson;
 
 QString python()
 {
@@ -44,55 +42,45 @@ QString script(const QString &name)
     return QStringLiteral(SHARDSCOPE_CHECK_TESTS "/scripts/") + name;
 }
 
+// The check's environment: the DeepSpeed release under test first on the path (an older one:
+// tst_check-<version>), and no SHARDSCOPE_CHECK of an outer check.
 QProcessEnvironment environment()
 {
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    // An older DeepSpeed release first on the path (tst_check-<version>), else the environment's.
-    const QString ds = qEnvironmentVariable("SHARDSCOPE_DS_PATH");
-    env.insert("PYTHONPATH", QStringLiteral(SHARDSCOPE_PYTHON_DIR) + (ds.isEmpty() ? QString() : ":" + ds));
-    env.insert("OMP_NUM_THREADS", "1");
-    const QString ext = qEnvironmentVariable("SHARDSCOPE_TORCH_EXTENSIONS");
-    if (!ext.isEmpty()) env.insert("TORCH_EXTENSIONS_DIR", ext);
+    QProcessEnvironment env =
+        shardscope::test::deepSpeedEnvironment(QStringLiteral(SHARDSCOPE_PYTHON_DIR));
     env.remove("SHARDSCOPE_CHECK");
     return env;
 }
 
+// `python args` in the check's environment.
+Run runPython(const QStringList &args, int timeoutMs = 120000)
+{
+    shardscope::test::RunOptions options;
+    options.environment = environment();
+    options.timeoutMs = timeoutMs;
+    return shardscope::test::runProcess(python(), args, options);
+}
+
+// tests/check/validate_reports.py (real SARIF and JUnit validators) on the reports args name.
+Run validateReports(const QStringList &args)
+{
+    return runPython(QStringList{QStringLiteral(SHARDSCOPE_CHECK_TESTS "/validate_reports.py")} +
+                     args);
+}
+
+// shardscope-check with args in dir; ended with its ranks when it runs past timeoutMs.
 Run run(const QStringList &args, const QString &dir, int timeoutMs = 300000,
         const QProcessEnvironment &extra = {})
 {
-    QProcess p;
-    QProcessEnvironment env = environment();
+    shardscope::test::RunOptions options;
+    options.environment = environment();
     for (const QString &key : extra.keys())
-        env.insert(key, extra.value(key));
-    p.setProcessEnvironment(env);
-    p.setWorkingDirectory(dir);
-    p.start(python(), QStringList{"-m", "shardscope.check"} + args);
-    Run r;
-    if (!p.waitForFinished(timeoutMs)) {
-        shardscope::test::endProcessTree(static_cast<pid_t>(p.processId())); // and its ranks
-        p.waitForFinished();
-        r.err = "shardscope-check did not finish in time";
-        return r;
-    }
-    r.exitCode = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-    r.out = QString::fromUtf8(p.readAllStandardOutput());
-    r.err = QString::fromUtf8(p.readAllStandardError());
-    return r;
-}
-
-using shardscope::test::readJson;
-
-// The 1-based line of the first line of file that contains text.
-int lineOf(const QString &file, const QString &text)
-{
-    QFile f(file);
-    if (!f.open(QIODevice::ReadOnly)) return -1;
-    int n = 0;
-    while (!f.atEnd()) {
-        ++n;
-        if (QString::fromUtf8(f.readLine()).contains(text)) return n;
-    }
-    return -1;
+        options.environment.insert(key, extra.value(key));
+    options.workingDirectory = dir;
+    options.timeoutMs = timeoutMs;
+    options.endTree = true;
+    return shardscope::test::runProcess(python(), QStringList{"-m", "shardscope.check"} + args,
+                                        options);
 }
 
 // A JUnit report's counts: the testsuite's `tests` and `failures` attributes, and how many
@@ -166,23 +154,19 @@ class TestCheck : public QObject
   private slots:
     void initTestCase()
     {
-        if (QDir(QStringLiteral(SHARDSCOPE_PYTHON_DIR "/shardscope")).entryList({"_native*.so"}).isEmpty())
-            m_skip = "the shardscope Python module was not built (pybind11-dev, python3-dev: scripts/deps)";
-        else {
-            QProcess probe;
-            probe.setProcessEnvironment(environment());
-            probe.start(python(), {"-c", "import torch, deepspeed, jsonschema, xmlschema; "
-                                         "print(deepspeed.__version__)"});
-            if (!probe.waitForFinished(120000) || probe.exitCode() != 0)
-                m_skip = python() + " cannot import torch, deepspeed, jsonschema and xmlschema "
-                                    "(scripts/deps installs python/requirements.txt): " +
-                         QString::fromUtf8(probe.readAllStandardError()).right(400);
-            else if (const QString want = qEnvironmentVariable("SHARDSCOPE_DS_VERSION");
-                     !want.isEmpty() && // the last line: DeepSpeed logs its accelerator first
-                     QString::fromUtf8(probe.readAllStandardOutput()).trimmed().split('\n').last() != want)
-                m_skip = "DeepSpeed " + want + " is not installed at " +
-                         qEnvironmentVariable("SHARDSCOPE_DS_PATH") + " (scripts/deps)";
-        }
+        Run probe;
+        m_skip = shardscope::test::pythonPrerequisiteMissing(
+            python(), QStringLiteral(SHARDSCOPE_PYTHON_DIR), environment(),
+            "import torch, deepspeed, jsonschema, xmlschema; print(deepspeed.__version__)",
+            "import torch, deepspeed, jsonschema and xmlschema (scripts/deps installs "
+            "python/requirements.txt)",
+            &probe);
+        if (const QString want = qEnvironmentVariable("SHARDSCOPE_DS_VERSION");
+            m_skip.isEmpty() && !want.isEmpty() &&
+            // the last line: DeepSpeed logs its accelerator first
+            probe.out.trimmed().split('\n').last() != want)
+            m_skip = "DeepSpeed " + want + " is not installed at " +
+                     qEnvironmentVariable("SHARDSCOPE_DS_PATH") + " (scripts/deps)";
         // A skip would hide what scripts/deps failed to install: it fails unless asked for.
         if (const QString refused = shardscope::test::refusedSkip({"check"}, m_skip);
             !refused.isEmpty())
@@ -201,7 +185,8 @@ class TestCheck : public QObject
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
         const QString d = m_dir.path();
         const QString ex = QStringLiteral(SHARDSCOPE_FSDP_EXAMPLE);
-        const Run read = run({"--snapshot", d + "/fsdp-read.json", ex, "--read-outside", "grad"}, d);
+        const Run read =
+            run({"--snapshot", d + "/fsdp-read.json", ex, "--read-outside", "grad"}, d);
         QVERIFY2(read.exitCode == 1, qPrintable(describe(read)));
         QVERIFY2(read.out.contains("unregistered_access: blocks.1.fc1.weight read outside any "
                                    "module (ranks 0,1, step 1) [error]"),
@@ -210,10 +195,12 @@ class TestCheck : public QObject
         QVERIFY(line > 0);
         QVERIFY2(read.out.contains(QStringLiteral("fsdp_stories.py:%1 in main").arg(line)),
                  qPrintable(describe(read)));
-        QVERIFY2(read.out.contains("got mixed torch.Tensor and DTensor"), qPrintable(describe(read)));
-        const Run late = run({"--snapshot", d + "/fsdp-late.json", "--sarif", d + "/fsdp-late.sarif",
-                              "--junit", d + "/fsdp-late.xml", ex, "--late"},
-                             d);
+        QVERIFY2(read.out.contains("got mixed torch.Tensor and DTensor"),
+                 qPrintable(describe(read)));
+        const Run late =
+            run({"--snapshot", d + "/fsdp-late.json", "--sarif", d + "/fsdp-late.sarif", "--junit",
+                 d + "/fsdp-late.xml", ex, "--late"},
+                d);
         QVERIFY2(late.exitCode == 1, qPrintable(describe(late)));
         QVERIFY2(late.out.contains("late_parameter: head.lora.a.weight") &&
                      late.out.contains("late_parameter: head.lora.b.weight"),
@@ -226,10 +213,12 @@ class TestCheck : public QObject
         const int addedLine = lineOf(ex, "head.lora = LoRA(hidden, vocab)");
         QVERIFY(aLine > 0 && bLine > 0 && addedLine > 0);
         for (const int l : {aLine, bLine})
-            QVERIFY2(late.out.contains(QStringLiteral("fsdp_stories.py:%1 in LoRA.__init__").arg(l)),
-                     qPrintable(describe(late)));
-        QVERIFY2(late.out.contains(QStringLiteral("fsdp_stories.py:%1 in with_lora").arg(addedLine)),
-                 qPrintable(describe(late)));
+            QVERIFY2(
+                late.out.contains(QStringLiteral("fsdp_stories.py:%1 in LoRA.__init__").arg(l)),
+                qPrintable(describe(late)));
+        QVERIFY2(
+            late.out.contains(QStringLiteral("fsdp_stories.py:%1 in with_lora").arg(addedLine)),
+            qPrintable(describe(late)));
         int located = 0;
         const json lateSnap = readJson(d + "/fsdp-late.json");
         for (const json &v : lateSnap["violations"])
@@ -243,27 +232,29 @@ class TestCheck : public QObject
         for (const json &r : lateSarif["runs"][0]["results"]) {
             QCOMPARE(r["ruleId"].get<std::string>(), std::string("late_parameter"));
             QCOMPARE(r["level"].get<std::string>(), std::string("error")); // each rank its own copy
-            sarifLines.insert(r["locations"][0]["physicalLocation"]["region"]["startLine"].get<int>());
+            sarifLines.insert(
+                r["locations"][0]["physicalLocation"]["region"]["startLine"].get<int>());
         }
         QVERIFY(sarifLines == (std::set<int>{aLine, bLine}));
         QFile junit(d + "/fsdp-late.xml");
         QVERIFY(junit.open(QIODevice::ReadOnly));
         const QString junitText = QString::fromUtf8(junit.readAll());
-        QVERIFY2(junitText.contains(QStringLiteral("late_parameter head.lora.a.weight in &lt;root&gt; at "))
-                     && junitText.contains(QStringLiteral("fsdp_stories.py:%1 in LoRA.__init__").arg(aLine)),
+        QVERIFY2(junitText.contains(
+                     QStringLiteral("late_parameter head.lora.a.weight in &lt;root&gt; at ")) &&
+                     junitText.contains(
+                         QStringLiteral("fsdp_stories.py:%1 in LoRA.__init__").arg(aLine)),
                  qPrintable(junitText));
-        QProcess validate;
-        validate.setProcessEnvironment(environment());
-        validate.start(python(), {QStringLiteral(SHARDSCOPE_CHECK_TESTS "/validate_reports.py"), "--sarif",
-                                  d + "/fsdp-late.sarif", "--junit", d + "/fsdp-late.xml"});
-        QVERIFY(validate.waitForFinished(120000));
-        QVERIFY2(validate.exitCode() == 0, validate.readAll().constData());
+        const Run validate =
+            validateReports({"--sarif", d + "/fsdp-late.sarif", "--junit", d + "/fsdp-late.xml"});
+        QVERIFY(validate.finished());
+        QVERIFY2(validate.exitCode == 0, qPrintable(validate.out));
         // The late adapter is whole on every rank: a (2x16) + b (33x2) float32 = 392 bytes.
-        QVERIFY2(late.out.contains(QRegularExpression("gathered peak [^\n]*, late \\(whole\\) 392 B, ")),
-                 qPrintable(describe(late)));
-        const Run fixed = run({"--snapshot", d + "/fsdp-fixed.json", "--target-world", "4", ex,
-                               "--late", "--fixed"},
-                              d);
+        QVERIFY2(
+            late.out.contains(QRegularExpression("gathered peak [^\n]*, late \\(whole\\) 392 B, ")),
+            qPrintable(describe(late)));
+        const Run fixed = run(
+            {"--snapshot", d + "/fsdp-fixed.json", "--target-world", "4", ex, "--late", "--fixed"},
+            d);
         QVERIFY2(fixed.exitCode == 0, qPrintable(describe(fixed)));
         QVERIFY2(fixed.out.contains("no problems found"), qPrintable(describe(fixed)));
         // FSDP2's memory at 4 ranks (docs/check.md), by hand. Units: the root (embed 33x16,
@@ -289,8 +280,10 @@ class TestCheck : public QObject
     // info are SARIF's error, warning and note, and the file is valid SARIF.
     void sarifLevelsFollowSeverity()
     {
-        if (QDir(QStringLiteral(SHARDSCOPE_PYTHON_DIR "/shardscope")).entryList({"_native*.so"}).isEmpty())
-            SHARDSCOPE_SKIP_IF_ALLOWED("python", "the shardscope Python module was not built");
+        if (const QString missing =
+                shardscope::test::nativeModuleMissing(QStringLiteral(SHARDSCOPE_PYTHON_DIR));
+            !missing.isEmpty())
+            SHARDSCOPE_SKIP_IF_ALLOWED("python", missing);
         const QString d = m_dir.path();
         const QString code = QStringLiteral(R"(
 import json, sys
@@ -311,12 +304,10 @@ problems = check.problems_of(doc, [0, 0, 1, 1, 2, 3, 4])
 check.write_sarif(sys.argv[1], problems)
 print(json.dumps([p["severity"] for p in problems]))
 )");
-        QProcess p;
-        p.setProcessEnvironment(environment());
-        p.start(python(), {"-c", code, d + "/levels.sarif"});
-        QVERIFY(p.waitForFinished(120000));
-        QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
-        const std::string severities = p.readAllStandardOutput().trimmed().toStdString();
+        const Run p = runPython({"-c", code, d + "/levels.sarif"});
+        QVERIFY(p.finished());
+        QVERIFY2(p.exitCode == 0, qPrintable(p.err));
+        const std::string severities = p.out.trimmed().toStdString();
         QVERIFY2(json::parse(severities) == json({"info", "error", "error", "cost", "info"}),
                  severities.c_str());
         const json sarif = readJson(d + "/levels.sarif");
@@ -324,14 +315,11 @@ print(json.dumps([p["severity"] for p in problems]))
         for (const json &r : sarif["runs"][0]["results"])
             levels.push_back(r["level"].get<std::string>());
         QCOMPARE(levels, (std::vector<std::string>{"note", "error", "error", "warning", "note"}));
-        QProcess validate;
-        validate.setProcessEnvironment(environment());
-        validate.start(python(), {QStringLiteral(SHARDSCOPE_CHECK_TESTS "/validate_reports.py"),
-                                  "--sarif", d + "/levels.sarif"});
-        QVERIFY(validate.waitForFinished(120000));
-        if (!m_skip.isEmpty() && validate.exitCode() != 0)
+        const Run validate = validateReports({"--sarif", d + "/levels.sarif"});
+        QVERIFY(validate.finished());
+        if (!m_skip.isEmpty() && validate.exitCode != 0)
             QSKIP(qPrintable(m_skip)); // jsonschema missing: the levels above still held
-        QVERIFY2(validate.exitCode() == 0, validate.readAll().constData());
+        QVERIFY2(validate.exitCode == 0, qPrintable(validate.out));
     }
 
     void seedModelBrokenThenFixed()
@@ -339,21 +327,24 @@ print(json.dumps([p["severity"] for p in problems]))
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
         const QString d = m_dir.path();
         const QString ex = QStringLiteral(SHARDSCOPE_EXAMPLE);
-        const Run broken = run({"--snapshot", d + "/broken.json", "--sarif", d + "/broken.sarif",
-                                "--junit", d + "/broken.xml", ex, "--externals", "none",
-                                "--weight-norm", "workaround"},
-                               d);
+        const Run broken =
+            run({"--snapshot", d + "/broken.json", "--sarif", d + "/broken.sarif", "--junit",
+                 d + "/broken.xml", ex, "--externals", "none", "--weight-norm", "workaround"},
+                d);
         QVERIFY2(broken.exitCode == 1, qPrintable(describe(broken)));
         const int line = lineOf(ex, "return F.linear(x, self.embed.weight)");
         QVERIFY(line > 0);
         QVERIFY2(broken.out.contains("1 problem:"), qPrintable(describe(broken)));
-        QVERIFY2(broken.out.contains("unregistered_access: embed.weight read by lm_head (ranks 0,1"),
+        QVERIFY2(
+            broken.out.contains("unregistered_access: embed.weight read by lm_head (ranks 0,1"),
+            qPrintable(describe(broken)));
+        QVERIFY2(broken.out.contains(
+                     QStringLiteral("deepspeed_stories.py:%1 in Head.forward").arg(line)),
                  qPrintable(describe(broken)));
-        QVERIFY2(broken.out.contains(QStringLiteral("deepspeed_stories.py:%1 in Head.forward").arg(line)),
-                 qPrintable(describe(broken)));
-        QVERIFY2(broken.out.contains("fix: deepspeed.zero.register_external_parameter(model.lm_head, "
-                                     "model.embed.weight)"),
-                 qPrintable(describe(broken)));
+        QVERIFY2(
+            broken.out.contains("fix: deepspeed.zero.register_external_parameter(model.lm_head, "
+                                "model.embed.weight)"),
+            qPrintable(describe(broken)));
         QVERIFY2(broken.out.contains("predicted per-rank parameter memory at 64 ranks"),
                  qPrintable(describe(broken)));
         // The snapshot: the record's location, on both ranks.
@@ -368,8 +359,9 @@ print(json.dumps([p["severity"] for p in problems]))
         // SARIF names the same line.
         const json sarif = readJson(d + "/broken.sarif");
         QCOMPARE(sarif["runs"][0]["results"].size(), std::size_t(1));
-        QCOMPARE(sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["region"]["startLine"]
-                     .get<int>(),
+        QCOMPARE(sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["region"]
+                      ["startLine"]
+                          .get<int>(),
                  line);
         // The example lies outside the directory the check ran in: an absolute file:// URI.
         QCOMPARE(QString::fromStdString(sarif["runs"][0]["results"][0]["locations"][0]
@@ -378,7 +370,8 @@ print(json.dumps([p["severity"] for p in problems]))
                  "file://" + ex);
         // DeepSpeed gathers embed.weight for the read (automatic registration): right, but a
         // cost, a SARIF warning; the report says so too.
-        QCOMPARE(sarif["runs"][0]["results"][0]["level"].get<std::string>(), std::string("warning"));
+        QCOMPARE(sarif["runs"][0]["results"][0]["level"].get<std::string>(),
+                 std::string("warning"));
         QVERIFY2(broken.out.contains("1 problem found (1 cost)"), qPrintable(describe(broken)));
         // JUnit: one failing case per problem, and the suite's counts say so.
         const JUnitCounts brokenJunit = junitCounts(d + "/broken.xml");
@@ -399,23 +392,27 @@ print(json.dumps([p["severity"] for p in problems]))
                                "manual", "--weight-norm", "workaround"},
                               d);
         QVERIFY2(fixed.exitCode == 0, qPrintable(describe(fixed)));
-        QVERIFY2(fixed.out.contains("batch: 1 per rank (--micro-batch; the first forward's input: 4 "
-                                    "rows), gradient accumulation 1, train_batch_size 2 at 2 ranks; "
-                                    "the script makes its own batches, which --micro-batch does not "
-                                    "change"),
-                 qPrintable(describe(fixed)));
+        QVERIFY2(
+            fixed.out.contains("batch: 1 per rank (--micro-batch; the first forward's input: 4 "
+                               "rows), gradient accumulation 1, train_batch_size 2 at 2 ranks; "
+                               "the script makes its own batches, which --micro-batch does not "
+                               "change"),
+            qPrintable(describe(fixed)));
         QVERIFY2(fixed.out.contains("no problems found"), qPrintable(describe(fixed)));
         QVERIFY2(fixed.out.contains("late parameters (2)"), qPrintable(describe(fixed)));
         // weight_norm's weight_g/weight_v (adopted by deepspeed.initialize: listed, no problem)
         // at the script's line that applied weight_norm.
         const int wnLine =
-            lineOf(ex, "with deepspeed.zero.GatheredParameters(self.conv.weight, modifier_rank=0):") + 1;
+            lineOf(ex,
+                   "with deepspeed.zero.GatheredParameters(self.conv.weight, modifier_rank=0):") +
+            1;
         QVERIFY(wnLine > 1);
         for (const char *p : {"weight_g", "weight_v"})
-            QVERIFY2(fixed.out.contains(QStringLiteral("pos_conv.conv.%1 (replaces pos_conv.conv.weight) at "
-                                                       "%2:%3 in PositionalConv.__init__")
-                                            .arg(QString::fromLatin1(p), ex)
-                                            .arg(wnLine)),
+            QVERIFY2(fixed.out.contains(
+                         QStringLiteral("pos_conv.conv.%1 (replaces pos_conv.conv.weight) at "
+                                        "%2:%3 in PositionalConv.__init__")
+                             .arg(QString::fromLatin1(p), ex)
+                             .arg(wnLine)),
                      qPrintable(describe(fixed)));
         QVERIFY(readJson(d + "/fixed.json")["violations"].empty());
         const JUnitCounts fixedJunit = junitCounts(d + "/fixed.xml");
@@ -426,13 +423,11 @@ print(json.dumps([p["severity"] for p in problems]))
         QVERIFY(readJson(d + "/fixed.sarif")["runs"][0]["results"].empty());
 
         // Real validators, against the vendored schemas.
-        QProcess v;
-        v.setProcessEnvironment(environment());
-        v.start(python(), {QStringLiteral(SHARDSCOPE_CHECK_TESTS "/validate_reports.py"), "--sarif",
-                           d + "/broken.sarif", "--sarif", d + "/fixed.sarif", "--junit",
-                           d + "/broken.xml", "--junit", d + "/fixed.xml"});
-        QVERIFY(v.waitForFinished(120000));
-        QVERIFY2(v.exitCode() == 0, v.readAll().constData());
+        const Run v =
+            validateReports({"--sarif", d + "/broken.sarif", "--sarif", d + "/fixed.sarif",
+                             "--junit", d + "/broken.xml", "--junit", d + "/fixed.xml"});
+        QVERIFY(v.finished());
+        QVERIFY2(v.exitCode == 0, qPrintable(v.out));
         // ... which do reject what is not SARIF or JUnit.
         QFile bad(d + "/bad.sarif");
         QVERIFY(bad.open(QIODevice::WriteOnly));
@@ -442,11 +437,11 @@ print(json.dumps([p["severity"] for p in problems]))
         QVERIFY(badXml.open(QIODevice::WriteOnly));
         badXml.write("<testsuites><testsuite name=\"x\"><testcase/></testsuite></testsuites>");
         badXml.close();
-        v.start(python(), {QStringLiteral(SHARDSCOPE_CHECK_TESTS "/validate_reports.py"), "--sarif",
-                           d + "/bad.sarif", "--junit", d + "/bad.xml"});
-        QVERIFY(v.waitForFinished(120000));
-        const QString rejected = QString::fromUtf8(v.readAll());
-        QCOMPARE(v.exitCode(), 1);
+        const Run invalid =
+            validateReports({"--sarif", d + "/bad.sarif", "--junit", d + "/bad.xml"});
+        QVERIFY(invalid.finished());
+        const QString rejected = invalid.out;
+        QCOMPARE(invalid.exitCode, 1);
         QVERIFY2(rejected.contains("0 valid, 2 invalid"), qPrintable(rejected));
     }
 
@@ -462,10 +457,12 @@ print(json.dumps([p["severity"] for p in problems]))
         const QMap<QString, int> lines{
             {"Head.forward", lineOf(ex, "return F.linear(x, self.embed.weight)")},
             {"forward", lineOf(ex, "return self.lm_head(torch.tanh(self.fc(x)))")},
-            {"main", lineOf(ex, "logits = engine.module(ids) if args.call_module else engine(ids)")},
+            {"main",
+             lineOf(ex, "logits = engine.module(ids) if args.call_module else engine(ids)")},
             {"PositionalConv.__init__",
              lineOf(ex, "with deepspeed.zero.GatheredParameters(self.conv.weight, "
-                        "modifier_rank=0):") + 1}};
+                        "modifier_rank=0):") +
+                 1}};
         static const QRegularExpression at(R"(deepspeed_stories\.py:(\d+) in ([\w.]+))");
         int seen = 0;
         for (const QString &doc : {QStringLiteral("docs/check.md"), QStringLiteral("README.md")}) {
@@ -475,11 +472,12 @@ print(json.dumps([p["severity"] for p in problems]))
             for (auto m = at.globalMatch(text); m.hasNext();) {
                 const auto hit = m.next();
                 const QString function = hit.captured(2);
-                QVERIFY2(lines.contains(function),
-                         qPrintable(doc + ": " + hit.captured(0) + ": not a function this test knows"));
+                QVERIFY2(lines.contains(function), qPrintable(doc + ": " + hit.captured(0) +
+                                                              ": not a function this test knows"));
                 QVERIFY2(hit.captured(1).toInt() == lines[function],
                          qPrintable(QString("%1 shows %2; the example has it at line %3")
-                                        .arg(doc, hit.captured(0)).arg(lines[function])));
+                                        .arg(doc, hit.captured(0))
+                                        .arg(lines[function])));
                 ++seen;
             }
         }
@@ -493,8 +491,9 @@ print(json.dumps([p["severity"] for p in problems]))
         const QString ex = QStringLiteral(SHARDSCOPE_HF_EXAMPLE);
         const Run broken = run({"--snapshot", d + "/t5.json", ex, "--case", "t5-forward"}, d);
         QVERIFY2(broken.exitCode == 1, qPrintable(describe(broken)));
-        QVERIFY2(broken.out.contains(QRegularExpression(
-                     "unregistered_access: shared.weight read by <root> \\(ranks 0,1, steps? [^)]*\\) \\[cost\\]")),
+        QVERIFY2(broken.out.contains(
+                     QRegularExpression("unregistered_access: shared.weight read by <root> "
+                                        "\\(ranks 0,1, steps? [^)]*\\) \\[cost\\]")),
                  qPrintable(describe(broken)));
         QVERIFY2(broken.out.contains(QRegularExpression("at .*hf_stories\\.py:\\d+ in ")),
                  qPrintable(describe(broken)));
@@ -520,8 +519,9 @@ print(json.dumps([p["severity"] for p in problems]))
         QVERIFY2(!fixed.out.contains("shared.weight read"), qPrintable(describe(fixed)));
         // Those reads touch no values (self.wo.weight.dtype): information, a SARIF note, never
         // the error a crash is (issue 49, item 10).
-        const QRegularExpression ffn("\\d+\\. unregistered_access: (encoder|decoder)\\.block\\.\\d\\."
-                                     "layer\\.\\d\\.DenseReluDense\\.wo\\.weight read by [^\n]* \\[info\\]");
+        const QRegularExpression ffn(
+            "\\d+\\. unregistered_access: (encoder|decoder)\\.block\\.\\d\\."
+            "layer\\.\\d\\.DenseReluDense\\.wo\\.weight read by [^\n]* \\[info\\]");
         QVERIFY2(fixed.out.count(ffn) == 4, qPrintable(describe(fixed))); // 2 layers x 2 stacks
         QVERIFY2(fixed.out.contains("4 problems found (4 info)"), qPrintable(describe(fixed)));
         // Each of the 4 problems is a JUnit failure, and a SARIF result of level note (info).
@@ -534,9 +534,10 @@ print(json.dumps([p["severity"] for p in problems]))
         QCOMPARE(t5Sarif["runs"][0]["results"].size(), std::size_t(4));
         for (const json &r : t5Sarif["runs"][0]["results"])
             QCOMPARE(r["level"].get<std::string>(), std::string("note"));
-        QVERIFY2(fixed.out.contains("batch: 1 per rank (--micro-batch; the first forward's input: "
-                                    "1 rows), gradient accumulation 1, train_batch_size 2 at 2 ranks"),
-                 qPrintable(describe(fixed)));
+        QVERIFY2(
+            fixed.out.contains("batch: 1 per rank (--micro-batch; the first forward's input: "
+                               "1 rows), gradient accumulation 1, train_batch_size 2 at 2 ranks"),
+            qPrintable(describe(fixed)));
     }
 
     // weight_norm in a nested constructor (Model -> Encoder -> PositionalConv) reads the
@@ -557,46 +558,76 @@ print(json.dumps([p["severity"] for p in problems]))
         QVERIFY(!snap["violations"].empty());
         for (const json &v : snap["violations"]) {
             QCOMPARE(v["kind"].get<std::string>(), std::string("unregistered_access"));
-            QCOMPARE(v["param"].get<std::string>(), std::string("encoder.pos_conv_embed.conv.weight"));
+            QCOMPARE(v["param"].get<std::string>(),
+                     std::string("encoder.pos_conv_embed.conv.weight"));
             QCOMPARE(v["location"]["line"].get<int>(), line);
-            QCOMPARE(v["location"]["function"].get<std::string>(), std::string("PositionalConv.__init__"));
+            QCOMPARE(v["location"]["function"].get<std::string>(),
+                     std::string("PositionalConv.__init__"));
             const std::string building = v["building"].get<std::string>();
-            QVERIFY2(QRegularExpression("^Model \\(nested_weight_norm\\.py:\\d+\\) > \\.encoder Encoder "
-                                        "\\(nested_weight_norm\\.py:\\d+\\) > \\.pos_conv_embed "
-                                        "PositionalConv \\(nested_weight_norm\\.py:\\d+\\)$")
-                         .match(QString::fromStdString(building))
-                         .hasMatch(),
-                     building.c_str());
+            QVERIFY2(
+                QRegularExpression("^Model \\(nested_weight_norm\\.py:\\d+\\) > \\.encoder Encoder "
+                                   "\\(nested_weight_norm\\.py:\\d+\\) > \\.pos_conv_embed "
+                                   "PositionalConv \\(nested_weight_norm\\.py:\\d+\\)$")
+                    .match(QString::fromStdString(building))
+                    .hasMatch(),
+                building.c_str());
             // Completed once the model existed: the final dotted name, a path that exists.
-            QCOMPARE(v["fix"].get<std::string>(),
-                     std::string("with deepspeed.zero.GatheredParameters(model.encoder.pos_conv_embed."
-                                 "conv.weight, modifier_rank=0): <change it here>"));
+            QCOMPARE(
+                v["fix"].get<std::string>(),
+                std::string("with deepspeed.zero.GatheredParameters(model.encoder.pos_conv_embed."
+                            "conv.weight, modifier_rank=0): <change it here>"));
         }
         QVERIFY2(broken.out.contains("while building: Model"), qPrintable(describe(broken)));
-        const Run fixed = run({"--snapshot", d + "/nestedfixed.json", s, "--weight-norm", "fixed"}, d);
+        const Run fixed =
+            run({"--snapshot", d + "/nestedfixed.json", s, "--weight-norm", "fixed"}, d);
         QVERIFY2(fixed.exitCode == 0, qPrintable(describe(fixed)));
     }
 
-    // FSDP2's prediction follows an explicit forward prefetch (tests/check/scripts/
-    // fsdp_prefetch.py: blocks[0] prefetches blocks[1] and blocks[2]; blocks[1] keeps its
-    // parameters after forward), at 2 ranks, by hand: a block 16x16x4 = 1024 B gathered,
-    // the root's head 8x16x4 + 8x4 = 544 B. blocks.0's forward start holds the root, blocks.0
-    // and both prefetched: 544 + 3 x 1024 = 3616 B = 3.5 KiB (FSDP2's default, one ahead,
-    // would be 2592 B = 2.5 KiB; no later moment holds more: blocks.1 held after forward
-    // gives 2592 at blocks.2's start and in backward). Shards, half of each dim 0: head
-    // 4x16x4 + 4x4 = 272, blocks 3 x 8x16x4 = 1536: 1808 B = 1.8 KiB. Total 5424 B = 5.3 KiB.
-    void fsdpPredictionFollowsExplicitPrefetch()
+    // FSDP2's prediction at 2 ranks of a script's run, against a count by hand (a row: the
+    // file in tests/check/scripts and the line the report must print).
+    //
+    // "explicit prefetch": it follows an explicit forward prefetch (fsdp_prefetch.py:
+    // blocks[0] prefetches blocks[1] and blocks[2]; blocks[1] keeps its parameters after
+    // forward). A block 16x16x4 = 1024 B gathered, the root's head 8x16x4 + 8x4 = 544 B.
+    // blocks.0's forward start holds the root, blocks.0 and both prefetched: 544 + 3 x 1024 =
+    // 3616 B = 3.5 KiB (FSDP2's default, one ahead, would be 2592 B = 2.5 KiB; no later moment
+    // holds more: blocks.1 held after forward gives 2592 at blocks.2's start and in backward).
+    // Shards, half of each dim 0: head 4x16x4 + 4x4 = 272, blocks 3 x 8x16x4 = 1536: 1808 B =
+    // 1.8 KiB. Total 5424 B = 5.3 KiB.
+    //
+    // "gradient accumulation": each micro-batch replayed on its own (fsdp_accumulate.py: two
+    // micro-batches a step, the first with set_requires_gradient_sync(False); four blocks
+    // Linear 16x16 and the root's head Linear 16->8). A block gathered 16x16x4 = 1024 B, the
+    // head 8x16x4 + 8x4 = 544 B. Each micro-batch's forward and backward on its own: at
+    // blocks.0's forward start the root (not resharded after forward), blocks.0 and blocks.1
+    // (prefetched): 544 + 2 x 1024 = 2592 B = 2.5 KiB (the two forwards replayed as one held
+    // every block: 4640 B). Shards: head 4x16x4 + 4x4 = 272, blocks 4 x 8x16x4 = 2048: 2320 B
+    // = 2.3 KiB; total 4912 B = 4.8 KiB.
+    void fsdpPredictionByHand_data()
+    {
+        QTest::addColumn<QString>("file");
+        QTest::addColumn<QString>("predicted");
+        QTest::newRow("explicit prefetch")
+            << "fsdp_prefetch.py"
+            << "predicted per-rank parameter memory at 2 ranks: gathered peak 3.5 KiB (at "
+               "`blocks.0` forward), late (whole) 0 B, shards 1.8 KiB; total 5.3 KiB";
+        QTest::newRow("gradient accumulation")
+            << "fsdp_accumulate.py"
+            << "predicted per-rank parameter memory at 2 ranks: gathered peak 2.5 KiB (at "
+               "`blocks.0` forward), late (whole) 0 B, shards 2.3 KiB; total 4.8 KiB";
+    }
+
+    void fsdpPredictionByHand()
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        QFETCH(QString, file);
+        QFETCH(QString, predicted);
         const QString d = m_dir.path();
-        const Run r = run({"--steps", "1", "--target-world", "2", "--snapshot", d + "/prefetch.json",
-                           script("fsdp_prefetch.py")},
+        const Run r = run({"--steps", "1", "--target-world", "2", "--snapshot",
+                           d + "/" + QFileInfo(file).baseName() + ".json", script(file)},
                           d);
         QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
-        QVERIFY2(r.out.contains("predicted per-rank parameter memory at 2 ranks: gathered peak 3.5 KiB "
-                                "(at `blocks.0` forward), late (whole) 0 B, shards 1.8 KiB; total "
-                                "5.3 KiB"),
-                 qPrintable(describe(r)));
+        QVERIFY2(r.out.contains(predicted), qPrintable(describe(r)));
     }
 
     // --micro-batch on a JSON config (4 per rank, accumulation 2, train_batch_size 16 at 2
@@ -608,18 +639,21 @@ print(json.dumps([p["severity"] for p in problems]))
         const QString d = m_dir.path();
         const QString s = script("json_config_loader.py");
         const QString config = script("ds_config.json");
-        const Run own = run({"--steps", "1", "--snapshot", d + "/json.json", s, "--deepspeed_config", config}, d);
+        const Run own = run(
+            {"--steps", "1", "--snapshot", d + "/json.json", s, "--deepspeed_config", config}, d);
         QVERIFY2(own.exitCode == 0, qPrintable(describe(own)));
-        QVERIFY2(own.out.contains("batch: 4 per rank (the script's config; the first forward's input: "
-                                  "4 rows), gradient accumulation 2, train_batch_size 16 at 2 ranks"),
-                 qPrintable(describe(own)));
+        QVERIFY2(
+            own.out.contains("batch: 4 per rank (the script's config; the first forward's input: "
+                             "4 rows), gradient accumulation 2, train_batch_size 16 at 2 ranks"),
+            qPrintable(describe(own)));
         for (const char *via : {"--deepspeed_config", "--config"}) {
-            const Run small = run({"--steps", "1", "--micro-batch", "1", "--snapshot", d + "/json.json", s,
-                                   QString::fromLatin1(via), config},
+            const Run small = run({"--steps", "1", "--micro-batch", "1", "--snapshot",
+                                   d + "/json.json", s, QString::fromLatin1(via), config},
                                   d);
             QVERIFY2(small.exitCode == 0, qPrintable(describe(small)));
-            QVERIFY2(small.out.contains("batch: 1 per rank (--micro-batch; the first forward's input: "
-                                        "1 rows), gradient accumulation 2, train_batch_size 4 at 2 ranks"),
+            QVERIFY2(small.out.contains(
+                         "batch: 1 per rank (--micro-batch; the first forward's input: "
+                         "1 rows), gradient accumulation 2, train_batch_size 4 at 2 ranks"),
                      qPrintable(via + describe(small)));
         }
         // The user's file is not changed.
@@ -667,37 +701,12 @@ print(json.dumps([p["severity"] for p in problems]))
         QCOMPARE(junitCounts(d + "/tied.xml").failures, 0);
     }
 
-    // FSDP2 with gradient accumulation (fsdp_accumulate.py: two micro-batches a step, the first
-    // with set_requires_gradient_sync(False); four blocks Linear 16x16 and the root's head
-    // Linear 16->8), at 2 ranks, by hand: a block gathered 16x16x4 = 1024 B, the head 8x16x4 +
-    // 8x4 = 544 B. Each micro-batch's forward and backward on its own: at blocks.0's forward
-    // start the root (not resharded after forward), blocks.0 and blocks.1 (prefetched): 544 +
-    // 2 x 1024 = 2592 B = 2.5 KiB (the two forwards replayed as one held every block: 4640 B).
-    // Shards: head 4x16x4 + 4x4 = 272, blocks 4 x 8x16x4 = 2048: 2320 B = 2.3 KiB; total
-    // 4912 B = 4.8 KiB.
-    void fsdpAccumulationReplaysEachMicroBatch()
-    {
-        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
-        const QString d = m_dir.path();
-        const Run r = run({"--steps", "1", "--target-world", "2", "--snapshot",
-                           d + "/accumulate.json", script("fsdp_accumulate.py")},
-                          d);
-        QVERIFY2(r.exitCode == 0, qPrintable(describe(r)));
-        QVERIFY2(
-            r.out.contains("predicted per-rank parameter memory at 2 ranks: gathered peak 2.5 KiB "
-                           "(at `blocks.0` forward), late (whole) 0 B, shards 2.3 KiB; total "
-                           "4.8 KiB"),
-            qPrintable(describe(r)));
-    }
-
     // The two predictions as functions, on records written by hand (the same models as the
     // two runs above): a tie given as one identity in two modules, and two micro-batches.
     void predictionsByHand()
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
-        QProcess p;
-        p.setProcessEnvironment(environment());
-        p.start(python(), {"-c", R"(
+        const Run p = runPython({"-c", R"(
 from shardscope.check import predict_peak, predict_fsdp_peak
 # root, embed (id 1), fc (ids 2, 3), head (its weight is id 1): float32, nothing persistent
 order = [["", []], ["embed", [[64, 4, False, 1]]], ["fc", [[64, 4, False, 2], [8, 4, False, 3]]],
@@ -713,10 +722,11 @@ units = [root] + [dict(block, path=f"blocks.{i}") for i in range(4)]
 one = [["pre", 0]] + [e for i in range(1, 5) for e in (["pre", i], ["post", i])] + [["post", 0]]
 p = predict_fsdp_peak({"units": units, "passes": [one, one]}, 0, 2)
 print("fsdp", p["gathered_peak_bytes"], p["at_module"], p["phase"], p["shard_bytes"])
-)"});
-        QVERIFY(p.waitForFinished(60000));
-        const QString out = QString::fromUtf8(p.readAllStandardOutput());
-        QVERIFY2(p.exitCode() == 0, qPrintable(out + p.readAllStandardError()));
+)"},
+                                60000);
+        QVERIFY(p.finished());
+        const QString out = p.out;
+        QVERIFY2(p.exitCode == 0, qPrintable(out + p.err));
         // 136 elements x 4 gathered, 34 x 4 in shards (see tiedWeightCountedOnce...).
         QVERIFY2(out.contains("ds 544 136 0\n"), qPrintable(out));
         // Without prefetch the largest module holds the most: fc, 72 x 4 = 288 B.
@@ -941,7 +951,8 @@ print("fsdp", p["gathered_peak_bytes"], p["at_module"], p["phase"], p["shard_byt
         QFETCH(bool, beforeRanks);
         QElapsedTimer t;
         t.start();
-        const Run r = run(QStringList{"--snapshot", m_dir.path() + "/bad.json"} + args, m_dir.path());
+        const Run r =
+            run(QStringList{"--snapshot", m_dir.path() + "/bad.json"} + args, m_dir.path());
         QVERIFY2(r.exitCode == 2, qPrintable(describe(r)));
         QVERIFY2(r.err.contains(says), qPrintable(describe(r)));
         QVERIFY2(t.elapsed() < 90000, "bounded by --timeout");
@@ -954,4 +965,3 @@ print("fsdp", p["gathered_peak_bytes"], p["at_module"], p["phase"], p["shard_byt
 
 QTEST_GUILESS_MAIN(TestCheck)
 #include "tst_check.moc"
-

@@ -18,9 +18,9 @@
 #include <QSet>
 #include <QStringList>
 #include <QTemporaryDir>
-#include <QVersionNumber>
 #include <QTest>
 #include <QThread>
+#include <QVersionNumber>
 
 #include <nlohmann/json.hpp>
 
@@ -30,7 +30,9 @@
 #include <set>
 
 #include "prerequisite.h"
+#include "pythonrun.h"
 #include "rankjob.h"
+#include "ranksnapshots.h"
 #include "snapshotquery.h"
 #include "snapshotschema.h"
 #include "wire/snapshot.h"
@@ -45,7 +47,7 @@ using shardscope::test::moduleIdOf;
 using shardscope::test::readJson;
 using shardscope::test::violations;
 
-using Run = shardscope::test::RankRun;
+using Run = shardscope::test::ProcessRun;
 
 // The project environment's Python (scripts/deps), the one the native module is built for.
 QString python()
@@ -53,25 +55,20 @@ QString python()
     return QStringLiteral(SHARDSCOPE_PYTHON_EXE);
 }
 
-// The environment of a DeepSpeed run on CPU: the shardscope package, the DeepSpeed release
-// under test first on the path, its JIT-built ops (the CPU accelerator's shared-memory
-// collective) in a cache of its own, one thread per rank.
+// The environment of a DeepSpeed run on CPU (tests/support/pythonrun.h: the release under
+// test, its JIT-built ops such as the CPU accelerator's shared-memory collective) on
+// DeepSpeed's CPU accelerator.
 QProcessEnvironment dsEnvironment()
 {
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    const QString dsPath = qEnvironmentVariable("SHARDSCOPE_DS_PATH");
-    env.insert("PYTHONPATH", (dsPath.isEmpty() ? QString() : dsPath + ":") +
-                                 QStringLiteral(SHARDSCOPE_PYTHON_DIR));
+    QProcessEnvironment env =
+        shardscope::test::deepSpeedEnvironment(QStringLiteral(SHARDSCOPE_PYTHON_DIR));
     env.insert("DS_ACCELERATOR", "cpu");
     env.insert("LOCAL_SIZE", "2"); // DeepSpeed's CPU accelerator: devices on this machine
-    env.insert("OMP_NUM_THREADS", "1");
-    const QString ext = qEnvironmentVariable("SHARDSCOPE_TORCH_EXTENSIONS");
-    if (!ext.isEmpty()) env.insert("TORCH_EXTENSIONS_DIR", ext);
-    env.remove("SHARDSCOPE_TOKEN");
     return env;
 }
 
-constexpr int kForward = 0, kBackward = 1, kGatheredParameters = 3, kGuard = 4; // fetch reasons (docs/protocol.md)
+constexpr int kForward = 0, kBackward = 1, kGatheredParameters = 3,
+              kGuard = 4; // fetch reasons (docs/protocol.md)
 
 } // namespace
 
@@ -89,13 +86,15 @@ class TestDeepSpeedAgent : public QObject
                     const QString &monitorInterval = QStringLiteral("0.1"),
                     const QString &script = QStringLiteral(SHARDSCOPE_EXAMPLE))
     {
-        return shardscope::test::startRanks(this, dsEnvironment(), QStringLiteral(SHARDSCOPE_LAUNCH),
-                                            python(), script, args, runtime, monitorInterval);
+        return shardscope::test::startRanks(this, dsEnvironment(),
+                                            QStringLiteral(SHARDSCOPE_LAUNCH), python(), script,
+                                            args, runtime, monitorInterval);
     }
 
     Run run(const QStringList &args, const QString &script = QStringLiteral(SHARDSCOPE_EXAMPLE))
     {
-        return shardscope::test::finishRanks(start(args, m_dir.path(), QStringLiteral("0.1"), script));
+        return shardscope::test::finishRanks(
+            start(args, m_dir.path(), QStringLiteral("0.1"), script));
     }
 
     // The inspector attached to endpoint as to shardscope-train, offscreen, exporting what it
@@ -133,7 +132,8 @@ class TestDeepSpeedAgent : public QObject
             for (const json &v : s["violations"]) {
                 if (v["param"] == "shared.weight") continue;
                 QVERIFY2(v["kind"] == "unregistered_access" && v["action"] == "auto_registered" &&
-                             woRead.match(QString::fromStdString(v["param"].get<std::string>())).hasMatch(),
+                             woRead.match(QString::fromStdString(v["param"].get<std::string>()))
+                                 .hasMatch(),
                          v.dump().c_str());
                 QVERIFY2(v["read"] == "attribute" && v["severity"] == "info" &&
                              v["status"] == "NOT_AVAILABLE" && v["fix"] == "",
@@ -157,38 +157,38 @@ class TestDeepSpeedAgent : public QObject
             QCOMPARE(reads[0]["fix"].get<std::string>(),
                      std::string("deepspeed.zero.register_external_parameter(model, "
                                  "model.shared.weight)"));
-            QVERIFY2((*shared)["external_auto_modules"] == json::array({""}), shared->dump().c_str());
+            QVERIFY2((*shared)["external_auto_modules"] == json::array({""}),
+                     shared->dump().c_str());
         }
     }
 
-    QString snapshotArg(const QString &name) { return m_dir.filePath(name + ".rank{rank}.json"); }
+    QString snapshotArg(const QString &name)
+    {
+        return shardscope::test::rankSnapshotArg(m_dir.path(), name);
+    }
     QString snapshotOf(const QString &name, int rank)
     {
-        return m_dir.filePath(name + ".rank" + QString::number(rank) + ".json");
+        return shardscope::test::rankSnapshotPath(m_dir.path(), name, rank);
     }
 
-    // Both ranks' snapshots decode with our decoder and pass the schema checks.
+    // Both ranks' snapshots, decoded with our decoder and passing the schema checks.
     std::vector<json> snapshots(const QString &name)
     {
-        std::vector<json> out;
-        for (int rank = 0; rank < 2; ++rank) {
-            const QString path = snapshotOf(name, rank);
-            auto decoded = shardscope::wire::readSnapshotFile(path.toStdString());
-            if (!decoded) {
-                qWarning("%s: %s", qPrintable(path), decoded.error().c_str());
-                return {};
-            }
-            if (decoded->state.worldSize != 2 ||
-                decoded->state.localRanks != std::vector<int>{rank})
-                return {};
-            json j = readJson(path);
-            const auto problems = shardscope::test::snapshotSchemaProblems(j);
-            for (const auto &p : problems)
-                qWarning("%s: %s", qPrintable(path), p.c_str());
-            if (!problems.empty()) return {};
-            out.push_back(std::move(j));
-        }
-        return out;
+        return shardscope::test::rankSnapshots(m_dir.path(), name);
+    }
+
+    // `python args` in a DeepSpeed run's environment (XDG_RUNTIME_DIR: the suite's folder,
+    // where an agent announces itself; unset: leave the test's own).
+    Run runPython(const QStringList &args, int timeoutMs = 120000,
+                  const QProcessEnvironment &extra = {}, bool ownRuntime = true)
+    {
+        shardscope::test::RunOptions options;
+        options.environment = dsEnvironment();
+        if (ownRuntime) options.environment.insert("XDG_RUNTIME_DIR", m_dir.path());
+        for (const QString &key : extra.keys())
+            options.environment.insert(key, extra.value(key));
+        options.timeoutMs = timeoutMs;
+        return shardscope::test::runProcess(python(), args, options);
     }
 
   private slots:
@@ -199,26 +199,15 @@ class TestDeepSpeedAgent : public QObject
     {
         QVERIFY(m_dir.isValid());
         const QString want = qEnvironmentVariable("SHARDSCOPE_DS_VERSION");
-        if (QDir(QStringLiteral(SHARDSCOPE_PYTHON_DIR) + "/shardscope")
-                .entryList({"_native*.so"})
-                .isEmpty())
-            m_skip = "the shardscope Python module was not built (pybind11-dev and python3-dev: "
-                     "scripts/deps)";
-        else {
-            QProcess probe;
-            probe.setProcessEnvironment(dsEnvironment());
-            probe.start(python(), {"-c", "import torch, deepspeed; print(deepspeed.__version__)"});
-            const bool ran = probe.waitForFinished(120000) && probe.exitCode() == 0;
-            const QString have = QString::fromUtf8(probe.readAllStandardOutput()).trimmed();
-            m_version = have.section('\n', -1);
-            if (!ran)
-                m_skip = python() + " cannot import torch and DeepSpeed (scripts/deps installs "
-                                    "them): " +
-                         QString::fromUtf8(probe.readAllStandardError()).right(400);
-            else if (!want.isEmpty() && have.section('\n', -1) != want)
-                m_skip = "DeepSpeed " + want + " was asked for, " + python() + " imports " +
-                         have.section('\n', -1) + " (scripts/deps installs the tested releases)";
-        }
+        Run probe;
+        m_skip = shardscope::test::pythonPrerequisiteMissing(
+            python(), QStringLiteral(SHARDSCOPE_PYTHON_DIR), dsEnvironment(),
+            "import torch, deepspeed; print(deepspeed.__version__)",
+            "import torch and DeepSpeed (scripts/deps installs them)", &probe);
+        m_version = probe.out.trimmed().section('\n', -1);
+        if (m_skip.isEmpty() && !want.isEmpty() && m_version != want)
+            m_skip = "DeepSpeed " + want + " was asked for, " + python() + " imports " + m_version +
+                     " (scripts/deps installs the tested releases)";
         // A skip would hide a missing install step (everything above is what scripts/deps
         // installs): it fails unless asked for, for DeepSpeed or for this release.
         if (const QString refused = shardscope::test::refusedSkip(
@@ -237,10 +226,10 @@ class TestDeepSpeedAgent : public QObject
         // The ranks hold after step 3 until the clients below are done (at most 120 s): on
         // a loaded machine the inspector may take seconds to start.
         const QString release = m_dir.filePath("tied.release");
-        QProcess *p = start({"--externals", "none", "--weight-norm", "off", "--steps", "3",
-                             "--hold", "120", "--hold-until", release, "--snapshot-out",
-                             snapshotArg("tied")},
-                            runtime.path());
+        QProcess *p =
+            start({"--externals", "none", "--weight-norm", "off", "--steps", "3", "--hold", "120",
+                   "--hold-until", release, "--snapshot-out", snapshotArg("tied")},
+                  runtime.path());
         // Both ranks announce themselves in discovery, as one job, with their ranks.
         QProcess list;
         QString listed;
@@ -303,10 +292,9 @@ class TestDeepSpeedAgent : public QObject
         QVERIFY(jobCapture.waitForFinished(120000));
         QVERIFY2(jobCapture.exitCode() == 0, jobCapture.readAllStandardError().constData());
         QVERIFY(QFile(release).open(QIODevice::WriteOnly));
-        QVERIFY(p->waitForFinished(150000));
-        const QString err = QString::fromUtf8(p->readAllStandardError());
-        QVERIFY2(p->exitCode() == 0,
-                 qPrintable(err + QString::fromUtf8(p->readAllStandardOutput())));
+        const Run ran = shardscope::test::finishRanks(p, 150000);
+        QVERIFY(ran.finished());
+        QVERIFY2(ran.exitCode == 0, qPrintable(ran.out));
 
         std::vector<json> snaps = snapshots("tied");
         QCOMPARE(snaps.size(), std::size_t(2));
@@ -422,7 +410,8 @@ class TestDeepSpeedAgent : public QObject
             QVERIFY2(reducedBytes.size() == 2 && reducedBytes[1] == allParams &&
                          reducedBytes[2] == allParams,
                      (std::to_string(allParams) + " bytes expected per step; " +
-                      json(reducedBytes).dump()).c_str());
+                      json(reducedBytes).dump())
+                         .c_str());
             // Registered by hand: never a guard gather, fetched for lm_head's scopes.
             const int lmHead = moduleIdOf(s, "lm_head");
             const auto f = fetchesOf(s, "embed.weight");
@@ -459,7 +448,8 @@ class TestDeepSpeedAgent : public QObject
                            "--toggle", "1", "--snapshot-out", snapshotArg("paused")});
         QVERIFY2(r.exitCode == 0, qPrintable(r.out));
         std::set<int> observed{1, 2, 3, 4}, paused;
-        static const QRegularExpression pausedLine(R"(rank 0 step (\d+) loss \S+ \(agent paused\))");
+        static const QRegularExpression pausedLine(
+            R"(rank 0 step (\d+) loss \S+ \(agent paused\))");
         for (auto it = pausedLine.globalMatch(r.out); it.hasNext();) {
             const int step = it.next().captured(1).toInt();
             paused.insert(step);
@@ -505,7 +495,8 @@ class TestDeepSpeedAgent : public QObject
                                                   "checkpoint", "16bit", "--save-dir", dir,
                                                   "--snapshot-out", snapshotArg("ckpt-saved")});
         QVERIFY2(saved.exitCode == 0, qPrintable(saved.out + saved.err.right(3000)));
-        QVERIFY2(saved.out.contains("rank 0 saved 16bit embed.weight (37, 16)"), qPrintable(saved.out));
+        QVERIFY2(saved.out.contains("rank 0 saved 16bit embed.weight (37, 16)"),
+                 qPrintable(saved.out));
         const Run resumed = run(model + QStringList{"--steps", "2", "--first-step", "2", "--resume",
                                                     dir + "/checkpoint", "--snapshot-out",
                                                     snapshotArg("ckpt-resumed")});
@@ -535,17 +526,21 @@ class TestDeepSpeedAgent : public QObject
                 all.insert(p["id"].get<std::int64_t>());
             bool between = false;
             for (const json &e : shardscope::test::eventList(s[i])) {
-                if (e["type"] == "step_end" && e["step"] == 1) between = true;
-                else if (e["type"] == "step_begin" && between) break;
+                if (e["type"] == "step_end" && e["step"] == 1)
+                    between = true;
+                else if (e["type"] == "step_begin" && between)
+                    break;
                 else if (between && e["type"] == "fetch_end") {
-                    QVERIFY2(e["flags"] == kGatheredParameters && e["b"] == 0xffffffffu, e.dump().c_str());
+                    QVERIFY2(e["flags"] == kGatheredParameters && e["b"] == 0xffffffffu,
+                             e.dump().c_str());
                     fetched.insert(e["a"].get<std::int64_t>());
                 } else if (between && e["type"] == "release")
                     released.insert(e["a"].get<std::int64_t>());
             }
             QVERIFY2(fetched == all && released == all,
-                     (json(fetched).dump() + " fetched, " + json(released).dump() + " released of " +
-                      json(all).dump()).c_str());
+                     (json(fetched).dump() + " fetched, " + json(released).dump() +
+                      " released of " + json(all).dump())
+                         .c_str());
         }
     }
 
@@ -572,8 +567,7 @@ class TestDeepSpeedAgent : public QObject
         QVERIFY2(r.out.contains("has no {rank} in a job of 2 ranks: rank 0 writes " + out +
                                 ", rank N writes " + out + ".rank<N>"),
                  qPrintable(r.out));
-        QVERIFY2(r.out.contains("in a job of 2 ranks: rank N listens on unix:" + sock +
-                                ".rank<N>"),
+        QVERIFY2(r.out.contains("in a job of 2 ranks: rank N listens on unix:" + sock + ".rank<N>"),
                  qPrintable(r.out));
         QVERIFY(QFile::rename(out, snapshotOf("accum", 0)));
         QVERIFY(QFile::rename(out + ".rank1", snapshotOf("accum", 1)));
@@ -594,8 +588,10 @@ class TestDeepSpeedAgent : public QObject
                 if (e["type"] == "module_enter" && e["a"] == fc && e["flags"] == 0)
                     ++fcForwards[e["step"].get<int>()];
             }
-            QVERIFY2(begun == (std::vector<int>{1, 2}), shardscope::test::eventList(s).dump().c_str());
-            QVERIFY2(ended == (std::vector<int>{1, 2}), shardscope::test::eventList(s).dump().c_str());
+            QVERIFY2(begun == (std::vector<int>{1, 2}),
+                     shardscope::test::eventList(s).dump().c_str());
+            QVERIFY2(ended == (std::vector<int>{1, 2}),
+                     shardscope::test::eventList(s).dump().c_str());
             QVERIFY2(fcForwards == (std::map<int, int>{{1, 2}, {2, 2}}),
                      shardscope::test::eventList(s).dump().c_str());
             QVERIFY2(s["violations"].empty(), s["violations"].dump().c_str());
@@ -628,8 +624,9 @@ class TestDeepSpeedAgent : public QObject
         const QVersionNumber ds = QVersionNumber::fromString(m_version);
         const bool plainBackward = ds >= QVersionNumber(0, 18, 3);
         const bool nestedRaises = ds >= QVersionNumber(0, 19, 4);
-        QStringList args{"--externals", "manual", "--weight-norm", "workaround", "--steps", "3",
-                         "--leaf", "--nested-gathered", "--snapshot-out", snapshotArg("newer")};
+        QStringList args{
+            "--externals", "manual", "--weight-norm",     "workaround",     "--steps",
+            "3",           "--leaf", "--nested-gathered", "--snapshot-out", snapshotArg("newer")};
         if (plainBackward) args << "--plain-backward";
         const Run r = run(args);
         if (nestedRaises) {
@@ -664,20 +661,24 @@ class TestDeepSpeedAgent : public QObject
                 // _invalidate_trace at module registration (0.19.2) is not one.
                 QVERIFY2(e["type"] != "trace_invalidated", e.dump().c_str());
             }
-            QVERIFY2(begun == (std::vector<int>{1, 2, 3}), shardscope::test::eventList(s).dump().c_str());
+            QVERIFY2(begun == (std::vector<int>{1, 2, 3}),
+                     shardscope::test::eventList(s).dump().c_str());
             for (const auto &[scope, n] : open)
                 QVERIFY2(n == 0, qPrintable(QString("module %1 phase %2: %3 scopes left open")
-                                                .arg(scope.first).arg(scope.second).arg(n)));
+                                                .arg(scope.first)
+                                                .arg(scope.second)
+                                                .arg(n)));
             // The losses the script printed, to its 4 decimals.
             QCOMPARE(losses.size(), std::size_t(3));
             for (int step = 1; step <= 3; ++step) {
                 const QString line = QString("rank %1 step %2 loss %3")
-                                         .arg(rank).arg(step)
+                                         .arg(rank)
+                                         .arg(step)
                                          .arg(losses[std::size_t(step - 1)], 0, 'f', 4);
                 QVERIFY2(r.out.contains(line), qPrintable(line + " not in:\n" + r.out));
             }
-            for (const char *name : {"pos_conv.conv.bias", "pos_conv.conv.weight_g",
-                                     "pos_conv.conv.weight_v"}) {
+            for (const char *name :
+                 {"pos_conv.conv.bias", "pos_conv.conv.weight_g", "pos_conv.conv.weight_v"}) {
                 // Fetched for pos_conv (on its entry, or prefetched for it), never for conv.
                 int forPosConv = 0;
                 for (const auto &[reason, module] : fetchesOf(s, name)) {
@@ -704,10 +705,12 @@ class TestDeepSpeedAgent : public QObject
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
         const QStringList common{"--weight-norm", "workaround", "--steps", "3"};
         const Run compiled = run(QStringList{"--externals", "manual", "--compile", "eager",
-                                             "--snapshot-out", snapshotArg("compiled")} + common);
+                                             "--snapshot-out", snapshotArg("compiled")} +
+                                 common);
         QVERIFY2(compiled.exitCode == 0, qPrintable(compiled.out + compiled.err.right(3000)));
-        const Run eager = run(QStringList{"--externals", "manual", "--snapshot-out",
-                                          snapshotArg("uncompiled")} + common);
+        const Run eager =
+            run(QStringList{"--externals", "manual", "--snapshot-out", snapshotArg("uncompiled")} +
+                common);
         QVERIFY2(eager.exitCode == 0, qPrintable(eager.out + eager.err.right(3000)));
         const std::vector<json> c = snapshots("compiled"), e = snapshots("uncompiled");
         QCOMPARE(c.size(), std::size_t(2));
@@ -722,15 +725,16 @@ class TestDeepSpeedAgent : public QObject
             QVERIFY(violations(cs, "unregistered_access").empty());
             for (int step = 1; step <= 3; ++step) { // the same losses, printed by the script
                 const QString got = shardscope::test::printedLoss(compiled.out, rank, step);
-                QVERIFY2(!got.isEmpty() && got == shardscope::test::printedLoss(eager.out, rank, step),
+                QVERIFY2(!got.isEmpty() &&
+                             got == shardscope::test::printedLoss(eager.out, rank, step),
                          qPrintable(compiled.out + "\n---\n" + eager.out));
             }
         }
         // Story 1 unregistered under compile: the exception of a run without the agent.
         const auto lastError = shardscope::test::lastRankException;
         const Run broken = run(QStringList{"--externals", "none", "--compile", "eager"} + common);
-        const Run without = run(QStringList{"--externals", "none", "--compile", "eager",
-                                            "--no-agent"} + common);
+        const Run without =
+            run(QStringList{"--externals", "none", "--compile", "eager", "--no-agent"} + common);
         QVERIFY2(without.exitCode != 0, qPrintable(without.out));
         QVERIFY2(broken.exitCode != 0, qPrintable(broken.out));
         QVERIFY2(!lastError(without.err).isEmpty(), qPrintable(without.err.right(3000)));
@@ -742,9 +746,10 @@ class TestDeepSpeedAgent : public QObject
             QStringList{"--externals", "manual", "--compile", "eager", "--deepcompile"} + common;
         const Run dc = run(deepCompile);
         const Run dcWithout = run(deepCompile + QStringList{"--no-agent"});
-        QVERIFY2((dc.out + dc.err).contains("shardscope: DeepCompile (\"compile\": {\"deepcompile\": "
-                                            "true}) gathers and releases ZeRO-3's parameters inside "
-                                            "the compiled graph"),
+        QVERIFY2((dc.out + dc.err)
+                     .contains("shardscope: DeepCompile (\"compile\": {\"deepcompile\": "
+                               "true}) gathers and releases ZeRO-3's parameters inside "
+                               "the compiled graph"),
                  qPrintable(dc.err.right(3000)));
         QVERIFY(!(dcWithout.out + dcWithout.err).contains("shardscope:"));
         QCOMPARE(dc.exitCode == 0, dcWithout.exitCode == 0);
@@ -756,7 +761,8 @@ class TestDeepSpeedAgent : public QObject
                 R"((?:RuntimeError: Error building extension 'dc'|ImportError: \S*dc\.so))");
             QVERIFY2(buildFailed.match(lastError(dcWithout.err)).hasMatch(),
                      qPrintable(lastError(dcWithout.err)));
-            QVERIFY2(buildFailed.match(lastError(dc.err)).hasMatch(), qPrintable(lastError(dc.err)));
+            QVERIFY2(buildFailed.match(lastError(dc.err)).hasMatch(),
+                     qPrintable(lastError(dc.err)));
         }
     }
 
@@ -811,16 +817,11 @@ class TestDeepSpeedAgent : public QObject
                  qPrintable(r.out));
         const std::vector<json> snaps = snapshots("wn");
         QCOMPARE(snaps.size(), std::size_t(2));
-        int weightNormLine = 0;
-        {
-            QFile ex(QStringLiteral(SHARDSCOPE_EXAMPLE));
-            QVERIFY(ex.open(QIODevice::ReadOnly));
-            for (int n = 1; !ex.atEnd(); ++n)
-                if (ex.readLine().contains("if weight_norm == \"unsafe\":")) {
-                    weightNormLine = n + 1;
-                    break;
-                }
-        }
+        // the line below the story's `if weight_norm == "unsafe":`
+        const int weightNormLine = shardscope::test::lineOf(QStringLiteral(SHARDSCOPE_EXAMPLE),
+                                                            "if weight_norm == \"unsafe\":") +
+                                   1;
+        QVERIFY(weightNormLine > 1);
         for (const json &s : snaps) {
             const auto v = violations(s, "unregistered_access");
             QCOMPARE(v.size(), std::size_t(1));
@@ -890,12 +891,14 @@ class TestDeepSpeedAgent : public QObject
         QCOMPARE(snaps.size(), std::size_t(2));
         for (int rank = 0; rank < 2; ++rank) {
             const QString skipped = QString("rank %1 step 2 skipped: out of memory in a user's "
-                                            "backward").arg(rank);
+                                            "backward")
+                                        .arg(rank);
             QVERIFY2(with.out.contains(skipped) && without.out.contains(skipped),
                      qPrintable(with.out + "\n---\n" + without.out));
             const QString said = QString("shardscope: rank %1: DeepSpeed ZeRO-3's backward did "
                                          "not finish: it raised RuntimeError: out of memory in a "
-                                         "user's backward").arg(rank);
+                                         "user's backward")
+                                     .arg(rank);
             QVERIFY2(with.err.count(said) == 1, qPrintable(with.err.right(3000)));
             const json &s = snaps[std::size_t(rank)];
             QCOMPARE(s["violations"].size(), std::size_t(1));
@@ -941,12 +944,12 @@ class TestDeepSpeedAgent : public QObject
             long long numel = 0, world = 0, secondary = 0;
         };
         std::map<std::pair<int, std::string>, Held> ds;
-        const QRegularExpression line(QStringLiteral("rank (\\d+) partition (\\S+) (\\d+) (\\d+) (\\d+)"));
+        const QRegularExpression line(
+            QStringLiteral("rank (\\d+) partition (\\S+) (\\d+) (\\d+) (\\d+)"));
         for (auto it = line.globalMatch(r.out); it.hasNext();) {
             const auto m = it.next();
-            ds[{m.captured(1).toInt(), m.captured(2).toStdString()}] =
-                Held{m.captured(3).toLongLong(), m.captured(4).toLongLong(),
-                     m.captured(5).toLongLong()};
+            ds[{m.captured(1).toInt(), m.captured(2).toStdString()}] = Held{
+                m.captured(3).toLongLong(), m.captured(4).toLongLong(), m.captured(5).toLongLong()};
         }
         QCOMPARE(ds.size(), std::size_t(world * 6));
         for (int rank = 0; rank < world; ++rank) {
@@ -971,7 +974,8 @@ class TestDeepSpeedAgent : public QObject
                 held += h.numel * 4;
                 secondary += h.secondary;
             }
-            QVERIFY2(secondary > 0, "no secondary (hpZ) partition: zero_hpz_partition_size was not in effect");
+            QVERIFY2(secondary > 0,
+                     "no secondary (hpZ) partition: zero_hpz_partition_size was not in effect");
             // The held bytes count the secondary partitions while the rank has them: every one
             // after backward, none after the optimizer step dropped them.
             long long sampled = -1, most = -1;
@@ -1019,9 +1023,12 @@ class TestDeepSpeedAgent : public QObject
     {
         QTest::addColumn<QString>("externals");
         QTest::addColumn<QString>("loop");
-        QTest::newRow("as the story wrote it") << "none" << "trainer";
-        QTest::newRow("with the story's registration") << "manual" << "trainer";
-        QTest::newRow("in an Accelerate loop") << "none" << "accelerate";
+        QTest::newRow("as the story wrote it") << "none"
+                                               << "trainer";
+        QTest::newRow("with the story's registration") << "manual"
+                                                       << "trainer";
+        QTest::newRow("in an Accelerate loop") << "none"
+                                               << "accelerate";
     }
 
     void hfT5ReadInComputeLoss()
@@ -1078,8 +1085,9 @@ class TestDeepSpeedAgent : public QObject
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
         QFETCH(QStringList, args);
         QFETCH(bool, silent);
-        const QString name = "t5-forward-" + QString::fromUtf8(QTest::currentDataTag())
-                                                 .replace(QRegularExpression("[^a-z]"), "-");
+        const QString name =
+            "t5-forward-" +
+            QString::fromUtf8(QTest::currentDataTag()).replace(QRegularExpression("[^a-z]"), "-");
         const Run r = run(args + QStringList{"--steps", "2", "--snapshot-out", snapshotArg(name)},
                           QStringLiteral(SHARDSCOPE_HF_EXAMPLE));
         QVERIFY2(r.exitCode == 0, qPrintable(r.out));
@@ -1098,13 +1106,15 @@ class TestDeepSpeedAgent : public QObject
     {
         QTest::addColumn<QString>("setup");
         QTest::addColumn<QString>("param");
-        QTest::addColumn<int>("readers"); // how many ranks read it (Transformers: rank 0 only)
+        QTest::addColumn<int>("readers");      // how many ranks read it (Transformers: rank 0 only)
         QTest::addColumn<QString>("selfPath"); // the parameter as the fix line names it
         QTest::newRow("as Transformers builds it")
-            << "hf" << "encoder.pos_conv_embed.conv.parametrizations.weight.original1" << 1
+            << "hf"
+            << "encoder.pos_conv_embed.conv.parametrizations.weight.original1" << 1
             << "model.encoder.pos_conv_embed.conv.parametrizations.weight.original1";
         QTest::newRow("zero.Init without HfDeepSpeedConfig")
-            << "zero-init" << "encoder.pos_conv_embed.conv.weight" << 2 << "self.conv.weight";
+            << "zero-init"
+            << "encoder.pos_conv_embed.conv.weight" << 2 << "self.conv.weight";
     }
 
     void hfWav2Vec2()
@@ -1115,9 +1125,9 @@ class TestDeepSpeedAgent : public QObject
         QFETCH(int, readers);
         QFETCH(QString, selfPath);
         const QString name = "wav2vec2-" + setup;
-        const Run r = run({"--case", "wav2vec2", "--setup", setup, "--snapshot-out",
-                           snapshotArg(name)},
-                          QStringLiteral(SHARDSCOPE_HF_EXAMPLE));
+        const Run r =
+            run({"--case", "wav2vec2", "--setup", setup, "--snapshot-out", snapshotArg(name)},
+                QStringLiteral(SHARDSCOPE_HF_EXAMPLE));
         QVERIFY(r.exitCode != 0);
         QVERIFY2(r.err.contains("IndexError: Dimension out of range (expected to be in range of "
                                 "[-1, 0], but got 2)"),
@@ -1156,10 +1166,10 @@ class TestDeepSpeedAgent : public QObject
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
         QTemporaryDir runtime;
         const QString release = m_dir.filePath("trainer.release"); // as in tiedEmbeddingInForward
-        QProcess *p = start({"--case", "t5-forward", "--steps", "4", "--hold", "120",
-                             "--hold-until", release, "--snapshot-out", snapshotArg("trainer")},
-                            runtime.path(), QStringLiteral("0.1"),
-                            QStringLiteral(SHARDSCOPE_HF_EXAMPLE));
+        QProcess *p =
+            start({"--case", "t5-forward", "--steps", "4", "--hold", "120", "--hold-until", release,
+                   "--snapshot-out", snapshotArg("trainer")},
+                  runtime.path(), QStringLiteral("0.1"), QStringLiteral(SHARDSCOPE_HF_EXAMPLE));
         const QDir disc(runtime.path() + "/shardscope");
         QString job, endpoint0;
         int announced = 0;
@@ -1190,9 +1200,9 @@ class TestDeepSpeedAgent : public QObject
         QVERIFY(gui.waitForFinished(180000));
         QVERIFY2(gui.exitCode() == 0, gui.readAllStandardError().constData());
         QVERIFY(QFile(release).open(QIODevice::WriteOnly));
-        QVERIFY(p->waitForFinished(180000));
-        QVERIFY2(p->exitCode() == 0, qPrintable(QString::fromUtf8(p->readAllStandardError())));
-        delete p;
+        const Run ran = shardscope::test::finishRanks(p, 180000);
+        QVERIFY(ran.finished());
+        QVERIFY2(ran.exitCode == 0, qPrintable(ran.err));
         checkT5ReadInForward("trainer", 4, true); // DeepSpeed's silent registration
         if (QTest::currentTestFailed()) return;
         const json whole = readJson(m_dir.filePath("trainer-job.json"));
@@ -1231,7 +1241,8 @@ class TestDeepSpeedAgent : public QObject
                                         .arg(lowest[rank])));
             }
         }
-        QVERIFY2(whole["engine"]["local_ranks"] == json::array({0, 1}), whole["engine"].dump().c_str());
+        QVERIFY2(whole["engine"]["local_ranks"] == json::array({0, 1}),
+                 whole["engine"].dump().c_str());
     }
 
     // A client attaching before the model is built is told so; then rank 1 is killed
@@ -1276,17 +1287,17 @@ class TestDeepSpeedAgent : public QObject
         QVERIFY(live.waitForStarted());
         QThread::msleep(300);
         QFile(go).open(QIODevice::WriteOnly);
-        QVERIFY(p->waitForFinished(150000));
-        const QString out = QString::fromUtf8(p->readAllStandardOutput()) +
-                            QString::fromUtf8(p->readAllStandardError());
-        QVERIFY2(p->exitCode() != 0, qPrintable(out));
-        delete p;
+        const Run ran = shardscope::test::finishRanks(p, 150000);
+        QVERIFY(ran.finished());
+        const QString &out = ran.out;
+        QVERIFY2(ran.exitCode != 0, qPrintable(out));
         QVERIFY2(out.contains("[rank 0] rank 0 step 2") && !out.contains("rank 0 step 3 loss"),
                  qPrintable(out));
         // The survivor's own exception (torch's, from the collective its peer left), unchanged.
         QVERIFY2(shardscope::test::failedWithTorchError(out, 0),
                  "rank 0 did not fail with torch's own error");
-        const QString lost = shardscope::test::lostRankCaptureProblem(live, m_dir.filePath("dead.json"));
+        const QString lost =
+            shardscope::test::lostRankCaptureProblem(live, m_dir.filePath("dead.json"));
         QVERIFY2(lost.isEmpty(), qPrintable(lost));
         const json dead = readJson(m_dir.filePath("dead.json"));
         // Its state is the last one sent (at most every 200 ms); its events reach the kill.
@@ -1320,8 +1331,8 @@ class TestDeepSpeedAgent : public QObject
         QTemporaryDir runtime;
         const QString go = m_dir.filePath("build-fail-now");
         const auto letGo = qScopeGuard([&] { QFile(go).open(QIODevice::WriteOnly); });
-        QProcess *p = start({"--wait-before-build", go, "--fail-build-rank", "1",
-                             "--snapshot-out", snapshotArg("buildfail")},
+        QProcess *p = start({"--wait-before-build", go, "--fail-build-rank", "1", "--snapshot-out",
+                             snapshotArg("buildfail")},
                             runtime.path(), QStringLiteral("1"));
         QString job;
         QSet<QString> announced;
@@ -1346,11 +1357,10 @@ class TestDeepSpeedAgent : public QObject
         QVERIFY(capture.waitForReadyRead(30000)); // attached
         QThread::msleep(300);
         QFile(go).open(QIODevice::WriteOnly);
-        QVERIFY(p->waitForFinished(150000));
-        const QString out = QString::fromUtf8(p->readAllStandardOutput()) +
-                            QString::fromUtf8(p->readAllStandardError());
-        QVERIFY2(p->exitCode() != 0, qPrintable(out));
-        delete p;
+        const Run ran = shardscope::test::finishRanks(p, 150000);
+        QVERIFY(ran.finished());
+        const QString &out = ran.out;
+        QVERIFY2(ran.exitCode != 0, qPrintable(out));
         QVERIFY(capture.waitForFinished(60000));
         const QString said = QString::fromUtf8(capture.readAllStandardOutput()) +
                              QString::fromUtf8(capture.readAllStandardError());
@@ -1393,15 +1403,11 @@ class TestDeepSpeedAgent : public QObject
             "ssd.finish()\n"
             "torch.distributed.destroy_process_group()\n"
             "for f in glob.glob(f'/dev/shm/deepspeed_*_127.0.0.1_{port}_*'): os.unlink(f)\n");
-        QProcess p;
-        QProcessEnvironment env = dsEnvironment();
-        env.insert("XDG_RUNTIME_DIR", m_dir.path());
-        p.setProcessEnvironment(env);
-        p.start(python(), {"-c", script});
-        QVERIFY(p.waitForFinished(120000));
-        const QString out = QString::fromUtf8(p.readAllStandardOutput());
-        const QString err = QString::fromUtf8(p.readAllStandardError());
-        QVERIFY2(p.exitCode() == 0, qPrintable(out + err));
+        const Run p = runPython({"-c", script});
+        QVERIFY(p.finished());
+        const QString &out = p.out;
+        const QString &err = p.err;
+        QVERIFY2(p.exitCode == 0, qPrintable(out + err));
         QVERIFY2(out.contains("LATE: True"), qPrintable(out));
         const QRegularExpression gathers("GATHERS: 4 (\\d+)");
         const auto m = gathers.match(out);
@@ -1471,16 +1477,13 @@ class TestDeepSpeedAgent : public QObject
         QTemporaryDir dir;
         QVERIFY(dir.isValid());
         const int trials = 12;
-        QProcess p;
-        p.setProcessEnvironment(dsEnvironment());
-        p.start(python(), {QStringLiteral(SHARDSCOPE_SOURCE_DIR) +
-                               "/tests/deepspeed/sigterm_during_finish.py",
-                           dir.path(), QString::number(trials)});
-        QVERIFY(p.waitForFinished(120000));
-        const QString out = QString::fromUtf8(p.readAllStandardOutput());
-        const QString err = QString::fromUtf8(p.readAllStandardError());
-        QVERIFY2(p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0,
-                 qPrintable(out + err));
+        const Run p = runPython(
+            {QStringLiteral(SHARDSCOPE_SOURCE_DIR) + "/tests/deepspeed/sigterm_during_finish.py",
+             dir.path(), QString::number(trials)},
+            120000, {}, false);
+        QVERIFY(p.finished());
+        const QString &out = p.out;
+        QVERIFY2(p.exitCode == 0, qPrintable(out + p.err));
         for (int k = 0; k < trials; ++k) {
             const QRegularExpression line(
                 QString(R"(trial %1 delay [0-9.]+ ms: signal 15, snapshot yes)").arg(k));
@@ -1492,13 +1495,32 @@ class TestDeepSpeedAgent : public QObject
         }
     }
 
-    // Misuse gets a clear message: an unknown DeepSpeed version, the agent started twice, a
-    // model that is not ZeRO-3. finish() frees the agent; ds_status is observed without
-    // changing the parameters' class or how the attribute behaves.
-    void misuse()
+  private:
+    // The scripts misuse() runs, each once whatever rows run: "misuse" misuses one agent in
+    // turn (each step leaves it as the next one needs it), "options" gives install() bad
+    // options, "nodeepspeed" installs it in a Python without DeepSpeed.
+    static QString misuseScript(const QString &program)
     {
-        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
-        const QString script = QStringLiteral(
+        if (program == "options")
+            return QStringLiteral(
+                "import os, shardscope, shardscope.deepspeed as ssd\n"
+                "d = os.environ['XDG_RUNTIME_DIR']\n"
+                "for kw in [dict(history=-1), dict(history='x'), dict(history=True),\n"
+                "           dict(job=5), dict(listen=7),\n"
+                "           dict(snapshot_out=d + '/missing/s.json'),\n"
+                "           dict(snapshot_out='/proc/s.json'), dict(snapshot_out=d)]:\n"
+                "    try:\n        ssd.install(**kw); print('ACCEPTED:', kw)\n"
+                "    except shardscope.ShardScopeError as e:\n"
+                "        print('REFUSED:', e)\n"
+                "    except Exception as e:\n"
+                "        print('OTHER:', type(e).__name__, e)\n");
+        if (program == "nodeepspeed")
+            return QStringLiteral(
+                "import sys; sys.modules['deepspeed'] = None\n"
+                "import shardscope, shardscope.deepspeed as ssd\n"
+                "try:\n    ssd.install(listen=False)\n"
+                "except shardscope.ShardScopeError as e:\n    print('NODS:', e)\n");
+        return QStringLiteral(
             "import deepspeed, shardscope, shardscope.deepspeed as ssd\n"
             "real = deepspeed.__version__\n"
             // an untested release whose hooks are all there: a warning, and it runs
@@ -1540,7 +1562,8 @@ class TestDeepSpeedAgent : public QObject
             "with contextlib.redirect_stderr(err):\n    ssd.install(listen=False); ssd.finish()\n"
             "print('NOTHING:', ' '.join(err.getvalue().split()))\n"
             "s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()\n"
-            "os.environ.update(RANK='0', WORLD_SIZE='1', LOCAL_RANK='0', MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))\n"
+            "os.environ.update(RANK='0', WORLD_SIZE='1', LOCAL_RANK='0', MASTER_ADDR='127.0.0.1', "
+            "MASTER_PORT=str(port))\n"
             "ssd.install(listen=False)\n"
             "deepspeed.init_distributed('gloo')\n"
             "cfg = {'train_batch_size': 1, 'zero_optimization': {'stage': 3}}\n"
@@ -1576,7 +1599,8 @@ class TestDeepSpeedAgent : public QObject
             // legal), is off torch's stack while loss.backward() runs through it: the scopes'
             // close there must not forget it, or it stays on the script's stack for good
             "m2 = torch.nn.Sequential(torch.nn.Linear(4, 4))\n"
-            "eng, *_ = deepspeed.initialize(model=m2, optimizer=torch.optim.SGD(m2.parameters(), lr=0.1),\n"
+            "eng, *_ = deepspeed.initialize(model=m2, optimizer=torch.optim.SGD(m2.parameters(), "
+            "lr=0.1),\n"
             "    config={'train_batch_size': 1, 'zero_allow_untested_optimizer': True,\n"
             "    'zero_optimization': {'stage': 3, 'stage3_param_persistence_threshold': 0}})\n"
             "depths = []\n"
@@ -1606,105 +1630,143 @@ class TestDeepSpeedAgent : public QObject
             // them for the runs it starts)
             "import glob\n"
             "for f in glob.glob(f'/dev/shm/deepspeed_*_127.0.0.1_{port}_*'): os.unlink(f)\n");
-        QProcess p;
-        QProcessEnvironment env = dsEnvironment();
-        env.insert("XDG_RUNTIME_DIR", m_dir.path());
-        p.setProcessEnvironment(env);
-        p.start(python(), {"-c", script});
-        QVERIFY(p.waitForFinished(120000));
-        const QString out = QString::fromUtf8(p.readAllStandardOutput());
-        QVERIFY2(p.exitCode() == 0, qPrintable(out + p.readAllStandardError()));
-        QVERIFY2(out.contains("VERSION: shardscope.deepspeed is untested on DeepSpeed 0.15.1 "
-                              "(tested: DeepSpeed 0.19.8, 0.16.9 on torch 2.13, 2.14, 2.15); every "
-                              "DeepSpeed hook it needs is there, so it runs."),
-                 qPrintable(out));
-        QVERIFY2(out.contains("HOOK: shardscope.deepspeed cannot observe DeepSpeed ") &&
-                     out.contains(": deepspeed.runtime.zero.partitioned_param_coordinator."
-                                  "PartitionedParameterCoordinator._invalidate_trace does not "
-                                  "exist. It is tested on DeepSpeed 0.19.8, 0.16.9; run one of "
-                                  "those, or leave the agent out of this run."),
-                 qPrintable(out));
-        QVERIFY2(out.contains("TWICE: shardscope.deepspeed.install() was already called"),
-                 qPrintable(out));
-        QVERIFY2(out.contains("GUARD: guard='strict': use one of 'warn', 'error'"),
-                 qPrintable(out));
+    }
+
+    std::map<QString, Run> m_misuseRuns;
+
+    const Run &misuseRun(const QString &program)
+    {
+        auto it = m_misuseRuns.find(program);
+        if (it == m_misuseRuns.end())
+            it = m_misuseRuns
+                     .emplace(program, runPython({"-c", misuseScript(program)},
+                                                 program == "misuse" ? 120000 : 60000))
+                     .first;
+        return it->second;
+    }
+
+  private slots:
+    // Misuse gets a clear message: an unknown DeepSpeed version, the agent started twice, a
+    // model that is not ZeRO-3. finish() frees the agent; ds_status is observed without
+    // changing the parameters' class or how the attribute behaves. A row: what the script
+    // `program` printed for one misuse (every one of `said`, none of `unsaid`, and the first
+    // of `said` exactly `times` times when times > 0).
+    void misuse_data()
+    {
+        QTest::addColumn<QString>("program");
+        QTest::addColumn<QStringList>("said");
+        QTest::addColumn<QStringList>("unsaid");
+        QTest::addColumn<int>("times");
+        QTest::newRow("untested release")
+            << "misuse"
+            << QStringList{"VERSION: shardscope.deepspeed is untested on DeepSpeed 0.15.1 "
+                           "(tested: DeepSpeed 0.19.8, 0.16.9 on torch 2.13, 2.14, 2.15); every "
+                           "DeepSpeed hook it needs is there, so it runs."}
+            << QStringList{} << 0;
+        QTest::newRow("missing hook")
+            << "misuse"
+            << QStringList{"HOOK: shardscope.deepspeed cannot observe DeepSpeed ",
+                           ": deepspeed.runtime.zero.partitioned_param_coordinator."
+                           "PartitionedParameterCoordinator._invalidate_trace does not "
+                           "exist. It is tested on DeepSpeed 0.19.8, 0.16.9; run one of "
+                           "those, or leave the agent out of this run."}
+            << QStringList{} << 0;
+        QTest::newRow("installed twice")
+            << "misuse" << QStringList{"TWICE: shardscope.deepspeed.install() was already called"}
+            << QStringList{} << 0;
+        QTest::newRow("unknown guard")
+            << "misuse" << QStringList{"GUARD: guard='strict': use one of 'warn', 'error'"}
+            << QStringList{} << 0;
         // The token file is checked as every ShardScope executable checks it.
-        QVERIFY2(out.contains("TOKEN: the ShardScope token:") && out.contains("chmod 600"),
-                 qPrintable(out));
-        QVERIFY2(out.contains("FREED: True"), qPrintable(out));
-        QVERIFY2(out.contains("NOTHING: shardscope: rank 0: the script ended without DeepSpeed "
-                              "partitioning a model in this process") &&
-                     out.contains("Accelerator(cpu=True)"),
-                 qPrintable(out));
-        QVERIFY2(out.contains("DEL: 'Parameter' object has no attribute 'ds_status'"),
-                 qPrintable(out));
-        QVERIFY2(out.contains("EXACT: True NOT_AVAILABLE False"), qPrintable(out));
-        QVERIFY2(out.contains("RESTORED: True NOT_AVAILABLE"), qPrintable(out));
+        QTest::newRow("token file others can read")
+            << "misuse" << QStringList{"TOKEN: the ShardScope token:", "chmod 600"} << QStringList{}
+            << 0;
+        QTest::newRow("finish frees the agent")
+            << "misuse" << QStringList{"FREED: True"} << QStringList{} << 0;
+        QTest::newRow("nothing partitioned")
+            << "misuse"
+            << QStringList{"NOTHING: shardscope: rank 0: the script ended without DeepSpeed "
+                           "partitioning a model in this process",
+                           "Accelerator(cpu=True)"}
+            << QStringList{} << 0;
+        QTest::newRow("ds_status deleted")
+            << "misuse" << QStringList{"DEL: 'Parameter' object has no attribute 'ds_status'"}
+            << QStringList{} << 0;
+        QTest::newRow("parameter class unchanged")
+            << "misuse" << QStringList{"EXACT: True NOT_AVAILABLE False"} << QStringList{} << 0;
+        QTest::newRow("ds_status restored")
+            << "misuse" << QStringList{"RESTORED: True NOT_AVAILABLE"} << QStringList{} << 0;
         // two modes while the agent's is pending; after the user's exit only the agent's, the
         // user's sees no more calls; after finish() none
-        QVERIFY2(out.contains("OWNMODE: 2 0 1") && out.contains("MODES: 0"), qPrintable(out));
-        QVERIFY2(out.contains("REPEATED: 1 [1]"), qPrintable(out));
+        QTest::newRow("user's torch function mode")
+            << "misuse" << QStringList{"OWNMODE: 2 0 1", "MODES: 0"} << QStringList{} << 0;
+        QTest::newRow("repeated read said once")
+            << "misuse" << QStringList{"REPEATED: 1 [1]"} << QStringList{} << 0;
         // pending after the first step (it is left at the next forward's first scope), never
-        // two, none after finish() (MODES: 0 below)
-        QVERIFY2(out.contains("BACKWARD: 1 True"), qPrintable(out.right(1500)));
-        QVERIFY2(out.contains("STAGE: this DeepSpeed engine runs ZeRO stage 0; "
-                              "shardscope.deepspeed inspects ZeRO-3"),
-                 qPrintable(out));
-        if (!out.contains("LATE: shardscope.deepspeed.install() came after "))
-            for (const QString &line : out.split('\n')) // QVERIFY2 cuts its message short
-                qWarning("%s", qPrintable(line));
+        // two, none after finish() (MODES: 0 above)
+        QTest::newRow("mode through backward")
+            << "misuse" << QStringList{"BACKWARD: 1 True"} << QStringList{} << 0;
+        QTest::newRow("not ZeRO-3")
+            << "misuse"
+            << QStringList{"STAGE: this DeepSpeed engine runs ZeRO stage 0; "
+                           "shardscope.deepspeed inspects ZeRO-3"}
+            << QStringList{} << 0;
         // (after lin's zero.Init, and the engine the stage-0 initialize made, if still alive)
-        QVERIFY2(out.contains("LATE: shardscope.deepspeed.install() came after ") &&
-                     out.contains("what happened while the model was built") &&
-                     out.contains("Call install() first, before the model is built"),
-                 qPrintable(out));
-
+        QTest::newRow("installed late")
+            << "misuse"
+            << QStringList{"LATE: shardscope.deepspeed.install() came after ",
+                           "what happened while the model was built",
+                           "Call install() first, before the model is built"}
+            << QStringList{} << 0;
         // Issue #30, defect 13: bad options are the agent's own errors, at install(), not a
         // pybind TypeError, nor one line at finish() saying the snapshot was lost.
-        QProcess bad;
-        bad.setProcessEnvironment(env);
-        bad.start(python(),
-                  {"-c", "import os, shardscope, shardscope.deepspeed as ssd\n"
-                         "d = os.environ['XDG_RUNTIME_DIR']\n"
-                         "for kw in [dict(history=-1), dict(history='x'), dict(history=True),\n"
-                         "           dict(job=5), dict(listen=7),\n"
-                         "           dict(snapshot_out=d + '/missing/s.json'),\n"
-                         "           dict(snapshot_out='/proc/s.json'), dict(snapshot_out=d)]:\n"
-                         "    try:\n        ssd.install(**kw); print('ACCEPTED:', kw)\n"
-                         "    except shardscope.ShardScopeError as e:\n"
-                         "        print('REFUSED:', e)\n"
-                         "    except Exception as e:\n"
-                         "        print('OTHER:', type(e).__name__, e)\n"});
-        QVERIFY(bad.waitForFinished(60000));
-        const QString refused = QString::fromUtf8(bad.readAllStandardOutput());
-        QVERIFY2(bad.exitCode() == 0, qPrintable(refused + bad.readAllStandardError()));
-        QVERIFY2(!refused.contains("ACCEPTED") && !refused.contains("OTHER"), qPrintable(refused));
-        QCOMPARE(refused.count("REFUSED: shardscope.deepspeed.install(): "), 8);
-        for (const char *want :
-             {"history=-1: give the number of recent events", "history='x'", "history=True",
-              "job=5: give the job's name as a non-empty string", "listen=7: use None",
-              "/missing/s.json': cannot write", "does not exist; create it first",
-              "snapshot_out='/proc/s.json': cannot write /proc/s.json: cannot create a file in "
-              "/proc",
-              "it is a directory; name a file in it"})
-            QVERIFY2(refused.contains(QString::fromUtf8(want)), want);
-
+        QTest::newRow("bad options")
+            << "options"
+            << QStringList{"REFUSED: shardscope.deepspeed.install(): ",
+                           "history=-1: give the number of recent events",
+                           "history='x'",
+                           "history=True",
+                           "job=5: give the job's name as a non-empty string",
+                           "listen=7: use None",
+                           "/missing/s.json': cannot write",
+                           "does not exist; create it first",
+                           "snapshot_out='/proc/s.json': cannot write /proc/s.json: cannot create "
+                           "a file in /proc",
+                           "it is a directory; name a file in it"}
+            << QStringList{"ACCEPTED", "OTHER"} << 8;
         // A Python without DeepSpeed (a Transformers script run without it): what to install.
-        QProcess none;
-        none.setProcessEnvironment(env);
-        none.start(python(),
-                   {"-c", "import sys; sys.modules['deepspeed'] = None\n"
-                          "import shardscope, shardscope.deepspeed as ssd\n"
-                          "try:\n    ssd.install(listen=False)\n"
-                          "except shardscope.ShardScopeError as e:\n    print('NODS:', e)\n"});
-        QVERIFY(none.waitForFinished(60000));
-        const QString said = QString::fromUtf8(none.readAllStandardOutput());
-        QVERIFY2(none.exitCode() == 0, qPrintable(said + none.readAllStandardError()));
-        QVERIFY2(said.contains("NODS: shardscope.deepspeed needs DeepSpeed, and ") &&
-                     said.contains("(DeepSpeed is missing: ") &&
-                     said.contains("Install DeepSpeed 0.19.8 into this Python (pip install "
-                                   "deepspeed==0.19.8"),
-                 qPrintable(said));
+        QTest::newRow("no DeepSpeed")
+            << "nodeepspeed"
+            << QStringList{"NODS: shardscope.deepspeed needs DeepSpeed, and ",
+                           "(DeepSpeed is missing: ",
+                           "Install DeepSpeed 0.19.8 into this Python (pip install "
+                           "deepspeed==0.19.8"}
+            << QStringList{} << 0;
+    }
+
+    void misuse()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        QFETCH(QString, program);
+        QFETCH(QStringList, said);
+        QFETCH(QStringList, unsaid);
+        QFETCH(int, times);
+        const Run &r = misuseRun(program);
+        QVERIFY2(r.finished(), qPrintable(r.err));
+        QVERIFY2(r.exitCode == 0, qPrintable(r.out + r.err));
+        bool all = true;
+        for (const QString &s : said)
+            all = all && r.out.contains(s);
+        for (const QString &s : unsaid)
+            all = all && !r.out.contains(s);
+        if (!all)
+            for (const QString &line : r.out.split('\n')) // QVERIFY2 cuts its message short
+                qWarning("%s", qPrintable(line));
+        for (const QString &s : said)
+            QVERIFY2(r.out.contains(s), qPrintable(s));
+        for (const QString &s : unsaid)
+            QVERIFY2(!r.out.contains(s), qPrintable(s));
+        if (times > 0) QCOMPARE(r.out.count(said.front()), times);
     }
 };
 

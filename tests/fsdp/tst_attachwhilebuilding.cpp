@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "prerequisite.h"
+#include "pythonrun.h"
 #include "rankjob.h"
 #include "snapshotquery.h"
 
@@ -36,8 +37,8 @@ const QString kModel = QStringLiteral("T5ForConditionalGeneration");
 
 QString python()
 {
-    const QString other = qEnvironmentVariable("SHARDSCOPE_FSDP_PYTHON");
-    return other.isEmpty() ? QStringLiteral(SHARDSCOPE_PYTHON_EXE) : other;
+    return shardscope::test::pythonInterpreter(QStringLiteral(SHARDSCOPE_PYTHON_EXE),
+                                               "SHARDSCOPE_FSDP_PYTHON");
 }
 
 // Reads what a process printed on stdout until `done` holds of all of it, or timeoutMs.
@@ -65,25 +66,13 @@ class TestAttachWhileBuilding : public QObject
     {
         QVERIFY(m_dir.isValid());
         QFile::setPermissions(m_dir.path(), QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
-        m_env = QProcessEnvironment::systemEnvironment();
-        m_env.insert("PYTHONPATH", QStringLiteral(SHARDSCOPE_PYTHON_DIR));
-        m_env.insert("OMP_NUM_THREADS", "1");
+        m_env = shardscope::test::pythonEnvironment(QStringLiteral(SHARDSCOPE_PYTHON_DIR));
         m_env.insert("XDG_RUNTIME_DIR", m_dir.path());
-        m_env.remove("SHARDSCOPE_TOKEN");
-        if (QDir(QStringLiteral(SHARDSCOPE_PYTHON_DIR) + "/shardscope")
-                .entryList({"_native*.so"})
-                .isEmpty())
-            m_skip = "the shardscope Python module was not built (pybind11-dev and python3-dev: "
-                     "scripts/deps)";
-        else {
-            QProcess probe;
-            probe.setProcessEnvironment(m_env);
-            probe.start(python(), {"-c", "from torch.distributed.fsdp import fully_shard; "
-                                         "from transformers import T5ForConditionalGeneration"});
-            if (!probe.waitForFinished(120000) || probe.exitCode() != 0)
-                m_skip = python() + " cannot import torch's FSDP2 and Transformers' T5 "
-                                    "(scripts/deps installs both)";
-        }
+        m_skip = shardscope::test::pythonPrerequisiteMissing(
+            python(), QStringLiteral(SHARDSCOPE_PYTHON_DIR), m_env,
+            "from torch.distributed.fsdp import fully_shard; "
+            "from transformers import T5ForConditionalGeneration",
+            "import torch's FSDP2 and Transformers' T5 (scripts/deps installs both)");
         // A skip would hide what scripts/deps failed to install: it fails unless asked for
         // (tests/support/prerequisite.h, as tst_fsdpagent).
         if (const QString refused = shardscope::test::refusedSkip({"fsdp"}, m_skip);
@@ -101,7 +90,7 @@ class TestAttachWhileBuilding : public QObject
             QStringLiteral(SHARDSCOPE_SOURCE_DIR) + "/tests/fsdp/slow_build.py",
             {"--go", go, "--steps", "2", "--hold", "3"}, m_dir.path());
         // Ends the ranks whatever happens below (rank 1 waits for `go` forever).
-        std::optional<shardscope::test::RankRun> ran;
+        std::optional<shardscope::test::ProcessRun> ran;
         const auto release = qScopeGuard([&] {
             QFile goFile(go);
             (void)goFile.open(QIODevice::WriteOnly);

@@ -22,7 +22,9 @@
 #include <set>
 
 #include "prerequisite.h"
+#include "pythonrun.h"
 #include "rankjob.h"
+#include "ranksnapshots.h"
 #include "snapshotquery.h"
 #include "snapshotschema.h"
 #include "wire/snapshot.h"
@@ -39,34 +41,26 @@ using shardscope::test::moduleOf;
 using shardscope::test::readJson;
 using shardscope::test::violations;
 
-using Run = shardscope::test::RankRun;
+using Run = shardscope::test::ProcessRun;
 
 // The interpreter the ranks run: the build's (torch from python/requirements.txt), or
 // SHARDSCOPE_FSDP_PYTHON, an interpreter of the same Python version with another torch (how
 // torch 2.11 was checked: docs/fsdp.md, "Tested releases").
 QString python()
 {
-    const QString other = qEnvironmentVariable("SHARDSCOPE_FSDP_PYTHON");
-    return other.isEmpty() ? QStringLiteral(SHARDSCOPE_PYTHON_EXE) : other;
+    return shardscope::test::pythonInterpreter(QStringLiteral(SHARDSCOPE_PYTHON_EXE),
+                                               "SHARDSCOPE_FSDP_PYTHON");
 }
 
 QProcessEnvironment fsdpEnvironment()
 {
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    env.insert("PYTHONPATH", QStringLiteral(SHARDSCOPE_PYTHON_DIR));
-    env.insert("OMP_NUM_THREADS", "1");
-    env.remove("SHARDSCOPE_TOKEN");
-    return env;
+    return shardscope::test::pythonEnvironment(QStringLiteral(SHARDSCOPE_PYTHON_DIR));
 }
 
-// The example's line that carries `marker` (a "# story: ..." comment), 0 when none does.
+// The example's line that carries `marker` (a "# story: ..." comment), -1 when none does.
 int exampleLine(const char *marker)
 {
-    QFile example(QStringLiteral(SHARDSCOPE_EXAMPLE));
-    if (!example.open(QIODevice::ReadOnly)) return 0;
-    for (int n = 1; !example.atEnd(); ++n)
-        if (example.readLine().contains(marker)) return n;
-    return 0;
+    return shardscope::test::lineOf(QStringLiteral(SHARDSCOPE_EXAMPLE), QString::fromUtf8(marker));
 }
 
 // Fetch reasons (docs/protocol.md); an explicit unshard() is `gathered_parameters`.
@@ -85,9 +79,9 @@ class TestFsdpAgent : public QObject
     QProcess *start(const QStringList &args, const QString &runtime,
                     const QString &monitorInterval = QStringLiteral("0.1"))
     {
-        return shardscope::test::startRanks(this, fsdpEnvironment(), QStringLiteral(SHARDSCOPE_LAUNCH),
-                                            python(), QStringLiteral(SHARDSCOPE_EXAMPLE), args,
-                                            runtime, monitorInterval);
+        return shardscope::test::startRanks(
+            this, fsdpEnvironment(), QStringLiteral(SHARDSCOPE_LAUNCH), python(),
+            QStringLiteral(SHARDSCOPE_EXAMPLE), args, runtime, monitorInterval);
     }
 
     Run run(const QStringList &args, int ranks = 2,
@@ -104,36 +98,20 @@ class TestFsdpAgent : public QObject
         return run(args, 2, QStringLiteral(SHARDSCOPE_HF_FSDP_EXAMPLE));
     }
 
-    QString snapshotArg(const QString &name) { return m_dir.filePath(name + ".rank{rank}.json"); }
+    QString snapshotArg(const QString &name)
+    {
+        return shardscope::test::rankSnapshotArg(m_dir.path(), name);
+    }
     QString snapshotOf(const QString &name, int rank)
     {
-        return m_dir.filePath(name + ".rank" + QString::number(rank) + ".json");
+        return shardscope::test::rankSnapshotPath(m_dir.path(), name, rank);
     }
 
-    // Every rank's snapshot decodes with our decoder and passes the schema checks.
+    // Every rank's snapshot, decoded with our decoder (in the fsdp dialect) and passing the
+    // schema checks.
     std::vector<json> snapshots(const QString &name, int world = 2)
     {
-        std::vector<json> out;
-        for (int rank = 0; rank < world; ++rank) {
-            const QString path = snapshotOf(name, rank);
-            auto decoded = shardscope::wire::readSnapshotFile(path.toStdString());
-            if (!decoded) {
-                qWarning("%s: %s", qPrintable(path), decoded.error().c_str());
-                return {};
-            }
-            if (decoded->state.worldSize != world || decoded->state.localRanks != std::vector<int>{rank} ||
-                decoded->state.fixDialect != "fsdp") {
-                qWarning("%s: not rank %d of %d in the fsdp dialect", qPrintable(path), rank, world);
-                return {};
-            }
-            json j = readJson(path);
-            const auto problems = shardscope::test::snapshotSchemaProblems(j);
-            for (const auto &p : problems)
-                qWarning("%s: %s", qPrintable(path), p.c_str());
-            if (!problems.empty()) return {};
-            out.push_back(std::move(j));
-        }
-        return out;
+        return shardscope::test::rankSnapshots(m_dir.path(), name, world, "fsdp");
     }
 
     // Each rank's line "shardscope: rank R: ..." comes before torch's error `error` of that rank.
@@ -161,26 +139,18 @@ class TestFsdpAgent : public QObject
     void initTestCase()
     {
         QVERIFY(m_dir.isValid());
-        if (QDir(QStringLiteral(SHARDSCOPE_PYTHON_DIR) + "/shardscope")
-                .entryList({"_native*.so"})
-                .isEmpty())
-            m_skip = "the shardscope Python module was not built (pybind11-dev and python3-dev: "
-                     "scripts/deps)";
-        else {
-            QProcess probe;
-            probe.setProcessEnvironment(fsdpEnvironment());
-            probe.start(python(), {"-c", "from torch.distributed.fsdp import fully_shard; "
-                                         "import torch; print(torch.__version__)"});
-            if (!probe.waitForFinished(120000) || probe.exitCode() != 0)
-                m_skip = python() + " cannot import torch's FSDP2 (scripts/deps installs torch): " +
-                         QString::fromUtf8(probe.readAllStandardError()).right(400);
-            else {
-                // torch 2.13 refuses a parameter tied into two groups; before, it trains two copies
-                const QList<QByteArray> v = probe.readAllStandardOutput().trimmed().split('.');
-                m_torchRefusesTied =
-                    v.size() < 2 || v[0].toInt() > 2 || (v[0].toInt() == 2 && v[1].toInt() >= 13);
-                qInfo("torch %s", qPrintable(v.join('.')));
-            }
+        Run probe;
+        m_skip = shardscope::test::pythonPrerequisiteMissing(
+            python(), QStringLiteral(SHARDSCOPE_PYTHON_DIR), fsdpEnvironment(),
+            "from torch.distributed.fsdp import fully_shard; import torch; "
+            "print(torch.__version__)",
+            "import torch's FSDP2 (scripts/deps installs torch)", &probe);
+        if (m_skip.isEmpty()) {
+            // torch 2.13 refuses a parameter tied into two groups; before, it trains two copies
+            const QList<QByteArray> v = probe.out.toUtf8().trimmed().split('.');
+            m_torchRefusesTied =
+                v.size() < 2 || v[0].toInt() > 2 || (v[0].toInt() == 2 && v[1].toInt() >= 13);
+            qInfo("torch %s", qPrintable(v.join('.')));
         }
         // A skip would hide what scripts/deps failed to install: it fails unless asked for.
         if (const QString refused = shardscope::test::refusedSkip({"fsdp"}, m_skip);
@@ -236,14 +206,14 @@ class TestFsdpAgent : public QObject
         }
         QVERIFY(!endpoint1.isEmpty());
         QProcess capture;
-        capture.start(QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope-capture",
-                      {"--attach", endpoint1, "--until-step", "3", "--out",
-                       m_dir.filePath("capture.json")});
+        capture.start(
+            QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope-capture",
+            {"--attach", endpoint1, "--until-step", "3", "--out", m_dir.filePath("capture.json")});
         QProcess jobCapture;
         jobCapture.setProcessEnvironment(env);
-        jobCapture.start(QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope-capture",
-                         {"--attach", "job:" + job, "--until-step", "3", "--out",
-                          m_dir.filePath("job.json")});
+        jobCapture.start(
+            QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope-capture",
+            {"--attach", "job:" + job, "--until-step", "3", "--out", m_dir.filePath("job.json")});
 #ifdef SHARDSCOPE_HAVE_GUI
         QProcess gui;
         QProcessEnvironment guiEnv = env;
@@ -261,9 +231,9 @@ class TestFsdpAgent : public QObject
         QVERIFY(gui.waitForFinished(120000));
         QVERIFY2(gui.exitCode() == 0, gui.readAllStandardError().constData());
 #endif
-        QVERIFY(p->waitForFinished(150000));
-        const QString err = QString::fromUtf8(p->readAllStandardError());
-        QVERIFY2(p->exitCode() == 0, qPrintable(err + QString::fromUtf8(p->readAllStandardOutput())));
+        const Run ran = shardscope::test::finishRanks(p, 150000);
+        QVERIFY(ran.finished());
+        QVERIFY2(ran.exitCode == 0, qPrintable(ran.out));
 
         const std::vector<json> snaps = snapshots("live");
         QCOMPARE(snaps.size(), std::size_t(2));
@@ -276,14 +246,17 @@ class TestFsdpAgent : public QObject
             const json *block = moduleOf(s, "blocks.0");
             QVERIFY(root && block);
             // The root keeps its parameters after forward (FSDP2's default for the root).
-            QVERIFY2((*root)["fsdp_unit"] == json({{"group_id", 0}, {"reshard_after_forward", "False"},
-                                                  {"mesh", "dp=2"}}),
-                     root->dump().c_str());
+            QVERIFY2(
+                (*root)["fsdp_unit"] ==
+                    json({{"group_id", 0}, {"reshard_after_forward", "False"}, {"mesh", "dp=2"}}),
+                root->dump().c_str());
             QCOMPARE((*block)["type"].get<std::string>(), std::string("FSDPBlock"));
             QVERIFY2((*block)["fsdp_unit"] == json({{"group_id", moduleIdOf(s, "blocks.0")},
-                                                   {"reshard_after_forward", "True"}, {"mesh", "dp=2"}}),
+                                                    {"reshard_after_forward", "True"},
+                                                    {"mesh", "dp=2"}}),
                      block->dump().c_str());
-            QCOMPARE((*moduleOf(s, "blocks.0.fc1"))["type"].get<std::string>(), std::string("Linear"));
+            QCOMPARE((*moduleOf(s, "blocks.0.fc1"))["type"].get<std::string>(),
+                     std::string("Linear"));
             QVERIFY(!moduleOf(s, "blocks.0.fc1")->contains("fsdp_unit"));
             // Parameters by FQN: global shape, dim 0 padded to the world size (33 -> 34 rows).
             const json *embed = findParam(s, "embed.weight");
@@ -295,7 +268,8 @@ class TestFsdpAgent : public QObject
             QCOMPARE((*embed)["partitioned"].get<bool>(), true);
             QCOMPARE((*embed)["placements"].get<std::string>(), std::string("Shard(0)"));
             QCOMPARE((*embed)["module"].get<std::string>(), std::string("")); // its unit: the root
-            QCOMPARE((*embed)["status"].get<std::string>(), std::string("NN")); // sharded after the step
+            QCOMPARE((*embed)["status"].get<std::string>(),
+                     std::string("NN")); // sharded after the step
             QVERIFY((*embed)["gather_count"].get<int>() >= 3);
             const json *fc1 = findParam(s, "blocks.0.fc1.weight");
             QVERIFY(fc1);
@@ -327,15 +301,17 @@ class TestFsdpAgent : public QObject
             if (prm["fqn"] != "embed.weight") continue;
             seen = true;
             QVERIFY2(prm["placements"] == "Shard(0)", prm.dump().c_str()); // as in the state
-            QVERIFY2(prm["shards"][1] == json({{"rank", 1}, {"offset", 272}, {"length", 256}, {"padding", 16}}),
+            QVERIFY2(prm["shards"][1] ==
+                         json({{"rank", 1}, {"offset", 272}, {"length", 256}, {"padding", 16}}),
                      prm.dump().c_str());
             QCOMPARE(prm["status"].get<std::string>(), std::string("sharded"));
         }
         QVERIFY2(seen, d.dump().c_str());
         QCOMPARE(d["units"].size(), std::size_t(3));
         for (int rank = 0; rank < 2; ++rank)
-            checkReduceScatters(snaps[std::size_t(rank)],
-                                readJson(m_dir.filePath(QStringLiteral("describe.rank%1.json").arg(rank))));
+            checkReduceScatters(
+                snaps[std::size_t(rank)],
+                readJson(m_dir.filePath(QStringLiteral("describe.rank%1.json").arg(rank))));
 
         // Live: one rank, and the whole job as one view.
         const json captured = readJson(m_dir.filePath("capture.json"));
@@ -347,14 +323,17 @@ class TestFsdpAgent : public QObject
         for (const char *t : {"module_enter", "module_exit", "fetch_begin", "fetch_end", "release",
                               "step_begin", "step_end", "memory_sample"})
             QVERIFY2(types.contains(t), t);
-        std::vector<std::pair<QString, json>> jobs{{"job.json", readJson(m_dir.filePath("job.json"))}};
+        std::vector<std::pair<QString, json>> jobs{
+            {"job.json", readJson(m_dir.filePath("job.json"))}};
 #ifdef SHARDSCOPE_HAVE_GUI
         jobs.emplace_back("gui.json", readJson(m_dir.filePath("gui.json")));
 #endif
         for (const auto &[name, whole] : jobs) {
             QVERIFY2(shardscope::test::snapshotSchemaProblems(whole).empty(), qPrintable(name));
             QVERIFY2(whole["engine"]["local_ranks"] == json::array({0, 1}),
-                     (name + ": " + QString::fromStdString(whole["engine"].dump())).toUtf8().constData());
+                     (name + ": " + QString::fromStdString(whole["engine"].dump()))
+                         .toUtf8()
+                         .constData());
             QVERIFY(findParam(whole, "blocks.1.fc2.weight"));
             std::set<int> ranks;
             for (const json &e : shardscope::test::eventList(whole))
@@ -394,7 +373,8 @@ class TestFsdpAgent : public QObject
             QVERIFY2(x.begins == 1 && x.ends == 1, unit.c_str());
             std::uint64_t expected = 0, params = 0;
             for (const json &p : s["params"])
-                if (p["module"] == unit) expected += p["padded_numel"].get<std::uint64_t>() * 4, ++params;
+                if (p["module"] == unit)
+                    expected += p["padded_numel"].get<std::uint64_t>() * 4, ++params;
             QVERIFY2(x.bytes == expected, (unit + ": " + std::to_string(x.bytes)).c_str());
             QCOMPARE(x.params, params);
         }
@@ -429,19 +409,24 @@ class TestFsdpAgent : public QObject
             }
             const json *embed = findParam(s, "embed.weight");
             QVERIFY(embed);
-            QCOMPARE((*embed)["placements"].get<std::string>(), std::string("(Replicate(), Shard(0))"));
-            QCOMPARE((*embed)["padded_numel"].get<int>(), 544); // 34 rows: padded to the shard world
+            QCOMPARE((*embed)["placements"].get<std::string>(),
+                     std::string("(Replicate(), Shard(0))"));
+            QCOMPARE((*embed)["padded_numel"].get<int>(),
+                     544); // 34 rows: padded to the shard world
             QCOMPARE((*embed)["partition_numel"].get<int>(), 272);
             QCOMPARE((*embed)["status"].get<std::string>(), std::string("NNNN"));
-            checkReduceScatters(s, readJson(m_dir.filePath(QStringLiteral("hsdp-describe.rank%1.json").arg(rank))));
+            checkReduceScatters(
+                s, readJson(m_dir.filePath(QStringLiteral("hsdp-describe.rank%1.json").arg(rank))));
         }
         const json d = readJson(m_dir.filePath("hsdp-describe.rank3.json"));
         for (const json &prm : d["params"]) {
             if (prm["fqn"] != "embed.weight") continue;
             QCOMPARE(prm["shards"].size(), std::size_t(4));
-            QVERIFY2(prm["shards"][3] == json({{"rank", 3}, {"offset", 272}, {"length", 256}, {"padding", 16}}),
+            QVERIFY2(prm["shards"][3] ==
+                         json({{"rank", 3}, {"offset", 272}, {"length", 256}, {"padding", 16}}),
                      prm.dump().c_str());
-            QVERIFY2(prm["shards"][2] == json({{"rank", 2}, {"offset", 0}, {"length", 272}, {"padding", 0}}),
+            QVERIFY2(prm["shards"][2] ==
+                         json({{"rank", 2}, {"offset", 0}, {"length", 272}, {"padding", 0}}),
                      prm.dump().c_str());
         }
     }
@@ -553,8 +538,9 @@ class TestFsdpAgent : public QObject
         const Run stacks = runHf({"--case", "stacks", "--snapshot-out", snapshotArg("hf-stacks")});
         if (m_torchRefusesTied) {
             QVERIFY2(stacks.exitCode != 0, qPrintable(stacks.out));
-            QVERIFY2(stacks.err.contains("ValueError: Parameter 'encoder.embed_tokens.weight' is "
-                                         "shared with a parameter already managed by another FSDP group"),
+            QVERIFY2(stacks.err.contains(
+                         "ValueError: Parameter 'encoder.embed_tokens.weight' is "
+                         "shared with a parameter already managed by another FSDP group"),
                      qPrintable(stacks.err.right(3000)));
             checkRecordedFirst(stacks.err, "ValueError: Parameter");
         } else {
@@ -576,16 +562,18 @@ class TestFsdpAgent : public QObject
                              "well as `<root>`: three groups"),
                          v[0].dump().c_str());
             } else { // the agent's own check (torch 2.11): in the order fully_shard was called
-                QCOMPARE(v[0]["param"].get<std::string>(), std::string("encoder.embed_tokens.weight"));
+                QCOMPARE(v[0]["param"].get<std::string>(),
+                         std::string("encoder.embed_tokens.weight"));
                 QVERIFY2(v[0]["fix"].get<std::string>().starts_with(
                              "fully_shard([model.encoder, model.decoder, model])  # one FSDP unit "
                              "for all of them"),
                          v[0].dump().c_str());
             }
         }
-        const Run stacksFixed = runHf({"--case", "stacks", "--fixed", "--snapshot-out",
-                                       snapshotArg("hf-stacks-fixed")});
-        QVERIFY2(stacksFixed.exitCode == 0, qPrintable(stacksFixed.out + stacksFixed.err.right(3000)));
+        const Run stacksFixed = runHf(
+            {"--case", "stacks", "--fixed", "--snapshot-out", snapshotArg("hf-stacks-fixed")});
+        QVERIFY2(stacksFixed.exitCode == 0,
+                 qPrintable(stacksFixed.out + stacksFixed.err.right(3000)));
         const std::vector<json> sf = snapshots("hf-stacks-fixed");
         QCOMPARE(sf.size(), std::size_t(2));
         for (const json &s : sf)
@@ -595,8 +583,8 @@ class TestFsdpAgent : public QObject
         const Run outside = runHf(loss + QStringList{"--snapshot-out", snapshotArg("hf-outside")});
         const Run inside = runHf(loss + QStringList{"--fixed", "--root-reshards", "--snapshot-out",
                                                     snapshotArg("hf-inside")});
-        const Run resharded = runHf(loss + QStringList{"--root-reshards", "--snapshot-out",
-                                                       snapshotArg("hf-resharded")});
+        const Run resharded = runHf(
+            loss + QStringList{"--root-reshards", "--snapshot-out", snapshotArg("hf-resharded")});
         QVERIFY2(outside.exitCode == 0, qPrintable(outside.out + outside.err.right(3000)));
         QVERIFY2(inside.exitCode == 0, qPrintable(inside.out + inside.err.right(3000)));
         QVERIFY2(resharded.exitCode != 0, qPrintable(resharded.out));
@@ -612,7 +600,8 @@ class TestFsdpAgent : public QObject
             QVERIFY2(in[i]["violations"].empty(), in[i]["violations"].dump().c_str());
             for (int step : {1, 2}) {
                 const QString want = shardscope::test::printedLoss(inside.out, rank, step);
-                QVERIFY2(!want.isEmpty() && shardscope::test::printedLoss(outside.out, rank, step) == want,
+                QVERIFY2(!want.isEmpty() &&
+                             shardscope::test::printedLoss(outside.out, rank, step) == want,
                          qPrintable(outside.out + "\n---\n" + inside.out));
             }
             const auto v = violations(rs[i], "unregistered_access");
@@ -693,12 +682,14 @@ class TestFsdpAgent : public QObject
         const Run r = run({"--read-outside", "no-grad", "--guard", "error", "--snapshot-out",
                            snapshotArg("guard")});
         QVERIFY2(r.exitCode != 0, qPrintable(r.out));
-        QVERIFY2(r.err.contains("shardscope.UnregisteredAccessError: shardscope: `blocks.1.fc1.weight`"),
-                 qPrintable(r.err.right(3000)));
+        QVERIFY2(
+            r.err.contains("shardscope.UnregisteredAccessError: shardscope: `blocks.1.fc1.weight`"),
+            qPrintable(r.err.right(3000)));
         QVERIFY2(r.err.contains("fix: model.blocks[1].fc1.weight.full_tensor()  # all-gathers it: "
                                 "every rank must run this line"),
                  qPrintable(r.err.right(3000)));
-        QVERIFY2(!r.err.contains("got mixed torch.Tensor and DTensor"), qPrintable(r.err.right(3000)));
+        QVERIFY2(!r.err.contains("got mixed torch.Tensor and DTensor"),
+                 qPrintable(r.err.right(3000)));
         const std::vector<json> snaps = snapshots("guard");
         QCOMPARE(snaps.size(), std::size_t(2));
         for (const json &s : snaps) {
@@ -714,7 +705,8 @@ class TestFsdpAgent : public QObject
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
         const Run r = run({"--call-forward", "--snapshot-out", snapshotArg("forward")});
         QVERIFY2(r.exitCode != 0, qPrintable(r.out));
-        const QString error = "RuntimeError: aten.embedding.default got mixed torch.Tensor and DTensor";
+        const QString error =
+            "RuntimeError: aten.embedding.default got mixed torch.Tensor and DTensor";
         QVERIFY2(r.err.contains(error), qPrintable(r.err.right(3000)));
         checkRecordedFirst(r.err, error);
         const std::vector<json> snaps = snapshots("forward");
@@ -752,7 +744,8 @@ class TestFsdpAgent : public QObject
             QCOMPARE(v.size(), std::size_t(1));
             QCOMPARE(v[0]["accessor"].get<std::string>(), std::string("blocks.1"));
             QCOMPARE(v[0]["owner"].get<std::string>(), std::string("blocks.1"));
-            QVERIFY2(v[0]["param"].get<std::string>().starts_with("blocks.1.fc1."), v[0].dump().c_str());
+            QVERIFY2(v[0]["param"].get<std::string>().starts_with("blocks.1.fc1."),
+                     v[0].dump().c_str());
             QCOMPARE(v[0]["step"].get<int>(), 1);
             QCOMPARE(v[0]["fix"].get<std::string>(),
                      std::string("model.blocks[1](...)  # call the module, not "
@@ -794,7 +787,8 @@ class TestFsdpAgent : public QObject
         QFETCH(QStringList, compile);
         compile += QStringList{"--compile-backend", "eager"}; // dynamo's tracing is what matters
         const QString name = compile[1];
-        const Run compiled = run(compile + QStringList{"--snapshot-out", snapshotArg("compiled-" + name)});
+        const Run compiled =
+            run(compile + QStringList{"--snapshot-out", snapshotArg("compiled-" + name)});
         QVERIFY2(compiled.exitCode == 0, qPrintable(compiled.out + compiled.err.right(3000)));
         QVERIFY2(!compiled.err.contains("did not finish"), qPrintable(compiled.err.right(3000)));
         const Run alone = run(compile + QStringList{"--no-agent"});
@@ -823,7 +817,8 @@ class TestFsdpAgent : public QObject
         const Run broken = run(compile + QStringList{"--call-block-forward", "--snapshot-out",
                                                      snapshotArg("compiled-block-" + name)});
         const Run without = run(compile + QStringList{"--call-block-forward", "--no-agent"});
-        QVERIFY2(broken.exitCode != 0 && without.exitCode != 0, qPrintable(broken.out + without.out));
+        QVERIFY2(broken.exitCode != 0 && without.exitCode != 0,
+                 qPrintable(broken.out + without.out));
         const auto lastError = shardscope::test::lastRankException;
         // blocks: the RuntimeError itself; model: dynamo's TorchRuntimeError, which says it
         QVERIFY2(without.err.contains("got mixed torch.Tensor and DTensor") &&
@@ -858,19 +853,23 @@ class TestFsdpAgent : public QObject
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
         QFETCH(QString, variant);
-        const Run r = run({"--checkpoint", variant, "--snapshot-out", snapshotArg("ac-" + variant)});
+        const Run r =
+            run({"--checkpoint", variant, "--snapshot-out", snapshotArg("ac-" + variant)});
         QVERIFY2(r.exitCode == 0, qPrintable(r.out + r.err.right(3000)));
-        QVERIFY2(!r.err.contains("did not finish"), qPrintable(r.err.right(3000))); // a backward inside backward
+        QVERIFY2(!r.err.contains("did not finish"),
+                 qPrintable(r.err.right(3000))); // a backward inside backward
         const Run plain = run({"--snapshot-out", snapshotArg("ac-plain-" + variant)});
         QVERIFY2(plain.exitCode == 0, qPrintable(plain.out + plain.err.right(3000)));
-        const std::vector<json> c = snapshots("ac-" + variant), e = snapshots("ac-plain-" + variant);
+        const std::vector<json> c = snapshots("ac-" + variant),
+                                e = snapshots("ac-plain-" + variant);
         QCOMPARE(c.size(), std::size_t(2));
         QCOMPARE(e.size(), std::size_t(2));
         for (int rank = 0; rank < 2; ++rank) {
             const json &cs = c[std::size_t(rank)], &es = e[std::size_t(rank)];
             QVERIFY2(cs["violations"].empty(), cs["violations"].dump().c_str());
             for (const char *type : {"fetch_end", "release", "reduce_scatter_end", "step_end"})
-                QVERIFY2(countEvents(cs, type) == countEvents(es, type) && countEvents(cs, type) > 0,
+                QVERIFY2(countEvents(cs, type) == countEvents(es, type) &&
+                             countEvents(cs, type) > 0,
                          type);
             QCOMPARE(cs["params"].size(), es["params"].size());
             for (std::size_t i = 0; i < cs["params"].size(); ++i)
@@ -881,7 +880,8 @@ class TestFsdpAgent : public QObject
             if (QTest::currentTestFailed()) return;
             for (int step = 1; step <= 3; ++step) { // recomputed, not changed
                 const QString got = shardscope::test::printedLoss(r.out, rank, step);
-                QVERIFY2(!got.isEmpty() && got == shardscope::test::printedLoss(plain.out, rank, step),
+                QVERIFY2(!got.isEmpty() &&
+                             got == shardscope::test::printedLoss(plain.out, rank, step),
                          qPrintable(r.out + "\n---\n" + plain.out));
             }
         }
@@ -951,11 +951,13 @@ class TestFsdpAgent : public QObject
         QVERIFY(backwardLine > 0);
         for (int rank = 0; rank < 2; ++rank) {
             const QString said = QString("shardscope: rank %1: FSDP2's backward did not finish: "
-                                         "its final callback").arg(rank);
+                                         "its final callback")
+                                     .arg(rank);
             QVERIFY2(with.err.count(said) == 1, qPrintable(with.err.right(3000)));
             for (int step = 1; step <= 2; ++step) {
                 const QString got = shardscope::test::printedLoss(with.out, rank, step);
-                QVERIFY2(!got.isEmpty() && got == shardscope::test::printedLoss(without.out, rank, step),
+                QVERIFY2(!got.isEmpty() &&
+                             got == shardscope::test::printedLoss(without.out, rank, step),
                          qPrintable(with.out + "\n---\n" + without.out));
             }
             const json &s = snaps[std::size_t(rank)];
@@ -972,13 +974,15 @@ class TestFsdpAgent : public QObject
                                                           "autograd") != std::string::npos,
                      v.dump().c_str());
             QVERIFY2(v["fix"].get<std::string>().rfind("torch._dynamo.config.compiled_autograd "
-                                                       "= False", 0) == 0,
+                                                       "= False",
+                                                       0) == 0,
                      v.dump().c_str());
             QCOMPARE(v["location"]["file"].get<std::string>(), std::string(SHARDSCOPE_EXAMPLE));
             QCOMPARE(v["location"]["line"].get<int>(), backwardLine);
             QCOMPARE(v["location"]["function"].get<std::string>(), std::string("main"));
             for (const json &p : s["params"]) // every group unsharded by the later forwards
-                QVERIFY2(p["status"].get<std::string>()[std::size_t(rank)] == 'A', p.dump().c_str());
+                QVERIFY2(p["status"].get<std::string>()[std::size_t(rank)] == 'A',
+                         p.dump().c_str());
         }
     }
 
@@ -997,19 +1001,22 @@ class TestFsdpAgent : public QObject
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
         const QString dir = m_dir.filePath("checkpoints");
-        const Run saved = run({"--steps", "3", "--save-at", "1", "--save-how", "dcp", "full", "local",
-                               "--save-dir", dir, "--snapshot-out", snapshotArg("ckpt-saved")});
+        const Run saved =
+            run({"--steps", "3", "--save-at", "1", "--save-how", "dcp", "full", "local",
+                 "--save-dir", dir, "--snapshot-out", snapshotArg("ckpt-saved")});
         QVERIFY2(saved.exitCode == 0, qPrintable(saved.out + saved.err.right(3000)));
         // the vocabulary's 33 rows: whole in the full file, 17 and 16 in the ranks' own shards
-        for (const char *line : {"rank 0 saved full embed.weight (33, 16)",
-                                 "rank 0 saved local embed.weight (17, 16)",
-                                 "rank 1 saved local embed.weight (16, 16)"})
-            QVERIFY2(saved.out.contains(line), qPrintable(QString(line) + " not in:\n" + saved.out));
+        for (const char *line :
+             {"rank 0 saved full embed.weight (33, 16)", "rank 0 saved local embed.weight (17, 16)",
+              "rank 1 saved local embed.weight (16, 16)"})
+            QVERIFY2(saved.out.contains(line),
+                     qPrintable(QString(line) + " not in:\n" + saved.out));
         const Run resumed = run({"--steps", "2", "--first-step", "2", "--resume", dir + "/dcp",
                                  "--snapshot-out", snapshotArg("ckpt-resumed")});
         QVERIFY2(resumed.exitCode == 0, qPrintable(resumed.out + resumed.err.right(3000)));
-        const Run loaded = run({"--steps", "1", "--first-step", "2", "--resume", dir + "/full",
-                                "--resume-how", "full", "--snapshot-out", snapshotArg("ckpt-loaded")});
+        const Run loaded =
+            run({"--steps", "1", "--first-step", "2", "--resume", dir + "/full", "--resume-how",
+                 "full", "--snapshot-out", snapshotArg("ckpt-loaded")});
         QVERIFY2(loaded.exitCode == 0, qPrintable(loaded.out + loaded.err.right(3000)));
         const std::vector<json> s = snapshots("ckpt-saved"), r = snapshots("ckpt-resumed"),
                                 l = snapshots("ckpt-loaded");
@@ -1064,8 +1071,10 @@ class TestFsdpAgent : public QObject
             // fully_shard([model.embed, model.head]): one group, headed by embed.
             const json *embed = moduleOf(s, "embed"), *head = moduleOf(s, "head");
             QVERIFY(embed && head);
-            QVERIFY2((*embed)["fsdp_unit"]["group_id"] == moduleIdOf(s, "embed"), embed->dump().c_str());
-            QVERIFY2((*head)["fsdp_unit"]["group_id"] == moduleIdOf(s, "embed"), head->dump().c_str());
+            QVERIFY2((*embed)["fsdp_unit"]["group_id"] == moduleIdOf(s, "embed"),
+                     embed->dump().c_str());
+            QVERIFY2((*head)["fsdp_unit"]["group_id"] == moduleIdOf(s, "embed"),
+                     head->dump().c_str());
             checkLosses(s, rank, r.out);
         }
     }
@@ -1081,7 +1090,8 @@ class TestFsdpAgent : public QObject
         QCOMPARE(losses.size(), std::size_t(3));
         for (int step = 1; step <= 3; ++step) {
             const QString line = QString("rank %1 step %2 loss %3")
-                                     .arg(rank).arg(step)
+                                     .arg(rank)
+                                     .arg(step)
                                      .arg(losses[std::size_t(step - 1)], 0, 'f', 4);
             QVERIFY2(out.contains(line), qPrintable(line + " not in:\n" + out));
         }
@@ -1118,19 +1128,22 @@ class TestFsdpAgent : public QObject
         const QString endpoint = shardscope::test::announcedEndpoint(runtime.path(), 1);
         QVERIFY2(!endpoint.isEmpty(), "rank 1 never announced itself");
         QProcess live;
-        live.start(QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope-capture",
-                   {"--attach", endpoint, "--until-step", "6", "--out", m_dir.filePath("dead.json")});
+        live.start(
+            QStringLiteral(SHARDSCOPE_BIN_DIR) + "/shardscope-capture",
+            {"--attach", endpoint, "--until-step", "6", "--out", m_dir.filePath("dead.json")});
         QVERIFY(live.waitForStarted());
         QThread::msleep(300);
         QFile(go).open(QIODevice::WriteOnly);
         const Run r = shardscope::test::finishRanks(p);
         QVERIFY2(r.exitCode != 0, qPrintable(r.out));
-        QVERIFY2(r.out.contains("[rank 0] rank 0 step 2 loss") && !r.out.contains("rank 0 step 3 loss"),
+        QVERIFY2(r.out.contains("[rank 0] rank 0 step 2 loss") &&
+                     !r.out.contains("rank 0 step 3 loss"),
                  qPrintable(r.out));
         // The survivor's own exception (torch's, from the collective its peer left), unchanged.
         QVERIFY2(shardscope::test::failedWithTorchError(r.out, 0),
                  "rank 0 did not fail with torch's own error");
-        const QString lost = shardscope::test::lostRankCaptureProblem(live, m_dir.filePath("dead.json"));
+        const QString lost =
+            shardscope::test::lostRankCaptureProblem(live, m_dir.filePath("dead.json"));
         QVERIFY2(lost.isEmpty(), qPrintable(lost));
         const json dead = readJson(m_dir.filePath("dead.json"));
         QCOMPARE(dead["engine"]["fix_dialect"].get<std::string>(), std::string("fsdp"));
@@ -1142,15 +1155,18 @@ class TestFsdpAgent : public QObject
             if (e["type"] == "step_begin") begun.insert(e["step"].get<int>());
             if (e["type"] == "fetch_end" && e["step"] == 3) unsharded3 = true;
         }
-        QVERIFY2(begun == (std::set<int>{1, 2, 3}), shardscope::test::eventList(dead).dump().c_str());
+        QVERIFY2(begun == (std::set<int>{1, 2, 3}),
+                 shardscope::test::eventList(dead).dump().c_str());
         QVERIFY2(unsharded3, "the unshards of step 3 before the kill did not reach the client");
 
         // The survivor's snapshot decodes (step 3, its failure), the killed rank wrote none.
-        const auto survivor = shardscope::wire::readSnapshotFile(snapshotOf("killed", 0).toStdString());
+        const auto survivor =
+            shardscope::wire::readSnapshotFile(snapshotOf("killed", 0).toStdString());
         QVERIFY2(bool(survivor), survivor ? "" : survivor.error().c_str());
         QCOMPARE(survivor->state.step, 3u);
         QCOMPARE(survivor->state.fixDialect, std::string("fsdp"));
-        QVERIFY(shardscope::test::snapshotSchemaProblems(readJson(snapshotOf("killed", 0))).empty());
+        QVERIFY(
+            shardscope::test::snapshotSchemaProblems(readJson(snapshotOf("killed", 0))).empty());
         QVERIFY(!QFileInfo::exists(snapshotOf("killed", 1)));
     }
 
@@ -1160,13 +1176,15 @@ class TestFsdpAgent : public QObject
     void misuse()
     {
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
-        QProcess p;
-        p.setProcessEnvironment(fsdpEnvironment());
-        p.start(python(), {QStringLiteral(SHARDSCOPE_SOURCE_DIR) + "/tests/fsdp/fsdp_misuse.py"});
-        QVERIFY(p.waitForFinished(120000));
-        const QString out = QString::fromUtf8(p.readAllStandardOutput()) +
-                            QString::fromUtf8(p.readAllStandardError());
-        QVERIFY2(p.exitCode() == 0 && out.contains("misuse ok"), qPrintable(out));
+        shardscope::test::RunOptions options;
+        options.environment = fsdpEnvironment();
+        options.timeoutMs = 120000;
+        const Run p = shardscope::test::runProcess(
+            python(), {QStringLiteral(SHARDSCOPE_SOURCE_DIR) + "/tests/fsdp/fsdp_misuse.py"},
+            options);
+        QVERIFY(p.finished());
+        const QString out = p.out + p.err;
+        QVERIFY2(p.exitCode == 0 && out.contains("misuse ok"), qPrintable(out));
         QCOMPARE(out.count("refused: "), 5);
     }
 };

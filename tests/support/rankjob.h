@@ -17,21 +17,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "processrun.h"
 #include "processtree.h"
 #include "snapshotquery.h"
 #include "snapshotschema.h"
 
 namespace shardscope::test {
-
-// A finished launch: its exit code (-1: killed or crashed), everything it printed (stdout, a
-// newline, stderr), and stderr alone (scripts/launch keeps each rank's streams apart;
-// tracebacks and the agents' "shardscope: rank R: ..." lines are on stderr).
-struct RankRun
-{
-    int exitCode = -1;
-    QString out;
-    QString err;
-};
 
 // A running scripts/launch. Ending it (deleting it, or finishRanks after its timeout) ends
 // its ranks too, which run in sessions of their own (endProcessTree): a test that fails or
@@ -81,15 +72,14 @@ inline QProcess *startRanks(QObject *parent, QProcessEnvironment env, const QStr
 }
 
 // Waits for a launch (after timeoutMs it is ended with its ranks: endProcessTree), collects
-// what it printed and deletes it.
-inline RankRun finishRanks(QProcess *p, int timeoutMs = 150000)
+// what it printed and deletes it. Its exit code is -1 when it was killed or crashed. `out`
+// holds everything it printed (stdout, a newline, stderr), `err` stderr alone: scripts/launch
+// keeps each rank's streams apart; tracebacks and the agents' "shardscope: rank R: ..." lines
+// are on stderr.
+inline ProcessRun finishRanks(QProcess *p, int timeoutMs = 150000)
 {
-    RankRun r;
-    if (!p->waitForFinished(timeoutMs))
-        endProcessTree(static_cast<pid_t>(p->processId())), p->waitForFinished(5000);
-    r.exitCode = p->exitStatus() == QProcess::NormalExit ? p->exitCode() : -1;
-    r.err = QString::fromUtf8(p->readAllStandardError());
-    r.out = QString::fromUtf8(p->readAllStandardOutput()) + "\n" + r.err;
+    ProcessRun r = finishProcess(*p, timeoutMs, true);
+    r.out += "\n" + r.err;
     delete p;
     return r;
 }
@@ -144,7 +134,8 @@ inline QString lastRankException(const QString &err)
         R"(\[rank0\]: ((?:[A-Za-z_][\w.]*\.)?\w*(?:Error|Exception)\b.*|)"
         R"((?:[A-Za-z_]\w*\.)*[A-Z][a-z]\w*: .*))"); // Unsupported: ..., not ninja's FAILED: ...
     QString last;
-    for (auto it = re.globalMatch(err); it.hasNext();) last = it.next().captured(1);
+    for (auto it = re.globalMatch(err); it.hasNext();)
+        last = it.next().captured(1);
     return last;
 }
 

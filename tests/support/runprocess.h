@@ -1,6 +1,6 @@
 #pragma once
 // Runs the project's executables from the tests: the trainer (reading the endpoint it
-// announces) and the shardscope app, both found through $SHARDSCOPE_BIN_DIR.
+// announces) and the shardscope app, both found through $SHARDSCOPE_BIN_DIR (processrun.h).
 
 #include <QDir>
 #include <QElapsedTimer>
@@ -12,37 +12,14 @@
 #include <QString>
 #include <QTest>
 
+#include "processrun.h"
+
 namespace shardscope::test {
 
-inline QString binPath(const QString &name)
+// Runs the shardscope app to its end.
+inline ProcessRun runApp(const QStringList &args, int timeoutMs = 90000)
 {
-    const QString dir = qEnvironmentVariable("SHARDSCOPE_BIN_DIR");
-    return dir.isEmpty() ? QString() : QDir(dir).filePath(name);
-}
-
-struct ProcessResult
-{
-    int exitCode = -1;
-    bool finished = false;
-    QString out;
-    QString err;
-};
-
-inline ProcessResult runApp(const QStringList &args, int timeoutMs = 90000)
-{
-    QProcess p;
-    p.start(binPath(QStringLiteral("shardscope")), args);
-    ProcessResult r;
-    if (!p.waitForStarted(10000)) return r;
-    r.finished = p.waitForFinished(timeoutMs);
-    if (!r.finished) {
-        p.kill();
-        p.waitForFinished(5000);
-    }
-    r.exitCode = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
-    r.out = QString::fromUtf8(p.readAllStandardOutput());
-    r.err = QString::fromUtf8(p.readAllStandardError());
-    return r;
+    return runBinary(QStringLiteral("shardscope"), args, timeoutMs);
 }
 
 // A running shardscope-train serving on a loopback TCP port it picked; killed at scope end.

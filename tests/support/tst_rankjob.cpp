@@ -79,8 +79,9 @@ class TestRankJob : public QObject
         QCOMPARE(pids.size(), std::size_t(4));
         for (pid_t pid : pids)
             QVERIFY2(shardscope::test::processAlive(pid), qPrintable(QString::number(pid)));
-        const shardscope::test::RankRun r = shardscope::test::finishRanks(p, 1000);
+        const shardscope::test::ProcessRun r = shardscope::test::finishRanks(p, 1000);
         QCOMPARE(r.exitCode, -1); // ended, not finished
+        QVERIFY(r.timedOut && !r.finished());
         const QStringList left = alive(pids);
         QVERIFY2(left.isEmpty(), qPrintable("still alive: " + left.join(' ')));
     }
