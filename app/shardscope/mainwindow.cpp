@@ -193,6 +193,34 @@ void MainWindow::buildMenus()
         m_timeline->setFollowLive(on);
         m_memory->setFollowLive(on);
     });
+    view->addSeparator();
+    QAction *next = view->addAction(tr("&Next violation"), this, [this] {
+        m_store.flush();
+        m_timeline->goToViolation(true);
+    });
+    next->setShortcut(QKeySequence::FindNext);
+    QAction *previous = view->addAction(tr("&Previous violation"), this, [this] {
+        m_store.flush();
+        m_timeline->goToViolation(false);
+    });
+    previous->setShortcut(QKeySequence::FindPrevious);
+    QAction *step = view->addAction(tr("&Go to step..."), this, [this] {
+        if (auto *box = m_timeline->findChild<QWidget *>(QStringLiteral("stepBox"))) box->setFocus();
+    });
+    step->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_G));
+    QMenu *help = menuBar()->addMenu(tr("&Help"));
+    help->addAction(tr("&Keyboard shortcuts"), this, [this] {
+        QMessageBox::information(
+            this, tr("Keyboard shortcuts"),
+            tr("In the gather timeline and the memory plot (click it first):\n%1\n\n"
+               "Anywhere: F3 / Shift+F3 next / previous violation, Ctrl+G go to a step")
+                .arg(views::GatherTimeline::keyboardHelp()));
+    });
+    // A violation the timeline went to is the current row of the table, and so the detail's.
+    connect(m_timeline, &views::GatherTimeline::violationShown, this,
+            [this](int rank, quint32 param, quint32 accessor, double) {
+                m_violations->selectViolation(rank, param, accessor);
+            });
     // The timeline's own button, a drag or a zoom there: the menu says what the views do.
     connect(m_timeline, &views::TimePlot::followLiveChanged, m_followAction, [this](bool on) {
         const QSignalBlocker block(m_followAction);

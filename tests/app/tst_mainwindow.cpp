@@ -9,6 +9,7 @@
 #include <QMenuBar>
 #include <QMimeData>
 #include <QSettings>
+#include <QTableView>
 #include <QTemporaryDir>
 #include <QTest>
 #include <QTreeView>
@@ -40,6 +41,7 @@ class TestMainWindow : public QObject
     void init();
     void snapshotFillsTheViews();
     void snapshotOpensWithItsWholeTimeRangeInView();
+    void nextViolationLandsOnItsTimeAndRow();
     void timelineClickSelectsInTree();
     void lostConnectionKeepsDataAndSaysSo();
     void timelineClickShowsTheSpanUnderTheMouse();
@@ -133,6 +135,41 @@ void TestMainWindow::snapshotOpensWithItsWholeTimeRangeInView()
     w.attach(QStringLiteral("tcp:127.0.0.1:1"), {}); // a run that still grows: live again
     QVERIFY(timeline->isLive() && timeline->followLive() && memory->followLive());
     QVERIFY(follow->isEnabled() && follow->isChecked());
+}
+
+static QAction *menuAction(QMainWindow &w, const QString &text)
+{
+    for (QAction *a : w.menuBar()->actions())
+        if (a->menu())
+            for (QAction *b : a->menu()->actions())
+                if (b->text() == text) return b;
+    return nullptr;
+}
+
+void TestMainWindow::nextViolationLandsOnItsTimeAndRow()
+{
+    QTemporaryDir dir;
+    app::MainWindow w;
+    w.show();
+    QCOMPARE(w.openSnapshot(writeSnapshot(dir)), QString());
+    auto *timeline = w.findChild<views::GatherTimeline *>();
+    QVERIFY(timeline);
+    QTRY_VERIFY(timeline->visibleEnd() - timeline->visibleStart() < 1e-4);
+    timeline->setVisibleRange(-1e-6, 1e-6); // before the violation, 2 us wide
+    w.violations()->tableView()->clearSelection();
+    w.violations()->tableView()->setCurrentIndex({});
+    QAction *next = menuAction(w, QStringLiteral("&Next violation"));
+    QVERIFY(next);
+    QCOMPARE(next->shortcut(), QKeySequence(QKeySequence::FindNext));
+    next->trigger();
+    // the violation at 6 us (5 us after the first event, the time origin at 1 us)
+    const double centre = (timeline->visibleStart() + timeline->visibleEnd()) / 2;
+    QVERIFY2(qAbs(centre - 5e-6) < 1e-9, qPrintable(QString::number(centre)));
+    const QModelIndex current = w.violations()->tableView()->currentIndex();
+    QVERIFY(current.isValid());
+    QCOMPARE(current.data(models::ViolationsModel::ParamIdRole).toUInt(), 0u);
+    QTRY_COMPARE(w.detail()->shownParam(), ParamId(0));
+    QVERIFY(menuAction(w, QStringLiteral("&Keyboard shortcuts")));
 }
 
 void TestMainWindow::timelineClickSelectsInTree()

@@ -7,7 +7,9 @@
 
 #include <QRandomGenerator>
 #include <QSignalSpy>
+#include <QSpinBox>
 #include <QTest>
+#include <QToolButton>
 #include <qcustomplot.h>
 
 #include "testevents.h"
@@ -70,6 +72,10 @@ class TestGatherTimeline : public QObject
     void subPixelSpansMergeWhenZoomedOut();
     void millionEvents();
     void followLiveTracksTheNewestEvents();
+    void stepNavigationShowsTheStep();
+    void violationNavigationLandsOnEachInTurn();
+    void gatherNavigationFollowsOneParameter();
+    void keysZoomPanAndFit();
     void sixtyFourLanesThinTheirLabels();
     void stepLabelsShowAsManyAsFit();
     void reduceScattersHaveTheirOwnTrack();
@@ -664,6 +670,135 @@ void TestGatherTimeline::followLiveTracksTheNewestEvents()
     QCOMPARE(spy.count(), 2);
     QVERIFY(timeline.visibleEnd() >= 99.001);
     QVERIFY(qAbs(timeline.visibleEnd() - timeline.visibleStart() - 10.0) < 1e-9);
+}
+
+namespace {
+
+// Three steps of 10 ms on two ranks; a violation on rank 1 in step 1 and on rank 0 in step 3;
+// parameter 7 gathered once a step on rank 0.
+std::vector<telemetry::Event> threeSteps()
+{
+    std::vector<telemetry::Event> e;
+    for (std::uint32_t step = 1; step <= 3; ++step) {
+        const std::uint64_t t0 = (step - 1) * 10 * ms;
+        for (int r = 0; r < 2; ++r)
+            e.push_back(eventAt(t0 + std::uint64_t(r) * us, r, makeStepBegin(), step));
+        e.push_back(eventAt(t0 + 2 * ms, 0, makeFetchBegin({.param = 7}), step));
+        e.push_back(eventAt(t0 + 3 * ms, 0, makeFetchEnd({.param = 7}), step));
+        e.push_back(eventAt(t0 + 4 * ms, 1, makeFetchBegin({.param = 8}), step));
+        e.push_back(eventAt(t0 + 5 * ms, 1, makeFetchEnd({.param = 8}), step));
+    }
+    e.push_back(eventAt(6 * ms, 1, makeUnregisteredAccess({.accessor = 3, .param = 9}), 1));
+    e.push_back(eventAt(26 * ms, 0, makeUnregisteredAccess({.accessor = 4, .param = 11}), 3));
+    return e;
+}
+
+} // namespace
+
+void TestGatherTimeline::stepNavigationShowsTheStep()
+{
+    GatherTimeline timeline;
+    timeline.resize(900, 300);
+    timeline.setTimeOrigin(0);
+    timeline.appendEvents(threeSteps());
+    QVERIFY(timeline.goToStep(2));
+    QVERIFY(!timeline.followLive());
+    // from step 2's first StepBegin (10 ms) to step 3's (20 ms), 1 % either side
+    QVERIFY(qAbs(timeline.visibleStart() - 0.0099) < 1e-9);
+    QVERIFY(qAbs(timeline.visibleEnd() - 0.0201) < 1e-9);
+    QVERIFY(timeline.goToStep(3)); // the last: to the newest event
+    QVERIFY(timeline.visibleStart() < 0.020 && timeline.visibleEnd() > 0.026);
+    QVERIFY(!timeline.goToStep(9));
+    QVERIFY(timeline.visibleStart() < 0.020); // unchanged
+    // the toolbar's box does the same
+    auto *box = timeline.findChild<QSpinBox *>(QStringLiteral("stepBox"));
+    QVERIFY(box);
+    box->setValue(1);
+    Q_EMIT box->editingFinished();
+    QVERIFY(timeline.visibleStart() < 0 && timeline.visibleEnd() > 0.0099 &&
+            timeline.visibleEnd() < 0.0102);
+}
+
+void TestGatherTimeline::violationNavigationLandsOnEachInTurn()
+{
+    GatherTimeline timeline;
+    timeline.resize(900, 300);
+    timeline.setTimeOrigin(0);
+    timeline.appendEvents(threeSteps());
+    timeline.setVisibleRange(0, 0.002); // 2 ms wide, centred at 1 ms
+    QSignalSpy shown(&timeline, &GatherTimeline::violationShown);
+    auto v = timeline.goToViolation(true);
+    QVERIFY(v);
+    QCOMPARE(v->rank, 1);
+    QCOMPARE(v->span.param, ParamId(9));
+    QVERIFY(qAbs((timeline.visibleStart() + timeline.visibleEnd()) / 2 - 0.006) < 1e-9);
+    QVERIFY(qAbs(timeline.visibleEnd() - timeline.visibleStart() - 0.002) < 1e-9); // zoom kept
+    QCOMPARE(shown.count(), 1);
+    QCOMPARE(shown.last().at(0).toInt(), 1);
+    QCOMPARE(shown.last().at(1).toUInt(), 9u);
+    QCOMPARE(shown.last().at(2).toUInt(), 3u);
+    v = timeline.goToViolation(true);
+    QVERIFY(v && v->rank == 0 && v->span.param == ParamId(11));
+    QVERIFY(qAbs((timeline.visibleStart() + timeline.visibleEnd()) / 2 - 0.026) < 1e-9);
+    QVERIFY(!timeline.goToViolation(true)); // none after the last: the view stays
+    QVERIFY(qAbs((timeline.visibleStart() + timeline.visibleEnd()) / 2 - 0.026) < 1e-9);
+    v = timeline.goToViolation(false);
+    QVERIFY(v && v->span.param == ParamId(9));
+    // on one rank only
+    timeline.setVisibleRange(0, 0.002);
+    v = timeline.goToViolation(true, 0);
+    QVERIFY(v && v->rank == 0 && v->span.param == ParamId(11));
+    // the toolbar's buttons
+    timeline.setVisibleRange(0.03, 0.032);
+    timeline.findChild<QToolButton *>(QStringLiteral("previousViolation"))->click();
+    QVERIFY(qAbs((timeline.visibleStart() + timeline.visibleEnd()) / 2 - 0.026) < 1e-9);
+}
+
+void TestGatherTimeline::gatherNavigationFollowsOneParameter()
+{
+    GatherTimeline timeline;
+    timeline.resize(900, 300);
+    timeline.setTimeOrigin(0);
+    timeline.appendEvents(threeSteps());
+    timeline.setVisibleRange(0, 0.001);
+    for (double at : {0.0025, 0.0125, 0.0225}) {
+        const auto g = timeline.goToGather(7, true);
+        QVERIFY(g && g->rank == 0 && g->span.param == ParamId(7));
+        QVERIFY(qAbs((timeline.visibleStart() + timeline.visibleEnd()) / 2 - at) < 1e-9);
+    }
+    QVERIFY(!timeline.goToGather(7, true));
+    QCOMPARE(timeline.selection(), QList<quint32>{7});
+    QVERIFY(timeline.goToGather(7, false));
+    QVERIFY(qAbs((timeline.visibleStart() + timeline.visibleEnd()) / 2 - 0.0125) < 1e-9);
+    QVERIFY(!timeline.goToGather(99, true));
+}
+
+void TestGatherTimeline::keysZoomPanAndFit()
+{
+    GatherTimeline timeline;
+    timeline.resize(900, 300);
+    timeline.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&timeline));
+    timeline.setTimeOrigin(0);
+    timeline.appendEvents(threeSteps());
+    timeline.setVisibleRange(0.010, 0.020);
+    QWidget *plot = timeline.plot();
+    QTest::keyClick(plot, Qt::Key_W);
+    QVERIFY(qAbs(timeline.visibleEnd() - timeline.visibleStart() - 0.008) < 1e-9);
+    QVERIFY(qAbs((timeline.visibleStart() + timeline.visibleEnd()) / 2 - 0.015) < 1e-9);
+    QTest::keyClick(plot, Qt::Key_S);
+    QVERIFY(qAbs(timeline.visibleEnd() - timeline.visibleStart() - 0.010) < 1e-9);
+    QTest::keyClick(plot, Qt::Key_D);
+    QVERIFY(qAbs(timeline.visibleStart() - 0.012) < 1e-9);
+    QTest::keyClick(plot, Qt::Key_A);
+    QVERIFY(qAbs(timeline.visibleStart() - 0.010) < 1e-9);
+    QTest::keyClick(plot, Qt::Key_N);
+    QVERIFY(qAbs((timeline.visibleStart() + timeline.visibleEnd()) / 2 - 0.026) < 1e-9);
+    QTest::keyClick(plot, Qt::Key_N, Qt::ShiftModifier);
+    QVERIFY(qAbs((timeline.visibleStart() + timeline.visibleEnd()) / 2 - 0.006) < 1e-9);
+    QTest::keyClick(plot, Qt::Key_F);
+    QVERIFY(timeline.visibleStart() <= 0 && timeline.visibleEnd() >= 0.026);
+    QVERIFY(timeline.keyboardHelp().contains(QStringLiteral("N / Shift+N")));
 }
 
 void TestGatherTimeline::sixtyFourLanesThinTheirLabels()

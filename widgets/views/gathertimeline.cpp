@@ -7,6 +7,8 @@
 
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QToolButton>
+#include <QSpinBox>
 #include <qcustomplot.h>
 
 #include "models/severitycolor.h"
@@ -239,6 +241,29 @@ GatherTimeline::GatherTimeline(QWidget *parent)
     m_legend->setText(legend);
     m_legend->setTextFormat(Qt::RichText);
     m_legend->setWordWrap(true); // a narrow window wraps it instead of squeezing the docks
+    // Go to step N, and the next or previous violation: what a profiler's user does all day.
+    toolBar()->addSpacing(8);
+    toolBar()->addWidget(new QLabel(tr("Step"), this));
+    m_stepBox = new QSpinBox(this);
+    m_stepBox->setObjectName(QStringLiteral("stepBox"));
+    m_stepBox->setRange(0, std::numeric_limits<int>::max());
+    m_stepBox->setKeyboardTracking(false);
+    m_stepBox->setToolTip(tr("Show this step (G, then the number and Enter)"));
+    toolBar()->addWidget(m_stepBox);
+    connect(m_stepBox, &QSpinBox::editingFinished, this,
+            [this] { goToStep(std::uint32_t(m_stepBox->value())); });
+    auto *previous = new QToolButton(this);
+    previous->setText(tr("\u25C0 violation"));
+    previous->setObjectName(QStringLiteral("previousViolation"));
+    previous->setToolTip(tr("The previous violation, on any rank (Shift+N)"));
+    auto *nextButton = new QToolButton(this);
+    nextButton->setText(tr("violation \u25B6"));
+    nextButton->setObjectName(QStringLiteral("nextViolation"));
+    nextButton->setToolTip(tr("The next violation, on any rank (N)"));
+    connect(previous, &QToolButton::clicked, this, [this] { goToViolation(false); });
+    connect(nextButton, &QToolButton::clicked, this, [this] { goToViolation(true); });
+    toolBar()->addWidget(previous);
+    toolBar()->addWidget(nextButton);
     toolBar()->addSpacing(8);
     toolBar()->addWidget(m_legend, 1);
 
@@ -390,6 +415,78 @@ bool GatherTimeline::updateLanes()
 void GatherTimeline::applyPending()
 {
     updateLanes();
+}
+
+bool GatherTimeline::goToStep(std::uint32_t step)
+{
+    applyPending();
+    const auto &steps = m_spans.steps();
+    const auto it = steps.find(step);
+    if (it == steps.end()) return false;
+    const auto next = std::next(it);
+    double end = next != steps.end() ? next->second : m_spans.lastTime();
+    if (!(end > it->second)) end = it->second + 1e-3;
+    const double pad = (end - it->second) * 0.01;
+    setVisibleRange(it->second - pad, end + pad);
+    return true;
+}
+
+void GatherTimeline::centreOn(double tSeconds)
+{
+    const double half = (visibleEnd() - visibleStart()) / 2;
+    setVisibleRange(tSeconds - half, tSeconds + half);
+}
+
+std::optional<GatherSpans::Found> GatherTimeline::goToViolation(bool forward, int rank)
+{
+    applyPending();
+    const double centre = (visibleStart() + visibleEnd()) / 2;
+    const auto found = m_spans.nearest(SpanTrack::Violation, centre, forward, rank);
+    if (!found) return std::nullopt;
+    centreOn(found->span.start);
+    Q_EMIT violationShown(found->rank, found->span.param, found->span.module, found->span.start);
+    return found;
+}
+
+std::optional<GatherSpans::Found> GatherTimeline::goToGather(ParamId param, bool forward)
+{
+    applyPending();
+    const double centre = (visibleStart() + visibleEnd()) / 2;
+    const auto found = m_spans.nearest(SpanTrack::Fetch, centre, forward, -1, param);
+    if (!found) return std::nullopt;
+    centreOn((found->span.start + found->span.end) / 2);
+    setSelection({found->span.param});
+    return found;
+}
+
+QString GatherTimeline::keyboardHelp()
+{
+    return tr("W / S: zoom in / out at the centre\n"
+              "A / D: pan left / right\n"
+              "F: show all (fit)\n"
+              "N / Shift+N: next / previous violation\n"
+              "] / [: next / previous gather of the selected parameter\n"
+              "G: go to a step (the Step box; Enter goes)\n"
+              "Mouse wheel: zoom; drag: pan; click: select the span's parameters");
+}
+
+bool GatherTimeline::keyPressed(int key, Qt::KeyboardModifiers modifiers)
+{
+    switch (key) {
+    case Qt::Key_N:
+        goToViolation(!(modifiers & Qt::ShiftModifier));
+        return true;
+    case Qt::Key_BracketRight:
+    case Qt::Key_BracketLeft:
+        if (!m_selection.empty()) goToGather(m_selection.front(), key == Qt::Key_BracketRight);
+        return true;
+    case Qt::Key_G:
+        m_stepBox->setFocus();
+        m_stepBox->selectAll();
+        return true;
+    default:
+        return TimePlot::keyPressed(key, modifiers);
+    }
 }
 
 bool GatherTimeline::dataRange(double &first, double &last) const

@@ -22,6 +22,7 @@
 #include "views/timeplot.h"
 
 class QLabel;
+class QSpinBox;
 
 namespace shardscope::views {
 
@@ -71,6 +72,18 @@ class GatherTimeline : public TimePlot
     // The same on rank's reduce-scatter track (below the fetches).
     QPointF reduceScatterPositionOf(int rank, double tSeconds) const;
 
+    // Navigation, as profiler users expect it (the keys are in keyboardHelp()):
+    // Shows step `step` from its first StepBegin to the next step's; false when no rank has
+    // begun it.
+    bool goToStep(std::uint32_t step);
+    // Centres the view, at its zoom, on the next (forward) or previous violation after the
+    // view's centre, on rank (any when rank < 0); says which (violationShown) and returns it.
+    std::optional<GatherSpans::Found> goToViolation(bool forward, int rank = -1);
+    // The same for the next or previous gather (fetch span) of a parameter.
+    std::optional<GatherSpans::Found> goToGather(ParamId param, bool forward);
+    // The keys the timeline takes, one "key: what" per line (also in the app's Help menu).
+    static QString keyboardHelp();
+
     // The step labels above the lanes at the current zoom, by time: as many as fit.
     QMap<double, QString> stepLabels() const;
     static QColor kindColor(SpanKind kind);
@@ -80,6 +93,8 @@ class GatherTimeline : public TimePlot
 
   Q_SIGNALS:
     void paramsClicked(const QList<quint32> &paramIds);
+    // goToViolation found this violation mark (time in seconds on the axis).
+    void violationShown(int rank, quint32 paramId, quint32 accessorId, double tSeconds);
 
   protected:
     void applyPending() override;
@@ -98,6 +113,9 @@ class GatherTimeline : public TimePlot
     std::optional<LanePoint> lanePointAt(QPointF pos) const;
     double secondsPerPixel() const;
     void updateStepLabels();
+    void centreOn(double tSeconds);
+    bool keyPressed(int key, Qt::KeyboardModifiers modifiers) override;
+    QSpinBox *m_stepBox = nullptr;
 
     GatherSpans m_spans;
     GatherLanesPlottable *m_lanes = nullptr;

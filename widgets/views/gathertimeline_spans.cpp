@@ -229,6 +229,28 @@ int GatherSpans::fetchRows(int rank) const
     return rank >= 0 && rank < int(m_lanes.size()) ? m_lanes[rank].fetchRows : 1;
 }
 
+std::optional<GatherSpans::Found> GatherSpans::nearest(SpanTrack t, double at, bool forward,
+                                                       int rank, ParamId param) const
+{
+    std::optional<Found> best;
+    const int first = rank < 0 ? 0 : rank;
+    const int last = rank < 0 ? laneCount() - 1 : std::min(rank, laneCount() - 1);
+    for (int r = first; r <= last; ++r) {
+        // A track is in the order its spans closed; a fetch may close after a later one
+        // began, so the whole track is looked at (a key press, not a frame).
+        for (const GatherSpan &s : track(r, t)) {
+            if (param != kNoParam && s.param != param) continue;
+            // by the span's middle, where the view centres it; a picosecond apart from `at`
+            // (the centre the view was put at, with its rounding) is the same place
+            const double mid = (s.start + s.end) / 2;
+            if (forward ? !(mid > at + 1e-12) : !(mid < at - 1e-12)) continue;
+            const double bestMid = best ? (best->span.start + best->span.end) / 2 : 0;
+            if (!best || (forward ? mid < bestMid : mid > bestMid)) best = Found{s, r};
+        }
+    }
+    return best;
+}
+
 std::vector<OpenFetch> GatherSpans::openFetches() const
 {
     std::vector<OpenFetch> out;

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <tuple>
 #include <unordered_map>
@@ -124,6 +125,17 @@ class GatherSpans
     void blocks(int rank, SpanTrack t, double t0, double t1, double secondsPerPixel,
                 std::vector<TimelineBlock> &out, const std::vector<ParamId> &selectedParams = {},
                 double minPixels = 1.0) const;
+    // Navigation: the span of track t nearest after (forward) or before `at` (its middle
+    // strictly past `at`), on rank (or any rank when rank < 0), of parameter param (any when
+    // kNoParam); with the rank it is on. Ties between ranks go to the lower rank.
+    struct Found
+    {
+        GatherSpan span;
+        int rank = 0;
+    };
+    std::optional<Found> nearest(SpanTrack t, double at, bool forward, int rank = -1,
+                                 ParamId param = kNoParam) const;
+
     // Distinct parameters of the spans in block, sorted.
     std::vector<ParamId> paramsIn(const TimelineBlock &block) const;
 

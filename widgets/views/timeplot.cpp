@@ -4,6 +4,7 @@
 
 #include <QHBoxLayout>
 #include <QHelpEvent>
+#include <QKeyEvent>
 #include <QMouseEvent>
 #include <QTimer>
 #include <QToolButton>
@@ -46,6 +47,7 @@ TimePlot::TimePlot(const QString &followToolTip, QWidget *parent)
     m_plot->xAxis->setLabel(tr("time (s)"));
     m_plot->xAxis->setRange(0, m_liveWindow);
     m_plot->installEventFilter(this);
+    m_plot->setFocusPolicy(Qt::StrongFocus); // a click gives it the keys (keyPressed)
 
     connect(m_followButton, &QToolButton::toggled, this, &TimePlot::setFollowLive);
     connect(fitButton, &QToolButton::clicked, this, &TimePlot::fitAll);
@@ -156,9 +158,39 @@ void TimePlot::fitAll()
     showRange(first, last);
 }
 
+bool TimePlot::keyPressed(int key, Qt::KeyboardModifiers modifiers)
+{
+    if (modifiers & (Qt::ControlModifier | Qt::AltModifier | Qt::MetaModifier)) return false;
+    const QCPRange r = m_plot->xAxis->range();
+    const double centre = r.center(), half = r.size() / 2;
+    switch (key) {
+    case Qt::Key_W: // zoom in by a fifth
+        setVisibleRange(centre - half * 0.8, centre + half * 0.8);
+        return true;
+    case Qt::Key_S:
+        setVisibleRange(centre - half * 1.25, centre + half * 1.25);
+        return true;
+    case Qt::Key_A: // pan by a fifth of the view
+        setVisibleRange(r.lower - r.size() * 0.2, r.upper - r.size() * 0.2);
+        return true;
+    case Qt::Key_D:
+        setVisibleRange(r.lower + r.size() * 0.2, r.upper + r.size() * 0.2);
+        return true;
+    case Qt::Key_F:
+        fitAll();
+        return true;
+    default:
+        return false;
+    }
+}
+
 bool TimePlot::eventFilter(QObject *watched, QEvent *e)
 {
     if (watched != m_plot) return QWidget::eventFilter(watched, e);
+    if (e->type() == QEvent::KeyPress) {
+        auto *key = static_cast<QKeyEvent *>(e);
+        if (keyPressed(key->key(), key->modifiers())) return true;
+    }
     if (e->type() == QEvent::MouseButtonPress || e->type() == QEvent::MouseButtonDblClick) {
         m_pressPos = static_cast<QMouseEvent *>(e)->position();
     } else if (e->type() == QEvent::MouseButtonRelease) {

@@ -60,6 +60,9 @@ class TimePlot : public QWidget
     virtual bool dataRange(double &first, double &last) const = 0;
     // A left click that did not drag, at pos (plot widget coordinates).
     virtual void plotClicked(QPointF pos) { Q_UNUSED(pos); }
+    // A key pressed while the plot has the focus; true when taken. The base takes Perfetto's
+    // and Tracy's: W/S zoom in/out at the centre, A/D pan, F show all.
+    virtual bool keyPressed(int key, Qt::KeyboardModifiers modifiers);
 
   private:
     bool eventFilter(QObject *watched, QEvent *e) override;

@@ -105,6 +105,24 @@ void ViolationsPanel::selectRow(int sourceRow)
                                                           QItemSelectionModel::Rows);
 }
 
+bool ViolationsPanel::selectViolation(int rank, quint32 paramId, quint32 accessorId)
+{
+    int fallback = -1;
+    for (int row = 0; row < m_model->rowCount(); ++row) {
+        const state::ViolationRow *g = m_model->group(row);
+        if (!g || g->param != paramId || g->accessor != accessorId) continue;
+        const bool onRank = rank < 64 ? (g->rankMask() >> rank) & 1u : g->firstRank == rank;
+        if (onRank) {
+            selectRow(row);
+            return true;
+        }
+        if (fallback < 0) fallback = row;
+    }
+    if (fallback < 0) return false;
+    selectRow(fallback);
+    return true;
+}
+
 void ViolationsPanel::onCurrentChanged()
 {
     const QModelIndex i = m_table->currentIndex();

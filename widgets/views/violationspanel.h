@@ -31,6 +31,9 @@ class ViolationsPanel : public QWidget
     // The selected row's cells, whole (names not elided), tab-separated: what Ctrl+C copies.
     QString currentRowText() const;
     void selectRow(int sourceRow);
+    // Selects the row of a violation the timeline showed (its rank, parameter and accessor:
+    // the row whose ranks include rank first); false when no row matches.
+    bool selectViolation(int rank, quint32 paramId, quint32 accessorId);
 
   Q_SIGNALS:
     void paramSelected(quint32 paramId);
