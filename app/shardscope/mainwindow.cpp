@@ -29,6 +29,7 @@
 #include "views/moduletreeview.h"
 #include "views/paramdetail.h"
 #include "views/partitionmap.h"
+#include "views/rangesummarypanel.h"
 #include "views/statusbar.h"
 #include "views/violationspanel.h"
 #include "wire/discovery.h"
@@ -64,6 +65,7 @@ MainWindow::MainWindow(QWidget *parent)
       m_tree(new views::ModuleTreeView(&m_store)), m_detail(new views::ParamDetail(&m_store)),
       m_violations(new views::ViolationsPanel(&m_store)), m_timeline(new views::GatherTimeline),
       m_partition(new views::PartitionMap), m_memory(new views::MemoryPlot),
+      m_selection(new views::RangeSummaryPanel),
       m_status(new views::InspectorStatusBar(&m_store, this)), m_banner(new QLabel)
 {
     setWindowIcon(QIcon(QStringLiteral(":/shardscope/shardscope.svg")));
@@ -104,7 +106,23 @@ MainWindow::MainWindow(QWidget *parent)
     };
     dock(tr("Modules and parameters"), m_tree, Qt::LeftDockWidgetArea, "treeDock");
     dock(tr("Parameter"), m_detail, Qt::RightDockWidgetArea, "detailDock");
-    dock(tr("Violations"), m_violations, Qt::BottomDockWidgetArea, "violationsDock");
+    QDockWidget *violationsDock =
+        dock(tr("Violations"), m_violations, Qt::BottomDockWidgetArea, "violationsDock");
+    QDockWidget *selectionDock =
+        dock(tr("Selection"), m_selection, Qt::BottomDockWidgetArea, "selectionDock");
+    tabifyDockWidget(violationsDock, selectionDock);
+    violationsDock->raise();
+    // A Shift+drag over the timeline is a question: the Selection tab answers it.
+    connect(m_timeline, &views::GatherTimeline::rangeSelected, this,
+            [this, selectionDock](double t0, double t1) {
+                m_selection->setRange(m_timeline->rangeSummary(t0, t1), t0, t1);
+                selectionDock->show();
+                selectionDock->raise();
+            });
+    connect(m_selection, &views::RangeSummaryPanel::paramSelected, this,
+            [this](quint32 id) { m_tree->selectParams({id}); });
+    connect(m_selection, &views::RangeSummaryPanel::moduleSelected, this,
+            [this](quint32 id) { m_tree->selectModule(ModuleId(id)); });
     resize(1500, 950);
 
     buildMenus();

@@ -25,6 +25,7 @@ class AttachDialog;
 class GatherTimeline;
 class InspectorStatusBar;
 class MemoryPlot;
+class RangeSummaryPanel;
 class ModuleTreeView;
 class ParamDetail;
 class PartitionMap;
@@ -107,6 +108,7 @@ class MainWindow : public QMainWindow
     views::GatherTimeline *m_timeline;
     views::PartitionMap *m_partition;
     views::MemoryPlot *m_memory;
+    views::RangeSummaryPanel *m_selection;
     views::InspectorStatusBar *m_status;
     QLabel *m_banner;
     std::vector<std::uint64_t> m_fed; // events per lane already given to the plots (absolute)

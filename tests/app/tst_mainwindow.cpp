@@ -27,6 +27,7 @@
 #include "views/moduletreeview.h"
 #include "views/paramdetail.h"
 #include "views/partitionmap.h"
+#include "views/rangesummarypanel.h"
 #include "views/statusbar.h"
 #include "views/violationspanel.h"
 #include "wire/discovery.h"
@@ -42,6 +43,7 @@ class TestMainWindow : public QObject
     void snapshotFillsTheViews();
     void snapshotOpensWithItsWholeTimeRangeInView();
     void nextViolationLandsOnItsTimeAndRow();
+    void aSelectedRangeIsSummedAndSelectsInTheTree();
     void timelineClickSelectsInTree();
     void lostConnectionKeepsDataAndSaysSo();
     void timelineClickShowsTheSpanUnderTheMouse();
@@ -170,6 +172,38 @@ void TestMainWindow::nextViolationLandsOnItsTimeAndRow()
     QCOMPARE(current.data(models::ViolationsModel::ParamIdRole).toUInt(), 0u);
     QTRY_COMPARE(w.detail()->shownParam(), ParamId(0));
     QVERIFY(menuAction(w, QStringLiteral("&Keyboard shortcuts")));
+}
+
+void TestMainWindow::aSelectedRangeIsSummedAndSelectsInTheTree()
+{
+    QTemporaryDir dir;
+    app::MainWindow w;
+    w.show();
+    QCOMPARE(w.openSnapshot(writeSnapshot(dir)), QString());
+    auto *timeline = w.findChild<views::GatherTimeline *>();
+    auto *panel = w.findChild<views::RangeSummaryPanel *>();
+    auto *dock = w.findChild<QDockWidget *>(QStringLiteral("selectionDock"));
+    QVERIFY(timeline && panel && dock);
+    Q_EMIT timeline->rangeSelected(-1.0, 1.0); // the whole snapshot: one gather of embed.weight
+    QVERIFY(dock->isVisible());
+    const auto &rows = panel->model()->rows();
+    auto param = std::find_if(rows.begin(), rows.end(), [](const auto &r) { return !r.module; });
+    QVERIFY(param != rows.end());
+    QCOMPARE(param->id, 0u);
+    QCOMPARE(param->gathers, std::uint64_t(1));
+    QCOMPARE(param->bytes, std::uint64_t(6464));
+    QVERIFY(qAbs(param->seconds - 4e-6) < 1e-12);
+    QVERIFY(panel->headline().contains(QStringLiteral("1 gathers")));
+    // a click on the parameter's row selects it in the tree
+    QTableView *table = panel->tableView();
+    for (int r = 0; r < table->model()->rowCount(); ++r) {
+        const QModelIndex i = table->model()->index(r, models::RangeSummaryModel::Name);
+        if (!i.data(models::RangeSummaryModel::IsModuleRole).toBool()) {
+            Q_EMIT table->clicked(i);
+            break;
+        }
+    }
+    QCOMPARE(w.tree()->selectedParams(), QList<quint32>{0});
 }
 
 void TestMainWindow::timelineClickSelectsInTree()

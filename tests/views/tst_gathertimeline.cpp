@@ -3,8 +3,11 @@
 // a click and names them on hover, merges sub-pixel spans when zoomed out and keeps exact
 // spans when zoomed in, and takes a million events.
 
+#include <map>
 #include <numeric>
 
+#include <QApplication>
+#include <QMouseEvent>
 #include <QRandomGenerator>
 #include <QSignalSpy>
 #include <QSpinBox>
@@ -76,6 +79,8 @@ class TestGatherTimeline : public QObject
     void violationNavigationLandsOnEachInTurn();
     void gatherNavigationFollowsOneParameter();
     void keysZoomPanAndFit();
+    void rangeSummaryEqualsTheEventsSums();
+    void shiftDragSelectsARange();
     void sixtyFourLanesThinTheirLabels();
     void stepLabelsShowAsManyAsFit();
     void reduceScattersHaveTheirOwnTrack();
@@ -799,6 +804,84 @@ void TestGatherTimeline::keysZoomPanAndFit()
     QTest::keyClick(plot, Qt::Key_F);
     QVERIFY(timeline.visibleStart() <= 0 && timeline.visibleEnd() >= 0.026);
     QVERIFY(timeline.keyboardHelp().contains(QStringLiteral("N / Shift+N")));
+}
+
+void TestGatherTimeline::rangeSummaryEqualsTheEventsSums()
+{
+    // 2 ranks x 200 fetches: parameter i % 7, caused by module i % 3, i * 10 bytes, 1 + i % 4
+    // us long, one every 10 us.
+    std::vector<telemetry::Event> events;
+    std::map<ParamId, GatherSpans::Totals> byParam;
+    std::map<ModuleId, GatherSpans::Totals> byModule;
+    for (int r = 0; r < 2; ++r)
+        for (int i = 0; i < 200; ++i) {
+            const std::uint64_t t = std::uint64_t(i) * 10 * us;
+            const auto param = ParamId(i % 7);
+            const auto cause = ModuleId(i % 3);
+            const std::uint64_t bytes = std::uint64_t(i) * 10;
+            const std::uint64_t d = (1 + std::uint64_t(i % 4)) * us;
+            events.push_back(eventAt(t, r, makeFetchBegin({.param = param, .cause = cause})));
+            events.push_back(eventAt(t + d, r,
+                                     makeFetchEnd({.param = param, .cause = cause, .bytes = bytes})));
+            if (i >= 50 && i < 150) { // [0.5 ms, 1.5 ms)
+                for (GatherSpans::Totals *tot : {&byParam[param], &byModule[cause]}) {
+                    ++tot->gathers;
+                    tot->seconds += double(d) * 1e-9;
+                    tot->bytes += bytes;
+                }
+            }
+        }
+    GatherTimeline timeline;
+    timeline.setTimeOrigin(0);
+    timeline.appendEvents(events);
+    const auto rows = timeline.rangeSummary(0.0005, 0.0015);
+    QCOMPARE(rows.size(), byParam.size() + byModule.size());
+    for (const models::RangeRow &row : rows) {
+        const GatherSpans::Totals &want = row.module ? byModule.at(row.id) : byParam.at(row.id);
+        QCOMPARE(row.gathers, want.gathers);
+        QCOMPARE(row.bytes, want.bytes);
+        QVERIFY(qAbs(row.seconds - want.seconds) < 1e-12);
+    }
+    // one rank: half of it
+    std::uint64_t all = 0, rank1 = 0;
+    for (const auto &row : rows)
+        if (!row.module) all += row.gathers;
+    for (const auto &row : timeline.rangeSummary(0.0005, 0.0015, 1))
+        if (!row.module) rank1 += row.gathers;
+    QCOMPARE(all, std::uint64_t(200));
+    QCOMPARE(rank1, std::uint64_t(100));
+    QVERIFY(timeline.rangeSummary(5.0, 6.0).empty());
+}
+
+void TestGatherTimeline::shiftDragSelectsARange()
+{
+    GatherTimeline timeline;
+    timeline.resize(900, 300);
+    timeline.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&timeline));
+    timeline.setTimeOrigin(0);
+    timeline.appendEvents(threeSteps());
+    timeline.setVisibleRange(0, 0.030);
+    timeline.plot()->replot();
+    QSignalSpy selected(&timeline, &GatherTimeline::rangeSelected);
+    QWidget *plot = timeline.plot();
+    const double y = timeline.positionOf(0, 0.001).y();
+    const QPointF a(timeline.plot()->xAxis->coordToPixel(0.010), y);
+    const QPointF b(timeline.plot()->xAxis->coordToPixel(0.020), y);
+    auto send = [plot](QEvent::Type type, QPointF at, Qt::MouseButton button,
+                       Qt::MouseButtons buttons) {
+        QMouseEvent e(type, at, plot->mapToGlobal(at), button, buttons, Qt::ShiftModifier);
+        QApplication::sendEvent(plot, &e);
+    };
+    send(QEvent::MouseButtonPress, a, Qt::LeftButton, Qt::LeftButton);
+    send(QEvent::MouseMove, (a + b) / 2, Qt::NoButton, Qt::LeftButton);
+    send(QEvent::MouseMove, b, Qt::NoButton, Qt::LeftButton);
+    send(QEvent::MouseButtonRelease, b, Qt::LeftButton, Qt::NoButton);
+    QCOMPARE(selected.count(), 1);
+    QVERIFY(qAbs(selected.last().at(0).toDouble() - 0.010) < 1e-4);
+    QVERIFY(qAbs(selected.last().at(1).toDouble() - 0.020) < 1e-4);
+    // a selection is not a pan: the view stayed
+    QVERIFY(qAbs(timeline.visibleStart()) < 1e-12 && qAbs(timeline.visibleEnd() - 0.030) < 1e-12);
 }
 
 void TestGatherTimeline::sixtyFourLanesThinTheirLabels()

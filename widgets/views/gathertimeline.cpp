@@ -459,6 +459,29 @@ std::optional<GatherSpans::Found> GatherTimeline::goToGather(ParamId param, bool
     return found;
 }
 
+std::vector<models::RangeRow> GatherTimeline::rangeSummary(double t0Seconds, double t1Seconds,
+                                                           int rank) const
+{
+    std::unordered_map<ParamId, GatherSpans::Totals> params;
+    std::unordered_map<ModuleId, GatherSpans::Totals> modules;
+    m_spans.summarize(t0Seconds, t1Seconds, rank, params, modules);
+    std::vector<models::RangeRow> rows;
+    rows.reserve(params.size() + modules.size());
+    for (const auto &[id, t] : modules)
+        rows.push_back({true, id, m_moduleNames.value(id, tr("module %1").arg(id)), t.gathers,
+                        t.seconds, t.bytes});
+    for (const auto &[id, t] : params)
+        rows.push_back({false, id, m_paramNames.value(id, tr("parameter %1").arg(id)), t.gathers,
+                        t.seconds, t.bytes});
+    return rows;
+}
+
+void GatherTimeline::rangeDragged(double t0Seconds, double t1Seconds)
+{
+    applyPending();
+    Q_EMIT rangeSelected(t0Seconds, t1Seconds);
+}
+
 QString GatherTimeline::keyboardHelp()
 {
     return tr("W / S: zoom in / out at the centre\n"
@@ -467,6 +490,7 @@ QString GatherTimeline::keyboardHelp()
               "N / Shift+N: next / previous violation\n"
               "] / [: next / previous gather of the selected parameter\n"
               "G: go to a step (the Step box; Enter goes)\n"
+              "Shift+drag: sum the gathers of a time range per module and parameter\n"
               "Mouse wheel: zoom; drag: pan; click: select the span's parameters");
 }
 

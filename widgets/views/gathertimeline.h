@@ -16,6 +16,7 @@
 #include <QString>
 #include <QWidget>
 
+#include "models/rangesummarymodel.h"
 #include "state/state.h"
 #include "telemetry/event.h"
 #include "views/gathertimeline_spans.h"
@@ -81,6 +82,11 @@ class GatherTimeline : public TimePlot
     std::optional<GatherSpans::Found> goToViolation(bool forward, int rank = -1);
     // The same for the next or previous gather (fetch span) of a parameter.
     std::optional<GatherSpans::Found> goToGather(ParamId param, bool forward);
+    // A time range's gathers per module (the module whose entry caused them) and per
+    // parameter, with their names: what a Shift+drag over the plot selects (rangeSelected).
+    std::vector<models::RangeRow> rangeSummary(double t0Seconds, double t1Seconds,
+                                               int rank = -1) const;
+
     // The keys the timeline takes, one "key: what" per line (also in the app's Help menu).
     static QString keyboardHelp();
 
@@ -95,6 +101,8 @@ class GatherTimeline : public TimePlot
     void paramsClicked(const QList<quint32> &paramIds);
     // goToViolation found this violation mark (time in seconds on the axis).
     void violationShown(int rank, quint32 paramId, quint32 accessorId, double tSeconds);
+    // The user selected [t0, t1] with Shift+drag (every rank).
+    void rangeSelected(double t0Seconds, double t1Seconds);
 
   protected:
     void applyPending() override;
@@ -115,6 +123,7 @@ class GatherTimeline : public TimePlot
     void updateStepLabels();
     void centreOn(double tSeconds);
     bool keyPressed(int key, Qt::KeyboardModifiers modifiers) override;
+    void rangeDragged(double t0Seconds, double t1Seconds) override;
     QSpinBox *m_stepBox = nullptr;
 
     GatherSpans m_spans;

@@ -85,6 +85,7 @@ void GatherSpans::append(std::span<const telemetry::Event> events)
         case EventType::FetchEnd: {
             const telemetry::FetchFields f = telemetry::readFetch(ev);
             GatherSpan s{t, t, f.param, f.cause, kindOfReason(f.reason)};
+            s.bytes = f.bytes;
             Lane &l = lane(rank);
             auto it = m_open.find(openKey(rank, f.param));
             if (it != m_open.end()) {
@@ -249,6 +250,31 @@ std::optional<GatherSpans::Found> GatherSpans::nearest(SpanTrack t, double at, b
         }
     }
     return best;
+}
+
+void GatherSpans::summarize(double t0, double t1, int rank,
+                            std::unordered_map<ParamId, Totals> &params,
+                            std::unordered_map<ModuleId, Totals> &modules) const
+{
+    const int first = rank < 0 ? 0 : rank;
+    const int last = rank < 0 ? laneCount() - 1 : std::min(rank, laneCount() - 1);
+    for (int r = first; r <= last; ++r) {
+        const std::vector<GatherSpan> &v = track(r, SpanTrack::Fetch); // sorted by start
+        auto it = std::lower_bound(v.begin(), v.end(), t0,
+                                   [](const GatherSpan &s, double t) { return s.start < t; });
+        for (; it != v.end() && it->start < t1; ++it) {
+            const double d = it->end - it->start;
+            Totals &p = params[it->param];
+            ++p.gathers;
+            p.seconds += d;
+            p.bytes += it->bytes;
+            if (it->module == kNoModule) continue;
+            Totals &m = modules[it->module];
+            ++m.gathers;
+            m.seconds += d;
+            m.bytes += it->bytes;
+        }
+    }
 }
 
 std::vector<OpenFetch> GatherSpans::openFetches() const

@@ -58,6 +58,7 @@ struct GatherSpan
     SpanKind kind = SpanKind::Forward;
     std::uint8_t row = 0; // fetch sub-row, < GatherSpans::kMaxFetchRows; 0 for marks
     std::uint32_t params = 0; // parameters a reduce-scatter reduced
+    std::uint64_t bytes = 0;  // a fetch's bytes gathered (its FetchEnd's)
     Severity severity = Severity::Error; // a violation's (state/severity.h): its mark's colour
 };
 
@@ -135,6 +136,17 @@ class GatherSpans
     };
     std::optional<Found> nearest(SpanTrack t, double at, bool forward, int rank = -1,
                                  ParamId param = kNoParam) const;
+
+    // A selected time range's gathers: the fetch spans that begin in [t0, t1) on rank (all
+    // ranks when rank < 0), summed per parameter and per module that caused them.
+    struct Totals
+    {
+        std::uint64_t gathers = 0;
+        double seconds = 0;
+        std::uint64_t bytes = 0;
+    };
+    void summarize(double t0, double t1, int rank, std::unordered_map<ParamId, Totals> &params,
+                   std::unordered_map<ModuleId, Totals> &modules) const;
 
     // Distinct parameters of the spans in block, sorted.
     std::vector<ParamId> paramsIn(const TimelineBlock &block) const;

@@ -48,6 +48,17 @@ TimePlot::TimePlot(const QString &followToolTip, QWidget *parent)
     m_plot->xAxis->setRange(0, m_liveWindow);
     m_plot->installEventFilter(this);
     m_plot->setFocusPolicy(Qt::StrongFocus); // a click gives it the keys (keyPressed)
+    // Shift+drag draws a selection rectangle instead of panning (eventFilter turns the mode
+    // on at the press); its horizontal extent is the range selected.
+    connect(m_plot->selectionRect(), &QCPSelectionRect::accepted, this,
+            [this](const QRect &rect, QMouseEvent *) {
+                m_plot->setSelectionRectMode(QCP::srmNone);
+                const double a = m_plot->xAxis->pixelToCoord(rect.left());
+                const double b = m_plot->xAxis->pixelToCoord(rect.right());
+                if (b != a) rangeDragged(std::min(a, b), std::max(a, b));
+            });
+    connect(m_plot->selectionRect(), &QCPSelectionRect::canceled, this,
+            [this] { m_plot->setSelectionRectMode(QCP::srmNone); });
 
     connect(m_followButton, &QToolButton::toggled, this, &TimePlot::setFollowLive);
     connect(fitButton, &QToolButton::clicked, this, &TimePlot::fitAll);
@@ -192,7 +203,11 @@ bool TimePlot::eventFilter(QObject *watched, QEvent *e)
         if (keyPressed(key->key(), key->modifiers())) return true;
     }
     if (e->type() == QEvent::MouseButtonPress || e->type() == QEvent::MouseButtonDblClick) {
-        m_pressPos = static_cast<QMouseEvent *>(e)->position();
+        auto *me = static_cast<QMouseEvent *>(e);
+        m_pressPos = me->position();
+        if (e->type() == QEvent::MouseButtonPress && me->button() == Qt::LeftButton)
+            m_plot->setSelectionRectMode((me->modifiers() & Qt::ShiftModifier) ? QCP::srmCustom
+                                                                              : QCP::srmNone);
     } else if (e->type() == QEvent::MouseButtonRelease) {
         auto *me = static_cast<QMouseEvent *>(e);
         if (me->button() == Qt::LeftButton &&

@@ -63,6 +63,12 @@ class TimePlot : public QWidget
     // A key pressed while the plot has the focus; true when taken. The base takes Perfetto's
     // and Tracy's: W/S zoom in/out at the centre, A/D pan, F show all.
     virtual bool keyPressed(int key, Qt::KeyboardModifiers modifiers);
+    // The user dragged over [t0, t1] with Shift held (a selection, not a pan).
+    virtual void rangeDragged(double t0Seconds, double t1Seconds)
+    {
+        Q_UNUSED(t0Seconds);
+        Q_UNUSED(t1Seconds);
+    }
 
   private:
     bool eventFilter(QObject *watched, QEvent *e) override;

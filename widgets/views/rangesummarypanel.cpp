@@ -1,0 +1,85 @@
+#include "views/rangesummarypanel.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QClipboard>
+#include <QHeaderView>
+#include <QLabel>
+#include <QSortFilterProxyModel>
+#include <QTableView>
+#include <QVBoxLayout>
+
+#include "session/labels.h"
+
+namespace shardscope::views {
+
+RangeSummaryPanel::RangeSummaryPanel(QWidget *parent)
+    : QWidget(parent), m_model(new models::RangeSummaryModel(this)),
+      m_proxy(new QSortFilterProxyModel(this)), m_table(new QTableView(this)),
+      m_headline(new QLabel(this))
+{
+    m_proxy->setSourceModel(m_model);
+    m_proxy->setSortRole(models::RangeSummaryModel::SortRole);
+    m_table->setModel(m_proxy);
+    m_table->setObjectName(QStringLiteral("rangeSummaryTable"));
+    m_table->setSortingEnabled(true);
+    m_table->sortByColumn(models::RangeSummaryModel::Time, Qt::DescendingOrder);
+    m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
+    m_table->setSelectionMode(QAbstractItemView::SingleSelection);
+    m_table->setTextElideMode(Qt::ElideMiddle);
+    m_table->verticalHeader()->hide();
+    m_table->verticalHeader()->setDefaultSectionSize(m_table->fontMetrics().height() + 6);
+    m_table->horizontalHeader()->setStretchLastSection(true);
+    m_table->setColumnWidth(models::RangeSummaryModel::What, 80);
+    m_table->setColumnWidth(models::RangeSummaryModel::Name, 280);
+    m_headline->setWordWrap(true);
+    m_headline->setText(tr("Shift+drag over the gather timeline to sum a time range's gathers "
+                           "per module and parameter."));
+    auto *copy = new QAction(tr("Copy table"), m_table);
+    copy->setShortcut(QKeySequence::Copy);
+    copy->setShortcutContext(Qt::WidgetWithChildrenShortcut);
+    m_table->addAction(copy);
+    m_table->setContextMenuPolicy(Qt::ActionsContextMenu);
+    connect(copy, &QAction::triggered, this,
+            [this] { QApplication::clipboard()->setText(m_model->toTsv()); });
+    auto *layout = new QVBoxLayout(this);
+    layout->setContentsMargins(0, 0, 0, 0);
+    layout->addWidget(m_headline);
+    layout->addWidget(m_table, 1);
+    connect(m_table, &QTableView::clicked, this, [this](const QModelIndex &index) {
+        const quint32 id = index.data(models::RangeSummaryModel::IdRole).toUInt();
+        if (index.data(models::RangeSummaryModel::IsModuleRole).toBool())
+            Q_EMIT moduleSelected(id);
+        else
+            Q_EMIT paramSelected(id);
+    });
+}
+
+void RangeSummaryPanel::setRange(std::vector<models::RangeRow> rows, double t0Seconds,
+                                 double t1Seconds)
+{
+    std::uint64_t gathers = 0, bytes = 0;
+    double seconds = 0;
+    for (const models::RangeRow &r : rows)
+        if (!r.module) {
+            gathers += r.gathers;
+            bytes += r.bytes;
+            seconds += r.seconds;
+        }
+    m_model->setRows(std::move(rows), t0Seconds, t1Seconds);
+    m_headline->setText(tr("%1 s to %2 s (%3 ms): %4 gathers, %5 ms gathering, %6 "
+                           "(Ctrl+C copies the table)")
+                            .arg(t0Seconds, 0, 'f', 6)
+                            .arg(t1Seconds, 0, 'f', 6)
+                            .arg((t1Seconds - t0Seconds) * 1e3, 0, 'f', 3)
+                            .arg(gathers)
+                            .arg(seconds * 1e3, 0, 'f', 3)
+                            .arg(session::labels::bytes(bytes)));
+}
+
+QString RangeSummaryPanel::headline() const
+{
+    return m_headline->text();
+}
+
+} // namespace shardscope::views
