@@ -3,6 +3,7 @@
 // a click and names them on hover, merges sub-pixel spans when zoomed out and keeps exact
 // spans when zoomed in, and takes a million events.
 
+#include <array>
 #include <map>
 #include <numeric>
 
@@ -81,6 +82,7 @@ class TestGatherTimeline : public QObject
     void keysZoomPanAndFit();
     void rangeSummaryEqualsTheEventsSums();
     void shiftDragSelectsARange();
+    void foldedLaneCountsTheRanksGathering();
     void sixtyFourLanesThinTheirLabels();
     void stepLabelsShowAsManyAsFit();
     void reduceScattersHaveTheirOwnTrack();
@@ -882,6 +884,61 @@ void TestGatherTimeline::shiftDragSelectsARange()
     QVERIFY(qAbs(selected.last().at(1).toDouble() - 0.020) < 1e-4);
     // a selection is not a pan: the view stayed
     QVERIFY(qAbs(timeline.visibleStart()) < 1e-12 && qAbs(timeline.visibleEnd() - 0.030) < 1e-12);
+}
+
+void TestGatherTimeline::foldedLaneCountsTheRanksGathering()
+{
+    // 8 ranks over [0, 1 ms]: 0-3 gather for forward, 4-5 for backward, 6 prefetches, 7 idles;
+    // rank 0 prefetches too (it counts once, as forward).
+    std::vector<telemetry::Event> events;
+    auto fetch = [&](int rank, ParamId p, FetchReason reason) {
+        events.push_back(eventAt(0, rank, makeFetchBegin({.param = p, .reason = reason})));
+        events.push_back(eventAt(1 * ms, rank, makeFetchEnd({.param = p, .reason = reason})));
+    };
+    for (int r = 0; r < 4; ++r)
+        fetch(r, 1, FetchReason::Forward);
+    fetch(4, 2, FetchReason::Backward);
+    fetch(5, 2, FetchReason::Backward);
+    fetch(6, 3, FetchReason::Prefetch);
+    fetch(0, 4, FetchReason::Prefetch);
+    events.push_back(eventAt(2 * ms, 7, makeUnregisteredAccess({.accessor = 3, .param = 9})));
+    GatherTimeline timeline;
+    timeline.resize(900, 400);
+    timeline.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&timeline));
+    timeline.setWorldSize(8);
+    timeline.setTimeOrigin(0);
+    timeline.appendEvents(events);
+    timeline.setVisibleRange(-0.001, 0.003);
+    QCOMPARE(timeline.ranksGatheringAt(0.0005), (std::array<int, 3>{4, 2, 1}));
+    QCOMPARE(timeline.ranksGatheringAt(0.0015), (std::array<int, 3>{0, 0, 0}));
+    QCOMPARE(timeline.shownLanes(), 8);
+
+    auto *fold = timeline.findChild<QToolButton *>(QStringLiteral("foldRanks"));
+    QVERIFY(fold);
+    fold->click();
+    QVERIFY(timeline.folded());
+    QCOMPARE(timeline.shownLanes(), 1);
+    QCOMPARE(timeline.laneCount(), 8); // the ranks are still there
+    timeline.plot()->replot();
+    const auto ticker = timeline.plot()->yAxis->ticker().dynamicCast<QCPAxisTickerText>();
+    QVERIFY(ticker);
+    QCOMPARE(ticker->ticks().values(), QStringList{QStringLiteral("8 ranks")});
+    const QPointF mid(timeline.plot()->xAxis->coordToPixel(0.0005),
+                      timeline.plot()->yAxis->coordToPixel(0));
+    const QString tip = timeline.toolTipAt(mid);
+    QVERIFY2(tip.contains(QStringLiteral("7 of 8 ranks gathering")), qPrintable(tip));
+    QVERIFY(tip.contains(QStringLiteral("forward 4 · backward 2 · other 1")));
+    QVERIFY(timeline.paramsAt(mid).isEmpty()); // no one rank's span to pick
+    QVERIFY(!timeline.plot()->toPixmap(600, 200).isNull());
+    // navigation works folded
+    QVERIFY(timeline.goToViolation(true));
+
+    timeline.setFolded(false);
+    QVERIFY(!fold->isChecked());
+    QCOMPARE(timeline.shownLanes(), 8);
+    timeline.setVisibleRange(-0.001, 0.003);
+    QVERIFY(!timeline.paramsAt(timeline.positionOf(4, 0.0005)).isEmpty());
 }
 
 void TestGatherTimeline::sixtyFourLanesThinTheirLabels()

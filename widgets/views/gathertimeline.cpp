@@ -28,6 +28,8 @@ static_assert(int(SpanKind::Forward) == int(FetchReason::Forward) &&
 
 // How far beside a fetch span, in pixels, hovering or clicking still hits it.
 constexpr double kFetchTolerancePx = 1.5;
+// Steps closer than this on screen get a boundary line only where they are labelled.
+constexpr double kDenseStepPx = 12;
 
 // Vertical extent of each track inside a lane, as fractions of the lane height around
 // the lane's centre (the y axis is reversed: negative is up).
@@ -77,6 +79,14 @@ QRectF fetchRect(double x0, double x1, Band rowPixels)
     const double h = rowPixels.bottom - rowPixels.top;
     return QRectF(x0, rowPixels.top, x1 - x0, std::max(1.0, h >= 4 ? h - 1 : h));
 }
+// Spans of a track closer than this many pixels merge into one drawn block: a pixel for
+// spans, a marker's width for violations (a mark a step at whole-run zoom is one marker with
+// its count, not a row of overlapping triangles).
+double mergePixels(SpanTrack t)
+{
+    return t == SpanTrack::Violation ? 7.0 : 1.0;
+}
+
 // Violation markers stay visible on thin lanes, overlapping the neighbour if need be.
 double violationSize(double laneH)
 {
@@ -118,7 +128,7 @@ class GatherLanesPlottable : public QCPAbstractPlottable
     QCPRange getValueRange(bool &foundRange, QCP::SignDomain, const QCPRange &) const override
     {
         foundRange = true;
-        return QCPRange(-0.5, m_owner->laneCount() - 0.5);
+        return QCPRange(-0.5, m_owner->shownLanes() - 0.5);
     }
 
   protected:
@@ -136,6 +146,11 @@ class GatherLanesPlottable : public QCPAbstractPlottable
 
         const QColor highlight(0x11, 0x11, 0x11);
         const std::vector<ParamId> &selection = m_owner->m_selection;
+        if (m_owner->m_folded) {
+            drawFolded(painter, x, y->coordToPixel(0), laneH, area);
+            drawSteps(painter, x, area);
+            return;
+        }
         for (const OpenFetch &f : spans.openFetches()) {
             const auto px = openFetchPixels(f, spans, x);
             if (!px) continue;
@@ -161,16 +176,8 @@ class GatherLanesPlottable : public QCPAbstractPlottable
             const QColor c = b.track == SpanTrack::Violation ? models::severityColor(b.severity)
                                                              : GatherTimeline::kindColor(b.kind);
             if (b.track == SpanTrack::Violation) {
-                const double s = violationSize(laneH);
-                const double top = yc - laneH * 0.5 + 1;
-                const double xm = (x0 + x1) / 2;
-                const double half = std::max(s / 2, (x1 - x0) / 2);
-                QPolygonF tri;
-                tri << QPointF(xm - half, top) << QPointF(xm + half, top) << QPointF(xm, top + s);
-                painter->setBrush(c);
-                painter->setPen(b.selected ? QPen(highlight, 2) : QPen(c.darker(150)));
-                painter->drawPolygon(tri);
-                painter->setPen(Qt::NoPen);
+                drawViolation(painter, b, x0, x1, yc, laneH,
+                              b.selected ? QPen(highlight, 2) : QPen(c.darker(150)));
                 continue;
             }
             const Band band = b.track == SpanTrack::Fetch           ? kFetchBand
@@ -196,17 +203,113 @@ class GatherLanesPlottable : public QCPAbstractPlottable
             }
         }
 
-        // Step boundaries, thinned so lines stay >= 3 px; their labels are the top axis's
-        // (GatherTimeline::updateStepLabels), above the lanes.
-        const auto &steps = spans.steps();
+        drawSteps(painter, x, area);
+    }
+
+    // All ranks in one lane: per pixel column, how many ranks are gathering for forward,
+    // for backward and for anything else (prefetch, GatheredParameters, the guard), stacked
+    // from the bottom (a rank a 1/N of the height); the violations of every rank above.
+    // What is drawn is bounded by the pixels (a run of equal columns is one rectangle), not
+    // by the events.
+    void drawFolded(QCPPainter *painter, QCPAxis *x, double yc, double laneH, const QRect &area)
+    {
+        const GatherSpans &spans = m_owner->m_spans;
+        const int ranks = std::min(m_owner->laneCount(), spans.laneCount());
+        const int width = std::max(1, area.width());
+        const double left = area.left();
+        std::vector<std::array<std::uint16_t, 3>> counts(static_cast<std::size_t>(width));
+        std::vector<std::int8_t> column(static_cast<std::size_t>(width));
+        std::vector<TimelineBlock> blocks;
+        const QCPRange r = x->range();
+        const double spp = r.size() / width;
+        for (int rank = 0; rank < ranks; ++rank) {
+            blocks.clear();
+            spans.blocks(rank, SpanTrack::Fetch, r.lower, r.upper, spp, blocks);
+            std::fill(column.begin(), column.end(), std::int8_t(-1));
+            for (const TimelineBlock &b : blocks) {
+                const int c0 = std::clamp(int(std::floor(x->coordToPixel(b.start) - left)), 0, width - 1);
+                const int c1 = std::clamp(int(std::ceil(x->coordToPixel(b.end) - left)), c0 + 1, width);
+                const std::int8_t cat = GatherTimeline::foldedCategory(b.kind);
+                for (int c = c0; c < c1; ++c)
+                    if (column[std::size_t(c)] < 0) column[std::size_t(c)] = cat;
+            }
+            for (int c = 0; c < width; ++c)
+                if (column[std::size_t(c)] >= 0) ++counts[std::size_t(c)][column[std::size_t(c)]];
+        }
+        const double bottom = yc + 0.42 * laneH;
+        const double perRank = 0.76 * laneH / std::max(1, ranks);
+        const QColor colours[3] = {GatherTimeline::kindColor(SpanKind::Forward),
+                                   GatherTimeline::kindColor(SpanKind::Backward),
+                                   GatherTimeline::kindColor(SpanKind::Prefetch)};
+        for (int c = 0; c < width;) {
+            int end = c + 1;
+            while (end < width && counts[std::size_t(end)] == counts[std::size_t(c)])
+                ++end;
+            double base = bottom;
+            for (int k = 0; k < 3; ++k) {
+                const int n = counts[std::size_t(c)][std::size_t(k)];
+                if (!n) continue;
+                const double h = n * perRank;
+                painter->fillRect(QRectF(left + c, base - h, end - c, std::max(1.0, h)), colours[k]);
+                base -= h;
+            }
+            c = end;
+        }
+        // every rank's violations, merged a marker's width apart, at the lane's top
+        for (int rank = 0; rank < ranks; ++rank) {
+            blocks.clear();
+            spans.blocks(rank, SpanTrack::Violation, r.lower, r.upper, spp, blocks, {},
+                         mergePixels(SpanTrack::Violation));
+            for (const TimelineBlock &b : blocks)
+                drawViolation(painter, b, x->coordToPixel(b.start), x->coordToPixel(b.end), yc,
+                              laneH, QPen(models::severityColor(b.severity).darker(150)));
+        }
+        painter->setPen(Qt::NoPen);
+    }
+
+    // A violation mark: a triangle; marks merged over a stretch (a violation every step at a
+    // whole-run zoom) a thin bar along it from a triangle at its start, not one wide triangle.
+    static void drawViolation(QCPPainter *painter, const TimelineBlock &b, double x0, double x1,
+                              double yc, double laneH, const QPen &pen)
+    {
+        const QColor c = models::severityColor(b.severity);
+        const double s = violationSize(laneH);
+        const double top = yc - laneH * 0.5 + 1;
+        if (x1 - x0 > s) {
+            painter->fillRect(QRectF(x0, top, x1 - x0, 3), c);
+            x1 = x0;
+        }
+        const double xm = x1 - x0 > 0 ? (x0 + x1) / 2 : x0;
+        QPolygonF tri;
+        tri << QPointF(xm - s / 2, top) << QPointF(xm + s / 2, top) << QPointF(xm, top + s);
+        painter->setBrush(c);
+        painter->setPen(pen);
+        painter->drawPolygon(tri);
+        painter->setPen(Qt::NoPen);
+    }
+
+    void drawSteps(QCPPainter *painter, QCPAxis *x, const QRect &area)
+    {
+        // Step boundaries; their labels are the top axis's (GatherTimeline::updateStepLabels),
+        // above the lanes. Where steps are closer than kDenseStepPx a line per step is a
+        // barcode over the spans: then only the labelled steps get one.
+        const auto &steps = m_owner->m_spans.steps();
         if (steps.empty()) return;
-        double lastLine = -1e9;
         QPen stepPen(QColor(0x55, 0x55, 0x55), 1, Qt::DashLine);
         painter->setPen(stepPen);
-        for (auto it = steps.begin(); it != steps.end(); ++it) {
-            const double t = it->second;
-            if (t < x->range().lower || t > x->range().upper) continue;
-            const double px = x->coordToPixel(t);
+        std::vector<double> lines;
+        for (auto it = steps.begin(); it != steps.end(); ++it)
+            if (it->second >= x->range().lower && it->second <= x->range().upper)
+                lines.push_back(x->coordToPixel(it->second));
+        const bool dense = lines.size() > 1 &&
+                           (lines.back() - lines.front()) / double(lines.size() - 1) < kDenseStepPx;
+        if (dense) {
+            lines.clear();
+            for (double t : m_owner->stepLabels().keys())
+                lines.push_back(x->coordToPixel(t));
+        }
+        double lastLine = -1e9;
+        for (double px : lines) {
             if (px - lastLine < 3) continue;
             lastLine = px;
             painter->drawLine(QPointF(px, area.top()), QPointF(px, area.bottom()));
@@ -264,8 +367,18 @@ GatherTimeline::GatherTimeline(QWidget *parent)
     connect(nextButton, &QToolButton::clicked, this, [this] { goToViolation(true); });
     toolBar()->addWidget(previous);
     toolBar()->addWidget(nextButton);
-    toolBar()->addSpacing(8);
-    toolBar()->addWidget(m_legend, 1);
+    m_foldButton = new QToolButton(this);
+    m_foldButton->setText(tr("Fold ranks"));
+    m_foldButton->setObjectName(QStringLiteral("foldRanks"));
+    m_foldButton->setCheckable(true);
+    m_foldButton->setToolTip(tr("All ranks in one lane: how many gather for forward, backward "
+                                "and the rest at each moment, and every rank's violations"));
+    connect(m_foldButton, &QToolButton::toggled, this, &GatherTimeline::setFolded);
+    toolBar()->addWidget(m_foldButton);
+    toolBar()->addStretch(1);
+    // The legend in a row of its own, the plot's full width: beside the controls it wrapped
+    // into a tall column and took the lanes' height.
+    addRowAbovePlot(m_legend);
 
     plot()->setNoAntialiasingOnDrag(true);
     plot()->yAxis->setRangeReversed(true);
@@ -390,6 +503,38 @@ QList<quint32> GatherTimeline::selection() const
     return QList<quint32>(m_selection.begin(), m_selection.end());
 }
 
+std::int8_t GatherTimeline::foldedCategory(SpanKind kind)
+{
+    return kind == SpanKind::Forward ? 0 : kind == SpanKind::Backward ? 1 : 2;
+}
+
+void GatherTimeline::setFolded(bool folded)
+{
+    if (folded == m_folded) return;
+    m_folded = folded;
+    m_foldButton->setChecked(folded);
+    m_shownLanes = -1;
+    updateLanes();
+    refresh();
+}
+
+std::array<int, 3> GatherTimeline::ranksGatheringAt(double tSeconds) const
+{
+    std::array<int, 3> out{0, 0, 0};
+    std::vector<TimelineBlock> blocks;
+    const int ranks = std::min(laneCount(), m_spans.laneCount());
+    for (int rank = 0; rank < ranks; ++rank) {
+        blocks.clear();
+        // exact spans: a zero-width window and no merging
+        m_spans.blocks(rank, SpanTrack::Fetch, tSeconds, tSeconds, 1e-15, blocks, {}, 0.0);
+        int best = 3;
+        for (const TimelineBlock &b : blocks)
+            if (b.start <= tSeconds && b.end >= tSeconds) best = std::min<int>(best, foldedCategory(b.kind));
+        if (best < 3) ++out[std::size_t(best)];
+    }
+    return out;
+}
+
 int GatherTimeline::laneCount() const
 {
     return std::max({1, m_worldSize, m_spans.laneCount()});
@@ -397,7 +542,7 @@ int GatherTimeline::laneCount() const
 
 bool GatherTimeline::updateLanes()
 {
-    const int lanes = laneCount();
+    const int lanes = shownLanes();
     const int plotHeight = std::max(1, plot()->axisRect()->height());
     const double laneH = double(plotHeight) / lanes;
     const int every = std::max(1, int(std::ceil((fontMetrics().height() + 2) / laneH)));
@@ -405,8 +550,11 @@ bool GatherTimeline::updateLanes()
     if (key == m_shownLanes) return false;
     m_shownLanes = key;
     auto ticker = QSharedPointer<QCPAxisTickerText>::create();
-    for (int r = 0; r < lanes; r += every)
-        ticker->addTick(r, tr("rank %1").arg(r));
+    if (m_folded)
+        ticker->addTick(0, tr("%n ranks", nullptr, laneCount()));
+    else
+        for (int r = 0; r < lanes; r += every)
+            ticker->addTick(r, tr("rank %1").arg(r));
     plot()->yAxis->setTicker(ticker);
     plot()->yAxis->setRange(-0.5, lanes - 0.5);
     return true;
@@ -587,7 +735,8 @@ std::vector<TimelineBlock> GatherTimeline::visibleBlocks() const
     const int lanes = std::min(laneCount(), m_spans.laneCount());
     for (int rank = 0; rank < lanes; ++rank)
         for (int t = 0; t < kSpanTrackCount; ++t)
-            m_spans.blocks(rank, SpanTrack(t), r.lower, r.upper, spp, out, m_selection);
+            m_spans.blocks(rank, SpanTrack(t), r.lower, r.upper, spp, out, m_selection,
+                           mergePixels(SpanTrack(t)));
     return out;
 }
 
@@ -609,6 +758,7 @@ QPointF GatherTimeline::reduceScatterPositionOf(int rank, double tSeconds) const
 
 std::optional<GatherTimeline::LanePoint> GatherTimeline::lanePointAt(QPointF pos) const
 {
+    if (m_folded) return std::nullopt; // no rank's spans to pick (toolTipAt says the counts)
     if (!plot()->axisRect()->rect().contains(pos.toPoint())) return std::nullopt;
     const int rank = int(std::lround(plot()->yAxis->pixelToCoord(pos.y())));
     if (rank < 0 || rank >= m_spans.laneCount()) return std::nullopt;
@@ -632,7 +782,7 @@ std::optional<TimelineBlock> GatherTimeline::blockAt(QPointF pos) const
         std::vector<TimelineBlock> blocks;
         const double tol = tolerancePx * spp;
         const double t0 = plot()->xAxis->pixelToCoord(pos.x());
-        m_spans.blocks(rank, t, r.lower, r.upper, spp, blocks, m_selection);
+        m_spans.blocks(rank, t, r.lower, r.upper, spp, blocks, m_selection, mergePixels(t));
         std::optional<TimelineBlock> best;
         double bestDistance = 0;
         for (const TimelineBlock &b : blocks) {
@@ -721,6 +871,19 @@ QString GatherTimeline::toolTipAt(QPointF pos) const
     auto paramName = [this](ParamId id) {
         return m_paramNames.value(id, tr("parameter %1").arg(id));
     };
+    if (m_folded) {
+        if (!plot()->axisRect()->rect().contains(pos.toPoint())) return {};
+        const double t = plot()->xAxis->pixelToCoord(pos.x());
+        const std::array<int, 3> n = ranksGatheringAt(t);
+        return tr("at %1: %2 of %3 ranks gathering\nforward %4 · backward %5 · other %6\n"
+                  "(Fold ranks off for each rank's spans)")
+            .arg(formatSeconds(t))
+            .arg(n[0] + n[1] + n[2])
+            .arg(laneCount())
+            .arg(n[0])
+            .arg(n[1])
+            .arg(n[2]);
+    }
     const auto block = blockAt(pos);
     if (!block) {
         const auto open = openFetchAt(pos);

@@ -4,6 +4,7 @@
 // boundaries, on a TimePlot (zoomed and panned in time with the mouse, following the newest
 // events). Fed by appendEvents(); redrawn on the TimePlot's ~30 Hz timer.
 
+#include <array>
 #include <optional>
 #include <span>
 #include <vector>
@@ -24,6 +25,7 @@
 
 class QLabel;
 class QSpinBox;
+class QToolButton;
 
 namespace shardscope::views {
 
@@ -48,6 +50,17 @@ class GatherTimeline : public TimePlot
     // Highlights the spans of these parameters (e.g. the tree's selection).
     void setSelection(const QList<quint32> &paramIds);
     QList<quint32> selection() const;
+
+    // All ranks folded into one summary lane (how many ranks gather for forward, backward
+    // and the rest at each moment, every rank's violations above), or a lane per rank.
+    void setFolded(bool folded);
+    bool folded() const { return m_folded; }
+    // Lanes drawn: 1 when folded, else laneCount().
+    int shownLanes() const { return m_folded ? 1 : laneCount(); }
+    // The summary lane's count at time t: ranks gathering for forward, for backward, for
+    // anything else (each rank counted once, in the first of these its gathers at t have).
+    std::array<int, 3> ranksGatheringAt(double tSeconds) const;
+    static std::int8_t foldedCategory(SpanKind kind);
 
     std::size_t spanCount() const { return m_spans.spanCount(); }
     std::size_t markCount() const { return m_spans.markCount(); }
@@ -131,6 +144,8 @@ class GatherTimeline : public TimePlot
     QLabel *m_legend = nullptr;
     int m_worldSize = 0;
     int m_shownLanes = -1;
+    bool m_folded = false;
+    QToolButton *m_foldButton = nullptr;
     std::vector<ParamId> m_selection; // sorted
     QHash<quint32, QString> m_paramNames;
     QHash<quint32, QString> m_moduleNames;

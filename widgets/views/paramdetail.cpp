@@ -261,7 +261,8 @@ void ParamDetail::showViolations(const state::ParamRecord *p)
             h->setContentsMargins(0, 0, 0, 0);
             auto *at = new QLabel(tr("at %1 in %2")
                                       .arg(session::labels::breakable(where),
-                                           QString::fromStdString(g->location.function)),
+                                           session::labels::breakable(QString::fromStdString(
+                                               g->location.function))),
                                   row);
             at->setObjectName(QStringLiteral("location"));
             at->setFont(mono);

@@ -27,6 +27,7 @@ RangeSummaryPanel::RangeSummaryPanel(QWidget *parent)
     m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
     m_table->setSelectionMode(QAbstractItemView::SingleSelection);
     m_table->setTextElideMode(Qt::ElideMiddle);
+    m_table->setWordWrap(false); // a wrapped cell elides at the right, not in the middle
     m_table->verticalHeader()->hide();
     m_table->verticalHeader()->setDefaultSectionSize(m_table->fontMetrics().height() + 6);
     m_table->horizontalHeader()->setStretchLastSection(true);

@@ -43,6 +43,7 @@ ViolationsPanel::ViolationsPanel(session::SessionStore *store, QWidget *parent)
     // A dotted name is told apart by its middle (encoder.block.3.layer.1.wo): cut there, the
     // whole name in the cell's tooltip and in what Copy takes.
     m_table->setTextElideMode(Qt::ElideMiddle);
+    m_table->setWordWrap(false); // a wrapped cell elides its last line at the right instead
     auto *copyRow = new QAction(tr("Copy row"), m_table);
     copyRow->setShortcut(QKeySequence::Copy);
     copyRow->setShortcutContext(Qt::WidgetWithChildrenShortcut);
