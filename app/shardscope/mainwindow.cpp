@@ -115,10 +115,16 @@ MainWindow::MainWindow(QWidget *parent)
     // A Shift+drag over the timeline is a question: the Selection tab answers it.
     connect(m_timeline, &views::GatherTimeline::rangeSelected, this,
             [this, selectionDock](double t0, double t1) {
-                m_selection->setRange(m_timeline->rangeSummary(t0, t1), t0, t1);
+                m_selection->setWorldSize(m_timeline->laneCount());
+                m_selection->setRange(m_timeline->rangeSummary(t0, t1, m_selection->rank()), t0,
+                                      t1);
                 selectionDock->show();
                 selectionDock->raise();
             });
+    connect(m_selection, &views::RangeSummaryPanel::rankChanged, this, [this](int rank) {
+        const double t0 = m_selection->model()->rangeStart(), t1 = m_selection->model()->rangeEnd();
+        if (t1 > t0) m_selection->setRange(m_timeline->rangeSummary(t0, t1, rank), t0, t1);
+    });
     connect(m_selection, &views::RangeSummaryPanel::paramSelected, this,
             [this](quint32 id) { m_tree->selectParams({id}); });
     connect(m_selection, &views::RangeSummaryPanel::moduleSelected, this,

@@ -194,6 +194,7 @@ void TestMainWindow::aSelectedRangeIsSummedAndSelectsInTheTree()
     QCOMPARE(param->bytes, std::uint64_t(6464));
     QVERIFY(qAbs(param->seconds - 4e-6) < 1e-12);
     QVERIFY(panel->headline().contains(QStringLiteral("1 gathers")));
+    const std::size_t allRanks = rows.size();
     // a click on the parameter's row selects it in the tree
     QTableView *table = panel->tableView();
     for (int r = 0; r < table->model()->rowCount(); ++r) {
@@ -204,6 +205,14 @@ void TestMainWindow::aSelectedRangeIsSummedAndSelectsInTheTree()
         }
     }
     QCOMPARE(w.tree()->selectedParams(), QList<quint32>{0});
+    // one rank: the gather was rank 0's; rank 2 gathered nothing then
+    panel->setRank(2);
+    QCOMPARE(panel->rank(), 2);
+    QVERIFY(panel->model()->rows().empty());
+    panel->setRank(0);
+    QCOMPARE(panel->model()->rows().size(), allRanks);
+    panel->setRank(-1);
+    QCOMPARE(panel->rank(), -1);
 }
 
 void TestMainWindow::timelineClickSelectsInTree()

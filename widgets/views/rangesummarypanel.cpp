@@ -3,6 +3,9 @@
 #include <QAction>
 #include <QApplication>
 #include <QClipboard>
+#include <QComboBox>
+#include <QHBoxLayout>
+#include <QSignalBlocker>
 #include <QHeaderView>
 #include <QLabel>
 #include <QSortFilterProxyModel>
@@ -16,8 +19,12 @@ namespace shardscope::views {
 RangeSummaryPanel::RangeSummaryPanel(QWidget *parent)
     : QWidget(parent), m_model(new models::RangeSummaryModel(this)),
       m_proxy(new QSortFilterProxyModel(this)), m_table(new QTableView(this)),
-      m_headline(new QLabel(this))
+      m_headline(new QLabel(this)), m_rank(new QComboBox(this))
 {
+    m_rank->setObjectName(QStringLiteral("selectionRank"));
+    m_rank->setToolTip(tr("Sum the selected range on every rank, or on one"));
+    setWorldSize(1);
+    connect(m_rank, &QComboBox::currentIndexChanged, this, [this] { Q_EMIT rankChanged(rank()); });
     m_proxy->setSourceModel(m_model);
     m_proxy->setSortRole(models::RangeSummaryModel::SortRole);
     m_table->setModel(m_proxy);
@@ -45,7 +52,10 @@ RangeSummaryPanel::RangeSummaryPanel(QWidget *parent)
             [this] { QApplication::clipboard()->setText(m_model->toTsv()); });
     auto *layout = new QVBoxLayout(this);
     layout->setContentsMargins(0, 0, 0, 0);
-    layout->addWidget(m_headline);
+    auto *top = new QHBoxLayout;
+    top->addWidget(m_headline, 1);
+    top->addWidget(m_rank, 0, Qt::AlignTop);
+    layout->addLayout(top);
     layout->addWidget(m_table, 1);
     connect(m_table, &QTableView::clicked, this, [this](const QModelIndex &index) {
         const quint32 id = index.data(models::RangeSummaryModel::IdRole).toUInt();
@@ -76,6 +86,28 @@ void RangeSummaryPanel::setRange(std::vector<models::RangeRow> rows, double t0Se
                             .arg(gathers)
                             .arg(seconds * 1e3, 0, 'f', 3)
                             .arg(session::labels::bytes(bytes)));
+}
+
+void RangeSummaryPanel::setWorldSize(int worldSize)
+{
+    if (m_rank->count() == worldSize + 1) return;
+    const QSignalBlocker block(m_rank);
+    const int keep = rank();
+    m_rank->clear();
+    m_rank->addItem(tr("all ranks"), -1);
+    for (int r = 0; r < worldSize; ++r)
+        m_rank->addItem(tr("rank %1").arg(r), r);
+    m_rank->setCurrentIndex(keep >= 0 && keep < worldSize ? keep + 1 : 0);
+}
+
+int RangeSummaryPanel::rank() const
+{
+    return m_rank->currentIndex() > 0 ? m_rank->currentData().toInt() : -1;
+}
+
+void RangeSummaryPanel::setRank(int rank)
+{
+    m_rank->setCurrentIndex(rank >= 0 && rank + 1 < m_rank->count() ? rank + 1 : 0);
 }
 
 QString RangeSummaryPanel::headline() const

@@ -9,6 +9,7 @@
 
 #include "models/rangesummarymodel.h"
 
+class QComboBox;
 class QLabel;
 class QSortFilterProxyModel;
 class QTableView;
@@ -22,6 +23,10 @@ class RangeSummaryPanel : public QWidget
     explicit RangeSummaryPanel(QWidget *parent = nullptr);
 
     void setRange(std::vector<models::RangeRow> rows, double t0Seconds, double t1Seconds);
+    // The ranks the rank box offers (all, or one of 0..worldSize-1); -1 while all are chosen.
+    void setWorldSize(int worldSize);
+    int rank() const;
+    void setRank(int rank);
     models::RangeSummaryModel *model() const { return m_model; }
     QTableView *tableView() const { return m_table; }
     QString headline() const;
@@ -29,12 +34,15 @@ class RangeSummaryPanel : public QWidget
   Q_SIGNALS:
     void paramSelected(quint32 paramId);
     void moduleSelected(quint32 moduleId);
+    // The rank box changed: the same range is to be summed again on `rank` (-1: all).
+    void rankChanged(int rank);
 
   private:
     models::RangeSummaryModel *m_model;
     QSortFilterProxyModel *m_proxy;
     QTableView *m_table;
     QLabel *m_headline;
+    QComboBox *m_rank;
 };
 
 } // namespace shardscope::views
