@@ -26,6 +26,7 @@
 #include "telemetry/clock.h"
 #include "telemetry/eventhistory.h"
 #include "telemetry/telemetryhub.h"
+#include "wire/atomicfile.h"
 #include "wire/discovery.h"
 #include "wire/endpoint.h"
 #include "wire/frame.h"
