@@ -14,8 +14,10 @@ PARAM_STATUS_INFLIGHT: int
 PARAM_STATUS_AVAILABLE: int
 # The same by name ("NOT_AVAILABLE": 0, "INFLIGHT": 1, "AVAILABLE": 2; base/names.h).
 PARAM_STATUSES: dict[str, int]
-# The most recent events an inspector keeps for late clients (server/inspector.h).
+# The most recent events an inspector keeps for late clients, at most and unless told
+# (server/inspector.h kMaxHistoryEvents, InspectorOptions::historyEvents).
 MAX_HISTORY: int
+DEFAULT_HISTORY: int
 # Phase name -> the number HotPath's scope hooks take ("forward": 0, "backward": 1).
 PHASES: dict[str, int]
 

@@ -194,7 +194,7 @@ PYBIND11_MODULE(_native, module)
     // The numbers both sides of the module use, from their one C++ home (_native.pyi lists
     // them): a parameter's status (base/types.h ParamStatus; DeepSpeed's ZeroParamStatus, and
     // FSDP2's sharded, all-gathering, unsharded), by name too (base/names.h), and the longest
-    // history an inspector keeps (server/inspector.h).
+    // history an inspector keeps and the one it keeps unless told (server/inspector.h).
     module.attr("PARAM_STATUS_NOT_AVAILABLE") = static_cast<int>(ParamStatus::NotAvailable);
     module.attr("PARAM_STATUS_INFLIGHT") = static_cast<int>(ParamStatus::Inflight);
     module.attr("PARAM_STATUS_AVAILABLE") = static_cast<int>(ParamStatus::Available);
@@ -205,6 +205,7 @@ PYBIND11_MODULE(_native, module)
         module.attr("PARAM_STATUSES") = statuses;
     }
     module.attr("MAX_HISTORY") = server::kMaxHistoryEvents;
+    module.attr("DEFAULT_HISTORY") = server::InspectorOptions{}.historyEvents;
     module.def("default_runtime_dir", [] { return wire::defaultRuntimeDir(); });
     // Phase name -> the number HotPath's scope hooks take (base/names.h says the names).
     {
@@ -305,7 +306,7 @@ PYBIND11_MODULE(_native, module)
                       const std::string &>(),
              py::arg("model"), py::arg("rank"), py::arg("world_size"), py::arg("backend"),
              py::arg("listen") = true, py::arg("endpoint") = "", py::arg("token") = "",
-             py::arg("snapshot_out") = "", py::arg("history") = 65536, py::arg("job") = "",
+             py::arg("snapshot_out") = "", py::arg("history") = server::InspectorOptions{}.historyEvents, py::arg("job") = "",
              py::arg("dialect") = "deepspeed")
         .def_property_readonly("endpoint", &Agent::endpoint)
         .def_property_readonly("dropped_events", &Agent::dropped)
