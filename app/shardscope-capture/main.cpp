@@ -20,11 +20,12 @@
 #include <set>
 
 #include "base/version.h"
-#include "client/inspectorclient.h"
 #include "client/clientstate.h"
+#include "client/inspectorclient.h"
 #include "client/livejobs.h"
 #include "sessioncore/store.h"
 #include "sessioncore/traceexport.h"
+#include "wire/atomicfile.h"
 #include "wire/discovery.h"
 #include "wire/endpoint.h"
 #include "wire/jobmerge.h"

@@ -1,7 +1,7 @@
 #include "options.h"
 
+#include "wire/atomicfile.h"
 #include "wire/endpoint.h"
-#include "wire/snapshot.h"
 #include "wire/token.h"
 
 #include <utility>

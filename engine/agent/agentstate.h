@@ -1,10 +1,11 @@
 #pragma once
-// The state provider of a process that does not run our Engine: the DeepSpeed agent
-// (python/shardscope) tells it the model, each status change and each violation as it
-// observes them, and it keeps EngineState and emits the events the Engine would. The
-// words of violations come from state/violationtext (the DeepSpeed dialect), as the
-// Engine's come from it in its own. Thread-safe: the training thread calls the recording
-// methods, the server thread reads state().
+// The state provider of a process that does not run our Engine: a Python agent
+// (python/shardscope: the DeepSpeed agent, and the FSDP2 agent with its units and groups)
+// tells it the model, each status change and each violation as it observes them, and it
+// keeps EngineState and emits the events the Engine would. The words of violations come
+// from state/violationtext in the agent's dialect (`dialect`: DeepSpeed's or FSDP2's), as
+// the Engine's come from it in its own. Thread-safe: the training thread calls the
+// recording methods, the server thread reads state().
 
 #include <atomic>
 #include <cstdint>

@@ -26,6 +26,7 @@
 #include "telemetry/clock.h"
 #include "telemetry/eventhistory.h"
 #include "telemetry/telemetryhub.h"
+#include "wire/atomicfile.h"
 #include "wire/discovery.h"
 #include "wire/endpoint.h"
 #include "wire/frame.h"
@@ -84,7 +85,6 @@ constexpr std::size_t kMaxBytesFromClient = wire::kFrameHeaderSize + wire::kMaxC
 // A late client gets at most this much history queued at once: the newest events that fit
 // within the same bound as its live queue (174,762 events), however large --history is.
 constexpr std::size_t kMaxHistoryEventsPerClient = kMaxQueueBytes / sizeof(telemetry::Event);
-constexpr std::size_t kMaxHistoryEvents = std::size_t(1) << 24;
 
 std::string processName()
 {

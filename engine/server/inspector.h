@@ -15,12 +15,16 @@ class StateProvider;
 
 namespace shardscope::server {
 
+// The most recent events an inspector keeps for late clients (InspectorOptions::historyEvents);
+// a larger history is refused. shardscope._native exports it as MAX_HISTORY.
+inline constexpr std::size_t kMaxHistoryEvents = std::size_t(1) << 24;
+
 struct InspectorOptions
 {
     bool listen = true;                // --no-listen sets false
     std::string endpoint;              // "unix:PATH" | "tcp:HOST:PORT"; empty = default Unix socket
     std::string token;                 // required for a non-loopback TCP host
-    std::size_t historyEvents = 65536; // recent events a late client receives
+    std::size_t historyEvents = 65536; // recent events a late client receives (kMaxHistoryEvents)
     std::string snapshotOut;           // written atomically by finish() when not empty
     bool telemetry = true;             // false: the engine emits nothing
     std::string job; // the job's name (the agent's job=); empty: from the environment (wire/job.h)

@@ -10,9 +10,9 @@
 
 #include "base/names.h"
 #include "sessioncore/tracebuilder.h"
-#include "wire/compress.h"
-#include "wire/snapshot.h"
 #include "telemetry/eventfields.h"
+#include "wire/atomicfile.h"
+#include "wire/compress.h"
 
 namespace shardscope::sessioncore {
 

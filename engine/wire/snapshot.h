@@ -10,6 +10,7 @@
 
 #include "state/state.h"
 #include "telemetry/event.h"
+#include "wire/atomicfile.h" // writeSnapshotFile writes through it
 #include "wire/result.h"
 
 namespace shardscope::wire {
@@ -48,17 +49,6 @@ inline Result<Snapshot> decodeSnapshot(const char *json)
     return decodeSnapshot(std::string_view(json));
 }
 
-// The one writer of every output file (snapshots, exports, discovery files): a regular
-// file is written to an unnamed temporary in its directory and renamed over path, so
-// readers see the old or the new file. What exists and is not a regular file (a FIFO, a
-// character device such as /dev/null) is written into, never replaced; a directory is an
-// error.
-Status writeFileAtomically(const std::string &path, std::string_view contents);
-// Whether writeFileAtomically(path, ...) can succeed, checked before a run starts rather
-// than after it: not a directory, its directory exists and takes a new file (not /proc,
-// /sys or a read-only mount), or a FIFO/device we may open for writing. The error says
-// what to do.
-Status checkOutputFile(const std::string &path);
 // The snapshot file of the process holding rank `rank` when every process of a job of
 // worldSize ranks was given the same name: "{rank}" in it is replaced by the rank; without
 // it rank 0 keeps the name and rank N > 0 writes PATH.rank<N> (shardscope-train

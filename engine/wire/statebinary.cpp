@@ -3,9 +3,11 @@
 #include <array>
 #include <bit>
 #include <cstring>
+#include <functional>
 #include <simdjson.h>
-#include <unordered_map>
 #include <stdexcept>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "base/hugepages.h"
@@ -101,9 +103,10 @@ class StringTable
     }
     std::uint32_t intern(std::string_view s)
     {
-        const auto [it, inserted] = m_index.try_emplace(s, 0);
-        if (inserted) it->second = add(s);
-        return it->second;
+        if (const auto it = m_index.find(s); it != m_index.end()) return it->second;
+        const std::uint32_t id = add(s);
+        m_index.emplace(std::string(s), id);
+        return id;
     }
     // Room for what is about to be added, so the table is not grown (and copied) on the way.
     void reserve(std::size_t strings, std::size_t bytes)
@@ -117,7 +120,17 @@ class StringTable
   private:
     std::vector<std::uint32_t> m_lengths;
     std::string m_bytes;
-    std::unordered_map<std::string_view, std::uint32_t> m_index; // views into what is encoded
+    // Keys are copies: a caller may intern a string it builds and then drops (a violation's
+    // call chain), so a view would dangle and a later lookup compare freed bytes.
+    struct Hash
+    {
+        using is_transparent = void;
+        std::size_t operator()(std::string_view s) const noexcept
+        {
+            return std::hash<std::string_view>{}(s);
+        }
+    };
+    std::unordered_map<std::string, std::uint32_t, Hash, std::equal_to<>> m_index;
 };
 
 // Writes into a buffer sized beforehand.

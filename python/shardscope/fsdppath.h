@@ -19,6 +19,7 @@
 #include <pybind11/pybind11.h>
 
 #include "agent/agentstate.h"
+#include "base/types.h"
 
 namespace shardscope::agent {
 
@@ -47,8 +48,11 @@ class FsdpPath : public std::enable_shared_from_this<FsdpPath>
         "_prefetch_unshard", "foreach_reduce"};
 
     // A group's status on this rank, as shardscope.fsdp numbers it (SHARDED, GATHERING,
-    // UNSHARDED), which are ParamStatus's NotAvailable, Inflight, Available.
-    static constexpr int kSharded = 0, kGathering = 1, kUnsharded = 2;
+    // UNSHARDED): ParamStatus's NotAvailable, Inflight, Available (base/types.h), which the
+    // native module exports as PARAM_STATUS_*.
+    static constexpr int kSharded = static_cast<int>(ParamStatus::NotAvailable);
+    static constexpr int kGathering = static_cast<int>(ParamStatus::Inflight);
+    static constexpr int kUnsharded = static_cast<int>(ParamStatus::Available);
 
     // agent: the native Agent (kept alive); observer: the Python _Agent (held weakly), asked
     // for what is rare (_group: a group met for the first time; _poll_reduces); preBackward:

@@ -1,5 +1,7 @@
-// shardscope._native: the DeepSpeed agent's bridge to the C++ endpoint. The agent's Python
-// hooks call these methods; the state, the events, the violation text, the server and the
+// shardscope._native: the Python agents' bridge to the C++ endpoint (shardscope.deepspeed
+// and shardscope.fsdp both fill its AgentState; _native.pyi declares what it exports). The
+// agents' Python hooks call these methods, their native hooks are hotpath.cpp (DeepSpeed's)
+// and fsdppath.cpp (FSDP2's); the state, the events, the violation text, the server and the
 // snapshot are the C++ ones every ShardScope producer uses (engine/server, engine/wire,
 // engine/state/violationtext), so there is one implementation of the protocol.
 
@@ -26,6 +28,7 @@
 #include "state/severity.h"
 #include "state/shape.h"
 #include "state/violationledger.h"
+#include "wire/atomicfile.h"
 #include "wire/endpoint.h"
 #include "wire/jobmerge.h"
 #include "wire/messages.h"
@@ -39,8 +42,13 @@ namespace {
 
 ParamStatus statusFrom(int s)
 {
-    if (s < 0 || s > 2)
-        throw py::value_error("status must be 0 (NOT_AVAILABLE), 1 (INFLIGHT) or 2 (AVAILABLE)");
+    if (s < 0 || static_cast<std::size_t>(s) >= kStatusNames.size()) {
+        std::string known;
+        for (std::size_t i = 0; i < kStatusNames.size(); ++i)
+            known +=
+                (i ? ", " : "") + std::to_string(i) + " (" + std::string(kStatusNames[i]) + ")";
+        throw py::value_error("status must be one of " + known);
+    }
     return static_cast<ParamStatus>(s);
 }
 
@@ -179,9 +187,25 @@ class Agent
 
 PYBIND11_MODULE(_native, module)
 {
-    module.doc() = "ShardScope's native endpoint for the DeepSpeed agent (shardscope.deepspeed)";
+    module.doc() =
+        "ShardScope's native endpoint for the agents (shardscope.deepspeed, shardscope.fsdp)";
     module.attr("__version__") = kVersion;
     module.attr("PROTOCOL_VERSION") = wire::kProtocolVersion;
+    // The numbers both sides of the module use, from their one C++ home (_native.pyi lists
+    // them): a parameter's status (base/types.h ParamStatus; DeepSpeed's ZeroParamStatus, and
+    // FSDP2's sharded, all-gathering, unsharded), by name too (base/names.h), and the longest
+    // history an inspector keeps and the one it keeps unless told (server/inspector.h).
+    module.attr("PARAM_STATUS_NOT_AVAILABLE") = static_cast<int>(ParamStatus::NotAvailable);
+    module.attr("PARAM_STATUS_INFLIGHT") = static_cast<int>(ParamStatus::Inflight);
+    module.attr("PARAM_STATUS_AVAILABLE") = static_cast<int>(ParamStatus::Available);
+    {
+        py::dict statuses;
+        for (std::size_t i = 0; i < kStatusNames.size(); ++i)
+            statuses[py::str(std::string(kStatusNames[i]))] = static_cast<int>(i);
+        module.attr("PARAM_STATUSES") = statuses;
+    }
+    module.attr("MAX_HISTORY") = server::kMaxHistoryEvents;
+    module.attr("DEFAULT_HISTORY") = server::InspectorOptions{}.historyEvents;
     module.def("default_runtime_dir", [] { return wire::defaultRuntimeDir(); });
     // Phase name -> the number HotPath's scope hooks take (base/names.h says the names).
     {
@@ -236,14 +260,14 @@ PYBIND11_MODULE(_native, module)
     module.def(
         "write_file_atomically",
         [](const std::string &path, const std::string &contents) {
-            // The one writer (wire/snapshot.h): a regular file, a symlink included, is replaced
+            // The one writer (wire/atomicfile.h): a regular file, a symlink included, is replaced
             // by a rename, so a symlink planted at the name is replaced, its target untouched.
             auto ok = wire::writeFileAtomically(path, contents);
             return ok ? std::string() : ok.error();
         },
         py::arg("path"), py::arg("contents"),
         "'' once contents (str or bytes) are in path, written as every ShardScope output is "
-        "(wire/snapshot.h writeFileAtomically), else why not");
+        "(wire/atomicfile.h writeFileAtomically), else why not");
     module.def(
         "resolve_token",
         [](const std::string &token, const std::string &tokenFile) {
@@ -282,7 +306,7 @@ PYBIND11_MODULE(_native, module)
                       const std::string &>(),
              py::arg("model"), py::arg("rank"), py::arg("world_size"), py::arg("backend"),
              py::arg("listen") = true, py::arg("endpoint") = "", py::arg("token") = "",
-             py::arg("snapshot_out") = "", py::arg("history") = 65536, py::arg("job") = "",
+             py::arg("snapshot_out") = "", py::arg("history") = server::InspectorOptions{}.historyEvents, py::arg("job") = "",
              py::arg("dialect") = "deepspeed")
         .def_property_readonly("endpoint", &Agent::endpoint)
         .def_property_readonly("dropped_events", &Agent::dropped)

@@ -2,6 +2,7 @@
 
 #include <QFileInfo>
 
+#include "wire/atomicfile.h"
 #include "wire/compress.h"
 
 namespace shardscope::session {
@@ -26,7 +27,7 @@ wire::Snapshot snapshotOf(const SessionStore &store)
 
 QString writeFileAtomically(const QString &path, const QByteArray &bytes)
 {
-    // The one writer (wire/snapshot.h): a FIFO or a device is written into, never replaced.
+    // The one writer (wire/atomicfile.h): a FIFO or a device is written into, never replaced.
     auto written = wire::writeFileAtomically(
         path.toStdString(), std::string_view(bytes.constData(), std::size_t(bytes.size())));
     if (!written) return QString::fromStdString(written.error());
