@@ -48,6 +48,8 @@ import warnings
 from collections import OrderedDict
 from typing import Any, Callable, Optional
 
+from . import _native
+
 # The DeepSpeed releases the agent is tested on, newest first (the tests run each one:
 # tests/deepspeed/CMakeLists.txt; scripts/deps installs them; the first is the one pinned in
 # python/requirements.txt). Another release is not refused: check_version() checks every
@@ -58,8 +60,9 @@ TESTED_VERSIONS = ("0.19.8", "0.16.9")
 TESTED_TORCH = ("2.13", "2.14", "2.15")
 
 # deepspeed.runtime.zero.partition_parameters.ZeroParamStatus values -> ShardScope's status
-# numbers (0 NOT_AVAILABLE, 1 INFLIGHT, 2 AVAILABLE).
-STATUS_NAMES = {"NOT_AVAILABLE": 0, "INFLIGHT": 1, "AVAILABLE": 2}
+# numbers: the engine's ParamStatus (engine/base/types.h), whose names are ZeRO's, exported by
+# the native module.
+STATUS_NAMES = _native.PARAM_STATUSES
 
 _ZERO = "deepspeed.runtime.zero."
 # Stage 3's reduce-scatter of a bucket of gradients, name-mangled (Patched._gradient_reduce_scatters).
@@ -231,7 +234,7 @@ def module_key_attribute(version):
 
 
 def status_number(ds_status):
-    return STATUS_NAMES.get(getattr(ds_status, "name", ""), 0)
+    return STATUS_NAMES.get(getattr(ds_status, "name", ""), _native.PARAM_STATUS_NOT_AVAILABLE)
 
 
 def native_names():
@@ -259,13 +262,13 @@ def has_hpz_group(param):
     return param.__dict__.get("ds_zero_param_process_group") is not None
 
 
-def status_members():
+def status_members() -> tuple[Any, Any, Any]:
     """ZeroParamStatus's NOT_AVAILABLE, INFLIGHT, AVAILABLE: the native hot path compares
     statuses with them by identity."""
     from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
 
-    by_number = sorted(ZeroParamStatus, key=lambda m: STATUS_NAMES[m.name])
-    return tuple(by_number)
+    not_available, inflight, available = sorted(ZeroParamStatus, key=lambda m: STATUS_NAMES[m.name])
+    return not_available, inflight, available
 
 
 class _Patches:

@@ -130,11 +130,15 @@ _pre_backward: list = []
 
 
 def group_status(group: Any) -> int:
-    """SHARDED (0), GATHERING (1) or UNSHARDED (2) of an FSDPParamGroup, read off it (at
-    resume(): the native path keeps it while observing)."""
+    """SHARDED, GATHERING or UNSHARDED (the state's NOT_AVAILABLE, INFLIGHT, AVAILABLE) of an
+    FSDPParamGroup, read off it (at resume(): the native path keeps it while observing)."""
+    from . import _native
+
     if group.is_unsharded:
-        return 2
-    return 1 if group._all_gather_result is not None else 0
+        return _native.PARAM_STATUS_AVAILABLE
+    if group._all_gather_result is not None:
+        return _native.PARAM_STATUS_INFLIGHT
+    return _native.PARAM_STATUS_NOT_AVAILABLE
 
 
 def iter_forward_root(state: Any) -> Any:

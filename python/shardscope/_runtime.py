@@ -1,7 +1,7 @@
 """What every ShardScope agent (shardscope.deepspeed, and any other framework's) checks and
 decides the same way before it starts serving: its options, the per-rank names of its
 endpoint and snapshot file, and the native signal path. The rules themselves live in C++
-(wire/endpoint.h endpointOfRank, wire/snapshot.h outputOfRank and checkOutputFile), shared
+(wire/endpoint.h endpointOfRank, wire/snapshot.h outputOfRank, wire/atomicfile.h checkOutputFile), shared
 with shardscope-train; this module turns them into an agent's errors and messages.
 """
 
@@ -9,10 +9,12 @@ import os
 import sys
 from typing import Any, Callable, Optional, Tuple
 
-from . import ShardScopeError
+from . import ShardScopeError, _native
 
-# The inspector's own limit (server/inspector.cpp kMaxHistoryEvents).
-MAX_HISTORY = 1 << 24
+# The inspector's own limit and default (server/inspector.h kMaxHistoryEvents,
+# InspectorOptions::historyEvents), as the native module exports them.
+MAX_HISTORY = _native.MAX_HISTORY
+DEFAULT_HISTORY = _native.DEFAULT_HISTORY
 
 
 def rank_and_world() -> Tuple[int, int]:
@@ -46,16 +48,15 @@ class Options:
 
 
 def check_options(api: str, rank: int, world_size: int, listen: Any = None,
-                  snapshot_out: Any = None, history: Any = 65536, job: Any = None) -> Options:
+                  snapshot_out: Any = None, history: Any = DEFAULT_HISTORY, job: Any = None) -> Options:
     """Checks an agent's install() options and decides this rank's endpoint and snapshot
     file; raises ShardScopeError saying what to pass instead. api names the call in the
     messages ("shardscope.deepspeed.install()")."""
-    from . import _native
 
     if isinstance(history, bool) or not isinstance(history, int) or not 0 <= history <= MAX_HISTORY:
         raise ShardScopeError(f"{api}: history={history!r}: give the number of recent events a "
                               f"late client receives, a whole number from 0 to {MAX_HISTORY} "
-                              f"(default 65536)")
+                              f"(default {DEFAULT_HISTORY})")
     if job is not None and (not isinstance(job, str) or not job):
         raise ShardScopeError(f"{api}: job={job!r}: give the job's name as a non-empty string "
                               f"shared by all its ranks, or leave it out (TORCHELASTIC_RUN_ID, "

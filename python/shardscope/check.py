@@ -750,7 +750,7 @@ class CouldNotWrite(Exception):
 
 
 def _write(path, text):
-    """The project's one writer (wire/snapshot.h writeFileAtomically, through the native
+    """The project's one writer (wire/atomicfile.h writeFileAtomically, through the native
     module): the file is replaced by a rename, never written through a symlink planted at the
     name, and a reader sees the old file or the new one."""
     from . import _native
@@ -769,7 +769,7 @@ def _outputs(args):
 def check_outputs(args):
     """Refuses, before any rank starts, an output that cannot be written (a missing directory,
     a directory, /proc, a read-only place), by the check every ShardScope writer makes
-    (wire/snapshot.h checkOutputFile), and two outputs at one path."""
+    (wire/atomicfile.h checkOutputFile), and two outputs at one path."""
     from . import _native
 
     seen: dict = {}

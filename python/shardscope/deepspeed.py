@@ -36,10 +36,11 @@ from types import FrameType
 from typing import Any, Optional, Union
 
 from . import ShardScopeError, UnregisteredAccessError
-from . import _allocator
+from . import _allocator, _native
 from . import _dsinternals as _ds
 from . import _runtime
 from ._agentcore import AgentCore, install_agent
+from ._runtime import DEFAULT_HISTORY
 from . import _frames
 from ._modtree import walk_up
 from ._torchmodes import METADATA_ONLY, enter_below, leave_mode
@@ -57,7 +58,7 @@ def agent() -> Optional[_Agent]:
 
 def install(listen: Union[str, bool, None] = None, token: Optional[str] = None,
             snapshot_out: Union[str, os.PathLike[str], bool, None] = None, guard: str = "warn",
-            model_name: Optional[str] = None, job: Optional[str] = None, history: int = 65536,
+            model_name: Optional[str] = None, job: Optional[str] = None, history: int = DEFAULT_HISTORY,
             token_file: Optional[str] = None) -> _Agent:
     """Starts the agent in this rank process; call it before the model is built.
 
@@ -312,7 +313,6 @@ class _Agent(AgentCore):
     NOT_BUILT = "(model not built yet: shown once zero.Init or deepspeed.initialize has run)"
 
     def __init__(self, options, token, guard, model_name, version):
-        from . import _native
 
         super().__init__(options, token, guard, model_name, version)
         self.module_key = _ds.module_key_attribute(version)
@@ -490,7 +490,8 @@ class _Agent(AgentCore):
         persistent = bool(d.get("ds_persist", False))
         partitioned = ds_id is not None and not persistent
         pid = ds_id if ds_id is not None else self.late.setdefault(id(param), self._new_late_id())
-        status = _ds.status_number(d["ds_status"]) if "ds_status" in d else 2
+        status = (_ds.status_number(d["ds_status"]) if "ds_status" in d
+                  else _native.PARAM_STATUS_AVAILABLE)
         # What a gather of it moves: the padded tensor (docs/protocol.md, fetch events' u0).
         # Its partition's world: its own group's (ZeRO++ hpZ, DeepSpeed >= 0.19.3), else the job's.
         world = int(d.get("ds_zero_partition_world_size", self.world_size))
@@ -608,7 +609,7 @@ class _Agent(AgentCore):
             self.built_violations = True
         message, fix = self.native.unregistered_access(
             mid, pid, action, use, location=location, building=building, param_code=param_code,
-            status_at_read=0 if seen is not None else None)
+            status_at_read=_native.PARAM_STATUS_NOT_AVAILABLE if seen is not None else None)
         if repeat is not None:
             self.recorded_at[repeat] = step
         # Said and flushed once per violation and place: a read the user repeats (a loop outside

@@ -31,12 +31,13 @@ from types import FrameType
 from typing import Any, Optional, Union
 
 from . import ShardScopeError, UnregisteredAccessError
-from . import _allocator
+from . import _allocator, _native
 from . import _frames
 from . import _fsdpinternals as _fi
 from . import _runtime
 from . import _torchinternals
 from ._agentcore import AgentCore, install_agent
+from ._runtime import DEFAULT_HISTORY
 from ._modtree import walk_up
 from ._torchmodes import METADATA_ONLY, leave_mode
 
@@ -98,7 +99,11 @@ def _user_class_name(module):
     return type(module).__name__
 
 
-SHARDED, GATHERING, UNSHARDED = 0, 1, 2
+# A group's status as the state numbers it: the engine's ParamStatus (NOT_AVAILABLE,
+# INFLIGHT, AVAILABLE), in FSDP's words.
+SHARDED = _native.PARAM_STATUS_NOT_AVAILABLE
+GATHERING = _native.PARAM_STATUS_INFLIGHT
+UNSHARDED = _native.PARAM_STATUS_AVAILABLE
 STATUS_WORDS = ("sharded", "being all-gathered", "unsharded")
 _slot = _runtime.AgentSlot("shardscope.fsdp")  # the process's agent: _slot.agent
 _MISSING = object()
@@ -122,7 +127,7 @@ def agent() -> Optional[_Agent]:
 
 def install(listen: Union[str, bool, None] = None, token: Optional[str] = None,
             snapshot_out: Union[str, os.PathLike[str], bool, None] = None, guard: str = "warn",
-            model_name: Optional[str] = None, job: Optional[str] = None, history: int = 65536,
+            model_name: Optional[str] = None, job: Optional[str] = None, history: int = DEFAULT_HISTORY,
             token_file: Optional[str] = None) -> _Agent:
     """Starts the agent in this rank process; call it before fully_shard (or attach(model) after).
 
@@ -197,7 +202,6 @@ class _Agent(AgentCore):
 
     def __init__(self, options, token, guard, model_name, version):
         import torch
-        from . import _native
 
         super().__init__(options, token, guard, model_name, version)
         self.root: Any = None  # the root module, once known
