@@ -21,7 +21,14 @@ namespace {
 constexpr std::uint64_t kReads = 50'000'000;
 constexpr std::int64_t kNumel = 4096; // a power of two: the index is i & (kNumel - 1)
 
-enum Variant { Raw, Owned, Persistent, External, VariantCount };
+enum Variant
+{
+    Raw,
+    Owned,
+    Persistent,
+    External,
+    VariantCount
+};
 const char *const kNames[VariantCount] = {
     "raw pointer read (baseline)",
     "Engine::access, owned partitioned parameter (gathered on entry)",
@@ -37,7 +44,8 @@ struct Ns
 
 Ns perRead(const PassTimer &timer)
 {
-    return Ns{timer.cpuSeconds() * 1e9 / double(kReads), timer.wallSeconds() * 1e9 / double(kReads)};
+    return Ns{timer.cpuSeconds() * 1e9 / double(kReads),
+              timer.wallSeconds() * 1e9 / double(kReads)};
 }
 
 // ns per read: each iteration reads one float of the parameter's full tensor.
@@ -72,7 +80,8 @@ void printRow(const char *name, const std::vector<Ns> &v)
         cpu.push_back(n.cpu);
         wall.push_back(n.wall);
     }
-    std::printf("| %s | %s | %s |\n", name, format(stats(cpu), 2).c_str(), format(stats(wall), 2).c_str());
+    std::printf("| %s | %s | %s |\n", name, format(stats(cpu), 2).c_str(),
+                format(stats(wall), 2).c_str());
 }
 
 } // namespace
@@ -84,7 +93,8 @@ int main(int argc, char **argv)
     core::EngineConfig config;
     config.worldSize = 1;
     config.persistenceThreshold = 1000;
-    config.guard = GuardPolicy::Error; // any slow-path read would throw: only the fast path is timed
+    config.guard =
+        GuardPolicy::Error; // any slow-path read would throw: only the fast path is timed
     config.modelName = "bench-accessguard";
     core::Engine engine(config, comm::makeCpuWorld(1));
     const ModuleId other = engine.addModule(engine.root(), "embed", "Embedding");
@@ -111,25 +121,36 @@ int main(int argc, char **argv)
         for (int k = 0; k < VariantCount; ++k) {
             const auto v = static_cast<Variant>((rep + k) % VariantCount);
             switch (v) {
-            case Raw: ns[v].push_back(runRaw(raw)); break;
-            case Owned: ns[v].push_back(runGuarded(engine, owned)); break;
-            case Persistent: ns[v].push_back(runGuarded(engine, persistent)); break;
-            case External: ns[v].push_back(runGuarded(engine, tied)); break;
-            case VariantCount: break;
+            case Raw:
+                ns[v].push_back(runRaw(raw));
+                break;
+            case Owned:
+                ns[v].push_back(runGuarded(engine, owned));
+                break;
+            case Persistent:
+                ns[v].push_back(runGuarded(engine, persistent));
+                break;
+            case External:
+                ns[v].push_back(runGuarded(engine, tied));
+                break;
+            case VariantCount:
+                break;
             }
         }
     }
     engine.exitModule(0, layer, Phase::Forward);
     engine.endStep(0, 0.0);
     if (engine.unregisteredAccessCount() != 0) {
-        std::fprintf(stderr, "bench_accessguard: a read left the fast path; the figures are void\n");
+        std::fprintf(stderr,
+                     "bench_accessguard: a read left the fast path; the figures are void\n");
         return 1;
     }
 
     std::vector<Ns> overhead;
     std::vector<double> guardCpu;
     for (std::size_t rep = 0; rep < static_cast<std::size_t>(reps); ++rep) {
-        overhead.push_back(Ns{ns[Owned][rep].cpu - ns[Raw][rep].cpu, ns[Owned][rep].wall - ns[Raw][rep].wall});
+        overhead.push_back(
+            Ns{ns[Owned][rep].cpu - ns[Raw][rep].cpu, ns[Owned][rep].wall - ns[Raw][rep].wall});
         guardCpu.push_back(ns[Owned][rep].cpu);
     }
     const Stats guard = stats(guardCpu);
@@ -142,6 +163,7 @@ int main(int argc, char **argv)
     for (int v = 0; v < VariantCount; ++v)
         printRow(kNames[v], ns[v]);
     printRow("guard overhead over raw (owned, same repetition)", overhead);
-    std::printf("\nTarget <= 5 ns per guarded read (owned parameter, CPU): %s.\n", verdict(guard.median <= 5.0));
+    std::printf("\nTarget <= 5 ns per guarded read (owned parameter, CPU): %s.\n",
+                verdict(guard.median <= 5.0));
     return 0;
 }

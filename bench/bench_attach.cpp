@@ -32,8 +32,8 @@
 #include "benchutil.h"
 #include "comm/cpucommunicator.h"
 #include "core/engine.h"
-#include "models/moduletreemodel.h"
 #include "core/engineprovider.h"
+#include "models/moduletreemodel.h"
 #include "server/inspector.h"
 #include "session/connection.h"
 #include "session/sessionstore.h"
@@ -64,8 +64,7 @@ int revealAll(models::ModuleTreeModel &tree)
         for (int r = 0; r < n; ++r) {
             const QModelIndex child = tree.index(r, 0, idx);
             ++rows;
-            if (tree.hasChildren(child))
-                stack.push_back(child);
+            if (tree.hasChildren(child)) stack.push_back(child);
         }
     }
     return rows;
@@ -89,8 +88,7 @@ Attach attachOnce(const std::string &endpoint, int expectedNodes)
     const auto t0 = Clock::now();
     // Connected after the tree's own slot, so this runs once the tree has rebuilt.
     QObject::connect(&store, &session::SessionStore::updated, &loop, [&] {
-        if (populated || tree.matchingNodeCount() < expectedNodes)
-            return;
+        if (populated || tree.matchingNodeCount() < expectedNodes) return;
         populated = true;
         out.populatedMs = secondsSince(t0) * 1e3;
         out.rows = revealAll(tree);
@@ -109,10 +107,8 @@ Attach attachOnce(const std::string &endpoint, int expectedNodes)
     connection.attach(QString::fromStdString(endpoint));
     loop.exec();
     connection.detach();
-    if (!failure.isEmpty())
-        throw std::runtime_error("attach failed: " + failure.toStdString());
-    if (!populated)
-        throw std::runtime_error("the tree was not populated within 120 s");
+    if (!failure.isEmpty()) throw std::runtime_error("attach failed: " + failure.toStdString());
+    if (!populated) throw std::runtime_error("the tree was not populated within 120 s");
     return out;
 }
 
@@ -217,8 +213,7 @@ WorldResult measureWorld(const SyntheticModel &model, int world, int reps, bool 
         out.jsonEncodeMs.push_back(secondsSince(t) * 1e3);
         out.jsonBytes = json.size();
         t = Clock::now();
-        if (!wire::decodeSnapshot(json))
-            throw std::runtime_error("the JSON State does not decode");
+        if (!wire::decodeSnapshot(json)) throw std::runtime_error("the JSON State does not decode");
         out.jsonDecodeMs.push_back(secondsSince(t) * 1e3);
         session::SessionStore store;
         models::ModuleTreeModel tree(&store);
@@ -235,7 +230,8 @@ WorldResult measureWorld(const SyntheticModel &model, int world, int reps, bool 
         // training run between two States gathers some of them).
         for (const bool changed : {false, true}) {
             auto later = wire::decodeBinaryState(binary);
-            if (!later) throw std::runtime_error("the binary State does not decode: " + later.error());
+            if (!later)
+                throw std::runtime_error("the binary State does not decode: " + later.error());
             if (changed)
                 for (state::ParamRecord &p : later->state.params)
                     p.gatherCount += 1 + static_cast<std::uint64_t>(rep);
@@ -315,8 +311,7 @@ std::string inOrder(const std::vector<double> &v)
 
 int main(int argc, char **argv)
 {
-    if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
-        qputenv("QT_QPA_PLATFORM", "offscreen");
+    if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
     QGuiApplication app(argc, argv);
     const SyntheticModel model = makeSyntheticModel(kParams, 16);
     if (argc == 2 && std::string(argv[1]) == "--fresh-attach") {
@@ -377,8 +372,10 @@ int main(int argc, char **argv)
         std::snprintf(buf, sizeof buf, "%.1f MB", double(r.jsonBytes) / 1e6);
         return std::string(buf);
     });
-    row("**attach() to tree model populated, ms**", [&](const WorldResult &r) { return "**" + attachCell(r, r.populated) + "**"; });
-    row("attach() to every row revealed, ms", [&](const WorldResult &r) { return attachCell(r, r.revealed); });
+    row("**attach() to tree model populated, ms**",
+        [&](const WorldResult &r) { return "**" + attachCell(r, r.populated) + "**"; });
+    row("attach() to every row revealed, ms",
+        [&](const WorldResult &r) { return attachCell(r, r.revealed); });
     // In order: a user attaches once, so whether the slowest attach is the first matters.
     row("each attach to tree populated, in order, ms", [](const WorldResult &r) {
         return r.failure.empty() ? inOrder(r.populated) : std::string("failed");
@@ -393,13 +390,19 @@ int main(int argc, char **argv)
         });
     row("phase: Engine::stateColumns (what the server builds a State from), ms",
         [](const WorldResult &r) { return format(stats(r.columnsMs), 0); });
-    row("a rank's longest wait for its lock during Engine::stateColumns (a fetch stalls this long), ms",
+    row("a rank's longest wait for its lock during Engine::stateColumns (a fetch stalls this "
+        "long), ms",
         [](const WorldResult &r) { return format(stats(r.rankLockWaitMs), 1); });
-    row("phase: encodeBinaryState of the columns, ms", [](const WorldResult &r) { return format(stats(r.encodeMs), 0); });
-    row("phase: decodeBinaryState, ms", [](const WorldResult &r) { return format(stats(r.decodeMs), 0); });
-    row("phase: SessionStore::applyState + tree rebuild, ms", [](const WorldResult &r) { return format(stats(r.applyMs), 0); });
-    row("phase: reveal every row, ms", [](const WorldResult &r) { return format(stats(r.revealMs), 0); });
-    row("a later State of the same run, every row revealed, nothing changed: applyState + the tree's update, ms",
+    row("phase: encodeBinaryState of the columns, ms",
+        [](const WorldResult &r) { return format(stats(r.encodeMs), 0); });
+    row("phase: decodeBinaryState, ms",
+        [](const WorldResult &r) { return format(stats(r.decodeMs), 0); });
+    row("phase: SessionStore::applyState + tree rebuild, ms",
+        [](const WorldResult &r) { return format(stats(r.applyMs), 0); });
+    row("phase: reveal every row, ms",
+        [](const WorldResult &r) { return format(stats(r.revealMs), 0); });
+    row("a later State of the same run, every row revealed, nothing changed: applyState + the "
+        "tree's update, ms",
         [](const WorldResult &r) { return format(stats(r.laterApplyMs), 0); });
     row("the same, every parameter's gather figures changed, ms",
         [](const WorldResult &r) { return format(stats(r.laterChangedApplyMs), 0); });
@@ -408,8 +411,10 @@ int main(int argc, char **argv)
     row("for comparison: encodeBinaryState of that EngineState (columnsOf + the encoder: the "
         "DeepSpeed agent's path, whose state is records), ms",
         [](const WorldResult &r) { return format(stats(r.encodeFromStateMs), 0); });
-    row("for comparison: encodeSnapshot (JSON), ms", [](const WorldResult &r) { return format(stats(r.jsonEncodeMs), 0); });
-    row("for comparison: decodeSnapshot (JSON), ms", [](const WorldResult &r) { return format(stats(r.jsonDecodeMs), 0); });
+    row("for comparison: encodeSnapshot (JSON), ms",
+        [](const WorldResult &r) { return format(stats(r.jsonEncodeMs), 0); });
+    row("for comparison: decodeSnapshot (JSON), ms",
+        [](const WorldResult &r) { return format(stats(r.jsonDecodeMs), 0); });
     // What the in-process phases do not cover: sending and receiving the State over loopback,
     // framing, and handing it between threads.
     row("rest of attach -> populated (transfer, framing, hand-over), ms", [](const WorldResult &r) {
@@ -429,7 +434,8 @@ int main(int argc, char **argv)
     std::printf("\n");
     for (const WorldResult &r : results) {
         if (!r.failure.empty())
-            std::printf("With %d ranks the GUI could not attach: %s.\n\n", r.world, r.failure.c_str());
+            std::printf("With %d ranks the GUI could not attach: %s.\n\n", r.world,
+                        r.failure.c_str());
     }
     std::printf("The first attach of a fresh process, %d ranks: this benchmark started again %d "
                 "times with --fresh-attach, each building the engine and attaching once, without "

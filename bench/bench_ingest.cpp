@@ -88,19 +88,20 @@ void stepEvents(std::vector<telemetry::Event> &out, std::uint64_t &ts, int rank,
         if (m == kModules - 1)
             out.push_back(ev(ts, rank, step,
                              telemetry::makeUnregisteredAccess({.accessor = module,
-                                                     .param = 0,
-                                                     .owner = 1,
-                                                     .status = ParamStatus::NotAvailable,
-                                                     .action = GuardAction::Gathered})));
+                                                                .param = 0,
+                                                                .owner = 1,
+                                                                .status = ParamStatus::NotAvailable,
+                                                                .action = GuardAction::Gathered})));
         out.push_back(ev(ts, rank, step, telemetry::makeModuleExit({.module = module})));
         for (int k = 0; k < kParamsPerModule; ++k)
-            out.push_back(ev(ts, rank, step,
-                             telemetry::makeRelease({.param = first + k, .cause = module, .bytes = bytes})));
+            out.push_back(
+                ev(ts, rank, step,
+                   telemetry::makeRelease({.param = first + k, .cause = module, .bytes = bytes})));
         out.push_back(ev(ts, rank, step,
                          telemetry::makeMemorySample({.partitionedBytes = bytes * 100 / kWorld,
-                                           .gatheredBytes = bytes * kParamsPerModule,
-                                           .peakGatheredBytes = bytes * kParamsPerModule,
-                                           .liveElements = 2560})));
+                                                      .gatheredBytes = bytes * kParamsPerModule,
+                                                      .peakGatheredBytes = bytes * kParamsPerModule,
+                                                      .liveElements = 2560})));
     }
     out.push_back(ev(ts, rank, step, telemetry::makeStepEnd(1.0)));
 }
@@ -118,8 +119,9 @@ std::string makeStream(std::uint64_t &events)
             stepEvents(batch, ts[static_cast<std::size_t>(r)], r, step);
         for (std::size_t i = 0; i < batch.size(); i += kEventsPerFrame) {
             const std::size_t n = std::min(kEventsPerFrame, batch.size() - i);
-            wire::appendFrame(bytes, wire::MessageType::EventBatch,
-                              wire::encodeEvents(std::span<const telemetry::Event>(batch.data() + i, n)));
+            wire::appendFrame(
+                bytes, wire::MessageType::EventBatch,
+                wire::encodeEvents(std::span<const telemetry::Event>(batch.data() + i, n)));
         }
         events += batch.size();
     }
@@ -158,11 +160,9 @@ Rep runOnce(const std::string &stream, const state::EngineState &state)
             decoder.feed(stream.data() + off, n);
             for (;;) {
                 auto frame = decoder.next();
-                if (!frame || !frame.value())
-                    break;
+                if (!frame || !frame.value()) break;
                 auto events = wire::decodeEvents(frame.value()->payload);
-                if (!events)
-                    throw std::runtime_error(events.error());
+                if (!events) throw std::runtime_error(events.error());
                 const auto a0 = Clock::now();
                 rep.decodeSeconds += std::chrono::duration<double>(a0 - d0).count();
                 store.appendEvents(*events, false);
@@ -170,8 +170,7 @@ Rep runOnce(const std::string &stream, const state::EngineState &state)
             }
         }
         rep.totalSeconds = secondsSince(t0);
-        if (decoder.failed())
-            throw std::runtime_error(decoder.error());
+        if (decoder.failed()) throw std::runtime_error(decoder.error());
     }
     store.flush();
     rep.stored = store.totalEvents();
@@ -222,10 +221,13 @@ int main(int argc, char **argv)
                 kModules, kParamsPerModule, double(stream.size()) / 1e6, kReadSize >> 10, reps);
     std::printf("| figure | value |\n|---|---:|\n");
     std::printf("| **decoded and applied, M events/s** | **%s** |\n", format(rate, 2).c_str());
-    std::printf("| decode only (frames + event codec), M events/s | %s |\n", format(stats(decode), 2).c_str());
-    std::printf("| apply only (SessionStore::appendEvents), M events/s | %s |\n", format(stats(apply), 2).c_str());
-    std::printf("| **bytes per stored event, store's accounting (EventLane::bytesUsed)** | **%s** |\n",
-                format(lane, 2).c_str());
+    std::printf("| decode only (frames + event codec), M events/s | %s |\n",
+                format(stats(decode), 2).c_str());
+    std::printf("| apply only (SessionStore::appendEvents), M events/s | %s |\n",
+                format(stats(apply), 2).c_str());
+    std::printf(
+        "| **bytes per stored event, store's accounting (EventLane::bytesUsed)** | **%s** |\n",
+        format(lane, 2).c_str());
     std::printf("| bytes per stored event, heap in use (mallinfo2 delta, whole store) | %s |\n",
                 format(stats(heapB), 2).c_str());
     std::printf("\nTargets: >= 2 M events/s: %s; <= 24 B/event (store's accounting): %s.\n",

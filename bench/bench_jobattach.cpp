@@ -26,9 +26,9 @@
 #include "benchutil.h"
 #include "models/moduletreemodel.h"
 #include "server/inspector.h"
-#include "state/stateprovider.h"
 #include "session/jobsession.h"
 #include "session/sessionstore.h"
+#include "state/stateprovider.h"
 #include "telemetry/eventfields.h"
 
 using namespace shardscope;

@@ -9,10 +9,10 @@
 #include <exception>
 #include <string>
 
-#include "cuda/backendselect.h"
 #include "comm/nccl/cudacheck.h"
-#include "cuda/devicebuffer.h"
 #include "comm/nccl/ncclcommunicator.h"
+#include "cuda/backendselect.h"
+#include "cuda/devicebuffer.h"
 
 using namespace shardscope;
 

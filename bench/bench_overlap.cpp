@@ -26,7 +26,7 @@ constexpr int kWarmupSteps = 10;
 
 class OverlapCounter : public telemetry::EventSink
 {
-public:
+  public:
     void write(const telemetry::Event &ev) noexcept override
     {
         std::lock_guard lock(m_mutex);
@@ -38,14 +38,13 @@ public:
             std::erase(open, telemetry::readFetch(ev).param);
         } else if (ev.type == EventType::ModuleEnter) {
             ++entries;
-            if (!open.empty())
-                ++overlapped;
+            if (!open.empty()) ++overlapped;
         }
     }
     std::uint64_t entries = 0;
     std::uint64_t overlapped = 0;
 
-private:
+  private:
     std::mutex m_mutex;
     std::map<int, std::vector<std::uint32_t>> m_open;
 };
@@ -68,8 +67,7 @@ Pass run(bool overlap)
     engine->setEventSink(&counter);
     std::vector<double> steps;
     const nn::TrainResult r = nn::runCpuTraining(c, *engine, [&](const nn::StepReport &s) {
-        if (s.step > kWarmupSteps)
-            steps.push_back(s.seconds);
+        if (s.step > kWarmupSteps) steps.push_back(s.seconds);
     });
     Pass p;
     p.stepSeconds = stats(steps).median;
@@ -102,7 +100,8 @@ int main(int argc, char **argv)
                 "counted), median step time per run; median (min-max) over %d repetitions.\n\n",
                 machine().c_str(), kSteps, kWarmupSteps, reps);
     std::printf("| figure | value |\n|---|---|\n");
-    std::printf("| step time, synchronous collectives (ms) | %s |\n", format(stats(syncMs), 2).c_str());
+    std::printf("| step time, synchronous collectives (ms) | %s |\n",
+                format(stats(syncMs), 2).c_str());
     std::printf("| step time, --overlap-comm (ms) | %s |\n", format(stats(overlapMs), 2).c_str());
     std::printf("| overlap / synchronous step time | %s |\n", format(stats(ratio), 3).c_str());
     std::printf("| module entries with a prefetch still in flight (%%) | %s |\n",

@@ -51,18 +51,17 @@ std::vector<telemetry::Event> run()
             const auto param = ParamId(i % 1000);
             const auto cause = ModuleId(i % 100);
             const auto reason = FetchReason(i % 3);
-            events.push_back(at(t + 1, r, step,
-                                telemetry::makeFetchBegin(
-                                    {.param = param, .cause = cause, .reason = reason})));
-            events.push_back(at(t + 4 * kUs, r, step,
-                                telemetry::makeFetchEnd({.param = param,
-                                                         .cause = cause,
-                                                         .bytes = 4096,
-                                                         .reason = reason})));
+            events.push_back(
+                at(t + 1, r, step,
+                   telemetry::makeFetchBegin({.param = param, .cause = cause, .reason = reason})));
+            events.push_back(
+                at(t + 4 * kUs, r, step,
+                   telemetry::makeFetchEnd(
+                       {.param = param, .cause = cause, .bytes = 4096, .reason = reason})));
             if (i % 1000 == 999)
-                events.push_back(at(t + 5 * kUs, r, step,
-                                    telemetry::makeUnregisteredAccess(
-                                        {.accessor = cause, .param = param})));
+                events.push_back(
+                    at(t + 5 * kUs, r, step,
+                       telemetry::makeUnregisteredAccess({.accessor = cause, .param = param})));
         }
     return events;
 }

@@ -25,10 +25,10 @@
 #include <vector>
 
 #include "benchutil.h"
-#include "nn/trainer.h"
-#include "core/engineprovider.h"
-#include "server/inspector.h"
 #include "client/inspectorclient.h"
+#include "core/engineprovider.h"
+#include "nn/trainer.h"
+#include "server/inspector.h"
 #include "wire/messages.h"
 #include "wire/snapshot.h"
 

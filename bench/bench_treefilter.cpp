@@ -26,16 +26,26 @@ constexpr int kWorld = 64;
 
 // What a person types, letter by letter, then a different search, a miss, and clearing.
 const char *const kFilters[] = {
-    "b", "bl", "blo", "blocks.1", "blocks.12", "blocks.123", "blocks.1234", "blocks.1234.attn",
-    "q_proj", "q_proj.weight", "ln2.bias", "no_such_parameter", "",
+    "b",
+    "bl",
+    "blo",
+    "blocks.1",
+    "blocks.12",
+    "blocks.123",
+    "blocks.1234",
+    "blocks.1234.attn",
+    "q_proj",
+    "q_proj.weight",
+    "ln2.bias",
+    "no_such_parameter",
+    "",
 };
 
 } // namespace
 
 int main(int argc, char **argv)
 {
-    if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM"))
-        qputenv("QT_QPA_PLATFORM", "offscreen");
+    if (qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
     QGuiApplication app(argc, argv);
     const int reps = parseReps(argc, argv, "bench_treefilter", 5);
 
@@ -46,8 +56,7 @@ int main(int argc, char **argv)
     models::ModuleTreeModel tree(&store);
     auto revealTop = [&] {
         const QModelIndex root = tree.index(0, 0);
-        if (root.isValid() && tree.canFetchMore(root))
-            tree.fetchMore(root);
+        if (root.isValid() && tree.canFetchMore(root)) tree.fetchMore(root);
         return root.isValid() ? tree.rowCount(root) : 0;
     };
     revealTop();
@@ -85,8 +94,8 @@ int main(int argc, char **argv)
     for (std::size_t i = 0; i < n; ++i) {
         const Stats c = stats(cpuMs[i]);
         worst = std::max(worst, c.median);
-        std::printf("| `%s` | %d | %s | %s |\n", *kFilters[i] ? kFilters[i] : "(cleared)", matches[i],
-                    format(c, 1).c_str(), format(stats(ms[i]), 1).c_str());
+        std::printf("| `%s` | %d | %s | %s |\n", *kFilters[i] ? kFilters[i] : "(cleared)",
+                    matches[i], format(c, 1).c_str(), format(stats(ms[i]), 1).c_str());
     }
     std::printf("| **every change** | | **%s** | %s |\n", format(stats(allCpu), 1).c_str(),
                 format(stats(all), 1).c_str());

@@ -48,12 +48,12 @@ inline double processCpuSeconds()
 // Wall and thread-CPU time of one measured pass.
 class PassTimer
 {
-public:
+  public:
     PassTimer() : m_wall(Clock::now()), m_cpu(threadCpuSeconds()) {}
     double wallSeconds() const { return secondsSince(m_wall); }
     double cpuSeconds() const { return threadCpuSeconds() - m_cpu; }
 
-private:
+  private:
     Clock::time_point m_wall;
     double m_cpu;
 };
@@ -68,8 +68,7 @@ struct Stats
 inline Stats stats(std::vector<double> v)
 {
     Stats s;
-    if (v.empty())
-        return s;
+    if (v.empty()) return s;
     std::sort(v.begin(), v.end());
     const std::size_t n = v.size();
     s.median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
@@ -88,8 +87,7 @@ inline std::string format(const Stats &s, int decimals)
 }
 
 // Keeps a value (and everything it depends on) from being optimised away.
-template <typename T>
-inline void keep(const T &value)
+template <typename T> inline void keep(const T &value)
 {
     asm volatile("" : : "r,m"(value) : "memory");
 }
@@ -103,8 +101,7 @@ inline std::string machine()
     while (std::getline(cpuinfo, line)) {
         if (line.rfind("model name", 0) == 0) {
             const auto colon = line.find(':');
-            if (colon != std::string::npos)
-                model = line.substr(colon + 2);
+            if (colon != std::string::npos) model = line.substr(colon + 2);
             break;
         }
     }

@@ -14,7 +14,7 @@ namespace shardscope::bench {
 
 struct SyntheticModule
 {
-    std::string name;  // local name
+    std::string name; // local name
     std::string path;
     std::string type;
     std::int32_t parent = -1; // index into modules; -1 for the root
@@ -49,20 +49,25 @@ inline SyntheticModel makeSyntheticModel(int params, int hidden = 64)
         const std::int32_t block = add(blocks, std::to_string(b), "Block");
         const std::int32_t attn = add(block, "attn", "Attention");
         const std::int32_t mlp = add(block, "mlp", "MLP");
-        struct Leaf { std::int32_t parent; const char *name; const char *type; std::int64_t out, in; };
+        struct Leaf
+        {
+            std::int32_t parent;
+            const char *name;
+            const char *type;
+            std::int64_t out, in;
+        };
         const Leaf leaves[] = {
-            {attn, "q_proj", "Linear", h, h},   {attn, "k_proj", "Linear", h, h},
-            {attn, "v_proj", "Linear", h, h},   {attn, "out_proj", "Linear", h, h},
-            {mlp, "fc1", "Linear", 4 * h, h},   {mlp, "fc2", "Linear", h, 4 * h},
-            {block, "ln1", "LayerNorm", h, 0},  {block, "ln2", "LayerNorm", h, 0},
+            {attn, "q_proj", "Linear", h, h},  {attn, "k_proj", "Linear", h, h},
+            {attn, "v_proj", "Linear", h, h},  {attn, "out_proj", "Linear", h, h},
+            {mlp, "fc1", "Linear", 4 * h, h},  {mlp, "fc2", "Linear", h, 4 * h},
+            {block, "ln1", "LayerNorm", h, 0}, {block, "ln2", "LayerNorm", h, 0},
         };
         for (const Leaf &leaf : leaves) {
             const std::int32_t mod = add(leaf.parent, leaf.name, leaf.type);
             for (const char *pn : {"weight", "bias"}) {
-                if (static_cast<int>(m.params.size()) >= params)
-                    break;
+                if (static_cast<int>(m.params.size()) >= params) break;
                 Shape shape = (leaf.in && std::string(pn) == "weight") ? Shape{leaf.out, leaf.in}
-                                                                        : Shape{leaf.out};
+                                                                       : Shape{leaf.out};
                 m.params.push_back({mod, pn, std::move(shape)});
             }
         }
@@ -72,7 +77,7 @@ inline SyntheticModel makeSyntheticModel(int params, int hidden = 64)
 
 // The state an engine of `world` ranks would report after partitioning (nothing gathered).
 inline state::EngineState syntheticState(const SyntheticModel &m, int world,
-                                        std::int64_t persistenceThreshold)
+                                         std::int64_t persistenceThreshold)
 {
     state::EngineState st;
     st.modelName = "synthetic";
@@ -83,8 +88,9 @@ inline state::EngineState syntheticState(const SyntheticModel &m, int world,
     st.config.persistenceThreshold = persistenceThreshold;
     for (std::size_t i = 0; i < m.modules.size(); ++i) {
         const SyntheticModule &sm = m.modules[i];
-        st.modules.push_back(state::ModuleRecord{static_cast<ModuleId>(i), sm.path, sm.type,
-                                          sm.parent < 0 ? kNoModule : static_cast<ModuleId>(sm.parent)});
+        st.modules.push_back(
+            state::ModuleRecord{static_cast<ModuleId>(i), sm.path, sm.type,
+                                sm.parent < 0 ? kNoModule : static_cast<ModuleId>(sm.parent)});
     }
     for (std::size_t i = 0; i < m.params.size(); ++i) {
         const SyntheticParam &sp = m.params[i];

@@ -302,8 +302,9 @@ std::vector<wire::DiscoveryEntry> endpointsOf(const wire::AttachTarget &target)
     const std::string &job = target.job;
     auto live = client::liveJob(wire::defaultRuntimeDir(), job);
     if (!live) {
-        std::fprintf(stderr, "shardscope-capture: %s in %s (shardscope-capture --list shows the "
-                             "jobs)\n",
+        std::fprintf(stderr,
+                     "shardscope-capture: %s in %s (shardscope-capture --list shows the "
+                     "jobs)\n",
                      live.error().c_str(), wire::defaultRuntimeDir().c_str());
         return {};
     }
@@ -412,9 +413,8 @@ int capture(const Options &o)
         // Every process still attached silent (not even a heartbeat) for kSilentAfter:
         // stopped (SIGSTOP) or hung. Waiting on would never end (a job whose other ranks
         // failed): what was collected is written, and the capture says which.
-        if (std::all_of(active.begin(), active.end(), [&](Source *s) {
-                return Clock::now() - s->lastFrame > kSilentAfter;
-            })) {
+        if (std::all_of(active.begin(), active.end(),
+                        [&](Source *s) { return Clock::now() - s->lastFrame > kSilentAfter; })) {
             for (Source *s : active) {
                 const auto &ranks = s->client->welcome().job.ranks;
                 std::fprintf(stderr,
@@ -466,8 +466,7 @@ int capture(const Options &o)
         if (!s->state.hasState()) {
             std::fprintf(stderr, "shardscope-capture: no state was received from %s%s\n",
                          s->endpoint.c_str(),
-                         several ? "; the job's snapshot lacks it"
-                                            : "; nothing written");
+                         several ? "; the job's snapshot lacks it" : "; nothing written");
             continue;
         }
         wire::Snapshot snap = s->state.snapshot();
@@ -528,13 +527,16 @@ int capture(const Options &o)
         "captured step %u%s: %zu events (%llu history, %llu live), %llu dropped, %zu "
         "violations -> %s\n",
         snap.state.step,
-        !several ? ""
-                 : (" of job " + jobName + " (" + std::to_string(parts.size()) + " processes)")
-                       .c_str(),
+        !several
+            ? ""
+            : (" of job " + jobName + " (" + std::to_string(parts.size()) + " processes)").c_str(),
         snap.events.size(), static_cast<unsigned long long>(history),
         static_cast<unsigned long long>(liveEvents),
         static_cast<unsigned long long>(snap.droppedEvents), snap.state.violations.size(),
-        (o.out.empty() ? o.trace : o.trace.empty() ? o.out : o.out + " and " + o.trace).c_str());
+        (o.out.empty()     ? o.trace
+         : o.trace.empty() ? o.out
+                           : o.out + " and " + o.trace)
+            .c_str());
     return engineLost || !failed.empty() ? 3 : 0;
 }
 

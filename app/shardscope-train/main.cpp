@@ -24,11 +24,11 @@
 #include "comm/gloocommunicator.h"
 #include "comm/torchrunenv.h"
 #include "core/engine.h"
+#include "core/engineprovider.h"
 #include "cuda/backendselect.h"
 #include "cuda/gputrainer.h"
 #include "nn/markov.h"
 #include "nn/trainer.h"
-#include "core/engineprovider.h"
 #include "server/finishonsignal.h"
 #include "server/inspector.h"
 #include "wire/endpoint.h"
@@ -347,7 +347,8 @@ int trainWithInspector(core::Engine &engine, const nn::TrainConfig &config, cons
     options.telemetry = config.telemetry;
     std::unique_ptr<server::Inspector> inspector;
     try {
-        inspector = std::make_unique<server::Inspector>(std::make_unique<core::EngineStateProvider>(engine), options);
+        inspector = std::make_unique<server::Inspector>(
+            std::make_unique<core::EngineStateProvider>(engine), options);
     } catch (const server::InspectorError &e) {
         std::fprintf(stderr, "shardscope-train: %s\n", e.what());
         return 2;

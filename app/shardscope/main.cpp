@@ -49,8 +49,7 @@ int main(int argc, char **argv)
         QStringList arguments;
         for (int i = 0; i < argc; ++i)
             arguments << QString::fromLocal8Bit(argv[i]);
-        if (const int code = answerCommandLine(shardscope::app::parseOptions(arguments));
-            code >= 0)
+        if (const int code = answerCommandLine(shardscope::app::parseOptions(arguments)); code >= 0)
             return code;
     }
     QApplication app(argc, argv);

@@ -61,8 +61,8 @@ std::unique_ptr<QSettings> MainWindow::settings() const
 
 MainWindow::MainWindow(QWidget *parent)
     : QMainWindow(parent), m_connection(new session::Connection(&m_store, this)),
-      m_job(new session::JobSession(&m_store, this)),
-      m_tree(new views::ModuleTreeView(&m_store)), m_detail(new views::ParamDetail(&m_store)),
+      m_job(new session::JobSession(&m_store, this)), m_tree(new views::ModuleTreeView(&m_store)),
+      m_detail(new views::ParamDetail(&m_store)),
       m_violations(new views::ViolationsPanel(&m_store)), m_timeline(new views::GatherTimeline),
       m_partition(new views::PartitionMap), m_memory(new views::MemoryPlot),
       m_selection(new views::RangeSummaryPanel),
@@ -229,7 +229,8 @@ void MainWindow::buildMenus()
     });
     previous->setShortcut(QKeySequence::FindPrevious);
     QAction *step = view->addAction(tr("&Go to step..."), this, [this] {
-        if (auto *box = m_timeline->findChild<QWidget *>(QStringLiteral("stepBox"))) box->setFocus();
+        if (auto *box = m_timeline->findChild<QWidget *>(QStringLiteral("stepBox")))
+            box->setFocus();
     });
     step->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_G));
     QMenu *help = menuBar()->addMenu(tr("&Help"));
@@ -308,7 +309,8 @@ void MainWindow::onJobChanged()
     m_status->setConnection(m_job->summary(), !problem);
     m_status->setToolTip(m_job->details());
     if (m_job->processCount() > 0 && m_job->allDone()) setLiveViews(false);
-    m_banner->setText(m_job->summary() + tr(" (the other ranks go on; everything received is kept)"));
+    m_banner->setText(m_job->summary() +
+                      tr(" (the other ranks go on; everything received is kept)"));
     m_banner->setVisible(problem);
     updateTitle();
 }
@@ -575,9 +577,9 @@ void MainWindow::updateTitle()
     if (m_store.readOnly())
         title += tr(" — %1 (read-only)").arg(m_store.source());
     else if (m_attachedToJob)
-        title += QStringLiteral(" — ") +
-                 (m_job->jobName().isEmpty() ? tr("%1 processes").arg(m_job->processCount())
-                                             : QStringLiteral("job:") + m_job->jobName());
+        title += QStringLiteral(" — ") + (m_job->jobName().isEmpty()
+                                              ? tr("%1 processes").arg(m_job->processCount())
+                                              : QStringLiteral("job:") + m_job->jobName());
     else if (!m_connection->endpoint().isEmpty())
         title += QStringLiteral(" — ") + m_connection->endpoint();
     setWindowTitle(title);

@@ -51,8 +51,7 @@ class MainWindow : public QMainWindow
 
     // spec: an endpoint; "job:NAME" (every live process of the job); or endpoints separated
     // by commas (the processes of one job). Returns what is wrong, or "".
-    QString attach(const QString &spec, const QString &token,
-                   const QString &discoveryDir = {});
+    QString attach(const QString &spec, const QString &token, const QString &discoveryDir = {});
     // Each returns an empty string on success, else what went wrong.
     QString openSnapshot(const QString &path);
     QString exportSnapshot(const QString &path);

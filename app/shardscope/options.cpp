@@ -164,9 +164,9 @@ ParseResult parseOptions(const QStringList &arguments)
         o.attach.isEmpty() && o.open.isEmpty())
         return fail(QStringLiteral("exports need --attach ENDPOINT or --open FILE"));
     // Refused before attaching, not found once the run is over.
-    for (const auto &[flag, file] : {std::pair{"--export-snapshot", o.exportSnapshot},
-                                     std::pair{"--export-trace", o.exportTrace},
-                                     std::pair{"--export-csv", o.exportCsv}}) {
+    for (const auto &[flag, file] :
+         {std::pair{"--export-snapshot", o.exportSnapshot},
+          std::pair{"--export-trace", o.exportTrace}, std::pair{"--export-csv", o.exportCsv}}) {
         if (file.isEmpty()) continue;
         if (auto ok = wire::checkOutputFile(file.toStdString()); !ok)
             return fail(QStringLiteral("%1: %2").arg(QLatin1String(flag),

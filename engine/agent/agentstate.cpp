@@ -78,7 +78,8 @@ void AgentState::setUnit(ModuleId id, ModuleId group, const std::string &reshard
     std::lock_guard lock(m_mutex);
     if (id >= m_modules.size() || group >= m_modules.size()) return;
     state::ModuleRecord &m = m_modules[id];
-    if (m.unitGroup == group && m.reshardAfterForward == reshardAfterForward && m.mesh == mesh) return;
+    if (m.unitGroup == group && m.reshardAfterForward == reshardAfterForward && m.mesh == mesh)
+        return;
     m.unitGroup = group;
     m.reshardAfterForward = reshardAfterForward;
     m.mesh = mesh;
@@ -112,7 +113,8 @@ void AgentState::countLocked(const AgentParam &p, bool add)
     // whole tensor where it is not partitioned (persistent, late); and while a partitioned one
     // is gathered, the padded full tensor.
     const std::uint64_t held =
-        static_cast<std::uint64_t>(p.record.partitioned ? p.record.partitionNumel : p.record.numel) *
+        static_cast<std::uint64_t>(p.record.partitioned ? p.record.partitionNumel
+                                                        : p.record.numel) *
             es +
         p.secondaryBytes;
     const bool gathered = p.record.partitioned && p.status == ParamStatus::Available;
@@ -365,7 +367,7 @@ void AgentState::unregisterExternal(ModuleId m, ParamId p)
 }
 
 state::ViolationRecord AgentState::violationLocked(ViolationKind kind,
-                                                  const state::ViolationText &text) const
+                                                   const state::ViolationText &text) const
 {
     state::ViolationRecord v;
     v.kind = kind;
@@ -468,8 +470,8 @@ void AgentState::completeBuildNames(const std::map<ModuleId, ModuleId> &moved)
             subject.status = v.status;
             // Read while building is model-building code changing it (AccessUse::Write).
             subject.use = v.read == ViolationRead::Attribute ? state::AccessUse::Attribute
-                          : v.building.empty()                 ? state::AccessUse::Read
-                                                               : state::AccessUse::Write;
+                          : v.building.empty()               ? state::AccessUse::Read
+                                                             : state::AccessUse::Write;
             const state::ViolationText text = state::describeViolation(subject, m_config.dialect);
             v.fix = text.fix;
             v.message = text.message;
@@ -545,7 +547,8 @@ state::ViolationText AgentState::traceInvalidated(std::optional<ModuleId> expect
 }
 
 state::ViolationText AgentState::tiedAcrossGroups(ParamId p, ModuleId first, ModuleId second,
-                                                  bool refusedByTorch, const std::vector<ModuleId> &more)
+                                                  bool refusedByTorch,
+                                                  const std::vector<ModuleId> &more)
 {
     std::lock_guard lock(m_mutex);
     state::ViolationSubject subject;
@@ -586,7 +589,7 @@ state::ViolationText AgentState::backwardUnfinished(ModuleId root, const std::st
     // What FSDP2 leaves every parameter from then on; DeepSpeed: the bucketed parameters,
     // partitioned with their gradients unreduced.
     v.status = m_config.dialect == state::FixDialect::DeepSpeed ? ParamStatus::NotAvailable
-                                                                 : ParamStatus::Available;
+                                                                : ParamStatus::Available;
     v.location = where;
     recordLocked(v);
     return text;

@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "state/state.h"
-#include "telemetry/eventfields.h"
+#include "state/stateprovider.h"
 #include "state/violationledger.h"
 #include "state/violationtext.h"
-#include "state/stateprovider.h"
+#include "telemetry/eventfields.h"
 
 namespace shardscope::agent {
 
@@ -99,11 +99,11 @@ class AgentState final : public state::StateProvider
     // it (the DeepSpeed agent classifies a read in forward once it knows what it touched);
     // none: its status now.
     state::ViolationText unregisteredAccess(ModuleId accessor, ParamId p, GuardAction action,
-                                           state::AccessUse use = state::AccessUse::Read,
-                                           const state::SourceLocation &where = {},
-                                           const std::string &building = {},
-                                           const std::string &paramCode = {},
-                                           std::optional<ParamStatus> statusAtRead = {});
+                                            state::AccessUse use = state::AccessUse::Read,
+                                            const state::SourceLocation &where = {},
+                                            const std::string &building = {},
+                                            const std::string &paramCode = {},
+                                            std::optional<ParamStatus> statusAtRead = {});
     // The model exists: modules first named while it was built (moved: old id -> id in the
     // model) are known by their final paths; the violations that named them are completed
     // with the final names, and their words (fix lines) written again from them.
@@ -114,13 +114,13 @@ class AgentState final : public state::StateProvider
     void lateParameter(ParamId p, const state::SourceLocation &where = {});
     void parameterAdopted(ParamId p);
     state::ViolationText traceInvalidated(std::optional<ModuleId> expected, ModuleId got,
-                                         Phase phase);
+                                          Phase phase);
     // FSDP2 (shardscope.fsdp): parameter p is tied into the fully_shard groups of units `first`
     // (which holds it) and `second`, and of each unit in `more` (one record, one fix naming
     // them all). Recorded in the state (no event kind carries it).
     state::ViolationText tiedAcrossGroups(ParamId p, ModuleId first, ModuleId second,
-                                           bool refusedByTorch = true,
-                                           const std::vector<ModuleId> &more = {});
+                                          bool refusedByTorch = true,
+                                          const std::vector<ModuleId> &more = {});
     // A backward that did not finish, on the root module `root`. FSDP2 (shardscope.fsdp): it
     // ended with the root unit's state still in its pre-backward (FSDP2's end-of-backward
     // callback never ran); DeepSpeed (the DeepSpeed dialect): it raised with `bucketed`
@@ -212,7 +212,8 @@ class AgentState final : public state::StateProvider
     state::ViolationLedger m_violations;
     std::set<std::tuple<int, ModuleId, ParamId, std::string, std::uint32_t>> m_thisStep;
     std::set<ParamId> m_lateUnadopted;
-    std::map<ParamId, state::SourceLocation> m_lateSites; // where each late parameter was registered
+    std::map<ParamId, state::SourceLocation>
+        m_lateSites; // where each late parameter was registered
     struct Memory
     {
         std::uint64_t held = 0, gathered = 0, peak = 0, liveElements = 0;

@@ -7,8 +7,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "wire/endpoint.h"
 #include "telemetry/clock.h"
+#include "wire/endpoint.h"
 
 #include <vector>
 

@@ -19,8 +19,7 @@
 namespace shardscope::client {
 
 class InspectorClient;
-wire::Result<wire::ClockEstimate> probeClock(std::string_view endpoint, int samples,
-                                             int timeoutMs);
+wire::Result<wire::ClockEstimate> probeClock(std::string_view endpoint, int samples, int timeoutMs);
 
 class InspectorClient
 {

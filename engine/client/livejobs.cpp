@@ -72,9 +72,9 @@ std::vector<LiveJob> liveJobs(const std::string &dir)
     std::vector<LiveJob> jobs;
     for (auto &r : runs) {
         const wire::JobIdentity &job = r.front().job;
-        std::string id = job.id.empty()          ? "pid " + std::to_string(r.front().pid)
+        std::string id = job.id.empty()         ? "pid " + std::to_string(r.front().pid)
                          : runsOfId[job.id] > 1 ? wire::runName(job)
-                                                 : job.id;
+                                                : job.id;
         jobs.push_back(jobOf(std::move(id), std::move(r)));
     }
     std::stable_sort(jobs.begin(), jobs.end(),

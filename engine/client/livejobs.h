@@ -17,11 +17,11 @@ namespace shardscope::client {
 
 struct LiveJob
 {
-    std::string id;       // what attaches it: the job id, or ID@RENDEZVOUS (wire::runName)
-                          // when another live run shares the id; "pid N" for an engine without one
-    bool named = false;   // the engines announced a job id
-    int worldSize = 1;    // the largest of the job's and the engines' world sizes
-    std::set<int> ranks;  // the global ranks live processes announce, each once
+    std::string id;      // what attaches it: the job id, or ID@RENDEZVOUS (wire::runName)
+                         // when another live run shares the id; "pid N" for an engine without one
+    bool named = false;  // the engines announced a job id
+    int worldSize = 1;   // the largest of the job's and the engines' world sizes
+    std::set<int> ranks; // the global ranks live processes announce, each once
     // The model the job runs: the first final name its processes announce (ranks still
     // building the model announce a provisional one: wire::provisionalModelName), else the
     // first process's. Never part of which processes are one job.

@@ -42,8 +42,7 @@ Engine::Engine(EngineConfig config, std::vector<std::unique_ptr<comm::Communicat
     : m_config(std::move(config)), d(std::make_unique<Impl>())
 {
     d->q = this;
-    if (m_config.worldSize < 1)
-        throw EngineError("EngineConfig.worldSize must be at least 1");
+    if (m_config.worldSize < 1) throw EngineError("EngineConfig.worldSize must be at least 1");
     if (comms.empty())
         throw EngineError("Engine needs one communicator per local rank; none was given");
     if (m_config.persistenceThreshold < 0 || m_config.prefetchBucketSize < 0 ||
@@ -52,11 +51,11 @@ Engine::Engine(EngineConfig config, std::vector<std::unique_ptr<comm::Communicat
                           "must not be negative");
     d->localIndex.assign(m_config.worldSize, -1);
     for (auto &c : comms) {
-        if (!c)
-            throw EngineError("Engine was given a null communicator");
+        if (!c) throw EngineError("Engine was given a null communicator");
         if (c->worldSize() != m_config.worldSize)
-            throw EngineError("communicator of rank " + std::to_string(c->rank()) + " has world size " +
-                              std::to_string(c->worldSize()) + " but EngineConfig.worldSize is " +
+            throw EngineError("communicator of rank " + std::to_string(c->rank()) +
+                              " has world size " + std::to_string(c->worldSize()) +
+                              " but EngineConfig.worldSize is " +
                               std::to_string(m_config.worldSize));
         const int r = c->rank();
         if (r < 0 || r >= m_config.worldSize || d->localIndex[r] != -1)
@@ -132,8 +131,7 @@ std::vector<std::byte> Engine::toHost(int rank, TensorView v)
     RankState &rs = d->rankState(rank);
     std::vector<std::byte> out(static_cast<std::size_t>(v.numel) * dtypeSize(v.dtype));
     if (!out.empty()) {
-        if (!v.data)
-            throw EngineError("toHost: the tensor view is empty (was it released?)");
+        if (!v.data) throw EngineError("toHost: the tensor view is empty (was it released?)");
         rs.mem->copy(out.data(), v.data, out.size(), comm::CopyKind::SpaceToHost);
     }
     return out;
@@ -191,8 +189,7 @@ void Engine::forEachLocalRank(const std::function<void(int)> &fn)
     }
     for (auto &t : threads)
         t.join();
-    if (first)
-        std::rethrow_exception(first);
+    if (first) std::rethrow_exception(first);
 }
 
 // ---------------------------------------------------------------- telemetry
@@ -202,7 +199,7 @@ void Engine::Impl::emitAt(const RankState &rs, const telemetry::Event &fields, s
     telemetry::EventSink *s = sink.load(std::memory_order_acquire);
     if (!s || !q->m_telemetryOn.load(std::memory_order_relaxed)) return;
     s->write(telemetry::stamped(fields, tsNs, rs.step.load(std::memory_order_relaxed),
-                     static_cast<std::uint16_t>(rs.rank)));
+                                static_cast<std::uint16_t>(rs.rank)));
 }
 
 void Engine::Impl::emit(const RankState &rs, const telemetry::Event &fields)
@@ -211,7 +208,7 @@ void Engine::Impl::emit(const RankState &rs, const telemetry::Event &fields)
     if (!s || !q->m_telemetryOn.load(std::memory_order_relaxed)) return;
     const std::uint64_t ts = rs.batchTs ? rs.batchTs : telemetry::nowNs();
     s->write(telemetry::stamped(fields, ts, rs.step.load(std::memory_order_relaxed),
-                     static_cast<std::uint16_t>(rs.rank)));
+                                static_cast<std::uint16_t>(rs.rank)));
 }
 
 bool Engine::Impl::telemetryLive() const
@@ -242,10 +239,11 @@ class TelemetryBatch
 
 void Engine::Impl::emitMemory(RankState &rs)
 {
-    emit(rs, telemetry::makeMemorySample({.partitionedBytes = rs.partitionedBytes,
-                               .gatheredBytes = rs.gatheredBytesNow,
-                               .peakGatheredBytes = rs.peakGatheredBytes,
-                               .liveElements = static_cast<std::uint64_t>(rs.liveElements)}));
+    emit(rs, telemetry::makeMemorySample(
+                 {.partitionedBytes = rs.partitionedBytes,
+                  .gatheredBytes = rs.gatheredBytesNow,
+                  .peakGatheredBytes = rs.peakGatheredBytes,
+                  .liveElements = static_cast<std::uint64_t>(rs.liveElements)}));
 }
 
 // ---------------------------------------------------------------- model structure
@@ -286,7 +284,8 @@ ParamId Engine::addParameter(ModuleId owner, std::string_view name, Shape shape,
         throw EngineError("addParameter(" + std::string(name) + "): module id " +
                           std::to_string(owner) + " does not exist");
     if (name.empty() || name.find('.') != std::string_view::npos)
-        throw EngineError("parameter name '" + std::string(name) + "' must be non-empty and contain no '.'");
+        throw EngineError("parameter name '" + std::string(name) +
+                          "' must be non-empty and contain no '.'");
     for (std::int64_t dim : shape)
         if (dim < 0)
             throw EngineError("parameter '" + std::string(name) + "' has a negative dimension in " +
@@ -326,8 +325,7 @@ ParamId Engine::addParameter(ModuleId owner, std::string_view name, Shape shape,
         d->touch();
         auto &buf = d->pending[id];
         buf.resize(bytes);
-        if (init && bytes)
-            std::memcpy(buf.data(), init, bytes);
+        if (init && bytes) std::memcpy(buf.data(), init, bytes);
         return id;
     }
 
@@ -342,8 +340,7 @@ ParamId Engine::addParameter(ModuleId owner, std::string_view name, Shape shape,
         RankParam &rp = rs.params[id];
         Impl::setAlwaysAvailable(rs, id, true);
         d->setFull(rs, id, Impl::zeroed(rs, static_cast<std::size_t>(pi.layout.paddedNumel) * es));
-        if (init && bytes)
-            rs.mem->copy(rp.full.data(), init, bytes, comm::CopyKind::HostToSpace);
+        if (init && bytes) rs.mem->copy(rp.full.data(), init, bytes, comm::CopyKind::HostToSpace);
         rp.grad = Impl::zeroed(rs, static_cast<std::size_t>(pi.numel) * sizeof(float));
         rs.status[id].store(ParamStatus::Available, std::memory_order_release);
         rs.gatheredBytesNow += pi.layout.paddedNumel * es;
@@ -366,8 +363,8 @@ void Engine::removeParameter(ParamId p)
             std::string users;
             for (ModuleId m : rp.active)
                 users += (users.empty() ? "" : ", ") + quoted(d->modules[m].path);
-            throw EngineError("cannot remove " + info.name + ": on rank " + std::to_string(rsp->rank) +
-                              " it is in use by " +
+            throw EngineError("cannot remove " + info.name + ": on rank " +
+                              std::to_string(rsp->rank) + " it is in use by " +
                               (rp.inScope ? std::string("a GatheredParameters scope") : users) +
                               "; remove it after those scopes end");
         }
@@ -382,8 +379,7 @@ void Engine::removeParameter(ParamId p)
         RankState &rs = *rsp;
         std::lock_guard rl(rs.mu);
         RankParam &rp = rs.params[p];
-        if (rp.full)
-            rs.gatheredBytesNow -= d->fullBytes(p);
+        if (rp.full) rs.gatheredBytesNow -= d->fullBytes(p);
         rs.partitionedBytes -= rp.shard.size();
         d->setFull(rs, p, comm::Buffer());
         rp.shard.reset();
@@ -404,8 +400,7 @@ void Engine::partition()
                           "adopt them with adoptParameter()");
     for (ParamId p = 0; p < d->params.size(); ++p) {
         ParamInfo &info = d->params[p];
-        if (info.removed)
-            continue;
+        if (info.removed) continue;
         info.persistent = info.numel < m_config.persistenceThreshold;
         info.partitioned = !info.persistent;
         const std::size_t es = dtypeSize(info.dtype);
@@ -420,7 +415,8 @@ void Engine::partition()
             rp.shard = comm::Buffer(*rs.mem, shardBytes);
             rs.mem->copy(rp.shard.data(), src.data() + info.layout.offset(rs.rank) * es, shardBytes,
                          comm::CopyKind::HostToSpace);
-            rp.grad = Impl::zeroed(rs, static_cast<std::size_t>(info.layout.partitionNumel) * sizeof(float));
+            rp.grad = Impl::zeroed(rs, static_cast<std::size_t>(info.layout.partitionNumel) *
+                                           sizeof(float));
             rs.partitionedBytes += rp.shard.size();
             if (info.persistent) {
                 Impl::setAlwaysAvailable(rs, p, true);
@@ -447,14 +443,16 @@ void Engine::adoptParameter(ParamId p)
         throw EngineError("adoptParameter: parameter id " + std::to_string(p) + " does not exist");
     ParamInfo &info = d->params[p];
     if (!info.late || info.partitioned || info.persistent)
-        throw EngineError("adoptParameter(" + info.name + "): only a late parameter that is not yet "
+        throw EngineError("adoptParameter(" + info.name +
+                          "): only a late parameter that is not yet "
                           "adopted can be adopted; this one is already managed by the partitioner");
     for (auto &rsp : d->ranks) {
         std::lock_guard rl(rsp->mu);
         const RankParam &rp = rsp->params[p];
         if (!rp.active.empty() || rp.inScope)
             throw EngineError("adoptParameter(" + info.name + "): it is in use on rank " +
-                              std::to_string(rsp->rank) + "; adopt it outside module and "
+                              std::to_string(rsp->rank) +
+                              "; adopt it outside module and "
                               "GatheredParameters scopes");
     }
     info.persistent = info.numel < m_config.persistenceThreshold;
@@ -467,7 +465,8 @@ void Engine::adoptParameter(ParamId p)
         RankParam &rp = rs.params[p];
         rp.shard = comm::Buffer(*rs.mem, static_cast<std::size_t>(info.layout.partitionNumel) * es);
         d->shardFromFull(rs, p);
-        rp.grad = Impl::zeroed(rs, static_cast<std::size_t>(info.layout.partitionNumel) * sizeof(float));
+        rp.grad =
+            Impl::zeroed(rs, static_cast<std::size_t>(info.layout.partitionNumel) * sizeof(float));
         rs.partitionedBytes += rp.shard.size();
         if (info.partitioned) {
             d->setFull(rs, p, comm::Buffer());
@@ -537,8 +536,7 @@ ModuleId Engine::findModule(std::string_view path) const
 {
     std::shared_lock lock(d->structure);
     for (const ModuleInfo &m : d->modules)
-        if (m.path == path)
-            return m.id;
+        if (m.path == path) return m.id;
     return kNoModule;
 }
 
@@ -546,15 +544,13 @@ ParamId Engine::findParam(std::string_view name) const
 {
     std::shared_lock lock(d->structure);
     for (const ParamInfo &p : d->params)
-        if (!p.removed && p.name == name)
-            return p.id;
+        if (!p.removed && p.name == name) return p.id;
     return kNoParam;
 }
 
 std::string Engine::modulePath(ModuleId id) const
 {
-    if (id == kNoModule)
-        return "<none>";
+    if (id == kNoModule) return "<none>";
     return quoted(module(id).path);
 }
 
@@ -566,8 +562,7 @@ void Engine::Impl::addExternal(RankState &rs, ModuleId m, ParamId p, bool automa
         std::lock_guard rl(rs.mu);
         auto &ext = rs.externals[m];
         for (const ExternalEntry &e : ext)
-            if (e.param == p)
-                return;
+            if (e.param == p) return;
         if (ext.empty())
             rs.externalModules.insert(
                 std::lower_bound(rs.externalModules.begin(), rs.externalModules.end(), m), m);
@@ -596,8 +591,7 @@ void Engine::unregisterExternalParameter(ModuleId m, ParamId p)
         std::lock_guard rl(rsp->mu);
         auto &ext = rsp->externals[m];
         const auto n = std::erase_if(ext, [p](const ExternalEntry &e) { return e.param == p; });
-        if (n > 0 && ext.empty())
-            std::erase(rsp->externalModules, m);
+        if (n > 0 && ext.empty()) std::erase(rsp->externalModules, m);
         found = found || n > 0;
     }
     d->touch();
@@ -624,11 +618,9 @@ bool Engine::isExternal(int rank, ModuleId m, ParamId p) const
 {
     const RankState &rs = d->rankState(rank);
     std::lock_guard rl(rs.mu);
-    if (m >= rs.externals.size())
-        return false;
+    if (m >= rs.externals.size()) return false;
     for (const ExternalEntry &e : rs.externals[m])
-        if (e.param == p)
-            return true;
+        if (e.param == p) return true;
     return false;
 }
 
@@ -637,8 +629,7 @@ bool Engine::isExternal(int rank, ModuleId m, ParamId p) const
 void Engine::Impl::fetch(RankState &rs, ParamId p, ModuleId cause, FetchReason reason)
 {
     RankParam &rp = rs.params[p];
-    if (rs.status[p].load(std::memory_order_acquire) != ParamStatus::NotAvailable)
-        return;
+    if (rs.status[p].load(std::memory_order_acquire) != ParamStatus::NotAvailable) return;
     const ParamInfo &info = params[p];
     const std::size_t es = dtypeSize(info.dtype);
     const std::uint64_t bytes = fullBytes(p);
@@ -670,8 +661,7 @@ void Engine::Impl::fetch(RankState &rs, ParamId p, ModuleId cause, FetchReason r
 void Engine::Impl::complete(RankState &rs, ParamId p)
 {
     RankParam &rp = rs.params[p];
-    if (rs.status[p].load(std::memory_order_acquire) != ParamStatus::Inflight)
-        return;
+    if (rs.status[p].load(std::memory_order_acquire) != ParamStatus::Inflight) return;
     rp.gather.wait(); // a failed collective throws here and the parameter stays INFLIGHT
     rp.gather = comm::CommHandle();
     const std::uint64_t bytes = fullBytes(p);
@@ -686,8 +676,7 @@ void Engine::Impl::complete(RankState &rs, ParamId p)
         ;
     rs.totalGatheredBytes.fetch_add(bytes, std::memory_order_relaxed);
     auto it = std::find(rs.inflight.begin(), rs.inflight.end(), p);
-    if (it != rs.inflight.end())
-        rs.inflight.erase(it);
+    if (it != rs.inflight.end()) rs.inflight.erase(it);
     rs.status[p].store(ParamStatus::Available, std::memory_order_release);
     touch();
     emitAt(rs,
@@ -722,8 +711,7 @@ std::uint64_t Engine::Impl::hashFull(RankState &rs, ParamId p)
 {
     const std::size_t bytes = static_cast<std::size_t>(params[p].numel) * elemSize(p);
     const RankParam &rp = rs.params[p];
-    if (rs.mem->isHost())
-        return hashBytes(rp.full.data(), bytes);
+    if (rs.mem->isHost()) return hashBytes(rp.full.data(), bytes);
     std::vector<std::byte> host(bytes);
     rs.mem->copy(host.data(), rp.full.data(), bytes, comm::CopyKind::SpaceToHost);
     return hashBytes(host.data(), bytes);
@@ -733,13 +721,10 @@ void Engine::Impl::release(RankState &rs, ParamId p, ModuleId cause)
 {
     RankParam &rp = rs.params[p];
     const ParamInfo &info = params[p];
-    if (rp.alwaysAvailable)
-        return;
+    if (rp.alwaysAvailable) return;
     const ParamStatus st = rs.status[p].load(std::memory_order_acquire);
-    if (st == ParamStatus::NotAvailable)
-        return;
-    if (st == ParamStatus::Inflight)
-        complete(rs, p); // the collective still writes into the tensor
+    if (st == ParamStatus::NotAvailable) return;
+    if (st == ParamStatus::Inflight) complete(rs, p); // the collective still writes into the tensor
     comm::Buffer freed;
     {
         std::lock_guard rl(rs.mu);
@@ -749,8 +734,8 @@ void Engine::Impl::release(RankState &rs, ParamId p, ModuleId cause)
                 users += (users.empty() ? "" : ", ") + quoted(modules[m].path);
             if (rp.inScope)
                 users += (users.empty() ? "" : ", ") + std::string("a GatheredParameters scope");
-            throw EngineError("cannot release " + info.name + " on rank " + std::to_string(rs.rank) +
-                              ": it is still active in " + users);
+            throw EngineError("cannot release " + info.name + " on rank " +
+                              std::to_string(rs.rank) + ": it is still active in " + users);
         }
         freed = std::move(rp.full);
         rs.fast[p].data = nullptr;
@@ -767,8 +752,7 @@ void Engine::Impl::releaseIdle(RankState &rs)
 {
     for (ParamId p = 0; p < rs.params.size(); ++p) {
         RankParam &rp = rs.params[p];
-        if (rp.alwaysAvailable || rp.inScope || !rp.active.empty())
-            continue;
+        if (rp.alwaysAvailable || rp.inScope || !rp.active.empty()) continue;
         if (rs.status[p].load(std::memory_order_relaxed) != ParamStatus::NotAvailable)
             release(rs, p, kNoModule);
     }
@@ -780,13 +764,11 @@ void Engine::Impl::useParam(RankState &rs, ParamId p, ModuleId m, bool counted, 
     RankParam &rp = rs.params[p];
     {
         std::lock_guard rl(rs.mu);
-        if (rp.active.empty())
-            rs.activeParams.push_back(p);
+        if (rp.active.empty()) rs.activeParams.push_back(p);
         rp.active.push_back(m);
         clearPrefetched(rs, p);
     }
-    if (counted)
-        ++rs.fast[p].readable;
+    if (counted) ++rs.fast[p].readable;
     rs.frames[rs.depth - 1].params.emplace_back(p, counted);
 }
 
@@ -804,8 +786,7 @@ void Engine::Impl::clearPrefetched(RankState &rs, ParamId p)
 // moves forward, so a step costs O(trace length) however many modules it enters.
 void Engine::Impl::prefetch(RankState &rs)
 {
-    if (!rs.traceValid || rs.traceBroken)
-        return;
+    if (!rs.traceValid || rs.traceBroken) return;
     const std::int64_t bucket = q->m_config.prefetchBucketSize;
     const std::int64_t maxLive = q->m_config.maxLiveParameters;
     rs.prefetchCursor = std::max(rs.prefetchCursor, rs.tracePos);
@@ -831,8 +812,7 @@ void Engine::Impl::prefetch(RankState &rs)
             consider(p);
         for (const ExternalEntry &e : rs.externals[m])
             consider(e.param);
-        if (blocked)
-            return;
+        if (blocked) return;
         ++rs.prefetchCursor;
     }
 }
@@ -865,8 +845,7 @@ void Engine::beginStep(int rank)
     std::shared_lock lock(d->structure);
     for (ParamId p : d->lateParams) {
         const ParamInfo &info = d->params[p];
-        if (info.removed || info.partitioned || info.persistent)
-            continue;
+        if (info.removed || info.partitioned || info.persistent) continue;
         state::ViolationRecord v;
         v.kind = ViolationKind::LateParameter;
         v.step = step;
@@ -924,8 +903,7 @@ void Engine::enterModule(int rank, ModuleId m, Phase phase)
     RankState &rs = d->rankState(rank);
     if (m >= d->modules.size())
         throw EngineError("enterModule: module id " + std::to_string(m) + " does not exist");
-    if (rs.depth == rs.frames.size())
-        rs.frames.emplace_back();
+    if (rs.depth == rs.frames.size()) rs.frames.emplace_back();
     Frame &f = rs.frames[rs.depth++];
     f.module = m;
     f.phase = phase;
@@ -963,7 +941,8 @@ void Engine::enterModule(int rank, ModuleId m, Phase phase)
         }
     }
 
-    const FetchReason reason = phase == Phase::Forward ? FetchReason::Forward : FetchReason::Backward;
+    const FetchReason reason =
+        phase == Phase::Forward ? FetchReason::Forward : FetchReason::Backward;
     for (ParamId p : d->modules[m].params)
         d->useParam(rs, p, m, true, reason);
     // Copy: auto registration may append to this module's externals while it runs.
@@ -976,35 +955,35 @@ void Engine::enterModule(int rank, ModuleId m, Phase phase)
 void Engine::exitModule(int rank, ModuleId m, Phase phase)
 {
     RankState &rs = d->rankState(rank);
-    if (rs.depth == 0 || rs.frames[rs.depth - 1].module != m || rs.frames[rs.depth - 1].phase != phase) {
+    if (rs.depth == 0 || rs.frames[rs.depth - 1].module != m ||
+        rs.frames[rs.depth - 1].phase != phase) {
         const std::string inner =
             rs.depth == 0 ? std::string("no module is entered")
                           : "the innermost module is '" +
                                 quoted(d->modules[rs.frames[rs.depth - 1].module].path) + "' (" +
                                 std::string(phaseName(rs.frames[rs.depth - 1].phase)) + ")";
-        throw EngineError("exitModule('" + (m < d->modules.size() ? quoted(d->modules[m].path) : std::string("?")) +
-                          "', " + std::string(phaseName(phase)) + ") on rank " + std::to_string(rank) +
-                          " but " + inner + "; modules must exit in reverse order of entry");
+        throw EngineError("exitModule('" +
+                          (m < d->modules.size() ? quoted(d->modules[m].path) : std::string("?")) +
+                          "', " + std::string(phaseName(phase)) + ") on rank " +
+                          std::to_string(rank) + " but " + inner +
+                          "; modules must exit in reverse order of entry");
     }
     Frame &f = rs.frames[rs.depth - 1];
     const TelemetryBatch batch(rs, d->telemetryLive());
     for (auto [p, counted] : f.params) {
         RankParam &rp = rs.params[p];
-        if (counted)
-            --rs.fast[p].readable;
+        if (counted) --rs.fast[p].readable;
         bool idle;
         {
             std::lock_guard rl(rs.mu);
             auto it = std::find(rp.active.begin(), rp.active.end(), m);
             if (it != rp.active.end()) {
                 rp.active.erase(it);
-                if (rp.active.empty())
-                    std::erase(rs.activeParams, p);
+                if (rp.active.empty()) std::erase(rs.activeParams, p);
             }
             idle = rp.active.empty() && !rp.inScope;
         }
-        if (idle)
-            d->release(rs, p, m);
+        if (idle) d->release(rs, p, m);
     }
     f.params.clear();
     --rs.depth;
@@ -1019,8 +998,7 @@ namespace {
 
 void ensureBytes(comm::MemorySpace &mem, comm::Buffer &b, std::size_t bytes)
 {
-    if (b.size() < bytes)
-        b = comm::Buffer(mem, bytes);
+    if (b.size() < bytes) b = comm::Buffer(mem, bytes);
 }
 
 } // namespace
@@ -1029,11 +1007,12 @@ void Engine::reduceScatterGrad(int rank, ParamId p, const float *fullGrad)
 {
     RankState &rs = d->rankState(rank);
     const ParamInfo &info = d->params[p];
-    if (info.removed)
-        throw EngineError("reduceScatterGrad: " + info.name + " was removed");
+    if (info.removed) throw EngineError("reduceScatterGrad: " + info.name + " was removed");
     if (info.dtype != DType::F32)
-        throw EngineError("reduceScatterGrad(" + info.name + "): gradients are fp32 only; this "
-                          "parameter is " + std::string(dtypeName(info.dtype)));
+        throw EngineError("reduceScatterGrad(" + info.name +
+                          "): gradients are fp32 only; this "
+                          "parameter is " +
+                          std::string(dtypeName(info.dtype)));
     const state::PartitionLayout &l = info.layout;
     RankParam &rp = rs.params[p];
     comm::MemorySpace &mem = *rs.mem;
@@ -1052,13 +1031,15 @@ void Engine::reduceScatterGrad(int rank, ParamId p, const float *fullGrad)
     // Stamped here, not with a module batch's instant: the span is the collective's own.
     const bool live = d->telemetryLive();
     if (live) d->emitAt(rs, telemetry::makeReduceScatterBegin(span), telemetry::nowNs());
-    rs.comm->reduceScatter(padded, rs.scratchShard.data(), static_cast<std::size_t>(l.partitionNumel),
-                           DType::F32)
+    rs.comm
+        ->reduceScatter(padded, rs.scratchShard.data(), static_cast<std::size_t>(l.partitionNumel),
+                        DType::F32)
         .wait();
     const bool managed = info.partitioned || info.persistent;
     if (managed) {
         if (live) d->emitAt(rs, telemetry::makeReduceScatterEnd(span), telemetry::nowNs());
-        mem.addF32(rp.grad.f32(), rs.scratchShard.f32(), static_cast<std::size_t>(l.partitionNumel));
+        mem.addF32(rp.grad.f32(), rs.scratchShard.f32(),
+                   static_cast<std::size_t>(l.partitionNumel));
         return;
     }
     // Not partitioned (late, not adopted): an all-reduce, every rank keeps the whole gradient.
@@ -1091,8 +1072,7 @@ void Engine::zeroGrads(int rank)
 {
     RankState &rs = d->rankState(rank);
     for (RankParam &rp : rs.params)
-        if (!rp.grad.empty())
-            rs.mem->zero(rp.grad.data(), rp.grad.size());
+        if (!rp.grad.empty()) rs.mem->zero(rp.grad.data(), rp.grad.size());
 }
 
 void Engine::refreshPersistent(int rank)
@@ -1102,8 +1082,7 @@ void Engine::refreshPersistent(int rank)
     std::vector<comm::CommHandle> pending;
     for (ParamId p = 0; p < d->params.size(); ++p) {
         const ParamInfo &info = d->params[p];
-        if (info.removed || !info.persistent)
-            continue;
+        if (info.removed || !info.persistent) continue;
         RankParam &rp = rs.params[p];
         pending.push_back(rs.comm->allGather(rp.shard.data(), rp.full.data(), rp.shard.size()));
     }

@@ -35,8 +35,8 @@
 
 #include "comm/communicator.h"
 #include "state/partition.h"
-#include "state/state.h"
 #include "state/shape.h"
+#include "state/state.h"
 #include "telemetry/event.h"
 
 namespace shardscope::state {
@@ -63,7 +63,7 @@ struct EngineConfig
 // happened and what to do.
 class EngineError : public std::logic_error
 {
-public:
+  public:
     using std::logic_error::logic_error;
 };
 
@@ -71,14 +71,14 @@ public:
 // contains the exact fix, e.g. "register_external_parameter(lm_head, embed.weight)".
 class UnregisteredAccessError : public EngineError
 {
-public:
+  public:
     UnregisteredAccessError(const std::string &msg, std::string fix)
         : EngineError(msg), m_fix(std::move(fix))
     {
     }
     const std::string &fix() const { return m_fix; }
 
-private:
+  private:
     std::string m_fix;
 };
 
@@ -86,9 +86,9 @@ struct ModuleInfo
 {
     ModuleId id = 0;
     ModuleId parent = kNoModule;
-    std::string name;  // local name ("fc1")
-    std::string path;  // dotted path ("blocks.0.fc1"); "" for the root
-    std::string type;  // "Linear"
+    std::string name; // local name ("fc1")
+    std::string path; // dotted path ("blocks.0.fc1"); "" for the root
+    std::string type; // "Linear"
     std::vector<ModuleId> children;
     std::vector<ParamId> params; // owned parameters (not externals)
 };
@@ -120,7 +120,7 @@ struct TensorView
 
 class Engine
 {
-public:
+  public:
     // comms: one communicator per local rank (all of the world for the CPU backend).
     Engine(EngineConfig config, std::vector<std::unique_ptr<comm::Communicator>> comms);
     ~Engine();
@@ -152,9 +152,9 @@ public:
     // ---- model structure
     ModuleId root() const { return 0; }
     ModuleId addModule(ModuleId parent, std::string_view name, std::string_view type);
-    // init: numel * dtypeSize bytes of the full tensor (identical on every rank), or nullptr for zeros.
-    // After partition() the parameter is late: recorded, kept whole on every rank, until adopted;
-    // its late_parameter violations carry the caller's source location.
+    // init: numel * dtypeSize bytes of the full tensor (identical on every rank), or nullptr for
+    // zeros. After partition() the parameter is late: recorded, kept whole on every rank, until
+    // adopted; its late_parameter violations carry the caller's source location.
     ParamId addParameter(ModuleId owner, std::string_view name, Shape shape, DType dtype,
                          const void *init,
                          std::source_location where = std::source_location::current());
@@ -177,7 +177,7 @@ public:
     const ParamInfo &param(ParamId id) const;
     ModuleId findModule(std::string_view path) const; // kNoModule if absent
     ParamId findParam(std::string_view name) const;   // kNoParam if absent
-    std::string modulePath(ModuleId id) const;         // "<none>" for kNoModule, "<root>" for the root
+    std::string modulePath(ModuleId id) const; // "<none>" for kNoModule, "<root>" for the root
 
     // ---- external parameters (deepspeed.zero.register_external_parameter)
     // Manual registration applies to every local rank. Call while building the model.
@@ -186,8 +186,8 @@ public:
     bool isExternal(int rank, ModuleId module, ParamId param) const;
 
     // ---- rank API: called by the rank's own thread
-    void beginStep(int rank);                 // steps count from 1
-    void endStep(int rank, double loss);      // releases what is still gathered, samples memory
+    void beginStep(int rank);            // steps count from 1
+    void endStep(int rank, double loss); // releases what is still gathered, samples memory
     std::uint32_t step(int rank) const;
     void enterModule(int rank, ModuleId module, Phase phase);
     void exitModule(int rank, ModuleId module, Phase phase);
@@ -211,8 +211,9 @@ public:
     std::vector<ModuleId> activeModules(int rank, ParamId param) const;
 
     // Gradients and optimizer state live on the shard (fp32 parameters only), in the rank's
-    // MemorySpace. fullGrad: numel floats of this rank's gradient, in that space; summed over ranks into each rank's shard
-    // gradient (reduce-scatter; an all-reduce for parameters that are not partitioned).
+    // MemorySpace. fullGrad: numel floats of this rank's gradient, in that space; summed over ranks
+    // into each rank's shard gradient (reduce-scatter; an all-reduce for parameters that are not
+    // partitioned).
     void reduceScatterGrad(int rank, ParamId param, const float *fullGrad);
     // The rank's fp32 shard (whole tensor if not partitioned); a gather of it still in
     // flight is completed first, so the caller may change it.
@@ -232,11 +233,13 @@ public:
     // statuses, violations): a server compares it instead of rebuilding state() to find out.
     std::uint64_t stateVersion() const;
     std::vector<state::ViolationRecord> violations() const;
-    std::uint64_t unregisteredAccessCount() const; // records so far: one per (accessor, param, rank, step)
+    std::uint64_t
+    unregisteredAccessCount() const; // records so far: one per (accessor, param, rank, step)
     // Late parameters that a step started with while they were still not adopted (each
     // counted once); a late parameter adopted before training is not counted.
     std::uint64_t lateParameterCount() const;
-    std::uint64_t gatheredBytes(int rank) const;   // bytes received by all-gathers on this rank so far
+    std::uint64_t
+    gatheredBytes(int rank) const; // bytes received by all-gathers on this rank so far
 
     struct Impl;
 
@@ -251,7 +254,7 @@ public:
         DType dtype = DType::F32;
     };
 
-private:
+  private:
     friend class GatheredParameters;
     TensorView accessSlow(int rank, ParamId param, std::source_location where);
 
@@ -269,7 +272,7 @@ private:
 // original one reaches the caller instead of std::terminate.
 class ModuleScope
 {
-public:
+  public:
     ModuleScope(Engine &engine, int rank, ModuleId module, Phase phase)
         : m_engine(engine), m_rank(rank), m_module(module), m_phase(phase),
           m_uncaught(std::uncaught_exceptions())
@@ -290,7 +293,7 @@ public:
     ModuleScope(const ModuleScope &) = delete;
     ModuleScope &operator=(const ModuleScope &) = delete;
 
-private:
+  private:
     Engine &m_engine;
     int m_rank;
     ModuleId m_module;
@@ -305,7 +308,7 @@ private:
 // close the same scopes. Nesting a scope over a parameter already in one is an error.
 class GatheredParameters
 {
-public:
+  public:
     GatheredParameters(Engine &engine, int rank, std::vector<ParamId> params,
                        std::optional<int> modifierRank = std::nullopt);
     // The same scope for every local rank at once, from model-building code (not a rank
@@ -325,7 +328,7 @@ public:
     // the modifier rank when it is local, else the first local rank.
     int viewRank() const;
 
-private:
+  private:
     Engine &m_engine;
     int m_rank; // -1: every local rank
     std::vector<ParamId> m_params;

@@ -76,14 +76,14 @@ struct RankState
     std::deque<RankParam> params;
     // ZeroParamStatus by parameter id, dense so that state() reads it in order.
     std::deque<std::atomic<ParamStatus>> status;
-    std::vector<ParamId> activeParams; // parameters whose `active` is not empty (guarded by mu)
+    std::vector<ParamId> activeParams;   // parameters whose `active` is not empty (guarded by mu)
     std::vector<Engine::FastEntry> fast; // the guard's view of params, same index
     std::vector<std::vector<ExternalEntry>> externals; // by module id
     // The modules whose externals are not empty, ascending (guarded by mu): state() reads
     // these instead of scanning every module's list on every rank (4.4 million lists at
     // 68,752 modules x 64 ranks, all under the rank locks).
     std::vector<ModuleId> externalModules;
-    std::vector<Frame> frames;                         // the module stack; capacity is reused
+    std::vector<Frame> frames; // the module stack; capacity is reused
     // Telemetry: the time the events of one module entry or exit share (the entry and the
     // fetches it issues; the releases of an exit and the exit itself), so a batch costs one
     // clock read; it moves forward with any clock read in the batch (a gather completing),
@@ -97,9 +97,9 @@ struct RankState
     bool traceValid = false;
     bool traceBroken = false; // the current step departed from the trace
     std::size_t tracePos = 0;
-    std::size_t prefetchCursor = 0;    // trace entries up to here have been prefetched
-    std::int64_t prefetchedNumel = 0;  // gathered ahead and not yet used by a module
-    std::vector<TraceEntry> order; // this step's order so far
+    std::size_t prefetchCursor = 0;   // trace entries up to here have been prefetched
+    std::int64_t prefetchedNumel = 0; // gathered ahead and not yet used by a module
+    std::vector<TraceEntry> order;    // this step's order so far
 
     // (accessor, param, call site): the first sighting of each this step is recorded
     std::set<std::tuple<ModuleId, ParamId, const char *, std::uint32_t>> violationsThisStep;
@@ -121,7 +121,7 @@ struct Engine::Impl
     Engine *q = nullptr;
     std::vector<std::unique_ptr<comm::Communicator>> comms;
     std::vector<std::unique_ptr<RankState>> ranks; // by local index
-    std::vector<int> localIndex;                    // world rank -> local index, -1 if remote
+    std::vector<int> localIndex;                   // world rank -> local index, -1 if remote
     std::atomic<telemetry::EventSink *> sink{nullptr};
 
     mutable std::shared_mutex structure; // modules/params added or removed
@@ -130,7 +130,7 @@ struct Engine::Impl
     std::vector<std::vector<std::byte>> pending; // full tensors before partition()
     std::vector<ParamId> lateParams;
     std::map<ParamId, std::source_location> lateSites; // where each late parameter was added
-    std::deque<GatherTotals> gatherTotals; // by parameter id
+    std::deque<GatherTotals> gatherTotals;             // by parameter id
     std::vector<bool> lateReported;
 
     mutable std::mutex violationMutex;
@@ -161,8 +161,7 @@ struct Engine::Impl
     static void setAlwaysAvailable(RankState &rs, ParamId p, bool on)
     {
         RankParam &rp = rs.params[p];
-        if (rp.alwaysAvailable != on)
-            rs.fast[p].readable += on ? 1 : -1;
+        if (rp.alwaysAvailable != on) rs.fast[p].readable += on ? 1 : -1;
         rp.alwaysAvailable = on;
     }
 

@@ -13,7 +13,8 @@ std::vector<std::uint64_t> Engine::Impl::openScope(RankState &rs, const std::vec
     for (std::size_t i = 0; i < ps.size(); ++i) {
         const ParamId p = ps[i];
         if (p >= params.size() || params[p].removed)
-            throw EngineError("GatheredParameters: parameter id " + std::to_string(p) + " does not exist");
+            throw EngineError("GatheredParameters: parameter id " + std::to_string(p) +
+                              " does not exist");
         if (rs.params[p].inScope || std::find(ps.begin(), ps.begin() + i, p) != ps.begin() + i)
             throw EngineError("GatheredParameters over " + params[p].name +
                               " is nested inside another GatheredParameters over it (rank " +
@@ -54,8 +55,8 @@ std::vector<std::string> Engine::Impl::closeScope(RankState &rs, const std::vect
         if (modifier) {
             // u0 as fetches carry it: the padded bytes (docs/protocol.md, "Bytes").
             emit(rs, telemetry::makeBroadcast({.param = p,
-                                    .root = static_cast<std::uint32_t>(*modifier),
-                                    .bytes = fullBytes(p)}));
+                                               .root = static_cast<std::uint32_t>(*modifier),
+                                               .bytes = fullBytes(p)}));
             rs.comm->waitForCompute(); // the modifier's edits may come from its own kernels
             rs.comm->broadcast(rp.full.data(), bytes, *modifier).wait();
             if (!rp.shard.empty()) {
@@ -93,8 +94,7 @@ std::vector<std::string> Engine::Impl::closeScope(RankState &rs, const std::vect
     // Release what no module uses, dropping discarded edits with the gathered copy.
     for (ParamId p : ps) {
         RankParam &rp = rs.params[p];
-        if (!params[p].removed && rp.active.empty())
-            release(rs, p, kNoModule);
+        if (!params[p].removed && rp.active.empty()) release(rs, p, kNoModule);
     }
     return modified;
 }
@@ -135,15 +135,15 @@ GatheredParameters::GatheredParameters(Engine &engine, std::vector<ParamId> para
     const auto &local = engine.localRanks();
     m_hashes.resize(local.size());
     engine.forEachLocalRank([&](int rank) {
-        const auto idx = static_cast<std::size_t>(std::find(local.begin(), local.end(), rank) - local.begin());
+        const auto idx =
+            static_cast<std::size_t>(std::find(local.begin(), local.end(), rank) - local.begin());
         m_hashes[idx] = engine.d->openScope(engine.d->rankState(rank), m_params);
     });
 }
 
 GatheredParameters::~GatheredParameters() noexcept(false)
 {
-    if (!m_open)
-        return;
+    if (!m_open) return;
     if (std::uncaught_exceptions() > 0) {
         try {
             close();
@@ -156,25 +156,23 @@ GatheredParameters::~GatheredParameters() noexcept(false)
 
 void GatheredParameters::close()
 {
-    if (!m_open)
-        return;
+    if (!m_open) return;
     m_open = false;
     Engine::Impl &d = *m_engine.d;
     if (m_rank >= 0) {
         auto modified = d.closeScope(d.rankState(m_rank), m_params, m_modifier, m_hashes.front());
-        if (!modified.empty())
-            throw EngineError(modifiedMessage(modified, m_rank));
+        if (!modified.empty()) throw EngineError(modifiedMessage(modified, m_rank));
         return;
     }
     const auto &local = m_engine.localRanks();
     std::vector<std::vector<std::string>> modified(local.size());
     m_engine.forEachLocalRank([&](int rank) {
-        const auto idx = static_cast<std::size_t>(std::find(local.begin(), local.end(), rank) - local.begin());
+        const auto idx =
+            static_cast<std::size_t>(std::find(local.begin(), local.end(), rank) - local.begin());
         modified[idx] = d.closeScope(d.rankState(rank), m_params, m_modifier, m_hashes[idx]);
     });
     for (std::size_t i = 0; i < local.size(); ++i)
-        if (!modified[i].empty())
-            throw EngineError(modifiedMessage(modified[i], local[i]));
+        if (!modified[i].empty()) throw EngineError(modifiedMessage(modified[i], local[i]));
 }
 
 std::vector<std::byte> GatheredParameters::toHost(std::size_t i) const
@@ -185,8 +183,7 @@ std::vector<std::byte> GatheredParameters::toHost(std::size_t i) const
 
 int GatheredParameters::viewRank() const
 {
-    if (m_rank >= 0)
-        return m_rank;
+    if (m_rank >= 0) return m_rank;
     const auto &local = m_engine.localRanks();
     return (m_modifier && std::find(local.begin(), local.end(), *m_modifier) != local.end())
                ? *m_modifier

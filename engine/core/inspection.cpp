@@ -123,8 +123,10 @@ void Engine::stateColumns(state::StateColumns &c) const
                 auto it = rs.status.begin() + static_cast<std::ptrdiff_t>(first);
                 for (std::size_t p = first; p < last; ++p, ++it)
                     if (const std::int32_t i = recordOf[p]; i >= 0)
-                        c.statusRows[static_cast<std::size_t>(i) * row + byte] |= static_cast<std::uint8_t>(
-                            (static_cast<unsigned>(it->load(std::memory_order_acquire)) & 3) << shift);
+                        c.statusRows[static_cast<std::size_t>(i) * row + byte] |=
+                            static_cast<std::uint8_t>(
+                                (static_cast<unsigned>(it->load(std::memory_order_acquire)) & 3)
+                                << shift);
             }
         }
     } else {

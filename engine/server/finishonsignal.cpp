@@ -35,10 +35,14 @@ void onSignal(int sig)
 const char *signalWord(int sig)
 {
     switch (sig) {
-    case SIGTERM: return "terminated (SIGTERM)";
-    case SIGINT: return "interrupted (SIGINT)";
-    case SIGHUP: return "hung up (SIGHUP)";
-    default: return "stopped by a signal";
+    case SIGTERM:
+        return "terminated (SIGTERM)";
+    case SIGINT:
+        return "interrupted (SIGINT)";
+    case SIGHUP:
+        return "hung up (SIGHUP)";
+    default:
+        return "stopped by a signal";
     }
 }
 

@@ -154,7 +154,7 @@ struct Client
 // engine version it shows.
 struct StateFrame
 {
-    std::shared_ptr<const std::string> json;   // State payload, if a client needs it
+    std::shared_ptr<const std::string> json; // State payload, if a client needs it
     // StateBinary payloads by layout, those a client needs: clients of earlier releases ask
     // for older layouts.
     std::array<std::shared_ptr<const std::string>, wire::kBinaryStateLayout + 1> binary;
@@ -220,7 +220,7 @@ struct Inspector::Impl
     // Server thread only.
     std::vector<Client> clients;
     std::vector<telemetry::Event> batch;
-    std::string frameBuffer; // fanOut's EventBatch frame, reused
+    std::string frameBuffer;      // fanOut's EventBatch frame, reused
     std::string olderFrameBuffer; // the same without the "events_2" kinds, for older clients
     std::vector<telemetry::Event> olderEvents;
     bool stateDirty = false;
@@ -476,7 +476,8 @@ StateFrame Inspector::Impl::currentState(StateFormats formats)
     shiftColumns(columns);
     const wire::SnapshotMeta meta = stateMeta();
     const std::uint64_t dropped = hub->droppedEvents();
-    for (std::uint16_t layout = wire::kBinaryStateOldestLayout; layout <= wire::kBinaryStateLayout; ++layout)
+    for (std::uint16_t layout = wire::kBinaryStateOldestLayout; layout <= wire::kBinaryStateLayout;
+         ++layout)
         if (formats.binary[layout])
             f.binary[layout] = std::make_shared<const std::string>(
                 wire::encodeBinaryState(columns, meta, dropped, {}, layout));
@@ -729,8 +730,8 @@ void Inspector::Impl::pump()
         }
     }
     std::erase_if(clients, [](const Client &c) { return c.fd < 0; });
-    if (stateRetired &&
-        std::all_of(clients.begin(), clients.end(), [](const Client &c) { return c.queued() == 0; })) {
+    if (stateRetired && std::all_of(clients.begin(), clients.end(),
+                                    [](const Client &c) { return c.queued() == 0; })) {
         retiredState = state::EngineState{};
         stateRetired = false;
     }

@@ -17,9 +17,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sessioncore/eventlane.h"
 #include "state/state.h"
 #include "state/violationledger.h"
-#include "sessioncore/eventlane.h"
 #include "telemetry/event.h"
 #include "wire/result.h"
 #include "wire/snapshot.h"

@@ -48,8 +48,8 @@ class TraceBuilder
     std::int64_t dur(std::uint64_t beginNs, std::uint64_t endNs) const;
 
     void meta(const char *name, int pid, int tid, nlohmann::json args);
-    void spanUs(const std::string &name, const std::string &cat, int pid, int tid,
-                std::int64_t ts, std::int64_t duration, nlohmann::json args);
+    void spanUs(const std::string &name, const std::string &cat, int pid, int tid, std::int64_t ts,
+                std::int64_t duration, nlohmann::json args);
     void span(const std::string &name, const std::string &cat, int pid, int tid,
               std::uint64_t beginNs, std::uint64_t endNs, nlohmann::json args);
     void instant(const std::string &name, const std::string &cat, int pid, int tid,

@@ -64,8 +64,7 @@ struct Gather
 // Lowest free lane per gather, in start order: a lane is free again once its last gather
 // has ended (touching spans do not overlap). Returns each gather's lane and the lane count.
 // (Gathers and reduce-scatters alike: anything with ts and end.)
-template <typename Span>
-std::pair<std::vector<int>, int> assignLanes(std::vector<Span> &gathers)
+template <typename Span> std::pair<std::vector<int>, int> assignLanes(std::vector<Span> &gathers)
 {
     std::stable_sort(gathers.begin(), gathers.end(),
                      [](const Span &a, const Span &b) { return a.ts < b.ts; });
@@ -145,8 +144,8 @@ RankGathers gathersOf(const TraceBuilder &t, const EventLane &lane)
                 begin = std::min(it->second, ev.tsNs);
                 reduces.erase(it);
             }
-            out.reduces.push_back(Reduce{t.us(begin), t.us(begin) + t.dur(begin, ev.tsNs),
-                                         f.module, f.param, f.bytes, f.params, ev.step});
+            out.reduces.push_back(Reduce{t.us(begin), t.us(begin) + t.dur(begin, ev.tsNs), f.module,
+                                         f.param, f.bytes, f.params, ev.step});
         } else if (ev.type == EventType::FetchBegin) {
             const telemetry::FetchFields f = telemetry::readFetch(ev);
             fetches[f.param] = OpenFetch{ev.tsNs, f.cause, f.reason};
@@ -162,7 +161,8 @@ RankGathers gathersOf(const TraceBuilder &t, const EventLane &lane)
         }
     }
     std::tie(out.lanes, out.laneCount) = assignLanes(out.gathers);
-    if (!out.reduces.empty()) std::tie(out.reduceLanes, out.reduceLaneCount) = assignLanes(out.reduces);
+    if (!out.reduces.empty())
+        std::tie(out.reduceLanes, out.reduceLaneCount) = assignLanes(out.reduces);
     return out;
 }
 
@@ -201,8 +201,8 @@ std::string name(std::string_view n)
 // One rank's events: step spans, broadcasts and violations as they come, then its module
 // spans in start order and its gathers on their "gathers k" threads. Marks the groups its
 // violations belong to.
-void mapLane(TraceBuilder &t, const TraceIds &ids, const Store &store, int r,
-             const RankGathers &g, std::vector<bool> &groupHasEvent)
+void mapLane(TraceBuilder &t, const TraceIds &ids, const Store &store, int r, const RankGathers &g,
+             std::vector<bool> &groupHasEvent)
 {
     const EventLane &lane = store.lane(r);
     const int pid = ids.pid(r);
@@ -321,7 +321,8 @@ void mapLane(TraceBuilder &t, const TraceIds &ids, const Store &store, int r,
                      {"bytes", std::int64_t(x.bytes)},
                      {"params", std::int64_t(x.params)},
                      {"step", std::int64_t(x.step)}};
-        std::string spanName = "reduce-scatter " + (module.empty() ? std::string("(root)") : module);
+        std::string spanName =
+            "reduce-scatter " + (module.empty() ? std::string("(root)") : module);
         if (x.param != kNoParam) {
             args["param"] = store.paramName(x.param);
             spanName = "reduce-scatter " + store.paramName(x.param);
@@ -386,13 +387,15 @@ std::string chromeTrace(const Store &store)
     json other = {{"producer", "shardscope"},
                   {"step", std::int64_t(store.step())},
                   {"dropped_events", std::int64_t(store.droppedEvents())}};
-    return t.document({{"distributedInfo", std::move(distributed)}, {"otherData", std::move(other)}});
+    return t.document(
+        {{"distributedInfo", std::move(distributed)}, {"otherData", std::move(other)}});
 }
 
 wire::Status writeTraceFile(const std::string &path, const Store &store)
 {
     const std::string trace = chromeTrace(store);
-    return wire::writeFileAtomically(path, wire::wantsGzip(path) ? wire::gzipCompress(trace) : trace);
+    return wire::writeFileAtomically(path,
+                                     wire::wantsGzip(path) ? wire::gzipCompress(trace) : trace);
 }
 
 } // namespace shardscope::sessioncore

@@ -27,7 +27,8 @@ PartitionLayout PartitionLayout::reported(std::int64_t numel, std::int64_t padde
         throw std::invalid_argument("world_size must be >= 1, got " + std::to_string(worldSize));
     if (numel < 0) throw std::invalid_argument("numel must be >= 0, got " + std::to_string(numel));
     const bool sane = partitionNumel > 0 && paddedNumel >= numel &&
-                      paddedNumel % partitionNumel == 0 && paddedNumel / partitionNumel <= worldSize &&
+                      paddedNumel % partitionNumel == 0 &&
+                      paddedNumel / partitionNumel <= worldSize &&
                       worldSize % (paddedNumel / partitionNumel) == 0;
     if (!sane) return make(numel, worldSize);
     PartitionLayout l;

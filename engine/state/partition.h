@@ -30,7 +30,10 @@ struct PartitionLayout
 
     // How many distinct shards there are: worldSize for ZeRO-3 and FSDP2, the shard mesh
     // dimension for HSDP, whose rank r holds shard shardOf(r) = r mod shards().
-    int shards() const { return partitionNumel > 0 ? static_cast<int>(paddedNumel / partitionNumel) : worldSize; }
+    int shards() const
+    {
+        return partitionNumel > 0 ? static_cast<int>(paddedNumel / partitionNumel) : worldSize;
+    }
     int shardOf(int rank) const { return rank % std::max(1, shards()); }
 
     std::int64_t offset(int rank) const { return static_cast<std::int64_t>(rank) * partitionNumel; }

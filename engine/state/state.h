@@ -31,7 +31,8 @@ struct ModuleRecord
     // (the engine, DeepSpeed), whose two strings are then empty.
     ModuleId unitGroup = kNoModule;
     std::string reshardAfterForward = {}; // as fully_shard took it: "True", "False" or a mesh size
-    std::string mesh = {};           // the unit's mesh, dimension by dimension: "dp=2", "replicate=2, shard=2"
+    std::string mesh =
+        {}; // the unit's mesh, dimension by dimension: "dp=2", "replicate=2, shard=2"
 
     bool fsdpUnit() const { return unitGroup != kNoModule; }
 };
@@ -56,8 +57,9 @@ struct ParamRecord
     bool late = false;        // created after the model was partitioned
     bool partitioned = false; // false for persistent and for late, not yet adopted, parameters
     std::string replaces;     // late: the parameter it replaced (weight_norm's `weight`), if known
-    // FSDP2: the DTensor's placements over the unit's mesh, "Shard(0)" or "(Replicate(), Shard(0))";
-    // empty for a parameter that is not a DTensor (the engine's and DeepSpeed's flat partitions).
+    // FSDP2: the DTensor's placements over the unit's mesh, "Shard(0)" or "(Replicate(),
+    // Shard(0))"; empty for a parameter that is not a DTensor (the engine's and DeepSpeed's flat
+    // partitions).
     std::string placements;
     std::vector<ParamStatus> status;       // one entry per rank (world size)
     std::vector<ExternalRecord> externals; // modules it is registered on as external
@@ -81,7 +83,10 @@ struct SourceLocation
 
     bool known() const { return !file.empty(); }
     // "file:line", what a user pastes into an editor; "" when not known.
-    std::string fileLine() const { return known() ? file + ":" + std::to_string(line) : std::string(); }
+    std::string fileLine() const
+    {
+        return known() ? file + ":" + std::to_string(line) : std::string();
+    }
     bool operator==(const SourceLocation &) const = default;
 };
 
@@ -105,9 +110,9 @@ struct ViolationRecord
     // it (records()) and by the snapshot readers; a producer never sets it.
     Severity severity = Severity::Error;
     std::uint64_t count = 0;
-    std::uint64_t tsNs = 0; // first occurrence
-    std::string fix;        // the line that fixes it, where one exists
-    std::string message;    // a sentence in the user's terms
+    std::uint64_t tsNs = 0;  // first occurrence
+    std::string fix;         // the line that fixes it, where one exists
+    std::string message;     // a sentence in the user's terms
     SourceLocation location; // where in the user's code; file empty when not known
     // Read while the model was being built: the modules under construction, outermost first
     // ("Wav2Vec2Model .encoder > Wav2Vec2Encoder .pos_conv_embed > ..."); "" otherwise.

@@ -208,7 +208,9 @@ void columnsOf(const EngineState &s, StateColumns &c)
     }
     // After every name, as Engine::stateColumns fills its table column by column: the same
     // state makes the same table, and the same bytes.
-    auto optional = [&c](const std::string &v) { return v.empty() ? kNoString : c.strings.intern(v); };
+    auto optional = [&c](const std::string &v) {
+        return v.empty() ? kNoString : c.strings.intern(v);
+    };
     for (const ParamRecord &p : s.params)
         c.paramReplaces.push_back(optional(p.replaces));
     // FSDP2's settings and placements last: a state without them (the engine's) makes the

@@ -113,7 +113,7 @@ struct StateColumns
     std::vector<std::uint32_t> activeCount;
     std::vector<ModuleId> activeModule;
     std::vector<std::uint64_t> gatherCount, gatherBytes, gatherNs, lastGatherTsNs;
-    std::vector<std::uint32_t> paramReplaces; // into strings; kNoString for none
+    std::vector<std::uint32_t> paramReplaces;   // into strings; kNoString for none
     std::vector<std::uint32_t> paramPlacements; // into strings; kNoString for none (not a DTensor)
 
     std::vector<ViolationRecord> violations;

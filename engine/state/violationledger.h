@@ -59,8 +59,8 @@ struct ViolationRow
     // What the reads touched: Attribute until a sighting reads the values (then Values for good).
     ViolationRead read = ViolationRead::Values;
     Severity severity = Severity::Error; // severityOf(kind, action, read), kept by add
-    std::string paramName; // kept when the parameter is removed (weight_norm)
-    std::string fix;       // the words the row was first shown with
+    std::string paramName;               // kept when the parameter is removed (weight_norm)
+    std::string fix;                     // the words the row was first shown with
     std::string message;
     SourceLocation location; // the key's file and line, with the function and chain first seen
     std::string building;    // the modules under construction, if it happened while building
@@ -84,7 +84,10 @@ struct ViolationRow
     };
     std::vector<PerRank> ranks;
 
-    ViolationKey key() const { return {kind, accessor, param, owner, location.file, location.line}; }
+    ViolationKey key() const
+    {
+        return {kind, accessor, param, owner, location.file, location.line};
+    }
     // Bit r set when rank r (< 64) saw it.
     std::uint64_t rankMask() const;
 };

@@ -7,9 +7,12 @@ namespace shardscope::state {
 std::string_view fixDialectName(FixDialect d)
 {
     switch (d) {
-    case FixDialect::DeepSpeed: return "deepspeed";
-    case FixDialect::Fsdp: return "fsdp";
-    case FixDialect::ShardScope: break;
+    case FixDialect::DeepSpeed:
+        return "deepspeed";
+    case FixDialect::Fsdp:
+        return "fsdp";
+    case FixDialect::ShardScope:
+        break;
     }
     return "shardscope";
 }
@@ -46,9 +49,12 @@ bool allDigits(std::string_view s)
 std::string fsdpStatus(ParamStatus s)
 {
     switch (s) {
-    case ParamStatus::NotAvailable: return "sharded";
-    case ParamStatus::Inflight: return "being all-gathered";
-    case ParamStatus::Available: return "unsharded";
+    case ParamStatus::NotAvailable:
+        return "sharded";
+    case ParamStatus::Inflight:
+        return "being all-gathered";
+    case ParamStatus::Available:
+        return "unsharded";
     }
     return std::string(statusName(s));
 }
@@ -70,14 +76,16 @@ ViolationText describeFsdp(const ViolationSubject &s)
             const std::string m = codeName(s.accessor, d);
             t.fix = m + "(...)  # call the module, not " + m +
                     ".forward(...); for another method: "
-                    "torch.distributed.fsdp.register_fsdp_forward_method(" + m + ", \"<method>\")";
+                    "torch.distributed.fsdp.register_fsdp_forward_method(" +
+                    m + ", \"<method>\")";
             t.message = "FSDP unit `" + displayPath(s.accessor) +
                         "` ran without its pre-forward all-gather (its forward, or another "
-                        "method, was called directly) and read `" + param + "` while it was " +
-                        fsdpStatus(s.status) + " (a DTensor holding this rank's shard)";
+                        "method, was called directly) and read `" +
+                        param + "` while it was " + fsdpStatus(s.status) +
+                        " (a DTensor holding this rank's shard)";
         } else if (s.use == AccessUse::NeedsGrad) {
-            const std::string fwd = s.owner.empty() ? std::string("model.forward")
-                                                    : codeName(s.owner, d) + ".forward";
+            const std::string fwd =
+                s.owner.empty() ? std::string("model.forward") : codeName(s.owner, d) + ".forward";
             t.fix = "# move the read of " + paramCode + " into " + fwd +
                     " (FSDP unshards it there and reduce-scatters its gradient)";
             t.message = "`" + param + "` (FSDP unit `" + unit +
@@ -103,15 +111,18 @@ ViolationText describeFsdp(const ViolationSubject &s)
                     "gradient is not reduced across ranks";
         break;
     case ViolationKind::TiedAcrossGroups: {
-        // the units beside the owner's: "FSDP unit `a`", "FSDP units `a` and `b`", "`a`, `b` and `c`"
+        // the units beside the owner's: "FSDP unit `a`", "FSDP units `a` and `b`", "`a`, `b` and
+        // `c`"
         std::vector<std::string> tied{s.accessor};
         tied.insert(tied.end(), s.alsoTiedInto.begin(), s.alsoTiedInto.end());
         std::string units = codeName(s.owner, d);
         std::string others = tied.size() == 1 ? "FSDP unit " : "FSDP units ";
         for (std::size_t i = 0; i < tied.size(); ++i) {
             units += ", " + codeName(tied[i], d);
-            others += std::string(i == 0 ? "" : i + 1 == tied.size() ? " and " : ", ") + "`" +
-                      displayPath(tied[i]) + "`";
+            others += std::string(i == 0                 ? ""
+                                  : i + 1 == tied.size() ? " and "
+                                                         : ", ") +
+                      "`" + displayPath(tied[i]) + "`";
         }
         const std::size_t n = 1 + tied.size();
         const std::string groups = n == 2 ? "two" : n == 3 ? "three" : std::to_string(n);
@@ -120,8 +131,9 @@ ViolationText describeFsdp(const ViolationSubject &s)
                 ", instead of a fully_shard call for each";
         t.message = "`" + param + "` is tied into " + others + " as well as `" + unit +
                     (s.refusedByTorch
-                         ? "`: " + groups + " groups would shard and gather the one tensor (torch "
-                           "refuses it at the first forward)"
+                         ? "`: " + groups +
+                               " groups would shard and gather the one tensor (torch "
+                               "refuses it at the first forward)"
                          : "`: each group shards and trains its own copy, so the weights are no "
                            "longer tied (this torch does not refuse it)");
         break;
@@ -171,7 +183,8 @@ ViolationText describeFsdp(const ViolationSubject &s)
         break;
     }
     case ViolationKind::TraceInvalidated:
-    case ViolationKind::GatheredWriteWithoutModifier: return {};
+    case ViolationKind::GatheredWriteWithoutModifier:
+        return {};
     }
     return t;
 }
@@ -219,17 +232,16 @@ ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
     // shard_order: FSDP2's alone, in its words whatever the dialect
     if (s.kind == ViolationKind::ShardOrder ||
         (s.kind == ViolationKind::BackwardUnfinished && dialect != FixDialect::DeepSpeed) ||
-        (dialect == FixDialect::Fsdp && ((s.kind == ViolationKind::UnregisteredAccess &&
-                                          s.use != AccessUse::Attribute) ||
-                                         s.kind == ViolationKind::LateParameter ||
-                                         s.kind == ViolationKind::TiedAcrossGroups)))
+        (dialect == FixDialect::Fsdp &&
+         ((s.kind == ViolationKind::UnregisteredAccess && s.use != AccessUse::Attribute) ||
+          s.kind == ViolationKind::LateParameter || s.kind == ViolationKind::TiedAcrossGroups)))
         return describeFsdp(s);
     const bool ds = dialect == FixDialect::DeepSpeed;
     const std::string ns = ds ? "deepspeed.zero." : "";
     const std::string param = s.param.empty() ? std::string("<unknown parameter>") : s.param;
     const std::string paramCode = !s.paramCode.empty() ? s.paramCode
-                                  : s.param.empty()      ? param
-                                                         : codeName(s.param, dialect);
+                                  : s.param.empty()    ? param
+                                                       : codeName(s.param, dialect);
     const std::string owner = displayPath(s.owner);
     ViolationText t;
     switch (s.kind) {
@@ -256,8 +268,8 @@ ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
                         "; register it on `" + displayPath(s.accessor) + "`";
         } else if (s.use == AccessUse::NeedsGrad) {
             // The root module's forward is the one every step runs.
-            t.fix = ns + "register_external_parameter(" + codeName("", dialect) + ", " +
-                    paramCode + ")  # and move the read into " +
+            t.fix = ns + "register_external_parameter(" + codeName("", dialect) + ", " + paramCode +
+                    ")  # and move the read into " +
                     (ds ? "model.forward" : "the root module's forward");
             t.message = "`" + param + "` (owned by `" + owner +
                         "`) was read outside any module's forward/backward while it was " +
@@ -312,9 +324,9 @@ ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
         // the epilogue that reduce-scatters the bucket and averages the gradients never ran.
         t.message = "DeepSpeed ZeRO-3's backward did not finish: it raised " +
                     (s.raised.empty() ? std::string("an exception") : s.raised) + " after " +
-                    (s.bucketed == 1 ? std::string("one parameter's gradient was")
-                                     : "the gradients of " + std::to_string(s.bucketed) +
-                                           " parameters were") +
+                    (s.bucketed == 1
+                         ? std::string("one parameter's gradient was")
+                         : "the gradients of " + std::to_string(s.bucketed) + " parameters were") +
                     " put in stage 3's reduce bucket, where " +
                     (s.bucketed == 1 ? "it stays" : "they stay") +
                     " unreduced, and the parameters it gathered for the rest of the pass stay "
@@ -329,7 +341,8 @@ ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
     case ViolationKind::ShardOrder:
         break; // describeFsdp's
     case ViolationKind::TiedAcrossGroups:
-        t.fix = "fully_shard([" + codeName(s.owner, dialect) + ", " + codeName(s.accessor, dialect) + "])";
+        t.fix = "fully_shard([" + codeName(s.owner, dialect) + ", " +
+                codeName(s.accessor, dialect) + "])";
         t.message = "`" + param + "` is tied into `" + displayPath(s.accessor) + "` as well as `" +
                     owner + "`, which are sharded as two groups";
         break;

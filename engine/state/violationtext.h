@@ -32,8 +32,8 @@ bool parseFixDialect(std::string_view s, FixDialect &out);
 enum class AccessUse : std::uint8_t
 {
     Read = 0,
-    Write = 1,       // it changes the values (model-building code)
-    NeedsGrad = 2,   // autograd records it (the parameter requires grad, grad mode is on)
+    Write = 1,     // it changes the values (model-building code)
+    NeedsGrad = 2, // autograd records it (the parameter requires grad, grad mode is on)
     // It read attributes only (.dtype, .shape, .device, .requires_grad), no values: the
     // record's read is ViolationRead::Attribute, its severity info, and there is nothing to fix.
     Attribute = 3

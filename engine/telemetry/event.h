@@ -15,11 +15,11 @@ namespace shardscope::telemetry {
 // 48 bytes, naturally aligned, no padding: written as-is into rings and frames.
 struct Event
 {
-    std::uint64_t tsNs;  // monotonic nanoseconds (telemetry clock), comparable across ranks
-    std::uint32_t step;  // training step the rank was in
+    std::uint64_t tsNs; // monotonic nanoseconds (telemetry clock), comparable across ranks
+    std::uint32_t step; // training step the rank was in
     std::uint16_t rank;
     EventType type;
-    std::uint8_t flags;  // type-specific small field (reason, phase, status/action)
+    std::uint8_t flags; // type-specific small field (reason, phase, status/action)
     std::uint32_t a;
     std::uint32_t b;
     std::uint64_t u0;
@@ -45,7 +45,7 @@ static_assert(offsetof(Event, u2) == 40);
 // (each with its own ev.rank). (Not named emit: Qt defines `emit` as a macro.)
 class EventSink
 {
-public:
+  public:
     virtual ~EventSink() = default;
     virtual void write(const Event &ev) noexcept = 0;
 };

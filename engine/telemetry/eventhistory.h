@@ -61,9 +61,8 @@ class EventHistory
         while (done < n) {
             const std::size_t run =
                 std::min({n - done, m_capacity - at, kBlockEvents - at % kBlockEvents});
-            std::memcpy(static_cast<void *>(out.data() + done), m_blocks[at / kBlockEvents].get() +
-                                                                   at % kBlockEvents,
-                        run * sizeof(Event));
+            std::memcpy(static_cast<void *>(out.data() + done),
+                        m_blocks[at / kBlockEvents].get() + at % kBlockEvents, run * sizeof(Event));
             done += run;
             at = (at + run) % m_capacity;
         }

@@ -150,7 +150,7 @@ std::vector<DiscoveryEntry> listLiveEngines()
 }
 
 Result<std::vector<DiscoveryEntry>> selectRun(const std::vector<DiscoveryEntry> &live,
-                                               const std::string &name)
+                                              const std::string &name)
 {
     // "ID@RENDEZVOUS" names one run; a plain "ID" is the run of that id, if it is one.
     const auto matches = [&](const DiscoveryEntry &e) {
@@ -175,12 +175,12 @@ Result<std::vector<DiscoveryEntry>> selectRun(const std::vector<DiscoveryEntry> 
         const bool sameRendezvous =
             std::all_of(runs.begin(), runs.end(),
                         [&](const JobIdentity *r) { return r->rendezvous == runs[0]->rendezvous; });
-        return fail("job " + name + " names " + std::to_string(runs.size()) + " runs: " + list +
-                    (sameRendezvous
-                         ? "; their processes disagree on the world size: not one job. Attach "
-                           "a process on its own"
-                         : "; attach one of them as job:ID@RENDEZVOUS, e.g. job:" +
-                               runName(*runs[0])));
+        return fail(
+            "job " + name + " names " + std::to_string(runs.size()) + " runs: " + list +
+            (sameRendezvous
+                 ? "; their processes disagree on the world size: not one job. Attach "
+                   "a process on its own"
+                 : "; attach one of them as job:ID@RENDEZVOUS, e.g. job:" + runName(*runs[0])));
     }
     std::stable_sort(out.begin(), out.end(), [](const DiscoveryEntry &a, const DiscoveryEntry &b) {
         return (a.job.ranks.empty() ? 0 : a.job.ranks.front()) <

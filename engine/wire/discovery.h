@@ -23,7 +23,7 @@ struct DiscoveryEntry
     std::string backend;
     std::uint64_t startUnixMs = 0;
     bool tokenRequired = false;
-    JobIdentity job; // absent in files of releases before jobs: id "" (a job of its own)
+    JobIdentity job;  // absent in files of releases before jobs: id "" (a job of its own)
     std::string file; // the discovery file it was read from (not serialized)
 };
 
@@ -43,7 +43,7 @@ std::vector<DiscoveryEntry> listLiveEngines();
 // An error saying what to type when the id names several runs (two jobs of one name, or
 // processes that disagree on the world size), or none.
 Result<std::vector<DiscoveryEntry>> selectRun(const std::vector<DiscoveryEntry> &live,
-                                               const std::string &name);
+                                              const std::string &name);
 // Whether the process that answered at an entry's endpoint (its Welcome's pid and job) is
 // the one the discovery file announced: "" if so, else why not (a file naming another
 // process's endpoint is not merged into a job).

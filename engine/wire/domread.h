@@ -23,7 +23,7 @@ using Array = simdjson::dom::array;
 // decoder descends; text only on failure.
 class Where
 {
-public:
+  public:
     static Where root() { return Where(nullptr, "snapshot", kNoIndex); }
     Where operator/(std::string_view key) const { return Where(this, key, kNoIndex); }
     Where operator[](std::size_t index) const { return Where(this, {}, index); }
@@ -36,7 +36,7 @@ public:
         return s.empty() ? std::string(m_key) : s + "." + std::string(m_key);
     }
 
-private:
+  private:
     static constexpr std::size_t kNoIndex = std::numeric_limits<std::size_t>::max();
     Where(const Where *parent, std::string_view key, std::size_t index)
         : m_parent(parent), m_key(key), m_index(index)
@@ -77,7 +77,7 @@ inline bool optionalMember(Object o, std::string_view key, Element &out)
 // expected one first; any order is accepted, and for a repeated key the last one wins.
 template <std::size_t N> class Fields
 {
-public:
+  public:
     Fields(Object o, const std::array<std::string_view, N> &names, const Where &where)
         : m_names(names), m_where(where)
     {
@@ -94,15 +94,14 @@ public:
     }
     Element operator[](std::size_t k) const
     {
-        if (!m_present[k])
-            failAt(m_where, "missing field \"" + std::string(m_names[k]) + "\"");
+        if (!m_present[k]) failAt(m_where, "missing field \"" + std::string(m_names[k]) + "\"");
         return m_values[k];
     }
     bool has(std::size_t k) const { return m_present[k]; }
     // Where the value of names[k] sits, for messages.
     Where at(std::size_t k) const { return m_where / m_names[k]; }
 
-private:
+  private:
     const std::array<std::string_view, N> &m_names;
     const Where &m_where;
     std::array<Element, N> m_values{};
@@ -174,8 +173,7 @@ inline Element parse(simdjson::dom::parser &parser, std::string_view text, bool 
         throw DecodeFailure{"cannot allocate memory to parse " + std::to_string(text.size()) +
                             " bytes of JSON"};
     if (err == simdjson::DEPTH_ERROR)
-        throw DecodeFailure{"JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
-                            " levels"};
+        throw DecodeFailure{"JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels"};
     if (err != simdjson::SUCCESS)
         throw DecodeFailure{std::string("malformed JSON (") + simdjson::error_message(err) + ")"};
     return root;

@@ -213,8 +213,8 @@ Result<sockaddr_un> unixSocketAddress(const std::string &path)
     addr.sun_family = AF_UNIX;
     if (path.size() >= sizeof(addr.sun_path))
         return fail("socket path " + path + " is longer than " +
-                          std::to_string(sizeof(addr.sun_path) - 1) +
-                          " bytes, the limit of Unix sockets; choose a shorter path");
+                    std::to_string(sizeof(addr.sun_path) - 1) +
+                    " bytes, the limit of Unix sockets; choose a shorter path");
     std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
     return addr;
 }

@@ -28,15 +28,15 @@ inline constexpr std::size_t kPayloadPadding = 64;
 
 enum class MessageType : std::uint16_t
 {
-    Hello = 1,        // client -> server, JSON
-    Welcome = 2,      // server -> client, JSON
-    Error = 3,        // either way, JSON {"code", "message"}; the sender closes afterwards
-    State = 4,        // server -> client, snapshot JSON (docs/snapshot.md) with no events
-    HistoryBegin = 5, // server -> client, u64 number of history events that follow
-    EventBatch = 6,   // server -> client, n * 48-byte Event records
-    HistoryEnd = 7,   // server -> client, empty
-    Dropped = 8,      // server -> client, u64 dropped since last notice, u64 total for this client
-    Goodbye = 9,      // server -> client, JSON: the engine finished; the connection closes
+    Hello = 1,         // client -> server, JSON
+    Welcome = 2,       // server -> client, JSON
+    Error = 3,         // either way, JSON {"code", "message"}; the sender closes afterwards
+    State = 4,         // server -> client, snapshot JSON (docs/snapshot.md) with no events
+    HistoryBegin = 5,  // server -> client, u64 number of history events that follow
+    EventBatch = 6,    // server -> client, n * 48-byte Event records
+    HistoryEnd = 7,    // server -> client, empty
+    Dropped = 8,       // server -> client, u64 dropped since last notice, u64 total for this client
+    Goodbye = 9,       // server -> client, JSON: the engine finished; the connection closes
     ClockRequest = 10, // client -> server, instead of Hello: u64 echo (a clock probe)
     ClockReply = 11,   // server -> client, u64 echo, u64 the server's telemetry clock
     // server -> client instead of State, to a client whose Hello listed "state_binary":

@@ -32,6 +32,9 @@ inline void appendJsonNumber(std::string &out, std::int64_t v)
     out.append(buf, r.ptr);
 }
 
-inline void appendJsonBool(std::string &out, bool v) { out.append(v ? "true" : "false"); }
+inline void appendJsonBool(std::string &out, bool v)
+{
+    out.append(v ? "true" : "false");
+}
 
 } // namespace shardscope::wire::detail

@@ -42,7 +42,10 @@ inline constexpr bool isEvents2Type(EventType t)
 struct Hello
 {
     std::uint16_t version = kProtocolVersion;
-    std::vector<std::string> capabilities{"state", "events", "history", "dropped",
+    std::vector<std::string> capabilities{"state",
+                                          "events",
+                                          "history",
+                                          "dropped",
                                           std::string(kCapabilityStateBinary),
                                           std::string(kCapabilityStateBinary2),
                                           std::string(kCapabilityStateBinary3),
@@ -57,7 +60,10 @@ struct Hello
 struct Welcome
 {
     std::uint16_t version = kProtocolVersion;
-    std::vector<std::string> capabilities{"state", "events", "history", "dropped",
+    std::vector<std::string> capabilities{"state",
+                                          "events",
+                                          "history",
+                                          "dropped",
                                           std::string(kCapabilityStateBinary),
                                           std::string(kCapabilityStateBinary2),
                                           std::string(kCapabilityStateBinary3),
@@ -140,8 +146,8 @@ Result<std::vector<telemetry::Event>> decodeEvents(std::string_view payload);
 
 bool hasCapability(const std::vector<std::string> &capabilities, std::string_view name);
 // The StateBinary layout a client's Hello asks for: the newest of "state_binary" (1),
-// "state_binary_2" (2), "state_binary_3" (3) and "state_binary_4" (4) it lists along with "state_binary"; 0 when it
-// lists no "state_binary" and reads JSON State frames.
+// "state_binary_2" (2), "state_binary_3" (3) and "state_binary_4" (4) it lists along with
+// "state_binary"; 0 when it lists no "state_binary" and reads JSON State frames.
 std::uint16_t binaryLayoutOf(const std::vector<std::string> &capabilities);
 
 // Handshake, server side: nullopt if the Hello is accepted, else the refusal to send.

@@ -35,9 +35,12 @@ constexpr std::uint64_t kOldestReadableVersion = 1;
 char statusLetter(ParamStatus s)
 {
     switch (s) {
-    case ParamStatus::NotAvailable: return 'N';
-    case ParamStatus::Inflight: return 'I';
-    case ParamStatus::Available: return 'A';
+    case ParamStatus::NotAvailable:
+        return 'N';
+    case ParamStatus::Inflight:
+        return 'I';
+    case ParamStatus::Available:
+        return 'A';
     }
     return '?';
 }
@@ -46,7 +49,7 @@ char statusLetter(ParamStatus s)
 // arrays on its own line (files), compact otherwise (State frames).
 class Writer
 {
-public:
+  public:
     Writer(std::string &out, bool pretty) : m_out(out), m_pretty(pretty) {}
 
     Writer &raw(std::string_view s)
@@ -103,7 +106,7 @@ public:
         return raw("]");
     }
 
-private:
+  private:
     std::string &m_out;
     bool m_pretty;
 };
@@ -245,8 +248,9 @@ void writeEventColumns(Writer &w, const std::vector<telemetry::Event> &events, b
     };
     column("ts_ns",
            [&](std::size_t i) { delta(i, [](const telemetry::Event &e) { return e.tsNs; }); });
-    column("step",
-           [&](std::size_t i) { delta(i, [](const telemetry::Event &e) { return std::uint64_t(e.step); }); });
+    column("step", [&](std::size_t i) {
+        delta(i, [](const telemetry::Event &e) { return std::uint64_t(e.step); });
+    });
     column("rank", [&](std::size_t i) { w.num(events[i].rank); });
     column("type", [&](std::size_t i) {
         w.num(std::uint64_t(typeIndex[static_cast<std::uint8_t>(events[i].type)]));
@@ -285,13 +289,15 @@ std::uint64_t u64(sj::Object o, std::string_view key, const Where &w)
     return sj::asU64(sj::member(o, key, w), w / key);
 }
 
-constexpr std::array<std::string_view, 10> kEventFields = {
-    "ts_ns", "step", "rank", "type", "flags", "a", "b", "u0", "u1", "u2"};
+constexpr std::array<std::string_view, 10> kEventFields = {"ts_ns", "step", "rank", "type", "flags",
+                                                           "a",     "b",    "u0",   "u1",   "u2"};
 
 telemetry::Event decodeEvent(Element j, const Where &w)
 {
     const sj::Fields f(sj::asObject(j, w), kEventFields, w);
-    auto bounded = [&](std::size_t k, std::uint64_t max) { return sj::asBounded(f[k], max, f.at(k)); };
+    auto bounded = [&](std::size_t k, std::uint64_t max) {
+        return sj::asBounded(f[k], max, f.at(k));
+    };
     telemetry::Event e{};
     e.tsNs = sj::asU64(f[0], f.at(0));
     e.step = static_cast<std::uint32_t>(bounded(1, 0xFFFFFFFFu));
@@ -376,12 +382,15 @@ void decodeEventColumns(sj::Object o, std::vector<telemetry::Event> &out, const 
     each(6, [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) {
         e.b = static_cast<std::uint32_t>(sj::asBounded(v, 0xFFFFFFFFu, cw[i]));
     });
-    each(7,
-         [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) { e.u0 = sj::asU64(v, cw[i]); });
-    each(8,
-         [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) { e.u1 = sj::asU64(v, cw[i]); });
-    each(9,
-         [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) { e.u2 = sj::asU64(v, cw[i]); });
+    each(7, [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) {
+        e.u0 = sj::asU64(v, cw[i]);
+    });
+    each(8, [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) {
+        e.u1 = sj::asU64(v, cw[i]);
+    });
+    each(9, [&](telemetry::Event &e, Element v, const Where &cw, std::size_t i) {
+        e.u2 = sj::asU64(v, cw[i]);
+    });
 }
 
 struct ModuleIndex
@@ -443,9 +452,15 @@ void readStatus(Element j, std::uint64_t version, int worldSize, std::vector<Par
     out.resize(ranks);
     for (std::size_t i = 0; i < ranks; ++i) {
         switch (letters[i]) {
-        case 'N': out[i] = ParamStatus::NotAvailable; break;
-        case 'I': out[i] = ParamStatus::Inflight; break;
-        case 'A': out[i] = ParamStatus::Available; break;
+        case 'N':
+            out[i] = ParamStatus::NotAvailable;
+            break;
+        case 'I':
+            out[i] = ParamStatus::Inflight;
+            break;
+        case 'A':
+            out[i] = ParamStatus::Available;
+            break;
         default: {
             const auto c = static_cast<unsigned char>(letters[i]);
             const std::string shown = c >= 0x20 && c < 0x7F ? "'" + std::string(1, letters[i]) + "'"
@@ -457,19 +472,55 @@ void readStatus(Element j, std::uint64_t version, int worldSize, std::vector<Par
     }
 }
 
-enum ParamField : std::size_t {
-    kId, kName, kModuleId, kShape, kDtype, kNumel, kPaddedNumel, kPartitionNumel, kPersistent,
-    kPartitioned, kLate, kStatus, kExternal, kExternalAuto, kActive, kGatherCount, kGatherBytes,
-    kGatherNs, kLastGather, kReplaces, kPlacements, kParamFieldCount
+enum ParamField : std::size_t
+{
+    kId,
+    kName,
+    kModuleId,
+    kShape,
+    kDtype,
+    kNumel,
+    kPaddedNumel,
+    kPartitionNumel,
+    kPersistent,
+    kPartitioned,
+    kLate,
+    kStatus,
+    kExternal,
+    kExternalAuto,
+    kActive,
+    kGatherCount,
+    kGatherBytes,
+    kGatherNs,
+    kLastGather,
+    kReplaces,
+    kPlacements,
+    kParamFieldCount
 };
-constexpr std::array<std::string_view, kParamFieldCount> kParamFields = {
-    "id", "name", "module_id", "shape", "dtype", "numel", "padded_numel", "partition_numel",
-    "persistent", "partitioned", "late", "status", "external_modules", "external_auto_modules",
-    "active_modules", "gather_count", "gather_bytes", "gather_ns", "last_gather_ts_ns", "replaces",
-    "placements"};
+constexpr std::array<std::string_view, kParamFieldCount> kParamFields = {"id",
+                                                                         "name",
+                                                                         "module_id",
+                                                                         "shape",
+                                                                         "dtype",
+                                                                         "numel",
+                                                                         "padded_numel",
+                                                                         "partition_numel",
+                                                                         "persistent",
+                                                                         "partitioned",
+                                                                         "late",
+                                                                         "status",
+                                                                         "external_modules",
+                                                                         "external_auto_modules",
+                                                                         "active_modules",
+                                                                         "gather_count",
+                                                                         "gather_bytes",
+                                                                         "gather_ns",
+                                                                         "last_gather_ts_ns",
+                                                                         "replaces",
+                                                                         "placements"};
 
-state::ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize, std::uint64_t version,
-                        const Where &w)
+state::ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSize,
+                               std::uint64_t version, const Where &w)
 {
     const sj::Fields f(sj::asObject(j, w), kParamFields, w);
     state::ParamRecord p;
@@ -500,7 +551,8 @@ state::ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSiz
     p.late = sj::asBool(f[kLate], f.at(kLate));
     readStatus(f[kStatus], version, worldSize, p.status, f.at(kStatus));
     const std::vector<ModuleId> ext = resolvePaths(f[kExternal], index, f.at(kExternal));
-    const std::vector<ModuleId> extAuto = resolvePaths(f[kExternalAuto], index, f.at(kExternalAuto));
+    const std::vector<ModuleId> extAuto =
+        resolvePaths(f[kExternalAuto], index, f.at(kExternalAuto));
     const std::unordered_set<ModuleId> automatic(extAuto.begin(), extAuto.end());
     p.externals.reserve(ext.size());
     for (ModuleId m : ext)
@@ -513,7 +565,8 @@ state::ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSiz
     if (f.has(kReplaces)) p.replaces = sj::asString(f[kReplaces], f.at(kReplaces));
     if (f.has(kPlacements)) {
         p.placements = sj::asString(f[kPlacements], f.at(kPlacements));
-        if (p.placements.empty()) sj::failAt(f.at(kPlacements), "is empty; leave the field out instead");
+        if (p.placements.empty())
+            sj::failAt(f.at(kPlacements), "is empty; leave the field out instead");
     }
     return p;
 }
@@ -558,8 +611,10 @@ state::ViolationRecord decodeViolation(Element j, const ModuleIndex &index, cons
     return v;
 }
 
-constexpr std::array<std::string_view, 5> kModuleFields = {"id", "path", "type", "parent", "fsdp_unit"};
-constexpr std::array<std::string_view, 3> kUnitFields = {"group_id", "reshard_after_forward", "mesh"};
+constexpr std::array<std::string_view, 5> kModuleFields = {"id", "path", "type", "parent",
+                                                           "fsdp_unit"};
+constexpr std::array<std::string_view, 3> kUnitFields = {"group_id", "reshard_after_forward",
+                                                         "mesh"};
 
 Snapshot decodeSnapshotDom(Element rootElement)
 {
@@ -613,8 +668,7 @@ Snapshot decodeSnapshotDom(Element rootElement)
         sj::asI64(sj::member(cfg, "prefetch_bucket_size", cw), cw / "prefetch_bucket_size");
     st.config.maxLiveParameters =
         sj::asI64(sj::member(cfg, "max_live_parameters", cw), cw / "max_live_parameters");
-    st.config.guard =
-        readEnum(sj::member(cfg, "guard", cw), guardPolicyFromName, cw / "guard");
+    st.config.guard = readEnum(sj::member(cfg, "guard", cw), guardPolicyFromName, cw / "guard");
 
     const Where mw = rw / "modules";
     const sj::Array modules = sj::asArray(sj::member(root, "modules", rw), mw);
@@ -625,7 +679,8 @@ Snapshot decodeSnapshotDom(Element rootElement)
         state::ModuleRecord r;
         r.id = readId(f[0], kNoModule, f.at(0));
         if (r.id != i)
-            sj::failAt(f.at(0), "is " + std::to_string(r.id) + "; module ids must equal their index");
+            sj::failAt(f.at(0),
+                       "is " + std::to_string(r.id) + "; module ids must equal their index");
         r.path = sj::asString(f[1], f.at(1));
         r.type = sj::asString(f[2], f.at(2));
         r.parent = readId(f[3], kNoModule, f.at(3));
@@ -635,7 +690,8 @@ Snapshot decodeSnapshotDom(Element rootElement)
             const Where uw = f.at(4);
             const sj::Fields u(sj::asObject(f[4], uw), kUnitFields, uw);
             r.unitGroup = readId(u[0], kNoModule, u.at(0));
-            if (r.unitGroup == kNoModule) sj::failAt(u.at(0), "an FSDP unit needs its group's module");
+            if (r.unitGroup == kNoModule)
+                sj::failAt(u.at(0), "an FSDP unit needs its group's module");
             r.reshardAfterForward = sj::asString(u[1], u.at(1));
             r.mesh = sj::asString(u[2], u.at(2));
         }
@@ -784,8 +840,7 @@ std::string outputOfRank(const std::string &path, int rank, int worldSize)
     if (path.empty()) return path;
     if (path.find(kRank) != std::string::npos) {
         std::string out = path;
-        for (auto at = out.find(kRank); at != std::string::npos;
-             at = out.find(kRank, at + 1))
+        for (auto at = out.find(kRank); at != std::string::npos; at = out.find(kRank, at + 1))
             out.replace(at, kRank.size(), std::to_string(rank));
         return out;
     }

@@ -35,7 +35,7 @@ struct Snapshot
     SnapshotMeta meta;
     state::EngineState state;
     std::vector<telemetry::Event> events; // oldest first
-    std::uint64_t droppedEvents = 0; // events lost before they reached this snapshot
+    std::uint64_t droppedEvents = 0;      // events lost before they reached this snapshot
 };
 
 std::string encodeSnapshot(const Snapshot &snapshot, bool pretty = false);

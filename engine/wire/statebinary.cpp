@@ -44,15 +44,15 @@ constexpr std::uint64_t kViolationSeverityBytes = 1 + 1;
 static_assert(kParamBytes == 83 && kViolationBytes == 55 && kViolationLocationBytes == 20);
 
 // Parameter flags.
-constexpr std::uint8_t kPersistent = state::kParamPersistent, kPartitioned = state::kParamPartitioned,
-                       kLate = state::kParamLate;
+constexpr std::uint8_t kPersistent = state::kParamPersistent,
+                       kPartitioned = state::kParamPartitioned, kLate = state::kParamLate;
 
 // The counts of the header, which fix the size of every part.
 struct Counts
 {
     std::uint16_t layout = kBinaryStateLayout;
-    std::uint64_t strings = 0, stringBytes = 0, world = 1, localRanks = 0, modules = 0,
-                  params = 0, dims = 0, externals = 0, active = 0, violations = 0, events = 0;
+    std::uint64_t strings = 0, stringBytes = 0, world = 1, localRanks = 0, modules = 0, params = 0,
+                  dims = 0, externals = 0, active = 0, violations = 0, events = 0;
 };
 
 std::uint64_t statusRowBytes(std::uint64_t world)
@@ -148,7 +148,10 @@ class Out
         if (n) std::memcpy(m_p, data, n);
         m_p += n;
     }
-    template <class T> void column(const std::vector<T> &v) { bytes(v.data(), v.size() * sizeof(T)); }
+    template <class T> void column(const std::vector<T> &v)
+    {
+        bytes(v.data(), v.size() * sizeof(T));
+    }
 
   private:
     char *m_p;
@@ -175,8 +178,8 @@ bool validTable(const state::StringColumn &t)
 } // namespace
 
 std::string encodeBinaryState(const state::StateColumns &c, const SnapshotMeta &meta,
-                              std::uint64_t droppedEvents,
-                              std::span<const telemetry::Event> events, std::uint16_t layout)
+                              std::uint64_t droppedEvents, std::span<const telemetry::Event> events,
+                              std::uint16_t layout)
 {
     if (layout < kBinaryStateOldestLayout || layout > kBinaryStateLayout)
         throw std::invalid_argument("encodeBinaryState: layout " + std::to_string(layout) +
@@ -310,12 +313,16 @@ std::string encodeBinaryState(const state::StateColumns &c, const SnapshotMeta &
         for (const state::ViolationRecord &v : c.violations)
             o.put(field(v));
     };
-    violationColumn([](const state::ViolationRecord &v) { return static_cast<std::uint8_t>(v.kind); });
-    violationColumn([](const state::ViolationRecord &v) { return static_cast<std::uint8_t>(v.status); });
-    violationColumn([](const state::ViolationRecord &v) { return static_cast<std::uint8_t>(v.action); });
+    violationColumn(
+        [](const state::ViolationRecord &v) { return static_cast<std::uint8_t>(v.kind); });
+    violationColumn(
+        [](const state::ViolationRecord &v) { return static_cast<std::uint8_t>(v.status); });
+    violationColumn(
+        [](const state::ViolationRecord &v) { return static_cast<std::uint8_t>(v.action); });
     violationColumn([](const state::ViolationRecord &v) { return std::uint32_t(v.step); });
     violationColumn([](const state::ViolationRecord &v) { return std::uint32_t(v.lastStep); });
-    violationColumn([](const state::ViolationRecord &v) { return static_cast<std::uint32_t>(v.rank); });
+    violationColumn(
+        [](const state::ViolationRecord &v) { return static_cast<std::uint32_t>(v.rank); });
     violationColumn([](const state::ViolationRecord &v) { return std::uint32_t(v.accessor); });
     violationColumn([](const state::ViolationRecord &v) { return std::uint32_t(v.param); });
     o.column(vParamName);
@@ -338,8 +345,10 @@ std::string encodeBinaryState(const state::StateColumns &c, const SnapshotMeta &
         o.column(c.paramPlacements);
     }
     if (layout >= 4) {
-        violationColumn([](const state::ViolationRecord &v) { return static_cast<std::uint8_t>(v.severity); });
-        violationColumn([](const state::ViolationRecord &v) { return static_cast<std::uint8_t>(v.read); });
+        violationColumn(
+            [](const state::ViolationRecord &v) { return static_cast<std::uint8_t>(v.severity); });
+        violationColumn(
+            [](const state::ViolationRecord &v) { return static_cast<std::uint8_t>(v.read); });
     }
     o.bytes(events.data(), events.size_bytes());
     return out;
@@ -441,7 +450,8 @@ class Strings
         // Valid as a whole, and no string starting inside a character: then each one is valid.
         bool valid = simdjson::validate_utf8(bytes, c.stringBytes);
         for (std::uint64_t i = 0; valid && i < m_views.size(); ++i)
-            valid = m_views[i].empty() || (static_cast<unsigned char>(m_views[i][0]) & 0xC0) != 0x80;
+            valid =
+                m_views[i].empty() || (static_cast<unsigned char>(m_views[i][0]) & 0xC0) != 0x80;
         if (!valid)
             for (std::uint64_t i = 0; i < m_views.size(); ++i)
                 if (!simdjson::validate_utf8(m_views[i].data(), m_views[i].size()))
@@ -527,7 +537,8 @@ ModuleId moduleRef(std::uint32_t id, std::uint64_t modules, const Where &where)
 template <class E, class W> E enumValue(std::uint8_t v, unsigned count, const W &where)
 {
     if (v >= count)
-        failAt(where, "value " + std::to_string(v) + " is outside 0 to " + std::to_string(count - 1));
+        failAt(where,
+               "value " + std::to_string(v) + " is outside 0 to " + std::to_string(count - 1));
     return static_cast<E>(v);
 }
 
@@ -535,8 +546,8 @@ Snapshot decodeBinary(std::string_view payload)
 {
     if (payload.size() < kBinaryStateHeaderSize)
         failAt("header", "the payload is " + std::to_string(payload.size()) +
-                             " bytes, shorter than the " +
-                             std::to_string(kBinaryStateHeaderSize) + "-byte header");
+                             " bytes, shorter than the " + std::to_string(kBinaryStateHeaderSize) +
+                             "-byte header");
     Parts header(payload.data());
     if (header.next<std::uint32_t>() != kBinaryStateMagic)
         failAt("header", "does not start with \"SSTB\"");
@@ -595,13 +606,15 @@ Snapshot decodeBinary(std::string_view payload)
     st.fixDialect = strings.get(metaStrings[4], "header.fix_dialect");
     state::FixDialect known;
     if (!state::parseFixDialect(st.fixDialect, known))
-        failAt("header.fix_dialect", "\"" + st.fixDialect + "\" is not \"shardscope\", \"deepspeed\" or \"fsdp\"");
+        failAt("header.fix_dialect",
+               "\"" + st.fixDialect + "\" is not \"shardscope\", \"deepspeed\" or \"fsdp\"");
 
     const auto localRanks = parts.column<std::uint32_t>(c.localRanks);
     st.localRanks.reserve(c.localRanks);
     for (std::uint64_t i = 0; i < c.localRanks; ++i) {
         if (localRanks[i] >= c.world)
-            failAt(at("local_ranks", i), std::to_string(localRanks[i]) + " is not a rank of a world of " +
+            failAt(at("local_ranks", i), std::to_string(localRanks[i]) +
+                                             " is not a rank of a world of " +
                                              std::to_string(c.world));
         st.localRanks.push_back(static_cast<int>(localRanks[i]));
     }
@@ -650,17 +663,19 @@ Snapshot decodeBinary(std::string_view payload)
     // the model. Marks are per (parameter, list), so checking stays linear.
     std::vector<std::uint64_t> seen(c.externals + c.active > 0 ? c.modules : 0, ~std::uint64_t(0));
     auto moduleList = [&](std::uint64_t list, Column<std::uint32_t> col, std::uint64_t &next,
-                          std::uint64_t total, std::uint32_t n, const Where &where,
-                          auto &&emit) {
+                          std::uint64_t total, std::uint32_t n, const Where &where, auto &&emit) {
         if (n > total - next)
             failAt(where, std::to_string(n) + " entries run past the " + std::to_string(total) +
                               " the header counts");
         for (std::uint32_t k = 0; k < n; ++k, ++next) {
             const ModuleId m = col[next];
             if (m >= c.modules)
-                failAt(at(std::string(where), k), "module id " + std::to_string(m) + " does not exist (" +
-                                         std::to_string(c.modules) + " modules)");
-            if (seen[m] == list) failAt(at(std::string(where), k), "module " + std::to_string(m) + " is listed twice");
+                failAt(at(std::string(where), k), "module id " + std::to_string(m) +
+                                                      " does not exist (" +
+                                                      std::to_string(c.modules) + " modules)");
+            if (seen[m] == list)
+                failAt(at(std::string(where), k),
+                       "module " + std::to_string(m) + " is listed twice");
             seen[m] = list;
             emit(m, next);
         }
@@ -685,8 +700,8 @@ Snapshot decodeBinary(std::string_view payload)
         const unsigned ndims = pDims[i];
         if (ndims > kMaxDims) failAt(w / "shape", "more than 16 dimensions");
         if (ndims > c.dims - dimAt)
-            failAt(w / "shape", "the dimensions run past the " + std::to_string(c.dims) +
-                                     " the header counts");
+            failAt(w / "shape",
+                   "the dimensions run past the " + std::to_string(c.dims) + " the header counts");
         p.shape.resize(ndims);
         for (unsigned k = 0; k < ndims; ++k, ++dimAt) {
             p.shape[k] = dims[dimAt];
@@ -705,8 +720,8 @@ Snapshot decodeBinary(std::string_view payload)
                    [&](ModuleId m, std::uint64_t k) {
                        const std::uint8_t a = extAuto[k];
                        if (a > 1)
-                           failAt(w / "external_auto", "value " + std::to_string(a) +
-                                                            " is not 0 or 1");
+                           failAt(w / "external_auto",
+                                  "value " + std::to_string(a) + " is not 0 or 1");
                        p.externals.push_back(state::ExternalRecord{m, a == 1});
                    });
         const std::uint32_t nActive = pActiveCount[i];
@@ -803,7 +818,8 @@ Snapshot decodeBinary(std::string_view payload)
         if (const std::string bad = state::unitGroupError(st.modules, st.modules[i]); !bad.empty())
             failAt(Where{"modules", i} / "unit_group_id", bad);
     for (std::uint64_t i = 0; i < PL; ++i) {
-        st.params[i].placements = strings.getOrEmpty(pPlacements[i], Where{"params", i} / "placements");
+        st.params[i].placements =
+            strings.getOrEmpty(pPlacements[i], Where{"params", i} / "placements");
         if (pPlacements[i] != kNone && st.params[i].placements.empty())
             failAt(Where{"params", i} / "placements", "is empty; none is written as 0xFFFFFFFF");
     }
@@ -827,8 +843,8 @@ Snapshot decodeBinary(std::string_view payload)
     if (c.events) std::memcpy(s.events.data(), events, c.events * sizeof(telemetry::Event));
     for (std::uint64_t i = 0; i < c.events; ++i)
         if (!isKnownEventType(static_cast<std::uint8_t>(s.events[i].type)))
-            failAt(at("events", i), "unknown event type " +
-                                        std::to_string(static_cast<unsigned>(s.events[i].type)));
+            failAt(at("events", i),
+                   "unknown event type " + std::to_string(static_cast<unsigned>(s.events[i].type)));
     return s;
 }
 
@@ -843,8 +859,10 @@ Result<Snapshot> decodeBinaryState(std::string_view payload)
 Result<Snapshot> decodeStateFrame(const Frame &frame)
 {
     switch (frame.type) {
-    case MessageType::State: return decodeSnapshot(frame.payload);
-    case MessageType::StateBinary: return decodeBinaryState(frame.payload);
+    case MessageType::State:
+        return decodeSnapshot(frame.payload);
+    case MessageType::StateBinary:
+        return decodeBinaryState(frame.payload);
     default:
         return fail("a " + std::string(messageTypeName(frame.type)) + " frame is not a state");
     }

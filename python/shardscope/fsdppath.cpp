@@ -7,8 +7,7 @@
 
 namespace shardscope::agent {
 
-FsdpPath::FsdpPath(AgentState &state, py::object agent, py::object observer,
-                   py::object preBackward)
+FsdpPath::FsdpPath(AgentState &state, py::object agent, py::object observer, py::object preBackward)
     : m_state(state), m_agent(std::move(agent)), m_observer(observer),
       m_preBackward(std::move(preBackward))
 {
@@ -31,21 +30,19 @@ py::object FsdpPath::observer() const
 
 FsdpPath::Group &FsdpPath::at(std::size_t group)
 {
-    if (group >= m_groups.size())
-        throw py::index_error("no FSDP group " + std::to_string(group));
+    if (group >= m_groups.size()) throw py::index_error("no FSDP group " + std::to_string(group));
     return m_groups[group];
 }
 
 const FsdpPath::Group &FsdpPath::at(std::size_t group) const
 {
-    if (group >= m_groups.size())
-        throw py::index_error("no FSDP group " + std::to_string(group));
+    if (group >= m_groups.size()) throw py::index_error("no FSDP group " + std::to_string(group));
     return m_groups[group];
 }
 
 std::size_t FsdpPath::addGroup(py::handle group,
-                               std::vector<std::pair<ParamId, std::uint64_t>> params,
-                               ModuleId unit, int status)
+                               std::vector<std::pair<ParamId, std::uint64_t>> params, ModuleId unit,
+                               int status)
 {
     if (status < kSharded || status > kUnsharded)
         throw py::value_error("status must be 0 (sharded), 1 (gathering) or 2 (unsharded)");
@@ -123,8 +120,8 @@ bool FsdpPath::isNone(PyObject *object, PyObject *name)
 namespace {
 
 // The argument FSDP passes as `name`: positional at index, or by keyword; nullptr: absent.
-PyObject *argument(PyObject *const *args, std::size_t nargsf, PyObject *kwnames,
-                   Py_ssize_t index, PyObject *name)
+PyObject *argument(PyObject *const *args, std::size_t nargsf, PyObject *kwnames, Py_ssize_t index,
+                   PyObject *name)
 {
     const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
     if (index < n) return args[index];
@@ -146,16 +143,24 @@ PyObject *FsdpPath::call(Method m, PyObject *original, PyObject *const *args, st
     Group *g = groupOf(args[0]);
     if (!g) return PyObject_Vectorcall(original, args, nargsf, kwnames);
     switch (m) {
-    case Method::Unshard: return unshard(*g, original, args, nargsf, kwnames);
-    case Method::ToUnsharded: return toUnsharded(g, original, args, nargsf, kwnames);
+    case Method::Unshard:
+        return unshard(*g, original, args, nargsf, kwnames);
+    case Method::ToUnsharded:
+        return toUnsharded(g, original, args, nargsf, kwnames);
     case Method::ToSharded:
-    case Method::ToShardedPostForward: return toSharded(g, original, args, nargsf, kwnames);
-    case Method::PreForward: return preForward(*g, original, args, nargsf, kwnames);
-    case Method::PostForward: return postForward(*g, original, args, nargsf, kwnames);
-    case Method::PreBackward: return preBackward(*g, original, args, nargsf, kwnames);
-    case Method::PostBackward: return postBackward(*g, original, args, nargsf, kwnames);
+    case Method::ToShardedPostForward:
+        return toSharded(g, original, args, nargsf, kwnames);
+    case Method::PreForward:
+        return preForward(*g, original, args, nargsf, kwnames);
+    case Method::PostForward:
+        return postForward(*g, original, args, nargsf, kwnames);
+    case Method::PreBackward:
+        return preBackward(*g, original, args, nargsf, kwnames);
+    case Method::PostBackward:
+        return postBackward(*g, original, args, nargsf, kwnames);
     case Method::PrefetchUnshard:
-    case Method::ForeachReduce: break;
+    case Method::ForeachReduce:
+        break;
     }
     return PyObject_Vectorcall(original, args, nargsf, kwnames);
 }
@@ -163,8 +168,8 @@ PyObject *FsdpPath::call(Method m, PyObject *original, PyObject *const *args, st
 // An all-gather issued for the group: GATHERING, with the cause of the method running now
 // (an explicit unshard() outside them: gathered_parameters). unshard() again while one is in
 // flight, or on an unsharded group, changes nothing.
-PyObject *FsdpPath::unshard(Group &g, PyObject *original, PyObject *const *args,
-                            std::size_t nargsf, PyObject *kwnames)
+PyObject *FsdpPath::unshard(Group &g, PyObject *original, PyObject *const *args, std::size_t nargsf,
+                            PyObject *kwnames)
 {
     PyObject *self = args[0];
     const bool pending = !isNone(self, m_kAllGatherResult.ptr());
@@ -175,8 +180,8 @@ PyObject *FsdpPath::unshard(Group &g, PyObject *original, PyObject *const *args,
     if (!r) return nullptr;
     return finally(r, [&] {
         if (!pending && !was && g.status == kSharded && !isNone(self, m_kAllGatherResult.ptr())) {
-            const Cause c =
-                m_causes.empty() ? Cause{FetchReason::GatheredParameters, kNoModule} : m_causes.back();
+            const Cause c = m_causes.empty() ? Cause{FetchReason::GatheredParameters, kNoModule}
+                                             : m_causes.back();
             g.reason = c.reason;
             g.cause = c.module;
             changeStatus(g, kGathering, g.cause, g.reason);
@@ -195,8 +200,8 @@ PyObject *FsdpPath::toUnsharded(Group *g, PyObject *original, PyObject *const *a
     return finally(r, [&] {
         if (g->status == kUnsharded) return;
         if (g->status == kSharded) {
-            const Cause c =
-                m_causes.empty() ? Cause{FetchReason::GatheredParameters, kNoModule} : m_causes.back();
+            const Cause c = m_causes.empty() ? Cause{FetchReason::GatheredParameters, kNoModule}
+                                             : m_causes.back();
             g->reason = c.reason;
             g->cause = c.module;
         }
@@ -298,7 +303,7 @@ PyObject *FsdpPath::postBackward(Group &g, PyObject *original, PyObject *const *
 PyObject *FsdpPath::prefetchUnshard(PyObject *original, PyObject *const *args, std::size_t nargsf,
                                     PyObject *kwnames)
 {
-    const ModuleId cause = !m_causes.empty() ? m_causes.back().module
+    const ModuleId cause = !m_causes.empty()   ? m_causes.back().module
                            : !m_scopes.empty() ? m_scopes.back()
                                                : kNoModule;
     m_causes.push_back({FetchReason::Prefetch, cause});
@@ -331,13 +336,13 @@ PyObject *FsdpPath::foreachReduce(PyObject *original, PyObject *const *args, std
     if (!dtype) dtype = Py_None;
     // The key: the parameters, the process group and the reduce dtype as FSDP passed them.
     const Py_ssize_t np = PyList_GET_SIZE(params);
-    bool same = g.reduceKey.size() == static_cast<std::size_t>(np) + 2 &&
-                g.reduceKey[0] == pg && g.reduceKey[1] == dtype;
+    bool same = g.reduceKey.size() == static_cast<std::size_t>(np) + 2 && g.reduceKey[0] == pg &&
+                g.reduceKey[1] == dtype;
     for (Py_ssize_t i = 0; same && i < np; ++i)
         same = g.reduceKey[static_cast<std::size_t>(i) + 2] == PyList_GET_ITEM(params, i);
     if (!same) {
-        py::tuple size = observer().attr("_reduce_size")(py::handle(grads), py::handle(pg),
-                                                         py::handle(dtype));
+        py::tuple size =
+            observer().attr("_reduce_size")(py::handle(grads), py::handle(pg), py::handle(dtype));
         g.reduceSize = size[0].cast<std::uint64_t>();
         g.reduceOnCpu = size[1].cast<bool>();
         g.reduceKey.assign({pg, dtype});
@@ -352,8 +357,8 @@ PyObject *FsdpPath::foreachReduce(PyObject *original, PyObject *const *args, std
     ++g.reduceScatters;
     g.reduceBytes += bytes;
     return finally(r, [&] {
-        PyObject *event = PyTuple_Check(r) && PyTuple_GET_SIZE(r) > 1 ? PyTuple_GET_ITEM(r, 1)
-                                                                       : Py_None;
+        PyObject *event =
+            PyTuple_Check(r) && PyTuple_GET_SIZE(r) > 1 ? PyTuple_GET_ITEM(r, 1) : Py_None;
         if (event == Py_None || g.reduceOnCpu)
             m_state.reduceScatterEnd(g.unit, kNoParam, bytes, count);
         else
@@ -373,8 +378,8 @@ void bindFsdpPath(py::module_ &m, AgentState &(*stateOf)(py::handle agent))
         .def("hook", &FsdpPath::hook, py::arg("name"), py::arg("original"),
              "The native replacement of FSDPParamGroup.<name> calling original, or None when "
              "the method is not one observed natively")
-        .def("add_group", &FsdpPath::addGroup, py::arg("group"), py::arg("params"),
-             py::arg("unit"), py::arg("status"))
+        .def("add_group", &FsdpPath::addGroup, py::arg("group"), py::arg("params"), py::arg("unit"),
+             py::arg("status"))
         .def("status", &FsdpPath::status)
         .def("set_status", &FsdpPath::setStatus)
         .def("any_in_backward", &FsdpPath::anyInBackward)

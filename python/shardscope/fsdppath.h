@@ -1,10 +1,10 @@
 #pragma once
 // shardscope.fsdp's per-unit path, in C++: FSDP2's group methods it observes (unshard,
 // _to_unsharded, _to_sharded, _to_sharded_post_forward, pre/post_forward, pre/post_backward,
-// _prefetch_unshard) and the foreach_reduce it calls as native hooks. In Python each was a wrapper frame and a handler, ~1,300
-// calls a step on a 101-unit model at ~7 µs each, +8 % of the training thread's CPU
-// (docs/performance.md, section 15). Here each is one vectorcall into C++ that keeps the
-// group's status, the open scopes and the cause of each all-gather, and writes the events
+// _prefetch_unshard) and the foreach_reduce it calls as native hooks. In Python each was a wrapper
+// frame and a handler, ~1,300 calls a step on a 101-unit model at ~7 µs each, +8 % of the training
+// thread's CPU (docs/performance.md, section 15). Here each is one vectorcall into C++ that keeps
+// the group's status, the open scopes and the cause of each all-gather, and writes the events
 // through AgentState. What is rare stays in Python (shardscope/fsdp.py): publishing a group
 // the first time, working out a reduce-scatter's size, the read watching, violations.
 
@@ -43,8 +43,8 @@ class FsdpPath : public std::enable_shared_from_this<FsdpPath>
         ForeachReduce,   // the function _fsdp_param_group calls in post_backward
     };
     static constexpr std::string_view kMethodNames[] = {
-        "unshard",      "_to_unsharded", "_to_sharded",   "_to_sharded_post_forward",
-        "pre_forward",  "post_forward",  "pre_backward",  "post_backward",
+        "unshard",           "_to_unsharded", "_to_sharded",  "_to_sharded_post_forward",
+        "pre_forward",       "post_forward",  "pre_backward", "post_backward",
         "_prefetch_unshard", "foreach_reduce"};
 
     // A group's status on this rank, as shardscope.fsdp numbers it (SHARDED, GATHERING,
@@ -119,25 +119,25 @@ class FsdpPath : public std::enable_shared_from_this<FsdpPath>
     void changeStatus(Group &g, int to, ModuleId cause, FetchReason reason);
     void closeScope(ModuleId m);
     ModuleId moduleOf(PyObject *module, ModuleId otherwise) const;
-    bool truth(PyObject *object, PyObject *name); // bool(object.name)
+    bool truth(PyObject *object, PyObject *name);  // bool(object.name)
     bool isNone(PyObject *object, PyObject *name); // object.name is None
 
     PyObject *callInside(Cause c, PyObject *original, PyObject *const *args, std::size_t nargsf,
                          PyObject *kwnames);
     PyObject *unshard(Group &g, PyObject *original, PyObject *const *args, std::size_t nargsf,
                       PyObject *kwnames);
-    PyObject *toUnsharded(Group *g, PyObject *original, PyObject *const *args,
-                          std::size_t nargsf, PyObject *kwnames);
+    PyObject *toUnsharded(Group *g, PyObject *original, PyObject *const *args, std::size_t nargsf,
+                          PyObject *kwnames);
     PyObject *toSharded(Group *g, PyObject *original, PyObject *const *args, std::size_t nargsf,
                         PyObject *kwnames);
-    PyObject *preForward(Group &g, PyObject *original, PyObject *const *args,
-                         std::size_t nargsf, PyObject *kwnames);
-    PyObject *postForward(Group &g, PyObject *original, PyObject *const *args,
-                          std::size_t nargsf, PyObject *kwnames);
-    PyObject *preBackward(Group &g, PyObject *original, PyObject *const *args,
-                          std::size_t nargsf, PyObject *kwnames);
-    PyObject *postBackward(Group &g, PyObject *original, PyObject *const *args,
-                           std::size_t nargsf, PyObject *kwnames);
+    PyObject *preForward(Group &g, PyObject *original, PyObject *const *args, std::size_t nargsf,
+                         PyObject *kwnames);
+    PyObject *postForward(Group &g, PyObject *original, PyObject *const *args, std::size_t nargsf,
+                          PyObject *kwnames);
+    PyObject *preBackward(Group &g, PyObject *original, PyObject *const *args, std::size_t nargsf,
+                          PyObject *kwnames);
+    PyObject *postBackward(Group &g, PyObject *original, PyObject *const *args, std::size_t nargsf,
+                           PyObject *kwnames);
     PyObject *prefetchUnshard(PyObject *original, PyObject *const *args, std::size_t nargsf,
                               PyObject *kwnames);
     PyObject *foreachReduce(PyObject *original, PyObject *const *args, std::size_t nargsf,
@@ -148,9 +148,9 @@ class FsdpPath : public std::enable_shared_from_this<FsdpPath>
     py::weakref m_observer; // weak: the _Agent holds this FsdpPath (no cycle through pybind11)
     py::object m_preBackward;
     std::deque<Group> m_groups; // stable: a hook holds its Group while FSDP publishes another
-    std::unordered_map<PyObject *, std::size_t> m_index;     // FSDPParamGroup -> m_groups
-    std::unordered_map<PyObject *, ModuleId> m_modules;      // module -> its id
-    std::vector<Cause> m_causes; // the FSDP methods running now, innermost last
+    std::unordered_map<PyObject *, std::size_t> m_index; // FSDPParamGroup -> m_groups
+    std::unordered_map<PyObject *, ModuleId> m_modules;  // module -> its id
+    std::vector<Cause> m_causes;    // the FSDP methods running now, innermost last
     std::vector<ModuleId> m_scopes; // units whose forward or backward is open
     PyObject *m_reducing = nullptr; // borrowed: post_backward's group while it runs
     py::str m_kAllGatherResult{"_all_gather_result"}, m_kIsUnsharded{"is_unsharded"},

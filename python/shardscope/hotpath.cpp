@@ -117,10 +117,10 @@ struct Hook
     PyObject_HEAD vectorcallfunc vectorcall;
     std::shared_ptr<HotPath> hot; // constructed in makeHook; tp_alloc zeroed the rest
     PyObject *original;
-    PyObject *slow;           // getitem: the Python slow path
-    Phase phase;              // scopes
-    bool begin;               // scopes: pre (true) or post
-    HotPath::EngineCall call; // engine
+    PyObject *slow;                 // getitem: the Python slow path
+    Phase phase;                    // scopes
+    bool begin;                     // scopes: pre (true) or post
+    HotPath::EngineCall call;       // engine
     std::shared_ptr<FsdpPath> fsdp; // shardscope.fsdp's group methods
     FsdpPath::Method method;
 };
@@ -557,12 +557,12 @@ PyObject *HotPath::getitemCall(PyObject *original, PyObject *slow, PyObject *con
     if (!param && PyErr_Occurred()) return nullptr;
     if (param && param != Py_None) {
         PyObject *dict = instanceDict(param); // borrowed: the parameter keeps it alive
-        if (!dict) // no __dict__ (yet): not a converted parameter
+        if (!dict)                            // no __dict__ (yet): not a converted parameter
             return PyObject_Vectorcall(original, args, nargsf, nullptr);
         PyObject *status = PyDict_GetItemWithError(dict, m_kStatus.ptr()); // borrowed
         if (!status && PyErr_Occurred()) return nullptr;
         if (status == m_status[0]) { // NOT_AVAILABLE: a read DeepSpeed will register (rare)
-            Py_INCREF(param); // borrowed from the dict, which the slow path may change
+            Py_INCREF(param);        // borrowed from the dict, which the slow path may change
             PyObject *slowArgs[] = {args[0], args[1], param};
             PyObject *r = PyObject_Vectorcall(slow, slowArgs, 3, nullptr);
             Py_DECREF(param);
@@ -638,9 +638,12 @@ PyObject *HotPath::engineCall(PyObject *original, PyObject *const *args, std::si
                               PyObject *kwnames, EngineCall call)
 {
     switch (call) {
-    case EngineCall::Forward: return engineForward(original, args, nargsf, kwnames);
-    case EngineCall::Backward: return engineBackward(original, args, nargsf, kwnames);
-    case EngineCall::Step: return engineStep(original, args, nargsf, kwnames);
+    case EngineCall::Forward:
+        return engineForward(original, args, nargsf, kwnames);
+    case EngineCall::Backward:
+        return engineBackward(original, args, nargsf, kwnames);
+    case EngineCall::Step:
+        return engineStep(original, args, nargsf, kwnames);
     }
     return PyObject_Vectorcall(original, args, nargsf, kwnames);
 }

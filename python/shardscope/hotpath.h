@@ -18,8 +18,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include "state/shape.h"
 #include "agent/agentstate.h"
+#include "state/shape.h"
 
 namespace shardscope::agent {
 
@@ -87,7 +87,12 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     // same arguments inside the step's bookkeeping (docs/deepspeed.md, "What is observed
     // where"). Native like the scope hooks: a Python wrapper frame around each of the three
     // cost the small model's step 1-2 % (docs/performance.md, section 10).
-    enum class EngineCall { Forward, Backward, Step };
+    enum class EngineCall
+    {
+        Forward,
+        Backward,
+        Step
+    };
     py::object engineHook(py::object original, EngineCall call);
     // Its call (args[0]: the DeepSpeedEngine): a new reference, or nullptr with the Python
     // error set (DeepSpeed's own, unchanged).
@@ -109,16 +114,16 @@ class HotPath : public std::enable_shared_from_this<HotPath>
 
     void enter(py::handle module, Phase phase);
     void exit(py::handle module, Phase phase);
-    void closeScopes(); // every open scope exits (end of forward/backward, pause)
+    void closeScopes();            // every open scope exits (end of forward/backward, pause)
     void setLoss(py::object loss); // the loss a step ends with (a plain loss.backward())
     // A step begins (DeepSpeedEngine.forward): open scopes close, then AgentState's step.
     void beginStep(std::uint32_t step);
     // A step ends (DeepSpeedEngine.step): active sub-modules sampled, then AgentState's step.
     void endStep(double loss);
     std::size_t depth() const { return m_stack.size(); }
-    py::object top() const;      // the innermost module, or None
+    py::object top() const;                // the innermost module, or None
     bool onStack(py::handle module) const; // module's scope is open
-    py::object topEntry() const; // (module, phase number), or None
+    py::object topEntry() const;           // (module, phase number), or None
 
     // A parameter clients see (bytes: what a gather of it moves); its active sub-modules are
     // sampled at the next flushActive(). hpz: it has a ZeRO++ hpZ secondary group
@@ -135,9 +140,9 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     // and when the agent flushes, because following every change costs a step several percent.
     void flushActive();
 
-    int gathered = 0;  // depth of GatheredParameters scopes being entered or exited
-    int autoDepth = 0; // depth of DeepSpeed's automatic registration
-    bool slow = false; // suspect reads exist: the observer must hear of scopes and gathers
+    int gathered = 0;    // depth of GatheredParameters scopes being entered or exited
+    int autoDepth = 0;   // depth of DeepSpeed's automatic registration
+    bool slow = false;   // suspect reads exist: the observer must hear of scopes and gathers
     bool inStep = false; // a step began (forward) and has not ended (step that stepped)
     // Called with no arguments after each step's end (the agent's allocator_sample on a CUDA
     // model, python/shardscope/_allocator.py); None: nothing.
@@ -178,8 +183,8 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     PyObject *m_status[3];       // borrowed from m_statusRefs
     py::object m_statusRefs[3];
     py::str m_kStatus, m_kId, m_kModuleId{"_shardscope_id"}; // ds_status, ds_id
-    py::object m_engine; // the attached DeepSpeedEngine, or None
-    py::object m_loss;   // what the step's backward was given, or None
+    py::object m_engine;             // the attached DeepSpeedEngine, or None
+    py::object m_loss;               // what the step's backward was given, or None
     py::str m_kGlobalSteps, m_kLoss; // the engine's step counter, backward's loss argument
     std::vector<Scope> m_stack;
     std::optional<Fetching> m_fetching;
@@ -204,8 +209,8 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     std::unordered_map<std::int64_t, ModuleId> m_dsModules;   // DeepSpeed's module.id -> ours
     std::vector<std::uint32_t> m_dirty;
     std::vector<std::pair<ParamId, std::vector<ModuleId>>> m_changes; // flushActive's, reused
-    py::str m_kActive; // ds_active_sub_modules
-    py::str m_kSecondary; // ds_secondary_tensor
+    py::str m_kActive;                                                // ds_active_sub_modules
+    py::str m_kSecondary;                                             // ds_secondary_tensor
 };
 
 class FsdpPath;

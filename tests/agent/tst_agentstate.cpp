@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/agentstate.h"
-#include "server/inspector.h"
 #include "client/inspectorclient.h"
+#include "server/inspector.h"
 #include "telemetry/eventfields.h"
 #include "telemetry/telemetryhub.h"
 #include "wire/discovery.h"
@@ -163,8 +163,7 @@ class TestAgentState : public QObject
         const ModuleId head = s.ensureModule("blocks.0.lm_head", "Head");
         s.setParam(param(0, "embed.weight", embed));
         s.stepBegin();
-        const state::ViolationText t =
-            s.unregisteredAccess(head, 0, GuardAction::AutoRegistered);
+        const state::ViolationText t = s.unregisteredAccess(head, 0, GuardAction::AutoRegistered);
         QCOMPARE(t.fix,
                  std::string("deepspeed.zero.register_external_parameter(model.blocks[0].lm_head, "
                              "model.embed.weight)"));
@@ -191,8 +190,8 @@ class TestAgentState : public QObject
                              "modifier_rank=0): <change it here>"));
         // A read autograd records: GatheredParameters would give no gradient back, so the fix
         // moves it into the model's forward and registers it there.
-        const state::ViolationText grad = s.unregisteredAccess(
-            kNoModule, 0, GuardAction::Recorded, state::AccessUse::NeedsGrad);
+        const state::ViolationText grad =
+            s.unregisteredAccess(kNoModule, 0, GuardAction::Recorded, state::AccessUse::NeedsGrad);
         QCOMPARE(grad.fix, std::string("deepspeed.zero.register_external_parameter(model, "
                                        "model.embed.weight)  # and move the read into "
                                        "model.forward"));
@@ -210,8 +209,8 @@ class TestAgentState : public QObject
         agent::AgentState s(agent::AgentConfig{});
         Recorder rec;
         s.setEventSink(&rec);
-        const ModuleId ff = s.ensureModule("encoder.block.0.layer.1.DenseReluDense",
-                                           "T5DenseActDense");
+        const ModuleId ff =
+            s.ensureModule("encoder.block.0.layer.1.DenseReluDense", "T5DenseActDense");
         const ModuleId wo = s.ensureModule("encoder.block.0.layer.1.DenseReluDense.wo", "Linear");
         s.setParam(param(0, "encoder.block.0.layer.1.DenseReluDense.wo.weight", wo));
         s.setParam(param(1, "shared.weight", wo));
@@ -242,7 +241,8 @@ class TestAgentState : public QObject
         QCOMPARE(st.violations[2].severity, Severity::Error);
         std::vector<telemetry::AccessFields> accesses;
         for (const telemetry::Event &e : rec.events)
-            if (e.type == EventType::UnregisteredAccess) accesses.push_back(telemetry::readAccess(e));
+            if (e.type == EventType::UnregisteredAccess)
+                accesses.push_back(telemetry::readAccess(e));
         QCOMPARE(accesses.size(), std::size_t(3));
         QCOMPARE(accesses[0].read, ViolationRead::Attribute);
         QCOMPARE(accesses[0].status, ParamStatus::NotAvailable);
@@ -290,8 +290,10 @@ class TestAgentState : public QObject
                              "well as `<root>`: three groups would shard and gather the one tensor "
                              "(torch refuses it at the first forward)"));
         const ModuleId lmHead = s.ensureModule("lm_head", "FSDPLinear");
-        const state::ViolationText four = s.tiedAcrossGroups(2, root, encoder, true, {decoder, lmHead});
-        QVERIFY2(four.fix.starts_with("fully_shard([model, model.encoder, model.decoder, model.lm_head])"),
+        const state::ViolationText four =
+            s.tiedAcrossGroups(2, root, encoder, true, {decoder, lmHead});
+        QVERIFY2(four.fix.starts_with(
+                     "fully_shard([model, model.encoder, model.decoder, model.lm_head])"),
                  four.fix.c_str());
         QVERIFY2(four.message.starts_with("`shared.weight` is tied into FSDP units `encoder`, "
                                           "`decoder` and `lm_head` as well as `<root>`: 4 groups"),
@@ -306,12 +308,12 @@ class TestAgentState : public QObject
         QCOMPARE(s.unregisteredAccess(kNoModule, 1, GuardAction::Recorded).fix,
                  std::string("model.blocks[1].fc1.weight.full_tensor()  # all-gathers it: every "
                              "rank must run this line"));
-        QCOMPARE(s.unregisteredAccess(kNoModule, 1, GuardAction::Recorded,
-                                      state::AccessUse::NeedsGrad)
-                     .fix,
-                 std::string("# move the read of model.blocks[1].fc1.weight into "
-                             "model.blocks[1].forward (FSDP unshards it there and "
-                             "reduce-scatters its gradient)"));
+        QCOMPARE(
+            s.unregisteredAccess(kNoModule, 1, GuardAction::Recorded, state::AccessUse::NeedsGrad)
+                .fix,
+            std::string("# move the read of model.blocks[1].fc1.weight into "
+                        "model.blocks[1].forward (FSDP unshards it there and "
+                        "reduce-scatters its gradient)"));
         const state::ViolationText direct = s.unregisteredAccess(block, 1, GuardAction::Recorded);
         QVERIFY2(direct.fix.starts_with("model.blocks[1](...)  # call the module, not "
                                         "model.blocks[1].forward(...)"),
@@ -327,9 +329,10 @@ class TestAgentState : public QObject
             s.backwardUnfinished(root, "RuntimeError: CUDA out of memory.", false, at);
         QCOMPARE(raised.fix, std::string("raise  # in the except around loss.backward(): stop the "
                                          "run there and resume from the last checkpoint"));
-        QVERIFY2(raised.message.starts_with("FSDP2's backward did not finish: its final callback "
-                                            "(FSDPState._root_post_backward_final_callback) never ran"),
-                 raised.message.c_str());
+        QVERIFY2(
+            raised.message.starts_with("FSDP2's backward did not finish: its final callback "
+                                       "(FSDPState._root_post_backward_final_callback) never ran"),
+            raised.message.c_str());
         QVERIFY2(raised.message.ends_with("The backward raised RuntimeError: CUDA out of memory., "
                                           "and FSDP2 does not recover from an exception inside "
                                           "backward: going on after it (skipping the batch) trains "
@@ -347,11 +350,13 @@ class TestAgentState : public QObject
         state::ViolationSubject elsewhere;
         elsewhere.kind = ViolationKind::BackwardUnfinished;
         elsewhere.compiledAutograd = true;
-        QCOMPARE(state::describeViolation(elsewhere, state::FixDialect::ShardScope).fix, compiled.fix);
+        QCOMPARE(state::describeViolation(elsewhere, state::FixDialect::ShardScope).fix,
+                 compiled.fix);
         const std::vector<state::ViolationRecord> all = s.state().violations;
-        const auto first = std::find_if(all.begin(), all.end(), [](const state::ViolationRecord &v) {
-            return v.kind == ViolationKind::BackwardUnfinished;
-        });
+        const auto first =
+            std::find_if(all.begin(), all.end(), [](const state::ViolationRecord &v) {
+                return v.kind == ViolationKind::BackwardUnfinished;
+            });
         QVERIFY(first != all.end());
         QCOMPARE(first->owner, root);
         QCOMPARE(first->param, kNoParam);
@@ -383,10 +388,11 @@ class TestAgentState : public QObject
         state::ViolationSubject one;
         one.kind = ViolationKind::BackwardUnfinished;
         one.bucketed = 1;
-        QVERIFY2(state::describeViolation(one, state::FixDialect::DeepSpeed)
-                     .message.starts_with("DeepSpeed ZeRO-3's backward did not finish: it raised an "
-                                          "exception after one parameter's gradient was put in"),
-                 state::describeViolation(one, state::FixDialect::DeepSpeed).message.c_str());
+        QVERIFY2(
+            state::describeViolation(one, state::FixDialect::DeepSpeed)
+                .message.starts_with("DeepSpeed ZeRO-3's backward did not finish: it raised an "
+                                     "exception after one parameter's gradient was put in"),
+            state::describeViolation(one, state::FixDialect::DeepSpeed).message.c_str());
         const std::vector<state::ViolationRecord> all = s.state().violations;
         QCOMPARE(all.size(), std::size_t(1));
         QCOMPARE(all[0].kind, ViolationKind::BackwardUnfinished);
@@ -406,7 +412,9 @@ class TestAgentState : public QObject
         g.record.replaces = "pos_conv.conv.weight";
         s.setParam(g);
         // Where the user's code registered it: the violation's location.
-        const state::SourceLocation site{"/src/train.py", 65, "PositionalConv.__init__",
+        const state::SourceLocation site{"/src/train.py",
+                                         65,
+                                         "PositionalConv.__init__",
                                          {"/src/train.py:79 in TinyLM.__init__"}};
         s.lateParameter(g.record.id, site);
         s.stepBegin();

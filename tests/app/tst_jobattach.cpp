@@ -9,8 +9,8 @@
 #include <QtTest>
 
 #include <QDir>
-#include <QFileInfo>
 #include <QElapsedTimer>
+#include <QFileInfo>
 #include <QProcess>
 #include <QTableWidget>
 #include <QTcpServer>

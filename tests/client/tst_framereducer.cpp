@@ -86,8 +86,8 @@ class TestFrameReducer : public QObject
             QVERIFY2(ok.ok(), ok.error().c_str());
         }
         QCOMPARE(sink.calls, (std::vector<std::string>{"state", "history begin", "history events",
-                                                       "history end", "live events",
-                                                       "dropped 4/9", "goodbye done"}));
+                                                       "history end", "live events", "dropped 4/9",
+                                                       "goodbye done"}));
         QCOMPARE(sink.last.state.modelName, std::string("m"));
         QCOMPARE(sink.events.size(), std::size_t(3));
         QVERIFY(r.finished());
@@ -100,39 +100,55 @@ class TestFrameReducer : public QObject
         {
             client::FrameReducer r;
             QVERIFY(!r.apply(frame(wire::MessageType::HistoryEnd, ""), sink).ok());
-            QCOMPARE(r.lastError().message, std::string("the engine ended a history it never began"));
+            QCOMPARE(r.lastError().message,
+                     std::string("the engine ended a history it never began"));
             QVERIFY(r.lastError().refused);
         }
         {
             client::FrameReducer r;
-            QVERIFY(r.apply(frame(wire::MessageType::HistoryBegin, wire::encodeHistoryBegin(0)), sink).ok());
+            QVERIFY(
+                r.apply(frame(wire::MessageType::HistoryBegin, wire::encodeHistoryBegin(0)), sink)
+                    .ok());
             QVERIFY(r.apply(frame(wire::MessageType::HistoryEnd, ""), sink).ok());
-            QVERIFY(!r.apply(frame(wire::MessageType::HistoryBegin, wire::encodeHistoryBegin(0)), sink).ok());
+            QVERIFY(
+                !r.apply(frame(wire::MessageType::HistoryBegin, wire::encodeHistoryBegin(0)), sink)
+                     .ok());
             QCOMPARE(r.lastError().message, std::string("the engine sent a second history"));
         }
         {
             client::FrameReducer r;
-            QVERIFY(r.apply(frame(wire::MessageType::Goodbye, wire::encodeGoodbye({"x", 0, 0, 0})), sink).ok());
-            auto after = r.apply(frame(wire::MessageType::EventBatch, wire::encodeEvents({})), sink);
+            QVERIFY(r.apply(frame(wire::MessageType::Goodbye, wire::encodeGoodbye({"x", 0, 0, 0})),
+                            sink)
+                        .ok());
+            auto after =
+                r.apply(frame(wire::MessageType::EventBatch, wire::encodeEvents({})), sink);
             QVERIFY(!after.ok());
-            QVERIFY2(after.error().find("after its Goodbye") != std::string::npos, after.error().c_str());
+            QVERIFY2(after.error().find("after its Goodbye") != std::string::npos,
+                     after.error().c_str());
         }
         {
             client::FrameReducer r;
             auto hello = r.apply(frame(wire::MessageType::Hello, wire::encodeHello({})), sink);
             QCOMPARE(hello.error(), std::string("unexpected hello frame after the handshake"));
         }
-        QCOMPARE(sink.calls, (std::vector<std::string>{"history begin", "history end", "goodbye x"}));
+        QCOMPARE(sink.calls,
+                 (std::vector<std::string>{"history begin", "history end", "goodbye x"}));
     }
 
     void errorFramesSayWhetherRetryingCanHelp()
     {
         Recorder sink;
         client::FrameReducer r;
-        QVERIFY(!r.apply(frame(wire::MessageType::Error, wire::encodeError({"bad_token", "wrong token"})), sink).ok());
+        QVERIFY(!r.apply(frame(wire::MessageType::Error,
+                               wire::encodeError({"bad_token", "wrong token"})),
+                         sink)
+                     .ok());
         QCOMPARE(r.lastError().message, std::string("the engine reported an error: wrong token"));
         QVERIFY(r.lastError().refused);
-        QVERIFY(!r.apply(frame(wire::MessageType::Error, wire::encodeError({"too_many_clients", "busy"})), sink).ok());
+        QVERIFY(!r.apply(frame(wire::MessageType::Error,
+                               wire::encodeError({"too_many_clients", "busy"})),
+                         sink)
+                     .ok());
         QVERIFY(!r.lastError().refused);
         QVERIFY(!r.apply(frame(wire::MessageType::EventBatch, "garbage"), sink).ok());
         QVERIFY(r.lastError().refused);

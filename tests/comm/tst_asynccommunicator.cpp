@@ -122,12 +122,14 @@ void compareWithSync(int worldSize, const Collective &body)
     const auto n = static_cast<std::size_t>(worldSize);
     std::vector<std::vector<std::uint8_t>> sync(n), async(n);
     World syncComms = comm::makeCpuWorld(worldSize);
-    const auto syncThrown = runRanks(
-        syncComms, [&](comm::Communicator &c) { sync[static_cast<std::size_t>(c.rank())] = body(c); });
+    const auto syncThrown = runRanks(syncComms, [&](comm::Communicator &c) {
+        sync[static_cast<std::size_t>(c.rank())] = body(c);
+    });
     QVERIFY2(firstThrown(syncThrown).empty(), firstThrown(syncThrown).c_str());
     World asyncComms = asyncWorld(worldSize);
-    const auto asyncThrown = runRanks(
-        asyncComms, [&](comm::Communicator &c) { async[static_cast<std::size_t>(c.rank())] = body(c); });
+    const auto asyncThrown = runRanks(asyncComms, [&](comm::Communicator &c) {
+        async[static_cast<std::size_t>(c.rank())] = body(c);
+    });
     QVERIFY2(firstThrown(asyncThrown).empty(), firstThrown(asyncThrown).c_str());
     for (std::size_t r = 0; r < n; ++r) {
         QCOMPARE(async[r].size(), sync[r].size());
@@ -138,7 +140,7 @@ void compareWithSync(int worldSize, const Collective &body)
 // A single-rank communicator that records on which threads it was bound and used.
 class RecordingComm final : public comm::Communicator
 {
-public:
+  public:
     int rank() const override { return 0; }
     int worldSize() const override { return 1; }
     comm::Backend backend() const override { return comm::Backend::Cpu; }
@@ -171,7 +173,7 @@ public:
         return m_used;
     }
 
-private:
+  private:
     mutable std::mutex m_mutex;
     std::vector<std::thread::id> m_bound, m_used;
 };
@@ -180,7 +182,7 @@ private:
 // that runs it), so a test can see that the progress thread has begun one, or hold it.
 class Probe final : public comm::Communicator
 {
-public:
+  public:
     Probe(std::unique_ptr<comm::Communicator> inner, std::function<void()> hook)
         : m_inner(std::move(inner)), m_hook(std::move(hook))
     {
@@ -205,7 +207,7 @@ public:
     }
     void barrier() override { m_inner->barrier(); }
 
-private:
+  private:
     std::unique_ptr<comm::Communicator> m_inner;
     std::function<void()> m_hook;
 };
@@ -213,7 +215,7 @@ private:
 // A flag one thread sets and others wait for.
 class Flag
 {
-public:
+  public:
     void set()
     {
         {
@@ -228,7 +230,7 @@ public:
         m_cv.wait(lock, [this] { return m_set; });
     }
 
-private:
+  private:
     std::mutex m_mutex;
     std::condition_variable m_cv;
     bool m_set = false;
@@ -240,7 +242,7 @@ class TestAsyncCommunicator : public QObject
 {
     Q_OBJECT
 
-private slots:
+  private slots:
     void allGatherMatchesSync_data();
     void allGatherMatchesSync();
     void broadcastMatchesSync_data();
@@ -598,10 +600,11 @@ void TestAsyncCommunicator::abortCancelsQueuedOps()
     // An inner collective that abort() cannot release: the ops queued behind it fail at
     // once with the wrapper's error, the running one finishes when the backend lets it.
     Flag started, release;
-    auto comm = comm::makeAsyncCommunicator(std::make_unique<Probe>(std::move(comm::makeCpuWorld(1)[0]), [&] {
-        started.set();
-        release.wait();
-    }));
+    auto comm = comm::makeAsyncCommunicator(
+        std::make_unique<Probe>(std::move(comm::makeCpuWorld(1)[0]), [&] {
+            started.set();
+            release.wait();
+        }));
     // Lets the held collective go before comm is destroyed, also when a check fails.
     struct Releaser
     {

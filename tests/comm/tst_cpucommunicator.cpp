@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "comm/cpucommunicator.h"
-#include "randomfloats.h"
 #include "comm/streamingcopy.h"
+#include "randomfloats.h"
 
 using namespace shardscope;
 
@@ -71,7 +71,7 @@ std::uint8_t pattern(int rank, std::size_t i, int salt = 0)
 // A buffer with guard bytes on both sides, to see that nothing writes past its size.
 class Guarded
 {
-public:
+  public:
     explicit Guarded(std::size_t bytes) : m_bytes(bytes), m_storage(bytes + 2 * kGuardBytes, kGuard)
     {
     }
@@ -86,7 +86,7 @@ public:
         return true;
     }
 
-private:
+  private:
     std::size_t m_bytes;
     std::vector<std::uint8_t> m_storage;
 };
@@ -141,7 +141,7 @@ class TestCpuCommunicator : public QObject
 {
     Q_OBJECT
 
-private slots:
+  private slots:
     void worldBasics();
     void rejectsEmptyWorld();
     void allGather_data();

@@ -14,7 +14,7 @@ namespace shardscope::test {
 
 class MemorySink : public telemetry::EventSink
 {
-public:
+  public:
     void write(const telemetry::Event &ev) noexcept override
     {
         std::lock_guard lock(m_mutex);
@@ -29,8 +29,7 @@ public:
     {
         std::vector<telemetry::Event> out;
         for (const telemetry::Event &e : events())
-            if (e.type == t && (rank < 0 || e.rank == rank))
-                out.push_back(e);
+            if (e.type == t && (rank < 0 || e.rank == rank)) out.push_back(e);
         return out;
     }
     void clear()
@@ -39,7 +38,7 @@ public:
         m_events.clear();
     }
 
-private:
+  private:
     mutable std::mutex m_mutex;
     std::vector<telemetry::Event> m_events;
 };

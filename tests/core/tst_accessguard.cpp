@@ -49,13 +49,16 @@ struct TiedModel
         e.endStep(r, 0.0);
         return sum;
     }
-    std::size_t unregisteredRecords() const { return sink.ofType(EventType::UnregisteredAccess).size(); }
+    std::size_t unregisteredRecords() const
+    {
+        return sink.ofType(EventType::UnregisteredAccess).size();
+    }
 };
 
 class TestAccessGuard : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void warnRecordsOncePerAccessorParamRankStep();
     void errorNamesTheFix();
     void autoRegistersOnceThenNeverAgain();
@@ -139,8 +142,11 @@ void TestAccessGuard::errorNamesTheFix()
         }
     });
     for (const auto &e : errors) {
-        QVERIFY2(e.find("register_external_parameter(lm_head, embed.weight)") != std::string::npos, e.c_str());
-        QVERIFY2(e.find("module `lm_head` read `embed.weight` owned by `embed`") != std::string::npos, e.c_str());
+        QVERIFY2(e.find("register_external_parameter(lm_head, embed.weight)") != std::string::npos,
+                 e.c_str());
+        QVERIFY2(e.find("module `lm_head` read `embed.weight` owned by `embed`") !=
+                     std::string::npos,
+                 e.c_str());
     }
     QCOMPARE(m.engine->violations().front().action, GuardAction::Raised);
 }
@@ -177,8 +183,8 @@ void TestAccessGuard::manualRegistrationGivesNoRecords()
     // lm_head fetched embed.weight on entry, as if it were its own
     bool fetchedByHead = false;
     for (const telemetry::Event &ev : m.sink.ofType(EventType::FetchBegin))
-        fetchedByHead =
-            fetchedByHead || (telemetry::readFetch(ev).param == m.embedW && telemetry::readFetch(ev).cause == m.lmHead);
+        fetchedByHead = fetchedByHead || (telemetry::readFetch(ev).param == m.embedW &&
+                                          telemetry::readFetch(ev).cause == m.lmHead);
     QVERIFY(fetchedByHead);
 }
 

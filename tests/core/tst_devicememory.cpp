@@ -23,13 +23,12 @@ constexpr std::byte kKey{0x5A};
 
 class EncodedMemory final : public comm::MemorySpace
 {
-public:
+  public:
     bool isHost() const override { return false; }
     std::string name() const override { return "encoded"; }
     std::byte *allocate(std::size_t bytes) override
     {
-        if (!bytes)
-            return nullptr;
+        if (!bytes) return nullptr;
         auto *p = static_cast<std::byte *>(::operator new(bytes));
         std::lock_guard lock(m_mutex);
         m_live[p] = bytes;
@@ -38,8 +37,7 @@ public:
     }
     void deallocate(std::byte *p, std::size_t bytes) noexcept override
     {
-        if (!p)
-            return;
+        if (!p) return;
         {
             std::lock_guard lock(m_mutex);
             auto it = m_live.find(p);
@@ -53,8 +51,7 @@ public:
     void copy(void *dst, const void *src, std::size_t bytes, comm::CopyKind kind) override
     {
         requireInside(kind == comm::CopyKind::HostToSpace ? dst : src, bytes);
-        if (kind == comm::CopyKind::WithinSpace)
-            requireInside(dst, bytes);
+        if (kind == comm::CopyKind::WithinSpace) requireInside(dst, bytes);
         std::memmove(dst, src, bytes);
         if (kind != comm::CopyKind::WithinSpace)
             for (std::size_t i = 0; i < bytes; ++i)
@@ -96,8 +93,7 @@ public:
     {
         std::lock_guard lock(m_mutex);
         auto it = m_live.upper_bound(static_cast<std::byte *>(const_cast<void *>(p)));
-        if (it == m_live.begin())
-            return false;
+        if (it == m_live.begin()) return false;
         --it;
         const auto *b = static_cast<const std::byte *>(p);
         return b >= it->first && b + bytes <= it->first + it->second;
@@ -112,11 +108,10 @@ public:
     int badFrees = 0;
     int outside = 0;
 
-private:
+  private:
     void requireInside(const void *p, std::size_t bytes)
     {
-        if (bytes && !inside(p, bytes))
-            ++outside;
+        if (bytes && !inside(p, bytes)) ++outside;
     }
     mutable std::mutex m_mutex;
     std::map<std::byte *, std::size_t> m_live;
@@ -125,7 +120,7 @@ private:
 // One rank whose collectives run when finish() is called or when they are waited on.
 class DeferredComm final : public comm::Communicator
 {
-public:
+  public:
     explicit DeferredComm(EncodedMemory &mem) : m_mem(mem) {}
 
     int rank() const override { return 0; }
@@ -138,8 +133,7 @@ public:
     comm::CommHandle allGather(const void *send, void *recv, std::size_t bytes) override
     {
         ++issued;
-        if (!m_mem.inside(send, bytes) || !m_mem.inside(recv, bytes))
-            ++m_mem.outside;
+        if (!m_mem.inside(send, bytes) || !m_mem.inside(recv, bytes)) ++m_mem.outside;
         return enqueue([=] { std::memmove(recv, send, bytes); });
     }
     comm::CommHandle broadcast(void *, std::size_t, int) override
@@ -177,7 +171,7 @@ public:
     int issued = 0;
     int reduceScatters = 0;
 
-private:
+  private:
     struct Op final : comm::CommHandle::Impl
     {
         std::function<void()> fn;
@@ -185,8 +179,7 @@ private:
         bool fail = false;
         void run()
         {
-            if (!done)
-                fn();
+            if (!done) fn();
             done = true;
         }
         bool ready() override { return done; }
@@ -220,7 +213,7 @@ std::vector<float> decode(core::Engine &e, core::TensorView v)
 std::vector<float> decode(core::Engine &e, std::span<float> s)
 {
     return decode(e, core::TensorView{reinterpret_cast<std::byte *>(s.data()),
-                                static_cast<std::int64_t>(s.size()), DType::F32});
+                                      static_cast<std::int64_t>(s.size()), DType::F32});
 }
 
 // root -> a (a.weight 40 floats), b (b.weight 30 floats, b.bias 3 floats: persistent)
@@ -259,8 +252,7 @@ struct Device
         e.enterModule(0, a, Phase::Forward);
         e.access(0, aW);
         e.exitModule(0, a, Phase::Forward);
-        if (finishAfterA)
-            comm->finish();
+        if (finishAfterA) comm->finish();
         e.enterModule(0, b, Phase::Forward);
         e.access(0, bW);
         e.access(0, bB);
@@ -274,7 +266,7 @@ struct Device
 class TestDeviceMemory : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void tensorsLiveInTheSpace();
     void gradientsThroughTheSpace();
     void gatheredParametersOnTheDevice();
@@ -406,15 +398,17 @@ void TestDeviceMemory::prefetchIsInflightUntilComplete()
     e.access(0, d.aW);
     e.exitModule(0, d.a, Phase::Forward);
     QCOMPARE(e.status(0, d.bW), ParamStatus::Inflight); // its collective has not run yet
-    e.enterModule(0, d.b, Phase::Forward);               // use waits for it
+    e.enterModule(0, d.b, Phase::Forward);              // use waits for it
     QCOMPARE(e.status(0, d.bW), ParamStatus::Available);
     QCOMPARE(decode(e, e.access(0, d.bW)), test::iota(30));
     e.exitModule(0, d.b, Phase::Forward);
     e.endStep(0, 0.0);
     const auto begins = d.sink.ofType(EventType::FetchBegin);
-    const auto prefetch = std::find_if(begins.begin(), begins.end(), [&](const telemetry::Event &ev) {
-        return telemetry::readFetch(ev).param == d.bW && telemetry::readFetch(ev).reason == FetchReason::Prefetch;
-    });
+    const auto prefetch =
+        std::find_if(begins.begin(), begins.end(), [&](const telemetry::Event &ev) {
+            return telemetry::readFetch(ev).param == d.bW &&
+                   telemetry::readFetch(ev).reason == FetchReason::Prefetch;
+        });
     QVERIFY(prefetch != begins.end());
     QCOMPARE(e.state().params[d.bW].gatherCount, std::uint64_t(2));
 }
@@ -441,8 +435,8 @@ void TestDeviceMemory::pollCompletesBeforeUse()
     const auto events = d.sink.events();
     std::size_t fetchEnd = events.size(), enterB = events.size();
     for (std::size_t i = 0; i < events.size(); ++i) {
-        if (events[i].type == EventType::FetchEnd && telemetry::readFetch(events[i]).param == d.bW &&
-            fetchEnd == events.size())
+        if (events[i].type == EventType::FetchEnd &&
+            telemetry::readFetch(events[i]).param == d.bW && fetchEnd == events.size())
             fetchEnd = i;
         if (events[i].type == EventType::ModuleEnter &&
             telemetry::readModule(events[i]).module == d.b)

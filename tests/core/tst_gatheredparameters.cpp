@@ -36,7 +36,7 @@ struct OneParam
 class TestGatheredParameters : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void gathersOnEntryReleasesOnExit();
     void modifierRankBroadcastsAndRepartitions_data();
     void modifierRankBroadcastsAndRepartitions();
@@ -85,7 +85,8 @@ void TestGatheredParameters::modifierRankBroadcastsAndRepartitions()
         core::GatheredParameters g(*t.engine, r, {t.w}, modifier);
         float *full = g[0].f32();
         for (int i = 0; i < 10; ++i)
-            full[i] = r == modifier ? 100.0f + static_cast<float>(i) : -1.0f; // other ranks' edits are lost
+            full[i] = r == modifier ? 100.0f + static_cast<float>(i)
+                                    : -1.0f; // other ranks' edits are lost
     });
     for (int r = 0; r < world; ++r) {
         const core::ParamInfo &info = t.engine->param(t.w);
@@ -139,15 +140,15 @@ void TestGatheredParameters::writeWithoutModifierIsAnErrorAndChangesNothing()
     t.engine->forEachLocalRank([&](int r) {
         try {
             core::GatheredParameters g(*t.engine, r, {t.w});
-            if (r == 1)
-                g[0].f32()[0] = 7.0f;
+            if (r == 1) g[0].f32()[0] = 7.0f;
             g.close();
         } catch (const core::EngineError &e) {
             errors[r] = e.what();
         }
     });
     QVERIFY(errors[0].empty());
-    QVERIFY2(errors[1].find("lin.weight was modified in place on rank 1 without modifier_rank") != std::string::npos,
+    QVERIFY2(errors[1].find("lin.weight was modified in place on rank 1 without modifier_rank") !=
+                 std::string::npos,
              errors[1].c_str());
     QVERIFY2(errors[1].find("modifier_rank=") != std::string::npos, errors[1].c_str());
     for (const auto &full : t.gatherAll())
@@ -171,7 +172,9 @@ void TestGatheredParameters::nestedScopeIsAnError()
         }
     });
     for (const auto &e : errors)
-        QVERIFY2(e.find("GatheredParameters over lin.weight is nested inside another") != std::string::npos, e.c_str());
+        QVERIFY2(e.find("GatheredParameters over lin.weight is nested inside another") !=
+                     std::string::npos,
+                 e.c_str());
     // the outer scope still closed cleanly
     for (int r = 0; r < 2; ++r)
         QCOMPARE(t.engine->status(r, t.w), ParamStatus::NotAvailable);

@@ -32,7 +32,8 @@ std::string vmFlagsAt(std::uintptr_t addr)
         std::uintptr_t lo = 0, hi = 0;
         char dash = 0;
         std::istringstream head(line);
-        if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
+        if (head >> std::hex >> lo >> dash >> hi && dash == '-' &&
+            line.find(':') > line.find(' ')) {
             inside = addr >= lo && addr < hi;
             continue;
         }
@@ -52,7 +53,8 @@ QString thpUnavailable()
 {
     std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
     std::string mode;
-    if (!f || !std::getline(f, mode)) return QStringLiteral("this kernel has no transparent huge pages");
+    if (!f || !std::getline(f, mode))
+        return QStringLiteral("this kernel has no transparent huge pages");
     if (mode.find("[never]") != std::string::npos)
         return QStringLiteral("transparent huge pages are switched off ([never])");
     return {};
@@ -63,7 +65,7 @@ QString thpUnavailable()
 class TestHugePages : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void adviceCoversTheWholeHugePagesInside();
     void smallAndNullBuffersAreLeftAlone();
     void reserveHugeLeavesTheContainerUsable();
@@ -74,7 +76,8 @@ void TestHugePages::adviceCoversTheWholeHugePagesInside()
     if (const QString why = thpUnavailable(); !why.isEmpty()) QSKIP(qPrintable(why));
     // 16 MiB of fresh anonymous memory; the buffer starts 1 MiB past a 2 MiB boundary.
     const std::size_t span = std::size_t{16} << 20;
-    void *map = ::mmap(nullptr, span + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *map =
+        ::mmap(nullptr, span + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     QVERIFY(map != MAP_FAILED);
     const auto base = (reinterpret_cast<std::uintptr_t>(map) + kHuge - 1) & ~(kHuge - 1);
     const std::uintptr_t begin = base + (kHuge / 2);

@@ -56,7 +56,7 @@ struct ConvModel
 class TestLateParameters : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void lateParametersAreDetected();
     void adoptionPartitionsThem();
     void storyWorkaroundGivesNoRecords();
@@ -84,11 +84,14 @@ void TestLateParameters::lateParametersAreDetected()
         if (vr.kind == ViolationKind::LateParameter && vr.rank == 0) {
             late.push_back(m.engine->param(vr.param).name);
             QCOMPARE(vr.count, std::uint64_t(2));
-            QVERIFY2(vr.fix.find("register_external_parameter(pos_conv, ") != std::string::npos, vr.fix.c_str());
+            QVERIFY2(vr.fix.find("register_external_parameter(pos_conv, ") != std::string::npos,
+                     vr.fix.c_str());
             // where the late parameter was added: this file, the weight_norm helper's line
-            QVERIFY2(vr.location.file.ends_with("tst_lateparameters.cpp"), vr.location.file.c_str());
-            QCOMPARE(vr.location.line,
-                     m.engine->param(vr.param).name == "pos_conv.weight_g" ? m.addedAt : m.addedAt + 2);
+            QVERIFY2(vr.location.file.ends_with("tst_lateparameters.cpp"),
+                     vr.location.file.c_str());
+            QCOMPARE(vr.location.line, m.engine->param(vr.param).name == "pos_conv.weight_g"
+                                           ? m.addedAt
+                                           : m.addedAt + 2);
         }
     std::sort(late.begin(), late.end());
     QCOMPARE(late, (std::vector<std::string>{"pos_conv.weight_g", "pos_conv.weight_v"}));
@@ -112,8 +115,8 @@ void TestLateParameters::adoptionPartitionsThem()
     auto [g, v] = m.weightNorm(w.data());
     m.engine->adoptParameter(v);
     m.engine->adoptParameter(g);
-    QVERIFY(m.engine->param(v).partitioned);  // 24 elements >= threshold 16
-    QVERIFY(m.engine->param(g).persistent);   // 3 elements: persistent, like any small parameter
+    QVERIFY(m.engine->param(v).partitioned); // 24 elements >= threshold 16
+    QVERIFY(m.engine->param(g).persistent);  // 3 elements: persistent, like any small parameter
     for (int r = 0; r < 4; ++r)
         QCOMPARE(m.engine->status(r, v), ParamStatus::NotAvailable);
     QCOMPARE(m.sink.ofType(EventType::ParameterAdopted).size(), std::size_t(2 * 4));
@@ -125,8 +128,7 @@ void TestLateParameters::adoptionPartitionsThem()
     m.engine->forEachLocalRank([&](int r) {
         m.engine->beginStep(r);
         core::ModuleScope s(*m.engine, r, m.conv, Phase::Forward);
-        if (r == 2)
-            std::memcpy(seen.data(), m.engine->access(r, v).f32(), 24 * 4);
+        if (r == 2) std::memcpy(seen.data(), m.engine->access(r, v).f32(), 24 * 4);
     });
     QCOMPARE(seen, w);
 }

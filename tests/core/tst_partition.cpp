@@ -11,7 +11,7 @@ using namespace shardscope;
 class TestPartition : public QObject
 {
     Q_OBJECT
-private slots:
+  private slots:
     void layoutMath_data();
     void layoutMath();
     void shardsTileWithoutGapOrOverlap();
@@ -87,8 +87,8 @@ void TestPartition::reportedLayoutsOfFsdpAndHsdp()
 void TestPartition::shardsTileWithoutGapOrOverlap()
 {
     for (int w = 1; w <= 8; ++w) {
-        for (std::int64_t n : {std::int64_t(1), std::int64_t(w - 1), std::int64_t(w), std::int64_t(w + 1),
-                               std::int64_t(1000003)}) {
+        for (std::int64_t n : {std::int64_t(1), std::int64_t(w - 1), std::int64_t(w),
+                               std::int64_t(w + 1), std::int64_t(1000003)}) {
             const auto l = state::PartitionLayout::make(n, w);
             QCOMPARE(l.paddedNumel % w, 0);
             QVERIFY(l.paddedNumel >= n && l.paddedNumel - n < w);
@@ -98,11 +98,10 @@ void TestPartition::shardsTileWithoutGapOrOverlap()
                 QCOMPARE(l.offset(r), next);
                 next += l.partitionNumel;
                 valid += l.validNumel(r);
-                // padding lives only at the tail: once a shard has padding, every later one is all padding
-                if (paddingStarted)
-                    QCOMPARE(l.validNumel(r), 0);
-                if (l.paddingNumel(r) > 0)
-                    paddingStarted = true;
+                // padding lives only at the tail: once a shard has padding, every later one is all
+                // padding
+                if (paddingStarted) QCOMPARE(l.validNumel(r), 0);
+                if (l.paddingNumel(r) > 0) paddingStarted = true;
             }
             QCOMPARE(next, l.paddedNumel);
             QCOMPARE(valid, n);
@@ -128,11 +127,11 @@ void TestPartition::roundTripIsBitExact()
     std::vector<ParamId> ids;
     std::vector<std::vector<float>> values;
     for (std::size_t i = 0; i < sizes.size(); ++i) {
-        if (sizes[i] == 0)
-            continue;
+        if (sizes[i] == 0) continue;
         std::vector<float> v(static_cast<std::size_t>(sizes[i]));
         for (std::size_t k = 0; k < v.size(); ++k) // bit patterns that a lossy path would not keep
-            v[k] = std::bit_cast<float>(static_cast<std::uint32_t>(0x3F000000u + k * 2654435761u % 0x00FFFFFFu));
+            v[k] = std::bit_cast<float>(
+                static_cast<std::uint32_t>(0x3F000000u + k * 2654435761u % 0x00FFFFFFu));
         // Not "m" + to_string(i): GCC 12 at -O3 reports a false -Wrestrict inside operator+.
         const std::string name = std::string("m").append(std::to_string(i));
         const ModuleId m = engine->addModule(engine->root(), name, "Linear");
@@ -149,7 +148,8 @@ void TestPartition::roundTripIsBitExact()
             for (std::int64_t k = 0; k < info.layout.partitionNumel; ++k) {
                 const std::int64_t g = info.layout.offset(r) + k;
                 const float expect = g < info.numel ? values[i][g] : 0.0f;
-                QCOMPARE(std::bit_cast<std::uint32_t>(shard[k]), std::bit_cast<std::uint32_t>(expect));
+                QCOMPARE(std::bit_cast<std::uint32_t>(shard[k]),
+                         std::bit_cast<std::uint32_t>(expect));
             }
         }
     }

@@ -13,8 +13,8 @@
 
 #if SHARDSCOPE_HAVE_CUDA
 #include "comm/nccl/cudamemory.h"
-#include "cuda/devicebuffer.h"
 #include "comm/nccl/ncclcommunicator.h"
+#include "cuda/devicebuffer.h"
 #endif
 
 using namespace shardscope;

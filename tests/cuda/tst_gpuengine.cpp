@@ -17,16 +17,16 @@
 #include <thread>
 #include <vector>
 
+#include "client/clientstate.h"
+#include "client/inspectorclient.h"
 #include "core/engine.h"
+#include "core/engineprovider.h"
 #include "cuda/gputrainer.h"
 #include "gpuavailable.h"
 #include "gputestmodel.h"
 #include "nn/trainer.h"
-#include "core/engineprovider.h"
 #include "server/inspector.h"
-#include "client/inspectorclient.h"
 #include "telemetry/event.h"
-#include "client/clientstate.h"
 
 #if SHARDSCOPE_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -135,9 +135,8 @@ class TestGpuEngine : public QObject
 
         // Taken from the reporting rank's thread while the other ranks may be running.
         std::vector<state::EngineState> during;
-        cuda::trainOnGpu(*engine, c, [&](const nn::StepReport &) {
-            during.push_back(engine->state());
-        });
+        cuda::trainOnGpu(*engine, c,
+                         [&](const nn::StepReport &) { during.push_back(engine->state()); });
         QCOMPARE(int(during.size()), c.steps);
         for (int s = 0; s < c.steps; ++s) {
             QCOMPARE(during[s].backend, std::string("nccl"));
@@ -160,8 +159,9 @@ class TestGpuEngine : public QObject
         QVERIFY(embed->gatherCount > 0);
         QVERIFY(embed->gatherBytes > 0);
         const ModuleId head = engine->findModule("lm_head");
-        const auto ext = std::find_if(embed->externals.begin(), embed->externals.end(),
-                                      [&](const state::ExternalRecord &e) { return e.module == head; });
+        const auto ext =
+            std::find_if(embed->externals.begin(), embed->externals.end(),
+                         [&](const state::ExternalRecord &e) { return e.module == head; });
         QVERIFY2(ext != embed->externals.end(), "the guard registered embed.weight on lm_head");
         QVERIFY(ext->automatic);
 

@@ -25,7 +25,6 @@ using namespace shardscope;
 
 namespace {
 
-
 nn::TrainConfig smallConfig(int world)
 {
     nn::TrainConfig c = test::smallGpuConfig(world);
@@ -46,10 +45,10 @@ void compareLosses(const nn::TrainResult &gpu, const nn::TrainResult &cpu)
     QCOMPARE(gpu.losses.size(), cpu.losses.size());
     for (std::size_t s = 0; s < cpu.losses.size(); ++s) {
         const double rel = std::fabs(gpu.losses[s] - cpu.losses[s]) / cpu.losses[s];
-        QVERIFY2(rel <= 1e-3, ("step " + std::to_string(s + 1) + ": GPU " +
-                               std::to_string(gpu.losses[s]) + " vs CPU " +
-                               std::to_string(cpu.losses[s]))
-                                  .c_str());
+        QVERIFY2(rel <= 1e-3,
+                 ("step " + std::to_string(s + 1) + ": GPU " + std::to_string(gpu.losses[s]) +
+                  " vs CPU " + std::to_string(cpu.losses[s]))
+                     .c_str());
     }
 }
 
@@ -178,7 +177,8 @@ class TestGpuTraining : public QObject
         test::RecordingSink sink;
         cuda::runNcclTraining(c, {}, &sink);
         const std::vector<telemetry::Event> events = sink.events();
-        std::map<std::pair<int, std::uint32_t>, std::uint64_t> open; // (rank, param) -> FetchBegin ts
+        std::map<std::pair<int, std::uint32_t>, std::uint64_t>
+            open; // (rank, param) -> FetchBegin ts
         int begins = 0, ends = 0, prefetches = 0, releases = 0, stepEnds = 0, broadcasts = 0;
         for (const telemetry::Event &e : events) {
             switch (e.type) {

@@ -15,9 +15,9 @@
 #include "gpuavailable.h"
 
 #if SHARDSCOPE_HAVE_CUDA
+#include "comm/nccl/ncclcommunicator.h"
 #include "cuda/devicebuffer.h"
 #include "cuda/layers.h"
-#include "comm/nccl/ncclcommunicator.h"
 #endif
 
 #include <atomic>

@@ -21,7 +21,6 @@
 
 using namespace shardscope;
 
-
 class TestNvtxEventSink : public QObject
 {
     Q_OBJECT

@@ -102,15 +102,17 @@ void TestModuleTreeModel::liveUpdatesUnderTester()
     QVERIFY(status.data(Qt::ToolTipRole).toString().contains(QStringLiteral("rank 0: AVAILABLE")));
     QVERIFY(
         status.data(Qt::ToolTipRole).toString().contains(QStringLiteral("rank 3: NOT_AVAILABLE")));
-    QCOMPARE(model.index(fc0w.row(), models::ModuleTreeModel::Gathers, fc0w.parent()).data().toString(),
-             QStringLiteral("1"));
+    QCOMPARE(
+        model.index(fc0w.row(), models::ModuleTreeModel::Gathers, fc0w.parent()).data().toString(),
+        QStringLiteral("1"));
 
     store.appendEvents(std::vector<telemetry::Event>{lmHeadViolation(30, 0)}, false);
     store.flush();
     const QModelIndex embedW = model.indexForParam(0);
-    QCOMPARE(
-        model.index(embedW.row(), models::ModuleTreeModel::Violations, embedW.parent()).data().toString(),
-        QStringLiteral("1"));
+    QCOMPARE(model.index(embedW.row(), models::ModuleTreeModel::Violations, embedW.parent())
+                 .data()
+                 .toString(),
+             QStringLiteral("1"));
     const QModelIndex head = model.indexForModule(7);
     QCOMPARE(model.index(head.row(), models::ModuleTreeModel::Violations, head.parent())
                  .data()
@@ -118,8 +120,9 @@ void TestModuleTreeModel::liveUpdatesUnderTester()
              QStringLiteral("1"));
     QVERIFY(head.data(Qt::ForegroundRole).isValid());
 
-    store.appendEvents(
-        std::vector<telemetry::Event>{eventAt(40, 0, telemetry::makeExternalRegister({.module = 7, .param = 0}))}, false);
+    store.appendEvents(std::vector<telemetry::Event>{eventAt(
+                           40, 0, telemetry::makeExternalRegister({.module = 7, .param = 0}))},
+                       false);
     store.flush();
     const QModelIndex head2 = model.indexForModule(7);
     QVERIFY(childNames(model, head2).contains(QStringLiteral("embed.weight  [external]")));
@@ -128,8 +131,9 @@ void TestModuleTreeModel::liveUpdatesUnderTester()
         const auto p = static_cast<std::uint32_t>(i % 8);
         const telemetry::Event fields = i % 2 ? telemetry::makeRelease({.param = p, .cause = 0})
                                               : telemetry::makeFetchBegin({.param = p, .cause = 0});
-        store.appendEvents(
-            std::vector<telemetry::Event>{eventAt(100 + static_cast<std::uint64_t>(i), i % 4, fields)}, false);
+        store.appendEvents(std::vector<telemetry::Event>{eventAt(
+                               100 + static_cast<std::uint64_t>(i), i % 4, fields)},
+                           false);
         if (i % 17 == 0) store.flush();
     }
     store.flush();
@@ -183,10 +187,9 @@ void TestModuleTreeModel::aStateAnnouncesEveryRevealedRow()
     auto walk = [&](auto &&self, const QModelIndex &parent) -> void {
         if (model.rowCount(parent) > 0) ++parents;
         for (int r = 0; r < model.rowCount(parent); ++r) {
-            QVERIFY2(covered(parent, r),
-                     qPrintable(QStringLiteral("row %1 under %2 not announced")
-                                    .arg(r)
-                                    .arg(parent.data().toString())));
+            QVERIFY2(covered(parent, r), qPrintable(QStringLiteral("row %1 under %2 not announced")
+                                                        .arg(r)
+                                                        .arg(parent.data().toString())));
             self(self, model.index(r, 0, parent));
         }
     };
@@ -223,9 +226,10 @@ void TestModuleTreeModel::externalsShownUnderRegisteringModule()
                 .contains(
                     QStringLiteral("registered as external on lm_head (manual), owned by embed")));
     const QModelIndex embedW = model.indexForParam(0);
-    QCOMPARE(
-        model.index(embedW.row(), models::ModuleTreeModel::RegisteredOn, embedW.parent()).data().toString(),
-        QStringLiteral("lm_head"));
+    QCOMPARE(model.index(embedW.row(), models::ModuleTreeModel::RegisteredOn, embedW.parent())
+                 .data()
+                 .toString(),
+             QStringLiteral("lm_head"));
     QCOMPARE(models::ModuleTreeModel::keyOf(ext), QStringLiteral("e7:0"));
     QCOMPARE(model.indexForKey(QStringLiteral("e7:0")), ext);
 }
@@ -241,17 +245,24 @@ void TestModuleTreeModel::fsdpUnitsAndPlacementsShown()
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
     auto typeOf = [&](ModuleId m) {
         const QModelIndex i = model.indexForModule(m);
-        return model.index(i.row(), models::ModuleTreeModel::ShapeColumn, i.parent()).data().toString();
+        return model.index(i.row(), models::ModuleTreeModel::ShapeColumn, i.parent())
+            .data()
+            .toString();
     };
     QCOMPARE(typeOf(3), QStringLiteral("Block [FSDP unit: reshard_after_forward=True; mesh dp=4]"));
     QCOMPARE(typeOf(7), QStringLiteral("TiedHead [FSDP unit: reshard_after_forward=2; mesh dp=4; "
                                        "grouped with embed]"));
     QCOMPARE(typeOf(4), QStringLiteral("Linear")); // not a unit
-    QVERIFY(model.indexForModule(7).data(Qt::ToolTipRole).toString().contains(
-        QStringLiteral("FSDP unit: reshard_after_forward=2; mesh dp=4; grouped with embed")));
+    QVERIFY(model.indexForModule(7)
+                .data(Qt::ToolTipRole)
+                .toString()
+                .contains(QStringLiteral(
+                    "FSDP unit: reshard_after_forward=2; mesh dp=4; grouped with embed")));
     auto partitionOf = [&](ParamId p) {
         const QModelIndex i = model.indexForParam(p);
-        return model.index(i.row(), models::ModuleTreeModel::Partition, i.parent()).data().toString();
+        return model.index(i.row(), models::ModuleTreeModel::Partition, i.parent())
+            .data()
+            .toString();
     };
     QCOMPARE(partitionOf(0), QStringLiteral("Shard(0): 404/rank, pad 0"));
     QCOMPARE(partitionOf(5), QStringLiteral("(Replicate(), Shard(0)): 26/rank, pad 3"));
@@ -261,7 +272,8 @@ void TestModuleTreeModel::fsdpUnitsAndPlacementsShown()
     st.modules[3].reshardAfterForward = "False";
     store.applyState(st);
     store.flush();
-    QCOMPARE(typeOf(3), QStringLiteral("Block [FSDP unit: reshard_after_forward=False; mesh dp=4]"));
+    QCOMPARE(typeOf(3),
+             QStringLiteral("Block [FSDP unit: reshard_after_forward=False; mesh dp=4]"));
 }
 
 // The store's per-module lists and the tree's rows keep the state's order: a module's
@@ -273,7 +285,7 @@ void TestModuleTreeModel::childrenModulesFirstInStateOrder()
     QCOMPARE(st.modules[head].path, std::string("lm_head"));
     for (const char *name : {"proj", "out"})
         st.modules.push_back(state::ModuleRecord{static_cast<ModuleId>(st.modules.size()),
-                                                std::string("lm_head.") + name, "Linear", head});
+                                                 std::string("lm_head.") + name, "Linear", head});
     state::ParamRecord scale = st.params[5]; // lm_head.bias
     scale.id = 8;
     scale.name = "lm_head.scale";
@@ -430,10 +442,32 @@ void TestModuleTreeModel::typingMatchesQtCaseInsensitiveContains()
     store.flush();
     models::ModuleTreeModel model(&store);
     QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
-    const QStringList typed{"L", "la", "LAY", "laye", "layer2", "layer21", "layer2", "layer",
-                            "LAYER1.W", "layer1.w5", "w5", "group2.layer2", "GROUP2.LAYER2",
-                            "ä", "Äy", "äyer4", "ärger", "WEISS", "WEIß", "k", "\u212a", "kelvink",
-                            "nothing", "nothing here", ".", ""};
+    const QStringList typed{"L",
+                            "la",
+                            "LAY",
+                            "laye",
+                            "layer2",
+                            "layer21",
+                            "layer2",
+                            "layer",
+                            "LAYER1.W",
+                            "layer1.w5",
+                            "w5",
+                            "group2.layer2",
+                            "GROUP2.LAYER2",
+                            "ä",
+                            "Äy",
+                            "äyer4",
+                            "ärger",
+                            "WEISS",
+                            "WEIß",
+                            "k",
+                            "\u212a",
+                            "kelvink",
+                            "nothing",
+                            "nothing here",
+                            ".",
+                            ""};
     for (const QString &text : typed) {
         model.setFilterText(text);
         QCOMPARE(model.matchingNodeCount(), expectedMatching(store, text));

@@ -52,11 +52,12 @@ void TestViolationsModel::severityIsAColumnAndAColour()
                                                           .action = action,
                                                           .read = read}));
     };
-    store.appendEvents(std::vector<telemetry::Event>{
-                           access(100, 7, GuardAction::AutoRegistered, ViolationRead::Attribute),
-                           access(200, 8, GuardAction::AutoRegistered, ViolationRead::Values),
-                           access(300, kNoModule, GuardAction::Recorded, ViolationRead::Values)},
-                       false);
+    store.appendEvents(
+        std::vector<telemetry::Event>{
+            access(100, 7, GuardAction::AutoRegistered, ViolationRead::Attribute),
+            access(200, 8, GuardAction::AutoRegistered, ViolationRead::Values),
+            access(300, kNoModule, GuardAction::Recorded, ViolationRead::Values)},
+        false);
     store.flush();
     QCOMPARE(model.rowCount(), 3);
     const QStringList expected{"info", "cost", "error"};
@@ -65,23 +66,29 @@ void TestViolationsModel::severityIsAColumnAndAColour()
                                 models::severityColor(Severity::Error)};
     for (int r = 0; r < 3; ++r) {
         QCOMPARE(model.index(r, models::ViolationsModel::Severity).data().toString(), expected[r]);
-        QCOMPARE(model.index(r, models::ViolationsModel::Severity).data(Qt::ForegroundRole).value<QColor>(),
+        QCOMPARE(model.index(r, models::ViolationsModel::Severity)
+                     .data(Qt::ForegroundRole)
+                     .value<QColor>(),
                  colours[r]);
-        QCOMPARE(model.index(r, models::ViolationsModel::Kind).data(Qt::ForegroundRole).value<QColor>(),
-                 colours[r]);
+        QCOMPARE(
+            model.index(r, models::ViolationsModel::Kind).data(Qt::ForegroundRole).value<QColor>(),
+            colours[r]);
         QCOMPARE(model.index(r, 0).data(models::ViolationsModel::SeverityRole).toInt(), 2 - r);
     }
     QVERIFY(colours[0] != colours[2] && colours[1] != colours[2] && colours[0] != colours[1]);
     // The attribute read's words: no values, nothing to fix; its tooltip says what info means.
-    const QString tip = model.index(0, models::ViolationsModel::Kind).data(Qt::ToolTipRole).toString();
+    const QString tip =
+        model.index(0, models::ViolationsModel::Kind).data(Qt::ToolTipRole).toString();
     QVERIFY2(tip.contains(QStringLiteral("read only attributes")), qPrintable(tip));
     QVERIFY2(tip.contains(QStringLiteral("info: no values were read")), qPrintable(tip));
     QVERIFY(model.index(0, 0).data(models::ViolationsModel::FixRole).toString().isEmpty());
     QVERIFY2(model.index(2, 0).data(Qt::ToolTipRole).toString().contains(QStringLiteral("error: ")),
              qPrintable(model.index(2, 0).data(Qt::ToolTipRole).toString()));
     // Errors first.
-    QCOMPARE(proxy.index(0, models::ViolationsModel::Severity).data().toString(), QStringLiteral("error"));
-    QCOMPARE(proxy.index(2, models::ViolationsModel::Severity).data().toString(), QStringLiteral("info"));
+    QCOMPARE(proxy.index(0, models::ViolationsModel::Severity).data().toString(),
+             QStringLiteral("error"));
+    QCOMPARE(proxy.index(2, models::ViolationsModel::Severity).data().toString(),
+             QStringLiteral("info"));
     // The tree colours a module by its worst: lm_head (7) has only the attribute read.
     QCOMPARE(store.moduleSeverity(7), std::optional<Severity>(Severity::Info));
     QCOMPARE(store.moduleSeverity(1), std::optional<Severity>(Severity::Error)); // the owner
@@ -218,13 +225,17 @@ void TestViolationsModel::oneRowPerSourceLocation()
              QStringLiteral("model.py:91"));
     QCOMPARE(model.index(1, 0).data(models::ViolationsModel::LocationRole).toString(),
              QStringLiteral("/src/model.py:91"));
-    QVERIFY(model.index(0, 0).data(Qt::ToolTipRole).toString().contains(
-        QStringLiteral("from /src/model.py:84 in forward")));
+    QVERIFY(model.index(0, 0)
+                .data(Qt::ToolTipRole)
+                .toString()
+                .contains(QStringLiteral("from /src/model.py:84 in forward")));
     QCOMPARE(model.index(0, models::ViolationsModel::Count).data().toString(), QStringLiteral("2"));
     const QStringList lines =
         QString::fromUtf8(model.toCsv()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
-    QVERIFY2(lines[1].endsWith(QStringLiteral(",/src/model.py:48,Head.forward")), qPrintable(lines[1]));
-    QVERIFY2(lines[2].endsWith(QStringLiteral(",/src/model.py:91,Head.logits")), qPrintable(lines[2]));
+    QVERIFY2(lines[1].endsWith(QStringLiteral(",/src/model.py:48,Head.forward")),
+             qPrintable(lines[1]));
+    QVERIFY2(lines[2].endsWith(QStringLiteral(",/src/model.py:91,Head.logits")),
+             qPrintable(lines[2]));
 }
 
 // A client that attaches late gets the state's violations (from steps long past) and only

@@ -11,11 +11,11 @@
 #include <thread>
 #include <unistd.h>
 
+#include "client/inspectorclient.h"
 #include "comm/cpucommunicator.h"
 #include "core/engine.h"
 #include "core/engineprovider.h"
 #include "server/inspector.h"
-#include "client/inspectorclient.h"
 #include "telemetry/clock.h"
 #include "wire/frame.h"
 #include "wire/messages.h"

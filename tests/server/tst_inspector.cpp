@@ -5,23 +5,23 @@
 #include <chrono>
 #include <cstring>
 #include <map>
-#include <set>
 #include <netinet/in.h>
 #include <poll.h>
+#include <set>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
 
+#include "client/clientstate.h"
+#include "client/inspectorclient.h"
 #include "comm/cpucommunicator.h"
 #include "core/engine.h"
 #include "core/engineprovider.h"
 #include "server/inspector.h"
-#include "client/inspectorclient.h"
 #include "server/sockets.h"
 #include "snapshotcompare.h"
 #include "telemetry/eventfields.h"
-#include "client/clientstate.h"
 #include "wire/discovery.h"
 #include "wire/endpoint.h"
 #include "wire/snapshot.h"
@@ -107,8 +107,8 @@ bool readUntil(InspectorClient &client, client::ClientState &state, Done done,
     return true;
 }
 
-const state::ViolationRecord *findUnregistered(const state::EngineState &s,
-                                              const std::string &accessor, const std::string &param)
+const state::ViolationRecord *
+findUnregistered(const state::EngineState &s, const std::string &accessor, const std::string &param)
 {
     for (const state::ViolationRecord &v : s.violations) {
         if (v.kind != ViolationKind::UnregisteredAccess || v.accessor >= s.modules.size()) continue;
@@ -210,7 +210,8 @@ void TestInspector::initTestCase()
 void TestInspector::lateClientGetsStateHistoryAndLiveEvents()
 {
     TiedRun run(2);
-    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine),
+                                tcpOptions());
     QVERIFY(inspector.endpoint().starts_with("tcp:127.0.0.1:"));
     QVERIFY(!inspector.endpoint().ends_with(":0"));
     run.steps(3);
@@ -277,7 +278,8 @@ void TestInspector::lateClientGetsStateHistoryAndLiveEvents()
 void TestInspector::severalClientsAtOnce()
 {
     TiedRun run(2);
-    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine),
+                                tcpOptions());
     auto a = InspectorClient::connect(inspector.endpoint(), {});
     auto b = InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY(a.ok() && b.ok());
@@ -308,7 +310,8 @@ void TestInspector::severalClientsAtOnce()
 void TestInspector::eachClientGetsTheStateFormatItAskedFor()
 {
     TiedRun run(2);
-    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine),
+                                tcpOptions());
     run.steps(1);
     InspectorClient::Options older;
     older.capabilities = {"state", "events", "history", "dropped"};
@@ -337,7 +340,8 @@ void TestInspector::eachClientGetsTheStateFormatItAskedFor()
                                  std::pair{one->get(), &s1}, std::pair{two->get(), &s2}}) {
         while (!state->finished()) {
             auto frame = client->next(30000);
-            QVERIFY2(frame.ok() && frame->has_value(), frame.ok() ? "no frame for 30 s" : frame.error().c_str());
+            QVERIFY2(frame.ok() && frame->has_value(),
+                     frame.ok() ? "no frame for 30 s" : frame.error().c_str());
             ++seen[client][(*frame)->type];
             if ((*frame)->type == wire::MessageType::StateBinary && (*frame)->payload.size() > 6) {
                 std::uint16_t layout = 0;
@@ -369,7 +373,8 @@ void TestInspector::eachClientGetsTheStateFormatItAskedFor()
     QCOMPARE(layouts[one->get()], (std::set<std::uint16_t>{1}));
     test::compareStates(s2.snapshot().state, a);
     QVERIFY(findUnregistered(a, "lm_head", "embed.weight")->location.known());
-    const state::ViolationRecord *old = findUnregistered(s1.snapshot().state, "lm_head", "embed.weight");
+    const state::ViolationRecord *old =
+        findUnregistered(s1.snapshot().state, "lm_head", "embed.weight");
     QVERIFY(old != nullptr);
     QVERIFY(!old->location.known());
     QCOMPARE(old->fix, findUnregistered(a, "lm_head", "embed.weight")->fix);
@@ -381,7 +386,8 @@ void TestInspector::eachClientGetsTheStateFormatItAskedFor()
 void TestInspector::newEventKindsOnlyToClientsThatAskedForThem()
 {
     TiedRun run(2);
-    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine),
+                                tcpOptions());
     const std::vector<float> grad(30, 1.0f);
     auto reduceStep = [&] {
         run.engine->forEachLocalRank([&](int r) {
@@ -392,7 +398,8 @@ void TestInspector::newEventKindsOnlyToClientsThatAskedForThem()
     };
     reduceStep(); // in the history of both clients
     InspectorClient::Options older;
-    older.capabilities = {"state", "events", "history", "dropped", "state_binary", "state_binary_2"};
+    older.capabilities = {"state",   "events",       "history",
+                          "dropped", "state_binary", "state_binary_2"};
     auto current = InspectorClient::connect(inspector.endpoint(), {});
     auto earlier = InspectorClient::connect(inspector.endpoint(), older);
     QVERIFY2(current.ok(), current.error().c_str());
@@ -402,7 +409,9 @@ void TestInspector::newEventKindsOnlyToClientsThatAskedForThem()
     client::ClientState sc, se;
     for (auto [c, state] : {std::pair{current->get(), &sc}, std::pair{earlier->get(), &se}}) {
         std::string error;
-        QVERIFY2(readUntil(*c, *state, [&] { return state->finished(); }, &error), error.c_str());
+        QVERIFY2(readUntil(
+                     *c, *state, [&] { return state->finished(); }, &error),
+                 error.c_str());
     }
     finisher.join();
     auto count = [](const client::ClientState &st, EventType t) {
@@ -421,7 +430,8 @@ void TestInspector::newEventKindsOnlyToClientsThatAskedForThem()
 void TestInspector::stalledClientNeverBlocksTrainingAndLearnsWhatItLost()
 {
     TiedRun run(1);
-    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions(16));
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine),
+                                tcpOptions(16));
     auto client = InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY2(client.ok(), client.error().c_str());
     // The client now stops reading. Training goes on until the server had to drop
@@ -486,7 +496,8 @@ void TestInspector::wrongTokenIsRefusedWithAClearMessage()
 void TestInspector::wrongProtocolVersionIsRefused()
 {
     TiedRun run(1);
-    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine),
+                                tcpOptions());
     InspectorClient::Options future;
     future.version = 2;
     auto r = InspectorClient::connect(inspector.endpoint(), future);
@@ -500,7 +511,8 @@ void TestInspector::wrongProtocolVersionIsRefused()
 void TestInspector::foreignClientGetsAReadableError()
 {
     TiedRun run(1);
-    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine),
+                                tcpOptions());
     auto fd = wire::connectTo(inspector.endpoint());
     QVERIFY(fd.ok());
     QVERIFY(client::sendAll(*fd, "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"));
@@ -529,7 +541,8 @@ void TestInspector::foreignClientGetsAReadableError()
 void TestInspector::bytesAfterAValidHelloAreABadFrame()
 {
     TiedRun run(1);
-    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine),
+                                tcpOptions());
     auto fd = wire::connectTo(inspector.endpoint());
     QVERIFY(fd.ok());
     QVERIFY(client::sendAll(*fd, helloFrame("") + "GET / HTTP/1.1\r\n\r\n"));
@@ -544,7 +557,8 @@ void TestInspector::bytesAfterAValidHelloAreABadFrame()
 std::optional<wire::ErrorMessage> refusalOfHello(const std::string &payload)
 {
     TiedRun run(1);
-    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine),
+                                tcpOptions());
     auto fd = wire::connectTo(inspector.endpoint());
     if (!fd.ok()) return std::nullopt;
     std::string frame;
@@ -638,7 +652,8 @@ void TestInspector::defaultUnixSocketIsPrivateAndDiscoverable()
     QCOMPARE(dir, m_runtime.path().toStdString() + "/shardscope");
     std::string socketPath;
     {
-        server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), server::InspectorOptions{});
+        server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine),
+                                    server::InspectorOptions{});
         socketPath = wire::defaultSocketPath(::getpid());
         QCOMPARE(inspector.endpoint(), "unix:" + socketPath);
         struct stat st
@@ -747,7 +762,8 @@ void TestInspector::badEndpointsAreInspectorErrors()
         server::InspectorOptions o;
         o.endpoint = endpoint;
         try {
-            server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), o);
+            server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine),
+                                        o);
             QFAIL(("accepted " + endpoint).c_str());
         } catch (const server::InspectorError &e) {
             QVERIFY2(std::string(e.what()).find(needle) != std::string::npos, e.what());
@@ -756,7 +772,9 @@ void TestInspector::badEndpointsAreInspectorErrors()
     expectError("udp:1.2.3.4:5", "unknown endpoint");
     {
         server::InspectorOptions o = tcpOptions(std::size_t(1) << 40);
-        QVERIFY_THROWS_EXCEPTION(server::InspectorError, server::Inspector(std::make_unique<core::EngineStateProvider>(*run.engine), o));
+        QVERIFY_THROWS_EXCEPTION(
+            server::InspectorError,
+            server::Inspector(std::make_unique<core::EngineStateProvider>(*run.engine), o));
     }
     expectError("tcp:127.0.0.1:notaport", "bad port");
     expectError("unix:" + std::string(200, 'x'), "longer than 107 bytes");
@@ -798,7 +816,8 @@ void TestInspector::silentConnectionsDoNotLockClientsOut()
 void TestInspector::clientsBeyondThirtyTwoAreRefusedAfterTheirHello()
 {
     TiedRun run(1);
-    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine),
+                                tcpOptions());
     std::vector<std::unique_ptr<InspectorClient>> clients;
     for (int i = 0; i < 32; ++i) {
         auto c = InspectorClient::connect(inspector.endpoint(), {});
@@ -823,7 +842,8 @@ void TestInspector::clientsBeyondThirtyTwoAreRefusedAfterTheirHello()
 void TestInspector::clientThatKeepsSendingIsClosed()
 {
     TiedRun run(1);
-    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine),
+                                tcpOptions());
     auto fd = wire::connectTo(inspector.endpoint());
     QVERIFY(fd.ok());
     QVERIFY(client::sendAll(*fd, helloFrame("")));
@@ -852,7 +872,8 @@ void TestInspector::clientThatKeepsSendingIsClosed()
 void TestInspector::historyQueuedPerClientIsBounded()
 {
     TiedRun run(1);
-    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions(1'000'000));
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine),
+                                tcpOptions(1'000'000));
     while (inspector.publishedEvents() < 250'000)
         run.steps(10, 200);
     auto client = InspectorClient::connect(inspector.endpoint(), {});
@@ -873,7 +894,8 @@ QTEST_APPLESS_MAIN(TestInspector)
 void TestInspector::costCountsTheServerThreadsWork()
 {
     TiedRun run(2);
-    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine),
+                                tcpOptions());
     run.steps(2);
     auto client = InspectorClient::connect(inspector.endpoint(), {});
     QVERIFY2(client.ok(), client.error().c_str());
@@ -902,7 +924,8 @@ void TestInspector::costCountsTheServerThreadsWork()
 void TestInspector::waitForClientReturnsOnceOneIsLive()
 {
     TiedRun run(2);
-    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine), tcpOptions());
+    server::Inspector inspector(std::make_unique<core::EngineStateProvider>(*run.engine),
+                                tcpOptions());
     QCOMPARE(inspector.liveClients(), std::size_t(0));
     QVERIFY(!inspector.waitForClient(std::chrono::milliseconds(0)));
 

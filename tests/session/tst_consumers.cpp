@@ -96,8 +96,8 @@ void TestConsumers::lateParameterAsDocumentedIsOneRowInBoth()
     std::vector<telemetry::Event> late;
     for (int rank : {0, 1})
         for (ParamId p : {ParamId(6), ParamId(7)})
-            late.push_back(eventAt(1000 + p, rank,
-                                   telemetry::makeLateParameter({.module = 8, .param = p})));
+            late.push_back(
+                eventAt(1000 + p, rank, telemetry::makeLateParameter({.module = 8, .param = p})));
     wire::Goodbye bye;
     bye.reason = "training finished";
     // What the engine sends after the Welcome: FakeEngine's own State and empty history, then
@@ -139,8 +139,10 @@ void TestConsumers::lateParameterAsDocumentedIsOneRowInBoth()
     const std::vector<Row> inCapture = rowsOf(capture.snapshot());
     const std::vector<Row> inInspector = rowsOf(*exported);
     QCOMPARE(inCapture.size(), std::size_t(4)); // 2 parameters x 2 ranks, the State's
-    QVERIFY2(inInspector == inCapture, qPrintable(QStringLiteral("inspector: %1\ncapture: %2")
-                                                      .arg(text(inInspector), text(inCapture))));
+    QVERIFY2(
+        inInspector == inCapture,
+        qPrintable(
+            QStringLiteral("inspector: %1\ncapture: %2").arg(text(inInspector), text(inCapture))));
     // Both still know the parameters are late.
     for (ParamId p : {ParamId(6), ParamId(7)}) {
         QVERIFY(capture.snapshot().state.params[p].late);

@@ -9,9 +9,9 @@
 #include <sys/resource.h>
 #include <vector>
 
-#include "state/violationtext.h"
 #include "session/sessionstore.h"
 #include "session/snapshotio.h"
+#include "state/violationtext.h"
 #include "syntheticstate.h"
 
 using namespace shardscope;

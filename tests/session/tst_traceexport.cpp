@@ -13,8 +13,8 @@
 #include <limits>
 
 #include "perfettorules.h"
-#include "sessioncore/tracebuilder.h"
 #include "session/traceexport.h"
+#include "sessioncore/tracebuilder.h"
 #include "syntheticstate.h"
 #include "telemetry/eventfields.h"
 
@@ -468,8 +468,8 @@ void TestTraceExport::reduceScattersAndAllocatorCounters()
         if (ph == QLatin1String("C")) counters.append(e);
     }
     auto threadOf = [&](const QJsonObject &e) {
-        return threadNames.value({e.value(QStringLiteral("pid")).toInt(),
-                                  e.value(QStringLiteral("tid")).toInt()});
+        return threadNames.value(
+            {e.value(QStringLiteral("pid")).toInt(), e.value(QStringLiteral("tid")).toInt()});
     };
     QCOMPARE(reduces.size(), 3);
     const QJsonObject g = reduces.value(QStringLiteral("reduce-scatter blocks.1"));

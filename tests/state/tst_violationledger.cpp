@@ -1,6 +1,6 @@
-// The one violation ledger: one row per (kind, accessor, parameter, owner, source location) with an entry per
-// rank, counted by sightings (Add), replaced by a producer's running totals (Total), or the
-// larger of two totals of one rank (Max); words kept unless provisional.
+// The one violation ledger: one row per (kind, accessor, parameter, owner, source location) with an
+// entry per rank, counted by sightings (Add), replaced by a producer's running totals (Total), or
+// the larger of two totals of one rank (Max); words kept unless provisional.
 
 #include <QtTest>
 
@@ -55,19 +55,24 @@ void TestViolationLedger::severityFollowsKindActionAndRead()
     const auto values = ViolationRead::Values, attribute = ViolationRead::Attribute;
     // An unregistered read of the values that raised or was only recorded crashes (DeepSpeed's
     // empty placeholder) or computes on a shard: an error.
-    QCOMPARE(severityOf(ViolationKind::UnregisteredAccess, GuardAction::Raised, values), Severity::Error);
-    QCOMPARE(severityOf(ViolationKind::UnregisteredAccess, GuardAction::Recorded, values), Severity::Error);
+    QCOMPARE(severityOf(ViolationKind::UnregisteredAccess, GuardAction::Raised, values),
+             Severity::Error);
+    QCOMPARE(severityOf(ViolationKind::UnregisteredAccess, GuardAction::Recorded, values),
+             Severity::Error);
     // Gathered for it (the guard's warn, DeepSpeed's automatic registration): right, but a cost.
-    QCOMPARE(severityOf(ViolationKind::UnregisteredAccess, GuardAction::Gathered, values), Severity::Cost);
+    QCOMPARE(severityOf(ViolationKind::UnregisteredAccess, GuardAction::Gathered, values),
+             Severity::Cost);
     QCOMPARE(severityOf(ViolationKind::UnregisteredAccess, GuardAction::AutoRegistered, values),
              Severity::Cost);
     // Attributes only (T5's `self.wo.weight.dtype`): information, whatever was done for it.
     for (GuardAction a : {GuardAction::Raised, GuardAction::Gathered, GuardAction::AutoRegistered,
                           GuardAction::Recorded})
         QCOMPARE(severityOf(ViolationKind::UnregisteredAccess, a, attribute), Severity::Info);
-    QCOMPARE(severityOf(ViolationKind::TraceInvalidated, GuardAction::Recorded, values), Severity::Cost);
-    for (ViolationKind k : {ViolationKind::LateParameter, ViolationKind::GatheredWriteWithoutModifier,
-                            ViolationKind::TiedAcrossGroups, ViolationKind::BackwardUnfinished})
+    QCOMPARE(severityOf(ViolationKind::TraceInvalidated, GuardAction::Recorded, values),
+             Severity::Cost);
+    for (ViolationKind k :
+         {ViolationKind::LateParameter, ViolationKind::GatheredWriteWithoutModifier,
+          ViolationKind::TiedAcrossGroups, ViolationKind::BackwardUnfinished})
         QCOMPARE(severityOf(k, GuardAction::Recorded, values), Severity::Error);
     // Every kind has one, named in base/names.h.
     for (std::size_t k = 0; k < kViolationKindNames.size(); ++k)

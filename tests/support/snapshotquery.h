@@ -58,7 +58,7 @@ inline std::vector<nlohmann::json> violations(const nlohmann::json &snap, const 
 
 // The (reason, causing module or -1) of every fetch_end of the parameter called name.
 inline std::set<std::pair<int, std::int64_t>> fetchesOf(const nlohmann::json &snap,
-                                                         const std::string &name)
+                                                        const std::string &name)
 {
     std::set<std::pair<int, std::int64_t>> out;
     const nlohmann::json *p = findParam(snap, name);
@@ -95,11 +95,14 @@ inline std::string observedDifferently(const nlohmann::json &a, const nlohmann::
 {
     const auto counts = [](const nlohmann::json &s) {
         std::map<std::string, int> n;
-        for (const nlohmann::json &e : eventList(s)) ++n[e["type"].get<std::string>()];
+        for (const nlohmann::json &e : eventList(s))
+            ++n[e["type"].get<std::string>()];
         return n;
     };
     const auto ca = counts(a), cb = counts(b);
-    if (ca != cb) return "events per type: " + nlohmann::json(ca).dump() + " against " + nlohmann::json(cb).dump();
+    if (ca != cb)
+        return "events per type: " + nlohmann::json(ca).dump() + " against " +
+               nlohmann::json(cb).dump();
     if (!ca.contains("module_enter") || !ca.contains("fetch_end"))
         return "no module_enter or fetch_end: " + nlohmann::json(ca).dump();
     if (a["params"].size() != b["params"].size()) return "parameters: " + a["params"].dump();

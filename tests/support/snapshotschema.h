@@ -133,7 +133,8 @@ inline std::vector<std::string> snapshotSchemaProblems(const nlohmann::json &j)
             check(p, "params[]", k, Str);
         for (const char *k : {"persistent", "partitioned", "late"})
             check(p, "params[]", k, Bool);
-        for (const char *k : {"shape", "external_modules", "external_auto_modules", "active_modules"})
+        for (const char *k :
+             {"shape", "external_modules", "external_auto_modules", "active_modules"})
             check(p, "params[]", k, Arr);
         // Version 2: one letter per rank, N (NOT_AVAILABLE), I (INFLIGHT) or A (AVAILABLE).
         check(p, "params[]", "status", Str);
@@ -168,7 +169,8 @@ inline std::vector<std::string> snapshotSchemaProblems(const nlohmann::json &j)
         // Written by this release; a snapshot of an earlier one has neither.
         if (v.contains("severity")) {
             check(v, "violations[]", "severity", Str);
-            const std::string sev = v["severity"].is_string() ? v["severity"].get<std::string>() : "";
+            const std::string sev =
+                v["severity"].is_string() ? v["severity"].get<std::string>() : "";
             if (sev != "error" && sev != "cost" && sev != "info")
                 problems.push_back("violations[].severity is not error, cost or info");
         }

@@ -823,8 +823,8 @@ void TestGatherTimeline::rangeSummaryEqualsTheEventsSums()
             const std::uint64_t bytes = std::uint64_t(i) * 10;
             const std::uint64_t d = (1 + std::uint64_t(i % 4)) * us;
             events.push_back(eventAt(t, r, makeFetchBegin({.param = param, .cause = cause})));
-            events.push_back(eventAt(t + d, r,
-                                     makeFetchEnd({.param = param, .cause = cause, .bytes = bytes})));
+            events.push_back(
+                eventAt(t + d, r, makeFetchEnd({.param = param, .cause = cause, .bytes = bytes})));
             if (i >= 50 && i < 150) { // [0.5 ms, 1.5 ms)
                 for (GatherSpans::Totals *tot : {&byParam[param], &byModule[cause]}) {
                     ++tot->gathers;
@@ -1059,8 +1059,10 @@ void TestGatherTimeline::reduceScattersHaveTheirOwnTrack()
     QVERIFY(QTest::qWaitForWindowExposed(&timeline));
     state::EngineState st;
     st.worldSize = 2;
-    st.modules = {{0, "", "Model", kNoModule}, {1, "embed", "Embedding", 0},
-                  {2, "blocks.0", "Block", 0}, {3, "blocks.1", "Block", 0}};
+    st.modules = {{0, "", "Model", kNoModule},
+                  {1, "embed", "Embedding", 0},
+                  {2, "blocks.0", "Block", 0},
+                  {3, "blocks.1", "Block", 0}};
     timeline.setState(st);
     timeline.setTimeOrigin(0);
     timeline.appendEvents(events);
@@ -1083,8 +1085,8 @@ void TestGatherTimeline::reduceScattersHaveTheirOwnTrack()
              qPrintable(tip));
     // A whole group has no parameter to select.
     QVERIFY(timeline.paramsAt(reduce).isEmpty());
-    QVERIFY(timeline.toolTipAt(timeline.reduceScatterPositionOf(1, 0.004)).contains(
-        QStringLiteral("module blocks.1")));
+    QVERIFY(timeline.toolTipAt(timeline.reduceScatterPositionOf(1, 0.004))
+                .contains(QStringLiteral("module blocks.1")));
 }
 
 QTEST_MAIN(TestGatherTimeline)

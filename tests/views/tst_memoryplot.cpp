@@ -4,9 +4,9 @@
 
 #include <QComboBox>
 #include <QSet>
-#include <set>
 #include <QTest>
 #include <qcustomplot.h>
+#include <set>
 
 #include "testevents.h"
 #include "views/memoryplot.h"
@@ -339,7 +339,8 @@ void TestMemoryPlot::manyRanksShowBandsAndAPickedRank()
 // times, listed in the legend in the docs' words; a run without them (the CPU) lists neither.
 void TestMemoryPlot::allocatorSeriesWhenARunSendsThem()
 {
-    auto allocator = [](int rank, std::uint64_t ts, std::uint64_t allocated, std::uint64_t reserved) {
+    auto allocator = [](int rank, std::uint64_t ts, std::uint64_t allocated,
+                        std::uint64_t reserved) {
         return test::eventAt(ts, rank,
                              telemetry::makeAllocatorSample({.allocatedBytes = allocated,
                                                              .reservedBytes = reserved,

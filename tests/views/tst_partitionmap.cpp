@@ -13,8 +13,8 @@ using shardscope::views::ShardRect;
 
 namespace {
 
-state::ParamRecord makeParam(ParamId id, const std::string &name, ModuleId owner, std::int64_t numel,
-                            int world, std::vector<ParamStatus> status = {})
+state::ParamRecord makeParam(ParamId id, const std::string &name, ModuleId owner,
+                             std::int64_t numel, int world, std::vector<ParamStatus> status = {})
 {
     const state::PartitionLayout l = state::PartitionLayout::make(numel, world);
     state::ParamRecord p;

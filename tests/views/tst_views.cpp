@@ -7,8 +7,8 @@
 #include <QCoreApplication>
 #include <QDateTime>
 #include <QDir>
-#include <QFormLayout>
 #include <QFile>
+#include <QFormLayout>
 #include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
@@ -199,7 +199,9 @@ void TestViews::detailCopiesTheSourceLocation()
     v.tsNs = 100;
     v.fix = "register_external_parameter(lm_head, embed.weight)";
     v.message = "module `lm_head` read `embed.weight`";
-    v.location = {"/src/model.py", 48, "t5_model_class.<locals>.T5WithSampledInput.Head.forward",
+    v.location = {"/src/model.py",
+                  48,
+                  "t5_model_class.<locals>.T5WithSampledInput.Head.forward",
                   {"/src/train.py:9 in main"}};
     st.violations = {v};
     store.applyState(st);

@@ -70,8 +70,9 @@ inline DecodeCounts decodeEverything(std::string_view data, std::uint32_t maxPay
     return counts;
 }
 
-// The JSON decoders and the binary State's, on the raw bytes; the snapshot also as a file's bytes, which may be
-// gzip'd (inflated to at most 16 MiB here, so a small input cannot exhaust the fuzzer).
+// The JSON decoders and the binary State's, on the raw bytes; the snapshot also as a file's bytes,
+// which may be gzip'd (inflated to at most 16 MiB here, so a small input cannot exhaust the
+// fuzzer).
 inline bool decodeJsonDocuments(std::string_view data)
 {
     const bool snapshot = wire::decodeSnapshot(data).ok();

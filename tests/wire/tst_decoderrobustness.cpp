@@ -116,7 +116,9 @@ void TestDecoderRobustness::hundredThousandMutatedFramesFailCleanly()
                 for (std::size_t k = 0, n = 1 + pick(6); k < n; ++k)
                     bin[pick(bin.size())] = static_cast<char>(rng());
                 break;
-            case 1: bin.resize(pick(bin.size())); break;
+            case 1:
+                bin.resize(pick(bin.size()));
+                break;
             default: { // a count (header bytes 8-51) set to anything
                 const auto v = static_cast<std::uint32_t>(pick(2) ? rng() : pick(64));
                 std::memcpy(bin.data() + 8 + 4 * pick(11), &v, 4);

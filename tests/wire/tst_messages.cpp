@@ -101,7 +101,8 @@ void TestMessages::eventTypeNamesRoundTrip()
         QCOMPARE(eventTypeFromName(name), std::optional<EventType>(e.type));
     }
     QCOMPARE(eventTypeName(EventType::UnregisteredAccess), std::string_view("unregistered_access"));
-    QCOMPARE(eventTypeName(EventType::ReduceScatterBegin), std::string_view("reduce_scatter_begin"));
+    QCOMPARE(eventTypeName(EventType::ReduceScatterBegin),
+             std::string_view("reduce_scatter_begin"));
     QCOMPARE(eventTypeName(EventType::ReduceScatterEnd), std::string_view("reduce_scatter_end"));
     QCOMPARE(eventTypeName(EventType::AllocatorSample), std::string_view("allocator_sample"));
     QVERIFY(!eventTypeFromName("bogus").has_value());

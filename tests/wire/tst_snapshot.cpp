@@ -9,9 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "samplesnapshot.h"
 #include "snapshotcompare.h"
 #include "snapshotschema.h"
-#include "samplesnapshot.h"
 #include "wire/compress.h"
 #include "wire/discovery.h"
 #include "wire/endpoint.h"
@@ -98,9 +98,9 @@ void TestSnapshot::jsonUsesTheDocumentedNames()
     QCOMPARE(p["dtype"].get<std::string>(), std::string("float32"));
     QCOMPARE(j["params"][1]["dtype"].get<std::string>(), std::string("bfloat16"));
     QVERIFY(j["modules"][0]["parent"].is_null());
-    QCOMPARE(j["modules"][2]["fsdp_unit"],
-             nlohmann::json({{"group_id", 1}, {"reshard_after_forward", "True"},
-                             {"mesh", "replicate=1, shard=2"}}));
+    QCOMPARE(j["modules"][2]["fsdp_unit"], nlohmann::json({{"group_id", 1},
+                                                           {"reshard_after_forward", "True"},
+                                                           {"mesh", "replicate=1, shard=2"}}));
     QVERIFY(!j["modules"][3].contains("fsdp_unit")); // not a unit: no field
     QCOMPARE(p["placements"].get<std::string>(), std::string("(Replicate(), Shard(0))"));
     QVERIFY(!j["params"][1].contains("placements"));
@@ -575,18 +575,15 @@ void TestSnapshot::attachTargetsParse()
     auto list =
         parseAttachTarget("tcp:node1:7000, tcp:[::1]:7001,unix:/run/a,b.sock,tcp:node1:7000");
     QVERIFY2(list.ok(), list.ok() ? "" : list.error().c_str());
-    QCOMPARE(list->endpoints, (std::vector<std::string>{"tcp:node1:7000", "tcp:[::1]:7001",
-                                                        "unix:/run/a,b.sock"}));
+    QCOMPARE(list->endpoints,
+             (std::vector<std::string>{"tcp:node1:7000", "tcp:[::1]:7001", "unix:/run/a,b.sock"}));
     auto one = parseAttachTarget("unix:/run/user/1/shardscope/7.sock");
     QVERIFY(one.ok());
     QCOMPARE(one->endpoints.size(), std::size_t(1));
     const std::pair<const char *, const char *> bad[] = {
-        {"job:", "needs the job's name"},
-        {"", "no endpoint given"},
-        {",", "no endpoint given"},
-        {"tcp:a:1,garbage", "unknown endpoint \"garbage\""},
-        {"tcp:a:1,tcp:::1:7", "brackets"},
-        {"tcp:a:1,tcp:b", "has no port"}};
+        {"job:", "needs the job's name"},  {"", "no endpoint given"},
+        {",", "no endpoint given"},        {"tcp:a:1,garbage", "unknown endpoint \"garbage\""},
+        {"tcp:a:1,tcp:::1:7", "brackets"}, {"tcp:a:1,tcp:b", "has no port"}};
     for (const auto &[text, words] : bad) {
         auto r = parseAttachTarget(text);
         QVERIFY2(!r.ok(), text);
@@ -595,8 +592,7 @@ void TestSnapshot::attachTargetsParse()
     auto reached = checkReachable("unix:/nonexistent-dir/nobody.sock");
     QVERIFY(!reached.ok());
     QVERIFY2(reached.error().find("cannot connect to unix:/nonexistent-dir/nobody.sock: No such "
-                                  "file or directory; is the engine running?") !=
-                 std::string::npos,
+                                  "file or directory; is the engine running?") != std::string::npos,
              reached.error().c_str());
 }
 

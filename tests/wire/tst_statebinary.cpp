@@ -8,11 +8,11 @@
 #include <cstring>
 #include <random>
 
+#include "client/clientstate.h"
 #include "comm/cpucommunicator.h"
 #include "core/engine.h"
 #include "samplesnapshot.h"
 #include "snapshotcompare.h"
-#include "client/clientstate.h"
 #include "wire/statebinary.h"
 
 using namespace shardscope;
@@ -43,8 +43,20 @@ void expectError(const std::string &payload, const std::string &needle)
 }
 
 // The header's counts, at their documented offsets.
-enum Count { kStrings, kStringBytes, kWorld, kLocalRanks, kModules, kParams, kDims, kExternals,
-             kActive, kViolations, kEvents };
+enum Count
+{
+    kStrings,
+    kStringBytes,
+    kWorld,
+    kLocalRanks,
+    kModules,
+    kParams,
+    kDims,
+    kExternals,
+    kActive,
+    kViolations,
+    kEvents
+};
 std::size_t countOffset(Count c)
 {
     return 8 + 4 * static_cast<std::size_t>(c);
@@ -204,7 +216,8 @@ void TestStateBinary::binaryAndJsonDecodeAliveEngineAlike()
     // What the comparison below must cover, or it proves little.
     bool available = false, active = false, automatic = false, manual = false, replaces = false;
     for (const state::ParamRecord &p : st.params) {
-        available = available || std::count(p.status.begin(), p.status.end(), ParamStatus::Available) > 0;
+        available =
+            available || std::count(p.status.begin(), p.status.end(), ParamStatus::Available) > 0;
         active = active || !p.activeModules.empty();
         for (const state::ExternalRecord &x : p.externals)
             (x.automatic ? automatic : manual) = true;
@@ -233,14 +246,17 @@ void TestStateBinary::invalidUtf8IsReplacedAsInTheJson()
 {
     Snapshot s = test::sampleSnapshot();
     s.events.clear();
-    s.state.params[0].name = "embed.\xFF" "weight\xC3";
-    s.state.modules[2].type = "Lin\x80" "ear";
+    s.state.params[0].name = "embed.\xFF"
+                             "weight\xC3";
+    s.state.modules[2].type = "Lin\x80"
+                              "ear";
     s.state.violations[0].message = "bad \xE2\x82 tail";
     auto fromJson = decodeSnapshot(encodeSnapshot(s));
     auto fromBinary = decodeBinaryState(encodeBinaryState(s));
     QVERIFY2(fromJson.ok(), fromJson.error().c_str());
     QVERIFY2(fromBinary.ok(), fromBinary.error().c_str());
-    QCOMPARE(fromBinary->state.params[0].name, std::string("embed.\xEF\xBF\xBD" "weight\xEF\xBF\xBD"));
+    QCOMPARE(fromBinary->state.params[0].name, std::string("embed.\xEF\xBF\xBD"
+                                                           "weight\xEF\xBF\xBD"));
     test::compareSnapshots(*fromBinary, *fromJson);
 }
 
@@ -273,10 +289,11 @@ void TestStateBinary::everyTruncationIsACleanError()
     const std::string bytes = encodeBinaryState(test::sampleSnapshot());
     for (std::size_t n = 0; n < bytes.size(); ++n) {
         auto r = decodeBinaryState(std::string_view(bytes).substr(0, n));
-        QVERIFY2(!r.ok(), qPrintable(QStringLiteral("accepted %1 of %2 bytes").arg(n).arg(bytes.size())));
-        const bool clear = r.error().find(n < 128 ? "shorter than the 128-byte header"
-                                                  : "it was truncated or corrupted") !=
-                           std::string::npos;
+        QVERIFY2(!r.ok(),
+                 qPrintable(QStringLiteral("accepted %1 of %2 bytes").arg(n).arg(bytes.size())));
+        const bool clear =
+            r.error().find(n < 128 ? "shorter than the 128-byte header"
+                                   : "it was truncated or corrupted") != std::string::npos;
         QVERIFY2(clear, r.error().c_str());
     }
     expectError(bytes + std::string(1, '\0'), "it was truncated or corrupted");
@@ -294,13 +311,15 @@ void TestStateBinary::corruptFieldsAreNamed()
     expectError(patched(good, 4, std::uint16_t(5)),
                 "layout 5 is not supported; this build reads layouts 1 to 4");
     expectError(patched(good, 6, std::uint16_t(1)), "reserved bytes 6-7 are not 0");
-    expectError(patched(good, countOffset(kWorld), std::uint32_t(0)), "world_size: 0 is outside 1 to 65536");
+    expectError(patched(good, countOffset(kWorld), std::uint32_t(0)),
+                "world_size: 0 is outside 1 to 65536");
     expectError(patched(good, countOffset(kWorld), std::uint32_t(65537)), "outside 1 to 65536");
     // A count that claims more than was sent.
     expectError(patched(good, countOffset(kParams), std::uint32_t(0xFFFFFFFF)),
                 "it was truncated or corrupted");
     expectError(patched(good, 104, std::uint8_t(3)), "header.guard: value 3 is outside 0 to 2");
-    expectError(patched(good, 108, std::uint32_t(999)), "header.producer: string 999 is not in the table");
+    expectError(patched(good, 108, std::uint32_t(999)),
+                "header.producer: string 999 is not in the table");
     // The first string's length made longer than the bytes.
     expectError(patched(good, o.strings, std::uint32_t(1u << 30)), "runs past the string bytes");
     {
@@ -310,14 +329,16 @@ void TestStateBinary::corruptFieldsAreNamed()
     }
     expectError(patched(good, o.localRanks, std::uint32_t(2)), "local_ranks[0]: 2 is not a rank");
     // Module 1's parent: itself.
-    expectError(patched(good, o.modules + 8 * readAt<std::uint32_t>(good, countOffset(kModules)) + 4,
+    expectError(patched(good,
+                        o.modules + 8 * readAt<std::uint32_t>(good, countOffset(kModules)) + 4,
                         std::uint32_t(1)),
                 "modules[1].parent: a parent must come before its children");
     expectError(patched(good, o.params, std::uint32_t(0xFFFFFFFF)), "params[0].id: 4294967295");
     expectError(patched(good, o.paramDtype, std::uint8_t(2)), "params[0].dtype: value 2");
     expectError(patched(good, o.paramFlags, std::uint8_t(8)), "params[0].flags: unknown bits");
     // Rank 1 of parameter 0 with the status code 3.
-    expectError(patched(good, o.statusRows, std::uint8_t(0x0E)), "params[0].status: rank 1 has status code 3");
+    expectError(patched(good, o.statusRows, std::uint8_t(0x0E)),
+                "params[0].status: rank 1 has status code 3");
     expectError(patched(good, o.statusRows, std::uint8_t(0x16)),
                 "params[0].status: the unused bits after rank 1 are not zero");
     expectError(patched(good, o.extModules, std::uint32_t(4)),
@@ -326,7 +347,8 @@ void TestStateBinary::corruptFieldsAreNamed()
                 "params[0].external_modules[1]: module 3 is listed twice");
     expectError(patched(good, o.activeModules + 4, std::uint32_t(1)), "module 1 is listed twice");
     // The last event's type.
-    expectError(patched(good, good.size() - 48 + 14, std::uint8_t(200)), "events[1]: unknown event type 200");
+    expectError(patched(good, good.size() - 48 + 14, std::uint8_t(200)),
+                "events[1]: unknown event type 200");
     // Layout 4's severity and read columns come last before the events, a byte each per
     // violation; before them layout 3's unit and placement columns: 12 bytes a module, 4 a
     // parameter.
@@ -395,7 +417,8 @@ void TestStateBinary::unitsTravelInLayout3AndLayout2StillDecodes()
     QCOMPARE(binaryLayoutOf({"state", "events"}), std::uint16_t(0));
     QCOMPARE(binaryLayoutOf({"state_binary"}), std::uint16_t(1));
     QCOMPARE(binaryLayoutOf({"state_binary", "state_binary_2"}), std::uint16_t(2));
-    QCOMPARE(binaryLayoutOf({"state_binary_3", "state_binary", "state_binary_2"}), std::uint16_t(3));
+    QCOMPARE(binaryLayoutOf({"state_binary_3", "state_binary", "state_binary_2"}),
+             std::uint16_t(3));
     QCOMPARE(binaryLayoutOf({"state_binary_3"}), std::uint16_t(0)); // no "state_binary": JSON
     QCOMPARE(binaryLayoutOf({"state_binary", "state_binary_2", "state_binary_3", "state_binary_4"}),
              std::uint16_t(4));
@@ -536,7 +559,8 @@ void TestStateBinary::theEnginesColumnsAreWhatItsQueriesSay()
                 for (ModuleId m = 0; m < e.moduleCount(); ++m)
                     for (int r = 0; r < world; ++r)
                         if (e.isExternal(r, m, p) &&
-                            std::find(x.externals.begin(), x.externals.end(), m) == x.externals.end())
+                            std::find(x.externals.begin(), x.externals.end(), m) ==
+                                x.externals.end())
                             x.externals.push_back(m);
                 expected.push_back(std::move(x));
             }
@@ -645,7 +669,8 @@ void TestStateBinary::columnsAndStatesConvertWithoutLoss()
 {
     Snapshot s = test::sampleSnapshot();
     s.state.worldSize = 5;
-    s.state.params[0].name = "embed.\xFF" "weight"; // raw bytes stay raw in the columns
+    s.state.params[0].name = "embed.\xFF"
+                             "weight"; // raw bytes stay raw in the columns
     s.state.params[1].replaces = "conv.weight";
     for (state::ParamRecord &p : s.state.params)
         p.status = {ParamStatus::Inflight, ParamStatus::Available, ParamStatus::NotAvailable,
@@ -666,9 +691,8 @@ void TestStateBinary::columnsThatDisagreeAreRefused()
     state::StateColumns c;
     state::columnsOf(test::sampleSnapshot().state, c);
     c.numel.pop_back();
-    QCOMPARE(c.checkConsistent(),
-             "numel has " + std::to_string(c.paramCount() - 1) + " entries, expected " +
-                 std::to_string(c.paramCount()));
+    QCOMPARE(c.checkConsistent(), "numel has " + std::to_string(c.paramCount() - 1) +
+                                      " entries, expected " + std::to_string(c.paramCount()));
     QVERIFY_THROWS_EXCEPTION(std::invalid_argument, encodeBinaryState(c, {}, 0));
     state::columnsOf(test::sampleSnapshot().state, c);
     c.activeModule.push_back(0);

@@ -8,9 +8,9 @@
 #include <unordered_map>
 
 #include "base/hugepages.h"
-#include "state/partition.h"
 #include "models/severitycolor.h"
 #include "session/labels.h"
+#include "state/partition.h"
 
 namespace shardscope::models {
 
@@ -29,9 +29,9 @@ std::string foldedUtf8(const QString &s)
     QList<uint> ucs4 = s.toUcs4();
     for (uint &c : ucs4)
         c = QChar::toCaseFolded(c);
-    const QByteArray utf8 = QString::fromUcs4(reinterpret_cast<const char32_t *>(ucs4.constData()),
-                                              ucs4.size())
-                                .toUtf8();
+    const QByteArray utf8 =
+        QString::fromUcs4(reinterpret_cast<const char32_t *>(ucs4.constData()), ucs4.size())
+            .toUtf8();
     return std::string(utf8.constData(), static_cast<std::size_t>(utf8.size()));
 }
 
@@ -262,8 +262,8 @@ void ModuleTreeModel::applyFilter()
     const std::size_t count = m_nodes.size();
     if (!f.empty() && m_foldedAt.size() != count + 1) foldNames();
     // A text that contains the previous one can only match a subset of its matches.
-    const bool narrow = m_nameMatchValid && !m_matchedFor.empty() &&
-                        m_nameMatch.size() == count && f.find(m_matchedFor) != f.npos;
+    const bool narrow = m_nameMatchValid && !m_matchedFor.empty() && m_nameMatch.size() == count &&
+                        f.find(m_matchedFor) != f.npos;
     m_nameMatch.resize(count);
     for (std::size_t i = 0; i < count; ++i) {
         if (f.empty())
@@ -315,8 +315,7 @@ void ModuleTreeModel::applyFilter()
 
     if (m_sortColumn >= 0) {
         for (std::size_t i = 0; i < count; ++i) {
-            if (visible[i] && m_nodes[i].kidCount > 1)
-                sortChildren(static_cast<std::int32_t>(i));
+            if (visible[i] && m_nodes[i].kidCount > 1) sortChildren(static_cast<std::int32_t>(i));
         }
     }
     for (std::size_t i = 0; i < count; ++i) {
@@ -503,19 +502,20 @@ QVariant ModuleTreeModel::displayValue(const Node &node, int column) const
         if (!p->partitioned)
             return p->late ? QStringLiteral("late: not partitioned")
                            : QStringLiteral("not partitioned");
-    {
-        // The producer's layout (DeepSpeed's and FSDP2's own numbers for their runs).
-        const state::PartitionLayout layout = state::PartitionLayout::reported(
-            std::max<std::int64_t>(p->numel, 0), p->paddedNumel, p->partitionNumel,
-            std::max<int>(1, int(p->status.size())));
-        const QString shards = QStringLiteral("%1/rank, pad %2")
-                                   .arg(session::labels::count(static_cast<std::uint64_t>(layout.partitionNumel)))
-                                   .arg(layout.totalPadding());
-        // FSDP2's DTensor placements first: "Shard(0): 272/rank, pad 16".
-        return p->placements.empty()
-                   ? shards
-                   : QStringLiteral("%1: %2").arg(QString::fromStdString(p->placements), shards);
-    }
+        {
+            // The producer's layout (DeepSpeed's and FSDP2's own numbers for their runs).
+            const state::PartitionLayout layout = state::PartitionLayout::reported(
+                std::max<std::int64_t>(p->numel, 0), p->paddedNumel, p->partitionNumel,
+                std::max<int>(1, int(p->status.size())));
+            const QString shards =
+                QStringLiteral("%1/rank, pad %2")
+                    .arg(session::labels::count(static_cast<std::uint64_t>(layout.partitionNumel)))
+                    .arg(layout.totalPadding());
+            // FSDP2's DTensor placements first: "Shard(0): 272/rank, pad 16".
+            return p->placements.empty() ? shards
+                                         : QStringLiteral("%1: %2").arg(
+                                               QString::fromStdString(p->placements), shards);
+        }
     case RegisteredOn: {
         QStringList mods;
         for (const state::ExternalRecord &e : p->externals)
@@ -542,7 +542,8 @@ QString ModuleTreeModel::tooltip(const Node &node) const
         QString tip = QStringLiteral("%1 (%2)").arg(m_store->modulePath(node.id),
                                                     QString::fromStdString(m->type));
         if (m->fsdpUnit())
-            tip += QStringLiteral("\nFSDP unit: ") + session::labels::fsdpUnit(*m, m_store->modulePath(m->unitGroup));
+            tip += QStringLiteral("\nFSDP unit: ") +
+                   session::labels::fsdpUnit(*m, m_store->modulePath(m->unitGroup));
         if (const std::uint64_t v = m_store->moduleViolations(node.id))
             tip += QStringLiteral("\n%1 violation(s) as accessor or owner").arg(v);
         return tip;
@@ -740,8 +741,7 @@ void ModuleTreeModel::emitChangedRows(const std::vector<std::int32_t> &nodes)
 
 void ModuleTreeModel::emitAllRevealedRows()
 {
-    if (m_topFetched > 0)
-        Q_EMIT dataChanged(index(0, 0), index(m_topFetched - 1, ColumnCount - 1));
+    if (m_topFetched > 0) Q_EMIT dataChanged(index(0, 0), index(m_topFetched - 1, ColumnCount - 1));
     for (std::size_t i = 0; i < m_nodes.size(); ++i) {
         const Node &node = m_nodes[i];
         if (node.fetched <= 0 || node.row < 0) continue;

@@ -124,9 +124,9 @@ class ModuleTreeModel : public QAbstractItemModel
     session::SessionStore *m_store;
     std::vector<Node> m_nodes;
     std::vector<std::int32_t> m_top;
-    std::vector<std::int32_t> m_allTop;    // every top-level node, filtered or not
-    std::vector<std::int32_t> m_kids;      // every node's visible children, node after node
-    std::vector<std::int32_t> m_allKids;   // every node's children, node after node
+    std::vector<std::int32_t> m_allTop;     // every top-level node, filtered or not
+    std::vector<std::int32_t> m_kids;       // every node's visible children, node after node
+    std::vector<std::int32_t> m_allKids;    // every node's children, node after node
     std::vector<std::uint32_t> m_allKidsAt; // node -> first of its children in m_allKids
     // Each node's module path or parameter name, case-folded UTF-8, converted once per
     // structure (when a filter first needs them) so a filter change only searches bytes.
@@ -136,7 +136,7 @@ class ModuleTreeModel : public QAbstractItemModel
     std::string m_matchedFor;              // case-folded filter m_nameMatch was computed for
     bool m_nameMatchValid = false;
     std::int32_t m_topFetched = 0;
-    std::vector<std::int32_t> m_moduleNode;            // module id -> node
+    std::vector<std::int32_t> m_moduleNode; // module id -> node
     // Indexed by SessionStore::paramSlot (size_t(-1) when absent), not by parameter id.
     std::size_t paramSlot(ParamId id) const;
     std::vector<std::int32_t> m_paramNode;             // param slot -> owned node

@@ -91,7 +91,7 @@ QVariant ViolationsModel::data(const QModelIndex &index, int role) const
             if (!name.isEmpty()) tip = name + QStringLiteral("\n\n");
         }
         tip += QString::fromStdString(g->message) + QLatin1Char('\n') +
-                      QString::fromLatin1(state::severityMeaning(g->severity));
+               QString::fromLatin1(state::severityMeaning(g->severity));
         if (!g->fix.empty()) tip += QStringLiteral("\nfix: ") + QString::fromStdString(g->fix);
         if (g->location.known()) {
             tip += QStringLiteral("\nat ") + QString::fromStdString(g->location.fileLine()) +
@@ -144,9 +144,8 @@ QVariant ViolationsModel::data(const QModelIndex &index, int role) const
 QVariant ViolationsModel::headerData(int section, Qt::Orientation orientation, int role) const
 {
     if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
-    static const char *names[] = {"Time",   "Step",   "Rank",  "Kind",
-                                  "Severity", "Accessor", "Parameter", "Owner",
-                                  "Status", "Action", "Count", "Location"};
+    static const char *names[] = {"Time",      "Step",  "Rank",   "Kind",   "Severity", "Accessor",
+                                  "Parameter", "Owner", "Status", "Action", "Count",    "Location"};
     static_assert(std::size(names) == ColumnCount);
     return section >= 0 && section < ColumnCount ? QString::fromLatin1(names[section]) : QVariant();
 }

@@ -36,7 +36,8 @@ class ViolationsModel : public QAbstractTableModel
         FixRole,
         MessageRole,
         SortRole,
-        LocationRole, // "file:line" with the file's full path, to copy into an editor; "" when not known
+        LocationRole, // "file:line" with the file's full path, to copy into an editor; "" when not
+                      // known
         SeverityRole  // the row's Severity as its number (0 error, 1 cost, 2 info)
     };
 

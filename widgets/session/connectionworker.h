@@ -38,7 +38,7 @@ struct WelcomeInfo
     QString model;
     int worldSize = 1;
     QString backend;
-    QString job;         // the job's id; empty for servers before jobs
+    QString job;            // the job's id; empty for servers before jobs
     std::vector<int> ranks; // the global ranks the process serves (its Welcome's job)
     QString host;
 };

@@ -6,10 +6,10 @@
 // unreachable, lost or silent is said so, by rank; the others go on and nothing received
 // is dropped. A single endpoint is a session of one plain Connection.
 
+#include <QElapsedTimer>
 #include <QObject>
 #include <QString>
 #include <QStringList>
-#include <QElapsedTimer>
 #include <QTimer>
 
 #include <memory>

@@ -125,7 +125,8 @@ QString fsdpUnit(const state::ModuleRecord &m, const QString &groupPath)
 QString moduleType(const state::ModuleRecord &m, const QString &groupPath)
 {
     const QString type = QString::fromStdString(m.type);
-    return m.fsdpUnit() ? QStringLiteral("%1 [FSDP unit: %2]").arg(type, fsdpUnit(m, groupPath)) : type;
+    return m.fsdpUnit() ? QStringLiteral("%1 [FSDP unit: %2]").arg(type, fsdpUnit(m, groupPath))
+                        : type;
 }
 
 } // namespace shardscope::session::labels

@@ -5,8 +5,8 @@
 
 #include <QString>
 
-#include "state/state.h"
 #include "state/shape.h"
+#include "state/state.h"
 
 namespace shardscope::session::labels {
 

@@ -41,9 +41,8 @@ AttachDialog::AttachDialog(const QString &discoveryDir, QWidget *parent)
       m_token(new QLineEdit(this)), m_hint(new QLabel(this)), m_timer(new QTimer(this))
 {
     setWindowTitle(tr("Attach to a training run"));
-    m_table->setHorizontalHeaderLabels(
-        {tr("PID"), tr("Model"), tr("World size"), tr("Backend"), tr("Uptime"), tr("Endpoint"),
-         tr("Ranks")});
+    m_table->setHorizontalHeaderLabels({tr("PID"), tr("Model"), tr("World size"), tr("Backend"),
+                                        tr("Uptime"), tr("Endpoint"), tr("Ranks")});
     m_table->verticalHeader()->hide();
     m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
     m_table->setSelectionMode(QAbstractItemView::SingleSelection);
@@ -54,8 +53,8 @@ AttachDialog::AttachDialog(const QString &discoveryDir, QWidget *parent)
     m_table->horizontalHeader()->setStretchLastSection(true);
     m_table->setWordWrap(false);
     m_table->setTextElideMode(Qt::ElideNone);
-    m_endpoint->setPlaceholderText(
-        QStringLiteral("unix:/run/user/1000/shardscope/1234.sock,  tcp:127.0.0.1:7000  or  job:NAME"));
+    m_endpoint->setPlaceholderText(QStringLiteral(
+        "unix:/run/user/1000/shardscope/1234.sock,  tcp:127.0.0.1:7000  or  job:NAME"));
     m_token->setPlaceholderText(tr("only for an engine started with --token"));
     m_token->setEchoMode(QLineEdit::Password);
     m_hint->setWordWrap(true);
@@ -170,11 +169,13 @@ void AttachDialog::refresh()
             r.cells[3] = QString::fromStdString(e.backend);
             r.cells[4] = uptime(e.startUnixMs);
             r.cells[5] = QString::fromStdString(e.endpoint);
-            r.cells[6] = rankList.isEmpty() ? QString()
-                                            : (rankList.size() == 1 ? tr("rank ") : tr("ranks ")) +
-                                                  rankList.join(QLatin1Char(',')) +
-                                                  (e.job.host.empty() ? QString()
-                                                                      : tr(" on %1").arg(QString::fromStdString(e.job.host)));
+            r.cells[6] = rankList.isEmpty()
+                             ? QString()
+                             : (rankList.size() == 1 ? tr("rank ") : tr("ranks ")) +
+                                   rankList.join(QLatin1Char(',')) +
+                                   (e.job.host.empty()
+                                        ? QString()
+                                        : tr(" on %1").arg(QString::fromStdString(e.job.host)));
             if (e.tokenRequired) r.tip = tr("this engine requires a token");
             rows.push_back(r);
         }
@@ -206,12 +207,11 @@ void AttachDialog::refresh()
     }
     // The first row (a whole job when there is one) is picked when none is, so Enter
     // attaches to it.
-    if (!rows.empty() && selected.isEmpty() && m_endpoint->text().isEmpty())
-        m_table->selectRow(0);
+    if (!rows.empty() && selected.isEmpty() && m_endpoint->text().isEmpty()) m_table->selectRow(0);
     fitToTable();
     m_hint->setText(engines == 0 ? tr("No live engine found. Start one with shardscope-train, "
-                                         "or type its endpoint below.")
-                                    : QString());
+                                      "or type its endpoint below.")
+                                 : QString());
 }
 
 void AttachDialog::fitToTable()

@@ -7,13 +7,13 @@
 
 #include <QHBoxLayout>
 #include <QLabel>
-#include <QToolButton>
 #include <QSpinBox>
+#include <QToolButton>
 #include <qcustomplot.h>
 
 #include "models/severitycolor.h"
-#include "state/shape.h"
 #include "session/labels.h"
+#include "state/shape.h"
 
 namespace shardscope::views {
 
@@ -227,8 +227,10 @@ class GatherLanesPlottable : public QCPAbstractPlottable
             spans.blocks(rank, SpanTrack::Fetch, r.lower, r.upper, spp, blocks);
             std::fill(column.begin(), column.end(), std::int8_t(-1));
             for (const TimelineBlock &b : blocks) {
-                const int c0 = std::clamp(int(std::floor(x->coordToPixel(b.start) - left)), 0, width - 1);
-                const int c1 = std::clamp(int(std::ceil(x->coordToPixel(b.end) - left)), c0 + 1, width);
+                const int c0 =
+                    std::clamp(int(std::floor(x->coordToPixel(b.start) - left)), 0, width - 1);
+                const int c1 =
+                    std::clamp(int(std::ceil(x->coordToPixel(b.end) - left)), c0 + 1, width);
                 const std::int8_t cat = GatherTimeline::foldedCategory(b.kind);
                 for (int c = c0; c < c1; ++c)
                     if (column[std::size_t(c)] < 0) column[std::size_t(c)] = cat;
@@ -250,7 +252,8 @@ class GatherLanesPlottable : public QCPAbstractPlottable
                 const int n = counts[std::size_t(c)][std::size_t(k)];
                 if (!n) continue;
                 const double h = n * perRank;
-                painter->fillRect(QRectF(left + c, base - h, end - c, std::max(1.0, h)), colours[k]);
+                painter->fillRect(QRectF(left + c, base - h, end - c, std::max(1.0, h)),
+                                  colours[k]);
                 base -= h;
             }
             c = end;
@@ -332,7 +335,8 @@ GatherTimeline::GatherTimeline(QWidget *parent)
             for (Severity s : {Severity::Error, Severity::Cost, Severity::Info})
                 legend += QStringLiteral("<span style='color:%1'>&#9660;</span>")
                               .arg(models::severityColor(s).name());
-            legend += QStringLiteral("&nbsp;%1 (error, cost, info)&nbsp;&nbsp; ").arg(kindName(kind));
+            legend +=
+                QStringLiteral("&nbsp;%1 (error, cost, info)&nbsp;&nbsp; ").arg(kindName(kind));
             continue;
         }
         legend += QStringLiteral("<span style='color:%1'>%2</span>&nbsp;%3&nbsp;&nbsp; ")
@@ -529,7 +533,8 @@ std::array<int, 3> GatherTimeline::ranksGatheringAt(double tSeconds) const
         m_spans.blocks(rank, SpanTrack::Fetch, tSeconds, tSeconds, 1e-15, blocks, {}, 0.0);
         int best = 3;
         for (const TimelineBlock &b : blocks)
-            if (b.start <= tSeconds && b.end >= tSeconds) best = std::min<int>(best, foldedCategory(b.kind));
+            if (b.start <= tSeconds && b.end >= tSeconds)
+                best = std::min<int>(best, foldedCategory(b.kind));
         if (best < 3) ++out[std::size_t(best)];
     }
     return out;
@@ -904,10 +909,12 @@ QString GatherTimeline::toolTipAt(QPointF pos) const
         const GatherSpan &s = v[block->first];
         if (block->track == SpanTrack::ReduceScatter) {
             const QString module = m_moduleNames.value(s.module, tr("module %1").arg(s.module));
-            text += s.param == kNoParam
-                        ? tr("\ngradients of %1 (%n parameters)", nullptr, int(s.params)).arg(module)
-                        : tr("\ngradient of %1\nmodule %2").arg(paramName(s.param), module);
-            text += tr("\nat %1, took %2").arg(formatSeconds(s.start), formatSeconds(s.end - s.start));
+            text +=
+                s.param == kNoParam
+                    ? tr("\ngradients of %1 (%n parameters)", nullptr, int(s.params)).arg(module)
+                    : tr("\ngradient of %1\nmodule %2").arg(paramName(s.param), module);
+            text +=
+                tr("\nat %1, took %2").arg(formatSeconds(s.start), formatSeconds(s.end - s.start));
             return text;
         }
         text += QStringLiteral("\n") + paramName(s.param);

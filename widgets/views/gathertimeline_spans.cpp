@@ -132,7 +132,8 @@ void GatherSpans::append(std::span<const telemetry::Event> events)
             const telemetry::ReduceScatterFields f = telemetry::readReduceScatter(ev);
             GatherSpan s{t, t, f.param, f.module, SpanKind::ReduceScatter};
             s.params = f.params;
-            if (auto it = m_openReduces.find({rank, f.module, f.param}); it != m_openReduces.end()) {
+            if (auto it = m_openReduces.find({rank, f.module, f.param});
+                it != m_openReduces.end()) {
                 s.start = std::min(it->second.start, t);
                 m_openReduces.erase(it);
             }

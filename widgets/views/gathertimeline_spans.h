@@ -50,15 +50,15 @@ inline constexpr int kSpanTrackCount = 4;
 
 struct GatherSpan
 {
-    double start = 0; // seconds since the time origin
-    double end = 0;   // == start for marks and violations
+    double start = 0;            // seconds since the time origin
+    double end = 0;              // == start for marks and violations
     ParamId param = kNoParam;    // kNoParam: a reduce-scatter of a whole group
     ModuleId module = kNoModule; // the module that caused it (fetch, release), the accessor,
                                  // or whose gradients were reduced
     SpanKind kind = SpanKind::Forward;
-    std::uint8_t row = 0; // fetch sub-row, < GatherSpans::kMaxFetchRows; 0 for marks
-    std::uint32_t params = 0; // parameters a reduce-scatter reduced
-    std::uint64_t bytes = 0;  // a fetch's bytes gathered (its FetchEnd's)
+    std::uint8_t row = 0;                // fetch sub-row, < GatherSpans::kMaxFetchRows; 0 for marks
+    std::uint32_t params = 0;            // parameters a reduce-scatter reduced
+    std::uint64_t bytes = 0;             // a fetch's bytes gathered (its FetchEnd's)
     Severity severity = Severity::Error; // a violation's (state/severity.h): its mark's colour
 };
 
@@ -73,8 +73,8 @@ struct TimelineBlock
     int count = 0;                     // spans merged into this block
     std::size_t first = 0;             // index range of the spans in the track vector
     std::size_t last = 0;
-    bool selected = false; // holds a parameter of the current selection
-    int row = 0;           // fetch sub-row; blocks merge only spans of one row
+    bool selected = false;               // holds a parameter of the current selection
+    int row = 0;                         // fetch sub-row; blocks merge only spans of one row
     Severity severity = Severity::Error; // violations: the worst among the merged spans
 };
 

@@ -294,7 +294,7 @@ void MemoryPlot::applyView()
     const bool all = m_view == RankView::AllRanks;
     plot()->yAxis->setTicker(strips() ? QSharedPointer<QCPAxisTicker>(m_stripTicker)
                                       : QSharedPointer<QCPAxisTicker>(m_byteTicker));
-    plot()->yAxis->setLabel(strips()          ? tr("bytes, a strip per rank")
+    plot()->yAxis->setLabel(strips()         ? tr("bytes, a strip per rank")
                             : m_hasAllocator ? tr("parameter and CUDA allocator bytes per rank")
                                              : tr("parameter bytes per rank"));
     m_limitLine->setVisible(m_limitElements > 0 && !strips());

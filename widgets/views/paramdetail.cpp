@@ -15,18 +15,18 @@
 
 #include <algorithm>
 
-#include "state/partition.h"
 #include "session/labels.h"
 #include "session/sessionstore.h"
+#include "state/partition.h"
 
 namespace shardscope::views {
 
 namespace {
 
-const char *const kFields[] = {
-    "owner",           "FSDP unit",   "shape",         "dtype",         "numel",
-    "padded numel",    "partition numel", "placements", "partitioned", "registered on",
-    "active modules",  "gathers",     "gathered bytes", "gather time",  "last gather"};
+const char *const kFields[] = {"owner",          "FSDP unit",     "shape",           "dtype",
+                               "numel",          "padded numel",  "partition numel", "placements",
+                               "partitioned",    "registered on", "active modules",  "gathers",
+                               "gathered bytes", "gather time",   "last gather"};
 // Shown only where they apply (FSDP2's runs).
 const char *const kOptionalFields[] = {"FSDP unit", "placements"};
 
@@ -153,8 +153,9 @@ void ParamDetail::showFields(const state::ParamRecord *p)
     set("owner",
         m_store->modulePath(p->owner) +
             (owner ? QStringLiteral(" (%1)").arg(QString::fromStdString(owner->type)) : QString()));
-    const QString unit = owner ? session::labels::fsdpUnit(*owner, m_store->modulePath(owner->unitGroup))
-                               : QString();
+    const QString unit =
+        owner ? session::labels::fsdpUnit(*owner, m_store->modulePath(owner->unitGroup))
+              : QString();
     set("FSDP unit", unit);
     set("placements", QString::fromStdString(p->placements));
     for (const char *name : kOptionalFields)
@@ -259,11 +260,11 @@ void ParamDetail::showViolations(const state::ParamRecord *p)
             auto *row = new QWidget(m_violationsBox);
             auto *h = new QHBoxLayout(row);
             h->setContentsMargins(0, 0, 0, 0);
-            auto *at = new QLabel(tr("at %1 in %2")
-                                      .arg(session::labels::breakable(where),
-                                           session::labels::breakable(QString::fromStdString(
-                                               g->location.function))),
-                                  row);
+            auto *at = new QLabel(
+                tr("at %1 in %2")
+                    .arg(session::labels::breakable(where),
+                         session::labels::breakable(QString::fromStdString(g->location.function))),
+                row);
             at->setObjectName(QStringLiteral("location"));
             at->setFont(mono);
             at->setWordWrap(true);
@@ -276,9 +277,8 @@ void ParamDetail::showViolations(const state::ParamRecord *p)
             at->setToolTip(tip.join(QLatin1Char('\n')));
             auto *copy = new QPushButton(tr("Copy"), row);
             copy->setObjectName(QStringLiteral("copyLocation"));
-            connect(copy, &QPushButton::clicked, this, [where] {
-                QApplication::clipboard()->setText(where);
-            });
+            connect(copy, &QPushButton::clicked, this,
+                    [where] { QApplication::clipboard()->setText(where); });
             h->addWidget(at, 1);
             h->addWidget(copy, 0, Qt::AlignTop);
             m_violationsLayout->addWidget(row);

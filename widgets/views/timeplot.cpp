@@ -207,7 +207,7 @@ bool TimePlot::eventFilter(QObject *watched, QEvent *e)
         m_pressPos = me->position();
         if (e->type() == QEvent::MouseButtonPress && me->button() == Qt::LeftButton)
             m_plot->setSelectionRectMode((me->modifiers() & Qt::ShiftModifier) ? QCP::srmCustom
-                                                                              : QCP::srmNone);
+                                                                               : QCP::srmNone);
     } else if (e->type() == QEvent::MouseButtonRelease) {
         auto *me = static_cast<QMouseEvent *>(e);
         if (me->button() == Qt::LeftButton &&

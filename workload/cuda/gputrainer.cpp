@@ -16,15 +16,15 @@
 #include <string>
 #include <vector>
 
+#include "comm/nccl/cudacheck.h"
+#include "comm/nccl/ncclcommunicator.h"
+#include "comm/tcprendezvous.h"
 #include "core/engine.h"
 #include "cuda/backendselect.h"
 #include "cuda/blas.h"
-#include "comm/nccl/cudacheck.h"
 #include "cuda/devicebuffer.h"
 #include "cuda/layers.h"
-#include "comm/nccl/ncclcommunicator.h"
 #include "cuda/nvtxeventsink.h"
-#include "comm/tcprendezvous.h"
 #include "nn/markov.h"
 #include "nn/model.h"
 
@@ -44,9 +44,9 @@ comm::NcclCommunicator &ncclOf(core::Engine &engine, int rank)
     auto *comm = dynamic_cast<comm::NcclCommunicator *>(&engine.comm(rank));
     if (!comm)
         throw core::EngineError("trainOnGpu needs an engine made by cuda::makeNcclEngine; rank " +
-                          std::to_string(rank) + " has a " +
-                          std::string(comm::backendName(engine.comm(rank).backend())) +
-                          " communicator (use nn::trainModel for the CPU backend)");
+                                std::to_string(rank) + " has a " +
+                                std::string(comm::backendName(engine.comm(rank).backend())) +
+                                " communicator (use nn::trainModel for the CPU backend)");
     return *comm;
 }
 
@@ -99,8 +99,8 @@ class Scope
 class GpuRank
 {
   public:
-    GpuRank(core::Engine &engine, int rank, const nn::TrainConfig &config, const nn::ModelHandles &h,
-            const ScopeLabels &labels, nn::BatchSlice slice);
+    GpuRank(core::Engine &engine, int rank, const nn::TrainConfig &config,
+            const nn::ModelHandles &h, const ScopeLabels &labels, nn::BatchSlice slice);
 
     // Uploads the step's tokens, runs forward and backward; returns the rank's summed
     // token loss (its share of the global mean loss times the global token count).
@@ -138,8 +138,8 @@ class GpuRank
     DeviceBuffer m_dh, m_dtmp, m_dIn, m_dwide, m_dwide2, m_dConvW, m_dConvOut;
 };
 
-GpuRank::GpuRank(core::Engine &engine, int rank, const nn::TrainConfig &config, const nn::ModelHandles &h,
-                 const ScopeLabels &labels, nn::BatchSlice slice)
+GpuRank::GpuRank(core::Engine &engine, int rank, const nn::TrainConfig &config,
+                 const nn::ModelHandles &h, const ScopeLabels &labels, nn::BatchSlice slice)
     : m_engine(engine), m_rank(rank), m_cfg(config), m_h(h), m_labels(labels), m_params(h.params()),
       m_stream(ncclOf(engine, rank).computeStream()),
       m_blas(ncclOf(engine, rank).device(), m_stream), m_data(config.seed, config.vocab),
@@ -157,7 +157,7 @@ GpuRank::GpuRank(core::Engine &engine, int rank, const nn::TrainConfig &config, 
         const core::ParamInfo &info = engine.param(p);
         if (info.dtype != DType::F32)
             throw core::EngineError("the GPU trainer handles fp32 parameters only; `" + info.name +
-                              "` is " + std::string(dtypeName(info.dtype)));
+                                    "` is " + std::string(dtypeName(info.dtype)));
         m_grads[p] = f(info.numel);
         const auto shard = static_cast<std::int64_t>(engine.shardData(rank, p).size());
         m_adamM[p] = f(shard);
@@ -386,7 +386,7 @@ void GpuRank::optimizerStep(int step)
         const std::span<float> g = m_engine.shardGrad(m_rank, p);
         if (g.size() != data.size() || m_adamM[p].bytes() != data.size() * sizeof(float))
             throw core::EngineError("the shard of " + m_engine.param(p).name + " on rank " +
-                              std::to_string(m_rank) + " changed size during training");
+                                    std::to_string(m_rank) + " changed size during training");
         ap.weightDecay =
             m_cfg.weightDecay > 0.0f && nn::decays(m_engine.param(p)) ? m_cfg.weightDecay : 0.0f;
         adamStep(data.data(), g.data(), m_adamM[p].f32(), m_adamV[p].f32(),
@@ -461,7 +461,7 @@ nn::TrainResult trainOnGpu(core::Engine &engine, const nn::TrainConfig &config,
     const int world = engine.worldSize();
     if (c.batch < world)
         throw core::EngineError("--batch " + std::to_string(c.batch) + " is smaller than the " +
-                          std::to_string(world) + " ranks; every rank needs a sequence");
+                                std::to_string(world) + " ranks; every rank needs a sequence");
     for (int r : engine.localRanks())
         (void)ncclOf(engine, r);
     const nn::ModelHandles handles = nn::findModel(engine, c.layers);
@@ -505,15 +505,17 @@ nn::TrainResult trainOnGpu(core::Engine &engine, const nn::TrainConfig &config,
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - stepStart)
                         .count();
                 result.losses[static_cast<std::size_t>(step - 1)] = loss;
-                if (onStep && reporter == 0) onStep(nn::makeStepReport(engine, c, step, loss, seconds));
+                if (onStep && reporter == 0)
+                    onStep(nn::makeStepReport(engine, c, step, loss, seconds));
             }
         }
         // The kernels of the last step finish before this rank's buffers are freed.
         SHARDSCOPE_CUDA_CHECK(cudaStreamSynchronize(comm.computeStream()));
     });
 
-    nn::finishResult(result, engine, c,
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    nn::finishResult(
+        result, engine, c,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     return result;
 }
 

@@ -34,7 +34,6 @@ struct NcclApi
     decltype(&::ncclGroupEnd) groupEnd = nullptr;
 };
 
-
 // Loaded once, thread-safe; never throws (check loaded / error).
 const NcclApi &ncclApi();
 // The same, but throws CommError saying what is missing and what to do.
