@@ -283,7 +283,7 @@ PyObject *FsdpPath::preBackward(Group &g, PyObject *original, PyObject *const *a
 PyObject *FsdpPath::postBackward(Group &g, PyObject *original, PyObject *const *args,
                                  std::size_t nargsf, PyObject *kwnames)
 {
-    if (pendingReduces) observer().attr("_poll_reduces")(); // earlier groups' CUDA reduce-scatters
+    if (pendingReduces) observer().attr("poll_reduces")(); // earlier groups' CUDA reduce-scatters
     PyObject *const previous = m_reducing;
     m_reducing = args[0];
     PyObject *r = callInside({FetchReason::Backward, g.unit}, original, args, nargsf, kwnames);
@@ -316,7 +316,7 @@ PyObject *FsdpPath::prefetchUnshard(PyObject *original, PyObject *const *args, s
 // ...): the group's gradient reduce-scatter (the group whose post_backward runs).
 // reduce_scatter_begin when FSDP issues it, with what it moves (every gradient's dim 0 padded
 // to the shard world, in the reduce dtype), reduce_scatter_end once it has completed: on
-// return on the CPU, else when its CUDA event is next seen complete (Python's _poll_reduces:
+// return on the CPU, else when its CUDA event is next seen complete (Python's poll_reduces:
 // the next group's post_backward, the end of backward, the optimizer step; finish() waits).
 PyObject *FsdpPath::foreachReduce(PyObject *original, PyObject *const *args, std::size_t nargsf,
                                   PyObject *kwnames)

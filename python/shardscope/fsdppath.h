@@ -55,7 +55,7 @@ class FsdpPath : public std::enable_shared_from_this<FsdpPath>
     static constexpr int kUnsharded = static_cast<int>(ParamStatus::Available);
 
     // agent: the native Agent (kept alive); observer: the Python _Agent (held weakly), asked
-    // for what is rare (_group: a group met for the first time; _poll_reduces); preBackward:
+    // for what is rare (_group: a group met for the first time; poll_reduces); preBackward:
     // FSDP's TrainingState.PRE_BACKWARD.
     FsdpPath(AgentState &state, py::object agent, py::object observer, py::object preBackward);
 
@@ -86,7 +86,7 @@ class FsdpPath : public std::enable_shared_from_this<FsdpPath>
     int inside = 0;        // depth of FSDP's own code (its reads of the shards are not the user's)
     bool closed = false;   // the agent has finished: every hook passes through
     bool attached = false; // the root is known: a group met for the first time is published
-    bool pendingReduces = false; // CUDA reduce-scatters wait to be seen complete (_poll_reduces)
+    bool pendingReduces = false; // CUDA reduce-scatters wait to be seen complete (poll_reduces)
 
   private:
     struct Group

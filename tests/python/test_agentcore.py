@@ -202,3 +202,22 @@ def test_install_agent_checks_before_starting(monkeypatch):
     monkeypatch.setenv("SHARDSCOPE_CHECK", "1")  # the check installed it: the script's call is it
     assert _agentcore.install_agent(slot, factory, "x.install()", "first", framework,
                                     guard="warn", **common) == (slot.agent, False)
+
+
+def test_every_callback_the_native_paths_make_exists_on_its_agent():
+    """fsdppath.cpp and hotpath.cpp call back into their agent by name
+    (observer().attr("poll_reduces")): each name must be one the agent has. Some run only on
+    CUDA (the reduce-scatters' poll), where no CPU rank would call them; a rename would break
+    the GPU run alone."""
+    import re
+
+    from shardscope import deepspeed, fsdp
+
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python",
+                          "shardscope")
+    for cpp, agent in (("fsdppath.cpp", fsdp._Agent), ("hotpath.cpp", deepspeed._Agent)):
+        text = open(os.path.join(source, cpp)).read()
+        names = set(re.findall(r'(?:observer\(\)|\bo)\.attr\("([A-Za-z_]+)"\)', text))
+        assert names, cpp
+        missing = {n for n in names if not hasattr(agent, n)}
+        assert not missing, f"{cpp} calls {sorted(missing)}, which {agent.__module__}._Agent lacks"
