@@ -222,7 +222,7 @@ def check_version():
             f"shardscope.deepspeed is untested on {' and '.join(untested)} (tested: DeepSpeed "
             f"{tested} on torch {', '.join(TESTED_TORCH)}); every DeepSpeed hook it needs is "
             f"there, so it runs. If what it shows looks wrong, compare with a tested release.",
-            stacklevel=3)
+            stacklevel=4)  # check_version, install_agent, install(), the user's call
     return version
 
 

@@ -217,7 +217,7 @@ def check():
     if not any(version.startswith(t) for t in TESTED_TORCH):
         warnings.warn(f"shardscope.fsdp is tested on torch {', '.join(TESTED_TORCH)}, not "
                       f"{version}; every FSDP2 method it observes is there, so it runs",
-                      stacklevel=3)
+                      stacklevel=4)  # check, install_agent, install(), the user's call
     return version
 
 

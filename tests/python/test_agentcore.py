@@ -221,3 +221,27 @@ def test_every_callback_the_native_paths_make_exists_on_its_agent():
         assert names, cpp
         missing = {n for n in names if not hasattr(agent, n)}
         assert not missing, f"{cpp} calls {sorted(missing)}, which {agent.__module__}._Agent lacks"
+
+
+@pytest.mark.parametrize("agent_module,internals,tested", [
+    ("fsdp", "_fsdpinternals", "TESTED_TORCH"),
+    ("deepspeed", "_dsinternals", "TESTED_VERSIONS"),
+])
+def test_an_untested_release_warns_at_the_users_install_line(monkeypatch, agent_module,
+                                                             internals, tested):
+    """The warning names the script's install() line, not the package's own frames (the
+    agent core added a frame between install() and the framework's check)."""
+    import importlib
+    import warnings
+
+    module = importlib.import_module(f"shardscope.{agent_module}")
+    monkeypatch.setattr(importlib.import_module(f"shardscope.{internals}"), tested, ("0.0",))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module.install(listen=False)
+    try:
+        untested = [w for w in caught if "tested on" in str(w.message) or "untested" in str(w.message)]
+        assert untested, [str(w.message) for w in caught]
+        assert untested[0].filename == __file__, untested[0].filename
+    finally:
+        module.finish()
