@@ -88,12 +88,6 @@ def location(frame: FrameType) -> Location:
     return (code.co_filename, int(frame.f_lineno), function, chain)
 
 
-def caller_location(depth: int = 2) -> Optional[Location]:
-    """location() of the user's frame at or above the caller's caller (depth 2), or None."""
-    frame = user_frame(sys._getframe(depth))
-    return location(frame) if frame is not None else None
-
-
 class _Removable(Protocol):
     def remove(self) -> None: ...
 
