@@ -931,6 +931,12 @@ void TestGatherTimeline::foldedLaneCountsTheRanksGathering()
     QVERIFY(tip.contains(QStringLiteral("forward 4 · backward 2 · other 1")));
     QVERIFY(timeline.paramsAt(mid).isEmpty()); // no one rank's span to pick
     QVERIFY(!timeline.plot()->toPixmap(600, 200).isNull());
+    // deep in a zoom (a picosecond across 900 px) the spans' ends lie far beyond any int of
+    // pixels: clamped before they are converted
+    timeline.setVisibleRange(0.0005, 0.0005 + 1e-12);
+    QVERIFY(!timeline.plot()->toPixmap(600, 200).isNull());
+    QCOMPARE(timeline.ranksGatheringAt(0.0005), (std::array<int, 3>{4, 2, 1}));
+    timeline.setVisibleRange(-0.001, 0.003);
     // navigation works folded
     QVERIFY(timeline.goToViolation(true));
 

@@ -227,10 +227,12 @@ class GatherLanesPlottable : public QCPAbstractPlottable
             spans.blocks(rank, SpanTrack::Fetch, r.lower, r.upper, spp, blocks);
             std::fill(column.begin(), column.end(), std::int8_t(-1));
             for (const TimelineBlock &b : blocks) {
-                const int c0 =
-                    std::clamp(int(std::floor(x->coordToPixel(b.start) - left)), 0, width - 1);
-                const int c1 =
-                    std::clamp(int(std::ceil(x->coordToPixel(b.end) - left)), c0 + 1, width);
+                // clamped as doubles first: deep in a zoom a span's far end is beyond any int
+                const double p0 =
+                    std::clamp(x->coordToPixel(b.start) - left, 0.0, double(width - 1));
+                const double p1 = std::clamp(x->coordToPixel(b.end) - left, 0.0, double(width));
+                const int c0 = int(std::floor(p0));
+                const int c1 = std::max(c0 + 1, int(std::ceil(p1)));
                 const std::int8_t cat = GatherTimeline::foldedCategory(b.kind);
                 for (int c = c0; c < c1; ++c)
                     if (column[std::size_t(c)] < 0) column[std::size_t(c)] = cat;
