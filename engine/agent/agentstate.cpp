@@ -620,6 +620,31 @@ state::ViolationText AgentState::shardOrder(ModuleId parent, ModuleId child,
     return text;
 }
 
+state::ViolationText AgentState::checkpoint(const Checkpoint &c)
+{
+    std::lock_guard lock(m_mutex);
+    const bool hasRoot = c.root < m_modules.size();
+    state::ViolationSubject subject;
+    subject.kind = c.kind;
+    if (hasRoot) subject.owner = m_modules[c.root].path;
+    subject.param = c.param;
+    subject.call = c.call;
+    subject.params = c.params;
+    subject.bytes = c.bytes;
+    subject.checkpoint = c.checkpoint;
+    subject.savedWorld = c.savedWorld;
+    subject.world = c.world;
+    const state::ViolationText text = state::describeViolation(subject, m_config.dialect);
+    state::ViolationRecord v = violationLocked(c.kind, text);
+    v.owner = hasRoot ? c.root : kNoModule;
+    v.param = m_params.contains(c.paramId) ? c.paramId : kNoParam;
+    v.paramName = c.param;
+    v.status = ParamStatus::NotAvailable; // partitioned (ZeRO-3) or sharded (FSDP2)
+    v.location = c.where;
+    recordLocked(v);
+    return text;
+}
+
 void AgentState::stepBegin(std::uint32_t step)
 {
     {

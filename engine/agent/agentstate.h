@@ -138,6 +138,24 @@ class AgentState final : public state::StateProvider
     state::ViolationText shardOrder(ModuleId parent, ModuleId child, const std::string &param,
                                     const state::SourceLocation &parentCall,
                                     const state::SourceLocation &where);
+    // Checkpoints (partitioned_save, partitioned_load, resume_world_size; docs/deepspeed.md,
+    // docs/fsdp.md): what the agent saw at the user's call; recorded in the state (no event
+    // kind carries it), its words from state::describeViolation.
+    struct Checkpoint
+    {
+        ViolationKind kind = ViolationKind::PartitionedSave;
+        ModuleId root = kNoModule; // the model the call was made on
+        std::string call;          // as the user wrote it: "model.state_dict()", "torch.save"
+        std::string param;         // the first parameter lost or left unchanged ("" none)
+        ParamId paramId = kNoParam;
+        std::size_t params = 0;    // how many
+        std::uint64_t bytes = 0;   // their bytes
+        std::string checkpoint;    // resume_world_size: the directory and tag
+        int savedWorld = 0;        // resume_world_size: the checkpoint's data-parallel world
+        int world = 0;             // and the run's
+        state::SourceLocation where;
+    };
+    state::ViolationText checkpoint(const Checkpoint &c);
     // step: the step that begins (1-based; DeepSpeed's global_steps + 1), so that steps run
     // while observation was paused keep the numbering; 0: the previous step + 1.
     void stepBegin(std::uint32_t step = 0);

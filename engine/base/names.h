@@ -24,11 +24,12 @@ inline constexpr std::array<std::string_view, 4> kGuardActionNames = {
     "error", "gathered", "auto_registered", "recorded"};
 inline constexpr std::array<std::string_view, 5> kFetchReasonNames = {
     "forward", "backward", "prefetch", "gathered_parameters", "guard"};
-inline constexpr std::array<std::string_view, 7> kViolationKindNames = {
+inline constexpr std::array<std::string_view, 10> kViolationKindNames = {
     "unregistered_access", "late_parameter",
     "trace_invalidated",   "gathered_write_without_modifier",
     "tied_across_groups",  "backward_unfinished",
-    "shard_order"};
+    "shard_order",         "partitioned_save",
+    "partitioned_load",    "resume_world_size"};
 inline constexpr std::array<std::string_view, 3> kSeverityNames = {"error", "cost", "info"};
 inline constexpr std::array<std::string_view, 2> kViolationReadNames = {"values", "attribute"};
 // Index 0 is no event type ("unknown"); the types start at 1.
@@ -61,7 +62,7 @@ static_assert(kPhaseNames.size() == std::size_t(Phase::Backward) + 1);
 static_assert(kGuardPolicyNames.size() == std::size_t(GuardPolicy::Auto) + 1);
 static_assert(kGuardActionNames.size() == std::size_t(GuardAction::Recorded) + 1);
 static_assert(kFetchReasonNames.size() == std::size_t(FetchReason::Guard) + 1);
-static_assert(kViolationKindNames.size() == std::size_t(ViolationKind::ShardOrder) + 1);
+static_assert(kViolationKindNames.size() == std::size_t(ViolationKind::ResumeWorldSize) + 1);
 static_assert(kSeverityNames.size() == std::size_t(Severity::Info) + 1);
 static_assert(kViolationReadNames.size() == std::size_t(ViolationRead::Attribute) + 1);
 static_assert(kEventTypeNames.size() == std::size_t(EventType::AllocatorSample) + 1);

@@ -1,6 +1,8 @@
 #include "state/violationtext.h"
 
 #include <cctype>
+#include <cstdio>
+#include <iterator>
 
 namespace shardscope::state {
 
@@ -33,6 +35,21 @@ bool parseFixDialect(std::string_view s, FixDialect &out)
 std::string displayPath(std::string_view path)
 {
     return path.empty() ? std::string("<root>") : std::string(path);
+}
+
+std::string bytesText(std::uint64_t bytes)
+{
+    static constexpr const char *kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = double(bytes);
+    std::size_t u = 0;
+    while (v >= 1024.0 && u + 1 < std::size(kUnits)) {
+        v /= 1024.0;
+        ++u;
+    }
+    if (u == 0) return std::to_string(bytes) + " B";
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f %s", v, kUnits[u]);
+    return text;
 }
 
 namespace {
@@ -184,7 +201,96 @@ ViolationText describeFsdp(const ViolationSubject &s)
     }
     case ViolationKind::TraceInvalidated:
     case ViolationKind::GatheredWriteWithoutModifier:
+    case ViolationKind::PartitionedSave: // describeCheckpoint's
+    case ViolationKind::PartitionedLoad:
+    case ViolationKind::ResumeWorldSize:
         return {};
+    }
+    return t;
+}
+
+// partitioned_save, partitioned_load, resume_world_size: in DeepSpeed's words (ZeRO-3's
+// placeholders and partitioned checkpoints) or FSDP2's (DTensor shards, DCP); owner is the
+// model the call was made on.
+ViolationText describeCheckpoint(const ViolationSubject &s, FixDialect dialect)
+{
+    const bool fsdp = dialect == FixDialect::Fsdp;
+    const std::string model = codeName(s.owner, dialect);
+    const std::string n = s.params == 1 ? std::string("one parameter")
+                                        : std::to_string(s.params) + " parameters";
+    const std::string first = s.param.empty() ? std::string() : " (`" + s.param + "` first)";
+    const std::string call = s.call.empty() ? model + ".state_dict()" : s.call;
+    ViolationText t;
+    switch (s.kind) {
+    case ViolationKind::PartitionedSave:
+        if (fsdp) {
+            t.message = call + " wrote " + n + first +
+                        " as DTensors of a model fully_shard shards: each rank's file holds "
+                        "that rank's shard alone, " +
+                        bytesText(s.bytes) +
+                        " of the weights are in the other ranks' files, and a load at another "
+                        "world size, without the process group or as plain tensors fails or "
+                        "takes one shard for the whole parameter";
+            t.fix = "sd = get_model_state_dict(" + model +
+                    ", options=StateDictOptions(full_state_dict=True, cpu_offload=True))  # "
+                    "torch.distributed.checkpoint.state_dict; torch.save(sd, PATH) on rank 0, "
+                    "or torch.distributed.checkpoint.save(" +
+                    model + ".state_dict(), checkpoint_id=DIR) on every rank";
+        } else {
+            t.message = call + " was taken while ZeRO-3 partitions the model: " + n + first +
+                        " are placeholders of size 0 in it, so a checkpoint written from it "
+                        "holds empty tensors and loses " +
+                        bytesText(s.bytes) +
+                        " of weights, with no error (loading it copies nothing or fails on the "
+                        "sizes)";
+            t.fix = "engine.save_16bit_model(DIR)  # \"stage3_gather_16bit_weights_on_model_save\": "
+                    "true; or engine.save_checkpoint(DIR) and zero_to_fp32.py, or the state "
+                    "dict taken inside deepspeed.zero.GatheredParameters(list(" +
+                    model + ".parameters())) on every rank";
+        }
+        break;
+    case ViolationKind::PartitionedLoad:
+        if (fsdp) {
+            t.message = call + " was given plain tensors for " + n + first +
+                        " that fully_shard holds as DTensor shards (" + bytesText(s.bytes) +
+                        " in all): torch cannot copy a whole tensor into a shard, so the load "
+                        "raises an error that names neither FSDP nor the fix (or, with "
+                        "assign=True, replaces every shard with the whole tensor on every rank)";
+            t.fix = "set_model_state_dict(" + model +
+                    ", state_dict, options=StateDictOptions(full_state_dict=True, "
+                    "broadcast_from_rank0=True))  # torch.distributed.checkpoint.state_dict, on "
+                    "every rank";
+        } else {
+            t.message = call + " was given full tensors for " + n + first +
+                        " that ZeRO-3 partitions (" + bytesText(s.bytes) +
+                        " in all): each is a placeholder of size 0 in the model, so nothing can "
+                        "be copied into it and torch raises a size mismatch for each, which "
+                        "names neither ZeRO-3 nor the fix";
+            t.fix = "with deepspeed.zero.GatheredParameters(list(" + model +
+                    ".parameters()), modifier_rank=0): " + model +
+                    ".load_state_dict(state_dict)  # on every rank; or engine.load_checkpoint(DIR) "
+                    "for a checkpoint DeepSpeed saved";
+        }
+        break;
+    case ViolationKind::ResumeWorldSize: {
+        const std::string dir = s.checkpoint.empty() ? std::string("DIR") : s.checkpoint;
+        t.message = (s.call.empty() ? std::string("engine.load_checkpoint") : s.call) + "(" +
+                    dir + ") resumes a ZeRO checkpoint saved at a data-parallel world size of " +
+                    std::to_string(s.savedWorld) + " in a run at world size " +
+                    std::to_string(s.world) +
+                    ": ZeRO cut its optimizer and fp32 partitions for " +
+                    std::to_string(s.savedWorld) +
+                    " ranks, and DeepSpeed cannot re-cut them (it raises a "
+                    "ZeRORuntimeException)";
+        t.fix = "python -m deepspeed.checkpoint.ds_to_universal --input_folder " + dir +
+                " --output_folder " + dir +
+                "_universal  # then \"checkpoint\": {\"load_universal\": true} in the config and "
+                "load that; or zero_to_fp32.py for the weights alone, loaded with "
+                "load_optimizer_states=False";
+        break;
+    }
+    default:
+        break;
     }
     return t;
 }
@@ -228,6 +334,9 @@ std::string_view severityMeaning(Severity s)
 
 ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
 {
+    if (s.kind == ViolationKind::PartitionedSave || s.kind == ViolationKind::PartitionedLoad ||
+        s.kind == ViolationKind::ResumeWorldSize)
+        return describeCheckpoint(s, dialect);
     // backward_unfinished: in FSDP2's words but in the DeepSpeed dialect (ZeRO-3's);
     // shard_order: FSDP2's alone, in its words whatever the dialect
     if (s.kind == ViolationKind::ShardOrder ||
@@ -340,6 +449,10 @@ ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
         break;
     case ViolationKind::ShardOrder:
         break; // describeFsdp's
+    case ViolationKind::PartitionedSave:
+    case ViolationKind::PartitionedLoad:
+    case ViolationKind::ResumeWorldSize:
+        break; // describeCheckpoint's
     case ViolationKind::TiedAcrossGroups:
         t.fix = "fully_shard([" + codeName(s.owner, dialect) + ", " +
                 codeName(s.accessor, dialect) + "])";

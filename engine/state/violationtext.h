@@ -74,6 +74,17 @@ struct ViolationSubject
     // parent, sharded first) and the one on accessor (the module inside it, sharded after).
     SourceLocation parentCall;
     SourceLocation childCall;
+    // partitioned_save, partitioned_load, resume_world_size: the checkpoint call as the user
+    // wrote it ("model.state_dict()", "torch.save", "model.load_state_dict",
+    // "engine.load_checkpoint"), how many parameters it would lose or leave unchanged and
+    // their bytes (owner: the model; param: the first of them); for resume_world_size the
+    // checkpoint's directory and tag and the two data-parallel world sizes.
+    std::string call;
+    std::size_t params = 0;
+    std::uint64_t bytes = 0;
+    std::string checkpoint;
+    int savedWorld = 0;
+    int world = 0;
 };
 
 struct ViolationText
@@ -90,6 +101,8 @@ std::string_view severityMeaning(Severity s);
 // A module path or parameter name as the dialect writes it in code: "lm_head" (ShardScope),
 // "model.lm_head" / "model.blocks[0].fc1" (DeepSpeed, relative to the model object).
 std::string codeName(std::string_view dottedName, FixDialect dialect);
+// A byte count as a message shows it: "512 B", "3.2 KiB", "1.5 GiB".
+std::string bytesText(std::uint64_t bytes);
 // A module path as a message shows it: "<root>" for the root.
 std::string displayPath(std::string_view path);
 

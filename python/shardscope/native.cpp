@@ -451,6 +451,36 @@ PYBIND11_MODULE(_native, module)
             py::arg("root"), py::arg("raised") = "", py::arg("compiled_autograd") = false,
             py::arg("location") = py::none(), py::arg("bucketed") = 0)
         .def(
+            "checkpoint",
+            [](Agent &a, const std::string &kind, std::uint32_t root, const std::string &call,
+               const std::string &param, std::optional<std::uint32_t> paramId,
+               std::size_t params, std::uint64_t bytes, const std::string &checkpoint,
+               int savedWorld, int world, const PyLocation &location) {
+                agent::AgentState::Checkpoint c;
+                c.kind = fromName(kind, violationKindFromName, kViolationKindNames, "violation kind");
+                if (c.kind != ViolationKind::PartitionedSave &&
+                    c.kind != ViolationKind::PartitionedLoad &&
+                    c.kind != ViolationKind::ResumeWorldSize)
+                    throw py::value_error("checkpoint(): kind must be partitioned_save, "
+                                          "partitioned_load or resume_world_size, not " + kind);
+                c.root = root;
+                c.call = call;
+                c.param = param;
+                c.paramId = paramId.value_or(kNoParam);
+                c.params = params;
+                c.bytes = bytes;
+                c.checkpoint = checkpoint;
+                c.savedWorld = savedWorld;
+                c.world = world;
+                c.where = locationFrom(location);
+                const state::ViolationText t = a.state().checkpoint(c);
+                return py::make_tuple(t.message, t.fix);
+            },
+            py::arg("kind"), py::arg("root"), py::arg("call"), py::arg("param") = "",
+            py::arg("param_id") = py::none(), py::arg("params") = 0, py::arg("bytes") = 0,
+            py::arg("checkpoint") = "", py::arg("saved_world") = 0, py::arg("world") = 0,
+            py::arg("location") = py::none())
+        .def(
             "shard_order",
             [](Agent &a, std::uint32_t parent, std::uint32_t child, const std::string &param,
                const PyLocation &parentLocation, const PyLocation &location) {
