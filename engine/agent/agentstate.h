@@ -148,11 +148,11 @@ class AgentState final : public state::StateProvider
         std::string call;          // as the user wrote it: "model.state_dict()", "torch.save"
         std::string param;         // the first parameter lost or left unchanged ("" none)
         ParamId paramId = kNoParam;
-        std::size_t params = 0;    // how many
-        std::uint64_t bytes = 0;   // their bytes
-        std::string checkpoint;    // resume_world_size: the directory and tag
-        int savedWorld = 0;        // resume_world_size: the checkpoint's data-parallel world
-        int world = 0;             // and the run's
+        std::size_t params = 0;  // how many
+        std::uint64_t bytes = 0; // their bytes
+        std::string checkpoint;  // resume_world_size: the directory and tag
+        int savedWorld = 0;      // resume_world_size: the checkpoint's data-parallel world
+        int world = 0;           // and the run's
         state::SourceLocation where;
     };
     state::ViolationText checkpoint(const Checkpoint &c);

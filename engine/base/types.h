@@ -76,9 +76,9 @@ enum class ViolationKind : std::uint8_t
     BackwardUnfinished = 5, // FSDP2: a backward whose end-of-backward callback never ran
     ShardOrder = 6, // FSDP2: fully_shard on a module inside one already sharded (parent first)
     // Checkpoints (state/violationtext.cpp words them; docs/snapshot.md):
-    PartitionedSave = 7,  // a state dict of placeholders (ZeRO-3) or shards (FSDP2) saved as whole
-    PartitionedLoad = 8,  // full tensors loaded into a partitioned or sharded model
-    ResumeWorldSize = 9,  // DeepSpeed: load_checkpoint at another data-parallel world size
+    PartitionedSave = 7, // a state dict of placeholders (ZeRO-3) or shards (FSDP2) saved as whole
+    PartitionedLoad = 8, // full tensors loaded into a partitioned or sharded model
+    ResumeWorldSize = 9, // DeepSpeed: load_checkpoint at another data-parallel world size
 };
 
 // How bad one violation is for the run (state/severity.h decides it, from its kind, the

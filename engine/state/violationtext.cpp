@@ -216,8 +216,8 @@ ViolationText describeCheckpoint(const ViolationSubject &s, FixDialect dialect)
 {
     const bool fsdp = dialect == FixDialect::Fsdp;
     const std::string model = codeName(s.owner, dialect);
-    const std::string n = s.params == 1 ? std::string("one parameter")
-                                        : std::to_string(s.params) + " parameters";
+    const std::string n =
+        s.params == 1 ? std::string("one parameter") : std::to_string(s.params) + " parameters";
     const std::string first = s.param.empty() ? std::string() : " (`" + s.param + "` first)";
     const std::string call = s.call.empty() ? model + ".state_dict()" : s.call;
     ViolationText t;
@@ -243,10 +243,11 @@ ViolationText describeCheckpoint(const ViolationSubject &s, FixDialect dialect)
                         bytesText(s.bytes) +
                         " of weights, with no error (loading it copies nothing or fails on the "
                         "sizes)";
-            t.fix = "engine.save_16bit_model(DIR)  # \"stage3_gather_16bit_weights_on_model_save\": "
-                    "true; or engine.save_checkpoint(DIR) and zero_to_fp32.py, or the state "
-                    "dict taken inside deepspeed.zero.GatheredParameters(list(" +
-                    model + ".parameters())) on every rank";
+            t.fix =
+                "engine.save_16bit_model(DIR)  # \"stage3_gather_16bit_weights_on_model_save\": "
+                "true; or engine.save_checkpoint(DIR) and zero_to_fp32.py, or the state "
+                "dict taken inside deepspeed.zero.GatheredParameters(list(" +
+                model + ".parameters())) on every rank";
         }
         break;
     case ViolationKind::PartitionedLoad:
@@ -274,11 +275,10 @@ ViolationText describeCheckpoint(const ViolationSubject &s, FixDialect dialect)
         break;
     case ViolationKind::ResumeWorldSize: {
         const std::string dir = s.checkpoint.empty() ? std::string("DIR") : s.checkpoint;
-        t.message = (s.call.empty() ? std::string("engine.load_checkpoint") : s.call) + "(" +
-                    dir + ") resumes a ZeRO checkpoint saved at a data-parallel world size of " +
+        t.message = (s.call.empty() ? std::string("engine.load_checkpoint") : s.call) + "(" + dir +
+                    ") resumes a ZeRO checkpoint saved at a data-parallel world size of " +
                     std::to_string(s.savedWorld) + " in a run at world size " +
-                    std::to_string(s.world) +
-                    ": ZeRO cut its optimizer and fp32 partitions for " +
+                    std::to_string(s.world) + ": ZeRO cut its optimizer and fp32 partitions for " +
                     std::to_string(s.savedWorld) +
                     " ranks, and DeepSpeed cannot re-cut them (it raises a "
                     "ZeRORuntimeException)";
