@@ -274,19 +274,20 @@ ViolationText describeCheckpoint(const ViolationSubject &s, FixDialect dialect)
         }
         break;
     case ViolationKind::ResumeWorldSize: {
-        const std::string dir = s.checkpoint.empty() ? std::string("DIR") : s.checkpoint;
-        t.message = (s.call.empty() ? std::string("engine.load_checkpoint") : s.call) + "(" + dir +
-                    ") resumes a ZeRO checkpoint saved at a data-parallel world size of " +
-                    std::to_string(s.savedWorld) + " in a run at world size " +
-                    std::to_string(s.world) + ": ZeRO cut its optimizer and fp32 partitions for " +
+        const std::string dir = s.checkpoint.empty() ? std::string("DIR/TAG") : s.checkpoint;
+        t.message = (s.call.empty() ? std::string("engine.load_checkpoint") : s.call) +
+                    " resumes the ZeRO checkpoint " + dir +
+                    ", saved at a data-parallel world size of " + std::to_string(s.savedWorld) +
+                    ", in a run at world size " + std::to_string(s.world) +
+                    ": ZeRO cut its optimizer states and fp32 weights into " +
                     std::to_string(s.savedWorld) +
-                    " ranks, and DeepSpeed cannot re-cut them (it raises a "
-                    "ZeRORuntimeException)";
+                    " partitions, one per rank, and DeepSpeed cannot cut them again for " +
+                    std::to_string(s.world) + " (it raises a ZeRORuntimeException)";
         t.fix = "python -m deepspeed.checkpoint.ds_to_universal --input_folder " + dir +
                 " --output_folder " + dir +
-                "_universal  # then \"checkpoint\": {\"load_universal\": true} in the config and "
-                "load that; or zero_to_fp32.py for the weights alone, loaded with "
-                "load_optimizer_states=False";
+                "_universal  # then \"checkpoint\": {\"load_universal\": true} in the config, "
+                "and engine.load_checkpoint(DIR, tag=<that folder's name>); or zero_to_fp32.py for "
+                "the weights alone, loaded with load_optimizer_states=False";
         break;
     }
     default:

@@ -32,7 +32,11 @@ Checkpoints, as users save and resume a run: --save-at S --save-dir DIR --save-h
 16bit saves after step S into DIR/checkpoint (engine.save_checkpoint) and DIR/16bit
 (engine.save_16bit_model: every parameter gathered, rank 0 writes), and training goes on;
 --resume DIR/checkpoint loads it (engine.load_checkpoint) before the first step, --first-step
-S numbering the steps from S.
+S numbering the steps from S. The checkpoint pitfalls (docs/deepspeed.md, "Checkpoints"):
+--save-how state-dict (torch.save(model.state_dict()): ZeRO-3's placeholders, saved empty;
+gathered: the same inside GatheredParameters, whole), --load-full FILE (a full state dict
+loaded into the partitioned model; --load-full-how gathered: inside GatheredParameters with
+modifier_rank=0), and --resume at another world size than the save's.
 
 --no-zero-init builds the model without zero.Init, as DeepSpeed's getting-started guide does:
 deepspeed.initialize partitions it whole (no parameter is late).
@@ -237,10 +241,20 @@ def main():
                         "build: on CPU engine.compile raises DeepSpeed's own error)")
     parser.add_argument("--save-at", type=int, default=0, metavar="S", help="save a checkpoint after step S")
     parser.add_argument("--save-dir", default="", metavar="DIR")
-    parser.add_argument("--save-how", choices=["checkpoint", "16bit"], nargs="+", default=["checkpoint"],
+    parser.add_argument("--save-how", choices=["checkpoint", "16bit", "state-dict", "gathered"],
+                        nargs="+", default=["checkpoint"],
                         help="one or more, each into DIR/HOW: engine.save_checkpoint (ZeRO's "
-                             "partitioned checkpoint) or engine.save_16bit_model (the gathered "
-                             "weights, rank 0 writes)")
+                             "partitioned checkpoint), engine.save_16bit_model (the gathered "
+                             "weights, rank 0 writes), torch.save(model.state_dict()) (ZeRO-3's "
+                             "placeholders: the pitfall) or the same inside GatheredParameters "
+                             "(rank 0 writes)")
+    parser.add_argument("--load-full", default="", metavar="FILE",
+                        help="model.load_state_dict(torch.load(FILE)) before the first step: a "
+                             "full state dict loaded into the partitioned model (the pitfall)")
+    parser.add_argument("--load-full-how", choices=["plain", "gathered"], nargs="+", default=["plain"],
+                        help="one or more, in order: model.load_state_dict(full) (the pitfall: "
+                             "torch raises) or the same inside GatheredParameters(modifier_rank=0) "
+                             "(the fix)")
     parser.add_argument("--resume", default="", metavar="DIR",
                         help="engine.load_checkpoint(DIR) before the first step")
     parser.add_argument("--first-step", type=int, default=1, metavar="S", help="the number of the first step")
@@ -301,6 +315,18 @@ def main():
                       f"{sec.ds_numel if sec is not None else 0}", flush=True)
         if args.resume:
             engine.load_checkpoint(args.resume)
+        if args.load_full:
+            full = torch.load(args.load_full)
+            for how in args.load_full_how:
+                if how == "gathered":
+                    with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=0):
+                        model.load_state_dict(full)
+                else:
+                    model.load_state_dict(full)  # ZeRO-3's placeholders: torch raises
+                with deepspeed.zero.GatheredParameters([model.embed.weight]):
+                    print(f"rank {rank} loaded {how} embed.weight sum "
+                          f"{model.embed.weight.sum().item():.4f} "
+                          f"(file {full['embed.weight'].float().sum().item():.4f})", flush=True)
         g = torch.Generator().manual_seed(rank)
         for _ in range(args.first_step - 1):  # a resumed run draws the batches the first run drew
             for _micro in range(args.grad_accum):
@@ -362,6 +388,18 @@ def main():
                             saved = torch.load(os.path.join(where, "pytorch_model.bin"))
                             print(f"rank 0 saved 16bit embed.weight {tuple(saved['embed.weight'].shape)}",
                                   flush=True)
+                    elif how in ("state-dict", "gathered"):
+                        os.makedirs(where, exist_ok=True)
+                        path = os.path.join(where, f"model.rank{rank}.pt")
+                        if how == "state-dict":
+                            torch.save(model.state_dict(), path)  # every rank: what each holds
+                        else:
+                            with deepspeed.zero.GatheredParameters(list(model.parameters())):
+                                torch.save(model.state_dict(), path)
+                        saved = torch.load(path)
+                        empty = sum(1 for t in saved.values() if t.numel() == 0)
+                        print(f"rank {rank} saved {how}: {len(saved)} tensors, {empty} empty, "
+                              f"embed.weight {tuple(saved['embed.weight'].shape)}", flush=True)
                     else:
                         engine.save_checkpoint(where)
         if args.compile:  # what dynamo made of the model: the same with and without the agent

@@ -37,7 +37,13 @@ What is observed where (DeepSpeed 0.16.9 and 0.19.8; 0.14.5 had the same hooks):
   ``loss.backward()``, kept by the pass-through wrapper of ``torch.Tensor.backward`` every
   agent shares (``_runtime.watch_backward``);
 - ``DeepSpeedZeRoOffload._convert_to_zero_parameters``: late parameters adopted;
-- ``deepspeed.initialize``: the engine to attach to.
+- ``deepspeed.initialize``: the engine to attach to;
+- checkpoints (docs/deepspeed.md, "Checkpoints"): ``torch.nn.Module.state_dict`` and
+  ``load_state_dict`` (torch's, public: a state dict of ZeRO-3's placeholders taken, full
+  tensors loaded into them) and ``DeepSpeedEngine.load_checkpoint`` (a resume at another
+  data-parallel world size; the checkpoint's world is counted from its
+  ``zero_pp_rank_<dp>_mp_rank_<mp>_optim_states.pt`` files, and the run's is
+  ``seq_dp_world_size``, what DeepSpeed compares).
 """
 
 from __future__ import annotations
@@ -98,6 +104,9 @@ HOOKS = (
     ("deepspeed.runtime.engine", "DeepSpeedEngine.forward", None),
     ("deepspeed.runtime.engine", "DeepSpeedEngine.backward", None),
     ("deepspeed.runtime.engine", "DeepSpeedEngine.step", None),
+    ("deepspeed.runtime.engine", "DeepSpeedEngine.load_checkpoint",
+     ("self", "load_dir", "tag", "load_module_strict", "load_optimizer_states",
+      "load_lr_scheduler_states", "load_module_only")),
     ("deepspeed", "initialize", None),
     # stage 3 reduce-scatters a bucket of gradients in backward (name-mangled; 0.16 takes
     # safe_mode and reads params_in_ipg_bucket, 0.19 takes the communication dtype and reads
@@ -116,6 +125,10 @@ PRIVATE_ATTRIBUTES = (
     # the engine's DeepSpeedConfig, whose zero_config the agent shows (zero_config())
     ("deepspeed.runtime.engine", "DeepSpeedEngine.__init__", ("self._config",)),
 )
+
+# A ZeRO checkpoint's partition files, one per data-parallel rank (and model-parallel rank):
+# DeepSpeedEngine._get_rank_zero_ckpt_name's names (bf16_ in bf16 mode).
+ZERO_PARTITION_FILE = r"^(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt$"
 
 
 def deepspeed_version():
@@ -297,6 +310,27 @@ class _Patches:
         self._saved.clear()
 
 
+def checkpoint_world(load_dir, tag):
+    """(the tag's folder, the data-parallel world size a ZeRO checkpoint was saved at) for
+    DeepSpeedEngine.load_checkpoint(load_dir, tag): tag None is the one the `latest` file
+    names, as DeepSpeed reads it; the world is the number of data-parallel ranks with a
+    partition file there. 0 where it cannot be told (no such folder, no partition file)."""
+    import os
+    import re
+
+    try:
+        if tag is None:
+            with open(os.path.join(load_dir, "latest")) as f:
+                tag = f.read().strip()
+        folder = os.path.join(load_dir, str(tag))
+        names = os.listdir(folder)
+    except (OSError, TypeError):
+        return "", 0
+    pattern = re.compile(ZERO_PARTITION_FILE)
+    ranks = {m.group(1) for m in map(pattern.match, names) if m is not None}
+    return folder, len(ranks)
+
+
 def reduce_bucket(optimizer, args, kwargs):
     """(parameters, communication dtype) of the bucket stage 3's
     __reduce_and_partition_ipg_grads(*args, **kwargs) is about to reduce-scatter."""
@@ -374,7 +408,8 @@ class Patched:
         for patch in (self._zero_init, self._parameter_reads, self._external_parameters,
                       self._module_scopes, self._trace_invalidation, self._gathered_parameters,
                       self._steps, self._deepcompile, self._plain_backward,
-                      self._late_parameters_and_engine, self._gradient_reduce_scatters):
+                      self._late_parameters_and_engine, self._gradient_reduce_scatters,
+                      self._checkpoints):
             patch()
 
     # ---- what the agent calls
@@ -713,6 +748,70 @@ class Patched:
             return observer.on_reduce_ipg_grads(reduce_ipg, self, *args, **kwargs)
 
         self.patches.replace(Stage3, reduce_name, _reduce_ipg)
+
+
+    # ---- checkpoints: torch's Module.state_dict and load_state_dict (the outermost call:
+    # they recurse into each child through the same method, which passes straight through),
+    # and DeepSpeedEngine.load_checkpoint. Each calls the original unchanged; the observer
+    # only looks at what the call takes or gives (docs/deepspeed.md, "Checkpoints").
+    def _checkpoints(self) -> None:
+        import threading
+
+        import torch
+        from deepspeed.runtime import engine as ds_engine
+
+        observer = self.observer
+        Module = torch.nn.Module
+        state_dict = Module.__dict__["state_dict"]
+        load_state_dict = Module.__dict__["load_state_dict"]
+        inside = threading.local()  # a call already being observed on this thread (recursion)
+
+        def observed_state_dict(self, *args, **kwargs):
+            if getattr(inside, "depth", 0):
+                return state_dict(self, *args, **kwargs)
+            inside.depth = 1
+            try:
+                result = state_dict(self, *args, **kwargs)
+            finally:
+                inside.depth = 0
+            observer.on_state_dict(self, result, sys._getframe(1))
+            return result
+
+        def observed_load_state_dict(self, state_dict, *args, **kwargs):
+            if getattr(inside, "depth", 0):
+                return load_state_dict(self, state_dict, *args, **kwargs)
+            observer.on_load_state_dict(self, state_dict, sys._getframe(1))
+            inside.depth = 1
+            try:
+                return load_state_dict(self, state_dict, *args, **kwargs)
+            finally:
+                inside.depth = 0
+
+        for new, old in ((observed_state_dict, state_dict),
+                         (observed_load_state_dict, load_state_dict)):
+            new.__name__, new.__qualname__, new.__doc__ = old.__name__, old.__qualname__, old.__doc__
+            new.__wrapped__ = old  # type: ignore[attr-defined]
+            self.patches.replace(Module, old.__name__, new)
+
+        Engine = ds_engine.DeepSpeedEngine
+        load_checkpoint = Engine.__dict__["load_checkpoint"]
+        signature = inspect.signature(load_checkpoint)
+
+        def observed_load_checkpoint(self, *args, **kwargs):
+            try:
+                bound = signature.bind(self, *args, **kwargs)
+            except TypeError:
+                bound = None  # DeepSpeed's own error, from its own call below
+            if bound is not None:
+                bound.apply_defaults()
+                observer.on_load_checkpoint(self, bound.arguments, sys._getframe(1))
+            return load_checkpoint(self, *args, **kwargs)
+
+        observed_load_checkpoint.__name__ = load_checkpoint.__name__
+        observed_load_checkpoint.__qualname__ = load_checkpoint.__qualname__
+        observed_load_checkpoint.__doc__ = load_checkpoint.__doc__
+        observed_load_checkpoint.__wrapped__ = load_checkpoint  # type: ignore[attr-defined]
+        self.patches.replace(Engine, "load_checkpoint", observed_load_checkpoint)
 
 
 _MISSING = object()

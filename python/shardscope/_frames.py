@@ -71,6 +71,22 @@ def user_frame(frame: Optional[FrameType]) -> Optional[FrameType]:
     return frame
 
 
+def called_by(frame: Optional[FrameType], package: str) -> bool:
+    """Whether frame, or one of its callers below the user's innermost frame, is code of the
+    (imported) package: "deepspeed" (save_checkpoint taking the module's state dict, with its
+    partitions beside it), "torch.distributed.checkpoint" (DCP's writer calling torch.save)."""
+    module = sys.modules.get(package)
+    f = getattr(module, "__file__", None)
+    if not f:
+        return False
+    prefix = os.path.dirname(os.path.abspath(f)) + os.sep
+    while frame is not None and not is_user(frame):
+        if os.path.abspath(frame.f_code.co_filename).startswith(prefix):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def frame_text(frame: FrameType) -> str:
     return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
 

@@ -339,6 +339,7 @@ class _Agent(AgentCore):
         self.status_at_pause = {}  # while paused: ds_id -> ds_status at pause()
         self.built_violations = False  # a violation named modules while the model was built
         self.unfinished_said = False  # a backward_unfinished recorded (on_backward_raised)
+        self.checkpoint_said = set()  # (kind, file, line) of checkpoint records said on stderr
         try:
             self.ds = _ds.install(self)  # DeepSpeed's patches (pause, resume, uninstall)
         except BaseException:
@@ -841,6 +842,120 @@ class _Agent(AgentCore):
             print(f"shardscope: rank {self.rank}: the check of what the failed backward left "
                   f"in DeepSpeed failed ({type(failed).__name__}: {failed})", file=sys.stderr,
                   flush=True)
+
+    # ------------------------------------------------------------------ checkpoints
+    # [Note: checkpoints] ZeRO-3 keeps every partitioned parameter as a placeholder of size 0
+    # between its gathers, so a state dict taken outside DeepSpeed's own save functions holds
+    # empty tensors, torch.save writes them with no error, and a full state dict cannot be
+    # loaded into the placeholders. The patches (_dsinternals.Patched._checkpoints) hand each
+    # call here; what is recorded (partitioned_save, partitioned_load, resume_world_size, words
+    # in engine/state/violationtext.cpp) names the user's line and is said once per line on
+    # stderr, before the call runs on (a load's own error follows, unchanged). DeepSpeed's own
+    # calls (save_checkpoint takes the module's state dict, load_checkpoint loads it, with the
+    # partitions beside them) and parameters gathered at the call (GatheredParameters around
+    # it, the fix) give nothing. A failure here is said and the call goes on unchanged.
+    def _placeholders(self, module):
+        """(name, parameter) of module's parameters that are ZeRO-3 placeholders now."""
+        out = []
+        for name, p in module.named_parameters():
+            d = p.__dict__
+            if int(d.get("ds_numel", 0) or 0) > 0 and self.ds.is_not_available(p):
+                out.append((name, p))
+        return out
+
+    def _checkpoint_target(self, module):
+        """(the model the call is about, the prefix of its names, the call as written)."""
+        engine = self.engine
+        if engine is not None and module is engine:
+            return engine.module, "module.", "engine"
+        return module, "", ""
+
+    def on_state_dict(self, module, result, caller):
+        if self.closed:
+            return
+        try:
+            if _frames.called_by(caller, "deepspeed"):
+                return
+            target, prefix, holder = self._checkpoint_target(module)
+            lost = []
+            for name, p in self._placeholders(target):
+                t = result.get(prefix + name) if hasattr(result, "get") else None
+                if t is None or not t.numel():  # absent: renamed by a prefix or a hook
+                    lost.append((name, p))
+            if lost:
+                nbytes = sum(int(p.__dict__["ds_numel"]) * p.element_size() for _, p in lost)
+                self._checkpoint("partitioned_save", target, holder and "engine.state_dict()",
+                                 lost, nbytes, caller)
+        except Exception as failed:
+            self._checkpoint_failed("state_dict", failed)
+
+    def on_load_state_dict(self, module, state_dict, caller):
+        if self.closed:
+            return
+        try:
+            if _frames.called_by(caller, "deepspeed") or not hasattr(state_dict, "get"):
+                return
+            target, prefix, holder = self._checkpoint_target(module)
+            full = []
+            for name, p in self._placeholders(target):
+                t = state_dict.get(prefix + name)
+                if t is not None and getattr(t, "numel", None) is not None and t.numel() > 0:
+                    full.append((name, p))
+            if full:
+                nbytes = sum(int(p.__dict__["ds_numel"]) * p.element_size() for _, p in full)
+                call = ("engine" if holder else self._code(target)) + ".load_state_dict"
+                self._checkpoint("partitioned_load", target, call, full, nbytes, caller)
+        except Exception as failed:
+            self._checkpoint_failed("load_state_dict", failed)
+
+    def on_load_checkpoint(self, engine, arguments, caller):
+        """engine.load_checkpoint(load_dir, tag, ...) is about to run: a ZeRO checkpoint saved
+        at another data-parallel world size is said before DeepSpeed raises on it, under the
+        condition DeepSpeed raises on (optimizer states loaded, not the module alone, not a
+        universal checkpoint)."""
+        if self.closed:
+            return
+        try:
+            if (_frames.called_by(caller, "deepspeed") or not arguments.get("load_optimizer_states")
+                    or arguments.get("load_module_only")):
+                return
+            universal = getattr(engine, "load_universal_checkpoint", None)
+            if callable(universal) and universal():
+                return
+            folder, saved = _ds.checkpoint_world(arguments.get("load_dir"), arguments.get("tag"))
+            world = int(getattr(engine, "seq_dp_world_size", 0) or getattr(engine, "dp_world_size", 0))
+            if saved and world and saved != world:
+                self._checkpoint("resume_world_size", engine.module, "engine.load_checkpoint", [],
+                                 0, caller, checkpoint=folder, saved_world=saved, world=world)
+        except Exception as failed:
+            self._checkpoint_failed("load_checkpoint", failed)
+
+    def _code(self, module):
+        """A module as the fix lines write it: model, model.encoder."""
+        path = self.paths.get(self.module_id(module), "")
+        return "model" + ("." + path if path else "")
+
+    def _checkpoint(self, kind, target, call, params, nbytes, caller, **more):
+        frame = _frames.user_frame(caller)
+        where = _frames.location(frame) if frame is not None else None
+        mid = self.module_id(target)
+        path = self.paths.get(mid, "")
+        name, first = params[0] if params else ("", None)
+        message, fix = self.native.checkpoint(
+            kind, mid, call, param=f"{path}.{name}" if path and name else name,
+            param_id=self.param_id(first) if first is not None else None, params=len(params),
+            bytes=nbytes, location=where, **more)
+        self.flush()
+        key = (kind, where[0], where[1]) if where is not None else (kind,)
+        if key not in self.checkpoint_said:
+            self.checkpoint_said.add(key)
+            print(f"shardscope: rank {self.rank}: {message}\n  fix: {fix}", file=sys.stderr,
+                  flush=True)
+
+    def _checkpoint_failed(self, what, failed):
+        print(f"shardscope: rank {self.rank}: the check of {what} failed "
+              f"({type(failed).__name__}: {failed}); the call goes on unchanged", file=sys.stderr,
+              flush=True)
 
     def on_reduce_ipg_grads(self, fn, optimizer, *args, **kwargs):
         """Stage 3 reduce-scatters a bucket of gradients: reduce_scatter_begin with what it

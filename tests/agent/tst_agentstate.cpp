@@ -403,6 +403,83 @@ class TestAgentState : public QObject
         QCOMPARE(all[0].fix, t.fix);
     }
 
+    // Issue 54: the checkpoint records, in each dialect's words, with the numbers the agent
+    // passes; one row per call site, severity error, the parameter by id where it is published.
+    void checkpointRecords()
+    {
+        agent::AgentState s(agent::AgentConfig{});
+        const ModuleId root = s.ensureModule("", "TinyLM");
+        s.setParam(param(0, "embed.weight", root));
+        const state::SourceLocation at{"/src/train.py", 88, "main", {}};
+        agent::AgentState::Checkpoint save;
+        save.kind = ViolationKind::PartitionedSave;
+        save.root = root;
+        save.param = "embed.weight";
+        save.paramId = 0;
+        save.params = 6;
+        save.bytes = 7680;
+        save.where = at;
+        const state::ViolationText t = s.checkpoint(save);
+        QVERIFY2(t.message.starts_with("model.state_dict() was taken while ZeRO-3 partitions the "
+                                       "model: 6 parameters (`embed.weight` first) are "
+                                       "placeholders of size 0") &&
+                     t.message.find("loses 7.5 KiB of weights") != std::string::npos,
+                 t.message.c_str());
+        QVERIFY2(t.fix.starts_with("engine.save_16bit_model(DIR)"), t.fix.c_str());
+        s.checkpoint(save); // the same line again: one row, counted twice
+        agent::AgentState::Checkpoint resume;
+        resume.kind = ViolationKind::ResumeWorldSize;
+        resume.root = root;
+        resume.call = "engine.load_checkpoint";
+        resume.checkpoint = "ckpt/global_step10";
+        resume.savedWorld = 3;
+        resume.world = 2;
+        resume.where = {"/src/train.py", 40, "main", {}};
+        const state::ViolationText r = s.checkpoint(resume);
+        QVERIFY2(r.message.starts_with("engine.load_checkpoint resumes the ZeRO checkpoint "
+                                       "ckpt/global_step10, saved at a data-parallel world size "
+                                       "of 3, in a run at world size 2"),
+                 r.message.c_str());
+        QVERIFY2(
+            r.fix.starts_with("python -m deepspeed.checkpoint.ds_to_universal --input_folder "
+                              "ckpt/global_step10 --output_folder ckpt/global_step10_universal"),
+            r.fix.c_str());
+        const std::vector<state::ViolationRecord> all = s.state().violations;
+        QCOMPARE(all.size(), std::size_t(2));
+        for (const state::ViolationRecord &v : all) {
+            QCOMPARE(v.owner, root);
+            QCOMPARE(v.status, ParamStatus::NotAvailable);
+            QCOMPARE(v.severity, Severity::Error);
+            if (v.kind == ViolationKind::PartitionedSave) {
+                QCOMPARE(v.count, std::uint64_t(2));
+                QCOMPARE(v.param, ParamId(0));
+                QCOMPARE(v.paramName, std::string("embed.weight"));
+                QVERIFY(v.location == at);
+            } else {
+                QCOMPARE(v.kind, ViolationKind::ResumeWorldSize);
+                QCOMPARE(v.param, kNoParam);
+            }
+        }
+        // FSDP2's words: DTensor shards, get_model_state_dict and set_model_state_dict
+        state::ViolationSubject fsdp;
+        fsdp.kind = ViolationKind::PartitionedSave;
+        fsdp.call = "torch.save";
+        fsdp.params = 1;
+        fsdp.bytes = 1 << 20;
+        const state::ViolationText f = state::describeViolation(fsdp, state::FixDialect::Fsdp);
+        QVERIFY2(f.message.starts_with("torch.save wrote one parameter") &&
+                     f.message.find("1.0 MiB") != std::string::npos,
+                 f.message.c_str());
+        QVERIFY2(f.fix.starts_with("sd = get_model_state_dict(model, "), f.fix.c_str());
+        fsdp.kind = ViolationKind::PartitionedLoad;
+        fsdp.call = "model.load_state_dict";
+        QVERIFY2(state::describeViolation(fsdp, state::FixDialect::Fsdp)
+                     .fix.starts_with("set_model_state_dict(model, state_dict, "),
+                 state::describeViolation(fsdp, state::FixDialect::Fsdp).fix.c_str());
+        QCOMPARE(state::bytesText(512), std::string("512 B"));
+        QCOMPARE(state::bytesText(3 * 1024 * 1024 + 512 * 1024), std::string("3.5 MiB"));
+    }
+
     // A late parameter is recorded as a violation only if a step starts before it is adopted.
     void lateParameters()
     {
