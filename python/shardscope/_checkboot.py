@@ -22,6 +22,8 @@ from shardscope import _script
 _dir = os.environ.get("SHARDSCOPE_CHECK_DIR", ".")
 _rank = int(os.environ.get("RANK", "0"))
 _steps = int(os.environ.get("SHARDSCOPE_CHECK_STEPS", "3"))
+_save_check = os.environ.get("SHARDSCOPE_CHECK_SAVE") == "1"
+_script_path = ""  # the script being checked (main)
 # initialize: None until the script calls deepspeed.initialize, then "called" (the model
 # exists: initialize takes it), "returned" once it gave the engine back.
 _result: dict[str, Any] = {"rank": _rank, "steps": 0, "model_built": False, "stopped": False, "exit": None,
@@ -33,6 +35,19 @@ _t0 = time.monotonic()
 class _Done(BaseException):
     """Raised out of the K-th step: the script stops there (not an Exception, so the script's
     own `except Exception` does not swallow it)."""
+
+
+def _stop(frame):
+    """The K-th step is done: with --save-check, the script's saves run once first (their
+    records are the agent's, at the script's lines: _savecheck), then the script stops."""
+    _result["stopped"] = True
+    if _save_check:
+        from shardscope import _savecheck
+
+        _stage("running the script's saves (--save-check)")
+        _result["save_check"] = _savecheck.run_saves(frame, _script_path,
+                                                     os.path.join(_dir, f"saves.{_rank}"))
+    raise _Done()
 
 
 def _stage(text):
@@ -305,8 +320,7 @@ def _patch_deepspeed():
                 self, "is_gradient_accumulation_boundary") else True:
             _result["steps"] = int(getattr(self, "global_steps", _result["steps"] + 1))
             if _result["steps"] >= _steps:
-                _result["stopped"] = True
-                raise _Done()
+                _stop(sys._getframe(1))
             _stage(f"step {_result['steps'] + 1}")
         return out
 
@@ -438,8 +452,7 @@ def _count_optimizer_steps():
             finish()
         _result["steps"] += 1
         if _result["steps"] >= _steps:
-            _result["stopped"] = True
-            raise _Done()
+            _stop(sys._getframe(1))
         _stage(f"step {_result['steps'] + 1}")
 
     register_optimizer_step_post_hook(after)
@@ -475,7 +488,8 @@ def main():
     if len(sys.argv) < 2:
         print("usage: python -m shardscope._checkboot script.py [args]", file=sys.stderr)
         return 2
-    script = sys.argv[1]
+    global _script_path
+    script = _script_path = sys.argv[1]
     code = 0
     try:
         _stage("importing torch")

@@ -106,6 +106,11 @@ def _parser():
                    help="an Accelerate config with distributed_type DEEPSPEED, as `accelerate "
                         "launch --config_file FILE` takes it (default: the one `accelerate "
                         "config` wrote, for a script that names no DeepSpeed itself)")
+    p.add_argument("--save-check", action="store_true",
+                   help="after the last step, run the script's own saves once (torch.save, "
+                        "save_pretrained, save_checkpoint, ... in the training loop's function), "
+                        "written into the check's folder: a save the steps do not reach is "
+                        "checked as if it ran")
     p.add_argument("--keep", action="store_true",
                    help="keep the ranks' files and logs (their directory is named at the end)")
     p.add_argument("script", help="the training script, run unchanged")
@@ -255,6 +260,7 @@ def run_ranks(args, workdir, backend):
         "SHARDSCOPE_CHECK": "1", "SHARDSCOPE_CHECK_DIR": workdir,
         "SHARDSCOPE_CHECK_STEPS": str(args.steps), "SHARDSCOPE_CHECK_BACKEND": backend,
         "SHARDSCOPE_CHECK_MICRO_BATCH": str(args.micro_batch or 0),
+        "SHARDSCOPE_CHECK_SAVE": "1" if getattr(args, "save_check", False) else "0",
         "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"), "PYTHONUNBUFFERED": "1",
         "TOKENIZERS_PARALLELISM": "false",
     })
@@ -604,6 +610,9 @@ def report_text(problems, doc, prediction, results, args, elapsed):
                    f"{_size(prediction['shard_bytes'])}; total {_size(prediction['total_bytes'])}")
     if prediction and prediction.get("unavailable"):
         out.append(f"\nno memory prediction: {prediction['unavailable']}")
+    saves = _saves_lines(results, args)
+    if saves:
+        out.append("\n" + "\n".join(saves))
     batch = _batch_line(results, args)
     if batch:
         out.append("\n" + batch)
@@ -615,6 +624,38 @@ def report_text(problems, doc, prediction, results, args, elapsed):
                        f" ({_by_severity(problems)})")
                + f"; snapshot: {args.snapshot} (open with `shardscope {args.snapshot}`)")
     return "\n".join(out)
+
+
+def _saves_lines(results, args):
+    """What --save-check ran (rank 0's, every rank runs the same), or, without it, the saves
+    the script has that the steps may not have reached."""
+    from . import _savecheck
+
+    ran = next(((r or {}).get("save_check") for r in results if (r or {}).get("save_check")), None)
+    if ran:
+        out = [f"--save-check ran the script's saves once after step {args.steps}, into the "
+               f"check's folder:"]
+        for s in ran:
+            via = f" (called at line {s['via']})" if s.get("via") else ""
+            what = "ran" if s["ran"] else f"could not run: {s['error']}"
+            out.append(f"   line {s['line']}{via}: {s['call']}: {what}")
+        return out
+    if getattr(args, "save_check", False):
+        stopped = any((r or {}).get("stopped") for r in results)
+        return ["--save-check: " + ("no save was found in the function of the training loop"
+                                     if stopped else "the script did not reach its last step")]
+    try:
+        with open(args.script, encoding="utf-8") as f:
+            found = _savecheck.saves_in(f.read(), args.script)
+    except (OSError, SyntaxError, ValueError):
+        return []
+    if not found:
+        return []
+    lines = ", ".join(str(s.line) for s in found[:6])
+    lines += " ..." if len(found) > 6 else ""
+    return [f"the script saves at line{'s' if len(found) > 1 else ''} {lines}; a save the "
+            f"{args.steps} step{'s' if args.steps != 1 else ''} did not reach is not checked: "
+            f"--save-check runs the training loop's saves once after the last step"]
 
 
 def _by_severity(problems):
@@ -682,6 +723,12 @@ _RULES = {
                            "or step fails",
     "shard_order": "FSDP2: fully_shard was called on a module inside one already sharded "
                    "(parents before children)",
+    "partitioned_save": "A state dict of ZeRO-3's placeholders (size 0) or of FSDP2's shards was "
+                        "taken or saved as if whole: the checkpoint loses the weights",
+    "partitioned_load": "Full tensors were loaded into a ZeRO-3 partitioned or FSDP2 sharded "
+                        "model with load_state_dict, which cannot copy them",
+    "resume_world_size": "DeepSpeed: a ZeRO checkpoint was resumed at another data-parallel "
+                         "world size than it was saved at",
 }
 
 

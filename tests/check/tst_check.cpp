@@ -808,6 +808,58 @@ print("fsdp", p["gathered_peak_bytes"], p["at_module"], p["phase"], p["shard_byt
         QCOMPARE(junit.failureElements, 1);
     }
 
+    // Issue 54: a ZeRO-3 script that saves model.state_dict() every 100 steps. The check's
+    // steps never reach the save: without --save-check the report says where the script
+    // saves and that those saves were not checked (exit 0); with it the saves run once after
+    // the last step, into the check's folder (nothing where the script writes), and the
+    // placeholders saved are a partitioned_save at the script's line (exit 1), with the number
+    // of parameters and the line to use instead; the fixed save beside it (save_16bit_model,
+    // through a function of the script) ran and gave nothing.
+    void saveCheckRunsTheScriptsSaves()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const QString d = m_dir.path() + "/saves";
+        QVERIFY(QDir().mkpath(d));
+        const QString s = script("ds_saves.py");
+        const int saveLine =
+            lineOf(s, "torch.save(model.state_dict(), f\"checkpoints/step{step}.pt\")");
+        const int fixedLine = lineOf(s, "engine.save_16bit_model(directory)");
+        const int callLine = lineOf(s, "save_fixed(engine, f\"checkpoints/fixed{step}\")");
+        QVERIFY(saveLine > 0 && fixedLine > 0 && callLine > 0);
+        const Run plain = run({"--steps", "1", "--snapshot", "plain.json", s}, d);
+        QVERIFY2(plain.exitCode == 0, qPrintable(describe(plain)));
+        QVERIFY2(plain.out.contains(QString("the script saves at lines %1, %2; a save the 1 step "
+                                            "did not reach is not checked: --save-check runs")
+                                        .arg(fixedLine)
+                                        .arg(saveLine)),
+                 qPrintable(describe(plain)));
+        const Run r = run({"--steps", "1", "--save-check", "--snapshot", "saves.json", "--sarif",
+                           "saves.sarif", s},
+                          d);
+        QVERIFY2(r.exitCode == 1, qPrintable(describe(r)));
+        QVERIFY2(r.out.contains("1. partitioned_save: embed.weight (ranks 0,1, step 1) [error]") &&
+                     r.out.contains(QString("at %1:%2 in main").arg(s).arg(saveLine)) &&
+                     r.out.contains("model.state_dict() was taken while ZeRO-3 partitions the "
+                                    "model: 3 parameters (`embed.weight` first) are placeholders "
+                                    "of size 0") &&
+                     r.out.contains("fix: engine.save_16bit_model(DIR)"),
+                 qPrintable(describe(r)));
+        QVERIFY2(r.out.contains(QString("line %1: torch.save(model.state_dict(), "
+                                        "f\"checkpoints/step{step}.pt\"): ran")
+                                    .arg(saveLine)) &&
+                     r.out.contains(QString("line %1 (called at line %2): "
+                                            "engine.save_16bit_model(directory): ran")
+                                        .arg(fixedLine)
+                                        .arg(callLine)),
+                 qPrintable(describe(r)));
+        QVERIFY2(!QFileInfo::exists(d + "/checkpoints"), "the check wrote where the script saves");
+        QVERIFY2(r.out.contains("1 problem found (1 error)"), qPrintable(describe(r)));
+        const json sarif = readJson(d + "/saves.sarif");
+        QCOMPARE(sarif["runs"][0]["results"].size(), std::size_t(1));
+        QCOMPARE(sarif["runs"][0]["results"][0]["ruleId"].get<std::string>(),
+                 std::string("partitioned_save"));
+    }
+
     // SIGTERM or Ctrl-C (SIGINT) to the check while the script hangs: the ranks are ended
     // (looked up by pid afterwards), what they recorded is written, and the check exits with
     // 128 + the signal's number.

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
+
 from shardscope import _dsinternals, _frames
 
 
@@ -69,3 +71,71 @@ def test_the_deepspeed_agent_leaves_torch_and_deepspeed_as_they_were():
     finally:
         ssd.finish()
     assert (module["state_dict"], module["load_state_dict"], engine["load_checkpoint"]) == before
+
+
+_SCRIPT = '''\
+import torch
+
+
+def save_it(obj, directory):
+    torch.save(obj, directory + "/inner.pt")
+
+
+def loop(stop):
+    model = {"w": torch.ones(2)}
+    out = "nowhere/real.pt"
+    for step in range(1):
+        stop()
+        if step % 100 == 0:
+            torch.save(model, out)
+            save_it(model, "nowhere")
+            torch.save(made_later, out)
+'''
+
+
+def test_save_check_runs_the_loops_saves_into_its_own_folder(tmp_path, monkeypatch):
+    import importlib.util
+
+    import torch
+
+    from shardscope import _savecheck
+
+    path = tmp_path / "train.py"
+    path.write_text(_SCRIPT)
+    monkeypatch.chdir(tmp_path)
+    spec = importlib.util.spec_from_file_location("train_under_check", path)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    ran: list = []
+
+    class Done(BaseException):
+        pass
+
+    def stop():  # as the check's last step does (_checkboot._stop)
+        ran.extend(_savecheck.run_saves(sys._getframe(1), str(path), str(tmp_path / "check")))
+        raise Done
+
+    with pytest.raises(Done):
+        script.loop(stop)
+    lines = _SCRIPT.splitlines()
+    save, inner, call, later = (lines.index(text) + 1 for text in (
+        "            torch.save(model, out)", "    torch.save(obj, directory + \"/inner.pt\")",
+        "            save_it(model, \"nowhere\")", "            torch.save(made_later, out)"))
+    assert [(e["line"], e["ran"], e["via"]) for e in ran] == [
+        (save, True, None), (inner, True, call), (later, False, None)]
+    assert ran[2]["error"] == "NameError: name 'made_later' is not defined"
+    assert torch.load(tmp_path / "check" / "save-1" / "saved.pt")["w"].tolist() == [1.0, 1.0]
+    assert (tmp_path / "check" / "save-2" / "saved.pt").exists()
+    assert not (tmp_path / "nowhere").exists()  # nothing where the script writes
+
+
+def test_the_saves_a_script_has_are_found_in_its_source():
+    from shardscope import _savecheck
+
+    source = ("import torch\nimport torch.distributed.checkpoint as dcp\n"
+              "torch.save(m.state_dict(), 'a.pt')\nmodel.save_pretrained('out')\n"
+              "engine.save_checkpoint('ck', tag='t')\ndcp.save(sd, checkpoint_id='d')\n"
+              "torch.load('a.pt')\nsave('x')\n")
+    assert [(s.line, s.kind) for s in _savecheck.saves_in(source)] == [
+        (3, "torch.save"), (4, "save_pretrained"), (5, "save_checkpoint"), (6, "dcp.save")]
