@@ -1,5 +1,7 @@
 #include "wire/statebinary.h"
 
+#include "base/names.h"
+
 #include <array>
 #include <bit>
 #include <cstring>
@@ -534,8 +536,12 @@ ModuleId moduleRef(std::uint32_t id, std::uint64_t modules, const Where &where)
     return id;
 }
 
-template <class E, class W> E enumValue(std::uint8_t v, unsigned count, const W &where)
+// The enum's values are its names' indices (engine/base/names.h, the one list of each enum's
+// values): a kind added there is read here without a second count to keep in step.
+template <class E, class Names, class W>
+E enumValue(std::uint8_t v, const Names &names, const W &where)
 {
+    const std::size_t count = names.size();
     if (v >= count)
         failAt(where,
                "value " + std::to_string(v) + " is outside 0 to " + std::to_string(count - 1));
@@ -590,7 +596,8 @@ Snapshot decodeBinary(std::string_view payload)
     st.config.persistenceThreshold = header.next<std::int64_t>();
     st.config.prefetchBucketSize = header.next<std::int64_t>();
     st.config.maxLiveParameters = header.next<std::int64_t>();
-    st.config.guard = enumValue<GuardPolicy>(header.next<std::uint8_t>(), 3, "header.guard");
+    st.config.guard =
+        enumValue<GuardPolicy>(header.next<std::uint8_t>(), kGuardPolicyNames, "header.guard");
     if (header.next<std::uint8_t>() != 0 || header.next<std::uint16_t>() != 0)
         failAt("header", "reserved bytes 105-107 are not 0");
     const auto metaStrings = header.column<std::uint32_t>(5);
@@ -690,7 +697,7 @@ Snapshot decodeBinary(std::string_view payload)
         if (p.id == kNone) failAt(w / "id", "4294967295 is not a parameter id");
         p.name = strings.get(pName[i], w / "name");
         p.owner = moduleRef(pModule[i], c.modules, w / "module_id");
-        p.dtype = enumValue<DType>(pDtype[i], 2, w / "dtype");
+        p.dtype = enumValue<DType>(pDtype[i], kDTypeNames, w / "dtype");
         const std::uint8_t flags = pFlags[i];
         if (flags & ~(kPersistent | kPartitioned | kLate))
             failAt(w / "flags", "unknown bits in " + std::to_string(flags));
@@ -765,9 +772,9 @@ Snapshot decodeBinary(std::string_view payload)
     for (std::uint64_t i = 0; i < V; ++i) {
         state::ViolationRecord &v = st.violations[i];
         const Where w{"violations", i};
-        v.kind = enumValue<ViolationKind>(vKind[i], 5, w / "kind");
-        v.status = enumValue<ParamStatus>(vStatus[i], 3, w / "status");
-        v.action = enumValue<GuardAction>(vAction[i], 4, w / "action");
+        v.kind = enumValue<ViolationKind>(vKind[i], kViolationKindNames, w / "kind");
+        v.status = enumValue<ParamStatus>(vStatus[i], kStatusNames, w / "status");
+        v.action = enumValue<GuardAction>(vAction[i], kGuardActionNames, w / "action");
         v.step = vStep[i];
         v.lastStep = vLastStep[i];
         if (vRank[i] > kMaxRank) failAt(w / "rank", std::to_string(vRank[i]) + " is above 65535");
@@ -831,8 +838,8 @@ Snapshot decodeBinary(std::string_view payload)
         state::ViolationRecord &v = st.violations[i];
         const Where w{"violations", i};
         if (i < VS) {
-            v.read = enumValue<ViolationRead>(vRead[i], 2, w / "read");
-            v.severity = enumValue<Severity>(vSeverity[i], 3, w / "severity");
+            v.read = enumValue<ViolationRead>(vRead[i], kViolationReadNames, w / "read");
+            v.severity = enumValue<Severity>(vSeverity[i], kSeverityNames, w / "severity");
         } else { // an earlier layout has none: the one rule gives it
             v.severity = state::severityOf(v.kind, v.action, v.read);
         }

@@ -140,7 +140,17 @@ inline wire::Snapshot sampleSnapshot()
     attr.location.line = 43;
     attr.fix.clear();
     attr.building.clear();
-    st.violations = {v, late, trace, gw, attr};
+    // A checkpoint kind (issue 54): on the model, no accessor; the message with its numbers.
+    state::ViolationRecord save = v;
+    save.kind = ViolationKind::PartitionedSave;
+    save.accessor = kNoModule;
+    save.owner = 0;
+    save.action = GuardAction::Recorded;
+    save.message = "model.state_dict() was taken while ZeRO-3 partitions the model: 2 parameters";
+    save.fix = "engine.save_16bit_model(DIR)";
+    save.location.line = 88;
+    save.building.clear();
+    st.violations = {v, late, trace, gw, attr, save};
     // Severities as the ledger writes them (state/severity.h).
     for (state::ViolationRecord &r : st.violations)
         r.severity = state::severityOf(r.kind, r.action, r.read);

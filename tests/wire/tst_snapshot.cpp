@@ -333,6 +333,8 @@ void TestSnapshot::severityIsWrittenAndDerivedForOlderSnapshots()
     QCOMPARE(v[3]["severity"].get<std::string>(), std::string("error")); // write without modifier
     QCOMPARE(v[4]["severity"].get<std::string>(), std::string("info"));  // T5's .dtype
     QCOMPARE(v[4]["read"].get<std::string>(), std::string("attribute"));
+    QCOMPARE(v[5]["kind"].get<std::string>(), std::string("partitioned_save"));
+    QCOMPARE(v[5]["severity"].get<std::string>(), std::string("error")); // the weights lost
     QVERIFY(!v[0].contains("read")); // a read of the values: the default, not written
     const auto round = decodeSnapshot(j.dump());
     QVERIFY2(round.ok(), round.error().c_str());
@@ -350,7 +352,7 @@ void TestSnapshot::severityIsWrittenAndDerivedForOlderSnapshots()
     auto back = decodeSnapshot(old.dump());
     QVERIFY2(back.ok(), back.error().c_str());
     const std::vector<Severity> expected = {Severity::Error, Severity::Error, Severity::Cost,
-                                            Severity::Error, Severity::Cost};
+                                            Severity::Error, Severity::Cost,  Severity::Error};
     QCOMPARE(back->state.violations.size(), expected.size());
     for (std::size_t i = 0; i < expected.size(); ++i) {
         QCOMPARE(back->state.violations[i].severity, expected[i]);
