@@ -940,9 +940,10 @@ class _Agent(AgentCore):
             restore()
 
     def _checked(self, check, *args):
-        """check(*args), with the read watching off; a check that fails says so once and is not
-        made again: the script's save or load goes on as without the agent."""
-        self.hot.inside += 1
+        """check(*args); a check that fails says so once and is not made again: the script's
+        save or load goes on as without the agent. The checks read tensors' attributes and
+        metadata only (no op the read watching looks at), so they run as they are, also on
+        the threads torch's asynchronous checkpoint saves from."""
         try:
             return check(*args)
         except Exception as failed:
@@ -951,8 +952,6 @@ class _Agent(AgentCore):
                   f"({type(failed).__name__}: {failed}); saves and loads go on unobserved by it",
                   file=sys.stderr, flush=True)
             return False
-        finally:
-            self.hot.inside -= 1
 
     @staticmethod
     def _in_distributed_checkpoint(frame):
@@ -966,7 +965,11 @@ class _Agent(AgentCore):
         """The root (the candidate attached as the root, as a read before the first forward
         does: _mixed), or None."""
         if self.root is None and self.candidate is not None and self.candidate() is not None:
-            self.attach(self.candidate())
+            self.hot.inside += 1
+            try:
+                self.attach(self.candidate())
+            finally:
+                self.hot.inside -= 1
         return self.root
 
     def _check_save(self, obj, caller):
