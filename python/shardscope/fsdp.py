@@ -18,7 +18,8 @@ this rank's shard (dim 0 padded to the world size), its state on this rank (shar
 all-gathered, unsharded); events for each group's unshard (the all-gather, its bytes and
 cause: forward, backward, prefetch, or an explicit ``unshard()``) and reshard, the units'
 forward/backward scopes and steps (a step begins at the root's forward, ends at
-``optimizer.step()``); and violations with the line that fixes them.
+``optimizer.step()``); violations with the line that fixes them; and checkpoints that lose
+data (``torch.save`` of DTensor shards, ``load_state_dict`` of full tensors into them).
 """
 
 from __future__ import annotations
@@ -895,18 +896,24 @@ class _Agent(AgentCore):
         import torch.nn as nn
 
         agent = self
+
+        def checking():
+            """fully_shard was called, and the wrapper is still the agent's to run (another
+            wrapper put over it keeps it in its chain after pause() or finish())."""
+            return (agent.root is not None or agent.candidate is not None) and not (
+                agent.closed or agent.is_paused or agent.checkpoint_check_failed)
+
         previous_save = torch.save
 
         def save(obj, *args, **kwargs):
-            if (agent.root is not None or agent.candidate is not None) \
-                    and not agent.checkpoint_check_failed:
+            if checking():
                 agent._checked(agent._check_save, obj, sys._getframe(1))
             return previous_save(obj, *args, **kwargs)
 
         previous_load = nn.Module.__dict__["load_state_dict"]
 
         def load_state_dict(module, *args, **kwargs):
-            if (agent.root is None and agent.candidate is None) or agent.checkpoint_check_failed:
+            if not checking():
                 return previous_load(module, *args, **kwargs)
             state_dict = args[0] if args else kwargs.get("state_dict")
             if not agent._checked(agent._check_load, module, state_dict, sys._getframe(1)):
@@ -942,8 +949,9 @@ class _Agent(AgentCore):
     def _checked(self, check, *args):
         """check(*args); a check that fails says so once and is not made again: the script's
         save or load goes on as without the agent. The checks read tensors' attributes and
-        metadata only (no op the read watching looks at), so they run as they are, also on
-        the threads torch's asynchronous checkpoint saves from."""
+        sizes, and to_local() of state_dict()'s DTensors, which are not the parameters: nothing
+        the read watching records, so they run with it as it is (also on the threads torch's
+        asynchronous checkpoint saves from, where it is not entered)."""
         try:
             return check(*args)
         except Exception as failed:
