@@ -200,6 +200,8 @@ assert torch.optim.Optimizer.zero_grad is torch_zero_grad, "paused, yet zero_gra
 assert torch.optim.Optimizer.load_state_dict is torch_load_state_dict, "paused, yet load_state_dict is wrapped"
 sf.resume()
 assert _len_torch_function_stack() == 1
+assert torch.save.__wrapped__ is torch_save, "resumed, yet torch.save is not observed"
+assert nn.Module.load_state_dict.__wrapped__ is torch_module_load, "resumed, yet load_state_dict is not observed"
 assert native(), "resumed, yet FSDP's group methods are not observed"
 try:
     FailingBackward.apply(tiny(torch.ones(2, 4))).sum().backward()
