@@ -224,13 +224,18 @@ ViolationText describeCheckpoint(const ViolationSubject &s, FixDialect dialect)
     switch (s.kind) {
     case ViolationKind::PartitionedSave:
         if (fsdp) {
+            // torch 2.13: torch.load of the file needs torch.distributed.tensor imported
+            // (weights_only); without the process group full_tensor() raises "Could not
+            // resolve the process group", at world size 1 "Expected cond to be True"; a plain
+            // model's load_state_dict raises the mixed-tensor RuntimeError.
             t.message = call + " wrote " + n + first +
                         " as DTensors of a model fully_shard shards: each rank's file holds "
-                        "that rank's shard alone, " +
+                        "that rank's shards alone, " +
                         bytesText(s.bytes) +
-                        " of the weights are in the other ranks' files, and a load at another "
-                        "world size, without the process group or as plain tensors fails or "
-                        "takes one shard for the whole parameter";
+                        " of them are in the other ranks' files, and without this run's process "
+                        "group or at another world size the DTensors cannot be gathered "
+                        "(full_tensor() fails) and a model without fully_shard refuses them "
+                        "(\"got mixed torch.Tensor and DTensor\")";
             t.fix = "sd = get_model_state_dict(" + model +
                     ", options=StateDictOptions(full_state_dict=True, cpu_offload=True))  # "
                     "torch.distributed.checkpoint.state_dict; torch.save(sd, PATH) on rank 0, "
@@ -252,15 +257,25 @@ ViolationText describeCheckpoint(const ViolationSubject &s, FixDialect dialect)
         break;
     case ViolationKind::PartitionedLoad:
         if (fsdp) {
-            t.message = call + " was given plain tensors for " + n + first +
+            // torch 2.13: strict or not, one RuntimeError naming each parameter ("While
+            // copying the parameter named ..., an exception occurred : ('aten.copy_.default got
+            // mixed torch.Tensor and DTensor, ...')"), nothing copied; with assign=True the
+            // first module's plain tensors replace its shards, then FSDPParam's load post-hook
+            // raises AttributeError: 'Parameter' object has no attribute '_local_tensor', and
+            // so does every forward after it.
+            t.message = (s.call.empty() ? model + ".load_state_dict" : s.call) +
+                        " was given plain tensors of the full shape for " + n + first +
                         " that fully_shard holds as DTensor shards (" + bytesText(s.bytes) +
-                        " in all): torch cannot copy a whole tensor into a shard, so the load "
-                        "raises an error that names neither FSDP nor the fix (or, with "
-                        "assign=True, replaces every shard with the whole tensor on every rank)";
+                        " in all): torch cannot copy a plain tensor into a DTensor, so the load "
+                        "copies nothing and raises one RuntimeError (\"got mixed torch.Tensor "
+                        "and DTensor\", with strict=False too) that names neither FSDP nor the "
+                        "fix, and with assign=True it puts a module's plain tensors in place of "
+                        "its shards before FSDP2 raises an AttributeError (\"_local_tensor\") "
+                        "that every later forward raises again";
             t.fix = "set_model_state_dict(" + model +
                     ", state_dict, options=StateDictOptions(full_state_dict=True, "
                     "broadcast_from_rank0=True))  # torch.distributed.checkpoint.state_dict, on "
-                    "every rank";
+                    "every rank; state_dict is needed on rank 0 only ({} on the others)";
         } else {
             t.message = call + " was given full tensors for " + n + first +
                         " that ZeRO-3 partitions (" + bytesText(s.bytes) +

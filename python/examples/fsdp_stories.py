@@ -38,14 +38,19 @@ Each case below is a bug as users hit it; `--fixed` runs the line ShardScope's f
 --checkpoint reentrant|non-reentrant runs each block through torch.utils.checkpoint (activation
 checkpointing, as Transformers calls a layer): its forward again in backward.
 
---save-at S --save-dir DIR saves a checkpoint after step S into DIR/HOW for each HOW of
---save-how (dcp, the default: torch's
+--save-at S [S ...] --save-dir DIR saves a checkpoint after each step S into DIR/HOW for each
+HOW of --save-how (dcp, the default: torch's
 distributed checkpoint of get_state_dict(model, optimizer), each rank its shards; full: the
 gathered model state dict, full_state_dict and cpu_offload, torch.save'd by rank 0; local:
-each rank torch.save's its own shards, state_dict() values' to_local()), and
-training goes on; --resume DIR loads the dcp checkpoint into the sharded model and optimizer
-before the first step (--resume-how full: the full file into the model's shards, broadcast
-from rank 0, as a pretrained model is loaded; --first-step S numbers the steps from S). Neither is a read by the user.
+each rank torch.save's its own shards, state_dict() values' to_local(); state-dict: each rank
+torch.save's model.state_dict() as it is, DTensors of its own shards, the pitfall ShardScope
+records), and training goes on; each file written is read back and said ("rank R saved HOW
+FILE: N tensors, D DTensors, numel H of G"); --resume DIR loads the dcp checkpoint into the
+sharded model and optimizer before the first step (--resume-how full: the full file into the
+model's shards, broadcast from rank 0, as a pretrained model is loaded, then "rank R loaded
+full: K of N tensors equal to the file"; load-state-dict: the full file given to
+model.load_state_dict, the pitfall: torch raises; several are run in order; --first-step S
+numbers the steps from S). Neither dcp, full nor local is a read by the user.
 
 --compile blocks|model (torch.compile each block before fully_shard, or the model after it;
 --fullgraph, --compile-loss, --compile-backend eager|inductor) prints "rank R dynamo: N graph
@@ -127,6 +132,33 @@ def die(module, inputs):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def report_file(how, path):
+    """One line per file a save wrote, read back as a user would (torch.load, weights_only: this
+    process imported torch.distributed.tensor, which DTensors need): its tensors, how many are
+    DTensors, and the numel the file holds (a DTensor's: this rank's shard, to_local()) of the
+    tensors' global numel."""
+    from torch.distributed.tensor import DTensor
+    state = torch.load(path, weights_only=True)
+    tensors = [v for v in state.values() if isinstance(v, torch.Tensor)]
+    held = sum(v.to_local().numel() if isinstance(v, DTensor) else v.numel() for v in tensors)
+    print(f"rank {dist.get_rank()} saved {how} {os.path.basename(path)}: {len(tensors)} tensors, "
+          f"{sum(isinstance(v, DTensor) for v in tensors)} DTensors, numel {held} of "
+          f"{sum(v.numel() for v in tensors)}", flush=True)
+
+
+def report_dcp(directory):
+    """report_file's line for a distributed checkpoint, from its metadata: the model's tensors,
+    the numel of every rank's chunks of them (what the directory holds) of their global numel."""
+    import math
+
+    import torch.distributed.checkpoint as dcp
+    meta = dcp.FileSystemReader(directory).read_metadata().state_dict_metadata
+    model = [m for k, m in meta.items() if k.startswith("model.") and hasattr(m, "chunks")]
+    held = sum(math.prod(c.sizes) for m in model for c in m.chunks)
+    print(f"rank {dist.get_rank()} saved dcp .metadata: {len(model)} tensors, 0 DTensors, numel "
+          f"{held} of {sum(math.prod(m.size) for m in model)}", flush=True)
+
+
 def save_checkpoint(model, opt, directory, how):
     """--save-at: as users save an FSDP2 run in the middle of training (every rank calls it)."""
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
@@ -135,6 +167,13 @@ def save_checkpoint(model, opt, directory, how):
         import torch.distributed.checkpoint as dcp
         model_state, optim_state = get_state_dict(model, opt)
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=directory)
+        if dist.get_rank() == 0:  # the coordinator: the metadata is written when it returns
+            report_dcp(directory)
+    elif how == "state-dict":  # the pitfall: each rank's file holds its own DTensor shards
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, f"rank{dist.get_rank()}.pt")
+        torch.save(model.state_dict(), path)  # story: torch.save state_dict
+        report_file(how, path)
     elif how == "local":
         os.makedirs(directory, exist_ok=True)
         state = {k: v.to_local() for k, v in model.state_dict().items()}
@@ -146,19 +185,32 @@ def save_checkpoint(model, opt, directory, how):
             os.makedirs(directory, exist_ok=True)
             torch.save(state, os.path.join(directory, "model.pt"))
             print(f"rank 0 saved full embed.weight {tuple(state['embed.weight'].shape)}", flush=True)
+            report_file(how, os.path.join(directory, "model.pt"))
         dist.barrier()
 
 
 def load_checkpoint(model, opt, directory, how):
     """--resume: a --save-how dcp checkpoint into the sharded model and its optimizer, or
-    (how="full") a --save-how full file into the model's shards."""
+    (how="full") a --save-how full file into the model's shards, or (how="load-state-dict") the
+    same file given to model.load_state_dict: torch cannot copy its plain tensors into the
+    DTensor shards and raises."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_state_dict,
                                                          set_model_state_dict, set_state_dict)
+    path = os.path.join(directory, "model.pt")
     if how == "full":
-        full = torch.load(os.path.join(directory, "model.pt")) if dist.get_rank() == 0 else {}
+        full = torch.load(path) if dist.get_rank() == 0 else {}
         set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True,
                                                                    broadcast_from_rank0=True))
+        # every rank: the file's tensors against the model's, gathered (full_tensor())
+        file = torch.load(path)
+        loaded = model.state_dict()
+        same = sum(torch.equal(loaded[k].full_tensor(), v) for k, v in file.items())
+        print(f"rank {dist.get_rank()} loaded full: {same} of {len(file)} tensors equal to the "
+              f"file", flush=True)
+        return
+    if how == "load-state-dict":  # the pitfall: plain full tensors into the DTensor shards
+        model.load_state_dict(torch.load(path))  # story: load_state_dict
         return
     model_state, optim_state = get_state_dict(model, opt)
     state = {"model": model_state, "optim": optim_state}
@@ -239,15 +291,19 @@ def main():
                         "compiled with --compile-backend)")
     p.add_argument("--compile-loss", action="store_true",
                    help="the loss function compiled too (as torchtitan does), outside the model's forward")
-    p.add_argument("--save-at", type=int, default=0, metavar="S", help="save a checkpoint after step S")
+    p.add_argument("--save-at", type=int, nargs="+", default=[], metavar="S",
+                   help="save a checkpoint after each step S")
     p.add_argument("--save-dir", default="", metavar="DIR")
-    p.add_argument("--save-how", choices=["dcp", "full", "local"], nargs="+", default=["dcp"],
-                   help="one or more; each into DIR/HOW")
+    p.add_argument("--save-how", choices=["dcp", "full", "local", "state-dict"], nargs="+", default=["dcp"],
+                   help="one or more; each into DIR/HOW (state-dict: torch.save(model.state_dict()) "
+                        "on each rank, the pitfall)")
     p.add_argument("--resume", default="", metavar="DIR", help="load a checkpoint of --save-how dcp or full first")
-    p.add_argument("--resume-how", choices=["dcp", "full"], default="dcp",
-                   help="full: the model's weights only, rank 0's file broadcast into the shards "
-                        "(set_model_state_dict, full_state_dict and broadcast_from_rank0), as a "
-                        "pretrained model is loaded; the optimizer starts afresh")
+    p.add_argument("--resume-how", choices=["dcp", "full", "load-state-dict"], nargs="+", default=["dcp"],
+                   help="one or more, in order. full: the model's weights only, rank 0's file "
+                        "broadcast into the shards (set_model_state_dict, full_state_dict and "
+                        "broadcast_from_rank0), as a pretrained model is loaded; the optimizer "
+                        "starts afresh. load-state-dict: that file given to model.load_state_dict "
+                        "on every rank, the pitfall (torch raises)")
     p.add_argument("--first-step", type=int, default=1, metavar="S", help="the number of the first step")
     a = p.parse_args()
 
@@ -301,8 +357,8 @@ def main():
         model.compile(backend=a.compile_backend, fullgraph=a.fullgraph)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
 
-    if a.resume:
-        load_checkpoint(model, opt, a.resume, a.resume_how)
+    for how in a.resume_how if a.resume else ():
+        load_checkpoint(model, opt, a.resume, how)
     loss_fn = F.cross_entropy
     if a.compile_loss:
         loss_fn = torch.compile(F.cross_entropy, backend=a.compile_backend, fullgraph=a.fullgraph)
@@ -361,7 +417,7 @@ def main():
                         "thread_cpu": time.thread_time() - c0, "process_cpu": time.process_time() - p0})
         if a.steps <= 20:
             print(f"rank {rank} step {a.first_step + step} loss {loss.item():.4f}", flush=True)
-        if a.save_at and a.first_step + step == a.save_at:
+        if a.first_step + step in a.save_at:
             for how in a.save_how:
                 save_checkpoint(model, opt, os.path.join(a.save_dir, how), how)
 

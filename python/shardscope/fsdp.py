@@ -18,7 +18,8 @@ this rank's shard (dim 0 padded to the world size), its state on this rank (shar
 all-gathered, unsharded); events for each group's unshard (the all-gather, its bytes and
 cause: forward, backward, prefetch, or an explicit ``unshard()``) and reshard, the units'
 forward/backward scopes and steps (a step begins at the root's forward, ends at
-``optimizer.step()``); and violations with the line that fixes them.
+``optimizer.step()``); violations with the line that fixes them; and checkpoints that lose
+data (``torch.save`` of DTensor shards, ``load_state_dict`` of full tensors into them).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import math
 import os
 import sys
 import weakref
+from collections.abc import Mapping
 from types import FrameType
 from typing import Any, Optional, Union
 
@@ -118,6 +120,64 @@ def _placements(tensor):
     words = [f"Shard({p.dim})" if type(p).__name__ == "Shard" else
              "Replicate()" if type(p).__name__ == "Replicate" else repr(p) for p in placements]
     return words[0] if len(words) == 1 else "(" + ", ".join(words) + ")"
+
+
+def _sharded(tensor, ranks=1):
+    """Whether tensor is a DTensor that one of its Shard placements splits over at least
+    `ranks` ranks of its mesh (fully_shard's parameters: Shard(0); HSDP's (Replicate(),
+    Shard(0)))."""
+    mesh = tensor.device_mesh
+    return any(p.is_shard() and mesh.size(i) >= ranks for i, p in enumerate(tensor.placements))
+
+
+def _shard_loss(value):
+    """The bytes of a DTensor that lie in the other ranks' shards, not in this rank's: (global
+    numel - local numel) x element size, where a Shard placement splits it over more than one
+    rank; None for anything else (a plain tensor, a replicated DTensor, a mesh of one rank, a
+    number)."""
+    from torch.distributed.tensor import DTensor
+
+    if not isinstance(value, DTensor) or not _sharded(value, 2):
+        return None
+    return (value.numel() - value.to_local().numel()) * value.dtype.itemsize
+
+
+def _tensors_in(obj, measure, depth=8):
+    """(key path, measure(value)) of each value in obj that measure gives a number for (not
+    None), in order: obj a state dict, or the dicts, lists and tuples that hold one
+    ({"model": model.state_dict(), "step": 3}). Each container is looked in once (one that
+    holds itself is no loop), none deeper than depth."""
+    found: list = []
+    seen: set = set()
+
+    def walk(value, path, left):
+        if isinstance(value, Mapping):
+            items: Any = value.items()
+        elif isinstance(value, (list, tuple)):
+            items = enumerate(value)
+        else:
+            m = measure(value)
+            if m is not None:
+                found.append((path, m))
+            return
+        if left <= 0 or id(value) in seen:
+            return
+        seen.add(id(value))
+        for key, item in items:
+            walk(item, path + (key, ), left - 1)
+
+    walk(obj, (), depth)
+    return found
+
+
+def _inside(frame, directory):
+    """Whether a frame at or above `frame` runs code of a file in `directory` (ending in a
+    separator)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(directory):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def agent() -> Optional[_Agent]:
@@ -246,9 +306,13 @@ class _Agent(AgentCore):
         self.forward_classes = {}  # FSDP unit class -> (its own forward or _MISSING, the wrapper)
         self.to_local_restore = None  # puts DTensor.to_local and zero_grad back (_watch_to_local)
         self.mode_class = None  # the read watching's TorchFunctionMode (_enter_mode)
+        # puts torch.save and nn.Module.load_state_dict back (_watch_checkpoints)
+        self.checkpoint_restore: Optional[Any] = None
+        self.checkpoint_check_failed = False  # said once, then the checks are off
         self.uninstall = _fi.install(self)
         self.unwatch_backward = _runtime.watch_backward(self._keep_loss)
         self._watch_to_local()
+        self._watch_checkpoints()
         from torch.nn.modules.module import register_module_parameter_registration_hook
         from torch.optim.optimizer import (register_optimizer_step_post_hook,
                                            register_optimizer_step_pre_hook)
@@ -318,6 +382,7 @@ class _Agent(AgentCore):
             h.remove()
         self.unwatch_backward()
         self._unwatch_to_local()
+        self._unwatch_checkpoints()
         if not self.is_paused:
             self.uninstall()
             self._unwatch_forwards()
@@ -330,6 +395,7 @@ class _Agent(AgentCore):
         self.uninstall()
         self.unwatch_backward()
         self._unwatch_to_local()
+        self._unwatch_checkpoints()
         self._unwatch_forwards()
 
     def _unpause(self):
@@ -338,6 +404,7 @@ class _Agent(AgentCore):
         self.uninstall = _fi.install(self)
         self.unwatch_backward = _runtime.watch_backward(self._keep_loss)
         self._watch_to_local()
+        self._watch_checkpoints()
         for cls in list(self.forward_classes):
             self._watch_forward(cls)
 
@@ -804,6 +871,183 @@ class _Agent(AgentCore):
         if self.to_local_restore is not None:
             restore, self.to_local_restore = self.to_local_restore, None
             restore()
+
+    # ------------------------------------------------------------------ checkpoints
+    def _watch_checkpoints(self):
+        """torch.save and nn.Module.load_state_dict, wrapped while the agent observes (not
+        paused, not closed), for the two ways a checkpoint of a sharded model goes wrong
+        (docs/fsdp.md, "Checkpoints that lose data"): torch.save of DTensor shards
+        (partitioned_save, _check_save) and load_state_dict of plain full tensors into them
+        (partitioned_load, _check_load). Each is recorded and said before torch's own function
+        runs, unchanged, with the same arguments: its result or exception is the script's.
+        Nothing runs on a training step; a save or load costs a walk of its state dict.
+
+        load_state_dict is wrapped on nn.Module rather than hooked by a load-state-dict pre-hook
+        on the sharded modules: pretrained weights are loaded right after fully_shard, before
+        the root's first forward (where the agent learns the root), so a pre-hook would have
+        to go on every module fully_shard is called on and come off each at pause(); torch
+        runs a module's pre-hooks once per submodule inside its recursion, where the wrapper
+        sees one call, the one the script made, with its line; and the wrapper is what
+        Optimizer.load_state_dict's and DTensor.to_local's are (_watch_to_local), put back the
+        same way."""
+        if self.checkpoint_restore is not None:
+            return
+        import torch
+        import torch.nn as nn
+
+        agent = self
+
+        def checking():
+            """fully_shard was called, and the wrapper is still the agent's to run (another
+            wrapper put over it keeps it in its chain after pause() or finish())."""
+            return (agent.root is not None or agent.candidate is not None) and not (
+                agent.closed or agent.is_paused or agent.checkpoint_check_failed)
+
+        previous_save = torch.save
+
+        def save(obj, *args, **kwargs):
+            if checking():
+                agent._checked(agent._check_save, obj, sys._getframe(1))
+            return previous_save(obj, *args, **kwargs)
+
+        previous_load = nn.Module.__dict__["load_state_dict"]
+
+        def load_state_dict(module, *args, **kwargs):
+            if not checking():
+                return previous_load(module, *args, **kwargs)
+            state_dict = args[0] if args else kwargs.get("state_dict")
+            if not agent._checked(agent._check_load, module, state_dict, sys._getframe(1)):
+                return previous_load(module, *args, **kwargs)
+            # torch's copy_ of the plain tensors into the shards is that load's, recorded
+            # above: not a read of a shard by the script (the read watching's mode sees it)
+            agent.hot.inside += 1
+            try:
+                return previous_load(module, *args, **kwargs)
+            finally:
+                agent.hot.inside -= 1
+
+        wrapper: Any
+        for wrapper, previous in ((save, previous_save), (load_state_dict, previous_load)):
+            wrapper.__name__, wrapper.__qualname__ = previous.__name__, previous.__qualname__
+            wrapper.__doc__, wrapper.__wrapped__ = previous.__doc__, previous
+        setattr(torch, "save", save)
+        setattr(nn.Module, "load_state_dict", load_state_dict)
+
+        def restore():
+            if torch.save is save:
+                setattr(torch, "save", previous_save)
+            if nn.Module.__dict__.get("load_state_dict") is load_state_dict:
+                setattr(nn.Module, "load_state_dict", previous_load)
+
+        self.checkpoint_restore = restore
+
+    def _unwatch_checkpoints(self):
+        if self.checkpoint_restore is not None:
+            restore, self.checkpoint_restore = self.checkpoint_restore, None
+            restore()
+
+    def _checked(self, check, *args):
+        """check(*args); a check that fails says so once and is not made again: the script's
+        save or load goes on as without the agent. The checks read tensors' attributes and
+        sizes, and to_local() of state_dict()'s DTensors, which are not the parameters: nothing
+        the read watching records, so they run with it as it is (also on the threads torch's
+        asynchronous checkpoint saves from, where it is not entered)."""
+        try:
+            return check(*args)
+        except Exception as failed:
+            self.checkpoint_check_failed = True
+            print(f"shardscope: rank {self.rank}: the checkpoint check failed "
+                  f"({type(failed).__name__}: {failed}); saves and loads go on unobserved by it",
+                  file=sys.stderr, flush=True)
+            return False
+
+    @staticmethod
+    def _in_distributed_checkpoint(frame):
+        """Whether torch's distributed checkpoint (DCP) is on the stack at or above frame: it
+        torch.save's each rank's plain local tensors itself, the right way."""
+        dcp = sys.modules.get("torch.distributed.checkpoint")
+        where = getattr(dcp, "__file__", None)
+        return where is not None and _inside(frame, os.path.dirname(where) + os.sep)
+
+    def _checkpoint_root(self):
+        """The root (the candidate attached as the root, as a read before the first forward
+        does: _mixed), or None."""
+        if self.root is None and self.candidate is not None and self.candidate() is not None:
+            self.hot.inside += 1
+            try:
+                self.attach(self.candidate())
+            finally:
+                self.hot.inside -= 1
+        return self.root
+
+    def _check_save(self, obj, caller):
+        """torch.save(obj, f) where obj holds DTensors that a Shard placement splits over more
+        than one rank (model.state_dict() of a sharded model, alone or in a dict or list):
+        each rank's file holds its own shards alone. Recorded (partitioned_save, on the root,
+        at the script's line; the first such key, how many, the bytes in the other ranks'
+        shards) and said once per line. Not recorded: plain tensors (get_model_state_dict with
+        full_state_dict=True, or each rank's to_local() shards on purpose), nor torch's
+        distributed checkpoint's own torch.save calls."""
+        found = _tensors_in(obj, _shard_loss)
+        if not found or self._in_distributed_checkpoint(caller):
+            return False
+        root = self._checkpoint_root()
+        if root is None:
+            return False
+        by_name = {name: pid for pid, name in self.names.items()}
+        named = next((path for path, _ in found if path and path[-1] in by_name), None)
+        path = named or found[0][0]
+        param = path[-1] if named else ".".join(str(k) for k in path)
+        self._record_checkpoint("partitioned_save", self.module_id(root), "torch.save", param,
+                                by_name.get(param), len(found), sum(b for _, b in found), caller)
+        return True
+
+    def _check_load(self, module, state_dict, caller):
+        """module.load_state_dict(state_dict) where state_dict gives plain tensors of a
+        parameter's full shape for parameters fully_shard holds as DTensor shards: torch
+        cannot copy them into the shards (docs/fsdp.md). Recorded (partitioned_load, on the
+        module, at the script's line; the first such parameter, how many, the bytes given) and
+        said once per line, before torch's load runs; DTensors (a sharded state dict, or
+        set_model_state_dict's, which loads through this method) are not recorded."""
+        import torch
+        from torch.distributed.tensor import DTensor
+
+        if not isinstance(state_dict, Mapping):
+            return False
+        found = []
+        for name, p in module.named_parameters():
+            if isinstance(p, DTensor) and _sharded(p):
+                given = state_dict.get(name)
+                if isinstance(given, torch.Tensor) and not isinstance(given, DTensor) \
+                        and given.shape == p.shape:
+                    found.append((name, p, given.numel() * given.element_size()))
+        if not found or not any(_fi.state_of(m) is not None for m in module.modules()):
+            return False  # no FSDP2 module holds them: tensor parallelism's DTensors
+        if self._in_distributed_checkpoint(caller):
+            return False
+        self._checkpoint_root()
+        owner = self.module_id(module)
+        path = self.paths.get(owner, "")
+        name, p, _ = found[0]
+        entry = self.pids.get(id(p))
+        self._record_checkpoint("partitioned_load", owner, "", f"{path}.{name}" if path else name,
+                                entry[0] if entry else None, len(found),
+                                sum(b for _, _, b in found), caller)
+        return True
+
+    def _record_checkpoint(self, kind, owner, call, param, pid, params, nbytes, caller):
+        """Records a checkpoint violation at the script's line; the first time at that line it
+        is flushed and said (shardscope: rank R: ...), as a read is (on_shard_read)."""
+        frame = _frames.user_frame(caller)
+        location = _frames.location(frame) if frame is not None else None
+        message, fix = self.native.checkpoint(kind, owner, call, param=param, param_id=pid,
+                                              params=params, bytes=nbytes, location=location)
+        key = (kind, owner, location[:2] if location else None)
+        if key not in self.reported:
+            self.reported.add(key)
+            self.flush()  # torch's error may follow: the diagnosis first
+            print(f"shardscope: rank {self.rank}: {message}\n  fix: {fix}", file=sys.stderr,
+                  flush=True)
 
     def _enter_mode(self):
         if self.mode is not None or self.closed:

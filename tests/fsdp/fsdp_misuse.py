@@ -137,6 +137,8 @@ def native():
 
 torch_zero_grad = torch.optim.Optimizer.zero_grad
 torch_load_state_dict = torch.optim.Optimizer.load_state_dict
+torch_save = torch.save
+torch_module_load = nn.Module.load_state_dict
 sf.install(listen=False)
 tiny = Tiny()
 fully_shard(tiny.fc1)
@@ -163,14 +165,43 @@ except ValueError as e:
 else:
     raise SystemExit("the mismatched optimizer state was accepted")
 assert sf.agent().optimizer_steps == 10, sf.agent().optimizer_steps
+# Checkpoints (docs/fsdp.md, "Checkpoints that lose data"), observed through wrappers that
+# keep torch's names: at world 1 torch.save of the state dict loses nothing (no other rank
+# holds a shard) and is not recorded; plain tensors given to load_state_dict for the DTensor
+# shards are recorded and said once per line, and torch's own error reaches the script.
+assert torch.save is not torch_save and torch.save.__wrapped__ is torch_save, "torch.save is not observed"
+assert (torch.save.__name__, torch.save.__doc__) == (torch_save.__name__, torch_save.__doc__)
+assert nn.Module.load_state_dict.__wrapped__ is torch_module_load, "load_state_dict is not observed"
+assert nn.Module.load_state_dict.__qualname__ == "Module.load_state_dict"
+said = io.StringIO()
+with contextlib.redirect_stderr(said):
+    torch.save(tiny.state_dict(), io.BytesIO())
+    plain = {k: torch.zeros(v.shape) for k, v in tiny.state_dict().items()}
+    for attempt in range(2):
+        try:
+            tiny.load_state_dict(plain, strict=False)
+        except RuntimeError as e:
+            assert "got mixed torch.Tensor and DTensor" in str(e), e
+        else:
+            raise SystemExit("plain tensors loaded into the DTensor shards without torch's error")
+said = said.getvalue()
+assert said.count("shardscope: rank 0: model.load_state_dict was given plain tensors of the "
+                  "full shape for 4 parameters (`fc1.weight` first)") == 1, said
+assert "\n  fix: set_model_state_dict(model, state_dict, options=StateDictOptions(" in said, said
+assert "torch.save" not in said, said
+assert "pre-forward" not in said, said  # torch's copy into the shards is the load's, not a read
 assert native(), "FSDP's group methods are not observed natively"
 sf.pause()
+assert torch.save is torch_save, "paused, yet torch.save is wrapped"
+assert nn.Module.load_state_dict is torch_module_load, "paused, yet Module.load_state_dict is wrapped"
 assert not native(), "paused, yet FSDP's group methods are the agent's"
 assert _len_torch_function_stack() == 0, "paused, yet a mode is left"
 assert torch.optim.Optimizer.zero_grad is torch_zero_grad, "paused, yet zero_grad is wrapped"
 assert torch.optim.Optimizer.load_state_dict is torch_load_state_dict, "paused, yet load_state_dict is wrapped"
 sf.resume()
 assert _len_torch_function_stack() == 1
+assert torch.save.__wrapped__ is torch_save, "resumed, yet torch.save is not observed"
+assert nn.Module.load_state_dict.__wrapped__ is torch_module_load, "resumed, yet load_state_dict is not observed"
 assert native(), "resumed, yet FSDP's group methods are not observed"
 try:
     FailingBackward.apply(tiny(torch.ones(2, 4))).sum().backward()
@@ -210,6 +241,8 @@ assert torch.autograd.backward is torch_autograd_backward, \
     "finish() left torch.autograd.backward wrapped"
 assert torch.optim.Optimizer.zero_grad is torch_zero_grad, "finish() left zero_grad wrapped"
 assert torch.optim.Optimizer.load_state_dict is torch_load_state_dict, "finish() left load_state_dict wrapped"
+assert torch.save is torch_save, "finish() left torch.save wrapped"
+assert nn.Module.load_state_dict is torch_module_load, "finish() left Module.load_state_dict wrapped"
 assert "forward" not in type(tiny.fc1).__dict__, "finish() left the unit's forward wrapped"
 assert not native() and fpg.FSDPParamGroup.pre_forward.__module__.startswith("torch"), \
     "finish() left FSDP's group methods replaced"
