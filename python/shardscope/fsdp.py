@@ -170,16 +170,6 @@ def _tensors_in(obj, measure, depth=8):
     return found
 
 
-def _inside(frame, directory):
-    """Whether a frame at or above `frame` runs code of a file in `directory` (ending in a
-    separator)."""
-    while frame is not None:
-        if frame.f_code.co_filename.startswith(directory):
-            return True
-        frame = frame.f_back
-    return False
-
-
 def agent() -> Optional[_Agent]:
     """The agent of this process, or None before install()."""
     return _slot.agent
@@ -965,9 +955,7 @@ class _Agent(AgentCore):
     def _in_distributed_checkpoint(frame):
         """Whether torch's distributed checkpoint (DCP) is on the stack at or above frame: it
         torch.save's each rank's plain local tensors itself, the right way."""
-        dcp = sys.modules.get("torch.distributed.checkpoint")
-        where = getattr(dcp, "__file__", None)
-        return where is not None and _inside(frame, os.path.dirname(where) + os.sep)
+        return _frames.called_by(frame, "torch.distributed.checkpoint")
 
     def _checkpoint_root(self):
         """The root (the candidate attached as the root, as a read before the first forward
