@@ -22,7 +22,59 @@ class TestViolationsModel : public QObject
     void oneRowPerSourceLocation();
     void lateAttachTimesCountFromTheFirstViolation();
     void severityIsAColumnAndAColour();
+    void checkpointKindsAreRowsOfTheirOwn();
 };
+
+// Issue 54: the checkpoint kinds, which the agents record in their States (no event kind
+// carries them), are rows of their own: named by their kind, on the model (no reader), an
+// error each, with the agent's words and fix line; one row per call site.
+void TestViolationsModel::checkpointKindsAreRowsOfTheirOwn()
+{
+    session::SessionStore store;
+    models::ViolationsModel model(&store);
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    state::EngineState st = smallState();
+    state::ViolationRecord save;
+    save.kind = ViolationKind::PartitionedSave;
+    save.param = 0;
+    save.paramName = "embed.weight";
+    save.owner = 0;
+    save.rank = 1;
+    save.step = save.lastStep = 3;
+    save.action = GuardAction::Recorded;
+    save.count = 2;
+    save.tsNs = 4000;
+    save.message = "model.state_dict() was taken while ZeRO-3 partitions the model: 6 parameters";
+    save.fix = "engine.save_16bit_model(DIR)";
+    save.location = {"/src/train.py", 88, "main", {}};
+    state::ViolationRecord resume = save;
+    resume.kind = ViolationKind::ResumeWorldSize;
+    resume.param = kNoParam;
+    resume.paramName.clear();
+    resume.count = 1;
+    resume.location.line = 40;
+    resume.fix = "python -m deepspeed.checkpoint.ds_to_universal";
+    st.violations = {save, resume};
+    store.applyState(std::move(st));
+    store.flush();
+    QCOMPARE(model.rowCount(), 2);
+    for (int row = 0; row < 2; ++row) {
+        const QString kind = model.index(row, models::ViolationsModel::Kind).data().toString();
+        QVERIFY2(kind == "partitioned_save" || kind == "resume_world_size", qPrintable(kind));
+        QCOMPARE(model.index(row, models::ViolationsModel::Severity).data().toString(),
+                 QStringLiteral("error"));
+        QCOMPARE(model.index(row, models::ViolationsModel::Accessor).data().toString(),
+                 QStringLiteral("<none>"));
+        if (kind == "partitioned_save") {
+            QCOMPARE(model.index(row, models::ViolationsModel::Parameter).data().toString(),
+                     QStringLiteral("embed.weight"));
+            QCOMPARE(model.index(row, models::ViolationsModel::Count).data().toString(),
+                     QStringLiteral("2"));
+            QCOMPARE(model.index(row, 0).data(models::ViolationsModel::FixRole).toString(),
+                     QStringLiteral("engine.save_16bit_model(DIR)"));
+        }
+    }
+}
 
 // Each row shows its severity (state/severity.h) in a column of its own, and the kind and
 // severity in its colour: a read of attributes only (T5's `.dtype`, sent live with the
