@@ -38,6 +38,7 @@ namespace {
 
 const char *kUsage = R"(Usage: shardscope-capture --attach ENDPOINT --out FILE [options]
        shardscope-capture --attach ENDPOINT --export-trace FILE [options]
+       shardscope-capture --open FILE [--open FILE ...] --out FILE | --export-trace FILE
        shardscope-capture --list
 
 Attaches to a live ShardScope engine, receives its state, recent history and live events,
@@ -53,6 +54,10 @@ and writes them as a snapshot file (docs/snapshot.md), a Chrome / Perfetto trace
   --token-file F      read the token from F (a file only you can read: chmod 600);
                       SHARDSCOPE_TOKEN and SHARDSCOPE_TOKEN_FILE are used when neither
                       flag is given
+  --open FILE         instead of --attach: the snapshot file a rank process wrote; given
+                      several times (the files of one job's rank processes, e.g. of a
+                      multi-node job that died: run.rank0.json, run.rank1.json), the
+                      files are merged into one job as a live job is
   --out FILE          snapshot to write (atomically); gzip'd when FILE ends in .gz
   --export-trace FILE trace to write (atomically), the bytes the inspector's File >
                       Export trace writes for this snapshot; gzip'd when FILE ends in .gz
@@ -73,6 +78,7 @@ struct Options
 {
     bool list = false;
     std::string attach;
+    std::vector<std::string> open; // --open: rank snapshot files, merged into one job
     std::string token;
     std::string tokenFile;
     std::string out;
@@ -119,6 +125,8 @@ std::optional<Options> parseArgs(int argc, char **argv)
             o.list = true;
         else if (flag == "--attach")
             o.attach = value();
+        else if (flag == "--open")
+            o.open.push_back(value());
         else if (flag == "--token")
             o.token = value();
         else if (flag == "--token-file")
@@ -137,11 +145,16 @@ std::optional<Options> parseArgs(int argc, char **argv)
             throw UsageError{"unknown option '" + flag + "'"};
     }
     if (o.list) return o;
-    if (o.attach.empty())
+    if (!o.open.empty() && !o.attach.empty())
+        throw UsageError{"--attach and --open exclude each other: capture a live run or files"};
+    if (!o.open.empty() && (o.seconds || o.untilStep || !o.token.empty() || !o.tokenFile.empty()))
+        throw UsageError{"--seconds, --until-step, --token and --token-file are for --attach"};
+    if (o.attach.empty() && o.open.empty())
         throw UsageError{
             "--attach ENDPOINT is required (shardscope-capture --list shows live engines)"};
-    if (auto target = wire::parseAttachTarget(o.attach); !target)
-        throw UsageError{"--attach: " + target.error()};
+    if (o.open.empty())
+        if (auto target = wire::parseAttachTarget(o.attach); !target)
+            throw UsageError{"--attach: " + target.error()};
     if (o.out.empty() && o.trace.empty())
         throw UsageError{"--out FILE (a snapshot) or --export-trace FILE (a trace) is required"};
     for (const std::string *f : {&o.out, &o.trace})
@@ -318,6 +331,50 @@ std::vector<wire::DiscoveryEntry> endpointsOf(const wire::AttachTarget &target)
                      job.c_str(), text.c_str());
     }
     return std::move(live->processes);
+}
+
+// Writes what was captured or opened: the snapshot (--out) and the trace of it (--export-trace)
+// as the inspector exports it once it has opened the file: the same store (loadSnapshot) and
+// the same writer. false: said on stderr.
+bool writeOutputs(const Options &o, const wire::Snapshot &snap)
+{
+    if (!o.out.empty())
+        if (auto written = wire::writeSnapshotFile(o.out, snap); !written) {
+            std::fprintf(stderr, "shardscope-capture: %s\n", written.error().c_str());
+            return false;
+        }
+    if (!o.trace.empty()) {
+        sessioncore::Store store;
+        sessioncore::loadSnapshot(store, snap, o.out);
+        if (auto written = sessioncore::writeTraceFile(o.trace, store); !written) {
+            std::fprintf(stderr, "shardscope-capture: %s\n", written.error().c_str());
+            return false;
+        }
+    }
+    return true;
+}
+
+// --open FILE...: one job from the snapshot files its rank processes wrote (wire/jobmerge.h).
+int openFiles(const Options &o)
+{
+    auto merged = wire::mergeSnapshotFiles(o.open);
+    if (!merged) {
+        std::fprintf(stderr, "shardscope-capture: %s\n", merged.error().c_str());
+        return 1;
+    }
+    wire::Snapshot snap = std::move(merged).value();
+    snap.meta.producer = "shardscope-capture";
+    snap.meta.createdUnixMs = wire::unixTimeMs();
+    if (!writeOutputs(o, snap)) return 1;
+    std::printf("opened %zu snapshot files of one job: %s, step %u, %zu events, %zu "
+                "violations -> %s\n",
+                o.open.size(), ranksText(snap.state.localRanks).c_str(), snap.state.step,
+                snap.events.size(), snap.state.violations.size(),
+                (o.out.empty()     ? o.trace
+                 : o.trace.empty() ? o.out
+                                   : o.out + " and " + o.trace)
+                    .c_str());
+    return 0;
 }
 
 int capture(const Options &o)
@@ -497,21 +554,7 @@ int capture(const Options &o)
         snap.meta.endpoint = target.endpoints.front();
     else if (job.empty())
         snap.meta.endpoint = o.attach;
-    if (!o.out.empty())
-        if (auto written = wire::writeSnapshotFile(o.out, snap); !written) {
-            std::fprintf(stderr, "shardscope-capture: %s\n", written.error().c_str());
-            return 1;
-        }
-    if (!o.trace.empty()) {
-        // The trace of this snapshot as the inspector exports it once it has opened the file:
-        // the same store (loadSnapshot) and the same writer.
-        sessioncore::Store store;
-        sessioncore::loadSnapshot(store, snap, o.out);
-        if (auto written = sessioncore::writeTraceFile(o.trace, store); !written) {
-            std::fprintf(stderr, "shardscope-capture: %s\n", written.error().c_str());
-            return 1;
-        }
-    }
+    if (!writeOutputs(o, snap)) return 1;
     // An engine closed the connection without its goodbye (it died or was killed).
     const bool engineLost = !ended.empty() && !g_interrupted;
     if (engineLost)
@@ -561,5 +604,6 @@ int main(int argc, char **argv)
         std::fputs(kUsage, stdout);
         return 0;
     }
-    return options->list ? listEngines() : capture(*options);
+    if (options->list) return listEngines();
+    return options->open.empty() ? capture(*options) : openFiles(*options);
 }

@@ -20,7 +20,7 @@ void Automation::start()
 {
     m_started.start();
     if (!m_options.open.isEmpty()) {
-        const QString err = m_window.openSnapshot(m_options.open);
+        const QString err = m_window.openSnapshots(m_options.open);
         if (!err.isEmpty()) {
             fail(err);
             return;

@@ -178,10 +178,11 @@ void MainWindow::buildMenus()
         m_job->detach();
     });
     QAction *openAction = file->addAction(tr("&Open snapshot..."), this, [this] {
-        const QString path = QFileDialog::getOpenFileName(
+        // Several files selected: one job's rank snapshots (run.rank0.json, run.rank1.json)
+        const QStringList paths = QFileDialog::getOpenFileNames(
             this, tr("Open snapshot"), {}, tr("Snapshots (*.json *.json.gz *.gz);;All files (*)"));
-        if (path.isEmpty()) return;
-        const QString err = openSnapshot(path);
+        if (paths.isEmpty()) return;
+        const QString err = openSnapshots(paths);
         if (!err.isEmpty()) QMessageBox::warning(this, tr("Open snapshot"), err);
     });
     openAction->setShortcut(QKeySequence::Open);
@@ -400,10 +401,12 @@ void MainWindow::dropEvent(QDropEvent *e)
     const QList<QUrl> urls = e->mimeData()->urls();
     if (urls.isEmpty() || !urls.first().isLocalFile()) return;
     e->acceptProposedAction();
-    const QString path = urls.first().toLocalFile();
+    QStringList paths; // several: one job's rank snapshots
+    for (const QUrl &url : urls)
+        if (url.isLocalFile()) paths << url.toLocalFile();
     // Not from inside the drop: a message box would run its loop under the drag.
-    QTimer::singleShot(0, this, [this, path] {
-        const QString err = openSnapshot(path);
+    QTimer::singleShot(0, this, [this, paths] {
+        const QString err = openSnapshots(paths);
         if (!err.isEmpty()) {
             m_banner->setText(tr("Cannot open the dropped file: %1").arg(err));
             m_banner->setVisible(true);
@@ -439,6 +442,24 @@ QString MainWindow::openSnapshot(const QString &path)
     if (err.isEmpty()) {
         remember("recent/snapshots", QFileInfo(path).absoluteFilePath());
         m_status->setConnection(tr("snapshot %1 (read-only)").arg(path), true);
+        m_banner->setVisible(false);
+        m_store.flush();
+        setLiveViews(false);
+    }
+    updateTitle();
+    return err;
+}
+
+QString MainWindow::openSnapshots(const QStringList &paths)
+{
+    if (paths.size() == 1) return openSnapshot(paths.front());
+    m_connection->detach();
+    m_job->detach();
+    m_attachedToJob = false;
+    const QString err = session::openJobSnapshotFiles(paths, m_store);
+    if (err.isEmpty()) {
+        m_status->setConnection(
+            tr("%n rank snapshot(s) of one job (read-only)", "", int(paths.size())), true);
         m_banner->setVisible(false);
         m_store.flush();
         setLiveViews(false);

@@ -54,6 +54,9 @@ class MainWindow : public QMainWindow
     QString attach(const QString &spec, const QString &token, const QString &discoveryDir = {});
     // Each returns an empty string on success, else what went wrong.
     QString openSnapshot(const QString &path);
+    // One file as openSnapshot; several: one job's rank snapshots, merged as a live job's
+    // (wire::mergeSnapshotFiles).
+    QString openSnapshots(const QStringList &paths);
     QString exportSnapshot(const QString &path);
     QString exportTrace(const QString &path);
     QString exportCsv(const QString &path);

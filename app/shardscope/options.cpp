@@ -30,7 +30,9 @@ QString usage()
         "                        without either flag, SHARDSCOPE_TOKEN or the file named by\n"
         "                        SHARDSCOPE_TOKEN_FILE is used\n"
         "  --open FILE, FILE     open a snapshot file (read-only), plain or gzip'd (told apart\n"
-        "                        by its first bytes, whatever its name)\n"
+        "                        by its first bytes, whatever its name); several files (the\n"
+        "                        rank snapshots of one job: shardscope run.rank*.json) open\n"
+        "                        as one job, merged as a live job is\n"
         "  --after-step K        with --attach: wait until the run reaches step K\n"
         "  --after-seconds S     wait S seconds after the state arrived (or the file opened)\n"
         "  --timeout S           give up waiting after S seconds (default 120)\n"
@@ -106,7 +108,7 @@ ParseResult parseOptions(const QStringList &arguments)
             else if (flag == QLatin1String("--token-file"))
                 o.tokenFile = v;
             else if (flag == QLatin1String("--open"))
-                o.open = v;
+                o.open << v;
             else if (flag == QLatin1String("--export-snapshot"))
                 o.exportSnapshot = v;
             else if (flag == QLatin1String("--export-trace"))
@@ -134,8 +136,8 @@ ParseResult parseOptions(const QStringList &arguments)
                 o.timeoutSeconds = s;
             else
                 o.afterSeconds = s;
-        } else if (!flag.startsWith(QLatin1Char('-')) && o.open.isEmpty()) {
-            o.open = arguments[i]; // `shardscope FILE`, as the desktop file starts it
+        } else if (!flag.startsWith(QLatin1Char('-'))) {
+            o.open << arguments[i]; // `shardscope FILE`, as the desktop file starts it
         } else {
             return fail(QStringLiteral("unknown option `%1`").arg(arguments[i]));
         }

@@ -14,7 +14,8 @@ struct Options
     QString attach;
     QString token; // after parseOptions: resolved from --token-file or the environment too
     QString tokenFile;
-    QString open;
+    // --open FILE or `shardscope FILE...`: several files are one job's rank snapshots
+    QStringList open;
     QString exportSnapshot;
     QString exportTrace;
     QString exportCsv;

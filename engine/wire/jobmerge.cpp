@@ -1,6 +1,7 @@
 #include "wire/jobmerge.h"
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 #include <unordered_map>
 
@@ -96,14 +97,18 @@ Result<state::EngineState> mergeJobStates(std::span<const state::EngineState *co
     return st;
 }
 
-Result<Snapshot> mergeJobSnapshots(const std::vector<Snapshot> &parts, const std::string &job)
+Result<Snapshot> mergeJobSnapshots(const std::vector<Snapshot> &parts, const std::string &job,
+                                   const std::vector<std::string> &partNames)
 {
     if (parts.empty()) return fail("no rank of job " + job + " was captured");
     std::vector<const state::EngineState *> states;
     std::vector<std::string> names;
-    for (const Snapshot &p : parts) {
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+        const Snapshot &p = parts[i];
         states.push_back(&p.state);
-        names.push_back("the process " + std::to_string(p.meta.pid) + " (" + p.meta.endpoint + ")");
+        names.push_back(i < partNames.size() ? partNames[i]
+                                             : "the process " + std::to_string(p.meta.pid) + " (" +
+                                                   p.meta.endpoint + ")");
     }
     auto state = mergeJobStates(states, names);
     if (!state) return fail(state.error());
@@ -120,6 +125,51 @@ Result<Snapshot> mergeJobSnapshots(const std::vector<Snapshot> &parts, const std
     out.meta.endpoint = "job:" + job;
     out.meta.pid = 0;
     return out;
+}
+
+namespace {
+
+// "run" for ".../run.rank0.json.gz", "snap" for "snap.json", "rank3" stays "rank3".
+std::string jobNameOfFile(const std::string &path)
+{
+    std::string name = path.substr(path.find_last_of('/') + 1);
+    for (const char *ext : {".gz", ".json"})
+        if (name.size() > std::strlen(ext) && name.ends_with(ext))
+            name.resize(name.size() - std::strlen(ext));
+    const std::size_t dot = name.rfind(".rank");
+    if (dot != std::string::npos && dot > 0 && dot + 5 < name.size() &&
+        std::all_of(name.begin() + std::ptrdiff_t(dot + 5), name.end(),
+                    [](char c) { return c >= '0' && c <= '9'; }))
+        name.resize(dot);
+    return name;
+}
+
+} // namespace
+
+Result<Snapshot> mergeSnapshotFiles(const std::vector<std::string> &paths)
+{
+    if (paths.empty()) return fail("no snapshot file to open");
+    std::vector<Snapshot> parts;
+    std::vector<std::string> names;
+    std::unordered_map<int, std::string> rankFile; // rank -> the file holding it
+    for (const std::string &path : paths) {
+        auto snap = readSnapshotFile(path);
+        if (!snap)
+            return fail("cannot open `" + path + "` as a ShardScope snapshot: " + snap.error());
+        for (int r : snap->state.localRanks) {
+            const auto [at, fresh] = rankFile.emplace(r, path);
+            if (!fresh)
+                return fail("`" + at->second + "` and `" + path + "` both hold rank " +
+                            std::to_string(r) +
+                            ": open the files of one run, one file for each rank process");
+        }
+        parts.push_back(std::move(snap).value());
+        names.push_back("`" + path + "`");
+    }
+    auto merged = mergeJobSnapshots(parts, jobNameOfFile(paths.front()), names);
+    if (!merged) return merged;
+    merged->meta.endpoint = "files:" + jobNameOfFile(paths.front());
+    return merged;
 }
 
 } // namespace shardscope::wire

@@ -23,7 +23,18 @@ namespace shardscope::wire {
 // job (checkOneJob); a part that is not is an error naming it. The model's name is the first
 // final one (provisionalModelName) of the parts, else the structure's. Ranks no part observed
 // keep the structure's view of them (the shard alone) and are absent from local_ranks.
-Result<Snapshot> mergeJobSnapshots(const std::vector<Snapshot> &parts, const std::string &job);
+// partNames: how an error names each part (default: "the process PID (ENDPOINT)").
+Result<Snapshot> mergeJobSnapshots(const std::vector<Snapshot> &parts, const std::string &job,
+                                   const std::vector<std::string> &partNames = {});
+
+// A job from the snapshot files its rank processes wrote (`run.rank{rank}.json` on a shared
+// file system: what is left of a multi-node job that died), as one job, with the same merge
+// as a live job's (mergeJobSnapshots). Each file is read (readSnapshotFile, plain or gzip'd);
+// two files holding one rank are refused, naming both (two runs' files mixed up); an error
+// names the file. The job is named after the first file, without its rank and extension
+// ("run" for run.rank0.json). Each file's events keep their own process's clock: files of one
+// host line up, files of several hosts are as far apart as those hosts' clocks.
+Result<Snapshot> mergeSnapshotFiles(const std::vector<std::string> &paths);
 
 // The one rule of what makes the states of processes one job's (issue #49, defect 8): the
 // same world size. Which run a process belongs to is its announced job (wire::sameRun on

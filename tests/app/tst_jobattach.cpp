@@ -83,12 +83,14 @@ class TestJobAttach : public QObject
     void aStoppedRankIsShownNotAnswering();
     void quitWithAStoppedRankWritesWhatItHasAndSaysSo();
     void clocksAreMappedAndAnUnreachableProcessIsNamed();
+    void aJobFromItsRankFiles();
 
   private:
     // Starts `world` ranks (env: extra variables per rank) and waits until each has written
     // its discovery file.
     void startJob(Job &job, int world, const QString &name,
-                  const std::vector<QStringList> &extraEnv = {});
+                  const std::vector<QStringList> &extraEnv = {},
+                  const QStringList &run = {"--steps", "1000000", "--comm-timeout", "6"});
 
     QString m_program;
     QTemporaryDir m_runtime;
@@ -105,7 +107,7 @@ void TestJobAttach::initTestCase()
 }
 
 void TestJobAttach::startJob(Job &job, int world, const QString &name,
-                             const std::vector<QStringList> &extraEnv)
+                             const std::vector<QStringList> &extraEnv, const QStringList &run)
 {
     job.name = name;
     QTcpServer probe; // a free port for rank 0's rendezvous, released just before use
@@ -129,8 +131,7 @@ void TestJobAttach::startJob(Job &job, int world, const QString &name,
         p->setProcessEnvironment(env);
         p->setProcessChannelMode(QProcess::ForwardedErrorChannel);
         p->setStandardOutputFile(QProcess::nullDevice());
-        p->start(m_program, kModel + QStringList{"--backend", "gloo", "--steps", "1000000",
-                                                 "--comm-timeout", "6"});
+        p->start(m_program, kModel + QStringList{"--backend", "gloo"} + run);
         QVERIFY(p->waitForStarted(10000));
         job.ranks.push_back(std::move(p));
     }
@@ -393,4 +394,69 @@ void TestJobAttach::clocksAreMappedAndAnUnreachableProcessIsNamed()
 }
 
 QTEST_MAIN(TestJobAttach)
+// Issue 53: the snapshot files a job's rank processes wrote (run.rank{rank}.json, what a user
+// has after a multi-node job died) open as one job, merged as a live job is: in the window
+// (every rank's lane and statuses), from the command line (shardscope FILE FILE, exported), in
+// shardscope-capture --open; two files of one rank are refused, naming them.
+void TestJobAttach::aJobFromItsRankFiles()
+{
+    QTemporaryDir out;
+    const QString pattern = out.filePath("run.rank{rank}.json");
+    {
+        Job job;
+        startJob(job, 2, "files", {}, {"--steps", "3", "--snapshot-out", pattern});
+        for (auto &p : job.ranks) {
+            QVERIFY(p->waitForFinished(60000));
+            QCOMPARE(p->exitCode(), 0);
+        }
+    }
+    const QString f0 = out.filePath("run.rank0.json"), f1 = out.filePath("run.rank1.json");
+    QVERIFY(QFile::exists(f0) && QFile::exists(f1));
+
+    app::MainWindow w;
+    QCOMPARE(w.openSnapshots({f1, f0}), QString());
+    session::SessionStore *store = w.store();
+    QVERIFY(store->hasState());
+    QCOMPARE(store->worldSize(), 2);
+    QCOMPARE(store->state().localRanks, (std::vector<int>{0, 1}));
+    QVERIFY(laneSize(*store, 0) > 0 && laneSize(*store, 1) > 0);
+    QCOMPARE(int(store->lane(1).at(0).rank), 1);
+    for (const state::ParamRecord &p : store->state().params)
+        QCOMPARE(p.status.size(), std::size_t(2));
+    QVERIFY2(w.openSnapshots({f0, f0}).contains(QStringLiteral("both hold rank 0")),
+             qPrintable(w.openSnapshots({f0, f0})));
+
+    const QString bin = QFileInfo(m_program).dir().path();
+    QProcess app;
+    app.setProcessChannelMode(QProcess::MergedChannels);
+    const QString exported = out.filePath("job.json");
+    app.start(bin + "/shardscope", {f0, f1, "--export-snapshot", exported, "--quit"});
+    QVERIFY(app.waitForFinished(60000));
+    QVERIFY2(app.exitCode() == 0, app.readAll().constData());
+    QProcess capture;
+    capture.setProcessChannelMode(QProcess::MergedChannels);
+    const QString captured = out.filePath("captured.json");
+    capture.start(bin + "/shardscope-capture", {"--open", f0, "--open", f1, "--out", captured});
+    QVERIFY(capture.waitForFinished(60000));
+    const QString said = QString::fromUtf8(capture.readAll());
+    QVERIFY2(capture.exitCode() == 0 &&
+                 said.contains(QStringLiteral("opened 2 snapshot files of one job: ranks 0-1")),
+             qPrintable(said));
+    for (const QString &file : {exported, captured}) {
+        auto snap = wire::readSnapshotFile(file.toStdString());
+        QVERIFY2(snap, snap ? "" : snap.error().c_str());
+        QCOMPARE(snap->state.worldSize, 2);
+        QCOMPARE(snap->state.localRanks, (std::vector<int>{0, 1}));
+        std::set<int> ranksSeen;
+        for (const telemetry::Event &e : snap->events)
+            ranksSeen.insert(e.rank);
+        QCOMPARE(ranksSeen, (std::set<int>{0, 1}));
+        QCOMPARE(snap->state.violations.size(), store->state().violations.size());
+    }
+    capture.start(bin + "/shardscope-capture", {"--open", f0, "--open", f0, "--out", captured});
+    QVERIFY(capture.waitForFinished(60000));
+    QCOMPARE(capture.exitCode(), 1);
+    QVERIFY(QString::fromUtf8(capture.readAll()).contains(QStringLiteral("both hold rank 0")));
+}
+
 #include "tst_jobattach.moc"

@@ -1,6 +1,10 @@
 // One snapshot of a job from its rank processes' snapshots (wire/jobmerge.h).
 
+#include <QTemporaryDir>
 #include <QTest>
+
+#include "wire/atomicfile.h"
+#include "wire/snapshot.h"
 
 #include "testevents.h"
 #include "wire/jobmerge.h"
@@ -68,6 +72,46 @@ class TestJobMerge : public QObject
         QCOMPARE(merged->events[0].rank, std::uint16_t(1)); // ordered by time
         QCOMPARE(merged->droppedEvents, std::uint64_t(2));
         QCOMPARE(merged->meta.endpoint, std::string("job:j"));
+    }
+
+    // Issue 53: the files each rank process wrote (run.rank{rank}.json) open as one job with
+    // the live job's merge; the job is named after the files; two files holding one rank
+    // (two runs' files mixed up) and a file that is not a snapshot are refused, naming them.
+    void aJobFromItsRanksFiles()
+    {
+        QTemporaryDir dir;
+        const std::string base = dir.path().toStdString() + "/run.rank";
+        for (int rank = 0; rank < 2; ++rank)
+            QVERIFY(wire::writeFileAtomically(base + std::to_string(rank) + ".json",
+                                              wire::encodeSnapshot(part(rank))));
+        auto merged = wire::mergeSnapshotFiles({base + "1.json", base + "0.json"});
+        QVERIFY2(merged, merged ? "" : merged.error().c_str());
+        auto live = wire::mergeJobSnapshots({part(1), part(0)}, "run");
+        QVERIFY(live);
+        QCOMPARE(merged->state.localRanks, (std::vector<int>{0, 1}));
+        QCOMPARE(merged->state.params[0].status, live->state.params[0].status);
+        QCOMPARE(merged->state.violations.size(), live->state.violations.size());
+        QCOMPARE(merged->events.size(), live->events.size());
+        QCOMPARE(merged->meta.endpoint, std::string("files:run"));
+
+        auto twice = wire::mergeSnapshotFiles({base + "0.json", base + "1.json", base + "0.json"});
+        QVERIFY(!twice);
+        QVERIFY2(twice.error().find("run.rank0.json` and `") != std::string::npos &&
+                     twice.error().find("both hold rank 0") != std::string::npos,
+                 twice.error().c_str());
+        QVERIFY(wire::writeFileAtomically(base + "2.json", "{\"not\": \"a snapshot\"}"));
+        auto bad = wire::mergeSnapshotFiles({base + "0.json", base + "2.json"});
+        QVERIFY(!bad);
+        QVERIFY2(bad.error().starts_with("cannot open `" + base +
+                                         "2.json` as a ShardScope "
+                                         "snapshot: "),
+                 bad.error().c_str());
+        wire::Snapshot other = part(1);
+        other.state.worldSize = 4; // another run's file
+        QVERIFY(wire::writeFileAtomically(base + "3.json", wire::encodeSnapshot(other)));
+        auto mixed = wire::mergeSnapshotFiles({base + "0.json", base + "3.json"});
+        QVERIFY(!mixed);
+        QVERIFY2(mixed.error().find("run.rank3.json`") != std::string::npos, mixed.error().c_str());
     }
 
     // A process that observes part of the model lists only its parameters: the merge keeps

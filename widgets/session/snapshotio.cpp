@@ -4,6 +4,7 @@
 
 #include "wire/atomicfile.h"
 #include "wire/compress.h"
+#include "wire/jobmerge.h"
 
 namespace shardscope::session {
 
@@ -17,6 +18,20 @@ QString openSnapshotFile(const QString &path, SessionStore &store)
             .arg(path, QString::fromStdString(snap.error()));
     }
     sessioncore::loadSnapshot(store.core(), std::move(snap).value(), path.toStdString());
+    return {};
+}
+
+QString openJobSnapshotFiles(const QStringList &paths, SessionStore &store)
+{
+    std::vector<std::string> files;
+    for (const QString &path : paths) {
+        if (!QFileInfo::exists(path))
+            return QStringLiteral("cannot open `%1`: the file does not exist").arg(path);
+        files.push_back(path.toStdString());
+    }
+    auto merged = wire::mergeSnapshotFiles(files);
+    if (!merged) return QString::fromStdString(merged.error());
+    sessioncore::loadSnapshot(store.core(), std::move(merged).value(), files.front());
     return {};
 }
 

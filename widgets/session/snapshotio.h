@@ -5,6 +5,7 @@
 
 #include <QByteArray>
 #include <QString>
+#include <QStringList>
 
 #include "session/sessionstore.h"
 #include "wire/snapshot.h"
@@ -13,6 +14,9 @@ namespace shardscope::session {
 
 // Empty on success; otherwise what went wrong, and the store is untouched.
 QString openSnapshotFile(const QString &path, SessionStore &store);
+// One job's rank snapshot files (run.rank0.json, run.rank1.json, ...) into the store as one
+// job, merged as a live job is (wire::mergeSnapshotFiles); the error names the file.
+QString openJobSnapshotFiles(const QStringList &paths, SessionStore &store);
 // The store's state (live statuses and counts), its violations, all its events in time order.
 wire::Snapshot snapshotOf(const SessionStore &store);
 // gzip'd when path ends in ".gz" (as every export below), plain JSON otherwise.
