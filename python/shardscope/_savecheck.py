@@ -8,7 +8,11 @@ A save is a call the script makes, as written in its source: ``torch.save(OBJ, F
 ``X.save_model(DIR)`` (the Trainer's), ``dcp.save(OBJ, checkpoint_id=DIR)``. Those in the function
 the training loop runs in (the frame the last step returned to) are run there, in source
 order, with that frame's variables; a call there to a function of the script that saves runs
-that function's saves with its arguments bound. Where the call writes (FILE, DIR) becomes a
+that function's saves with its arguments bound, those its `if` branches lead to with these
+arguments (the loop's own condition, `if step % 1000 == 0`, is what is bypassed; a save
+function's `if how == "dcp"` is the script's choice, kept). Loops around a save that the
+frame has not entered bind their variable to the first item of a list, tuple or range they
+go over. Where the call writes (FILE, DIR) becomes a
 folder of the check's own: nothing is written where the script would write. A save that
 cannot be evaluated there (a name it needs is made later) is reported, not guessed at.
 """
@@ -128,6 +132,57 @@ def _evaluate(call: ast.Call, line: int, filename: str, function: str, scope_glo
     eval(code, scope_globals, local)
 
 
+def _loop_bindings(call: ast.Call, parents: dict, scope_globals: dict, scope_locals: dict) -> dict:
+    """The locals a save needs from loops around it that the stopped frame has not entered
+    (`for how in args.save_how: save(..., how)`): each such loop's variable bound to the first
+    item of what it loops over, when that is a list, tuple, range, string or dict (never an
+    iterator, which taking an item from would consume: a data loader)."""
+    loops = []
+    node = parents.get(id(call))
+    while node is not None:
+        if isinstance(node, ast.For):
+            loops.append(node)
+        node = parents.get(id(node))
+    local = dict(scope_locals)
+    for loop in reversed(loops):  # outermost first
+        names = [n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)]
+        if not names or any(name in local for name in names):
+            continue
+        try:
+            items = eval(compile(ast.Expression(loop.iter), "<loop>", "eval"), scope_globals, local)
+            if not isinstance(items, (list, tuple, range, str, dict)) or len(items) == 0:
+                continue
+            first = next(iter(items))
+            if isinstance(loop.target, ast.Name):
+                local[loop.target.id] = first
+            elif isinstance(loop.target, ast.Tuple) and all(isinstance(e, ast.Name)
+                                                            for e in loop.target.elts):
+                for e, v in zip(loop.target.elts, first, strict=True):
+                    local[e.id] = v  # type: ignore[attr-defined]
+        except Exception:
+            continue
+    return local
+
+
+def _branch_taken(call: ast.Call, parents: dict, scope_globals: dict, scope_locals: dict) -> bool:
+    """Whether the `if` branches around call (inside a save function of the script: the ones
+    its arguments choose, `if how == "dcp"`) lead to it with these arguments; a test that
+    cannot be evaluated counts as taken."""
+    child: ast.AST = call
+    node = parents.get(id(call))
+    while node is not None:
+        if isinstance(node, ast.If):
+            try:
+                test = bool(eval(compile(ast.Expression(node.test), "<if>", "eval"), scope_globals,
+                                 dict(scope_locals)))
+            except Exception:
+                test = None
+            if test is not None and (test if any(child is b for b in node.orelse) else not test):
+                return False
+        child, node = node, parents.get(id(node))
+    return True
+
+
 def run_saves(frame: Optional[FrameType], script: str, into: str) -> list[dict[str, Any]]:
     """Runs the saves of the script's function frame (or a caller of it) is in, each into its
     own folder under into; what ran or could not, one dict per save."""
@@ -166,9 +221,12 @@ def run_saves(frame: Optional[FrameType], script: str, into: str) -> list[dict[s
                 entry["error"] = f"{type(e).__name__}: {e}"
         out.append(entry)
 
-    frame_locals = dict(frame.f_locals)
+    parents = {id(child): node for node in ast.walk(scope or tree) for child in ast.iter_child_nodes(node)}
     for call in _own_calls(body):
         kind = _save_of(call)
+        if kind is None and not (isinstance(call.func, ast.Name) and call.func.id in functions):
+            continue
+        frame_locals = _loop_bindings(call, parents, frame.f_globals, dict(frame.f_locals))
         if kind is not None:
             one(call, kind, frame.f_globals, frame_locals, None, frame.f_code.co_qualname)
             continue
@@ -191,6 +249,9 @@ def run_saves(frame: Optional[FrameType], script: str, into: str) -> list[dict[s
             out.append({"line": call.lineno, "call": ast.get_source_segment(source, call) or "",
                         "ran": False, "error": f"its arguments: {type(e).__name__}: {e}", "via": None})
             continue
+        inside = {id(child): node for node in ast.walk(callee)  # type: ignore[arg-type]
+                  for child in ast.iter_child_nodes(node)}
         for c, k in inner:
-            one(c, k, fn.__globals__, dict(bound.arguments), call.lineno, fn.__qualname__)
+            if _branch_taken(c, inside, fn.__globals__, bound.arguments):
+                one(c, k, fn.__globals__, dict(bound.arguments), call.lineno, fn.__qualname__)
     return out

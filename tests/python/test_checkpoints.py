@@ -77,8 +77,11 @@ _SCRIPT = '''\
 import torch
 
 
-def save_it(obj, directory):
-    torch.save(obj, directory + "/inner.pt")
+def save_it(obj, directory, how="whole"):
+    if how == "pieces":
+        torch.save(list(obj.values()), directory + "/pieces.pt")
+    else:
+        torch.save(obj, directory + "/inner.pt")
 
 
 def loop(stop):
@@ -88,7 +91,8 @@ def loop(stop):
         stop()
         if step % 100 == 0:
             torch.save(model, out)
-            save_it(model, "nowhere")
+            for how in ["whole", "pieces"]:
+                save_it(model, "nowhere", how)
             torch.save(made_later, out)
 '''
 
@@ -119,9 +123,10 @@ def test_save_check_runs_the_loops_saves_into_its_own_folder(tmp_path, monkeypat
     with pytest.raises(Done):
         script.loop(stop)
     lines = _SCRIPT.splitlines()
+    # the save function's `if how == "pieces"` branch is not taken for the loop's first item
     save, inner, call, later = (lines.index(text) + 1 for text in (
-        "            torch.save(model, out)", "    torch.save(obj, directory + \"/inner.pt\")",
-        "            save_it(model, \"nowhere\")", "            torch.save(made_later, out)"))
+        "            torch.save(model, out)", "        torch.save(obj, directory + \"/inner.pt\")",
+        "                save_it(model, \"nowhere\", how)", "            torch.save(made_later, out)"))
     assert [(e["line"], e["ran"], e["via"]) for e in ran] == [
         (save, True, None), (inner, True, call), (later, False, None)]
     assert ran[2]["error"] == "NameError: name 'made_later' is not defined"
