@@ -634,12 +634,14 @@ state::ViolationText AgentState::checkpoint(const Checkpoint &c)
     subject.checkpoint = c.checkpoint;
     subject.savedWorld = c.savedWorld;
     subject.world = c.world;
+    subject.withoutModifier = c.withoutModifier;
     const state::ViolationText text = state::describeViolation(subject, m_config.dialect);
     state::ViolationRecord v = violationLocked(c.kind, text);
     v.owner = hasRoot ? c.root : kNoModule;
     v.param = m_params.contains(c.paramId) ? c.paramId : kNoParam;
     v.paramName = c.param;
-    v.status = ParamStatus::NotAvailable; // partitioned (ZeRO-3) or sharded (FSDP2)
+    // partitioned (ZeRO-3) or sharded (FSDP2); gathered by a GatheredParameters that discards
+    v.status = c.withoutModifier ? ParamStatus::Available : ParamStatus::NotAvailable;
     v.location = c.where;
     recordLocked(v);
     return text;

@@ -153,6 +153,9 @@ class AgentState final : public state::StateProvider
         std::string checkpoint;  // resume_world_size: the directory and tag
         int savedWorld = 0;      // resume_world_size: the checkpoint's data-parallel world
         int world = 0;           // and the run's
+        // partitioned_load (DeepSpeed): the parameters were gathered, but only by
+        // GatheredParameters without modifier_rank, which discards the load at its exit
+        bool withoutModifier = false;
         state::SourceLocation where;
     };
     state::ViolationText checkpoint(const Checkpoint &c);

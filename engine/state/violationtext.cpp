@@ -276,6 +276,16 @@ ViolationText describeCheckpoint(const ViolationSubject &s, FixDialect dialect)
                     ", state_dict, options=StateDictOptions(full_state_dict=True, "
                     "broadcast_from_rank0=True))  # torch.distributed.checkpoint.state_dict, on "
                     "every rank; state_dict is needed on rank 0 only ({} on the others)";
+        } else if (s.withoutModifier) {
+            t.message = call + " loaded " + n + first + " (" + bytesText(s.bytes) +
+                        ") inside deepspeed.zero.GatheredParameters without modifier_rank: "
+                        "ZeRO-3 gathered them for reading only and puts each back from its "
+                        "unchanged partitions when the scope exits, so the model keeps its old "
+                        "weights, with no error";
+            t.fix = "with deepspeed.zero.GatheredParameters(list(" + model +
+                    ".parameters()), modifier_rank=0): " + model +
+                    ".load_state_dict(state_dict)  # modifier_rank: rank 0's values are "
+                    "broadcast and partitioned at the exit";
         } else {
             t.message = call + " was given full tensors for " + n + first +
                         " that ZeRO-3 partitions (" + bytesText(s.bytes) +

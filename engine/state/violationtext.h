@@ -85,6 +85,9 @@ struct ViolationSubject
     std::string checkpoint;
     int savedWorld = 0;
     int world = 0;
+    // partitioned_load in DeepSpeed's words: the parameters were gathered for the load, but by
+    // GatheredParameters without modifier_rank, so ZeRO-3 discards it at the scope's exit.
+    bool withoutModifier = false;
 };
 
 struct ViolationText

@@ -36,7 +36,7 @@ S numbering the steps from S. The checkpoint pitfalls (docs/deepspeed.md, "Check
 --save-how state-dict (torch.save(model.state_dict()): ZeRO-3's placeholders, saved empty;
 gathered: the same inside GatheredParameters, whole), --load-full FILE (a full state dict
 loaded into the partitioned model; --load-full-how gathered: inside GatheredParameters with
-modifier_rank=0), and --resume at another world size than the save's.
+modifier_rank=0; no-modifier: inside GatheredParameters without it, the load discarded), and --resume at another world size than the save's.
 
 --no-zero-init builds the model without zero.Init, as DeepSpeed's getting-started guide does:
 deepspeed.initialize partitions it whole (no parameter is late).
@@ -251,10 +251,12 @@ def main():
     parser.add_argument("--load-full", default="", metavar="FILE",
                         help="model.load_state_dict(torch.load(FILE)) before the first step: a "
                              "full state dict loaded into the partitioned model (the pitfall)")
-    parser.add_argument("--load-full-how", choices=["plain", "gathered"], nargs="+", default=["plain"],
+    parser.add_argument("--load-full-how", choices=["plain", "gathered", "no-modifier"], nargs="+",
+                        default=["plain"],
                         help="one or more, in order: model.load_state_dict(full) (the pitfall: "
-                             "torch raises) or the same inside GatheredParameters(modifier_rank=0) "
-                             "(the fix)")
+                             "torch raises), the same inside GatheredParameters(modifier_rank=0) "
+                             "(the fix) or inside GatheredParameters without modifier_rank (the "
+                             "load is discarded at the scope's exit)")
     parser.add_argument("--resume", default="", metavar="DIR",
                         help="engine.load_checkpoint(DIR) before the first step")
     parser.add_argument("--first-step", type=int, default=1, metavar="S", help="the number of the first step")
@@ -321,6 +323,9 @@ def main():
                 if how == "gathered":
                     with deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=0):
                         model.load_state_dict(full)
+                elif how == "no-modifier":
+                    with deepspeed.zero.GatheredParameters(list(model.parameters())):
+                        model.load_state_dict(full)  # discarded at the exit: no modifier_rank
                 else:
                     model.load_state_dict(full)  # ZeRO-3's placeholders: torch raises
                 with deepspeed.zero.GatheredParameters([model.embed.weight]):

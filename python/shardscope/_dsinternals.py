@@ -622,12 +622,15 @@ class Patched:
             params = list(getattr(self, "params", ())) if getattr(self, "enabled", True) else []
             observer.on_gathered_enter(params)
             try:
-                return gathered_enter(self)
+                entered = gathered_enter(self)
             finally:
                 observer.on_gathered_entered(params)
+            observer.on_gathered_scope(params, getattr(self, "src_rank", None), True)
+            return entered
 
         def _gathered_exit(self, *exc):
             params = list(getattr(self, "params", ())) if getattr(self, "enabled", True) else []
+            observer.on_gathered_scope(params, getattr(self, "src_rank", None), False)
             observer.on_gathered_exit(params, getattr(self, "src_rank", None))
             try:
                 return gathered_exit(self, *exc)

@@ -340,6 +340,7 @@ class _Agent(AgentCore):
         self.built_violations = False  # a violation named modules while the model was built
         self.unfinished_said = False  # a backward_unfinished recorded (on_backward_raised)
         self.checkpoint_said = set()  # (kind, file, line) of checkpoint records said on stderr
+        self.gathered_scopes = []  # open GatheredParameters: (ids of its parameters, modifier_rank)
         try:
             self.ds = _ds.install(self)  # DeepSpeed's patches (pause, resume, uninstall)
         except BaseException:
@@ -392,6 +393,7 @@ class _Agent(AgentCore):
                                   "before the next forward), not inside one")
         self.suspects.close()
         self.flush_active()
+        self.gathered_scopes.clear()  # a scope closed while paused is not seen closing
         self.status_at_pause = {ds_id: p.__dict__.get("ds_status")
                                 for ds_id, p in self.converted.items()}
         self.ds.pause()
@@ -774,6 +776,16 @@ class _Agent(AgentCore):
     def on_gathered_exited(self, params):
         self.gathered -= 1
 
+    def on_gathered_scope(self, params, src_rank, opened):
+        """A GatheredParameters scope opened (its gathers done) or about to close: the
+        parameters a change inside it keeps (modifier_rank: broadcast from that rank) or
+        discards (none), for on_load_state_dict. Scopes nest; each is one entry."""
+        entry = (frozenset(map(id, params)), src_rank)
+        if opened:
+            self.gathered_scopes.append(entry)
+        elif entry in self.gathered_scopes:
+            self.gathered_scopes.remove(entry)
+
     @property
     def in_step(self):
         return self.hot.in_step
@@ -896,15 +908,29 @@ class _Agent(AgentCore):
             if _frames.called_by(caller, "deepspeed") or not hasattr(state_dict, "get"):
                 return
             target, prefix, holder = self._checkpoint_target(module)
-            full = []
-            for name, p in self._placeholders(target):
+            call = ("engine" if holder else self._code(target)) + ".load_state_dict"
+
+            def given(name):
                 t = state_dict.get(prefix + name)
-                if t is not None and getattr(t, "numel", None) is not None and t.numel() > 0:
-                    full.append((name, p))
+                return t is not None and getattr(t, "numel", None) is not None and t.numel() > 0
+
+            full = [(name, p) for name, p in self._placeholders(target) if given(name)]
             if full:
                 nbytes = sum(int(p.__dict__["ds_numel"]) * p.element_size() for _, p in full)
-                call = ("engine" if holder else self._code(target)) + ".load_state_dict"
                 self._checkpoint("partitioned_load", target, call, full, nbytes, caller)
+                return
+            # Gathered, but in GatheredParameters scopes without modifier_rank only: ZeRO-3
+            # re-partitions them from the shards at the scope's exit, and the load is lost.
+            kept = {i for ids, src in self.gathered_scopes if src is not None for i in ids}
+            discarded = {i for ids, src in self.gathered_scopes if src is None for i in ids}
+            lost = [(name, p) for name, p in target.named_parameters()
+                    if id(p) in discarded and id(p) not in kept and "ds_id" in p.__dict__
+                    and given(name)]
+            if lost:
+                nbytes = sum(int(p.__dict__.get("ds_numel", p.numel())) * p.element_size()
+                             for _, p in lost)
+                self._checkpoint("partitioned_load", target, call, lost, nbytes, caller,
+                                 without_modifier=True)
         except Exception as failed:
             self._checkpoint_failed("load_state_dict", failed)
 

@@ -455,7 +455,7 @@ PYBIND11_MODULE(_native, module)
             [](Agent &a, const std::string &kind, std::uint32_t root, const std::string &call,
                const std::string &param, std::optional<std::uint32_t> paramId,
                std::size_t params, std::uint64_t bytes, const std::string &checkpoint,
-               int savedWorld, int world, const PyLocation &location) {
+               int savedWorld, int world, bool withoutModifier, const PyLocation &location) {
                 agent::AgentState::Checkpoint c;
                 c.kind = fromName(kind, violationKindFromName, kViolationKindNames, "violation kind");
                 if (c.kind != ViolationKind::PartitionedSave &&
@@ -472,13 +472,14 @@ PYBIND11_MODULE(_native, module)
                 c.checkpoint = checkpoint;
                 c.savedWorld = savedWorld;
                 c.world = world;
+                c.withoutModifier = withoutModifier;
                 c.where = locationFrom(location);
                 const state::ViolationText t = a.state().checkpoint(c);
                 return py::make_tuple(t.message, t.fix);
             },
             py::arg("kind"), py::arg("root"), py::arg("call"), py::arg("param") = "",
             py::arg("param_id") = py::none(), py::arg("params") = 0, py::arg("bytes") = 0,
-            py::arg("checkpoint") = "", py::arg("saved_world") = 0, py::arg("world") = 0,
+            py::arg("checkpoint") = "", py::arg("saved_world") = 0, py::arg("world") = 0, py::arg("without_modifier") = false,
             py::arg("location") = py::none())
         .def(
             "shard_order",

@@ -619,10 +619,11 @@ class TestDeepSpeedAgent : public QObject
                      qPrintable(saved.err.right(3000)));
         }
 
-        // a full state dict into the partitioned model: the fix, then the pitfall
+        // a full state dict into the partitioned model: inside GatheredParameters without
+        // modifier_rank (discarded at the exit, recorded), the fix, then the pitfall
         const QStringList load{
-            "--steps",         "1",        "--load-full", dir + "/16bit/pytorch_model.bin",
-            "--load-full-how", "gathered", "plain"};
+            "--steps",         "1",           "--load-full", dir + "/16bit/pytorch_model.bin",
+            "--load-full-how", "no-modifier", "gathered",    "plain"};
         const Run with =
             ranks(2, load + QStringList{"--snapshot-out", snapshotArg("pitfall-load")});
         const Run without = ranks(2, load + QStringList{"--no-agent"});
@@ -645,7 +646,9 @@ class TestDeepSpeedAgent : public QObject
         QCOMPARE(mismatches(with.err), mismatches(without.err));
         const int loadLine = shardscope::test::lineOf(
             example, "model.load_state_dict(full)  # ZeRO-3's placeholders");
-        QVERIFY(loadLine > 0);
+        const int discardedLine = shardscope::test::lineOf(
+            example, "model.load_state_dict(full)  # discarded at the exit: no modifier_rank");
+        QVERIFY(loadLine > 0 && discardedLine > 0);
         const std::vector<json> l = snapshots("pitfall-load");
         QCOMPARE(l.size(), std::size_t(2));
         for (int rank = 0; rank < 2; ++rank) {
@@ -657,9 +660,32 @@ class TestDeepSpeedAgent : public QObject
             QVERIFY2(m.hasMatch() && n.hasMatch() && m.captured(1) == m.captured(2) &&
                          m.captured(0) == n.captured(0),
                      qPrintable(with.out + "\n---\n" + without.out));
-            const std::string problem = only(l[std::size_t(rank)], "partitioned_load", loadLine);
+            // the load without modifier_rank: the weights before it, with and without the agent
+            const QRegularExpression discarded(
+                QString("rank %1 loaded no-modifier embed.weight sum (\\S+) \\(file (\\S+)\\)")
+                    .arg(rank));
+            const auto d = discarded.match(with.out), e = discarded.match(without.out);
+            QVERIFY2(d.hasMatch() && e.hasMatch() && d.captured(1) != d.captured(2) &&
+                         d.captured(0) == e.captured(0),
+                     qPrintable(with.out + "\n---\n" + without.out));
+            // two rows: the discarded load (the parameters gathered) and the pitfall
+            json snap = l[std::size_t(rank)];
+            QCOMPARE(snap["violations"].size(), std::size_t(2));
+            json first = snap["violations"][0], second = snap["violations"][1];
+            if (first["location"]["line"] != discardedLine) std::swap(first, second);
+            QVERIFY2(first["kind"] == "partitioned_load" && first["status"] == "AVAILABLE" &&
+                         first["location"]["line"] == discardedLine &&
+                         first["message"].get<std::string>().starts_with(
+                             "model.load_state_dict loaded 6 parameters (`embed.weight` first) "
+                             "(7.5 KiB) inside deepspeed.zero.GatheredParameters without "
+                             "modifier_rank") &&
+                         first["fix"].get<std::string>().find("modifier_rank=0)") !=
+                             std::string::npos,
+                     first.dump().c_str());
+            snap["violations"] = json::array({second});
+            const std::string problem = only(snap, "partitioned_load", loadLine);
             QVERIFY2(problem.empty(), problem.c_str());
-            const json &v = l[std::size_t(rank)]["violations"][0];
+            const json &v = second;
             QVERIFY2(v["message"].get<std::string>().starts_with(
                          "model.load_state_dict was given full tensors for 6 parameters") &&
                          v["fix"].get<std::string>().starts_with(
