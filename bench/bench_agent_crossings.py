@@ -3,7 +3,10 @@ a `ds_status` read and write through the agent's descriptor on torch.nn.Paramete
 plain instance attribute, and `ZeROOrderedDict.__getitem__` through the agent's native hook
 against DeepSpeed's own (the Python function install() puts on the class: the hook, or
 DeepSpeed's own while dynamo traces), and what binding a scope hook as an instancemethod costs
-against the bare native hook (the "DeepSpeed alone" column of that row is the bare hook). Each is timed in the same process, alternately, best of --repeats
+against the bare native hook (the "DeepSpeed alone" column of that row is the bare hook); and
+what recording adds (issue #55): a scope hook call with its enter or exit event against the
+same Python function called as DeepSpeed's method, and a published parameter's status change
+with its fetch or release event against a plain attribute store. Each is timed in the same process, alternately, best of --repeats
 (the interpreter's own noise is a few ns); the counts per step are those of the T5 step of
 bench_deepspeed_agent.py (docs/performance.md, section 10), so that the product says what the
 crossings can cost a step at most.
