@@ -336,6 +336,7 @@ class _Agent(AgentCore):
         # recorded in: a repeat there in the same step changes nothing (record_access).
         self.recorded_at = {}
         self.reduce_buckets = {}  # (dtype, ids of a bucket's parameters) -> _reduce_bucket's
+        self.reduce_params = {}  # id(param) -> _reduce_param's (the parameter first)
         self.status_at_pause = {}  # while paused: ds_id -> ds_status at pause()
         self.built_violations = False  # a violation named modules while the model was built
         self.unfinished_said = False  # a backward_unfinished recorded (on_backward_raised)
@@ -995,10 +996,12 @@ class _Agent(AgentCore):
         if not params:
             return fn(optimizer, *args, **kwargs)
         self.poll_reduces()
-        # A bucket's size, module and device are worked out once per set of parameters and
-        # dtype: the buckets repeat step after step, and the pass over their ~200 parameters
+        # A bucket's size, module and device are kept per set of parameters and dtype (the
+        # buckets repeat step after step: one tuple of ids and one lookup a call), and each
+        # parameter's part of them per parameter (reduce_params), so that a bucket not seen
+        # before costs a lookup per parameter, not the pass over its ~200 parameters that
         # was most of this agent's Python time a step (300 µs under cProfile,
-        # docs/performance.md, section 10)
+        # docs/performance.md, sections 10 and 20)
         key = (dtype, tuple(map(id, params)))
         known = self.reduce_buckets.get(key)
         if known is None:
@@ -1022,19 +1025,32 @@ class _Agent(AgentCore):
         padded to its partition world, in the communication dtype; the module when all are one
         module's, else 0 (the root); the parameter when it is one."""
         nbytes, owners, cuda = 0, set(), False
+        cache = self.reduce_params
         for p in params:
-            d = p.__dict__
-            ds_tensor = d.get("ds_tensor")
-            partition = int(getattr(ds_tensor, "ds_numel", 0)) if ds_tensor is not None else 0
-            world = int(d.get("ds_zero_partition_world_size", self.world_size))
-            numel = partition * world if partition else int(d.get("ds_numel", p.numel()))
-            nbytes += numel * (dtype.itemsize if dtype is not None else p.element_size())
-            seen = d.get("_shardscope_seen_as")
-            owners.add(self.module_id(seen[0]) if seen is not None else 0)
-            cuda = cuda or p.device.type == "cuda"
+            entry = cache.get(id(p))
+            if entry is None or entry[0] is not p:
+                entry = self._reduce_param(p)
+                if "_shardscope_seen_as" in p.__dict__:  # its owner known: kept for good
+                    cache[id(p)] = entry
+            _, numel, itemsize, owner, on_cuda = entry
+            nbytes += numel * (dtype.itemsize if dtype is not None else itemsize)
+            owners.add(owner)
+            cuda = cuda or on_cuda
         module = owners.pop() if len(owners) == 1 else 0
         pid = self.param_id(params[0]) if len(params) == 1 else None
         return nbytes, module, pid, cuda
+
+    def _reduce_param(self, p):
+        """(p, gradient elements padded to its partition world, element size, owner module id
+        or 0, on CUDA): a parameter's part of a gradient bucket (_reduce_bucket)."""
+        d = p.__dict__
+        ds_tensor = d.get("ds_tensor")
+        partition = int(getattr(ds_tensor, "ds_numel", 0)) if ds_tensor is not None else 0
+        world = int(d.get("ds_zero_partition_world_size", self.world_size))
+        numel = partition * world if partition else int(d.get("ds_numel", p.numel()))
+        seen = d.get("_shardscope_seen_as")
+        owner = self.module_id(seen[0]) if seen is not None else 0
+        return p, numel, p.element_size(), owner, p.device.type == "cuda"
 
     def _after_step(self):
         """After a step's end on a CUDA model (HotPath.after_step): the reduce-scatters seen

@@ -48,6 +48,23 @@ def test_a_call_is_a_packages_when_its_code_is_between_the_caller_and_the_user()
     assert not _frames.called_by(sys._getframe(0), "json")  # the test's own frame is the user's
 
 
+def _patched_objects():
+    """Every object the DeepSpeed agent may replace, as the class or module holds it: each
+    HOOKS entry resolved as _dsinternals.check_hooks does (a class's own __dict__ entry, so a
+    function and not a bound method), torch's Module.state_dict and load_state_dict (the
+    checkpoint watching), Tensor.backward and autograd.backward (the step's loss) and
+    Parameter's ds_status (absent unless observed)."""
+    import torch
+
+    found = {f"{m}.{d}": _dsinternals._resolve(m, d) for m, d, _ in _dsinternals.HOOKS}
+    for name in ("state_dict", "load_state_dict"):
+        found[f"torch.nn.Module.{name}"] = torch.nn.Module.__dict__[name]
+    found["torch.Tensor.backward"] = torch.Tensor.__dict__["backward"]
+    found["torch.autograd.backward"] = torch.autograd.backward
+    found["torch.nn.Parameter.ds_status"] = torch.nn.Parameter.__dict__.get("ds_status")
+    return found
+
+
 def test_the_deepspeed_agent_leaves_torch_and_deepspeed_as_they_were():
     import torch
     from deepspeed.runtime.engine import DeepSpeedEngine
@@ -56,6 +73,7 @@ def test_the_deepspeed_agent_leaves_torch_and_deepspeed_as_they_were():
 
     module, engine = torch.nn.Module.__dict__, DeepSpeedEngine.__dict__
     before = (module["state_dict"], module["load_state_dict"], engine["load_checkpoint"])
+    everything = _patched_objects()
     ssd.install(listen=False)
     try:
         patched = (module["state_dict"], module["load_state_dict"], engine["load_checkpoint"])
@@ -63,6 +81,9 @@ def test_the_deepspeed_agent_leaves_torch_and_deepspeed_as_they_were():
             assert new is not old and new.__wrapped__ is old
             names = (new.__name__, new.__qualname__, new.__doc__)
             assert names == (old.__name__, old.__qualname__, old.__doc__)
+        # the scope functions DeepSpeed's hooks call are the agent's while it observes
+        during = _patched_objects()
+        assert any(during[k] is not everything[k] for k in during if "sub_module_" in k)
         # a model that is not ZeRO-3's: its state dict and load go through unchanged
         lin = torch.nn.Linear(2, 2)
         sd = lin.state_dict()
@@ -70,7 +91,10 @@ def test_the_deepspeed_agent_leaves_torch_and_deepspeed_as_they_were():
         assert str(lin.load_state_dict(sd)) == "<All keys matched successfully>"
     finally:
         ssd.finish()
-    assert (module["state_dict"], module["load_state_dict"], engine["load_checkpoint"]) == before
+    after = _patched_objects()
+    assert sorted(after) == sorted(everything)
+    changed = [name for name in everything if after[name] is not everything[name]]
+    assert changed == [], f"still the agent's after finish(): {changed}"
 
 
 _SCRIPT = '''\
