@@ -117,6 +117,7 @@ class AgentCore:
         # None, bytes, tensors); ended by poll_reduces
         self.reduces: list = []
         self.allocator: Optional[Callable[[], None]] = None  # posts an allocator_sample (CUDA)
+        self.checkpoint_said: set = set()  # (kind, owner, file, line) said on stderr
 
     def arm(self) -> None:
         """The agent finishes at exit and on SIGTERM (the snapshot written, no stale file), also
@@ -157,6 +158,25 @@ class AgentCore:
         self._unpause()
         self.is_paused = False
         self._resumed()
+
+    def record_checkpoint(self, kind: str, owner: int, call: str, caller: Any,
+                          **fields: Any) -> None:
+        """A checkpoint violation (partitioned_save, partitioned_load, resume_world_size: its
+        words from engine/state/violationtext.cpp) at the script's line above caller, counted in
+        the ledger each time; the first time at that line it is flushed and said on stderr
+        before the call runs on (torch's or DeepSpeed's error may follow: the diagnosis first).
+        fields: Agent.checkpoint's (param, param_id, params, bytes, checkpoint, ...)."""
+        from . import _frames
+
+        frame = _frames.user_frame(caller)
+        location = _frames.location(frame) if frame is not None else None
+        message, fix = self.native.checkpoint(kind, owner, call, location=location, **fields)
+        key = (kind, owner) + (tuple(location[:2]) if location else ())
+        if key not in self.checkpoint_said:
+            self.checkpoint_said.add(key)
+            self.flush()
+            print(f"shardscope: rank {self.rank}: {message}\n  fix: {fix}", file=sys.stderr,
+                  flush=True)
 
     def flush(self) -> None:
         """Everything recorded reaches the clients and snapshot_out, now."""

@@ -340,7 +340,6 @@ class _Agent(AgentCore):
         self.status_at_pause = {}  # while paused: ds_id -> ds_status at pause()
         self.built_violations = False  # a violation named modules while the model was built
         self.unfinished_said = False  # a backward_unfinished recorded (on_backward_raised)
-        self.checkpoint_said = set()  # (kind, file, line) of checkpoint records said on stderr
         self.gathered_scopes = []  # open GatheredParameters: (ids of its parameters, modifier_rank)
         try:
             self.ds = _ds.install(self)  # DeepSpeed's patches (pause, resume, uninstall)
@@ -963,21 +962,14 @@ class _Agent(AgentCore):
         return "model" + ("." + path if path else "")
 
     def _checkpoint(self, kind, target, call, params, nbytes, caller, **more):
-        frame = _frames.user_frame(caller)
-        where = _frames.location(frame) if frame is not None else None
+        """Records on target's module id, naming the first of params (name, parameter)."""
         mid = self.module_id(target)
         path = self.paths.get(mid, "")
         name, first = params[0] if params else ("", None)
-        message, fix = self.native.checkpoint(
-            kind, mid, call, param=f"{path}.{name}" if path and name else name,
-            param_id=self.param_id(first) if first is not None else None, params=len(params),
-            bytes=nbytes, location=where, **more)
-        self.flush()
-        key = (kind, where[0], where[1]) if where is not None else (kind,)
-        if key not in self.checkpoint_said:
-            self.checkpoint_said.add(key)
-            print(f"shardscope: rank {self.rank}: {message}\n  fix: {fix}", file=sys.stderr,
-                  flush=True)
+        self.record_checkpoint(kind, mid, call, caller,
+                               param=f"{path}.{name}" if path and name else name,
+                               param_id=self.param_id(first) if first is not None else None,
+                               params=len(params), bytes=nbytes, **more)
 
     def _checkpoint_failed(self, what, failed):
         print(f"shardscope: rank {self.rank}: the check of {what} failed "

@@ -986,8 +986,9 @@ class _Agent(AgentCore):
         named = next((path for path, _ in found if path and path[-1] in by_name), None)
         path = named or found[0][0]
         param = path[-1] if named else ".".join(str(k) for k in path)
-        self._record_checkpoint("partitioned_save", self.module_id(root), "torch.save", param,
-                                by_name.get(param), len(found), sum(b for _, b in found), caller)
+        self.record_checkpoint("partitioned_save", self.module_id(root), "torch.save", caller,
+                               param=param, param_id=by_name.get(param), params=len(found),
+                               bytes=sum(b for _, b in found))
         return True
 
     def _check_load(self, module, state_dict, caller):
@@ -1018,24 +1019,11 @@ class _Agent(AgentCore):
         path = self.paths.get(owner, "")
         name, p, _ = found[0]
         entry = self.pids.get(id(p))
-        self._record_checkpoint("partitioned_load", owner, "", f"{path}.{name}" if path else name,
-                                entry[0] if entry else None, len(found),
-                                sum(b for _, _, b in found), caller)
+        self.record_checkpoint("partitioned_load", owner, "", caller,
+                               param=f"{path}.{name}" if path else name,
+                               param_id=entry[0] if entry else None, params=len(found),
+                               bytes=sum(b for _, _, b in found))
         return True
-
-    def _record_checkpoint(self, kind, owner, call, param, pid, params, nbytes, caller):
-        """Records a checkpoint violation at the script's line; the first time at that line it
-        is flushed and said (shardscope: rank R: ...), as a read is (on_shard_read)."""
-        frame = _frames.user_frame(caller)
-        location = _frames.location(frame) if frame is not None else None
-        message, fix = self.native.checkpoint(kind, owner, call, param=param, param_id=pid,
-                                              params=params, bytes=nbytes, location=location)
-        key = (kind, owner, location[:2] if location else None)
-        if key not in self.reported:
-            self.reported.add(key)
-            self.flush()  # torch's error may follow: the diagnosis first
-            print(f"shardscope: rank {self.rank}: {message}\n  fix: {fix}", file=sys.stderr,
-                  flush=True)
 
     def _enter_mode(self):
         if self.mode is not None or self.closed:
