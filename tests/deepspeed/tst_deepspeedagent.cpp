@@ -926,28 +926,23 @@ class TestDeepSpeedAgent : public QObject
         QCOMPARE(lastError(broken.err), lastError(without.err));
         // DeepCompile on ZeRO-3: before DeepSpeed compiles, the agent says what it will not see
         // (DeepSpeed takes the module hooks out). On this CPU DeepSpeed then fails building
-        // DeepCompile's op (it needs CUDA's headers), with the agent as without it.
-        const QStringList deepCompile =
-            QStringList{"--externals", "manual", "--compile", "eager", "--deepcompile"} + common;
-        const Run dc = run(deepCompile);
-        const Run dcWithout = run(deepCompile + QStringList{"--no-agent"});
+        // DeepCompile's op (it needs CUDA's headers), as it does without the agent: which rank
+        // builds the op and which waits for it is a race (RuntimeError: Error building extension
+        // 'dc', or ImportError: .../dc.so), and the build's output is ninja's order, so the run
+        // is held to that failure, not to a second run's text (a run without the agent failed
+        // the same way on every release tested; it cost each release's suite 15-20 s).
+        const Run dc = run(
+            QStringList{"--externals", "manual", "--compile", "eager", "--deepcompile"} + common);
         QVERIFY2((dc.out + dc.err)
                      .contains("shardscope: DeepCompile (\"compile\": {\"deepcompile\": "
                                "true}) gathers and releases ZeRO-3's parameters inside "
                                "the compiled graph"),
                  qPrintable(dc.err.right(3000)));
-        QVERIFY(!(dcWithout.out + dcWithout.err).contains("shardscope:"));
-        QCOMPARE(dc.exitCode == 0, dcWithout.exitCode == 0);
-        if (dcWithout.exitCode != 0) {
-            // Which rank builds the op and which waits for it is a race (RuntimeError: Error
-            // building extension 'dc', or ImportError: .../dc.so), and the build's output is
-            // ninja's order: the same failure, not the same text.
+        if (dc.exitCode != 0) {
             static const QRegularExpression buildFailed(
                 R"((?:RuntimeError: Error building extension 'dc'|ImportError: \S*dc\.so))");
-            QVERIFY2(buildFailed.match(lastError(dcWithout.err)).hasMatch(),
-                     qPrintable(lastError(dcWithout.err)));
             QVERIFY2(buildFailed.match(lastError(dc.err)).hasMatch(),
-                     qPrintable(lastError(dc.err)));
+                     qPrintable(lastError(dc.err) + "\n" + dc.err.right(3000)));
         }
     }
 
