@@ -652,6 +652,8 @@ void Engine::Impl::fetch(RankState &rs, ParamId p, ModuleId cause, FetchReason r
     rp.gatherIssuedNs = t0;
     rp.gatherCause = cause;
     rp.gatherReason = reason;
+    rp.gatherSeq = ++rs.collectiveSeq;
+    emitAt(rs, telemetry::makeCollectiveBegin(gatherCollective(rp, bytes)), t0);
     rs.status[p].store(ParamStatus::Inflight, std::memory_order_release);
     rs.inflight.push_back(p);
     rp.gather = rs.comm->allGather(rp.shard.data(), rp.full.data(),
@@ -679,6 +681,7 @@ void Engine::Impl::complete(RankState &rs, ParamId p)
     if (it != rs.inflight.end()) rs.inflight.erase(it);
     rs.status[p].store(ParamStatus::Available, std::memory_order_release);
     touch();
+    emitAt(rs, telemetry::makeCollectiveEnd(gatherCollective(rp, bytes)), t1);
     emitAt(rs,
            telemetry::makeFetchEnd(
                {.param = p, .cause = rp.gatherCause, .bytes = bytes, .reason = rp.gatherReason}),
@@ -1030,21 +1033,38 @@ void Engine::reduceScatterGrad(int rank, ParamId p, const float *fullGrad)
         .module = info.owner, .param = p, .bytes = paddedBytes, .params = 1};
     // Stamped here, not with a module batch's instant: the span is the collective's own.
     const bool live = d->telemetryLive();
-    if (live) d->emitAt(rs, telemetry::makeReduceScatterBegin(span), telemetry::nowNs());
+    // Its place in the rank's collective sequence: the owner's gradients, in backward.
+    const telemetry::CollectiveFields collective{.kind = CollectiveKind::ReduceScatter,
+                                                 .module = info.owner,
+                                                 .seq = ++rs.collectiveSeq,
+                                                 .bytes = paddedBytes,
+                                                 .reason = FetchReason::Backward,
+                                                 .params = 1};
+    if (live) {
+        const std::uint64_t t0 = telemetry::nowNs();
+        d->emitAt(rs, telemetry::makeCollectiveBegin(collective), t0);
+        d->emitAt(rs, telemetry::makeReduceScatterBegin(span), t0);
+    }
     rs.comm
         ->reduceScatter(padded, rs.scratchShard.data(), static_cast<std::size_t>(l.partitionNumel),
                         DType::F32)
         .wait();
     const bool managed = info.partitioned || info.persistent;
+    const auto ended = [&] {
+        if (!live) return;
+        const std::uint64_t t1 = telemetry::nowNs();
+        d->emitAt(rs, telemetry::makeReduceScatterEnd(span), t1);
+        d->emitAt(rs, telemetry::makeCollectiveEnd(collective), t1);
+    };
     if (managed) {
-        if (live) d->emitAt(rs, telemetry::makeReduceScatterEnd(span), telemetry::nowNs());
+        ended();
         mem.addF32(rp.grad.f32(), rs.scratchShard.f32(),
                    static_cast<std::size_t>(l.partitionNumel));
         return;
     }
     // Not partitioned (late, not adopted): an all-reduce, every rank keeps the whole gradient.
     rs.comm->allGather(rs.scratchShard.data(), padded, shardBytes).wait();
-    if (live) d->emitAt(rs, telemetry::makeReduceScatterEnd(span), telemetry::nowNs());
+    ended();
     mem.addF32(rp.grad.f32(), padded, static_cast<std::size_t>(l.numel));
 }
 

@@ -41,6 +41,7 @@ struct RankParam
     std::uint64_t gatherIssuedNs = 0;
     ModuleId gatherCause = kNoModule;
     FetchReason gatherReason = FetchReason::Forward;
+    std::uint64_t gatherSeq = 0; // its place in the rank's collective sequence (CollectiveBegin)
 };
 
 // All-gathers of one parameter, summed over the local ranks (what state() reports).
@@ -90,6 +91,10 @@ struct RankState
     // keeping a rank's timestamps in order. 0 outside a batch or with telemetry off.
     std::uint64_t batchTs = 0;
     std::size_t depth = 0;
+    // The rank's collective sequence (issue 51, CollectiveBegin/End): the last seq issued on
+    // the world group, the engine's only one. Every rank of a healthy job issues the same
+    // collective at the same seq; the job's aligner (sessioncore) compares them.
+    std::uint64_t collectiveSeq = 0;
     std::atomic<std::uint32_t> step{0};
     bool inStep = false;
 
@@ -169,6 +174,16 @@ struct Engine::Impl
     std::uint64_t fullBytes(ParamId p) const
     {
         return static_cast<std::uint64_t>(params[p].layout.paddedNumel) * elemSize(p);
+    }
+    // The all-gather of p in flight or just completed, as its CollectiveBegin/End say it.
+    static telemetry::CollectiveFields gatherCollective(const RankParam &rp, std::uint64_t bytes)
+    {
+        return {.kind = CollectiveKind::AllGather,
+                .module = rp.gatherCause,
+                .seq = rp.gatherSeq,
+                .bytes = bytes,
+                .reason = rp.gatherReason,
+                .params = 1};
     }
 
     // Issues p's all-gather (NOT_AVAILABLE -> INFLIGHT); nothing if it is already in flight

@@ -57,8 +57,18 @@ std::vector<std::string> Engine::Impl::closeScope(RankState &rs, const std::vect
             emit(rs, telemetry::makeBroadcast({.param = p,
                                                .root = static_cast<std::uint32_t>(*modifier),
                                                .bytes = fullBytes(p)}));
+            // Its place in the rank's collective sequence (issue 51): the parameter's owner,
+            // for GatheredParameters.
+            const telemetry::CollectiveFields collective{.kind = CollectiveKind::Broadcast,
+                                                         .module = info.owner,
+                                                         .seq = ++rs.collectiveSeq,
+                                                         .bytes = bytes,
+                                                         .reason = FetchReason::GatheredParameters,
+                                                         .params = 1};
+            emit(rs, telemetry::makeCollectiveBegin(collective));
             rs.comm->waitForCompute(); // the modifier's edits may come from its own kernels
             rs.comm->broadcast(rp.full.data(), bytes, *modifier).wait();
+            emit(rs, telemetry::makeCollectiveEnd(collective));
             if (!rp.shard.empty()) {
                 shardFromFull(rs, p);
                 rs.comm->waitForCompute(); // later gathers read the new shard

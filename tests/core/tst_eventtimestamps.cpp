@@ -1,6 +1,7 @@
 #include <QtTest>
 
 #include <map>
+#include <tuple>
 
 #include "core/engine.h"
 #include "telemetry/eventfields.h"
@@ -69,6 +70,7 @@ class TestEventTimestamps : public QObject
     void exitAndItsReleasesShareOneTime();
     void eachRanksTimesNeverGoBack();
     void gathersEndAfterTheyBegin();
+    void collectivesNumberedAlikeOnEveryRank();
 };
 
 // One clock read per module entry: the ModuleEnter and every FetchBegin it issues carry
@@ -86,12 +88,14 @@ void TestEventTimestamps::entryAndItsFetchesShareOneTime()
                 continue;
             std::uint64_t batch = ev[i].tsNs;
             for (std::size_t j = i + 1; j < ev.size(); ++j) {
-                if (ev[j].type == EventType::FetchEnd) {
-                    batch = ev[j].tsNs;
+                if (ev[j].type == EventType::FetchEnd || ev[j].type == EventType::CollectiveEnd) {
+                    batch = ev[j].tsNs; // a gather completed (its collective, then the fetch)
                 } else if (ev[j].type == EventType::FetchBegin) {
                     QCOMPARE(ev[j].tsNs, batch);
                     sameAsEnter += ev[j].tsNs == ev[i].tsNs;
                     ++checked;
+                } else if (ev[j].type == EventType::CollectiveBegin) {
+                    QCOMPARE(ev[j].tsNs, batch); // its fetch's time
                 } else {
                     break;
                 }
@@ -170,6 +174,58 @@ void TestEventTimestamps::gathersEndAfterTheyBegin()
         QVERIFY(open.empty());
         QCOMPARE(ended, 2 * 2 * 2); // 2 steps x (forward, backward) x 2 parameters
     }
+}
+
+// Issue 51: each all-gather, reduce-scatter and GatheredParameters broadcast a rank issues has
+// its place in the rank's sequence (CollectiveBegin before it is issued, CollectiveEnd once it
+// completed, with the begin's fields): seq 1, 2, 3, ... on group 0, and every rank of the job
+// issues the same collective (kind, module, reason, bytes) at the same seq.
+void TestEventTimestamps::collectivesNumberedAlikeOnEveryRank()
+{
+    Run run(2);
+    run.steps(2);
+    const ParamId weight = run.engine->module(run.layer).params[0];
+    const std::vector<float> grad(24, 1.0f);
+    run.engine->forEachLocalRank([&](int r) {
+        run.engine->reduceScatterGrad(r, weight, grad.data());
+        core::GatheredParameters scope(*run.engine, r, {weight}, 0); // modifier rank 0
+    });
+    using Signature = std::tuple<CollectiveKind, ModuleId, FetchReason, std::uint64_t>;
+    std::vector<std::vector<Signature>> byRank(2);
+    for (int r = 0; r < 2; ++r) {
+        std::map<std::uint64_t, telemetry::CollectiveFields> open;
+        for (const telemetry::Event &e : run.ofRank(r)) {
+            if (e.type == EventType::CollectiveBegin) {
+                const telemetry::CollectiveFields f = telemetry::readCollective(e);
+                QCOMPARE(f.group, std::uint32_t(0));
+                QCOMPARE(f.seq, std::uint64_t(byRank[std::size_t(r)].size() + 1));
+                QCOMPARE(f.params, std::uint32_t(1));
+                open.emplace(f.seq, f);
+                byRank[std::size_t(r)].emplace_back(f.kind, f.module, f.reason, f.bytes);
+            } else if (e.type == EventType::CollectiveEnd) {
+                const telemetry::CollectiveFields f = telemetry::readCollective(e);
+                const auto it = open.find(f.seq);
+                QVERIFY2(it != open.end(), "a CollectiveEnd without its CollectiveBegin");
+                QCOMPARE(f.kind, it->second.kind);
+                QCOMPARE(f.module, it->second.module);
+                QCOMPARE(f.bytes, it->second.bytes);
+                open.erase(it);
+            }
+        }
+        QVERIFY(open.empty());
+    }
+    // 2 steps x (forward, backward) x 2 parameters gathered, then one reduce-scatter, one
+    // gather and one broadcast of the weight.
+    QCOMPARE(byRank[0].size(), std::size_t(2 * 2 * 2 + 3));
+    QCOMPARE(byRank[0], byRank[1]);
+    const auto &tail = byRank[0];
+    QCOMPARE(std::get<0>(tail[8]), CollectiveKind::ReduceScatter);
+    QCOMPARE(std::get<1>(tail[8]), run.layer);
+    QCOMPARE(std::get<2>(tail[8]), FetchReason::Backward);
+    QCOMPARE(std::get<0>(tail[9]), CollectiveKind::AllGather);
+    QCOMPARE(std::get<2>(tail[9]), FetchReason::GatheredParameters);
+    QCOMPARE(std::get<0>(tail[10]), CollectiveKind::Broadcast);
+    QCOMPARE(std::get<2>(tail[10]), FetchReason::GatheredParameters);
 }
 
 QTEST_GUILESS_MAIN(TestEventTimestamps)
