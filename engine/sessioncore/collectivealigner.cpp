@@ -585,11 +585,17 @@ std::uint64_t stallNsFromEnvironment(std::uint64_t fallbackNs, std::string *erro
     return static_cast<std::uint64_t>(seconds * 1e9);
 }
 
+std::uint64_t defaultStallNs(std::string_view backend)
+{
+    return backend == "nccl" ? 60 * 1'000'000'000ull : 5 * 1'000'000'000ull;
+}
+
 JobDiagnosis diagnoseJob(wire::Snapshot &snapshot, std::uint64_t stallNs)
 {
     JobDiagnosis out;
     AlignerOptions options;
-    if (stallNs == 0) stallNs = stallNsFromEnvironment(options.stallNs, &out.error);
+    if (stallNs == 0)
+        stallNs = stallNsFromEnvironment(defaultStallNs(snapshot.state.backend), &out.error);
     options.stallNs = stallNs;
     state::parseFixDialect(snapshot.state.fixDialect, options.dialect);
     out.aligner = CollectiveAligner(snapshot.state.worldSize, options);

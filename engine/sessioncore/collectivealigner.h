@@ -223,8 +223,8 @@ class CollectiveAligner
 // events aligned with its structure and its ranks' own rank_stalled records, the recording
 // taken as ended at its last event. Adds the aligner's records to snapshot.state.violations
 // (through the one ledger) and returns the aligner (for its stragglers, progress and notes).
-// stallNs: 0 reads SHARDSCOPE_STALL_SECONDS (default 5 s) from the environment; a bad value
-// is reported in `error` and the default kept.
+// stallNs: 0 reads SHARDSCOPE_STALL_SECONDS (default defaultStallNs of the job's backend); a bad
+// value is reported in `error` and the default kept.
 struct JobDiagnosis
 {
     CollectiveAligner aligner;
@@ -236,5 +236,8 @@ JobDiagnosis diagnoseJob(wire::Snapshot &snapshot, std::uint64_t stallNs = 0);
 // SHARDSCOPE_STALL_SECONDS as nanoseconds: `fallbackNs` when unset; error set (naming the
 // variable) and fallbackNs returned for a value that is not a positive number of seconds.
 std::uint64_t stallNsFromEnvironment(std::uint64_t fallbackNs, std::string *error);
+// The threshold where SHARDSCOPE_STALL_SECONDS is unset: 60 s for a job on NCCL (its
+// collectives may legitimately wait for the GPUs), 5 s elsewhere (gloo, the CPU).
+std::uint64_t defaultStallNs(std::string_view backend);
 
 } // namespace shardscope::sessioncore

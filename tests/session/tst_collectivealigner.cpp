@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "sessioncore/collectivealigner.h"
+#include "sessioncore/store.h"
 #include "telemetry/eventfields.h"
 
 using namespace shardscope;
@@ -311,6 +312,52 @@ class TestCollectiveAligner : public QObject
         for (std::uint64_t seq = 1; seq <= 10'000; ++seq)
             b.add(begin(0, seq, kStep[0], seq * 1000));
         QCOMPARE(b.windowedSeqs(), std::size_t(100));
+    }
+
+    // The live job the GUI shows (sessioncore::Store): events of every process aligned as they
+    // come, stalls decided on its refresh at the store's clock, the records among its
+    // violation rows, each rank's progress; a snapshot loaded into a store is diagnosed too.
+    void theLiveStoreShowsTheDiagnosis()
+    {
+        static std::uint64_t now = 0;
+        sessioncore::Store store;
+        store.setCollectiveClock(+[]() -> std::uint64_t { return now; });
+        store.setCollectiveOptions({.stallNs = 5 * kS});
+        state::EngineState st;
+        st.worldSize = 2;
+        st.backend = "gloo";
+        st.modules = modules();
+        store.applyState(st);
+        std::vector<telemetry::Event> events;
+        for (int r = 0; r < 2; ++r)
+            for (std::uint64_t i = 0; i < kStep.size(); ++i) {
+                events.push_back(begin(r, i + 1, kStep[i], i * 10 * kMs));
+                events.push_back(end(r, i + 1, kStep[i], i * 10 * kMs + kMs));
+            }
+        events.push_back(begin(0, 6, kStep[0], 100 * kMs)); // rank 1 never comes
+        store.appendEvents(events, false);
+        now = 100 * kMs + 2 * kS;
+        (void)store.takeChanges();
+        QVERIFY(store.violationGroups().empty());
+        now = 100 * kMs + 7 * kS;
+        const sessioncore::StoreChanges changes = store.takeChanges();
+        QVERIFY(changes.violations);
+        QCOMPARE(store.violationGroups().size(), std::size_t(1));
+        const state::ViolationRow &row = store.violationGroups()[0];
+        QCOMPARE(row.kind, ViolationKind::RankStalled);
+        QCOMPARE(row.collective.seq, std::uint64_t(6));
+        QCOMPARE(row.collective.sides[1].position, CollectivePosition::Behind);
+        const auto progress = store.collectiveProgress();
+        QVERIFY(progress[0].stalled && progress[0].inFlight);
+        QCOMPARE(progress[0].seq, std::uint64_t(6));
+        QCOMPARE(progress[1].seq, std::uint64_t(5));
+        QCOMPARE(store.stragglers().collectives, std::uint64_t(5));
+        // Its snapshot, loaded again, shows the same row (not a second one).
+        const wire::Snapshot snap = sessioncore::snapshotOf(store);
+        sessioncore::Store file;
+        sessioncore::loadSnapshot(file, snap, "job.json");
+        QCOMPARE(file.violationGroups().size(), std::size_t(1));
+        QCOMPARE(file.violationGroups()[0].collective, row.collective);
     }
 
     // The merged snapshot of a job (what shardscope-check and shardscope-capture read): its
