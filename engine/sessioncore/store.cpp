@@ -7,6 +7,7 @@
 #include <queue>
 #include <unistd.h>
 
+#include "telemetry/clock.h"
 #include "telemetry/eventfields.h"
 #include "wire/jobmerge.h"
 
@@ -65,7 +66,55 @@ std::uint64_t fetchKey(std::uint16_t rank, ParamId param)
 
 } // namespace
 
-Store::Store() = default;
+Store::Store() : m_collectiveClock(&telemetry::nowNs)
+{
+    m_collectiveOptions.stallNs =
+        stallNsFromEnvironment(m_collectiveOptions.stallNs, nullptr); // a bad value: the default
+    m_collectives = CollectiveAligner(1, m_collectiveOptions);
+}
+
+void Store::setCollectiveOptions(const AlignerOptions &options)
+{
+    m_collectiveOptions = options;
+    m_collectiveOptionsSet = true;
+    m_collectives.setOptions(options);
+}
+
+void Store::setCollectiveClock(std::uint64_t (*now)())
+{
+    m_collectiveClock = now;
+}
+
+void Store::tickCollectives(std::uint64_t nowNs)
+{
+    m_collectives.tick(nowNs);
+    syncCollectives();
+}
+
+void Store::rankFinished(int rank, const std::string &how)
+{
+    m_collectives.rankFinished(rank, how);
+    syncCollectives();
+}
+
+void Store::finishCollectives()
+{
+    m_collectives.finish(0);
+    syncCollectives();
+}
+
+// The aligner's records into the one ledger: each its own row (a record's final words and
+// sites replace the earlier ones of its row).
+void Store::syncCollectives()
+{
+    if (m_collectives.revision() == m_collectiveRevision) return;
+    m_collectiveRevision = m_collectives.revision();
+    if (m_collectives.records().empty()) return;
+    for (const state::ViolationRecord &v : m_collectives.records())
+        m_violations.add(v, state::Tally::Total);
+    rebuildViolationCounts();
+    m_pending.violations = true;
+}
 
 void Store::clear()
 {
@@ -100,6 +149,8 @@ void Store::clear()
     m_pending = StoreChanges{};
     m_pending.reset = true;
     m_paramMarked.clear();
+    m_collectives = CollectiveAligner(1, m_collectiveOptions);
+    m_collectiveRevision = 0;
 }
 
 state::EngineState Store::applyState(state::EngineState state)
@@ -127,6 +178,19 @@ state::EngineState Store::applyState(state::EngineState state)
     // Each record is its producer's total for its rank so far.
     for (const state::ViolationRecord &v : m_state.violations)
         m_violations.add(v, state::Tally::Total);
+    // The aligner: the job's structure and dialect, its ranks' own stall lines.
+    if (!continuing) {
+        AlignerOptions options = m_collectiveOptions;
+        if (!m_collectiveOptionsSet)
+            options.stallNs = stallNsFromEnvironment(defaultStallNs(m_state.backend), nullptr);
+        state::parseFixDialect(m_state.fixDialect, options.dialect);
+        m_collectives = CollectiveAligner(m_state.worldSize, options);
+    }
+    m_collectives.setModulePaths(m_state.modules);
+    for (const state::ViolationRecord &v : m_state.violations)
+        m_collectives.addRankRecord(v);
+    m_collectiveRevision = ~std::uint64_t(0); // the ledger was rebuilt from the state
+    syncCollectives();
     rebuildViolationCounts();
     if (m_lanes.size() < static_cast<std::size_t>(std::max(1, m_state.worldSize))) {
         m_lanes.resize(static_cast<std::size_t>(std::max(1, m_state.worldSize)));
@@ -243,6 +307,7 @@ void Store::appendEvents(std::span<const telemetry::Event> events, bool history)
         else
             late.push_back(ev);
         ++m_totalEvents;
+        m_collectives.add(ev);
         switch (ev.type) {
         case EventType::StepBegin:
             if (ev.step > m_state.step) {
@@ -279,6 +344,7 @@ void Store::appendEvents(std::span<const telemetry::Event> events, bool history)
         m_lanes[r].insertMany(m_late[r]);
         m_late[r].clear();
     }
+    syncCollectives();
     m_pending.events = true;
 }
 
@@ -752,6 +818,7 @@ void Store::markParam(ParamId id)
 StoreChanges Store::takeChanges()
 {
     if (m_mergePending && mergeDue()) mergeSources();
+    if (!m_readOnly && m_collectiveClock && m_hasState) tickCollectives(m_collectiveClock());
     if (!m_pending.any()) return {};
     StoreChanges changes = std::move(m_pending);
     m_pending = StoreChanges{};
@@ -768,6 +835,7 @@ void loadSnapshot(Store &store, wire::Snapshot snapshot, const std::string &sour
     store.applyState(std::move(snapshot.state));
     store.appendEvents(snapshot.events, true);
     store.setDroppedEvents(snapshot.droppedEvents);
+    store.finishCollectives();
 }
 
 wire::Snapshot snapshotOf(const Store &store)

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sessioncore/collectivealigner.h"
 #include "sessioncore/eventlane.h"
 #include "state/state.h"
 #include "state/violationledger.h"
@@ -91,6 +92,26 @@ class Store
     void clearSources();
     int sourceCount() const { return static_cast<int>(m_sources.size()); }
     bool hasSourceState(int source) const;
+
+    // ---- the job's collectives (issue 51; sessioncore/collectivealigner.h)
+    // Every event the store takes is also aligned (history and live alike); the aligner's
+    // collective_mismatch and rank_stalled records join violationGroups() as they are made.
+    // A live store decides stalls on takeChanges() at telemetry::nowNs() (the events' clock
+    // on this host; setCollectiveClock replaces it, nullptr: never); a snapshot
+    // (loadSnapshot) is diagnosed as ended at its last event. Threshold: the environment's
+    // SHARDSCOPE_STALL_SECONDS (default 5 s, 60 s for a job on NCCL), or setCollectiveOptions.
+    const CollectiveAligner &collectives() const { return m_collectives; }
+    // What the GUI shows: each rank's current collective, and the stragglers.
+    std::vector<RankProgress> collectiveProgress() const { return m_collectives.progress(); }
+    StragglerSummary stragglers() const { return m_collectives.stragglers(); }
+    void setCollectiveOptions(const AlignerOptions &options);
+    void setCollectiveClock(std::uint64_t (*now)());
+    // Decides stalls at nowNs (takeChanges calls it with the clock when the store is live).
+    void tickCollectives(std::uint64_t nowNs);
+    // The rank's run ended (its process said Goodbye, or its connection was lost).
+    void rankFinished(int rank, const std::string &how = {});
+    // The recording ended (a snapshot's): every rank not waiting has finished.
+    void finishCollectives();
 
     // ---- reading
     bool hasState() const { return m_hasState; }
@@ -226,6 +247,13 @@ class Store
     mutable std::uint64_t m_timeOrigin = 0; // latched by timeOrigin()
 
     StoreChanges m_pending;
+    // The job's aligner, its records' revision already in the ledger, and its clock.
+    CollectiveAligner m_collectives;
+    AlignerOptions m_collectiveOptions;
+    bool m_collectiveOptionsSet = false; // else the environment's or the backend's default
+    std::uint64_t m_collectiveRevision = 0;
+    std::uint64_t (*m_collectiveClock)() = nullptr;
+    void syncCollectives();
     std::vector<std::uint8_t> m_paramMarked; // by paramSlot
 
     std::vector<Source> m_sources;
