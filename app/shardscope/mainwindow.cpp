@@ -23,7 +23,9 @@
 #include "models/violationsmodel.h"
 #include "session/snapshotio.h"
 #include "session/traceexport.h"
+#include "telemetry/clock.h"
 #include "views/attachdialog.h"
+#include "views/collectivespanel.h"
 #include "views/gathertimeline.h"
 #include "views/memoryplot.h"
 #include "views/moduletreeview.h"
@@ -66,7 +68,8 @@ MainWindow::MainWindow(QWidget *parent)
       m_violations(new views::ViolationsPanel(&m_store)), m_timeline(new views::GatherTimeline),
       m_partition(new views::PartitionMap), m_memory(new views::MemoryPlot),
       m_selection(new views::RangeSummaryPanel),
-      m_status(new views::InspectorStatusBar(&m_store, this)), m_banner(new QLabel)
+      m_status(new views::InspectorStatusBar(&m_store, this)), m_banner(new QLabel),
+      m_collectives(new views::CollectivesPanel(&m_store)), m_collectiveBanner(new QLabel)
 {
     setWindowIcon(QIcon(QStringLiteral(":/shardscope/shardscope.svg")));
     setStatusBar(m_status);
@@ -77,6 +80,14 @@ MainWindow::MainWindow(QWidget *parent)
     m_banner->setWordWrap(true);
     m_banner->setVisible(false);
     m_banner->setStyleSheet(QStringLiteral("background: #fff0c0; color: #603000; padding: 4px"));
+    // A job whose ranks diverged or stalled in their collectives: what will hang it, and each
+    // rank's line, as soon as the aligner records it (the Collectives dock has the details).
+    m_collectiveBanner->setObjectName(QStringLiteral("collectiveBanner"));
+    m_collectiveBanner->setWordWrap(true);
+    m_collectiveBanner->setVisible(false);
+    m_collectiveBanner->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_collectiveBanner->setStyleSheet(
+        QStringLiteral("background: #ffe0e0; color: #800000; padding: 4px"));
 
     auto *lower = new QSplitter(Qt::Horizontal);
     lower->addWidget(m_partition);
@@ -93,6 +104,7 @@ MainWindow::MainWindow(QWidget *parent)
     auto *layout = new QVBoxLayout(central);
     layout->setContentsMargins(0, 0, 0, 0);
     layout->addWidget(m_banner);
+    layout->addWidget(m_collectiveBanner);
     layout->addWidget(plots, 1);
     setCentralWidget(central);
 
@@ -105,7 +117,13 @@ MainWindow::MainWindow(QWidget *parent)
         return d;
     };
     dock(tr("Modules and parameters"), m_tree, Qt::LeftDockWidgetArea, "treeDock");
-    dock(tr("Parameter"), m_detail, Qt::RightDockWidgetArea, "detailDock");
+    QDockWidget *detailDock =
+        dock(tr("Parameter"), m_detail, Qt::RightDockWidgetArea, "detailDock");
+    // Beside the gather timeline: where each rank is in its collectives, and the stragglers.
+    QDockWidget *collectivesDock =
+        dock(tr("Collectives"), m_collectives, Qt::RightDockWidgetArea, "collectivesDock");
+    tabifyDockWidget(detailDock, collectivesDock);
+    detailDock->raise();
     QDockWidget *violationsDock =
         dock(tr("Violations"), m_violations, Qt::BottomDockWidgetArea, "violationsDock");
     QDockWidget *selectionDock =
@@ -133,6 +151,12 @@ MainWindow::MainWindow(QWidget *parent)
 
     buildMenus();
     connect(&m_store, &session::SessionStore::updated, this, &MainWindow::onStoreUpdated);
+    // How long the ranks in flight have waited moves on while a hung job sends nothing.
+    auto *waiting = new QTimer(this);
+    connect(waiting, &QTimer::timeout, this, [this] {
+        if (!m_store.readOnly() && m_store.hasState()) showCollectives();
+    });
+    waiting->start(1000);
     connect(m_connection, &session::Connection::stateChanged, this, &MainWindow::onConnectionState);
     connect(m_job, &session::JobSession::changed, this, &MainWindow::onJobChanged);
     connect(m_tree, &views::ModuleTreeView::paramSelected, this, &MainWindow::showParam);
@@ -539,6 +563,7 @@ void MainWindow::onStoreUpdated(const session::StoreChanges &changes)
             std::find(changes.params.begin(), changes.params.end(), p) != changes.params.end();
     }
     if (changes.events || changes.reset) feedPlots(changes.reset);
+    if (changes.events || changes.violations || changes.reset) showCollectives();
     // The first violation is what the user came for: show it when nothing else is shown.
     if (changes.violations && m_detail->shownParam() == kNoParam) {
         const auto &groups = m_store.violationGroups();
@@ -549,6 +574,21 @@ void MainWindow::onStoreUpdated(const session::StoreChanges &changes)
                 break;
             }
         }
+    }
+}
+
+void MainWindow::showCollectives()
+{
+    m_collectives->refresh(m_store.readOnly() ? 0 : telemetry::nowNs());
+    const QString text = views::CollectivesPanel::diagnosisText(m_store);
+    if (text == m_collectiveShown) return;
+    m_collectiveShown = text;
+    m_collectiveBanner->setText(text);
+    m_collectiveBanner->setVisible(!text.isEmpty());
+    if (text.isEmpty()) return;
+    if (auto *d = findChild<QDockWidget *>(QStringLiteral("collectivesDock"))) {
+        d->show();
+        d->raise();
     }
 }
 

@@ -22,6 +22,7 @@ class QSettings;
 
 namespace shardscope::views {
 class AttachDialog;
+class CollectivesPanel;
 class GatherTimeline;
 class InspectorStatusBar;
 class MemoryPlot;
@@ -48,6 +49,10 @@ class MainWindow : public QMainWindow
     views::ModuleTreeView *tree() const { return m_tree; }
     views::ViolationsPanel *violations() const { return m_violations; }
     views::ParamDetail *detail() const { return m_detail; }
+    views::CollectivesPanel *collectives() const { return m_collectives; }
+    // The banner of a job whose ranks diverged or stalled in their collectives (issue 51):
+    // hidden while they are in order.
+    QLabel *collectiveBanner() const { return m_collectiveBanner; }
 
     // spec: an endpoint; "job:NAME" (every live process of the job); or endpoints separated
     // by commas (the processes of one job). Returns what is wrong, or "".
@@ -93,6 +98,7 @@ class MainWindow : public QMainWindow
     void onJobChanged();
     void setLiveViews(bool live);
     void feedPlots(bool reset);
+    void showCollectives(); // the Collectives dock and the banner, from the store's aligner
     void showParam(quint32 id);
     void showModule(quint32 id);
     void updateTitle();
@@ -113,6 +119,9 @@ class MainWindow : public QMainWindow
     views::RangeSummaryPanel *m_selection;
     views::InspectorStatusBar *m_status;
     QLabel *m_banner;
+    views::CollectivesPanel *m_collectives;
+    QLabel *m_collectiveBanner;
+    QString m_collectiveShown;        // the diagnosis the banner shows ("" none)
     std::vector<std::uint64_t> m_fed; // events per lane already given to the plots (absolute)
     bool m_originSet = false;
     bool m_partitionStale = false;

@@ -168,6 +168,11 @@ void JobSession::setHealth(int i, Health h)
         p.health != Health::Silent)
         p.stepAtLoss = lastStepOf(i);
     p.health = h;
+    // A process that said goodbye or whose connection was lost runs no more collectives: the
+    // job's aligner stops expecting its ranks (a rank the others wait for is then "ended").
+    if (h == Health::Finished || h == Health::Lost)
+        for (int rank : ranks(i))
+            m_store->core().rankFinished(rank, h == Health::Finished ? "finished" : "lost");
     Q_EMIT changed();
 }
 
