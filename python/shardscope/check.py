@@ -29,6 +29,11 @@ CLEAN, PROBLEMS, COULD_NOT_RUN = 0, 1, 2
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _GRACE_S = 5.0  # a rank's time to leave after SIGTERM (its agent writes its snapshot) before SIGKILL
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
+# The records of a job whose ranks diverged or hang in a collective (docs/check.md, "A script
+# that hangs"): the job's aligner makes collective_mismatch and rank_stalled, each rank's
+# watchdog its own rank_stalled (SHARDSCOPE_STALL_SECONDS, 5 s on these CPU ranks).
+HANG_KINDS = ("collective_mismatch", "rank_stalled")
+_STALL_GRACE_S = 3.0  # once every rank still running has stalled: time for the last records
 
 
 class CouldNotRun(Exception):
@@ -281,12 +286,23 @@ def run_ranks(args, workdir, backend):
     start = time.monotonic()
     last = ""
     timed_out = False
+    stalls = _Stalls(workdir, len(procs))
+    args.stalled = False
     while any(p.poll() is None for p in procs):
         elapsed = time.monotonic() - start
         if elapsed > args.timeout:
             timed_out = True
             break
         if _stop_requested():
+            break
+        # Every rank still running waits in a collective past the threshold (its watchdog's
+        # rank_stalled is in its snapshot): the script hangs; stopped a few seconds later,
+        # not at --timeout.
+        if stalls.all_stalled(procs):
+            args.stalled = True
+            _progress(f"shardscope-check: every rank waits in a collective (rank_stalled); "
+                      f"stopping the ranks in {_STALL_GRACE_S:.0f} s", tty)
+            _wait_or_stop(procs, _STALL_GRACE_S)
             break
         stages = []
         for rank in range(args.nproc):
@@ -326,6 +342,44 @@ def run_ranks(args, workdir, backend):
     args.last_stage = last if not tty else last.split(": ", 2)[-1]
     alive = [p.pid for p in procs if p.poll() is None]
     return results, texts, timed_out, time.monotonic() - start, alive
+
+
+class _Stalls:
+    """Which ranks' snapshots (rank<N>.json, rewritten by the agent's flushes) hold this rank's
+    own rank_stalled record: each file read again only when it changed."""
+
+    def __init__(self, workdir, nproc):
+        self.paths = [os.path.join(workdir, f"rank{r}.json") for r in range(nproc)]
+        self.seen = [None] * nproc  # (mtime, size) last read
+        self.stalled = [False] * nproc
+        self.checked = 0.0
+
+    def all_stalled(self, procs):
+        now = time.monotonic()
+        if now - self.checked < 1.0:
+            return False
+        self.checked = now
+        for r, path in enumerate(self.paths):
+            if self.stalled[r]:
+                continue
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            key = (st.st_mtime_ns, st.st_size)
+            if key == self.seen[r]:
+                continue
+            self.seen[r] = key
+            try:
+                with open(path) as f:
+                    doc = json.load(f)
+            except (OSError, ValueError):
+                self.seen[r] = None  # being replaced: read again next time
+                continue
+            self.stalled[r] = any(v.get("kind") == "rank_stalled"
+                                  for v in doc.get("violations", []))
+        running = [r for r, p in enumerate(procs) if p.poll() is None]
+        return bool(running) and any(self.stalled) and all(self.stalled[r] for r in running)
 
 
 def _stage_order(stage):
@@ -971,6 +1025,20 @@ def _run(args, workdir, backend, alive):
     why = _why_not(results, logs, timed_out, args, elapsed)
     problems = problems_of(doc, rows)
     failed = [r for r in results if r and r["error"] and not r["stopped"]]
+    hang = [p for p in problems if p["kind"] in HANG_KINDS]
+    if (timed_out or getattr(args, "stalled", False)) and hang and not _stop_requested():
+        # The ranks would not finish, and the job's records say why: which rank issued which
+        # collective on which line, and where the others wait (exit 1, not "timed out").
+        print(report_text(problems, doc, None, results, args, elapsed))
+        how = ("were stopped once every rank had waited in a collective past the stall "
+               "threshold" if getattr(args, "stalled", False) and not timed_out else
+               f"did not finish within --timeout {args.timeout:.0f} s")
+        print(f"\nthe ranks {how} (stopped at: {getattr(args, 'last_stage', '') or 'starting'}); "
+              f"on GPUs this script would hang until NCCL's timeout. Fix the problems above "
+              f"and run shardscope-check again.")
+        return _extras(args, problems, elapsed, PROBLEMS if written else COULD_NOT_RUN)
+    if why is None and getattr(args, "stalled", False):
+        why = "the ranks were stopped while waiting in a collective"
     if why is not None and problems and failed and not timed_out and not _stop_requested():
         # The script failed after the agent recorded problems: they are why (an
         # IndexError from an empty placeholder is DeepSpeed's reply to the read recorded).
