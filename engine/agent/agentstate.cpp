@@ -713,6 +713,118 @@ void AgentState::allocatorSample(std::uint64_t allocated, std::uint64_t reserved
                                          .peakAllocatedBytes = peakAllocated}));
 }
 
+std::uint64_t AgentState::collectiveBegin(CollectiveKind kind, std::uint32_t group, ModuleId module,
+                                          FetchReason reason, std::uint64_t bytes,
+                                          std::uint32_t params)
+{
+    const std::uint64_t now = telemetry::nowNs();
+    InFlight c{group, 0, kind, module, reason, bytes, params, now};
+    {
+        std::lock_guard lock(m_collectiveMutex);
+        if (group >= m_collectiveGroups.size()) m_collectiveGroups.resize(std::size_t(group) + 1);
+        CollectiveGroup &g = m_collectiveGroups[group];
+        c.seq = ++g.lastSeq;
+        if (g.inFlight.capacity() == 0) g.inFlight.reserve(16);
+        g.inFlight.push_back(c);
+    }
+    post(telemetry::makeCollectiveBegin({.kind = kind,
+                                         .module = module,
+                                         .group = group,
+                                         .seq = c.seq,
+                                         .bytes = bytes,
+                                         .reason = reason,
+                                         .params = params}),
+         now);
+    return c.seq;
+}
+
+void AgentState::collectiveEnd(std::uint32_t group, std::uint64_t seq)
+{
+    InFlight c;
+    {
+        std::lock_guard lock(m_collectiveMutex);
+        if (group >= m_collectiveGroups.size()) return;
+        std::vector<InFlight> &in = m_collectiveGroups[group].inFlight;
+        const auto it =
+            std::find_if(in.begin(), in.end(), [&](const InFlight &f) { return f.seq == seq; });
+        if (it == in.end()) return;
+        c = *it;
+        in.erase(it);
+    }
+    post(telemetry::makeCollectiveEnd({.kind = c.kind,
+                                       .module = c.module,
+                                       .group = group,
+                                       .seq = seq,
+                                       .bytes = c.bytes,
+                                       .reason = c.reason,
+                                       .params = c.params}));
+}
+
+std::optional<AgentState::InFlight> AgentState::oldestInFlight() const
+{
+    std::lock_guard lock(m_collectiveMutex);
+    std::optional<InFlight> oldest;
+    for (const CollectiveGroup &g : m_collectiveGroups)
+        if (!g.inFlight.empty() && (!oldest || g.inFlight.front().sinceNs < oldest->sinceNs))
+            oldest = g.inFlight.front();
+    return oldest;
+}
+
+std::optional<AgentState::InFlight> AgentState::inFlight(std::uint32_t group,
+                                                         std::uint64_t seq) const
+{
+    std::lock_guard lock(m_collectiveMutex);
+    if (group >= m_collectiveGroups.size()) return std::nullopt;
+    for (const InFlight &f : m_collectiveGroups[group].inFlight)
+        if (f.seq == seq) return f;
+    return std::nullopt;
+}
+
+void AgentState::collectiveStalled(const InFlight &c, double waitedSeconds,
+                                   state::SourceLocation where,
+                                   std::vector<state::SourceLocation> stack)
+{
+    {
+        std::lock_guard lock(m_collectiveMutex);
+        if (c.group >= m_collectiveGroups.size()) return;
+        const std::vector<InFlight> &in = m_collectiveGroups[c.group].inFlight;
+        if (std::none_of(in.begin(), in.end(), [&](const InFlight &f) { return f.seq == c.seq; }))
+            return;
+        if (!m_stalled.emplace(c.group, c.seq).second) return;
+    }
+    if (where.chain.empty())
+        for (const state::SourceLocation &frame : stack)
+            if (frame.known())
+                where.chain.push_back(frame.fileLine() +
+                                      (frame.function.empty() ? "" : " in " + frame.function));
+    std::lock_guard lock(m_mutex);
+    state::ViolationSubject subject;
+    subject.kind = ViolationKind::RankStalled;
+    subject.ownRank = true;
+    state::CollectiveDetail &d = subject.collective;
+    d.group = c.group;
+    d.seq = c.seq;
+    d.waitedSeconds = waitedSeconds;
+    state::CollectiveSide side;
+    side.ranks = {m_config.rank};
+    side.position = CollectivePosition::Waiting;
+    side.kind = c.kind;
+    side.hasModule = c.module < m_modules.size();
+    if (side.hasModule) side.module = m_modules[c.module].path;
+    side.reason = c.reason;
+    side.bytes = c.bytes;
+    side.params = c.params;
+    side.lastSeq = c.seq;
+    d.sides.push_back(side);
+    d.sites.push_back({m_config.rank, c.seq, waitedSeconds, where});
+    const state::ViolationText text = state::describeViolation(subject, m_config.dialect);
+    state::ViolationRecord v = violationLocked(ViolationKind::RankStalled, text);
+    v.accessor = side.hasModule ? c.module : kNoModule;
+    v.location = where;
+    v.collective = d;
+    recordLocked(v);
+}
+
 std::uint32_t AgentState::step() const
 {
     std::lock_guard lock(m_mutex);

@@ -175,6 +175,37 @@ class AgentState final : public state::StateProvider
     void allocatorSample(std::uint64_t allocated, std::uint64_t reserved,
                          std::uint64_t peakAllocated);
 
+    // ---- collectives (issue 51; docs/protocol.md collective_begin/end)
+    // One collective this rank is issuing or waits in.
+    struct InFlight
+    {
+        std::uint32_t group = 0;
+        std::uint64_t seq = 0;
+        CollectiveKind kind = CollectiveKind::AllGather;
+        ModuleId module = kNoModule;
+        FetchReason reason = FetchReason::Forward;
+        std::uint64_t bytes = 0;
+        std::uint32_t params = 0;
+        std::uint64_t sinceNs = 0; // telemetry::nowNs() at its begin
+    };
+    // Called just before the collective is issued: the group's next seq (1, 2, ...), emitted as
+    // CollectiveBegin and marked in flight. No allocation after a group's first use.
+    std::uint64_t collectiveBegin(CollectiveKind kind, std::uint32_t group, ModuleId module,
+                                  FetchReason reason, std::uint64_t bytes, std::uint32_t params);
+    // It completed: CollectiveEnd with its begin's fields. A seq not in flight is ignored.
+    void collectiveEnd(std::uint32_t group, std::uint64_t seq);
+    // The collective in flight longest (a watchdog reads it twice a second; a short lock of
+    // its own, not the state's), or none.
+    std::optional<InFlight> oldestInFlight() const;
+    // The collective (group, seq) if it is still in flight.
+    std::optional<InFlight> inFlight(std::uint32_t group, std::uint64_t seq) const;
+    // This rank has waited waitedSeconds in c: records its rank_stalled violation (where: the
+    // user's innermost frame; stack: the frames above it, innermost first, written into the
+    // location's chain when where has none) and makes it visible at once (the caller then
+    // flushes the snapshot). Once per (group, seq); nothing if c is no longer in flight.
+    void collectiveStalled(const InFlight &c, double waitedSeconds, state::SourceLocation where,
+                           std::vector<state::SourceLocation> stack);
+
     // ---- StateProvider
     state::EngineState state() const override;
     std::uint64_t stateVersion() const override
@@ -247,6 +278,16 @@ class AgentState final : public state::StateProvider
     std::atomic<bool> m_memoryChanged{true};
     std::uint32_t m_step = 0;
     bool m_inStep = false;
+    // Collectives: their own lock (the watchdog's reads never wait for the state's).
+    struct CollectiveGroup
+    {
+        std::uint64_t lastSeq = 0;
+        std::vector<InFlight> inFlight; // ascending seq; its capacity is kept
+    };
+    mutable std::mutex m_collectiveMutex;
+    std::vector<CollectiveGroup> m_collectiveGroups;             // index == group
+    std::set<std::pair<std::uint32_t, std::uint64_t>> m_stalled; // said once each
+
     std::atomic<std::uint64_t> m_version{1};
     std::atomic<telemetry::EventSink *> m_sink{nullptr};
     std::atomic<bool> m_telemetry{true};

@@ -53,6 +53,14 @@ std::string_view violationKindName(ViolationKind k)
 {
     return nameIn(kViolationKindNames, k);
 }
+std::string_view collectiveKindName(CollectiveKind k)
+{
+    return nameIn(kCollectiveKindNames, k);
+}
+std::string_view collectivePositionName(CollectivePosition p)
+{
+    return nameIn(kCollectivePositionNames, p);
+}
 std::string_view severityName(Severity s)
 {
     return nameIn(kSeverityNames, s);
@@ -108,6 +116,14 @@ std::optional<ViolationRead> violationReadFromName(std::string_view n)
 std::optional<ViolationKind> violationKindFromName(std::string_view n)
 {
     return valueIn<ViolationKind>(kViolationKindNames, n);
+}
+std::optional<CollectiveKind> collectiveKindFromName(std::string_view n)
+{
+    return valueIn<CollectiveKind>(kCollectiveKindNames, n);
+}
+std::optional<CollectivePosition> collectivePositionFromName(std::string_view n)
+{
+    return valueIn<CollectivePosition>(kCollectivePositionNames, n);
 }
 std::optional<EventType> eventTypeFromName(std::string_view n)
 {

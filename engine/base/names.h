@@ -24,16 +24,21 @@ inline constexpr std::array<std::string_view, 4> kGuardActionNames = {
     "error", "gathered", "auto_registered", "recorded"};
 inline constexpr std::array<std::string_view, 5> kFetchReasonNames = {
     "forward", "backward", "prefetch", "gathered_parameters", "guard"};
-inline constexpr std::array<std::string_view, 10> kViolationKindNames = {
+inline constexpr std::array<std::string_view, 12> kViolationKindNames = {
     "unregistered_access", "late_parameter",
     "trace_invalidated",   "gathered_write_without_modifier",
     "tied_across_groups",  "backward_unfinished",
     "shard_order",         "partitioned_save",
-    "partitioned_load",    "resume_world_size"};
+    "partitioned_load",    "resume_world_size",
+    "collective_mismatch", "rank_stalled"};
+inline constexpr std::array<std::string_view, 3> kCollectiveKindNames = {
+    "all_gather", "reduce_scatter", "broadcast"};
+inline constexpr std::array<std::string_view, 4> kCollectivePositionNames = {"issued", "waiting",
+                                                                             "behind", "finished"};
 inline constexpr std::array<std::string_view, 3> kSeverityNames = {"error", "cost", "info"};
 inline constexpr std::array<std::string_view, 2> kViolationReadNames = {"values", "attribute"};
 // Index 0 is no event type ("unknown"); the types start at 1.
-inline constexpr std::array<std::string_view, 22> kEventTypeNames = {"unknown",
+inline constexpr std::array<std::string_view, 24> kEventTypeNames = {"unknown",
                                                                      "module_enter",
                                                                      "module_exit",
                                                                      "fetch_begin",
@@ -54,7 +59,9 @@ inline constexpr std::array<std::string_view, 22> kEventTypeNames = {"unknown",
                                                                      "gathered_write_error",
                                                                      "reduce_scatter_begin",
                                                                      "reduce_scatter_end",
-                                                                     "allocator_sample"};
+                                                                     "allocator_sample",
+                                                                     "collective_begin",
+                                                                     "collective_end"};
 
 static_assert(kDTypeNames.size() == std::size_t(DType::BF16) + 1);
 static_assert(kStatusNames.size() == std::size_t(ParamStatus::Available) + 1);
@@ -62,10 +69,12 @@ static_assert(kPhaseNames.size() == std::size_t(Phase::Backward) + 1);
 static_assert(kGuardPolicyNames.size() == std::size_t(GuardPolicy::Auto) + 1);
 static_assert(kGuardActionNames.size() == std::size_t(GuardAction::Recorded) + 1);
 static_assert(kFetchReasonNames.size() == std::size_t(FetchReason::Guard) + 1);
-static_assert(kViolationKindNames.size() == std::size_t(ViolationKind::ResumeWorldSize) + 1);
+static_assert(kViolationKindNames.size() == std::size_t(ViolationKind::RankStalled) + 1);
+static_assert(kCollectiveKindNames.size() == std::size_t(CollectiveKind::Broadcast) + 1);
+static_assert(kCollectivePositionNames.size() == std::size_t(CollectivePosition::Finished) + 1);
 static_assert(kSeverityNames.size() == std::size_t(Severity::Info) + 1);
 static_assert(kViolationReadNames.size() == std::size_t(ViolationRead::Attribute) + 1);
-static_assert(kEventTypeNames.size() == std::size_t(EventType::AllocatorSample) + 1);
+static_assert(kEventTypeNames.size() == std::size_t(EventType::CollectiveEnd) + 1);
 
 std::string_view dtypeName(DType t); // a value outside the enum: "float32", as dtypeSize
 std::string_view phaseName(Phase p); // a value outside the enum: "forward"
@@ -74,6 +83,8 @@ std::string_view guardPolicyName(GuardPolicy p);
 std::string_view guardActionName(GuardAction a);
 std::string_view fetchReasonName(FetchReason r);
 std::string_view violationKindName(ViolationKind k);
+std::string_view collectiveKindName(CollectiveKind k);
+std::string_view collectivePositionName(CollectivePosition p);
 std::string_view severityName(Severity s);
 std::string_view violationReadName(ViolationRead r);
 std::string_view eventTypeName(EventType type);
@@ -87,6 +98,8 @@ std::optional<GuardPolicy> guardPolicyFromName(std::string_view name);
 std::optional<GuardAction> guardActionFromName(std::string_view name);
 std::optional<FetchReason> fetchReasonFromName(std::string_view name);
 std::optional<ViolationKind> violationKindFromName(std::string_view name);
+std::optional<CollectiveKind> collectiveKindFromName(std::string_view name);
+std::optional<CollectivePosition> collectivePositionFromName(std::string_view name);
 std::optional<Severity> severityFromName(std::string_view name);
 std::optional<ViolationRead> violationReadFromName(std::string_view name);
 std::optional<EventType> eventTypeFromName(std::string_view name);

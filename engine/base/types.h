@@ -79,6 +79,10 @@ enum class ViolationKind : std::uint8_t
     PartitionedSave = 7, // a state dict of placeholders (ZeRO-3) or shards (FSDP2) saved as whole
     PartitionedLoad = 8, // full tensors loaded into a partitioned or sharded model
     ResumeWorldSize = 9, // DeepSpeed: load_checkpoint at another data-parallel world size
+    // Collectives of a job (issue 51; state/violationtext.cpp words them; docs/snapshot.md):
+    CollectiveMismatch = 10, // the job's aligner: at one (group, seq) the ranks issued different
+    RankStalled = 11,        // a rank waited in a collective past the threshold (the rank's
+                             // watchdog, or the job's aligner naming the waiting and missing)
 };
 
 // How bad one violation is for the run (state/severity.h decides it, from its kind, the
@@ -122,6 +126,26 @@ enum class EventType : std::uint8_t
     ReduceScatterBegin = 19, // a gradient reduce-scatter is issued (backward)
     ReduceScatterEnd = 20,   // ... and has completed
     AllocatorSample = 21,    // the rank's device allocator figures (CUDA only)
+    CollectiveBegin = 22,    // a collective is about to be issued (its group's next seq)
+    CollectiveEnd = 23,      // ... and has completed
+};
+
+// What a collective of a rank's sequence is (CollectiveBegin/End, telemetry/eventfields.h).
+enum class CollectiveKind : std::uint8_t
+{
+    AllGather = 0,     // ZeRO-3's parameter all-gather, FSDP2's unshard
+    ReduceScatter = 1, // gradients reduced in backward
+    Broadcast = 2      // GatheredParameters' modifier_rank broadcast
+};
+
+// Where a set of ranks stands at one (group, seq) of a collective_mismatch or rank_stalled
+// record (state/state.h CollectiveSide).
+enum class CollectivePosition : std::uint8_t
+{
+    Issued = 0,   // it issued the collective at seq (and went on, or it completed)
+    Waiting = 1,  // it issued it and waits in it
+    Behind = 2,   // it has not reached seq (its last seq is lower) and still runs
+    Finished = 3, // its run ended (or it died) before reaching seq
 };
 
 } // namespace shardscope

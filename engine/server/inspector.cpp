@@ -135,7 +135,9 @@ struct Client
     bool needState = false;
     // The StateBinary layout its Hello asked for (wire::binaryLayoutOf); 0: JSON State frames.
     std::uint16_t binaryLayout = 0;
-    bool events2 = false; // its Hello listed "events_2": it reads event kinds 19 and later
+    // The event kinds its Hello's capabilities read (wire::eventsLevelOf): 1 (kinds 1-18), 2
+    // ("events_2": up to 21), 3 ("events_3": up to 23); it gets no kind above its level.
+    int eventsLevel = wire::kEventsLevel;
     // engine.stateVersion() when the last State queued for this client was built.
     std::uint64_t stateVersion = ~std::uint64_t(0);
     bool readClosed = false;
@@ -220,8 +222,9 @@ struct Inspector::Impl
     // Server thread only.
     std::vector<Client> clients;
     std::vector<telemetry::Event> batch;
-    std::string frameBuffer;      // fanOut's EventBatch frame, reused
-    std::string olderFrameBuffer; // the same without the "events_2" kinds, for older clients
+    std::string frameBuffer; // fanOut's EventBatch frame, reused
+    // The same without the kinds above level 1 and 2, for clients of earlier releases.
+    std::array<std::string, wire::kEventsLevel> olderFrameBuffers;
     std::vector<telemetry::Event> olderEvents;
     bool stateDirty = false;
     Clock::time_point lastState = Clock::now();
@@ -543,12 +546,14 @@ void Inspector::Impl::onHello(Client &c, const wire::Frame &frame)
     w.job = job;
     w.historyCapacity = history.capacity();
     c.binaryLayout = wire::binaryLayoutOf(hello->capabilities);
-    c.events2 = wire::hasCapability(hello->capabilities, wire::kCapabilityEvents2);
+    c.eventsLevel = wire::eventsLevelOf(hello->capabilities);
     c.enqueue(wire::MessageType::Welcome, wire::encodeWelcome(w));
     sendState(c, currentState(StateFormats::of(c)));
     std::vector<telemetry::Event> past = history.newest(kMaxHistoryEventsPerClient);
-    if (!c.events2)
-        std::erase_if(past, [](const telemetry::Event &e) { return wire::isEvents2Type(e.type); });
+    if (c.eventsLevel < wire::kEventsLevel)
+        std::erase_if(past, [&](const telemetry::Event &e) {
+            return wire::eventsLevelOfType(e.type) > c.eventsLevel;
+        });
     c.enqueue(wire::MessageType::HistoryBegin, wire::encodeHistoryBegin(past.size()));
     for (std::size_t i = 0; i < past.size(); i += kEventsPerFrame) {
         const std::size_t n = std::min(kEventsPerFrame, past.size() - i);
@@ -632,31 +637,35 @@ void Inspector::Impl::fanOut(const std::vector<telemetry::Event> &events)
         frame.clear();
         wire::appendFrameHeader(frame, wire::MessageType::EventBatch, part.size_bytes());
         wire::appendEvents(frame, part);
-        // Clients of an earlier release get the batch without the kinds they cannot read.
-        bool older = false;
-        for (const Client &c : clients)
-            older = older || (c.phase == Client::Phase::Live && !c.events2);
-        std::size_t olderN = n;
-        if (older && std::any_of(part.begin(), part.end(), [](const telemetry::Event &e) {
-                return wire::isEvents2Type(e.type);
-            })) {
+        // Clients of an earlier release get the batch without the kinds they cannot read:
+        // one frame per level below this release's that a live client has, built only when
+        // the batch holds a kind above it.
+        int partLevel = 1;
+        for (const telemetry::Event &e : part)
+            partLevel = std::max(partLevel, wire::eventsLevelOfType(e.type));
+        std::array<std::size_t, wire::kEventsLevel + 1> levelN{};
+        levelN.fill(n);
+        for (int level = 1; level < partLevel; ++level) {
+            const bool wanted = std::any_of(clients.begin(), clients.end(), [&](const Client &c) {
+                return c.phase == Client::Phase::Live && c.eventsLevel == level;
+            });
+            if (!wanted) continue;
             olderEvents.clear();
             for (const telemetry::Event &e : part)
-                if (!wire::isEvents2Type(e.type)) olderEvents.push_back(e);
-            olderN = olderEvents.size();
-            olderFrameBuffer.clear();
-            wire::appendFrameHeader(olderFrameBuffer, wire::MessageType::EventBatch,
-                                    olderN * sizeof(telemetry::Event));
-            wire::appendEvents(olderFrameBuffer, olderEvents);
-        } else {
-            older = false;
+                if (wire::eventsLevelOfType(e.type) <= level) olderEvents.push_back(e);
+            levelN[level] = olderEvents.size();
+            std::string &buffer = olderFrameBuffers[level - 1];
+            buffer.clear();
+            wire::appendFrameHeader(buffer, wire::MessageType::EventBatch,
+                                    olderEvents.size() * sizeof(telemetry::Event));
+            wire::appendEvents(buffer, olderEvents);
         }
         for (Client &c : clients) {
             if (c.phase != Client::Phase::Live) continue;
-            const bool filtered = older && !c.events2;
-            if (filtered && olderN == 0) continue;
-            const std::string &f = filtered ? olderFrameBuffer : frame;
-            const std::size_t count = filtered ? olderN : n;
+            const bool filtered = c.eventsLevel < partLevel;
+            const std::size_t count = filtered ? levelN[c.eventsLevel] : n;
+            if (filtered && count == 0) continue;
+            const std::string &f = filtered ? olderFrameBuffers[c.eventsLevel - 1] : frame;
             c.offered += count;
             if (c.pendingDropped == 0 && c.queued() + f.size() <= kMaxQueueBytes) {
                 c.out.appendFrames(f);

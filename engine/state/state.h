@@ -91,6 +91,46 @@ struct SourceLocation
 };
 
 // One distinct violation (kind, rank, accessor, param, location), with how often it happened.
+// collective_mismatch, rank_stalled (issue 51): what one set of ranks did at the record's
+// (group, seq). A side that issued names its collective's signature: kind, the module's path
+// it serves (hasModule false: none), why, bytes, parameters.
+struct CollectiveSide
+{
+    std::vector<int> ranks; // global ranks, ascending
+    CollectivePosition position = CollectivePosition::Issued;
+    CollectiveKind kind = CollectiveKind::AllGather;
+    bool hasModule = false;
+    std::string module; // "" is the root module
+    FetchReason reason = FetchReason::Forward;
+    std::uint64_t bytes = 0;
+    std::uint32_t params = 0;
+    // Behind, Finished: the last seq they issued in the group (0: none); Issued, Waiting: seq.
+    std::uint64_t lastSeq = 0;
+    bool operator==(const CollectiveSide &) const = default;
+};
+
+// Where one rank of such a record is: its collective's seq and its user's line, from its
+// own rank_stalled record (its watchdog's) when there is one.
+struct CollectiveSite
+{
+    int rank = 0;
+    std::uint64_t seq = 0;
+    double waitedSeconds = 0; // how long it had waited in seq when the line was taken
+    SourceLocation where;
+    bool operator==(const CollectiveSite &) const = default;
+};
+
+struct CollectiveDetail
+{
+    std::uint32_t group = 0;  // the process group's number (0: the job's default group)
+    std::uint64_t seq = 0;    // 0: no detail (every other kind)
+    double waitedSeconds = 0; // rank_stalled: the longest wait of the waiting ranks
+    std::vector<CollectiveSide> sides;
+    std::vector<CollectiveSite> sites; // ascending rank
+    bool empty() const { return seq == 0 && sides.empty() && sites.empty(); }
+    bool operator==(const CollectiveDetail &) const = default;
+};
+
 struct ViolationRecord
 {
     ViolationKind kind = ViolationKind::UnregisteredAccess;
@@ -117,6 +157,9 @@ struct ViolationRecord
     // Read while the model was being built: the modules under construction, outermost first
     // ("Wav2Vec2Model .encoder > Wav2Vec2Encoder .pos_conv_embed > ..."); "" otherwise.
     std::string building;
+    // collective_mismatch, rank_stalled: the collective, its sides and where each rank is;
+    // empty for every other kind.
+    CollectiveDetail collective;
 };
 
 struct EngineState

@@ -80,6 +80,7 @@ ViolationLedger::Added ViolationLedger::add(const ViolationRecord &v, Tally tall
         row.message = v.message;
         row.location = v.location;
         row.building = v.building;
+        row.collective = v.collective;
         row.read = v.read;
         row.provisionalWords = words == Words::Provisional;
         it = m_index.emplace(key, m_rows.size()).first;
@@ -93,6 +94,7 @@ ViolationLedger::Added ViolationLedger::add(const ViolationRecord &v, Tally tall
         row.fix = v.fix;
         row.message = v.message;
         if (!v.building.empty()) row.building = v.building;
+        if (!v.collective.empty()) row.collective = v.collective;
         row.provisionalWords = false;
         out.changed = true;
     }
@@ -187,6 +189,7 @@ std::vector<ViolationRecord> ViolationLedger::records() const
             v.message = row.message;
             v.location = row.location;
             v.building = row.building;
+            v.collective = row.collective;
             out.push_back(std::move(v));
         }
     }

@@ -62,8 +62,9 @@ struct ViolationRow
     std::string paramName;               // kept when the parameter is removed (weight_norm)
     std::string fix;                     // the words the row was first shown with
     std::string message;
-    SourceLocation location; // the key's file and line, with the function and chain first seen
-    std::string building;    // the modules under construction, if it happened while building
+    SourceLocation location;     // the key's file and line, with the function and chain first seen
+    std::string building;        // the modules under construction, if it happened while building
+    CollectiveDetail collective; // collective_mismatch, rank_stalled: as first seen (or final)
     bool provisionalWords = false;
 
     // Over all ranks: the earliest sighting (its step and rank), the last step, the count.

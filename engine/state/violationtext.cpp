@@ -204,6 +204,8 @@ ViolationText describeFsdp(const ViolationSubject &s)
     case ViolationKind::PartitionedSave: // describeCheckpoint's
     case ViolationKind::PartitionedLoad:
     case ViolationKind::ResumeWorldSize:
+    case ViolationKind::CollectiveMismatch: // describeCollective's
+    case ViolationKind::RankStalled:
         return {};
     }
     return t;
@@ -358,8 +360,170 @@ std::string_view severityMeaning(Severity s)
     return "unknown severity";
 }
 
+namespace {
+
+std::string ranksText(const std::vector<int> &ranks)
+{
+    std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+        if (i) out += i + 1 == ranks.size() ? " and " : ", ";
+        out += std::to_string(ranks[i]);
+    }
+    return out;
+}
+
+std::string secondsText(double s)
+{
+    char text[32];
+    std::snprintf(text, sizeof text, s < 10 ? "%.1f s" : "%.0f s", s);
+    return text;
+}
+
+// A collective as the dialect's framework names it: ZeRO-3's all-gather of a module's
+// parameters, FSDP2's unshard of a unit, the engine's fetch.
+std::string collectiveText(const CollectiveSide &c, FixDialect dialect)
+{
+    const bool fsdp = dialect == FixDialect::Fsdp;
+    std::string what;
+    switch (c.kind) {
+    case CollectiveKind::AllGather:
+        what = fsdp ? "an all-gather (unshard)" : "an all-gather";
+        break;
+    case CollectiveKind::ReduceScatter:
+        what = "a gradient reduce-scatter";
+        break;
+    case CollectiveKind::Broadcast:
+        what = "a broadcast";
+        break;
+    }
+    if (c.hasModule)
+        what += std::string(c.kind == CollectiveKind::ReduceScatter ? " of `" : " for `") +
+                displayPath(c.module) + "`" + (fsdp ? " (an FSDP unit)" : "");
+    std::string why(fetchReasonName(c.reason));
+    if (c.reason == FetchReason::GatheredParameters) why = "GatheredParameters";
+    what += " (" + why;
+    if (c.bytes) what += ", " + bytesText(c.bytes);
+    if (c.params)
+        what += ", " + std::to_string(c.params) + (c.params == 1 ? " parameter" : " parameters");
+    return what + ")";
+}
+
+std::string siteText(const CollectiveDetail &d, const std::vector<int> &ranks)
+{
+    std::string out;
+    for (int r : ranks)
+        for (const CollectiveSite &site : d.sites)
+            if (site.rank == r && site.where.known())
+                out += std::string(out.empty() ? "" : ", ") +
+                       (ranks.size() > 1 ? "rank " + std::to_string(r) + " " : std::string()) +
+                       "at " + site.where.fileLine();
+    return out;
+}
+
+std::string sideText(const CollectiveDetail &d, const CollectiveSide &c, FixDialect dialect)
+{
+    std::string out = ranksText(c.ranks) + " ";
+    switch (c.position) {
+    case CollectivePosition::Issued:
+        out += "issued " + collectiveText(c, dialect);
+        break;
+    case CollectivePosition::Waiting:
+        out += "waited in " + collectiveText(c, dialect);
+        break;
+    case CollectivePosition::Behind:
+        out += "never reached it (" +
+               (c.lastSeq ? "last at #" + std::to_string(c.lastSeq) : std::string("none yet")) +
+               ")";
+        break;
+    case CollectivePosition::Finished:
+        out += "had ended " +
+               (c.lastSeq ? "after #" + std::to_string(c.lastSeq) : std::string("before any")) +
+               (c.ranks.size() == 1 ? " (its run was over)" : " (their runs were over)");
+        break;
+    }
+    const std::string where = siteText(d, c.ranks);
+    if (!where.empty()) out += ", " + where;
+    return out;
+}
+
+// The cause a record's sides point at, and the line that fixes it in the dialect's code.
+std::string collectiveFix(const CollectiveDetail &d, FixDialect dialect)
+{
+    const bool ds = dialect == FixDialect::DeepSpeed;
+    const bool fsdp = dialect == FixDialect::Fsdp;
+    bool gathered = false, forward = false, ended = false;
+    for (const CollectiveSide &c : d.sides) {
+        if (c.position == CollectivePosition::Finished) ended = true;
+        if (c.position != CollectivePosition::Issued && c.position != CollectivePosition::Waiting)
+            continue;
+        if (c.reason == FetchReason::GatheredParameters || c.kind == CollectiveKind::Broadcast)
+            gathered = true;
+        if (c.reason == FetchReason::Forward || c.reason == FetchReason::Prefetch) forward = true;
+    }
+    if (gathered)
+        return ds ? "with deepspeed.zero.GatheredParameters(params, modifier_rank=0): ...  # on "
+                    "every rank, not under `if rank == 0`"
+               : fsdp ? "model.unshard()  # or full_tensor(): on every rank, not under "
+                        "`if rank == 0`"
+                      : "GatheredParameters(engine, rank, params) on every rank thread, not on "
+                        "one";
+    if (ended)
+        return fsdp || ds ? "DistributedSampler(dataset, drop_last=True) and "
+                            "DataLoader(..., drop_last=True)  # the same number of batches on "
+                            "every rank"
+                          : "run the same number of steps on every rank";
+    if (forward)
+        return ds     ? "run the extra forward (evaluation, generate()) on every rank, or on "
+                        "model.module outside the DeepSpeed engine with the parameters gathered"
+               : fsdp ? "run the extra forward (evaluation, generate()) on every rank, or on an "
+                        "unsharded copy outside the fully_shard model"
+                      : "enter the extra module on every rank thread, or outside the sharded "
+                        "model";
+    return ds || fsdp ? "let every rank take the same path through the model; a rank that "
+                        "raised: its exception, which the others wait for, is the fault"
+                      : "let every rank thread take the same path through the model";
+}
+
+ViolationText describeCollective(const ViolationSubject &s, FixDialect dialect)
+{
+    const CollectiveDetail &d = s.collective;
+    const std::string at = "#" + std::to_string(d.seq) +
+                           (d.group ? " of process group " + std::to_string(d.group)
+                                    : std::string(" of the default process group"));
+    const std::string hang =
+        dialect == FixDialect::ShardScope
+            ? "the ranks wait for each other until the communicator's timeout"
+            : "on GPUs NCCL waits until its timeout (10 to 30 minutes) and then fails without "
+              "naming the rank or the line";
+    ViolationText t;
+    std::string sides;
+    for (const CollectiveSide &c : d.sides)
+        sides += (sides.empty() ? "" : "; ") + sideText(d, c, dialect);
+    if (s.kind == ViolationKind::CollectiveMismatch) {
+        t.message = "the ranks issued different collectives at " + at + ": " + sides +
+                    ". Every rank must issue the same collectives in the same order; " + hang;
+    } else if (s.ownRank) {
+        const CollectiveSide *c = d.sides.empty() ? nullptr : &d.sides.front();
+        const std::string where = d.sites.empty() || !d.sites.front().where.known()
+                                      ? std::string()
+                                      : " at " + d.sites.front().where.fileLine();
+        t.message = "this rank has waited " + secondsText(d.waitedSeconds) + " in " +
+                    (c ? collectiveText(*c, dialect) : std::string("a collective")) + ", " + at +
+                    where + ", which the other ranks have not joined; " + hang;
+    } else {
+        t.message = "collective " + at + " stalled for " + secondsText(d.waitedSeconds) + ": " +
+                    sides + "; " + hang;
+    }
+    t.fix = collectiveFix(d, dialect);
+    return t;
+}
+
+} // namespace
+
 ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
 {
+    if (s.kind == ViolationKind::CollectiveMismatch || s.kind == ViolationKind::RankStalled)
+        return describeCollective(s, dialect);
     if (s.kind == ViolationKind::PartitionedSave || s.kind == ViolationKind::PartitionedLoad ||
         s.kind == ViolationKind::ResumeWorldSize)
         return describeCheckpoint(s, dialect);
@@ -479,6 +643,9 @@ ViolationText describeViolation(const ViolationSubject &s, FixDialect dialect)
     case ViolationKind::PartitionedLoad:
     case ViolationKind::ResumeWorldSize:
         break; // describeCheckpoint's
+    case ViolationKind::CollectiveMismatch:
+    case ViolationKind::RankStalled:
+        break; // describeCollective's
     case ViolationKind::TiedAcrossGroups:
         t.fix = "fully_shard([" + codeName(s.owner, dialect) + ", " +
                 codeName(s.accessor, dialect) + "])";

@@ -88,6 +88,13 @@ struct ViolationSubject
     // partitioned_load in DeepSpeed's words: the parameters were gathered for the load, but by
     // GatheredParameters without modifier_rank, so ZeRO-3 discards it at the scope's exit.
     bool withoutModifier = false;
+    // collective_mismatch, rank_stalled: the collective (group, seq), its sides (what each set
+    // of ranks issued, or where it stands) and where each rank is. A rank's own rank_stalled
+    // (its watchdog's) has one Waiting side of its rank and its site; the job's names them all.
+    // Unlike every other kind's, these messages name ranks: which ranks diverged is the finding.
+    CollectiveDetail collective;
+    // rank_stalled of one rank (its watchdog's): true; the job's aligner: false.
+    bool ownRank = false;
 };
 
 struct ViolationText

@@ -115,6 +115,24 @@ struct AllocatorFields
     std::uint64_t peakAllocatedBytes = 0;
 };
 
+// CollectiveBegin, CollectiveEnd (issue 51): one record per collective a rank issues (not per
+// parameter); begin just before it is issued (a hang leaves it), end once it has completed,
+// with the begin's fields. group: the producer's process-group number (0: the job's default
+// group; another group gets the next number in the order the rank first uses it); seq: per
+// rank and group, 1, 2, 3, ... in issue order; module: the module or unit it serves, or
+// kNoModule; bytes: what it moves; params: how many parameters it carries. Wire: flags kind,
+// a module, b group, u0 seq, u1 bytes, u2 reason (low 8 bits) | params << 32.
+struct CollectiveFields
+{
+    CollectiveKind kind = CollectiveKind::AllGather;
+    ModuleId module = kNoModule;
+    std::uint32_t group = 0;
+    std::uint64_t seq = 0;
+    std::uint64_t bytes = 0;
+    FetchReason reason = FetchReason::Forward;
+    std::uint32_t params = 0;
+};
+
 namespace detail {
 constexpr Event record(EventType type, std::uint8_t flags, std::uint32_t a, std::uint32_t b,
                        std::uint64_t u0 = 0, std::uint64_t u1 = 0, std::uint64_t u2 = 0)
@@ -321,6 +339,34 @@ constexpr AllocatorFields readAllocator(const Event &ev)
     return AllocatorFields{ev.u0, ev.u1, ev.u2};
 }
 
+namespace detail {
+constexpr std::uint64_t collectiveWord(const CollectiveFields &f)
+{
+    return static_cast<std::uint64_t>(static_cast<std::uint8_t>(f.reason)) |
+           (static_cast<std::uint64_t>(f.params) << 32);
+}
+} // namespace detail
+constexpr Event makeCollectiveBegin(CollectiveFields f)
+{
+    return detail::record(EventType::CollectiveBegin, static_cast<std::uint8_t>(f.kind), f.module,
+                          f.group, f.seq, f.bytes, detail::collectiveWord(f));
+}
+constexpr Event makeCollectiveEnd(CollectiveFields f)
+{
+    return detail::record(EventType::CollectiveEnd, static_cast<std::uint8_t>(f.kind), f.module,
+                          f.group, f.seq, f.bytes, detail::collectiveWord(f));
+}
+constexpr CollectiveFields readCollective(const Event &ev)
+{
+    return CollectiveFields{static_cast<CollectiveKind>(ev.flags),
+                            ev.a,
+                            ev.b,
+                            ev.u0,
+                            ev.u1,
+                            static_cast<FetchReason>(ev.u2 & 0xFFu),
+                            static_cast<std::uint32_t>(ev.u2 >> 32)};
+}
+
 // The wire mapping, pinned: each make writes the raw fields docs/protocol.md names.
 namespace detail {
 constexpr bool raw(const Event &e, EventType type, std::uint8_t flags, std::uint32_t a,
@@ -364,6 +410,21 @@ static_assert(raw(makeReduceScatterEnd({4, kNoParam, 8192, 6}), EventType::Reduc
 static_assert(raw(makeAllocatorSample({10, 20, 30}), EventType::AllocatorSample, 0, 0, 0, 10, 20,
                   30));
 static_assert(readReduceScatter(makeReduceScatterEnd({4, 3, 4096, 7})).params == 7);
+static_assert(raw(makeCollectiveBegin({CollectiveKind::ReduceScatter, 5, 1, 42, 4096,
+                                       FetchReason::Backward, 3}),
+                  EventType::CollectiveBegin, 1, 5, 1, 42, 4096, 0x300000001ull));
+static_assert(raw(makeCollectiveEnd({CollectiveKind::Broadcast, kNoModule, 0, 7, 8,
+                                     FetchReason::GatheredParameters, 0}),
+                  EventType::CollectiveEnd, 2, kNoModule, 0, 7, 8, 3));
+static_assert(readCollective(makeCollectiveBegin({CollectiveKind::AllGather, 5, 2, 9, 16,
+                                                  FetchReason::Prefetch, 0xFFFFFFFFu}))
+                  .params == 0xFFFFFFFFu);
+static_assert(readCollective(makeCollectiveEnd({CollectiveKind::Broadcast, 5, 2, 9, 16,
+                                                FetchReason::Guard, 1}))
+                  .reason == FetchReason::Guard);
+static_assert(readCollective(makeCollectiveEnd({CollectiveKind::Broadcast, 5, 2, 9, 16,
+                                                FetchReason::Guard, 1}))
+                  .kind == CollectiveKind::Broadcast);
 static_assert(readAllocator(makeAllocatorSample({10, 20, 30})).peakAllocatedBytes == 30);
 static_assert(readAccess(makeUnregisteredAccess({9, 3, 2, ParamStatus::Available,
                                                  GuardAction::Recorded}))

@@ -274,6 +274,12 @@ bool hasCapability(const std::vector<std::string> &capabilities, std::string_vie
     return std::find(capabilities.begin(), capabilities.end(), name) != capabilities.end();
 }
 
+int eventsLevelOf(const std::vector<std::string> &capabilities)
+{
+    if (hasCapability(capabilities, kCapabilityEvents3)) return 3;
+    return hasCapability(capabilities, kCapabilityEvents2) ? 2 : 1;
+}
+
 std::uint16_t binaryLayoutOf(const std::vector<std::string> &capabilities)
 {
     if (!hasCapability(capabilities, kCapabilityStateBinary)) return 0;

@@ -33,9 +33,22 @@ inline constexpr std::string_view kCapabilityStateBinary4 = "state_binary_4";
 // first eighteen (reduce_scatter_begin/end, allocator_sample); a server leaves them out of
 // what it sends a client that does not, which would refuse the whole batch.
 inline constexpr std::string_view kCapabilityEvents2 = "events_2";
+// With it as well, the collectives' kinds (collective_begin/end, 22 and 23).
+inline constexpr std::string_view kCapabilityEvents3 = "events_3";
+// The event kinds a client reads, by the capabilities of its Hello: 1 (kinds 1-18), 2 (with
+// "events_2": up to 21), 3 (with "events_3" as well: up to 23).
+inline constexpr int eventsLevelOfType(EventType t)
+{
+    const auto v = static_cast<std::uint8_t>(t);
+    return v >= static_cast<std::uint8_t>(EventType::CollectiveBegin)      ? 3
+           : v >= static_cast<std::uint8_t>(EventType::ReduceScatterBegin) ? 2
+                                                                           : 1;
+}
+inline constexpr int kEventsLevel = 3; // this release's
+// True for a kind added after the first eighteen (a client without "events_2" cannot read it).
 inline constexpr bool isEvents2Type(EventType t)
 {
-    return static_cast<std::uint8_t>(t) >= static_cast<std::uint8_t>(EventType::ReduceScatterBegin);
+    return eventsLevelOfType(t) >= 2;
 }
 
 // Client -> server, the first frame of a connection. Every C++ client asks for the binary State.
@@ -50,7 +63,8 @@ struct Hello
                                           std::string(kCapabilityStateBinary2),
                                           std::string(kCapabilityStateBinary3),
                                           std::string(kCapabilityStateBinary4),
-                                          std::string(kCapabilityEvents2)};
+                                          std::string(kCapabilityEvents2),
+                                          std::string(kCapabilityEvents3)};
     std::string token;  // must match the server's token when it has one
     std::string client; // free text, e.g. "shardscope-capture 0.1"
 };
@@ -68,7 +82,8 @@ struct Welcome
                                           std::string(kCapabilityStateBinary2),
                                           std::string(kCapabilityStateBinary3),
                                           std::string(kCapabilityStateBinary4),
-                                          std::string(kCapabilityEvents2)};
+                                          std::string(kCapabilityEvents2),
+                                          std::string(kCapabilityEvents3)};
     std::string server; // e.g. "shardscope-train"
     std::int64_t pid = 0;
     std::string model;
@@ -149,6 +164,9 @@ bool hasCapability(const std::vector<std::string> &capabilities, std::string_vie
 // "state_binary_2" (2), "state_binary_3" (3) and "state_binary_4" (4) it lists along with
 // "state_binary"; 0 when it lists no "state_binary" and reads JSON State frames.
 std::uint16_t binaryLayoutOf(const std::vector<std::string> &capabilities);
+// The event kinds a Hello's capabilities read (eventsLevelOfType): 3 with "events_3", 2 with
+// "events_2", else 1. A server sends such a client only the kinds of its level and below.
+int eventsLevelOf(const std::vector<std::string> &capabilities);
 
 // Handshake, server side: nullopt if the Hello is accepted, else the refusal to send.
 std::optional<ErrorMessage> checkHello(const Hello &hello, std::string_view requiredToken);

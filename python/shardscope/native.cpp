@@ -28,6 +28,7 @@
 #include "state/severity.h"
 #include "state/shape.h"
 #include "state/violationledger.h"
+#include "telemetry/clock.h"
 #include "wire/atomicfile.h"
 #include "wire/endpoint.h"
 #include "wire/jobmerge.h"
@@ -542,6 +543,52 @@ PYBIND11_MODULE(_native, module)
                 a.state().allocatorSample(allocated, reserved, peak);
             },
             py::arg("allocated"), py::arg("reserved"), py::arg("peak_allocated"))
+        // Collectives (issue 51; docs/protocol.md collective_begin/end): kind "all_gather",
+        // "reduce_scatter" or "broadcast"; reason a fetch reason's name.
+        .def(
+            "collective_begin",
+            [](Agent &a, const std::string &kind, std::uint32_t group,
+               std::optional<std::uint32_t> served, const std::string &reason,
+               std::uint64_t bytes, std::uint32_t params) {
+                return a.state().collectiveBegin(
+                    fromName(kind, collectiveKindFromName, kCollectiveKindNames,
+                             "collective kind"),
+                    group, moduleFrom(served),
+                    fromName(reason, fetchReasonFromName, kFetchReasonNames, "reason"), bytes,
+                    params);
+            },
+            py::arg("kind"), py::arg("group"), py::arg("module"), py::arg("reason"),
+            py::arg("bytes"), py::arg("params"))
+        .def(
+            "collective_end",
+            [](Agent &a, std::uint32_t group, std::uint64_t seq) {
+                a.state().collectiveEnd(group, seq);
+            },
+            py::arg("group"), py::arg("seq"))
+        .def("oldest_in_flight",
+             [](Agent &a) -> py::object {
+                 const auto c = a.state().oldestInFlight();
+                 if (!c) return py::none();
+                 const std::uint64_t now = telemetry::nowNs();
+                 const double waited = now > c->sinceNs ? double(now - c->sinceNs) * 1e-9 : 0.0;
+                 return py::make_tuple(
+                     c->group, c->seq, std::string(collectiveKindName(c->kind)),
+                     c->module == kNoModule ? py::object(py::none()) : py::int_(c->module),
+                     std::string(fetchReasonName(c->reason)), c->bytes, c->params, waited);
+             })
+        .def(
+            "collective_stalled",
+            [](Agent &a, std::uint32_t group, std::uint64_t seq, double waited,
+               const PyLocation &location, const std::vector<PyLocation> &stack) {
+                const auto c = a.state().inFlight(group, seq);
+                if (!c) return;
+                std::vector<state::SourceLocation> frames;
+                frames.reserve(stack.size());
+                for (const PyLocation &f : stack) frames.push_back(locationFrom(f));
+                a.state().collectiveStalled(*c, waited, locationFrom(location), std::move(frames));
+            },
+            py::arg("group"), py::arg("seq"), py::arg("waited"), py::arg("location"),
+            py::arg("stack"))
         .def_property_readonly("step", [](Agent &a) { return a.state().step(); })
         .def("state_json", [](Agent &a) {
             wire::Snapshot s;

@@ -52,6 +52,78 @@ class TestAgentState : public QObject
     Q_OBJECT
 
   private slots:
+    // Collectives (issue 51): seq per group in issue order, begin and end with the same fields,
+    // the oldest in flight for the watchdog, rank_stalled once per (group, seq) while in flight.
+    void collectivesCarrySeqAndStallOnce()
+    {
+        agent::AgentConfig cfg;
+        cfg.rank = 2;
+        cfg.worldSize = 3;
+        agent::AgentState s(cfg);
+        const ModuleId fc1 = s.ensureModule("layers.0.fc1", "Linear");
+        Recorder rec;
+        s.setEventSink(&rec);
+        QVERIFY(!s.oldestInFlight().has_value());
+        const std::uint64_t a =
+            s.collectiveBegin(CollectiveKind::AllGather, 0, fc1, FetchReason::Forward, 4096, 2);
+        const std::uint64_t b = s.collectiveBegin(CollectiveKind::AllGather, 1, kNoModule,
+                                                  FetchReason::Prefetch, 512, 1);
+        const std::uint64_t c = s.collectiveBegin(CollectiveKind::ReduceScatter, 0, fc1,
+                                                  FetchReason::Backward, 8192, 2);
+        QCOMPARE(a, std::uint64_t(1));
+        QCOMPARE(b, std::uint64_t(1)); // each group counts its own
+        QCOMPARE(c, std::uint64_t(2));
+        const auto oldest = s.oldestInFlight();
+        QVERIFY(oldest.has_value());
+        QCOMPARE(oldest->group, 0u);
+        QCOMPARE(oldest->seq, a);
+        QCOMPARE(oldest->module, fc1);
+        s.collectiveEnd(0, a);
+        s.collectiveEnd(0, a);  // not in flight any more: ignored
+        s.collectiveEnd(7, 99); // a group never used: ignored
+        QCOMPARE(s.oldestInFlight()->group, 1u);
+        QCOMPARE(rec.events.size(), std::size_t(4));
+        const telemetry::Event &end = rec.events[3];
+        QCOMPARE(end.type, EventType::CollectiveEnd);
+        const telemetry::CollectiveFields f = telemetry::readCollective(end);
+        QCOMPARE(f.seq, a);
+        QCOMPARE(f.module, fc1);
+        QCOMPARE(f.bytes, std::uint64_t(4096));
+        QCOMPARE(f.params, 2u);
+        QCOMPARE(f.reason, FetchReason::Forward);
+        QCOMPARE(end.rank, std::uint16_t(2));
+        QCOMPARE(telemetry::readCollective(rec.events[1]).group, 1u);
+
+        // The watchdog: c has waited; its record names the rank's line, once.
+        const auto inFlight = s.inFlight(0, c);
+        QVERIFY(inFlight.has_value());
+        state::SourceLocation where{"train.py", 88, "main", {}};
+        s.collectiveStalled(*inFlight, 6.5, where, {state::SourceLocation{"run.py", 3, "go", {}}});
+        s.collectiveStalled(*inFlight, 7.5, where, {});
+        s.collectiveEnd(0, c);
+        s.collectiveStalled(*inFlight, 8.5, where, {}); // no longer in flight
+        const state::EngineState st = s.state();
+        QCOMPARE(st.violations.size(), std::size_t(1));
+        const state::ViolationRecord &v = st.violations[0];
+        QCOMPARE(v.kind, ViolationKind::RankStalled);
+        QCOMPARE(v.severity, Severity::Error);
+        QCOMPARE(v.rank, 2);
+        QCOMPARE(v.count, std::uint64_t(1));
+        QCOMPARE(v.location.fileLine(), std::string("train.py:88"));
+        QCOMPARE(v.location.chain, std::vector<std::string>{"run.py:3 in go"});
+        QCOMPARE(v.collective.group, 0u);
+        QCOMPARE(v.collective.seq, c);
+        QCOMPARE(v.collective.sides.size(), std::size_t(1));
+        QCOMPARE(v.collective.sides[0].module, std::string("layers.0.fc1"));
+        QCOMPARE(v.collective.sides[0].position, CollectivePosition::Waiting);
+        QCOMPARE(v.collective.sites.at(0).where.line, 88u);
+        QVERIFY2(v.message.find("6.5 s") != std::string::npos, v.message.c_str());
+        QVERIFY2(v.message.find("layers.0.fc1") != std::string::npos, v.message.c_str());
+        QVERIFY2(v.message.find("train.py:88") != std::string::npos, v.message.c_str());
+        QVERIFY(!v.fix.empty());
+        s.setEventSink(nullptr);
+    }
+
     void modulesAndEvents()
     {
         agent::AgentConfig cfg;

@@ -13,6 +13,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "agent/agentstate.h"
 #include "client/clientstate.h"
 #include "client/inspectorclient.h"
 #include "comm/cpucommunicator.h"
@@ -176,6 +177,7 @@ class TestInspector : public QObject
     void severalClientsAtOnce();
     void eachClientGetsTheStateFormatItAskedFor();
     void newEventKindsOnlyToClientsThatAskedForThem();
+    void collectiveKindsOnlyToClientsOfEvents3();
     void stalledClientNeverBlocksTrainingAndLearnsWhatItLost();
     void wrongTokenIsRefusedWithAClearMessage();
     void wrongProtocolVersionIsRefused();
@@ -425,6 +427,71 @@ void TestInspector::newEventKindsOnlyToClientsThatAskedForThem()
     QCOMPARE(count(se, EventType::ReduceScatterEnd), 0);
     QCOMPARE(count(se, EventType::StepEnd), count(sc, EventType::StepEnd));
     QCOMPARE(se.snapshot().events.size() + 8, sc.snapshot().events.size());
+}
+
+// Collectives (kinds 22, 23) go to clients that list "events_3"; one of the release before
+// (events_2) gets the reduce-scatters but not them, one of the release before that neither.
+void TestInspector::collectiveKindsOnlyToClientsOfEvents3()
+{
+    agent::AgentConfig config;
+    config.worldSize = 1;
+    auto provider = std::make_unique<agent::AgentState>(config);
+    agent::AgentState &state = *provider;
+    server::Inspector inspector(std::move(provider), tcpOptions());
+    auto step = [&] {
+        state.stepBegin();
+        const std::uint64_t seq =
+            state.collectiveBegin(CollectiveKind::AllGather, 0, 0, FetchReason::Forward, 4096, 2);
+        state.collectiveEnd(0, seq);
+        state.reduceScatterBegin(0, kNoParam, 4096, 2);
+        state.reduceScatterEnd(0, kNoParam, 4096, 2);
+        state.stepEnd(0.5);
+    };
+    step(); // in the history of every client
+    InspectorClient::Options events2, events1;
+    events1.capabilities = {"state",   "events",       "history",
+                            "dropped", "state_binary", "state_binary_2"};
+    events2.capabilities = events1.capabilities;
+    events2.capabilities.push_back(std::string(wire::kCapabilityEvents2));
+    auto current = InspectorClient::connect(inspector.endpoint(), {});
+    auto second = InspectorClient::connect(inspector.endpoint(), events2);
+    auto first = InspectorClient::connect(inspector.endpoint(), events1);
+    QVERIFY2(current.ok(), current.error().c_str());
+    QVERIFY2(second.ok(), second.error().c_str());
+    QVERIFY2(first.ok(), first.error().c_str());
+    step(); // live
+    std::thread finisher([&] { inspector.finish(); });
+    client::ClientState s3, s2, s1;
+    for (auto [c, st] : {std::pair{current->get(), &s3}, std::pair{second->get(), &s2},
+                         std::pair{first->get(), &s1}}) {
+        std::string error;
+        QVERIFY2(readUntil(
+                     *c, *st, [&] { return st->finished(); }, &error),
+                 error.c_str());
+    }
+    finisher.join();
+    auto count = [](const client::ClientState &st, EventType t) {
+        return int(std::count_if(st.snapshot().events.begin(), st.snapshot().events.end(),
+                                 [&](const telemetry::Event &e) { return e.type == t; }));
+    };
+    QCOMPARE(count(s3, EventType::CollectiveBegin), 2);
+    QCOMPARE(count(s3, EventType::CollectiveEnd), 2);
+    QCOMPARE(count(s3, EventType::ReduceScatterBegin), 2);
+    QCOMPARE(count(s2, EventType::CollectiveBegin), 0);
+    QCOMPARE(count(s2, EventType::CollectiveEnd), 0);
+    QCOMPARE(count(s2, EventType::ReduceScatterBegin), 2);
+    QCOMPARE(count(s1, EventType::CollectiveBegin), 0);
+    QCOMPARE(count(s1, EventType::ReduceScatterBegin), 0);
+    QCOMPARE(count(s1, EventType::StepEnd), 2);
+    QCOMPARE(s2.snapshot().events.size() + 4, s3.snapshot().events.size());
+    QCOMPARE(s1.snapshot().events.size() + 4, s2.snapshot().events.size());
+    const auto seqs = [&] {
+        std::vector<std::uint64_t> out;
+        for (const telemetry::Event &e : s3.snapshot().events)
+            if (e.type == EventType::CollectiveEnd) out.push_back(telemetry::readCollective(e).seq);
+        return out;
+    }();
+    QCOMPARE(seqs, (std::vector<std::uint64_t>{1, 2}));
 }
 
 void TestInspector::stalledClientNeverBlocksTrainingAndLearnsWhatItLost()

@@ -28,7 +28,7 @@ class TestMessages : public QObject
 void TestMessages::everyEventTypeRoundTripsThroughAFrame()
 {
     const std::vector<telemetry::Event> events = test::everyEventType();
-    QCOMPARE(events.size(), std::size_t(21));
+    QCOMPARE(events.size(), std::size_t(23));
     FrameDecoder d;
     d.feed(encodeFrame(MessageType::EventBatch, encodeEvents(events)));
     auto frame = d.next();
@@ -76,15 +76,16 @@ void TestMessages::eventBatchRejectsPartialRecordsAndUnknownTypes()
              zero.error().c_str());
     bytes[48 + 14] = static_cast<char>(200);
     QVERIFY(!decodeEvents(bytes).ok());
-    // The kinds end at allocator_sample (21): 22 is refused, 19..21 decode.
-    QCOMPARE(test::everyEventType().back().type, EventType::AllocatorSample);
-    bytes[48 + 14] = static_cast<char>(22);
+    // The kinds end at collective_end (23): 24 is refused, 19..23 decode.
+    QCOMPARE(test::everyEventType().back().type, EventType::CollectiveEnd);
+    bytes[48 + 14] = static_cast<char>(24);
     auto past = decodeEvents(bytes);
     QVERIFY(!past.ok());
-    QVERIFY2(past.error().find("record 1 has unknown type 22") != std::string::npos,
+    QVERIFY2(past.error().find("record 1 has unknown type 24") != std::string::npos,
              past.error().c_str());
     for (const EventType t :
-         {EventType::ReduceScatterBegin, EventType::ReduceScatterEnd, EventType::AllocatorSample}) {
+         {EventType::ReduceScatterBegin, EventType::ReduceScatterEnd, EventType::AllocatorSample,
+          EventType::CollectiveBegin, EventType::CollectiveEnd}) {
         bytes[48 + 14] = static_cast<char>(t);
         auto ok = decodeEvents(bytes);
         QVERIFY2(ok.ok(), ok.ok() ? "" : ok.error().c_str());
@@ -105,6 +106,11 @@ void TestMessages::eventTypeNamesRoundTrip()
              std::string_view("reduce_scatter_begin"));
     QCOMPARE(eventTypeName(EventType::ReduceScatterEnd), std::string_view("reduce_scatter_end"));
     QCOMPARE(eventTypeName(EventType::AllocatorSample), std::string_view("allocator_sample"));
+    QCOMPARE(eventTypeName(EventType::CollectiveBegin), std::string_view("collective_begin"));
+    QCOMPARE(eventTypeName(EventType::CollectiveEnd), std::string_view("collective_end"));
+    QCOMPARE(collectiveKindName(CollectiveKind::ReduceScatter), std::string_view("reduce_scatter"));
+    QCOMPARE(collectiveKindFromName("broadcast"), std::optional(CollectiveKind::Broadcast));
+    QVERIFY(!collectiveKindFromName("all_reduce").has_value());
     QVERIFY(!eventTypeFromName("bogus").has_value());
     QCOMPARE(eventTypeName(static_cast<EventType>(99)), std::string_view("unknown"));
 }

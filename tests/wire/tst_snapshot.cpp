@@ -215,7 +215,7 @@ void TestSnapshot::refusesForeignAndInconsistentDocuments()
     expectError(j, "events.rank[0]");
     j = base;
     j["events"]["u1"].erase(0);
-    expectError(j, "events.u1: 20 values where \"count\" is 21");
+    expectError(j, "events.u1: 22 values where \"count\" is 23");
     j = base;
     j["events"]["step"][0] = -1;
     expectError(j, "events.step[0]: the step leaves 0 to 4294967295");
