@@ -499,6 +499,7 @@ class _Agent(AgentCore):
         # Its partition's world: its own group's (ZeRO++ hpZ, DeepSpeed >= 0.19.3), else the job's.
         world = int(d.get("ds_zero_partition_world_size", self.world_size))
         d["_shardscope_nbytes"] = (partition * world if partitioned else numel) * param.element_size()
+        d["_shardscope_owner"] = mid if mid is not None else 0  # a GatheredParameters' module
         self.native.set_param(id=pid, name=name, owner=mid if mid is not None else 0, shape=shape,
                               dtype=str(param.dtype).replace("torch.", ""), numel=numel,
                               partition_numel=partition if partitioned else numel,
@@ -798,9 +799,14 @@ class _Agent(AgentCore):
         for pg, ps in by_group.values():
             nbytes, owners = 0, set()
             for p in ps:
-                _, numel, itemsize, owner, _ = self._reduce_param(p)
-                nbytes += numel * itemsize
-                owners.add(owner)
+                d = p.__dict__
+                if "_shardscope_nbytes" in d:
+                    nbytes += d["_shardscope_nbytes"]
+                    owners.add(d.get("_shardscope_owner", 0))
+                else:  # not published yet (while the model is built)
+                    _, numel, itemsize, owner, _ = self._reduce_param(p)
+                    nbytes += numel * itemsize
+                    owners.add(owner)
             module = owners.pop() if len(owners) == 1 else 0
             group = self.group_number(pg)
             begun.append((group, self.native.collective_begin(kind, group, module,

@@ -407,8 +407,8 @@ void FsdpPath::endGather(Group &g)
 // (pre_forward: forward, pre_backward: backward, _prefetch_unshard: prefetch, an explicit
 // unshard(): gathered_parameters), the group's bytes and parameters; the end when the group
 // is unsharded (_to_unsharded, after wait_for_unshard), or at once when FSDP raised.
-PyObject *FsdpPath::foreachAllGather(PyObject *original, PyObject *const *args,
-                                     std::size_t nargsf, PyObject *kwnames)
+PyObject *FsdpPath::foreachAllGather(PyObject *original, PyObject *const *args, std::size_t nargsf,
+                                     PyObject *kwnames)
 {
     auto found = m_unsharding ? m_index.find(m_unsharding) : m_index.end();
     if (closed || PyVectorcall_NARGS(nargsf) < 2 || found == m_index.end())
@@ -418,8 +418,9 @@ PyObject *FsdpPath::foreachAllGather(PyObject *original, PyObject *const *args,
         m_causes.empty() ? Cause{FetchReason::GatheredParameters, kNoModule} : m_causes.back();
     endGather(g); // a previous one never seen unsharded: not waited for any more
     g.gatherGroup = groupNumber(args[1]);
-    g.gatherSeq = m_state.collectiveBegin(CollectiveKind::AllGather, g.gatherGroup, g.unit, c.reason,
-                                          g.bytes, static_cast<std::uint32_t>(g.params.size()));
+    g.gatherSeq =
+        m_state.collectiveBegin(CollectiveKind::AllGather, g.gatherGroup, g.unit, c.reason, g.bytes,
+                                static_cast<std::uint32_t>(g.params.size()));
     PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
     if (!r) endGather(g); // FSDP's error, unchanged
     return r;

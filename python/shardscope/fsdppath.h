@@ -39,8 +39,8 @@ class FsdpPath : public std::enable_shared_from_this<FsdpPath>
         PostForward,
         PreBackward,
         PostBackward,
-        PrefetchUnshard, // a staticmethod (target, pass_type)
-        ForeachReduce,   // the function _fsdp_param_group calls in post_backward
+        PrefetchUnshard,  // a staticmethod (target, pass_type)
+        ForeachReduce,    // the function _fsdp_param_group calls in post_backward
         ForeachAllGather, // the function unshard() issues the group's all-gather with
     };
     static constexpr std::string_view kMethodNames[] = {
@@ -94,7 +94,7 @@ class FsdpPath : public std::enable_shared_from_this<FsdpPath>
     {
         PyObject *object; // the FSDPParamGroup (the Python _Group keeps it alive)
         std::vector<std::pair<ParamId, std::uint64_t>> params;
-        std::uint64_t bytes = 0; // what its all-gather moves (the params' sum)
+        std::uint64_t bytes = 0;     // what its all-gather moves (the params' sum)
         std::uint64_t gatherSeq = 0; // its all-gather collective in flight, or 0
         std::uint32_t gatherGroup = 0;
         ModuleId unit = 0;
@@ -158,9 +158,9 @@ class FsdpPath : public std::enable_shared_from_this<FsdpPath>
     std::deque<Group> m_groups; // stable: a hook holds its Group while FSDP publishes another
     std::unordered_map<PyObject *, std::size_t> m_index; // FSDPParamGroup -> m_groups
     std::unordered_map<PyObject *, ModuleId> m_modules;  // module -> its id
-    std::vector<Cause> m_causes;    // the FSDP methods running now, innermost last
-    std::vector<ModuleId> m_scopes; // units whose forward or backward is open
-    PyObject *m_reducing = nullptr; // borrowed: post_backward's group while it runs
+    std::vector<Cause> m_causes;      // the FSDP methods running now, innermost last
+    std::vector<ModuleId> m_scopes;   // units whose forward or backward is open
+    PyObject *m_reducing = nullptr;   // borrowed: post_backward's group while it runs
     PyObject *m_unsharding = nullptr; // borrowed: unshard's group while it runs
     std::vector<std::pair<py::object, std::uint32_t>> m_groupNumbers; // process group -> number
     py::str m_kAllGatherResult{"_all_gather_result"}, m_kIsUnsharded{"is_unsharded"},

@@ -424,9 +424,9 @@ PyObject *HotPath::gatherCall(PyObject *original, PyObject *const *args, std::si
                 group = args[n + i];
     }
     const std::uint32_t number = groupNumber(group);
-    const std::uint64_t seq = m_state.collectiveBegin(CollectiveKind::AllGather, number,
-                                                      m_pending.cause, m_pending.reason,
-                                                      m_pending.bytes, m_pending.params);
+    const std::uint64_t seq =
+        m_state.collectiveBegin(CollectiveKind::AllGather, number, m_pending.cause,
+                                m_pending.reason, m_pending.bytes, m_pending.params);
     for (Published *p : m_pendingParams) {
         p->gatherSeq = seq;
         p->gatherGroup = number;

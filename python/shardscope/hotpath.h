@@ -236,11 +236,11 @@ class HotPath : public std::enable_shared_from_this<HotPath>
         m_pending = PendingGather{};
         m_pendingParams.clear();
     }
-    void endGather(Published &p); // its batch's collective_end, once
+    void endGather(Published &p);               // its batch's collective_end, once
     std::uint32_t groupNumber(PyObject *group); // the observer's group_number, kept per object
     PendingGather m_pending;
-    std::vector<Published *> m_pendingParams;   // reused: no allocation once warm
-    std::vector<OpenGather> m_openGathers;      // begun, not ended (a few: prefetches)
+    std::vector<Published *> m_pendingParams; // reused: no allocation once warm
+    std::vector<OpenGather> m_openGathers;    // begun, not ended (a few: prefetches)
     std::vector<std::pair<py::object, std::uint32_t>> m_groupNumbers;
     py::str m_kGroup{"group"};
     // Counts what ds_secondary_tensor the parameter holds now (AgentState::setSecondary):
