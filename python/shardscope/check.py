@@ -34,6 +34,9 @@ _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 # watchdog its own rank_stalled (SHARDSCOPE_STALL_SECONDS, 5 s on these CPU ranks).
 HANG_KINDS = ("collective_mismatch", "rank_stalled")
 _STALL_GRACE_S = 3.0  # once every rank still running has stalled: time for the last records
+# A rank stalled while another waits where no agent sees (a barrier, its own collective): the
+# ranks are stopped once this long has passed since the stall with no rank's stage changing.
+_LONE_STALL_S = 15.0
 
 
 class CouldNotRun(Exception):
@@ -288,6 +291,8 @@ def run_ranks(args, workdir, backend):
     timed_out = False
     stalls = _Stalls(workdir, len(procs))
     args.stalled = False
+    seen_stages: list = []
+    moved = start  # when a rank's stage last changed
     while any(p.poll() is None for p in procs):
         elapsed = time.monotonic() - start
         if elapsed > args.timeout:
@@ -296,13 +301,16 @@ def run_ranks(args, workdir, backend):
         if _stop_requested():
             break
         # Every rank still running waits in a collective past the threshold (its watchdog's
-        # rank_stalled is in its snapshot): the script hangs; stopped a few seconds later,
-        # not at --timeout.
-        if stalls.all_stalled(procs):
-            args.stalled = True
-            _progress(f"shardscope-check: every rank waits in a collective (rank_stalled); "
-                      f"stopping the ranks in {_STALL_GRACE_S:.0f} s", tty)
-            _wait_or_stop(procs, _STALL_GRACE_S)
+        # rank_stalled is in its snapshot), or one does and nothing has moved for
+        # _LONE_STALL_S since: the script hangs; stopped then, not at --timeout.
+        every = stalls.all_stalled(procs)
+        if every or (stalls.first is not None and
+                     time.monotonic() - max(stalls.first, moved) > _LONE_STALL_S):
+            args.stalled = "every" if every else "one"
+            _progress("shardscope-check: " + ("every rank waits" if every else "a rank waits")
+                      + " in a collective the others do not issue (rank_stalled); stopping the "
+                      "ranks", tty)
+            _wait_or_stop(procs, _STALL_GRACE_S if every else 0.0)
             break
         stages = []
         for rank in range(args.nproc):
@@ -310,6 +318,8 @@ def run_ranks(args, workdir, backend):
                 stages.append(open(os.path.join(workdir, f"status.{rank}")).read().split(" ", 1)[1].strip())
             except (OSError, IndexError):
                 stages.append("starting python")
+        if stages != seen_stages:
+            seen_stages, moved = stages, time.monotonic()
         stage = min(stages, key=_stage_order)
         # On a terminal one line, rewritten each second; in a log a line per stage.
         line = f"shardscope-check: {args.nproc} CPU ranks, {elapsed:4.0f} s: {stage}"
@@ -353,6 +363,7 @@ class _Stalls:
         self.seen = [None] * nproc  # (mtime, size) last read
         self.stalled = [False] * nproc
         self.checked = 0.0
+        self.first = None  # when a stall was first seen
 
     def all_stalled(self, procs):
         now = time.monotonic()
@@ -378,6 +389,8 @@ class _Stalls:
                 continue
             self.stalled[r] = any(v.get("kind") == "rank_stalled"
                                   for v in doc.get("violations", []))
+            if self.stalled[r] and self.first is None:
+                self.first = now
         running = [r for r, p in enumerate(procs) if p.poll() is None]
         return bool(running) and any(self.stalled) and all(self.stalled[r] for r in running)
 
@@ -1030,9 +1043,13 @@ def _run(args, workdir, backend, alive):
         # The ranks would not finish, and the job's records say why: which rank issued which
         # collective on which line, and where the others wait (exit 1, not "timed out").
         print(report_text(problems, doc, None, results, args, elapsed))
-        how = ("were stopped once every rank had waited in a collective past the stall "
-               "threshold" if getattr(args, "stalled", False) and not timed_out else
-               f"did not finish within --timeout {args.timeout:.0f} s")
+        stalled = getattr(args, "stalled", False)
+        how = (f"did not finish within --timeout {args.timeout:.0f} s" if timed_out or not stalled
+               else "were stopped once every rank had waited in a collective past the stall "
+               "threshold" if stalled == "every" else
+               f"were stopped {_LONE_STALL_S:.0f} s after a rank had waited in a collective "
+               f"past the stall threshold while no rank went on (the others wait where the "
+               f"agent does not see: a barrier, or their own collective)")
         print(f"\nthe ranks {how} (stopped at: {getattr(args, 'last_stage', '') or 'starting'}); "
               f"on GPUs this script would hang until NCCL's timeout. Fix the problems above "
               f"and run shardscope-check again.")
