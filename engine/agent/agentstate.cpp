@@ -804,7 +804,8 @@ void AgentState::collectiveStalled(const InFlight &c, double waitedSeconds,
     state::CollectiveDetail &d = subject.collective;
     d.group = c.group;
     d.seq = c.seq;
-    d.waitedSeconds = waitedSeconds;
+    const auto waitedMs = static_cast<std::uint64_t>(std::max(0.0, waitedSeconds) * 1000.0 + 0.5);
+    d.waitedMs = waitedMs;
     state::CollectiveSide side;
     side.ranks = {m_config.rank};
     side.position = CollectivePosition::Waiting;
@@ -816,7 +817,7 @@ void AgentState::collectiveStalled(const InFlight &c, double waitedSeconds,
     side.params = c.params;
     side.lastSeq = c.seq;
     d.sides.push_back(side);
-    d.sites.push_back({m_config.rank, c.seq, waitedSeconds, where});
+    d.sites.push_back({m_config.rank, c.seq, waitedMs, where});
     const state::ViolationText text = state::describeViolation(subject, m_config.dialect);
     state::ViolationRecord v = violationLocked(ViolationKind::RankStalled, text);
     v.accessor = side.hasModule ? c.module : kNoModule;

@@ -115,16 +115,16 @@ struct CollectiveSite
 {
     int rank = 0;
     std::uint64_t seq = 0;
-    double waitedSeconds = 0; // how long it had waited in seq when the line was taken
+    std::uint64_t waitedMs = 0; // how long it had waited in seq when the line was taken
     SourceLocation where;
     bool operator==(const CollectiveSite &) const = default;
 };
 
 struct CollectiveDetail
 {
-    std::uint32_t group = 0;  // the process group's number (0: the job's default group)
-    std::uint64_t seq = 0;    // 0: no detail (every other kind)
-    double waitedSeconds = 0; // rank_stalled: the longest wait of the waiting ranks
+    std::uint32_t group = 0;    // the process group's number (0: the job's default group)
+    std::uint64_t seq = 0;      // 0: no detail (every other kind)
+    std::uint64_t waitedMs = 0; // rank_stalled: the longest wait of the waiting ranks
     std::vector<CollectiveSide> sides;
     std::vector<CollectiveSite> sites; // ascending rank
     bool empty() const { return seq == 0 && sides.empty() && sites.empty(); }

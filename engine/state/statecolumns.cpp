@@ -215,9 +215,12 @@ void columnsOf(const EngineState &s, StateColumns &c)
         c.paramReplaces.push_back(optional(p.replaces));
     // FSDP2's settings and placements last: a state without them (the engine's) makes the
     // table Engine::stateColumns makes.
+    // A unit's two strings are strings even when empty (protocol.md: none exactly where the
+    // module is no unit), so a unit whose mesh is "" travels as it was read.
     for (const ModuleRecord &m : s.modules) {
-        c.moduleReshard.push_back(optional(m.reshardAfterForward));
-        c.moduleMesh.push_back(optional(m.mesh));
+        c.moduleReshard.push_back(m.fsdpUnit() ? c.strings.intern(m.reshardAfterForward)
+                                               : optional(m.reshardAfterForward));
+        c.moduleMesh.push_back(m.fsdpUnit() ? c.strings.intern(m.mesh) : optional(m.mesh));
     }
     for (const ParamRecord &p : s.params)
         c.paramPlacements.push_back(optional(p.placements));

@@ -372,8 +372,9 @@ std::string ranksText(const std::vector<int> &ranks)
     return out;
 }
 
-std::string secondsText(double s)
+std::string secondsText(std::uint64_t ms)
 {
+    const double s = double(ms) / 1000.0;
     char text[32];
     std::snprintf(text, sizeof text, s < 10 ? "%.1f s" : "%.0f s", s);
     return text;
@@ -507,12 +508,12 @@ ViolationText describeCollective(const ViolationSubject &s, FixDialect dialect)
         const std::string where = d.sites.empty() || !d.sites.front().where.known()
                                       ? std::string()
                                       : " at " + d.sites.front().where.fileLine();
-        t.message = "this rank has waited " + secondsText(d.waitedSeconds) + " in " +
+        t.message = "this rank has waited " + secondsText(d.waitedMs) + " in " +
                     (c ? collectiveText(*c, dialect) : std::string("a collective")) + ", " + at +
                     where + ", which the other ranks have not joined; " + hang;
     } else {
-        t.message = "collective " + at + " stalled for " + secondsText(d.waitedSeconds) + ": " +
-                    sides + "; " + hang;
+        t.message = "collective " + at + " stalled for " + secondsText(d.waitedMs) + ": " + sides +
+                    "; " + hang;
     }
     t.fix = collectiveFix(d, dialect);
     return t;

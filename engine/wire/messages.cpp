@@ -283,6 +283,7 @@ int eventsLevelOf(const std::vector<std::string> &capabilities)
 std::uint16_t binaryLayoutOf(const std::vector<std::string> &capabilities)
 {
     if (!hasCapability(capabilities, kCapabilityStateBinary)) return 0;
+    if (hasCapability(capabilities, kCapabilityStateBinary5)) return 5;
     if (hasCapability(capabilities, kCapabilityStateBinary4)) return 4;
     if (hasCapability(capabilities, kCapabilityStateBinary3)) return 3;
     return hasCapability(capabilities, kCapabilityStateBinary2) ? 2 : 1;

@@ -29,6 +29,8 @@ inline constexpr std::string_view kCapabilityStateBinary2 = "state_binary_2";
 inline constexpr std::string_view kCapabilityStateBinary3 = "state_binary_3";
 // With it as well, layout 4 (violations' severity and what their read touched).
 inline constexpr std::string_view kCapabilityStateBinary4 = "state_binary_4";
+// With it as well, layout 5 (violations' collective: collective_mismatch, rank_stalled).
+inline constexpr std::string_view kCapabilityStateBinary5 = "state_binary_5";
 // A client that lists this capability gets the event kinds added within version 1 after the
 // first eighteen (reduce_scatter_begin/end, allocator_sample); a server leaves them out of
 // what it sends a client that does not, which would refuse the whole batch.
@@ -63,6 +65,7 @@ struct Hello
                                           std::string(kCapabilityStateBinary2),
                                           std::string(kCapabilityStateBinary3),
                                           std::string(kCapabilityStateBinary4),
+                                          std::string(kCapabilityStateBinary5),
                                           std::string(kCapabilityEvents2),
                                           std::string(kCapabilityEvents3)};
     std::string token;  // must match the server's token when it has one
@@ -82,6 +85,7 @@ struct Welcome
                                           std::string(kCapabilityStateBinary2),
                                           std::string(kCapabilityStateBinary3),
                                           std::string(kCapabilityStateBinary4),
+                                          std::string(kCapabilityStateBinary5),
                                           std::string(kCapabilityEvents2),
                                           std::string(kCapabilityEvents3)};
     std::string server; // e.g. "shardscope-train"

@@ -164,6 +164,55 @@ void writeParam(Writer &w, const state::EngineState &s, const state::ParamRecord
     w.raw("}");
 }
 
+void writeLocation(Writer &w, const state::SourceLocation &l)
+{
+    w.raw("{\"file\":").str(l.file);
+    w.raw(",\"line\":").num(l.line);
+    w.raw(",\"function\":").str(l.function);
+    w.raw(",\"chain\":[");
+    for (std::size_t i = 0; i < l.chain.size(); ++i)
+        (i ? w.raw(",") : w).str(l.chain[i]);
+    w.raw("]}");
+}
+
+// collective_mismatch, rank_stalled (docs/snapshot.md, a violation's `collective`).
+void writeCollective(Writer &w, const state::CollectiveDetail &d)
+{
+    w.raw("{\"group\":").num(d.group);
+    w.raw(",\"seq\":").num(d.seq);
+    w.raw(",\"waited_ms\":").num(d.waitedMs);
+    w.raw(",\"sides\":[");
+    for (std::size_t i = 0; i < d.sides.size(); ++i) {
+        const state::CollectiveSide &c = d.sides[i];
+        w.raw(i ? ",{\"ranks\":[" : "{\"ranks\":[");
+        for (std::size_t r = 0; r < c.ranks.size(); ++r)
+            (r ? w.raw(",") : w).inum(c.ranks[r]);
+        w.raw("],\"position\":").str(collectivePositionName(c.position));
+        w.raw(",\"kind\":").str(collectiveKindName(c.kind));
+        w.raw(",\"module\":");
+        if (c.hasModule)
+            w.str(c.module);
+        else
+            w.raw("null");
+        w.raw(",\"reason\":").str(fetchReasonName(c.reason));
+        w.raw(",\"bytes\":").num(c.bytes);
+        w.raw(",\"params\":").num(c.params);
+        w.raw(",\"last_seq\":").num(c.lastSeq);
+        w.raw("}");
+    }
+    w.raw("],\"sites\":[");
+    for (std::size_t i = 0; i < d.sites.size(); ++i) {
+        const state::CollectiveSite &site = d.sites[i];
+        w.raw(i ? ",{\"rank\":" : "{\"rank\":").inum(site.rank);
+        w.raw(",\"seq\":").num(site.seq);
+        w.raw(",\"waited_ms\":").num(site.waitedMs);
+        w.raw(",\"location\":");
+        writeLocation(w, site.where);
+        w.raw("}");
+    }
+    w.raw("]}");
+}
+
 void writeViolation(Writer &w, const state::EngineState &s, const state::ViolationRecord &v,
                     const std::unordered_map<ParamId, const state::ParamRecord *> &paramById)
 {
@@ -193,15 +242,14 @@ void writeViolation(Writer &w, const state::EngineState &s, const state::Violati
     w.raw(",\"fix\":").str(v.fix);
     w.raw(",\"message\":").str(v.message);
     if (v.location.known()) {
-        w.raw(",\"location\":{\"file\":").str(v.location.file);
-        w.raw(",\"line\":").num(v.location.line);
-        w.raw(",\"function\":").str(v.location.function);
-        w.raw(",\"chain\":[");
-        for (std::size_t i = 0; i < v.location.chain.size(); ++i)
-            (i ? w.raw(",") : w).str(v.location.chain[i]);
-        w.raw("]}");
+        w.raw(",\"location\":");
+        writeLocation(w, v.location);
     }
     if (!v.building.empty()) w.raw(",\"building\":").str(v.building);
+    if (!v.collective.empty()) {
+        w.raw(",\"collective\":");
+        writeCollective(w, v.collective);
+    }
     w.raw("}");
 }
 
@@ -571,6 +619,72 @@ state::ParamRecord decodeParam(Element j, const ModuleIndex &index, int worldSiz
     return p;
 }
 
+state::SourceLocation decodeLocation(Element e, const Where &lw)
+{
+    state::SourceLocation out;
+    const sj::Object l = sj::asObject(e, lw);
+    out.file = sj::asString(sj::member(l, "file", lw), lw / "file");
+    out.line = bounded<std::uint32_t>(l, "line", 0xFFFFFFFFu, lw);
+    out.function = sj::asString(sj::member(l, "function", lw), lw / "function");
+    const Where cw = lw / "chain";
+    for (Element c : sj::asArray(sj::member(l, "chain", lw), cw))
+        out.chain.push_back(sj::asString(c, cw[out.chain.size()]));
+    return out;
+}
+
+std::vector<int> decodeRanks(Element e, const Where &w)
+{
+    std::vector<int> out;
+    for (Element r : sj::asArray(e, w)) {
+        const Where rw = w[out.size()];
+        const int rank = static_cast<int>(sj::asBounded(r, kMaxRank, rw));
+        if (!out.empty() && rank <= out.back()) sj::failAt(rw, "ranks must ascend");
+        out.push_back(rank);
+    }
+    if (out.empty()) sj::failAt(w, "is empty");
+    return out;
+}
+
+state::CollectiveDetail decodeCollective(Element e, const Where &w)
+{
+    const sj::Object o = sj::asObject(e, w);
+    state::CollectiveDetail d;
+    d.group = bounded<std::uint32_t>(o, "group", 0xFFFFFFFFu, w);
+    d.seq = u64(o, "seq", w);
+    d.waitedMs = u64(o, "waited_ms", w);
+    const Where sw = w / "sides";
+    for (Element se : sj::asArray(sj::member(o, "sides", w), sw)) {
+        const Where iw = sw[d.sides.size()];
+        const sj::Object so = sj::asObject(se, iw);
+        state::CollectiveSide c;
+        c.ranks = decodeRanks(sj::member(so, "ranks", iw), iw / "ranks");
+        c.position =
+            readEnum(sj::member(so, "position", iw), collectivePositionFromName, iw / "position");
+        c.kind = readEnum(sj::member(so, "kind", iw), collectiveKindFromName, iw / "kind");
+        if (const Element m = sj::member(so, "module", iw); !m.is_null()) {
+            c.hasModule = true;
+            c.module = sj::asString(m, iw / "module");
+        }
+        c.reason = readEnum(sj::member(so, "reason", iw), fetchReasonFromName, iw / "reason");
+        c.bytes = u64(so, "bytes", iw);
+        c.params = bounded<std::uint32_t>(so, "params", 0xFFFFFFFFu, iw);
+        c.lastSeq = u64(so, "last_seq", iw);
+        d.sides.push_back(std::move(c));
+    }
+    const Where tw = w / "sites";
+    for (Element te : sj::asArray(sj::member(o, "sites", w), tw)) {
+        const Where iw = tw[d.sites.size()];
+        const sj::Object to = sj::asObject(te, iw);
+        state::CollectiveSite site;
+        site.rank = bounded<int>(to, "rank", kMaxRank, iw);
+        site.seq = u64(to, "seq", iw);
+        site.waitedMs = u64(to, "waited_ms", iw);
+        site.where = decodeLocation(sj::member(to, "location", iw), iw / "location");
+        d.sites.push_back(std::move(site));
+    }
+    return d;
+}
+
 state::ViolationRecord decodeViolation(Element j, const ModuleIndex &index, const Where &w)
 {
     const sj::Object o = sj::asObject(j, w);
@@ -592,16 +706,9 @@ state::ViolationRecord decodeViolation(Element j, const ModuleIndex &index, cons
     v.message = sj::asString(sj::member(o, "message", w), w / "message");
     // Optional members (snapshots written before locations have neither).
     Element e;
-    if (sj::optionalMember(o, "location", e)) {
-        const Where lw = w / "location";
-        const sj::Object l = sj::asObject(e, lw);
-        v.location.file = sj::asString(sj::member(l, "file", lw), lw / "file");
-        v.location.line = bounded<std::uint32_t>(l, "line", 0xFFFFFFFFu, lw);
-        v.location.function = sj::asString(sj::member(l, "function", lw), lw / "function");
-        const Where cw = lw / "chain";
-        for (Element c : sj::asArray(sj::member(l, "chain", lw), cw))
-            v.location.chain.push_back(sj::asString(c, cw[v.location.chain.size()]));
-    }
+    if (sj::optionalMember(o, "location", e)) v.location = decodeLocation(e, w / "location");
+    if (sj::optionalMember(o, "collective", e))
+        v.collective = decodeCollective(e, w / "collective");
     if (sj::optionalMember(o, "building", e)) v.building = sj::asString(e, w / "building");
     if (sj::optionalMember(o, "read", e)) v.read = readEnum(e, violationReadFromName, w / "read");
     // A snapshot written before severities has none: the one rule gives it.
@@ -731,6 +838,26 @@ Snapshot decodeSnapshotDom(Element rootElement)
 }
 
 } // namespace
+
+namespace detail {
+
+std::string collectiveJson(const state::CollectiveDetail &d)
+{
+    std::string out;
+    Writer w(out, false);
+    writeCollective(w, d);
+    return out;
+}
+
+Result<state::CollectiveDetail> decodeCollectiveJson(std::string_view json)
+{
+    return guarded<state::CollectiveDetail>("not a valid collective", [&] {
+        simdjson::dom::parser parser;
+        return decodeCollective(sj::parse(parser, json, false), Where::root());
+    });
+}
+
+} // namespace detail
 
 std::uint64_t unixTimeMs()
 {

@@ -64,4 +64,11 @@ Result<Snapshot> readSnapshotFile(const std::string &path);
 
 std::uint64_t unixTimeMs();
 
+namespace detail {
+// A violation's `collective` (docs/snapshot.md) as compact JSON, and back: StateBinary's
+// layout 5 carries it as one string (docs/protocol.md, part 53).
+std::string collectiveJson(const state::CollectiveDetail &d);
+Result<state::CollectiveDetail> decodeCollectiveJson(std::string_view json);
+} // namespace detail
+
 } // namespace shardscope::wire

@@ -43,6 +43,8 @@ constexpr std::uint64_t kModuleUnitBytes = 4 + 4 + 4;
 constexpr std::uint64_t kParamPlacementBytes = 4;
 // Layout 4 adds a violation's severity and what its read touched.
 constexpr std::uint64_t kViolationSeverityBytes = 1 + 1;
+// Layout 5 adds a violation's collective (collective_mismatch, rank_stalled), one string.
+constexpr std::uint64_t kViolationCollectiveBytes = 4;
 static_assert(kParamBytes == 83 && kViolationBytes == 55 && kViolationLocationBytes == 20);
 
 // Parameter flags.
@@ -71,7 +73,8 @@ std::uint64_t payloadSize(const Counts &c)
            c.params * (kParamBytes + (units ? kParamPlacementBytes : 0) + statusRowBytes(c.world)) +
            8 * c.dims + 5 * c.externals + 4 * c.active +
            (kViolationBytes + (c.layout >= 2 ? kViolationLocationBytes : 0) +
-            (c.layout >= 4 ? kViolationSeverityBytes : 0)) *
+            (c.layout >= 4 ? kViolationSeverityBytes : 0) +
+            (c.layout >= 5 ? kViolationCollectiveBytes : 0)) *
                c.violations +
            sizeof(telemetry::Event) * c.events;
 }
@@ -221,7 +224,7 @@ std::string encodeBinaryState(const state::StateColumns &c, const SnapshotMeta &
     const std::size_t nViolations = c.violations.size();
     std::vector<std::uint32_t> vParamName(nViolations), vFix(nViolations), vMessage(nViolations),
         vFile(nViolations), vLine(nViolations), vFunction(nViolations), vChain(nViolations),
-        vBuilding(nViolations);
+        vBuilding(nViolations), vCollective(nViolations, kNone);
     for (std::size_t i = 0; i < nViolations; ++i) {
         const state::ViolationRecord &v = c.violations[i];
         const auto it = std::lower_bound(c.paramId.begin(), c.paramId.end(), v.param);
@@ -240,6 +243,8 @@ std::string encodeBinaryState(const state::StateColumns &c, const SnapshotMeta &
             chain.append(chain.empty() ? "" : "\n").append(frame);
         vChain[i] = chain.empty() ? kNone : more(chain);
         vBuilding[i] = v.building.empty() ? kNone : more(v.building);
+        if (layout >= 5 && !v.collective.empty())
+            vCollective[i] = more(detail::collectiveJson(v.collective));
     }
 
     Counts n;
@@ -352,6 +357,7 @@ std::string encodeBinaryState(const state::StateColumns &c, const SnapshotMeta &
         violationColumn(
             [](const state::ViolationRecord &v) { return static_cast<std::uint8_t>(v.read); });
     }
+    if (layout >= 5) o.column(vCollective);
     o.bytes(events.data(), events.size_bytes());
     return out;
 }
@@ -843,6 +849,18 @@ Snapshot decodeBinary(std::string_view payload)
         } else { // an earlier layout has none: the one rule gives it
             v.severity = state::severityOf(v.kind, v.action, v.read);
         }
+    }
+
+    const std::uint64_t VC = layout >= 5 ? V : 0;
+    const auto vCollective = parts.column<std::uint32_t>(VC);
+    for (std::uint64_t i = 0; i < VC; ++i) {
+        if (vCollective[i] == kNone) continue;
+        const Where w{"violations", i};
+        const std::string json = strings.get(vCollective[i], w / "collective");
+        auto d = detail::decodeCollectiveJson(json);
+        if (!d) failAt(w / "collective", d.error());
+        if (d->empty()) failAt(w / "collective", "is empty; none is written as 0xFFFFFFFF");
+        st.violations[i].collective = std::move(*d);
     }
 
     const char *events = parts.take(c.events * sizeof(telemetry::Event));

@@ -20,10 +20,11 @@ namespace shardscope::wire {
 // The payload's first four bytes, "SSTB", read as a little-endian u32.
 inline constexpr std::uint32_t kBinaryStateMagic = 0x42545353u;
 // The layout of the payload: 2 adds violations' source locations, 3 FSDP2's units and
-// parameters' placements, 4 violations' severity and read (docs/protocol.md, "StateBinary").
-// A decoder reads 1 to 4 and refuses any other; an encoder writes the newest layout a client's
-// Hello lists (binaryLayoutOf).
-inline constexpr std::uint16_t kBinaryStateLayout = 4;
+// parameters' placements, 4 violations' severity and read, 5 violations' collective
+// (collective_mismatch, rank_stalled) (docs/protocol.md, "StateBinary"). A decoder reads 1 to
+// 5 and refuses any other; an encoder writes the newest layout a client's Hello lists
+// (binaryLayoutOf).
+inline constexpr std::uint16_t kBinaryStateLayout = 5;
 inline constexpr std::uint16_t kBinaryStateOldestLayout = 1;
 inline constexpr std::size_t kBinaryStateHeaderSize = 128;
 

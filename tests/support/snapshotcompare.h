@@ -84,6 +84,7 @@ inline void compareStates(const state::EngineState &a, const state::EngineState 
         QCOMPARE(v.message, w.message);
         QCOMPARE(v.location, w.location);
         QCOMPARE(v.building, w.building);
+        QCOMPARE(v.collective, w.collective);
     }
 }
 

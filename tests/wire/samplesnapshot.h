@@ -150,7 +150,47 @@ inline wire::Snapshot sampleSnapshot()
     save.fix = "engine.save_16bit_model(DIR)";
     save.location.line = 88;
     save.building.clear();
-    st.violations = {v, late, trace, gw, attr, save};
+    // A collective kind (issue 51): the job's aligner's mismatch, with its sides and sites.
+    state::ViolationRecord mismatch = v;
+    mismatch.kind = ViolationKind::CollectiveMismatch;
+    mismatch.rank = 0;
+    mismatch.param = kNoParam;
+    mismatch.paramName.clear();
+    mismatch.owner = kNoModule;
+    mismatch.action = GuardAction::Recorded;
+    mismatch.message = "the ranks issued different collectives at #57 of the default group";
+    mismatch.fix = "run the extra forward on every rank";
+    mismatch.location.line = 91;
+    mismatch.building.clear();
+    state::CollectiveDetail &d = mismatch.collective;
+    d.group = 1;
+    d.seq = 57;
+    d.waitedMs = 6500;
+    state::CollectiveSide extra;
+    extra.ranks = {0};
+    extra.position = CollectivePosition::Waiting;
+    extra.kind = CollectiveKind::AllGather;
+    extra.hasModule = true;
+    extra.module = "lm_head";
+    extra.reason = FetchReason::Forward;
+    extra.bytes = 4096;
+    extra.params = 2;
+    extra.lastSeq = 57;
+    state::CollectiveSide other = extra;
+    other.ranks = {1, 3};
+    other.kind = CollectiveKind::ReduceScatter;
+    other.hasModule = true;
+    other.module = ""; // the root
+    other.reason = FetchReason::Backward;
+    other.bytes = 8192;
+    other.params = 7;
+    state::CollectiveSide gone;
+    gone.ranks = {2};
+    gone.position = CollectivePosition::Finished;
+    gone.lastSeq = 56;
+    d.sides = {extra, other, gone};
+    d.sites = {{0, 57, 6500, v.location}, {3, 57, 6400, {"/home/user/t\xC3\xA9st.py", 7, "f", {}}}};
+    st.violations = {v, late, trace, gw, attr, save, mismatch};
     // Severities as the ledger writes them (state/severity.h).
     for (state::ViolationRecord &r : st.violations)
         r.severity = state::severityOf(r.kind, r.action, r.read);

@@ -117,6 +117,31 @@ void TestSnapshot::jsonUsesTheDocumentedNames()
     QCOMPARE(j["violations"][1]["param_id"].get<int>(), 1);
     QVERIFY(j["violations"][2]["param"].is_null()); // trace_invalidated: no parameter
     QVERIFY(j["violations"][1]["accessor"].is_null());
+    QVERIFY(!j["violations"][0].contains("collective")); // every kind but the two below
+    // collective_mismatch with its collective (docs/snapshot.md).
+    const auto &c = j["violations"][6]["collective"];
+    QCOMPARE(j["violations"][6]["kind"].get<std::string>(), std::string("collective_mismatch"));
+    QCOMPARE(c["group"].get<int>(), 1);
+    QCOMPARE(c["seq"].get<int>(), 57);
+    QCOMPARE(c["waited_ms"].get<int>(), 6500);
+    QCOMPARE(c["sides"][0], nlohmann::json({{"ranks", {0}},
+                                            {"position", "waiting"},
+                                            {"kind", "all_gather"},
+                                            {"module", "lm_head"},
+                                            {"reason", "forward"},
+                                            {"bytes", 4096},
+                                            {"params", 2},
+                                            {"last_seq", 57}}));
+    QCOMPARE(c["sides"][1]["ranks"], nlohmann::json({1, 3}));
+    QCOMPARE(c["sides"][1]["module"].get<std::string>(), std::string(""));
+    QCOMPARE(c["sides"][1]["kind"].get<std::string>(), std::string("reduce_scatter"));
+    QCOMPARE(c["sides"][2]["position"].get<std::string>(), std::string("finished"));
+    QVERIFY(c["sides"][2]["module"].is_null());
+    QCOMPARE(c["sides"][2]["last_seq"].get<int>(), 56);
+    QCOMPARE(c["sites"][0]["rank"].get<int>(), 0);
+    QCOMPARE(c["sites"][0]["waited_ms"].get<int>(), 6500);
+    QCOMPARE(c["sites"][0]["location"]["line"].get<int>(), 42);
+    QCOMPARE(c["sites"][1]["location"]["chain"], nlohmann::json::array());
     // Version 3: the events as columns; times and steps as differences, types as indexes.
     const auto &ev = j["events"];
     QCOMPARE(ev["count"].get<std::size_t>(), test::everyEventType().size());
@@ -237,6 +262,24 @@ void TestSnapshot::refusesForeignAndInconsistentDocuments()
     j = base;
     j["violations"][0]["kind"] = "speeding";
     expectError(j, "unknown value \"speeding\"");
+    j = base;
+    j["violations"][6]["collective"]["sides"][1]["ranks"] = {3, 1};
+    expectError(j, "violations[6].collective.sides[1].ranks[1]: ranks must ascend");
+    j = base;
+    j["violations"][6]["collective"]["sides"][0]["ranks"] = nlohmann::json::array();
+    expectError(j, "violations[6].collective.sides[0].ranks: is empty");
+    j = base;
+    j["violations"][6]["collective"]["sides"][0]["position"] = "lost";
+    expectError(j, "unknown value \"lost\"");
+    j = base;
+    j["violations"][6]["collective"]["sides"][0]["kind"] = "all_reduce";
+    expectError(j, "violations[6].collective.sides[0].kind");
+    j = base;
+    j["violations"][6]["collective"]["sites"][0].erase("location");
+    expectError(j, "missing field \"location\"");
+    j = base;
+    j["violations"][6]["collective"]["sites"][0]["rank"] = 70000;
+    expectError(j, "violations[6].collective.sites[0].rank");
 
     const std::string deep = std::string(100000, '[') + std::string(100000, ']');
     auto r = decodeSnapshot(deep);
@@ -352,7 +395,8 @@ void TestSnapshot::severityIsWrittenAndDerivedForOlderSnapshots()
     auto back = decodeSnapshot(old.dump());
     QVERIFY2(back.ok(), back.error().c_str());
     const std::vector<Severity> expected = {Severity::Error, Severity::Error, Severity::Cost,
-                                            Severity::Error, Severity::Cost,  Severity::Error};
+                                            Severity::Error, Severity::Cost,  Severity::Error,
+                                            Severity::Error};
     QCOMPARE(back->state.violations.size(), expected.size());
     for (std::size_t i = 0; i < expected.size(); ++i) {
         QCOMPARE(back->state.violations[i].severity, expected[i]);

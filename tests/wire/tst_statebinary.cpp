@@ -187,10 +187,16 @@ void TestStateBinary::everyViolationKindTravels()
     Snapshot s = test::sampleSnapshot();
     const state::ViolationRecord first = s.state.violations[0];
     s.state.violations.clear();
+    const state::CollectiveDetail collective =
+        test::sampleSnapshot().state.violations[6].collective;
     for (std::size_t k = 0; k < kViolationKindNames.size(); ++k) {
         state::ViolationRecord v = first;
         v.kind = static_cast<ViolationKind>(k);
         v.location.line = std::uint32_t(100 + k); // one row each
+        if (v.kind == ViolationKind::CollectiveMismatch || v.kind == ViolationKind::RankStalled) {
+            v.collective = collective;
+            v.collective.seq += k;
+        }
         s.state.violations.push_back(v);
     }
     auto binary = decodeBinaryState(encodeBinaryState(s));
@@ -202,7 +208,11 @@ void TestStateBinary::everyViolationKindTravels()
     for (std::size_t k = 0; k < kViolationKindNames.size(); ++k) {
         QCOMPARE(binary->state.violations[k].kind, static_cast<ViolationKind>(k));
         QCOMPARE(json->state.violations[k].kind, static_cast<ViolationKind>(k));
+        QCOMPARE(binary->state.violations[k].collective, s.state.violations[k].collective);
+        QCOMPARE(json->state.violations[k].collective, s.state.violations[k].collective);
     }
+    QCOMPARE(binary->state.violations[std::size_t(ViolationKind::RankStalled)].collective.seq,
+             std::uint64_t(57 + 11));
 }
 
 void TestStateBinary::everyFieldOfTheSampleRoundTrips()
@@ -336,8 +346,8 @@ void TestStateBinary::corruptFieldsAreNamed()
     const Offsets o = offsetsOf(good);
 
     expectError(patched(good, 0, std::uint32_t(0x42545354)), "does not start with \"SSTB\"");
-    expectError(patched(good, 4, std::uint16_t(5)),
-                "layout 5 is not supported; this build reads layouts 1 to 4");
+    expectError(patched(good, 4, std::uint16_t(6)),
+                "layout 6 is not supported; this build reads layouts 1 to 5");
     expectError(patched(good, 6, std::uint16_t(1)), "reserved bytes 6-7 are not 0");
     expectError(patched(good, countOffset(kWorld), std::uint32_t(0)),
                 "world_size: 0 is outside 1 to 65536");
@@ -377,11 +387,22 @@ void TestStateBinary::corruptFieldsAreNamed()
     // The last event's type.
     expectError(patched(good, good.size() - 48 + 14, std::uint8_t(200)),
                 "events[1]: unknown event type 200");
-    // Layout 4's severity and read columns come last before the events, a byte each per
-    // violation; before them layout 3's unit and placement columns: 12 bytes a module, 4 a
-    // parameter.
+    // Layout 5's collective column comes last before the events, a string a violation; before
+    // it layout 4's severity and read columns, a byte each per violation; before them layout
+    // 3's unit and placement columns: 12 bytes a module, 4 a parameter.
     const std::size_t M = s.state.modules.size(), P = s.state.params.size();
-    const std::size_t severities = good.size() - 2 * 48 - 2 * s.state.violations.size();
+    const std::size_t collectives = good.size() - 2 * 48 - 4 * s.state.violations.size();
+    const std::size_t severities = collectives - 2 * s.state.violations.size();
+    {
+        // Violation 6's collective pointed at a string that is no collective (the producer's
+        // name), and violation 0's (none) at a bad index.
+        const std::size_t last = collectives + 4 * 6;
+        const auto producer = readAt<std::uint32_t>(good, 108);
+        expectError(patched(good, last, producer),
+                    "violations[6].collective: not a valid collective");
+        expectError(patched(good, collectives, std::uint32_t(0xFFFFFFF0)),
+                    "violations[0].collective: string 4294967280 is not in the table");
+    }
     const std::size_t units = severities - 12 * M - 4 * P;
     expectError(patched(good, severities, std::uint8_t(3)), "violations[0].severity: value 3");
     expectError(patched(good, severities + s.state.violations.size(), std::uint8_t(2)),
@@ -429,6 +450,7 @@ void TestStateBinary::unitsTravelInLayout3AndLayout2StillDecodes()
     Snapshot withoutReads = s; // layout 3 cannot say a read touched attributes only
     withoutReads.state.violations[4].read = ViolationRead::Values;
     withoutReads.state.violations[4].severity = Severity::Cost;
+    withoutReads.state.violations[6].collective = {}; // nor a collective (layout 5)
     test::compareSnapshots(*three, withoutReads);
     QCOMPARE(three->state.modules[2].unitGroup, ModuleId(1));
     QCOMPARE(three->state.params[0].placements, std::string("(Replicate(), Shard(0))"));
@@ -453,6 +475,9 @@ void TestStateBinary::unitsTravelInLayout3AndLayout2StillDecodes()
     QCOMPARE(binaryLayoutOf({"state_binary_3"}), std::uint16_t(0)); // no "state_binary": JSON
     QCOMPARE(binaryLayoutOf({"state_binary", "state_binary_2", "state_binary_3", "state_binary_4"}),
              std::uint16_t(4));
+    QCOMPARE(binaryLayoutOf({"state_binary", "state_binary_2", "state_binary_3", "state_binary_4",
+                             "state_binary_5"}),
+             std::uint16_t(5));
     QCOMPARE(binaryLayoutOf(Hello{}.capabilities), kBinaryStateLayout);
 }
 
@@ -462,16 +487,19 @@ void TestStateBinary::unitsTravelInLayout3AndLayout2StillDecodes()
 void TestStateBinary::severityTravelsInLayout4AndLayout3StillDecodes()
 {
     const Snapshot s = test::sampleSnapshot();
-    const std::string fourBytes = encodeBinaryState(s);
+    const std::string fourBytes = encodeBinaryState(s, 4);
     QCOMPARE(readAt<std::uint16_t>(fourBytes, 4), std::uint16_t(4));
-    const auto four = decodeBinaryState(fourBytes);
+    auto four = decodeBinaryState(fourBytes);
     QVERIFY2(four.ok(), four.error().c_str());
-    test::compareSnapshots(*four, s);
     QCOMPARE(four->state.violations[4].read, ViolationRead::Attribute);
     QCOMPARE(four->state.violations[4].severity, Severity::Info);
     QCOMPARE(four->state.violations[1].severity, Severity::Error);
     QCOMPARE(four->state.violations[0].severity, Severity::Cost);
     // Against the JSON of the same state, field by field.
+    // Layout 4 has no collective: the rest of the mismatch travels, its detail does not.
+    QCOMPARE(four->state.violations[6].kind, ViolationKind::CollectiveMismatch);
+    QVERIFY(four->state.violations[6].collective.empty());
+    four->state.violations[6].collective = s.state.violations[6].collective;
     const auto json = decodeSnapshot(encodeSnapshot(s));
     QVERIFY2(json.ok(), json.error().c_str());
     test::compareSnapshots(*four, *json);
