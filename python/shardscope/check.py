@@ -360,10 +360,10 @@ class _Stalls:
 
     def __init__(self, workdir, nproc):
         self.paths = [os.path.join(workdir, f"rank{r}.json") for r in range(nproc)]
-        self.seen = [None] * nproc  # (mtime, size) last read
+        self.seen: list = [None] * nproc  # (mtime, size) last read
         self.stalled = [False] * nproc
         self.checked = 0.0
-        self.first = None  # when a stall was first seen
+        self.first: float | None = None  # when a stall was first seen
 
     def all_stalled(self, procs):
         now = time.monotonic()

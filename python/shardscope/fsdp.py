@@ -1162,8 +1162,9 @@ class _Agent(AgentCore):
 
     # ------------------------------------------------------------------ FSDP's methods
     # unshard, _to_unsharded, _to_sharded(_post_forward), pre/post_forward, pre/post_backward,
-    # _prefetch_unshard, foreach_reduce and foreach_all_gather are observed natively (FsdpPath, python/shardscope/fsdppath.cpp:
-    # native_hook); the methods below, once a step or rarer, in Python.
+    # _prefetch_unshard, foreach_reduce and foreach_all_gather are observed natively (FsdpPath,
+    # python/shardscope/fsdppath.cpp: native_hook); the methods below, once a step or rarer, in
+    # Python.
     def native_hook(self, owner, name, original):
         """_fsdpinternals.install's question: FsdpPath's replacement for this method (owner: its
         class) or function (owner: its module), or None."""
