@@ -180,8 +180,8 @@ class AgentCore:
         self.allocator: Optional[Callable[[], None]] = None  # posts an allocator_sample (CUDA)
         self.checkpoint_said: set = set()  # (kind, owner, file, line) said on stderr
         # process group -> its number in collective events (group_number); kept alive here
-        self.groups: dict = {}
-        self.group_objects: list = []
+        self.pg_numbers: dict = {}
+        self.pg_objects: list = []
         self.stall_configured = stall_seconds()  # a bad value: install() raises
         self.train_thread = threading.get_ident()  # the thread that installed: the training one
         self.stalled: set = set()  # (group, seq) recorded as stalled
@@ -280,7 +280,7 @@ class AgentCore:
         FSDP2 mesh dimension). The same on every rank of a job that issues the same
         collectives. Computed once per group."""
         key = id(group)
-        number = self.groups.get(key)
+        number = self.pg_numbers.get(key)
         if number is not None:
             return number
         number = 0
@@ -288,11 +288,11 @@ class AgentCore:
             try:
                 import torch.distributed as dist
                 if group is not dist.group.WORLD and dist.get_world_size(group) != self.world_size:
-                    number = 1 + sum(1 for n in self.groups.values() if n)
+                    number = 1 + sum(1 for n in self.pg_numbers.values() if n)
             except Exception:
-                number = 1 + sum(1 for n in self.groups.values() if n)
-        self.groups[key] = number
-        self.group_objects.append(group)  # its id stays its own
+                number = 1 + sum(1 for n in self.pg_numbers.values() if n)
+        self.pg_numbers[key] = number
+        self.pg_objects.append(group)  # its id stays its own
         return number
 
     # ------------------------------------------------------------------ the stall watchdog
