@@ -311,6 +311,19 @@ class AgentCore:
             except Exception:
                 pass
 
+    def _reduce_completed(self, group: int, seq: int) -> bool:
+        """Whether (group, seq) is a CUDA reduce-scatter whose event has completed: the training
+        thread ends it at its next poll_reduces (the next bucket, the step's end), which an
+        evaluation between steps may put off for minutes; not a stall. Read from the watchdog
+        (a copy of the list: the training thread pops from it)."""
+        for entry in list(self.reduces):
+            if entry[5] == group and entry[6] == seq:
+                try:
+                    return bool(entry[0].query())
+                except Exception:
+                    return False
+        return False
+
     def _check_stall(self) -> None:
         oldest = self.native.oldest_in_flight()
         if oldest is None:
@@ -318,6 +331,8 @@ class AgentCore:
         group, seq, kind, module, reason, nbytes, params, waited = oldest
         if waited < stall_threshold(self.stall_configured) or (group, seq) in self.stalled:
             return
+        if kind == "reduce_scatter" and self._reduce_completed(group, seq):
+            return  # a CUDA reduce-scatter that has completed: ended at the next poll_reduces
         self.stalled.add((group, seq))
         frame = sys._current_frames().get(self.train_thread)
         where, stack = thread_locations(frame) if frame is not None else (None, [])

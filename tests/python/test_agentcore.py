@@ -218,6 +218,17 @@ def test_watchdog_records_a_stall_once_with_the_training_threads_line(capsys):
     assert sum(c[0] == "collective_stalled" for c in a.native.calls) == 2
 
 
+def test_watchdog_leaves_a_completed_cuda_reduce_scatter_alone():
+    a = _Agent(_Native())
+    a.native.oldest = (0, 7, "reduce_scatter", 3, "backward", 4096, 2, 90.0)
+    a.reduces = [(_Event(True), 3, None, 4096, 2, 0, 7)]  # completed, not polled yet
+    _waiting_here(a)
+    assert a.native.calls == []
+    a.reduces = [(_Event(False), 3, None, 4096, 2, 0, 7)]  # still running past the threshold
+    _waiting_here(a)
+    assert [c[0] for c in a.native.calls] == ["collective_stalled", "flush"]
+
+
 def test_watchdog_thread_stops_at_close_and_records_nothing_while_paused():
     a = _Agent(_Native())
     a.native.oldest = (0, 1, "all_gather", None, "prefetch", 64, 1, 9.0)
