@@ -23,6 +23,7 @@
 #include "client/clientstate.h"
 #include "client/inspectorclient.h"
 #include "client/livejobs.h"
+#include "sessioncore/collectivealigner.h"
 #include "sessioncore/store.h"
 #include "sessioncore/traceexport.h"
 #include "wire/atomicfile.h"
@@ -69,10 +70,20 @@ and writes them as a snapshot file (docs/snapshot.md), a Chrome / Perfetto trace
   --help              show this help
   --version           print the release and exit
 
-Exit status: 0 written, 1 could not attach or write, 2 bad command line, 3 written but
-the engine went away before it finished or before --until-step, or its goodbye said the
-training failed (what was collected is in the file).
+The job's collectives are aligned (rank by rank, by sequence number): each
+collective_mismatch (the ranks issued different collectives) and rank_stalled (ranks
+waited in one that others never reached, longer than SHARDSCOPE_STALL_SECONDS, default 5)
+is printed with each rank's line and the fix, and is in the snapshot's violations.
+
+Exit status: 0 written, 1 could not attach or write, 2 bad command line (or a bad
+SHARDSCOPE_STALL_SECONDS), 3 written but the engine went away before it finished or
+before --until-step, or its goodbye said the training failed (what was collected is in
+the file), 4 written, and the job's collectives diverged or stalled (printed above;
+this takes precedence over 3).
 )";
+
+// The status of a capture whose job's collectives diverged or stalled (--help).
+constexpr int kExitCollectives = 4;
 
 struct Options
 {
@@ -354,6 +365,48 @@ bool writeOutputs(const Options &o, const wire::Snapshot &snap)
     return true;
 }
 
+// The job's collectives aligned (sessioncore/collectivealigner.h): its collective_mismatch and
+// rank_stalled records join the snapshot's violations and are printed, the job's first, then
+// each rank's own. Returns how many the job has.
+std::size_t diagnoseCollectives(wire::Snapshot &snap)
+{
+    sessioncore::JobDiagnosis d = sessioncore::diagnoseJob(snap);
+    for (const std::string &note : d.aligner.notes())
+        std::printf("collectives: %s\n", note.c_str());
+    std::size_t n = 0;
+    for (const bool ranksOwn : {false, true})
+        for (const state::ViolationRecord &v : snap.state.violations) {
+            if (v.kind != ViolationKind::CollectiveMismatch && v.kind != ViolationKind::RankStalled)
+                continue;
+            bool own = v.kind == ViolationKind::RankStalled;
+            for (const state::CollectiveSide &side : v.collective.sides)
+                own = own && side.ranks.size() == 1 && v.collective.sides.size() == 1;
+            if (own != ranksOwn) continue;
+            ++n;
+            std::printf("%s%s (group %u, #%llu, rank %d): %s\n", ranksOwn ? "  " : "",
+                        std::string(violationKindName(v.kind)).c_str(), v.collective.group,
+                        static_cast<unsigned long long>(v.collective.seq), v.rank,
+                        v.message.c_str());
+            for (const state::CollectiveSite &site : v.collective.sites)
+                if (site.where.known() && !ranksOwn)
+                    std::printf("    rank %d: %s%s%s\n", site.rank, site.where.fileLine().c_str(),
+                                site.where.function.empty() ? "" : " in ",
+                                site.where.function.c_str());
+            if (!v.fix.empty()) std::printf("%s  fix: %s\n", ranksOwn ? "  " : "", v.fix.c_str());
+        }
+    return n;
+}
+
+// SHARDSCOPE_STALL_SECONDS, checked before anything is attached or read.
+bool stallSecondsOk()
+{
+    std::string error;
+    (void)sessioncore::stallNsFromEnvironment(0, &error);
+    if (error.empty()) return true;
+    std::fprintf(stderr, "shardscope-capture: %s\n", error.c_str());
+    return false;
+}
+
 // --open FILE...: one job from the snapshot files its rank processes wrote (wire/jobmerge.h).
 int openFiles(const Options &o)
 {
@@ -365,6 +418,7 @@ int openFiles(const Options &o)
     wire::Snapshot snap = std::move(merged).value();
     snap.meta.producer = "shardscope-capture";
     snap.meta.createdUnixMs = wire::unixTimeMs();
+    const std::size_t collectives = diagnoseCollectives(snap);
     if (!writeOutputs(o, snap)) return 1;
     std::printf("opened %zu snapshot files of one job: %s, step %u, %zu events, %zu "
                 "violations -> %s\n",
@@ -374,7 +428,7 @@ int openFiles(const Options &o)
                  : o.trace.empty() ? o.out
                                    : o.out + " and " + o.trace)
                     .c_str());
-    return 0;
+    return collectives ? kExitCollectives : 0;
 }
 
 int capture(const Options &o)
@@ -554,6 +608,7 @@ int capture(const Options &o)
         snap.meta.endpoint = target.endpoints.front();
     else if (job.empty())
         snap.meta.endpoint = o.attach;
+    const std::size_t collectives = diagnoseCollectives(snap);
     if (!writeOutputs(o, snap)) return 1;
     // An engine closed the connection without its goodbye (it died or was killed).
     const bool engineLost = !ended.empty() && !g_interrupted;
@@ -580,6 +635,7 @@ int capture(const Options &o)
          : o.trace.empty() ? o.out
                            : o.out + " and " + o.trace)
             .c_str());
+    if (collectives) return kExitCollectives;
     return engineLost || !failed.empty() ? 3 : 0;
 }
 
@@ -605,5 +661,6 @@ int main(int argc, char **argv)
         return 0;
     }
     if (options->list) return listEngines();
+    if (!stallSecondsOk()) return 2;
     return options->open.empty() ? capture(*options) : openFiles(*options);
 }

@@ -6,9 +6,25 @@
 
 namespace shardscope::state {
 
+std::uint64_t jobSeqOf(ViolationKind kind, const CollectiveDetail &d)
+{
+    if (d.empty()) return 0;
+    const bool job = kind == ViolationKind::CollectiveMismatch || d.sides.size() > 1 ||
+                     (!d.sides.empty() && d.sides.front().ranks.size() > 1);
+    return job ? d.seq + 1 : 0;
+}
+
 ViolationKey keyOf(const ViolationRecord &v)
 {
-    return {v.kind, v.accessor, v.param, v.owner, v.location.file, v.location.line};
+    const std::uint64_t jobSeq = jobSeqOf(v.kind, v.collective);
+    return {v.kind,
+            v.accessor,
+            v.param,
+            v.owner,
+            v.location.file,
+            v.location.line,
+            jobSeq ? v.collective.group : 0u,
+            jobSeq};
 }
 
 std::uint64_t ViolationRow::rankMask() const
@@ -50,11 +66,12 @@ ViolationLedger::Added ViolationLedger::add(const ViolationRecord &v, Tally tall
         // A live event carries no location, its producer's records do: the two are one row.
         // An unlocated sighting counts into the first located row of its violation; a located
         // one takes over the row an unlocated one made.
-        const ViolationKey base{key.kind, key.accessor, key.param, key.owner, {}, 0};
+        const ViolationKey base{key.kind, key.accessor, key.param, key.owner, {},
+                                0,        key.group,    key.jobSeq};
         auto same = m_index.lower_bound(base);
         const auto sameBase = [&](const ViolationKey &k) {
             return k.kind == key.kind && k.accessor == key.accessor && k.param == key.param &&
-                   k.owner == key.owner;
+                   k.owner == key.owner && k.group == key.group && k.jobSeq == key.jobSeq;
         };
         if (same != m_index.end() && sameBase(same->first)) {
             if (key.file.empty()) {

@@ -26,11 +26,18 @@ struct ViolationKey
     ModuleId owner = kNoModule;
     std::string file;
     std::uint32_t line = 0;
+    // A job's collective record (collective_mismatch, and a rank_stalled naming more than one
+    // rank: the aligner's): one row per collective, (group, seq + 1); 0 for every other record,
+    // a rank's own rank_stalled included (its rows aggregate over seqs like any other).
+    std::uint32_t group = 0;
+    std::uint64_t jobSeq = 0;
 
     auto operator<=>(const ViolationKey &) const = default;
 };
 
 ViolationKey keyOf(const ViolationRecord &v);
+// The key's jobSeq of a record's collective detail (see ViolationKey).
+std::uint64_t jobSeqOf(ViolationKind kind, const CollectiveDetail &d);
 
 // How a sighting counts into what its rank has.
 enum class Tally : std::uint8_t
@@ -87,7 +94,14 @@ struct ViolationRow
 
     ViolationKey key() const
     {
-        return {kind, accessor, param, owner, location.file, location.line};
+        return {kind,
+                accessor,
+                param,
+                owner,
+                location.file,
+                location.line,
+                collective.group,
+                jobSeqOf(kind, collective)};
     }
     // Bit r set when rank r (< 64) saw it.
     std::uint64_t rankMask() const;

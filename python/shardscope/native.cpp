@@ -25,6 +25,7 @@
 #include "hotpath.h"
 #include "server/finishonsignal.h"
 #include "server/inspector.h"
+#include "sessioncore/collectivealigner.h"
 #include "state/severity.h"
 #include "state/shape.h"
 #include "state/violationledger.h"
@@ -239,6 +240,10 @@ PYBIND11_MODULE(_native, module)
             }
             auto merged = wire::mergeJobSnapshots(parts, job);
             if (!merged) throw std::runtime_error(merged.error());
+            // The job's collectives aligned (issue 51): collective_mismatch and rank_stalled
+            // records join its violations (sessioncore/collectivealigner.h).
+            const sessioncore::JobDiagnosis diagnosis = sessioncore::diagnoseJob(*merged);
+            if (!diagnosis.error.empty()) throw py::value_error(diagnosis.error);
             state::ViolationLedger ledger;
             std::vector<std::size_t> rows;
             for (const state::ViolationRecord &v : merged->state.violations)

@@ -142,6 +142,7 @@ class TestCapture : public QObject
     void outputIntoAFifoIsWrittenNotReplaced();
     void twoRunsOfOneNameAreToldApart();
     void aStoppedRankEndsTheJobCapture();
+    void aJobsStalledCollectiveIsPrintedWithItsOwnStatus();
 
   private:
     QTemporaryDir m_runtime;
@@ -853,4 +854,95 @@ void TestCapture::aStoppedRankEndsTheJobCapture()
 }
 
 QTEST_GUILESS_MAIN(TestCapture)
+// Issue 51: the rank files of a job whose rank 0 waits in a gather rank 1 never issued (rank 1
+// ran one batch fewer and ended). shardscope-capture --open aligns them, prints the job's
+// rank_stalled with rank 0's line and the fix, writes it into the snapshot, and exits 4; the
+// same job without the extra gather exits 0 and prints none.
+void TestCapture::aJobsStalledCollectiveIsPrintedWithItsOwnStatus()
+{
+    QTemporaryDir dir;
+    auto writeRanks = [&](const QString &name, bool hang) -> QStringList {
+        QStringList files;
+        for (int r = 0; r < 2; ++r) {
+            wire::Snapshot s;
+            s.meta.producer = "tst";
+            s.state.modelName = "tiny";
+            s.state.worldSize = 2;
+            s.state.backend = "gloo";
+            s.state.fixDialect = "deepspeed";
+            s.state.localRanks = {r};
+            s.state.modules = {{0, "", "Model", kNoModule}, {1, "embed", "Embedding", 0}};
+            for (std::uint64_t seq = 1; seq <= 4; ++seq)
+                for (const EventType t : {EventType::CollectiveBegin, EventType::CollectiveEnd}) {
+                    const telemetry::CollectiveFields f{CollectiveKind::AllGather, 1, 0, seq, 4096,
+                                                        FetchReason::Forward,      1};
+                    const telemetry::Event e = t == EventType::CollectiveBegin
+                                                   ? telemetry::makeCollectiveBegin(f)
+                                                   : telemetry::makeCollectiveEnd(f);
+                    s.events.push_back(telemetry::stamped(
+                        e, seq * 10'000'000 + (t == EventType::CollectiveEnd ? 1000 : 0), 1,
+                        std::uint16_t(r)));
+                }
+            if (hang && r == 0) {
+                s.events.push_back(telemetry::stamped(
+                    telemetry::makeCollectiveBegin(
+                        {CollectiveKind::AllGather, 1, 0, 5, 4096, FetchReason::Forward, 1}),
+                    50'000'000, 2, 0));
+                // Its watchdog's record: waited 6 s at the script's line.
+                state::ViolationRecord v;
+                v.kind = ViolationKind::RankStalled;
+                v.rank = 0;
+                v.count = 1;
+                v.accessor = 1;
+                v.message = "this rank has waited 6.0 s";
+                v.location = {"/job/train.py", 88, "evaluate", {}};
+                v.collective.seq = 5;
+                v.collective.waitedMs = 6000;
+                state::CollectiveSide side;
+                side.ranks = {0};
+                side.position = CollectivePosition::Waiting;
+                v.collective.sides = {side};
+                v.collective.sites = {{0, 5, 6000, v.location}};
+                s.state.violations.push_back(v);
+            }
+            const QString file = dir.filePath(name + ".rank" + QString::number(r) + ".json");
+            if (!wire::writeSnapshotFile(file.toStdString(), s)) return QStringList{};
+            files << "--open" << file;
+        }
+        return files;
+    };
+    const QStringList hung = writeRanks("hung", true), healthy = writeRanks("healthy", false);
+    QCOMPARE(hung.size(), 4); // --open FILE, twice
+    QCOMPARE(healthy.size(), 4);
+    const QString out = dir.filePath("job.json");
+    Run r = runCapture(hung + QStringList{"--out", out});
+    QVERIFY2(r.finished(), qPrintable(r.err));
+    QVERIFY2(r.exitCode == 4, qPrintable(r.out + r.err));
+    QVERIFY2(r.out.contains("rank_stalled (group 0, #5, rank 0): collective #5 of the default "
+                            "process group stalled"),
+             qPrintable(r.out));
+    QVERIFY2(r.out.contains("rank 0 waited in an all-gather for `embed` (forward, 4.0 KiB, 1 "
+                            "parameter), at /job/train.py:88"),
+             qPrintable(r.out));
+    QVERIFY2(r.out.contains("rank 1 had ended after #4"), qPrintable(r.out));
+    QVERIFY2(r.out.contains("fix: DistributedSampler(dataset, drop_last=True)"), qPrintable(r.out));
+    const auto written = wire::readSnapshotFile(out.toStdString());
+    QVERIFY2(written.ok(), written.ok() ? "" : written.error().c_str());
+    const auto job = std::count_if(
+        written->state.violations.begin(), written->state.violations.end(),
+        [](const state::ViolationRecord &v) {
+            return v.kind == ViolationKind::RankStalled && v.collective.sides.size() == 2;
+        });
+    QCOMPARE(job, 1);
+    r = runCapture(healthy + QStringList{"--out", out});
+    QCOMPARE(r.exitCode, 0);
+    QVERIFY2(!r.out.contains("rank_stalled"), qPrintable(r.out));
+    // A threshold that is no number: said, naming the variable, before anything is read.
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("SHARDSCOPE_STALL_SECONDS", "soon");
+    r = runCapture(hung + QStringList{"--out", out}, env);
+    QCOMPARE(r.exitCode, 2);
+    QVERIFY2(r.err.contains("SHARDSCOPE_STALL_SECONDS is `soon`"), qPrintable(r.err));
+}
+
 #include "tst_capture.moc"
