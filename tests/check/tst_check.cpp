@@ -461,7 +461,8 @@ print(json.dumps([p["severity"] for p in problems]))
              lineOf(ex, "logits = engine.module(ids) if args.call_module else engine(ids)")},
             // issue 51's hang: the extra forward's gather, inside the model, from diverge()
             {"TinyLM.forward", lineOf(ex, "x = self.embed(ids)")},
-            {"diverge", lineOf(ex, "engine(torch.randint(0, vocab, (4, 8), generator=g).to(device))")},
+            {"diverge",
+             lineOf(ex, "engine(torch.randint(0, vocab, (4, 8), generator=g).to(device))")},
             {"PositionalConv.__init__",
              lineOf(ex, "with deepspeed.zero.GatheredParameters(self.conv.weight, "
                         "modifier_rank=0):") +
@@ -831,14 +832,16 @@ print("fsdp", p["gathered_peak_bytes"], p["at_module"], p["phase"], p["shard_byt
         const qint64 ms = timer.elapsed();
         QVERIFY2(r.exitCode == 1, qPrintable(describe(r)));
         QVERIFY2(ms < 100000, qPrintable(QString("%1 ms").arg(ms)));
-        const int forward = lineOf(ex, "engine(torch.randint(0, vocab, (4, 8), generator=g).to(device))");
+        const int forward =
+            lineOf(ex, "engine(torch.randint(0, vocab, (4, 8), generator=g).to(device))");
         const int called = lineOf(ex, "diverge(args.diverge, engine, vocab, g, device)");
         QVERIFY(forward > 0 && called > 0);
         QVERIFY2(r.out.contains("rank_stalled") && r.out.contains("(ranks 0, step 3) [error]"),
                  qPrintable(describe(r)));
-        QVERIFY2(r.out.contains(QStringLiteral("deepspeed_stories.py:%1 in diverge").arg(forward)) &&
-                     r.out.contains(QStringLiteral("deepspeed_stories.py:%1 in main").arg(called)),
-                 qPrintable(describe(r)));
+        QVERIFY2(
+            r.out.contains(QStringLiteral("deepspeed_stories.py:%1 in diverge").arg(forward)) &&
+                r.out.contains(QStringLiteral("deepspeed_stories.py:%1 in main").arg(called)),
+            qPrintable(describe(r)));
         QVERIFY2(r.out.contains("fix: run the extra forward"), qPrintable(describe(r)));
         QVERIFY2(r.out.contains("on GPUs this script would hang until NCCL's timeout"),
                  qPrintable(describe(r)));

@@ -43,8 +43,8 @@ using nlohmann::json;
 namespace {
 
 using shardscope::test::fetchesOf;
-using shardscope::test::lineOf;
 using shardscope::test::findParam;
+using shardscope::test::lineOf;
 using shardscope::test::moduleIdOf;
 using shardscope::test::readJson;
 using shardscope::test::violations;
@@ -1169,9 +1169,9 @@ class TestDeepSpeedAgent : public QObject
         QVERIFY(reasons.contains(kForward) && reasons.contains(kBackward) &&
                 reasons.contains(kGatheredParameters));
         // One per batch, not per parameter: fewer all-gathers than fetches.
-        QVERIFY(std::count_if(byRank[0].begin(), byRank[0].end(),
-                              [](const auto &c) { return c.kind == 0; }) <
-                shardscope::test::countEvents(snaps[0], "fetch_begin"));
+        QVERIFY(std::count_if(byRank[0].begin(), byRank[0].end(), [](const auto &c) {
+                    return c.kind == 0;
+                }) < shardscope::test::countEvents(snaps[0], "fetch_begin"));
         const qint64 slowMs = timer.restart();
 
         const QStringList raise{"--steps", "2", "--diverge", "raise", "--diverge-step", "2"};
@@ -1188,8 +1188,8 @@ class TestDeepSpeedAgent : public QObject
             QCOMPARE(hangRecords(readJson(snapshotOf("raise", rank))), std::size_t(0));
         const qint64 raiseMs = timer.restart();
 
-        QProcess *hang = launch({"--steps", "2", "--diverge", "gathered", "--snapshot-out",
-                                 snapshotArg("gathered")});
+        QProcess *hang = launch(
+            {"--steps", "2", "--diverge", "gathered", "--snapshot-out", snapshotArg("gathered")});
         // The record reaches the file while the job hangs (nothing else writes it before).
         bool recorded = false;
         for (QElapsedTimer wait; !wait.isValid() || wait.elapsed() < 90000; QThread::msleep(250)) {
@@ -1205,8 +1205,9 @@ class TestDeepSpeedAgent : public QObject
         const Run hung = shardscope::test::finishRanks(hang);
         QVERIFY2(recorded, qPrintable(hung.out.right(3000)));
         QVERIFY2(!hung.out.contains("reached the end"), qPrintable(hung.out.right(3000)));
-        const int gatheredLine = lineOf(QStringLiteral(SHARDSCOPE_EXAMPLE),
-                                        "with deepspeed.zero.GatheredParameters([engine.module.fc.weight]):");
+        const int gatheredLine =
+            lineOf(QStringLiteral(SHARDSCOPE_EXAMPLE),
+                   "with deepspeed.zero.GatheredParameters([engine.module.fc.weight]):");
         QVERIFY(gatheredLine > 0);
         const json s0 = readJson(snapshotOf("gathered", 0));
         const json s1 = readJson(snapshotOf("gathered", 1));

@@ -1313,12 +1313,12 @@ class TestFsdpAgent : public QObject
         timer.start();
         QProcessEnvironment env = fsdpEnvironment();
         env.insert("SHARDSCOPE_STALL_SECONDS", "2");
-        QProcess *hang = shardscope::test::startRanks(
-            this, env, QStringLiteral(SHARDSCOPE_LAUNCH), python(),
-            QStringLiteral(SHARDSCOPE_EXAMPLE),
-            {"--steps", "2", "--diverge", "extra-batch", "--diverge-rank", "2", "--snapshot-out",
-             snapshotArg("extra-batch")},
-            m_dir.path(), QStringLiteral("0.1"), 3);
+        QProcess *hang = shardscope::test::startRanks(this, env, QStringLiteral(SHARDSCOPE_LAUNCH),
+                                                      python(), QStringLiteral(SHARDSCOPE_EXAMPLE),
+                                                      {"--steps", "2", "--diverge", "extra-batch",
+                                                       "--diverge-rank", "2", "--snapshot-out",
+                                                       snapshotArg("extra-batch")},
+                                                      m_dir.path(), QStringLiteral("0.1"), 3);
         bool recorded = false;
         for (QElapsedTimer wait; !wait.isValid() || wait.elapsed() < 90000; QThread::msleep(250)) {
             if (!wait.isValid()) wait.start();
@@ -1372,7 +1372,8 @@ class TestFsdpAgent : public QObject
         QVERIFY(!waiting.ended && waiting.kind == 0 && waiting.module == "" &&
                 waiting.reason == kForward);
         const json v = violations(snaps[2], "rank_stalled")[0];
-        const int line = exampleLine("loss_fn(model(tokens).view(-1, a.vocab), tokens.view(-1)).backward()");
+        const int line =
+            exampleLine("loss_fn(model(tokens).view(-1, a.vocab), tokens.view(-1)).backward()");
         QVERIFY(line > 0);
         QVERIFY2(v["location"]["file"].get<std::string>().ends_with("fsdp_stories.py") &&
                      v["location"]["line"].get<int>() == line &&
