@@ -185,6 +185,7 @@ class AgentCore:
         self.stall_configured = stall_seconds()  # a bad value: install() raises
         self.train_thread = threading.get_ident()  # the thread that installed: the training one
         self.stalled: set = set()  # (group, seq) recorded as stalled
+        self.waiting: Optional[Tuple[int, int]] = None  # the last one recorded, while in flight
         self.watch_stop = threading.Event()
         self.watchdog: Optional[threading.Thread] = None
 
@@ -326,6 +327,12 @@ class AgentCore:
 
     def _check_stall(self) -> None:
         oldest = self.native.oldest_in_flight()
+        if self.waiting is not None and (oldest is None or tuple(oldest[:2]) != self.waiting):
+            # The collective recorded as stalled has completed (it was the oldest in flight: it
+            # stays so while it waits): a straggler after all. Its collective_end reaches the
+            # snapshot now, so that shardscope-check does not take the rank for hung.
+            self.waiting = None
+            self.native.flush()
         if oldest is None:
             return
         group, seq, kind, module, reason, nbytes, params, waited = oldest
@@ -334,6 +341,7 @@ class AgentCore:
         if kind == "reduce_scatter" and self._reduce_completed(group, seq):
             return  # a CUDA reduce-scatter that has completed: ended at the next poll_reduces
         self.stalled.add((group, seq))
+        self.waiting = (group, seq)
         frame = sys._current_frames().get(self.train_thread)
         where, stack = thread_locations(frame) if frame is not None else (None, [])
         self.native.collective_stalled(group, seq, waited, where, stack)

@@ -361,7 +361,7 @@ class _Stalls:
     def __init__(self, workdir, nproc):
         self.paths = [os.path.join(workdir, f"rank{r}.json") for r in range(nproc)]
         self.seen: list = [None] * nproc  # (mtime, size) last read
-        self.stalled = [False] * nproc
+        self.stalled = [False] * nproc  # its rank_stalled collective still waits
         self.checked = 0.0
         self.first: float | None = None  # when a stall was first seen
 
@@ -371,8 +371,6 @@ class _Stalls:
             return False
         self.checked = now
         for r, path in enumerate(self.paths):
-            if self.stalled[r]:
-                continue
             try:
                 st = os.stat(path)
             except OSError:
@@ -387,12 +385,30 @@ class _Stalls:
             except (OSError, ValueError):
                 self.seen[r] = None  # being replaced: read again next time
                 continue
-            self.stalled[r] = any(v.get("kind") == "rank_stalled"
-                                  for v in doc.get("violations", []))
-            if self.stalled[r] and self.first is None:
-                self.first = now
+            self.stalled[r] = _still_stalled(doc)
+        if not any(self.stalled):
+            self.first = None  # none, or each completed after all (stragglers)
+        elif self.first is None:
+            self.first = now
         running = [r for r, p in enumerate(procs) if p.poll() is None]
         return bool(running) and any(self.stalled) and all(self.stalled[r] for r in running)
+
+
+def _still_stalled(doc):
+    """Whether a rank's snapshot holds its own rank_stalled of a collective that has not ended
+    since (its collective_end not among its events: the watchdog flushes again when a stalled
+    collective completes, a straggler rather than a hang)."""
+    waits = {(c.get("group"), c.get("seq")) for v in doc.get("violations", [])
+             if v.get("kind") == "rank_stalled" and isinstance(c := v.get("collective"), dict)}
+    if not waits:
+        return False
+    ev = doc.get("events")
+    if not isinstance(ev, dict) or "collective_end" not in ev.get("type_names", []):
+        return True
+    end = ev["type_names"].index("collective_end")
+    columns = (ev.get("type", []), ev.get("b", []), ev.get("u0", []))
+    ended = {(b, u0) for t, b, u0 in zip(*columns, strict=False) if t == end}
+    return bool(waits - ended)
 
 
 def _stage_order(stage):

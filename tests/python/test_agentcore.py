@@ -84,6 +84,7 @@ class _Agent(_agentcore.AgentCore):
         self.stall_configured = 2.0
         self.train_thread = threading.get_ident()
         self.stalled = set()
+        self.waiting = None
         self.watch_stop = threading.Event()
         self.log = []
         self.fail_close = fail_close
@@ -214,8 +215,14 @@ def test_watchdog_records_a_stall_once_with_the_training_threads_line(capsys):
     err = capsys.readouterr().err
     assert err.count("shardscope: rank 0: rank_stalled: all_gather #16 (group 0, forward)") == 1
     a.native.oldest = (0, 17, "reduce_scatter", 3, "backward", 4096, 2, 3.0)
-    _waiting_here(a)  # another collective: its own record
+    flushes = a.native.calls.count(("flush",))
+    _waiting_here(a)  # #16 completed (a straggler: flushed again), then #17 waits: its record
     assert sum(c[0] == "collective_stalled" for c in a.native.calls) == 2
+    assert a.native.calls.count(("flush",)) == flushes + 2
+    a.native.oldest = None
+    _waiting_here(a)  # #17 completed: flushed once more, then nothing
+    _waiting_here(a)
+    assert a.native.calls.count(("flush",)) == flushes + 3
 
 
 def test_watchdog_leaves_a_completed_cuda_reduce_scatter_alone():
