@@ -171,6 +171,24 @@ def forward_in_own_mode(engine, ids):
     return logits
 
 
+def diverge(how, engine, vocab, g, device):
+    """After its step, one rank takes another path (--diverge), as scripts do by accident."""
+    if how == "extra-forward":  # rank 0 evaluates one more batch
+        with torch.no_grad():
+            engine(torch.randint(0, vocab, (4, 8), generator=g).to(device))
+    elif how == "gathered":  # rank 0 looks at a weight, as initialize_weights_zero3 does
+        with deepspeed.zero.GatheredParameters([engine.module.fc.weight]):
+            print(f"fc.weight norm {engine.module.fc.weight.norm().item():.4f}", flush=True)
+
+
+def extra_batch(engine, vocab, g, device):
+    """One more micro-batch on this rank at the end of the epoch (a sampler without drop_last)."""
+    ids = torch.randint(0, vocab, (4, 8), generator=g).to(device)
+    logits = engine(ids)
+    engine.backward(F.cross_entropy(logits[:, :-1].reshape(-1, vocab), ids[:, 1:].reshape(-1)))
+    engine.step()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--externals", choices=["none", "manual"], default="none")
@@ -260,7 +278,19 @@ def main():
     parser.add_argument("--resume", default="", metavar="DIR",
                         help="engine.load_checkpoint(DIR) before the first step")
     parser.add_argument("--first-step", type=int, default=1, metavar="S", help="the number of the first step")
+    # Issue 51: one rank takes another path (every other rank waits in a collective it never
+    # issues: on GPUs the job hangs until NCCL's timeout). extra-forward: rank R evaluates one
+    # more batch after step S; extra-batch: rank R gets one more micro-batch at the end;
+    # gathered: GatheredParameters on rank R only after step S; raise: rank R raises at step S;
+    # slow: rank R sleeps --diverge-seconds before step S's forward (a straggler, not stuck).
+    parser.add_argument("--diverge", choices=["extra-forward", "extra-batch", "gathered", "raise", "slow"],
+                        default=None)
+    parser.add_argument("--diverge-rank", type=int, default=0, metavar="R")
+    parser.add_argument("--diverge-step", type=int, default=0, metavar="S",
+                        help="the step after (or at) which the rank diverges (default: the last)")
+    parser.add_argument("--diverge-seconds", type=float, default=1.0, metavar="T")
     args = parser.parse_args()
+    diverge_step = args.diverge_step or args.steps
 
     device = torch.device("cpu")
     if args.device == "cuda":
@@ -350,6 +380,10 @@ def main():
             failing = None
             if step + 1 == args.raise_in_backward:
                 failing = engine.module.fc.register_forward_pre_hook(fail_in_backward)
+            if args.diverge == "slow" and rank == args.diverge_rank and step + 1 == diverge_step:
+                time.sleep(args.diverge_seconds)  # the others wait for it in the first gather
+            if args.diverge == "raise" and rank == args.diverge_rank and step + 1 == diverge_step:
+                raise RuntimeError(f"rank {rank} failed at step {step + 1} (--diverge raise)")
             began, cpu, process_cpu = time.perf_counter(), time.thread_time(), time.process_time()
             skipped = False
             for _micro in range(args.grad_accum):
@@ -384,6 +418,8 @@ def main():
                     probe.mm(engine.module.embed.weight)
             print(f"rank {rank} step {args.first_step + step} loss {loss.item():.4f}"
                   f"{'' if observed else ' (agent paused)'}", flush=True)
+            if rank == args.diverge_rank and step + 1 == diverge_step:
+                diverge(args.diverge, engine, vocab, g, device)
             if args.save_at and args.first_step + step == args.save_at:  # as users save mid-run
                 for how in args.save_how:
                     where = os.path.join(args.save_dir, how)
@@ -407,6 +443,13 @@ def main():
                               f"embed.weight {tuple(saved['embed.weight'].shape)}", flush=True)
                     else:
                         engine.save_checkpoint(where)
+        if args.diverge == "extra-batch" and rank == args.diverge_rank:
+            extra_batch(engine, vocab, g, device)
+        if args.diverge:
+            # as a script does before it saves: every rank meets here (the one that took
+            # another path is still in a collective the others never issue)
+            torch.distributed.barrier()
+            print(f"rank {rank} reached the end", flush=True)
         if args.compile:  # what dynamo made of the model: the same with and without the agent
             from torch._dynamo.utils import counters
             print(f"rank {rank} dynamo: {sum(counters['graph_break'].values())} graph breaks, "

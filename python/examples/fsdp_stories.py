@@ -305,7 +305,17 @@ def main():
                         "starts afresh. load-state-dict: that file given to model.load_state_dict "
                         "on every rank, the pitfall (torch raises)")
     p.add_argument("--first-step", type=int, default=1, metavar="S", help="the number of the first step")
+    # Issue 51: one rank takes another path (the others wait in a collective it never issues:
+    # on GPUs the job hangs until NCCL's timeout). extra-forward: rank R evaluates one more
+    # batch after step S; extra-batch: rank R gets one more batch at the end; raise: rank R
+    # raises at step S; slow: rank R sleeps --diverge-seconds before step S (not stuck).
+    p.add_argument("--diverge", choices=["extra-forward", "extra-batch", "raise", "slow"], default=None)
+    p.add_argument("--diverge-rank", type=int, default=0, metavar="R")
+    p.add_argument("--diverge-step", type=int, default=0, metavar="S",
+                   help="the step after (or at) which the rank diverges (default: the last)")
+    p.add_argument("--diverge-seconds", type=float, default=1.0, metavar="T")
     a = p.parse_args()
+    diverge_step = a.diverge_step or a.steps
 
     if a.device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
@@ -380,6 +390,11 @@ def main():
         if a.toggle:  # without the agent: the same labels, nothing toggled
             observed = toggle_step(step, a.toggle, a.toggle_method,
                                    None if a.no_agent else shardscope.fsdp)
+        diverging = rank == a.diverge_rank and step + 1 == diverge_step
+        if a.diverge == "slow" and diverging:
+            time.sleep(a.diverge_seconds)  # the others wait for it in the first all-gather
+        if a.diverge == "raise" and diverging:
+            raise RuntimeError(f"rank {rank} failed at step {step + 1} (--diverge raise)")
         t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
         tokens = torch.randint(0, a.vocab, (4, 8), generator=gen).to(device)
         if a.explicit_unshard:
@@ -420,6 +435,17 @@ def main():
         if a.first_step + step in a.save_at:
             for how in a.save_how:
                 save_checkpoint(model, opt, os.path.join(a.save_dir, how), how)
+        if a.diverge == "extra-forward" and diverging:
+            with torch.no_grad():  # rank 0 evaluates one more batch
+                model(torch.randint(0, a.vocab, (4, 8), generator=gen).to(device))
+    if a.diverge == "extra-batch" and rank == a.diverge_rank:  # one more batch at the epoch's end
+        tokens = torch.randint(0, a.vocab, (4, 8), generator=gen).to(device)
+        loss_fn(model(tokens).view(-1, a.vocab), tokens.view(-1)).backward()
+        opt.step()
+        opt.zero_grad()
+    if a.diverge:
+        dist.barrier()  # as a script does before it saves: every rank meets here
+        print(f"rank {rank} reached the end", flush=True)
 
     if profiler is not None:
         profiler.disable()

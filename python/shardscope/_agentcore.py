@@ -15,7 +15,12 @@ way after that:
   part in ``_pause``, ``_unpause`` and ``_resumed``;
 - ``flush()``: what is recorded reaches the clients and the snapshot now;
 - the CUDA collectives issued but not yet seen complete (``reduces``), ended when their event
-  has completed (``poll_reduces``; all of them, waited for, at close).
+  has completed (``poll_reduces``; all of them, waited for, at close);
+- the process groups' numbers in the collective events (``group_number``: 0 the job's
+  default group, others in the order this rank first uses them);
+- the stall watchdog ([Note: stall watchdog] below): a collective waited for past
+  ``SHARDSCOPE_STALL_SECONDS`` becomes this rank's ``rank_stalled`` record, with the training
+  thread's line, flushed at once.
 
 A framework's agent adds its hooks (one file: what it observes and diagnoses), its internals
 (one file: every private name it touches, declared and checked at install) and its words in
@@ -25,7 +30,9 @@ the one author of violation text (engine/state/violationtext.cpp); nothing else.
 from __future__ import annotations
 
 import atexit
+import os
 import sys
+import threading
 from typing import Any, Callable, ClassVar, Optional, Tuple, TypeVar
 
 from . import ShardScopeError
@@ -55,6 +62,60 @@ def backend_name() -> str:
     except Exception:
         pass
     return "gloo"
+
+
+# [Note: stall watchdog] A daemon thread per agent wakes every WATCH_SECONDS and reads the
+# native state's oldest collective still in flight (Agent.oldest_in_flight: a short lock, no
+# Python on the training thread). One that has waited past the threshold is this rank's
+# rank_stalled record (once per (group, seq)), with where the training thread is (its innermost
+# user frames, _frames' rules), flushed to the clients and snapshot_out at once, so that the
+# diagnosis survives the job being killed by its own timeout; one line on stderr says it. While
+# collectives complete it reads one figure twice a second; paused or finished it records
+# nothing; it never raises into the training thread (its own errors end it, said once).
+STALL_VARIABLE = "SHARDSCOPE_STALL_SECONDS"
+STALL_DEFAULT_CPU = 5.0   # gloo, CPU ranks: a collective takes milliseconds
+STALL_DEFAULT_NCCL = 60.0  # GPUs: a first NCCL call may build its communicator for seconds
+WATCH_SECONDS = 0.5
+STACK_FRAMES = 8  # user frames kept with a stall (innermost first)
+
+
+def stall_seconds() -> Optional[float]:
+    """SHARDSCOPE_STALL_SECONDS as a number of seconds (> 0), or None when it is not set (the
+    default then follows the backend: stall_threshold). A bad value is a ShardScopeError naming
+    the variable."""
+    text = os.environ.get(STALL_VARIABLE, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise ShardScopeError(f"{STALL_VARIABLE}={text!r}: give the seconds a collective may wait "
+                              f"before its rank is said stalled, a number above 0 (default "
+                              f"{STALL_DEFAULT_CPU:g} on gloo, {STALL_DEFAULT_NCCL:g} on NCCL)")
+    return value
+
+
+def stall_threshold(configured: Optional[float]) -> float:
+    """The threshold in force: the variable's, else the backend's default."""
+    if configured is not None:
+        return configured
+    return STALL_DEFAULT_NCCL if backend_name() == "nccl" else STALL_DEFAULT_CPU
+
+
+def thread_locations(frame: Any) -> Tuple[Any, list]:
+    """(the innermost user frame's location or None, up to STACK_FRAMES user frames' locations
+    from the innermost out) of a thread whose innermost frame is frame."""
+    from . import _frames
+
+    stack: list = []
+    f = _frames.user_frame(frame)
+    while f is not None and len(stack) < STACK_FRAMES:
+        loc = _frames.location(f)
+        stack.append(loc)
+        f = _frames.user_frame(f.f_back)
+    return (stack[0] if stack else None), stack
 
 
 _A = TypeVar("_A", bound="AgentCore")
@@ -118,12 +179,25 @@ class AgentCore:
         self.reduces: list = []
         self.allocator: Optional[Callable[[], None]] = None  # posts an allocator_sample (CUDA)
         self.checkpoint_said: set = set()  # (kind, owner, file, line) said on stderr
+        # process group -> its number in collective events (group_number); kept alive here
+        self.pg_numbers: dict = {}
+        self.pg_objects: list = []
+        self.stall_configured = stall_seconds()  # a bad value: install() raises
+        self.train_thread = threading.get_ident()  # the thread that installed: the training one
+        self.stalled: set = set()  # (group, seq) recorded as stalled
+        self.waiting: Optional[Tuple[int, int]] = None  # the last one recorded, while in flight
+        self.watch_stop = threading.Event()
+        self.watchdog: Optional[threading.Thread] = None
 
     def arm(self) -> None:
         """The agent finishes at exit and on SIGTERM (the snapshot written, no stale file), also
         while this rank is blocked in a rendezvous or a collective (_runtime)."""
         atexit.register(self.close)
         _runtime.finish_on_sigterm(self.native)
+        if hasattr(self.native, "oldest_in_flight"):
+            self.watchdog = threading.Thread(target=self._watch, name="shardscope-stall-watchdog",
+                                             daemon=True)
+            self.watchdog.start()
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -137,6 +211,7 @@ class AgentCore:
         if self.closed:
             return
         self.closed = True
+        self.watch_stop.set()
         atexit.unregister(self.close)
         try:
             self._close(reason)
@@ -186,16 +261,96 @@ class AgentCore:
             print(f"shardscope: {error}", file=sys.stderr)
 
     def poll_reduces(self, wait: bool = False) -> None:
-        """reduce_scatter_end for the CUDA collectives seen complete (wait: all of them, waiting
-        for those still running: close())."""
+        """reduce_scatter_end (and its collective's end) for the CUDA collectives seen complete
+        (wait: all of them, waiting for those still running: close())."""
         while self.reduces:
-            event, module, pid, nbytes, n = self.reduces[0]
+            event, module, pid, nbytes, n, group, seq = self.reduces[0]
             if not wait and not event.query():
                 return
             if wait:
                 event.synchronize()
             self.reduces.pop(0)
             self.native.reduce_scatter_end(module, pid, nbytes, n)
+            if seq:
+                self.native.collective_end(group, seq)
+
+    def group_number(self, group: Any) -> int:
+        """The number collective events give the process group: 0 for the job's default
+        (world) group (None, torch's WORLD, or a group of every rank), the next number for each
+        other group in the order this rank first uses it (ZeRO++ hpZ's secondary group, an
+        FSDP2 mesh dimension). The same on every rank of a job that issues the same
+        collectives. Computed once per group."""
+        key = id(group)
+        number = self.pg_numbers.get(key)
+        if number is not None:
+            return number
+        number = 0
+        if group is not None:
+            try:
+                import torch.distributed as dist
+                if group is not dist.group.WORLD and dist.get_world_size(group) != self.world_size:
+                    number = 1 + sum(1 for n in self.pg_numbers.values() if n)
+            except Exception:
+                number = 1 + sum(1 for n in self.pg_numbers.values() if n)
+        self.pg_numbers[key] = number
+        self.pg_objects.append(group)  # its id stays its own
+        return number
+
+    # ------------------------------------------------------------------ the stall watchdog
+    def _watch(self) -> None:
+        """The watchdog thread ([Note: stall watchdog])."""
+        try:
+            while not self.watch_stop.wait(WATCH_SECONDS):
+                if self.closed:
+                    return
+                if not self.is_paused:
+                    self._check_stall()
+        except Exception as e:  # never into the training thread; said once, then it stops
+            try:
+                print(f"shardscope: rank {self.rank}: the stall watchdog stopped "
+                      f"({type(e).__name__}: {e})", file=sys.stderr, flush=True)
+            except Exception:
+                pass
+
+    def _reduce_completed(self, group: int, seq: int) -> bool:
+        """Whether (group, seq) is a CUDA reduce-scatter whose event has completed: the training
+        thread ends it at its next poll_reduces (the next bucket, the step's end), which an
+        evaluation between steps may put off for minutes; not a stall. Read from the watchdog
+        (a copy of the list: the training thread pops from it)."""
+        for entry in list(self.reduces):
+            if entry[5] == group and entry[6] == seq:
+                try:
+                    return bool(entry[0].query())
+                except Exception:
+                    return False
+        return False
+
+    def _check_stall(self) -> None:
+        oldest = self.native.oldest_in_flight()
+        if self.waiting is not None and (oldest is None or tuple(oldest[:2]) != self.waiting):
+            # The collective recorded as stalled has completed (it was the oldest in flight: it
+            # stays so while it waits): a straggler after all. Its collective_end reaches the
+            # snapshot now, so that shardscope-check does not take the rank for hung.
+            self.waiting = None
+            self.native.flush()
+        if oldest is None:
+            return
+        group, seq, kind, module, reason, nbytes, params, waited = oldest
+        if waited < stall_threshold(self.stall_configured) or (group, seq) in self.stalled:
+            return
+        if kind == "reduce_scatter" and self._reduce_completed(group, seq):
+            return  # a CUDA reduce-scatter that has completed: ended at the next poll_reduces
+        self.stalled.add((group, seq))
+        self.waiting = (group, seq)
+        frame = sys._current_frames().get(self.train_thread)
+        where, stack = thread_locations(frame) if frame is not None else (None, [])
+        self.native.collective_stalled(group, seq, waited, where, stack)
+        error = self.native.flush()  # the native flush only: the hot path's own is the training thread's
+        if error:
+            print(f"shardscope: {error}", file=sys.stderr)
+        line = f" at {where[0]}:{where[1]}" if where else ""
+        print(f"shardscope: rank {self.rank}: rank_stalled: {kind} #{seq} (group {group}, "
+              f"{reason}) waited {waited:.1f} s{line}", file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------ the framework's part
     def _close(self, reason: str) -> None:

@@ -101,6 +101,9 @@ HOOKS = (
     (_ZERO + "partitioned_param_coordinator", "PartitionedParameterCoordinator._invalidate_trace",
      ("self", )),
     (_ZERO + "partitioned_param_coordinator", "iter_params", None),
+    # the function all_gather_coalesced issues every ZeRO-3 all-gather through (a module
+    # global: replaced there, HotPath.gather_hook)
+    (_ZERO + "partition_parameters", "_dist_allgather_fn", ("input_tensor", "output_tensor", "group")),
     ("deepspeed.runtime.engine", "DeepSpeedEngine.forward", None),
     ("deepspeed.runtime.engine", "DeepSpeedEngine.backward", None),
     ("deepspeed.runtime.engine", "DeepSpeedEngine.step", None),
@@ -409,6 +412,7 @@ class Patched:
                       self._module_scopes, self._trace_invalidation, self._gathered_parameters,
                       self._steps, self._deepcompile, self._plain_backward,
                       self._late_parameters_and_engine, self._gradient_reduce_scatters,
+                      self._gather_collectives,
                       self._checkpoints):
             patch()
 
@@ -621,9 +625,11 @@ class Patched:
         def _gathered_enter(self):
             params = list(getattr(self, "params", ())) if getattr(self, "enabled", True) else []
             observer.on_gathered_enter(params)
+            begun = observer.gathered_collectives(params, "all_gather")
             try:
                 entered = gathered_enter(self)
             finally:
+                observer.end_collectives(begun)
                 observer.on_gathered_entered(params)
             observer.on_gathered_scope(params, getattr(self, "src_rank", None), True)
             return entered
@@ -631,10 +637,13 @@ class Patched:
         def _gathered_exit(self, *exc):
             params = list(getattr(self, "params", ())) if getattr(self, "enabled", True) else []
             observer.on_gathered_scope(params, getattr(self, "src_rank", None), False)
-            observer.on_gathered_exit(params, getattr(self, "src_rank", None))
+            src_rank = getattr(self, "src_rank", None)
+            observer.on_gathered_exit(params, src_rank)
+            begun = observer.gathered_collectives(params, "broadcast") if src_rank is not None else ()
             try:
                 return gathered_exit(self, *exc)
             finally:
+                observer.end_collectives(begun)
                 observer.on_gathered_exited(params)
 
         self.patches.replace(Gathered, "__enter__", _gathered_enter)
@@ -739,6 +748,15 @@ class Patched:
         self.patches.replace(deepspeed, "initialize", _initialize)
 
     # ---- gradient reduce-scatters of stage 3's buckets
+    # ---- the coordinator's all-gathers: one collective_begin per batch before DeepSpeed issues
+    # it (native: HotPath.gather_hook; the batch is what went INFLIGHT since the last issue)
+    def _gather_collectives(self) -> None:
+        from deepspeed.runtime.zero import partition_parameters
+
+        original = partition_parameters._dist_allgather_fn
+        self.patches.replace(partition_parameters, "_dist_allgather_fn",
+                             self.observer.hot.gather_hook(original))
+
     def _gradient_reduce_scatters(self) -> None:
         from deepspeed.runtime.zero import stage3 as stage3_mod
 

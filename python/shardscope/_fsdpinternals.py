@@ -71,6 +71,8 @@ FUNCTIONS = (
     # a group's gradients reduce-scattered (post_backward): the collective is issued in it and
     # its event returned (a CUDA stream's; on the CPU it has completed on return)
     ("_fsdp_param_group", "foreach_reduce"),
+    # a group's all-gather issued (unshard(), only when one is needed): the collective's begin
+    ("_fsdp_param_group", "foreach_all_gather"),
 )
 
 # Attributes read (not wrapped), by class; checked on the first objects the agent meets.

@@ -29,6 +29,14 @@ CLEAN, PROBLEMS, COULD_NOT_RUN = 0, 1, 2
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _GRACE_S = 5.0  # a rank's time to leave after SIGTERM (its agent writes its snapshot) before SIGKILL
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
+# The records of a job whose ranks diverged or hang in a collective (docs/check.md, "A script
+# that hangs"): the job's aligner makes collective_mismatch and rank_stalled, each rank's
+# watchdog its own rank_stalled (SHARDSCOPE_STALL_SECONDS, 5 s on these CPU ranks).
+HANG_KINDS = ("collective_mismatch", "rank_stalled")
+_STALL_GRACE_S = 3.0  # once every rank still running has stalled: time for the last records
+# A rank stalled while another waits where no agent sees (a barrier, its own collective): the
+# ranks are stopped once this long has passed since the stall with no rank's stage changing.
+_LONE_STALL_S = 15.0
 
 
 class CouldNotRun(Exception):
@@ -281,6 +289,10 @@ def run_ranks(args, workdir, backend):
     start = time.monotonic()
     last = ""
     timed_out = False
+    stalls = _Stalls(workdir, len(procs))
+    args.stalled = False
+    seen_stages: list = []
+    moved = start  # when a rank's stage last changed
     while any(p.poll() is None for p in procs):
         elapsed = time.monotonic() - start
         if elapsed > args.timeout:
@@ -288,12 +300,26 @@ def run_ranks(args, workdir, backend):
             break
         if _stop_requested():
             break
+        # Every rank still running waits in a collective past the threshold (its watchdog's
+        # rank_stalled is in its snapshot), or one does and nothing has moved for
+        # _LONE_STALL_S since: the script hangs; stopped then, not at --timeout.
+        every = stalls.all_stalled(procs)
+        if every or (stalls.first is not None and
+                     time.monotonic() - max(stalls.first, moved) > _LONE_STALL_S):
+            args.stalled = "every" if every else "one"
+            _progress("shardscope-check: " + ("every rank waits" if every else "a rank waits")
+                      + " in a collective the others do not issue (rank_stalled); stopping the "
+                      "ranks", tty)
+            _wait_or_stop(procs, _STALL_GRACE_S if every else 0.0)
+            break
         stages = []
         for rank in range(args.nproc):
             try:
                 stages.append(open(os.path.join(workdir, f"status.{rank}")).read().split(" ", 1)[1].strip())
             except (OSError, IndexError):
                 stages.append("starting python")
+        if stages != seen_stages:
+            seen_stages, moved = stages, time.monotonic()
         stage = min(stages, key=_stage_order)
         # On a terminal one line, rewritten each second; in a log a line per stage.
         line = f"shardscope-check: {args.nproc} CPU ranks, {elapsed:4.0f} s: {stage}"
@@ -326,6 +352,63 @@ def run_ranks(args, workdir, backend):
     args.last_stage = last if not tty else last.split(": ", 2)[-1]
     alive = [p.pid for p in procs if p.poll() is None]
     return results, texts, timed_out, time.monotonic() - start, alive
+
+
+class _Stalls:
+    """Which ranks' snapshots (rank<N>.json, rewritten by the agent's flushes) hold this rank's
+    own rank_stalled record: each file read again only when it changed."""
+
+    def __init__(self, workdir, nproc):
+        self.paths = [os.path.join(workdir, f"rank{r}.json") for r in range(nproc)]
+        self.seen: list = [None] * nproc  # (mtime, size) last read
+        self.stalled = [False] * nproc  # its rank_stalled collective still waits
+        self.checked = 0.0
+        self.first: float | None = None  # when a stall was first seen
+
+    def all_stalled(self, procs):
+        now = time.monotonic()
+        if now - self.checked < 1.0:
+            return False
+        self.checked = now
+        for r, path in enumerate(self.paths):
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            key = (st.st_mtime_ns, st.st_size)
+            if key == self.seen[r]:
+                continue
+            self.seen[r] = key
+            try:
+                with open(path) as f:
+                    doc = json.load(f)
+            except (OSError, ValueError):
+                self.seen[r] = None  # being replaced: read again next time
+                continue
+            self.stalled[r] = _still_stalled(doc)
+        if not any(self.stalled):
+            self.first = None  # none, or each completed after all (stragglers)
+        elif self.first is None:
+            self.first = now
+        running = [r for r, p in enumerate(procs) if p.poll() is None]
+        return bool(running) and any(self.stalled) and all(self.stalled[r] for r in running)
+
+
+def _still_stalled(doc):
+    """Whether a rank's snapshot holds its own rank_stalled of a collective that has not ended
+    since (its collective_end not among its events: the watchdog flushes again when a stalled
+    collective completes, a straggler rather than a hang)."""
+    waits = {(c.get("group"), c.get("seq")) for v in doc.get("violations", [])
+             if v.get("kind") == "rank_stalled" and isinstance(c := v.get("collective"), dict)}
+    if not waits:
+        return False
+    ev = doc.get("events")
+    if not isinstance(ev, dict) or "collective_end" not in ev.get("type_names", []):
+        return True
+    end = ev["type_names"].index("collective_end")
+    columns = (ev.get("type", []), ev.get("b", []), ev.get("u0", []))
+    ended = {(b, u0) for t, b, u0 in zip(*columns, strict=False) if t == end}
+    return bool(waits - ended)
 
 
 def _stage_order(stage):
@@ -971,6 +1054,24 @@ def _run(args, workdir, backend, alive):
     why = _why_not(results, logs, timed_out, args, elapsed)
     problems = problems_of(doc, rows)
     failed = [r for r in results if r and r["error"] and not r["stopped"]]
+    hang = [p for p in problems if p["kind"] in HANG_KINDS]
+    if (timed_out or getattr(args, "stalled", False)) and hang and not _stop_requested():
+        # The ranks would not finish, and the job's records say why: which rank issued which
+        # collective on which line, and where the others wait (exit 1, not "timed out").
+        print(report_text(problems, doc, None, results, args, elapsed))
+        stalled = getattr(args, "stalled", False)
+        how = (f"did not finish within --timeout {args.timeout:.0f} s" if timed_out or not stalled
+               else "were stopped once every rank had waited in a collective past the stall "
+               "threshold" if stalled == "every" else
+               f"were stopped {_LONE_STALL_S:.0f} s after a rank had waited in a collective "
+               f"past the stall threshold while no rank went on (the others wait where the "
+               f"agent does not see: a barrier, or their own collective)")
+        print(f"\nthe ranks {how} (stopped at: {getattr(args, 'last_stage', '') or 'starting'}); "
+              f"on GPUs this script would hang until NCCL's timeout. Fix the problems above "
+              f"and run shardscope-check again.")
+        return _extras(args, problems, elapsed, PROBLEMS if written else COULD_NOT_RUN)
+    if why is None and getattr(args, "stalled", False):
+        why = "the ranks were stopped while waiting in a collective"
     if why is not None and problems and failed and not timed_out and not _stop_requested():
         # The script failed after the agent recorded problems: they are why (an
         # IndexError from an empty placeholder is DeepSpeed's reply to the read recorded).

@@ -499,6 +499,7 @@ class _Agent(AgentCore):
         # Its partition's world: its own group's (ZeRO++ hpZ, DeepSpeed >= 0.19.3), else the job's.
         world = int(d.get("ds_zero_partition_world_size", self.world_size))
         d["_shardscope_nbytes"] = (partition * world if partitioned else numel) * param.element_size()
+        d["_shardscope_owner"] = mid if mid is not None else 0  # a GatheredParameters' module
         self.native.set_param(id=pid, name=name, owner=mid if mid is not None else 0, shape=shape,
                               dtype=str(param.dtype).replace("torch.", ""), numel=numel,
                               partition_numel=partition if partitioned else numel,
@@ -776,6 +777,49 @@ class _Agent(AgentCore):
     def on_gathered_exited(self, params):
         self.gathered -= 1
 
+    def gathered_collectives(self, params, kind):
+        """A GatheredParameters scope is about to gather its parameters ("all_gather": those
+        NOT_AVAILABLE, one collective per process group, as DeepSpeed issues them) or to
+        broadcast them from modifier_rank at its exit ("broadcast": one for the scope's
+        broadcasts): collective_begin for each, reason gathered_parameters, with the
+        parameters' padded bytes and the module when they are all one module's (else the
+        root). Returns [(group, seq)] for end_collectives."""
+        if self.closed or self.is_paused or not params:
+            return ()
+        by_group: dict = {}
+        for p in params:
+            d = p.__dict__
+            if "ds_id" not in d or (kind == "all_gather" and not self.ds.is_not_available(p)):
+                continue
+            if int(d.get("ds_zero_partition_world_size", self.world_size)) <= 1:
+                continue
+            pg = d.get("ds_process_group")
+            by_group.setdefault(id(pg), (pg, []))[1].append(p)
+        begun = []
+        for pg, ps in by_group.values():
+            nbytes, owners = 0, set()
+            for p in ps:
+                d = p.__dict__
+                if "_shardscope_nbytes" in d:
+                    nbytes += d["_shardscope_nbytes"]
+                    owners.add(d.get("_shardscope_owner", 0))
+                else:  # not published yet (while the model is built)
+                    _, numel, itemsize, owner, _ = self._reduce_param(p)
+                    nbytes += numel * itemsize
+                    owners.add(owner)
+            module = owners.pop() if len(owners) == 1 else 0
+            group = self.group_number(pg)
+            begun.append((group, self.native.collective_begin(kind, group, module,
+                                                              "gathered_parameters", nbytes,
+                                                              len(ps))))
+        return begun
+
+    def end_collectives(self, begun):
+        """collective_end for what gathered_collectives began (DeepSpeed's call returned, or
+        raised: not waiting any more)."""
+        for group, seq in begun:
+            self.native.collective_end(group, seq)
+
     def on_gathered_scope(self, params, src_rank, opened):
         """A GatheredParameters scope opened (its gathers done) or about to close: the
         parameters a change inside it keeps (modifier_rank: broadcast from that rank) or
@@ -1004,12 +1048,19 @@ class _Agent(AgentCore):
         n = len(params)
         events = getattr(optimizer, "param_reduce_events", None)
         before = len(events) if events is not None else 0
+        group = self.group_number(getattr(optimizer, "dp_process_group", None))
         self.native.reduce_scatter_begin(module, pid, nbytes, n)
-        r = fn(optimizer, *args, **kwargs)
+        seq = self.native.collective_begin("reduce_scatter", group, module, "backward", nbytes, n)
+        try:
+            r = fn(optimizer, *args, **kwargs)
+        except BaseException:
+            self.native.collective_end(group, seq)  # raised: not waiting any more
+            raise
         if cuda and events is not None and len(events) > before:
-            self.reduces.append((events[-1], module, pid, nbytes, n))
+            self.reduces.append((events[-1], module, pid, nbytes, n, group, seq))
         else:
             self.native.reduce_scatter_end(module, pid, nbytes, n)
+            self.native.collective_end(group, seq)
         return r
 
     def _reduce_bucket(self, params, dtype):

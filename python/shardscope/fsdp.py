@@ -1162,8 +1162,9 @@ class _Agent(AgentCore):
 
     # ------------------------------------------------------------------ FSDP's methods
     # unshard, _to_unsharded, _to_sharded(_post_forward), pre/post_forward, pre/post_backward,
-    # _prefetch_unshard and foreach_reduce are observed natively (FsdpPath, python/shardscope/fsdppath.cpp:
-    # native_hook); the methods below, once a step or rarer, in Python.
+    # _prefetch_unshard, foreach_reduce and foreach_all_gather are observed natively (FsdpPath,
+    # python/shardscope/fsdppath.cpp: native_hook); the methods below, once a step or rarer, in
+    # Python.
     def native_hook(self, owner, name, original):
         """_fsdpinternals.install's question: FsdpPath's replacement for this method (owner: its
         class) or function (owner: its module), or None."""
@@ -1188,9 +1189,10 @@ class _Agent(AgentCore):
             numel += -(-rows // world) * world * (grad.numel() // rows if rows else 0)
         return numel * reduce_dtype.itemsize, unsharded_grads[0].device.type == "cpu"
 
-    def _pending_reduce(self, event, unit, nbytes, n):
-        """A CUDA reduce-scatter issued (FsdpPath): its end when its event is seen complete."""
-        self.reduces.append((event, unit, None, nbytes, n))
+    def _pending_reduce(self, event, unit, nbytes, n, group=0, seq=0):
+        """A CUDA reduce-scatter issued (FsdpPath): its end (and its collective's, group and
+        seq) when its event is seen complete."""
+        self.reduces.append((event, unit, None, nbytes, n, group, seq))
         self.hot.pending_reduces = True
 
     def poll_reduces(self, wait=False):

@@ -53,6 +53,9 @@ std::size_t FsdpPath::addGroup(py::handle group,
     g.params = std::move(params);
     g.unit = unit;
     g.status = status;
+    g.bytes = 0;
+    for (const auto &[id, bytes] : g.params)
+        g.bytes += bytes;
     return it->second;
 }
 
@@ -138,6 +141,7 @@ PyObject *FsdpPath::call(Method m, PyObject *original, PyObject *const *args, st
 {
     if (m == Method::PrefetchUnshard) return prefetchUnshard(original, args, nargsf, kwnames);
     if (m == Method::ForeachReduce) return foreachReduce(original, args, nargsf, kwnames);
+    if (m == Method::ForeachAllGather) return foreachAllGather(original, args, nargsf, kwnames);
     if (closed || PyVectorcall_NARGS(nargsf) < 1) // unbound without self: the original's error
         return PyObject_Vectorcall(original, args, nargsf, kwnames);
     Group *g = groupOf(args[0]);
@@ -160,6 +164,7 @@ PyObject *FsdpPath::call(Method m, PyObject *original, PyObject *const *args, st
         return postBackward(*g, original, args, nargsf, kwnames);
     case Method::PrefetchUnshard:
     case Method::ForeachReduce:
+    case Method::ForeachAllGather:
         break;
     }
     return PyObject_Vectorcall(original, args, nargsf, kwnames);
@@ -175,7 +180,10 @@ PyObject *FsdpPath::unshard(Group &g, PyObject *original, PyObject *const *args,
     const bool pending = !isNone(self, m_kAllGatherResult.ptr());
     const bool was = truth(self, m_kIsUnsharded.ptr());
     ++inside;
+    PyObject *const previous = m_unsharding;
+    m_unsharding = self; // foreachAllGather: the group whose all-gather is issued
     PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
+    m_unsharding = previous;
     --inside;
     if (!r) return nullptr;
     return finally(r, [&] {
@@ -198,6 +206,7 @@ PyObject *FsdpPath::toUnsharded(Group *g, PyObject *original, PyObject *const *a
     PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
     if (!r || was) return r;
     return finally(r, [&] {
+        endGather(*g); // waited for (wait_for_unshard) or synchronous: it has completed
         if (g->status == kUnsharded) return;
         if (g->status == kSharded) {
             const Cause c = m_causes.empty() ? Cause{FetchReason::GatheredParameters, kNoModule}
@@ -351,19 +360,70 @@ PyObject *FsdpPath::foreachReduce(PyObject *original, PyObject *const *args, std
     }
     const std::uint64_t bytes = g.reduceSize;
     const auto count = static_cast<std::uint32_t>(n);
+    const std::uint32_t number = groupNumber(pg);
     m_state.reduceScatterBegin(g.unit, kNoParam, bytes, count);
+    const std::uint64_t seq = m_state.collectiveBegin(CollectiveKind::ReduceScatter, number, g.unit,
+                                                      FetchReason::Backward, bytes, count);
     PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
-    if (!r) return nullptr;
+    if (!r) {
+        m_state.collectiveEnd(number, seq); // FSDP's error, unchanged: nothing waits for it
+        return nullptr;
+    }
     ++g.reduceScatters;
     g.reduceBytes += bytes;
     return finally(r, [&] {
         PyObject *event =
             PyTuple_Check(r) && PyTuple_GET_SIZE(r) > 1 ? PyTuple_GET_ITEM(r, 1) : Py_None;
-        if (event == Py_None || g.reduceOnCpu)
+        if (event == Py_None || g.reduceOnCpu) {
             m_state.reduceScatterEnd(g.unit, kNoParam, bytes, count);
-        else
-            observer().attr("_pending_reduce")(py::handle(event), g.unit, bytes, count);
+            m_state.collectiveEnd(number, seq);
+        } else {
+            observer().attr("_pending_reduce")(py::handle(event), g.unit, bytes, count, number,
+                                               seq);
+        }
     });
+}
+
+std::uint32_t FsdpPath::groupNumber(PyObject *pg)
+{
+    for (const auto &[object, number] : m_groupNumbers)
+        if (object.ptr() == pg) return number;
+    const auto number = observer().attr("group_number")(py::handle(pg)).cast<std::uint32_t>();
+    m_groupNumbers.emplace_back(py::reinterpret_borrow<py::object>(pg), number);
+    return number;
+}
+
+void FsdpPath::endGather(Group &g)
+{
+    if (g.gatherSeq == 0) return;
+    const std::uint64_t seq = g.gatherSeq;
+    g.gatherSeq = 0;
+    m_state.collectiveEnd(g.gatherGroup, seq);
+}
+
+// foreach_all_gather(fsdp_params, group, async_op, ...): unshard() issues the group's
+// all-gather (only when one is needed: not on a world of one, not an unsharded group): its
+// collective_begin just before, with the unit, the cause of the method running now
+// (pre_forward: forward, pre_backward: backward, _prefetch_unshard: prefetch, an explicit
+// unshard(): gathered_parameters), the group's bytes and parameters; the end when the group
+// is unsharded (_to_unsharded, after wait_for_unshard), or at once when FSDP raised.
+PyObject *FsdpPath::foreachAllGather(PyObject *original, PyObject *const *args, std::size_t nargsf,
+                                     PyObject *kwnames)
+{
+    auto found = m_unsharding ? m_index.find(m_unsharding) : m_index.end();
+    if (closed || PyVectorcall_NARGS(nargsf) < 2 || found == m_index.end())
+        return PyObject_Vectorcall(original, args, nargsf, kwnames);
+    Group &g = m_groups[found->second];
+    const Cause c =
+        m_causes.empty() ? Cause{FetchReason::GatheredParameters, kNoModule} : m_causes.back();
+    endGather(g); // a previous one never seen unsharded: not waited for any more
+    g.gatherGroup = groupNumber(args[1]);
+    g.gatherSeq =
+        m_state.collectiveBegin(CollectiveKind::AllGather, g.gatherGroup, g.unit, c.reason, g.bytes,
+                                static_cast<std::uint32_t>(g.params.size()));
+    PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
+    if (!r) endGather(g); // FSDP's error, unchanged
+    return r;
 }
 
 void bindFsdpPath(py::module_ &m, AgentState &(*stateOf)(py::handle agent))

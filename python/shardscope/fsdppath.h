@@ -39,13 +39,14 @@ class FsdpPath : public std::enable_shared_from_this<FsdpPath>
         PostForward,
         PreBackward,
         PostBackward,
-        PrefetchUnshard, // a staticmethod (target, pass_type)
-        ForeachReduce,   // the function _fsdp_param_group calls in post_backward
+        PrefetchUnshard,  // a staticmethod (target, pass_type)
+        ForeachReduce,    // the function _fsdp_param_group calls in post_backward
+        ForeachAllGather, // the function unshard() issues the group's all-gather with
     };
     static constexpr std::string_view kMethodNames[] = {
-        "unshard",           "_to_unsharded", "_to_sharded",  "_to_sharded_post_forward",
-        "pre_forward",       "post_forward",  "pre_backward", "post_backward",
-        "_prefetch_unshard", "foreach_reduce"};
+        "unshard",           "_to_unsharded",  "_to_sharded",       "_to_sharded_post_forward",
+        "pre_forward",       "post_forward",   "pre_backward",      "post_backward",
+        "_prefetch_unshard", "foreach_reduce", "foreach_all_gather"};
 
     // A group's status on this rank, as shardscope.fsdp numbers it (SHARDED, GATHERING,
     // UNSHARDED): ParamStatus's NotAvailable, Inflight, Available (base/types.h), which the
@@ -93,6 +94,9 @@ class FsdpPath : public std::enable_shared_from_this<FsdpPath>
     {
         PyObject *object; // the FSDPParamGroup (the Python _Group keeps it alive)
         std::vector<std::pair<ParamId, std::uint64_t>> params;
+        std::uint64_t bytes = 0;     // what its all-gather moves (the params' sum)
+        std::uint64_t gatherSeq = 0; // its all-gather collective in flight, or 0
+        std::uint32_t gatherGroup = 0;
         ModuleId unit = 0;
         int status = kSharded;
         FetchReason reason = FetchReason::Forward; // of the all-gather in flight
@@ -142,6 +146,10 @@ class FsdpPath : public std::enable_shared_from_this<FsdpPath>
                               PyObject *kwnames);
     PyObject *foreachReduce(PyObject *original, PyObject *const *args, std::size_t nargsf,
                             PyObject *kwnames);
+    PyObject *foreachAllGather(PyObject *original, PyObject *const *args, std::size_t nargsf,
+                               PyObject *kwnames);
+    std::uint32_t groupNumber(PyObject *pg); // the observer's group_number, kept per object
+    void endGather(Group &g);                // its all-gather's collective_end, once
 
     AgentState &m_state;
     py::object m_agent;
@@ -150,9 +158,11 @@ class FsdpPath : public std::enable_shared_from_this<FsdpPath>
     std::deque<Group> m_groups; // stable: a hook holds its Group while FSDP publishes another
     std::unordered_map<PyObject *, std::size_t> m_index; // FSDPParamGroup -> m_groups
     std::unordered_map<PyObject *, ModuleId> m_modules;  // module -> its id
-    std::vector<Cause> m_causes;    // the FSDP methods running now, innermost last
-    std::vector<ModuleId> m_scopes; // units whose forward or backward is open
-    PyObject *m_reducing = nullptr; // borrowed: post_backward's group while it runs
+    std::vector<Cause> m_causes;      // the FSDP methods running now, innermost last
+    std::vector<ModuleId> m_scopes;   // units whose forward or backward is open
+    PyObject *m_reducing = nullptr;   // borrowed: post_backward's group while it runs
+    PyObject *m_unsharding = nullptr; // borrowed: unshard's group while it runs
+    std::vector<std::pair<py::object, std::uint32_t>> m_groupNumbers; // process group -> number
     py::str m_kAllGatherResult{"_all_gather_result"}, m_kIsUnsharded{"is_unsharded"},
         m_kTrainingState{"_training_state"}, m_kModule{"module"}, m_kReduceDtype{"reduce_dtype"};
 };

@@ -167,6 +167,13 @@ PyObject *observeGetitem(Hook &h, PyObject *const *args, size_t nargsf, PyObject
     return h.hot->getitemCall(h.original, h.slow, args, nargsf);
 }
 
+// partition_parameters._dist_allgather_fn(input, output, group): a plain function (looked up
+// as a module global, never bound).
+PyObject *observeGather(Hook &h, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    return h.hot->gatherCall(h.original, args, nargsf, kwnames);
+}
+
 // An FSDPParamGroup method (shardscope.fsdp): FsdpPath decides what the arguments are.
 PyObject *observeFsdp(Hook &h, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -364,12 +371,81 @@ void HotPath::statusSet(py::handle param, py::handle value)
     }
     m_state.statusChanged(dsId, static_cast<ParamStatus>(from), static_cast<ParamStatus>(to), cause,
                           published->second.bytes, reason);
+    if (from == 0 && to == 1 && gathered == 0) { // joins the batch all_gather_coalesced issues
+        if (m_pending.params == 0) {
+            m_pending.cause = cause;
+            m_pending.reason = reason;
+        }
+        ++m_pending.params;
+        m_pending.bytes += published->second.bytes;
+        m_pendingParams.push_back(&published->second);
+    } else if (from == 1 && published->second.gatherSeq != 0) {
+        endGather(published->second); // its handle was waited for
+    }
     if (slow && to == 2) observer().attr("suspects_available")(param);
     if (slow && to == 0) observer().attr("suspects_released")(param); // pending attribute reads
 }
 
+void HotPath::endGather(Published &p)
+{
+    const std::uint32_t group = p.gatherGroup;
+    const std::uint64_t seq = p.gatherSeq;
+    p.gatherSeq = 0;
+    for (std::size_t i = 0; i < m_openGathers.size(); ++i) {
+        if (m_openGathers[i].group == group && m_openGathers[i].seq == seq) {
+            m_openGathers.erase(m_openGathers.begin() + static_cast<std::ptrdiff_t>(i));
+            m_state.collectiveEnd(group, seq);
+            return;
+        }
+    }
+}
+
+std::uint32_t HotPath::groupNumber(PyObject *group)
+{
+    for (const auto &[object, number] : m_groupNumbers)
+        if (object.ptr() == group) return number;
+    const auto number = observer().attr("group_number")(py::handle(group)).cast<std::uint32_t>();
+    m_groupNumbers.emplace_back(py::reinterpret_borrow<py::object>(group), number);
+    return number;
+}
+
+PyObject *HotPath::gatherCall(PyObject *original, PyObject *const *args, std::size_t nargsf,
+                              PyObject *kwnames)
+{
+    if (m_pending.params == 0) return PyObject_Vectorcall(original, args, nargsf, kwnames);
+    // group: the third positional argument or the keyword (DeepSpeed passes it positionally)
+    PyObject *group = Py_None;
+    const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (n > 2) {
+        group = args[2];
+    } else if (kwnames) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); ++i)
+            if (PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, i), m_kGroup.ptr()) == 0)
+                group = args[n + i];
+    }
+    const std::uint32_t number = groupNumber(group);
+    const std::uint64_t seq =
+        m_state.collectiveBegin(CollectiveKind::AllGather, number, m_pending.cause,
+                                m_pending.reason, m_pending.bytes, m_pending.params);
+    for (Published *p : m_pendingParams) {
+        p->gatherSeq = seq;
+        p->gatherGroup = number;
+    }
+    if (m_openGathers.size() >= 64) m_openGathers.erase(m_openGathers.begin()); // never waited for
+    m_openGathers.push_back(OpenGather{number, seq});
+    clearPendingGather();
+    PyObject *r = PyObject_Vectorcall(original, args, nargsf, kwnames);
+    if (!r) { // DeepSpeed's error, unchanged: nothing waits for this one any more
+        std::erase_if(m_openGathers,
+                      [&](const OpenGather &o) { return o.group == number && o.seq == seq; });
+        m_state.collectiveEnd(number, seq);
+    }
+    return r;
+}
+
 void HotPath::enter(py::handle module, Phase phase)
 {
+    clearPendingGather();
     if (slow) observer().attr("suspects_close")();
     const ModuleId id = moduleId(module);
     const OwnSet *own = ownOf(id, module);
@@ -380,6 +456,7 @@ void HotPath::enter(py::handle module, Phase phase)
 
 void HotPath::exit(py::handle module, Phase phase)
 {
+    clearPendingGather();
     for (std::size_t i = m_stack.size(); i-- > 0;) {
         if (m_stack[i].module.ptr() == module.ptr()) {
             const ModuleId id = m_stack[i].id;
@@ -759,6 +836,12 @@ py::object HotPath::getitemHook(py::object original, py::object slow)
     return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject *>(h));
 }
 
+py::object HotPath::gatherHook(py::object original)
+{
+    Hook *h = makeHook(shared_from_this(), hookCall<observeGather>, std::move(original));
+    return py::reinterpret_steal<py::object>(reinterpret_cast<PyObject *>(h));
+}
+
 py::object fsdpHook(std::shared_ptr<FsdpPath> path, std::uint8_t method, py::object original)
 {
     Hook *h = makeHook(nullptr, hookCall<observeFsdp>, std::move(original));
@@ -800,6 +883,8 @@ void bindHotPath(py::module_ &m, agent::AgentState &(*stateOf)(py::handle agent)
                  throw py::value_error("engine_hook: call must be forward, backward or step");
              })
         .def("getitem_hook", &HotPath::getitemHook)
+        .def("gather_hook", &HotPath::gatherHook, py::arg("original"),
+             "The native replacement of partition_parameters._dist_allgather_fn calling original")
         .def("set_engine", &HotPath::setEngine)
         .def_readwrite("in_step", &HotPath::inStep)
         .def_readwrite("after_step", &HotPath::afterStep)

@@ -106,6 +106,17 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     PyObject *getitemCall(PyObject *original, PyObject *slow, PyObject *const *args,
                           std::size_t nargsf);
 
+    // A replacement for partition_parameters._dist_allgather_fn(input, output, group), the one
+    // function ZeRO-3's all_gather_coalesced issues its all-gathers through: the batch whose
+    // parameters went NOT_AVAILABLE -> INFLIGHT since the last one (the coordinator's fetch or
+    // prefetch of a module) is one collective_begin before the call (docs/deepspeed.md,
+    // "Collectives"); the same batch's first INFLIGHT -> AVAILABLE (its handle waited for) is its
+    // collective_end. The later calls of one batch (one per parameter when DeepSpeed gathers
+    // them one by one, the quantization scales) begin nothing.
+    py::object gatherHook(py::object original);
+    PyObject *gatherCall(PyObject *original, PyObject *const *args, std::size_t nargsf,
+                         PyObject *kwnames);
+
     // The engine the observer attached to (None: none). A forward while none is attached goes
     // to the observer's on_engine_forward, which attaches that engine; a second engine in the
     // process (an RLHF critic, say) is not attached to, but its forwards and steps still
@@ -131,7 +142,11 @@ class HotPath : public std::enable_shared_from_this<HotPath>
     // (ds_secondary_tensor) is counted in the rank's held bytes until a step's end finds it
     // dropped (the optimizer step's invalidate_secondary_tensor).
     void publish(std::uint32_t dsId, std::uint64_t bytes, py::object param, bool hpz = false);
-    void unpublish(std::uint32_t dsId) { m_published.erase(dsId); }
+    void unpublish(std::uint32_t dsId)
+    {
+        clearPendingGather(); // holds pointers into m_published
+        m_published.erase(dsId);
+    }
     void mapModule(std::int64_t dsModuleId, ModuleId id) { m_dsModules[dsModuleId] = id; }
     void markDirty(std::uint32_t dsId); // sample it at the next flushActive()
     void forgetOwn(ModuleId module);    // its registrations changed
@@ -199,7 +214,35 @@ class HotPath : public std::enable_shared_from_this<HotPath>
         bool dirty = false;
         bool hpz = false;
         const void *secondary = nullptr; // the ds_secondary_tensor counted (identity only)
+        std::uint64_t gatherSeq = 0;     // the all-gather collective in flight for it, or 0
+        std::uint32_t gatherGroup = 0;
     };
+    // The all-gather batch being made (NOT_AVAILABLE -> INFLIGHT since the last issue), begun
+    // at the issue (gatherCall); its parameters' records (stable: node-based map).
+    struct PendingGather
+    {
+        std::uint32_t params = 0;
+        std::uint64_t bytes = 0;
+        ModuleId cause = kNoModule;
+        FetchReason reason = FetchReason::Prefetch;
+    };
+    struct OpenGather
+    {
+        std::uint32_t group;
+        std::uint64_t seq;
+    };
+    void clearPendingGather()
+    {
+        m_pending = PendingGather{};
+        m_pendingParams.clear();
+    }
+    void endGather(Published &p);               // its batch's collective_end, once
+    std::uint32_t groupNumber(PyObject *group); // the observer's group_number, kept per object
+    PendingGather m_pending;
+    std::vector<Published *> m_pendingParams; // reused: no allocation once warm
+    std::vector<OpenGather> m_openGathers;    // begun, not ended (a few: prefetches)
+    std::vector<std::pair<py::object, std::uint32_t>> m_groupNumbers;
+    py::str m_kGroup{"group"};
     // Counts what ds_secondary_tensor the parameter holds now (AgentState::setSecondary):
     // true when it holds one it did not hold before.
     bool checkSecondary(std::uint32_t dsId, Published &p);

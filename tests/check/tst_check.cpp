@@ -459,6 +459,10 @@ print(json.dumps([p["severity"] for p in problems]))
             {"forward", lineOf(ex, "return self.lm_head(torch.tanh(self.fc(x)))")},
             {"main",
              lineOf(ex, "logits = engine.module(ids) if args.call_module else engine(ids)")},
+            // issue 51's hang: the extra forward's gather, inside the model, from diverge()
+            {"TinyLM.forward", lineOf(ex, "x = self.embed(ids)")},
+            {"diverge",
+             lineOf(ex, "engine(torch.randint(0, vocab, (4, 8), generator=g).to(device))")},
             {"PositionalConv.__init__",
              lineOf(ex, "with deepspeed.zero.GatheredParameters(self.conv.weight, "
                         "modifier_rank=0):") +
@@ -806,6 +810,48 @@ print("fsdp", p["gathered_peak_bytes"], p["at_module"], p["phase"], p["shard_byt
         QCOMPARE(junit.tests, 1);
         QCOMPARE(junit.failures, 1);
         QCOMPARE(junit.failureElements, 1);
+    }
+
+    // Issue 51: a DeepSpeed script whose rank 0 evaluates one more batch after its last step
+    // while rank 1 waits in a barrier (on GPUs: a hang until NCCL's timeout). The check stops
+    // the ranks soon after rank 0's watchdog recorded the stall (SHARDSCOPE_STALL_SECONDS=2)
+    // and reports it (exit 1), well within --timeout, with the line rank 0 waits at and the
+    // lines above it, and the fix; not "did not finish within --timeout" (exit 2).
+    void hangReportedWithinTimeout()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        const QString d = m_dir.path();
+        const QString ex = QStringLiteral(SHARDSCOPE_EXAMPLE);
+        QProcessEnvironment extra;
+        extra.insert("SHARDSCOPE_STALL_SECONDS", "2");
+        QElapsedTimer timer;
+        timer.start();
+        const Run r = run({"--timeout", "120", "--steps", "3", "--snapshot", d + "/hang.json", ex,
+                           "--externals", "manual", "--steps", "2", "--diverge", "extra-forward"},
+                          d, 300000, extra);
+        const qint64 ms = timer.elapsed();
+        QVERIFY2(r.exitCode == 1, qPrintable(describe(r)));
+        QVERIFY2(ms < 100000, qPrintable(QString("%1 ms").arg(ms)));
+        const int forward =
+            lineOf(ex, "engine(torch.randint(0, vocab, (4, 8), generator=g).to(device))");
+        const int called = lineOf(ex, "diverge(args.diverge, engine, vocab, g, device)");
+        QVERIFY(forward > 0 && called > 0);
+        QVERIFY2(r.out.contains("rank_stalled") && r.out.contains("(ranks 0, step 3) [error]"),
+                 qPrintable(describe(r)));
+        QVERIFY2(
+            r.out.contains(QStringLiteral("deepspeed_stories.py:%1 in diverge").arg(forward)) &&
+                r.out.contains(QStringLiteral("deepspeed_stories.py:%1 in main").arg(called)),
+            qPrintable(describe(r)));
+        QVERIFY2(r.out.contains("fix: run the extra forward"), qPrintable(describe(r)));
+        QVERIFY2(r.out.contains("on GPUs this script would hang until NCCL's timeout"),
+                 qPrintable(describe(r)));
+        QVERIFY2(!r.err.contains("did not finish"), qPrintable(describe(r)));
+        const json snap = readJson(d + "/hang.json");
+        int stalled = 0;
+        for (const json &v : snap["violations"])
+            stalled += v["kind"] == "rank_stalled" && v["rank"] == 0;
+        QVERIFY2(stalled >= 1, snap["violations"].dump().c_str());
+        qInfo("hangReportedWithinTimeout: %lld ms", ms);
     }
 
     // Issue 54: a ZeRO-3 script that saves model.state_dict() every 100 steps. The check's

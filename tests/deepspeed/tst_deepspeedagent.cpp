@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <csignal>
 #include <map>
@@ -43,6 +44,7 @@ namespace {
 
 using shardscope::test::fetchesOf;
 using shardscope::test::findParam;
+using shardscope::test::lineOf;
 using shardscope::test::moduleIdOf;
 using shardscope::test::readJson;
 using shardscope::test::violations;
@@ -1100,6 +1102,133 @@ class TestDeepSpeedAgent : public QObject
                          v["location"]["line"].get<int>() == callLine,
                      v.dump().c_str());
         }
+    }
+
+    // Issue 51, on two real ranks with SHARDSCOPE_STALL_SECONDS=2. A healthy run with a slow
+    // rank (rank 0 sleeps 1 s before step 2's forward: a straggler, not stuck): every all-gather
+    // batch, reduce bucket and GatheredParameters collective is one begin/end pair, the same
+    // signature at the same (group, seq) on both ranks, and nothing is recorded. A rank that
+    // raises: its exception as the script raises it, nothing recorded. GatheredParameters on rank
+    // 0 only (the others wait in a barrier): rank 0's watchdog records rank_stalled at the
+    // script's line and flushes it while the job still hangs, rank 1 records nothing.
+    void divergedRanks()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        QProcessEnvironment env = dsEnvironment();
+        env.insert("SHARDSCOPE_STALL_SECONDS", "2");
+        const auto launch = [&](const QStringList &args) {
+            return shardscope::test::startRanks(this, env, QStringLiteral(SHARDSCOPE_LAUNCH),
+                                                python(), QStringLiteral(SHARDSCOPE_EXAMPLE),
+                                                QStringList{"--externals", "manual"} + args,
+                                                m_dir.path());
+        };
+        const auto hangRecords = [](const json &s) {
+            return violations(s, "rank_stalled").size() +
+                   violations(s, "collective_mismatch").size();
+        };
+        QElapsedTimer timer;
+        timer.start();
+
+        const Run slow = shardscope::test::finishRanks(
+            launch({"--steps", "3", "--diverge", "slow", "--diverge-step", "2", "--snapshot-out",
+                    snapshotArg("slow")}));
+        QVERIFY2(slow.exitCode == 0, qPrintable(slow.out.right(3000)));
+        QVERIFY2(slow.out.contains("rank 0 reached the end") &&
+                     slow.out.contains("rank 1 reached the end"),
+                 qPrintable(slow.out.right(3000)));
+        QVERIFY2(!slow.err.contains("rank_stalled"), qPrintable(slow.err.right(3000)));
+        const std::vector<json> snaps = snapshots("slow");
+        QCOMPARE(snaps.size(), std::size_t(2));
+        std::vector<std::vector<shardscope::test::Collective>> byRank;
+        for (const json &s : snaps) {
+            QCOMPARE(hangRecords(s), std::size_t(0));
+            byRank.push_back(shardscope::test::collectivesOf(s));
+        }
+        QCOMPARE(byRank[0].size(), byRank[1].size());
+        std::set<int> kinds, reasons;
+        for (std::size_t i = 0; i < byRank[0].size(); ++i) {
+            const auto &c = byRank[0][i];
+            QVERIFY2(c.key() == byRank[1][i].key(),
+                     qPrintable(QString("collective %1 differs between the ranks").arg(i)));
+            QCOMPARE(c.seq, std::uint64_t(i + 1)); // one group: 1, 2, 3, ...
+            QCOMPARE(c.group, std::uint32_t(0));
+            QVERIFY(c.ended && byRank[1][i].ended);
+            QVERIFY(c.bytes > 0 && c.params > 0);
+            kinds.insert(c.kind);
+            reasons.insert(c.reason);
+        }
+        // all-gathers (the coordinator's batches, the weight_norm workaround's GatheredParameters)
+        // and reduce buckets, and the modifier_rank broadcast; forward, backward, prefetch and
+        // gathered_parameters
+        QVERIFY2((kinds == std::set<int>{0, 1, 2}), qPrintable(QString::number(kinds.size())));
+        QVERIFY(reasons.contains(kForward) && reasons.contains(kBackward) &&
+                reasons.contains(kGatheredParameters));
+        // One per batch, not per parameter: fewer all-gathers than fetches.
+        QVERIFY(std::count_if(byRank[0].begin(), byRank[0].end(), [](const auto &c) {
+                    return c.kind == 0;
+                }) < shardscope::test::countEvents(snaps[0], "fetch_begin"));
+        const qint64 slowMs = timer.restart();
+
+        const QStringList raise{"--steps", "2", "--diverge", "raise", "--diverge-step", "2"};
+        const Run raised = shardscope::test::finishRanks(
+            launch(raise + QStringList{"--snapshot-out", snapshotArg("raise")}));
+        QVERIFY(raised.exitCode != 0);
+        // The script's own exception, as it raises it (nothing of the agent's before or in it),
+        // and its output up to there.
+        QCOMPARE(shardscope::test::lastRankException(raised.err),
+                 QStringLiteral("RuntimeError: rank 0 failed at step 2 (--diverge raise)"));
+        QVERIFY2(raised.out.contains("rank 0 step 1 loss") && !raised.err.contains("shardscope:"),
+                 qPrintable(raised.out.right(3000)));
+        for (int rank = 0; rank < 2; ++rank)
+            QCOMPARE(hangRecords(readJson(snapshotOf("raise", rank))), std::size_t(0));
+        const qint64 raiseMs = timer.restart();
+
+        QProcess *hang = launch(
+            {"--steps", "2", "--diverge", "gathered", "--snapshot-out", snapshotArg("gathered")});
+        // The record reaches the file while the job hangs (nothing else writes it before).
+        bool recorded = false;
+        for (QElapsedTimer wait; !wait.isValid() || wait.elapsed() < 90000; QThread::msleep(250)) {
+            if (!wait.isValid()) wait.start();
+            QFile f(snapshotOf("gathered", 0));
+            if (f.open(QIODevice::ReadOnly) && f.readAll().contains("rank_stalled")) {
+                recorded = true;
+                break;
+            }
+        }
+        QThread::msleep(1000); // rank 1 would have its own record by now, if it made one
+        hang->terminate();     // the launcher stops the ranks: the agents write their files
+        const Run hung = shardscope::test::finishRanks(hang);
+        QVERIFY2(recorded, qPrintable(hung.out.right(3000)));
+        QVERIFY2(!hung.out.contains("reached the end"), qPrintable(hung.out.right(3000)));
+        const int gatheredLine =
+            lineOf(QStringLiteral(SHARDSCOPE_EXAMPLE),
+                   "with deepspeed.zero.GatheredParameters([engine.module.fc.weight]):");
+        QVERIFY(gatheredLine > 0);
+        const json s0 = readJson(snapshotOf("gathered", 0));
+        const json s1 = readJson(snapshotOf("gathered", 1));
+        const auto stalled = violations(s0, "rank_stalled");
+        QCOMPARE(stalled.size(), std::size_t(1));
+        const json &v = stalled[0];
+        QVERIFY2(v["location"]["file"].get<std::string>().ends_with("deepspeed_stories.py") &&
+                     v["location"]["line"].get<int>() == gatheredLine &&
+                     v["location"]["function"] == "diverge",
+                 v.dump().c_str());
+        QVERIFY2(v["message"].get<std::string>().find("GatheredParameters") != std::string::npos,
+                 v.dump().c_str());
+        QVERIFY2(hung.err.contains(QStringLiteral("shardscope: rank 0: rank_stalled: all_gather")),
+                 qPrintable(hung.err.right(3000)));
+        QCOMPARE(hangRecords(s1), std::size_t(0));
+        // The collective rank 0 waits in: the GatheredParameters all-gather of fc.weight, one
+        // more than rank 1 issued, never ended.
+        const auto c0 = shardscope::test::collectivesOf(s0);
+        const auto c1 = shardscope::test::collectivesOf(s1);
+        QCOMPARE(c0.size(), c1.size() + 1);
+        const auto &last = c0.back();
+        QVERIFY(!last.ended && last.kind == 0 && last.module == "fc" &&
+                last.reason == kGatheredParameters && last.params == 1);
+        qInfo("divergedRanks: slow %lld ms, raise %lld ms, hang "
+              "%lld ms",
+              slowMs, raiseMs, timer.elapsed());
     }
 
     // ZeRO++ hierarchical partitioning (zero_hpz_partition_size 2) on 4 ranks. Each parameter's

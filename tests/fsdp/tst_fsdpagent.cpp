@@ -6,6 +6,7 @@
 // Each launch costs ~10 s on a small machine: the fixes share one run.
 
 #include <QDir>
+#include <QElapsedTimer>
 #include <QFile>
 #include <QFileInfo>
 #include <QProcess>
@@ -18,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <map>
 #include <set>
@@ -1297,6 +1299,87 @@ class TestFsdpAgent : public QObject
         QVERIFY(
             shardscope::test::snapshotSchemaProblems(readJson(snapshotOf("killed", 0))).empty());
         QVERIFY(!QFileInfo::exists(snapshotOf("killed", 1)));
+    }
+
+    // Issue 51 on three real ranks (SHARDSCOPE_STALL_SECONDS=2): rank 2 gets one more batch at
+    // the end (the others wait in a barrier). Until then every group unshard and reduce-scatter
+    // is one begin/end pair with the same signature at the same (group, seq) on every rank;
+    // then rank 2's unshard of the root waits: its watchdog records rank_stalled at the
+    // script's line and flushes it while the job hangs; ranks 0 and 1 record nothing.
+    void divergedRanks()
+    {
+        if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+        QElapsedTimer timer;
+        timer.start();
+        QProcessEnvironment env = fsdpEnvironment();
+        env.insert("SHARDSCOPE_STALL_SECONDS", "2");
+        QProcess *hang = shardscope::test::startRanks(this, env, QStringLiteral(SHARDSCOPE_LAUNCH),
+                                                      python(), QStringLiteral(SHARDSCOPE_EXAMPLE),
+                                                      {"--steps", "2", "--diverge", "extra-batch",
+                                                       "--diverge-rank", "2", "--snapshot-out",
+                                                       snapshotArg("extra-batch")},
+                                                      m_dir.path(), QStringLiteral("0.1"), 3);
+        bool recorded = false;
+        for (QElapsedTimer wait; !wait.isValid() || wait.elapsed() < 90000; QThread::msleep(250)) {
+            if (!wait.isValid()) wait.start();
+            QFile f(snapshotOf("extra-batch", 2));
+            if (f.open(QIODevice::ReadOnly) && f.readAll().contains("rank_stalled")) {
+                recorded = true;
+                break;
+            }
+        }
+        QThread::msleep(1000); // the others would have their own records by now, if they made one
+        hang->terminate();     // the launcher stops the ranks: the agents write their files
+        const Run hung = shardscope::test::finishRanks(hang);
+        QVERIFY2(recorded, qPrintable(hung.out.right(3000)));
+        for (int rank = 0; rank < 3; ++rank)
+            QVERIFY2(hung.out.contains(QString("rank %1 step 2 loss").arg(rank)) &&
+                         !hung.out.contains(QString("rank %1 reached the end").arg(rank)),
+                     qPrintable(hung.out.right(3000)));
+        QVERIFY2(hung.err.contains("shardscope: rank 2: rank_stalled: all_gather") &&
+                     !hung.err.contains("shardscope: rank 0: rank_stalled") &&
+                     !hung.err.contains("shardscope: rank 1: rank_stalled"),
+                 qPrintable(hung.err.right(3000)));
+        const std::vector<json> snaps = snapshots("extra-batch", 3);
+        QCOMPARE(snaps.size(), std::size_t(3));
+        std::vector<std::vector<shardscope::test::Collective>> byRank;
+        for (int rank = 0; rank < 3; ++rank) {
+            const json &s = snaps[std::size_t(rank)];
+            QCOMPARE(violations(s, "collective_mismatch").size(), std::size_t(0));
+            QCOMPARE(violations(s, "rank_stalled").size(), std::size_t(rank == 2 ? 1 : 0));
+            byRank.push_back(shardscope::test::collectivesOf(s));
+        }
+        const auto &shared = byRank[0];
+        QVERIFY(!shared.empty());
+        QCOMPARE(byRank[1].size(), shared.size());
+        QCOMPARE(byRank[2].size(), shared.size() + 1);
+        std::set<int> kinds;
+        for (std::size_t i = 0; i < shared.size(); ++i) {
+            QCOMPARE(shared[i].seq, std::uint64_t(i + 1));
+            for (int rank = 1; rank < 3; ++rank)
+                QVERIFY2(shared[i].key() == byRank[std::size_t(rank)][i].key() &&
+                             byRank[std::size_t(rank)][i].ended,
+                         qPrintable(QString("collective %1 of rank %2").arg(i).arg(rank)));
+            QVERIFY(shared[i].ended && shared[i].bytes > 0 && shared[i].params > 0);
+            kinds.insert(shared[i].kind);
+        }
+        QVERIFY((kinds == std::set<int>{0, 1})); // unshards and reduce-scatters
+        // Per group, not per parameter: blocks.0's unshard moves its four parameters at once.
+        QVERIFY(std::any_of(shared.begin(), shared.end(), [](const auto &c) {
+            return c.kind == 0 && c.module == "blocks.0" && c.params == 4 && c.reason == kForward;
+        }));
+        const auto &waiting = byRank[2].back();
+        QVERIFY(!waiting.ended && waiting.kind == 0 && waiting.module == "" &&
+                waiting.reason == kForward);
+        const json v = violations(snaps[2], "rank_stalled")[0];
+        const int line =
+            exampleLine("loss_fn(model(tokens).view(-1, a.vocab), tokens.view(-1)).backward()");
+        QVERIFY(line > 0);
+        QVERIFY2(v["location"]["file"].get<std::string>().ends_with("fsdp_stories.py") &&
+                     v["location"]["line"].get<int>() == line &&
+                     v["location"]["function"] == "main",
+                 v.dump().c_str());
+        qInfo("divergedRanks: %lld ms", timer.elapsed());
     }
 
     // Bad input in one process: FSDP1, a module never sharded, the agent started twice, a

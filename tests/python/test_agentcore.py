@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -57,6 +58,18 @@ class _Native:
     def finish_on_sigterm(self):
         self.calls.append(("finish_on_sigterm",))
 
+    def collective_end(self, group, seq):
+        self.calls.append(("collective_end", group, seq))
+
+    # the watchdog's view: the oldest collective in flight (None: none), and its record
+    oldest = None
+
+    def oldest_in_flight(self):
+        return self.oldest
+
+    def collective_stalled(self, group, seq, waited, location, stack):
+        self.calls.append(("collective_stalled", group, seq, waited, location, stack))
+
 
 class _Agent(_agentcore.AgentCore):
     """A framework of no hooks: what the core does on its own."""
@@ -67,6 +80,12 @@ class _Agent(_agentcore.AgentCore):
         self.is_paused = False
         self.reduces = []
         self.allocator = None
+        self.rank = 0
+        self.stall_configured = 2.0
+        self.train_thread = threading.get_ident()
+        self.stalled = set()
+        self.waiting = None
+        self.watch_stop = threading.Event()
         self.log = []
         self.fail_close = fail_close
         self.in_step = False
@@ -153,14 +172,92 @@ class _Event:
 def test_poll_reduces_ends_completed_collectives_in_order_and_waits_at_close():
     a = _Agent(_Native())
     first, second, third = _Event(True), _Event(False), _Event(True)
-    a.reduces = [(first, 1, 7, 100, 2), (second, 2, None, 200, 3), (third, 3, None, 300, 4)]
+    a.reduces = [(first, 1, 7, 100, 2, 0, 5), (second, 2, None, 200, 3, 0, 6),
+                 (third, 3, None, 300, 4, 1, 0)]
     a.poll_reduces()
-    # the second has not completed: the third, issued after it, waits behind it
-    assert a.native.calls == [("reduce_scatter_end", 1, 7, 100, 2)]
+    # the second has not completed: the third, issued after it, waits behind it; each ends
+    # its collective (seq 0: none)
+    assert a.native.calls == [("reduce_scatter_end", 1, 7, 100, 2), ("collective_end", 0, 5)]
     a.poll_reduces(wait=True)
     assert second.waited
-    assert [c[1] for c in a.native.calls] == [1, 2, 3]
+    assert a.native.calls[2:] == [("reduce_scatter_end", 2, None, 200, 3), ("collective_end", 0, 6),
+                                  ("reduce_scatter_end", 3, None, 300, 4)]
     assert a.reduces == []
+
+
+def _waiting_here(a):
+    """The watchdog's look at this thread, from another one (as the training thread is seen)."""
+    done = []
+    t = threading.Thread(target=lambda: done.append(a._check_stall()))
+    t.start()
+    t.join()
+
+
+def test_watchdog_records_a_stall_once_with_the_training_threads_line(capsys):
+    a = _Agent(_Native())
+    a.native.oldest = (0, 16, "all_gather", 3, "forward", 4096, 2, 1.5)
+    _waiting_here(a)  # under the threshold (2 s here): nothing
+    assert a.native.calls == []
+    a.native.oldest = (0, 16, "all_gather", 3, "forward", 4096, 2, 2.5)
+    line = sys._getframe().f_lineno + 1
+    _waiting_here(a)
+    _waiting_here(a)  # the same collective: once
+    stalled = [c for c in a.native.calls if c[0] == "collective_stalled"]
+    assert len(stalled) == 1
+    _, group, seq, waited, where, stack = stalled[0]
+    assert (group, seq, waited) == (0, 16, 2.5)
+    # the training thread's innermost user frame (_waiting_here's join), then this test's line
+    assert where[0] == __file__ and where[2] == "_waiting_here"
+    assert stack[0] == where and len(stack) <= _agentcore.STACK_FRAMES
+    assert stack[1][:3] == (__file__, line,
+                            "test_watchdog_records_a_stall_once_with_the_training_threads_line")
+    assert ("flush",) in a.native.calls  # written at once: the job may be killed next
+    err = capsys.readouterr().err
+    assert err.count("shardscope: rank 0: rank_stalled: all_gather #16 (group 0, forward)") == 1
+    a.native.oldest = (0, 17, "reduce_scatter", 3, "backward", 4096, 2, 3.0)
+    flushes = a.native.calls.count(("flush",))
+    _waiting_here(a)  # #16 completed (a straggler: flushed again), then #17 waits: its record
+    assert sum(c[0] == "collective_stalled" for c in a.native.calls) == 2
+    assert a.native.calls.count(("flush",)) == flushes + 2
+    a.native.oldest = None
+    _waiting_here(a)  # #17 completed: flushed once more, then nothing
+    _waiting_here(a)
+    assert a.native.calls.count(("flush",)) == flushes + 3
+
+
+def test_watchdog_leaves_a_completed_cuda_reduce_scatter_alone():
+    a = _Agent(_Native())
+    a.native.oldest = (0, 7, "reduce_scatter", 3, "backward", 4096, 2, 90.0)
+    a.reduces = [(_Event(True), 3, None, 4096, 2, 0, 7)]  # completed, not polled yet
+    _waiting_here(a)
+    assert a.native.calls == []
+    a.reduces = [(_Event(False), 3, None, 4096, 2, 0, 7)]  # still running past the threshold
+    _waiting_here(a)
+    assert [c[0] for c in a.native.calls] == ["collective_stalled", "flush"]
+
+
+def test_watchdog_thread_stops_at_close_and_records_nothing_while_paused():
+    a = _Agent(_Native())
+    a.native.oldest = (0, 1, "all_gather", None, "prefetch", 64, 1, 9.0)
+    a.is_paused = True
+    a.watch_stop.set()  # the loop's wait returns at once: no thread left behind
+    a._watch()
+    assert a.native.calls == []
+    a.is_paused = False
+    a.close("done")
+    assert a.watch_stop.is_set()
+
+
+def test_stall_seconds(monkeypatch):
+    monkeypatch.delenv(_agentcore.STALL_VARIABLE, raising=False)
+    assert _agentcore.stall_seconds() is None
+    assert _agentcore.stall_threshold(None) == _agentcore.STALL_DEFAULT_CPU  # gloo: no NCCL here
+    monkeypatch.setenv(_agentcore.STALL_VARIABLE, "2.5")
+    assert _agentcore.stall_seconds() == 2.5
+    for bad in ("0", "-1", "soon", "nan", "inf"):
+        monkeypatch.setenv(_agentcore.STALL_VARIABLE, bad)
+        with pytest.raises(ShardScopeError, match="SHARDSCOPE_STALL_SECONDS"):
+            _agentcore.stall_seconds()
 
 
 def test_install_agent_checks_before_starting(monkeypatch):

@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -77,6 +78,54 @@ inline int countEvents(const nlohmann::json &snap, const std::string &type)
     for (const nlohmann::json &e : eventList(snap))
         n += e["type"] == type;
     return n;
+}
+
+// One collective a rank issued (issue 51: collective_begin, docs/protocol.md), as the job's
+// aligner compares them across ranks: by module path, not id. ended: its collective_end is in
+// the snapshot too.
+struct Collective
+{
+    std::uint32_t group = 0;
+    std::uint64_t seq = 0;
+    int kind = 0;       // 0 all_gather, 1 reduce_scatter, 2 broadcast
+    std::string module; // its path ("" the root), "-" none
+    int reason = 0;     // a fetch reason's number
+    std::uint64_t bytes = 0;
+    std::uint32_t params = 0;
+    int step = 0;
+    bool ended = false;
+    // The signature the aligner compares, with the place: equal on every rank of a healthy job.
+    auto key() const { return std::tuple(group, seq, kind, module, reason, bytes, params); }
+};
+
+// Every collective_begin of a rank's snapshot, in order, each with whether it ended.
+inline std::vector<Collective> collectivesOf(const nlohmann::json &snap)
+{
+    std::map<std::int64_t, std::string> paths;
+    for (const nlohmann::json &m : snap["modules"])
+        paths[m["id"].get<std::int64_t>()] = m.value("path", std::string());
+    std::vector<Collective> out;
+    std::set<std::pair<std::uint32_t, std::uint64_t>> ended;
+    for (const nlohmann::json &e : eventList(snap)) {
+        if (e["type"] == "collective_end")
+            ended.emplace(e["b"].get<std::uint32_t>(), e["u0"].get<std::uint64_t>());
+        if (e["type"] != "collective_begin") continue;
+        Collective c;
+        c.group = e["b"].get<std::uint32_t>();
+        c.seq = e["u0"].get<std::uint64_t>();
+        c.kind = e["flags"].get<int>();
+        const std::int64_t module = e["a"].get<std::int64_t>();
+        c.module = paths.contains(module) ? paths[module] : "-";
+        c.bytes = e["u1"].get<std::uint64_t>();
+        const auto u2 = e["u2"].get<std::uint64_t>();
+        c.reason = int(u2 & 0xff);
+        c.params = std::uint32_t(u2 >> 32);
+        c.step = e["step"].get<int>();
+        out.push_back(c);
+    }
+    for (Collective &c : out)
+        c.ended = ended.contains({c.group, c.seq});
+    return out;
 }
 
 // The numbers of the steps begun, in order (a step_begin's `step`).
