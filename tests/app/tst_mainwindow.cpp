@@ -15,13 +15,16 @@
 #include <QTreeView>
 #include <QUrl>
 
+#include "divergedjob.h"
 #include "fakeengine.h"
 #include "mainwindow.h"
+#include "models/collectivesmodel.h"
 #include "models/moduletreemodel.h"
 #include "models/violationsmodel.h"
 #include "session/snapshotio.h"
 #include "syntheticstate.h"
 #include "views/attachdialog.h"
+#include "views/collectivespanel.h"
 #include "views/gathertimeline.h"
 #include "views/memoryplot.h"
 #include "views/moduletreeview.h"
@@ -41,6 +44,7 @@ class TestMainWindow : public QObject
   private slots:
     void init();
     void snapshotFillsTheViews();
+    void divergedJobShowsItsBanner();
     void snapshotOpensWithItsWholeTimeRangeInView();
     void nextViolationLandsOnItsTimeAndRow();
     void aSelectedRangeIsSummedAndSelectsInTheTree();
@@ -101,6 +105,35 @@ void TestMainWindow::snapshotFillsTheViews()
              true);
     QCOMPARE(w.tree()->model()->index(0, 0).data().toString(),
              QStringLiteral("tiny-lm")); // unchanged
+}
+
+// Issue 51: a recorded job whose rank 0 waits in a collective rank 1 never issued opens with
+// the diagnosis above the plots (each rank's line, the fix) and the Collectives dock in front;
+// a healthy snapshot afterwards takes the banner away.
+void TestMainWindow::divergedJobShowsItsBanner()
+{
+    qputenv("SHARDSCOPE_STALL_SECONDS", "5");
+    QTemporaryDir dir;
+    const QString path = dir.filePath(QStringLiteral("job.json"));
+    QVERIFY(wire::writeSnapshotFile(path.toStdString(), test::divergedJob()));
+    app::MainWindow w;
+    w.show();
+    QCOMPARE(w.openSnapshot(path), QString());
+    QTRY_VERIFY(w.collectiveBanner()->isVisible());
+    const QString banner = w.collectiveBanner()->text();
+    QVERIFY2(banner.contains(QStringLiteral("stalled")) &&
+                 banner.contains(QStringLiteral("train.py:%1").arg(test::kDivergedLine)) &&
+                 banner.contains(QStringLiteral("rank 1 had ended")) &&
+                 banner.contains(QStringLiteral("Fix: ")),
+             qPrintable(banner));
+    auto *dock = w.findChild<QDockWidget *>(QStringLiteral("collectivesDock"));
+    QVERIFY(dock);
+    QTRY_VERIFY(dock->isVisible() && !dock->visibleRegion().isEmpty());
+    QCOMPARE(w.collectives()->progressModel()->rowCount(), 2);
+
+    QCOMPARE(w.openSnapshot(writeSnapshot(dir)), QString());
+    QTRY_VERIFY(!w.collectiveBanner()->isVisible());
+    qunsetenv("SHARDSCOPE_STALL_SECONDS");
 }
 
 // A snapshot is not a live run: its events (here 5 us of them) are in view at once, not
