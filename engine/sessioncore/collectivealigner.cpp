@@ -359,6 +359,14 @@ void CollectiveAligner::redescribe()
         state::ViolationSubject s;
         s.kind = v.kind;
         s.collective = v.collective;
+        // A rank of a side that ended because its run failed: its exception is the cause.
+        for (const state::CollectiveSide &side : v.collective.sides)
+            for (int r : side.ranks) {
+                const std::string &how = m_ranks[std::size_t(r)].how;
+                if (side.position == CollectivePosition::Finished && s.raised.empty() &&
+                    how.starts_with("training failed"))
+                    s.raised = "rank " + std::to_string(r) + " raised (" + how + ")";
+            }
         const state::ViolationText text = state::describeViolation(s, m_options.dialect);
         v.message = text.message;
         v.fix = text.fix;

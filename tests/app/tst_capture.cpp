@@ -921,7 +921,7 @@ void TestCapture::aJobsStalledCollectiveIsPrintedWithItsOwnStatus()
     QVERIFY2(r.out.contains("rank_stalled (group 0, #5, rank 0): collective #5 of the default "
                             "process group stalled"),
              qPrintable(r.out));
-    QVERIFY2(r.out.contains("rank 0 waited in an all-gather for `embed` (forward, 4.0 KiB, 1 "
+    QVERIFY2(r.out.contains("rank 0 waits in an all-gather for `embed` (forward, 4.0 KiB, 1 "
                             "parameter), at /job/train.py:88"),
              qPrintable(r.out));
     QVERIFY2(r.out.contains("rank 1 had ended after #4"), qPrintable(r.out));

@@ -164,7 +164,7 @@ class TestCollectiveAligner : public QObject
         QCOMPARE(others.module, std::string("head"));
         QCOMPARE(others.reason, FetchReason::Backward);
         QCOMPARE(v.rank, 0);
-        QVERIFY2(v.message.find("rank 0 waited in an all-gather for `embed` (forward") !=
+        QVERIFY2(v.message.find("rank 0 waits in an all-gather for `embed` (forward") !=
                      std::string::npos,
                  v.message.c_str());
         QVERIFY2(v.message.find("ranks 1 and 2 issued an all-gather for `head` (backward") !=
@@ -215,6 +215,18 @@ class TestCollectiveAligner : public QObject
         QVERIFY2(v.fix.find("drop_last=True") != std::string::npos, v.fix.c_str());
         a.tick(t + 60 * kS);
         QCOMPARE(a.records().size(), std::size_t(1)); // once per (group, seq)
+        // The same, but rank 1 ended by an exception: the fix names it.
+        CollectiveAligner raised(2);
+        raised.setModulePaths(modules());
+        run(raised, 0, kStep, 1, 0);
+        run(raised, 1, kStep, 1, 0);
+        raised.add(begin(0, 6, kStep[0], t));
+        raised.rankFinished(1, "training failed: ValueError: bad batch");
+        raised.tick(t + 6 * kS);
+        QCOMPARE(raised.records().size(), std::size_t(1));
+        QVERIFY2(raised.records()[0].fix.find(
+                     "rank 1 raised (training failed: ValueError: bad batch)") != std::string::npos,
+                 raised.records()[0].fix.c_str());
         const auto progress = a.progress();
         QVERIFY(progress[0].stalled && progress[0].inFlight);
         QCOMPARE(progress[0].modulePath, std::string("embed"));
