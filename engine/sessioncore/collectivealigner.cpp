@@ -83,12 +83,12 @@ void CollectiveAligner::note(std::string text)
     ++m_revision;
 }
 
-void CollectiveAligner::add(const telemetry::Event &e)
+void CollectiveAligner::add(const telemetry::Event &e, std::uint64_t seenNs)
 {
     if (e.tsNs > m_lastTs) m_lastTs = e.tsNs;
     switch (e.type) {
     case EventType::CollectiveBegin:
-        begin(e);
+        begin(e, seenNs);
         break;
     case EventType::CollectiveEnd:
         end(e);
@@ -105,7 +105,7 @@ void CollectiveAligner::add(const telemetry::Event &e)
     }
 }
 
-void CollectiveAligner::begin(const telemetry::Event &e)
+void CollectiveAligner::begin(const telemetry::Event &e, std::uint64_t seenNs)
 {
     const int r = e.rank;
     Rank &rk = rank(r);
@@ -133,7 +133,7 @@ void CollectiveAligner::begin(const telemetry::Event &e)
     Window &w = window(f.group, g.epoch);
     g.began = true;
     g.lastSeq = f.seq;
-    g.open.push_back({f.seq, e.tsNs, sig});
+    g.open.push_back({f.seq, e.tsNs, seenNs, sig});
     rk.group = f.group;
     rk.seq = f.seq;
     rk.sinceNs = e.tsNs;
@@ -455,7 +455,7 @@ void CollectiveAligner::stalls(std::uint64_t nowNs, bool ended)
             const RankGroup &rg = rk.groups[g];
             if (rg.open.empty()) continue;
             const Open &o = rg.open.front();
-            const std::uint64_t waited = nowNs > o.sinceNs ? nowNs - o.sinceNs : 0;
+            const std::uint64_t waited = o.waited(nowNs);
             const bool said = rk.sites.contains({g, o.seq});
             if ((waited < m_options.stallNs && !said) || m_stallAt.contains({g, o.seq})) continue;
             // Who has not reached it: ranks of the same epoch behind it, or ended before it;
@@ -475,7 +475,7 @@ void CollectiveAligner::stalls(std::uint64_t nowNs, bool ended)
                     if (open != og->open.end()) {
                         d.sides.push_back(
                             sideOf(int(q), open->sig, CollectivePosition::Waiting, o.seq));
-                        const std::uint64_t w = nowNs > open->sinceNs ? nowNs - open->sinceNs : 0;
+                        const std::uint64_t w = open->waited(nowNs);
                         longest = std::max(longest, w);
                         if (first < 0) first = int(q);
                     } else if (og->lastSeq < o.seq) {

@@ -292,6 +292,8 @@ void Store::rebuildViolationCounts()
 void Store::appendEvents(std::span<const telemetry::Event> events, bool history)
 {
     if (events.empty()) return;
+    // A live store measures collectives' waits from when it received them (its clock).
+    const std::uint64_t seen = !m_readOnly && m_collectiveClock ? m_collectiveClock() : 0;
     // Events older than the newest stored one are merged per lane after the loop: one by
     // one, each would move every later event (quadratic for a reversed file).
     for (const telemetry::Event &ev : events) {
@@ -307,7 +309,7 @@ void Store::appendEvents(std::span<const telemetry::Event> events, bool history)
         else
             late.push_back(ev);
         ++m_totalEvents;
-        m_collectives.add(ev);
+        m_collectives.add(ev, seen);
         switch (ev.type) {
         case EventType::StepBegin:
             if (ev.step > m_state.step) {

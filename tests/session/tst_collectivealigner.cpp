@@ -347,11 +347,14 @@ class TestCollectiveAligner : public QObject
                 events.push_back(end(r, i + 1, kStep[i], i * 10 * kMs + kMs));
             }
         events.push_back(begin(0, 6, kStep[0], 100 * kMs)); // rank 1 never comes
+        // The producers' host clock is 1000 s behind the store's: waits are measured from
+        // when the store received the begin, so 2 s later nothing has stalled yet.
+        now = 1000 * kS;
         store.appendEvents(events, false);
-        now = 100 * kMs + 2 * kS;
+        now = 1000 * kS + 2 * kS;
         (void)store.takeChanges();
         QVERIFY(store.violationGroups().empty());
-        now = 100 * kMs + 7 * kS;
+        now = 1000 * kS + 7 * kS;
         const sessioncore::StoreChanges changes = store.takeChanges();
         QVERIFY(changes.violations);
         QCOMPARE(store.violationGroups().size(), std::size_t(1));
