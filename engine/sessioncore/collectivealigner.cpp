@@ -598,7 +598,18 @@ std::uint64_t defaultStallNs(std::string_view backend)
     return backend == "nccl" ? 60 * 1'000'000'000ull : 5 * 1'000'000'000ull;
 }
 
-JobDiagnosis diagnoseJob(wire::Snapshot &snapshot, std::uint64_t stallNs)
+void setRankPaths(CollectiveAligner &aligner, const state::EngineState &state)
+{
+    std::vector<std::string> paths;
+    paths.reserve(state.modules.size());
+    for (const state::ModuleRecord &m : state.modules)
+        paths.push_back(m.path);
+    for (int r : state.localRanks)
+        aligner.setModulePaths(r, paths);
+}
+
+JobDiagnosis diagnoseJob(wire::Snapshot &snapshot, std::uint64_t stallNs,
+                         const std::vector<wire::Snapshot> *parts)
 {
     JobDiagnosis out;
     AlignerOptions options;
@@ -609,6 +620,9 @@ JobDiagnosis diagnoseJob(wire::Snapshot &snapshot, std::uint64_t stallNs)
     out.aligner = CollectiveAligner(snapshot.state.worldSize, options);
     CollectiveAligner &a = out.aligner;
     a.setModulePaths(snapshot.state.modules);
+    if (parts)
+        for (const wire::Snapshot &p : *parts)
+            if (!p.state.modules.empty()) setRankPaths(a, p.state);
     for (const state::ViolationRecord &v : snapshot.state.violations)
         a.addRankRecord(v);
     for (const telemetry::Event &e : snapshot.events)

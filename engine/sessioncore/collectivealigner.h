@@ -241,7 +241,13 @@ struct JobDiagnosis
     std::vector<state::ViolationRecord> records; // what was added
     std::string error;                           // a bad SHARDSCOPE_STALL_SECONDS
 };
-JobDiagnosis diagnoseJob(wire::Snapshot &snapshot, std::uint64_t stallNs = 0);
+// parts: the processes' own snapshots the merge was made of, when the caller has them: each
+// rank's module paths then come from its own process (module ids are per process), else
+// every rank reads the merged structure's.
+JobDiagnosis diagnoseJob(wire::Snapshot &snapshot, std::uint64_t stallNs = 0,
+                         const std::vector<wire::Snapshot> *parts = nullptr);
+// Each rank of `state`'s local_ranks numbers its modules as `state` lists them.
+void setRankPaths(CollectiveAligner &aligner, const state::EngineState &state);
 
 // SHARDSCOPE_STALL_SECONDS as nanoseconds: `fallbackNs` when unset; error set (naming the
 // variable) and fallbackNs returned for a value that is not a positive number of seconds.

@@ -642,6 +642,9 @@ void Store::mergeSources()
     if (parts.empty()) return;
     auto merged = wire::mergeJobStates(parts, names);
     if (merged) applyState(std::move(merged).value()); // checked on entry: cannot fail here
+    // Module ids are per process: each rank's collectives read its own process's paths.
+    for (const state::EngineState *part : parts)
+        if (!part->modules.empty()) setRankPaths(m_collectives, *part);
     m_lastMerge = std::chrono::steady_clock::now();
     m_mergeCostMs =
         std::chrono::duration_cast<std::chrono::milliseconds>(*m_lastMerge - cost).count();

@@ -262,6 +262,34 @@ class TestCollectiveAligner : public QObject
         QCOMPARE(b.records()[0].collective.seq, std::uint64_t(2));
     }
 
+    // Module ids are per process: rank 1's process numbered `embed` 2 and `head` 1. Compared by
+    // path, its collectives are rank 0's: no mismatch; by the merged structure's ids alone,
+    // every one would differ.
+    void modulesAreComparedByEachProcesssPaths()
+    {
+        wire::Snapshot merged;
+        merged.state.worldSize = 2;
+        merged.state.modules = modules();
+        std::vector<wire::Snapshot> parts(2);
+        parts[0].state.modules = modules();
+        parts[0].state.localRanks = {0};
+        parts[1].state.modules = {
+            {0, "", "Model", kNoModule}, {1, "head", "Linear", 0}, {2, "embed", "Embedding", 0}};
+        parts[1].state.localRanks = {1};
+        for (std::uint64_t i = 0; i < kStep.size(); ++i) {
+            Op swapped = kStep[i];
+            swapped.module = swapped.module == 1 ? 2 : 1;
+            merged.events.push_back(begin(0, i + 1, kStep[i], i * 10 * kMs));
+            merged.events.push_back(begin(1, i + 1, swapped, i * 10 * kMs + 1));
+            merged.events.push_back(end(0, i + 1, kStep[i], i * 10 * kMs + kMs));
+            merged.events.push_back(end(1, i + 1, swapped, i * 10 * kMs + kMs));
+        }
+        wire::Snapshot withoutParts = merged;
+        QVERIFY(sessioncore::diagnoseJob(merged, 5 * kS, &parts).records.empty());
+        // Without the processes' own structures the ids are all there is: a mismatch.
+        QCOMPARE(sessioncore::diagnoseJob(withoutParts, 5 * kS).records.size(), std::size_t(1));
+    }
+
     // An older agent: steps, no collective_begin. Said once, not aligned, never in a record.
     void aRankWithoutCollectiveEventsIsSaidOnce()
     {
