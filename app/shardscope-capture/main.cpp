@@ -368,9 +368,10 @@ bool writeOutputs(const Options &o, const wire::Snapshot &snap)
 // The job's collectives aligned (sessioncore/collectivealigner.h): its collective_mismatch and
 // rank_stalled records join the snapshot's violations and are printed, the job's first, then
 // each rank's own. Returns how many the job has.
-std::size_t diagnoseCollectives(wire::Snapshot &snap)
+std::size_t diagnoseCollectives(wire::Snapshot &snap,
+                                const std::vector<wire::Snapshot> *parts = nullptr)
 {
-    sessioncore::JobDiagnosis d = sessioncore::diagnoseJob(snap);
+    sessioncore::JobDiagnosis d = sessioncore::diagnoseJob(snap, 0, parts);
     for (const std::string &note : d.aligner.notes())
         std::printf("collectives: %s\n", note.c_str());
     std::size_t n = 0;
@@ -410,7 +411,8 @@ bool stallSecondsOk()
 // --open FILE...: one job from the snapshot files its rank processes wrote (wire/jobmerge.h).
 int openFiles(const Options &o)
 {
-    auto merged = wire::mergeSnapshotFiles(o.open);
+    std::vector<wire::Snapshot> parts;
+    auto merged = wire::mergeSnapshotFiles(o.open, &parts);
     if (!merged) {
         std::fprintf(stderr, "shardscope-capture: %s\n", merged.error().c_str());
         return 1;
@@ -418,7 +420,7 @@ int openFiles(const Options &o)
     wire::Snapshot snap = std::move(merged).value();
     snap.meta.producer = "shardscope-capture";
     snap.meta.createdUnixMs = wire::unixTimeMs();
-    const std::size_t collectives = diagnoseCollectives(snap);
+    const std::size_t collectives = diagnoseCollectives(snap, &parts);
     if (!writeOutputs(o, snap)) return 1;
     std::printf("opened %zu snapshot files of one job: %s, step %u, %zu events, %zu "
                 "violations -> %s\n",
@@ -608,7 +610,7 @@ int capture(const Options &o)
         snap.meta.endpoint = target.endpoints.front();
     else if (job.empty())
         snap.meta.endpoint = o.attach;
-    const std::size_t collectives = diagnoseCollectives(snap);
+    const std::size_t collectives = diagnoseCollectives(snap, several ? &parts : nullptr);
     if (!writeOutputs(o, snap)) return 1;
     // An engine closed the connection without its goodbye (it died or was killed).
     const bool engineLost = !ended.empty() && !g_interrupted;

@@ -293,4 +293,7 @@ class AgentState final : public state::StateProvider
     std::atomic<bool> m_telemetry{true};
 };
 
+// The collective in flight of AgentState (oldestInFlight, collectiveStalled), by either name.
+using InFlight = AgentState::InFlight;
+
 } // namespace shardscope::agent

@@ -83,12 +83,12 @@ void CollectiveAligner::note(std::string text)
     ++m_revision;
 }
 
-void CollectiveAligner::add(const telemetry::Event &e)
+void CollectiveAligner::add(const telemetry::Event &e, std::uint64_t seenNs)
 {
     if (e.tsNs > m_lastTs) m_lastTs = e.tsNs;
     switch (e.type) {
     case EventType::CollectiveBegin:
-        begin(e);
+        begin(e, seenNs);
         break;
     case EventType::CollectiveEnd:
         end(e);
@@ -105,7 +105,7 @@ void CollectiveAligner::add(const telemetry::Event &e)
     }
 }
 
-void CollectiveAligner::begin(const telemetry::Event &e)
+void CollectiveAligner::begin(const telemetry::Event &e, std::uint64_t seenNs)
 {
     const int r = e.rank;
     Rank &rk = rank(r);
@@ -133,7 +133,7 @@ void CollectiveAligner::begin(const telemetry::Event &e)
     Window &w = window(f.group, g.epoch);
     g.began = true;
     g.lastSeq = f.seq;
-    g.open.push_back({f.seq, e.tsNs, sig});
+    g.open.push_back({f.seq, e.tsNs, seenNs, sig});
     rk.group = f.group;
     rk.seq = f.seq;
     rk.sinceNs = e.tsNs;
@@ -359,6 +359,14 @@ void CollectiveAligner::redescribe()
         state::ViolationSubject s;
         s.kind = v.kind;
         s.collective = v.collective;
+        // A rank of a side that ended because its run failed: its exception is the cause.
+        for (const state::CollectiveSide &side : v.collective.sides)
+            for (int r : side.ranks) {
+                const std::string &how = m_ranks[std::size_t(r)].how;
+                if (side.position == CollectivePosition::Finished && s.raised.empty() &&
+                    how.starts_with("training failed"))
+                    s.raised = "rank " + std::to_string(r) + " raised (" + how + ")";
+            }
         const state::ViolationText text = state::describeViolation(s, m_options.dialect);
         v.message = text.message;
         v.fix = text.fix;
@@ -447,7 +455,7 @@ void CollectiveAligner::stalls(std::uint64_t nowNs, bool ended)
             const RankGroup &rg = rk.groups[g];
             if (rg.open.empty()) continue;
             const Open &o = rg.open.front();
-            const std::uint64_t waited = nowNs > o.sinceNs ? nowNs - o.sinceNs : 0;
+            const std::uint64_t waited = o.waited(nowNs);
             const bool said = rk.sites.contains({g, o.seq});
             if ((waited < m_options.stallNs && !said) || m_stallAt.contains({g, o.seq})) continue;
             // Who has not reached it: ranks of the same epoch behind it, or ended before it;
@@ -467,7 +475,7 @@ void CollectiveAligner::stalls(std::uint64_t nowNs, bool ended)
                     if (open != og->open.end()) {
                         d.sides.push_back(
                             sideOf(int(q), open->sig, CollectivePosition::Waiting, o.seq));
-                        const std::uint64_t w = nowNs > open->sinceNs ? nowNs - open->sinceNs : 0;
+                        const std::uint64_t w = open->waited(nowNs);
                         longest = std::max(longest, w);
                         if (first < 0) first = int(q);
                     } else if (og->lastSeq < o.seq) {
@@ -590,7 +598,18 @@ std::uint64_t defaultStallNs(std::string_view backend)
     return backend == "nccl" ? 60 * 1'000'000'000ull : 5 * 1'000'000'000ull;
 }
 
-JobDiagnosis diagnoseJob(wire::Snapshot &snapshot, std::uint64_t stallNs)
+void setRankPaths(CollectiveAligner &aligner, const state::EngineState &state)
+{
+    std::vector<std::string> paths;
+    paths.reserve(state.modules.size());
+    for (const state::ModuleRecord &m : state.modules)
+        paths.push_back(m.path);
+    for (int r : state.localRanks)
+        aligner.setModulePaths(r, paths);
+}
+
+JobDiagnosis diagnoseJob(wire::Snapshot &snapshot, std::uint64_t stallNs,
+                         const std::vector<wire::Snapshot> *parts)
 {
     JobDiagnosis out;
     AlignerOptions options;
@@ -601,6 +620,9 @@ JobDiagnosis diagnoseJob(wire::Snapshot &snapshot, std::uint64_t stallNs)
     out.aligner = CollectiveAligner(snapshot.state.worldSize, options);
     CollectiveAligner &a = out.aligner;
     a.setModulePaths(snapshot.state.modules);
+    if (parts)
+        for (const wire::Snapshot &p : *parts)
+            if (!p.state.modules.empty()) setRankPaths(a, p.state);
     for (const state::ViolationRecord &v : snapshot.state.violations)
         a.addRankRecord(v);
     for (const telemetry::Event &e : snapshot.events)

@@ -105,7 +105,11 @@ class CollectiveAligner
     void setModulePaths(const std::vector<state::ModuleRecord> &modules);
 
     // Any event of the job; reads collective_begin/end, and notes that the rank is present.
-    void add(const telemetry::Event &e);
+    // seenNs: when this process received it, on the clock tick() is given (a live store: its
+    // clock), so that a wait is measured from the receipt whatever the producer's host clock
+    // says (a rank's history, received late, waits at most since then: never a false stall);
+    // 0: measured from the event's own time (a recording, finish()).
+    void add(const telemetry::Event &e, std::uint64_t seenNs = 0);
     // A rank's own records (any kind; reads rank_stalled of one rank: its watchdog's line).
     void addRankRecord(const state::ViolationRecord &v);
     // Rank `rank`'s run ended (its Goodbye, its process gone); how: the Goodbye's reason.
@@ -160,7 +164,13 @@ class CollectiveAligner
     {
         std::uint64_t seq = 0;
         std::uint64_t sinceNs = 0;
+        std::uint64_t seenNs = 0; // 0: not known
         Signature sig;
+        std::uint64_t waited(std::uint64_t now) const
+        {
+            const std::uint64_t from = seenNs ? seenNs : sinceNs;
+            return now > from ? now - from : 0;
+        }
     };
     struct RankGroup
     {
@@ -189,7 +199,7 @@ class CollectiveAligner
 
     Rank &rank(int r);
     Window &window(std::uint32_t group, std::uint32_t epoch);
-    void begin(const telemetry::Event &e);
+    void begin(const telemetry::Event &e, std::uint64_t seenNs);
     void end(const telemetry::Event &e);
     bool sameSignature(int ra, const Signature &a, int rb, const Signature &b) const;
     const std::string *pathOf(int r, ModuleId m) const;
@@ -231,7 +241,13 @@ struct JobDiagnosis
     std::vector<state::ViolationRecord> records; // what was added
     std::string error;                           // a bad SHARDSCOPE_STALL_SECONDS
 };
-JobDiagnosis diagnoseJob(wire::Snapshot &snapshot, std::uint64_t stallNs = 0);
+// parts: the processes' own snapshots the merge was made of, when the caller has them: each
+// rank's module paths then come from its own process (module ids are per process), else
+// every rank reads the merged structure's.
+JobDiagnosis diagnoseJob(wire::Snapshot &snapshot, std::uint64_t stallNs = 0,
+                         const std::vector<wire::Snapshot> *parts = nullptr);
+// Each rank of `state`'s local_ranks numbers its modules as `state` lists them.
+void setRankPaths(CollectiveAligner &aligner, const state::EngineState &state);
 
 // SHARDSCOPE_STALL_SECONDS as nanoseconds: `fallbackNs` when unset; error set (naming the
 // variable) and fallbackNs returned for a value that is not a positive number of seconds.

@@ -292,6 +292,8 @@ void Store::rebuildViolationCounts()
 void Store::appendEvents(std::span<const telemetry::Event> events, bool history)
 {
     if (events.empty()) return;
+    // A live store measures collectives' waits from when it received them (its clock).
+    const std::uint64_t seen = !m_readOnly && m_collectiveClock ? m_collectiveClock() : 0;
     // Events older than the newest stored one are merged per lane after the loop: one by
     // one, each would move every later event (quadratic for a reversed file).
     for (const telemetry::Event &ev : events) {
@@ -307,7 +309,7 @@ void Store::appendEvents(std::span<const telemetry::Event> events, bool history)
         else
             late.push_back(ev);
         ++m_totalEvents;
-        m_collectives.add(ev);
+        m_collectives.add(ev, seen);
         switch (ev.type) {
         case EventType::StepBegin:
             if (ev.step > m_state.step) {
@@ -640,6 +642,9 @@ void Store::mergeSources()
     if (parts.empty()) return;
     auto merged = wire::mergeJobStates(parts, names);
     if (merged) applyState(std::move(merged).value()); // checked on entry: cannot fail here
+    // Module ids are per process: each rank's collectives read its own process's paths.
+    for (const state::EngineState *part : parts)
+        if (!part->modules.empty()) setRankPaths(m_collectives, *part);
     m_lastMerge = std::chrono::steady_clock::now();
     m_mergeCostMs =
         std::chrono::duration_cast<std::chrono::milliseconds>(*m_lastMerge - cost).count();

@@ -96,8 +96,9 @@ class Store
     // ---- the job's collectives (issue 51; sessioncore/collectivealigner.h)
     // Every event the store takes is also aligned (history and live alike); the aligner's
     // collective_mismatch and rank_stalled records join violationGroups() as they are made.
-    // A live store decides stalls on takeChanges() at telemetry::nowNs() (the events' clock
-    // on this host; setCollectiveClock replaces it, nullptr: never); a snapshot
+    // A live store decides stalls on takeChanges() at telemetry::nowNs(), each wait measured
+    // from when the store received the collective's begin on that clock, so hosts' clocks
+    // never make a false stall (setCollectiveClock replaces it, nullptr: never); a snapshot
     // (loadSnapshot) is diagnosed as ended at its last event. Threshold: the environment's
     // SHARDSCOPE_STALL_SECONDS (default 5 s, 60 s for a job on NCCL), or setCollectiveOptions.
     const CollectiveAligner &collectives() const { return m_collectives; }

@@ -398,8 +398,8 @@ std::string collectiveText(const CollectiveSide &c, FixDialect dialect)
         break;
     }
     if (c.hasModule)
-        what += std::string(c.kind == CollectiveKind::ReduceScatter ? " of `" : " for `") +
-                displayPath(c.module) + "`" + (fsdp ? " (an FSDP unit)" : "");
+        what += std::string(c.kind == CollectiveKind::ReduceScatter ? " of " : " for ") +
+                (fsdp ? "FSDP unit `" : "`") + displayPath(c.module) + "`";
     std::string why(fetchReasonName(c.reason));
     if (c.reason == FetchReason::GatheredParameters) why = "GatheredParameters";
     what += " (" + why;
@@ -429,7 +429,7 @@ std::string sideText(const CollectiveDetail &d, const CollectiveSide &c, FixDial
         out += "issued " + collectiveText(c, dialect);
         break;
     case CollectivePosition::Waiting:
-        out += "waited in " + collectiveText(c, dialect);
+        out += "waits in " + collectiveText(c, dialect);
         break;
     case CollectivePosition::Behind:
         out += "never reached it (" +
@@ -448,8 +448,12 @@ std::string sideText(const CollectiveDetail &d, const CollectiveSide &c, FixDial
 }
 
 // The cause a record's sides point at, and the line that fixes it in the dialect's code.
-std::string collectiveFix(const CollectiveDetail &d, FixDialect dialect)
+std::string collectiveFix(const ViolationSubject &subject, FixDialect dialect)
 {
+    const CollectiveDetail &d = subject.collective;
+    if (!subject.raised.empty())
+        return "fix what " + subject.raised +
+               " (the others wait for it in a collective it will never issue)";
     const bool ds = dialect == FixDialect::DeepSpeed;
     const bool fsdp = dialect == FixDialect::Fsdp;
     bool gathered = false, forward = false, ended = false;
@@ -515,7 +519,7 @@ ViolationText describeCollective(const ViolationSubject &s, FixDialect dialect)
         t.message = "collective " + at + " stalled for " + secondsText(d.waitedMs) + ": " + sides +
                     "; " + hang;
     }
-    t.fix = collectiveFix(d, dialect);
+    t.fix = collectiveFix(s, dialect);
     return t;
 }
 

@@ -64,7 +64,9 @@ struct ViolationSubject
     // before, each group shards and trains its own copy and nothing fails.
     bool refusedByTorch = true;
     // backward_unfinished: what the backward raised ("ValueError: ..."; empty: it did not
-    // raise), and whether it began under compiled autograd.
+    // raise), and whether it began under compiled autograd. collective_mismatch and the job's
+    // rank_stalled: a rank that ended by an exception and what it raised ("rank 1 raised
+    // ValueError: ..."), the cause the fix then names.
     std::string raised;
     bool compiledAutograd = false;
     // backward_unfinished in the DeepSpeed dialect: how many parameters' gradients the failed

@@ -146,7 +146,8 @@ std::string jobNameOfFile(const std::string &path)
 
 } // namespace
 
-Result<Snapshot> mergeSnapshotFiles(const std::vector<std::string> &paths)
+Result<Snapshot> mergeSnapshotFiles(const std::vector<std::string> &paths,
+                                    std::vector<Snapshot> *partsOut)
 {
     if (paths.empty()) return fail("no snapshot file to open");
     std::vector<Snapshot> parts;
@@ -169,6 +170,7 @@ Result<Snapshot> mergeSnapshotFiles(const std::vector<std::string> &paths)
     auto merged = mergeJobSnapshots(parts, jobNameOfFile(paths.front()), names);
     if (!merged) return merged;
     merged->meta.endpoint = "files:" + jobNameOfFile(paths.front());
+    if (partsOut) *partsOut = std::move(parts);
     return merged;
 }
 

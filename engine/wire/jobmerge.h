@@ -34,7 +34,9 @@ Result<Snapshot> mergeJobSnapshots(const std::vector<Snapshot> &parts, const std
 // names the file. The job is named after the first file, without its rank and extension
 // ("run" for run.rank0.json). Each file's events keep their own process's clock: files of one
 // host line up, files of several hosts are as far apart as those hosts' clocks.
-Result<Snapshot> mergeSnapshotFiles(const std::vector<std::string> &paths);
+// partsOut: when given, the files' snapshots as read (each process's own structure).
+Result<Snapshot> mergeSnapshotFiles(const std::vector<std::string> &paths,
+                                    std::vector<Snapshot> *partsOut = nullptr);
 
 // The one rule of what makes the states of processes one job's (issue #49, defect 8): the
 // same world size. Which run a process belongs to is its announced job (wire::sameRun on

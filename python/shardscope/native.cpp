@@ -242,7 +242,8 @@ PYBIND11_MODULE(_native, module)
             if (!merged) throw std::runtime_error(merged.error());
             // The job's collectives aligned (issue 51): collective_mismatch and rank_stalled
             // records join its violations (sessioncore/collectivealigner.h).
-            const sessioncore::JobDiagnosis diagnosis = sessioncore::diagnoseJob(*merged);
+            const sessioncore::JobDiagnosis diagnosis =
+                sessioncore::diagnoseJob(*merged, 0, &parts);
             if (!diagnosis.error.empty()) throw py::value_error(diagnosis.error);
             state::ViolationLedger ledger;
             std::vector<std::size_t> rows;

@@ -14,6 +14,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "agent/agentstate.h"
 #include "client/clientstate.h"
 #include "client/inspectorclient.h"
 #include "comm/cpucommunicator.h"
@@ -143,6 +144,7 @@ class TestCapture : public QObject
     void twoRunsOfOneNameAreToldApart();
     void aStoppedRankEndsTheJobCapture();
     void aJobsStalledCollectiveIsPrintedWithItsOwnStatus();
+    void aLiveJobsStalledCollectiveTravelsTheWire();
 
   private:
     QTemporaryDir m_runtime;
@@ -921,7 +923,7 @@ void TestCapture::aJobsStalledCollectiveIsPrintedWithItsOwnStatus()
     QVERIFY2(r.out.contains("rank_stalled (group 0, #5, rank 0): collective #5 of the default "
                             "process group stalled"),
              qPrintable(r.out));
-    QVERIFY2(r.out.contains("rank 0 waited in an all-gather for `embed` (forward, 4.0 KiB, 1 "
+    QVERIFY2(r.out.contains("rank 0 waits in an all-gather for `embed` (forward, 4.0 KiB, 1 "
                             "parameter), at /job/train.py:88"),
              qPrintable(r.out));
     QVERIFY2(r.out.contains("rank 1 had ended after #4"), qPrintable(r.out));
@@ -943,6 +945,68 @@ void TestCapture::aJobsStalledCollectiveIsPrintedWithItsOwnStatus()
     r = runCapture(hung + QStringList{"--out", out}, env);
     QCOMPARE(r.exitCode, 2);
     QVERIFY2(r.err.contains("SHARDSCOPE_STALL_SECONDS is `soon`"), qPrintable(r.err));
+}
+
+// The same over the wire: two rank processes' agent states (as the Python agents fill them)
+// served by their endpoints, attached as one job. Their collective events (kinds 22, 23: the
+// capture's Hello lists "events_3") and rank 0's watchdog record with its collective (StateBinary
+// layout 5) reach the capture, which finds the stall and exits 4.
+void TestCapture::aLiveJobsStalledCollectiveTravelsTheWire()
+{
+    QTemporaryDir dir;
+    std::vector<agent::AgentState *> states;
+    std::vector<std::unique_ptr<server::Inspector>> inspectors;
+    QStringList endpoints;
+    for (int r = 0; r < 2; ++r) {
+        agent::AgentConfig cfg;
+        cfg.modelName = "tiny";
+        cfg.rank = r;
+        cfg.worldSize = 2;
+        cfg.dialect = state::FixDialect::DeepSpeed;
+        auto provider = std::make_unique<agent::AgentState>(cfg);
+        states.push_back(provider.get());
+        server::InspectorOptions o;
+        o.endpoint = "unix:" + dir.filePath("r" + QString::number(r) + ".sock").toStdString();
+        inspectors.push_back(std::make_unique<server::Inspector>(std::move(provider), o));
+        endpoints << QString::fromStdString(inspectors.back()->endpoint());
+    }
+    const ModuleId embed0 = states[0]->ensureModule("embed", "Embedding");
+    const ModuleId embed1 = states[1]->ensureModule("embed", "Embedding");
+    for (std::uint64_t i = 0; i < 4; ++i)
+        for (auto [st, m] : {std::pair{states[0], embed0}, std::pair{states[1], embed1}}) {
+            const std::uint64_t seq =
+                st->collectiveBegin(CollectiveKind::AllGather, 0, m, FetchReason::Forward, 4096, 1);
+            st->collectiveEnd(0, seq);
+        }
+    QProcess capture;
+    capture.start(test::binPath("shardscope-capture"),
+                  {"--attach", endpoints.join(","), "--out", dir.filePath("job.json")});
+    QVERIFY(capture.waitForStarted());
+    QVERIFY(capture.waitForReadyRead(30000)); // "attached to ..."
+    // Rank 0 evaluates one batch more: its gather waits, its watchdog says where; rank 1 ends.
+    const std::uint64_t seq = states[0]->collectiveBegin(CollectiveKind::AllGather, 0, embed0,
+                                                         FetchReason::Forward, 4096, 1);
+    const auto inFlight = states[0]->inFlight(0, seq);
+    QVERIFY(inFlight.has_value());
+    states[0]->collectiveStalled(*inFlight, 6.0, {"/job/train.py", 91, "evaluate", {}}, {});
+    QTest::qWait(300); // its State (the record) goes out before the goodbye
+    inspectors[1]->finish();
+    inspectors[0]->finish();
+    QVERIFY(capture.waitForFinished(30000));
+    const QString out = QString::fromUtf8(capture.readAllStandardOutput());
+    QVERIFY2(capture.exitCode() == 4,
+             qPrintable(out + QString::fromUtf8(capture.readAllStandardError())));
+    QVERIFY2(out.contains("rank_stalled (group 0, #5, rank 0): collective #5 of the default "
+                          "process group stalled for 6.0 s: rank 0 waits in an all-gather for "
+                          "`embed`"),
+             qPrintable(out));
+    QVERIFY2(out.contains("at /job/train.py:91; rank 1 had ended after #4"), qPrintable(out));
+    auto snap = wire::readSnapshotFile(dir.filePath("job.json").toStdString());
+    QVERIFY2(snap.ok(), snap.error().c_str());
+    int begins = 0;
+    for (const telemetry::Event &e : snap->events)
+        begins += e.type == EventType::CollectiveBegin;
+    QCOMPARE(begins, 9);
 }
 
 #include "tst_capture.moc"

@@ -164,7 +164,7 @@ class TestCollectiveAligner : public QObject
         QCOMPARE(others.module, std::string("head"));
         QCOMPARE(others.reason, FetchReason::Backward);
         QCOMPARE(v.rank, 0);
-        QVERIFY2(v.message.find("rank 0 waited in an all-gather for `embed` (forward") !=
+        QVERIFY2(v.message.find("rank 0 waits in an all-gather for `embed` (forward") !=
                      std::string::npos,
                  v.message.c_str());
         QVERIFY2(v.message.find("ranks 1 and 2 issued an all-gather for `head` (backward") !=
@@ -215,6 +215,18 @@ class TestCollectiveAligner : public QObject
         QVERIFY2(v.fix.find("drop_last=True") != std::string::npos, v.fix.c_str());
         a.tick(t + 60 * kS);
         QCOMPARE(a.records().size(), std::size_t(1)); // once per (group, seq)
+        // The same, but rank 1 ended by an exception: the fix names it.
+        CollectiveAligner raised(2);
+        raised.setModulePaths(modules());
+        run(raised, 0, kStep, 1, 0);
+        run(raised, 1, kStep, 1, 0);
+        raised.add(begin(0, 6, kStep[0], t));
+        raised.rankFinished(1, "training failed: ValueError: bad batch");
+        raised.tick(t + 6 * kS);
+        QCOMPARE(raised.records().size(), std::size_t(1));
+        QVERIFY2(raised.records()[0].fix.find(
+                     "rank 1 raised (training failed: ValueError: bad batch)") != std::string::npos,
+                 raised.records()[0].fix.c_str());
         const auto progress = a.progress();
         QVERIFY(progress[0].stalled && progress[0].inFlight);
         QCOMPARE(progress[0].modulePath, std::string("embed"));
@@ -248,6 +260,34 @@ class TestCollectiveAligner : public QObject
         run(b, 1, {kStep[0], kStep[2]}, 1, 100 * kMs);
         QCOMPARE(b.records().size(), std::size_t(1));
         QCOMPARE(b.records()[0].collective.seq, std::uint64_t(2));
+    }
+
+    // Module ids are per process: rank 1's process numbered `embed` 2 and `head` 1. Compared by
+    // path, its collectives are rank 0's: no mismatch; by the merged structure's ids alone,
+    // every one would differ.
+    void modulesAreComparedByEachProcesssPaths()
+    {
+        wire::Snapshot merged;
+        merged.state.worldSize = 2;
+        merged.state.modules = modules();
+        std::vector<wire::Snapshot> parts(2);
+        parts[0].state.modules = modules();
+        parts[0].state.localRanks = {0};
+        parts[1].state.modules = {
+            {0, "", "Model", kNoModule}, {1, "head", "Linear", 0}, {2, "embed", "Embedding", 0}};
+        parts[1].state.localRanks = {1};
+        for (std::uint64_t i = 0; i < kStep.size(); ++i) {
+            Op swapped = kStep[i];
+            swapped.module = swapped.module == 1 ? 2 : 1;
+            merged.events.push_back(begin(0, i + 1, kStep[i], i * 10 * kMs));
+            merged.events.push_back(begin(1, i + 1, swapped, i * 10 * kMs + 1));
+            merged.events.push_back(end(0, i + 1, kStep[i], i * 10 * kMs + kMs));
+            merged.events.push_back(end(1, i + 1, swapped, i * 10 * kMs + kMs));
+        }
+        wire::Snapshot withoutParts = merged;
+        QVERIFY(sessioncore::diagnoseJob(merged, 5 * kS, &parts).records.empty());
+        // Without the processes' own structures the ids are all there is: a mismatch.
+        QCOMPARE(sessioncore::diagnoseJob(withoutParts, 5 * kS).records.size(), std::size_t(1));
     }
 
     // An older agent: steps, no collective_begin. Said once, not aligned, never in a record.
@@ -335,11 +375,14 @@ class TestCollectiveAligner : public QObject
                 events.push_back(end(r, i + 1, kStep[i], i * 10 * kMs + kMs));
             }
         events.push_back(begin(0, 6, kStep[0], 100 * kMs)); // rank 1 never comes
+        // The producers' host clock is 1000 s behind the store's: waits are measured from
+        // when the store received the begin, so 2 s later nothing has stalled yet.
+        now = 1000 * kS;
         store.appendEvents(events, false);
-        now = 100 * kMs + 2 * kS;
+        now = 1000 * kS + 2 * kS;
         (void)store.takeChanges();
         QVERIFY(store.violationGroups().empty());
-        now = 100 * kMs + 7 * kS;
+        now = 1000 * kS + 7 * kS;
         const sessioncore::StoreChanges changes = store.takeChanges();
         QVERIFY(changes.violations);
         QCOMPARE(store.violationGroups().size(), std::size_t(1));
