@@ -812,6 +812,10 @@ _RULES = {
                         "model with load_state_dict, which cannot copy them",
     "resume_world_size": "DeepSpeed: a ZeRO checkpoint was resumed at another data-parallel "
                          "world size than it was saved at",
+    "collective_mismatch": "The ranks issued different collectives at one place of their "
+                           "sequence: on GPUs the job hangs until NCCL's timeout",
+    "rank_stalled": "A rank waited in a collective past the threshold while another rank never "
+                    "issued it: on GPUs the job hangs until NCCL's timeout",
 }
 
 

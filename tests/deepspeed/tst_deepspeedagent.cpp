@@ -569,13 +569,16 @@ class TestDeepSpeedAgent : public QObject
         if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
         const QString dir = m_dir.filePath("pitfalls");
         const QString example = QStringLiteral(SHARDSCOPE_EXAMPLE);
+        // The launcher acts on a failed rank 2 s later (its --monitor-interval): each rank
+        // raises torch's exception on its own before the others are stopped, so that what
+        // every rank printed is compared, not who failed first.
         const auto ranks = [&](int world, const QStringList &args) {
             QProcessEnvironment env = dsEnvironment();
             env.insert("LOCAL_SIZE", QString::number(world));
             return shardscope::test::finishRanks(shardscope::test::startRanks(
                 this, env, QStringLiteral(SHARDSCOPE_LAUNCH), python(), example,
                 QStringList{"--externals", "manual", "--weight-norm", "workaround"} + args,
-                m_dir.path(), QStringLiteral("0.1"), world));
+                m_dir.path(), QStringLiteral("2"), world));
         };
         const auto only = [](const json &snap, const std::string &kind, int line) {
             const json &vs = snap["violations"];
@@ -631,8 +634,16 @@ class TestDeepSpeedAgent : public QObject
         const Run with =
             ranks(2, load + QStringList{"--snapshot-out", snapshotArg("pitfall-load")});
         const Run without = ranks(2, load + QStringList{"--no-agent"});
-        QVERIFY2(with.exitCode != 0 && without.exitCode == with.exitCode,
-                 qPrintable(with.err.right(3000) + "\n---\n" + without.err.right(3000)));
+        // Both fail with torch's exception (compared below). The status is the launcher's: the
+        // raising rank's 1, or 134 when the other rank's process aborts first in DeepSpeed's
+        // CPU collective teardown ("terminate called without an active exception"), a race of
+        // the two ranks that 0.16.9 loses now and then with or without the agent.
+        const auto failed = [](int code) { return code == 1 || code == 134; };
+        QVERIFY2(failed(with.exitCode) && failed(without.exitCode),
+                 qPrintable(QString("exit %1 with the agent, %2 without\n")
+                                .arg(with.exitCode)
+                                .arg(without.exitCode) +
+                            with.err.right(3000) + "\n---\n" + without.err.right(3000)));
         QVERIFY(!without.err.contains("shardscope:"));
         const auto lastError = shardscope::test::lastRankException;
         QVERIFY2(lastError(with.err).startsWith(

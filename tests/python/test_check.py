@@ -147,3 +147,11 @@ def test_outputs_that_cannot_be_written_are_refused_before_the_run(tmp_path):
     with pytest.raises(Exception) as e:
         check.check_outputs(args)
     assert "s.json" in str(e.value)
+
+
+def test_every_violation_kind_has_a_sarif_rule():
+    """SARIF names a rule for each kind the engine records (base/names.h, through the native
+    module): a kind added without one made --sarif raise KeyError after the run."""
+    from shardscope import _native
+
+    assert sorted(check._RULES) == sorted(_native.violation_kinds())

@@ -365,11 +365,11 @@ void TestInspector::eachClientGetsTheStateFormatItAskedFor()
     test::compareStates(a, b); // the last State, as either format carried it
     if (QTest::currentTestFailed()) return;
     QVERIFY(findUnregistered(a, "lm_head", "embed.weight") != nullptr);
-    // Layout 4 to this release's clients; layout 2 to a client that listed "state_binary_2"
+    // Layout 5 to this release's clients; layout 2 to a client that listed "state_binary_2"
     // but not "state_binary_3" (the engine has no FSDP units and its violations the severity
     // their kind and action give: the same state); layout 1, the same state without
     // locations, to a client that listed only "state_binary".
-    QCOMPARE(layouts[binary->get()], (std::set<std::uint16_t>{4}));
+    QCOMPARE(layouts[binary->get()], (std::set<std::uint16_t>{5}));
     QCOMPARE(findUnregistered(a, "lm_head", "embed.weight")->severity, Severity::Cost); // gathered
     QCOMPARE(layouts[two->get()], (std::set<std::uint16_t>{2}));
     QCOMPARE(layouts[one->get()], (std::set<std::uint16_t>{1}));
