@@ -1,7 +1,6 @@
 #include "sessioncore/collectivealigner.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 
@@ -574,28 +573,6 @@ std::size_t CollectiveAligner::windowedSeqs() const
         for (const Window &w : epochs)
             n += w.seqs.size();
     return n;
-}
-
-std::uint64_t stallNsFromEnvironment(std::uint64_t fallbackNs, std::string *error)
-{
-    const char *text = std::getenv("SHARDSCOPE_STALL_SECONDS");
-    if (!text || !*text) return fallbackNs;
-    char *end = nullptr;
-    errno = 0;
-    const double seconds = std::strtod(text, &end);
-    if (errno || end == text || *end || !std::isfinite(seconds) || seconds <= 0 || seconds > 1e6) {
-        if (error)
-            *error = std::string("SHARDSCOPE_STALL_SECONDS is `") + text +
-                     "`, not a number of seconds above 0 (e.g. 5 or 0.5); unset it for the "
-                     "default";
-        return fallbackNs;
-    }
-    return static_cast<std::uint64_t>(seconds * 1e9);
-}
-
-std::uint64_t defaultStallNs(std::string_view backend)
-{
-    return backend == "nccl" ? 60 * 1'000'000'000ull : 5 * 1'000'000'000ull;
 }
 
 void setRankPaths(CollectiveAligner &aligner, const state::EngineState &state)

@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "state/stallthreshold.h"
 #include "state/state.h"
 #include "state/violationledger.h"
 #include "state/violationtext.h"
@@ -249,11 +250,8 @@ JobDiagnosis diagnoseJob(wire::Snapshot &snapshot, std::uint64_t stallNs = 0,
 // Each rank of `state`'s local_ranks numbers its modules as `state` lists them.
 void setRankPaths(CollectiveAligner &aligner, const state::EngineState &state);
 
-// SHARDSCOPE_STALL_SECONDS as nanoseconds: `fallbackNs` when unset; error set (naming the
-// variable) and fallbackNs returned for a value that is not a positive number of seconds.
-std::uint64_t stallNsFromEnvironment(std::uint64_t fallbackNs, std::string *error);
-// The threshold where SHARDSCOPE_STALL_SECONDS is unset: 60 s for a job on NCCL (its
-// collectives may legitimately wait for the GPUs), 5 s elsewhere (gloo, the CPU).
-std::uint64_t defaultStallNs(std::string_view backend);
+// The one threshold (state/stallthreshold.h), as the aligner's callers have always named it.
+using state::defaultStallNs;
+using state::stallNsFromEnvironment;
 
 } // namespace shardscope::sessioncore

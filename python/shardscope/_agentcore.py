@@ -30,7 +30,6 @@ the one author of violation text (engine/state/violationtext.cpp); nothing else.
 from __future__ import annotations
 
 import atexit
-import os
 import sys
 import threading
 from typing import Any, Callable, ClassVar, Optional, Tuple, TypeVar
@@ -73,35 +72,22 @@ def backend_name() -> str:
 # collectives complete it reads one figure twice a second; paused or finished it records
 # nothing; it never raises into the training thread (its own errors end it, said once).
 STALL_VARIABLE = "SHARDSCOPE_STALL_SECONDS"
-STALL_DEFAULT_CPU = 5.0   # gloo, CPU ranks: a collective takes milliseconds
-STALL_DEFAULT_NCCL = 60.0  # GPUs: a first NCCL call may build its communicator for seconds
 WATCH_SECONDS = 0.5
 STACK_FRAMES = 8  # user frames kept with a stall (innermost first)
 
 
-def stall_seconds() -> Optional[float]:
-    """SHARDSCOPE_STALL_SECONDS as a number of seconds (> 0), or None when it is not set (the
-    default then follows the backend: stall_threshold). A bad value is a ShardScopeError naming
-    the variable."""
-    text = os.environ.get(STALL_VARIABLE, "").strip()
-    if not text:
-        return None
+def stall_threshold(backend: str = "") -> float:
+    """The seconds a collective may wait before its rank is said stalled: SHARDSCOPE_STALL_SECONDS,
+    else the backend's default (5 on gloo and the CPU, 60 on NCCL, whose first call may build its
+    communicator for seconds). Read by the one reader the job's aligner uses
+    (sessioncore::stallNsFromEnvironment, through the native module); a bad value is a
+    ShardScopeError naming the variable."""
+    from . import _native
+
     try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise ShardScopeError(f"{STALL_VARIABLE}={text!r}: give the seconds a collective may wait "
-                              f"before its rank is said stalled, a number above 0 (default "
-                              f"{STALL_DEFAULT_CPU:g} on gloo, {STALL_DEFAULT_NCCL:g} on NCCL)")
-    return value
-
-
-def stall_threshold(configured: Optional[float]) -> float:
-    """The threshold in force: the variable's, else the backend's default."""
-    if configured is not None:
-        return configured
-    return STALL_DEFAULT_NCCL if backend_name() == "nccl" else STALL_DEFAULT_CPU
+        return _native.stall_seconds(backend or backend_name() or "")
+    except ValueError as e:
+        raise ShardScopeError(str(e)) from None
 
 
 def thread_locations(frame: Any) -> Tuple[Any, list]:
@@ -182,7 +168,7 @@ class AgentCore:
         # process group -> its number in collective events (group_number); kept alive here
         self.pg_numbers: dict = {}
         self.pg_objects: list = []
-        self.stall_configured = stall_seconds()  # a bad value: install() raises
+        stall_threshold()  # a bad SHARDSCOPE_STALL_SECONDS: install() raises, naming it
         self.train_thread = threading.get_ident()  # the thread that installed: the training one
         self.stalled: set = set()  # (group, seq) recorded as stalled
         self.waiting: Optional[Tuple[int, int]] = None  # the last one recorded, while in flight
@@ -336,7 +322,7 @@ class AgentCore:
         if oldest is None:
             return
         group, seq, kind, module, reason, nbytes, params, waited = oldest
-        if waited < stall_threshold(self.stall_configured) or (group, seq) in self.stalled:
+        if waited < stall_threshold() or (group, seq) in self.stalled:
             return
         if kind == "reduce_scatter" and self._reduce_completed(group, seq):
             return  # a CUDA reduce-scatter that has completed: ended at the next poll_reduces

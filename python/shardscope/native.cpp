@@ -226,6 +226,22 @@ PYBIND11_MODULE(_native, module)
         py::arg("endpoint"), py::arg("rank"),
         "The endpoint rank N listens on when every rank was given this one (wire/endpoint.h)");
     module.def(
+        "stall_seconds",
+        [](const std::string &backend) {
+            // The one reading of SHARDSCOPE_STALL_SECONDS (sessioncore::stallNsFromEnvironment)
+            // and the one default per backend (defaultStallNs): the agents' watchdogs use the
+            // threshold the job's aligner uses.
+            std::string error;
+            const std::uint64_t ns =
+                sessioncore::stallNsFromEnvironment(sessioncore::defaultStallNs(backend), &error);
+            if (!error.empty()) throw py::value_error(error);
+            return static_cast<double>(ns) / 1e9;
+        },
+        py::arg("backend"),
+        "The seconds a collective may wait before its rank is said stalled: "
+        "SHARDSCOPE_STALL_SECONDS, else the backend's default (60 on nccl, 5 otherwise); a bad "
+        "value raises ValueError naming the variable");
+    module.def(
         "merge_job_snapshots",
         [](const std::vector<std::string> &paths, const std::string &job) {
             // One snapshot of a job's processes (wire::mergeJobSnapshots, the one merge), and

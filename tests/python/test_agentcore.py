@@ -71,6 +71,12 @@ class _Native:
         self.calls.append(("collective_stalled", group, seq, waited, location, stack))
 
 
+@pytest.fixture(autouse=True)
+def _stall_after_two_seconds(monkeypatch):
+    """The watchdog's threshold in these tests (each case may set its own)."""
+    monkeypatch.setenv(_agentcore.STALL_VARIABLE, "2")
+
+
 class _Agent(_agentcore.AgentCore):
     """A framework of no hooks: what the core does on its own."""
 
@@ -81,7 +87,6 @@ class _Agent(_agentcore.AgentCore):
         self.reduces = []
         self.allocator = None
         self.rank = 0
-        self.stall_configured = 2.0
         self.train_thread = threading.get_ident()
         self.stalled = set()
         self.waiting = None
@@ -248,16 +253,17 @@ def test_watchdog_thread_stops_at_close_and_records_nothing_while_paused():
     assert a.watch_stop.is_set()
 
 
-def test_stall_seconds(monkeypatch):
+def test_stall_threshold(monkeypatch):
     monkeypatch.delenv(_agentcore.STALL_VARIABLE, raising=False)
-    assert _agentcore.stall_seconds() is None
-    assert _agentcore.stall_threshold(None) == _agentcore.STALL_DEFAULT_CPU  # gloo: no NCCL here
+    assert _agentcore.stall_threshold("gloo") == 5.0
+    assert _agentcore.stall_threshold("nccl") == 60.0
     monkeypatch.setenv(_agentcore.STALL_VARIABLE, "2.5")
-    assert _agentcore.stall_seconds() == 2.5
+    assert _agentcore.stall_threshold("gloo") == 2.5
+    assert _agentcore.stall_threshold("nccl") == 2.5
     for bad in ("0", "-1", "soon", "nan", "inf"):
         monkeypatch.setenv(_agentcore.STALL_VARIABLE, bad)
         with pytest.raises(ShardScopeError, match="SHARDSCOPE_STALL_SECONDS"):
-            _agentcore.stall_seconds()
+            _agentcore.stall_threshold("gloo")
 
 
 def test_install_agent_checks_before_starting(monkeypatch):
