@@ -73,7 +73,8 @@ and writes them as a snapshot file (docs/snapshot.md), a Chrome / Perfetto trace
 The job's collectives are aligned (rank by rank, by sequence number): each
 collective_mismatch (the ranks issued different collectives) and rank_stalled (ranks
 waited in one that others never reached, longer than SHARDSCOPE_STALL_SECONDS, default 5)
-is printed with each rank's line and the fix, and is in the snapshot's violations.
+is printed with each rank's line and the fix, and is in the snapshot's violations; then
+the stragglers (no fault): the rank that arrived last most often, and how late in all.
 
 Exit status: 0 written, 1 could not attach or write, 2 bad command line (or a bad
 SHARDSCOPE_STALL_SECONDS), 3 written but the engine went away before it finished or
@@ -395,6 +396,18 @@ std::size_t diagnoseCollectives(wire::Snapshot &snap,
                                 site.where.function.c_str());
             if (!v.fix.empty()) std::printf("%s  fix: %s\n", ranksOwn ? "  " : "", v.fix.c_str());
         }
+    // Stragglers, no fault: the rank that arrived last most often, and how late in all.
+    const sessioncore::StragglerSummary spread = d.aligner.stragglers();
+    const sessioncore::StragglerFigures *last = nullptr;
+    for (const sessioncore::StragglerFigures &f : spread.ranks)
+        if (f.timesLast > 0 && (!last || f.totalLateNs > last->totalLateNs)) last = &f;
+    if (last)
+        std::printf("stragglers: %llu collectives completed by every rank, arrival spread up to "
+                    "%.1f ms; the latest: rank %d, last in %llu of them, %.1f ms late in all\n",
+                    static_cast<unsigned long long>(spread.collectives),
+                    static_cast<double>(spread.maxSpreadNs) / 1e6, last->rank,
+                    static_cast<unsigned long long>(last->timesLast),
+                    static_cast<double>(last->totalLateNs) / 1e6);
     return n;
 }
 

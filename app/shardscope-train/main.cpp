@@ -55,6 +55,15 @@ The run:
   --comm-timeout S      gloo: the longest a collective waits for its peers, in seconds
                         (default 60); a rank that died or stopped answering makes the others
                         fail within about 1.5 S, naming it
+  --diverge HOW         one rank takes another path, as scripts do by accident (the hang of a
+                        sharded job, reproduced): extra-forward (it evaluates one more batch
+                        after step S), extra-batch (one more micro-batch after the last step),
+                        gathered (GatheredParameters over embed.weight after step S), raise (it
+                        fails at step S), slow (it sleeps T seconds before step S: a straggler,
+                        no fault). Every rank then meets in a barrier after the last step
+  --diverge-rank R      the rank that diverges (default 0)
+  --diverge-step S      the step (default: the last)
+  --diverge-seconds T   slow: the seconds it sleeps (default 1)
 
 The model (embed, pos_conv, blocks.<i>.{ln,fc1,fc2}, ln_f, tied lm_head):
   --layers L            blocks (default 2)
@@ -196,6 +205,14 @@ std::optional<nn::TrainConfig> parseArgs(const std::vector<std::string> &args)
             c.backend = value();
         } else if (flag == "--comm-timeout") {
             c.commTimeoutSeconds = parseNumber<int>(flag, value());
+        } else if (flag == "--diverge") {
+            c.diverge = value();
+        } else if (flag == "--diverge-rank") {
+            c.divergeRank = parseNumber<int>(flag, value());
+        } else if (flag == "--diverge-step") {
+            c.divergeStep = parseNumber<int>(flag, value());
+        } else if (flag == "--diverge-seconds") {
+            c.divergeSeconds = parseNumber<double>(flag, value());
         } else if (flag == "--listen") {
             c.endpoint = value();
             c.listen = true;
@@ -407,12 +424,26 @@ int trainWithInspector(core::Engine &engine, const nn::TrainConfig &config, cons
 
 int runCpu(const nn::TrainConfig &config)
 {
+    if (!config.diverge.empty() && config.diverge != "slow") {
+        // The threads' collectives have no timeout: a rank on another path would hang forever.
+        std::fprintf(stderr,
+                     "shardscope-train: --diverge %s hangs the ranks until a collective "
+                     "times out, which needs a process per rank: start it with "
+                     "scripts/launch -n N shardscope-train --backend gloo ...\n",
+                     config.diverge.c_str());
+        return 2;
+    }
     std::unique_ptr<core::Engine> engine = nn::makeCpuEngine(config);
     return trainWithInspector(*engine, config, nn::trainModel);
 }
 
 int runNccl(const nn::TrainConfig &config)
 {
+    if (!config.diverge.empty()) {
+        std::fprintf(stderr, "shardscope-train: --diverge runs on the cpu and gloo backends; "
+                             "add --backend gloo (or cpu)\n");
+        return 2;
+    }
     std::unique_ptr<core::Engine> engine = cuda::makeNcclEngine(config);
     nn::TrainConfig sized = config;
     sized.worldSize = engine->worldSize(); // torchrun's WORLD_SIZE

@@ -40,6 +40,7 @@ bool Engine::Impl::registeredOnStack(const RankState &rs, ParamId p) const
 
 TensorView Engine::Impl::slowAccess(RankState &rs, ParamId p, std::source_location where)
 {
+    rs.site = where; // a gather this read issues waits with the reader's line
     if (p >= params.size() || params[p].removed)
         throw EngineError("access to parameter id " + std::to_string(p) +
                           ", which does not exist (was it removed, e.g. by weight_norm?)");

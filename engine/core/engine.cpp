@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/engineimpl.h"
+#include "state/stallthreshold.h"
 #include "state/violationtext.h"
 #include "telemetry/clock.h"
 
@@ -79,10 +80,24 @@ Engine::Engine(EngineConfig config, std::vector<std::unique_ptr<comm::Communicat
     d->modules.push_back(std::move(root));
     for (auto &rs : d->ranks)
         rs->externals.resize(1);
+    d->stallNs = m_config.stallNs;
+    if (d->stallNs == 0) {
+        std::string error;
+        d->stallNs = state::stallNsFromEnvironment(
+            state::defaultStallNs(comm::backendName(d->comms.front()->backend())), &error);
+        if (!error.empty()) throw EngineError(error);
+    }
+    d->watchdog = std::thread([impl = d.get()] { impl->watch(); });
 }
 
 Engine::~Engine()
 {
+    {
+        std::lock_guard lock(d->watchMu);
+        d->watchStop = true;
+    }
+    d->watchCv.notify_all();
+    if (d->watchdog.joinable()) d->watchdog.join();
     // No collective may still write into memory about to be freed.
     for (auto &rs : d->ranks)
         for (ParamId p : rs->inflight) {
@@ -656,6 +671,8 @@ void Engine::Impl::fetch(RankState &rs, ParamId p, ModuleId cause, FetchReason r
     emitAt(rs, telemetry::makeCollectiveBegin(gatherCollective(rp, bytes)), t0);
     rs.status[p].store(ParamStatus::Inflight, std::memory_order_release);
     rs.inflight.push_back(p);
+    // A synchronous communicator (threads, gloo) blocks here until every rank has joined.
+    const WaitingScope waiting(rs, gatherCollective(rp, bytes), t0);
     rp.gather = rs.comm->allGather(rp.shard.data(), rp.full.data(),
                                    static_cast<std::size_t>(info.layout.partitionNumel) * es);
 }
@@ -664,7 +681,10 @@ void Engine::Impl::complete(RankState &rs, ParamId p)
 {
     RankParam &rp = rs.params[p];
     if (rs.status[p].load(std::memory_order_acquire) != ParamStatus::Inflight) return;
-    rp.gather.wait(); // a failed collective throws here and the parameter stays INFLIGHT
+    {
+        const WaitingScope waiting(rs, gatherCollective(rp, fullBytes(p)), telemetry::nowNs());
+        rp.gather.wait(); // a failed collective throws here and the parameter stays INFLIGHT
+    }
     rp.gather = comm::CommHandle();
     const std::uint64_t bytes = fullBytes(p);
     const std::uint64_t t1 = telemetry::nowNs();
@@ -901,9 +921,10 @@ std::uint32_t Engine::step(int rank) const
     return d->rankState(rank).step.load();
 }
 
-void Engine::enterModule(int rank, ModuleId m, Phase phase)
+void Engine::enterModule(int rank, ModuleId m, Phase phase, std::source_location where)
 {
     RankState &rs = d->rankState(rank);
+    rs.site = where;
     if (m >= d->modules.size())
         throw EngineError("enterModule: module id " + std::to_string(m) + " does not exist");
     if (rs.depth == rs.frames.size()) rs.frames.emplace_back();
@@ -1006,9 +1027,11 @@ void ensureBytes(comm::MemorySpace &mem, comm::Buffer &b, std::size_t bytes)
 
 } // namespace
 
-void Engine::reduceScatterGrad(int rank, ParamId p, const float *fullGrad)
+void Engine::reduceScatterGrad(int rank, ParamId p, const float *fullGrad,
+                               std::source_location where)
 {
     RankState &rs = d->rankState(rank);
+    rs.site = where;
     const ParamInfo &info = d->params[p];
     if (info.removed) throw EngineError("reduceScatterGrad: " + info.name + " was removed");
     if (info.dtype != DType::F32)
@@ -1045,6 +1068,7 @@ void Engine::reduceScatterGrad(int rank, ParamId p, const float *fullGrad)
         d->emitAt(rs, telemetry::makeCollectiveBegin(collective), t0);
         d->emitAt(rs, telemetry::makeReduceScatterBegin(span), t0);
     }
+    std::optional<WaitingScope> waiting(std::in_place, rs, collective, telemetry::nowNs());
     rs.comm
         ->reduceScatter(padded, rs.scratchShard.data(), static_cast<std::size_t>(l.partitionNumel),
                         DType::F32)
@@ -1057,6 +1081,7 @@ void Engine::reduceScatterGrad(int rank, ParamId p, const float *fullGrad)
         d->emitAt(rs, telemetry::makeCollectiveEnd(collective), t1);
     };
     if (managed) {
+        waiting.reset();
         ended();
         mem.addF32(rp.grad.f32(), rs.scratchShard.f32(),
                    static_cast<std::size_t>(l.partitionNumel));
@@ -1064,6 +1089,7 @@ void Engine::reduceScatterGrad(int rank, ParamId p, const float *fullGrad)
     }
     // Not partitioned (late, not adopted): an all-reduce, every rank keeps the whole gradient.
     rs.comm->allGather(rs.scratchShard.data(), padded, shardBytes).wait();
+    waiting.reset();
     ended();
     mem.addF32(rp.grad.f32(), padded, static_cast<std::size_t>(l.numel));
 }

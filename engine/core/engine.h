@@ -56,6 +56,10 @@ struct EngineConfig
     std::int64_t maxLiveParameters = 1000000000;
     GuardPolicy guard = GuardPolicy::Warn;
     std::string modelName = "model";
+    // How long a rank may wait in one collective before its stall watchdog records a
+    // rank_stalled with its call site (issue 51). 0: SHARDSCOPE_STALL_SECONDS, else the
+    // backend's default (state/stallthreshold.h); a bad variable is an EngineError naming it.
+    std::uint64_t stallNs = 0;
 };
 
 // A user-visible misuse of the engine: an illegal status transition, a nested
@@ -189,7 +193,9 @@ class Engine
     void beginStep(int rank);            // steps count from 1
     void endStep(int rank, double loss); // releases what is still gathered, samples memory
     std::uint32_t step(int rank) const;
-    void enterModule(int rank, ModuleId module, Phase phase);
+    // where: the caller's line; a collective the entry waits in carries it (rank_stalled).
+    void enterModule(int rank, ModuleId module, Phase phase,
+                     std::source_location where = std::source_location::current());
     void exitModule(int rank, ModuleId module, Phase phase);
     // Guarded read of a parameter's full tensor (docs/architecture.md, access guard). The fast
     // path (the module on the stack owns or registered it, or it is persistent) is inline.
@@ -214,7 +220,8 @@ class Engine
     // MemorySpace. fullGrad: numel floats of this rank's gradient, in that space; summed over ranks
     // into each rank's shard gradient (reduce-scatter; an all-reduce for parameters that are not
     // partitioned).
-    void reduceScatterGrad(int rank, ParamId param, const float *fullGrad);
+    void reduceScatterGrad(int rank, ParamId param, const float *fullGrad,
+                           std::source_location where = std::source_location::current());
     // The rank's fp32 shard (whole tensor if not partitioned); a gather of it still in
     // flight is completed first, so the caller may change it.
     std::span<float> shardData(int rank, ParamId param);
@@ -273,11 +280,12 @@ class Engine
 class ModuleScope
 {
   public:
-    ModuleScope(Engine &engine, int rank, ModuleId module, Phase phase)
+    ModuleScope(Engine &engine, int rank, ModuleId module, Phase phase,
+                std::source_location where = std::source_location::current())
         : m_engine(engine), m_rank(rank), m_module(module), m_phase(phase),
           m_uncaught(std::uncaught_exceptions())
     {
-        m_engine.enterModule(rank, module, phase);
+        m_engine.enterModule(rank, module, phase, where);
     }
     ~ModuleScope() noexcept(false)
     {
@@ -309,12 +317,15 @@ class ModuleScope
 class GatheredParameters
 {
   public:
+    // where: the caller's line; the gathers and broadcasts of the scope carry it.
     GatheredParameters(Engine &engine, int rank, std::vector<ParamId> params,
-                       std::optional<int> modifierRank = std::nullopt);
+                       std::optional<int> modifierRank = std::nullopt,
+                       std::source_location where = std::source_location::current());
     // The same scope for every local rank at once, from model-building code (not a rank
     // thread): operator[] shows the modifier rank's tensor (or the first local rank's).
     GatheredParameters(Engine &engine, std::vector<ParamId> params,
-                       std::optional<int> modifierRank = std::nullopt);
+                       std::optional<int> modifierRank = std::nullopt,
+                       std::source_location where = std::source_location::current());
     ~GatheredParameters() noexcept(false);
     GatheredParameters(const GatheredParameters &) = delete;
     GatheredParameters &operator=(const GatheredParameters &) = delete;
@@ -334,6 +345,7 @@ class GatheredParameters
     std::vector<ParamId> m_params;
     std::optional<int> m_modifier;
     std::vector<std::vector<std::uint64_t>> m_hashes; // [local rank index][param]
+    std::source_location m_where;
     bool m_open = true;
 };
 

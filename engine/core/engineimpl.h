@@ -2,12 +2,15 @@
 // Private state of the Engine, shared by engine.cpp and gatheredparameters.cpp.
 
 #include <atomic>
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <shared_mutex>
+#include <source_location>
+#include <thread>
 #include <tuple>
 #include <unordered_set>
 #include <vector>
@@ -95,6 +98,21 @@ struct RankState
     // the world group, the engine's only one. Every rank of a healthy job issues the same
     // collective at the same seq; the job's aligner (sessioncore) compares them.
     std::uint64_t collectiveSeq = 0;
+    // Where the rank's own code is: the call site of its latest enterModule, guarded access,
+    // reduceScatterGrad or GatheredParameters (the rank's thread only). A wait carries it.
+    std::source_location site;
+    // The collective the rank's thread is blocked in now, for the stall watchdog (Impl::watch):
+    // written under waitMu when a blocking wait begins and ends, read twice a second.
+    struct Waiting
+    {
+        bool active = false;
+        std::uint64_t sinceNs = 0; // its begin (the collective's issue)
+        telemetry::CollectiveFields what;
+        std::source_location site;
+    };
+    std::mutex waitMu;
+    Waiting waiting;
+    std::uint64_t stalledSeq = 0; // the last seq recorded as stalled (the watchdog's only)
     std::atomic<std::uint32_t> step{0};
     bool inStep = false;
 
@@ -121,6 +139,29 @@ struct RankState
     comm::Buffer scratchShard; // reduce-scatter output
 };
 
+// Marks rs's thread as blocked in collective `what` for the stall watchdog (Impl::watch) until
+// the scope ends, however the wait ends (returned, or threw on a failed collective).
+class WaitingScope
+{
+  public:
+    WaitingScope(RankState &rs, const telemetry::CollectiveFields &what, std::uint64_t sinceNs)
+        : m_rs(rs)
+    {
+        std::lock_guard lock(rs.waitMu);
+        rs.waiting = {.active = true, .sinceNs = sinceNs, .what = what, .site = rs.site};
+    }
+    ~WaitingScope()
+    {
+        std::lock_guard lock(m_rs.waitMu);
+        m_rs.waiting.active = false;
+    }
+    WaitingScope(const WaitingScope &) = delete;
+    WaitingScope &operator=(const WaitingScope &) = delete;
+
+  private:
+    RankState &m_rs;
+};
+
 struct Engine::Impl
 {
     Engine *q = nullptr;
@@ -144,6 +185,18 @@ struct Engine::Impl
     void touch() { version.fetch_add(1, std::memory_order_relaxed); }
     std::atomic<std::uint64_t> unregisteredCount{0};
     std::atomic<std::uint64_t> lateCount{0};
+
+    // The stall watchdog (issue 51): a thread that wakes every quarter of the threshold (at
+    // most 0.5 s) and reads each local rank's Waiting; a rank blocked in one collective for
+    // longer than stallNs gets one rank_stalled record with its C++ call site, as the agents'
+    // watchdogs give their Python lines. While collectives complete it reads and records nothing.
+    std::uint64_t stallNs = 0;
+    std::mutex watchMu;
+    std::condition_variable watchCv;
+    bool watchStop = false;
+    std::thread watchdog;
+    void watch();
+    void recordStall(RankState &rs, const RankState::Waiting &w, std::uint64_t nowNs);
 
     RankState &rankState(int rank);
     const RankState &rankState(int rank) const;
@@ -225,11 +278,14 @@ struct Engine::Impl
     std::string replacedBy(ParamId late) const;
 
     // GatheredParameters on one rank.
-    std::vector<std::uint64_t> openScope(RankState &rs, const std::vector<ParamId> &ps);
+    // where: the scope's line in the caller's code (its collectives' site).
+    std::vector<std::uint64_t> openScope(RankState &rs, const std::vector<ParamId> &ps,
+                                         std::source_location where);
     // Returns the names modified without a modifier rank (the caller raises).
     std::vector<std::string> closeScope(RankState &rs, const std::vector<ParamId> &ps,
                                         std::optional<int> modifier,
-                                        const std::vector<std::uint64_t> &hashes);
+                                        const std::vector<std::uint64_t> &hashes,
+                                        std::source_location where);
 };
 
 std::uint64_t hashBytes(const std::byte *data, std::size_t n);

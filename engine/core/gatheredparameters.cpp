@@ -5,11 +5,14 @@
 #include "core/engine.h"
 #include "core/engineimpl.h"
 #include "state/violationtext.h"
+#include "telemetry/clock.h"
 
 namespace shardscope::core {
 
-std::vector<std::uint64_t> Engine::Impl::openScope(RankState &rs, const std::vector<ParamId> &ps)
+std::vector<std::uint64_t> Engine::Impl::openScope(RankState &rs, const std::vector<ParamId> &ps,
+                                                   std::source_location where)
 {
+    rs.site = where;
     for (std::size_t i = 0; i < ps.size(); ++i) {
         const ParamId p = ps[i];
         if (p >= params.size() || params[p].removed)
@@ -39,8 +42,10 @@ std::vector<std::uint64_t> Engine::Impl::openScope(RankState &rs, const std::vec
 
 std::vector<std::string> Engine::Impl::closeScope(RankState &rs, const std::vector<ParamId> &ps,
                                                   std::optional<int> modifier,
-                                                  const std::vector<std::uint64_t> &hashes)
+                                                  const std::vector<std::uint64_t> &hashes,
+                                                  std::source_location where)
 {
+    rs.site = where;
     std::vector<std::string> modified;
     for (std::size_t i = 0; i < ps.size(); ++i) {
         const ParamId p = ps[i];
@@ -67,7 +72,10 @@ std::vector<std::string> Engine::Impl::closeScope(RankState &rs, const std::vect
                                                          .params = 1};
             emit(rs, telemetry::makeCollectiveBegin(collective));
             rs.comm->waitForCompute(); // the modifier's edits may come from its own kernels
-            rs.comm->broadcast(rp.full.data(), bytes, *modifier).wait();
+            {
+                const WaitingScope waiting(rs, collective, telemetry::nowNs());
+                rs.comm->broadcast(rp.full.data(), bytes, *modifier).wait();
+            }
             emit(rs, telemetry::makeCollectiveEnd(collective));
             if (!rp.shard.empty()) {
                 shardFromFull(rs, p);
@@ -125,19 +133,21 @@ std::string modifiedMessage(const std::vector<std::string> &names, int rank)
 } // namespace
 
 GatheredParameters::GatheredParameters(Engine &engine, int rank, std::vector<ParamId> params,
-                                       std::optional<int> modifierRank)
-    : m_engine(engine), m_rank(rank), m_params(std::move(params)), m_modifier(modifierRank)
+                                       std::optional<int> modifierRank, std::source_location where)
+    : m_engine(engine), m_rank(rank), m_params(std::move(params)), m_modifier(modifierRank),
+      m_where(where)
 {
     if (m_modifier && (*m_modifier < 0 || *m_modifier >= engine.worldSize()))
         throw EngineError("GatheredParameters: modifier_rank " + std::to_string(*m_modifier) +
                           " is outside [0, " + std::to_string(engine.worldSize()) + ")");
     RankState &rs = engine.d->rankState(rank);
-    m_hashes.push_back(engine.d->openScope(rs, m_params));
+    m_hashes.push_back(engine.d->openScope(rs, m_params, m_where));
 }
 
 GatheredParameters::GatheredParameters(Engine &engine, std::vector<ParamId> params,
-                                       std::optional<int> modifierRank)
-    : m_engine(engine), m_rank(-1), m_params(std::move(params)), m_modifier(modifierRank)
+                                       std::optional<int> modifierRank, std::source_location where)
+    : m_engine(engine), m_rank(-1), m_params(std::move(params)), m_modifier(modifierRank),
+      m_where(where)
 {
     if (m_modifier && (*m_modifier < 0 || *m_modifier >= engine.worldSize()))
         throw EngineError("GatheredParameters: modifier_rank " + std::to_string(*m_modifier) +
@@ -147,7 +157,7 @@ GatheredParameters::GatheredParameters(Engine &engine, std::vector<ParamId> para
     engine.forEachLocalRank([&](int rank) {
         const auto idx =
             static_cast<std::size_t>(std::find(local.begin(), local.end(), rank) - local.begin());
-        m_hashes[idx] = engine.d->openScope(engine.d->rankState(rank), m_params);
+        m_hashes[idx] = engine.d->openScope(engine.d->rankState(rank), m_params, m_where);
     });
 }
 
@@ -170,7 +180,8 @@ void GatheredParameters::close()
     m_open = false;
     Engine::Impl &d = *m_engine.d;
     if (m_rank >= 0) {
-        auto modified = d.closeScope(d.rankState(m_rank), m_params, m_modifier, m_hashes.front());
+        auto modified =
+            d.closeScope(d.rankState(m_rank), m_params, m_modifier, m_hashes.front(), m_where);
         if (!modified.empty()) throw EngineError(modifiedMessage(modified, m_rank));
         return;
     }
@@ -179,7 +190,8 @@ void GatheredParameters::close()
     m_engine.forEachLocalRank([&](int rank) {
         const auto idx =
             static_cast<std::size_t>(std::find(local.begin(), local.end(), rank) - local.begin());
-        modified[idx] = d.closeScope(d.rankState(rank), m_params, m_modifier, m_hashes[idx]);
+        modified[idx] =
+            d.closeScope(d.rankState(rank), m_params, m_modifier, m_hashes[idx], m_where);
     });
     for (std::size_t i = 0; i < local.size(); ++i)
         if (!modified[i].empty()) throw EngineError(modifiedMessage(modified[i], local[i]));

@@ -2,7 +2,10 @@
 // it trains with the same losses as the threads backend (world 2, 3 and 4, with padded
 // partitions); a rank killed with SIGKILL or stopped with SIGSTOP makes every other rank
 // exit non-zero, naming it, within --comm-timeout (never a hang); and the launcher stops the
-// other ranks when one fails and exits with its status.
+// other ranks when one fails and exits with its status. A rank that takes another path
+// (--diverge, issue 51) is named by the job's aligner as shardscope-capture attaches to every
+// rank: the rank waiting in a collective the others never issue, with its C++ line (the
+// engine's stall watchdog), and a slow rank is a straggler, no fault.
 
 #include <QtTest>
 
@@ -11,6 +14,7 @@
 #include <QRegularExpression>
 #include <QTcpServer>
 #include <QTemporaryDir>
+#include <QThread>
 
 #include <csignal>
 #include <memory>
@@ -71,6 +75,8 @@ class TestGlooRun : public QObject
     void aStoppedRankIsNamedByTheOthers();
     void glooWithoutALauncherSaysHowToStart();
     void theLauncherStopsTheRestAndKeepsTheFailingStatus();
+    void aRankOnAnotherPathIsNamedWithItsLine_data();
+    void aRankOnAnotherPathIsNamedWithItsLine();
 
   private:
     // Starts the 4 ranks of a long gloo run directly (so each pid is known), waits until
@@ -80,6 +86,7 @@ class TestGlooRun : public QObject
 
     QString m_program;
     QString m_launch;
+    QString m_capture;
 };
 
 void TestGlooRun::initTestCase()
@@ -90,6 +97,8 @@ void TestGlooRun::initTestCase()
              "SHARDSCOPE_BIN_DIR/SHARDSCOPE_SOURCE_DIR are not set; run the test through ctest");
     m_program = bin + "/shardscope-train";
     m_launch = src + "/scripts/launch";
+    m_capture = bin + "/shardscope-capture";
+    QVERIFY2(QFile::exists(m_capture), qPrintable(m_capture + " does not exist"));
     QVERIFY2(QFile::exists(m_program), qPrintable(m_program + " does not exist"));
     QVERIFY2(QFile::exists(m_launch), qPrintable(m_launch + " does not exist"));
 }
@@ -258,6 +267,113 @@ void TestGlooRun::theLauncherStopsTheRestAndKeepsTheFailingStatus()
                      .hasMatch(),
                  qPrintable(r.out));
     QVERIFY2(r.err.contains("rank 1 exited with status 3"), qPrintable(r.err));
+}
+
+void TestGlooRun::aRankOnAnotherPathIsNamedWithItsLine_data()
+{
+    QTest::addColumn<QString>("how");
+    QTest::addColumn<int>("world");
+    QTest::addColumn<int>("rank");
+    QTest::addColumn<int>("step");
+    // The records the capture prints ("" none: a healthy job) and a line that must be there.
+    QTest::addColumn<QString>("record");
+    QTest::addColumn<QString>("line");
+    // After the last step, while the others wait in the final barrier. (Earlier, the gloo
+    // collectives of ranks on different paths pair up; where their sizes differ gloo aborts
+    // the process, docs/gloo.md.)
+    QTest::newRow("extra-batch, 2 ranks") << "extra-batch" << 2 << 1 << 3 << "rank_stalled"
+                                          << R"(    rank 1: \S*model\.cpp:\d+ in )";
+    QTest::newRow("gathered, 3 ranks") << "gathered" << 3 << 0 << 3 << "rank_stalled"
+                                       << R"(    rank 0: \S*trainer\.cpp:\d+ in )";
+    QTest::newRow("slow, 3 ranks: a straggler") << "slow" << 3 << 2 << 2 << ""
+                                                << "";
+}
+
+void TestGlooRun::aRankOnAnotherPathIsNamedWithItsLine()
+{
+    QFETCH(QString, how);
+    QFETCH(int, world);
+    QFETCH(int, rank);
+    QFETCH(int, step);
+    QFETCH(QString, record);
+    QFETCH(QString, line);
+    QTemporaryDir dir;
+    QVERIFY(dir.isValid());
+    const QString socket = dir.filePath("engine.sock");
+    QProcessEnvironment env = cleanEnvironment();
+    env.insert("SHARDSCOPE_STALL_SECONDS", "1.5"); // the watchdogs' and the aligner's
+    // Every rank waits for its capture before it builds the model; --comm-timeout ends the hang.
+    QStringList model = kModel;
+    model.removeAll("--no-listen");
+    QProcess launched;
+    launched.setProcessEnvironment(env);
+    launched.start(m_launch, QStringList{"-n",
+                                         QString::number(world),
+                                         m_program,
+                                         "--backend",
+                                         "gloo",
+                                         "--comm-timeout",
+                                         "8",
+                                         "--steps",
+                                         "3",
+                                         "--diverge",
+                                         how,
+                                         "--diverge-rank",
+                                         QString::number(rank),
+
+                                         "--diverge-step",
+                                         QString::number(step),
+                                         "--diverge-seconds",
+                                         "0.5",
+                                         "--listen",
+                                         "unix:" + socket,
+                                         "--wait-for-client=60"} +
+                                 model);
+    QStringList endpoints{"unix:" + socket};
+    for (int r = 1; r < world; ++r)
+        endpoints << "unix:" + socket + ".rank" + QString::number(r);
+    for (int i = 0; i < 300; ++i) { // every rank listening (bounded: 30 s)
+        bool all = true;
+        for (int r = 0; r < world; ++r)
+            all = all && QFile::exists(r == 0 ? socket : socket + ".rank" + QString::number(r));
+        if (all) break;
+        QThread::msleep(100);
+    }
+    QProcess capture;
+    capture.setProcessEnvironment(env);
+    capture.start(m_capture, {"--attach", endpoints.join(','), "--out", dir.filePath("job.json")});
+    const Result captured = finish(capture, 90000);
+    const Result job = finish(launched, 60000);
+    const QString said = captured.out + captured.err;
+    if (record.isEmpty()) {
+        QVERIFY2(job.exitCode == 0, qPrintable(job.out + job.err));
+        QVERIFY2(captured.exitCode == 0, qPrintable(said));
+        QVERIFY2(!said.contains("rank_stalled") && !said.contains("collective_mismatch"),
+                 qPrintable(said));
+        // The rank that slept before its step's first gather: the latest, by about its sleep.
+        const auto m =
+            QRegularExpression(R"(^stragglers: \d+ collectives .* the latest: rank (\d+), )"
+                               R"(last in \d+ of them, ([\d.]+) ms late in all$)",
+                               QRegularExpression::MultilineOption)
+                .match(said);
+        QVERIFY2(m.hasMatch(), qPrintable(said));
+        QCOMPARE(m.captured(1).toInt(), rank);
+        QVERIFY2(m.captured(2).toDouble() >= 400.0, qPrintable(said));
+        return;
+    }
+    // The ranks end when --comm-timeout ends the hang: the job failed, as it would have.
+    QVERIFY2(job.exitCode != 0, qPrintable(job.out + job.err));
+    QVERIFY2(captured.exitCode == 4, qPrintable(said));
+    QVERIFY2(said.contains(QRegularExpression("^" + record + R"( \(group 0, #\d+, rank \d+\): )",
+                                              QRegularExpression::MultilineOption)),
+             qPrintable(said));
+    // The diverged rank's own record, from its engine's watchdog, with its C++ line.
+    QVERIFY2(said.contains(QRegularExpression(
+                 QString(R"(^  rank_stalled \(group 0, #\d+, rank %1\): )").arg(rank),
+                 QRegularExpression::MultilineOption)),
+             qPrintable(said));
+    QVERIFY2(said.contains(QRegularExpression("^" + line, QRegularExpression::MultilineOption)),
+             qPrintable(said));
 }
 
 QTEST_GUILESS_MAIN(TestGlooRun)

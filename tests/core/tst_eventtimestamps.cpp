@@ -1,6 +1,8 @@
 #include <QtTest>
 
+#include <chrono>
 #include <map>
+#include <thread>
 #include <tuple>
 
 #include "core/engine.h"
@@ -20,10 +22,11 @@ struct Run
     MemorySink sink;
     ModuleId block = 0, layer = 0;
 
-    explicit Run(int world)
+    explicit Run(int world, std::uint64_t stallNs = 0)
     {
         core::EngineConfig cfg;
         cfg.persistenceThreshold = 0;
+        cfg.stallNs = stallNs;
         engine = makeEngine(world, cfg);
         block = engine->addModule(engine->root(), "block", "Block");
         layer = engine->addModule(block, "fc", "Linear");
@@ -71,6 +74,8 @@ class TestEventTimestamps : public QObject
     void eachRanksTimesNeverGoBack();
     void gathersEndAfterTheyBegin();
     void collectivesNumberedAlikeOnEveryRank();
+    void aRankWaitingPastTheThresholdIsStalledAtItsLine();
+    void aHealthyRunRecordsNoStall();
 };
 
 // One clock read per module entry: the ModuleEnter and every FetchBegin it issues carry
@@ -226,6 +231,68 @@ void TestEventTimestamps::collectivesNumberedAlikeOnEveryRank()
     QCOMPARE(std::get<2>(tail[9]), FetchReason::GatheredParameters);
     QCOMPARE(std::get<0>(tail[10]), CollectiveKind::Broadcast);
     QCOMPARE(std::get<2>(tail[10]), FetchReason::GatheredParameters);
+}
+
+// The engine's stall watchdog (issue 51): rank 1 waits in the layer's gather while rank 0
+// sleeps past the threshold; rank 1's rank_stalled names its collective and the line of its
+// enterModule call here, once; rank 0 never waited and has none.
+void TestEventTimestamps::aRankWaitingPastTheThresholdIsStalledAtItsLine()
+{
+    Run run(2, 150'000'000); // 0.15 s
+    int enterLine = 0;
+    run.engine->forEachLocalRank([&](int r) {
+        run.engine->beginStep(r);
+        run.engine->enterModule(r, run.block, Phase::Forward);
+        if (r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(700));
+        if (r == 1) enterLine = __LINE__ + 1;
+        run.engine->enterModule(r, run.layer, Phase::Forward);
+        run.engine->exitModule(r, run.layer, Phase::Forward);
+        run.engine->exitModule(r, run.block, Phase::Forward);
+        run.engine->endStep(r, 0.5);
+    });
+    std::vector<state::ViolationRecord> stalls;
+    for (const state::ViolationRecord &v : run.engine->violations())
+        if (v.kind == ViolationKind::RankStalled) stalls.push_back(v);
+    QCOMPARE(stalls.size(), std::size_t(1));
+    const state::ViolationRecord &v = stalls.front();
+    QCOMPARE(v.rank, 1);
+    QCOMPARE(v.count, std::uint64_t(1));
+    QVERIFY2(v.location.file.ends_with("tst_eventtimestamps.cpp"), v.location.file.c_str());
+    QCOMPARE(v.location.line, std::uint32_t(enterLine));
+    QCOMPARE(v.collective.sides.size(), std::size_t(1));
+    const state::CollectiveSide &side = v.collective.sides.front();
+    QCOMPARE(side.ranks, std::vector<int>{1});
+    QCOMPARE(side.position, CollectivePosition::Waiting);
+    QCOMPARE(side.kind, CollectiveKind::AllGather);
+    QCOMPARE(side.module, std::string("block.fc"));
+    QCOMPARE(v.collective.sites.size(), std::size_t(1));
+    QCOMPARE(v.collective.sites.front().where.line, std::uint32_t(enterLine));
+    QVERIFY(v.collective.waitedMs >= 150);
+    QVERIFY2(v.message.find("block.fc") != std::string::npos, v.message.c_str());
+}
+
+// Collectives that complete record nothing, however many: 300 steps of 2 ms of work each
+// (about 0.6 s) under a threshold of 0.15 s, the watchdog reading the ranks' marks all along.
+void TestEventTimestamps::aHealthyRunRecordsNoStall()
+{
+    Run run(2, 150'000'000);
+    const auto start = std::chrono::steady_clock::now();
+    run.engine->forEachLocalRank([&](int r) {
+        for (int s = 0; s < 300; ++s) {
+            run.engine->beginStep(r);
+            for (Phase phase : {Phase::Forward, Phase::Backward}) {
+                run.engine->enterModule(r, run.block, phase);
+                run.engine->enterModule(r, run.layer, phase);
+                std::this_thread::sleep_for(std::chrono::milliseconds(1)); // its work
+                run.engine->exitModule(r, run.layer, phase);
+                run.engine->exitModule(r, run.block, phase);
+            }
+            run.engine->endStep(r, 0.5);
+        }
+    });
+    QVERIFY(std::chrono::steady_clock::now() - start > std::chrono::milliseconds(600));
+    for (const state::ViolationRecord &v : run.engine->violations())
+        QVERIFY2(v.kind != ViolationKind::RankStalled, v.message.c_str());
 }
 
 QTEST_GUILESS_MAIN(TestEventTimestamps)

@@ -262,6 +262,16 @@ void RankModel::reduce(ParamId p)
 double RankModel::forwardBackward(const std::int32_t *tokens, const std::int32_t *targets,
                                   int sequences, double globalTokens)
 {
+    forwardBackwardShapes(sequences);
+    forward(tokens);
+    const double lossSum = crossEntropy(m_logits.data(), m_rows, m_config.vocab, targets,
+                                        globalTokens, m_dLogits.data());
+    backward(tokens);
+    return lossSum;
+}
+
+void RankModel::forwardBackwardShapes(int sequences)
+{
     const int H = m_config.hidden;
     const int V = m_config.vocab;
     m_rows = sequences * m_config.seq;
@@ -282,12 +292,16 @@ double RankModel::forwardBackward(const std::int32_t *tokens, const std::int32_t
     m_lnFRstd.resize(m_rows);
     m_logits.resize(static_cast<std::size_t>(m_rows) * V);
     m_dLogits.resize(m_logits.size());
+}
 
+double RankModel::evaluate(const std::int32_t *tokens, const std::int32_t *targets, int sequences)
+{
+    // The activations as a training micro-batch sizes them; no backward, no gradient kept.
+    forwardBackwardShapes(sequences);
     forward(tokens);
-    const double lossSum =
-        crossEntropy(m_logits.data(), m_rows, V, targets, globalTokens, m_dLogits.data());
-    backward(tokens);
-    return lossSum;
+    const double tokensHere = static_cast<double>(m_rows);
+    return crossEntropy(m_logits.data(), m_rows, m_config.vocab, targets,
+                        tokensHere > 0 ? tokensHere : 1.0, m_dLogits.data());
 }
 
 void RankModel::forward(const std::int32_t *tokens)

@@ -51,8 +51,12 @@ class RankModel
     // mean loss. Returns this rank's sum of token losses.
     double forwardBackward(const std::int32_t *tokens, const std::int32_t *targets, int sequences,
                            double globalTokens);
+    // An evaluation batch: the forward alone (its gathers, no backward, no gradient); returns
+    // the mean token loss.
+    double evaluate(const std::int32_t *tokens, const std::int32_t *targets, int sequences);
 
   private:
+    void forwardBackwardShapes(int sequences); // sizes the activations of one micro-batch
     struct BlockActs
     {
         std::vector<float> in, normed, mean, rstd, hidden, activated;

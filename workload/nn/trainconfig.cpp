@@ -66,6 +66,18 @@ std::string validate(const TrainConfig &c)
     if ((c.waitForClient || c.lingerSeconds > 0.0) && !c.listen)
         return std::string(c.waitForClient ? "--wait-for-client" : "--linger") +
                " waits for a client of the endpoint, which --no-listen turns off; drop one of them";
+    if (!c.diverge.empty() && c.diverge != "extra-forward" && c.diverge != "extra-batch" &&
+        c.diverge != "gathered" && c.diverge != "raise" && c.diverge != "slow")
+        return "--diverge '" + c.diverge +
+               "' is not one of extra-forward, extra-batch, gathered, raise, slow";
+    if (c.divergeRank < 0 || c.divergeRank >= c.worldSize)
+        return "--diverge-rank " + std::to_string(c.divergeRank) + " is not a rank of the " +
+               std::to_string(c.worldSize) + " ranks";
+    if (c.divergeStep < 0 || c.divergeStep > c.steps)
+        return "--diverge-step " + std::to_string(c.divergeStep) + " is not one of the " +
+               std::to_string(c.steps) + " steps (0: the last)";
+    if (!(c.divergeSeconds >= 0.0 && c.divergeSeconds <= 3600.0))
+        return "--diverge-seconds must be a number of seconds from 0 to 3600";
     if (c.backend != "cpu" && c.backend != "nccl" && c.backend != "gloo" && c.backend != "auto")
         return "--backend '" + c.backend + "' is not one of cpu, nccl, gloo, auto";
     return {};

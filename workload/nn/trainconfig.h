@@ -62,6 +62,18 @@ struct TrainConfig
     // naming the rank that died or stopped answering.
     int commTimeoutSeconds = 60;
 
+    // ---- a rank that takes another path (issue 51: the hang of a sharded job, on purpose)
+    // "" none; extra-forward: rank divergeRank evaluates one more batch after step divergeStep;
+    // extra-batch: it trains one more micro-batch after the last step; gathered: it opens a
+    // GatheredParameters over embed.weight after step divergeStep; raise: it throws at step
+    // divergeStep; slow: it sleeps divergeSeconds before step divergeStep (a straggler). With
+    // any of them every rank meets in a barrier after the last step, as scripts do before they
+    // save, so the others wait there for the rank that took another path.
+    std::string diverge;
+    int divergeRank = 0;
+    int divergeStep = 0; // 0: the last step
+    double divergeSeconds = 1.0;
+
     // ---- the inspector endpoint (see server/inspector.h)
     bool listen = true;
     std::string endpoint; // "unix:PATH" | "tcp:HOST:PORT"; empty = default

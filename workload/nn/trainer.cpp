@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cblas.h>
 #include <chrono>
+#include <stdexcept>
+#include <thread>
 
 #include "comm/asynccommunicator.h"
 #include "comm/cpucommunicator.h"
@@ -117,16 +119,30 @@ TrainResult trainModel(core::Engine &engine, const TrainConfig &config, const St
         std::vector<std::int32_t> targets(tokens.size());
         std::vector<double> partials(static_cast<std::size_t>(config.worldSize));
 
-        for (int step = 1; step <= config.steps; ++step) {
-            const auto stepStart = std::chrono::steady_clock::now();
-            engine.beginStep(rank);
-            engine.zeroGrads(rank);
+        // --diverge (issue 51): this rank takes another path at divergeStep.
+        const bool diverges = !config.diverge.empty() && rank == config.divergeRank;
+        const int divergeStep = config.divergeStep ? config.divergeStep : config.steps;
+        const auto batchOf = [&](int step) {
             for (int s = 0; s < mine.count; ++s) {
                 data.sequence(static_cast<std::uint32_t>(step), mine.first + s, T + 1,
                               sequence.data());
                 std::copy_n(sequence.begin(), T, tokens.begin() + std::int64_t(s) * T);
                 std::copy_n(sequence.begin() + 1, T, targets.begin() + std::int64_t(s) * T);
             }
+        };
+        for (int step = 1; step <= config.steps; ++step) {
+            const auto stepStart = std::chrono::steady_clock::now();
+            if (diverges && step == divergeStep) {
+                if (config.diverge == "slow")
+                    std::this_thread::sleep_for(
+                        std::chrono::duration<double>(config.divergeSeconds));
+                if (config.diverge == "raise")
+                    throw std::runtime_error("rank " + std::to_string(rank) + " failed at step " +
+                                             std::to_string(step) + " (--diverge raise)");
+            }
+            engine.beginStep(rank);
+            engine.zeroGrads(rank);
+            batchOf(step);
             const double partial =
                 model.forwardBackward(tokens.data(), targets.data(), mine.count, globalTokens);
 
@@ -154,7 +170,25 @@ TrainResult trainModel(core::Engine &engine, const TrainConfig &config, const St
                 result.losses[step - 1] = loss;
                 if (onStep) onStep(makeStepReport(engine, config, step, loss, seconds));
             }
+            if (diverges && step == divergeStep) {
+                if (config.diverge == "extra-forward") { // it evaluates one more batch
+                    engine.beginStep(rank);
+                    model.evaluate(tokens.data(), targets.data(), mine.count);
+                    engine.endStep(rank, loss);
+                } else if (config.diverge == "gathered") { // it looks at a weight on its own
+                    const core::GatheredParameters look(engine, rank, {handles.embedWeight});
+                }
+            }
         }
+        if (diverges && config.diverge == "extra-batch") { // one more micro-batch, at the end
+            engine.beginStep(rank);
+            batchOf(config.steps + 1);
+            model.forwardBackward(tokens.data(), targets.data(), mine.count, globalTokens);
+            engine.endStep(rank, 0.0);
+        }
+        // As a script does before it saves: every rank meets here, so the others wait for the
+        // one that took another path (in a collective they never issue).
+        if (!config.diverge.empty()) comm.barrier();
     });
 
     finishResult(result, engine, config,
