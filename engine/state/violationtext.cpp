@@ -439,7 +439,13 @@ std::string sideText(const CollectiveDetail &d, const CollectiveSide &c, FixDial
     case CollectivePosition::Finished:
         out += "had ended " +
                (c.lastSeq ? "after #" + std::to_string(c.lastSeq) : std::string("before any")) +
-               (c.ranks.size() == 1 ? " (its run was over)" : " (their runs were over)");
+               // A recording cannot tell an end from a wait outside the numbered collectives
+               // (the barrier a script meets in before it saves, an all-reduce of its own).
+               (c.ranks.size() == 1
+                    ? " (its run was over, or it waits outside the numbered collectives, e.g. "
+                      "in a barrier)"
+                    : " (their runs were over, or they wait outside the numbered collectives, "
+                      "e.g. in a barrier)");
         break;
     }
     const std::string where = siteText(d, c.ranks);
