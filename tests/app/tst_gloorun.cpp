@@ -313,7 +313,7 @@ void TestGlooRun::aRankOnAnotherPathIsNamedWithItsLine()
                                          "--backend",
                                          "gloo",
                                          "--comm-timeout",
-                                         "8",
+                                         "5",
                                          "--steps",
                                          "3",
                                          "--diverge",
