@@ -102,11 +102,12 @@ struct RankState
     // reduceScatterGrad or GatheredParameters (the rank's thread only). A wait carries it.
     std::source_location site;
     // The collective the rank's thread is blocked in now, for the stall watchdog (Impl::watch):
-    // written under waitMu when a blocking wait begins and ends, read twice a second.
+    // written under waitMu when a blocking wait begins and ends, read by the watchdog every
+    // quarter of the threshold (at most every 0.5 s).
     struct Waiting
     {
         bool active = false;
-        std::uint64_t sinceNs = 0; // its begin (the collective's issue)
+        std::uint64_t sinceNs = 0; // when the wait began (a synchronous collective: its issue)
         telemetry::CollectiveFields what;
         std::source_location site;
     };
