@@ -398,10 +398,7 @@ std::size_t diagnoseCollectives(wire::Snapshot &snap,
         }
     // Stragglers, no fault: the rank that arrived last most often, and how late in all.
     const sessioncore::StragglerSummary spread = d.aligner.stragglers();
-    const sessioncore::StragglerFigures *last = nullptr;
-    for (const sessioncore::StragglerFigures &f : spread.ranks)
-        if (f.timesLast > 0 && (!last || f.totalLateNs > last->totalLateNs)) last = &f;
-    if (last)
+    if (const sessioncore::StragglerFigures *last = sessioncore::latestRank(spread))
         std::printf("stragglers: %llu collectives completed by every rank, arrival spread up to "
                     "%.1f ms; the latest: rank %d, last in %llu of them, %.1f ms late in all\n",
                     static_cast<unsigned long long>(spread.collectives),

@@ -555,6 +555,17 @@ std::vector<RankProgress> CollectiveAligner::progress() const
     return out;
 }
 
+const StragglerFigures *latestRank(const StragglerSummary &summary)
+{
+    const StragglerFigures *latest = nullptr;
+    for (const StragglerFigures &f : summary.ranks)
+        if (f.timesLast > 0 &&
+            (!latest || f.totalLateNs > latest->totalLateNs ||
+             (f.totalLateNs == latest->totalLateNs && f.timesLast > latest->timesLast)))
+            latest = &f;
+    return latest;
+}
+
 StragglerSummary CollectiveAligner::stragglers() const
 {
     StragglerSummary s = m_spread;

@@ -93,6 +93,10 @@ struct StragglerSummary
     std::vector<StragglerFigures> ranks; // by rank
 };
 
+// The job's straggler, the one rule every view names it by: the rank with the most lateness in
+// all (ties: the one last most often); nullptr while no rank has arrived last.
+const StragglerFigures *latestRank(const StragglerSummary &summary);
+
 class CollectiveAligner
 {
   public:

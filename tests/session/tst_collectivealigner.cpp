@@ -102,6 +102,24 @@ class TestCollectiveAligner : public QObject
     Q_OBJECT
 
   private slots:
+    // The straggler every view names: the most lateness in all, not the most times last (rank
+    // 0 is last twice by a hair, rank 2 once by a second); ties by times last; none while no
+    // rank was ever last.
+    void latestRankIsTheLatestInAll()
+    {
+        sessioncore::StragglerSummary s;
+        s.ranks = {{.rank = 0, .collectives = 3, .timesLast = 2, .totalLateNs = 2'000},
+                   {.rank = 1, .collectives = 3, .timesLast = 0, .totalLateNs = 0},
+                   {.rank = 2, .collectives = 3, .timesLast = 1, .totalLateNs = kMs * 1000}};
+        QCOMPARE(sessioncore::latestRank(s)->rank, 2);
+        s.ranks[0].totalLateNs = kMs * 1000;
+        QCOMPARE(sessioncore::latestRank(s)->rank, 0);
+        for (sessioncore::StragglerFigures &f : s.ranks)
+            f.timesLast = 0;
+        QVERIFY(sessioncore::latestRank(s) == nullptr);
+        QVERIFY(sessioncore::latestRank(sessioncore::StragglerSummary{}) == nullptr);
+    }
+
     void healthyJobOfThreeRanksMakesNoRecord()
     {
         CollectiveAligner a(3);

@@ -61,7 +61,7 @@ class TestCollectives : public QObject
         QCOMPARE(stragglers.rowCount(), 2);
         QCOMPARE(stragglers.index(1, models::StragglerModel::TimesLast).data().toString(),
                  QStringLiteral("3"));
-        QVERIFY2(stragglers.summaryText().contains(QStringLiteral("last most often: rank 1")),
+        QVERIFY2(stragglers.summaryText().contains(QStringLiteral("the latest: rank 1 (")),
                  qPrintable(stragglers.summaryText()));
         stragglers.setSummary({});
         QCOMPARE(stragglers.rowCount(), 0);
@@ -109,7 +109,7 @@ class TestCollectives : public QObject
         QCOMPARE(s->rowCount(), 2);
         QCOMPARE(s->index(1, models::StragglerModel::TimesLast).data().toString(),
                  QStringLiteral("5"));
-        QVERIFY2(panel.stragglerSummaryShown().contains(QStringLiteral("last most often: rank 1")),
+        QVERIFY2(panel.stragglerSummaryShown().contains(QStringLiteral("the latest: rank 1 (")),
                  qPrintable(panel.stragglerSummaryShown()));
         qunsetenv("SHARDSCOPE_STALL_SECONDS");
     }

@@ -181,13 +181,11 @@ QString StragglerModel::summaryText() const
                        .arg(session::labels::count(s.collectives),
                             session::labels::duration(s.totalSpreadNs / s.collectives),
                             session::labels::duration(s.maxSpreadNs));
-    const auto last =
-        std::max_element(s.ranks.begin(), s.ranks.end(),
-                         [](const auto &a, const auto &b) { return a.timesLast < b.timesLast; });
-    if (last != s.ranks.end() && last->timesLast > 0)
-        text += tr("; last most often: rank %1 (%2 times)")
+    if (const sessioncore::StragglerFigures *last = sessioncore::latestRank(s))
+        text += tr("; the latest: rank %1 (last %2 times, %3 late in all)")
                     .arg(last->rank)
-                    .arg(session::labels::count(last->timesLast));
+                    .arg(session::labels::count(last->timesLast),
+                         session::labels::duration(last->totalLateNs));
     return text;
 }
 

@@ -79,7 +79,8 @@ class StragglerModel : public QAbstractTableModel
 
     void setSummary(sessioncore::StragglerSummary summary);
     const sessioncore::StragglerSummary &summary() const { return m_summary; }
-    // "1,234 collectives by every rank; spread mean 1.2 ms, max 40 ms; last most often: rank 3"
+    // "1,234 collectives by every rank; spread mean 1.2 ms, max 40 ms; the latest: rank 3
+    // (last 40 times, 2.1 s late in all)": the straggler by sessioncore::latestRank"
     QString summaryText() const;
 
     int rowCount(const QModelIndex &parent = {}) const override;
